@@ -1,0 +1,394 @@
+// Accelerator, models, optimizers, schedulers, data, training and collectives.
+#include <ATen/ATen.h>
+
+#include "checkpoint/safetensors.hpp"
+#include "guard.hpp"
+#include "handles.hpp"
+#include "util/errors.hpp"
+
+using acc::capi::guarded;
+using acc::capi::HandleLock;
+using acc::capi::need;
+
+namespace {
+
+const at::Tensor& tensor_of(const acc_tensor* t, const char* what) { return need(t, what)->t; }
+
+acc_tensor* new_tensor(at::Tensor t) { return new acc_tensor{std::move(t)}; }
+
+// Frees a callback dataset's user data exactly once, when the last user lets go.
+struct UserData {
+  void* data;
+  void (*free_fn)(void*);
+  ~UserData() {
+    if (free_fn) free_fn(data);
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+/* ------------------------------------------------------------------ accelerator */
+
+acc_status acc_accelerator_create(const char* config_json, acc_accelerator** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto impl = acc::Accelerator::create(config_json);
+    *out = new acc_accelerator{std::move(impl)};
+  });
+}
+
+void acc_accelerator_destroy(acc_accelerator* acc) noexcept { delete acc; }
+
+#define ACC_GETTER(name, type, expr)                                              \
+  acc_status name(const acc_accelerator* acc, type* out) noexcept {             \
+    if (out) *out = {};                                                          \
+    return guarded(__func__, [&] {                                               \
+      const acc::Accelerator& a = *need(acc, "accelerator")->impl;               \
+      *need(out, "out") = (expr);                                                \
+    });                                                                          \
+  }
+ACC_GETTER(acc_process_index, int32_t, a.state().rank)
+ACC_GETTER(acc_local_process_index, int32_t, a.state().local_rank)
+ACC_GETTER(acc_num_processes, int32_t, a.state().world_size)
+ACC_GETTER(acc_is_main_process, int32_t, a.state().rank == 0 ? 1 : 0)
+ACC_GETTER(acc_device, const char*, a.device_name().c_str())
+ACC_GETTER(acc_distributed_type, const char*, a.distributed_type().c_str())
+ACC_GETTER(acc_config_json, const char*, a.config_json().c_str())
+#undef ACC_GETTER
+
+/* ------------------------------------------------------------------ models */
+
+acc_status acc_model_create(const char* spec_json, acc_model** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto slot = std::make_shared<acc::ModelSlot>();
+    slot->model = acc::make_builtin_model(spec_json);
+    *out = new acc_model{std::move(slot), {}};
+  });
+}
+
+acc_status acc_model_load_torchscript(const char* path, const char* options_json, acc_model** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto slot = std::make_shared<acc::ModelSlot>();
+    slot->model = acc::load_torchscript_model(need(path, "path"), options_json);
+    *out = new acc_model{std::move(slot), {}};
+  });
+}
+
+void acc_model_destroy(acc_model* model) noexcept { delete model; }
+
+acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const acc_tensor* targets,
+                             acc_tensor** out_output, acc_tensor** out_loss) noexcept {
+  if (out_output) *out_output = nullptr;
+  if (out_loss) *out_loss = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(model, "model")->busy, "the model");
+    if (out_loss && !targets) throw std::invalid_argument("out_loss needs targets");
+    acc::ForwardResult r = model->slot->forward(tensor_of(input, "input"), targets ? targets->t : at::Tensor());
+    std::unique_ptr<acc_tensor> output(out_output ? new_tensor(r.output) : nullptr);
+    if (out_loss) *out_loss = new_tensor(r.loss);
+    if (out_output) *out_output = output.release();
+  });
+}
+
+acc_status acc_model_set_training(acc_model* model, int32_t training) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(model, "model")->busy, "the model");
+    model->slot->model->set_training(training != 0);
+  });
+}
+
+acc_status acc_model_num_parameters(const acc_model* model, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] {
+    int64_t n = 0;
+    for (auto& [name, p] : need(model, "model")->slot->model->named_parameters()) n += p.numel();
+    *need(out, "out") = n;
+  });
+}
+
+acc_status acc_model_state_size(const acc_model* model, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] {
+    *need(out, "out") = static_cast<int64_t>(need(model, "model")->slot->model->state().size());
+  });
+}
+
+acc_status acc_model_state_get(const acc_model* model, int64_t index, const char** out_name,
+                               acc_tensor** out_value) noexcept {
+  if (out_name) *out_name = nullptr;
+  if (out_value) *out_value = nullptr;
+  return guarded(__func__, [&] {
+    auto state = need(model, "model")->slot->model->state();
+    if (index < 0 || index >= static_cast<int64_t>(state.size()))
+      throw std::out_of_range("index " + std::to_string(index) + " outside [0, " +
+                              std::to_string(state.size()) + ")");
+    auto& names = const_cast<acc_model*>(model)->state_names;
+    if (names.size() != state.size()) {
+      names.clear();
+      for (auto& [n, t] : state) names.push_back(n);
+    }
+    if (out_value) *out_value = new_tensor(state[static_cast<size_t>(index)].second.detach().to(at::kCPU, false, true));
+    if (out_name) *out_name = names[static_cast<size_t>(index)].c_str();
+  });
+}
+
+acc_status acc_model_save_safetensors(const acc_model* model, const char* path) noexcept {
+  return guarded(__func__, [&] {
+    acc::save_safetensors(need(model, "model")->slot->model->state(), need(path, "path"),
+                          {{"format", "pt"}});
+  });
+}
+
+acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(model, "model")->busy, "the model");
+    auto loaded = acc::load_safetensors(need(path, "path"));
+    auto state = model->slot->model->state();
+    std::map<std::string, at::Tensor> by_name(loaded.begin(), loaded.end());
+    // Check everything first: a mismatch leaves the model untouched.
+    for (auto& [name, t] : state) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) throw std::invalid_argument(std::string(path) + " has no tensor '" + name + "'");
+      if (it->second.sizes() != t.sizes())
+        throw std::invalid_argument("'" + name + "' has shape " + c10::str(it->second.sizes()) + " in " + path +
+                                    " but " + c10::str(t.sizes()) + " in the model");
+    }
+    if (by_name.size() != state.size())
+      throw std::invalid_argument(std::string(path) + " holds " + std::to_string(by_name.size()) +
+                                  " tensors; the model has " + std::to_string(state.size()));
+    at::NoGradGuard no_grad;
+    for (auto& [name, t] : state) t.copy_(by_name[name]);
+  });
+}
+
+/* ------------------------------------------------------------------ optimizers, schedulers */
+
+acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_optimizer** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    std::vector<at::Tensor> params;
+    for (auto& [name, p] : need(model, "model")->slot->model->named_parameters())
+      if (p.requires_grad()) params.push_back(p);
+    auto slot = std::make_shared<acc::OptimizerSlot>();
+    slot->model = model->slot;
+    slot->opt = std::make_unique<acc::Optimizer>(std::move(params), options_json);
+    *out = new acc_optimizer{std::move(slot)};
+  });
+}
+
+void acc_optimizer_destroy(acc_optimizer* opt) noexcept { delete opt; }
+
+acc_status acc_optimizer_step(acc_optimizer* opt) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(opt, "optimizer")->busy, "the optimizer");
+    opt->slot->opt->step();
+  });
+}
+
+acc_status acc_optimizer_zero_grad(acc_optimizer* opt) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(opt, "optimizer")->busy, "the optimizer");
+    opt->slot->opt->zero_grad();
+  });
+}
+
+acc_status acc_optimizer_lr(const acc_optimizer* opt, double* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(opt, "optimizer")->slot->opt->lr(); });
+}
+
+acc_status acc_scheduler_create(acc_optimizer* opt, const char* options_json, acc_scheduler** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto slot = std::make_shared<acc::SchedulerSlot>(acc::SchedulerSlot{need(opt, "optimizer")->slot,
+                                                                        acc::Schedule(options_json), 0, nullptr});
+    slot->apply();  // LambdaLR sets lr = base_lr * factor(0) at construction
+    *out = new acc_scheduler{std::move(slot)};
+  });
+}
+
+void acc_scheduler_destroy(acc_scheduler* sched) noexcept { delete sched; }
+
+acc_status acc_scheduler_step(acc_scheduler* sched) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(sched, "scheduler")->busy, "the scheduler");
+    sched->slot->step();
+  });
+}
+
+acc_status acc_scheduler_last_lr(const acc_scheduler* sched, double* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(sched, "scheduler")->slot->opt->opt->lr(); });
+}
+
+/* ------------------------------------------------------------------ data */
+
+acc_status acc_dataset_from_tensors(const acc_tensor* inputs, const acc_tensor* targets, acc_dataset** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = new acc_dataset{acc::make_tensor_dataset(tensor_of(inputs, "inputs"),
+                                                    targets ? targets->t : at::Tensor())};
+  });
+}
+
+acc_status acc_dataset_from_token_file(const char* path, const char* options_json, acc_dataset** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = new acc_dataset{acc::make_token_file_dataset(need(path, "path"), options_json)};
+  });
+}
+
+acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, void* user_data,
+                                     void (*free_user_data)(void*), acc_dataset** out) noexcept {
+  if (out) *out = nullptr;
+  // The user data is released exactly once: with the dataset, or right here if creation fails.
+  std::shared_ptr<UserData> ud(new UserData{user_data, free_user_data});
+  return guarded(__func__, [&] {
+    need(out, "out");
+    need(get, "get");
+    auto fetch = [get, ud](int64_t i) {
+      acc_tensor* in = nullptr;
+      acc_tensor* tg = nullptr;
+      acc_status st = get(ud->data, i, &in, &tg);
+      std::unique_ptr<acc_tensor> in_owned(in), tg_owned(tg);
+      if (st != ACC_OK)
+        throw acc::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
+                                 std::to_string(i));
+      if (!in) throw acc::CallbackError("dataset callback set no input for index " + std::to_string(i));
+      return acc::Sample{in->t, tg ? tg->t : at::Tensor()};
+    };
+    *out = new acc_dataset{acc::make_callback_dataset(length, fetch)};
+  });
+}
+
+void acc_dataset_destroy(acc_dataset* ds) noexcept { delete ds; }
+
+acc_status acc_dataset_length(const acc_dataset* ds, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(ds, "dataset")->ds->size(); });
+}
+
+acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json, acc_dataloader** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto dl = std::make_shared<acc::DataLoader>(need(ds, "dataset")->ds, acc::LoaderOptions::parse(options_json));
+    *out = new acc_dataloader{std::move(dl)};
+  });
+}
+
+void acc_dataloader_destroy(acc_dataloader* dl) noexcept { delete dl; }
+
+acc_status acc_dataloader_next(acc_dataloader* dl, acc_tensor** out_input, acc_tensor** out_target,
+                               int32_t* has_batch) noexcept {
+  if (out_input) *out_input = nullptr;
+  if (out_target) *out_target = nullptr;
+  if (has_batch) *has_batch = 0;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(dl, "dataloader")->busy, "the dataloader");
+    need(out_input, "out_input");
+    need(has_batch, "has_batch");
+    acc::Sample s;
+    if (!dl->dl->next(s)) return;
+    std::unique_ptr<acc_tensor> in(new_tensor(s.input));
+    if (out_target && s.target.defined()) *out_target = new_tensor(s.target);
+    *out_input = in.release();
+    *has_batch = 1;
+  });
+}
+
+acc_status acc_dataloader_length(const acc_dataloader* dl, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(dl, "dataloader")->dl->length(); });
+}
+
+acc_status acc_dataloader_set_epoch(acc_dataloader* dl, int64_t epoch) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(dl, "dataloader")->busy, "the dataloader");
+    if (epoch < 0) throw std::invalid_argument("epoch must be >= 0");
+    dl->dl->set_epoch(epoch);
+  });
+}
+
+acc_status acc_dataloader_end_of_epoch(const acc_dataloader* dl, int32_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(dl, "dataloader")->dl->end_of_dataloader() ? 1 : 0; });
+}
+
+/* ------------------------------------------------------------------ training, collectives */
+
+acc_status acc_prepare(acc_accelerator* acc, acc_model* model, acc_optimizer* opt, acc_scheduler* sched,
+                       acc_dataloader* dl) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    std::optional<HandleLock> lm, lo, ls, ld;
+    if (model) lm.emplace(model->busy, "the model");
+    if (opt) lo.emplace(opt->busy, "the optimizer");
+    if (sched) ls.emplace(sched->busy, "the scheduler");
+    if (dl) ld.emplace(dl->busy, "the dataloader");
+    if (!model && !opt && !sched && !dl) throw std::invalid_argument("nothing to prepare: every object is NULL");
+    acc->impl->prepare(model ? model->slot : nullptr, opt ? opt->slot : nullptr, sched ? sched->slot : nullptr,
+                       dl ? dl->dl : nullptr);
+  });
+}
+
+acc_status acc_backward(acc_accelerator* acc, const acc_tensor* loss) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    acc->impl->backward(tensor_of(loss, "loss"));
+  });
+}
+
+acc_status acc_gather(acc_accelerator* acc, const acc_tensor* t, acc_tensor** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(out, "out");
+    *out = new_tensor(acc->impl->gather(tensor_of(t, "tensor")));
+  });
+}
+
+acc_status acc_gather_for_metrics(acc_accelerator* acc, const acc_tensor* t, acc_tensor** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(out, "out");
+    *out = new_tensor(acc->impl->gather_for_metrics(tensor_of(t, "tensor")));
+  });
+}
+
+acc_status acc_reduce(acc_accelerator* acc, const acc_tensor* t, acc_reduce_op op, acc_tensor** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(out, "out");
+    acc::ReduceOp r;
+    switch (op) {
+      case ACC_REDUCE_SUM: r = acc::ReduceOp::Sum; break;
+      case ACC_REDUCE_MEAN: r = acc::ReduceOp::Mean; break;
+      case ACC_REDUCE_MAX: r = acc::ReduceOp::Max; break;
+      default: throw std::invalid_argument("op " + std::to_string(op) + " is not ACC_REDUCE_SUM, _MEAN or _MAX");
+    }
+    *out = new_tensor(acc->impl->reduce(tensor_of(t, "tensor"), r));
+  });
+}
+
+acc_status acc_wait_for_everyone(acc_accelerator* acc) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    acc->impl->wait_for_everyone();
+  });
+}
+
+}  // extern "C"

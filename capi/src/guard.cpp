@@ -1,0 +1,99 @@
+#include "guard.hpp"
+
+#include <acc/config.hpp>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ios>
+#include <new>
+
+#include "util/errors.hpp"
+#include "util/options.hpp"
+
+namespace acc::capi {
+
+// Plain thread-locals only (no destructors run at thread exit): a malloc'd buffer per thread.
+thread_local acc_status t_code = ACC_OK;
+thread_local char* t_message = nullptr;
+thread_local size_t t_capacity = 0;
+
+void set_error(acc_status code, const std::string& message) noexcept {
+  t_code = code;
+  size_t need = message.size() + 1;
+  if (need > t_capacity) {
+    char* grown = static_cast<char*>(std::realloc(t_message, need));
+    if (!grown) return;  // keep the code; the old (shorter) message buffer stays valid
+    t_message = grown;
+    t_capacity = need;
+  }
+  std::memcpy(t_message, message.c_str(), need);
+}
+
+void clear_error() noexcept {
+  t_code = ACC_OK;
+  if (t_message) t_message[0] = '\0';
+}
+
+HandleLock::HandleLock(std::atomic<bool>& busy, const char* what) : busy_(busy) {
+  if (busy_.exchange(true, std::memory_order_acquire))
+    throw std::system_error(std::make_error_code(std::errc::device_or_resource_busy),
+                            std::string(what) + " is in use by another thread");
+}
+
+acc_status run_guarded(const char* fn, void (*body)(void*), void* ctx) noexcept {
+  clear_error();
+  acc_status code = ACC_OK;
+  std::string msg;
+  try {
+    body(ctx);
+    return ACC_OK;
+  } catch (const config::Error& e) {
+    code = ACC_ERR_INVALID_CONFIG, msg = e.what();
+  } catch (const OptionsError& e) {
+    code = ACC_ERR_INVALID_CONFIG, msg = e.what();
+  } catch (const std::invalid_argument& e) {
+    code = ACC_ERR_INVALID_ARGUMENT, msg = e.what();
+  } catch (const std::out_of_range& e) {
+    code = ACC_ERR_INVALID_ARGUMENT, msg = e.what();
+  } catch (const StateError& e) {
+    code = ACC_ERR_INVALID_STATE, msg = e.what();
+  } catch (const UnsupportedError& e) {
+    code = ACC_ERR_UNSUPPORTED, msg = e.what();
+  } catch (const DistributedError& e) {
+    code = ACC_ERR_DISTRIBUTED, msg = e.what();
+  } catch (const CallbackError& e) {
+    code = ACC_ERR_CALLBACK, msg = e.what();
+  } catch (const std::ios_base::failure& e) {
+    code = ACC_ERR_IO, msg = e.what();
+  } catch (const std::system_error& e) {
+    code = e.code() == std::errc::device_or_resource_busy ? ACC_ERR_BUSY : ACC_ERR_INTERNAL;
+    msg = e.what();
+  } catch (const c10::OutOfMemoryError& e) {
+    code = ACC_ERR_OUT_OF_MEMORY, msg = e.what_without_backtrace();
+  } catch (const c10::DistError& e) {
+    code = ACC_ERR_DISTRIBUTED, msg = e.what_without_backtrace();
+  } catch (const c10::Error& e) {
+    code = ACC_ERR_TORCH, msg = e.what_without_backtrace();
+  } catch (const std::bad_alloc&) {
+    code = ACC_ERR_OUT_OF_MEMORY, msg = "out of memory";
+  } catch (const std::exception& e) {
+    code = ACC_ERR_INTERNAL, msg = e.what();
+  } catch (...) {
+    code = ACC_ERR_INTERNAL, msg = "unknown exception";
+  }
+  try {
+    set_error(code, std::string(fn) + ": " + msg);
+  } catch (...) {
+    t_code = code;
+  }
+  return code;
+}
+
+}  // namespace acc::capi
+
+extern "C" const char* acc_last_error_message(void) noexcept {
+  return acc::capi::t_message ? acc::capi::t_message : "";
+}
+
+extern "C" acc_status acc_last_error_code(void) noexcept { return acc::capi::t_code; }

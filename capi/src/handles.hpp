@@ -1,0 +1,40 @@
+// What the opaque handles of acc.h hold. Each keeps shared ownership of what it depends on, so
+// handles can be destroyed in any order.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "train/accelerator.hpp"
+
+struct acc_accelerator {
+  std::shared_ptr<acc::Accelerator> impl;
+  std::atomic<bool> busy{false};
+};
+struct acc_tensor {
+  at::Tensor t;
+};
+struct acc_model {
+  std::shared_ptr<acc::ModelSlot> slot;
+  std::vector<std::string> state_names;  // backs the borrowed names of acc_model_state_get
+  std::atomic<bool> busy{false};
+};
+struct acc_optimizer {
+  std::shared_ptr<acc::OptimizerSlot> slot;
+  std::atomic<bool> busy{false};
+};
+struct acc_scheduler {
+  std::shared_ptr<acc::SchedulerSlot> slot;
+  std::atomic<bool> busy{false};
+};
+struct acc_dataset {
+  std::shared_ptr<acc::Dataset> ds;
+};
+struct acc_dataloader {
+  std::shared_ptr<acc::DataLoader> dl;
+  std::atomic<bool> busy{false};
+};

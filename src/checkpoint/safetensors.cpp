@@ -1,0 +1,151 @@
+#include "checkpoint/safetensors.hpp"
+
+#include <ATen/ATen.h>
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+
+namespace acc {
+namespace {
+
+const std::map<at::ScalarType, std::string>& dtype_names() {
+  static const std::map<at::ScalarType, std::string> m = {
+      {at::kFloat, "F32"}, {at::kDouble, "F64"}, {at::kHalf, "F16"},  {at::kBFloat16, "BF16"},
+      {at::kLong, "I64"},  {at::kInt, "I32"},    {at::kShort, "I16"}, {at::kChar, "I8"},
+      {at::kByte, "U8"},   {at::kBool, "BOOL"},  {at::kFloat8_e4m3fn, "F8_E4M3"},
+      {at::kFloat8_e5m2, "F8_E5M2"}};
+  return m;
+}
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw std::ios_base::failure("safetensors file '" + path + "': " + what);
+}
+
+struct CJsonPtr {
+  cJSON* p;
+  ~CJsonPtr() { cJSON_Delete(p); }
+};
+
+}  // namespace
+
+void save_safetensors(const NamedTensors& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+  CJsonPtr header{cJSON_CreateObject()};
+  if (!metadata.empty()) {
+    cJSON* meta = cJSON_AddObjectToObject(header.p, "__metadata__");
+    for (auto& [k, v] : metadata) cJSON_AddStringToObject(meta, k.c_str(), v.c_str());
+  }
+  std::vector<at::Tensor> data;
+  std::set<std::string> seen;
+  int64_t offset = 0;
+  for (auto& [name, t] : tensors) {
+    if (!seen.insert(name).second) throw std::invalid_argument("duplicate tensor name '" + name + "'");
+    auto it = dtype_names().find(t.scalar_type());
+    if (it == dtype_names().end())
+      throw std::invalid_argument("tensor '" + name + "' has dtype " + c10::str(t.scalar_type()) +
+                                  ", which safetensors cannot store");
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    cJSON* e = cJSON_AddObjectToObject(header.p, name.c_str());
+    cJSON_AddStringToObject(e, "dtype", it->second.c_str());
+    cJSON* shape = cJSON_AddArrayToObject(e, "shape");
+    for (int64_t d : c.sizes()) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
+    int64_t n = static_cast<int64_t>(c.nbytes());
+    cJSON* offs = cJSON_AddArrayToObject(e, "data_offsets");
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset)));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset + n)));
+    offset += n;
+    data.push_back(c);
+  }
+  char* text = cJSON_PrintUnformatted(header.p);
+  std::string json(text);
+  cJSON_free(text);
+  json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::ios_base::failure("cannot write '" + tmp + "': " + std::strerror(errno));
+  auto write_all = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw std::ios_base::failure("writing '" + path + "' failed: " + std::strerror(err));
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  };
+  uint64_t len = json.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
+  write_all(le, 8);
+  write_all(json.data(), json.size());
+  for (auto& t : data) write_all(t.data_ptr(), t.nbytes());
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::ios_base::failure("flushing '" + path + "' failed: " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw std::ios_base::failure("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
+  }
+}
+
+NamedTensors load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) bad(path, "cannot open");
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  unsigned char le[8];
+  if (file_size < 8 || !in.read(reinterpret_cast<char*>(le), 8)) bad(path, "too short for a header");
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(le[i]) << (8 * i);
+  if (len > 100u * 1024 * 1024 || 8 + len > file_size) bad(path, "header length " + std::to_string(len) + " is invalid");
+  std::string json(len, '\0');
+  in.read(json.data(), static_cast<std::streamsize>(len));
+  CJsonPtr header{cJSON_ParseWithLength(json.data(), json.size())};
+  if (!header.p || !cJSON_IsObject(header.p)) bad(path, "header is not a JSON object");
+  const uint64_t data_size = file_size - 8 - len;
+  NamedTensors out;
+  for (cJSON* e = header.p->child; e; e = e->next) {
+    std::string name = e->string;
+    if (name == "__metadata__") continue;
+    cJSON* dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    cJSON* shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    cJSON* offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+      bad(path, "entry '" + name + "' lacks dtype, shape or data_offsets");
+    std::optional<at::ScalarType> type;
+    for (auto& [t, n] : dtype_names())
+      if (n == dt->valuestring) type = t;
+    if (!type) bad(path, "entry '" + name + "' has unsupported dtype " + dt->valuestring);
+    std::vector<int64_t> dims;
+    int64_t numel = 1;
+    for (cJSON* d = shape->child; d; d = d->next) {
+      if (!cJSON_IsNumber(d) || d->valuedouble < 0) bad(path, "entry '" + name + "' has a bad shape");
+      dims.push_back(static_cast<int64_t>(d->valuedouble));
+      numel *= dims.back();
+    }
+    auto begin = static_cast<uint64_t>(cJSON_GetArrayItem(offs, 0)->valuedouble);
+    auto end = static_cast<uint64_t>(cJSON_GetArrayItem(offs, 1)->valuedouble);
+    at::Tensor t = at::empty(dims, at::TensorOptions().dtype(*type));
+    if (end < begin || end > data_size || end - begin != t.nbytes())
+      bad(path, "entry '" + name + "' has data_offsets that do not match its shape and dtype");
+    in.seekg(static_cast<std::streamoff>(8 + len + begin));
+    if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(end - begin)))
+      bad(path, "entry '" + name + "' is truncated");
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+}  // namespace acc

@@ -1,0 +1,17 @@
+// safetensors files: an 8-byte little-endian header length, a JSON header of name -> {dtype, shape,
+// data_offsets}, then the raw row-major little-endian bytes. No pickles anywhere.
+#pragma once
+#include <map>
+#include <string>
+
+#include "models/model.hpp"
+
+namespace acc {
+
+// Writes to `path.tmp.<pid>`, fsyncs, then renames over `path`: a crash never leaves a half file.
+void save_safetensors(const NamedTensors& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata = {});
+// CPU tensors in file order. Throws std::ios_base::failure naming the file and what is wrong.
+NamedTensors load_safetensors(const std::string& path);
+
+}  // namespace acc

@@ -1,0 +1,44 @@
+// Distributed data parallel: gradients are averaged across processes in buckets, each all-reduce
+// launched from a post-accumulate-grad hook as soon as its bucket is full, overlapping backward.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "runtime/comm.hpp"
+
+namespace acc {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;  // as torch's DDP: a small first bucket starts communication early
+  bool broadcast_buffers = true;
+  bool find_unused_parameters = false;
+};
+
+class GradientReducer {
+ public:
+  GradientReducer(std::shared_ptr<Comm> comm, std::vector<std::string> names,
+                  std::vector<at::Tensor> params, DdpOptions opts);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Arms the hooks for one backward pass; with sync false (accumulation steps) grads stay local.
+  void prepare_for_backward(bool sync);
+  // After backward: launches what is left, waits, and writes the averaged grads back.
+  void finalize_backward();
+  size_t num_buckets() const;
+
+  struct State;  // shared with the hooks
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Copies every tensor of rank 0 to the other ranks (parameters and buffers at prepare time).
+void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
+
+}  // namespace acc

@@ -1,0 +1,138 @@
+#include "runtime/comm.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace acc {
+
+struct Comm::Impl {
+  ProcessState state;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+};
+
+namespace {
+
+class C10dWork final : public PendingWork {
+ public:
+  explicit C10dWork(c10::intrusive_ptr<c10d::Work> w) : work_(std::move(w)) {}
+  void wait() override { work_->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  // As torch.distributed does: GLOO_SOCKET_IFNAME names the interface; otherwise bind the address
+  // that reaches the master (loopback for single-machine jobs, the hostname's address otherwise).
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr == "127.0.0.1" || master_addr == "localhost")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Comm::~Comm() = default;
+
+std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(state.master_port);
+  opts.isServer = state.rank == 0;
+  opts.numWorkers = state.world_size;
+  opts.waitWorkers = true;
+  opts.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(state.master_addr, opts);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous at " + state.master_addr + ":" +
+                             std::to_string(state.master_port) + " failed (rank " +
+                             std::to_string(state.rank) + " of " + std::to_string(state.world_size) +
+                             "): " + e.what());
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>("acc/default_pg", tcp);
+  auto gopts = c10d::ProcessGroupGloo::Options::create(
+      std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  gopts->devices.push_back(gloo_device(state.master_addr));
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, state.rank, state.world_size, gopts);
+  auto impl = std::make_unique<Impl>();
+  impl->state = state;
+  impl->pg = c10::make_intrusive<c10d::ProcessGroup>(store, state.rank, state.world_size);
+  impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return std::shared_ptr<Comm>(new Comm(std::move(impl)));
+}
+
+int Comm::rank() const { return impl_->state.rank; }
+int Comm::size() const { return impl_->state.world_size; }
+
+void Comm::all_reduce(at::Tensor& t, ReduceOp op) {
+  if (t.scalar_type() == at::kBool) {
+    at::Tensor b = t.to(at::kByte);
+    all_reduce(b, op == ReduceOp::Mean ? ReduceOp::Sum : op);
+    t.copy_(b.to(at::kBool));  // any-true for sum and max
+    return;
+  }
+  // Gloo has no AVG: sum, then divide (integer means round toward zero, as torch's div does).
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = op == ReduceOp::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+  impl_->pg->allreduce(v, o)->wait();
+  if (op == ReduceOp::Mean) {
+    if (at::isFloatingType(t.scalar_type()))
+      t.div_(size());
+    else
+      t.copy_(at::div(t, size(), "trunc"));
+  }
+}
+
+std::unique_ptr<PendingWork> Comm::all_reduce_sum_async(at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  return std::make_unique<C10dWork>(impl_->pg->allreduce(v));
+}
+
+at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
+  // Gloo has no bool: travel as uint8.
+  if (input.scalar_type() == at::kBool) return all_gather_cat(input.to(at::kByte)).to(at::kBool);
+  at::Tensor t = input.dim() == 0 ? input.reshape({1}) : input.contiguous();
+  // Exchange dim-0 sizes first, so uneven shards are padded for the collective and trimmed after.
+  at::Tensor n = at::tensor({t.size(0)}, at::kLong);
+  std::vector<at::Tensor> n_in{n};
+  std::vector<std::vector<at::Tensor>> n_out(1);
+  for (int r = 0; r < size(); ++r) n_out[0].push_back(at::empty_like(n));
+  impl_->pg->allgather(n_out, n_in)->wait();
+  int64_t max_n = 0;
+  for (auto& s : n_out[0]) max_n = std::max(max_n, s.item<int64_t>());
+  at::Tensor padded = t;
+  if (t.size(0) < max_n) {
+    auto shape = t.sizes().vec();
+    shape[0] = max_n - t.size(0);
+    padded = at::cat({t, at::zeros(shape, t.options())});
+  }
+  std::vector<at::Tensor> in{padded};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(padded));
+  impl_->pg->allgather(out, in)->wait();
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < size(); ++r) parts.push_back(out[0][r].narrow(0, 0, n_out[0][r].item<int64_t>()));
+  return at::cat(parts);
+}
+
+void Comm::broadcast(at::Tensor& t, int root) {
+  std::vector<at::Tensor> v{t};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  impl_->pg->broadcast(v, o)->wait();
+}
+
+void Comm::barrier() { impl_->pg->barrier()->wait(); }
+
+}  // namespace acc

@@ -1,0 +1,43 @@
+// Collectives over one c10d process group (TCPStore rendezvous; Gloo for CPU tensors).
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "runtime/process_state.hpp"
+
+namespace acc {
+
+enum class ReduceOp { Sum, Mean, Max };
+
+// An asynchronous collective in flight; wait() rethrows the backend's error.
+class PendingWork {
+ public:
+  virtual ~PendingWork() = default;
+  virtual void wait() = 0;
+};
+
+class Comm {
+ public:
+  // Joins the group: rank 0 hosts the TCPStore at master_addr:master_port, every rank connects.
+  static std::shared_ptr<Comm> connect(const ProcessState& state, std::chrono::seconds timeout);
+  ~Comm();
+
+  int rank() const;
+  int size() const;
+  void all_reduce(at::Tensor& t, ReduceOp op);
+  std::unique_ptr<PendingWork> all_reduce_sum_async(at::Tensor& t);
+  // Concatenation along dim 0 of every rank's tensor, in rank order; dim-0 sizes may differ.
+  at::Tensor all_gather_cat(const at::Tensor& t);
+  void broadcast(at::Tensor& t, int root);
+  void barrier();
+
+ private:
+  struct Impl;
+  explicit Comm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace acc

@@ -1,5 +1,6 @@
 // Accelerator, models, optimizers, schedulers, data, training and collectives.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "checkpoint/safetensors.hpp"
 #include "guard.hpp"
@@ -163,7 +164,7 @@ acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexce
     if (by_name.size() != state.size())
       throw std::invalid_argument(std::string(path) + " holds " + std::to_string(by_name.size()) +
                                   " tensors; the model has " + std::to_string(state.size()));
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& [name, t] : state) t.copy_(by_name[name]);
   });
 }

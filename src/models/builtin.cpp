@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -8,7 +9,7 @@
 namespace acc {
 
 void Model::to(const c10::Device& device) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [name, t] : state())
     if (t.device() != device) t.set_data(t.to(device));
 }

@@ -1,6 +1,7 @@
 #include "parallel/ddp.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -181,7 +182,7 @@ void GradientReducer::finalize_backward() {
 
 void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // One flat buffer per dtype: few collectives, as torch's _sync_module_states does.
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);

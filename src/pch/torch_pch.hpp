@@ -6,3 +6,4 @@
 #include <vector>
 #include <memory>
 #include <stdexcept>
+#include <c10/core/GradMode.h>

@@ -37,7 +37,9 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   a->device_name_ = "cpu";
   if (a->state_.distributed()) {
     a->distributed_type_ = "MULTI_CPU";
-    auto timeout = std::chrono::seconds(c.get_int("init_process_group_kwargs.timeout"));
+    // torch.distributed's default process-group timeout, unless init_process_group_kwargs sets one.
+    const char* key = "init_process_group_kwargs.timeout";
+    auto timeout = std::chrono::seconds(c.is_set(key) ? c.get_int(key) : 1800);
     try {
       a->comm_ = Comm::connect(a->state_, timeout);
     } catch (const std::exception& e) {

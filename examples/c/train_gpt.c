@@ -1,0 +1,268 @@
+/*
+ * The libacc demo: a small GPT-style language model learns the license texts that every Debian system
+ * ships (/usr/share/common-licenses), byte by byte, in several processes started by `acc launch`.
+ *
+ *   acc launch --num_processes 2 train_gpt [--steps N] [--out DIR] [--text-dir DIR]
+ *
+ * Each process reads its shard of every global batch; gradients are averaged across processes (DDP).
+ * The main process prints progress, the validation loss is computed over exactly the validation set
+ * with acc_gather_for_metrics, and the final weights are saved as safetensors.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, strdup */
+#include <acc/acc.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define CHECK(call)                                                                                   \
+  do {                                                                                                \
+    acc_status st_ = (call);                                                                          \
+    if (st_ != ACC_OK) {                                                                              \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
+      exit(1);                                                                                        \
+    }                                                                                                 \
+  } while (0)
+
+enum { BLOCK = 64, VOCAB = 256 };
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int by_name(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+/* Concatenates the regular files of `dir` (sorted by name) into one byte buffer. */
+static unsigned char* read_corpus(const char* dir, size_t* len) {
+  DIR* d = opendir(dir);
+  if (!d) {
+    fprintf(stderr, "cannot open text directory %s\n", dir);
+    exit(1);
+  }
+  char* names[256];
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) && n < 256)
+    if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+  closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], by_name);
+  unsigned char* buf = NULL;
+  *len = 0;
+  for (int i = 0; i < n; ++i) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    struct stat st;
+    FILE* f = fopen(path, "rb");
+    if (f && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+      buf = realloc(buf, *len + (size_t)st.st_size);
+      *len += fread(buf + *len, 1, (size_t)st.st_size, f);
+    }
+    if (f) fclose(f);
+    free(names[i]);
+  }
+  return buf;
+}
+
+/* Writes bytes as little-endian uint16 token ids (nanoGPT's .bin layout). */
+static void write_tokens(const char* path, const unsigned char* bytes, size_t n) {
+  FILE* f = fopen(path, "wb");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", path);
+    exit(1);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char le[2] = {bytes[i], 0};
+    fwrite(le, 1, 2, f);
+  }
+  fclose(f);
+}
+
+/* Mean cross-entropy of each sample's next-byte predictions: logits [B, T, V], targets [B, T]. */
+static void per_sample_loss(const float* logits, const int64_t* targets, int64_t B, float* out) {
+  for (int64_t b = 0; b < B; ++b) {
+    double sum = 0;
+    for (int64_t t = 0; t < BLOCK; ++t) {
+      const float* row = logits + (b * BLOCK + t) * VOCAB;
+      float max = row[0];
+      for (int v = 1; v < VOCAB; ++v) max = row[v] > max ? row[v] : max;
+      double z = 0;
+      for (int v = 0; v < VOCAB; ++v) z += exp((double)(row[v] - max));
+      sum += log(z) + max - row[targets[b * BLOCK + t]];
+    }
+    out[b] = (float)(sum / BLOCK);
+  }
+}
+
+static double scalar(acc_tensor* t) {
+  double v;
+  CHECK(acc_tensor_item(t, &v));
+  return v;
+}
+
+int main(int argc, char** argv) {
+  int steps = 600;
+  const char* out_dir = "out/demo";
+  const char* text_dir = "/usr/share/common-licenses";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--out")) out_dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--text-dir")) text_dir = argv[i + 1];
+    else {
+      fprintf(stderr, "usage: train_gpt [--steps N] [--out DIR] [--text-dir DIR]\n");
+      return 2;
+    }
+  }
+  CHECK(acc_abi_check(ACC_ABI_VERSION));
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 1337}", &acc));
+  int32_t rank, world, is_main;
+  CHECK(acc_process_index(acc, &rank));
+  CHECK(acc_num_processes(acc, &world));
+  CHECK(acc_is_main_process(acc, &is_main));
+
+  /* The main process tokenizes; the others wait, then memory-map the same files. */
+  char train_bin[4096], val_bin[4096], model_path[4096];
+  snprintf(train_bin, sizeof train_bin, "%s/train.bin", out_dir);
+  snprintf(val_bin, sizeof val_bin, "%s/val.bin", out_dir);
+  snprintf(model_path, sizeof model_path, "%s/model.safetensors", out_dir);
+  if (is_main) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", out_dir);
+    if (system(cmd) != 0) return 1;
+    size_t len;
+    unsigned char* text = read_corpus(text_dir, &len);
+    size_t split = len * 9 / 10;
+    write_tokens(train_bin, text, split);
+    write_tokens(val_bin, text + split, len - split);
+    printf("corpus: %zu bytes from %s (%zu train, %zu validation); %d processes\n", len, text_dir, split,
+           len - split, world);
+    free(text);
+  }
+  CHECK(acc_wait_for_everyone(acc));
+
+  acc_dataset *train_ds, *val_ds;
+  const char* tokens = "{\"block_size\": 64, \"dtype\": \"uint16\"}";
+  CHECK(acc_dataset_from_token_file(train_bin, tokens, &train_ds));
+  CHECK(acc_dataset_from_token_file(val_bin, tokens, &val_ds));
+  acc_dataloader *train_dl, *val_dl;
+  CHECK(acc_dataloader_create(train_ds, "{\"batch_size\": 16, \"shuffle\": true, \"seed\": 1337, \"drop_last\": true}",
+                              &train_dl));
+  CHECK(acc_dataloader_create(val_ds, "{\"batch_size\": 32}", &val_dl));
+
+  acc_model* model;
+  CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 256, \"block_size\": 64, \"n_layer\": 4,"
+                         " \"n_head\": 4, \"n_embd\": 128, \"dropout\": 0.0}", &model));
+  int64_t n_params;
+  CHECK(acc_model_num_parameters(model, &n_params));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.002, \"betas\": [0.9, 0.95], \"weight_decay\": 0.1}", &opt));
+  /* As in Accelerate, a prepared scheduler advances once per process per step: count in global steps. */
+  char sched_opts[128];
+  snprintf(sched_opts, sizeof sched_opts, "{\"type\": \"cosine\", \"warmup_steps\": %d, \"total_steps\": %d, \"min_lr_ratio\": 0.1}",
+           30 * world, steps * world);
+  acc_scheduler* sched;
+  CHECK(acc_scheduler_create(opt, sched_opts, &sched));
+  CHECK(acc_prepare(acc, model, opt, sched, train_dl));
+  CHECK(acc_prepare(acc, NULL, NULL, NULL, val_dl));
+  if (is_main)
+    printf("model: GPT, %lld parameters; batch 16 x %d processes x %d tokens; %d steps\n", (long long)n_params,
+           world, BLOCK, steps);
+
+  double t0 = now(), t_last = t0, first_loss = -1, last_loss = 0;
+  int step = 0;
+  while (step < steps) {
+    acc_tensor *x, *y;
+    int32_t has;
+    CHECK(acc_dataloader_next(train_dl, &x, &y, &has));
+    if (!has) continue; /* end of an epoch: the next call starts the next one */
+    acc_tensor* loss;
+    CHECK(acc_model_forward(model, x, y, NULL, &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_scheduler_step(sched));
+    CHECK(acc_optimizer_zero_grad(opt));
+    ++step;
+    if (step % 25 == 0 || step == 1 || step == steps) {
+      acc_tensor* mean;
+      CHECK(acc_reduce(acc, loss, ACC_REDUCE_MEAN, &mean));
+      last_loss = scalar(mean);
+      if (first_loss < 0) first_loss = last_loss;
+      acc_tensor_destroy(mean);
+      double t = now();
+      int span = step == 1 ? 1 : (step % 25 == 0 ? 25 : step % 25);
+      double lr;
+      CHECK(acc_scheduler_last_lr(sched, &lr));
+      if (is_main)
+        printf("step %4d/%d  loss %.4f  lr %.2e  %8.0f tokens/s\n", step, steps, last_loss, lr,
+               (double)span * 16 * BLOCK * world / (t - t_last));
+      fflush(stdout);
+      t_last = t;
+    }
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(x);
+    acc_tensor_destroy(y);
+  }
+
+  /* Validation: per-sample losses, gathered so that every validation sample counts exactly once. */
+  CHECK(acc_model_set_training(model, 0));
+  int64_t val_len;
+  CHECK(acc_dataset_length(val_ds, &val_len));
+  double val_sum = 0;
+  int64_t val_count = 0;
+  for (;;) {
+    acc_tensor *x, *y, *logits;
+    int32_t has;
+    CHECK(acc_dataloader_next(val_dl, &x, &y, &has));
+    if (!has) break;
+    CHECK(acc_model_forward(model, x, NULL, &logits, NULL));
+    int64_t shape[2];
+    CHECK(acc_tensor_shape(x, shape, 2));
+    int64_t B = shape[0];
+    float* host_logits = malloc((size_t)(B * BLOCK * VOCAB) * sizeof(float));
+    int64_t* host_targets = malloc((size_t)(B * BLOCK) * sizeof(int64_t));
+    float* losses = malloc((size_t)B * sizeof(float));
+    CHECK(acc_tensor_to_host(logits, host_logits, (size_t)(B * BLOCK * VOCAB) * sizeof(float)));
+    CHECK(acc_tensor_to_host(y, host_targets, (size_t)(B * BLOCK) * sizeof(int64_t)));
+    per_sample_loss(host_logits, host_targets, B, losses);
+    acc_tensor *local, *all;
+    CHECK(acc_tensor_from_host(losses, (size_t)B * sizeof(float), ACC_FLOAT32, &B, 1, &local));
+    CHECK(acc_gather_for_metrics(acc, local, &all));
+    int64_t n;
+    CHECK(acc_tensor_numel(all, &n));
+    float* gathered = malloc((size_t)n * sizeof(float));
+    CHECK(acc_tensor_to_host(all, gathered, (size_t)n * sizeof(float)));
+    for (int64_t i = 0; i < n; ++i) val_sum += gathered[i];
+    val_count += n;
+    free(gathered);
+    free(host_logits);
+    free(host_targets);
+    free(losses);
+    acc_tensor_destroy(local);
+    acc_tensor_destroy(all);
+    acc_tensor_destroy(logits);
+    acc_tensor_destroy(x);
+    acc_tensor_destroy(y);
+  }
+  if (is_main) {
+    printf("validation: loss %.4f over %lld samples (the set has %lld)\n", val_sum / (double)val_count,
+           (long long)val_count, (long long)val_len);
+    printf("training loss: %.4f at step 1 -> %.4f at step %d, %.1f s\n", first_loss, last_loss, steps, now() - t0);
+    CHECK(acc_model_save_safetensors(model, model_path));
+    printf("saved %s\n", model_path);
+  }
+  CHECK(acc_wait_for_everyone(acc));
+  acc_scheduler_destroy(sched);
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_dataloader_destroy(train_dl);
+  acc_dataloader_destroy(val_dl);
+  acc_dataset_destroy(train_ds);
+  acc_dataset_destroy(val_ds);
+  acc_accelerator_destroy(acc);
+  return val_count == val_len ? 0 : 1;
+}

@@ -1,0 +1,165 @@
+// C++ unit tests of libacc's core pieces that need LibTorch: safetensors files, DLPack exchange,
+// TorchScript models and learning-rate schedules.
+#include <acc/acc.h>
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
+#include <ATen/dlpack.h>
+#include <torch/csrc/jit/api/module.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/safetensors.hpp"
+#include "train/optim.hpp"
+
+namespace fs = std::filesystem;
+
+namespace acc {
+namespace {
+
+fs::path temp_dir() {
+  fs::path p = fs::temp_directory_path() / ("acc-core-" + std::to_string(::getpid()));
+  fs::create_directories(p);
+  return p;
+}
+
+TEST(Safetensors, RoundTripsEveryDtype) {
+  NamedTensors in = {{"f32", at::randn({3, 4})},
+                     {"f16", at::randn({5}).to(at::kHalf)},
+                     {"bf16", at::randn({2, 2}).to(at::kBFloat16)},
+                     {"i64", at::arange(7)},
+                     {"u8", at::arange(9).to(at::kByte)},
+                     {"flag", at::ones({2}, at::kBool)},
+                     {"scalar", at::scalar_tensor(3.5)}};
+  auto path = (temp_dir() / "x.safetensors").string();
+  save_safetensors(in, path, {{"format", "pt"}});
+  auto out = load_safetensors(path);
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(out[i].first, in[i].first);
+    EXPECT_TRUE(at::equal(out[i].second, in[i].second)) << in[i].first;
+  }
+  // Atomic write: no temporary file is left beside the result.
+  for (auto& e : fs::directory_iterator(fs::path(path).parent_path()))
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+TEST(Safetensors, RejectsCorruptFiles) {
+  auto dir = temp_dir();
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    return (dir / name).string();
+  };
+  EXPECT_THROW(load_safetensors(write("short", "abc")), std::ios_base::failure);
+  EXPECT_THROW(load_safetensors(write("hugeheader", std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + "{}")),
+               std::ios_base::failure);
+  std::string header = R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})";
+  std::string len(8, '\0');
+  len[0] = static_cast<char>(header.size());
+  EXPECT_THROW(load_safetensors(write("truncated", len + header + "12345678")), std::ios_base::failure);
+  std::string bad = R"({"w": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}})";
+  len[0] = static_cast<char>(bad.size());
+  EXPECT_THROW(load_safetensors(write("dtype", len + bad + "x")), std::ios_base::failure);
+  EXPECT_THROW(load_safetensors((dir / "missing").string()), std::ios_base::failure);
+}
+
+int g_deleted = 0;
+
+TEST(DLPack, RoundTripIsZeroCopyAndDeletesOnce) {
+  at::Tensor src = at::arange(6, at::kFloat).reshape({2, 3});
+  DLManagedTensorVersioned* dl = at::toDLPackVersioned(src);
+  acc_tensor* t = nullptr;
+  ASSERT_EQ(acc_tensor_from_dlpack(dl, &t), ACC_OK) << acc_last_error_message();
+  // Writes through the producer's memory show in the acc tensor: no copy was made.
+  src.mul_(2);
+  float host[6];
+  ASSERT_EQ(acc_tensor_to_host(t, host, sizeof host), ACC_OK);
+  EXPECT_EQ(host[5], 10.0f);
+  DLManagedTensorVersioned* back = nullptr;
+  ASSERT_EQ(acc_tensor_to_dlpack(t, &back), ACC_OK);
+  acc_tensor_destroy(t);  // the export keeps the memory alive
+  EXPECT_EQ(back->dl_tensor.ndim, 2);
+  EXPECT_EQ(static_cast<float*>(back->dl_tensor.data)[1], 2.0f);
+  back->deleter(back);
+
+  // A producer of an unsupported major version: refused, and its deleter still runs once.
+  DLManagedTensorVersioned* odd = at::toDLPackVersioned(at::ones({2}));
+  auto* real_deleter = odd->deleter;
+  static void (*saved)(DLManagedTensorVersioned*) = nullptr;
+  saved = real_deleter;
+  odd->deleter = [](DLManagedTensorVersioned* self) {
+    ++g_deleted;
+    saved(self);
+  };
+  odd->version.major = 99;
+  EXPECT_EQ(acc_tensor_from_dlpack(odd, &t), ACC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(acc_last_error_message()).find("major version 99"), std::string::npos);
+  EXPECT_EQ(g_deleted, 1);
+  EXPECT_EQ(t, nullptr);
+}
+
+TEST(TorchScript, LoadsTrainsAndRejectsGarbage) {
+  auto dir = temp_dir();
+  torch::jit::Module m("Affine");
+  m.register_parameter("w", at::ones({2, 1}).requires_grad_(), false);
+  m.register_parameter("b", at::zeros({1}).requires_grad_(), false);
+  m.define("def forward(self, x):\n    return x.matmul(self.w) + self.b\n");
+  auto path = (dir / "affine.pt").string();
+  m.save(path);
+
+  acc_model* model = nullptr;
+  ASSERT_EQ(acc_model_load_torchscript(path.c_str(), R"({"loss": "mse"})", &model), ACC_OK) << acc_last_error_message();
+  int64_t n = 0;
+  ASSERT_EQ(acc_model_num_parameters(model, &n), ACC_OK);
+  EXPECT_EQ(n, 3);
+  float x[4] = {1, 2, 3, 4}, y[2] = {0, 0};
+  int64_t xs[2] = {2, 2}, ys[2] = {2, 1};
+  acc_tensor *tx, *ty, *out, *loss;
+  ASSERT_EQ(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx), ACC_OK);
+  ASSERT_EQ(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty), ACC_OK);
+  ASSERT_EQ(acc_model_forward(model, tx, ty, &out, &loss), ACC_OK) << acc_last_error_message();
+  double l = 0;
+  ASSERT_EQ(acc_tensor_item(loss, &l), ACC_OK);
+  EXPECT_DOUBLE_EQ(l, (9.0 + 49.0) / 2);  // outputs 3 and 7 against 0
+  acc_accelerator* acc = nullptr;
+  ASSERT_EQ(acc_accelerator_create(nullptr, &acc), ACC_OK) << acc_last_error_message();
+  acc_optimizer* opt = nullptr;
+  ASSERT_EQ(acc_optimizer_create(model, R"({"type": "sgd", "lr": 0.01})", &opt), ACC_OK);
+  ASSERT_EQ(acc_prepare(acc, model, opt, nullptr, nullptr), ACC_OK) << acc_last_error_message();
+  ASSERT_EQ(acc_backward(acc, loss), ACC_OK) << acc_last_error_message();
+  ASSERT_EQ(acc_optimizer_step(opt), ACC_OK);
+  acc_tensor* loss2;
+  ASSERT_EQ(acc_model_forward(model, tx, ty, nullptr, &loss2), ACC_OK);
+  double l2 = 0;
+  ASSERT_EQ(acc_tensor_item(loss2, &l2), ACC_OK);
+  EXPECT_LT(l2, l);
+  for (auto* t : {tx, ty, out, loss, loss2}) acc_tensor_destroy(t);
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+
+  std::ofstream(dir / "garbage.pt") << "not a zip";
+  EXPECT_EQ(acc_model_load_torchscript((dir / "garbage.pt").c_str(), nullptr, &model), ACC_ERR_IO);
+  EXPECT_NE(std::string(acc_last_error_message()).find("garbage.pt"), std::string::npos);
+  EXPECT_EQ(acc_model_load_torchscript(path.c_str(), R"({"loss": "l1"})", &model), ACC_ERR_INVALID_CONFIG);
+}
+
+TEST(Schedule, ShapesMatchTransformers) {
+  Schedule constant(R"({"type": "constant", "warmup_steps": 4})");
+  EXPECT_DOUBLE_EQ(constant.factor(0), 0.0);
+  EXPECT_DOUBLE_EQ(constant.factor(2), 0.5);
+  EXPECT_DOUBLE_EQ(constant.factor(100), 1.0);
+  Schedule linear(R"({"type": "linear", "warmup_steps": 10, "total_steps": 110})");
+  EXPECT_DOUBLE_EQ(linear.factor(10), 1.0);
+  EXPECT_DOUBLE_EQ(linear.factor(60), 0.5);
+  EXPECT_DOUBLE_EQ(linear.factor(200), 0.0);
+  Schedule cosine(R"({"type": "cosine", "total_steps": 100, "min_lr_ratio": 0.1})");
+  EXPECT_DOUBLE_EQ(cosine.factor(0), 1.0);
+  EXPECT_NEAR(cosine.factor(50), 0.55, 1e-12);
+  EXPECT_NEAR(cosine.factor(100), 0.1, 1e-12);
+}
+
+}  // namespace
+}  // namespace acc

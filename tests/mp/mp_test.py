@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Multi-process tests: real processes started by `acc launch`, talking over real c10d groups.
+
+Usage: mp_test.py ACC MP_WORKER CASE   (CASE: collectives, gather_for_metrics, ddp_equivalence, rank_failure)
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ACC, WORKER, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+passed = failed = 0
+
+
+def expect(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAILED: {what}\n{detail}", file=sys.stderr)
+
+
+def launch(n, *args, timeout=300):
+    cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0", WORKER, *map(str, args)]
+    start = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - start
+
+
+def read_safetensors(path):
+    """name -> list of floats, for the F32 tensors of a safetensors file (stdlib only)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32", e
+        begin, end = e["data_offsets"]
+        out[name] = struct.unpack(f"<{(end - begin) // 4}f", data[begin:end])
+    return out
+
+
+def max_abs_diff(a, b):
+    assert a.keys() == b.keys(), (a.keys(), b.keys())
+    return max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a)
+
+
+def case_collectives():
+    for n in (2, 3):
+        p, _ = launch(n, "collectives")
+        expect(p.returncode == 0, f"collectives on {n} ranks", p.stdout + p.stderr)
+
+
+def case_gather_for_metrics():
+    for n in (2, 3):
+        p, _ = launch(n, "gather_for_metrics", 99, 16)
+        expect(p.returncode == 0, f"gather_for_metrics, 99 samples, batch 16, {n} processes", p.stdout + p.stderr)
+
+
+def case_ddp_equivalence():
+    with tempfile.TemporaryDirectory() as d:
+        for opt in ("sgd", "adamw"):
+            runs = {}
+            for n, batch, steps in ((2, 8, 20), (1, 16, 20), (1, 16, 0)):
+                out = os.path.join(d, f"{opt}-{n}-{steps}.safetensors")
+                p, _ = launch(n, "train", batch, steps, opt, out)
+                expect(p.returncode == 0, f"train {opt} on {n} processes", p.stdout + p.stderr)
+                if p.returncode != 0:
+                    return
+                runs[(n, steps)] = read_safetensors(out)
+            diff = max_abs_diff(runs[(2, 20)], runs[(1, 20)])
+            moved = max_abs_diff(runs[(1, 20)], runs[(1, 0)])
+            print(f"{opt}: 2 processes x batch 8 vs 1 process x batch 16 after 20 steps: max |diff| = {diff:.3g}; "
+                  f"parameters moved by up to {moved:.3g}")
+            expect(diff <= 1e-5, f"{opt}: DDP equals single-process training", f"max abs diff {diff}")
+            expect(moved > 1e-3, f"{opt}: training changed the parameters", f"moved {moved}")
+
+
+def case_rank_failure():
+    with tempfile.TemporaryDirectory() as d:
+        p, seconds = launch(2, "exit_on_rank", 1, 3, d, timeout=60)
+        out = p.stdout + p.stderr
+        expect(p.returncode != 0, "acc exits non-zero when a rank fails", out)
+        expect(seconds < 10, f"acc returned within 10 s (took {seconds:.1f} s)")
+        expect(re.search(r"rank\D{0,3}1\b", out, re.I) is not None, "the report names rank 1", out)
+        expect(re.search(r"\b3\b", out) is not None, "the report names exit status 3", out)
+        time.sleep(0.2)
+        pids = []
+        for name in os.listdir(d):
+            with open(os.path.join(d, name)) as f:
+                pids.append(int(f.read()))
+        expect(len(pids) == 2, "both ranks recorded their pid", str(pids))
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            expect(not alive, f"process {pid} is gone")
+
+
+globals()[f"case_{CASE}"]()
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

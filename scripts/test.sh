@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build, and run every test suite (meson test).
+# Extra arguments go to meson test (e.g. --suite capi).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+ninja -C build
+status=0
+meson test -C build --print-errorlogs --num-processes 2 "$@" || status=$?
+# One plain closing line with the totals, read from meson's own log.
+python3 - <<'PY'
+import json, collections
+counts = collections.Counter()
+with open("build/meson-logs/testlog.json") as f:
+    for line in f:
+        counts[json.loads(line)["result"]] += 1
+passed = counts["OK"] + counts["EXPECTEDFAIL"]
+failed = sum(v for k, v in counts.items() if k not in ("OK", "EXPECTEDFAIL", "SKIP"))
+print(f"{passed} passed, {failed} failed, {counts['SKIP']} skipped")
+PY
+exit $status

@@ -105,7 +105,7 @@ static double scalar(acc_tensor* t) {
 }
 
 int main(int argc, char** argv) {
-  int steps = 600;
+  int steps = 1200;
   const char* out_dir = "out/demo";
   const char* text_dir = "/usr/share/common-licenses";
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -1,0 +1,118 @@
+// libacc configuration: one schema for everything Accelerate configures, the sources a value can come
+// from, their precedence, validation with readable errors, and provenance for every resolved value.
+// Torch-free; shared by the `acc` launcher and libacc. See docs/configuration.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace acc::config {
+
+// Every failure: the message names the key path, the accepted values and, for unknown keys, a did-you-mean.
+// Errors that come from a file start with "path:line: ".
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Sources, lowest precedence first.
+enum class Origin { Default, File, Flag, Env, Explicit };
+std::string_view origin_name(Origin o);  // "default", "file", "flag", "env", "explicit"
+
+struct Provenance {
+  Origin origin;
+  std::string where;  // "default", "path/to/file.yaml:12", "--num_processes", "ACCELERATE_MIXED_PRECISION",
+                      // "acc_accelerator_create"
+};
+
+// The two schemas: what the Accelerator constructor takes (library side), and what Accelerate's
+// `default_config.yaml` holds (launcher side).
+enum class SchemaKind { Accelerator, Launch };
+
+// One key of a schema, for help texts and documentation.
+struct KeyInfo {
+  std::string path;                  // "dataloader_config.even_batches"
+  std::string type;                  // "bool", "int", "number", "string", "list[string]", "bool[3]", "any", joined
+                                     // with " | " ("int | null")
+  std::string default_json;          // "true", "null", "\"no\""
+  std::vector<std::string> choices;  // accepted strings, if restricted
+  std::string range;                 // ">= 1", "0..3", empty if none
+  std::string env;                   // environment variable read by the library (Accelerator schema), or empty
+  std::vector<std::string> aliases;  // legacy spellings accepted in files (Launch schema)
+  std::string help;
+};
+std::vector<KeyInfo> schema_keys(SchemaKind kind);
+
+// A resolved configuration: every key of its schema has a value (possibly null) and a provenance.
+// Cheap to copy (shares immutable state).
+class Config {
+ public:
+  Config();  // an empty Accelerator config holding the defaults
+
+  SchemaKind kind() const;
+  bool get_bool(std::string_view path) const;  // dotted path: "dataloader_config.even_batches"
+  int64_t get_int(std::string_view path) const;
+  double get_double(std::string_view path) const;  // accepts ints too
+  std::string get_string(std::string_view path) const;
+  std::vector<std::string> get_string_list(std::string_view path) const;  // list[string] and bool[3] ("true"/"false")
+  std::string get_json(std::string_view path) const;  // any key or section, as compact JSON text
+  // Leaf: false when the value is null (e.g. seed not given). Section: true when any key under it was given by a
+  // source other than the defaults.
+  bool is_set(std::string_view path) const;
+  bool has_key(std::string_view path) const;  // the path names a key or a section of the schema
+  Provenance provenance(std::string_view path) const;  // section: the highest-precedence source below it
+  // Resolved config as JSON text (pretty-printed, schema order). with_provenance: {"config": {...}, "provenance":
+  // {"path": {"origin": "env", "where": "ACCELERATE_MIXED_PRECISION"}, ...}}; the "config" part can be given back
+  // as explicit JSON to reproduce the run.
+  std::string to_json(bool with_provenance) const;
+  std::vector<std::string> keys() const;  // every leaf path, schema order
+
+  struct Impl;
+
+ private:
+  explicit Config(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
+  friend struct Access;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Library side: defaults < ACCELERATE_* environment (as set by `accelerate launch` / `acc launch`) < explicit JSON.
+// explicit_json may be empty (no explicit values). `where` names the explicit source in provenance and errors.
+Config resolve_accelerator(std::string_view explicit_json, const std::map<std::string, std::string>& env,
+                           std::string_view where = "acc_accelerator_create");
+std::map<std::string, std::string> current_environment();
+
+// ---------------------------------------------------------------------------------------------------------------
+// Launcher side: defaults < config file < launcher flags.
+struct Flag {
+  std::string path;   // launch-schema key, e.g. "num_processes"
+  std::string value;  // text, parsed by the key's type ("4", "true", "bf16")
+  std::string name;   // as given on the command line, for provenance and errors: "--num-processes"
+};
+
+// The config file `acc launch` uses when none is given (docs/configuration.md, "Which file"):
+//   $ACC_CONFIG_FILE (must exist when set), then ${XDG_CACHE_HOME:-~/.cache}/acc/default_config.yaml, then
+//   ${HF_HOME:-${XDG_CACHE_HOME:-~/.cache}/huggingface}/accelerate/default_config.yaml.
+// Returns nullopt when none exists; `searched` receives the candidates in order.
+std::optional<std::string> find_default_config_file(const std::map<std::string, std::string>& env,
+                                                    std::vector<std::string>* searched = nullptr);
+
+// Parses a launch config file (JSON by extension `.json`, YAML otherwise; Accelerate's legacy spellings are
+// upgraded) and layers defaults < file < flags. config_file may be nullopt (no file).
+Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags);
+
+// The ACCELERATE_* / FSDP_* / ... variables `accelerate launch` exports for a resolved launch config (everything but
+// the per-rank torchrun variables, MASTER_*, and OMP_NUM_THREADS, which the launcher sets).
+std::map<std::string, std::string> launch_environment(const Config& launch);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Helpers shared with the launcher.
+std::optional<bool> parse_bool(std::string_view text);  // Accelerate's str_to_bool: y/yes/t/true/on/1, n/no/f/...
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);  // "" if none close
+
+}  // namespace acc::config

@@ -1,0 +1,134 @@
+// Internal types of the configuration library: a generic value tree with source positions, the schema, and
+// the parsers that build trees from JSON and YAML text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "acc/config.hpp"
+
+namespace acc::config::detail {
+
+enum class Kind { Null, Bool, Int, Double, String, List, Map };
+
+// One value. Maps keep their order. Positions are 1-based (0: unknown).
+struct Node {
+  Kind kind = Kind::Null;
+  bool b = false;
+  int64_t i = 0;
+  double d = 0;
+  std::string s;                                    // String value
+  std::vector<Node> list;                           // List items
+  std::vector<std::pair<std::string, Node>> map;    // Map entries
+  int line = 0, col = 0;                            // where the value starts
+  int key_line = 0;                                 // where its key starts (map entries)
+  bool from_yaml = false;                           // parsed from YAML (lenient string/bool rules apply)
+  bool plain = false;                               // YAML plain (unquoted) scalar: `raw` is its text
+  bool text = false;                                // env/flag text: `raw` is the text, typed by the schema
+  std::string raw;
+
+  static Node null() { return Node{}; }
+  static Node boolean(bool v) { Node n; n.kind = Kind::Bool; n.b = v; return n; }
+  static Node integer(int64_t v) { Node n; n.kind = Kind::Int; n.i = v; return n; }
+  static Node number(double v) { Node n; n.kind = Kind::Double; n.d = v; return n; }
+  static Node string(std::string v) { Node n; n.kind = Kind::String; n.s = std::move(v); return n; }
+  static Node of_text(std::string v) { Node n; n.kind = Kind::String; n.s = v; n.raw = std::move(v); n.text = true; return n; }
+
+  const Node* find(std::string_view key) const;  // last entry with that key (YAML duplicates: last wins)
+  Node* find(std::string_view key);
+  void erase(std::string_view key);
+};
+
+bool equal(const Node& a, const Node& b);  // value equality (ignores positions and flags)
+Node strip(const Node& n);                 // value copy without positions and source flags
+
+// JSON text <-> Node. Parse errors: "malformed JSON at line L, column C: ...". Duplicate keys are errors.
+Node parse_json(std::string_view text, int max_depth = 64);
+void write_json(std::string& out, const Node& n, int indent /* <0: compact */, int level = 0);
+std::string json_quote(std::string_view s);
+
+// YAML text -> Node (yaml-cpp), keeping positions. Errors: "malformed YAML at line L, column C: ...".
+Node parse_yaml(const std::string& text);
+
+// -------------------------------------------------------------------------------------------------------------
+enum TypeBits : unsigned {
+  tNull = 1u << 0,
+  tBool = 1u << 1,
+  tInt = 1u << 2,
+  tNum = 1u << 3,     // int or floating point
+  tStr = 1u << 4,
+  tList = 1u << 5,    // list of strings
+  tTriple = 1u << 6,  // three booleans (fp8 override_linear_precision)
+  tAny = 1u << 7,     // any JSON value (free-form object such as comm_state_option)
+};
+
+struct KeySpec;
+using FixFn = std::optional<std::string> (*)(const KeySpec&, Node&);  // post-coercion normalizer; error text
+
+struct KeySpec {
+  std::string path;
+  std::string name;    // last path component
+  std::string parent;  // section path ("" for top level)
+  unsigned types = 0;
+  Node def;
+  std::vector<std::string> choices;
+  bool ci = false;  // choices match case-insensitively; stored in the listed spelling
+  std::optional<double> min, max;
+  std::string env;
+  std::vector<std::string> aliases;
+  std::string help;
+  FixFn fix = nullptr;
+};
+
+struct Schema {
+  SchemaKind kind;
+  std::vector<KeySpec> keys;
+  std::unordered_map<std::string, size_t> index;                    // leaf path -> key index
+  std::unordered_map<std::string, std::vector<std::string>> children;  // section path -> child names, in order
+  std::vector<std::string> sections;                                // section paths, in order
+
+  const KeySpec* key(std::string_view path) const;
+  bool is_section(std::string_view path) const;
+};
+
+const Schema& accelerator_schema();
+const Schema& launch_schema();
+const Schema& schema(SchemaKind kind);
+
+// Type description for messages: "a boolean", "an integer >= 1", "one of \"no\", \"fp16\"", joined with " or ".
+std::string describe_type(const KeySpec& k);
+std::string type_name(const KeySpec& k);  // "int | null"
+std::string range_text(const KeySpec& k);
+std::string brief_value(const Node& n);  // value as shown in errors: JSON text, truncated
+
+// Coerces a source value to the key's type; returns the error message (naming the key) on failure.
+std::optional<std::string> coerce(const KeySpec& k, const Node& in, Node& out);
+
+// Text helpers
+std::string lower(std::string_view s);
+std::string upper(std::string_view s);
+std::optional<int64_t> parse_int(std::string_view s);
+std::optional<double> parse_double(std::string_view s);
+std::string join(const std::vector<std::string>& v, std::string_view sep);
+size_t edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace acc::config::detail
+
+namespace acc::config {
+// Builds Config objects from inside the library.
+struct Access {
+  static Config make(std::shared_ptr<const Config::Impl> impl) { return Config(std::move(impl)); }
+  static const Config::Impl& impl(const Config& c) { return *c.impl_; }
+};
+
+struct Config::Impl {
+  const detail::Schema* schema = nullptr;
+  std::vector<detail::Node> values;  // per key index
+  std::vector<Provenance> prov;
+};
+}  // namespace acc::config

@@ -1,0 +1,157 @@
+// The environment `accelerate launch` exports for a launch config (utils/launch.py: prepare_simple_launcher_cmd_env,
+// prepare_multi_gpu_env, prepare_deepspeed_cmd_env, setup_fp8_env, prepare_extend_env_parallelism_config), with the
+// same spellings: Python's str() of a bool is "True"/"False"; FSDP and DeepSpeed booleans are lower case.
+#include "internal.hpp"
+
+namespace acc::config {
+using namespace detail;
+
+namespace {
+
+std::string py(const Node& v) {  // Python str(value)
+  switch (v.kind) {
+    case Kind::Null: return "None";
+    case Kind::Bool: return v.b ? "True" : "False";
+    case Kind::String: return v.s;
+    default: {
+      std::string out;
+      write_json(out, v, -1);
+      return out;
+    }
+  }
+}
+
+std::string low(const Node& v) { return lower(py(v)); }  // str(value).lower()
+
+}  // namespace
+
+std::map<std::string, std::string> launch_environment(const Config& cfg) {
+  const Config::Impl& im = Access::impl(cfg);
+  if (im.schema->kind != SchemaKind::Launch) throw Error("launch_environment needs a launch config");
+  auto v = [&](const char* path) -> const Node& { return im.values[im.schema->index.at(path)]; };
+  auto origin = [&](const std::string& path) { return im.prov[im.schema->index.at(path)].origin; };
+  std::map<std::string, std::string> env;
+
+  const std::string dt = v("distributed_type").s;
+  const std::string mp = v("mixed_precision").s;
+  env["ACCELERATE_MIXED_PRECISION"] = mp;
+  env["ACCELERATE_USE_CPU"] = py(v("use_cpu"));
+  if (v("debug").b) env["ACCELERATE_DEBUG_MODE"] = "true";
+  if (v("enable_cpu_affinity").b) env["ACCELERATE_CPU_AFFINITY"] = "1";
+  if (v("downcast_bf16").b) env["ACCELERATE_DOWNCAST_BF16"] = "true";
+  if (v("use_cpu").b) {
+    env["KMP_AFFINITY"] = "granularity=fine,compact,1,0";
+    env["KMP_BLOCKTIME"] = "1";
+  }
+  if (v("gpu_ids").kind == Kind::String && v("gpu_ids").s != "all") env["CUDA_VISIBLE_DEVICES"] = v("gpu_ids").s;
+
+  env["ACCELERATE_DYNAMO_BACKEND"] = v("dynamo_config.dynamo_backend").s;
+  env["ACCELERATE_DYNAMO_MODE"] = v("dynamo_config.dynamo_mode").s;
+  env["ACCELERATE_DYNAMO_USE_FULLGRAPH"] = py(v("dynamo_config.dynamo_use_fullgraph"));
+  env["ACCELERATE_DYNAMO_USE_DYNAMIC"] = py(v("dynamo_config.dynamo_use_dynamic"));
+  env["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = py(v("dynamo_config.dynamo_use_regional_compilation"));
+
+  if (mp == "fp8") {
+    if (v("fp8_config.backend").kind == Kind::String) env["ACCELERATE_FP8_BACKEND"] = v("fp8_config.backend").s;
+    env["ACCELERATE_FP8_FORMAT"] = v("fp8_config.fp8_format").s;
+    env["ACCELERATE_FP8_MARGIN"] = py(v("fp8_config.margin"));
+    env["ACCELERATE_FP8_INTERVAL"] = py(v("fp8_config.interval"));
+    env["ACCELERATE_FP8_AMAX_HISTORY_LEN"] = py(v("fp8_config.amax_history_len"));
+    env["ACCELERATE_FP8_AMAX_COMPUTE_ALGO"] = v("fp8_config.amax_compute_algo").s;
+    const Node& olp = v("fp8_config.override_linear_precision");
+    env["ACCELERATE_FP8_OVERRIDE_FPROP"] = py(olp.list.at(0));
+    env["ACCELERATE_FP8_OVERRIDE_DGRAD"] = py(olp.list.at(1));
+    env["ACCELERATE_FP8_OVERRIDE_WGRAD"] = py(olp.list.at(2));
+    env["ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL"] = py(v("fp8_config.use_autocast_during_eval"));
+    env["ACCELERATE_FP8_USE_MXFP8_BLOCK_SCALING"] = py(v("fp8_config.use_mxfp8_block_scaling"));
+    env["ACCELERATE_FP8_OPT_LEVEL"] = v("fp8_config.opt_level").s;
+    env["ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER"] = py(v("fp8_config.enable_fsdp_float8_all_gather"));
+    env["ACCELERATE_FP8_PAD_INNER_DIM"] = py(v("fp8_config.pad_inner_dim"));
+  }
+
+  if (dt == "FSDP") {
+    env["ACCELERATE_USE_FSDP"] = "true";
+    env["FSDP_VERSION"] = py(v("fsdp_config.fsdp_version"));
+    env["FSDP_SHARDING_STRATEGY"] = py(v("fsdp_config.fsdp_sharding_strategy"));
+    env["FSDP_RESHARD_AFTER_FORWARD"] = low(v("fsdp_config.fsdp_reshard_after_forward"));
+    env["FSDP_OFFLOAD_PARAMS"] = low(v("fsdp_config.fsdp_offload_params"));
+    env["FSDP_MIN_NUM_PARAMS"] = py(v("fsdp_config.fsdp_min_num_params"));
+    const std::pair<const char*, const char*> optional[] = {
+        {"fsdp_config.fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
+        {"fsdp_config.fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP"},
+        {"fsdp_config.fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH"},
+        {"fsdp_config.fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE"},
+        {"fsdp_config.fsdp_ignored_modules", "FSDP_IGNORED_MODULES"}};
+    for (auto [path, name] : optional)
+      if (v(path).kind != Kind::Null) env[name] = py(v(path));
+    env["FSDP_FORWARD_PREFETCH"] = low(v("fsdp_config.fsdp_forward_prefetch"));
+    env["FSDP_USE_ORIG_PARAMS"] = low(v("fsdp_config.fsdp_use_orig_params"));
+    env["FSDP_CPU_RAM_EFFICIENT_LOADING"] = low(v("fsdp_config.fsdp_cpu_ram_efficient_loading"));
+    env["FSDP_SYNC_MODULE_STATES"] = low(v("fsdp_config.fsdp_sync_module_states"));
+    env["FSDP_ACTIVATION_CHECKPOINTING"] = low(v("fsdp_config.fsdp_activation_checkpointing"));
+  }
+
+  if (dt == "DEEPSPEED") {
+    env["ACCELERATE_USE_DEEPSPEED"] = "true";
+    std::vector<std::string> from_file;  // deepspeed_config keys the config file gave, plus mixed_precision
+    for (const auto& name : im.schema->children.at("deepspeed_config"))
+      if (origin("deepspeed_config." + name) == Origin::File) from_file.push_back(name);
+    if (origin("mixed_precision") == Origin::File) from_file.push_back("mixed_precision");
+    env["ACCELERATE_CONFIG_DS_FIELDS"] = join(from_file, ",");
+    const struct {
+      const char* path;
+      const char* name;
+      bool keep_case;  // paths and class names keep their case; the rest is str(value).lower()
+    } optional[] = {
+        {"deepspeed_config.zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", false},
+        {"deepspeed_config.gradient_accumulation_steps", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", false},
+        {"deepspeed_config.gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", false},
+        {"deepspeed_config.offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", false},
+        {"deepspeed_config.offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", false},
+        {"deepspeed_config.offload_optimizer_nvme_path", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH", true},
+        {"deepspeed_config.offload_param_nvme_path", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH", true},
+        {"deepspeed_config.zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", false},
+        {"deepspeed_config.zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", false},
+        {"deepspeed_config.deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", true},
+        {"deepspeed_config.deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", true}};
+    for (const auto& o : optional) {
+      const Node& n = v(o.path);
+      if (n.kind != Kind::Null) env[o.name] = o.keep_case ? py(n) : low(n);
+    }
+  }
+
+  if (dt == "MEGATRON_LM") {
+    env["ACCELERATE_USE_MEGATRON_LM"] = "true";
+    const std::string prefix = "megatron_lm_config.megatron_lm_";
+    for (const auto& name : im.schema->children.at("megatron_lm_config")) {
+      const Node& n = v(("megatron_lm_config." + name).c_str());
+      if (n.kind == Kind::Null) continue;
+      env["MEGATRON_LM_" + upper(name.substr(std::string("megatron_lm_").size()))] = py(n);
+    }
+  }
+
+  bool parallelism = false;
+  for (const auto& name : im.schema->children.at("parallelism_config"))
+    if (origin("parallelism_config." + name) != Origin::Default) parallelism = true;
+  if (parallelism) {
+    env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true";
+    const std::string p = "parallelism_config.parallelism_config_";
+    auto pv = [&](const char* name) -> const Node& { return v((p + name).c_str()); };
+    env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] = py(pv("dp_replicate_size"));
+    env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] = py(pv("dp_shard_size"));
+    env["PARALLELISM_CONFIG_TP_SIZE"] = py(pv("tp_size"));
+    env["PARALLELISM_CONFIG_CP_SIZE"] = py(pv("cp_size"));
+    env["PARALLELISM_CONFIG_CP_BACKEND"] = py(pv("cp_backend"));
+    env["PARALLELISM_CONFIG_SP_SIZE"] = py(pv("sp_size"));
+    env["PARALLELISM_CONFIG_SP_BACKEND"] = py(pv("sp_backend"));
+    if (pv("cp_size").i > 1) env["PARALLELISM_CONFIG_CP_COMM_STRATEGY"] = py(pv("cp_comm_strategy"));
+    if (pv("sp_size").i > 1) {
+      if (pv("sp_seq_length").kind != Kind::Null) env["PARALLELISM_CONFIG_SP_SEQ_LENGTH"] = py(pv("sp_seq_length"));
+      env["PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE"] = py(pv("sp_seq_length_is_variable"));
+      env["PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"] = py(pv("sp_attn_implementation"));
+    }
+  }
+  return env;
+}
+
+}  // namespace acc::config

@@ -1,0 +1,558 @@
+// Layering of sources over the schema defaults, the Config accessors, and the two resolvers.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "internal.hpp"
+
+extern char** environ;
+
+namespace acc::config {
+using namespace detail;
+
+namespace {
+
+// "unknown key 'a.b' (did you mean 'c'?); accepted: x, y, z"
+std::string unknown_key_message(const Schema& s, const std::string& section, const std::string& key) {
+  const std::string full = section.empty() ? key : section + "." + key;
+  std::string msg = "unknown key '" + full + "'";
+  auto it = s.children.find(section);
+  std::vector<std::string> siblings = it == s.children.end() ? std::vector<std::string>{} : it->second;
+  std::vector<std::string> candidates = siblings;
+  for (const auto& k : s.keys)
+    if (k.parent == section)
+      for (const auto& a : k.aliases) candidates.push_back(a);
+  std::string near = closest_match(key, candidates);
+  if (!near.empty()) {
+    for (const auto& k : s.keys)  // an alias suggests its canonical name
+      if (k.parent == section && std::find(k.aliases.begin(), k.aliases.end(), near) != k.aliases.end()) near = k.name;
+    msg += " (did you mean '" + near + "'?)";
+  } else {
+    // The right name in the wrong place: `even_batches` at the top level.
+    std::vector<std::string> elsewhere;
+    for (const auto& k : s.keys)
+      if (k.name == key && k.parent != section) elsewhere.push_back(k.path);
+    for (const auto& sec : s.sections)
+      if (sec.substr(sec.rfind('.') == std::string::npos ? 0 : sec.rfind('.') + 1) == key && sec != full)
+        elsewhere.push_back(sec);
+    if (!elsewhere.empty()) msg += " (did you mean '" + elsewhere.front() + "'?)";
+  }
+  msg += "; accepted: " + join(siblings, ", ");
+  return msg;
+}
+
+struct Resolver {
+  const Schema& s;
+  std::vector<Node> values;
+  std::vector<Provenance> prov;
+
+  explicit Resolver(const Schema& schema) : s(schema) {
+    for (const auto& k : s.keys) {
+      values.push_back(k.def);
+      prov.push_back({Origin::Default, "default"});
+    }
+  }
+
+  size_t idx(const std::string& path) const { return s.index.at(path); }
+
+  void set(const std::string& path, Node v, Provenance p) {
+    size_t i = idx(path);
+    values[i] = std::move(v);
+    prov[i] = std::move(p);
+  }
+
+  // A typed tree (JSON or YAML) whose top level is a section of the schema.
+  // where(node) gives the provenance text; prefix(node) the text put before error messages.
+  void apply_tree(const Node& map, const std::string& section, Origin origin,
+                  const std::function<std::string(const Node&)>& where,
+                  const std::function<std::string(const Node&)>& prefix) {
+    const auto& kids = s.children.at(section);
+    for (const auto& [key_in, val] : map.map) {
+      std::string key = key_in;
+      if (std::find(kids.begin(), kids.end(), key) == kids.end()) {
+        for (const auto& k : s.keys)
+          if (k.parent == section && std::find(k.aliases.begin(), k.aliases.end(), key) != k.aliases.end()) key = k.name;
+      }
+      if (std::find(kids.begin(), kids.end(), key) == kids.end())
+        throw Error(prefix(val) + unknown_key_message(s, section, key_in));
+      const std::string path = section.empty() ? key : section + "." + key;
+      if (s.is_section(path)) {
+        if (val.kind == Kind::Null) continue;  // `fsdp_config:` with nothing under it
+        if (val.kind != Kind::Map)
+          throw Error(prefix(val) + "'" + path + "' must be a mapping of keys (accepted: " +
+                      join(s.children.at(path), ", ") + "); got " + brief_value(val));
+        apply_tree(val, path, origin, where, prefix);
+        continue;
+      }
+      const KeySpec& k = s.keys[idx(path)];
+      Node out;
+      if (auto err = coerce(k, val, out)) throw Error(prefix(val) + *err);
+      set(path, std::move(out), {origin, where(val)});
+    }
+  }
+
+  void apply_env(const std::map<std::string, std::string>& env) {
+    for (const auto& k : s.keys) {
+      if (k.env.empty()) continue;
+      auto it = env.find(k.env);
+      if (it == env.end() || it->second.empty()) continue;
+      Node out;
+      if (auto err = coerce(k, Node::of_text(it->second), out))
+        throw Error("environment variable " + k.env + "=" + it->second + ": " + *err);
+      set(k.path, std::move(out), {Origin::Env, k.env});
+    }
+  }
+
+  std::shared_ptr<const Config::Impl> finish() {
+    auto impl = std::make_shared<Config::Impl>();
+    impl->schema = &s;
+    impl->values = std::move(values);
+    impl->prov = std::move(prov);
+    return impl;
+  }
+};
+
+std::string trim_ws(std::string_view t) {
+  size_t a = t.find_first_not_of(" \t\r\n");
+  if (a == std::string_view::npos) return "";
+  size_t b = t.find_last_not_of(" \t\r\n");
+  return std::string(t.substr(a, b - a + 1));
+}
+
+// --- Config lookup helpers -------------------------------------------------------------------------------------
+
+[[noreturn]] void unknown_path(const Schema& s, std::string_view path) {
+  std::string p(path);
+  size_t dot = p.rfind('.');
+  std::string section = dot == std::string::npos ? "" : p.substr(0, dot);
+  std::string key = dot == std::string::npos ? p : p.substr(dot + 1);
+  if (!section.empty() && !s.children.count(section)) {
+    key = p;
+    section.clear();
+  }
+  throw Error(unknown_key_message(s, section, key));
+}
+
+size_t leaf_index(const Config::Impl& im, std::string_view path) {
+  auto it = im.schema->index.find(std::string(path));
+  if (it == im.schema->index.end()) {
+    if (im.schema->is_section(path)) throw Error("'" + std::string(path) + "' is a section, not a single value");
+    unknown_path(*im.schema, path);
+  }
+  return it->second;
+}
+
+const Node& leaf(const Config::Impl& im, std::string_view path) {
+  const Node& v = im.values[leaf_index(im, path)];
+  if (v.kind == Kind::Null) throw Error("'" + std::string(path) + "' is not set (null)");
+  return v;
+}
+
+[[noreturn]] void wrong_kind(std::string_view path, const Node& v, const char* want) {
+  throw Error("'" + std::string(path) + "' is " + brief_value(v) + ", not " + want);
+}
+
+void collect_section(const Config::Impl& im, const std::string& section, Node& out, bool prov_map, Node* provs) {
+  out.kind = Kind::Map;
+  for (const auto& name : im.schema->children.at(section)) {
+    std::string path = section.empty() ? name : section + "." + name;
+    if (im.schema->is_section(path)) {
+      Node sub;
+      collect_section(im, path, sub, prov_map, provs);
+      out.map.emplace_back(name, std::move(sub));
+    } else {
+      size_t i = im.schema->index.at(path);
+      out.map.emplace_back(name, im.values[i]);
+      if (prov_map && provs) {
+        Node p;
+        p.kind = Kind::Map;
+        p.map.emplace_back("origin", Node::string(std::string(origin_name(im.prov[i].origin))));
+        p.map.emplace_back("where", Node::string(im.prov[i].where));
+        provs->map.emplace_back(path, std::move(p));
+      }
+    }
+  }
+}
+
+std::vector<size_t> leaves_under(const Config::Impl& im, std::string_view section) {
+  std::vector<size_t> out;
+  std::string pre = std::string(section) + ".";
+  for (size_t i = 0; i < im.schema->keys.size(); ++i)
+    if (im.schema->keys[i].path.rfind(pre, 0) == 0) out.push_back(i);
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error("cannot read config file '" + path + "': it is a directory");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw Error("cannot read config file '" + path + "': read error");
+  return ss.str();
+}
+
+bool ends_with(std::string_view s, std::string_view suf) {
+  return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
+}
+
+std::string scalar_text(const Node& v) {
+  if (v.plain) return v.raw;
+  if (v.kind == Kind::String) return v.s;
+  std::string out;
+  write_json(out, strip(v), -1);
+  return out;
+}
+
+// Accelerate's upgrades of old files (config_args.py process_config, launch.py _validate_launch_command).
+void upgrade_launch_file(Node& root) {
+  if (Node* fp16 = root.find("fp16")) {
+    if (!root.find("mixed_precision")) {
+      bool on = fp16->kind == Kind::Bool ? fp16->b : parse_bool(scalar_text(*fp16)).value_or(false);
+      if (on) {
+        Node mp = Node::string("fp16");
+        mp.line = fp16->line;
+        mp.key_line = fp16->key_line;
+        root.map.emplace_back("mixed_precision", std::move(mp));
+      }
+    }
+    root.erase("fp16");
+  }
+  if (Node* db = root.find("dynamo_backend")) {
+    Node backend = *db;
+    root.erase("dynamo_backend");
+    std::string text = scalar_text(backend);
+    root.erase("dynamo_config");
+    Node dc;
+    dc.kind = Kind::Map;
+    dc.key_line = backend.key_line;
+    dc.line = backend.line;
+    if (upper(text) != "NO" && !(backend.kind == Kind::Bool && !backend.b)) dc.map.emplace_back("dynamo_backend", backend);
+    root.map.emplace_back("dynamo_config", std::move(dc));
+  }
+  auto prefix_keys = [&](const char* section, const std::string& prefix, bool add) {
+    Node* sec = root.find(section);
+    if (!sec || sec->kind != Kind::Map) return;
+    for (auto& [k, v] : sec->map) {
+      if (add && k.rfind(prefix, 0) != 0) k = prefix + k;
+      if (!add && k.rfind(prefix, 0) == 0 && k != "fp8_format") k = k.substr(prefix.size());
+    }
+  };
+  prefix_keys("fsdp_config", "fsdp_", true);
+  prefix_keys("dynamo_config", "dynamo_", true);
+  prefix_keys("fp8_config", "fp8_", false);
+}
+
+}  // namespace
+
+// --- Config --------------------------------------------------------------------------------------------------------
+
+Config::Config() : impl_(Resolver(accelerator_schema()).finish()) {}
+Config::Config(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+SchemaKind Config::kind() const { return impl_->schema->kind; }
+
+bool Config::get_bool(std::string_view path) const {
+  const Node& v = leaf(*impl_, path);
+  if (v.kind != Kind::Bool) wrong_kind(path, v, "a boolean");
+  return v.b;
+}
+
+int64_t Config::get_int(std::string_view path) const {
+  const Node& v = leaf(*impl_, path);
+  if (v.kind != Kind::Int) wrong_kind(path, v, "an integer");
+  return v.i;
+}
+
+double Config::get_double(std::string_view path) const {
+  const Node& v = leaf(*impl_, path);
+  if (v.kind == Kind::Int) return static_cast<double>(v.i);
+  if (v.kind != Kind::Double) wrong_kind(path, v, "a number");
+  return v.d;
+}
+
+std::string Config::get_string(std::string_view path) const {
+  const Node& v = leaf(*impl_, path);
+  if (v.kind != Kind::String) wrong_kind(path, v, "a string");
+  return v.s;
+}
+
+std::vector<std::string> Config::get_string_list(std::string_view path) const {
+  const Node& v = leaf(*impl_, path);
+  if (v.kind != Kind::List) wrong_kind(path, v, "a list");
+  std::vector<std::string> out;
+  for (const Node& e : v.list) {
+    if (e.kind == Kind::String) out.push_back(e.s);
+    else if (e.kind == Kind::Bool) out.push_back(e.b ? "true" : "false");
+    else wrong_kind(path, v, "a list of strings");
+  }
+  return out;
+}
+
+std::string Config::get_json(std::string_view path) const {
+  std::string out;
+  if (impl_->schema->is_section(path) || path.empty()) {
+    Node n;
+    collect_section(*impl_, std::string(path), n, false, nullptr);
+    write_json(out, n, -1);
+  } else {
+    write_json(out, impl_->values[leaf_index(*impl_, path)], -1);
+  }
+  return out;
+}
+
+bool Config::is_set(std::string_view path) const {
+  if (impl_->schema->is_section(path)) {
+    for (size_t i : leaves_under(*impl_, path))
+      if (impl_->prov[i].origin != Origin::Default) return true;
+    return false;
+  }
+  return impl_->values[leaf_index(*impl_, path)].kind != Kind::Null;
+}
+
+bool Config::has_key(std::string_view path) const {
+  return impl_->schema->index.count(std::string(path)) || impl_->schema->is_section(path);
+}
+
+Provenance Config::provenance(std::string_view path) const {
+  if (impl_->schema->is_section(path)) {
+    Provenance best{Origin::Default, "default"};
+    for (size_t i : leaves_under(*impl_, path))
+      if (impl_->prov[i].origin > best.origin) best = impl_->prov[i];
+    return best;
+  }
+  return impl_->prov[leaf_index(*impl_, path)];
+}
+
+std::string Config::to_json(bool with_provenance) const {
+  Node cfg, provs;
+  provs.kind = Kind::Map;
+  collect_section(*impl_, "", cfg, with_provenance, &provs);
+  std::string out;
+  if (!with_provenance) {
+    write_json(out, cfg, 2);
+  } else {
+    Node root;
+    root.kind = Kind::Map;
+    root.map.emplace_back("config", std::move(cfg));
+    root.map.emplace_back("provenance", std::move(provs));
+    write_json(out, root, 2);
+  }
+  out += '\n';
+  return out;
+}
+
+std::vector<std::string> Config::keys() const {
+  std::vector<std::string> out;
+  for (const auto& k : impl_->schema->keys) out.push_back(k.path);
+  return out;
+}
+
+// --- Library side --------------------------------------------------------------------------------------------------
+
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+Config resolve_accelerator(std::string_view explicit_json, const std::map<std::string, std::string>& env,
+                           std::string_view where) {
+  Resolver r(accelerator_schema());
+  r.apply_env(env);
+  // Three environment variables make one value.
+  {
+    static const char* const kOverride[] = {"ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD",
+                                            "ACCELERATE_FP8_OVERRIDE_WGRAD"};
+    Node tri;
+    tri.kind = Kind::List;
+    std::vector<std::string> names;
+    for (const char* name : kOverride) {
+      auto it = env.find(name);
+      bool v = false;
+      if (it != env.end() && !it->second.empty()) {
+        auto b = parse_bool(it->second);
+        if (!b)
+          throw Error(std::string("environment variable ") + name + "=" + it->second +
+                      ": must be a boolean (true/false, yes/no, on/off, 1/0)");
+        v = *b;
+        names.push_back(name);
+      }
+      tri.list.push_back(Node::boolean(v));
+    }
+    if (!names.empty()) r.set("fp8_recipe_kwargs.override_linear_precision", tri, {Origin::Env, join(names, ",")});
+  }
+
+  const std::string text = trim_ws(explicit_json);
+  Node root;
+  if (!text.empty()) {
+    root = parse_json(text);
+    if (root.kind == Kind::Map) {
+      // The output of to_json(true) reproduces a run: take its "config" part.
+      const Node* cfg = root.find("config");
+      if (cfg && cfg->kind == Kind::Map && root.find("provenance") && root.map.size() == 2) root = *cfg;
+    }
+    if (root.kind != Kind::Map && root.kind != Kind::Null)
+      throw Error("the configuration must be a JSON object; got " + brief_value(root));
+  }
+  const std::string w(where);
+  if (root.kind == Kind::Map) {
+    r.apply_tree(root, "", Origin::Explicit, [&](const Node&) { return w; }, [](const Node&) { return std::string(); });
+    // Passing a plugin turns its paradigm on, as in Accelerate.
+    const std::pair<const char*, const char*> implied[] = {{"fsdp_plugin", "use_fsdp"},
+                                                           {"deepspeed_plugin", "use_deepspeed"},
+                                                           {"parallelism_config", "use_parallelism_config"}};
+    for (auto [section, flag] : implied) {
+      const Node* sec = root.find(section);
+      if (sec && sec->kind == Kind::Map && !root.find(flag)) r.set(flag, Node::boolean(true), {Origin::Explicit, w});
+    }
+  }
+
+  // Gradient accumulation: one number, two spellings.
+  {
+    size_t gas = r.idx("gradient_accumulation_steps"), ns = r.idx("gradient_accumulation_plugin.num_steps");
+    if (r.values[ns].kind == Kind::Int) {
+      if (r.prov[gas].origin == Origin::Explicit && r.values[gas].i != 1)
+        throw Error(
+            "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
+      r.values[gas] = r.values[ns];
+      r.prov[gas] = r.prov[ns];
+    } else {
+      r.values[ns] = r.values[gas];
+      r.prov[ns] = r.prov[gas];
+    }
+  }
+  // Project directory: project_config.project_dir wins, project_dir fills it, logging_dir follows it.
+  {
+    size_t top = r.idx("project_dir"), pc = r.idx("project_config.project_dir"), lg = r.idx("project_config.logging_dir");
+    if (r.values[pc].kind == Kind::Null && r.values[top].kind != Kind::Null) {
+      r.values[pc] = r.values[top];
+      r.prov[pc] = r.prov[top];
+    } else if (r.values[pc].kind != Kind::Null) {
+      r.values[top] = r.values[pc];
+      r.prov[top] = r.prov[pc];
+    }
+    if (r.values[lg].kind == Kind::Null && r.values[pc].kind != Kind::Null) {
+      r.values[lg] = r.values[pc];
+      r.prov[lg] = r.prov[pc];
+    }
+  }
+  if (r.values[r.idx("use_fsdp")].b && r.values[r.idx("use_deepspeed")].b)
+    throw Error("'use_fsdp' (" + r.prov[r.idx("use_fsdp")].where + ") and 'use_deepspeed' (" +
+                r.prov[r.idx("use_deepspeed")].where + ") are exclusive; choose one");
+  return Access::make(r.finish());
+}
+
+// --- Launcher side -------------------------------------------------------------------------------------------------
+
+std::optional<std::string> find_default_config_file(const std::map<std::string, std::string>& env,
+                                                    std::vector<std::string>* searched) {
+  auto get = [&](const char* name) -> std::string {
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  auto exists = [](const std::string& p) {
+    struct stat st {};
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
+  const std::string home = get("HOME");
+  auto expand = [&](std::string p) {
+    if (!p.empty() && p[0] == '~' && (p.size() == 1 || p[1] == '/')) p = home + p.substr(1);
+    return p;
+  };
+  std::string explicit_file = get("ACC_CONFIG_FILE");
+  if (!explicit_file.empty()) {
+    explicit_file = expand(explicit_file);
+    if (searched) searched->push_back(explicit_file);
+    return explicit_file;  // must exist: reading it reports the error
+  }
+  std::string cache = get("XDG_CACHE_HOME");
+  cache = cache.empty() ? (home.empty() ? std::string() : home + "/.cache") : expand(cache);
+  std::vector<std::string> candidates;
+  if (!cache.empty()) candidates.push_back(cache + "/acc/default_config.yaml");
+  std::string hf = get("HF_HOME");
+  hf = hf.empty() ? (cache.empty() ? std::string() : cache + "/huggingface") : expand(hf);
+  if (!hf.empty()) candidates.push_back(hf + "/accelerate/default_config.yaml");
+  for (const auto& c : candidates) {
+    if (searched) searched->push_back(c);
+    if (exists(c)) return c;
+  }
+  return std::nullopt;
+}
+
+Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags) {
+  const Schema& s = launch_schema();
+  Resolver r(s);
+  std::string np_missing_reason;
+  if (config_file) {
+    const std::string& path = *config_file;
+    const std::string text = read_file(path);
+    Node root;
+    try {
+      root = ends_with(path, ".json") ? parse_json(text) : parse_yaml(text);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+    if (root.kind == Kind::Null) throw Error(path + ": the config file is empty (it needs at least 'distributed_type')");
+    if (root.kind != Kind::Map)
+      throw Error(path + ":" + std::to_string(root.line) + ": the config file must be a mapping of keys; got " +
+                  brief_value(root));
+    upgrade_launch_file(root);
+    const Node* dt = root.find("distributed_type");
+    if (!dt)
+      throw Error(path + ": missing key 'distributed_type' (required in config files); accepted values: " +
+                  join(s.key("distributed_type")->choices, ", "));
+    auto where = [&](const Node& n) { return n.key_line ? path + ":" + std::to_string(n.key_line) : path; };
+    auto prefix = [&](const Node& n) { return where(n) + ": "; };
+    r.apply_tree(root, "", Origin::File, where, prefix);
+    if (!root.find("num_processes") && r.values[r.idx("distributed_type")].s != "NO") {
+      // Accelerate's default for a distributed config without num_processes is -1: "pass --num_processes".
+      r.set("num_processes", Node::integer(-1), {Origin::File, path});
+      np_missing_reason = path + " sets distributed_type " + r.values[r.idx("distributed_type")].s +
+                          " without num_processes";
+    }
+  }
+  for (const Flag& f : flags) {
+    const KeySpec* k = s.key(f.path);
+    if (!k) throw Error(f.name + ": " + unknown_key_message(s, "", f.path));
+    Node out;
+    if (auto err = coerce(*k, Node::of_text(f.value), out)) throw Error(f.name + ": " + *err);
+    r.set(f.path, std::move(out), {Origin::Flag, f.name});
+  }
+
+  auto val = [&](const char* p) -> const Node& { return r.values[r.idx(p)]; };
+  auto at = [&](const char* p) { return r.prov[r.idx(p)].where; };
+  const int64_t np = val("num_processes").i;
+  if (np == -1) {
+    if (np_missing_reason.empty()) np_missing_reason = "'num_processes' is -1 (" + at("num_processes") + ")";
+    throw Error(np_missing_reason + ": pass --num_processes");
+  }
+  if (np < 1) throw Error(at("num_processes") + ": 'num_processes' must be an integer >= 1; got " + std::to_string(np));
+  const int64_t nm = val("num_machines").i, mr = val("machine_rank").i;
+  if (mr >= nm)
+    throw Error("'machine_rank' (" + std::to_string(mr) + ", " + at("machine_rank") +
+                ") must be less than 'num_machines' (" + std::to_string(nm) + ", " + at("num_machines") + ")");
+  if (np % nm != 0)
+    throw Error("'num_processes' (" + std::to_string(np) + ", " + at("num_processes") +
+                ") must be a multiple of 'num_machines' (" + std::to_string(nm) + ", " + at("num_machines") + ")");
+  if (val("distributed_type").s == "FSDP" && val("fsdp_config.fsdp_version").i == 1 &&
+      val("fsdp_config.fsdp_cpu_ram_efficient_loading").b && !val("fsdp_config.fsdp_sync_module_states").b)
+    throw Error("'fsdp_config.fsdp_cpu_ram_efficient_loading' is true (" + at("fsdp_config.fsdp_cpu_ram_efficient_loading") +
+                ") so 'fsdp_config.fsdp_sync_module_states' must be true too (" +
+                at("fsdp_config.fsdp_sync_module_states") + ")");
+  return Access::make(r.finish());
+}
+
+}  // namespace acc::config

@@ -1,0 +1,133 @@
+// YAML -> Node through yaml-cpp. Plain scalars are typed the way PyYAML's safe_load types them (YAML 1.1:
+// yes/no/on/off are booleans), and keep their text so that a string-typed key such as `mixed_precision: no`
+// still reads as "no", which is what the user wrote.
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+
+#include "internal.hpp"
+
+namespace acc::config::detail {
+namespace {
+
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxNodes = 200000;  // aliases can multiply a small file; refuse instead of exploding
+
+[[noreturn]] void fail(const YAML::Mark& m, const std::string& what) {
+  if (m.line < 0) throw Error("malformed YAML: " + what);
+  throw Error("malformed YAML at line " + std::to_string(m.line + 1) + ", column " + std::to_string(m.column + 1) +
+              ": " + what);
+}
+
+void type_plain(Node& n, const std::string& t) {
+  static const char* const kTrue[] = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
+  static const char* const kFalse[] = {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
+  for (const char* w : kTrue)
+    if (t == w) {
+      n.kind = Kind::Bool;
+      n.b = true;
+      return;
+    }
+  for (const char* w : kFalse)
+    if (t == w) {
+      n.kind = Kind::Bool;
+      n.b = false;
+      return;
+    }
+  if (t == "~" || t == "null" || t == "Null" || t == "NULL" || t.empty()) {
+    n.kind = Kind::Null;
+    return;
+  }
+  std::string digits;
+  for (char c : t)
+    if (c != '_') digits += c;
+  if (auto v = parse_int(digits)) {
+    n.kind = Kind::Int;
+    n.i = *v;
+    return;
+  }
+  if (t.find_first_of(".eE") != std::string::npos) {
+    if (auto d = parse_double(digits); d && std::isfinite(*d)) {
+      n.kind = Kind::Double;
+      n.d = *d;
+      return;
+    }
+  }
+  n.kind = Kind::String;
+  n.s = t;
+}
+
+struct Converter {
+  size_t count = 0;
+
+  Node convert(const YAML::Node& y, int depth) {
+    if (++count > kMaxNodes) fail(y.Mark(), "document too large (aliases expand to too many values)");
+    if (depth > kMaxDepth) fail(y.Mark(), "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    Node n;
+    n.from_yaml = true;
+    const YAML::Mark m = y.Mark();
+    if (m.line >= 0) {
+      n.line = m.line + 1;
+      n.col = m.column + 1;
+    }
+    switch (y.Type()) {
+      case YAML::NodeType::Undefined:
+      case YAML::NodeType::Null:
+        n.kind = Kind::Null;
+        n.plain = true;
+        return n;
+      case YAML::NodeType::Scalar: {
+        const std::string& tag = y.Tag();
+        const std::string& text = y.Scalar();
+        if (tag == "?") {
+          n.plain = true;
+          n.raw = text;
+          type_plain(n, text);
+        } else if (tag == "!" || tag == "tag:yaml.org,2002:str") {
+          n.kind = Kind::String;
+          n.s = text;
+        } else if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+                   tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
+          type_plain(n, text);
+        } else {
+          fail(m, "unsupported tag " + tag);
+        }
+        return n;
+      }
+      case YAML::NodeType::Sequence:
+        n.kind = Kind::List;
+        for (const auto& item : y) n.list.push_back(convert(item, depth + 1));
+        return n;
+      case YAML::NodeType::Map:
+        n.kind = Kind::Map;
+        for (const auto& kv : y) {
+          if (!kv.first.IsScalar()) fail(kv.first.Mark(), "mapping keys must be plain names");
+          Node v = convert(kv.second, depth + 1);
+          const YAML::Mark km = kv.first.Mark();
+          v.key_line = km.line >= 0 ? km.line + 1 : v.line;
+          n.map.emplace_back(kv.first.Scalar(), std::move(v));
+        }
+        return n;
+    }
+    return n;
+  }
+};
+
+}  // namespace
+
+Node parse_yaml(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail(e.mark, e.msg);
+  }
+  try {
+    Converter c;
+    return c.convert(root, 0);
+  } catch (const YAML::Exception& e) {
+    fail(e.mark, e.msg);
+  }
+}
+
+}  // namespace acc::config::detail

@@ -29,6 +29,7 @@ struct GradientReducer::State {
   std::vector<std::pair<size_t, size_t>> where;  // param -> (bucket, slot)
   std::vector<bool> ready;
   size_t next_to_launch = 0;
+  size_t launched_by_hooks = 0;
   bool armed = false;
   std::mutex mu;  // autograd may call hooks from its worker thread
 
@@ -49,7 +50,9 @@ struct GradientReducer::State {
     Bucket& b = buckets[bi];
     b.flat.narrow(0, b.offsets[slot], grad.numel()).copy_(grad.reshape({-1}));
     --b.pending;
+    size_t before = next_to_launch;
     launch_ready_prefix();
+    launched_by_hooks += next_to_launch - before;
   }
 };
 
@@ -122,11 +125,14 @@ GradientReducer::~GradientReducer() {
 
 size_t GradientReducer::num_buckets() const { return state_->buckets.size(); }
 
+size_t GradientReducer::launched_during_backward() const { return state_->launched_by_hooks; }
+
 void GradientReducer::prepare_for_backward(bool sync) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   s.armed = sync;
   s.next_to_launch = 0;
+  s.launched_by_hooks = 0;
   std::fill(s.ready.begin(), s.ready.end(), false);
   for (Bucket& b : s.buckets) {
     b.pending = b.params.size();

@@ -31,6 +31,8 @@ class GradientReducer {
   // After backward: launches what is left, waits, and writes the averaged grads back.
   void finalize_backward();
   size_t num_buckets() const;
+  // Buckets whose all-reduce a hook launched while backward was still running, in the last pass.
+  size_t launched_during_backward() const;
 
   struct State;  // shared with the hooks
 

@@ -163,3 +163,109 @@ TEST(Schedule, ShapesMatchTransformers) {
 
 }  // namespace
 }  // namespace acc
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "models/model.hpp"
+#include "parallel/ddp.hpp"
+#include "runtime/comm.hpp"
+
+namespace acc {
+namespace {
+
+TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
+  // A one-process group is enough to run the reducer's whole path, hooks included.
+  ProcessState solo;
+  solo.master_port = 0;  // the TCPStore server picks a free port
+  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  // 4 layers of 512x512 floats (1 MiB each) + biases: 1 MiB first bucket, then 3 MiB caps.
+  auto model = make_builtin_model(R"({"type": "mlp", "sizes": [512, 512, 512, 512, 512]})");
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+  for (auto& [n, p] : model->named_parameters()) {
+    names.push_back(n);
+    params.push_back(p);
+  }
+  DdpOptions opts;
+  opts.bucket_cap_mb = 3.0;
+  GradientReducer reducer(comm, names, params, opts);
+  // Filled from the last parameter: {bias 3} (weight 3 would overflow 1 MiB), then
+  // {weight 3, bias 2, weight 2, bias 1} (weight 1 would overflow 3 MiB), then {weight 1, bias 0, weight 0}.
+  EXPECT_EQ(reducer.num_buckets(), 3u);
+  at::Tensor x = at::randn({8, 512});
+  auto before = params[0].detach().clone();
+  reducer.prepare_for_backward(true);
+  model->forward(x, at::zeros({8, 512})).loss.backward();
+  EXPECT_GE(reducer.launched_during_backward(), 2u);  // all but possibly the last went out early
+  std::vector<at::Tensor> local;
+  for (auto& p : params) local.push_back(p.grad().clone());
+  reducer.finalize_backward();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::allclose(params[i].grad(), local[i]));  // world 1: mean = itself
+}
+
+TEST(Ddp, UnusedParametersAreNamed) {
+  ProcessState solo;
+  solo.master_port = 0;
+  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  at::Tensor used = at::ones({2}).requires_grad_(), unused = at::ones({2}).requires_grad_();
+  GradientReducer strict(comm, {"used", "unused"}, {used, unused}, DdpOptions{});
+  strict.prepare_for_backward(true);
+  (used * 2).sum().backward();
+  try {
+    strict.finalize_backward();
+    ADD_FAILURE() << "an unused parameter must be reported";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unused"), std::string::npos);
+  }
+}
+
+// A dataset whose sample 0 blocks until released: one thread holds the loader while another tries it.
+std::mutex g_mu;
+std::condition_variable g_cv;
+bool g_inside = false, g_release = false;
+
+acc_status blocking_get(void*, int64_t, acc_tensor** input, acc_tensor** target) {
+  {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_inside = true;
+    g_cv.notify_all();
+    g_cv.wait(lock, [] { return g_release; });
+  }
+  float v = 1;
+  *target = nullptr;
+  return acc_tensor_from_host(&v, sizeof v, ACC_FLOAT32, nullptr, 0, input);
+}
+
+TEST(Abi, ConcurrentUseOfOneHandleIsBusy) {
+  acc_dataset* ds;
+  ASSERT_EQ(acc_dataset_from_callback(1, blocking_get, nullptr, nullptr, &ds), ACC_OK);
+  acc_dataloader* dl;
+  ASSERT_EQ(acc_dataloader_create(ds, nullptr, &dl), ACC_OK);
+  std::thread holder([&] {
+    acc_tensor *x = nullptr, *y = nullptr;
+    int32_t has = 0;
+    EXPECT_EQ(acc_dataloader_next(dl, &x, &y, &has), ACC_OK) << acc_last_error_message();
+    acc_tensor_destroy(x);
+  });
+  {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait(lock, [] { return g_inside; });
+  }
+  acc_tensor *x = nullptr, *y = nullptr;
+  int32_t has = 0;
+  EXPECT_EQ(acc_dataloader_next(dl, &x, &y, &has), ACC_ERR_BUSY);
+  EXPECT_NE(std::string(acc_last_error_message()).find("in use by another thread"), std::string::npos);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_release = true;
+  }
+  g_cv.notify_all();
+  holder.join();
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+}
+
+}  // namespace
+}  // namespace acc

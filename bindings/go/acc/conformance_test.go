@@ -1,0 +1,663 @@
+package acc_test
+
+// The shared conformance scenarios (tests/bindings/scenarios.txt), in Go.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libacc/libacc/bindings/go/acc"
+)
+
+// must returns v, or panics (failing the test with a stack trace) on an error.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(fmt.Sprintf("unexpected error: %v", err))
+	}
+	return v
+}
+
+func ok(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}
+
+// expectErr checks that err is an *acc.Error with code whose message contains needle, through both
+// errors.Is (sentinel) and errors.As (details).
+func expectErr(t *testing.T, err error, sentinel *acc.Error, needle string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("expected %v naming %q, got success", sentinel.Code, needle)
+	}
+	var e *acc.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("expected *acc.Error, got %T %v", err, err)
+	}
+	if !errors.Is(err, sentinel) || e.Code != sentinel.Code {
+		t.Fatalf("expected %v, got %v (%q)", sentinel.Code, e.Code, e.Message)
+	}
+	if !strings.Contains(e.Message, needle) {
+		t.Fatalf("expected the message to name %q, got %q", needle, e.Message)
+	}
+}
+
+// scenario: library
+func TestLibrary(t *testing.T) {
+	if v := acc.Version(); strings.Count(v, ".") != 2 {
+		t.Fatalf("version %q", v)
+	}
+	ok(t, acc.CheckABI())
+	var info map[string]any
+	ok(t, json.Unmarshal([]byte(acc.BuildInfo()), &info))
+	if _, has := info["torch"]; !has {
+		t.Fatalf("build info without torch: %v", info)
+	}
+	if acc.CodeInvalidConfig.String() != "ACC_ERR_INVALID_CONFIG" || acc.Code(999).String() != "ACC_ERR_UNKNOWN" {
+		t.Fatal("status names")
+	}
+}
+
+// scenario: create
+func TestCreate(t *testing.T) {
+	a := must(acc.NewAccelerator(nil))
+	defer a.Close()
+	if d := must(a.Device()); d != "cpu" {
+		t.Fatalf("device %q", d)
+	}
+	if d := must(a.DistributedType()); d != "NO" {
+		t.Fatalf("distributed type %q", d)
+	}
+	if r := must(a.ProcessIndex()); r != 0 {
+		t.Fatal(r)
+	}
+	if r := must(a.LocalProcessIndex()); r != 0 {
+		t.Fatal(r)
+	}
+	if n := must(a.NumProcesses()); n != 1 {
+		t.Fatal(n)
+	}
+	if !must(a.IsMainProcess()) {
+		t.Fatal("not main")
+	}
+	if c := must(a.ConfigJSON()); !strings.Contains(c, "bucket_cap_mb") {
+		t.Fatalf("config %s", c)
+	}
+	// Options as a map and as a struct.
+	b := must(acc.NewAccelerator(map[string]any{"seed": 3, "cpu": true}))
+	b.Close()
+	c := must(acc.NewAccelerator(struct {
+		Seed int `json:"seed"`
+	}{5}))
+	c.Close()
+}
+
+// scenario: bad_config
+func TestBadConfig(t *testing.T) {
+	_, err := acc.NewAccelerator(`{"gradient_acumulation_steps": 2}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "gradient_accumulation_steps")
+	_, err = acc.NewAccelerator(map[string]any{"mixed_precision": "fp32"})
+	expectErr(t, err, acc.ErrInvalidConfig, "bf16")
+	_, err = acc.NewAccelerator(`{"cpu": true`)
+	expectErr(t, err, acc.ErrInvalidConfig, "JSON")
+	_, err = acc.NewModel(`{"type": "mlp", "sizes": [2, 1], "layers": 3}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "unknown key 'layers'")
+	_, err = acc.NewAccelerator(map[string]any{"bad": make(chan int)})
+	expectErr(t, err, acc.ErrInvalidConfig, "JSON")
+}
+
+// The message comes from the very call that failed even when goroutines hop between OS threads:
+// many goroutines fail with different keys at once and each must read its own message.
+func TestErrorMessagesStayWithTheirCall(t *testing.T) {
+	runtime.GOMAXPROCS(4)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				key := fmt.Sprintf("no_such_key_%d_%d", g, i)
+				_, err := acc.NewModel(fmt.Sprintf(`{"type": "mlp", "sizes": [2, 1], "%s": 1}`, key))
+				var e *acc.Error
+				if !errors.As(err, &e) || !strings.Contains(e.Message, key) {
+					errs <- fmt.Errorf("goroutine %d: expected a message naming %s, got %v", g, key, err)
+					return
+				}
+				runtime.Gosched()
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// scenario: null_handle
+func TestNullHandle(t *testing.T) {
+	var a *acc.Accelerator
+	_, err := a.ProcessIndex()
+	expectErr(t, err, acc.ErrInvalidArgument, "accelerator is NULL")
+	expectErr(t, a.Backward(nil), acc.ErrInvalidArgument, "accelerator is NULL")
+	var m *acc.Model
+	_, _, err = m.Forward(nil, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "model is NULL")
+	_, err = acc.NewOptimizer(nil, `{"type": "sgd"}`)
+	expectErr(t, err, acc.ErrInvalidArgument, "model is NULL")
+	var o *acc.Optimizer
+	expectErr(t, o.Step(), acc.ErrInvalidArgument, "optimizer is NULL")
+	var s *acc.Scheduler
+	expectErr(t, s.Step(), acc.ErrInvalidArgument, "scheduler is NULL")
+	var l *acc.DataLoader
+	_, _, _, err = l.Next()
+	expectErr(t, err, acc.ErrInvalidArgument, "dataloader is NULL")
+	var x *acc.Tensor
+	_, err = x.Numel()
+	expectErr(t, err, acc.ErrInvalidArgument, "tensor is NULL")
+	b := must(acc.NewAccelerator(nil))
+	defer b.Close()
+	expectErr(t, b.Prepare(nil, nil, nil, nil), acc.ErrInvalidArgument, "nothing to prepare")
+	_, err = b.Gather(nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "NULL")
+}
+
+// scenario: closed_handle
+func TestClosedHandle(t *testing.T) {
+	a := must(acc.NewAccelerator(nil))
+	ok(t, a.Close())
+	ok(t, a.Close()) // idempotent
+	_, err := a.NumProcesses()
+	expectErr(t, err, acc.ErrInvalidArgument, "accelerator is NULL")
+	m := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 1]}`))
+	ok(t, m.Close())
+	_, err = m.NumParameters()
+	expectErr(t, err, acc.ErrInvalidArgument, "model is NULL")
+	x := must(acc.FromFloat32([]float32{1, 2}))
+	ok(t, x.Close())
+	ok(t, x.Close())
+	_, err = x.Float32s()
+	expectErr(t, err, acc.ErrInvalidArgument, "tensor is NULL")
+}
+
+func regression(t *testing.T, n int) *acc.Dataset {
+	t.Helper()
+	x := make([]float32, 2*n)
+	y := make([]float32, n)
+	for i := 0; i < n; i++ {
+		x[2*i] = float32(math.Sin(float64(i) * 0.37))
+		x[2*i+1] = float32(math.Cos(float64(i) * 0.11))
+		y[i] = 3*x[2*i] - 2*x[2*i+1] + 1
+	}
+	tx := must(acc.FromFloat32(x, int64(n), 2))
+	ty := must(acc.FromFloat32(y, int64(n), 1))
+	defer tx.Close()
+	defer ty.Close()
+	return must(acc.DatasetFromTensors(tx, ty))
+}
+
+// scenario: call_order
+func TestCallOrder(t *testing.T) {
+	a := must(acc.NewAccelerator(`{"seed": 7}`))
+	defer a.Close()
+	m := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 8, 1]}`))
+	defer m.Close()
+	other := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 1]}`))
+	defer other.Close()
+	o := must(acc.NewOptimizer(m, `{"type": "sgd", "lr": 0.1}`))
+	defer o.Close()
+	otherOpt := must(acc.NewOptimizer(other, `{"type": "sgd"}`))
+	defer otherOpt.Close()
+	expectErr(t, a.Prepare(nil, otherOpt, nil, nil), acc.ErrInvalidState, "model is not prepared")
+	expectErr(t, a.Prepare(nil, nil, nil, nil), acc.ErrInvalidArgument, "nothing to prepare")
+	ok(t, a.Prepare(m, o, nil, nil))
+	expectErr(t, a.Prepare(m, nil, nil, nil), acc.ErrInvalidState, "already prepared")
+	_, err := acc.NewScheduler(o, `{"type": "cosine"}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "total_steps")
+}
+
+// scenario: tensor_errors
+func TestTensorErrors(t *testing.T) {
+	_, err := acc.NewTensor(make([]byte, 12), acc.Float32, 4)
+	expectErr(t, err, acc.ErrInvalidArgument, "nbytes")
+	_, err = acc.NewTensor(make([]byte, 16), acc.DType(42), 4)
+	expectErr(t, err, acc.ErrInvalidArgument, "dtype 42")
+	x := must(acc.FromFloat32([]float32{1, 2, 3, 4}))
+	defer x.Close()
+	_, err = x.Item()
+	expectErr(t, err, acc.ErrInvalidArgument, "one-element")
+	expectErr(t, x.CopyTo(make([]byte, 8)), acc.ErrInvalidArgument, "nbytes")
+	_, err = x.Int64s()
+	expectErr(t, err, acc.ErrInvalidArgument, "not int64")
+	a := must(acc.NewAccelerator(nil))
+	defer a.Close()
+	m := must(acc.NewModel(`{"type": "mlp", "sizes": [4, 1]}`))
+	defer m.Close()
+	in := must(acc.FromFloat32([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 2, 4))
+	defer in.Close()
+	out := must(m.Predict(in))
+	defer out.Close()
+	expectErr(t, a.Backward(out), acc.ErrInvalidArgument, "one element")
+	s := must(acc.FromFloat32([]float32{1}, 1, 1))
+	defer s.Close()
+	expectErr(t, a.Backward(s), acc.ErrInvalidArgument, "autograd graph")
+}
+
+// scenario: dtype_roundtrip
+func TestDTypeRoundTrip(t *testing.T) {
+	for _, d := range acc.DTypes {
+		in := make([]byte, 6*d.Size())
+		for i := range in {
+			if d == acc.Bool {
+				in[i] = byte(i % 2)
+			} else {
+				in[i] = byte((i*7 + 3) % 64)
+			}
+		}
+		x := must(acc.NewTensor(in, d, 2, 3))
+		if got := must(x.DType()); got != d {
+			t.Fatalf("%v: dtype %v", d, got)
+		}
+		if s := must(x.Shape()); len(s) != 2 || s[0] != 2 || s[1] != 3 {
+			t.Fatalf("%v: shape %v", d, s)
+		}
+		if n := must(x.Numel()); n != 6 {
+			t.Fatalf("%v: numel %d", d, n)
+		}
+		if n := must(x.NBytes()); n != len(in) {
+			t.Fatalf("%v: nbytes %d", d, n)
+		}
+		if out := must(x.Bytes()); string(out) != string(in) {
+			t.Fatalf("%v: round trip %v != %v", d, out, in)
+		}
+		x.Close()
+	}
+	f := must(acc.FromFloat64([]float64{2.5}, []int64{}...))
+	defer f.Close()
+	if v := must(f.Item()); v != 2.5 {
+		t.Fatal(v)
+	}
+	i64 := must(acc.FromInt64([]int64{-1, 1 << 40}))
+	defer i64.Close()
+	if v := must(i64.Int64s()); v[0] != -1 || v[1] != 1<<40 {
+		t.Fatal(v)
+	}
+	i32 := must(acc.FromInt32([]int32{-7, 9}))
+	defer i32.Close()
+	if v := must(i32.Int32s()); v[0] != -7 || v[1] != 9 {
+		t.Fatal(v)
+	}
+	scalar := must(acc.NewTensor(make([]byte, 4), acc.Float32))
+	defer scalar.Close()
+	if s := must(scalar.Shape()); len(s) != 0 {
+		t.Fatalf("scalar shape %v", s)
+	}
+}
+
+// scenario: zero_copy
+func TestZeroCopy(t *testing.T) {
+	// In: the tensor views C memory the Go code filled (no copy).
+	buf := acc.NewHostBuffer(4 * 4)
+	mem := buf.Bytes()
+	for i := range mem {
+		mem[i] = 0
+	}
+	x := must(acc.TensorFromHostBuffer(buf, acc.Float32, 2, 2))
+	defer x.Close()
+	// Writing through the Go view after the handover changes the tensor: proof of no copy.
+	one := must(acc.FromFloat32([]float32{1}))
+	copy(mem[4:8], must(one.Bytes()))
+	one.Close()
+	if v := must(x.Float32s()); v[1] != 1 || v[0] != 0 {
+		t.Fatalf("tensor does not view the buffer: %v", v)
+	}
+	// Out: a DLPack view aliases the tensor's memory, and outlives the tensor handle.
+	y := must(acc.FromFloat32([]float32{1, 2, 3}))
+	view := must(y.View())
+	ok(t, y.Close())
+	if len(view.Bytes()) != 12 {
+		t.Fatalf("view of %d bytes", len(view.Bytes()))
+	}
+	back := must(acc.NewTensor(view.Bytes(), acc.Float32, 3))
+	if v := must(back.Float32s()); v[2] != 3 {
+		t.Fatal(v)
+	}
+	back.Close()
+	ok(t, view.Close())
+	ok(t, view.Close())
+	// A view of a view-backed tensor writes through to the same memory.
+	v2 := must(x.View())
+	v2.Bytes()[0], v2.Bytes()[1], v2.Bytes()[2], v2.Bytes()[3] = 0, 0, 0x80, 0x3f // 1.0f
+	if v := must(x.Float32s()); v[0] != 1 {
+		t.Fatalf("export is not a view: %v", v)
+	}
+	v2.Close()
+	_, err := acc.TensorFromHostBuffer(buf, acc.Float32, 2, 2)
+	expectErr(t, err, acc.ErrInvalidArgument, "handed over")
+	bad := acc.NewHostBuffer(8)
+	_, err = acc.TensorFromHostBuffer(bad, acc.Float32, 3)
+	expectErr(t, err, acc.ErrInvalidArgument, "nbytes")
+}
+
+// scenario: train
+func TestTrain(t *testing.T) {
+	a := must(acc.NewAccelerator(`{"seed": 7}`))
+	defer a.Close()
+	ds := regression(t, 64)
+	defer ds.Close()
+	dl := must(acc.NewDataLoader(ds, map[string]any{"batch_size": 16, "shuffle": true, "seed": 3}))
+	defer dl.Close()
+	m := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 16, 1], "activation": "tanh"}`))
+	defer m.Close()
+	o := must(acc.NewOptimizer(m, `{"type": "adam", "lr": 0.05}`))
+	defer o.Close()
+	s := must(acc.NewScheduler(o, `{"type": "linear", "warmup_steps": 2, "total_steps": 100}`))
+	defer s.Close()
+	ok(t, a.Prepare(m, o, s, dl))
+	if n := must(dl.Len()); n != 4 {
+		t.Fatalf("%d batches", n)
+	}
+	first, last, steps := -1.0, 0.0, 0
+	for epoch := 0; epoch < 25; epoch++ {
+		for {
+			x, y, more, err := dl.Next()
+			ok(t, err)
+			if !more {
+				break
+			}
+			loss := must(m.Loss(x, y))
+			last = must(loss.Item())
+			if first < 0 {
+				first = last
+			}
+			ok(t, a.Backward(loss))
+			ok(t, o.Step())
+			ok(t, s.Step())
+			ok(t, o.ZeroGrad())
+			steps++
+			loss.Close()
+			x.Close()
+			y.Close()
+		}
+	}
+	if steps != 100 || last > first*0.05 {
+		t.Fatalf("%d steps, loss %g -> %g", steps, first, last)
+	}
+	if lr := must(s.LastLR()); math.Abs(lr) > 1e-12 {
+		t.Fatalf("lr %g after the linear decay", lr)
+	}
+	if lr := must(o.LR()); math.Abs(lr) > 1e-12 {
+		t.Fatalf("optimizer lr %g", lr)
+	}
+	if n := must(m.NumParameters()); n != 2*16+16+16+1 {
+		t.Fatalf("%d parameters", n)
+	}
+}
+
+// scenario: gather
+func TestGather(t *testing.T) {
+	a := must(acc.NewAccelerator(nil))
+	defer a.Close()
+	x := must(acc.FromFloat32([]float32{1, 2}))
+	defer x.Close()
+	g := must(a.Gather(x))
+	if v := must(g.Float32s()); len(v) != 2 || v[1] != 2 {
+		t.Fatal(v)
+	}
+	g.Close()
+	for _, op := range []acc.ReduceOp{acc.ReduceSum, acc.ReduceMean, acc.ReduceMax} {
+		r := must(a.Reduce(x, op))
+		if v := must(r.Float32s()); v[0] != 1 || v[1] != 2 {
+			t.Fatal(op, v)
+		}
+		r.Close()
+	}
+	_, err := a.Reduce(x, acc.ReduceOp(9))
+	expectErr(t, err, acc.ErrInvalidArgument, "op 9")
+	ok(t, a.WaitForEveryone())
+	// gather_for_metrics over a prepared loader sees every sample once, in order.
+	vals := make([]float32, 37)
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	all := must(acc.FromFloat32(vals))
+	defer all.Close()
+	ds := must(acc.DatasetFromTensors(all, nil))
+	defer ds.Close()
+	dl := must(acc.NewDataLoader(ds, `{"batch_size": 8}`))
+	defer dl.Close()
+	ok(t, a.Prepare(nil, nil, nil, dl))
+	seen := 0
+	for {
+		b, y, more, err := dl.Next()
+		ok(t, err)
+		if !more {
+			break
+		}
+		if y != nil {
+			t.Fatal("targets from a dataset without targets")
+		}
+		gb := must(a.GatherForMetrics(b))
+		for _, v := range must(gb.Float32s()) {
+			if v != float32(seen) {
+				t.Fatalf("sample %v at position %d", v, seen)
+			}
+			seen++
+		}
+		gb.Close()
+		b.Close()
+	}
+	if seen != 37 {
+		t.Fatalf("saw %d samples", seen)
+	}
+}
+
+type setup struct {
+	a  *acc.Accelerator
+	m  *acc.Model
+	o  *acc.Optimizer
+	s  *acc.Scheduler
+	ds *acc.Dataset
+	dl *acc.DataLoader
+}
+
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// scenario: destroy_orders
+func TestDestroyOrders(t *testing.T) {
+	x := must(acc.FromFloat32([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 4, 2))
+	defer x.Close()
+	y := must(acc.FromFloat32([]float32{1, 2, 3, 4}, 4, 1))
+	defer y.Close()
+	orders := permutations(6)
+	if len(orders) != 720 {
+		t.Fatal(len(orders))
+	}
+	for _, order := range orders {
+		var st setup
+		st.a = must(acc.NewAccelerator(nil))
+		st.m = must(acc.NewModel(`{"type": "mlp", "sizes": [2, 1]}`))
+		st.o = must(acc.NewOptimizer(st.m, `{"type": "sgd", "lr": 0.1}`))
+		st.s = must(acc.NewScheduler(st.o, `{"type": "constant"}`))
+		st.ds = must(acc.DatasetFromTensors(x, y))
+		st.dl = must(acc.NewDataLoader(st.ds, `{"batch_size": 2}`))
+		ok(t, st.a.Prepare(st.m, st.o, st.s, st.dl))
+		closed := map[int]bool{}
+		for _, h := range order {
+			switch h {
+			case 0:
+				st.a.Close()
+			case 1:
+				st.m.Close()
+			case 2:
+				st.o.Close()
+			case 3:
+				st.s.Close()
+			case 4:
+				st.ds.Close()
+			case 5:
+				st.dl.Close()
+			}
+			closed[h] = true
+			// Everything still open keeps working.
+			if !closed[5] {
+				bx, by, _, err := st.dl.Next()
+				ok(t, err)
+				bx.Close()
+				by.Close()
+			}
+			if !closed[1] {
+				_ = must(st.m.NumParameters())
+			}
+			if !closed[2] {
+				ok(t, st.o.Step())
+			}
+			if !closed[3] {
+				ok(t, st.s.Step())
+			}
+			if !closed[4] {
+				_ = must(st.ds.Len())
+			}
+			if !closed[0] {
+				_ = must(st.a.NumProcesses())
+			}
+		}
+	}
+}
+
+// scenario: safetensors
+func TestSafetensors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mlp.safetensors")
+	spec := `{"type": "mlp", "sizes": [2, 16, 1], "activation": "tanh"}`
+	m := must(acc.NewModel(spec))
+	defer m.Close()
+	ok(t, m.SaveSafetensors(path))
+	c := must(acc.NewModel(spec))
+	defer c.Close()
+	ok(t, c.LoadSafetensors(path))
+	a, b := must(m.StateDict()), must(c.StateDict())
+	if len(a) != 4 || len(b) != 4 {
+		t.Fatalf("%d, %d state tensors", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || string(must(a[i].Tensor.Bytes())) != string(must(b[i].Tensor.Bytes())) {
+			t.Fatalf("state %s differs", a[i].Name)
+		}
+		a[i].Tensor.Close()
+		b[i].Tensor.Close()
+	}
+	other := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 1]}`))
+	defer other.Close()
+	expectErr(t, other.LoadSafetensors(path), acc.ErrInvalidArgument, "shape")
+	expectErr(t, other.LoadSafetensors("/nonexistent.safetensors"), acc.ErrIO, "cannot open")
+	_, err := acc.DatasetFromTokenFile("/nonexistent/train.bin", `{"block_size": 8}`)
+	expectErr(t, err, acc.ErrIO, "/nonexistent/train.bin")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scenario: callback_dataset
+func TestCallbackDataset(t *testing.T) {
+	calls := 0
+	ds := must(acc.DatasetFromFunc(8, func(i int64) (*acc.Tensor, *acc.Tensor, error) {
+		calls++
+		if i == 5 {
+			return nil, nil, fmt.Errorf("no sample %d", i)
+		}
+		x, err := acc.FromFloat32([]float32{float32(i), float32(i)})
+		if err != nil {
+			return nil, nil, err
+		}
+		y, err := acc.FromFloat32([]float32{float32(2 * i)}, []int64{}...)
+		return x, y, err
+	}))
+	if n := must(ds.Len()); n != 8 {
+		t.Fatal(n)
+	}
+	dl := must(acc.NewDataLoader(ds, `{"batch_size": 4}`))
+	ds.Close() // the loader keeps it
+	x, y, more, err := dl.Next()
+	ok(t, err)
+	if !more {
+		t.Fatal("no batch")
+	}
+	xs, ys := must(x.Float32s()), must(y.Float32s())
+	if xs[6] != 3 || ys[3] != 6 {
+		t.Fatal(xs, ys)
+	}
+	x.Close()
+	y.Close()
+	_, _, _, err = dl.Next()
+	expectErr(t, err, acc.ErrCallback, "index 5")
+	if errors.Unwrap(err) == nil || !strings.Contains(errors.Unwrap(err).Error(), "no sample 5") {
+		t.Fatalf("the callback's error is not wrapped: %v", err)
+	}
+	dl.Close()
+	// A panic in the callback becomes an error, not a crash.
+	pds := must(acc.DatasetFromFunc(2, func(i int64) (*acc.Tensor, *acc.Tensor, error) { panic("boom") }))
+	pdl := must(acc.NewDataLoader(pds, nil))
+	_, _, _, err = pdl.Next()
+	expectErr(t, err, acc.ErrCallback, "")
+	if !strings.Contains(errors.Unwrap(err).Error(), "boom") {
+		t.Fatal(err)
+	}
+	pdl.Close()
+	pds.Close()
+	_, err = acc.DatasetFromFunc(-1, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "length")
+	_ = calls
+}
+
+// The safety net: handles that are never closed are released by the garbage collector.
+func TestCleanupSafetyNet(t *testing.T) {
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	acc.OnLeak = func(kind string) {
+		mu.Lock()
+		kinds[kind]++
+		mu.Unlock()
+	}
+	defer func() { acc.OnLeak = nil }()
+	func() {
+		for i := 0; i < 10; i++ {
+			_, _ = acc.FromFloat32([]float32{1, 2, 3})
+			_, _ = acc.NewModel(`{"type": "mlp", "sizes": [2, 1]}`)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		runtime.GC()
+		mu.Lock()
+		done := kinds["Tensor"] >= 10 && kinds["Model"] >= 10
+		mu.Unlock()
+		if done {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("cleanups ran for %v", kinds)
+}

@@ -1,0 +1,275 @@
+package acc
+
+import (
+	"runtime"
+
+	"github.com/libacc/libacc/bindings/go/internal/raw"
+)
+
+// Model is a trainable model: a built-in family (MLP, GPT) or a TorchScript module.
+type Model struct{ handle }
+
+func (m *Model) p() uintptr {
+	if m == nil {
+		return 0
+	}
+	return m.ptr
+}
+
+func newModel(out uintptr, err error) (*Model, error) {
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{}
+	track(m, &m.handle, out, "Model", raw.Acc_model_destroy)
+	return m, nil
+}
+
+// NewModel creates a built-in model from its spec (JSON text, a map or a struct), e.g.
+//
+//	{"type": "mlp", "sizes": [4, 32, 1], "activation": "tanh", "loss": "mse"}
+//	{"type": "gpt", "vocab_size": 256, "block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64}
+//
+// Parameters are initialised from the CPU generator (seed it with the accelerator's "seed").
+func NewModel(spec any) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(spec)
+	if err != nil {
+		return nil, err
+	}
+	var out uintptr
+	return newModel(out, wrap(raw.Acc_model_create(text, &out)))
+}
+
+// LoadTorchScript loads a TorchScript module file; options: {"loss": "mse"|"cross_entropy"|"none"}.
+func LoadTorchScript(path string, options any) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	var out uintptr
+	return newModel(out, wrap(raw.Acc_model_load_torchscript(path, text, &out)))
+}
+
+// Close releases the model. Idempotent.
+func (m *Model) Close() error {
+	if m != nil {
+		raw.Acc_model_destroy(m.release())
+	}
+	return nil
+}
+
+// Forward runs the model. With targets it also returns the scalar loss (ready for Backward);
+// without, loss is nil. Close both results when done.
+func (m *Model) Forward(input, targets *Tensor) (output, loss *Tensor, err error) {
+	var o, l uintptr
+	lp := &l
+	if targets == nil {
+		lp = nil
+	}
+	err = wrap(raw.Acc_model_forward(m.p(), input.p(), targets.p(), &o, lp))
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(targets)
+	return newTensor(o), newTensor(l), err
+}
+
+// Loss runs the model and returns only the scalar loss (for a training step).
+func (m *Model) Loss(input, targets *Tensor) (*Tensor, error) {
+	var l uintptr
+	err := wrap(raw.Acc_model_forward(m.p(), input.p(), targets.p(), nil, &l))
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(targets)
+	return newTensor(l), err
+}
+
+// Predict runs the model and returns only its output.
+func (m *Model) Predict(input *Tensor) (*Tensor, error) {
+	var o uintptr
+	err := wrap(raw.Acc_model_forward(m.p(), input.p(), 0, &o, nil))
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(input)
+	return newTensor(o), err
+}
+
+// SetTraining switches between training (dropout on) and evaluation mode.
+func (m *Model) SetTraining(training bool) error {
+	v := 0
+	if training {
+		v = 1
+	}
+	err := wrap(raw.Acc_model_set_training(m.p(), v))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// NumParameters is the number of scalar parameters.
+func (m *Model) NumParameters() (int64, error) {
+	var n int64
+	err := wrap(raw.Acc_model_num_parameters(m.p(), &n))
+	runtime.KeepAlive(m)
+	return n, err
+}
+
+// NamedTensor is one entry of a state dict.
+type NamedTensor struct {
+	Name   string
+	Tensor *Tensor
+}
+
+// StateDict returns copies of the named parameters and buffers, in order. Close the tensors.
+func (m *Model) StateDict() ([]NamedTensor, error) {
+	var n int64
+	if err := wrap(raw.Acc_model_state_size(m.p(), &n)); err != nil {
+		return nil, err
+	}
+	out := make([]NamedTensor, 0, n)
+	for i := int64(0); i < n; i++ {
+		var name string
+		var t uintptr
+		if err := wrap(raw.Acc_model_state_get(m.p(), i, &name, &t)); err != nil {
+			for _, e := range out {
+				e.Tensor.Close()
+			}
+			return nil, err
+		}
+		out = append(out, NamedTensor{name, newTensor(t)})
+	}
+	runtime.KeepAlive(m)
+	return out, nil
+}
+
+// SaveSafetensors writes the state dict to a safetensors file, atomically.
+func (m *Model) SaveSafetensors(path string) error {
+	err := wrap(raw.Acc_model_save_safetensors(m.p(), path))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// LoadSafetensors loads a safetensors file into the model; every name and shape must match.
+func (m *Model) LoadSafetensors(path string) error {
+	err := wrap(raw.Acc_model_load_safetensors(m.p(), path))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// Optimizer updates a model's parameters.
+type Optimizer struct{ handle }
+
+func (o *Optimizer) p() uintptr {
+	if o == nil {
+		return 0
+	}
+	return o.ptr
+}
+
+// NewOptimizer creates an optimizer over all parameters of model: {"type": "sgd"|"adam"|"adamw",
+// "lr": 1e-3, "momentum": 0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0}.
+func NewOptimizer(model *Model, options any) (*Optimizer, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	var out uintptr
+	err = wrap(raw.Acc_optimizer_create(model.p(), text, &out))
+	runtime.KeepAlive(model)
+	if err != nil {
+		return nil, err
+	}
+	o := &Optimizer{}
+	track(o, &o.handle, out, "Optimizer", raw.Acc_optimizer_destroy)
+	return o, nil
+}
+
+// Close releases the optimizer. Idempotent.
+func (o *Optimizer) Close() error {
+	if o != nil {
+		raw.Acc_optimizer_destroy(o.release())
+	}
+	return nil
+}
+
+// Step applies the gradients.
+func (o *Optimizer) Step() error {
+	err := wrap(raw.Acc_optimizer_step(o.p()))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// ZeroGrad clears the gradients.
+func (o *Optimizer) ZeroGrad() error {
+	err := wrap(raw.Acc_optimizer_zero_grad(o.p()))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// LR is the current learning rate.
+func (o *Optimizer) LR() (float64, error) {
+	var v float64
+	err := wrap(raw.Acc_optimizer_lr(o.p(), &v))
+	runtime.KeepAlive(o)
+	return v, err
+}
+
+// Scheduler sets an optimizer's learning rate by step.
+type Scheduler struct{ handle }
+
+func (s *Scheduler) p() uintptr {
+	if s == nil {
+		return 0
+	}
+	return s.ptr
+}
+
+// NewScheduler creates a learning-rate schedule: {"type": "constant"|"linear"|"cosine",
+// "warmup_steps": 0, "total_steps": N, "min_lr_ratio": 0.0}.
+func NewScheduler(opt *Optimizer, options any) (*Scheduler, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	var out uintptr
+	err = wrap(raw.Acc_scheduler_create(opt.p(), text, &out))
+	runtime.KeepAlive(opt)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{}
+	track(s, &s.handle, out, "Scheduler", raw.Acc_scheduler_destroy)
+	return s, nil
+}
+
+// Close releases the scheduler. Idempotent.
+func (s *Scheduler) Close() error {
+	if s != nil {
+		raw.Acc_scheduler_destroy(s.release())
+	}
+	return nil
+}
+
+// Step advances the schedule by one step.
+func (s *Scheduler) Step() error {
+	err := wrap(raw.Acc_scheduler_step(s.p()))
+	runtime.KeepAlive(s)
+	return err
+}
+
+// LastLR is the learning rate the schedule set last.
+func (s *Scheduler) LastLR() (float64, error) {
+	var v float64
+	err := wrap(raw.Acc_scheduler_last_lr(s.p(), &v))
+	runtime.KeepAlive(s)
+	return v, err
+}

@@ -1,0 +1,3 @@
+module github.com/libacc/libacc/bindings/go
+
+go 1.24

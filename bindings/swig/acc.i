@@ -1,0 +1,553 @@
+/*
+ * The one SWIG interface for libacc's Go and Java bindings (bindings/swig/generate.sh runs it).
+ *
+ * It wraps capi/include/acc/acc.h as a flat, raw layer; the idiomatic public APIs are hand-written on
+ * top (bindings/go/acc, bindings/java/src/main/java/ai/acc). The rules this file implements:
+ *
+ * - acc_status never reaches the caller as a bare number. The C wrapper reads the code and
+ *   acc_last_error_message() right after the call, on the same OS thread, inside the same C call
+ *   (goroutines move between threads between two cgo calls; the last error is thread-local):
+ *     Go:   the raw function returns `error` (nil or *raw.StatusError{Code, Message}).
+ *     Java: the JNI wrapper throws ai.acc.AccException(code, message) before it returns.
+ * - Handles are opaque pointers: Go `uintptr`, Java `long`. Out-parameters (`T** out`, `int32_t* out`,
+ *   ...) are Go pointers (`*uintptr`, `*int32`; nil means "not wanted") and Java one-element arrays.
+ * - Host buffers are Go `[]byte` / Java `byte[]`, copied by libacc (C never retains Go or Java heap
+ *   memory). Zero-copy goes through DLPack with the accx_ helpers below: Go wraps C-allocated memory,
+ *   Java wraps direct ByteBuffers.
+ * - acc_dataset_from_callback is not wrapped (no SWIG directors): the Go package has its own cgo
+ *   trampoline; Java may add one later.
+ */
+%module raw
+
+/* LP64: int64_t is `long` to C (SWIGWORDSIZE64), so the generated casts match acc.h exactly. */
+#define SWIGWORDSIZE64
+%include <stdint.i>
+
+%{
+#include <acc/acc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+%}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* DLPack 1.x structures (the layout is frozen by the DLPack ABI) and the zero-copy helpers shared by  */
+/* Go and Java. Helper failures are reported through their own thread-local message.                  */
+%{
+typedef struct { int32_t device_type; int32_t device_id; } accx_DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } accx_DLDataType;
+typedef struct {
+  void* data;
+  accx_DLDevice device;
+  int32_t ndim;
+  accx_DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} accx_DLTensor;
+typedef struct { uint32_t major; uint32_t minor; } accx_DLPackVersion;
+typedef struct accx_DLManagedTensorVersioned {
+  accx_DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(struct accx_DLManagedTensorVersioned* self);
+  uint64_t flags;
+  accx_DLTensor dl_tensor;
+} accx_DLManagedTensorVersioned;
+
+static __thread char accx_message[512];
+
+static acc_status accx_fail(acc_status code, const char* message) {
+  snprintf(accx_message, sizeof accx_message, "%s", message);
+  return code;
+}
+
+/* The message that belongs to `code`: the helper's own, else libacc's thread-local one. */
+static const char* accx_status_message(acc_status code) {
+  (void)code;
+  if (accx_message[0]) return accx_message;
+  return acc_last_error_message();
+}
+
+static size_t accx_dtype_size(acc_dtype d) {
+  switch (d) {
+    case ACC_FLOAT32: case ACC_INT32: return 4;
+    case ACC_FLOAT64: case ACC_INT64: return 8;
+    case ACC_BFLOAT16: case ACC_FLOAT16: return 2;
+    case ACC_UINT8: case ACC_BOOL: return 1;
+    default: return 0;
+  }
+}
+
+static accx_DLDataType accx_dl_dtype(acc_dtype d) {
+  accx_DLDataType t = {0, 0, 1};
+  switch (d) {
+    case ACC_FLOAT32: t.code = 2; t.bits = 32; break;
+    case ACC_FLOAT64: t.code = 2; t.bits = 64; break;
+    case ACC_BFLOAT16: t.code = 4; t.bits = 16; break;
+    case ACC_FLOAT16: t.code = 2; t.bits = 16; break;
+    case ACC_INT32: t.code = 0; t.bits = 32; break;
+    case ACC_INT64: t.code = 0; t.bits = 64; break;
+    case ACC_UINT8: t.code = 1; t.bits = 8; break;
+    case ACC_BOOL: t.code = 6; t.bits = 8; break;
+  }
+  return t;
+}
+
+/* What frees the wrapped memory when libacc releases the tensor. */
+typedef void (*accx_release_fn)(void* data, void* ctx);
+
+typedef struct {
+  accx_DLManagedTensorVersioned m;
+  accx_release_fn release;
+  void* release_ctx;
+  int64_t dims[]; /* shape, then strides */
+} accx_wrapped;
+
+static void accx_wrapped_deleter(accx_DLManagedTensorVersioned* self) {
+  accx_wrapped* w = (accx_wrapped*)self;
+  if (w->release) w->release(self->dl_tensor.data, w->release_ctx);
+  free(w);
+}
+
+/* A zero-copy tensor over `data` (CPU, row-major). On every path `release(data, ctx)` runs exactly
+ * once: when the tensor's memory is released, or right away when this fails. */
+static acc_status accx_wrap(void* data, size_t nbytes, acc_dtype dtype, const int64_t* shape, int32_t ndim,
+                            accx_release_fn release, void* ctx, acc_tensor** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  size_t esize = accx_dtype_size(dtype);
+  char msg[160];
+  acc_status st = ACC_OK;
+  int64_t numel = 1;
+  if (!out) {
+    st = accx_fail(ACC_ERR_INVALID_ARGUMENT, "out is NULL");
+  } else if (esize == 0) {
+    snprintf(msg, sizeof msg, "unknown dtype %d", (int)dtype);
+    st = accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+  } else if (ndim < 0 || (ndim > 0 && !shape)) {
+    st = accx_fail(ACC_ERR_INVALID_ARGUMENT, "shape is NULL or ndim is negative");
+  } else {
+    for (int32_t i = 0; i < ndim; ++i) {
+      if (shape[i] < 0) st = accx_fail(ACC_ERR_INVALID_ARGUMENT, "negative dimension in shape");
+      numel *= shape[i];
+    }
+    if (st == ACC_OK && (size_t)numel * esize != nbytes) {
+      snprintf(msg, sizeof msg, "nbytes %zu does not match the shape and dtype (%lld elements of %zu bytes)",
+               nbytes, (long long)numel, esize);
+      st = accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+    }
+  }
+  accx_wrapped* w = NULL;
+  if (st == ACC_OK) {
+    w = (accx_wrapped*)calloc(1, sizeof(accx_wrapped) + sizeof(int64_t) * 2 * (size_t)(ndim > 0 ? ndim : 1));
+    if (!w) st = accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  if (st != ACC_OK) {
+    if (release) release(data, ctx);
+    return st;
+  }
+  w->release = release;
+  w->release_ctx = ctx;
+  w->m.version.major = 1;
+  w->m.version.minor = 0;
+  w->m.deleter = accx_wrapped_deleter;
+  w->m.manager_ctx = w;
+  w->m.dl_tensor.data = data;
+  w->m.dl_tensor.device.device_type = 1; /* kDLCPU */
+  w->m.dl_tensor.ndim = ndim;
+  w->m.dl_tensor.dtype = accx_dl_dtype(dtype);
+  w->m.dl_tensor.shape = w->dims;
+  w->m.dl_tensor.strides = w->dims + ndim;
+  int64_t stride = 1;
+  for (int32_t i = ndim - 1; i >= 0; --i) {
+    w->dims[i] = shape[i];
+    w->dims[ndim + i] = stride;
+    stride *= shape[i];
+  }
+  st = acc_tensor_from_dlpack((struct DLManagedTensorVersioned*)&w->m, out); /* calls the deleter on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
+}
+%}
+
+/* Helper-status: like acc_status, but the message may be the helper's own. */
+typedef int32_t accx_status;
+%{
+typedef int32_t accx_status;
+%}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Go                                                                                                */
+#ifdef SWIGGO
+%go_import("fmt")
+%insert(cgo_comment_typedefs) %{
+#cgo pkg-config: acc
+%}
+
+/* Status: "<code>:<message>" crosses back as a C-allocated Go string, "" on success. */
+%fragment("accx_status_string", "header", fragment="AllocateString") %{
+static _gostring_ accx_status_string(acc_status code, const char* message) {
+  _gostring_ r;
+  char head[16];
+  int h = snprintf(head, sizeof head, "%d:", (int)code);
+  size_t m = strlen(message);
+  r.p = (char*)malloc((size_t)h + m);
+  r.n = 0;
+  if (r.p) {
+    memcpy(r.p, head, (size_t)h);
+    memcpy(r.p + h, message, m);
+    r.n = (intgo)((size_t)h + m);
+  }
+  return r;
+}
+%}
+%go_import("strconv", "strings")
+%insert(go_wrapper) %{
+// StatusError is a failed libacc call: the status code and the thread-local message, both read by
+// the C wrapper right after the call, on the thread that made it.
+type StatusError struct {
+	Code    int32
+	Message string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("libacc status %d: %s", e.Code, e.Message) }
+
+func newStatusError(s string) error {
+	if s == "" {
+		return nil
+	}
+	head, msg, _ := strings.Cut(s, ":")
+	code, err := strconv.Atoi(head)
+	if err != nil {
+		code = ACC_ERR_INTERNAL
+		msg = s
+	}
+	return &StatusError{Code: int32(code), Message: msg}
+}
+%}
+
+%define ACCX_GO_STATUS(TYPE, MESSAGE)
+%typemap(gotype) TYPE "error"
+%typemap(imtype) TYPE "string"
+%typemap(out, fragment="accx_status_string") TYPE
+%{ if ($1 == ACC_OK) { $result.p = NULL; $result.n = 0; } else { $result = accx_status_string($1, MESSAGE); } %}
+%typemap(goout, fragment="CopyString") TYPE
+%{ if $1 == "" { $result = nil } else { $result = newStatusError(swigCopyString($1)) } %}
+%enddef
+ACCX_GO_STATUS(acc_status, acc_last_error_message())
+ACCX_GO_STATUS(accx_status, accx_status_message($1))
+/* ...but a status passed in (acc_status_name) is a plain number. */
+%typemap(gotype) acc_status status "int32"
+%typemap(imtype) acc_status status "int32"
+%typemap(in) acc_status status %{ $1 = (acc_status)$input; %}
+
+/* Handles: uintptr in, *uintptr out (nil: not wanted). */
+%define ACCX_GO_HANDLE(T)
+%typemap(gotype) T*, const T* "uintptr"
+%typemap(in) T*, const T* %{ $1 = ($1_ltype)$input; %}
+%typemap(gotype) T** "*uintptr"
+%typemap(in) T** %{ $1 = ($1_ltype)$input; %}
+%enddef
+
+/* Scalar out-parameters: a Go pointer to a matching Go type (nil: not wanted). */
+%define ACCX_GO_OUT(CTYPE, GOTYPE)
+%typemap(gotype) CTYPE* "*" #GOTYPE
+%typemap(in) CTYPE* %{ $1 = ($1_ltype)$input; %}
+%enddef
+ACCX_GO_OUT(int32_t, int32)
+ACCX_GO_OUT(int64_t, int64)
+ACCX_GO_OUT(double, float64)
+ACCX_GO_OUT(size_t, uint64)
+
+/* Borrowed strings out: copied into a Go string inside the call. */
+%typemap(gotype) const char** "*string"
+%typemap(in) const char** (const char* temp = NULL) %{ $1 = ($1_ltype)($input ? &temp : NULL); %}
+%typemap(argout, fragment="AllocateString") const char**
+%{ if ($input) *$input = Swig_AllocateString(temp$argnum ? temp$argnum : "", temp$argnum ? strlen(temp$argnum) : 0); %}
+%typemap(goargout, fragment="CopyString") const char**
+%{ if $input != nil { *$input = swigCopyString(*$input) } %}
+
+/* Byte buffers and shapes: Go slices, read or written during the call only. */
+%typemap(gotype) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "[]byte"
+%typemap(in) (const void* data, size_t nbytes), (void* dst, size_t nbytes)
+%{ $1 = ($1_ltype)$input.array; $2 = (size_t)$input.len; %}
+%typemap(gotype) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) "[]int64"
+%typemap(in) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity)
+%{ $1 = ($1_ltype)$input.array; $2 = (int32_t)$input.len; %}
+
+/* Zero-copy memory: unsafe.Pointer to C memory. */
+%typemap(gotype) void* "unsafe.Pointer"
+%typemap(in) void* %{ $1 = $input; %}
+%typemap(out) void* %{ $result = $1; %}
+%typemap(gotype) void** "*unsafe.Pointer"
+%typemap(in) void** %{ $1 = ($1_ltype)$input; %}
+
+ACCX_GO_HANDLE(acc_accelerator)
+ACCX_GO_HANDLE(acc_tensor)
+ACCX_GO_HANDLE(acc_model)
+ACCX_GO_HANDLE(acc_optimizer)
+ACCX_GO_HANDLE(acc_scheduler)
+ACCX_GO_HANDLE(acc_dataset)
+ACCX_GO_HANDLE(acc_dataloader)
+ACCX_GO_HANDLE(struct DLManagedTensorVersioned)
+#endif /* SWIGGO */
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Java                                                                                              */
+#ifdef SWIGJAVA
+/* 64-bit integers are Java long (SWIG maps C `long` to int); unsigned ones cross with the same bits. */
+%apply long long { int64_t, uint64_t };
+%javaconst(1);
+/* No finalize(): the public classes own every handle and clean up through java.lang.ref.Cleaner. */
+%typemap(javafinalize) SWIGTYPE ""
+/* C memory helpers are for Go; Java wraps direct ByteBuffers instead. */
+%ignore accx_alloc;
+%ignore accx_free;
+%ignore accx_tensor_from_alloc;
+%pragma(java) jniclasscode=%{
+  // The JNI library is loaded by ai.acc.NativeLoader (property ai.acc.native.path, then the jar).
+%}
+
+%{
+static void accx_java_throw(JNIEnv* jenv, acc_status code, const char* message) {
+  jclass cls = (*jenv)->FindClass(jenv, "ai/acc/AccException");
+  if (!cls) return; /* NoClassDefFoundError is pending */
+  jmethodID ctor = (*jenv)->GetMethodID(jenv, cls, "<init>", "(ILjava/lang/String;)V");
+  jstring msg = (*jenv)->NewStringUTF(jenv, message);
+  if (ctor && msg) {
+    jobject ex = (*jenv)->NewObject(jenv, cls, ctor, (jint)code, msg);
+    if (ex) (*jenv)->Throw(jenv, (jthrowable)ex);
+  }
+}
+%}
+
+/* Status: thrown as ai.acc.AccException inside the JNI wrapper, after the out-parameters are written
+ * and the arguments released (the "ret" typemap runs last), on the calling thread. */
+%define ACCX_JAVA_STATUS(TYPE, MESSAGE)
+%typemap(jni) TYPE "void"
+%typemap(jtype) TYPE "void"
+%typemap(jstype) TYPE "void"
+%typemap(out) TYPE ""
+%typemap(javaout) TYPE { $jnicall; }
+%typemap(ret) TYPE %{ if ($1 != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, $1, MESSAGE); %}
+%enddef
+ACCX_JAVA_STATUS(acc_status, acc_last_error_message())
+ACCX_JAVA_STATUS(accx_status, accx_status_message($1))
+
+/* Handles: long in, long[1] out (null: not wanted). */
+%define ACCX_JAVA_HANDLE(T)
+%typemap(jni) T*, const T* "jlong"
+%typemap(jtype) T*, const T* "long"
+%typemap(jstype) T*, const T* "long"
+%typemap(javain) T*, const T* "$javainput"
+%typemap(in) T*, const T* %{ $1 = ($1_ltype)(intptr_t)$input; %}
+%typemap(jni) T** "jlongArray"
+%typemap(jtype) T** "long[]"
+%typemap(jstype) T** "long[]"
+%typemap(javain) T** "$javainput"
+%typemap(in) T** ($*1_ltype temp = NULL)
+%{ if ($input && (*jenv)->GetArrayLength(jenv, $input) < 1) {
+     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+     return $null;
+   }
+   $1 = $input ? &temp : NULL; %}
+%typemap(argout) T**
+%{ if ($input && !(*jenv)->ExceptionCheck(jenv)) { jlong v = (jlong)(intptr_t)temp$argnum; (*jenv)->SetLongArrayRegion(jenv, $input, 0, 1, &v); } %}
+%enddef
+
+/* Scalar out-parameters: one-element arrays. */
+%define ACCX_JAVA_OUT(CTYPE, JNIELEM, JNIARR, JAVAELEM, SETTER)
+%typemap(jni) CTYPE* #JNIARR
+%typemap(jtype) CTYPE* #JAVAELEM "[]"
+%typemap(jstype) CTYPE* #JAVAELEM "[]"
+%typemap(javain) CTYPE* "$javainput"
+%typemap(in) CTYPE* ($*1_ltype temp = 0)
+%{ if ($input && (*jenv)->GetArrayLength(jenv, $input) < 1) {
+     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+     return $null;
+   }
+   $1 = $input ? &temp : NULL; %}
+%typemap(argout) CTYPE*
+%{ if ($input && !(*jenv)->ExceptionCheck(jenv)) { JNIELEM v = (JNIELEM)temp$argnum; (*jenv)->SETTER(jenv, $input, 0, 1, &v); } %}
+%enddef
+ACCX_JAVA_OUT(int32_t, jint, jintArray, int, SetIntArrayRegion)
+ACCX_JAVA_OUT(int64_t, jlong, jlongArray, long, SetLongArrayRegion)
+ACCX_JAVA_OUT(size_t, jlong, jlongArray, long, SetLongArrayRegion)
+ACCX_JAVA_OUT(double, jdouble, jdoubleArray, double, SetDoubleArrayRegion)
+/* Raw addresses (void** of accx_dlpack_bytes) as long[1]. */
+%typemap(jni) void** "jlongArray"
+%typemap(jtype) void** "long[]"
+%typemap(jstype) void** "long[]"
+%typemap(javain) void** "$javainput"
+%typemap(in) void** (void* temp = NULL) %{ $1 = $input ? &temp : NULL; %}
+%typemap(argout) void**
+%{ if ($input && !(*jenv)->ExceptionCheck(jenv)) { jlong v = (jlong)(intptr_t)temp$argnum; (*jenv)->SetLongArrayRegion(jenv, $input, 0, 1, &v); } %}
+
+/* Borrowed strings out: String[1]. */
+%typemap(jni) const char** "jobjectArray"
+%typemap(jtype) const char** "String[]"
+%typemap(jstype) const char** "String[]"
+%typemap(javain) const char** "$javainput"
+%typemap(in) const char** (const char* temp = NULL) %{ $1 = ($1_ltype)($input ? &temp : NULL); %}
+%typemap(argout) const char**
+%{ if ($input && temp$argnum && !(*jenv)->ExceptionCheck(jenv)) {
+     jstring s = (*jenv)->NewStringUTF(jenv, temp$argnum);
+     if (s) (*jenv)->SetObjectArrayElement(jenv, $input, 0, s);
+   } %}
+
+/* Host buffers: byte[] (copied by libacc during the call). */
+%typemap(jni) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "jbyteArray"
+%typemap(jtype) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "byte[]"
+%typemap(jstype) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "byte[]"
+%typemap(javain) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "$javainput"
+%typemap(in) (const void* data, size_t nbytes), (void* dst, size_t nbytes)
+%{ $1 = NULL; $2 = 0;
+   if ($input) {
+     $2 = (size_t)(*jenv)->GetArrayLength(jenv, $input);
+     $1 = ($1_ltype)(*jenv)->GetByteArrayElements(jenv, $input, NULL);
+     if (!$1) return $null;
+   } %}
+%typemap(freearg) (const void* data, size_t nbytes)
+%{ if ($1) (*jenv)->ReleaseByteArrayElements(jenv, $input, (jbyte*)$1, JNI_ABORT); %}
+%typemap(freearg) (void* dst, size_t nbytes)
+%{ if ($1) (*jenv)->ReleaseByteArrayElements(jenv, $input, (jbyte*)$1, 0); %}
+
+/* Shapes: long[] in (copied), long[] to fill. */
+%typemap(jni) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) "jlongArray"
+%typemap(jtype) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) "long[]"
+%typemap(jstype) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) "long[]"
+%typemap(javain) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) "$javainput"
+%typemap(in) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity)
+%{ $1 = NULL; $2 = 0;
+   if ($input) {
+     $2 = (int32_t)(*jenv)->GetArrayLength(jenv, $input);
+     $1 = ($1_ltype)(*jenv)->GetLongArrayElements(jenv, $input, NULL);
+     if (!$1) return $null;
+   } %}
+%typemap(argout) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) ""
+%typemap(freearg) (const int64_t* shape, int32_t ndim)
+%{ if ($1) (*jenv)->ReleaseLongArrayElements(jenv, $input, (jlong*)$1, JNI_ABORT); %}
+%typemap(freearg) (int64_t* shape, int32_t capacity)
+%{ if ($1) (*jenv)->ReleaseLongArrayElements(jenv, $input, (jlong*)$1, 0); %}
+
+/* The JNIEnv of the call, for the direct-buffer helpers. */
+%typemap(in, numinputs=0) JNIEnv* jenv_ %{ $1 = jenv; %}
+%typemap(jni) jobject "jobject"
+%typemap(jtype) jobject "java.nio.ByteBuffer"
+%typemap(jstype) jobject "java.nio.ByteBuffer"
+%typemap(javain) jobject "$javainput"
+%typemap(out) jobject %{ $result = $1; %}
+%typemap(javaout) jobject { return $jnicall; }
+
+ACCX_JAVA_HANDLE(acc_accelerator)
+ACCX_JAVA_HANDLE(acc_tensor)
+ACCX_JAVA_HANDLE(acc_model)
+ACCX_JAVA_HANDLE(acc_optimizer)
+ACCX_JAVA_HANDLE(acc_scheduler)
+ACCX_JAVA_HANDLE(acc_dataset)
+ACCX_JAVA_HANDLE(acc_dataloader)
+ACCX_JAVA_HANDLE(struct DLManagedTensorVersioned)
+
+%{
+/* Direct buffers: a global reference keeps the buffer (and so its memory) alive until libacc lets go. */
+typedef struct { JavaVM* vm; jobject ref; } accx_java_ref;
+
+static void accx_java_release(void* data, void* ctx) {
+  (void)data;
+  accx_java_ref* r = (accx_java_ref*)ctx;
+  JNIEnv* env = NULL;
+  if ((*r->vm)->GetEnv(r->vm, (void**)&env, JNI_VERSION_1_8) != JNI_OK)
+    (*r->vm)->AttachCurrentThreadAsDaemon(r->vm, (void**)&env, NULL);
+  if (env) (*env)->DeleteGlobalRef(env, r->ref);
+  free(r);
+}
+%}
+%inline %{
+/** A zero-copy tensor over a direct ByteBuffer (its whole capacity, native byte order); the tensor
+ *  holds a global reference to the buffer until libacc releases the memory. */
+accx_status accx_tensor_from_direct_buffer(JNIEnv* jenv_, jobject buffer, acc_dtype dtype,
+                                           const int64_t* shape, int32_t ndim, acc_tensor** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  if (!buffer) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "buffer is null");
+  void* data = (*jenv_)->GetDirectBufferAddress(jenv_, buffer);
+  jlong cap = (*jenv_)->GetDirectBufferCapacity(jenv_, buffer);
+  if (!data || cap < 0) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "the buffer is not a direct ByteBuffer");
+  accx_java_ref* r = (accx_java_ref*)malloc(sizeof *r);
+  if (!r) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  if ((*jenv_)->GetJavaVM(jenv_, &r->vm) != 0 || !(r->ref = (*jenv_)->NewGlobalRef(jenv_, buffer))) {
+    free(r);
+    return accx_fail(ACC_ERR_INTERNAL, "cannot reference the buffer");
+  }
+  return accx_wrap(data, (size_t)cap, dtype, shape, ndim, accx_java_release, r, out);
+}
+
+/** A direct ByteBuffer over `nbytes` at `address` (no copy; valid while its owner lives). */
+jobject accx_direct_buffer(JNIEnv* jenv_, int64_t address, int64_t nbytes) {
+  return (*jenv_)->NewDirectByteBuffer(jenv_, (void*)(intptr_t)address, (jlong)nbytes);
+}
+%}
+#endif /* SWIGJAVA */
+
+
+%inline %{
+/** Zeroed C memory for a zero-copy tensor (Go: the bytes are exposed through unsafe.Slice). */
+void* accx_alloc(size_t nbytes) { return calloc(nbytes ? nbytes : 1, 1); }
+/** Frees accx_alloc memory that was not handed to accx_tensor_from_alloc. */
+void accx_free(void* p) { free(p); }
+%}
+%{
+static void accx_free_release(void* data, void* ctx) { (void)ctx; free(data); }
+%}
+%inline %{
+/** Takes ownership of `data` (from accx_alloc): the tensor views it without a copy and frees it when
+ *  libacc releases the memory (also at once when this fails). */
+accx_status accx_tensor_from_alloc(void* mem, size_t size, acc_dtype dtype, const int64_t* shape,
+                                   int32_t ndim, acc_tensor** out) {
+  return accx_wrap(mem, size, dtype, shape, ndim, accx_free_release, NULL, out);
+}
+
+/** The bytes of an exported DLPack tensor: CPU and row-major contiguous, else ACC_ERR_UNSUPPORTED. */
+accx_status accx_dlpack_bytes(struct DLManagedTensorVersioned* src, void** data, size_t* nbytes) {
+  accx_message[0] = '\0';
+  if (data) *data = NULL;
+  if (nbytes) *nbytes = 0;
+  accx_DLManagedTensorVersioned* m = (accx_DLManagedTensorVersioned*)src;
+  if (!m || !data || !nbytes) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "tensor, data or nbytes is NULL");
+  const accx_DLTensor* t = &m->dl_tensor;
+  if (t->device.device_type != 1 && t->device.device_type != 3 /* kDLCUDAHost */)
+    return accx_fail(ACC_ERR_UNSUPPORTED, "the tensor is not in CPU memory (copy it with to_host)");
+  int64_t numel = 1, expect = 1;
+  int contiguous = 1;
+  for (int32_t i = t->ndim - 1; i >= 0; --i) {
+    if (t->strides && t->shape[i] > 1 && t->strides[i] != expect) contiguous = 0;
+    expect *= t->shape[i];
+    numel *= t->shape[i];
+  }
+  if (!contiguous) return accx_fail(ACC_ERR_UNSUPPORTED, "the tensor is not contiguous (copy it with to_host)");
+  *data = (char*)t->data + t->byte_offset;
+  *nbytes = (size_t)numel * (size_t)((t->dtype.bits * t->dtype.lanes + 7) / 8);
+  return ACC_OK;
+}
+
+/** Releases an exported DLPack tensor (calls its deleter). NULL-safe. */
+void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
+  accx_DLManagedTensorVersioned* m = (accx_DLManagedTensorVersioned*)src;
+  if (m && m->deleter) m->deleter(m);
+}
+%}
+
+/* Callbacks need hand-written trampolines (no directors); see the file comment. */
+%ignore acc_dataset_from_callback;
+%ignore acc_dataset_get_fn;
+%ignore acc_find_executable_batch_size;
+%ignore acc_batch_size_fn;
+/* The thread-local last error is read inside each wrapper; a second call could run on another thread. */
+%ignore acc_last_error_message;
+%ignore acc_last_error_code;
+#ifdef SWIGJAVA
+/* A status passed in (acc_status_name) is a plain number. */
+%apply int { acc_status status };
+#endif
+
+%include <acc/acc.h>

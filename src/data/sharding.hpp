@@ -1,7 +1,9 @@
-// Index logic of data loading, identical to Accelerate's (data_loader.py): batch sampling and
-// BatchSamplerShard. Torch-free, so it is cheap to test exhaustively.
+// Index logic of data loading, identical to Accelerate's (data_loader.py): batch sampling,
+// BatchSamplerShard, IterableDatasetShard and DataLoaderDispatcher's slicing. Torch-free, so it is cheap
+// to test exhaustively against Accelerate's expected index lists.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace acc {
@@ -17,12 +19,65 @@ struct ShardSpec {
   bool split_batches = false;
   bool even_batches = true;
   bool drop_last = false;
-  int64_t batch_size = 1;  // the batch sampler's batch size
+  // The batch sampler's batch size. 0: batches of varying size (a batch sampler without a batch size,
+  // Accelerate's batch_size=None): every batch counts as full.
+  int64_t batch_size = 1;
 };
+
+// Throws std::invalid_argument for a process index outside the job, or split_batches with a batch size
+// that is not a multiple of the number of processes (or that varies).
+void check_shard_spec(const ShardSpec& spec);
 
 // The batches process `process_index` yields (BatchSamplerShard.__iter__): whole batches in turn, or
 // slices of each batch with split_batches; with even_batches the last round is completed by cycling
-// from the first samples, so every process yields the same number of same-size batches.
+// from the first samples (or the first batches, for varying sizes), so every process yields the same
+// number of batches.
 std::vector<Batch> shard_batches(const std::vector<Batch>& batches, const ShardSpec& spec);
+
+// How many samples of the last global step (the last round of num_processes batches, or the last
+// split batch) are real when shard_batches padded it with repeated samples; 0 when nothing was padded.
+// Gathered in rank order, the real samples of a step always come first.
+int64_t shard_padded_real(const std::vector<Batch>& batches, const ShardSpec& spec);
+
+// IterableDatasetShard over a stream whose elements are numbered 0, 1, 2, ... in arrival order. Every
+// process reads the whole stream; global batches hold batch_size x num_processes elements (batch_size
+// with split_batches) and each process takes its slice. Without drop_last, the last global batch is
+// completed by cycling the first global batch.
+class IterableShard {
+ public:
+  explicit IterableShard(const ShardSpec& spec);
+  int64_t global_batch_size() const { return global_; }
+  int64_t process_batch_size() const { return per_process_; }
+  // The next element arrived: this process's batch when it completes a global batch.
+  std::optional<Batch> push(int64_t element);
+  // The stream ended: this process's part of the padded last global batch, if there is one.
+  std::optional<Batch> finish();
+  // After finish(): real elements in the padded last global batch; 0 when none was padded.
+  int64_t padded_real() const { return padded_real_; }
+
+ private:
+  ShardSpec spec_;
+  int64_t global_ = 1, per_process_ = 1;
+  int64_t seen_ = 0;            // elements pushed
+  int64_t first_size_ = 0;      // elements of the first global batch (ordinals 0..first_size_-1)
+  int64_t padded_real_ = 0;
+};
+
+// DataLoaderDispatcher: rank 0 reads base batches (the loader's own batches, unsharded) and each step
+// broadcasts one of them (split_batches) or the concatenation of num_processes of them; a last step
+// with fewer is dropped with drop_last.
+std::vector<Batch> dispatch_steps(const std::vector<Batch>& base, const ShardSpec& spec);
+
+// The rows of a broadcast step of `observed` rows that process `process_index` keeps: rows at and past
+// `observed` are the first rows of the epoch's first step (padding; only on the last step, without
+// drop_last, when observed is not a multiple of num_processes).
+struct DispatchSlice {
+  int64_t start = 0, length = 0;
+  bool padded = false;  // the step was completed from the first step
+};
+DispatchSlice dispatch_slice(int64_t observed, bool is_last, const ShardSpec& spec);
+
+// The index lists each step of dispatch_steps gives process `process_index` (for tests and lengths).
+std::vector<Batch> dispatch_shard(const std::vector<Batch>& base, const ShardSpec& spec);
 
 }  // namespace acc

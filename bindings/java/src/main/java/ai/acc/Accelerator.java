@@ -1,0 +1,177 @@
+package ai.acc;
+
+import ai.acc.internal.AccRaw;
+
+/**
+ * The context of one training process (Accelerate's {@code Accelerator}): process state, the process
+ * group, preparation of models, optimizers and data, backward and collectives.
+ *
+ * <pre>{@code
+ * try (Accelerator acc = Accelerator.create("{\"seed\": 1234}")) {
+ *   ...
+ * }
+ * }</pre>
+ *
+ * One handle is used by one thread at a time; different handles may be used concurrently
+ * (concurrent use of one handle fails with {@link ErrorCode#BUSY}).
+ */
+public final class Accelerator extends NativeObject {
+  private Accelerator(long ptr) {
+    super(ptr, AccRaw::acc_accelerator_destroy);
+  }
+
+  /** An accelerator with the defaults (and whatever {@code acc launch} set in the environment). */
+  public static Accelerator create() {
+    return create(null);
+  }
+
+  /**
+   * An accelerator from Accelerate's constructor keys as JSON ({@code null} or "" for defaults):
+   * "cpu", "mixed_precision", "gradient_accumulation_steps", "seed", "dataloader_config",
+   * "ddp_kwargs", ... With WORLD_SIZE &gt; 1 in the environment this joins the process group.
+   */
+  public static Accelerator create(String configJson) {
+    NativeLoader.load();
+    long[] out = new long[1];
+    AccRaw.acc_accelerator_create(configJson, out);
+    return new Accelerator(out[0]);
+  }
+
+  private int intQuery(java.util.function.BiConsumer<Long, int[]> f) {
+    long p = enter();
+    try {
+      int[] v = new int[1];
+      f.accept(p, v);
+      return v[0];
+    } finally {
+      leave(p);
+    }
+  }
+
+  private String stringQuery(java.util.function.BiConsumer<Long, String[]> f) {
+    long p = enter();
+    try {
+      String[] v = new String[1];
+      f.accept(p, v);
+      return v[0];
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** This process's global rank. */
+  public int processIndex() {
+    return intQuery(AccRaw::acc_process_index);
+  }
+
+  /** This process's rank on its machine. */
+  public int localProcessIndex() {
+    return intQuery(AccRaw::acc_local_process_index);
+  }
+
+  /** The number of processes. */
+  public int numProcesses() {
+    return intQuery(AccRaw::acc_num_processes);
+  }
+
+  /** Whether this is the global main process. */
+  public boolean isMainProcess() {
+    return intQuery(AccRaw::acc_is_main_process) != 0;
+  }
+
+  /** This process's device, e.g. "cpu" or "cuda:0". */
+  public String device() {
+    return stringQuery(AccRaw::acc_device);
+  }
+
+  /** Accelerate's DistributedType name: "NO", "MULTI_CPU", "MULTI_GPU". */
+  public String distributedType() {
+    return stringQuery(AccRaw::acc_distributed_type);
+  }
+
+  /** The resolved configuration as JSON, each value with where it came from. */
+  public String configJson() {
+    return stringQuery(AccRaw::acc_config_json);
+  }
+
+  /**
+   * Prepares any of model, optimizer, scheduler and data loader (each may be null) for this process,
+   * in place. An optimizer needs its model prepared (now or before); preparing twice fails with
+   * {@link ErrorCode#INVALID_STATE}.
+   */
+  public void prepare(Model model, Optimizer opt, Scheduler sched, DataLoader dl) {
+    long p = enter();
+    long m = enter(model), o = enter(opt), s = enter(sched), d = enter(dl);
+    try {
+      AccRaw.acc_prepare(p, m, o, s, d);
+    } finally {
+      leave(dl, d);
+      leave(sched, s);
+      leave(opt, o);
+      leave(model, m);
+      leave(p);
+    }
+  }
+
+  /** Back-propagates a scalar loss from {@link Model#forward}. */
+  public void backward(Tensor loss) {
+    long p = enter();
+    long l = enter(loss);
+    try {
+      AccRaw.acc_backward(p, l);
+    } finally {
+      leave(loss, l);
+      leave(p);
+    }
+  }
+
+  private interface TensorOp {
+    void apply(long acc, long t, long[] out);
+  }
+
+  private Tensor tensorOp(Tensor t, TensorOp f) {
+    long p = enter();
+    long tp = enter(t);
+    try {
+      long[] out = new long[1];
+      f.apply(p, tp, out);
+      return new Tensor(out[0]);
+    } finally {
+      leave(t, tp);
+      leave(p);
+    }
+  }
+
+  /** Concatenates {@code t} from every process along dim 0, in rank order (a collective). */
+  public Tensor gather(Tensor t) {
+    return tensorOp(t, AccRaw::acc_gather);
+  }
+
+  /**
+   * {@link #gather}, but on the last batch of the active prepared data loader drops the samples that
+   * sharding duplicated, so metrics see each sample exactly once.
+   */
+  public Tensor gatherForMetrics(Tensor t) {
+    return tensorOp(t, AccRaw::acc_gather_for_metrics);
+  }
+
+  /** Element-wise reduction across processes; every process gets the result. */
+  public Tensor reduce(Tensor t, ReduceOp op) {
+    return tensorOp(t, (a, x, out) -> AccRaw.acc_reduce(a, x, op.value, out));
+  }
+
+  /** Reduction by raw operation number (for tests of the error path). */
+  Tensor reduce(Tensor t, int op) {
+    return tensorOp(t, (a, x, out) -> AccRaw.acc_reduce(a, x, op, out));
+  }
+
+  /** A barrier across all processes. */
+  public void waitForEveryone() {
+    long p = enter();
+    try {
+      AccRaw.acc_wait_for_everyone(p);
+    } finally {
+      leave(p);
+    }
+  }
+}

@@ -1,0 +1,83 @@
+package ai.acc;
+
+import ai.acc.internal.AccRaw;
+
+/** Batches a dataset; once prepared it yields this process's shard of every batch. */
+public final class DataLoader extends NativeObject {
+  private DataLoader(long ptr) {
+    super(ptr, AccRaw::acc_dataloader_destroy);
+  }
+
+  /** A loader: {@code {"batch_size": 1, "shuffle": false, "seed": 0, "drop_last": false}}. */
+  public static DataLoader create(Dataset ds, String optionsJson) {
+    NativeLoader.load();
+    long d = enter(ds);
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_dataloader_create(d, optionsJson, out);
+      return new DataLoader(out[0]);
+    } finally {
+      leave(ds, d);
+    }
+  }
+
+  /** One batch: the input and the target (null when the dataset has none). Closes both. */
+  public record Batch(Tensor input, Tensor target) implements AutoCloseable {
+    @Override
+    public void close() {
+      if (input != null) input.close();
+      if (target != null) target.close();
+    }
+  }
+
+  /**
+   * This process's next batch, or null at the end of an epoch; the call after that starts the next
+   * epoch (reshuffled with seed + epoch).
+   */
+  public Batch next() {
+    long p = enter();
+    try {
+      long[] x = new long[1];
+      long[] y = new long[1];
+      int[] has = new int[1];
+      AccRaw.acc_dataloader_next(p, x, y, has);
+      return has[0] == 0 ? null : new Batch(Tensor.orNull(x[0]), Tensor.orNull(y[0]));
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Batches per epoch on this process. */
+  public long length() {
+    long p = enter();
+    try {
+      long[] n = new long[1];
+      AccRaw.acc_dataloader_length(p, n);
+      return n[0];
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Restarts at the beginning of {@code epoch}. */
+  public void setEpoch(long epoch) {
+    long p = enter();
+    try {
+      AccRaw.acc_dataloader_set_epoch(p, epoch);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Whether the last batch of the epoch is current. */
+  public boolean endOfEpoch() {
+    long p = enter();
+    try {
+      int[] v = new int[1];
+      AccRaw.acc_dataloader_end_of_epoch(p, v);
+      return v[0] != 0;
+    } finally {
+      leave(p);
+    }
+  }
+}

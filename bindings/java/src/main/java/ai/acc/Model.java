@@ -1,0 +1,150 @@
+package ai.acc;
+
+import ai.acc.internal.AccRaw;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/** A trainable model: a built-in family (MLP, GPT) or a TorchScript module. */
+public final class Model extends NativeObject {
+  private Model(long ptr) {
+    super(ptr, AccRaw::acc_model_destroy);
+  }
+
+  /**
+   * A built-in model from its JSON spec, e.g. {@code {"type": "mlp", "sizes": [4, 32, 1],
+   * "activation": "tanh", "loss": "mse"}}. Parameters come from the CPU generator (seed it through
+   * the accelerator's "seed").
+   */
+  public static Model create(String specJson) {
+    NativeLoader.load();
+    long[] out = new long[1];
+    AccRaw.acc_model_create(specJson, out);
+    return new Model(out[0]);
+  }
+
+  /** Loads a TorchScript module; options: {@code {"loss": "mse"|"cross_entropy"|"none"}}. */
+  public static Model loadTorchScript(String path, String optionsJson) {
+    NativeLoader.load();
+    long[] out = new long[1];
+    AccRaw.acc_model_load_torchscript(path, optionsJson, out);
+    return new Model(out[0]);
+  }
+
+  /** The result of {@link #forward}: the output and, with targets, the loss. Closes both. */
+  public record Output(Tensor output, Tensor loss) implements AutoCloseable {
+    @Override
+    public void close() {
+      if (output != null) output.close();
+      if (loss != null) loss.close();
+    }
+  }
+
+  /** Runs the model; with targets the result also holds the scalar loss (ready for backward). */
+  public Output forward(Tensor input, Tensor targets) {
+    long p = enter();
+    long x = enter(input), y = enter(targets);
+    try {
+      long[] out = new long[1];
+      long[] loss = targets == null ? null : new long[1];
+      AccRaw.acc_model_forward(p, x, y, out, loss);
+      return new Output(Tensor.orNull(out[0]), loss == null ? null : Tensor.orNull(loss[0]));
+    } finally {
+      leave(targets, y);
+      leave(input, x);
+      leave(p);
+    }
+  }
+
+  /** Runs the model and returns only the scalar loss (a training step). */
+  public Tensor loss(Tensor input, Tensor targets) {
+    long p = enter();
+    long x = enter(input), y = enter(targets);
+    try {
+      long[] loss = new long[1];
+      AccRaw.acc_model_forward(p, x, y, null, loss);
+      return new Tensor(loss[0]);
+    } finally {
+      leave(targets, y);
+      leave(input, x);
+      leave(p);
+    }
+  }
+
+  /** Runs the model and returns only its output. */
+  public Tensor predict(Tensor input) {
+    long p = enter();
+    long x = enter(input);
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_model_forward(p, x, 0, out, null);
+      return new Tensor(out[0]);
+    } finally {
+      leave(input, x);
+      leave(p);
+    }
+  }
+
+  /** Training (dropout on) or evaluation mode. */
+  public void setTraining(boolean training) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_set_training(p, training ? 1 : 0);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** The number of scalar parameters. */
+  public long numParameters() {
+    long p = enter();
+    try {
+      long[] n = new long[1];
+      AccRaw.acc_model_num_parameters(p, n);
+      return n[0];
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Copies of the named parameters and buffers, in order. Close the tensors. */
+  public Map<String, Tensor> stateDict() {
+    long p = enter();
+    Map<String, Tensor> out = new LinkedHashMap<>();
+    try {
+      long[] n = new long[1];
+      AccRaw.acc_model_state_size(p, n);
+      for (long i = 0; i < n[0]; ++i) {
+        String[] name = new String[1];
+        long[] t = new long[1];
+        AccRaw.acc_model_state_get(p, i, name, t);
+        out.put(name[0], new Tensor(t[0]));
+      }
+      return out;
+    } catch (RuntimeException e) {
+      out.values().forEach(Tensor::close);
+      throw e;
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Writes the state dict to a safetensors file, atomically. */
+  public void saveSafetensors(String path) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_save_safetensors(p, path);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Loads a safetensors file; every name and shape must match. */
+  public void loadSafetensors(String path) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_load_safetensors(p, path);
+    } finally {
+      leave(p);
+    }
+  }
+}

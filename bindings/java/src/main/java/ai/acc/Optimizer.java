@@ -1,0 +1,58 @@
+package ai.acc;
+
+import ai.acc.internal.AccRaw;
+
+/** Updates a model's parameters from their gradients. */
+public final class Optimizer extends NativeObject {
+  private Optimizer(long ptr) {
+    super(ptr, AccRaw::acc_optimizer_destroy);
+  }
+
+  /**
+   * An optimizer over all parameters of {@code model}: {@code {"type": "sgd"|"adam"|"adamw", "lr":
+   * 1e-3, "momentum": 0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0}}.
+   */
+  public static Optimizer create(Model model, String optionsJson) {
+    NativeLoader.load();
+    long m = enter(model);
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_optimizer_create(m, optionsJson, out);
+      return new Optimizer(out[0]);
+    } finally {
+      leave(model, m);
+    }
+  }
+
+  /** Applies the gradients. */
+  public void step() {
+    long p = enter();
+    try {
+      AccRaw.acc_optimizer_step(p);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Clears the gradients. */
+  public void zeroGrad() {
+    long p = enter();
+    try {
+      AccRaw.acc_optimizer_zero_grad(p);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** The current learning rate. */
+  public double lr() {
+    long p = enter();
+    try {
+      double[] v = new double[1];
+      AccRaw.acc_optimizer_lr(p, v);
+      return v[0];
+    } finally {
+      leave(p);
+    }
+  }
+}

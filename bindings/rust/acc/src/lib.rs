@@ -1,0 +1,99 @@
+//! Hugging Face Accelerate as native software: safe Rust bindings of libacc.
+//!
+//! The same training loop as Accelerate's, through libacc's C ABI: create an [`Accelerator`], build a
+//! [`Model`], an [`Optimizer`] (and optionally a [`Scheduler`]) and a [`DataLoader`], hand them to
+//! [`Accelerator::prepare`], then loop. Run the program under `acc launch --num_processes N` to train
+//! data-parallel across processes.
+//!
+//! ```no_run
+//! use acc::{Accelerator, DataLoader, Dataset, Model, Optimizer, Tensor};
+//!
+//! fn main() -> acc::Result<()> {
+//!     let accel = Accelerator::new(r#"{"seed": 1234}"#)?;
+//!     let x = Tensor::from_slice(&[0.0f32, 1.0, 2.0, 3.0], &[4, 1])?;
+//!     let y = Tensor::from_slice(&[1.0f32, 3.0, 5.0, 7.0], &[4, 1])?;
+//!     let data = Dataset::from_tensors(&x, Some(&y))?;
+//!     let loader = DataLoader::new(&data, r#"{"batch_size": 2, "shuffle": true}"#)?;
+//!     let model = Model::new(r#"{"type": "mlp", "sizes": [1, 16, 1], "loss": "mse"}"#)?;
+//!     let opt = Optimizer::new(&model, r#"{"type": "adamw", "lr": 0.01}"#)?;
+//!     accel.prepare(Some(&model), Some(&opt), None, Some(&loader))?;
+//!     for _epoch in 0..10 {
+//!         while let Some(batch) = loader.next()? {
+//!             let loss = model.loss(&batch.input, batch.target.as_ref())?;
+//!             accel.backward(&loss)?;
+//!             opt.step()?;
+//!             opt.zero_grad()?;
+//!         }
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Errors, lifetimes, threads
+//! * Every fallible call returns [`Result<T, acc::Error>`](Error): the status [`ErrorCode`] and
+//!   libacc's message, read right after the failing call on the same thread.
+//! * Every handle frees itself on drop. Handles keep what they depend on alive inside libacc, so
+//!   dropping them in any order is safe.
+//! * Handles are `Send` but not `Sync`: libacc allows one thread at a time per handle.
+//! * A handle cannot be used after it is dropped, so the C ABI's "NULL handle" errors cannot happen
+//!   here:
+//!
+//! ```compile_fail,E0382
+//! let m = acc::Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
+//! drop(m);
+//! m.num_parameters(); // error[E0382]: borrow of moved value: `m`
+//! ```
+//! * No panic crosses the C ABI: a panic in a [`Dataset::from_fn`] callback is caught, the load fails
+//!   inside libacc, and the panic resumes in the caller of [`DataLoader::next`].
+
+mod error;
+mod tensor;
+mod train;
+
+use std::ffi::{CStr, CString};
+use std::sync::OnceLock;
+
+pub use acc_sys as sys;
+pub use error::{Error, ErrorCode, Result};
+pub use tensor::{DType, Element, Tensor, TensorView};
+pub use train::{Accelerator, Batch, DataLoader, Dataset, Model, Optimizer, ReduceOp, Scheduler};
+
+/// The ABI this crate was generated for.
+pub const ABI_VERSION: i32 = sys::ACC_ABI_VERSION;
+
+/// Checks once that the loaded libacc serves [`ABI_VERSION`]; every constructor calls it, so a
+/// mismatch fails the first call with a message naming both versions and the library's path.
+pub fn check_abi() -> Result<()> {
+    static ABI: OnceLock<std::result::Result<(), (i32, String)>> = OnceLock::new();
+    ABI.get_or_init(|| {
+        // SAFETY: a plain call; the message is read at once on this thread.
+        error::check(unsafe { sys::acc_abi_check(ABI_VERSION) }).map_err(|e| (e.status(), e.message().to_string()))
+    })
+    .clone()
+    .map_err(|(status, message)| Error::new(ErrorCode::from_status(status), message))
+}
+
+/// Checks a given ABI version against the loaded library (for tests of the mismatch path).
+pub fn check_abi_version(abi: i32) -> Result<()> {
+    error::check(unsafe { sys::acc_abi_check(abi) })
+}
+
+/// The loaded library's version, "MAJOR.MINOR.PATCH".
+pub fn version() -> String {
+    // SAFETY: static storage.
+    unsafe { CStr::from_ptr(sys::acc_version()) }.to_string_lossy().into_owned()
+}
+
+/// The loaded library's build facts as JSON (torch version, compiler, CUDA, git revision).
+pub fn build_info() -> String {
+    unsafe { CStr::from_ptr(sys::acc_build_info()) }.to_string_lossy().into_owned()
+}
+
+/// The C name of a status code, e.g. "ACC_ERR_INVALID_CONFIG".
+pub fn status_name(status: i32) -> String {
+    unsafe { CStr::from_ptr(sys::acc_status_name(status)) }.to_string_lossy().into_owned()
+}
+
+pub(crate) fn cstring(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::new(ErrorCode::InvalidArgument, "string contains a NUL byte"))
+}

@@ -1,0 +1,565 @@
+use std::any::Any;
+use std::ffi::{c_void, CStr};
+use std::os::raw::c_char;
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex};
+
+use acc_sys as sys;
+
+use crate::error::{check, Error, ErrorCode, Result};
+use crate::tensor::Tensor;
+use crate::{check_abi, cstring};
+
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident, $raw:ident, $destroy:ident) => {
+        $(#[$doc])*
+        ///
+        /// Freed on drop. `Send` but not `Sync`: libacc lets one thread at a time use a handle.
+        pub struct $name {
+            ptr: NonNull<sys::$raw>,
+        }
+        // SAFETY: libacc handles may be used from any thread, one thread at a time (acc.h).
+        unsafe impl Send for $name {}
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: we own the handle.
+                unsafe { sys::$destroy(self.ptr.as_ptr()) }
+            }
+        }
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, concat!(stringify!($name), "({:p})"), self.ptr)
+            }
+        }
+        impl $name {
+            fn owned(status: sys::acc_status, out: *mut sys::$raw) -> Result<$name> {
+                check(status)?;
+                NonNull::new(out)
+                    .map(|ptr| $name { ptr })
+                    .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL handle"))
+            }
+            #[allow(dead_code)]
+            fn as_ptr(&self) -> *mut sys::$raw {
+                self.ptr.as_ptr()
+            }
+        }
+    };
+}
+
+handle!(
+    /// The context of one training process (Accelerate's `Accelerator`): process state, the process
+    /// group, preparation of models, optimizers and data, backward and collectives.
+    Accelerator, acc_accelerator, acc_accelerator_destroy
+);
+handle!(
+    /// A trainable model: a built-in family (MLP, GPT) or a TorchScript module.
+    Model, acc_model, acc_model_destroy
+);
+handle!(
+    /// Updates a model's parameters from their gradients.
+    Optimizer, acc_optimizer, acc_optimizer_destroy
+);
+handle!(
+    /// Sets an optimizer's learning rate by step.
+    Scheduler, acc_scheduler, acc_scheduler_destroy
+);
+
+fn opt_ptr<T>(o: Option<&T>, f: impl Fn(&T) -> *mut c_void) -> *mut c_void {
+    o.map_or(ptr::null_mut(), f)
+}
+
+fn borrowed_string(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated string borrowed from the handle, copied at once.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// An element-wise reduction across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+impl Accelerator {
+    /// Creates the accelerator from Accelerate's constructor keys as JSON ("" for the defaults):
+    /// `cpu`, `mixed_precision`, `gradient_accumulation_steps`, `seed`, `dataloader_config`,
+    /// `ddp_kwargs`, ... Values that `acc launch` set in the environment apply beneath these. With
+    /// `WORLD_SIZE > 1` this joins the process group.
+    pub fn new(config_json: &str) -> Result<Accelerator> {
+        check_abi()?;
+        let c = cstring(config_json)?;
+        let mut out = ptr::null_mut();
+        Accelerator::owned(unsafe { sys::acc_accelerator_create(c.as_ptr(), &mut out) }, out)
+    }
+
+    fn int_query(&self, f: unsafe extern "C" fn(*const sys::acc_accelerator, *mut i32) -> sys::acc_status) -> Result<i32> {
+        let mut v = 0;
+        check(unsafe { f(self.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+
+    fn str_query(
+        &self,
+        f: unsafe extern "C" fn(*const sys::acc_accelerator, *mut *const c_char) -> sys::acc_status,
+    ) -> Result<String> {
+        let mut p = ptr::null();
+        check(unsafe { f(self.as_ptr(), &mut p) })?;
+        Ok(borrowed_string(p))
+    }
+
+    /// This process's global rank.
+    pub fn process_index(&self) -> Result<i32> {
+        self.int_query(sys::acc_process_index)
+    }
+
+    /// This process's rank on its machine.
+    pub fn local_process_index(&self) -> Result<i32> {
+        self.int_query(sys::acc_local_process_index)
+    }
+
+    /// The number of processes.
+    pub fn num_processes(&self) -> Result<i32> {
+        self.int_query(sys::acc_num_processes)
+    }
+
+    /// Whether this is the global main process.
+    pub fn is_main_process(&self) -> Result<bool> {
+        Ok(self.int_query(sys::acc_is_main_process)? != 0)
+    }
+
+    /// This process's device, e.g. "cpu" or "cuda:0".
+    pub fn device(&self) -> Result<String> {
+        self.str_query(sys::acc_device)
+    }
+
+    /// Accelerate's DistributedType name: "NO", "MULTI_CPU", "MULTI_GPU".
+    pub fn distributed_type(&self) -> Result<String> {
+        self.str_query(sys::acc_distributed_type)
+    }
+
+    /// The resolved configuration as JSON, each value with where it came from.
+    pub fn config_json(&self) -> Result<String> {
+        self.str_query(sys::acc_config_json)
+    }
+
+    /// Prepares any of model, optimizer, scheduler and data loader for this process, in place. An
+    /// optimizer needs its model prepared (now or before); preparing twice fails with
+    /// [`ErrorCode::InvalidState`].
+    pub fn prepare(
+        &self,
+        model: Option<&Model>,
+        opt: Option<&Optimizer>,
+        sched: Option<&Scheduler>,
+        loader: Option<&DataLoader>,
+    ) -> Result<()> {
+        check(unsafe {
+            sys::acc_prepare(
+                self.as_ptr(),
+                opt_ptr(model, |m| m.as_ptr().cast()).cast(),
+                opt_ptr(opt, |o| o.as_ptr().cast()).cast(),
+                opt_ptr(sched, |s| s.as_ptr().cast()).cast(),
+                opt_ptr(loader, |l| l.as_ptr().cast()).cast(),
+            )
+        })
+    }
+
+    /// Back-propagates a scalar loss from [`Model::forward`] (gradients are all-reduced under DDP).
+    pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        check(unsafe { sys::acc_backward(self.as_ptr(), loss.as_ptr()) })
+    }
+
+    /// Concatenates `t` from every process along dim 0, in rank order (a collective).
+    pub fn gather(&self, t: &Tensor) -> Result<Tensor> {
+        let mut out = ptr::null_mut();
+        Tensor::owned(unsafe { sys::acc_gather(self.as_ptr(), t.as_ptr(), &mut out) }, out)
+    }
+
+    /// [`gather`](Self::gather), but on the last batch of the active prepared data loader drops the
+    /// samples that sharding duplicated, so metrics see each sample exactly once.
+    pub fn gather_for_metrics(&self, t: &Tensor) -> Result<Tensor> {
+        let mut out = ptr::null_mut();
+        Tensor::owned(unsafe { sys::acc_gather_for_metrics(self.as_ptr(), t.as_ptr(), &mut out) }, out)
+    }
+
+    /// Reduces `t` element-wise across processes; every process gets the result.
+    pub fn reduce(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        let op = match op {
+            ReduceOp::Sum => sys::ACC_REDUCE_SUM,
+            ReduceOp::Mean => sys::ACC_REDUCE_MEAN,
+            ReduceOp::Max => sys::ACC_REDUCE_MAX,
+        };
+        let mut out = ptr::null_mut();
+        Tensor::owned(unsafe { sys::acc_reduce(self.as_ptr(), t.as_ptr(), op, &mut out) }, out)
+    }
+
+    /// A barrier across all processes.
+    pub fn wait_for_everyone(&self) -> Result<()> {
+        check(unsafe { sys::acc_wait_for_everyone(self.as_ptr()) })
+    }
+}
+
+impl Model {
+    /// A built-in model from its JSON spec, e.g. `{"type": "mlp", "sizes": [4, 32, 1], "activation":
+    /// "tanh", "loss": "mse"}` or `{"type": "gpt", "vocab_size": 256, "block_size": 64, "n_layer": 2,
+    /// "n_head": 4, "n_embd": 64}`. Parameters come from the CPU generator (seed it through the
+    /// accelerator's `seed`).
+    pub fn new(spec_json: &str) -> Result<Model> {
+        check_abi()?;
+        let c = cstring(spec_json)?;
+        let mut out = ptr::null_mut();
+        Model::owned(unsafe { sys::acc_model_create(c.as_ptr(), &mut out) }, out)
+    }
+
+    /// Loads a TorchScript module file; options: `{"loss": "mse"|"cross_entropy"|"none"}`.
+    pub fn load_torchscript(path: &str, options_json: &str) -> Result<Model> {
+        check_abi()?;
+        let (p, o) = (cstring(path)?, cstring(options_json)?);
+        let mut out = ptr::null_mut();
+        Model::owned(unsafe { sys::acc_model_load_torchscript(p.as_ptr(), o.as_ptr(), &mut out) }, out)
+    }
+
+    /// Runs the model: the output and, with targets, the scalar loss (ready for backward).
+    pub fn forward(&self, input: &Tensor, targets: Option<&Tensor>) -> Result<(Tensor, Option<Tensor>)> {
+        let (mut out, mut loss) = (ptr::null_mut(), ptr::null_mut());
+        let loss_ptr = if targets.is_some() { &mut loss as *mut _ } else { ptr::null_mut() };
+        let t = targets.map_or(ptr::null(), |t| t.as_ptr() as *const _);
+        check(unsafe { sys::acc_model_forward(self.as_ptr(), input.as_ptr(), t, &mut out, loss_ptr) })?;
+        let output = Tensor::from_raw(out).ok_or_else(|| Error::new(ErrorCode::Internal, "no output"))?;
+        Ok((output, Tensor::from_raw(loss)))
+    }
+
+    /// Runs the model and returns only the scalar loss (a training step).
+    pub fn loss(&self, input: &Tensor, targets: Option<&Tensor>) -> Result<Tensor> {
+        let mut loss = ptr::null_mut();
+        let t = targets.map_or(ptr::null(), |t| t.as_ptr() as *const _);
+        let st = unsafe { sys::acc_model_forward(self.as_ptr(), input.as_ptr(), t, ptr::null_mut(), &mut loss) };
+        Tensor::owned(st, loss)
+    }
+
+    /// Runs the model and returns only its output.
+    pub fn predict(&self, input: &Tensor) -> Result<Tensor> {
+        let mut out = ptr::null_mut();
+        let st = unsafe {
+            sys::acc_model_forward(self.as_ptr(), input.as_ptr(), ptr::null(), &mut out, ptr::null_mut())
+        };
+        Tensor::owned(st, out)
+    }
+
+    /// Training (dropout on) or evaluation mode.
+    pub fn set_training(&self, training: bool) -> Result<()> {
+        check(unsafe { sys::acc_model_set_training(self.as_ptr(), training as i32) })
+    }
+
+    /// The number of scalar parameters.
+    pub fn num_parameters(&self) -> Result<i64> {
+        let mut n = 0;
+        check(unsafe { sys::acc_model_num_parameters(self.as_ptr(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// Copies of the named parameters and buffers, in order.
+    pub fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut n = 0;
+        check(unsafe { sys::acc_model_state_size(self.as_ptr(), &mut n) })?;
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let (mut name, mut t) = (ptr::null(), ptr::null_mut());
+            let st = unsafe { sys::acc_model_state_get(self.as_ptr(), i, &mut name, &mut t) };
+            let name = if st == sys::ACC_OK { borrowed_string(name) } else { String::new() };
+            out.push((name, Tensor::owned(st, t)?));
+        }
+        Ok(out)
+    }
+
+    /// Writes the state dict to a safetensors file, atomically.
+    pub fn save_safetensors(&self, path: &str) -> Result<()> {
+        let p = cstring(path)?;
+        check(unsafe { sys::acc_model_save_safetensors(self.as_ptr(), p.as_ptr()) })
+    }
+
+    /// Loads a safetensors file; every name and shape must match.
+    pub fn load_safetensors(&self, path: &str) -> Result<()> {
+        let p = cstring(path)?;
+        check(unsafe { sys::acc_model_load_safetensors(self.as_ptr(), p.as_ptr()) })
+    }
+}
+
+impl Optimizer {
+    /// An optimizer over all parameters of `model`: `{"type": "sgd"|"adam"|"adamw", "lr": 1e-3,
+    /// "momentum": 0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0}`.
+    pub fn new(model: &Model, options_json: &str) -> Result<Optimizer> {
+        check_abi()?;
+        let c = cstring(options_json)?;
+        let mut out = ptr::null_mut();
+        Optimizer::owned(unsafe { sys::acc_optimizer_create(model.as_ptr(), c.as_ptr(), &mut out) }, out)
+    }
+
+    /// Applies the gradients.
+    pub fn step(&self) -> Result<()> {
+        check(unsafe { sys::acc_optimizer_step(self.as_ptr()) })
+    }
+
+    /// Clears the gradients.
+    pub fn zero_grad(&self) -> Result<()> {
+        check(unsafe { sys::acc_optimizer_zero_grad(self.as_ptr()) })
+    }
+
+    /// The current learning rate.
+    pub fn lr(&self) -> Result<f64> {
+        let mut v = 0.0;
+        check(unsafe { sys::acc_optimizer_lr(self.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+}
+
+impl Scheduler {
+    /// A schedule: `{"type": "constant"|"linear"|"cosine", "warmup_steps": 0, "total_steps": N,
+    /// "min_lr_ratio": 0.0}`.
+    pub fn new(opt: &Optimizer, options_json: &str) -> Result<Scheduler> {
+        check_abi()?;
+        let c = cstring(options_json)?;
+        let mut out = ptr::null_mut();
+        Scheduler::owned(unsafe { sys::acc_scheduler_create(opt.as_ptr(), c.as_ptr(), &mut out) }, out)
+    }
+
+    /// Advances the schedule by one step.
+    pub fn step(&self) -> Result<()> {
+        check(unsafe { sys::acc_scheduler_step(self.as_ptr()) })
+    }
+
+    /// The learning rate the schedule set last.
+    pub fn last_lr(&self) -> Result<f64> {
+        let mut v = 0.0;
+        check(unsafe { sys::acc_scheduler_last_lr(self.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+}
+
+/// What a callback left behind for the caller: its error, or its panic to resume.
+#[derive(Default)]
+struct CallbackFailure {
+    error: Option<Box<dyn std::error::Error + Send + Sync>>,
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+type FailureSlot = Arc<Mutex<CallbackFailure>>;
+
+/// A source of samples: rows of tensors, a token file, or a Rust closure. Freed on drop (loaders made
+/// from it keep it alive).
+pub struct Dataset {
+    ptr: NonNull<sys::acc_dataset>,
+    failure: Option<FailureSlot>,
+}
+
+// SAFETY: libacc handles may be used from any thread, one at a time; a closure behind the dataset is
+// `Send`.
+unsafe impl Send for Dataset {}
+
+impl Drop for Dataset {
+    fn drop(&mut self) {
+        unsafe { sys::acc_dataset_destroy(self.ptr.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dataset({:p})", self.ptr)
+    }
+}
+
+impl Dataset {
+    fn owned(status: sys::acc_status, out: *mut sys::acc_dataset, failure: Option<FailureSlot>) -> Result<Dataset> {
+        check(status)?;
+        NonNull::new(out)
+            .map(|ptr| Dataset { ptr, failure })
+            .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL dataset"))
+    }
+
+    /// Samples are the rows (dim 0) of `inputs` and of `targets` when given (both copied).
+    pub fn from_tensors(inputs: &Tensor, targets: Option<&Tensor>) -> Result<Dataset> {
+        check_abi()?;
+        let mut out = ptr::null_mut();
+        let t = targets.map_or(ptr::null(), |t| t.as_ptr() as *const _);
+        Dataset::owned(unsafe { sys::acc_dataset_from_tensors(inputs.as_ptr(), t, &mut out) }, out, None)
+    }
+
+    /// A memory-mapped token file: `{"block_size": T, "dtype": "uint16"|"int32"}`.
+    pub fn from_token_file(path: &str, options_json: &str) -> Result<Dataset> {
+        check_abi()?;
+        let (p, o) = (cstring(path)?, cstring(options_json)?);
+        let mut out = ptr::null_mut();
+        Dataset::owned(unsafe { sys::acc_dataset_from_token_file(p.as_ptr(), o.as_ptr(), &mut out) }, out, None)
+    }
+
+    /// A dataset of `len` samples produced by `f(index) -> (input, target)`, called on the thread that
+    /// calls [`DataLoader::next`]. An `Err` fails that call with [`ErrorCode::Callback`] and the error
+    /// as its source; a panic is caught at the C boundary and resumed in the caller of `next`.
+    pub fn from_fn<F, E>(len: i64, f: F) -> Result<Dataset>
+    where
+        F: FnMut(i64) -> std::result::Result<(Tensor, Option<Tensor>), E> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        check_abi()?;
+        struct State<F> {
+            f: F,
+            failure: FailureSlot,
+        }
+        unsafe extern "C" fn get<F, E>(
+            user: *mut c_void,
+            index: i64,
+            input: *mut *mut sys::acc_tensor,
+            target: *mut *mut sys::acc_tensor,
+        ) -> sys::acc_status
+        where
+            F: FnMut(i64) -> std::result::Result<(Tensor, Option<Tensor>), E> + Send + 'static,
+            E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        {
+            // SAFETY: user is the State we boxed; libacc calls one sample at a time.
+            let state = unsafe { &mut *user.cast::<State<F>>() };
+            match panic::catch_unwind(AssertUnwindSafe(|| (state.f)(index))) {
+                Ok(Ok((x, y))) => {
+                    // SAFETY: libacc passes valid out-pointers and takes ownership of both tensors.
+                    unsafe {
+                        *input = x.into_raw();
+                        if let Some(y) = y {
+                            *target = y.into_raw();
+                        }
+                    }
+                    sys::ACC_OK
+                }
+                Ok(Err(e)) => {
+                    state.failure.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.into());
+                    sys::ACC_ERR_CALLBACK
+                }
+                Err(payload) => {
+                    state.failure.lock().unwrap_or_else(|p| p.into_inner()).panic = Some(payload);
+                    sys::ACC_ERR_CALLBACK
+                }
+            }
+        }
+        unsafe extern "C" fn free<F>(user: *mut c_void) {
+            // SAFETY: called once, when libacc no longer uses the dataset; dropping must not unwind.
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(user.cast::<State<F>>()) })));
+        }
+        let failure = FailureSlot::default();
+        let user = Box::into_raw(Box::new(State { f, failure: failure.clone() }));
+        let mut out = ptr::null_mut();
+        // SAFETY: libacc calls free exactly once, also when this fails.
+        let st = unsafe { sys::acc_dataset_from_callback(len, Some(get::<F, E>), user.cast(), Some(free::<F>), &mut out) };
+        Dataset::owned(st, out, Some(failure))
+    }
+
+    /// The number of samples.
+    pub fn len(&self) -> Result<i64> {
+        let mut n = 0;
+        check(unsafe { sys::acc_dataset_length(self.ptr.as_ptr(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// Whether the dataset has no samples.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+/// One batch: the input and the target (None when the dataset has none).
+#[derive(Debug)]
+pub struct Batch {
+    pub input: Tensor,
+    pub target: Option<Tensor>,
+}
+
+/// Batches a dataset; once prepared it yields this process's shard of every batch. Freed on drop.
+pub struct DataLoader {
+    ptr: NonNull<sys::acc_dataloader>,
+    failure: Option<FailureSlot>,
+}
+
+// SAFETY: as for Dataset.
+unsafe impl Send for DataLoader {}
+
+impl Drop for DataLoader {
+    fn drop(&mut self) {
+        unsafe { sys::acc_dataloader_destroy(self.ptr.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for DataLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DataLoader({:p})", self.ptr)
+    }
+}
+
+impl DataLoader {
+    /// A loader: `{"batch_size": 1, "shuffle": false, "seed": 0, "drop_last": false}`.
+    pub fn new(ds: &Dataset, options_json: &str) -> Result<DataLoader> {
+        check_abi()?;
+        let c = cstring(options_json)?;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::acc_dataloader_create(ds.ptr.as_ptr(), c.as_ptr(), &mut out) })?;
+        NonNull::new(out)
+            .map(|ptr| DataLoader { ptr, failure: ds.failure.clone() })
+            .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL data loader"))
+    }
+
+    fn as_ptr(&self) -> *mut sys::acc_dataloader {
+        self.ptr.as_ptr()
+    }
+
+    /// This process's next batch, or `None` at the end of an epoch; the call after that starts the
+    /// next epoch (reshuffled with seed + epoch). Resumes a panic of a [`Dataset::from_fn`] callback.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&self) -> Result<Option<Batch>> {
+        let (mut x, mut y, mut has) = (ptr::null_mut(), ptr::null_mut(), 0);
+        let st = unsafe { sys::acc_dataloader_next(self.as_ptr(), &mut x, &mut y, &mut has) };
+        if st != sys::ACC_OK {
+            let err = Error::last(st);
+            if let Some(slot) = &self.failure {
+                let mut f = slot.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(payload) = f.panic.take() {
+                    drop(f);
+                    panic::resume_unwind(payload);
+                }
+                if let Some(source) = f.error.take() {
+                    return Err(err.with_source(source));
+                }
+            }
+            return Err(err);
+        }
+        if has == 0 {
+            return Ok(None);
+        }
+        let input = Tensor::from_raw(x).ok_or_else(|| Error::new(ErrorCode::Internal, "batch without input"))?;
+        Ok(Some(Batch { input, target: Tensor::from_raw(y) }))
+    }
+
+    /// Batches per epoch on this process.
+    pub fn len(&self) -> Result<i64> {
+        let mut n = 0;
+        check(unsafe { sys::acc_dataloader_length(self.as_ptr(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// Whether an epoch has no batches.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Restarts at the beginning of `epoch`.
+    pub fn set_epoch(&self, epoch: i64) -> Result<()> {
+        check(unsafe { sys::acc_dataloader_set_epoch(self.as_ptr(), epoch) })
+    }
+
+    /// Whether the last batch of the epoch is current.
+    pub fn end_of_epoch(&self) -> Result<bool> {
+        let mut v = 0;
+        check(unsafe { sys::acc_dataloader_end_of_epoch(self.as_ptr(), &mut v) })?;
+        Ok(v != 0)
+    }
+}

@@ -1,0 +1,394 @@
+//! The shared conformance scenarios (tests/bindings/scenarios.txt), in Rust.
+use std::error::Error as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use acc::{Accelerator, DType, DataLoader, Dataset, ErrorCode, Model, Optimizer, ReduceOp, Scheduler, Tensor};
+
+/// `r` failed with `code` and a message naming `needle`.
+#[track_caller]
+fn expect_err<T: std::fmt::Debug>(r: acc::Result<T>, code: ErrorCode, needle: &str) -> acc::Error {
+    match r {
+        Ok(v) => panic!("expected {code:?} naming {needle:?}, got Ok({v:?})"),
+        Err(e) => {
+            assert_eq!(e.code(), code, "code of {e}");
+            assert_eq!(e.status(), code.status());
+            assert!(e.message().contains(needle), "expected {needle:?} in {:?}", e.message());
+            e
+        }
+    }
+}
+
+// scenario: library
+#[test]
+fn library() {
+    assert_eq!(acc::version().matches('.').count(), 2);
+    acc::check_abi().unwrap();
+    expect_err(acc::check_abi_version(acc::ABI_VERSION + 1), ErrorCode::AbiMismatch, "built for ABI 2");
+    assert!(acc::build_info().contains("\"torch\""));
+    assert_eq!(acc::status_name(ErrorCode::InvalidConfig.status()), "ACC_ERR_INVALID_CONFIG");
+    assert_eq!(acc::status_name(999), "ACC_ERR_UNKNOWN");
+    assert_eq!(ErrorCode::from_status(999), ErrorCode::Internal);
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<acc::Error>();
+}
+
+// scenario: create
+#[test]
+fn create() {
+    let a = Accelerator::new("").unwrap();
+    assert_eq!(a.device().unwrap(), "cpu");
+    assert_eq!(a.distributed_type().unwrap(), "NO");
+    assert_eq!(a.process_index().unwrap(), 0);
+    assert_eq!(a.local_process_index().unwrap(), 0);
+    assert_eq!(a.num_processes().unwrap(), 1);
+    assert!(a.is_main_process().unwrap());
+    assert!(a.config_json().unwrap().contains("bucket_cap_mb"));
+    let b = Accelerator::new(r#"{"seed": 3, "cpu": true}"#).unwrap();
+    assert_eq!(b.num_processes().unwrap(), 1);
+}
+
+// scenario: bad_config
+#[test]
+fn bad_config() {
+    expect_err(Accelerator::new(r#"{"gradient_acumulation_steps": 2}"#), ErrorCode::InvalidConfig, "gradient_accumulation_steps");
+    expect_err(Accelerator::new(r#"{"mixed_precision": "fp32"}"#), ErrorCode::InvalidConfig, "bf16");
+    expect_err(Accelerator::new(r#"{"cpu": true"#), ErrorCode::InvalidConfig, "JSON");
+    expect_err(Model::new(r#"{"type": "mlp", "sizes": [2, 1], "layers": 3}"#), ErrorCode::InvalidConfig, "unknown key 'layers'");
+    expect_err(Model::new("{\"type\": \"mlp\0\"}"), ErrorCode::InvalidArgument, "NUL");
+}
+
+/// Errors are read on the thread that made the call: many threads failing at once each see their own.
+#[test]
+fn errors_stay_with_their_thread() {
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let key = format!("no_such_key_{t}_{i}");
+                    let spec = format!(r#"{{"type": "mlp", "sizes": [2, 1], "{key}": 1}}"#);
+                    expect_err(Model::new(&spec), ErrorCode::InvalidConfig, &key);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+// scenario: null_handle
+// Rust handles are never NULL: a missing object is `None`, and libacc's NULL checks answer for it.
+// Raw NULL pointers through acc-sys get the same codes and messages.
+#[test]
+fn null_handle() {
+    let a = Accelerator::new("").unwrap();
+    expect_err(a.prepare(None, None, None, None), ErrorCode::InvalidArgument, "nothing to prepare");
+    unsafe {
+        let mut n = 0;
+        let st = acc::sys::acc_process_index(std::ptr::null(), &mut n);
+        assert_eq!(st, acc::sys::ACC_ERR_INVALID_ARGUMENT);
+        let msg = std::ffi::CStr::from_ptr(acc::sys::acc_last_error_message()).to_str().unwrap();
+        assert!(msg.contains("accelerator is NULL"), "{msg}");
+        assert_eq!(acc::sys::acc_optimizer_step(std::ptr::null_mut()), acc::sys::ACC_ERR_INVALID_ARGUMENT);
+        acc::sys::acc_model_destroy(std::ptr::null_mut()); // destroy accepts NULL
+    }
+}
+
+// scenario: closed_handle
+// Dropping is closing; the borrow checker rejects every use after it (see the compile_fail doc test
+// in the crate docs). Moving a handle into a drop and using the moved-from value does not compile.
+#[test]
+fn closed_handle() {
+    let m = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "sgd"}"#).unwrap();
+    drop(m); // the optimizer keeps the model alive inside libacc
+    o.step().unwrap();
+}
+
+fn regression(n: usize) -> Dataset {
+    let mut x = vec![0f32; 2 * n];
+    let mut y = vec![0f32; n];
+    for i in 0..n {
+        x[2 * i] = (i as f64 * 0.37).sin() as f32;
+        x[2 * i + 1] = (i as f64 * 0.11).cos() as f32;
+        y[i] = 3.0 * x[2 * i] - 2.0 * x[2 * i + 1] + 1.0;
+    }
+    let tx = Tensor::from_slice(&x, &[n as i64, 2]).unwrap();
+    let ty = Tensor::from_slice(&y, &[n as i64, 1]).unwrap();
+    Dataset::from_tensors(&tx, Some(&ty)).unwrap()
+}
+
+// scenario: call_order
+#[test]
+fn call_order() {
+    let a = Accelerator::new(r#"{"seed": 7}"#).unwrap();
+    let m = Model::new(r#"{"type": "mlp", "sizes": [2, 8, 1]}"#).unwrap();
+    let other = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "sgd", "lr": 0.1}"#).unwrap();
+    let other_opt = Optimizer::new(&other, r#"{"type": "sgd"}"#).unwrap();
+    expect_err(a.prepare(None, Some(&other_opt), None, None), ErrorCode::InvalidState, "model is not prepared");
+    expect_err(a.prepare(None, None, None, None), ErrorCode::InvalidArgument, "nothing to prepare");
+    a.prepare(Some(&m), Some(&o), None, None).unwrap();
+    expect_err(a.prepare(Some(&m), None, None, None), ErrorCode::InvalidState, "already prepared");
+    expect_err(Scheduler::new(&o, r#"{"type": "cosine"}"#), ErrorCode::InvalidConfig, "total_steps");
+}
+
+// scenario: tensor_errors
+#[test]
+fn tensor_errors() {
+    expect_err(Tensor::from_bytes(&[0; 12], DType::Float32, &[4]), ErrorCode::InvalidArgument, "nbytes");
+    let t = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[4]).unwrap();
+    expect_err(t.item(), ErrorCode::InvalidArgument, "one-element");
+    expect_err(t.copy_to(&mut [0u8; 8]), ErrorCode::InvalidArgument, "nbytes");
+    expect_err(t.to_vec::<i64>(), ErrorCode::InvalidArgument, "not Int64");
+    let a = Accelerator::new("").unwrap();
+    let m = Model::new(r#"{"type": "mlp", "sizes": [4, 1]}"#).unwrap();
+    let x = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 4]).unwrap();
+    let out = m.predict(&x).unwrap();
+    expect_err(a.backward(&out), ErrorCode::InvalidArgument, "one element");
+    let plain = Tensor::from_slice(&[1f32], &[1, 1]).unwrap();
+    expect_err(a.backward(&plain), ErrorCode::InvalidArgument, "autograd graph");
+}
+
+// scenario: dtype_roundtrip
+#[test]
+fn dtype_roundtrip() {
+    for d in DType::ALL {
+        let data: Vec<u8> =
+            (0..6 * d.size()).map(|i| if d == DType::Bool { (i % 2) as u8 } else { ((i * 7 + 3) % 64) as u8 }).collect();
+        let t = Tensor::from_bytes(&data, d, &[2, 3]).unwrap();
+        assert_eq!(t.dtype().unwrap(), d);
+        assert_eq!(t.shape().unwrap(), vec![2, 3]);
+        assert_eq!(t.numel().unwrap(), 6);
+        assert_eq!(t.nbytes().unwrap(), data.len());
+        assert_eq!(t.to_bytes().unwrap(), data, "{d:?}");
+    }
+    let s = Tensor::scalar(2.5f64).unwrap();
+    assert!(s.shape().unwrap().is_empty());
+    assert_eq!(s.item().unwrap(), 2.5);
+    assert_eq!(Tensor::from_slice(&[-1i64, 1 << 40], &[2]).unwrap().to_vec::<i64>().unwrap(), vec![-1, 1 << 40]);
+    assert_eq!(Tensor::from_slice(&[-7i32, 9], &[2]).unwrap().to_vec::<i32>().unwrap(), vec![-7, 9]);
+    assert_eq!(Tensor::from_slice(&[true, false], &[2]).unwrap().to_vec::<bool>().unwrap(), vec![true, false]);
+    assert_eq!(Tensor::from_slice(&[3u8, 250], &[2]).unwrap().to_vec::<u8>().unwrap(), vec![3, 250]);
+}
+
+// scenario: zero_copy
+#[test]
+fn zero_copy() {
+    // In: a Vec is moved into the tensor without a copy; the view sees the same address.
+    let v = vec![1f32, 2.0, 3.0, 4.0];
+    let addr = v.as_ptr() as usize;
+    let t = Tensor::from_vec(v, &[2, 2]).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    let mut view = t.view().unwrap();
+    assert_eq!(view.as_bytes().as_ptr() as usize, addr, "the tensor does not view the vector");
+    assert_eq!(view.shape(), &[2, 2]);
+    // Out: writes through the view show in the tensor.
+    view.as_bytes_mut()[..4].copy_from_slice(&5f32.to_ne_bytes());
+    assert_eq!(t.to_vec::<f32>().unwrap()[0], 5.0);
+    drop(t); // the view keeps the memory alive
+    assert_eq!(view.as_slice::<f32>().unwrap(), &[5.0, 2.0, 3.0, 4.0]);
+    assert!(view.as_slice::<i32>().is_none());
+    drop(view);
+    expect_err(Tensor::from_vec(vec![1f32; 3], &[2, 2]), ErrorCode::InvalidArgument, "does not hold");
+}
+
+// scenario: train
+#[test]
+fn train() {
+    let a = Accelerator::new(r#"{"seed": 7}"#).unwrap();
+    let ds = regression(64);
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 16, "shuffle": true, "seed": 3}"#).unwrap();
+    let m = Model::new(r#"{"type": "mlp", "sizes": [2, 16, 1], "activation": "tanh"}"#).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "adam", "lr": 0.05}"#).unwrap();
+    let s = Scheduler::new(&o, r#"{"type": "linear", "warmup_steps": 2, "total_steps": 100}"#).unwrap();
+    a.prepare(Some(&m), Some(&o), Some(&s), Some(&dl)).unwrap();
+    assert_eq!(dl.len().unwrap(), 4);
+    let (mut first, mut last, mut steps) = (-1.0, 0.0, 0);
+    for _ in 0..25 {
+        while let Some(b) = dl.next().unwrap() {
+            let loss = m.loss(&b.input, b.target.as_ref()).unwrap();
+            last = loss.item().unwrap();
+            if first < 0.0 {
+                first = last;
+            }
+            a.backward(&loss).unwrap();
+            o.step().unwrap();
+            s.step().unwrap();
+            o.zero_grad().unwrap();
+            steps += 1;
+        }
+    }
+    assert_eq!(steps, 100);
+    assert!(last < first * 0.05, "loss {first} -> {last}");
+    assert!(s.last_lr().unwrap().abs() < 1e-12);
+    assert!(o.lr().unwrap().abs() < 1e-12);
+    assert_eq!(m.num_parameters().unwrap(), 2 * 16 + 16 + 16 + 1);
+}
+
+// scenario: gather
+#[test]
+fn gather() {
+    let a = Accelerator::new("").unwrap();
+    let x = Tensor::from_slice(&[1f32, 2.0], &[2]).unwrap();
+    assert_eq!(a.gather(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+        assert_eq!(a.reduce(&x, op).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    }
+    a.wait_for_everyone().unwrap();
+    let vals: Vec<f32> = (0..37).map(|i| i as f32).collect();
+    let all = Tensor::from_slice(&vals, &[37]).unwrap();
+    let ds = Dataset::from_tensors(&all, None).unwrap();
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 8}"#).unwrap();
+    a.prepare(None, None, None, Some(&dl)).unwrap();
+    let mut seen = 0;
+    while let Some(b) = dl.next().unwrap() {
+        assert!(b.target.is_none());
+        for v in a.gather_for_metrics(&b.input).unwrap().to_vec::<f32>().unwrap() {
+            assert_eq!(v, seen as f32);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 37);
+}
+
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![vec![]];
+    }
+    let mut out = vec![];
+    for p in permutations(n - 1) {
+        for i in 0..=p.len() {
+            let mut q = p.clone();
+            q.insert(i, n - 1);
+            out.push(q);
+        }
+    }
+    out
+}
+
+// scenario: destroy_orders
+#[test]
+fn destroy_orders() {
+    let x = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[4, 2]).unwrap();
+    let y = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[4, 1]).unwrap();
+    let orders = permutations(6);
+    assert_eq!(orders.len(), 720);
+    for order in orders {
+        let mut a = Some(Accelerator::new("").unwrap());
+        let mut m = Some(Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap());
+        let mut o = Some(Optimizer::new(m.as_ref().unwrap(), r#"{"type": "sgd", "lr": 0.1}"#).unwrap());
+        let mut s = Some(Scheduler::new(o.as_ref().unwrap(), r#"{"type": "constant"}"#).unwrap());
+        let mut ds = Some(Dataset::from_tensors(&x, Some(&y)).unwrap());
+        let mut dl = Some(DataLoader::new(ds.as_ref().unwrap(), r#"{"batch_size": 2}"#).unwrap());
+        a.as_ref().unwrap().prepare(m.as_ref(), o.as_ref(), s.as_ref(), dl.as_ref()).unwrap();
+        for h in order {
+            match h {
+                0 => drop(a.take()),
+                1 => drop(m.take()),
+                2 => drop(o.take()),
+                3 => drop(s.take()),
+                4 => drop(ds.take()),
+                _ => drop(dl.take()),
+            }
+            if let Some(dl) = &dl {
+                dl.next().unwrap();
+            }
+            if let Some(m) = &m {
+                m.num_parameters().unwrap();
+            }
+            if let Some(o) = &o {
+                o.step().unwrap();
+            }
+            if let Some(s) = &s {
+                s.step().unwrap();
+            }
+            if let Some(ds) = &ds {
+                ds.len().unwrap();
+            }
+            if let Some(a) = &a {
+                a.num_processes().unwrap();
+            }
+        }
+    }
+}
+
+// scenario: safetensors
+#[test]
+fn safetensors() {
+    let dir = std::env::temp_dir().join(format!("acc-rust-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mlp.safetensors");
+    let path = path.to_str().unwrap();
+    let spec = r#"{"type": "mlp", "sizes": [2, 16, 1], "activation": "tanh"}"#;
+    let m = Model::new(spec).unwrap();
+    m.save_safetensors(path).unwrap();
+    let c = Model::new(spec).unwrap();
+    c.load_safetensors(path).unwrap();
+    let (a, b) = (m.state_dict().unwrap(), c.state_dict().unwrap());
+    assert_eq!(a.len(), 4);
+    for ((na, ta), (nb, tb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        assert_eq!(ta.to_bytes().unwrap(), tb.to_bytes().unwrap());
+    }
+    let other = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
+    expect_err(other.load_safetensors(path), ErrorCode::InvalidArgument, "shape");
+    expect_err(other.load_safetensors("/nonexistent.safetensors"), ErrorCode::Io, "cannot open");
+    expect_err(Dataset::from_token_file("/nonexistent/train.bin", r#"{"block_size": 8}"#), ErrorCode::Io, "/nonexistent/train.bin");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// scenario: callback_dataset
+#[test]
+fn callback_dataset() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    struct Guard(Arc<AtomicUsize>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let guard = Guard(dropped.clone());
+    let ds = Dataset::from_fn(8, move |i| {
+        let _keep = &guard;
+        if i == 5 {
+            return Err(format!("no sample {i}"));
+        }
+        let x = Tensor::from_slice(&[i as f32, i as f32], &[2]).map_err(|e| e.to_string())?;
+        let y = Tensor::scalar(2.0 * i as f32).map_err(|e| e.to_string())?;
+        Ok((x, Some(y)))
+    })
+    .unwrap();
+    assert_eq!(ds.len().unwrap(), 8);
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 4}"#).unwrap();
+    drop(ds); // the loader keeps it
+    let b = dl.next().unwrap().unwrap();
+    assert_eq!(b.input.to_vec::<f32>().unwrap()[6], 3.0);
+    assert_eq!(b.target.unwrap().to_vec::<f32>().unwrap()[3], 6.0);
+    let e = expect_err(dl.next(), ErrorCode::Callback, "index 5");
+    assert_eq!(e.source().unwrap().to_string(), "no sample 5");
+    assert_eq!(dropped.load(Ordering::SeqCst), 0);
+    drop(dl);
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the closure is dropped with the last loader");
+
+    // A panic in the callback does not cross the C ABI: it resumes in the caller of next().
+    let pds = Dataset::from_fn(2, |_| -> Result<(Tensor, Option<Tensor>), String> { panic!("boom") }).unwrap();
+    let pdl = DataLoader::new(&pds, "").unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pdl.next()));
+    let payload = caught.expect_err("the panic should resume");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    expect_err(
+        Dataset::from_fn(-1, |_| -> Result<(Tensor, Option<Tensor>), String> { unreachable!() }),
+        ErrorCode::InvalidArgument,
+        "length",
+    );
+}
+
+/// Handles are Send: a loader and a model can move to another thread.
+#[test]
+fn handles_are_send() {
+    let m = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
+    let n = std::thread::spawn(move || m.num_parameters().unwrap()).join().unwrap();
+    assert_eq!(n, 3);
+}

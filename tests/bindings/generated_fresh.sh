@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The committed generated code matches its sources: SWIG output (Go raw package, Java JNI layer) for
+# bindings/swig/acc.i + acc.h, and bindgen output (acc-sys/src/bindings.rs) for acc.h.
+#   generated_fresh.sh swig|bindgen SOURCE_ROOT
+# Exit 77 when the generator is not installed (SWIG comes with scripts/setup.sh; bindgen only on
+# maintainers' machines, since users build from the checked-in file).
+set -euo pipefail
+kind=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
+case $kind in
+  swig)
+    command -v swig >/dev/null || { echo "SKIP: swig not installed"; exit 77; }
+    "$src/bindings/swig/generate.sh" "$tmp" >/dev/null
+    status=0
+    for f in bindings/go/internal/raw/raw.go bindings/go/internal/raw/raw_wrap.c bindings/java/native/acc_jni_wrap.c \
+             $(cd "$tmp" && ls bindings/java/src/main/java/ai/acc/internal/*.java); do
+      if ! diff -q "$tmp/$f" "$src/$f" >/dev/null 2>&1; then
+        echo "STALE: $f (run bindings/swig/generate.sh)"
+        diff -u "$src/$f" "$tmp/$f" | head -12 || true
+        status=1
+      fi
+    done
+    committed=$(cd "$src" && ls bindings/java/src/main/java/ai/acc/internal/*.java | wc -l)
+    fresh=$(cd "$tmp" && ls bindings/java/src/main/java/ai/acc/internal/*.java | wc -l)
+    [[ $committed == "$fresh" ]] || { echo "STALE: $committed committed Java files, $fresh generated"; status=1; }
+    [[ $status == 0 ]] && echo "SWIG output is up to date"
+    exit $status
+    ;;
+  bindgen)
+    command -v bindgen >/dev/null || { echo "SKIP: bindgen not installed (maintainers only)"; exit 77; }
+    ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || [[ -n ${LIBCLANG_PATH:-} ]] \
+      || { echo "SKIP: libclang not installed"; exit 77; }
+    "$src/bindings/rust/regenerate.sh" "$tmp/bindings.rs" 2>/dev/null
+    if ! diff -u "$src/bindings/rust/acc-sys/src/bindings.rs" "$tmp/bindings.rs"; then
+      echo "STALE: bindings/rust/acc-sys/src/bindings.rs (run bindings/rust/regenerate.sh)"
+      exit 1
+    fi
+    echo "bindgen output is up to date"
+    ;;
+esac

@@ -6,17 +6,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cstring>
 #include <numeric>
 
+#include "runtime/comm.hpp"
+#include "util/errors.hpp"
 #include "util/options.hpp"
 
 namespace acc {
 
-Sample Dataset::get_batch(const std::vector<int64_t>& indices) {
+namespace {
+
+// Stacks samples along a new dim 0 (torch's default collate for tensors).
+Sample stack_samples(const std::vector<Sample>& samples) {
   std::vector<at::Tensor> in, tg;
-  for (int64_t i : indices) {
-    Sample s = get(i);
+  for (const Sample& s : samples) {
     in.push_back(s.input);
     if (s.target.defined()) tg.push_back(s.target);
   }
@@ -24,6 +30,17 @@ Sample Dataset::get_batch(const std::vector<int64_t>& indices) {
     throw std::invalid_argument("dataset: some samples have a target and some do not");
   return {at::stack(in), tg.empty() ? at::Tensor() : at::stack(tg)};
 }
+
+}  // namespace
+
+Sample Dataset::get_batch(const std::vector<int64_t>& indices) {
+  std::vector<Sample> samples;
+  for (int64_t i : indices) samples.push_back(get(i));
+  return stack_samples(samples);
+}
+
+void Dataset::start(int64_t) { throw UnsupportedError("this dataset is indexable, not iterable"); }
+bool Dataset::next(Sample&) { throw UnsupportedError("this dataset is indexable, not iterable"); }
 
 namespace {
 
@@ -137,6 +154,27 @@ class CallbackDataset final : public Dataset {
   std::function<Sample(int64_t)> get_;
 };
 
+// torch's IterableDataset over caller functions: no length, read in order.
+class IterableCallbackDataset final : public Dataset {
+ public:
+  IterableCallbackDataset(std::function<void(int64_t)> start, std::function<bool(Sample&)> next)
+      : start_(std::move(start)), next_(std::move(next)) {}
+  bool iterable() const override { return true; }
+  int64_t size() const override { throw UnsupportedError("an iterable dataset has no length"); }
+  Sample get(int64_t) override { throw UnsupportedError("an iterable dataset cannot be indexed"); }
+  Sample get_batch(const std::vector<int64_t>&) override {
+    throw UnsupportedError("an iterable dataset cannot be indexed");
+  }
+  void start(int64_t epoch) override {
+    if (start_) start_(epoch);
+  }
+  bool next(Sample& out) override { return next_(out); }
+
+ private:
+  std::function<void(int64_t)> start_;
+  std::function<bool(Sample&)> next_;
+};
+
 }  // namespace
 
 std::shared_ptr<Dataset> make_tensor_dataset(at::Tensor inputs, at::Tensor targets) {
@@ -155,85 +193,548 @@ std::shared_ptr<Dataset> make_callback_dataset(int64_t length, std::function<Sam
   return std::make_shared<CallbackDataset>(length, std::move(get));
 }
 
+std::shared_ptr<Dataset> make_iterable_dataset(std::function<void(int64_t)> start, std::function<bool(Sample&)> next) {
+  if (!next) throw std::invalid_argument("an iterable dataset needs a next function");
+  return std::make_shared<IterableCallbackDataset>(std::move(start), std::move(next));
+}
+
 LoaderOptions LoaderOptions::parse(const char* options_json) {
   Options o(options_json, "dataloader options", {"batch_size", "shuffle", "seed", "drop_last"});
   LoaderOptions l;
   l.batch_size = o.get_int("batch_size", 1, 1);
   l.shuffle = o.get_bool("shuffle", false);
-  l.seed = static_cast<uint64_t>(o.get_int("seed", 0, 0));
+  if (o.has("seed")) l.seed = static_cast<uint64_t>(o.get_int("seed", 0, 0));
   l.drop_last = o.get_bool("drop_last", false);
   return l;
 }
 
+LoaderPrepare LoaderPrepare::from_config(const config::Config& c, ShardSpec spec, std::shared_ptr<Comm> comm) {
+  LoaderPrepare p;
+  p.spec = spec;
+  p.spec.split_batches = c.get_bool("dataloader_config.split_batches");
+  p.spec.even_batches = c.get_bool("dataloader_config.even_batches");
+  if (c.is_set("dataloader_config.dispatch_batches")) p.dispatch_batches = c.get_bool("dataloader_config.dispatch_batches");
+  p.use_seedable_sampler = c.get_bool("dataloader_config.use_seedable_sampler");
+  if (c.is_set("dataloader_config.data_seed"))
+    p.data_seed = static_cast<uint64_t>(c.get_int("dataloader_config.data_seed"));
+  p.non_blocking = c.get_bool("dataloader_config.non_blocking");
+  if (c.get_bool("dataloader_config.use_stateful_dataloader"))
+    throw UnsupportedError("dataloader_config.use_stateful_dataloader: torchdata's StatefulDataLoader is not part of "
+                           "libacc; resume with skip_first_batches (acc_dataloader_skip_first_batches) instead");
+  p.comm = std::move(comm);
+  return p;
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Passes: one epoch of iteration, in the three ways Accelerate iterates.
+
+struct DataLoader::Pass {
+  virtual ~Pass() = default;
+  // This process's next batch, on the CPU; false at the end of the pass.
+  virtual bool next(Sample& out) = 0;
+  bool at_end = false;       // the batch next() returned last is the pass's last (end_of_dataloader)
+  int64_t padded_real = 0;   // then: real samples of the padded last global batch, 0 if none was padded
+};
+
+namespace {
+
+Sample narrow_rows(const Sample& s, int64_t start, int64_t length) {
+  const int64_t n = s.input.size(0);
+  const int64_t lo = std::min(start, n), hi = std::min(std::max(start + length, lo), n);
+  return {s.input.narrow(0, lo, hi - lo), s.target.defined() ? s.target.narrow(0, lo, hi - lo) : at::Tensor()};
+}
+
+Sample cat_rows(const std::vector<Sample>& parts) {
+  std::vector<at::Tensor> in, tg;
+  for (const Sample& p : parts) {
+    in.push_back(p.input);
+    if (p.target.defined()) tg.push_back(p.target);
+  }
+  if (!tg.empty() && tg.size() != in.size()) throw std::invalid_argument("dataset: some batches have targets and some do not");
+  try {
+    return {at::cat(in), tg.empty() ? at::Tensor() : at::cat(tg)};
+  } catch (const c10::Error& e) {
+    throw std::invalid_argument(
+        std::string("dispatch_batches: the batches of one step cannot be concatenated (they must agree in every dim "
+                    "but the first; give split_batches, or turn dispatch_batches off): ") +
+        e.what_without_backtrace());
+  }
+}
+
+// A map-style pass: this process's batches are known up front (BatchSamplerShard's plan).
+struct IndexPass final : DataLoader::Pass {
+  IndexPass(std::shared_ptr<Dataset> ds, std::vector<Batch> plan, int64_t real)
+      : ds(std::move(ds)), plan(std::move(plan)), real(real) {}
+  bool next(Sample& out) override {
+    if (pos == plan.size()) return false;
+    const Batch& b = plan[pos++];
+    at_end = pos == plan.size();
+    padded_real = at_end ? real : 0;
+    out = ds->get_batch(b);
+    return true;
+  }
+  std::shared_ptr<Dataset> ds;
+  std::vector<Batch> plan;
+  int64_t real;
+  size_t pos = 0;
+};
+
+// Batches of `batch_size` samples read from an iterable dataset, the last short unless drop_last.
+struct StreamBatcher {
+  StreamBatcher(std::shared_ptr<Dataset> ds, int64_t batch_size, bool drop_last)
+      : ds(std::move(ds)), batch_size(batch_size), drop_last(drop_last) {}
+  bool read(Sample& out) {
+    std::vector<Sample> v;
+    while (!done && static_cast<int64_t>(v.size()) < batch_size) {
+      Sample s;
+      if (!ds->next(s)) {
+        done = true;
+        break;
+      }
+      v.push_back(std::move(s));
+    }
+    if (v.empty() || (drop_last && static_cast<int64_t>(v.size()) < batch_size)) return false;
+    out = stack_samples(v);
+    return true;
+  }
+  std::shared_ptr<Dataset> ds;
+  int64_t batch_size;
+  bool drop_last;
+  bool done = false;
+};
+
+// An iterable dataset read by every process: plain batching with one process, IterableDatasetShard's
+// slices with several. One batch is read ahead, as DataLoaderShard does, to know which is the last.
+struct StreamPass final : DataLoader::Pass {
+  StreamPass(std::shared_ptr<Dataset> dataset, int64_t epoch, const ShardSpec& spec, bool shard_it, int64_t skip)
+      : ds(std::move(dataset)), plain(ds, spec.batch_size, spec.drop_last), skip(skip) {
+    if (shard_it) shard.emplace(spec);
+    ds->start(epoch);
+  }
+
+  bool read(Sample& out, int64_t& real) {
+    real = 0;
+    if (!shard) return plain.read(out);
+    if (finished) return false;
+    const int64_t global = shard->global_batch_size();
+    Sample s;
+    while (ds->next(s)) {
+      const int64_t e = seen++;
+      if (e < global) first.push_back(s);
+      cur.push_back(std::move(s));
+      s = {};
+      if (auto b = shard->push(e)) {
+        out = collect(*b);
+        cur.clear();
+        cur_start = seen;
+        return true;
+      }
+    }
+    finished = true;
+    auto b = shard->finish();
+    if (!b) return false;
+    out = collect(*b);
+    real = shard->padded_real();
+    return true;
+  }
+
+  Sample collect(const Batch& elements) const {
+    std::vector<Sample> v;
+    for (int64_t e : elements)
+      v.push_back(e >= cur_start ? cur[static_cast<size_t>(e - cur_start)] : first[static_cast<size_t>(e)]);
+    return stack_samples(v);
+  }
+
+  bool next(Sample& out) override {
+    if (!primed) {
+      primed = true;
+      Sample skipped;
+      int64_t r;
+      for (; skip > 0; --skip)
+        if (!read(skipped, r)) break;
+      have = skip == 0 && read(pending, pending_real);
+    }
+    if (!have) return false;
+    out = std::move(pending);
+    const int64_t real = pending_real;
+    pending = {};
+    have = read(pending, pending_real);
+    at_end = !have;
+    padded_real = at_end ? real : 0;
+    return true;
+  }
+
+  std::shared_ptr<Dataset> ds;
+  StreamBatcher plain;
+  std::optional<IterableShard> shard;
+  std::vector<Sample> first, cur;  // the first global batch; the current one (elements cur_start...)
+  int64_t seen = 0, cur_start = 0;
+  bool finished = false;
+  int64_t skip;
+  bool primed = false, have = false;
+  Sample pending;
+  int64_t pending_real = 0;
+};
+
+// DataLoaderDispatcher's reading on rank 0: one step = one base batch (split_batches) or num_processes
+// of them concatenated; `is_last` tells whether another step follows.
+struct StepSource {
+  virtual ~StepSource() = default;
+  virtual bool next(Sample& step, bool& is_last) = 0;
+};
+
+struct IndexSteps final : StepSource {
+  IndexSteps(std::shared_ptr<Dataset> ds, std::vector<Batch> steps) : ds(std::move(ds)), steps(std::move(steps)) {}
+  bool next(Sample& step, bool& is_last) override {
+    if (pos == steps.size()) return false;
+    const Batch& b = steps[pos++];
+    is_last = pos == steps.size();
+    step = ds->get_batch(b);
+    return true;
+  }
+  std::shared_ptr<Dataset> ds;
+  std::vector<Batch> steps;
+  size_t pos = 0;
+};
+
+struct StreamSteps final : StepSource {
+  StreamSteps(std::shared_ptr<Dataset> dataset, int64_t epoch, const ShardSpec& spec)
+      : base(dataset, spec.batch_size, spec.drop_last),
+        per_step(spec.split_batches ? 1 : spec.num_processes),
+        drop_last(spec.drop_last) {
+    dataset->start(epoch);
+  }
+  bool read_step(Sample& step) {
+    std::vector<Sample> parts;
+    Sample b;
+    while (static_cast<int64_t>(parts.size()) < per_step && base.read(b)) parts.push_back(std::move(b));
+    if (parts.empty() || (drop_last && static_cast<int64_t>(parts.size()) < per_step)) return false;
+    step = parts.size() == 1 ? parts[0] : cat_rows(parts);
+    return true;
+  }
+  bool next(Sample& step, bool& is_last) override {
+    if (!primed) {
+      primed = true;
+      have = read_step(pending);
+    }
+    if (!have) return false;
+    step = std::move(pending);
+    pending = {};
+    have = read_step(pending);
+    is_last = !have;
+    return true;
+  }
+  StreamBatcher base;
+  int64_t per_step;
+  bool drop_last;
+  bool primed = false, have = false;
+  Sample pending;
+};
+
+// What rank 0 broadcasts before each step: whether there is one, and the shapes and dtypes to receive.
+constexpr int kMaxDims = 8;
+enum Header : int64_t { kStatus, kIsLast, kInType, kInDims, kInShape, kHasTarget = kInShape + kMaxDims, kTgType,
+                        kTgDims, kTgShape, kHeaderSize = kTgShape + kMaxDims };
+
+void describe(const at::Tensor& t, int64_t* type, int64_t* ndim, int64_t* shape) {
+  if (t.dim() > kMaxDims)
+    throw std::invalid_argument("dispatch_batches: batches of more than " + std::to_string(kMaxDims) +
+                                " dims cannot be dispatched; got " + std::to_string(t.dim()));
+  *type = static_cast<int64_t>(t.scalar_type());
+  *ndim = t.dim();
+  for (int64_t d = 0; d < t.dim(); ++d) shape[d] = t.size(d);
+}
+
+// Gloo has no bool: it travels as uint8.
+at::Tensor wire(const at::Tensor& t) { return t.scalar_type() == at::kBool ? t.to(at::kByte) : t.contiguous(); }
+
+void broadcast_tensor(Comm& comm, at::Tensor& t, at::ScalarType type) {
+  at::Tensor w = wire(t);
+  if (w.numel() > 0) comm.broadcast(w, 0);
+  t = type == at::kBool ? w.to(at::kBool) : w;
+}
+
+at::Tensor allocate(const int64_t* h, int64_t type_at, int64_t dims_at, int64_t shape_at) {
+  std::vector<int64_t> shape(h + shape_at, h + shape_at + h[dims_at]);
+  auto type = static_cast<at::ScalarType>(h[type_at]);
+  return at::empty(shape, at::TensorOptions().dtype(type == at::kBool ? at::kByte : type));
+}
+
+// DataLoaderDispatcher: rank 0 reads each step and broadcasts it; every process keeps its slice, the
+// last step completed from the first rows of the first step.
+struct DispatchPass final : DataLoader::Pass {
+  DispatchPass(std::unique_ptr<StepSource> source, std::shared_ptr<Comm> comm, const ShardSpec& spec, int64_t skip)
+      : source(std::move(source)), comm(std::move(comm)), spec(spec), skip(skip) {}
+
+  bool receive(Sample& step, bool& is_last) {
+    at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
+    int64_t* h = header.data_ptr<int64_t>();
+    if (spec.process_index == 0) {
+      try {
+        if (source->next(step, is_last)) {
+          h[kStatus] = 1;
+          h[kIsLast] = is_last;
+          describe(step.input, &h[kInType], &h[kInDims], &h[kInShape]);
+          if (step.target.defined()) {
+            h[kHasTarget] = 1;
+            describe(step.target, &h[kTgType], &h[kTgDims], &h[kTgShape]);
+          }
+        }
+      } catch (...) {
+        // Tell the others, so they fail now rather than wait for a batch that never comes.
+        h[kStatus] = -1;
+        if (comm) comm->broadcast(header, 0);
+        throw;
+      }
+    }
+    if (!comm) return h[kStatus] == 1;
+    comm->broadcast(header, 0);
+    if (h[kStatus] == -1) throw DistributedError("dispatch_batches: the main process failed to read the next batch");
+    if (h[kStatus] == 0) return false;
+    is_last = h[kIsLast] != 0;
+    if (spec.process_index != 0) {
+      step.input = allocate(h, kInType, kInDims, kInShape);
+      step.target = h[kHasTarget] ? allocate(h, kTgType, kTgDims, kTgShape) : at::Tensor();
+    }
+    broadcast_tensor(*comm, step.input, static_cast<at::ScalarType>(h[kInType]));
+    if (h[kHasTarget]) broadcast_tensor(*comm, step.target, static_cast<at::ScalarType>(h[kTgType]));
+    return true;
+  }
+
+  bool next(Sample& out) override {
+    while (!finished) {
+      Sample step;
+      bool is_last = false;
+      if (!receive(step, is_last)) {
+        finished = true;
+        return false;
+      }
+      const int64_t observed = step.input.dim() == 0 ? 1 : step.input.size(0);
+      if (!spec.drop_last && !have_first) {
+        first = narrow_rows(step, 0, spec.num_processes);
+        have_first = true;
+      }
+      DispatchSlice d = dispatch_slice(observed, is_last, spec);
+      Sample rows = d.padded ? cat_rows({step, first}) : step;
+      finished = is_last;
+      if (yielded++ < skip) continue;
+      out = narrow_rows(rows, d.start, d.length);
+      at_end = is_last;
+      padded_real = d.padded ? observed : 0;
+      return true;
+    }
+    return false;
+  }
+
+  std::unique_ptr<StepSource> source;  // rank 0 only
+  std::shared_ptr<Comm> comm;
+  ShardSpec spec;
+  int64_t skip;
+  int64_t yielded = 0;
+  bool finished = false, have_first = false;
+  Sample first;
+};
+
+// torch.empty((), dtype=torch.int64).random_(): one draw from the default generator, as torch's
+// RandomSampler (and Accelerate's prepare_data_loader) seed their generators.
+uint64_t draw_seed() { return static_cast<uint64_t>(at::empty({}, at::kLong).random_().item<int64_t>()); }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------------
+// DataLoader
+
 DataLoader::DataLoader(std::shared_ptr<Dataset> ds, LoaderOptions opts) : ds_(std::move(ds)), opts_(opts) {
-  spec_.batch_size = opts_.batch_size;
-  spec_.drop_last = opts_.drop_last;
+  if (!ds_) throw std::invalid_argument("dataset is NULL");
+  if (ds_->iterable() && opts_.shuffle)
+    throw OptionsError("dataloader options: \"shuffle\" is not available for an iterable dataset (its order is "
+                       "the stream's)");
+  if (opts_.shuffle && opts_.seed) gen_ = at::detail::createCPUGenerator(*opts_.seed);
+  how_.spec.batch_size = opts_.batch_size;
+  how_.spec.drop_last = opts_.drop_last;
+}
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> ds, std::vector<Batch> batches, bool drop_last) : ds_(std::move(ds)) {
+  if (!ds_) throw std::invalid_argument("dataset is NULL");
+  if (ds_->iterable()) throw std::invalid_argument("explicit batches need an indexable dataset, not an iterable one");
+  const int64_t n = ds_->size();
+  for (size_t b = 0; b < batches.size(); ++b) {
+    if (batches[b].empty()) throw std::invalid_argument("batch " + std::to_string(b) + " is empty");
+    for (int64_t i : batches[b])
+      if (i < 0 || i >= n)
+        throw std::out_of_range("batch " + std::to_string(b) + " holds index " + std::to_string(i) + " outside [0, " +
+                                std::to_string(n) + ")");
+  }
+  opts_.batch_size = 0;
+  opts_.drop_last = drop_last;
+  explicit_ = std::move(batches);
+  how_.spec.batch_size = 0;
+  how_.spec.drop_last = drop_last;
 }
 
 DataLoader::~DataLoader() {
   if (in_epoch_ && observer_) observer_->loader_end(this);
 }
 
-void DataLoader::prepare(const ShardSpec& spec, c10::Device device, std::shared_ptr<LoaderObserver> observer) {
-  ShardSpec s = spec;
-  s.batch_size = opts_.batch_size;
-  s.drop_last = opts_.drop_last;
-  // Validates split_batches divisibility up front rather than at the first batch.
-  shard_batches({}, s);
-  spec_ = s;
+void DataLoader::prepare(const LoaderPrepare& how, c10::Device device, std::shared_ptr<LoaderObserver> observer) {
+  LoaderPrepare h = how;
+  h.spec.batch_size = opts_.batch_size;
+  h.spec.drop_last = opts_.drop_last;
+  const bool dispatch = h.dispatch_batches.value_or(ds_->iterable());
+  // Check everything first: a refused prepare leaves the loader as it was.
+  check_shard_spec(h.spec);
+  if (h.spec.num_processes > 1 && !h.comm && (dispatch || (opts_.shuffle && !h.use_seedable_sampler)))
+    throw StateError("this data loader needs the process group of its " + std::to_string(h.spec.num_processes) +
+                     " processes");
+  bool seedable = false;
+  uint64_t seed = 0;
+  at::Generator gen = gen_;
+  if (opts_.shuffle) {
+    if (h.use_seedable_sampler) {
+      // SeedableRandomSampler: data_seed, else torch.initial_seed(); each pass reseeds with seed + epoch.
+      seedable = true;
+      const at::Generator& def = at::detail::getDefaultCPUGenerator();
+      seed = h.data_seed ? *h.data_seed : def.current_seed();
+    } else if (h.spec.num_processes > 1 && !dispatch) {
+      // Every process must draw the same permutation: the sampler's generator (seeded from the default
+      // generator when the loader has none) follows rank 0's, as synchronize_rng_states does.
+      if (!gen.defined()) gen = at::detail::createCPUGenerator(draw_seed());
+      if (h.comm) {
+        at::Tensor state;
+        {
+          std::lock_guard<std::mutex> lock(gen.mutex());
+          state = gen.get_state().contiguous();
+        }
+        h.comm->broadcast(state, 0);
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(state);
+      }
+    }
+  }
+  if (in_epoch_ && observer_) observer_->loader_end(this);
+  how_ = std::move(h);
+  dispatch_ = dispatch;
   device_ = device;
   observer_ = std::move(observer);
+  seedable_ = seedable;
+  seed_ = seed;
+  gen_ = gen;
   prepared_ = true;
   in_epoch_ = false;
+  pass_.reset();
 }
 
-std::vector<Batch> DataLoader::plan_epoch(int64_t epoch) const {
+std::shared_ptr<DataLoader> DataLoader::skip_first_batches(int64_t num_batches) const {
+  if (num_batches < 0) throw std::invalid_argument("num_batches must be >= 0; got " + std::to_string(num_batches));
+  std::shared_ptr<DataLoader> c(new DataLoader());
+  c->ds_ = ds_;
+  c->opts_ = opts_;
+  c->explicit_ = explicit_;
+  c->prepared_ = prepared_;
+  c->how_ = how_;
+  c->dispatch_ = dispatch_;
+  c->device_ = device_;
+  c->observer_ = observer_;
+  c->seedable_ = seedable_;
+  c->seed_ = seed_;
+  c->gen_ = gen_;  // shared, as the sampler is shared in Accelerate
+  c->skip_ = skip_ + num_batches;
+  c->epoch_ = epoch_;
+  return c;
+}
+
+std::vector<int64_t> DataLoader::order_for_pass(int64_t epoch) {
   const int64_t n = ds_->size();
   std::vector<int64_t> order(static_cast<size_t>(n));
-  if (opts_.shuffle) {
-    // The same permutation on every process: a generator seeded with seed + epoch (Accelerate's
-    // SeedableRandomSampler), so shards never overlap.
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(opts_.seed + static_cast<uint64_t>(epoch));
-    at::Tensor perm = at::randperm(n, gen, at::kLong);
-    std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
-  } else {
+  if (!opts_.shuffle) {
     std::iota(order.begin(), order.end(), 0);
+    return order;
   }
-  auto batches = make_batches(order, opts_.batch_size, opts_.drop_last);
-  return prepared_ ? shard_batches(batches, spec_) : batches;
+  // torch's RandomSampler: randperm(n) from the sampler's generator; SeedableRandomSampler reseeds it
+  // with seed + epoch; without a generator, each pass seeds a fresh one from the default generator.
+  at::Generator gen = seedable_ ? at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch))
+                      : gen_.defined() ? gen_
+                                       : at::detail::createCPUGenerator(draw_seed());
+  at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
+  std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
+  return order;
+}
+
+std::vector<Batch> DataLoader::base_batches(const std::vector<int64_t>& order) const {
+  return explicit_ ? *explicit_ : make_batches(order, opts_.batch_size, opts_.drop_last);
+}
+
+std::unique_ptr<DataLoader::Pass> DataLoader::start_pass(int64_t epoch) {
+  const ShardSpec& spec = how_.spec;
+  const bool sharded = prepared_ && spec.num_processes > 1;  // Accelerate leaves one process unsharded
+  if (prepared_ && dispatch_) {
+    std::unique_ptr<StepSource> source;
+    int64_t skip_after = 0;
+    if (spec.process_index == 0) {
+      if (ds_->iterable()) {
+        source = std::make_unique<StreamSteps>(ds_, epoch, spec);
+        skip_after = skip_;
+      } else {
+        auto steps = dispatch_steps(base_batches(explicit_ ? std::vector<int64_t>{} : order_for_pass(epoch)), spec);
+        steps.erase(steps.begin(), steps.begin() + std::min<int64_t>(skip_, static_cast<int64_t>(steps.size())));
+        source = std::make_unique<IndexSteps>(ds_, std::move(steps));
+      }
+    } else if (ds_->iterable()) {
+      skip_after = skip_;
+    }
+    return std::make_unique<DispatchPass>(std::move(source), how_.comm, spec, skip_after);
+  }
+  if (ds_->iterable()) return std::make_unique<StreamPass>(ds_, epoch, spec, sharded, skip_);
+  auto base = base_batches(explicit_ ? std::vector<int64_t>{} : order_for_pass(epoch));
+  std::vector<Batch> plan = sharded ? shard_batches(base, spec) : base;
+  plan.erase(plan.begin(), plan.begin() + std::min<int64_t>(skip_, static_cast<int64_t>(plan.size())));
+  return std::make_unique<IndexPass>(ds_, std::move(plan), sharded ? shard_padded_real(base, spec) : 0);
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
   if (in_epoch_ && observer_) observer_->loader_end(this);
   in_epoch_ = false;
+  pass_.reset();
   epoch_ = epoch;
 }
 
-int64_t DataLoader::length() { return static_cast<int64_t>(plan_epoch(epoch_).size()); }
-
-int64_t DataLoader::remainder() const {
-  if (opts_.drop_last) return 0;
-  int64_t total = spec_.split_batches ? opts_.batch_size : opts_.batch_size * spec_.num_processes;
-  return prepared_ ? ds_->size() % total : 0;
+int64_t DataLoader::length() {
+  if (ds_->iterable()) throw UnsupportedError("an iterable dataset has no length, so neither has its loader");
+  std::vector<int64_t> order;
+  if (!explicit_) {
+    order.resize(static_cast<size_t>(ds_->size()));
+    std::iota(order.begin(), order.end(), 0);
+  }
+  auto base = base_batches(order);
+  size_t n = base.size();
+  if (prepared_ && dispatch_)
+    n = dispatch_steps(base, how_.spec).size();
+  else if (prepared_ && how_.spec.num_processes > 1)
+    n = shard_batches(base, how_.spec).size();
+  return std::max<int64_t>(0, static_cast<int64_t>(n) - skip_);
 }
+
+bool DataLoader::end_of_dataloader() const { return in_epoch_ && pass_ && pass_->at_end; }
+
+int64_t DataLoader::remainder() const { return end_of_dataloader() ? pass_->padded_real : 0; }
 
 bool DataLoader::next(Sample& out) {
   if (!in_epoch_) {
-    plan_ = plan_epoch(epoch_);
-    pos_ = 0;
+    pass_ = start_pass(epoch_);
     in_epoch_ = true;
     if (observer_) observer_->loader_begin(this);
   }
-  if (pos_ == plan_.size()) {
+  Sample s;
+  if (!pass_->next(s)) {
     in_epoch_ = false;
+    pass_.reset();
     ++epoch_;
     if (observer_) observer_->loader_end(this);
     return false;
   }
-  Sample s = ds_->get_batch(plan_[pos_++]);
   if (device_ != c10::Device(c10::kCPU)) {
-    s.input = s.input.to(device_);
-    if (s.target.defined()) s.target = s.target.to(device_);
+    s.input = s.input.to(device_, how_.non_blocking);
+    if (s.target.defined()) s.target = s.target.to(device_, how_.non_blocking);
   }
   out = std::move(s);
   return true;

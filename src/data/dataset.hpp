@@ -1,17 +1,24 @@
-// Datasets (indexable samples) and the data loader that batches, shuffles and shards them.
+// Datasets (indexable samples, or iterable streams) and the data loader that batches, shuffles and
+// shards them as Accelerate's prepare_data_loader does: BatchSamplerShard (DataLoaderShard),
+// IterableDatasetShard, DataLoaderDispatcher, SeedableRandomSampler and skip_first_batches.
 #pragma once
+#include <acc/config.hpp>
+
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include "data/sharding.hpp"
 
 namespace acc {
+
+class Comm;
 
 struct Sample {
   at::Tensor input;
@@ -21,16 +28,26 @@ struct Sample {
 class Dataset {
  public:
   virtual ~Dataset() = default;
+  // An iterable dataset (torch's IterableDataset) has no length and no indexing: a loader reads it in
+  // order through start() and next().
+  virtual bool iterable() const { return false; }
   virtual int64_t size() const = 0;
   virtual Sample get(int64_t index) = 0;
   // A batch of samples stacked along a new dim 0. Datasets with contiguous storage override this.
   virtual Sample get_batch(const std::vector<int64_t>& indices);
+  // Iterable datasets: begins a pass over the stream for `epoch` (Accelerate's set_epoch), then next()
+  // gives samples until it returns false.
+  virtual void start(int64_t epoch);
+  virtual bool next(Sample& out);
 };
 
 std::shared_ptr<Dataset> make_tensor_dataset(at::Tensor inputs, at::Tensor targets);
 std::shared_ptr<Dataset> make_token_file_dataset(const std::string& path, const char* options_json);
 // `get` fills a sample or throws; it runs on the thread that asks for the batch.
 std::shared_ptr<Dataset> make_callback_dataset(int64_t length, std::function<Sample(int64_t)> get);
+// An iterable dataset: `start` (may be empty) rewinds the stream for an epoch; `next` fills a sample
+// and returns true, or returns false at the end of the stream.
+std::shared_ptr<Dataset> make_iterable_dataset(std::function<void(int64_t)> start, std::function<bool(Sample&)> next);
 
 // Where a prepared loader reports its progress: Accelerate's GradientState (the active loader's
 // end_of_dataloader and remainder drive gather_for_metrics).
@@ -44,40 +61,81 @@ class LoaderObserver {
 struct LoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
-  uint64_t seed = 0;
+  std::optional<uint64_t> seed;  // the loader's generator; unset: torch's default generator seeds each epoch
   bool drop_last = false;
   static LoaderOptions parse(const char* options_json);
+};
+
+// What acc_prepare decides for a loader: the arguments Accelerator.prepare_data_loader passes on.
+struct LoaderPrepare {
+  ShardSpec spec;                        // processes, split_batches, even_batches
+  std::optional<bool> dispatch_batches;  // unset: dispatch iterable datasets only (Accelerate's default)
+  bool use_seedable_sampler = false;
+  std::optional<uint64_t> data_seed;     // unset: the default generator's initial seed
+  bool non_blocking = false;
+  std::shared_ptr<Comm> comm;            // null with one process
+  // dataloader_config.{split_batches, dispatch_batches, even_batches, use_seedable_sampler, data_seed,
+  // non_blocking}; the process layout comes from `spec`.
+  static LoaderPrepare from_config(const config::Config& c, ShardSpec spec, std::shared_ptr<Comm> comm);
 };
 
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> ds, LoaderOptions opts);
+  // A batch sampler of explicit batches of varying size (Accelerate's batch_size=None); drop_last is the
+  // sampler's: sharded, an incomplete last round is dropped.
+  DataLoader(std::shared_ptr<Dataset> ds, std::vector<Batch> batches, bool drop_last);
   ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
 
-  // Shards across processes and moves batches to `device` (acc_prepare).
-  void prepare(const ShardSpec& spec, c10::Device device, std::shared_ptr<LoaderObserver> observer);
+  // Shards across processes (or dispatches from rank 0) and moves batches to `device` (acc_prepare).
+  // With several processes, a shuffling loader without the seedable sampler takes rank 0's generator
+  // state (a collective: every process prepares its loader).
+  void prepare(const LoaderPrepare& how, c10::Device device, std::shared_ptr<LoaderObserver> observer);
   bool prepared() const { return prepared_; }
+  // Accelerate's skip_first_batches: a new loader over the same data, prepared the same way and at the
+  // same epoch, each pass of which skips its first `num_batches` batches (of this process).
+  std::shared_ptr<DataLoader> skip_first_batches(int64_t num_batches) const;
+
   // False at the end of an epoch; the next call starts the next epoch.
   bool next(Sample& out);
+  // Ends the current pass; the next one runs `epoch` (Accelerate's set_epoch / iteration).
   void set_epoch(int64_t epoch);
-  int64_t length();  // batches per epoch on this process
-  bool end_of_dataloader() const { return in_epoch_ && pos_ == plan_.size(); }
-  // Samples of the last global batch that are real, 0 when it is full or with drop_last (Accelerate's
-  // GradientState.remainder: dataset length modulo the total batch size).
+  int64_t epoch() const { return epoch_; }
+  int64_t length();  // batches per epoch on this process; UnsupportedError for an iterable dataset
+  bool end_of_dataloader() const;
+  // Samples of the last global batch that are real when sharding padded it with repeated samples (the
+  // first that many of the gathered batch), 0 when nothing was padded: what gather_for_metrics keeps.
   int64_t remainder() const;
+  bool dispatches() const { return dispatch_; }
+  bool iterable() const { return ds_->iterable(); }
+
+  struct Pass;  // one epoch's iteration (dataset.cpp)
 
  private:
-  std::vector<Batch> plan_epoch(int64_t epoch) const;
+  DataLoader() = default;
+  std::vector<int64_t> order_for_pass(int64_t epoch);    // may advance the shuffle generator
+  std::vector<Batch> base_batches(const std::vector<int64_t>& order) const;
+  std::unique_ptr<Pass> start_pass(int64_t epoch);
+
   std::shared_ptr<Dataset> ds_;
   LoaderOptions opts_;
+  std::optional<std::vector<Batch>> explicit_;  // explicit batches
   bool prepared_ = false;
-  ShardSpec spec_;
+  LoaderPrepare how_;
+  bool dispatch_ = false;
   c10::Device device_{c10::kCPU};
   std::shared_ptr<LoaderObserver> observer_;
+  // Shuffling: the seedable sampler reseeds `gen_` with seed_ + epoch each pass; otherwise `gen_` (when
+  // defined) draws one permutation per pass, or each pass seeds a fresh one from the default generator.
+  bool seedable_ = false;
+  uint64_t seed_ = 0;
+  at::Generator gen_;
+  int64_t skip_ = 0;
   int64_t epoch_ = 0;
   bool in_epoch_ = false;
-  std::vector<Batch> plan_;
-  size_t pos_ = 0;
+  std::unique_ptr<Pass> pass_;
 };
 
 }  // namespace acc

@@ -96,7 +96,8 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   spec.split_batches = config_.get_bool("dataloader_config.split_batches");
   spec.even_batches = config_.get_bool("dataloader_config.even_batches");
   auto self = shared_from_this();
-  if (loader) loader->prepare(spec, device_, self);  // validates split_batches divisibility first
+  // Validates split_batches divisibility first; the rest of dataloader_config picks how it shards.
+  if (loader) loader->prepare(LoaderPrepare::from_config(config_, spec, comm_), device_, self);
 
   if (model) {
     model->model->to(device_);
@@ -148,10 +149,9 @@ at::Tensor Accelerator::gather(const at::Tensor& t) {
 }
 
 const DataLoader* Accelerator::active_loader() const {
-  if (active_.empty()) return nullptr;
-  for (auto& w : loaders_)
-    if (auto l = w.lock(); l && l.get() == active_.back()) return l.get();
-  return nullptr;
+  // Only data loaders report, each with itself, and each leaves the list before it is destroyed (also
+  // the loaders skip_first_batches makes, which prepare never sees).
+  return active_.empty() ? nullptr : static_cast<const DataLoader*>(active_.back());
 }
 
 at::Tensor Accelerator::gather_for_metrics(const at::Tensor& t) {

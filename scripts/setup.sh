@@ -4,6 +4,7 @@
 #   Debian packages: meson, ninja, cJSON, yaml-cpp, CLI11, Gloo headers, GoogleTest, SWIG, abigail-tools.
 #   .venv/: the PyPI torch wheel (LibTorch headers and libraries) with only the CUDA runtime pieces
 #           libtorch_cpu.so needs to load (cudart, cupti), and nvidia-nccl-cu13 for NCCL headers.
+#   .venv/cuda-headers/: the CUDA headers the NCCL plugin compiles against (see below).
 # Set LIBTORCH=/path/to/libtorch to build against an official LibTorch instead of the wheel.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,8 +37,54 @@ if [[ -z ${LIBTORCH:-} && ! -f $stamp ]]; then
   touch "$stamp"
 fi
 
+# CUDA: the plugin libacc_cuda.so (src/cuda/) compiles against ProcessGroupNCCL.hpp on every machine, GPU
+# or not. Beyond cudart and NCCL (installed above) that needs the headers of cuBLAS, cuSPARSE, cuSOLVER,
+# CRT and CCCL, which PyPI ships only inside their library wheels: ~790 MB to download for ~20 MB of
+# headers. So, once per machine: `pip download --no-deps` of the versions cuda-toolkit pins (torch's CUDA
+# pin) into a temporary folder, keep only their include/ trees in $ACC_CACHE_DIR (~/.cache/libacc),
+# delete the wheels; every checkout then copies the headers into .venv/cuda-headers/include.
+# On a machine with an NVIDIA driver, the plugin also needs the CUDA libraries at run time: torch's CUDA
+# requirements (cudnn, cublas, ...; several GB) are installed too. ACC_SETUP_CUDA=0 skips all of this
+# (the plugin is then not built); ACC_SETUP_CUDA_RUNTIME=0/1 forces the run-time part off/on.
+headers_new=0
+if [[ -z ${LIBTORCH:-} && ${ACC_SETUP_CUDA:-1} != 0 ]] &&
+   compgen -G ".venv/lib/python3*/site-packages/torch/lib/libtorch_cuda.so" >/dev/null; then
+  mapfile -t hdr_pins < <(.venv/bin/python scripts/cuda_headers.py pins)
+  key=$(printf '%s\n' "${hdr_pins[@]}" | md5sum | cut -c1-12)
+  cache_dir=${ACC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libacc}
+  hdr_cache="$cache_dir/cuda-headers-$key"
+  if [[ ! -f .venv/cuda-headers/.stamp-$key ]]; then
+    if [[ ! -d $hdr_cache ]]; then
+      echo "setup: CUDA headers for the NCCL plugin from ${hdr_pins[*]} (wheels deleted after extraction)"
+      tmp=$(mktemp -d)
+      .venv/bin/pip download -q --no-deps --no-cache-dir -d "$tmp/wheels" "${hdr_pins[@]}"
+      .venv/bin/python scripts/cuda_headers.py extract "$tmp/include" "$tmp"/wheels/*.whl
+      mkdir -p "$cache_dir"
+      rm -rf "$hdr_cache.part"
+      mv "$tmp/include" "$hdr_cache.part" && mv -T "$hdr_cache.part" "$hdr_cache"
+      rm -rf "$tmp"
+    fi
+    rm -rf .venv/cuda-headers
+    mkdir -p .venv/cuda-headers
+    cp -a "$hdr_cache" .venv/cuda-headers/include
+    touch ".venv/cuda-headers/.stamp-$key"
+    headers_new=1
+  fi
+  want_runtime=${ACC_SETUP_CUDA_RUNTIME:-auto}
+  [[ $want_runtime == auto ]] && { [[ -e /dev/nvidiactl ]] && want_runtime=1 || want_runtime=0; }
+  rt_stamp=".venv/.acc-cuda-runtime-$key"
+  if [[ $want_runtime == 1 && ! -f $rt_stamp ]]; then
+    mapfile -t rt_reqs < <(.venv/bin/python scripts/cuda_headers.py runtime)
+    echo "setup: NVIDIA driver found: installing torch's CUDA libraries (${rt_reqs[*]})"
+    .venv/bin/pip install -q --no-warn-conflicts "${rt_reqs[@]}"
+    touch "$rt_stamp"
+  fi
+fi
+
 if [[ ! -f build/build.ninja ]]; then
   opts=()
   [[ -n ${LIBTORCH:-} ]] && opts+=("-Dlibtorch=$LIBTORCH")
   meson setup build --buildtype=release "${opts[@]}"
+elif ((headers_new)); then
+  meson setup --reconfigure build >/dev/null  # configured before the CUDA headers arrived: look again
 fi

@@ -62,7 +62,13 @@ const char* acc_build_info(void) noexcept {
     std::string s = "{\"version\": \"" ACC_VERSION_STRING "\", \"abi\": " + std::to_string(ACC_ABI_VERSION) +
                     ", \"torch\": \"" ACC_TORCH_VERSION "\", \"cxx11_abi\": " +
                     std::to_string(_GLIBCXX_USE_CXX11_ABI) + ", \"compiler\": \"gcc " __VERSION__ "\"" +
-                    ", \"cuda\": false, \"backends\": [\"gloo\"], \"git\": \"" ACC_GIT_REVISION "\"}";
+                    // Whether libacc_cuda.so (NCCL for CUDA tensors) was built; whether it loads is the machine's.
+#ifdef ACC_CUDA_PLUGIN_BUILT
+                    ", \"cuda\": true, \"backends\": [\"gloo\", \"nccl\"]"
+#else
+                    ", \"cuda\": false, \"backends\": [\"gloo\"]"
+#endif
+                    ", \"git\": \"" ACC_GIT_REVISION "\"}";
     return s;
   }();
   return info.c_str();

@@ -1,0 +1,82 @@
+#include "runtime/cuda.hpp"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "cuda/plugin.hpp"
+
+namespace acc::cuda {
+
+namespace {
+
+struct Loaded {
+  const PluginV1* plugin = nullptr;
+  std::string why;
+};
+
+std::string plugin_path() {
+  if (const char* p = std::getenv("ACC_CUDA_PLUGIN"); p && *p) return p;
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&plugin), &info) || !info.dli_fname) return kPluginFile;
+  std::string self = info.dli_fname;
+  auto slash = self.rfind('/');
+  return slash == std::string::npos ? std::string(kPluginFile) : self.substr(0, slash + 1) + kPluginFile;
+}
+
+Loaded load() {
+  Loaded r;
+#ifndef ACC_CUDA_PLUGIN_BUILT
+  if (!std::getenv("ACC_CUDA_PLUGIN")) {
+    r.why = "this libacc was built without its CUDA plugin (meson option cuda, or no CUDA headers)";
+    return r;
+  }
+#endif
+  const std::string path = plugin_path();
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) {
+    r.why = "no CUDA plugin at " + path;
+    return r;
+  }
+  // Loading maps libtorch_cuda and its CUDA libraries; on a machine without them this fails cleanly
+  // (nothing ran: constructors run only once every dependency is found).
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    r.why = "cannot load " + path + ": " + (e ? e : "unknown dlopen error");
+    return r;
+  }
+  // From here on the plugin stays loaded even when refused: unloading LibTorch libraries is unsafe.
+  auto entry = reinterpret_cast<EntryFn>(dlsym(h, kEntrySymbol));
+  const PluginV1* p = entry ? entry() : nullptr;
+  if (!p) {
+    r.why = path + " has no " + kEntrySymbol;
+  } else if (p->abi != kPluginAbi || p->size != sizeof(PluginV1)) {
+    r.why = path + " is from another libacc build (plugin ABI " + std::to_string(p->abi) + ", want " +
+            std::to_string(kPluginAbi) + ")";
+  } else if (std::string(p->torch_version) != TORCH_VERSION) {
+    r.why = path + " was built against LibTorch " + p->torch_version + ", libacc against " TORCH_VERSION;
+  } else {
+    r.plugin = p;
+  }
+  return r;
+}
+
+}  // namespace
+
+const PluginV1* plugin(std::string* why) {
+  static std::once_flag once;
+  static Loaded loaded;
+  try {
+    std::call_once(once, [] { loaded = load(); });
+  } catch (...) {
+    if (why) *why = "loading the CUDA plugin failed";
+    return nullptr;
+  }
+  if (!loaded.plugin && why) *why = loaded.why;
+  return loaded.plugin;
+}
+
+}  // namespace acc::cuda

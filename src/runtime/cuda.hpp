@@ -1,0 +1,15 @@
+// Finding and loading the CUDA plugin (libacc_cuda.so, src/cuda/plugin.hpp) at run time.
+#pragma once
+#include <string>
+
+namespace acc::cuda {
+
+struct PluginV1;
+
+// The CUDA plugin, loaded once per process on first call: libacc_cuda.so next to the library holding
+// this code (or the file ACC_CUDA_PLUGIN names), dlopen'ed RTLD_NOW | RTLD_LOCAL. Null when this build
+// has no plugin, the file is missing, or it cannot load (on CPU-only machines: libtorch_cuda's CUDA
+// libraries are absent); *why then says which. Never throws.
+const PluginV1* plugin(std::string* why);
+
+}  // namespace acc::cuda

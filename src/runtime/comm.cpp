@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "cuda/plugin.hpp"
+#include "runtime/cuda.hpp"
+
 namespace acc {
 
 struct Comm::Impl {
@@ -42,7 +45,13 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Comm::~Comm() = default;
 
-std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seconds timeout) {
+std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seconds timeout, int cuda_device) {
+  const cuda::PluginV1* plugin = nullptr;
+  if (cuda_device >= 0) {
+    std::string why;
+    plugin = cuda::plugin(&why);
+    if (!plugin) throw std::runtime_error("NCCL needs the CUDA plugin: " + why);
+  }
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(state.master_port);
   opts.isServer = state.rank == 0;
@@ -59,15 +68,39 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seco
                              "): " + e.what());
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("acc/default_pg", tcp);
-  auto gopts = c10d::ProcessGroupGloo::Options::create(
-      std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  auto gopts = c10d::ProcessGroupGloo::Options::create(timeout_ms);
   gopts->devices.push_back(gloo_device(state.master_addr));
-  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, state.rank, state.world_size, gopts);
+  // As torch.distributed does for "cpu:gloo,cuda:nccl": one store prefix per device's backend.
+  auto gloo_store = plugin ? c10::make_intrusive<c10d::PrefixStore>("cpu/", store) : store;
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, state.rank, state.world_size, gopts);
+  // Every rank must agree on CUDA before any NCCL communicator is made: a rank that stays on the CPU
+  // would never join it, and the others would wait out the whole timeout.
+  {
+    std::vector<at::Tensor> v{at::tensor({cuda_device >= 0 ? int64_t{1} : int64_t{0}}, at::kLong)};
+    gloo->allreduce(v)->wait();
+    const int64_t on_cuda = v[0].item<int64_t>();
+    if (on_cuda != 0 && on_cuda != state.world_size)
+      throw std::runtime_error(std::to_string(on_cuda) + " of " + std::to_string(state.world_size) +
+                               " ranks train on CUDA and the others on the CPU (this rank: " +
+                               (cuda_device >= 0 ? "CUDA" : "CPU") +
+                               "); make CUDA usable on every rank or set cpu = true (ACCELERATE_USE_CPU=true)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->state = state;
   impl->pg = c10::make_intrusive<c10d::ProcessGroup>(store, state.rank, state.world_size);
+  if (plugin) {
+    // As init_process_group(device_id=...) does: backends set after this are bound to the device; the
+    // nccl2 backend creates its communicator when bound.
+    impl->pg->setBoundDeviceId(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)));
+  }
   impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  if (plugin) {
+    auto nccl = plugin->make_nccl(c10::make_intrusive<c10d::PrefixStore>("cuda/", store), state.rank,
+                                  state.world_size, timeout_ms);
+    impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  }
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }
 

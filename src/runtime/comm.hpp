@@ -1,4 +1,5 @@
-// Collectives over one c10d process group (TCPStore rendezvous; Gloo for CPU tensors).
+// Collectives over one c10d process group (TCPStore rendezvous): Gloo for CPU tensors and, when the
+// job trains on CUDA, NCCL (from the CUDA plugin) for CUDA tensors; c10d routes each call by device.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -22,7 +23,10 @@ class PendingWork {
 class Comm {
  public:
   // Joins the group: rank 0 hosts the TCPStore at master_addr:master_port, every rank connects.
-  static std::shared_ptr<Comm> connect(const ProcessState& state, std::chrono::seconds timeout);
+  // cuda_device >= 0: this rank trains on that CUDA device, and CUDA tensors go through NCCL (the CUDA
+  // plugin must be loaded). Every rank must make the same choice; a mixed job is refused on all ranks.
+  static std::shared_ptr<Comm> connect(const ProcessState& state, std::chrono::seconds timeout,
+                                       int cuda_device = -1);
   ~Comm();
 
   int rank() const;

@@ -5,17 +5,51 @@
 
 #include <algorithm>
 
+#include "cuda/plugin.hpp"
+#include "runtime/cuda.hpp"
 #include "util/errors.hpp"
 
 namespace acc {
 
 namespace {
 
-void seed_everything(uint64_t seed) {
+void seed_everything(uint64_t seed, bool cuda) {
   // Accelerate's set_seed: every generator this process draws from. libacc has only torch's.
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_current_seed(seed);
+  if (!cuda) return;  // asking ATen about CUDA before the plugin loaded would disable CUDA for good
+  for (int i = 0; i < at::detail::getCUDAHooks().deviceCount(); ++i) {
+    auto g = at::detail::getCUDAHooks().getDefaultGenerator(static_cast<c10::DeviceIndex>(i));
+    std::lock_guard<std::mutex> glock(g.mutex());
+    g.set_current_seed(seed);
+  }
+}
+
+// Accelerate's device choice: CUDA when it is usable and `cpu` is false, device cuda:<local rank>;
+// otherwise the CPU. Returns the CUDA device index, or -1 for the CPU. The CUDA plugin is loaded here,
+// first thing, before anything asks ATen about CUDA. Where it cannot load (no CUDA libraries) or sees
+// no device, the process trains on the CPU without a word, as Accelerate does, unless the environment
+// sets ACC_REQUIRE_CUDA=1: then that is an error that says why.
+int pick_cuda_device(const config::Config& c, const ProcessState& state,
+                     const std::map<std::string, std::string>& env) {
+  if (c.get_bool("cpu")) return -1;
+  auto req = env.find("ACC_REQUIRE_CUDA");
+  const bool required = req != env.end() && !req->second.empty() && req->second != "0";
+  std::string why;
+  const cuda::PluginV1* plugin = cuda::plugin(&why);
+  const int n = plugin ? plugin->device_count(&why) : 0;
+  if (n == 0) {
+    if (required) throw UnsupportedError("ACC_REQUIRE_CUDA is set, but CUDA is not usable: " + why);
+    return -1;
+  }
+  if (state.local_rank >= n)
+    throw UnsupportedError("LOCAL_RANK " + std::to_string(state.local_rank) + " trains on cuda:" +
+                           std::to_string(state.local_rank) + ", but only " + std::to_string(n) +
+                           " CUDA device(s) are visible; start at most that many processes per machine, or "
+                           "set cpu = true (ACCELERATE_USE_CPU=true) to train on the CPU");
+  plugin->set_device(state.local_rank);  // torch.cuda.set_device, as Accelerate does
+  return state.local_rank;
 }
 
 }  // namespace
@@ -31,17 +65,18 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   if (c.get_int("gradient_accumulation_steps") != 1)
     throw UnsupportedError("gradient_accumulation_steps > 1 is not supported yet by this libacc build");
   a->state_ = ProcessState::from_environment(env);
-  if (c.is_set("seed")) seed_everything(static_cast<uint64_t>(c.get_int("seed")));
-  // CUDA arrives with the NCCL plugin; until then every process trains on the CPU.
-  a->device_ = c10::Device(c10::kCPU);
-  a->device_name_ = "cpu";
+  const int cuda_device = pick_cuda_device(c, a->state_, env);
+  if (c.is_set("seed")) seed_everything(static_cast<uint64_t>(c.get_int("seed")), cuda_device >= 0);
+  a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
+                                : c10::Device(c10::kCPU);
+  a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
   if (a->state_.distributed()) {
-    a->distributed_type_ = "MULTI_CPU";
+    a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
     // torch.distributed's default process-group timeout, unless init_process_group_kwargs sets one.
     const char* key = "init_process_group_kwargs.timeout";
     auto timeout = std::chrono::seconds(c.is_set(key) ? c.get_int(key) : 1800);
     try {
-      a->comm_ = Comm::connect(a->state_, timeout);
+      a->comm_ = Comm::connect(a->state_, timeout, cuda_device);
     } catch (const std::exception& e) {
       throw DistributedError(e.what());
     }

@@ -23,6 +23,31 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Binding toolchains (bindings/; meson test suites rust, go, java, bindings): a JDK with Maven, Go and
+# Rust usually come with the machine; whatever is missing comes from Debian (its Go and Rust are older
+# than the bindings need, Go >= 1.24 and Rust >= 1.77: their tests then skip and say so). Maven's
+# plugins and JUnit are fetched into ~/.m2 once per pom, so that the tests run offline afterwards.
+bind_debs=()
+export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
+command -v javac >/dev/null || bind_debs+=(default-jdk-headless)
+command -v mvn >/dev/null || bind_debs+=(maven)
+command -v go >/dev/null || bind_debs+=(golang-go)
+command -v cargo >/dev/null || bind_debs+=(cargo)
+if ((${#bind_debs[@]})); then
+  echo "setup: installing binding toolchains: ${bind_debs[*]}"
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${bind_debs[@]}" >/dev/null
+fi
+mvn_stamp="$HOME/.m2/.acc-bindings-$(md5sum bindings/java/pom.xml 2>/dev/null | cut -c1-12)"
+if [[ -f bindings/java/pom.xml && ! -f $mvn_stamp ]] && command -v mvn >/dev/null; then
+  echo "setup: fetching Maven plugins and JUnit for bindings/java (once)"
+  mvn_tmp=$(mktemp -d)
+  mvn -q -B -Dstyle.color=never -f bindings/java/pom.xml "-Dacc.build.dir=$mvn_tmp" -Dtest=PureJavaTest package >/dev/null \
+    && mkdir -p "$HOME/.m2" && touch "$mvn_stamp"
+  rm -rf "$mvn_tmp"
+fi
+
 # Python environment holding the torch wheel. Pinned; the stamp records what was installed.
 torch_pin="torch==2.15.0"
 cuda_pins=("cuda-toolkit[cudart,cupti]==13.2.2" "nvidia-nccl-cu13==2.30.7")

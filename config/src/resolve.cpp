@@ -402,7 +402,10 @@ Config resolve_accelerator(std::string_view explicit_json, const std::map<std::s
     if (root.kind == Kind::Map) {
       // The output of to_json(true) reproduces a run: take its "config" part.
       const Node* cfg = root.find("config");
-      if (cfg && cfg->kind == Kind::Map && root.find("provenance") && root.map.size() == 2) root = *cfg;
+      if (cfg && cfg->kind == Kind::Map && root.find("provenance") && root.map.size() == 2) {
+        Node inner = *cfg;  // copy first: *cfg lives inside root
+        root = std::move(inner);
+      }
     }
     if (root.kind != Kind::Map && root.kind != Kind::Null)
       throw Error("the configuration must be a JSON object; got " + brief_value(root));

@@ -1,0 +1,710 @@
+// Unit tests of the configuration library: schema defaults and types, errors, precedence and provenance,
+// Accelerate's YAML files (current and legacy), JSON files, the bad-config corpus, and the launcher environment.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "acc/config.hpp"
+
+using namespace acc::config;
+
+#ifndef ACC_TEST_DATA
+#error "ACC_TEST_DATA must name tests/launcher/data"
+#endif
+
+namespace {
+
+const std::string kData = ACC_TEST_DATA;
+using Env = std::map<std::string, std::string>;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/acc-config-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string write(const std::string& rel, const std::string& text) const {
+    std::string full = path + "/" + rel;
+    if (rel.find('/') != std::string::npos) std::system(("mkdir -p \"$(dirname '" + full + "')\"").c_str());
+    std::ofstream(full) << text;
+    return full;
+  }
+};
+
+// --- Defaults -------------------------------------------------------------------------------------------------
+
+TEST(Defaults, ConstructorKeysHaveAccelerateDefaults) {
+  Config c = resolve_accelerator("", {});
+  EXPECT_FALSE(c.get_bool("cpu"));
+  EXPECT_EQ(c.get_string("mixed_precision"), "no");
+  EXPECT_EQ(c.get_int("gradient_accumulation_steps"), 1);
+  EXPECT_FALSE(c.is_set("seed"));
+  EXPECT_FALSE(c.is_set("project_dir"));
+  EXPECT_TRUE(c.get_bool("device_placement"));
+  EXPECT_EQ(c.get_string_list("rng_types"), std::vector<std::string>{"generator"});
+  // DataLoaderConfiguration
+  EXPECT_FALSE(c.get_bool("dataloader_config.split_batches"));
+  EXPECT_FALSE(c.is_set("dataloader_config.dispatch_batches"));
+  EXPECT_TRUE(c.get_bool("dataloader_config.even_batches"));
+  EXPECT_FALSE(c.get_bool("dataloader_config.use_seedable_sampler"));
+  EXPECT_FALSE(c.is_set("dataloader_config.data_seed"));
+  EXPECT_FALSE(c.get_bool("dataloader_config.non_blocking"));
+  EXPECT_FALSE(c.get_bool("dataloader_config.use_stateful_dataloader"));
+  // DistributedDataParallelKwargs
+  EXPECT_EQ(c.get_int("ddp_kwargs.dim"), 0);
+  EXPECT_TRUE(c.get_bool("ddp_kwargs.broadcast_buffers"));
+  EXPECT_DOUBLE_EQ(c.get_double("ddp_kwargs.bucket_cap_mb"), 25.0);
+  EXPECT_FALSE(c.get_bool("ddp_kwargs.find_unused_parameters"));
+  EXPECT_FALSE(c.get_bool("ddp_kwargs.check_reduction"));
+  EXPECT_FALSE(c.get_bool("ddp_kwargs.gradient_as_bucket_view"));
+  EXPECT_FALSE(c.get_bool("ddp_kwargs.static_graph"));
+  EXPECT_EQ(c.get_string("ddp_kwargs.comm_hook"), "no");
+  EXPECT_EQ(c.get_string("ddp_kwargs.comm_wrapper"), "no");
+  // GradientAccumulationPlugin
+  EXPECT_EQ(c.get_int("gradient_accumulation_plugin.num_steps"), 1);  // follows gradient_accumulation_steps
+  EXPECT_TRUE(c.get_bool("gradient_accumulation_plugin.adjust_scheduler"));
+  EXPECT_TRUE(c.get_bool("gradient_accumulation_plugin.sync_with_dataloader"));
+  EXPECT_FALSE(c.get_bool("gradient_accumulation_plugin.sync_each_batch"));
+  // ProjectConfiguration
+  EXPECT_FALSE(c.is_set("project_config.project_dir"));
+  EXPECT_FALSE(c.is_set("project_config.logging_dir"));
+  EXPECT_FALSE(c.get_bool("project_config.automatic_checkpoint_naming"));
+  EXPECT_FALSE(c.is_set("project_config.total_limit"));
+  EXPECT_EQ(c.get_int("project_config.iteration"), 0);
+  EXPECT_FALSE(c.get_bool("project_config.save_on_each_node"));
+  // GradScalerKwargs
+  EXPECT_DOUBLE_EQ(c.get_double("grad_scaler_kwargs.init_scale"), 65536.0);
+  EXPECT_DOUBLE_EQ(c.get_double("grad_scaler_kwargs.growth_factor"), 2.0);
+  EXPECT_DOUBLE_EQ(c.get_double("grad_scaler_kwargs.backoff_factor"), 0.5);
+  EXPECT_EQ(c.get_int("grad_scaler_kwargs.growth_interval"), 2000);
+  EXPECT_TRUE(c.get_bool("grad_scaler_kwargs.enabled"));
+  // AutocastKwargs, InitProcessGroupKwargs
+  EXPECT_TRUE(c.get_bool("autocast_kwargs.enabled"));
+  EXPECT_TRUE(c.get_bool("autocast_kwargs.cache_enabled"));
+  EXPECT_FALSE(c.is_set("init_process_group_kwargs.backend"));
+  EXPECT_FALSE(c.is_set("init_process_group_kwargs.timeout"));
+  // Plugins
+  EXPECT_FALSE(c.get_bool("use_fsdp"));
+  EXPECT_EQ(c.get_int("fsdp_plugin.fsdp_version"), 1);
+  EXPECT_EQ(c.get_string("fsdp_plugin.auto_wrap_policy"), "NO_WRAP");
+  EXPECT_EQ(c.get_int("deepspeed_plugin.zero_stage"), 2);
+  EXPECT_EQ(c.get_string("dynamo_plugin.backend"), "NO");
+  EXPECT_EQ(c.get_string("fp8_recipe_kwargs.fp8_format"), "HYBRID");
+  EXPECT_EQ(c.get_int("fp8_recipe_kwargs.amax_history_len"), 1024);
+  EXPECT_EQ(c.get_string_list("fp8_recipe_kwargs.override_linear_precision"),
+            (std::vector<std::string>{"false", "false", "false"}));
+  for (const auto& k : c.keys()) EXPECT_EQ(c.provenance(k).origin, Origin::Default) << k;
+}
+
+TEST(Defaults, LaunchKeysHaveAccelerateDefaults) {
+  Config c = resolve_launch(std::nullopt, {});
+  EXPECT_EQ(c.get_string("compute_environment"), "LOCAL_MACHINE");
+  EXPECT_EQ(c.get_string("distributed_type"), "NO");
+  EXPECT_EQ(c.get_string("mixed_precision"), "no");
+  EXPECT_EQ(c.get_int("num_processes"), 1);
+  EXPECT_EQ(c.get_int("num_machines"), 1);
+  EXPECT_EQ(c.get_int("machine_rank"), 0);
+  EXPECT_FALSE(c.is_set("main_process_ip"));
+  EXPECT_FALSE(c.is_set("main_process_port"));
+  EXPECT_EQ(c.get_string("rdzv_backend"), "static");
+  EXPECT_FALSE(c.get_bool("same_network"));
+  EXPECT_EQ(c.get_string("main_training_function"), "main");
+  EXPECT_FALSE(c.get_bool("use_cpu"));
+  EXPECT_FALSE(c.get_bool("debug"));
+  EXPECT_FALSE(c.get_bool("enable_cpu_affinity"));
+  EXPECT_FALSE(c.get_bool("downcast_bf16"));
+  EXPECT_EQ(c.get_string("dynamo_config.dynamo_backend"), "NO");
+  EXPECT_EQ(c.get_string("dynamo_config.dynamo_mode"), "default");
+  EXPECT_EQ(c.get_int("fsdp_config.fsdp_min_num_params"), 100000000);
+  EXPECT_EQ(c.get_string("fsdp_config.fsdp_sharding_strategy"), "FULL_SHARD");
+  EXPECT_TRUE(c.get_bool("fsdp_config.fsdp_use_orig_params"));
+  EXPECT_FALSE(c.is_set("deepspeed_config.zero_stage"));
+  EXPECT_EQ(c.get_string("fp8_config.opt_level"), "O2");
+  EXPECT_EQ(c.get_double("megatron_lm_config.megatron_lm_gradient_clipping"), 1.0);
+}
+
+// Every key's documented default is what a fresh config holds, and every key accepts its own default back.
+TEST(Defaults, EveryKeyRoundTrips) {
+  for (SchemaKind kind : {SchemaKind::Accelerator, SchemaKind::Launch}) {
+    Config c = kind == SchemaKind::Accelerator ? resolve_accelerator("", {}) : resolve_launch(std::nullopt, {});
+    auto infos = schema_keys(kind);
+    ASSERT_GT(infos.size(), 40u);
+    for (const auto& k : infos) {
+      if (k.path == "gradient_accumulation_plugin.num_steps") continue;  // follows gradient_accumulation_steps
+      EXPECT_EQ(c.get_json(k.path), k.default_json) << k.path;
+      EXPECT_FALSE(k.help.empty()) << k.path;
+      EXPECT_FALSE(k.type.empty()) << k.path;
+    }
+  }
+  Config a = resolve_accelerator("", {});
+  std::string plain = a.to_json(false);
+  Config b = resolve_accelerator(plain, {});
+  EXPECT_EQ(b.to_json(false), plain);
+  for (const auto& k : b.keys()) EXPECT_EQ(b.provenance(k).origin, Origin::Explicit) << k;
+  // The provenance form reproduces the same values.
+  Config c = resolve_accelerator(a.to_json(true), {});
+  EXPECT_EQ(c.to_json(false), plain);
+}
+
+// Every key refuses a value of the wrong type, and the message names it with its full path.
+TEST(Types, EveryKeyRefusesWrongTypes) {
+  for (const auto& k : schema_keys(SchemaKind::Accelerator)) {
+    if (k.type.find("any") != std::string::npos) continue;
+    std::string json = "{}";
+    // {"a": {"b": {"x": 1}}} for path a.b: an object where a value belongs.
+    std::string path = k.path, open, close;
+    size_t start = 0;
+    for (;;) {
+      size_t dot = path.find('.', start);
+      std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      open += "{\"" + part + "\": ";
+      close += "}";
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    json = open + "{\"x\": 1}" + close;
+    std::string err = error_of([&] { resolve_accelerator(json, {}); });
+    EXPECT_NE(err.find("'" + k.path + "' must be "), std::string::npos) << k.path << ": " << err;
+    EXPECT_NE(err.find("got an object"), std::string::npos) << err;
+  }
+}
+
+TEST(Types, SectionsMustBeObjects) {
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"ddp_kwargs": 3})", {}); }),
+            "'ddp_kwargs' must be a mapping of keys (accepted: dim, broadcast_buffers, bucket_cap_mb, "
+            "find_unused_parameters, check_reduction, gradient_as_bucket_view, static_graph, comm_hook, comm_wrapper, "
+            "comm_state_option); got 3");
+  // null sections are "not given"
+  EXPECT_TRUE(resolve_accelerator(R"({"ddp_kwargs": null})", {}).get_bool("ddp_kwargs.broadcast_buffers"));
+}
+
+TEST(Types, ExplicitJsonIsStrict) {
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"cpu": "yes"})", {}); }), "'cpu' must be a boolean; got \"yes\"");
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"gradient_accumulation_steps": 2.5})", {}); }),
+            "'gradient_accumulation_steps' must be an integer >= 1; got 2.5");
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"gradient_accumulation_steps": 0})", {}); }),
+            "'gradient_accumulation_steps' must be an integer >= 1; got 0");
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"seed": "42"})", {}); }),
+            "'seed' must be an integer or null; got \"42\"");
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"grad_scaler_kwargs": {"backoff_factor": 2}})", {}); }),
+            "'grad_scaler_kwargs.backoff_factor' must be a number between 0 and 1; got 2");
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"cpu": null})", {}); }), "'cpu' must be a boolean; got null");
+  // numbers accept integers; the int is kept
+  Config c = resolve_accelerator(R"({"ddp_kwargs": {"bucket_cap_mb": 50}, "init_process_group_kwargs": {"timeout": 1.5}})", {});
+  EXPECT_DOUBLE_EQ(c.get_double("ddp_kwargs.bucket_cap_mb"), 50);
+  EXPECT_DOUBLE_EQ(c.get_double("init_process_group_kwargs.timeout"), 1.5);
+}
+
+TEST(Types, EnumsListTheirValues) {
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"mixed_precision": "fp32"})", {}); }),
+            "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\"; got \"fp32\"");
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"mixed_precision": "bf61"})", {}); }),
+            "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\"; got \"bf61\" (did you mean \"bf16\"?)");
+  // case-insensitive enums are stored in their canonical spelling
+  Config c = resolve_accelerator(R"({"mixed_precision": "BF16", "dynamo_plugin": {"backend": "inductor"}})", {});
+  EXPECT_EQ(c.get_string("mixed_precision"), "bf16");
+  EXPECT_EQ(c.get_string("dynamo_plugin.backend"), "INDUCTOR");
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"log_with": ["tensorboard", "wandbb"]})", {}); })
+                .find("'log_with' must be a list of \"all\""),
+            std::string::npos);
+  EXPECT_EQ(resolve_accelerator(R"({"log_with": "jsonl"})", {}).get_string_list("log_with"),
+            std::vector<std::string>{"jsonl"});
+}
+
+// --- Unknown keys ---------------------------------------------------------------------------------------------
+
+TEST(UnknownKeys, NestedDidYouMean) {
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"dataloader_config": {"even_batchs": true}})", {}); }),
+            "unknown key 'dataloader_config.even_batchs' (did you mean 'even_batches'?); accepted: split_batches, "
+            "dispatch_batches, even_batches, use_seedable_sampler, data_seed, non_blocking, use_stateful_dataloader");
+}
+
+TEST(UnknownKeys, TopLevelDidYouMean) {
+  std::string e = error_of([] { resolve_accelerator(R"({"mixed_precison": "fp16"})", {}); });
+  EXPECT_EQ(e.rfind("unknown key 'mixed_precison' (did you mean 'mixed_precision'?); accepted: device_placement, cpu,", 0),
+            0u)
+      << e;
+}
+
+TEST(UnknownKeys, RightNameWrongPlace) {
+  std::string e = error_of([] { resolve_accelerator(R"({"even_batches": false})", {}); });
+  EXPECT_EQ(e.rfind("unknown key 'even_batches' (did you mean 'dataloader_config.even_batches'?)", 0), 0u) << e;
+}
+
+TEST(UnknownKeys, NothingClose) {
+  std::string e = error_of([] { resolve_accelerator(R"({"ddp_kwargs": {"zzzzzz": 1}})", {}); });
+  EXPECT_EQ(e, "unknown key 'ddp_kwargs.zzzzzz'; accepted: dim, broadcast_buffers, bucket_cap_mb, find_unused_parameters, "
+               "check_reduction, gradient_as_bucket_view, static_graph, comm_hook, comm_wrapper, comm_state_option");
+}
+
+TEST(UnknownKeys, AccessorsNameUnknownPaths) {
+  Config c = resolve_accelerator("", {});
+  EXPECT_EQ(error_of([&] { c.get_bool("dataloader_config.even_batchs"); }).rfind(
+                "unknown key 'dataloader_config.even_batchs' (did you mean 'even_batches'?)", 0),
+            0u);
+  EXPECT_EQ(error_of([&] { c.get_string("cpu"); }), "'cpu' is false, not a string");
+  EXPECT_EQ(error_of([&] { c.get_int("seed"); }), "'seed' is not set (null)");
+  EXPECT_EQ(error_of([&] { c.get_bool("ddp_kwargs"); }), "'ddp_kwargs' is a section, not a single value");
+  EXPECT_TRUE(c.has_key("ddp_kwargs"));
+  EXPECT_FALSE(c.has_key("ddp_kwarg"));
+}
+
+// --- Malformed JSON -------------------------------------------------------------------------------------------
+
+TEST(MalformedJson, PositionsAreReported) {
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\"cpu\": true", {}); }),
+            "malformed JSON at line 1, column 13: expected ',' or '}' in object, got end of input");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\n  \"cpu\": tru\n}", {}); }),
+            "malformed JSON at line 2, column 10: expected a value, got 't'");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\n  \"seed\": 1,\n}", {}); }),
+            "malformed JSON at line 3, column 1: trailing comma before '}'");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\"project_dir\": \"abc}", {}); }),
+            "malformed JSON at line 1, column 22: unterminated string");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\"seed\": 1, \"seed\": 2}", {}); }),
+            "malformed JSON at line 1, column 13: duplicate key \"seed\"");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\"seed\": 01}", {}); }),
+            "malformed JSON at line 1, column 10: numbers must not have leading zeros");
+  EXPECT_EQ(error_of([] { resolve_accelerator("[1, 2]", {}); }), "the configuration must be a JSON object; got [1,2]");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{} {}", {}); }),
+            "malformed JSON at line 1, column 4: unexpected text after the JSON value");
+  std::string deep(5000, '[');
+  EXPECT_NE(error_of([&] { resolve_accelerator("{\"dynamo_plugin\": {\"options\": " + deep + "}}", {}); })
+                .find("nesting deeper than 64 levels"),
+            std::string::npos);
+  // Empty and null mean "nothing explicit".
+  EXPECT_EQ(resolve_accelerator("  ", {}).provenance("cpu").origin, Origin::Default);
+  EXPECT_EQ(resolve_accelerator("null", {}).provenance("cpu").origin, Origin::Default);
+}
+
+TEST(MalformedJson, UnicodeEscapes) {
+  Config c = resolve_accelerator(R"({"project_dir": "/tmp/caf\u00e9 \ud83d\ude00"})", {});
+  EXPECT_EQ(c.get_string("project_dir"), "/tmp/caf\xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"project_dir": "\ud83d"})", {}); }).find("surrogate"), std::string::npos);
+}
+
+// --- Precedence and provenance ----------------------------------------------------------------------------------
+
+TEST(Precedence, DefaultsEnvExplicit) {
+  Env env{{"ACCELERATE_MIXED_PRECISION", "bf16"},
+          {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"},
+          {"ACCELERATE_USE_CPU", "True"},
+          {"ACCELERATE_DEBUG_MODE", "true"}};
+  Config c = resolve_accelerator(R"({"mixed_precision": "fp16", "cpu": false})", env);
+  EXPECT_EQ(c.get_string("mixed_precision"), "fp16");
+  EXPECT_EQ(c.provenance("mixed_precision").origin, Origin::Explicit);
+  EXPECT_EQ(c.provenance("mixed_precision").where, "acc_accelerator_create");
+  EXPECT_FALSE(c.get_bool("cpu"));  // explicit beats ACCELERATE_USE_CPU (Accelerate ORs them)
+  EXPECT_EQ(c.get_int("gradient_accumulation_steps"), 4);
+  EXPECT_EQ(c.provenance("gradient_accumulation_steps").origin, Origin::Env);
+  EXPECT_EQ(c.provenance("gradient_accumulation_steps").where, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
+  EXPECT_TRUE(c.get_bool("debug"));
+  EXPECT_EQ(c.provenance("seed").origin, Origin::Default);
+  EXPECT_EQ(c.provenance("seed").where, "default");
+
+  Config e = resolve_accelerator("", env);
+  EXPECT_EQ(e.get_string("mixed_precision"), "bf16");
+  EXPECT_EQ(e.provenance("mixed_precision").where, "ACCELERATE_MIXED_PRECISION");
+  EXPECT_TRUE(e.get_bool("cpu"));
+
+  Config x = resolve_accelerator(R"({"gradient_accumulation_steps": 8})", env, "my_config.json");
+  EXPECT_EQ(x.get_int("gradient_accumulation_steps"), 8);  // Accelerate lets the env win here; we do not
+  EXPECT_EQ(x.provenance("gradient_accumulation_steps").where, "my_config.json");
+}
+
+TEST(Precedence, EnvValuesAreValidated) {
+  EXPECT_EQ(error_of([] { resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", "fp32"}}); }),
+            "environment variable ACCELERATE_MIXED_PRECISION=fp32: 'mixed_precision' must be one of \"no\", \"fp16\", "
+            "\"bf16\", \"fp8\"; got \"fp32\"");
+  EXPECT_EQ(error_of([] { resolve_accelerator("", {{"ACCELERATE_USE_CPU", "maybe"}}); }),
+            "environment variable ACCELERATE_USE_CPU=maybe: 'cpu' must be a boolean; got \"maybe\"");
+  EXPECT_EQ(error_of([] { resolve_accelerator("", {{"FSDP_VERSION", "3"}}); }),
+            "environment variable FSDP_VERSION=3: 'fsdp_plugin.fsdp_version' must be an integer between 1 and 2; got \"3\"");
+  // Empty values are ignored; unrelated variables too.
+  Config c = resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", ""}, {"ACCELERATE_SOMETHING_ELSE", "x"}});
+  EXPECT_EQ(c.provenance("mixed_precision").origin, Origin::Default);
+}
+
+TEST(Precedence, EnvSpellingsFromAccelerateLaunch) {
+  Env env{{"ACCELERATE_USE_FSDP", "true"},           {"FSDP_SHARDING_STRATEGY", "1"},
+          {"FSDP_TRANSFORMER_CLS_TO_WRAP", "A,B"},  {"FSDP_RESHARD_AFTER_FORWARD", "false"},
+          {"ACCELERATE_DYNAMO_BACKEND", "inductor"}, {"ACCELERATE_DYNAMO_USE_DYNAMIC", "False"},
+          {"ACCELERATE_FP8_OVERRIDE_DGRAD", "True"}, {"ACCELERATE_FP8_BACKEND", "te"},
+          {"ACCELERATE_GRADIENT_CLIPPING", "1.0"}};
+  Config c = resolve_accelerator("", env);
+  EXPECT_TRUE(c.get_bool("use_fsdp"));
+  EXPECT_EQ(c.get_string("fsdp_plugin.sharding_strategy"), "FULL_SHARD");
+  EXPECT_EQ(c.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap"), (std::vector<std::string>{"A", "B"}));
+  EXPECT_FALSE(c.get_bool("fsdp_plugin.reshard_after_forward"));
+  EXPECT_EQ(c.get_string("dynamo_plugin.backend"), "INDUCTOR");
+  EXPECT_FALSE(c.get_bool("dynamo_plugin.dynamic"));
+  EXPECT_EQ(c.get_string_list("fp8_recipe_kwargs.override_linear_precision"),
+            (std::vector<std::string>{"false", "true", "false"}));
+  EXPECT_EQ(c.provenance("fp8_recipe_kwargs.override_linear_precision").where, "ACCELERATE_FP8_OVERRIDE_DGRAD");
+  EXPECT_EQ(c.get_string("fp8_recipe_kwargs.backend"), "TE");
+  EXPECT_DOUBLE_EQ(c.get_double("deepspeed_plugin.gradient_clipping"), 1.0);
+}
+
+TEST(Precedence, SectionProvenanceAndIsSet) {
+  Config c = resolve_accelerator(R"({"ddp_kwargs": {"static_graph": true}})", {{"ACCELERATE_DYNAMO_MODE", "max-autotune"}});
+  EXPECT_TRUE(c.is_set("ddp_kwargs"));
+  EXPECT_FALSE(c.is_set("grad_scaler_kwargs"));
+  EXPECT_EQ(c.provenance("ddp_kwargs").origin, Origin::Explicit);
+  EXPECT_EQ(c.provenance("dynamo_plugin").origin, Origin::Env);
+  EXPECT_EQ(c.provenance("grad_scaler_kwargs").origin, Origin::Default);
+  EXPECT_EQ(c.get_json("ddp_kwargs"),
+            R"({"dim":0,"broadcast_buffers":true,"bucket_cap_mb":25,"find_unused_parameters":false,"check_reduction":false,)"
+            R"("gradient_as_bucket_view":false,"static_graph":true,"comm_hook":"no","comm_wrapper":"no","comm_state_option":{}})");
+  std::string j = c.to_json(true);
+  EXPECT_NE(j.find(R"("ddp_kwargs.static_graph": {
+      "origin": "explicit",
+      "where": "acc_accelerator_create"
+    })"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find(R"("dynamo_plugin.mode": {
+      "origin": "env",
+      "where": "ACCELERATE_DYNAMO_MODE"
+    })"),
+            std::string::npos);
+}
+
+TEST(Rules, PluginsImplyTheirParadigm) {
+  Config c = resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}})", {});
+  EXPECT_TRUE(c.get_bool("use_fsdp"));
+  EXPECT_EQ(c.provenance("use_fsdp").origin, Origin::Explicit);
+  EXPECT_FALSE(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "use_fsdp": false})", {}).get_bool("use_fsdp"));
+  EXPECT_TRUE(resolve_accelerator(R"({"parallelism_config": {"tp_size": 2}})", {}).get_bool("use_parallelism_config"));
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"use_fsdp": true, "deepspeed_plugin": {}})", {}); }).find("exclusive"),
+            std::string::npos);
+}
+
+TEST(Rules, GradientAccumulationHasOneValue) {
+  Config a = resolve_accelerator(R"({"gradient_accumulation_plugin": {"num_steps": 3}})",
+                                 {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "5"}});
+  EXPECT_EQ(a.get_int("gradient_accumulation_steps"), 3);
+  EXPECT_EQ(a.get_int("gradient_accumulation_plugin.num_steps"), 3);
+  Config b = resolve_accelerator(R"({"gradient_accumulation_steps": 6})", {});
+  EXPECT_EQ(b.get_int("gradient_accumulation_plugin.num_steps"), 6);
+  EXPECT_EQ(error_of([] {
+              resolve_accelerator(R"({"gradient_accumulation_steps": 2, "gradient_accumulation_plugin": {"num_steps": 3}})",
+                                  {});
+            }),
+            "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
+}
+
+TEST(Rules, ProjectDirectories) {
+  Config a = resolve_accelerator(R"({"project_dir": "/runs/a"})", {});
+  EXPECT_EQ(a.get_string("project_config.project_dir"), "/runs/a");
+  EXPECT_EQ(a.get_string("project_config.logging_dir"), "/runs/a");
+  Config b = resolve_accelerator(R"({"project_dir": "/runs/a", "project_config": {"project_dir": "/runs/b", "logging_dir": "/logs"}})", {});
+  EXPECT_EQ(b.get_string("project_dir"), "/runs/b");
+  EXPECT_EQ(b.get_string("project_config.logging_dir"), "/logs");
+}
+
+// --- Launch config files ---------------------------------------------------------------------------------------
+
+TEST(LaunchFiles, AccelerateDefaultConfigYaml) {
+  const std::string f = kData + "/default_config.yaml";
+  Config c = resolve_launch(f, {});
+  EXPECT_EQ(c.get_string("distributed_type"), "MULTI_GPU");
+  EXPECT_EQ(c.get_string("mixed_precision"), "bf16");
+  EXPECT_EQ(c.get_int("num_processes"), 2);
+  EXPECT_FALSE(c.get_bool("downcast_bf16"));  // written as 'no'
+  EXPECT_EQ(c.get_string("gpu_ids"), "all");
+  EXPECT_TRUE(c.get_bool("same_network"));
+  EXPECT_EQ(c.get_string_list("tpu_env"), std::vector<std::string>{});
+  EXPECT_EQ(c.provenance("mixed_precision").origin, Origin::File);
+  EXPECT_EQ(c.provenance("mixed_precision").where, f + ":9");
+  EXPECT_EQ(c.provenance("num_processes").where, f + ":11");
+  EXPECT_EQ(c.provenance("main_process_port").origin, Origin::Default);
+}
+
+TEST(LaunchFiles, FlagsBeatTheFile) {
+  const std::string f = kData + "/default_config.yaml";
+  Config c = resolve_launch(f, {{"num_processes", "3", "--num-processes"}, {"mixed_precision", "fp16", "--mixed_precision"}});
+  EXPECT_EQ(c.get_int("num_processes"), 3);
+  EXPECT_EQ(c.provenance("num_processes").origin, Origin::Flag);
+  EXPECT_EQ(c.provenance("num_processes").where, "--num-processes");
+  EXPECT_EQ(c.get_string("mixed_precision"), "fp16");
+  EXPECT_EQ(c.get_string("distributed_type"), "MULTI_GPU");  // untouched keys keep the file's value
+  EXPECT_EQ(error_of([&] { resolve_launch(f, {{"num_processes", "x", "--num_processes"}}); }),
+            "--num_processes: 'num_processes' must be an integer >= -1; got \"x\"");
+}
+
+TEST(LaunchFiles, PlainNoIsTheStringNo) {
+  TempDir t;
+  std::string f = t.write("c.yaml", "distributed_type: NO\nmixed_precision: no\ngpu_ids: 0\nuse_cpu: yes\n");
+  Config c = resolve_launch(f, {});
+  EXPECT_EQ(c.get_string("distributed_type"), "NO");
+  EXPECT_EQ(c.get_string("mixed_precision"), "no");
+  EXPECT_EQ(c.get_string("gpu_ids"), "0");
+  EXPECT_TRUE(c.get_bool("use_cpu"));
+}
+
+TEST(LaunchFiles, LegacyFileIsUpgraded) {
+  Config c = resolve_launch(kData + "/legacy_fp16.yaml", {});
+  EXPECT_EQ(c.get_string("mixed_precision"), "fp16");
+  EXPECT_EQ(c.provenance("mixed_precision").where, kData + "/legacy_fp16.yaml:7");  // the `fp16:` line
+  EXPECT_EQ(c.get_string("dynamo_config.dynamo_backend"), "INDUCTOR");
+  EXPECT_EQ(c.get_int("fsdp_config.fsdp_min_num_params"), 2000);
+  EXPECT_EQ(c.get_string("fsdp_config.fsdp_sharding_strategy"), "SHARD_GRAD_OP");  // 2
+  EXPECT_EQ(c.get_string("fsdp_config.fsdp_backward_prefetch"), "BACKWARD_POST");
+  TempDir t;
+  EXPECT_EQ(resolve_launch(t.write("a.yaml", "distributed_type: NO\nfp16: false\n"), {}).get_string("mixed_precision"), "no");
+  EXPECT_EQ(resolve_launch(t.write("b.yaml", "distributed_type: NO\nfp16: true\nmixed_precision: bf16\n"), {})
+                .get_string("mixed_precision"),
+            "bf16");
+  EXPECT_EQ(resolve_launch(t.write("c.yaml", "distributed_type: NO\ndynamo_backend: NO\n"), {})
+                .get_string("dynamo_config.dynamo_backend"),
+            "NO");
+}
+
+TEST(LaunchFiles, Fp8SpellingsOfTheQuestionnaire) {
+  Config c = resolve_launch(kData + "/fp8_config.yaml", {});
+  EXPECT_EQ(c.get_int("fp8_config.amax_history_len"), 512);
+  EXPECT_EQ(c.get_string("fp8_config.amax_compute_algo"), "max");
+  EXPECT_EQ(c.get_string_list("fp8_config.override_linear_precision"),
+            (std::vector<std::string>{"false", "true", "false"}));
+  EXPECT_EQ(c.get_string("gpu_ids"), "0,1");
+  auto env = launch_environment(c);
+  EXPECT_EQ(env["ACCELERATE_FP8_BACKEND"], "TE");
+  EXPECT_EQ(env["ACCELERATE_FP8_FORMAT"], "E4M3");
+  EXPECT_EQ(env["ACCELERATE_FP8_AMAX_HISTORY_LEN"], "512");
+  EXPECT_EQ(env["ACCELERATE_FP8_OVERRIDE_DGRAD"], "True");
+  EXPECT_EQ(env["ACCELERATE_FP8_OVERRIDE_FPROP"], "False");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "0,1");
+  Config lib = resolve_accelerator("", env);
+  EXPECT_EQ(lib.get_string("mixed_precision"), "fp8");
+  EXPECT_EQ(lib.get_int("fp8_recipe_kwargs.amax_history_len"), 512);
+  EXPECT_EQ(lib.get_string_list("fp8_recipe_kwargs.override_linear_precision"),
+            (std::vector<std::string>{"false", "true", "false"}));
+}
+
+TEST(LaunchFiles, JsonFileWithLines) {
+  const std::string f = kData + "/cpu_config.json";
+  Config c = resolve_launch(f, {});
+  EXPECT_TRUE(c.get_bool("use_cpu"));
+  EXPECT_EQ(c.get_int("num_processes"), 3);
+  EXPECT_EQ(c.get_int("main_process_port"), 29555);
+  EXPECT_EQ(c.provenance("use_cpu").where, f + ":5");
+  EXPECT_EQ(c.provenance("main_process_port").where, f + ":9");
+  EXPECT_EQ(c.provenance("dynamo_config.dynamo_backend").where, f + ":12");
+  EXPECT_EQ(c.get_string("dynamo_config.dynamo_backend"), "NO");
+  auto env = launch_environment(c);
+  EXPECT_EQ(env["ACCELERATE_USE_CPU"], "True");
+  EXPECT_EQ(env["KMP_BLOCKTIME"], "1");
+}
+
+TEST(LaunchFiles, SagemakerFileParses) {
+  Config c = resolve_launch(kData + "/sagemaker_config.yaml", {});
+  EXPECT_EQ(c.get_string("compute_environment"), "AMAZON_SAGEMAKER");
+  EXPECT_TRUE(c.get_bool("debug"));  // duplicate keys: the last wins, as in PyYAML
+  EXPECT_EQ(c.get_string("ec2_instance_type"), "ml.p3.2xlarge");
+}
+
+TEST(LaunchFiles, MissingFile) {
+  EXPECT_EQ(error_of([] { resolve_launch(std::string("/nonexistent/acc.yaml"), {}); }),
+            "cannot read config file '/nonexistent/acc.yaml': No such file or directory");
+  EXPECT_EQ(error_of([] { resolve_launch(std::string("/tmp"), {}); }), "cannot read config file '/tmp': it is a directory");
+}
+
+// Every file of the corpus fails with a message naming the culprit; none crashes.
+TEST(LaunchFiles, BadConfigCorpus) {
+  std::ifstream manifest(kData + "/bad/EXPECT");
+  ASSERT_TRUE(manifest.good());
+  std::string line;
+  int cases = 0;
+  while (std::getline(manifest, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (;;) {
+      size_t bar = line.find('|', start);
+      parts.push_back(line.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+    const std::string file = kData + "/bad/" + parts[0];
+    std::string err = error_of([&] { resolve_launch(file, {}); });
+    EXPECT_NE(err, "<no error>") << parts[0];
+    for (size_t i = 1; i < parts.size(); ++i) EXPECT_NE(err.find(parts[i]), std::string::npos) << parts[0] << ": " << err;
+    ++cases;
+  }
+  EXPECT_GE(cases, 25);
+}
+
+// Cut the good files anywhere: each prefix either parses or fails with an Error, never anything else.
+TEST(LaunchFiles, TruncatedFilesNeverCrash) {
+  TempDir t;
+  for (const char* name : {"default_config.yaml", "fsdp_config.yaml", "cpu_config.json", "fp8_config.yaml"}) {
+    std::string text = slurp(kData + "/" + name);
+    std::string ext = std::string(name).find(".json") != std::string::npos ? ".json" : ".yaml";
+    for (size_t cut = 0; cut < text.size(); cut += 7) {
+      std::string f = t.write("cut" + ext, text.substr(0, cut));
+      try {
+        resolve_launch(f, {});
+      } catch (const Error&) {
+      }
+    }
+  }
+}
+
+// --- Launcher environment -----------------------------------------------------------------------------------
+
+TEST(LaunchEnvironment, FsdpFileReachesTheLibrary) {
+  Config c = resolve_launch(kData + "/fsdp_config.yaml", {});
+  auto env = launch_environment(c);
+  EXPECT_EQ(env["ACCELERATE_USE_FSDP"], "true");
+  EXPECT_EQ(env["FSDP_VERSION"], "1");
+  EXPECT_EQ(env["FSDP_SHARDING_STRATEGY"], "SHARD_GRAD_OP");
+  EXPECT_EQ(env["FSDP_OFFLOAD_PARAMS"], "false");
+  EXPECT_EQ(env["FSDP_TRANSFORMER_CLS_TO_WRAP"], "LlamaDecoderLayer");
+  EXPECT_EQ(env["FSDP_STATE_DICT_TYPE"], "SHARDED_STATE_DICT");
+  EXPECT_EQ(env["ACCELERATE_MIXED_PRECISION"], "fp16");
+  EXPECT_EQ(env["ACCELERATE_DEBUG_MODE"], "true");
+  EXPECT_EQ(env["ACCELERATE_USE_CPU"], "False");
+  EXPECT_EQ(env.count("ACCELERATE_USE_DEEPSPEED"), 0u);
+  Config lib = resolve_accelerator("", env);
+  EXPECT_TRUE(lib.get_bool("use_fsdp"));
+  EXPECT_EQ(lib.get_string("fsdp_plugin.sharding_strategy"), "SHARD_GRAD_OP");
+  EXPECT_EQ(lib.get_string("fsdp_plugin.auto_wrap_policy"), "TRANSFORMER_BASED_WRAP");
+  EXPECT_EQ(lib.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap"),
+            std::vector<std::string>{"LlamaDecoderLayer"});
+  EXPECT_TRUE(lib.get_bool("fsdp_plugin.cpu_ram_efficient_loading"));
+  EXPECT_TRUE(lib.get_bool("debug"));
+  EXPECT_EQ(lib.provenance("fsdp_plugin.sharding_strategy").where, "FSDP_SHARDING_STRATEGY");
+}
+
+TEST(LaunchEnvironment, DeepSpeedFileReachesTheLibrary) {
+  Config c = resolve_launch(kData + "/deepspeed_config.yaml", {});
+  auto env = launch_environment(c);
+  EXPECT_EQ(env["ACCELERATE_USE_DEEPSPEED"], "true");
+  EXPECT_EQ(env["ACCELERATE_DEEPSPEED_ZERO_STAGE"], "2");
+  EXPECT_EQ(env["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"], "4");
+  EXPECT_EQ(env["ACCELERATE_GRADIENT_CLIPPING"], "1.0");
+  EXPECT_EQ(env["ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"], "cpu");
+  EXPECT_EQ(env["ACCELERATE_DEEPSPEED_ZERO3_INIT"], "false");
+  EXPECT_EQ(env["ACCELERATE_CONFIG_DS_FIELDS"],
+            "zero_stage,offload_optimizer_device,offload_param_device,gradient_accumulation_steps,gradient_clipping,"
+            "zero3_init_flag,mixed_precision");  // schema order; the library only tests membership
+  Config lib = resolve_accelerator("", env);
+  EXPECT_TRUE(lib.get_bool("use_deepspeed"));
+  EXPECT_EQ(lib.get_int("deepspeed_plugin.zero_stage"), 2);
+  EXPECT_EQ(lib.get_int("gradient_accumulation_steps"), 4);
+  EXPECT_EQ(lib.get_string("deepspeed_plugin.offload_optimizer_device"), "cpu");
+}
+
+// Every variable the launcher exports for a config that touches every section is one the library reads (or a
+// documented launcher-only one), so the two sides cannot drift apart.
+TEST(LaunchEnvironment, EveryExportIsReadByTheLibrary) {
+  std::set<std::string> read;
+  for (const auto& k : schema_keys(SchemaKind::Accelerator))
+    if (!k.env.empty()) read.insert(k.env);
+  for (const char* n : {"ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD", "ACCELERATE_FP8_OVERRIDE_WGRAD"})
+    read.insert(n);
+  const std::set<std::string> launcher_only = {"CUDA_VISIBLE_DEVICES", "KMP_AFFINITY", "KMP_BLOCKTIME",
+                                               "ACCELERATE_CONFIG_DS_FIELDS"};
+  TempDir t;
+  for (const char* dt : {"FSDP", "DEEPSPEED", "MULTI_GPU"}) {
+    std::string f = t.write(std::string(dt) + ".yaml",
+                            std::string("distributed_type: ") + dt +
+                                "\nnum_processes: 2\nmixed_precision: fp8\nuse_cpu: true\ndebug: true\n"
+                                "enable_cpu_affinity: true\ngpu_ids: 1,2\ndowncast_bf16: true\n"
+                                "fp8_config: {backend: AO}\n"
+                                "fsdp_config: {fsdp_auto_wrap_policy: SIZE_BASED_WRAP, fsdp_backward_prefetch: BACKWARD_PRE,"
+                                " fsdp_state_dict_type: FULL_STATE_DICT, fsdp_ignored_modules: 'x.*',"
+                                " fsdp_transformer_layer_cls_to_wrap: [A, B]}\n"
+                                "deepspeed_config: {zero_stage: 3, gradient_accumulation_steps: 2, gradient_clipping: 0.5,"
+                                " offload_optimizer_device: nvme, offload_param_device: cpu, offload_optimizer_nvme_path: /nvme,"
+                                " offload_param_nvme_path: /nvme2, zero3_init_flag: true, zero3_save_16bit_model: true,"
+                                " deepspeed_config_file: ds.json, deepspeed_moe_layer_cls_names: Moe}\n"
+                                "parallelism_config: {parallelism_config_tp_size: 2, parallelism_config_cp_size: 2,"
+                                " parallelism_config_sp_size: 2, parallelism_config_sp_seq_length: 128}\n");
+    auto env = launch_environment(resolve_launch(f, {}));
+    for (const auto& [name, value] : env)
+      EXPECT_TRUE(read.count(name) || launcher_only.count(name)) << dt << ": " << name << "=" << value;
+    Config lib = resolve_accelerator("", env);  // and the library accepts every value
+    EXPECT_TRUE(lib.get_bool("cpu"));
+    EXPECT_TRUE(lib.get_bool("use_parallelism_config"));
+    EXPECT_EQ(lib.get_int("parallelism_config.sp_seq_length"), 128);
+    if (std::string(dt) == "FSDP") {
+      EXPECT_EQ(lib.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap"), (std::vector<std::string>{"A", "B"}));
+    }
+    if (std::string(dt) == "DEEPSPEED") {
+      EXPECT_EQ(lib.get_string("deepspeed_plugin.hf_ds_config"), "ds.json");
+      EXPECT_EQ(lib.get_string("deepspeed_plugin.offload_optimizer_nvme_path"), "/nvme");
+    }
+  }
+}
+
+TEST(LaunchEnvironment, MegatronVariables) {
+  TempDir t;
+  std::string f = t.write("m.yaml",
+                          "distributed_type: MEGATRON_LM\nnum_processes: 2\nmegatron_lm_config:\n"
+                          "  megatron_lm_tp_degree: 2\n  megatron_lm_sequence_parallelism: true\n");
+  auto env = launch_environment(resolve_launch(f, {}));
+  EXPECT_EQ(env["ACCELERATE_USE_MEGATRON_LM"], "true");
+  EXPECT_EQ(env["MEGATRON_LM_TP_DEGREE"], "2");
+  EXPECT_EQ(env["MEGATRON_LM_SEQUENCE_PARALLELISM"], "True");
+  EXPECT_EQ(env["MEGATRON_LM_GRADIENT_CLIPPING"], "1.0");
+  EXPECT_EQ(env.count("MEGATRON_LM_NUM_MICRO_BATCHES"), 0u);
+}
+
+// --- Default file location -------------------------------------------------------------------------------------
+
+TEST(DefaultFile, SearchOrder) {
+  TempDir t;
+  Env env{{"HOME", t.path + "/home"}};
+  std::vector<std::string> searched;
+  EXPECT_FALSE(find_default_config_file(env, &searched));
+  EXPECT_EQ(searched, (std::vector<std::string>{t.path + "/home/.cache/acc/default_config.yaml",
+                                                t.path + "/home/.cache/huggingface/accelerate/default_config.yaml"}));
+  std::string hf = t.write("home/.cache/huggingface/accelerate/default_config.yaml", "distributed_type: NO\n");
+  EXPECT_EQ(find_default_config_file(env), hf);
+  std::string ours = t.write("home/.cache/acc/default_config.yaml", "distributed_type: NO\n");
+  EXPECT_EQ(find_default_config_file(env), ours);
+  env["HF_HOME"] = t.path + "/hf";
+  env["XDG_CACHE_HOME"] = t.path + "/xdg";
+  std::string xdg_hf = t.write("hf/accelerate/default_config.yaml", "distributed_type: NO\n");
+  EXPECT_EQ(find_default_config_file(env), xdg_hf);  // $XDG_CACHE_HOME/acc does not exist
+  std::string xdg_ours = t.write("xdg/acc/default_config.yaml", "distributed_type: NO\n");
+  EXPECT_EQ(find_default_config_file(env), xdg_ours);
+  env["ACC_CONFIG_FILE"] = "~/mine.yaml";
+  EXPECT_EQ(find_default_config_file(env), t.path + "/home/mine.yaml");  // returned even if missing
+  EXPECT_NE(error_of([&] { resolve_launch(*find_default_config_file(env), {}); }).find("cannot read config file"),
+            std::string::npos);
+}
+
+TEST(Helpers, ParseBoolAndClosestMatch) {
+  for (const char* t : {"y", "YES", "t", "True", "on", "1"}) EXPECT_EQ(parse_bool(t), true) << t;
+  for (const char* f : {"n", "No", "f", "FALSE", "off", "0"}) EXPECT_EQ(parse_bool(f), false) << f;
+  EXPECT_FALSE(parse_bool("2"));
+  EXPECT_FALSE(parse_bool(""));
+  EXPECT_EQ(closest_match("num_proceses", {"num_processes", "num_machines"}), "num_processes");
+  EXPECT_EQ(closest_match("xyz", {"num_processes", "num_machines"}), "");
+}
+
+}  // namespace

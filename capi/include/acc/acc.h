@@ -241,21 +241,23 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_from_callback(int64_t length, acc_d
 ACC_API void acc_dataset_destroy(acc_dataset* ds) ACC_NOEXCEPT;
 ACC_API ACC_NODISCARD acc_status acc_dataset_length(const acc_dataset* ds, int64_t* out) ACC_NOEXCEPT;
 
-/** {"batch_size": 1, "shuffle": false, "seed": 0 (for shuffle), "drop_last": false}. */
+/** {"batch_size": 1, "shuffle": false, "seed": the shuffling generator's seed (unset: each epoch seeds one
+ *  from the default generator, as torch's RandomSampler does), "drop_last": false}. */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json,
                                                         acc_dataloader** out) ACC_NOEXCEPT;
 ACC_API void acc_dataloader_destroy(acc_dataloader* dl) ACC_NOEXCEPT;
 /**
  * The next batch of this process. At the end of an epoch *has_batch is 0 and both tensors NULL; the
- * next call starts the following epoch (reshuffled with seed + epoch). *out_target is NULL when the
- * dataset has no targets.
+ * next call starts the following epoch (reshuffled: the generator's next permutation, or with the
+ * seedable sampler data_seed + epoch). *out_target is NULL when the dataset has no targets.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_next(acc_dataloader* dl, acc_tensor** out_input,
                                                       acc_tensor** out_target,
                                                       int32_t* has_batch) ACC_NOEXCEPT;
 /** Batches per epoch on this process. */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_length(const acc_dataloader* dl, int64_t* out) ACC_NOEXCEPT;
-/** Restarts at the beginning of `epoch` (shuffling with seed + epoch). */
+/** Ends the current pass; the next one runs `epoch` (the seedable sampler shuffles with data_seed +
+ *  epoch; an iterable dataset's start callback receives it). */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_set_epoch(acc_dataloader* dl, int64_t epoch) ACC_NOEXCEPT;
 /** 1 while the last batch of the epoch is current (Accelerate's end_of_dataloader). */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_end_of_epoch(const acc_dataloader* dl,
@@ -291,6 +293,89 @@ ACC_API ACC_NODISCARD acc_status acc_reduce(acc_accelerator* acc, const acc_tens
                                              acc_tensor** out) ACC_NOEXCEPT;
 /** Barrier across all processes. */
 ACC_API ACC_NODISCARD acc_status acc_wait_for_everyone(acc_accelerator* acc) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Data loading, continued: iterable datasets, explicit batches, skip_first_batches, objects       */
+/*                                                                                                 */
+/* How acc_prepare shards a loader follows the accelerator's dataloader_config, as Accelerate's     */
+/* prepare_data_loader does: "split_batches", "even_batches", "dispatch_batches" (unset: only       */
+/* iterable datasets are dispatched), "use_seedable_sampler" and "data_seed" (shuffle with a        */
+/* generator seeded data_seed + epoch; data_seed unset: the default generator's seed), and          */
+/* "non_blocking". With one process a loader is not sharded.                                       */
+
+/** Rewinds an iterable dataset's stream for a pass over `epoch` (Accelerate's set_epoch). Return
+ *  ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK. */
+typedef acc_status (*acc_iterator_start_fn)(void* user_data, int64_t epoch);
+/** The next sample of the stream: creates *input (and *target, or leaves it NULL) with
+ *  acc_tensor_from_host and sets *has_sample to 1; the library takes ownership. At the end of the
+ *  stream sets *has_sample to 0. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK. */
+typedef acc_status (*acc_iterator_next_fn)(void* user_data, acc_tensor** input, acc_tensor** target,
+                                           int32_t* has_sample);
+/**
+ * An iterable dataset (torch's IterableDataset): no length, no indexing, read in order on the calling
+ * thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.
+ * Loaders over it take {"batch_size", "drop_last"} (not "shuffle"). Prepared with several processes,
+ * either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the
+ * default, or dispatch_batches true), or every process reads all of it and keeps its slices
+ * (IterableDatasetShard: dispatch_batches false); both complete the last batch from the first ones.
+ * `free_user_data` (may be NULL) is called once when the dataset is no longer used.
+ */
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_next_fn next,
+                                                            void* user_data, void (*free_user_data)(void*),
+                                                            acc_dataset** out) ACC_NOEXCEPT;
+/** 1 for an iterable dataset (acc_dataset_length fails on one with ACC_ERR_UNSUPPORTED). */
+ACC_API ACC_NODISCARD acc_status acc_dataset_is_iterable(const acc_dataset* ds, int32_t* out) ACC_NOEXCEPT;
+
+/**
+ * A loader over explicit batches, which may differ in size (a batch sampler without a batch size:
+ * Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices` (so
+ * `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the
+ * dataset. Both arrays are copied. options_json: {"drop_last": false}, the sampler's drop_last: once
+ * sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the
+ * first batches). split_batches cannot split batches of varying size: acc_prepare refuses it.
+ */
+ACC_API ACC_NODISCARD acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices,
+                                                                     const int64_t* batch_sizes,
+                                                                     int64_t num_batches, const char* options_json,
+                                                                     acc_dataloader** out) ACC_NOEXCEPT;
+/**
+ * skip_first_batches: a new loader over the same data, prepared as `dl` is (or not) and at the same
+ * epoch, each pass of which skips its first `num_batches` batches of this process (to resume an epoch
+ * mid-way). A loader from a skipping loader skips both counts. Unlike Accelerate, a dispatching
+ * loader also counts the batches of this process, not those of the main process's reading.
+ */
+ACC_API ACC_NODISCARD acc_status acc_dataloader_skip_first_batches(acc_dataloader* dl, int64_t num_batches,
+                                                                    acc_dataloader** out) ACC_NOEXCEPT;
+/** The epoch the current pass runs, or the next one when between passes (Accelerate's iteration). */
+ACC_API ACC_NODISCARD acc_status acc_dataloader_epoch(const acc_dataloader* dl, int64_t* out) ACC_NOEXCEPT;
+/** While the last batch of a pass is current and sharding completed it with repeated samples: how many
+ *  samples of that global batch are real (gathered in rank order they come first; what
+ *  acc_gather_for_metrics keeps). 0 otherwise. */
+ACC_API ACC_NODISCARD acc_status acc_dataloader_remainder(const acc_dataloader* dl, int64_t* out) ACC_NOEXCEPT;
+
+/* Objects cross as byte strings the caller serializes (JSON, a binding's own encoding, ...). */
+typedef struct acc_bytes_list acc_bytes_list;
+ACC_API ACC_NODISCARD acc_status acc_bytes_list_create(acc_bytes_list** out) ACC_NOEXCEPT;
+ACC_API void acc_bytes_list_destroy(acc_bytes_list* list) ACC_NOEXCEPT;
+/** Appends a copy of `size` bytes at `data` (data may be NULL when size is 0). */
+ACC_API ACC_NODISCARD acc_status acc_bytes_list_append(acc_bytes_list* list, const void* data,
+                                                        size_t size) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_bytes_list_count(const acc_bytes_list* list, int64_t* out) ACC_NOEXCEPT;
+/** The index-th item: its bytes (borrowed from the list until it is changed or destroyed; never NULL)
+ *  and its size. */
+ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, int64_t index,
+                                                     const void** out_data, size_t* out_size) ACC_NOEXCEPT;
+
+/** gather_object: the items of every process, concatenated in rank order, on every process (a process
+ *  may give none). A collective. */
+ACC_API ACC_NODISCARD acc_status acc_gather_object(acc_accelerator* acc, const acc_bytes_list* items,
+                                                    acc_bytes_list** out) ACC_NOEXCEPT;
+/** gather_for_metrics for objects (Accelerate's non-tensor data and use_gather_object=True): one item
+ *  per sample of the batch; acc_gather_object, then on the last batch of the active prepared loader only
+ *  the real samples are kept, so every sample is counted exactly once. Samples that do not fit one
+ *  tensor (rows of different shapes) travel this way too, serialized by the caller. */
+ACC_API ACC_NODISCARD acc_status acc_gather_object_for_metrics(acc_accelerator* acc, const acc_bytes_list* items,
+                                                                acc_bytes_list** out) ACC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,0 +1,209 @@
+// Data loading beyond the basics: iterable datasets, explicit batches, skip_first_batches, and the
+// gather of objects (byte strings) with gather_for_metrics' exactness.
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "guard.hpp"
+#include "handles.hpp"
+#include "util/errors.hpp"
+#include "util/options.hpp"
+
+using acc::capi::guarded;
+using acc::capi::HandleLock;
+using acc::capi::need;
+
+struct acc_bytes_list {
+  std::vector<std::string> items;
+  std::atomic<bool> busy{false};
+};
+
+namespace {
+
+// Frees an iterable dataset's user data exactly once, when the last user lets go.
+struct UserData {
+  void* data;
+  void (*free_fn)(void*);
+  ~UserData() {
+    if (free_fn) free_fn(data);
+  }
+};
+
+// Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
+// never enter a collective: the counts travel first. With for_metrics, the item sizes go through
+// gather_for_metrics, which cuts them to the real samples of a padded last batch; the items follow.
+std::vector<std::string> gather_items(acc::Accelerator& a, const std::vector<std::string>& items, bool for_metrics) {
+  const int64_t count = static_cast<int64_t>(items.size());
+  int64_t bytes = 0;
+  for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
+  at::Tensor totals = a.gather(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
+  const int64_t all_count = totals[0].item<int64_t>(), all_bytes = totals[1].item<int64_t>();
+  if (all_count == 0) return {};
+  at::Tensor sizes = at::empty({count}, at::kLong), data = at::empty({bytes}, at::kByte);
+  int64_t* ps = sizes.data_ptr<int64_t>();
+  uint8_t* pd = data.data_ptr<uint8_t>();
+  for (const std::string& s : items) {
+    *ps++ = static_cast<int64_t>(s.size());
+    std::memcpy(pd, s.data(), s.size());
+    pd += s.size();
+  }
+  at::Tensor all_sizes = for_metrics ? a.gather_for_metrics(sizes) : a.gather(sizes);
+  at::Tensor all_data = all_bytes > 0 ? a.gather(data) : at::empty({0}, at::kByte);
+  std::vector<std::string> out;
+  const int64_t* s = all_sizes.data_ptr<int64_t>();
+  const char* d = reinterpret_cast<const char*>(all_data.data_ptr<uint8_t>());
+  for (int64_t i = 0, off = 0; i < all_sizes.size(0); off += s[i], ++i) out.emplace_back(d + off, static_cast<size_t>(s[i]));
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_next_fn next, void* user_data,
+                                     void (*free_user_data)(void*), acc_dataset** out) noexcept {
+  if (out) *out = nullptr;
+  // The user data is released exactly once: with the dataset, or right here if creation fails.
+  std::shared_ptr<UserData> ud(new UserData{user_data, free_user_data});
+  return guarded(__func__, [&] {
+    need(out, "out");
+    need(next, "next");
+    std::function<void(int64_t)> rewind;
+    if (start)
+      rewind = [start, ud](int64_t epoch) {
+        acc_status st = start(ud->data, epoch);
+        if (st != ACC_OK)
+          throw acc::CallbackError("dataset start callback returned " + std::to_string(st) + " for epoch " +
+                                   std::to_string(epoch));
+      };
+    auto read = [next, ud](acc::Sample& sample) {
+      acc_tensor* in = nullptr;
+      acc_tensor* tg = nullptr;
+      int32_t has = 0;
+      acc_status st = next(ud->data, &in, &tg, &has);
+      std::unique_ptr<acc_tensor> in_owned(in), tg_owned(tg);
+      if (st != ACC_OK) throw acc::CallbackError("dataset next callback returned " + std::to_string(st));
+      if (!has) return false;
+      if (!in) throw acc::CallbackError("dataset next callback set has_sample but no input");
+      sample = acc::Sample{in->t, tg ? tg->t : at::Tensor()};
+      return true;
+    };
+    *out = new acc_dataset{acc::make_iterable_dataset(std::move(rewind), std::move(read))};
+  });
+}
+
+acc_status acc_dataset_is_iterable(const acc_dataset* ds, int32_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(ds, "dataset")->ds->iterable() ? 1 : 0; });
+}
+
+acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices, const int64_t* batch_sizes,
+                                              int64_t num_batches, const char* options_json,
+                                              acc_dataloader** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    need(ds, "dataset");
+    if (num_batches < 0) throw std::invalid_argument("num_batches must be >= 0; got " + std::to_string(num_batches));
+    acc::Options o(options_json, "dataloader options (explicit batches)", {"drop_last"});
+    const bool drop_last = o.get_bool("drop_last", false);
+    std::vector<acc::Batch> batches(static_cast<size_t>(num_batches));
+    if (num_batches > 0) need(batch_sizes, "batch_sizes");
+    int64_t total = 0;
+    for (int64_t b = 0; b < num_batches; ++b) {
+      if (batch_sizes[b] < 1)
+        throw std::invalid_argument("batch_sizes[" + std::to_string(b) + "] is " + std::to_string(batch_sizes[b]) +
+                                    "; every batch needs at least one index");
+      total += batch_sizes[b];
+    }
+    if (total > 0) need(indices, "indices");
+    for (int64_t b = 0, at = 0; b < num_batches; at += batch_sizes[b], ++b)
+      batches[static_cast<size_t>(b)].assign(indices + at, indices + at + batch_sizes[b]);
+    *out = new acc_dataloader{std::make_shared<acc::DataLoader>(ds->ds, std::move(batches), drop_last)};
+  });
+}
+
+acc_status acc_dataloader_skip_first_batches(acc_dataloader* dl, int64_t num_batches, acc_dataloader** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(dl, "dataloader")->busy, "the dataloader");
+    need(out, "out");
+    *out = new acc_dataloader{dl->dl->skip_first_batches(num_batches)};
+  });
+}
+
+acc_status acc_dataloader_epoch(const acc_dataloader* dl, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(dl, "dataloader")->dl->epoch(); });
+}
+
+acc_status acc_dataloader_remainder(const acc_dataloader* dl, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = need(dl, "dataloader")->dl->remainder(); });
+}
+
+/* ------------------------------------------------------------------ byte strings, gather of objects */
+
+acc_status acc_bytes_list_create(acc_bytes_list** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] { *need(out, "out") = new acc_bytes_list(); });
+}
+
+void acc_bytes_list_destroy(acc_bytes_list* list) noexcept { delete list; }
+
+acc_status acc_bytes_list_append(acc_bytes_list* list, const void* data, size_t size) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(list, "list")->busy, "the bytes list");
+    if (size > 0) need(data, "data");
+    list->items.emplace_back(static_cast<const char*>(data), size);
+  });
+}
+
+acc_status acc_bytes_list_count(const acc_bytes_list* list, int64_t* out) noexcept {
+  if (out) *out = 0;
+  return guarded(__func__, [&] { *need(out, "out") = static_cast<int64_t>(need(list, "list")->items.size()); });
+}
+
+acc_status acc_bytes_list_get(const acc_bytes_list* list, int64_t index, const void** out_data,
+                              size_t* out_size) noexcept {
+  if (out_data) *out_data = nullptr;
+  if (out_size) *out_size = 0;
+  return guarded(__func__, [&] {
+    const auto& items = need(list, "list")->items;
+    need(out_data, "out_data");
+    need(out_size, "out_size");
+    if (index < 0 || index >= static_cast<int64_t>(items.size()))
+      throw std::out_of_range("index " + std::to_string(index) + " outside [0, " + std::to_string(items.size()) + ")");
+    const std::string& item = items[static_cast<size_t>(index)];
+    *out_data = item.data();
+    *out_size = item.size();
+  });
+}
+
+acc_status acc_gather_object(acc_accelerator* acc, const acc_bytes_list* items, acc_bytes_list** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(out, "out");
+    std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
+    result->items = gather_items(*acc->impl, need(items, "items")->items, false);
+    *out = result.release();
+  });
+}
+
+acc_status acc_gather_object_for_metrics(acc_accelerator* acc, const acc_bytes_list* items,
+                                         acc_bytes_list** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(out, "out");
+    std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
+    result->items = gather_items(*acc->impl, need(items, "items")->items, true);
+    *out = result.release();
+  });
+}
+
+}  // extern "C"

@@ -517,10 +517,19 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
     if (!dt)
       throw Error(path + ": missing key 'distributed_type' (required in config files); accepted values: " +
                   join(s.key("distributed_type")->choices, ", "));
+    // Accelerate's placeholder for "given on the command line" (its default for distributed configs).
+    bool np_placeholder = false;
+    if (const Node* np = root.find("num_processes"); np && np->kind == Kind::Int && np->i == -1) {
+      root.erase("num_processes");
+      np_placeholder = true;
+    }
     auto where = [&](const Node& n) { return n.key_line ? path + ":" + std::to_string(n.key_line) : path; };
     auto prefix = [&](const Node& n) { return where(n) + ": "; };
     r.apply_tree(root, "", Origin::File, where, prefix);
-    if (!root.find("num_processes") && r.values[r.idx("distributed_type")].s != "NO") {
+    if (np_placeholder) {
+      r.set("num_processes", Node::integer(-1), {Origin::File, path});
+      np_missing_reason = path + " sets num_processes to -1";
+    } else if (!root.find("num_processes") && r.values[r.idx("distributed_type")].s != "NO") {
       // Accelerate's default for a distributed config without num_processes is -1: "pass --num_processes".
       r.set("num_processes", Node::integer(-1), {Origin::File, path});
       np_missing_reason = path + " sets distributed_type " + r.values[r.idx("distributed_type")].s +

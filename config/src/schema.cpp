@@ -348,7 +348,7 @@ Schema make_launch() {
   add(K("use_cpu", B, "false", "train on the CPU even when an accelerator is present").env("ACCELERATE_USE_CPU"));
   add(K("debug", B, "false", "check collective shapes across ranks").env("ACCELERATE_DEBUG_MODE"));
   add(K("enable_cpu_affinity", B, "false", "pin processes to the CPU cores near their GPU").env("ACCELERATE_CPU_AFFINITY"));
-  add(K("num_processes", I, "1", "total processes over all machines (-1 in a file: must be given by a flag)").min(-1));
+  add(K("num_processes", I, "1", "total processes over all machines (-1 in a file: must be given by a flag)").min(1));
   add(K("num_machines", I, "1", "number of machines").min(1));
   add(K("machine_rank", I, "0", "rank of this machine").min(0));
   add(K("main_process_ip", S | Z, "null", "address of machine 0 (MASTER_ADDR); null: 127.0.0.1"));

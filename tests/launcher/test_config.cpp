@@ -451,7 +451,7 @@ TEST(LaunchFiles, FlagsBeatTheFile) {
   EXPECT_EQ(c.get_string("mixed_precision"), "fp16");
   EXPECT_EQ(c.get_string("distributed_type"), "MULTI_GPU");  // untouched keys keep the file's value
   EXPECT_EQ(error_of([&] { resolve_launch(f, {{"num_processes", "x", "--num_processes"}}); }),
-            "--num_processes: 'num_processes' must be an integer >= -1; got \"x\"");
+            "--num_processes: 'num_processes' must be an integer >= 1; got \"x\"");
 }
 
 TEST(LaunchFiles, PlainNoIsTheStringNo) {

@@ -77,23 +77,33 @@ int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
   sigemptyset(&watched);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&watched, s);
   sigprocmask(SIG_BLOCK, &watched, &original);
+  // An inherited SIGCHLD = SIG_IGN would make the kernel reap the workers itself and hide their status.
+  struct sigaction dfl {}, original_chld {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGCHLD, &dfl, &original_chld);
+  // Orphans of the workers become acc's children, so acc reaps what it kills at the end.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   std::vector<Proc> procs(workers.size());
   const double start = now();
   int exec_error = 0;
   size_t exec_error_rank = 0;
+  const char* start_step = "execute";  // what failed: "execute" (execve in the child), or "start" (pipe, fork)
   const pid_t self = getpid();
 
   for (size_t i = 0; i < workers.size(); ++i) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
       exec_error = errno;
+      start_step = "start";
       exec_error_rank = i;
       break;
     }
     pid_t pid = fork();
     if (pid < 0) {
       exec_error = errno;
+      start_step = "start";
       exec_error_rank = i;
       close(pipefd[0]);
       close(pipefd[1]);
@@ -104,6 +114,7 @@ int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != self) _exit(125);  // acc died before the death signal was armed
+      sigaction(SIGCHLD, &original_chld, nullptr);
       sigprocmask(SIG_SETMASK, &original, nullptr);
       execve(workers[i].path.c_str(), argvs[i].data(), envps[i].data());
       int err = errno;
@@ -148,8 +159,8 @@ int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
   };
 
   if (exec_error) {
-    std::fprintf(stderr, "%s: error: cannot execute '%s' (rank %d): %s\n", me, workers[exec_error_rank].path.c_str(),
-                 workers[exec_error_rank].rank, strerror(exec_error));
+    std::fprintf(stderr, "%s: error: cannot %s '%s' (rank %d): %s\n", me, start_step,
+                 workers[exec_error_rank].path.c_str(), workers[exec_error_rank].rank, strerror(exec_error));
     begin_stop(SIGTERM);
   }
 
@@ -215,9 +226,19 @@ int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
     }
   }
 
-  // Whatever the workers left behind in their process groups goes too.
+  // Whatever the workers left behind in their process groups goes too, and is reaped (for up to a second: a
+  // descendant that left the groups may live on).
   for (auto& p : procs)
     if (p.pid > 0) kill(-p.pid, SIGKILL);
+  for (const double until = now() + 1.0; now() < until;) {
+    pid_t r = waitpid(-1, nullptr, WNOHANG);
+    if (r < 0) break;  // ECHILD: nothing left
+    if (r == 0) {
+      timespec ts{0, 10 * 1000 * 1000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  sigaction(SIGCHLD, &original_chld, nullptr);
   sigprocmask(SIG_SETMASK, &original, nullptr);
 
   if (exec_error) return exec_error == ENOENT ? 127 : 126;

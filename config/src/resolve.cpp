@@ -476,6 +476,7 @@ std::optional<std::string> find_default_config_file(const std::map<std::string, 
     return p;
   };
   std::string explicit_file = get("ACC_CONFIG_FILE");
+  if (explicit_file == "none") return std::nullopt;  // no file at all: defaults and flags only
   if (!explicit_file.empty()) {
     explicit_file = expand(explicit_file);
     if (searched) searched->push_back(explicit_file);

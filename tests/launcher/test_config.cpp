@@ -692,6 +692,10 @@ TEST(DefaultFile, SearchOrder) {
   EXPECT_EQ(find_default_config_file(env), xdg_hf);  // $XDG_CACHE_HOME/acc does not exist
   std::string xdg_ours = t.write("xdg/acc/default_config.yaml", "distributed_type: NO\n");
   EXPECT_EQ(find_default_config_file(env), xdg_ours);
+  env["ACC_CONFIG_FILE"] = "none";
+  searched.clear();
+  EXPECT_FALSE(find_default_config_file(env, &searched));
+  EXPECT_TRUE(searched.empty());
   env["ACC_CONFIG_FILE"] = "~/mine.yaml";
   EXPECT_EQ(find_default_config_file(env), t.path + "/home/mine.yaml");  // returned even if missing
   EXPECT_NE(error_of([&] { resolve_launch(*find_default_config_file(env), {}); }).find("cannot read config file"),

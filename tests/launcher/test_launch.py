@@ -322,6 +322,19 @@ class LaunchTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 5)
         self.assert_none_alive()
 
+    def test_inherited_sigchld_ignore_is_undone(self):
+        # With SIGCHLD ignored the kernel would reap the workers itself; acc must still see rank 1's status.
+        out, err = self._files()
+        with open(out, "w") as o, open(err, "w") as e:
+            p = subprocess.Popen([ACC, "launch", "--num_processes", "2", PROBE, "--out", self.out, "--fail-rank", "1",
+                                  "--code", "4", "--sleep", "60"], env=self.env, cwd=self.tmp, stdout=o, stderr=e,
+                                 preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+        p.files = (out, err)
+        self.procs.append(p)
+        self.assertEqual(p.wait(timeout=20), 4, self.output(p)[1])
+        self.assertIn("exited with status 4", self.output(p)[1])
+        self.assert_none_alive(kinds=("pid",))
+
     def test_sigkill_to_acc_kills_the_workers(self):
         acc = self.start_acc("launch", "--num_processes", "3", PROBE, "--out", self.out, "--sleep", "60",
                              "--ignore-term")
@@ -390,6 +403,13 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(sorted(self.envs()), [0])
         self.assertEqual(self.envs()[0]["ACCELERATE_MIXED_PRECISION"], "fp16")
+        # ACC_CONFIG_FILE=none: no file at all
+        shutil.rmtree(self.out)
+        os.mkdir(self.out)
+        self.env["ACC_CONFIG_FILE"] = "none"
+        p, _ = self.run_acc("launch", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.envs()[0]["ACCELERATE_MIXED_PRECISION"], "no")
         # and ACC_CONFIG_FILE over both; a missing one is an error
         self.env["ACC_CONFIG_FILE"] = os.path.join(self.tmp, "missing.yaml")
         p, _ = self.run_acc("launch", PROBE)

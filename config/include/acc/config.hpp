@@ -96,7 +96,7 @@ struct Flag {
 };
 
 // The config file `acc launch` uses when none is given (docs/configuration.md, "Which file"):
-//   $ACC_CONFIG_FILE (must exist when set), then ${XDG_CACHE_HOME:-~/.cache}/acc/default_config.yaml, then
+//   $ACC_CONFIG_FILE (must exist when set; "none": no file), then ${XDG_CACHE_HOME:-~/.cache}/acc/default_config.yaml, then
 //   ${HF_HOME:-${XDG_CACHE_HOME:-~/.cache}/huggingface}/accelerate/default_config.yaml.
 // Returns nullopt when none exists; `searched` receives the candidates in order.
 std::optional<std::string> find_default_config_file(const std::map<std::string, std::string>& env,

@@ -71,8 +71,48 @@ std::vector<cli::Option> options() {
   opt("--main_process_ip", "IP", dist, "address of machine 0 (MASTER_ADDR; default 127.0.0.1)", "main_process_ip");
   opt("--main_process_port", "PORT", dist, "rendezvous port (MASTER_PORT; default 29500; 0: a free port)",
       "main_process_port");
+  opt("--rdzv_backend", "{static,c10d,etcd,etcd-v2}", dist, "rendezvous method (acc launch uses static)",
+      "rdzv_backend");
+  flag("--downcast_bf16", dist, "XLA: with bf16, also downcast float64 tensors", "downcast_bf16");
   opt("--term_timeout", "SECONDS", sup, "grace between SIGTERM and SIGKILL when stopping processes (default 5)");
   opt("--monitor_interval", "SECONDS", sup, "how often the processes are checked (default 0.1)");
+
+  // Accelerate's paradigm flags, and one flag per key of the paradigm sections of the config, named as
+  // `accelerate launch` names them (the key's name, `fp8_` + name in fp8_config).
+  const std::string par = "Paradigm (one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm)";
+  flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type", "DEEPSPEED");
+  flag("--use_fsdp", par, "distributed_type FSDP (ACCELERATE_USE_FSDP)", "distributed_type", "FSDP");
+  flag("--use_megatron_lm", par, "distributed_type MEGATRON_LM", "distributed_type", "MEGATRON_LM");
+  const std::pair<const char*, const char*> sections[] = {{"deepspeed_config", "DeepSpeed (with --use_deepspeed)"},
+                                                          {"fsdp_config", "FSDP (with --use_fsdp)"},
+                                                          {"fp8_config", "FP8 (with --mixed_precision fp8)"},
+                                                          {"megatron_lm_config", "Megatron-LM (with --use_megatron_lm)"},
+                                                          {"parallelism_config", "ParallelismConfig"}};
+  for (const auto& k : config::schema_keys(config::SchemaKind::Launch)) {
+    for (auto [section, group] : sections) {
+      const std::string prefix = std::string(section) + ".";
+      if (k.path.rfind(prefix, 0) != 0) continue;
+      std::string name = k.path.substr(prefix.size());
+      if (std::string(section) == "fp8_config" && name.rfind("fp8_", 0) != 0) name = "fp8_" + name;
+      std::string help = k.help;
+      if (!k.choices.empty()) {
+        help += " (";
+        for (size_t i = 0; i < k.choices.size(); ++i) help += (i ? "|" : "") + k.choices[i];
+        help += ")";
+      }
+      if (name == "fp8_use_autocast_during_eval") {  // a store-true flag in accelerate launch
+        flag("--" + name, group, help, k.path);
+        continue;
+      }
+      std::string metavar = !k.choices.empty()                 ? "NAME"
+                            : k.type.rfind("bool[3]", 0) == 0    ? "B,B,B"
+                            : k.type.rfind("bool", 0) == 0       ? "BOOL"
+                            : k.type.rfind("int", 0) == 0        ? "N"
+                            : k.type.rfind("number", 0) == 0     ? "X"
+                                                                 : "VALUE";
+      opt("--" + name, metavar, group, help, k.path);
+    }
+  }
   return o;
 }
 
@@ -145,6 +185,12 @@ int launch_main(const std::vector<std::string>& args) {
     if (p.positionals.empty()) usage_error("missing the PROGRAM to launch");
     if (p.options.count("--module") && p.options.count("--no_python"))
       usage_error("--module and --no_python cannot be used together");
+    std::vector<std::string> paradigms;
+    for (const char* f : {"--cpu", "--multi_gpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm"})
+      if (p.options.count(f)) paradigms.push_back(f);
+    if (paradigms.size() > 1)
+      usage_error("only one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm may be given; got " +
+                  paradigms[0] + " and " + paradigms[1]);
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "%s: error: %s\nusage: %s\nRun 'acc launch --help' for the options.\n", kMe, e.what(),
                  usage.c_str());

@@ -268,8 +268,8 @@ ACCX_GO_OUT(size_t, uint64)
 %{ if $input != nil { *$input = swigCopyString(*$input) } %}
 
 /* Byte buffers and shapes: Go slices, read or written during the call only. */
-%typemap(gotype) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "[]byte"
-%typemap(in) (const void* data, size_t nbytes), (void* dst, size_t nbytes)
+%typemap(gotype) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size) "[]byte"
+%typemap(in) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size)
 %{ $1 = ($1_ltype)$input.array; $2 = (size_t)$input.len; %}
 %typemap(gotype) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity) "[]int64"
 %typemap(in) (const int64_t* shape, int32_t ndim), (int64_t* shape, int32_t capacity)
@@ -279,8 +279,8 @@ ACCX_GO_OUT(size_t, uint64)
 %typemap(gotype) void* "unsafe.Pointer"
 %typemap(in) void* %{ $1 = $input; %}
 %typemap(out) void* %{ $result = $1; %}
-%typemap(gotype) void** "*unsafe.Pointer"
-%typemap(in) void** %{ $1 = ($1_ltype)$input; %}
+%typemap(gotype) void**, const void** "*unsafe.Pointer"
+%typemap(in) void**, const void** %{ $1 = ($1_ltype)$input; %}
 
 ACCX_GO_HANDLE(acc_accelerator)
 ACCX_GO_HANDLE(acc_tensor)
@@ -290,6 +290,7 @@ ACCX_GO_HANDLE(acc_scheduler)
 ACCX_GO_HANDLE(acc_dataset)
 ACCX_GO_HANDLE(acc_dataloader)
 ACCX_GO_HANDLE(struct DLManagedTensorVersioned)
+ACCX_GO_HANDLE(acc_bytes_list)
 #endif /* SWIGGO */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -375,12 +376,12 @@ ACCX_JAVA_OUT(int64_t, jlong, jlongArray, long, SetLongArrayRegion)
 ACCX_JAVA_OUT(size_t, jlong, jlongArray, long, SetLongArrayRegion)
 ACCX_JAVA_OUT(double, jdouble, jdoubleArray, double, SetDoubleArrayRegion)
 /* Raw addresses (void** of accx_dlpack_bytes) as long[1]. */
-%typemap(jni) void** "jlongArray"
-%typemap(jtype) void** "long[]"
-%typemap(jstype) void** "long[]"
-%typemap(javain) void** "$javainput"
-%typemap(in) void** (void* temp = NULL) %{ $1 = $input ? &temp : NULL; %}
-%typemap(argout) void**
+%typemap(jni) void**, const void** "jlongArray"
+%typemap(jtype) void**, const void** "long[]"
+%typemap(jstype) void**, const void** "long[]"
+%typemap(javain) void**, const void** "$javainput"
+%typemap(in) void** (void* temp = NULL), const void** (void* temp = NULL) %{ $1 = ($1_ltype)($input ? &temp : NULL); %}
+%typemap(argout) void**, const void**
 %{ if ($input && !(*jenv)->ExceptionCheck(jenv)) { jlong v = (jlong)(intptr_t)temp$argnum; (*jenv)->SetLongArrayRegion(jenv, $input, 0, 1, &v); } %}
 
 /* Borrowed strings out: String[1]. */
@@ -396,18 +397,18 @@ ACCX_JAVA_OUT(double, jdouble, jdoubleArray, double, SetDoubleArrayRegion)
    } %}
 
 /* Host buffers: byte[] (copied by libacc during the call). */
-%typemap(jni) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "jbyteArray"
-%typemap(jtype) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "byte[]"
-%typemap(jstype) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "byte[]"
-%typemap(javain) (const void* data, size_t nbytes), (void* dst, size_t nbytes) "$javainput"
-%typemap(in) (const void* data, size_t nbytes), (void* dst, size_t nbytes)
+%typemap(jni) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size) "jbyteArray"
+%typemap(jtype) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size) "byte[]"
+%typemap(jstype) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size) "byte[]"
+%typemap(javain) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size) "$javainput"
+%typemap(in) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size)
 %{ $1 = NULL; $2 = 0;
    if ($input) {
      $2 = (size_t)(*jenv)->GetArrayLength(jenv, $input);
      $1 = ($1_ltype)(*jenv)->GetByteArrayElements(jenv, $input, NULL);
      if (!$1) return $null;
    } %}
-%typemap(freearg) (const void* data, size_t nbytes)
+%typemap(freearg) (const void* data, size_t nbytes), (const void* data, size_t size)
 %{ if ($1) (*jenv)->ReleaseByteArrayElements(jenv, $input, (jbyte*)$1, JNI_ABORT); %}
 %typemap(freearg) (void* dst, size_t nbytes)
 %{ if ($1) (*jenv)->ReleaseByteArrayElements(jenv, $input, (jbyte*)$1, 0); %}
@@ -447,6 +448,7 @@ ACCX_JAVA_HANDLE(acc_scheduler)
 ACCX_JAVA_HANDLE(acc_dataset)
 ACCX_JAVA_HANDLE(acc_dataloader)
 ACCX_JAVA_HANDLE(struct DLManagedTensorVersioned)
+ACCX_JAVA_HANDLE(acc_bytes_list)
 
 %{
 /* Direct buffers: a global reference keeps the buffer (and so its memory) alive until libacc lets go. */
@@ -542,6 +544,11 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 %ignore acc_dataset_get_fn;
 %ignore acc_find_executable_batch_size;
 %ignore acc_batch_size_fn;
+%ignore acc_dataset_from_iterator;
+%ignore acc_iterator_start_fn;
+%ignore acc_iterator_next_fn;
+/* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
+%ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */
 %ignore acc_last_error_message;
 %ignore acc_last_error_code;

@@ -9,16 +9,22 @@ export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 export PKG_CONFIG_PATH="$build/meson-uninstalled${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export LD_LIBRARY_PATH="$build/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 need() { command -v "$1" >/dev/null || { echo "SKIP: $1 not found (run scripts/setup.sh)"; exit 77; }; }
+# at_least HAVE WANT: version HAVE >= WANT (dotted numbers)
+at_least() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1) == "$2" ]]; }
 
 case $lang in
   rust)
     need cargo
+    v=$(rustc --version | awk '{print $2}')
+    at_least "$v" 1.77 || { echo "SKIP: rustc $v is older than 1.77 (install Rust with rustup)"; exit 77; }
     export CARGO_TARGET_DIR="$build/bindings/cargo"
     # No dependencies beyond the two crates: --offline holds from the first run on.
     cargo test --offline --workspace --manifest-path "$src/bindings/rust/Cargo.toml" 2>&1
     ;;
   go)
     need go
+    v=$(go env GOVERSION | sed 's/^go//')
+    at_least "$v" 1.24 || { echo "SKIP: Go $v is older than 1.24"; exit 77; }
     cd "$src/bindings/go"
     go test -count=1 ./... 2>&1
     ;;
@@ -27,7 +33,7 @@ case $lang in
     need java
     [[ -n $jni && -f $jni ]] || { echo "SKIP: libacc_jni was not built (no JNI headers?)"; exit 77; }
     out=$build/bindings/maven-test
-    args=(-B -f "$src/bindings/java/pom.xml" "-Dacc.build.dir=$out" "-Dai.acc.native.path=$jni" test)
+    args=(-B -Dstyle.color=never -f "$src/bindings/java/pom.xml" "-Dacc.build.dir=$out" "-Dai.acc.native.path=$jni" test)
     # Offline once ~/.m2 holds the plugins and JUnit; the very first run fetches them.
     if ! mvn -o -q "${args[@]}" >"$build/bindings/maven-test.log" 2>&1; then
       if grep -q "offline mode\|has not been downloaded\|Cannot access .* in offline" "$build/bindings/maven-test.log"; then

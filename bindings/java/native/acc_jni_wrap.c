@@ -515,7 +515,7 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dlpack_1bytes(JNIEn
   (void)jenv;
   (void)jcls;
   arg1 = (struct DLManagedTensorVersioned *)(intptr_t)jarg1; 
-  arg2 = jarg2 ? &temp2 : NULL; 
+  arg2 = (void **)(jarg2 ? &temp2 : NULL); 
   if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
     return ;

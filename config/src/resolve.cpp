@@ -46,10 +46,46 @@ std::string unknown_key_message(const Schema& s, const std::string& section, con
   return msg;
 }
 
+// `${env:NAME}` and `${env:NAME:-fallback}` inside a string value of a file or of the explicit JSON are replaced
+// by the environment variable, so secrets and paths need not be written into config files. Returns the names used.
+std::vector<std::string> expand_env(std::string& text, const std::map<std::string, std::string>& env,
+                                    const std::string& key_path) {
+  std::vector<std::string> used;
+  std::string out;
+  size_t pos = 0;
+  for (;;) {
+    size_t start = text.find("${env:", pos);
+    if (start == std::string::npos) break;
+    size_t end = text.find('}', start);
+    if (end == std::string::npos) throw Error("'" + key_path + "': unterminated ${env:...} in " + json_quote(text));
+    std::string ref = text.substr(start + 6, end - start - 6);
+    std::optional<std::string> fallback;
+    if (size_t dash = ref.find(":-"); dash != std::string::npos) {
+      fallback = ref.substr(dash + 2);
+      ref = ref.substr(0, dash);
+    }
+    if (ref.empty() || ref.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+                           std::string::npos)
+      throw Error("'" + key_path + "': bad environment reference ${env:" + ref + "} (a variable name is expected)");
+    out += text.substr(pos, start - pos);
+    auto it = env.find(ref);
+    if (it != env.end() && !it->second.empty()) out += it->second;
+    else if (fallback) out += *fallback;
+    else throw Error("'" + key_path + "' refers to ${env:" + ref + "}, but " + ref + " is not set");
+    used.push_back(ref);
+    pos = end + 1;
+  }
+  if (used.empty()) return used;
+  out += text.substr(pos);
+  text = out;
+  return used;
+}
+
 struct Resolver {
   const Schema& s;
   std::vector<Node> values;
   std::vector<Provenance> prov;
+  std::map<std::string, std::string> env;  // for ${env:NAME} references
 
   explicit Resolver(const Schema& schema) : s(schema) {
     for (const auto& k : s.keys) {
@@ -90,9 +126,26 @@ struct Resolver {
         continue;
       }
       const KeySpec& k = s.keys[idx(path)];
+      Node in = val;
+      std::vector<std::string> refs;
+      try {
+        auto expand = [&](Node& n) {
+          if (n.kind != Kind::String || n.text) return;
+          std::string& t = n.plain ? n.raw : n.s;
+          if (t.find("${env:") == std::string::npos) return;
+          for (auto& r : expand_env(t, env, path)) refs.push_back(r);
+          if (n.plain) n.s = n.raw;
+        };
+        expand(in);
+        for (Node& item : in.list) expand(item);
+      } catch (const Error& e) {
+        throw Error(prefix(val) + e.what());
+      }
       Node out;
-      if (auto err = coerce(k, val, out)) throw Error(prefix(val) + *err);
-      set(path, std::move(out), {origin, where(val)});
+      if (auto err = coerce(k, in, out)) throw Error(prefix(val) + *err);
+      std::string w = where(val);
+      if (!refs.empty()) w += " (${env:" + join(refs, "}, ${env:") + "})";
+      set(path, std::move(out), {origin, w});
     }
   }
 
@@ -371,6 +424,7 @@ std::map<std::string, std::string> current_environment() {
 Config resolve_accelerator(std::string_view explicit_json, const std::map<std::string, std::string>& env,
                            std::string_view where) {
   Resolver r(accelerator_schema());
+  r.env = env;
   r.apply_env(env);
   // Three environment variables make one value.
   {
@@ -499,6 +553,7 @@ std::optional<std::string> find_default_config_file(const std::map<std::string, 
 Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags) {
   const Schema& s = launch_schema();
   Resolver r(s);
+  r.env = current_environment();
   std::string np_missing_reason;
   if (config_file) {
     const std::string& path = *config_file;

@@ -424,6 +424,32 @@ TEST(Rules, ProjectDirectories) {
   EXPECT_EQ(b.get_string("project_config.logging_dir"), "/logs");
 }
 
+TEST(Rules, EnvironmentReferences) {
+  Env env{{"SCRATCH", "/scratch/me"}};
+  Config c = resolve_accelerator(R"({"project_dir": "${env:SCRATCH}/runs", "log_with": ["${env:TRACKER:-jsonl}"]})", env);
+  EXPECT_EQ(c.get_string("project_dir"), "/scratch/me/runs");
+  EXPECT_EQ(c.provenance("project_dir").where, "acc_accelerator_create (${env:SCRATCH})");
+  EXPECT_EQ(c.get_string_list("log_with"), std::vector<std::string>{"jsonl"});
+  EXPECT_EQ(error_of([&] { resolve_accelerator(R"({"project_dir": "${env:NOPE}/x"})", env); }),
+            "'project_dir' refers to ${env:NOPE}, but NOPE is not set");
+  EXPECT_EQ(error_of([&] { resolve_accelerator(R"({"project_dir": "${env:SCRATCH"})", env); }),
+            "'project_dir': unterminated ${env:...} in \"${env:SCRATCH\"");
+  // The value is validated after expansion.
+  EXPECT_EQ(error_of([&] { resolve_accelerator(R"({"mixed_precision": "${env:SCRATCH}"})", env); }),
+            "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\"; got \"/scratch/me\"");
+  TempDir t;
+  setenv("ACC_TEST_MASTER_HOST", "10.1.2.3", 1);
+  std::string f = t.write("e.yaml", "distributed_type: NO\nmain_process_ip: ${env:ACC_TEST_MASTER_HOST}\n"
+                                    "tpu_name: ${env:ACC_TEST_UNSET_VARIABLE:-fallback}\n");
+  Config l = resolve_launch(f, {});
+  EXPECT_EQ(l.get_string("main_process_ip"), "10.1.2.3");
+  EXPECT_EQ(l.provenance("main_process_ip").where, f + ":2 (${env:ACC_TEST_MASTER_HOST})");
+  EXPECT_EQ(l.get_string("tpu_name"), "fallback");
+  unsetenv("ACC_TEST_MASTER_HOST");
+  EXPECT_EQ(error_of([&] { resolve_launch(f, {}); }),
+            f + ":2: 'main_process_ip' refers to ${env:ACC_TEST_MASTER_HOST}, but ACC_TEST_MASTER_HOST is not set");
+}
+
 // --- Launch config files ---------------------------------------------------------------------------------------
 
 TEST(LaunchFiles, AccelerateDefaultConfigYaml) {

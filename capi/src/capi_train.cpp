@@ -190,14 +190,14 @@ void acc_optimizer_destroy(acc_optimizer* opt) noexcept { delete opt; }
 acc_status acc_optimizer_step(acc_optimizer* opt) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(opt, "optimizer")->busy, "the optimizer");
-    opt->slot->opt->step();
+    opt->slot->step();
   });
 }
 
 acc_status acc_optimizer_zero_grad(acc_optimizer* opt) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(opt, "optimizer")->busy, "the optimizer");
-    opt->slot->opt->zero_grad();
+    opt->slot->zero_grad();
   });
 }
 

@@ -59,11 +59,11 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   std::shared_ptr<Accelerator> a(new Accelerator());
   a->config_ = config::resolve_accelerator(config_json ? config_json : "", env);
   const config::Config& c = a->config_;
-  if (c.get_string("mixed_precision") != "no")
-    throw UnsupportedError("mixed_precision \"" + c.get_string("mixed_precision") +
-                           "\" is not supported yet by this libacc build; use \"no\"");
-  if (c.get_int("gradient_accumulation_steps") != 1)
-    throw UnsupportedError("gradient_accumulation_steps > 1 is not supported yet by this libacc build");
+  // The config unifies gradient_accumulation_steps and gradient_accumulation_plugin.num_steps.
+  GradientState& g = a->grad_;
+  g.num_steps = c.get_int("gradient_accumulation_steps");
+  g.sync_with_dataloader = c.get_bool("gradient_accumulation_plugin.sync_with_dataloader");
+  g.sync_each_batch = c.get_bool("gradient_accumulation_plugin.sync_each_batch");
   a->state_ = ProcessState::from_environment(env);
   const int cuda_device = pick_cuda_device(c, a->state_, env);
   if (c.is_set("seed")) seed_everything(static_cast<uint64_t>(c.get_int("seed")), cuda_device >= 0);
@@ -82,10 +82,35 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
     }
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
+  a->set_mixed_precision(c.get_string("mixed_precision"));
   return a;
 }
 
 Accelerator::~Accelerator() = default;
+
+void Accelerator::set_mixed_precision(const std::string& mode) {
+  if (mode == "fp8")
+    throw UnsupportedError("mixed_precision \"fp8\" needs a CUDA GPU with compute capability 8.9 or newer "
+                           "(Ada, Hopper); this process runs on " + device_name_);
+  if (mode == "fp16" && device_.is_cpu()) {
+    // Accelerate refuses fp16 on CPU; LibTorch's CPU autocast has float16, so it works here. Probe it,
+    // so a build without it fails now, clearly, rather than in the first forward.
+    AutocastScope probe(c10::DeviceType::CPU, at::kHalf, true, false);
+    at::Tensor r = at::mm(at::ones({2, 2}), at::ones({2, 2}));
+    if (r.scalar_type() != at::kHalf)
+      throw UnsupportedError("mixed_precision \"fp16\": this LibTorch's CPU autocast has no float16");
+  }
+  if (mode == "fp16") {
+    GradScalerOptions o;
+    o.init_scale = config_.get_double("grad_scaler_kwargs.init_scale");
+    o.growth_factor = config_.get_double("grad_scaler_kwargs.growth_factor");
+    o.backoff_factor = config_.get_double("grad_scaler_kwargs.backoff_factor");
+    o.growth_interval = config_.get_int("grad_scaler_kwargs.growth_interval");
+    o.enabled = config_.get_bool("grad_scaler_kwargs.enabled");
+    scaler_ = std::make_unique<GradScaler>(o);
+  }
+  mixed_precision_ = mode;
+}
 
 ForwardResult ModelSlot::forward(const at::Tensor& input, const at::Tensor& targets) {
   if (!owner) return model->forward(input, targets);
@@ -97,18 +122,57 @@ ForwardResult ModelSlot::forward(const at::Tensor& input, const at::Tensor& targ
     for (auto& [name, b] : model->named_buffers()) buffers.push_back(b);
     owner->broadcast_from_main(buffers);
   }
-  return model->forward(input.device() == dev ? input : input.to(dev),
-                        !targets.defined() || targets.device() == dev ? targets : targets.to(dev));
+  const at::Tensor& in = input.device() == dev ? input : input.to(dev);
+  const at::Tensor& tg = !targets.defined() || targets.device() == dev ? targets : targets.to(dev);
+  const std::string& mp = owner->mixed_precision();
+  if (mp == "no" || !owner->config().get_bool("autocast_kwargs.enabled")) return model->forward(in, tg);
+  ForwardResult r;
+  {
+    const char* cache_key = "autocast_kwargs.cache_enabled";
+    bool cache = !owner->config().is_set(cache_key) || owner->config().get_bool(cache_key);
+    AutocastScope autocast(dev.type(), mp == "bf16" ? at::kBFloat16 : at::kHalf, true, cache);
+    r = model->forward(in, tg);
+  }
+  // Accelerate's convert_to_fp32 on the outputs of an autocast forward.
+  if (at::isReducedFloatingType(r.output.scalar_type())) r.output = r.output.to(at::kFloat);
+  if (r.loss.defined() && at::isReducedFloatingType(r.loss.scalar_type())) r.loss = r.loss.to(at::kFloat);
+  return r;
+}
+
+void OptimizerSlot::step() {
+  step_was_skipped = false;
+  if (!owner) return opt->step();
+  if (!owner->gradient_state().sync_gradients) return;
+  if (GradScaler* scaler = owner->scaler()) {
+    owner->unscale_gradients(*this);
+    step_was_skipped = found_inf;
+    if (!found_inf) opt->step();
+    scaler->update(found_inf);
+    unscaled = found_inf = false;
+    return;
+  }
+  opt->step();
+}
+
+void OptimizerSlot::zero_grad() {
+  if (owner && !owner->gradient_state().sync_gradients) return;
+  opt->zero_grad();
 }
 
 void SchedulerSlot::step() {
-  // Accelerate's AcceleratedScheduler: each process saw only 1/num_processes of the batches, so
-  // without split_batches the schedule advances num_processes steps per call.
+  // Accelerate's AcceleratedScheduler: no step while accumulating or when the optimizer skipped its
+  // step; otherwise, as each process saw 1/num_processes of the batches, num_processes steps per call
+  // unless split_batches.
   int64_t n = 1;
-  if (owner && !owner->config().get_bool("dataloader_config.split_batches")) n = owner->state().world_size;
+  if (owner) {
+    if (!owner->gradient_state().sync_gradients || opt->step_was_skipped) return;
+    if (!owner->split_batches()) n = owner->state().world_size;
+  }
   steps += n;
   apply();
 }
+
+bool Accelerator::split_batches() const { return config_.get_bool("dataloader_config.split_batches"); }
 
 void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::shared_ptr<OptimizerSlot>& opt,
                           const std::shared_ptr<SchedulerSlot>& sched,
@@ -128,7 +192,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   ShardSpec spec;
   spec.num_processes = state_.world_size;
   spec.process_index = state_.rank;
-  spec.split_batches = config_.get_bool("dataloader_config.split_batches");
+  spec.split_batches = split_batches();
   spec.even_batches = config_.get_bool("dataloader_config.even_batches");
   auto self = shared_from_this();
   // Validates split_batches divisibility first; the rest of dataloader_config picks how it shards.
@@ -154,7 +218,10 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     model->owner = self;
     models_.push_back(model);
   }
-  if (opt) opt->owner = self;
+  if (opt) {
+    opt->owner = self;
+    optimizers_.push_back(opt);
+  }
   if (sched) {
     sched->owner = self;
     sched->apply();
@@ -173,9 +240,77 @@ void Accelerator::backward(const at::Tensor& loss) {
     for (auto& w : models_)
       if (auto m = w.lock(); m && m->reducer) live.push_back(m);
   }
-  for (auto& m : live) m->reducer->prepare_for_backward(/*sync=*/true);
-  loss.backward();
+  at::Tensor scaled = loss / static_cast<double>(grad_.num_steps);
+  if (scaler_) scaled = scaler_->scale_loss(scaled);
+  for (auto& m : live) m->reducer->prepare_for_backward(/*sync=*/!m->skip_sync);
+  scaled.backward();
   for (auto& m : live) m->reducer->finalize_backward();
+}
+
+void Accelerator::accumulate_begin(const std::shared_ptr<ModelSlot>& model) {
+  if (!model->owner) throw StateError("accumulate needs a prepared model");
+  if (model->in_accumulate) throw StateError("the model is already inside an accumulate scope");
+  // Accelerate's _do_sync: the last batch of the active loader always syncs (and restarts the count).
+  bool end_of_loader = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const DataLoader* l = active_loader();
+    end_of_loader = l && l->end_of_dataloader();
+  }
+  if (grad_.sync_with_dataloader && end_of_loader) {
+    grad_.step = 0;
+    grad_.sync_gradients = true;
+  } else {
+    ++grad_.step;
+    grad_.sync_gradients = grad_.step % grad_.num_steps == 0;
+  }
+  model->in_accumulate = true;
+  model->skip_sync = !(grad_.sync_gradients || (distributed() && grad_.sync_each_batch));
+}
+
+void Accelerator::accumulate_end(const std::shared_ptr<ModelSlot>& model) {
+  if (!model->in_accumulate) throw StateError("accumulate_end without accumulate_begin for this model");
+  model->in_accumulate = false;
+  model->skip_sync = false;
+}
+
+void Accelerator::unscale_gradients(OptimizerSlot& opt) {
+  if (!scaler_ || opt.unscaled) return;
+  opt.found_inf = scaler_->unscale(opt.opt->params());
+  opt.unscaled = true;
+}
+
+double Accelerator::clip_grad_norm(ModelSlot& model, double max_norm, double norm_type) {
+  // Gradients must be unscaled before they are measured (Accelerate unscales every optimizer).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : optimizers_)
+      if (auto o = w.lock(); o && o->model.get() == &model) unscale_gradients(*o);
+  }
+  std::vector<at::Tensor> grads;
+  for (auto& [n, p] : model.model->named_parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  // torch.nn.utils.clip_grad_norm_: the norm of the per-tensor norms; scale by max_norm / (total + 1e-6)
+  // when that is below one.
+  std::vector<at::Tensor> norms;
+  for (auto& g : grads) norms.push_back(at::linalg_vector_norm(g.detach().to(at::kFloat), norm_type));
+  at::Tensor total = at::linalg_vector_norm(at::stack(norms), norm_type);
+  at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
+  c10::NoGradGuard no_grad;
+  for (auto& g : grads) g.mul_(coef.to(g.device()).to(g.scalar_type()));
+  return total.item<double>();
+}
+
+void Accelerator::clip_grad_value(ModelSlot& model, double clip_value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : optimizers_)
+      if (auto o = w.lock(); o && o->model.get() == &model) unscale_gradients(*o);
+  }
+  c10::NoGradGuard no_grad;
+  for (auto& [n, p] : model.model->named_parameters())
+    if (p.grad().defined()) p.mutable_grad().clamp_(-clip_value, clip_value);
 }
 
 at::Tensor Accelerator::gather(const at::Tensor& t) {
@@ -224,6 +359,56 @@ void Accelerator::loader_begin(const void* loader) {
 void Accelerator::loader_end(const void* loader) {
   std::lock_guard<std::mutex> lock(mu_);
   active_.erase(std::remove(active_.begin(), active_.end(), loader), active_.end());
+}
+
+at::Tensor Accelerator::broadcast(const at::Tensor& t, int from_process) {
+  if (from_process < 0 || from_process >= state_.world_size)
+    throw std::invalid_argument("from_process " + std::to_string(from_process) + " outside 0.." +
+                                std::to_string(state_.world_size - 1));
+  at::Tensor r = t.detach().clone().contiguous();
+  if (comm_) comm_->broadcast(r, from_process);
+  return r;
+}
+
+at::Tensor Accelerator::pad_across_processes(const at::Tensor& t, int64_t dim, double pad_index, bool pad_first) {
+  const int64_t nd = t.dim();
+  if (dim >= nd || dim < -nd) return t.detach().clone();  // as Accelerate: nothing to pad along
+  if (dim < 0) dim += nd;
+  at::Tensor sizes = gather(at::tensor({t.size(dim)}, at::kLong));
+  const int64_t max_size = sizes.max().item<int64_t>();
+  if (max_size == t.size(dim)) return t.detach().clone();
+  auto shape = t.sizes().vec();
+  shape[static_cast<size_t>(dim)] = max_size;
+  at::Tensor out = at::full(shape, pad_index, t.options().requires_grad(false));
+  out.narrow(dim, pad_first ? max_size - t.size(dim) : 0, t.size(dim)).copy_(t.detach());
+  return out;
+}
+
+Accelerator::Split Accelerator::split_between_processes(int64_t n, bool apply_padding) const {
+  if (n < 0) throw std::invalid_argument("n must be >= 0; got " + std::to_string(n));
+  const int64_t p = state_.world_size, i = state_.rank;
+  const int64_t per = n / p, extras = n % p;
+  Split s;
+  s.start = i * per + std::min(i, extras);
+  s.count = per + (i < extras ? 1 : 0);
+  s.padded_count = apply_padding ? per + (extras > 0 ? 1 : 0) : s.count;
+  return s;
+}
+
+void Accelerator::main_process_first(bool local, bool entering) {
+  // Accelerate's _goes_first: the others wait at a barrier on entry, the main one at the exit.
+  const bool is_main = local ? state_.local_rank == 0 : state_.rank == 0;
+  if (entering != is_main) wait_for_everyone();
+}
+
+bool Accelerator::check_trigger() {
+  at::Tensor flag = at::full({1}, trigger_ ? 1.0 : 0.0, at::kFloat);
+  if (comm_) comm_->all_reduce(flag, ReduceOp::Sum);
+  if (flag.item<float>() >= 1) {
+    trigger_ = false;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace acc

@@ -279,6 +279,36 @@ ACC_API ACC_NODISCARD acc_status acc_prepare(acc_accelerator* acc, acc_model* mo
 ACC_API ACC_NODISCARD acc_status acc_backward(acc_accelerator* acc, const acc_tensor* loss) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Gradient accumulation and mixed precision                                                      */
+
+/**
+ * Opens Accelerate's accumulate(model) scope for one batch: decides whether this micro-step
+ * synchronizes gradients (every gradient_accumulation_steps-th call, and always on the last batch of
+ * the active data loader when sync_with_dataloader), and otherwise skips the model's gradient
+ * all-reduce (DDP no_sync). While not synchronizing, optimizer and scheduler steps and zero_grad on
+ * prepared objects are no-ops. acc_backward always divides the loss by the number of steps.
+ */
+ACC_API ACC_NODISCARD acc_status acc_accumulate_begin(acc_accelerator* acc, acc_model* model) ACC_NOEXCEPT;
+/** Closes the scope acc_accumulate_begin opened for `model`. */
+ACC_API ACC_NODISCARD acc_status acc_accumulate_end(acc_accelerator* acc, acc_model* model) ACC_NOEXCEPT;
+/** 1 when the current micro-step synchronizes gradients and steps the optimizer (sync_gradients). */
+ACC_API ACC_NODISCARD acc_status acc_sync_gradients(const acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
+/** 1 when the last acc_optimizer_step was skipped: fp16 found inf/nan gradients. */
+ACC_API ACC_NODISCARD acc_status acc_optimizer_step_was_skipped(const acc_optimizer* opt,
+                                                                 int32_t* out) ACC_NOEXCEPT;
+/** The fp16 loss scaler's current scale and growth tracker (clean steps since the last change).
+ *  ACC_ERR_INVALID_STATE unless mixed_precision is "fp16". */
+ACC_API ACC_NODISCARD acc_status acc_grad_scaler_state(const acc_accelerator* acc, double* out_scale,
+                                                        int64_t* out_growth_tracker) ACC_NOEXCEPT;
+/** torch.nn.utils.clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the
+ *  total norm before clipping. norm_type 2.0 is the usual Euclidean norm. */
+ACC_API ACC_NODISCARD acc_status acc_clip_grad_norm(acc_accelerator* acc, acc_model* model, double max_norm,
+                                                     double norm_type, double* out_total_norm) ACC_NOEXCEPT;
+/** Clamps every gradient of the model to [-clip_value, clip_value] (unscaled first under fp16). */
+ACC_API ACC_NODISCARD acc_status acc_clip_grad_value(acc_accelerator* acc, acc_model* model,
+                                                      double clip_value) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Collectives (every process must make the same calls in the same order)                         */
 
 /** Concatenates `t` from every process along dim 0, in rank order (dim-0 sizes may differ). */
@@ -293,6 +323,56 @@ ACC_API ACC_NODISCARD acc_status acc_reduce(acc_accelerator* acc, const acc_tens
                                              acc_tensor** out) ACC_NOEXCEPT;
 /** Barrier across all processes. */
 ACC_API ACC_NODISCARD acc_status acc_wait_for_everyone(acc_accelerator* acc) ACC_NOEXCEPT;
+/** A copy of process `from_process`'s tensor on every process (shape and dtype must agree). */
+ACC_API ACC_NODISCARD acc_status acc_broadcast(acc_accelerator* acc, const acc_tensor* t, int32_t from_process,
+                                                acc_tensor** out) ACC_NOEXCEPT;
+/** Pads `t` along `dim` to the largest size any process has, with `pad_index`, at the end (or at the
+ *  start when pad_first is 1). A dim outside the tensor returns it unchanged, as Accelerate does. */
+ACC_API ACC_NODISCARD acc_status acc_pad_across_processes(acc_accelerator* acc, const acc_tensor* t, int32_t dim,
+                                                           double pad_index, int32_t pad_first,
+                                                           acc_tensor** out) ACC_NOEXCEPT;
+/** This process's contiguous share of `n` items: the first n % num_processes processes get one more.
+ *  With apply_padding, *out_padded_count is the common length everyone pads to (repeating the last
+ *  item); otherwise it equals *out_count. */
+ACC_API ACC_NODISCARD acc_status acc_split_between_processes(const acc_accelerator* acc, int64_t n,
+                                                              int32_t apply_padding, int64_t* out_start,
+                                                              int64_t* out_count,
+                                                              int64_t* out_padded_count) ACC_NOEXCEPT;
+/** Rows of `t` (dim 0) for this process, split as acc_split_between_processes; with apply_padding the
+ *  share is padded with copies of the tensor's last row to the common length. */
+ACC_API ACC_NODISCARD acc_status acc_split_tensor_between_processes(acc_accelerator* acc, const acc_tensor* t,
+                                                                     int32_t apply_padding,
+                                                                     acc_tensor** out) ACC_NOEXCEPT;
+/** main_process_first: other processes wait in _begin until the main process (of the machine, when
+ *  local is 1) reaches _end. Every process calls both. */
+ACC_API ACC_NODISCARD acc_status acc_main_process_first_begin(acc_accelerator* acc, int32_t local) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_main_process_first_end(acc_accelerator* acc, int32_t local) ACC_NOEXCEPT;
+/** set_trigger on this process; check_trigger (a collective) is 1 on every process when any process
+ *  set it since the last check, and resets it. For early stopping. */
+ACC_API ACC_NODISCARD acc_status acc_set_trigger(acc_accelerator* acc) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_check_trigger(acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
+/** Prints `text` and a newline to stdout on the local main process only. */
+ACC_API ACC_NODISCARD acc_status acc_print(const acc_accelerator* acc, const char* text) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_is_local_main_process(const acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_is_last_process(const acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Seeds and batch-size search                                                                     */
+
+/** Accelerate's set_seed: seeds every generator of this process with `seed` (plus the process index
+ *  when device_specific is 1); deterministic 1 also selects deterministic algorithms. `acc` may be
+ *  NULL when device_specific is 0. */
+ACC_API ACC_NODISCARD acc_status acc_set_seed(const acc_accelerator* acc, uint64_t seed, int32_t device_specific,
+                                               int32_t deterministic) ACC_NOEXCEPT;
+/** A caller's training step at a given batch size; return ACC_ERR_OUT_OF_MEMORY to ask for a smaller
+ *  one, ACC_OK when it ran, anything else to stop the search with that status. */
+typedef acc_status (*acc_batch_size_fn)(void* user_data, int64_t batch_size);
+/** find_executable_batch_size: calls fn with starting_batch_size, then 90% of the last size after each
+ *  out-of-memory (128, 115, 103, ...), until it succeeds; *out_batch_size is the size that ran.
+ *  Fails with ACC_ERR_OUT_OF_MEMORY once the size reaches zero. */
+ACC_API ACC_NODISCARD acc_status acc_find_executable_batch_size(int64_t starting_batch_size, acc_batch_size_fn fn,
+                                                                 void* user_data,
+                                                                 int64_t* out_batch_size) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Data loading, continued: iterable datasets, explicit batches, skip_first_batches, objects       */

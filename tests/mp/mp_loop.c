@@ -1,0 +1,176 @@
+/* Multi-process scenarios of the training loop, started by `acc launch`. Usage: mp_loop MODE [args]
+ *   accumulate BATCH ACCUM MICRO_STEPS OUT  MLP with gradient accumulation; main saves weights to OUT
+ *   process_control DIR                     split, pad, broadcast, trigger, main_process_first
+ * Prints "N passed, N failed"; exits non-zero on any failed check. */
+#include <acc/acc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../c/check.h"
+
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    acc_status st_ = (call);                                                                    \
+    if (st_ != ACC_OK) {                                                                        \
+      fprintf(stderr, "%s: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+static void accumulate(int batch, int accum, int micro_steps, const char* out) {
+  char cfg[96];
+  snprintf(cfg, sizeof cfg, "{\"seed\": 9, \"gradient_accumulation_steps\": %d}", accum);
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(cfg, &acc));
+  enum { N = 192 };
+  static float x[N * 3], y[N];
+  for (int i = 0; i < N; ++i) {
+    for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)cos(0.07 * i * (j + 2) + j);
+    y[i] = (float)(x[3 * i] * x[3 * i + 1] - sin(2 * x[3 * i + 2]));
+  }
+  int64_t xs[2] = {N, 3}, ys[2] = {N, 1};
+  acc_tensor *tx, *ty;
+  CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
+  CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
+  acc_dataset* ds;
+  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
+  char opts[64];
+  snprintf(opts, sizeof opts, "{\"batch_size\": %d}", batch);
+  acc_dataloader* dl;
+  CHECK(acc_dataloader_create(ds, opts, &dl));
+  acc_model* model;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}", &model));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.2}", &opt));
+  CHECK(acc_prepare(acc, model, opt, NULL, dl));
+  int syncs = 0;
+  for (int step = 0; step < micro_steps;) {
+    acc_tensor *bx, *by, *loss;
+    int32_t has, sync;
+    CHECK(acc_dataloader_next(dl, &bx, &by, &has));
+    if (!has) continue;
+    CHECK(acc_accumulate_begin(acc, model));
+    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    CHECK(acc_sync_gradients(acc, &sync));
+    syncs += sync;
+    CHECK(acc_accumulate_end(acc, model));
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(bx);
+    acc_tensor_destroy(by);
+    ++step;
+  }
+  EXPECT(syncs == micro_steps / accum);
+  int32_t is_main;
+  CHECK(acc_is_main_process(acc, &is_main));
+  if (is_main) CHECK(acc_model_save_safetensors(model, out));
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_tensor_destroy(tx);
+  acc_tensor_destroy(ty);
+  acc_accelerator_destroy(acc);
+}
+
+static void process_control(const char* dir) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(NULL, &acc));
+  int32_t rank, world, flag;
+  CHECK(acc_process_index(acc, &rank));
+  CHECK(acc_num_processes(acc, &world));
+  /* split_between_processes: 17 items -> the first 17 % world processes get one more */
+  int64_t start, count, padded, total = 0;
+  CHECK(acc_split_between_processes(acc, 17, 1, &start, &count, &padded));
+  int64_t want = 17 / world + (rank < 17 % world ? 1 : 0);
+  EXPECT(count == want);
+  EXPECT(padded == 17 / world + (17 % world ? 1 : 0));
+  acc_tensor *t, *out;
+  float counts_f = (float)count;
+  CHECK(acc_tensor_from_host(&counts_f, sizeof counts_f, ACC_FLOAT32, NULL, 0, &t));
+  CHECK(acc_gather(acc, t, &out));
+  float lengths[8];
+  CHECK(acc_tensor_to_host(out, lengths, sizeof(float) * (size_t)world));
+  for (int r = 0; r < world; ++r) total += (int64_t)lengths[r];
+  EXPECT(total == 17);
+  if (world == 4) EXPECT(lengths[0] == 5 && lengths[1] == 4 && lengths[2] == 4 && lengths[3] == 4);
+  acc_tensor_destroy(t);
+  acc_tensor_destroy(out);
+  /* the tensor form, padded with the last row */
+  float items[17];
+  for (int i = 0; i < 17; ++i) items[i] = (float)i;
+  int64_t n17 = 17;
+  CHECK(acc_tensor_from_host(items, sizeof items, ACC_FLOAT32, &n17, 1, &t));
+  CHECK(acc_split_tensor_between_processes(acc, t, 1, &out));
+  float share[8];
+  int64_t got;
+  CHECK(acc_tensor_numel(out, &got));
+  EXPECT(got == padded);
+  CHECK(acc_tensor_to_host(out, share, sizeof(float) * (size_t)got));
+  EXPECT(share[0] == (float)start);
+  EXPECT(share[got - 1] == (count < padded ? 16.0f : (float)(start + count - 1)));
+  acc_tensor_destroy(t);
+  acc_tensor_destroy(out);
+  /* pad_across_processes: rank r holds r+1 ones, padded with -1 to world, at the end or the start */
+  float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1}, padded_v[8];
+  int64_t len = rank + 1;
+  CHECK(acc_tensor_from_host(ones, sizeof(float) * (size_t)len, ACC_FLOAT32, &len, 1, &t));
+  for (int first = 0; first <= 1; ++first) {
+    CHECK(acc_pad_across_processes(acc, t, 0, -1, first, &out));
+    CHECK(acc_tensor_numel(out, &got));
+    EXPECT(got == world);
+    CHECK(acc_tensor_to_host(out, padded_v, sizeof(float) * (size_t)world));
+    int ok = 1;
+    for (int i = 0; i < world; ++i) {
+      int real = first ? i >= world - len : i < len;
+      ok &= padded_v[i] == (real ? 1.0f : -1.0f);
+    }
+    EXPECT(ok);
+    acc_tensor_destroy(out);
+  }
+  acc_tensor_destroy(t);
+  /* broadcast from the last process */
+  float mine = 100.0f + (float)rank, got_v = 0;
+  CHECK(acc_tensor_from_host(&mine, sizeof mine, ACC_FLOAT32, NULL, 0, &t));
+  CHECK(acc_broadcast(acc, t, world - 1, &out));
+  CHECK(acc_tensor_to_host(out, &got_v, sizeof got_v));
+  EXPECT(got_v == 100.0f + (float)(world - 1));
+  acc_tensor_destroy(t);
+  acc_tensor_destroy(out);
+  /* triggers: only rank 1 sets it; everyone sees it once */
+  if (rank == 1) CHECK(acc_set_trigger(acc));
+  CHECK(acc_check_trigger(acc, &flag));
+  EXPECT(flag == 1);
+  CHECK(acc_check_trigger(acc, &flag));
+  EXPECT(flag == 0);
+  /* main_process_first: the main process writes a file the others must see inside the scope */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/first.txt", dir);
+  CHECK(acc_main_process_first_begin(acc, 0));
+  if (rank == 0) {
+    usleep(300000); /* a slow main process: the others must still wait for it */
+    FILE* f = fopen(path, "w");
+    if (f) fclose(f);
+  } else {
+    EXPECT(access(path, F_OK) == 0);
+  }
+  CHECK(acc_main_process_first_end(acc, 0));
+  acc_accelerator_destroy(acc);
+}
+
+int main(int argc, char** argv) {
+  if (argc == 6 && !strcmp(argv[1], "accumulate")) {
+    accumulate(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5]);
+  } else if (argc == 3 && !strcmp(argv[1], "process_control")) {
+    process_control(argv[2]);
+  } else {
+    fprintf(stderr, "mp_loop: bad mode or arguments\n");
+    return 2;
+  }
+  return finish();
+}

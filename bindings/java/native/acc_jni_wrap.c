@@ -1763,6 +1763,247 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1wait_1for_1everyone(
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1is_1iterable(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_dataset *arg1 = (acc_dataset *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataset *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataset_is_iterable((struct acc_dataset const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1skip_1first_1batches(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t arg2 ;
+  acc_dataloader **arg3 = (acc_dataloader **) 0 ;
+  acc_dataloader *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_dataloader_skip_first_batches(arg1,arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1epoch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataloader_epoch((struct acc_dataloader const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1remainder(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataloader_remainder((struct acc_dataloader const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1bytes_1list_1create(JNIEnv *jenv, jclass jcls, jlongArray jarg1) {
+  acc_bytes_list **arg1 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp1 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  if (jarg1 && (*jenv)->GetArrayLength(jenv, jarg1) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg1 = jarg1 ? &temp1 : NULL; 
+  result = (acc_status)acc_bytes_list_create(arg1);
+  if (jarg1 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp1; (*jenv)->SetLongArrayRegion(jenv, jarg1, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1bytes_1list_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_bytes_list *)(intptr_t)jarg1; 
+  acc_bytes_list_destroy(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1bytes_1list_1append(JNIEnv *jenv, jclass jcls, jlong jarg1, jbyteArray jarg2) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_bytes_list *)(intptr_t)jarg1; 
+  arg2 = NULL; arg3 = 0;
+  if (jarg2) {
+    arg3 = (size_t)(*jenv)->GetArrayLength(jenv, jarg2);
+    arg2 = (void *)(*jenv)->GetByteArrayElements(jenv, jarg2, NULL);
+    if (!arg2) return ;
+  } 
+  result = (acc_status)acc_bytes_list_append(arg1,(void const *)arg2,arg3);
+  if (arg2) (*jenv)->ReleaseByteArrayElements(jenv, jarg2, (jbyte*)arg2, JNI_ABORT); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1bytes_1list_1count(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_bytes_list *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_bytes_list_count((struct acc_bytes_list const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1bytes_1list_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3, jlongArray jarg4) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  int64_t arg2 ;
+  void **arg3 = (void **) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  void *temp3 = NULL ;
+  size_t temp4 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_bytes_list *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  arg3 = (void **)(jarg3 ? &temp3 : NULL); 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (acc_status)acc_bytes_list_get((struct acc_bytes_list const *)arg1,arg2,(void const **)arg3,arg4);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_gather_object(arg1,(struct acc_bytes_list const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object_1for_1metrics(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_gather_object_for_metrics(arg1,(struct acc_bytes_list const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 #ifdef __cplusplus
 }
 #endif

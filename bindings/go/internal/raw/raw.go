@@ -104,6 +104,19 @@ typedef _gostring_ swig_type_71;
 typedef _gostring_ swig_type_72;
 typedef _gostring_ swig_type_73;
 typedef _gostring_ swig_type_74;
+typedef _gostring_ swig_type_75;
+typedef _gostring_ swig_type_76;
+typedef long long swig_type_77;
+typedef _gostring_ swig_type_78;
+typedef _gostring_ swig_type_79;
+typedef _gostring_ swig_type_80;
+typedef _gostring_ swig_type_81;
+typedef _goslice_ swig_type_82;
+typedef _gostring_ swig_type_83;
+typedef _gostring_ swig_type_84;
+typedef long long swig_type_85;
+typedef _gostring_ swig_type_86;
+typedef _gostring_ swig_type_87;
 extern void _wrap_Swig_free_raw_e9711e3170969229(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_e9711e3170969229(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_e9711e3170969229(swig_type_1 arg1);
@@ -170,6 +183,17 @@ extern swig_type_71 _wrap_acc_gather_raw_e9711e3170969229(uintptr_t arg1, uintpt
 extern swig_type_72 _wrap_acc_gather_for_metrics_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 extern swig_type_73 _wrap_acc_reduce_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
 extern swig_type_74 _wrap_acc_wait_for_everyone_raw_e9711e3170969229(uintptr_t arg1);
+extern swig_type_75 _wrap_acc_dataset_is_iterable_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_76 _wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
+extern swig_type_78 _wrap_acc_dataloader_epoch_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_79 _wrap_acc_dataloader_remainder_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_80 _wrap_acc_bytes_list_create_raw_e9711e3170969229(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_e9711e3170969229(uintptr_t arg1);
+extern swig_type_81 _wrap_acc_bytes_list_append_raw_e9711e3170969229(uintptr_t arg1, swig_type_82 arg2);
+extern swig_type_83 _wrap_acc_bytes_list_count_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_84 _wrap_acc_bytes_list_get_raw_e9711e3170969229(uintptr_t arg1, swig_type_85 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_86 _wrap_acc_gather_object_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_acc_gather_object_for_metrics_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -1189,6 +1213,168 @@ func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	swig_r_p := C._wrap_acc_wait_for_everyone_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_e9711e3170969229(C.swig_voidp(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_bytes_list_destroy(arg1 uintptr) {
+	_swig_i_0 := arg1
+	C._wrap_acc_bytes_list_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+}
+
+func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *uint64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_gather_object_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {

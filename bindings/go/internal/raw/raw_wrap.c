@@ -1643,6 +1643,215 @@ _gostring_ _wrap_acc_wait_for_everyone_raw_e9711e3170969229(acc_accelerator *_sw
 }
 
 
+_gostring_ _wrap_acc_dataset_is_iterable_raw_e9711e3170969229(acc_dataset *_swig_go_0, int *_swig_go_1) {
+  acc_dataset *arg1 = (acc_dataset *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_dataset *)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_dataset_is_iterable((struct acc_dataset const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t arg2 ;
+  acc_dataloader **arg3 = (acc_dataloader **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_dataloader *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  arg3 = (acc_dataloader **)_swig_go_2; 
+  
+  result = (acc_status)acc_dataloader_skip_first_batches(arg1,arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_dataloader_epoch_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_dataloader *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_dataloader_epoch((struct acc_dataloader const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_dataloader_remainder_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_dataloader *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_dataloader_remainder((struct acc_dataloader const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_bytes_list_create_raw_e9711e3170969229(acc_bytes_list **_swig_go_0) {
+  acc_bytes_list **arg1 = (acc_bytes_list **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_bytes_list **)_swig_go_0; 
+  
+  result = (acc_status)acc_bytes_list_create(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+void _wrap_acc_bytes_list_destroy_raw_e9711e3170969229(acc_bytes_list *_swig_go_0) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  
+  arg1 = (acc_bytes_list *)_swig_go_0; 
+  
+  acc_bytes_list_destroy(arg1);
+  
+}
+
+
+_gostring_ _wrap_acc_bytes_list_append_raw_e9711e3170969229(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_bytes_list *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1.array; arg3 = (size_t)_swig_go_1.len; 
+  
+  result = (acc_status)acc_bytes_list_append(arg1,(void const *)arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_bytes_list_count_raw_e9711e3170969229(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_bytes_list *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_bytes_list_count((struct acc_bytes_list const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_bytes_list_get_raw_e9711e3170969229(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
+  acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
+  int64_t arg2 ;
+  void **arg3 = (void **) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_bytes_list *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  arg3 = (void **)_swig_go_2; 
+  arg4 = (size_t *)_swig_go_3; 
+  
+  result = (acc_status)acc_bytes_list_get((struct acc_bytes_list const *)arg1,arg2,(void const **)arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_gather_object_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_bytes_list *)_swig_go_1; 
+  arg3 = (acc_bytes_list **)_swig_go_2; 
+  
+  result = (acc_status)acc_gather_object(arg1,(struct acc_bytes_list const *)arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_gather_object_for_metrics_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_bytes_list *)_swig_go_1; 
+  arg3 = (acc_bytes_list **)_swig_go_2; 
+  
+  result = (acc_status)acc_gather_object_for_metrics(arg1,(struct acc_bytes_list const *)arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
 #ifdef __cplusplus
 }
 #endif

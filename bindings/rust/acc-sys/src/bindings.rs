@@ -15,6 +15,19 @@ pub type acc_dataset_get_fn = ::core::option::Option<
         target: *mut *mut acc_tensor,
     ) -> acc_status,
 >;
+#[doc = " Rewinds an iterable dataset's stream for a pass over `epoch` (Accelerate's set_epoch). Return\n  ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK."]
+pub type acc_iterator_start_fn = ::core::option::Option<
+    unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, epoch: i64) -> acc_status,
+>;
+#[doc = " The next sample of the stream: creates *input (and *target, or leaves it NULL) with\n  acc_tensor_from_host and sets *has_sample to 1; the library takes ownership. At the end of the\n  stream sets *has_sample to 0. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK."]
+pub type acc_iterator_next_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        input: *mut *mut acc_tensor,
+        target: *mut *mut acc_tensor,
+        has_sample: *mut i32,
+    ) -> acc_status,
+>;
 #[repr(C)]
 #[derive(Debug)]
 pub struct acc_accelerator {
@@ -48,6 +61,11 @@ pub struct acc_dataset {
 #[repr(C)]
 #[derive(Debug)]
 pub struct acc_dataloader {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct acc_bytes_list {
     _unused: [u8; 0],
 }
 pub const ACC_VERSION_MAJOR: i32 = 0;
@@ -375,7 +393,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"batch_size\": 1, \"shuffle\": false, \"seed\": 0 (for shuffle), \"drop_last\": false}."]
+    #[doc = " {\"batch_size\": 1, \"shuffle\": false, \"seed\": the shuffling generator's seed (unset: each epoch seeds one\n  from the default generator, as torch's RandomSampler does), \"drop_last\": false}."]
     pub fn acc_dataloader_create(
         ds: *mut acc_dataset,
         options_json: *const ::core::ffi::c_char,
@@ -387,7 +405,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " The next batch of this process. At the end of an epoch *has_batch is 0 and both tensors NULL; the\n next call starts the following epoch (reshuffled with seed + epoch). *out_target is NULL when the\n dataset has no targets."]
+    #[doc = " The next batch of this process. At the end of an epoch *has_batch is 0 and both tensors NULL; the\n next call starts the following epoch (reshuffled: the generator's next permutation, or with the\n seedable sampler data_seed + epoch). *out_target is NULL when the dataset has no targets."]
     pub fn acc_dataloader_next(
         dl: *mut acc_dataloader,
         out_input: *mut *mut acc_tensor,
@@ -402,7 +420,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Restarts at the beginning of `epoch` (shuffling with seed + epoch)."]
+    #[doc = " Ends the current pass; the next one runs `epoch` (the seedable sampler shuffles with data_seed +\n  epoch; an iterable dataset's start callback receives it)."]
     pub fn acc_dataloader_set_epoch(dl: *mut acc_dataloader, epoch: i64) -> acc_status;
 }
 extern "C" {
@@ -458,4 +476,101 @@ extern "C" {
     #[must_use]
     #[doc = " Barrier across all processes."]
     pub fn acc_wait_for_everyone(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " An iterable dataset (torch's IterableDataset): no length, no indexing, read in order on the calling\n thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.\n Loaders over it take {\"batch_size\", \"drop_last\"} (not \"shuffle\"). Prepared with several processes,\n either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the\n default, or dispatch_batches true), or every process reads all of it and keeps its slices\n (IterableDatasetShard: dispatch_batches false); both complete the last batch from the first ones.\n `free_user_data` (may be NULL) is called once when the dataset is no longer used."]
+    pub fn acc_dataset_from_iterator(
+        start: acc_iterator_start_fn,
+        next: acc_iterator_next_fn,
+        user_data: *mut ::core::ffi::c_void,
+        free_user_data: ::core::option::Option<
+            unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void),
+        >,
+        out: *mut *mut acc_dataset,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 for an iterable dataset (acc_dataset_length fails on one with ACC_ERR_UNSUPPORTED)."]
+    pub fn acc_dataset_is_iterable(ds: *const acc_dataset, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices` (so\n `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). split_batches cannot split batches of varying size: acc_prepare refuses it."]
+    pub fn acc_dataloader_create_from_batches(
+        ds: *mut acc_dataset,
+        indices: *const i64,
+        batch_sizes: *const i64,
+        num_batches: i64,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_dataloader,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " skip_first_batches: a new loader over the same data, prepared as `dl` is (or not) and at the same\n epoch, each pass of which skips its first `num_batches` batches of this process (to resume an epoch\n mid-way). A loader from a skipping loader skips both counts. Unlike Accelerate, a dispatching\n loader also counts the batches of this process, not those of the main process's reading."]
+    pub fn acc_dataloader_skip_first_batches(
+        dl: *mut acc_dataloader,
+        num_batches: i64,
+        out: *mut *mut acc_dataloader,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The epoch the current pass runs, or the next one when between passes (Accelerate's iteration)."]
+    pub fn acc_dataloader_epoch(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " While the last batch of a pass is current and sharding completed it with repeated samples: how many\n  samples of that global batch are real (gathered in rank order they come first; what\n  acc_gather_for_metrics keeps). 0 otherwise."]
+    pub fn acc_dataloader_remainder(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    pub fn acc_bytes_list_create(out: *mut *mut acc_bytes_list) -> acc_status;
+}
+extern "C" {
+    pub fn acc_bytes_list_destroy(list: *mut acc_bytes_list);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Appends a copy of `size` bytes at `data` (data may be NULL when size is 0)."]
+    pub fn acc_bytes_list_append(
+        list: *mut acc_bytes_list,
+        data: *const ::core::ffi::c_void,
+        size: usize,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    pub fn acc_bytes_list_count(list: *const acc_bytes_list, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The index-th item: its bytes (borrowed from the list until it is changed or destroyed; never NULL)\n  and its size."]
+    pub fn acc_bytes_list_get(
+        list: *const acc_bytes_list,
+        index: i64,
+        out_data: *mut *const ::core::ffi::c_void,
+        out_size: *mut usize,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " gather_object: the items of every process, concatenated in rank order, on every process (a process\n  may give none). A collective."]
+    pub fn acc_gather_object(
+        acc: *mut acc_accelerator,
+        items: *const acc_bytes_list,
+        out: *mut *mut acc_bytes_list,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " gather_for_metrics for objects (Accelerate's non-tensor data and use_gather_object=True): one item\n  per sample of the batch; acc_gather_object, then on the last batch of the active prepared loader only\n  the real samples are kept, so every sample is counted exactly once. Samples that do not fit one\n  tensor (rows of different shapes) travel this way too, serialized by the caller."]
+    pub fn acc_gather_object_for_metrics(
+        acc: *mut acc_accelerator,
+        items: *const acc_bytes_list,
+        out: *mut *mut acc_bytes_list,
+    ) -> acc_status;
 }

@@ -157,4 +157,28 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_wait_for_everyone(long acc) { AccRawJNI.acc_wait_for_everyone(acc); }
 
+  public static void acc_dataset_is_iterable(long ds, int[] out) { AccRawJNI.acc_dataset_is_iterable(ds, out); }
+
+  public static void acc_dataloader_skip_first_batches(long dl, long num_batches, long[] out) { AccRawJNI.acc_dataloader_skip_first_batches(dl, num_batches, out); }
+
+  public static void acc_dataloader_epoch(long dl, long[] out) { AccRawJNI.acc_dataloader_epoch(dl, out); }
+
+  public static void acc_dataloader_remainder(long dl, long[] out) { AccRawJNI.acc_dataloader_remainder(dl, out); }
+
+  public static void acc_bytes_list_create(long[] out) { AccRawJNI.acc_bytes_list_create(out); }
+
+  public static void acc_bytes_list_destroy(long list) {
+    AccRawJNI.acc_bytes_list_destroy(list);
+  }
+
+  public static void acc_bytes_list_append(long list, byte[] data) { AccRawJNI.acc_bytes_list_append(list, data); }
+
+  public static void acc_bytes_list_count(long list, long[] out) { AccRawJNI.acc_bytes_list_count(list, out); }
+
+  public static void acc_bytes_list_get(long list, long index, long[] out_data, long[] out_size) { AccRawJNI.acc_bytes_list_get(list, index, out_data, out_size); }
+
+  public static void acc_gather_object(long acc, long items, long[] out) { AccRawJNI.acc_gather_object(acc, items, out); }
+
+  public static void acc_gather_object_for_metrics(long acc, long items, long[] out) { AccRawJNI.acc_gather_object_for_metrics(acc, items, out); }
+
 }

@@ -75,4 +75,15 @@ public class AccRawJNI {
   public final static native void acc_gather_for_metrics(long jarg1, long jarg2, long[] jarg3);
   public final static native void acc_reduce(long jarg1, long jarg2, int jarg3, long[] jarg4);
   public final static native void acc_wait_for_everyone(long jarg1);
+  public final static native void acc_dataset_is_iterable(long jarg1, int[] jarg2);
+  public final static native void acc_dataloader_skip_first_batches(long jarg1, long jarg2, long[] jarg3);
+  public final static native void acc_dataloader_epoch(long jarg1, long[] jarg2);
+  public final static native void acc_dataloader_remainder(long jarg1, long[] jarg2);
+  public final static native void acc_bytes_list_create(long[] jarg1);
+  public final static native void acc_bytes_list_destroy(long jarg1);
+  public final static native void acc_bytes_list_append(long jarg1, byte[] jarg2);
+  public final static native void acc_bytes_list_count(long jarg1, long[] jarg2);
+  public final static native void acc_bytes_list_get(long jarg1, long jarg2, long[] jarg3, long[] jarg4);
+  public final static native void acc_gather_object(long jarg1, long jarg2, long[] jarg3);
+  public final static native void acc_gather_object_for_metrics(long jarg1, long jarg2, long[] jarg3);
 }

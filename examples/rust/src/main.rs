@@ -42,7 +42,10 @@ fn run(out_path: &str, steps: usize) -> acc::Result<()> {
     let eval_dl = DataLoader::new(&eval_ds, r#"{"batch_size": 16}"#)?;
     let model = Model::new(r#"{"type": "mlp", "sizes": [4, 32, 32, 1], "activation": "tanh", "loss": "mse"}"#)?;
     let opt = Optimizer::new(&model, r#"{"type": "adamw", "lr": 0.01, "weight_decay": 0.01}"#)?;
-    let sched = Scheduler::new(&opt, &format!(r#"{{"type": "cosine", "warmup_steps": 5, "total_steps": {steps}}}"#))?;
+    let sched = Scheduler::new(
+        &opt,
+        &format!(r#"{{"type": "cosine", "warmup_steps": 5, "total_steps": {steps}}}"#),
+    )?;
     accel.prepare(Some(&model), Some(&opt), Some(&sched), Some(&train_dl))?;
     accel.prepare(None, None, None, Some(&eval_dl))?;
 
@@ -70,7 +73,11 @@ fn run(out_path: &str, steps: usize) -> acc::Result<()> {
         let p = accel.gather_for_metrics(&pred)?.to_vec::<f32>()?;
         let target = batch.target.as_ref().expect("the evaluation set has targets");
         let t = accel.gather_for_metrics(target)?.to_vec::<f32>()?;
-        sq_sum += p.iter().zip(&t).map(|(&p, &t)| (p as f64 - t as f64).powi(2)).sum::<f64>();
+        sq_sum += p
+            .iter()
+            .zip(&t)
+            .map(|(&p, &t)| (p as f64 - t as f64).powi(2))
+            .sum::<f64>();
         seen += p.len();
     }
 

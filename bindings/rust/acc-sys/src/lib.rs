@@ -12,5 +12,6 @@
 
 pub mod dlpack;
 
+#[rustfmt::skip]
 mod bindings;
 pub use bindings::*;

@@ -89,14 +89,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An error made on the Rust side of the binding.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
-        Error { code, status: code.status(), message: message.into(), backtrace: Backtrace::capture(), source: None }
+        Error {
+            code,
+            status: code.status(),
+            message: message.into(),
+            backtrace: Backtrace::capture(),
+            source: None,
+        }
     }
 
     /// Reads the thread-local record of the call that just returned `status`. Call it right after the
     /// failing call, on the same thread, with no libacc call in between.
     pub(crate) fn last(status: i32) -> Error {
         // SAFETY: acc_last_error_message never returns NULL; the string is valid until the next call.
-        let message = unsafe { CStr::from_ptr(sys::acc_last_error_message()) }.to_string_lossy().into_owned();
+        let message = unsafe { CStr::from_ptr(sys::acc_last_error_message()) }
+            .to_string_lossy()
+            .into_owned();
         Error {
             code: ErrorCode::from_status(status),
             status,

@@ -81,17 +81,23 @@ pub fn check_abi_version(abi: i32) -> Result<()> {
 /// The loaded library's version, "MAJOR.MINOR.PATCH".
 pub fn version() -> String {
     // SAFETY: static storage.
-    unsafe { CStr::from_ptr(sys::acc_version()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(sys::acc_version()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The loaded library's build facts as JSON (torch version, compiler, CUDA, git revision).
 pub fn build_info() -> String {
-    unsafe { CStr::from_ptr(sys::acc_build_info()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(sys::acc_build_info()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The C name of a status code, e.g. "ACC_ERR_INVALID_CONFIG".
 pub fn status_name(status: i32) -> String {
-    unsafe { CStr::from_ptr(sys::acc_status_name(status)) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(sys::acc_status_name(status)) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 pub(crate) fn cstring(s: &str) -> Result<CString> {

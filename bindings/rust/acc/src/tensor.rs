@@ -2,7 +2,7 @@ use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
 use acc_sys as sys;
-use acc_sys::dlpack::{DLDataType, DLManagedTensorVersioned, DLPackVersion, DLTensor, DLDevice};
+use acc_sys::dlpack::{DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor};
 
 use crate::error::{check, Error, ErrorCode, Result};
 
@@ -117,7 +117,10 @@ impl Drop for Tensor {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tensor").field("dtype", &self.dtype().ok()).field("shape", &self.shape().ok()).finish()
+        f.debug_struct("Tensor")
+            .field("dtype", &self.dtype().ok())
+            .field("shape", &self.shape().ok())
+            .finish()
     }
 }
 
@@ -208,7 +211,10 @@ impl Tensor {
                 flags: 0,
                 dl_tensor: DLTensor {
                     data: ptr::null_mut(),
-                    device: DLDevice { device_type: acc_sys::dlpack::DL_CPU, device_id: 0 },
+                    device: DLDevice {
+                        device_type: acc_sys::dlpack::DL_CPU,
+                        device_id: 0,
+                    },
                     ndim: shape.len() as i32,
                     dtype: T::DTYPE.dlpack(),
                     shape: ptr::null_mut(),
@@ -291,14 +297,21 @@ impl Tensor {
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let d = self.dtype()?;
         if d != T::DTYPE {
-            return Err(Error::new(ErrorCode::InvalidArgument, format!("tensor is {d:?}, not {:?}", T::DTYPE)));
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("tensor is {d:?}, not {:?}", T::DTYPE),
+            ));
         }
         let n = self.numel()? as usize;
         let mut v: Vec<T> = Vec::with_capacity(n);
         // SAFETY: the spare capacity holds n elements; to_host writes all n*size bytes or fails.
         unsafe {
             let bytes = std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
-            check(sys::acc_tensor_to_host(self.as_ptr(), bytes.as_mut_ptr().cast(), bytes.len()))?;
+            check(sys::acc_tensor_to_host(
+                self.as_ptr(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+            ))?;
             v.set_len(n);
         }
         Ok(v)
@@ -309,11 +322,15 @@ impl Tensor {
     pub fn view(&self) -> Result<TensorView> {
         let mut m: *mut DLManagedTensorVersioned = ptr::null_mut();
         check(unsafe { sys::acc_tensor_to_dlpack(self.as_ptr(), &mut m) })?;
-        let m = NonNull::new(m).ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL DLPack tensor"))?;
+        let m =
+            NonNull::new(m).ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL DLPack tensor"))?;
         let view = TensorView { managed: m };
         let t = &view.tensor();
         if t.device.device_type != acc_sys::dlpack::DL_CPU {
-            return Err(Error::new(ErrorCode::Unsupported, "the tensor is not in CPU memory (use to_bytes)"));
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "the tensor is not in CPU memory (use to_bytes)",
+            ));
         }
         let shape = view.shape();
         let mut expect = 1i64;
@@ -322,7 +339,10 @@ impl Tensor {
             let strides = unsafe { std::slice::from_raw_parts(t.strides, t.ndim as usize) };
             for i in (0..shape.len()).rev() {
                 if shape[i] > 1 && strides[i] != expect {
-                    return Err(Error::new(ErrorCode::Unsupported, "the tensor is not contiguous (use to_bytes)"));
+                    return Err(Error::new(
+                        ErrorCode::Unsupported,
+                        "the tensor is not contiguous (use to_bytes)",
+                    ));
                 }
                 expect *= shape[i];
             }
@@ -369,7 +389,8 @@ impl TensorView {
     /// The tensor's bytes, without a copy.
     pub fn as_bytes(&self) -> &[u8] {
         let t = self.tensor();
-        let n = self.shape().iter().product::<i64>() as usize * ((t.dtype.bits as usize * t.dtype.lanes as usize + 7) / 8);
+        let n = self.shape().iter().product::<i64>() as usize
+            * (t.dtype.bits as usize * t.dtype.lanes as usize).div_ceil(8);
         if n == 0 {
             return &[];
         }

@@ -98,7 +98,10 @@ impl Accelerator {
         Accelerator::owned(unsafe { sys::acc_accelerator_create(c.as_ptr(), &mut out) }, out)
     }
 
-    fn int_query(&self, f: unsafe extern "C" fn(*const sys::acc_accelerator, *mut i32) -> sys::acc_status) -> Result<i32> {
+    fn int_query(
+        &self,
+        f: unsafe extern "C" fn(*const sys::acc_accelerator, *mut i32) -> sys::acc_status,
+    ) -> Result<i32> {
         let mut v = 0;
         check(unsafe { f(self.as_ptr(), &mut v) })?;
         Ok(v)
@@ -184,7 +187,10 @@ impl Accelerator {
     /// samples that sharding duplicated, so metrics see each sample exactly once.
     pub fn gather_for_metrics(&self, t: &Tensor) -> Result<Tensor> {
         let mut out = ptr::null_mut();
-        Tensor::owned(unsafe { sys::acc_gather_for_metrics(self.as_ptr(), t.as_ptr(), &mut out) }, out)
+        Tensor::owned(
+            unsafe { sys::acc_gather_for_metrics(self.as_ptr(), t.as_ptr(), &mut out) },
+            out,
+        )
     }
 
     /// Reduces `t` element-wise across processes; every process gets the result.
@@ -221,13 +227,20 @@ impl Model {
         check_abi()?;
         let (p, o) = (cstring(path)?, cstring(options_json)?);
         let mut out = ptr::null_mut();
-        Model::owned(unsafe { sys::acc_model_load_torchscript(p.as_ptr(), o.as_ptr(), &mut out) }, out)
+        Model::owned(
+            unsafe { sys::acc_model_load_torchscript(p.as_ptr(), o.as_ptr(), &mut out) },
+            out,
+        )
     }
 
     /// Runs the model: the output and, with targets, the scalar loss (ready for backward).
     pub fn forward(&self, input: &Tensor, targets: Option<&Tensor>) -> Result<(Tensor, Option<Tensor>)> {
         let (mut out, mut loss) = (ptr::null_mut(), ptr::null_mut());
-        let loss_ptr = if targets.is_some() { &mut loss as *mut _ } else { ptr::null_mut() };
+        let loss_ptr = if targets.is_some() {
+            &mut loss as *mut _
+        } else {
+            ptr::null_mut()
+        };
         let t = targets.map_or(ptr::null(), |t| t.as_ptr() as *const _);
         check(unsafe { sys::acc_model_forward(self.as_ptr(), input.as_ptr(), t, &mut out, loss_ptr) })?;
         let output = Tensor::from_raw(out).ok_or_else(|| Error::new(ErrorCode::Internal, "no output"))?;
@@ -245,9 +258,8 @@ impl Model {
     /// Runs the model and returns only its output.
     pub fn predict(&self, input: &Tensor) -> Result<Tensor> {
         let mut out = ptr::null_mut();
-        let st = unsafe {
-            sys::acc_model_forward(self.as_ptr(), input.as_ptr(), ptr::null(), &mut out, ptr::null_mut())
-        };
+        let st =
+            unsafe { sys::acc_model_forward(self.as_ptr(), input.as_ptr(), ptr::null(), &mut out, ptr::null_mut()) };
         Tensor::owned(st, out)
     }
 
@@ -271,7 +283,11 @@ impl Model {
         for i in 0..n {
             let (mut name, mut t) = (ptr::null(), ptr::null_mut());
             let st = unsafe { sys::acc_model_state_get(self.as_ptr(), i, &mut name, &mut t) };
-            let name = if st == sys::ACC_OK { borrowed_string(name) } else { String::new() };
+            let name = if st == sys::ACC_OK {
+                borrowed_string(name)
+            } else {
+                String::new()
+            };
             out.push((name, Tensor::owned(st, t)?));
         }
         Ok(out)
@@ -297,7 +313,10 @@ impl Optimizer {
         check_abi()?;
         let c = cstring(options_json)?;
         let mut out = ptr::null_mut();
-        Optimizer::owned(unsafe { sys::acc_optimizer_create(model.as_ptr(), c.as_ptr(), &mut out) }, out)
+        Optimizer::owned(
+            unsafe { sys::acc_optimizer_create(model.as_ptr(), c.as_ptr(), &mut out) },
+            out,
+        )
     }
 
     /// Applies the gradients.
@@ -325,7 +344,10 @@ impl Scheduler {
         check_abi()?;
         let c = cstring(options_json)?;
         let mut out = ptr::null_mut();
-        Scheduler::owned(unsafe { sys::acc_scheduler_create(opt.as_ptr(), c.as_ptr(), &mut out) }, out)
+        Scheduler::owned(
+            unsafe { sys::acc_scheduler_create(opt.as_ptr(), c.as_ptr(), &mut out) },
+            out,
+        )
     }
 
     /// Advances the schedule by one step.
@@ -386,7 +408,11 @@ impl Dataset {
         check_abi()?;
         let mut out = ptr::null_mut();
         let t = targets.map_or(ptr::null(), |t| t.as_ptr() as *const _);
-        Dataset::owned(unsafe { sys::acc_dataset_from_tensors(inputs.as_ptr(), t, &mut out) }, out, None)
+        Dataset::owned(
+            unsafe { sys::acc_dataset_from_tensors(inputs.as_ptr(), t, &mut out) },
+            out,
+            None,
+        )
     }
 
     /// A memory-mapped token file: `{"block_size": T, "dtype": "uint16"|"int32"}`.
@@ -394,7 +420,11 @@ impl Dataset {
         check_abi()?;
         let (p, o) = (cstring(path)?, cstring(options_json)?);
         let mut out = ptr::null_mut();
-        Dataset::owned(unsafe { sys::acc_dataset_from_token_file(p.as_ptr(), o.as_ptr(), &mut out) }, out, None)
+        Dataset::owned(
+            unsafe { sys::acc_dataset_from_token_file(p.as_ptr(), o.as_ptr(), &mut out) },
+            out,
+            None,
+        )
     }
 
     /// A dataset of `len` samples produced by `f(index) -> (input, target)`, called on the thread that
@@ -445,13 +475,19 @@ impl Dataset {
         }
         unsafe extern "C" fn free<F>(user: *mut c_void) {
             // SAFETY: called once, when libacc no longer uses the dataset; dropping must not unwind.
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(user.cast::<State<F>>()) })));
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                drop(unsafe { Box::from_raw(user.cast::<State<F>>()) })
+            }));
         }
         let failure = FailureSlot::default();
-        let user = Box::into_raw(Box::new(State { f, failure: failure.clone() }));
+        let user = Box::into_raw(Box::new(State {
+            f,
+            failure: failure.clone(),
+        }));
         let mut out = ptr::null_mut();
         // SAFETY: libacc calls free exactly once, also when this fails.
-        let st = unsafe { sys::acc_dataset_from_callback(len, Some(get::<F, E>), user.cast(), Some(free::<F>), &mut out) };
+        let st =
+            unsafe { sys::acc_dataset_from_callback(len, Some(get::<F, E>), user.cast(), Some(free::<F>), &mut out) };
         Dataset::owned(st, out, Some(failure))
     }
 
@@ -504,7 +540,10 @@ impl DataLoader {
         let mut out = ptr::null_mut();
         check(unsafe { sys::acc_dataloader_create(ds.ptr.as_ptr(), c.as_ptr(), &mut out) })?;
         NonNull::new(out)
-            .map(|ptr| DataLoader { ptr, failure: ds.failure.clone() })
+            .map(|ptr| DataLoader {
+                ptr,
+                failure: ds.failure.clone(),
+            })
             .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL data loader"))
     }
 
@@ -536,7 +575,10 @@ impl DataLoader {
             return Ok(None);
         }
         let input = Tensor::from_raw(x).ok_or_else(|| Error::new(ErrorCode::Internal, "batch without input"))?;
-        Ok(Some(Batch { input, target: Tensor::from_raw(y) }))
+        Ok(Some(Batch {
+            input,
+            target: Tensor::from_raw(y),
+        }))
     }
 
     /// Batches per epoch on this process.

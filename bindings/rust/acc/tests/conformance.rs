@@ -24,9 +24,16 @@ fn expect_err<T: std::fmt::Debug>(r: acc::Result<T>, code: ErrorCode, needle: &s
 fn library() {
     assert_eq!(acc::version().matches('.').count(), 2);
     acc::check_abi().unwrap();
-    expect_err(acc::check_abi_version(acc::ABI_VERSION + 1), ErrorCode::AbiMismatch, "built for ABI 2");
+    expect_err(
+        acc::check_abi_version(acc::ABI_VERSION + 1),
+        ErrorCode::AbiMismatch,
+        "built for ABI 2",
+    );
     assert!(acc::build_info().contains("\"torch\""));
-    assert_eq!(acc::status_name(ErrorCode::InvalidConfig.status()), "ACC_ERR_INVALID_CONFIG");
+    assert_eq!(
+        acc::status_name(ErrorCode::InvalidConfig.status()),
+        "ACC_ERR_INVALID_CONFIG"
+    );
     assert_eq!(acc::status_name(999), "ACC_ERR_UNKNOWN");
     assert_eq!(ErrorCode::from_status(999), ErrorCode::Internal);
     fn send_sync<T: Send + Sync + 'static>() {}
@@ -51,10 +58,22 @@ fn create() {
 // scenario: bad_config
 #[test]
 fn bad_config() {
-    expect_err(Accelerator::new(r#"{"gradient_acumulation_steps": 2}"#), ErrorCode::InvalidConfig, "gradient_accumulation_steps");
-    expect_err(Accelerator::new(r#"{"mixed_precision": "fp32"}"#), ErrorCode::InvalidConfig, "bf16");
+    expect_err(
+        Accelerator::new(r#"{"gradient_acumulation_steps": 2}"#),
+        ErrorCode::InvalidConfig,
+        "gradient_accumulation_steps",
+    );
+    expect_err(
+        Accelerator::new(r#"{"mixed_precision": "fp32"}"#),
+        ErrorCode::InvalidConfig,
+        "bf16",
+    );
     expect_err(Accelerator::new(r#"{"cpu": true"#), ErrorCode::InvalidConfig, "JSON");
-    expect_err(Model::new(r#"{"type": "mlp", "sizes": [2, 1], "layers": 3}"#), ErrorCode::InvalidConfig, "unknown key 'layers'");
+    expect_err(
+        Model::new(r#"{"type": "mlp", "sizes": [2, 1], "layers": 3}"#),
+        ErrorCode::InvalidConfig,
+        "unknown key 'layers'",
+    );
     expect_err(Model::new("{\"type\": \"mlp\0\"}"), ErrorCode::InvalidArgument, "NUL");
 }
 
@@ -83,14 +102,23 @@ fn errors_stay_with_their_thread() {
 #[test]
 fn null_handle() {
     let a = Accelerator::new("").unwrap();
-    expect_err(a.prepare(None, None, None, None), ErrorCode::InvalidArgument, "nothing to prepare");
+    expect_err(
+        a.prepare(None, None, None, None),
+        ErrorCode::InvalidArgument,
+        "nothing to prepare",
+    );
     unsafe {
         let mut n = 0;
         let st = acc::sys::acc_process_index(std::ptr::null(), &mut n);
         assert_eq!(st, acc::sys::ACC_ERR_INVALID_ARGUMENT);
-        let msg = std::ffi::CStr::from_ptr(acc::sys::acc_last_error_message()).to_str().unwrap();
+        let msg = std::ffi::CStr::from_ptr(acc::sys::acc_last_error_message())
+            .to_str()
+            .unwrap();
         assert!(msg.contains("accelerator is NULL"), "{msg}");
-        assert_eq!(acc::sys::acc_optimizer_step(std::ptr::null_mut()), acc::sys::ACC_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            acc::sys::acc_optimizer_step(std::ptr::null_mut()),
+            acc::sys::ACC_ERR_INVALID_ARGUMENT
+        );
         acc::sys::acc_model_destroy(std::ptr::null_mut()); // destroy accepts NULL
     }
 }
@@ -127,17 +155,37 @@ fn call_order() {
     let other = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
     let o = Optimizer::new(&m, r#"{"type": "sgd", "lr": 0.1}"#).unwrap();
     let other_opt = Optimizer::new(&other, r#"{"type": "sgd"}"#).unwrap();
-    expect_err(a.prepare(None, Some(&other_opt), None, None), ErrorCode::InvalidState, "model is not prepared");
-    expect_err(a.prepare(None, None, None, None), ErrorCode::InvalidArgument, "nothing to prepare");
+    expect_err(
+        a.prepare(None, Some(&other_opt), None, None),
+        ErrorCode::InvalidState,
+        "model is not prepared",
+    );
+    expect_err(
+        a.prepare(None, None, None, None),
+        ErrorCode::InvalidArgument,
+        "nothing to prepare",
+    );
     a.prepare(Some(&m), Some(&o), None, None).unwrap();
-    expect_err(a.prepare(Some(&m), None, None, None), ErrorCode::InvalidState, "already prepared");
-    expect_err(Scheduler::new(&o, r#"{"type": "cosine"}"#), ErrorCode::InvalidConfig, "total_steps");
+    expect_err(
+        a.prepare(Some(&m), None, None, None),
+        ErrorCode::InvalidState,
+        "already prepared",
+    );
+    expect_err(
+        Scheduler::new(&o, r#"{"type": "cosine"}"#),
+        ErrorCode::InvalidConfig,
+        "total_steps",
+    );
 }
 
 // scenario: tensor_errors
 #[test]
 fn tensor_errors() {
-    expect_err(Tensor::from_bytes(&[0; 12], DType::Float32, &[4]), ErrorCode::InvalidArgument, "nbytes");
+    expect_err(
+        Tensor::from_bytes(&[0; 12], DType::Float32, &[4]),
+        ErrorCode::InvalidArgument,
+        "nbytes",
+    );
     let t = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[4]).unwrap();
     expect_err(t.item(), ErrorCode::InvalidArgument, "one-element");
     expect_err(t.copy_to(&mut [0u8; 8]), ErrorCode::InvalidArgument, "nbytes");
@@ -155,8 +203,15 @@ fn tensor_errors() {
 #[test]
 fn dtype_roundtrip() {
     for d in DType::ALL {
-        let data: Vec<u8> =
-            (0..6 * d.size()).map(|i| if d == DType::Bool { (i % 2) as u8 } else { ((i * 7 + 3) % 64) as u8 }).collect();
+        let data: Vec<u8> = (0..6 * d.size())
+            .map(|i| {
+                if d == DType::Bool {
+                    (i % 2) as u8
+                } else {
+                    ((i * 7 + 3) % 64) as u8
+                }
+            })
+            .collect();
         let t = Tensor::from_bytes(&data, d, &[2, 3]).unwrap();
         assert_eq!(t.dtype().unwrap(), d);
         assert_eq!(t.shape().unwrap(), vec![2, 3]);
@@ -167,10 +222,28 @@ fn dtype_roundtrip() {
     let s = Tensor::scalar(2.5f64).unwrap();
     assert!(s.shape().unwrap().is_empty());
     assert_eq!(s.item().unwrap(), 2.5);
-    assert_eq!(Tensor::from_slice(&[-1i64, 1 << 40], &[2]).unwrap().to_vec::<i64>().unwrap(), vec![-1, 1 << 40]);
-    assert_eq!(Tensor::from_slice(&[-7i32, 9], &[2]).unwrap().to_vec::<i32>().unwrap(), vec![-7, 9]);
-    assert_eq!(Tensor::from_slice(&[true, false], &[2]).unwrap().to_vec::<bool>().unwrap(), vec![true, false]);
-    assert_eq!(Tensor::from_slice(&[3u8, 250], &[2]).unwrap().to_vec::<u8>().unwrap(), vec![3, 250]);
+    assert_eq!(
+        Tensor::from_slice(&[-1i64, 1 << 40], &[2])
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![-1, 1 << 40]
+    );
+    assert_eq!(
+        Tensor::from_slice(&[-7i32, 9], &[2]).unwrap().to_vec::<i32>().unwrap(),
+        vec![-7, 9]
+    );
+    assert_eq!(
+        Tensor::from_slice(&[true, false], &[2])
+            .unwrap()
+            .to_vec::<bool>()
+            .unwrap(),
+        vec![true, false]
+    );
+    assert_eq!(
+        Tensor::from_slice(&[3u8, 250], &[2]).unwrap().to_vec::<u8>().unwrap(),
+        vec![3, 250]
+    );
 }
 
 // scenario: zero_copy
@@ -182,7 +255,11 @@ fn zero_copy() {
     let t = Tensor::from_vec(v, &[2, 2]).unwrap();
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     let mut view = t.view().unwrap();
-    assert_eq!(view.as_bytes().as_ptr() as usize, addr, "the tensor does not view the vector");
+    assert_eq!(
+        view.as_bytes().as_ptr() as usize,
+        addr,
+        "the tensor does not view the vector"
+    );
     assert_eq!(view.shape(), &[2, 2]);
     // Out: writes through the view show in the tensor.
     view.as_bytes_mut()[..4].copy_from_slice(&5f32.to_ne_bytes());
@@ -191,7 +268,11 @@ fn zero_copy() {
     assert_eq!(view.as_slice::<f32>().unwrap(), &[5.0, 2.0, 3.0, 4.0]);
     assert!(view.as_slice::<i32>().is_none());
     drop(view);
-    expect_err(Tensor::from_vec(vec![1f32; 3], &[2, 2]), ErrorCode::InvalidArgument, "does not hold");
+    expect_err(
+        Tensor::from_vec(vec![1f32; 3], &[2, 2]),
+        ErrorCode::InvalidArgument,
+        "does not hold",
+    );
 }
 
 // scenario: train
@@ -282,7 +363,10 @@ fn destroy_orders() {
         let mut s = Some(Scheduler::new(o.as_ref().unwrap(), r#"{"type": "constant"}"#).unwrap());
         let mut ds = Some(Dataset::from_tensors(&x, Some(&y)).unwrap());
         let mut dl = Some(DataLoader::new(ds.as_ref().unwrap(), r#"{"batch_size": 2}"#).unwrap());
-        a.as_ref().unwrap().prepare(m.as_ref(), o.as_ref(), s.as_ref(), dl.as_ref()).unwrap();
+        a.as_ref()
+            .unwrap()
+            .prepare(m.as_ref(), o.as_ref(), s.as_ref(), dl.as_ref())
+            .unwrap();
         for h in order {
             match h {
                 0 => drop(a.take()),
@@ -334,8 +418,16 @@ fn safetensors() {
     }
     let other = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
     expect_err(other.load_safetensors(path), ErrorCode::InvalidArgument, "shape");
-    expect_err(other.load_safetensors("/nonexistent.safetensors"), ErrorCode::Io, "cannot open");
-    expect_err(Dataset::from_token_file("/nonexistent/train.bin", r#"{"block_size": 8}"#), ErrorCode::Io, "/nonexistent/train.bin");
+    expect_err(
+        other.load_safetensors("/nonexistent.safetensors"),
+        ErrorCode::Io,
+        "cannot open",
+    );
+    expect_err(
+        Dataset::from_token_file("/nonexistent/train.bin", r#"{"block_size": 8}"#),
+        ErrorCode::Io,
+        "/nonexistent/train.bin",
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -370,7 +462,11 @@ fn callback_dataset() {
     assert_eq!(e.source().unwrap().to_string(), "no sample 5");
     assert_eq!(dropped.load(Ordering::SeqCst), 0);
     drop(dl);
-    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the closure is dropped with the last loader");
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the closure is dropped with the last loader"
+    );
 
     // A panic in the callback does not cross the C ABI: it resumes in the caller of next().
     let pds = Dataset::from_fn(2, |_| -> Result<(Tensor, Option<Tensor>), String> { panic!("boom") }).unwrap();

@@ -598,6 +598,41 @@ TEST(LaunchFiles, TruncatedFilesNeverCrash) {
   }
 }
 
+// Random byte edits of good files and of explicit JSON: Error or success, never a crash or another exception.
+TEST(LaunchFiles, MutatedFilesNeverCrash) {
+  TempDir t;
+  uint32_t state = 12345;
+  auto rnd = [&]() { return state = state * 1664525u + 1013904223u; };
+  const char alphabet[] = "{}[]:,\"'-#&*!|>%@`\\\n \t0123456789.eE+-abcnulltruefalse~?\x00\xff";
+  for (const char* name : {"default_config.yaml", "fsdp_config.yaml", "cpu_config.json", "legacy_fp16.yaml"}) {
+    const std::string text = slurp(kData + "/" + name);
+    const std::string ext = std::string(name).find(".json") != std::string::npos ? ".json" : ".yaml";
+    for (int round = 0; round < 250; ++round) {
+      std::string m = text;
+      for (int e = 0, n = 1 + static_cast<int>(rnd() % 4); e < n && !m.empty(); ++e) {
+        size_t at = rnd() % m.size();
+        char c = alphabet[rnd() % (sizeof alphabet - 1)];
+        switch (rnd() % 3) {
+          case 0: m[at] = c; break;
+          case 1: m.insert(m.begin() + static_cast<long>(at), c); break;
+          default: m.erase(at, 1 + rnd() % 8);
+        }
+      }
+      std::string f = t.write("m" + ext, m);
+      try {
+        resolve_launch(f, {});
+      } catch (const Error&) {
+      }
+      if (ext == ".json") {
+        try {
+          resolve_accelerator(m, {});
+        } catch (const Error&) {
+        }
+      }
+    }
+  }
+}
+
 // --- Launcher environment -----------------------------------------------------------------------------------
 
 TEST(LaunchEnvironment, FsdpFileReachesTheLibrary) {

@@ -205,6 +205,29 @@ class LaunchTest(unittest.TestCase):
             with open(os.path.join(self.out, f"args.{r}")) as f:
                 self.assertEqual(f.read(), "--num_processes|7|--|x y|")
 
+    def test_second_machine_ranks(self):
+        p, _ = self.run_acc("launch", "--num_processes", "4", "--num_machines", "2", "--machine_rank", "1",
+                            "--main_process_ip", "10.9.8.7", "--main_process_port", "29999", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        envs = self.envs()
+        self.assertEqual(sorted(envs), [2, 3])  # files are named by RANK
+        for r, e in envs.items():
+            self.assertEqual(e["LOCAL_RANK"], str(r - 2))
+            self.assertEqual(e["WORLD_SIZE"], "4")
+            self.assertEqual(e["LOCAL_WORLD_SIZE"], "2")
+            self.assertEqual(e["GROUP_RANK"], "1")
+            self.assertEqual(e["GROUP_WORLD_SIZE"], "2")
+            self.assertEqual(e["MASTER_ADDR"], "10.9.8.7")
+            self.assertEqual(e["MASTER_PORT"], "29999")
+        for args, message in ((["--num_machines", "2", "--num_processes", "4"], "--main_process_ip"),
+                              (["--num_machines", "2", "--num_processes", "3", "--main_process_ip", "h"],
+                               "must be a multiple of 'num_machines'"),
+                              (["--num_machines", "2", "--num_processes", "4", "--main_process_ip", "h",
+                                "--main_process_port", "0"], "works on one machine only")):
+            p, _ = self.run_acc("launch", *args, PROBE)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn(message, p.stderr, args)
+
     # --- ports -------------------------------------------------------------------------------------------------
     def test_port_zero_gives_distinct_free_ports(self):
         # The first launch holds its port (rank 0 binds MASTER_PORT, proving it was free) while the second starts.

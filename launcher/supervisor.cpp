@@ -241,7 +241,10 @@ int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
   sigaction(SIGCHLD, &original_chld, nullptr);
   sigprocmask(SIG_SETMASK, &original, nullptr);
 
-  if (exec_error) return exec_error == ENOENT ? 127 : 126;
+  if (exec_error) {
+    if (std::string(start_step) == "start") return 1;  // pipe or fork failed (resources), not the program
+    return exec_error == ENOENT ? 127 : 126;
+  }
 
   if (first) {
     const std::string rule(60, '=');

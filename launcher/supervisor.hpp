@@ -27,7 +27,8 @@ struct SuperviseOptions {
 };
 
 // Returns the exit status for `acc`: 0 when every worker exited 0; the failed worker's exit status, or 128 + signal
-// number if it was killed; 128 + signal number when `acc` itself was interrupted; 126/127 if exec failed.
+// number if it was killed; 128 + signal number when `acc` itself was interrupted; 126/127 if exec failed; 1 if a
+// process could not be started (fork) or reaped.
 int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt);
 
 std::string signal_name(int sig);  // "SIGSEGV"

@@ -14,8 +14,8 @@
  * - Host buffers are Go `[]byte` / Java `byte[]`, copied by libacc (C never retains Go or Java heap
  *   memory). Zero-copy goes through DLPack with the accx_ helpers below: Go wraps C-allocated memory,
  *   Java wraps direct ByteBuffers.
- * - acc_dataset_from_callback is not wrapped (no SWIG directors): the Go package has its own cgo
- *   trampoline; Java may add one later.
+ * - acc_dataset_from_callback is not wrapped as such (no SWIG directors): the Go package has its own
+ *   cgo trampoline, and Java gets accx_dataset_from_java below (a C trampoline calling a Java method).
  */
 %module raw
 
@@ -464,6 +464,48 @@ static void accx_java_release(void* data, void* ctx) {
   free(r);
 }
 %}
+%{
+/* Java sample sources for acc_dataset_from_callback (no SWIG directors: a plain trampoline). */
+typedef struct { JavaVM* vm; jobject fn; jmethodID sample; } accx_java_source;
+
+static JNIEnv* accx_java_env(JavaVM* vm) {
+  JNIEnv* env = NULL;
+  if ((*vm)->GetEnv(vm, (void**)&env, JNI_VERSION_1_8) != JNI_OK) (*vm)->AttachCurrentThreadAsDaemon(vm, (void**)&env, NULL);
+  return env;
+}
+
+static acc_status accx_java_get(void* user, int64_t index, acc_tensor** input, acc_tensor** target) {
+  accx_java_source* s = (accx_java_source*)user;
+  JNIEnv* env = accx_java_env(s->vm);
+  if (!env) return ACC_ERR_CALLBACK;
+  jlongArray r = (jlongArray)(*env)->CallObjectMethod(env, s->fn, s->sample, (jlong)index);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    return ACC_ERR_CALLBACK;
+  }
+  if (!r) return ACC_ERR_CALLBACK;
+  jlong h[2] = {0, 0};
+  if ((*env)->GetArrayLength(env, r) == 2) (*env)->GetLongArrayRegion(env, r, 0, 2, h);
+  (*env)->DeleteLocalRef(env, r);
+  if (!h[0]) return ACC_ERR_CALLBACK;
+  *input = (acc_tensor*)(intptr_t)h[0];
+  if (target) *target = (acc_tensor*)(intptr_t)h[1];
+  else if (h[1]) acc_tensor_destroy((acc_tensor*)(intptr_t)h[1]);
+  return ACC_OK;
+}
+
+static void accx_java_free(void* user) {
+  accx_java_source* s = (accx_java_source*)user;
+  JNIEnv* env = accx_java_env(s->vm);
+  if (env && s->fn) (*env)->DeleteGlobalRef(env, s->fn);
+  free(s);
+}
+%}
+/* The sample source is any object with `long[] sample(long)` (ai.acc.Dataset's adapter). */
+%typemap(jni) jobject source "jobject"
+%typemap(jtype) jobject source "Object"
+%typemap(jstype) jobject source "Object"
+%typemap(javain) jobject source "$javainput"
 %inline %{
 /** A zero-copy tensor over a direct ByteBuffer (its whole capacity, native byte order); the tensor
  *  holds a global reference to the buffer until libacc releases the memory. */
@@ -482,6 +524,27 @@ accx_status accx_tensor_from_direct_buffer(JNIEnv* jenv_, jobject buffer, acc_dt
     return accx_fail(ACC_ERR_INTERNAL, "cannot reference the buffer");
   }
   return accx_wrap(data, (size_t)cap, dtype, shape, ndim, accx_java_release, r, out);
+}
+
+/** A dataset whose samples come from a Java object: `long[] sample(long index)` returns the handles
+ *  {input, target-or-0} (ownership passes to libacc), or null after recording its own error. libacc
+ *  calls it on the thread that calls acc_dataloader_next, a Java thread. */
+accx_status accx_dataset_from_java(JNIEnv* jenv_, int64_t length, jobject source, acc_dataset** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  if (!source) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "source is null");
+  accx_java_source* s = (accx_java_source*)calloc(1, sizeof *s);
+  if (!s) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  jclass cls = (*jenv_)->GetObjectClass(jenv_, source);
+  s->sample = cls ? (*jenv_)->GetMethodID(jenv_, cls, "sample", "(J)[J") : NULL;
+  if (!s->sample || (*jenv_)->GetJavaVM(jenv_, &s->vm) != 0 || !(s->fn = (*jenv_)->NewGlobalRef(jenv_, source))) {
+    (*jenv_)->ExceptionClear(jenv_);
+    free(s);
+    return accx_fail(ACC_ERR_INTERNAL, "the source has no method long[] sample(long)");
+  }
+  acc_status st = acc_dataset_from_callback(length, accx_java_get, s, accx_java_free, out); /* frees s on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
 }
 
 /** A direct ByteBuffer over `nbytes` at `address` (no copy; valid while its owner lives). */

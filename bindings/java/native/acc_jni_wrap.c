@@ -375,6 +375,43 @@ static void accx_java_release(void* data, void* ctx) {
 }
 
 
+/* Java sample sources for acc_dataset_from_callback (no SWIG directors: a plain trampoline). */
+typedef struct { JavaVM* vm; jobject fn; jmethodID sample; } accx_java_source;
+
+static JNIEnv* accx_java_env(JavaVM* vm) {
+  JNIEnv* env = NULL;
+  if ((*vm)->GetEnv(vm, (void**)&env, JNI_VERSION_1_8) != JNI_OK) (*vm)->AttachCurrentThreadAsDaemon(vm, (void**)&env, NULL);
+  return env;
+}
+
+static acc_status accx_java_get(void* user, int64_t index, acc_tensor** input, acc_tensor** target) {
+  accx_java_source* s = (accx_java_source*)user;
+  JNIEnv* env = accx_java_env(s->vm);
+  if (!env) return ACC_ERR_CALLBACK;
+  jlongArray r = (jlongArray)(*env)->CallObjectMethod(env, s->fn, s->sample, (jlong)index);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    return ACC_ERR_CALLBACK;
+  }
+  if (!r) return ACC_ERR_CALLBACK;
+  jlong h[2] = {0, 0};
+  if ((*env)->GetArrayLength(env, r) == 2) (*env)->GetLongArrayRegion(env, r, 0, 2, h);
+  (*env)->DeleteLocalRef(env, r);
+  if (!h[0]) return ACC_ERR_CALLBACK;
+  *input = (acc_tensor*)(intptr_t)h[0];
+  if (target) *target = (acc_tensor*)(intptr_t)h[1];
+  else if (h[1]) acc_tensor_destroy((acc_tensor*)(intptr_t)h[1]);
+  return ACC_OK;
+}
+
+static void accx_java_free(void* user) {
+  accx_java_source* s = (accx_java_source*)user;
+  JNIEnv* env = accx_java_env(s->vm);
+  if (env && s->fn) (*env)->DeleteGlobalRef(env, s->fn);
+  free(s);
+}
+
+
 /** A zero-copy tensor over a direct ByteBuffer (its whole capacity, native byte order); the tensor
  *  holds a global reference to the buffer until libacc releases the memory. */
 accx_status accx_tensor_from_direct_buffer(JNIEnv* jenv_, jobject buffer, acc_dtype dtype,
@@ -392,6 +429,27 @@ accx_status accx_tensor_from_direct_buffer(JNIEnv* jenv_, jobject buffer, acc_dt
     return accx_fail(ACC_ERR_INTERNAL, "cannot reference the buffer");
   }
   return accx_wrap(data, (size_t)cap, dtype, shape, ndim, accx_java_release, r, out);
+}
+
+/** A dataset whose samples come from a Java object: `long[] sample(long index)` returns the handles
+ *  {input, target-or-0} (ownership passes to libacc), or null after recording its own error. libacc
+ *  calls it on the thread that calls acc_dataloader_next, a Java thread. */
+accx_status accx_dataset_from_java(JNIEnv* jenv_, int64_t length, jobject source, acc_dataset** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  if (!source) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "source is null");
+  accx_java_source* s = (accx_java_source*)calloc(1, sizeof *s);
+  if (!s) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  jclass cls = (*jenv_)->GetObjectClass(jenv_, source);
+  s->sample = cls ? (*jenv_)->GetMethodID(jenv_, cls, "sample", "(J)[J") : NULL;
+  if (!s->sample || (*jenv_)->GetJavaVM(jenv_, &s->vm) != 0 || !(s->fn = (*jenv_)->NewGlobalRef(jenv_, source))) {
+    (*jenv_)->ExceptionClear(jenv_);
+    free(s);
+    return accx_fail(ACC_ERR_INTERNAL, "the source has no method long[] sample(long)");
+  }
+  acc_status st = acc_dataset_from_callback(length, accx_java_get, s, accx_java_free, out); /* frees s on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
 }
 
 /** A direct ByteBuffer over `nbytes` at `address` (no copy; valid while its owner lives). */
@@ -482,6 +540,32 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tensor_1from_1direc
     jlong v = (jlong)(intptr_t)temp6; (*jenv)->SetLongArrayRegion(jenv, jarg6, 0, 1, &v); 
   } 
   if (arg4) (*jenv)->ReleaseLongArrayElements(jenv, jarg4, (jlong*)arg4, JNI_ABORT); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dataset_1from_1java(JNIEnv *jenv, jclass jcls, jlong jarg2, jobject jarg3, jlongArray jarg4) {
+  JNIEnv *arg1 = (JNIEnv *) 0 ;
+  int64_t arg2 ;
+  jobject arg3 ;
+  acc_dataset **arg4 = (acc_dataset **) 0 ;
+  acc_dataset *temp4 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = jenv; 
+  arg2 = (int64_t)jarg2; 
+  arg3 = jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (accx_status)accx_dataset_from_java(arg1,arg2,arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
 }
 

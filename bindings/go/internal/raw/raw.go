@@ -117,83 +117,83 @@ typedef _gostring_ swig_type_84;
 typedef long long swig_type_85;
 typedef _gostring_ swig_type_86;
 typedef _gostring_ swig_type_87;
-extern void _wrap_Swig_free_raw_e9711e3170969229(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_raw_e9711e3170969229(swig_intgo arg1);
-extern swig_voidp _wrap_accx_alloc_raw_e9711e3170969229(swig_type_1 arg1);
-extern void _wrap_accx_free_raw_e9711e3170969229(swig_voidp arg1);
-extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_e9711e3170969229(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
-extern swig_type_5 _wrap_accx_dlpack_bytes_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern void _wrap_accx_dlpack_release_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_6 _wrap_acc_version_raw_e9711e3170969229(void);
-extern swig_type_7 _wrap_acc_abi_check_raw_e9711e3170969229(swig_intgo arg1);
-extern swig_type_8 _wrap_acc_build_info_raw_e9711e3170969229(void);
-extern swig_type_9 _wrap_acc_status_name_raw_e9711e3170969229(int arg1);
-extern swig_type_10 _wrap_acc_accelerator_create_raw_e9711e3170969229(swig_type_11 arg1, swig_voidp arg2);
-extern void _wrap_acc_accelerator_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_12 _wrap_acc_process_index_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_13 _wrap_acc_local_process_index_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_14 _wrap_acc_num_processes_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_15 _wrap_acc_is_main_process_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_16 _wrap_acc_device_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_acc_distributed_type_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_acc_config_json_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_acc_tensor_from_host_raw_e9711e3170969229(swig_type_20 arg1, swig_intgo arg2, swig_type_21 arg3, swig_voidp arg4);
-extern swig_type_22 _wrap_acc_tensor_to_host_raw_e9711e3170969229(uintptr_t arg1, swig_type_23 arg2);
-extern void _wrap_acc_tensor_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_24 _wrap_acc_tensor_ndim_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_25 _wrap_acc_tensor_shape_raw_e9711e3170969229(uintptr_t arg1, swig_type_26 arg2);
-extern swig_type_27 _wrap_acc_tensor_numel_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_28 _wrap_acc_tensor_nbytes_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_29 _wrap_acc_tensor_dtype_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_30 _wrap_acc_tensor_item_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_31 _wrap_acc_tensor_from_dlpack_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_32 _wrap_acc_tensor_to_dlpack_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_33 _wrap_acc_model_create_raw_e9711e3170969229(swig_type_34 arg1, swig_voidp arg2);
-extern swig_type_35 _wrap_acc_model_load_torchscript_raw_e9711e3170969229(swig_type_36 arg1, swig_type_37 arg2, swig_voidp arg3);
-extern void _wrap_acc_model_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_38 _wrap_acc_model_forward_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_39 _wrap_acc_model_set_training_raw_e9711e3170969229(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_40 _wrap_acc_model_num_parameters_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_41 _wrap_acc_model_state_size_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_42 _wrap_acc_model_state_get_raw_e9711e3170969229(uintptr_t arg1, swig_type_43 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_44 _wrap_acc_model_save_safetensors_raw_e9711e3170969229(uintptr_t arg1, swig_type_45 arg2);
-extern swig_type_46 _wrap_acc_model_load_safetensors_raw_e9711e3170969229(uintptr_t arg1, swig_type_47 arg2);
-extern swig_type_48 _wrap_acc_optimizer_create_raw_e9711e3170969229(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
-extern void _wrap_acc_optimizer_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_50 _wrap_acc_optimizer_step_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_51 _wrap_acc_optimizer_zero_grad_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_52 _wrap_acc_optimizer_lr_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_53 _wrap_acc_scheduler_create_raw_e9711e3170969229(uintptr_t arg1, swig_type_54 arg2, swig_voidp arg3);
-extern void _wrap_acc_scheduler_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_55 _wrap_acc_scheduler_step_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_56 _wrap_acc_scheduler_last_lr_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_57 _wrap_acc_dataset_from_tensors_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_58 _wrap_acc_dataset_from_token_file_raw_e9711e3170969229(swig_type_59 arg1, swig_type_60 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataset_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_61 _wrap_acc_dataset_length_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_acc_dataloader_create_raw_e9711e3170969229(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataloader_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_64 _wrap_acc_dataloader_next_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_65 _wrap_acc_dataloader_length_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_66 _wrap_acc_dataloader_set_epoch_raw_e9711e3170969229(uintptr_t arg1, swig_type_67 arg2);
-extern swig_type_68 _wrap_acc_dataloader_end_of_epoch_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_acc_prepare_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_70 _wrap_acc_backward_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_71 _wrap_acc_gather_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_72 _wrap_acc_gather_for_metrics_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_73 _wrap_acc_reduce_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_74 _wrap_acc_wait_for_everyone_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_75 _wrap_acc_dataset_is_iterable_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_76 _wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
-extern swig_type_78 _wrap_acc_dataloader_epoch_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_79 _wrap_acc_dataloader_remainder_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_80 _wrap_acc_bytes_list_create_raw_e9711e3170969229(swig_voidp arg1);
-extern void _wrap_acc_bytes_list_destroy_raw_e9711e3170969229(uintptr_t arg1);
-extern swig_type_81 _wrap_acc_bytes_list_append_raw_e9711e3170969229(uintptr_t arg1, swig_type_82 arg2);
-extern swig_type_83 _wrap_acc_bytes_list_count_raw_e9711e3170969229(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_84 _wrap_acc_bytes_list_get_raw_e9711e3170969229(uintptr_t arg1, swig_type_85 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_86 _wrap_acc_gather_object_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_acc_gather_object_for_metrics_raw_e9711e3170969229(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern void _wrap_Swig_free_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_raw_35a9bcc5b89bc852(swig_intgo arg1);
+extern swig_voidp _wrap_accx_alloc_raw_35a9bcc5b89bc852(swig_type_1 arg1);
+extern void _wrap_accx_free_raw_35a9bcc5b89bc852(swig_voidp arg1);
+extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_35a9bcc5b89bc852(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
+extern swig_type_5 _wrap_accx_dlpack_bytes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern void _wrap_accx_dlpack_release_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_6 _wrap_acc_version_raw_35a9bcc5b89bc852(void);
+extern swig_type_7 _wrap_acc_abi_check_raw_35a9bcc5b89bc852(swig_intgo arg1);
+extern swig_type_8 _wrap_acc_build_info_raw_35a9bcc5b89bc852(void);
+extern swig_type_9 _wrap_acc_status_name_raw_35a9bcc5b89bc852(int arg1);
+extern swig_type_10 _wrap_acc_accelerator_create_raw_35a9bcc5b89bc852(swig_type_11 arg1, swig_voidp arg2);
+extern void _wrap_acc_accelerator_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_12 _wrap_acc_process_index_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_13 _wrap_acc_local_process_index_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_acc_num_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_15 _wrap_acc_is_main_process_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_16 _wrap_acc_device_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_acc_distributed_type_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_acc_config_json_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_acc_tensor_from_host_raw_35a9bcc5b89bc852(swig_type_20 arg1, swig_intgo arg2, swig_type_21 arg3, swig_voidp arg4);
+extern swig_type_22 _wrap_acc_tensor_to_host_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_23 arg2);
+extern void _wrap_acc_tensor_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_24 _wrap_acc_tensor_ndim_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_25 _wrap_acc_tensor_shape_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_26 arg2);
+extern swig_type_27 _wrap_acc_tensor_numel_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_28 _wrap_acc_tensor_nbytes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_29 _wrap_acc_tensor_dtype_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_30 _wrap_acc_tensor_item_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_31 _wrap_acc_tensor_from_dlpack_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_32 _wrap_acc_tensor_to_dlpack_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_33 _wrap_acc_model_create_raw_35a9bcc5b89bc852(swig_type_34 arg1, swig_voidp arg2);
+extern swig_type_35 _wrap_acc_model_load_torchscript_raw_35a9bcc5b89bc852(swig_type_36 arg1, swig_type_37 arg2, swig_voidp arg3);
+extern void _wrap_acc_model_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_38 _wrap_acc_model_forward_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_39 _wrap_acc_model_set_training_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_40 _wrap_acc_model_num_parameters_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_41 _wrap_acc_model_state_size_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_42 _wrap_acc_model_state_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_43 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_44 _wrap_acc_model_save_safetensors_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_45 arg2);
+extern swig_type_46 _wrap_acc_model_load_safetensors_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_47 arg2);
+extern swig_type_48 _wrap_acc_optimizer_create_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
+extern void _wrap_acc_optimizer_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_50 _wrap_acc_optimizer_step_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_51 _wrap_acc_optimizer_zero_grad_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_52 _wrap_acc_optimizer_lr_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_53 _wrap_acc_scheduler_create_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_54 arg2, swig_voidp arg3);
+extern void _wrap_acc_scheduler_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_55 _wrap_acc_scheduler_step_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_56 _wrap_acc_scheduler_last_lr_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_57 _wrap_acc_dataset_from_tensors_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_58 _wrap_acc_dataset_from_token_file_raw_35a9bcc5b89bc852(swig_type_59 arg1, swig_type_60 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataset_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_61 _wrap_acc_dataset_length_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_62 _wrap_acc_dataloader_create_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataloader_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_64 _wrap_acc_dataloader_next_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_65 _wrap_acc_dataloader_length_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_66 _wrap_acc_dataloader_set_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_67 arg2);
+extern swig_type_68 _wrap_acc_dataloader_end_of_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_69 _wrap_acc_prepare_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_70 _wrap_acc_backward_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_71 _wrap_acc_gather_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_72 _wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_73 _wrap_acc_reduce_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_74 _wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_75 _wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_76 _wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
+extern swig_type_78 _wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_79 _wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_80 _wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_81 _wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_82 arg2);
+extern swig_type_83 _wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_84 _wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_85 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_86 _wrap_acc_gather_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -236,13 +236,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_e9711e3170969229(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_35a9bcc5b89bc852(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -271,13 +271,13 @@ func newStatusError(s string) error {
 func Accx_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_e9711e3170969229(C.swig_type_1(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_35a9bcc5b89bc852(C.swig_type_1(_swig_i_0)))
 	return swig_r
 }
 
 func Accx_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_accx_free_raw_e9711e3170969229(C.swig_voidp(_swig_i_0))
+	C._wrap_accx_free_raw_35a9bcc5b89bc852(C.swig_voidp(_swig_i_0))
 }
 
 func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []int64, arg5 *uintptr) (_swig_ret error) {
@@ -287,7 +287,7 @@ func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []in
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_e9711e3170969229(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_35a9bcc5b89bc852(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
@@ -306,7 +306,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_dlpack_bytes_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_dlpack_bytes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -319,7 +319,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 
 func Accx_dlpack_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_accx_dlpack_release_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_accx_dlpack_release_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 const ACC_VERSION_MAJOR int = 0
@@ -353,7 +353,7 @@ const ACC_REDUCE_MAX int = 2
 
 func Acc_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_version_raw_e9711e3170969229()
+	swig_r_p := C._wrap_acc_version_raw_35a9bcc5b89bc852()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -363,7 +363,7 @@ func Acc_version() (_swig_ret string) {
 func Acc_abi_check(arg1 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_abi_check_raw_e9711e3170969229(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_acc_abi_check_raw_35a9bcc5b89bc852(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -376,7 +376,7 @@ func Acc_abi_check(arg1 int) (_swig_ret error) {
 
 func Acc_build_info() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_build_info_raw_e9711e3170969229()
+	swig_r_p := C._wrap_acc_build_info_raw_35a9bcc5b89bc852()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -386,7 +386,7 @@ func Acc_build_info() (_swig_ret string) {
 func Acc_status_name(arg1 int32) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_status_name_raw_e9711e3170969229(C.int(_swig_i_0))
+	swig_r_p := C._wrap_acc_status_name_raw_35a9bcc5b89bc852(C.int(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -397,7 +397,7 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accelerator_create_raw_e9711e3170969229(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_accelerator_create_raw_35a9bcc5b89bc852(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -413,14 +413,14 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_accelerator_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_accelerator_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_accelerator_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_process_index_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_process_index_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -435,7 +435,7 @@ func Acc_local_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_local_process_index_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_local_process_index_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -450,7 +450,7 @@ func Acc_num_processes(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_num_processes_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_num_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -465,7 +465,7 @@ func Acc_is_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_main_process_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_main_process_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -480,7 +480,7 @@ func Acc_device(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_device_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_device_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -498,7 +498,7 @@ func Acc_distributed_type(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_distributed_type_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_distributed_type_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -516,7 +516,7 @@ func Acc_config_json(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_config_json_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_config_json_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -536,7 +536,7 @@ func Acc_tensor_from_host(arg1 []byte, arg2 int, arg3 []int64, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_tensor_from_host_raw_e9711e3170969229(*(*C.swig_type_20)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_tensor_from_host_raw_35a9bcc5b89bc852(*(*C.swig_type_20)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -557,7 +557,7 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_host_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_to_host_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -573,14 +573,14 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 
 func Acc_tensor_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tensor_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tensor_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tensor_ndim(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_ndim_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_ndim_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -595,7 +595,7 @@ func Acc_tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_shape_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_shape_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -613,7 +613,7 @@ func Acc_tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_numel_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_numel_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -628,7 +628,7 @@ func Acc_tensor_nbytes(arg1 uintptr, arg2 *uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_nbytes_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_nbytes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -643,7 +643,7 @@ func Acc_tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_dtype_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_dtype_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -658,7 +658,7 @@ func Acc_tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_item_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_item_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -673,7 +673,7 @@ func Acc_tensor_from_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -688,7 +688,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -703,7 +703,7 @@ func Acc_model_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_create_raw_e9711e3170969229(*(*C.swig_type_34)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_create_raw_35a9bcc5b89bc852(*(*C.swig_type_34)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -722,7 +722,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_torchscript_raw_e9711e3170969229(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_load_torchscript_raw_35a9bcc5b89bc852(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -741,7 +741,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_model_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_model_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, arg5 *uintptr) (_swig_ret error) {
@@ -751,7 +751,7 @@ func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_model_forward_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_model_forward_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -766,7 +766,7 @@ func Acc_model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_set_training_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_set_training_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -781,7 +781,7 @@ func Acc_model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_num_parameters_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_num_parameters_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -796,7 +796,7 @@ func Acc_model_state_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_state_size_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_state_size_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -813,7 +813,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_type_43(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_43(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -831,7 +831,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -849,7 +849,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -868,7 +868,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -884,13 +884,13 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_optimizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_optimizer_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_optimizer_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_step_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_step_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -904,7 +904,7 @@ func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 func Acc_optimizer_zero_grad(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -919,7 +919,7 @@ func Acc_optimizer_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_lr_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_lr_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -935,7 +935,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -951,13 +951,13 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_scheduler_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_scheduler_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_scheduler_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_scheduler_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_scheduler_step_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_scheduler_step_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -972,7 +972,7 @@ func Acc_scheduler_last_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -988,7 +988,7 @@ func Acc_dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1004,7 +1004,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_e9711e3170969229(*(*C.swig_type_59)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_35a9bcc5b89bc852(*(*C.swig_type_59)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1023,14 +1023,14 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 
 func Acc_dataset_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataset_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataset_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataset_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_length_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_length_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1046,7 +1046,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1062,7 +1062,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 
 func Acc_dataloader_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataloader_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataloader_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32) (_swig_ret error) {
@@ -1071,7 +1071,7 @@ func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_dataloader_next_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_dataloader_next_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1086,7 +1086,7 @@ func Acc_dataloader_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_length_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_length_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1101,7 +1101,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_type_67(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_67(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1116,7 +1116,7 @@ func Acc_dataloader_end_of_epoch(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1134,7 +1134,7 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_prepare_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
+	swig_r_p := C._wrap_acc_prepare_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1149,7 +1149,7 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_backward_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_backward_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1165,7 +1165,7 @@ func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1181,7 +1181,7 @@ func Acc_gather_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_for_metrics_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1198,7 +1198,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_reduce_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_reduce_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1212,7 +1212,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_wait_for_everyone_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1227,7 +1227,7 @@ func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1243,7 +1243,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1258,7 +1258,7 @@ func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_epoch_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1273,7 +1273,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_remainder_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1287,7 +1287,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_bytes_list_create_raw_e9711e3170969229(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1300,14 +1300,14 @@ func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_bytes_list_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_bytes_list_destroy_raw_e9711e3170969229(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_bytes_list_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1325,7 +1325,7 @@ func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_count_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1342,7 +1342,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1358,7 +1358,7 @@ func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1374,7 +1374,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_e9711e3170969229(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {

@@ -403,7 +403,7 @@ static _gostring_ accx_status_string(acc_status code, const char* message) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_raw_e9711e3170969229(void *_swig_go_0) {
+void _wrap_Swig_free_raw_35a9bcc5b89bc852(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -413,7 +413,7 @@ void _wrap_Swig_free_raw_e9711e3170969229(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_raw_e9711e3170969229(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_raw_35a9bcc5b89bc852(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -426,7 +426,7 @@ void *_wrap_Swig_malloc_raw_e9711e3170969229(intgo _swig_go_0) {
 }
 
 
-void *_wrap_accx_alloc_raw_e9711e3170969229(long long _swig_go_0) {
+void *_wrap_accx_alloc_raw_35a9bcc5b89bc852(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -439,7 +439,7 @@ void *_wrap_accx_alloc_raw_e9711e3170969229(long long _swig_go_0) {
 }
 
 
-void _wrap_accx_free_raw_e9711e3170969229(void *_swig_go_0) {
+void _wrap_accx_free_raw_35a9bcc5b89bc852(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -449,7 +449,7 @@ void _wrap_accx_free_raw_e9711e3170969229(void *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_accx_tensor_from_alloc_raw_e9711e3170969229(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_accx_tensor_from_alloc_raw_35a9bcc5b89bc852(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -475,7 +475,7 @@ _gostring_ _wrap_accx_tensor_from_alloc_raw_e9711e3170969229(void *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_accx_dlpack_bytes_raw_e9711e3170969229(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_accx_dlpack_bytes_raw_35a9bcc5b89bc852(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   void **arg2 = (void **) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -496,7 +496,7 @@ _gostring_ _wrap_accx_dlpack_bytes_raw_e9711e3170969229(struct DLManagedTensorVe
 }
 
 
-void _wrap_accx_dlpack_release_raw_e9711e3170969229(struct DLManagedTensorVersioned *_swig_go_0) {
+void _wrap_accx_dlpack_release_raw_35a9bcc5b89bc852(struct DLManagedTensorVersioned *_swig_go_0) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   
   arg1 = (struct DLManagedTensorVersioned *)_swig_go_0; 
@@ -506,7 +506,7 @@ void _wrap_accx_dlpack_release_raw_e9711e3170969229(struct DLManagedTensorVersio
 }
 
 
-_gostring_ _wrap_acc_version_raw_e9711e3170969229() {
+_gostring_ _wrap_acc_version_raw_35a9bcc5b89bc852() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -517,7 +517,7 @@ _gostring_ _wrap_acc_version_raw_e9711e3170969229() {
 }
 
 
-_gostring_ _wrap_acc_abi_check_raw_e9711e3170969229(intgo _swig_go_0) {
+_gostring_ _wrap_acc_abi_check_raw_35a9bcc5b89bc852(intgo _swig_go_0) {
   int32_t arg1 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -534,7 +534,7 @@ _gostring_ _wrap_acc_abi_check_raw_e9711e3170969229(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_build_info_raw_e9711e3170969229() {
+_gostring_ _wrap_acc_build_info_raw_35a9bcc5b89bc852() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -545,7 +545,7 @@ _gostring_ _wrap_acc_build_info_raw_e9711e3170969229() {
 }
 
 
-_gostring_ _wrap_acc_status_name_raw_e9711e3170969229(int _swig_go_0) {
+_gostring_ _wrap_acc_status_name_raw_35a9bcc5b89bc852(int _swig_go_0) {
   acc_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -558,7 +558,7 @@ _gostring_ _wrap_acc_status_name_raw_e9711e3170969229(int _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_accelerator_create_raw_e9711e3170969229(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
+_gostring_ _wrap_acc_accelerator_create_raw_35a9bcc5b89bc852(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_accelerator **arg2 = (acc_accelerator **) 0 ;
   acc_status result;
@@ -582,7 +582,7 @@ _gostring_ _wrap_acc_accelerator_create_raw_e9711e3170969229(_gostring_ _swig_go
 }
 
 
-void _wrap_acc_accelerator_destroy_raw_e9711e3170969229(acc_accelerator *_swig_go_0) {
+void _wrap_acc_accelerator_destroy_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   
   arg1 = (acc_accelerator *)_swig_go_0; 
@@ -592,7 +592,7 @@ void _wrap_acc_accelerator_destroy_raw_e9711e3170969229(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_process_index_raw_e9711e3170969229(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_process_index_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -611,7 +611,7 @@ _gostring_ _wrap_acc_process_index_raw_e9711e3170969229(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_local_process_index_raw_e9711e3170969229(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_local_process_index_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -630,7 +630,7 @@ _gostring_ _wrap_acc_local_process_index_raw_e9711e3170969229(acc_accelerator *_
 }
 
 
-_gostring_ _wrap_acc_num_processes_raw_e9711e3170969229(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_num_processes_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -649,7 +649,7 @@ _gostring_ _wrap_acc_num_processes_raw_e9711e3170969229(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_is_main_process_raw_e9711e3170969229(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_main_process_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -668,7 +668,7 @@ _gostring_ _wrap_acc_is_main_process_raw_e9711e3170969229(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_device_raw_e9711e3170969229(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_device_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -689,7 +689,7 @@ _gostring_ _wrap_acc_device_raw_e9711e3170969229(acc_accelerator *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_acc_distributed_type_raw_e9711e3170969229(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_distributed_type_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -710,7 +710,7 @@ _gostring_ _wrap_acc_distributed_type_raw_e9711e3170969229(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_config_json_raw_e9711e3170969229(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_config_json_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -731,7 +731,7 @@ _gostring_ _wrap_acc_config_json_raw_e9711e3170969229(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_tensor_from_host_raw_e9711e3170969229(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_tensor_from_host_raw_35a9bcc5b89bc852(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -756,7 +756,7 @@ _gostring_ _wrap_acc_tensor_from_host_raw_e9711e3170969229(_goslice_ _swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_tensor_to_host_raw_e9711e3170969229(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_host_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -776,7 +776,7 @@ _gostring_ _wrap_acc_tensor_to_host_raw_e9711e3170969229(acc_tensor *_swig_go_0,
 }
 
 
-void _wrap_acc_tensor_destroy_raw_e9711e3170969229(acc_tensor *_swig_go_0) {
+void _wrap_acc_tensor_destroy_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   
   arg1 = (acc_tensor *)_swig_go_0; 
@@ -786,7 +786,7 @@ void _wrap_acc_tensor_destroy_raw_e9711e3170969229(acc_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_tensor_ndim_raw_e9711e3170969229(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_ndim_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -805,7 +805,7 @@ _gostring_ _wrap_acc_tensor_ndim_raw_e9711e3170969229(acc_tensor *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_acc_tensor_shape_raw_e9711e3170969229(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_shape_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int32_t arg3 ;
@@ -825,7 +825,7 @@ _gostring_ _wrap_acc_tensor_shape_raw_e9711e3170969229(acc_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_acc_tensor_numel_raw_e9711e3170969229(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_numel_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -844,7 +844,7 @@ _gostring_ _wrap_acc_tensor_numel_raw_e9711e3170969229(acc_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_acc_tensor_nbytes_raw_e9711e3170969229(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_nbytes_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   size_t *arg2 = (size_t *) 0 ;
   acc_status result;
@@ -863,7 +863,7 @@ _gostring_ _wrap_acc_tensor_nbytes_raw_e9711e3170969229(acc_tensor *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_tensor_dtype_raw_e9711e3170969229(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_dtype_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_dtype *arg2 = (acc_dtype *) 0 ;
   acc_status result;
@@ -882,7 +882,7 @@ _gostring_ _wrap_acc_tensor_dtype_raw_e9711e3170969229(acc_tensor *_swig_go_0, i
 }
 
 
-_gostring_ _wrap_acc_tensor_item_raw_e9711e3170969229(acc_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_item_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, double *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -901,7 +901,7 @@ _gostring_ _wrap_acc_tensor_item_raw_e9711e3170969229(acc_tensor *_swig_go_0, do
 }
 
 
-_gostring_ _wrap_acc_tensor_from_dlpack_raw_e9711e3170969229(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_from_dlpack_raw_35a9bcc5b89bc852(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_status result;
@@ -920,7 +920,7 @@ _gostring_ _wrap_acc_tensor_from_dlpack_raw_e9711e3170969229(struct DLManagedTen
 }
 
 
-_gostring_ _wrap_acc_tensor_to_dlpack_raw_e9711e3170969229(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_dlpack_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   struct DLManagedTensorVersioned **arg2 = (struct DLManagedTensorVersioned **) 0 ;
   acc_status result;
@@ -939,7 +939,7 @@ _gostring_ _wrap_acc_tensor_to_dlpack_raw_e9711e3170969229(acc_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_model_create_raw_e9711e3170969229(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
+_gostring_ _wrap_acc_model_create_raw_35a9bcc5b89bc852(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_model **arg2 = (acc_model **) 0 ;
   acc_status result;
@@ -963,7 +963,7 @@ _gostring_ _wrap_acc_model_create_raw_e9711e3170969229(_gostring_ _swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_model_load_torchscript_raw_e9711e3170969229(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_load_torchscript_raw_35a9bcc5b89bc852(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -994,7 +994,7 @@ _gostring_ _wrap_acc_model_load_torchscript_raw_e9711e3170969229(_gostring_ _swi
 }
 
 
-void _wrap_acc_model_destroy_raw_e9711e3170969229(acc_model *_swig_go_0) {
+void _wrap_acc_model_destroy_raw_35a9bcc5b89bc852(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   
   arg1 = (acc_model *)_swig_go_0; 
@@ -1004,7 +1004,7 @@ void _wrap_acc_model_destroy_raw_e9711e3170969229(acc_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_model_forward_raw_e9711e3170969229(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_acc_model_forward_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1029,7 +1029,7 @@ _gostring_ _wrap_acc_model_forward_raw_e9711e3170969229(acc_model *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_model_set_training_raw_e9711e3170969229(acc_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_model_set_training_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, intgo _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -1048,7 +1048,7 @@ _gostring_ _wrap_acc_model_set_training_raw_e9711e3170969229(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_num_parameters_raw_e9711e3170969229(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_num_parameters_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1067,7 +1067,7 @@ _gostring_ _wrap_acc_model_num_parameters_raw_e9711e3170969229(acc_model *_swig_
 }
 
 
-_gostring_ _wrap_acc_model_state_size_raw_e9711e3170969229(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_state_size_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1086,7 +1086,7 @@ _gostring_ _wrap_acc_model_state_size_raw_e9711e3170969229(acc_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_model_state_get_raw_e9711e3170969229(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_model_state_get_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -1111,7 +1111,7 @@ _gostring_ _wrap_acc_model_state_get_raw_e9711e3170969229(acc_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_model_save_safetensors_raw_e9711e3170969229(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_save_safetensors_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1135,7 +1135,7 @@ _gostring_ _wrap_acc_model_save_safetensors_raw_e9711e3170969229(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_load_safetensors_raw_e9711e3170969229(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_load_safetensors_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1159,7 +1159,7 @@ _gostring_ _wrap_acc_model_load_safetensors_raw_e9711e3170969229(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_optimizer_create_raw_e9711e3170969229(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
+_gostring_ _wrap_acc_optimizer_create_raw_35a9bcc5b89bc852(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_optimizer **arg3 = (acc_optimizer **) 0 ;
@@ -1185,7 +1185,7 @@ _gostring_ _wrap_acc_optimizer_create_raw_e9711e3170969229(acc_model *_swig_go_0
 }
 
 
-void _wrap_acc_optimizer_destroy_raw_e9711e3170969229(acc_optimizer *_swig_go_0) {
+void _wrap_acc_optimizer_destroy_raw_35a9bcc5b89bc852(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   
   arg1 = (acc_optimizer *)_swig_go_0; 
@@ -1195,7 +1195,7 @@ void _wrap_acc_optimizer_destroy_raw_e9711e3170969229(acc_optimizer *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_raw_e9711e3170969229(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_step_raw_35a9bcc5b89bc852(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1212,7 +1212,7 @@ _gostring_ _wrap_acc_optimizer_step_raw_e9711e3170969229(acc_optimizer *_swig_go
 }
 
 
-_gostring_ _wrap_acc_optimizer_zero_grad_raw_e9711e3170969229(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_zero_grad_raw_35a9bcc5b89bc852(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1229,7 +1229,7 @@ _gostring_ _wrap_acc_optimizer_zero_grad_raw_e9711e3170969229(acc_optimizer *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_lr_raw_e9711e3170969229(acc_optimizer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_lr_raw_35a9bcc5b89bc852(acc_optimizer *_swig_go_0, double *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1248,7 +1248,7 @@ _gostring_ _wrap_acc_optimizer_lr_raw_e9711e3170969229(acc_optimizer *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_scheduler_create_raw_e9711e3170969229(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
+_gostring_ _wrap_acc_scheduler_create_raw_35a9bcc5b89bc852(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_scheduler **arg3 = (acc_scheduler **) 0 ;
@@ -1274,7 +1274,7 @@ _gostring_ _wrap_acc_scheduler_create_raw_e9711e3170969229(acc_optimizer *_swig_
 }
 
 
-void _wrap_acc_scheduler_destroy_raw_e9711e3170969229(acc_scheduler *_swig_go_0) {
+void _wrap_acc_scheduler_destroy_raw_35a9bcc5b89bc852(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   
   arg1 = (acc_scheduler *)_swig_go_0; 
@@ -1284,7 +1284,7 @@ void _wrap_acc_scheduler_destroy_raw_e9711e3170969229(acc_scheduler *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_scheduler_step_raw_e9711e3170969229(acc_scheduler *_swig_go_0) {
+_gostring_ _wrap_acc_scheduler_step_raw_35a9bcc5b89bc852(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1301,7 +1301,7 @@ _gostring_ _wrap_acc_scheduler_step_raw_e9711e3170969229(acc_scheduler *_swig_go
 }
 
 
-_gostring_ _wrap_acc_scheduler_last_lr_raw_e9711e3170969229(acc_scheduler *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_scheduler_last_lr_raw_35a9bcc5b89bc852(acc_scheduler *_swig_go_0, double *_swig_go_1) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1320,7 +1320,7 @@ _gostring_ _wrap_acc_scheduler_last_lr_raw_e9711e3170969229(acc_scheduler *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_tensors_raw_e9711e3170969229(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_tensors_raw_35a9bcc5b89bc852(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -1341,7 +1341,7 @@ _gostring_ _wrap_acc_dataset_from_tensors_raw_e9711e3170969229(acc_tensor *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_token_file_raw_e9711e3170969229(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_token_file_raw_35a9bcc5b89bc852(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -1372,7 +1372,7 @@ _gostring_ _wrap_acc_dataset_from_token_file_raw_e9711e3170969229(_gostring_ _sw
 }
 
 
-void _wrap_acc_dataset_destroy_raw_e9711e3170969229(acc_dataset *_swig_go_0) {
+void _wrap_acc_dataset_destroy_raw_35a9bcc5b89bc852(acc_dataset *_swig_go_0) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   
   arg1 = (acc_dataset *)_swig_go_0; 
@@ -1382,7 +1382,7 @@ void _wrap_acc_dataset_destroy_raw_e9711e3170969229(acc_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_dataset_length_raw_e9711e3170969229(acc_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_length_raw_35a9bcc5b89bc852(acc_dataset *_swig_go_0, long long *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1401,7 +1401,7 @@ _gostring_ _wrap_acc_dataset_length_raw_e9711e3170969229(acc_dataset *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_dataloader_create_raw_e9711e3170969229(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_create_raw_35a9bcc5b89bc852(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -1427,7 +1427,7 @@ _gostring_ _wrap_acc_dataloader_create_raw_e9711e3170969229(acc_dataset *_swig_g
 }
 
 
-void _wrap_acc_dataloader_destroy_raw_e9711e3170969229(acc_dataloader *_swig_go_0) {
+void _wrap_acc_dataloader_destroy_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   
   arg1 = (acc_dataloader *)_swig_go_0; 
@@ -1437,7 +1437,7 @@ void _wrap_acc_dataloader_destroy_raw_e9711e3170969229(acc_dataloader *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_raw_e9711e3170969229(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
+_gostring_ _wrap_acc_dataloader_next_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -1460,7 +1460,7 @@ _gostring_ _wrap_acc_dataloader_next_raw_e9711e3170969229(acc_dataloader *_swig_
 }
 
 
-_gostring_ _wrap_acc_dataloader_length_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_length_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1479,7 +1479,7 @@ _gostring_ _wrap_acc_dataloader_length_raw_e9711e3170969229(acc_dataloader *_swi
 }
 
 
-_gostring_ _wrap_acc_dataloader_set_epoch_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_acc_dataloader_set_epoch_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, long long _swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_status result;
@@ -1498,7 +1498,7 @@ _gostring_ _wrap_acc_dataloader_set_epoch_raw_e9711e3170969229(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_e9711e3170969229(acc_dataloader *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, int *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1517,7 +1517,7 @@ _gostring_ _wrap_acc_dataloader_end_of_epoch_raw_e9711e3170969229(acc_dataloader
 }
 
 
-_gostring_ _wrap_acc_prepare_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
+_gostring_ _wrap_acc_prepare_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_optimizer *arg3 = (acc_optimizer *) 0 ;
@@ -1542,7 +1542,7 @@ _gostring_ _wrap_acc_prepare_raw_e9711e3170969229(acc_accelerator *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_backward_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
+_gostring_ _wrap_acc_backward_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_status result;
@@ -1561,7 +1561,7 @@ _gostring_ _wrap_acc_backward_raw_e9711e3170969229(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_gather_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -1582,7 +1582,7 @@ _gostring_ _wrap_acc_gather_raw_e9711e3170969229(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_gather_for_metrics_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -1603,7 +1603,7 @@ _gostring_ _wrap_acc_gather_for_metrics_raw_e9711e3170969229(acc_accelerator *_s
 }
 
 
-_gostring_ _wrap_acc_reduce_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_reduce_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_reduce_op arg3 ;
@@ -1626,7 +1626,7 @@ _gostring_ _wrap_acc_reduce_raw_e9711e3170969229(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_wait_for_everyone_raw_e9711e3170969229(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1643,7 +1643,7 @@ _gostring_ _wrap_acc_wait_for_everyone_raw_e9711e3170969229(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_dataset_is_iterable_raw_e9711e3170969229(acc_dataset *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(acc_dataset *_swig_go_0, int *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1662,7 +1662,7 @@ _gostring_ _wrap_acc_dataset_is_iterable_raw_e9711e3170969229(acc_dataset *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -1683,7 +1683,7 @@ _gostring_ _wrap_acc_dataloader_skip_first_batches_raw_e9711e3170969229(acc_data
 }
 
 
-_gostring_ _wrap_acc_dataloader_epoch_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1702,7 +1702,7 @@ _gostring_ _wrap_acc_dataloader_epoch_raw_e9711e3170969229(acc_dataloader *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_remainder_raw_e9711e3170969229(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1721,7 +1721,7 @@ _gostring_ _wrap_acc_dataloader_remainder_raw_e9711e3170969229(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_bytes_list_create_raw_e9711e3170969229(acc_bytes_list **_swig_go_0) {
+_gostring_ _wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(acc_bytes_list **_swig_go_0) {
   acc_bytes_list **arg1 = (acc_bytes_list **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1738,7 +1738,7 @@ _gostring_ _wrap_acc_bytes_list_create_raw_e9711e3170969229(acc_bytes_list **_sw
 }
 
 
-void _wrap_acc_bytes_list_destroy_raw_e9711e3170969229(acc_bytes_list *_swig_go_0) {
+void _wrap_acc_bytes_list_destroy_raw_35a9bcc5b89bc852(acc_bytes_list *_swig_go_0) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   
   arg1 = (acc_bytes_list *)_swig_go_0; 
@@ -1748,7 +1748,7 @@ void _wrap_acc_bytes_list_destroy_raw_e9711e3170969229(acc_bytes_list *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_bytes_list_append_raw_e9711e3170969229(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -1768,7 +1768,7 @@ _gostring_ _wrap_acc_bytes_list_append_raw_e9711e3170969229(acc_bytes_list *_swi
 }
 
 
-_gostring_ _wrap_acc_bytes_list_count_raw_e9711e3170969229(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1787,7 +1787,7 @@ _gostring_ _wrap_acc_bytes_list_count_raw_e9711e3170969229(acc_bytes_list *_swig
 }
 
 
-_gostring_ _wrap_acc_bytes_list_get_raw_e9711e3170969229(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -1810,7 +1810,7 @@ _gostring_ _wrap_acc_bytes_list_get_raw_e9711e3170969229(acc_bytes_list *_swig_g
 }
 
 
-_gostring_ _wrap_acc_gather_object_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -1831,7 +1831,7 @@ _gostring_ _wrap_acc_gather_object_raw_e9711e3170969229(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_gather_object_for_metrics_raw_e9711e3170969229(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;

@@ -4,8 +4,11 @@ import ai.acc.internal.AccRaw;
 
 /** Batches a dataset; once prepared it yields this process's shard of every batch. */
 public final class DataLoader extends NativeObject {
-  private DataLoader(long ptr) {
+  private final Dataset.SourceAdapter source;
+
+  private DataLoader(long ptr, Dataset.SourceAdapter source) {
     super(ptr, AccRaw::acc_dataloader_destroy);
+    this.source = source;
   }
 
   /** A loader: {@code {"batch_size": 1, "shuffle": false, "seed": 0, "drop_last": false}}. */
@@ -15,7 +18,7 @@ public final class DataLoader extends NativeObject {
     try {
       long[] out = new long[1];
       AccRaw.acc_dataloader_create(d, optionsJson, out);
-      return new DataLoader(out[0]);
+      return new DataLoader(out[0], ds.source);
     } finally {
       leave(ds, d);
     }
@@ -32,7 +35,8 @@ public final class DataLoader extends NativeObject {
 
   /**
    * This process's next batch, or null at the end of an epoch; the call after that starts the next
-   * epoch (reshuffled with seed + epoch).
+   * epoch (reshuffled with seed + epoch). For a {@link Dataset#fromFunction} dataset, the function's
+   * exception is the cause of the {@link ErrorCode#CALLBACK} failure.
    */
   public Batch next() {
     long p = enter();
@@ -42,6 +46,10 @@ public final class DataLoader extends NativeObject {
       int[] has = new int[1];
       AccRaw.acc_dataloader_next(p, x, y, has);
       return has[0] == 0 ? null : new Batch(Tensor.orNull(x[0]), Tensor.orNull(y[0]));
+    } catch (AccException e) {
+      Throwable cause = source == null ? null : source.takeError();
+      if (cause != null && e.code() == ErrorCode.CALLBACK && e.getCause() == null) e.initCause(cause);
+      throw e;
     } finally {
       leave(p);
     }

@@ -22,6 +22,7 @@ public abstract class NativeObject implements AutoCloseable {
     private final long ptr;
     private final LongConsumer destroy;
     final AtomicBoolean closedExplicitly = new AtomicBoolean();
+    final AtomicBoolean transferred = new AtomicBoolean();
 
     Release(long ptr, LongConsumer destroy) {
       this.ptr = ptr;
@@ -31,7 +32,7 @@ public abstract class NativeObject implements AutoCloseable {
     @Override
     public void run() {
       if (!closedExplicitly.get()) LEAKS.incrementAndGet();
-      destroy.accept(ptr);
+      if (!transferred.get()) destroy.accept(ptr);
     }
   }
 
@@ -89,8 +90,21 @@ public abstract class NativeObject implements AutoCloseable {
   /** Releases the handle after calls in flight on other threads finish. Idempotent. */
   @Override
   public void close() {
+    closeOrTransfer(false);
+  }
+
+  /**
+   * Gives the pointer to libacc, which takes ownership (this object is closed without destroying it).
+   * Returns 0 when already closed.
+   */
+  final long transferOwnership() {
+    return closeOrTransfer(true);
+  }
+
+  private long closeOrTransfer(boolean transfer) {
+    long p;
     synchronized (lock) {
-      if (closed) return;
+      if (closed) return 0;
       closed = true;
       boolean interrupted = false;
       while (inFlight > 0) {
@@ -100,10 +114,13 @@ public abstract class NativeObject implements AutoCloseable {
           interrupted = true;
         }
       }
+      p = ptr;
       ptr = 0;
       if (interrupted) Thread.currentThread().interrupt();
     }
     release.closedExplicitly.set(true);
+    release.transferred.set(transfer);
     cleanable.clean();
+    return p;
   }
 }

@@ -399,8 +399,44 @@ class ConformanceTest {
     }
   }
 
-  // scenario n/a: callback_dataset  the Java binding has no callback dataset yet (no SWIG directors;
-  // a hand-written JNI trampoline is future work). Datasets come from tensors or token files.
+  // scenario: callback_dataset
+  @Test
+  void callbackDataset() {
+    Dataset ds = Dataset.fromFunction(8, i -> {
+      if (i == 5) throw new IllegalArgumentException("no sample " + i);
+      return new Dataset.Sample(Tensor.fromFloats(new float[] {i, i}),
+          Tensor.fromBytes(java.nio.ByteBuffer.allocate(4).order(ByteOrder.nativeOrder()).putFloat(2f * i).array(),
+              DType.FLOAT32));
+    });
+    assertEquals(8, ds.length());
+    try (DataLoader dl = DataLoader.create(ds, "{\"batch_size\": 4}")) {
+      ds.close(); // the loader keeps it
+      try (DataLoader.Batch b = dl.next()) {
+        assertEquals(3.0f, b.input().toFloats()[6]);
+        assertEquals(6.0f, b.target().toFloats()[3]);
+      }
+      AccException e = expectError(ErrorCode.CALLBACK, "index 5", dl::next);
+      assertTrue(e.getCause() instanceof IllegalArgumentException, "cause: " + e.getCause());
+      assertEquals("no sample 5", e.getCause().getMessage());
+    }
+    // A sample without input is the function's error too.
+    try (Dataset bad = Dataset.fromFunction(2, i -> null);
+        DataLoader dl = DataLoader.create(bad, null)) {
+      AccException e = expectError(ErrorCode.CALLBACK, "", dl::next);
+      assertTrue(e.getCause() instanceof IllegalStateException);
+    }
+    expectError(ErrorCode.INVALID_ARGUMENT, "length", () -> Dataset.fromFunction(-1, i -> null));
+    // The tensors handed over are owned by libacc: closing them afterwards is harmless.
+    Tensor given = Tensor.fromFloats(new float[] {1, 2});
+    try (Dataset one = Dataset.fromFunction(1, i -> new Dataset.Sample(given, null));
+        DataLoader dl = DataLoader.create(one, null);
+        DataLoader.Batch b = dl.next()) {
+      assertTrue(given.isClosed());
+      given.close();
+      assertArrayEquals(new float[] {1, 2}, b.input().toFloats());
+      assertNull(b.target());
+    }
+  }
 
   /** The Cleaner releases handles nobody closed. */
   @Test

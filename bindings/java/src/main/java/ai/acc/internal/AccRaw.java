@@ -11,6 +11,8 @@ package ai.acc.internal;
 public class AccRaw implements AccRawConstants {
   public static void accx_tensor_from_direct_buffer(java.nio.ByteBuffer buffer, int dtype, long[] shape, long[] out) { AccRawJNI.accx_tensor_from_direct_buffer(buffer, dtype, shape, out); }
 
+  public static void accx_dataset_from_java(long length, Object source, long[] out) { AccRawJNI.accx_dataset_from_java(length, source, out); }
+
   public static java.nio.ByteBuffer accx_direct_buffer(long address, long nbytes) { return AccRawJNI.accx_direct_buffer(address, nbytes); }
 
   public static void accx_dlpack_bytes(long src, long[] data, long[] nbytes) { AccRawJNI.accx_dlpack_bytes(src, data, nbytes); }

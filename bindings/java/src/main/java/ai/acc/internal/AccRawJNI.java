@@ -13,6 +13,7 @@ public class AccRawJNI {
   // The JNI library is loaded by ai.acc.NativeLoader (property ai.acc.native.path, then the jar).
 
   public final static native void accx_tensor_from_direct_buffer(java.nio.ByteBuffer jarg2, int jarg3, long[] jarg4, long[] jarg6);
+  public final static native void accx_dataset_from_java(long jarg2, Object jarg3, long[] jarg4);
   public final static native java.nio.ByteBuffer accx_direct_buffer(long jarg2, long jarg3);
   public final static native void accx_dlpack_bytes(long jarg1, long[] jarg2, long[] jarg3);
   public final static native void accx_dlpack_release(long jarg1);

@@ -52,6 +52,22 @@ int pick_cuda_device(const config::Config& c, const ProcessState& state,
   return state.local_rank;
 }
 
+// One process group per process, as Accelerate's PartialState is shared: a second accelerator joins
+// the live group instead of rendezvousing again on the same port.
+std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::seconds timeout, int cuda_device) {
+  static std::mutex mu;
+  static std::weak_ptr<Comm> live;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto comm = live.lock()) return comm;
+  try {
+    auto comm = Comm::connect(state, timeout, cuda_device);
+    live = comm;
+    return comm;
+  } catch (const std::exception& e) {
+    throw DistributedError(e.what());
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
@@ -74,12 +90,8 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
     a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
     // torch.distributed's default process-group timeout, unless init_process_group_kwargs sets one.
     const char* key = "init_process_group_kwargs.timeout";
-    auto timeout = std::chrono::seconds(c.is_set(key) ? c.get_int(key) : 1800);
-    try {
-      a->comm_ = Comm::connect(a->state_, timeout, cuda_device);
-    } catch (const std::exception& e) {
-      throw DistributedError(e.what());
-    }
+    auto timeout = std::chrono::seconds(c.is_set(key) ? static_cast<int64_t>(c.get_double(key)) : 1800);
+    a->comm_ = process_group(a->state_, timeout, cuda_device);
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
@@ -352,8 +364,25 @@ void Accelerator::wait_for_everyone() {
 }
 
 void Accelerator::loader_begin(const void* loader) {
-  std::lock_guard<std::mutex> lock(mu_);
-  active_.push_back(loader);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_.push_back(loader);
+  }
+  // synchronize_rng_states at the start of every epoch of a prepared loader: "torch" makes every
+  // process continue from rank 0's default generator (the loader itself syncs "generator").
+  if (!comm_) return;
+  for (const auto& type : config_.get_string_list("rng_types")) {
+    if (type != "torch") continue;
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    at::Tensor state;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state().contiguous();
+    }
+    comm_->broadcast(state, 0);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
 }
 
 void Accelerator::loader_end(const void* loader) {

@@ -160,6 +160,67 @@ static void process_control(const char* dir) {
     EXPECT(access(path, F_OK) == 0);
   }
   CHECK(acc_main_process_first_end(acc, 0));
+
+  /* A second accelerator joins the same process group. With rng_types ["torch"], every epoch of a
+   * prepared loader starts from rank 0's generator: models drawn after that agree across processes. */
+  acc_accelerator* acc2;
+  CHECK(acc_accelerator_create("{\"rng_types\": [\"torch\"]}", &acc2));
+  CHECK(acc_set_seed(acc2, 100, 1, 0)); /* a different seed on every process */
+  float rows4[4] = {0, 1, 2, 3};
+  int64_t n4 = 4;
+  acc_dataset* ds;
+  acc_dataloader* dl;
+  CHECK(acc_tensor_from_host(rows4, sizeof rows4, ACC_FLOAT32, &n4, 1, &t));
+  CHECK(acc_dataset_from_tensors(t, NULL, &ds));
+  CHECK(acc_dataloader_create(ds, "{\"batch_size\": 1}", &dl));
+  CHECK(acc_prepare(acc2, NULL, NULL, NULL, dl));
+  for (int synced = 0; synced <= 1; ++synced) {
+    if (synced) {
+      acc_tensor* bx;
+      CHECK(acc_dataloader_next(dl, &bx, NULL, &flag)); /* the epoch starts: generators sync */
+      acc_tensor_destroy(bx);
+    }
+    acc_model* m;
+    acc_tensor* w;
+    const char* name;
+    float first[4];
+    CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [1, 1]}", &m));
+    CHECK(acc_model_state_get(m, 0, &name, &w));
+    CHECK(acc_gather(acc2, w, &out));
+    CHECK(acc_tensor_to_host(out, first, sizeof(float) * (size_t)world));
+    int same = 1;
+    for (int r = 1; r < world; ++r) same &= first[r] == first[0];
+    EXPECT(same == synced);
+    acc_tensor_destroy(out);
+    acc_tensor_destroy(w);
+    acc_model_destroy(m);
+  }
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_tensor_destroy(t);
+  acc_accelerator_destroy(acc2);
+
+  /* A prepared scheduler advances num_processes steps per optimizer step, or one with split_batches. */
+  for (int split = 0; split <= 1; ++split) {
+    acc_accelerator* a;
+    CHECK(acc_accelerator_create(split ? "{\"dataloader_config\": {\"split_batches\": true}}" : NULL, &a));
+    acc_model* m;
+    acc_optimizer* o;
+    acc_scheduler* sch;
+    double lr;
+    CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [1, 1]}", &m));
+    CHECK(acc_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 1.0}", &o));
+    CHECK(acc_scheduler_create(o, "{\"type\": \"constant\", \"warmup_steps\": 100}", &sch));
+    CHECK(acc_prepare(a, m, o, sch, NULL));
+    CHECK(acc_optimizer_step(o));
+    CHECK(acc_scheduler_step(sch));
+    CHECK(acc_scheduler_last_lr(sch, &lr));
+    EXPECT(fabs(lr - (split ? 1 : world) / 100.0) < 1e-12);
+    acc_scheduler_destroy(sch);
+    acc_optimizer_destroy(o);
+    acc_model_destroy(m);
+    acc_accelerator_destroy(a);
+  }
   acc_accelerator_destroy(acc);
 }
 

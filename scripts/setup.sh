@@ -75,6 +75,7 @@ headers_new=0
 if [[ -z ${LIBTORCH:-} && ${ACC_SETUP_CUDA:-1} != 0 ]] &&
    compgen -G ".venv/lib/python3*/site-packages/torch/lib/libtorch_cuda.so" >/dev/null; then
   mapfile -t hdr_pins < <(.venv/bin/python scripts/cuda_headers.py pins)
+  ((${#hdr_pins[@]})) || { echo "setup: cannot read the CUDA header pins from cuda-toolkit's metadata" >&2; exit 1; }
   key=$(printf '%s\n' "${hdr_pins[@]}" | md5sum | cut -c1-12)
   cache_dir=${ACC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libacc}
   hdr_cache="$cache_dir/cuda-headers-$key"

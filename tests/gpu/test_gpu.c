@@ -2,6 +2,8 @@
  *   fallback PLUGIN_BUILT   no GPU needed: build info tells the truth, and without a usable GPU the
  *                           accelerator is on the CPU (the plugin's dlopen fails cleanly), and
  *                           ACC_REQUIRE_CUDA=1 turns that into an error that says why
+ *   broken NEEDLE           ACC_CUDA_PLUGIN names a file that is no plugin: the accelerator is on the CPU,
+ *                           and with ACC_REQUIRE_CUDA=1 the error names NEEDLE
  *   single                  one process on cuda:0 trains an MLP; exits 77 (skip) without a CUDA device
  *   nccl                    two ranks on cuda:0 and cuda:1: collectives on CUDA tensors through NCCL, and
  *                           DDP training equal to one process on the global batch; exits 77 (skip)
@@ -86,6 +88,18 @@ static int fallback(int plugin_built) {
   /* The failed load is remembered, not retried into a crash. */
   EXPECT_OK(acc_accelerator_create(NULL, &acc));
   acc_accelerator_destroy(acc);
+  return finish();
+}
+
+static int broken(const char* needle) {
+  acc_accelerator* acc;
+  unsetenv("ACC_REQUIRE_CUDA");
+  EXPECT_OK(acc_accelerator_create(NULL, &acc));
+  if (acc) EXPECT(!strcmp(device_of(acc), "cpu"));
+  acc_accelerator_destroy(acc);
+  setenv("ACC_REQUIRE_CUDA", "1", 1);
+  EXPECT_ERR(acc_accelerator_create(NULL, &acc), ACC_ERR_UNSUPPORTED, needle);
+  printf("with ACC_CUDA_PLUGIN=%s: %s\n", getenv("ACC_CUDA_PLUGIN"), acc_last_error_message());
   return finish();
 }
 
@@ -402,6 +416,7 @@ int main(int argc, char** argv) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   g_self = n > 0 ? (self[n] = 0, self) : argv[0];
   if (argc == 3 && !strcmp(argv[1], "fallback")) return fallback(atoi(argv[2]));
+  if (argc == 3 && !strcmp(argv[1], "broken")) return broken(argv[2]);
   if (argc == 2 && !strcmp(argv[1], "single")) return single();
   if (argc == 2 && !strcmp(argv[1], "nccl")) return nccl();
   if (argc == 5 && !strcmp(argv[1], "rank")) return rank_main(argv[2], atoi(argv[3]), atoi(argv[4]));

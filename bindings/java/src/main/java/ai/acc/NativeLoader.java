@@ -24,8 +24,9 @@ import java.util.Locale;
  * </ol>
  *
  * Then it checks that the loaded libacc serves this binding's ABI; a mismatch throws an {@link
- * AccException} naming both versions. {@code libacc_jni} finds {@code libacc.so} through its runpath
- * or the system's library path.
+ * AccException} naming both versions. {@code libacc_jni} finds {@code libacc.so.1} through its runpath
+ * or the system's library path ({@code LD_LIBRARY_PATH}); {@code -Dai.acc.libacc.path=/path/to/libacc.so.1}
+ * loads a given libacc first (for a build tree or an unusual prefix).
  */
 public final class NativeLoader {
   private static volatile boolean loaded;
@@ -38,6 +39,8 @@ public final class NativeLoader {
     synchronized (NativeLoader.class) {
       if (loaded) return;
       if (!Boolean.getBoolean("ai.acc.native.skip")) {
+        String libacc = System.getProperty("ai.acc.libacc.path", "");
+        if (!libacc.isEmpty()) System.load(Paths.get(libacc).toAbsolutePath().toString());
         String path = System.getProperty("ai.acc.native.path", "");
         if (!path.isEmpty()) {
           System.load(Paths.get(path).toAbsolutePath().toString());

@@ -302,16 +302,22 @@ impl Tensor {
                 format!("tensor is {d:?}, not {:?}", T::DTYPE),
             ));
         }
-        let n = self.numel()? as usize;
+        let bytes = self.to_bytes()?;
+        if T::DTYPE == DType::Bool && bytes.iter().any(|&b| b > 1) {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                "a bool tensor holds bytes other than 0 and 1",
+            ));
+        }
+        let n = bytes.len() / std::mem::size_of::<T>();
         let mut v: Vec<T> = Vec::with_capacity(n);
-        // SAFETY: the spare capacity holds n elements; to_host writes all n*size bytes or fails.
+        // SAFETY: Element types are plain bytes (bool checked above); n elements fill the bytes exactly.
         unsafe {
-            let bytes = std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
-            check(sys::acc_tensor_to_host(
-                self.as_ptr(),
-                bytes.as_mut_ptr().cast(),
-                bytes.len(),
-            ))?;
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                v.as_mut_ptr().cast::<u8>(),
+                n * std::mem::size_of::<T>(),
+            );
             v.set_len(n);
         }
         Ok(v)
@@ -409,7 +415,8 @@ impl TensorView {
         unsafe { std::slice::from_raw_parts_mut(t.data.cast::<u8>().add(t.byte_offset as usize), n) }
     }
 
-    /// The elements as `T`, without a copy (None when the dtype differs or the data is misaligned).
+    /// The elements as `T`, without a copy (None when the dtype differs, the data is misaligned, or a
+    /// bool tensor holds bytes other than 0 and 1).
     pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
         if self.tensor().dtype != T::DTYPE.dlpack() {
             return None;
@@ -421,7 +428,10 @@ impl TensorView {
         if (b.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
             return None;
         }
-        // SAFETY: aligned, the right element type and size.
+        if T::DTYPE == DType::Bool && b.iter().any(|&x| x > 1) {
+            return None; // not valid Rust bools
+        }
+        // SAFETY: aligned, the right element type and size, valid values.
         Some(unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<T>(), b.len() / std::mem::size_of::<T>()) })
     }
 }

@@ -461,6 +461,46 @@ func TestGather(t *testing.T) {
 	if seen != 37 {
 		t.Fatalf("saw %d samples", seen)
 	}
+	// Objects: byte strings the caller serializes.
+	objs := must(a.GatherObject([][]byte{[]byte(`{"id": 1}`), {}, []byte("x")}))
+	if len(objs) != 3 || string(objs[0]) != `{"id": 1}` || len(objs[1]) != 0 || string(objs[2]) != "x" {
+		t.Fatalf("gather_object: %q", objs)
+	}
+	if none := must(a.GatherObject(nil)); len(none) != 0 {
+		t.Fatalf("gather_object of nothing: %q", none)
+	}
+}
+
+// Resuming mid-epoch: a loader that skips the first batches yields the rest of the same pass.
+func TestSkipFirstBatches(t *testing.T) {
+	vals := make([]float32, 10)
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	all := must(acc.FromFloat32(vals))
+	defer all.Close()
+	ds := must(acc.DatasetFromTensors(all, nil))
+	defer ds.Close()
+	dl := must(acc.NewDataLoader(ds, `{"batch_size": 2}`))
+	defer dl.Close()
+	skip := must(dl.SkipFirstBatches(3))
+	defer skip.Close()
+	var got []float32
+	for {
+		b, _, more, err := skip.Next()
+		ok(t, err)
+		if !more {
+			break
+		}
+		got = append(got, must(b.Float32s())...)
+		b.Close()
+	}
+	if len(got) != 4 || got[0] != 6 || got[3] != 9 {
+		t.Fatalf("after skipping 3 batches: %v", got)
+	}
+	if e := must(dl.Epoch()); e != 0 {
+		t.Fatalf("epoch %d", e)
+	}
 }
 
 type setup struct {

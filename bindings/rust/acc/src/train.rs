@@ -204,6 +204,33 @@ impl Accelerator {
         Tensor::owned(unsafe { sys::acc_reduce(self.as_ptr(), t.as_ptr(), op, &mut out) }, out)
     }
 
+    fn object_op(
+        &self,
+        items: &[&[u8]],
+        f: unsafe extern "C" fn(
+            *mut sys::acc_accelerator,
+            *const sys::acc_bytes_list,
+            *mut *mut sys::acc_bytes_list,
+        ) -> sys::acc_status,
+    ) -> Result<Vec<Vec<u8>>> {
+        let input = BytesList::new(items)?;
+        let mut out = ptr::null_mut();
+        check(unsafe { f(self.as_ptr(), input.0, &mut out) })?;
+        BytesList(out).to_vecs()
+    }
+
+    /// Accelerate's `gather_object`: the items of every process (byte strings the caller serializes,
+    /// e.g. JSON), concatenated in rank order, on every process. A collective; a process may give none.
+    pub fn gather_object(&self, items: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        self.object_op(items, sys::acc_gather_object)
+    }
+
+    /// [`gather_for_metrics`](Self::gather_for_metrics) for objects, one item per sample of the batch:
+    /// on the last batch of the active prepared loader only the real samples are kept.
+    pub fn gather_object_for_metrics(&self, items: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        self.object_op(items, sys::acc_gather_object_for_metrics)
+    }
+
     /// A barrier across all processes.
     pub fn wait_for_everyone(&self) -> Result<()> {
         check(unsafe { sys::acc_wait_for_everyone(self.as_ptr()) })
@@ -360,6 +387,43 @@ impl Scheduler {
         let mut v = 0.0;
         check(unsafe { sys::acc_scheduler_last_lr(self.as_ptr(), &mut v) })?;
         Ok(v)
+    }
+}
+
+/// A libacc byte-string list, destroyed on drop.
+struct BytesList(*mut sys::acc_bytes_list);
+
+impl Drop for BytesList {
+    fn drop(&mut self) {
+        unsafe { sys::acc_bytes_list_destroy(self.0) }
+    }
+}
+
+impl BytesList {
+    fn new(items: &[&[u8]]) -> Result<BytesList> {
+        let mut list = ptr::null_mut();
+        check(unsafe { sys::acc_bytes_list_create(&mut list) })?;
+        let list = BytesList(list);
+        for item in items {
+            check(unsafe { sys::acc_bytes_list_append(list.0, item.as_ptr().cast(), item.len()) })?;
+        }
+        Ok(list)
+    }
+
+    fn to_vecs(&self) -> Result<Vec<Vec<u8>>> {
+        let mut n = 0;
+        check(unsafe { sys::acc_bytes_list_count(self.0, &mut n) })?;
+        (0..n)
+            .map(|i| {
+                let (mut data, mut size) = (ptr::null(), 0usize);
+                check(unsafe { sys::acc_bytes_list_get(self.0, i, &mut data, &mut size) })?;
+                if size == 0 {
+                    return Ok(Vec::new());
+                }
+                // SAFETY: `size` bytes borrowed from the list, copied at once.
+                Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }.to_vec())
+            })
+            .collect()
     }
 }
 
@@ -579,6 +643,26 @@ impl DataLoader {
             input,
             target: Tensor::from_raw(y),
         }))
+    }
+
+    /// A loader over the same data that skips the first `n` batches of its next pass (Accelerate's
+    /// `skip_first_batches`, to resume mid-epoch).
+    pub fn skip_first_batches(&self, n: i64) -> Result<DataLoader> {
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::acc_dataloader_skip_first_batches(self.as_ptr(), n, &mut out) })?;
+        NonNull::new(out)
+            .map(|ptr| DataLoader {
+                ptr,
+                failure: self.failure.clone(),
+            })
+            .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL data loader"))
+    }
+
+    /// The epoch the current pass runs, or the next one between passes.
+    pub fn epoch(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::acc_dataloader_epoch(self.as_ptr(), &mut v) })?;
+        Ok(v)
     }
 
     /// Batches per epoch on this process.

@@ -332,6 +332,26 @@ fn gather() {
         }
     }
     assert_eq!(seen, 37);
+    // Objects: byte strings the caller serializes.
+    let objs = a.gather_object(&[br#"{"id": 1}"#, b"", b"x"]).unwrap();
+    assert_eq!(objs, vec![br#"{"id": 1}"#.to_vec(), vec![], b"x".to_vec()]);
+    assert!(a.gather_object(&[]).unwrap().is_empty());
+}
+
+/// Resuming mid-epoch: a loader that skips the first batches yields the rest of the same pass.
+#[test]
+fn skip_first_batches() {
+    let vals: Vec<f32> = (0..10).map(|i| i as f32).collect();
+    let all = Tensor::from_slice(&vals, &[10]).unwrap();
+    let ds = Dataset::from_tensors(&all, None).unwrap();
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 2}"#).unwrap();
+    let skip = dl.skip_first_batches(3).unwrap();
+    let mut got = vec![];
+    while let Some(b) = skip.next().unwrap() {
+        got.extend(b.input.to_vec::<f32>().unwrap());
+    }
+    assert_eq!(got, vec![6.0, 7.0, 8.0, 9.0]);
+    assert_eq!(dl.epoch().unwrap(), 0);
 }
 
 fn permutations(n: usize) -> Vec<Vec<usize>> {

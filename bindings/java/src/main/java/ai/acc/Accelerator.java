@@ -1,6 +1,8 @@
 package ai.acc;
 
 import ai.acc.internal.AccRaw;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * The context of one training process (Accelerate's {@code Accelerator}): process state, the process
@@ -163,6 +165,56 @@ public final class Accelerator extends NativeObject {
   /** Reduction by raw operation number (for tests of the error path). */
   Tensor reduce(Tensor t, int op) {
     return tensorOp(t, (a, x, out) -> AccRaw.acc_reduce(a, x, op, out));
+  }
+
+  private interface ObjectOp {
+    void apply(long acc, long items, long[] out);
+  }
+
+  private List<byte[]> objectOp(List<byte[]> items, ObjectOp f) {
+    long[] list = new long[1];
+    AccRaw.acc_bytes_list_create(list);
+    long p = enter();
+    try {
+      for (byte[] item : items) AccRaw.acc_bytes_list_append(list[0], item == null ? new byte[0] : item);
+      long[] out = new long[1];
+      f.apply(p, list[0], out);
+      try {
+        long[] n = new long[1];
+        AccRaw.acc_bytes_list_count(out[0], n);
+        List<byte[]> result = new ArrayList<>((int) n[0]);
+        for (long i = 0; i < n[0]; ++i) {
+          long[] address = new long[1];
+          long[] size = new long[1];
+          AccRaw.acc_bytes_list_get(out[0], i, address, size);
+          byte[] b = new byte[Math.toIntExact(size[0])];
+          if (b.length > 0) AccRaw.accx_direct_buffer(address[0], size[0]).get(b);
+          result.add(b);
+        }
+        return result;
+      } finally {
+        AccRaw.acc_bytes_list_destroy(out[0]);
+      }
+    } finally {
+      leave(p);
+      AccRaw.acc_bytes_list_destroy(list[0]);
+    }
+  }
+
+  /**
+   * Accelerate's gather_object: the items of every process (byte strings the caller serializes, e.g.
+   * JSON), concatenated in rank order, on every process. A collective; a process may give none.
+   */
+  public List<byte[]> gatherObject(List<byte[]> items) {
+    return objectOp(items, AccRaw::acc_gather_object);
+  }
+
+  /**
+   * {@link #gatherForMetrics} for objects, one item per sample of the batch: on the last batch of the
+   * active prepared loader only the real samples are kept.
+   */
+  public List<byte[]> gatherObjectForMetrics(List<byte[]> items) {
+    return objectOp(items, AccRaw::acc_gather_object_for_metrics);
   }
 
   /** A barrier across all processes. */

@@ -55,6 +55,33 @@ public final class DataLoader extends NativeObject {
     }
   }
 
+  /**
+   * A loader over the same data that skips the first {@code n} batches of its next pass (Accelerate's
+   * skip_first_batches, to resume mid-epoch). Close it like any loader.
+   */
+  public DataLoader skipFirstBatches(long n) {
+    long p = enter();
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_dataloader_skip_first_batches(p, n, out);
+      return new DataLoader(out[0], source);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** The epoch the current pass runs, or the next one between passes. */
+  public long epoch() {
+    long p = enter();
+    try {
+      long[] v = new long[1];
+      AccRaw.acc_dataloader_epoch(p, v);
+      return v[0];
+    } finally {
+      leave(p);
+    }
+  }
+
   /** Batches per epoch on this process. */
   public long length() {
     long p = enter();

@@ -322,6 +322,34 @@ class ConformanceTest {
         }
         assertEquals(37, seen);
       }
+      // Objects: byte strings the caller serializes.
+      List<byte[]> objs = acc.gatherObject(List.of("{\"id\": 1}".getBytes(), new byte[0], "x".getBytes()));
+      assertEquals(3, objs.size());
+      assertEquals("{\"id\": 1}", new String(objs.get(0)));
+      assertEquals(0, objs.get(1).length);
+      assertEquals("x", new String(objs.get(2)));
+      assertEquals(0, acc.gatherObject(List.of()).size());
+    }
+  }
+
+  /** Resuming mid-epoch: a loader that skips the first batches yields the rest of the same pass. */
+  @Test
+  void skipFirstBatches() {
+    float[] vals = new float[10];
+    for (int i = 0; i < vals.length; ++i) vals[i] = i;
+    try (Tensor all = Tensor.fromFloats(vals);
+        Dataset ds = Dataset.fromTensors(all, null);
+        DataLoader dl = DataLoader.create(ds, "{\"batch_size\": 2}");
+        DataLoader skip = dl.skipFirstBatches(3)) {
+      List<Float> got = new ArrayList<>();
+      while (true) {
+        try (DataLoader.Batch b = skip.next()) {
+          if (b == null) break;
+          for (float v : b.input().toFloats()) got.add(v);
+        }
+      }
+      assertEquals(List.of(6f, 7f, 8f, 9f), got);
+      assertEquals(0, dl.epoch());
     }
   }
 

@@ -2,8 +2,11 @@
  * The libacc demo: a small GPT-style language model learns the license texts that every Debian system
  * ships (/usr/share/common-licenses), byte by byte, in several processes started by `acc launch`.
  *
- *   acc launch --num_processes 2 train_gpt [--steps N] [--out DIR] [--text-dir DIR]
+ *   acc launch --num_processes 2 train_gpt [--steps N] [--accum N] [--mixed-precision no|bf16|fp16]
+ *                                           [--out DIR] [--text-dir DIR]
  *
+ * --accum N accumulates gradients over N batches per optimizer step (acc_accumulate_begin/end);
+ * --mixed-precision bf16 runs the forward pass under bfloat16 autocast.
  * Each process reads its shard of every global batch; gradients are averaged across processes (DDP).
  * The main process prints progress, the validation loss is computed over exactly the validation set
  * with acc_gather_for_metrics, and the final weights are saved as safetensors.
@@ -105,21 +108,28 @@ static double scalar(acc_tensor* t) {
 }
 
 int main(int argc, char** argv) {
-  int steps = 1200;
+  int steps = 1200, accum = 1;
+  const char* mixed_precision = "no";
   const char* out_dir = "out/demo";
   const char* text_dir = "/usr/share/common-licenses";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--accum")) accum = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mixed-precision")) mixed_precision = argv[i + 1];
     else if (!strcmp(argv[i], "--out")) out_dir = argv[i + 1];
     else if (!strcmp(argv[i], "--text-dir")) text_dir = argv[i + 1];
     else {
-      fprintf(stderr, "usage: train_gpt [--steps N] [--out DIR] [--text-dir DIR]\n");
+      fprintf(stderr, "usage: train_gpt [--steps N] [--accum N] [--mixed-precision no|bf16|fp16] [--out DIR]"
+                      " [--text-dir DIR]\n");
       return 2;
     }
   }
   CHECK(acc_abi_check(ACC_ABI_VERSION));
+  char config[160];
+  snprintf(config, sizeof config, "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\"}",
+           accum, mixed_precision);
   acc_accelerator* acc;
-  CHECK(acc_accelerator_create("{\"seed\": 1337}", &acc));
+  CHECK(acc_accelerator_create(config, &acc));
   int32_t rank, world, is_main;
   CHECK(acc_process_index(acc, &rank));
   CHECK(acc_num_processes(acc, &world));
@@ -170,8 +180,8 @@ int main(int argc, char** argv) {
   CHECK(acc_prepare(acc, model, opt, sched, train_dl));
   CHECK(acc_prepare(acc, NULL, NULL, NULL, val_dl));
   if (is_main)
-    printf("model: GPT, %lld parameters; batch 16 x %d processes x %d tokens; %d steps\n", (long long)n_params,
-           world, BLOCK, steps);
+    printf("model: GPT, %lld parameters; batch 16 x %d processes x %d accumulation x %d tokens; %d steps;"
+           " mixed precision %s\n", (long long)n_params, world, accum, BLOCK, steps, mixed_precision);
 
   double t0 = now(), t_last = t0, first_loss = -1, last_loss = 0;
   int step = 0;
@@ -180,12 +190,24 @@ int main(int argc, char** argv) {
     int32_t has;
     CHECK(acc_dataloader_next(train_dl, &x, &y, &has));
     if (!has) continue; /* end of an epoch: the next call starts the next one */
+    /* One batch of the accumulation scope: the optimizer, scheduler and gradient all-reduce act only
+     * on every accum-th batch (acc_sync_gradients). */
     acc_tensor* loss;
+    int32_t sync;
+    CHECK(acc_accumulate_begin(acc, model));
     CHECK(acc_model_forward(model, x, y, NULL, &loss));
     CHECK(acc_backward(acc, loss));
     CHECK(acc_optimizer_step(opt));
     CHECK(acc_scheduler_step(sched));
     CHECK(acc_optimizer_zero_grad(opt));
+    CHECK(acc_sync_gradients(acc, &sync));
+    CHECK(acc_accumulate_end(acc, model));
+    acc_tensor_destroy(x);
+    acc_tensor_destroy(y);
+    if (!sync) {
+      acc_tensor_destroy(loss);
+      continue;
+    }
     ++step;
     if (step % 25 == 0 || step == 1 || step == steps) {
       acc_tensor* mean;
@@ -199,13 +221,11 @@ int main(int argc, char** argv) {
       CHECK(acc_scheduler_last_lr(sched, &lr));
       if (is_main)
         printf("step %4d/%d  loss %.4f  lr %.2e  %8.0f tokens/s\n", step, steps, last_loss, lr,
-               (double)span * 16 * BLOCK * world / (t - t_last));
+               (double)span * 16 * BLOCK * world * accum / (t - t_last));
       fflush(stdout);
       t_last = t;
     }
     acc_tensor_destroy(loss);
-    acc_tensor_destroy(x);
-    acc_tensor_destroy(y);
   }
 
   /* Validation: per-sample losses, gathered so that every validation sample counts exactly once. */

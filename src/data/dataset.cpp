@@ -384,8 +384,16 @@ struct StepSource {
 };
 
 struct IndexSteps final : StepSource {
-  IndexSteps(std::shared_ptr<Dataset> ds, std::vector<Batch> steps) : ds(std::move(ds)), steps(std::move(steps)) {}
+  // `preamble`: rows sent ahead of the steps (the first step's first rows, when steps were skipped).
+  IndexSteps(std::shared_ptr<Dataset> ds, std::vector<Batch> steps, std::optional<Batch> preamble)
+      : ds(std::move(ds)), steps(std::move(steps)), preamble(std::move(preamble)) {}
   bool next(Sample& step, bool& is_last) override {
+    if (preamble) {
+      step = ds->get_batch(*preamble);
+      preamble.reset();
+      is_last = steps.empty();
+      return true;
+    }
     if (pos == steps.size()) return false;
     const Batch& b = steps[pos++];
     is_last = pos == steps.size();
@@ -394,6 +402,7 @@ struct IndexSteps final : StepSource {
   }
   std::shared_ptr<Dataset> ds;
   std::vector<Batch> steps;
+  std::optional<Batch> preamble;
   size_t pos = 0;
 };
 
@@ -461,10 +470,13 @@ at::Tensor allocate(const int64_t* h, int64_t type_at, int64_t dims_at, int64_t 
 }
 
 // DataLoaderDispatcher: rank 0 reads each step and broadcasts it; every process keeps its slice, the
-// last step completed from the first rows of the first step.
+// last step completed from the first rows of the first step. Skipped steps are either read and
+// dropped (`skip`: iterable datasets), or never read, the first step's first rows sent ahead instead
+// (`preamble`), so a skipping loader pads exactly as the full one does.
 struct DispatchPass final : DataLoader::Pass {
-  DispatchPass(std::unique_ptr<StepSource> source, std::shared_ptr<Comm> comm, const ShardSpec& spec, int64_t skip)
-      : source(std::move(source)), comm(std::move(comm)), spec(spec), skip(skip) {}
+  DispatchPass(std::unique_ptr<StepSource> source, std::shared_ptr<Comm> comm, const ShardSpec& spec, int64_t skip,
+               bool preamble)
+      : source(std::move(source)), comm(std::move(comm)), spec(spec), skip(skip), preamble(preamble) {}
 
   bool receive(Sample& step, bool& is_last) {
     at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
@@ -502,6 +514,15 @@ struct DispatchPass final : DataLoader::Pass {
   }
 
   bool next(Sample& out) override {
+    if (preamble && !finished) {
+      preamble = false;
+      bool nothing_follows = false;
+      if (!receive(first, nothing_follows)) {
+        finished = true;
+        return false;
+      }
+      have_first = true;
+    }
     while (!finished) {
       Sample step;
       bool is_last = false;
@@ -530,6 +551,7 @@ struct DispatchPass final : DataLoader::Pass {
   std::shared_ptr<Comm> comm;
   ShardSpec spec;
   int64_t skip;
+  bool preamble;
   int64_t yielded = 0;
   bool finished = false, have_first = false;
   Sample first;
@@ -583,6 +605,11 @@ void DataLoader::prepare(const LoaderPrepare& how, c10::Device device, std::shar
   const bool dispatch = h.dispatch_batches.value_or(ds_->iterable());
   // Check everything first: a refused prepare leaves the loader as it was.
   check_shard_spec(h.spec);
+  // The dispatcher slices each step into equal parts (observed // num_processes rows each): steps built
+  // from batches of varying size would silently lose rows, as they do in Accelerate.
+  if (dispatch && explicit_)
+    throw std::invalid_argument("dispatch_batches cannot dispatch batches of varying size (each step is cut into "
+                                "equal parts); turn dispatch_batches off for a loader of explicit batches");
   if (h.spec.num_processes > 1 && !h.comm && (dispatch || (opts_.shuffle && !h.use_seedable_sampler)))
     throw StateError("this data loader needs the process group of its " + std::to_string(h.spec.num_processes) +
                      " processes");
@@ -669,20 +696,23 @@ std::unique_ptr<DataLoader::Pass> DataLoader::start_pass(int64_t epoch) {
   const bool sharded = prepared_ && spec.num_processes > 1;  // Accelerate leaves one process unsharded
   if (prepared_ && dispatch_) {
     std::unique_ptr<StepSource> source;
-    int64_t skip_after = 0;
+    const int64_t skip_after = ds_->iterable() ? skip_ : 0;
+    const bool preamble = !ds_->iterable() && skip_ > 0 && !spec.drop_last;
     if (spec.process_index == 0) {
       if (ds_->iterable()) {
         source = std::make_unique<StreamSteps>(ds_, epoch, spec);
-        skip_after = skip_;
       } else {
         auto steps = dispatch_steps(base_batches(explicit_ ? std::vector<int64_t>{} : order_for_pass(epoch)), spec);
+        std::optional<Batch> first_rows;
+        if (preamble && !steps.empty())
+          first_rows = Batch(steps[0].begin(),
+                             steps[0].begin() + std::min<std::ptrdiff_t>(spec.num_processes,
+                                                                         static_cast<std::ptrdiff_t>(steps[0].size())));
         steps.erase(steps.begin(), steps.begin() + std::min<int64_t>(skip_, static_cast<int64_t>(steps.size())));
-        source = std::make_unique<IndexSteps>(ds_, std::move(steps));
+        source = std::make_unique<IndexSteps>(ds_, std::move(steps), std::move(first_rows));
       }
-    } else if (ds_->iterable()) {
-      skip_after = skip_;
     }
-    return std::make_unique<DispatchPass>(std::move(source), how_.comm, spec, skip_after);
+    return std::make_unique<DispatchPass>(std::move(source), how_.comm, spec, skip_after, preamble);
   }
   if (ds_->iterable()) return std::make_unique<StreamPass>(ds_, epoch, spec, sharded, skip_);
   auto base = base_batches(explicit_ ? std::vector<int64_t>{} : order_for_pass(epoch));

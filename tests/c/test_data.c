@@ -351,6 +351,11 @@ static void test_explicit_batches(void) {
   EXPECT_ERR(acc_prepare(acc, NULL, NULL, NULL, dl), ACC_ERR_INVALID_ARGUMENT, "split_batches");
   acc_dataloader_destroy(dl);
   acc_accelerator_destroy(acc);
+  acc = make_acc("{\"dataloader_config\": {\"dispatch_batches\": true}}");
+  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, sizes, 5, NULL, &dl));
+  EXPECT_ERR(acc_prepare(acc, NULL, NULL, NULL, dl), ACC_ERR_INVALID_ARGUMENT, "dispatch_batches");
+  acc_dataloader_destroy(dl);
+  acc_accelerator_destroy(acc);
   const int64_t bad[] = {0, 14}, zero[] = {2, 0};
   EXPECT_ERR(acc_dataloader_create_from_batches(ds, bad, sizes, 1, NULL, &dl), ACC_ERR_INVALID_ARGUMENT, "index 14");
   EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, zero, 2, NULL, &dl), ACC_ERR_INVALID_ARGUMENT,

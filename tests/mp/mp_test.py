@@ -107,6 +107,19 @@ def case_rank_failure():
             expect(not alive, f"process {pid} is gone")
 
 
+def case_data():
+    """Every dataloader_config sharding mode (MP_WORKER data): gather_for_metrics exact, skip exact."""
+    # split_batches, even_batches, dispatch_batches (-1: unset), use_seedable_sampler
+    modes = ((0, 1, -1, 0), (1, 1, -1, 0), (0, 0, -1, 0), (1, 0, -1, 0), (0, 1, 1, 0), (1, 1, 1, 0),
+             (0, 1, 0, 0), (1, 1, 0, 0), (0, 0, 0, 0), (0, 1, -1, 1), (1, 1, 1, 1))
+    for n in (2, 3):
+        for split, even, dispatch, seedable in modes:
+            p, _ = launch(n, "data", split, even, dispatch, seedable)
+            what = (f"data loading on {n} processes: split_batches={split}, even_batches={even}, "
+                    f"dispatch_batches={'unset' if dispatch < 0 else dispatch}, use_seedable_sampler={seedable}")
+            expect(p.returncode == 0, what, p.stdout + p.stderr)
+
+
 globals()[f"case_{CASE}"]()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

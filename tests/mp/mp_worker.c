@@ -3,6 +3,10 @@
  *   gather_for_metrics N BATCH       every sample of an N-sample set exactly once, in order
  *   train BATCH STEPS OPT OUT        MLP regression; the main process saves the weights to OUT
  *   exit_on_rank RANK STATUS PIDDIR  that rank exits with STATUS; the others block in a barrier
+ *   data SPLIT EVEN DISPATCH SEEDABLE  dataloader_config flags (0/1; DISPATCH -1: unset): map-style,
+ *                                    explicit-batch and iterable loaders, plain and shuffled, with and
+ *                                    without drop_last; gather_for_metrics (tensors and objects) sees
+ *                                    each sample once; skip_first_batches drops exactly one batch
  * Prints "N passed, N failed" and exits non-zero on any failed check. */
 #include <acc/acc.h>
 #include <math.h>
@@ -149,6 +153,231 @@ static void train(acc_accelerator* acc, int batch, int steps, const char* opt_ty
   acc_tensor_destroy(ty);
 }
 
+/* ---- data: every sharding mode of dataloader_config over three kinds of data ---- */
+
+/* An iterable dataset: the stream 0, 1, ..., limit-1 as scalar floats. */
+struct stream {
+  int64_t next, limit;
+};
+static acc_status stream_start(void* user, int64_t epoch) {
+  (void)epoch;
+  ((struct stream*)user)->next = 0;
+  return ACC_OK;
+}
+static acc_status stream_next(void* user, acc_tensor** input, acc_tensor** target, int32_t* has) {
+  struct stream* s = user;
+  (void)target;
+  *has = s->next < s->limit;
+  if (!*has) return ACC_OK;
+  float v = (float)s->next++;
+  return acc_tensor_from_host(&v, sizeof v, ACC_FLOAT32, NULL, 0, input);
+}
+
+enum { MAX_VALUES = 4096 };
+struct record {
+  int64_t values[MAX_VALUES], sizes[MAX_VALUES];
+  int64_t count, batches;
+};
+
+static void record_batch(struct record* r, const float* v, int64_t k) {
+  if (r->batches < MAX_VALUES) r->sizes[r->batches] = k;
+  ++r->batches;
+  for (int64_t i = 0; i < k && r->count < MAX_VALUES; ++i) r->values[r->count++] = (int64_t)v[i];
+}
+
+/* One pass over `dl`, gathering every batch for metrics as a tensor and as objects (one per sample).
+ * Processes whose loader ended early (even_batches false) join the others' gathers with nothing, so
+ * every gather has all processes. `mine` records this process's batches, `all` what was gathered. */
+static void gather_pass(acc_accelerator* acc, acc_dataloader* dl, struct record* mine, struct record* all) {
+  int done = 0;
+  memset(mine, 0, sizeof *mine);
+  memset(all, 0, sizeof *all);
+  for (;;) {
+    acc_tensor* x = NULL;
+    int32_t has = 0;
+    if (!done) {
+      CHECK(acc_dataloader_next(dl, &x, NULL, &has));
+      done = !has;
+    }
+    float flag = (float)has, *v = NULL;
+    int64_t one = 1, k = 0;
+    acc_tensor *f, *any;
+    CHECK(acc_tensor_from_host(&flag, sizeof flag, ACC_FLOAT32, &one, 1, &f));
+    CHECK(acc_reduce(acc, f, ACC_REDUCE_MAX, &any));
+    double go;
+    CHECK(acc_tensor_item(any, &go));
+    acc_tensor_destroy(f);
+    acc_tensor_destroy(any);
+    if (go == 0) break;
+    if (!has) CHECK(acc_tensor_from_host(NULL, 0, ACC_FLOAT32, &k, 1, &x));
+    CHECK(acc_tensor_numel(x, &k));
+    v = malloc(sizeof(float) * (size_t)(k + 1));
+    CHECK(acc_tensor_to_host(x, v, sizeof(float) * (size_t)k));
+    if (has) record_batch(mine, v, k);
+    acc_bytes_list* items;
+    CHECK(acc_bytes_list_create(&items));
+    for (int64_t i = 0; i < k; ++i) {
+      char text[32];
+      int len = snprintf(text, sizeof text, "%d", (int)v[i]);
+      CHECK(acc_bytes_list_append(items, text, (size_t)len));
+    }
+    acc_tensor* g;
+    acc_bytes_list* objs;
+    CHECK(acc_gather_for_metrics(acc, x, &g));
+    CHECK(acc_gather_object_for_metrics(acc, items, &objs));
+    int64_t gn, on;
+    CHECK(acc_tensor_numel(g, &gn));
+    CHECK(acc_bytes_list_count(objs, &on));
+    float* gv = malloc(sizeof(float) * (size_t)(gn + 1));
+    CHECK(acc_tensor_to_host(g, gv, sizeof(float) * (size_t)gn));
+    int objects_match = gn == on;
+    for (int64_t i = 0; objects_match && i < gn; ++i) {
+      const void* data;
+      size_t size;
+      char text[32], want[32];
+      CHECK(acc_bytes_list_get(objs, i, &data, &size));
+      snprintf(want, sizeof want, "%d", (int)gv[i]);
+      memcpy(text, data, size < 31 ? size : 31);
+      text[size < 31 ? size : 31] = '\0';
+      objects_match = strcmp(text, want) == 0;
+    }
+    EXPECT(objects_match);
+    record_batch(all, gv, gn);
+    free(gv);
+    free(v);
+    acc_bytes_list_destroy(objs);
+    acc_bytes_list_destroy(items);
+    acc_tensor_destroy(g);
+    acc_tensor_destroy(x);
+  }
+}
+
+/* flags: split, even, dispatch (-1 unset), seedable */
+static void data_modes(acc_accelerator* acc, int world, int split, int even, int dispatch, int seedable) {
+  static const int64_t lengths[] = {1, 5, 13, 24};
+  int64_t sizes_split[2] = {world, 2 * world}, sizes_whole[2] = {2, 3};
+  const int64_t* sizes = split ? sizes_split : sizes_whole;
+  int32_t rank;
+  CHECK(acc_process_index(acc, &rank));
+  static struct record mine, all, first, skipped;
+  int combos = 0;
+  for (int src = 0; src < 3; ++src)            /* map-style, explicit batches of varying size, iterable */
+    for (int li = 0; li < 4; ++li)
+      for (int bi = 0; bi < 2; ++bi)
+        for (int drop = 0; drop < 2; ++drop)
+          for (int shuffle = 0; shuffle < (src == 2 ? 1 : 2); ++shuffle) {
+            const int64_t n = lengths[li], bs = sizes[bi];
+            float x[64];
+            for (int64_t i = 0; i < n; ++i) x[i] = (float)i;
+            acc_tensor* t;
+            acc_dataset* ds;
+            struct stream s = {0, n};
+            if (src == 2) {
+              CHECK(acc_dataset_from_iterator(stream_start, stream_next, &s, NULL, &ds));
+            } else {
+              int64_t len = n;
+              CHECK(acc_tensor_from_host(x, sizeof(float) * (size_t)n, ACC_FLOAT32, &len, 1, &t));
+              CHECK(acc_dataset_from_tensors(t, NULL, &ds));
+              acc_tensor_destroy(t);
+            }
+            char opts[160];
+            acc_dataloader* dl;
+            int64_t want = n, total = split ? bs : bs * world;
+            if (src == 1) {
+              /* batches of 1, 2, 3, 1, 2, 3, ... indices */
+              int64_t idx[64], bsz[64], nb = 0, used = 0;
+              for (int64_t i = 0; i < n; ++i) idx[i] = i;
+              while (used < n) {
+                int64_t b = 1 + nb % 3;
+                if (b > n - used) b = n - used;
+                bsz[nb++] = b;
+                used += b;
+              }
+              snprintf(opts, sizeof opts, "{\"drop_last\": %s}", drop ? "true" : "false");
+              CHECK(acc_dataloader_create_from_batches(ds, idx, bsz, nb, opts, &dl));
+              if (drop) {
+                want = 0;
+                for (int64_t b = 0; b < nb / world * world; ++b) want += bsz[b];
+              }
+            } else {
+              /* shuffle with a different loader seed on each process: the generators must follow rank 0 */
+              if (shuffle)
+                snprintf(opts, sizeof opts, "{\"batch_size\": %d, \"drop_last\": %s, \"shuffle\": true, \"seed\": %d}",
+                         (int)bs, drop ? "true" : "false", 5 + rank);
+              else
+                snprintf(opts, sizeof opts, "{\"batch_size\": %d, \"drop_last\": %s}", (int)bs, drop ? "true" : "false");
+              CHECK(acc_dataloader_create(ds, opts, &dl));
+              if (drop) want = n / total * total;
+            }
+            acc_status st = acc_prepare(acc, NULL, NULL, NULL, dl);
+            if (src == 1 && (split || dispatch == 1)) { /* batches of varying size cannot be split or dispatched */
+              EXPECT(st == ACC_ERR_INVALID_ARGUMENT &&
+                     strstr(acc_last_error_message(), split ? "split_batches" : "dispatch_batches"));
+              acc_dataloader_destroy(dl);
+              acc_dataset_destroy(ds);
+              continue;
+            }
+            if (st != ACC_OK) {
+              fprintf(stderr, "acc_prepare: %s\n", acc_last_error_message());
+              exit(1);
+            }
+            acc_dataloader* skip;
+            CHECK(acc_dataloader_skip_first_batches(dl, 1, &skip));
+            for (int epoch = 0; epoch < 2; ++epoch) {
+              gather_pass(acc, dl, &mine, &all);
+              if (epoch == 0) first = mine;
+              int exact = all.count == want, sorted = 1;
+              char seen[64] = {0};
+              for (int64_t i = 0; i < all.count; ++i) {
+                int64_t v = all.values[i];
+                if (v < 0 || v >= n || seen[v]) exact = 0;
+                if (v >= 0 && v < n) seen[v] = 1;
+                if (v != i) sorted = 0;
+              }
+              if (!exact || (!shuffle && !sorted)) {
+                fprintf(stderr, "rank %d: src %d n %d bs %d drop %d shuffle %d epoch %d: gathered %d samples, want %d:",
+                        rank, src, (int)n, (int)bs, drop, shuffle, epoch, (int)all.count, (int)want);
+                for (int64_t i = 0; i < all.count; ++i) fprintf(stderr, " %d", (int)all.values[i]);
+                fprintf(stderr, "\n");
+              }
+              EXPECT(exact);
+              EXPECT(shuffle || sorted);
+              if (src != 2) {
+                int64_t len;
+                CHECK(acc_dataloader_length(dl, &len));
+                EXPECT(len == mine.batches);
+              }
+            }
+            /* skip_first_batches: the same batches as the first pass (the same epoch) but the first */
+            if (!shuffle) {
+              memset(&skipped, 0, sizeof skipped);
+              for (;;) {
+                acc_tensor* bx;
+                int32_t has;
+                CHECK(acc_dataloader_next(skip, &bx, NULL, &has));
+                if (!has) break;
+                int64_t k;
+                float v[64];
+                CHECK(acc_tensor_numel(bx, &k));
+                CHECK(acc_tensor_to_host(bx, v, sizeof(float) * (size_t)k));
+                record_batch(&skipped, v, k);
+                acc_tensor_destroy(bx);
+              }
+              int64_t skip_batches = first.batches > 0 ? first.batches - 1 : 0, skip_values = first.batches > 0 ? first.sizes[0] : 0;
+              int same = skipped.batches == skip_batches && skipped.count == first.count - skip_values;
+              for (int64_t i = 0; same && i < skipped.count; ++i) same = skipped.values[i] == first.values[i + skip_values];
+              EXPECT(same);
+            }
+            acc_dataloader_destroy(skip);
+            acc_dataloader_destroy(dl);
+            acc_dataset_destroy(ds);
+            ++combos;
+          }
+  if (rank == 0)
+    printf("split_batches %d, even_batches %d, dispatch_batches %d, seedable sampler %d: %d loader combinations "
+           "checked\n", split, even, dispatch, seedable, combos);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* mode = argv[1];
@@ -162,8 +391,15 @@ int main(int argc, char** argv) {
       fclose(f);
     }
   }
+  char config[256] = "";
+  if (!strcmp(mode, "train")) snprintf(config, sizeof config, "{\"seed\": 42}");
+  if (!strcmp(mode, "data") && argc == 6)
+    snprintf(config, sizeof config,
+             "{\"dataloader_config\": {\"split_batches\": %s, \"even_batches\": %s, \"use_seedable_sampler\": %s, \"data_seed\": 11%s%s}}",
+             atoi(argv[2]) ? "true" : "false", atoi(argv[3]) ? "true" : "false", atoi(argv[5]) ? "true" : "false",
+             atoi(argv[4]) < 0 ? "" : ", \"dispatch_batches\": ", atoi(argv[4]) < 0 ? "" : atoi(argv[4]) ? "true" : "false");
   acc_accelerator* acc;
-  CHECK(acc_accelerator_create(strcmp(mode, "train") ? NULL : "{\"seed\": 42}", &acc));
+  CHECK(acc_accelerator_create(config, &acc));
   int32_t rank, world;
   CHECK(acc_process_index(acc, &rank));
   CHECK(acc_num_processes(acc, &world));
@@ -173,6 +409,8 @@ int main(int argc, char** argv) {
     gather_for_metrics(acc, atoll(argv[2]), atoi(argv[3]));
   } else if (!strcmp(mode, "train") && argc == 6) {
     train(acc, atoi(argv[2]), atoi(argv[3]), argv[4], argv[5]);
+  } else if (!strcmp(mode, "data") && argc == 6) {
+    data_modes(acc, world, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   } else if (!strcmp(mode, "exit_on_rank") && argc == 5) {
     if (rank == atoi(argv[2])) exit(atoi(argv[3]));
     CHECK(acc_wait_for_everyone(acc)); /* blocks: the failed rank never arrives */

@@ -412,7 +412,8 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_is_iterable(const acc_dataset* ds, 
  * `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the
  * dataset. Both arrays are copied. options_json: {"drop_last": false}, the sampler's drop_last: once
  * sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the
- * first batches). split_batches cannot split batches of varying size: acc_prepare refuses it.
+ * first batches). Batches of varying size can be neither split (split_batches) nor dispatched
+ * (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices,
                                                                      const int64_t* batch_sizes,

@@ -1761,6 +1761,154 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1backward(JNIEnv *jen
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1accumulate_1begin(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  result = (acc_status)acc_accumulate_begin(arg1,arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1accumulate_1end(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  result = (acc_status)acc_accumulate_end(arg1,arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1sync_1gradients(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_sync_gradients((struct acc_accelerator const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1optimizer_1step_1was_1skipped(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_optimizer *arg1 = (acc_optimizer *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_optimizer *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_optimizer_step_was_skipped((struct acc_optimizer const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1grad_1scaler_1state(JNIEnv *jenv, jclass jcls, jlong jarg1, jdoubleArray jarg2, jlongArray jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  double *arg2 = (double *) 0 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  double temp2 = 0 ;
+  int64_t temp3 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_grad_scaler_state((struct acc_accelerator const *)arg1,arg2,arg3);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jdouble v = (jdouble)temp2; (*jenv)->SetDoubleArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1clip_1grad_1norm(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jdouble jarg3, jdouble jarg4, jdoubleArray jarg5) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  double arg3 ;
+  double arg4 ;
+  double *arg5 = (double *) 0 ;
+  double temp5 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  arg3 = (double)jarg3; 
+  arg4 = (double)jarg4; 
+  if (jarg5 && (*jenv)->GetArrayLength(jenv, jarg5) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg5 = jarg5 ? &temp5 : NULL; 
+  result = (acc_status)acc_clip_grad_norm(arg1,arg2,arg3,arg4,arg5);
+  if (jarg5 && !(*jenv)->ExceptionCheck(jenv)) {
+    jdouble v = (jdouble)temp5; (*jenv)->SetDoubleArrayRegion(jenv, jarg5, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1clip_1grad_1value(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jdouble jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  double arg3 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  arg3 = (double)jarg3; 
+  result = (acc_status)acc_clip_grad_value(arg1,arg2,arg3);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
@@ -1843,6 +1991,277 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1wait_1for_1everyone(
   (void)jcls;
   arg1 = (acc_accelerator *)(intptr_t)jarg1; 
   result = (acc_status)acc_wait_for_everyone(arg1);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1broadcast(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tensor *arg2 = (acc_tensor *) 0 ;
+  int32_t arg3 ;
+  acc_tensor **arg4 = (acc_tensor **) 0 ;
+  acc_tensor *temp4 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_tensor *)(intptr_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (acc_status)acc_broadcast(arg1,(struct acc_tensor const *)arg2,arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1pad_1across_1processes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jdouble jarg4, jint jarg5, jlongArray jarg6) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tensor *arg2 = (acc_tensor *) 0 ;
+  int32_t arg3 ;
+  double arg4 ;
+  int32_t arg5 ;
+  acc_tensor **arg6 = (acc_tensor **) 0 ;
+  acc_tensor *temp6 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_tensor *)(intptr_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (double)jarg4; 
+  arg5 = (int32_t)jarg5; 
+  if (jarg6 && (*jenv)->GetArrayLength(jenv, jarg6) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg6 = jarg6 ? &temp6 : NULL; 
+  result = (acc_status)acc_pad_across_processes(arg1,(struct acc_tensor const *)arg2,arg3,arg4,arg5,arg6);
+  if (jarg6 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp6; (*jenv)->SetLongArrayRegion(jenv, jarg6, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1split_1between_1processes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4, jlongArray jarg5, jlongArray jarg6) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int64_t arg2 ;
+  int32_t arg3 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int64_t *arg6 = (int64_t *) 0 ;
+  int64_t temp4 = 0 ;
+  int64_t temp5 = 0 ;
+  int64_t temp6 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  if (jarg5 && (*jenv)->GetArrayLength(jenv, jarg5) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg5 = jarg5 ? &temp5 : NULL; 
+  if (jarg6 && (*jenv)->GetArrayLength(jenv, jarg6) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg6 = jarg6 ? &temp6 : NULL; 
+  result = (acc_status)acc_split_between_processes((struct acc_accelerator const *)arg1,arg2,arg3,arg4,arg5,arg6);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (jarg5 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp5; (*jenv)->SetLongArrayRegion(jenv, jarg5, 0, 1, &v); 
+  } 
+  if (jarg6 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp6; (*jenv)->SetLongArrayRegion(jenv, jarg6, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1split_1tensor_1between_1processes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tensor *arg2 = (acc_tensor *) 0 ;
+  int32_t arg3 ;
+  acc_tensor **arg4 = (acc_tensor **) 0 ;
+  acc_tensor *temp4 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_tensor *)(intptr_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (acc_status)acc_split_tensor_between_processes(arg1,(struct acc_tensor const *)arg2,arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1main_1process_1first_1begin(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t arg2 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  result = (acc_status)acc_main_process_first_begin(arg1,arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1main_1process_1first_1end(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t arg2 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  result = (acc_status)acc_main_process_first_end(arg1,arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1trigger(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  result = (acc_status)acc_set_trigger(arg1);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1check_1trigger(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_check_trigger(arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1print(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  result = (acc_status)acc_print((struct acc_accelerator const *)arg1,(char const *)arg2);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1local_1main_1process(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_is_local_main_process((struct acc_accelerator const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1last_1process(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_is_last_process((struct acc_accelerator const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1seed(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jint jarg4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  uint64_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (uint64_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  result = (acc_status)acc_set_seed((struct acc_accelerator const *)arg1,arg2,arg3,arg4);
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
 

@@ -106,17 +106,39 @@ typedef _gostring_ swig_type_73;
 typedef _gostring_ swig_type_74;
 typedef _gostring_ swig_type_75;
 typedef _gostring_ swig_type_76;
-typedef long long swig_type_77;
+typedef _gostring_ swig_type_77;
 typedef _gostring_ swig_type_78;
 typedef _gostring_ swig_type_79;
 typedef _gostring_ swig_type_80;
 typedef _gostring_ swig_type_81;
-typedef _goslice_ swig_type_82;
+typedef _gostring_ swig_type_82;
 typedef _gostring_ swig_type_83;
 typedef _gostring_ swig_type_84;
 typedef long long swig_type_85;
 typedef _gostring_ swig_type_86;
 typedef _gostring_ swig_type_87;
+typedef _gostring_ swig_type_88;
+typedef _gostring_ swig_type_89;
+typedef _gostring_ swig_type_90;
+typedef _gostring_ swig_type_91;
+typedef _gostring_ swig_type_92;
+typedef _gostring_ swig_type_93;
+typedef _gostring_ swig_type_94;
+typedef _gostring_ swig_type_95;
+typedef long long swig_type_96;
+typedef _gostring_ swig_type_97;
+typedef _gostring_ swig_type_98;
+typedef long long swig_type_99;
+typedef _gostring_ swig_type_100;
+typedef _gostring_ swig_type_101;
+typedef _gostring_ swig_type_102;
+typedef _gostring_ swig_type_103;
+typedef _goslice_ swig_type_104;
+typedef _gostring_ swig_type_105;
+typedef _gostring_ swig_type_106;
+typedef long long swig_type_107;
+typedef _gostring_ swig_type_108;
+typedef _gostring_ swig_type_109;
 extern void _wrap_Swig_free_raw_35a9bcc5b89bc852(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_35a9bcc5b89bc852(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_35a9bcc5b89bc852(swig_type_1 arg1);
@@ -179,21 +201,40 @@ extern swig_type_66 _wrap_acc_dataloader_set_epoch_raw_35a9bcc5b89bc852(uintptr_
 extern swig_type_68 _wrap_acc_dataloader_end_of_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
 extern swig_type_69 _wrap_acc_prepare_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
 extern swig_type_70 _wrap_acc_backward_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_71 _wrap_acc_gather_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_72 _wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_73 _wrap_acc_reduce_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_74 _wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_75 _wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_76 _wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
-extern swig_type_78 _wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_79 _wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_80 _wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(swig_voidp arg1);
+extern swig_type_71 _wrap_acc_accumulate_begin_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_72 _wrap_acc_accumulate_end_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_73 _wrap_acc_sync_gradients_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_74 _wrap_acc_optimizer_step_was_skipped_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_75 _wrap_acc_grad_scaler_state_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_76 _wrap_acc_clip_grad_norm_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_77 _wrap_acc_clip_grad_value_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_78 _wrap_acc_gather_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_79 _wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_80 _wrap_acc_reduce_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_81 _wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_82 _wrap_acc_broadcast_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_83 _wrap_acc_pad_across_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_84 _wrap_acc_split_between_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_85 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_86 _wrap_acc_split_tensor_between_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_87 _wrap_acc_main_process_first_begin_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_88 _wrap_acc_main_process_first_end_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_89 _wrap_acc_set_trigger_raw_35a9bcc5b89bc852(uintptr_t arg1);
+extern swig_type_90 _wrap_acc_check_trigger_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_91 _wrap_acc_print_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_92 arg2);
+extern swig_type_93 _wrap_acc_is_local_main_process_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_94 _wrap_acc_is_last_process_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_95 _wrap_acc_set_seed_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_96 arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_type_97 _wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_98 _wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_99 arg2, swig_voidp arg3);
+extern swig_type_100 _wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_101 _wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_102 _wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(swig_voidp arg1);
 extern void _wrap_acc_bytes_list_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_81 _wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_82 arg2);
-extern swig_type_83 _wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_84 _wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_85 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_86 _wrap_acc_gather_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_103 _wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_104 arg2);
+extern swig_type_105 _wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_107 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_108 _wrap_acc_gather_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_109 _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -1160,6 +1201,116 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Acc_accumulate_begin(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_accumulate_begin_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_accumulate_end(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_accumulate_end_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_sync_gradients(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_sync_gradients_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_grad_scaler_state(arg1 uintptr, arg2 *float64, arg3 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_grad_scaler_state_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_clip_grad_norm(arg1 uintptr, arg2 uintptr, arg3 float64, arg4 float64, arg5 *float64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	swig_r_p := C._wrap_acc_clip_grad_norm_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_clip_grad_value(arg1 uintptr, arg2 uintptr, arg3 float64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_clip_grad_value_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
 func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -1223,6 +1374,202 @@ func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Acc_broadcast(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_broadcast_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_pad_across_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 float64, arg5 int, arg6 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	_swig_i_5 := arg6
+	swig_r_p := C._wrap_acc_pad_across_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64, arg5 *int64, arg6 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	_swig_i_5 := arg6
+	swig_r_p := C._wrap_acc_split_between_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_main_process_first_begin_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_main_process_first_end_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_set_trigger_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_check_trigger_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_print_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_92)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_is_local_main_process_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_is_last_process_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_set_seed_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_96(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
 func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -1243,7 +1590,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_99(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1307,7 +1654,7 @@ func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_104)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1342,7 +1689,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_107(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {

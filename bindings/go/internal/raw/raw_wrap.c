@@ -1561,6 +1561,149 @@ _gostring_ _wrap_acc_backward_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, 
 }
 
 
+_gostring_ _wrap_acc_accumulate_begin_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_model *)_swig_go_1; 
+  
+  result = (acc_status)acc_accumulate_begin(arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_accumulate_end_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_model *)_swig_go_1; 
+  
+  result = (acc_status)acc_accumulate_end(arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_sync_gradients_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_sync_gradients((struct acc_accelerator const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_35a9bcc5b89bc852(acc_optimizer *_swig_go_0, int *_swig_go_1) {
+  acc_optimizer *arg1 = (acc_optimizer *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_optimizer *)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_optimizer_step_was_skipped((struct acc_optimizer const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_grad_scaler_state_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  double *arg2 = (double *) 0 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (double *)_swig_go_1; 
+  arg3 = (int64_t *)_swig_go_2; 
+  
+  result = (acc_status)acc_grad_scaler_state((struct acc_accelerator const *)arg1,arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_clip_grad_norm_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  double arg3 ;
+  double arg4 ;
+  double *arg5 = (double *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_model *)_swig_go_1; 
+  arg3 = (double)_swig_go_2; 
+  arg4 = (double)_swig_go_3; 
+  arg5 = (double *)_swig_go_4; 
+  
+  result = (acc_status)acc_clip_grad_norm(arg1,arg2,arg3,arg4,arg5);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_clip_grad_value_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  double arg3 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_model *)_swig_go_1; 
+  arg3 = (double)_swig_go_2; 
+  
+  result = (acc_status)acc_clip_grad_value(arg1,arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_acc_gather_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
@@ -1634,6 +1777,265 @@ _gostring_ _wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(acc_accelerator *_sw
   arg1 = (acc_accelerator *)_swig_go_0; 
   
   result = (acc_status)acc_wait_for_everyone(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_broadcast_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tensor *arg2 = (acc_tensor *) 0 ;
+  int32_t arg3 ;
+  acc_tensor **arg4 = (acc_tensor **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_tensor *)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (acc_tensor **)_swig_go_3; 
+  
+  result = (acc_status)acc_broadcast(arg1,(struct acc_tensor const *)arg2,arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_pad_across_processes_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tensor *arg2 = (acc_tensor *) 0 ;
+  int32_t arg3 ;
+  double arg4 ;
+  int32_t arg5 ;
+  acc_tensor **arg6 = (acc_tensor **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_tensor *)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (double)_swig_go_3; 
+  arg5 = (int32_t)_swig_go_4; 
+  arg6 = (acc_tensor **)_swig_go_5; 
+  
+  result = (acc_status)acc_pad_across_processes(arg1,(struct acc_tensor const *)arg2,arg3,arg4,arg5,arg6);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_split_between_processes_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int64_t arg2 ;
+  int32_t arg3 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int64_t *arg6 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (int64_t *)_swig_go_3; 
+  arg5 = (int64_t *)_swig_go_4; 
+  arg6 = (int64_t *)_swig_go_5; 
+  
+  result = (acc_status)acc_split_between_processes((struct acc_accelerator const *)arg1,arg2,arg3,arg4,arg5,arg6);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_split_tensor_between_processes_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tensor *arg2 = (acc_tensor *) 0 ;
+  int32_t arg3 ;
+  acc_tensor **arg4 = (acc_tensor **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_tensor *)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (acc_tensor **)_swig_go_3; 
+  
+  result = (acc_status)acc_split_tensor_between_processes(arg1,(struct acc_tensor const *)arg2,arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_main_process_first_begin_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t arg2 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  
+  result = (acc_status)acc_main_process_first_begin(arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_main_process_first_end_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t arg2 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  
+  result = (acc_status)acc_main_process_first_end(arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_set_trigger_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  
+  result = (acc_status)acc_set_trigger(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_check_trigger_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_check_trigger(arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_print_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  
+  result = (acc_status)acc_print((struct acc_accelerator const *)arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_is_local_main_process_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_is_local_main_process((struct acc_accelerator const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_is_last_process_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_is_last_process((struct acc_accelerator const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_set_seed_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  uint64_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (uint64_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  result = (acc_status)acc_set_seed((struct acc_accelerator const *)arg1,arg2,arg3,arg4);
   if (result == ACC_OK) {
     _swig_go_result.p = NULL; _swig_go_result.n = 0; 
   } else {

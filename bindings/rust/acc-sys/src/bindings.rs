@@ -15,6 +15,10 @@ pub type acc_dataset_get_fn = ::core::option::Option<
         target: *mut *mut acc_tensor,
     ) -> acc_status,
 >;
+#[doc = " A caller's training step at a given batch size; return ACC_ERR_OUT_OF_MEMORY to ask for a smaller\n  one, ACC_OK when it ran, anything else to stop the search with that status."]
+pub type acc_batch_size_fn = ::core::option::Option<
+    unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, batch_size: i64) -> acc_status,
+>;
 #[doc = " Rewinds an iterable dataset's stream for a pass over `epoch` (Accelerate's set_epoch). Return\n  ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK."]
 pub type acc_iterator_start_fn = ::core::option::Option<
     unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, epoch: i64) -> acc_status,
@@ -446,6 +450,55 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
+    #[doc = " Opens Accelerate's accumulate(model) scope for one batch: decides whether this micro-step\n synchronizes gradients (every gradient_accumulation_steps-th call, and always on the last batch of\n the active data loader when sync_with_dataloader), and otherwise skips the model's gradient\n all-reduce (DDP no_sync). While not synchronizing, optimizer and scheduler steps and zero_grad on\n prepared objects are no-ops. acc_backward always divides the loss by the number of steps."]
+    pub fn acc_accumulate_begin(acc: *mut acc_accelerator, model: *mut acc_model) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Closes the scope acc_accumulate_begin opened for `model`."]
+    pub fn acc_accumulate_end(acc: *mut acc_accelerator, model: *mut acc_model) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 when the current micro-step synchronizes gradients and steps the optimizer (sync_gradients)."]
+    pub fn acc_sync_gradients(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 when the last acc_optimizer_step was skipped: fp16 found inf/nan gradients."]
+    pub fn acc_optimizer_step_was_skipped(opt: *const acc_optimizer, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The fp16 loss scaler's current scale and growth tracker (clean steps since the last change).\n  ACC_ERR_INVALID_STATE unless mixed_precision is \"fp16\"."]
+    pub fn acc_grad_scaler_state(
+        acc: *const acc_accelerator,
+        out_scale: *mut f64,
+        out_growth_tracker: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " torch.nn.utils.clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm."]
+    pub fn acc_clip_grad_norm(
+        acc: *mut acc_accelerator,
+        model: *mut acc_model,
+        max_norm: f64,
+        norm_type: f64,
+        out_total_norm: *mut f64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Clamps every gradient of the model to [-clip_value, clip_value] (unscaled first under fp16)."]
+    pub fn acc_clip_grad_value(
+        acc: *mut acc_accelerator,
+        model: *mut acc_model,
+        clip_value: f64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
     #[doc = " Concatenates `t` from every process along dim 0, in rank order (dim-0 sizes may differ)."]
     pub fn acc_gather(
         acc: *mut acc_accelerator,
@@ -476,6 +529,101 @@ extern "C" {
     #[must_use]
     #[doc = " Barrier across all processes."]
     pub fn acc_wait_for_everyone(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A copy of process `from_process`'s tensor on every process (shape and dtype must agree)."]
+    pub fn acc_broadcast(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        from_process: i32,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Pads `t` along `dim` to the largest size any process has, with `pad_index`, at the end (or at the\n  start when pad_first is 1). A dim outside the tensor returns it unchanged, as Accelerate does."]
+    pub fn acc_pad_across_processes(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        dim: i32,
+        pad_index: f64,
+        pad_first: i32,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " This process's contiguous share of `n` items: the first n % num_processes processes get one more.\n  With apply_padding, *out_padded_count is the common length everyone pads to (repeating the last\n  item); otherwise it equals *out_count."]
+    pub fn acc_split_between_processes(
+        acc: *const acc_accelerator,
+        n: i64,
+        apply_padding: i32,
+        out_start: *mut i64,
+        out_count: *mut i64,
+        out_padded_count: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Rows of `t` (dim 0) for this process, split as acc_split_between_processes; with apply_padding the\n  share is padded with copies of the tensor's last row to the common length."]
+    pub fn acc_split_tensor_between_processes(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        apply_padding: i32,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " main_process_first: other processes wait in _begin until the main process (of the machine, when\n  local is 1) reaches _end. Every process calls both."]
+    pub fn acc_main_process_first_begin(acc: *mut acc_accelerator, local: i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    pub fn acc_main_process_first_end(acc: *mut acc_accelerator, local: i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " set_trigger on this process; check_trigger (a collective) is 1 on every process when any process\n  set it since the last check, and resets it. For early stopping."]
+    pub fn acc_set_trigger(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    pub fn acc_check_trigger(acc: *mut acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Prints `text` and a newline to stdout on the local main process only."]
+    pub fn acc_print(acc: *const acc_accelerator, text: *const ::core::ffi::c_char) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    pub fn acc_is_local_main_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    pub fn acc_is_last_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Accelerate's set_seed: seeds every generator of this process with `seed` (plus the process index\n  when device_specific is 1); deterministic 1 also selects deterministic algorithms. `acc` may be\n  NULL when device_specific is 0."]
+    pub fn acc_set_seed(
+        acc: *const acc_accelerator,
+        seed: u64,
+        device_specific: i32,
+        deterministic: i32,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " find_executable_batch_size: calls fn with starting_batch_size, then 90% of the last size after each\n  out-of-memory (128, 115, 103, ...), until it succeeds; *out_batch_size is the size that ran.\n  Fails with ACC_ERR_OUT_OF_MEMORY once the size reaches zero."]
+    pub fn acc_find_executable_batch_size(
+        starting_batch_size: i64,
+        fn_: acc_batch_size_fn,
+        user_data: *mut ::core::ffi::c_void,
+        out_batch_size: *mut i64,
+    ) -> acc_status;
 }
 extern "C" {
     #[must_use]

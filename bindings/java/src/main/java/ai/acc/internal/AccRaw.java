@@ -151,6 +151,20 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_backward(long acc, long loss) { AccRawJNI.acc_backward(acc, loss); }
 
+  public static void acc_accumulate_begin(long acc, long model) { AccRawJNI.acc_accumulate_begin(acc, model); }
+
+  public static void acc_accumulate_end(long acc, long model) { AccRawJNI.acc_accumulate_end(acc, model); }
+
+  public static void acc_sync_gradients(long acc, int[] out) { AccRawJNI.acc_sync_gradients(acc, out); }
+
+  public static void acc_optimizer_step_was_skipped(long opt, int[] out) { AccRawJNI.acc_optimizer_step_was_skipped(opt, out); }
+
+  public static void acc_grad_scaler_state(long acc, double[] out_scale, long[] out_growth_tracker) { AccRawJNI.acc_grad_scaler_state(acc, out_scale, out_growth_tracker); }
+
+  public static void acc_clip_grad_norm(long acc, long model, double max_norm, double norm_type, double[] out_total_norm) { AccRawJNI.acc_clip_grad_norm(acc, model, max_norm, norm_type, out_total_norm); }
+
+  public static void acc_clip_grad_value(long acc, long model, double clip_value) { AccRawJNI.acc_clip_grad_value(acc, model, clip_value); }
+
   public static void acc_gather(long acc, long t, long[] out) { AccRawJNI.acc_gather(acc, t, out); }
 
   public static void acc_gather_for_metrics(long acc, long t, long[] out) { AccRawJNI.acc_gather_for_metrics(acc, t, out); }
@@ -158,6 +172,30 @@ public class AccRaw implements AccRawConstants {
   public static void acc_reduce(long acc, long t, int op, long[] out) { AccRawJNI.acc_reduce(acc, t, op, out); }
 
   public static void acc_wait_for_everyone(long acc) { AccRawJNI.acc_wait_for_everyone(acc); }
+
+  public static void acc_broadcast(long acc, long t, int from_process, long[] out) { AccRawJNI.acc_broadcast(acc, t, from_process, out); }
+
+  public static void acc_pad_across_processes(long acc, long t, int dim, double pad_index, int pad_first, long[] out) { AccRawJNI.acc_pad_across_processes(acc, t, dim, pad_index, pad_first, out); }
+
+  public static void acc_split_between_processes(long acc, long n, int apply_padding, long[] out_start, long[] out_count, long[] out_padded_count) { AccRawJNI.acc_split_between_processes(acc, n, apply_padding, out_start, out_count, out_padded_count); }
+
+  public static void acc_split_tensor_between_processes(long acc, long t, int apply_padding, long[] out) { AccRawJNI.acc_split_tensor_between_processes(acc, t, apply_padding, out); }
+
+  public static void acc_main_process_first_begin(long acc, int local) { AccRawJNI.acc_main_process_first_begin(acc, local); }
+
+  public static void acc_main_process_first_end(long acc, int local) { AccRawJNI.acc_main_process_first_end(acc, local); }
+
+  public static void acc_set_trigger(long acc) { AccRawJNI.acc_set_trigger(acc); }
+
+  public static void acc_check_trigger(long acc, int[] out) { AccRawJNI.acc_check_trigger(acc, out); }
+
+  public static void acc_print(long acc, String text) { AccRawJNI.acc_print(acc, text); }
+
+  public static void acc_is_local_main_process(long acc, int[] out) { AccRawJNI.acc_is_local_main_process(acc, out); }
+
+  public static void acc_is_last_process(long acc, int[] out) { AccRawJNI.acc_is_last_process(acc, out); }
+
+  public static void acc_set_seed(long acc, long seed, int device_specific, int deterministic) { AccRawJNI.acc_set_seed(acc, seed, device_specific, deterministic); }
 
   public static void acc_dataset_is_iterable(long ds, int[] out) { AccRawJNI.acc_dataset_is_iterable(ds, out); }
 

@@ -471,6 +471,80 @@ func TestGather(t *testing.T) {
 	}
 }
 
+// Gradient accumulation: with 2 steps, every second micro-step synchronizes and steps the optimizer.
+func TestAccumulate(t *testing.T) {
+	a := must(acc.NewAccelerator(`{"seed": 5, "gradient_accumulation_steps": 2}`))
+	defer a.Close()
+	ok(t, a.SetSeed(5, false, false))
+	x := must(acc.FromFloat32([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 4, 2))
+	defer x.Close()
+	y := must(acc.FromFloat32([]float32{1, 2, 3, 4}, 4, 1))
+	defer y.Close()
+	ds := must(acc.DatasetFromTensors(x, y))
+	defer ds.Close()
+	dl := must(acc.NewDataLoader(ds, `{"batch_size": 1}`))
+	defer dl.Close()
+	m := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 1]}`))
+	defer m.Close()
+	o := must(acc.NewOptimizer(m, `{"type": "sgd", "lr": 0.1}`))
+	defer o.Close()
+	ok(t, a.Prepare(m, o, nil, dl))
+	weights := func() string {
+		sd := must(m.StateDict())
+		defer func() {
+			for _, e := range sd {
+				e.Tensor.Close()
+			}
+		}()
+		return string(must(sd[0].Tensor.Bytes()))
+	}
+	var syncs []bool
+	var changed []bool
+	for {
+		bx, by, more, err := dl.Next()
+		ok(t, err)
+		if !more {
+			break
+		}
+		before := weights()
+		ok(t, a.Accumulate(m, func() error {
+			syncs = append(syncs, must(a.SyncGradients()))
+			loss := must(m.Loss(bx, by))
+			defer loss.Close()
+			if err := a.Backward(loss); err != nil {
+				return err
+			}
+			if norm := must(a.ClipGradNorm(m, 100, 2)); norm <= 0 {
+				return fmt.Errorf("gradient norm %g", norm)
+			}
+			if err := o.Step(); err != nil {
+				return err
+			}
+			return o.ZeroGrad()
+		}))
+		changed = append(changed, weights() != before)
+		if must(o.StepWasSkipped()) {
+			t.Fatal("a step was skipped without fp16")
+		}
+		bx.Close()
+		by.Close()
+	}
+	if fmt.Sprint(syncs) != "[false true false true]" || fmt.Sprint(changed) != "[false true false true]" {
+		t.Fatalf("sync %v, weights changed %v", syncs, changed)
+	}
+	// The scope closes even when the step fails, and the step's error comes back.
+	err := a.Accumulate(m, func() error { return errors.New("step failed") })
+	if err == nil || !strings.Contains(err.Error(), "step failed") {
+		t.Fatal(err)
+	}
+	b := must(a.Broadcast(y, 0))
+	if v := must(b.Float32s()); v[3] != 4 {
+		t.Fatal(v)
+	}
+	b.Close()
+	ok(t, a.ClipGradValue(m, 1))
+}
+
 // Resuming mid-epoch: a loader that skips the first batches yields the rest of the same pass.
 func TestSkipFirstBatches(t *testing.T) {
 	vals := make([]float32, 10)

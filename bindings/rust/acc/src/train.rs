@@ -231,6 +231,52 @@ impl Accelerator {
         self.object_op(items, sys::acc_gather_object_for_metrics)
     }
 
+    /// Runs `step` inside Accelerate's `accumulate(model)` scope: with `gradient_accumulation_steps`
+    /// = N, only every N-th call (and the last batch of the active loader) synchronizes gradients; in
+    /// the others the gradient all-reduce is skipped and optimizer steps, scheduler steps and
+    /// `zero_grad` on prepared objects do nothing. [`backward`](Self::backward) divides the loss by N.
+    /// The scope is closed even when `step` fails (its error wins).
+    pub fn accumulate<R>(&self, model: &Model, step: impl FnOnce() -> Result<R>) -> Result<R> {
+        check(unsafe { sys::acc_accumulate_begin(self.as_ptr(), model.as_ptr()) })?;
+        let r = step();
+        let end = check(unsafe { sys::acc_accumulate_end(self.as_ptr(), model.as_ptr()) });
+        let r = r?;
+        end.map(|_| r)
+    }
+
+    /// Whether the current micro-step synchronizes gradients and steps the optimizer.
+    pub fn sync_gradients(&self) -> Result<bool> {
+        Ok(self.int_query(sys::acc_sync_gradients)? != 0)
+    }
+
+    /// Clips the model's gradients to a total norm of `max_norm` (`norm_type` 2 is Euclidean; under
+    /// fp16 they are unscaled first); returns the total norm before clipping.
+    pub fn clip_grad_norm(&self, model: &Model, max_norm: f64, norm_type: f64) -> Result<f64> {
+        let mut total = 0.0;
+        check(unsafe { sys::acc_clip_grad_norm(self.as_ptr(), model.as_ptr(), max_norm, norm_type, &mut total) })?;
+        Ok(total)
+    }
+
+    /// Clamps every gradient of the model to `[-clip, clip]`.
+    pub fn clip_grad_value(&self, model: &Model, clip: f64) -> Result<()> {
+        check(unsafe { sys::acc_clip_grad_value(self.as_ptr(), model.as_ptr(), clip) })
+    }
+
+    /// Process `from`'s tensor on every process (shape and dtype must agree). A collective.
+    pub fn broadcast(&self, t: &Tensor, from: i32) -> Result<Tensor> {
+        let mut out = ptr::null_mut();
+        Tensor::owned(
+            unsafe { sys::acc_broadcast(self.as_ptr(), t.as_ptr(), from, &mut out) },
+            out,
+        )
+    }
+
+    /// Accelerate's `set_seed`: seeds every generator of this process (plus the process index when
+    /// `device_specific`); `deterministic` also selects deterministic algorithms.
+    pub fn set_seed(&self, seed: u64, device_specific: bool, deterministic: bool) -> Result<()> {
+        check(unsafe { sys::acc_set_seed(self.as_ptr(), seed, device_specific as i32, deterministic as i32) })
+    }
+
     /// A barrier across all processes.
     pub fn wait_for_everyone(&self) -> Result<()> {
         check(unsafe { sys::acc_wait_for_everyone(self.as_ptr()) })
@@ -354,6 +400,13 @@ impl Optimizer {
     /// Clears the gradients.
     pub fn zero_grad(&self) -> Result<()> {
         check(unsafe { sys::acc_optimizer_zero_grad(self.as_ptr()) })
+    }
+
+    /// Whether the last step was skipped (fp16 found inf/nan gradients).
+    pub fn step_was_skipped(&self) -> Result<bool> {
+        let mut v = 0;
+        check(unsafe { sys::acc_optimizer_step_was_skipped(self.as_ptr(), &mut v) })?;
+        Ok(v != 0)
     }
 
     /// The current learning rate.

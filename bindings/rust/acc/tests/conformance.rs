@@ -338,6 +338,45 @@ fn gather() {
     assert!(a.gather_object(&[]).unwrap().is_empty());
 }
 
+/// Gradient accumulation: with 2 steps, every second micro-step synchronizes and steps the optimizer.
+#[test]
+fn accumulate() {
+    let a = Accelerator::new(r#"{"seed": 5, "gradient_accumulation_steps": 2}"#).unwrap();
+    a.set_seed(5, false, false).unwrap();
+    let x = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[4, 2]).unwrap();
+    let y = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[4, 1]).unwrap();
+    let ds = Dataset::from_tensors(&x, Some(&y)).unwrap();
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 1}"#).unwrap();
+    let m = Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "sgd", "lr": 0.1}"#).unwrap();
+    a.prepare(Some(&m), Some(&o), None, Some(&dl)).unwrap();
+    let weight = || m.state_dict().unwrap()[0].1.to_bytes().unwrap();
+    let (mut syncs, mut changed) = (vec![], vec![]);
+    while let Some(b) = dl.next().unwrap() {
+        let before = weight();
+        a.accumulate(&m, || {
+            syncs.push(a.sync_gradients()?);
+            let loss = m.loss(&b.input, b.target.as_ref())?;
+            a.backward(&loss)?;
+            assert!(a.clip_grad_norm(&m, 100.0, 2.0)? > 0.0);
+            o.step()?;
+            o.zero_grad()
+        })
+        .unwrap();
+        changed.push(weight() != before);
+        assert!(!o.step_was_skipped().unwrap());
+    }
+    assert_eq!(syncs, [false, true, false, true]);
+    assert_eq!(changed, [false, true, false, true]);
+    // The scope closes even when the step fails, and the step's error comes back.
+    let e = a.accumulate(&m, || -> acc::Result<()> {
+        Err(acc::Error::new(ErrorCode::Internal, "step failed"))
+    });
+    assert_eq!(e.unwrap_err().message(), "step failed");
+    assert_eq!(a.broadcast(&y, 0).unwrap().to_vec::<f32>().unwrap()[3], 4.0);
+    a.clip_grad_value(&m, 1.0).unwrap();
+}
+
 /// Resuming mid-epoch: a loader that skips the first batches yields the rest of the same pass.
 #[test]
 fn skip_first_batches() {

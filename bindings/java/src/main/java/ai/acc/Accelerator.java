@@ -217,6 +217,101 @@ public final class Accelerator extends NativeObject {
     return objectOp(items, AccRaw::acc_gather_object_for_metrics);
   }
 
+  /** The scope {@link #accumulate} opens; closing it closes Accelerate's accumulate(model) scope. */
+  public final class AccumulateScope implements AutoCloseable {
+    private final Model model;
+    private boolean open = true;
+
+    private AccumulateScope(Model model) {
+      this.model = model;
+    }
+
+    /** Closes the scope. Idempotent. */
+    @Override
+    public void close() {
+      if (!open) return;
+      open = false;
+      long p = enter();
+      long m = enter(model);
+      try {
+        AccRaw.acc_accumulate_end(p, m);
+      } finally {
+        leave(model, m);
+        leave(p);
+      }
+    }
+  }
+
+  /**
+   * Opens Accelerate's accumulate(model) scope for one batch; use it with try-with-resources. With
+   * gradient_accumulation_steps = N only every N-th scope (and the last batch of the active loader)
+   * synchronizes gradients; in the others the gradient all-reduce is skipped and optimizer steps,
+   * scheduler steps and zeroGrad on prepared objects do nothing. {@link #backward} divides by N.
+   */
+  public AccumulateScope accumulate(Model model) {
+    long p = enter();
+    long m = enter(model);
+    try {
+      AccRaw.acc_accumulate_begin(p, m);
+      return new AccumulateScope(model);
+    } finally {
+      leave(model, m);
+      leave(p);
+    }
+  }
+
+  /** Whether the current micro-step synchronizes gradients and steps the optimizer. */
+  public boolean syncGradients() {
+    return intQuery(AccRaw::acc_sync_gradients) != 0;
+  }
+
+  /**
+   * Clips the model's gradients to a total norm of {@code maxNorm} ({@code normType} 2 is Euclidean;
+   * under fp16 they are unscaled first); returns the total norm before clipping.
+   */
+  public double clipGradNorm(Model model, double maxNorm, double normType) {
+    long p = enter();
+    long m = enter(model);
+    try {
+      double[] total = new double[1];
+      AccRaw.acc_clip_grad_norm(p, m, maxNorm, normType, total);
+      return total[0];
+    } finally {
+      leave(model, m);
+      leave(p);
+    }
+  }
+
+  /** Clamps every gradient of the model to [-clip, clip]. */
+  public void clipGradValue(Model model, double clip) {
+    long p = enter();
+    long m = enter(model);
+    try {
+      AccRaw.acc_clip_grad_value(p, m, clip);
+    } finally {
+      leave(model, m);
+      leave(p);
+    }
+  }
+
+  /** Process {@code from}'s tensor on every process (shape and dtype must agree). A collective. */
+  public Tensor broadcast(Tensor t, int from) {
+    return tensorOp(t, (a, x, out) -> AccRaw.acc_broadcast(a, x, from, out));
+  }
+
+  /**
+   * Accelerate's set_seed: seeds every generator of this process (plus the process index when
+   * {@code deviceSpecific}); {@code deterministic} also selects deterministic algorithms.
+   */
+  public void setSeed(long seed, boolean deviceSpecific, boolean deterministic) {
+    long p = enter();
+    try {
+      AccRaw.acc_set_seed(p, seed, deviceSpecific ? 1 : 0, deterministic ? 1 : 0);
+    } finally {
+      leave(p);
+    }
+  }
+
   /** A barrier across all processes. */
   public void waitForEveryone() {
     long p = enter();

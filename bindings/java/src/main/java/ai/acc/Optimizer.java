@@ -44,6 +44,18 @@ public final class Optimizer extends NativeObject {
     }
   }
 
+  /** Whether the last step was skipped (fp16 found inf/nan gradients). */
+  public boolean stepWasSkipped() {
+    long p = enter();
+    try {
+      int[] v = new int[1];
+      AccRaw.acc_optimizer_step_was_skipped(p, v);
+      return v[0] != 0;
+    } finally {
+      leave(p);
+    }
+  }
+
   /** The current learning rate. */
   public double lr() {
     long p = enter();

@@ -332,6 +332,54 @@ class ConformanceTest {
     }
   }
 
+  /** Gradient accumulation: with 2 steps, every second micro-step synchronizes and steps the optimizer. */
+  @Test
+  void accumulate() {
+    try (Accelerator acc = Accelerator.create("{\"seed\": 5, \"gradient_accumulation_steps\": 2}");
+        Tensor x = Tensor.fromFloats(new float[] {1, 2, 3, 4, 5, 6, 7, 8}, 4, 2);
+        Tensor y = Tensor.fromFloats(new float[] {1, 2, 3, 4}, 4, 1);
+        Dataset ds = Dataset.fromTensors(x, y);
+        DataLoader dl = DataLoader.create(ds, "{\"batch_size\": 1}");
+        Model m = Model.create("{\"type\": \"mlp\", \"sizes\": [2, 1]}");
+        Optimizer o = Optimizer.create(m, "{\"type\": \"sgd\", \"lr\": 0.1}")) {
+      acc.setSeed(5, false, false);
+      acc.prepare(m, o, null, dl);
+      List<Boolean> syncs = new ArrayList<>();
+      List<Boolean> changed = new ArrayList<>();
+      while (true) {
+        try (DataLoader.Batch b = dl.next()) {
+          if (b == null) break;
+          byte[] before = firstWeight(m);
+          try (Accelerator.AccumulateScope scope = acc.accumulate(m);
+              Tensor loss = m.loss(b.input(), b.target())) {
+            syncs.add(acc.syncGradients());
+            acc.backward(loss);
+            assertTrue(acc.clipGradNorm(m, 100, 2) > 0);
+            o.step();
+            o.zeroGrad();
+          }
+          changed.add(!java.util.Arrays.equals(before, firstWeight(m)));
+          assertFalse(o.stepWasSkipped());
+        }
+      }
+      assertEquals(List.of(false, true, false, true), syncs);
+      assertEquals(List.of(false, true, false, true), changed);
+      try (Tensor b = acc.broadcast(y, 0)) {
+        assertEquals(4f, b.toFloats()[3]);
+      }
+      acc.clipGradValue(m, 1);
+    }
+  }
+
+  static byte[] firstWeight(Model m) {
+    Map<String, Tensor> sd = m.stateDict();
+    try {
+      return sd.values().iterator().next().toBytes();
+    } finally {
+      sd.values().forEach(Tensor::close);
+    }
+  }
+
   /** Resuming mid-epoch: a loader that skips the first batches yields the rest of the same pass. */
   @Test
   void skipFirstBatches() {

@@ -645,7 +645,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices` (so\n `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). split_batches cannot split batches of varying size: acc_prepare refuses it."]
+    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices` (so\n `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). Batches of varying size can be neither split (split_batches) nor dispatched\n (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both."]
     pub fn acc_dataloader_create_from_batches(
         ds: *mut acc_dataset,
         indices: *const i64,

@@ -35,10 +35,11 @@ extern "C" {
 #define ACC_NODISCARD
 #endif
 
-#define ACC_VERSION_MAJOR 0
-#define ACC_VERSION_MINOR 1
+#define ACC_VERSION_MAJOR 1
+#define ACC_VERSION_MINOR 0
 #define ACC_VERSION_PATCH 0
-/** The ABI this header describes; bindings pass it to acc_abi_check at load. */
+/** The ABI this header describes; bindings pass it to acc_abi_check at load. It equals the major
+ *  version and the soname (libacc.so.1): exports are append-only within it. */
 #define ACC_ABI_VERSION 1
 
 /* ---------------------------------------------------------------------------------------------- */

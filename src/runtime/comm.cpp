@@ -71,9 +71,10 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seco
   const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto gopts = c10d::ProcessGroupGloo::Options::create(timeout_ms);
   gopts->devices.push_back(gloo_device(state.master_addr));
-  // As torch.distributed does for "cpu:gloo,cuda:nccl": one store prefix per device's backend.
-  auto gloo_store = plugin ? c10::make_intrusive<c10d::PrefixStore>("cpu/", store) : store;
-  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, state.rank, state.world_size, gopts);
+  // As torch.distributed does for "cpu:gloo,cuda:nccl": one store prefix per device's backend. Gloo's
+  // is the same whether or not this rank uses CUDA, so that a mixed job meets in Gloo for the check below.
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store),
+                                                          state.rank, state.world_size, gopts);
   // Every rank must agree on CUDA before any NCCL communicator is made: a rank that stays on the CPU
   // would never join it, and the others would wait out the whole timeout.
   {

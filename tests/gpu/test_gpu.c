@@ -99,7 +99,8 @@ static int broken(const char* needle) {
   acc_accelerator_destroy(acc);
   setenv("ACC_REQUIRE_CUDA", "1", 1);
   EXPECT_ERR(acc_accelerator_create(NULL, &acc), ACC_ERR_UNSUPPORTED, needle);
-  printf("with ACC_CUDA_PLUGIN=%s: %s\n", getenv("ACC_CUDA_PLUGIN"), acc_last_error_message());
+  const char* plugin = getenv("ACC_CUDA_PLUGIN");
+  printf("with ACC_CUDA_PLUGIN=%s: %s\n", plugin ? plugin : "(unset)", acc_last_error_message());
   return finish();
 }
 

@@ -26,7 +26,8 @@ def expect(cond, what, detail=""):
 
 
 def launch(n, *args, timeout=300):
-    cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0", WORKER, *map(str, args)]
+    # --cpu: these are CPU tests, also on a machine with GPUs (fewer GPUs than ranks is an error there).
+    cmd = [ACC, "launch", "--cpu", "--num_processes", str(n), "--main_process_port", "0", WORKER, *map(str, args)]
     start = time.monotonic()
     # No user config file may leak into a test run.
     env = dict(os.environ, ACC_CONFIG_FILE="none")

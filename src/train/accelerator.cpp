@@ -4,7 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <ios>
 
+#include "acc/acc.h"  // acc_build_info, for the run record
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
 #include "util/errors.hpp"
@@ -57,11 +59,19 @@ int pick_cuda_device(const config::Config& c, const ProcessState& state,
 std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::seconds timeout, int cuda_device) {
   static std::mutex mu;
   static std::weak_ptr<Comm> live;
+  static int live_device = -1;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto comm = live.lock()) return comm;
+  if (auto comm = live.lock()) {
+    if (cuda_device != live_device)
+      throw StateError("this process already has a process group for " +
+                       (live_device >= 0 ? "cuda:" + std::to_string(live_device) : std::string("the CPU")) +
+                       "; a second accelerator must use the same device");
+    return comm;
+  }
   try {
     auto comm = Comm::connect(state, timeout, cuda_device);
     live = comm;
+    live_device = cuda_device;
     return comm;
   } catch (const std::exception& e) {
     throw DistributedError(e.what());
@@ -75,6 +85,8 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   std::shared_ptr<Accelerator> a(new Accelerator());
   a->config_ = config::resolve_accelerator(config_json ? config_json : "", env);
   const config::Config& c = a->config_;
+  // Valid keys for what libacc cannot do yet (FSDP, DeepSpeed, torch.compile, ...) fail here, never silently.
+  if (auto why = config::unsupported_setting(c)) throw UnsupportedError(*why);
   // The config unifies gradient_accumulation_steps and gradient_accumulation_plugin.num_steps.
   GradientState& g = a->grad_;
   g.num_steps = c.get_int("gradient_accumulation_steps");
@@ -95,6 +107,16 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
+  // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
+  const bool writer = a->state_.rank == 0 ||
+                      (c.get_bool("project_config.save_on_each_node") && a->state_.local_rank == 0);
+  if (writer && c.is_set("project_config.project_dir")) {
+    try {
+      config::write_run_record(c, c.get_string("project_config.project_dir"), acc_build_info(), env);
+    } catch (const config::Error& e) {
+      throw std::ios_base::failure(std::string("cannot write the run record: ") + e.what());
+    }
+  }
   return a;
 }
 

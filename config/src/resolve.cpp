@@ -455,8 +455,10 @@ Config resolve_accelerator(std::string_view explicit_json, const std::map<std::s
     root = parse_json(text);
     if (root.kind == Kind::Map) {
       // The output of to_json(true) reproduces a run: take its "config" part.
+      // So does a run record (acc_run_config.json): its "config" part, the rest describes the run.
       const Node* cfg = root.find("config");
-      if (cfg && cfg->kind == Kind::Map && root.find("provenance") && root.map.size() == 2) {
+      if (cfg && cfg->kind == Kind::Map && root.find("provenance") &&
+          (root.map.size() == 2 || root.find("format"))) {
         Node inner = *cfg;  // copy first: *cfg lives inside root
         root = std::move(inner);
       }
@@ -550,7 +552,7 @@ std::optional<std::string> find_default_config_file(const std::map<std::string, 
   return std::nullopt;
 }
 
-Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags) {
+Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags, bool check) {
   const Schema& s = launch_schema();
   Resolver r(s);
   r.env = current_environment();
@@ -597,30 +599,91 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
     if (!k) throw Error(f.name + ": " + unknown_key_message(s, "", f.path));
     Node out;
     if (auto err = coerce(*k, Node::of_text(f.value), out)) throw Error(f.name + ": " + *err);
-    r.set(f.path, std::move(out), {Origin::Flag, f.name});
+    r.set(f.path, std::move(out), {f.origin, f.name});
   }
 
-  auto val = [&](const char* p) -> const Node& { return r.values[r.idx(p)]; };
-  auto at = [&](const char* p) { return r.prov[r.idx(p)].where; };
-  const int64_t np = val("num_processes").i;
-  if (np == -1) {
-    if (np_missing_reason.empty()) np_missing_reason = "'num_processes' is -1 (" + at("num_processes") + ")";
-    throw Error(np_missing_reason + ": pass --num_processes");
+  for (const Flag& f : flags) {
+    // A flag's value replaces the file's num_processes placeholder reason.
+    if (f.path == "num_processes") np_missing_reason.clear();
   }
-  if (np < 1) throw Error(at("num_processes") + ": 'num_processes' must be an integer >= 1; got " + std::to_string(np));
-  const int64_t nm = val("num_machines").i, mr = val("machine_rank").i;
+  Config cfg = Access::make(r.finish());
+  if (check) {
+    if (cfg.get_int("num_processes") == -1) {
+      if (np_missing_reason.empty()) np_missing_reason = "'num_processes' is -1 (" + cfg.provenance("num_processes").where + ")";
+      throw Error(np_missing_reason + ": pass --num_processes");
+    }
+    check_launch(cfg);
+  }
+  return cfg;
+}
+
+void check_launch(const Config& cfg) {
+  if (cfg.kind() != SchemaKind::Launch) throw Error("check_launch needs a launch config");
+  auto at = [&](const char* p) { return cfg.provenance(p).where; };
+  auto num = [&](const char* p) { return std::to_string(cfg.get_int(p)); };
+  // "'a' (value, where)"
+  auto show = [&](const char* p) {
+    std::string v = cfg.get_json(p);
+    return "'" + std::string(p) + "' (" + v + ", " + at(p) + ")";
+  };
+  const int64_t np = cfg.get_int("num_processes");
+  if (np == -1) throw Error("'num_processes' is -1 (" + at("num_processes") + "): pass --num_processes");
+  if (np < 1) throw Error(at("num_processes") + ": 'num_processes' must be an integer >= 1; got " + num("num_processes"));
+  const int64_t nm = cfg.get_int("num_machines"), mr = cfg.get_int("machine_rank");
   if (mr >= nm)
-    throw Error("'machine_rank' (" + std::to_string(mr) + ", " + at("machine_rank") +
-                ") must be less than 'num_machines' (" + std::to_string(nm) + ", " + at("num_machines") + ")");
+    throw Error("'machine_rank' (" + num("machine_rank") + ", " + at("machine_rank") +
+                ") must be less than 'num_machines' (" + num("num_machines") + ", " + at("num_machines") + ")");
   if (np % nm != 0)
-    throw Error("'num_processes' (" + std::to_string(np) + ", " + at("num_processes") +
-                ") must be a multiple of 'num_machines' (" + std::to_string(nm) + ", " + at("num_machines") + ")");
-  if (val("distributed_type").s == "FSDP" && val("fsdp_config.fsdp_version").i == 1 &&
-      val("fsdp_config.fsdp_cpu_ram_efficient_loading").b && !val("fsdp_config.fsdp_sync_module_states").b)
+    throw Error("'num_processes' (" + num("num_processes") + ", " + at("num_processes") +
+                ") must be a multiple of 'num_machines' (" + num("num_machines") + ", " + at("num_machines") + ")");
+  if (nm > 1 && !cfg.is_set("main_process_ip"))
+    throw Error("'num_machines' is " + num("num_machines") + " (" + at("num_machines") +
+                "): give the address of machine 0 ('main_process_ip', --main_process_ip)");
+  if (nm > 1 && cfg.is_set("main_process_port") && cfg.get_int("main_process_port") == 0)
+    throw Error("'main_process_port' 0 (a free port, " + at("main_process_port") +
+                ") works on one machine only; give every machine the same fixed port");
+  const std::string dt = cfg.get_string("distributed_type");
+  const bool gpu_type = dt.rfind("MULTI_", 0) == 0 ? dt != "MULTI_CPU" : (dt == "FSDP" || dt == "DEEPSPEED" || dt == "MEGATRON_LM");
+  const bool use_cpu = cfg.get_bool("use_cpu");
+  if (cfg.is_set("gpu_ids")) {
+    const std::string ids = cfg.get_string("gpu_ids");
+    if (ids != "all") {
+      std::vector<std::string> list;
+      size_t start = 0;
+      for (;;) {
+        size_t c = ids.find(',', start);
+        std::string item = trim_ws(ids.substr(start, c == std::string::npos ? std::string::npos : c - start));
+        if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+          throw Error("'gpu_ids' (" + json_quote(ids) + ", " + at("gpu_ids") +
+                      ") must be \"all\" or comma-separated device numbers such as \"0,1\"");
+        list.push_back(item);
+        if (c == std::string::npos) break;
+        start = c + 1;
+      }
+      if (use_cpu)
+        throw Error("contradictory settings: " + show("use_cpu") + " trains on the CPU, but " + show("gpu_ids") +
+                    " selects GPUs; drop one of them");
+      const int64_t per_machine = np / nm;
+      if (gpu_type && static_cast<int64_t>(list.size()) < per_machine)
+        throw Error("contradictory settings: " + show("gpu_ids") + " names " + std::to_string(list.size()) +
+                    " device(s), but " + std::to_string(per_machine) + " processes run on each machine (" +
+                    show("num_processes") + ", " + show("num_machines") + ")");
+    }
+  }
+  if (dt == "MULTI_GPU" && cfg.provenance("distributed_type").origin == Origin::Flag && np < 2)
+    throw Error("contradictory settings: " + show("distributed_type") + " needs at least 2 processes; " +
+                show("num_processes"));
+  if (cfg.get_string("mixed_precision") == "fp8" && use_cpu)
+    throw Error("contradictory settings: " + show("mixed_precision") + " needs a GPU, but " + show("use_cpu"));
+  if (cfg.is_set("parallelism_config") && !(dt == "FSDP" && cfg.get_int("fsdp_config.fsdp_version") == 2))
+    throw Error("contradictory settings: 'parallelism_config' (" + cfg.provenance("parallelism_config").where +
+                ") needs distributed_type FSDP with fsdp_version 2; got " + show("distributed_type") +
+                (dt == "FSDP" ? " and " + show("fsdp_config.fsdp_version") : std::string()));
+  if (dt == "FSDP" && cfg.get_int("fsdp_config.fsdp_version") == 1 &&
+      cfg.get_bool("fsdp_config.fsdp_cpu_ram_efficient_loading") && !cfg.get_bool("fsdp_config.fsdp_sync_module_states"))
     throw Error("'fsdp_config.fsdp_cpu_ram_efficient_loading' is true (" + at("fsdp_config.fsdp_cpu_ram_efficient_loading") +
                 ") so 'fsdp_config.fsdp_sync_module_states' must be true too (" +
                 at("fsdp_config.fsdp_sync_module_states") + ")");
-  return Access::make(r.finish());
 }
 
 }  // namespace acc::config

@@ -284,6 +284,9 @@ Schema make_accelerator() {
           .env("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"));
   add(K("deepspeed_plugin.transformer_moe_cls_names", S | Z, "null", "comma-separated MoE layer class names")
           .env("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES"));
+  // --- Megatron-LM (set by accelerate launch --use_megatron_lm; libacc refuses it)
+  add(K("use_megatron_lm", B, "false", "tensor/pipeline parallelism through Megatron-LM")
+          .env("ACCELERATE_USE_MEGATRON_LM"));
   // --- FP8 recipes (TERecipeKwargs, AORecipeKwargs, MSAMPRecipeKwargs)
   add(K("fp8_recipe_kwargs.backend", S | Z, "null", "FP8 implementation; null: the first one available")
           .one_of(kFp8Backend, true)

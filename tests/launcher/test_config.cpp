@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -483,7 +484,7 @@ TEST(LaunchFiles, FlagsBeatTheFile) {
 TEST(LaunchFiles, PlainNoIsTheStringNo) {
   TempDir t;
   std::string f = t.write("c.yaml", "distributed_type: NO\nmixed_precision: no\ngpu_ids: 0\nuse_cpu: yes\n");
-  Config c = resolve_launch(f, {});
+  Config c = resolve_launch(f, {}, /*check=*/false);  // (use_cpu with gpu_ids: a contradiction, checked elsewhere)
   EXPECT_EQ(c.get_string("distributed_type"), "NO");
   EXPECT_EQ(c.get_string("mixed_precision"), "no");
   EXPECT_EQ(c.get_string("gpu_ids"), "0");
@@ -704,7 +705,7 @@ TEST(LaunchEnvironment, EveryExportIsReadByTheLibrary) {
                                 " deepspeed_config_file: ds.json, deepspeed_moe_layer_cls_names: Moe}\n"
                                 "parallelism_config: {parallelism_config_tp_size: 2, parallelism_config_cp_size: 2,"
                                 " parallelism_config_sp_size: 2, parallelism_config_sp_seq_length: 128}\n");
-    auto env = launch_environment(resolve_launch(f, {}));
+    auto env = launch_environment(resolve_launch(f, {}, /*check=*/false));  // contradictory on purpose
     for (const auto& [name, value] : env)
       EXPECT_TRUE(read.count(name) || launcher_only.count(name)) << dt << ": " << name << "=" << value;
     Config lib = resolve_accelerator("", env);  // and the library accepts every value
@@ -770,6 +771,264 @@ TEST(Helpers, ParseBoolAndClosestMatch) {
   EXPECT_FALSE(parse_bool(""));
   EXPECT_EQ(closest_match("num_proceses", {"num_processes", "num_machines"}), "num_processes");
   EXPECT_EQ(closest_match("xyz", {"num_processes", "num_machines"}), "");
+}
+
+// --- The whole chain: file < flag < environment < explicit -------------------------------------------------------
+
+// What a libacc process resolves when `acc launch` started it: the launcher resolves defaults < file < flags and
+// exports its variables over acc's own environment; the library reads defaults < environment < explicit JSON.
+struct Chain {
+  Config launch, library;
+};
+Chain through_launcher(const std::optional<std::string>& file, const std::vector<Flag>& flags, const Env& user_env,
+                       const std::string& explicit_json) {
+  Chain c{resolve_launch(file, flags), {}};
+  Env env = user_env;
+  for (auto& [k, v] : launch_environment(c.launch)) env[k] = v;  // the launcher's values replace the user's
+  c.library = resolve_accelerator(explicit_json, env);
+  return c;
+}
+
+TEST(Precedence, Table) {
+  TempDir t;
+  const std::string file = t.write("f.yaml",
+                                   "distributed_type: DEEPSPEED\nmixed_precision: fp16\nnum_processes: 2\n"
+                                   "deepspeed_config:\n  gradient_accumulation_steps: 8\n");
+  const std::string plain = t.write("p.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n");
+  struct Case {
+    const char* what;
+    std::optional<std::string> file;
+    std::vector<Flag> flags;
+    Env env;
+    std::string explicit_json;
+    const char* key;        // library key
+    const char* value;      // its resolved value, as JSON
+    Origin origin;          // where the library got it
+    const char* where;
+  };
+  const Flag bf16{"mixed_precision", "bf16", "--mixed_precision"};
+  const std::vector<Case> cases = {
+      {"nothing: the launcher exports the default", std::nullopt, {}, {}, "", "mixed_precision", "\"no\"", Origin::Env,
+       "ACCELERATE_MIXED_PRECISION"},
+      {"file", file, {}, {}, "", "mixed_precision", "\"fp16\"", Origin::Env, "ACCELERATE_MIXED_PRECISION"},
+      {"flag beats file", file, {bf16}, {}, "", "mixed_precision", "\"bf16\"", Origin::Env, "ACCELERATE_MIXED_PRECISION"},
+      {"the launcher's export beats acc's own environment (as accelerate launch)", file, {bf16},
+       {{"ACCELERATE_MIXED_PRECISION", "fp8"}}, "", "mixed_precision", "\"bf16\"", Origin::Env,
+       "ACCELERATE_MIXED_PRECISION"},
+      {"explicit beats everything", file, {bf16}, {{"ACCELERATE_MIXED_PRECISION", "fp8"}},
+       R"({"mixed_precision": "no"})", "mixed_precision", "\"no\"", Origin::Explicit, "acc_accelerator_create"},
+      {"a file value reaches the library through the environment", file, {}, {}, "", "gradient_accumulation_steps",
+       "8", Origin::Env, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
+      {"flag beats the file's DeepSpeed value", file, {{"deepspeed_config.gradient_accumulation_steps", "3",
+                                                       "--gradient_accumulation_steps"}},
+       {}, "", "gradient_accumulation_steps", "3", Origin::Env, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
+      {"explicit beats the exported value (Accelerate lets the environment win)", file, {}, {},
+       R"({"gradient_accumulation_steps": 2})", "gradient_accumulation_steps", "2", Origin::Explicit,
+       "acc_accelerator_create"},
+      {"a variable the launcher does not export comes from acc's environment", plain, {},
+       {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}}, "", "gradient_accumulation_steps", "4", Origin::Env,
+       "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
+      {"... and explicit beats it", plain, {}, {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}},
+       R"({"gradient_accumulation_steps": 6})", "gradient_accumulation_steps", "6", Origin::Explicit,
+       "acc_accelerator_create"},
+      {"a key nothing sets keeps its default", plain, {}, {}, "", "seed", "null", Origin::Default, "default"},
+      {"--cpu flag", plain, {{"use_cpu", "true", "--cpu"}}, {}, "", "cpu", "true", Origin::Env, "ACCELERATE_USE_CPU"},
+      {"explicit cpu false beats --cpu (Accelerate ORs them)", plain, {{"use_cpu", "true", "--cpu"}}, {},
+       R"({"cpu": false})", "cpu", "false", Origin::Explicit, "acc_accelerator_create"},
+  };
+  for (const Case& k : cases) {
+    Chain c = through_launcher(k.file, k.flags, k.env, k.explicit_json);
+    EXPECT_EQ(c.library.get_json(k.key), k.value) << k.what;
+    EXPECT_EQ(c.library.provenance(k.key).origin, k.origin) << k.what;
+    EXPECT_EQ(c.library.provenance(k.key).where, k.where) << k.what;
+  }
+  // The launcher side of the same table, with provenance: default < file:line < flag.
+  Chain c = through_launcher(file, {bf16}, {}, "");
+  EXPECT_EQ(c.launch.provenance("mixed_precision").where, "--mixed_precision");
+  EXPECT_EQ(c.launch.provenance("num_processes").where, file + ":3");
+  EXPECT_EQ(c.launch.provenance("deepspeed_config.gradient_accumulation_steps").where, file + ":5");
+  EXPECT_EQ(c.launch.provenance("machine_rank").where, "default");
+  // A scheduler's variable is a source between the file and the flags.
+  Config s = resolve_launch(plain, {{"num_machines", "1", "SLURM_NNODES", Origin::Env}});
+  EXPECT_EQ(s.provenance("num_machines").origin, Origin::Env);
+  EXPECT_EQ(s.provenance("num_machines").where, "SLURM_NNODES");
+}
+
+// --- Accelerate's own test configs (tests/test_configs), written again in data/accelerate ----------------------
+
+TEST(AccelerateTestConfigs, EveryVersionReads) {
+  const std::string d = kData + "/accelerate/";
+  Config v11 = resolve_launch(d + "0_11_0.yaml", {});
+  EXPECT_EQ(v11.get_string("distributed_type"), "NO");
+  EXPECT_EQ(v11.get_string("mixed_precision"), "no");
+  EXPECT_FALSE(v11.is_set("main_process_ip"));
+  EXPECT_FALSE(v11.is_set("deepspeed_config"));  // `{}`: nothing set
+  Config v12 = resolve_launch(d + "0_12_0.yaml", {});
+  EXPECT_FALSE(v12.get_bool("downcast_bf16"));  // 'no'
+  Config mpi = resolve_launch(d + "0_28_0_mpi.yaml", {});
+  EXPECT_EQ(mpi.get_string("mpirun_config.mpirun_hostfile"), "/home/user/hostfile");
+  EXPECT_EQ(mpi.get_int("num_machines"), 4);
+  EXPECT_EQ(mpi.get_int("num_processes"), 16);
+  EXPECT_TRUE(mpi.get_bool("use_cpu"));
+  Config sm = resolve_launch(d + "0_30_0_sagemaker.yaml", {});
+  EXPECT_EQ(sm.get_string("compute_environment"), "AMAZON_SAGEMAKER");
+  EXPECT_EQ(sm.get_string("distributed_type"), "NO");  // a plain NO, not YAML's false
+  EXPECT_EQ(sm.get_string("mixed_precision"), "fp16");
+  EXPECT_EQ(sm.get_string("ec2_instance_type"), "MY_TYPE");
+  EXPECT_EQ(sm.get_string("iam_role_name"), "MY_ROLE");
+  Config fp8 = resolve_launch(d + "0_34_0_fp8.yaml", {});
+  EXPECT_EQ(fp8.get_string("fp8_config.backend"), "TE");
+  EXPECT_EQ(fp8.get_string("fp8_config.fp8_format"), "E4M3");
+  EXPECT_EQ(fp8.get_string("fp8_config.amax_compute_algo"), "max");
+  EXPECT_EQ(fp8.get_string_list("fp8_config.override_linear_precision"),
+            (std::vector<std::string>{"false", "false", "false"}));
+  auto env = launch_environment(fp8);
+  EXPECT_EQ(env["ACCELERATE_FP8_BACKEND"], "TE");
+  EXPECT_EQ(env["ACCELERATE_FP8_OVERRIDE_WGRAD"], "False");
+  Config latest = resolve_launch(d + "latest.yaml", {});
+  EXPECT_EQ(latest.get_string("tpu_name"), "test-tpu");
+  EXPECT_EQ(latest.get_string("command_file"), "tests/test_samples/test_command_file.sh");
+  EXPECT_FALSE(latest.is_set("commands"));
+  Config fsdp = resolve_launch(d + "latest_fsdp.yaml", {});
+  EXPECT_EQ(fsdp.get_string("fsdp_config.fsdp_state_dict_type"), "SHARDED_STATE_DICT");
+  EXPECT_EQ(fsdp.get_string("fsdp_config.fsdp_transformer_layer_cls_to_wrap"), "BertLayer");
+  EXPECT_FALSE(fsdp.is_set("fsdp_config.fsdp_ignored_modules"));
+  auto fenv = launch_environment(fsdp);
+  EXPECT_EQ(fenv["ACCELERATE_USE_FSDP"], "true");
+  EXPECT_EQ(fenv["FSDP_SYNC_MODULE_STATES"], "true");
+  EXPECT_EQ(fenv.count("FSDP_IGNORED_MODULES"), 0u);
+  // validate_launch_cmd.yaml: sections for paradigms the file does not use are read, not acted on.
+  Config v = resolve_launch(d + "validate_launch_cmd.yaml", {});
+  EXPECT_TRUE(v.get_bool("debug"));
+  EXPECT_FALSE(v.get_bool("fsdp_config.fsdp_sync_module_states"));
+  EXPECT_EQ(launch_environment(v).count("ACCELERATE_USE_FSDP"), 0u);
+  EXPECT_EQ(launch_environment(v)["ACCELERATE_DEBUG_MODE"], "true");
+  // invalid_keys.yaml: Accelerate refuses unknown keys, and so do we, naming the first one.
+  std::string err = error_of([&] { resolve_launch(d + "invalid_keys.yaml", {}); });
+  EXPECT_NE(err.find("invalid_keys.yaml:14: unknown key 'invalid_key'"), std::string::npos) << err;
+}
+
+// `acc config update` and the questionnaire write files that read back to the same values.
+TEST(AccelerateTestConfigs, WrittenFilesReadBackTheSame) {
+  TempDir t;
+  for (const char* name : {"0_11_0.yaml", "0_12_0.yaml", "0_28_0_mpi.yaml", "0_30_0_sagemaker.yaml", "0_34_0_fp8.yaml",
+                           "latest.yaml", "latest_fsdp.yaml", "validate_launch_cmd.yaml"}) {
+    Config a = resolve_launch(kData + "/accelerate/" + name, {}, false);
+    for (bool json : {false, true}) {
+      std::string text = format_launch_file(a, json);
+      std::string f = t.write(std::string(name) + (json ? ".json" : ".yaml"), text);
+      Config b = resolve_launch(f, {}, false);
+      for (const auto& k : a.keys())  // (tpu_env: null is written as [], as accelerate config writes it)
+        if (k != "tpu_env") EXPECT_EQ(a.get_json(k), b.get_json(k)) << name << (json ? " as JSON: " : " as YAML: ") << k;
+    }
+  }
+  // Accelerate's spellings: sorted keys, 'NO' and 'no' quoted, empty sections left out, tpu_env: [].
+  Config a = resolve_launch(kData + "/accelerate/0_11_0.yaml", {});
+  std::string text = format_launch_file(a, false);
+  EXPECT_EQ(text.rfind("compute_environment: LOCAL_MACHINE\n", 0), 0u) << text;
+  EXPECT_NE(text.find("distributed_type: 'NO'\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("mixed_precision: 'no'\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tpu_env: []\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("deepspeed_config"), std::string::npos) << text;
+  EXPECT_EQ(text.find("main_process_ip"), std::string::npos) << text;
+}
+
+// --- Contradictions, caught before any process starts ---------------------------------------------------------
+
+TEST(Contradictions, FromFlags) {
+  EXPECT_NE(error_of([] { resolve_launch(std::nullopt, {{"distributed_type", "MULTI_GPU", "--multi_gpu"}}); })
+                .find("'distributed_type' (\"MULTI_GPU\", --multi_gpu) needs at least 2 processes"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              resolve_launch(std::nullopt, {{"use_cpu", "true", "--cpu"}, {"gpu_ids", "1", "--gpu_ids"}});
+            }).find("'use_cpu' (true, --cpu) trains on the CPU, but 'gpu_ids' (\"1\", --gpu_ids) selects GPUs"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              resolve_launch(std::nullopt, {{"num_processes", "4", "--num_processes"},
+                                            {"num_machines", "2", "--num_machines"}});
+            }).find("main_process_ip"),
+            std::string::npos);
+  // gpu_ids "all", or enough of them, is fine; a single process on a GPU machine is fine.
+  EXPECT_EQ(error_of([] {
+              resolve_launch(std::nullopt, {{"distributed_type", "MULTI_GPU", "--multi_gpu"},
+                                            {"num_processes", "2", "--num_processes"}, {"gpu_ids", "0,1", "x"}});
+            }),
+            "<no error>");
+  // Without checking, the same values resolve (acc config update keeps what a file says).
+  EXPECT_EQ(error_of([] { resolve_launch(std::nullopt, {{"use_cpu", "true", "--cpu"}, {"gpu_ids", "1", "x"}}, false); }),
+            "<no error>");
+}
+
+// --- Capabilities libacc does not have yet: accepted, validated, refused when used ---------------------------
+
+TEST(Unsupported, NamedWithTheirSource) {
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {})));
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"init_process_group_kwargs": {"backend": "gloo"}})", {})));
+  struct Case {
+    std::string json;
+    Env env;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {R"({"fsdp_plugin": {"fsdp_version": 2}})", {}, "'use_fsdp' = true (from explicit acc_accelerator_create): FSDP"},
+      {"", {{"ACCELERATE_USE_FSDP", "true"}}, "'use_fsdp' = true (from env ACCELERATE_USE_FSDP)"},
+      {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}}, "DeepSpeed (ZeRO) is not supported yet by libacc"},
+      {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
+      {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
+      {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
+      {R"({"ddp_kwargs": {"comm_hook": "fp16"}})", {}, "DDP communication hook"},
+      {R"({"log_with": ["wandb"]})", {}, "experiment tracking"},
+      {R"({"init_process_group_kwargs": {"backend": "mpi"}})", {}, "the c10d backend \"mpi\""},
+      {R"({"init_process_group_kwargs": {"init_method": "tcp://h:1"}})", {}, "a rendezvous other than env://"},
+  };
+  for (const auto& k : cases) {
+    auto why = unsupported_setting(resolve_accelerator(k.json, k.env));
+    ASSERT_TRUE(why) << k.json;
+    EXPECT_NE(why->find(k.want), std::string::npos) << *why;
+    EXPECT_NE(why->find("not supported yet"), std::string::npos) << *why;
+  }
+}
+
+// --- The run record written next to a run's outputs -----------------------------------------------------------
+
+TEST(RunRecord, ReproducesTheConfig) {
+  TempDir t;
+  Env env{{"ACCELERATE_MIXED_PRECISION", "bf16"}, {"WORLD_SIZE", "1"}, {"HF_TOKEN", "secret"}, {"MY_API_KEY", "k"}};
+  Config c = resolve_accelerator(R"({"seed": 7, "project_dir": ")" + t.path + R"(/run/a"})", env);
+  std::string path = write_run_record(c, c.get_string("project_config.project_dir"),
+                                      R"({"version": "9.9.9", "torch": "2.x"})", env);
+  EXPECT_EQ(path, t.path + "/run/a/acc_run_config.json");
+  std::string text = slurp(path);
+  EXPECT_NE(text.find("\"format\": \"acc_run_config/1\""), std::string::npos);
+  EXPECT_NE(text.find("\"version\": \"9.9.9\""), std::string::npos);
+  EXPECT_NE(text.find("\"ACCELERATE_MIXED_PRECISION\": \"bf16\""), std::string::npos);
+  EXPECT_NE(text.find("\"where\": \"ACCELERATE_MIXED_PRECISION\""), std::string::npos);
+  EXPECT_EQ(text.find("secret"), std::string::npos);  // no secrets in files
+  EXPECT_EQ(text.find("MY_API_KEY"), std::string::npos);
+  // Given back as explicit JSON, the record reproduces every value, without the environment.
+  Config again = resolve_accelerator(text, {});
+  EXPECT_EQ(again.to_json(false), c.to_json(false));
+  // No temporary file is left; a directory that cannot be made is an error.
+  EXPECT_EQ(std::system(("test $(ls -A '" + t.path + "/run/a' | wc -l) -eq 1").c_str()), 0);
+  t.write("file", "x");
+  EXPECT_NE(error_of([&] { write_run_record(c, t.path + "/file/sub", "{}", {}); }), "<no error>");
+}
+
+// --- JSON Schema -------------------------------------------------------------------------------------------------
+
+TEST(JsonSchema, EveryKeyIsDescribed) {
+  for (SchemaKind kind : {SchemaKind::Launch, SchemaKind::Accelerator}) {
+    std::string s = json_schema(kind);
+    EXPECT_NE(s.find("\"$schema\": \"https://json-schema.org/draft/2020-12/schema\""), std::string::npos);
+    EXPECT_NE(s.find("\"additionalProperties\": false"), std::string::npos);
+    for (const auto& k : schema_keys(kind)) {
+      std::string name = k.path.substr(k.path.rfind('.') == std::string::npos ? 0 : k.path.rfind('.') + 1);
+      EXPECT_NE(s.find("\"" + name + "\": {"), std::string::npos) << k.path;
+    }
+    // The schema is JSON the library's own reader accepts (as an explicit config it is refused by key, not syntax).
+    std::string err = error_of([&] { resolve_accelerator(s, {}); });
+    EXPECT_EQ(err.find("malformed JSON"), std::string::npos) << err;
+  }
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ struct Flag {
   std::string path;   // launch-schema key, e.g. "num_processes"
   std::string value;  // text, parsed by the key's type ("4", "true", "bf16")
   std::string name;   // as given on the command line, for provenance and errors: "--num-processes"
+  Origin origin = Origin::Flag;  // Env for values the launcher read from a job scheduler ("SLURM_NNODES")
 };
 
 // The config file `acc launch` uses when none is given (docs/configuration.md, "Which file"):
@@ -104,11 +105,48 @@ std::optional<std::string> find_default_config_file(const std::map<std::string, 
 
 // Parses a launch config file (JSON by extension `.json`, YAML otherwise; Accelerate's legacy spellings are
 // upgraded) and layers defaults < file < flags. config_file may be nullopt (no file).
-Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags);
+// With check (the default), the result must describe a job that can start: check_launch() below. Without it
+// (`acc config update`, `acc config explain` of a file alone) only keys, types and values are checked, and a file's
+// `num_processes: -1` placeholder is kept as -1.
+Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags,
+                      bool check = true);
+
+// The settings of a launch config that contradict each other, caught before any process starts; throws Error
+// naming both keys and where each value came from: num_processes -1 (not given), machine_rank >= num_machines,
+// num_processes not a multiple of num_machines, several machines without main_process_ip or with port 0, use_cpu
+// with gpu_ids, more processes per machine than gpu_ids names (GPU types), --multi_gpu with one process,
+// parallelism_config without FSDP 2, fsdp_cpu_ram_efficient_loading without fsdp_sync_module_states (FSDP 1),
+// fp8 with use_cpu.
+void check_launch(const Config& launch);
+
+// A launch config file's text, as `accelerate config` writes one (ClusterConfig.to_yaml_file / to_json_file):
+// sorted keys; the keys Accelerate always writes, plus every key a source other than the defaults set (null values
+// left out); a section only when something in it was set. YAML unless json.
+std::string format_launch_file(const Config& launch, bool json);
 
 // The ACCELERATE_* / FSDP_* / ... variables `accelerate launch` exports for a resolved launch config (everything but
 // the per-rank torchrun variables, MASTER_*, and OMP_NUM_THREADS, which the launcher sets).
 std::map<std::string, std::string> launch_environment(const Config& launch);
+
+// ---------------------------------------------------------------------------------------------------------------
+// JSON Schema (draft 2020-12) of the files of a schema (Launch: default_config.yaml / .json; Accelerator: the
+// explicit JSON of acc_accelerator_create), for editors. Every key with its type, default, accepted values, range
+// and help; unknown keys are refused (additionalProperties: false); legacy spellings are listed as deprecated.
+std::string json_schema(SchemaKind kind);
+
+// The first setting of a resolved Accelerator config that libacc accepts but cannot do yet (FSDP, DeepSpeed,
+// Megatron-LM, N-d parallelism, torch.compile, DDP communication hooks, trackers, other c10d backends or init
+// methods), as a message naming the key, its value, where it came from and that it is not supported yet;
+// nullopt when everything is supported. acc_accelerator_create refuses such a config with ACC_ERR_UNSUPPORTED.
+std::optional<std::string> unsupported_setting(const Config& accelerator);
+
+// The run record libacc writes on the main process into the project directory of a run (acc_run_config.json): the
+// resolved config with provenance, the build (acc_build_info JSON), the process and the distributed environment.
+// Given back as explicit JSON (whole) it reproduces the config. Written atomically (temporary file + rename); the
+// directory is created if needed. Returns the path written. Throws Error when it cannot be written.
+inline constexpr const char* kRunRecordName = "acc_run_config.json";
+std::string write_run_record(const Config& accelerator, const std::string& dir, std::string_view build_info_json,
+                             const std::map<std::string, std::string>& env);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Helpers shared with the launcher.

@@ -1,0 +1,499 @@
+// What is built on top of a resolved config: the JSON Schema of the files, the text of a launch config file as
+// `accelerate config` writes it, the settings libacc cannot do yet, and the run record written next to a run's outputs.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+#include "internal.hpp"
+
+namespace acc::config {
+using namespace detail;
+
+namespace {
+
+Node map_node() {
+  Node n;
+  n.kind = Kind::Map;
+  return n;
+}
+
+Node list_node() {
+  Node n;
+  n.kind = Kind::List;
+  return n;
+}
+
+Node strings(const std::vector<std::string>& v) {
+  Node n = list_node();
+  for (const auto& s : v) n.list.push_back(Node::string(s));
+  return n;
+}
+
+// ----------------------------------------------------------------------------------------------------------- schema
+
+// Accepted spellings of a case-insensitive choice: the listed one, lower and upper case.
+std::vector<std::string> spellings(const KeySpec& k) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& s) {
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  };
+  for (const auto& c : k.choices) {
+    add(c);
+    if (k.ci) {
+      add(lower(c));
+      add(upper(c));
+    }
+  }
+  return out;
+}
+
+Node key_schema(const KeySpec& k, SchemaKind kind) {
+  Node alts = list_node();
+  const unsigned t = k.types;
+  auto numeric = [&](bool integer) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string(integer ? "integer" : "number"));
+    auto bound = [&](double v) { return integer || v == static_cast<double>(static_cast<int64_t>(v))
+                                            ? Node::integer(static_cast<int64_t>(v)) : Node::number(v); };
+    if (k.min) n.map.emplace_back("minimum", bound(*k.min));
+    if (k.max) n.map.emplace_back("maximum", bound(*k.max));
+    return n;
+  };
+  if (t & tStr) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string("string"));
+    if (!k.choices.empty()) n.map.emplace_back("enum", strings(spellings(k)));
+    alts.list.push_back(std::move(n));
+  }
+  if (t & tBool) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string("boolean"));
+    alts.list.push_back(std::move(n));
+    // Accelerate writes some booleans as quoted strings ('no').
+    if (kind == SchemaKind::Launch) {
+      Node s = map_node();
+      s.map.emplace_back("type", Node::string("string"));
+      s.map.emplace_back("enum", strings({"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}));
+      alts.list.push_back(std::move(s));
+    }
+  }
+  if (t & tInt) alts.list.push_back(numeric(true));
+  // A launch file may hold num_processes: -1 ("give it on the command line"), as Accelerate writes it.
+  if ((t & tInt) && kind == SchemaKind::Launch && k.path == "num_processes") {
+    Node n = map_node();
+    n.map.emplace_back("const", Node::integer(-1));
+    alts.list.push_back(std::move(n));
+  }
+  else if (t & tNum) alts.list.push_back(numeric(false));
+  if (t & tList) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string("array"));
+    Node items = map_node();
+    items.map.emplace_back("type", Node::string("string"));
+    if (!k.choices.empty()) items.map.emplace_back("enum", strings(spellings(k)));
+    n.map.emplace_back("items", std::move(items));
+    alts.list.push_back(std::move(n));
+    if (!(t & tStr)) {  // one name, or names separated by commas
+      Node s = map_node();
+      s.map.emplace_back("type", Node::string("string"));
+      alts.list.push_back(std::move(s));
+    }
+  }
+  if (t & tTriple) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string("array"));
+    Node items = map_node();
+    items.map.emplace_back("type", Node::string("boolean"));
+    n.map.emplace_back("items", std::move(items));
+    n.map.emplace_back("minItems", Node::integer(3));
+    n.map.emplace_back("maxItems", Node::integer(3));
+    alts.list.push_back(std::move(n));
+    Node s = map_node();  // "(false, false, false)", as Accelerate writes it
+    s.map.emplace_back("type", Node::string("string"));
+    s.map.emplace_back("pattern", Node::string("^[\\[(]?\\s*\\w+\\s*,\\s*\\w+\\s*,\\s*\\w+\\s*[\\])]?$"));
+    alts.list.push_back(std::move(s));
+  }
+  if (t & tNull) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string("null"));
+    alts.list.push_back(std::move(n));
+  }
+  // A string key without choices also takes what YAML reads as a number (`gpu_ids: 0`).
+  if (kind == SchemaKind::Launch && (t & tStr) && k.choices.empty() && !(t & (tInt | tNum))) {
+    Node n = map_node();
+    n.map.emplace_back("type", Node::string("number"));
+    alts.list.push_back(std::move(n));
+  }
+
+  Node out = map_node();
+  std::string desc = k.help;
+  if (!k.env.empty()) desc += " (environment: " + k.env + ")";
+  out.map.emplace_back("description", Node::string(desc));
+  if (t & tAny) {
+    // any JSON value
+  } else if (alts.list.size() == 1) {
+    for (auto& e : alts.list[0].map) out.map.push_back(std::move(e));
+  } else {
+    out.map.emplace_back("anyOf", std::move(alts));
+  }
+  out.map.emplace_back("default", strip(k.def));
+  return out;
+}
+
+Node section_schema(const Schema& s, const std::string& section, SchemaKind kind) {
+  Node obj = map_node();
+  obj.map.emplace_back("type", Node::string("object"));
+  Node props = map_node();
+  for (const auto& name : s.children.at(section)) {
+    const std::string path = section.empty() ? name : section + "." + name;
+    if (s.is_section(path)) {
+      Node sub = section_schema(s, path, kind);
+      // A section may be empty or null (`deepspeed_config: {}` / `fsdp_config:`), as Accelerate writes them.
+      sub.map.front().second = strings({"object", "null"});
+      props.map.emplace_back(name, std::move(sub));
+      continue;
+    }
+    const KeySpec& k = *s.key(path);
+    props.map.emplace_back(name, key_schema(k, kind));
+    for (const auto& a : k.aliases) {
+      Node alias = key_schema(k, kind);
+      alias.map.front().second = Node::string("legacy spelling of '" + k.name + "': " + k.help);
+      alias.map.emplace_back("deprecated", Node::boolean(true));
+      props.map.emplace_back(a, std::move(alias));
+    }
+  }
+  if (kind == SchemaKind::Launch && section == "fsdp_config") {
+    // Accelerate accepts fsdp_config keys without their `fsdp_` prefix.
+    const auto kids = s.children.at(section);
+    for (const auto& name : kids) {
+      if (name.rfind("fsdp_", 0) != 0 || name == "fsdp_version") continue;
+      Node alias = key_schema(*s.key(section + "." + name), kind);
+      alias.map.front().second = Node::string("same as '" + name + "'");
+      props.map.emplace_back(name.substr(5), std::move(alias));
+    }
+  }
+  if (kind == SchemaKind::Launch && section == "dynamo_config") {
+    for (const auto& name : s.children.at(section)) {
+      Node alias = key_schema(*s.key(section + "." + name), kind);
+      alias.map.front().second = Node::string("same as '" + name + "'");
+      props.map.emplace_back(name.substr(7), std::move(alias));
+    }
+  }
+  if (kind == SchemaKind::Launch && section.empty()) {
+    Node fp16 = map_node();
+    fp16.map.emplace_back("description", Node::string("legacy: true means mixed_precision: fp16"));
+    fp16.map.emplace_back("type", Node::string("boolean"));
+    fp16.map.emplace_back("deprecated", Node::boolean(true));
+    props.map.emplace_back("fp16", std::move(fp16));
+    Node db = map_node();
+    db.map.emplace_back("description", Node::string("legacy: dynamo_config.dynamo_backend"));
+    db.map.emplace_back("deprecated", Node::boolean(true));
+    props.map.emplace_back("dynamo_backend", std::move(db));
+  }
+  obj.map.emplace_back("properties", std::move(props));
+  obj.map.emplace_back("additionalProperties", Node::boolean(false));
+  return obj;
+}
+
+// -------------------------------------------------------------------------------------------------------- writing
+
+// PyYAML's safe_dump quoting, closely enough: a string that would read back as something else is single-quoted.
+std::string yaml_string(const std::string& s) {
+  bool quote = s.empty() || s.front() == ' ' || s.back() == ' ';
+  static const char* const kWords[] = {"yes", "no", "true", "false", "on", "off", "y", "n", "null", "~"};
+  for (const char* w : kWords)
+    if (lower(s) == w) quote = true;
+  if (parse_int(s) || parse_double(s)) quote = true;
+  if (s.find_first_of(":#{}[],&*!|>'\"%@`\n\t\\") != std::string::npos) quote = true;
+  if (!s.empty() && (s.front() == '-' || s.front() == '?' || s.front() == '.')) quote = true;
+  bool control = false;
+  for (unsigned char c : s)
+    if (c < 0x20) control = true;
+  if (control) return json_quote(s);  // double-quoted YAML is JSON's escaping
+  if (!quote) return s;
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += '\'';
+    out += c;
+  }
+  return out + "'";
+}
+
+void write_yaml(std::string& out, const Node& n, int level) {
+  const std::string pad(static_cast<size_t>(level) * 2, ' ');
+  for (const auto& [k, v] : n.map) {
+    out += pad + k + ":";
+    switch (v.kind) {
+      case Kind::Map:
+        out += "\n";
+        write_yaml(out, v, level + 1);
+        break;
+      case Kind::List:
+        if (v.list.empty()) {
+          out += " []\n";
+        } else {
+          out += "\n";
+          for (const Node& e : v.list) {
+            out += pad + "- ";
+            if (e.kind == Kind::String) out += yaml_string(e.s);
+            else write_json(out, e, -1);
+            out += "\n";
+          }
+        }
+        break;
+      case Kind::String:
+        out += ' ';
+        out += yaml_string(v.s);
+        out += '\n';
+        break;
+      default: {
+        std::string t;
+        write_json(t, v, -1);
+        out += " " + t + "\n";
+      }
+    }
+  }
+}
+
+void sort_maps(Node& n) {
+  if (n.kind != Kind::Map) return;
+  std::sort(n.map.begin(), n.map.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& e : n.map) sort_maps(e.second);
+}
+
+// ------------------------------------------------------------------------------------------------------ run record
+
+std::string utc_now() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<std::string> self_argv() {
+  std::vector<std::string> out;
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(f, arg, '\0')) out.push_back(arg);
+  return out;
+}
+
+void make_dirs(const std::string& dir) {
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+      throw Error("cannot create directory '" + partial + "': " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw Error("'" + dir + "' is not a directory");
+}
+
+}  // namespace
+
+std::string json_schema(SchemaKind kind) {
+  const Schema& s = schema(kind);
+  Node root = map_node();
+  root.map.emplace_back("$schema", Node::string("https://json-schema.org/draft/2020-12/schema"));
+  if (kind == SchemaKind::Launch) {
+    root.map.emplace_back("$id", Node::string("https://libacc.dev/schema/launch-config.json"));
+    root.map.emplace_back("title", Node::string("libacc / Accelerate launch config (default_config.yaml)"));
+    root.map.emplace_back("description",
+                          Node::string("Read by `acc launch` and `accelerate launch`; see docs/configuration.md."));
+  } else {
+    root.map.emplace_back("$id", Node::string("https://libacc.dev/schema/accelerator-config.json"));
+    root.map.emplace_back("title", Node::string("libacc accelerator config (acc_accelerator_create)"));
+    root.map.emplace_back("description", Node::string("The explicit JSON given to acc_accelerator_create."));
+  }
+  Node body = section_schema(s, "", kind);
+  for (auto& e : body.map) root.map.push_back(std::move(e));
+  if (kind == SchemaKind::Launch) {
+    Node req = list_node();
+    req.list.push_back(Node::string("distributed_type"));
+    root.map.emplace_back("required", std::move(req));
+  }
+  std::string out;
+  write_json(out, root, 2);
+  return out + "\n";
+}
+
+std::string format_launch_file(const Config& cfg, bool json) {
+  const Config::Impl& im = Access::impl(cfg);
+  if (im.schema->kind != SchemaKind::Launch) throw Error("format_launch_file needs a launch config");
+  // ClusterConfig fields that are never None, so `accelerate config` always writes them.
+  static const char* const kAlways[] = {"compute_environment", "debug", "distributed_type", "downcast_bf16",
+                                        "enable_cpu_affinity", "machine_rank", "main_training_function",
+                                        "mixed_precision", "num_machines", "num_processes", "rdzv_backend",
+                                        "same_network", "tpu_use_cluster", "tpu_use_sudo", "use_cpu"};
+  Node root = map_node();
+  const Schema& s = *im.schema;
+  for (size_t i = 0; i < s.keys.size(); ++i) {
+    const KeySpec& k = s.keys[i];
+    const Node& v = im.values[i];
+    bool always = k.parent.empty() && std::find(std::begin(kAlways), std::end(kAlways), k.path) != std::end(kAlways);
+    bool set = im.prov[i].origin != Origin::Default;
+    if (!(always || (set && v.kind != Kind::Null))) continue;
+    Node* target = &root;
+    if (!k.parent.empty()) {
+      Node* sec = root.find(k.parent);
+      if (!sec) {
+        root.map.emplace_back(k.parent, map_node());
+        sec = &root.map.back().second;
+      }
+      target = sec;
+    }
+    target->map.emplace_back(k.name, strip(v));
+  }
+  if (!root.find("tpu_env")) root.map.emplace_back("tpu_env", list_node());  // accelerate config writes []
+  sort_maps(root);
+  std::string out;
+  if (json) {
+    write_json(out, root, 2);
+    out += "\n";
+  } else {
+    write_yaml(out, root, 0);
+  }
+  return out;
+}
+
+std::optional<std::string> unsupported_setting(const Config& c) {
+  if (c.kind() != SchemaKind::Accelerator) throw Error("unsupported_setting needs an accelerator config");
+  auto from = [&](const char* key) {
+    Provenance p = c.provenance(key);
+    return p.origin == Origin::Default ? std::string("the default") : std::string(origin_name(p.origin)) + " " + p.where;
+  };
+  auto refuse = [&](const char* key, const std::string& what, const std::string& instead) {
+    std::string m = "'";
+    m += key;
+    m += "' = ";
+    m += c.get_json(key);
+    m += " (from ";
+    m += from(key);
+    m += "): ";
+    m += what;
+    m += " is not supported yet by libacc";
+    if (!instead.empty()) {
+      m += "; ";
+      m += instead;
+    }
+    return m;
+  };
+  if (c.get_bool("use_fsdp"))
+    return refuse("use_fsdp", "FSDP (fully sharded data parallel)", "train with DDP (the default) instead");
+  if (c.get_bool("use_deepspeed"))
+    return refuse("use_deepspeed", "DeepSpeed (ZeRO)", "train with DDP (the default) instead");
+  if (c.get_bool("use_megatron_lm"))
+    return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
+  if (c.get_bool("use_parallelism_config"))
+    return refuse("use_parallelism_config", "N-d parallelism (parallelism_config)", "train with DDP (the default) instead");
+  if (c.get_string("dynamo_plugin.backend") != "NO")
+    return refuse("dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
+  if (lower(c.get_string("ddp_kwargs.comm_hook")) != "no")
+    return refuse("ddp_kwargs.comm_hook", "a DDP communication hook", "set it to \"no\"");
+  if (lower(c.get_string("ddp_kwargs.comm_wrapper")) != "no")
+    return refuse("ddp_kwargs.comm_wrapper", "a DDP communication wrapper", "set it to \"no\"");
+  if (c.is_set("log_with") && !c.get_string_list("log_with").empty())
+    return refuse("log_with", "experiment tracking", "leave it null");
+  if (c.is_set("init_process_group_kwargs.backend")) {
+    std::string b = lower(c.get_string("init_process_group_kwargs.backend"));
+    if (b != "gloo" && b != "nccl" && b != "cpu:gloo,cuda:nccl")
+      return refuse("init_process_group_kwargs.backend", "the c10d backend \"" + b + "\"", "use gloo or nccl (or null)");
+  }
+  if (c.is_set("init_process_group_kwargs.init_method")) {
+    std::string m = c.get_string("init_process_group_kwargs.init_method");
+    if (m != "env://")
+      return refuse("init_process_group_kwargs.init_method", "a rendezvous other than env://",
+                    "leave it null: processes meet at MASTER_ADDR:MASTER_PORT");
+  }
+  return std::nullopt;
+}
+
+std::string write_run_record(const Config& cfg, const std::string& dir, std::string_view build_info_json,
+                             const std::map<std::string, std::string>& env) {
+  if (dir.empty()) throw Error("write_run_record: empty directory");
+  Node root = map_node();
+  root.map.emplace_back("format", Node::string("acc_run_config/1"));
+  root.map.emplace_back("written_at", Node::string(utc_now()));
+  Node build;
+  try {
+    build = strip(parse_json(build_info_json));
+  } catch (const Error&) {
+    build = Node::string(std::string(build_info_json));
+  }
+  root.map.emplace_back("build", std::move(build));
+  Node proc = map_node();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  proc.map.emplace_back("hostname", Node::string(host));
+  proc.map.emplace_back("pid", Node::integer(getpid()));
+  proc.map.emplace_back("argv", strings(self_argv()));
+  char cwd[4096] = {0};
+  proc.map.emplace_back("cwd", getcwd(cwd, sizeof cwd) ? Node::string(cwd) : Node::null());
+  root.map.emplace_back("process", std::move(proc));
+  // The variables that shape a distributed run: the launcher's and the library's.
+  Node vars = map_node();
+  static const char* const kPrefixes[] = {"ACCELERATE_", "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_", "TORCHELASTIC_",
+                                          "GLOO_", "NCCL_", "ACC_"};
+  static const char* const kNames[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                       "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
+                                       "CUDA_VISIBLE_DEVICES"};
+  for (const auto& [k, v] : env) {
+    bool keep = std::find(std::begin(kNames), std::end(kNames), k) != std::end(kNames);
+    for (const char* p : kPrefixes)
+      if (k.rfind(p, 0) == 0) keep = true;
+    // Secrets never go into files: skip anything that looks like one.
+    const std::string u = upper(k);
+    if (u.find("TOKEN") != std::string::npos || u.find("SECRET") != std::string::npos ||
+        u.find("PASSWORD") != std::string::npos || u.find("KEY") != std::string::npos)
+      keep = false;
+    if (keep) vars.map.emplace_back(k, Node::string(v));
+  }
+  root.map.emplace_back("environment", std::move(vars));
+  Node both = parse_json(cfg.to_json(true));
+  for (auto& e : both.map) root.map.push_back(std::move(e));
+  std::string text;
+  write_json(text, strip(root), 2);
+  text += "\n";
+
+  make_dirs(dir);
+  const std::string path = dir + "/" + kRunRecordName;
+  const std::string tmp = dir + "/." + kRunRecordName + ".tmp." + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      throw Error("cannot write '" + tmp + "': " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    int e = errno;
+    unlink(tmp.c_str());
+    throw Error("cannot write '" + tmp + "': " + std::strerror(e));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    unlink(tmp.c_str());
+    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
+  }
+  return path;
+}
+
+}  // namespace acc::config

@@ -1,18 +1,23 @@
 #include "launch.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <optional>
+#include <ctime>
+#include <fstream>
+#include <set>
 
-#include "acc/config.hpp"
-#include "cli.hpp"
+#include "agent.hpp"
 #include "net.hpp"
-#include "supervisor.hpp"
 
 namespace acc::launcher {
 namespace {
@@ -20,113 +25,28 @@ namespace {
 constexpr const char* kMe = "acc launch";
 constexpr int kDefaultPort = 29500;
 
-std::vector<cli::Option> options() {
-  using cli::Option;
-  std::vector<Option> o;
-  auto flag = [&](std::string name, std::string group, std::string help, std::string key = "",
-                  std::string value = "true", std::vector<std::string> shorts = {}) {
-    Option x;
-    x.name = std::move(name);
-    x.group = std::move(group);
-    x.help = std::move(help);
-    x.config_key = std::move(key);
-    x.flag_value = std::move(value);
-    x.shorts = std::move(shorts);
-    o.push_back(std::move(x));
-  };
-  auto opt = [&](std::string name, std::string metavar, std::string group, std::string help, std::string key = "") {
-    Option x;
-    x.name = std::move(name);
-    x.takes_value = true;
-    x.metavar = std::move(metavar);
-    x.group = std::move(group);
-    x.help = std::move(help);
-    x.config_key = std::move(key);
-    o.push_back(std::move(x));
-  };
-  const std::string gen = "General", hw = "Hardware", res = "Resources", dist = "Distributed", sup = "Supervision";
-  flag("--help", gen, "show this help and exit", "", "true", {"-h"});
-  opt("--config_file", "FILE", gen, "launch config (YAML or JSON); default: see docs/configuration.md");
-  flag("--quiet", gen, "print only errors and the failure report", "", "true", {"-q"});
-  flag("--debug", gen, "check collective shapes across ranks (ACCELERATE_DEBUG_MODE)", "debug");
-  flag("--module", gen, "run the program as `python3 -m PROGRAM`", "", "true", {"-m"});
-  flag("--no_python", gen, "run a .py program directly instead of through python3");
-  flag("--cpu", hw, "train on the CPU (ACCELERATE_USE_CPU)", "use_cpu");
-  flag("--multi_gpu", hw, "distributed_type MULTI_GPU", "distributed_type", "MULTI_GPU");
-  opt("--mixed_precision", "{no,fp16,bf16,fp8}", res, "mixed precision mode", "mixed_precision");
-  opt("--num_processes", "N", res, "processes in total (default 1)", "num_processes");
-  opt("--num_machines", "N", res, "machines in total (default 1)", "num_machines");
-  opt("--num_cpu_threads_per_process", "N", res, "OMP_NUM_THREADS of every process");
-  flag("--enable_cpu_affinity", res, "pin processes to CPU cores (ACCELERATE_CPU_AFFINITY)", "enable_cpu_affinity");
-  opt("--dynamo_backend", "BACKEND", res, "torch.compile backend (ACCELERATE_DYNAMO_BACKEND)",
-      "dynamo_config.dynamo_backend");
-  opt("--dynamo_mode", "MODE", res, "torch.compile mode", "dynamo_config.dynamo_mode");
-  flag("--dynamo_use_fullgraph", res, "compile whole graphs", "dynamo_config.dynamo_use_fullgraph");
-  flag("--dynamo_use_dynamic", res, "trace with dynamic shapes", "dynamo_config.dynamo_use_dynamic");
-  flag("--dynamo_use_regional_compilation", res, "compile repeated blocks once",
-       "dynamo_config.dynamo_use_regional_compilation");
-  opt("--gpu_ids", "IDS", dist, "comma-separated device ids, or all (CUDA_VISIBLE_DEVICES)", "gpu_ids");
-  flag("--same_network", dist, "all machines are on one local network", "same_network");
-  opt("--machine_rank", "R", dist, "rank of this machine (default 0)", "machine_rank");
-  opt("--main_process_ip", "IP", dist, "address of machine 0 (MASTER_ADDR; default 127.0.0.1)", "main_process_ip");
-  opt("--main_process_port", "PORT", dist, "rendezvous port (MASTER_PORT; default 29500; 0: a free port)",
-      "main_process_port");
-  opt("--rdzv_backend", "{static,c10d,etcd,etcd-v2}", dist, "rendezvous method (acc launch uses static)",
-      "rdzv_backend");
-  flag("--downcast_bf16", dist, "XLA: with bf16, also downcast float64 tensors", "downcast_bf16");
-  opt("--term_timeout", "SECONDS", sup, "grace between SIGTERM and SIGKILL when stopping processes (default 5)");
-  opt("--monitor_interval", "SECONDS", sup, "how often the processes are checked (default 0.1)");
+[[noreturn]] void usage_error(const std::string& msg) { throw cli::UsageError(msg); }
 
-  // Accelerate's paradigm flags, and one flag per key of the paradigm sections of the config, named as
-  // `accelerate launch` names them (the key's name, `fp8_` + name in fp8_config).
-  const std::string par = "Paradigm (one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm)";
-  flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type", "DEEPSPEED");
-  flag("--use_fsdp", par, "distributed_type FSDP (ACCELERATE_USE_FSDP)", "distributed_type", "FSDP");
-  flag("--use_megatron_lm", par, "distributed_type MEGATRON_LM", "distributed_type", "MEGATRON_LM");
-  const std::pair<const char*, const char*> sections[] = {{"deepspeed_config", "DeepSpeed (with --use_deepspeed)"},
-                                                          {"fsdp_config", "FSDP (with --use_fsdp)"},
-                                                          {"fp8_config", "FP8 (with --mixed_precision fp8)"},
-                                                          {"megatron_lm_config", "Megatron-LM (with --use_megatron_lm)"},
-                                                          {"parallelism_config", "ParallelismConfig"}};
-  for (const auto& k : config::schema_keys(config::SchemaKind::Launch)) {
-    for (auto [section, group] : sections) {
-      const std::string prefix = std::string(section) + ".";
-      if (k.path.rfind(prefix, 0) != 0) continue;
-      std::string name = k.path.substr(prefix.size());
-      if (std::string(section) == "fp8_config" && name.rfind("fp8_", 0) != 0) name = "fp8_" + name;
-      std::string help = k.help;
-      if (!k.choices.empty()) {
-        help += " (";
-        for (size_t i = 0; i < k.choices.size(); ++i) help += (i ? "|" : "") + k.choices[i];
-        help += ")";
-      }
-      if (name == "fp8_use_autocast_during_eval") {  // a store-true flag in accelerate launch
-        flag("--" + name, group, help, k.path);
-        continue;
-      }
-      std::string metavar = !k.choices.empty()                 ? "NAME"
-                            : k.type.rfind("bool[3]", 0) == 0    ? "B,B,B"
-                            : k.type.rfind("bool", 0) == 0       ? "BOOL"
-                            : k.type.rfind("int", 0) == 0        ? "N"
-                            : k.type.rfind("number", 0) == 0     ? "X"
-                                                                 : "VALUE";
-      opt("--" + name, metavar, group, help, k.path);
-    }
+// "mixed precision mode [mixed_precision; default "no"]": the help of a key, from the schema.
+std::string key_help(const config::KeyInfo& k, const std::string& help) {
+  std::string h = help.empty() ? k.help : help;
+  std::string choices;
+  if (!k.choices.empty() && help.empty()) {
+    for (size_t i = 0; i < k.choices.size(); ++i) choices += (i ? "|" : "") + k.choices[i];
+    h += " (" + choices + ")";
   }
-  return o;
+  h += " [" + k.path;
+  if (k.default_json != "null") h += "; default " + k.default_json;
+  return h + "]";
 }
 
-const char* kDescription =
-    "Starts PROGRAM in --num_processes local processes with the torchrun/Accelerate environment (RANK,\n"
-    "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ACCELERATE_*), and watches them: if one fails, the others\n"
-    "are stopped and acc exits with its status. Values come from the defaults, then the config file, then these\n"
-    "flags. Options may be spelled with '_' or '-'. A PROGRAM ending in .py runs under python3.";
-
-[[noreturn]] void usage_error(const std::string& msg) { throw cli::UsageError(msg); }
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
 
 struct Resolved {
   std::string path;
-  int error = 0;  // errno when not executable
+  int error = 0;
   std::string why;
 };
 
@@ -156,24 +76,717 @@ Resolved resolve_program(const std::string& name, const std::string& path_env) {
   return last;
 }
 
-double positive_number(const cli::Parsed& p, const std::string& name, double def) {
+double seconds_option(const cli::Parsed& p, const std::string& name, double def, double lo, double hi) {
   auto it = p.options.find(name);
   if (it == p.options.end()) return def;
   char* end = nullptr;
   double v = std::strtod(it->second.value.c_str(), &end);
-  if (it->second.value.empty() || *end != '\0' || !(v > 0) || v > 3600)
-    usage_error(it->second.as_typed + " must be a number of seconds in (0, 3600]; got '" + it->second.value + "'");
+  if (it->second.value.empty() || *end != '\0' || !(v > lo) || v > hi)
+    usage_error(it->second.as_typed + " must be a number of seconds in (" + std::to_string(static_cast<int>(lo)) +
+                ", " + std::to_string(static_cast<int>(hi)) + "]; got '" + it->second.value + "'");
   return v;
 }
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+int int_option(const cli::Parsed& p, const std::string& name, int def, int lo, int hi) {
+  auto it = p.options.find(name);
+  if (it == p.options.end()) return def;
+  char* end = nullptr;
+  long v = std::strtol(it->second.value.c_str(), &end, 10);
+  if (it->second.value.empty() || *end != '\0' || v < lo || v > hi)
+    usage_error(it->second.as_typed + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                "]; got '" + it->second.value + "'");
+  return static_cast<int>(v);
+}
+
+// torchrun's --tee: "3" for every local rank, or "0:3,1:1" per local rank (0 none, 1 stdout, 2 stderr, 3 both).
+std::vector<int> parse_tee(const std::string& spec, const std::string& typed, int nproc) {
+  std::vector<int> out(static_cast<size_t>(nproc), 0);
+  auto level = [&](const std::string& s) {
+    if (s.size() != 1 || s[0] < '0' || s[0] > '3')
+      usage_error(typed + " takes 0 (nothing), 1 (stdout), 2 (stderr) or 3 (both), for every local rank or as "
+                          "LOCAL_RANK:N,...; got '" + spec + "'");
+    return s[0] - '0';
+  };
+  if (spec.find(':') == std::string::npos) {
+    std::fill(out.begin(), out.end(), level(spec));
+    return out;
+  }
+  size_t start = 0;
+  for (;;) {
+    size_t c = spec.find(',', start);
+    std::string item = spec.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    size_t colon = item.find(':');
+    char* end = nullptr;
+    long r = colon == std::string::npos ? -1 : std::strtol(item.substr(0, colon).c_str(), &end, 10);
+    if (colon == std::string::npos || colon == 0 || *end != '\0' || r < 0)
+      usage_error(typed + ": '" + item + "' is not LOCAL_RANK:N");
+    int lv = level(item.substr(colon + 1));
+    if (r < nproc) out[static_cast<size_t>(r)] = lv;
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return out;
+}
+
+// --rdzv_conf "join_timeout=60,read_timeout=5": only join_timeout means something to acc launch.
+double join_timeout_of(const std::string& conf) {
+  double timeout = 600;  // torchrun's default
+  size_t start = 0;
+  while (start < conf.size()) {
+    size_t c = conf.find(',', start);
+    std::string item = conf.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) usage_error("--rdzv_conf: '" + item + "' is not KEY=VALUE");
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    if (k == "join_timeout" || k == "timeout") {
+      char* end = nullptr;
+      double t = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !(t > 0)) usage_error("--rdzv_conf: join_timeout must be a number of seconds > 0");
+      timeout = t;
+    }
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return timeout;
+}
+
+// Physical cores (psutil.cpu_count(logical=False)), as Accelerate uses for CPU training.
+int physical_cores() {
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::string> cores;
+  std::string line, phys = "0";
+  while (std::getline(f, line)) {
+    if (line.rfind("physical id", 0) == 0) phys = line.substr(line.find(':') + 1);
+    if (line.rfind("core id", 0) == 0) cores.insert(phys + "/" + line.substr(line.find(':') + 1));
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::string timestamp() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+
+void make_dirs(const std::string& dir) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    std::string part = dir.substr(0, pos);
+    if (!part.empty() && mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
+      throw config::Error("cannot create log directory '" + part + "': " + std::strerror(errno));
+  }
+}
+
+const char* kDescription =
+    "Starts PROGRAM in --num_processes processes (over --num_machines machines) with the torchrun/Accelerate\n"
+    "environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ACCELERATE_*), and watches them: if one\n"
+    "fails, the others are stopped, and acc prints which rank failed, how, and its last lines of output; with\n"
+    "--max_restarts the whole group starts again. Values come from the defaults, then the config file, then a job\n"
+    "scheduler's variables (srun, mpirun), then these flags; `acc config explain` shows where each one came from.\n"
+    "Options may be spelled with '_' or '-'. A PROGRAM ending in .py runs under python3.";
+
+}  // namespace
+
+std::vector<cli::Option> launch_options() {
+  using cli::Option;
+  std::map<std::string, config::KeyInfo> keys;
+  for (auto& k : config::schema_keys(config::SchemaKind::Launch)) keys[k.path] = k;
+  std::vector<Option> o;
+  auto flag = [&](std::string name, std::string group, std::string help, std::string key = "",
+                  std::string value = "true", std::vector<std::string> shorts = {}) {
+    Option x;
+    x.name = std::move(name);
+    x.group = std::move(group);
+    x.config_key = std::move(key);
+    x.help = x.config_key.empty() || value != "true" ? std::move(help) : key_help(keys.at(x.config_key), help);
+    x.flag_value = std::move(value);
+    x.shorts = std::move(shorts);
+    o.push_back(std::move(x));
+  };
+  auto opt = [&](std::string name, std::string metavar, std::string group, std::string help, std::string key = "",
+                 std::vector<std::string> shorts = {}) {
+    Option x;
+    x.name = std::move(name);
+    x.takes_value = true;
+    x.metavar = std::move(metavar);
+    x.group = std::move(group);
+    x.config_key = std::move(key);
+    x.help = x.config_key.empty() ? std::move(help) : key_help(keys.at(x.config_key), help);
+    x.shorts = std::move(shorts);
+    o.push_back(std::move(x));
+  };
+  const std::string gen = "General", hw = "Hardware", res = "Resources", dist = "Distributed",
+                    sup = "Supervision, restarts and logs";
+  flag("--help", gen, "show this help and exit", "", "true", {"-h"});
+  opt("--config_file", "FILE", gen, "launch config (YAML or JSON); default: see `acc config explain`");
+  flag("--quiet", gen, "print only errors and the failure report", "", "true", {"-q"});
+  flag("--debug", gen, "", "debug");
+  flag("--module", gen, "run the program as `python3 -m PROGRAM`", "", "true", {"-m"});
+  flag("--no_python", gen, "run a .py program directly instead of through python3");
+  flag("--cpu", hw, "train on the CPU", "use_cpu");
+  flag("--multi_gpu", hw, "distributed_type MULTI_GPU [distributed_type]", "distributed_type", "MULTI_GPU");
+  flag("--tpu", hw, "TPU training (not supported by acc launch)");
+  opt("--mixed_precision", "{no,fp16,bf16,fp8}", res, "", "mixed_precision");
+  opt("--num_processes", "N", res, "processes in total, over all machines", "num_processes");
+  opt("--num_machines", "N", res, "", "num_machines");
+  opt("--num_cpu_threads_per_process", "N", res,
+      "OMP_NUM_THREADS of every process (default: kept if set; else physical cores / processes with --cpu; else 1 "
+      "with several processes)");
+  flag("--enable_cpu_affinity", res, "", "enable_cpu_affinity");
+  opt("--dynamo_backend", "BACKEND", res, "", "dynamo_config.dynamo_backend");
+  opt("--dynamo_mode", "MODE", res, "", "dynamo_config.dynamo_mode");
+  flag("--dynamo_use_fullgraph", res, "", "dynamo_config.dynamo_use_fullgraph");
+  flag("--dynamo_use_dynamic", res, "", "dynamo_config.dynamo_use_dynamic");
+  flag("--dynamo_use_regional_compilation", res, "", "dynamo_config.dynamo_use_regional_compilation");
+  opt("--gpu_ids", "IDS", dist, "", "gpu_ids");
+  flag("--same_network", dist, "", "same_network");
+  opt("--machine_rank", "R", dist, "", "machine_rank");
+  opt("--main_process_ip", "IP", dist, "address of machine 0: MASTER_ADDR; default 127.0.0.1", "main_process_ip");
+  opt("--main_process_port", "PORT", dist,
+      "one machine: MASTER_PORT (default 29500; 0: a free port); several: machine 0's rendezvous port, the processes "
+      "meet on PORT + 1",
+      "main_process_port");
+  opt("--rdzv_backend", "{static,c10d,etcd,etcd-v2}", dist, "accepted for compatibility; acc's rendezvous is its own",
+      "rdzv_backend");
+  opt("--rdzv_conf", "K=V,...", dist, "rendezvous settings: join_timeout=SECONDS (default 600) for several machines");
+  opt("--scheduler", "{auto,none,slurm,mpi}", dist,
+      "read ranks from srun / mpirun variables (auto: when they are set; none: ignore them)");
+  flag("--downcast_bf16", dist, "", "downcast_bf16");
+  opt("--max_restarts", "N", sup, "restart the whole group up to N times after a failure (default 0), as torchrun");
+  opt("--monitor_interval", "SECONDS", sup, "how often the processes are checked (default 0.1)");
+  opt("--term_timeout", "SECONDS", sup, "grace between SIGTERM and SIGKILL when stopping processes (default 5)");
+  opt("--tee", "{0,1,2,3}|R:N,...", sup,
+      "also write stdout (1), stderr (2) or both (3) of every (or the listed) local rank to log files, and prefix "
+      "those lines with [ROLE<local_rank>]:",
+      "", {"-t"});
+  opt("--log_dir", "DIR", sup,
+      "per-rank log files: DIR/<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log (both streams unless --tee says)");
+  opt("--role", "NAME", sup, "name in the prefix of teed lines (default: default)");
+  opt("--mpirun_hostfile", "FILE", dist, "", "mpirun_config.mpirun_hostfile");
+  opt("--aws_access_key_id", "ID", gen, "SageMaker (not supported by acc launch)");
+  opt("--aws_secret_access_key", "KEY", gen, "SageMaker (not supported by acc launch)");
+
+  // Accelerate's paradigm flags, and one flag per key of the paradigm sections of the config, named as
+  // `accelerate launch` names them (the key's name, `fp8_` + name in fp8_config).
+  const std::string par = "Paradigm (one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm)";
+  flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type", "DEEPSPEED");
+  flag("--use_fsdp", par, "distributed_type FSDP (ACCELERATE_USE_FSDP)", "distributed_type", "FSDP");
+  flag("--use_megatron_lm", par, "distributed_type MEGATRON_LM", "distributed_type", "MEGATRON_LM");
+  flag("--use_parallelism_config", par, "use parallelism_config (needs --use_fsdp --fsdp_version 2)");
+  const std::pair<const char*, const char*> sections[] = {{"deepspeed_config", "DeepSpeed (with --use_deepspeed)"},
+                                                          {"fsdp_config", "FSDP (with --use_fsdp)"},
+                                                          {"fp8_config", "FP8 (with --mixed_precision fp8)"},
+                                                          {"megatron_lm_config", "Megatron-LM (with --use_megatron_lm)"},
+                                                          {"parallelism_config", "ParallelismConfig"}};
+  for (const auto& k : config::schema_keys(config::SchemaKind::Launch)) {
+    for (auto [section, group] : sections) {
+      const std::string prefix = std::string(section) + ".";
+      if (k.path.rfind(prefix, 0) != 0) continue;
+      std::string name = k.path.substr(prefix.size());
+      if (std::string(section) == "fp8_config" && name.rfind("fp8_", 0) != 0) name = "fp8_" + name;
+      if (name == "fp8_use_autocast_during_eval") {  // a store-true flag in accelerate launch
+        flag("--" + name, group, "", k.path);
+        continue;
+      }
+      std::string metavar = !k.choices.empty()                 ? "NAME"
+                            : k.type.rfind("bool[3]", 0) == 0    ? "B,B,B"
+                            : k.type.rfind("bool", 0) == 0       ? "BOOL"
+                            : k.type.rfind("int", 0) == 0        ? "N"
+                            : k.type.rfind("number", 0) == 0     ? "X"
+                                                                 : "VALUE";
+      opt("--" + name, metavar, group, "", k.path);
+    }
+  }
+  return o;
+}
+
+Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
+                   const std::map<std::string, std::string>& env, bool check) {
+  Resolution r;
+  std::vector<std::string> paradigms;
+  for (const char* f : {"--cpu", "--multi_gpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm"})
+    if (p.options.count(f)) paradigms.push_back(f);
+  if (paradigms.size() > 1)
+    throw config::Error("contradictory settings: only one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, "
+                        "--use_megatron_lm may be given; got " + paradigms[0] + " and " + paradigms[1]);
+  if (p.options.count("--tpu")) throw config::Error("--tpu: TPUs are not supported by acc launch");
+  for (const char* aws : {"--aws_access_key_id", "--aws_secret_access_key"})
+    if (p.options.count(aws)) throw config::Error(std::string(aws) + ": SageMaker jobs are not supported by acc launch");
+
+  if (auto it = p.options.find("--config_file"); it != p.options.end()) {
+    r.file = it->second.value;
+    r.file_reason = it->second.as_typed;
+  } else {
+    r.file = config::find_default_config_file(env, &r.searched);
+    if (r.file) {
+      auto e = env.find("ACC_CONFIG_FILE");
+      if (e != env.end() && !e->second.empty()) r.file_reason = "$ACC_CONFIG_FILE";
+      else if (ends_with(*r.file, "/acc/default_config.yaml")) r.file_reason = "libacc's default location";
+      else r.file_reason = "Accelerate's default location";
+    }
+  }
+
+  std::vector<config::Flag> flags;
+  // Scheduler values come before the flags, so that a flag still wins.
+  std::string mode = "auto";
+  if (auto it = p.options.find("--scheduler"); it != p.options.end()) {
+    mode = it->second.value;
+    if (mode != "auto" && mode != "none" && mode != "slurm" && mode != "mpi")
+      usage_error("--scheduler takes auto, none, slurm or mpi; got '" + mode + "'");
+  }
+  try {
+    r.sched = detect_scheduler(env, mode);
+  } catch (const std::runtime_error& e) {
+    throw config::Error(e.what());
+  }
+  if (r.sched) {
+    const SchedulerInfo& s = *r.sched;
+    const auto E = config::Origin::Env;
+    if (s.one_per_machine()) {
+      int machines = s.nodes > 0 && s.nodes == s.size ? s.nodes : s.size;
+      int machine_rank = s.nodes > 0 && s.nodes == s.size ? s.node_rank : s.rank;
+      const std::string& mv = s.nodes > 0 && s.nodes == s.size ? s.nodes_var : s.size_var;
+      const std::string& rv = s.nodes > 0 && s.nodes == s.size ? s.node_rank_var : s.rank_var;
+      flags.push_back({"num_machines", std::to_string(machines), mv, E});
+      flags.push_back({"machine_rank", std::to_string(machine_rank), rv, E});
+      if (!s.first_node.empty()) flags.push_back({"main_process_ip", s.first_node, "SLURM_JOB_NODELIST", E});
+    } else {
+      r.per_task = true;
+      flags.push_back({"num_processes", std::to_string(s.size), s.size_var, E});
+      int machines = s.nodes > 0 ? s.nodes : std::max(1, s.size / std::max(1, s.local_size));
+      int machine_rank = s.nodes > 0 ? s.node_rank : s.rank / std::max(1, s.local_size);
+      flags.push_back({"num_machines", std::to_string(machines), s.nodes > 0 ? s.nodes_var : s.local_size_var, E});
+      flags.push_back({"machine_rank", std::to_string(machine_rank), s.nodes > 0 ? s.node_rank_var : s.rank_var, E});
+      if (!s.first_node.empty()) flags.push_back({"main_process_ip", s.first_node, "SLURM_JOB_NODELIST", E});
+    }
+  }
+  for (const auto& o : opts) {
+    auto it = p.options.find(o.name);
+    if (it == p.options.end() || o.config_key.empty()) continue;
+    flags.push_back({o.config_key, o.takes_value ? it->second.value : o.flag_value, it->second.as_typed});
+  }
+  // With one task per machine and no process count given, each machine runs one process.
+  r.cfg = config::resolve_launch(r.file, flags, false);
+  if (r.sched && r.sched->one_per_machine() && r.cfg.get_int("num_processes") == 1 &&
+      r.cfg.provenance("num_processes").origin == config::Origin::Default && r.cfg.get_int("num_machines") > 1) {
+    flags.insert(flags.begin(), {"num_processes", std::to_string(r.cfg.get_int("num_machines")),
+                                 r.sched->name + ": one process per machine", config::Origin::Env});
+    r.cfg = config::resolve_launch(r.file, flags, false);
+  }
+  if (r.per_task && r.cfg.get_int("num_processes") != r.sched->size)
+    throw config::Error("'num_processes' is " + std::to_string(r.cfg.get_int("num_processes")) + " (" +
+                        r.cfg.provenance("num_processes").where + "), but " + r.sched->name + " started " +
+                        std::to_string(r.sched->size) + " tasks (" + r.sched->size_var +
+                        "), each of which runs one process; drop --num_processes or make them equal");
+  if (check) {
+    r.cfg = config::resolve_launch(r.file, flags, true);
+    if (r.cfg.get_string("compute_environment") != "LOCAL_MACHINE")
+      throw config::Error("compute_environment " + r.cfg.get_string("compute_environment") + " (" +
+                          r.cfg.provenance("compute_environment").where +
+                          ") is not supported by acc launch; it runs LOCAL_MACHINE jobs only");
+    if (r.cfg.get_bool("tpu_use_cluster"))
+      throw config::Error("tpu_use_cluster (" + r.cfg.provenance("tpu_use_cluster").where +
+                          ") is not supported by acc launch");
+    if (p.options.count("--use_parallelism_config") &&
+        !(r.cfg.get_string("distributed_type") == "FSDP" && r.cfg.get_int("fsdp_config.fsdp_version") == 2))
+      throw config::Error("contradictory settings: --use_parallelism_config needs --use_fsdp and --fsdp_version 2");
+  }
+  return r;
+}
+
+Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const std::vector<std::string>& program) {
+  Plan plan;
+  plan.env = config::current_environment();
+  plan.quiet = p.options.count("--quiet") > 0;
+  plan.r = resolve(p, opts, plan.env, true);
+  const config::Config& cfg = plan.r.cfg;
+  plan.world = static_cast<int>(cfg.get_int("num_processes"));
+  plan.machines = static_cast<int>(cfg.get_int("num_machines"));
+  plan.machine_rank = static_cast<int>(cfg.get_int("machine_rank"));
+  plan.nproc = plan.world / plan.machines;
+  plan.first_rank = plan.machine_rank * plan.nproc;
+  plan.master_addr = cfg.is_set("main_process_ip") ? cfg.get_string("main_process_ip") : "127.0.0.1";
+  plan.term_timeout = seconds_option(p, "--term_timeout", 5.0, 0, 3600);
+  plan.monitor_interval = seconds_option(p, "--monitor_interval", 0.1, 0, 3600);
+  plan.max_restarts = int_option(p, "--max_restarts", 0, 0, 1000000);
+  if (auto it = p.options.find("--rdzv_conf"); it != p.options.end()) plan.join_timeout = join_timeout_of(it->second.value);
+  if (auto it = p.options.find("--role"); it != p.options.end()) plan.role = it->second.value;
+
+  if (plan.r.per_task) {
+    // One process per acc: its rank is the scheduler's.
+    const SchedulerInfo& s = *plan.r.sched;
+    plan.nproc = 1;
+    plan.first_rank = s.rank;
+    if (plan.max_restarts > 0)
+      throw config::Error("--max_restarts: restarts need one acc launch per machine; under " + s.name +
+                          " with one task per process, let the scheduler restart the job");
+  }
+  int port = cfg.is_set("main_process_port") ? static_cast<int>(cfg.get_int("main_process_port")) : kDefaultPort;
+  if (plan.machines == 1 || plan.r.per_task) {
+    if (port == 0) {
+      port = free_port();
+    } else if (!plan.r.per_task && port_in_use(port)) {
+      int other = free_port();
+      if (!plan.quiet)
+        std::fprintf(stderr, "%s: port %d is in use; using free port %d instead (pass --main_process_port to choose)\n",
+                     kMe, port, other);
+      port = other;
+    }
+  }
+  plan.master_port = port;
+
+  // Threads per process.
+  const int nproc = plan.nproc;
+  if (auto it = p.options.find("--num_cpu_threads_per_process"); it != p.options.end()) {
+    plan.threads = int_option(p, "--num_cpu_threads_per_process", 1, 1, 100000);
+  } else if (!plan.env.count("OMP_NUM_THREADS")) {
+    const int local = plan.r.sched ? std::max(1, plan.r.sched->local_size) : nproc;
+    const int per = cfg.get_bool("use_cpu") ? physical_cores() / local : 1;
+    if (per > 1) {
+      plan.threads = per;
+      plan.threads_note = "setting OMP_NUM_THREADS=" + std::to_string(per) + " (physical cores / processes) for CPU "
+                          "training; set OMP_NUM_THREADS or --num_cpu_threads_per_process to tune it";
+    } else if (local > 1) {
+      plan.threads = 1;
+      plan.threads_note = "setting OMP_NUM_THREADS=1 for each process so that " + std::to_string(local) +
+                          " processes do not overload the CPU; set OMP_NUM_THREADS or --num_cpu_threads_per_process "
+                          "to tune it";
+    }
+  }
+
+  // Output: tee and log files.
+  auto tee_it = p.options.find("--tee");
+  auto dir_it = p.options.find("--log_dir");
+  if (tee_it != p.options.end()) plan.tee = parse_tee(tee_it->second.value, tee_it->second.as_typed, nproc);
+  else if (dir_it != p.options.end()) plan.tee.assign(static_cast<size_t>(nproc), 3);
+  bool any_tee = std::any_of(plan.tee.begin(), plan.tee.end(), [](int t) { return t != 0; });
+  if (any_tee) {
+    std::string base;
+    if (dir_it != p.options.end()) {
+      base = dir_it->second.value;
+      make_dirs(base);
+    } else {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_logs_XXXXXX";
+      std::vector<char> buf(templ.begin(), templ.end());
+      buf.push_back('\0');
+      if (!mkdtemp(buf.data())) throw config::Error("cannot create a log directory: " + std::string(std::strerror(errno)));
+      base = buf.data();
+    }
+    plan.log_root = base + "/" + timestamp() + "_" + host_name() + "_" + std::to_string(getpid());
+    make_dirs(plan.log_root);
+  }
+
+  // The command.
+  if (program.empty()) usage_error("missing the PROGRAM to launch");
+  if (p.options.count("--module") && p.options.count("--no_python"))
+    usage_error("--module and --no_python cannot be used together");
+  const std::string& prog = program.front();
+  if (p.options.count("--module")) plan.cmd = {"python3", "-m"};
+  else if (!p.options.count("--no_python") && ends_with(prog, ".py")) plan.cmd = {"python3"};
+  plan.cmd.insert(plan.cmd.end(), program.begin(), program.end());
+  const std::string path_env = plan.env.count("PATH") ? plan.env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
+  Resolved exe = resolve_program(plan.cmd.front(), path_env);
+  if (exe.error)
+    throw PlanError("cannot execute '" + plan.cmd.front() + "': " + exe.why, exe.error == ENOENT ? 127 : 126);
+  plan.exe = exe.path;
+
+  // The environment every process shares.
+  plan.base_env = plan.env;
+  for (auto& [k, v] : config::launch_environment(cfg)) plan.base_env[k] = v;
+  plan.base_env["MASTER_ADDR"] = plan.master_addr;
+  if (plan.threads > 0) plan.base_env["OMP_NUM_THREADS"] = std::to_string(plan.threads);
+  plan.base_env["WORLD_SIZE"] = std::to_string(plan.world);
+  plan.base_env["LOCAL_WORLD_SIZE"] =
+      std::to_string(plan.r.per_task ? std::max(1, plan.r.sched->local_size) : plan.nproc);
+  plan.base_env["GROUP_RANK"] = std::to_string(plan.machine_rank);
+  plan.base_env["GROUP_WORLD_SIZE"] = std::to_string(plan.machines);
+  plan.base_env["ROLE_NAME"] = plan.role;
+  plan.base_env["ROLE_WORLD_SIZE"] = std::to_string(plan.world);
+  plan.base_env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(plan.max_restarts);
+  return plan;
+}
+
+namespace {
+
+std::vector<Worker> make_workers(const Plan& plan, int attempt, int master_port) {
+  std::vector<Worker> workers;
+  for (int local = 0; local < plan.nproc; ++local) {
+    const int rank = plan.first_rank + local;
+    const int local_rank = plan.r.per_task ? plan.r.sched->local_rank : local;
+    std::map<std::string, std::string> e = plan.base_env;
+    e["MASTER_PORT"] = std::to_string(master_port);
+    e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
+    e["RANK"] = std::to_string(rank);
+    e["LOCAL_RANK"] = std::to_string(local_rank);
+    e["ROLE_RANK"] = std::to_string(rank);
+    Worker w;
+    w.rank = rank;
+    w.local_rank = local_rank;
+    w.path = plan.exe;
+    w.argv = plan.cmd;
+    for (auto& [k, v] : e) w.env.push_back(k + "=" + v);
+    workers.push_back(std::move(w));
+  }
+  return workers;
+}
+
+std::string label(const Plan& plan) {
+  std::string s;
+  for (const auto& a : plan.cmd) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+// The failure report: one block that says which rank failed, how, and what it printed last.
+void print_report(const Plan& plan, const Group& g, const std::string& attempt_dir, int attempt, bool restarting) {
+  const auto& f = *g.first_failure();
+  const std::string rule(72, '=');
+  std::string title = "FAILED";
+  if (restarting)
+    title = "FAILED, restarting the group (restart " + std::to_string(attempt + 1) + " of " +
+            std::to_string(plan.max_restarts) + ")";
+  std::fprintf(stderr, "%s\n%s: %s  %s\n", rule.c_str(), kMe, title.c_str(), label(plan).c_str());
+  std::string where = "local_rank " + std::to_string(f.local_rank);
+  if (f.pid > 0) where += ", pid " + std::to_string(f.pid);
+  if (plan.machines > 1)
+    where += ", machine " + std::to_string(plan.machine_rank) + " of " + std::to_string(plan.machines) + ", " + host_name();
+  std::fprintf(stderr, "  failed rank : %d (%s)\n", f.rank, where.c_str());
+  if (!f.start_error.empty()) std::fprintf(stderr, "  status      : %s\n", f.start_error.c_str());
+  else std::fprintf(stderr, "  status      : %s\n", describe_status(f.status).c_str());
+  if (f.start_error.empty()) {
+    std::string after = std::to_string(f.after);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f s", f.after);
+    after = buf;
+    if (plan.max_restarts > 0)
+      after += " (attempt " + std::to_string(attempt + 1) + " of " + std::to_string(plan.max_restarts + 1) + ")";
+    std::fprintf(stderr, "  after       : %s\n", after.c_str());
+  }
+  for (const auto& [sig, ranks] : g.stopped_ranks()) {
+    std::string list;
+    for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    if (sig == "SIGKILL")
+      std::fprintf(stderr, "  killed      : rank %s (SIGKILL after %.1f s)\n", list.c_str(), plan.term_timeout);
+    else
+      std::fprintf(stderr, "  stopped     : rank %s (%s)\n", list.c_str(), sig.c_str());
+  }
+  if (!attempt_dir.empty() && f.local_rank >= 0 && static_cast<size_t>(f.local_rank) < plan.tee.size() &&
+      plan.tee[static_cast<size_t>(f.local_rank)])
+    std::fprintf(stderr, "  logs        : %s/%d/\n", attempt_dir.c_str(), f.local_rank);
+  auto lines = g.tail(f.local_rank);
+  if (f.start_error.empty()) {
+    if (lines.empty()) {
+      std::fprintf(stderr, "  last output : (rank %d printed nothing)\n", f.rank);
+    } else {
+      std::fprintf(stderr, "  last output : (rank %d, stdout and stderr, last %zu lines)\n", f.rank, lines.size());
+      for (const auto& l : lines) std::fprintf(stderr, "    | %s\n", l.c_str());
+    }
+  }
+  std::fprintf(stderr, "%s\n", rule.c_str());
+}
+
+int exit_code_of(const Exit& f) {
+  if (!f.start_error.empty()) return f.pid <= 0 ? 1 : f.start_errno == ENOENT ? 127 : 126;  // pipe/fork or exec
+  if (WIFEXITED(f.status)) return WEXITSTATUS(f.status);
+  if (WIFSIGNALED(f.status)) return 128 + WTERMSIG(f.status);
+  return 1;
 }
 
 }  // namespace
 
+int run_plan(Plan& plan) {
+  // Signals are read from a signalfd: nothing runs in a handler while acc forks or reaps.
+  sigset_t watched, original;
+  sigemptyset(&watched);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&watched, s);
+  sigprocmask(SIG_BLOCK, &watched, &original);
+  // An inherited SIGCHLD = SIG_IGN would make the kernel reap the workers itself and hide their status; writing to
+  // an output that went away must not kill acc (the workers get SIG_DFL back).
+  struct sigaction dfl {}, ign {}, original_chld {}, original_pipe {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGCHLD, &dfl, &original_chld);
+  sigaction(SIGPIPE, &ign, &original_pipe);
+  // Orphans of the workers become acc's children, so acc reaps what it kills at the end.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  int sigfd = signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigfd < 0) {
+    std::fprintf(stderr, "%s: error: signalfd: %s\n", kMe, std::strerror(errno));
+    return 1;
+  }
+  auto restore = [&]() {
+    close(sigfd);
+    sigaction(SIGCHLD, &original_chld, nullptr);
+    sigaction(SIGPIPE, &original_pipe, nullptr);
+    sigprocmask(SIG_SETMASK, &original, nullptr);
+  };
+
+  if (!plan.threads_note.empty() && !plan.quiet) std::fprintf(stderr, "%s: %s\n", kMe, plan.threads_note.c_str());
+  if (!plan.log_root.empty() && !plan.quiet) std::fprintf(stderr, "%s: logs in %s\n", kMe, plan.log_root.c_str());
+
+  std::unique_ptr<Agent> agent;
+  int port = plan.master_port;
+  if (plan.machines > 1 && !plan.r.per_task) {
+    AgentOptions ao;
+    ao.num_machines = plan.machines;
+    ao.machine_rank = plan.machine_rank;
+    ao.num_processes = plan.world;
+    ao.main_ip = plan.master_addr;
+    ao.main_port = plan.master_port;
+    ao.join_timeout = plan.join_timeout;
+    ao.result_timeout = plan.term_timeout + 60;
+    ao.quiet = plan.quiet;
+    agent = std::make_unique<Agent>(ao);
+    try {
+      port = agent->rendezvous(sigfd);
+    } catch (const AgentError& e) {
+      std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+      restore();
+      return e.code;
+    }
+  }
+
+  int result = 0;
+  for (int attempt = 0;; ++attempt) {
+    OutputOptions out;
+    out.tee = plan.tee;
+    out.prefix = true;
+    out.role = plan.role;
+    std::string attempt_dir;
+    if (!plan.log_root.empty()) {
+      attempt_dir = plan.log_root + "/attempt_" + std::to_string(attempt);
+      out.log_dir = attempt_dir;
+    }
+    Group g(make_workers(plan, attempt, port), out, plan.term_timeout, plan.quiet);
+    g.start();
+    int interrupted = 0;
+    Outcome remote;  // a failure elsewhere that stopped this machine's workers
+    bool reported = false;
+    while (!g.done()) {
+      std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
+      g.poll_fds(fds);
+      size_t agent_from = fds.size();
+      if (agent) agent->poll_fds(fds);
+      double wait_s = std::max(0.001, std::min(plan.monitor_interval, g.next_deadline()));
+      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(wait_s * 1000)));
+      if (rc < 0 && errno != EINTR) break;
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo si{};
+        while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          int sig = static_cast<int>(si.ssi_signo);
+          if (sig == SIGCHLD) continue;
+          if (!interrupted) {
+            interrupted = sig;
+            if (!plan.quiet)
+              std::fprintf(stderr, "%s: received %s; forwarding it to the processes\n", kMe, signal_name(sig).c_str());
+            g.stop(sig);
+            if (agent) agent->report_failure("acc launch was interrupted by " + signal_name(sig), 128 + sig, true);
+          } else {
+            if (!plan.quiet) std::fprintf(stderr, "%s: received %s again; sending SIGKILL\n", kMe, signal_name(sig).c_str());
+            g.stop(SIGKILL);
+          }
+        }
+      }
+      std::vector<pollfd> pipes(fds.begin() + 1, fds.begin() + static_cast<long>(agent_from));
+      g.on_poll(pipes);
+      g.reap();
+      if (g.failed() && !reported) {
+        reported = true;
+        if (agent && !interrupted) {
+          const Exit& f = *g.first_failure();
+          std::string what = "rank " + std::to_string(f.rank) + " " +
+                             (f.start_error.empty() ? describe_status(f.status) : f.start_error);
+          agent->report_failure(what, exit_code_of(f), false);
+        }
+      }
+      if (agent) {
+        std::vector<pollfd> afds(fds.begin() + static_cast<long>(agent_from), fds.end());
+        Agent::Event ev = agent->on_poll(afds);
+        if (ev.kind != Agent::Event::None && remote.message.empty() && !g.failed()) {
+          remote.kind = ev.kind == Agent::Event::Lost ? Outcome::Lost : Outcome::Stopped;
+          remote.message = ev.message;
+          if (!plan.quiet) std::fprintf(stderr, "%s: %s; stopping the processes of this machine\n", kMe, ev.message.c_str());
+          g.stop(SIGTERM);
+        }
+      }
+      g.tick();
+    }
+    g.finish();
+
+    Outcome local;
+    if (interrupted) {
+      local.kind = Outcome::Interrupted;
+      local.code = 128 + interrupted;
+      local.message = "interrupted by " + signal_name(interrupted);
+    } else if (g.failed()) {
+      const Exit& f = *g.first_failure();
+      local.kind = Outcome::Failed;
+      local.code = exit_code_of(f);
+      local.message = "rank " + std::to_string(f.rank) + " " + (f.start_error.empty() ? describe_status(f.status) : f.start_error);
+    } else if (!remote.message.empty()) {
+      local = remote;
+      local.code = 1;
+    }
+    // Workers that stopped by themselves after a remote failure: the job still failed.
+
+    if (agent) {
+      Decision d = agent->finish_round(local, attempt, plan.max_restarts, sigfd);
+      if (local.kind == Outcome::Failed && g.first_failure() && g.first_failure()->start_error.empty())
+        print_report(plan, g, attempt_dir, attempt, d.restart);
+      if (d.restart) {
+        port = d.port;
+        if (!plan.quiet && local.kind != Outcome::Failed)
+          std::fprintf(stderr, "%s: restarting the group (restart %d of %d) after a failure elsewhere\n", kMe,
+                       attempt + 1, plan.max_restarts);
+        continue;
+      }
+      if (d.interrupted) {
+        result = d.code;
+        break;
+      }
+      if (local.kind != Outcome::Failed && local.kind != Outcome::Interrupted && d.code != 0) {
+        const std::string rule(72, '=');
+        std::fprintf(stderr, "%s\n%s: STOPPED  %s\n  because     : %s\n%s\n", rule.c_str(), kMe, label(plan).c_str(),
+                     d.message.c_str(), rule.c_str());
+      }
+      result = local.kind == Outcome::Failed || local.kind == Outcome::Interrupted ? local.code : d.code;
+      break;
+    }
+
+    if (local.kind == Outcome::Interrupted) {
+      result = local.code;
+      break;
+    }
+    if (local.kind == Outcome::Failed) {
+      const bool start_error = !g.first_failure()->start_error.empty();  // reported already; nothing ran
+      bool restart = attempt < plan.max_restarts && !start_error;
+      if (!start_error) print_report(plan, g, attempt_dir, attempt, restart);
+      if (restart) continue;
+      result = local.code;
+      break;
+    }
+    result = 0;
+    break;
+  }
+  restore();
+  return result;
+}
+
 int launch_main(const std::vector<std::string>& args) {
-  const std::vector<cli::Option> opts = options();
+  const std::vector<cli::Option> opts = launch_options();
   const std::string usage = "acc launch [options] PROGRAM [ARGS...]";
   cli::Parsed p;
   try {
@@ -183,150 +796,28 @@ int launch_main(const std::vector<std::string>& args) {
       return 0;
     }
     if (p.positionals.empty()) usage_error("missing the PROGRAM to launch");
-    if (p.options.count("--module") && p.options.count("--no_python"))
-      usage_error("--module and --no_python cannot be used together");
-    std::vector<std::string> paradigms;
-    for (const char* f : {"--cpu", "--multi_gpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm"})
-      if (p.options.count(f)) paradigms.push_back(f);
-    if (paradigms.size() > 1)
-      usage_error("only one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm may be given; got " +
-                  paradigms[0] + " and " + paradigms[1]);
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "%s: error: %s\nusage: %s\nRun 'acc launch --help' for the options.\n", kMe, e.what(),
                  usage.c_str());
     return 2;
   }
-  const bool quiet = p.options.count("--quiet") > 0;
-  auto env = config::current_environment();
-
-  config::Config cfg;
-  SuperviseOptions sopt;
-  int threads = 0;
+  Plan plan;
   try {
-    std::optional<std::string> file;
-    if (auto it = p.options.find("--config_file"); it != p.options.end()) file = it->second.value;
-    else file = config::find_default_config_file(env);
-    std::vector<config::Flag> flags;
-    for (const auto& o : opts) {
-      auto it = p.options.find(o.name);
-      if (it == p.options.end() || o.config_key.empty()) continue;
-      flags.push_back({o.config_key, o.takes_value ? it->second.value : o.flag_value, it->second.as_typed});
-    }
-    cfg = config::resolve_launch(file, flags);
-    if (cfg.get_string("compute_environment") != "LOCAL_MACHINE")
-      throw config::Error("compute_environment " + cfg.get_string("compute_environment") + " (" +
-                          cfg.provenance("compute_environment").where +
-                          ") is not supported by acc launch; it runs LOCAL_MACHINE jobs only");
-    if (cfg.get_bool("tpu_use_cluster"))
-      throw config::Error("tpu_use_cluster (" + cfg.provenance("tpu_use_cluster").where +
-                          ") is not supported by acc launch");
-    if (auto it = p.options.find("--num_cpu_threads_per_process"); it != p.options.end()) {
-      char* end = nullptr;
-      long v = std::strtol(it->second.value.c_str(), &end, 10);
-      if (it->second.value.empty() || *end != '\0' || v < 1 || v > 100000)
-        usage_error(it->second.as_typed + " must be an integer >= 1; got '" + it->second.value + "'");
-      threads = static_cast<int>(v);
-    }
-    sopt.term_timeout = positive_number(p, "--term_timeout", 5.0);
-    sopt.monitor_interval = positive_number(p, "--monitor_interval", 0.1);
+    plan = make_plan(p, opts, p.positionals);
+  } catch (const PlanError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+    return e.code;
   } catch (const config::Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 2;
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 2;
-  }
-
-  const int64_t world = cfg.get_int("num_processes");
-  const int64_t machines = cfg.get_int("num_machines");
-  const int64_t machine_rank = cfg.get_int("machine_rank");
-  const int64_t nproc = world / machines;
-  std::string master_addr = cfg.is_set("main_process_ip") ? cfg.get_string("main_process_ip") : "127.0.0.1";
-  if (machines > 1 && !cfg.is_set("main_process_ip")) {
-    std::fprintf(stderr, "%s: error: num_machines is %lld: give the address of machine 0 (--main_process_ip)\n", kMe,
-                 static_cast<long long>(machines));
-    return 2;
-  }
-  int port = cfg.is_set("main_process_port") ? static_cast<int>(cfg.get_int("main_process_port")) : kDefaultPort;
-  try {
-    if (port == 0) {
-      if (machines > 1) {
-        std::fprintf(stderr, "%s: error: main_process_port 0 (a free port) works on one machine only; give every "
-                             "machine the same fixed port\n", kMe);
-        return 2;
-      }
-      port = free_port();
-    } else if ((machines == 1 || machine_rank == 0) && port_in_use(port)) {
-      if (machines > 1) {
-        std::fprintf(stderr, "%s: error: port %d (%s) is in use on this machine; choose another main_process_port\n",
-                     kMe, port, cfg.provenance("main_process_port").where.c_str());
-        return 1;
-      }
-      int other = free_port();
-      if (!quiet)
-        std::fprintf(stderr, "%s: port %d is in use; using free port %d instead (pass --main_process_port to choose)\n",
-                     kMe, port, other);
-      port = other;
-    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 1;
   }
-
-  // The command.
-  std::vector<std::string> cmd;
-  const std::string& program = p.positionals.front();
-  if (p.options.count("--module")) cmd = {"python3", "-m"};
-  else if (!p.options.count("--no_python") && ends_with(program, ".py")) cmd = {"python3"};
-  cmd.insert(cmd.end(), p.positionals.begin(), p.positionals.end());
-  const std::string path_env = env.count("PATH") ? env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
-  Resolved exe = resolve_program(cmd.front(), path_env);
-  if (exe.error) {
-    std::fprintf(stderr, "%s: error: cannot execute '%s': %s\n", kMe, cmd.front().c_str(), exe.why.c_str());
-    return exe.error == ENOENT ? 127 : 126;
-  }
-
-  // The environment every process shares.
-  std::map<std::string, std::string> base = env;
-  for (auto& [k, v] : config::launch_environment(cfg)) base[k] = v;
-  base["MASTER_ADDR"] = master_addr;
-  base["MASTER_PORT"] = std::to_string(port);
-  if (threads > 0) {
-    base["OMP_NUM_THREADS"] = std::to_string(threads);
-  } else if (!base.count("OMP_NUM_THREADS") && nproc > 1) {
-    base["OMP_NUM_THREADS"] = "1";
-    if (!quiet)
-      std::fprintf(stderr, "%s: setting OMP_NUM_THREADS=1 for each process so that %lld processes do not overload "
-                           "the CPU; set OMP_NUM_THREADS or --num_cpu_threads_per_process to tune it\n",
-                   kMe, static_cast<long long>(nproc));
-  }
-  base["WORLD_SIZE"] = std::to_string(world);
-  base["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
-  base["GROUP_RANK"] = std::to_string(machine_rank);
-  base["GROUP_WORLD_SIZE"] = std::to_string(machines);
-  base["ROLE_NAME"] = "default";
-  base["ROLE_WORLD_SIZE"] = std::to_string(world);
-  base["TORCHELASTIC_RESTART_COUNT"] = "0";
-  base["TORCHELASTIC_MAX_RESTARTS"] = "0";
-
-  std::vector<Worker> workers;
-  for (int64_t local = 0; local < nproc; ++local) {
-    const int64_t rank = machine_rank * nproc + local;
-    std::map<std::string, std::string> e = base;
-    e["RANK"] = std::to_string(rank);
-    e["LOCAL_RANK"] = std::to_string(local);
-    e["ROLE_RANK"] = std::to_string(rank);
-    Worker w;
-    w.rank = static_cast<int>(rank);
-    w.local_rank = static_cast<int>(local);
-    w.path = exe.path;
-    w.argv = cmd;
-    for (auto& [k, v] : e) w.env.push_back(k + "=" + v);
-    workers.push_back(std::move(w));
-  }
-  for (const auto& a : cmd) sopt.label += (sopt.label.empty() ? "" : " ") + a;
-  sopt.quiet = quiet;
-  return supervise(workers, sopt);
+  return run_plan(plan);
 }
 
 }  // namespace acc::launcher

@@ -1,11 +1,12 @@
-// `acc`: the libacc command line. Torch-free; links the config library only. One module per subcommand; later
-// subcommands (config, env, test, estimate-memory) register here.
+// `acc`: the libacc command line, Accelerate's `accelerate` as native software. Torch-free: it links the config
+// library only (`acc env` and `acc test` find libacc at run time). One module per subcommand.
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "launch.hpp"
+#include "acc/config.hpp"
+#include "commands.hpp"
 
 #ifndef ACC_VERSION
 #define ACC_VERSION "unknown"
@@ -20,8 +21,14 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"launch", "start a program in N local processes with the distributed environment, and supervise them",
+    {"launch", "start a program in N processes (one or several machines) and supervise them",
      acc::launcher::launch_main},
+    {"config", "write a config file (questionnaire, default, update); explain, show the schema",
+     acc::launcher::config_main},
+    {"env", "versions, build, devices and the resolved default config, for bug reports", acc::launcher::env_main},
+    {"test", "run a built-in distributed sanity check over the current config", acc::launcher::test_main},
+    {"estimate-memory", "memory a model needs, per dtype, from a model spec or a safetensors file",
+     acc::launcher::estimate_main},
 };
 
 void print_help(FILE* out) {
@@ -29,7 +36,7 @@ void print_help(FILE* out) {
                "usage: acc [--help] [--version] COMMAND [ARGS...]\n\n"
                "libacc command line (Hugging Face Accelerate's `accelerate`, as native software).\n\n"
                "commands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
   std::fprintf(out, "\nRun 'acc COMMAND --help' for the options of a command.\n");
 }
 
@@ -43,6 +50,10 @@ int main(int argc, char** argv) {
   }
   const std::string& first = args.front();
   if (first == "-h" || first == "--help" || first == "help") {
+    if (first == "help" && args.size() > 1) {
+      for (const auto& c : kCommands)
+        if (args[1] == c.name) return c.run({"--help"});
+    }
     print_help(stdout);
     return 0;
   }
@@ -52,7 +63,11 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands)
     if (first == c.name) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
-  std::fprintf(stderr, "acc: error: unknown command '%s'\n", first.c_str());
+  std::vector<std::string> names;
+  for (const auto& c : kCommands) names.push_back(c.name);
+  std::string near = acc::config::closest_match(first, names);
+  std::fprintf(stderr, "acc: error: unknown command '%s'%s\n", first.c_str(),
+               near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
   print_help(stderr);
   return 2;
 }

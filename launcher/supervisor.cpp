@@ -4,36 +4,33 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <stdexcept>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 namespace acc::launcher {
-namespace {
 
-double now() {
+double monotonic_now() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-struct Proc {
-  const Worker* w = nullptr;
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
-  double ended = 0;
-  int stop_signal = 0;  // the signal acc sent it last (0: none)
-};
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  if (abbrev) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
 
-bool failed(int status) { return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0); }
-
-std::string describe(int status) {
+std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
@@ -46,191 +43,392 @@ std::string describe(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
-void signal_group(Proc& p, int sig) {
-  if (!p.running) return;
-  // The group holds the worker and anything it started; the pid itself too in case setpgid lost a race.
-  if (kill(-p.pid, sig) != 0) kill(p.pid, sig);
-  p.stop_signal = sig;
+namespace {
+
+bool failed_status(int status) { return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0); }
+
+void write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // acc's own output is gone (EPIPE): the workers go on
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void make_dirs(const std::string& dir) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    std::string part = dir.substr(0, pos);
+    if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
+      throw std::runtime_error("cannot create log directory '" + part + "': " + strerror(errno));
+  }
 }
 
 }  // namespace
 
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  if (abbrev) return std::string("SIG") + abbrev;
-  return "signal " + std::to_string(sig);
+struct Group::Proc {
+  const Worker* w = nullptr;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  double ended = 0;
+  int stop_signal = 0;  // the signal acc sent it last (0: none)
+};
+
+struct Group::Stream {
+  int fd = -1;          // read end of the worker's pipe
+  int console = 1;      // acc's stdout or stderr
+  int log = -1;         // log file, when teed
+  int local_rank = 0;
+  bool prefix = false;  // line-prefixed console output
+  std::string partial;  // an unfinished line (prefixing and the tail)
+  std::deque<std::string>* tail = nullptr;
+};
+
+Group::Group(std::vector<Worker> workers, OutputOptions out, double term_timeout, bool quiet)
+    : workers_(std::move(workers)), out_(std::move(out)), term_timeout_(term_timeout), quiet_(quiet) {}
+
+Group::~Group() {
+  if (!finished_) {
+    for (auto& p : procs_)
+      if (p->running) kill(-p->pid, SIGKILL);
+    for (auto& s : streams_) {
+      if (s->fd >= 0) close(s->fd);
+      if (s->log >= 0) close(s->log);
+    }
+  }
 }
 
-int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
+void Group::fail(Exit e) {
+  if (first_) return;
+  first_ = std::move(e);
+}
+
+void Group::start() {
   const char* me = "acc launch";
+  start_ = monotonic_now();
   // Everything the children need is built before fork: after fork only async-signal-safe calls are made.
-  std::vector<std::vector<char*>> argvs(workers.size()), envps(workers.size());
-  for (size_t i = 0; i < workers.size(); ++i) {
-    for (const auto& a : workers[i].argv) argvs[i].push_back(const_cast<char*>(a.c_str()));
+  const size_t n = workers_.size();
+  std::vector<std::vector<char*>> argvs(n), envps(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& a : workers_[i].argv) argvs[i].push_back(const_cast<char*>(a.c_str()));
     argvs[i].push_back(nullptr);
-    for (const auto& e : workers[i].env) envps[i].push_back(const_cast<char*>(e.c_str()));
+    for (const auto& e : workers_[i].env) envps[i].push_back(const_cast<char*>(e.c_str()));
     envps[i].push_back(nullptr);
   }
-
-  // Signals are taken synchronously with sigtimedwait: no handler runs while acc forks or reaps.
-  sigset_t watched, original;
-  sigemptyset(&watched);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&watched, s);
-  sigprocmask(SIG_BLOCK, &watched, &original);
-  // An inherited SIGCHLD = SIG_IGN would make the kernel reap the workers itself and hide their status.
-  struct sigaction dfl {}, original_chld {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(SIGCHLD, &dfl, &original_chld);
-  // Orphans of the workers become acc's children, so acc reaps what it kills at the end.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-
-  std::vector<Proc> procs(workers.size());
-  const double start = now();
-  int exec_error = 0;
-  size_t exec_error_rank = 0;
-  const char* start_step = "execute";  // what failed: "execute" (execve in the child), or "start" (pipe, fork)
+  for (size_t i = 0; i < n; ++i) tails_.push_back(std::make_unique<std::deque<std::string>>());
   const pid_t self = getpid();
+  sigset_t none;
+  sigemptyset(&none);
 
-  for (size_t i = 0; i < workers.size(); ++i) {
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0) {
-      exec_error = errno;
-      start_step = "start";
-      exec_error_rank = i;
+  for (size_t i = 0; i < n; ++i) {
+    const Worker& w = workers_[i];
+    auto setup_error = [&](const std::string& what, int err) {
+      Exit e;
+      e.rank = w.rank;
+      e.local_rank = w.local_rank;
+      e.start_error = what + ": " + strerror(err);
+      e.start_errno = err;
+      e.status = -1;
+      fail(e);
+    };
+    int outp[2], errp[2], execp[2];
+    if (pipe2(outp, O_CLOEXEC) != 0) {
+      setup_error("cannot start rank " + std::to_string(w.rank) + " (pipe)", errno);
       break;
+    }
+    if (pipe2(errp, O_CLOEXEC) != 0) {
+      setup_error("cannot start rank " + std::to_string(w.rank) + " (pipe)", errno);
+      close(outp[0]);
+      close(outp[1]);
+      break;
+    }
+    if (pipe2(execp, O_CLOEXEC) != 0) {
+      setup_error("cannot start rank " + std::to_string(w.rank) + " (pipe)", errno);
+      for (int fd : {outp[0], outp[1], errp[0], errp[1]}) close(fd);
+      break;
+    }
+    // Log files first: a log directory that cannot be written is an error before the worker starts.
+    int tee = static_cast<size_t>(w.local_rank) < out_.tee.size() ? out_.tee[static_cast<size_t>(w.local_rank)] : 0;
+    int logs[2] = {-1, -1};
+    if (tee && !out_.log_dir.empty()) {
+      std::string dir = out_.log_dir + "/" + std::to_string(w.local_rank);
+      try {
+        make_dirs(dir);
+      } catch (const std::exception& ex) {
+        Exit e;
+        e.rank = w.rank;
+        e.local_rank = w.local_rank;
+        e.start_error = ex.what();
+        e.start_errno = EIO;
+        e.status = -1;
+        fail(e);
+        for (int fd : {outp[0], outp[1], errp[0], errp[1], execp[0], execp[1]}) close(fd);
+        break;
+      }
+      const char* names[2] = {"stdout.log", "stderr.log"};
+      for (int k = 0; k < 2; ++k)
+        if (tee & (1 << k))
+          logs[k] = open((dir + "/" + names[k]).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
     }
     pid_t pid = fork();
     if (pid < 0) {
-      exec_error = errno;
-      start_step = "start";
-      exec_error_rank = i;
-      close(pipefd[0]);
-      close(pipefd[1]);
+      int err = errno;
+      for (int fd : {outp[0], outp[1], errp[0], errp[1], execp[0], execp[1], logs[0], logs[1]})
+        if (fd >= 0) close(fd);
+      setup_error("cannot start rank " + std::to_string(w.rank) + " (fork)", err);
       break;
     }
     if (pid == 0) {
-      close(pipefd[0]);
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != self) _exit(125);  // acc died before the death signal was armed
-      sigaction(SIGCHLD, &original_chld, nullptr);
-      sigprocmask(SIG_SETMASK, &original, nullptr);
-      execve(workers[i].path.c_str(), argvs[i].data(), envps[i].data());
+      dup2(outp[1], 1);
+      dup2(errp[1], 2);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      for (int s : {SIGCHLD, SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &dfl, nullptr);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      execve(w.path.c_str(), argvs[i].data(), envps[i].data());
       int err = errno;
-      ssize_t wr = write(pipefd[1], &err, sizeof err);
+      ssize_t wr = write(execp[1], &err, sizeof err);
       (void)wr;
       _exit(127);
     }
     setpgid(pid, pid);  // both sides set it, so it holds before either proceeds
-    close(pipefd[1]);
-    procs[i].w = &workers[i];
-    procs[i].pid = pid;
-    procs[i].running = true;
+    close(outp[1]);
+    close(errp[1]);
+    close(execp[1]);
+    auto proc = std::make_unique<Proc>();
+    proc->w = &w;
+    proc->pid = pid;
+    proc->running = true;
+    procs_.push_back(std::move(proc));
+    const int read_ends[2] = {outp[0], errp[0]};
+    for (int k = 0; k < 2; ++k) {
+      auto s = std::make_unique<Stream>();
+      s->fd = read_ends[k];
+      fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
+      s->console = k == 0 ? 1 : 2;
+      s->log = logs[k];
+      s->local_rank = w.local_rank;
+      s->prefix = out_.prefix && (tee & (1 << k));
+      s->tail = tails_[i].get();
+      streams_.push_back(std::move(s));
+    }
     int err = 0;
-    ssize_t n;
-    do n = read(pipefd[0], &err, sizeof err);
-    while (n < 0 && errno == EINTR);
-    close(pipefd[0]);
-    if (n == static_cast<ssize_t>(sizeof err)) {  // exec failed
-      exec_error = err;
-      exec_error_rank = i;
+    ssize_t got;
+    do got = read(execp[0], &err, sizeof err);
+    while (got < 0 && errno == EINTR);
+    close(execp[0]);
+    if (got == static_cast<ssize_t>(sizeof err)) {  // exec failed; the child exits 127
+      Exit e;
+      e.rank = w.rank;
+      e.local_rank = w.local_rank;
+      e.pid = pid;
+      e.start_error = "cannot execute '" + w.path + "' (rank " + std::to_string(w.rank) + "): " + strerror(err);
+      e.start_errno = err;
+      e.status = -1;
+      fail(e);
       break;
     }
   }
+  if (first_) {
+    std::fprintf(stderr, "%s: error: %s\n", me, first_->start_error.c_str());
+    stop(SIGTERM);
+  }
+}
 
-  enum class State { Running, Stopping } state = State::Running;
-  double kill_at = 0, give_up_at = 0;
-  bool killed = false;
-  int interrupted = 0;           // signal that interrupted acc
-  const Proc* first = nullptr;   // first failed worker
+void Group::poll_fds(std::vector<pollfd>& fds) const {
+  for (const auto& s : streams_)
+    if (s->fd >= 0) fds.push_back({s->fd, POLLIN, 0});
+}
+
+void Group::on_poll(const std::vector<pollfd>& fds) {
+  for (const auto& p : fds) {
+    if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    for (auto& s : streams_)
+      if (s->fd == p.fd) read_stream(*s, false);
+  }
+}
+
+void Group::read_stream(Stream& s, bool final) {
+  char buf[65536];
+  for (;;) {
+    if (s.fd < 0) return;
+    ssize_t n = read(s.fd, buf, sizeof buf);
+    if (n > 0) {
+      emit(s, buf, static_cast<size_t>(n), false);
+      if (!final) return;  // one read per wake-up keeps the ranks fair
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (final) emit(s, nullptr, 0, true);
+      return;
+    }
+    // EOF (or an error): the worker and everything it started closed this stream.
+    emit(s, nullptr, 0, true);
+    close(s.fd);
+    s.fd = -1;
+    return;
+  }
+}
+
+void Group::emit(Stream& s, const char* data, size_t n, bool final) {
+  if (n && s.log >= 0) write_all(s.log, data, n);
+  if (n && !s.prefix) write_all(s.console, data, n);
+  s.partial.append(data ? data : "", n);
+  auto push_line = [&](std::string line) {
+    if (s.prefix) {
+      std::string out = "[" + out_.role + std::to_string(s.local_rank) + "]:" + line + "\n";
+      write_all(s.console, out.data(), out.size());
+    }
+    if (s.tail) {
+      s.tail->push_back(std::move(line));
+      while (s.tail->size() > out_.tail_lines) s.tail->pop_front();
+    }
+  };
+  size_t start = 0;
+  for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    push_line(s.partial.substr(start, nl - start));
+  s.partial.erase(0, start);
+  if (s.partial.size() > 65536) {  // a very long line without a newline: keep its end only
+    push_line(s.partial);
+    s.partial.clear();
+  }
+  if (final && !s.partial.empty()) {
+    push_line(s.partial);
+    s.partial.clear();
+  }
+}
+
+void Group::reap() {
+  for (;;) {
+    int st = 0;
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& p : procs_) {
+      if (p->pid != pid || !p->running) continue;
+      p->running = false;
+      p->status = st;
+      p->ended = monotonic_now();
+      if (!stopping_ && failed_status(st) && !first_) {
+        Exit e;
+        e.rank = p->w->rank;
+        e.local_rank = p->w->local_rank;
+        e.pid = pid;
+        e.status = st;
+        e.after = p->ended - start_;
+        fail(e);
+        if (!quiet_)
+          std::fprintf(stderr, "acc launch: rank %d %s; stopping the other ranks\n", p->w->rank,
+                       describe_status(st).c_str());
+        stop(SIGTERM);
+      }
+    }
+  }
+}
+
+void Group::stop(int sig) {
+  if (sig == SIGKILL) {
+    for (auto& p : procs_)
+      if (p->running) {
+        kill(-p->pid, SIGKILL);
+        kill(p->pid, SIGKILL);
+        p->stop_signal = SIGKILL;
+      }
+    if (!killed_) {
+      killed_ = true;
+      give_up_at_ = monotonic_now() + 5.0;
+    }
+    stopping_ = true;
+    return;
+  }
+  for (auto& p : procs_) {
+    if (!p->running) continue;
+    // The group holds the worker and anything it started; the pid itself too in case setpgid lost a race.
+    if (kill(-p->pid, sig) != 0) kill(p->pid, sig);
+    p->stop_signal = sig;
+  }
+  if (!stopping_) {
+    stopping_ = true;
+    kill_at_ = monotonic_now() + term_timeout_;
+  }
+}
+
+void Group::tick() {
+  if (!stopping_) return;
+  const double t = monotonic_now();
   size_t running = 0;
-  for (auto& p : procs) running += p.running;
-
-  auto begin_stop = [&](int sig) {
-    state = State::Stopping;
-    for (auto& p : procs) signal_group(p, sig);
-    kill_at = now() + opt.term_timeout;
-  };
-  auto kill_all = [&]() {
-    for (auto& p : procs) signal_group(p, SIGKILL);
-    killed = true;
-    give_up_at = now() + 5.0;
-  };
-
-  if (exec_error) {
-    std::fprintf(stderr, "%s: error: cannot %s '%s' (rank %d): %s\n", me, start_step,
-                 workers[exec_error_rank].path.c_str(), workers[exec_error_rank].rank, strerror(exec_error));
-    begin_stop(SIGTERM);
+  for (auto& p : procs_) running += p->running;
+  if (running == 0) return;
+  if (!killed_ && t >= kill_at_) {
+    if (!quiet_)
+      std::fprintf(stderr, "acc launch: %zu process(es) still running %.1f s after the stop signal; sending SIGKILL\n",
+                   running, term_timeout_);
+    stop(SIGKILL);
+    return;
   }
-
-  while (running > 0) {
-    // Reap everything that ended.
-    for (;;) {
-      int st = 0;
-      pid_t pid = waitpid(-1, &st, WNOHANG);
-      if (pid <= 0) break;
-      for (auto& p : procs) {
-        if (p.pid != pid || !p.running) continue;
-        p.running = false;
-        p.status = st;
-        p.ended = now();
-        --running;
-        if (state == State::Running && failed(st)) {
-          first = &p;
-          if (!opt.quiet)
-            std::fprintf(stderr, "%s: rank %d %s; stopping the other ranks\n", me, p.w->rank, describe(st).c_str());
-          begin_stop(SIGTERM);
-        }
+  if (killed_ && t >= give_up_at_) {
+    std::fprintf(stderr, "acc launch: error: %zu process(es) survive SIGKILL (stuck in the kernel?); giving up on:",
+                 running);
+    for (auto& p : procs_)
+      if (p->running) {
+        std::fprintf(stderr, " pid %d (rank %d)", static_cast<int>(p->pid), p->w->rank);
+        p->running = false;
+        p->status = -1;
+        given_up_ = true;
       }
-    }
-    if (running == 0) break;
-    double t = now();
-    if (state == State::Stopping && !killed && t >= kill_at) {
-      if (!opt.quiet)
-        std::fprintf(stderr, "%s: %zu process(es) still running %.1f s after the stop signal; sending SIGKILL\n", me,
-                     running, opt.term_timeout);
-      kill_all();
-    }
-    if (killed && t >= give_up_at) {
-      std::fprintf(stderr, "%s: error: %zu process(es) survive SIGKILL (stuck in the kernel?); giving up on:", me,
-                   running);
-      for (auto& p : procs)
-        if (p.running) std::fprintf(stderr, " pid %d (rank %d)", static_cast<int>(p.pid), p.w->rank);
-      std::fprintf(stderr, "\n");
-      break;
-    }
-    double wait_s = opt.monitor_interval;
-    if (state == State::Stopping) wait_s = std::min(wait_s, std::max(0.0, (killed ? give_up_at : kill_at) - t));
-    wait_s = std::max(wait_s, 0.001);
-    timespec ts{};
-    ts.tv_sec = static_cast<time_t>(wait_s);
-    ts.tv_nsec = static_cast<long>((wait_s - std::floor(wait_s)) * 1e9);
-    siginfo_t info{};
-    int sig = sigtimedwait(&watched, &info, &ts);
-    if (sig > 0 && sig != SIGCHLD) {
-      if (state == State::Running || !interrupted) {
-        if (!interrupted) interrupted = sig;
-        if (!opt.quiet)
-          std::fprintf(stderr, "%s: received %s; forwarding it to %zu process(es)\n", me, signal_name(sig).c_str(),
-                       running);
-        if (state == State::Running) {
-          begin_stop(sig);
-        } else {
-          for (auto& p : procs) signal_group(p, sig);
-        }
-      } else if (!killed) {
-        if (!opt.quiet) std::fprintf(stderr, "%s: received %s again; sending SIGKILL\n", me, signal_name(sig).c_str());
-        kill_all();
-      }
-    }
+    std::fprintf(stderr, "\n");
   }
+}
 
+double Group::next_deadline() const {
+  if (!stopping_) return 1e9;
+  const double t = monotonic_now();
+  return std::max(0.0, (killed_ ? give_up_at_ : kill_at_) - t);
+}
+
+bool Group::done() const {
+  for (auto& p : procs_)
+    if (p->running) return false;
+  return true;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> Group::stopped_ranks() const {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  for (auto& p : procs_) {
+    if (!p->stop_signal || (first_ && first_->pid == p->pid)) continue;
+    std::string name = signal_name(p->stop_signal);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == name; });
+    if (it == out.end()) {
+      out.emplace_back(name, std::vector<int>{});
+      it = out.end() - 1;
+    }
+    it->second.push_back(p->w->rank);
+  }
+  return out;
+}
+
+std::vector<std::string> Group::tail(int local_rank) const {
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (workers_[i].local_rank == local_rank && i < tails_.size())
+      return std::vector<std::string>(tails_[i]->begin(), tails_[i]->end());
+  return {};
+}
+
+void Group::finish() {
+  if (finished_) return;
+  finished_ = true;
   // Whatever the workers left behind in their process groups goes too, and is reaped (for up to a second: a
   // descendant that left the groups may live on).
-  for (auto& p : procs)
-    if (p.pid > 0) kill(-p.pid, SIGKILL);
-  for (const double until = now() + 1.0; now() < until;) {
+  for (auto& p : procs_)
+    if (p->pid > 0) kill(-p->pid, SIGKILL);
+  for (const double until = monotonic_now() + 1.0; monotonic_now() < until;) {
     pid_t r = waitpid(-1, nullptr, WNOHANG);
     if (r < 0) break;  // ECHILD: nothing left
     if (r == 0) {
@@ -238,38 +436,14 @@ int supervise(const std::vector<Worker>& workers, const SuperviseOptions& opt) {
       nanosleep(&ts, nullptr);
     }
   }
-  sigaction(SIGCHLD, &original_chld, nullptr);
-  sigprocmask(SIG_SETMASK, &original, nullptr);
-
-  if (exec_error) {
-    if (std::string(start_step) == "start") return 1;  // pipe or fork failed (resources), not the program
-    return exec_error == ENOENT ? 127 : 126;
+  // What is still in the pipes is read without waiting for an EOF that a leaked descendant could hold back.
+  for (auto& s : streams_) {
+    read_stream(*s, true);
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    if (s->log >= 0) close(s->log);
+    s->log = -1;
   }
-
-  if (first) {
-    const std::string rule(60, '=');
-    std::string stopped_term, stopped_kill;
-    for (auto& p : procs) {
-      if (&p == first || p.pid <= 0) continue;
-      if (p.stop_signal == SIGKILL) stopped_kill += (stopped_kill.empty() ? "" : ", ") + std::to_string(p.w->rank);
-      else if (p.stop_signal) stopped_term += (stopped_term.empty() ? "" : ", ") + std::to_string(p.w->rank);
-    }
-    std::fprintf(stderr, "%s\n%s: FAILED  %s\n", rule.c_str(), me, opt.label.c_str());
-    std::fprintf(stderr, "  failed rank : %d (local_rank %d, pid %d)\n", first->w->rank, first->w->local_rank,
-                 static_cast<int>(first->pid));
-    std::fprintf(stderr, "  status      : %s\n", describe(first->status).c_str());
-    std::fprintf(stderr, "  after       : %.2f s\n", first->ended - start);
-    if (!stopped_term.empty()) std::fprintf(stderr, "  stopped     : rank %s (SIGTERM)\n", stopped_term.c_str());
-    if (!stopped_kill.empty())
-      std::fprintf(stderr, "  killed      : rank %s (SIGKILL after %.1f s)\n", stopped_kill.c_str(), opt.term_timeout);
-    std::fprintf(stderr, "%s\n", rule.c_str());
-    if (WIFEXITED(first->status)) return WEXITSTATUS(first->status);
-    return 128 + WTERMSIG(first->status);
-  }
-  if (interrupted) return 128 + interrupted;
-  for (auto& p : procs)  // a worker we could not reap
-    if (p.running) return 1;
-  return 0;
 }
 
 }  // namespace acc::launcher

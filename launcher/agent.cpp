@@ -1,0 +1,649 @@
+#include "agent.hpp"
+
+#include <arpa/inet.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "supervisor.hpp"
+
+namespace acc::launcher {
+namespace {
+
+constexpr const char* kMe = "acc launch";
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+std::vector<std::string> words(const std::string& line, size_t max_words) {
+  // The first max_words - 1 words split on spaces; the last one is the rest of the line.
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < line.size() && out.size() + 1 < max_words) {
+    size_t sp = line.find(' ', pos);
+    if (sp == std::string::npos) break;
+    out.push_back(line.substr(pos, sp - pos));
+    pos = sp + 1;
+  }
+  if (pos <= line.size()) out.push_back(line.substr(pos));
+  return out;
+}
+
+bool to_int(const std::string& s, int& v) {
+  char* end = nullptr;
+  errno = 0;
+  long x = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end || errno) return false;
+  v = static_cast<int>(x);
+  return true;
+}
+
+// Reads a pending signal from the signalfd; 0 if none.
+int take_signal(int sigfd) {
+  signalfd_siginfo si{};
+  ssize_t n = read(sigfd, &si, sizeof si);
+  if (n != static_cast<ssize_t>(sizeof si)) return 0;
+  return static_cast<int>(si.ssi_signo);
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+
+struct Address {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  int family = AF_INET;
+};
+
+Address resolve(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0)
+    throw AgentError("cannot resolve main_process_ip '" + host + "': " + gai_strerror(rc), 1);
+  Address a;
+  std::memcpy(&a.addr, res->ai_addr, res->ai_addrlen);
+  a.len = res->ai_addrlen;
+  a.family = res->ai_family;
+  freeaddrinfo(res);
+  return a;
+}
+
+Address any_address(int family, int port) {
+  Address a;
+  a.family = family;
+  if (family == AF_INET6) {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&a.addr);
+    s->sin6_family = AF_INET6;
+    s->sin6_addr = in6addr_any;
+    s->sin6_port = htons(static_cast<uint16_t>(port));
+    a.len = sizeof *s;
+  } else {
+    auto* s = reinterpret_cast<sockaddr_in*>(&a.addr);
+    s->sin_family = AF_INET;
+    s->sin_addr.s_addr = htonl(INADDR_ANY);
+    s->sin_port = htons(static_cast<uint16_t>(port));
+    a.len = sizeof *s;
+  }
+  return a;
+}
+
+// Whether a port can be bound on every interface (nothing listens on it, no connection holds it).
+bool bindable(int family, int port) {
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  Address a = any_address(family, port);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a.addr), a.len) == 0;
+  close(fd);
+  return ok;
+}
+
+int any_free_port(int family) {
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw AgentError(std::string("cannot pick a port: ") + std::strerror(errno), 1);
+  Address a = any_address(family, 0);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a.addr), a.len) != 0) {
+    int e = errno;
+    close(fd);
+    throw AgentError(std::string("cannot pick a port: ") + std::strerror(e), 1);
+  }
+  sockaddr_storage got{};
+  socklen_t len = sizeof got;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len);
+  close(fd);
+  if (got.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+}
+
+}  // namespace
+
+struct Agent::Peer {
+  int fd = -1;
+  int machine_rank = -1;
+  std::string host;
+  std::string buf;
+  bool hello = false;
+  bool result = false;  // reported its outcome for this attempt
+  bool lost = false;
+};
+
+Agent::Agent(AgentOptions o) : o_(std::move(o)) {}
+
+Agent::~Agent() {
+  for (Peer* p : peers_) {
+    if (p->fd >= 0) close(p->fd);
+    delete p;
+  }
+}
+
+void Agent::send(Peer& p, const std::string& line) {
+  if (p.fd < 0) return;
+  std::string text = one_line(line) + "\n";
+  const char* d = text.data();
+  size_t n = text.size();
+  while (n > 0) {
+    ssize_t w = ::send(p.fd, d, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pf{p.fd, POLLOUT, 0};
+      ::poll(&pf, 1, 1000);
+      continue;
+    }
+    if (w <= 0) {
+      p.lost = true;
+      return;
+    }
+    d += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void Agent::broadcast(const std::string& line, const Peer* except) {
+  for (Peer* p : peers_)
+    if (p != except && !p->lost) send(*p, line);
+}
+
+bool Agent::read_lines(Peer& p, std::vector<std::string>& lines) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = recv(p.fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      p.buf.append(buf, static_cast<size_t>(n));
+      if (p.buf.size() > (1 << 20)) return false;  // not a peer speaking this protocol
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    bool open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    size_t start = 0;
+    for (size_t nl; (nl = p.buf.find('\n', start)) != std::string::npos; start = nl + 1)
+      lines.push_back(p.buf.substr(start, nl - start));
+    p.buf.erase(0, start);
+    return open;
+  }
+}
+
+int Agent::pick_worker_port() const {
+  Address a = resolve(o_.main_ip, o_.main_port);
+  int want = o_.main_port + 1;
+  if (want <= 65535 && bindable(a.family, want)) return want;
+  return any_free_port(a.family);
+}
+
+int Agent::rendezvous(int sigfd) {
+  const double deadline = monotonic_now() + o_.join_timeout;
+  const std::string where = o_.main_ip + ":" + std::to_string(o_.main_port);
+  const std::string hint = "check that every machine runs acc launch with --num_machines " +
+                           std::to_string(o_.num_machines) + " --main_process_ip " + o_.main_ip +
+                           " --main_process_port " + std::to_string(o_.main_port) +
+                           ", and that machine 0 can be reached on that port";
+  auto check_signal = [&](const pollfd& pf) {
+    if (sigfd >= 0 && (pf.revents & POLLIN)) {
+      int sig = take_signal(sigfd);
+      if (sig && sig != SIGCHLD) {
+        broadcast("ERROR the rendezvous was interrupted on machine " + std::to_string(o_.machine_rank) + " by " +
+                  signal_name(sig));
+        throw AgentError("interrupted by " + signal_name(sig) + " during the rendezvous", 128 + sig);
+      }
+    }
+  };
+
+  if (o_.machine_rank == 0) {
+    Address me = resolve(o_.main_ip, o_.main_port);
+    Address any = any_address(me.family, o_.main_port);
+    int lfd = socket(me.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(lfd, reinterpret_cast<sockaddr*>(&any.addr), any.len) != 0 || listen(lfd, 128) != 0) {
+      int e = errno;
+      close(lfd);
+      throw AgentError("rendezvous: cannot listen on port " + std::to_string(o_.main_port) + ": " + std::strerror(e) +
+                           (e == EADDRINUSE ? " (something else uses it; choose another main_process_port)" : ""),
+                       1);
+    }
+    if (!o_.quiet)
+      std::fprintf(stderr, "%s: machine 0 of %d: waiting for the other machines on port %d (timeout %.0f s)\n", kMe,
+                   o_.num_machines, o_.main_port, o_.join_timeout);
+    std::vector<Peer*> pending;
+    auto fail_all = [&](const std::string& msg, int code) {
+      for (Peer* p : pending) send(*p, "ERROR " + msg);
+      broadcast("ERROR " + msg);
+      for (Peer* p : pending) {
+        close(p->fd);
+        delete p;
+      }
+      close(lfd);
+      throw AgentError(msg, code);
+    };
+    while (static_cast<int>(peers_.size()) < o_.num_machines - 1) {
+      double left = deadline - monotonic_now();
+      if (left <= 0) {
+        std::vector<int> missing;
+        for (int r = 1; r < o_.num_machines; ++r)
+          if (std::none_of(peers_.begin(), peers_.end(), [&](Peer* p) { return p->machine_rank == r; }))
+            missing.push_back(r);
+        std::string m;
+        for (int r : missing) m += (m.empty() ? "" : ", ") + std::to_string(r);
+        fail_all("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
+                     std::to_string(peers_.size() + 1) + " of " + std::to_string(o_.num_machines) +
+                     " machines joined (missing machine rank " + m + "); " + hint,
+                 1);
+      }
+      std::vector<pollfd> fds{{lfd, POLLIN, 0}};
+      if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+      for (Peer* p : pending) fds.push_back({p->fd, POLLIN, 0});
+      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
+      if (rc < 0 && errno != EINTR) fail_all(std::string("rendezvous: poll: ") + std::strerror(errno), 1);
+      if (rc <= 0) continue;
+      if (sigfd >= 0) {
+        try {
+          check_signal(fds[1]);
+        } catch (const AgentError&) {
+          for (Peer* p : pending) send(*p, "ERROR machine 0 was interrupted");
+          for (Peer* p : pending) {
+            close(p->fd);
+            delete p;
+          }
+          close(lfd);
+          throw;
+        }
+      }
+      if (fds[0].revents & POLLIN) {
+        int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (cfd >= 0) {
+          int on = 1;
+          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+          setsockopt(cfd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+          Peer* p = new Peer;
+          p->fd = cfd;
+          pending.push_back(p);
+        }
+      }
+      for (size_t k = sigfd >= 0 ? 2 : 1; k < fds.size(); ++k) {
+        if (!fds[k].revents) continue;
+        auto it = std::find_if(pending.begin(), pending.end(), [&](Peer* p) { return p->fd == fds[k].fd; });
+        if (it == pending.end()) continue;
+        Peer* p = *it;
+        std::vector<std::string> lines;
+        bool open = read_lines(*p, lines);
+        if (lines.empty()) {
+          if (!open) {  // a probe, or a peer that gave up
+            close(p->fd);
+            delete p;
+            pending.erase(it);
+          }
+          continue;
+        }
+        // "ACC1 HELLO <machine_rank> <num_machines> <num_processes> <host>"
+        auto w = words(lines.front(), 6);
+        int mr = -1, nm = -1, np = -1;
+        if (w.size() != 6 || w[0] != "ACC1" || w[1] != "HELLO" || !to_int(w[2], mr) || !to_int(w[3], nm) ||
+            !to_int(w[4], np)) {
+          send(*p, "ERROR not an acc launch rendezvous message");
+          close(p->fd);
+          delete p;
+          pending.erase(it);
+          if (!o_.quiet)
+            std::fprintf(stderr, "%s: ignoring a connection that is not an acc launch (port %d)\n", kMe, o_.main_port);
+          continue;
+        }
+        p->machine_rank = mr;
+        p->host = w[5];
+        pending.erase(it);
+        std::string who = "machine rank " + std::to_string(mr) + " (" + p->host + ")";
+        auto refuse = [&](const std::string& msg) {
+          send(*p, "ERROR " + msg);
+          close(p->fd);
+          delete p;
+          fail_all(msg, 2);
+        };
+        if (nm != o_.num_machines)
+          refuse(who + " has num_machines " + std::to_string(nm) + ", machine 0 has " + std::to_string(o_.num_machines));
+        if (np != o_.num_processes)
+          refuse(who + " has num_processes " + std::to_string(np) + ", machine 0 has " +
+                 std::to_string(o_.num_processes));
+        if (mr <= 0 || mr >= o_.num_machines)
+          refuse("a machine joined with machine_rank " + std::to_string(mr) + " (" + p->host + "); the others are 1.." +
+                 std::to_string(o_.num_machines - 1) + " (machine 0 is the one at " + where + ")");
+        for (Peer* q : peers_)
+          if (q->machine_rank == mr)
+            refuse("two machines joined with machine_rank " + std::to_string(mr) + " (" + q->host + " and " + p->host +
+                   "); give each machine its own --machine_rank");
+        p->hello = true;
+        peers_.push_back(p);
+        if (!o_.quiet)
+          std::fprintf(stderr, "%s: machine rank %d (%s) joined (%zu of %d)\n", kMe, mr, p->host.c_str(),
+                       peers_.size() + 1, o_.num_machines);
+      }
+    }
+    for (Peer* p : pending) {  // late probes
+      close(p->fd);
+      delete p;
+    }
+    close(lfd);
+    int port = pick_worker_port();
+    broadcast("GO 0 " + std::to_string(port));
+    return port;
+  }
+
+  // Machines 1..n-1: connect to machine 0, retrying until it listens.
+  Address to = resolve(o_.main_ip, o_.main_port);
+  std::string last_error = "no answer";
+  Peer* server = new Peer;
+  server->machine_rank = 0;
+  peers_.push_back(server);
+  bool said_waiting = false;
+  while (server->fd < 0) {
+    double left = deadline - monotonic_now();
+    if (left <= 0)
+      throw AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) +
+                           " s: could not reach machine 0 at " + where + " (" + last_error + "); " + hint,
+                       1);
+    int fd = socket(to.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
+    int rc = connect(fd, reinterpret_cast<sockaddr*>(&to.addr), to.len);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd pf{fd, POLLOUT, 0};
+      int prc = ::poll(&pf, 1, static_cast<int>(std::ceil(std::min(left, 2.0) * 1000)));
+      if (prc <= 0) {
+        err = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err == 0) {
+      server->fd = fd;
+      break;
+    }
+    close(fd);
+    last_error = std::strerror(err);
+    if (!said_waiting && !o_.quiet) {
+      std::fprintf(stderr, "%s: machine %d of %d: waiting for machine 0 at %s (timeout %.0f s)\n", kMe,
+                   o_.machine_rank, o_.num_machines, where.c_str(), o_.join_timeout);
+      said_waiting = true;
+    }
+    pollfd sp{sigfd, POLLIN, 0};
+    int prc = ::poll(&sp, sigfd >= 0 ? 1 : 0, 250);
+    if (prc > 0) check_signal(sp);
+  }
+  int on = 1;
+  setsockopt(server->fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  setsockopt(server->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  send(*server, "ACC1 HELLO " + std::to_string(o_.machine_rank) + " " + std::to_string(o_.num_machines) + " " +
+                    std::to_string(o_.num_processes) + " " + host_name());
+  for (;;) {
+    double left = deadline - monotonic_now();
+    if (left <= 0)
+      throw AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) +
+                           " s: machine 0 at " + where +
+                           " accepted this machine but the other machines did not all join; " + hint,
+                       1);
+    std::vector<pollfd> fds{{server->fd, POLLIN, 0}};
+    if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
+    if (rc <= 0) continue;
+    if (fds.size() > 1) check_signal(fds[1]);
+    std::vector<std::string> lines;
+    bool open = read_lines(*server, lines);
+    for (const auto& line : lines) {
+      auto w = words(line, 3);
+      int round = 0, port = 0;
+      if (w.size() == 3 && w[0] == "GO" && to_int(w[1], round) && to_int(w[2], port)) return port;
+      if (!w.empty() && w[0] == "ERROR")
+        throw AgentError("machine 0 refused the rendezvous: " + line.substr(std::min<size_t>(6, line.size())), 2);
+    }
+    if (!open)
+      throw AgentError("machine 0 at " + where + " closed the connection during the rendezvous (its acc launch ended)",
+                       1);
+  }
+}
+
+void Agent::poll_fds(std::vector<pollfd>& fds) const {
+  for (Peer* p : peers_)
+    if (!p->lost && p->fd >= 0) fds.push_back({p->fd, POLLIN, 0});
+}
+
+Agent::Event Agent::handle_server_line(Peer& from, const std::string& line) {
+  // Machine 0 receiving from another machine.
+  auto w = words(line, 5);
+  if (w[0] == "FAIL" && w.size() == 5) {  // FAIL <machine_rank> <code> <interrupted 0|1> <message>
+    int code = 1, intr = 0;
+    to_int(w[2], code);
+    to_int(w[3], intr);
+    if (intr) no_restart_ = true;
+    if (!failure_seen_) {
+      failure_seen_ = true;
+      failure_code_ = code;
+      failure_message_ = "machine " + w[1] + " (" + from.host + "): " + w[4];
+      broadcast("STOP " + failure_message_, &from);
+      return {Event::Stop, failure_message_};
+    }
+    return {};
+  }
+  if (w[0] == "RESULT") {
+    from.result = true;
+    return {};
+  }
+  return {};
+}
+
+Agent::Event Agent::on_poll(const std::vector<pollfd>& fds) {
+  Event ev;
+  for (const auto& pf : fds) {
+    if (!pf.revents) continue;
+    for (Peer* p : peers_) {
+      if (p->fd != pf.fd || p->lost) continue;
+      std::vector<std::string> lines;
+      bool open = read_lines(*p, lines);
+      for (const auto& line : lines) {
+        if (o_.machine_rank == 0) {
+          Event e = handle_server_line(*p, line);
+          if (e.kind != Event::None && ev.kind == Event::None) ev = e;
+        } else if (line.rfind("STOP ", 0) == 0 && ev.kind == Event::None) {
+          ev = {Event::Stop, line.substr(5)};
+        } else if (line.rfind("END ", 0) == 0 || line.rfind("RESTART ", 0) == 0) {
+          p->buf = line + "\n" + p->buf;  // a decision: finish_round reads it
+        }
+      }
+      if (!open) {
+        p->lost = true;
+        close(p->fd);
+        p->fd = -1;
+        std::string msg = o_.machine_rank == 0
+                              ? "lost contact with machine " + std::to_string(p->machine_rank) + " (" + p->host +
+                                    "): its acc launch ended or the network failed"
+                              : "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) +
+                                    ": its acc launch ended or the network failed";
+        if (o_.machine_rank == 0) {
+          no_restart_ = true;
+          if (!p->result && !failure_seen_) {
+            failure_seen_ = true;
+            failure_code_ = 1;
+            failure_message_ = msg;
+            broadcast("STOP " + msg);
+          }
+          if (!p->result && ev.kind == Event::None) ev = {Event::Lost, msg};
+          p->result = true;
+        } else if (ev.kind == Event::None) {
+          ev = {Event::Lost, msg};
+        }
+      }
+    }
+  }
+  return ev;
+}
+
+void Agent::report_failure(const std::string& message, int code, bool interrupted) {
+  const std::string where = "machine " + std::to_string(o_.machine_rank);
+  if (o_.machine_rank == 0) {
+    if (interrupted) no_restart_ = true;
+    if (!failure_seen_) {
+      failure_seen_ = true;
+      failure_code_ = code;
+      failure_message_ = "machine 0 (" + host_name() + "): " + message;
+      broadcast("STOP " + failure_message_);
+    }
+    return;
+  }
+  for (Peer* p : peers_)
+    send(*p, "FAIL " + std::to_string(o_.machine_rank) + " " + std::to_string(code) + " " + (interrupted ? "1" : "0") +
+                 " " + message);
+}
+
+Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts, int sigfd) {
+  Decision d;
+  auto wait_signal = [&](const pollfd& pf) -> int {
+    if (sigfd < 0 || !(pf.revents & POLLIN)) return 0;
+    int sig = take_signal(sigfd);
+    return sig == SIGCHLD ? 0 : sig;
+  };
+  if (o_.machine_rank != 0) {
+    Peer* server = peers_.empty() ? nullptr : peers_.front();
+    if (!server || server->lost) {
+      d.code = local.code ? local.code : 1;
+      d.message = "lost contact with machine 0";
+      return d;
+    }
+    const char* kind = local.kind == Outcome::Ok ? "ok" : local.kind == Outcome::Interrupted ? "interrupted" : "fail";
+    send(*server, std::string("RESULT ") + kind + " " + std::to_string(local.code));
+    for (;;) {
+      std::vector<std::string> lines;
+      bool open = read_lines(*server, lines);
+      for (const auto& line : lines) {
+        auto w = words(line, 3);
+        if (w[0] == "RESTART" && w.size() >= 3) {
+          int port = 0;
+          to_int(w[2], port);
+          d.restart = true;
+          d.port = port;
+          return d;
+        }
+        if (w[0] == "END") {
+          auto e = words(line, 3);
+          int code = 0;
+          if (e.size() >= 2) to_int(e[1], code);
+          d.code = local.kind == Outcome::Failed || local.kind == Outcome::Interrupted ? local.code : code;
+          d.message = e.size() >= 3 ? e[2] : "";
+          return d;
+        }
+      }
+      if (!open) {
+        d.code = local.code ? local.code : 1;
+        d.message = "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) +
+                    " before it decided how the job ends";
+        return d;
+      }
+      std::vector<pollfd> fds{{server->fd, POLLIN, 0}};
+      if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 1000) > 0 && fds.size() > 1) {
+        if (int sig = wait_signal(fds[1])) {
+          d.interrupted = true;
+          d.code = 128 + sig;
+          return d;
+        }
+      }
+    }
+  }
+
+  // Machine 0: collect every machine's outcome.
+  if (local.kind != Outcome::Ok) {
+    report_failure(local.message, local.code, local.kind == Outcome::Interrupted);
+    if (local.kind == Outcome::Interrupted) no_restart_ = true;
+  }
+  const double deadline = monotonic_now() + o_.result_timeout;
+  for (;;) {
+    bool all = std::all_of(peers_.begin(), peers_.end(), [](Peer* p) { return p->result || p->lost; });
+    if (all) break;
+    if (monotonic_now() > deadline) {
+      for (Peer* p : peers_)
+        if (!p->result && !p->lost) {
+          p->lost = true;
+          no_restart_ = true;
+          if (!failure_seen_) {
+            failure_seen_ = true;
+            failure_code_ = 1;
+            failure_message_ = "machine " + std::to_string(p->machine_rank) + " (" + p->host +
+                               ") did not report the end of its processes";
+          }
+        }
+      break;
+    }
+    std::vector<pollfd> fds;
+    poll_fds(fds);
+    size_t n = fds.size();
+    if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+    int rc = ::poll(fds.data(), fds.size(), 500);
+    if (rc <= 0) continue;
+    if (sigfd >= 0) {
+      if (int sig = wait_signal(fds[n])) {
+        broadcast("END " + std::to_string(128 + sig) + " machine 0 was interrupted by " + signal_name(sig));
+        d.interrupted = true;
+        d.code = 128 + sig;
+        return d;
+      }
+    }
+    fds.resize(n);
+    on_poll(fds);
+  }
+  for (Peer* p : peers_) p->result = false;
+  if (!failure_seen_) {
+    broadcast("END 0 ok");
+    return d;
+  }
+  if (!no_restart_ && attempt < max_restarts) {
+    failure_seen_ = false;
+    failure_message_.clear();
+    d.restart = true;
+    d.port = pick_worker_port();
+    broadcast("RESTART " + std::to_string(attempt + 1) + " " + std::to_string(d.port));
+    return d;
+  }
+  d.code = failure_code_ ? failure_code_ : 1;
+  d.message = failure_message_;
+  broadcast("END " + std::to_string(d.code) + " " + failure_message_);
+  return d;
+}
+
+}  // namespace acc::launcher

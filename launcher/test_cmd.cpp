@@ -1,0 +1,199 @@
+// `acc test`: launches acc-selftest (launcher/selftest/acc_selftest.c) over the current config, as `accelerate test`
+// launches its test script, and says which step worked on which rank: rendezvous, first collective, DDP step.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "acc/config.hpp"
+#include "commands.hpp"
+#include "devices.hpp"
+#include "launch.hpp"
+
+namespace acc::launcher {
+namespace {
+
+constexpr const char* kMe = "acc test";
+const char* const kSteps[] = {"rendezvous", "first collective", "ddp step", "shutdown"};
+
+std::string find_selftest(std::string* tried) {
+  std::vector<std::string> c;
+  if (const char* e = std::getenv("ACC_SELFTEST"); e && *e) c.push_back(e);
+  const std::string dir = self_dir();
+  c.push_back(dir + "/selftest/acc-selftest");        // build tree: <build>/launcher/acc
+  c.push_back(dir + "/../libexec/acc/acc-selftest");  // installed: <prefix>/bin/acc
+  c.push_back(dir + "/acc-selftest");
+  for (const auto& p : c) {
+    if (access(p.c_str(), X_OK) == 0) return p;
+    *tried += (tried->empty() ? "" : ", ") + p;
+  }
+  return "";
+}
+
+struct StepState {
+  std::string state;  // "", "begin", "ok", "fail"
+  std::string detail;
+};
+
+}  // namespace
+
+int test_main(const std::vector<std::string>& args) {
+  std::vector<cli::Option> opts = launch_options();
+  cli::Option timeout;
+  timeout.name = "--timeout";
+  timeout.takes_value = true;
+  timeout.metavar = "SECONDS";
+  timeout.group = "Test";
+  timeout.help = "bound of the rendezvous and of every collective (default 60)";
+  opts.push_back(timeout);
+  cli::Option steps = timeout;
+  steps.name = "--steps";
+  steps.metavar = "N";
+  steps.help = "DDP training steps of the last check (default 1)";
+  opts.push_back(steps);
+  const std::string usage = "acc test [acc launch options] [--timeout SECONDS] [--steps N]";
+  cli::Parsed p;
+  try {
+    p = cli::parse(opts, args, false);
+    if (!p.positionals.empty())
+      throw cli::UsageError("unexpected argument '" + p.positionals.front() + "' (acc test runs its own program)");
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "%s: error: %s\nRun 'acc test --help' for the options.\n", kMe, e.what());
+    return 2;
+  }
+  if (p.options.count("--help")) {
+    std::fputs(cli::help(usage,
+                         "Launches a small libacc program in every process, exactly as `acc launch` would launch yours\n"
+                         "with the same options and config, and reports each step on each rank: the rendezvous, a\n"
+                         "first collective (all-reduce), one DDP training step (parameters equal on all ranks after\n"
+                         "it). On several machines, run it on every machine as you would run acc launch.",
+                         opts)
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  std::string tried;
+  std::string selftest = find_selftest(&tried);
+  if (selftest.empty()) {
+    std::fprintf(stderr, "%s: error: acc-selftest not found (tried %s); it is built with libacc (meson -Dcore=true) "
+                 "and installed in <prefix>/libexec/acc; or set ACC_SELFTEST\n", kMe, tried.c_str());
+    return 1;
+  }
+  double t = 60;
+  if (auto it = p.options.find("--timeout"); it != p.options.end()) {
+    char* end = nullptr;
+    t = std::strtod(it->second.value.c_str(), &end);
+    if (it->second.value.empty() || *end || !(t > 0)) {
+      std::fprintf(stderr, "%s: error: --timeout must be a number of seconds > 0\n", kMe);
+      return 2;
+    }
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_test_XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    std::fprintf(stderr, "%s: error: cannot create a temporary directory: %s\n", kMe, std::strerror(errno));
+    return 1;
+  }
+  const std::string dir = buf.data();
+  setenv("ACC_SELFTEST_DIR", dir.c_str(), 1);
+  setenv("ACC_SELFTEST_TIMEOUT", std::to_string(t).c_str(), 1);
+  if (auto it = p.options.find("--steps"); it != p.options.end()) {
+    char* end = nullptr;
+    long n = std::strtol(it->second.value.c_str(), &end, 10);
+    if (it->second.value.empty() || *end || n < 1 || n > 100000) {
+      std::fprintf(stderr, "%s: error: --steps must be an integer >= 1\n", kMe);
+      return 2;
+    }
+    setenv("ACC_SELFTEST_STEPS", std::to_string(n).c_str(), 1);
+  }
+
+  Plan plan;
+  try {
+    plan = make_plan(p, opts, {selftest});
+  } catch (const PlanError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+    return e.code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+    return 2;
+  }
+  if (!plan.quiet)
+    std::printf("%s: running %d process(es) on this machine (world size %d), timeout %.0f s\n", kMe, plan.nproc,
+                plan.world, t);
+  std::fflush(stdout);
+  int rc = run_plan(plan);
+
+  // What every rank of this machine got to.
+  std::map<int, std::map<std::string, StepState>> ranks;
+  for (int r = plan.first_rank; r < plan.first_rank + plan.nproc; ++r) {
+    std::ifstream f(dir + "/rank" + std::to_string(r));
+    auto& steps = ranks[r];
+    for (std::string line; std::getline(f, line);) {
+      for (const char* s : kSteps) {
+        std::string name = s;
+        if (line.rfind(name + " ", 0) != 0) continue;
+        std::string rest = line.substr(name.size() + 1);
+        size_t sp = rest.find(' ');
+        StepState st;
+        st.state = rest.substr(0, sp);
+        st.detail = sp == std::string::npos ? "" : rest.substr(sp + 1);
+        steps[name] = st;
+      }
+    }
+    unlink((dir + "/rank" + std::to_string(r)).c_str());
+  }
+  rmdir(dir.c_str());
+
+  std::string failed_step, why;
+  std::printf("\n%s: results on this machine:\n", kMe);
+  for (const char* s : kSteps) {
+    if (!failed_step.empty()) {
+      std::printf("  %-17s not reached\n", s);
+      continue;
+    }
+    int ok = 0;
+    std::string first_detail, problem;
+    for (auto& [r, steps] : ranks) {
+      const StepState& st = steps[s];
+      if (st.state == "ok") {
+        ++ok;
+        if (first_detail.empty()) first_detail = st.detail;
+      } else if (problem.empty()) {
+        if (st.state == "fail") problem = "rank " + std::to_string(r) + ": " + st.detail;
+        else if (st.state == "begin")
+          problem = "rank " + std::to_string(r) + " started it but did not finish (it was stopped or died; see above)";
+        else
+          problem = "rank " + std::to_string(r) + " did not get there";
+      }
+    }
+    const int n = static_cast<int>(ranks.size());
+    if (ok == n) {
+      std::printf("  %-17s ok      %s\n", s, first_detail.c_str());
+    } else {
+      std::printf("  %-17s FAILED  %d of %d ranks passed; %s\n", s, ok, n, problem.c_str());
+      if (failed_step.empty()) {
+        failed_step = s;
+        why = problem;
+      }
+    }
+  }
+  if (failed_step.empty() && rc == 0) {
+    std::printf("\nTest is a success! You are ready for your distributed training!\n");
+    return 0;
+  }
+  if (failed_step.empty()) {
+    std::printf("\n%s: FAILED (acc launch exited with status %d)\n", kMe, rc);
+  } else {
+    std::printf("\n%s: FAILED at step '%s': %s\n", kMe, failed_step.c_str(), why.c_str());
+  }
+  return rc ? rc : 1;
+}
+
+}  // namespace acc::launcher

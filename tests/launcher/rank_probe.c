@@ -8,6 +8,9 @@
  *   --ignore-term       ignore SIGTERM and SIGINT
  *   --grandchild        start a child process that sleeps; its pid goes to DIR/gpid.<RANK>
  *   --bind-master       rank 0 binds 127.0.0.1:MASTER_PORT (proves the port was free) and writes DIR/bound.0
+ *   --say TEXT          print "TEXT out K" to stdout and "TEXT err K" to stderr for K = 1..30, then
+ *                       "TEXT final words" without a newline
+ *   --fail-attempts N   fail as --fail-rank says only while TORCHELASTIC_RESTART_COUNT < N
  * Files are written to a temporary name and renamed, so a reader never sees half a file. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
@@ -56,7 +59,8 @@ static void write_file(const char* kind, const char* text) {
 
 int main(int argc, char** argv) {
   double sleep_for = 0, fail_after = 0.2;
-  int fail_rank = -1, code = 1, sig = 0, ignore_term = 0, grandchild = 0, bind_master = 0, i;
+  int fail_rank = -1, code = 1, sig = 0, ignore_term = 0, grandchild = 0, bind_master = 0, fail_attempts = -1, i;
+  const char* say = NULL;
   const char* r = getenv("RANK");
   char buf[64];
   rank = r ? atoi(r) : -1;
@@ -72,6 +76,8 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--ignore-term")) ignore_term = 1;
     else if (!strcmp(a, "--grandchild")) grandchild = 1;
     else if (!strcmp(a, "--bind-master")) bind_master = 1;
+    else if (!strcmp(a, "--say") && v) say = argv[++i];
+    else if (!strcmp(a, "--fail-attempts") && v) fail_attempts = atoi(argv[++i]);
     else {
       fprintf(stderr, "rank_probe: unknown argument %s\n", a);
       return 64;
@@ -119,8 +125,22 @@ int main(int argc, char** argv) {
     snprintf(buf, sizeof buf, "%ld\n", (long)g);
     write_file("gpid", buf);
   }
+  if (say) { /* numbered lines on both streams, the last without a newline */
+    int k;
+    for (k = 1; k <= 30; ++k) {
+      printf("%s out %d\n", say, k);
+      fprintf(stderr, "%s err %d\n", say, k);
+    }
+    printf("%s final words", say);
+    fflush(stdout);
+  }
   snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
   write_file("pid", buf); /* last: the tests take it as "ready" */
+  /* --fail-attempts N: fail (as --fail-rank says) only in the first N attempts of a restarted group */
+  if (fail_attempts >= 0) {
+    const char* rc = getenv("TORCHELASTIC_RESTART_COUNT");
+    if ((rc ? atoi(rc) : 0) >= fail_attempts) fail_rank = -1;
+  }
   if (rank == fail_rank) {
     sleep_s(fail_after);
     if (sig) {

@@ -8,6 +8,7 @@ Every test runs in its own temporary HOME (so no user config file is read), boun
 the pids the workers wrote that no process is left behind.
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,77 @@ def alive(pid):
         return state != "Z"
     except OSError:
         return False
+
+
+def validate(schema, value, path="$"):
+    """Errors of `value` against the subset of JSON Schema `acc config schema` uses."""
+    errs = []
+    if "anyOf" in schema:
+        if all(validate(alt, value, path) for alt in schema["anyOf"]):
+            errs.append(f"{path}: matches no alternative")
+        return errs
+    types = schema.get("type")
+    if types is not None:
+        types = types if isinstance(types, list) else [types]
+        kinds = {"null": value is None, "boolean": isinstance(value, bool),
+                 "integer": isinstance(value, int) and not isinstance(value, bool),
+                 "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+                 "string": isinstance(value, str), "array": isinstance(value, list), "object": isinstance(value, dict)}
+        if not any(kinds[t] for t in types):
+            return [f"{path}: not {types}"]
+    if "const" in schema and value != schema["const"]:
+        errs.append(f"{path}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        errs.append(f"{path}: {value!r} not in enum")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errs.append(f"{path}: below minimum")
+        if "maximum" in schema and value > schema["maximum"]:
+            errs.append(f"{path}: above maximum")
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            errs.append(f"{path}: too few items")
+        for i, v in enumerate(value):
+            errs += validate(schema.get("items", {}), v, f"{path}[{i}]")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for k in schema.get("required", []):
+            if k not in value:
+                errs.append(f"{path}: missing {k}")
+        for k, v in value.items():
+            if k in props:
+                errs += validate(props[k], v, f"{path}.{k}")
+            elif schema.get("additionalProperties") is False:
+                errs.append(f"{path}: unknown key {k}")
+    return errs
+
+
+def physical_cores():
+    cores, phys = set(), "0"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("physical id"):
+                phys = line.split(":", 1)[1].strip()
+            elif line.startswith("core id"):
+                cores.add((phys, line.split(":", 1)[1].strip()))
+    return len(cores) or os.cpu_count()
+
+
+def free_port():
+    """A port free on every interface, with the next one free too (machine 0 gives the processes PORT + 1)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
 
 
 class LaunchTest(unittest.TestCase):
@@ -182,17 +254,25 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual({e["OMP_NUM_THREADS"] for e in self.envs().values()}, {"3"})
 
     def test_single_process_and_flags(self):
-        p, _ = self.run_acc("launch", "--cpu", "--mixed_precision", "bf16", "--debug", "--gpu_ids", "0",
-                            PROBE, "--out", self.out)
+        p, _ = self.run_acc("launch", "--cpu", "--mixed_precision", "bf16", "--debug", PROBE, "--out", self.out)
         self.assertEqual(p.returncode, 0, p.stderr)
         e = self.envs()[0]
         self.assertEqual(e["WORLD_SIZE"], "1")
         self.assertEqual(e["ACCELERATE_USE_CPU"], "True")
         self.assertEqual(e["ACCELERATE_MIXED_PRECISION"], "bf16")
         self.assertEqual(e["ACCELERATE_DEBUG_MODE"], "true")
-        self.assertEqual(e["CUDA_VISIBLE_DEVICES"], "0")
         self.assertEqual(e["KMP_BLOCKTIME"], "1")
-        self.assertNotIn("OMP_NUM_THREADS", e)
+        self.assertNotIn("CUDA_VISIBLE_DEVICES", e)
+        # As accelerate launch with --cpu: OMP_NUM_THREADS = physical cores / processes, when that is more than 1.
+        cores = physical_cores()
+        self.assertEqual(e.get("OMP_NUM_THREADS"), str(cores) if cores > 1 else None)
+        shutil.rmtree(self.out)
+        os.mkdir(self.out)
+        p, _ = self.run_acc("launch", "--gpu_ids", "0", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        e = self.envs()[0]
+        self.assertEqual(e["CUDA_VISIBLE_DEVICES"], "0")
+        self.assertEqual(e["ACCELERATE_USE_CPU"], "False")
 
     def test_program_arguments_pass_through(self):
         # options after the program belong to the program, even ones acc also has
@@ -205,20 +285,29 @@ class LaunchTest(unittest.TestCase):
             with open(os.path.join(self.out, f"args.{r}")) as f:
                 self.assertEqual(f.read(), "--num_processes|7|--|x y|")
 
-    def test_second_machine_ranks(self):
-        p, _ = self.run_acc("launch", "--num_processes", "4", "--num_machines", "2", "--machine_rank", "1",
-                            "--main_process_ip", "10.9.8.7", "--main_process_port", "29999", PROBE, "--out", self.out)
+    def test_two_machines_on_loopback(self):
+        # Two launchers on this host, machine ranks 1 and 0 (1 starts first and waits for 0).
+        port = free_port()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port))
+        m1 = self.start_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out)
+        time.sleep(0.3)
+        p, _ = self.run_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out)
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(m1.wait(timeout=30), 0, self.output(m1)[1])
+        self.assertIn("machine rank 1", p.stderr)  # machine 0 says who joined
         envs = self.envs()
-        self.assertEqual(sorted(envs), [2, 3])  # files are named by RANK
+        self.assertEqual(sorted(envs), [0, 1, 2, 3])  # files are named by RANK
         for r, e in envs.items():
-            self.assertEqual(e["LOCAL_RANK"], str(r - 2))
+            self.assertEqual(e["LOCAL_RANK"], str(r % 2))
             self.assertEqual(e["WORLD_SIZE"], "4")
             self.assertEqual(e["LOCAL_WORLD_SIZE"], "2")
-            self.assertEqual(e["GROUP_RANK"], "1")
+            self.assertEqual(e["GROUP_RANK"], str(r // 2))
             self.assertEqual(e["GROUP_WORLD_SIZE"], "2")
-            self.assertEqual(e["MASTER_ADDR"], "10.9.8.7")
-            self.assertEqual(e["MASTER_PORT"], "29999")
+            self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")
+            self.assertEqual(e["MASTER_PORT"], str(port + 1))  # the launchers meet on PORT, the processes on PORT+1
+
+    def test_multi_machine_errors(self):
         for args, message in ((["--num_machines", "2", "--num_processes", "4"], "--main_process_ip"),
                               (["--num_machines", "2", "--num_processes", "3", "--main_process_ip", "h"],
                                "must be a multiple of 'num_machines'"),
@@ -521,6 +610,457 @@ class LaunchTest(unittest.TestCase):
         p, _ = self.run_acc("launch", "--num_processes", "2", script)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(sorted(os.listdir(self.out)), ["py.0", "py.1"])
+
+    # --- failure report, restarts, logs ----------------------------------------------------------------------------
+    def test_failure_report_names_rank_status_and_last_lines(self):
+        p, _ = self.run_acc("launch", "--num_processes", "2", PROBE, "--out", self.out, "--say", "hello",
+                            "--fail-rank", "1", "--code", "3", "--sleep", "20")
+        self.assertEqual(p.returncode, 3, p.stderr)
+        report = p.stderr[p.stderr.index("=" * 20):]
+        self.assertIn("FAILED", report)
+        self.assertIn("failed rank : 1 (local_rank 1, pid ", report)
+        self.assertIn("status      : exited with status 3", report)
+        self.assertIn("stopped     : rank 0 (SIGTERM)", report)
+        self.assertIn("last output : (rank 1, stdout and stderr, last 20 lines)", report)
+        tail = [l for l in report.splitlines() if l.startswith("    | ")]
+        self.assertEqual(len(tail), 20)  # only the last lines
+        self.assertIn("    | hello final words", tail)  # a last line without its newline
+        self.assertTrue(any(l in tail for l in ("    | hello err 30", "    | hello out 30")), tail)
+        self.assertNotIn("    | hello err 5", tail)
+        # the output itself went through unchanged
+        self.assertIn("hello out 30", p.stdout)
+        self.assertIn("hello err 1\n", p.stderr)
+        self.assert_none_alive()
+
+    def test_report_for_a_signal(self):
+        p, _ = self.run_acc("launch", "--num_processes", "2", PROBE, "--out", self.out, "--fail-rank", "0",
+                            "--signal", str(signal.SIGABRT), "--sleep", "20")
+        self.assertEqual(p.returncode, 128 + signal.SIGABRT, p.stderr)
+        self.assertIn("status      : killed by signal SIGABRT", p.stderr)
+        self.assertIn("(rank 0 printed nothing)", p.stderr)
+
+    def test_restarts_rerun_the_whole_group(self):
+        # rank 1 fails in attempt 0 only: one restart, then success; every process of attempt 1 sees the count.
+        p, _ = self.run_acc("launch", "--num_processes", "2", "--max_restarts", "3", PROBE, "--out", self.out,
+                            "--fail-rank", "1", "--fail-attempts", "1", "--code", "5", "--sleep", "0.5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("FAILED, restarting the group (restart 1 of 3)", p.stderr)
+        self.assertEqual(p.stderr.count("restarting the group"), 1)
+        for e in self.envs().values():  # the files of the last attempt
+            self.assertEqual(e["TORCHELASTIC_RESTART_COUNT"], "1")
+            self.assertEqual(e["TORCHELASTIC_MAX_RESTARTS"], "3")
+        self.assert_none_alive()
+
+    def test_restarts_run_out(self):
+        p, took = self.run_acc("launch", "--num_processes", "2", "--max_restarts", "2", "--monitor_interval", "0.05",
+                               PROBE, "--out", self.out, "--fail-rank", "0", "--code", "9", "--fail-after", "0.1")
+        self.assertEqual(p.returncode, 9, p.stderr)
+        self.assertEqual(p.stderr.count("restarting the group"), 2)
+        self.assertIn("(restart 2 of 2)", p.stderr)
+        self.assertIn("after       : ", p.stderr)
+        self.assertIn("(attempt 3 of 3)", p.stderr)
+        self.assertEqual({e["TORCHELASTIC_RESTART_COUNT"] for e in self.envs().values()}, {"2"})
+
+    def test_no_restart_after_an_interrupt(self):
+        p = self.start_acc("launch", "--num_processes", "2", "--max_restarts", "5", PROBE, "--out", self.out,
+                           "--sleep", "30")
+        self.wait_for_files("pid", 2)
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=15), 130)
+        self.assertNotIn("restarting", self.output(p)[1])
+        self.assert_none_alive()
+
+    def test_tee_and_log_dir(self):
+        logs = os.path.join(self.tmp, "logs")
+        p, _ = self.run_acc("launch", "--num_processes", "2", "--tee", "0:3", "--log_dir", logs, PROBE,
+                            "--say", "hi")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        runs = os.listdir(logs)
+        self.assertEqual(len(runs), 1)
+        base = os.path.join(logs, runs[0], "attempt_0")
+        self.assertEqual(sorted(os.listdir(base)), ["0"])  # only local rank 0 is teed
+        with open(os.path.join(base, "0", "stdout.log")) as f:
+            out = f.read()
+        with open(os.path.join(base, "0", "stderr.log")) as f:
+            err = f.read()
+        self.assertTrue(out.startswith("hi out 1\n") and out.endswith("hi final words"), out[-50:])
+        self.assertNotIn("err", out)
+        self.assertTrue(err.startswith("hi err 1\n"), err[:50])
+        # on the console, teed lines carry torchrun's prefix; the others do not
+        self.assertIn("[default0]:hi out 30\n", p.stdout)
+        self.assertIn("[default0]:hi err 30\n", p.stderr)
+        self.assertIn("\nhi out 30\n", "\n" + p.stdout)  # rank 1, not teed
+        self.assertIn("logs in " + os.path.join(logs, runs[0]), p.stderr)
+        # --log_dir alone logs both streams of every rank; a restart gets its own attempt directory
+        shutil.rmtree(logs)
+        p, _ = self.run_acc("launch", "--num_processes", "2", "--log_dir", logs, "--max_restarts", "1", "--role",
+                            "trainer", PROBE, "--out", self.out, "--say", "x", "--fail-rank", "1", "--fail-attempts", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        run = os.path.join(logs, os.listdir(logs)[0])
+        self.assertEqual(sorted(os.listdir(run)), ["attempt_0", "attempt_1"])
+        self.assertEqual(sorted(os.listdir(os.path.join(run, "attempt_1"))), ["0", "1"])
+        self.assertIn("[trainer1]:x out 1", p.stdout)
+        self.assertIn("logs        : " + os.path.join(run, "attempt_0", "1"), p.stderr)
+
+    def test_bad_tee(self):
+        for bad in ("4", "x", "0:9", ":1"):
+            p, _ = self.run_acc("launch", "--tee", bad, PROBE)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn("--tee", p.stderr)
+
+    # --- several machines ---------------------------------------------------------------------------------------
+    def test_machine_that_never_arrives(self):
+        port = free_port()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port), "--rdzv_conf", "join_timeout=1.5")
+        p, took = self.run_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("rendezvous timed out after 1 s: 1 of 2 machines joined (missing machine rank 1)", p.stderr)
+        self.assertLess(took, 10)
+        self.assertEqual(self.pids(), [])  # nothing started
+        p, took = self.run_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("could not reach machine 0 at 127.0.0.1:%d" % port, p.stderr)
+        self.assertLess(took, 10)
+
+    def test_machines_must_agree(self):
+        port = free_port()
+        base = ("launch", "--num_machines", "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+                "--rdzv_conf", "join_timeout=20")
+        m0 = self.start_acc(*base, "--num_processes", "4", "--machine_rank", "0", PROBE, "--out", self.out)
+        time.sleep(0.3)
+        p, _ = self.run_acc(*base, "--num_processes", "6", "--machine_rank", "1", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("has num_processes 6, machine 0 has 4", p.stderr)
+        self.assertEqual(m0.wait(timeout=20), 2)
+        self.assertIn("has num_processes 6, machine 0 has 4", self.output(m0)[1])
+        self.assertEqual(self.pids(), [])
+
+    def test_failure_on_one_machine_stops_the_other(self):
+        port = free_port()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port))
+        m1 = self.start_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out, "--sleep", "60",
+                            "--fail-rank", "3", "--code", "7", "--fail-after", "0.5")
+        time.sleep(0.2)
+        p, took = self.run_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out, "--sleep", "60")
+        self.assertEqual(p.returncode, 7, p.stderr)
+        self.assertLess(took, 20)
+        self.assertIn("STOPPED", p.stderr)
+        self.assertIn("because     : machine 1 (", p.stderr)
+        self.assertIn("rank 3 exited with status 7", p.stderr)
+        self.assertEqual(m1.wait(timeout=20), 7)
+        self.assertIn("failed rank : 3 (local_rank 1", self.output(m1)[1])
+        self.assert_none_alive()
+
+    def test_restart_across_machines(self):
+        port = free_port()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port), "--max_restarts", "1")
+        m1 = self.start_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out, "--sleep", "1",
+                            "--fail-rank", "2", "--fail-attempts", "1", "--fail-after", "0.2")
+        time.sleep(0.2)
+        p, _ = self.run_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out, "--sleep", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(m1.wait(timeout=30), 0, self.output(m1)[1])
+        envs = self.envs()
+        self.assertEqual(sorted(envs), [0, 1, 2, 3])
+        self.assertEqual({e["TORCHELASTIC_RESTART_COUNT"] for e in envs.values()}, {"1"})
+
+    def test_sigint_on_machine_zero_stops_every_machine(self):
+        port = free_port()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port))
+        m1 = self.start_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out, "--sleep", "60")
+        m0 = self.start_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out, "--sleep", "60")
+        self.wait_for_files("pid", 4, timeout=20)
+        m0.send_signal(signal.SIGINT)
+        self.assertEqual(m0.wait(timeout=20), 130)
+        self.assertNotEqual(m1.wait(timeout=20), 0)
+        self.assert_none_alive()
+
+    # --- job schedulers ------------------------------------------------------------------------------------------
+    def test_srun_one_task_per_process(self):
+        # As `srun -n 2 acc launch PROGRAM` would start us: each task runs exactly one process, its rank SLURM's.
+        port = free_port()
+        procs = []
+        for r in range(2):
+            env = dict(self.env, SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r), SLURM_NODEID="0",
+                       SLURM_NNODES="1", SLURM_TASKS_PER_NODE="2", SLURM_STEP_ID="0", SLURM_JOB_NODELIST="localhost")
+            procs.append(self.start_acc("launch", "--main_process_port", str(port), PROBE, "--out", self.out, env=env))
+        for p in procs:
+            self.assertEqual(p.wait(timeout=30), 0, self.output(p)[1])
+        envs = self.envs()
+        self.assertEqual(sorted(envs), [0, 1])
+        for r, e in envs.items():
+            self.assertEqual(e["WORLD_SIZE"], "2")
+            self.assertEqual(e["LOCAL_RANK"], str(r))
+            self.assertEqual(e["LOCAL_WORLD_SIZE"], "2")
+            self.assertEqual(e["MASTER_ADDR"], "localhost")
+            self.assertEqual(e["MASTER_PORT"], str(port))
+        # num_processes that contradicts the tasks is an error
+        env = dict(self.env, SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NNODES="1",
+                   SLURM_STEP_ID="0")
+        p, _ = self.run_acc("launch", "--num_processes", "3", PROBE, env=env)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("SLURM started 2 tasks", p.stderr)
+        # a batch script (no job step) is not a task: the variables are ignored
+        env.pop("SLURM_STEP_ID")
+        p, _ = self.run_acc("launch", "--num_processes", "3", PROBE, "--out", self.out, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_srun_one_task_per_machine(self):
+        # `srun --ntasks-per-node=1 acc launch --num_processes 4 PROGRAM` on two "nodes" of this host.
+        port = free_port()
+        procs = []
+        for node in range(2):
+            env = dict(self.env, SLURM_PROCID=str(node), SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NODEID=str(node),
+                       SLURM_NNODES="2", SLURM_TASKS_PER_NODE="1(x2)", SLURM_STEP_ID="0",
+                       SLURM_JOB_NODELIST="127.0.0.[1-2]")
+            procs.append(self.start_acc("launch", "--num_processes", "4", "--main_process_port", str(port), PROBE,
+                                        "--out", self.out, env=env))
+        for p in procs:
+            self.assertEqual(p.wait(timeout=30), 0, self.output(p)[1])
+        envs = self.envs()
+        self.assertEqual(sorted(envs), [0, 1, 2, 3])
+        for r, e in envs.items():
+            self.assertEqual(e["GROUP_RANK"], str(r // 2))
+            self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")  # the first node of the list
+
+    def test_mpirun_one_rank_per_process(self):
+        port = free_port()
+        procs = []
+        for r in range(3):
+            env = dict(self.env, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE="3",
+                       OMPI_COMM_WORLD_LOCAL_RANK=str(r), OMPI_COMM_WORLD_LOCAL_SIZE="3")
+            procs.append(self.start_acc("launch", "--main_process_port", str(port), PROBE, "--out", self.out, env=env))
+        for p in procs:
+            self.assertEqual(p.wait(timeout=30), 0, self.output(p)[1])
+        envs = self.envs()
+        self.assertEqual(sorted(envs), [0, 1, 2])
+        self.assertEqual({e["WORLD_SIZE"] for e in envs.values()}, {"3"})
+        # --scheduler none ignores the variables
+        env = dict(self.env, OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="3", OMPI_COMM_WORLD_LOCAL_RANK="1",
+                   OMPI_COMM_WORLD_LOCAL_SIZE="3")
+        shutil.rmtree(self.out)
+        os.mkdir(self.out)
+        p, _ = self.run_acc("launch", "--scheduler", "none", PROBE, "--out", self.out, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(self.envs()), [0])
+
+    # --- acc config ----------------------------------------------------------------------------------------------
+    def config_cmd(self, *args, answers=None, env=None):
+        env = env or self.env
+        r = subprocess.run([ACC, "config", *args], input=answers, capture_output=True, text=True, env=env,
+                           cwd=self.tmp, timeout=30)
+        return r
+
+    def test_config_questionnaire(self):
+        # The questions of `accelerate config`, answered through a pipe: multi-CPU, 1 machine, 4 processes, bf16.
+        path = os.path.join(self.tmp, "q.yaml")
+        answers = "\n".join(["0", "1", "1", "no", "no", "no", "4", "bf16"]) + "\n"
+        r = self.config_cmd("--config_file", path, answers=answers)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Which type of machine are you using?", r.stdout)
+        self.assertIn("How many processes should be used for distributed training? [1]:", r.stdout)
+        self.assertIn("acc configuration saved at " + path, r.stdout)
+        text = open(path).read()
+        for line in ("distributed_type: MULTI_CPU", "num_processes: 4", "mixed_precision: bf16", "use_cpu: true",
+                     "compute_environment: LOCAL_MACHINE", "tpu_env: []"):
+            self.assertIn(line + "\n", text)
+        # the file drives acc launch
+        p, _ = self.run_acc("launch", "--config_file", path, PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(self.envs()), [0, 1, 2, 3])
+        self.assertEqual({e["ACCELERATE_MIXED_PRECISION"] for e in self.envs().values()}, {"bf16"})
+        # multi-GPU, two machines: the machine questions, then FSDP 2 with its questions
+        path2 = os.path.join(self.tmp, "q2.json")
+        answers = "\n".join(["0", "multi-GPU", "2", "1", "10.0.0.1", "29400", "yes", "no",  # machines, debug
+                             "no",  # dynamo
+                             "no",  # DeepSpeed
+                             "yes", "1", "yes", "no", "1", "", "0", "yes", "no",  # FSDP 2 ... activation ckpt
+                             "no",  # parallelism config
+                             "8", "all", "2"]) + "\n"  # processes, GPU ids, bf16
+        r = self.config_cmd("--config_file", path2, answers=answers)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        import json
+        cfg = json.load(open(path2))
+        self.assertEqual(cfg["distributed_type"], "FSDP")
+        self.assertEqual(cfg["machine_rank"], 1)
+        self.assertEqual(cfg["main_process_ip"], "10.0.0.1")
+        self.assertEqual(cfg["num_processes"], 8)
+        self.assertEqual(cfg["mixed_precision"], "bf16")
+        self.assertEqual(cfg["fsdp_config"]["fsdp_version"], 2)
+        self.assertEqual(cfg["fsdp_config"]["fsdp_auto_wrap_policy"], "SIZE_BASED_WRAP")
+        self.assertTrue(cfg["fsdp_config"]["fsdp_reshard_after_forward"])
+        # running out of answers is an error, not a hang; bad answers are asked again
+        r = self.config_cmd("--config_file", path, answers="0\n7000\n")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("Please enter a number between 0 and 10", r.stdout)
+        self.assertIn("end of input", r.stderr)
+
+    def test_config_default_update_and_locations(self):
+        r = self.config_cmd("default", "--mixed_precision", "bf16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        hf = os.path.join(self.home, ".cache", "huggingface", "accelerate", "default_config.yaml")
+        self.assertIn("saved at " + hf, r.stdout)  # where accelerate would look, so both tools share it
+        text = open(hf).read()
+        self.assertIn("mixed_precision: bf16\n", text)
+        self.assertIn("distributed_type: ", text)
+        r = self.config_cmd("default")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("will not override", r.stdout)
+        # update: an old file comes back with current keys
+        old = self.write("old.yaml", "distributed_type: MULTI_GPU\nfp16: true\nnum_processes: 2\n"
+                                      "fsdp_config:\n  sharding_strategy: 2\ndynamo_backend: inductor\n")
+        r = self.config_cmd("update", "--config_file", old)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = open(old).read()
+        self.assertIn("mixed_precision: fp16\n", text)
+        self.assertIn("dynamo_config:\n  dynamo_backend: INDUCTOR\n", text)
+        self.assertIn("fsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n", text)
+        self.assertNotIn("fp16: true", text)
+        r = self.config_cmd("update", "--config_file", os.path.join(self.tmp, "missing.yaml"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("does not exist", r.stderr)
+
+    def test_config_explain(self):
+        f = self.write("e.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\n")
+        env = dict(self.env, ACCELERATE_GRADIENT_ACCUMULATION_STEPS="4")
+        r = self.config_cmd("explain", "--config_file", f, "--mixed-precision", "bf16", "--explicit",
+                            '{"seed": 3}', env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertRegex(out, r"num_processes +2 +file  " + re.escape(f) + ":2")
+        self.assertRegex(out, r"\n  mixed_precision +\"bf16\" +flag  --mixed-precision")
+        self.assertRegex(out, r"machine_rank +0 +default")
+        self.assertRegex(out, r"\n  mixed_precision +\"bf16\" +env  ACCELERATE_MIXED_PRECISION  <- set by acc launch "
+                              r"from mixed_precision \(flag  --mixed-precision\)")
+        self.assertRegex(out, r"gradient_accumulation_steps +4 +env  ACCELERATE_GRADIENT_ACCUMULATION_STEPS  <- from "
+                              r"acc's own environment")
+        self.assertRegex(out, r"seed +3 +explicit  --explicit")
+        # JSON, and the same validation as acc launch
+        r = self.config_cmd("explain", "--config_file", f, "--json")
+        import json
+        d = json.loads(r.stdout)
+        self.assertEqual(d["launch"]["provenance"]["num_processes"], {"origin": "file", "where": f + ":2"})
+        self.assertEqual(d["library"]["config"]["mixed_precision"], "fp16")
+        r = self.config_cmd("explain", "--config_file", f, "--cpu", "--gpu_ids", "0")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("contradictory settings", r.stderr)
+        r = self.config_cmd("explain", "--use_fsdp", "--num_processes", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("libacc programs would refuse this config: 'use_fsdp' = true", r.stdout)
+
+    def test_config_schema_validates_files(self):
+        import json
+        r = self.config_cmd("schema")
+        self.assertEqual(r.returncode, 0)
+        schema = json.loads(r.stdout)
+        self.assertEqual(schema["required"], ["distributed_type"])
+        self.assertIn("fsdp_version", schema["properties"]["fsdp_config"]["properties"])
+        lib = json.loads(self.config_cmd("schema", "--library").stdout)
+        self.assertIn("even_batches", lib["properties"]["dataloader_config"]["properties"])
+        # A small validator of the subset the schema uses: the good JSON config passes, broken ones do not.
+        good = json.load(open(os.path.join(DATA, "cpu_config.json")))
+        self.assertEqual(validate(schema, good), [])
+        self.assertTrue(validate(schema, dict(good, mixed_precison="fp16")))
+        self.assertTrue(validate(schema, dict(good, mixed_precision="fp32")))
+        self.assertTrue(validate(schema, dict(good, num_processes=0)))
+        self.assertEqual(validate(schema, dict(good, num_processes=-1)), [])  # Accelerate's "pass --num_processes"
+        self.assertTrue(validate(schema, dict(good, main_process_port=70000)))
+        self.assertTrue(validate(schema, {"num_processes": 2}))  # distributed_type is required
+        self.assertEqual(validate(schema, dict(good, fsdp_config={"fsdp_version": 2})), [])
+        self.assertTrue(validate(schema, dict(good, fsdp_config={"fsdp_version": 3})))
+        self.assertEqual(validate(lib, {"dataloader_config": {"even_batches": False}, "seed": 1}), [])
+        self.assertTrue(validate(lib, {"dataloader_config": {"even_batchs": False}}))
+
+    # --- acc env, acc estimate-memory, acc test ---------------------------------------------------------------------
+    def test_env_command(self):
+        f = self.write("c.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n")
+        env = dict(self.env, ACC_LIBACC="/nonexistent/libacc.so.1", ACCELERATE_MIXED_PRECISION="bf16")
+        r = subprocess.run([ACC, "env", "--config_file", f], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("- `acc` version: ", r.stdout)
+        self.assertRegex(r.stdout, r"- libacc(: not found| version)")
+        self.assertIn("- System RAM: ", r.stdout)
+        self.assertIn("\t- ACCELERATE_MIXED_PRECISION=bf16", r.stdout)
+        self.assertIn("- `acc` config passed: " + f, r.stdout)
+        self.assertIn("\t- num_processes: 2", r.stdout)
+        r = subprocess.run([ACC, "env"], capture_output=True, text=True, env=self.env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("- `acc` default config:\n\tNot found", r.stdout)
+
+    def test_estimate_memory(self):
+        r = subprocess.run([ACC, "estimate-memory", "gpt2"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [l for l in r.stdout.splitlines() if l.startswith("│") and "Memory" not in l]
+        cells = [[c.strip() for c in l.strip("│").split("│")] for l in rows]
+        self.assertEqual(cells[0], ["dtype", "Largest Layer", "Total Size", "Training using Adam"])
+        # GPT-2 small: 124,439,808 parameters (tied head); the largest layer is the token embedding.
+        self.assertEqual(cells[1], ["float32", "147.24 MB", "474.7 MB", "1.85 GB"])
+        self.assertEqual(cells[2], ["float16", "73.62 MB", "237.35 MB", "949.4 MB"])
+        self.assertEqual(cells[3], ["int8", "36.81 MB", "118.68 MB", "N/A"])
+        self.assertEqual(cells[4], ["int4", "18.4 MB", "59.34 MB", "N/A"])
+        self.assertIn("124,439,808 parameters", r.stdout)
+        self.assertIn("Memory Usage for loading `gpt2`", r.stdout)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len({len(l) for l in lines[:10]}), 1, r.stdout)  # a rectangle
+        # an MLP spec: 3*4+4 + 4*2+2 = 26 parameters; a wide title widens the last column
+        spec = '{"type": "mlp", "sizes": [3, 4, 2]}'
+        r = subprocess.run([ACC, "estimate-memory", spec, "--dtypes", "float32", "float16"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("│float32│   64 bytes  │104 bytes │", r.stdout)
+        self.assertIn("│float16│  32.0 bytes │52.0 bytes│", r.stdout)
+        self.assertEqual(len({len(l) for l in r.stdout.splitlines()[:8]}), 1, r.stdout)
+        # a safetensors checkpoint: float tensors count in float32, integers at their size
+        import json
+        import struct
+        header = json.dumps({"__metadata__": {"format": "pt"},
+                             "enc.weight": {"dtype": "BF16", "shape": [256, 128], "data_offsets": [0, 65536]},
+                             "enc.bias": {"dtype": "BF16", "shape": [256], "data_offsets": [65536, 66048]},
+                             "steps": {"dtype": "I64", "shape": [1], "data_offsets": [66048, 66056]}}).encode()
+        st = os.path.join(self.tmp, "m.safetensors")
+        with open(st, "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + bytes(66056))
+        r = subprocess.run([ACC, "estimate-memory", st, "--dtypes", "float32"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("129.0 KB", r.stdout)  # enc: (256*128 + 256) * 4 bytes
+        self.assertIn("129.01 KB", r.stdout)  # + 8 bytes of steps
+        self.assertIn("largest layer: enc", r.stdout)
+        for bad, msg in (("bert-base-cased", "does not download models from the Hub"),
+                         ('{"type": "gpt", "vocab_size": 10}', "is required"),
+                         ('{"type": "gpt", "vocab_size": 10, "block_size": 4, "n_layer": 1, "n_head": 3, "n_embd": 8}',
+                          "must be a multiple of 'n_head'"),
+                         ('{"type": "mlp", "size": [1, 2]}', "did you mean 'sizes'")):
+            r = subprocess.run([ACC, "estimate-memory", bad], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn(msg, r.stderr)
+
+    def test_help_for_every_command(self):
+        for cmd, words in ((["launch"], ["--max_restarts", "--tee", "--log_dir", "--gpu_ids", "--rdzv_conf",
+                                         "[mixed_precision; default \"no\"]", "--fsdp_version", "--zero_stage"]),
+                           (["config"], ["default", "update", "explain", "schema"]),
+                           (["config", "default"], ["--mixed_precision"]),
+                           (["config", "update"], ["--config_file"]),
+                           (["config", "explain"], ["--explicit", "--num_processes", "--json"]),
+                           (["config", "schema"], ["--library"]),
+                           (["env"], ["--config_file"]),
+                           (["test"], ["--timeout", "--num_processes", "--steps"]),
+                           (["estimate-memory"], ["--dtypes", "gpt2"])):
+            r = subprocess.run([ACC, *cmd, "--help"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, cmd)
+            for w in words:
+                self.assertIn(w, r.stdout, cmd)
+        r = subprocess.run([ACC, "help", "test"], capture_output=True, text=True, timeout=30)
+        self.assertIn("--timeout", r.stdout)
+        r = subprocess.run([ACC, "--help"], capture_output=True, text=True, timeout=30)
+        for c in ("launch", "config", "env", "test", "estimate-memory"):
+            self.assertIn(c, r.stdout)
+        r = subprocess.run([ACC, "estimat-memory"], capture_output=True, text=True, timeout=30)
+        self.assertIn("did you mean 'estimate-memory'", r.stderr)
 
     # --- the command -------------------------------------------------------------------------------------------
     def test_help_and_version(self):

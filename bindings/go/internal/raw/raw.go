@@ -363,8 +363,8 @@ func Accx_dlpack_release(arg1 uintptr) {
 	C._wrap_accx_dlpack_release_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
 }
 
-const ACC_VERSION_MAJOR int = 0
-const ACC_VERSION_MINOR int = 1
+const ACC_VERSION_MAJOR int = 1
+const ACC_VERSION_MINOR int = 0
 const ACC_VERSION_PATCH int = 0
 const ACC_ABI_VERSION int = 1
 const ACC_OK int = 0

@@ -273,7 +273,9 @@ std::vector<cli::Option> launch_options() {
   opt("--log_dir", "DIR", sup,
       "per-rank log files: DIR/<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log (both streams unless --tee says)");
   opt("--role", "NAME", sup, "name in the prefix of teed lines (default: default)");
-  opt("--mpirun_hostfile", "FILE", dist, "", "mpirun_config.mpirun_hostfile");
+  opt("--mpirun_hostfile", "FILE", dist,
+      "MULTI_CPU: run the processes with mpirun over this hostfile (each reads its rank from mpirun)",
+      "mpirun_config.mpirun_hostfile");
   opt("--aws_access_key_id", "ID", gen, "SageMaker (not supported by acc launch)");
   opt("--aws_secret_access_key", "KEY", gen, "SageMaker (not supported by acc launch)");
 
@@ -603,6 +605,52 @@ int exit_code_of(const Exit& f) {
   return 1;
 }
 
+// Runs `mpirun` (Open MPI, or MPICH / Intel MPI / MVAPICH spellings) over a hostfile, as Accelerate's
+// prepare_simple_launcher_cmd_env does, with `acc launch --scheduler mpi` as the program of every rank.
+int exec_mpirun(const Plan& plan, const std::string& hostfile, const std::vector<std::string>& acc_args,
+                const std::vector<std::string>& program) {
+  const std::string path_env = plan.env.count("PATH") ? plan.env.at("PATH") : "/usr/local/bin:/usr/bin:/bin";
+  std::string app;
+  for (const char* name : {"mpirun", "mpiexec"}) {
+    Resolved r = resolve_program(name, path_env);
+    if (!r.error) {
+      app = r.path;
+      break;
+    }
+  }
+  if (app.empty())
+    throw std::runtime_error("mpirun_hostfile is set, but mpirun or mpiexec were not found; install Open MPI, Intel "
+                             "MPI or MVAPICH, or remove mpirun_config.mpirun_hostfile");
+  std::string version;
+  if (FILE* f = popen(("'" + app + "' --version 2>&1").c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, f)) version += buf;
+    pclose(f);
+  }
+  const bool open_mpi = version.find("Open MPI") != std::string::npos || version.find("OpenRTE") != std::string::npos;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) throw std::runtime_error("cannot find the acc binary (/proc/self/exe)");
+  self[n] = '\0';
+  std::vector<std::string> cmd = {app, open_mpi ? "--hostfile" : "-f", hostfile, open_mpi ? "--npernode" : "-ppn",
+                                  std::to_string(plan.nproc), "-n", std::to_string(plan.world)};
+  if (open_mpi) cmd.insert(cmd.end(), {"--bind-to", "socket"});
+  cmd.insert(cmd.end(), {self, "launch", "--scheduler", "mpi"});
+  cmd.insert(cmd.end(), acc_args.begin(), acc_args.end());
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  if (!plan.quiet) {
+    std::string line;
+    for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "%s: %s\n", kMe, line.c_str());
+  }
+  std::fflush(stderr);
+  std::vector<char*> argv;
+  for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(app.c_str(), argv.data());
+  throw std::runtime_error("cannot execute '" + app + "': " + std::strerror(errno));
+}
+
 }  // namespace
 
 int run_plan(Plan& plan) {
@@ -816,6 +864,33 @@ int launch_main(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 1;
+  }
+  // Accelerate's MPI launch: with an mpirun hostfile (a MULTI_CPU job), mpirun starts one `acc launch` per process
+  // on the hosts of the file, and each of them reads its rank from mpirun's variables.
+  const config::Config& cfg = plan.r.cfg;
+  if (!plan.r.sched && cfg.is_set("mpirun_config.mpirun_hostfile") &&
+      (cfg.get_string("distributed_type") == "MULTI_CPU" || cfg.get_bool("use_cpu"))) {
+    const size_t program_at = args.size() - p.positionals.size();
+    std::vector<std::string> rest;
+    for (size_t i = 0; i < program_at; ++i) {
+      std::string a = args[i];
+      std::string n = a;
+      for (size_t k = 2; k < n.size() && n.rfind("--", 0) == 0; ++k)
+        if (n[k] == '-') n[k] = '_';
+      if (n == "--mpirun_hostfile") {
+        ++i;  // and its value
+        continue;
+      }
+      if (n.rfind("--mpirun_hostfile=", 0) == 0) continue;
+      rest.push_back(a);
+    }
+    try {
+      return exec_mpirun(plan, cfg.get_string("mpirun_config.mpirun_hostfile"), rest,
+                         std::vector<std::string>(args.begin() + static_cast<long>(program_at), args.end()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+      return 1;
+    }
   }
   return run_plan(plan);
 }

@@ -848,6 +848,49 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(sorted(self.envs()), [0])
 
+    def test_mpirun_hostfile_runs_mpirun(self):
+        # As accelerate launch does for MULTI_CPU with an mpirun hostfile: acc runs mpirun, which starts one
+        # `acc launch --scheduler mpi` per process. A stand-in mpirun (Open MPI's spellings) plays the part here.
+        bindir = os.path.join(self.tmp, "bin")
+        os.mkdir(bindir)
+        fake = os.path.join(bindir, "mpirun")
+        with open(fake, "w") as f:
+            f.write("""#!/usr/bin/env python3
+import os, subprocess, sys
+a = sys.argv[1:]
+if a == ["--version"]:
+    print("mpirun (Open MPI) 4.1.5"); sys.exit(0)
+open(os.environ["FAKE_MPI_LOG"], "w").write("\\n".join(a))
+opts = {}
+while a and a[0].startswith("-"):
+    opts[a[0]] = a[1]; a = a[2:]
+n, per = int(opts["-n"]), int(opts["--npernode"])
+procs = [subprocess.Popen(a, env=dict(os.environ, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(n),
+                                      OMPI_COMM_WORLD_LOCAL_RANK=str(r % per), OMPI_COMM_WORLD_LOCAL_SIZE=str(per)))
+         for r in range(n)]
+sys.exit(max(p.wait() for p in procs))
+""")
+        os.chmod(fake, 0o755)
+        hosts = self.write("hostfile", "localhost slots=2\n")
+        cfg = self.write("mpi.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\nuse_cpu: true\n"
+                                     "mpirun_config:\n  mpirun_hostfile: " + hosts + "\n")
+        env = dict(self.env, PATH=bindir + ":" + self.env["PATH"], FAKE_MPI_LOG=os.path.join(self.tmp, "mpi.log"))
+        p, _ = self.run_acc("launch", "--config_file", cfg, "--main_process_port", str(free_port()), PROBE, "--out",
+                            self.out, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(env["FAKE_MPI_LOG"]) as f:
+            argv = f.read().split("\n")
+        self.assertEqual(argv[:8], ["--hostfile", hosts, "--npernode", "2", "-n", "2", "--bind-to", "socket"])
+        self.assertEqual(argv[8:12], [ACC, "launch", "--scheduler", "mpi"])
+        envs = self.envs()
+        self.assertEqual(sorted(envs), [0, 1])
+        self.assertEqual({e["WORLD_SIZE"] for e in envs.values()}, {"2"})
+        # without mpirun: a clear error
+        env["PATH"] = "/nonexistent"
+        p, _ = self.run_acc("launch", "--config_file", cfg, PROBE, env=env)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("mpirun or mpiexec were not found", p.stderr)
+
     # --- acc config ----------------------------------------------------------------------------------------------
     def config_cmd(self, *args, answers=None, env=None):
         env = env or self.env

@@ -116,10 +116,11 @@ std::vector<int> parse_tee(const std::string& spec, const std::string& typed, in
     size_t c = spec.find(',', start);
     std::string item = spec.substr(start, c == std::string::npos ? std::string::npos : c - start);
     size_t colon = item.find(':');
+    if (colon == std::string::npos || colon == 0) usage_error(typed + ": '" + item + "' is not LOCAL_RANK:N");
+    const std::string rank_text = item.substr(0, colon);
     char* end = nullptr;
-    long r = colon == std::string::npos ? -1 : std::strtol(item.substr(0, colon).c_str(), &end, 10);
-    if (colon == std::string::npos || colon == 0 || *end != '\0' || r < 0)
-      usage_error(typed + ": '" + item + "' is not LOCAL_RANK:N");
+    long r = std::strtol(rank_text.c_str(), &end, 10);
+    if (*end != '\0' || r < 0) usage_error(typed + ": '" + item + "' is not LOCAL_RANK:N");
     int lv = level(item.substr(colon + 1));
     if (r < nproc) out[static_cast<size_t>(r)] = lv;
     if (c == std::string::npos) break;

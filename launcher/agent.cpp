@@ -145,6 +145,8 @@ struct Agent::Peer {
   bool hello = false;
   bool result = false;  // reported its outcome for this attempt
   bool lost = false;
+  double last_seen = monotonic_now();  // anything received
+  double last_sent = 0;
 };
 
 Agent::Agent(AgentOptions o) : o_(std::move(o)) {}
@@ -176,6 +178,7 @@ void Agent::send(Peer& p, const std::string& line) {
     d += w;
     n -= static_cast<size_t>(w);
   }
+  p.last_sent = monotonic_now();
 }
 
 void Agent::broadcast(const std::string& line, const Peer* except) {
@@ -188,6 +191,7 @@ bool Agent::read_lines(Peer& p, std::vector<std::string>& lines) {
   for (;;) {
     ssize_t n = recv(p.fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
+      p.last_seen = monotonic_now();
       p.buf.append(buf, static_cast<size_t>(n));
       if (p.buf.size() > (1 << 20)) return false;  // not a peer speaking this protocol
       continue;
@@ -195,8 +199,10 @@ bool Agent::read_lines(Peer& p, std::vector<std::string>& lines) {
     if (n < 0 && errno == EINTR) continue;
     bool open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
     size_t start = 0;
-    for (size_t nl; (nl = p.buf.find('\n', start)) != std::string::npos; start = nl + 1)
-      lines.push_back(p.buf.substr(start, nl - start));
+    for (size_t nl; (nl = p.buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string line = p.buf.substr(start, nl - start);
+      if (line != "PING") lines.push_back(std::move(line));
+    }
     p.buf.erase(0, start);
     return open;
   }
@@ -488,28 +494,47 @@ Agent::Event Agent::on_poll(const std::vector<pollfd>& fds) {
         }
       }
       if (!open) {
-        p->lost = true;
-        close(p->fd);
-        p->fd = -1;
-        std::string msg = o_.machine_rank == 0
-                              ? "lost contact with machine " + std::to_string(p->machine_rank) + " (" + p->host +
-                                    "): its acc launch ended or the network failed"
-                              : "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) +
-                                    ": its acc launch ended or the network failed";
-        if (o_.machine_rank == 0) {
-          no_restart_ = true;
-          if (!p->result && !failure_seen_) {
-            failure_seen_ = true;
-            failure_code_ = 1;
-            failure_message_ = msg;
-            broadcast("STOP " + msg);
-          }
-          if (!p->result && ev.kind == Event::None) ev = {Event::Lost, msg};
-          p->result = true;
-        } else if (ev.kind == Event::None) {
-          ev = {Event::Lost, msg};
-        }
+        Event e = lose(*p, "its acc launch ended or the network failed");
+        if (ev.kind == Event::None) ev = e;
       }
+    }
+  }
+  return ev;
+}
+
+Agent::Event Agent::lose(Peer& p, const std::string& why) {
+  p.lost = true;
+  if (p.fd >= 0) close(p.fd);
+  p.fd = -1;
+  std::string msg = o_.machine_rank == 0
+                        ? "lost contact with machine " + std::to_string(p.machine_rank) + " (" + p.host + "): " + why
+                        : "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) + ": " + why;
+  if (o_.machine_rank != 0) return {Event::Lost, msg};
+  no_restart_ = true;
+  Event ev;
+  if (!p.result && !failure_seen_) {
+    failure_seen_ = true;
+    failure_code_ = 1;
+    failure_message_ = msg;
+    broadcast("STOP " + msg);
+  }
+  if (!p.result) ev = {Event::Lost, msg};
+  p.result = true;
+  return ev;
+}
+
+Agent::Event Agent::heartbeat() {
+  const double now = monotonic_now();
+  Event ev;
+  for (Peer* p : peers_) {
+    if (p->lost || p->fd < 0) continue;
+    if (now - p->last_sent >= 2.0) send(*p, "PING");
+    if (now - p->last_seen > o_.heartbeat_timeout) {
+      char why[128];
+      std::snprintf(why, sizeof why, "nothing heard from it for %.0f s (its host is down or the network failed)",
+                    now - p->last_seen);
+      Event e = lose(*p, why);
+      if (ev.kind == Event::None) ev = e;
     }
   }
   return ev;
@@ -569,7 +594,7 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
           return d;
         }
       }
-      if (!open) {
+      if (!open || (heartbeat(), server->lost)) {
         d.code = local.code ? local.code : 1;
         d.message = "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) +
                     " before it decided how the job ends";
@@ -610,6 +635,7 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
         }
       break;
     }
+    heartbeat();
     std::vector<pollfd> fds;
     poll_fds(fds);
     size_t n = fds.size();

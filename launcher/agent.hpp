@@ -9,7 +9,8 @@
 //     would otherwise wait for its collective timeout), and a machine whose `acc` disappears does too;
 //   - at the end of an attempt machine 0 decides for everyone: done, restart (--max_restarts), or fail.
 // Protocol: one text line per message over TCP ("ACC1 HELLO ...", "GO ...", "FAIL ...", "STOP ...", "RESULT ...",
-// "RESTART ...", "END ...", "ERROR ...").
+// "RESTART ...", "END ...", "ERROR ...", and "PING" every 2 s: a machine silent for --rdzv_conf heartbeat_timeout
+// (default 30 s) is lost, even when its host vanished without closing the connection.
 #pragma once
 
 #include <poll.h>
@@ -34,6 +35,7 @@ struct AgentOptions {
   int main_port = 0;
   double join_timeout = 600;  // seconds
   double result_timeout = 60;  // seconds machine 0 waits for the other machines' result after an attempt
+  double heartbeat_timeout = 30;  // seconds of silence after which a connected machine counts as lost
   bool quiet = false;
 };
 
@@ -70,6 +72,9 @@ class Agent {
   };
   void poll_fds(std::vector<pollfd>& fds) const;
   Event on_poll(const std::vector<pollfd>& fds);
+  // Sends heartbeats, and reports a machine silent for heartbeat_timeout (its host died, the network split) as
+  // lost. Call it every loop iteration.
+  Event heartbeat();
   // This machine's workers failed (or acc was interrupted): every other machine is told to stop its workers.
   void report_failure(const std::string& message, int code, bool interrupted);
 
@@ -83,6 +88,7 @@ class Agent {
   void send(Peer& p, const std::string& line);
   void broadcast(const std::string& line, const Peer* except = nullptr);
   bool read_lines(Peer& p, std::vector<std::string>& lines);  // false: connection closed
+  Event lose(Peer& p, const std::string& why);
   Event handle_server_line(Peer& from, const std::string& line);
 
   AgentOptions o_;

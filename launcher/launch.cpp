@@ -129,9 +129,9 @@ std::vector<int> parse_tee(const std::string& spec, const std::string& typed, in
   return out;
 }
 
-// --rdzv_conf "join_timeout=60,read_timeout=5": only join_timeout means something to acc launch.
-double join_timeout_of(const std::string& conf) {
-  double timeout = 600;  // torchrun's default
+// --rdzv_conf "join_timeout=60,heartbeat_timeout=10": what acc launch reads of torchrun's rendezvous settings
+// (join_timeout; its `timeout` alias), and its own heartbeat_timeout. Other keys are accepted and ignored.
+void parse_rdzv_conf(const std::string& conf, double* join_timeout, double* heartbeat_timeout) {
   size_t start = 0;
   while (start < conf.size()) {
     size_t c = conf.find(',', start);
@@ -139,16 +139,15 @@ double join_timeout_of(const std::string& conf) {
     size_t eq = item.find('=');
     if (eq == std::string::npos) usage_error("--rdzv_conf: '" + item + "' is not KEY=VALUE");
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    if (k == "join_timeout" || k == "timeout") {
+    if (k == "join_timeout" || k == "timeout" || k == "heartbeat_timeout") {
       char* end = nullptr;
       double t = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(t > 0)) usage_error("--rdzv_conf: join_timeout must be a number of seconds > 0");
-      timeout = t;
+      if (v.empty() || *end || !(t > 0)) usage_error("--rdzv_conf: " + k + " must be a number of seconds > 0");
+      *(k == "heartbeat_timeout" ? heartbeat_timeout : join_timeout) = t;
     }
     if (c == std::string::npos) break;
     start = c + 1;
   }
-  return timeout;
 }
 
 // Physical cores (psutil.cpu_count(logical=False)), as Accelerate uses for CPU training.
@@ -260,7 +259,9 @@ std::vector<cli::Option> launch_options() {
       "main_process_port");
   opt("--rdzv_backend", "{static,c10d,etcd,etcd-v2}", dist, "accepted for compatibility; acc's rendezvous is its own",
       "rdzv_backend");
-  opt("--rdzv_conf", "K=V,...", dist, "rendezvous settings: join_timeout=SECONDS (default 600) for several machines");
+  opt("--rdzv_conf", "K=V,...", dist,
+      "several machines: join_timeout=SECONDS (wait for the others; default 600), heartbeat_timeout=SECONDS (a "
+      "silent machine is lost; default 30)");
   opt("--scheduler", "{auto,none,slurm,mpi}", dist,
       "read ranks from srun / mpirun variables (auto: when they are set; none: ignore them)");
   flag("--downcast_bf16", dist, "", "downcast_bf16");
@@ -423,7 +424,8 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
   plan.term_timeout = seconds_option(p, "--term_timeout", 5.0, 0, 3600);
   plan.monitor_interval = seconds_option(p, "--monitor_interval", 0.1, 0, 3600);
   plan.max_restarts = int_option(p, "--max_restarts", 0, 0, 1000000);
-  if (auto it = p.options.find("--rdzv_conf"); it != p.options.end()) plan.join_timeout = join_timeout_of(it->second.value);
+  if (auto it = p.options.find("--rdzv_conf"); it != p.options.end())
+    parse_rdzv_conf(it->second.value, &plan.join_timeout, &plan.heartbeat_timeout);
   if (auto it = p.options.find("--role"); it != p.options.end()) plan.role = it->second.value;
 
   if (plan.r.per_task) {
@@ -697,6 +699,7 @@ int run_plan(Plan& plan) {
     ao.main_port = plan.master_port;
     ao.join_timeout = plan.join_timeout;
     ao.result_timeout = plan.term_timeout + 60;
+    ao.heartbeat_timeout = plan.heartbeat_timeout;
     ao.quiet = plan.quiet;
     agent = std::make_unique<Agent>(ao);
     try {
@@ -764,6 +767,7 @@ int run_plan(Plan& plan) {
       if (agent) {
         std::vector<pollfd> afds(fds.begin() + static_cast<long>(agent_from), fds.end());
         Agent::Event ev = agent->on_poll(afds);
+        if (ev.kind == Agent::Event::None) ev = agent->heartbeat();
         if (ev.kind != Agent::Event::None && remote.message.empty() && !g.failed()) {
           remote.kind = ev.kind == Agent::Event::Lost ? Outcome::Lost : Outcome::Stopped;
           remote.message = ev.message;

@@ -42,7 +42,7 @@ struct Plan {
   int master_port = 0;  // one machine: MASTER_PORT; several: the rendezvous port of machine 0
   int threads = 0;      // OMP_NUM_THREADS to set (0: leave)
   std::string threads_note;
-  double term_timeout = 5, monitor_interval = 0.1, join_timeout = 600;
+  double term_timeout = 5, monitor_interval = 0.1, join_timeout = 600, heartbeat_timeout = 30;
   int max_restarts = 0;
   std::vector<int> tee;  // per local rank
   std::string log_root;  // this run's log directory (attempt_<k> below it); empty: no logs

@@ -753,6 +753,29 @@ class LaunchTest(unittest.TestCase):
         self.assertIn("failed rank : 3 (local_rank 1", self.output(m1)[1])
         self.assert_none_alive()
 
+    def test_a_machine_that_goes_silent_is_lost(self):
+        # Machine 1's acc stops answering (SIGSTOP: as if its host froze or the network split without a reset):
+        # machine 0 hears nothing for heartbeat_timeout, stops its processes and says why, instead of waiting.
+        port = free_port()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port), "--rdzv_conf", "join_timeout=30,heartbeat_timeout=2")
+        m1 = self.start_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out, "--sleep", "60")
+        m0 = self.start_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out, "--sleep", "60")
+        self.wait_for_files("pid", 4, timeout=20)
+        m1.send_signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            self.assertEqual(m0.wait(timeout=30), 1)
+            self.assertLess(time.monotonic() - start, 15)
+            err = self.output(m0)[1]
+            self.assertIn("lost contact with machine 1", err)
+            self.assertIn("nothing heard from it for", err)
+        finally:
+            m1.send_signal(signal.SIGKILL)
+            m1.send_signal(signal.SIGCONT)
+            m1.wait(timeout=10)
+        self.assert_none_alive()  # machine 1's processes die with their acc (PR_SET_PDEATHSIG)
+
     def test_restart_across_machines(self):
         port = free_port()
         common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",

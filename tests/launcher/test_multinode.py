@@ -107,6 +107,15 @@ class MultiNodeTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 60)
         self.assertIn("acc test: FAILED at step 'rendezvous': rank 0: ACC_ERR_DISTRIBUTED", out)
 
+    def test_env_finds_libacc(self):
+        # Beside acc in the build tree: acc env dlopens libacc only to read its version and build.
+        rc, out, err = self.finish(self.start(["env"]))
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"- libacc version: \d+\.\d+\.\d+")
+        build = json.loads(out.split("- libacc build: ", 1)[1].splitlines()[0])
+        self.assertIn("torch", build)
+        self.assertIn("gloo", build["backends"])
+
     def test_run_record_in_the_project_directory(self):
         project = os.path.join(self.tmp, "runs", "exp1")
         env = dict(self.env, ACC_SELFTEST_PROJECT_DIR=project, ACCELERATE_GRADIENT_ACCUMULATION_STEPS="2")

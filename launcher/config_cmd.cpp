@@ -704,7 +704,14 @@ int explain_main(const std::vector<std::string>& args) {
   const bool changed = p.options.count("--changed") > 0;
   try {
     auto env = config::current_environment();
-    Resolution r = resolve(p, opts, env, true);
+    // Resolved without the job checks first, so that a config with a contradiction is still explained.
+    Resolution r = resolve(p, opts, env, false);
+    std::string invalid;
+    try {
+      resolve(p, opts, env, true);
+    } catch (const config::Error& e) {
+      invalid = e.what();
+    }
     // The processes' environment: acc's, with what the launcher exports on top.
     auto child_env = env;
     auto exported = config::launch_environment(r.cfg);
@@ -724,7 +731,8 @@ int explain_main(const std::vector<std::string>& args) {
       out += ",\n  \"launch\": " + r.cfg.to_json(true);
       out += ",\n  \"library\": " + lib.to_json(true) + "}\n";
       std::fputs(out.c_str(), stdout);
-      return 0;
+      if (!invalid.empty()) std::fprintf(stderr, "%s explain: error: %s\n", kMe, invalid.c_str());
+      return invalid.empty() ? 0 : 2;
     }
     std::printf("Config file: %s\n", r.file ? (*r.file + "  (" + r.file_reason + ")").c_str() : "none");
     if (!r.file && !r.searched.empty()) {
@@ -763,6 +771,11 @@ int explain_main(const std::vector<std::string>& args) {
     table(lib, "Library config (acc_accelerator_create in every process):");
     if (auto why = config::unsupported_setting(lib))
       std::printf("\nNote: libacc programs would refuse this config: %s\n", why->c_str());
+    if (!invalid.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "%s explain: error: acc launch would refuse this config: %s\n", kMe, invalid.c_str());
+      return 2;
+    }
     return 0;
   } catch (const config::Error& e) {
     std::fprintf(stderr, "%s explain: error: %s\n", kMe, e.what());

@@ -1013,7 +1013,11 @@ sys.exit(max(p.wait() for p in procs))
         self.assertEqual(d["library"]["config"]["mixed_precision"], "fp16")
         r = self.config_cmd("explain", "--config_file", f, "--cpu", "--gpu_ids", "0")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("contradictory settings", r.stderr)
+        self.assertIn("acc launch would refuse this config: contradictory settings", r.stderr)
+        self.assertRegex(r.stdout, r"gpu_ids +\"0\" +flag  --gpu_ids")  # still explained, to find the culprit
+        r = self.config_cmd("explain", "--config_file", f, "--mixed_precision", "fp32")
+        self.assertEqual(r.returncode, 2)  # a bad value cannot be explained: the error says it all
+        self.assertIn("'mixed_precision' must be one of", r.stderr)
         r = self.config_cmd("explain", "--use_fsdp", "--num_processes", "2")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("libacc programs would refuse this config: 'use_fsdp' = true", r.stdout)

@@ -100,9 +100,9 @@ acc_status acc_dataset_is_iterable(const acc_dataset* ds, int32_t* out) noexcept
   return guarded(__func__, [&] { *need(out, "out") = need(ds, "dataset")->ds->iterable() ? 1 : 0; });
 }
 
-acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices, const int64_t* batch_sizes,
-                                              int64_t num_batches, const char* options_json,
-                                              acc_dataloader** out) noexcept {
+acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices, size_t num_indices,
+                                              const int64_t* batch_sizes, int64_t num_batches,
+                                              const char* options_json, acc_dataloader** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
@@ -119,6 +119,9 @@ acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* in
                                     "; every batch needs at least one index");
       total += batch_sizes[b];
     }
+    if (static_cast<size_t>(total) != num_indices)
+      throw std::invalid_argument("num_indices is " + std::to_string(num_indices) + " but batch_sizes add up to " +
+                                  std::to_string(total));
     if (total > 0) need(indices, "indices");
     for (int64_t b = 0, at = 0; b < num_batches; at += batch_sizes[b], ++b)
       batches[static_cast<size_t>(b)].assign(indices + at, indices + at + batch_sizes[b]);
@@ -190,6 +193,37 @@ acc_status acc_gather_object(acc_accelerator* acc, const acc_bytes_list* items, 
     need(out, "out");
     std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
     result->items = gather_items(*acc->impl, need(items, "items")->items, false);
+    *out = result.release();
+  });
+}
+
+acc_status acc_broadcast_object(acc_accelerator* acc, const acc_bytes_list* items, int32_t from_process,
+                                acc_bytes_list** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(out, "out");
+    acc::Accelerator& a = *acc->impl;
+    const std::vector<std::string>& mine = need(items, "items")->items;
+    // Sizes first, so every process can receive the bytes; then the bytes in one buffer.
+    at::Tensor sizes = at::empty({static_cast<int64_t>(mine.size())}, at::kLong);
+    for (size_t i = 0; i < mine.size(); ++i) sizes[static_cast<int64_t>(i)] = static_cast<int64_t>(mine[i].size());
+    at::Tensor count = a.broadcast(at::tensor({sizes.size(0)}, at::kLong), from_process);
+    at::Tensor all_sizes = a.state().rank == from_process ? sizes : at::zeros({count.item<int64_t>()}, at::kLong);
+    all_sizes = a.broadcast(all_sizes, from_process);
+    const int64_t bytes = all_sizes.sum().item<int64_t>();
+    at::Tensor data = at::empty({bytes}, at::kByte);
+    if (a.state().rank == from_process)
+      for (int64_t i = 0, off = 0; i < sizes.size(0); off += sizes[i].item<int64_t>(), ++i)
+        std::memcpy(data.data_ptr<uint8_t>() + off, mine[static_cast<size_t>(i)].data(), mine[static_cast<size_t>(i)].size());
+    if (bytes > 0) data = a.broadcast(data, from_process);
+    std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
+    const char* d = reinterpret_cast<const char*>(data.data_ptr<uint8_t>());
+    for (int64_t i = 0, off = 0; i < all_sizes.size(0); ++i) {
+      const int64_t n = all_sizes[i].item<int64_t>();
+      result->items.emplace_back(d + off, static_cast<size_t>(n));
+      off += n;
+    }
     *out = result.release();
   });
 }

@@ -260,7 +260,6 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     sched->owner = self;
     sched->apply();
   }
-  if (loader) loaders_.push_back(loader);
 }
 
 void Accelerator::backward(const at::Tensor& loss) {

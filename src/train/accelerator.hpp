@@ -129,7 +129,6 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   GradientState grad_;
   std::string mixed_precision_ = "no";
   std::unique_ptr<GradScaler> scaler_;
-  std::vector<std::weak_ptr<DataLoader>> loaders_;   // prepared loaders, to find the active one
   std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
   bool trigger_ = false;
   std::mutex mu_;

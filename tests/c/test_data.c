@@ -281,7 +281,7 @@ static void test_iterable(void) {
   acc_dataloader* dl;
   EXPECT_ERR(acc_dataloader_create(ds, "{\"shuffle\": true}", &dl), ACC_ERR_INVALID_CONFIG, "shuffle");
   int64_t idx[2] = {0, 1}, sizes[1] = {2};
-  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, sizes, 1, NULL, &dl), ACC_ERR_INVALID_ARGUMENT, "iterable");
+  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, 2, sizes, 1, NULL, &dl), ACC_ERR_INVALID_ARGUMENT, "iterable");
   EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 4}", &dl));
   EXPECT_ERR(acc_dataloader_length(dl, &len), ACC_ERR_UNSUPPORTED, "iterable");
   EXPECT(run_epoch(dl, out, &ends_ok) == 3 && ends_ok && batches_are(out, "0 1 2 3|4 5 6 7|8 9"));
@@ -331,7 +331,7 @@ static void test_explicit_batches(void) {
   acc_dataset* ds = range_dataset(14);
   const int64_t idx[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, sizes[] = {3, 2, 4, 3, 2};
   acc_dataloader* dl;
-  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, sizes, 5, NULL, &dl));
+  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, 14, sizes, 5, NULL, &dl));
   EXPECT(run_epoch(dl, out, &ends_ok) == 5 && ends_ok && batches_are(out, "0 1 2|3 4|5 6 7 8|9 10 11|12 13"));
   int64_t len;
   EXPECT_OK(acc_dataloader_length(dl, &len));
@@ -347,25 +347,27 @@ static void test_explicit_batches(void) {
   acc_accelerator_destroy(acc);
   /* split_batches cannot split batches of varying size */
   acc = make_acc("{\"dataloader_config\": {\"split_batches\": true}}");
-  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, sizes, 5, "{\"drop_last\": true}", &dl));
+  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, 14, sizes, 5, "{\"drop_last\": true}", &dl));
   EXPECT_ERR(acc_prepare(acc, NULL, NULL, NULL, dl), ACC_ERR_INVALID_ARGUMENT, "split_batches");
   acc_dataloader_destroy(dl);
   acc_accelerator_destroy(acc);
   acc = make_acc("{\"dataloader_config\": {\"dispatch_batches\": true}}");
-  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, sizes, 5, NULL, &dl));
+  EXPECT_OK(acc_dataloader_create_from_batches(ds, idx, 14, sizes, 5, NULL, &dl));
   EXPECT_ERR(acc_prepare(acc, NULL, NULL, NULL, dl), ACC_ERR_INVALID_ARGUMENT, "dispatch_batches");
   acc_dataloader_destroy(dl);
   acc_accelerator_destroy(acc);
-  const int64_t bad[] = {0, 14}, zero[] = {2, 0};
-  EXPECT_ERR(acc_dataloader_create_from_batches(ds, bad, sizes, 1, NULL, &dl), ACC_ERR_INVALID_ARGUMENT, "index 14");
-  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, zero, 2, NULL, &dl), ACC_ERR_INVALID_ARGUMENT,
+  const int64_t bad[] = {0, 14}, two[] = {2}, zero[] = {2, 0};
+  EXPECT_ERR(acc_dataloader_create_from_batches(ds, bad, 2, two, 1, NULL, &dl), ACC_ERR_INVALID_ARGUMENT, "index 14");
+  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, 13, sizes, 5, NULL, &dl), ACC_ERR_INVALID_ARGUMENT,
+             "num_indices is 13");
+  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, 2, zero, 2, NULL, &dl), ACC_ERR_INVALID_ARGUMENT,
              "batch_sizes[1]");
-  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, sizes, 5, "{\"batch_size\": 2}", &dl),
+  EXPECT_ERR(acc_dataloader_create_from_batches(ds, idx, 14, sizes, 5, "{\"batch_size\": 2}", &dl),
              ACC_ERR_INVALID_CONFIG, "batch_size");
-  EXPECT_ERR(acc_dataloader_create_from_batches(ds, NULL, sizes, 5, NULL, &dl), ACC_ERR_INVALID_ARGUMENT,
+  EXPECT_ERR(acc_dataloader_create_from_batches(ds, NULL, 14, sizes, 5, NULL, &dl), ACC_ERR_INVALID_ARGUMENT,
              "indices is NULL");
   EXPECT(dl == NULL);
-  EXPECT_OK(acc_dataloader_create_from_batches(ds, NULL, NULL, 0, NULL, &dl));
+  EXPECT_OK(acc_dataloader_create_from_batches(ds, NULL, 0, NULL, 0, NULL, &dl));
   EXPECT(run_epoch(dl, out, &ends_ok) == 0);
   acc_dataloader_destroy(dl);
   acc_dataset_destroy(ds);

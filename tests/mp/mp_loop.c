@@ -142,6 +142,25 @@ static void process_control(const char* dir) {
   EXPECT(got_v == 100.0f + (float)(world - 1));
   acc_tensor_destroy(t);
   acc_tensor_destroy(out);
+  /* broadcast_object: the last process's items, of different sizes, everywhere */
+  acc_bytes_list *objects, *got_items;
+  CHECK(acc_bytes_list_create(&objects));
+  char word[32];
+  for (int i = 0; i <= rank; ++i) {
+    snprintf(word, sizeof word, "rank %d item %d", rank, i);
+    CHECK(acc_bytes_list_append(objects, word, strlen(word)));
+  }
+  CHECK(acc_broadcast_object(acc, objects, world - 1, &got_items));
+  int64_t n_items;
+  CHECK(acc_bytes_list_count(got_items, &n_items));
+  EXPECT(n_items == world);
+  const void* bytes;
+  size_t n_bytes;
+  CHECK(acc_bytes_list_get(got_items, n_items - 1, &bytes, &n_bytes));
+  snprintf(word, sizeof word, "rank %d item %d", world - 1, world - 1);
+  EXPECT(n_bytes == strlen(word) && memcmp(bytes, word, n_bytes) == 0);
+  acc_bytes_list_destroy(objects);
+  acc_bytes_list_destroy(got_items);
   /* triggers: only rank 1 sets it; everyone sees it once */
   if (rank == 1) CHECK(acc_set_trigger(acc));
   CHECK(acc_check_trigger(acc, &flag));

@@ -294,7 +294,7 @@ static void data_modes(acc_accelerator* acc, int world, int split, int even, int
                 used += b;
               }
               snprintf(opts, sizeof opts, "{\"drop_last\": %s}", drop ? "true" : "false");
-              CHECK(acc_dataloader_create_from_batches(ds, idx, bsz, nb, opts, &dl));
+              CHECK(acc_dataloader_create_from_batches(ds, idx, (size_t)n, bsz, nb, opts, &dl));
               if (drop) {
                 want = 0;
                 for (int64_t b = 0; b < nb / world * world; ++b) want += bsz[b];

@@ -114,7 +114,7 @@ func (l *DataLoader) Close() error {
 }
 
 // Next returns this process's next batch. At the end of an epoch ok is false and both tensors are
-// nil; the following call starts the next epoch (reshuffled with seed + epoch). target is nil when
+// nil; the following call starts the next epoch (reshuffled by the loader's generator). target is nil when
 // the dataset has no targets. Close the tensors when done.
 func (l *DataLoader) Next() (input, target *Tensor, ok bool, err error) {
 	var x, y uintptr
@@ -139,7 +139,7 @@ func (l *DataLoader) Len() (int64, error) {
 	return n, err
 }
 
-// SetEpoch restarts at the beginning of epoch (shuffling with seed + epoch).
+// SetEpoch restarts at the beginning of epoch (the shuffle of that epoch).
 func (l *DataLoader) SetEpoch(epoch int64) error {
 	err := wrap(raw.Acc_dataloader_set_epoch(l.p(), epoch))
 	runtime.KeepAlive(l)

@@ -2483,6 +2483,32 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object(JNIEn
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1broadcast_1object(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  int32_t arg3 ;
+  acc_bytes_list **arg4 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp4 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (acc_status)acc_broadcast_object(arg1,(struct acc_bytes_list const *)arg2,arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object_1for_1metrics(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;

@@ -409,14 +409,15 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_is_iterable(const acc_dataset* ds, 
 
 /**
  * A loader over explicit batches, which may differ in size (a batch sampler without a batch size:
- * Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices` (so
- * `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the
+ * Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices`, whose
+ * `num_indices` entries must be the sum of batch_sizes; every batch is non-empty and every index inside the
  * dataset. Both arrays are copied. options_json: {"drop_last": false}, the sampler's drop_last: once
  * sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the
  * first batches). Batches of varying size can be neither split (split_batches) nor dispatched
  * (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices,
+                                                                     size_t num_indices,
                                                                      const int64_t* batch_sizes,
                                                                      int64_t num_batches, const char* options_json,
                                                                      acc_dataloader** out) ACC_NOEXCEPT;
@@ -452,6 +453,9 @@ ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, 
  *  may give none). A collective. */
 ACC_API ACC_NODISCARD acc_status acc_gather_object(acc_accelerator* acc, const acc_bytes_list* items,
                                                     acc_bytes_list** out) ACC_NOEXCEPT;
+/** broadcast_object_list: a copy of process `from_process`'s items on every process. */
+ACC_API ACC_NODISCARD acc_status acc_broadcast_object(acc_accelerator* acc, const acc_bytes_list* items,
+                                                       int32_t from_process, acc_bytes_list** out) ACC_NOEXCEPT;
 /** gather_for_metrics for objects (Accelerate's non-tensor data and use_gather_object=True): one item
  *  per sample of the batch; acc_gather_object, then on the last batch of the active prepared loader only
  *  the real samples are kept, so every sample is counted exactly once. Samples that do not fit one

@@ -139,6 +139,7 @@ typedef _gostring_ swig_type_106;
 typedef long long swig_type_107;
 typedef _gostring_ swig_type_108;
 typedef _gostring_ swig_type_109;
+typedef _gostring_ swig_type_110;
 extern void _wrap_Swig_free_raw_35a9bcc5b89bc852(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_35a9bcc5b89bc852(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_35a9bcc5b89bc852(swig_type_1 arg1);
@@ -234,7 +235,8 @@ extern swig_type_103 _wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(uintptr_t 
 extern swig_type_105 _wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
 extern swig_type_106 _wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_107 arg2, swig_voidp arg3, swig_voidp arg4);
 extern swig_type_108 _wrap_acc_gather_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_109 _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_109 _wrap_acc_broadcast_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_110 _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -1706,6 +1708,23 @@ func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret err
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	swig_r_p := C._wrap_acc_gather_object_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_broadcast_object_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {

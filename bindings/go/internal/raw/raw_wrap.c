@@ -2233,6 +2233,29 @@ _gostring_ _wrap_acc_gather_object_raw_35a9bcc5b89bc852(acc_accelerator *_swig_g
 }
 
 
+_gostring_ _wrap_acc_broadcast_object_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  int32_t arg3 ;
+  acc_bytes_list **arg4 = (acc_bytes_list **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_bytes_list *)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (acc_bytes_list **)_swig_go_3; 
+  
+  result = (acc_status)acc_broadcast_object(arg1,(struct acc_bytes_list const *)arg2,arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;

@@ -645,10 +645,11 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices` (so\n `indices` holds the sum of batch_sizes); every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). Batches of varying size can be neither split (split_batches) nor dispatched\n (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both."]
+    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices`, whose\n `num_indices` entries must be the sum of batch_sizes; every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). Batches of varying size can be neither split (split_batches) nor dispatched\n (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both."]
     pub fn acc_dataloader_create_from_batches(
         ds: *mut acc_dataset,
         indices: *const i64,
+        num_indices: usize,
         batch_sizes: *const i64,
         num_batches: i64,
         options_json: *const ::core::ffi::c_char,
@@ -710,6 +711,16 @@ extern "C" {
     pub fn acc_gather_object(
         acc: *mut acc_accelerator,
         items: *const acc_bytes_list,
+        out: *mut *mut acc_bytes_list,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " broadcast_object_list: a copy of process `from_process`'s items on every process."]
+    pub fn acc_broadcast_object(
+        acc: *mut acc_accelerator,
+        items: *const acc_bytes_list,
+        from_process: i32,
         out: *mut *mut acc_bytes_list,
     ) -> acc_status;
 }

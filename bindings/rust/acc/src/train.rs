@@ -669,7 +669,7 @@ impl DataLoader {
     }
 
     /// This process's next batch, or `None` at the end of an epoch; the call after that starts the
-    /// next epoch (reshuffled with seed + epoch). Resumes a panic of a [`Dataset::from_fn`] callback.
+    /// next epoch (reshuffled by the loader's generator). Resumes a panic of a [`Dataset::from_fn`] callback.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&self) -> Result<Option<Batch>> {
         let (mut x, mut y, mut has) = (ptr::null_mut(), ptr::null_mut(), 0);

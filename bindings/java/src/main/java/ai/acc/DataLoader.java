@@ -35,7 +35,7 @@ public final class DataLoader extends NativeObject {
 
   /**
    * This process's next batch, or null at the end of an epoch; the call after that starts the next
-   * epoch (reshuffled with seed + epoch). For a {@link Dataset#fromFunction} dataset, the function's
+   * epoch (reshuffled by the loader's generator). For a {@link Dataset#fromFunction} dataset, the function's
    * exception is the cause of the {@link ErrorCode#CALLBACK} failure.
    */
   public Batch next() {

@@ -219,6 +219,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_gather_object(long acc, long items, long[] out) { AccRawJNI.acc_gather_object(acc, items, out); }
 
+  public static void acc_broadcast_object(long acc, long items, int from_process, long[] out) { AccRawJNI.acc_broadcast_object(acc, items, from_process, out); }
+
   public static void acc_gather_object_for_metrics(long acc, long items, long[] out) { AccRawJNI.acc_gather_object_for_metrics(acc, items, out); }
 
 }

@@ -105,5 +105,6 @@ public class AccRawJNI {
   public final static native void acc_bytes_list_count(long jarg1, long[] jarg2);
   public final static native void acc_bytes_list_get(long jarg1, long jarg2, long[] jarg3, long[] jarg4);
   public final static native void acc_gather_object(long jarg1, long jarg2, long[] jarg3);
+  public final static native void acc_broadcast_object(long jarg1, long jarg2, int jarg3, long[] jarg4);
   public final static native void acc_gather_object_for_metrics(long jarg1, long jarg2, long[] jarg3);
 }

@@ -62,6 +62,24 @@ def case_collectives():
         expect(p.returncode == 0, f"collectives on {n} ranks", p.stdout + p.stderr)
 
 
+def case_torchrun_env():
+    """Processes started by another launcher (torchrun, accelerate launch) only set the environment."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ACCELERATE_USE_CPU="true",
+                   ACC_CONFIG_FILE="none")
+        procs.append(subprocess.Popen([WORKER, "collectives"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    for rank, p in enumerate(procs):
+        out, _ = p.communicate(timeout=120)
+        expect(p.returncode == 0, f"rank {rank} under torchrun's environment contract", out)
+
+
 def case_gather_for_metrics():
     for n in (2, 3):
         p, _ = launch(n, "gather_for_metrics", 99, 16)

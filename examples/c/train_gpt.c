@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they are printed, also through a pipe */
   CHECK(acc_abi_check(ACC_ABI_VERSION));
   char config[160];
   snprintf(config, sizeof config, "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\"}",

@@ -94,7 +94,7 @@ ACC_API const char* acc_version(void) ACC_NOEXCEPT;
 /** ACC_OK when the loaded library serves `abi_version` (pass ACC_ABI_VERSION); else ACC_ERR_ABI_MISMATCH
  *  with a message naming both versions and the library's path. */
 ACC_API ACC_NODISCARD acc_status acc_abi_check(int32_t abi_version) ACC_NOEXCEPT;
-/** Build facts as JSON: libacc and torch versions, C++ ABI, compiler, CUDA, git revision. Static. */
+/** Build facts as JSON: libacc and LibTorch versions, C++ ABI, compiler, CUDA, git revision. Static. */
 ACC_API const char* acc_build_info(void) ACC_NOEXCEPT;
 /** Message of the last failed call on this thread; "" when the last call succeeded. Never NULL. */
 ACC_API const char* acc_last_error_message(void) ACC_NOEXCEPT;
@@ -243,7 +243,7 @@ ACC_API void acc_dataset_destroy(acc_dataset* ds) ACC_NOEXCEPT;
 ACC_API ACC_NODISCARD acc_status acc_dataset_length(const acc_dataset* ds, int64_t* out) ACC_NOEXCEPT;
 
 /** {"batch_size": 1, "shuffle": false, "seed": the shuffling generator's seed (unset: each epoch seeds one
- *  from the default generator, as torch's RandomSampler does), "drop_last": false}. */
+ *  from the default generator, as PyTorch's RandomSampler does), "drop_last": false}. */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json,
                                                         acc_dataloader** out) ACC_NOEXCEPT;
 ACC_API void acc_dataloader_destroy(acc_dataloader* dl) ACC_NOEXCEPT;
@@ -301,7 +301,7 @@ ACC_API ACC_NODISCARD acc_status acc_optimizer_step_was_skipped(const acc_optimi
  *  ACC_ERR_INVALID_STATE unless mixed_precision is "fp16". */
 ACC_API ACC_NODISCARD acc_status acc_grad_scaler_state(const acc_accelerator* acc, double* out_scale,
                                                         int64_t* out_growth_tracker) ACC_NOEXCEPT;
-/** torch.nn.utils.clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the
+/** PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the
  *  total norm before clipping. norm_type 2.0 is the usual Euclidean norm. */
 ACC_API ACC_NODISCARD acc_status acc_clip_grad_norm(acc_accelerator* acc, acc_model* model, double max_norm,
                                                      double norm_type, double* out_total_norm) ACC_NOEXCEPT;
@@ -393,7 +393,7 @@ typedef acc_status (*acc_iterator_start_fn)(void* user_data, int64_t epoch);
 typedef acc_status (*acc_iterator_next_fn)(void* user_data, acc_tensor** input, acc_tensor** target,
                                            int32_t* has_sample);
 /**
- * An iterable dataset (torch's IterableDataset): no length, no indexing, read in order on the calling
+ * An iterable dataset (PyTorch's IterableDataset): no length, no indexing, read in order on the calling
  * thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.
  * Loaders over it take {"batch_size", "drop_last"} (not "shuffle"). Prepared with several processes,
  * either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the

@@ -110,7 +110,7 @@ extern "C" {
     pub fn acc_abi_check(abi_version: i32) -> acc_status;
 }
 extern "C" {
-    #[doc = " Build facts as JSON: libacc and torch versions, C++ ABI, compiler, CUDA, git revision. Static."]
+    #[doc = " Build facts as JSON: libacc and LibTorch versions, C++ ABI, compiler, CUDA, git revision. Static."]
     pub fn acc_build_info() -> *const ::core::ffi::c_char;
 }
 extern "C" {
@@ -397,7 +397,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"batch_size\": 1, \"shuffle\": false, \"seed\": the shuffling generator's seed (unset: each epoch seeds one\n  from the default generator, as torch's RandomSampler does), \"drop_last\": false}."]
+    #[doc = " {\"batch_size\": 1, \"shuffle\": false, \"seed\": the shuffling generator's seed (unset: each epoch seeds one\n  from the default generator, as PyTorch's RandomSampler does), \"drop_last\": false}."]
     pub fn acc_dataloader_create(
         ds: *mut acc_dataset,
         options_json: *const ::core::ffi::c_char,
@@ -479,7 +479,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " torch.nn.utils.clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm."]
+    #[doc = " PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm."]
     pub fn acc_clip_grad_norm(
         acc: *mut acc_accelerator,
         model: *mut acc_model,
@@ -627,7 +627,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " An iterable dataset (torch's IterableDataset): no length, no indexing, read in order on the calling\n thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.\n Loaders over it take {\"batch_size\", \"drop_last\"} (not \"shuffle\"). Prepared with several processes,\n either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the\n default, or dispatch_batches true), or every process reads all of it and keeps its slices\n (IterableDatasetShard: dispatch_batches false); both complete the last batch from the first ones.\n `free_user_data` (may be NULL) is called once when the dataset is no longer used."]
+    #[doc = " An iterable dataset (PyTorch's IterableDataset): no length, no indexing, read in order on the calling\n thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.\n Loaders over it take {\"batch_size\", \"drop_last\"} (not \"shuffle\"). Prepared with several processes,\n either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the\n default, or dispatch_batches true), or every process reads all of it and keeps its slices\n (IterableDatasetShard: dispatch_batches false); both complete the last batch from the first ones.\n `free_user_data` (may be NULL) is called once when the dataset is no longer used."]
     pub fn acc_dataset_from_iterator(
         start: acc_iterator_start_fn,
         next: acc_iterator_next_fn,

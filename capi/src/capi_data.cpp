@@ -23,14 +23,6 @@ struct acc_bytes_list {
 
 namespace {
 
-// Frees an iterable dataset's user data exactly once, when the last user lets go.
-struct UserData {
-  void* data;
-  void (*free_fn)(void*);
-  ~UserData() {
-    if (free_fn) free_fn(data);
-  }
-};
 
 // Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
 // never enter a collective: the counts travel first. With for_metrics, the item sizes go through
@@ -67,7 +59,7 @@ acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_n
                                      void (*free_user_data)(void*), acc_dataset** out) noexcept {
   if (out) *out = nullptr;
   // The user data is released exactly once: with the dataset, or right here if creation fails.
-  std::shared_ptr<UserData> ud(new UserData{user_data, free_user_data});
+  std::shared_ptr<acc::capi::UserData> ud(new acc::capi::UserData{user_data, free_user_data});
   return guarded(__func__, [&] {
     need(out, "out");
     need(next, "next");

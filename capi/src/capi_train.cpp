@@ -17,14 +17,6 @@ const at::Tensor& tensor_of(const acc_tensor* t, const char* what) { return need
 
 acc_tensor* new_tensor(at::Tensor t) { return new acc_tensor{std::move(t)}; }
 
-// Frees a callback dataset's user data exactly once, when the last user lets go.
-struct UserData {
-  void* data;
-  void (*free_fn)(void*);
-  ~UserData() {
-    if (free_fn) free_fn(data);
-  }
-};
 
 }  // namespace
 
@@ -254,7 +246,7 @@ acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, voi
                                      void (*free_user_data)(void*), acc_dataset** out) noexcept {
   if (out) *out = nullptr;
   // The user data is released exactly once: with the dataset, or right here if creation fails.
-  std::shared_ptr<UserData> ud(new UserData{user_data, free_user_data});
+  std::shared_ptr<acc::capi::UserData> ud(new acc::capi::UserData{user_data, free_user_data});
   return guarded(__func__, [&] {
     need(out, "out");
     need(get, "get");

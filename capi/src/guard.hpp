@@ -37,4 +37,14 @@ class HandleLock {
   std::atomic<bool>& busy_;
 };
 
+// A caller's callback context, released with its free function exactly once, when the last user
+// (a dataset, a loader through it) lets go.
+struct UserData {
+  void* data;
+  void (*free_fn)(void*);
+  ~UserData() {
+    if (free_fn) free_fn(data);
+  }
+};
+
 }  // namespace acc::capi

@@ -17,7 +17,6 @@ const at::Tensor& tensor_of(const acc_tensor* t, const char* what) { return need
 
 acc_tensor* new_tensor(at::Tensor t) { return new acc_tensor{std::move(t)}; }
 
-
 }  // namespace
 
 extern "C" {

@@ -4,6 +4,7 @@
 #include "cuda/plugin.hpp"
 
 #include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -50,9 +51,14 @@ c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store
 
 std::string nccl_version() { return "NCCL " + c10d::getNcclVersion(); }
 
+int capability(int index) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+  return prop->major * 10 + prop->minor;
+}
+
 const acc::cuda::PluginV1 kPlugin = {
     acc::cuda::kPluginAbi, sizeof(acc::cuda::PluginV1), TORCH_VERSION, &device_count, &set_device,
-    &make_nccl,            &nccl_version,
+    &make_nccl,            &nccl_version,  &capability,
 };
 
 }  // namespace

@@ -38,6 +38,8 @@ struct PluginV1 {
                                                  int size, std::chrono::milliseconds timeout);
   // "NCCL 2.30.7" style: the NCCL version libtorch_cuda was built with.
   std::string (*nccl_version)();
+  // Compute capability of device `index` as major * 10 + minor (89 for Ada, 90 for Hopper). Throws.
+  int (*capability)(int index);
 };
 
 // The plugin's one exported symbol (see plugin.map).

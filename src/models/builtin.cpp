@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "models/model.hpp"
+#include "precision/fp8.hpp"
 #include "util/options.hpp"
 
 namespace acc {
@@ -87,7 +88,7 @@ class Mlp final : public Model {
     at::Tensor x = input.to(p_[0].scalar_type());
     size_t layers = sizes_.size() - 1;
     for (size_t i = 0; i < layers; ++i) {
-      x = at::linear(x, p_[2 * i], p_[2 * i + 1]);
+      x = model_linear(x, p_[2 * i], p_[2 * i + 1]);
       if (i + 1 < layers) x = activation(activation_, x);
     }
     ForwardResult r{x, {}};
@@ -152,7 +153,7 @@ class Gpt final : public Model {
     auto next = [&]() -> const at::Tensor& { return p_[k++]; };
     auto lin = [&](const at::Tensor& in) {
       const at::Tensor& w = next();
-      return bias_ ? at::linear(in, w, next()) : at::linear(in, w);
+      return bias_ ? model_linear(in, w, next()) : model_linear(in, w);
     };
     auto norm = [&](const at::Tensor& in) {
       const at::Tensor& w = next();

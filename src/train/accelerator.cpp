@@ -8,6 +8,7 @@
 
 #include "acc/acc.h"  // acc_build_info, for the run record
 #include "cuda/plugin.hpp"
+#include "precision/fp8.hpp"
 #include "runtime/cuda.hpp"
 #include "util/errors.hpp"
 
@@ -123,9 +124,20 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
 Accelerator::~Accelerator() = default;
 
 void Accelerator::set_mixed_precision(const std::string& mode) {
-  if (mode == "fp8")
-    throw UnsupportedError("mixed_precision \"fp8\" needs a CUDA GPU with compute capability 8.9 or newer "
-                           "(Ada, Hopper); this process runs on " + device_name_);
+  if (mode == "fp8") {
+    // FP8 GEMMs need the tensor cores of compute capability 8.9 (Ada) or 9.0 (Hopper) and newer.
+    int capability = 0;
+    if (device_.is_cuda()) {
+      std::string why;
+      if (const cuda::PluginV1* plugin = cuda::plugin(&why)) capability = plugin->capability(device_.index());
+    }
+    if (capability < 89)
+      throw UnsupportedError("mixed_precision \"fp8\" needs a CUDA GPU with compute capability 8.9 or newer "
+                             "(Ada, Hopper); this process runs on " + device_name_ +
+                             (device_.is_cuda() ? " (compute capability " + std::to_string(capability / 10) + "." +
+                                                      std::to_string(capability % 10) + ")"
+                                                : std::string()));
+  }
   if (mode == "fp16" && device_.is_cpu()) {
     // Accelerate refuses fp16 on CPU; LibTorch's CPU autocast has float16, so it works here. Probe it,
     // so a build without it fails now, clearly, rather than in the first forward.
@@ -164,7 +176,10 @@ ForwardResult ModelSlot::forward(const at::Tensor& input, const at::Tensor& targ
   {
     const char* cache_key = "autocast_kwargs.cache_enabled";
     bool cache = !owner->config().is_set(cache_key) || owner->config().get_bool(cache_key);
-    AutocastScope autocast(dev.type(), mp == "bf16" ? at::kBFloat16 : at::kHalf, true, cache);
+    // fp8: linear layers run FP8 GEMMs (precision/fp8.hpp), everything else bf16 autocast.
+    AutocastScope autocast(dev.type(), mp == "fp16" ? at::kHalf : at::kBFloat16, true, cache);
+    std::optional<Fp8Scope> fp8;
+    if (mp == "fp8") fp8.emplace();
     r = model->forward(in, tg);
   }
   // Accelerate's convert_to_fp32 on the outputs of an autocast forward.

@@ -269,3 +269,52 @@ TEST(Abi, ConcurrentUseOfOneHandleIsBusy) {
 
 }  // namespace
 }  // namespace acc
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "precision/fp8.hpp"
+
+namespace acc {
+namespace {
+
+// The FP8 path runs on the CPU too (ATen emulates _scaled_mm there), so its numerics and gradients are
+// tested here even though mixed_precision "fp8" is only accepted on FP8-capable GPUs.
+TEST(Fp8, LinearMatchesFp32WithinE4M3Precision) {
+  at::manual_seed(0);
+  at::Tensor x = at::randn({2, 16, 64}).requires_grad_();
+  at::Tensor w = (at::randn({32, 64}) * 0.1).requires_grad_();
+  at::Tensor b = at::randn({32}).requires_grad_();
+  at::Tensor ref = at::linear(x, w, b);
+  at::Tensor y = fp8_linear(x, w, b);
+  ASSERT_EQ(y.sizes(), ref.sizes());
+  // e4m3 keeps 3 mantissa bits: each product is within ~2^-3 relative; sums average that out.
+  double rel = ((y - ref).norm() / ref.norm()).item<double>();
+  EXPECT_LT(rel, 0.08) << rel;
+  EXPECT_GT(rel, 0.0) << "the FP8 path must actually quantize";
+  at::Tensor gy = at::randn_like(ref);
+  auto g_ref = torch::autograd::grad({ref}, {x, w, b}, {gy});
+  auto g = torch::autograd::grad({y}, {x, w, b}, {gy});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::allclose(g[i], g_ref[i], 1e-4, 1e-4)) << i;  // backward in fp32
+  // Dimensions that are not multiples of 16 fall back to a plain linear.
+  at::Tensor odd = at::randn({3, 10});
+  at::Tensor wo = at::randn({5, 10});
+  EXPECT_TRUE(at::equal(fp8_linear(odd, wo, {}), at::linear(odd, wo)));
+}
+
+TEST(Fp8, ScopeSwitchesTheModelsLinearLayers) {
+  at::manual_seed(1);
+  auto model = make_builtin_model(R"({"type": "mlp", "sizes": [64, 64, 16]})");
+  at::Tensor x = at::randn({16, 64});
+  at::Tensor plain = model->forward(x, {}).output;
+  at::Tensor quantized;
+  {
+    Fp8Scope scope;
+    quantized = model->forward(x, {}).output;
+  }
+  EXPECT_FALSE(at::equal(plain, quantized));
+  EXPECT_LT(((quantized - plain).norm() / plain.norm()).item<double>(), 0.1);
+  EXPECT_TRUE(at::equal(model->forward(x, {}).output, plain));  // the scope ended
+}
+
+}  // namespace
+}  // namespace acc

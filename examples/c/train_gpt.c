@@ -101,6 +101,40 @@ static void per_sample_loss(const float* logits, const int64_t* targets, int64_t
   }
 }
 
+/* The loss curve as CSV and as an SVG line chart, for people who would rather see it than read it. */
+static void write_curve(const char* dir, const int* steps, const double* losses, int n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/loss.csv", dir);
+  FILE* csv = fopen(path, "w");
+  snprintf(path, sizeof path, "%s/loss.svg", dir);
+  FILE* svg = fopen(path, "w");
+  if (!csv || !svg || n < 2) {
+    if (csv) fclose(csv);
+    if (svg) fclose(svg);
+    return;
+  }
+  double top = 0;
+  for (int i = 0; i < n; ++i) top = losses[i] > top ? losses[i] : top;
+  const double W = 640, H = 360, L = 50, B = 30;
+  fprintf(csv, "step,loss\n");
+  fprintf(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+               "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\">training loss (mean over processes)</text>\n"
+               "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+               "<line x1=\"%.0f\" y1=\"30\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+               "<text x=\"5\" y=\"35\" font-size=\"11\">%.2f</text><text x=\"5\" y=\"%.0f\" font-size=\"11\">0</text>\n"
+               "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">step %d</text>\n<polyline fill=\"none\" stroke=\"#1f77b4\" "
+               "stroke-width=\"2\" points=\"",
+          W, H, L, L, H - B, W - 10, H - B, L, L, H - B, top, H - B, W - 80, H - 8, steps[n - 1]);
+  for (int i = 0; i < n; ++i) {
+    fprintf(csv, "%d,%.5f\n", steps[i], losses[i]);
+    fprintf(svg, "%.1f,%.1f ", L + (W - 10 - L) * steps[i] / steps[n - 1], (H - B) - (H - B - 30) * losses[i] / top);
+  }
+  fprintf(svg, "\"/>\n</svg>\n");
+  fclose(csv);
+  fclose(svg);
+}
+
 static double scalar(acc_tensor* t) {
   double v;
   CHECK(acc_tensor_item(t, &v));
@@ -185,7 +219,9 @@ int main(int argc, char** argv) {
            " mixed precision %s\n", (long long)n_params, world, accum, BLOCK, steps, mixed_precision);
 
   double t0 = now(), t_last = t0, first_loss = -1, last_loss = 0;
-  int step = 0;
+  int step = 0, points = 0;
+  int* curve_steps = malloc(sizeof(int) * (size_t)(steps / 25 + 2));
+  double* curve_losses = malloc(sizeof(double) * (size_t)(steps / 25 + 2));
   while (step < steps) {
     acc_tensor *x, *y;
     int32_t has;
@@ -215,6 +251,8 @@ int main(int argc, char** argv) {
       CHECK(acc_reduce(acc, loss, ACC_REDUCE_MEAN, &mean));
       last_loss = scalar(mean);
       if (first_loss < 0) first_loss = last_loss;
+      curve_steps[points] = step;
+      curve_losses[points++] = last_loss;
       acc_tensor_destroy(mean);
       double t = now();
       int span = step == 1 ? 1 : (step % 25 == 0 ? 25 : step % 25);
@@ -274,9 +312,12 @@ int main(int argc, char** argv) {
            (long long)val_count, (long long)val_len);
     printf("training loss: %.4f at step 1 -> %.4f at step %d, %.1f s\n", first_loss, last_loss, steps, now() - t0);
     CHECK(acc_model_save_safetensors(model, model_path));
-    printf("saved %s\n", model_path);
+    write_curve(out_dir, curve_steps, curve_losses, points);
+    printf("saved %s, and the loss curve as %s/loss.svg (and .csv)\n", model_path, out_dir);
   }
   CHECK(acc_wait_for_everyone(acc));
+  free(curve_steps);
+  free(curve_losses);
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);

@@ -511,23 +511,34 @@ int usage_fail(const std::string& sub, const std::string& msg) {
   return 2;
 }
 
+// Parses the options of a subcommand that takes no positional arguments, and prints its help. Returns
+// the exit status when there is nothing more to do (help shown: 0; a usage error reported: 2).
+std::optional<int> parse_options(const std::vector<cli::Option>& opts, const std::vector<std::string>& args,
+                                 const std::string& sub, const std::string& positional_error,
+                                 const std::string& positional_hint, const std::string& usage,
+                                 const std::string& description, cli::Parsed& p) {
+  try {
+    p = cli::parse(opts, args, false);
+    if (!p.positionals.empty())
+      throw cli::UsageError(positional_error + "'" + p.positionals.front() + "'" + positional_hint);
+  } catch (const cli::UsageError& e) {
+    return usage_fail(sub, e.what());
+  }
+  if (p.options.count("--help")) {
+    std::fputs(cli::help(usage, description, opts).c_str(), stdout);
+    return 0;
+  }
+  return std::nullopt;
+}
+
 int questionnaire_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = {opt("--help", "", "show this help and exit", false, {"-h"}),
                                    opt("--config_file", "FILE", "where to write (.json: JSON, else YAML)")};
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-    if (!p.positionals.empty()) throw cli::UsageError("unknown subcommand '" + p.positionals.front() + "'");
-  } catch (const cli::UsageError& e) {
-    return usage_fail("", e.what());
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc config [--config_file FILE] | acc config {default,update,explain,schema} [options]",
-                         kDescription, opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = parse_options(opts, args, "", "unknown subcommand ", "",
+                                "acc config [--config_file FILE] | acc config {default,update,explain,schema} [options]",
+                                kDescription, p))
+    return *done;
   try {
     auto env = config::current_environment();
     std::string path = p.options.count("--config_file") ? p.options["--config_file"].value : default_write_location(env);
@@ -554,21 +565,11 @@ int default_main(const std::vector<std::string>& args) {
       opt("--mixed_precision", "{no,fp16,bf16,fp8}", "mixed precision mode (default no)"),
       opt("--force", "", "overwrite an existing file (accelerate config default never does)", false)};
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-    if (!p.positionals.empty()) throw cli::UsageError("unexpected argument '" + p.positionals.front() + "'");
-  } catch (const cli::UsageError& e) {
-    return usage_fail("default", e.what());
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc config default [--config_file FILE] [--mixed_precision MODE] [--force]",
-                         "Writes a config file for this machine without questions, as `accelerate config default`:\n"
-                         "with 2 or more GPUs, MULTI_GPU over all of them; with one, NO; without, the CPU.",
-                         opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = parse_options(opts, args, "default", "unexpected argument ", "",
+                                "acc config default [--config_file FILE] [--mixed_precision MODE] [--force]",
+                                "Writes a config file for this machine without questions, as `accelerate config default`:\n"
+                                "with 2 or more GPUs, MULTI_GPU over all of them; with one, NO; without, the CPU.", p))
+    return *done;
   try {
     auto env = config::current_environment();
     std::string path = p.options.count("--config_file") ? p.options["--config_file"].value : default_write_location(env);
@@ -609,21 +610,11 @@ int update_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = {opt("--help", "", "show this help and exit", false, {"-h"}),
                                    opt("--config_file", "FILE", "the file to update (default: the one acc launch reads)")};
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-    if (!p.positionals.empty()) throw cli::UsageError("unexpected argument '" + p.positionals.front() + "'");
-  } catch (const cli::UsageError& e) {
-    return usage_fail("update", e.what());
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc config update [--config_file FILE]",
-                         "Reads a config file (with Accelerate's old spellings: fp16: true, a top-level dynamo_backend,\n"
-                         "fsdp_config keys without their fsdp_ prefix, ...) and writes it back with the current keys.",
-                         opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = parse_options(opts, args, "update", "unexpected argument ", "",
+                                "acc config update [--config_file FILE]",
+                                "Reads a config file (with Accelerate's old spellings: fp16: true, a top-level dynamo_backend,\n"
+                                "fsdp_config keys without their fsdp_ prefix, ...) and writes it back with the current keys.", p))
+    return *done;
   try {
     auto env = config::current_environment();
     std::string path;
@@ -649,21 +640,11 @@ int schema_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = {opt("--help", "", "show this help and exit", false, {"-h"}),
                                    opt("--library", "", "the schema of acc_accelerator_create's JSON instead", false)};
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-    if (!p.positionals.empty()) throw cli::UsageError("unexpected argument '" + p.positionals.front() + "'");
-  } catch (const cli::UsageError& e) {
-    return usage_fail("schema", e.what());
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc config schema [--library]",
-                         "Prints the JSON Schema (draft 2020-12) of launch config files, for editors: e.g. the YAML\n"
-                         "language server's `# yaml-language-server: $schema=acc-config.schema.json`.",
-                         opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = parse_options(opts, args, "schema", "unexpected argument ", "",
+                                "acc config schema [--library]",
+                                "Prints the JSON Schema (draft 2020-12) of launch config files, for editors: e.g. the YAML\n"
+                                "language server's `# yaml-language-server: $schema=acc-config.schema.json`.", p))
+    return *done;
   std::fputs(config::json_schema(p.options.count("--library") ? config::SchemaKind::Accelerator
                                                               : config::SchemaKind::Launch)
                  .c_str(),
@@ -683,24 +664,13 @@ int explain_main(const std::vector<std::string>& args) {
   opts.push_back(opt("--json", "", "print JSON: {launch: {config, provenance}, library: {config, provenance}, ...}", false));
   opts.push_back(opt("--changed", "", "only the values that do not come from the defaults", false));
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-    if (!p.positionals.empty())
-      throw cli::UsageError("unexpected argument '" + p.positionals.front() + "' (explain takes no PROGRAM)");
-  } catch (const cli::UsageError& e) {
-    return usage_fail("explain", e.what());
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc config explain [acc launch options] [--explicit JSON] [--changed] [--json]",
-                         "Resolves the config exactly as `acc launch` would with the same options, and prints every\n"
-                         "value with its source: default, file:line, a flag, a scheduler's variable. Then the values\n"
-                         "the library (acc_accelerator_create) would resolve in the launched processes, with the\n"
-                         "environment variable each one was read from and what set that variable.",
-                         opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = parse_options(opts, args, "explain", "unexpected argument ", " (explain takes no PROGRAM)",
+                                "acc config explain [acc launch options] [--explicit JSON] [--changed] [--json]",
+                                "Resolves the config exactly as `acc launch` would with the same options, and prints every\n"
+                                "value with its source: default, file:line, a flag, a scheduler's variable. Then the values\n"
+                                "the library (acc_accelerator_create) would resolve in the launched processes, with the\n"
+                                "environment variable each one was read from and what set that variable.", p))
+    return *done;
   const bool changed = p.options.count("--changed") > 0;
   try {
     auto env = config::current_environment();

@@ -3,7 +3,9 @@
 #ifndef ACC_TEST_CHECK_H
 #define ACC_TEST_CHECK_H
 #include <acc/acc.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int g_passed, g_failed;
@@ -34,6 +36,29 @@ static int g_passed, g_failed;
   } while (0)
 
 #define EXPECT_OK(call) EXPECT_ERR(call, ACC_OK, "")
+
+/* The call must succeed: otherwise print it with the library's message and end the process. For
+ * programs whose later steps depend on the call (the multi-process workers). */
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    acc_status st_ = (call);                                                                    \
+    if (st_ != ACC_OK) {                                                                        \
+      fprintf(stderr, "%s: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+/* 1 when the float32 tensor holds exactly `n` values within 1e-6 of `want`. */
+static inline int equals(acc_tensor* t, const float* want, int64_t n) {
+  int64_t got_n;
+  CHECK(acc_tensor_numel(t, &got_n));
+  if (got_n != n || n > 64) return 0;
+  float got[64];
+  CHECK(acc_tensor_to_host(t, got, (size_t)n * sizeof(float)));
+  for (int64_t i = 0; i < n; ++i)
+    if (fabsf(got[i] - want[i]) > 1e-6f) return 0;
+  return 1;
+}
 
 static int finish(void) {
   printf("%d passed, %d failed\n", g_passed, g_failed);

@@ -27,15 +27,6 @@
 
 #include "../c/check.h"
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    acc_status st_ = (call);                                                                    \
-    if (st_ != ACC_OK) {                                                                        \
-      fprintf(stderr, "%s: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
-
 static const char* g_self;
 
 static const char* device_of(acc_accelerator* acc) {
@@ -111,17 +102,6 @@ static acc_tensor* floats(const float* v, int64_t rows, int64_t cols) {
   int64_t shape[2] = {rows, cols};
   CHECK(acc_tensor_from_host(v, (size_t)(rows * cols) * sizeof(float), ACC_FLOAT32, shape, 2, &t));
   return t;
-}
-
-static int equals(acc_tensor* t, const float* want, int64_t n) {
-  int64_t got_n;
-  CHECK(acc_tensor_numel(t, &got_n));
-  if (got_n != n) return 0;
-  float got[16];
-  CHECK(acc_tensor_to_host(t, got, (size_t)n * sizeof(float)));
-  for (int64_t i = 0; i < n; ++i)
-    if (fabsf(got[i] - want[i]) > 1e-6f) return 0;
-  return 1;
 }
 
 /* Rank r's batch of the prepared loader over [1, 2, 3, 4] is [1+2r, 2+2r], on its CUDA device: gather and

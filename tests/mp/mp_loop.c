@@ -11,15 +11,6 @@
 
 #include "../c/check.h"
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    acc_status st_ = (call);                                                                    \
-    if (st_ != ACC_OK) {                                                                        \
-      fprintf(stderr, "%s: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
-
 static void accumulate(int batch, int accum, int micro_steps, const char* out) {
   char cfg[96];
   snprintf(cfg, sizeof cfg, "{\"seed\": 9, \"gradient_accumulation_steps\": %d}", accum);
@@ -145,7 +136,7 @@ static void process_control(const char* dir) {
   /* broadcast_object: the last process's items, of different sizes, everywhere */
   acc_bytes_list *objects, *got_items;
   CHECK(acc_bytes_list_create(&objects));
-  char word[32];
+  char word[64];
   for (int i = 0; i <= rank; ++i) {
     snprintf(word, sizeof word, "rank %d item %d", rank, i);
     CHECK(acc_bytes_list_append(objects, word, strlen(word)));

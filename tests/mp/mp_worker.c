@@ -17,30 +17,10 @@
 
 #include "../c/check.h"
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    acc_status st_ = (call);                                                               \
-    if (st_ != ACC_OK) {                                                                   \
-      fprintf(stderr, "%s: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
-
 static acc_tensor* floats(const float* v, int64_t n) {
   acc_tensor* t;
   CHECK(acc_tensor_from_host(v, (size_t)n * sizeof(float), ACC_FLOAT32, &n, 1, &t));
   return t;
-}
-
-static int equals(acc_tensor* t, const float* want, int64_t n) {
-  int64_t got_n;
-  CHECK(acc_tensor_numel(t, &got_n));
-  if (got_n != n) return 0;
-  float got[64];
-  CHECK(acc_tensor_to_host(t, got, (size_t)n * sizeof(float)));
-  for (int64_t i = 0; i < n; ++i)
-    if (fabsf(got[i] - want[i]) > 1e-6f) return 0;
-  return 1;
 }
 
 static void collectives(acc_accelerator* acc, int rank) {

@@ -7,14 +7,15 @@ Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI]
 A language whose toolchain is missing is skipped with a message (exit 77 when none is left), unless
 ACC_BINDINGS_REQUIRED=1, which makes it a failure.
 """
-import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_f32 import read_safetensors  # noqa: E402
 
 ACC, C_EXE, SRC, BUILD = sys.argv[1:5]
 JNI = sys.argv[5] if len(sys.argv) > 5 else ""
@@ -80,20 +81,6 @@ def build_java():
     # The JNI library comes from the jar (extracted to a versioned cache), as for a user.
     return ["java", "-cp", jar + os.pathsep + classes, "ai.acc.examples.TrainMlp"]
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", e
-        begin, end = e["data_offsets"]
-        out[name] = struct.unpack(f"<{(end - begin) // 4}f", data[begin:end])
-    return out
 
 
 def launch(lang, cmd):

@@ -3,14 +3,15 @@
 
 Usage: mp_test.py ACC WORKER CASE   (WORKER: mp_worker or mp_loop, the program each case drives)
 """
-import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_f32 import max_abs_diff, read_safetensors  # noqa: E402
 
 ACC, WORKER, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
 passed = failed = 0
@@ -35,25 +36,6 @@ def launch(n, *args, timeout=300):
     return p, time.monotonic() - start
 
 
-def read_safetensors(path):
-    """name -> list of floats, for the F32 tensors of a safetensors file (stdlib only)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", e
-        begin, end = e["data_offsets"]
-        out[name] = struct.unpack(f"<{(end - begin) // 4}f", data[begin:end])
-    return out
-
-
-def max_abs_diff(a, b):
-    assert a.keys() == b.keys(), (a.keys(), b.keys())
-    return max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a)
 
 
 def case_collectives():

@@ -11,7 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
+#include "acc/safetensors_header.hpp"
 
 using namespace acc::config;
 
@@ -1029,6 +1031,189 @@ TEST(JsonSchema, EveryKeyIsDescribed) {
     std::string err = error_of([&] { resolve_accelerator(s, {}); });
     EXPECT_EQ(err.find("malformed JSON"), std::string::npos) << err;
   }
+}
+
+// --- Built-in model specs ----------------------------------------------------------------------------------------
+
+int64_t parameter_count(const ParameterShapes& shapes) {
+  int64_t n = 0;
+  for (const auto& [name, shape] : shapes) {
+    int64_t k = 1;
+    for (int64_t d : shape) k *= d;
+    n += k;
+  }
+  return n;
+}
+
+TEST(BuiltinModels, ParsesWithDefaults) {
+  BuiltinSpec m = parse_builtin_spec(R"({"type": "mlp", "sizes": [3, 4, 2]})");
+  EXPECT_EQ(m.type, "mlp");
+  ASSERT_TRUE(m.mlp);
+  EXPECT_FALSE(m.gpt);
+  EXPECT_EQ(m.mlp->sizes, (std::vector<int64_t>{3, 4, 2}));
+  EXPECT_EQ(m.mlp->activation, "relu");
+  EXPECT_EQ(m.mlp->loss, "mse");
+  m = parse_builtin_spec(R"({"type": "mlp", "sizes": [3, 2.0], "activation": "tanh", "loss": null})");
+  EXPECT_EQ(m.mlp->sizes, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(m.mlp->activation, "tanh");
+  EXPECT_EQ(m.mlp->loss, "mse");  // null: not given
+
+  BuiltinSpec g = parse_builtin_spec(
+      R"({"type": "gpt", "vocab_size": 50257, "block_size": 1024, "n_layer": 12, "n_head": 12, "n_embd": 768})");
+  EXPECT_EQ(g.type, "gpt");
+  ASSERT_TRUE(g.gpt);
+  EXPECT_FALSE(g.mlp);
+  EXPECT_EQ(g.gpt->vocab_size, 50257);
+  EXPECT_EQ(g.gpt->block_size, 1024);
+  EXPECT_EQ(g.gpt->n_layer, 12);
+  EXPECT_EQ(g.gpt->n_head, 12);
+  EXPECT_EQ(g.gpt->n_embd, 768);
+  EXPECT_EQ(g.gpt->dropout, 0.0);
+  EXPECT_TRUE(g.gpt->bias);
+  g = parse_builtin_spec(R"({"type": "gpt", "vocab_size": 8, "block_size": 4, "n_layer": 1, "n_head": 2,
+                             "n_embd": 4, "dropout": 0.1, "bias": false})");
+  EXPECT_EQ(g.gpt->dropout, 0.1);
+  EXPECT_FALSE(g.gpt->bias);
+}
+
+TEST(BuiltinModels, ErrorsNameTheKey) {
+  const std::string gpt = R"("type": "gpt", "vocab_size": 8, "block_size": 4, "n_layer": 1)";
+  auto err = [](const std::string& json) { return error_of([&] { parse_builtin_spec(json); }); };
+  EXPECT_EQ(err(""), "model spec: 'type' is required: \"mlp\" or \"gpt\"");
+  EXPECT_EQ(err(R"({"type": "cnn"})"), "model spec: 'type' must be \"mlp\" or \"gpt\"; got \"cnn\"");
+  EXPECT_EQ(err("[1]"), "model spec: expected a JSON object; got [1]");
+  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1],})"),
+            "model spec: malformed JSON at line 1, column 33: trailing comma before '}'");
+  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2 1]})"),
+            "model spec: malformed JSON at line 1, column 29: expected ',' or ']' in array, got '1'");
+  EXPECT_EQ(err(R"({"type": "mlp", "size": [2, 1]})"),
+            "mlp spec: unknown key 'size' (did you mean 'sizes'?); accepted: type, sizes, activation, loss");
+  EXPECT_EQ(err(R"({"type": "mlp"})"), "mlp spec: 'sizes' is required: a list [in, hidden..., out] of integers >= 1");
+  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2]})"),
+            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1; got [2]");
+  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 0]})"),
+            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1; got [2,0]");
+  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1], "activation": "sigmoid"})"),
+            "mlp spec: 'activation' must be one of \"relu\", \"gelu\", \"tanh\"; got \"sigmoid\"");
+  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1], "loss": 1})"),
+            "mlp spec: 'loss' must be one of \"mse\", \"cross_entropy\", \"none\"; got 1");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 4, "n_embd": 30})"),
+            "gpt spec: 'n_embd' (30) must be a multiple of 'n_head' (4)");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 4})"), "gpt spec: 'n_embd' is required (an integer >= 1)");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 0, "n_embd": 8})"), "gpt spec: 'n_head' must be an integer >= 1; got 0");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8.5})"),
+            "gpt spec: 'n_embd' must be an integer >= 1; got 8.5");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8, "dropout": 1})"),
+            "gpt spec: 'dropout' must be a number in [0, 1); got 1");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8, "bias": "no"})"),
+            "gpt spec: 'bias' must be true or false; got \"no\"");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8, "sizes": [1, 2]})"),
+            "gpt spec: unknown key 'sizes'; accepted: type, vocab_size, block_size, n_layer, n_head, n_embd, dropout, "
+            "bias");
+}
+
+TEST(BuiltinModels, MlpShapes) {
+  ParameterShapes s = builtin_parameter_shapes(parse_builtin_spec(R"({"type": "mlp", "sizes": [3, 4, 2]})"));
+  ParameterShapes want = {{"layers.0.weight", {4, 3}}, {"layers.0.bias", {4}},
+                          {"layers.1.weight", {2, 4}}, {"layers.1.bias", {2}}};
+  EXPECT_EQ(s, want);
+  EXPECT_EQ(parameter_count(s), 26);
+}
+
+TEST(BuiltinModels, GptShapesAreHuggingFaceGpt2s) {
+  ParameterShapes s = builtin_parameter_shapes(parse_builtin_spec(
+      R"({"type": "gpt", "vocab_size": 11, "block_size": 5, "n_layer": 2, "n_head": 2, "n_embd": 4})"));
+  ASSERT_EQ(s.size(), 2u + 2 * 12 + 2);
+  EXPECT_EQ(s[0], (ParameterShapes::value_type{"transformer.wte.weight", {11, 4}}));
+  EXPECT_EQ(s[1], (ParameterShapes::value_type{"transformer.wpe.weight", {5, 4}}));
+  ParameterShapes layer1(s.begin() + 14, s.begin() + 26);
+  ParameterShapes want = {{"transformer.h.1.ln_1.weight", {4}},        {"transformer.h.1.ln_1.bias", {4}},
+                          {"transformer.h.1.attn.c_attn.weight", {4, 12}}, {"transformer.h.1.attn.c_attn.bias", {12}},
+                          {"transformer.h.1.attn.c_proj.weight", {4, 4}},  {"transformer.h.1.attn.c_proj.bias", {4}},
+                          {"transformer.h.1.ln_2.weight", {4}},        {"transformer.h.1.ln_2.bias", {4}},
+                          {"transformer.h.1.mlp.c_fc.weight", {4, 16}},    {"transformer.h.1.mlp.c_fc.bias", {16}},
+                          {"transformer.h.1.mlp.c_proj.weight", {16, 4}},  {"transformer.h.1.mlp.c_proj.bias", {4}}};
+  EXPECT_EQ(layer1, want);
+  EXPECT_EQ(s[2].first, "transformer.h.0.ln_1.weight");
+  EXPECT_EQ(s[26], (ParameterShapes::value_type{"transformer.ln_f.weight", {4}}));
+  EXPECT_EQ(s[27], (ParameterShapes::value_type{"transformer.ln_f.bias", {4}}));
+  for (const auto& [name, shape] : s) EXPECT_NE(name, "lm_head.weight");  // tied to wte
+
+  // GPT-2 small without the tied head.
+  s = builtin_parameter_shapes(parse_builtin_spec(
+      R"({"type": "gpt", "vocab_size": 50257, "block_size": 1024, "n_layer": 12, "n_head": 12, "n_embd": 768})"));
+  EXPECT_EQ(s.size(), 148u);
+  EXPECT_EQ(parameter_count(s), 124439808);
+
+  // Without bias no .bias entries: 2 embeddings, per layer 2 norms and 4 weights, ln_f.
+  s = builtin_parameter_shapes(parse_builtin_spec(
+      R"({"type": "gpt", "vocab_size": 11, "block_size": 5, "n_layer": 2, "n_head": 2, "n_embd": 4, "bias": false})"));
+  EXPECT_EQ(s.size(), 2u + 2 * 6 + 1);
+  for (const auto& [name, shape] : s) EXPECT_EQ(name.find(".bias"), std::string::npos) << name;
+  EXPECT_EQ(parameter_count(s), 11 * 4 + 5 * 4 + 2 * (4 + 4 * 12 + 4 * 4 + 4 + 4 * 16 + 16 * 4) + 4);
+}
+
+// --- safetensors headers -----------------------------------------------------------------------------------------
+
+TEST(SafetensorsHeader, ReadsEntriesInOrder) {
+  SafetensorsHeader h = parse_safetensors_header(
+      R"({"__metadata__": {"format": "pt"}, "b": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]},
+          "a": {"dtype": "I64", "shape": [], "data_offsets": [12, 20]}})",
+      "m.safetensors", 20);
+  ASSERT_EQ(h.tensors.size(), 2u);
+  EXPECT_EQ(h.tensors[0].name, "b");
+  EXPECT_EQ(h.tensors[0].dtype, "BF16");
+  EXPECT_EQ(h.tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(h.tensors[0].numel(), 6);
+  EXPECT_EQ(h.tensors[1].name, "a");
+  EXPECT_EQ(h.tensors[1].numel(), 1);
+  EXPECT_EQ(h.tensors[1].begin, 12u);
+  EXPECT_EQ(h.tensors[1].end, 20u);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  bool floating = true;
+  EXPECT_EQ(safetensors_dtype_size("I64", &floating), 8);
+  EXPECT_FALSE(floating);
+  EXPECT_EQ(safetensors_dtype_size("F4"), std::nullopt);
+}
+
+TEST(SafetensorsHeader, ErrorsNameTheFileAndTheTensor) {
+  auto err = [](const std::string& json) {
+    return error_of([&] { parse_safetensors_header(json, "m.safetensors", 16); });
+  };
+  EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [4]})"),
+            "m.safetensors: malformed header: malformed JSON at line 1, column 37: expected ',' or '}' in object, got "
+            "end of input");
+  EXPECT_EQ(err("[]"), "m.safetensors: malformed header: not a JSON object");
+  EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [4]}})"), "m.safetensors: tensor \"w\" lacks dtype, shape or data_offsets");
+  EXPECT_EQ(err(R"({"w": {"dtype": "F33", "shape": [4], "data_offsets": [0, 16]}})"),
+            "m.safetensors: tensor \"w\" has an unknown dtype \"F33\"");
+  EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})"),
+            "m.safetensors: tensor \"w\" has a bad shape [-4]");
+  EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [5], "data_offsets": [0, 20]}})"),
+            "m.safetensors: tensor \"w\" has data_offsets [0,20] that do not match its dtype and shape (20 bytes) "
+            "within the 16 bytes of data");
+  EXPECT_EQ(err(R"({"__metadata__": {"n": 1}})"), "m.safetensors: __metadata__ must map strings to strings");
+}
+
+TEST(SafetensorsHeader, ReadsAFile) {
+  char dir[] = "/tmp/acc_st_XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir));
+  const std::string path = std::string(dir) + "/m.safetensors";
+  const std::string json = R"({"w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(json.size());
+  bytes += json + std::string(4, '\0');
+  std::ofstream(path, std::ios::binary) << bytes;
+  SafetensorsHeader h = read_safetensors_header(path);
+  ASSERT_EQ(h.tensors.size(), 1u);
+  EXPECT_EQ(h.tensors[0].shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(h.data_start, 8 + json.size());
+  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() - 1);  // data cut short
+  EXPECT_NE(error_of([&] { read_safetensors_header(path); }).find("within the 3 bytes of data"), std::string::npos);
+  std::ofstream(path, std::ios::binary) << "abc";
+  EXPECT_EQ(error_of([&] { read_safetensors_header(path); }), path + ": not a safetensors file (too short)");
+  std::remove(path.c_str());
+  rmdir(dir);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `acc estimate-memory`: the memory a model needs to load and to train with Adam, per dtype, in the table
 // `accelerate estimate-memory` prints. The model is a libacc model spec (the JSON acc_model_create takes: an
 // "mlp" or a "gpt"), one of a few named GPT-2 sizes, or a safetensors checkpoint (a file, or a directory of shards).
-// Parameter counts follow libacc's layouts (src/models/builtin.cpp); the largest layer is Accelerate's: the biggest
+// Parameter shapes are libacc's (acc/builtin_models.hpp); the largest layer is Accelerate's: the biggest
 // module without child modules (calculate_maximum_sizes).
 #include <dirent.h>
 #include <sys/stat.h>
@@ -16,7 +16,9 @@
 #include <set>
 #include <sstream>
 
+#include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
+#include "acc/safetensors_header.hpp"
 #include "cli.hpp"
 #include "commands.hpp"
 
@@ -149,136 +151,14 @@ std::string ascii_table(const std::vector<std::string>& headers, const std::vect
 
 // ----------------------------------------------------------------------------------------------------- models
 
-int64_t get_int(const std::map<std::string, std::string>& spec, const std::string& key, std::optional<int64_t> def) {
-  auto it = spec.find(key);
-  if (it == spec.end()) {
-    if (def) return *def;
-    throw config::Error("model spec: '" + key + "' is required");
-  }
-  char* end = nullptr;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (*end || v < 1) throw config::Error("model spec: '" + key + "' must be an integer >= 1; got " + it->second);
-  return v;
-}
-
-std::vector<Tensor> gpt_tensors(int64_t vocab, int64_t block, int64_t layers, int64_t embd, bool bias) {
-  std::vector<Tensor> t;
-  auto add = [&](const std::string& name, int64_t numel) { t.push_back({name, numel, numel * 4}); };
-  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
-    add(name + ".weight", out * in);
-    if (bias) add(name + ".bias", out);
-  };
-  auto norm = [&](const std::string& name) {
-    add(name + ".weight", embd);
-    if (bias) add(name + ".bias", embd);
-  };
-  add("wte.weight", vocab * embd);
-  add("wpe.weight", block * embd);
-  for (int64_t l = 0; l < layers; ++l) {
-    std::string h = "h." + std::to_string(l) + ".";
-    norm(h + "ln_1");
-    linear(h + "attn.c_attn", 3 * embd, embd);
-    linear(h + "attn.c_proj", embd, embd);
-    norm(h + "ln_2");
-    linear(h + "mlp.c_fc", 4 * embd, embd);
-    linear(h + "mlp.c_proj", embd, 4 * embd);
-  }
-  norm("ln_f");
-  return t;  // the LM head is tied to wte
-}
-
-// A spec given as JSON text: {"type": "gpt", ...} or {"type": "mlp", "sizes": [...]}.
+// A spec given as JSON text: {"type": "gpt", ...} or {"type": "mlp", "sizes": [...]}; the shapes are libacc's
+// (one definition in the config library). Every parameter is float32.
 std::vector<Tensor> from_spec(const std::string& json) {
-  // The launcher has no JSON library of its own here: a launch-style resolver would be overkill, so read the few
-  // keys by hand through the config library's JSON reader (via a throwaway explicit config is not possible:
-  // different schema). Minimal parse: keys with scalar or list-of-int values.
-  std::map<std::string, std::string> kv;
-  std::vector<int64_t> sizes;
-  std::string s = json;
-  size_t i = 0;
-  auto skip = [&]() {
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  };
-  auto string_at = [&]() {
-    if (s[i] != '"') throw config::Error("model spec: malformed JSON near offset " + std::to_string(i));
-    size_t end = s.find('"', i + 1);
-    if (end == std::string::npos) throw config::Error("model spec: unterminated string");
-    std::string out = s.substr(i + 1, end - i - 1);
-    i = end + 1;
-    return out;
-  };
-  skip();
-  if (i >= s.size() || s[i] != '{') throw config::Error("model spec: a JSON object is expected");
-  ++i;
-  for (;;) {
-    skip();
-    if (i < s.size() && s[i] == '}') break;
-    std::string key = string_at();
-    skip();
-    if (i >= s.size() || s[i] != ':') throw config::Error("model spec: ':' expected after \"" + key + "\"");
-    ++i;
-    skip();
-    if (i < s.size() && s[i] == '[') {
-      ++i;
-      for (;;) {
-        skip();
-        if (i < s.size() && s[i] == ']') {
-          ++i;
-          break;
-        }
-        size_t start = i;
-        while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '-')) ++i;
-        if (start == i) throw config::Error("model spec: '" + key + "' must be a list of integers");
-        int64_t v = std::stoll(s.substr(start, i - start));
-        if (v < 1) throw config::Error("model spec: '" + key + "' entries must be >= 1");
-        if (key == "sizes") sizes.push_back(v);
-        skip();
-        if (i < s.size() && s[i] == ',') ++i;
-      }
-      kv[key] = "[list]";
-    } else if (i < s.size() && s[i] == '"') {
-      kv[key] = string_at();
-    } else {
-      size_t start = i;
-      while (i < s.size() && s[i] != ',' && s[i] != '}' && !std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-      kv[key] = s.substr(start, i - start);
-    }
-    skip();
-    if (i < s.size() && s[i] == ',') {
-      ++i;
-      continue;
-    }
-    skip();
-    if (i < s.size() && s[i] == '}') break;
-    throw config::Error("model spec: ',' or '}' expected near offset " + std::to_string(i));
-  }
-  const std::string type = kv.count("type") ? kv["type"] : "";
-  static const std::set<std::string> gpt_keys = {"type", "vocab_size", "block_size", "n_layer", "n_head",
-                                                 "n_embd", "dropout", "bias"};
-  static const std::set<std::string> mlp_keys = {"type", "sizes", "activation", "loss"};
-  const auto& allowed = type == "gpt" ? gpt_keys : mlp_keys;
-  if (type != "gpt" && type != "mlp") throw config::Error("model spec: 'type' must be \"mlp\" or \"gpt\"");
-  for (const auto& [k, v] : kv)
-    if (!allowed.count(k)) {
-      std::vector<std::string> names(allowed.begin(), allowed.end());
-      std::string near = config::closest_match(k, names);
-      throw config::Error(type + " spec: unknown key '" + k + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"));
-    }
-  if (type == "gpt") {
-    int64_t embd = get_int(kv, "n_embd", std::nullopt), heads = get_int(kv, "n_head", std::nullopt);
-    if (embd % heads != 0)
-      throw config::Error("gpt spec: 'n_embd' (" + std::to_string(embd) + ") must be a multiple of 'n_head' (" +
-                          std::to_string(heads) + ")");
-    bool bias = !kv.count("bias") || kv["bias"] == "true";
-    return gpt_tensors(get_int(kv, "vocab_size", std::nullopt), get_int(kv, "block_size", std::nullopt),
-                       get_int(kv, "n_layer", std::nullopt), embd, bias);
-  }
-  if (sizes.size() < 2) throw config::Error("mlp spec: 'sizes' needs at least [in, out]");
   std::vector<Tensor> t;
-  for (size_t k = 0; k + 1 < sizes.size(); ++k) {
-    std::string name = "layers." + std::to_string(k);
-    t.push_back({name + ".weight", sizes[k + 1] * sizes[k], sizes[k + 1] * sizes[k] * 4});
-    t.push_back({name + ".bias", sizes[k + 1], sizes[k + 1] * 4});
+  for (const auto& [name, shape] : config::builtin_parameter_shapes(config::parse_builtin_spec(json))) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    t.push_back({name, numel, numel * 4});
   }
   return t;
 }
@@ -295,117 +175,12 @@ std::optional<std::string> preset(const std::string& name) {
   return it->second;
 }
 
-int64_t dtype_size(const std::string& d, bool* floating) {
-  static const std::map<std::string, std::pair<int64_t, bool>> k = {
-      {"F64", {8, true}}, {"F32", {4, true}},  {"F16", {2, true}},  {"BF16", {2, true}}, {"F8_E4M3", {1, true}},
-      {"F8_E5M2", {1, true}}, {"I64", {8, false}}, {"I32", {4, false}}, {"I16", {2, false}}, {"I8", {1, false}},
-      {"U8", {1, false}},  {"BOOL", {1, false}}, {"U16", {2, false}}, {"U32", {4, false}}, {"U64", {8, false}}};
-  auto it = k.find(d);
-  if (it == k.end()) throw config::Error("unknown safetensors dtype \"" + d + "\"");
-  *floating = it->second.second;
-  return it->second.first;
-}
-
-// The header of one safetensors file: u64 little-endian length, then a JSON object name -> {dtype, shape, ...}.
+// One safetensors file: floating point tensors count in float32 (as Accelerate instantiates models).
 void read_safetensors(const std::string& path, std::vector<Tensor>& out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw config::Error("cannot read '" + path + "': " + std::strerror(errno));
-  unsigned char len8[8];
-  if (!f.read(reinterpret_cast<char*>(len8), 8)) throw config::Error(path + ": not a safetensors file (too short)");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len8[i];
-  if (n == 0 || n > (100u << 20)) throw config::Error(path + ": not a safetensors file (header length " + std::to_string(n) + ")");
-  std::string h(n, '\0');
-  if (!f.read(h.data(), static_cast<std::streamsize>(n))) throw config::Error(path + ": truncated safetensors header");
-  // Walk the JSON: "name": {"dtype": "F32", "shape": [a, b], "data_offsets": [x, y]}.
-  size_t i = h.find('{');
-  if (i == std::string::npos) throw config::Error(path + ": malformed safetensors header");
-  ++i;
-  auto skip = [&]() {
-    while (i < h.size() && (std::isspace(static_cast<unsigned char>(h[i])) || h[i] == ',')) ++i;
-  };
-  auto str = [&]() {
-    if (i >= h.size() || h[i] != '"') throw config::Error(path + ": malformed safetensors header at byte " + std::to_string(i));
-    std::string s;
-    for (++i; i < h.size() && h[i] != '"'; ++i) {
-      if (h[i] == '\\' && i + 1 < h.size()) ++i;
-      s += h[i];
-    }
-    ++i;
-    return s;
-  };
-  auto skip_value = [&]() {  // an object or array or scalar
-    int depth = 0;
-    bool in_str = false;
-    for (; i < h.size(); ++i) {
-      char c = h[i];
-      if (in_str) {
-        if (c == '\\') ++i;
-        else if (c == '"') in_str = false;
-        continue;
-      }
-      if (c == '"') in_str = true;
-      else if (c == '{' || c == '[') ++depth;
-      else if (c == '}' || c == ']') {
-        if (depth == 0) return;
-        if (--depth == 0) {
-          ++i;
-          return;
-        }
-      } else if (c == ',' && depth == 0) return;
-    }
-  };
-  for (;;) {
-    skip();
-    if (i >= h.size() || h[i] == '}') break;
-    std::string name = str();
-    skip();
-    if (i >= h.size() || h[i] != ':') throw config::Error(path + ": malformed safetensors header");
-    ++i;
-    skip();
-    if (name == "__metadata__") {
-      skip_value();
-      continue;
-    }
-    if (h[i] != '{') throw config::Error(path + ": tensor \"" + name + "\" has no description");
-    ++i;
-    std::string dtype;
-    int64_t numel = 1;
-    bool shape_seen = false;
-    for (;;) {
-      skip();
-      if (i < h.size() && h[i] == '}') {
-        ++i;
-        break;
-      }
-      std::string key = str();
-      skip();
-      ++i;  // ':'
-      skip();
-      if (key == "dtype") {
-        dtype = str();
-      } else if (key == "shape") {
-        shape_seen = true;
-        ++i;  // '['
-        for (;;) {
-          skip();
-          if (h[i] == ']') {
-            ++i;
-            break;
-          }
-          size_t start = i;
-          while (i < h.size() && std::isdigit(static_cast<unsigned char>(h[i]))) ++i;
-          if (start == i) throw config::Error(path + ": bad shape of \"" + name + "\"");
-          numel *= std::stoll(h.substr(start, i - start));
-        }
-      } else {
-        skip_value();
-      }
-    }
-    if (dtype.empty() || !shape_seen) throw config::Error(path + ": tensor \"" + name + "\" lacks dtype or shape");
+  for (const auto& e : config::read_safetensors_header(path).tensors) {
     bool floating = false;
-    int64_t size = dtype_size(dtype, &floating);
-    out.push_back({name, numel, floating ? numel * 4 : numel * size});
+    int64_t size = *config::safetensors_dtype_size(e.dtype, &floating);
+    out.push_back({e.name, e.numel(), e.numel() * (floating ? 4 : size)});
   }
 }
 

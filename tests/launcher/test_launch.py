@@ -1104,10 +1104,18 @@ sys.exit(max(p.wait() for p in procs))
                          ('{"type": "gpt", "vocab_size": 10}', "is required"),
                          ('{"type": "gpt", "vocab_size": 10, "block_size": 4, "n_layer": 1, "n_head": 3, "n_embd": 8}',
                           "must be a multiple of 'n_head'"),
-                         ('{"type": "mlp", "size": [1, 2]}', "did you mean 'sizes'")):
+                         ('{"type": "mlp", "size": [1, 2]}', "did you mean 'sizes'"),
+                         ('{"type": "mlp", "sizes": [1, 2],}', "model spec: malformed JSON at line 1, column 33")):
             r = subprocess.run([ACC, "estimate-memory", bad], capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, bad)
             self.assertIn(msg, r.stderr)
+        # a malformed safetensors header names the file and where the JSON breaks
+        header = b'{"w": {"dtype": "F32", "shape": [1] "data_offsets": [0, 4]}}'
+        with open(st, "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + bytes(4))
+        r = subprocess.run([ACC, "estimate-memory", st], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn(st + ": malformed header: malformed JSON at line 1, column 37", r.stderr)
 
     def test_help_for_every_command(self):
         for cmd, words in ((["launch"], ["--max_restarts", "--tee", "--log_dir", "--gpu_ids", "--rdzv_conf",

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "build_info.h"
+#include "runtime/build_info.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
 
@@ -57,22 +57,7 @@ acc_status acc_abi_check(int32_t abi_version) noexcept {
   return ACC_ERR_ABI_MISMATCH;
 }
 
-const char* acc_build_info(void) noexcept {
-  static const std::string info = [] {
-    std::string s = "{\"version\": \"" ACC_VERSION_STRING "\", \"abi\": " + std::to_string(ACC_ABI_VERSION) +
-                    ", \"torch\": \"" ACC_TORCH_VERSION "\", \"cxx11_abi\": " +
-                    std::to_string(_GLIBCXX_USE_CXX11_ABI) + ", \"compiler\": \"gcc " __VERSION__ "\"" +
-                    // Whether libacc_cuda.so (NCCL for CUDA tensors) was built; whether it loads is the machine's.
-#ifdef ACC_CUDA_PLUGIN_BUILT
-                    ", \"cuda\": true, \"backends\": [\"gloo\", \"nccl\"]"
-#else
-                    ", \"cuda\": false, \"backends\": [\"gloo\"]"
-#endif
-                    ", \"git\": \"" ACC_GIT_REVISION "\"}";
-    return s;
-  }();
-  return info.c_str();
-}
+const char* acc_build_info(void) noexcept { return acc::build_info().c_str(); }
 
 const char* acc_status_name(acc_status s) noexcept {
   switch (s) {

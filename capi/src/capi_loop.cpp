@@ -1,7 +1,6 @@
 // Gradient accumulation, mixed precision, process control, seeds and batch-size search.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-#include <torch/utils.h>
 
 #include <cstdio>
 
@@ -112,19 +111,9 @@ acc_status acc_split_tensor_between_processes(acc_accelerator* acc, const acc_te
                                               acc_tensor** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
-    const at::Tensor& x = need(t, "tensor")->t;
     need(out, "out");
-    if (x.dim() == 0) throw std::invalid_argument("the tensor needs a dim 0 to split");
-    auto s = need(acc, "accelerator")->impl->split_between_processes(x.size(0), apply_padding != 0);
-    at::Tensor part = x.narrow(0, s.start, s.count).clone();
-    if (s.padded_count > s.count && x.size(0) > 0) {
-      // Accelerate pads with the input's last element.
-      auto last = x.narrow(0, x.size(0) - 1, 1);
-      std::vector<int64_t> reps(static_cast<size_t>(x.dim()), 1);
-      reps[0] = s.padded_count - s.count;
-      part = at::cat({part, last.repeat(reps)});
-    }
-    *out = new acc_tensor{part};
+    *out = new acc_tensor{need(acc, "accelerator")->impl->split_tensor_between_processes(need(t, "tensor")->t,
+                                                                                    apply_padding != 0)};
   });
 }
 
@@ -185,9 +174,10 @@ acc_status acc_is_last_process(const acc_accelerator* acc, int32_t* out) noexcep
 acc_status acc_set_seed(const acc_accelerator* acc, uint64_t seed, int32_t device_specific,
                         int32_t deterministic) noexcept {
   return guarded(__func__, [&] {
-    if (device_specific) seed += static_cast<uint64_t>(need(acc, "accelerator (needed by device_specific)")->impl->state().rank);
-    torch::manual_seed(seed);  // the CPU generator and, where loaded, every CUDA one
-    if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    if (device_specific)
+      need(acc, "accelerator (needed by device_specific)")->impl->set_seed(seed, true, deterministic != 0);
+    else
+      acc::set_seed(seed, deterministic != 0);
   });
 }
 
@@ -198,18 +188,13 @@ acc_status acc_find_executable_batch_size(int64_t starting_batch_size, acc_batch
   acc_status st = guarded(__func__, [&] {
     need(fn, "fn");
     need(out_batch_size, "out_batch_size");
-    if (starting_batch_size < 1) throw std::invalid_argument("starting_batch_size must be >= 1");
-    for (int64_t bs = starting_batch_size; bs > 0; bs = static_cast<int64_t>(static_cast<double>(bs) * 0.9)) {
+    *out_batch_size = acc::find_executable_batch_size(starting_batch_size, [&](int64_t bs) {
       last = fn(user_data, bs);
-      if (last == ACC_OK) {
-        *out_batch_size = bs;
-        return;
-      }
-      if (last != ACC_ERR_OUT_OF_MEMORY)
+      if (last != ACC_OK && last != ACC_ERR_OUT_OF_MEMORY)
         throw acc::CallbackError("the step function returned " + std::to_string(last) + " at batch size " +
                                  std::to_string(bs));
-    }
-    throw std::bad_alloc();  // reported below with its own message
+      return last == ACC_OK;
+    });
   });
   if (st == ACC_ERR_OUT_OF_MEMORY)
     acc::capi::set_error(ACC_ERR_OUT_OF_MEMORY,

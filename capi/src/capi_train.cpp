@@ -17,6 +17,15 @@ const at::Tensor& tensor_of(const acc_tensor* t, const char* what) { return need
 
 acc_tensor* new_tensor(at::Tensor t) { return new acc_tensor{std::move(t)}; }
 
+acc_model* new_model(std::unique_ptr<acc::Model> m) {
+  auto slot = std::make_shared<acc::ModelSlot>();
+  slot->model = std::move(m);
+  // The tree is fixed from here on: the borrowed names are made once, never under a const handle.
+  std::vector<std::string> names;
+  for (auto& [n, t] : slot->model->state()) names.push_back(n);
+  return new acc_model{std::move(slot), std::move(names)};
+}
+
 }  // namespace
 
 extern "C" {
@@ -57,9 +66,7 @@ acc_status acc_model_create(const char* spec_json, acc_model** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto slot = std::make_shared<acc::ModelSlot>();
-    slot->model = acc::make_builtin_model(spec_json);
-    *out = new acc_model{std::move(slot), {}};
+    *out = new_model(acc::make_builtin_model(spec_json));
   });
 }
 
@@ -67,9 +74,7 @@ acc_status acc_model_load_torchscript(const char* path, const char* options_json
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto slot = std::make_shared<acc::ModelSlot>();
-    slot->model = acc::load_torchscript_model(need(path, "path"), options_json);
-    *out = new acc_model{std::move(slot), {}};
+    *out = new_model(acc::load_torchscript_model(need(path, "path"), options_json));
   });
 }
 
@@ -82,9 +87,12 @@ acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const ac
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
     if (out_loss && !targets) throw std::invalid_argument("out_loss needs targets");
-    acc::ForwardResult r = model->slot->forward(tensor_of(input, "input"), targets ? targets->t : at::Tensor());
-    std::unique_ptr<acc_tensor> output(out_output ? new_tensor(r.output) : nullptr);
-    if (out_loss) *out_loss = new_tensor(r.loss);
+    const acc::Model& m = *model->slot->model;
+    acc::TensorDict batch{{m.input_name(), tensor_of(input, "input")}};
+    if (targets) batch.set(m.target_name(), targets->t);
+    acc::TensorDict r = model->slot->forward(batch);
+    std::unique_ptr<acc_tensor> output(out_output ? new_tensor(r.items().front().second) : nullptr);
+    if (out_loss) *out_loss = new_tensor(r.at("loss"));
     if (out_output) *out_output = output.release();
   });
 }
@@ -92,16 +100,14 @@ acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const ac
 acc_status acc_model_set_training(acc_model* model, int32_t training) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    model->slot->model->set_training(training != 0);
+    model->slot->model->train(training != 0);
   });
 }
 
 acc_status acc_model_num_parameters(const acc_model* model, int64_t* out) noexcept {
   if (out) *out = 0;
   return guarded(__func__, [&] {
-    int64_t n = 0;
-    for (auto& [name, p] : need(model, "model")->slot->model->named_parameters()) n += p.numel();
-    *need(out, "out") = n;
+    *need(out, "out") = need(model, "model")->slot->model->num_parameters();
   });
 }
 
@@ -121,13 +127,8 @@ acc_status acc_model_state_get(const acc_model* model, int64_t index, const char
     if (index < 0 || index >= static_cast<int64_t>(state.size()))
       throw std::out_of_range("index " + std::to_string(index) + " outside [0, " +
                               std::to_string(state.size()) + ")");
-    auto& names = const_cast<acc_model*>(model)->state_names;
-    if (names.size() != state.size()) {
-      names.clear();
-      for (auto& [n, t] : state) names.push_back(n);
-    }
     if (out_value) *out_value = new_tensor(state[static_cast<size_t>(index)].second.detach().to(at::kCPU, false, true));
-    if (out_name) *out_name = names[static_cast<size_t>(index)].c_str();
+    if (out_name) *out_name = model->state_names[static_cast<size_t>(index)].c_str();
   });
 }
 
@@ -141,22 +142,7 @@ acc_status acc_model_save_safetensors(const acc_model* model, const char* path) 
 acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    auto loaded = acc::load_safetensors(need(path, "path"));
-    auto state = model->slot->model->state();
-    std::map<std::string, at::Tensor> by_name(loaded.begin(), loaded.end());
-    // Check everything first: a mismatch leaves the model untouched.
-    for (auto& [name, t] : state) {
-      auto it = by_name.find(name);
-      if (it == by_name.end()) throw std::invalid_argument(std::string(path) + " has no tensor '" + name + "'");
-      if (it->second.sizes() != t.sizes())
-        throw std::invalid_argument("'" + name + "' has shape " + c10::str(it->second.sizes()) + " in " + path +
-                                    " but " + c10::str(t.sizes()) + " in the model");
-    }
-    if (by_name.size() != state.size())
-      throw std::invalid_argument(std::string(path) + " holds " + std::to_string(by_name.size()) +
-                                  " tensors; the model has " + std::to_string(state.size()));
-    c10::NoGradGuard no_grad;
-    for (auto& [name, t] : state) t.copy_(by_name[name]);
+    model->slot->model->load_state_dict(acc::load_safetensors(need(path, "path")), path);
   });
 }
 
@@ -201,8 +187,9 @@ acc_status acc_scheduler_create(acc_optimizer* opt, const char* options_json, ac
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto slot = std::make_shared<acc::SchedulerSlot>(acc::SchedulerSlot{need(opt, "optimizer")->slot,
-                                                                        acc::Schedule(options_json), 0, nullptr});
+    auto slot = std::make_shared<acc::SchedulerSlot>();
+    slot->opt = need(opt, "optimizer")->slot;
+    slot->schedule.emplace(options_json);
     slot->apply();  // LambdaLR sets lr = base_lr * factor(0) at construction
     *out = new acc_scheduler{std::move(slot)};
   });

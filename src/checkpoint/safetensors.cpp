@@ -2,12 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <cjson/cJSON.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <string_view>
+
+#include "acc/files.hpp"
 
 namespace acc {
 namespace {
@@ -64,39 +65,13 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
   std::string json(text);
   cJSON_free(text);
   json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::ios_base::failure("cannot write '" + tmp + "': " + std::strerror(errno));
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw std::ios_base::failure("writing '" + path + "' failed: " + std::strerror(err));
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
   uint64_t len = json.size();
-  unsigned char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
-  write_all(le, 8);
-  write_all(json.data(), json.size());
-  for (auto& t : data) write_all(t.data_ptr(), t.nbytes());
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::ios_base::failure("flushing '" + path + "' failed: " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    throw std::ios_base::failure("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
-  }
+  char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<char>(len >> (8 * i));
+  // Written in pieces (no copy of the tensors into one buffer); a crash leaves the old file or the new one.
+  std::vector<std::string_view> pieces = {std::string_view(le, 8), json};
+  for (auto& t : data) pieces.emplace_back(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  config::write_file_atomic(path, pieces);  // throws std::ios_base::failure naming the path
 }
 
 NamedTensors load_safetensors(const std::string& path) {

@@ -1,5 +1,9 @@
+// The built-in families as torch::nn::Module trees: an MLP (torch.nn.Linear layers) and a GPT-2 style
+// decoder with Hugging Face GPT-2's module names and Conv1D layout, so its state dict reads like
+// GPT2LMHeadModel's ("transformer.h.0.attn.c_attn.weight" of shape [n_embd, 3 n_embd]).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
 
 #include <cmath>
 
@@ -9,55 +13,87 @@
 
 namespace acc {
 
-void Model::to(const c10::Device& device) {
-  c10::NoGradGuard no_grad;
-  for (auto& [name, t] : state())
-    if (t.device() != device) t.set_data(t.to(device));
-}
-
-NamedTensors Model::state() const {
-  NamedTensors all = named_parameters();
-  for (auto& b : named_buffers()) all.push_back(b);
-  return all;
-}
-
-at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const at::Tensor& targets) {
-  if (kind == "mse") {
-    if (output.sizes() != targets.sizes())
-      throw std::invalid_argument("mse loss: targets shape " + c10::str(targets.sizes()) +
-                                  " differs from output shape " + c10::str(output.sizes()));
-    return at::mse_loss(output, targets.to(output.scalar_type()));
-  }
-  if (kind == "cross_entropy") {
-    // Class scores [N, C] (or [..., C]) against integer classes [N] (or [...]); -1 is ignored.
-    auto logits = output.reshape({-1, output.size(-1)});
-    auto classes = targets.reshape({-1}).to(at::kLong);
-    if (classes.size(0) != logits.size(0))
-      throw std::invalid_argument("cross_entropy loss: " + std::to_string(classes.size(0)) +
-                                  " targets for " + std::to_string(logits.size(0)) + " predictions");
-    return at::cross_entropy_loss(logits, classes, {}, at::Reduction::Mean, -1);
-  }
-  throw std::invalid_argument("this model has no loss (loss: \"none\"); pass no targets");
-}
-
 namespace {
 
-class ParamStore {
- public:
-  at::Tensor& add(const std::string& name, at::Tensor t) {
-    t.set_requires_grad(true);
-    params_.emplace_back(name, std::move(t));
-    return params_.back().second;
-  }
-  const at::Tensor& operator[](size_t i) const { return params_[i].second; }
-  const NamedTensors& all() const { return params_; }
+using torch::nn::Module;
 
- private:
-  NamedTensors params_;
+at::TensorOptions float_on(c10::Device d) { return at::TensorOptions().dtype(at::kFloat).device(d); }
+
+// A module with parameters that knows how it was initialised, so meta-built trees can be materialised.
+struct InitModule : Module {
+  virtual void reset() = 0;
 };
 
-at::Tensor uniform(std::vector<int64_t> shape, double bound) {
-  return at::empty(shape, at::kFloat).uniform_(-bound, bound);
+// torch.nn.Linear: y = x W^T + b, W [out, in]; uniform(+-1/sqrt(in)) as Linear's default init.
+struct Linear : InitModule {
+  Linear(int64_t in, int64_t out, c10::Device d) : in_(in) {
+    weight = register_parameter("weight", at::empty({out, in}, float_on(d)));
+    bias = register_parameter("bias", at::empty({out}, float_on(d)));
+  }
+  void reset() override {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+    weight.uniform_(-bound, bound);
+    bias.uniform_(-bound, bound);
+  }
+  at::Tensor forward(const at::Tensor& x) { return model_linear(x, weight, bias); }
+  at::Tensor weight, bias;
+  int64_t in_;
+};
+
+// GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias.
+struct Conv1D : InitModule {
+  Conv1D(int64_t in, int64_t out, bool with_bias, double std, c10::Device d) : std_(std) {
+    weight = register_parameter("weight", at::empty({in, out}, float_on(d)));
+    if (with_bias) bias = register_parameter("bias", at::empty({out}, float_on(d)));
+  }
+  void reset() override {
+    weight.normal_(0, std_);
+    if (bias.defined()) bias.zero_();
+  }
+  at::Tensor forward(const at::Tensor& x) { return model_linear(x, weight.t(), bias); }
+  at::Tensor weight, bias;
+  double std_;
+};
+
+struct LayerNorm : InitModule {
+  LayerNorm(int64_t n, bool with_bias, c10::Device d) : n_(n) {
+    weight = register_parameter("weight", at::empty({n}, float_on(d)));
+    if (with_bias) bias = register_parameter("bias", at::empty({n}, float_on(d)));
+  }
+  void reset() override {
+    weight.fill_(1);
+    if (bias.defined()) bias.zero_();
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {n_}, weight, bias); }
+  at::Tensor weight, bias;
+  int64_t n_;
+};
+
+struct Embedding : InitModule {
+  Embedding(int64_t n, int64_t dim, double std, c10::Device d) : std_(std) {
+    weight = register_parameter("weight", at::empty({n, dim}, float_on(d)));
+  }
+  void reset() override { weight.normal_(0, std_); }
+  at::Tensor weight;
+  double std_;
+};
+
+// A list of submodules named "0", "1", ... (torch.nn.ModuleList).
+template <class M>
+struct ModuleList : Module {
+  std::shared_ptr<M> add(std::shared_ptr<M> m) {
+    items.push_back(register_module(std::to_string(items.size()), std::move(m)));
+    return items.back();
+  }
+  std::vector<std::shared_ptr<M>> items;
+};
+
+// Initialises every InitModule of the tree in definition order: the same draws from the generator as
+// at construction, whatever device the tree is on now.
+void reset_tree(Module& root) {
+  c10::NoGradGuard no_grad;
+  for (const auto& m : root.modules(/*include_self=*/true))
+    if (auto* init = dynamic_cast<InitModule*>(m.get())) init->reset();
 }
 
 at::Tensor activation(const std::string& kind, const at::Tensor& x) {
@@ -66,152 +102,215 @@ at::Tensor activation(const std::string& kind, const at::Tensor& x) {
   return at::tanh(x);
 }
 
-// Linear layers with an activation between them; initialised like torch.nn.Linear.
-class Mlp final : public Model {
+void reject_unknown(const TensorDict& batch, const char* model, std::initializer_list<const char*> known) {
+  for (const auto& [name, t] : batch.items()) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || name == k;
+    if (ok) continue;
+    std::string list;
+    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    throw std::invalid_argument(std::string(model) + " forward: unexpected batch entry '" + name + "' (it takes " +
+                                list + ")");
+  }
+}
+
+// Linear layers with an activation between them: "layers.0", "layers.1", ...
+class Mlp final : public NnModel {
  public:
-  explicit Mlp(const Options& o)
-      : sizes_(o.get_int_list("sizes")),
+  Mlp(const Options& o, c10::Device d)
+      : NnModel(std::make_shared<Module>("Mlp")),
+        sizes_(o.get_int_list("sizes")),
         activation_(o.get_string("activation", "relu", {"relu", "gelu", "tanh"})),
         loss_(o.get_string("loss", "mse", {"mse", "cross_entropy", "none"})) {
     if (sizes_.size() < 2) throw OptionsError("mlp spec: 'sizes' needs at least [in, out]");
-    for (size_t i = 0; i + 1 < sizes_.size(); ++i) {
-      double bound = 1.0 / std::sqrt(static_cast<double>(sizes_[i]));
-      p_.add("layers." + std::to_string(i) + ".weight", uniform({sizes_[i + 1], sizes_[i]}, bound));
-      p_.add("layers." + std::to_string(i) + ".bias", uniform({sizes_[i + 1]}, bound));
-    }
+    for (int64_t s : sizes_)
+      if (s < 1) throw OptionsError("mlp spec: every entry of 'sizes' must be >= 1");
+    layers_ = module_->register_module("layers", std::make_shared<ModuleList<Linear>>());
+    for (size_t i = 0; i + 1 < sizes_.size(); ++i) layers_->add(std::make_shared<Linear>(sizes_[i], sizes_[i + 1], d));
+    reset_parameters();
   }
-  ForwardResult forward(const at::Tensor& input, const at::Tensor& targets) override {
+  void reset_parameters() override { reset_tree(*module_); }
+  TensorDict forward(const TensorDict& batch) override {
+    reject_unknown(batch, "mlp", {"input", "targets"});
+    const at::Tensor& input = batch.at("input");
     if (input.dim() < 1 || input.size(-1) != sizes_.front())
-      throw std::invalid_argument("mlp forward: input's last dimension must be " +
-                                  std::to_string(sizes_.front()) + "; got shape " +
-                                  c10::str(input.sizes()));
-    at::Tensor x = input.to(p_[0].scalar_type());
-    size_t layers = sizes_.size() - 1;
-    for (size_t i = 0; i < layers; ++i) {
-      x = model_linear(x, p_[2 * i], p_[2 * i + 1]);
-      if (i + 1 < layers) x = activation(activation_, x);
+      throw std::invalid_argument("mlp forward: input's last dimension must be " + std::to_string(sizes_.front()) +
+                                  "; got shape " + c10::str(input.sizes()));
+    at::Tensor x = input.to(layers_->items[0]->weight.scalar_type());
+    for (size_t i = 0; i < layers_->items.size(); ++i) {
+      x = layers_->items[i]->forward(x);
+      if (i + 1 < layers_->items.size()) x = activation(activation_, x);
     }
-    ForwardResult r{x, {}};
-    if (targets.defined()) r.loss = compute_loss(loss_, x, targets);
-    return r;
+    TensorDict out{{"output", x}};
+    if (at::Tensor t = batch.get("targets"); t.defined()) out.set("loss", compute_loss(loss_, x, t));
+    return out;
   }
-  NamedTensors named_parameters() const override { return p_.all(); }
 
  private:
   std::vector<int64_t> sizes_;
   std::string activation_, loss_;
-  ParamStore p_;
+  std::shared_ptr<ModuleList<Linear>> layers_;
 };
 
-// A GPT-2 style decoder-only transformer LM: token + position embeddings, pre-norm blocks of causal
-// self-attention (scaled-dot-product attention) and a GELU MLP, a final layer norm, and a head tied
-// to the token embedding. Parameter names follow GPT-2's.
-class Gpt final : public Model {
- public:
-  explicit Gpt(const Options& o)
-      : vocab_(o.get_int("vocab_size", std::nullopt, 1)),
-        block_(o.get_int("block_size", std::nullopt, 1)),
-        layers_(o.get_int("n_layer", std::nullopt, 1)),
-        heads_(o.get_int("n_head", std::nullopt, 1)),
-        embd_(o.get_int("n_embd", std::nullopt, 1)),
-        dropout_(o.get_double("dropout", 0.0)),
-        bias_(o.get_bool("bias", true)) {
-    if (embd_ % heads_ != 0)
-      throw OptionsError("gpt spec: 'n_embd' (" + std::to_string(embd_) +
-                         ") must be a multiple of 'n_head' (" + std::to_string(heads_) + ")");
-    if (dropout_ < 0 || dropout_ >= 1) throw OptionsError("gpt spec: 'dropout' must be in [0, 1)");
-    const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * layers_);
-    auto normal = [](std::vector<int64_t> shape, double s) { return at::empty(shape).normal_(0, s); };
-    p_.add("wte.weight", normal({vocab_, embd_}, std));
-    p_.add("wpe.weight", normal({block_, embd_}, std));
-    for (int64_t l = 0; l < layers_; ++l) {
-      std::string h = "h." + std::to_string(l) + ".";
-      layer_norm(h + "ln_1");
-      linear(h + "attn.c_attn", 3 * embd_, embd_, std);
-      linear(h + "attn.c_proj", embd_, embd_, proj_std);
-      layer_norm(h + "ln_2");
-      linear(h + "mlp.c_fc", 4 * embd_, embd_, std);
-      linear(h + "mlp.c_proj", embd_, 4 * embd_, proj_std);
-    }
-    layer_norm("ln_f");
-  }
+struct GptShape {
+  int64_t vocab, block, layers, heads, embd;
+  double dropout;
+  bool bias;
+};
 
-  ForwardResult forward(const at::Tensor& input, const at::Tensor& targets) override {
-    if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
-      throw std::invalid_argument("gpt forward: input must be integer token ids of shape [batch, time]; got " +
-                                  c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
-    const int64_t B = input.size(0), T = input.size(1);
-    if (T > block_)
-      throw std::invalid_argument("gpt forward: sequence length " + std::to_string(T) +
-                                  " exceeds block_size " + std::to_string(block_));
-    const at::Tensor& wte = p_[0];
-    at::Tensor idx = input.to(at::kLong);
-    at::Tensor pos = at::arange(T, idx.options());
-    at::Tensor x = at::embedding(wte, idx) + at::embedding(p_[1], pos);
-    x = at::dropout(x, dropout_, training_);
-    size_t k = 2;
-    auto next = [&]() -> const at::Tensor& { return p_[k++]; };
-    auto lin = [&](const at::Tensor& in) {
-      const at::Tensor& w = next();
-      return bias_ ? model_linear(in, w, next()) : model_linear(in, w);
-    };
-    auto norm = [&](const at::Tensor& in) {
-      const at::Tensor& w = next();
-      return bias_ ? at::layer_norm(in, {embd_}, w, next()) : at::layer_norm(in, {embd_}, w);
-    };
-    const int64_t hd = embd_ / heads_;
-    for (int64_t l = 0; l < layers_; ++l) {
-      at::Tensor qkv = lin(norm(x));
-      auto parts = qkv.split(embd_, 2);
-      auto heads = [&](const at::Tensor& t) { return t.view({B, T, heads_, hd}).transpose(1, 2); };
-      at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
-                                                      {}, training_ ? dropout_ : 0.0, /*is_causal=*/true);
-      y = y.transpose(1, 2).contiguous().view({B, T, embd_});
-      x = x + at::dropout(lin(y), dropout_, training_);
-      at::Tensor m = lin(at::gelu(lin(norm(x))));
-      x = x + at::dropout(m, dropout_, training_);
-    }
-    x = norm(x);
-    ForwardResult r{at::linear(x, wte), {}};
-    if (targets.defined()) {
-      if (targets.sizes() != input.sizes())
-        throw std::invalid_argument("gpt forward: targets shape " + c10::str(targets.sizes()) +
-                                    " differs from input shape " + c10::str(input.sizes()));
-      r.loss = compute_loss("cross_entropy", r.output, targets);
-    }
-    return r;
+struct Attention : Module {
+  Attention(const GptShape& s, double std, double proj_std, c10::Device d) {
+    c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.embd, 3 * s.embd, s.bias, std, d));
+    c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.embd, s.embd, s.bias, proj_std, d));
   }
-  NamedTensors named_parameters() const override { return p_.all(); }
+  std::shared_ptr<Conv1D> c_attn, c_proj;
+};
+
+struct MlpBlock : Module {
+  MlpBlock(const GptShape& s, double std, double proj_std, c10::Device d) {
+    c_fc = register_module("c_fc", std::make_shared<Conv1D>(s.embd, 4 * s.embd, s.bias, std, d));
+    c_proj = register_module("c_proj", std::make_shared<Conv1D>(4 * s.embd, s.embd, s.bias, proj_std, d));
+  }
+  std::shared_ptr<Conv1D> c_fc, c_proj;
+};
+
+struct Block : Module {
+  Block(const GptShape& s, double std, double proj_std, c10::Device d) {
+    ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(s.embd, s.bias, d));
+    attn = register_module("attn", std::make_shared<Attention>(s, std, proj_std, d));
+    ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(s.embd, s.bias, d));
+    mlp = register_module("mlp", std::make_shared<MlpBlock>(s, std, proj_std, d));
+  }
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<MlpBlock> mlp;
+};
+
+struct Transformer : Module {
+  Transformer(const GptShape& s, c10::Device d) {
+    const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.layers));
+    wte = register_module("wte", std::make_shared<Embedding>(s.vocab, s.embd, std, d));
+    wpe = register_module("wpe", std::make_shared<Embedding>(s.block, s.embd, std, d));
+    h = register_module("h", std::make_shared<ModuleList<Block>>());
+    for (int64_t l = 0; l < s.layers; ++l) h->add(std::make_shared<Block>(s, std, proj_std, d));
+    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(s.embd, s.bias, d));
+  }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<ModuleList<Block>> h;
+  std::shared_ptr<LayerNorm> ln_f;
+};
+
+// GPT2LMHeadModel's tree: "transformer" (wte, wpe, h.N, ln_f) and a head tied to wte (so not a
+// parameter of its own, as in Hugging Face's named_parameters).
+class Gpt final : public NnModel {
+ public:
+  Gpt(const GptShape& s, c10::Device d) : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), s_(s) {
+    t_ = module_->register_module("transformer", std::make_shared<Transformer>(s, d));
+    reset_parameters();
+  }
+  void reset_parameters() override { reset_tree(*module_); }
+  std::string input_name() const override { return "input_ids"; }
+
+  // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
+  // labels: Hugging Face's, shifted inside (-100 ignored). Outputs logits and, with either, loss.
+  TensorDict forward(const TensorDict& batch) override {
+    reject_unknown(batch, "gpt", {"input_ids", "targets", "labels"});
+    const at::Tensor& input = batch.at("input_ids");
+    if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
+      throw std::invalid_argument("gpt forward: input_ids must be integer token ids of shape [batch, time]; got " +
+                                  c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
+    const int64_t B = input.size(0), T = input.size(1), C = s_.embd, hd = C / s_.heads;
+    if (T > s_.block)
+      throw std::invalid_argument("gpt forward: sequence length " + std::to_string(T) + " exceeds block_size " +
+                                  std::to_string(s_.block));
+    const bool train = module_->is_training();
+    const double p = s_.dropout;
+    at::Tensor idx = input.to(at::kLong);
+    at::Tensor x = at::embedding(t_->wte->weight, idx) + at::embedding(t_->wpe->weight, at::arange(T, idx.options()));
+    x = at::dropout(x, p, train);
+    auto heads = [&](const at::Tensor& t) { return t.view({B, T, s_.heads, hd}).transpose(1, 2); };
+    for (const auto& b : t_->h->items) {
+      auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
+      at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {},
+                                                      train ? p : 0.0, /*is_causal=*/true);
+      y = y.transpose(1, 2).contiguous().view({B, T, C});
+      x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
+      at::Tensor m = b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(b->ln_2->forward(x))));
+      x = x + at::dropout(m, p, train);
+    }
+    at::Tensor logits = at::linear(t_->ln_f->forward(x), t_->wte->weight);
+    TensorDict out{{"logits", logits}};
+    if (at::Tensor t = batch.get("targets"); t.defined()) {
+      if (t.sizes() != input.sizes())
+        throw std::invalid_argument("gpt forward: targets shape " + c10::str(t.sizes()) + " differs from input_ids " +
+                                    c10::str(input.sizes()));
+      out.set("loss", compute_loss("cross_entropy", logits, t));
+    } else if (at::Tensor l = batch.get("labels"); l.defined()) {
+      if (l.sizes() != input.sizes())
+        throw std::invalid_argument("gpt forward: labels shape " + c10::str(l.sizes()) + " differs from input_ids " +
+                                    c10::str(input.sizes()));
+      out.set("loss", compute_loss("cross_entropy", logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
+    }
+    return out;
+  }
 
  private:
-  void linear(const std::string& name, int64_t out, int64_t in, double std) {
-    p_.add(name + ".weight", at::empty({out, in}).normal_(0, std));
-    if (bias_) p_.add(name + ".bias", at::zeros({out}));
-  }
-  void layer_norm(const std::string& name) {
-    p_.add(name + ".weight", at::ones({embd_}));
-    if (bias_) p_.add(name + ".bias", at::zeros({embd_}));
-  }
-  int64_t vocab_, block_, layers_, heads_, embd_;
-  double dropout_;
-  bool bias_;
-  ParamStore p_;
+  GptShape s_;
+  std::shared_ptr<Transformer> t_;
 };
+
+c10::Device device_of(const Options& o) {
+  std::string d = o.get_string("device", "cpu", {"cpu", "meta"});
+  return d == "meta" ? c10::Device(c10::kMeta) : c10::Device(c10::kCPU);
+}
 
 }  // namespace
 
-std::unique_ptr<Model> make_builtin_model(const char* spec_json) {
+at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const at::Tensor& targets,
+                        int64_t ignore_index) {
+  if (kind == "mse") {
+    if (output.sizes() != targets.sizes())
+      throw std::invalid_argument("mse loss: targets shape " + c10::str(targets.sizes()) +
+                                  " differs from output shape " + c10::str(output.sizes()));
+    return at::mse_loss(output, targets.to(output.scalar_type()));
+  }
+  if (kind == "cross_entropy") {
+    // Class scores [N, C] (or [..., C]) against integer classes [N] (or [...]).
+    auto logits = output.reshape({-1, output.size(-1)});
+    auto classes = targets.reshape({-1}).to(at::kLong);
+    if (classes.size(0) != logits.size(0))
+      throw std::invalid_argument("cross_entropy loss: " + std::to_string(classes.size(0)) + " targets for " +
+                                  std::to_string(logits.size(0)) + " predictions");
+    return at::cross_entropy_loss(logits, classes, {}, at::Reduction::Mean, ignore_index);
+  }
+  throw std::invalid_argument("this model has no loss (loss: \"none\"); pass no targets");
+}
+
+std::unique_ptr<Model> make_builtin_model(const char* spec_json, c10::Device device) {
   // Read "type" first, then validate the keys of that family.
   std::string type = Options(spec_json, "model spec",
-                             {"type", "sizes", "activation", "loss", "vocab_size", "block_size",
-                              "n_layer", "n_head", "n_embd", "dropout", "bias"})
+                             {"type", "sizes", "activation", "loss", "vocab_size", "block_size", "n_layer",
+                              "n_head", "n_embd", "dropout", "bias", "device"})
                          .get_string("type", "", {"mlp", "gpt"});
-  if (type == "mlp") return std::make_unique<Mlp>(Options(spec_json, "mlp spec",
-                                                           {"type", "sizes", "activation", "loss"}));
-  if (type == "gpt")
-    return std::make_unique<Gpt>(Options(spec_json, "gpt spec",
-                                         {"type", "vocab_size", "block_size", "n_layer", "n_head",
-                                          "n_embd", "dropout", "bias"}));
+  if (type == "mlp") {
+    Options o(spec_json, "mlp spec", {"type", "sizes", "activation", "loss", "device"});
+    c10::Device d = o.has("device") ? device_of(o) : device;
+    return std::make_unique<Mlp>(o, d);
+  }
+  if (type == "gpt") {
+    Options o(spec_json, "gpt spec",
+              {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "device"});
+    GptShape s{o.get_int("vocab_size", std::nullopt, 1), o.get_int("block_size", std::nullopt, 1),
+               o.get_int("n_layer", std::nullopt, 1),    o.get_int("n_head", std::nullopt, 1),
+               o.get_int("n_embd", std::nullopt, 1),     o.get_double("dropout", 0.0),
+               o.get_bool("bias", true)};
+    if (s.embd % s.heads != 0)
+      throw OptionsError("gpt spec: 'n_embd' (" + std::to_string(s.embd) + ") must be a multiple of 'n_head' (" +
+                         std::to_string(s.heads) + ")");
+    if (s.dropout < 0 || s.dropout >= 1) throw OptionsError("gpt spec: 'dropout' must be in [0, 1)");
+    c10::Device d = o.has("device") ? device_of(o) : device;
+    return std::make_unique<Gpt>(s, d);
+  }
   throw OptionsError("model spec: 'type' is required: \"mlp\" or \"gpt\"");
 }
 

@@ -1,5 +1,7 @@
-// Models a caller without C++ can train: built-in families (own parameter store + functional forward,
-// so parameters can later live on any device, meta included) and TorchScript modules.
+// Models as the core sees them: module trees (named submodules, dotted parameter and buffer names,
+// train/eval) with a forward over a named batch. Two kinds share this interface: torch::nn::Module
+// trees (the built-in families, and a C++ user's own modules through acc/torch.hpp) and TorchScript
+// modules. Wrap policies, device maps and checkpoints address modules by their dotted names.
 #pragma once
 #include <memory>
 #include <string>
@@ -9,37 +11,66 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "data/batch.hpp"
+
+namespace torch::nn {
+class Module;
+}
+
 namespace acc {
-
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-
-struct ForwardResult {
-  at::Tensor output;
-  at::Tensor loss;  // undefined when no targets were given
-};
 
 class Model {
  public:
   virtual ~Model() = default;
-  // targets may be undefined: no loss then.
-  virtual ForwardResult forward(const at::Tensor& input, const at::Tensor& targets) = 0;
+  // Recursive, dotted names ("transformer.h.0.attn.c_attn.weight"), in definition order.
   virtual NamedTensors named_parameters() const = 0;
-  virtual NamedTensors named_buffers() const { return {}; }
-  virtual void set_training(bool on) { training_ = on; }
-  bool training() const { return training_; }
-  // Moves parameters and buffers in place: tensor identities (held by optimizers) survive.
-  virtual void to(const c10::Device& device);
-  NamedTensors state() const;  // parameters, then buffers
+  virtual NamedTensors named_buffers() const = 0;
+  // Every submodule's dotted name, the root first as "" (torch's named_modules).
+  virtual std::vector<std::string> module_names() const = 0;
+  virtual void train(bool on) = 0;
+  virtual bool is_training() const = 0;
+  // Named inputs to named outputs: "logits" (or "output") and, when the batch holds targets, "loss".
+  // A module without a named forward (a C++ user's own: they call its forward) throws UnsupportedError.
+  virtual TensorDict forward(const TensorDict& batch);
+  // What the two-tensor calls (acc_model_forward(input, targets)) are named in a batch.
+  virtual std::string input_name() const { return "input"; }
+  virtual std::string target_name() const { return "targets"; }
+  // Initialises the parameters again as at construction (built-in families); meta tensors stay meta.
+  virtual void reset_parameters();
 
- protected:
-  bool training_ = true;
+  // Moves parameters and buffers in place: tensor identities (held by optimizers) survive.
+  void to(const c10::Device& device);
+  // torch's Module.to_empty: every tensor on the meta device gets uninitialised storage on `device`.
+  void to_empty(const c10::Device& device);
+  NamedTensors state() const;  // parameters, then buffers
+  // Copies `tensors` into the state: every name and shape must match, and nothing changes when one
+  // does not. `source` names where they came from in errors (a file).
+  void load_state_dict(const NamedTensors& tensors, const std::string& source);
+  int64_t num_parameters() const;
 };
 
-// {"type": "mlp" | "gpt", ...}: see acc.h. Throws OptionsError naming the bad key.
-std::unique_ptr<Model> make_builtin_model(const char* spec_json);
+// Any torch::nn::Module tree.
+class NnModel : public Model {
+ public:
+  explicit NnModel(std::shared_ptr<torch::nn::Module> module);
+  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+  NamedTensors named_parameters() const override;
+  NamedTensors named_buffers() const override;
+  std::vector<std::string> module_names() const override;
+  void train(bool on) override;
+  bool is_training() const override;
+
+ protected:
+  std::shared_ptr<torch::nn::Module> module_;
+};
+
+// {"type": "mlp" | "gpt", ...}: see acc.h. Throws OptionsError naming the bad key. With device meta the
+// parameters have shapes but no storage (to_empty + reset_parameters materialises them).
+std::unique_ptr<Model> make_builtin_model(const char* spec_json, c10::Device device = c10::kCPU);
 std::unique_ptr<Model> load_torchscript_model(const std::string& path, const char* options_json);
 
-// The loss named in a spec: "mse", "cross_entropy" or "none".
-at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const at::Tensor& targets);
+// The loss named in a spec: "mse", "cross_entropy" (targets equal to ignore_index are skipped) or "none".
+at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const at::Tensor& targets,
+                        int64_t ignore_index = -1);
 
 }  // namespace acc

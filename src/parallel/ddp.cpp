@@ -9,6 +9,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "models/model.hpp"
+
 namespace acc {
 
 struct Bucket {
@@ -184,6 +186,47 @@ void GradientReducer::finalize_backward() {
         p.mutable_grad() = avg.clone();
     }
   }
+}
+
+namespace {
+
+class DdpStrategy final : public Strategy {
+ public:
+  DdpStrategy(std::shared_ptr<Model> model, c10::Device device, std::shared_ptr<Comm> comm, const DdpOptions& opts)
+      : Strategy(std::move(model)), comm_(std::move(comm)), broadcast_buffers_(opts.broadcast_buffers) {
+    model_->to(device);
+    std::vector<std::string> names;
+    std::vector<at::Tensor> params, state;
+    for (auto& [n, p] : model_->named_parameters()) {
+      names.push_back(n);
+      params.push_back(p);
+    }
+    for (auto& [n, t] : model_->state()) state.push_back(t);
+    broadcast_from_rank0(*comm_, state);
+    reducer_ = std::make_unique<GradientReducer>(comm_, names, params, opts);
+  }
+  std::string name() const override { return "ddp"; }
+  void before_forward() override {
+    // As torch's DDP: in training, buffers follow rank 0 before every forward.
+    if (!broadcast_buffers_ || !model_->is_training()) return;
+    std::vector<at::Tensor> buffers;
+    for (auto& [name, b] : model_->named_buffers()) buffers.push_back(b);
+    broadcast_from_rank0(*comm_, buffers);
+  }
+  void before_backward(bool sync) override { reducer_->prepare_for_backward(sync); }
+  void after_backward() override { reducer_->finalize_backward(); }
+
+ private:
+  std::shared_ptr<Comm> comm_;
+  bool broadcast_buffers_;
+  std::unique_ptr<GradientReducer> reducer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Model> model, c10::Device device,
+                                            std::shared_ptr<Comm> comm, const DdpOptions& opts) {
+  return std::make_unique<DdpStrategy>(std::move(model), device, std::move(comm), opts);
 }
 
 void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors) {

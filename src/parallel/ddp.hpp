@@ -1,4 +1,4 @@
-// Distributed data parallel: gradients are averaged across processes in buckets, each all-reduce
+// Distributed data parallel (the "ddp" strategy): gradients are averaged across processes in buckets, each all-reduce
 // launched from a post-accumulate-grad hook as soon as its bucket is full, overlapping backward.
 #pragma once
 #include <memory>
@@ -7,16 +7,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "parallel/strategy.hpp"
 #include "runtime/comm.hpp"
 
 namespace acc {
-
-struct DdpOptions {
-  double bucket_cap_mb = 25.0;
-  double first_bucket_cap_mb = 1.0;  // as torch's DDP: a small first bucket starts communication early
-  bool broadcast_buffers = true;
-  bool find_unused_parameters = false;
-};
 
 class GradientReducer {
  public:
@@ -39,8 +33,5 @@ class GradientReducer {
  private:
   std::shared_ptr<State> state_;
 };
-
-// Copies every tensor of rank 0 to the other ranks (parameters and buffers at prepare time).
-void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
 
 }  // namespace acc

@@ -2,6 +2,7 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
 #include <string>
 #include <vector>
 #include <memory>

@@ -6,28 +6,17 @@
 #include <algorithm>
 #include <ios>
 
-#include "acc/acc.h"  // acc_build_info, for the run record
+#include <torch/optim/schedulers/lr_scheduler.h>
+
 #include "cuda/plugin.hpp"
 #include "precision/fp8.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
 #include "util/errors.hpp"
 
 namespace acc {
 
 namespace {
-
-void seed_everything(uint64_t seed, bool cuda) {
-  // Accelerate's set_seed: every generator this process draws from. libacc has only torch's.
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_current_seed(seed);
-  if (!cuda) return;  // asking ATen about CUDA before the plugin loaded would disable CUDA for good
-  for (int i = 0; i < at::detail::getCUDAHooks().deviceCount(); ++i) {
-    auto g = at::detail::getCUDAHooks().getDefaultGenerator(static_cast<c10::DeviceIndex>(i));
-    std::lock_guard<std::mutex> glock(g.mutex());
-    g.set_current_seed(seed);
-  }
-}
 
 // Accelerate's device choice: CUDA when it is usable and `cpu` is false, device cuda:<local rank>;
 // otherwise the CPU. Returns the CUDA device index, or -1 for the CPU. The CUDA plugin is loaded here,
@@ -81,6 +70,39 @@ std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::seco
 
 }  // namespace
 
+void set_seed(uint64_t seed, bool deterministic) {
+  // Accelerate's set_seed: every generator this process draws from. libacc has only torch's.
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  }
+  // ATen's CUDA hooks exist only once the plugin (libtorch_cuda) is loaded; asking them before would pin
+  // them to the CPU stub for good. So load the plugin first (a clean no-op without CUDA), then seed
+  // every CUDA generator, as torch.cuda.manual_seed_all does.
+  std::string why;
+  if (cuda::plugin(&why)) {
+    auto& hooks = at::detail::getCUDAHooks();
+    for (int i = 0; i < hooks.deviceCount(); ++i) {
+      auto g = hooks.getDefaultGenerator(static_cast<c10::DeviceIndex>(i));
+      std::lock_guard<std::mutex> glock(g.mutex());
+      g.set_current_seed(seed);
+    }
+  }
+  if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+}
+
+void Accelerator::set_seed(uint64_t seed, bool device_specific, bool deterministic) const {
+  acc::set_seed(device_specific ? seed + static_cast<uint64_t>(state_.rank) : seed, deterministic);
+}
+
+int64_t find_executable_batch_size(int64_t starting_batch_size, const std::function<bool(int64_t)>& step) {
+  if (starting_batch_size < 1) throw std::invalid_argument("starting_batch_size must be >= 1");
+  for (int64_t bs = starting_batch_size; bs > 0; bs = static_cast<int64_t>(static_cast<double>(bs) * 0.9))
+    if (step(bs)) return bs;
+  throw std::bad_alloc();
+}
+
 std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   auto env = config::current_environment();
   std::shared_ptr<Accelerator> a(new Accelerator());
@@ -95,7 +117,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   g.sync_each_batch = c.get_bool("gradient_accumulation_plugin.sync_each_batch");
   a->state_ = ProcessState::from_environment(env);
   const int cuda_device = pick_cuda_device(c, a->state_, env);
-  if (c.is_set("seed")) seed_everything(static_cast<uint64_t>(c.get_int("seed")), cuda_device >= 0);
+  if (c.is_set("seed")) acc::set_seed(static_cast<uint64_t>(c.get_int("seed")), false);
   a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
                                 : c10::Device(c10::kCPU);
   a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
@@ -113,7 +135,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
                       (c.get_bool("project_config.save_on_each_node") && a->state_.local_rank == 0);
   if (writer && c.is_set("project_config.project_dir")) {
     try {
-      config::write_run_record(c, c.get_string("project_config.project_dir"), acc_build_info(), env);
+      config::write_run_record(c, c.get_string("project_config.project_dir"), build_info().c_str(), env);
     } catch (const config::Error& e) {
       throw std::ios_base::failure(std::string("cannot write the run record: ") + e.what());
     }
@@ -158,34 +180,37 @@ void Accelerator::set_mixed_precision(const std::string& mode) {
   mixed_precision_ = mode;
 }
 
-ForwardResult ModelSlot::forward(const at::Tensor& input, const at::Tensor& targets) {
-  if (!owner) return model->forward(input, targets);
-  // As DDP does: inputs follow the model to its device, buffers follow rank 0.
+ForwardScope::ForwardScope(ModelSlot& m) {
+  if (!m.owner) return;
+  if (m.model->is_training()) m.strategy->before_forward();
+  const std::string& mp = m.owner->mixed_precision();
+  const config::Config& c = m.owner->config();
+  if (mp == "no" || !c.get_bool("autocast_kwargs.enabled")) return;
+  const char* cache_key = "autocast_kwargs.cache_enabled";
+  const bool cache = !c.is_set(cache_key) || c.get_bool(cache_key);
+  // fp8: linear layers run FP8 GEMMs (precision/fp8.hpp), everything else bf16 autocast.
+  autocast_.emplace(m.owner->device().type(), mp == "fp16" ? at::kHalf : at::kBFloat16, true, cache);
+  if (mp == "fp8") fp8_.emplace();
+}
+
+at::Tensor output_to_fp32(const at::Tensor& t) {
+  return t.defined() && at::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
+}
+
+TensorDict ModelSlot::forward(const TensorDict& batch) {
+  if (!owner) return model->forward(batch);
+  // As DDP does: inputs follow the model to its device.
   const c10::Device dev = owner->device();
-  if (owner->distributed() && model->training() &&
-      owner->config().get_bool("ddp_kwargs.broadcast_buffers")) {
-    std::vector<at::Tensor> buffers;
-    for (auto& [name, b] : model->named_buffers()) buffers.push_back(b);
-    owner->broadcast_from_main(buffers);
-  }
-  const at::Tensor& in = input.device() == dev ? input : input.to(dev);
-  const at::Tensor& tg = !targets.defined() || targets.device() == dev ? targets : targets.to(dev);
-  const std::string& mp = owner->mixed_precision();
-  if (mp == "no" || !owner->config().get_bool("autocast_kwargs.enabled")) return model->forward(in, tg);
-  ForwardResult r;
+  TensorDict on_device;
+  for (const auto& [name, t] : batch.items()) on_device.set(name, !t.defined() || t.device() == dev ? t : t.to(dev));
+  TensorDict out;
   {
-    const char* cache_key = "autocast_kwargs.cache_enabled";
-    bool cache = !owner->config().is_set(cache_key) || owner->config().get_bool(cache_key);
-    // fp8: linear layers run FP8 GEMMs (precision/fp8.hpp), everything else bf16 autocast.
-    AutocastScope autocast(dev.type(), mp == "fp16" ? at::kHalf : at::kBFloat16, true, cache);
-    std::optional<Fp8Scope> fp8;
-    if (mp == "fp8") fp8.emplace();
-    r = model->forward(in, tg);
+    ForwardScope scope(*this);
+    out = model->forward(on_device);
   }
-  // Accelerate's convert_to_fp32 on the outputs of an autocast forward.
-  if (at::isReducedFloatingType(r.output.scalar_type())) r.output = r.output.to(at::kFloat);
-  if (r.loss.defined() && at::isReducedFloatingType(r.loss.scalar_type())) r.loss = r.loss.to(at::kFloat);
-  return r;
+  TensorDict converted;
+  for (const auto& [name, t] : out.items()) converted.set(name, output_to_fp32(t));
+  return converted;
 }
 
 void OptimizerSlot::step() {
@@ -217,6 +242,10 @@ void SchedulerSlot::step() {
     if (!owner->gradient_state().sync_gradients || opt->step_was_skipped) return;
     if (!owner->split_batches()) n = owner->state().world_size;
   }
+  if (user) {
+    for (int64_t i = 0; i < n; ++i) user->step();
+    return;
+  }
   steps += n;
   apply();
 }
@@ -232,9 +261,9 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (opt && opt->owner) throw StateError("the optimizer is already prepared");
   if (sched && sched->owner) throw StateError("the scheduler is already prepared");
   if (loader && loader->prepared()) throw StateError("the data loader is already prepared");
-  if (opt && !opt->model->owner && opt->model != model)
+  if (opt && opt->model && !opt->model->owner && opt->model != model)
     throw StateError("the optimizer's model is not prepared: prepare it in the same call or before");
-  if (opt && opt->model->owner && opt->model->owner.get() != this)
+  if (opt && opt->model && opt->model->owner && opt->model->owner.get() != this)
     throw StateError("the optimizer's model was prepared by another accelerator");
   if (sched && !sched->opt->owner && sched->opt != opt)
     throw StateError("the scheduler's optimizer is not prepared: prepare it in the same call or before");
@@ -248,21 +277,17 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (loader) loader->prepare(LoaderPrepare::from_config(config_, spec, comm_), device_, self);
 
   if (model) {
-    model->model->to(device_);
+    for (const auto& [name, t] : model->model->state())
+      if (t.is_meta())
+        throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
     if (comm_) {
-      std::vector<std::string> names;
-      std::vector<at::Tensor> params, state;
-      for (auto& [n, p] : model->model->named_parameters()) {
-        names.push_back(n);
-        params.push_back(p);
-      }
-      for (auto& [n, t] : model->model->state()) state.push_back(t);
-      broadcast_from_rank0(*comm_, state);
       DdpOptions d;
       d.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
       d.broadcast_buffers = config_.get_bool("ddp_kwargs.broadcast_buffers");
       d.find_unused_parameters = config_.get_bool("ddp_kwargs.find_unused_parameters");
-      model->reducer = std::make_unique<GradientReducer>(comm_, names, params, d);
+      model->strategy = make_ddp_strategy(model->model, device_, comm_, d);
+    } else {
+      model->strategy = make_single_strategy(model->model, device_);
     }
     model->owner = self;
     models_.push_back(model);
@@ -286,13 +311,13 @@ void Accelerator::backward(const at::Tensor& loss) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& w : models_)
-      if (auto m = w.lock(); m && m->reducer) live.push_back(m);
+      if (auto m = w.lock()) live.push_back(m);
   }
   at::Tensor scaled = loss / static_cast<double>(grad_.num_steps);
   if (scaler_) scaled = scaler_->scale_loss(scaled);
-  for (auto& m : live) m->reducer->prepare_for_backward(/*sync=*/!m->skip_sync);
+  for (auto& m : live) m->strategy->before_backward(/*sync=*/!m->skip_sync);
   scaled.backward();
-  for (auto& m : live) m->reducer->finalize_backward();
+  for (auto& m : live) m->strategy->after_backward();
 }
 
 void Accelerator::accumulate_begin(const std::shared_ptr<ModelSlot>& model) {
@@ -328,36 +353,31 @@ void Accelerator::unscale_gradients(OptimizerSlot& opt) {
   opt.unscaled = true;
 }
 
+void Accelerator::unscale_all_gradients() {
+  // Gradients must be unscaled before they are measured or clipped (Accelerate unscales every optimizer).
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : optimizers_)
+    if (auto o = w.lock()) unscale_gradients(*o);
+}
+
 double Accelerator::clip_grad_norm(ModelSlot& model, double max_norm, double norm_type) {
-  // Gradients must be unscaled before they are measured (Accelerate unscales every optimizer).
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& w : optimizers_)
-      if (auto o = w.lock(); o && o->model.get() == &model) unscale_gradients(*o);
-  }
-  std::vector<at::Tensor> grads;
-  for (auto& [n, p] : model.model->named_parameters())
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
-  // torch.nn.utils.clip_grad_norm_: the norm of the per-tensor norms; scale by max_norm / (total + 1e-6)
-  // when that is below one.
-  std::vector<at::Tensor> norms;
-  for (auto& g : grads) norms.push_back(at::linalg_vector_norm(g.detach().to(at::kFloat), norm_type));
-  at::Tensor total = at::linalg_vector_norm(at::stack(norms), norm_type);
+  if (!model.strategy) throw StateError("clip_grad_norm needs a prepared model");
+  unscale_all_gradients();
+  // The strategy knows the global norm (sharded gradients need a collective); every process then
+  // scales its own gradients by max_norm / (total + 1e-6) when that is below one, as clip_grad_norm_.
+  at::Tensor total = model.strategy->grad_norm(norm_type);
   at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
   c10::NoGradGuard no_grad;
-  for (auto& g : grads) g.mul_(coef.to(g.device()).to(g.scalar_type()));
+  for (auto& p : model.strategy->optimizer_parameters())
+    if (p.grad().defined()) p.mutable_grad().mul_(coef.to(p.grad().device()).to(p.grad().scalar_type()));
   return total.item<double>();
 }
 
 void Accelerator::clip_grad_value(ModelSlot& model, double clip_value) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& w : optimizers_)
-      if (auto o = w.lock(); o && o->model.get() == &model) unscale_gradients(*o);
-  }
+  if (!model.strategy) throw StateError("clip_grad_value needs a prepared model");
+  unscale_all_gradients();
   c10::NoGradGuard no_grad;
-  for (auto& [n, p] : model.model->named_parameters())
+  for (auto& p : model.strategy->optimizer_parameters())
     if (p.grad().defined()) p.mutable_grad().clamp_(-clip_value, clip_value);
 }
 
@@ -464,6 +484,19 @@ void Accelerator::main_process_first(bool local, bool entering) {
   // Accelerate's _goes_first: the others wait at a barrier on entry, the main one at the exit.
   const bool is_main = local ? state_.local_rank == 0 : state_.rank == 0;
   if (entering != is_main) wait_for_everyone();
+}
+
+at::Tensor Accelerator::split_tensor_between_processes(const at::Tensor& x, bool apply_padding) const {
+  if (x.dim() == 0) throw std::invalid_argument("the tensor needs a dim 0 to split");
+  auto s = split_between_processes(x.size(0), apply_padding);
+  at::Tensor part = x.narrow(0, s.start, s.count).clone();
+  if (s.padded_count > s.count && x.size(0) > 0) {
+    // Accelerate pads with the input's last element.
+    std::vector<int64_t> reps(static_cast<size_t>(x.dim()), 1);
+    reps[0] = s.padded_count - s.count;
+    part = at::cat({part, x.narrow(0, x.size(0) - 1, 1).repeat(reps)});
+  }
+  return part;
 }
 
 bool Accelerator::check_trigger() {

@@ -5,13 +5,16 @@
 #include <acc/config.hpp>
 
 #include <memory>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "data/dataset.hpp"
 #include "models/model.hpp"
-#include "parallel/ddp.hpp"
+#include "parallel/strategy.hpp"
+#include "precision/fp8.hpp"
 #include "precision/precision.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
@@ -24,15 +27,32 @@ class Accelerator;
 // A model and, once prepared, how it trains in this job.
 struct ModelSlot {
   std::shared_ptr<Model> model;
-  std::shared_ptr<Accelerator> owner;       // set by prepare
-  std::unique_ptr<GradientReducer> reducer; // DDP, when distributed
-  bool in_accumulate = false;                // inside acc_accumulate_begin/end
-  bool skip_sync = false;                    // DDP no_sync for this micro-step
-  ForwardResult forward(const at::Tensor& input, const at::Tensor& targets);
+  std::shared_ptr<Accelerator> owner;  // set by prepare
+  std::unique_ptr<Strategy> strategy;  // set by prepare: owns the parameters across processes
+  bool in_accumulate = false;          // inside accumulate_begin/end
+  bool skip_sync = false;              // no_sync for this micro-step
+  // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32.
+  TensorDict forward(const TensorDict& batch);
 };
 
+// What a prepared model's forward runs inside (Accelerate's wrapped forward): the strategy's
+// pre-forward work (DDP's buffer broadcast), then autocast (and the fp8 GEMMs) per mixed_precision.
+class ForwardScope {
+ public:
+  explicit ForwardScope(ModelSlot& model);
+  ForwardScope(const ForwardScope&) = delete;
+  ForwardScope& operator=(const ForwardScope&) = delete;
+
+ private:
+  std::optional<AutocastScope> autocast_;
+  std::optional<Fp8Scope> fp8_;
+};
+
+// Accelerate's convert_to_fp32: reduced-precision floating outputs of an autocast forward as float32.
+at::Tensor output_to_fp32(const at::Tensor& t);
+
 struct OptimizerSlot {
-  std::shared_ptr<ModelSlot> model;
+  std::shared_ptr<ModelSlot> model;  // null for a C++ caller's optimizer
   std::unique_ptr<Optimizer> opt;
   std::shared_ptr<Accelerator> owner;
   bool unscaled = false;      // fp16: grads already divided by the scale in this step
@@ -43,12 +63,16 @@ struct OptimizerSlot {
   void zero_grad();
 };
 
+// A learning-rate schedule: libacc's (LambdaLR factors) or a C++ caller's torch::optim::LRScheduler.
 struct SchedulerSlot {
   std::shared_ptr<OptimizerSlot> opt;
-  Schedule schedule;
+  std::optional<Schedule> schedule;
+  std::shared_ptr<torch::optim::LRScheduler> user;
   int64_t steps = 0;  // LambdaLR's last_epoch
   std::shared_ptr<Accelerator> owner;
-  void apply() const { opt->opt->set_lr(opt->opt->base_lr() * schedule.factor(steps)); }
+  void apply() const {
+    if (schedule) opt->opt->scale_lr(schedule->factor(steps));
+  }
   void step();
 };
 
@@ -60,6 +84,14 @@ struct GradientState {
   bool sync_gradients = true;
   int64_t step = 0;
 };
+
+// Accelerate's set_seed without an accelerator: the CPU generator and, where the CUDA plugin is loaded,
+// every CUDA one; it never asks ATen about CUDA first (that would pin its hooks to the CPU stub).
+void set_seed(uint64_t seed, bool deterministic);
+
+// find_executable_batch_size: runs `step` at starting_batch_size, then at 90% of the last size after
+// each out-of-memory (`step` returns false), until one runs; returns it. std::bad_alloc at zero.
+int64_t find_executable_batch_size(int64_t starting_batch_size, const std::function<bool(int64_t)>& step);
 
 class Accelerator final : public std::enable_shared_from_this<Accelerator>, public LoaderObserver {
  public:
@@ -91,6 +123,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const std::string& mixed_precision() const { return mixed_precision_; }
   GradScaler* scaler() { return scaler_ ? scaler_.get() : nullptr; }
   void unscale_gradients(OptimizerSlot& opt);
+  void unscale_all_gradients();
   double clip_grad_norm(ModelSlot& model, double max_norm, double norm_type);
   void clip_grad_value(ModelSlot& model, double clip_value);
 
@@ -105,6 +138,10 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
     int64_t start, count, padded_count;
   };
   Split split_between_processes(int64_t n, bool apply_padding) const;
+  // This process's rows of `t` (dim 0); with apply_padding padded with copies of the last row.
+  at::Tensor split_tensor_between_processes(const at::Tensor& t, bool apply_padding) const;
+  // Accelerate's set_seed: every generator of this process (seed + rank when device_specific).
+  void set_seed(uint64_t seed, bool device_specific, bool deterministic) const;
   void main_process_first(bool local, bool entering);
   void set_trigger() { trigger_ = true; }
   bool check_trigger();

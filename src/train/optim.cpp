@@ -4,39 +4,143 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
 #include <cmath>
+#include <type_traits>
 
 #include "util/options.hpp"
 
 namespace acc {
 
-Optimizer::Optimizer(std::vector<at::Tensor> params, const char* options_json) : params_(std::move(params)) {
+namespace {
+
+// torch.optim's fused=True: one ATen kernel (_fused_adam_ / _fused_adamw_ / _fused_sgd_) steps every
+// parameter, instead of LibTorch's loop of a dozen ops per tensor. The state lives where LibTorch's
+// optimizers keep it (AdamParamState, SGDParamState), so it reads the same.
+template <class Base, class State, class Opts>
+class FusedAdam final : public Base {
+ public:
+  using Base::Base;
+  at::Tensor step(typename Base::LossClosure closure = nullptr) override {
+    (void)closure;
+    c10::NoGradGuard no_grad;
+    for (auto& group : this->param_groups()) {
+      auto& o = static_cast<Opts&>(group.options());
+      std::vector<at::Tensor> params, grads, avgs, sqs, maxs, steps;
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        auto& slot = this->state_[p.unsafeGetTensorImpl()];
+        if (!slot) {
+          auto st = std::make_unique<State>();
+          st->step(0);
+          st->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+          st->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+          if (o.amsgrad()) st->max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+          slot = std::move(st);
+        }
+        auto& st = static_cast<State&>(*slot);
+        st.step(st.step() + 1);
+        params.push_back(p);
+        grads.push_back(p.grad());
+        avgs.push_back(st.exp_avg());
+        sqs.push_back(st.exp_avg_sq());
+        if (o.amsgrad()) maxs.push_back(st.max_exp_avg_sq());
+        steps.push_back(at::full({}, static_cast<double>(st.step()), p.options().dtype(at::kFloat)));
+      }
+      if (params.empty()) continue;
+      const auto [beta1, beta2] = o.betas();
+      if constexpr (std::is_same_v<Base, torch::optim::AdamW>)
+        at::_fused_adamw_(params, grads, avgs, sqs, maxs, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                          o.amsgrad(), /*maximize=*/false);
+      else
+        at::_fused_adam_(params, grads, avgs, sqs, maxs, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                         o.amsgrad(), /*maximize=*/false);
+    }
+    return {};
+  }
+};
+
+class FusedSgd final : public torch::optim::SGD {
+ public:
+  using SGD::SGD;
+  at::Tensor step(LossClosure closure = nullptr) override {
+    (void)closure;
+    c10::NoGradGuard no_grad;
+    for (auto& group : param_groups()) {
+      auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+      std::vector<at::Tensor> params, grads, bufs;
+      bool first = false;
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        params.push_back(p);
+        grads.push_back(p.grad());
+        if (o.momentum() == 0) continue;
+        auto& slot = state_[p.unsafeGetTensorImpl()];
+        if (!slot) {
+          // The first step sets the buffer to the gradient (the kernel does it with is_first_step).
+          auto st = std::make_unique<torch::optim::SGDParamState>();
+          st->momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
+          slot = std::move(st);
+          first = true;
+        }
+        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer());
+      }
+      if (params.empty()) continue;
+      at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                      /*maximize=*/false, first);
+    }
+    return {};
+  }
+};
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<at::Tensor> params, const char* options_json) {
+  // PyTorch's defaults (torch.optim): lr 1e-3; SGD momentum 0, dampening 0, nesterov false; Adam(W)
+  // betas (0.9, 0.999), eps 1e-8, amsgrad false; weight_decay 0 (AdamW: 0.01); fused where allowed.
   Options o(options_json, "optimizer options",
-            {"type", "lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad"});
+            {"type", "lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"});
   std::string type = o.get_string("type", "", {"sgd", "adam", "adamw"});
   if (type.empty()) throw OptionsError("optimizer options: 'type' is required: \"sgd\", \"adam\" or \"adamw\"");
-  base_lr_ = o.get_double("lr", type == "sgd" ? 0.01 : 1e-3);
-  if (!(base_lr_ >= 0)) throw OptionsError("optimizer options: 'lr' must be >= 0");
+  const double lr = o.get_double("lr", 1e-3);
+  if (!(lr >= 0)) throw OptionsError("optimizer options: 'lr' must be >= 0");
   auto betas = o.get_double_list("betas", {0.9, 0.999});
   if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
     throw OptionsError("optimizer options: 'betas' must be two numbers in [0, 1)");
   double eps = o.get_double("eps", 1e-8);
   double wd = o.get_double("weight_decay", type == "adamw" ? 0.01 : 0.0);
   if (wd < 0) throw OptionsError("optimizer options: 'weight_decay' must be >= 0");
+  // ATen's fused kernels take float tensors of one device; fall back to the loop otherwise.
+  bool fusable = !params.empty();
+  for (const auto& p : params)
+    fusable = fusable && at::isFloatingType(p.scalar_type()) && p.device() == params.front().device() &&
+              (p.is_cpu() || p.is_cuda());
+  fused_ = o.get_bool("fused", true) && fusable;
   if (type == "sgd") {
-    torch::optim::SGDOptions so(base_lr_);
+    torch::optim::SGDOptions so(lr);
     so.momentum(o.get_double("momentum", 0.0)).dampening(o.get_double("dampening", 0.0))
         .weight_decay(wd).nesterov(o.get_bool("nesterov", false));
-    impl_ = std::make_unique<torch::optim::SGD>(params_, so);
+    if (fused_) impl_ = std::make_shared<FusedSgd>(params, so);
+    else impl_ = std::make_shared<torch::optim::SGD>(params, so);
   } else if (type == "adam") {
-    torch::optim::AdamOptions ao(base_lr_);
+    torch::optim::AdamOptions ao(lr);
     ao.betas({betas[0], betas[1]}).eps(eps).weight_decay(wd).amsgrad(o.get_bool("amsgrad", false));
-    impl_ = std::make_unique<torch::optim::Adam>(params_, ao);
+    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions>>(params, ao);
+    else impl_ = std::make_shared<torch::optim::Adam>(params, ao);
   } else {
-    torch::optim::AdamWOptions ao(base_lr_);
+    torch::optim::AdamWOptions ao(lr);
     ao.betas({betas[0], betas[1]}).eps(eps).weight_decay(wd).amsgrad(o.get_bool("amsgrad", false));
-    impl_ = std::make_unique<torch::optim::AdamW>(params_, ao);
+    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions>>(params, ao);
+    else impl_ = std::make_shared<torch::optim::AdamW>(params, ao);
   }
+  for (auto& g : impl_->param_groups()) initial_lr_.push_back(g.options().get_lr());
+}
+
+Optimizer::Optimizer(std::shared_ptr<torch::optim::Optimizer> impl) : impl_(std::move(impl)) {
+  if (!impl_) throw std::invalid_argument("the optimizer is null");
+  for (auto& g : impl_->param_groups()) initial_lr_.push_back(g.options().get_lr());
 }
 
 Optimizer::~Optimizer() = default;
@@ -47,8 +151,16 @@ void Optimizer::zero_grad() { impl_->zero_grad(/*set_to_none=*/true); }
 
 double Optimizer::lr() const { return impl_->param_groups().front().options().get_lr(); }
 
-void Optimizer::set_lr(double lr) {
-  for (auto& g : impl_->param_groups()) g.options().set_lr(lr);
+void Optimizer::scale_lr(double factor) {
+  auto& groups = impl_->param_groups();
+  for (size_t i = 0; i < groups.size() && i < initial_lr_.size(); ++i) groups[i].options().set_lr(initial_lr_[i] * factor);
+}
+
+std::vector<at::Tensor> Optimizer::params() const {
+  std::vector<at::Tensor> v;
+  for (auto& g : impl_->param_groups())
+    for (auto& p : g.params()) v.push_back(p);
+  return v;
 }
 
 Schedule::Schedule(const char* options_json) {

@@ -197,7 +197,7 @@ TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
   at::Tensor x = at::randn({8, 512});
   auto before = params[0].detach().clone();
   reducer.prepare_for_backward(true);
-  model->forward(x, at::zeros({8, 512})).loss.backward();
+  model->forward({{"input", x}, {"targets", at::zeros({8, 512})}}).at("loss").backward();
   EXPECT_GE(reducer.launched_during_backward(), 2u);  // all but possibly the last went out early
   std::vector<at::Tensor> local;
   for (auto& p : params) local.push_back(p.grad().clone());
@@ -305,15 +305,15 @@ TEST(Fp8, ScopeSwitchesTheModelsLinearLayers) {
   at::manual_seed(1);
   auto model = make_builtin_model(R"({"type": "mlp", "sizes": [64, 64, 16]})");
   at::Tensor x = at::randn({16, 64});
-  at::Tensor plain = model->forward(x, {}).output;
+  at::Tensor plain = model->forward({{"input", x}}).at("output");
   at::Tensor quantized;
   {
     Fp8Scope scope;
-    quantized = model->forward(x, {}).output;
+    quantized = model->forward({{"input", x}}).at("output");
   }
   EXPECT_FALSE(at::equal(plain, quantized));
   EXPECT_LT(((quantized - plain).norm() / plain.norm()).item<double>(), 0.1);
-  EXPECT_TRUE(at::equal(model->forward(x, {}).output, plain));  // the scope ended
+  EXPECT_TRUE(at::equal(model->forward({{"input", x}}).at("output"), plain));  // the scope ended
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+// A named batch: tensors by name in insertion order, the dict Accelerate hands to a model
+// (`input_ids`, `attention_mask`, `labels`, ...). Datasets, loaders and Model::forward carry these.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace acc {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+class TensorDict {
+ public:
+  TensorDict() = default;
+  TensorDict(std::initializer_list<std::pair<std::string, at::Tensor>> items);
+  // Adds `name`, or replaces its tensor where present (keeping its position).
+  void set(const std::string& name, at::Tensor t);
+  bool contains(const std::string& name) const;
+  // The tensor of `name`; std::invalid_argument naming the key and the keys present when missing.
+  const at::Tensor& at(const std::string& name) const;
+  // The tensor of `name`, or an undefined tensor.
+  at::Tensor get(const std::string& name) const;
+  const NamedTensors& items() const { return items_; }
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  std::string keys() const;  // "input_ids, labels": for error messages
+
+ private:
+  NamedTensors items_;
+};
+
+}  // namespace acc

@@ -1,0 +1,96 @@
+// Model's shared behaviour, and NnModel: the interface over any torch::nn::Module tree.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+
+#include <map>
+
+#include "models/model.hpp"
+#include "util/errors.hpp"
+
+namespace acc {
+
+TensorDict Model::forward(const TensorDict&) {
+  throw UnsupportedError("this model has no named forward (a C++ module: call its own forward)");
+}
+
+void Model::reset_parameters() {
+  throw UnsupportedError("this model cannot initialise its parameters again (only the built-in families can)");
+}
+
+void Model::to(const c10::Device& device) {
+  c10::NoGradGuard no_grad;
+  for (auto& [name, t] : state()) {
+    if (t.is_meta() && !device.is_meta())
+      throw std::invalid_argument("'" + name + "' is on the meta device: materialise the model first (to_empty)");
+    if (t.device() != device) t.set_data(t.to(device));
+  }
+}
+
+void Model::to_empty(const c10::Device& device) {
+  c10::NoGradGuard no_grad;
+  for (auto& [name, t] : state())
+    if (t.is_meta()) t.set_data(at::empty(t.sizes(), t.options().device(device)));
+}
+
+void Model::load_state_dict(const NamedTensors& tensors, const std::string& source) {
+  auto state = this->state();
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  // Check everything first: a mismatch leaves the model untouched.
+  for (auto& [name, t] : state) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw std::invalid_argument(source + " has no tensor '" + name + "'");
+    if (it->second.sizes() != t.sizes())
+      throw std::invalid_argument("'" + name + "' has shape " + c10::str(it->second.sizes()) + " in " + source +
+                                  " but " + c10::str(t.sizes()) + " in the model");
+  }
+  if (by_name.size() != state.size()) {
+    std::map<std::string, bool> known;
+    for (auto& [name, t] : state) known[name] = true;
+    for (auto& [name, t] : by_name)
+      if (!known.count(name))
+        throw std::invalid_argument(source + " holds '" + name + "', which the model does not have");
+  }
+  c10::NoGradGuard no_grad;
+  for (auto& [name, t] : state) t.copy_(by_name[name]);
+}
+
+NamedTensors Model::state() const {
+  NamedTensors all = named_parameters();
+  for (auto& b : named_buffers()) all.push_back(b);
+  return all;
+}
+
+int64_t Model::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : named_parameters()) n += p.numel();
+  return n;
+}
+
+NnModel::NnModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {
+  if (!module_) throw std::invalid_argument("the module is null");
+}
+
+NamedTensors NnModel::named_parameters() const {
+  NamedTensors v;
+  for (const auto& p : module_->named_parameters(/*recurse=*/true)) v.emplace_back(p.key(), p.value());
+  return v;
+}
+
+NamedTensors NnModel::named_buffers() const {
+  NamedTensors v;
+  for (const auto& b : module_->named_buffers(/*recurse=*/true)) v.emplace_back(b.key(), b.value());
+  return v;
+}
+
+std::vector<std::string> NnModel::module_names() const {
+  std::vector<std::string> names;
+  for (const auto& m : module_->named_modules("", /*include_self=*/true)) names.push_back(m.key());
+  return names;
+}
+
+void NnModel::train(bool on) { module_->train(on); }
+
+bool NnModel::is_training() const { return module_->is_training(); }
+
+}  // namespace acc

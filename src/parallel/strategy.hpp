@@ -1,0 +1,61 @@
+// The strategy seam: one interface owns a prepared model's parameters across processes (placement,
+// gradient synchronisation with no_sync, the global gradient norm, the parameters the optimizer sees,
+// and state dicts). The Accelerator knows only this interface; single-process and DDP are its first
+// implementations, sharded ones (ZeRO, FSDP) plug in beside them.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "data/batch.hpp"
+
+namespace acc {
+
+class Comm;
+class Model;
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;  // as torch's DDP: a small first bucket starts communication early
+  bool broadcast_buffers = true;
+  bool find_unused_parameters = false;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  // Before each forward in training mode (DDP: buffers follow rank 0).
+  virtual void before_forward() {}
+  // Around each backward; sync false is no_sync (accumulation steps keep gradients local).
+  virtual void before_backward(bool sync) { (void)sync; }
+  virtual void after_backward() {}
+  // The parameters the optimizer steps (a sharded strategy: this process's shards).
+  virtual std::vector<at::Tensor> optimizer_parameters() const;
+  // The norm of all gradients of the model across every process (torch's clip_grad_norm_ total).
+  virtual at::Tensor grad_norm(double norm_type) const;
+  // Every tensor of the model, whole, on every process (what save_model writes).
+  virtual NamedTensors full_state_dict() const;
+  // This process's part of the state (equal to the full one for strategies that replicate).
+  virtual NamedTensors sharded_state_dict() const { return full_state_dict(); }
+  // Loads whole tensors: every name and shape must match (nothing changes when one does not).
+  virtual void load_full_state_dict(const NamedTensors& tensors, const std::string& source);
+
+ protected:
+  explicit Strategy(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  std::shared_ptr<Model> model_;
+};
+
+// One process: the model is placed on the device, nothing else.
+std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Model> model, c10::Device device);
+// DDP: parameters and buffers broadcast from rank 0; gradients averaged in buckets during backward.
+std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Model> model, c10::Device device,
+                                            std::shared_ptr<Comm> comm, const DdpOptions& opts);
+
+// Copies every tensor of rank 0 to the other ranks (parameters and buffers at prepare time).
+void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
+
+}  // namespace acc

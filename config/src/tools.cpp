@@ -1,15 +1,12 @@
 // What is built on top of a resolved config: the JSON Schema of the files, the text of a launch config file as
 // `accelerate config` writes it, the settings libacc cannot do yet, and the run record written next to a run's outputs.
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 
+#include "acc/files.hpp"
 #include "internal.hpp"
 
 namespace acc::config {
@@ -286,20 +283,6 @@ std::vector<std::string> self_argv() {
   return out;
 }
 
-void make_dirs(const std::string& dir) {
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
-      throw Error("cannot create directory '" + partial + "': " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw Error("'" + dir + "' is not a directory");
-}
-
 }  // namespace
 
 std::string json_schema(SchemaKind kind) {
@@ -466,32 +449,12 @@ std::string write_run_record(const Config& cfg, const std::string& dir, std::str
   write_json(text, strip(root), 2);
   text += "\n";
 
-  make_dirs(dir);
   const std::string path = dir + "/" + kRunRecordName;
-  const std::string tmp = dir + "/." + kRunRecordName + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      throw Error("cannot write '" + tmp + "': " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    throw Error("cannot write '" + tmp + "': " + std::strerror(e));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
+  try {
+    make_directories(dir);
+    write_file_atomic(path, text);
+  } catch (const std::ios_base::failure& e) {
+    throw Error(e.what());  // this function's contract: every failure is an Error
   }
   return path;
 }

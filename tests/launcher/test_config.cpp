@@ -1,10 +1,14 @@
 // Unit tests of the configuration library: schema defaults and types, errors, precedence and provenance,
-// Accelerate's YAML files (current and legacy), JSON files, the bad-config corpus, and the launcher environment.
+// Accelerate's YAML files (current and legacy), JSON files, the bad-config corpus, the launcher environment; and the
+// library's other torch-free parts: built-in model specs, safetensors headers, atomic file writes.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -13,6 +17,7 @@
 
 #include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
+#include "acc/files.hpp"
 #include "acc/safetensors_header.hpp"
 
 using namespace acc::config;
@@ -1214,6 +1219,91 @@ TEST(SafetensorsHeader, ReadsAFile) {
   EXPECT_EQ(error_of([&] { read_safetensors_header(path); }), path + ": not a safetensors file (too short)");
   std::remove(path.c_str());
   rmdir(dir);
+}
+
+// --- Files -------------------------------------------------------------------------------------------------------
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(Files, MakeDirectories) {
+  char tmp[] = "/tmp/acc_files_XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmp));
+  const std::string root = tmp;
+  make_directories(root + "/a/b/c");
+  make_directories(root + "/a/b/c");  // exists: fine
+  make_directories(root + "/a/b/");
+  struct stat st {};
+  ASSERT_EQ(stat((root + "/a/b/c").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  std::ofstream(root + "/file") << "x";
+  for (const std::string& bad : {root + "/file", root + "/file/sub"}) {
+    try {
+      make_directories(bad);
+      ADD_FAILURE() << bad;
+    } catch (const std::ios_base::failure& e) {
+      EXPECT_EQ(std::string(e.what()), "cannot create directory '" + bad + "': Not a directory");
+      EXPECT_EQ(e.code().value(), ENOTDIR);
+    }
+  }
+  std::filesystem::remove_all(root);
+}
+
+TEST(Files, WriteFileAtomic) {
+  char tmp[] = "/tmp/acc_files_XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmp));
+  const std::string root = tmp, path = root + "/out.json";
+  write_file_atomic(path, "first");
+  EXPECT_EQ(slurp(path), "first");
+  write_file_atomic(path, std::vector<std::string_view>{"sec", "", "ond"});  // replaces it
+  EXPECT_EQ(slurp(path), "second");
+  EXPECT_EQ(list_dir(root), std::vector<std::string>{"out.json"});  // no temporary file left
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  mode_t mask = umask(0);
+  umask(mask);
+  EXPECT_EQ(st.st_mode & 0777, 0644u & ~mask);
+  const std::string missing = root + "/no/such/dir/x.json";
+  try {
+    write_file_atomic(missing, "x");
+    ADD_FAILURE() << "no error";
+  } catch (const std::ios_base::failure& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot write '" + missing + "': No such file or directory");
+    EXPECT_EQ(e.code().value(), ENOENT);
+  }
+  // A directory in the way of the rename: the old entry stays, the temporary file is removed.
+  make_directories(root + "/taken");
+  EXPECT_THROW(write_file_atomic(root + "/taken", "x"), std::ios_base::failure);
+  EXPECT_EQ(list_dir(root), (std::vector<std::string>{"out.json", "taken"}));
+  // A relative path writes into the current directory.
+  char cwd[4096];
+  ASSERT_TRUE(getcwd(cwd, sizeof cwd));
+  ASSERT_EQ(chdir(root.c_str()), 0);
+  write_file_atomic("rel.txt", "r");
+  ASSERT_EQ(chdir(cwd), 0);
+  EXPECT_EQ(slurp(root + "/rel.txt"), "r");
+  std::filesystem::remove_all(root);
+}
+
+TEST(Files, RunRecordDirectoryIsCreated) {
+  char tmp[] = "/tmp/acc_files_XXXXXX";
+  ASSERT_TRUE(mkdtemp(tmp));
+  const std::string dir = std::string(tmp) + "/project/run1";
+  std::string path = write_run_record(resolve_accelerator("", {}), dir, "{}", {});
+  EXPECT_EQ(path, dir + "/" + kRunRecordName);
+  EXPECT_EQ(list_dir(dir), std::vector<std::string>{kRunRecordName});
+  std::ofstream(std::string(tmp) + "/file") << "x";
+  std::string err = error_of([&] { write_run_record(resolve_accelerator("", {}), std::string(tmp) + "/file", "{}", {}); });
+  EXPECT_EQ(err, "cannot create directory '" + std::string(tmp) + "/file': Not a directory");
+  std::filesystem::remove_all(tmp);
 }
 
 }  // namespace

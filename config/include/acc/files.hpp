@@ -1,0 +1,23 @@
+// Creating directories and writing files so that a crash never leaves a half-written one. Torch-free; used by the
+// launcher (config files, log directories), the config library (the run record) and libacc (checkpoints).
+// Failures throw std::ios_base::failure naming the path, with code() holding the errno (libacc maps it to
+// ACC_ERR_IO).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace acc::config {
+
+// Creates dir and its missing parents; an existing directory is fine, an existing file is not.
+void make_directories(const std::string& dir);
+
+// Replaces path with bytes atomically: writes a temporary file in the same directory, fsyncs it, renames it over
+// path, and fsyncs the directory, so readers see the old file or the new one, never a part. The directory must
+// exist (make_directories). The file is created with mode 0644 less the umask.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+// The same, for a file made of several pieces written in order (a header and tensor data: no copy into one buffer).
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+
+}  // namespace acc::config

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "acc/config.hpp"
+#include "acc/files.hpp"
 #include "cli.hpp"
 #include "commands.hpp"
 #include "devices.hpp"
@@ -31,29 +32,14 @@ struct Abort : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void make_dirs(const std::string& dir) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = dir.find('/', pos + 1);
-    std::string part = dir.substr(0, pos);
-    if (!part.empty() && mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-      throw config::Error("cannot create directory '" + part + "': " + std::strerror(errno));
-  }
-}
-
-// Writes text to path atomically (temporary file + rename), creating the directory.
+// Writes a config file atomically, creating its directory. An I/O failure is reported like a config error.
 void write_file(const std::string& path, const std::string& text) {
-  size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw config::Error("cannot write '" + path + "': " + std::strerror(errno));
-  ssize_t n = write(fd, text.data(), text.size());
-  bool ok = n == static_cast<ssize_t>(text.size());
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    throw config::Error("cannot write '" + path + "': " + std::strerror(e));
+  try {
+    size_t slash = path.rfind('/');
+    if (slash != std::string::npos && slash > 0) config::make_directories(path.substr(0, slash));
+    config::write_file_atomic(path, text);
+  } catch (const std::ios_base::failure& e) {
+    throw config::Error(e.what());
   }
 }
 

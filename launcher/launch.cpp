@@ -16,6 +16,7 @@
 #include <fstream>
 #include <set>
 
+#include "acc/files.hpp"
 #include "agent.hpp"
 #include "net.hpp"
 
@@ -177,15 +178,6 @@ std::string host_name() {
   char h[256] = {0};
   gethostname(h, sizeof h - 1);
   return h;
-}
-
-void make_dirs(const std::string& dir) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = dir.find('/', pos + 1);
-    std::string part = dir.substr(0, pos);
-    if (!part.empty() && mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-      throw config::Error("cannot create log directory '" + part + "': " + std::strerror(errno));
-  }
 }
 
 const char* kDescription =
@@ -480,7 +472,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
     std::string base;
     if (dir_it != p.options.end()) {
       base = dir_it->second.value;
-      make_dirs(base);
+      config::make_directories(base);
     } else {
       const char* tmp = std::getenv("TMPDIR");
       std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_logs_XXXXXX";
@@ -490,7 +482,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
       base = buf.data();
     }
     plan.log_root = base + "/" + timestamp() + "_" + host_name() + "_" + std::to_string(getpid());
-    make_dirs(plan.log_root);
+    config::make_directories(plan.log_root);
   }
 
   // The command.

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <string>
 
+#include "acc/files.hpp"
+
 namespace acc::launcher {
 
 double monotonic_now() {
@@ -54,15 +56,6 @@ void write_all(int fd, const char* data, size_t n) {
     if (w <= 0) return;  // acc's own output is gone (EPIPE): the workers go on
     data += w;
     n -= static_cast<size_t>(w);
-  }
-}
-
-void make_dirs(const std::string& dir) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = dir.find('/', pos + 1);
-    std::string part = dir.substr(0, pos);
-    if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-      throw std::runtime_error("cannot create log directory '" + part + "': " + strerror(errno));
   }
 }
 
@@ -156,7 +149,7 @@ void Group::start() {
     if (tee && !out_.log_dir.empty()) {
       std::string dir = out_.log_dir + "/" + std::to_string(w.local_rank);
       try {
-        make_dirs(dir);
+        config::make_directories(dir);
       } catch (const std::exception& ex) {
         Exit e;
         e.rank = w.rank;

@@ -10,7 +10,7 @@
 
 #include "acc/files.hpp"
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 const std::map<at::ScalarType, std::string>& dtype_names() {
@@ -123,4 +123,4 @@ NamedTensors load_safetensors(const std::string& path) {
   return out;
 }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -57,7 +57,7 @@ acc_status acc_abi_check(int32_t abi_version) noexcept {
   return ACC_ERR_ABI_MISMATCH;
 }
 
-const char* acc_build_info(void) noexcept { return acc::build_info().c_str(); }
+const char* acc_build_info(void) noexcept { return acc::core::build_info().c_str(); }
 
 const char* acc_status_name(acc_status s) noexcept {
   switch (s) {

@@ -27,7 +27,7 @@ namespace {
 // Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
 // never enter a collective: the counts travel first. With for_metrics, the item sizes go through
 // gather_for_metrics, which cuts them to the real samples of a padded last batch; the items follow.
-std::vector<std::string> gather_items(acc::Accelerator& a, const std::vector<std::string>& items, bool for_metrics) {
+std::vector<std::string> gather_items(acc::core::Accelerator& a, const std::vector<std::string>& items, bool for_metrics) {
   const int64_t count = static_cast<int64_t>(items.size());
   int64_t bytes = 0;
   for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
@@ -68,22 +68,22 @@ acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_n
       rewind = [start, ud](int64_t epoch) {
         acc_status st = start(ud->data, epoch);
         if (st != ACC_OK)
-          throw acc::CallbackError("dataset start callback returned " + std::to_string(st) + " for epoch " +
+          throw acc::core::CallbackError("dataset start callback returned " + std::to_string(st) + " for epoch " +
                                    std::to_string(epoch));
       };
-    auto read = [next, ud](acc::Sample& sample) {
+    auto read = [next, ud](acc::core::Sample& sample) {
       acc_tensor* in = nullptr;
       acc_tensor* tg = nullptr;
       int32_t has = 0;
       acc_status st = next(ud->data, &in, &tg, &has);
       std::unique_ptr<acc_tensor> in_owned(in), tg_owned(tg);
-      if (st != ACC_OK) throw acc::CallbackError("dataset next callback returned " + std::to_string(st));
+      if (st != ACC_OK) throw acc::core::CallbackError("dataset next callback returned " + std::to_string(st));
       if (!has) return false;
-      if (!in) throw acc::CallbackError("dataset next callback set has_sample but no input");
-      sample = acc::Sample{in->t, tg ? tg->t : at::Tensor()};
+      if (!in) throw acc::core::CallbackError("dataset next callback set has_sample but no input");
+      sample = acc::core::Sample{in->t, tg ? tg->t : at::Tensor()};
       return true;
     };
-    *out = new acc_dataset{acc::make_iterable_dataset(std::move(rewind), std::move(read))};
+    *out = new acc_dataset{acc::core::make_iterable_dataset(std::move(rewind), std::move(read))};
   });
 }
 
@@ -100,9 +100,9 @@ acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* in
     need(out, "out");
     need(ds, "dataset");
     if (num_batches < 0) throw std::invalid_argument("num_batches must be >= 0; got " + std::to_string(num_batches));
-    acc::Options o(options_json, "dataloader options (explicit batches)", {"drop_last"});
+    acc::core::Options o(options_json, "dataloader options (explicit batches)", {"drop_last"});
     const bool drop_last = o.get_bool("drop_last", false);
-    std::vector<acc::Batch> batches(static_cast<size_t>(num_batches));
+    std::vector<acc::core::Batch> batches(static_cast<size_t>(num_batches));
     if (num_batches > 0) need(batch_sizes, "batch_sizes");
     int64_t total = 0;
     for (int64_t b = 0; b < num_batches; ++b) {
@@ -117,7 +117,7 @@ acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* in
     if (total > 0) need(indices, "indices");
     for (int64_t b = 0, at = 0; b < num_batches; at += batch_sizes[b], ++b)
       batches[static_cast<size_t>(b)].assign(indices + at, indices + at + batch_sizes[b]);
-    *out = new acc_dataloader{std::make_shared<acc::DataLoader>(ds->ds, std::move(batches), drop_last)};
+    *out = new acc_dataloader{std::make_shared<acc::core::DataLoader>(ds->ds, std::move(batches), drop_last)};
   });
 }
 
@@ -195,7 +195,7 @@ acc_status acc_broadcast_object(acc_accelerator* acc, const acc_bytes_list* item
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     need(out, "out");
-    acc::Accelerator& a = *acc->impl;
+    acc::core::Accelerator& a = *acc->impl;
     const std::vector<std::string>& mine = need(items, "items")->items;
     // Sizes first, so every process can receive the bytes; then the bytes in one buffer.
     at::Tensor sizes = at::empty({static_cast<int64_t>(mine.size())}, at::kLong);

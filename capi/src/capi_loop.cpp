@@ -44,9 +44,9 @@ acc_status acc_grad_scaler_state(const acc_accelerator* acc, double* out_scale, 
   if (out_scale) *out_scale = 0;
   if (out_growth_tracker) *out_growth_tracker = 0;
   return guarded(__func__, [&] {
-    acc::GradScaler* s = need(acc, "accelerator")->impl->scaler();
+    acc::core::GradScaler* s = need(acc, "accelerator")->impl->scaler();
     if (!s)
-      throw acc::StateError("no loss scaler: mixed_precision is \"" + acc->impl->mixed_precision() +
+      throw acc::core::StateError("no loss scaler: mixed_precision is \"" + acc->impl->mixed_precision() +
                             "\", not \"fp16\"");
     if (out_scale) *out_scale = s->scale();
     if (out_growth_tracker) *out_growth_tracker = s->growth_tracker();
@@ -177,7 +177,7 @@ acc_status acc_set_seed(const acc_accelerator* acc, uint64_t seed, int32_t devic
     if (device_specific)
       need(acc, "accelerator (needed by device_specific)")->impl->set_seed(seed, true, deterministic != 0);
     else
-      acc::set_seed(seed, deterministic != 0);
+      acc::core::set_seed(seed, deterministic != 0);
   });
 }
 
@@ -188,10 +188,10 @@ acc_status acc_find_executable_batch_size(int64_t starting_batch_size, acc_batch
   acc_status st = guarded(__func__, [&] {
     need(fn, "fn");
     need(out_batch_size, "out_batch_size");
-    *out_batch_size = acc::find_executable_batch_size(starting_batch_size, [&](int64_t bs) {
+    *out_batch_size = acc::core::find_executable_batch_size(starting_batch_size, [&](int64_t bs) {
       last = fn(user_data, bs);
       if (last != ACC_OK && last != ACC_ERR_OUT_OF_MEMORY)
-        throw acc::CallbackError("the step function returned " + std::to_string(last) + " at batch size " +
+        throw acc::core::CallbackError("the step function returned " + std::to_string(last) + " at batch size " +
                                  std::to_string(bs));
       return last == ACC_OK;
     });

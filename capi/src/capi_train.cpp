@@ -17,8 +17,8 @@ const at::Tensor& tensor_of(const acc_tensor* t, const char* what) { return need
 
 acc_tensor* new_tensor(at::Tensor t) { return new acc_tensor{std::move(t)}; }
 
-acc_model* new_model(std::unique_ptr<acc::Model> m) {
-  auto slot = std::make_shared<acc::ModelSlot>();
+acc_model* new_model(std::unique_ptr<acc::core::Model> m) {
+  auto slot = std::make_shared<acc::core::ModelSlot>();
   slot->model = std::move(m);
   // The tree is fixed from here on: the borrowed names are made once, never under a const handle.
   std::vector<std::string> names;
@@ -36,7 +36,7 @@ acc_status acc_accelerator_create(const char* config_json, acc_accelerator** out
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto impl = acc::Accelerator::create(config_json);
+    auto impl = acc::core::Accelerator::create(config_json);
     *out = new acc_accelerator{std::move(impl)};
   });
 }
@@ -47,7 +47,7 @@ void acc_accelerator_destroy(acc_accelerator* acc) noexcept { delete acc; }
   acc_status name(const acc_accelerator* acc, type* out) noexcept {             \
     if (out) *out = {};                                                          \
     return guarded(__func__, [&] {                                               \
-      const acc::Accelerator& a = *need(acc, "accelerator")->impl;               \
+      const acc::core::Accelerator& a = *need(acc, "accelerator")->impl;               \
       *need(out, "out") = (expr);                                                \
     });                                                                          \
   }
@@ -66,7 +66,7 @@ acc_status acc_model_create(const char* spec_json, acc_model** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    *out = new_model(acc::make_builtin_model(spec_json));
+    *out = new_model(acc::core::make_builtin_model(spec_json));
   });
 }
 
@@ -74,7 +74,7 @@ acc_status acc_model_load_torchscript(const char* path, const char* options_json
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    *out = new_model(acc::load_torchscript_model(need(path, "path"), options_json));
+    *out = new_model(acc::core::load_torchscript_model(need(path, "path"), options_json));
   });
 }
 
@@ -87,10 +87,10 @@ acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const ac
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
     if (out_loss && !targets) throw std::invalid_argument("out_loss needs targets");
-    const acc::Model& m = *model->slot->model;
-    acc::TensorDict batch{{m.input_name(), tensor_of(input, "input")}};
+    const acc::core::Model& m = *model->slot->model;
+    acc::core::TensorDict batch{{m.input_name(), tensor_of(input, "input")}};
     if (targets) batch.set(m.target_name(), targets->t);
-    acc::TensorDict r = model->slot->forward(batch);
+    acc::core::TensorDict r = model->slot->forward(batch);
     std::unique_ptr<acc_tensor> output(out_output ? new_tensor(r.items().front().second) : nullptr);
     if (out_loss) *out_loss = new_tensor(r.at("loss"));
     if (out_output) *out_output = output.release();
@@ -134,7 +134,7 @@ acc_status acc_model_state_get(const acc_model* model, int64_t index, const char
 
 acc_status acc_model_save_safetensors(const acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
-    acc::save_safetensors(need(model, "model")->slot->model->state(), need(path, "path"),
+    acc::core::save_safetensors(need(model, "model")->slot->model->state(), need(path, "path"),
                           {{"format", "pt"}});
   });
 }
@@ -142,7 +142,7 @@ acc_status acc_model_save_safetensors(const acc_model* model, const char* path) 
 acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    model->slot->model->load_state_dict(acc::load_safetensors(need(path, "path")), path);
+    model->slot->model->load_state_dict(acc::core::load_safetensors(need(path, "path")), path);
   });
 }
 
@@ -155,9 +155,9 @@ acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_
     std::vector<at::Tensor> params;
     for (auto& [name, p] : need(model, "model")->slot->model->named_parameters())
       if (p.requires_grad()) params.push_back(p);
-    auto slot = std::make_shared<acc::OptimizerSlot>();
+    auto slot = std::make_shared<acc::core::OptimizerSlot>();
     slot->model = model->slot;
-    slot->opt = std::make_unique<acc::Optimizer>(std::move(params), options_json);
+    slot->opt = std::make_unique<acc::core::Optimizer>(std::move(params), options_json);
     *out = new acc_optimizer{std::move(slot)};
   });
 }
@@ -187,7 +187,7 @@ acc_status acc_scheduler_create(acc_optimizer* opt, const char* options_json, ac
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto slot = std::make_shared<acc::SchedulerSlot>();
+    auto slot = std::make_shared<acc::core::SchedulerSlot>();
     slot->opt = need(opt, "optimizer")->slot;
     slot->schedule.emplace(options_json);
     slot->apply();  // LambdaLR sets lr = base_lr * factor(0) at construction
@@ -215,7 +215,7 @@ acc_status acc_dataset_from_tensors(const acc_tensor* inputs, const acc_tensor* 
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    *out = new acc_dataset{acc::make_tensor_dataset(tensor_of(inputs, "inputs"),
+    *out = new acc_dataset{acc::core::make_tensor_dataset(tensor_of(inputs, "inputs"),
                                                     targets ? targets->t : at::Tensor())};
   });
 }
@@ -224,7 +224,7 @@ acc_status acc_dataset_from_token_file(const char* path, const char* options_jso
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    *out = new acc_dataset{acc::make_token_file_dataset(need(path, "path"), options_json)};
+    *out = new acc_dataset{acc::core::make_token_file_dataset(need(path, "path"), options_json)};
   });
 }
 
@@ -242,12 +242,12 @@ acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, voi
       acc_status st = get(ud->data, i, &in, &tg);
       std::unique_ptr<acc_tensor> in_owned(in), tg_owned(tg);
       if (st != ACC_OK)
-        throw acc::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
+        throw acc::core::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
                                  std::to_string(i));
-      if (!in) throw acc::CallbackError("dataset callback set no input for index " + std::to_string(i));
-      return acc::Sample{in->t, tg ? tg->t : at::Tensor()};
+      if (!in) throw acc::core::CallbackError("dataset callback set no input for index " + std::to_string(i));
+      return acc::core::Sample{in->t, tg ? tg->t : at::Tensor()};
     };
-    *out = new acc_dataset{acc::make_callback_dataset(length, fetch)};
+    *out = new acc_dataset{acc::core::make_callback_dataset(length, fetch)};
   });
 }
 
@@ -262,7 +262,7 @@ acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json, acc_
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto dl = std::make_shared<acc::DataLoader>(need(ds, "dataset")->ds, acc::LoaderOptions::parse(options_json));
+    auto dl = std::make_shared<acc::core::DataLoader>(need(ds, "dataset")->ds, acc::core::LoaderOptions::parse(options_json));
     *out = new acc_dataloader{std::move(dl)};
   });
 }
@@ -278,7 +278,7 @@ acc_status acc_dataloader_next(acc_dataloader* dl, acc_tensor** out_input, acc_t
     HandleLock lock(need(dl, "dataloader")->busy, "the dataloader");
     need(out_input, "out_input");
     need(has_batch, "has_batch");
-    acc::Sample s;
+    acc::core::Sample s;
     if (!dl->dl->next(s)) return;
     std::unique_ptr<acc_tensor> in(new_tensor(s.input));
     if (out_target && s.target.defined()) *out_target = new_tensor(s.target);
@@ -352,11 +352,11 @@ acc_status acc_reduce(acc_accelerator* acc, const acc_tensor* t, acc_reduce_op o
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     need(out, "out");
-    acc::ReduceOp r;
+    acc::core::ReduceOp r;
     switch (op) {
-      case ACC_REDUCE_SUM: r = acc::ReduceOp::Sum; break;
-      case ACC_REDUCE_MEAN: r = acc::ReduceOp::Mean; break;
-      case ACC_REDUCE_MAX: r = acc::ReduceOp::Max; break;
+      case ACC_REDUCE_SUM: r = acc::core::ReduceOp::Sum; break;
+      case ACC_REDUCE_MEAN: r = acc::core::ReduceOp::Mean; break;
+      case ACC_REDUCE_MAX: r = acc::core::ReduceOp::Max; break;
       default: throw std::invalid_argument("op " + std::to_string(op) + " is not ACC_REDUCE_SUM, _MEAN or _MAX");
     }
     *out = new_tensor(acc->impl->reduce(tensor_of(t, "tensor"), r));

@@ -50,19 +50,19 @@ acc_status run_guarded(const char* fn, void (*body)(void*), void* ctx) noexcept 
     return ACC_OK;
   } catch (const config::Error& e) {
     code = ACC_ERR_INVALID_CONFIG, msg = e.what();
-  } catch (const OptionsError& e) {
+  } catch (const core::OptionsError& e) {
     code = ACC_ERR_INVALID_CONFIG, msg = e.what();
   } catch (const std::invalid_argument& e) {
     code = ACC_ERR_INVALID_ARGUMENT, msg = e.what();
   } catch (const std::out_of_range& e) {
     code = ACC_ERR_INVALID_ARGUMENT, msg = e.what();
-  } catch (const StateError& e) {
+  } catch (const core::StateError& e) {
     code = ACC_ERR_INVALID_STATE, msg = e.what();
-  } catch (const UnsupportedError& e) {
+  } catch (const core::UnsupportedError& e) {
     code = ACC_ERR_UNSUPPORTED, msg = e.what();
-  } catch (const DistributedError& e) {
+  } catch (const core::DistributedError& e) {
     code = ACC_ERR_DISTRIBUTED, msg = e.what();
-  } catch (const CallbackError& e) {
+  } catch (const core::CallbackError& e) {
     code = ACC_ERR_CALLBACK, msg = e.what();
   } catch (const std::ios_base::failure& e) {
     code = ACC_ERR_IO, msg = e.what();

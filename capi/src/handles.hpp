@@ -12,29 +12,29 @@
 #include "train/accelerator.hpp"
 
 struct acc_accelerator {
-  std::shared_ptr<acc::Accelerator> impl;
+  std::shared_ptr<acc::core::Accelerator> impl;
   std::atomic<bool> busy{false};
 };
 struct acc_tensor {
   at::Tensor t;
 };
 struct acc_model {
-  std::shared_ptr<acc::ModelSlot> slot;
+  std::shared_ptr<acc::core::ModelSlot> slot;
   std::vector<std::string> state_names;  // backs the borrowed names of acc_model_state_get
   std::atomic<bool> busy{false};
 };
 struct acc_optimizer {
-  std::shared_ptr<acc::OptimizerSlot> slot;
+  std::shared_ptr<acc::core::OptimizerSlot> slot;
   std::atomic<bool> busy{false};
 };
 struct acc_scheduler {
-  std::shared_ptr<acc::SchedulerSlot> slot;
+  std::shared_ptr<acc::core::SchedulerSlot> slot;
   std::atomic<bool> busy{false};
 };
 struct acc_dataset {
-  std::shared_ptr<acc::Dataset> ds;
+  std::shared_ptr<acc::core::Dataset> ds;
 };
 struct acc_dataloader {
-  std::shared_ptr<acc::DataLoader> dl;
+  std::shared_ptr<acc::core::DataLoader> dl;
   std::atomic<bool> busy{false};
 };

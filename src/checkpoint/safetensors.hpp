@@ -6,7 +6,7 @@
 
 #include "models/model.hpp"
 
-namespace acc {
+namespace acc::core {
 
 // Writes to `path.tmp.<pid>`, fsyncs, then renames over `path`: a crash never leaves a half file.
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
@@ -14,4 +14,4 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
 // CPU tensors in file order. Throws std::ios_base::failure naming the file and what is wrong.
 NamedTensors load_safetensors(const std::string& path);
 
-}  // namespace acc
+}  // namespace acc::core

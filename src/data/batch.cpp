@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-namespace acc {
+namespace acc::core {
 
 TensorDict::TensorDict(std::initializer_list<std::pair<std::string, at::Tensor>> items) {
   for (const auto& [name, t] : items) set(name, t);
@@ -42,4 +42,4 @@ std::string TensorDict::keys() const {
   return s;
 }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -7,7 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace acc {
+namespace acc::core {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -31,4 +31,4 @@ class TensorDict {
   NamedTensors items_;
 };
 
-}  // namespace acc
+}  // namespace acc::core

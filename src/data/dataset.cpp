@@ -15,7 +15,7 @@
 #include "util/errors.hpp"
 #include "util/options.hpp"
 
-namespace acc {
+namespace acc::core {
 
 namespace {
 
@@ -770,4 +770,4 @@ bool DataLoader::next(Sample& out) {
   return true;
 }
 
-}  // namespace acc
+}  // namespace acc::core

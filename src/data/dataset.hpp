@@ -16,7 +16,7 @@
 
 #include "data/sharding.hpp"
 
-namespace acc {
+namespace acc::core {
 
 class Comm;
 
@@ -138,4 +138,4 @@ class DataLoader {
   std::unique_ptr<Pass> pass_;
 };
 
-}  // namespace acc
+}  // namespace acc::core

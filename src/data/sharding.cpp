@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace acc {
+namespace acc::core {
 
 std::vector<Batch> make_batches(const std::vector<int64_t>& order, int64_t batch_size, bool drop_last) {
   if (batch_size < 1) throw std::invalid_argument("batch_size must be >= 1; got " + std::to_string(batch_size));
@@ -228,4 +228,4 @@ std::vector<Batch> dispatch_shard(const std::vector<Batch>& base, const ShardSpe
   return out;
 }
 
-}  // namespace acc
+}  // namespace acc::core

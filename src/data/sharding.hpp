@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-namespace acc {
+namespace acc::core {
 
 using Batch = std::vector<int64_t>;
 
@@ -80,4 +80,4 @@ DispatchSlice dispatch_slice(int64_t observed, bool is_last, const ShardSpec& sp
 // The index lists each step of dispatch_steps gives process `process_index` (for tests and lengths).
 std::vector<Batch> dispatch_shard(const std::vector<Batch>& base, const ShardSpec& spec);
 
-}  // namespace acc
+}  // namespace acc::core

@@ -11,7 +11,7 @@
 #include "precision/fp8.hpp"
 #include "util/options.hpp"
 
-namespace acc {
+namespace acc::core {
 
 namespace {
 
@@ -314,4 +314,4 @@ std::unique_ptr<Model> make_builtin_model(const char* spec_json, c10::Device dev
   throw OptionsError("model spec: 'type' is required: \"mlp\" or \"gpt\"");
 }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -17,7 +17,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace acc {
+namespace acc::core {
 
 class Model {
  public:
@@ -73,4 +73,4 @@ std::unique_ptr<Model> load_torchscript_model(const std::string& path, const cha
 at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const at::Tensor& targets,
                         int64_t ignore_index = -1);
 
-}  // namespace acc
+}  // namespace acc::core

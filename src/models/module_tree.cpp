@@ -8,7 +8,7 @@
 #include "models/model.hpp"
 #include "util/errors.hpp"
 
-namespace acc {
+namespace acc::core {
 
 TensorDict Model::forward(const TensorDict&) {
   throw UnsupportedError("this model has no named forward (a C++ module: call its own forward)");
@@ -93,4 +93,4 @@ void NnModel::train(bool on) { module_->train(on); }
 
 bool NnModel::is_training() const { return module_->is_training(); }
 
-}  // namespace acc
+}  // namespace acc::core

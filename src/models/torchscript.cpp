@@ -9,7 +9,7 @@
 #include "models/model.hpp"
 #include "util/options.hpp"
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 class TorchScriptModel final : public Model {
@@ -92,4 +92,4 @@ std::unique_ptr<Model> load_torchscript_model(const std::string& path, const cha
   return std::make_unique<TorchScriptModel>(std::move(m), loss);
 }
 
-}  // namespace acc
+}  // namespace acc::core

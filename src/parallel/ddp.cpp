@@ -11,7 +11,7 @@
 
 #include "models/model.hpp"
 
-namespace acc {
+namespace acc::core {
 
 struct Bucket {
   std::vector<size_t> params;   // indices into State::params
@@ -248,4 +248,4 @@ void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors) {
   }
 }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -10,7 +10,7 @@
 #include "parallel/strategy.hpp"
 #include "runtime/comm.hpp"
 
-namespace acc {
+namespace acc::core {
 
 class GradientReducer {
  public:
@@ -34,4 +34,4 @@ class GradientReducer {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace acc
+}  // namespace acc::core

@@ -6,7 +6,7 @@
 
 #include "models/model.hpp"
 
-namespace acc {
+namespace acc::core {
 
 std::vector<at::Tensor> Strategy::optimizer_parameters() const {
   std::vector<at::Tensor> v;
@@ -46,4 +46,4 @@ std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Model> model, c10
   return std::make_unique<SingleStrategy>(std::move(model), device);
 }
 
-}  // namespace acc
+}  // namespace acc::core

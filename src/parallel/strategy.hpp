@@ -12,7 +12,7 @@
 
 #include "data/batch.hpp"
 
-namespace acc {
+namespace acc::core {
 
 class Comm;
 class Model;
@@ -58,4 +58,4 @@ std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Model> model, c10::D
 // Copies every tensor of rank 0 to the other ranks (parameters and buffers at prepare time).
 void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
 
-}  // namespace acc
+}  // namespace acc::core

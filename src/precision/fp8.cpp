@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 thread_local bool t_fp8 = false;
@@ -62,4 +62,4 @@ at::Tensor model_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   return t_fp8 ? fp8_linear(x, weight, bias) : at::linear(x, weight, bias);
 }
 
-}  // namespace acc
+}  // namespace acc::core

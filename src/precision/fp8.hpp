@@ -4,7 +4,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
-namespace acc {
+namespace acc::core {
 
 // y = x W^T + b with both GEMM operands quantized to FP8. Differentiable. Shapes whose GEMM dims are
 // not multiples of 16 (a constraint of the FP8 kernels) fall back to a plain linear.
@@ -26,4 +26,4 @@ class Fp8Scope {
 // The linear layer of the built-in models: fp8_linear inside an Fp8Scope, at::linear otherwise.
 at::Tensor model_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
-}  // namespace acc
+}  // namespace acc::core

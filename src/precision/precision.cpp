@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
-namespace acc {
+namespace acc::core {
 
 AutocastScope::AutocastScope(c10::DeviceType device, c10::ScalarType dtype, bool enabled, bool cache_enabled)
     : device_(device),
@@ -58,4 +58,4 @@ double GradScaler::scale() const { return scale_.item<double>(); }
 
 int64_t GradScaler::growth_tracker() const { return growth_tracker_.item<int64_t>(); }
 
-}  // namespace acc
+}  // namespace acc::core

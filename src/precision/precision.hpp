@@ -7,7 +7,7 @@
 
 #include <vector>
 
-namespace acc {
+namespace acc::core {
 
 // torch.autocast as an RAII guard: saves the thread's autocast state, enables `dtype` for `device`,
 // and on exit clears the cast cache (outermost scope only) and restores what was there.
@@ -51,4 +51,4 @@ class GradScaler {
   at::Tensor growth_tracker_;  // int32 [1]
 };
 
-}  // namespace acc
+}  // namespace acc::core

@@ -3,8 +3,8 @@
 #pragma once
 #include <string>
 
-namespace acc {
+namespace acc::core {
 
 const std::string& build_info();
 
-}  // namespace acc
+}  // namespace acc::core

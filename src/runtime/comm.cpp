@@ -12,7 +12,7 @@
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
 
-namespace acc {
+namespace acc::core {
 
 struct Comm::Impl {
   ProcessState state;
@@ -169,4 +169,4 @@ void Comm::broadcast(at::Tensor& t, int root) {
 
 void Comm::barrier() { impl_->pg->barrier()->wait(); }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -9,7 +9,7 @@
 
 #include "runtime/process_state.hpp"
 
-namespace acc {
+namespace acc::core {
 
 enum class ReduceOp { Sum, Mean, Max };
 
@@ -44,4 +44,4 @@ class Comm {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace acc
+}  // namespace acc::core

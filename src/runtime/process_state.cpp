@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 const std::string* find_first(const std::map<std::string, std::string>& env,
@@ -63,4 +63,4 @@ ProcessState ProcessState::from_environment(const std::map<std::string, std::str
   return s;
 }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -3,7 +3,7 @@
 #include <map>
 #include <string>
 
-namespace acc {
+namespace acc::core {
 
 struct ProcessState {
   int rank = 0;
@@ -20,4 +20,4 @@ struct ProcessState {
   static ProcessState from_environment(const std::map<std::string, std::string>& env);
 };
 
-}  // namespace acc
+}  // namespace acc::core

@@ -14,7 +14,7 @@
 #include "runtime/cuda.hpp"
 #include "util/errors.hpp"
 
-namespace acc {
+namespace acc::core {
 
 namespace {
 
@@ -93,7 +93,7 @@ void set_seed(uint64_t seed, bool deterministic) {
 }
 
 void Accelerator::set_seed(uint64_t seed, bool device_specific, bool deterministic) const {
-  acc::set_seed(device_specific ? seed + static_cast<uint64_t>(state_.rank) : seed, deterministic);
+  core::set_seed(device_specific ? seed + static_cast<uint64_t>(state_.rank) : seed, deterministic);
 }
 
 int64_t find_executable_batch_size(int64_t starting_batch_size, const std::function<bool(int64_t)>& step) {
@@ -117,7 +117,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   g.sync_each_batch = c.get_bool("gradient_accumulation_plugin.sync_each_batch");
   a->state_ = ProcessState::from_environment(env);
   const int cuda_device = pick_cuda_device(c, a->state_, env);
-  if (c.is_set("seed")) acc::set_seed(static_cast<uint64_t>(c.get_int("seed")), false);
+  if (c.is_set("seed")) core::set_seed(static_cast<uint64_t>(c.get_int("seed")), false);
   a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
                                 : c10::Device(c10::kCPU);
   a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
@@ -509,4 +509,4 @@ bool Accelerator::check_trigger() {
   return false;
 }
 
-}  // namespace acc
+}  // namespace acc::core

@@ -20,7 +20,7 @@
 #include "runtime/process_state.hpp"
 #include "train/optim.hpp"
 
-namespace acc {
+namespace acc::core {
 
 class Accelerator;
 
@@ -171,4 +171,4 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::mutex mu_;
 };
 
-}  // namespace acc
+}  // namespace acc::core

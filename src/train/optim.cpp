@@ -12,7 +12,7 @@
 
 #include "util/options.hpp"
 
-namespace acc {
+namespace acc::core {
 
 namespace {
 
@@ -187,4 +187,4 @@ double Schedule::factor(int64_t step) const {
   return min_ratio_ + (1.0 - min_ratio_) * cosine;
 }
 
-}  // namespace acc
+}  // namespace acc::core

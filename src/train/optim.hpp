@@ -13,7 +13,7 @@ class Optimizer;
 class LRScheduler;
 }  // namespace torch::optim
 
-namespace acc {
+namespace acc::core {
 
 class Optimizer {
  public:
@@ -48,4 +48,4 @@ class Schedule {
   double min_ratio_ = 0;
 };
 
-}  // namespace acc
+}  // namespace acc::core

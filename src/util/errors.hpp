@@ -3,7 +3,7 @@
 #pragma once
 #include <stdexcept>
 
-namespace acc {
+namespace acc::core {
 
 struct StateError : std::runtime_error {        // call order
   using std::runtime_error::runtime_error;
@@ -18,4 +18,4 @@ struct CallbackError : std::runtime_error {     // a caller callback returned no
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace acc
+}  // namespace acc::core

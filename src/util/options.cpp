@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-namespace acc {
+namespace acc::core {
 
 namespace {
 std::string join(const std::vector<std::string>& v) {
@@ -121,4 +121,4 @@ std::vector<double> Options::get_double_list(const std::string& key, std::vector
   return v;
 }
 
-}  // namespace acc
+}  // namespace acc::core

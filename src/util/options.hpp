@@ -9,7 +9,7 @@
 
 struct cJSON;
 
-namespace acc {
+namespace acc::core {
 
 // An invalid argument in a JSON text: mapped to ACC_ERR_INVALID_CONFIG at the ABI.
 struct OptionsError : std::invalid_argument {
@@ -40,4 +40,4 @@ class Options {
   std::string what_;
 };
 
-}  // namespace acc
+}  // namespace acc::core

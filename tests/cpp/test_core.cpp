@@ -16,7 +16,7 @@
 
 namespace fs = std::filesystem;
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 fs::path temp_dir() {
@@ -162,7 +162,7 @@ TEST(Schedule, ShapesMatchTransformers) {
 }
 
 }  // namespace
-}  // namespace acc
+}  // namespace acc::core
 
 #include <condition_variable>
 #include <mutex>
@@ -172,7 +172,7 @@ TEST(Schedule, ShapesMatchTransformers) {
 #include "parallel/ddp.hpp"
 #include "runtime/comm.hpp"
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
@@ -268,13 +268,13 @@ TEST(Abi, ConcurrentUseOfOneHandleIsBusy) {
 }
 
 }  // namespace
-}  // namespace acc
+}  // namespace acc::core
 
 #include <torch/csrc/autograd/autograd.h>
 
 #include "precision/fp8.hpp"
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 // The FP8 path runs on the CPU too (ATen emulates _scaled_mm there), so its numerics and gradients are
@@ -317,4 +317,4 @@ TEST(Fp8, ScopeSwitchesTheModelsLinearLayers) {
 }
 
 }  // namespace
-}  // namespace acc
+}  // namespace acc::core

@@ -10,7 +10,7 @@
 #include "data/dataset.hpp"
 #include "util/errors.hpp"
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 using Batches = std::vector<std::vector<int64_t>>;
@@ -172,4 +172,4 @@ TEST(Loader, DispatcherWithOneProcess) {
 }
 
 }  // namespace
-}  // namespace acc
+}  // namespace acc::core

@@ -8,7 +8,7 @@
 
 #include "data/sharding.hpp"
 
-namespace acc {
+namespace acc::core {
 namespace {
 
 using Shards = std::vector<std::vector<Batch>>;
@@ -371,4 +371,4 @@ TEST(Sharding, DispatcherGatherIsExact) {
 }
 
 }  // namespace
-}  // namespace acc
+}  // namespace acc::core

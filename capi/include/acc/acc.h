@@ -202,8 +202,9 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_safetensors(acc_model* model, co
 /* ---------------------------------------------------------------------------------------------- */
 /* Optimizers and schedulers                                                                      */
 
-/** {"type": "sgd"|"adam"|"adamw", "lr": 1e-3, "momentum": 0 (sgd), "betas": [0.9, 0.999],
- *   "eps": 1e-8, "weight_decay": 0 (adamw: 0.01)} over all parameters of `model`. */
+/** {"type": "sgd"|"adam"|"adamw", "lr", "momentum", "dampening", "nesterov", "betas", "eps",
+ *   "weight_decay", "amsgrad", "fused"} over all parameters of `model`. Defaults are PyTorch's; the
+ *   table of keys and defaults is in docs/c-api.md, "Optimizer options". */
 ACC_API ACC_NODISCARD acc_status acc_optimizer_create(acc_model* model, const char* options_json,
                                                        acc_optimizer** out) ACC_NOEXCEPT;
 ACC_API void acc_optimizer_destroy(acc_optimizer* opt) ACC_NOEXCEPT;

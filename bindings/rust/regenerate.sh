@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates acc-sys/src/bindings.rs from capi/include/acc/acc.h with bindgen. Only maintainers
 # run this (after changing acc.h); users and CI build from the checked-in file and need no libclang.
-# Installs bindgen-cli with cargo when it is missing; bindgen needs libclang (Debian: libclang1-14).
+# Installs bindgen-cli with cargo when it is missing; bindgen needs libclang and its headers (Debian: libclang1-14
+# and libclang-common-14-dev, which has stddef.h).
 #   bindings/rust/regenerate.sh [OUT]   (default: acc-sys/src/bindings.rs; the freshness test passes
 #                                        a temporary file and compares)
 set -euo pipefail

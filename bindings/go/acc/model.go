@@ -169,8 +169,9 @@ func (o *Optimizer) p() uintptr {
 	return o.ptr
 }
 
-// NewOptimizer creates an optimizer over all parameters of model: {"type": "sgd"|"adam"|"adamw",
-// "lr": 1e-3, "momentum": 0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0}.
+// NewOptimizer creates an optimizer over all parameters of model: {"type": "sgd"|"adam"|"adamw", "lr",
+// "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}, with PyTorch's
+// defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options".
 func NewOptimizer(model *Model, options any) (*Optimizer, error) {
 	if abiErr != nil {
 		return nil, abiErr

@@ -315,7 +315,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\": 1e-3, \"momentum\": 0 (sgd), \"betas\": [0.9, 0.999],\n   \"eps\": 1e-8, \"weight_decay\": 0 (adamw: 0.01)} over all parameters of `model`."]
+    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\"} over all parameters of `model`. Defaults are PyTorch's; the\n   table of keys and defaults is in docs/c-api.md, \"Optimizer options\"."]
     pub fn acc_optimizer_create(
         model: *mut acc_model,
         options_json: *const ::core::ffi::c_char,

@@ -380,8 +380,10 @@ impl Model {
 }
 
 impl Optimizer {
-    /// An optimizer over all parameters of `model`: `{"type": "sgd"|"adam"|"adamw", "lr": 1e-3,
-    /// "momentum": 0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0}`.
+    /// An optimizer over all parameters of `model`: `{"type": "sgd"|"adam"|"adamw", "lr",
+    /// "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}`,
+    /// with PyTorch's defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer
+    /// options".
     pub fn new(model: &Model, options_json: &str) -> Result<Optimizer> {
         check_abi()?;
         let c = cstring(options_json)?;

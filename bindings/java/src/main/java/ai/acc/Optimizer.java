@@ -9,8 +9,9 @@ public final class Optimizer extends NativeObject {
   }
 
   /**
-   * An optimizer over all parameters of {@code model}: {@code {"type": "sgd"|"adam"|"adamw", "lr":
-   * 1e-3, "momentum": 0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0}}.
+   * An optimizer over all parameters of {@code model}: {@code {"type": "sgd"|"adam"|"adamw", "lr",
+   * "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}}, with
+   * PyTorch's defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options".
    */
   public static Optimizer create(Model model, String optionsJson) {
     NativeLoader.load();

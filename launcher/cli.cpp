@@ -1,88 +1,109 @@
 #include "cli.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <map>
 
 #include "acc/config.hpp"
 
 namespace acc::cli {
 namespace {
 
-// "--num-processes" and "--num_processes" are one option.
-std::string normalize(const std::string& s) {
-  if (s.rfind("--", 0) != 0) return s;
-  std::string out = "--";
-  for (size_t i = 2; i < s.size(); ++i) out += s[i] == '-' ? '_' : s[i];
+// Accelerate's argparse takes every long option in both spellings: "--num_processes" and "--num-processes".
+std::vector<std::string> spellings(const Option& o) {
+  std::vector<std::string> out = {o.name};
+  for (char from : {'-', '_'}) {
+    std::string s = "--";
+    for (size_t i = 2; i < o.name.size(); ++i) s += o.name[i] == from ? (from == '-' ? '_' : '-') : o.name[i];
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  out.insert(out.end(), o.shorts.begin(), o.shorts.end());
   return out;
 }
 
-const Option* find(const std::vector<Option>& options, const std::string& typed) {
-  const std::string n = normalize(typed);
-  for (const auto& o : options) {
-    if (normalize(o.name) == n) return &o;
-    for (const auto& s : o.shorts)
-      if (s == typed) return &o;
-  }
-  return nullptr;
+[[noreturn]] void unknown_option(const std::vector<Option>& options, const std::string& typed) {
+  const std::string name = typed.substr(0, typed.find('='));
+  std::vector<std::string> names;
+  for (const auto& o : options) names.push_back(o.name);
+  std::string underscored = name;
+  std::replace(underscored.begin() + std::min<size_t>(2, underscored.size()), underscored.end(), '-', '_');
+  std::string msg = "unknown option '" + name + "'";
+  std::string near = config::closest_match(underscored, names);
+  if (!near.empty()) msg += " (did you mean '" + near + "'?)";
+  throw UsageError(msg);
 }
 
 }  // namespace
 
 Parsed parse(const std::vector<Option>& options, const std::vector<std::string>& args, bool stop_at_positional) {
-  Parsed p;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      p.positionals.insert(p.positionals.end(), args.begin() + static_cast<long>(i) + 1, args.end());
-      break;
+  CLI::App app;
+  app.set_help_flag();  // the tables list --help themselves, with our help text
+  app.allow_extras();   // unknown options come back in remaining(): reported below with a did-you-mean
+  if (stop_at_positional) app.prefix_command();  // the program and its arguments are passed through untouched
+  // One CLI11 option per spelling, so that the spelling typed is known (messages and provenance name it).
+  std::map<const CLI::Option*, std::pair<const Option*, std::string>> owner;
+  for (const auto& o : options)
+    for (const auto& s : spellings(o)) {
+      CLI::Option* c = !o.takes_value ? app.add_flag(s) : app.add_option(s)->expected(1, o.many ? -1 : 1);
+      if (o.many) c->allow_extra_args();  // take values up to the next option, as nargs="+"
+      c->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);  // every occurrence; the last one wins below
+      owner[c] = {&o, s};
     }
-    if (a.size() < 2 || a[0] != '-') {
-      if (stop_at_positional) {
-        p.positionals.insert(p.positionals.end(), args.begin() + static_cast<long>(i), args.end());
-        break;
-      }
-      p.positionals.push_back(a);
+  std::vector<std::string> positionals;
+  if (!stop_at_positional) app.add_option("positionals", positionals);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch&) {
+    // An option's values are taken whatever they look like ("--term_timeout -1"), so only the last argument can
+    // lack its value.
+    const std::string name = args.back().substr(0, args.back().find('='));
+    for (const auto& o : options)
+      for (const auto& s : spellings(o))
+        if (s == name) throw UsageError("option '" + name + "' needs a value (" + o.metavar + ")");
+    throw UsageError("option '" + name + "' needs a value");
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  Parsed p;
+  // Options in the order given, so that the last occurrence wins, whichever its spelling.
+  std::map<const CLI::Option*, size_t> seen;
+  for (const CLI::Option* c : app.parse_order()) {
+    auto it = owner.find(c);
+    if (it == owner.end()) continue;  // the positionals
+    const auto& [o, typed] = it->second;
+    const std::string value = c->results().at(seen[c]++);
+    Given g{value, {}, typed};
+    if (o->many) {
+      auto& given = p.options[o->name];
+      given.value = value;
+      given.values.push_back(value);
+      given.as_typed = typed;
       continue;
     }
-    std::string name = a, inline_value;
-    bool has_inline = false;
-    if (a.rfind("--", 0) == 0) {
-      size_t eq = a.find('=');
-      if (eq != std::string::npos) {
-        name = a.substr(0, eq);
-        inline_value = a.substr(eq + 1);
-        has_inline = true;
-      }
-    }
-    const Option* o = find(options, name);
-    if (!o) {
-      std::vector<std::string> names;
-      for (const auto& opt : options) names.push_back(opt.name);
-      std::string msg = "unknown option '" + name + "'";
-      std::string near = config::closest_match(normalize(name), names);
-      if (!near.empty()) msg += " (did you mean '" + near + "'?)";
-      throw UsageError(msg);
-    }
-    Given g;
-    g.as_typed = name;
-    if (o->takes_value) {
-      if (has_inline) {
-        g.value = inline_value;
-      } else {
-        if (i + 1 >= args.size()) throw UsageError("option '" + name + "' needs a value (" + o->metavar + ")");
-        g.value = args[++i];
-      }
-    } else if (has_inline) {
-      auto b = config::parse_bool(inline_value);
-      if (!b) throw UsageError("option '" + name + "' is a flag; got '=" + inline_value + "' (use true or false)");
+    if (!o->takes_value) {
+      auto b = config::parse_bool(value);
+      if (!b) throw UsageError("option '" + typed + "' is a flag; got '=" + value + "' (use true or false)");
       if (!*b) {
         p.options.erase(o->name);
         continue;
       }
       g.value = "true";
-    } else {
-      g.value = "true";
     }
     p.options[o->name] = g;
+  }
+  // What CLI11 did not take: unknown options, "--", and (with stop_at_positional) the program and its arguments,
+  // which start at the first positional.
+  const std::vector<std::string> rest = app.remaining();
+  auto is_option = [](const std::string& a) { return a != "--" && a.size() > 1 && a[0] == '-'; };
+  if (stop_at_positional) {
+    if (!rest.empty() && is_option(rest[0])) unknown_option(options, rest[0]);
+    p.positionals.assign(rest.begin() + (!rest.empty() && rest[0] == "--" ? 1 : 0), rest.end());
+  } else {
+    for (const auto& a : rest)
+      if (is_option(a)) unknown_option(options, a);
+    p.positionals = positionals;
   }
   return p;
 }

@@ -1,6 +1,8 @@
-// A small command-line parser for `acc` subcommands: long options in `_` or `-` spelling (`--num_processes`,
-// `--num-processes`), `--opt value` or `--opt=value`, short aliases, store-true flags, and parsing that stops at
-// the first positional argument (the program to launch) so everything after it belongs to that program.
+// The command line of `acc` subcommands, parsed by CLI11 from one table of options per subcommand: long options in
+// `_` or `-` spelling (`--num_processes`, `--num-processes`), `--opt value` or `--opt=value`, short aliases,
+// store-true flags (`--flag=false` clears one), options with several values (argparse's nargs="+"), and parsing
+// that stops at the first positional argument (the program to launch) so everything after it belongs to that
+// program. Unknown options are errors with a did-you-mean.
 #pragma once
 
 #include <map>
@@ -18,6 +20,7 @@ struct Option {
   std::string name;                 // canonical: "--num_processes"
   std::vector<std::string> shorts;  // "-q"
   bool takes_value = false;         // false: a flag (store true)
+  bool many = false;                // with takes_value: one or more values, as argparse's nargs="+"
   std::string metavar;              // "N"
   std::string help;
   std::string group;                // help section
@@ -26,7 +29,8 @@ struct Option {
 };
 
 struct Given {
-  std::string value;  // the option's value ("true" for a flag)
+  std::string value;  // the option's value ("true" for a flag; the last one for `many`)
+  std::vector<std::string> values;  // `many`: every value given, over all occurrences
   std::string as_typed;  // "--num-processes"
 };
 

@@ -279,48 +279,25 @@ std::string with_commas(int64_t v) {
 
 }  // namespace
 
-int estimate_main(const std::vector<std::string>& args_in) {
-  // --dtypes takes several values, as in accelerate (nargs="+"); commas work too.
-  std::vector<std::string> args, dtypes;
-  bool dtypes_given = false;
-  for (size_t i = 0; i < args_in.size(); ++i) {
-    const std::string& a = args_in[i];
-    if (a == "--dtypes" || a.rfind("--dtypes=", 0) == 0) {
-      dtypes_given = true;
-      auto add = [&](const std::string& v) {
-        std::stringstream ss(v);
-        for (std::string d; std::getline(ss, d, ',');)
-          if (!d.empty()) dtypes.push_back(d);
-      };
-      if (a != "--dtypes") add(a.substr(9));
-      while (i + 1 < args_in.size() && args_in[i + 1].rfind("-", 0) != 0) {
-        // A following token that is a model stays a positional: dtypes are short known names.
-        static const std::set<std::string> names = {"float32", "float16", "bfloat16", "int8", "int4"};
-        std::string next = args_in[i + 1];
-        bool all = true;
-        std::stringstream ss(next);
-        for (std::string d; std::getline(ss, d, ',');) all = all && names.count(d);
-        if (!all) break;
-        add(next);
-        ++i;
-      }
-      continue;
-    }
-    args.push_back(a);
-  }
+int estimate_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts;
-  auto opt = [&](const char* name, const char* metavar, const char* help, bool value, std::vector<std::string> s = {}) {
+  auto opt = [&](const char* name, const char* metavar, const char* help, bool value, std::vector<std::string> s = {},
+                 bool many = false) {
     cli::Option o;
     o.name = name;
     o.metavar = metavar;
     o.help = help;
     o.takes_value = value;
+    o.many = many;
     o.group = "options";
     o.shorts = std::move(s);
     opts.push_back(o);
   };
   opt("--help", "", "show this help and exit", false, {"-h"});
-  opt("--dtypes", "DTYPE [DTYPE ...]", "float32, float16, bfloat16, int8, int4 (default: float32 float16 int8 int4)", true);
+  // Several values, as accelerate's nargs="+" (which also takes a model name after them: give MODEL first); commas
+  // work too.
+  opt("--dtypes", "DTYPE [DTYPE ...]", "float32, float16, bfloat16, int8, int4 (default: float32 float16 int8 int4)", true,
+      {}, true);
   opt("--library_name", "NAME", "accepted for compatibility (acc reads no Hub models)", true);
   opt("--trust_remote_code", "", "accepted for compatibility", false);
   cli::Parsed p;
@@ -351,7 +328,16 @@ int estimate_main(const std::vector<std::string>& args_in) {
     std::fprintf(stderr, "%s: error: give one MODEL (a model spec, a GPT-2 size name or a safetensors file)\n", kMe);
     return 2;
   }
-  if (!dtypes_given) dtypes = {"float32", "float16", "int8", "int4"};
+  std::vector<std::string> dtypes;
+  if (auto it = p.options.find("--dtypes"); it != p.options.end()) {
+    for (const auto& v : it->second.values) {
+      std::stringstream ss(v);
+      for (std::string d; std::getline(ss, d, ',');)
+        if (!d.empty()) dtypes.push_back(d);
+    }
+  } else {
+    dtypes = {"float32", "float16", "int8", "int4"};
+  }
   for (const auto& d : dtypes)
     if (d != "float32" && d != "float16" && d != "bfloat16" && d != "int8" && d != "int4") {
       std::fprintf(stderr, "%s: error: --dtypes: '%s' is not one of float32, float16, bfloat16, int8, int4\n", kMe,

@@ -1117,6 +1117,38 @@ sys.exit(max(p.wait() for p in procs))
         self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn(st + ": malformed header: malformed JSON at line 1, column 37", r.stderr)
 
+    def test_command_line_forms(self):
+        # Both spellings, --opt=value, the last occurrence wins and provenance names the spelling typed.
+        env = dict(self.env, ACC_CONFIG_FILE="none")
+        r = subprocess.run([ACC, "config", "explain", "--num_processes=3", "--num-processes", "4", "--debug",
+                            "--debug=false"], capture_output=True, text=True, env=env, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\n  num_processes +4 +flag  --num-processes\n")
+        self.assertRegex(r.stdout, r"\n  debug +false +default\n")
+        r = subprocess.run([ACC, "config", "explain", "--debug=maybe"], capture_output=True, text=True, env=env,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("option '--debug' is a flag; got '=maybe' (use true or false)", r.stderr)
+        # Everything from the program on is the program's, options included; "--" ends acc's options.
+        for args in (["--cpu", "/bin/echo"], ["--cpu", "--", "/bin/echo"]):
+            r = subprocess.run([ACC, "launch", *args, "x", "-y", "--num_processes", "5", "--", "--z=1"],
+                               capture_output=True, text=True, env=env, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, "x -y --num_processes 5 -- --z=1\n")
+        r = subprocess.run([ACC, "launch", "--cpu", "--bogus", "/bin/echo"], capture_output=True, text=True, env=env,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown option '--bogus'", r.stderr)
+        # nargs="+": several values, repeated, or with commas
+        r = subprocess.run([ACC, "estimate-memory", "gpt2", "--dtypes", "float16", "bfloat16", "--dtypes=int8,int4"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [l.split("│")[1].strip() for l in r.stdout.splitlines() if l.startswith("│") and "MB" in l]
+        self.assertEqual(rows, ["float16", "bfloat16", "int8", "int4"])
+        r = subprocess.run([ACC, "estimate-memory", "gpt2", "--dtypes"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("option '--dtypes' needs a value", r.stderr)
+
     def test_help_for_every_command(self):
         for cmd, words in ((["launch"], ["--max_restarts", "--tee", "--log_dir", "--gpu_ids", "--rdzv_conf",
                                          "[mixed_precision; default \"no\"]", "--fsdp_version", "--zero_stage"]),

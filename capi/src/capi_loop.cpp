@@ -2,7 +2,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
-#include <cstdio>
 
 #include "guard.hpp"
 #include "handles.hpp"
@@ -148,13 +147,7 @@ acc_status acc_check_trigger(acc_accelerator* acc, int32_t* out) noexcept {
 
 acc_status acc_print(const acc_accelerator* acc, const char* text) noexcept {
   return guarded(__func__, [&] {
-    const auto& st = need(acc, "accelerator")->impl->state();
-    need(text, "text");
-    if (st.local_rank == 0) {
-      std::fputs(text, stdout);
-      std::fputc('\n', stdout);
-      std::fflush(stdout);
-    }
+    need(acc, "accelerator")->impl->print(need(text, "text"));
   });
 }
 

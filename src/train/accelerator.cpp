@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ios>
 
 #include <torch/optim/schedulers/lr_scheduler.h>
@@ -497,6 +498,13 @@ at::Tensor Accelerator::split_tensor_between_processes(const at::Tensor& x, bool
     part = at::cat({part, x.narrow(0, x.size(0) - 1, 1).repeat(reps)});
   }
   return part;
+}
+
+void Accelerator::print(const std::string& text) const {
+  if (state_.local_rank != 0) return;
+  std::fputs(text.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
 }
 
 bool Accelerator::check_trigger() {

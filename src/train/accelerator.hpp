@@ -144,6 +144,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void set_seed(uint64_t seed, bool device_specific, bool deterministic) const;
   void main_process_first(bool local, bool entering);
   void set_trigger() { trigger_ = true; }
+  void print(const std::string& text) const;  // a line on stdout, on the local main process only
   bool check_trigger();
 
   // LoaderObserver: the stack of loaders being iterated (Accelerate's GradientState).

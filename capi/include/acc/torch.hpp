@@ -1,0 +1,250 @@
+// libacc's C++ API: Accelerate for C++ programs with their own torch::nn::Modules, torch::optim
+// optimizers and LR schedulers. It is the front door of the same core the C ABI (acc/acc.h) calls, not a
+// second implementation.
+//
+// Tied to the LibTorch it was built with: a program must compile and link against that same LibTorch
+// (version and C++ ABI; `pkg-config --cflags --libs acc-torch` gives its flags). The stable surface,
+// for other languages and for programs that must outlive a LibTorch upgrade, is the C ABI.
+//
+// Errors are exceptions derived from std::exception (std::invalid_argument for bad arguments,
+// std::runtime_error for call order, I/O and distributed failures), with a message naming the culprit.
+// One object is used by one thread at a time.
+//
+//   acc::Accelerator accelerator(R"({"gradient_accumulation_steps": 2, "seed": 1})");
+//   auto net = std::make_shared<Net>();
+//   auto opt = std::make_shared<torch::optim::AdamW>(net->parameters(), torch::optim::AdamWOptions(1e-3));
+//   auto model = accelerator.prepare(net);           // DDP across the processes of `acc launch`
+//   auto optimizer = accelerator.prepare(opt);
+//   auto loader = accelerator.prepare(acc::DataLoader(inputs, targets, R"({"batch_size": 8})"));
+//   while (auto batch = loader.next()) {
+//     auto scope = accelerator.accumulate(model);
+//     auto loss = torch::mse_loss(model(batch->at("input")), batch->at("targets"));
+//     accelerator.backward(loss);
+//     optimizer.step();
+//     optimizer.zero_grad();
+//   }
+#ifndef ACC_TORCH_HPP
+#define ACC_TORCH_HPP
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#define ACC_CXX_API __attribute__((visibility("default")))
+
+namespace acc {
+
+namespace core {  // libacc's internals, which the handles below share with the C ABI
+class Accelerator;
+struct ModelSlot;
+struct OptimizerSlot;
+struct SchedulerSlot;
+class DataLoader;
+class ForwardScope;
+}  // namespace core
+
+// A batch: tensors by name, in order (the dict Accelerate hands to a model).
+class ACC_CXX_API Batch {
+ public:
+  Batch() = default;
+  explicit Batch(std::vector<std::pair<std::string, torch::Tensor>> items) : items_(std::move(items)) {}
+  // The tensor of `name`; std::invalid_argument naming the key when missing.
+  const torch::Tensor& at(const std::string& name) const;
+  bool contains(const std::string& name) const;
+  const std::vector<std::pair<std::string, torch::Tensor>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<std::string, torch::Tensor>> items_;
+};
+
+// A prepared torch::nn::Module. Call it like the module (prepared(x) runs module->forward(x)) so that
+// its forward runs as Accelerate's wrapped one: the strategy's pre-forward work (DDP broadcasts
+// buffers), autocast under mixed precision, and float32 outputs.
+class ACC_CXX_API Model {
+ public:
+  torch::nn::Module& module() const;
+  // Runs `fn` (your module's forward, or any code) inside the prepared forward's context.
+  template <class F>
+  auto forward(F&& fn) -> decltype(fn()) {
+    ForwardGuard guard(*this);
+    return to_fp32(fn());
+  }
+  // Names of every parameter as the strategy sees them ("layers.0.weight", ...).
+  std::vector<std::string> parameter_names() const;
+
+  // RAII: what a forward runs inside (see above).
+  class ACC_CXX_API ForwardGuard {
+   public:
+    explicit ForwardGuard(Model& model);
+    ~ForwardGuard();
+    ForwardGuard(const ForwardGuard&) = delete;
+    ForwardGuard& operator=(const ForwardGuard&) = delete;
+
+   private:
+    std::unique_ptr<core::ForwardScope> scope_;
+  };
+
+  std::shared_ptr<core::ModelSlot> slot;  // shared with the accelerator
+
+ protected:
+  static torch::Tensor to_fp32(const torch::Tensor& t);
+  template <class T>
+  static T to_fp32(T other) {
+    return other;
+  }
+};
+
+// A prepared module that keeps its type: prepared(args...) calls M::forward, prepared-> reaches M.
+template <class M>
+class PreparedModule : public Model {
+ public:
+  PreparedModule(Model base, std::shared_ptr<M> m) : Model(std::move(base)), m_(std::move(m)) {}
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    return forward([&] { return m_->forward(std::forward<Args>(args)...); });
+  }
+  M* operator->() const { return m_.get(); }
+  const std::shared_ptr<M>& ptr() const { return m_; }
+
+ private:
+  std::shared_ptr<M> m_;
+};
+
+// A prepared optimizer (Accelerate's AcceleratedOptimizer): step and zero_grad do nothing on
+// accumulation steps; under fp16 the gradients are unscaled first and the step is skipped on inf/nan.
+class ACC_CXX_API Optimizer {
+ public:
+  void step();
+  void zero_grad();
+  bool step_was_skipped() const;
+  double lr() const;
+  std::shared_ptr<core::OptimizerSlot> slot;
+};
+
+// A prepared LR scheduler (AcceleratedScheduler): no step on accumulation or skipped steps; otherwise
+// num_processes steps per call (one with split_batches).
+class ACC_CXX_API Scheduler {
+ public:
+  void step();
+  std::shared_ptr<core::SchedulerSlot> slot;
+};
+
+// A data loader over samples (rows of tensors, or a function of the index), batched, shuffled and, once
+// prepared, sharded across processes exactly as Accelerate's prepare_data_loader does. Batches hold
+// "input" and, when there are targets, "targets". options_json: {"batch_size", "shuffle", "seed",
+// "drop_last"}, as acc_dataloader_create.
+class ACC_CXX_API DataLoader {
+ public:
+  DataLoader(torch::Tensor inputs, torch::Tensor targets, const std::string& options_json = "");
+  // get(i) returns sample i's input and target (an undefined target for none).
+  DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torch::Tensor>(int64_t)> get,
+             const std::string& options_json = "");
+  // The next batch of this process; std::nullopt at the end of an epoch (the next call starts the next).
+  std::optional<Batch> next();
+  int64_t length() const;  // batches per epoch on this process
+  void set_epoch(int64_t epoch);
+  bool end_of_epoch() const;
+  std::shared_ptr<core::DataLoader> impl;
+};
+
+class ACC_CXX_API Accelerator {
+ public:
+  // Accelerate's constructor arguments as JSON (see acc_accelerator_create); "" for the defaults. Under
+  // `acc launch` (or torchrun's environment) this joins the process group.
+  explicit Accelerator(const std::string& config_json = "");
+
+  int process_index() const;
+  int local_process_index() const;
+  int num_processes() const;
+  bool is_main_process() const;
+  bool is_local_main_process() const;
+  bool is_last_process() const;
+  torch::Device device() const;
+  std::string distributed_type() const;  // "NO", "MULTI_CPU", "MULTI_GPU"
+  std::string config_json() const;        // the resolved configuration, with provenance
+
+  // prepare: the module moves to the device and gets its strategy (DDP with several processes).
+  Model prepare(std::shared_ptr<torch::nn::Module> module);
+  template <class M>
+    requires std::is_base_of_v<torch::nn::Module, M>
+  PreparedModule<M> prepare(std::shared_ptr<M> module) {
+    return PreparedModule<M>(prepare(std::static_pointer_cast<torch::nn::Module>(module)), module);
+  }
+  template <class M>
+  PreparedModule<M> prepare(torch::nn::ModuleHolder<M>& holder) {
+    return prepare(holder.ptr());
+  }
+  Optimizer prepare(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  template <class O>
+    requires std::is_base_of_v<torch::optim::Optimizer, O>
+  Optimizer prepare(std::shared_ptr<O> optimizer) {
+    return prepare(std::static_pointer_cast<torch::optim::Optimizer>(std::move(optimizer)));
+  }
+  Scheduler prepare(std::shared_ptr<torch::optim::LRScheduler> scheduler, const Optimizer& optimizer);
+  template <class S>
+    requires std::is_base_of_v<torch::optim::LRScheduler, S>
+  Scheduler prepare(std::shared_ptr<S> scheduler, const Optimizer& optimizer) {
+    return prepare(std::static_pointer_cast<torch::optim::LRScheduler>(std::move(scheduler)), optimizer);
+  }
+  DataLoader prepare(DataLoader loader);
+
+  void backward(const torch::Tensor& loss);
+
+  // Accelerate's accumulate(model): the scope of one batch; gradients sync every
+  // gradient_accumulation_steps-th batch (and on the loader's last one).
+  class ACC_CXX_API AccumulateScope {
+   public:
+    AccumulateScope(Accelerator& accelerator, Model& model);
+    ~AccumulateScope();
+    AccumulateScope(const AccumulateScope&) = delete;
+    AccumulateScope& operator=(const AccumulateScope&) = delete;
+
+   private:
+    std::shared_ptr<core::Accelerator> acc_;
+    std::shared_ptr<core::ModelSlot> model_;
+  };
+  AccumulateScope accumulate(Model& model) { return AccumulateScope(*this, model); }
+  bool sync_gradients() const;
+
+  double clip_grad_norm(Model& model, double max_norm, double norm_type = 2.0);
+  void clip_grad_value(Model& model, double clip_value);
+
+  torch::Tensor gather(const torch::Tensor& t);
+  torch::Tensor gather_for_metrics(const torch::Tensor& t);
+  enum class Reduce { Sum, Mean, Max };
+  torch::Tensor reduce(const torch::Tensor& t, Reduce op = Reduce::Sum);
+  torch::Tensor broadcast(const torch::Tensor& t, int from_process = 0);
+  torch::Tensor pad_across_processes(const torch::Tensor& t, int64_t dim = 0, double pad_index = 0,
+                                     bool pad_first = false);
+  // This process's share of n items: {start, count}; with padding every share has the longest count.
+  std::pair<int64_t, int64_t> split_between_processes(int64_t n) const;
+  torch::Tensor split_between_processes(const torch::Tensor& t, bool apply_padding = false) const;
+  void wait_for_everyone();
+  // Runs `fn` on the main process (of the machine, when local) first, then on the others.
+  void main_process_first(const std::function<void()>& fn, bool local = false);
+  void set_trigger();
+  bool check_trigger();
+  void print(const std::string& text) const;  // on the local main process only
+  void set_seed(uint64_t seed, bool device_specific = false, bool deterministic = false) const;
+
+  const std::shared_ptr<core::Accelerator>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<core::Accelerator> impl_;
+};
+
+// Writes a module's parameters and buffers to a safetensors file, atomically.
+ACC_CXX_API void save_safetensors(const torch::nn::Module& module, const std::string& path);
+
+}  // namespace acc
+
+#endif  // ACC_TORCH_HPP

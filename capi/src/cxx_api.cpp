@@ -1,0 +1,223 @@
+// The C++ API (acc/torch.hpp): handles over the core, as the C ABI's are; no behaviour of its own.
+#include "acc/torch.hpp"
+
+#include <ATen/ATen.h>
+
+#include "checkpoint/safetensors.hpp"
+#include "train/accelerator.hpp"
+#include "util/errors.hpp"
+
+namespace acc {
+
+const torch::Tensor& Batch::at(const std::string& name) const {
+  for (const auto& [n, t] : items_)
+    if (n == name) return t;
+  std::string keys;
+  for (const auto& [n, t] : items_) keys += (keys.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("the batch has no tensor '" + name + "' (it has: " + keys + ")");
+}
+
+bool Batch::contains(const std::string& name) const {
+  for (const auto& [n, t] : items_)
+    if (n == name) return true;
+  return false;
+}
+
+namespace {
+
+template <class T>
+T& need(const std::shared_ptr<T>& p, const char* what) {
+  if (!p) throw core::StateError(std::string(what) + " is empty (default-constructed or moved from)");
+  return *p;
+}
+
+// A user's module under the core's module-tree interface.
+std::shared_ptr<core::Model> as_model(std::shared_ptr<torch::nn::Module> m) {
+  return std::make_shared<core::NnModel>(std::move(m));
+}
+
+}  // namespace
+
+torch::nn::Module& Model::module() const {
+  return *std::static_pointer_cast<core::NnModel>(need(slot, "the model").model)->module();
+}
+
+std::vector<std::string> Model::parameter_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, p] : need(slot, "the model").model->named_parameters()) names.push_back(n);
+  return names;
+}
+
+Model::ForwardGuard::ForwardGuard(Model& model)
+    : scope_(std::make_unique<core::ForwardScope>(need(model.slot, "the model"))) {}
+
+Model::ForwardGuard::~ForwardGuard() = default;
+
+torch::Tensor Model::to_fp32(const torch::Tensor& t) { return core::output_to_fp32(t); }
+
+void Optimizer::step() { need(slot, "the optimizer").step(); }
+void Optimizer::zero_grad() { need(slot, "the optimizer").zero_grad(); }
+bool Optimizer::step_was_skipped() const { return need(slot, "the optimizer").step_was_skipped; }
+double Optimizer::lr() const { return need(slot, "the optimizer").opt->lr(); }
+
+void Scheduler::step() { need(slot, "the scheduler").step(); }
+
+DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, const std::string& options_json)
+    : impl(std::make_shared<core::DataLoader>(core::make_tensor_dataset(std::move(inputs), std::move(targets)),
+                                              core::LoaderOptions::parse(options_json.c_str()))) {}
+
+DataLoader::DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torch::Tensor>(int64_t)> get,
+                       const std::string& options_json) {
+  if (!get) throw std::invalid_argument("the sample function is empty");
+  auto ds = core::make_callback_dataset(size, [get = std::move(get)](int64_t i) {
+    auto [input, target] = get(i);
+    if (!input.defined()) throw std::invalid_argument("the sample function gave no input for index " + std::to_string(i));
+    return core::Sample{input, target};
+  });
+  impl = std::make_shared<core::DataLoader>(std::move(ds), core::LoaderOptions::parse(options_json.c_str()));
+}
+
+std::optional<Batch> DataLoader::next() {
+  core::Sample s;
+  if (!need(impl, "the data loader").next(s)) return std::nullopt;
+  std::vector<std::pair<std::string, torch::Tensor>> items{{"input", s.input}};
+  if (s.target.defined()) items.emplace_back("targets", s.target);
+  return Batch(std::move(items));
+}
+
+int64_t DataLoader::length() const { return need(impl, "the data loader").length(); }
+void DataLoader::set_epoch(int64_t epoch) {
+  if (epoch < 0) throw std::invalid_argument("epoch must be >= 0");
+  need(impl, "the data loader").set_epoch(epoch);
+}
+bool DataLoader::end_of_epoch() const { return need(impl, "the data loader").end_of_dataloader(); }
+
+Accelerator::Accelerator(const std::string& config_json) : impl_(core::Accelerator::create(config_json.c_str())) {}
+
+int Accelerator::process_index() const { return impl_->state().rank; }
+int Accelerator::local_process_index() const { return impl_->state().local_rank; }
+int Accelerator::num_processes() const { return impl_->state().world_size; }
+bool Accelerator::is_main_process() const { return impl_->state().rank == 0; }
+bool Accelerator::is_local_main_process() const { return impl_->state().local_rank == 0; }
+bool Accelerator::is_last_process() const { return impl_->state().rank == impl_->state().world_size - 1; }
+torch::Device Accelerator::device() const { return impl_->device(); }
+std::string Accelerator::distributed_type() const { return impl_->distributed_type(); }
+std::string Accelerator::config_json() const { return impl_->config_json(); }
+
+Model Accelerator::prepare(std::shared_ptr<torch::nn::Module> module) {
+  if (!module) throw std::invalid_argument("prepare: the module is null");
+  auto slot = std::make_shared<core::ModelSlot>();
+  slot->model = as_model(std::move(module));
+  impl_->prepare(slot, nullptr, nullptr, nullptr);
+  Model m;
+  m.slot = std::move(slot);
+  return m;
+}
+
+Optimizer Accelerator::prepare(std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  if (!optimizer) throw std::invalid_argument("prepare: the optimizer is null");
+  auto slot = std::make_shared<core::OptimizerSlot>();
+  slot->opt = std::make_unique<core::Optimizer>(std::move(optimizer));
+  impl_->prepare(nullptr, slot, nullptr, nullptr);
+  Optimizer o;
+  o.slot = std::move(slot);
+  return o;
+}
+
+Scheduler Accelerator::prepare(std::shared_ptr<torch::optim::LRScheduler> scheduler, const Optimizer& optimizer) {
+  if (!scheduler) throw std::invalid_argument("prepare: the scheduler is null");
+  auto slot = std::make_shared<core::SchedulerSlot>();
+  slot->opt = optimizer.slot;
+  slot->user = std::move(scheduler);
+  need(slot->opt, "the scheduler's optimizer");
+  impl_->prepare(nullptr, nullptr, slot, nullptr);
+  Scheduler s;
+  s.slot = std::move(slot);
+  return s;
+}
+
+DataLoader Accelerator::prepare(DataLoader loader) {
+  need(loader.impl, "the data loader");
+  impl_->prepare(nullptr, nullptr, nullptr, loader.impl);
+  return loader;
+}
+
+void Accelerator::backward(const torch::Tensor& loss) { impl_->backward(loss); }
+
+Accelerator::AccumulateScope::AccumulateScope(Accelerator& accelerator, Model& model)
+    : acc_(accelerator.impl_), model_(model.slot) {
+  acc_->accumulate_begin(model_);
+}
+
+Accelerator::AccumulateScope::~AccumulateScope() {
+  try {
+    acc_->accumulate_end(model_);
+  } catch (...) {  // a destructor must not throw; begin succeeded, so end cannot fail
+  }
+}
+
+bool Accelerator::sync_gradients() const { return impl_->gradient_state().sync_gradients; }
+
+double Accelerator::clip_grad_norm(Model& model, double max_norm, double norm_type) {
+  if (!(max_norm > 0)) throw std::invalid_argument("max_norm must be > 0");
+  if (!(norm_type > 0)) throw std::invalid_argument("norm_type must be > 0");
+  return impl_->clip_grad_norm(need(model.slot, "the model"), max_norm, norm_type);
+}
+
+void Accelerator::clip_grad_value(Model& model, double clip_value) {
+  if (!(clip_value >= 0)) throw std::invalid_argument("clip_value must be >= 0");
+  impl_->clip_grad_value(need(model.slot, "the model"), clip_value);
+}
+
+torch::Tensor Accelerator::gather(const torch::Tensor& t) { return impl_->gather(t); }
+torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& t) { return impl_->gather_for_metrics(t); }
+
+torch::Tensor Accelerator::reduce(const torch::Tensor& t, Reduce op) {
+  core::ReduceOp r = op == Reduce::Sum ? core::ReduceOp::Sum : op == Reduce::Mean ? core::ReduceOp::Mean
+                                                                                 : core::ReduceOp::Max;
+  return impl_->reduce(t, r);
+}
+
+torch::Tensor Accelerator::broadcast(const torch::Tensor& t, int from_process) {
+  return impl_->broadcast(t, from_process);
+}
+
+torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& t, int64_t dim, double pad_index,
+                                                bool pad_first) {
+  return impl_->pad_across_processes(t, dim, pad_index, pad_first);
+}
+
+std::pair<int64_t, int64_t> Accelerator::split_between_processes(int64_t n) const {
+  auto s = impl_->split_between_processes(n, false);
+  return {s.start, s.count};
+}
+
+torch::Tensor Accelerator::split_between_processes(const torch::Tensor& t, bool apply_padding) const {
+  return impl_->split_tensor_between_processes(t, apply_padding);
+}
+
+void Accelerator::wait_for_everyone() { impl_->wait_for_everyone(); }
+
+void Accelerator::main_process_first(const std::function<void()>& fn, bool local) {
+  impl_->main_process_first(local, /*entering=*/true);
+  fn();
+  impl_->main_process_first(local, /*entering=*/false);
+}
+
+void Accelerator::set_trigger() { impl_->set_trigger(); }
+bool Accelerator::check_trigger() { return impl_->check_trigger(); }
+
+void Accelerator::print(const std::string& text) const { impl_->print(text); }
+
+void Accelerator::set_seed(uint64_t seed, bool device_specific, bool deterministic) const {
+  impl_->set_seed(seed, device_specific, deterministic);
+}
+
+void save_safetensors(const torch::nn::Module& module, const std::string& path) {
+  core::NamedTensors state;
+  for (const auto& p : module.named_parameters(true)) state.emplace_back(p.key(), p.value());
+  for (const auto& b : module.named_buffers(true)) state.emplace_back(b.key(), b.value());
+  core::save_safetensors(state, path, {{"format", "pt"}});
+}
+
+}  // namespace acc

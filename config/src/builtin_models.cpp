@@ -64,8 +64,9 @@ class SpecReader {
   std::string what_;
 };
 
-MlpSpec parse_mlp(const Node& obj) {
-  SpecReader r(obj, "mlp spec", {"type", "sizes", "activation", "loss"});
+MlpSpec parse_mlp(const Node& obj, std::string& device) {
+  SpecReader r(obj, "mlp spec", {"type", "sizes", "activation", "loss", "device"});
+  device = r.choice("device", {"cpu", "meta"});
   MlpSpec m;
   const Node* sizes = r.get("sizes");
   if (!sizes) r.fail("'sizes' is required: a list [in, hidden..., out] of integers >= 1");
@@ -83,9 +84,10 @@ MlpSpec parse_mlp(const Node& obj) {
   return m;
 }
 
-GptSpec parse_gpt(const Node& obj) {
+GptSpec parse_gpt(const Node& obj, std::string& device) {
   SpecReader r(obj, "gpt spec",
-               {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias"});
+               {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "device"});
+  device = r.choice("device", {"cpu", "meta"});
   GptSpec g;
   g.vocab_size = r.required_int("vocab_size");
   g.block_size = r.required_int("block_size");
@@ -124,9 +126,9 @@ BuiltinSpec parse_builtin_spec(const std::string& json) {
   if (!type || type->kind == Kind::Null) throw Error("model spec: 'type' is required: \"mlp\" or \"gpt\"");
   BuiltinSpec spec;
   if (type->kind == Kind::String && type->s == "mlp") {
-    spec.mlp = parse_mlp(root);
+    spec.mlp = parse_mlp(root, spec.device);
   } else if (type->kind == Kind::String && type->s == "gpt") {
-    spec.gpt = parse_gpt(root);
+    spec.gpt = parse_gpt(root, spec.device);
   } else {
     throw Error("model spec: 'type' must be \"mlp\" or \"gpt\"; got " + detail::brief_value(*type));
   }

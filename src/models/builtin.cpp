@@ -9,7 +9,7 @@
 
 #include "models/model.hpp"
 #include "precision/fp8.hpp"
-#include "util/options.hpp"
+#include <acc/builtin_models.hpp>
 
 namespace acc::core {
 
@@ -20,61 +20,69 @@ using torch::nn::Module;
 at::TensorOptions float_on(c10::Device d) { return at::TensorOptions().dtype(at::kFloat).device(d); }
 
 // A module with parameters that knows how it was initialised, so meta-built trees can be materialised.
+// Its tensors are read through param() rather than kept in members: materialising replaces them.
 struct InitModule : Module {
   virtual void reset() = 0;
+  at::Tensor& param(const char* name) { return parameters_[name]; }
+  at::Tensor bias_or_none() {
+    const at::Tensor* b = parameters_.find("bias");
+    return b ? *b : at::Tensor();
+  }
+  // torch's to_empty for this module's own tensors: meta ones get uninitialised storage on `device`.
+  void materialize(c10::Device device) {
+    for (auto& item : parameters_)
+      if (item.value().is_meta())
+        item.value() = at::empty(item.value().sizes(), item.value().options().device(device)).requires_grad_(true);
+  }
 };
 
 // torch.nn.Linear: y = x W^T + b, W [out, in]; uniform(+-1/sqrt(in)) as Linear's default init.
 struct Linear : InitModule {
   Linear(int64_t in, int64_t out, c10::Device d) : in_(in) {
-    weight = register_parameter("weight", at::empty({out, in}, float_on(d)));
-    bias = register_parameter("bias", at::empty({out}, float_on(d)));
+    register_parameter("weight", at::empty({out, in}, float_on(d)));
+    register_parameter("bias", at::empty({out}, float_on(d)));
   }
   void reset() override {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-    weight.uniform_(-bound, bound);
-    bias.uniform_(-bound, bound);
+    param("weight").uniform_(-bound, bound);
+    param("bias").uniform_(-bound, bound);
   }
-  at::Tensor forward(const at::Tensor& x) { return model_linear(x, weight, bias); }
-  at::Tensor weight, bias;
+  at::Tensor forward(const at::Tensor& x) { return model_linear(x, param("weight"), param("bias")); }
   int64_t in_;
 };
 
 // GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias.
 struct Conv1D : InitModule {
   Conv1D(int64_t in, int64_t out, bool with_bias, double std, c10::Device d) : std_(std) {
-    weight = register_parameter("weight", at::empty({in, out}, float_on(d)));
-    if (with_bias) bias = register_parameter("bias", at::empty({out}, float_on(d)));
+    register_parameter("weight", at::empty({in, out}, float_on(d)));
+    if (with_bias) register_parameter("bias", at::empty({out}, float_on(d)));
   }
   void reset() override {
-    weight.normal_(0, std_);
-    if (bias.defined()) bias.zero_();
+    param("weight").normal_(0, std_);
+    if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return model_linear(x, weight.t(), bias); }
-  at::Tensor weight, bias;
+  at::Tensor forward(const at::Tensor& x) { return model_linear(x, param("weight").t(), bias_or_none()); }
   double std_;
 };
 
 struct LayerNorm : InitModule {
   LayerNorm(int64_t n, bool with_bias, c10::Device d) : n_(n) {
-    weight = register_parameter("weight", at::empty({n}, float_on(d)));
-    if (with_bias) bias = register_parameter("bias", at::empty({n}, float_on(d)));
+    register_parameter("weight", at::empty({n}, float_on(d)));
+    if (with_bias) register_parameter("bias", at::empty({n}, float_on(d)));
   }
   void reset() override {
-    weight.fill_(1);
-    if (bias.defined()) bias.zero_();
+    param("weight").fill_(1);
+    if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {n_}, weight, bias); }
-  at::Tensor weight, bias;
+  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {n_}, param("weight"), bias_or_none()); }
   int64_t n_;
 };
 
 struct Embedding : InitModule {
   Embedding(int64_t n, int64_t dim, double std, c10::Device d) : std_(std) {
-    weight = register_parameter("weight", at::empty({n, dim}, float_on(d)));
+    register_parameter("weight", at::empty({n, dim}, float_on(d)));
   }
-  void reset() override { weight.normal_(0, std_); }
-  at::Tensor weight;
+  void reset() override { param("weight").normal_(0, std_); }
   double std_;
 };
 
@@ -94,6 +102,11 @@ void reset_tree(Module& root) {
   c10::NoGradGuard no_grad;
   for (const auto& m : root.modules(/*include_self=*/true))
     if (auto* init = dynamic_cast<InitModule*>(m.get())) init->reset();
+}
+
+void materialize_tree(Module& root, c10::Device device) {
+  for (const auto& m : root.modules(/*include_self=*/true))
+    if (auto* init = dynamic_cast<InitModule*>(m.get())) init->materialize(device);
 }
 
 at::Tensor activation(const std::string& kind, const at::Tensor& x) {
@@ -117,26 +130,21 @@ void reject_unknown(const TensorDict& batch, const char* model, std::initializer
 // Linear layers with an activation between them: "layers.0", "layers.1", ...
 class Mlp final : public NnModel {
  public:
-  Mlp(const Options& o, c10::Device d)
-      : NnModel(std::make_shared<Module>("Mlp")),
-        sizes_(o.get_int_list("sizes")),
-        activation_(o.get_string("activation", "relu", {"relu", "gelu", "tanh"})),
-        loss_(o.get_string("loss", "mse", {"mse", "cross_entropy", "none"})) {
-    if (sizes_.size() < 2) throw OptionsError("mlp spec: 'sizes' needs at least [in, out]");
-    for (int64_t s : sizes_)
-      if (s < 1) throw OptionsError("mlp spec: every entry of 'sizes' must be >= 1");
+  Mlp(const config::MlpSpec& spec, c10::Device d)
+      : NnModel(std::make_shared<Module>("Mlp")), sizes_(spec.sizes), activation_(spec.activation), loss_(spec.loss) {
     layers_ = module_->register_module("layers", std::make_shared<ModuleList<Linear>>());
     for (size_t i = 0; i + 1 < sizes_.size(); ++i) layers_->add(std::make_shared<Linear>(sizes_[i], sizes_[i + 1], d));
     reset_parameters();
   }
   void reset_parameters() override { reset_tree(*module_); }
+  void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   TensorDict forward(const TensorDict& batch) override {
     reject_unknown(batch, "mlp", {"input", "targets"});
     const at::Tensor& input = batch.at("input");
     if (input.dim() < 1 || input.size(-1) != sizes_.front())
       throw std::invalid_argument("mlp forward: input's last dimension must be " + std::to_string(sizes_.front()) +
                                   "; got shape " + c10::str(input.sizes()));
-    at::Tensor x = input.to(layers_->items[0]->weight.scalar_type());
+    at::Tensor x = input.to(layers_->items[0]->param("weight").scalar_type());
     for (size_t i = 0; i < layers_->items.size(); ++i) {
       x = layers_->items[i]->forward(x);
       if (i + 1 < layers_->items.size()) x = activation(activation_, x);
@@ -152,33 +160,29 @@ class Mlp final : public NnModel {
   std::shared_ptr<ModuleList<Linear>> layers_;
 };
 
-struct GptShape {
-  int64_t vocab, block, layers, heads, embd;
-  double dropout;
-  bool bias;
-};
+using GptShape = config::GptSpec;
 
 struct Attention : Module {
   Attention(const GptShape& s, double std, double proj_std, c10::Device d) {
-    c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.embd, 3 * s.embd, s.bias, std, d));
-    c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.embd, s.embd, s.bias, proj_std, d));
+    c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.n_embd, 3 * s.n_embd, s.bias, std, d));
+    c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.n_embd, s.n_embd, s.bias, proj_std, d));
   }
   std::shared_ptr<Conv1D> c_attn, c_proj;
 };
 
 struct MlpBlock : Module {
   MlpBlock(const GptShape& s, double std, double proj_std, c10::Device d) {
-    c_fc = register_module("c_fc", std::make_shared<Conv1D>(s.embd, 4 * s.embd, s.bias, std, d));
-    c_proj = register_module("c_proj", std::make_shared<Conv1D>(4 * s.embd, s.embd, s.bias, proj_std, d));
+    c_fc = register_module("c_fc", std::make_shared<Conv1D>(s.n_embd, 4 * s.n_embd, s.bias, std, d));
+    c_proj = register_module("c_proj", std::make_shared<Conv1D>(4 * s.n_embd, s.n_embd, s.bias, proj_std, d));
   }
   std::shared_ptr<Conv1D> c_fc, c_proj;
 };
 
 struct Block : Module {
   Block(const GptShape& s, double std, double proj_std, c10::Device d) {
-    ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(s.embd, s.bias, d));
+    ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
     attn = register_module("attn", std::make_shared<Attention>(s, std, proj_std, d));
-    ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(s.embd, s.bias, d));
+    ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
     mlp = register_module("mlp", std::make_shared<MlpBlock>(s, std, proj_std, d));
   }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
@@ -188,12 +192,12 @@ struct Block : Module {
 
 struct Transformer : Module {
   Transformer(const GptShape& s, c10::Device d) {
-    const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.layers));
-    wte = register_module("wte", std::make_shared<Embedding>(s.vocab, s.embd, std, d));
-    wpe = register_module("wpe", std::make_shared<Embedding>(s.block, s.embd, std, d));
+    const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.n_layer));
+    wte = register_module("wte", std::make_shared<Embedding>(s.vocab_size, s.n_embd, std, d));
+    wpe = register_module("wpe", std::make_shared<Embedding>(s.block_size, s.n_embd, std, d));
     h = register_module("h", std::make_shared<ModuleList<Block>>());
-    for (int64_t l = 0; l < s.layers; ++l) h->add(std::make_shared<Block>(s, std, proj_std, d));
-    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(s.embd, s.bias, d));
+    for (int64_t l = 0; l < s.n_layer; ++l) h->add(std::make_shared<Block>(s, std, proj_std, d));
+    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
   }
   std::shared_ptr<Embedding> wte, wpe;
   std::shared_ptr<ModuleList<Block>> h;
@@ -209,6 +213,7 @@ class Gpt final : public NnModel {
     reset_parameters();
   }
   void reset_parameters() override { reset_tree(*module_); }
+  void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
 
   // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
@@ -219,16 +224,17 @@ class Gpt final : public NnModel {
     if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
       throw std::invalid_argument("gpt forward: input_ids must be integer token ids of shape [batch, time]; got " +
                                   c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
-    const int64_t B = input.size(0), T = input.size(1), C = s_.embd, hd = C / s_.heads;
-    if (T > s_.block)
+    const int64_t B = input.size(0), T = input.size(1), C = s_.n_embd, hd = C / s_.n_head;
+    if (T > s_.block_size)
       throw std::invalid_argument("gpt forward: sequence length " + std::to_string(T) + " exceeds block_size " +
-                                  std::to_string(s_.block));
+                                  std::to_string(s_.block_size));
     const bool train = module_->is_training();
     const double p = s_.dropout;
     at::Tensor idx = input.to(at::kLong);
-    at::Tensor x = at::embedding(t_->wte->weight, idx) + at::embedding(t_->wpe->weight, at::arange(T, idx.options()));
+    at::Tensor x = at::embedding(t_->wte->param("weight"), idx) +
+                   at::embedding(t_->wpe->param("weight"), at::arange(T, idx.options()));
     x = at::dropout(x, p, train);
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, s_.heads, hd}).transpose(1, 2); };
+    auto heads = [&](const at::Tensor& t) { return t.view({B, T, s_.n_head, hd}).transpose(1, 2); };
     for (const auto& b : t_->h->items) {
       auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
       at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {},
@@ -238,7 +244,7 @@ class Gpt final : public NnModel {
       at::Tensor m = b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(b->ln_2->forward(x))));
       x = x + at::dropout(m, p, train);
     }
-    at::Tensor logits = at::linear(t_->ln_f->forward(x), t_->wte->weight);
+    at::Tensor logits = at::linear(t_->ln_f->forward(x), t_->wte->param("weight"));
     TensorDict out{{"logits", logits}};
     if (at::Tensor t = batch.get("targets"); t.defined()) {
       if (t.sizes() != input.sizes())
@@ -258,11 +264,6 @@ class Gpt final : public NnModel {
   GptShape s_;
   std::shared_ptr<Transformer> t_;
 };
-
-c10::Device device_of(const Options& o) {
-  std::string d = o.get_string("device", "cpu", {"cpu", "meta"});
-  return d == "meta" ? c10::Device(c10::kMeta) : c10::Device(c10::kCPU);
-}
 
 }  // namespace
 
@@ -287,31 +288,11 @@ at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const
 }
 
 std::unique_ptr<Model> make_builtin_model(const char* spec_json, c10::Device device) {
-  // Read "type" first, then validate the keys of that family.
-  std::string type = Options(spec_json, "model spec",
-                             {"type", "sizes", "activation", "loss", "vocab_size", "block_size", "n_layer",
-                              "n_head", "n_embd", "dropout", "bias", "device"})
-                         .get_string("type", "", {"mlp", "gpt"});
-  if (type == "mlp") {
-    Options o(spec_json, "mlp spec", {"type", "sizes", "activation", "loss", "device"});
-    c10::Device d = o.has("device") ? device_of(o) : device;
-    return std::make_unique<Mlp>(o, d);
-  }
-  if (type == "gpt") {
-    Options o(spec_json, "gpt spec",
-              {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "device"});
-    GptShape s{o.get_int("vocab_size", std::nullopt, 1), o.get_int("block_size", std::nullopt, 1),
-               o.get_int("n_layer", std::nullopt, 1),    o.get_int("n_head", std::nullopt, 1),
-               o.get_int("n_embd", std::nullopt, 1),     o.get_double("dropout", 0.0),
-               o.get_bool("bias", true)};
-    if (s.embd % s.heads != 0)
-      throw OptionsError("gpt spec: 'n_embd' (" + std::to_string(s.embd) + ") must be a multiple of 'n_head' (" +
-                         std::to_string(s.heads) + ")");
-    if (s.dropout < 0 || s.dropout >= 1) throw OptionsError("gpt spec: 'dropout' must be in [0, 1)");
-    c10::Device d = o.has("device") ? device_of(o) : device;
-    return std::make_unique<Gpt>(s, d);
-  }
-  throw OptionsError("model spec: 'type' is required: \"mlp\" or \"gpt\"");
+  // One definition of the spec and its shapes, shared with `acc estimate-memory` (config/).
+  config::BuiltinSpec spec = config::parse_builtin_spec(spec_json ? spec_json : "");
+  if (spec.device == "meta") device = c10::Device(c10::kMeta);
+  if (spec.mlp) return std::make_unique<Mlp>(*spec.mlp, device);
+  return std::make_unique<Gpt>(*spec.gpt, device);
 }
 
 }  // namespace acc::core

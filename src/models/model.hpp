@@ -40,8 +40,9 @@ class Model {
 
   // Moves parameters and buffers in place: tensor identities (held by optimizers) survive.
   void to(const c10::Device& device);
-  // torch's Module.to_empty: every tensor on the meta device gets uninitialised storage on `device`.
-  void to_empty(const c10::Device& device);
+  // torch's Module.to_empty: every tensor on the meta device gets new, uninitialised storage on
+  // `device` (new tensors: materialise before an optimizer holds them). The built-in families can.
+  virtual void to_empty(const c10::Device& device);
   NamedTensors state() const;  // parameters, then buffers
   // Copies `tensors` into the state: every name and shape must match, and nothing changes when one
   // does not. `source` names where they came from in errors (a file).

@@ -27,10 +27,9 @@ void Model::to(const c10::Device& device) {
   }
 }
 
-void Model::to_empty(const c10::Device& device) {
-  c10::NoGradGuard no_grad;
+void Model::to_empty(const c10::Device&) {
   for (auto& [name, t] : state())
-    if (t.is_meta()) t.set_data(at::empty(t.sizes(), t.options().device(device)));
+    if (t.is_meta()) throw UnsupportedError("'" + name + "' is on the meta device and this model cannot materialise it");
 }
 
 void Model::load_state_dict(const NamedTensors& tensors, const std::string& source) {

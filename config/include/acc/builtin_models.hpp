@@ -33,6 +33,7 @@ struct BuiltinSpec {
   std::string type;  // "mlp" or "gpt": the one of mlp / gpt that is set
   std::optional<MlpSpec> mlp;
   std::optional<GptSpec> gpt;
+  std::string device = "cpu";  // "device": cpu | meta (shapes without storage, for big-model work)
 };
 
 // Parses and validates a spec. Empty text means {} (and fails: 'type' is required). Throws Error naming the key:

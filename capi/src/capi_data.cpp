@@ -2,7 +2,6 @@
 // gather of objects (byte strings) with gather_for_metrics' exactness.
 #include <ATen/ATen.h>
 
-#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -20,38 +19,6 @@ struct acc_bytes_list {
   std::vector<std::string> items;
   std::atomic<bool> busy{false};
 };
-
-namespace {
-
-
-// Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
-// never enter a collective: the counts travel first. With for_metrics, the item sizes go through
-// gather_for_metrics, which cuts them to the real samples of a padded last batch; the items follow.
-std::vector<std::string> gather_items(acc::core::Accelerator& a, const std::vector<std::string>& items, bool for_metrics) {
-  const int64_t count = static_cast<int64_t>(items.size());
-  int64_t bytes = 0;
-  for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
-  at::Tensor totals = a.gather(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
-  const int64_t all_count = totals[0].item<int64_t>(), all_bytes = totals[1].item<int64_t>();
-  if (all_count == 0) return {};
-  at::Tensor sizes = at::empty({count}, at::kLong), data = at::empty({bytes}, at::kByte);
-  int64_t* ps = sizes.data_ptr<int64_t>();
-  uint8_t* pd = data.data_ptr<uint8_t>();
-  for (const std::string& s : items) {
-    *ps++ = static_cast<int64_t>(s.size());
-    std::memcpy(pd, s.data(), s.size());
-    pd += s.size();
-  }
-  at::Tensor all_sizes = for_metrics ? a.gather_for_metrics(sizes) : a.gather(sizes);
-  at::Tensor all_data = all_bytes > 0 ? a.gather(data) : at::empty({0}, at::kByte);
-  std::vector<std::string> out;
-  const int64_t* s = all_sizes.data_ptr<int64_t>();
-  const char* d = reinterpret_cast<const char*>(all_data.data_ptr<uint8_t>());
-  for (int64_t i = 0, off = 0; i < all_sizes.size(0); off += s[i], ++i) out.emplace_back(d + off, static_cast<size_t>(s[i]));
-  return out;
-}
-
-}  // namespace
 
 extern "C" {
 
@@ -184,7 +151,7 @@ acc_status acc_gather_object(acc_accelerator* acc, const acc_bytes_list* items, 
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     need(out, "out");
     std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
-    result->items = gather_items(*acc->impl, need(items, "items")->items, false);
+    result->items = acc->impl->gather_object(need(items, "items")->items, /*for_metrics=*/false);
     *out = result.release();
   });
 }
@@ -195,27 +162,8 @@ acc_status acc_broadcast_object(acc_accelerator* acc, const acc_bytes_list* item
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     need(out, "out");
-    acc::core::Accelerator& a = *acc->impl;
-    const std::vector<std::string>& mine = need(items, "items")->items;
-    // Sizes first, so every process can receive the bytes; then the bytes in one buffer.
-    at::Tensor sizes = at::empty({static_cast<int64_t>(mine.size())}, at::kLong);
-    for (size_t i = 0; i < mine.size(); ++i) sizes[static_cast<int64_t>(i)] = static_cast<int64_t>(mine[i].size());
-    at::Tensor count = a.broadcast(at::tensor({sizes.size(0)}, at::kLong), from_process);
-    at::Tensor all_sizes = a.state().rank == from_process ? sizes : at::zeros({count.item<int64_t>()}, at::kLong);
-    all_sizes = a.broadcast(all_sizes, from_process);
-    const int64_t bytes = all_sizes.sum().item<int64_t>();
-    at::Tensor data = at::empty({bytes}, at::kByte);
-    if (a.state().rank == from_process)
-      for (int64_t i = 0, off = 0; i < sizes.size(0); off += sizes[i].item<int64_t>(), ++i)
-        std::memcpy(data.data_ptr<uint8_t>() + off, mine[static_cast<size_t>(i)].data(), mine[static_cast<size_t>(i)].size());
-    if (bytes > 0) data = a.broadcast(data, from_process);
     std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
-    const char* d = reinterpret_cast<const char*>(data.data_ptr<uint8_t>());
-    for (int64_t i = 0, off = 0; i < all_sizes.size(0); ++i) {
-      const int64_t n = all_sizes[i].item<int64_t>();
-      result->items.emplace_back(d + off, static_cast<size_t>(n));
-      off += n;
-    }
+    result->items = acc->impl->broadcast_object(need(items, "items")->items, from_process);
     *out = result.release();
   });
 }
@@ -227,7 +175,7 @@ acc_status acc_gather_object_for_metrics(acc_accelerator* acc, const acc_bytes_l
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     need(out, "out");
     std::unique_ptr<acc_bytes_list> result(new acc_bytes_list());
-    result->items = gather_items(*acc->impl, need(items, "items")->items, true);
+    result->items = acc->impl->gather_object(need(items, "items")->items, /*for_metrics=*/true);
     *out = result.release();
   });
 }

@@ -198,6 +198,16 @@ torch::Tensor Accelerator::split_between_processes(const torch::Tensor& t, bool 
 
 void Accelerator::wait_for_everyone() { impl_->wait_for_everyone(); }
 
+std::vector<std::string> Accelerator::gather_object(const std::vector<std::string>& items) {
+  return impl_->gather_object(items, false);
+}
+std::vector<std::string> Accelerator::gather_object_for_metrics(const std::vector<std::string>& items) {
+  return impl_->gather_object(items, true);
+}
+std::vector<std::string> Accelerator::broadcast_object(const std::vector<std::string>& items, int from_process) {
+  return impl_->broadcast_object(items, from_process);
+}
+
 void Accelerator::main_process_first(const std::function<void()>& fn, bool local) {
   impl_->main_process_first(local, /*entering=*/true);
   fn();

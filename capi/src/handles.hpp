@@ -20,7 +20,7 @@ struct acc_tensor {
 };
 struct acc_model {
   std::shared_ptr<acc::core::ModelSlot> slot;
-  std::vector<std::string> state_names;  // backs the borrowed names of acc_model_state_get
+  const std::vector<std::string> state_names;  // made at creation (the tree is fixed): acc_model_state_get's borrowed names
   std::atomic<bool> busy{false};
 };
 struct acc_optimizer {

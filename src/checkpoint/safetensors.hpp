@@ -8,7 +8,8 @@
 
 namespace acc::core {
 
-// Writes to `path.tmp.<pid>`, fsyncs, then renames over `path`: a crash never leaves a half file.
+// Written through config/files.hpp (a temporary in the same directory, fsync, rename): a crash never
+// leaves a half file.
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});
 // CPU tensors in file order. Throws std::ios_base::failure naming the file and what is wrong.

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <ios>
 
@@ -485,6 +486,59 @@ void Accelerator::main_process_first(bool local, bool entering) {
   // Accelerate's _goes_first: the others wait at a barrier on entry, the main one at the exit.
   const bool is_main = local ? state_.local_rank == 0 : state_.rank == 0;
   if (entering != is_main) wait_for_everyone();
+}
+
+// Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
+// never enter a collective: the counts travel first. With for_metrics, the item sizes go through
+// gather_for_metrics, which cuts them to the real samples of a padded last batch; the items follow.
+std::vector<std::string> Accelerator::gather_object(const std::vector<std::string>& items, bool for_metrics) {
+  Accelerator& a = *this;
+  const int64_t count = static_cast<int64_t>(items.size());
+  int64_t bytes = 0;
+  for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
+  at::Tensor totals = a.gather(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
+  const int64_t all_count = totals[0].item<int64_t>(), all_bytes = totals[1].item<int64_t>();
+  if (all_count == 0) return {};
+  at::Tensor sizes = at::empty({count}, at::kLong), data = at::empty({bytes}, at::kByte);
+  int64_t* ps = sizes.data_ptr<int64_t>();
+  uint8_t* pd = data.data_ptr<uint8_t>();
+  for (const std::string& s : items) {
+    *ps++ = static_cast<int64_t>(s.size());
+    std::memcpy(pd, s.data(), s.size());
+    pd += s.size();
+  }
+  at::Tensor all_sizes = for_metrics ? a.gather_for_metrics(sizes) : a.gather(sizes);
+  at::Tensor all_data = all_bytes > 0 ? a.gather(data) : at::empty({0}, at::kByte);
+  std::vector<std::string> out;
+  const int64_t* s = all_sizes.data_ptr<int64_t>();
+  const char* d = reinterpret_cast<const char*>(all_data.data_ptr<uint8_t>());
+  for (int64_t i = 0, off = 0; i < all_sizes.size(0); off += s[i], ++i) out.emplace_back(d + off, static_cast<size_t>(s[i]));
+  return out;
+}
+
+// broadcast_object_list over byte strings: sizes first, so every process can receive the bytes; then the
+// bytes in one buffer.
+std::vector<std::string> Accelerator::broadcast_object(const std::vector<std::string>& mine, int from_process) {
+  Accelerator& a = *this;
+  at::Tensor sizes = at::empty({static_cast<int64_t>(mine.size())}, at::kLong);
+  for (size_t i = 0; i < mine.size(); ++i) sizes[static_cast<int64_t>(i)] = static_cast<int64_t>(mine[i].size());
+  at::Tensor count = a.broadcast(at::tensor({sizes.size(0)}, at::kLong), from_process);
+  at::Tensor all_sizes = a.state().rank == from_process ? sizes : at::zeros({count.item<int64_t>()}, at::kLong);
+  all_sizes = a.broadcast(all_sizes, from_process);
+  const int64_t bytes = all_sizes.sum().item<int64_t>();
+  at::Tensor data = at::empty({bytes}, at::kByte);
+  if (a.state().rank == from_process)
+    for (int64_t i = 0, off = 0; i < sizes.size(0); off += sizes[i].item<int64_t>(), ++i)
+      std::memcpy(data.data_ptr<uint8_t>() + off, mine[static_cast<size_t>(i)].data(), mine[static_cast<size_t>(i)].size());
+  if (bytes > 0) data = a.broadcast(data, from_process);
+  std::vector<std::string> result;
+  const char* d = reinterpret_cast<const char*>(data.data_ptr<uint8_t>());
+  for (int64_t i = 0, off = 0; i < all_sizes.size(0); ++i) {
+    const int64_t n = all_sizes[i].item<int64_t>();
+    result.emplace_back(d + off, static_cast<size_t>(n));
+    off += n;
+  }
+  return result;
 }
 
 at::Tensor Accelerator::split_tensor_between_processes(const at::Tensor& x, bool apply_padding) const {

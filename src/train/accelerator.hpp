@@ -131,6 +131,10 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   at::Tensor gather_for_metrics(const at::Tensor& t);
   at::Tensor reduce(const at::Tensor& t, ReduceOp op);
   void wait_for_everyone();
+  // Accelerate's gather_object / broadcast_object_list over byte strings (the caller serializes);
+  // with for_metrics only the real samples of a padded last batch are kept, as gather_for_metrics.
+  std::vector<std::string> gather_object(const std::vector<std::string>& items, bool for_metrics);
+  std::vector<std::string> broadcast_object(const std::vector<std::string>& items, int from_process);
   void broadcast_from_main(const std::vector<at::Tensor>& tensors);  // in place, from rank 0
   at::Tensor broadcast(const at::Tensor& t, int from_process);
   at::Tensor pad_across_processes(const at::Tensor& t, int64_t dim, double pad_index, bool pad_first);

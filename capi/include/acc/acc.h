@@ -167,10 +167,13 @@ ACC_API ACC_NODISCARD acc_status acc_tensor_to_dlpack(const acc_tensor* t,
 /**
  * A built-in model family from a JSON spec:
  *  {"type": "mlp", "sizes": [in, hidden..., out], "activation": "relu"|"gelu"|"tanh",
- *   "loss": "mse"|"cross_entropy"}
+ *   "loss": "mse"|"cross_entropy"}   (parameters "layers.N.weight" [out, in], "layers.N.bias")
  *  {"type": "gpt", "vocab_size": V, "block_size": T, "n_layer": L, "n_head": H, "n_embd": C,
- *   "dropout": 0.0, "bias": true}   (decoder-only; tied head; loss: cross entropy over tokens)
- * Parameters are initialised from the CPU generator (seed it through the accelerator's "seed").
+ *   "dropout": 0.0, "bias": true}   (decoder-only; tied head; loss: cross entropy over tokens; Hugging
+ *   Face GPT-2's names and Conv1D layout: "transformer.h.0.attn.c_attn.weight" [C, 3C], ...)
+ * Either may add "device": "meta" (shapes without storage). Parameters are initialised from the CPU
+ * generator (seed it through the accelerator's "seed"). acc_model_forward's input is the MLP's "input"
+ * and the GPT's "input_ids" [batch, time]; targets are the next token of each position (-1 ignored).
  */
 ACC_API ACC_NODISCARD acc_status acc_model_create(const char* spec_json, acc_model** out) ACC_NOEXCEPT;
 /** Loads a TorchScript module file. options_json: {"loss": "mse"|"cross_entropy"|"none"}. */

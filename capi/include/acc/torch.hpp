@@ -229,6 +229,11 @@ class ACC_CXX_API Accelerator {
   std::pair<int64_t, int64_t> split_between_processes(int64_t n) const;
   torch::Tensor split_between_processes(const torch::Tensor& t, bool apply_padding = false) const;
   void wait_for_everyone();
+  // gather_object / broadcast_object_list over byte strings you serialize; gather_object_for_metrics
+  // keeps only the real samples of a padded last batch (one item per sample).
+  std::vector<std::string> gather_object(const std::vector<std::string>& items);
+  std::vector<std::string> gather_object_for_metrics(const std::vector<std::string>& items);
+  std::vector<std::string> broadcast_object(const std::vector<std::string>& items, int from_process = 0);
   // Runs `fn` on the main process (of the machine, when local) first, then on the others.
   void main_process_first(const std::function<void()>& fn, bool local = false);
   void set_trigger();

@@ -244,7 +244,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " A built-in model family from a JSON spec:\n  {\"type\": \"mlp\", \"sizes\": [in, hidden..., out], \"activation\": \"relu\"|\"gelu\"|\"tanh\",\n   \"loss\": \"mse\"|\"cross_entropy\"}\n  {\"type\": \"gpt\", \"vocab_size\": V, \"block_size\": T, \"n_layer\": L, \"n_head\": H, \"n_embd\": C,\n   \"dropout\": 0.0, \"bias\": true}   (decoder-only; tied head; loss: cross entropy over tokens)\n Parameters are initialised from the CPU generator (seed it through the accelerator's \"seed\")."]
+    #[doc = " A built-in model family from a JSON spec:\n  {\"type\": \"mlp\", \"sizes\": [in, hidden..., out], \"activation\": \"relu\"|\"gelu\"|\"tanh\",\n   \"loss\": \"mse\"|\"cross_entropy\"}   (parameters \"layers.N.weight\" [out, in], \"layers.N.bias\")\n  {\"type\": \"gpt\", \"vocab_size\": V, \"block_size\": T, \"n_layer\": L, \"n_head\": H, \"n_embd\": C,\n   \"dropout\": 0.0, \"bias\": true}   (decoder-only; tied head; loss: cross entropy over tokens; Hugging\n   Face GPT-2's names and Conv1D layout: \"transformer.h.0.attn.c_attn.weight\" [C, 3C], ...)\n Either may add \"device\": \"meta\" (shapes without storage). Parameters are initialised from the CPU\n generator (seed it through the accelerator's \"seed\"). acc_model_forward's input is the MLP's \"input\"\n and the GPT's \"input_ids\" [batch, time]; targets are the next token of each position (-1 ignored)."]
     pub fn acc_model_create(
         spec_json: *const ::core::ffi::c_char,
         out: *mut *mut acc_model,

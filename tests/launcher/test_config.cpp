@@ -1081,6 +1081,13 @@ TEST(BuiltinModels, ParsesWithDefaults) {
   EXPECT_FALSE(g.gpt->bias);
 }
 
+TEST(BuiltinModels, DeviceIsCpuOrMeta) {
+  EXPECT_EQ(acc::config::parse_builtin_spec(R"({"type": "mlp", "sizes": [2, 1]})").device, "cpu");
+  EXPECT_EQ(acc::config::parse_builtin_spec(R"({"type": "mlp", "sizes": [2, 1], "device": "meta"})").device, "meta");
+  EXPECT_THROW(acc::config::parse_builtin_spec(R"({"type": "mlp", "sizes": [2, 1], "device": "cuda"})"),
+               acc::config::Error);
+}
+
 TEST(BuiltinModels, ErrorsNameTheKey) {
   const std::string gpt = R"("type": "gpt", "vocab_size": 8, "block_size": 4, "n_layer": 1)";
   auto err = [](const std::string& json) { return error_of([&] { parse_builtin_spec(json); }); };
@@ -1092,7 +1099,7 @@ TEST(BuiltinModels, ErrorsNameTheKey) {
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2 1]})"),
             "model spec: malformed JSON at line 1, column 29: expected ',' or ']' in array, got '1'");
   EXPECT_EQ(err(R"({"type": "mlp", "size": [2, 1]})"),
-            "mlp spec: unknown key 'size' (did you mean 'sizes'?); accepted: type, sizes, activation, loss");
+            "mlp spec: unknown key 'size' (did you mean 'sizes'?); accepted: type, sizes, activation, loss, device");
   EXPECT_EQ(err(R"({"type": "mlp"})"), "mlp spec: 'sizes' is required: a list [in, hidden..., out] of integers >= 1");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2]})"),
             "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1; got [2]");
@@ -1114,7 +1121,7 @@ TEST(BuiltinModels, ErrorsNameTheKey) {
             "gpt spec: 'bias' must be true or false; got \"no\"");
   EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8, "sizes": [1, 2]})"),
             "gpt spec: unknown key 'sizes'; accepted: type, vocab_size, block_size, n_layer, n_head, n_embd, dropout, "
-            "bias");
+            "bias, device");
 }
 
 TEST(BuiltinModels, MlpShapes) {

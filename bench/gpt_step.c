@@ -1,11 +1,13 @@
-/* libacc side of bench/run.py: DDP training steps of the demo's GPT on the demo's corpus, timed after
- * a warm-up. Prints one JSON line from the main process: tokens/s and this process's peak RSS.
- *   acc launch --num_processes 2 gpt_step STEPS */
+/* libacc side of bench/run.py: DDP training steps of a built-in GPT on synthetic tokens, timed per
+ * phase after a warm-up. Prints one JSON line from the main process: tokens/s, milliseconds per step of
+ * each phase (data, forward, backward with the gradient all-reduce, optimizer step + zero_grad) and
+ * this process's peak RSS. gpt_step.py takes the same arguments and builds the same model and batches.
+ *   acc launch --num_processes 2 gpt_step STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD */
 #define _POSIX_C_SOURCE 200809L
 #include <acc/acc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -17,7 +19,8 @@
     }                                                                             \
   } while (0)
 
-enum { BATCH = 16, BLOCK = 64, WARMUP = 10 };
+enum { DATA, FORWARD, BACKWARD, OPTIMIZER, PHASES };
+static const char* const phase_names[PHASES] = {"data", "forward", "backward", "optimizer"};
 
 static double now(void) {
   struct timespec ts;
@@ -25,51 +28,96 @@ static double now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A 32-bit integer hash: token i of the whole run is mix(i) % vocab (gpt_step.py computes the same). */
+static uint32_t mix(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h;
+}
+
 int main(int argc, char** argv) {
-  int steps = argc > 1 ? atoi(argv[1]) : 100;
+  if (argc != 9) {
+    fprintf(stderr, "usage: %s STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD\n", argv[0]);
+    return 2;
+  }
+  const int steps = atoi(argv[1]), warmup = atoi(argv[2]);
+  const int64_t batch = atoll(argv[3]), seq = atoll(argv[4]), vocab = atoll(argv[5]);
+  const int64_t n = batch * seq;
   acc_accelerator* acc;
   CHECK(acc_accelerator_create("{\"seed\": 0}", &acc));
   int32_t rank, world;
   CHECK(acc_process_index(acc, &rank));
   CHECK(acc_num_processes(acc, &world));
+  char spec[256];
+  snprintf(spec, sizeof spec,
+           "{\"type\": \"gpt\", \"vocab_size\": %s, \"block_size\": %s, \"n_layer\": %s, \"n_head\": %s,"
+           " \"n_embd\": %s}",
+           argv[5], argv[4], argv[6], argv[7], argv[8]);
   acc_model* model;
-  CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 256, \"block_size\": 64, \"n_layer\": 4,"
-                         " \"n_head\": 4, \"n_embd\": 128}", &model));
+  CHECK(acc_model_create(spec, &model));
+  int64_t parameters;
+  CHECK(acc_model_num_parameters(model, &parameters));
   acc_optimizer* opt;
-  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001}", &opt));
+  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001, \"weight_decay\": 0.01}", &opt));
   CHECK(acc_prepare(acc, model, opt, NULL, NULL));
-  /* Deterministic pseudo-text: the workload, not the data, is measured. */
-  int64_t x[BATCH * BLOCK], y[BATCH * BLOCK], shape[2] = {BATCH, BLOCK};
-  unsigned state = 12345u + (unsigned)rank;
-  double t0 = 0;
-  for (int step = 0; step < WARMUP + steps; ++step) {
-    if (step == WARMUP) {
+  int64_t* x = malloc((size_t)n * sizeof *x);
+  int64_t* y = malloc((size_t)n * sizeof *y);
+  if (!x || !y) return 1;
+  const int64_t shape[2] = {batch, seq};
+  acc_tensor *tx = NULL, *ty = NULL;
+  double phase[PHASES] = {0}, t0 = 0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) {
       CHECK(acc_wait_for_everyone(acc));
       t0 = now();
+      for (int p = 0; p < PHASES; ++p) phase[p] = 0;
     }
-    for (int i = 0; i < BATCH * BLOCK; ++i) {
-      state = state * 1103515245u + 12345u;
-      x[i] = (state >> 16) % 256;
-      y[i] = (x[i] * 7 + 3) % 256;
-    }
-    acc_tensor *tx, *ty, *loss;
-    CHECK(acc_tensor_from_host(x, sizeof x, ACC_INT64, shape, 2, &tx));
-    CHECK(acc_tensor_from_host(y, sizeof y, ACC_INT64, shape, 2, &ty));
-    CHECK(acc_model_forward(model, tx, ty, NULL, &loss));
-    CHECK(acc_backward(acc, loss));
-    CHECK(acc_optimizer_step(opt));
-    CHECK(acc_optimizer_zero_grad(opt));
+    double t[PHASES + 1];
+    t[DATA] = now();
+    /* Synthetic tokens: the workload, not the data, is measured. The previous batch is released here,
+     * as Python releases it when the next one replaces it. */
     acc_tensor_destroy(tx);
     acc_tensor_destroy(ty);
+    const uint32_t base = (uint32_t)(((int64_t)step * world + rank) * n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = (int64_t)(mix(base + (uint32_t)i) % (uint32_t)vocab);
+      y[i] = (x[i] * 7 + 3) % vocab;
+    }
+    CHECK(acc_tensor_from_host(x, (size_t)n * sizeof *x, ACC_INT64, shape, 2, &tx));
+    CHECK(acc_tensor_from_host(y, (size_t)n * sizeof *y, ACC_INT64, shape, 2, &ty));
+    t[FORWARD] = now();
+    acc_tensor* loss;
+    CHECK(acc_model_forward(model, tx, ty, NULL, &loss));
+    t[BACKWARD] = now();
+    CHECK(acc_backward(acc, loss));
     acc_tensor_destroy(loss);
+    t[OPTIMIZER] = now();
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    t[PHASES] = now();
+    for (int p = 0; p < PHASES; ++p) phase[p] += t[p + 1] - t[p];
   }
   CHECK(acc_wait_for_everyone(acc));
-  double seconds = now() - t0;
+  const double seconds = now() - t0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  if (rank == 0)
-    printf("{\"impl\": \"libacc\", \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f}\n",
-           (double)steps * BATCH * BLOCK * world / seconds, ru.ru_maxrss / 1024.0);
+  if (rank == 0) {
+    const char* threads = getenv("OMP_NUM_THREADS");
+    printf("{\"impl\": \"libacc\", \"parameters\": %lld, \"threads\": \"%s\", \"tokens_per_s\": %.1f,"
+           " \"step_ms\": %.4f, \"peak_rss_mb\": %.1f, \"phase_ms\": {",
+           (long long)parameters, threads ? threads : "unset", (double)steps * n * world / seconds,
+           1e3 * seconds / steps, ru.ru_maxrss / 1024.0);
+    for (int p = 0; p < PHASES; ++p)
+      printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * phase[p] / steps);
+    printf("}}\n");
+  }
+  acc_tensor_destroy(tx);
+  acc_tensor_destroy(ty);
+  free(x);
+  free(y);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);

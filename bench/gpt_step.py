@@ -1,65 +1,80 @@
-"""PyTorch and Accelerate side of bench/run.py: the same GPT (libacc's built-in layout), the same
-synthetic batches and AdamW, as DDP steps timed after a warm-up. Started by `acc launch`, which sets
-torchrun's environment. Usage: gpt_step.py ddp|accelerate STEPS"""
+"""PyTorch and Accelerate side of bench/run.py: the same GPT as libacc's built-in one (GPT-2 layout: pre-norm
+blocks, causal attention, GELU MLP, final layer norm, head tied to the token embedding), the same synthetic
+batches and AdamW, as DDP steps timed per phase after a warm-up. Started by `acc launch`, which sets
+torchrun's environment. Usage: gpt_step.py ddp|accelerate STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD
+(gpt_step.c's arguments)."""
 import json
-import math
+import os
 import resource
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-BATCH, BLOCK, WARMUP, V, C, H, L = 16, 64, 10, 256, 128, 4, 4
+PHASES = ("data", "forward", "backward", "optimizer")
 
 
 class Block(nn.Module):
-    def __init__(self):
+    # libacc's Conv1D layers hold [in, out] weights and nn.Linear [out, in]: the same products.
+    def __init__(self, c, heads):
         super().__init__()
-        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.c, self.heads = c, heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
 
     def forward(self, x):
-        B, T, _ = x.shape
+        B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        heads = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
-        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        split = lambda t: t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
         x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
 
 
 class Gpt(nn.Module):
-    def __init__(self):
+    def __init__(self, vocab, block, layers, heads, c):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(BLOCK, C)
-        self.h = nn.ModuleList(Block() for _ in range(L))
-        self.ln_f = nn.LayerNorm(C)
+        self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(block, c)
+        self.h = nn.ModuleList(Block(c, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(c)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
         for block in self.h:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
-        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def batches(rank):
-    state = 12345 + rank
-    while True:
-        xs = []
-        for _ in range(BATCH * BLOCK):
-            state = (state * 1103515245 + 12345) % 2**32
-            xs.append((state >> 16) % 256)
-        x = torch.tensor(xs).view(BATCH, BLOCK)
-        yield x, (x * 7 + 3) % 256
+def mix(h):
+    """gpt_step.c's 32-bit integer hash, on a uint32 array."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x7FEB352D)
+    h = h ^ (h >> np.uint32(15))
+    h = h * np.uint32(0x846CA68B)
+    return h ^ (h >> np.uint32(16))
+
+
+def batch(step, rank, world, b, t, vocab):
+    """gpt_step.c's tokens: token i of the run is mix(i) % vocab, targets (x * 7 + 3) % vocab."""
+    n = b * t
+    base = ((step * world + rank) * n) % 2**32
+    i = ((np.arange(n, dtype=np.uint64) + base) % 2**32).astype(np.uint32)
+    x = torch.from_numpy((mix(i) % np.uint32(vocab)).astype(np.int64)).view(b, t)
+    return x, (x * 7 + 3) % vocab
 
 
 def main():
-    mode, steps = sys.argv[1], int(sys.argv[2])
+    mode = sys.argv[1]
+    steps, warmup, b, t, vocab, layers, heads, c = map(int, sys.argv[2:10])
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(0)
-    model = Gpt()
+    model = Gpt(vocab, t, layers, heads, c)
+    parameters = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     if mode == "accelerate":
         from accelerate import Accelerator
@@ -73,22 +88,34 @@ def main():
         model = nn.parallel.DistributedDataParallel(model)
         rank, world, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
         backward = lambda loss: loss.backward()
-    data = batches(rank)
-    for step in range(WARMUP + steps):
-        if step == WARMUP:
+    phase = [0.0] * len(PHASES)
+    for step in range(warmup + steps):
+        if step == warmup:
             barrier()
             t0 = time.perf_counter()
-        x, y = next(data)
+            phase = [0.0] * len(PHASES)
+        t_data = time.perf_counter()
+        x, y = batch(step, rank, world, b, t, vocab)
+        t_forward = time.perf_counter()
         loss = model(x, y)
+        t_backward = time.perf_counter()
         backward(loss)
+        del loss
+        t_optimizer = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        t_end = time.perf_counter()
+        for p, (start, end) in enumerate([(t_data, t_forward), (t_forward, t_backward),
+                                          (t_backward, t_optimizer), (t_optimizer, t_end)]):
+            phase[p] += end - start
     barrier()
     seconds = time.perf_counter() - t0
     if rank == 0:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"impl": f"pytorch-{mode}", "tokens_per_s": round(steps * BATCH * BLOCK * world / seconds, 1),
-                          "peak_rss_mb": round(rss, 1)}))
+        print(json.dumps({"impl": f"pytorch-{mode}", "parameters": parameters, "threads": str(torch.get_num_threads()),
+                          "tokens_per_s": round(steps * b * t * world / seconds, 1),
+                          "step_ms": round(1e3 * seconds / steps, 4), "peak_rss_mb": round(rss, 1),
+                          "phase_ms": {name: round(1e3 * s / steps, 4) for name, s in zip(PHASES, phase)}}))
 
 
 if __name__ == "__main__":

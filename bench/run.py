@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Runs the same DDP workload (the demo's GPT, batch 16 x 64 tokens per process, AdamW, 2 processes on
-CPU with Gloo) through libacc, PyTorch DDP and Accelerate, alternating them over several rounds, and
-prints throughput and peak memory with libacc's ratios to the others.
+"""Runs the same DDP workload (a GPT, AdamW, processes on CPU with Gloo, one intra-op thread each) through
+libacc, PyTorch DDP and Accelerate, alternating them over several rounds, and prints throughput, time per
+phase (data, forward, backward, optimizer) and peak memory with libacc's ratios to the others, for each
+model size asked for.
 
-  bash bench/setup.sh && python3 bench/run.py [--steps 100] [--rounds 3] [--processes 2]
+  bash bench/setup.sh && python3 bench/run.py [--sizes tiny,demo,large] [--rounds 5] [--steps N]
 """
 import argparse
 import json
@@ -15,42 +16,125 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
 
+# The model sizes, each defined once: libacc's built-in GPT spec (vocab_size, block_size = seq, n_layer,
+# n_head, n_embd), the batch per process, and the timed and warm-up steps of one run.
+SIZES = {
+    "tiny": dict(layers=2, embd=32, heads=2, vocab=256, seq=64, batch=16, steps=300, warmup=30),
+    "demo": dict(layers=4, embd=128, heads=4, vocab=256, seq=64, batch=16, steps=100, warmup=10),
+    "large": dict(layers=8, embd=512, heads=8, vocab=256, seq=128, batch=8, steps=20, warmup=3),
+}
+IMPLS = {"libacc": "libacc", "pytorch-ddp": "PyTorch DDP", "pytorch-accelerate": "Accelerate"}
+PHASES = ("data", "forward", "backward", "optimizer")
 
-def run(acc, procs, program):
-    cmd = [acc, "launch", "--cpu", "--num_processes", str(procs), "--main_process_port", "0", *program]
+
+def model_args(size, steps, warmup):
+    """The arguments gpt_step.c and gpt_step.py share: STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD."""
+    s = SIZES[size]
+    return [str(v) for v in (steps, warmup, s["batch"], s["seq"], s["vocab"], s["layers"], s["heads"], s["embd"])]
+
+
+def run(acc, procs, threads, program):
+    cmd = [acc, "launch", "--cpu", "--num_processes", str(procs), "--num_cpu_threads_per_process", str(threads),
+           "--main_process_port", "0", *program]
     env = dict(os.environ, ACC_CONFIG_FILE="none")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
         sys.exit(f"{' '.join(program)} failed:\n{p.stdout}{p.stderr}")
     return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
 
 
+def describe(size):
+    s = SIZES[size]
+    return (f"{s['layers']} layers, {s['embd']} wide, {s['heads']} heads, vocab {s['vocab']}, "
+            f"{s['batch']} x {s['seq']} tokens per process")
+
+
+def table(size, impls, results, procs, threads, steps, warmup):
+    """Markdown: medians over the rounds per implementation, then libacc / other for every column."""
+    med = {k: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in results[k]),
+               "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in results[k]),
+               "step_ms": statistics.median(r["step_ms"] for r in results[k]),
+               **{p: statistics.median(r["phase_ms"][p] for r in results[k]) for p in PHASES}} for k in impls}
+    lines = [f"### {size}: {describe(size)}; {results[impls[0]][0]['parameters'] / 1e6:.2f} M parameters",
+             "",
+             f"{procs} processes x {threads} thread, median of {len(results[impls[0]])} alternated rounds of {steps} steps "
+             f"(after {warmup} warm-up steps); "
+             "times are ms per step of rank 0; ratio rows are libacc / other for every column (speed: above 1 "
+             "is libacc faster; times and memory: below 1 is libacc faster or smaller), the tokens/s ratio with "
+             "its range over the rounds.",
+             "",
+             "| implementation | tokens/s | peak RSS (MB) | step (ms) | " + " | ".join(f"{p} (ms)" for p in PHASES) + " |",
+             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in PHASES) + " |"]
+    fmt = lambda v: f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:.0f}"
+    for k in impls:
+        m = med[k]
+        lines.append(f"| {IMPLS[k]} | {m['tokens_per_s']:.0f} | {m['peak_rss_mb']:.0f} | {fmt(m['step_ms'])} | "
+                     + " | ".join(fmt(m[p]) for p in PHASES) + " |")
+    if "libacc" in impls:
+        a = med["libacc"]
+        for k in impls:
+            if k == "libacc":
+                continue
+            m = med[k]
+            per_round = [x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(results["libacc"], results[k])]
+            lines.append(f"| libacc / {IMPLS[k]} | {a['tokens_per_s'] / m['tokens_per_s']:.2f} "
+                         f"({min(per_round):.2f}-{max(per_round):.2f}) | {a['peak_rss_mb'] / m['peak_rss_mb']:.2f} | "
+                         f"{a['step_ms'] / m['step_ms']:.2f} | "
+                         + " | ".join(f"{a[p] / m[p]:.2f}" for p in PHASES) + " |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", default="demo", help=f"comma-separated, of {', '.join(SIZES)} (default: demo)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, help="timed steps per run (default: the size's own)")
+    ap.add_argument("--warmup", type=int, help="warm-up steps per run (default: the size's own)")
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process (OMP_NUM_THREADS)")
+    ap.add_argument("--impls", default=",".join(IMPLS), help=f"comma-separated, of {', '.join(IMPLS)}")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the meson build directory")
+    ap.add_argument("--gpt-step", help="the gpt_step binary (default: BUILD/bench/gpt_step)")
+    ap.add_argument("--json", help="also write every run's result to this file")
     a = ap.parse_args()
+    sizes = a.sizes.split(",")
+    impls = a.impls.split(",")
+    for given, known in ((sizes, SIZES), (impls, IMPLS)):
+        for x in given:
+            if x not in known:
+                sys.exit(f"unknown '{x}' (known: {', '.join(known)})")
     acc = os.path.join(a.build, "launcher", "acc")
-    programs = {
-        "libacc": [os.path.join(a.build, "bench", "gpt_step"), str(a.steps)],
-        "pytorch-ddp": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "ddp", str(a.steps)],
-        "pytorch-accelerate": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "accelerate", str(a.steps)],
-    }
-    results = {k: [] for k in programs}
-    for r in range(a.rounds):
-        for name, program in programs.items():
-            res = run(acc, a.processes, program)
-            results[name].append(res)
-            print(f"round {r + 1}/{a.rounds}  {name:20s} {res['tokens_per_s']:10.0f} tokens/s  "
-                  f"peak RSS {res['peak_rss_mb']:.0f} MB (rank 0)", flush=True)
-    tps = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in results.items()}
-    rss = {k: statistics.median(x["peak_rss_mb"] for x in v) for k, v in results.items()}
-    print(f"\nmedian of {a.rounds} rounds, {a.processes} processes, {a.steps} timed steps each:")
-    print(f"{'implementation':20s} {'tokens/s':>10s} {'libacc speed ratio':>19s} {'peak RSS MB':>12s} {'libacc memory ratio':>20s}")
-    for k in programs:
-        print(f"{k:20s} {tps[k]:10.0f} {tps['libacc'] / tps[k]:19.2f} {rss[k]:12.0f} {rss['libacc'] / rss[k]:20.2f}")
+    gpt_step = a.gpt_step or os.path.join(a.build, "bench", "gpt_step")
+    tables, everything = [], {}
+    for size in sizes:
+        steps = a.steps or SIZES[size]["steps"]
+        warmup = a.warmup if a.warmup is not None else SIZES[size]["warmup"]
+        args = model_args(size, steps, warmup)
+        programs = {
+            "libacc": [gpt_step, *args],
+            "pytorch-ddp": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "ddp", *args],
+            "pytorch-accelerate": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "accelerate", *args],
+        }
+        print(f"{size}: {describe(size)}; {steps} timed steps after {warmup} warm-up", flush=True)
+        results = {k: [] for k in impls}
+        for r in range(a.rounds):
+            # Alternated, and the order turned every round, so that machine noise falls on all alike.
+            order = impls[r % len(impls):] + impls[:r % len(impls)]
+            for k in order:
+                res = run(acc, a.processes, a.threads, programs[k])
+                results[k].append(res)
+                print(f"  round {r + 1}/{a.rounds} {k:19s} {res['tokens_per_s']:9.0f} tokens/s  "
+                      f"{res['step_ms']:9.3f} ms/step (" + ", ".join(f"{p} {res['phase_ms'][p]:.3f}" for p in PHASES)
+                      + f")  peak RSS {res['peak_rss_mb']:.0f} MB  threads {res['threads']}", flush=True)
+        counts = {k: v[0]["parameters"] for k, v in results.items()}
+        if len(set(counts.values())) != 1:
+            print(f"WARNING: the implementations' parameter counts differ: {counts}", flush=True)
+        tables.append(table(size, impls, results, a.processes, a.threads, steps, warmup))
+        everything[size] = results
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(everything, f, indent=1)
+    print("\n" + "\n\n".join(tables))
 
 
 if __name__ == "__main__":

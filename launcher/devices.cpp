@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "supervisor.hpp"
+
 namespace acc::launcher {
 namespace {
 
@@ -81,17 +83,16 @@ Devices detect_devices(const std::map<std::string, std::string>& env) {
   }
   if (d.gpus.empty()) {
     // Containers often have the devices without the /proc entries.
-    if (FILE* f = popen("nvidia-smi -L 2>/dev/null", "r")) {
-      char line[512];
-      while (std::fgets(line, sizeof line, f)) {
-        std::string l = trim(line);
-        if (l.rfind("GPU ", 0) != 0) continue;
-        size_t colon = l.find(": "), paren = l.find(" (UUID");
-        d.gpus.push_back(colon == std::string::npos ? l : l.substr(colon + 2, paren == std::string::npos ? std::string::npos : paren - colon - 2));
-      }
-      pclose(f);
-      if (!d.gpus.empty()) d.cuda_source = "nvidia-smi";
+    // Whatever goes wrong with nvidia-smi (not installed, fails, hangs past the timeout) means no GPUs found here:
+    // only the lines it printed are read, not its exit status.
+    std::stringstream out(run_capture({"nvidia-smi", "-L"}).out);
+    for (std::string line; std::getline(out, line);) {
+      std::string l = trim(line);
+      if (l.rfind("GPU ", 0) != 0) continue;
+      size_t colon = l.find(": "), paren = l.find(" (UUID");
+      d.gpus.push_back(colon == std::string::npos ? l : l.substr(colon + 2, paren == std::string::npos ? std::string::npos : paren - colon - 2));
     }
+    if (!d.gpus.empty()) d.cuda_source = "nvidia-smi";
   }
   d.cuda = visible(static_cast<int>(d.gpus.size()), env);
 

@@ -616,12 +616,13 @@ int exec_mpirun(const Plan& plan, const std::string& hostfile, const std::vector
   if (app.empty())
     throw std::runtime_error("mpirun_hostfile is set, but mpirun or mpiexec were not found; install Open MPI, Intel "
                              "MPI or MVAPICH, or remove mpirun_config.mpirun_hostfile");
-  std::string version;
-  if (FILE* f = popen(("'" + app + "' --version 2>&1").c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, f)) version += buf;
-    pclose(f);
-  }
+  // Which MPI it is decides the option spellings. Its output is read even when --version fails; a version that
+  // cannot be read at all means MPICH-style options.
+  CaptureOptions merged;
+  merged.merge_stderr = true;
+  const Captured probe = run_capture({app, "--version"}, merged);
+  if (!probe.ok() && !plan.quiet) std::fprintf(stderr, "%s: warning: %s\n", kMe, probe.error.c_str());
+  const std::string& version = probe.out;
   const bool open_mpi = version.find("Open MPI") != std::string::npos || version.find("OpenRTE") != std::string::npos;
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

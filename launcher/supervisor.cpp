@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -17,6 +18,8 @@
 #include <string>
 
 #include "acc/files.hpp"
+
+extern char** environ;
 
 namespace acc::launcher {
 
@@ -437,6 +440,128 @@ void Group::finish() {
     if (s->log >= 0) close(s->log);
     s->log = -1;
   }
+}
+
+Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions& options) {
+  Captured r;
+  if (argv.empty() || argv[0].empty()) {
+    r.error = "no program to run";
+    return r;
+  }
+  const std::string& program = argv[0];
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    r.error = "cannot run '" + program + "' (pipe): " + strerror(errno);
+    return r;
+  }
+  // The child's stdout (and stderr) become the pipe's write end; the O_CLOEXEC originals close at exec.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], 1);
+  if (options.merge_stderr)
+    posix_spawn_file_actions_adddup2(&actions, pipefd[1], 2);
+  else
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  // acc may have signals blocked (the launch loop reads them from a signalfd) or ignored (SIGPIPE): the program
+  // starts with none blocked and every one at its default.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // An inherited SIGCHLD = SIG_IGN would let the kernel reap the child and hide its status: default while it runs.
+  struct sigaction dfl {}, original_chld {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGCHLD, &dfl, &original_chld);
+
+  pid_t pid = -1;
+  // glibc's posix_spawnp reports a failed exec (ENOENT, EACCES, ENOEXEC) as its result, so there is no child
+  // to reap then.
+  const int spawn_error = posix_spawnp(&pid, program.c_str(), &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(pipefd[1]);
+  const int fd = pipefd[0];
+  if (spawn_error != 0) {
+    close(fd);
+    sigaction(SIGCHLD, &original_chld, nullptr);
+    r.error = "cannot execute '" + program + "': " + strerror(spawn_error);
+    return r;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+
+  // Reads what the pipe holds now; true at end of file (or on a read error, which ends the output the same way).
+  auto drain = [&]() {
+    char buf[4096];
+    for (;;) {
+      ssize_t got = read(fd, buf, sizeof buf);
+      if (got > 0) {
+        if (r.out.size() < options.max_bytes)
+          r.out.append(buf, std::min(static_cast<size_t>(got), options.max_bytes - r.out.size()));
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      return got == 0 || errno != EAGAIN;
+    }
+  };
+  // Both ends are waited for: the end of the output and the program's exit. The poll is sliced so that an exit is
+  // seen even when something the program started still holds the pipe open (its output is then what was there).
+  const double deadline = monotonic_now() + options.timeout;
+  bool eof = false, reaped = false;
+  int status = 0, wait_error = 0;
+  while (!(eof && reaped)) {
+    const double left = deadline - monotonic_now();
+    if (left <= 0) break;
+    const int slice_ms = static_cast<int>(std::min(left * 1000.0, 50.0)) + 1;
+    if (!eof) {
+      pollfd p{fd, POLLIN, 0};
+      poll(&p, 1, slice_ms);
+      eof = drain();
+    } else {
+      poll(nullptr, 0, std::min(slice_ms, 10));  // the output ended; the program has not yet
+    }
+    if (!reaped) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid || (w < 0 && errno != EINTR)) {
+        reaped = true;
+        if (w < 0) wait_error = errno;
+        if (!eof) {
+          drain();  // what it wrote before it ended
+          eof = true;
+        }
+      }
+    }
+  }
+  close(fd);
+  if (!reaped) {
+    // Killed, then reaped if it goes within a second. A program stuck in the kernel (a hung driver) may not: it is
+    // left, not waited for, so acc never hangs on it.
+    kill(pid, SIGKILL);
+    for (const double until = monotonic_now() + 1.0; monotonic_now() < until;) {
+      const pid_t w = waitpid(pid, nullptr, WNOHANG);
+      if (w == pid || (w < 0 && errno != EINTR)) break;
+      poll(nullptr, 0, 10);
+    }
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", options.timeout);
+    r.error = "'" + program + "' did not finish within " + secs + " s (killed)";
+  } else if (wait_error != 0) {
+    r.error = "cannot read the exit status of '" + program + "': " + strerror(wait_error);
+  } else {
+    r.status = status;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) r.error = "'" + program + "' " + describe_status(status);
+  }
+  sigaction(SIGCHLD, &original_chld, nullptr);
+  return r;
 }
 
 }  // namespace acc::launcher

@@ -103,6 +103,25 @@ class Group {
   bool finished_ = false;
 };
 
+// Runs a short helper program to read its output (`mpirun --version`, `nvidia-smi -L`): posix_spawnp with argv as
+// given, no shell, so a path or argument with spaces or quotes reaches the program as it is. The program inherits
+// acc's environment (PATH is searched when argv[0] has no '/'), with stdin from /dev/null and default signals.
+struct CaptureOptions {
+  bool merge_stderr = false;      // true: stderr goes into the output too (2>&1); false: to /dev/null
+  double timeout = 30;            // seconds; after that the program is killed (SIGKILL) and the run is an error
+  size_t max_bytes = 1 << 20;     // output kept; the rest is read and dropped, so the program never blocks on it
+};
+struct Captured {
+  int status = -1;    // wait status; -1 when it did not run to its end (could not start, timed out)
+  std::string out;    // what it wrote to stdout (and stderr, with merge_stderr), also when it failed
+  // Empty when it exited with status 0; else what went wrong, naming the program: "cannot execute 'x': No such
+  // file or directory", "'x' exited with status 2", "'x' killed by signal SIGSEGV (Segmentation fault)",
+  // "'x' did not finish within 30 s (killed)".
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions& options = {});
+
 std::string signal_name(int sig);       // "SIGSEGV"
 std::string describe_status(int status);  // "exited with status 3", "killed by signal SIGSEGV (Segmentation fault)"
 double monotonic_now();

@@ -14,12 +14,17 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, strdup */
 #include <acc/acc.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+
+extern char** environ;
 
 #define CHECK(call)                                                                                   \
   do {                                                                                                \
@@ -31,6 +36,30 @@
   } while (0)
 
 enum { BLOCK = 64, VOCAB = 256 };
+
+/* Runs a program (searched in PATH) with these arguments, without a shell, and waits for it: 0 when it exits with
+ * status 0; otherwise says why, naming the program, and returns -1. */
+static int run_program(const char* const args[]) {
+  pid_t pid;
+  /* posix_spawnp's argv is char* const[] for historical reasons; it does not write to the strings. */
+  int err = posix_spawnp(&pid, args[0], NULL, NULL, (char* const*)args, environ);
+  if (err != 0) {
+    fprintf(stderr, "cannot execute '%s': %s\n", args[0], strerror(err));
+    return -1;
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      fprintf(stderr, "cannot wait for '%s': %s\n", args[0], strerror(errno));
+      return -1;
+    }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  if (WIFEXITED(status))
+    fprintf(stderr, "'%s' exited with status %d\n", args[0], WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    fprintf(stderr, "'%s' killed by signal %d\n", args[0], WTERMSIG(status));
+  return -1;
+}
 
 static double now(void) {
   struct timespec ts;
@@ -176,9 +205,8 @@ int main(int argc, char** argv) {
   snprintf(val_bin, sizeof val_bin, "%s/val.bin", out_dir);
   snprintf(model_path, sizeof model_path, "%s/model.safetensors", out_dir);
   if (is_main) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", out_dir);
-    if (system(cmd) != 0) return 1;
+    const char* mkdir_args[] = {"mkdir", "-p", "--", out_dir, NULL};
+    if (run_program(mkdir_args) != 0) return 1;
     size_t len;
     unsigned char* text = read_corpus(text_dir, &len);
     size_t split = len * 9 / 10;

@@ -873,8 +873,10 @@ class LaunchTest(unittest.TestCase):
 
     def test_mpirun_hostfile_runs_mpirun(self):
         # As accelerate launch does for MULTI_CPU with an mpirun hostfile: acc runs mpirun, which starts one
-        # `acc launch --scheduler mpi` per process. A stand-in mpirun (Open MPI's spellings) plays the part here.
-        bindir = os.path.join(self.tmp, "bin")
+        # `acc launch --scheduler mpi` per process. A stand-in mpirun (Open MPI's spellings) plays the part here,
+        # from a directory whose name has a space and a quote: `mpirun --version` runs without a shell (a shell
+        # command line quoted with '...' broke on it, and the MPICH spellings were used).
+        bindir = os.path.join(self.tmp, "it's a bin")
         os.mkdir(bindir)
         fake = os.path.join(bindir, "mpirun")
         with open(fake, "w") as f:
@@ -901,6 +903,7 @@ sys.exit(max(p.wait() for p in procs))
         p, _ = self.run_acc("launch", "--config_file", cfg, "--main_process_port", str(free_port()), PROBE, "--out",
                             self.out, env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("warning", p.stderr)
         with open(env["FAKE_MPI_LOG"]) as f:
             argv = f.read().split("\n")
         self.assertEqual(argv[:8], ["--hostfile", hosts, "--npernode", "2", "-n", "2", "--bind-to", "socket"])
@@ -908,6 +911,15 @@ sys.exit(max(p.wait() for p in procs))
         envs = self.envs()
         self.assertEqual(sorted(envs), [0, 1])
         self.assertEqual({e["WORLD_SIZE"] for e in envs.values()}, {"2"})
+        # an mpirun whose --version fails: a warning naming it, then MPICH's spellings (as when it prints no version)
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 5; fi\n"
+                    "printf '%s\\n' \"$@\" > \"$FAKE_MPI_LOG\"\n")
+        p, _ = self.run_acc("launch", "--config_file", cfg, PROBE, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"warning: '{fake}' exited with status 5", p.stderr)
+        with open(env["FAKE_MPI_LOG"]) as f:
+            self.assertEqual(f.read().split("\n")[:6], ["-f", hosts, "-ppn", "2", "-n", "2"])
         # without mpirun: a clear error
         env["PATH"] = "/nonexistent"
         p, _ = self.run_acc("launch", "--config_file", cfg, PROBE, env=env)
@@ -1060,6 +1072,35 @@ sys.exit(max(p.wait() for p in procs))
         r = subprocess.run([ACC, "env"], capture_output=True, text=True, env=self.env, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("- `acc` default config:\n\tNot found", r.stdout)
+
+    def test_env_gpus_from_nvidia_smi(self):
+        # Without the driver's /proc entries, GPUs are listed by `nvidia-smi -L`, run without a shell (here from a
+        # directory whose name has a space and a quote). One that is missing, fails or is killed means no GPUs.
+        if os.path.isdir("/proc/driver/nvidia/gpus") and os.listdir("/proc/driver/nvidia/gpus"):
+            self.skipTest("this machine's GPUs are found in /proc/driver/nvidia/gpus, before nvidia-smi")
+        bindir = os.path.join(self.tmp, "nvidia's bin")
+        os.mkdir(bindir)
+        smi = os.path.join(bindir, "nvidia-smi")
+        env = dict(self.env, ACC_LIBACC="/nonexistent/libacc.so.1", PATH=bindir + ":/usr/bin:/bin")
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+
+        def acc_env(script):
+            if script is None:
+                if os.path.exists(smi):
+                    os.remove(smi)
+            else:
+                with open(smi, "w") as f:
+                    f.write("#!/bin/sh\n" + script)
+                os.chmod(smi, 0o755)
+            r = subprocess.run([ACC, "env"], capture_output=True, text=True, env=env, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout
+
+        out = acc_env('[ "$1" = -L ] || exit 2\necho "GPU 0: Fake GPU A (UUID: GPU-0)"\n'
+                      'echo "GPU 1: Fake GPU B (UUID: GPU-1)"\n')
+        self.assertIn("- GPUs: 2 (Fake GPU A, Fake GPU B), 2 visible; found with nvidia-smi", out)
+        for script in (None, "exit 9\n", "kill -KILL $$\n", "echo 'NVIDIA-SMI has failed' >&2; exit 9\n"):
+            self.assertIn("- GPUs: none found", acc_env(script), script)
 
     def test_estimate_memory(self):
         r = subprocess.run([ACC, "estimate-memory", "gpt2"], capture_output=True, text=True, timeout=30)

@@ -47,7 +47,7 @@ acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_n
       if (st != ACC_OK) throw acc::core::CallbackError("dataset next callback returned " + std::to_string(st));
       if (!has) return false;
       if (!in) throw acc::core::CallbackError("dataset next callback set has_sample but no input");
-      sample = acc::core::Sample{in->t, tg ? tg->t : at::Tensor()};
+      sample = acc::core::pair_sample(in->t, tg ? tg->t : at::Tensor());
       return true;
     };
     *out = new acc_dataset{acc::core::make_iterable_dataset(std::move(rewind), std::move(read))};

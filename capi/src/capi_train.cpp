@@ -245,7 +245,7 @@ acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, voi
         throw acc::core::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
                                  std::to_string(i));
       if (!in) throw acc::core::CallbackError("dataset callback set no input for index " + std::to_string(i));
-      return acc::core::Sample{in->t, tg ? tg->t : at::Tensor()};
+      return acc::core::pair_sample(in->t, tg ? tg->t : at::Tensor());
     };
     *out = new acc_dataset{acc::core::make_callback_dataset(length, fetch)};
   });
@@ -280,8 +280,9 @@ acc_status acc_dataloader_next(acc_dataloader* dl, acc_tensor** out_input, acc_t
     need(has_batch, "has_batch");
     acc::core::Sample s;
     if (!dl->dl->next(s)) return;
-    std::unique_ptr<acc_tensor> in(new_tensor(s.input));
-    if (out_target && s.target.defined()) *out_target = new_tensor(s.target);
+    auto [input, target] = acc::core::as_pair(s);
+    std::unique_ptr<acc_tensor> in(new_tensor(input));
+    if (out_target && target.defined()) *out_target = new_tensor(target);
     *out_input = in.release();
     *has_batch = 1;
   });

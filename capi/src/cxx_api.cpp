@@ -62,6 +62,28 @@ double Optimizer::lr() const { return need(slot, "the optimizer").opt->lr(); }
 
 void Scheduler::step() { need(slot, "the scheduler").step(); }
 
+namespace {
+core::TensorDict to_core(const Batch& b) {
+  core::TensorDict d;
+  for (const auto& [name, t] : b.items()) d.set(name, t);
+  return d;
+}
+}  // namespace
+
+DataLoader::DataLoader(const Batch& columns, const std::string& options_json)
+    : impl(std::make_shared<core::DataLoader>(core::make_tensor_dataset(to_core(columns)),
+                                              core::LoaderOptions::parse(options_json.c_str()))) {}
+
+DataLoader::DataLoader(int64_t size, std::function<Batch(int64_t)> get, const std::string& options_json) {
+  if (!get) throw std::invalid_argument("the sample function is empty");
+  auto ds = core::make_callback_dataset(size, [get = std::move(get)](int64_t i) {
+    core::TensorDict s = to_core(get(i));
+    if (s.empty()) throw std::invalid_argument("the sample function gave no tensor for index " + std::to_string(i));
+    return s;
+  });
+  impl = std::make_shared<core::DataLoader>(std::move(ds), core::LoaderOptions::parse(options_json.c_str()));
+}
+
 DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, const std::string& options_json)
     : impl(std::make_shared<core::DataLoader>(core::make_tensor_dataset(std::move(inputs), std::move(targets)),
                                               core::LoaderOptions::parse(options_json.c_str()))) {}
@@ -72,7 +94,7 @@ DataLoader::DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torc
   auto ds = core::make_callback_dataset(size, [get = std::move(get)](int64_t i) {
     auto [input, target] = get(i);
     if (!input.defined()) throw std::invalid_argument("the sample function gave no input for index " + std::to_string(i));
-    return core::Sample{input, target};
+    return core::pair_sample(input, target);
   });
   impl = std::make_shared<core::DataLoader>(std::move(ds), core::LoaderOptions::parse(options_json.c_str()));
 }
@@ -80,9 +102,7 @@ DataLoader::DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torc
 std::optional<Batch> DataLoader::next() {
   core::Sample s;
   if (!need(impl, "the data loader").next(s)) return std::nullopt;
-  std::vector<std::pair<std::string, torch::Tensor>> items{{"input", s.input}};
-  if (s.target.defined()) items.emplace_back("targets", s.target);
-  return Batch(std::move(items));
+  return Batch(s.items());
 }
 
 int64_t DataLoader::length() const { return need(impl, "the data loader").length(); }

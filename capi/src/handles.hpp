@@ -34,6 +34,10 @@ struct acc_scheduler {
 struct acc_dataset {
   std::shared_ptr<acc::core::Dataset> ds;
 };
+struct acc_batch {
+  acc::core::TensorDict d;
+  std::atomic<bool> busy{false};
+};
 struct acc_dataloader {
   std::shared_ptr<acc::core::DataLoader> dl;
   std::atomic<bool> busy{false};

@@ -19,16 +19,56 @@ namespace acc::core {
 
 namespace {
 
+// Every sample (or batch) of a dataset names the same tensors in the same order.
+void check_same_names(const Sample& first, const Sample& other, const char* what) {
+  bool same = first.size() == other.size();
+  for (size_t k = 0; same && k < first.size(); ++k) same = first.items()[k].first == other.items()[k].first;
+  if (!same)
+    throw std::invalid_argument(std::string("dataset: ") + what + " name different tensors: (" + first.keys() +
+                                ") and (" + other.keys() + ")");
+}
+
+// Joins the k-th tensor of every part into one, per name: at::stack (a new dim 0, torch's default
+// collate) or at::cat (rows). A shape mismatch names the tensor.
+template <class Join>
+Sample join_parts(const std::vector<Sample>& parts, const char* what, Join join) {
+  if (parts.empty()) return {};
+  const Sample& first = parts.front();
+  if (first.empty()) throw std::invalid_argument(std::string("dataset: ") + what + " hold no tensors");
+  for (const Sample& p : parts) check_same_names(first, p, what);
+  Sample out;
+  std::vector<at::Tensor> column;
+  for (size_t k = 0; k < first.size(); ++k) {
+    column.clear();
+    for (const Sample& p : parts) column.push_back(p.items()[k].second);
+    try {
+      out.set(first.items()[k].first, join(column));
+    } catch (const c10::Error& e) {
+      throw std::invalid_argument(std::string("dataset: the '") + first.items()[k].first + "' tensors of " + what +
+                                  " cannot be joined: " + e.what_without_backtrace());
+    }
+  }
+  return out;
+}
+
 // Stacks samples along a new dim 0 (torch's default collate for tensors).
 Sample stack_samples(const std::vector<Sample>& samples) {
-  std::vector<at::Tensor> in, tg;
-  for (const Sample& s : samples) {
-    in.push_back(s.input);
-    if (s.target.defined()) tg.push_back(s.target);
-  }
-  if (!tg.empty() && tg.size() != in.size())
-    throw std::invalid_argument("dataset: some samples have a target and some do not");
-  return {at::stack(in), tg.empty() ? at::Tensor() : at::stack(tg)};
+  return join_parts(samples, "samples", [](const std::vector<at::Tensor>& c) { return at::stack(c); });
+}
+
+// Rows in a batch: dim 0 of its tensors (a dataset's batches agree on it).
+int64_t rows_of(const Sample& s) {
+  if (s.empty()) return 0;
+  const at::Tensor& t = s.items().front().second;
+  return t.dim() == 0 ? 1 : t.size(0);
+}
+
+// Applies `fn` to every tensor of `s`, keeping the names.
+template <class Fn>
+Sample map_tensors(const Sample& s, Fn fn) {
+  Sample out;
+  for (const auto& [name, t] : s.items()) out.set(name, fn(t));
+  return out;
 }
 
 }  // namespace
@@ -49,27 +89,34 @@ void check_index(int64_t i, int64_t n) {
     throw std::out_of_range("dataset index " + std::to_string(i) + " outside [0, " + std::to_string(n) + ")");
 }
 
+// torch's TensorDataset, with named columns.
 class TensorDataset final : public Dataset {
  public:
-  TensorDataset(at::Tensor in, at::Tensor tg) : in_(std::move(in)), tg_(std::move(tg)) {
-    if (in_.dim() == 0) throw std::invalid_argument("dataset inputs must have a sample dimension (dim 0)");
-    if (tg_.defined() && (tg_.dim() == 0 || tg_.size(0) != in_.size(0)))
-      throw std::invalid_argument("dataset targets have " + std::to_string(tg_.dim() ? tg_.size(0) : 0) +
-                                  " rows but inputs have " + std::to_string(in_.size(0)));
+  explicit TensorDataset(TensorDict columns) : columns_(std::move(columns)) {
+    if (columns_.empty()) throw std::invalid_argument("a tensor dataset needs at least one tensor");
+    const auto& [first_name, first] = columns_.items().front();
+    for (const auto& [name, t] : columns_.items()) {
+      if (!t.defined()) throw std::invalid_argument("dataset tensor '" + name + "' is undefined");
+      if (t.dim() == 0)
+        throw std::invalid_argument("dataset tensor '" + name + "' must have a sample dimension (dim 0)");
+      if (t.size(0) != first.size(0))
+        throw std::invalid_argument("dataset tensor '" + name + "' has " + std::to_string(t.size(0)) + " rows but '" +
+                                    first_name + "' has " + std::to_string(first.size(0)));
+    }
   }
-  int64_t size() const override { return in_.size(0); }
+  int64_t size() const override { return columns_.items().front().second.size(0); }
   Sample get(int64_t i) override {
     check_index(i, size());
-    return {in_[i], tg_.defined() ? tg_[i] : at::Tensor()};
+    return map_tensors(columns_, [i](const at::Tensor& t) { return t[i]; });
   }
   Sample get_batch(const std::vector<int64_t>& idx) override {
     for (int64_t i : idx) check_index(i, size());
     at::Tensor index = at::tensor(idx, at::kLong);
-    return {in_.index_select(0, index), tg_.defined() ? tg_.index_select(0, index) : at::Tensor()};
+    return map_tensors(columns_, [&index](const at::Tensor& t) { return t.index_select(0, index); });
   }
 
  private:
-  at::Tensor in_, tg_;
+  TensorDict columns_;
 };
 
 // nanoGPT's train.bin layout: a flat array of token ids, read in place through mmap.
@@ -103,8 +150,7 @@ class TokenFileDataset final : public Dataset {
   ~TokenFileDataset() override { ::munmap(data_, bytes_); }
   int64_t size() const override { return samples_; }
   Sample get(int64_t i) override {
-    Sample s = get_batch({i});
-    return {s.input[0], s.target[0]};
+    return map_tensors(get_batch({i}), [](const at::Tensor& t) { return t[0]; });
   }
   Sample get_batch(const std::vector<int64_t>& idx) override {
     const int64_t B = static_cast<int64_t>(idx.size()), T = block_;
@@ -120,7 +166,7 @@ class TokenFileDataset final : public Dataset {
         if (t > 0) py[b * T + t - 1] = tok;
       }
     }
-    return {x, y};
+    return {{"input_ids", x}, {kTargetKey, y}};
   }
 
  private:
@@ -177,8 +223,28 @@ class IterableCallbackDataset final : public Dataset {
 
 }  // namespace
 
+std::shared_ptr<Dataset> make_tensor_dataset(const TensorDict& columns) {
+  return std::make_shared<TensorDataset>(map_tensors(columns, [](const at::Tensor& t) {
+    return t.defined() ? t.clone() : t;
+  }));
+}
+
+Sample pair_sample(at::Tensor input, at::Tensor target) {
+  Sample s{{kInputKey, std::move(input)}};
+  if (target.defined()) s.set(kTargetKey, std::move(target));
+  return s;
+}
+
+std::pair<at::Tensor, at::Tensor> as_pair(const Sample& batch) {
+  if (batch.empty() || batch.size() > 2)
+    throw std::invalid_argument("a batch of " + std::to_string(batch.size()) + " tensors (" + batch.keys() +
+                                ") cannot be read as (input, target): read it by name (acc_dataloader_next_batch)");
+  const auto& items = batch.items();
+  return {items[0].second, items.size() == 2 ? items[1].second : at::Tensor()};
+}
+
 std::shared_ptr<Dataset> make_tensor_dataset(at::Tensor inputs, at::Tensor targets) {
-  return std::make_shared<TensorDataset>(inputs.clone(), targets.defined() ? targets.clone() : targets);
+  return make_tensor_dataset(pair_sample(std::move(inputs), std::move(targets)));
 }
 
 std::shared_ptr<Dataset> make_token_file_dataset(const std::string& path, const char* options_json) {
@@ -239,25 +305,18 @@ struct DataLoader::Pass {
 namespace {
 
 Sample narrow_rows(const Sample& s, int64_t start, int64_t length) {
-  const int64_t n = s.input.size(0);
+  const int64_t n = rows_of(s);
   const int64_t lo = std::min(start, n), hi = std::min(std::max(start + length, lo), n);
-  return {s.input.narrow(0, lo, hi - lo), s.target.defined() ? s.target.narrow(0, lo, hi - lo) : at::Tensor()};
+  return map_tensors(s, [&](const at::Tensor& t) { return t.narrow(0, lo, hi - lo); });
 }
 
 Sample cat_rows(const std::vector<Sample>& parts) {
-  std::vector<at::Tensor> in, tg;
-  for (const Sample& p : parts) {
-    in.push_back(p.input);
-    if (p.target.defined()) tg.push_back(p.target);
-  }
-  if (!tg.empty() && tg.size() != in.size()) throw std::invalid_argument("dataset: some batches have targets and some do not");
   try {
-    return {at::cat(in), tg.empty() ? at::Tensor() : at::cat(tg)};
-  } catch (const c10::Error& e) {
-    throw std::invalid_argument(
-        std::string("dispatch_batches: the batches of one step cannot be concatenated (they must agree in every dim "
-                    "but the first; give split_batches, or turn dispatch_batches off): ") +
-        e.what_without_backtrace());
+    return join_parts(parts, "the batches of one step", [](const std::vector<at::Tensor>& c) { return at::cat(c); });
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("dispatch_batches: ") + e.what() +
+                                " (they must agree in every dim but the first; give split_batches, or turn "
+                                "dispatch_batches off)");
   }
 }
 
@@ -440,18 +499,34 @@ struct StreamSteps final : StepSource {
   Sample pending;
 };
 
-// What rank 0 broadcasts before each step: whether there is one, and the shapes and dtypes to receive.
-constexpr int kMaxDims = 8;
-enum Header : int64_t { kStatus, kIsLast, kInType, kInDims, kInShape, kHasTarget = kInShape + kMaxDims, kTgType,
-                        kTgDims, kTgShape, kHeaderSize = kTgShape + kMaxDims };
+// What rank 0 broadcasts before each step, in one fixed-size int64 message: whether there is a step,
+// and the names, dtypes and shapes of the tensors to receive (their names packed as bytes at the end).
+constexpr int kMaxDims = 8, kMaxTensors = 16, kNameBytes = 1024;
+constexpr int kPerTensor = 2 + kMaxDims;  // type, ndim, shape
+enum Header : int64_t { kStatus, kIsLast, kCount, kTensors, kNames = kTensors + kMaxTensors * kPerTensor,
+                        kHeaderSize = kNames + kNameBytes / 8 };
 
-void describe(const at::Tensor& t, int64_t* type, int64_t* ndim, int64_t* shape) {
-  if (t.dim() > kMaxDims)
-    throw std::invalid_argument("dispatch_batches: batches of more than " + std::to_string(kMaxDims) +
-                                " dims cannot be dispatched; got " + std::to_string(t.dim()));
-  *type = static_cast<int64_t>(t.scalar_type());
-  *ndim = t.dim();
-  for (int64_t d = 0; d < t.dim(); ++d) shape[d] = t.size(d);
+void describe(const Sample& step, int64_t* h) {
+  if (step.size() > kMaxTensors)
+    throw std::invalid_argument("dispatch_batches: a batch of more than " + std::to_string(kMaxTensors) +
+                                " tensors cannot be dispatched; it has " + std::to_string(step.size()));
+  std::string names;
+  for (const auto& [name, t] : step.items()) names += name + '\0';
+  if (names.size() > kNameBytes)
+    throw std::invalid_argument("dispatch_batches: the batch's tensor names (" + step.keys() + ") exceed " +
+                                std::to_string(kNameBytes) + " bytes");
+  h[kCount] = static_cast<int64_t>(step.size());
+  int64_t* d = h + kTensors;
+  for (const auto& [name, t] : step.items()) {
+    if (t.dim() > kMaxDims)
+      throw std::invalid_argument("dispatch_batches: tensor '" + name + "' has " + std::to_string(t.dim()) +
+                                  " dims; at most " + std::to_string(kMaxDims) + " can be dispatched");
+    d[0] = static_cast<int64_t>(t.scalar_type());
+    d[1] = t.dim();
+    for (int64_t k = 0; k < t.dim(); ++k) d[2 + k] = t.size(k);
+    d += kPerTensor;
+  }
+  std::memcpy(h + kNames, names.data(), names.size());
 }
 
 // Gloo has no bool: it travels as uint8.
@@ -463,10 +538,18 @@ void broadcast_tensor(Comm& comm, at::Tensor& t, at::ScalarType type) {
   t = type == at::kBool ? w.to(at::kBool) : w;
 }
 
-at::Tensor allocate(const int64_t* h, int64_t type_at, int64_t dims_at, int64_t shape_at) {
-  std::vector<int64_t> shape(h + shape_at, h + shape_at + h[dims_at]);
-  auto type = static_cast<at::ScalarType>(h[type_at]);
-  return at::empty(shape, at::TensorOptions().dtype(type == at::kBool ? at::kByte : type));
+// The empty batch `describe` announced, allocated for receiving (bool as uint8, as it travels).
+Sample allocate(const int64_t* h) {
+  Sample step;
+  const char* name = reinterpret_cast<const char*>(h + kNames);
+  const int64_t* d = h + kTensors;
+  for (int64_t i = 0; i < h[kCount]; ++i, d += kPerTensor) {
+    auto type = static_cast<at::ScalarType>(d[0]);
+    step.set(name, at::empty(std::vector<int64_t>(d + 2, d + 2 + d[1]),
+                             at::TensorOptions().dtype(type == at::kBool ? at::kByte : type)));
+    name += std::strlen(name) + 1;
+  }
+  return step;
 }
 
 // DataLoaderDispatcher: rank 0 reads each step and broadcasts it; every process keeps its slice, the
@@ -486,11 +569,7 @@ struct DispatchPass final : DataLoader::Pass {
         if (source->next(step, is_last)) {
           h[kStatus] = 1;
           h[kIsLast] = is_last;
-          describe(step.input, &h[kInType], &h[kInDims], &h[kInShape]);
-          if (step.target.defined()) {
-            h[kHasTarget] = 1;
-            describe(step.target, &h[kTgType], &h[kTgDims], &h[kTgShape]);
-          }
+          describe(step, h);
         }
       } catch (...) {
         // Tell the others, so they fail now rather than wait for a batch that never comes.
@@ -504,12 +583,16 @@ struct DispatchPass final : DataLoader::Pass {
     if (h[kStatus] == -1) throw DistributedError("dispatch_batches: the main process failed to read the next batch");
     if (h[kStatus] == 0) return false;
     is_last = h[kIsLast] != 0;
-    if (spec.process_index != 0) {
-      step.input = allocate(h, kInType, kInDims, kInShape);
-      step.target = h[kHasTarget] ? allocate(h, kTgType, kTgDims, kTgShape) : at::Tensor();
+    if (spec.process_index != 0) step = allocate(h);
+    Sample received;
+    const int64_t* d = h + kTensors;
+    for (const auto& [name, t] : step.items()) {
+      at::Tensor buffer = t;
+      broadcast_tensor(*comm, buffer, static_cast<at::ScalarType>(d[0]));
+      received.set(name, std::move(buffer));
+      d += kPerTensor;
     }
-    broadcast_tensor(*comm, step.input, static_cast<at::ScalarType>(h[kInType]));
-    if (h[kHasTarget]) broadcast_tensor(*comm, step.target, static_cast<at::ScalarType>(h[kTgType]));
+    step = std::move(received);
     return true;
   }
 
@@ -530,7 +613,7 @@ struct DispatchPass final : DataLoader::Pass {
         finished = true;
         return false;
       }
-      const int64_t observed = step.input.dim() == 0 ? 1 : step.input.size(0);
+      const int64_t observed = rows_of(step);
       if (!spec.drop_last && !have_first) {
         first = narrow_rows(step, 0, spec.num_processes);
         have_first = true;
@@ -762,10 +845,8 @@ bool DataLoader::next(Sample& out) {
     if (observer_) observer_->loader_end(this);
     return false;
   }
-  if (device_ != c10::Device(c10::kCPU)) {
-    s.input = s.input.to(device_, how_.non_blocking);
-    if (s.target.defined()) s.target = s.target.to(device_, how_.non_blocking);
-  }
+  if (device_ != c10::Device(c10::kCPU))
+    s = map_tensors(s, [this](const at::Tensor& t) { return t.to(device_, how_.non_blocking); });
   out = std::move(s);
   return true;
 }

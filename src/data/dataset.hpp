@@ -14,16 +14,23 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "data/batch.hpp"
 #include "data/sharding.hpp"
 
 namespace acc::core {
 
 class Comm;
 
-struct Sample {
-  at::Tensor input;
-  at::Tensor target;  // undefined when the dataset has none
-};
+// A sample, and a batch of samples: named tensors. Datasets of (input, target) pairs name them "input"
+// and "targets" (see kInputKey); every sample of one dataset has the same names in the same order.
+using Sample = TensorDict;
+inline constexpr const char* kInputKey = "input";
+inline constexpr const char* kTargetKey = "targets";
+// {"input": input, "targets": target}, without "targets" when `target` is undefined.
+Sample pair_sample(at::Tensor input, at::Tensor target);
+// A batch seen as (input, target), for the two-tensor calls: its first and second tensors (the second
+// undefined for a batch of one). A batch of more tensors is refused: it has to be read by name.
+std::pair<at::Tensor, at::Tensor> as_pair(const Sample& batch);
 
 class Dataset {
  public:
@@ -41,7 +48,11 @@ class Dataset {
   virtual bool next(Sample& out);
 };
 
+// Samples are the rows (dim 0) of every column; the columns are copied.
+std::shared_ptr<Dataset> make_tensor_dataset(const TensorDict& columns);
+// {"input": inputs, "targets": targets}, targets omitted when undefined.
 std::shared_ptr<Dataset> make_tensor_dataset(at::Tensor inputs, at::Tensor targets);
+// Samples {"input_ids": tokens [i*T, i*T+T), "targets": the next token of each}, int64.
 std::shared_ptr<Dataset> make_token_file_dataset(const std::string& path, const char* options_json);
 // `get` fills a sample or throws; it runs on the thread that asks for the batch.
 std::shared_ptr<Dataset> make_callback_dataset(int64_t length, std::function<Sample(int64_t)> get);

@@ -43,10 +43,24 @@ class TorchScriptModel final : public Model {
       throw std::invalid_argument("TorchScript forward takes " + arg_names(args) + " (and targets); the batch has " +
                                   batch.keys());
     c10::IValue out = m_.forward(inputs);
-    if (!out.isTensor())
-      throw std::invalid_argument("TorchScript module: forward must return one tensor; it returned " + out.tagKind());
-    TensorDict r{{"output", out.toTensor()}};
-    if (has_targets) r.set("loss", compute_loss(loss_, out.toTensor(), batch.at("targets")));
+    TensorDict r;
+    if (out.isTensor()) {
+      r.set("output", out.toTensor());
+    } else if (out.isGenericDict()) {  // Dict[str, Tensor], as Hugging Face models return
+      for (const auto& e : out.toGenericDict()) {
+        if (!e.key().isString() || !e.value().isTensor())
+          throw std::invalid_argument("TorchScript module: a dict returned by forward must map str to Tensor");
+        r.set(e.key().toStringRef(), e.value().toTensor());
+      }
+      if (r.empty()) throw std::invalid_argument("TorchScript module: forward returned an empty dict");
+    } else {
+      throw std::invalid_argument("TorchScript module: forward must return a tensor or a Dict[str, Tensor]; it "
+                                  "returned " + out.tagKind());
+    }
+    // A module that computes its own loss (a "loss" entry) keeps it; otherwise the configured loss of the
+    // first output against "targets".
+    if (has_targets && !r.contains("loss"))
+      r.set("loss", compute_loss(loss_, r.items().front().second, batch.at("targets")));
     return r;
   }
   NamedTensors named_parameters() const override {

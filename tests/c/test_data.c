@@ -1,7 +1,8 @@
 /* Single-process tests of data loading through the C ABI, after Accelerate's tests/test_data_loader.py:
  * skip_first_batches (keeping the epoch), end_of_dataloader for the shard and the dispatcher, the
  * seedable sampler and the generator's reproducibility, iterable datasets, explicit batches of varying
- * size, byte-string lists and the gather of objects. Multi-process sharding is in tests/mp. */
+ * size, byte-string lists and the gather of objects, named batches (acc_batch) through datasets, loaders
+ * and the named forward. Multi-process sharding is in tests/mp. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -454,11 +455,158 @@ static void test_objects(void) {
   acc_accelerator_destroy(acc);
 }
 
+static acc_tensor* int64s(const int64_t* v, const int64_t* shape, int32_t ndim) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < ndim; ++d) n *= shape[d];
+  acc_tensor* t = NULL;
+  EXPECT_OK(acc_tensor_from_host(v, sizeof(int64_t) * (size_t)n, ACC_INT64, shape, ndim, &t));
+  return t;
+}
+
+/* Sample i of the callback dataset: {"input_ids": [i, i+1, i+2], "labels": the same}. */
+static acc_status gpt_sample(void* user, int64_t index, acc_batch* sample) {
+  (void)user;
+  int64_t v[3] = {index % 7, (index + 1) % 7, (index + 2) % 7}, shape[1] = {3};
+  acc_tensor* t = int64s(v, shape, 1);
+  acc_status st = acc_batch_set(sample, "input_ids", t);
+  if (st == ACC_OK) st = acc_batch_set(sample, "labels", t);
+  acc_tensor_destroy(t);
+  return st;
+}
+
+static acc_status failing_sample(void* user, int64_t index, acc_batch* sample) {
+  (void)user;
+  (void)sample;
+  return index == 2 ? 42 : ACC_OK; /* index 0 and 1: no tensor at all */
+}
+
+static void test_named_batches(void) {
+  /* the handle: set keeps insertion order and replaces in place; get shares the data */
+  acc_batch* b = NULL;
+  EXPECT_OK(acc_batch_create(&b));
+  int64_t rows[6] = {0, 1, 2, 3, 4, 5}, shape[2] = {2, 3}, mask_shape[1] = {2};
+  acc_tensor* ids = int64s(rows, shape, 2);
+  int64_t mask_v[2] = {1, 0};
+  acc_tensor* mask = int64s(mask_v, mask_shape, 1);
+  EXPECT_OK(acc_batch_set(b, "input_ids", ids));
+  EXPECT_OK(acc_batch_set(b, "attention_mask", mask));
+  EXPECT_OK(acc_batch_set(b, "input_ids", ids));
+  int64_t count = 0;
+  const char* name = NULL;
+  int32_t has = -1;
+  EXPECT_OK(acc_batch_count(b, &count));
+  EXPECT(count == 2);
+  EXPECT_OK(acc_batch_name(b, 0, &name));
+  EXPECT(name && !strcmp(name, "input_ids"));
+  EXPECT_OK(acc_batch_name(b, 1, &name));
+  EXPECT(name && !strcmp(name, "attention_mask"));
+  EXPECT_OK(acc_batch_contains(b, "labels", &has));
+  EXPECT(has == 0);
+  acc_tensor* got = NULL;
+  EXPECT_OK(acc_batch_get(b, "attention_mask", &got));
+  int64_t back[2] = {-1, -1};
+  EXPECT_OK(acc_tensor_to_host(got, back, sizeof back));
+  EXPECT(back[0] == 1 && back[1] == 0);
+  acc_tensor_destroy(got);
+  /* bad input names the culprit */
+  EXPECT_ERR(acc_batch_get(b, "labels", &got), ACC_ERR_INVALID_ARGUMENT, "input_ids, attention_mask");
+  EXPECT(got == NULL);
+  EXPECT_ERR(acc_batch_set(b, "", ids), ACC_ERR_INVALID_ARGUMENT, "empty");
+  EXPECT_ERR(acc_batch_set(b, NULL, ids), ACC_ERR_INVALID_ARGUMENT, "name");
+  EXPECT_ERR(acc_batch_set(b, "x", NULL), ACC_ERR_INVALID_ARGUMENT, "tensor");
+  EXPECT_ERR(acc_batch_set(NULL, "x", ids), ACC_ERR_INVALID_ARGUMENT, "batch");
+  EXPECT_ERR(acc_batch_name(b, 2, &name), ACC_ERR_INVALID_ARGUMENT, "outside [0, 2)");
+  EXPECT_ERR(acc_batch_count(NULL, &count), ACC_ERR_INVALID_ARGUMENT, "batch");
+
+  /* a dataset of named columns: rows of each, names kept; mismatched rows refused by name */
+  acc_dataset* ds = NULL;
+  int64_t mask2[2] = {1, 0}, mask2_shape[2] = {2, 1};
+  acc_tensor* m2 = int64s(mask2, mask2_shape, 2);
+  int64_t s3[1] = {3};
+  acc_tensor* three = int64s(rows, s3, 1);
+  EXPECT_OK(acc_batch_set(b, "attention_mask", three));
+  EXPECT_ERR(acc_dataset_from_batch(b, &ds), ACC_ERR_INVALID_ARGUMENT, "'attention_mask' has 3 rows but 'input_ids' has 2");
+  EXPECT_OK(acc_batch_set(b, "attention_mask", m2));
+  EXPECT_OK(acc_dataset_from_batch(b, &ds));
+  acc_batch_destroy(b); /* the dataset copied the columns */
+  acc_dataloader* dl = NULL;
+  EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
+  acc_batch* got_b = NULL;
+  EXPECT_OK(acc_dataloader_next_batch(dl, &got_b));
+  EXPECT(got_b != NULL);
+  if (got_b) {
+    EXPECT_OK(acc_batch_get(got_b, "input_ids", &got));
+    int64_t v[6];
+    EXPECT_OK(acc_tensor_to_host(got, v, sizeof v));
+    EXPECT(v[0] == 0 && v[5] == 5);
+    acc_tensor_destroy(got);
+    acc_batch_destroy(got_b);
+  }
+  EXPECT_OK(acc_dataloader_next_batch(dl, &got_b));
+  EXPECT(got_b == NULL); /* end of the epoch */
+  /* two tensors: the (input, target) reading still works */
+  acc_tensor *x = NULL, *y = NULL;
+  EXPECT_OK(acc_dataloader_next(dl, &x, &y, &has));
+  EXPECT(has == 1 && x && y);
+  acc_tensor_destroy(x);
+  acc_tensor_destroy(y);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_tensor_destroy(ids);
+  acc_tensor_destroy(mask);
+  acc_tensor_destroy(m2);
+  acc_tensor_destroy(three);
+
+  /* a callback dataset of Hugging Face-style samples into the GPT's named forward */
+  EXPECT_OK(acc_dataset_from_batch_callback(5, gpt_sample, NULL, NULL, &ds));
+  EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
+  acc_model* gpt = NULL;
+  EXPECT_OK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 7, \"block_size\": 3, \"n_layer\": 1, "
+                             "\"n_head\": 1, \"n_embd\": 8}", &gpt));
+  EXPECT_OK(acc_dataloader_next_batch(dl, &got_b));
+  acc_batch* out = NULL;
+  EXPECT_OK(acc_model_forward_batch(gpt, got_b, &out));
+  if (out) {
+    acc_tensor* loss = NULL;
+    EXPECT_OK(acc_batch_get(out, "loss", &loss));
+    double l = 0;
+    EXPECT_OK(acc_tensor_item(loss, &l));
+    EXPECT(l > 0 && l < 10); /* ~ln 7 at initialisation */
+    acc_tensor* logits = NULL;
+    int64_t lshape[3] = {0, 0, 0};
+    EXPECT_OK(acc_batch_get(out, "logits", &logits));
+    EXPECT_OK(acc_tensor_shape(logits, lshape, 3));
+    EXPECT(lshape[0] == 2 && lshape[1] == 3 && lshape[2] == 7);
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(logits);
+    acc_batch_destroy(out);
+  }
+  /* a name the model does not take is refused by name */
+  EXPECT_OK(acc_batch_set(got_b, "token_type_ids", ids = int64s(rows, shape, 2)));
+  EXPECT_ERR(acc_model_forward_batch(gpt, got_b, &out), ACC_ERR_INVALID_ARGUMENT, "token_type_ids");
+  EXPECT(out == NULL);
+  EXPECT_ERR(acc_model_forward_batch(gpt, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "batch");
+  acc_tensor_destroy(ids);
+  acc_batch_destroy(got_b);
+  acc_model_destroy(gpt);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+
+  /* callbacks that fail, or fill nothing, name the index */
+  EXPECT_OK(acc_dataset_from_batch_callback(3, failing_sample, NULL, NULL, &ds));
+  EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 1}", &dl));
+  EXPECT_ERR(acc_dataloader_next_batch(dl, &got_b), ACC_ERR_CALLBACK, "no tensor for index 0");
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  EXPECT_ERR(acc_dataset_from_batch_callback(3, NULL, NULL, NULL, &ds), ACC_ERR_INVALID_ARGUMENT, "get");
+}
+
 int main(void) {
   test_skip_and_end();
   test_shuffling();
   test_iterable();
   test_explicit_batches();
   test_objects();
+  test_named_batches();
   return finish();
 }

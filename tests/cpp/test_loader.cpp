@@ -27,7 +27,7 @@ std::shared_ptr<Dataset> range_stream(int64_t n, std::vector<int64_t>* epochs = 
       },
       [pos, n](Sample& s) {
         if (*pos >= n) return false;
-        s.input = at::scalar_tensor(static_cast<double>((*pos)++), at::kLong);
+        s = pair_sample(at::scalar_tensor(static_cast<double>((*pos)++), at::kLong), at::Tensor());
         return true;
       });
 }
@@ -42,7 +42,7 @@ Pass run(DataLoader& dl) {
   Pass p;
   Sample s;
   while (dl.next(s)) {
-    at::Tensor v = s.input.contiguous();
+    at::Tensor v = s.at("input").contiguous();
     p.batches.emplace_back(v.data_ptr<int64_t>(), v.data_ptr<int64_t>() + v.numel());
     p.ends.push_back(dl.end_of_dataloader());
     p.last_remainder = dl.remainder();

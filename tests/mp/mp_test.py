@@ -148,6 +148,16 @@ def case_data():
             expect(p.returncode == 0, what, p.stdout + p.stderr)
 
 
+def case_named():
+    """Named batches (MP_WORKER named): int64, bool and float tensors of one sample stay together whether
+    the loader shards or dispatches, map-style or iterable; gather_for_metrics sees each sample once."""
+    for n in (2, 3):
+        for dispatch in (0, 1):
+            p, _ = launch(n, "named", dispatch)
+            expect(p.returncode == 0, f"named batches on {n} processes, dispatch_batches={dispatch}",
+                   p.stdout + p.stderr)
+
+
 def case_cpp_api():
     """examples/cpp/train_custom (a user-defined torch::nn::Module through acc/torch.hpp, with its own
     AdamW and StepLR, clipping and accumulation): DDP on 2 processes equals 1 process on the full batch."""

@@ -7,6 +7,9 @@
  *                                    explicit-batch and iterable loaders, plain and shuffled, with and
  *                                    without drop_last; gather_for_metrics (tensors and objects) sees
  *                                    each sample once; skip_first_batches drops exactly one batch
+ *   named DISPATCH                   named samples (int64, bool and float tensors), map-style and
+ *                                    iterable, sharded or dispatched: every batch's tensors belong to
+ *                                    the same samples, gather_for_metrics sees each sample once
  * Prints "N passed, N failed" and exits non-zero on any failed check. */
 #include <acc/acc.h>
 #include <math.h>
@@ -232,6 +235,139 @@ static void gather_pass(acc_accelerator* acc, acc_dataloader* dl, struct record*
   }
 }
 
+/* Sample i of the named datasets: {"ids": [i, i, i] int64, "mask": [i odd] * 3 bool, "label": i float}. */
+static void named_sample(int64_t i, int64_t* ids, uint8_t* mask, float* label) {
+  for (int k = 0; k < 3; ++k) {
+    ids[k] = i;
+    mask[k] = (uint8_t)(i % 2);
+  }
+  *label = (float)i;
+}
+
+static acc_batch* named_rows(int64_t first, int64_t n) {
+  int64_t ids[64 * 3];
+  uint8_t mask[64 * 3];
+  float label[64];
+  for (int64_t i = 0; i < n; ++i) named_sample(first + i, ids + 3 * i, mask + 3 * i, label + i);
+  int64_t shape2[2] = {n, 3}, shape1[1] = {n};
+  acc_tensor *t_ids, *t_mask, *t_label;
+  CHECK(acc_tensor_from_host(ids, sizeof(int64_t) * 3 * (size_t)n, ACC_INT64, shape2, 2, &t_ids));
+  CHECK(acc_tensor_from_host(mask, 3 * (size_t)n, ACC_BOOL, shape2, 2, &t_mask));
+  CHECK(acc_tensor_from_host(label, sizeof(float) * (size_t)n, ACC_FLOAT32, shape1, 1, &t_label));
+  acc_batch* b;
+  CHECK(acc_batch_create(&b));
+  CHECK(acc_batch_set(b, "ids", t_ids));
+  CHECK(acc_batch_set(b, "mask", t_mask));
+  CHECK(acc_batch_set(b, "label", t_label));
+  acc_tensor_destroy(t_ids);
+  acc_tensor_destroy(t_mask);
+  acc_tensor_destroy(t_label);
+  return b;
+}
+
+static acc_status named_next(void* user, acc_batch* sample, int32_t* has) {
+  struct stream* s = user;
+  *has = s->next < s->limit;
+  if (!*has) return ACC_OK;
+  acc_batch* rows = named_rows(s->next++, 1);
+  /* one sample: the rows' first (and only) row of each tensor, taken through the batch API */
+  for (int64_t k = 0; k < 3; ++k) {
+    const char* name;
+    acc_tensor *t, *row;
+    CHECK(acc_batch_name(rows, k, &name));
+    CHECK(acc_batch_get(rows, name, &t));
+    int32_t ndim = 0;
+    int64_t shape[2];
+    CHECK(acc_tensor_ndim(t, &ndim));
+    CHECK(acc_tensor_shape(t, shape, 2));
+    unsigned char buf[64];
+    size_t nbytes;
+    CHECK(acc_tensor_nbytes(t, &nbytes));
+    CHECK(acc_tensor_to_host(t, buf, nbytes));
+    acc_dtype dt;
+    CHECK(acc_tensor_dtype(t, &dt));
+    CHECK(acc_tensor_from_host(buf, nbytes, dt, shape + 1, ndim - 1, &row));
+    CHECK(acc_batch_set(sample, name, row));
+    acc_tensor_destroy(row);
+    acc_tensor_destroy(t);
+  }
+  acc_batch_destroy(rows);
+  return ACC_OK;
+}
+
+static void named_batches(acc_accelerator* acc, int world) {
+  const int64_t n = 13;
+  for (int iterable = 0; iterable < 2; ++iterable) {
+    struct stream s = {0, n};
+    acc_dataset* ds;
+    if (iterable) {
+      CHECK(acc_dataset_from_batch_iterator(stream_start, named_next, &s, NULL, &ds));
+    } else {
+      acc_batch* columns = named_rows(0, n);
+      CHECK(acc_dataset_from_batch(columns, &ds));
+      acc_batch_destroy(columns);
+    }
+    acc_dataloader* dl;
+    CHECK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
+    CHECK(acc_prepare(acc, NULL, NULL, NULL, dl));
+    char seen[64] = {0};
+    int64_t gathered = 0;
+    for (;;) {
+      acc_batch* b;
+      CHECK(acc_dataloader_next_batch(dl, &b));
+      if (!b) break;
+      int64_t count;
+      const char* name;
+      CHECK(acc_batch_count(b, &count));
+      EXPECT(count == 3);
+      CHECK(acc_batch_name(b, 1, &name));
+      EXPECT(!strcmp(name, "mask"));
+      acc_tensor *ids, *mask, *label, *g;
+      CHECK(acc_batch_get(b, "ids", &ids));
+      CHECK(acc_batch_get(b, "mask", &mask));
+      CHECK(acc_batch_get(b, "label", &label));
+      int64_t rows;
+      acc_dtype dt;
+      CHECK(acc_tensor_numel(label, &rows));
+      CHECK(acc_tensor_dtype(mask, &dt));
+      EXPECT(dt == ACC_BOOL);
+      int64_t iv[64 * 3];
+      uint8_t mv[64 * 3];
+      float lv[64];
+      CHECK(acc_tensor_to_host(ids, iv, sizeof(int64_t) * 3 * (size_t)rows));
+      CHECK(acc_tensor_to_host(mask, mv, 3 * (size_t)rows));
+      CHECK(acc_tensor_to_host(label, lv, sizeof(float) * (size_t)rows));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int k = 0; k < 3; ++k) EXPECT(iv[3 * r + k] == (int64_t)lv[r] && mv[3 * r + k] == (uint8_t)((int64_t)lv[r] % 2));
+      CHECK(acc_gather_for_metrics(acc, label, &g));
+      int64_t gn;
+      float gv[256];
+      CHECK(acc_tensor_numel(g, &gn));
+      CHECK(acc_tensor_to_host(g, gv, sizeof(float) * (size_t)gn));
+      for (int64_t i = 0; i < gn; ++i) {
+        int64_t v = (int64_t)gv[i];
+        EXPECT(v >= 0 && v < n && !seen[v]);
+        if (v >= 0 && v < n) seen[v] = 1;
+      }
+      gathered += gn;
+      /* a batch of three tensors has no (input, target) reading */
+      acc_tensor_destroy(ids);
+      acc_tensor_destroy(mask);
+      acc_tensor_destroy(label);
+      acc_tensor_destroy(g);
+      acc_batch_destroy(b);
+    }
+    EXPECT(gathered == n);
+    acc_tensor* x;
+    int32_t has;
+    EXPECT(acc_dataloader_next(dl, &x, NULL, &has) == ACC_ERR_INVALID_ARGUMENT &&
+           strstr(acc_last_error_message(), "by name") && x == NULL && has == 0);
+    acc_dataloader_destroy(dl);
+    acc_dataset_destroy(ds);
+  }
+  (void)world;
+}
+
 /* flags: split, even, dispatch (-1 unset), seedable */
 static void data_modes(acc_accelerator* acc, int world, int split, int even, int dispatch, int seedable) {
   static const int64_t lengths[] = {1, 5, 13, 24};
@@ -378,6 +514,9 @@ int main(int argc, char** argv) {
              "{\"dataloader_config\": {\"split_batches\": %s, \"even_batches\": %s, \"use_seedable_sampler\": %s, \"data_seed\": 11%s%s}}",
              atoi(argv[2]) ? "true" : "false", atoi(argv[3]) ? "true" : "false", atoi(argv[5]) ? "true" : "false",
              atoi(argv[4]) < 0 ? "" : ", \"dispatch_batches\": ", atoi(argv[4]) < 0 ? "" : atoi(argv[4]) ? "true" : "false");
+  if (!strcmp(mode, "named") && argc == 3)
+    snprintf(config, sizeof config, "{\"dataloader_config\": {\"dispatch_batches\": %s}}",
+             atoi(argv[2]) ? "true" : "false");
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(config, &acc));
   int32_t rank, world;
@@ -391,6 +530,8 @@ int main(int argc, char** argv) {
     train(acc, atoi(argv[2]), atoi(argv[3]), argv[4], argv[5]);
   } else if (!strcmp(mode, "data") && argc == 6) {
     data_modes(acc, world, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  } else if (!strcmp(mode, "named") && argc == 3) {
+    named_batches(acc, world);
   } else if (!strcmp(mode, "exit_on_rank") && argc == 5) {
     if (rank == atoi(argv[2])) exit(atoi(argv[3]));
     CHECK(acc_wait_for_everyone(acc)); /* blocks: the failed rank never arrives */

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define ACC_VERSION_MAJOR 1
-#define ACC_VERSION_MINOR 0
+#define ACC_VERSION_MINOR 1
 #define ACC_VERSION_PATCH 0
 /** The ABI this header describes; bindings pass it to acc_abi_check at load. It equals the major
  *  version and the soname (libacc.so.1): exports are append-only within it. */
@@ -176,7 +176,10 @@ ACC_API ACC_NODISCARD acc_status acc_tensor_to_dlpack(const acc_tensor* t,
  * and the GPT's "input_ids" [batch, time]; targets are the next token of each position (-1 ignored).
  */
 ACC_API ACC_NODISCARD acc_status acc_model_create(const char* spec_json, acc_model** out) ACC_NOEXCEPT;
-/** Loads a TorchScript module file. options_json: {"loss": "mse"|"cross_entropy"|"none"}. */
+/** Loads a TorchScript module file. options_json: {"loss": "mse"|"cross_entropy"|"none"}. Its forward
+ *  gets the batch's tensors by argument name (one argument not in the batch: "input"), and returns a
+ *  tensor (named "output") or a Dict[str, Tensor] (its entries; a "loss" entry is the loss, otherwise the
+ *  configured loss of the first output against "targets"). */
 ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, const char* options_json,
                                                              acc_model** out) ACC_NOEXCEPT;
 ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;
@@ -466,6 +469,77 @@ ACC_API ACC_NODISCARD acc_status acc_broadcast_object(acc_accelerator* acc, cons
  *  tensor (rows of different shapes) travel this way too, serialized by the caller. */
 ACC_API ACC_NODISCARD acc_status acc_gather_object_for_metrics(acc_accelerator* acc, const acc_bytes_list* items,
                                                                 acc_bytes_list** out) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Named batches: tensors by name, the dict Accelerate hands to a model                            */
+/*                                                                                                 */
+/* A batch is an ordered mapping name -> tensor ("input_ids", "attention_mask", "labels", ...).     */
+/* Datasets hold such samples, loaders yield them (acc_dataloader_next_batch), and a model takes one */
+/* and returns its outputs as one (acc_model_forward_batch: "loss", "logits"). The two-tensor calls  */
+/* keep working: a dataset of (input, target) pairs names them "input" and "targets", the token     */
+/* file "input_ids" and "targets"; acc_dataloader_next hands out a batch of one or two tensors as    */
+/* (input, target), in the batch's order. Like every handle, a batch is used by one thread at a      */
+/* time: a call that finds it in use by another fails with ACC_ERR_BUSY.                            */
+
+typedef struct acc_batch acc_batch;
+/** An empty batch. The caller owns it and destroys it with acc_batch_destroy. */
+ACC_API ACC_NODISCARD acc_status acc_batch_create(acc_batch** out) ACC_NOEXCEPT;
+/** Destroys a batch the caller owns (NULL is ignored). Tensors taken from it stay valid. */
+ACC_API void acc_batch_destroy(acc_batch* batch) ACC_NOEXCEPT;
+/** Adds `name` -> `t`, or replaces the tensor of `name` in its place. The batch shares t's data (no
+ *  copy); `t` stays the caller's to destroy. `name`: a non-empty string, copied. */
+ACC_API ACC_NODISCARD acc_status acc_batch_set(acc_batch* batch, const char* name, const acc_tensor* t) ACC_NOEXCEPT;
+/** The number of tensors in the batch. */
+ACC_API ACC_NODISCARD acc_status acc_batch_count(const acc_batch* batch, int64_t* out) ACC_NOEXCEPT;
+/** The index-th name (0-based, in insertion order), borrowed from the batch until it is changed or
+ *  destroyed. */
+ACC_API ACC_NODISCARD acc_status acc_batch_name(const acc_batch* batch, int64_t index,
+                                                 const char** out) ACC_NOEXCEPT;
+/** *out = 1 when the batch has a tensor named `name`, else 0. */
+ACC_API ACC_NODISCARD acc_status acc_batch_contains(const acc_batch* batch, const char* name,
+                                                     int32_t* out) ACC_NOEXCEPT;
+/** A new handle to the tensor of `name` (sharing its data), which the caller destroys. A missing name is
+ *  ACC_ERR_INVALID_ARGUMENT, whose message lists the names present. */
+ACC_API ACC_NODISCARD acc_status acc_batch_get(const acc_batch* batch, const char* name,
+                                                acc_tensor** out) ACC_NOEXCEPT;
+
+/** A dataset whose samples are the rows (dim 0) of every tensor of `columns` (torch's TensorDataset,
+ *  named): sample i is {name: columns[name][i]}. The tensors must agree in their number of rows; they
+ *  are copied, so `columns` may be destroyed at once. The caller owns the dataset. */
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_batch(const acc_batch* columns, acc_dataset** out) ACC_NOEXCEPT;
+/** Fills sample `index` into `sample`, an empty batch the library owns (add tensors with acc_batch_set;
+ *  do not destroy it). Every sample names the same tensors in the same order. Return ACC_OK, or any
+ *  non-zero value to fail with ACC_ERR_CALLBACK. */
+typedef acc_status (*acc_dataset_get_batch_fn)(void* user_data, int64_t index, acc_batch* sample);
+/** A dataset of `length` named samples produced by `get` on the thread that asks for a batch (see
+ *  acc_dataset_from_callback). `free_user_data` (may be NULL) is called once when the dataset is no
+ *  longer used, or at once if creation fails. The caller owns the dataset. */
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_batch_callback(int64_t length, acc_dataset_get_batch_fn get,
+                                                                  void* user_data,
+                                                                  void (*free_user_data)(void*),
+                                                                  acc_dataset** out) ACC_NOEXCEPT;
+/** The next sample of an iterable stream, filled into `sample` (an empty batch the library owns), with
+ *  *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or any non-zero value
+ *  to fail with ACC_ERR_CALLBACK. */
+typedef acc_status (*acc_iterator_next_batch_fn)(void* user_data, acc_batch* sample, int32_t* has_sample);
+/** An iterable dataset of named samples: acc_dataset_from_iterator with acc_batch samples. */
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_batch_iterator(acc_iterator_start_fn start,
+                                                                  acc_iterator_next_batch_fn next, void* user_data,
+                                                                  void (*free_user_data)(void*),
+                                                                  acc_dataset** out) ACC_NOEXCEPT;
+/** The next batch of this process as a new batch the caller owns and destroys, or *out = NULL at the end
+ *  of an epoch (the next call starts the following one, as acc_dataloader_next). */
+ACC_API ACC_NODISCARD acc_status acc_dataloader_next_batch(acc_dataloader* dl, acc_batch** out) ACC_NOEXCEPT;
+/**
+ * Runs the model on a named batch, as Accelerate's model(**batch), and returns its outputs as a new
+ * batch the caller owns. The built-in MLP takes "input" (and "targets") and returns "output" (and
+ * "loss"); the GPT takes "input_ids" with either "targets" (aligned, -1 ignored) or Hugging Face's
+ * "labels" (shifted inside, -100 ignored) and returns "logits" (and "loss"); a name the model does not
+ * take is refused. A TorchScript module gets the batch's tensors by its forward's argument names. The
+ * loss keeps its autograd graph, ready for acc_backward.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_forward_batch(acc_model* model, const acc_batch* batch,
+                                                          acc_batch** out) ACC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -139,12 +139,17 @@ class ACC_CXX_API Scheduler {
 };
 
 // A data loader over samples (rows of tensors, or a function of the index), batched, shuffled and, once
-// prepared, sharded across processes exactly as Accelerate's prepare_data_loader does. Batches hold
-// "input" and, when there are targets, "targets". options_json: {"batch_size", "shuffle", "seed",
-// "drop_last"}, as acc_dataloader_create.
+// prepared, sharded across processes exactly as Accelerate's prepare_data_loader does. Batches hold the
+// samples' names ("input_ids", "attention_mask", "labels", ...); samples given as (input, target) are
+// named "input" and "targets". options_json: {"batch_size", "shuffle", "seed", "drop_last"}, as
+// acc_dataloader_create.
 class ACC_CXX_API DataLoader {
  public:
+  // Sample i is {name: columns[name][i]} (torch's TensorDataset, named); the tensors are copied.
+  explicit DataLoader(const Batch& columns, const std::string& options_json = "");
   DataLoader(torch::Tensor inputs, torch::Tensor targets, const std::string& options_json = "");
+  // get(i) returns sample i; every sample names the same tensors in the same order.
+  DataLoader(int64_t size, std::function<Batch(int64_t)> get, const std::string& options_json = "");
   // get(i) returns sample i's input and target (an undefined target for none).
   DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torch::Tensor>(int64_t)> get,
              const std::string& options_json = "");

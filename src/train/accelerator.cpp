@@ -488,15 +488,25 @@ void Accelerator::main_process_first(bool local, bool entering) {
   if (entering != is_main) wait_for_everyone();
 }
 
+namespace {
+// The byte strings of `sizes` (int64, one per item) laid end to end in `data` (uint8).
+std::vector<std::string> split_bytes(const at::Tensor& sizes, const at::Tensor& data) {
+  std::vector<std::string> out;
+  const int64_t* n = sizes.data_ptr<int64_t>();
+  const char* d = reinterpret_cast<const char*>(data.data_ptr<uint8_t>());
+  for (int64_t i = 0; i < sizes.size(0); d += n[i], ++i) out.emplace_back(d, static_cast<size_t>(n[i]));
+  return out;
+}
+}  // namespace
+
 // Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
 // never enter a collective: the counts travel first. With for_metrics, the item sizes go through
 // gather_for_metrics, which cuts them to the real samples of a padded last batch; the items follow.
 std::vector<std::string> Accelerator::gather_object(const std::vector<std::string>& items, bool for_metrics) {
-  Accelerator& a = *this;
   const int64_t count = static_cast<int64_t>(items.size());
   int64_t bytes = 0;
   for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
-  at::Tensor totals = a.gather(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
+  at::Tensor totals = gather(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
   const int64_t all_count = totals[0].item<int64_t>(), all_bytes = totals[1].item<int64_t>();
   if (all_count == 0) return {};
   at::Tensor sizes = at::empty({count}, at::kLong), data = at::empty({bytes}, at::kByte);
@@ -507,38 +517,28 @@ std::vector<std::string> Accelerator::gather_object(const std::vector<std::strin
     std::memcpy(pd, s.data(), s.size());
     pd += s.size();
   }
-  at::Tensor all_sizes = for_metrics ? a.gather_for_metrics(sizes) : a.gather(sizes);
-  at::Tensor all_data = all_bytes > 0 ? a.gather(data) : at::empty({0}, at::kByte);
-  std::vector<std::string> out;
-  const int64_t* s = all_sizes.data_ptr<int64_t>();
-  const char* d = reinterpret_cast<const char*>(all_data.data_ptr<uint8_t>());
-  for (int64_t i = 0, off = 0; i < all_sizes.size(0); off += s[i], ++i) out.emplace_back(d + off, static_cast<size_t>(s[i]));
-  return out;
+  at::Tensor all_sizes = for_metrics ? gather_for_metrics(sizes) : gather(sizes);
+  at::Tensor all_data = all_bytes > 0 ? gather(data) : at::empty({0}, at::kByte);
+  return split_bytes(all_sizes, all_data);
 }
 
-// broadcast_object_list over byte strings: sizes first, so every process can receive the bytes; then the
-// bytes in one buffer.
+// broadcast_object_list over byte strings: the count, then the sizes, so every process can receive the
+// bytes; then the bytes in one buffer.
 std::vector<std::string> Accelerator::broadcast_object(const std::vector<std::string>& mine, int from_process) {
-  Accelerator& a = *this;
-  at::Tensor sizes = at::empty({static_cast<int64_t>(mine.size())}, at::kLong);
-  for (size_t i = 0; i < mine.size(); ++i) sizes[static_cast<int64_t>(i)] = static_cast<int64_t>(mine[i].size());
-  at::Tensor count = a.broadcast(at::tensor({sizes.size(0)}, at::kLong), from_process);
-  at::Tensor all_sizes = a.state().rank == from_process ? sizes : at::zeros({count.item<int64_t>()}, at::kLong);
-  all_sizes = a.broadcast(all_sizes, from_process);
-  const int64_t bytes = all_sizes.sum().item<int64_t>();
+  const bool sender = state().rank == from_process;
+  at::Tensor count = broadcast(at::tensor({static_cast<int64_t>(mine.size())}, at::kLong), from_process);
+  at::Tensor sizes = at::zeros({count.item<int64_t>()}, at::kLong);
+  if (sender)
+    for (size_t i = 0; i < mine.size(); ++i) sizes.data_ptr<int64_t>()[i] = static_cast<int64_t>(mine[i].size());
+  sizes = broadcast(sizes, from_process);
+  const int64_t bytes = sizes.sum().item<int64_t>();
   at::Tensor data = at::empty({bytes}, at::kByte);
-  if (a.state().rank == from_process)
-    for (int64_t i = 0, off = 0; i < sizes.size(0); off += sizes[i].item<int64_t>(), ++i)
-      std::memcpy(data.data_ptr<uint8_t>() + off, mine[static_cast<size_t>(i)].data(), mine[static_cast<size_t>(i)].size());
-  if (bytes > 0) data = a.broadcast(data, from_process);
-  std::vector<std::string> result;
-  const char* d = reinterpret_cast<const char*>(data.data_ptr<uint8_t>());
-  for (int64_t i = 0, off = 0; i < all_sizes.size(0); ++i) {
-    const int64_t n = all_sizes[i].item<int64_t>();
-    result.emplace_back(d + off, static_cast<size_t>(n));
-    off += n;
+  if (sender) {
+    uint8_t* pd = data.data_ptr<uint8_t>();
+    for (const std::string& s : mine) pd = std::copy(s.begin(), s.end(), pd);
   }
-  return result;
+  if (bytes > 0) data = broadcast(data, from_process);
+  return split_bytes(sizes, data);
 }
 
 at::Tensor Accelerator::split_tensor_between_processes(const at::Tensor& x, bool apply_padding) const {

@@ -146,6 +146,66 @@ TEST(TorchScript, LoadsTrainsAndRejectsGarbage) {
   EXPECT_EQ(acc_model_load_torchscript(path.c_str(), R"({"loss": "l1"})", &model), ACC_ERR_INVALID_CONFIG);
 }
 
+// model(**batch): a TorchScript forward gets the batch's tensors by argument name (any order, defaults
+// filled in) and may return Dict[str, Tensor] with its own "loss", as Hugging Face models do.
+TEST(TorchScript, NamedArgumentsAndDictOutputs) {
+  auto dir = temp_dir();
+  torch::jit::Module m("Masked");
+  m.register_parameter("w", at::full({1}, 2.0).requires_grad_(), false);
+  m.define(R"JIT(
+def forward(self, input_ids, attention_mask, labels, scale: float = 1.0):
+    logits = input_ids * self.w * attention_mask * scale
+    loss = ((logits - labels) ** 2).mean()
+    return {"logits": logits, "loss": loss}
+)JIT");
+  auto path = (dir / "masked.pt").string();
+  m.save(path);
+  acc_model* model = nullptr;
+  ASSERT_EQ(acc_model_load_torchscript(path.c_str(), R"({"loss": "none"})", &model), ACC_OK) << acc_last_error_message();
+
+  auto tensor = [](std::vector<float> v) {
+    acc_tensor* t = nullptr;
+    int64_t n = static_cast<int64_t>(v.size());
+    EXPECT_EQ(acc_tensor_from_host(v.data(), v.size() * sizeof(float), ACC_FLOAT32, &n, 1, &t), ACC_OK);
+    return t;
+  };
+  acc_tensor* ids = tensor({1, 2, 3});
+  acc_tensor* mask = tensor({1, 0, 1});
+  acc_tensor* labels = tensor({2, 0, 0});
+  acc_batch* batch = nullptr;
+  ASSERT_EQ(acc_batch_create(&batch), ACC_OK);
+  // Given in another order than the signature's.
+  ASSERT_EQ(acc_batch_set(batch, "labels", labels), ACC_OK);
+  ASSERT_EQ(acc_batch_set(batch, "input_ids", ids), ACC_OK);
+  ASSERT_EQ(acc_batch_set(batch, "attention_mask", mask), ACC_OK);
+  acc_batch* out = nullptr;
+  ASSERT_EQ(acc_model_forward_batch(model, batch, &out), ACC_OK) << acc_last_error_message();
+  acc_tensor *logits = nullptr, *loss = nullptr;
+  ASSERT_EQ(acc_batch_get(out, "logits", &logits), ACC_OK);
+  ASSERT_EQ(acc_batch_get(out, "loss", &loss), ACC_OK);
+  float lv[3];
+  ASSERT_EQ(acc_tensor_to_host(logits, lv, sizeof lv), ACC_OK);
+  EXPECT_EQ(std::vector<float>(lv, lv + 3), (std::vector<float>{2, 0, 6}));
+  double l = 0;
+  ASSERT_EQ(acc_tensor_item(loss, &l), ACC_OK);
+  EXPECT_DOUBLE_EQ(l, 36.0 / 3);  // the module's own loss, not the configured one
+
+  // A missing argument without default, and a tensor the forward does not take, are named.
+  acc_batch* partial = nullptr;
+  ASSERT_EQ(acc_batch_create(&partial), ACC_OK);
+  ASSERT_EQ(acc_batch_set(partial, "input_ids", ids), ACC_OK);
+  acc_batch* none = nullptr;
+  EXPECT_EQ(acc_model_forward_batch(model, partial, &none), ACC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(acc_last_error_message()).find("'attention_mask'"), std::string::npos);
+  ASSERT_EQ(acc_batch_set(batch, "token_type_ids", ids), ACC_OK);
+  EXPECT_EQ(acc_model_forward_batch(model, batch, &none), ACC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(acc_last_error_message()).find("token_type_ids"), std::string::npos);
+  EXPECT_EQ(none, nullptr);
+  for (auto* t : {ids, mask, labels, logits, loss}) acc_tensor_destroy(t);
+  for (auto* b : {batch, partial, out}) acc_batch_destroy(b);
+  acc_model_destroy(model);
+}
+
 TEST(Schedule, ShapesMatchTransformers) {
   Schedule constant(R"({"type": "constant", "warmup_steps": 4})");
   EXPECT_DOUBLE_EQ(constant.factor(0), 0.0);

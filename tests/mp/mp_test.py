@@ -158,6 +158,14 @@ def case_named():
                    p.stdout + p.stderr)
 
 
+def case_cxx_data_objects():
+    """The C++ API (tests/mp/mp_cxx.cpp): named loaders sharded, gather_object(_for_metrics) and
+    broadcast_object between real processes."""
+    for n in (2, 3):
+        p, _ = launch(n)
+        expect(p.returncode == 0, f"C++ API data and objects on {n} processes", p.stdout + p.stderr)
+
+
 def case_cpp_api():
     """examples/cpp/train_custom (a user-defined torch::nn::Module through acc/torch.hpp, with its own
     AdamW and StepLR, clipping and accumulation): DDP on 2 processes equals 1 process on the full batch."""

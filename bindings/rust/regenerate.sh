@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates acc-sys/src/bindings.rs from capi/include/acc/acc.h with bindgen. Only maintainers
 # run this (after changing acc.h); users and CI build from the checked-in file and need no libclang.
-# Installs bindgen-cli with cargo when it is missing; bindgen needs libclang and its headers (Debian: libclang1-14
-# and libclang-common-14-dev, which has stddef.h).
+# Installs what it needs when it is missing: bindgen-cli (cargo install, pinned below) and libclang
+# with its headers (Debian: libclang1-14 and libclang-common-14-dev, which has stddef.h; apt-get, with
+# sudo unless root).
 #   bindings/rust/regenerate.sh [OUT]   (default: acc-sys/src/bindings.rs; the freshness test passes
 #                                        a temporary file and compares)
 set -euo pipefail
@@ -15,6 +16,19 @@ bindgen_version=0.73.2
 if ! command -v bindgen >/dev/null || [[ $(bindgen --version) != "bindgen $bindgen_version" ]]; then
   echo "regenerate: installing bindgen-cli $bindgen_version" >&2
   cargo install --locked --version "$bindgen_version" bindgen-cli >&2
+fi
+libclang_debs=(libclang1-14 libclang-common-14-dev)
+if [[ -z ${LIBCLANG_PATH:-} ]] && command -v apt-get >/dev/null; then
+  missing=()
+  for p in "${libclang_debs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "regenerate: installing ${missing[*]}" >&2
+    sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+  fi
 fi
 if [[ -z ${LIBCLANG_PATH:-} ]]; then
   for d in /usr/lib/llvm-*/lib; do [[ -e $d/libclang.so.1 || -e $d/libclang.so ]] && export LIBCLANG_PATH=$d; done

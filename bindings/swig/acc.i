@@ -14,8 +14,9 @@
  * - Host buffers are Go `[]byte` / Java `byte[]`, copied by libacc (C never retains Go or Java heap
  *   memory). Zero-copy goes through DLPack with the accx_ helpers below: Go wraps C-allocated memory,
  *   Java wraps direct ByteBuffers.
- * - acc_dataset_from_callback is not wrapped as such (no SWIG directors): the Go package has its own
- *   cgo trampoline, and Java gets accx_dataset_from_java below (a C trampoline calling a Java method).
+ * - acc_dataset_from_callback and acc_dataset_from_batch_callback are not wrapped as such (no SWIG
+ *   directors): the Go package has its own cgo trampolines, and Java gets accx_dataset_from_java and
+ *   accx_dataset_from_java_batch below (C trampolines calling a Java method).
  */
 %module raw
 
@@ -291,6 +292,7 @@ ACCX_GO_HANDLE(acc_dataset)
 ACCX_GO_HANDLE(acc_dataloader)
 ACCX_GO_HANDLE(struct DLManagedTensorVersioned)
 ACCX_GO_HANDLE(acc_bytes_list)
+ACCX_GO_HANDLE(acc_batch)
 #endif /* SWIGGO */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -449,6 +451,7 @@ ACCX_JAVA_HANDLE(acc_dataset)
 ACCX_JAVA_HANDLE(acc_dataloader)
 ACCX_JAVA_HANDLE(struct DLManagedTensorVersioned)
 ACCX_JAVA_HANDLE(acc_bytes_list)
+ACCX_JAVA_HANDLE(acc_batch)
 
 %{
 /* Direct buffers: a global reference keeps the buffer (and so its memory) alive until libacc lets go. */
@@ -492,6 +495,39 @@ static acc_status accx_java_get(void* user, int64_t index, acc_tensor** input, a
   if (target) *target = (acc_tensor*)(intptr_t)h[1];
   else if (h[1]) acc_tensor_destroy((acc_tensor*)(intptr_t)h[1]);
   return ACC_OK;
+}
+
+/* Copies every entry of `src` into `dst` (the tensors are shared, not copied). */
+static acc_status accx_batch_copy(const acc_batch* src, acc_batch* dst) {
+  int64_t n = 0;
+  acc_status st = acc_batch_count(src, &n);
+  for (int64_t i = 0; st == ACC_OK && i < n; ++i) {
+    const char* name = NULL;
+    acc_tensor* t = NULL;
+    st = acc_batch_name(src, i, &name);
+    if (st == ACC_OK) st = acc_batch_get(src, name, &t);
+    if (st == ACC_OK) st = acc_batch_set(dst, name, t);
+    acc_tensor_destroy(t);
+  }
+  return st;
+}
+
+/* Named samples for acc_dataset_from_batch_callback: `long sampleBatch(long)` returns the handle of
+ * a batch (ownership passes to this trampoline), or 0 after recording its own error. */
+static acc_status accx_java_get_batch(void* user, int64_t index, acc_batch* sample) {
+  accx_java_source* s = (accx_java_source*)user;
+  JNIEnv* env = accx_java_env(s->vm);
+  if (!env) return ACC_ERR_CALLBACK;
+  jlong h = (*env)->CallLongMethod(env, s->fn, s->sample, (jlong)index);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    return ACC_ERR_CALLBACK;
+  }
+  if (!h) return ACC_ERR_CALLBACK;
+  acc_batch* b = (acc_batch*)(intptr_t)h;
+  acc_status st = accx_batch_copy(b, sample);
+  acc_batch_destroy(b);
+  return st;
 }
 
 static void accx_java_free(void* user) {
@@ -543,6 +579,27 @@ accx_status accx_dataset_from_java(JNIEnv* jenv_, int64_t length, jobject source
     return accx_fail(ACC_ERR_INTERNAL, "the source has no method long[] sample(long)");
   }
   acc_status st = acc_dataset_from_callback(length, accx_java_get, s, accx_java_free, out); /* frees s on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
+}
+
+/** A dataset of named samples from a Java object: `long sampleBatch(long index)` returns the handle
+ *  of a batch (ownership passes to libacc), or 0 after recording its own error. libacc calls it on
+ *  the thread that asks for a batch, a Java thread. */
+accx_status accx_dataset_from_java_batch(JNIEnv* jenv_, int64_t length, jobject source, acc_dataset** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  if (!source) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "source is null");
+  accx_java_source* s = (accx_java_source*)calloc(1, sizeof *s);
+  if (!s) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  jclass cls = (*jenv_)->GetObjectClass(jenv_, source);
+  s->sample = cls ? (*jenv_)->GetMethodID(jenv_, cls, "sampleBatch", "(J)J") : NULL;
+  if (!s->sample || (*jenv_)->GetJavaVM(jenv_, &s->vm) != 0 || !(s->fn = (*jenv_)->NewGlobalRef(jenv_, source))) {
+    (*jenv_)->ExceptionClear(jenv_);
+    free(s);
+    return accx_fail(ACC_ERR_INTERNAL, "the source has no method long sampleBatch(long)");
+  }
+  acc_status st = acc_dataset_from_batch_callback(length, accx_java_get_batch, s, accx_java_free, out); /* frees s on failure */
   if (st != ACC_OK) accx_fail(st, acc_last_error_message());
   return st;
 }
@@ -610,6 +667,10 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 %ignore acc_dataset_from_iterator;
 %ignore acc_iterator_start_fn;
 %ignore acc_iterator_next_fn;
+%ignore acc_dataset_from_batch_callback;
+%ignore acc_dataset_get_batch_fn;
+%ignore acc_dataset_from_batch_iterator;
+%ignore acc_iterator_next_batch_fn;
 /* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
 %ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */

@@ -36,7 +36,10 @@ case $kind in
   bindgen)
     command -v bindgen >/dev/null || { echo "SKIP: bindgen not installed (maintainers only)"; exit 77; }
     ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || [[ -n ${LIBCLANG_PATH:-} ]] \
-      || { echo "SKIP: libclang not installed"; exit 77; }
+      || { echo "SKIP: libclang not installed (bindings/rust/regenerate.sh installs it)"; exit 77; }
+    # Without clang's own headers (libclang-common-14-dev) regenerate.sh would install them: not in a test.
+    ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || [[ -n ${LIBCLANG_PATH:-} ]] \
+      || { echo "SKIP: clang's headers not installed (bindings/rust/regenerate.sh installs them)"; exit 77; }
     "$src/bindings/rust/regenerate.sh" "$tmp/bindings.rs" 2>/dev/null
     if ! diff -u "$src/bindings/rust/acc-sys/src/bindings.rs" "$tmp/bindings.rs" | head -40; then
       stale "STALE: bindings/rust/acc-sys/src/bindings.rs (run bindings/rust/regenerate.sh)"

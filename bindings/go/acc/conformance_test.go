@@ -746,6 +746,181 @@ func TestCallbackDataset(t *testing.T) {
 	_ = calls
 }
 
+const gptSpec = `{"type": "gpt", "vocab_size": 7, "block_size": 3, "n_layer": 1, "n_head": 1, "n_embd": 8}`
+
+// checkGPTOutputs checks a ForwardBatch result: "loss" finite and > 0, "logits" [rows, 3, 7].
+func checkGPTOutputs(t *testing.T, out *acc.Batch, rows int64) *acc.Tensor {
+	t.Helper()
+	loss := must(out.Get("loss"))
+	if l := must(loss.Item()); math.IsNaN(l) || math.IsInf(l, 0) || l <= 0 {
+		t.Fatalf("loss %v", l)
+	}
+	logits := must(out.Get("logits"))
+	defer logits.Close()
+	if s := must(logits.Shape()); len(s) != 3 || s[0] != rows || s[1] != 3 || s[2] != 7 {
+		t.Fatalf("logits shape %v", s)
+	}
+	return loss
+}
+
+// scenario: named_batch
+func TestNamedBatch(t *testing.T) {
+	// The handle: insertion order, replacement in place, shared data.
+	ids := must(acc.FromInt64([]int64{0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4}, 4, 3))
+	defer ids.Close()
+	mask := must(acc.FromInt64([]int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 4, 3))
+	defer mask.Close()
+	b := must(acc.NewBatch())
+	if n := must(b.Len()); n != 0 {
+		t.Fatal(n)
+	}
+	ok(t, b.Set("input_ids", mask))
+	ok(t, b.Set("labels", ids))
+	ok(t, b.Set("input_ids", ids)) // replaced in its place
+	if n := must(b.Len()); n != 2 {
+		t.Fatal(n)
+	}
+	if names := must(b.Names()); strings.Join(names, ",") != "input_ids,labels" {
+		t.Fatal(names)
+	}
+	if !must(b.Contains("labels")) || must(b.Contains("attention_mask")) {
+		t.Fatal("contains")
+	}
+	got := must(b.Get("input_ids"))
+	if v := must(got.Int64s()); v[4] != 4 {
+		t.Fatal(v)
+	}
+	got.Close()
+	entries := must(b.Tensors())
+	if len(entries) != 2 || entries[1].Name != "labels" || must(entries[1].Tensor.Numel()) != 12 {
+		t.Fatal(entries)
+	}
+	for _, e := range entries {
+		e.Tensor.Close()
+	}
+	_, err := b.Get("attention_mask")
+	expectErr(t, err, acc.ErrInvalidArgument, "attention_mask")
+	expectErr(t, err, acc.ErrInvalidArgument, "input_ids, labels")
+	expectErr(t, b.Set("", ids), acc.ErrInvalidArgument, "empty")
+
+	// A dataset of named columns (copied: the batch may go), a loader, NextBatch.
+	ds := must(acc.DatasetFromBatch(b))
+	defer ds.Close()
+	b.Close()
+	b.Close() // idempotent
+	expectErr(t, b.Set("x", ids), acc.ErrInvalidArgument, "batch is NULL")
+	if n := must(ds.Len()); n != 4 {
+		t.Fatal(n)
+	}
+	a := must(acc.NewAccelerator(`{"seed": 5}`))
+	defer a.Close()
+	dl := must(acc.NewDataLoader(ds, `{"batch_size": 2}`))
+	defer dl.Close()
+	m := must(acc.NewModel(gptSpec))
+	defer m.Close()
+	o := must(acc.NewOptimizer(m, `{"type": "adamw", "lr": 0.01}`))
+	defer o.Close()
+	ok(t, a.Prepare(m, o, nil, dl))
+	batches := 0
+	for {
+		batch, err := dl.NextBatch()
+		ok(t, err)
+		if batch == nil {
+			break // end of the epoch
+		}
+		if names := must(batch.Names()); strings.Join(names, ",") != "input_ids,labels" {
+			t.Fatal(names)
+		}
+		// ForwardBatch with Hugging Face's "labels": the loss is ready for Backward.
+		out := must(m.ForwardBatch(batch))
+		loss := checkGPTOutputs(t, out, 2)
+		ok(t, a.Backward(loss))
+		ok(t, o.Step())
+		ok(t, o.ZeroGrad())
+		loss.Close()
+		out.Close()
+		batch.Close()
+		batches++
+	}
+	if batches != 2 {
+		t.Fatal(batches)
+	}
+	// A name the model does not take is refused by name.
+	extra := must(acc.NewBatch(acc.NamedTensor{Name: "input_ids", Tensor: ids}, acc.NamedTensor{Name: "token_type_ids", Tensor: ids}))
+	defer extra.Close()
+	_, err = m.ForwardBatch(extra)
+	expectErr(t, err, acc.ErrInvalidArgument, "token_type_ids")
+	_, err = m.ForwardBatch(nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "batch is NULL")
+	// The (x, y) path still reads a named batch of two tensors.
+	x, y, more, err := dl.Next()
+	ok(t, err)
+	if !more || x == nil || y == nil {
+		t.Fatal("no (input, target) batch")
+	}
+	x.Close()
+	y.Close()
+}
+
+// scenario: named_callback_dataset
+func TestNamedCallbackDataset(t *testing.T) {
+	// Sample i: {"input_ids": [i, i+1, i+2] mod 7, "labels": the same}; sample 5 fails.
+	ds := must(acc.DatasetFromBatchFunc(6, func(i int64) (*acc.Batch, error) {
+		if i == 5 {
+			return nil, fmt.Errorf("no sample %d", i)
+		}
+		ids, err := acc.FromInt64([]int64{i % 7, (i + 1) % 7, (i + 2) % 7})
+		if err != nil {
+			return nil, err
+		}
+		defer ids.Close()
+		return acc.NewBatch(acc.NamedTensor{Name: "input_ids", Tensor: ids}, acc.NamedTensor{Name: "labels", Tensor: ids})
+	}))
+	if n := must(ds.Len()); n != 6 {
+		t.Fatal(n)
+	}
+	dl := must(acc.NewDataLoader(ds, `{"batch_size": 2}`))
+	ds.Close() // the loader keeps it
+	m := must(acc.NewModel(gptSpec))
+	defer m.Close()
+	b := must(dl.NextBatch())
+	if b == nil {
+		t.Fatal("no batch")
+	}
+	labels := must(b.Get("labels"))
+	if v := must(labels.Int64s()); fmt.Sprint(v) != "[0 1 2 1 2 3]" {
+		t.Fatal(v)
+	}
+	labels.Close()
+	out := must(m.ForwardBatch(b))
+	checkGPTOutputs(t, out, 2).Close()
+	out.Close()
+	b.Close()
+	must(dl.NextBatch()).Close()
+	_, err := dl.NextBatch()
+	expectErr(t, err, acc.ErrCallback, "index 5")
+	if errors.Unwrap(err) == nil || !strings.Contains(errors.Unwrap(err).Error(), "no sample 5") {
+		t.Fatalf("the callback's error is not wrapped: %v", err)
+	}
+	dl.Close()
+	// An empty sample is refused; a panic becomes an error, not a crash.
+	eds := must(acc.DatasetFromBatchFunc(1, func(int64) (*acc.Batch, error) { return acc.NewBatch() }))
+	edl := must(acc.NewDataLoader(eds, nil))
+	_, err = edl.NextBatch()
+	expectErr(t, err, acc.ErrCallback, "no tensor for index 0")
+	edl.Close()
+	eds.Close()
+	pds := must(acc.DatasetFromBatchFunc(2, func(int64) (*acc.Batch, error) { panic("boom") }))
+	pdl := must(acc.NewDataLoader(pds, nil))
+	_, err = pdl.NextBatch()
+	expectErr(t, err, acc.ErrCallback, "")
+	if !strings.Contains(errors.Unwrap(err).Error(), "boom") {
+		t.Fatal(err)
+	}
+	pdl.Close()
+	pds.Close()
+}
+
 // The safety net: handles that are never closed are released by the garbage collector.
 func TestCleanupSafetyNet(t *testing.T) {
 	var mu sync.Mutex

@@ -1,16 +1,15 @@
 package acc
 
 import (
-	"errors"
 	"runtime"
 
 	"github.com/libacc/libacc/bindings/go/internal/raw"
 )
 
-// Dataset is a source of samples (rows of tensors, a token file, or a Go function).
+// Dataset is a source of samples (rows of tensors, named or not, a token file, or a Go function).
 type Dataset struct {
 	handle
-	fn *funcSource // the Go side of DatasetFromFunc; nil otherwise
+	fn *funcSource // the Go side of DatasetFromFunc and DatasetFromBatchFunc; nil otherwise
 }
 
 func (d *Dataset) p() uintptr {
@@ -115,18 +114,15 @@ func (l *DataLoader) Close() error {
 
 // Next returns this process's next batch. At the end of an epoch ok is false and both tensors are
 // nil; the following call starts the next epoch (reshuffled by the loader's generator). target is nil when
-// the dataset has no targets. Close the tensors when done.
+// the dataset has no targets. Close the tensors when done. A named batch of one or two tensors arrives
+// as (input, target) in its order; NextBatch returns it by name.
 func (l *DataLoader) Next() (input, target *Tensor, ok bool, err error) {
 	var x, y uintptr
 	var has int32
 	err = wrap(raw.Acc_dataloader_next(l.p(), &x, &y, &has))
 	runtime.KeepAlive(l)
 	if err != nil {
-		var e *Error
-		if l != nil && l.ds != nil && l.ds.fn != nil && errors.As(err, &e) && e.Code == CodeCallback {
-			e.cause = l.ds.fn.takeErr()
-		}
-		return nil, nil, false, err
+		return nil, nil, false, l.withCause(err)
 	}
 	return newTensor(x), newTensor(y), has != 0, nil
 }

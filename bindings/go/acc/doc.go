@@ -24,6 +24,26 @@
 //		loss.Close(); x.Close(); y.Close()
 //	}
 //
+// # Named batches
+//
+// A Batch maps names to tensors, as Accelerate's and Hugging Face's dicts do. DatasetFromBatch makes
+// a dataset of named columns, DatasetFromBatchFunc one of named samples from a Go function; NextBatch
+// yields batches by name (nil at the end of an epoch) and ForwardBatch runs a model on one:
+//
+//	columns, _ := acc.NewBatch(acc.NamedTensor{Name: "input_ids", Tensor: ids}, acc.NamedTensor{Name: "labels", Tensor: ids})
+//	ds, _ := acc.DatasetFromBatch(columns)
+//	columns.Close() // the dataset copied the columns
+//	loader, _ := acc.NewDataLoader(ds, `{"batch_size": 8}`)
+//	for {
+//		batch, err := loader.NextBatch()
+//		if err != nil { return err }
+//		if batch == nil { break } // end of the epoch
+//		out, _ := gpt.ForwardBatch(batch) // "loss", "logits"
+//		loss, _ := out.Get("loss")
+//		_ = a.Backward(loss)
+//		loss.Close(); out.Close(); batch.Close()
+//	}
+//
 // # Errors
 //
 // Every call that can fail returns an error; libacc's failures are *Error values carrying the status

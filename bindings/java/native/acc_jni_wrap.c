@@ -404,6 +404,39 @@ static acc_status accx_java_get(void* user, int64_t index, acc_tensor** input, a
   return ACC_OK;
 }
 
+/* Copies every entry of `src` into `dst` (the tensors are shared, not copied). */
+static acc_status accx_batch_copy(const acc_batch* src, acc_batch* dst) {
+  int64_t n = 0;
+  acc_status st = acc_batch_count(src, &n);
+  for (int64_t i = 0; st == ACC_OK && i < n; ++i) {
+    const char* name = NULL;
+    acc_tensor* t = NULL;
+    st = acc_batch_name(src, i, &name);
+    if (st == ACC_OK) st = acc_batch_get(src, name, &t);
+    if (st == ACC_OK) st = acc_batch_set(dst, name, t);
+    acc_tensor_destroy(t);
+  }
+  return st;
+}
+
+/* Named samples for acc_dataset_from_batch_callback: `long sampleBatch(long)` returns the handle of
+ * a batch (ownership passes to this trampoline), or 0 after recording its own error. */
+static acc_status accx_java_get_batch(void* user, int64_t index, acc_batch* sample) {
+  accx_java_source* s = (accx_java_source*)user;
+  JNIEnv* env = accx_java_env(s->vm);
+  if (!env) return ACC_ERR_CALLBACK;
+  jlong h = (*env)->CallLongMethod(env, s->fn, s->sample, (jlong)index);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    return ACC_ERR_CALLBACK;
+  }
+  if (!h) return ACC_ERR_CALLBACK;
+  acc_batch* b = (acc_batch*)(intptr_t)h;
+  acc_status st = accx_batch_copy(b, sample);
+  acc_batch_destroy(b);
+  return st;
+}
+
 static void accx_java_free(void* user) {
   accx_java_source* s = (accx_java_source*)user;
   JNIEnv* env = accx_java_env(s->vm);
@@ -448,6 +481,27 @@ accx_status accx_dataset_from_java(JNIEnv* jenv_, int64_t length, jobject source
     return accx_fail(ACC_ERR_INTERNAL, "the source has no method long[] sample(long)");
   }
   acc_status st = acc_dataset_from_callback(length, accx_java_get, s, accx_java_free, out); /* frees s on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
+}
+
+/** A dataset of named samples from a Java object: `long sampleBatch(long index)` returns the handle
+ *  of a batch (ownership passes to libacc), or 0 after recording its own error. libacc calls it on
+ *  the thread that asks for a batch, a Java thread. */
+accx_status accx_dataset_from_java_batch(JNIEnv* jenv_, int64_t length, jobject source, acc_dataset** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  if (!source) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "source is null");
+  accx_java_source* s = (accx_java_source*)calloc(1, sizeof *s);
+  if (!s) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  jclass cls = (*jenv_)->GetObjectClass(jenv_, source);
+  s->sample = cls ? (*jenv_)->GetMethodID(jenv_, cls, "sampleBatch", "(J)J") : NULL;
+  if (!s->sample || (*jenv_)->GetJavaVM(jenv_, &s->vm) != 0 || !(s->fn = (*jenv_)->NewGlobalRef(jenv_, source))) {
+    (*jenv_)->ExceptionClear(jenv_);
+    free(s);
+    return accx_fail(ACC_ERR_INTERNAL, "the source has no method long sampleBatch(long)");
+  }
+  acc_status st = acc_dataset_from_batch_callback(length, accx_java_get_batch, s, accx_java_free, out); /* frees s on failure */
   if (st != ACC_OK) accx_fail(st, acc_last_error_message());
   return st;
 }
@@ -563,6 +617,32 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dataset_1from_1java
   }
   arg4 = jarg4 ? &temp4 : NULL; 
   result = (accx_status)accx_dataset_from_java(arg1,arg2,arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dataset_1from_1java_1batch(JNIEnv *jenv, jclass jcls, jlong jarg2, jobject jarg3, jlongArray jarg4) {
+  JNIEnv *arg1 = (JNIEnv *) 0 ;
+  int64_t arg2 ;
+  jobject arg3 ;
+  acc_dataset **arg4 = (acc_dataset **) 0 ;
+  acc_dataset *temp4 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = jenv; 
+  arg2 = (int64_t)jarg2; 
+  arg3 = jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (accx_status)accx_dataset_from_java_batch(arg1,arg2,arg3,arg4);
   if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
   } 
@@ -801,6 +881,50 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1main_1process(JN
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1local_1main_1process(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_is_local_main_process((struct acc_accelerator const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1last_1process(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_is_last_process((struct acc_accelerator const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1device(JNIEnv *jenv, jclass jcls, jlong jarg1, jobjectArray jarg2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
@@ -854,6 +978,117 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1config_1json(JNIEnv 
     jstring s = (*jenv)->NewStringUTF(jenv, temp2);
     if (s) (*jenv)->SetObjectArrayElement(jenv, jarg2, 0, s);
   } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1seed(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jint jarg4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  uint64_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (uint64_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  result = (acc_status)acc_set_seed((struct acc_accelerator const *)arg1,arg2,arg3,arg4);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1wait_1for_1everyone(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  result = (acc_status)acc_wait_for_everyone(arg1);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1main_1process_1first_1begin(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t arg2 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  result = (acc_status)acc_main_process_first_begin(arg1,arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1main_1process_1first_1end(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t arg2 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  result = (acc_status)acc_main_process_first_end(arg1,arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1trigger(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  result = (acc_status)acc_set_trigger(arg1);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1check_1trigger(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_check_trigger(arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1print(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  result = (acc_status)acc_print((struct acc_accelerator const *)arg1,(char const *)arg2);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
 
@@ -1106,6 +1341,158 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1tensor_1to_1dlpack(J
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1create(JNIEnv *jenv, jclass jcls, jlongArray jarg1) {
+  acc_batch **arg1 = (acc_batch **) 0 ;
+  acc_batch *temp1 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  if (jarg1 && (*jenv)->GetArrayLength(jenv, jarg1) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg1 = jarg1 ? &temp1 : NULL; 
+  result = (acc_status)acc_batch_create(arg1);
+  if (jarg1 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp1; (*jenv)->SetLongArrayRegion(jenv, jarg1, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  acc_batch_destroy(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jlong jarg3) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_tensor *arg3 = (acc_tensor *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  arg3 = (acc_tensor *)(intptr_t)jarg3; 
+  result = (acc_status)acc_batch_set(arg1,(char const *)arg2,(struct acc_tensor const *)arg3);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1count(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_batch_count((struct acc_batch const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1name(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jobjectArray jarg3) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  int64_t arg2 ;
+  char **arg3 = (char **) 0 ;
+  char const *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  arg3 = (char **)(jarg3 ? &temp3 : NULL); 
+  result = (acc_status)acc_batch_name((struct acc_batch const *)arg1,arg2,(char const **)arg3);
+  if (jarg3 && temp3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jstring s = (*jenv)->NewStringUTF(jenv, temp3);
+    if (s) (*jenv)->SetObjectArrayElement(jenv, jarg3, 0, s);
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1contains(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jintArray jarg3) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  char *arg2 = (char *) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  int32_t temp3 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_batch_contains((struct acc_batch const *)arg1,(char const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp3; (*jenv)->SetIntArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1batch_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jlongArray jarg3) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_tensor **arg3 = (acc_tensor **) 0 ;
+  acc_tensor *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_batch_get((struct acc_batch const *)arg1,(char const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1create(JNIEnv *jenv, jclass jcls, jstring jarg1, jlongArray jarg2) {
   char *arg1 = (char *) 0 ;
   acc_model **arg2 = (acc_model **) 0 ;
@@ -1208,6 +1595,30 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1forward(JNIEn
   } 
   if (jarg5 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)(intptr_t)temp5; (*jenv)->SetLongArrayRegion(jenv, jarg5, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1forward_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  acc_batch *arg2 = (acc_batch *) 0 ;
+  acc_batch **arg3 = (acc_batch **) 0 ;
+  acc_batch *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  arg2 = (acc_batch *)(intptr_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_model_forward_batch(arg1,(struct acc_batch const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
   } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
@@ -1425,6 +1836,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1optimizer_1lr(JNIEnv
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1optimizer_1step_1was_1skipped(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_optimizer *arg1 = (acc_optimizer *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_optimizer *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_optimizer_step_was_skipped((struct acc_optimizer const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1scheduler_1create(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jlongArray jarg3) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   char *arg2 = (char *) 0 ;
@@ -1556,6 +1989,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1from_1token
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1from_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_batch *arg1 = (acc_batch *) 0 ;
+  acc_dataset **arg2 = (acc_dataset **) 0 ;
+  acc_dataset *temp2 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_batch *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataset_from_batch((struct acc_batch const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   
@@ -1583,6 +2038,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1length(JNIE
   result = (acc_status)acc_dataset_length((struct acc_dataset const *)arg1,arg2);
   if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1is_1iterable(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_dataset *arg1 = (acc_dataset *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataset *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataset_is_iterable((struct acc_dataset const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
   } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
@@ -1669,6 +2146,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1next(JNI
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1next_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  acc_batch **arg2 = (acc_batch **) 0 ;
+  acc_batch *temp2 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataloader_next_batch(arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1length(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
@@ -1705,6 +2204,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1set_1epo
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1epoch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataloader_epoch((struct acc_dataloader const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1end_1of_1epoch(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
@@ -1722,6 +2243,52 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1end_1of_
   result = (acc_status)acc_dataloader_end_of_epoch((struct acc_dataloader const *)arg1,arg2);
   if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
     jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1remainder(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_dataloader_remainder((struct acc_dataloader const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1skip_1first_1batches(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
+  int64_t arg2 ;
+  acc_dataloader **arg3 = (acc_dataloader **) 0 ;
+  acc_dataloader *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_dataloader_skip_first_batches(arg1,arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
   } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
@@ -1804,28 +2371,6 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1sync_1gradients(JNIE
   }
   arg2 = jarg2 ? &temp2 : NULL; 
   result = (acc_status)acc_sync_gradients((struct acc_accelerator const *)arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1optimizer_1step_1was_1skipped(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
-  acc_optimizer *arg1 = (acc_optimizer *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t temp2 = 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_optimizer *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_optimizer_step_was_skipped((struct acc_optimizer const *)arg1,arg2);
   if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
     jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
   } 
@@ -1983,18 +2528,6 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1reduce(JNIEnv *jenv,
 }
 
 
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1wait_1for_1everyone(JNIEnv *jenv, jclass jcls, jlong jarg1) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  result = (acc_status)acc_wait_for_everyone(arg1);
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1broadcast(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
@@ -2123,188 +2656,23 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1split_1tensor_1betwe
 }
 
 
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1main_1process_1first_1begin(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  int32_t arg2 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp3 = NULL ;
   acc_status result;
   
   (void)jenv;
   (void)jcls;
   arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = (int32_t)jarg2; 
-  result = (acc_status)acc_main_process_first_begin(arg1,arg2);
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1main_1process_1first_1end(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  int32_t arg2 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = (int32_t)jarg2; 
-  result = (acc_status)acc_main_process_first_end(arg1,arg2);
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1trigger(JNIEnv *jenv, jclass jcls, jlong jarg1) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  result = (acc_status)acc_set_trigger(arg1);
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1check_1trigger(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t temp2 = 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_check_trigger(arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1print(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  char *arg2 = (char *) 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = 0;
-  if (jarg2) {
-    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
-    if (!arg2) return ;
-  }
-  result = (acc_status)acc_print((struct acc_accelerator const *)arg1,(char const *)arg2);
-  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1local_1main_1process(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t temp2 = 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_is_local_main_process((struct acc_accelerator const *)arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1is_1last_1process(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t temp2 = 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_is_last_process((struct acc_accelerator const *)arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1seed(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jint jarg4) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  uint64_t arg2 ;
-  int32_t arg3 ;
-  int32_t arg4 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = (uint64_t)jarg2; 
-  arg3 = (int32_t)jarg3; 
-  arg4 = (int32_t)jarg4; 
-  result = (acc_status)acc_set_seed((struct acc_accelerator const *)arg1,arg2,arg3,arg4);
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1is_1iterable(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
-  acc_dataset *arg1 = (acc_dataset *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t temp2 = 0 ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_dataset *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_dataset_is_iterable((struct acc_dataset const *)arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1skip_1first_1batches(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
-  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
-  int64_t arg2 ;
-  acc_dataloader **arg3 = (acc_dataloader **) 0 ;
-  acc_dataloader *temp3 = NULL ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
-  arg2 = (int64_t)jarg2; 
+  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
   if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
     return ;
   }
   arg3 = jarg3 ? &temp3 : NULL; 
-  result = (acc_status)acc_dataloader_skip_first_batches(arg1,arg2,arg3);
+  result = (acc_status)acc_gather_object(arg1,(struct acc_bytes_list const *)arg2,arg3);
   if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
   } 
@@ -2312,45 +2680,51 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1skip_1fi
 }
 
 
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1epoch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
-  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
-  int64_t *arg2 = (int64_t *) 0 ;
-  int64_t temp2 = 0 ;
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1broadcast_1object(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  int32_t arg3 ;
+  acc_bytes_list **arg4 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp4 = NULL ;
   acc_status result;
   
   (void)jenv;
   (void)jcls;
-  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
     return ;
   }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_dataloader_epoch((struct acc_dataloader const *)arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (acc_status)acc_broadcast_object(arg1,(struct acc_bytes_list const *)arg2,arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
   } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
 
 
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataloader_1remainder(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
-  acc_dataloader *arg1 = (acc_dataloader *) 0 ;
-  int64_t *arg2 = (int64_t *) 0 ;
-  int64_t temp2 = 0 ;
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object_1for_1metrics(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
+  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
+  acc_bytes_list *temp3 = NULL ;
   acc_status result;
   
   (void)jenv;
   (void)jcls;
-  arg1 = (acc_dataloader *)(intptr_t)jarg1; 
-  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
     return ;
   }
-  arg2 = jarg2 ? &temp2 : NULL; 
-  result = (acc_status)acc_dataloader_remainder((struct acc_dataloader const *)arg1,arg2);
-  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
-    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_gather_object_for_metrics(arg1,(struct acc_bytes_list const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
   } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
@@ -2454,80 +2828,6 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1bytes_1list_1get(JNI
   } 
   if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
-  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
-  acc_bytes_list *temp3 = NULL ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
-  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg3 = jarg3 ? &temp3 : NULL; 
-  result = (acc_status)acc_gather_object(arg1,(struct acc_bytes_list const *)arg2,arg3);
-  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
-    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1broadcast_1object(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jint jarg3, jlongArray jarg4) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
-  int32_t arg3 ;
-  acc_bytes_list **arg4 = (acc_bytes_list **) 0 ;
-  acc_bytes_list *temp4 = NULL ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
-  arg3 = (int32_t)jarg3; 
-  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg4 = jarg4 ? &temp4 : NULL; 
-  result = (acc_status)acc_broadcast_object(arg1,(struct acc_bytes_list const *)arg2,arg3,arg4);
-  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
-    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
-  } 
-  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
-}
-
-
-SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1gather_1object_1for_1metrics(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
-  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
-  acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
-  acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
-  acc_bytes_list *temp3 = NULL ;
-  acc_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
-  arg2 = (acc_bytes_list *)(intptr_t)jarg2; 
-  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
-    return ;
-  }
-  arg3 = jarg3 ? &temp3 : NULL; 
-  result = (acc_status)acc_gather_object_for_metrics(arg1,(struct acc_bytes_list const *)arg2,arg3);
-  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
-    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
   } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }

@@ -49,36 +49,36 @@ typedef _gostring_ swig_type_16;
 typedef _gostring_ swig_type_17;
 typedef _gostring_ swig_type_18;
 typedef _gostring_ swig_type_19;
-typedef _goslice_ swig_type_20;
-typedef _goslice_ swig_type_21;
-typedef _gostring_ swig_type_22;
-typedef _goslice_ swig_type_23;
+typedef _gostring_ swig_type_20;
+typedef _gostring_ swig_type_21;
+typedef long long swig_type_22;
+typedef _gostring_ swig_type_23;
 typedef _gostring_ swig_type_24;
 typedef _gostring_ swig_type_25;
-typedef _goslice_ swig_type_26;
+typedef _gostring_ swig_type_26;
 typedef _gostring_ swig_type_27;
 typedef _gostring_ swig_type_28;
 typedef _gostring_ swig_type_29;
 typedef _gostring_ swig_type_30;
-typedef _gostring_ swig_type_31;
-typedef _gostring_ swig_type_32;
+typedef _goslice_ swig_type_31;
+typedef _goslice_ swig_type_32;
 typedef _gostring_ swig_type_33;
-typedef _gostring_ swig_type_34;
+typedef _goslice_ swig_type_34;
 typedef _gostring_ swig_type_35;
 typedef _gostring_ swig_type_36;
-typedef _gostring_ swig_type_37;
+typedef _goslice_ swig_type_37;
 typedef _gostring_ swig_type_38;
 typedef _gostring_ swig_type_39;
 typedef _gostring_ swig_type_40;
 typedef _gostring_ swig_type_41;
 typedef _gostring_ swig_type_42;
-typedef long long swig_type_43;
+typedef _gostring_ swig_type_43;
 typedef _gostring_ swig_type_44;
 typedef _gostring_ swig_type_45;
 typedef _gostring_ swig_type_46;
 typedef _gostring_ swig_type_47;
 typedef _gostring_ swig_type_48;
-typedef _gostring_ swig_type_49;
+typedef long long swig_type_49;
 typedef _gostring_ swig_type_50;
 typedef _gostring_ swig_type_51;
 typedef _gostring_ swig_type_52;
@@ -94,9 +94,9 @@ typedef _gostring_ swig_type_61;
 typedef _gostring_ swig_type_62;
 typedef _gostring_ swig_type_63;
 typedef _gostring_ swig_type_64;
-typedef _gostring_ swig_type_65;
+typedef long long swig_type_65;
 typedef _gostring_ swig_type_66;
-typedef long long swig_type_67;
+typedef _gostring_ swig_type_67;
 typedef _gostring_ swig_type_68;
 typedef _gostring_ swig_type_69;
 typedef _gostring_ swig_type_70;
@@ -114,7 +114,7 @@ typedef _gostring_ swig_type_81;
 typedef _gostring_ swig_type_82;
 typedef _gostring_ swig_type_83;
 typedef _gostring_ swig_type_84;
-typedef long long swig_type_85;
+typedef _gostring_ swig_type_85;
 typedef _gostring_ swig_type_86;
 typedef _gostring_ swig_type_87;
 typedef _gostring_ swig_type_88;
@@ -122,121 +122,144 @@ typedef _gostring_ swig_type_89;
 typedef _gostring_ swig_type_90;
 typedef _gostring_ swig_type_91;
 typedef _gostring_ swig_type_92;
-typedef _gostring_ swig_type_93;
+typedef long long swig_type_93;
 typedef _gostring_ swig_type_94;
 typedef _gostring_ swig_type_95;
-typedef long long swig_type_96;
+typedef _gostring_ swig_type_96;
 typedef _gostring_ swig_type_97;
-typedef _gostring_ swig_type_98;
-typedef long long swig_type_99;
+typedef long long swig_type_98;
+typedef _gostring_ swig_type_99;
 typedef _gostring_ swig_type_100;
 typedef _gostring_ swig_type_101;
 typedef _gostring_ swig_type_102;
 typedef _gostring_ swig_type_103;
-typedef _goslice_ swig_type_104;
+typedef _gostring_ swig_type_104;
 typedef _gostring_ swig_type_105;
 typedef _gostring_ swig_type_106;
-typedef long long swig_type_107;
+typedef _gostring_ swig_type_107;
 typedef _gostring_ swig_type_108;
 typedef _gostring_ swig_type_109;
 typedef _gostring_ swig_type_110;
-extern void _wrap_Swig_free_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_raw_35a9bcc5b89bc852(swig_intgo arg1);
-extern swig_voidp _wrap_accx_alloc_raw_35a9bcc5b89bc852(swig_type_1 arg1);
-extern void _wrap_accx_free_raw_35a9bcc5b89bc852(swig_voidp arg1);
-extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_35a9bcc5b89bc852(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
-extern swig_type_5 _wrap_accx_dlpack_bytes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern void _wrap_accx_dlpack_release_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_6 _wrap_acc_version_raw_35a9bcc5b89bc852(void);
-extern swig_type_7 _wrap_acc_abi_check_raw_35a9bcc5b89bc852(swig_intgo arg1);
-extern swig_type_8 _wrap_acc_build_info_raw_35a9bcc5b89bc852(void);
-extern swig_type_9 _wrap_acc_status_name_raw_35a9bcc5b89bc852(int arg1);
-extern swig_type_10 _wrap_acc_accelerator_create_raw_35a9bcc5b89bc852(swig_type_11 arg1, swig_voidp arg2);
-extern void _wrap_acc_accelerator_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_12 _wrap_acc_process_index_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_13 _wrap_acc_local_process_index_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_14 _wrap_acc_num_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_15 _wrap_acc_is_main_process_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_16 _wrap_acc_device_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_acc_distributed_type_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_acc_config_json_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_acc_tensor_from_host_raw_35a9bcc5b89bc852(swig_type_20 arg1, swig_intgo arg2, swig_type_21 arg3, swig_voidp arg4);
-extern swig_type_22 _wrap_acc_tensor_to_host_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_23 arg2);
-extern void _wrap_acc_tensor_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_24 _wrap_acc_tensor_ndim_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_25 _wrap_acc_tensor_shape_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_26 arg2);
-extern swig_type_27 _wrap_acc_tensor_numel_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_28 _wrap_acc_tensor_nbytes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_29 _wrap_acc_tensor_dtype_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_30 _wrap_acc_tensor_item_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_31 _wrap_acc_tensor_from_dlpack_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_32 _wrap_acc_tensor_to_dlpack_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_33 _wrap_acc_model_create_raw_35a9bcc5b89bc852(swig_type_34 arg1, swig_voidp arg2);
-extern swig_type_35 _wrap_acc_model_load_torchscript_raw_35a9bcc5b89bc852(swig_type_36 arg1, swig_type_37 arg2, swig_voidp arg3);
-extern void _wrap_acc_model_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_38 _wrap_acc_model_forward_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_39 _wrap_acc_model_set_training_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_40 _wrap_acc_model_num_parameters_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_41 _wrap_acc_model_state_size_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_42 _wrap_acc_model_state_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_43 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_44 _wrap_acc_model_save_safetensors_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_45 arg2);
-extern swig_type_46 _wrap_acc_model_load_safetensors_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_47 arg2);
-extern swig_type_48 _wrap_acc_optimizer_create_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
-extern void _wrap_acc_optimizer_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_50 _wrap_acc_optimizer_step_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_51 _wrap_acc_optimizer_zero_grad_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_52 _wrap_acc_optimizer_lr_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_53 _wrap_acc_scheduler_create_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_54 arg2, swig_voidp arg3);
-extern void _wrap_acc_scheduler_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_55 _wrap_acc_scheduler_step_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_56 _wrap_acc_scheduler_last_lr_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_57 _wrap_acc_dataset_from_tensors_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_58 _wrap_acc_dataset_from_token_file_raw_35a9bcc5b89bc852(swig_type_59 arg1, swig_type_60 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataset_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_61 _wrap_acc_dataset_length_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_acc_dataloader_create_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataloader_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_64 _wrap_acc_dataloader_next_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_65 _wrap_acc_dataloader_length_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_66 _wrap_acc_dataloader_set_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_67 arg2);
-extern swig_type_68 _wrap_acc_dataloader_end_of_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_acc_prepare_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_70 _wrap_acc_backward_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_71 _wrap_acc_accumulate_begin_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_72 _wrap_acc_accumulate_end_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_73 _wrap_acc_sync_gradients_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_74 _wrap_acc_optimizer_step_was_skipped_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_75 _wrap_acc_grad_scaler_state_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_76 _wrap_acc_clip_grad_norm_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_77 _wrap_acc_clip_grad_value_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_78 _wrap_acc_gather_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_79 _wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_80 _wrap_acc_reduce_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_81 _wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_82 _wrap_acc_broadcast_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_83 _wrap_acc_pad_across_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_84 _wrap_acc_split_between_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_85 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_86 _wrap_acc_split_tensor_between_processes_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_87 _wrap_acc_main_process_first_begin_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_88 _wrap_acc_main_process_first_end_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_89 _wrap_acc_set_trigger_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_90 _wrap_acc_check_trigger_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_91 _wrap_acc_print_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_92 arg2);
-extern swig_type_93 _wrap_acc_is_local_main_process_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_94 _wrap_acc_is_last_process_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_95 _wrap_acc_set_seed_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_96 arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_type_97 _wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_98 _wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_99 arg2, swig_voidp arg3);
-extern swig_type_100 _wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_101 _wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_102 _wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(swig_voidp arg1);
-extern void _wrap_acc_bytes_list_destroy_raw_35a9bcc5b89bc852(uintptr_t arg1);
-extern swig_type_103 _wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_104 arg2);
-extern swig_type_105 _wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(uintptr_t arg1, swig_type_107 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_108 _wrap_acc_gather_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_109 _wrap_acc_broadcast_object_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_110 _wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+typedef _gostring_ swig_type_111;
+typedef _gostring_ swig_type_112;
+typedef long long swig_type_113;
+typedef _gostring_ swig_type_114;
+typedef _gostring_ swig_type_115;
+typedef _gostring_ swig_type_116;
+typedef _gostring_ swig_type_117;
+typedef _gostring_ swig_type_118;
+typedef _gostring_ swig_type_119;
+typedef _goslice_ swig_type_120;
+typedef _gostring_ swig_type_121;
+typedef _gostring_ swig_type_122;
+typedef long long swig_type_123;
+extern void _wrap_Swig_free_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_raw_4c8f62e0a5acc5aa(swig_intgo arg1);
+extern swig_voidp _wrap_accx_alloc_raw_4c8f62e0a5acc5aa(swig_type_1 arg1);
+extern void _wrap_accx_free_raw_4c8f62e0a5acc5aa(swig_voidp arg1);
+extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_4c8f62e0a5acc5aa(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
+extern swig_type_5 _wrap_accx_dlpack_bytes_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern void _wrap_accx_dlpack_release_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_6 _wrap_acc_version_raw_4c8f62e0a5acc5aa(void);
+extern swig_type_7 _wrap_acc_abi_check_raw_4c8f62e0a5acc5aa(swig_intgo arg1);
+extern swig_type_8 _wrap_acc_build_info_raw_4c8f62e0a5acc5aa(void);
+extern swig_type_9 _wrap_acc_status_name_raw_4c8f62e0a5acc5aa(int arg1);
+extern swig_type_10 _wrap_acc_accelerator_create_raw_4c8f62e0a5acc5aa(swig_type_11 arg1, swig_voidp arg2);
+extern void _wrap_acc_accelerator_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_12 _wrap_acc_process_index_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_13 _wrap_acc_local_process_index_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_acc_num_processes_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_15 _wrap_acc_is_main_process_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_16 _wrap_acc_is_local_main_process_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_acc_is_last_process_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_acc_device_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_acc_distributed_type_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_acc_config_json_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_21 _wrap_acc_set_seed_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_type_23 _wrap_acc_wait_for_everyone_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_24 _wrap_acc_main_process_first_begin_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_25 _wrap_acc_main_process_first_end_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_26 _wrap_acc_set_trigger_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_27 _wrap_acc_check_trigger_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_28 _wrap_acc_print_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_29 arg2);
+extern swig_type_30 _wrap_acc_tensor_from_host_raw_4c8f62e0a5acc5aa(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
+extern swig_type_33 _wrap_acc_tensor_to_host_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_34 arg2);
+extern void _wrap_acc_tensor_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_35 _wrap_acc_tensor_ndim_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_36 _wrap_acc_tensor_shape_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_37 arg2);
+extern swig_type_38 _wrap_acc_tensor_numel_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_39 _wrap_acc_tensor_nbytes_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_40 _wrap_acc_tensor_dtype_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_41 _wrap_acc_tensor_item_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_44 _wrap_acc_batch_create_raw_4c8f62e0a5acc5aa(swig_voidp arg1);
+extern void _wrap_acc_batch_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_45 _wrap_acc_batch_set_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
+extern swig_type_47 _wrap_acc_batch_count_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_48 _wrap_acc_batch_name_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
+extern swig_type_50 _wrap_acc_batch_contains_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
+extern swig_type_52 _wrap_acc_batch_get_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
+extern swig_type_54 _wrap_acc_model_create_raw_4c8f62e0a5acc5aa(swig_type_55 arg1, swig_voidp arg2);
+extern swig_type_56 _wrap_acc_model_load_torchscript_raw_4c8f62e0a5acc5aa(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
+extern void _wrap_acc_model_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_59 _wrap_acc_model_forward_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_60 _wrap_acc_model_forward_batch_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_61 _wrap_acc_model_set_training_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_62 _wrap_acc_model_num_parameters_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_63 _wrap_acc_model_state_size_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_64 _wrap_acc_model_state_get_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_65 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_66 _wrap_acc_model_save_safetensors_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_67 arg2);
+extern swig_type_68 _wrap_acc_model_load_safetensors_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_69 arg2);
+extern swig_type_70 _wrap_acc_optimizer_create_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_71 arg2, swig_voidp arg3);
+extern void _wrap_acc_optimizer_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_72 _wrap_acc_optimizer_step_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_73 _wrap_acc_optimizer_zero_grad_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_74 _wrap_acc_optimizer_lr_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_75 _wrap_acc_optimizer_step_was_skipped_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_76 _wrap_acc_scheduler_create_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
+extern void _wrap_acc_scheduler_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_78 _wrap_acc_scheduler_step_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_79 _wrap_acc_scheduler_last_lr_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_80 _wrap_acc_dataset_from_tensors_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_81 _wrap_acc_dataset_from_token_file_raw_4c8f62e0a5acc5aa(swig_type_82 arg1, swig_type_83 arg2, swig_voidp arg3);
+extern swig_type_84 _wrap_acc_dataset_from_batch_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_acc_dataset_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_85 _wrap_acc_dataset_length_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_86 _wrap_acc_dataset_is_iterable_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_87 _wrap_acc_dataloader_create_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_88 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataloader_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_89 _wrap_acc_dataloader_next_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_90 _wrap_acc_dataloader_next_batch_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_91 _wrap_acc_dataloader_length_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_92 _wrap_acc_dataloader_set_epoch_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_93 arg2);
+extern swig_type_94 _wrap_acc_dataloader_epoch_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_95 _wrap_acc_dataloader_end_of_epoch_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_96 _wrap_acc_dataloader_remainder_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_97 _wrap_acc_dataloader_skip_first_batches_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_98 arg2, swig_voidp arg3);
+extern swig_type_99 _wrap_acc_prepare_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_100 _wrap_acc_backward_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_101 _wrap_acc_accumulate_begin_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_102 _wrap_acc_accumulate_end_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_103 _wrap_acc_sync_gradients_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_104 _wrap_acc_grad_scaler_state_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_105 _wrap_acc_clip_grad_norm_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_106 _wrap_acc_clip_grad_value_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_107 _wrap_acc_gather_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_108 _wrap_acc_gather_for_metrics_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_109 _wrap_acc_reduce_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_110 _wrap_acc_broadcast_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_111 _wrap_acc_pad_across_processes_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_112 _wrap_acc_split_between_processes_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_113 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_114 _wrap_acc_split_tensor_between_processes_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_115 _wrap_acc_gather_object_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_116 _wrap_acc_broadcast_object_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_117 _wrap_acc_gather_object_for_metrics_raw_4c8f62e0a5acc5aa(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_118 _wrap_acc_bytes_list_create_raw_4c8f62e0a5acc5aa(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_4c8f62e0a5acc5aa(uintptr_t arg1);
+extern swig_type_119 _wrap_acc_bytes_list_append_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_120 arg2);
+extern swig_type_121 _wrap_acc_bytes_list_count_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_122 _wrap_acc_bytes_list_get_raw_4c8f62e0a5acc5aa(uintptr_t arg1, swig_type_123 arg2, swig_voidp arg3, swig_voidp arg4);
 #undef intgo
 */
 import "C"
@@ -279,13 +302,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_35a9bcc5b89bc852(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_4c8f62e0a5acc5aa(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -314,13 +337,13 @@ func newStatusError(s string) error {
 func Accx_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_35a9bcc5b89bc852(C.swig_type_1(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_4c8f62e0a5acc5aa(C.swig_type_1(_swig_i_0)))
 	return swig_r
 }
 
 func Accx_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_accx_free_raw_35a9bcc5b89bc852(C.swig_voidp(_swig_i_0))
+	C._wrap_accx_free_raw_4c8f62e0a5acc5aa(C.swig_voidp(_swig_i_0))
 }
 
 func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []int64, arg5 *uintptr) (_swig_ret error) {
@@ -330,7 +353,7 @@ func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []in
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_35a9bcc5b89bc852(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_4c8f62e0a5acc5aa(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
@@ -349,7 +372,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_dlpack_bytes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_dlpack_bytes_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -362,11 +385,11 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 
 func Accx_dlpack_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_accx_dlpack_release_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_accx_dlpack_release_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 const ACC_VERSION_MAJOR int = 1
-const ACC_VERSION_MINOR int = 0
+const ACC_VERSION_MINOR int = 1
 const ACC_VERSION_PATCH int = 0
 const ACC_ABI_VERSION int = 1
 const ACC_OK int = 0
@@ -396,7 +419,7 @@ const ACC_REDUCE_MAX int = 2
 
 func Acc_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_version_raw_35a9bcc5b89bc852()
+	swig_r_p := C._wrap_acc_version_raw_4c8f62e0a5acc5aa()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -406,7 +429,7 @@ func Acc_version() (_swig_ret string) {
 func Acc_abi_check(arg1 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_abi_check_raw_35a9bcc5b89bc852(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_acc_abi_check_raw_4c8f62e0a5acc5aa(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -419,7 +442,7 @@ func Acc_abi_check(arg1 int) (_swig_ret error) {
 
 func Acc_build_info() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_build_info_raw_35a9bcc5b89bc852()
+	swig_r_p := C._wrap_acc_build_info_raw_4c8f62e0a5acc5aa()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -429,7 +452,7 @@ func Acc_build_info() (_swig_ret string) {
 func Acc_status_name(arg1 int32) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_status_name_raw_35a9bcc5b89bc852(C.int(_swig_i_0))
+	swig_r_p := C._wrap_acc_status_name_raw_4c8f62e0a5acc5aa(C.int(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -440,7 +463,7 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accelerator_create_raw_35a9bcc5b89bc852(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_accelerator_create_raw_4c8f62e0a5acc5aa(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -456,14 +479,14 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_accelerator_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_accelerator_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_accelerator_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_process_index_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_process_index_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -478,7 +501,7 @@ func Acc_local_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_local_process_index_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_local_process_index_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -493,7 +516,7 @@ func Acc_num_processes(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_num_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_num_processes_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -508,7 +531,37 @@ func Acc_is_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_main_process_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_main_process_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_is_local_main_process_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_is_last_process_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -523,7 +576,7 @@ func Acc_device(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_device_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_device_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -541,7 +594,7 @@ func Acc_distributed_type(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_distributed_type_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_distributed_type_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -559,10 +612,118 @@ func Acc_config_json(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_config_json_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_config_json_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_set_seed_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_wait_for_everyone_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_main_process_first_begin_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_main_process_first_end_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_set_trigger_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_check_trigger_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_print_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
 	}
 	var swig_r_1 error
 	if swig_r == "" {
@@ -579,7 +740,7 @@ func Acc_tensor_from_host(arg1 []byte, arg2 int, arg3 []int64, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_tensor_from_host_raw_35a9bcc5b89bc852(*(*C.swig_type_20)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_tensor_from_host_raw_4c8f62e0a5acc5aa(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -600,7 +761,7 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_host_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_to_host_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -616,14 +777,14 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 
 func Acc_tensor_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tensor_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tensor_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tensor_ndim(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_ndim_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_ndim_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -638,7 +799,7 @@ func Acc_tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_shape_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_shape_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -656,7 +817,7 @@ func Acc_tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_numel_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_numel_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -671,7 +832,7 @@ func Acc_tensor_nbytes(arg1 uintptr, arg2 *uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_nbytes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_nbytes_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -686,7 +847,7 @@ func Acc_tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_dtype_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_dtype_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -701,7 +862,7 @@ func Acc_tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_item_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_item_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -716,7 +877,7 @@ func Acc_tensor_from_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -731,8 +892,118 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_batch_create_raw_4c8f62e0a5acc5aa(C.swig_voidp(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_batch_destroy(arg1 uintptr) {
+	_swig_i_0 := arg1
+	C._wrap_acc_batch_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
+}
+
+func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_batch_set_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_batch_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_batch_count_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_batch_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_batch_name_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if arg3 != nil {
+		*arg3 = swigCopyString(*arg3)
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_batch_contains(arg1 uintptr, arg2 string, arg3 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_batch_contains_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_batch_get(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_batch_get_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
 	var swig_r_1 error
 	if swig_r == "" {
 		swig_r_1 = nil
@@ -746,7 +1017,7 @@ func Acc_model_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_create_raw_35a9bcc5b89bc852(*(*C.swig_type_34)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_create_raw_4c8f62e0a5acc5aa(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -765,7 +1036,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_torchscript_raw_35a9bcc5b89bc852(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_load_torchscript_raw_4c8f62e0a5acc5aa(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -784,7 +1055,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_model_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_model_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, arg5 *uintptr) (_swig_ret error) {
@@ -794,7 +1065,23 @@ func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_model_forward_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_model_forward_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_forward_batch(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_model_forward_batch_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -809,7 +1096,7 @@ func Acc_model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_set_training_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_set_training_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -824,7 +1111,7 @@ func Acc_model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_num_parameters_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_num_parameters_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -839,7 +1126,7 @@ func Acc_model_state_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_state_size_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_state_size_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -856,7 +1143,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_43(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_65(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -874,7 +1161,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -892,7 +1179,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -911,7 +1198,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_71)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -927,13 +1214,13 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_optimizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_optimizer_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_optimizer_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_step_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_step_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -947,7 +1234,7 @@ func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 func Acc_optimizer_zero_grad(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -962,7 +1249,22 @@ func Acc_optimizer_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_lr_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_lr_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -978,7 +1280,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -994,13 +1296,13 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_scheduler_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_scheduler_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_scheduler_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_scheduler_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_scheduler_step_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_scheduler_step_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1015,7 +1317,7 @@ func Acc_scheduler_last_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1031,7 +1333,7 @@ func Acc_dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1047,7 +1349,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_35a9bcc5b89bc852(*(*C.swig_type_59)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_4c8f62e0a5acc5aa(*(*C.swig_type_82)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_83)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1064,16 +1366,46 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	return swig_r_1
 }
 
+func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataset_from_batch_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
 func Acc_dataset_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataset_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataset_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataset_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_length_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_length_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1089,7 +1421,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_88)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1105,7 +1437,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 
 func Acc_dataloader_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataloader_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataloader_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32) (_swig_ret error) {
@@ -1114,7 +1446,22 @@ func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_dataloader_next_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_dataloader_next_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_next_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1129,7 +1476,7 @@ func Acc_dataloader_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_length_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_length_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1144,7 +1491,22 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_67(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_93(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1159,7 +1521,38 @@ func Acc_dataloader_end_of_epoch(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_98(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1177,7 +1570,7 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_prepare_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
+	swig_r_p := C._wrap_acc_prepare_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1192,7 +1585,7 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_backward_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_backward_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1207,7 +1600,7 @@ func Acc_accumulate_begin(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_begin_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_begin_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1222,7 +1615,7 @@ func Acc_accumulate_end(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_end_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_end_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1237,22 +1630,7 @@ func Acc_sync_gradients(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_sync_gradients_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_sync_gradients_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1268,7 +1646,7 @@ func Acc_grad_scaler_state(arg1 uintptr, arg2 *float64, arg3 *int64) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_grad_scaler_state_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_grad_scaler_state_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1286,7 +1664,7 @@ func Acc_clip_grad_norm(arg1 uintptr, arg2 uintptr, arg3 float64, arg4 float64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_clip_grad_norm_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_clip_grad_norm_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1302,7 +1680,7 @@ func Acc_clip_grad_value(arg1 uintptr, arg2 uintptr, arg3 float64) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_clip_grad_value_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_acc_clip_grad_value_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1318,7 +1696,7 @@ func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1334,7 +1712,7 @@ func Acc_gather_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_for_metrics_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_for_metrics_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1351,21 +1729,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_reduce_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_wait_for_everyone_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_reduce_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1382,7 +1746,7 @@ func Acc_broadcast(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1401,7 +1765,7 @@ func Acc_pad_across_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 float64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_pad_across_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_pad_across_processes_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1420,7 +1784,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1437,7 +1801,7 @@ func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1448,11 +1812,12 @@ func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, ar
 	return swig_r_1
 }
 
-func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
+func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_begin_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_gather_object_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1463,105 +1828,13 @@ func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_end_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_set_trigger_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_check_trigger_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_print_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_92)(unsafe.Pointer(&_swig_i_1)))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	if Swig_escape_always_false {
-		Swig_escape_val = arg2
-	}
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_local_main_process_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_last_process_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret error) {
+func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_set_seed_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_96(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_object_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1572,57 +1845,12 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 	return swig_r_1
 }
 
-func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
+func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_99(_swig_i_1), C.swig_voidp(_swig_i_2))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_epoch_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_remainder_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1636,7 +1864,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_bytes_list_create_raw_35a9bcc5b89bc852(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_4c8f62e0a5acc5aa(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1649,14 +1877,14 @@ func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_bytes_list_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_bytes_list_destroy_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_bytes_list_destroy_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), *(*C.swig_type_104)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1674,7 +1902,7 @@ func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_count_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1691,56 +1919,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.swig_type_107(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
-	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_object_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
-	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
-	var swig_r_1 error
-	if swig_r == "" {
-		swig_r_1 = nil
-	} else {
-		swig_r_1 = newStatusError(swigCopyString(swig_r))
-	}
-	return swig_r_1
-}
-
-func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
-	var swig_r string
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_35a9bcc5b89bc852(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_4c8f62e0a5acc5aa(C.uintptr_t(_swig_i_0), C.swig_type_123(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {

@@ -6,7 +6,7 @@ pub use crate::dlpack::DLManagedTensorVersioned;
 pub type acc_status = i32;
 pub type acc_dtype = i32;
 pub type acc_reduce_op = i32;
-#[doc = " Fills one sample: creates *input (and *target, or leaves it NULL) with acc_tensor_from_host; the\n  library takes ownership. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK."]
+#[doc = " Fills one sample: creates *input (and *target, or leaves it NULL) with acc_tensor_from_host; the\n  library takes ownership. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
 pub type acc_dataset_get_fn = ::core::option::Option<
     unsafe extern "C" fn(
         user_data: *mut ::core::ffi::c_void,
@@ -15,15 +15,19 @@ pub type acc_dataset_get_fn = ::core::option::Option<
         target: *mut *mut acc_tensor,
     ) -> acc_status,
 >;
-#[doc = " A caller's training step at a given batch size; return ACC_ERR_OUT_OF_MEMORY to ask for a smaller\n  one, ACC_OK when it ran, anything else to stop the search with that status."]
-pub type acc_batch_size_fn = ::core::option::Option<
-    unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, batch_size: i64) -> acc_status,
+#[doc = " Fills sample `index` into `sample`, an empty batch the library owns (add tensors with acc_batch_set;\n  do not destroy it). Every sample names the same tensors in the same order. Return ACC_OK, or any\n  non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
+pub type acc_dataset_get_batch_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        index: i64,
+        sample: *mut acc_batch,
+    ) -> acc_status,
 >;
-#[doc = " Rewinds an iterable dataset's stream for a pass over `epoch` (Accelerate's set_epoch). Return\n  ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK."]
+#[doc = " Rewinds an iterable dataset's stream for a pass over `epoch` (Accelerate's set_epoch). Return\n  ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that starts a loader's pass."]
 pub type acc_iterator_start_fn = ::core::option::Option<
     unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, epoch: i64) -> acc_status,
 >;
-#[doc = " The next sample of the stream: creates *input (and *target, or leaves it NULL) with\n  acc_tensor_from_host and sets *has_sample to 1; the library takes ownership. At the end of the\n  stream sets *has_sample to 0. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK."]
+#[doc = " The next sample of the stream: creates *input (and *target, or leaves it NULL) with\n  acc_tensor_from_host and sets *has_sample to 1; the library takes ownership. At the end of the\n  stream sets *has_sample to 0. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
 pub type acc_iterator_next_fn = ::core::option::Option<
     unsafe extern "C" fn(
         user_data: *mut ::core::ffi::c_void,
@@ -31,6 +35,18 @@ pub type acc_iterator_next_fn = ::core::option::Option<
         target: *mut *mut acc_tensor,
         has_sample: *mut i32,
     ) -> acc_status,
+>;
+#[doc = " The next sample of an iterable stream, filled into `sample` (an empty batch the library owns), with\n  *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or any non-zero value\n  to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
+pub type acc_iterator_next_batch_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        sample: *mut acc_batch,
+        has_sample: *mut i32,
+    ) -> acc_status,
+>;
+#[doc = " A caller's training step at a given batch size; return ACC_ERR_OUT_OF_MEMORY to ask for a smaller\n  one, ACC_OK when it ran, anything else to stop the search with that status.\n  Runs on the thread that called acc_find_executable_batch_size."]
+pub type acc_batch_size_fn = ::core::option::Option<
+    unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, batch_size: i64) -> acc_status,
 >;
 #[repr(C)]
 #[derive(Debug)]
@@ -40,6 +56,11 @@ pub struct acc_accelerator {
 #[repr(C)]
 #[derive(Debug)]
 pub struct acc_tensor {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct acc_batch {
     _unused: [u8; 0],
 }
 #[repr(C)]
@@ -73,7 +94,7 @@ pub struct acc_bytes_list {
     _unused: [u8; 0],
 }
 pub const ACC_VERSION_MAJOR: i32 = 1;
-pub const ACC_VERSION_MINOR: i32 = 0;
+pub const ACC_VERSION_MINOR: i32 = 1;
 pub const ACC_VERSION_PATCH: i32 = 0;
 pub const ACC_ABI_VERSION: i32 = 1;
 pub const ACC_OK: i32 = 0;
@@ -101,60 +122,75 @@ pub const ACC_REDUCE_SUM: i32 = 0;
 pub const ACC_REDUCE_MEAN: i32 = 1;
 pub const ACC_REDUCE_MAX: i32 = 2;
 extern "C" {
-    #[doc = " Runtime version, \"MAJOR.MINOR.PATCH\". Static storage."]
+    #[doc = " Runtime version, \"MAJOR.MINOR.PATCH\".\n  Borrowed: static storage. Any thread; leaves the error record alone."]
     pub fn acc_version() -> *const ::core::ffi::c_char;
 }
 extern "C" {
     #[must_use]
-    #[doc = " ACC_OK when the loaded library serves `abi_version` (pass ACC_ABI_VERSION); else ACC_ERR_ABI_MISMATCH\n  with a message naming both versions and the library's path."]
+    #[doc = " ACC_OK when the loaded library serves `abi_version` (pass ACC_ABI_VERSION); else ACC_ERR_ABI_MISMATCH\n  with a message naming both versions and the library's path.\n  Any thread."]
     pub fn acc_abi_check(abi_version: i32) -> acc_status;
 }
 extern "C" {
-    #[doc = " Build facts as JSON: libacc and LibTorch versions, C++ ABI, compiler, CUDA, git revision. Static."]
+    #[doc = " Build facts as JSON: libacc and LibTorch versions, C++ ABI, compiler, CUDA, git revision.\n  Borrowed: static storage. Any thread; leaves the error record alone."]
     pub fn acc_build_info() -> *const ::core::ffi::c_char;
 }
 extern "C" {
-    #[doc = " Message of the last failed call on this thread; \"\" when the last call succeeded. Never NULL."]
+    #[doc = " Message of the last failed call on this thread; \"\" when the last call succeeded. Never NULL.\n  Borrowed, thread-local: valid until this thread's next call that returns acc_status."]
     pub fn acc_last_error_message() -> *const ::core::ffi::c_char;
 }
 extern "C" {
-    #[doc = " Status of the last call on this thread."]
+    #[doc = " Status of the last call on this thread.\n  Thread-local: this thread's record, never another thread's."]
     pub fn acc_last_error_code() -> acc_status;
 }
 extern "C" {
-    #[doc = " Name of a status code, e.g. \"ACC_ERR_INVALID_CONFIG\". Static; \"ACC_ERR_UNKNOWN\" for others."]
+    #[doc = " Name of a status code, e.g. \"ACC_ERR_INVALID_CONFIG\"; \"ACC_ERR_UNKNOWN\" for others.\n  Borrowed: static storage. Any thread; leaves the error record alone."]
     pub fn acc_status_name(status: acc_status) -> *const ::core::ffi::c_char;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Creates the accelerator from a JSON object of Accelerate's constructor keys (NULL or \"\" = defaults):\n \"cpu\", \"mixed_precision\", \"gradient_accumulation_steps\", \"seed\", \"dataloader_config\" {...},\n \"ddp_kwargs\" {\"bucket_cap_mb\", \"broadcast_buffers\", \"find_unused_parameters\", ...}. Values set by the\n launcher's ACCELERATE_* environment apply beneath the JSON. Process state comes from RANK,\n WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; with WORLD_SIZE > 1 this joins the\n process group (TCPStore rendezvous; Gloo for CPU tensors, NCCL for CUDA tensors)."]
+    #[doc = " Creates the accelerator from a JSON object of Accelerate's constructor keys (NULL or \"\" = defaults):\n \"cpu\", \"mixed_precision\", \"gradient_accumulation_steps\", \"seed\", \"dataloader_config\" {...},\n \"ddp_kwargs\" {\"bucket_cap_mb\", \"broadcast_buffers\", \"find_unused_parameters\", ...}. Values set by the\n launcher's ACCELERATE_* environment apply beneath the JSON. Process state comes from RANK,\n WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; with WORLD_SIZE > 1 this joins the\n process group (TCPStore rendezvous; Gloo for CPU tensors, NCCL for CUDA tensors).\n Caller owns *out (acc_accelerator_destroy). Any thread. Collective with WORLD_SIZE > 1 for the first\n accelerator of a process (the rendezvous); later ones share its process group."]
     pub fn acc_accelerator_create(
         config_json: *const ::core::ffi::c_char,
         out: *mut *mut acc_accelerator,
     ) -> acc_status;
 }
 extern "C" {
+    #[doc = " Releases the handle; objects it prepared keep the accelerator and its process group alive.\n  NULL-safe; not during another call on acc."]
     pub fn acc_accelerator_destroy(acc: *mut acc_accelerator);
 }
 extern "C" {
     #[must_use]
+    #[doc = " This process's rank in the job (RANK). Any thread."]
     pub fn acc_process_index(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " This process's rank on its machine (LOCAL_RANK). Any thread."]
     pub fn acc_local_process_index(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " The number of processes of the job (WORLD_SIZE). Any thread."]
     pub fn acc_num_processes(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " 1 on the process of rank 0, else 0. Any thread."]
     pub fn acc_is_main_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Device of this process, e.g. \"cpu\" or \"cuda:0\". Borrowed from the accelerator."]
+    #[doc = " 1 on the first process of its machine (local rank 0), else 0. Any thread."]
+    pub fn acc_is_local_main_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 on the process of the highest rank, else 0. Any thread."]
+    pub fn acc_is_last_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Device of this process, e.g. \"cpu\" or \"cuda:0\".\n  Borrowed: valid until acc is destroyed. Any thread."]
     pub fn acc_device(
         acc: *const acc_accelerator,
         out: *mut *const ::core::ffi::c_char,
@@ -162,7 +198,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Accelerate's DistributedType name: \"NO\", \"MULTI_CPU\", \"MULTI_GPU\". Borrowed from the accelerator."]
+    #[doc = " Accelerate's DistributedType name: \"NO\", \"MULTI_CPU\", \"MULTI_GPU\".\n  Borrowed: valid until acc is destroyed. Any thread."]
     pub fn acc_distributed_type(
         acc: *const acc_accelerator,
         out: *mut *const ::core::ffi::c_char,
@@ -170,7 +206,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " The resolved configuration as JSON, each value with where it came from. Borrowed."]
+    #[doc = " The resolved configuration as JSON, each value with where it came from.\n  Borrowed: valid until acc is destroyed. Any thread."]
     pub fn acc_config_json(
         acc: *const acc_accelerator,
         out: *mut *const ::core::ffi::c_char,
@@ -178,7 +214,47 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Copies `nbytes` from `data` (row-major, `ndim` dims of `shape`) into a new CPU tensor. nbytes must\n  equal the element count times the element size. ndim may be 0 (a scalar)."]
+    #[doc = " Accelerate's set_seed: seeds every generator of this process with `seed` (plus the process index\n  when device_specific is 1); deterministic 1 also selects deterministic algorithms. `acc` may be\n  NULL when device_specific is 0.\n  Reads acc; sets process-wide generators (each under its own lock). Local: no other process takes part."]
+    pub fn acc_set_seed(
+        acc: *const acc_accelerator,
+        seed: u64,
+        device_specific: i32,
+        deterministic: i32,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " wait_for_everyone: a barrier; returns once every process has reached it.\n  Locks acc. Collective."]
+    pub fn acc_wait_for_everyone(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " main_process_first: other processes wait in _begin until the main process (of the machine, when\n  local is 1) reaches _end. Every process calls both.\n  Locks acc. Collective: the others' barrier is here, the main process's in _end."]
+    pub fn acc_main_process_first_begin(acc: *mut acc_accelerator, local: i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Ends what acc_main_process_first_begin began (pass the same `local`).\n  Locks acc. Collective."]
+    pub fn acc_main_process_first_end(acc: *mut acc_accelerator, local: i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " set_trigger on this process; check_trigger (a collective) is 1 on every process when any process\n  set it since the last check, and resets it. For early stopping.\n  Locks acc. Local: no other process takes part."]
+    pub fn acc_set_trigger(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " check_trigger: *out = 1 on every process when any process called acc_set_trigger since the last\n  check (which it resets), else 0.\n  Locks acc. Collective."]
+    pub fn acc_check_trigger(acc: *mut acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Prints `text` and a newline to stdout on the local main process only.\n  Any thread (no lock). Local."]
+    pub fn acc_print(acc: *const acc_accelerator, text: *const ::core::ffi::c_char) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Copies `nbytes` from `data` (row-major, `ndim` dims of `shape`) into a new CPU tensor. nbytes must\n  equal the element count times the element size. ndim may be 0 (a scalar).\n  Caller owns *out (acc_tensor_destroy). Any thread."]
     pub fn acc_tensor_from_host(
         data: *const ::core::ffi::c_void,
         nbytes: usize,
@@ -190,7 +266,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Copies the tensor (from any device, made contiguous) into `dst`, which holds `nbytes` bytes; nbytes\n  must equal the tensor's byte size."]
+    #[doc = " Copies the tensor (from any device, made contiguous) into `dst`, which holds `nbytes` bytes; nbytes\n  must equal the tensor's byte size.\n  Any thread."]
     pub fn acc_tensor_to_host(
         t: *const acc_tensor,
         dst: *mut ::core::ffi::c_void,
@@ -198,37 +274,42 @@ extern "C" {
     ) -> acc_status;
 }
 extern "C" {
+    #[doc = " Releases the handle; batches, other handles and DLPack exports that share its data keep the data.\n  NULL-safe; not during another call on t."]
     pub fn acc_tensor_destroy(t: *mut acc_tensor);
 }
 extern "C" {
     #[must_use]
+    #[doc = " Number of dimensions (0 for a scalar). Any thread."]
     pub fn acc_tensor_ndim(t: *const acc_tensor, out: *mut i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Writes min(ndim, capacity) dimensions to `shape`; fails when capacity < ndim."]
+    #[doc = " Writes min(ndim, capacity) dimensions to `shape`; fails when capacity < ndim.\n  Any thread."]
     pub fn acc_tensor_shape(t: *const acc_tensor, shape: *mut i64, capacity: i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " Number of elements. Any thread."]
     pub fn acc_tensor_numel(t: *const acc_tensor, out: *mut i64) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " Size in bytes: elements times element size. Any thread."]
     pub fn acc_tensor_nbytes(t: *const acc_tensor, out: *mut usize) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " Element type; a tensor of a type without an acc_dtype fails with ACC_ERR_INVALID_ARGUMENT.\n  Any thread."]
     pub fn acc_tensor_dtype(t: *const acc_tensor, out: *mut acc_dtype) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " The value of a one-element tensor, converted to double."]
+    #[doc = " The value of a one-element tensor, converted to double.\n  Any thread."]
     pub fn acc_tensor_item(t: *const acc_tensor, out: *mut f64) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Takes ownership of `src` (DLPack >= 1.0) and calls its deleter exactly once, also on failure;\n  zero-copy: the tensor views src's memory until destroyed."]
+    #[doc = " Takes ownership of `src` (DLPack >= 1.0) and calls its deleter exactly once, also on failure;\n  zero-copy: the tensor views src's memory until destroyed.\n  Caller owns *out (acc_tensor_destroy); src is the library's from the call on. Any thread."]
     pub fn acc_tensor_from_dlpack(
         src: *mut DLManagedTensorVersioned,
         out: *mut *mut acc_tensor,
@@ -236,7 +317,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Exports a zero-copy view; the caller must call (*out)->deleter(*out). Keeps the memory alive\n  after acc_tensor_destroy(t)."]
+    #[doc = " Exports a zero-copy view; the caller must call (*out)->deleter(*out). Keeps the memory alive\n  after acc_tensor_destroy(t).\n  Caller owns *out (its deleter). Any thread."]
     pub fn acc_tensor_to_dlpack(
         t: *const acc_tensor,
         out: *mut *mut DLManagedTensorVersioned,
@@ -244,7 +325,57 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " A built-in model family from a JSON spec:\n  {\"type\": \"mlp\", \"sizes\": [in, hidden..., out], \"activation\": \"relu\"|\"gelu\"|\"tanh\",\n   \"loss\": \"mse\"|\"cross_entropy\"}   (parameters \"layers.N.weight\" [out, in], \"layers.N.bias\")\n  {\"type\": \"gpt\", \"vocab_size\": V, \"block_size\": T, \"n_layer\": L, \"n_head\": H, \"n_embd\": C,\n   \"dropout\": 0.0, \"bias\": true}   (decoder-only; tied head; loss: cross entropy over tokens; Hugging\n   Face GPT-2's names and Conv1D layout: \"transformer.h.0.attn.c_attn.weight\" [C, 3C], ...)\n Either may add \"device\": \"meta\" (shapes without storage). Parameters are initialised from the CPU\n generator (seed it through the accelerator's \"seed\"). acc_model_forward's input is the MLP's \"input\"\n and the GPT's \"input_ids\" [batch, time]; targets are the next token of each position (-1 ignored)."]
+    #[doc = " An empty batch. The caller owns it and destroys it with acc_batch_destroy.\n  Caller owns *out (acc_batch_destroy). Any thread."]
+    pub fn acc_batch_create(out: *mut *mut acc_batch) -> acc_status;
+}
+extern "C" {
+    #[doc = " Destroys a batch the caller owns. Tensors taken from it stay valid.\n  NULL-safe; not during another call on batch."]
+    pub fn acc_batch_destroy(batch: *mut acc_batch);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Adds `name` -> `t`, or replaces the tensor of `name` in its place. The batch shares t's data (no\n  copy); `t` stays the caller's to destroy. `name`: a non-empty string, copied.\n  Locks batch."]
+    pub fn acc_batch_set(
+        batch: *mut acc_batch,
+        name: *const ::core::ffi::c_char,
+        t: *const acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The number of tensors in the batch.\n  Reads batch."]
+    pub fn acc_batch_count(batch: *const acc_batch, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The index-th name (0-based, in insertion order), borrowed from the batch until it is changed or\n  destroyed.\n  Borrowed: *out, as said. Reads batch."]
+    pub fn acc_batch_name(
+        batch: *const acc_batch,
+        index: i64,
+        out: *mut *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " *out = 1 when the batch has a tensor named `name`, else 0.\n  Reads batch."]
+    pub fn acc_batch_contains(
+        batch: *const acc_batch,
+        name: *const ::core::ffi::c_char,
+        out: *mut i32,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A new handle to the tensor of `name` (sharing its data), which the caller destroys. A missing name is\n  ACC_ERR_INVALID_ARGUMENT, whose message lists the names present.\n  Caller owns *out (acc_tensor_destroy). Reads batch."]
+    pub fn acc_batch_get(
+        batch: *const acc_batch,
+        name: *const ::core::ffi::c_char,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A built-in model family from a JSON spec:\n  {\"type\": \"mlp\", \"sizes\": [in, hidden..., out], \"activation\": \"relu\"|\"gelu\"|\"tanh\",\n   \"loss\": \"mse\"|\"cross_entropy\"}   (parameters \"layers.N.weight\" [out, in], \"layers.N.bias\")\n  {\"type\": \"gpt\", \"vocab_size\": V, \"block_size\": T, \"n_layer\": L, \"n_head\": H, \"n_embd\": C,\n   \"dropout\": 0.0, \"bias\": true}   (decoder-only; tied head; loss: cross entropy over tokens; Hugging\n   Face GPT-2's names and Conv1D layout: \"transformer.h.0.attn.c_attn.weight\" [C, 3C], ...)\n Either may add \"device\": \"meta\" (shapes without storage). Parameters are initialised from the CPU\n generator (seed it through the accelerator's \"seed\"). acc_model_forward's input is the MLP's \"input\"\n and the GPT's \"input_ids\" [batch, time]; targets are the next token of each position (-1 ignored).\n Caller owns *out (acc_model_destroy). Any thread (draws from the process-wide CPU generator)."]
     pub fn acc_model_create(
         spec_json: *const ::core::ffi::c_char,
         out: *mut *mut acc_model,
@@ -252,7 +383,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Loads a TorchScript module file. options_json: {\"loss\": \"mse\"|\"cross_entropy\"|\"none\"}."]
+    #[doc = " Loads a TorchScript module file. options_json: {\"loss\": \"mse\"|\"cross_entropy\"|\"none\"}. Its forward\n  gets the batch's tensors by argument name (one argument not in the batch: \"input\"), and returns a\n  tensor (named \"output\") or a Dict[str, Tensor] (its entries; a \"loss\" entry is the loss, otherwise the\n  configured loss of the first output against \"targets\").\n  Caller owns *out (acc_model_destroy). Any thread."]
     pub fn acc_model_load_torchscript(
         path: *const ::core::ffi::c_char,
         options_json: *const ::core::ffi::c_char,
@@ -260,11 +391,12 @@ extern "C" {
     ) -> acc_status;
 }
 extern "C" {
+    #[doc = " Releases the handle; an optimizer over the model keeps it alive.\n  NULL-safe; not during another call on model."]
     pub fn acc_model_destroy(model: *mut acc_model);
 }
 extern "C" {
     #[must_use]
-    #[doc = " Runs the model. `targets` may be NULL; when given, *out_loss receives the scalar loss (with its\n autograd graph, ready for acc_backward). Either out-parameter may be NULL when not wanted."]
+    #[doc = " Runs the model. `targets` may be NULL; when given, *out_loss receives the scalar loss (with its\n autograd graph, ready for acc_backward). Either out-parameter may be NULL when not wanted.\n Caller owns *out_output and *out_loss (acc_tensor_destroy). Locks model. Collective when DDP\n broadcasts buffers: a prepared model with buffers, in training mode, with several processes\n (ddp_kwargs.broadcast_buffers, on by default)."]
     pub fn acc_model_forward(
         model: *mut acc_model,
         input: *const acc_tensor,
@@ -275,21 +407,31 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Training (1) or evaluation (0) mode: dropout on or off."]
+    #[doc = " Runs the model on a named batch, as Accelerate's model(**batch), and returns its outputs as a new\n batch the caller owns. The built-in MLP takes \"input\" (and \"targets\") and returns \"output\" (and\n \"loss\"); the GPT takes \"input_ids\" with either \"targets\" (aligned, -1 ignored) or Hugging Face's\n \"labels\" (shifted inside, -100 ignored) and returns \"logits\" (and \"loss\"); a name the model does not\n take is refused. A TorchScript module gets the batch's tensors by its forward's argument names. The\n loss keeps its autograd graph, ready for acc_backward.\n Caller owns *out (acc_batch_destroy). Locks model; reads batch. Collective as acc_model_forward."]
+    pub fn acc_model_forward_batch(
+        model: *mut acc_model,
+        batch: *const acc_batch,
+        out: *mut *mut acc_batch,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Training (1) or evaluation (0) mode: dropout on or off.\n  Locks model."]
     pub fn acc_model_set_training(model: *mut acc_model, training: i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " Number of parameter elements. Reads model."]
     pub fn acc_model_num_parameters(model: *const acc_model, out: *mut i64) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Number of named tensors (parameters, then buffers) in the state dict."]
+    #[doc = " Number of named tensors (parameters, then buffers) in the state dict.\n  Reads model."]
     pub fn acc_model_state_size(model: *const acc_model, out: *mut i64) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor."]
+    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL.\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
     pub fn acc_model_state_get(
         model: *const acc_model,
         index: i64,
@@ -299,7 +441,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename)."]
+    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename).\n  Reads model."]
     pub fn acc_model_save_safetensors(
         model: *const acc_model,
         path: *const ::core::ffi::c_char,
@@ -307,7 +449,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Loads a safetensors file into the model; every name and shape must match."]
+    #[doc = " Loads a safetensors file into the model; every name and shape must match.\n  Locks model."]
     pub fn acc_model_load_safetensors(
         model: *mut acc_model,
         path: *const ::core::ffi::c_char,
@@ -315,7 +457,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\"} over all parameters of `model`. Defaults are PyTorch's; the\n   table of keys and defaults is in docs/c-api.md, \"Optimizer options\"."]
+    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\"} over all parameters of `model`. Defaults are PyTorch's; the\n   table of keys and defaults is in docs/c-api.md, \"Optimizer options\".\n  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model."]
     pub fn acc_optimizer_create(
         model: *mut acc_model,
         options_json: *const ::core::ffi::c_char,
@@ -323,23 +465,32 @@ extern "C" {
     ) -> acc_status;
 }
 extern "C" {
+    #[doc = " Releases the handle; a scheduler over the optimizer keeps it alive.\n  NULL-safe; not during another call on opt."]
     pub fn acc_optimizer_destroy(opt: *mut acc_optimizer);
 }
 extern "C" {
     #[must_use]
+    #[doc = " One optimizer step. Once prepared: a no-op on a micro-step that does not synchronize gradients;\n  under fp16 the gradients are unscaled first and the step skipped on inf/nan.\n  Locks opt (not the model whose parameters it changes)."]
     pub fn acc_optimizer_step(opt: *mut acc_optimizer) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " Sets the parameters' gradients to none; once prepared, a no-op on a micro-step that does not\n  synchronize gradients.\n  Locks opt."]
     pub fn acc_optimizer_zero_grad(opt: *mut acc_optimizer) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " The learning rate of the first parameter group.\n  Reads opt."]
     pub fn acc_optimizer_lr(opt: *const acc_optimizer, out: *mut f64) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"type\": \"constant\"|\"linear\"|\"cosine\", \"warmup_steps\": 0, \"total_steps\": N (linear, cosine),\n   \"min_lr_ratio\": 0.0 (cosine)}: the learning rate is lr * factor(step)."]
+    #[doc = " 1 when the last acc_optimizer_step was skipped: fp16 found inf/nan gradients.\n  Reads opt."]
+    pub fn acc_optimizer_step_was_skipped(opt: *const acc_optimizer, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " {\"type\": \"constant\"|\"linear\"|\"cosine\", \"warmup_steps\": 0, \"total_steps\": N (linear, cosine),\n   \"min_lr_ratio\": 0.0 (cosine)}: the learning rate is lr * factor(step).\n  Caller owns *out (acc_scheduler_destroy); it keeps opt alive. Sets opt's learning rate at once,\n  without locking opt."]
     pub fn acc_scheduler_create(
         opt: *mut acc_optimizer,
         options_json: *const ::core::ffi::c_char,
@@ -347,19 +498,22 @@ extern "C" {
     ) -> acc_status;
 }
 extern "C" {
+    #[doc = " Destroys the scheduler; the optimizer keeps its current learning rate.\n  NULL-safe; not during another call on sched."]
     pub fn acc_scheduler_destroy(sched: *mut acc_scheduler);
 }
 extern "C" {
     #[must_use]
+    #[doc = " Advances the schedule and sets the optimizer's learning rate. Once prepared: no step while\n  gradients do not synchronize or when the optimizer skipped its step; num_processes steps per call\n  unless split_batches (as Accelerate's AcceleratedScheduler).\n  Locks sched (not its optimizer, whose learning rate it sets)."]
     pub fn acc_scheduler_step(sched: *mut acc_scheduler) -> acc_status;
 }
 extern "C" {
     #[must_use]
+    #[doc = " The optimizer's current learning rate (of its first parameter group).\n  Reads sched."]
     pub fn acc_scheduler_last_lr(sched: *const acc_scheduler, out: *mut f64) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " Samples are rows (dim 0) of `inputs` and, when not NULL, of `targets`. Both are copied."]
+    #[doc = " Samples are rows (dim 0) of `inputs` and, when not NULL, of `targets`. Both are copied.\n  Caller owns *out (acc_dataset_destroy). Any thread."]
     pub fn acc_dataset_from_tensors(
         inputs: *const acc_tensor,
         targets: *const acc_tensor,
@@ -368,7 +522,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " A memory-mapped file of little-endian tokens. options_json: {\"block_size\": T, \"dtype\": \"uint16\"|\n  \"int32\"}. Sample i is tokens [i*T, i*T+T) as input and [i*T+1, i*T+T+1) as target (int64)."]
+    #[doc = " A memory-mapped file of little-endian tokens. options_json: {\"block_size\": T, \"dtype\": \"uint16\"|\n  \"int32\"}. Sample i is tokens [i*T, i*T+T) as input and [i*T+1, i*T+T+1) as target (int64).\n  Caller owns *out (acc_dataset_destroy). Any thread."]
     pub fn acc_dataset_from_token_file(
         path: *const ::core::ffi::c_char,
         options_json: *const ::core::ffi::c_char,
@@ -377,7 +531,15 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " A dataset of `length` samples produced by `get` on the calling thread. `free_user_data` (may be\n  NULL) is called once when the dataset is no longer used."]
+    #[doc = " A dataset whose samples are the rows (dim 0) of every tensor of `columns` (torch's TensorDataset,\n  named): sample i is {name: columns[name][i]}. The tensors must agree in their number of rows; they\n  are copied, so `columns` may be destroyed at once. The caller owns the dataset.\n  Caller owns *out (acc_dataset_destroy). Reads columns."]
+    pub fn acc_dataset_from_batch(
+        columns: *const acc_batch,
+        out: *mut *mut acc_dataset,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A dataset of `length` samples produced by `get` on the calling thread. `free_user_data` (may be\n  NULL) is called once when the dataset is no longer used.\n  Caller owns *out (acc_dataset_destroy); user_data stays the caller's until free_user_data (also\n  called at once if creation fails). Any thread."]
     pub fn acc_dataset_from_callback(
         length: i64,
         get: acc_dataset_get_fn,
@@ -389,245 +551,21 @@ extern "C" {
     ) -> acc_status;
 }
 extern "C" {
-    pub fn acc_dataset_destroy(ds: *mut acc_dataset);
-}
-extern "C" {
     #[must_use]
-    pub fn acc_dataset_length(ds: *const acc_dataset, out: *mut i64) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " {\"batch_size\": 1, \"shuffle\": false, \"seed\": the shuffling generator's seed (unset: each epoch seeds one\n  from the default generator, as PyTorch's RandomSampler does), \"drop_last\": false}."]
-    pub fn acc_dataloader_create(
-        ds: *mut acc_dataset,
-        options_json: *const ::core::ffi::c_char,
-        out: *mut *mut acc_dataloader,
-    ) -> acc_status;
-}
-extern "C" {
-    pub fn acc_dataloader_destroy(dl: *mut acc_dataloader);
-}
-extern "C" {
-    #[must_use]
-    #[doc = " The next batch of this process. At the end of an epoch *has_batch is 0 and both tensors NULL; the\n next call starts the following epoch (reshuffled: the generator's next permutation, or with the\n seedable sampler data_seed + epoch). *out_target is NULL when the dataset has no targets."]
-    pub fn acc_dataloader_next(
-        dl: *mut acc_dataloader,
-        out_input: *mut *mut acc_tensor,
-        out_target: *mut *mut acc_tensor,
-        has_batch: *mut i32,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Batches per epoch on this process."]
-    pub fn acc_dataloader_length(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Ends the current pass; the next one runs `epoch` (the seedable sampler shuffles with data_seed +\n  epoch; an iterable dataset's start callback receives it)."]
-    pub fn acc_dataloader_set_epoch(dl: *mut acc_dataloader, epoch: i64) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " 1 while the last batch of the epoch is current (Accelerate's end_of_dataloader)."]
-    pub fn acc_dataloader_end_of_epoch(dl: *const acc_dataloader, out: *mut i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Prepares any of model, optimizer, scheduler, data loader (each may be NULL) for this process, in\n place: the model moves to the device and is wrapped for distributed training (DDP: parameters and\n buffers broadcast from rank 0; gradients all-reduced in buckets during backward); the data loader is\n sharded across processes as Accelerate shards it. An optimizer must belong to a prepared model (the\n same call or an earlier one). Preparing an object twice is ACC_ERR_INVALID_STATE."]
-    pub fn acc_prepare(
-        acc: *mut acc_accelerator,
-        model: *mut acc_model,
-        opt: *mut acc_optimizer,
-        sched: *mut acc_scheduler,
-        dl: *mut acc_dataloader,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Back-propagates `loss` (a scalar from acc_model_forward with targets)."]
-    pub fn acc_backward(acc: *mut acc_accelerator, loss: *const acc_tensor) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Opens Accelerate's accumulate(model) scope for one batch: decides whether this micro-step\n synchronizes gradients (every gradient_accumulation_steps-th call, and always on the last batch of\n the active data loader when sync_with_dataloader), and otherwise skips the model's gradient\n all-reduce (DDP no_sync). While not synchronizing, optimizer and scheduler steps and zero_grad on\n prepared objects are no-ops. acc_backward always divides the loss by the number of steps."]
-    pub fn acc_accumulate_begin(acc: *mut acc_accelerator, model: *mut acc_model) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Closes the scope acc_accumulate_begin opened for `model`."]
-    pub fn acc_accumulate_end(acc: *mut acc_accelerator, model: *mut acc_model) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " 1 when the current micro-step synchronizes gradients and steps the optimizer (sync_gradients)."]
-    pub fn acc_sync_gradients(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " 1 when the last acc_optimizer_step was skipped: fp16 found inf/nan gradients."]
-    pub fn acc_optimizer_step_was_skipped(opt: *const acc_optimizer, out: *mut i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " The fp16 loss scaler's current scale and growth tracker (clean steps since the last change).\n  ACC_ERR_INVALID_STATE unless mixed_precision is \"fp16\"."]
-    pub fn acc_grad_scaler_state(
-        acc: *const acc_accelerator,
-        out_scale: *mut f64,
-        out_growth_tracker: *mut i64,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm."]
-    pub fn acc_clip_grad_norm(
-        acc: *mut acc_accelerator,
-        model: *mut acc_model,
-        max_norm: f64,
-        norm_type: f64,
-        out_total_norm: *mut f64,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Clamps every gradient of the model to [-clip_value, clip_value] (unscaled first under fp16)."]
-    pub fn acc_clip_grad_value(
-        acc: *mut acc_accelerator,
-        model: *mut acc_model,
-        clip_value: f64,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Concatenates `t` from every process along dim 0, in rank order (dim-0 sizes may differ)."]
-    pub fn acc_gather(
-        acc: *mut acc_accelerator,
-        t: *const acc_tensor,
-        out: *mut *mut acc_tensor,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " acc_gather, then on the last batch of the active prepared data loader drops the samples that\n  sharding duplicated to even out the processes, so metrics see each sample exactly once."]
-    pub fn acc_gather_for_metrics(
-        acc: *mut acc_accelerator,
-        t: *const acc_tensor,
-        out: *mut *mut acc_tensor,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Element-wise reduction across processes; the result is on every process."]
-    pub fn acc_reduce(
-        acc: *mut acc_accelerator,
-        t: *const acc_tensor,
-        op: acc_reduce_op,
-        out: *mut *mut acc_tensor,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Barrier across all processes."]
-    pub fn acc_wait_for_everyone(acc: *mut acc_accelerator) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " A copy of process `from_process`'s tensor on every process (shape and dtype must agree)."]
-    pub fn acc_broadcast(
-        acc: *mut acc_accelerator,
-        t: *const acc_tensor,
-        from_process: i32,
-        out: *mut *mut acc_tensor,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Pads `t` along `dim` to the largest size any process has, with `pad_index`, at the end (or at the\n  start when pad_first is 1). A dim outside the tensor returns it unchanged, as Accelerate does."]
-    pub fn acc_pad_across_processes(
-        acc: *mut acc_accelerator,
-        t: *const acc_tensor,
-        dim: i32,
-        pad_index: f64,
-        pad_first: i32,
-        out: *mut *mut acc_tensor,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " This process's contiguous share of `n` items: the first n % num_processes processes get one more.\n  With apply_padding, *out_padded_count is the common length everyone pads to (repeating the last\n  item); otherwise it equals *out_count."]
-    pub fn acc_split_between_processes(
-        acc: *const acc_accelerator,
-        n: i64,
-        apply_padding: i32,
-        out_start: *mut i64,
-        out_count: *mut i64,
-        out_padded_count: *mut i64,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Rows of `t` (dim 0) for this process, split as acc_split_between_processes; with apply_padding the\n  share is padded with copies of the tensor's last row to the common length."]
-    pub fn acc_split_tensor_between_processes(
-        acc: *mut acc_accelerator,
-        t: *const acc_tensor,
-        apply_padding: i32,
-        out: *mut *mut acc_tensor,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " main_process_first: other processes wait in _begin until the main process (of the machine, when\n  local is 1) reaches _end. Every process calls both."]
-    pub fn acc_main_process_first_begin(acc: *mut acc_accelerator, local: i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    pub fn acc_main_process_first_end(acc: *mut acc_accelerator, local: i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " set_trigger on this process; check_trigger (a collective) is 1 on every process when any process\n  set it since the last check, and resets it. For early stopping."]
-    pub fn acc_set_trigger(acc: *mut acc_accelerator) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    pub fn acc_check_trigger(acc: *mut acc_accelerator, out: *mut i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Prints `text` and a newline to stdout on the local main process only."]
-    pub fn acc_print(acc: *const acc_accelerator, text: *const ::core::ffi::c_char) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    pub fn acc_is_local_main_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    pub fn acc_is_last_process(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Accelerate's set_seed: seeds every generator of this process with `seed` (plus the process index\n  when device_specific is 1); deterministic 1 also selects deterministic algorithms. `acc` may be\n  NULL when device_specific is 0."]
-    pub fn acc_set_seed(
-        acc: *const acc_accelerator,
-        seed: u64,
-        device_specific: i32,
-        deterministic: i32,
-    ) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " find_executable_batch_size: calls fn with starting_batch_size, then 90% of the last size after each\n  out-of-memory (128, 115, 103, ...), until it succeeds; *out_batch_size is the size that ran.\n  Fails with ACC_ERR_OUT_OF_MEMORY once the size reaches zero."]
-    pub fn acc_find_executable_batch_size(
-        starting_batch_size: i64,
-        fn_: acc_batch_size_fn,
+    #[doc = " A dataset of `length` named samples produced by `get` on the thread that asks for a batch (see\n  acc_dataset_from_callback). `free_user_data` (may be NULL) is called once when the dataset is no\n  longer used, or at once if creation fails. The caller owns the dataset.\n  Caller owns *out (acc_dataset_destroy). Any thread."]
+    pub fn acc_dataset_from_batch_callback(
+        length: i64,
+        get: acc_dataset_get_batch_fn,
         user_data: *mut ::core::ffi::c_void,
-        out_batch_size: *mut i64,
+        free_user_data: ::core::option::Option<
+            unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void),
+        >,
+        out: *mut *mut acc_dataset,
     ) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " An iterable dataset (PyTorch's IterableDataset): no length, no indexing, read in order on the calling\n thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.\n Loaders over it take {\"batch_size\", \"drop_last\"} (not \"shuffle\"). Prepared with several processes,\n either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the\n default, or dispatch_batches true), or every process reads all of it and keeps its slices\n (IterableDatasetShard: dispatch_batches false); both complete the last batch from the first ones.\n `free_user_data` (may be NULL) is called once when the dataset is no longer used."]
+    #[doc = " An iterable dataset (PyTorch's IterableDataset): no length, no indexing, read in order on the calling\n thread. `start` (may be NULL) is called at the beginning of every pass; `next` until the stream ends.\n Loaders over it take {\"batch_size\", \"drop_last\"} (not \"shuffle\"). Prepared with several processes,\n either only the main process reads the stream and broadcasts each step (DataLoaderDispatcher: the\n default, or dispatch_batches true), or every process reads all of it and keeps its slices\n (IterableDatasetShard: dispatch_batches false); both complete the last batch from the first ones.\n `free_user_data` (may be NULL) is called once when the dataset is no longer used.\n Caller owns *out (acc_dataset_destroy); user_data as in acc_dataset_from_callback. Any thread; the\n stream is one, so run one pass over it at a time."]
     pub fn acc_dataset_from_iterator(
         start: acc_iterator_start_fn,
         next: acc_iterator_next_fn,
@@ -640,12 +578,43 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " 1 for an iterable dataset (acc_dataset_length fails on one with ACC_ERR_UNSUPPORTED)."]
+    #[doc = " An iterable dataset of named samples: acc_dataset_from_iterator with acc_batch samples.\n  Caller owns *out (acc_dataset_destroy). Any thread; one pass over the stream at a time."]
+    pub fn acc_dataset_from_batch_iterator(
+        start: acc_iterator_start_fn,
+        next: acc_iterator_next_batch_fn,
+        user_data: *mut ::core::ffi::c_void,
+        free_user_data: ::core::option::Option<
+            unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void),
+        >,
+        out: *mut *mut acc_dataset,
+    ) -> acc_status;
+}
+extern "C" {
+    #[doc = " Releases the handle; loaders over the dataset keep it alive (free_user_data runs when the last one\n  lets go, on that thread). NULL-safe; not during another call on ds."]
+    pub fn acc_dataset_destroy(ds: *mut acc_dataset);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Number of samples; ACC_ERR_UNSUPPORTED for an iterable dataset.\n  Any thread."]
+    pub fn acc_dataset_length(ds: *const acc_dataset, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 for an iterable dataset (acc_dataset_length fails on one with ACC_ERR_UNSUPPORTED).\n  Any thread."]
     pub fn acc_dataset_is_iterable(ds: *const acc_dataset, out: *mut i32) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices`, whose\n `num_indices` entries must be the sum of batch_sizes; every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). Batches of varying size can be neither split (split_batches) nor dispatched\n (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both."]
+    #[doc = " {\"batch_size\": 1, \"shuffle\": false, \"seed\": the shuffling generator's seed (unset: each epoch seeds one\n  from the default generator, as PyTorch's RandomSampler does), \"drop_last\": false}.\n  Caller owns *out (acc_dataloader_destroy); it keeps ds alive. Any thread."]
+    pub fn acc_dataloader_create(
+        ds: *mut acc_dataset,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_dataloader,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A loader over explicit batches, which may differ in size (a batch sampler without a batch size:\n Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices`, whose\n `num_indices` entries must be the sum of batch_sizes; every batch is non-empty and every index inside the\n dataset. Both arrays are copied. options_json: {\"drop_last\": false}, the sampler's drop_last: once\n sharded, an incomplete last round of batches is dropped (else, with even_batches, completed with the\n first batches). Batches of varying size can be neither split (split_batches) nor dispatched\n (dispatch_batches true, whose steps are cut in equal parts): acc_prepare refuses both.\n Caller owns *out (acc_dataloader_destroy); it keeps ds alive. Any thread."]
     pub fn acc_dataloader_create_from_batches(
         ds: *mut acc_dataset,
         indices: *const i64,
@@ -657,8 +626,55 @@ extern "C" {
     ) -> acc_status;
 }
 extern "C" {
+    #[doc = " Destroys the loader (ending its pass) and releases its dataset; loaders made from it by\n  acc_dataloader_skip_first_batches are separate. NULL-safe; not during another call on dl."]
+    pub fn acc_dataloader_destroy(dl: *mut acc_dataloader);
+}
+extern "C" {
     #[must_use]
-    #[doc = " skip_first_batches: a new loader over the same data, prepared as `dl` is (or not) and at the same\n epoch, each pass of which skips its first `num_batches` batches of this process (to resume an epoch\n mid-way). A loader from a skipping loader skips both counts. Unlike Accelerate, a dispatching\n loader also counts the batches of this process, not those of the main process's reading."]
+    #[doc = " The next batch of this process. At the end of an epoch *has_batch is 0 and both tensors NULL; the\n next call starts the following epoch (reshuffled: the generator's next permutation, or with the\n seedable sampler data_seed + epoch). *out_target is NULL when the dataset has no targets.\n Caller owns *out_input and *out_target (acc_tensor_destroy). Locks dl. Collective when prepared with\n several processes and either dispatching (rank 0 broadcasts each step) or, at a pass's start, with\n rng_types \"torch\" (rank 0's generator)."]
+    pub fn acc_dataloader_next(
+        dl: *mut acc_dataloader,
+        out_input: *mut *mut acc_tensor,
+        out_target: *mut *mut acc_tensor,
+        has_batch: *mut i32,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The next batch of this process as a new batch the caller owns and destroys, or *out = NULL at the end\n  of an epoch (the next call starts the following one, as acc_dataloader_next).\n  Caller owns *out (acc_batch_destroy). Locks dl. Collective as acc_dataloader_next."]
+    pub fn acc_dataloader_next_batch(
+        dl: *mut acc_dataloader,
+        out: *mut *mut acc_batch,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Batches per epoch on this process; ACC_ERR_UNSUPPORTED over an iterable dataset.\n  Reads dl."]
+    pub fn acc_dataloader_length(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Ends the current pass; the next one runs `epoch` (the seedable sampler shuffles with data_seed +\n  epoch; an iterable dataset's start callback receives it).\n  Locks dl."]
+    pub fn acc_dataloader_set_epoch(dl: *mut acc_dataloader, epoch: i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The epoch the current pass runs, or the next one when between passes (Accelerate's iteration).\n  Reads dl."]
+    pub fn acc_dataloader_epoch(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 while the last batch of the epoch is current (Accelerate's end_of_dataloader).\n  Reads dl."]
+    pub fn acc_dataloader_end_of_epoch(dl: *const acc_dataloader, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " While the last batch of a pass is current and sharding completed it with repeated samples: how many\n  samples of that global batch are real (gathered in rank order they come first; what\n  acc_gather_for_metrics keeps). 0 otherwise.\n  Reads dl."]
+    pub fn acc_dataloader_remainder(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " skip_first_batches: a new loader over the same data, prepared as `dl` is (or not) and at the same\n epoch, each pass of which skips its first `num_batches` batches of this process (to resume an epoch\n mid-way). A loader from a skipping loader skips both counts. Unlike Accelerate, a dispatching\n loader also counts the batches of this process, not those of the main process's reading.\n Caller owns *out (acc_dataloader_destroy); it shares dl's dataset and shuffling generator. Locks dl."]
     pub fn acc_dataloader_skip_first_batches(
         dl: *mut acc_dataloader,
         num_batches: i64,
@@ -667,47 +683,149 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " The epoch the current pass runs, or the next one when between passes (Accelerate's iteration)."]
-    pub fn acc_dataloader_epoch(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    #[doc = " While the last batch of a pass is current and sharding completed it with repeated samples: how many\n  samples of that global batch are real (gathered in rank order they come first; what\n  acc_gather_for_metrics keeps). 0 otherwise."]
-    pub fn acc_dataloader_remainder(dl: *const acc_dataloader, out: *mut i64) -> acc_status;
-}
-extern "C" {
-    #[must_use]
-    pub fn acc_bytes_list_create(out: *mut *mut acc_bytes_list) -> acc_status;
-}
-extern "C" {
-    pub fn acc_bytes_list_destroy(list: *mut acc_bytes_list);
-}
-extern "C" {
-    #[must_use]
-    #[doc = " Appends a copy of `size` bytes at `data` (data may be NULL when size is 0)."]
-    pub fn acc_bytes_list_append(
-        list: *mut acc_bytes_list,
-        data: *const ::core::ffi::c_void,
-        size: usize,
+    #[doc = " Prepares any of model, optimizer, scheduler, data loader (each may be NULL) for this process, in\n place: the model moves to the device and is wrapped for distributed training (DDP: parameters and\n buffers broadcast from rank 0; gradients all-reduced in buckets during backward); the data loader is\n sharded across processes as Accelerate shards it. An optimizer must belong to a prepared model (the\n same call or an earlier one). Preparing an object twice is ACC_ERR_INVALID_STATE.\n Locks acc and every object given. Collective with several processes when it prepares a model (its\n state comes from rank 0) or a sharded shuffling loader without the seedable sampler (its generator)."]
+    pub fn acc_prepare(
+        acc: *mut acc_accelerator,
+        model: *mut acc_model,
+        opt: *mut acc_optimizer,
+        sched: *mut acc_scheduler,
+        dl: *mut acc_dataloader,
     ) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    pub fn acc_bytes_list_count(list: *const acc_bytes_list, out: *mut i64) -> acc_status;
+    #[doc = " Back-propagates `loss` (a scalar from acc_model_forward with targets).\n  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes\n  gradients (DDP's all-reduce)."]
+    pub fn acc_backward(acc: *mut acc_accelerator, loss: *const acc_tensor) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " The index-th item: its bytes (borrowed from the list until it is changed or destroyed; never NULL)\n  and its size."]
-    pub fn acc_bytes_list_get(
-        list: *const acc_bytes_list,
-        index: i64,
-        out_data: *mut *const ::core::ffi::c_void,
-        out_size: *mut usize,
+    #[doc = " Opens Accelerate's accumulate(model) scope for one batch: decides whether this micro-step\n synchronizes gradients (every gradient_accumulation_steps-th call, and always on the last batch of\n the active data loader when sync_with_dataloader), and otherwise skips the model's gradient\n all-reduce (DDP no_sync). While not synchronizing, optimizer and scheduler steps and zero_grad on\n prepared objects are no-ops. acc_backward always divides the loss by the number of steps.\n Locks acc (not model). Local."]
+    pub fn acc_accumulate_begin(acc: *mut acc_accelerator, model: *mut acc_model) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Closes the scope acc_accumulate_begin opened for `model`.\n  Locks acc (not model). Local."]
+    pub fn acc_accumulate_end(acc: *mut acc_accelerator, model: *mut acc_model) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " 1 when the current micro-step synchronizes gradients and steps the optimizer (sync_gradients).\n  Reads acc."]
+    pub fn acc_sync_gradients(acc: *const acc_accelerator, out: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The fp16 loss scaler's current scale and growth tracker (clean steps since the last change).\n  ACC_ERR_INVALID_STATE unless mixed_precision is \"fp16\".\n  Reads acc (acc_optimizer_step updates the scaler)."]
+    pub fn acc_grad_scaler_state(
+        acc: *const acc_accelerator,
+        out_scale: *mut f64,
+        out_growth_tracker: *mut i64,
     ) -> acc_status;
 }
 extern "C" {
     #[must_use]
-    #[doc = " gather_object: the items of every process, concatenated in rank order, on every process (a process\n  may give none). A collective."]
+    #[doc = " PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm.\n  Locks acc and model. Local (DDP's gradients are already the same everywhere)."]
+    pub fn acc_clip_grad_norm(
+        acc: *mut acc_accelerator,
+        model: *mut acc_model,
+        max_norm: f64,
+        norm_type: f64,
+        out_total_norm: *mut f64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Clamps every gradient of the model to [-clip_value, clip_value] (unscaled first under fp16).\n  Locks acc and model. Local."]
+    pub fn acc_clip_grad_value(
+        acc: *mut acc_accelerator,
+        model: *mut acc_model,
+        clip_value: f64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " find_executable_batch_size: calls fn with starting_batch_size, then 90% of the last size after each\n  out-of-memory (128, 115, 103, ...), until it succeeds; *out_batch_size is the size that ran.\n  Fails with ACC_ERR_OUT_OF_MEMORY once the size reaches zero.\n  Any thread; user_data stays the caller's."]
+    pub fn acc_find_executable_batch_size(
+        starting_batch_size: i64,
+        fn_: acc_batch_size_fn,
+        user_data: *mut ::core::ffi::c_void,
+        out_batch_size: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Concatenates `t` from every process along dim 0, in rank order (dim-0 sizes may differ).\n  Caller owns *out (acc_tensor_destroy). Locks acc. Collective."]
+    pub fn acc_gather(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " acc_gather, then on the last batch of the active prepared data loader drops the samples that\n  sharding duplicated to even out the processes, so metrics see each sample exactly once.\n  Caller owns *out (acc_tensor_destroy). Locks acc. Collective."]
+    pub fn acc_gather_for_metrics(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Element-wise reduction across processes; the result is on every process.\n  Caller owns *out (acc_tensor_destroy). Locks acc. Collective."]
+    pub fn acc_reduce(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        op: acc_reduce_op,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A copy of process `from_process`'s tensor on every process (shape and dtype must agree).\n  Caller owns *out (acc_tensor_destroy). Locks acc. Collective."]
+    pub fn acc_broadcast(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        from_process: i32,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Pads `t` along `dim` to the largest size any process has, with `pad_index`, at the end (or at the\n  start when pad_first is 1). A dim outside the tensor returns it unchanged, as Accelerate does.\n  Caller owns *out (acc_tensor_destroy). Locks acc. Collective (unless dim is outside the tensor)."]
+    pub fn acc_pad_across_processes(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        dim: i32,
+        pad_index: f64,
+        pad_first: i32,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " This process's contiguous share of `n` items: the first n % num_processes processes get one more.\n  With apply_padding, *out_padded_count is the common length everyone pads to (repeating the last\n  item); otherwise it equals *out_count.\n  Any thread. Local: computed from the process layout."]
+    pub fn acc_split_between_processes(
+        acc: *const acc_accelerator,
+        n: i64,
+        apply_padding: i32,
+        out_start: *mut i64,
+        out_count: *mut i64,
+        out_padded_count: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Rows of `t` (dim 0) for this process, split as acc_split_between_processes; with apply_padding the\n  share is padded with copies of the tensor's last row to the common length.\n  Caller owns *out (acc_tensor_destroy). Any thread (no lock). Local."]
+    pub fn acc_split_tensor_between_processes(
+        acc: *mut acc_accelerator,
+        t: *const acc_tensor,
+        apply_padding: i32,
+        out: *mut *mut acc_tensor,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " gather_object: the items of every process, concatenated in rank order, on every process (a process\n  may give none). A collective.\n  Caller owns *out (acc_bytes_list_destroy). Locks acc; reads items. Collective."]
     pub fn acc_gather_object(
         acc: *mut acc_accelerator,
         items: *const acc_bytes_list,
@@ -716,7 +834,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " broadcast_object_list: a copy of process `from_process`'s items on every process."]
+    #[doc = " broadcast_object_list: a copy of process `from_process`'s items on every process (the other\n  processes' items are not read).\n  Caller owns *out (acc_bytes_list_destroy). Locks acc; reads items. Collective."]
     pub fn acc_broadcast_object(
         acc: *mut acc_accelerator,
         items: *const acc_bytes_list,
@@ -726,10 +844,43 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " gather_for_metrics for objects (Accelerate's non-tensor data and use_gather_object=True): one item\n  per sample of the batch; acc_gather_object, then on the last batch of the active prepared loader only\n  the real samples are kept, so every sample is counted exactly once. Samples that do not fit one\n  tensor (rows of different shapes) travel this way too, serialized by the caller."]
+    #[doc = " gather_for_metrics for objects (Accelerate's non-tensor data and use_gather_object=True): one item\n  per sample of the batch; acc_gather_object, then on the last batch of the active prepared loader only\n  the real samples are kept, so every sample is counted exactly once. Samples that do not fit one\n  tensor (rows of different shapes) travel this way too, serialized by the caller.\n  Caller owns *out (acc_bytes_list_destroy). Locks acc; reads items. Collective."]
     pub fn acc_gather_object_for_metrics(
         acc: *mut acc_accelerator,
         items: *const acc_bytes_list,
         out: *mut *mut acc_bytes_list,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " An empty list.\n  Caller owns *out (acc_bytes_list_destroy). Any thread."]
+    pub fn acc_bytes_list_create(out: *mut *mut acc_bytes_list) -> acc_status;
+}
+extern "C" {
+    #[doc = " Destroys a list the caller owns; bytes borrowed from it go with it.\n  NULL-safe; not during another call on list."]
+    pub fn acc_bytes_list_destroy(list: *mut acc_bytes_list);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Appends a copy of `size` bytes at `data` (data may be NULL when size is 0).\n  Locks list."]
+    pub fn acc_bytes_list_append(
+        list: *mut acc_bytes_list,
+        data: *const ::core::ffi::c_void,
+        size: usize,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The number of items.\n  Reads list."]
+    pub fn acc_bytes_list_count(list: *const acc_bytes_list, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The index-th item: its bytes (borrowed from the list until it is changed or destroyed; never NULL)\n  and its size.\n  Borrowed: *out_data, as said. Reads list."]
+    pub fn acc_bytes_list_get(
+        list: *const acc_bytes_list,
+        index: i64,
+        out_data: *mut *const ::core::ffi::c_void,
+        out_size: *mut usize,
     ) -> acc_status;
 }

@@ -29,6 +29,28 @@
 //! }
 //! ```
 //!
+//! # Named batches
+//! A [`Batch`] maps names to tensors, as the dicts of Accelerate and Hugging Face models do: build
+//! datasets of named columns ([`Dataset::from_batch`]) or named samples ([`Dataset::from_batch_fn`]),
+//! take batches with [`DataLoader::next_batch`] and run them with [`Model::forward_batch`], whose
+//! outputs are a batch too (`"loss"`, `"logits"` or `"output"`).
+//!
+//! ```no_run
+//! use acc::{Batch, DataLoader, Dataset, Model, Tensor};
+//!
+//! fn main() -> acc::Result<()> {
+//!     let ids = Tensor::from_slice(&[1i64, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5], &[4, 3])?;
+//!     let data = Dataset::from_batch(&Batch::from_tensors([("input_ids", &ids), ("labels", &ids)])?)?;
+//!     let loader = DataLoader::new(&data, r#"{"batch_size": 2}"#)?;
+//!     let gpt = Model::new(r#"{"type": "gpt", "vocab_size": 7, "block_size": 3, "n_layer": 1, "n_head": 1, "n_embd": 8}"#)?;
+//!     while let Some(batch) = loader.next_batch()? {
+//!         let out = gpt.forward_batch(&batch)?;
+//!         println!("loss {}", out.get("loss")?.item()?);
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Errors, lifetimes, threads
 //! * Every fallible call returns [`Result<T, acc::Error>`](Error): the status [`ErrorCode`] and
 //!   libacc's message, read right after the failing call on the same thread.
@@ -43,9 +65,11 @@
 //! drop(m);
 //! m.num_parameters(); // error[E0382]: borrow of moved value: `m`
 //! ```
-//! * No panic crosses the C ABI: a panic in a [`Dataset::from_fn`] callback is caught, the load fails
-//!   inside libacc, and the panic resumes in the caller of [`DataLoader::next`].
+//! * No panic crosses the C ABI: a panic in a [`Dataset::from_fn`] or [`Dataset::from_batch_fn`]
+//!   callback is caught, the load fails inside libacc, and the panic resumes in the caller of
+//!   [`DataLoader::next`] or [`DataLoader::next_batch`].
 
+mod batch;
 mod error;
 mod tensor;
 mod train;
@@ -54,9 +78,10 @@ use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
 pub use acc_sys as sys;
+pub use batch::{Batch, BatchIter};
 pub use error::{Error, ErrorCode, Result};
 pub use tensor::{DType, Element, Tensor, TensorView};
-pub use train::{Accelerator, Batch, DataLoader, Dataset, Model, Optimizer, ReduceOp, Scheduler};
+pub use train::{Accelerator, DataLoader, Dataset, Model, Optimizer, Pair, ReduceOp, Scheduler};
 
 /// The ABI this crate was generated for.
 pub const ABI_VERSION: i32 = sys::ACC_ABI_VERSION;

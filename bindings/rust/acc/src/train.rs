@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use acc_sys as sys;
 
+use crate::batch::Batch;
 use crate::error::{check, Error, ErrorCode, Result};
 use crate::tensor::Tensor;
 use crate::{check_abi, cstring};
@@ -336,6 +337,20 @@ impl Model {
         Tensor::owned(st, out)
     }
 
+    /// Runs the model on a named batch, as Accelerate's `model(**batch)`, and returns its outputs as a
+    /// batch. The built-in MLP takes `"input"` (and `"targets"`) and returns `"output"` (and `"loss"`);
+    /// the GPT takes `"input_ids"` with `"targets"` (aligned, -1 ignored) or Hugging Face's `"labels"`
+    /// (shifted inside, -100 ignored) and returns `"logits"` (and `"loss"`); a TorchScript module gets
+    /// the tensors by its forward's argument names. A name the model does not take is refused. The
+    /// loss keeps its graph, ready for [`Accelerator::backward`].
+    pub fn forward_batch(&self, batch: &Batch) -> Result<Batch> {
+        let mut out = ptr::null_mut();
+        Batch::owned(
+            unsafe { sys::acc_model_forward_batch(self.as_ptr(), batch.as_ptr(), &mut out) },
+            out,
+        )
+    }
+
     /// Training (dropout on) or evaluation mode.
     pub fn set_training(&self, training: bool) -> Result<()> {
         check(unsafe { sys::acc_model_set_training(self.as_ptr(), training as i32) })
@@ -491,7 +506,7 @@ struct CallbackFailure {
 
 type FailureSlot = Arc<Mutex<CallbackFailure>>;
 
-/// A source of samples: rows of tensors, a token file, or a Rust closure. Freed on drop (loaders made
+/// A source of samples: rows of tensors (named or not), a token file, or a Rust closure. Freed on drop (loaders made
 /// from it keep it alive).
 pub struct Dataset {
     ptr: NonNull<sys::acc_dataset>,
@@ -610,6 +625,73 @@ impl Dataset {
         Dataset::owned(st, out, Some(failure))
     }
 
+    /// A dataset of named columns (torch's `TensorDataset`, named): sample `i` is `{name:
+    /// columns[name][i]}`. The tensors must agree in their number of rows; they are copied.
+    pub fn from_batch(columns: &Batch) -> Result<Dataset> {
+        check_abi()?;
+        let mut out = ptr::null_mut();
+        Dataset::owned(
+            unsafe { sys::acc_dataset_from_batch(columns.as_ptr(), &mut out) },
+            out,
+            None,
+        )
+    }
+
+    /// A dataset of `len` named samples produced by `f(index) -> Batch`, called on the thread that
+    /// calls [`DataLoader::next_batch`] (or [`DataLoader::next`]). Every sample names the same tensors
+    /// in the same order. An `Err` fails that call with [`ErrorCode::Callback`] and the error as its
+    /// source; a panic is caught at the C boundary and resumed in the caller.
+    pub fn from_batch_fn<F, E>(len: i64, f: F) -> Result<Dataset>
+    where
+        F: FnMut(i64) -> std::result::Result<Batch, E> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        check_abi()?;
+        struct State<F> {
+            f: F,
+            failure: FailureSlot,
+        }
+        unsafe extern "C" fn get<F, E>(user: *mut c_void, index: i64, sample: *mut sys::acc_batch) -> sys::acc_status
+        where
+            F: FnMut(i64) -> std::result::Result<Batch, E> + Send + 'static,
+            E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        {
+            // SAFETY: user is the State we boxed; libacc calls one sample at a time.
+            let state = unsafe { &mut *user.cast::<State<F>>() };
+            let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                let batch = (state.f)(index).map_err(Into::into)?;
+                // libacc owns `sample` (valid for this call); it shares the tensors of `batch`.
+                batch
+                    .copy_into_raw(sample)
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+            }));
+            let mut failure = state.failure.lock().unwrap_or_else(|p| p.into_inner());
+            match r {
+                Ok(Ok(())) => return sys::ACC_OK,
+                Ok(Err(e)) => failure.error = Some(e),
+                Err(payload) => failure.panic = Some(payload),
+            }
+            sys::ACC_ERR_CALLBACK
+        }
+        unsafe extern "C" fn free<F>(user: *mut c_void) {
+            // SAFETY: called once, when libacc no longer uses the dataset; dropping must not unwind.
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                drop(unsafe { Box::from_raw(user.cast::<State<F>>()) })
+            }));
+        }
+        let failure = FailureSlot::default();
+        let user = Box::into_raw(Box::new(State {
+            f,
+            failure: failure.clone(),
+        }));
+        let mut out = ptr::null_mut();
+        // SAFETY: libacc calls free exactly once, also when this fails.
+        let st = unsafe {
+            sys::acc_dataset_from_batch_callback(len, Some(get::<F, E>), user.cast(), Some(free::<F>), &mut out)
+        };
+        Dataset::owned(st, out, Some(failure))
+    }
+
     /// The number of samples.
     pub fn len(&self) -> Result<i64> {
         let mut n = 0;
@@ -623,9 +705,10 @@ impl Dataset {
     }
 }
 
-/// One batch: the input and the target (None when the dataset has none).
+/// A batch as (input, target), what [`DataLoader::next`] yields (the target is None when the dataset
+/// has none). Named batches are [`Batch`]es ([`DataLoader::next_batch`]).
 #[derive(Debug)]
-pub struct Batch {
+pub struct Pair {
     pub input: Tensor,
     pub target: Option<Tensor>,
 }
@@ -672,32 +755,50 @@ impl DataLoader {
 
     /// This process's next batch, or `None` at the end of an epoch; the call after that starts the
     /// next epoch (reshuffled by the loader's generator). Resumes a panic of a [`Dataset::from_fn`] callback.
+    /// A batch of one or two tensors arrives as (input, target), in the batch's order.
     #[allow(clippy::should_implement_trait)]
-    pub fn next(&self) -> Result<Option<Batch>> {
+    pub fn next(&self) -> Result<Option<Pair>> {
         let (mut x, mut y, mut has) = (ptr::null_mut(), ptr::null_mut(), 0);
         let st = unsafe { sys::acc_dataloader_next(self.as_ptr(), &mut x, &mut y, &mut has) };
         if st != sys::ACC_OK {
-            let err = Error::last(st);
-            if let Some(slot) = &self.failure {
-                let mut f = slot.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(payload) = f.panic.take() {
-                    drop(f);
-                    panic::resume_unwind(payload);
-                }
-                if let Some(source) = f.error.take() {
-                    return Err(err.with_source(source));
-                }
-            }
-            return Err(err);
+            return Err(self.failed(st));
         }
         if has == 0 {
             return Ok(None);
         }
         let input = Tensor::from_raw(x).ok_or_else(|| Error::new(ErrorCode::Internal, "batch without input"))?;
-        Ok(Some(Batch {
+        Ok(Some(Pair {
             input,
             target: Tensor::from_raw(y),
         }))
+    }
+
+    /// This process's next batch with its tensors by name, or `None` at the end of an epoch (the call
+    /// after that starts the next epoch). Resumes a panic of a dataset callback.
+    pub fn next_batch(&self) -> Result<Option<Batch>> {
+        let mut out = ptr::null_mut();
+        let st = unsafe { sys::acc_dataloader_next_batch(self.as_ptr(), &mut out) };
+        if st != sys::ACC_OK {
+            return Err(self.failed(st));
+        }
+        Ok(Batch::from_raw(out))
+    }
+
+    /// The error of a failed load (read at once), with a dataset callback's error as its source; a
+    /// callback's panic resumes here.
+    fn failed(&self, st: sys::acc_status) -> Error {
+        let err = Error::last(st);
+        if let Some(slot) = &self.failure {
+            let mut f = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(payload) = f.panic.take() {
+                drop(f);
+                panic::resume_unwind(payload);
+            }
+            if let Some(source) = f.error.take() {
+                return err.with_source(source);
+            }
+        }
+        err
     }
 
     /// A loader over the same data that skips the first `n` batches of its next pass (Accelerate's

@@ -3,7 +3,7 @@ use std::error::Error as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use acc::{Accelerator, DType, DataLoader, Dataset, ErrorCode, Model, Optimizer, ReduceOp, Scheduler, Tensor};
+use acc::{Accelerator, Batch, DType, DataLoader, Dataset, ErrorCode, Model, Optimizer, ReduceOp, Scheduler, Tensor};
 
 /// `r` failed with `code` and a message naming `needle`.
 #[track_caller]
@@ -537,6 +537,139 @@ fn callback_dataset() {
         Dataset::from_fn(-1, |_| -> Result<(Tensor, Option<Tensor>), String> { unreachable!() }),
         ErrorCode::InvalidArgument,
         "length",
+    );
+}
+
+const GPT: &str = r#"{"type": "gpt", "vocab_size": 7, "block_size": 3, "n_layer": 1, "n_head": 1, "n_embd": 8}"#;
+
+/// The "loss" of a forward_batch result: finite and > 0; its "logits" are [rows, 3, 7].
+#[track_caller]
+fn check_gpt_outputs(out: &Batch, rows: i64) -> f64 {
+    assert!(
+        out.contains("loss").unwrap() && out.contains("logits").unwrap(),
+        "{out:?}"
+    );
+    let loss = out.get("loss").unwrap().item().unwrap();
+    assert!(loss.is_finite() && loss > 0.0, "loss {loss}");
+    assert_eq!(out.get("logits").unwrap().shape().unwrap(), vec![rows, 3, 7]);
+    loss
+}
+
+// scenario: named_batch
+#[test]
+fn named_batch() {
+    // The handle: insertion order, replacement in place, shared data.
+    let ids = Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4], &[4, 3]).unwrap();
+    let mask = Tensor::from_slice(&[1i64; 12], &[4, 3]).unwrap();
+    let mut b = Batch::new().unwrap();
+    assert!(b.is_empty().unwrap());
+    b.set("input_ids", &mask).unwrap();
+    b.set("labels", &ids).unwrap();
+    b.set("input_ids", &ids).unwrap(); // replaced in its place
+    assert_eq!(b.len().unwrap(), 2);
+    assert_eq!(b.names().unwrap(), ["input_ids", "labels"]);
+    assert!(b.contains("labels").unwrap());
+    assert!(!b.contains("attention_mask").unwrap());
+    assert_eq!(b.get("input_ids").unwrap().to_vec::<i64>().unwrap()[4], 4);
+    let entries: Vec<(String, Tensor)> = b.iter().collect::<acc::Result<_>>().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[1].0, "labels");
+    assert_eq!(entries[1].1.shape().unwrap(), vec![4, 3]);
+    assert!(format!("{b:?}").contains("input_ids"));
+    let e = expect_err(b.get("attention_mask"), ErrorCode::InvalidArgument, "attention_mask");
+    assert!(e.message().contains("input_ids, labels"), "{}", e.message());
+    expect_err(b.set("", &ids), ErrorCode::InvalidArgument, "empty");
+    expect_err(b.get("a\0b"), ErrorCode::InvalidArgument, "NUL");
+
+    // A dataset of named columns (copied: the batch may go), a loader, next_batch.
+    let ds = Dataset::from_batch(&b).unwrap();
+    drop(b);
+    assert_eq!(ds.len().unwrap(), 4);
+    let a = Accelerator::new(r#"{"seed": 5}"#).unwrap();
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 2}"#).unwrap();
+    let m = Model::new(GPT).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "adamw", "lr": 0.01}"#).unwrap();
+    a.prepare(Some(&m), Some(&o), None, Some(&dl)).unwrap();
+    let mut batches = 0;
+    while let Some(batch) = dl.next_batch().unwrap() {
+        assert_eq!(batch.names().unwrap(), ["input_ids", "labels"]);
+        assert_eq!(batch.get("input_ids").unwrap().shape().unwrap(), vec![2, 3]);
+        // forward_batch with Hugging Face's "labels": the loss is ready for backward.
+        let out = m.forward_batch(&batch).unwrap();
+        check_gpt_outputs(&out, 2);
+        a.backward(&out.get("loss").unwrap()).unwrap();
+        o.step().unwrap();
+        o.zero_grad().unwrap();
+        batches += 1;
+    }
+    assert_eq!(batches, 2);
+    // A name the model does not take is refused by name; a batch without inputs too.
+    let extra = Batch::from_tensors([("input_ids", &ids), ("token_type_ids", &ids)]).unwrap();
+    expect_err(m.forward_batch(&extra), ErrorCode::InvalidArgument, "token_type_ids");
+    expect_err(
+        m.forward_batch(&Batch::new().unwrap()),
+        ErrorCode::InvalidArgument,
+        "input_ids",
+    );
+    // The (x, y) path still reads a named batch of two tensors.
+    let pair = dl.next().unwrap().unwrap();
+    assert_eq!(pair.input.shape().unwrap(), vec![2, 3]);
+    assert!(pair.target.is_some());
+}
+
+// scenario: named_callback_dataset
+#[test]
+fn named_callback_dataset() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    struct Guard(Arc<AtomicUsize>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let guard = Guard(dropped.clone());
+    // Sample i: {"input_ids": [i, i+1, i+2] mod 7, "labels": the same}; sample 5 fails.
+    let ds = Dataset::from_batch_fn(6, move |i| {
+        let _keep = &guard;
+        if i == 5 {
+            return Err(format!("no sample {i}"));
+        }
+        let ids = Tensor::from_slice(&[i % 7, (i + 1) % 7, (i + 2) % 7], &[3]).map_err(|e| e.to_string())?;
+        Batch::from_tensors([("input_ids", &ids), ("labels", &ids)]).map_err(|e| e.to_string())
+    })
+    .unwrap();
+    assert_eq!(ds.len().unwrap(), 6);
+    let dl = DataLoader::new(&ds, r#"{"batch_size": 2}"#).unwrap();
+    drop(ds); // the loader keeps it
+    let m = Model::new(GPT).unwrap();
+    let b = dl.next_batch().unwrap().unwrap();
+    assert_eq!(b.names().unwrap(), ["input_ids", "labels"]);
+    assert_eq!(b.get("labels").unwrap().to_vec::<i64>().unwrap(), [0, 1, 2, 1, 2, 3]);
+    check_gpt_outputs(&m.forward_batch(&b).unwrap(), 2);
+    dl.next_batch().unwrap().unwrap();
+    let e = expect_err(dl.next_batch(), ErrorCode::Callback, "index 5");
+    assert_eq!(e.source().unwrap().to_string(), "no sample 5");
+    assert_eq!(dropped.load(Ordering::SeqCst), 0);
+    drop(dl);
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the closure is dropped with the last loader"
+    );
+
+    // An empty sample is refused; a panic resumes in the caller of next_batch.
+    let empty = Dataset::from_batch_fn(1, |_| Batch::new()).unwrap();
+    expect_err(
+        DataLoader::new(&empty, "").unwrap().next_batch(),
+        ErrorCode::Callback,
+        "no tensor for index 0",
+    );
+    let pds = Dataset::from_batch_fn(2, |_| -> Result<Batch, String> { panic!("boom") }).unwrap();
+    let pdl = DataLoader::new(&pds, "").unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pdl.next_batch()));
+    assert_eq!(
+        caught.expect_err("the panic should resume").downcast_ref::<&str>(),
+        Some(&"boom")
     );
 }
 

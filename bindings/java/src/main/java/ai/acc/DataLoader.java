@@ -24,7 +24,10 @@ public final class DataLoader extends NativeObject {
     }
   }
 
-  /** One batch: the input and the target (null when the dataset has none). Closes both. */
+  /**
+   * One batch as (input, target) (target null when the dataset has none), what {@link #next()} yields.
+   * Closes both. Named batches are {@link ai.acc.Batch}es ({@link #nextBatch()}).
+   */
   public record Batch(Tensor input, Tensor target) implements AutoCloseable {
     @Override
     public void close() {
@@ -47,12 +50,35 @@ public final class DataLoader extends NativeObject {
       AccRaw.acc_dataloader_next(p, x, y, has);
       return has[0] == 0 ? null : new Batch(Tensor.orNull(x[0]), Tensor.orNull(y[0]));
     } catch (AccException e) {
-      Throwable cause = source == null ? null : source.takeError();
-      if (cause != null && e.code() == ErrorCode.CALLBACK && e.getCause() == null) e.initCause(cause);
-      throw e;
+      throw withCause(e);
     } finally {
       leave(p);
     }
+  }
+
+  /**
+   * This process's next batch with its tensors by name, or null at the end of an epoch; the call after
+   * that starts the next epoch. Close the batch. For a {@link Dataset#fromBatchFunction} dataset, the
+   * function's exception is the cause of the {@link ErrorCode#CALLBACK} failure.
+   */
+  public ai.acc.Batch nextBatch() {
+    long p = enter();
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_dataloader_next_batch(p, out);
+      return ai.acc.Batch.orNull(out[0]);
+    } catch (AccException e) {
+      throw withCause(e);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Attaches a dataset function's own exception to the CALLBACK failure it caused. */
+  private AccException withCause(AccException e) {
+    Throwable cause = source == null ? null : source.takeError();
+    if (cause != null && e.code() == ErrorCode.CALLBACK && e.getCause() == null) e.initCause(cause);
+    return e;
   }
 
   /**

@@ -2,9 +2,9 @@ package ai.acc;
 
 import ai.acc.internal.AccRaw;
 
-/** A source of samples: rows of tensors, a token file, or a Java function. */
+/** A source of samples: rows of tensors (named or not), a token file, or a Java function. */
 public final class Dataset extends NativeObject {
-  final SourceAdapter source; // the Java side of fromFunction; null otherwise
+  final SourceAdapter source; // the Java side of fromFunction and fromBatchFunction; null otherwise
 
   private Dataset(long ptr) {
     this(ptr, null);
@@ -39,13 +39,75 @@ public final class Dataset extends NativeObject {
     return new Dataset(out[0], adapter);
   }
 
-  /** What the C trampoline calls: never throws; records the function's failure for the caller. */
+  /** Produces sample {@code index} of a {@link #fromBatchFunction} dataset as a named batch. */
+  @FunctionalInterface
+  public interface BatchFunction {
+    /**
+     * The sample ({@code {"input_ids": ..., "labels": ...}}); every sample names the same tensors in
+     * the same order. The dataset takes ownership of the batch (it is closed for the caller).
+     */
+    Batch get(long index) throws Exception;
+  }
+
+  /**
+   * A dataset of {@code length} named samples produced by {@code fn}, which libacc calls on the thread
+   * that calls {@link DataLoader#nextBatch()} (or {@link DataLoader#next()}). An exception thrown by
+   * {@code fn} fails that call with {@link ErrorCode#CALLBACK}, with the exception as the cause.
+   */
+  public static Dataset fromBatchFunction(long length, BatchFunction fn) {
+    NativeLoader.load();
+    if (fn == null) throw new AccException(ErrorCode.INVALID_ARGUMENT, "fn is null");
+    SourceAdapter adapter = new SourceAdapter(fn);
+    long[] out = new long[1];
+    AccRaw.accx_dataset_from_java_batch(length, adapter, out);
+    return new Dataset(out[0], adapter);
+  }
+
+  /**
+   * A dataset of named columns (torch's TensorDataset, named): sample {@code i} is {@code {name:
+   * columns[name][i]}}. The tensors must agree in their number of rows; they are copied, so {@code
+   * columns} may be closed at once.
+   */
+  public static Dataset fromBatch(Batch columns) {
+    NativeLoader.load();
+    long c = enter(columns);
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_dataset_from_batch(c, out);
+      return new Dataset(out[0]);
+    } finally {
+      leave(columns, c);
+    }
+  }
+
+  /** What the C trampolines call: never throws; records the function's failure for the caller. */
   static final class SourceAdapter {
     private final SampleFunction fn;
+    private final BatchFunction batchFn;
     private Throwable error;
 
     SourceAdapter(SampleFunction fn) {
       this.fn = fn;
+      this.batchFn = null;
+    }
+
+    SourceAdapter(BatchFunction batchFn) {
+      this.fn = null;
+      this.batchFn = batchFn;
+    }
+
+    /** Called from C: the handle of a batch with ownership passed on, or 0 on failure. */
+    synchronized long sampleBatch(long index) {
+      try {
+        Batch b = batchFn.get(index);
+        if (b == null || b.isClosed()) {
+          throw new IllegalStateException("the batch function returned no batch for index " + index);
+        }
+        return b.transferOwnership();
+      } catch (Throwable t) {
+        error = t;
+        return 0;
+      }
     }
 
     /** Called from C: {input, target-or-0} with ownership passed on, or null on failure. */

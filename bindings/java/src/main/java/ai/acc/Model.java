@@ -84,6 +84,28 @@ public final class Model extends NativeObject {
     }
   }
 
+  /**
+   * Runs the model on a named batch, as Accelerate's {@code model(**batch)}, and returns its outputs as
+   * a batch (close it). The built-in MLP takes {@code "input"} (and {@code "targets"}) and returns
+   * {@code "output"} (and {@code "loss"}); the GPT takes {@code "input_ids"} with {@code "targets"}
+   * (aligned, -1 ignored) or Hugging Face's {@code "labels"} (shifted inside, -100 ignored) and returns
+   * {@code "logits"} (and {@code "loss"}); a TorchScript module gets the tensors by its forward's
+   * argument names. A name the model does not take is refused. The loss keeps its graph, ready for
+   * {@link Accelerator#backward}.
+   */
+  public Batch forwardBatch(Batch batch) {
+    long p = enter();
+    long b = enter(batch);
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_model_forward_batch(p, b, out);
+      return new Batch(out[0]);
+    } finally {
+      leave(batch, b);
+      leave(p);
+    }
+  }
+
   /** Training (dropout on) or evaluation mode. */
   public void setTraining(boolean training) {
     long p = enter();

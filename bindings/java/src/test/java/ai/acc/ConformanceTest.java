@@ -514,6 +514,139 @@ class ConformanceTest {
     }
   }
 
+  static final String GPT =
+      "{\"type\": \"gpt\", \"vocab_size\": 7, \"block_size\": 3, \"n_layer\": 1, \"n_head\": 1, \"n_embd\": 8}";
+
+  /** A forwardBatch result: "loss" finite and > 0 (returned, to close), "logits" [rows, 3, 7]. */
+  static Tensor checkGptOutputs(Batch out, long rows) {
+    assertEquals(List.of("logits", "loss"), out.names().stream().sorted().toList());
+    try (Tensor logits = out.get("logits")) {
+      assertArrayEquals(new long[] {rows, 3, 7}, logits.shape());
+    }
+    Tensor loss = out.get("loss");
+    double l = loss.item();
+    assertTrue(Double.isFinite(l) && l > 0, "loss " + l);
+    return loss;
+  }
+
+  // scenario: named_batch
+  @Test
+  void namedBatch() {
+    try (Tensor ids = Tensor.fromLongs(new long[] {0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4}, 4, 3);
+        Tensor mask = Tensor.fromLongs(new long[] {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 4, 3);
+        Accelerator acc = Accelerator.create("{\"seed\": 5}");
+        Model m = Model.create(GPT);
+        Optimizer o = Optimizer.create(m, "{\"type\": \"adamw\", \"lr\": 0.01}")) {
+      // The handle: insertion order, replacement in place, shared data.
+      Batch b = Batch.create();
+      assertEquals(0, b.size());
+      b.set("input_ids", mask).set("labels", ids).set("input_ids", ids); // replaced in its place
+      assertEquals(2, b.size());
+      assertEquals(List.of("input_ids", "labels"), b.names());
+      assertTrue(b.contains("labels"));
+      assertFalse(b.contains("attention_mask"));
+      try (Tensor got = b.get("input_ids")) {
+        assertEquals(4L, got.toLongs()[4]);
+      }
+      Map<String, Tensor> entries = b.tensors();
+      assertEquals(List.of("input_ids", "labels"), new ArrayList<>(entries.keySet()));
+      assertEquals(12, entries.get("labels").numel());
+      entries.values().forEach(Tensor::close);
+      assertEquals("Batch[input_ids, labels]", b.toString());
+      expectError(ErrorCode.INVALID_ARGUMENT, "input_ids, labels", () -> b.get("attention_mask"));
+      expectError(ErrorCode.INVALID_ARGUMENT, "empty", () -> b.set("", ids));
+
+      // A dataset of named columns (copied: the batch may go), a loader, nextBatch.
+      try (Dataset ds = Dataset.fromBatch(b)) {
+        b.close();
+        b.close(); // idempotent
+        expectError(ErrorCode.INVALID_ARGUMENT, "batch is NULL", () -> b.set("x", ids));
+        assertEquals(4, ds.length());
+        try (DataLoader dl = DataLoader.create(ds, "{\"batch_size\": 2}")) {
+          acc.prepare(m, o, null, dl);
+          int batches = 0;
+          while (true) {
+            try (Batch batch = dl.nextBatch()) {
+              if (batch == null) break; // end of the epoch
+              assertEquals(List.of("input_ids", "labels"), batch.names());
+              // forwardBatch with Hugging Face's "labels": the loss is ready for backward.
+              try (Batch out = m.forwardBatch(batch);
+                  Tensor loss = checkGptOutputs(out, 2)) {
+                acc.backward(loss);
+                o.step();
+                o.zeroGrad();
+              }
+              ++batches;
+            }
+          }
+          assertEquals(2, batches);
+          // A name the model does not take is refused by name.
+          try (Batch extra = Batch.of(Map.of("token_type_ids", ids))) {
+            extra.set("input_ids", ids);
+            expectError(ErrorCode.INVALID_ARGUMENT, "token_type_ids", () -> m.forwardBatch(extra));
+          }
+          expectError(ErrorCode.INVALID_ARGUMENT, "batch is NULL", () -> m.forwardBatch(null));
+          // The (x, y) path still reads a named batch of two tensors.
+          try (DataLoader.Batch pair = dl.next()) {
+            assertArrayEquals(new long[] {2, 3}, pair.input().shape());
+            assertNotNull(pair.target());
+          }
+        }
+      }
+    }
+  }
+
+  // scenario: named_callback_dataset
+  @Test
+  void namedCallbackDataset() {
+    // Sample i: {"input_ids": [i, i+1, i+2] mod 7, "labels": the same}; sample 5 fails.
+    Dataset ds = Dataset.fromBatchFunction(6, i -> {
+      if (i == 5) throw new IllegalArgumentException("no sample " + i);
+      try (Tensor ids = Tensor.fromLongs(new long[] {i % 7, (i + 1) % 7, (i + 2) % 7})) {
+        return Batch.create().set("input_ids", ids).set("labels", ids);
+      }
+    });
+    assertEquals(6, ds.length());
+    try (DataLoader dl = DataLoader.create(ds, "{\"batch_size\": 2}");
+        Model m = Model.create(GPT)) {
+      ds.close(); // the loader keeps it
+      try (Batch b = dl.nextBatch();
+          Tensor labels = b.get("labels");
+          Batch out = m.forwardBatch(b)) {
+        assertArrayEquals(new long[] {0, 1, 2, 1, 2, 3}, labels.toLongs());
+        checkGptOutputs(out, 2).close();
+      }
+      dl.nextBatch().close();
+      AccException e = expectError(ErrorCode.CALLBACK, "index 5", dl::nextBatch);
+      assertTrue(e.getCause() instanceof IllegalArgumentException, "cause: " + e.getCause());
+      assertEquals("no sample 5", e.getCause().getMessage());
+    }
+    // No batch, or an empty one, is refused.
+    try (Dataset bad = Dataset.fromBatchFunction(2, i -> null);
+        DataLoader dl = DataLoader.create(bad, null)) {
+      AccException e = expectError(ErrorCode.CALLBACK, "", dl::nextBatch);
+      assertTrue(e.getCause() instanceof IllegalStateException);
+    }
+    try (Dataset empty = Dataset.fromBatchFunction(1, i -> Batch.create());
+        DataLoader dl = DataLoader.create(empty, null)) {
+      expectError(ErrorCode.CALLBACK, "no tensor for index 0", dl::nextBatch);
+    }
+    // The batch handed over is owned by libacc: closing it afterwards is harmless.
+    Batch given = Batch.create();
+    try (Tensor x = Tensor.fromFloats(new float[] {1, 2})) {
+      given.set("input", x);
+    }
+    try (Dataset one = Dataset.fromBatchFunction(1, i -> given);
+        DataLoader dl = DataLoader.create(one, null);
+        Batch b = dl.nextBatch();
+        Tensor x = b.get("input")) {
+      assertTrue(given.isClosed());
+      given.close();
+      assertArrayEquals(new float[] {1, 2}, x.toFloats());
+    }
+    expectError(ErrorCode.INVALID_ARGUMENT, "length", () -> Dataset.fromBatchFunction(-1, i -> null));
+  }
+
   /** The Cleaner releases handles nobody closed. */
   @Test
   void cleanerReleasesLeakedHandles() throws InterruptedException {

@@ -13,6 +13,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void accx_dataset_from_java(long length, Object source, long[] out) { AccRawJNI.accx_dataset_from_java(length, source, out); }
 
+  public static void accx_dataset_from_java_batch(long length, Object source, long[] out) { AccRawJNI.accx_dataset_from_java_batch(length, source, out); }
+
   public static java.nio.ByteBuffer accx_direct_buffer(long address, long nbytes) { return AccRawJNI.accx_direct_buffer(address, nbytes); }
 
   public static void accx_dlpack_bytes(long src, long[] data, long[] nbytes) { AccRawJNI.accx_dlpack_bytes(src, data, nbytes); }
@@ -49,11 +51,29 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_is_main_process(long acc, int[] out) { AccRawJNI.acc_is_main_process(acc, out); }
 
+  public static void acc_is_local_main_process(long acc, int[] out) { AccRawJNI.acc_is_local_main_process(acc, out); }
+
+  public static void acc_is_last_process(long acc, int[] out) { AccRawJNI.acc_is_last_process(acc, out); }
+
   public static void acc_device(long acc, String[] out) { AccRawJNI.acc_device(acc, out); }
 
   public static void acc_distributed_type(long acc, String[] out) { AccRawJNI.acc_distributed_type(acc, out); }
 
   public static void acc_config_json(long acc, String[] out) { AccRawJNI.acc_config_json(acc, out); }
+
+  public static void acc_set_seed(long acc, long seed, int device_specific, int deterministic) { AccRawJNI.acc_set_seed(acc, seed, device_specific, deterministic); }
+
+  public static void acc_wait_for_everyone(long acc) { AccRawJNI.acc_wait_for_everyone(acc); }
+
+  public static void acc_main_process_first_begin(long acc, int local) { AccRawJNI.acc_main_process_first_begin(acc, local); }
+
+  public static void acc_main_process_first_end(long acc, int local) { AccRawJNI.acc_main_process_first_end(acc, local); }
+
+  public static void acc_set_trigger(long acc) { AccRawJNI.acc_set_trigger(acc); }
+
+  public static void acc_check_trigger(long acc, int[] out) { AccRawJNI.acc_check_trigger(acc, out); }
+
+  public static void acc_print(long acc, String text) { AccRawJNI.acc_print(acc, text); }
 
   public static void acc_tensor_from_host(byte[] data, int dtype, long[] shape, long[] out) { AccRawJNI.acc_tensor_from_host(data, dtype, shape, out); }
 
@@ -79,6 +99,22 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_tensor_to_dlpack(long t, long[] out) { AccRawJNI.acc_tensor_to_dlpack(t, out); }
 
+  public static void acc_batch_create(long[] out) { AccRawJNI.acc_batch_create(out); }
+
+  public static void acc_batch_destroy(long batch) {
+    AccRawJNI.acc_batch_destroy(batch);
+  }
+
+  public static void acc_batch_set(long batch, String name, long t) { AccRawJNI.acc_batch_set(batch, name, t); }
+
+  public static void acc_batch_count(long batch, long[] out) { AccRawJNI.acc_batch_count(batch, out); }
+
+  public static void acc_batch_name(long batch, long index, String[] out) { AccRawJNI.acc_batch_name(batch, index, out); }
+
+  public static void acc_batch_contains(long batch, String name, int[] out) { AccRawJNI.acc_batch_contains(batch, name, out); }
+
+  public static void acc_batch_get(long batch, String name, long[] out) { AccRawJNI.acc_batch_get(batch, name, out); }
+
   public static void acc_model_create(String spec_json, long[] out) { AccRawJNI.acc_model_create(spec_json, out); }
 
   public static void acc_model_load_torchscript(String path, String options_json, long[] out) { AccRawJNI.acc_model_load_torchscript(path, options_json, out); }
@@ -88,6 +124,8 @@ public class AccRaw implements AccRawConstants {
   }
 
   public static void acc_model_forward(long model, long input, long targets, long[] out_output, long[] out_loss) { AccRawJNI.acc_model_forward(model, input, targets, out_output, out_loss); }
+
+  public static void acc_model_forward_batch(long model, long batch, long[] out) { AccRawJNI.acc_model_forward_batch(model, batch, out); }
 
   public static void acc_model_set_training(long model, int training) { AccRawJNI.acc_model_set_training(model, training); }
 
@@ -113,6 +151,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_optimizer_lr(long opt, double[] out) { AccRawJNI.acc_optimizer_lr(opt, out); }
 
+  public static void acc_optimizer_step_was_skipped(long opt, int[] out) { AccRawJNI.acc_optimizer_step_was_skipped(opt, out); }
+
   public static void acc_scheduler_create(long opt, String options_json, long[] out) { AccRawJNI.acc_scheduler_create(opt, options_json, out); }
 
   public static void acc_scheduler_destroy(long sched) {
@@ -127,11 +167,15 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_dataset_from_token_file(String path, String options_json, long[] out) { AccRawJNI.acc_dataset_from_token_file(path, options_json, out); }
 
+  public static void acc_dataset_from_batch(long columns, long[] out) { AccRawJNI.acc_dataset_from_batch(columns, out); }
+
   public static void acc_dataset_destroy(long ds) {
     AccRawJNI.acc_dataset_destroy(ds);
   }
 
   public static void acc_dataset_length(long ds, long[] out) { AccRawJNI.acc_dataset_length(ds, out); }
+
+  public static void acc_dataset_is_iterable(long ds, int[] out) { AccRawJNI.acc_dataset_is_iterable(ds, out); }
 
   public static void acc_dataloader_create(long ds, String options_json, long[] out) { AccRawJNI.acc_dataloader_create(ds, options_json, out); }
 
@@ -141,11 +185,19 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_dataloader_next(long dl, long[] out_input, long[] out_target, int[] has_batch) { AccRawJNI.acc_dataloader_next(dl, out_input, out_target, has_batch); }
 
+  public static void acc_dataloader_next_batch(long dl, long[] out) { AccRawJNI.acc_dataloader_next_batch(dl, out); }
+
   public static void acc_dataloader_length(long dl, long[] out) { AccRawJNI.acc_dataloader_length(dl, out); }
 
   public static void acc_dataloader_set_epoch(long dl, long epoch) { AccRawJNI.acc_dataloader_set_epoch(dl, epoch); }
 
+  public static void acc_dataloader_epoch(long dl, long[] out) { AccRawJNI.acc_dataloader_epoch(dl, out); }
+
   public static void acc_dataloader_end_of_epoch(long dl, int[] out) { AccRawJNI.acc_dataloader_end_of_epoch(dl, out); }
+
+  public static void acc_dataloader_remainder(long dl, long[] out) { AccRawJNI.acc_dataloader_remainder(dl, out); }
+
+  public static void acc_dataloader_skip_first_batches(long dl, long num_batches, long[] out) { AccRawJNI.acc_dataloader_skip_first_batches(dl, num_batches, out); }
 
   public static void acc_prepare(long acc, long model, long opt, long sched, long dl) { AccRawJNI.acc_prepare(acc, model, opt, sched, dl); }
 
@@ -156,8 +208,6 @@ public class AccRaw implements AccRawConstants {
   public static void acc_accumulate_end(long acc, long model) { AccRawJNI.acc_accumulate_end(acc, model); }
 
   public static void acc_sync_gradients(long acc, int[] out) { AccRawJNI.acc_sync_gradients(acc, out); }
-
-  public static void acc_optimizer_step_was_skipped(long opt, int[] out) { AccRawJNI.acc_optimizer_step_was_skipped(opt, out); }
 
   public static void acc_grad_scaler_state(long acc, double[] out_scale, long[] out_growth_tracker) { AccRawJNI.acc_grad_scaler_state(acc, out_scale, out_growth_tracker); }
 
@@ -171,8 +221,6 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_reduce(long acc, long t, int op, long[] out) { AccRawJNI.acc_reduce(acc, t, op, out); }
 
-  public static void acc_wait_for_everyone(long acc) { AccRawJNI.acc_wait_for_everyone(acc); }
-
   public static void acc_broadcast(long acc, long t, int from_process, long[] out) { AccRawJNI.acc_broadcast(acc, t, from_process, out); }
 
   public static void acc_pad_across_processes(long acc, long t, int dim, double pad_index, int pad_first, long[] out) { AccRawJNI.acc_pad_across_processes(acc, t, dim, pad_index, pad_first, out); }
@@ -181,29 +229,11 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_split_tensor_between_processes(long acc, long t, int apply_padding, long[] out) { AccRawJNI.acc_split_tensor_between_processes(acc, t, apply_padding, out); }
 
-  public static void acc_main_process_first_begin(long acc, int local) { AccRawJNI.acc_main_process_first_begin(acc, local); }
+  public static void acc_gather_object(long acc, long items, long[] out) { AccRawJNI.acc_gather_object(acc, items, out); }
 
-  public static void acc_main_process_first_end(long acc, int local) { AccRawJNI.acc_main_process_first_end(acc, local); }
+  public static void acc_broadcast_object(long acc, long items, int from_process, long[] out) { AccRawJNI.acc_broadcast_object(acc, items, from_process, out); }
 
-  public static void acc_set_trigger(long acc) { AccRawJNI.acc_set_trigger(acc); }
-
-  public static void acc_check_trigger(long acc, int[] out) { AccRawJNI.acc_check_trigger(acc, out); }
-
-  public static void acc_print(long acc, String text) { AccRawJNI.acc_print(acc, text); }
-
-  public static void acc_is_local_main_process(long acc, int[] out) { AccRawJNI.acc_is_local_main_process(acc, out); }
-
-  public static void acc_is_last_process(long acc, int[] out) { AccRawJNI.acc_is_last_process(acc, out); }
-
-  public static void acc_set_seed(long acc, long seed, int device_specific, int deterministic) { AccRawJNI.acc_set_seed(acc, seed, device_specific, deterministic); }
-
-  public static void acc_dataset_is_iterable(long ds, int[] out) { AccRawJNI.acc_dataset_is_iterable(ds, out); }
-
-  public static void acc_dataloader_skip_first_batches(long dl, long num_batches, long[] out) { AccRawJNI.acc_dataloader_skip_first_batches(dl, num_batches, out); }
-
-  public static void acc_dataloader_epoch(long dl, long[] out) { AccRawJNI.acc_dataloader_epoch(dl, out); }
-
-  public static void acc_dataloader_remainder(long dl, long[] out) { AccRawJNI.acc_dataloader_remainder(dl, out); }
+  public static void acc_gather_object_for_metrics(long acc, long items, long[] out) { AccRawJNI.acc_gather_object_for_metrics(acc, items, out); }
 
   public static void acc_bytes_list_create(long[] out) { AccRawJNI.acc_bytes_list_create(out); }
 
@@ -216,11 +246,5 @@ public class AccRaw implements AccRawConstants {
   public static void acc_bytes_list_count(long list, long[] out) { AccRawJNI.acc_bytes_list_count(list, out); }
 
   public static void acc_bytes_list_get(long list, long index, long[] out_data, long[] out_size) { AccRawJNI.acc_bytes_list_get(list, index, out_data, out_size); }
-
-  public static void acc_gather_object(long acc, long items, long[] out) { AccRawJNI.acc_gather_object(acc, items, out); }
-
-  public static void acc_broadcast_object(long acc, long items, int from_process, long[] out) { AccRawJNI.acc_broadcast_object(acc, items, from_process, out); }
-
-  public static void acc_gather_object_for_metrics(long acc, long items, long[] out) { AccRawJNI.acc_gather_object_for_metrics(acc, items, out); }
 
 }

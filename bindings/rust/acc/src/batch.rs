@@ -20,21 +20,21 @@ use crate::{check_abi, cstring};
 /// [`Dataset::from_batch_fn`]: crate::Dataset::from_batch_fn
 /// [`DataLoader::next_batch`]: crate::DataLoader::next_batch
 /// [`Model::forward_batch`]: crate::Model::forward_batch
-pub struct Batch {
+pub struct NamedBatch {
     ptr: NonNull<sys::acc_batch>,
 }
 
 // SAFETY: libacc handles may be used from any thread, one thread at a time (acc.h).
-unsafe impl Send for Batch {}
+unsafe impl Send for NamedBatch {}
 
-impl Drop for Batch {
+impl Drop for NamedBatch {
     fn drop(&mut self) {
         // SAFETY: we own the handle.
         unsafe { sys::acc_batch_destroy(self.ptr.as_ptr()) }
     }
 }
 
-impl std::fmt::Debug for Batch {
+impl std::fmt::Debug for NamedBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut m = f.debug_map();
         for entry in self {
@@ -47,12 +47,12 @@ impl std::fmt::Debug for Batch {
     }
 }
 
-impl Batch {
+impl NamedBatch {
     /// An empty batch.
-    pub fn new() -> Result<Batch> {
+    pub fn new() -> Result<NamedBatch> {
         check_abi()?;
         let mut out = ptr::null_mut();
-        Batch::owned(unsafe { sys::acc_batch_create(&mut out) }, out)
+        NamedBatch::owned(unsafe { sys::acc_batch_create(&mut out) }, out)
     }
 
     /// A batch of the given entries, in order (a later entry of the same name replaces the earlier).
@@ -60,27 +60,27 @@ impl Batch {
     /// ```no_run
     /// # fn main() -> acc::Result<()> {
     /// let ids = acc::Tensor::from_slice(&[1i64, 2, 3], &[1, 3])?;
-    /// let batch = acc::Batch::from_tensors([("input_ids", &ids), ("labels", &ids)])?;
+    /// let batch = acc::NamedBatch::from_tensors([("input_ids", &ids), ("labels", &ids)])?;
     /// # Ok(()) }
     /// ```
-    pub fn from_tensors<'a>(entries: impl IntoIterator<Item = (&'a str, &'a Tensor)>) -> Result<Batch> {
-        let mut b = Batch::new()?;
+    pub fn from_tensors<'a>(entries: impl IntoIterator<Item = (&'a str, &'a Tensor)>) -> Result<NamedBatch> {
+        let mut b = NamedBatch::new()?;
         for (name, t) in entries {
             b.set(name, t)?;
         }
         Ok(b)
     }
 
-    pub(crate) fn owned(status: sys::acc_status, out: *mut sys::acc_batch) -> Result<Batch> {
+    pub(crate) fn owned(status: sys::acc_status, out: *mut sys::acc_batch) -> Result<NamedBatch> {
         check(status)?;
         NonNull::new(out)
-            .map(|ptr| Batch { ptr })
+            .map(|ptr| NamedBatch { ptr })
             .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL batch"))
     }
 
     /// Takes ownership of a handle from libacc (None for NULL).
-    pub(crate) fn from_raw(ptr: *mut sys::acc_batch) -> Option<Batch> {
-        NonNull::new(ptr).map(|ptr| Batch { ptr })
+    pub(crate) fn from_raw(ptr: *mut sys::acc_batch) -> Option<NamedBatch> {
+        NonNull::new(ptr).map(|ptr| NamedBatch { ptr })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::acc_batch {
@@ -170,9 +170,9 @@ impl Batch {
     }
 }
 
-/// The entries of a [`Batch`], in order: `Result<(name, tensor)>`.
+/// The entries of a [`NamedBatch`], in order: `Result<(name, tensor)>`.
 pub struct BatchIter<'a> {
-    batch: &'a Batch,
+    batch: &'a NamedBatch,
     next: usize,
     len: usize,
     error: Option<Error>,
@@ -202,7 +202,7 @@ impl Iterator for BatchIter<'_> {
     }
 }
 
-impl<'a> IntoIterator for &'a Batch {
+impl<'a> IntoIterator for &'a NamedBatch {
     type Item = Result<(String, Tensor)>;
     type IntoIter = BatchIter<'a>;
 

@@ -30,17 +30,17 @@
 //! ```
 //!
 //! # Named batches
-//! A [`Batch`] maps names to tensors, as the dicts of Accelerate and Hugging Face models do: build
+//! A [`NamedBatch`] maps names to tensors, as the dicts of Accelerate and Hugging Face models do: build
 //! datasets of named columns ([`Dataset::from_batch`]) or named samples ([`Dataset::from_batch_fn`]),
 //! take batches with [`DataLoader::next_batch`] and run them with [`Model::forward_batch`], whose
 //! outputs are a batch too (`"loss"`, `"logits"` or `"output"`).
 //!
 //! ```no_run
-//! use acc::{Batch, DataLoader, Dataset, Model, Tensor};
+//! use acc::{NamedBatch, DataLoader, Dataset, Model, Tensor};
 //!
 //! fn main() -> acc::Result<()> {
 //!     let ids = Tensor::from_slice(&[1i64, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5], &[4, 3])?;
-//!     let data = Dataset::from_batch(&Batch::from_tensors([("input_ids", &ids), ("labels", &ids)])?)?;
+//!     let data = Dataset::from_batch(&NamedBatch::from_tensors([("input_ids", &ids), ("labels", &ids)])?)?;
 //!     let loader = DataLoader::new(&data, r#"{"batch_size": 2}"#)?;
 //!     let gpt = Model::new(r#"{"type": "gpt", "vocab_size": 7, "block_size": 3, "n_layer": 1, "n_head": 1, "n_embd": 8}"#)?;
 //!     while let Some(batch) = loader.next_batch()? {
@@ -78,10 +78,10 @@ use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
 pub use acc_sys as sys;
-pub use batch::{Batch, BatchIter};
+pub use batch::{NamedBatch, BatchIter};
 pub use error::{Error, ErrorCode, Result};
 pub use tensor::{DType, Element, Tensor, TensorView};
-pub use train::{Accelerator, DataLoader, Dataset, Model, Optimizer, Pair, ReduceOp, Scheduler};
+pub use train::{Accelerator, DataLoader, Dataset, Model, Optimizer, Batch, ReduceOp, Scheduler};
 
 /// The ABI this crate was generated for.
 pub const ABI_VERSION: i32 = sys::ACC_ABI_VERSION;

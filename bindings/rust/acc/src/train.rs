@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use acc_sys as sys;
 
-use crate::batch::Batch;
+use crate::batch::NamedBatch;
 use crate::error::{check, Error, ErrorCode, Result};
 use crate::tensor::Tensor;
 use crate::{check_abi, cstring};
@@ -343,9 +343,9 @@ impl Model {
     /// (shifted inside, -100 ignored) and returns `"logits"` (and `"loss"`); a TorchScript module gets
     /// the tensors by its forward's argument names. A name the model does not take is refused. The
     /// loss keeps its graph, ready for [`Accelerator::backward`].
-    pub fn forward_batch(&self, batch: &Batch) -> Result<Batch> {
+    pub fn forward_batch(&self, batch: &NamedBatch) -> Result<NamedBatch> {
         let mut out = ptr::null_mut();
-        Batch::owned(
+        NamedBatch::owned(
             unsafe { sys::acc_model_forward_batch(self.as_ptr(), batch.as_ptr(), &mut out) },
             out,
         )
@@ -627,7 +627,7 @@ impl Dataset {
 
     /// A dataset of named columns (torch's `TensorDataset`, named): sample `i` is `{name:
     /// columns[name][i]}`. The tensors must agree in their number of rows; they are copied.
-    pub fn from_batch(columns: &Batch) -> Result<Dataset> {
+    pub fn from_batch(columns: &NamedBatch) -> Result<Dataset> {
         check_abi()?;
         let mut out = ptr::null_mut();
         Dataset::owned(
@@ -637,13 +637,13 @@ impl Dataset {
         )
     }
 
-    /// A dataset of `len` named samples produced by `f(index) -> Batch`, called on the thread that
+    /// A dataset of `len` named samples produced by `f(index) -> NamedBatch`, called on the thread that
     /// calls [`DataLoader::next_batch`] (or [`DataLoader::next`]). Every sample names the same tensors
     /// in the same order. An `Err` fails that call with [`ErrorCode::Callback`] and the error as its
     /// source; a panic is caught at the C boundary and resumed in the caller.
     pub fn from_batch_fn<F, E>(len: i64, f: F) -> Result<Dataset>
     where
-        F: FnMut(i64) -> std::result::Result<Batch, E> + Send + 'static,
+        F: FnMut(i64) -> std::result::Result<NamedBatch, E> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         check_abi()?;
@@ -653,7 +653,7 @@ impl Dataset {
         }
         unsafe extern "C" fn get<F, E>(user: *mut c_void, index: i64, sample: *mut sys::acc_batch) -> sys::acc_status
         where
-            F: FnMut(i64) -> std::result::Result<Batch, E> + Send + 'static,
+            F: FnMut(i64) -> std::result::Result<NamedBatch, E> + Send + 'static,
             E: Into<Box<dyn std::error::Error + Send + Sync>>,
         {
             // SAFETY: user is the State we boxed; libacc calls one sample at a time.
@@ -706,9 +706,9 @@ impl Dataset {
 }
 
 /// A batch as (input, target), what [`DataLoader::next`] yields (the target is None when the dataset
-/// has none). Named batches are [`Batch`]es ([`DataLoader::next_batch`]).
+/// has none). Named batches are [`NamedBatch`]es ([`DataLoader::next_batch`]).
 #[derive(Debug)]
-pub struct Pair {
+pub struct Batch {
     pub input: Tensor,
     pub target: Option<Tensor>,
 }
@@ -757,7 +757,7 @@ impl DataLoader {
     /// next epoch (reshuffled by the loader's generator). Resumes a panic of a [`Dataset::from_fn`] callback.
     /// A batch of one or two tensors arrives as (input, target), in the batch's order.
     #[allow(clippy::should_implement_trait)]
-    pub fn next(&self) -> Result<Option<Pair>> {
+    pub fn next(&self) -> Result<Option<Batch>> {
         let (mut x, mut y, mut has) = (ptr::null_mut(), ptr::null_mut(), 0);
         let st = unsafe { sys::acc_dataloader_next(self.as_ptr(), &mut x, &mut y, &mut has) };
         if st != sys::ACC_OK {
@@ -767,7 +767,7 @@ impl DataLoader {
             return Ok(None);
         }
         let input = Tensor::from_raw(x).ok_or_else(|| Error::new(ErrorCode::Internal, "batch without input"))?;
-        Ok(Some(Pair {
+        Ok(Some(Batch {
             input,
             target: Tensor::from_raw(y),
         }))
@@ -775,13 +775,13 @@ impl DataLoader {
 
     /// This process's next batch with its tensors by name, or `None` at the end of an epoch (the call
     /// after that starts the next epoch). Resumes a panic of a dataset callback.
-    pub fn next_batch(&self) -> Result<Option<Batch>> {
+    pub fn next_batch(&self) -> Result<Option<NamedBatch>> {
         let mut out = ptr::null_mut();
         let st = unsafe { sys::acc_dataloader_next_batch(self.as_ptr(), &mut out) };
         if st != sys::ACC_OK {
             return Err(self.failed(st));
         }
-        Ok(Batch::from_raw(out))
+        Ok(NamedBatch::from_raw(out))
     }
 
     /// The error of a failed load (read at once), with a dataset callback's error as its source; a

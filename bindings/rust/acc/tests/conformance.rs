@@ -3,7 +3,7 @@ use std::error::Error as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use acc::{Accelerator, Batch, DType, DataLoader, Dataset, ErrorCode, Model, Optimizer, ReduceOp, Scheduler, Tensor};
+use acc::{Accelerator, NamedBatch, DType, DataLoader, Dataset, ErrorCode, Model, Optimizer, ReduceOp, Scheduler, Tensor};
 
 /// `r` failed with `code` and a message naming `needle`.
 #[track_caller]
@@ -544,7 +544,7 @@ const GPT: &str = r#"{"type": "gpt", "vocab_size": 7, "block_size": 3, "n_layer"
 
 /// The "loss" of a forward_batch result: finite and > 0; its "logits" are [rows, 3, 7].
 #[track_caller]
-fn check_gpt_outputs(out: &Batch, rows: i64) -> f64 {
+fn check_gpt_outputs(out: &NamedBatch, rows: i64) -> f64 {
     assert!(
         out.contains("loss").unwrap() && out.contains("logits").unwrap(),
         "{out:?}"
@@ -561,7 +561,7 @@ fn named_batch() {
     // The handle: insertion order, replacement in place, shared data.
     let ids = Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4], &[4, 3]).unwrap();
     let mask = Tensor::from_slice(&[1i64; 12], &[4, 3]).unwrap();
-    let mut b = Batch::new().unwrap();
+    let mut b = NamedBatch::new().unwrap();
     assert!(b.is_empty().unwrap());
     b.set("input_ids", &mask).unwrap();
     b.set("labels", &ids).unwrap();
@@ -604,10 +604,10 @@ fn named_batch() {
     }
     assert_eq!(batches, 2);
     // A name the model does not take is refused by name; a batch without inputs too.
-    let extra = Batch::from_tensors([("input_ids", &ids), ("token_type_ids", &ids)]).unwrap();
+    let extra = NamedBatch::from_tensors([("input_ids", &ids), ("token_type_ids", &ids)]).unwrap();
     expect_err(m.forward_batch(&extra), ErrorCode::InvalidArgument, "token_type_ids");
     expect_err(
-        m.forward_batch(&Batch::new().unwrap()),
+        m.forward_batch(&NamedBatch::new().unwrap()),
         ErrorCode::InvalidArgument,
         "input_ids",
     );
@@ -635,7 +635,7 @@ fn named_callback_dataset() {
             return Err(format!("no sample {i}"));
         }
         let ids = Tensor::from_slice(&[i % 7, (i + 1) % 7, (i + 2) % 7], &[3]).map_err(|e| e.to_string())?;
-        Batch::from_tensors([("input_ids", &ids), ("labels", &ids)]).map_err(|e| e.to_string())
+        NamedBatch::from_tensors([("input_ids", &ids), ("labels", &ids)]).map_err(|e| e.to_string())
     })
     .unwrap();
     assert_eq!(ds.len().unwrap(), 6);
@@ -658,13 +658,13 @@ fn named_callback_dataset() {
     );
 
     // An empty sample is refused; a panic resumes in the caller of next_batch.
-    let empty = Dataset::from_batch_fn(1, |_| Batch::new()).unwrap();
+    let empty = Dataset::from_batch_fn(1, |_| NamedBatch::new()).unwrap();
     expect_err(
         DataLoader::new(&empty, "").unwrap().next_batch(),
         ErrorCode::Callback,
         "no tensor for index 0",
     );
-    let pds = Dataset::from_batch_fn(2, |_| -> Result<Batch, String> { panic!("boom") }).unwrap();
+    let pds = Dataset::from_batch_fn(2, |_| -> Result<NamedBatch, String> { panic!("boom") }).unwrap();
     let pdl = DataLoader::new(&pds, "").unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pdl.next_batch()));
     assert_eq!(

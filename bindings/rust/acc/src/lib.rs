@@ -78,10 +78,10 @@ use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
 pub use acc_sys as sys;
-pub use batch::{NamedBatch, BatchIter};
+pub use batch::{BatchIter, NamedBatch};
 pub use error::{Error, ErrorCode, Result};
 pub use tensor::{DType, Element, Tensor, TensorView};
-pub use train::{Accelerator, DataLoader, Dataset, Model, Optimizer, Batch, ReduceOp, Scheduler};
+pub use train::{Accelerator, Batch, DataLoader, Dataset, Model, Optimizer, ReduceOp, Scheduler};
 
 /// The ABI this crate was generated for.
 pub const ABI_VERSION: i32 = sys::ACC_ABI_VERSION;

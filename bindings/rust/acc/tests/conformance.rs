@@ -3,7 +3,9 @@ use std::error::Error as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use acc::{Accelerator, NamedBatch, DType, DataLoader, Dataset, ErrorCode, Model, Optimizer, ReduceOp, Scheduler, Tensor};
+use acc::{
+    Accelerator, DType, DataLoader, Dataset, ErrorCode, Model, NamedBatch, Optimizer, ReduceOp, Scheduler, Tensor,
+};
 
 /// `r` failed with `code` and a message naming `needle`.
 #[track_caller]

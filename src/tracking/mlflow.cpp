@@ -1,0 +1,350 @@
+// The mlflow tracker: MLflow's file store (the `mlruns/` layout of mlflow.store.tracking.file_store), so that
+// the MLflow client and UI read the run (MLflow >= 3 reads a file store with MLFLOW_ALLOW_FILE_STORE=true):
+//
+//   <root>/0/meta.yaml                         the Default experiment, made with a new root (as FileStore does)
+//   <root>/.trash/
+//   <root>/<experiment_id>/meta.yaml           name, experiment_id, artifact_location, lifecycle_stage, times
+//   <root>/<experiment_id>/tags/<name>         experiment tags
+//   <root>/<experiment_id>/<run_id>/meta.yaml  run_id, run_name, status (1 running, 3 finished), times, user
+//   <root>/<experiment_id>/<run_id>/params/<name>    str(value)
+//   <root>/<experiment_id>/<run_id>/metrics/<name>   one line per value: "<timestamp ms> <value> <step>"
+//   <root>/<experiment_id>/<run_id>/tags/<name>      mlflow.runName, mlflow.user, mlflow.source.*, user tags
+//   <root>/<experiment_id>/<run_id>/artifacts/       (empty; the client requires it)
+//
+// <root>: MLFLOW_TRACKING_URI when it is a path or a file: URI, else <logging_dir>/mlruns, else ./mlruns.
+// The experiment is MLFLOW_EXPERIMENT_NAME or the project name, reused when one of that name exists (as
+// Accelerate's MLflowTracker does); MLFLOW_RUN_ID continues an existing run; MLFLOW_TAGS (a JSON object)
+// tags the run and a new experiment.
+#include <pwd.h>
+#include <unistd.h>
+
+#include <acc/files.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <dirent.h>
+#include <ios>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+
+#include "tracking/tracking.hpp"
+
+namespace acc::tracking {
+
+namespace {
+
+constexpr size_t kMaxParamValue = 6000;  // mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
+constexpr size_t kMaxKey = 250;          // MAX_ENTITY_KEY_LENGTH
+
+std::string env_or(const std::map<std::string, std::string>& env, const char* key, const std::string& dflt = "") {
+  auto it = env.find(key);
+  return it == env.end() || it->second.empty() ? dflt : it->second;
+}
+
+// MLflow's names of params, metrics and tags: alphanumerics, '_', '-', '.', ' ', ':', '/', and no path
+// that would normalize to another name ("a//b", "./a", "a/", "/a", "..").
+void validate_name(const std::string& name, const char* what) {
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("mlflow: " + std::string(what) + " name '" + name + "' is not valid in MLflow: " + why);
+  };
+  if (name.empty()) bad("it is empty");
+  if (name.size() > kMaxKey) bad("it is longer than 250 characters");
+  for (unsigned char c : name)
+    if (!(std::isalnum(c) || c >= 0x80 || c == '_' || c == '-' || c == '.' || c == ' ' || c == ':' || c == '/'))
+      bad("names may only contain alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), colons (:) "
+          "and slashes (/)");
+  if (name.front() == '/' || name.back() == '/') bad("it would name another file");
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string::npos) end = name.size();
+    std::string part = name.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") bad("it would name another file");
+    start = end + 1;
+  }
+}
+
+std::string file_uri(const std::string& abs) { return "file://" + abs; }
+
+std::string user_name(const std::map<std::string, std::string>& env) {
+  std::string u = env_or(env, "USER", env_or(env, "LOGNAME"));
+  if (!u.empty()) return u;
+  if (const passwd* pw = ::getpwuid(::getuid())) return pw->pw_name;
+  return "unknown";
+}
+
+std::string program_path() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string random_hex(size_t n) {
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(wall_time_ms())};
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += digits[rng() & 15];
+  return s;
+}
+
+uint64_t random_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(wall_time_ms() * 31)};
+  return 100000000000000000ull + rng() % 900000000000000000ull;  // 18 digits, as MLflow's ids
+}
+
+std::vector<std::string> subdirectories(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == ".." || n == ".trash") continue;
+    if (exists(dir + "/" + n + "/meta.yaml")) out.push_back(n);
+  }
+  ::closedir(d);
+  return out;
+}
+
+YAML::Node load_yaml(const std::string& path) {
+  try {
+    return YAML::Load(read_file(path));
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument("mlflow: '" + path + "' is not YAML: " + e.what());
+  }
+}
+
+void write_experiment_meta(const std::string& root, const std::string& id, const std::string& name, int64_t now) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "artifact_location" << YAML::Value << YAML::DoubleQuoted << file_uri(root + "/" + id);
+  e << YAML::Key << "creation_time" << YAML::Value << now;
+  e << YAML::Key << "experiment_id" << YAML::Value << YAML::SingleQuoted << id;
+  e << YAML::Key << "last_update_time" << YAML::Value << now;
+  e << YAML::Key << "lifecycle_stage" << YAML::Value << "active";
+  e << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << name;
+  e << YAML::EndMap;
+  config::make_directories(root + "/" + id);
+  config::write_file_atomic(root + "/" + id + "/meta.yaml", std::string(e.c_str()) + "\n");
+}
+
+class MlflowTracker final : public Tracker {
+ public:
+  explicit MlflowTracker(const RunOptions& o) {
+    check_kwargs(o, "mlflow", {"run_name", "tags", "description"});
+    // The store's root.
+    std::string uri = env_or(o.env, "MLFLOW_TRACKING_URI");
+    std::string root;
+    if (!uri.empty()) {
+      if (uri.rfind("file://", 0) == 0) {
+        root = uri.substr(7);
+      } else if (uri.find(':') != std::string::npos) {
+        throw std::invalid_argument("MLFLOW_TRACKING_URI=" + uri +
+                                    ": libacc's mlflow tracker writes MLflow's file store only (a path or a file:// URI)");
+      } else {
+        root = uri;
+      }
+    } else {
+      root = o.logging_dir.empty() ? std::string("mlruns") : o.logging_dir + "/mlruns";
+    }
+    const bool fresh = !exists(root);
+    config::make_directories(root);
+    root_ = absolute_path(root);
+    const int64_t now = wall_time_ms();
+    if (fresh) write_experiment_meta(root_, "0", "Default", now);  // as FileStore does with a new root
+    config::make_directories(root_ + "/.trash");
+
+    std::vector<std::pair<std::string, std::string>> tags;
+    if (auto t = env_or(o.env, "MLFLOW_TAGS"); !t.empty())
+      tags = parse_string_map(t, "MLFLOW_TAGS");
+    else
+      tags = kwarg_string_map(o, "mlflow", "tags");
+    for (const auto& [k, v] : tags) validate_name(k, "tag");
+
+    const std::string run_id = env_or(o.env, "MLFLOW_RUN_ID");
+    if (!run_id.empty()) {
+      resume(run_id);
+    } else {
+      // The experiment: reused by name, or created.
+      const std::string name = env_or(o.env, "MLFLOW_EXPERIMENT_NAME", o.project_name);
+      for (const auto& id : subdirectories(root_)) {
+        YAML::Node m = load_yaml(root_ + "/" + id + "/meta.yaml");
+        if (m["name"] && m["name"].as<std::string>() == name &&
+            (!m["lifecycle_stage"] || m["lifecycle_stage"].as<std::string>() == "active")) {
+          experiment_id_ = id;
+          break;
+        }
+      }
+      if (experiment_id_.empty()) {
+        do experiment_id_ = std::to_string(random_id());
+        while (exists(root_ + "/" + experiment_id_));
+        write_experiment_meta(root_, experiment_id_, name, now);
+        for (const auto& [k, v] : tags) write_tag(root_ + "/" + experiment_id_ + "/tags", k, v);
+      }
+      run_id_ = random_hex(32);
+      run_dir_ = root_ + "/" + experiment_id_ + "/" + run_id_;
+      run_name_ = kwarg_string(o, "mlflow", "run_name").value_or("");
+      if (run_name_.empty()) {
+        char stamp[32];
+        std::time_t t = static_cast<std::time_t>(now / 1000);
+        std::tm tm{};
+        gmtime_r(&t, &tm);
+        std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+        run_name_ = o.project_name + "-" + stamp;
+      }
+      user_ = user_name(o.env);
+      start_time_ = now;
+      for (const char* sub : {"metrics", "params", "tags", "artifacts"}) config::make_directories(run_dir_ + "/" + sub);
+      write_run_meta(/*running=*/true);
+      write_tag(run_dir_ + "/tags", "mlflow.runName", run_name_);
+      write_tag(run_dir_ + "/tags", "mlflow.user", user_);
+      write_tag(run_dir_ + "/tags", "mlflow.source.name", program_path());
+      write_tag(run_dir_ + "/tags", "mlflow.source.type", "LOCAL");
+    }
+    for (const auto& [k, v] : tags) write_tag(run_dir_ + "/tags", k, v);
+    if (auto d = kwarg_string(o, "mlflow", "description")) write_tag(run_dir_ + "/tags", "mlflow.note.content", *d);
+  }
+
+  ~MlflowTracker() override {
+    try {
+      finish();
+    } catch (...) {
+    }
+  }
+
+  const char* name() const override { return "mlflow"; }
+  const std::string& location() const override { return run_dir_; }
+
+  void store_init_configuration(const Values& hparams) override {
+    for (const auto& [k, v] : hparams) {
+      std::string text = python_str(v);
+      if (text.size() > kMaxParamValue) {
+        std::cerr << "acc: mlflow tracker: the value of parameter '" << k << "' is longer than " << kMaxParamValue
+                  << " characters (MLflow's limit), so it is not logged\n";
+        continue;
+      }
+      validate_name(k, "parameter");
+    }
+    for (const auto& [k, v] : hparams) {
+      std::string text = python_str(v);
+      if (text.size() > kMaxParamValue) continue;
+      const std::string path = run_dir_ + "/params/" + k;
+      if (exists(path)) {
+        std::string old = read_file(path);
+        if (old != text)
+          throw std::invalid_argument("mlflow: parameter '" + k + "' of run " + run_id_ + " is already '" + old +
+                                      "'; MLflow does not allow changing it to '" + text + "'");
+        continue;
+      }
+      make_parent(path);
+      config::write_file_atomic(path, text);
+    }
+  }
+
+  void check(const Values& values) const override {
+    for (const auto& [k, v] : values)
+      if (v.scalar()) validate_name(k, "metric");
+  }
+
+  void log(const Values& values, std::optional<int64_t> step) override {
+    const int64_t ts = wall_time_ms();
+    for (const auto& [k, v] : values) {
+      auto x = v.scalar();
+      if (!x) {
+        if (warned_.insert(k).second)
+          std::cerr << "acc: mlflow tracker: '" << k
+                    << "' is not a number; MLflow's metrics are numbers, so it is not logged\n";
+        continue;
+      }
+      auto it = metrics_.find(k);
+      if (it == metrics_.end()) {
+        const std::string path = run_dir_ + "/metrics/" + k;
+        make_parent(path);
+        it = metrics_.emplace(k, AppendFile(path, /*lines=*/true)).first;
+      }
+      it->second.append(std::to_string(ts) + " " + format_number(*x) + " " + std::to_string(step.value_or(0)) + "\n");
+    }
+  }
+
+  void finish() override {
+    if (finished_ || run_dir_.empty()) return;
+    finished_ = true;
+    for (auto& [k, f] : metrics_) {
+      f.sync();
+      f.close();
+    }
+    metrics_.clear();
+    end_time_ = wall_time_ms();
+    write_run_meta(/*running=*/false);
+  }
+
+ private:
+  void make_parent(const std::string& path) { config::make_directories(path.substr(0, path.rfind('/'))); }
+
+  void write_tag(const std::string& dir, const std::string& key, const std::string& value) {
+    const std::string path = dir + "/" + key;
+    make_parent(path);
+    config::write_file_atomic(path, value);
+  }
+
+  void write_run_meta(bool running) {
+    YAML::Emitter e;
+    e << YAML::BeginMap;
+    e << YAML::Key << "artifact_uri" << YAML::Value << YAML::DoubleQuoted << file_uri(run_dir_ + "/artifacts");
+    e << YAML::Key << "end_time" << YAML::Value;
+    if (running) e << YAML::Null;
+    else e << end_time_;
+    e << YAML::Key << "entry_point_name" << YAML::Value << YAML::SingleQuoted << "";
+    e << YAML::Key << "experiment_id" << YAML::Value << YAML::SingleQuoted << experiment_id_;
+    e << YAML::Key << "lifecycle_stage" << YAML::Value << "active";
+    e << YAML::Key << "run_id" << YAML::Value << run_id_;
+    e << YAML::Key << "run_name" << YAML::Value << YAML::DoubleQuoted << run_name_;
+    e << YAML::Key << "source_name" << YAML::Value << YAML::SingleQuoted << "";
+    e << YAML::Key << "source_type" << YAML::Value << 4;  // LOCAL
+    e << YAML::Key << "source_version" << YAML::Value << YAML::SingleQuoted << "";
+    e << YAML::Key << "start_time" << YAML::Value << start_time_;
+    e << YAML::Key << "status" << YAML::Value << (running ? 1 : 3);  // RUNNING, FINISHED
+    e << YAML::Key << "tags" << YAML::Value << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
+    e << YAML::Key << "user_id" << YAML::Value << YAML::DoubleQuoted << user_;
+    e << YAML::EndMap;
+    config::write_file_atomic(run_dir_ + "/meta.yaml", std::string(e.c_str()) + "\n");
+  }
+
+  // MLFLOW_RUN_ID: the run continues (status running, no end time), in whichever experiment holds it.
+  void resume(const std::string& run_id) {
+    for (char c : run_id)
+      if (!std::isxdigit(static_cast<unsigned char>(c)))
+        throw std::invalid_argument("MLFLOW_RUN_ID=" + run_id + " is not a run id");
+    for (const auto& id : subdirectories(root_)) {
+      const std::string dir = root_ + "/" + id + "/" + run_id;
+      if (!exists(dir + "/meta.yaml")) continue;
+      YAML::Node m = load_yaml(dir + "/meta.yaml");
+      experiment_id_ = id;
+      run_id_ = run_id;
+      run_dir_ = dir;
+      run_name_ = m["run_name"] ? m["run_name"].as<std::string>() : std::string();
+      user_ = m["user_id"] ? m["user_id"].as<std::string>() : std::string();
+      start_time_ = m["start_time"] ? m["start_time"].as<int64_t>() : wall_time_ms();
+      for (const char* sub : {"metrics", "params", "tags", "artifacts"}) config::make_directories(run_dir_ + "/" + sub);
+      write_run_meta(/*running=*/true);
+      return;
+    }
+    throw std::invalid_argument("MLFLOW_RUN_ID=" + run_id + ": no such run under '" + root_ + "'");
+  }
+
+  std::string root_, experiment_id_, run_id_, run_dir_, run_name_, user_;
+  int64_t start_time_ = 0, end_time_ = 0;
+  std::map<std::string, AppendFile> metrics_;
+  std::set<std::string> warned_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Tracker> make_mlflow(const RunOptions& o) { return std::make_unique<MlflowTracker>(o); }
+
+}  // namespace acc::tracking

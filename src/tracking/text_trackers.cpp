@@ -1,0 +1,270 @@
+// The jsonl and csv trackers: one line per log call in <logging_dir>/<project_name>/metrics.jsonl or
+// metrics.csv, and the hyperparameters in hparams.json beside them. Lines are appended with one write(2)
+// each; reopening a file (a resumed run) continues it, dropping a last line a crash cut short.
+#include <acc/files.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ios>
+#include <stdexcept>
+
+#include "tracking/tracking.hpp"
+
+namespace acc::tracking {
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  return format_number(v);
+}
+
+namespace {
+
+std::string json_value(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::Number: return json_number(v.number);
+    case Value::Kind::Bool: return v.flag ? "true" : "false";
+    case Value::Kind::String: return json_string(v.text);
+    case Value::Kind::Null: return "null";
+    case Value::Kind::Dict: {
+      std::string s = "{";
+      for (size_t i = 0; i < v.dict.size(); ++i)
+        s += (i ? ", " : "") + json_string(v.dict[i].first) + ": " + json_number(v.dict[i].second);
+      return s + "}";
+    }
+  }
+  return "null";
+}
+
+std::string json_object(const Values& values) {
+  std::string s = "{";
+  for (size_t i = 0; i < values.size(); ++i)
+    s += (i ? ", " : "") + json_string(values[i].first) + ": " + json_value(values[i].second);
+  return s + "}";
+}
+
+std::string time_text(double t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", t);
+  return buf;
+}
+
+void write_hparams_json(const std::string& dir, const Values& hparams) {
+  config::write_file_atomic(dir + "/hparams.json", json_object(hparams) + "\n");
+}
+
+class JsonlTracker final : public Tracker {
+ public:
+  explicit JsonlTracker(const RunOptions& o) {
+    check_kwargs(o, "jsonl", {});
+    dir_ = o.logging_dir + "/" + o.project_name;
+    config::make_directories(dir_);
+    file_ = AppendFile(dir_ + "/metrics.jsonl", /*lines=*/true);
+  }
+  ~JsonlTracker() override { file_.close(); }
+  const char* name() const override { return "jsonl"; }
+  const std::string& location() const override { return dir_; }
+  void store_init_configuration(const Values& hparams) override { write_hparams_json(dir_, hparams); }
+  void log(const Values& values, std::optional<int64_t> step) override {
+    std::string line = "{\"step\": " + (step ? std::to_string(*step) : std::string("null")) +
+                       ", \"time\": " + time_text(wall_time()) + ", \"values\": " + json_object(values) + "}\n";
+    file_.append(line);
+  }
+  void finish() override {
+    if (!file_.is_open()) return;
+    file_.sync();
+    file_.close();
+  }
+
+ private:
+  std::string dir_;
+  AppendFile file_;
+};
+
+// --- csv ---
+
+std::string csv_cell(const std::string& s) {
+  bool quote = s.find_first_of(",\"\r\n") != std::string::npos ||
+               (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  if (!quote) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// The records of a CSV text (a newline inside quotes belongs to its record), without their line ends.
+std::vector<std::string> csv_records(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (char c : text) {
+    if (c == '"') quoted = !quoted;
+    if (c == '\n' && !quoted) {
+      if (!cur.empty() && cur.back() == '\r') cur.pop_back();
+      out.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(std::move(cur));
+  return out;
+}
+
+std::vector<std::string> csv_split(const std::string& record) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t i = 0; i < record.size(); ++i) {
+    char c = record[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < record.size() && record[i + 1] == '"') {
+        cells.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cells.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  return cells;
+}
+
+class CsvTracker final : public Tracker {
+ public:
+  explicit CsvTracker(const RunOptions& o) {
+    check_kwargs(o, "csv", {});
+    dir_ = o.logging_dir + "/" + o.project_name;
+    config::make_directories(dir_);
+    path_ = dir_ + "/metrics.csv";
+    file_ = AppendFile(path_, /*lines=*/true);  // drops a row a crash cut short
+    std::string text = read_file(path_);
+    auto records = csv_records(text);
+    if (!records.empty()) {
+      auto header = csv_split(records.front());
+      if (header.size() < 2 || header[0] != "step" || header[1] != "time")
+        throw std::invalid_argument("'" + path_ + "' is not a libacc metrics file (its header does not start with step,time)");
+      columns_.assign(header.begin() + 2, header.end());
+      has_header_ = true;
+    }
+  }
+  ~CsvTracker() override { file_.close(); }
+  const char* name() const override { return "csv"; }
+  const std::string& location() const override { return dir_; }
+  void store_init_configuration(const Values& hparams) override { write_hparams_json(dir_, hparams); }
+
+  void log(const Values& values, std::optional<int64_t> step) override {
+    // Columns: an object of numbers gives one column per member, "<name>/<member>".
+    std::vector<std::pair<std::string, std::string>> cells;
+    for (const auto& [k, v] : values) {
+      if (v.kind == Value::Kind::Dict) {
+        for (const auto& [m, x] : v.dict) cells.emplace_back(k + "/" + m, format_number(x));
+      } else if (v.kind == Value::Kind::Null) {
+        cells.emplace_back(k, "");
+      } else {
+        cells.emplace_back(k, python_str(v));
+      }
+    }
+    std::vector<std::string> fresh;
+    for (const auto& c : cells)
+      if (std::find(columns_.begin(), columns_.end(), c.first) == columns_.end() &&
+          std::find(fresh.begin(), fresh.end(), c.first) == fresh.end())
+        fresh.push_back(c.first);
+    if (!has_header_) {
+      columns_ = fresh;
+      std::string header = "step,time";
+      for (const auto& c : columns_) {
+        header += ',';
+        header += csv_cell(c);
+      }
+      file_.append(header + "\n");
+      has_header_ = true;
+    } else if (!fresh.empty()) {
+      widen(fresh);
+    }
+    std::string row = (step ? std::to_string(*step) : std::string()) + "," + time_text(wall_time());
+    for (const auto& col : columns_) {
+      row += ",";
+      for (const auto& c : cells)
+        if (c.first == col) {
+          row += csv_cell(c.second);
+          break;
+        }
+    }
+    file_.append(row + "\n");
+  }
+
+  void finish() override {
+    if (!file_.is_open()) return;
+    file_.sync();
+    file_.close();
+  }
+
+ private:
+  // New names after the first call: the file is rewritten whole, atomically, with the new columns appended
+  // to the header and empty cells in the earlier rows.
+  void widen(const std::vector<std::string>& fresh) {
+    file_.close();
+    auto records = csv_records(read_file(path_));
+    std::string extra(fresh.size(), ',');
+    std::string out;
+    for (size_t i = 0; i < records.size(); ++i) {
+      out += records[i];
+      if (i == 0) {
+        for (const auto& c : fresh) {
+          out += ',';
+          out += csv_cell(c);
+        }
+      } else {
+        out += extra;
+      }
+      out += "\n";
+    }
+    config::write_file_atomic(path_, out);
+    columns_.insert(columns_.end(), fresh.begin(), fresh.end());
+    file_ = AppendFile(path_, /*lines=*/true);
+  }
+
+  std::string dir_, path_;
+  AppendFile file_;
+  std::vector<std::string> columns_;
+  bool has_header_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Tracker> make_jsonl(const RunOptions& o) { return std::make_unique<JsonlTracker>(o); }
+std::unique_ptr<Tracker> make_csv(const RunOptions& o) { return std::make_unique<CsvTracker>(o); }
+
+}  // namespace acc::tracking

@@ -15,11 +15,6 @@ using acc::capi::guarded;
 using acc::capi::HandleLock;
 using acc::capi::need;
 
-struct acc_bytes_list {
-  std::vector<std::string> items;
-  std::atomic<bool> busy{false};
-};
-
 extern "C" {
 
 acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_next_fn next, void* user_data,

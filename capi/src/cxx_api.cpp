@@ -239,6 +239,27 @@ bool Accelerator::check_trigger() { return impl_->check_trigger(); }
 
 void Accelerator::print(const std::string& text) const { impl_->print(text); }
 
+void Accelerator::init_trackers(const std::string& project_name, const std::string& config_json,
+                                const std::string& init_kwargs_json) {
+  impl_->init_trackers(project_name, config_json, init_kwargs_json);
+}
+
+void Accelerator::log(const std::vector<std::pair<std::string, double>>& values, std::optional<int64_t> step) {
+  tracking::Values v;
+  v.reserve(values.size());
+  for (const auto& [name, x] : values) {
+    if (name.empty()) throw std::invalid_argument("log: an empty name");
+    v.emplace_back(name, tracking::Value::of(x));
+  }
+  impl_->log(v, step);
+}
+
+void Accelerator::log_json(const std::string& values_json, std::optional<int64_t> step) {
+  impl_->log(tracking::parse_values(values_json), step);
+}
+
+void Accelerator::end_training() { impl_->end_training(); }
+
 void Accelerator::set_seed(uint64_t seed, bool device_specific, bool deterministic) const {
   impl_->set_seed(seed, device_specific, deterministic);
 }

@@ -38,6 +38,10 @@ struct acc_batch {
   acc::core::TensorDict d;
   std::atomic<bool> busy{false};
 };
+struct acc_bytes_list {
+  std::vector<std::string> items;
+  std::atomic<bool> busy{false};
+};
 struct acc_dataloader {
   std::shared_ptr<acc::core::DataLoader> dl;
   std::atomic<bool> busy{false};

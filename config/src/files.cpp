@@ -31,6 +31,16 @@ struct TempFile {
   }
 };
 
+// The renames in a directory are durable only once it is synced. Some filesystems cannot sync a directory
+// (EINVAL); the entries are in place there all the same.
+void sync_directory(const std::string& dir) {
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fail_errno("cannot sync directory", dir);
+  int rc = ::fsync(dfd), err = errno;
+  ::close(dfd);
+  if (rc != 0 && err != EINVAL) fail("cannot sync directory", dir, err);
+}
+
 }  // namespace
 
 void make_directories(const std::string& dir) {
@@ -78,13 +88,23 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   if (::close(fd) != 0) fail_errno("cannot write", path);
   if (::rename(tmp.path.c_str(), path.c_str()) != 0) fail_errno("cannot write", path);
   tmp.done = true;
-  // The rename itself is durable only once the directory is synced. Some filesystems cannot sync a directory
-  // (EINVAL); the file is in place there all the same.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail_errno("cannot sync directory", dir);
-  int rc = ::fsync(dfd), err = errno;
-  ::close(dfd);
-  if (rc != 0 && err != EINVAL) fail("cannot sync directory", dir, err);
+  sync_directory(dir);
+}
+
+void replace_directory(const std::string& staged, const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::path target(dir);
+  const std::string parent = target.has_parent_path() ? target.parent_path().string() : ".";
+  const std::string aside = dir + ".old." + std::to_string(::getpid());
+  const bool existed = std::filesystem::exists(target, ec);
+  if (existed && ::rename(dir.c_str(), aside.c_str()) != 0) fail_errno("cannot move aside", dir);
+  if (::rename(staged.c_str(), dir.c_str()) != 0) {
+    const int err = errno;
+    if (existed) (void)::rename(aside.c_str(), dir.c_str());  // put the old one back
+    fail(("cannot rename '" + staged + "' to").c_str(), dir, err);
+  }
+  sync_directory(parent);
+  if (existed) std::filesystem::remove_all(aside, ec);  // best effort: the new directory is in place
 }
 
 }  // namespace acc::config

@@ -386,8 +386,11 @@ std::optional<std::string> unsupported_setting(const Config& c) {
     return refuse("ddp_kwargs.comm_hook", "a DDP communication hook", "set it to \"no\"");
   if (lower(c.get_string("ddp_kwargs.comm_wrapper")) != "no")
     return refuse("ddp_kwargs.comm_wrapper", "a DDP communication wrapper", "set it to \"no\"");
-  if (c.is_set("log_with") && !c.get_string_list("log_with").empty())
-    return refuse("log_with", "experiment tracking", "leave it null");
+  // Trackers: libacc writes TensorBoard event files, JSON lines, CSV and MLflow's file store (src/tracking).
+  if (c.is_set("log_with"))
+    for (const auto& t : c.get_string_list("log_with"))
+      if (t != "all" && t != "tensorboard" && t != "jsonl" && t != "csv" && t != "mlflow")
+        return refuse("log_with", "the tracker \"" + t + "\"", "use tensorboard, jsonl, csv or mlflow");
   if (c.is_set("init_process_group_kwargs.backend")) {
     std::string b = lower(c.get_string("init_process_group_kwargs.backend"));
     if (b != "gloo" && b != "nccl" && b != "cpu:gloo,cuda:nccl")

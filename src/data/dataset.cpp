@@ -762,9 +762,17 @@ std::vector<int64_t> DataLoader::order_for_pass(int64_t epoch) {
   }
   // torch's RandomSampler: randperm(n) from the sampler's generator; SeedableRandomSampler reseeds it
   // with seed + epoch; without a generator, each pass seeds a fresh one from the default generator.
+  // A resumed pass draws from the saved state (the generator advances as it did then, and no seed is
+  // drawn from the default generator a second time); every pass records its state for the next checkpoint.
+  const bool resumed = resume_ && resume_->pass_generator.defined();
   at::Generator gen = seedable_ ? at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch))
                       : gen_.defined() ? gen_
-                                       : at::detail::createCPUGenerator(draw_seed());
+                                       : at::detail::createCPUGenerator(resumed ? 0 : draw_seed());
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    if (resumed) gen.set_state(resume_->pass_generator);
+    pass_gen_state_ = gen.get_state().clone();
+  }
   at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
   std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
   return order;
@@ -831,9 +839,42 @@ bool DataLoader::end_of_dataloader() const { return in_epoch_ && pass_ && pass_-
 
 int64_t DataLoader::remainder() const { return end_of_dataloader() ? pass_->padded_real : 0; }
 
+LoaderPosition DataLoader::position() const {
+  LoaderPosition p;
+  p.epoch = epoch_;
+  p.batches = in_epoch_ ? yielded_ : 0;
+  if (in_epoch_) {
+    p.pass_generator = pass_gen_state_;
+  } else if (gen_.defined()) {
+    at::Generator gen = gen_;  // a handle to the same generator (mutex() is not const)
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    p.pass_generator = gen.get_state().clone();
+  }
+  return p;
+}
+
+void DataLoader::resume(const LoaderPosition& at) {
+  if (at.epoch < 0 || at.batches < 0)
+    throw std::invalid_argument("data loader position: epoch " + std::to_string(at.epoch) + ", batches " +
+                                std::to_string(at.batches) + " (both must be >= 0)");
+  set_epoch(at.epoch);
+  resume_ = at;
+}
+
 bool DataLoader::next(Sample& out) {
   if (!in_epoch_) {
-    pass_ = start_pass(epoch_);
+    // A resumed pass skips the batches given out before the checkpoint, once (skip_ is the loader's own).
+    const int64_t resumed = resume_ ? resume_->batches : 0;
+    skip_ += resumed;
+    try {
+      pass_ = start_pass(epoch_);
+    } catch (...) {
+      skip_ -= resumed;
+      throw;
+    }
+    skip_ -= resumed;
+    resume_.reset();
+    yielded_ = resumed;
     in_epoch_ = true;
     if (observer_) observer_->loader_begin(this);
   }
@@ -845,6 +886,7 @@ bool DataLoader::next(Sample& out) {
     if (observer_) observer_->loader_end(this);
     return false;
   }
+  ++yielded_;
   if (device_ != c10::Device(c10::kCPU))
     s = map_tensors(s, [this](const at::Tensor& t) { return t.to(device_, how_.non_blocking); });
   out = std::move(s);

@@ -90,6 +90,13 @@ struct LoaderPrepare {
   static LoaderPrepare from_config(const config::Config& c, ShardSpec spec, std::shared_ptr<Comm> comm);
 };
 
+// Where a loader is, for a checkpoint: enough to continue the interrupted pass with the same batches.
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batches = 0;      // batches of the current pass already yielded (0 between passes)
+  at::Tensor pass_generator;  // the shuffling generator's state when the current (or next) pass began; may be undefined
+};
+
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> ds, LoaderOptions opts);
@@ -120,6 +127,10 @@ class DataLoader {
   // first that many of the gathered batch), 0 when nothing was padded: what gather_for_metrics keeps.
   int64_t remainder() const;
   bool dispatches() const { return dispatch_; }
+  // Checkpoints: where the loader is, and continuing from there (the next batch is the one after the
+  // saved position's last, the pass's order drawn from the same generator state).
+  LoaderPosition position() const;
+  void resume(const LoaderPosition& at);
   bool iterable() const { return ds_->iterable(); }
 
   struct Pass;  // one epoch's iteration (dataset.cpp)
@@ -145,6 +156,9 @@ class DataLoader {
   at::Generator gen_;
   int64_t skip_ = 0;
   int64_t epoch_ = 0;
+  int64_t yielded_ = 0;                   // batches of the current pass given out (resumed ones included)
+  at::Tensor pass_gen_state_;             // the shuffling generator's state before this pass drew its order
+  std::optional<LoaderPosition> resume_;  // set by resume(): the next pass continues there
   bool in_epoch_ = false;
   std::unique_ptr<Pass> pass_;
 };

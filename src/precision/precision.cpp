@@ -58,4 +58,10 @@ double GradScaler::scale() const { return scale_.item<double>(); }
 
 int64_t GradScaler::growth_tracker() const { return growth_tracker_.item<int64_t>(); }
 
+void GradScaler::load(double scale, int64_t growth_tracker) {
+  if (!(scale > 0)) throw std::invalid_argument("the gradient scaler's scale must be > 0; got " + std::to_string(scale));
+  scale_.fill_(scale);
+  growth_tracker_.fill_(growth_tracker);
+}
+
 }  // namespace acc::core

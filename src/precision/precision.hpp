@@ -44,6 +44,7 @@ class GradScaler {
   void update(bool found_inf);
   double scale() const;
   int64_t growth_tracker() const;
+  void load(double scale, int64_t growth_tracker);  // a checkpoint's values
 
  private:
   GradScalerOptions opts_;

@@ -13,21 +13,70 @@ namespace acc::tracking {
 
 namespace {
 
+// NaN, Infinity and -Infinity, as Python's json module writes them (a diverged loss), are not JSON: outside
+// strings they become marker strings that number_of() turns back into numbers.
+constexpr std::string_view kMarker = "\\u0001acc-number:";
+
+std::string with_special_numbers(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool matched = false;
+    for (std::string_view tok : {"NaN", "Infinity", "-Infinity"}) {
+      if (text.substr(i, tok.size()) == tok) {
+        out += "\"";
+        out += kMarker;
+        out += tok;
+        out += "\"";
+        i += tok.size() - 1;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) out += c;
+  }
+  return out;
+}
+
 struct JsonDoc {
   cJSON* root = nullptr;
-  explicit JsonDoc(std::string_view text, const char* what) {
+  explicit JsonDoc(std::string_view raw, const char* what) {
+    std::string text = with_special_numbers(raw);
     root = cJSON_ParseWithLength(text.data(), text.size());
     if (!root) {
       const char* at = cJSON_GetErrorPtr();
       std::string near = at ? std::string(at).substr(0, 20) : std::string();
-      throw std::invalid_argument(std::string(what) + " is not valid JSON" + (near.empty() ? "" : " near '" + near + "'") +
-                                  " (NaN and Infinity are not JSON: log them with acc_log_scalars)");
+      throw std::invalid_argument(std::string(what) + " is not valid JSON" + (near.empty() ? "" : " near '" + near + "'"));
     }
   }
   ~JsonDoc() { cJSON_Delete(root); }
   JsonDoc(const JsonDoc&) = delete;
   JsonDoc& operator=(const JsonDoc&) = delete;
 };
+
+// A number, including the marked NaN / Infinity / -Infinity; nullopt for anything else.
+std::optional<double> number_of(const cJSON* n) {
+  if (cJSON_IsNumber(n)) return n->valuedouble;
+  if (cJSON_IsString(n)) {
+    std::string_view v = n->valuestring;
+    const std::string marker = "\x01" "acc-number:";
+    if (v.substr(0, marker.size()) == marker) {
+      v.remove_prefix(marker.size());
+      if (v == "NaN") return std::nan("");
+      return v == "Infinity" ? HUGE_VAL : -HUGE_VAL;
+    }
+  }
+  return std::nullopt;
+}
 
 bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
@@ -50,8 +99,8 @@ void flatten(const cJSON* obj, const std::string& prefix, Values& out) {
       continue;
     } else if (cJSON_IsBool(it)) {
       v = Value::of_bool(cJSON_IsTrue(it));
-    } else if (cJSON_IsNumber(it)) {
-      v = Value::of(it->valuedouble);
+    } else if (auto x = number_of(it)) {
+      v = Value::of(*x);
     } else if (cJSON_IsString(it)) {
       v = Value::of(std::string(it->valuestring));
     } else if (cJSON_IsArray(it)) {
@@ -80,17 +129,18 @@ Values parse_values(std::string_view json, const char* what) {
     Value v;
     if (cJSON_IsBool(it)) {
       v = Value::of_bool(cJSON_IsTrue(it));
-    } else if (cJSON_IsNumber(it)) {
-      v = Value::of(it->valuedouble);
+    } else if (auto x = number_of(it)) {
+      v = Value::of(*x);
     } else if (cJSON_IsString(it)) {
       v = Value::of(std::string(it->valuestring));
     } else if (cJSON_IsObject(it)) {
       v.kind = Value::Kind::Dict;
       for (const cJSON* sub = it->child; sub; sub = sub->next) {
-        if (!cJSON_IsNumber(sub))
+        auto y = number_of(sub);
+        if (!y)
           throw std::invalid_argument(std::string(what) + ": '" + key + "." + (sub->string ? sub->string : "") +
                                       "' must be a number (an object groups scalars under one name)");
-        v.dict.emplace_back(sub->string ? sub->string : "", sub->valuedouble);
+        v.dict.emplace_back(sub->string ? sub->string : "", *y);
       }
     } else if (cJSON_IsArray(it)) {
       throw std::invalid_argument(std::string(what) + ": '" + key +

@@ -112,6 +112,16 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   const config::Config& c = a->config_;
   // Valid keys for what libacc cannot do yet (FSDP, DeepSpeed, torch.compile, ...) fail here, never silently.
   if (auto why = config::unsupported_setting(c)) throw UnsupportedError(*why);
+  // Trackers: resolved now, as Accelerate's filter_trackers does; started by init_trackers (train/trackers.cpp).
+  if (c.is_set("log_with")) {
+    try {
+      a->log_with_ = tracking::resolve_log_with(
+          c.get_string_list("log_with"),
+          c.is_set("project_config.logging_dir") ? c.get_string("project_config.logging_dir") : std::string());
+    } catch (const std::invalid_argument& e) {
+      throw config::Error(e.what());
+    }
+  }
   // The config unifies gradient_accumulation_steps and gradient_accumulation_plugin.num_steps.
   GradientState& g = a->grad_;
   g.num_steps = c.get_int("gradient_accumulation_steps");
@@ -145,7 +155,14 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   return a;
 }
 
-Accelerator::~Accelerator() = default;
+Accelerator::~Accelerator() {
+  // Trackers still running are finished (files synced, the MLflow run marked finished).
+  if (!trackers_) return;
+  try {
+    trackers_->finish();
+  } catch (...) {
+  }
+}
 
 void Accelerator::set_mixed_precision(const std::string& mode) {
   if (mode == "fp8") {
@@ -301,7 +318,15 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (sched) {
     sched->owner = self;
     sched->apply();
+    schedulers_.push_back(sched);
   }
+  if (loader) loaders_.push_back(loader);
+}
+
+void Accelerator::register_for_checkpointing(Checkpointable object) {
+  if (!object.save || !object.load) throw std::invalid_argument("register_for_checkpointing needs a save and a load function");
+  std::lock_guard<std::mutex> lock(mu_);
+  checkpointables_.push_back(std::move(object));
 }
 
 void Accelerator::backward(const at::Tensor& loss) {

@@ -18,6 +18,7 @@
 #include "precision/precision.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
+#include "tracking/tracking.hpp"
 #include "train/optim.hpp"
 
 namespace acc::core {
@@ -155,6 +156,28 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void loader_begin(const void* loader) override;
   void loader_end(const void* loader) override;
 
+  // Checkpoints (src/checkpoint/state.cpp). save_state writes every prepared object that is still alive
+  // (models, optimizers, schedulers, loaders, in preparation order), the scaler, the accumulation step,
+  // every process's random states and the registered objects into `dir`, atomically; load_state restores
+  // them. Collectives. Accelerate's register_for_checkpointing: bytes saved and restored in order.
+  struct Checkpointable {
+    std::function<std::string()> save;
+    std::function<void(const std::string&)> load;
+  };
+  void register_for_checkpointing(Checkpointable object);
+  void save_state(const std::string& dir);
+  void load_state(const std::string& dir);
+
+  // Experiment trackers (src/tracking). log_with is resolved at creation (an unknown tracker, or one that needs
+  // a logging directory without one, fails there); init_trackers starts them on the main process only and
+  // records `config` as hyperparameters; log writes to every tracker; end_training finishes them. On the
+  // other processes all three only check their arguments. Local calls, not collectives.
+  void init_trackers(const std::string& project_name, std::string_view config_json, std::string_view init_kwargs_json);
+  void log(const tracking::Values& values, std::optional<int64_t> step);
+  void end_training();
+  const std::vector<std::string>& log_with() const { return log_with_; }
+  const tracking::TrackerSet* trackers() const { return trackers_.get(); }
+
  private:
   Accelerator() = default;
   void set_mixed_precision(const std::string& mode);
@@ -168,11 +191,16 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::string device_name_ = "cpu", distributed_type_ = "NO";
   std::vector<std::weak_ptr<ModelSlot>> models_;
   std::vector<std::weak_ptr<OptimizerSlot>> optimizers_;
+  std::vector<std::weak_ptr<SchedulerSlot>> schedulers_;
+  std::vector<std::weak_ptr<DataLoader>> loaders_;
+  std::vector<Checkpointable> checkpointables_;
   GradientState grad_;
   std::string mixed_precision_ = "no";
   std::unique_ptr<GradScaler> scaler_;
   std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
   bool trigger_ = false;
+  std::vector<std::string> log_with_;                  // resolved tracker names
+  std::unique_ptr<tracking::TrackerSet> trackers_;   // main process, after init_trackers
   std::mutex mu_;
 };
 

@@ -1,15 +1,21 @@
 #include "train/optim.hpp"
 
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <type_traits>
 
+#include "util/errors.hpp"
+#include "util/json.hpp"
 #include "util/options.hpp"
 
 namespace acc::core {
@@ -161,6 +167,154 @@ std::vector<at::Tensor> Optimizer::params() const {
   for (auto& g : impl_->param_groups())
     for (auto& p : g.params()) v.push_back(p);
   return v;
+}
+
+namespace {
+
+// One optimizer family's per-parameter state: its tensors by name, and its step count (if it has one).
+struct StateKind {
+  const char* type;
+  std::vector<const char*> tensors;
+  bool has_step;
+  std::function<std::unique_ptr<torch::optim::OptimizerParamState>()> make;
+  std::function<at::Tensor*(torch::optim::OptimizerParamState&, const std::string&)> tensor;
+  std::function<int64_t*(torch::optim::OptimizerParamState&)> step;
+};
+
+template <class St>
+std::unique_ptr<torch::optim::OptimizerParamState> make_state() {
+  return std::make_unique<St>();
+}
+
+template <class St>
+StateKind adam_like(const char* type) {
+  return {type,
+          {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+          true,
+          make_state<St>,
+          [](torch::optim::OptimizerParamState& s, const std::string& n) -> at::Tensor* {
+            auto& st = static_cast<St&>(s);
+            return n == "exp_avg" ? &st.exp_avg() : n == "exp_avg_sq" ? &st.exp_avg_sq() : &st.max_exp_avg_sq();
+          },
+          [](torch::optim::OptimizerParamState& s) { return &static_cast<St&>(s).step(); }};
+}
+
+StateKind state_kind(const torch::optim::Optimizer& opt) {
+  using namespace torch::optim;
+  if (dynamic_cast<const AdamW*>(&opt)) return adam_like<AdamWParamState>("adamw");
+  if (dynamic_cast<const Adam*>(&opt)) return adam_like<AdamParamState>("adam");
+  if (dynamic_cast<const SGD*>(&opt))
+    return {"sgd", {"momentum_buffer"}, false, make_state<SGDParamState>,
+            [](OptimizerParamState& s, const std::string&) { return &static_cast<SGDParamState&>(s).momentum_buffer(); },
+            nullptr};
+  if (dynamic_cast<const RMSprop*>(&opt))
+    return {"rmsprop", {"square_avg", "momentum_buffer", "grad_avg"}, true, make_state<RMSpropParamState>,
+            [](OptimizerParamState& s, const std::string& n) {
+              auto& st = static_cast<RMSpropParamState&>(s);
+              return n == "square_avg" ? &st.square_avg() : n == "momentum_buffer" ? &st.momentum_buffer() : &st.grad_avg();
+            },
+            [](OptimizerParamState& s) { return &static_cast<RMSpropParamState&>(s).step(); }};
+  if (dynamic_cast<const Adagrad*>(&opt))
+    return {"adagrad", {"sum"}, true, make_state<AdagradParamState>,
+            [](OptimizerParamState& s, const std::string&) { return &static_cast<AdagradParamState&>(s).sum(); },
+            [](OptimizerParamState& s) { return &static_cast<AdagradParamState&>(s).step(); }};
+  throw UnsupportedError("the optimizer's state cannot be checkpointed: only SGD, Adam, AdamW, RMSprop and Adagrad "
+                         "(LibTorch's classes or libacc's fused ones) are known");
+}
+
+}  // namespace
+
+Optimizer::State Optimizer::save_state() const {
+  const StateKind kind = state_kind(*impl_);
+  State out;
+  JsonWriter j;
+  j.begin_object().key("type").value(kind.type).key("param_groups").begin_array();
+  auto& groups = impl_->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g)
+    j.begin_object()
+        .key("lr").value(groups[g].options().get_lr())
+        .key("initial_lr").value(g < initial_lr_.size() ? initial_lr_[g] : groups[g].options().get_lr())
+        .key("num_params").value(static_cast<int64_t>(groups[g].params().size()))
+        .end_object();
+  j.end_array().key("state").begin_object();
+  int64_t i = 0;
+  for (auto& g : groups)
+    for (auto& p : g.params()) {
+      auto it = impl_->state().find(p.unsafeGetTensorImpl());
+      if (it != impl_->state().end() && it->second) {
+        auto& st = *it->second;
+        j.key(std::to_string(i)).begin_object();
+        if (kind.has_step) j.key("step").value(*kind.step(st));
+        j.end_object();
+        for (const char* name : kind.tensors)
+          if (const at::Tensor* t = kind.tensor(st, name); t->defined())
+            out.tensors.emplace_back("state." + std::to_string(i) + "." + name, *t);
+      }
+      ++i;
+    }
+  j.end_object().end_object();
+  out.json = j.str();
+  return out;
+}
+
+void Optimizer::load_state(const State& state, const std::string& source) {
+  const StateKind kind = state_kind(*impl_);
+  Json doc(state.json, source);
+  const std::string type = doc.root().get_string("type");
+  if (type != kind.type)
+    throw std::invalid_argument(source + ": the checkpoint holds a " + type + " optimizer; this one is " + kind.type);
+  auto& groups = impl_->param_groups();
+  JsonValue saved_groups = doc.root().get("param_groups");
+  if (saved_groups.size() != groups.size())
+    throw std::invalid_argument(source + ": 'param_groups' has " + std::to_string(saved_groups.size()) +
+                                " groups; this optimizer has " + std::to_string(groups.size()));
+  // Index the parameters as torch's state_dict does, and check every tensor before changing anything.
+  std::vector<at::Tensor> params;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t n = saved_groups.at(g).get_int("num_params");
+    if (n != static_cast<int64_t>(groups[g].params().size()))
+      throw std::invalid_argument(source + ": param_groups[" + std::to_string(g) + "] has " + std::to_string(n) +
+                                  " parameters; this optimizer's has " + std::to_string(groups[g].params().size()));
+    for (auto& p : groups[g].params()) params.push_back(p);
+  }
+  std::map<std::string, at::Tensor> by_name(state.tensors.begin(), state.tensors.end());
+  JsonValue saved_state = doc.root().get("state");
+  std::vector<std::pair<size_t, std::unique_ptr<torch::optim::OptimizerParamState>>> fresh;
+  for (const std::string& key : saved_state.keys()) {
+    size_t i = 0;
+    try {
+      i = std::stoul(key);
+    } catch (const std::exception&) {
+      throw std::invalid_argument(source + ": state key '" + key + "' is not a parameter index");
+    }
+    if (i >= params.size())
+      throw std::invalid_argument(source + ": state of parameter " + key + ", but the optimizer has " +
+                                  std::to_string(params.size()));
+    const at::Tensor& p = params[i];
+    auto st = kind.make();
+    if (kind.has_step) *kind.step(*st) = saved_state.get(key).get_int("step");
+    for (const char* name : kind.tensors) {
+      const std::string full = "state." + key + "." + name;
+      auto it = by_name.find(full);
+      if (it == by_name.end()) continue;
+      if (!it->second.sizes().equals(p.sizes()))
+        throw std::invalid_argument(source + ": '" + full + "' has shape " + c10::str(it->second.sizes()) +
+                                    " but parameter " + key + " has " + c10::str(p.sizes()));
+      *kind.tensor(*st, name) = it->second.to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+      by_name.erase(it);
+    }
+    fresh.emplace_back(i, std::move(st));
+  }
+  if (!by_name.empty())
+    throw std::invalid_argument(source + ": tensor '" + by_name.begin()->first + "' belongs to no saved state");
+  // All checked: replace.
+  impl_->state().clear();
+  for (auto& [i, st] : fresh) impl_->state()[params[i].unsafeGetTensorImpl()] = std::move(st);
+  initial_lr_.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].options().set_lr(saved_groups.at(g).get_double("lr"));
+    initial_lr_.push_back(saved_groups.at(g).get_double("initial_lr"));
+  }
 }
 
 Schedule::Schedule(const char* options_json) {

@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "data/batch.hpp"
+
 namespace torch::optim {
 class Optimizer;
 class LRScheduler;
@@ -29,6 +31,19 @@ class Optimizer {
   std::vector<at::Tensor> params() const;
   torch::optim::Optimizer& impl() { return *impl_; }
   bool fused() const { return fused_; }
+
+  // The state for a checkpoint, as torch's state_dict without pickles: the per-parameter tensors named
+  // "state.{i}.{exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|square_avg|grad_avg|sum}" (i: the
+  // parameter's index in param-group order) and the rest as JSON (the type, each group's lr and
+  // initial_lr, each parameter's step). SGD, Adam, AdamW, RMSprop and Adagrad.
+  struct State {
+    NamedTensors tensors;
+    std::string json;
+  };
+  State save_state() const;
+  // Restores a saved state: the type, the groups and every tensor's shape must match this optimizer's
+  // (nothing changes when one does not); errors name `source` and the key.
+  void load_state(const State& state, const std::string& source);
 
  private:
   std::shared_ptr<torch::optim::Optimizer> impl_;

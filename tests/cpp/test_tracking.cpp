@@ -115,6 +115,13 @@ TEST(Values, ParseAndFlatten) {
   EXPECT_THROW(parse_values(R"({"a": {"b": "x"}})"), std::invalid_argument);
   EXPECT_THROW(parse_values(R"({"a": 1, "a": 2})"), std::invalid_argument);
   EXPECT_THROW(parse_values("{nope"), std::invalid_argument);
+  // NaN and the infinities as Python's json module writes them; in strings they stay text.
+  Values s = parse_values(R"({"loss": NaN, "up": Infinity, "down": -Infinity, "g": {"a": NaN}, "t": "NaN x"})");
+  EXPECT_TRUE(std::isnan(s[0].second.number));
+  EXPECT_EQ(s[1].second.number, HUGE_VAL);
+  EXPECT_EQ(s[2].second.number, -HUGE_VAL);
+  EXPECT_TRUE(std::isnan(s[3].second.dict[0].second));
+  EXPECT_EQ(s[4].second.text, "NaN x");
 
   Values h = parse_hparams(R"({"lr": 0.001, "opt": {"name": "adamw", "betas": [0.9, 0.95]}, "amp": false})");
   ASSERT_EQ(h.size(), 4u);

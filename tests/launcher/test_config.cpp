@@ -971,6 +971,8 @@ TEST(Contradictions, FromFlags) {
 TEST(Unsupported, NamedWithTheirSource) {
   EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"init_process_group_kwargs": {"backend": "gloo"}})", {})));
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": ["tensorboard", "jsonl", "csv", "mlflow"]})", {})));
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": "all"})", {})));
   struct Case {
     std::string json;
     Env env;
@@ -984,7 +986,7 @@ TEST(Unsupported, NamedWithTheirSource) {
       {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
       {R"({"ddp_kwargs": {"comm_hook": "fp16"}})", {}, "DDP communication hook"},
-      {R"({"log_with": ["wandb"]})", {}, "experiment tracking"},
+      {R"({"log_with": ["tensorboard", "wandb"]})", {}, "the tracker \"wandb\" is not supported yet by libacc; use tensorboard"},
       {R"({"init_process_group_kwargs": {"backend": "mpi"}})", {}, "the c10d backend \"mpi\""},
       {R"({"init_process_group_kwargs": {"init_method": "tcp://h:1"}})", {}, "a rendezvous other than env://"},
   };

@@ -166,6 +166,26 @@ def case_cxx_data_objects():
         expect(p.returncode == 0, f"C++ API data and objects on {n} processes", p.stdout + p.stderr)
 
 
+def case_checkpoint_resume():
+    """Exact resume (MP_WORKER: mp_checkpoint): k micro-steps, save_state, SIGKILL, relaunch, load_state,
+    continue to N; the weights equal the uninterrupted run's bit for bit, on 1, 2 and 3 processes."""
+    total = 24
+    for n in (1, 2, 3):
+        with tempfile.TemporaryDirectory() as d:
+            full, resumed, ckpt = (os.path.join(d, x) for x in ("full.safetensors", "resumed.safetensors", "ckpt"))
+            p, _ = launch(n, "full", total, full)
+            expect(p.returncode == 0, f"uninterrupted run on {n} processes", p.stdout + p.stderr)
+            p, _ = launch(n, "crash", total, 11, ckpt)
+            expect(p.returncode != 0, f"the job on {n} processes was killed after its save", p.stdout + p.stderr)
+            expect(os.path.exists(os.path.join(ckpt, "manifest.json")) and not os.path.exists(ckpt + ".tmp"),
+                   f"the checkpoint of {n} processes is complete and in place", str(os.listdir(d)))
+            p, _ = launch(n, "resume", total, ckpt, resumed)
+            expect(p.returncode == 0, f"resumed run on {n} processes", p.stdout + p.stderr)
+            same = (os.path.exists(full) and os.path.exists(resumed)
+                    and open(full, "rb").read() == open(resumed, "rb").read())
+            expect(same, f"resumed weights equal the uninterrupted run's bit for bit on {n} processes")
+
+
 def case_cpp_api():
     """examples/cpp/train_custom (a user-defined torch::nn::Module through acc/torch.hpp, with its own
     AdamW and StepLR, clipping and accumulation): DDP on 2 processes equals 1 process on the full batch."""

@@ -714,6 +714,77 @@ ACC_API ACC_NODISCARD acc_status acc_bytes_list_count(const acc_bytes_list* list
 ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, int64_t index,
                                                      const void** out_data, size_t* out_size) ACC_NOEXCEPT;
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Checkpoints: Accelerate's save_state / load_state (docs/checkpoints.md describes every file)   */
+
+/**
+ * Saves everything prepared with `acc` into directory `dir`: every model (model.safetensors,
+ * model_1.safetensors, ...), optimizer (optimizer.safetensors + optimizer.json: moments, step counts,
+ * learning rates), scheduler, the fp16 gradient scaler, every data loader's position (epoch and batches
+ * given out, so a resume continues mid-epoch), the accumulation step, each process's random states and
+ * the registered objects. No pickles: tensors in safetensors, the rest in JSON. The files are written into
+ * "<dir>.tmp", synced, completed by manifest.json and renamed into place: a crash leaves the previous
+ * checkpoint (or none), never a partial one under `dir`. `dir` must be on a filesystem every process sees.
+ *  Locks acc. Collective.
+ */
+ACC_API ACC_NODISCARD acc_status acc_save_state(acc_accelerator* acc, const char* dir) ACC_NOEXCEPT;
+/**
+ * Restores a checkpoint of acc_save_state into the objects prepared with `acc` (the same kinds and
+ * numbers, prepared in the same order). A directory without manifest.json, or with a file shorter than
+ * the manifest says, is refused naming the file. From a different number of processes, models,
+ * optimizers, schedulers, the scaler and registered objects are restored and the per-process random
+ * states and loader positions are not (the main process says so on stderr).
+ *  Locks acc. Collective.
+ */
+ACC_API ACC_NODISCARD acc_status acc_load_state(acc_accelerator* acc, const char* dir) ACC_NOEXCEPT;
+/** Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated).
+ *  Return ACC_OK, or any non-zero value to fail the save with ACC_ERR_CALLBACK. */
+typedef acc_status (*acc_checkpoint_save_fn)(void* user_data, acc_bytes_list* out);
+/** Restores an object from the bytes its save function wrote (borrowed for the call). Return ACC_OK, or
+ *  any non-zero value to fail the load with ACC_ERR_CALLBACK. */
+typedef acc_status (*acc_checkpoint_load_fn)(void* user_data, const void* data, size_t size);
+/** Accelerate's register_for_checkpointing: the object is saved (custom_checkpoint_{i}.bin, in
+ *  registration order) on the main process and restored on every process. `free_user_data` (may be NULL)
+ *  is called once when the accelerator is destroyed, or at once if registering fails.
+ *  Locks acc. */
+ACC_API ACC_NODISCARD acc_status acc_register_for_checkpointing(acc_accelerator* acc, acc_checkpoint_save_fn save,
+                                                                 acc_checkpoint_load_fn load, void* user_data,
+                                                                 void (*free_user_data)(void*)) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Experiment trackers: Accelerate's log_with, init_trackers, log, end_training (docs/trackers.md) */
+
+/**
+ * Starts the trackers the accelerator's `log_with` names ("tensorboard", "jsonl", "csv", "mlflow", or
+ * "all") for a run named `project_name`, on the main process only; the other processes check the
+ * arguments and return. `config_json` (NULL for none) is a JSON object of hyperparameters every tracker
+ * records (nested objects flattened to "a.b", lists as their JSON text). `init_kwargs_json` (NULL for
+ * none) holds options per tracker: {"tensorboard": {"filename_suffix"}, "mlflow": {"run_name", "tags",
+ * "description"}}. Files go under <logging_dir>/<project_name>/ (logging_dir: project_config.logging_dir,
+ * by default project_dir); MLflow's file store under MLFLOW_TRACKING_URI, else <logging_dir>/mlruns.
+ * ACC_ERR_INVALID_STATE while an earlier run's trackers still run (acc_end_training ends them).
+ *  Locks acc. Local.
+ */
+ACC_API ACC_NODISCARD acc_status acc_init_trackers(acc_accelerator* acc, const char* project_name,
+                                                    const char* config_json,
+                                                    const char* init_kwargs_json) ACC_NOEXCEPT;
+/**
+ * Logs `values_json`, a JSON object, to every tracker at `step` (negative: no step, Accelerate's
+ * step=None). Numbers and booleans are scalars (NaN, Infinity and -Infinity are accepted, as Python's
+ * json writes them); a string is text (TensorBoard's add_text; MLflow skips it); an object of numbers
+ * puts several scalars under one name (add_scalars); null is skipped. On the main process only; the
+ * others check the JSON and return. Without log_with a no-op; ACC_ERR_INVALID_STATE before
+ * acc_init_trackers or after acc_end_training.
+ *  Locks acc. Local.
+ */
+ACC_API ACC_NODISCARD acc_status acc_log(acc_accelerator* acc, const char* values_json, int64_t step) ACC_NOEXCEPT;
+/** Finishes the trackers: files synced and closed, the TensorBoard session and the MLflow run marked
+ *  finished. A no-op when none run (and on the processes other than the main one). Unlike Accelerate's
+ *  end_training it keeps the process group, which lives until the accelerator is destroyed (which also
+ *  finishes trackers still running).
+ *  Locks acc. Local. */
+ACC_API ACC_NODISCARD acc_status acc_end_training(acc_accelerator* acc) ACC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

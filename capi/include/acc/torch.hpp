@@ -246,6 +246,17 @@ class ACC_CXX_API Accelerator {
   void print(const std::string& text) const;  // on the local main process only
   void set_seed(uint64_t seed, bool device_specific = false, bool deterministic = false) const;
 
+  // Experiment trackers (Accelerate's init_trackers, log, end_training), as acc_init_trackers, acc_log and
+  // acc_end_training: the trackers log_with names write on the main process only. config_json: the
+  // hyperparameters, a JSON object ("" for none); init_kwargs_json: options per tracker ("" for none).
+  void init_trackers(const std::string& project_name, const std::string& config_json = "",
+                     const std::string& init_kwargs_json = "");
+  // Scalars by name, in order, at `step` (std::nullopt: none).
+  void log(const std::vector<std::pair<std::string, double>>& values, std::optional<int64_t> step = std::nullopt);
+  // Any values acc_log takes (numbers, strings, objects of numbers), as a JSON object.
+  void log_json(const std::string& values_json, std::optional<int64_t> step = std::nullopt);
+  void end_training();
+
   const std::shared_ptr<core::Accelerator>& impl() const { return impl_; }
 
  private:

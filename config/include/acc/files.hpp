@@ -20,4 +20,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // The same, for a file made of several pieces written in order (a header and tensor data: no copy into one buffer).
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
+// Puts the directory `staged` (complete, its files synced) in the place of `dir` atomically: an existing `dir`
+// is first renamed aside and removed after, so a crash leaves the old directory, the new one, or both (never a
+// mixture under `dir`). Syncs the parent directory.
+void replace_directory(const std::string& staged, const std::string& dir);
+
 }  // namespace acc::config

@@ -1,0 +1,52 @@
+// Checkpoints: save_state, load_state, register_for_checkpointing.
+#include "guard.hpp"
+#include "handles.hpp"
+#include "util/errors.hpp"
+
+using acc::capi::guarded;
+using acc::capi::HandleLock;
+using acc::capi::need;
+
+extern "C" {
+
+acc_status acc_save_state(acc_accelerator* acc, const char* dir) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    acc->impl->save_state(need(dir, "dir"));
+  });
+}
+
+acc_status acc_load_state(acc_accelerator* acc, const char* dir) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    acc->impl->load_state(need(dir, "dir"));
+  });
+}
+
+acc_status acc_register_for_checkpointing(acc_accelerator* acc, acc_checkpoint_save_fn save,
+                                          acc_checkpoint_load_fn load, void* user_data,
+                                          void (*free_user_data)(void*)) noexcept {
+  // The user data is released exactly once: with the accelerator, or right here if registering fails.
+  std::shared_ptr<acc::capi::UserData> ud(new acc::capi::UserData{user_data, free_user_data});
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(save, "save");
+    need(load, "load");
+    acc::core::Accelerator::Checkpointable object;
+    object.save = [save, ud] {
+      acc_bytes_list out;
+      acc_status st = save(ud->data, &out);
+      if (st != ACC_OK) throw acc::core::CallbackError("checkpoint save callback returned " + std::to_string(st));
+      std::string bytes;
+      for (const auto& item : out.items) bytes += item;
+      return bytes;
+    };
+    object.load = [load, ud](const std::string& bytes) {
+      acc_status st = load(ud->data, bytes.data(), bytes.size());
+      if (st != ACC_OK) throw acc::core::CallbackError("checkpoint load callback returned " + std::to_string(st));
+    };
+    acc->impl->register_for_checkpointing(std::move(object));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,291 @@
+// Accelerator::save_state / load_state: Accelerate's checkpoint of everything prepared, without pickles
+// (tensors in safetensors, the rest in JSON). docs/checkpoints.md describes every file.
+//
+// Saving is staged: every process writes its files into "<dir>.tmp" (each file fsynced), the main
+// process adds manifest.json last and renames the directory into place. A directory without its
+// manifest is never loaded. The processes agree on success after each phase, so one that fails makes
+// all of them fail, none waits forever.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "acc/files.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "train/accelerator.hpp"
+#include "util/errors.hpp"
+#include "util/json.hpp"
+
+namespace acc::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kFormat = "libacc-checkpoint";
+constexpr int64_t kFormatVersion = 1;
+
+// Accelerate's naming: the first object of a kind has the plain name, the next ones _1, _2, ...
+std::string numbered(const std::string& stem, size_t i, const std::string& ext) {
+  return stem + (i == 0 ? "" : "_" + std::to_string(i)) + ext;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::ios_base::failure("cannot read '" + path.string() + "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// LibTorch keeps a scheduler's step count protected; this reaches it without changing the scheduler.
+struct SchedulerCount : torch::optim::LRScheduler {
+  static unsigned& of(torch::optim::LRScheduler& s) { return s.*(&SchedulerCount::step_count_); }
+};
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state().clone();
+}
+
+void set_cpu_rng_state(const at::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+template <class T>
+std::vector<std::shared_ptr<T>> alive(const std::vector<std::weak_ptr<T>>& list) {
+  std::vector<std::shared_ptr<T>> v;
+  for (const auto& w : list)
+    if (auto p = w.lock()) v.push_back(std::move(p));
+  return v;
+}
+
+}  // namespace
+
+// Runs `phase` on this process, then agrees with the others: if any process failed, every process
+// throws (this one with its own error, the others naming the failure elsewhere).
+template <class Phase>
+static void agreed(Accelerator& acc, const char* what, Phase phase) {
+  std::exception_ptr error;
+  try {
+    phase();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (acc.distributed()) {
+    at::Tensor failed = at::full({1}, error ? 1.0 : 0.0, at::kFloat);
+    const bool any = acc.reduce(failed, ReduceOp::Max).item<double>() > 0;
+    if (!error && any) throw DistributedError(std::string(what) + " failed on another process (see its error)");
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void Accelerator::save_state(const std::string& dir) {
+  if (dir.empty()) throw std::invalid_argument("save_state: the directory is empty");
+  const fs::path target = fs::path(dir).lexically_normal();
+  const fs::path staged = target.string() + ".tmp";
+  const bool main = state_.rank == 0;
+  std::vector<std::shared_ptr<ModelSlot>> models;
+  std::vector<std::shared_ptr<OptimizerSlot>> optimizers;
+  std::vector<std::shared_ptr<SchedulerSlot>> schedulers;
+  std::vector<std::shared_ptr<DataLoader>> loaders;
+  std::vector<Checkpointable> objects;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    models = alive(models_);
+    optimizers = alive(optimizers_);
+    schedulers = alive(schedulers_);
+    loaders = alive(loaders_);
+    objects = checkpointables_;
+  }
+  // Phase 1: the main process makes a fresh staging directory.
+  agreed(*this, "save_state", [&] {
+    if (!main) return;
+    std::error_code ec;
+    fs::remove_all(staged, ec);  // a crashed save's leftovers
+    if (ec) throw std::ios_base::failure("save_state: cannot remove the stale '" + staged.string() + "'", ec);
+    config::make_directories(staged.string());
+  });
+  // Phase 2: every process writes its random states; the main process everything else.
+  agreed(*this, "save_state", [&] {
+    const std::string d = staged.string() + "/";
+    NamedTensors rng{{"torch.cpu", cpu_rng_state()}};
+    for (size_t i = 0; i < loaders.size(); ++i) {
+      at::Tensor g = loaders[i]->position().pass_generator;
+      if (g.defined()) rng.emplace_back("dataloader." + std::to_string(i) + ".generator", g);
+    }
+    save_safetensors(rng, d + "random_states_" + std::to_string(state_.rank) + ".safetensors");
+    if (!main) return;
+    for (size_t i = 0; i < models.size(); ++i)
+      save_safetensors(models[i]->strategy->full_state_dict(), d + numbered("model", i, ".safetensors"),
+                       {{"format", "pt"}});
+    for (size_t i = 0; i < optimizers.size(); ++i) {
+      Optimizer::State st = optimizers[i]->opt->save_state();
+      save_safetensors(st.tensors, d + numbered("optimizer", i, ".safetensors"));
+      config::write_file_atomic(d + numbered("optimizer", i, ".json"), st.json);
+    }
+    for (size_t i = 0; i < schedulers.size(); ++i) {
+      JsonWriter j;
+      j.begin_object();
+      if (schedulers[i]->user)
+        j.key("step_count").value(static_cast<int64_t>(SchedulerCount::of(*schedulers[i]->user)));
+      else
+        j.key("steps").value(schedulers[i]->steps);
+      config::write_file_atomic(d + numbered("scheduler", i, ".json"), j.end_object().str());
+    }
+    for (size_t i = 0; i < loaders.size(); ++i) {
+      const LoaderPosition p = loaders[i]->position();
+      JsonWriter j;
+      j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches).end_object();
+      config::write_file_atomic(d + numbered("dataloader", i, ".json"), j.str());
+    }
+    if (scaler_) {
+      JsonWriter j;
+      j.begin_object().key("scale").value(scaler_->scale()).key("growth_tracker").value(scaler_->growth_tracker());
+      config::write_file_atomic(d + "scaler.json", j.end_object().str());
+    }
+    for (size_t i = 0; i < objects.size(); ++i)
+      config::write_file_atomic(d + "custom_checkpoint_" + std::to_string(i) + ".bin", objects[i].save());
+    JsonWriter j;
+    j.begin_object()
+        .key("step").value(grad_.step)
+        .key("num_processes").value(static_cast<int64_t>(state_.world_size))
+        .key("mixed_precision").value(mixed_precision_)
+        .key("models").value(static_cast<int64_t>(models.size()))
+        .key("optimizers").value(static_cast<int64_t>(optimizers.size()))
+        .key("schedulers").value(static_cast<int64_t>(schedulers.size()))
+        .key("dataloaders").value(static_cast<int64_t>(loaders.size()))
+        .key("custom_objects").value(static_cast<int64_t>(objects.size()))
+        .end_object();
+    config::write_file_atomic(d + "accelerator_state.json", j.str());
+  });
+  // Phase 3: the manifest (every file and its size) makes the checkpoint complete; then it takes its place.
+  agreed(*this, "save_state", [&] {
+    if (!main) return;
+    JsonWriter j;
+    j.begin_object().key("format").value(kFormat).key("version").value(kFormatVersion);
+    j.key("num_processes").value(static_cast<int64_t>(state_.world_size)).key("files").begin_object();
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(staged))
+      if (e.is_regular_file() && e.path().filename().string()[0] != '.') files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) j.key(f.filename().string()).value(static_cast<int64_t>(fs::file_size(f)));
+    config::write_file_atomic(staged.string() + "/" + kManifest, j.end_object().end_object().str());
+    config::replace_directory(staged.string(), target.string());
+  });
+}
+
+void Accelerator::load_state(const std::string& dir) {
+  if (dir.empty()) throw std::invalid_argument("load_state: the directory is empty");
+  const fs::path root(dir);
+  const auto where = [&](const std::string& file) { return (root / file).string(); };
+  // Complete: the manifest is there and every file it lists has its size (a truncated file is caught).
+  if (!fs::is_directory(root)) throw std::ios_base::failure("load_state: '" + dir + "' is not a directory");
+  if (!fs::exists(root / kManifest))
+    throw std::ios_base::failure("load_state: '" + dir + "' is not a complete checkpoint: it has no " + kManifest +
+                                 " (an interrupted save, or not a libacc checkpoint)");
+  Json manifest(read_file(root / kManifest), where(kManifest));
+  if (manifest.root().get_string("format") != kFormat || manifest.root().get_int("version") != kFormatVersion)
+    throw std::invalid_argument(where(kManifest) + ": not a libacc checkpoint of format version " +
+                                std::to_string(kFormatVersion));
+  JsonValue files = manifest.root().get("files");
+  for (const std::string& name : files.keys()) {
+    std::error_code ec;
+    const auto size = fs::file_size(root / name, ec);
+    if (ec) throw std::ios_base::failure("load_state: '" + where(name) + "' is missing");
+    if (static_cast<int64_t>(size) != files.get_int(name))
+      throw std::ios_base::failure("load_state: '" + where(name) + "' has " + std::to_string(size) +
+                                   " bytes; the manifest says " + std::to_string(files.get_int(name)) + " (truncated?)");
+  }
+  Json acc_state(read_file(root / "accelerator_state.json"), where("accelerator_state.json"));
+  const JsonValue saved = acc_state.root();
+
+  std::vector<std::shared_ptr<ModelSlot>> models;
+  std::vector<std::shared_ptr<OptimizerSlot>> optimizers;
+  std::vector<std::shared_ptr<SchedulerSlot>> schedulers;
+  std::vector<std::shared_ptr<DataLoader>> loaders;
+  std::vector<Checkpointable> objects;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    models = alive(models_);
+    optimizers = alive(optimizers_);
+    schedulers = alive(schedulers_);
+    loaders = alive(loaders_);
+    objects = checkpointables_;
+  }
+  // The same objects must be prepared (and registered) as when the checkpoint was saved.
+  const auto check_count = [&](const char* key, size_t have, const char* what) {
+    const int64_t n = saved.get_int(key);
+    if (n != static_cast<int64_t>(have))
+      throw std::invalid_argument("load_state: '" + dir + "' holds " + std::to_string(n) + " " + what + "; " +
+                                  std::to_string(have) + " are prepared (or registered) now");
+  };
+  check_count("models", models.size(), "models");
+  check_count("optimizers", optimizers.size(), "optimizers");
+  check_count("schedulers", schedulers.size(), "schedulers");
+  check_count("dataloaders", loaders.size(), "data loaders");
+  check_count("custom_objects", objects.size(), "registered objects");
+  const int64_t saved_world = saved.get_int("num_processes");
+  const bool same_world = saved_world == state_.world_size;
+
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string f = numbered("model", i, ".safetensors");
+    models[i]->strategy->load_full_state_dict(load_safetensors(where(f)), where(f));
+  }
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");
+    optimizers[i]->opt->load_state({load_safetensors(where(t)), read_file(root / j)}, where(j));
+  }
+  for (size_t i = 0; i < schedulers.size(); ++i) {
+    const std::string f = numbered("scheduler", i, ".json");
+    Json s(read_file(root / f), where(f));
+    if (schedulers[i]->user) {
+      SchedulerCount::of(*schedulers[i]->user) = static_cast<unsigned>(s.root().get_int("step_count"));
+    } else {
+      schedulers[i]->steps = s.root().get_int("steps");
+      schedulers[i]->apply();
+    }
+  }
+  if (scaler_) {
+    if (!fs::exists(root / "scaler.json"))
+      throw std::invalid_argument("load_state: '" + dir + "' has no scaler.json; this run uses fp16 loss scaling");
+    Json s(read_file(root / "scaler.json"), where("scaler.json"));
+    scaler_->load(s.root().get_double("scale"), s.root().get_int("growth_tracker"));
+  }
+  for (size_t i = 0; i < objects.size(); ++i)
+    objects[i].load(read_file(root / ("custom_checkpoint_" + std::to_string(i) + ".bin")));
+  grad_.step = saved.get_int("step");
+
+  // Per-process state: only for the same number of processes.
+  if (!same_world) {
+    if (state_.rank == 0)
+      std::cerr << "load_state: '" << dir << "' was saved by " << saved_world << " processes and this run has "
+                << state_.world_size << ": models, optimizers, schedulers, the scaler and registered objects are "
+                << "restored; random states and data loader positions (per process) are not\n";
+    return;
+  }
+  const std::string rng_file = "random_states_" + std::to_string(state_.rank) + ".safetensors";
+  NamedTensors rng = load_safetensors(where(rng_file));
+  std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
+  if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
+  for (size_t i = 0; i < loaders.size(); ++i) {
+    const std::string f = numbered("dataloader", i, ".json");
+    Json s(read_file(root / f), where(f));
+    LoaderPosition p;
+    p.epoch = s.root().get_int("epoch");
+    p.batches = s.root().get_int("batches");
+    auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
+    if (g != by_name.end()) p.pass_generator = g->second;
+    loaders[i]->resume(p);
+  }
+  set_cpu_rng_state(by_name["torch.cpu"]);
+}
+
+}  // namespace acc::core

@@ -1,0 +1,129 @@
+/* Experiment trackers through the C ABI: acc_init_trackers, acc_log, acc_end_training.
+ *
+ *   test_trackers            checks calls and errors, and the files of a run in a temporary directory
+ *   test_trackers run DIR    writes the run below into DIR (every tracker) and keeps it: for
+ *                            tests/tracking/read_trackers.py (TensorBoard's reader, the MLflow client) and,
+ *                            under `acc launch`, for tests/mp (only the main process writes)
+ *
+ * The run: project "demo", hyperparameters {lr, batch_size, model.name, amp}, steps 0..9 logging loss and
+ * lr, step 10 a text and a group of two scalars, then "final" without a step. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static const char* kConfig = "{\"lr\": 0.001, \"batch_size\": 32, \"model\": {\"name\": \"mlp\"}, \"amp\": false}";
+
+static void write_run(acc_accelerator* acc) {
+  CHECK(acc_init_trackers(acc, "demo", kConfig, "{\"mlflow\": {\"run_name\": \"c-run\"}}"));
+  for (int s = 0; s < 10; ++s) {
+    char values[128];
+    snprintf(values, sizeof values, "{\"loss\": %.17g, \"lr\": %.17g}", 1.0 / (s + 1), 0.001 * (10 - s) / 10);
+    CHECK(acc_log(acc, values, s));
+  }
+  CHECK(acc_log(acc, "{\"note\": \"hello\", \"acc\": {\"train\": 0.5, \"val\": 0.25}}", 10));
+  CHECK(acc_log(acc, "{\"final\": 1}", -1));
+  CHECK(acc_end_training(acc));
+}
+
+static int count_lines(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0, c;
+  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+static int first_line(const char* path, char* buf, size_t size) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  int ok = fgets(buf, (int)size, f) != NULL;
+  fclose(f);
+  return ok;
+}
+
+static acc_accelerator* create(const char* json) {
+  acc_accelerator* acc = NULL;
+  CHECK(acc_accelerator_create(json, &acc));
+  return acc;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "run") == 0) {
+    char json[4096];
+    snprintf(json, sizeof json, "{\"log_with\": \"all\", \"project_dir\": \"%s\"}", argv[2]);
+    acc_accelerator* acc = create(json);
+    write_run(acc);
+    acc_accelerator_destroy(acc);
+    return 0;
+  }
+
+  char tmpl[] = "/tmp/acc_trackers_XXXXXX";
+  char* dir = mkdtemp(tmpl);
+  if (!dir) return 2;
+  char json[4096], path[4096], line[512];
+  acc_accelerator* acc = NULL;
+
+  /* log_with: a tracker libacc lacks is refused; one that needs a directory needs one. */
+  EXPECT_ERR(acc_accelerator_create("{\"log_with\": [\"wandb\"]}", &acc), ACC_ERR_UNSUPPORTED, "\"wandb\"");
+  EXPECT(acc == NULL);
+  EXPECT_ERR(acc_accelerator_create("{\"log_with\": [\"tensorboard\"]}", &acc), ACC_ERR_INVALID_CONFIG,
+             "requires a logging directory");
+  EXPECT_ERR(acc_accelerator_create("{\"log_with\": \"nope\"}", &acc), ACC_ERR_INVALID_CONFIG, "log_with");
+
+  /* Without log_with every call is a no-op (arguments are still checked). */
+  acc = create("{}");
+  EXPECT_OK(acc_init_trackers(acc, "p", NULL, NULL));
+  EXPECT_OK(acc_log(acc, "{\"loss\": 1}", 0));
+  EXPECT_ERR(acc_log(acc, "{\"loss\": [1]}", 0), ACC_ERR_INVALID_ARGUMENT, "'loss' is a list");
+  EXPECT_ERR(acc_init_trackers(acc, NULL, NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "project_name");
+  EXPECT_OK(acc_end_training(acc));
+  acc_accelerator_destroy(acc);
+
+  /* Every tracker, under project_dir. */
+  snprintf(json, sizeof json, "{\"log_with\": [\"tensorboard\", \"jsonl\", \"csv\", \"mlflow\"], \"project_dir\": \"%s\"}",
+           dir);
+  acc = create(json);
+  EXPECT_ERR(acc_log(acc, "{\"loss\": 1}", 0), ACC_ERR_INVALID_STATE, "init_trackers first");
+  EXPECT_ERR(acc_init_trackers(acc, "demo", "[1]", NULL), ACC_ERR_INVALID_ARGUMENT, "JSON object");
+  EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, "{\"tensorboard\": {\"flush_secs\": 1}}"), ACC_ERR_INVALID_ARGUMENT,
+             "unknown key \"flush_secs\"");
+  EXPECT_ERR(acc_init_trackers(acc, "a/b", NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "plain name");
+  EXPECT_OK(acc_init_trackers(acc, "demo", kConfig, NULL));
+  EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, NULL), ACC_ERR_INVALID_STATE, "end_training");
+  EXPECT_OK(acc_log(acc, "{\"loss\": 0.5, \"lr\": 0.001}", 1));
+  EXPECT_OK(acc_log(acc, "{\"loss\": NaN, \"note\": \"diverged\"}", 2));
+  EXPECT_ERR(acc_log(acc, "{\"loss\": ", 3), ACC_ERR_INVALID_ARGUMENT, "not valid JSON");
+  EXPECT_ERR(acc_log(acc, NULL, 3), ACC_ERR_INVALID_ARGUMENT, "values_json");
+  EXPECT_ERR(acc_log(acc, "{\"bad*name\": 1}", 3), ACC_ERR_INVALID_ARGUMENT, "mlflow");
+  EXPECT_OK(acc_log(acc, "{\"loss\": 0.25}", -1));
+  EXPECT_OK(acc_end_training(acc));
+  EXPECT_ERR(acc_log(acc, "{\"loss\": 1}", 4), ACC_ERR_INVALID_STATE, "end_training");
+  EXPECT_OK(acc_end_training(acc));
+  /* A second run after end_training appends to the same files (a resumed run). */
+  EXPECT_OK(acc_init_trackers(acc, "demo", NULL, NULL));
+  EXPECT_OK(acc_log(acc, "{\"loss\": 0.125}", 5));
+  acc_accelerator_destroy(acc); /* finishes the trackers */
+
+  snprintf(path, sizeof path, "%s/demo/metrics.jsonl", dir);
+  EXPECT(count_lines(path) == 4);
+  EXPECT(first_line(path, line, sizeof line) && strstr(line, "{\"step\": 1, \"time\": ") == line &&
+         strstr(line, "\"values\": {\"loss\": 0.5, \"lr\": 0.001}}"));
+  snprintf(path, sizeof path, "%s/demo/metrics.csv", dir);
+  EXPECT(count_lines(path) == 5);
+  EXPECT(first_line(path, line, sizeof line) && strcmp(line, "step,time,loss,lr,note\n") == 0);
+  snprintf(path, sizeof path, "%s/demo/hparams.json", dir);
+  EXPECT(first_line(path, line, sizeof line) &&
+         strcmp(line, "{\"lr\": 0.001, \"batch_size\": 32, \"model.name\": \"mlp\", \"amp\": false}\n") == 0);
+  snprintf(path, sizeof path, "%s/mlruns/0/meta.yaml", dir);
+  EXPECT(access(path, R_OK) == 0);
+  snprintf(path, sizeof path, "%s/acc_run_config.json", dir);
+  EXPECT(access(path, R_OK) == 0);
+
+  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return finish();
+}

@@ -6,6 +6,7 @@
 #   .venv/: the PyPI torch wheel (LibTorch headers and libraries) with only the CUDA runtime pieces
 #           libtorch_cpu.so needs to load (cudart, cupti), and nvidia-nccl-cu13 for NCCL headers.
 #   .venv/cuda-headers/: the CUDA headers the NCCL plugin compiles against (see below).
+#   .venv-test/: the Python packages of tests/requirements.txt (TensorBoard's reader, the MLflow client).
 # Set LIBTORCH=/path/to/libtorch to build against an official LibTorch instead of the wheel.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,6 +62,18 @@ if [[ -z ${LIBTORCH:-} && ! -f $stamp ]]; then
   .venv/bin/pip install -q --no-warn-conflicts --no-deps "$torch_pin"
   .venv/bin/pip install -q --no-warn-conflicts "${cuda_pins[@]}"
   touch "$stamp"
+fi
+
+# Python packages the tests read libacc's files with (tests/requirements.txt: TensorBoard's event reader, the
+# MLflow client), in .venv-test/: torch-free, apart from .venv, and made with or without LIBTORCH.
+test_stamp=".venv-test/.acc-test-$(md5sum tests/requirements.txt | cut -c1-12)"
+if [[ ! -f $test_stamp ]]; then
+  echo "setup: creating .venv-test with tests/requirements.txt"
+  python3 -m venv .venv-test
+  .venv-test/bin/pip install -q --upgrade pip >/dev/null
+  .venv-test/bin/pip install -q --no-warn-conflicts -r tests/requirements.txt
+  rm -f .venv-test/.acc-test-*
+  touch "$test_stamp"
 fi
 
 # CUDA: the plugin libacc_cuda.so (src/cuda/) compiles against ProcessGroupNCCL.hpp on every machine, GPU

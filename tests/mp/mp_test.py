@@ -209,6 +209,27 @@ def case_cpp_api():
             expect(moved > 1e-2, f"accum {accum}: training changed the parameters", f"moved {moved}")
 
 
+
+def case_trackers():
+    """tests/c/test_trackers' run on 2 processes: only the main process writes (one TensorBoard event
+    file, one MLflow run, each JSON line and CSV row once); the other process's calls return ACC_OK."""
+    import glob
+    with tempfile.TemporaryDirectory() as d:
+        p, _ = launch(2, "run", d)
+        expect(p.returncode == 0, "test_trackers run on 2 processes", p.stdout + p.stderr)
+        if p.returncode != 0:
+            return
+        events = glob.glob(os.path.join(d, "demo", "events.out.tfevents.*"))
+        expect(len(events) == 1, "one TensorBoard event file", events)
+        runs = [r for r in glob.glob(os.path.join(d, "mlruns", "*", "*", "meta.yaml"))]
+        expect(len(runs) == 1, "one MLflow run", runs)
+        with open(os.path.join(d, "demo", "metrics.jsonl")) as f:
+            rows = f.read().splitlines()
+        expect(len(rows) == 12, "each JSON line once", len(rows))
+        with open(os.path.join(d, "demo", "metrics.csv")) as f:
+            lines = f.read().splitlines()
+        expect(len(lines) == 13, "a CSV header and each row once", len(lines))
+
 globals()[f"case_{CASE}"]()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

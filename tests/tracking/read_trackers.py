@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Reads what libacc's trackers wrote with the readers of the tools themselves: TensorBoard's
+event_accumulator (scalars, text, add_scalars runs and the HParams plugin's data) and the MLflow client
+(MLflow's file store), plus the JSON lines and CSV files with the standard library.
+
+Usage: read_trackers.py TEST_TRACKERS   (tests/c/test_trackers; run with .venv-test's Python)
+"""
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+# Under .venv-test's Python (scripts/setup.sh makes it from tests/requirements.txt), whatever started us.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV_PYTHON = os.path.join(ROOT, ".venv-test", "bin", "python")
+if os.path.exists(VENV_PYTHON) and os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(ROOT, ".venv-test")):
+    os.execv(VENV_PYTHON, [VENV_PYTHON, *sys.argv])
+
+passed = failed = 0
+
+
+def expect(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAILED: {what} {detail}", file=sys.stderr)
+
+
+try:
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+except ImportError as e:  # no .venv-test: scripts/setup.sh makes it
+    print(f"SKIP: tensorboard is not installed ({e}); run scripts/setup.sh for .venv-test")
+    sys.exit(77)
+
+os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow >= 3 reads a file store only when asked to
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+STEPS = 10
+LOSS = [1.0 / (s + 1) for s in range(STEPS)]
+LR = [0.001 * (10 - s) / 10 for s in range(STEPS)]
+
+
+def check_tensorboard(run):
+    acc = event_accumulator.EventAccumulator(run, size_guidance={event_accumulator.SCALARS: 0,
+                                                                 event_accumulator.TENSORS: 0})
+    acc.Reload()
+    tags = acc.Tags()
+    expect(set(tags["scalars"]) == {"loss", "lr", "final"}, "tensorboard scalar tags", tags["scalars"])
+    loss = acc.Scalars("loss")
+    expect([e.step for e in loss] == list(range(STEPS)), "tensorboard loss steps", [e.step for e in loss])
+    expect(all(abs(e.value - want) < 1e-6 for e, want in zip(loss, LOSS)), "tensorboard loss values",
+           [e.value for e in loss])
+    lr = acc.Scalars("lr")
+    expect(all(abs(e.value - want) < 1e-9 for e, want in zip(lr, LR)), "tensorboard lr values")
+    expect(all(e.wall_time > 1.6e9 for e in loss), "tensorboard wall times")
+    final = acc.Scalars("final")
+    expect(len(final) == 1 and final[0].step == 0 and final[0].value == 1.0, "a value without a step (step 0)")
+    # add_text
+    text = acc.Tensors("note/text_summary")
+    expect(len(text) == 1 and text[0].step == 10 and list(text[0].tensor_proto.string_val) == [b"hello"],
+           "tensorboard text", text)
+    expect("note/text_summary" in acc.PluginTagToContent("text"), "the text plugin's tag")
+    # hparams: the HParams plugin's session_start_info (and session_end_info at end_training)
+    content = acc.PluginTagToContent("hparams")
+    expect("_hparams_/session_start_info" in content, "hparams session_start_info", list(content))
+    data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    expect(data.version == 0 and data.WhichOneof("data") == "session_start_info", "hparams plugin data", data)
+    hp = data.session_start_info.hparams
+    expect(hp["lr"].number_value == 0.001, "hparam lr", hp["lr"])
+    expect(hp["batch_size"].number_value == 32, "hparam batch_size")
+    expect(hp["model.name"].string_value == "mlp", "hparam model.name (a nested key, flattened)")
+    expect(hp["amp"].WhichOneof("kind") == "bool_value" and hp["amp"].bool_value is False, "hparam amp")
+    end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"])
+    expect(end.session_end_info.status == 1, "hparams session_end_info STATUS_SUCCESS", end)
+    # add_scalars: a run directory per member, tagged with the group's name
+    for member, want in (("train", 0.5), ("val", 0.25)):
+        sub = event_accumulator.EventAccumulator(os.path.join(run, f"acc_{member}"))
+        sub.Reload()
+        s = sub.Scalars("acc")
+        expect(len(s) == 1 and s[0].step == 10 and s[0].value == want, f"add_scalars member {member}", s)
+
+
+def check_mlflow(root):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri="file://" + root)
+    exp = client.get_experiment_by_name("demo")
+    expect(exp is not None, "mlflow experiment 'demo'")
+    if exp is None:
+        return
+    runs = client.search_runs([exp.experiment_id])
+    expect(len(runs) == 1, "one mlflow run (only the main process writes)", len(runs))
+    run = runs[0]
+    expect(run.info.run_name == "c-run" and run.info.status == "FINISHED", "mlflow run name and status",
+           (run.info.run_name, run.info.status))
+    expect(run.data.params == {"lr": "0.001", "batch_size": "32", "model.name": "mlp", "amp": "False"},
+           "mlflow params", run.data.params)
+    hist = client.get_metric_history(run.info.run_id, "loss")
+    expect([m.step for m in hist] == list(range(STEPS)), "mlflow loss steps", [m.step for m in hist])
+    expect(all(abs(m.value - want) < 1e-12 for m, want in zip(hist, LOSS)), "mlflow loss values")
+    expect(set(run.data.metrics) == {"loss", "lr", "final"}, "mlflow metrics (strings and groups skipped)",
+           run.data.metrics)
+    expect(run.data.tags.get("mlflow.runName") == "c-run" and run.data.tags.get("mlflow.source.type") == "LOCAL",
+           "mlflow tags", run.data.tags)
+    expect(client.get_experiment("0").name == "Default", "mlflow's Default experiment")
+
+
+def check_text_files(run):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    expect(len(rows) == STEPS + 2, "jsonl rows", len(rows))
+    expect([r["step"] for r in rows] == list(range(STEPS + 1)) + [None], "jsonl steps")
+    expect(all(math.isclose(r["values"]["loss"], want) for r, want in zip(rows, LOSS)), "jsonl loss")
+    expect(rows[10]["values"] == {"note": "hello", "acc": {"train": 0.5, "val": 0.25}}, "jsonl text and group",
+           rows[10])
+    with open(os.path.join(run, "metrics.csv"), newline="") as f:
+        table = list(csv.DictReader(f))
+    expect(len(table) == STEPS + 2, "csv rows", len(table))
+    expect(list(table[0]) == ["step", "time", "loss", "lr", "note", "acc/train", "acc/val", "final"], "csv columns",
+           list(table[0]))
+    expect(float(table[3]["loss"]) == LOSS[3] and table[3]["note"] == "", "csv values", table[3])
+    expect(table[10]["note"] == "hello" and table[10]["acc/val"] == "0.25", "csv text and group", table[10])
+    expect(table[11]["step"] == "" and table[11]["final"] == "1", "csv row without a step", table[11])
+    with open(os.path.join(run, "hparams.json")) as f:
+        expect(json.load(f) == {"lr": 0.001, "batch_size": 32, "model.name": "mlp", "amp": False}, "hparams.json")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, ACC_CONFIG_FILE="none")
+        p = subprocess.run([sys.argv[1], "run", d], capture_output=True, text=True, env=env, timeout=120)
+        expect(p.returncode == 0, "test_trackers run", p.stdout + p.stderr)
+        if p.returncode != 0:
+            return
+        check_tensorboard(os.path.join(d, "demo"))
+        check_mlflow(os.path.join(d, "mlruns"))
+        check_text_files(os.path.join(d, "demo"))
+
+
+main()
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -5,6 +5,8 @@
 #include <acc/torch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <set>
 
 namespace {
@@ -102,6 +104,40 @@ int main() {
   std::multiset<std::string> got_labels(labels.begin(), labels.end()), want_labels;
   for (int64_t i = 0; i < n; ++i) want_labels.insert(std::to_string(i));
   expect(got_labels == want_labels, "gather_object_for_metrics: every sample once");
+
+  // Trackers (init_trackers, log, log_json, end_training): only the main process writes.
+  {
+    char tmpl[] = "/tmp/acc_cxx_trackers_XXXXXX";
+    std::string dir = rank == 0 ? std::string(mkdtemp(tmpl)) : std::string();
+    dir = accelerator.broadcast_object({dir}, 0)[0];
+    acc::Accelerator tracked(R"({"log_with": ["jsonl", "csv"], "project_dir": ")" + dir + "\"}");
+    tracked.init_trackers("cxx", R"({"lr": 0.5})");
+    for (int s = 0; s < 3; ++s) tracked.log({{"loss", 1.0 / (s + 1)}, {"rank", static_cast<double>(rank)}}, s);
+    tracked.log_json(R"({"note": "done"})");
+    bool threw = false;
+    try {
+      tracked.log_json("[1]");
+    } catch (const std::invalid_argument&) {
+      threw = true;
+    }
+    expect(threw, "log_json: a JSON array is std::invalid_argument on every process");
+    tracked.end_training();
+    accelerator.wait_for_everyone();
+    if (rank == 0) {
+      std::ifstream f(dir + "/cxx/metrics.jsonl");
+      std::vector<std::string> lines;
+      for (std::string l; std::getline(f, l);) lines.push_back(l);
+      expect(lines.size() == 4, "trackers: each line once (" + std::to_string(lines.size()) + ")");
+      expect(lines.size() == 4 && lines[0].find("{\"loss\": 1, \"rank\": 0}") != std::string::npos &&
+                 lines[3].find("{\"note\": \"done\"}") != std::string::npos,
+             "trackers: the main process's values");
+      std::ifstream h(dir + "/cxx/hparams.json");
+      std::string hp;
+      std::getline(h, hp);
+      expect(hp == R"({"lr": 0.5})", "trackers: hyperparameters");
+      std::system(("rm -rf '" + dir + "'").c_str());
+    }
+  }
 
   std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
   return failed == 0 ? 0 : 1;

@@ -260,6 +260,13 @@ void Accelerator::log_json(const std::string& values_json, std::optional<int64_t
 
 void Accelerator::end_training() { impl_->end_training(); }
 
+void Accelerator::save_state(const std::string& dir) { impl_->save_state(dir); }
+void Accelerator::load_state(const std::string& dir) { impl_->load_state(dir); }
+void Accelerator::register_for_checkpointing(std::function<std::string()> save,
+                                             std::function<void(const std::string&)> load) {
+  impl_->register_for_checkpointing({std::move(save), std::move(load)});
+}
+
 void Accelerator::set_seed(uint64_t seed, bool device_specific, bool deterministic) const {
   impl_->set_seed(seed, device_specific, deterministic);
 }

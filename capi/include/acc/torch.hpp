@@ -257,6 +257,13 @@ class ACC_CXX_API Accelerator {
   void log_json(const std::string& values_json, std::optional<int64_t> step = std::nullopt);
   void end_training();
 
+  // Checkpoints (docs/checkpoints.md), as acc_save_state and acc_load_state: everything prepared, the
+  // random states and the registered objects; collectives. A C++ caller's LR scheduler keeps its step count.
+  void save_state(const std::string& dir);
+  void load_state(const std::string& dir);
+  // register_for_checkpointing: `save` returns the object's bytes (main process), `load` takes them back.
+  void register_for_checkpointing(std::function<std::string()> save, std::function<void(const std::string&)> load);
+
   const std::shared_ptr<core::Accelerator>& impl() const { return impl_; }
 
  private:

@@ -1,0 +1,164 @@
+/* Single-process tests of acc_save_state / acc_load_state: the files of docs/checkpoints.md, a round trip
+ * into fresh objects, and bad input (a missing, truncated or foreign checkpoint, another model, a wrong
+ * number of registered objects, an unwritable directory), each with an error naming the file or the key,
+ * leaving the previous checkpoint intact. Exact resume with real processes is tests/mp/mp_checkpoint.c. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static int64_t g_value = 7;
+
+static acc_status save_value(void* user, acc_bytes_list* out) {
+  (void)user;
+  return acc_bytes_list_append(out, &g_value, sizeof g_value);
+}
+static acc_status load_value(void* user, const void* data, size_t size) {
+  (void)user;
+  if (size != sizeof g_value) return 3;
+  memcpy(&g_value, data, size);
+  return ACC_OK;
+}
+
+struct run {
+  acc_accelerator* acc;
+  acc_model* model;
+  acc_optimizer* opt;
+  acc_scheduler* sched;
+};
+
+/* An MLP with AdamW and a schedule, prepared; `steps` training steps on fixed data. */
+static struct run make_run(const char* model_json, int steps, int registered) {
+  struct run r;
+  EXPECT_OK(acc_accelerator_create("{\"seed\": 3}", &r.acc));
+  EXPECT_OK(acc_model_create(model_json, &r.model));
+  EXPECT_OK(acc_optimizer_create(r.model, "{\"type\": \"adamw\", \"lr\": 0.01}", &r.opt));
+  EXPECT_OK(acc_scheduler_create(r.opt, "{\"type\": \"linear\", \"total_steps\": 20}", &r.sched));
+  EXPECT_OK(acc_prepare(r.acc, r.model, r.opt, r.sched, NULL));
+  for (int i = 0; i < registered; ++i)
+    EXPECT_OK(acc_register_for_checkpointing(r.acc, save_value, load_value, NULL, NULL));
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[4] = {1, 0, 1, 0};
+  int64_t xs[2] = {4, 2}, ys[2] = {4, 1};
+  acc_tensor *tx, *ty;
+  EXPECT_OK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
+  EXPECT_OK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
+  for (int s = 0; s < steps; ++s) {
+    acc_tensor* loss = NULL;
+    EXPECT_OK(acc_model_forward(r.model, tx, ty, NULL, &loss));
+    EXPECT_OK(acc_backward(r.acc, loss));
+    EXPECT_OK(acc_optimizer_step(r.opt));
+    EXPECT_OK(acc_scheduler_step(r.sched));
+    EXPECT_OK(acc_optimizer_zero_grad(r.opt));
+    acc_tensor_destroy(loss);
+  }
+  acc_tensor_destroy(tx);
+  acc_tensor_destroy(ty);
+  return r;
+}
+
+static void end_run(struct run r) {
+  acc_scheduler_destroy(r.sched);
+  acc_optimizer_destroy(r.opt);
+  acc_model_destroy(r.model);
+  acc_accelerator_destroy(r.acc);
+}
+
+/* The model's first state tensor as floats. */
+static void first_weights(acc_model* m, float* out, size_t n) {
+  acc_tensor* t;
+  const char* name;
+  EXPECT_OK(acc_model_state_get(m, 0, &name, &t));
+  EXPECT_OK(acc_tensor_to_host(t, out, n * sizeof(float)));
+  acc_tensor_destroy(t);
+}
+
+static int exists(const char* dir, const char* file) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* Runs a shell command made from `fmt` with `path` in every %s (the test's own temporary paths). */
+static void sh(const char* fmt, const char* path) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, fmt, path, path, path);
+  EXPECT(system(cmd) == 0);
+}
+
+int main(void) {
+  char root[] = "/tmp/acc-ckpt-XXXXXX";
+  if (!mkdtemp(root)) return 1;
+  char dir[512], copy[512];
+  snprintf(dir, sizeof dir, "%s/ckpt", root);
+  snprintf(copy, sizeof copy, "%s/copy", root);
+  const char* mlp = "{\"type\": \"mlp\", \"sizes\": [2, 8, 1]}";
+
+  /* Save: the documented files, complete, nothing staged left behind. */
+  struct run a = make_run(mlp, 5, 1);
+  EXPECT_OK(acc_save_state(a.acc, dir));
+  const char* files[] = {"manifest.json", "model.safetensors", "optimizer.safetensors", "optimizer.json",
+                         "scheduler.json", "random_states_0.safetensors", "accelerator_state.json",
+                         "custom_checkpoint_0.bin"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; ++i) EXPECT(exists(dir, files[i]));
+  EXPECT(!exists(root, "ckpt.tmp"));
+  float wa[16], wb[16];
+  first_weights(a.model, wa, 16);
+  double lr_a, lr_b;
+  EXPECT_OK(acc_optimizer_lr(a.opt, &lr_a));
+
+  /* Load into a fresh run: the weights, the learning rate and the registered object come back. */
+  g_value = 0;
+  struct run b = make_run(mlp, 0, 1);
+  EXPECT_OK(acc_load_state(b.acc, dir));
+  first_weights(b.model, wb, 16);
+  EXPECT(memcmp(wa, wb, sizeof wa) == 0);
+  EXPECT_OK(acc_optimizer_lr(b.opt, &lr_b));
+  EXPECT(lr_a == lr_b);
+  EXPECT(g_value == 7);
+  /* Saving again over it replaces it whole. */
+  EXPECT_OK(acc_save_state(b.acc, dir));
+  EXPECT(exists(dir, "manifest.json") && !exists(root, "ckpt.tmp"));
+
+  /* Bad input, each naming what is wrong. */
+  EXPECT_ERR(acc_load_state(b.acc, "/nonexistent/ckpt"), ACC_ERR_IO, "/nonexistent/ckpt");
+  EXPECT_ERR(acc_load_state(b.acc, NULL), ACC_ERR_INVALID_ARGUMENT, "dir");
+  EXPECT_ERR(acc_save_state(NULL, dir), ACC_ERR_INVALID_ARGUMENT, "accelerator");
+  sh("cp -r %s/ckpt %s/copy && rm %s/copy/manifest.json", root);
+  EXPECT_ERR(acc_load_state(b.acc, copy), ACC_ERR_IO, "manifest.json");
+  sh("rm -r %s/copy && cp -r %s/ckpt %s/copy", root);
+  sh("truncate -s 100 %s/copy/optimizer.safetensors", root);
+  EXPECT_ERR(acc_load_state(b.acc, copy), ACC_ERR_IO, "optimizer.safetensors");
+  /* A foreign directory: files, but not a libacc checkpoint. */
+  sh("rm -r %s/copy && mkdir %s/copy && echo '{\"format\": \"other\", \"version\": 1}' > %s/copy/manifest.json", root);
+  EXPECT_ERR(acc_load_state(b.acc, copy), ACC_ERR_INVALID_ARGUMENT, "not a libacc checkpoint");
+
+  /* Another model: the name and shape are named, nothing changes. */
+  struct run c = make_run("{\"type\": \"mlp\", \"sizes\": [2, 4, 1]}", 0, 1);
+  float wc[8], wc2[8];
+  first_weights(c.model, wc, 8);
+  EXPECT_ERR(acc_load_state(c.acc, dir), ACC_ERR_INVALID_ARGUMENT, "layers.0.weight");
+  first_weights(c.model, wc2, 8);
+  EXPECT(memcmp(wc, wc2, sizeof wc) == 0);
+  /* A different number of registered objects. */
+  struct run d = make_run(mlp, 0, 2);
+  EXPECT_ERR(acc_load_state(d.acc, dir), ACC_ERR_INVALID_ARGUMENT, "registered objects");
+
+  /* An unwritable place: the error names it, the previous checkpoint stays complete and loadable. */
+  char blocker[512], inside[600];
+  snprintf(blocker, sizeof blocker, "%s/file", root);
+  FILE* f = fopen(blocker, "w");
+  if (f) fclose(f);
+  snprintf(inside, sizeof inside, "%s/ckpt", blocker);
+  EXPECT_ERR(acc_save_state(a.acc, inside), ACC_ERR_IO, blocker);
+  EXPECT_OK(acc_load_state(b.acc, dir));
+
+  end_run(a);
+  end_run(b);
+  end_run(c);
+  end_run(d);
+  sh("rm -rf %s", root);
+  return finish();
+}

@@ -671,6 +671,9 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 %ignore acc_dataset_get_batch_fn;
 %ignore acc_dataset_from_batch_iterator;
 %ignore acc_iterator_next_batch_fn;
+%ignore acc_register_for_checkpointing;
+%ignore acc_checkpoint_save_fn;
+%ignore acc_checkpoint_load_fn;
 /* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
 %ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */

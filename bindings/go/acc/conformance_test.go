@@ -950,3 +950,37 @@ func TestCleanupSafetyNet(t *testing.T) {
 	}
 	t.Fatalf("cleanups ran for %v", kinds)
 }
+
+// scenario: trackers
+func TestTrackers(t *testing.T) {
+	_, err := acc.NewAccelerator(`{"log_with": ["wandb"]}`)
+	expectErr(t, err, acc.ErrUnsupported, "wandb")
+	dir := t.TempDir()
+	a := must(acc.NewAccelerator(map[string]any{"log_with": []string{"jsonl", "csv"}, "project_dir": dir}))
+	defer a.Close()
+	expectErr(t, a.LogScalars([]acc.Scalar{{Name: "loss", Value: 1}}, 0), acc.ErrInvalidState, "init_trackers")
+	ok(t, a.InitTrackers("go", `{"lr": 0.5, "opt": {"name": "sgd"}}`, nil))
+	ok(t, a.LogScalars([]acc.Scalar{{Name: "loss", Value: 0.5}, {Name: "lr", Value: 0.25}}, 1))
+	ok(t, a.LogScalars([]acc.Scalar{{Name: "loss", Value: math.NaN()}}, acc.NoStep))
+	ok(t, a.Log(map[string]any{"note": "done", "acc": map[string]float64{"train": 1}}, 2))
+	expectErr(t, a.Log("[1]", 3), acc.ErrInvalidArgument, "JSON object")
+	ok(t, a.EndTraining())
+	run := filepath.Join(dir, "go")
+	text, err := os.ReadFile(filepath.Join(run, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(text)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"step": 1`) ||
+		!strings.Contains(lines[0], `"values": {"loss": 0.5, "lr": 0.25}`) || !strings.Contains(lines[1], "NaN") {
+		t.Fatalf("metrics.jsonl: %q", lines)
+	}
+	hp, err := os.ReadFile(filepath.Join(run, "hparams.json"))
+	if err != nil || string(hp) != "{\"lr\": 0.5, \"opt.name\": \"sgd\"}\n" {
+		t.Fatalf("hparams.json: %q, %v", hp, err)
+	}
+	csvText, err := os.ReadFile(filepath.Join(run, "metrics.csv"))
+	if err != nil || !strings.HasPrefix(string(csvText), "step,time,loss,lr,") {
+		t.Fatalf("metrics.csv: %q, %v", csvText, err)
+	}
+}

@@ -48,6 +48,21 @@ pub type acc_iterator_next_batch_fn = ::core::option::Option<
 pub type acc_batch_size_fn = ::core::option::Option<
     unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, batch_size: i64) -> acc_status,
 >;
+#[doc = " Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated).\n  Return ACC_OK, or any non-zero value to fail the save with ACC_ERR_CALLBACK."]
+pub type acc_checkpoint_save_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        out: *mut acc_bytes_list,
+    ) -> acc_status,
+>;
+#[doc = " Restores an object from the bytes its save function wrote (borrowed for the call). Return ACC_OK, or\n  any non-zero value to fail the load with ACC_ERR_CALLBACK."]
+pub type acc_checkpoint_load_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        data: *const ::core::ffi::c_void,
+        size: usize,
+    ) -> acc_status,
+>;
 #[repr(C)]
 #[derive(Debug)]
 pub struct acc_accelerator {
@@ -883,4 +898,53 @@ extern "C" {
         out_data: *mut *const ::core::ffi::c_void,
         out_size: *mut usize,
     ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Saves everything prepared with `acc` into directory `dir`: every model (model.safetensors,\n model_1.safetensors, ...), optimizer (optimizer.safetensors + optimizer.json: moments, step counts,\n learning rates), scheduler, the fp16 gradient scaler, every data loader's position (epoch and batches\n given out, so a resume continues mid-epoch), the accumulation step, each process's random states and\n the registered objects. No pickles: tensors in safetensors, the rest in JSON. The files are written into\n \"<dir>.tmp\", synced, completed by manifest.json and renamed into place: a crash leaves the previous\n checkpoint (or none), never a partial one under `dir`. `dir` must be on a filesystem every process sees.\n  Locks acc. Collective."]
+    pub fn acc_save_state(acc: *mut acc_accelerator, dir: *const ::core::ffi::c_char)
+        -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Restores a checkpoint of acc_save_state into the objects prepared with `acc` (the same kinds and\n numbers, prepared in the same order). A directory without manifest.json, or with a file shorter than\n the manifest says, is refused naming the file. From a different number of processes, models,\n optimizers, schedulers, the scaler and registered objects are restored and the per-process random\n states and loader positions are not (the main process says so on stderr).\n  Locks acc. Collective."]
+    pub fn acc_load_state(acc: *mut acc_accelerator, dir: *const ::core::ffi::c_char)
+        -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Accelerate's register_for_checkpointing: the object is saved (custom_checkpoint_{i}.bin, in\n  registration order) on the main process and restored on every process. `free_user_data` (may be NULL)\n  is called once when the accelerator is destroyed, or at once if registering fails.\n  Locks acc."]
+    pub fn acc_register_for_checkpointing(
+        acc: *mut acc_accelerator,
+        save: acc_checkpoint_save_fn,
+        load: acc_checkpoint_load_fn,
+        user_data: *mut ::core::ffi::c_void,
+        free_user_data: ::core::option::Option<
+            unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void),
+        >,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Starts the trackers the accelerator's `log_with` names (\"tensorboard\", \"jsonl\", \"csv\", \"mlflow\", or\n \"all\") for a run named `project_name`, on the main process only; the other processes check the\n arguments and return. `config_json` (NULL for none) is a JSON object of hyperparameters every tracker\n records (nested objects flattened to \"a.b\", lists as their JSON text). `init_kwargs_json` (NULL for\n none) holds options per tracker: {\"tensorboard\": {\"filename_suffix\"}, \"mlflow\": {\"run_name\", \"tags\",\n \"description\"}}. Files go under <logging_dir>/<project_name>/ (logging_dir: project_config.logging_dir,\n by default project_dir); MLflow's file store under MLFLOW_TRACKING_URI, else <logging_dir>/mlruns.\n ACC_ERR_INVALID_STATE while an earlier run's trackers still run (acc_end_training ends them).\n  Locks acc. Local."]
+    pub fn acc_init_trackers(
+        acc: *mut acc_accelerator,
+        project_name: *const ::core::ffi::c_char,
+        config_json: *const ::core::ffi::c_char,
+        init_kwargs_json: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Logs `values_json`, a JSON object, to every tracker at `step` (negative: no step, Accelerate's\n step=None). Numbers and booleans are scalars (NaN, Infinity and -Infinity are accepted, as Python's\n json writes them); a string is text (TensorBoard's add_text; MLflow skips it); an object of numbers\n puts several scalars under one name (add_scalars); null is skipped. On the main process only; the\n others check the JSON and return. Without log_with a no-op; ACC_ERR_INVALID_STATE before\n acc_init_trackers or after acc_end_training.\n  Locks acc. Local."]
+    pub fn acc_log(
+        acc: *mut acc_accelerator,
+        values_json: *const ::core::ffi::c_char,
+        step: i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Finishes the trackers: files synced and closed, the TensorBoard session and the MLflow run marked\n  finished. A no-op when none run (and on the processes other than the main one). Unlike Accelerate's\n  end_training it keeps the process group, which lives until the accelerator is destroyed (which also\n  finishes trackers still running).\n  Locks acc. Local."]
+    pub fn acc_end_training(acc: *mut acc_accelerator) -> acc_status;
 }

@@ -1,5 +1,5 @@
 use std::any::Any;
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::os::raw::c_char;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
@@ -281,6 +281,72 @@ impl Accelerator {
     /// A barrier across all processes.
     pub fn wait_for_everyone(&self) -> Result<()> {
         check(unsafe { sys::acc_wait_for_everyone(self.as_ptr()) })
+    }
+
+    /// Accelerate's `init_trackers`: starts the trackers the config's `log_with` names ("tensorboard",
+    /// "jsonl", "csv", "mlflow", "all") for a run named `project_name`, on the main process only (the
+    /// others check the arguments), and records `config`, a JSON object, as its hyperparameters.
+    /// `init_kwargs`: options per tracker as JSON, e.g. `{"mlflow": {"run_name": "baseline"}}`.
+    pub fn init_trackers(&self, project_name: &str, config: Option<&str>, init_kwargs: Option<&str>) -> Result<()> {
+        let name = cstring(project_name)?;
+        let config = config.map(cstring).transpose()?;
+        let kwargs = init_kwargs.map(cstring).transpose()?;
+        let ptr = |c: &Option<CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        check(unsafe { sys::acc_init_trackers(self.as_ptr(), name.as_ptr(), ptr(&config), ptr(&kwargs)) })
+    }
+
+    /// Logs scalars by name to every tracker at `step` (None: no step), on the main process only.
+    /// NaN and the infinities are allowed.
+    pub fn log(&self, values: &[(&str, f64)], step: Option<i64>) -> Result<()> {
+        let mut json = String::from("{");
+        for (i, (name, value)) in values.iter().enumerate() {
+            if i > 0 {
+                json.push_str(", ");
+            }
+            json.push_str(&json_string(name));
+            json.push_str(": ");
+            json.push_str(&json_number(*value));
+        }
+        json.push('}');
+        self.log_json(&json, step)
+    }
+
+    /// Logs a JSON object to every tracker at `step` (None: no step): numbers and booleans are scalars,
+    /// strings text, objects of numbers several scalars under one name.
+    pub fn log_json(&self, values_json: &str, step: Option<i64>) -> Result<()> {
+        let values = cstring(values_json)?;
+        check(unsafe { sys::acc_log(self.as_ptr(), values.as_ptr(), step.unwrap_or(-1)) })
+    }
+
+    /// Accelerate's `end_training`: finishes the trackers (files synced and closed, runs marked finished).
+    pub fn end_training(&self) -> Result<()> {
+        check(unsafe { sys::acc_end_training(self.as_ptr()) })
+    }
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON number; NaN and the infinities as Python's json writes them (acc_log accepts them).
+fn json_number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_string()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Infinity" } else { "-Infinity" }.to_string()
+    } else {
+        format!("{v:?}")
     }
 }
 

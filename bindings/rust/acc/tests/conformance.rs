@@ -682,3 +682,48 @@ fn handles_are_send() {
     let n = std::thread::spawn(move || m.num_parameters().unwrap()).join().unwrap();
     assert_eq!(n, 3);
 }
+
+// scenario: trackers
+#[test]
+fn trackers() {
+    expect_err(
+        Accelerator::new(r#"{"log_with": ["wandb"]}"#),
+        ErrorCode::Unsupported,
+        "wandb",
+    );
+    let dir = std::env::temp_dir().join(format!("acc-rust-trackers-{}", std::process::id()));
+    let config = format!(
+        r#"{{"log_with": ["jsonl", "csv"], "project_dir": "{}"}}"#,
+        dir.display()
+    );
+    let a = Accelerator::new(&config).unwrap();
+    expect_err(
+        a.log(&[("loss", 1.0)], Some(0)),
+        ErrorCode::InvalidState,
+        "init_trackers",
+    );
+    a.init_trackers("rust", Some(r#"{"lr": 0.5, "opt": {"name": "sgd"}}"#), None)
+        .unwrap();
+    a.log(&[("loss", 0.5), ("lr", 0.25)], Some(1)).unwrap();
+    a.log(&[("loss", f64::NAN)], None).unwrap();
+    a.log_json(r#"{"note": "done", "acc": {"train": 1}}"#, Some(2)).unwrap();
+    expect_err(a.log_json("[1]", Some(3)), ErrorCode::InvalidArgument, "JSON object");
+    a.end_training().unwrap();
+    let run = dir.join("rust");
+    let lines: Vec<String> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].contains(r#""step": 1"#) && lines[0].contains(r#""values": {"loss": 0.5, "lr": 0.25}"#));
+    assert!(lines[1].contains(r#""step": null"#) && lines[1].contains("NaN"));
+    assert_eq!(
+        std::fs::read_to_string(run.join("hparams.json")).unwrap(),
+        "{\"lr\": 0.5, \"opt.name\": \"sgd\"}\n"
+    );
+    assert!(std::fs::read_to_string(run.join("metrics.csv"))
+        .unwrap()
+        .starts_with("step,time,loss,lr,"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

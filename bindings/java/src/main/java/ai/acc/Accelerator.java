@@ -3,6 +3,7 @@ package ai.acc;
 import ai.acc.internal.AccRaw;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The context of one training process (Accelerate's {@code Accelerator}): process state, the process
@@ -320,5 +321,78 @@ public final class Accelerator extends NativeObject {
     } finally {
       leave(p);
     }
+  }
+
+  /** The step of a value logged without one (Accelerate's step=None). */
+  public static final long NO_STEP = -1;
+
+  /**
+   * Accelerate's init_trackers: starts the trackers the config's {@code log_with} names ("tensorboard",
+   * "jsonl", "csv", "mlflow", "all") for a run named {@code projectName}, on the main process only (the
+   * others check the arguments), and records {@code configJson}, a JSON object (null for none), as its
+   * hyperparameters. {@code initKwargsJson}: options per tracker, e.g. {@code {"mlflow": {"run_name":
+   * "baseline"}}} (null for none).
+   */
+  public void initTrackers(String projectName, String configJson, String initKwargsJson) {
+    long p = enter();
+    try {
+      AccRaw.acc_init_trackers(p, projectName, configJson, initKwargsJson);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /**
+   * Logs named numbers, in the map's order (a LinkedHashMap keeps it), to every tracker at {@code step}
+   * ({@link #NO_STEP}: none), on the main process only. NaN and the infinities are allowed.
+   */
+  public void log(Map<String, ? extends Number> values, long step) {
+    StringBuilder b = new StringBuilder("{");
+    for (Map.Entry<String, ? extends Number> e : values.entrySet()) {
+      if (b.length() > 1) b.append(", ");
+      jsonString(b, e.getKey());
+      b.append(": ");
+      Number n = e.getValue();
+      double d = n.doubleValue();
+      if (Double.isNaN(d)) b.append("NaN");
+      else if (Double.isInfinite(d)) b.append(d > 0 ? "Infinity" : "-Infinity");
+      else if (n instanceof Double || n instanceof Float) b.append(Double.toString(d));
+      else b.append(n.toString());
+    }
+    logJson(b.append('}').toString(), step);
+  }
+
+  /**
+   * Logs a JSON object to every tracker at {@code step} ({@link #NO_STEP}: none): numbers and booleans
+   * are scalars, strings text, objects of numbers several scalars under one name.
+   */
+  public void logJson(String valuesJson, long step) {
+    long p = enter();
+    try {
+      AccRaw.acc_log(p, valuesJson, step);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** Accelerate's end_training: finishes the trackers (files synced and closed, runs marked finished). */
+  public void endTraining() {
+    long p = enter();
+    try {
+      AccRaw.acc_end_training(p);
+    } finally {
+      leave(p);
+    }
+  }
+
+  private static void jsonString(StringBuilder b, String s) {
+    b.append('"');
+    for (int i = 0; i < s.length(); ++i) {
+      char c = s.charAt(i);
+      if (c == '"' || c == '\\') b.append('\\').append(c);
+      else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+      else b.append(c);
+    }
+    b.append('"');
   }
 }

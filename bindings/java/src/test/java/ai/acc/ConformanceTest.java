@@ -678,4 +678,33 @@ class ConformanceTest {
     closer.join(5000);
     assertFalse(closer.isAlive());
   }
+
+  // scenario: trackers
+  @Test
+  void trackers(@TempDir Path dir) throws Exception {
+    expectError(ErrorCode.UNSUPPORTED, "wandb", () -> Accelerator.create("{\"log_with\": [\"wandb\"]}"));
+    String config = "{\"log_with\": [\"jsonl\", \"csv\"], \"project_dir\": \"" + dir + "\"}";
+    try (Accelerator a = Accelerator.create(config)) {
+      Map<String, Double> loss = new java.util.LinkedHashMap<>();
+      loss.put("loss", 1.0);
+      expectError(ErrorCode.INVALID_STATE, "init_trackers", () -> a.log(loss, 0));
+      a.initTrackers("java", "{\"lr\": 0.5, \"opt\": {\"name\": \"sgd\"}}", null);
+      Map<String, Double> values = new java.util.LinkedHashMap<>();
+      values.put("loss", 0.5);
+      values.put("lr", 0.25);
+      a.log(values, 1);
+      a.log(Map.of("loss", Double.NaN), Accelerator.NO_STEP);
+      a.logJson("{\"note\": \"done\", \"acc\": {\"train\": 1}}", 2);
+      expectError(ErrorCode.INVALID_ARGUMENT, "JSON object", () -> a.logJson("[1]", 3));
+      a.endTraining();
+    }
+    Path run = dir.resolve("java");
+    List<String> lines = Files.readAllLines(run.resolve("metrics.jsonl"));
+    assertEquals(3, lines.size(), lines::toString);
+    assertTrue(lines.get(0).contains("\"step\": 1") && lines.get(0).contains("\"values\": {\"loss\": 0.5, \"lr\": 0.25}"),
+        lines.get(0));
+    assertTrue(lines.get(1).contains("\"step\": null") && lines.get(1).contains("NaN"), lines.get(1));
+    assertEquals("{\"lr\": 0.5, \"opt.name\": \"sgd\"}\n", Files.readString(run.resolve("hparams.json")));
+    assertTrue(Files.readString(run.resolve("metrics.csv")).startsWith("step,time,loss,lr,"));
+  }
 }

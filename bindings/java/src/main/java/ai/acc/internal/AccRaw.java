@@ -247,4 +247,14 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_bytes_list_get(long list, long index, long[] out_data, long[] out_size) { AccRawJNI.acc_bytes_list_get(list, index, out_data, out_size); }
 
+  public static void acc_save_state(long acc, String dir) { AccRawJNI.acc_save_state(acc, dir); }
+
+  public static void acc_load_state(long acc, String dir) { AccRawJNI.acc_load_state(acc, dir); }
+
+  public static void acc_init_trackers(long acc, String project_name, String config_json, String init_kwargs_json) { AccRawJNI.acc_init_trackers(acc, project_name, config_json, init_kwargs_json); }
+
+  public static void acc_log(long acc, String values_json, long step) { AccRawJNI.acc_log(acc, values_json, step); }
+
+  public static void acc_end_training(long acc) { AccRawJNI.acc_end_training(acc); }
+
 }

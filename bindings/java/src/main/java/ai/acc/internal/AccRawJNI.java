@@ -118,4 +118,9 @@ public class AccRawJNI {
   public final static native void acc_bytes_list_append(long jarg1, byte[] jarg2);
   public final static native void acc_bytes_list_count(long jarg1, long[] jarg2);
   public final static native void acc_bytes_list_get(long jarg1, long jarg2, long[] jarg3, long[] jarg4);
+  public final static native void acc_save_state(long jarg1, String jarg2);
+  public final static native void acc_load_state(long jarg1, String jarg2);
+  public final static native void acc_init_trackers(long jarg1, String jarg2, String jarg3, String jarg4);
+  public final static native void acc_log(long jarg1, String jarg2, long jarg3);
+  public final static native void acc_end_training(long jarg1);
 }

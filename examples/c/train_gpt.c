@@ -9,7 +9,9 @@
  * --mixed-precision bf16 runs the forward pass under bfloat16 autocast.
  * Each process reads its shard of every global batch; gradients are averaged across processes (DDP).
  * The main process prints progress, the validation loss is computed over exactly the validation set
- * with acc_gather_for_metrics, and the final weights are saved as safetensors.
+ * with acc_gather_for_metrics (six times in a run and at the end), and the final weights are saved as
+ * safetensors. Loss, learning rate, throughput and validation loss go to TensorBoard (log_with, under
+ * <out>/gpt: `tensorboard --logdir out/demo`), the hyperparameters to its HParams dashboard.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, strdup */
 #include <acc/acc.h>
@@ -130,8 +132,10 @@ static void per_sample_loss(const float* logits, const int64_t* targets, int64_t
   }
 }
 
-/* The loss curve as CSV and as an SVG line chart, for people who would rather see it than read it. */
-static void write_curve(const char* dir, const int* steps, const double* losses, int n) {
+/* The loss curves (training, and validation where it was measured) as CSV and as an SVG line chart, for
+ * people who would rather see them than read them. */
+static void write_curve(const char* dir, const int* steps, const double* losses, int n, const int* val_steps,
+                        const double* val_losses, int val_n) {
   char path[4096];
   snprintf(path, sizeof path, "%s/loss.csv", dir);
   FILE* csv = fopen(path, "w");
@@ -144,11 +148,13 @@ static void write_curve(const char* dir, const int* steps, const double* losses,
   }
   double top = 0;
   for (int i = 0; i < n; ++i) top = losses[i] > top ? losses[i] : top;
+  for (int i = 0; i < val_n; ++i) top = val_losses[i] > top ? val_losses[i] : top;
   const double W = 640, H = 360, L = 50, B = 30;
-  fprintf(csv, "step,loss\n");
+  fprintf(csv, "step,loss,val_loss\n");
   fprintf(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-               "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\">training loss (mean over processes)</text>\n"
+               "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\"><tspan fill=\"#1f77b4\">training loss "
+               "(mean over processes)</tspan>  <tspan fill=\"#ff7f0e\">validation loss</tspan></text>\n"
                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
                "<line x1=\"%.0f\" y1=\"30\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
                "<text x=\"5\" y=\"35\" font-size=\"11\">%.2f</text><text x=\"5\" y=\"%.0f\" font-size=\"11\">0</text>\n"
@@ -156,10 +162,21 @@ static void write_curve(const char* dir, const int* steps, const double* losses,
                "stroke-width=\"2\" points=\"",
           W, H, L, L, H - B, W - 10, H - B, L, L, H - B, top, H - B, W - 80, H - 8, steps[n - 1]);
   for (int i = 0; i < n; ++i) {
-    fprintf(csv, "%d,%.5f\n", steps[i], losses[i]);
+    fprintf(csv, "%d,%.5f,", steps[i], losses[i]);
+    for (int j = 0; j < val_n; ++j)
+      if (val_steps[j] == steps[i]) fprintf(csv, "%.5f", val_losses[j]);
+    fprintf(csv, "\n");
     fprintf(svg, "%.1f,%.1f ", L + (W - 10 - L) * steps[i] / steps[n - 1], (H - B) - (H - B - 30) * losses[i] / top);
   }
-  fprintf(svg, "\"/>\n</svg>\n");
+  fprintf(svg, "\"/>\n<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"");
+  for (int j = 0; j < val_n; ++j)
+    fprintf(svg, "%.1f,%.1f ", L + (W - 10 - L) * val_steps[j] / steps[n - 1],
+            (H - B) - (H - B - 30) * val_losses[j] / top);
+  fprintf(svg, "\"/>\n");
+  for (int j = 0; j < val_n; ++j)
+    fprintf(svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"/>\n", L + (W - 10 - L) * val_steps[j] / steps[n - 1],
+            (H - B) - (H - B - 30) * val_losses[j] / top);
+  fprintf(svg, "</svg>\n");
   fclose(csv);
   fclose(svg);
 }
@@ -168,6 +185,51 @@ static double scalar(acc_tensor* t) {
   double v;
   CHECK(acc_tensor_item(t, &v));
   return v;
+}
+
+/* The validation loss: per-sample losses, gathered so that every validation sample counts exactly once
+ * (a collective: every process runs it). *count is the number of samples counted. */
+static double validate(acc_accelerator* acc, acc_model* model, acc_dataloader* val_dl, int64_t* count) {
+  CHECK(acc_model_set_training(model, 0));
+  double val_sum = 0;
+  int64_t val_count = 0;
+  for (;;) {
+    acc_tensor *x, *y, *logits;
+    int32_t has;
+    CHECK(acc_dataloader_next(val_dl, &x, &y, &has));
+    if (!has) break;
+    CHECK(acc_model_forward(model, x, NULL, &logits, NULL));
+    int64_t shape[2];
+    CHECK(acc_tensor_shape(x, shape, 2));
+    int64_t B = shape[0];
+    float* host_logits = malloc((size_t)(B * BLOCK * VOCAB) * sizeof(float));
+    int64_t* host_targets = malloc((size_t)(B * BLOCK) * sizeof(int64_t));
+    float* losses = malloc((size_t)B * sizeof(float));
+    CHECK(acc_tensor_to_host(logits, host_logits, (size_t)(B * BLOCK * VOCAB) * sizeof(float)));
+    CHECK(acc_tensor_to_host(y, host_targets, (size_t)(B * BLOCK) * sizeof(int64_t)));
+    per_sample_loss(host_logits, host_targets, B, losses);
+    acc_tensor *local, *all;
+    CHECK(acc_tensor_from_host(losses, (size_t)B * sizeof(float), ACC_FLOAT32, &B, 1, &local));
+    CHECK(acc_gather_for_metrics(acc, local, &all));
+    int64_t n;
+    CHECK(acc_tensor_numel(all, &n));
+    float* gathered = malloc((size_t)n * sizeof(float));
+    CHECK(acc_tensor_to_host(all, gathered, (size_t)n * sizeof(float)));
+    for (int64_t i = 0; i < n; ++i) val_sum += gathered[i];
+    val_count += n;
+    free(gathered);
+    free(host_logits);
+    free(host_targets);
+    free(losses);
+    acc_tensor_destroy(local);
+    acc_tensor_destroy(all);
+    acc_tensor_destroy(logits);
+    acc_tensor_destroy(x);
+    acc_tensor_destroy(y);
+  }
+  CHECK(acc_model_set_training(model, 1));
+  *count = val_count;
+  return val_count ? val_sum / (double)val_count : 0;
 }
 
 int main(int argc, char** argv) {
@@ -189,9 +251,12 @@ int main(int argc, char** argv) {
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they are printed, also through a pipe */
   CHECK(acc_abi_check(ACC_ABI_VERSION));
-  char config[160];
-  snprintf(config, sizeof config, "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\"}",
-           accum, mixed_precision);
+  /* TensorBoard logs go to <out>/gpt (project_dir is the logging directory). */
+  char config[4400];
+  snprintf(config, sizeof config,
+           "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\", \"log_with\": \"tensorboard\","
+           " \"project_dir\": \"%s\"}",
+           accum, mixed_precision, out_dir);
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(config, &acc));
   int32_t rank, world, is_main;
@@ -245,11 +310,27 @@ int main(int argc, char** argv) {
   if (is_main)
     printf("model: GPT, %lld parameters; batch 16 x %d processes x %d accumulation x %d tokens; %d steps;"
            " mixed precision %s\n", (long long)n_params, world, accum, BLOCK, steps, mixed_precision);
+  /* The run's hyperparameters, recorded by the trackers (TensorBoard's HParams dashboard). */
+  char hparams[512];
+  snprintf(hparams, sizeof hparams,
+           "{\"steps\": %d, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\", \"num_processes\": %d,"
+           " \"batch_size\": 16, \"block_size\": %d, \"lr\": 0.002, \"weight_decay\": 0.1, \"n_layer\": 4,"
+           " \"n_embd\": 128, \"parameters\": %lld}",
+           steps, accum, mixed_precision, world, BLOCK, (long long)n_params);
+  CHECK(acc_init_trackers(acc, "gpt", hparams, NULL));
 
   double t0 = now(), t_last = t0, first_loss = -1, last_loss = 0;
   int step = 0, points = 0;
   int* curve_steps = malloc(sizeof(int) * (size_t)(steps / 25 + 2));
   double* curve_losses = malloc(sizeof(double) * (size_t)(steps / 25 + 2));
+  /* The validation loss, six times in a run (at multiples of 25 steps) and at the end. */
+  const int val_every = steps >= 150 ? (steps / 6 + 24) / 25 * 25 : (steps > 0 ? steps : 1);
+  int val_points = 0;
+  int* val_steps = malloc(sizeof(int) * (size_t)(steps / val_every + 2));
+  double* val_losses = malloc(sizeof(double) * (size_t)(steps / val_every + 2));
+  int64_t val_count = 0, val_len;
+  CHECK(acc_dataset_length(val_ds, &val_len));
+  double val_loss = 0;
   while (step < steps) {
     acc_tensor *x, *y;
     int32_t has;
@@ -286,66 +367,44 @@ int main(int argc, char** argv) {
       int span = step == 1 ? 1 : (step % 25 == 0 ? 25 : step % 25);
       double lr;
       CHECK(acc_scheduler_last_lr(sched, &lr));
+      const double tokens_per_s = (double)span * 16 * BLOCK * world * accum / (t - t_last);
       if (is_main)
-        printf("step %4d/%d  loss %.4f  lr %.2e  %8.0f tokens/s\n", step, steps, last_loss, lr,
-               (double)span * 16 * BLOCK * world * accum / (t - t_last));
+        printf("step %4d/%d  loss %.4f  lr %.2e  %8.0f tokens/s\n", step, steps, last_loss, lr, tokens_per_s);
       fflush(stdout);
+      char values[256];
+      snprintf(values, sizeof values, "{\"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.17g}", last_loss, lr,
+               tokens_per_s);
+      CHECK(acc_log(acc, values, step)); /* written by the main process */
       t_last = t;
     }
     acc_tensor_destroy(loss);
+    if (step % val_every == 0 || step == steps) {
+      val_loss = validate(acc, model, val_dl, &val_count);
+      val_steps[val_points] = step;
+      val_losses[val_points++] = val_loss;
+      char values[64];
+      snprintf(values, sizeof values, "{\"val_loss\": %.17g}", val_loss);
+      CHECK(acc_log(acc, values, step));
+      if (is_main) printf("step %4d/%d  validation loss %.4f\n", step, steps, val_loss);
+      t_last = now(); /* tokens/s measures training alone */
+    }
   }
+  CHECK(acc_end_training(acc));
 
-  /* Validation: per-sample losses, gathered so that every validation sample counts exactly once. */
-  CHECK(acc_model_set_training(model, 0));
-  int64_t val_len;
-  CHECK(acc_dataset_length(val_ds, &val_len));
-  double val_sum = 0;
-  int64_t val_count = 0;
-  for (;;) {
-    acc_tensor *x, *y, *logits;
-    int32_t has;
-    CHECK(acc_dataloader_next(val_dl, &x, &y, &has));
-    if (!has) break;
-    CHECK(acc_model_forward(model, x, NULL, &logits, NULL));
-    int64_t shape[2];
-    CHECK(acc_tensor_shape(x, shape, 2));
-    int64_t B = shape[0];
-    float* host_logits = malloc((size_t)(B * BLOCK * VOCAB) * sizeof(float));
-    int64_t* host_targets = malloc((size_t)(B * BLOCK) * sizeof(int64_t));
-    float* losses = malloc((size_t)B * sizeof(float));
-    CHECK(acc_tensor_to_host(logits, host_logits, (size_t)(B * BLOCK * VOCAB) * sizeof(float)));
-    CHECK(acc_tensor_to_host(y, host_targets, (size_t)(B * BLOCK) * sizeof(int64_t)));
-    per_sample_loss(host_logits, host_targets, B, losses);
-    acc_tensor *local, *all;
-    CHECK(acc_tensor_from_host(losses, (size_t)B * sizeof(float), ACC_FLOAT32, &B, 1, &local));
-    CHECK(acc_gather_for_metrics(acc, local, &all));
-    int64_t n;
-    CHECK(acc_tensor_numel(all, &n));
-    float* gathered = malloc((size_t)n * sizeof(float));
-    CHECK(acc_tensor_to_host(all, gathered, (size_t)n * sizeof(float)));
-    for (int64_t i = 0; i < n; ++i) val_sum += gathered[i];
-    val_count += n;
-    free(gathered);
-    free(host_logits);
-    free(host_targets);
-    free(losses);
-    acc_tensor_destroy(local);
-    acc_tensor_destroy(all);
-    acc_tensor_destroy(logits);
-    acc_tensor_destroy(x);
-    acc_tensor_destroy(y);
-  }
   if (is_main) {
-    printf("validation: loss %.4f over %lld samples (the set has %lld)\n", val_sum / (double)val_count,
-           (long long)val_count, (long long)val_len);
+    printf("validation: loss %.4f over %lld samples (the set has %lld)\n", val_loss, (long long)val_count,
+           (long long)val_len);
     printf("training loss: %.4f at step 1 -> %.4f at step %d, %.1f s\n", first_loss, last_loss, steps, now() - t0);
     CHECK(acc_model_save_safetensors(model, model_path));
-    write_curve(out_dir, curve_steps, curve_losses, points);
-    printf("saved %s, and the loss curve as %s/loss.svg (and .csv)\n", model_path, out_dir);
+    write_curve(out_dir, curve_steps, curve_losses, points, val_steps, val_losses, val_points);
+    printf("saved %s, and the loss curves as %s/loss.svg (and .csv); TensorBoard logs in %s/gpt\n", model_path,
+           out_dir, out_dir);
   }
   CHECK(acc_wait_for_everyone(acc));
   free(curve_steps);
   free(curve_losses);
+  free(val_steps);
+  free(val_losses);
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);

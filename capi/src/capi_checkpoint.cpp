@@ -12,14 +12,14 @@ extern "C" {
 acc_status acc_save_state(acc_accelerator* acc, const char* dir) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
-    acc->impl->save_state(need(dir, "dir"));
+    acc->impl->save_state(dir ? dir : "");
   });
 }
 
 acc_status acc_load_state(acc_accelerator* acc, const char* dir) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
-    acc->impl->load_state(need(dir, "dir"));
+    acc->impl->load_state(dir ? dir : "");
   });
 }
 

@@ -9,6 +9,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,6 +69,36 @@ std::vector<std::shared_ptr<T>> alive(const std::vector<std::weak_ptr<T>>& list)
   return v;
 }
 
+// {project_dir}/checkpoints, where the automatic names live.
+fs::path checkpoints_root(const config::Config& c) {
+  if (!c.is_set("project_config.project_dir"))
+    throw std::invalid_argument("save_state / load_state without a directory need project_config.project_dir (or "
+                                "project_dir): the checkpoints are {project_dir}/checkpoints/checkpoint_{i}");
+  return fs::path(c.get_string("project_config.project_dir")) / "checkpoints";
+}
+
+// The automatically named checkpoints under `root` by number: complete ones (with a manifest), and the
+// rest (interrupted saves: no manifest, or a staging "checkpoint_{i}.tmp").
+struct Automatic {
+  std::vector<std::pair<int64_t, fs::path>> complete, partial;
+};
+
+Automatic list_automatic(const fs::path& root) {
+  Automatic a;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return a;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    int64_t n = -1;
+    char tail[8] = "";
+    if (!e.is_directory() || std::sscanf(name.c_str(), "checkpoint_%" SCNd64 "%7s", &n, tail) < 1 || n < 0) continue;
+    const bool done = tail[0] == '\0' && fs::exists(e.path() / kManifest);
+    (done ? a.complete : a.partial).emplace_back(n, e.path());
+  }
+  std::sort(a.complete.begin(), a.complete.end());
+  return a;
+}
+
 }  // namespace
 
 // Runs `phase` on this process, then agrees with the others: if any process failed, every process
@@ -87,9 +119,21 @@ static void agreed(Accelerator& acc, const char* what, Phase phase) {
   if (error) std::rethrow_exception(error);
 }
 
-void Accelerator::save_state(const std::string& dir) {
-  if (dir.empty()) throw std::invalid_argument("save_state: the directory is empty");
-  const fs::path target = fs::path(dir).lexically_normal();
+std::string Accelerator::save_state(const std::string& dir) {
+  const bool automatic = dir.empty();
+  if (automatic && !config_.get_bool("project_config.automatic_checkpoint_naming"))
+    throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
+                                "with a project_dir");
+  const fs::path target =
+      automatic ? checkpoints_root(config_) / ("checkpoint_" + std::to_string(save_iteration_)) : fs::path(dir).lexically_normal();
+  if (automatic) {
+    // As Accelerate: a checkpoint of this number must not exist already (set project_config.iteration).
+    std::error_code ec;
+    if (fs::exists(target / kManifest, ec))
+      throw std::invalid_argument("save_state: checkpoint directory '" + target.string() + "' (" +
+                                  std::to_string(save_iteration_) + ") already exists; set project_config.iteration "
+                                  "to the number to continue from");
+  }
   const fs::path staged = target.string() + ".tmp";
   const bool main = state_.rank == 0;
   std::vector<std::shared_ptr<ModelSlot>> models;
@@ -105,10 +149,21 @@ void Accelerator::save_state(const std::string& dir) {
     loaders = alive(loaders_);
     objects = checkpointables_;
   }
-  // Phase 1: the main process makes a fresh staging directory.
+  // Phase 1: the main process makes a fresh staging directory (and, with automatic naming and total_limit,
+  // removes the oldest checkpoints so that, with this one, total_limit remain; and interrupted saves).
   agreed(*this, "save_state", [&] {
     if (!main) return;
     std::error_code ec;
+    if (automatic) {
+      Automatic existing = list_automatic(target.parent_path());
+      for (const auto& [n, path] : existing.partial)
+        if (path != staged) fs::remove_all(path, ec);
+      if (config_.is_set("project_config.total_limit")) {
+        const size_t limit = static_cast<size_t>(config_.get_int("project_config.total_limit"));
+        const size_t keep = limit > 0 ? limit - 1 : 0;
+        for (size_t i = 0; i + keep < existing.complete.size(); ++i) fs::remove_all(existing.complete[i].second, ec);
+      }
+    }
     fs::remove_all(staged, ec);  // a crashed save's leftovers
     if (ec) throw std::ios_base::failure("save_state: cannot remove the stale '" + staged.string() + "'", ec);
     config::make_directories(staged.string());
@@ -180,10 +235,21 @@ void Accelerator::save_state(const std::string& dir) {
     config::write_file_atomic(staged.string() + "/" + kManifest, j.end_object().end_object().str());
     config::replace_directory(staged.string(), target.string());
   });
+  if (automatic) ++save_iteration_;
+  return target.string();
 }
 
-void Accelerator::load_state(const std::string& dir) {
-  if (dir.empty()) throw std::invalid_argument("load_state: the directory is empty");
+std::string Accelerator::load_state(const std::string& dir_or_newest) {
+  std::string dir = dir_or_newest;
+  int64_t automatic_number = -1;
+  if (dir.empty()) {
+    const fs::path root = checkpoints_root(config_);
+    Automatic found = list_automatic(root);
+    if (found.complete.empty())
+      throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
+    dir = found.complete.back().second.string();
+    automatic_number = found.complete.back().first;
+  }
   const fs::path root(dir);
   const auto where = [&](const std::string& file) { return (root / file).string(); };
   // Complete: the manifest is there and every file it lists has its size (a truncated file is caught).
@@ -269,23 +335,26 @@ void Accelerator::load_state(const std::string& dir) {
       std::cerr << "load_state: '" << dir << "' was saved by " << saved_world << " processes and this run has "
                 << state_.world_size << ": models, optimizers, schedulers, the scaler and registered objects are "
                 << "restored; random states and data loader positions (per process) are not\n";
-    return;
+  } else {
+    const std::string rng_file = "random_states_" + std::to_string(state_.rank) + ".safetensors";
+    NamedTensors rng = load_safetensors(where(rng_file));
+    std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
+    if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
+    for (size_t i = 0; i < loaders.size(); ++i) {
+      const std::string f = numbered("dataloader", i, ".json");
+      Json s(read_file(root / f), where(f));
+      LoaderPosition p;
+      p.epoch = s.root().get_int("epoch");
+      p.batches = s.root().get_int("batches");
+      auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
+      if (g != by_name.end()) p.pass_generator = g->second;
+      loaders[i]->resume(p);
+    }
+    set_cpu_rng_state(by_name["torch.cpu"]);
   }
-  const std::string rng_file = "random_states_" + std::to_string(state_.rank) + ".safetensors";
-  NamedTensors rng = load_safetensors(where(rng_file));
-  std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
-  if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
-  for (size_t i = 0; i < loaders.size(); ++i) {
-    const std::string f = numbered("dataloader", i, ".json");
-    Json s(read_file(root / f), where(f));
-    LoaderPosition p;
-    p.epoch = s.root().get_int("epoch");
-    p.batches = s.root().get_int("batches");
-    auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
-    if (g != by_name.end()) p.pass_generator = g->second;
-    loaders[i]->resume(p);
-  }
-  set_cpu_rng_state(by_name["torch.cpu"]);
+  // The automatic naming continues after the checkpoint loaded.
+  if (automatic_number >= 0) save_iteration_ = automatic_number + 1;
+  return dir;
 }
 
 }  // namespace acc::core

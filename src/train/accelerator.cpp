@@ -142,6 +142,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
+  a->save_iteration_ = c.get_int("project_config.iteration");
   // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
   const bool writer = a->state_.rank == 0 ||
                       (c.get_bool("project_config.save_on_each_node") && a->state_.local_rank == 0);

@@ -165,8 +165,12 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
     std::function<void(const std::string&)> load;
   };
   void register_for_checkpointing(Checkpointable object);
-  void save_state(const std::string& dir);
-  void load_state(const std::string& dir);
+  // An empty `dir`: ProjectConfiguration's automatic naming, {project_dir}/checkpoints/checkpoint_{iteration}
+  // (total_limit keeps the newest; iteration then advances). Returns the directory written.
+  std::string save_state(const std::string& dir);
+  // An empty `dir`: the newest complete checkpoint under {project_dir}/checkpoints (partial ones are skipped
+  // and removed); the automatic naming then continues after it. Returns the directory read.
+  std::string load_state(const std::string& dir);
 
   // Experiment trackers (src/tracking). log_with is resolved at creation (an unknown tracker, or one that needs
   // a logging directory without one, fails there); init_trackers starts them on the main process only and
@@ -194,6 +198,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::vector<std::weak_ptr<SchedulerSlot>> schedulers_;
   std::vector<std::weak_ptr<DataLoader>> loaders_;
   std::vector<Checkpointable> checkpointables_;
+  int64_t save_iteration_ = 0;  // project_config.iteration: the next automatic checkpoint's number
   GradientState grad_;
   std::string mixed_precision_ = "no";
   std::unique_ptr<GradScaler> scaler_;

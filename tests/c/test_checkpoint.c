@@ -30,9 +30,9 @@ struct run {
 };
 
 /* An MLP with AdamW and a schedule, prepared; `steps` training steps on fixed data. */
-static struct run make_run(const char* model_json, int steps, int registered) {
+static struct run make_run_with(const char* config, const char* model_json, int steps, int registered) {
   struct run r;
-  EXPECT_OK(acc_accelerator_create("{\"seed\": 3}", &r.acc));
+  EXPECT_OK(acc_accelerator_create(config, &r.acc));
   EXPECT_OK(acc_model_create(model_json, &r.model));
   EXPECT_OK(acc_optimizer_create(r.model, "{\"type\": \"adamw\", \"lr\": 0.01}", &r.opt));
   EXPECT_OK(acc_scheduler_create(r.opt, "{\"type\": \"linear\", \"total_steps\": 20}", &r.sched));
@@ -56,6 +56,10 @@ static struct run make_run(const char* model_json, int steps, int registered) {
   acc_tensor_destroy(tx);
   acc_tensor_destroy(ty);
   return r;
+}
+
+static struct run make_run(const char* model_json, int steps, int registered) {
+  return make_run_with("{\"seed\": 3}", model_json, steps, registered);
 }
 
 static void end_run(struct run r) {
@@ -154,6 +158,31 @@ int main(void) {
   snprintf(inside, sizeof inside, "%s/ckpt", blocker);
   EXPECT_ERR(acc_save_state(a.acc, inside), ACC_ERR_IO, blocker);
   EXPECT_OK(acc_load_state(b.acc, dir));
+
+  /* ProjectConfiguration: automatic names, total_limit, the newest complete checkpoint loaded. */
+  char config[700], auto_dir[600];
+  snprintf(config, sizeof config,
+           "{\"seed\": 3, \"project_config\": {\"project_dir\": \"%s/project\", \"automatic_checkpoint_naming\": true, "
+           "\"total_limit\": 2}}", root);
+  struct run e = make_run_with(config, mlp, 1, 0);
+  EXPECT_ERR(acc_load_state(e.acc, NULL), ACC_ERR_IO, "no complete checkpoint");
+  for (int i = 0; i < 3; ++i) EXPECT_OK(acc_save_state(e.acc, NULL));
+  snprintf(auto_dir, sizeof auto_dir, "%s/project/checkpoints", root);
+  EXPECT(!exists(auto_dir, "checkpoint_0") && exists(auto_dir, "checkpoint_1/manifest.json") &&
+         exists(auto_dir, "checkpoint_2/manifest.json"));
+  sh("mkdir -p %s/project/checkpoints/checkpoint_9", root); /* an interrupted save: no manifest */
+  struct run g = make_run_with(config, mlp, 0, 0);
+  EXPECT_OK(acc_load_state(g.acc, NULL)); /* checkpoint_2, not the partial checkpoint_9 */
+  float we[16], wg[16];
+  first_weights(e.model, we, 16);
+  first_weights(g.model, wg, 16);
+  EXPECT(memcmp(we, wg, sizeof we) == 0);
+  EXPECT_OK(acc_save_state(g.acc, NULL)); /* continues after the one loaded: checkpoint_3 */
+  EXPECT(exists(auto_dir, "checkpoint_3/manifest.json") && !exists(auto_dir, "checkpoint_1") &&
+         !exists(auto_dir, "checkpoint_9"));
+  EXPECT_ERR(acc_save_state(a.acc, NULL), ACC_ERR_INVALID_ARGUMENT, "automatic_checkpoint_naming");
+  end_run(e);
+  end_run(g);
 
   end_run(a);
   end_run(b);

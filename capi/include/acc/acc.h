@@ -725,6 +725,9 @@ ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, 
  * the registered objects. No pickles: tensors in safetensors, the rest in JSON. The files are written into
  * "<dir>.tmp", synced, completed by manifest.json and renamed into place: a crash leaves the previous
  * checkpoint (or none), never a partial one under `dir`. `dir` must be on a filesystem every process sees.
+ * `dir` NULL: ProjectConfiguration's automatic naming ("project_config": {"automatic_checkpoint_naming":
+ * true, "project_dir": ...}): {project_dir}/checkpoints/checkpoint_{iteration}, keeping the newest
+ * "total_limit" ones; the iteration then advances.
  *  Locks acc. Collective.
  */
 ACC_API ACC_NODISCARD acc_status acc_save_state(acc_accelerator* acc, const char* dir) ACC_NOEXCEPT;
@@ -733,7 +736,9 @@ ACC_API ACC_NODISCARD acc_status acc_save_state(acc_accelerator* acc, const char
  * numbers, prepared in the same order). A directory without manifest.json, or with a file shorter than
  * the manifest says, is refused naming the file. From a different number of processes, models,
  * optimizers, schedulers, the scaler and registered objects are restored and the per-process random
- * states and loader positions are not (the main process says so on stderr).
+ * states and loader positions are not (the main process says so on stderr). `dir` NULL: the newest
+ * complete checkpoint under {project_dir}/checkpoints (an interrupted save is never picked); the
+ * automatic naming continues after it.
  *  Locks acc. Collective.
  */
 ACC_API ACC_NODISCARD acc_status acc_load_state(acc_accelerator* acc, const char* dir) ACC_NOEXCEPT;

@@ -23,6 +23,15 @@ acc_status acc_load_state(acc_accelerator* acc, const char* dir) noexcept {
   });
 }
 
+acc_status acc_resume_from_checkpoint(acc_accelerator* acc, int32_t* resumed) noexcept {
+  if (resumed) *resumed = 0;
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    need(resumed, "resumed");
+    *resumed = acc->impl->resume_from_checkpoint().empty() ? 0 : 1;
+  });
+}
+
 acc_status acc_register_for_checkpointing(acc_accelerator* acc, acc_checkpoint_save_fn save,
                                           acc_checkpoint_load_fn load, void* user_data,
                                           void (*free_user_data)(void*)) noexcept {

@@ -130,6 +130,9 @@ Schema make_accelerator() {
           .env("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"));
   add(K("seed", I | Z, "null", "seed for every RNG (set_seed) at creation; null: leave the RNGs alone"));
   add(K("project_dir", S | Z, "null", "directory for checkpoints and logs (same as project_config.project_dir)"));
+  add(K("resume_from_checkpoint", S | Z, "null",
+        "what acc_resume_from_checkpoint loads: \"latest\" (the newest complete checkpoint under "
+        "project_dir/checkpoints; none yet: a fresh start) or a checkpoint directory"));
   add(K("step_scheduler_with_optimizer", B, "true", "step the LR scheduler only when the optimizer stepped"));
   add(K("rng_types", L | Z, "[\"generator\"]", "RNGs synchronized across processes at the start of every epoch")
           .one_of({"torch", "cuda", "xla", "generator", "mlu", "sdaa", "musa", "npu", "xpu", "hpu", "neuron"}));

@@ -357,4 +357,16 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   return dir;
 }
 
+std::string Accelerator::resume_from_checkpoint() {
+  if (!config_.is_set("resume_from_checkpoint")) return "";
+  const std::string what = config_.get_string("resume_from_checkpoint");
+  if (what != "latest") return load_state(what);
+  // Every process looks at the same directory; the main process's answer decides, so that all of them load
+  // or none does.
+  at::Tensor found = at::zeros({1}, at::kFloat);
+  if (state_.rank == 0) found.fill_(list_automatic(checkpoints_root(config_)).complete.empty() ? 0.0 : 1.0);
+  if (distributed()) found = broadcast(found, 0);
+  return found.item<double>() > 0 ? load_state("") : "";
+}
+
 }  // namespace acc::core

@@ -171,6 +171,10 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   // An empty `dir`: the newest complete checkpoint under {project_dir}/checkpoints (partial ones are skipped
   // and removed); the automatic naming then continues after it. Returns the directory read.
   std::string load_state(const std::string& dir);
+  // The config's resume_from_checkpoint: "latest" loads the newest complete checkpoint when there is one
+  // (a fresh start otherwise), a directory is loaded; unset does nothing. Returns the directory loaded, or
+  // "" when nothing was. With acc launch --max_restarts, a restarted job continues where it was saved.
+  std::string resume_from_checkpoint();
 
   // Experiment trackers (src/tracking). log_with is resolved at creation (an unknown tracker, or one that needs
   // a logging directory without one, fails there); init_trackers starts them on the main process only and

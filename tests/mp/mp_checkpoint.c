@@ -3,6 +3,10 @@
  *   crash TOTAL SAVE_AT DIR     saves the state into DIR at the first synchronizing micro-step >= SAVE_AT,
  *                               then the main process SIGKILLs itself (the launcher ends the job)
  *   resume TOTAL DIR OUT        loads DIR and continues to TOTAL; the weights to OUT
+ *   auto TOTAL PROJECT OUT      automatic resume: saves a named checkpoint under PROJECT every 4
+ *                               synchronizing micro-steps; on its first attempt (no PROJECT/killed marker)
+ *                               the last process SIGKILLs itself at micro-step 13; a restart by
+ *                               `acc launch --max_restarts` resumes from the newest checkpoint
  * The run has what makes a resume hard: a GPT with dropout, a loader shuffled by the default generator
  * (mid-epoch at the save), gradient accumulation, fp16 loss scaling, an LR schedule and a registered
  * object (the micro-step counter, which tells the resumed run where it is). */
@@ -32,10 +36,17 @@ int main(int argc, char** argv) {
   if (argc < 4) return 2;
   const char* mode = argv[1];
   const int64_t total = atoll(argv[2]);
+  const int automatic = !strcmp(mode, "auto") && argc == 5;
+  char config[1024];
+  snprintf(config, sizeof config,
+           "{\"seed\": 5, \"gradient_accumulation_steps\": 2, \"mixed_precision\": \"fp16\"%s%s%s}",
+           automatic ? ", \"project_config\": {\"automatic_checkpoint_naming\": true, \"project_dir\": \"" : "",
+           automatic ? argv[3] : "", automatic ? "\"}, \"resume_from_checkpoint\": \"latest\"" : "");
   acc_accelerator* acc;
-  CHECK(acc_accelerator_create("{\"seed\": 5, \"gradient_accumulation_steps\": 2, \"mixed_precision\": \"fp16\"}", &acc));
-  int32_t rank;
+  CHECK(acc_accelerator_create(config, &acc));
+  int32_t rank, world;
   CHECK(acc_process_index(acc, &rank));
+  CHECK(acc_num_processes(acc, &world));
 
   /* 40 sequences of 8 tokens, named as a Hugging Face batch */
   enum { N = 40, T = 8 };
@@ -67,9 +78,21 @@ int main(int argc, char** argv) {
   CHECK(acc_register_for_checkpointing(acc, save_counter, load_counter, NULL, NULL));
 
   const int crash = !strcmp(mode, "crash") && argc == 5, resume = !strcmp(mode, "resume") && argc == 5;
-  if (!crash && !resume && !(!strcmp(mode, "full") && argc == 4)) return 2;
+  if (!crash && !resume && !automatic && !(!strcmp(mode, "full") && argc == 4)) return 2;
   const int64_t save_at = crash ? atoll(argv[3]) : -1;
   if (resume) CHECK(acc_load_state(acc, argv[3]));
+  char marker[1100] = "";
+  int first_attempt = 0;
+  if (automatic) {
+    int32_t resumed;
+    CHECK(acc_resume_from_checkpoint(acc, &resumed));
+    snprintf(marker, sizeof marker, "%s/killed", argv[3]);
+    FILE* f = fopen(marker, "r");
+    first_attempt = f == NULL;
+    if (f) fclose(f);
+    EXPECT(resumed == !first_attempt); /* a restart finds a checkpoint, the first attempt none */
+    CHECK(acc_wait_for_everyone(acc));  /* every process has looked at the marker before it appears */
+  }
 
   while (g_micro_step < total) {
     acc_batch* batch;
@@ -91,6 +114,12 @@ int main(int argc, char** argv) {
     acc_batch_destroy(out);
     acc_batch_destroy(batch);
     ++g_micro_step;
+    if (automatic && sync && g_micro_step % 4 == 0) CHECK(acc_save_state(acc, NULL));
+    if (automatic && first_attempt && g_micro_step == 13 && rank == world - 1) {
+      FILE* f = fopen(marker, "w");
+      if (f) fclose(f);
+      raise(SIGKILL);
+    }
     if (crash && sync && g_micro_step >= save_at) {
       CHECK(acc_save_state(acc, argv[4]));
       if (rank == 0) raise(SIGKILL);

@@ -26,9 +26,10 @@ def expect(cond, what, detail=""):
         print(f"FAILED: {what}\n{detail}", file=sys.stderr)
 
 
-def launch(n, *args, timeout=300):
+def launch(n, *args, timeout=300, launcher_args=()):
     # --cpu: these are CPU tests, also on a machine with GPUs (fewer GPUs than ranks is an error there).
-    cmd = [ACC, "launch", "--cpu", "--num_processes", str(n), "--main_process_port", "0", WORKER, *map(str, args)]
+    cmd = [ACC, "launch", "--cpu", "--num_processes", str(n), "--main_process_port", "0", *launcher_args, WORKER,
+           *map(str, args)]
     start = time.monotonic()
     # No user config file may leak into a test run.
     env = dict(os.environ, ACC_CONFIG_FILE="none")
@@ -184,6 +185,15 @@ def case_checkpoint_resume():
             same = (os.path.exists(full) and os.path.exists(resumed)
                     and open(full, "rb").read() == open(resumed, "rb").read())
             expect(same, f"resumed weights equal the uninterrupted run's bit for bit on {n} processes")
+            # Automatic resume: a rank SIGKILLed mid-training, the launcher restarts the job, which resumes from
+            # its newest checkpoint (resume_from_checkpoint: "latest") and ends with the same weights.
+            project, auto = os.path.join(d, "project"), os.path.join(d, "auto.safetensors")
+            os.makedirs(project)
+            p, _ = launch(n, "auto", total, project, auto, launcher_args=("--max_restarts", "3"))
+            expect(p.returncode == 0, f"automatic resume on {n} processes", p.stdout + p.stderr)
+            expect(os.path.exists(os.path.join(project, "killed")), f"a rank of {n} was killed once")
+            same = os.path.exists(auto) and open(full, "rb").read() == open(auto, "rb").read()
+            expect(same, f"after the restart, the weights equal the uninterrupted run's on {n} processes")
 
 
 def case_cpp_api():

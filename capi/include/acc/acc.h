@@ -742,6 +742,12 @@ ACC_API ACC_NODISCARD acc_status acc_save_state(acc_accelerator* acc, const char
  *  Locks acc. Collective.
  */
 ACC_API ACC_NODISCARD acc_status acc_load_state(acc_accelerator* acc, const char* dir) ACC_NOEXCEPT;
+/** Loads what the config's "resume_from_checkpoint" names: "latest", the newest complete checkpoint under
+ *  {project_dir}/checkpoints, or none yet (a fresh start: *resumed = 0); or a checkpoint directory. Unset:
+ *  nothing (*resumed = 0). Call it after acc_prepare and acc_register_for_checkpointing: a job restarted by
+ *  `acc launch --max_restarts` then continues from its last save.
+ *  Locks acc. Collective. */
+ACC_API ACC_NODISCARD acc_status acc_resume_from_checkpoint(acc_accelerator* acc, int32_t* resumed) ACC_NOEXCEPT;
 /** Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated).
  *  Return ACC_OK, or any non-zero value to fail the save with ACC_ERR_CALLBACK. */
 typedef acc_status (*acc_checkpoint_save_fn)(void* user_data, acc_bytes_list* out);

@@ -14,9 +14,11 @@
  * - Host buffers are Go `[]byte` / Java `byte[]`, copied by libacc (C never retains Go or Java heap
  *   memory). Zero-copy goes through DLPack with the accx_ helpers below: Go wraps C-allocated memory,
  *   Java wraps direct ByteBuffers.
- * - acc_dataset_from_callback and acc_dataset_from_batch_callback are not wrapped as such (no SWIG
- *   directors): the Go package has its own cgo trampolines, and Java gets accx_dataset_from_java and
- *   accx_dataset_from_java_batch below (C trampolines calling a Java method).
+ * - acc_dataset_from_callback, acc_dataset_from_batch_callback and acc_register_for_checkpointing are
+ *   not wrapped as such (no SWIG directors): the Go package has its own cgo trampolines, and Java gets
+ *   accx_dataset_from_java, accx_dataset_from_java_batch and accx_register_for_checkpointing_java below
+ *   (C trampolines calling Java methods).
+ * - The `dir` of acc_save_state / acc_load_state may be NULL: Go's "" and Java's null cross as NULL.
  */
 %module raw
 
@@ -267,6 +269,16 @@ ACCX_GO_OUT(size_t, uint64)
 %{ if ($input) *$input = Swig_AllocateString(temp$argnum ? temp$argnum : "", temp$argnum ? strlen(temp$argnum) : 0); %}
 %typemap(goargout, fragment="CopyString") const char**
 %{ if $input != nil { *$input = swigCopyString(*$input) } %}
+
+/* The directory of acc_save_state / acc_load_state: "" crosses as NULL (automatic naming / the newest
+ * checkpoint); the default string typemaps do the rest (the copy is freed after the call). */
+%typemap(in) const char* dir
+%{ $1 = NULL;
+   if ($input.n > 0) {
+     $1 = ($1_ltype)malloc((size_t)$input.n + 1);
+     memcpy((char*)$1, $input.p, (size_t)$input.n);
+     ((char*)$1)[$input.n] = '\0';
+   } %}
 
 /* Byte buffers and shapes: Go slices, read or written during the call only. */
 %typemap(gotype) (const void* data, size_t nbytes), (void* dst, size_t nbytes), (const void* data, size_t size) "[]byte"
@@ -537,6 +549,71 @@ static void accx_java_free(void* user) {
   free(s);
 }
 %}
+%{
+/* Objects registered for checkpointing (acc_register_for_checkpointing), no directors either: the
+ * Java object has `byte[] save()`, which returns the object's bytes or null after recording its own
+ * error, and `boolean load(byte[])`, false after recording its error (ai.acc.Accelerator's adapter
+ * catches everything). libacc calls them on the thread that calls acc_save_state / acc_load_state. */
+typedef struct { JavaVM* vm; jobject obj; jmethodID save; jmethodID load; } accx_java_checkpointable;
+
+static acc_status accx_java_checkpoint_save(void* user, acc_bytes_list* out) {
+  accx_java_checkpointable* c = (accx_java_checkpointable*)user;
+  JNIEnv* env = accx_java_env(c->vm);
+  if (!env) return ACC_ERR_CALLBACK;
+  jbyteArray r = (jbyteArray)(*env)->CallObjectMethod(env, c->obj, c->save);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    if (r) (*env)->DeleteLocalRef(env, r);
+    return ACC_ERR_CALLBACK;
+  }
+  if (!r) return ACC_ERR_CALLBACK;
+  acc_status st = ACC_OK;
+  jsize n = (*env)->GetArrayLength(env, r);
+  if (n > 0) {
+    jbyte* b = (*env)->GetByteArrayElements(env, r, NULL);
+    if (!b) {
+      (*env)->ExceptionClear(env); /* OutOfMemoryError */
+      st = ACC_ERR_OUT_OF_MEMORY;
+    } else {
+      st = acc_bytes_list_append(out, b, (size_t)n); /* copies */
+      (*env)->ReleaseByteArrayElements(env, r, b, JNI_ABORT);
+    }
+  }
+  (*env)->DeleteLocalRef(env, r);
+  return st;
+}
+
+static acc_status accx_java_checkpoint_load(void* user, const void* data, size_t size) {
+  accx_java_checkpointable* c = (accx_java_checkpointable*)user;
+  JNIEnv* env = accx_java_env(c->vm);
+  if (!env || size > (size_t)INT32_MAX) return ACC_ERR_CALLBACK; /* a Java array holds at most 2^31-1 bytes */
+  jbyteArray a = (*env)->NewByteArray(env, (jsize)size);
+  if (!a) {
+    (*env)->ExceptionClear(env); /* OutOfMemoryError */
+    return ACC_ERR_OUT_OF_MEMORY;
+  }
+  if (size > 0) (*env)->SetByteArrayRegion(env, a, 0, (jsize)size, (const jbyte*)data);
+  jboolean ok = (*env)->CallBooleanMethod(env, c->obj, c->load, a);
+  (*env)->DeleteLocalRef(env, a);
+  if ((*env)->ExceptionCheck(env)) { /* last resort, as above */
+    (*env)->ExceptionClear(env);
+    return ACC_ERR_CALLBACK;
+  }
+  return ok ? ACC_OK : ACC_ERR_CALLBACK;
+}
+
+static void accx_java_checkpoint_free(void* user) {
+  accx_java_checkpointable* c = (accx_java_checkpointable*)user;
+  JNIEnv* env = accx_java_env(c->vm);
+  if (env && c->obj) (*env)->DeleteGlobalRef(env, c->obj);
+  free(c);
+}
+%}
+/* The registered object is any object with `byte[] save()` and `boolean load(byte[])`. */
+%typemap(jni) jobject checkpointable "jobject"
+%typemap(jtype) jobject checkpointable "Object"
+%typemap(jstype) jobject checkpointable "Object"
+%typemap(javain) jobject checkpointable "$javainput"
 /* The sample source is any object with `long[] sample(long)` (ai.acc.Dataset's adapter). */
 %typemap(jni) jobject source "jobject"
 %typemap(jtype) jobject source "Object"
@@ -600,6 +677,29 @@ accx_status accx_dataset_from_java_batch(JNIEnv* jenv_, int64_t length, jobject 
     return accx_fail(ACC_ERR_INTERNAL, "the source has no method long sampleBatch(long)");
   }
   acc_status st = acc_dataset_from_batch_callback(length, accx_java_get_batch, s, accx_java_free, out); /* frees s on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
+}
+
+/** acc_register_for_checkpointing for a Java object with `byte[] save()` (the object's bytes, or null
+ *  after recording its own error) and `boolean load(byte[])` (false after recording its error). The
+ *  accelerator holds a global reference to it until libacc lets go of the accelerator. */
+accx_status accx_register_for_checkpointing_java(JNIEnv* jenv_, acc_accelerator* acc, jobject checkpointable) {
+  accx_message[0] = '\0';
+  if (!checkpointable) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "checkpointable is null");
+  accx_java_checkpointable* c = (accx_java_checkpointable*)calloc(1, sizeof *c);
+  if (!c) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  jclass cls = (*jenv_)->GetObjectClass(jenv_, checkpointable);
+  c->save = cls ? (*jenv_)->GetMethodID(jenv_, cls, "save", "()[B") : NULL;
+  c->load = c->save ? (*jenv_)->GetMethodID(jenv_, cls, "load", "([B)Z") : NULL;
+  if (!c->load || (*jenv_)->GetJavaVM(jenv_, &c->vm) != 0 ||
+      !(c->obj = (*jenv_)->NewGlobalRef(jenv_, checkpointable))) {
+    (*jenv_)->ExceptionClear(jenv_);
+    free(c);
+    return accx_fail(ACC_ERR_INTERNAL, "the object has no methods byte[] save() and boolean load(byte[])");
+  }
+  acc_status st = acc_register_for_checkpointing(acc, accx_java_checkpoint_save, accx_java_checkpoint_load, c,
+                                                 accx_java_checkpoint_free); /* frees c on failure */
   if (st != ACC_OK) accx_fail(st, acc_last_error_message());
   return st;
 }
@@ -671,6 +771,7 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 %ignore acc_dataset_get_batch_fn;
 %ignore acc_dataset_from_batch_iterator;
 %ignore acc_iterator_next_batch_fn;
+/* Go: cgo trampolines in bindings/go/acc/checkpoint.go; Java: accx_register_for_checkpointing_java. */
 %ignore acc_register_for_checkpointing;
 %ignore acc_checkpoint_save_fn;
 %ignore acc_checkpoint_load_fn;

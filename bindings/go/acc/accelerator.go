@@ -7,11 +7,15 @@ import (
 )
 
 // Accelerator is the context of one training process (Accelerate's Accelerator): process state,
-// the process group, preparation of models, optimizers and data, backward and collectives.
+// the process group, preparation of models, optimizers and data, backward, collectives and
+// checkpoints (SaveState, LoadState, RegisterForCheckpointing).
 //
 // A handle may be used by one goroutine at a time; different handles may be used concurrently.
 // Concurrent use of one handle fails with ErrBusy instead of corrupting anything.
-type Accelerator struct{ handle }
+type Accelerator struct {
+	handle
+	checkpoints *checkpointFailure // shared with the objects registered for checkpointing
+}
 
 func (a *Accelerator) p() uintptr {
 	if a == nil {
@@ -36,7 +40,7 @@ func NewAccelerator(config any) (*Accelerator, error) {
 	if err := wrap(raw.Acc_accelerator_create(text, &out)); err != nil {
 		return nil, err
 	}
-	a := &Accelerator{}
+	a := &Accelerator{checkpoints: &checkpointFailure{}}
 	track(a, &a.handle, out, "Accelerator", raw.Acc_accelerator_destroy)
 	return a, nil
 }

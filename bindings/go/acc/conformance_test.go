@@ -3,6 +3,7 @@ package acc_test
 // The shared conformance scenarios (tests/bindings/scenarios.txt), in Go.
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -982,5 +983,148 @@ func TestTrackers(t *testing.T) {
 	csvText, err := os.ReadFile(filepath.Join(run, "metrics.csv"))
 	if err != nil || !strings.HasPrefix(string(csvText), "step,time,loss,lr,") {
 		t.Fatalf("metrics.csv: %q, %v", csvText, err)
+	}
+}
+
+// checkpointed is the checkpoint scenario's setup: an accelerator with an MLP and AdamW prepared and a
+// counter registered for checkpointing (saved as 8 little-endian bytes).
+func checkpointed(t *testing.T, config any) (*acc.Accelerator, *acc.Model, *acc.Optimizer, *uint64) {
+	t.Helper()
+	a := must(acc.NewAccelerator(config))
+	t.Cleanup(func() { a.Close() })
+	m := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 8, 1]}`))
+	t.Cleanup(func() { m.Close() })
+	o := must(acc.NewOptimizer(m, `{"type": "adamw", "lr": 0.01}`))
+	t.Cleanup(func() { o.Close() })
+	ok(t, a.Prepare(m, o, nil, nil))
+	counter := new(uint64)
+	ok(t, a.RegisterForCheckpointing(
+		func() ([]byte, error) { return binary.LittleEndian.AppendUint64(nil, *counter), nil },
+		func(data []byte) error {
+			if len(data) != 8 {
+				return fmt.Errorf("%d bytes", len(data))
+			}
+			*counter = binary.LittleEndian.Uint64(data)
+			return nil
+		}))
+	return a, m, o, counter
+}
+
+// checkpointStep is one AdamW step on fixed data.
+func checkpointStep(t *testing.T, a *acc.Accelerator, m *acc.Model, o *acc.Optimizer) {
+	t.Helper()
+	x := must(acc.FromFloat32([]float32{0.5, -1, 1.5, 2, -0.25, 0.75, 1, 0}, 4, 2))
+	defer x.Close()
+	y := must(acc.FromFloat32([]float32{1, -1, 0.5, 2}, 4, 1))
+	defer y.Close()
+	loss := must(m.Loss(x, y))
+	defer loss.Close()
+	ok(t, a.Backward(loss))
+	ok(t, o.Step())
+	ok(t, o.ZeroGrad())
+}
+
+func firstParameter(m *acc.Model) string {
+	sd := must(m.StateDict())
+	defer func() {
+		for _, nt := range sd {
+			nt.Tensor.Close()
+		}
+	}()
+	return string(must(sd[0].Tensor.Bytes()))
+}
+
+// scenario: checkpoint
+func TestCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "step_3")
+	a, m, o, counter := checkpointed(t, `{"seed": 11}`)
+	for i := 0; i < 3; i++ {
+		checkpointStep(t, a, m, o)
+		*counter++
+	}
+	ok(t, a.SaveState(dir))
+	for _, f := range []string{"manifest.json", "custom_checkpoint_0.bin", "model.safetensors"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b, m2, o2, counter2 := checkpointed(t, `{"seed": 12}`)
+	if firstParameter(m2) == firstParameter(m) {
+		t.Fatal("the second model starts equal to the trained one")
+	}
+	ok(t, b.LoadState(dir))
+	if firstParameter(m2) != firstParameter(m) || *counter2 != 3 {
+		t.Fatalf("not restored: counter %d", *counter2)
+	}
+	// The optimizer's moments came back too: one more step agrees bit for bit.
+	checkpointStep(t, a, m, o)
+	checkpointStep(t, b, m2, o2)
+	if firstParameter(m2) != firstParameter(m) {
+		t.Fatal("the optimizer state was not restored")
+	}
+
+	// A missing directory is refused naming it; a directory without a checkpoint, naming its manifest.
+	missing := filepath.Join(root, "missing")
+	expectErr(t, b.LoadState(missing), acc.ErrIO, missing)
+	ok(t, os.Mkdir(filepath.Join(root, "empty"), 0o755))
+	expectErr(t, b.LoadState(filepath.Join(root, "empty")), acc.ErrIO, "manifest.json")
+	// Automatic naming ("") needs a project configuration.
+	expectErr(t, b.SaveState(""), acc.ErrInvalidArgument, "automatic_checkpoint_naming")
+	expectErr(t, b.LoadState(""), acc.ErrInvalidArgument, "project_dir")
+
+	// A failing save function fails SaveState with ErrCallback wrapping its error; a panic too.
+	fail := must(acc.NewAccelerator(nil))
+	defer fail.Close()
+	full := errors.New("disk of the counter is full")
+	ok(t, fail.RegisterForCheckpointing(func() ([]byte, error) { return nil, full }, func([]byte) error { return nil }))
+	err := fail.SaveState(filepath.Join(root, "failed"))
+	expectErr(t, err, acc.ErrCallback, "save callback")
+	if !errors.Is(err, full) {
+		t.Fatalf("the save function's error is not wrapped: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "failed", "manifest.json")); err == nil {
+		t.Fatal("a failed save left a checkpoint")
+	}
+	boom := must(acc.NewAccelerator(nil))
+	defer boom.Close()
+	ok(t, boom.RegisterForCheckpointing(func() ([]byte, error) { panic("boom") }, func([]byte) error { return nil }))
+	err = boom.SaveState(filepath.Join(root, "boom"))
+	expectErr(t, err, acc.ErrCallback, "")
+	if errors.Unwrap(err) == nil || !strings.Contains(errors.Unwrap(err).Error(), "boom") {
+		t.Fatalf("the panic is not wrapped: %v", err)
+	}
+	// A failing load function: ErrCallback wrapping its error.
+	picky, _, _, _ := checkpointed(t, nil)
+	wrong := errors.New("wrong version")
+	ok(t, picky.RegisterForCheckpointing(func() ([]byte, error) { return nil, nil }, func([]byte) error { return wrong }))
+	ok(t, picky.SaveState(filepath.Join(root, "two_objects")))
+	err = picky.LoadState(filepath.Join(root, "two_objects"))
+	expectErr(t, err, acc.ErrCallback, "load callback")
+	if !errors.Is(err, wrong) {
+		t.Fatalf("the load function's error is not wrapped: %v", err)
+	}
+	expectErr(t, fail.RegisterForCheckpointing(nil, nil), acc.ErrInvalidArgument, "nil")
+	closed := must(acc.NewAccelerator(nil))
+	closed.Close()
+	expectErr(t, closed.RegisterForCheckpointing(func() ([]byte, error) { return nil, nil }, func([]byte) error { return nil }),
+		acc.ErrInvalidArgument, "NULL")
+	expectErr(t, closed.SaveState(dir), acc.ErrInvalidArgument, "NULL")
+
+	// Automatic naming (ProjectConfiguration): SaveState("") / LoadState("").
+	config := map[string]any{"seed": 11, "project_config": map[string]any{
+		"automatic_checkpoint_naming": true, "project_dir": filepath.Join(root, "project")}}
+	c, m4, _, counter4 := checkpointed(t, config)
+	*counter4 = 7
+	ok(t, c.SaveState(""))
+	if _, err := os.Stat(filepath.Join(root, "project", "checkpoints", "checkpoint_0", "manifest.json")); err != nil {
+		t.Fatal(err)
+	}
+	d, m5, o5, counter5 := checkpointed(t, config)
+	checkpointStep(t, d, m5, o5)
+	ok(t, d.LoadState(""))
+	if *counter5 != 7 || firstParameter(m5) != firstParameter(m4) {
+		t.Fatalf("automatic naming: counter %d", *counter5)
 	}
 }

@@ -58,7 +58,8 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
 }
 
-// Unwrap returns the Go error that a dataset callback returned, if any.
+// Unwrap returns the Go error that a callback (a dataset function, a checkpoint save or load
+// function) returned, if any.
 func (e *Error) Unwrap() error { return e.cause }
 
 // Sentinels for errors.Is: errors.Is(err, acc.ErrInvalidConfig).

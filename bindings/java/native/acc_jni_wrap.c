@@ -445,6 +445,66 @@ static void accx_java_free(void* user) {
 }
 
 
+/* Objects registered for checkpointing (acc_register_for_checkpointing), no directors either: the
+ * Java object has `byte[] save()`, which returns the object's bytes or null after recording its own
+ * error, and `boolean load(byte[])`, false after recording its error (ai.acc.Accelerator's adapter
+ * catches everything). libacc calls them on the thread that calls acc_save_state / acc_load_state. */
+typedef struct { JavaVM* vm; jobject obj; jmethodID save; jmethodID load; } accx_java_checkpointable;
+
+static acc_status accx_java_checkpoint_save(void* user, acc_bytes_list* out) {
+  accx_java_checkpointable* c = (accx_java_checkpointable*)user;
+  JNIEnv* env = accx_java_env(c->vm);
+  if (!env) return ACC_ERR_CALLBACK;
+  jbyteArray r = (jbyteArray)(*env)->CallObjectMethod(env, c->obj, c->save);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    if (r) (*env)->DeleteLocalRef(env, r);
+    return ACC_ERR_CALLBACK;
+  }
+  if (!r) return ACC_ERR_CALLBACK;
+  acc_status st = ACC_OK;
+  jsize n = (*env)->GetArrayLength(env, r);
+  if (n > 0) {
+    jbyte* b = (*env)->GetByteArrayElements(env, r, NULL);
+    if (!b) {
+      (*env)->ExceptionClear(env); /* OutOfMemoryError */
+      st = ACC_ERR_OUT_OF_MEMORY;
+    } else {
+      st = acc_bytes_list_append(out, b, (size_t)n); /* copies */
+      (*env)->ReleaseByteArrayElements(env, r, b, JNI_ABORT);
+    }
+  }
+  (*env)->DeleteLocalRef(env, r);
+  return st;
+}
+
+static acc_status accx_java_checkpoint_load(void* user, const void* data, size_t size) {
+  accx_java_checkpointable* c = (accx_java_checkpointable*)user;
+  JNIEnv* env = accx_java_env(c->vm);
+  if (!env || size > (size_t)INT32_MAX) return ACC_ERR_CALLBACK; /* a Java array holds at most 2^31-1 bytes */
+  jbyteArray a = (*env)->NewByteArray(env, (jsize)size);
+  if (!a) {
+    (*env)->ExceptionClear(env); /* OutOfMemoryError */
+    return ACC_ERR_OUT_OF_MEMORY;
+  }
+  if (size > 0) (*env)->SetByteArrayRegion(env, a, 0, (jsize)size, (const jbyte*)data);
+  jboolean ok = (*env)->CallBooleanMethod(env, c->obj, c->load, a);
+  (*env)->DeleteLocalRef(env, a);
+  if ((*env)->ExceptionCheck(env)) { /* last resort, as above */
+    (*env)->ExceptionClear(env);
+    return ACC_ERR_CALLBACK;
+  }
+  return ok ? ACC_OK : ACC_ERR_CALLBACK;
+}
+
+static void accx_java_checkpoint_free(void* user) {
+  accx_java_checkpointable* c = (accx_java_checkpointable*)user;
+  JNIEnv* env = accx_java_env(c->vm);
+  if (env && c->obj) (*env)->DeleteGlobalRef(env, c->obj);
+  free(c);
+}
+
+
 /** A zero-copy tensor over a direct ByteBuffer (its whole capacity, native byte order); the tensor
  *  holds a global reference to the buffer until libacc releases the memory. */
 accx_status accx_tensor_from_direct_buffer(JNIEnv* jenv_, jobject buffer, acc_dtype dtype,
@@ -502,6 +562,29 @@ accx_status accx_dataset_from_java_batch(JNIEnv* jenv_, int64_t length, jobject 
     return accx_fail(ACC_ERR_INTERNAL, "the source has no method long sampleBatch(long)");
   }
   acc_status st = acc_dataset_from_batch_callback(length, accx_java_get_batch, s, accx_java_free, out); /* frees s on failure */
+  if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  return st;
+}
+
+/** acc_register_for_checkpointing for a Java object with `byte[] save()` (the object's bytes, or null
+ *  after recording its own error) and `boolean load(byte[])` (false after recording its error). The
+ *  accelerator holds a global reference to it until libacc lets go of the accelerator. */
+accx_status accx_register_for_checkpointing_java(JNIEnv* jenv_, acc_accelerator* acc, jobject checkpointable) {
+  accx_message[0] = '\0';
+  if (!checkpointable) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "checkpointable is null");
+  accx_java_checkpointable* c = (accx_java_checkpointable*)calloc(1, sizeof *c);
+  if (!c) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  jclass cls = (*jenv_)->GetObjectClass(jenv_, checkpointable);
+  c->save = cls ? (*jenv_)->GetMethodID(jenv_, cls, "save", "()[B") : NULL;
+  c->load = c->save ? (*jenv_)->GetMethodID(jenv_, cls, "load", "([B)Z") : NULL;
+  if (!c->load || (*jenv_)->GetJavaVM(jenv_, &c->vm) != 0 ||
+      !(c->obj = (*jenv_)->NewGlobalRef(jenv_, checkpointable))) {
+    (*jenv_)->ExceptionClear(jenv_);
+    free(c);
+    return accx_fail(ACC_ERR_INTERNAL, "the object has no methods byte[] save() and boolean load(byte[])");
+  }
+  acc_status st = acc_register_for_checkpointing(acc, accx_java_checkpoint_save, accx_java_checkpoint_load, c,
+                                                 accx_java_checkpoint_free); /* frees c on failure */
   if (st != ACC_OK) accx_fail(st, acc_last_error_message());
   return st;
 }
@@ -646,6 +729,22 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dataset_1from_1java
   if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
   } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1register_1for_1checkpointing_1java(JNIEnv *jenv, jclass jcls, jlong jarg2, jobject jarg3) {
+  JNIEnv *arg1 = (JNIEnv *) 0 ;
+  acc_accelerator *arg2 = (acc_accelerator *) 0 ;
+  jobject arg3 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = jenv; 
+  arg2 = (acc_accelerator *)(intptr_t)jarg2; 
+  arg3 = jarg3; 
+  result = (accx_status)accx_register_for_checkpointing_java(arg1,arg2,arg3);
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
 }
 
@@ -2867,6 +2966,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1load_1state(JNIEnv *
   }
   result = (acc_status)acc_load_state(arg1,(char const *)arg2);
   if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1resume_1from_1checkpoint(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_resume_from_checkpoint(arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
 

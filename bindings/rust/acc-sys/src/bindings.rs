@@ -913,6 +913,11 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
+    #[doc = " Loads what the config's \"resume_from_checkpoint\" names: \"latest\", the newest complete checkpoint under\n  {project_dir}/checkpoints, or none yet (a fresh start: *resumed = 0); or a checkpoint directory. Unset:\n  nothing (*resumed = 0). Call it after acc_prepare and acc_register_for_checkpointing: a job restarted by\n  `acc launch --max_restarts` then continues from its last save.\n  Locks acc. Collective."]
+    pub fn acc_resume_from_checkpoint(acc: *mut acc_accelerator, resumed: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
     #[doc = " Accelerate's register_for_checkpointing: the object is saved (custom_checkpoint_{i}.bin, in\n  registration order) on the main process and restored on every process. `free_user_data` (may be NULL)\n  is called once when the accelerator is destroyed, or at once if registering fails.\n  Locks acc."]
     pub fn acc_register_for_checkpointing(
         acc: *mut acc_accelerator,

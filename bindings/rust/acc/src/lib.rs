@@ -67,7 +67,9 @@
 //! ```
 //! * No panic crosses the C ABI: a panic in a [`Dataset::from_fn`] or [`Dataset::from_batch_fn`]
 //!   callback is caught, the load fails inside libacc, and the panic resumes in the caller of
-//!   [`DataLoader::next`] or [`DataLoader::next_batch`].
+//!   [`DataLoader::next`] or [`DataLoader::next_batch`]; likewise for the closures of
+//!   [`Accelerator::register_for_checkpointing`] and [`Accelerator::save_state`] /
+//!   [`Accelerator::load_state`].
 
 mod batch;
 mod error;

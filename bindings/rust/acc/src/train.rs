@@ -48,11 +48,44 @@ macro_rules! handle {
     };
 }
 
-handle!(
-    /// The context of one training process (Accelerate's `Accelerator`): process state, the process
-    /// group, preparation of models, optimizers and data, backward and collectives.
-    Accelerator, acc_accelerator, acc_accelerator_destroy
-);
+/// The context of one training process (Accelerate's `Accelerator`): process state, the process
+/// group, preparation of models, optimizers and data, backward, collectives and checkpoints.
+///
+/// Freed on drop. `Send` but not `Sync`: libacc lets one thread at a time use a handle.
+pub struct Accelerator {
+    ptr: NonNull<sys::acc_accelerator>,
+    /// What a checkpoint callback left for the caller of save_state / load_state (shared with the
+    /// registered objects, which never refer to the accelerator itself).
+    checkpoint_failure: FailureSlot,
+}
+// SAFETY: libacc handles may be used from any thread, one thread at a time (acc.h); the registered
+// checkpoint closures are `Send`.
+unsafe impl Send for Accelerator {}
+impl Drop for Accelerator {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; libacc drops the registered closures (once) with the accelerator.
+        unsafe { sys::acc_accelerator_destroy(self.ptr.as_ptr()) }
+    }
+}
+impl std::fmt::Debug for Accelerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Accelerator({:p})", self.ptr)
+    }
+}
+impl Accelerator {
+    fn owned(status: sys::acc_status, out: *mut sys::acc_accelerator) -> Result<Accelerator> {
+        check(status)?;
+        NonNull::new(out)
+            .map(|ptr| Accelerator {
+                ptr,
+                checkpoint_failure: FailureSlot::default(),
+            })
+            .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL handle"))
+    }
+    fn as_ptr(&self) -> *mut sys::acc_accelerator {
+        self.ptr.as_ptr()
+    }
+}
 handle!(
     /// A trainable model: a built-in family (MLP, GPT) or a TorchScript module.
     Model, acc_model, acc_model_destroy
@@ -321,6 +354,156 @@ impl Accelerator {
     /// Accelerate's `end_training`: finishes the trackers (files synced and closed, runs marked finished).
     pub fn end_training(&self) -> Result<()> {
         check(unsafe { sys::acc_end_training(self.as_ptr()) })
+    }
+
+    /// Accelerate's `save_state`: saves everything prepared with this accelerator (models, optimizers,
+    /// schedulers, the fp16 scaler, loader positions, random states) and every object registered with
+    /// [`register_for_checkpointing`](Self::register_for_checkpointing) into the directory `dir`, crash
+    /// safe (docs/checkpoints.md lists the files). `None`: ProjectConfiguration's automatic naming
+    /// (`"project_config": {"automatic_checkpoint_naming": true, "project_dir": ...}`), i.e.
+    /// `{project_dir}/checkpoints/checkpoint_{iteration}`. A collective: every process calls it.
+    ///
+    /// A registered save closure's `Err` fails the call with [`ErrorCode::Callback`] and that error as
+    /// its [`source`](std::error::Error::source); its panic resumes here.
+    pub fn save_state(&self, dir: Option<&str>) -> Result<()> {
+        let dir = dir.map(cstring).transpose()?;
+        let dir = dir.as_ref().map_or(ptr::null(), |d| d.as_ptr());
+        self.checkpoint_call(|acc| unsafe { sys::acc_save_state(acc, dir) })
+    }
+
+    /// Accelerate's `load_state`: restores a checkpoint of [`save_state`](Self::save_state) into the
+    /// objects prepared with this accelerator (the same kinds and numbers, prepared in the same order)
+    /// and the registered objects. A directory without `manifest.json` is refused naming it. `None`: the
+    /// newest complete checkpoint under `{project_dir}/checkpoints`. A collective.
+    ///
+    /// A registered load closure's `Err` fails the call with [`ErrorCode::Callback`] and that error as
+    /// its source; its panic resumes here.
+    pub fn load_state(&self, dir: Option<&str>) -> Result<()> {
+        let dir = dir.map(cstring).transpose()?;
+        let dir = dir.as_ref().map_or(ptr::null(), |d| d.as_ptr());
+        self.checkpoint_call(|acc| unsafe { sys::acc_load_state(acc, dir) })
+    }
+
+    /// Accelerate's `register_for_checkpointing`: an object of the caller's saved by
+    /// [`save_state`](Self::save_state) (`save` returns its bytes; on the main process only, into
+    /// `custom_checkpoint_{i}.bin` in registration order) and restored by
+    /// [`load_state`](Self::load_state) (`load` receives those bytes, on every process). Both are
+    /// called on the thread that calls `save_state` / `load_state`, while the accelerator is in use
+    /// (calling it from inside them fails with [`ErrorCode::Busy`]). An `Err` fails that call with
+    /// [`ErrorCode::Callback`] and the error as its source; a panic is caught at the C boundary and
+    /// resumed in the caller. The closures are dropped once, when libacc lets go of the accelerator.
+    ///
+    /// ```no_run
+    /// # fn main() -> acc::Result<()> {
+    /// use std::sync::{Arc, Mutex};
+    /// let accel = acc::Accelerator::new("")?;
+    /// let epoch = Arc::new(Mutex::new(0u64));
+    /// let (e1, e2) = (epoch.clone(), epoch.clone());
+    /// accel.register_for_checkpointing(
+    ///     move || Ok::<_, std::convert::Infallible>(e1.lock().unwrap().to_le_bytes().to_vec()),
+    ///     move |bytes: &[u8]| -> Result<(), String> {
+    ///         *e2.lock().unwrap() = u64::from_le_bytes(bytes.try_into().map_err(|_| "bad size")?);
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// accel.save_state(Some("/tmp/ckpt"))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn register_for_checkpointing<S, L, SE, LE>(&self, save: S, load: L) -> Result<()>
+    where
+        S: FnMut() -> std::result::Result<Vec<u8>, SE> + Send + 'static,
+        L: FnMut(&[u8]) -> std::result::Result<(), LE> + Send + 'static,
+        SE: Into<Box<dyn std::error::Error + Send + Sync>>,
+        LE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        struct State<S, L> {
+            save: S,
+            load: L,
+            failure: FailureSlot,
+        }
+        type BoxError = Box<dyn std::error::Error + Send + Sync>;
+        fn record(failure: &FailureSlot, r: std::thread::Result<std::result::Result<(), BoxError>>) -> sys::acc_status {
+            let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
+            match r {
+                Ok(Ok(())) => return sys::ACC_OK,
+                Ok(Err(e)) => f.error = Some(e),
+                Err(payload) => f.panic = Some(payload),
+            }
+            sys::ACC_ERR_CALLBACK
+        }
+        unsafe extern "C" fn save_fn<S, L, SE>(user: *mut c_void, out: *mut sys::acc_bytes_list) -> sys::acc_status
+        where
+            S: FnMut() -> std::result::Result<Vec<u8>, SE>,
+            SE: Into<BoxError>,
+        {
+            // SAFETY: user is the State we boxed; libacc calls it while it holds the accelerator, so
+            // never concurrently with itself or the load function.
+            let state = unsafe { &mut *user.cast::<State<S, L>>() };
+            let r = panic::catch_unwind(AssertUnwindSafe(|| -> std::result::Result<(), BoxError> {
+                let bytes = (state.save)().map_err(Into::into)?;
+                // SAFETY: `out` is valid for this call; libacc copies the bytes.
+                check(unsafe { sys::acc_bytes_list_append(out, bytes.as_ptr().cast(), bytes.len()) })?;
+                Ok(())
+            }));
+            record(&state.failure, r)
+        }
+        unsafe extern "C" fn load_fn<S, L, LE>(user: *mut c_void, data: *const c_void, size: usize) -> sys::acc_status
+        where
+            L: FnMut(&[u8]) -> std::result::Result<(), LE>,
+            LE: Into<BoxError>,
+        {
+            // SAFETY: as in save_fn.
+            let state = unsafe { &mut *user.cast::<State<S, L>>() };
+            let bytes: &[u8] = if size == 0 || data.is_null() {
+                &[]
+            } else {
+                // SAFETY: `size` bytes borrowed for this call.
+                unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }
+            };
+            let r = panic::catch_unwind(AssertUnwindSafe(|| (state.load)(bytes).map_err(Into::into)));
+            record(&state.failure, r)
+        }
+        unsafe extern "C" fn free<S, L>(user: *mut c_void) {
+            // SAFETY: called once, when libacc lets go of the object; dropping must not unwind.
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                drop(unsafe { Box::from_raw(user.cast::<State<S, L>>()) })
+            }));
+        }
+        let user = Box::into_raw(Box::new(State {
+            save,
+            load,
+            failure: self.checkpoint_failure.clone(),
+        }));
+        // SAFETY: libacc calls free exactly once, also when registering fails.
+        check(unsafe {
+            sys::acc_register_for_checkpointing(
+                self.as_ptr(),
+                Some(save_fn::<S, L, SE>),
+                Some(load_fn::<S, L, LE>),
+                user.cast(),
+                Some(free::<S, L>),
+            )
+        })
+    }
+
+    /// A save_state / load_state call: a callback's panic resumes here, its error becomes the source.
+    fn checkpoint_call(&self, call: impl FnOnce(*mut sys::acc_accelerator) -> sys::acc_status) -> Result<()> {
+        let take = || std::mem::take(&mut *self.checkpoint_failure.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(take()); // nothing left from an earlier call
+        let st = call(self.as_ptr());
+        if st == sys::ACC_OK {
+            return Ok(());
+        }
+        let err = Error::last(st); // read at once, before anything else runs
+        let failure = take();
+        if let Some(payload) = failure.panic {
+            panic::resume_unwind(payload);
+        }
+        Err(match failure.error {
+            Some(source) => err.with_source(source),
+            None => err,
+        })
     }
 }
 

@@ -727,3 +727,143 @@ fn trackers() {
         .starts_with("step,time,loss,lr,"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The checkpoint scenario's objects: an accelerator with an MLP and AdamW prepared, and a counter
+/// registered for checkpointing (saved as 8 little-endian bytes).
+fn checkpointed(config: &str) -> (Accelerator, Model, Optimizer, Arc<AtomicUsize>) {
+    let a = Accelerator::new(config).unwrap();
+    let m = Model::new(r#"{"type": "mlp", "sizes": [2, 8, 1]}"#).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "adamw", "lr": 0.01}"#).unwrap();
+    a.prepare(Some(&m), Some(&o), None, None).unwrap();
+    let counter = Arc::new(AtomicUsize::new(0));
+    let (c1, c2) = (counter.clone(), counter.clone());
+    a.register_for_checkpointing(
+        move || Ok::<_, String>((c1.load(Ordering::SeqCst) as u64).to_le_bytes().to_vec()),
+        move |bytes: &[u8]| -> Result<(), String> {
+            let v: [u8; 8] = bytes.try_into().map_err(|_| format!("{} bytes", bytes.len()))?;
+            c2.store(u64::from_le_bytes(v) as usize, Ordering::SeqCst);
+            Ok(())
+        },
+    )
+    .unwrap();
+    (a, m, o, counter)
+}
+
+/// One AdamW step of the checkpoint scenario on fixed data.
+fn checkpoint_step(a: &Accelerator, m: &Model, o: &Optimizer) {
+    let x = Tensor::from_slice(&[0.5f32, -1.0, 1.5, 2.0, -0.25, 0.75, 1.0, 0.0], &[4, 2]).unwrap();
+    let y = Tensor::from_slice(&[1.0f32, -1.0, 0.5, 2.0], &[4, 1]).unwrap();
+    let loss = m.loss(&x, Some(&y)).unwrap();
+    a.backward(&loss).unwrap();
+    o.step().unwrap();
+    o.zero_grad().unwrap();
+}
+
+fn first_parameter(m: &Model) -> Vec<u8> {
+    m.state_dict().unwrap()[0].1.to_bytes().unwrap()
+}
+
+// scenario: checkpoint
+#[test]
+fn checkpoint() {
+    let root = std::env::temp_dir().join(format!("acc-rust-checkpoint-{}", std::process::id()));
+    let dir = root.join("step_3");
+    let dir = dir.to_str().unwrap();
+    let (a, m, o, counter) = checkpointed(r#"{"seed": 11}"#);
+    for _ in 0..3 {
+        checkpoint_step(&a, &m, &o);
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+    a.save_state(Some(dir)).unwrap();
+    assert!(root.join("step_3/manifest.json").exists());
+    assert!(root.join("step_3/custom_checkpoint_0.bin").exists());
+
+    let (b, m2, o2, counter2) = checkpointed(r#"{"seed": 12}"#);
+    assert_ne!(first_parameter(&m2), first_parameter(&m));
+    b.load_state(Some(dir)).unwrap();
+    assert_eq!(first_parameter(&m2), first_parameter(&m));
+    assert_eq!(counter2.load(Ordering::SeqCst), 3);
+    // The optimizer's moments came back too: one more step agrees bit for bit.
+    checkpoint_step(&a, &m, &o);
+    checkpoint_step(&b, &m2, &o2);
+    assert_eq!(first_parameter(&m2), first_parameter(&m));
+
+    // A missing directory is refused naming it; a directory without a checkpoint, naming its manifest.
+    let missing = root.join("missing");
+    let missing = missing.to_str().unwrap();
+    expect_err(b.load_state(Some(missing)), ErrorCode::Io, missing);
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    expect_err(
+        b.load_state(Some(root.join("empty").to_str().unwrap())),
+        ErrorCode::Io,
+        "manifest.json",
+    );
+    // Automatic naming needs a project configuration.
+    expect_err(
+        b.save_state(None),
+        ErrorCode::InvalidArgument,
+        "automatic_checkpoint_naming",
+    );
+    expect_err(b.load_state(None), ErrorCode::InvalidArgument, "project_dir");
+    expect_err(b.save_state(Some("a\0b")), ErrorCode::InvalidArgument, "NUL");
+
+    // A failing save closure fails save_state with CALLBACK, its error as the source; a panic resumes.
+    let fail = Accelerator::new("").unwrap();
+    fail.register_for_checkpointing(
+        || Err::<Vec<u8>, _>("disk of the counter is full"),
+        |_: &[u8]| Ok::<_, String>(()),
+    )
+    .unwrap();
+    let e = expect_err(
+        fail.save_state(Some(root.join("failed").to_str().unwrap())),
+        ErrorCode::Callback,
+        "save callback",
+    );
+    assert_eq!(e.source().unwrap().to_string(), "disk of the counter is full");
+    assert!(!root.join("failed/manifest.json").exists());
+    let boom = Accelerator::new("").unwrap();
+    boom.register_for_checkpointing(
+        || -> Result<Vec<u8>, String> { panic!("boom") },
+        |_: &[u8]| Ok::<_, String>(()),
+    )
+    .unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        boom.save_state(Some(root.join("boom").to_str().unwrap()))
+    }));
+    assert_eq!(
+        caught.expect_err("the panic should resume").downcast_ref::<&str>(),
+        Some(&"boom")
+    );
+    // A failing load closure: CALLBACK with its error as the source.
+    let picky = Accelerator::new("").unwrap();
+    let m3 = Model::new(r#"{"type": "mlp", "sizes": [2, 8, 1]}"#).unwrap();
+    let o3 = Optimizer::new(&m3, r#"{"type": "adamw", "lr": 0.01}"#).unwrap();
+    picky.prepare(Some(&m3), Some(&o3), None, None).unwrap();
+    picky
+        .register_for_checkpointing(|| Ok::<_, String>(Vec::new()), |_: &[u8]| Err::<(), _>("wrong version"))
+        .unwrap();
+    let e = expect_err(picky.load_state(Some(dir)), ErrorCode::Callback, "load callback");
+    assert_eq!(e.source().unwrap().to_string(), "wrong version");
+
+    // Automatic naming (ProjectConfiguration): save_state(None) / load_state(None).
+    let project = root.join("project");
+    let config = format!(
+        r#"{{"seed": 11, "project_config": {{"automatic_checkpoint_naming": true, "project_dir": "{}"}}}}"#,
+        project.display()
+    );
+    let (c, m4, _o4, counter4) = checkpointed(&config);
+    counter4.store(7, Ordering::SeqCst);
+    c.save_state(None).unwrap();
+    assert!(project.join("checkpoints/checkpoint_0/manifest.json").exists());
+    let (d, m5, o5, counter5) = checkpointed(&config);
+    checkpoint_step(&d, &m5, &o5);
+    d.load_state(None).unwrap();
+    assert_eq!(counter5.load(Ordering::SeqCst), 7);
+    assert_eq!(first_parameter(&m5), first_parameter(&m4));
+
+    // The closures are dropped once, when libacc lets go of the accelerator.
+    assert_eq!(Arc::strong_count(&counter), 3);
+    drop((a, m, o));
+    assert_eq!(Arc::strong_count(&counter), 1);
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -4,10 +4,12 @@ import ai.acc.internal.AccRaw;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * The context of one training process (Accelerate's {@code Accelerator}): process state, the process
- * group, preparation of models, optimizers and data, backward and collectives.
+ * group, preparation of models, optimizers and data, backward, collectives and checkpoints ({@link
+ * #saveState}, {@link #loadState}, {@link #registerForCheckpointing(Checkpointable)}).
  *
  * <pre>{@code
  * try (Accelerator acc = Accelerator.create("{\"seed\": 1234}")) {
@@ -19,6 +21,13 @@ import java.util.Map;
  * (concurrent use of one handle fails with {@link ErrorCode#BUSY}).
  */
 public final class Accelerator extends NativeObject {
+  /**
+   * What a registered object's save or load left for the caller of saveState / loadState; shared
+   * with the adapters, which never refer to the accelerator (the C side holds them globally, so the
+   * accelerator would never become unreachable).
+   */
+  private final AtomicReference<Throwable> checkpointFailure = new AtomicReference<>();
+
   private Accelerator(long ptr) {
     super(ptr, AccRaw::acc_accelerator_destroy);
   }
@@ -382,6 +391,121 @@ public final class Accelerator extends NativeObject {
       AccRaw.acc_end_training(p);
     } finally {
       leave(p);
+    }
+  }
+
+  /**
+   * Accelerate's save_state: saves everything prepared with this accelerator (models, optimizers,
+   * schedulers, the fp16 scaler, data loader positions, random states) and every registered object
+   * into the directory {@code dir}, crash safe (docs/checkpoints.md lists the files). {@code null}:
+   * ProjectConfiguration's automatic naming, as {@link #saveState()}. A collective: every process
+   * calls it. A registered object's exception fails it with {@link ErrorCode#CALLBACK}, with the
+   * exception as the cause.
+   */
+  public void saveState(String dir) {
+    checkpointCall(dir, AccRaw::acc_save_state);
+  }
+
+  /**
+   * {@link #saveState(String)} with ProjectConfiguration's automatic naming ({@code "project_config":
+   * {"automatic_checkpoint_naming": true, "project_dir": ...}}): {@code
+   * {project_dir}/checkpoints/checkpoint_{i}}, keeping the newest {@code total_limit}.
+   */
+  public void saveState() {
+    saveState(null);
+  }
+
+  /**
+   * Accelerate's load_state: restores a checkpoint of {@link #saveState} into the objects prepared
+   * with this accelerator (the same kinds and numbers, prepared in the same order) and the registered
+   * objects. A directory without manifest.json is refused, naming it. {@code null}: as {@link
+   * #loadState()}. A collective. A registered object's exception fails it with {@link
+   * ErrorCode#CALLBACK}, with the exception as the cause.
+   */
+  public void loadState(String dir) {
+    checkpointCall(dir, AccRaw::acc_load_state);
+  }
+
+  /** {@link #loadState(String)} of the newest complete checkpoint under {@code {project_dir}/checkpoints}. */
+  public void loadState() {
+    loadState(null);
+  }
+
+  private void checkpointCall(String dir, java.util.function.BiConsumer<Long, String> call) {
+    long p = enter();
+    try {
+      checkpointFailure.set(null); // nothing left from an earlier call
+      call.accept(p, dir);
+    } catch (AccException e) {
+      Throwable cause = checkpointFailure.getAndSet(null);
+      if (cause != null && e.code() == ErrorCode.CALLBACK && e.getCause() == null) e.initCause(cause);
+      throw e;
+    } finally {
+      leave(p);
+    }
+  }
+
+  /**
+   * Accelerate's register_for_checkpointing: {@link #saveState} saves {@code object}'s bytes
+   * (custom_checkpoint_{i}.bin, in registration order, on the main process) and {@link #loadState}
+   * gives them back to it (on every process). The accelerator keeps the object until it is closed.
+   */
+  public void registerForCheckpointing(Checkpointable object) {
+    if (object == null) throw new AccException(ErrorCode.INVALID_ARGUMENT, "object is null");
+    registerForCheckpointing(object::save, object::load);
+  }
+
+  /**
+   * {@link #registerForCheckpointing(Checkpointable)} with two functions, e.g. {@code
+   * acc.registerForCheckpointing(() -> counter.toBytes(), bytes -> counter.set(bytes))}.
+   */
+  public void registerForCheckpointing(Checkpointable.Saver save, Checkpointable.Loader load) {
+    if (save == null || load == null) {
+      throw new AccException(ErrorCode.INVALID_ARGUMENT, "save and load must not be null");
+    }
+    CheckpointAdapter adapter = new CheckpointAdapter(save, load, checkpointFailure);
+    long p = enter();
+    try {
+      AccRaw.accx_register_for_checkpointing_java(p, adapter);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /** What the C trampolines call: never throws; records the failure for the caller. */
+  static final class CheckpointAdapter {
+    private final Checkpointable.Saver saver;
+    private final Checkpointable.Loader loader;
+    private final AtomicReference<Throwable> failure;
+
+    CheckpointAdapter(
+        Checkpointable.Saver saver, Checkpointable.Loader loader, AtomicReference<Throwable> failure) {
+      this.saver = saver;
+      this.loader = loader;
+      this.failure = failure;
+    }
+
+    /** Called from C: the object's bytes, or null on failure. */
+    byte[] save() {
+      try {
+        byte[] b = saver.save();
+        if (b == null) throw new IllegalStateException("the checkpoint save function returned null");
+        return b;
+      } catch (Throwable t) {
+        failure.set(t);
+        return null;
+      }
+    }
+
+    /** Called from C: false on failure. */
+    boolean load(byte[] data) {
+      try {
+        loader.load(data);
+        return true;
+      } catch (Throwable t) {
+        failure.set(t);
+        return false;
+      }
     }
   }
 

@@ -707,4 +707,132 @@ class ConformanceTest {
     assertEquals("{\"lr\": 0.5, \"opt.name\": \"sgd\"}\n", Files.readString(run.resolve("hparams.json")));
     assertTrue(Files.readString(run.resolve("metrics.csv")).startsWith("step,time,loss,lr,"));
   }
+
+  /** A counter registered for checkpointing (8 little-endian bytes). */
+  static final class Counter implements Checkpointable {
+    long value;
+
+    @Override
+    public byte[] save() {
+      return ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(value).array();
+    }
+
+    @Override
+    public void load(byte[] data) {
+      if (data.length != 8) throw new IllegalArgumentException(data.length + " bytes");
+      value = ByteBuffer.wrap(data).order(ByteOrder.LITTLE_ENDIAN).getLong();
+    }
+  }
+
+  /** The checkpoint scenario's objects: an MLP and AdamW prepared, a counter registered. */
+  record Checkpointed(Accelerator acc, Model model, Optimizer opt, Counter counter) implements AutoCloseable {
+    static Checkpointed create(String config) {
+      Accelerator a = Accelerator.create(config);
+      Model m = Model.create("{\"type\": \"mlp\", \"sizes\": [2, 8, 1]}");
+      Optimizer o = Optimizer.create(m, "{\"type\": \"adamw\", \"lr\": 0.01}");
+      a.prepare(m, o, null, null);
+      Counter c = new Counter();
+      a.registerForCheckpointing(c);
+      return new Checkpointed(a, m, o, c);
+    }
+
+    /** One AdamW step on fixed data. */
+    void step() {
+      try (Tensor x = Tensor.fromFloats(new float[] {0.5f, -1, 1.5f, 2, -0.25f, 0.75f, 1, 0}, 4, 2);
+          Tensor y = Tensor.fromFloats(new float[] {1, -1, 0.5f, 2}, 4, 1);
+          Tensor loss = model.loss(x, y)) {
+        acc.backward(loss);
+        opt.step();
+        opt.zeroGrad();
+      }
+    }
+
+    @Override
+    public void close() {
+      opt.close();
+      model.close();
+      acc.close();
+    }
+  }
+
+  // scenario: checkpoint
+  @Test
+  void checkpoint(@TempDir Path root) throws Exception {
+    String dir = root.resolve("step_3").toString();
+    try (Checkpointed a = Checkpointed.create("{\"seed\": 11}");
+        Checkpointed b = Checkpointed.create("{\"seed\": 12}")) {
+      for (int i = 0; i < 3; ++i) {
+        a.step();
+        a.counter().value++;
+      }
+      a.acc().saveState(dir);
+      assertTrue(Files.exists(root.resolve("step_3/manifest.json")));
+      assertTrue(Files.exists(root.resolve("step_3/custom_checkpoint_0.bin")));
+
+      assertFalse(java.util.Arrays.equals(firstWeight(a.model()), firstWeight(b.model())));
+      b.acc().loadState(dir);
+      assertArrayEquals(firstWeight(a.model()), firstWeight(b.model()));
+      assertEquals(3, b.counter().value);
+      // The optimizer's moments came back too: one more step agrees bit for bit.
+      a.step();
+      b.step();
+      assertArrayEquals(firstWeight(a.model()), firstWeight(b.model()));
+
+      // A missing directory is refused naming it; a directory without a checkpoint, naming its manifest.
+      String missing = root.resolve("missing").toString();
+      expectError(ErrorCode.IO, missing, () -> b.acc().loadState(missing));
+      Files.createDirectory(root.resolve("empty"));
+      expectError(ErrorCode.IO, "manifest.json", () -> b.acc().loadState(root.resolve("empty").toString()));
+      // Automatic naming (no directory) needs a project configuration.
+      expectError(ErrorCode.INVALID_ARGUMENT, "automatic_checkpoint_naming", () -> b.acc().saveState());
+      expectError(ErrorCode.INVALID_ARGUMENT, "project_dir", () -> b.acc().loadState());
+    }
+
+    // A failing save function fails saveState with CALLBACK, its exception as the cause.
+    try (Accelerator fail = Accelerator.create()) {
+      fail.registerForCheckpointing(() -> {
+        throw new java.io.IOException("disk of the counter is full");
+      }, data -> {});
+      AccException e = expectError(ErrorCode.CALLBACK, "save callback",
+          () -> fail.saveState(root.resolve("failed").toString()));
+      assertTrue(e.getCause() instanceof java.io.IOException, "cause: " + e.getCause());
+      assertEquals("disk of the counter is full", e.getCause().getMessage());
+      assertFalse(Files.exists(root.resolve("failed/manifest.json")));
+      // null bytes are the function's error too.
+      try (Accelerator nulls = Accelerator.create()) {
+        nulls.registerForCheckpointing(() -> null, data -> {});
+        AccException n = expectError(ErrorCode.CALLBACK, "", () -> nulls.saveState(root.resolve("null").toString()));
+        assertTrue(n.getCause() instanceof IllegalStateException);
+      }
+      expectError(ErrorCode.INVALID_ARGUMENT, "null", () -> fail.registerForCheckpointing(null));
+    }
+    // A failing load function: CALLBACK with its exception as the cause.
+    try (Checkpointed picky = Checkpointed.create(null)) {
+      picky.acc().registerForCheckpointing(() -> new byte[0], data -> {
+        throw new IllegalArgumentException("wrong version");
+      });
+      String two = root.resolve("two_objects").toString();
+      picky.acc().saveState(two);
+      AccException e = expectError(ErrorCode.CALLBACK, "load callback", () -> picky.acc().loadState(two));
+      assertEquals("wrong version", e.getCause().getMessage());
+    }
+    Accelerator closed = Accelerator.create();
+    closed.close();
+    expectError(ErrorCode.INVALID_ARGUMENT, "NULL", () -> closed.registerForCheckpointing(new Counter()));
+    expectError(ErrorCode.INVALID_ARGUMENT, "NULL", () -> closed.saveState(dir));
+
+    // Automatic naming (ProjectConfiguration): saveState() / loadState().
+    String config = "{\"seed\": 11, \"project_config\": {\"automatic_checkpoint_naming\": true, \"project_dir\": \""
+        + root.resolve("project") + "\"}}";
+    try (Checkpointed c = Checkpointed.create(config);
+        Checkpointed d = Checkpointed.create(config)) {
+      c.counter().value = 7;
+      c.acc().saveState();
+      assertTrue(Files.exists(root.resolve("project/checkpoints/checkpoint_0/manifest.json")));
+      d.step();
+      d.acc().loadState();
+      assertEquals(7, d.counter().value);
+      assertArrayEquals(firstWeight(c.model()), firstWeight(d.model()));
+    }
+  }
 }

@@ -15,6 +15,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void accx_dataset_from_java_batch(long length, Object source, long[] out) { AccRawJNI.accx_dataset_from_java_batch(length, source, out); }
 
+  public static void accx_register_for_checkpointing_java(long acc, Object checkpointable) { AccRawJNI.accx_register_for_checkpointing_java(acc, checkpointable); }
+
   public static java.nio.ByteBuffer accx_direct_buffer(long address, long nbytes) { return AccRawJNI.accx_direct_buffer(address, nbytes); }
 
   public static void accx_dlpack_bytes(long src, long[] data, long[] nbytes) { AccRawJNI.accx_dlpack_bytes(src, data, nbytes); }
@@ -250,6 +252,8 @@ public class AccRaw implements AccRawConstants {
   public static void acc_save_state(long acc, String dir) { AccRawJNI.acc_save_state(acc, dir); }
 
   public static void acc_load_state(long acc, String dir) { AccRawJNI.acc_load_state(acc, dir); }
+
+  public static void acc_resume_from_checkpoint(long acc, int[] resumed) { AccRawJNI.acc_resume_from_checkpoint(acc, resumed); }
 
   public static void acc_init_trackers(long acc, String project_name, String config_json, String init_kwargs_json) { AccRawJNI.acc_init_trackers(acc, project_name, config_json, init_kwargs_json); }
 

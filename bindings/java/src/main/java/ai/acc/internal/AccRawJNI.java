@@ -15,6 +15,7 @@ public class AccRawJNI {
   public final static native void accx_tensor_from_direct_buffer(java.nio.ByteBuffer jarg2, int jarg3, long[] jarg4, long[] jarg6);
   public final static native void accx_dataset_from_java(long jarg2, Object jarg3, long[] jarg4);
   public final static native void accx_dataset_from_java_batch(long jarg2, Object jarg3, long[] jarg4);
+  public final static native void accx_register_for_checkpointing_java(long jarg2, Object jarg3);
   public final static native java.nio.ByteBuffer accx_direct_buffer(long jarg2, long jarg3);
   public final static native void accx_dlpack_bytes(long jarg1, long[] jarg2, long[] jarg3);
   public final static native void accx_dlpack_release(long jarg1);
@@ -120,6 +121,7 @@ public class AccRawJNI {
   public final static native void acc_bytes_list_get(long jarg1, long jarg2, long[] jarg3, long[] jarg4);
   public final static native void acc_save_state(long jarg1, String jarg2);
   public final static native void acc_load_state(long jarg1, String jarg2);
+  public final static native void acc_resume_from_checkpoint(long jarg1, int[] jarg2);
   public final static native void acc_init_trackers(long jarg1, String jarg2, String jarg3, String jarg4);
   public final static native void acc_log(long jarg1, String jarg2, long jarg3);
   public final static native void acc_end_training(long jarg1);

@@ -63,6 +63,14 @@ static int run_program(const char* const args[]) {
   return -1;
 }
 
+/* The step counter is saved with the checkpoints (acc_register_for_checkpointing). */
+static acc_status save_step(void* step, acc_bytes_list* out) { return acc_bytes_list_append(out, step, sizeof(int)); }
+static acc_status load_step(void* step, const void* data, size_t size) {
+  if (size != sizeof(int)) return 1;
+  memcpy(step, data, size);
+  return ACC_OK;
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -251,11 +259,14 @@ int main(int argc, char** argv) {
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they are printed, also through a pipe */
   CHECK(acc_abi_check(ACC_ABI_VERSION));
-  /* TensorBoard logs go to <out>/gpt (project_dir is the logging directory). */
+  /* TensorBoard logs go to <out>/gpt (project_dir is the logging directory). Checkpoints go to
+   * <out>/checkpoints/checkpoint_<i> every 100 steps (the newest two kept); a run that finds one there (it was
+   * killed, or a rank died and acc launch --max_restarts started the job again) continues from it. */
   char config[4400];
   snprintf(config, sizeof config,
            "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\", \"log_with\": \"tensorboard\","
-           " \"project_dir\": \"%s\"}",
+           " \"project_dir\": \"%s\", \"project_config\": {\"automatic_checkpoint_naming\": true, \"total_limit\": 2},"
+           " \"resume_from_checkpoint\": \"latest\"}",
            accum, mixed_precision, out_dir);
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(config, &acc));
@@ -321,6 +332,10 @@ int main(int argc, char** argv) {
 
   double t0 = now(), t_last = t0, first_loss = -1, last_loss = 0;
   int step = 0, points = 0;
+  CHECK(acc_register_for_checkpointing(acc, save_step, load_step, &step, NULL));
+  int32_t resumed;
+  CHECK(acc_resume_from_checkpoint(acc, &resumed));
+  if (resumed && is_main) printf("resumed from the checkpoint of step %d in %s/checkpoints\n", step, out_dir);
   int* curve_steps = malloc(sizeof(int) * (size_t)(steps / 25 + 2));
   double* curve_losses = malloc(sizeof(double) * (size_t)(steps / 25 + 2));
   /* The validation loss, six times in a run (at multiples of 25 steps) and at the end. */
@@ -378,6 +393,7 @@ int main(int argc, char** argv) {
       t_last = t;
     }
     acc_tensor_destroy(loss);
+    if (step % 100 == 0 && step < steps) CHECK(acc_save_state(acc, NULL));
     if (step % val_every == 0 || step == steps) {
       val_loss = validate(acc, model, val_dl, &val_count);
       val_steps[val_points] = step;
@@ -399,6 +415,11 @@ int main(int argc, char** argv) {
     write_curve(out_dir, curve_steps, curve_losses, points, val_steps, val_losses, val_points);
     printf("saved %s, and the loss curves as %s/loss.svg (and .csv); TensorBoard logs in %s/gpt\n", model_path,
            out_dir, out_dir);
+    /* The run is complete: its checkpoints would only make the next run resume at the end. */
+    char checkpoints[4200];
+    snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", out_dir);
+    const char* rm_args[] = {"rm", "-rf", "--", checkpoints, NULL};
+    if (run_program(rm_args) != 0) return 1;
   }
   CHECK(acc_wait_for_everyone(acc));
   free(curve_steps);

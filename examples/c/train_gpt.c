@@ -410,7 +410,8 @@ int main(int argc, char** argv) {
   if (is_main) {
     printf("validation: loss %.4f over %lld samples (the set has %lld)\n", val_loss, (long long)val_count,
            (long long)val_len);
-    printf("training loss: %.4f at step 1 -> %.4f at step %d, %.1f s\n", first_loss, last_loss, steps, now() - t0);
+    printf("training loss: %.4f at step %d -> %.4f at step %d, %.1f s\n", first_loss, points ? curve_steps[0] : 0,
+           last_loss, steps, now() - t0);
     CHECK(acc_model_save_safetensors(model, model_path));
     write_curve(out_dir, curve_steps, curve_losses, points, val_steps, val_losses, val_points);
     printf("saved %s, and the loss curves as %s/loss.svg (and .csv); TensorBoard logs in %s/gpt\n", model_path,

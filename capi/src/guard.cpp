@@ -66,6 +66,11 @@ acc_status run_guarded(const char* fn, void (*body)(void*), void* ctx) noexcept 
     code = ACC_ERR_CALLBACK, msg = e.what();
   } catch (const std::ios_base::failure& e) {
     code = ACC_ERR_IO, msg = e.what();
+    // libstdc++ appends its error category's text (": iostream error", or strerror for an errno code): the
+    // generic one says nothing the message does not.
+    const std::string generic = ": iostream error";
+    if (msg.size() > generic.size() && msg.compare(msg.size() - generic.size(), generic.size(), generic) == 0)
+      msg.resize(msg.size() - generic.size());
   } catch (const std::system_error& e) {
     code = e.code() == std::errc::device_or_resource_busy ? ACC_ERR_BUSY : ACC_ERR_INTERNAL;
     msg = e.what();

@@ -7,6 +7,9 @@
  *                               synchronizing micro-steps; on its first attempt (no PROJECT/killed marker)
  *                               the last process SIGKILLs itself at micro-step 13; a restart by
  *                               `acc launch --max_restarts` resumes from the newest checkpoint
+ *   saveloop TOTAL PROJECT OUT  resumes from the newest checkpoint under PROJECT (if any) and saves one at
+ *                               every synchronizing micro-step: the crash-safety test kills it at random
+ *                               moments, most of them inside a save
  * The run has what makes a resume hard: a GPT with dropout, a loader shuffled by the default generator
  * (mid-epoch at the save), gradient accumulation, fp16 loss scaling, an LR schedule and a registered
  * object (the micro-step counter, which tells the resumed run where it is). */
@@ -36,7 +39,8 @@ int main(int argc, char** argv) {
   if (argc < 4) return 2;
   const char* mode = argv[1];
   const int64_t total = atoll(argv[2]);
-  const int automatic = !strcmp(mode, "auto") && argc == 5;
+  const int save_loop = !strcmp(mode, "saveloop") && argc == 5;
+  const int automatic = (!strcmp(mode, "auto") || save_loop) && argc == 5;
   char config[1024];
   snprintf(config, sizeof config,
            "{\"seed\": 5, \"gradient_accumulation_steps\": 2, \"mixed_precision\": \"fp16\"%s%s%s}",
@@ -90,7 +94,7 @@ int main(int argc, char** argv) {
     FILE* f = fopen(marker, "r");
     first_attempt = f == NULL;
     if (f) fclose(f);
-    EXPECT(resumed == !first_attempt); /* a restart finds a checkpoint, the first attempt none */
+    if (!save_loop) EXPECT(resumed == !first_attempt); /* a restart finds a checkpoint, the first attempt none */
     CHECK(acc_wait_for_everyone(acc));  /* every process has looked at the marker before it appears */
   }
 
@@ -114,8 +118,8 @@ int main(int argc, char** argv) {
     acc_batch_destroy(out);
     acc_batch_destroy(batch);
     ++g_micro_step;
-    if (automatic && sync && g_micro_step % 4 == 0) CHECK(acc_save_state(acc, NULL));
-    if (automatic && first_attempt && g_micro_step == 13 && rank == world - 1) {
+    if (automatic && sync && (save_loop || g_micro_step % 4 == 0)) CHECK(acc_save_state(acc, NULL));
+    if (automatic && !save_loop && first_attempt && g_micro_step == 13 && rank == world - 1) {
       FILE* f = fopen(marker, "w");
       if (f) fclose(f);
       raise(SIGKILL);

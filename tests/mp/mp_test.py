@@ -4,6 +4,7 @@
 Usage: mp_test.py ACC WORKER CASE   (WORKER: mp_worker or mp_loop, the program each case drives)
 """
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -194,6 +195,69 @@ def case_checkpoint_resume():
             expect(os.path.exists(os.path.join(project, "killed")), f"a rank of {n} was killed once")
             same = os.path.exists(auto) and open(full, "rb").read() == open(auto, "rb").read()
             expect(same, f"after the restart, the weights equal the uninterrupted run's on {n} processes")
+
+
+def kill_job(proc):
+    """SIGKILLs a launcher and every process under it at once (a pre-empted machine: nobody cleans up)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    doomed, todo = [], [proc.pid]
+    while todo:
+        pid = todo.pop()
+        doomed.append(pid)
+        todo.extend(children.get(pid, []))
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def case_checkpoint_crash_safety():
+    """The job SIGKILLed at 20 random moments while it saves a checkpoint at every synchronizing step: each time
+    the newest complete checkpoint loads (a partial one is never picked) and, run to the end, the weights equal
+    an uninterrupted run's; no partial checkpoint is left once the run completes."""
+    import random
+    rng = random.Random(20261123)
+    total, n = 24, 2
+    with tempfile.TemporaryDirectory() as d:
+        full = os.path.join(d, "full.safetensors")
+        p, _ = launch(n, "full", total, full)
+        expect(p.returncode == 0, "uninterrupted run", p.stdout + p.stderr)
+        # How long a whole run takes, to spread the kills over it.
+        probe = os.path.join(d, "probe")
+        os.makedirs(probe)
+        _, whole = launch(n, "saveloop", total, probe, os.path.join(d, "probe.safetensors"))
+        inside_saves = 0
+        for k in range(20):
+            project, out = os.path.join(d, f"p{k}"), os.path.join(d, f"w{k}.safetensors")
+            os.makedirs(project)
+            cmd = [ACC, "launch", "--cpu", "--num_processes", str(n), "--main_process_port", "0", WORKER,
+                   "saveloop", str(total), project, out]
+            env = dict(os.environ, ACC_CONFIG_FILE="none")
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            time.sleep(rng.uniform(0.2, 1.0) * whole)
+            kill_job(proc)
+            root = os.path.join(project, "checkpoints")
+            if os.path.isdir(root) and any(c.endswith(".tmp") for c in os.listdir(root)):
+                inside_saves += 1
+            p, _ = launch(n, "saveloop", total, project, out)
+            expect(p.returncode == 0, f"kill {k}: the run resumed and completed", p.stdout + p.stderr)
+            same = os.path.exists(out) and open(full, "rb").read() == open(out, "rb").read()
+            expect(same, f"kill {k}: the weights equal the uninterrupted run's")
+            root = os.path.join(project, "checkpoints")
+            left = sorted(os.listdir(root)) if os.path.isdir(root) else []
+            partial = [c for c in left if not os.path.exists(os.path.join(root, c, "manifest.json"))]
+            expect(not partial, f"kill {k}: no partial checkpoint left", str(left))
+        print(f"20 kills, {inside_saves} of them inside a save (a staged checkpoint left behind)")
 
 
 def case_cpp_api():

@@ -103,14 +103,7 @@ acc_status acc_dataset_from_batch_iterator(acc_iterator_start_fn start, acc_iter
   return guarded(__func__, [&] {
     need(out, "out");
     need(next, "next");
-    std::function<void(int64_t)> rewind;
-    if (start)
-      rewind = [start, ud](int64_t epoch) {
-        acc_status st = start(ud->data, epoch);
-        if (st != ACC_OK)
-          throw acc::core::CallbackError("dataset start callback returned " + std::to_string(st) + " for epoch " +
-                                         std::to_string(epoch));
-      };
+    std::function<void(int64_t)> rewind = acc::capi::rewind_function(start, ud);
     auto read = [next, ud](acc::core::Sample& sample) {
       int32_t has = 0;
       acc::core::Sample s = fill_sample([&](acc_batch* b) { return next(ud->data, b, &has); }, "dataset next callback");

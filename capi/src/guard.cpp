@@ -95,6 +95,16 @@ acc_status run_guarded(const char* fn, void (*body)(void*), void* ctx) noexcept 
   return code;
 }
 
+std::function<void(int64_t)> rewind_function(acc_iterator_start_fn start, std::shared_ptr<UserData> ud) {
+  if (!start) return {};
+  return [start, ud](int64_t epoch) {
+    acc_status st = start(ud->data, epoch);
+    if (st != ACC_OK)
+      throw core::CallbackError("dataset start callback returned " + std::to_string(st) + " for epoch " +
+                                std::to_string(epoch));
+  };
+}
+
 }  // namespace acc::capi
 
 extern "C" const char* acc_last_error_message(void) noexcept {

@@ -4,6 +4,8 @@
 #include <acc/acc.h>
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace acc::capi {
@@ -46,5 +48,9 @@ struct UserData {
     if (free_fn) free_fn(data);
   }
 };
+
+// An iterable dataset's start callback as the core's rewind function (empty for NULL): a non-zero
+// status fails the pass with ACC_ERR_CALLBACK.
+std::function<void(int64_t)> rewind_function(acc_iterator_start_fn start, std::shared_ptr<UserData> ud);
 
 }  // namespace acc::capi

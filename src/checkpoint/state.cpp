@@ -101,6 +101,11 @@ Automatic list_automatic(const fs::path& root) {
 
 }  // namespace
 
+Accelerator::Prepared Accelerator::live_objects() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {alive(models_), alive(optimizers_), alive(schedulers_), alive(loaders_), checkpointables_};
+}
+
 // Runs `phase` on this process, then agrees with the others: if any process failed, every process
 // throws (this one with its own error, the others naming the failure elsewhere).
 template <class Phase>
@@ -136,19 +141,8 @@ std::string Accelerator::save_state(const std::string& dir) {
   }
   const fs::path staged = target.string() + ".tmp";
   const bool main = state_.rank == 0;
-  std::vector<std::shared_ptr<ModelSlot>> models;
-  std::vector<std::shared_ptr<OptimizerSlot>> optimizers;
-  std::vector<std::shared_ptr<SchedulerSlot>> schedulers;
-  std::vector<std::shared_ptr<DataLoader>> loaders;
-  std::vector<Checkpointable> objects;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    models = alive(models_);
-    optimizers = alive(optimizers_);
-    schedulers = alive(schedulers_);
-    loaders = alive(loaders_);
-    objects = checkpointables_;
-  }
+  const Prepared prepared = live_objects();
+  const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
   // Phase 1: the main process makes a fresh staging directory (and, with automatic naming and total_limit,
   // removes the oldest checkpoints so that, with this one, total_limit remain; and interrupted saves).
   agreed(*this, "save_state", [&] {
@@ -273,19 +267,8 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   Json acc_state(read_file(root / "accelerator_state.json"), where("accelerator_state.json"));
   const JsonValue saved = acc_state.root();
 
-  std::vector<std::shared_ptr<ModelSlot>> models;
-  std::vector<std::shared_ptr<OptimizerSlot>> optimizers;
-  std::vector<std::shared_ptr<SchedulerSlot>> schedulers;
-  std::vector<std::shared_ptr<DataLoader>> loaders;
-  std::vector<Checkpointable> objects;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    models = alive(models_);
-    optimizers = alive(optimizers_);
-    schedulers = alive(schedulers_);
-    loaders = alive(loaders_);
-    objects = checkpointables_;
-  }
+  const Prepared prepared = live_objects();
+  const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
   // The same objects must be prepared (and registered) as when the checkpoint was saved.
   const auto check_count = [&](const char* key, size_t have, const char* what) {
     const int64_t n = saved.get_int(key);

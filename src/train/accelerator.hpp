@@ -187,6 +187,15 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const tracking::TrackerSet* trackers() const { return trackers_.get(); }
 
  private:
+  // What a checkpoint holds: the prepared objects still alive, in preparation order, and the registered ones.
+  struct Prepared {
+    std::vector<std::shared_ptr<ModelSlot>> models;
+    std::vector<std::shared_ptr<OptimizerSlot>> optimizers;
+    std::vector<std::shared_ptr<SchedulerSlot>> schedulers;
+    std::vector<std::shared_ptr<DataLoader>> loaders;
+    std::vector<Checkpointable> objects;
+  };
+  Prepared live_objects();
   Accelerator() = default;
   void set_mixed_precision(const std::string& mode);
   const DataLoader* active_loader() const;

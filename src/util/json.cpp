@@ -4,7 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
+#include <new>
 #include <stdexcept>
 
 namespace acc::core {
@@ -50,25 +50,13 @@ JsonWriter& JsonWriter::key(std::string_view k) {
 }
 JsonWriter& JsonWriter::value(std::string_view v) {
   separate();
-  out_ += '"';
-  for (char c : v) {
-    switch (c) {
-      case '"': out_ += "\\\""; break;
-      case '\\': out_ += "\\\\"; break;
-      case '\n': out_ += "\\n"; break;
-      case '\t': out_ += "\\t"; break;
-      case '\r': out_ += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out_ += buf;
-        } else {
-          out_ += c;
-        }
-    }
-  }
-  out_ += '"';
+  // cJSON's printer does the escaping.
+  cJSON* item = cJSON_CreateString(std::string(v).c_str());
+  char* text = item ? cJSON_PrintUnformatted(item) : nullptr;
+  cJSON_Delete(item);
+  if (!text) throw std::bad_alloc();
+  out_ += text;
+  cJSON_free(text);
   return *this;
 }
 JsonWriter& JsonWriter::value(int64_t v) {

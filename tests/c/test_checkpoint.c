@@ -4,6 +4,8 @@
  * leaving the previous checkpoint intact. Exact resume with real processes is tests/mp/mp_checkpoint.c. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,7 +81,7 @@ static void first_weights(acc_model* m, float* out, size_t n) {
 }
 
 static int exists(const char* dir, const char* file) {
-  char path[512];
+  char path[1200];
   snprintf(path, sizeof path, "%s/%s", dir, file);
   struct stat st;
   return stat(path, &st) == 0;
@@ -158,6 +160,21 @@ int main(void) {
   snprintf(inside, sizeof inside, "%s/ckpt", blocker);
   EXPECT_ERR(acc_save_state(a.acc, inside), ACC_ERR_IO, blocker);
   EXPECT_OK(acc_load_state(b.acc, dir));
+  /* A full disk, as a file-size limit: writes fail with EFBIG (SIGXFSZ ignored) like ENOSPC; the error
+   * names the file, and the previous checkpoint under the same name stays complete and loadable. */
+  struct rlimit old_limit, small = {4096, 4096};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  small.rlim_max = old_limit.rlim_max;
+  signal(SIGXFSZ, SIG_IGN);
+  setrlimit(RLIMIT_FSIZE, &small);
+  acc_status full_disk = acc_save_state(a.acc, dir);
+  const char* full_msg = acc_last_error_message();
+  EXPECT(full_disk == ACC_ERR_IO && strstr(full_msg, ".safetensors") && strstr(full_msg, "File too large"));
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  EXPECT(exists(dir, "manifest.json"));
+  EXPECT_OK(acc_load_state(b.acc, dir));
+  EXPECT_OK(acc_save_state(a.acc, dir)); /* and the next save clears the staged leftovers */
+  EXPECT(!exists(root, "ckpt.tmp"));
 
   /* ProjectConfiguration: automatic names, total_limit, the newest complete checkpoint loaded. */
   char config[700], auto_dir[600];

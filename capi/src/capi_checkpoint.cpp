@@ -1,4 +1,5 @@
 // Checkpoints: save_state, load_state, register_for_checkpointing.
+#include "checkpoint/save_model.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
 #include "util/errors.hpp"
@@ -59,3 +60,10 @@ acc_status acc_register_for_checkpointing(acc_accelerator* acc, acc_checkpoint_s
 }
 
 }  // extern "C"
+
+extern "C" acc_status acc_save_model(const acc_model* model, const char* dir, const char* max_shard_size) noexcept {
+  return guarded(__func__, [&] {
+    need(model, "model");
+    acc::core::save_model(*model->slot, need(dir, "dir"), max_shard_size ? max_shard_size : "");
+  });
+}

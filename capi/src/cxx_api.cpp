@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/safetensors.hpp"
+#include "checkpoint/save_model.hpp"
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
 
@@ -262,6 +263,10 @@ void Accelerator::end_training() { impl_->end_training(); }
 
 void Accelerator::save_state(const std::string& dir) { impl_->save_state(dir); }
 void Accelerator::load_state(const std::string& dir) { impl_->load_state(dir); }
+void Accelerator::save_model(const Model& model, const std::string& dir, const std::string& max_shard_size) {
+  if (!model.slot) throw std::invalid_argument("save_model: the model is empty");
+  core::save_model(*model.slot, dir, max_shard_size);
+}
 void Accelerator::register_for_checkpointing(std::function<std::string()> save,
                                              std::function<void(const std::string&)> load) {
   impl_->register_for_checkpointing({std::move(save), std::move(load)});
@@ -276,6 +281,13 @@ void save_safetensors(const torch::nn::Module& module, const std::string& path) 
   for (const auto& p : module.named_parameters(true)) state.emplace_back(p.key(), p.value());
   for (const auto& b : module.named_buffers(true)) state.emplace_back(b.key(), b.value());
   core::save_safetensors(state, path, {{"format", "pt"}});
+}
+
+void save_model(const torch::nn::Module& module, const std::string& dir, const std::string& max_shard_size) {
+  core::NamedTensors state;
+  for (const auto& p : module.named_parameters(true)) state.emplace_back(p.key(), p.value());
+  for (const auto& b : module.named_buffers(true)) state.emplace_back(b.key(), b.value());
+  core::write_model_files(state, dir, core::parse_shard_size(max_shard_size));
 }
 
 }  // namespace acc

@@ -796,6 +796,22 @@ ACC_API ACC_NODISCARD acc_status acc_log(acc_accelerator* acc, const char* value
  *  Locks acc. Local. */
 ACC_API ACC_NODISCARD acc_status acc_end_training(acc_accelerator* acc) ACC_NOEXCEPT;
 
+/**
+ * Accelerate's save_model: the unwrapped model's state (tied weights once) in Hugging Face format under
+ * `dir` (created when missing): `model.safetensors`, or, when the tensor data is larger than
+ * `max_shard_size`, shards `model-00001-of-0000N.safetensors` (tensors in state order, a new shard when
+ * the next tensor would pass the limit, a tensor larger than it alone) and `model.safetensors.index.json`
+ * ({"metadata": {"total_size"}, "weight_map"}); every file with {"format": "pt"} metadata, written
+ * atomically. Shards and the index an earlier save left under other names are removed. `max_shard_size`:
+ * "10GB" (10 * 10^9 bytes), "10GiB" (10 * 2^30), "500MB", "2KB", or a number of bytes; NULL for "10GB";
+ * anything else is ACC_ERR_INVALID_ARGUMENT naming the string. A model that is not prepared is saved by
+ * this process; a prepared one on the main process, the others waiting (an error anywhere fails it on
+ * every process). See docs/checkpoints.md, "save_model".
+ *  Reads model. Collective (for a prepared model).
+ */
+ACC_API ACC_NODISCARD acc_status acc_save_model(const acc_model* model, const char* dir,
+                                                const char* max_shard_size) ACC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

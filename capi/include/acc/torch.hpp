@@ -263,6 +263,10 @@ class ACC_CXX_API Accelerator {
   void load_state(const std::string& dir);
   // register_for_checkpointing: `save` returns the object's bytes (main process), `load` takes them back.
   void register_for_checkpointing(std::function<std::string()> save, std::function<void(const std::string&)> load);
+  // Accelerate's save_model, as acc_save_model: the unwrapped model in Hugging Face format (model.safetensors, or
+  // shards and model.safetensors.index.json past max_shard_size: "10GB", "10GiB", "500MB", ...); every process
+  // calls it, the main process writes. docs/checkpoints.md, "save_model".
+  void save_model(const Model& model, const std::string& dir, const std::string& max_shard_size = "10GB");
 
   const std::shared_ptr<core::Accelerator>& impl() const { return impl_; }
 
@@ -272,6 +276,9 @@ class ACC_CXX_API Accelerator {
 
 // Writes a module's parameters and buffers to a safetensors file, atomically.
 ACC_CXX_API void save_safetensors(const torch::nn::Module& module, const std::string& path);
+// The module (not prepared) in Hugging Face format, as Accelerator::save_model, by this process.
+ACC_CXX_API void save_model(const torch::nn::Module& module, const std::string& dir,
+                            const std::string& max_shard_size = "10GB");
 
 }  // namespace acc
 

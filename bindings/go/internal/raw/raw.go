@@ -166,6 +166,9 @@ typedef _gostring_ swig_type_133;
 typedef _gostring_ swig_type_134;
 typedef long long swig_type_135;
 typedef _gostring_ swig_type_136;
+typedef _gostring_ swig_type_137;
+typedef _gostring_ swig_type_138;
+typedef _gostring_ swig_type_139;
 extern void _wrap_Swig_free_raw_1609452a3b7a57d6(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_1609452a3b7a57d6(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_1609452a3b7a57d6(swig_type_1 arg1);
@@ -279,6 +282,7 @@ extern swig_type_128 _wrap_acc_resume_from_checkpoint_raw_1609452a3b7a57d6(uintp
 extern swig_type_129 _wrap_acc_init_trackers_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_130 arg2, swig_type_131 arg3, swig_type_132 arg4);
 extern swig_type_133 _wrap_acc_log_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_134 arg2, swig_type_135 arg3);
 extern swig_type_136 _wrap_acc_end_training_raw_1609452a3b7a57d6(uintptr_t arg1);
+extern swig_type_137 _wrap_acc_save_model_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_138 arg2, swig_type_139 arg3);
 #undef intgo
 */
 import "C"
@@ -2050,6 +2054,28 @@ func Acc_end_training(arg1 uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	swig_r_p := C._wrap_acc_end_training_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_save_model_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_2)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
+	}
 	var swig_r_1 error
 	if swig_r == "" {
 		swig_r_1 = nil

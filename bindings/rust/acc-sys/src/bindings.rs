@@ -953,3 +953,12 @@ extern "C" {
     #[doc = " Finishes the trackers: files synced and closed, the TensorBoard session and the MLflow run marked\n  finished. A no-op when none run (and on the processes other than the main one). Unlike Accelerate's\n  end_training it keeps the process group, which lives until the accelerator is destroyed (which also\n  finishes trackers still running).\n  Locks acc. Local."]
     pub fn acc_end_training(acc: *mut acc_accelerator) -> acc_status;
 }
+extern "C" {
+    #[must_use]
+    #[doc = " Accelerate's save_model: the unwrapped model's state (tied weights once) in Hugging Face format under\n `dir` (created when missing): `model.safetensors`, or, when the tensor data is larger than\n `max_shard_size`, shards `model-00001-of-0000N.safetensors` (tensors in state order, a new shard when\n the next tensor would pass the limit, a tensor larger than it alone) and `model.safetensors.index.json`\n ({\"metadata\": {\"total_size\"}, \"weight_map\"}); every file with {\"format\": \"pt\"} metadata, written\n atomically. Shards and the index an earlier save left under other names are removed. `max_shard_size`:\n \"10GB\" (10 * 10^9 bytes), \"10GiB\" (10 * 2^30), \"500MB\", \"2KB\", or a number of bytes; NULL for \"10GB\";\n anything else is ACC_ERR_INVALID_ARGUMENT naming the string. A model that is not prepared is saved by\n this process; a prepared one on the main process, the others waiting (an error anywhere fails it on\n every process). See docs/checkpoints.md, \"save_model\".\n  Reads model. Collective (for a prepared model)."]
+    pub fn acc_save_model(
+        model: *const acc_model,
+        dir: *const ::core::ffi::c_char,
+        max_shard_size: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}

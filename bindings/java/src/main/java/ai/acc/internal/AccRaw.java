@@ -261,4 +261,6 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_end_training(long acc) { AccRawJNI.acc_end_training(acc); }
 
+  public static void acc_save_model(long model, String dir, String max_shard_size) { AccRawJNI.acc_save_model(model, dir, max_shard_size); }
+
 }

@@ -8,7 +8,7 @@ import (
 
 // Accelerator is the context of one training process (Accelerate's Accelerator): process state,
 // the process group, preparation of models, optimizers and data, backward, collectives and
-// checkpoints (SaveState, LoadState, RegisterForCheckpointing).
+// checkpoints (SaveState, LoadState, ResumeFromCheckpoint, RegisterForCheckpointing).
 //
 // A handle may be used by one goroutine at a time; different handles may be used concurrently.
 // Concurrent use of one handle fails with ErrBusy instead of corrupting anything.

@@ -82,22 +82,38 @@ type checkpointObject struct {
 // {"automatic_checkpoint_naming": true, "project_dir": ...}): {project_dir}/checkpoints/checkpoint_{i}.
 // Every process must call it. A registered save function's error (or panic) fails it with
 // ErrCallback, which wraps that error.
-func (a *Accelerator) SaveState(dir string) error { return a.checkpointCall(raw.Acc_save_state, dir) }
+func (a *Accelerator) SaveState(dir string) error {
+	return a.checkpointCall(func(p uintptr) error { return raw.Acc_save_state(p, dir) })
+}
 
 // LoadState is Accelerate's load_state: it restores a checkpoint of SaveState into the objects
 // prepared with the accelerator (the same kinds and numbers, prepared in the same order) and the
 // registered objects. A directory without manifest.json is refused, naming it. dir "" loads the
 // newest complete checkpoint under {project_dir}/checkpoints. Every process must call it. A registered
 // load function's error (or panic) fails it with ErrCallback, which wraps that error.
-func (a *Accelerator) LoadState(dir string) error { return a.checkpointCall(raw.Acc_load_state, dir) }
+func (a *Accelerator) LoadState(dir string) error {
+	return a.checkpointCall(func(p uintptr) error { return raw.Acc_load_state(p, dir) })
+}
 
-func (a *Accelerator) checkpointCall(f func(uintptr, string) error, dir string) error {
+// ResumeFromCheckpoint loads what the config's "resume_from_checkpoint" names: "latest", the newest
+// complete checkpoint under {project_dir}/checkpoints, or a checkpoint directory, as LoadState does.
+// It reports false when there is nothing to resume (the key unset, or "latest" before the first
+// save: a fresh start). Call it after Prepare and RegisterForCheckpointing: a job restarted by
+// `acc launch --max_restarts` then continues from its last save. Every process must call it. A
+// registered load function's error (or panic) fails it with ErrCallback, as in LoadState.
+func (a *Accelerator) ResumeFromCheckpoint() (bool, error) {
+	var resumed int32
+	err := a.checkpointCall(func(p uintptr) error { return raw.Acc_resume_from_checkpoint(p, &resumed) })
+	return resumed != 0, err
+}
+
+func (a *Accelerator) checkpointCall(f func(uintptr) error) error {
 	var failure *checkpointFailure
 	if a != nil {
 		failure = a.checkpoints
 		failure.take() // nothing left from an earlier call
 	}
-	err := wrap(f(a.p(), dir))
+	err := wrap(f(a.p()))
 	runtime.KeepAlive(a)
 	var e *Error
 	if err != nil && failure != nil && errors.As(err, &e) {

@@ -1127,4 +1127,27 @@ func TestCheckpoint(t *testing.T) {
 	if *counter5 != 7 || firstParameter(m5) != firstParameter(m4) {
 		t.Fatalf("automatic naming: counter %d", *counter5)
 	}
+
+	// "resume_from_checkpoint": "latest": nothing before the first save (a fresh start), then the
+	// newest checkpoint, into a second accelerator with the same config.
+	resume := map[string]any{"seed": 13, "project_config": map[string]any{
+		"project_dir": filepath.Join(root, "resume"), "automatic_checkpoint_naming": true},
+		"resume_from_checkpoint": "latest"}
+	e, m6, o6, counter6 := checkpointed(t, resume)
+	if resumed := must(e.ResumeFromCheckpoint()); resumed {
+		t.Fatal("resumed without a checkpoint")
+	}
+	checkpointStep(t, e, m6, o6)
+	*counter6 = 5
+	ok(t, e.SaveState(""))
+	f, m7, _, counter7 := checkpointed(t, resume)
+	if firstParameter(m7) == firstParameter(m6) {
+		t.Fatal("the second model starts equal to the saved one")
+	}
+	if resumed := must(f.ResumeFromCheckpoint()); !resumed {
+		t.Fatal("did not resume from the saved checkpoint")
+	}
+	if *counter7 != 5 || firstParameter(m7) != firstParameter(m6) {
+		t.Fatalf("resume: counter %d", *counter7)
+	}
 }

@@ -384,6 +384,20 @@ impl Accelerator {
         self.checkpoint_call(|acc| unsafe { sys::acc_load_state(acc, dir) })
     }
 
+    /// Loads what the config's `"resume_from_checkpoint"` names: `"latest"`, the newest complete
+    /// checkpoint under `{project_dir}/checkpoints`, or a checkpoint directory, as
+    /// [`load_state`](Self::load_state) does. `Ok(false)`: nothing to resume (the key unset, or
+    /// `"latest"` before the first save: a fresh start). Call it after [`prepare`](Self::prepare)
+    /// and [`register_for_checkpointing`](Self::register_for_checkpointing): a job restarted by
+    /// `acc launch --max_restarts` then continues from its last save. A collective.
+    ///
+    /// Registered load closures fail or panic as in [`load_state`](Self::load_state).
+    pub fn resume_from_checkpoint(&self) -> Result<bool> {
+        let mut resumed = 0i32;
+        self.checkpoint_call(|acc| unsafe { sys::acc_resume_from_checkpoint(acc, &mut resumed) })?;
+        Ok(resumed != 0)
+    }
+
     /// Accelerate's `register_for_checkpointing`: an object of the caller's saved by
     /// [`save_state`](Self::save_state) (`save` returns its bytes; on the main process only, into
     /// `custom_checkpoint_{i}.bin` in registration order) and restored by
@@ -487,7 +501,7 @@ impl Accelerator {
         })
     }
 
-    /// A save_state / load_state call: a callback's panic resumes here, its error becomes the source.
+    /// A save_state / load_state / resume_from_checkpoint call: a callback's panic resumes here, its error becomes the source.
     fn checkpoint_call(&self, call: impl FnOnce(*mut sys::acc_accelerator) -> sys::acc_status) -> Result<()> {
         let take = || std::mem::take(&mut *self.checkpoint_failure.lock().unwrap_or_else(|p| p.into_inner()));
         drop(take()); // nothing left from an earlier call

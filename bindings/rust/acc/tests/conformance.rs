@@ -861,6 +861,24 @@ fn checkpoint() {
     assert_eq!(counter5.load(Ordering::SeqCst), 7);
     assert_eq!(first_parameter(&m5), first_parameter(&m4));
 
+    // "resume_from_checkpoint": "latest": nothing before the first save (a fresh start), then the
+    // newest checkpoint, into a second accelerator with the same config.
+    let resume = root.join("resume");
+    let config = format!(
+        r#"{{"seed": 13, "project_config": {{"project_dir": "{}", "automatic_checkpoint_naming": true}}, "resume_from_checkpoint": "latest"}}"#,
+        resume.display()
+    );
+    let (e, m6, o6, counter6) = checkpointed(&config);
+    assert!(!e.resume_from_checkpoint().unwrap());
+    checkpoint_step(&e, &m6, &o6);
+    counter6.store(5, Ordering::SeqCst);
+    e.save_state(None).unwrap();
+    let (f, m7, _o7, counter7) = checkpointed(&config);
+    assert_ne!(first_parameter(&m7), first_parameter(&m6));
+    assert!(f.resume_from_checkpoint().unwrap());
+    assert_eq!(first_parameter(&m7), first_parameter(&m6));
+    assert_eq!(counter7.load(Ordering::SeqCst), 5);
+
     // The closures are dropped once, when libacc lets go of the accelerator.
     assert_eq!(Arc::strong_count(&counter), 3);
     drop((a, m, o));

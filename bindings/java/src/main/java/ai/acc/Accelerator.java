@@ -9,7 +9,8 @@ import java.util.concurrent.atomic.AtomicReference;
 /**
  * The context of one training process (Accelerate's {@code Accelerator}): process state, the process
  * group, preparation of models, optimizers and data, backward, collectives and checkpoints ({@link
- * #saveState}, {@link #loadState}, {@link #registerForCheckpointing(Checkpointable)}).
+ * #saveState}, {@link #loadState}, {@link #resumeFromCheckpoint}, {@link
+ * #registerForCheckpointing(Checkpointable)}).
  *
  * <pre>{@code
  * try (Accelerator acc = Accelerator.create("{\"seed\": 1234}")) {
@@ -403,7 +404,7 @@ public final class Accelerator extends NativeObject {
    * exception as the cause.
    */
   public void saveState(String dir) {
-    checkpointCall(dir, AccRaw::acc_save_state);
+    checkpointCall(p -> AccRaw.acc_save_state(p, dir));
   }
 
   /**
@@ -423,7 +424,7 @@ public final class Accelerator extends NativeObject {
    * ErrorCode#CALLBACK}, with the exception as the cause.
    */
   public void loadState(String dir) {
-    checkpointCall(dir, AccRaw::acc_load_state);
+    checkpointCall(p -> AccRaw.acc_load_state(p, dir));
   }
 
   /** {@link #loadState(String)} of the newest complete checkpoint under {@code {project_dir}/checkpoints}. */
@@ -431,11 +432,26 @@ public final class Accelerator extends NativeObject {
     loadState(null);
   }
 
-  private void checkpointCall(String dir, java.util.function.BiConsumer<Long, String> call) {
+  /**
+   * Loads what the config's {@code "resume_from_checkpoint"} names: {@code "latest"}, the newest
+   * complete checkpoint under {@code {project_dir}/checkpoints}, or a checkpoint directory, as {@link
+   * #loadState(String)} does. Returns false when there is nothing to resume (the key unset, or {@code
+   * "latest"} before the first save: a fresh start). Call it after {@link #prepare} and {@link
+   * #registerForCheckpointing(Checkpointable)}: a job restarted by {@code acc launch --max_restarts}
+   * then continues from its last save. A collective. A registered object's exception fails it as in
+   * {@link #loadState(String)}.
+   */
+  public boolean resumeFromCheckpoint() {
+    int[] resumed = new int[1];
+    checkpointCall(p -> AccRaw.acc_resume_from_checkpoint(p, resumed));
+    return resumed[0] != 0;
+  }
+
+  private void checkpointCall(java.util.function.LongConsumer call) {
     long p = enter();
     try {
       checkpointFailure.set(null); // nothing left from an earlier call
-      call.accept(p, dir);
+      call.accept(p);
     } catch (AccException e) {
       Throwable cause = checkpointFailure.getAndSet(null);
       if (cause != null && e.code() == ErrorCode.CALLBACK && e.getCause() == null) e.initCause(cause);

@@ -834,5 +834,22 @@ class ConformanceTest {
       assertEquals(7, d.counter().value);
       assertArrayEquals(firstWeight(c.model()), firstWeight(d.model()));
     }
+
+    // "resume_from_checkpoint": "latest": nothing before the first save (a fresh start), then the
+    // newest checkpoint, into a second accelerator with the same config.
+    String resume = "{\"seed\": 13, \"project_config\": {\"project_dir\": \"" + root.resolve("resume")
+        + "\", \"automatic_checkpoint_naming\": true}, \"resume_from_checkpoint\": \"latest\"}";
+    try (Checkpointed e = Checkpointed.create(resume)) {
+      assertFalse(e.acc().resumeFromCheckpoint());
+      e.step();
+      e.counter().value = 5;
+      e.acc().saveState();
+      try (Checkpointed f = Checkpointed.create(resume)) {
+        assertFalse(java.util.Arrays.equals(firstWeight(e.model()), firstWeight(f.model())));
+        assertTrue(f.acc().resumeFromCheckpoint());
+        assertArrayEquals(firstWeight(e.model()), firstWeight(f.model()));
+        assertEquals(5, f.counter().value);
+      }
+    }
   }
 }

@@ -29,6 +29,8 @@ const Command kCommands[] = {
     {"test", "run a built-in distributed sanity check over the current config", acc::launcher::test_main},
     {"estimate-memory", "memory a model needs, per dtype, from a model spec or a safetensors file",
      acc::launcher::estimate_main},
+    {"merge-weights", "merge a sharded safetensors checkpoint into one model.safetensors",
+     acc::launcher::merge_main},
 };
 
 void print_help(FILE* out) {

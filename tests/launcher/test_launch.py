@@ -1158,6 +1158,97 @@ sys.exit(max(p.wait() for p in procs))
         self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn(st + ": malformed header: malformed JSON at line 1, column 37", r.stderr)
 
+    def test_merge_weights(self):
+        # A sharded safetensors checkpoint (as acc_save_model and save_pretrained write it) into one file: every
+        # tensor's dtype, shape and bytes unchanged, {"format": "pt"} metadata; bad checkpoints refused naming the file.
+        import json
+        import random
+        import struct
+
+        def write_st(path, tensors):  # tensors: [(name, dtype, shape, bytes)]
+            header, offset = {"__metadata__": {"format": "pt"}}, 0
+            for name, dtype, shape, data in tensors:
+                header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+                offset += len(data)
+            h = json.dumps(header).encode()
+            h += b" " * ((8 - len(h) % 8) % 8)
+            with open(path, "wb") as f:
+                f.write(struct.pack("<Q", len(h)) + h + b"".join(t[3] for t in tensors))
+
+        def read_st(path):
+            with open(path, "rb") as f:
+                raw = f.read()
+            (n,) = struct.unpack("<Q", raw[:8])
+            header = json.loads(raw[8:8 + n])
+            meta = header.pop("__metadata__", None)
+            return meta, {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+                          for k, v in header.items()}, list(header)
+
+        rnd = random.Random(5)
+        tensors = [("wte.weight", "F32", [16, 8], rnd.randbytes(512)), ("h.0.ln.bias", "BF16", [8], rnd.randbytes(16)),
+                   ("h.0.fc.weight", "F16", [8, 8], rnd.randbytes(128)), ("steps", "I64", [1], rnd.randbytes(8)),
+                   ("h.1.fc.weight", "F32", [8, 32], rnd.randbytes(1024)), ("scalar", "F32", [], rnd.randbytes(4))]
+        ckpt = os.path.join(self.tmp, "ckpt")
+        os.makedirs(ckpt)
+        shards = [tensors[:3], tensors[3:5], tensors[5:]]
+        weight_map = {}
+        for i, part in enumerate(shards):
+            name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            write_st(os.path.join(ckpt, name), part)
+            weight_map.update({t[0]: name for t in part})
+        index = {"metadata": {"total_size": sum(len(t[3]) for t in tensors)}, "weight_map": weight_map}
+        with open(os.path.join(ckpt, "model.safetensors.index.json"), "w") as f:
+            json.dump(index, f, indent=2, sort_keys=True)
+        out = os.path.join(self.tmp, "merged")
+        r = subprocess.run([ACC, "merge-weights", ckpt, out], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Saved 6 tensors (1692 bytes) from 3 shards", r.stdout)
+        self.assertEqual(sorted(os.listdir(out)), ["model.safetensors"])
+        meta, got, order = read_st(os.path.join(out, "model.safetensors"))
+        self.assertEqual(meta, {"format": "pt"})
+        self.assertEqual(order, [t[0] for t in tensors])  # the shards' order
+        self.assertEqual(got, {t[0]: (t[1], t[2], t[3]) for t in tensors})
+
+        def refused(expect, *extra):
+            r = subprocess.run([ACC, "merge-weights", ckpt, os.path.join(self.tmp, "bad"), *extra],
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stdout)
+            self.assertIn(expect, r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, "bad", "model.safetensors")))
+
+        refused("--unsafe_serialization: acc writes safetensors only", "--unsafe_serialization")
+        # a tensor in two shards
+        third = os.path.join(ckpt, "model-00003-of-00003.safetensors")
+        write_st(third, tensors[5:] + tensors[:1])
+        refused("tensor 'wte.weight' is in two shards: model-00001-of-00003.safetensors and "
+                "model-00003-of-00003.safetensors")
+        # a missing shard
+        os.remove(third)
+        refused(third + ": missing shard")
+        write_st(third, tensors[5:])
+        # a bad index
+        index_path = os.path.join(ckpt, "model.safetensors.index.json")
+        with open(index_path, "w") as f:
+            f.write('{"metadata": {}, "weight_map": ')
+        refused(index_path + ": bad index")
+        with open(index_path, "w") as f:
+            json.dump({"metadata": {}}, f)
+        refused(index_path + ': bad index: no "weight_map" object')
+        with open(index_path, "w") as f:
+            json.dump(dict(index, weight_map=dict(weight_map, extra="model-00003-of-00003.safetensors")), f)
+        refused("model-00003-of-00003.safetensors: has no tensor 'extra'")
+        os.remove(index_path)
+        refused(index_path + ": not found")
+        # --remove_checkpoint_dir: the sharded checkpoint goes once the merged file is written
+        with open(index_path, "w") as f:
+            json.dump(index, f)
+        out2 = os.path.join(self.tmp, "merged2")
+        r = subprocess.run([ACC, "merge-weights", ckpt, out2, "--remove_checkpoint_dir"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(ckpt))
+        self.assertEqual(read_st(os.path.join(out2, "model.safetensors"))[1], got)
+
     def test_command_line_forms(self):
         # Both spellings, --opt=value, the last occurrence wins and provenance names the spelling typed.
         env = dict(self.env, ACC_CONFIG_FILE="none")

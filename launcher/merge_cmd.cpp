@@ -1,0 +1,257 @@
+// `acc merge-weights`: Accelerate's `accelerate merge-weights` for the checkpoints libacc writes: a sharded
+// safetensors checkpoint (model.safetensors.index.json and its shards, as acc_save_model / save_pretrained write
+// them) merged into one model.safetensors. Torch-free: the headers are read with the config library, the tensor
+// bytes are copied from the mapped shards, and the file is written atomically (a temporary, fsync, rename).
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "acc/config.hpp"
+#include "acc/files.hpp"
+#include "acc/safetensors_header.hpp"
+#include "cli.hpp"
+#include "commands.hpp"
+
+namespace fs = std::filesystem;
+
+namespace acc::launcher {
+namespace {
+
+constexpr const char* kMe = "acc merge-weights";
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+struct CJson {
+  cJSON* p = nullptr;
+  ~CJson() { cJSON_Delete(p); }
+};
+
+// A shard's bytes, mapped read-only (the merge holds no copy of the tensors).
+struct Mapped {
+  void* data = MAP_FAILED;
+  size_t size = 0;
+  ~Mapped() {
+    if (data != MAP_FAILED && size) munmap(data, size);
+  }
+};
+
+std::unique_ptr<Mapped> map_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw config::Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  fstat(fd, &st);
+  auto m = std::make_unique<Mapped>();
+  m->size = static_cast<size_t>(st.st_size);
+  if (m->size) m->data = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (m->size && m->data == MAP_FAILED) throw config::Error(path + ": cannot map: " + std::strerror(err));
+  return m;
+}
+
+std::string read_text(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw config::Error(path + ": cannot open: " + std::strerror(errno));
+  std::string s;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+struct Merged {
+  size_t tensors = 0, shards = 0;
+  uint64_t bytes = 0;
+};
+
+Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
+  struct stat st {};
+  if (stat(checkpoint_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw config::Error("'" + checkpoint_dir + "' is not a directory");
+  const std::string index_path = (fs::path(checkpoint_dir) / kIndex).string();
+  if (stat(index_path.c_str(), &st) != 0) {
+    const bool single = stat((fs::path(checkpoint_dir) / "model.safetensors").c_str(), &st) == 0;
+    throw config::Error(index_path + ": not found: '" + checkpoint_dir + "' is not a sharded safetensors checkpoint" +
+                        (single ? " (its model.safetensors is already one file)" : ""));
+  }
+  const std::string text = read_text(index_path);
+  CJson index{cJSON_ParseWithLength(text.data(), text.size())};
+  if (!index.p || !cJSON_IsObject(index.p)) throw config::Error(index_path + ": bad index: not a JSON object");
+  cJSON* wm = cJSON_GetObjectItemCaseSensitive(index.p, "weight_map");
+  if (!cJSON_IsObject(wm)) throw config::Error(index_path + ": bad index: no \"weight_map\" object");
+  std::map<std::string, std::string> weight_map;
+  std::vector<std::string> shard_order;  // shard files in name order (model-00001-of-N first)
+  std::map<std::string, bool> shard_seen;
+  for (cJSON* e = wm->child; e; e = e->next) {
+    if (!cJSON_IsString(e)) throw config::Error(index_path + ": bad index: weight_map['" + e->string + "'] is not a file name");
+    const std::string file = e->valuestring;
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      throw config::Error(index_path + ": bad index: weight_map['" + e->string + "'] = '" + file +
+                          "' is not a file name in the checkpoint directory");
+    weight_map[e->string] = file;
+    if (!shard_seen[file]) {
+      shard_seen[file] = true;
+      shard_order.push_back(file);
+    }
+  }
+  if (weight_map.empty()) throw config::Error(index_path + ": bad index: the weight_map is empty");
+  std::sort(shard_order.begin(), shard_order.end());
+
+  // Every shard's header; each tensor once, in the shard it is mapped to.
+  struct Piece {
+    config::SafetensorsEntry entry;
+    size_t shard;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::unique_ptr<Mapped>> maps;
+  std::vector<config::SafetensorsHeader> headers;
+  std::map<std::string, std::string> found;  // tensor -> shard holding it
+  for (size_t s = 0; s < shard_order.size(); ++s) {
+    const std::string path = (fs::path(checkpoint_dir) / shard_order[s]).string();
+    if (stat(path.c_str(), &st) != 0)
+      throw config::Error(path + ": missing shard (named in " + std::string(kIndex) + ")");
+    headers.push_back(config::read_safetensors_header(path));  // throws naming the file
+    maps.push_back(map_file(path));
+    for (const auto& e : headers.back().tensors) {
+      if (auto it = found.find(e.name); it != found.end())
+        throw config::Error("tensor '" + e.name + "' is in two shards: " + it->second + " and " + shard_order[s]);
+      found[e.name] = shard_order[s];
+      auto w = weight_map.find(e.name);
+      if (w == weight_map.end())
+        throw config::Error(path + ": tensor '" + e.name + "' is not in the weight_map of " + index_path);
+      if (w->second != shard_order[s])
+        throw config::Error(path + ": holds tensor '" + e.name + "', which " + std::string(kIndex) + " maps to " +
+                            w->second);
+      if (headers.back().data_start + e.end > maps.back()->size)
+        throw config::Error(path + ": tensor '" + e.name + "' is truncated");
+      pieces.push_back({e, s});
+    }
+  }
+  for (const auto& [name, file] : weight_map)
+    if (!found.count(name))
+      throw config::Error((fs::path(checkpoint_dir) / file).string() + ": has no tensor '" + name + "' (the index maps it there)");
+
+  // The merged header: {"__metadata__": {"format": "pt"}, name: {dtype, shape, data_offsets}} in shard order.
+  CJson header{cJSON_CreateObject()};
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(header.p, "__metadata__"), "format", "pt");
+  uint64_t offset = 0;
+  std::vector<std::string_view> data;
+  for (const auto& p : pieces) {
+    cJSON* e = cJSON_AddObjectToObject(header.p, p.entry.name.c_str());
+    cJSON_AddStringToObject(e, "dtype", p.entry.dtype.c_str());
+    cJSON* shape = cJSON_AddArrayToObject(e, "shape");
+    for (int64_t d : p.entry.shape) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
+    const uint64_t n = p.entry.end - p.entry.begin;
+    cJSON* offs = cJSON_AddArrayToObject(e, "data_offsets");
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset)));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset + n)));
+    offset += n;
+    const char* base = static_cast<const char*>(maps[p.shard]->data) + headers[p.shard].data_start;
+    data.emplace_back(base + p.entry.begin, n);
+  }
+  char* printed = cJSON_PrintUnformatted(header.p);
+  std::string json(printed);
+  cJSON_free(printed);
+  json.append((8 - json.size() % 8) % 8, ' ');
+  char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
+  std::vector<std::string_view> out = {std::string_view(le, 8), json};
+  out.insert(out.end(), data.begin(), data.end());
+  try {
+    config::make_directories(output_dir);
+    config::write_file_atomic((fs::path(output_dir) / "model.safetensors").string(), out);
+  } catch (const std::ios_base::failure& e) {
+    throw config::Error(e.what());
+  }
+  return {pieces.size(), shard_order.size(), offset};
+}
+
+}  // namespace
+
+int merge_main(const std::vector<std::string>& args) {
+  std::vector<cli::Option> opts;
+  auto opt = [&](const char* name, const char* help, std::vector<std::string> s = {}) {
+    cli::Option o;
+    o.name = name;
+    o.help = help;
+    o.group = "options";
+    o.shorts = std::move(s);
+    opts.push_back(o);
+  };
+  opt("--help", "show this help and exit", {"-h"});
+  opt("--unsafe_serialization", "write pytorch_model.bin (refused: acc writes safetensors only)");
+  opt("--remove_checkpoint_dir", "remove the checkpoint directory after merging");
+  cli::Parsed p;
+  try {
+    p = cli::parse(opts, args, false);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+    return 2;
+  }
+  if (p.options.count("--help")) {
+    std::fputs(cli::help("acc merge-weights CHECKPOINT_DIRECTORY OUTPUT_PATH [--remove_checkpoint_dir]",
+                         "Merges a sharded safetensors checkpoint (model.safetensors.index.json and its shards\n"
+                         "model-00001-of-0000N.safetensors, as acc_save_model and save_pretrained write them) into\n"
+                         "one OUTPUT_PATH/model.safetensors with {\"format\": \"pt\"} metadata, as `accelerate\n"
+                         "merge-weights` does. The tensor bytes are copied unchanged; the file is written\n"
+                         "atomically. A missing shard, a bad index or a tensor in two shards is refused naming the\n"
+                         "file.",
+                         opts)
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  if (p.options.count("--unsafe_serialization")) {
+    std::fprintf(stderr, "%s: error: --unsafe_serialization: acc writes safetensors only (no pickles)\n", kMe);
+    return 2;
+  }
+  if (p.positionals.size() != 2) {
+    std::fprintf(stderr, "%s: error: give CHECKPOINT_DIRECTORY and OUTPUT_PATH\n", kMe);
+    return 2;
+  }
+  const std::string& in = p.positionals[0];
+  const std::string& out = p.positionals[1];
+  const bool remove = p.options.count("--remove_checkpoint_dir") > 0;
+  std::error_code ec;
+  if (remove && fs::exists(out, ec) &&
+      (fs::equivalent(in, out, ec) || fs::weakly_canonical(out).string().rfind(fs::weakly_canonical(in).string() + "/", 0) == 0)) {
+    std::fprintf(stderr, "%s: error: --remove_checkpoint_dir: OUTPUT_PATH '%s' is inside '%s'\n", kMe, out.c_str(),
+                 in.c_str());
+    return 2;
+  }
+  Merged m;
+  try {
+    std::printf("Merging weights from %s\n", in.c_str());
+    m = merge(in, out);
+  } catch (const config::Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
+    return 1;
+  }
+  std::printf("Saved %zu tensors (%llu bytes) from %zu shards to %s\n", m.tensors,
+              static_cast<unsigned long long>(m.bytes), m.shards,
+              (fs::path(out) / "model.safetensors").string().c_str());
+  if (remove) {
+    fs::remove_all(in, ec);
+    if (ec) {
+      std::fprintf(stderr, "%s: error: cannot remove '%s': %s\n", kMe, in.c_str(), ec.message().c_str());
+      return 1;
+    }
+    std::printf("Removed the checkpoint directory %s\n", in.c_str());
+  }
+  return 0;
+}
+
+}  // namespace acc::launcher

@@ -117,7 +117,48 @@ static void write_files(const char* dir) {
   acc_model_destroy(gpt);
 }
 
+/* `test_save_model prepared DIR` under `acc launch` (tests/mp/mp_test.py, case save_model): every process calls
+ * acc_save_model on the prepared GPT; the main process writes DIR/out (and DIR/reference.safetensors), and when
+ * the call returns on any process the files are complete. Then a save the main process cannot write fails on
+ * every process. */
+static int prepared_run(const char* dir) {
+  acc_accelerator* acc = NULL;
+  acc_model* gpt = NULL;
+  CHECK(acc_accelerator_create("{\"seed\": 3}", &acc));
+  CHECK(acc_model_create(kGpt, &gpt));
+  CHECK(acc_prepare(acc, gpt, NULL, NULL, NULL));
+  int32_t rank = 0;
+  CHECK(acc_process_index(acc, &rank));
+  char out[700], file[800];
+  snprintf(out, sizeof out, "%s/out", dir);
+  CHECK(acc_save_model(gpt, out, "2KB"));
+  /* Returned: the main process has written everything. */
+  EXPECT(exists(out, "model.safetensors.index.json"));
+  EXPECT(exists(out, "model-00001-of-00005.safetensors"));
+  EXPECT(exists(out, "model-00005-of-00005.safetensors"));
+  if (rank == 0) {
+    snprintf(file, sizeof file, "%s/reference.safetensors", dir);
+    CHECK(acc_model_save_safetensors(gpt, file));
+  }
+  /* The main process cannot write under a regular file: it fails with the IO error, the others with
+   * ACC_ERR_DISTRIBUTED ("failed on another process"). */
+  snprintf(file, sizeof file, "%s/out/model-00001-of-00005.safetensors/x", dir);
+  acc_status st = acc_save_model(gpt, file, NULL);
+  if (rank == 0)
+    EXPECT(st != ACC_OK && strstr(acc_last_error_message(), "model-00001-of-00005.safetensors") != NULL);
+  else
+    EXPECT(st == ACC_ERR_DISTRIBUTED && strstr(acc_last_error_message(), "another process") != NULL);
+  /* Still usable afterwards. */
+  CHECK(acc_save_model(gpt, out, NULL));
+  EXPECT(exists(out, "model.safetensors") && !exists(out, "model.safetensors.index.json"));
+  acc_model_destroy(gpt);
+  acc_accelerator_destroy(acc);
+  printf("rank %d: %d passed, %d failed\n", rank, g_passed, g_failed);
+  return g_failed ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "prepared") == 0) return prepared_run(argv[2]);
   if (argc > 1) {
     write_files(argv[1]);
     return 0;

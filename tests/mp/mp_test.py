@@ -304,6 +304,22 @@ def case_trackers():
             lines = f.read().splitlines()
         expect(len(lines) == 13, "a CSV header and each row once", len(lines))
 
+def case_save_model():
+    """tests/c/test_save_model's prepared run on 2 processes: every process calls acc_save_model, the main
+    process writes the shards and the index once, the call returns on every process only when they are complete,
+    and a save the main process cannot write fails everywhere."""
+    import json
+    with tempfile.TemporaryDirectory() as d:
+        p, _ = launch(2, "prepared", d)
+        expect(p.returncode == 0, "test_save_model prepared on 2 processes", p.stdout + p.stderr)
+        if p.returncode != 0:
+            return
+        out = os.path.join(d, "out")
+        expect(sorted(os.listdir(out)) == ["model.safetensors"], "the last save's one file", os.listdir(out))
+        ref = read_safetensors(os.path.join(d, "reference.safetensors"))
+        got = read_safetensors(os.path.join(out, "model.safetensors"))
+        expect(set(got) == set(ref) and max_abs_diff(got, ref) == 0, "model.safetensors holds the model's state")
+
 globals()[f"case_{CASE}"]()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

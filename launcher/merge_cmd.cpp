@@ -192,7 +192,9 @@ int merge_main(const std::vector<std::string>& args) {
     opts.push_back(o);
   };
   opt("--help", "show this help and exit", {"-h"});
-  opt("--unsafe_serialization", "write pytorch_model.bin (refused: acc writes safetensors only)");
+  // Accelerate declares it store_false and passes `not args.unsafe_serialization`: the flag there gives safetensors
+  // (its absence pickles). acc always writes safetensors, so the flag is accepted and changes nothing.
+  opt("--unsafe_serialization", "accepted for compatibility (acc writes safetensors only)");
   opt("--remove_checkpoint_dir", "remove the checkpoint directory after merging");
   cli::Parsed p;
   try {
@@ -213,10 +215,6 @@ int merge_main(const std::vector<std::string>& args) {
                    .c_str(),
                stdout);
     return 0;
-  }
-  if (p.options.count("--unsafe_serialization")) {
-    std::fprintf(stderr, "%s: error: --unsafe_serialization: acc writes safetensors only (no pickles)\n", kMe);
-    return 2;
   }
   if (p.positionals.size() != 2) {
     std::fprintf(stderr, "%s: error: give CHECKPOINT_DIRECTORY and OUTPUT_PATH\n", kMe);

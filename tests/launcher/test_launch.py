@@ -1216,7 +1216,12 @@ sys.exit(max(p.wait() for p in procs))
             self.assertIn(expect, r.stderr)
             self.assertFalse(os.path.exists(os.path.join(self.tmp, "bad", "model.safetensors")))
 
-        refused("--unsafe_serialization: acc writes safetensors only", "--unsafe_serialization")
+        # --unsafe_serialization is accepted (in Accelerate the flag selects safetensors); still safetensors
+        r = subprocess.run([ACC, "merge-weights", ckpt, out, "--unsafe_serialization"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(out)), ["model.safetensors"])
+        self.assertEqual(read_st(os.path.join(out, "model.safetensors"))[1], got)
         # a tensor in two shards
         third = os.path.join(ckpt, "model-00003-of-00003.safetensors")
         write_st(third, tensors[5:] + tensors[:1])

@@ -300,7 +300,8 @@ void Optimizer::load_state(const State& state, const std::string& source) {
       if (!it->second.sizes().equals(p.sizes()))
         throw std::invalid_argument(source + ": '" + full + "' has shape " + c10::str(it->second.sizes()) +
                                     " but parameter " + key + " has " + c10::str(p.sizes()));
-      *kind.tensor(*st, name) = it->second.to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+      // The loaded tensor is this process's own: moved (converted only where the device or dtype differ).
+      *kind.tensor(*st, name) = it->second.to(p.device(), p.scalar_type());
       by_name.erase(it);
     }
     fresh.emplace_back(i, std::move(st));

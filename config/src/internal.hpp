@@ -50,7 +50,7 @@ Node strip(const Node& n);                 // value copy without positions and s
 // JSON text <-> Node. Parse errors: "malformed JSON at line L, column C: ...". Duplicate keys are errors.
 Node parse_json(std::string_view text, int max_depth = 64);
 void write_json(std::string& out, const Node& n, int indent /* <0: compact */, int level = 0);
-std::string json_quote(std::string_view s);
+using ::acc::config::json_quote;  // public in acc/config.hpp
 
 // YAML text -> Node (yaml-cpp), keeping positions. Errors: "malformed YAML at line L, column C: ...".
 Node parse_yaml(const std::string& text);

@@ -1,7 +1,6 @@
 #include "checkpoint/save_model.hpp"
 
 #include <ATen/ATen.h>
-#include <cjson/cJSON.h>
 
 #include <cctype>
 #include <cmath>
@@ -14,7 +13,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "acc/config.hpp"
 #include "acc/files.hpp"
+#include "checkpoint/agree.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "parallel/strategy.hpp"
 #include "train/accelerator.hpp"
@@ -44,31 +45,6 @@ bool parse_number(std::string s, double* out) {
   char* end = nullptr;
   *out = std::strtod(s.c_str(), &end);
   return end == s.c_str() + s.size() && std::isfinite(*out);
-}
-
-std::string json_string(const std::string& s) {
-  cJSON* item = cJSON_CreateString(s.c_str());
-  char* text = cJSON_PrintUnformatted(item);
-  std::string out(text);
-  cJSON_free(text);
-  cJSON_Delete(item);
-  return out;
-}
-
-template <typename Phase>
-void agreed(Accelerator* acc, const char* what, Phase phase) {
-  std::exception_ptr error;
-  try {
-    phase();
-  } catch (...) {
-    error = std::current_exception();
-  }
-  if (acc && acc->distributed()) {
-    at::Tensor failed = at::full({1}, error ? 1.0 : 0.0, at::kFloat);
-    const bool any = acc->reduce(failed, ReduceOp::Max).item<double>() > 0;
-    if (!error && any) throw DistributedError(std::string(what) + " failed on another process (see its error)");
-  }
-  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace
@@ -170,7 +146,7 @@ void write_model_files(const NamedTensors& state, const std::string& dir, int64_
     bool first = true;
     for (const auto& [name, file] : weight_map) {
       j += first ? "\n    " : ",\n    ";
-      j += json_string(name) + ": " + json_string(file);
+      j += config::json_quote(name) + ": " + config::json_quote(file);
       first = false;
     }
     j += first ? "}\n}\n" : "\n  }\n}\n";

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "acc/files.hpp"
+#include "checkpoint/agree.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
@@ -106,19 +107,16 @@ Accelerator::Prepared Accelerator::live_objects() {
   return {alive(models_), alive(optimizers_), alive(schedulers_), alive(loaders_), checkpointables_};
 }
 
-// Runs `phase` on this process, then agrees with the others: if any process failed, every process
-// throws (this one with its own error, the others naming the failure elsewhere).
-template <class Phase>
-static void agreed(Accelerator& acc, const char* what, Phase phase) {
+void agreed(Accelerator* acc, const char* what, const std::function<void()>& phase) {
   std::exception_ptr error;
   try {
     phase();
   } catch (...) {
     error = std::current_exception();
   }
-  if (acc.distributed()) {
+  if (acc && acc->distributed()) {
     at::Tensor failed = at::full({1}, error ? 1.0 : 0.0, at::kFloat);
-    const bool any = acc.reduce(failed, ReduceOp::Max).item<double>() > 0;
+    const bool any = acc->reduce(failed, ReduceOp::Max).item<double>() > 0;
     if (!error && any) throw DistributedError(std::string(what) + " failed on another process (see its error)");
   }
   if (error) std::rethrow_exception(error);
@@ -145,7 +143,7 @@ std::string Accelerator::save_state(const std::string& dir) {
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
   // Phase 1: the main process makes a fresh staging directory (and, with automatic naming and total_limit,
   // removes the oldest checkpoints so that, with this one, total_limit remain; and interrupted saves).
-  agreed(*this, "save_state", [&] {
+  agreed(this, "save_state", [&] {
     if (!main) return;
     std::error_code ec;
     if (automatic) {
@@ -163,7 +161,7 @@ std::string Accelerator::save_state(const std::string& dir) {
     config::make_directories(staged.string());
   });
   // Phase 2: every process writes its random states; the main process everything else.
-  agreed(*this, "save_state", [&] {
+  agreed(this, "save_state", [&] {
     const std::string d = staged.string() + "/";
     NamedTensors rng{{"torch.cpu", cpu_rng_state()}};
     for (size_t i = 0; i < loaders.size(); ++i) {
@@ -216,7 +214,7 @@ std::string Accelerator::save_state(const std::string& dir) {
     config::write_file_atomic(d + "accelerator_state.json", j.str());
   });
   // Phase 3: the manifest (every file and its size) makes the checkpoint complete; then it takes its place.
-  agreed(*this, "save_state", [&] {
+  agreed(this, "save_state", [&] {
     if (!main) return;
     JsonWriter j;
     j.begin_object().key("format").value(kFormat).key("version").value(kFormatVersion);

@@ -9,33 +9,11 @@
 #include <ios>
 #include <stdexcept>
 
+#include <acc/config.hpp>
+
 #include "tracking/tracking.hpp"
 
 namespace acc::tracking {
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string json_number(double v) {
   if (std::isnan(v)) return "NaN";
@@ -49,12 +27,12 @@ std::string json_value(const Value& v) {
   switch (v.kind) {
     case Value::Kind::Number: return json_number(v.number);
     case Value::Kind::Bool: return v.flag ? "true" : "false";
-    case Value::Kind::String: return json_string(v.text);
+    case Value::Kind::String: return config::json_quote(v.text);
     case Value::Kind::Null: return "null";
     case Value::Kind::Dict: {
       std::string s = "{";
       for (size_t i = 0; i < v.dict.size(); ++i)
-        s += (i ? ", " : "") + json_string(v.dict[i].first) + ": " + json_number(v.dict[i].second);
+        s += (i ? ", " : "") + config::json_quote(v.dict[i].first) + ": " + json_number(v.dict[i].second);
       return s + "}";
     }
   }
@@ -64,7 +42,7 @@ std::string json_value(const Value& v) {
 std::string json_object(const Values& values) {
   std::string s = "{";
   for (size_t i = 0; i < values.size(); ++i)
-    s += (i ? ", " : "") + json_string(values[i].first) + ": " + json_value(values[i].second);
+    s += (i ? ", " : "") + config::json_quote(values[i].first) + ": " + json_value(values[i].second);
   return s + "}";
 }
 

@@ -129,9 +129,7 @@ uint32_t crc32c(const void* data, size_t n);
 uint32_t masked_crc32c(const void* data, size_t n);
 std::string tfrecord(std::string_view data);
 
-// A JSON string literal (quotes and escapes) and a JSON number (NaN, Infinity, -Infinity for the non-finite,
-// as Python's json module writes them).
-std::string json_string(std::string_view s);
+// A JSON number (NaN, Infinity, -Infinity for the non-finite, as Python's json module writes them).
 std::string json_number(double v);
 
 // --- file helpers shared by the trackers (files.cpp) ---

@@ -1,10 +1,11 @@
 #include "util/json.hpp"
 
+#include <acc/config.hpp>
+
 #include <cjson/cJSON.h>
 
 #include <cmath>
 #include <cstdio>
-#include <new>
 #include <stdexcept>
 
 namespace acc::core {
@@ -50,15 +51,10 @@ JsonWriter& JsonWriter::key(std::string_view k) {
 }
 JsonWriter& JsonWriter::value(std::string_view v) {
   separate();
-  // cJSON's printer does the escaping.
-  cJSON* item = cJSON_CreateString(std::string(v).c_str());
-  char* text = item ? cJSON_PrintUnformatted(item) : nullptr;
-  cJSON_Delete(item);
-  if (!text) throw std::bad_alloc();
-  out_ += text;
-  cJSON_free(text);
+  out_ += config::json_quote(v);
   return *this;
 }
+
 JsonWriter& JsonWriter::value(int64_t v) {
   separate();
   out_ += std::to_string(v);

@@ -152,5 +152,7 @@ std::string write_run_record(const Config& accelerator, const std::string& dir, 
 // Helpers shared with the launcher.
 std::optional<bool> parse_bool(std::string_view text);  // Accelerate's str_to_bool: y/yes/t/true/on/1, n/no/f/...
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);  // "" if none close
+// A JSON string literal of s (quotes and escapes): one escaper for every JSON text acc writes by hand.
+std::string json_quote(std::string_view s);
 
 }  // namespace acc::config

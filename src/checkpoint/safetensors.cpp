@@ -3,8 +3,15 @@
 #include <ATen/ATen.h>
 #include <cjson/cJSON.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -75,21 +82,31 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
 }
 
 NamedTensors load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, "cannot open");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  unsigned char le[8];
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(le), 8)) bad(path, "too short for a header");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    bad(path, "is not a regular file");
+  }
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  // The whole file mapped once (copy-on-write, so an in-place change never reaches the file): the tensors
+  // are views on it, read by the kernel's readahead as they are copied, with no second buffer.
+  void* addr = file_size ? ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  const int err = errno;
+  ::close(fd);
+  if (file_size < 8) bad(path, "too short for a header");
+  if (addr == MAP_FAILED) bad(path, std::string("cannot map: ") + std::strerror(err));
+  ::madvise(addr, file_size, MADV_SEQUENTIAL);
+  auto mapping = std::shared_ptr<void>(addr, [file_size](void* a) { ::munmap(a, file_size); });
+  const auto* bytes = static_cast<const unsigned char*>(addr);
   uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(le[i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
   if (len > 100u * 1024 * 1024 || 8 + len > file_size) bad(path, "header length " + std::to_string(len) + " is invalid");
-  std::string json(len, '\0');
-  in.read(json.data(), static_cast<std::streamsize>(len));
-  CJsonPtr header{cJSON_ParseWithLength(json.data(), json.size())};
+  CJsonPtr header{cJSON_ParseWithLength(reinterpret_cast<const char*>(bytes + 8), len)};
   if (!header.p || !cJSON_IsObject(header.p)) bad(path, "header is not a JSON object");
   const uint64_t data_size = file_size - 8 - len;
+  char* data = static_cast<char*>(addr) + 8 + len;
   NamedTensors out;
   for (cJSON* e = header.p->child; e; e = e->next) {
     std::string name = e->string;
@@ -104,21 +121,22 @@ NamedTensors load_safetensors(const std::string& path) {
       if (n == dt->valuestring) type = t;
     if (!type) bad(path, "entry '" + name + "' has unsupported dtype " + dt->valuestring);
     std::vector<int64_t> dims;
-    int64_t numel = 1;
+    uint64_t numel = 1;
     for (cJSON* d = shape->child; d; d = d->next) {
-      if (!cJSON_IsNumber(d) || d->valuedouble < 0) bad(path, "entry '" + name + "' has a bad shape");
+      if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9e15) bad(path, "entry '" + name + "' has a bad shape");
       dims.push_back(static_cast<int64_t>(d->valuedouble));
-      numel *= dims.back();
+      numel = dims.back() && numel > data_size ? data_size + 1 : numel * static_cast<uint64_t>(dims.back());
     }
-    auto begin = static_cast<uint64_t>(cJSON_GetArrayItem(offs, 0)->valuedouble);
-    auto end = static_cast<uint64_t>(cJSON_GetArrayItem(offs, 1)->valuedouble);
-    at::Tensor t = at::empty(dims, at::TensorOptions().dtype(*type));
-    if (end < begin || end > data_size || end - begin != t.nbytes())
+    cJSON* b = cJSON_GetArrayItem(offs, 0);
+    cJSON* f = cJSON_GetArrayItem(offs, 1);
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(f) || b->valuedouble < 0 || f->valuedouble < b->valuedouble)
+      bad(path, "entry '" + name + "' has bad data_offsets");
+    const auto begin = static_cast<uint64_t>(b->valuedouble);
+    const auto end = static_cast<uint64_t>(f->valuedouble);
+    if (end > data_size) bad(path, "entry '" + name + "' is truncated (its data ends past the end of the file)");
+    if (end - begin != numel * c10::elementSize(*type))
       bad(path, "entry '" + name + "' has data_offsets that do not match its shape and dtype");
-    in.seekg(static_cast<std::streamoff>(8 + len + begin));
-    if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(end - begin)))
-      bad(path, "entry '" + name + "' is truncated");
-    out.emplace_back(name, t);
+    out.emplace_back(name, at::from_blob(data + begin, dims, [mapping](void*) {}, at::TensorOptions().dtype(*type)));
   }
   return out;
 }

@@ -12,7 +12,9 @@ namespace acc::core {
 // leaves a half file.
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});
-// CPU tensors in file order. Throws std::ios_base::failure naming the file and what is wrong.
+// CPU tensors in file order: views on a copy-on-write mapping of the file, which lives as long as any of them
+// (copy what you keep for long; the file is never changed). Throws std::ios_base::failure naming the file and
+// what is wrong.
 NamedTensors load_safetensors(const std::string& path);
 
 }  // namespace acc::core

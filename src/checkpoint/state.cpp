@@ -328,7 +328,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
       p.epoch = s.root().get_int("epoch");
       p.batches = s.root().get_int("batches");
       auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
-      if (g != by_name.end()) p.pass_generator = g->second;
+      if (g != by_name.end()) p.pass_generator = g->second.clone();  // not a view on the file
       loaders[i]->resume(p);
     }
     set_cpu_rng_state(by_name["torch.cpu"]);

@@ -300,17 +300,32 @@ void Optimizer::load_state(const State& state, const std::string& source) {
       if (!it->second.sizes().equals(p.sizes()))
         throw std::invalid_argument(source + ": '" + full + "' has shape " + c10::str(it->second.sizes()) +
                                     " but parameter " + key + " has " + c10::str(p.sizes()));
-      // The loaded tensor is this process's own: moved (converted only where the device or dtype differ).
-      *kind.tensor(*st, name) = it->second.to(p.device(), p.scalar_type());
+      *kind.tensor(*st, name) = it->second;  // still the file's; copied below, once everything is checked
       by_name.erase(it);
     }
     fresh.emplace_back(i, std::move(st));
   }
   if (!by_name.empty())
     throw std::invalid_argument(source + ": tensor '" + by_name.begin()->first + "' belongs to no saved state");
-  // All checked: replace.
-  impl_->state().clear();
-  for (auto& [i, st] : fresh) impl_->state()[params[i].unsafeGetTensorImpl()] = std::move(st);
+  // All checked: copy into the moments this optimizer already has (no new allocation), or into new ones.
+  auto& live = impl_->state();
+  for (auto& [i, st] : fresh) {
+    const at::Tensor& p = params[i];
+    auto old = live.find(p.unsafeGetTensorImpl());
+    for (const char* name : kind.tensors) {
+      at::Tensor& loaded = *kind.tensor(*st, name);
+      if (!loaded.defined()) continue;
+      at::Tensor dst;
+      if (old != live.end()) dst = *kind.tensor(*old->second, name);
+      if (!dst.defined() || !dst.sizes().equals(p.sizes()) || dst.scalar_type() != p.scalar_type() ||
+          dst.device() != p.device())
+        dst = at::empty_like(p, at::MemoryFormat::Contiguous);
+      dst.copy_(loaded);
+      loaded = dst;
+    }
+  }
+  live.clear();
+  for (auto& [i, st] : fresh) live[params[i].unsafeGetTensorImpl()] = std::move(st);
   initial_lr_.clear();
   for (size_t g = 0; g < groups.size(); ++g) {
     groups[g].options().set_lr(saved_groups.at(g).get_double("lr"));

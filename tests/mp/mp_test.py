@@ -197,8 +197,8 @@ def case_checkpoint_resume():
             expect(same, f"after the restart, the weights equal the uninterrupted run's on {n} processes")
 
 
-def kill_job(proc):
-    """SIGKILLs a launcher and every process under it at once (a pre-empted machine: nobody cleans up)."""
+def job_pids(proc):
+    """The launcher's pid and those of every process under it."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -213,7 +213,12 @@ def kill_job(proc):
         pid = todo.pop()
         doomed.append(pid)
         todo.extend(children.get(pid, []))
-    for pid in doomed:
+    return doomed
+
+
+def kill_job(proc, pids=None):
+    """SIGKILLs a launcher and every process under it at once (a pre-empted machine: nobody cleans up)."""
+    for pid in pids or job_pids(proc):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -221,10 +226,42 @@ def kill_job(proc):
     proc.wait()
 
 
+def staged_saves(root):
+    """The checkpoints being staged under root (checkpoint_N.tmp): a save in progress."""
+    try:
+        return {c for c in os.listdir(root) if c.endswith(".tmp")}
+    except OSError:
+        return set()
+
+
+def kill_inside_a_save(proc, root, target, rng):
+    """Watches root while the job saves a checkpoint at every synchronizing step and SIGKILLs it a random time
+    into the save of checkpoint_{target} (or a later one, should that save be over before it is seen), the time
+    drawn within how long its earlier saves took. Returns whether the kill left a staged checkpoint behind."""
+    began, took, pids = {}, [], None
+    while proc.poll() is None:
+        now = time.perf_counter()
+        staged = staged_saves(root)
+        for c in staged:
+            began.setdefault(c, now)
+        for c in [c for c in began if c not in staged]:
+            took.append(now - began.pop(c))
+        if staged and pids is None:
+            pids = job_pids(proc)  # the workers are up: listed now, so that the kill itself is immediate
+        if any(int(c[len("checkpoint_"):-len(".tmp")]) >= target for c in staged):
+            typical = sorted(took)[len(took) // 2] if took else 0.002
+            time.sleep(rng.uniform(0, 0.9 * typical))
+            kill_job(proc, pids)
+            return bool(staged_saves(root))
+        time.sleep(0.0002)
+    return False
+
+
 def case_checkpoint_crash_safety():
-    """The job SIGKILLed at 20 random moments while it saves a checkpoint at every synchronizing step: each time
-    the newest complete checkpoint loads (a partial one is never picked) and, run to the end, the weights equal
-    an uninterrupted run's; no partial checkpoint is left once the run completes."""
+    """The job SIGKILLed at 20 random moments inside its saves (it saves a checkpoint at every synchronizing
+    step; each kill lands a random time into a randomly chosen save): each time the newest complete checkpoint
+    loads (a partial one is never picked) and, run to the end, the weights equal an uninterrupted run's; no
+    partial checkpoint is left once the run completes."""
     import random
     rng = random.Random(20261123)
     total, n = 24, 2
@@ -232,10 +269,6 @@ def case_checkpoint_crash_safety():
         full = os.path.join(d, "full.safetensors")
         p, _ = launch(n, "full", total, full)
         expect(p.returncode == 0, "uninterrupted run", p.stdout + p.stderr)
-        # How long a whole run takes, to spread the kills over it.
-        probe = os.path.join(d, "probe")
-        os.makedirs(probe)
-        _, whole = launch(n, "saveloop", total, probe, os.path.join(d, "probe.safetensors"))
         inside_saves = 0
         for k in range(20):
             project, out = os.path.join(d, f"p{k}"), os.path.join(d, f"w{k}.safetensors")
@@ -244,11 +277,10 @@ def case_checkpoint_crash_safety():
                    "saveloop", str(total), project, out]
             env = dict(os.environ, ACC_CONFIG_FILE="none")
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-            time.sleep(rng.uniform(0.2, 1.0) * whole)
-            kill_job(proc)
-            root = os.path.join(project, "checkpoints")
-            if os.path.isdir(root) and any(c.endswith(".tmp") for c in os.listdir(root)):
-                inside_saves += 1
+            # total micro-steps with accumulation 2: total / 2 saves, checkpoint_0 to checkpoint_{total/2 - 1}
+            inside_saves += kill_inside_a_save(proc, os.path.join(project, "checkpoints"),
+                                               rng.randint(1, total // 2 - 2), rng)
+            proc.wait()
             p, _ = launch(n, "saveloop", total, project, out)
             expect(p.returncode == 0, f"kill {k}: the run resumed and completed", p.stdout + p.stderr)
             same = os.path.exists(out) and open(full, "rb").read() == open(out, "rb").read()
@@ -258,6 +290,7 @@ def case_checkpoint_crash_safety():
             partial = [c for c in left if not os.path.exists(os.path.join(root, c, "manifest.json"))]
             expect(not partial, f"kill {k}: no partial checkpoint left", str(left))
         print(f"20 kills, {inside_saves} of them inside a save (a staged checkpoint left behind)")
+        expect(inside_saves >= 14, "most kills land inside a save", f"{inside_saves} of 20")
 
 
 def case_cpp_api():

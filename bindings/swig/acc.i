@@ -18,7 +18,8 @@
  *   not wrapped as such (no SWIG directors): the Go package has its own cgo trampolines, and Java gets
  *   accx_dataset_from_java, accx_dataset_from_java_batch and accx_register_for_checkpointing_java below
  *   (C trampolines calling Java methods).
- * - The `dir` of acc_save_state / acc_load_state may be NULL: Go's "" and Java's null cross as NULL.
+ * - The `dir` of acc_save_state / acc_load_state and acc_save_model's `max_shard_size` may be NULL: Go's ""
+ *   and Java's null cross as NULL.
  */
 %module raw
 
@@ -270,9 +271,10 @@ ACCX_GO_OUT(size_t, uint64)
 %typemap(goargout, fragment="CopyString") const char**
 %{ if $input != nil { *$input = swigCopyString(*$input) } %}
 
-/* The directory of acc_save_state / acc_load_state: "" crosses as NULL (automatic naming / the newest
- * checkpoint); the default string typemaps do the rest (the copy is freed after the call). */
-%typemap(in) const char* dir
+/* The directory of acc_save_state / acc_load_state and acc_save_model's max_shard_size: "" crosses as NULL
+ * (automatic naming / the newest checkpoint; the default shard size); the default string typemaps do the
+ * rest (the copy is freed after the call). */
+%typemap(in) const char* dir, const char* max_shard_size
 %{ $1 = NULL;
    if ($input.n > 0) {
      $1 = ($1_ltype)malloc((size_t)$input.n + 1);

@@ -695,6 +695,37 @@ func TestSafetensors(t *testing.T) {
 	}
 }
 
+// scenario: save_model
+func TestSaveModel(t *testing.T) {
+	dir := t.TempDir()
+	spec := `{"type": "mlp", "sizes": [2, 16, 1], "activation": "tanh"}`
+	m := must(acc.NewModel(spec))
+	defer m.Close()
+	ok(t, m.SaveModel(dir, ""))
+	c := must(acc.NewModel(spec))
+	defer c.Close()
+	ok(t, c.LoadSafetensors(filepath.Join(dir, "model.safetensors")))
+	a, b := must(m.StateDict()), must(c.StateDict())
+	for i := range a {
+		if a[i].Name != b[i].Name || string(must(a[i].Tensor.Bytes())) != string(must(b[i].Tensor.Bytes())) {
+			t.Fatalf("state %s differs", a[i].Name)
+		}
+		a[i].Tensor.Close()
+		b[i].Tensor.Close()
+	}
+	ok(t, m.SaveModel(dir, "100"))
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors.index.json")); err != nil {
+		t.Fatal(err)
+	}
+	if shards, _ := filepath.Glob(filepath.Join(dir, "model-00001-of-*.safetensors")); len(shards) != 1 {
+		t.Fatalf("shards: %v", shards)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); !os.IsNotExist(err) {
+		t.Fatalf("model.safetensors is still there: %v", err)
+	}
+	expectErr(t, m.SaveModel(dir, "10XB"), acc.ErrInvalidArgument, "10XB")
+}
+
 // scenario: callback_dataset
 func TestCallbackDataset(t *testing.T) {
 	calls := 0

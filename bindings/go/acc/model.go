@@ -152,6 +152,17 @@ func (m *Model) SaveSafetensors(path string) error {
 	return err
 }
 
+// SaveModel is Accelerate's save_model: the unwrapped model in Hugging Face format under dir:
+// model.safetensors, or shards model-00001-of-0000N.safetensors with model.safetensors.index.json when it
+// is larger than maxShardSize ("10GB": 10^10 bytes, "10GiB": 10 * 2^30, or a number of bytes; "" for
+// "10GB"). A prepared model is written by the main process, every process calling (collective). See
+// docs/checkpoints.md.
+func (m *Model) SaveModel(dir, maxShardSize string) error {
+	err := wrap(raw.Acc_save_model(m.p(), dir, maxShardSize))
+	runtime.KeepAlive(m)
+	return err
+}
+
 // LoadSafetensors loads a safetensors file into the model; every name and shape must match.
 func (m *Model) LoadSafetensors(path string) error {
 	err := wrap(raw.Acc_model_load_safetensors(m.p(), path))

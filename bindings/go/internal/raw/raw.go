@@ -169,120 +169,120 @@ typedef _gostring_ swig_type_136;
 typedef _gostring_ swig_type_137;
 typedef _gostring_ swig_type_138;
 typedef _gostring_ swig_type_139;
-extern void _wrap_Swig_free_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_raw_1609452a3b7a57d6(swig_intgo arg1);
-extern swig_voidp _wrap_accx_alloc_raw_1609452a3b7a57d6(swig_type_1 arg1);
-extern void _wrap_accx_free_raw_1609452a3b7a57d6(swig_voidp arg1);
-extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_1609452a3b7a57d6(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
-extern swig_type_5 _wrap_accx_dlpack_bytes_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern void _wrap_accx_dlpack_release_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_6 _wrap_acc_version_raw_1609452a3b7a57d6(void);
-extern swig_type_7 _wrap_acc_abi_check_raw_1609452a3b7a57d6(swig_intgo arg1);
-extern swig_type_8 _wrap_acc_build_info_raw_1609452a3b7a57d6(void);
-extern swig_type_9 _wrap_acc_status_name_raw_1609452a3b7a57d6(int arg1);
-extern swig_type_10 _wrap_acc_accelerator_create_raw_1609452a3b7a57d6(swig_type_11 arg1, swig_voidp arg2);
-extern void _wrap_acc_accelerator_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_12 _wrap_acc_process_index_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_13 _wrap_acc_local_process_index_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_14 _wrap_acc_num_processes_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_15 _wrap_acc_is_main_process_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_16 _wrap_acc_is_local_main_process_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_acc_is_last_process_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_acc_device_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_acc_distributed_type_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_acc_config_json_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_21 _wrap_acc_set_seed_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_type_23 _wrap_acc_wait_for_everyone_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_24 _wrap_acc_main_process_first_begin_raw_1609452a3b7a57d6(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_25 _wrap_acc_main_process_first_end_raw_1609452a3b7a57d6(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_26 _wrap_acc_set_trigger_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_27 _wrap_acc_check_trigger_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_28 _wrap_acc_print_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_29 arg2);
-extern swig_type_30 _wrap_acc_tensor_from_host_raw_1609452a3b7a57d6(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
-extern swig_type_33 _wrap_acc_tensor_to_host_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_34 arg2);
-extern void _wrap_acc_tensor_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_35 _wrap_acc_tensor_ndim_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_36 _wrap_acc_tensor_shape_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_37 arg2);
-extern swig_type_38 _wrap_acc_tensor_numel_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_39 _wrap_acc_tensor_nbytes_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_40 _wrap_acc_tensor_dtype_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_41 _wrap_acc_tensor_item_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_44 _wrap_acc_batch_create_raw_1609452a3b7a57d6(swig_voidp arg1);
-extern void _wrap_acc_batch_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_45 _wrap_acc_batch_set_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
-extern swig_type_47 _wrap_acc_batch_count_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_48 _wrap_acc_batch_name_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
-extern swig_type_50 _wrap_acc_batch_contains_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
-extern swig_type_52 _wrap_acc_batch_get_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
-extern swig_type_54 _wrap_acc_model_create_raw_1609452a3b7a57d6(swig_type_55 arg1, swig_voidp arg2);
-extern swig_type_56 _wrap_acc_model_load_torchscript_raw_1609452a3b7a57d6(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
-extern void _wrap_acc_model_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_59 _wrap_acc_model_forward_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_60 _wrap_acc_model_forward_batch_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_61 _wrap_acc_model_set_training_raw_1609452a3b7a57d6(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_62 _wrap_acc_model_num_parameters_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_63 _wrap_acc_model_state_size_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_64 _wrap_acc_model_state_get_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_65 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_66 _wrap_acc_model_save_safetensors_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_67 arg2);
-extern swig_type_68 _wrap_acc_model_load_safetensors_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_69 arg2);
-extern swig_type_70 _wrap_acc_optimizer_create_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_71 arg2, swig_voidp arg3);
-extern void _wrap_acc_optimizer_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_72 _wrap_acc_optimizer_step_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_73 _wrap_acc_optimizer_zero_grad_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_74 _wrap_acc_optimizer_lr_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_75 _wrap_acc_optimizer_step_was_skipped_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_76 _wrap_acc_scheduler_create_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
-extern void _wrap_acc_scheduler_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_78 _wrap_acc_scheduler_step_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_79 _wrap_acc_scheduler_last_lr_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_80 _wrap_acc_dataset_from_tensors_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_81 _wrap_acc_dataset_from_token_file_raw_1609452a3b7a57d6(swig_type_82 arg1, swig_type_83 arg2, swig_voidp arg3);
-extern swig_type_84 _wrap_acc_dataset_from_batch_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_acc_dataset_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_85 _wrap_acc_dataset_length_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_86 _wrap_acc_dataset_is_iterable_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_87 _wrap_acc_dataloader_create_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_88 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataloader_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_89 _wrap_acc_dataloader_next_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_90 _wrap_acc_dataloader_next_batch_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_91 _wrap_acc_dataloader_length_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_92 _wrap_acc_dataloader_set_epoch_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_93 arg2);
-extern swig_type_94 _wrap_acc_dataloader_epoch_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_95 _wrap_acc_dataloader_end_of_epoch_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_96 _wrap_acc_dataloader_remainder_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_97 _wrap_acc_dataloader_skip_first_batches_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_98 arg2, swig_voidp arg3);
-extern swig_type_99 _wrap_acc_prepare_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_100 _wrap_acc_backward_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_101 _wrap_acc_accumulate_begin_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_102 _wrap_acc_accumulate_end_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_103 _wrap_acc_sync_gradients_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_acc_grad_scaler_state_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_105 _wrap_acc_clip_grad_norm_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_106 _wrap_acc_clip_grad_value_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_107 _wrap_acc_gather_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_108 _wrap_acc_gather_for_metrics_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_109 _wrap_acc_reduce_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_110 _wrap_acc_broadcast_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_111 _wrap_acc_pad_across_processes_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_112 _wrap_acc_split_between_processes_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_113 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_114 _wrap_acc_split_tensor_between_processes_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_115 _wrap_acc_gather_object_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_acc_broadcast_object_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_117 _wrap_acc_gather_object_for_metrics_raw_1609452a3b7a57d6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_118 _wrap_acc_bytes_list_create_raw_1609452a3b7a57d6(swig_voidp arg1);
-extern void _wrap_acc_bytes_list_destroy_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_119 _wrap_acc_bytes_list_append_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_120 arg2);
-extern swig_type_121 _wrap_acc_bytes_list_count_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_122 _wrap_acc_bytes_list_get_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_123 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_124 _wrap_acc_save_state_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_125 arg2);
-extern swig_type_126 _wrap_acc_load_state_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_127 arg2);
-extern swig_type_128 _wrap_acc_resume_from_checkpoint_raw_1609452a3b7a57d6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_129 _wrap_acc_init_trackers_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_130 arg2, swig_type_131 arg3, swig_type_132 arg4);
-extern swig_type_133 _wrap_acc_log_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_134 arg2, swig_type_135 arg3);
-extern swig_type_136 _wrap_acc_end_training_raw_1609452a3b7a57d6(uintptr_t arg1);
-extern swig_type_137 _wrap_acc_save_model_raw_1609452a3b7a57d6(uintptr_t arg1, swig_type_138 arg2, swig_type_139 arg3);
+extern void _wrap_Swig_free_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_raw_4f9977e24c3b389c(swig_intgo arg1);
+extern swig_voidp _wrap_accx_alloc_raw_4f9977e24c3b389c(swig_type_1 arg1);
+extern void _wrap_accx_free_raw_4f9977e24c3b389c(swig_voidp arg1);
+extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_4f9977e24c3b389c(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
+extern swig_type_5 _wrap_accx_dlpack_bytes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern void _wrap_accx_dlpack_release_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_6 _wrap_acc_version_raw_4f9977e24c3b389c(void);
+extern swig_type_7 _wrap_acc_abi_check_raw_4f9977e24c3b389c(swig_intgo arg1);
+extern swig_type_8 _wrap_acc_build_info_raw_4f9977e24c3b389c(void);
+extern swig_type_9 _wrap_acc_status_name_raw_4f9977e24c3b389c(int arg1);
+extern swig_type_10 _wrap_acc_accelerator_create_raw_4f9977e24c3b389c(swig_type_11 arg1, swig_voidp arg2);
+extern void _wrap_acc_accelerator_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_12 _wrap_acc_process_index_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_13 _wrap_acc_local_process_index_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_acc_num_processes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_15 _wrap_acc_is_main_process_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_16 _wrap_acc_is_local_main_process_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_acc_is_last_process_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_acc_device_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_acc_distributed_type_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_acc_config_json_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_21 _wrap_acc_set_seed_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_type_23 _wrap_acc_wait_for_everyone_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_24 _wrap_acc_main_process_first_begin_raw_4f9977e24c3b389c(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_25 _wrap_acc_main_process_first_end_raw_4f9977e24c3b389c(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_26 _wrap_acc_set_trigger_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_27 _wrap_acc_check_trigger_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_28 _wrap_acc_print_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_29 arg2);
+extern swig_type_30 _wrap_acc_tensor_from_host_raw_4f9977e24c3b389c(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
+extern swig_type_33 _wrap_acc_tensor_to_host_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_34 arg2);
+extern void _wrap_acc_tensor_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_35 _wrap_acc_tensor_ndim_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_36 _wrap_acc_tensor_shape_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_37 arg2);
+extern swig_type_38 _wrap_acc_tensor_numel_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_39 _wrap_acc_tensor_nbytes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_40 _wrap_acc_tensor_dtype_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_41 _wrap_acc_tensor_item_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_44 _wrap_acc_batch_create_raw_4f9977e24c3b389c(swig_voidp arg1);
+extern void _wrap_acc_batch_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_45 _wrap_acc_batch_set_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
+extern swig_type_47 _wrap_acc_batch_count_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_48 _wrap_acc_batch_name_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
+extern swig_type_50 _wrap_acc_batch_contains_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
+extern swig_type_52 _wrap_acc_batch_get_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
+extern swig_type_54 _wrap_acc_model_create_raw_4f9977e24c3b389c(swig_type_55 arg1, swig_voidp arg2);
+extern swig_type_56 _wrap_acc_model_load_torchscript_raw_4f9977e24c3b389c(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
+extern void _wrap_acc_model_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_59 _wrap_acc_model_forward_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_60 _wrap_acc_model_forward_batch_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_61 _wrap_acc_model_set_training_raw_4f9977e24c3b389c(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_62 _wrap_acc_model_num_parameters_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_63 _wrap_acc_model_state_size_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_64 _wrap_acc_model_state_get_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_65 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_66 _wrap_acc_model_save_safetensors_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_67 arg2);
+extern swig_type_68 _wrap_acc_model_load_safetensors_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_69 arg2);
+extern swig_type_70 _wrap_acc_optimizer_create_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_71 arg2, swig_voidp arg3);
+extern void _wrap_acc_optimizer_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_72 _wrap_acc_optimizer_step_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_73 _wrap_acc_optimizer_zero_grad_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_74 _wrap_acc_optimizer_lr_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_75 _wrap_acc_optimizer_step_was_skipped_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_76 _wrap_acc_scheduler_create_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
+extern void _wrap_acc_scheduler_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_78 _wrap_acc_scheduler_step_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_79 _wrap_acc_scheduler_last_lr_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_80 _wrap_acc_dataset_from_tensors_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_81 _wrap_acc_dataset_from_token_file_raw_4f9977e24c3b389c(swig_type_82 arg1, swig_type_83 arg2, swig_voidp arg3);
+extern swig_type_84 _wrap_acc_dataset_from_batch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_acc_dataset_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_85 _wrap_acc_dataset_length_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_86 _wrap_acc_dataset_is_iterable_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_87 _wrap_acc_dataloader_create_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_88 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataloader_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_89 _wrap_acc_dataloader_next_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_90 _wrap_acc_dataloader_next_batch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_91 _wrap_acc_dataloader_length_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_92 _wrap_acc_dataloader_set_epoch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_93 arg2);
+extern swig_type_94 _wrap_acc_dataloader_epoch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_95 _wrap_acc_dataloader_end_of_epoch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_96 _wrap_acc_dataloader_remainder_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_97 _wrap_acc_dataloader_skip_first_batches_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_98 arg2, swig_voidp arg3);
+extern swig_type_99 _wrap_acc_prepare_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_100 _wrap_acc_backward_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_101 _wrap_acc_accumulate_begin_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_102 _wrap_acc_accumulate_end_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_103 _wrap_acc_sync_gradients_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_104 _wrap_acc_grad_scaler_state_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_105 _wrap_acc_clip_grad_norm_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_106 _wrap_acc_clip_grad_value_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_107 _wrap_acc_gather_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_108 _wrap_acc_gather_for_metrics_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_109 _wrap_acc_reduce_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_110 _wrap_acc_broadcast_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_111 _wrap_acc_pad_across_processes_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_112 _wrap_acc_split_between_processes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_113 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_114 _wrap_acc_split_tensor_between_processes_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_115 _wrap_acc_gather_object_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_116 _wrap_acc_broadcast_object_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_117 _wrap_acc_gather_object_for_metrics_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_118 _wrap_acc_bytes_list_create_raw_4f9977e24c3b389c(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_119 _wrap_acc_bytes_list_append_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_120 arg2);
+extern swig_type_121 _wrap_acc_bytes_list_count_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_122 _wrap_acc_bytes_list_get_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_123 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_124 _wrap_acc_save_state_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_125 arg2);
+extern swig_type_126 _wrap_acc_load_state_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_127 arg2);
+extern swig_type_128 _wrap_acc_resume_from_checkpoint_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_129 _wrap_acc_init_trackers_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_130 arg2, swig_type_131 arg3, swig_type_132 arg4);
+extern swig_type_133 _wrap_acc_log_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_134 arg2, swig_type_135 arg3);
+extern swig_type_136 _wrap_acc_end_training_raw_4f9977e24c3b389c(uintptr_t arg1);
+extern swig_type_137 _wrap_acc_save_model_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_138 arg2, swig_type_139 arg3);
 #undef intgo
 */
 import "C"
@@ -325,13 +325,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_1609452a3b7a57d6(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_4f9977e24c3b389c(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -360,13 +360,13 @@ func newStatusError(s string) error {
 func Accx_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_1609452a3b7a57d6(C.swig_type_1(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_4f9977e24c3b389c(C.swig_type_1(_swig_i_0)))
 	return swig_r
 }
 
 func Accx_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_accx_free_raw_1609452a3b7a57d6(C.swig_voidp(_swig_i_0))
+	C._wrap_accx_free_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0))
 }
 
 func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []int64, arg5 *uintptr) (_swig_ret error) {
@@ -376,7 +376,7 @@ func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []in
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_1609452a3b7a57d6(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
@@ -395,7 +395,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_dlpack_bytes_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_dlpack_bytes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -408,7 +408,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 
 func Accx_dlpack_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_accx_dlpack_release_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_accx_dlpack_release_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 const ACC_VERSION_MAJOR int = 1
@@ -442,7 +442,7 @@ const ACC_REDUCE_MAX int = 2
 
 func Acc_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_version_raw_1609452a3b7a57d6()
+	swig_r_p := C._wrap_acc_version_raw_4f9977e24c3b389c()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -452,7 +452,7 @@ func Acc_version() (_swig_ret string) {
 func Acc_abi_check(arg1 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_abi_check_raw_1609452a3b7a57d6(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_acc_abi_check_raw_4f9977e24c3b389c(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -465,7 +465,7 @@ func Acc_abi_check(arg1 int) (_swig_ret error) {
 
 func Acc_build_info() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_build_info_raw_1609452a3b7a57d6()
+	swig_r_p := C._wrap_acc_build_info_raw_4f9977e24c3b389c()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -475,7 +475,7 @@ func Acc_build_info() (_swig_ret string) {
 func Acc_status_name(arg1 int32) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_status_name_raw_1609452a3b7a57d6(C.int(_swig_i_0))
+	swig_r_p := C._wrap_acc_status_name_raw_4f9977e24c3b389c(C.int(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -486,7 +486,7 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accelerator_create_raw_1609452a3b7a57d6(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_accelerator_create_raw_4f9977e24c3b389c(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -502,14 +502,14 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_accelerator_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_accelerator_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_accelerator_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_process_index_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_process_index_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -524,7 +524,7 @@ func Acc_local_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_local_process_index_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_local_process_index_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -539,7 +539,7 @@ func Acc_num_processes(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_num_processes_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_num_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -554,7 +554,7 @@ func Acc_is_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_main_process_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_main_process_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -569,7 +569,7 @@ func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_local_main_process_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_local_main_process_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -584,7 +584,7 @@ func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_last_process_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_last_process_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -599,7 +599,7 @@ func Acc_device(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_device_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_device_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -617,7 +617,7 @@ func Acc_distributed_type(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_distributed_type_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_distributed_type_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -635,7 +635,7 @@ func Acc_config_json(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_config_json_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_config_json_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -655,7 +655,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_set_seed_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_acc_set_seed_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -669,7 +669,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_wait_for_everyone_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_wait_for_everyone_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -684,7 +684,7 @@ func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_begin_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_begin_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -699,7 +699,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_end_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_end_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -713,7 +713,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_set_trigger_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_set_trigger_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -728,7 +728,7 @@ func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_check_trigger_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_check_trigger_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -743,7 +743,7 @@ func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_print_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_print_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -763,7 +763,7 @@ func Acc_tensor_from_host(arg1 []byte, arg2 int, arg3 []int64, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_tensor_from_host_raw_1609452a3b7a57d6(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_tensor_from_host_raw_4f9977e24c3b389c(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -784,7 +784,7 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_host_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_to_host_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -800,14 +800,14 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 
 func Acc_tensor_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tensor_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tensor_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tensor_ndim(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_ndim_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_ndim_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -822,7 +822,7 @@ func Acc_tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_shape_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_shape_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -840,7 +840,7 @@ func Acc_tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_numel_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_numel_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -855,7 +855,7 @@ func Acc_tensor_nbytes(arg1 uintptr, arg2 *uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_nbytes_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_nbytes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -870,7 +870,7 @@ func Acc_tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_dtype_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_dtype_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -885,7 +885,7 @@ func Acc_tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_item_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_item_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -900,7 +900,7 @@ func Acc_tensor_from_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -915,7 +915,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -929,7 +929,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_batch_create_raw_1609452a3b7a57d6(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_batch_create_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -942,7 +942,7 @@ func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_batch_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_batch_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_batch_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
@@ -950,7 +950,7 @@ func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_set_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_set_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -968,7 +968,7 @@ func Acc_batch_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_batch_count_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_batch_count_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -984,7 +984,7 @@ func Acc_batch_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_name_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_name_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1003,7 +1003,7 @@ func Acc_batch_contains(arg1 uintptr, arg2 string, arg3 *int32) (_swig_ret error
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_contains_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_contains_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1022,7 +1022,7 @@ func Acc_batch_get(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_get_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_get_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1040,7 +1040,7 @@ func Acc_model_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_create_raw_1609452a3b7a57d6(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_create_raw_4f9977e24c3b389c(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1059,7 +1059,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_torchscript_raw_1609452a3b7a57d6(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_load_torchscript_raw_4f9977e24c3b389c(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1078,7 +1078,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_model_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_model_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, arg5 *uintptr) (_swig_ret error) {
@@ -1088,7 +1088,7 @@ func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_model_forward_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_model_forward_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1104,7 +1104,7 @@ func Acc_model_forward_batch(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_forward_batch_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_forward_batch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1119,7 +1119,7 @@ func Acc_model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_set_training_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_set_training_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1134,7 +1134,7 @@ func Acc_model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_num_parameters_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_num_parameters_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1149,7 +1149,7 @@ func Acc_model_state_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_state_size_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_state_size_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1166,7 +1166,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_65(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_65(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1184,7 +1184,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1202,7 +1202,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1221,7 +1221,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_71)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_71)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1237,13 +1237,13 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_optimizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_optimizer_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_optimizer_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_step_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_step_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1257,7 +1257,7 @@ func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 func Acc_optimizer_zero_grad(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1272,7 +1272,7 @@ func Acc_optimizer_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_lr_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_lr_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1287,7 +1287,7 @@ func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1303,7 +1303,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1319,13 +1319,13 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_scheduler_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_scheduler_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_scheduler_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_scheduler_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_scheduler_step_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_scheduler_step_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1340,7 +1340,7 @@ func Acc_scheduler_last_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1356,7 +1356,7 @@ func Acc_dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1372,7 +1372,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_1609452a3b7a57d6(*(*C.swig_type_82)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_83)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_4f9977e24c3b389c(*(*C.swig_type_82)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_83)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1393,7 +1393,7 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_from_batch_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_from_batch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1406,14 +1406,14 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_dataset_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataset_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataset_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataset_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_length_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_length_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1428,7 +1428,7 @@ func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1444,7 +1444,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_88)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_88)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1460,7 +1460,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 
 func Acc_dataloader_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataloader_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataloader_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32) (_swig_ret error) {
@@ -1469,7 +1469,7 @@ func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_dataloader_next_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_dataloader_next_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1484,7 +1484,7 @@ func Acc_dataloader_next_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1499,7 +1499,7 @@ func Acc_dataloader_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_length_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_length_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1514,7 +1514,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_93(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_93(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1529,7 +1529,7 @@ func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_epoch_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1544,7 +1544,7 @@ func Acc_dataloader_end_of_epoch(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1559,7 +1559,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_remainder_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1575,7 +1575,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_98(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_98(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1593,7 +1593,7 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_prepare_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
+	swig_r_p := C._wrap_acc_prepare_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1608,7 +1608,7 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_backward_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_backward_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1623,7 +1623,7 @@ func Acc_accumulate_begin(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_begin_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_begin_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1638,7 +1638,7 @@ func Acc_accumulate_end(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_end_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_end_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1653,7 +1653,7 @@ func Acc_sync_gradients(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_sync_gradients_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_sync_gradients_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1669,7 +1669,7 @@ func Acc_grad_scaler_state(arg1 uintptr, arg2 *float64, arg3 *int64) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_grad_scaler_state_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_grad_scaler_state_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1687,7 +1687,7 @@ func Acc_clip_grad_norm(arg1 uintptr, arg2 uintptr, arg3 float64, arg4 float64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_clip_grad_norm_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_clip_grad_norm_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1703,7 +1703,7 @@ func Acc_clip_grad_value(arg1 uintptr, arg2 uintptr, arg3 float64) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_clip_grad_value_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_acc_clip_grad_value_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1719,7 +1719,7 @@ func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1735,7 +1735,7 @@ func Acc_gather_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_for_metrics_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_for_metrics_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1752,7 +1752,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_reduce_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_reduce_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1769,7 +1769,7 @@ func Acc_broadcast(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1788,7 +1788,7 @@ func Acc_pad_across_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 float64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_pad_across_processes_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_pad_across_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1807,7 +1807,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1824,7 +1824,7 @@ func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1840,7 +1840,7 @@ func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1857,7 +1857,7 @@ func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_object_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_object_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1873,7 +1873,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1887,7 +1887,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_bytes_list_create_raw_1609452a3b7a57d6(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1900,14 +1900,14 @@ func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_bytes_list_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_bytes_list_destroy_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_bytes_list_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1925,7 +1925,7 @@ func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_count_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1942,7 +1942,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_type_123(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_123(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1957,7 +1957,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1975,7 +1975,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1993,7 +1993,7 @@ func Acc_resume_from_checkpoint(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2010,7 +2010,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2035,7 +2035,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), C.swig_type_135(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), C.swig_type_135(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2052,7 +2052,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 func Acc_end_training(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_end_training_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_end_training_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2068,7 +2068,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_1609452a3b7a57d6(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

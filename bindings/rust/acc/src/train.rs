@@ -655,6 +655,18 @@ impl Model {
         let p = cstring(path)?;
         check(unsafe { sys::acc_model_load_safetensors(self.as_ptr(), p.as_ptr()) })
     }
+
+    /// Accelerate's `save_model`: the unwrapped model in Hugging Face format under `dir`:
+    /// `model.safetensors`, or shards `model-00001-of-0000N.safetensors` with
+    /// `model.safetensors.index.json` when it is larger than `max_shard_size` (`"10GB"`: 10^10 bytes,
+    /// `"10GiB"`: 10 * 2^30, or a number of bytes; `None` for `"10GB"`). A prepared model is written by
+    /// the main process, every process calling (collective). See docs/checkpoints.md.
+    pub fn save_model(&self, dir: &str, max_shard_size: Option<&str>) -> Result<()> {
+        let d = cstring(dir)?;
+        let size = max_shard_size.map(cstring).transpose()?;
+        let size_ptr = size.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        check(unsafe { sys::acc_save_model(self.as_ptr(), d.as_ptr(), size_ptr) })
+    }
 }
 
 impl Optimizer {

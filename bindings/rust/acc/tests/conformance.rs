@@ -492,6 +492,33 @@ fn safetensors() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+// scenario: save_model
+#[test]
+fn save_model() {
+    let dir = std::env::temp_dir().join(format!("acc-rust-save-model-{}", std::process::id()));
+    let d = dir.to_str().unwrap();
+    let spec = r#"{"type": "mlp", "sizes": [2, 16, 1], "activation": "tanh"}"#;
+    let m = Model::new(spec).unwrap();
+    m.save_model(d, None).unwrap();
+    let c = Model::new(spec).unwrap();
+    c.load_safetensors(dir.join("model.safetensors").to_str().unwrap()).unwrap();
+    for ((na, ta), (nb, tb)) in m.state_dict().unwrap().iter().zip(&c.state_dict().unwrap()) {
+        assert_eq!(na, nb);
+        assert_eq!(ta.to_bytes().unwrap(), tb.to_bytes().unwrap());
+    }
+    m.save_model(d, Some("100")).unwrap();
+    assert!(dir.join("model.safetensors.index.json").exists());
+    let shards: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("model-00001-of-"))
+        .collect();
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    assert!(!dir.join("model.safetensors").exists());
+    expect_err(m.save_model(d, Some("10XB")), ErrorCode::InvalidArgument, "10XB");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 // scenario: callback_dataset
 #[test]
 fn callback_dataset() {

@@ -160,6 +160,22 @@ public final class Model extends NativeObject {
     }
   }
 
+  /**
+   * Accelerate's {@code save_model}: the unwrapped model in Hugging Face format under {@code dir}:
+   * {@code model.safetensors}, or shards {@code model-00001-of-0000N.safetensors} with {@code
+   * model.safetensors.index.json} when it is larger than {@code maxShardSize} ({@code "10GB"}: 10^10
+   * bytes, {@code "10GiB"}: 10 * 2^30, or a number of bytes; {@code null} for {@code "10GB"}). A prepared
+   * model is written by the main process, every process calling (collective). See docs/checkpoints.md.
+   */
+  public void saveModel(String dir, String maxShardSize) {
+    long p = enter();
+    try {
+      AccRaw.acc_save_model(p, dir, maxShardSize);
+    } finally {
+      leave(p);
+    }
+  }
+
   /** Loads a safetensors file; every name and shape must match. */
   public void loadSafetensors(String path) {
     long p = enter();

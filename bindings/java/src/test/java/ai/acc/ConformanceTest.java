@@ -475,6 +475,30 @@ class ConformanceTest {
     }
   }
 
+  // scenario: save_model
+  @Test
+  void saveModel(@TempDir Path dir) throws java.io.IOException {
+    String spec = "{\"type\": \"mlp\", \"sizes\": [2, 16, 1], \"activation\": \"tanh\"}";
+    try (Model m = Model.create(spec);
+        Model c = Model.create(spec)) {
+      m.saveModel(dir.toString(), null);
+      c.loadSafetensors(dir.resolve("model.safetensors").toString());
+      Map<String, Tensor> a = m.stateDict();
+      Map<String, Tensor> b = c.stateDict();
+      assertEquals(a.keySet(), b.keySet());
+      for (String k : a.keySet()) assertArrayEquals(a.get(k).toBytes(), b.get(k).toBytes(), k);
+      a.values().forEach(Tensor::close);
+      b.values().forEach(Tensor::close);
+      m.saveModel(dir.toString(), "100");
+      assertTrue(Files.exists(dir.resolve("model.safetensors.index.json")));
+      try (var files = Files.list(dir)) {
+        assertEquals(1, files.filter(f -> f.getFileName().toString().startsWith("model-00001-of-")).count());
+      }
+      assertFalse(Files.exists(dir.resolve("model.safetensors")));
+      expectError(ErrorCode.INVALID_ARGUMENT, "10XB", () -> m.saveModel(dir.toString(), "10XB"));
+    }
+  }
+
   // scenario: callback_dataset
   @Test
   void callbackDataset() {

@@ -19,6 +19,7 @@
 #include "acc/files.hpp"
 #include "checkpoint/agree.hpp"
 #include "checkpoint/safetensors.hpp"
+#include "runtime/cuda.hpp"
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
@@ -60,6 +61,31 @@ void set_cpu_rng_state(const at::Tensor& state) {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
+}
+
+// torch.cuda.get_rng_state_all: "torch.cuda.{i}" for every CUDA device (none without CUDA).
+void add_cuda_rng_states(NamedTensors& out) {
+  auto gens = cuda::default_generators();
+  for (size_t i = 0; i < gens.size(); ++i) {
+    std::lock_guard<std::mutex> lock(gens[i].mutex());
+    out.emplace_back("torch.cuda." + std::to_string(i), gens[i].get_state().clone());
+  }
+}
+
+// torch.cuda.set_rng_state_all for the devices both the checkpoint and this process have; returns a note on
+// those that only one of them has ("" when they agree).
+std::string set_cuda_rng_states(const std::map<std::string, at::Tensor>& saved) {
+  auto gens = cuda::default_generators();
+  size_t in_file = 0;
+  while (saved.count("torch.cuda." + std::to_string(in_file))) ++in_file;
+  for (size_t i = 0; i < std::min(in_file, gens.size()); ++i) {
+    std::lock_guard<std::mutex> lock(gens[i].mutex());
+    gens[i].set_state(saved.at("torch.cuda." + std::to_string(i)));
+  }
+  if (in_file == gens.size()) return "";
+  return "the checkpoint holds the random states of " + std::to_string(in_file) + " CUDA devices and this process has " +
+         std::to_string(gens.size()) + ": those of the first " + std::to_string(std::min(in_file, gens.size())) +
+         " are restored";
 }
 
 template <class T>
@@ -164,6 +190,7 @@ std::string Accelerator::save_state(const std::string& dir) {
   agreed(this, "save_state", [&] {
     const std::string d = staged.string() + "/";
     NamedTensors rng{{"torch.cpu", cpu_rng_state()}};
+    add_cuda_rng_states(rng);
     for (size_t i = 0; i < loaders.size(); ++i) {
       at::Tensor g = loaders[i]->position().pass_generator;
       if (g.defined()) rng.emplace_back("dataloader." + std::to_string(i) + ".generator", g);
@@ -332,6 +359,8 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
       loaders[i]->resume(p);
     }
     set_cpu_rng_state(by_name["torch.cpu"]);
+    if (const std::string note = set_cuda_rng_states(by_name); !note.empty())
+      std::cerr << "load_state: " << where(rng_file) << ": " << note << "\n";
   }
   // The automatic naming continues after the checkpoint loaded.
   if (automatic_number >= 0) save_iteration_ = automatic_number + 1;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include "cuda/plugin.hpp"
 
 namespace acc::cuda {
@@ -77,6 +79,15 @@ const PluginV1* plugin(std::string* why) {
   }
   if (!loaded.plugin && why) *why = loaded.why;
   return loaded.plugin;
+}
+
+std::vector<at::Generator> default_generators() {
+  std::vector<at::Generator> out;
+  std::string why;
+  if (!plugin(&why)) return out;
+  auto& hooks = at::detail::getCUDAHooks();
+  for (int i = 0; i < hooks.deviceCount(); ++i) out.push_back(hooks.getDefaultGenerator(static_cast<c10::DeviceIndex>(i)));
+  return out;
 }
 
 }  // namespace acc::cuda

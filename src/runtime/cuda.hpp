@@ -1,6 +1,9 @@
 // Finding and loading the CUDA plugin (libacc_cuda.so, src/cuda/plugin.hpp) at run time.
 #pragma once
 #include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
 
 namespace acc::cuda {
 
@@ -11,5 +14,9 @@ struct PluginV1;
 // has no plugin, the file is missing, or it cannot load (on CPU-only machines: libtorch_cuda's CUDA
 // libraries are absent); *why then says which. Never throws.
 const PluginV1* plugin(std::string* why);
+
+// The default generator of every CUDA device (torch.cuda's default_generators); empty without the plugin or
+// a device. Loads the plugin first: ATen's CUDA hooks asked before it would be pinned to the CPU stub for good.
+std::vector<at::Generator> default_generators();
 
 }  // namespace acc::cuda

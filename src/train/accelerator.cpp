@@ -79,17 +79,10 @@ void set_seed(uint64_t seed, bool deterministic) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(seed);
   }
-  // ATen's CUDA hooks exist only once the plugin (libtorch_cuda) is loaded; asking them before would pin
-  // them to the CPU stub for good. So load the plugin first (a clean no-op without CUDA), then seed
-  // every CUDA generator, as torch.cuda.manual_seed_all does.
-  std::string why;
-  if (cuda::plugin(&why)) {
-    auto& hooks = at::detail::getCUDAHooks();
-    for (int i = 0; i < hooks.deviceCount(); ++i) {
-      auto g = hooks.getDefaultGenerator(static_cast<c10::DeviceIndex>(i));
-      std::lock_guard<std::mutex> glock(g.mutex());
-      g.set_current_seed(seed);
-    }
+  // Every CUDA generator, as torch.cuda.manual_seed_all does (none without CUDA).
+  for (auto& g : cuda::default_generators()) {
+    std::lock_guard<std::mutex> glock(g.mutex());
+    g.set_current_seed(seed);
   }
   if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 }

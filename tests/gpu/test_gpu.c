@@ -8,11 +8,14 @@
  *   nccl                    two ranks on cuda:0 and cuda:1: collectives on CUDA tensors through NCCL, and
  *                           DDP training equal to one process on the global batch; exits 77 (skip)
  *                           with fewer than two CUDA devices
+ *   checkpoint_rng          save_state / load_state restore the CUDA generator (dropout on cuda:0);
+ *                           exits 77 (skip) without a CUDA device
  *   rank OUT BATCH STEPS    (internal) one rank of `nccl`, or its single-process reference run
  *   probe                   (internal) exits 0 when the accelerator lands on CUDA, 3 otherwise
  * Prints "N passed, N failed". */
 #include <acc/acc.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -237,6 +240,66 @@ static int single(void) {
   return finish();
 }
 
+/* Removes a directory of plain files (a checkpoint is flat). */
+static void remove_tree(const char* path) {
+  DIR* d = opendir(path);
+  if (!d) return;
+  struct dirent* e;
+  char file[512];
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+      EXPECT(unlink(file) == 0);
+    }
+  closedir(d);
+  EXPECT(rmdir(path) == 0);
+}
+
+/* save_state keeps the CUDA generators' states (random_states_0.safetensors, "torch.cuda.0"): a GPT with
+ * dropout on cuda:0 gives the same loss on the same batch after load_state as right after the save, and a
+ * different one when the generator has moved on (so the check can fail). Exits 77 without a CUDA device. */
+static int checkpoint_rng(void) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 3}", &acc));
+  if (strncmp(device_of(acc), "cuda", 4) != 0) {
+    printf("no usable CUDA device: skipped\n");
+    acc_accelerator_destroy(acc);
+    return 77;
+  }
+  acc_model* model;
+  CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 16, \"block_size\": 8, \"n_layer\": 1, \"n_head\": 2, "
+                         "\"n_embd\": 16, \"dropout\": 0.5}", &model));
+  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
+  int64_t ids[16], shape[2] = {2, 8};
+  for (int i = 0; i < 16; ++i) ids[i] = (i * 5) % 16;
+  acc_tensor *x, *y;
+  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
+  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &y));
+  char dir[] = "/tmp/acc_gpu_rng_XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  char ckpt[64];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+  double loss[3];
+  CHECK(acc_save_state(acc, ckpt));
+  for (int k = 0; k < 3; ++k) {
+    if (k == 2) CHECK(acc_load_state(acc, ckpt));
+    acc_tensor* l;
+    CHECK(acc_model_forward(model, x, y, NULL, &l)); /* the moved tensors draw dropout masks on cuda:0 */
+    CHECK(acc_tensor_item(l, &loss[k]));
+    acc_tensor_destroy(l);
+  }
+  printf("dropout losses: after the save %.6f, next %.6f, after load_state %.6f\n", loss[0], loss[1], loss[2]);
+  EXPECT(loss[1] != loss[0]);
+  EXPECT(loss[2] == loss[0]);
+  remove_tree(ckpt);
+  EXPECT(rmdir(dir) == 0);
+  acc_tensor_destroy(x);
+  acc_tensor_destroy(y);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  return finish();
+}
+
 static int rank_main(const char* out, int batch, int steps) {
   acc_accelerator* acc;
   CHECK(acc_accelerator_create("{\"seed\": 42}", &acc));
@@ -400,6 +463,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && !strcmp(argv[1], "broken")) return broken(argv[2]);
   if (argc == 2 && !strcmp(argv[1], "single")) return single();
   if (argc == 2 && !strcmp(argv[1], "nccl")) return nccl();
+  if (argc == 2 && !strcmp(argv[1], "checkpoint_rng")) return checkpoint_rng();
   if (argc == 5 && !strcmp(argv[1], "rank")) return rank_main(argv[2], atoi(argv[3]), atoi(argv[4]));
   if (argc == 2 && !strcmp(argv[1], "probe")) {
     acc_accelerator* acc;
@@ -408,6 +472,6 @@ int main(int argc, char** argv) {
     acc_accelerator_destroy(acc);
     return on_cuda ? 0 : 3;
   }
-  fprintf(stderr, "usage: test_gpu fallback PLUGIN_BUILT | single | nccl\n");
+  fprintf(stderr, "usage: test_gpu fallback PLUGIN_BUILT | single | nccl | checkpoint_rng\n");
   return 2;
 }

@@ -3,8 +3,8 @@
 about --params parameters) with AdamW state after one step, through libacc (bench/checkpoint_step.c, the C ABI)
 and through Accelerate (bench/checkpoint_step.py), in one process each, alternated over rounds, beside `dd`'s
 sequential write (conv=fsync) and read of a file of the checkpoint's size in the same rounds. Loads are timed
-warm (the checkpoint still in the page cache from the save) and, when the page cache can be dropped (root),
-cold. Prints a markdown table of medians and libacc's ratios.
+right after the save (Accelerate's files still in the page cache; libacc writes large files around it, with
+O_DIRECT) and, when the page cache can be dropped (root), cold. Prints a markdown table of medians and libacc's ratios.
 
   bash bench/setup.sh && python3 bench/checkpoint.py [--params 250M] [--rounds 3] [--dir DIR]
 """
@@ -131,7 +131,7 @@ def main():
     med = lambda rs, k: statistics.median(x[k] for x in rs)
     loads = ["load_warm_s", "load_cold_s"] if drop else ["load_warm_s"]
     cols = ["save_s", "save_sync_s"] + loads
-    names = {"save_s": "save (returns)", "save_sync_s": "save + sync (on disk)", "load_warm_s": "load, warm cache", "load_cold_s": "load, cold cache"}
+    names = {"save_s": "save (returns)", "save_sync_s": "save + sync (on disk)", "load_warm_s": "load right after the save", "load_cold_s": "load, cold cache"}
     ddcol = {"save_s": "write_s", "save_sync_s": "write_s", "load_warm_s": "read_warm_s", "load_cold_s": "read_cold_s"}
     mb = lambda nbytes, s: nbytes / s / 1e6
     print(f"### {parameters / 1e6:.1f} M parameters ({layers} x Linear({width}, {width}), float32) + AdamW state\n")

@@ -15,8 +15,11 @@ else
 fi
 # Additions carry a newer symbol version than ACC_1.0 (capi/acc.map): a function the baseline lacks but
 # the library exports as ACC_1.0 was added without its version node.
-unversioned=$(objdump -T "$lib" | awk '$NF ~ /^acc_/ && $(NF-1) == "ACC_1.0" {print $NF}' | while read -r f; do
-  grep -q "name='$f'" "$baseline" || echo "$f"; done)
+unversioned_against() {
+  objdump -T "$lib" | awk '$NF ~ /^acc_/ && $(NF-1) == "ACC_1.0" {print $NF}' | while read -r f; do
+    grep -q "name='$f'" "$1" || echo "$f"; done
+}
+unversioned=$(unversioned_against "$baseline")
 if [ -n "$unversioned" ]; then
   echo "added after 1.0.0 but exported as ACC_1.0 (name them in a newer node of capi/acc.map):" $unversioned
   failed=1
@@ -26,6 +29,11 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 sed "s/acc_version'/acc_version_removed_probe'/g" "$baseline" > "$tmp/probe.abi"
 if abidiff --no-added-syms --headers-dir2 "$headers" --drop-private-types "$tmp/probe.abi" "$lib" > "$tmp/out" 2>&1; then
   echo "abidiff did not notice a removed function: this test could not fail"; failed=1
+fi
+# And a baseline without acc_version (an ACC_1.0 function) makes acc_version look added as ACC_1.0.
+sed "s/name='acc_version'/name='acc_version_absent_probe'/g" "$baseline" > "$tmp/lacking.abi"
+if [ "$(unversioned_against "$tmp/lacking.abi")" != "acc_version" ]; then
+  echo "the ACC_1.0 check did not notice acc_version missing from a baseline: this test could not fail"; failed=1
 fi
 if [ $failed -eq 0 ]; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi
 exit $failed

@@ -2,7 +2,8 @@
 # The benchmarks' own Python environment: the full PyTorch (its CUDA libraries included, several GB,
 # since PyPI's Linux torch is a CUDA build that Python cannot import without them) and Accelerate,
 # to run the same workload through PyTorch DDP and Accelerate beside libacc. Not needed to build or
-# test libacc. Idempotent.
+# test libacc. Also Hugging Face transformers, used only by tests/hf/make_fixtures.py to regenerate
+# the committed reference fixtures under tests/hf/fixtures (CI never runs it). Idempotent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 stamp=.venv-bench/.acc-bench-torch-2.15.0
@@ -10,5 +11,10 @@ if [[ ! -f $stamp ]]; then
   python3 -m venv .venv-bench
   .venv-bench/bin/pip install -q --upgrade pip >/dev/null
   .venv-bench/bin/pip install -q "torch==2.15.0" "accelerate==1.15.0" numpy
+  touch "$stamp"
+fi
+stamp=.venv-bench/.acc-bench-transformers-5.23.0
+if [[ ! -f $stamp ]]; then
+  .venv-bench/bin/pip install -q "transformers==5.23.0"
   touch "$stamp"
 fi

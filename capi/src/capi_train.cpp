@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 
 #include "checkpoint/safetensors.hpp"
+#include "models/hf/pretrained.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
 #include "util/errors.hpp"
@@ -75,6 +76,14 @@ acc_status acc_model_load_torchscript(const char* path, const char* options_json
   return guarded(__func__, [&] {
     need(out, "out");
     *out = new_model(acc::core::load_torchscript_model(need(path, "path"), options_json));
+  });
+}
+
+acc_status acc_model_from_pretrained(const char* dir, const char* options_json, acc_model** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = new_model(acc::core::hf::from_pretrained(need(dir, "dir"), options_json));
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "models/layers.hpp"
 #include "models/model.hpp"
 #include "precision/fp8.hpp"
 #include <acc/builtin_models.hpp>
@@ -18,23 +19,6 @@ namespace {
 using torch::nn::Module;
 
 at::TensorOptions float_on(c10::Device d) { return at::TensorOptions().dtype(at::kFloat).device(d); }
-
-// A module with parameters that knows how it was initialised, so meta-built trees can be materialised.
-// Its tensors are read through param() rather than kept in members: materialising replaces them.
-struct InitModule : Module {
-  virtual void reset() = 0;
-  at::Tensor& param(const char* name) { return parameters_[name]; }
-  at::Tensor bias_or_none() {
-    const at::Tensor* b = parameters_.find("bias");
-    return b ? *b : at::Tensor();
-  }
-  // torch's to_empty for this module's own tensors: meta ones get uninitialised storage on `device`.
-  void materialize(c10::Device device) {
-    for (auto& item : parameters_)
-      if (item.value().is_meta())
-        item.value() = at::empty(item.value().sizes(), item.value().options().device(device)).requires_grad_(true);
-  }
-};
 
 // torch.nn.Linear: y = x W^T + b, W [out, in]; uniform(+-1/sqrt(in)) as Linear's default init.
 struct Linear : InitModule {
@@ -85,29 +69,6 @@ struct Embedding : InitModule {
   void reset() override { param("weight").normal_(0, std_); }
   double std_;
 };
-
-// A list of submodules named "0", "1", ... (torch.nn.ModuleList).
-template <class M>
-struct ModuleList : Module {
-  std::shared_ptr<M> add(std::shared_ptr<M> m) {
-    items.push_back(register_module(std::to_string(items.size()), std::move(m)));
-    return items.back();
-  }
-  std::vector<std::shared_ptr<M>> items;
-};
-
-// Initialises every InitModule of the tree in definition order: the same draws from the generator as
-// at construction, whatever device the tree is on now.
-void reset_tree(Module& root) {
-  c10::NoGradGuard no_grad;
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* init = dynamic_cast<InitModule*>(m.get())) init->reset();
-}
-
-void materialize_tree(Module& root, c10::Device device) {
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* init = dynamic_cast<InitModule*>(m.get())) init->materialize(device);
-}
 
 at::Tensor activation(const std::string& kind, const at::Tensor& x) {
   if (kind == "relu") return at::relu(x);

@@ -125,6 +125,24 @@ bool JsonValue::get_bool(const std::string& key) const {
 
 std::string JsonValue::get_string(const std::string& key) const { return get(key).as_string(); }
 
+bool JsonValue::has_value(const std::string& key) const {
+  return has(key) && !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(node_, key.c_str()));
+}
+int64_t JsonValue::get_int_or(const std::string& key, int64_t fallback) const {
+  return has_value(key) ? get_int(key) : fallback;
+}
+double JsonValue::get_double_or(const std::string& key, double fallback) const {
+  return has_value(key) ? get_double(key) : fallback;
+}
+bool JsonValue::get_bool_or(const std::string& key, bool fallback) const {
+  return has_value(key) ? get_bool(key) : fallback;
+}
+std::string JsonValue::get_string_or(const std::string& key, const std::string& fallback) const {
+  return has_value(key) ? get_string(key) : fallback;
+}
+bool JsonValue::is_object() const { return cJSON_IsObject(node_); }
+bool JsonValue::is_array() const { return cJSON_IsArray(node_); }
+
 size_t JsonValue::size() const {
   if (!cJSON_IsArray(node_) && !cJSON_IsObject(node_)) fail("expected an array or object");
   return static_cast<size_t>(cJSON_GetArraySize(node_));

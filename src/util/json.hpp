@@ -43,6 +43,14 @@ class JsonValue {
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   std::string get_string(const std::string& key) const;
+  // Optional keys (Hugging Face config.json): the fallback when the key is missing or null.
+  bool has_value(const std::string& key) const;  // present and not null
+  int64_t get_int_or(const std::string& key, int64_t fallback) const;
+  double get_double_or(const std::string& key, double fallback) const;
+  bool get_bool_or(const std::string& key, bool fallback) const;
+  std::string get_string_or(const std::string& key, const std::string& fallback) const;
+  bool is_object() const;
+  bool is_array() const;
   size_t size() const;             // of an array or object
   JsonValue at(size_t i) const;    // of an array
   std::vector<std::string> keys() const;  // of an object, in order

@@ -307,6 +307,23 @@ ACC_API ACC_NODISCARD acc_status acc_model_create(const char* spec_json, acc_mod
  *  Caller owns *out (acc_model_destroy). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, const char* options_json,
                                                              acc_model** out) ACC_NOEXCEPT;
+/**
+ * transformers' from_pretrained: a Hugging Face model directory (config.json, and model.safetensors or
+ * the shards model.safetensors.index.json lists). config.json's "architectures"[0] picks the model:
+ * LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM (another is
+ * ACC_ERR_UNSUPPORTED, naming it and listing these). The model is built without weight memory, then the
+ * tensors are read through memory maps into storage of the requested dtype. options_json (NULL: {}):
+ * {"dtype": "auto" | "float32" | "bfloat16" | "float16"}; "auto", the default (as in transformers 5), is
+ * the dtype config.json records, float32 when none. Every parameter name and shape must
+ * match transformers': ACC_ERR_INVALID_ARGUMENT lists what is missing, unexpected and mismatched; a
+ * missing file is ACC_ERR_IO naming it. The model comes in eval mode (acc_model_set_training to fine-tune); it
+ * takes the named batch "input_ids" with optional "attention_mask", "position_ids" and "labels" (shifted
+ * inside, -100 ignored) and returns "logits" (and "loss"); acc_model_forward's input is "input_ids" and
+ * its targets "labels". See docs/hf-models.md.
+ * Caller owns *out (acc_model_destroy). Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_from_pretrained(const char* dir, const char* options_json,
+                                                            acc_model** out) ACC_NOEXCEPT;
 /** Releases the handle; an optimizer over the model keeps it alive.
  *  NULL-safe; not during another call on model. */
 ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;

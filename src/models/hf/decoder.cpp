@@ -1,0 +1,322 @@
+// The Llama family of decoders, as transformers' modeling_llama / mistral / qwen2 / mixtral define them
+// (same module names, so Hub checkpoints load without renaming): RMSNorm, rotary position embeddings
+// (default, linear, dynamic NTK and llama3 scaling), grouped-query attention, SwiGLU, and Mixtral's sparse
+// mixture of experts with top-k routing.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "models/hf/families.hpp"
+#include "models/hf/layers.hpp"
+#include "util/errors.hpp"
+
+namespace acc::core::hf {
+
+namespace {
+
+using torch::nn::Module;
+
+struct DecoderConfig {
+  std::string architecture;
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t max_positions = 0, sliding_window = 0, experts = 0, top_k = 0;
+  std::string act;
+  double eps = 1e-6, init_std = 0.02, attention_dropout = 0;
+  bool tie = false, qkv_bias = false, o_bias = false, mlp_bias = false;
+  // Rotary embeddings
+  std::string rope_type = "default";
+  double theta = 10000, factor = 1, low_freq = 1, high_freq = 4;
+  int64_t original_max_positions = 0;
+};
+
+DecoderConfig parse(const JsonValue& c, const std::string& arch, const std::string& source) {
+  DecoderConfig d;
+  d.architecture = arch;
+  d.vocab = c.get_int("vocab_size");
+  d.hidden = c.get_int("hidden_size");
+  d.intermediate = c.get_int("intermediate_size");
+  d.layers = c.get_int("num_hidden_layers");
+  d.heads = c.get_int("num_attention_heads");
+  d.kv_heads = c.get_int_or("num_key_value_heads", d.heads);
+  d.head_dim = c.get_int_or("head_dim", d.heads > 0 ? d.hidden / d.heads : 0);
+  d.max_positions = c.get_int_or("max_position_embeddings", 2048);
+  d.act = c.get_string_or("hidden_act", "silu");
+  check_activation(d.act, source);
+  d.eps = c.get_double_or("rms_norm_eps", 1e-6);
+  d.init_std = c.get_double_or("initializer_range", 0.02);
+  d.attention_dropout = c.get_double_or("attention_dropout", 0.0);
+  d.tie = c.get_bool_or("tie_word_embeddings", false);
+  if (d.vocab <= 0 || d.hidden <= 0 || d.intermediate <= 0 || d.layers <= 0 || d.heads <= 0 || d.kv_heads <= 0 ||
+      d.head_dim <= 0 || d.heads % d.kv_heads != 0 || d.head_dim % 2 != 0)
+    throw std::invalid_argument(source + ": sizes must be positive, num_attention_heads a multiple of "
+                                         "num_key_value_heads and head_dim even");
+  if (arch == "Qwen2ForCausalLM") {
+    d.qkv_bias = true;  // Qwen2Attention: q, k and v with bias, o without
+    if (c.get_bool_or("use_sliding_window", false)) d.sliding_window = c.get_int_or("sliding_window", 0);
+  } else {
+    d.qkv_bias = d.o_bias = c.get_bool_or("attention_bias", false);
+    d.mlp_bias = c.get_bool_or("mlp_bias", false);
+    if (arch != "LlamaForCausalLM") d.sliding_window = c.get_int_or("sliding_window", 0);
+  }
+  if (arch == "MixtralForCausalLM") {
+    d.experts = c.get_int("num_local_experts");
+    d.top_k = c.get_int("num_experts_per_tok");
+    if (d.experts <= 0 || d.top_k <= 0 || d.top_k > d.experts)
+      throw std::invalid_argument(source + ": num_experts_per_tok must be between 1 and num_local_experts");
+  }
+  // transformers 4 writes rope_theta and rope_scaling; 5 writes rope_parameters (theta and scaling together).
+  d.theta = c.get_double_or("rope_theta", 10000.0);
+  const char* key = c.has_value("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (c.has_value(key)) {
+    JsonValue r = c.get(key);
+    d.theta = r.get_double_or("rope_theta", d.theta);
+    d.rope_type = r.get_string_or("rope_type", r.get_string_or("type", "default"));
+    if (d.rope_type != "default") d.factor = r.get_double("factor");
+    d.low_freq = r.get_double_or("low_freq_factor", 1.0);
+    d.high_freq = r.get_double_or("high_freq_factor", 4.0);
+    d.original_max_positions = r.get_int_or("original_max_position_embeddings", d.max_positions);
+    if (d.rope_type != "default" && d.rope_type != "linear" && d.rope_type != "dynamic" && d.rope_type != "llama3")
+      throw UnsupportedError(source + ": " + key + ".rope_type '" + d.rope_type +
+                             "' is not one libacc has (default, linear, dynamic, llama3)");
+  }
+  return d;
+}
+
+// transformers' rope_init_fn for the types above: the inverse frequencies of the rotary embedding.
+at::Tensor inverse_frequencies(const DecoderConfig& d, double theta) {
+  at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, d.head_dim, 2, at::kLong).to(at::kFloat) / d.head_dim);
+  if (d.rope_type == "linear") return inv / d.factor;
+  if (d.rope_type != "llama3") return inv;
+  const double old = static_cast<double>(d.original_max_positions);
+  const double low_wavelen = old / d.low_freq, high_wavelen = old / d.high_freq;
+  at::Tensor wavelen = 2 * std::numbers::pi / inv;
+  at::Tensor scaled = at::where(wavelen > low_wavelen, inv / d.factor, inv);
+  at::Tensor smooth = (old / wavelen - d.low_freq) / (d.high_freq - d.low_freq);
+  at::Tensor smoothed = (1 - smooth) * scaled / d.factor + smooth * scaled;
+  at::Tensor medium = wavelen.ge(high_wavelen).logical_and(wavelen.le(low_wavelen));
+  return at::where(medium, smoothed, scaled);
+}
+
+struct Attention : Module {
+  Attention(const DecoderConfig& d, const at::TensorOptions& o) {
+    q_proj = register_module("q_proj", std::make_shared<Linear>(d.hidden, d.heads * d.head_dim, d.qkv_bias, d.init_std, o));
+    k_proj = register_module("k_proj", std::make_shared<Linear>(d.hidden, d.kv_heads * d.head_dim, d.qkv_bias, d.init_std, o));
+    v_proj = register_module("v_proj", std::make_shared<Linear>(d.hidden, d.kv_heads * d.head_dim, d.qkv_bias, d.init_std, o));
+    o_proj = register_module("o_proj", std::make_shared<Linear>(d.heads * d.head_dim, d.hidden, d.o_bias, d.init_std, o));
+  }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+};
+
+struct GatedMlp : Module {  // LlamaMLP: down(act(gate(x)) * up(x))
+  GatedMlp(const DecoderConfig& d, const at::TensorOptions& o, const char* gate, const char* up, const char* down) {
+    gate_ = register_module(gate, std::make_shared<Linear>(d.hidden, d.intermediate, d.mlp_bias, d.init_std, o));
+    up_ = register_module(up, std::make_shared<Linear>(d.hidden, d.intermediate, d.mlp_bias, d.init_std, o));
+    down_ = register_module(down, std::make_shared<Linear>(d.intermediate, d.hidden, d.mlp_bias, d.init_std, o));
+  }
+  at::Tensor forward(const at::Tensor& x, const std::string& act) {
+    return down_->forward(activation(act, gate_->forward(x)) * up_->forward(x));
+  }
+  std::shared_ptr<Linear> gate_, up_, down_;
+};
+
+// MixtralSparseMoeBlock: a router ("gate") picks the top-k experts of each token; their outputs are summed,
+// weighted by the router's softmax renormalised over the chosen ones.
+struct SparseMoe : Module {
+  SparseMoe(const DecoderConfig& d, const at::TensorOptions& o) : top_k(d.top_k) {
+    gate = register_module("gate", std::make_shared<Linear>(d.hidden, d.experts, false, d.init_std, o));
+    experts = register_module("experts", std::make_shared<ModuleList<GatedMlp>>());
+    for (int64_t e = 0; e < d.experts; ++e) experts->add(std::make_shared<GatedMlp>(d, o, "w1", "w3", "w2"));
+  }
+  at::Tensor forward(const at::Tensor& x, const std::string& act) {
+    const auto shape = x.sizes().vec();
+    at::Tensor flat = x.reshape({-1, shape.back()});
+    at::Tensor weights = at::softmax(gate->forward(flat), 1, at::kFloat);
+    auto [top, chosen] = weights.topk(top_k, -1);
+    top = (top / top.sum(-1, true)).to(x.scalar_type());
+    at::Tensor out = at::zeros_like(flat);
+    for (size_t e = 0; e < experts->items.size(); ++e) {
+      at::Tensor hit = chosen.eq(static_cast<int64_t>(e));  // [tokens, k]
+      at::Tensor where = hit.nonzero();                     // rows: (token, slot)
+      if (where.size(0) == 0) continue;
+      at::Tensor tokens = where.select(1, 0), slots = where.select(1, 1);
+      at::Tensor y = experts->items[e]->forward(flat.index_select(0, tokens), act) *
+                     top.index({tokens, slots}).unsqueeze(-1);
+      out.index_add_(0, tokens, y);
+    }
+    return out.view(shape);
+  }
+  int64_t top_k;
+  std::shared_ptr<Linear> gate;
+  std::shared_ptr<ModuleList<GatedMlp>> experts;
+};
+
+struct Layer : Module {
+  Layer(const DecoderConfig& d, const at::TensorOptions& o) {
+    self_attn = register_module("self_attn", std::make_shared<Attention>(d, o));
+    if (d.experts > 0)
+      moe = register_module("block_sparse_moe", std::make_shared<SparseMoe>(d, o));
+    else
+      mlp = register_module("mlp", std::make_shared<GatedMlp>(d, o, "gate_proj", "up_proj", "down_proj"));
+    input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
+    post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
+  }
+  std::shared_ptr<Attention> self_attn;
+  std::shared_ptr<GatedMlp> mlp;
+  std::shared_ptr<SparseMoe> moe;
+  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
+};
+
+struct Backbone : Module {  // LlamaModel
+  Backbone(const DecoderConfig& d, const at::TensorOptions& o) {
+    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(d.vocab, d.hidden, d.init_std, o));
+    layers = register_module("layers", std::make_shared<ModuleList<Layer>>());
+    for (int64_t l = 0; l < d.layers; ++l) layers->add(std::make_shared<Layer>(d, o));
+    norm = register_module("norm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
+  }
+  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<ModuleList<Layer>> layers;
+  std::shared_ptr<RMSNorm> norm;
+};
+
+// (LlamaFor|MistralFor|Qwen2For|MixtralFor)CausalLM: "model" and, unless tied to the embedding, "lm_head".
+class CausalDecoder final : public NnModel, public CausalLM {
+ public:
+  CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
+      : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {
+    model_ = module_->register_module("model", std::make_shared<Backbone>(d_, o));
+    if (!d_.tie) lm_head_ = module_->register_module("lm_head", std::make_shared<Linear>(d_.hidden, d_.vocab, false, d_.init_std, o));
+    base_inv_freq_ = dynamic_inv_freq_ = inverse_frequencies(d_, d_.theta);
+    cached_len_ = d_.max_positions;
+  }
+  void reset_parameters() override { reset_tree(*module_); }
+  void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
+  std::string input_name() const override { return "input_ids"; }
+  std::string target_name() const override { return "labels"; }
+  bool ties_embeddings() const override { return d_.tie; }
+
+  TensorDict forward(const TensorDict& batch) override {
+    for (const auto& [name, t] : batch.items())
+      if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
+        throw std::invalid_argument(d_.architecture + " forward: unexpected batch entry '" + name +
+                                    "' (it takes input_ids, attention_mask, position_ids, labels)");
+    const at::Tensor& ids = batch.at("input_ids");
+    at::Tensor logits = step(ids, batch.get("attention_mask"), batch.get("position_ids"), nullptr);
+    TensorDict out{{"logits", logits}};
+    if (at::Tensor labels = batch.get("labels"); labels.defined()) out.set("loss", causal_lm_loss(logits, labels));
+    return out;
+  }
+
+  at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                  KvCache* cache) override {
+    if (input_ids.dim() != 2 || at::isFloatingType(input_ids.scalar_type()))
+      throw std::invalid_argument(d_.architecture + " forward: input_ids must be integer token ids of shape [batch, "
+                                  "time]; got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
+    const at::Tensor& emb = model_->embed_tokens->param("weight");
+    const int64_t B = input_ids.size(0), T = input_ids.size(1);
+    const int64_t past = cache ? cache->length : 0;
+    at::Tensor ids = input_ids.to(emb.device(), at::kLong);
+    at::Tensor pos = position_ids.defined() ? position_ids.to(emb.device(), at::kLong)
+                                            : at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T});
+    at::Tensor x = model_->embed_tokens->forward(ids);
+    const auto o = x.options();
+    at::Tensor mask = causal_mask(attention_mask, B, past, T, d_.sliding_window, o);
+    auto [cos, sin] = rotary(pos, o);
+    const bool train = module_->is_training();
+    const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
+    if (cache && cache->keys.empty()) cache->keys.resize(d_.layers), cache->values.resize(d_.layers);
+    for (int64_t l = 0; l < d_.layers; ++l) {
+      Layer& layer = *model_->layers->items[l];
+      Attention& a = *layer.self_attn;
+      at::Tensor h = layer.input_layernorm->forward(x);
+      at::Tensor q = a.q_proj->forward(h).view({B, T, d_.heads, hd}).transpose(1, 2);
+      at::Tensor k = a.k_proj->forward(h).view({B, T, d_.kv_heads, hd}).transpose(1, 2);
+      at::Tensor v = a.v_proj->forward(h).view({B, T, d_.kv_heads, hd}).transpose(1, 2);
+      q = q * cos + rotate_half(q) * sin;
+      k = k * cos + rotate_half(k) * sin;
+      if (cache) {
+        if (past > 0) {
+          k = at::cat({cache->keys[l], k}, 2);
+          v = at::cat({cache->values[l], v}, 2);
+        }
+        cache->keys[l] = k;
+        cache->values[l] = v;
+      }
+      if (rep > 1) {  // repeat_kv: query head h reads key/value head h / rep
+        k = k.unsqueeze(2).expand({B, d_.kv_heads, rep, past + T, hd}).reshape({B, d_.heads, past + T, hd});
+        v = v.unsqueeze(2).expand({B, d_.kv_heads, rep, past + T, hd}).reshape({B, d_.heads, past + T, hd});
+      }
+      at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, train ? d_.attention_dropout : 0.0, false);
+      y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, d_.heads * hd}));
+      x = x + y;
+      h = layer.post_attention_layernorm->forward(x);
+      x = x + (layer.moe ? layer.moe->forward(h, d_.act) : layer.mlp->forward(h, d_.act));
+    }
+    if (cache) cache->length = past + T;
+    x = model_->norm->forward(x);
+    return lm_head_ ? lm_head_->forward(x) : at::linear(x, emb);
+  }
+
+ private:
+  static at::Tensor rotate_half(const at::Tensor& x) {
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  }
+
+  // cos and sin [B, 1, T, head_dim] in the compute dtype, from float32 frequencies (LlamaRotaryEmbedding).
+  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& pos, const at::TensorOptions& o) {
+    at::Tensor inv = base_inv_freq_;
+    if (d_.rope_type == "dynamic") inv = dynamic_frequencies(pos);
+    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv.to(pos.device()).view({1, 1, -1});
+    at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+    return {emb.cos().to(o.dtype()), emb.sin().to(o.dtype())};
+  }
+
+  // transformers' dynamic_rope_update: past the trained length, the base grows with the sequence
+  // (NTK-aware); the frequencies are kept until a longer sequence comes, and reset when a shorter one than
+  // the trained length does.
+  at::Tensor dynamic_frequencies(const at::Tensor& pos) {
+    const int64_t seq = pos.max().item<int64_t>() + 1;
+    const int64_t original = d_.max_positions;
+    if (seq > cached_len_) {
+      const double base = d_.theta * std::pow(d_.factor * static_cast<double>(seq) / original - (d_.factor - 1),
+                                              static_cast<double>(d_.head_dim) / (d_.head_dim - 2));
+      dynamic_inv_freq_ = inverse_frequencies(d_, base);
+      cached_len_ = seq;
+    }
+    if (seq < original && cached_len_ > original) {
+      dynamic_inv_freq_ = base_inv_freq_;
+      cached_len_ = original;
+    }
+    return dynamic_inv_freq_;
+  }
+
+  DecoderConfig d_;
+  std::shared_ptr<Backbone> model_;
+  std::shared_ptr<Linear> lm_head_;
+  at::Tensor base_inv_freq_, dynamic_inv_freq_;
+  int64_t cached_len_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& architecture,
+                                    const at::TensorOptions& options, const std::string& source) {
+  auto model = std::make_unique<CausalDecoder>(parse(config, architecture, source), options);
+  if (options.device() != c10::kMeta) model->reset_parameters();
+  return model;
+}
+
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  if (labels.dim() != 2 || labels.size(0) != logits.size(0) || labels.size(1) != logits.size(1))
+    throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [" +
+                                std::to_string(logits.size(0)) + ", " + std::to_string(logits.size(1)) + "]");
+  // transformers' ForCausalLMLoss: float32 logits, labels shifted left, -100 ignored, mean over the rest.
+  const int64_t T = logits.size(1);
+  at::Tensor l = logits.narrow(1, 0, T - 1).to(at::kFloat).reshape({-1, logits.size(-1)});
+  at::Tensor t = labels.narrow(1, 1, T - 1).to(logits.device(), at::kLong).reshape({-1});
+  return at::cross_entropy_loss(l, t, {}, at::Reduction::Mean, -100);
+}
+
+}  // namespace acc::core::hf

@@ -1,0 +1,41 @@
+// The Hugging Face families libacc implements, built from a config.json (see pretrained.hpp for loading).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "util/json.hpp"
+
+namespace acc::core::hf {
+
+// The keys and values of every attention layer for the positions seen so far (transformers' DynamicCache).
+struct KvCache {
+  std::vector<at::Tensor> keys, values;  // per layer, [batch, kv_heads, length, head_dim]
+  int64_t length = 0;
+};
+
+// A causal language model, stepped for generation.
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  // Logits [B, T, vocab] of input_ids [B, T] that follow the cache's positions (none without a cache).
+  // attention_mask [B, past + T] (undefined: all present); position_ids [B, T] (undefined: past .. past+T-1).
+  // Appends the new keys and values to the cache.
+  virtual at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                          const at::Tensor& position_ids, KvCache* cache) = 0;
+  // The output embedding is the input embedding (tie_word_embeddings): no lm_head.weight of its own.
+  virtual bool ties_embeddings() const = 0;
+};
+
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM. Parameters are created with
+// `options` (dtype, device: meta for no storage), initialised as transformers does unless on meta.
+std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& architecture,
+                                    const at::TensorOptions& options, const std::string& source);
+
+// transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored.
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
+
+}  // namespace acc::core::hf

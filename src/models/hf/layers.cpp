@@ -1,0 +1,54 @@
+#include "models/hf/layers.hpp"
+
+#include <limits>
+#include <stdexcept>
+
+namespace acc::core::hf {
+
+namespace {
+// torch.finfo(dtype).min
+double lowest(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+    case at::kDouble: return std::numeric_limits<double>::lowest();
+    default: return std::numeric_limits<float>::lowest();
+  }
+}
+
+const char* const kActivations[] = {"silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu"};
+}
+
+void check_activation(const std::string& name, const std::string& source) {
+  for (const char* a : kActivations)
+    if (name == a) return;
+  std::string list;
+  for (const char* a : kActivations) list += (list.empty() ? "" : ", ") + std::string(a);
+  throw std::invalid_argument(source + ": hidden_act '" + name + "' is not one libacc has (" + list + ")");
+}
+
+at::Tensor activation(const std::string& name, const at::Tensor& x) {
+  if (name == "silu" || name == "swish") return at::silu(x);
+  if (name == "gelu") return at::gelu(x);
+  if (name == "relu") return at::relu(x);
+  return at::gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh, gelu_fast: the tanh approximation
+}
+
+at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
+                       const at::TensorOptions& o) {
+  const auto idx = at::TensorOptions().dtype(at::kLong).device(o.device());
+  at::Tensor q = at::arange(past, past + t, idx).view({t, 1});
+  at::Tensor k = at::arange(past + t, idx).view({1, past + t});
+  at::Tensor allowed = k.le(q);
+  if (window > 0) allowed = allowed.logical_and(q.sub(k).lt(window));
+  allowed = allowed.view({1, 1, t, past + t}).expand({batch, 1, t, past + t});
+  if (attention_mask.defined()) {
+    if (attention_mask.dim() != 2 || attention_mask.size(0) != batch || attention_mask.size(1) != past + t)
+      throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [" +
+                                  std::to_string(batch) + ", " + std::to_string(past + t) + "]");
+    allowed = allowed.logical_and(attention_mask.to(o.device()).ne(0).view({batch, 1, 1, past + t}));
+  }
+  return at::where(allowed, at::zeros({}, o), at::full({}, lowest(o.dtype().toScalarType()), o));
+}
+
+}  // namespace acc::core::hf

@@ -1,0 +1,72 @@
+// The layers of the Hugging Face families, with transformers' parameter names and initialisation
+// (`_init_weights`: normal(0, initializer_range) weights, zero biases, unit norms).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "models/layers.hpp"
+
+namespace acc::core::hf {
+
+// nn.Linear: y = x W^T + b, W [out, in].
+struct Linear : InitModule {
+  Linear(int64_t in, int64_t out, bool bias, double std, const at::TensorOptions& o) : std_(std) {
+    register_parameter("weight", at::empty({out, in}, o));
+    if (bias) register_parameter("bias", at::empty({out}, o));
+  }
+  void reset() override {
+    param("weight").normal_(0, std_);
+    if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::linear(x, param("weight"), bias_or_none()); }
+  double std_;
+};
+
+struct Embedding : InitModule {
+  Embedding(int64_t n, int64_t dim, double std, const at::TensorOptions& o) : std_(std) {
+    register_parameter("weight", at::empty({n, dim}, o));
+  }
+  void reset() override { param("weight").normal_(0, std_); }
+  at::Tensor forward(const at::Tensor& ids) { return at::embedding(param("weight"), ids); }
+  double std_;
+};
+
+// LlamaRMSNorm: normalised in float32, scaled in the input's dtype.
+struct RMSNorm : InitModule {
+  RMSNorm(int64_t n, double eps, const at::TensorOptions& o) : eps_(eps) { register_parameter("weight", at::empty({n}, o)); }
+  void reset() override { param("weight").fill_(1); }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = x.to(at::kFloat);
+    h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return param("weight") * h.to(x.scalar_type());
+  }
+  double eps_;
+};
+
+struct LayerNorm : InitModule {
+  LayerNorm(int64_t n, double eps, const at::TensorOptions& o) : n_(n), eps_(eps) {
+    register_parameter("weight", at::empty({n}, o));
+    register_parameter("bias", at::empty({n}, o));
+  }
+  void reset() override {
+    param("weight").fill_(1);
+    param("bias").zero_();
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {n_}, param("weight"), param("bias"), eps_); }
+  int64_t n_;
+  double eps_;
+};
+
+// transformers' ACT2FN for the names these families use; std::invalid_argument naming an unknown one.
+at::Tensor activation(const std::string& name, const at::Tensor& x);
+void check_activation(const std::string& name, const std::string& source);
+
+// The additive attention mask of transformers' eager attention, [B, 1, T, past + T]: 0 where query i
+// (at absolute position past + i) may see key j (j <= past + i, attention_mask[b, j] == 1 and, with a
+// sliding window w > 0, past + i - j < w), the dtype's lowest value elsewhere. attention_mask [B, past + T]
+// may be undefined (every key present).
+at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
+                       const at::TensorOptions& o);
+
+}  // namespace acc::core::hf

@@ -121,4 +121,20 @@ std::vector<double> Options::get_double_list(const std::string& key, std::vector
   return v;
 }
 
+std::vector<int64_t> Options::get_id_list(const std::string& key, std::vector<int64_t> fallback) const {
+  const cJSON* it = item(key);
+  if (!it) return fallback;
+  const auto is_id = [](const cJSON* c) {
+    return cJSON_IsNumber(c) && c->valuedouble >= 0 && c->valuedouble <= 9.0e15 && c->valuedouble == std::floor(c->valuedouble);
+  };
+  if (is_id(it)) return {static_cast<int64_t>(it->valuedouble)};
+  if (!cJSON_IsArray(it)) fail(key, "a token id (an integer >= 0) or a list of them");
+  std::vector<int64_t> v;
+  for (const cJSON* c = it->child; c; c = c->next) {
+    if (!is_id(c)) fail(key, "a token id (an integer >= 0) or a list of them");
+    v.push_back(static_cast<int64_t>(c->valuedouble));
+  }
+  return v;
+}
+
 }  // namespace acc::core

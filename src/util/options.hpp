@@ -32,6 +32,8 @@ class Options {
   bool get_bool(const std::string& key, bool fallback) const;
   std::vector<int64_t> get_int_list(const std::string& key) const;  // required
   std::vector<double> get_double_list(const std::string& key, std::vector<double> fallback) const;
+  // Token ids: an integer >= 0 or a list of them (transformers' eos_token_id).
+  std::vector<int64_t> get_id_list(const std::string& key, std::vector<int64_t> fallback) const;
 
  private:
   const cJSON* item(const std::string& key) const;

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "checkpoint/safetensors.hpp"
+#include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
 #include "util/errors.hpp"
 
@@ -59,6 +60,49 @@ TEST_P(CausalFixture, LogitsAndLossEqualTransformers) {
   EXPECT_LE(d16, 1.5 * own) << name;
 }
 
+TEST_P(CausalFixture, GreedyGenerationEqualsTransformers) {
+  const std::string name = GetParam();
+  auto e = expected_of(name);
+  auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", nullptr);
+  auto& lm = dynamic_cast<hf::CausalLM&>(*model);
+  hf::GenerationOptions o = hf::parse_generation_options(R"({"max_new_tokens": 8})", lm.generation_defaults);
+  std::vector<int64_t> streamed;
+  at::Tensor one = hf::generate(*model, e["prompt_ids"], {}, o, [&](const at::Tensor& t) {
+    streamed.push_back(t.item<int64_t>());
+    return true;
+  });
+  EXPECT_TRUE(one.equal(e["greedy_ids"])) << name << ": " << one << " vs " << e["greedy_ids"];
+  EXPECT_EQ(streamed.size(), 8u);
+  EXPECT_EQ(streamed.back(), e["greedy_ids"][0][-1].item<int64_t>());
+  // A batch of two prompts, the second left-padded: the same as transformers' generate with the mask.
+  at::Tensor batch = hf::generate(*model, e["batch_prompt_ids"], e["batch_prompt_mask"], o);
+  EXPECT_TRUE(batch.equal(e["batch_greedy_ids"])) << name << ": " << batch << " vs " << e["batch_greedy_ids"];
+  // The callback stops it.
+  int calls = 0;
+  at::Tensor stopped = hf::generate(*model, e["prompt_ids"], {}, o, [&](const at::Tensor&) { return ++calls < 3; });
+  EXPECT_EQ(stopped.size(1), e["prompt_ids"].size(1) + 3);
+}
+
+TEST_P(CausalFixture, SamplingIsReproducibleWithASeed) {
+  const std::string name = GetParam();
+  auto e = expected_of(name);
+  auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", nullptr);
+  auto& lm = dynamic_cast<hf::CausalLM&>(*model);
+  auto sample = [&](const char* json) {
+    return hf::generate(*model, e["batch_prompt_ids"], e["batch_prompt_mask"],
+                        hf::parse_generation_options(json, lm.generation_defaults));
+  };
+  const char* a = R"({"max_new_tokens": 12, "do_sample": true, "temperature": 1.5, "top_k": 40, "top_p": 0.95,
+                      "repetition_penalty": 1.3, "seed": 7})";
+  at::Tensor x = sample(a), y = sample(a);
+  EXPECT_TRUE(x.equal(y)) << name;
+  at::Tensor z = sample(R"({"max_new_tokens": 12, "do_sample": true, "temperature": 1.5, "seed": 8})");
+  EXPECT_FALSE(x.equal(z)) << name;
+  // top_k 1 is greedy, whatever the temperature and seed.
+  at::Tensor k1 = sample(R"({"max_new_tokens": 8, "do_sample": true, "top_k": 1, "temperature": 3.0, "seed": 1})");
+  EXPECT_TRUE(k1.equal(e["batch_greedy_ids"])) << name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transformers, CausalFixture,
                          testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral"));
 
@@ -69,6 +113,17 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// Past max_position_embeddings, dynamic NTK scaling changes every position's rotation: one forward of 13
+// tokens (max_position_embeddings 8) without a cache.
+TEST(FromPretrained, DynamicRopeScalingPastTheTrainedLength) {
+  auto e = expected_of("llama_dynamic");
+  auto model = hf::from_pretrained(g_fixtures + "/llama_dynamic/model", nullptr);
+  at::Tensor logits = model->forward(TensorDict{{"input_ids", e["long_ids"]}}).at("logits");
+  const double d = (logits - e["long_logits"]).abs().max().item<double>();
+  std::printf("llama_dynamic, 13 tokens: logits max |diff| %.3g\n", d);
+  EXPECT_LE(d, 1e-5);
 }
 
 TEST(FromPretrained, BadInputIsNamed) {

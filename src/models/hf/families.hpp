@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "models/hf/generate.hpp"
 #include "models/model.hpp"
 #include "util/json.hpp"
 
@@ -28,6 +29,8 @@ class CausalLM {
                           const at::Tensor& position_ids, KvCache* cache) = 0;
   // The output embedding is the input embedding (tie_word_embeddings): no lm_head.weight of its own.
   virtual bool ties_embeddings() const = 0;
+  // generate's defaults: the model's generation_config.json (or config.json's token ids).
+  GenerationOptions generation_defaults;
 };
 
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM. Parameters are created with

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -94,6 +95,37 @@ std::string list(const std::vector<std::string>& names) {
   return s;
 }
 
+std::vector<int64_t> token_ids(const JsonValue& v, const std::string& key) {
+  if (!v.has_value(key)) return {};
+  JsonValue ids = v.get(key);
+  if (!ids.is_array()) return {v.get_int(key)};
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < ids.size(); ++i) out.push_back(ids.at(i).as_int());
+  return out;
+}
+
+// transformers' GenerationConfig of the model: generation_config.json when there is one, else config.json's
+// token ids. Without a pad token, the first stop token pads (as generate does, with a warning).
+GenerationOptions generation_defaults(const fs::path& dir, const JsonValue& config) {
+  GenerationOptions g;
+  const fs::path path = dir / "generation_config.json";
+  std::optional<Json> file;
+  if (fs::exists(path)) file.emplace(read_text(path, "generation config"), path.string());
+  const JsonValue v = file ? file->root() : config;
+  g.eos_token_ids = token_ids(v, "eos_token_id");
+  const std::vector<int64_t> pad = token_ids(v, "pad_token_id");
+  g.pad_token_id = !pad.empty() ? pad[0] : !g.eos_token_ids.empty() ? g.eos_token_ids[0] : 0;
+  if (file) {
+    g.do_sample = v.get_bool_or("do_sample", g.do_sample);
+    g.temperature = v.get_double_or("temperature", g.temperature);
+    g.top_k = v.get_int_or("top_k", g.top_k);
+    g.top_p = v.get_double_or("top_p", g.top_p);
+    g.repetition_penalty = v.get_double_or("repetition_penalty", g.repetition_penalty);
+    g.max_new_tokens = v.get_int_or("max_new_tokens", g.max_new_tokens);
+  }
+  return g;
+}
+
 }  // namespace
 
 std::string known_architectures() {
@@ -155,6 +187,7 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     throw std::invalid_argument("from_pretrained: the checkpoint in '" + dir_arg + "' does not fit " + arch + ":" +
                                 what.substr(1));
   }
+  if (auto* lm = dynamic_cast<CausalLM*>(model.get())) lm->generation_defaults = generation_defaults(dir, c);
   model->to_empty(c10::kCPU);
   {
     c10::NoGradGuard no_grad;

@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 
 #include "checkpoint/safetensors.hpp"
+#include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
@@ -84,6 +85,28 @@ acc_status acc_model_from_pretrained(const char* dir, const char* options_json, 
   return guarded(__func__, [&] {
     need(out, "out");
     *out = new_model(acc::core::hf::from_pretrained(need(dir, "dir"), options_json));
+  });
+}
+
+acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc_tensor* attention_mask,
+                        const char* options_json, acc_generate_token_fn on_tokens, void* user_data,
+                        acc_tensor** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    HandleLock lock(need(model, "model")->busy, "the model");
+    acc::core::Model& m = *model->slot->model;
+    auto* lm = dynamic_cast<acc::core::hf::CausalLM*>(&m);
+    if (!lm) throw std::invalid_argument("the model is not a causal language model (acc_model_from_pretrained's *ForCausalLM)");
+    const auto options = acc::core::hf::parse_generation_options(options_json, lm->generation_defaults);
+    acc::core::hf::TokenCallback callback;
+    if (on_tokens)
+      callback = [&](const at::Tensor& tokens) {
+        at::Tensor t = tokens.contiguous();
+        return on_tokens(user_data, t.data_ptr<int64_t>(), t.numel()) == 0;
+      };
+    *out = new_tensor(acc::core::hf::generate(m, tensor_of(input_ids, "input_ids"),
+                                              attention_mask ? attention_mask->t : at::Tensor(), options, callback));
   });
 }
 

@@ -324,6 +324,25 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, co
  */
 ACC_API ACC_NODISCARD acc_status acc_model_from_pretrained(const char* dir, const char* options_json,
                                                             acc_model** out) ACC_NOEXCEPT;
+/** Called by acc_generate after every step with the `batch` tokens just chosen (one per sequence; a finished
+ *  sequence gets the pad token), valid during the call. Return 0 to go on, anything else to stop there. */
+typedef int32_t (*acc_generate_token_fn)(void* user_data, const int64_t* tokens, int64_t batch);
+/**
+ * transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]
+ * (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)
+ * with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:
+ * fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over
+ * the model's generation_config.json: {"max_new_tokens": 20, "do_sample": false, "temperature": 1.0,
+ * "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": id or [ids], "pad_token_id": id,
+ * "seed": n} (sampling draws from a generator of its own seeded with "seed": the same seed, the same
+ * tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens
+ * may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.
+ * Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_generate(acc_model* model, const acc_tensor* input_ids,
+                                               const acc_tensor* attention_mask, const char* options_json,
+                                               acc_generate_token_fn on_tokens, void* user_data,
+                                               acc_tensor** out) ACC_NOEXCEPT;
 /** Releases the handle; an optimizer over the model keeps it alive.
  *  NULL-safe; not during another call on model. */
 ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;

@@ -1,0 +1,117 @@
+/* Hugging Face models through the C ABI (docs/hf-models.md): acc_model_from_pretrained on the fixtures
+ * transformers made (tests/hf), a fine-tuning step through the named forward, acc_generate (greedy agrees
+ * with the forward's argmax, the callback streams and stops, seeds repeat), and bad input named.
+ * tests/cpp/test_hf checks the numbers against transformers' own outputs.
+ *   test_hf FIXTURES_DIR */
+#include "check.h"
+
+static acc_tensor* ids(const int64_t* v, int64_t rows, int64_t cols) {
+  acc_tensor* t;
+  const int64_t shape[2] = {rows, cols};
+  CHECK(acc_tensor_from_host(v, (size_t)(rows * cols) * sizeof(int64_t), ACC_INT64, shape, 2, &t));
+  return t;
+}
+
+typedef struct {
+  int calls, stop_after;
+  int64_t last[2];
+} Stream;
+
+static int32_t on_tokens(void* user, const int64_t* tokens, int64_t batch) {
+  Stream* s = user;
+  ++s->calls;
+  for (int64_t i = 0; i < batch && i < 2; ++i) s->last[i] = tokens[i];
+  return s->stop_after > 0 && s->calls >= s->stop_after;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_hf FIXTURES_DIR\n");
+    return 2;
+  }
+  char llama[1024], missing[1024];
+  snprintf(llama, sizeof llama, "%s/llama/model", argv[1]);
+  snprintf(missing, sizeof missing, "%s/no-such-model", argv[1]);
+  acc_model* m = NULL;
+  EXPECT_ERR(acc_model_from_pretrained(NULL, NULL, &m), ACC_ERR_INVALID_ARGUMENT, "dir is NULL");
+  EXPECT_ERR(acc_model_from_pretrained(llama, NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "out is NULL");
+  EXPECT_ERR(acc_model_from_pretrained(missing, NULL, &m), ACC_ERR_IO, "no-such-model");
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"dtype\": \"int4\"}", &m), ACC_ERR_INVALID_CONFIG, "dtype");
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": \"auto\"}", &m), ACC_ERR_INVALID_CONFIG, "device_map");
+  EXPECT(m == NULL);
+
+  EXPECT_OK(acc_model_from_pretrained(llama, NULL, &m));
+  if (!m) return finish();
+  int64_t n = 0;
+  EXPECT_OK(acc_model_num_parameters(m, &n));
+  EXPECT(n == 96 * 32 * 2 + 2 * (32 * 32 * 2 + 16 * 32 * 2 + 64 * 32 * 3 + 32 * 2) + 32);
+
+  /* acc_model_forward: input_ids and labels (shifted inside). */
+  const int64_t prompt[5] = {3, 17, 42, 8, 64};
+  acc_tensor* x = ids(prompt, 1, 5);
+  acc_tensor *logits, *loss;
+  EXPECT_OK(acc_model_forward(m, x, x, &logits, &loss));
+  double l = 0;
+  EXPECT_OK(acc_tensor_item(loss, &l));
+  EXPECT(isfinite(l) && l > 0);
+  float all[5 * 96];
+  EXPECT_OK(acc_tensor_to_host(logits, all, sizeof all));
+  int64_t argmax = 0;
+  for (int64_t v = 1; v < 96; ++v)
+    if (all[4 * 96 + v] > all[4 * 96 + argmax]) argmax = v;
+
+  /* Greedy: the first new token is the forward's argmax; the callback sees every step. */
+  acc_tensor* out = NULL;
+  Stream s = {0, 0, {-1, -1}};
+  EXPECT_OK(acc_generate(m, x, NULL, "{\"max_new_tokens\": 6}", on_tokens, &s, &out));
+  int64_t seq[11] = {0}, shape[2] = {0, 0};
+  int32_t ndim = 0;
+  EXPECT_OK(acc_tensor_ndim(out, &ndim) || acc_tensor_shape(out, shape, 2));
+  EXPECT(ndim == 2 && shape[0] == 1 && shape[1] == 11);
+  EXPECT_OK(acc_tensor_to_host(out, seq, sizeof seq));
+  EXPECT(seq[0] == 3 && seq[4] == 64 && seq[5] == argmax);
+  EXPECT(s.calls == 6 && s.last[0] == seq[10]);
+  acc_tensor_destroy(out);
+  /* The callback stops it after 2 steps. */
+  Stream stop = {0, 2, {-1, -1}};
+  EXPECT_OK(acc_generate(m, x, NULL, "{\"max_new_tokens\": 6}", on_tokens, &stop, &out));
+  EXPECT_OK(acc_tensor_ndim(out, &ndim) || acc_tensor_shape(out, shape, 2));
+  EXPECT(stop.calls == 2 && shape[1] == 7);
+  acc_tensor_destroy(out);
+  /* Sampling with a seed repeats; a stop token ends a sequence early. */
+  const char* sampled = "{\"max_new_tokens\": 8, \"do_sample\": true, \"temperature\": 2.0, \"seed\": 11}";
+  int64_t a[13], b[13];
+  EXPECT_OK(acc_generate(m, x, NULL, sampled, NULL, NULL, &out));
+  EXPECT_OK(acc_tensor_to_host(out, a, sizeof a));
+  acc_tensor_destroy(out);
+  EXPECT_OK(acc_generate(m, x, NULL, sampled, NULL, NULL, &out));
+  EXPECT_OK(acc_tensor_to_host(out, b, sizeof b));
+  acc_tensor_destroy(out);
+  EXPECT(memcmp(a, b, sizeof a) == 0);
+  char eos[96];
+  snprintf(eos, sizeof eos, "{\"max_new_tokens\": 6, \"eos_token_id\": [%lld, 95]}", (long long)argmax);
+  EXPECT_OK(acc_generate(m, x, NULL, eos, NULL, NULL, &out));
+  EXPECT_OK(acc_tensor_ndim(out, &ndim) || acc_tensor_shape(out, shape, 2));
+  EXPECT(shape[1] == 6);
+  acc_tensor_destroy(out);
+
+  /* Bad input. */
+  EXPECT_ERR(acc_generate(m, x, NULL, "{\"top_p\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "top_p");
+  EXPECT_ERR(acc_generate(m, x, NULL, "{\"beams\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "beams");
+  EXPECT_ERR(acc_generate(m, NULL, NULL, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "input_ids is NULL");
+  EXPECT_ERR(acc_generate(NULL, x, NULL, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "model is NULL");
+  const int64_t two[2] = {1, 1};
+  acc_tensor* short_mask = ids(two, 1, 2);
+  EXPECT_ERR(acc_generate(m, x, short_mask, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "attention_mask");
+  acc_model* mlp;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [2, 2]}", &mlp));
+  EXPECT_ERR(acc_generate(mlp, x, NULL, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "not a causal language model");
+  EXPECT(out == NULL);
+  acc_model_destroy(mlp);
+  acc_tensor_destroy(short_mask);
+  acc_tensor_destroy(logits);
+  acc_tensor_destroy(loss);
+  acc_tensor_destroy(x);
+  acc_model_destroy(m);
+  return finish();
+}

@@ -104,7 +104,28 @@ TEST_P(CausalFixture, SamplingIsReproducibleWithASeed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, CausalFixture,
-                         testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral"));
+                         testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral", "gpt2"));
+
+TEST(FromPretrained, BertClassifierEqualsTransformers) {
+  auto e = expected_of("bert");
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    auto model = hf::from_pretrained(g_fixtures + "/bert/model", (std::string(R"({"dtype": ")") + dtype + "\"}").c_str());
+    TensorDict out = model->forward(TensorDict{{"input_ids", e["input_ids"]},
+                                               {"attention_mask", e["attention_mask"]},
+                                               {"token_type_ids", e["token_type_ids"]},
+                                               {"labels", e["labels"]}});
+    const bool fp32 = std::string(dtype) == "float32";
+    const at::Tensor& want = fp32 ? e["logits"] : e["logits_bf16"];
+    const double d = (out.at("logits").to(at::kFloat) - want).abs().max().item<double>();
+    std::printf("bert %s: logits max |diff| %.3g\n", dtype, d);
+    if (fp32) {
+      EXPECT_LE(d, 1e-5);
+      EXPECT_LE(std::abs(out.at("loss").item<double>() - e["loss"].item<double>()), 1e-5);
+    } else {
+      EXPECT_LE(d, 1.5 * (e["logits"] - e["logits_bf16"]).abs().max().item<double>());
+    }
+  }
+}
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -38,6 +38,12 @@ class CausalLM {
 std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& architecture,
                                     const at::TensorOptions& options, const std::string& source);
 
+// GPT2LMHeadModel (its head tied to wte).
+std::unique_ptr<Model> make_gpt2(const JsonValue& config, const at::TensorOptions& options, const std::string& source);
+// BertForSequenceClassification: "logits" [B, num_labels] and, with "labels", transformers' loss.
+std::unique_ptr<Model> make_bert_classifier(const JsonValue& config, const at::TensorOptions& options,
+                                            const std::string& source);
+
 // transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored.
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
 

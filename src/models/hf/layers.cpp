@@ -51,4 +51,10 @@ at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t 
   return at::where(allowed, at::zeros({}, o), at::full({}, lowest(o.dtype().toScalarType()), o));
 }
 
+at::Tensor padding_mask(const at::Tensor& attention_mask, const at::TensorOptions& o) {
+  const int64_t B = attention_mask.size(0), T = attention_mask.size(1);
+  return at::where(attention_mask.to(o.device()).ne(0).view({B, 1, 1, T}), at::zeros({}, o),
+                   at::full({}, lowest(o.dtype().toScalarType()), o));
+}
+
 }  // namespace acc::core::hf

@@ -69,4 +69,8 @@ void check_activation(const std::string& name, const std::string& source);
 at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                        const at::TensorOptions& o);
 
+// An encoder's additive mask, [B, 1, 1, T]: 0 for the keys attention_mask [B, T] keeps, the lowest value
+// elsewhere (every query sees every present key).
+at::Tensor padding_mask(const at::Tensor& attention_mask, const at::TensorOptions& o);
+
 }  // namespace acc::core::hf

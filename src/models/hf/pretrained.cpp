@@ -39,6 +39,7 @@ bool ignorable(const std::string& name, bool tied) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   return ends("rotary_emb.inv_freq") || ends(".attn.bias") || ends(".attn.masked_bias") ||
+         ends("embeddings.position_ids") || ends("embeddings.token_type_ids") ||
          (tied && name == "lm_head.weight");
 }
 
@@ -130,8 +131,8 @@ GenerationOptions generation_defaults(const fs::path& dir, const JsonValue& conf
 
 std::string known_architectures() {
   std::string s;
-  for (const char* a : kDecoders) s += (s.empty() ? "" : ", ") + std::string(a);
-  return s;
+  for (const char* a : kDecoders) s += std::string(a) + ", ";
+  return s + "GPT2LMHeadModel, BertForSequenceClassification";
 }
 
 std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* options_json) {
@@ -158,6 +159,8 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   std::unique_ptr<Model> model;
   for (const char* a : kDecoders)
     if (arch == a) model = make_decoder(c, arch, meta, config_path.string());
+  if (arch == "GPT2LMHeadModel") model = make_gpt2(c, meta, config_path.string());
+  if (arch == "BertForSequenceClassification") model = make_bert_classifier(c, meta, config_path.string());
   if (!model)
     throw UnsupportedError(config_path.string() + ": architecture '" + arch + "' is not one libacc has (" +
                            known_architectures() + ")");

@@ -1,0 +1,178 @@
+// GPT2LMHeadModel as transformers' modeling_gpt2 defines it: learned positions, pre-LayerNorm blocks, Conv1D
+// layers (weights stored [in, out]), the head tied to the token embedding.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "models/hf/families.hpp"
+#include "models/hf/layers.hpp"
+
+namespace acc::core::hf {
+
+namespace {
+
+using torch::nn::Module;
+
+struct Gpt2Config {
+  int64_t vocab = 0, positions = 0, embd = 0, layers = 0, heads = 0, inner = 0;
+  double eps = 1e-5, std = 0.02, embd_pdrop = 0.1, attn_pdrop = 0.1, resid_pdrop = 0.1;
+  std::string act;
+  bool scale_weights = true, scale_by_layer = false;
+};
+
+// transformers' Conv1D: y = x W + b with W [in, out].
+struct Conv1D : InitModule {
+  Conv1D(int64_t in, int64_t out, double std, const at::TensorOptions& o) : std_(std) {
+    register_parameter("weight", at::empty({in, out}, o));
+    register_parameter("bias", at::empty({out}, o));
+  }
+  void reset() override {
+    param("weight").normal_(0, std_);
+    param("bias").zero_();
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::linear(x, param("weight").t(), param("bias")); }
+  double std_;
+};
+
+struct Attention : Module {
+  Attention(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) {
+    c_attn = register_module("c_attn", std::make_shared<Conv1D>(c.embd, 3 * c.embd, c.std, o));
+    c_proj = register_module("c_proj", std::make_shared<Conv1D>(c.embd, c.embd, proj_std, o));
+  }
+  std::shared_ptr<Conv1D> c_attn, c_proj;
+};
+
+struct Mlp : Module {
+  Mlp(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) {
+    c_fc = register_module("c_fc", std::make_shared<Conv1D>(c.embd, c.inner, c.std, o));
+    c_proj = register_module("c_proj", std::make_shared<Conv1D>(c.inner, c.embd, proj_std, o));
+  }
+  std::shared_ptr<Conv1D> c_fc, c_proj;
+};
+
+struct Block : Module {
+  Block(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) {
+    ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.embd, c.eps, o));
+    attn = register_module("attn", std::make_shared<Attention>(c, proj_std, o));
+    ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.embd, c.eps, o));
+    mlp = register_module("mlp", std::make_shared<Mlp>(c, proj_std, o));
+  }
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<Mlp> mlp;
+};
+
+struct Transformer : Module {  // GPT2Model
+  Transformer(const Gpt2Config& c, const at::TensorOptions& o) {
+    // GPT-2's scheme: residual projections scaled by 1/sqrt(2 n_layer).
+    const double proj_std = c.std / std::sqrt(2.0 * static_cast<double>(c.layers));
+    wte = register_module("wte", std::make_shared<Embedding>(c.vocab, c.embd, c.std, o));
+    wpe = register_module("wpe", std::make_shared<Embedding>(c.positions, c.embd, c.std, o));
+    h = register_module("h", std::make_shared<ModuleList<Block>>());
+    for (int64_t l = 0; l < c.layers; ++l) h->add(std::make_shared<Block>(c, proj_std, o));
+    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.embd, c.eps, o));
+  }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<ModuleList<Block>> h;
+  std::shared_ptr<LayerNorm> ln_f;
+};
+
+class Gpt2LMHead final : public NnModel, public CausalLM {
+ public:
+  Gpt2LMHead(Gpt2Config c, const at::TensorOptions& o)
+      : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), c_(std::move(c)) {
+    t_ = module_->register_module("transformer", std::make_shared<Transformer>(c_, o));
+  }
+  void reset_parameters() override { reset_tree(*module_); }
+  void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
+  std::string input_name() const override { return "input_ids"; }
+  std::string target_name() const override { return "labels"; }
+  bool ties_embeddings() const override { return true; }
+
+  TensorDict forward(const TensorDict& batch) override {
+    for (const auto& [name, t] : batch.items())
+      if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
+        throw std::invalid_argument("GPT2LMHeadModel forward: unexpected batch entry '" + name +
+                                    "' (it takes input_ids, attention_mask, position_ids, labels)");
+    at::Tensor logits = step(batch.at("input_ids"), batch.get("attention_mask"), batch.get("position_ids"), nullptr);
+    TensorDict out{{"logits", logits}};
+    if (at::Tensor labels = batch.get("labels"); labels.defined()) out.set("loss", causal_lm_loss(logits, labels));
+    return out;
+  }
+
+  at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                  KvCache* cache) override {
+    if (input_ids.dim() != 2 || at::isFloatingType(input_ids.scalar_type()))
+      throw std::invalid_argument("GPT2LMHeadModel forward: input_ids must be integer token ids of shape [batch, time]; "
+                                  "got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
+    const at::Tensor& wte = t_->wte->param("weight");
+    const int64_t B = input_ids.size(0), T = input_ids.size(1), C = c_.embd, hd = C / c_.heads;
+    const int64_t past = cache ? cache->length : 0;
+    at::Tensor ids = input_ids.to(wte.device(), at::kLong);
+    at::Tensor pos = position_ids.defined() ? position_ids.to(wte.device(), at::kLong)
+                                            : at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T});
+    if (pos.max().item<int64_t>() >= c_.positions)
+      throw std::invalid_argument("GPT2LMHeadModel forward: position " + std::to_string(pos.max().item<int64_t>()) +
+                                  " is past n_positions " + std::to_string(c_.positions));
+    const bool train = module_->is_training();
+    at::Tensor x = at::dropout(t_->wte->forward(ids) + t_->wpe->forward(pos), c_.embd_pdrop, train);
+    at::Tensor mask = causal_mask(attention_mask, B, past, T, 0, x.options());
+    if (cache && cache->keys.empty()) cache->keys.resize(c_.layers), cache->values.resize(c_.layers);
+    for (int64_t l = 0; l < c_.layers; ++l) {
+      Block& b = *t_->h->items[l];
+      auto qkv = b.attn->c_attn->forward(b.ln_1->forward(x)).split(C, 2);
+      auto heads = [&](const at::Tensor& t) { return t.view({B, T, c_.heads, hd}).transpose(1, 2); };
+      at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+      if (cache) {
+        if (past > 0) {
+          k = at::cat({cache->keys[l], k}, 2);
+          v = at::cat({cache->values[l], v}, 2);
+        }
+        cache->keys[l] = k;
+        cache->values[l] = v;
+      }
+      double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
+      if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
+      at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, train ? c_.attn_pdrop : 0.0, false, scale);
+      y = b.attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
+      x = x + at::dropout(y, c_.resid_pdrop, train);
+      at::Tensor m = b.mlp->c_proj->forward(activation(c_.act, b.mlp->c_fc->forward(b.ln_2->forward(x))));
+      x = x + at::dropout(m, c_.resid_pdrop, train);
+    }
+    if (cache) cache->length = past + T;
+    return at::linear(t_->ln_f->forward(x), wte);
+  }
+
+ private:
+  Gpt2Config c_;
+  std::shared_ptr<Transformer> t_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gpt2(const JsonValue& j, const at::TensorOptions& options, const std::string& source) {
+  Gpt2Config c;
+  c.vocab = j.get_int("vocab_size");
+  c.positions = j.get_int_or("n_positions", 1024);
+  c.embd = j.get_int("n_embd");
+  c.layers = j.get_int("n_layer");
+  c.heads = j.get_int("n_head");
+  c.inner = j.get_int_or("n_inner", 4 * c.embd);
+  c.eps = j.get_double_or("layer_norm_epsilon", 1e-5);
+  c.std = j.get_double_or("initializer_range", 0.02);
+  c.embd_pdrop = j.get_double_or("embd_pdrop", 0.1);
+  c.attn_pdrop = j.get_double_or("attn_pdrop", 0.1);
+  c.resid_pdrop = j.get_double_or("resid_pdrop", 0.1);
+  c.act = j.get_string_or("activation_function", "gelu_new");
+  c.scale_weights = j.get_bool_or("scale_attn_weights", true);
+  c.scale_by_layer = j.get_bool_or("scale_attn_by_inverse_layer_idx", false);
+  check_activation(c.act, source);
+  if (c.vocab <= 0 || c.positions <= 0 || c.embd <= 0 || c.layers <= 0 || c.heads <= 0 || c.inner <= 0 ||
+      c.embd % c.heads != 0)
+    throw std::invalid_argument(source + ": sizes must be positive and n_embd a multiple of n_head");
+  auto model = std::make_unique<Gpt2LMHead>(c, options);
+  if (options.device() != c10::kMeta) model->reset_parameters();
+  return model;
+}
+
+}  // namespace acc::core::hf

@@ -67,3 +67,11 @@ extern "C" acc_status acc_save_model(const acc_model* model, const char* dir, co
     acc::core::save_model(*model->slot, need(dir, "dir"), max_shard_size ? max_shard_size : "");
   });
 }
+
+extern "C" acc_status acc_model_save_pretrained(const acc_model* model, const char* dir,
+                                                const char* max_shard_size) noexcept {
+  return guarded(__func__, [&] {
+    need(model, "model");
+    acc::core::save_pretrained(*model->slot, need(dir, "dir"), max_shard_size ? max_shard_size : "");
+  });
+}

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <map>
 #include <regex>
 #include <set>
@@ -17,6 +19,7 @@
 #include "acc/files.hpp"
 #include "checkpoint/agree.hpp"
 #include "checkpoint/safetensors.hpp"
+#include "models/hf/families.hpp"
 #include "parallel/strategy.hpp"
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
@@ -166,14 +169,52 @@ void write_model_files(const NamedTensors& state, const std::string& dir, int64_
   }
 }
 
-void save_model(ModelSlot& model, const std::string& dir, const std::string& max_shard_size) {
+namespace {
+
+// The whole model on every process (a sharding strategy gathers: collective), then the main process writes the
+// weights and what `more` adds.
+void save_weights(ModelSlot& model, const char* what, const std::string& dir, const std::string& max_shard_size,
+                  const std::function<void()>& more) {
   const int64_t max = parse_shard_size(max_shard_size.empty() ? "10GB" : max_shard_size);
   Accelerator* acc = model.owner.get();
-  // The whole model on every process (a sharding strategy gathers: collective), then the main process writes.
   NamedTensors state = model.strategy ? model.strategy->full_state_dict() : model.model->state();
   const bool main = !acc || acc->state().rank == 0;
-  agreed(acc, "save_model", [&] {
-    if (main) write_model_files(state, dir, max);
+  agreed(acc, what, [&] {
+    if (!main) return;
+    write_model_files(state, dir, max);
+    if (more) more();
+  });
+}
+
+// config.json as from_pretrained read it, with its dtype set to the weights' (transformers writes the dtype the
+// model is in). The text is edited, not parsed and printed again: transformers checks the types of its fields,
+// and a float written as 0.0 must not come back as 0.
+std::string config_with_dtype(const std::string& text, at::ScalarType dtype) {
+  const std::string name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  static const std::regex field(R"re("(torch_)?dtype"(\s*):(\s*)"[A-Za-z0-9_.]*")re");
+  if (std::regex_search(text, field)) return std::regex_replace(text, field, "\"$1dtype\"$2:$3\"" + name + "\"");
+  const size_t brace = text.find('{');
+  if (brace == std::string::npos) throw std::invalid_argument("save_pretrained: the model's config is not a JSON object");
+  return text.substr(0, brace + 1) + "\n  \"dtype\": \"" + name + "\"," + text.substr(brace + 1);
+}
+
+}  // namespace
+
+void save_model(ModelSlot& model, const std::string& dir, const std::string& max_shard_size) {
+  save_weights(model, "save_model", dir, max_shard_size, {});
+}
+
+void save_pretrained(ModelSlot& model, const std::string& dir, const std::string& max_shard_size) {
+  const auto* p = dynamic_cast<const hf::Pretrained*>(model.model.get());
+  if (!p || p->config_json.empty())
+    throw std::invalid_argument("save_pretrained needs a model from from_pretrained (save_model writes the weights "
+                                "of any model)");
+  const NamedTensors params = model.model->named_parameters();
+  const at::ScalarType dtype = params.empty() ? at::kFloat : params.front().second.scalar_type();
+  save_weights(model, "save_pretrained", dir, max_shard_size, [&] {
+    config::write_file_atomic((fs::path(dir) / "config.json").string(), config_with_dtype(p->config_json, dtype));
+    if (!p->generation_config_json.empty())
+      config::write_file_atomic((fs::path(dir) / "generation_config.json").string(), p->generation_config_json);
   });
 }
 

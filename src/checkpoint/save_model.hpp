@@ -41,4 +41,9 @@ void write_model_files(const NamedTensors& state, const std::string& dir, int64_
 // max_shard_size empty: Accelerate's default "10GB".
 void save_model(ModelSlot& model, const std::string& dir, const std::string& max_shard_size);
 
+// transformers' save_pretrained for a model from hf::from_pretrained: save_model's files plus config.json (its
+// "dtype" set to the weights') and generation_config.json, so that from_pretrained (libacc's or transformers')
+// loads the directory. std::invalid_argument for another model.
+void save_pretrained(ModelSlot& model, const std::string& dir, const std::string& max_shard_size);
+
 }  // namespace acc::core

@@ -3,6 +3,9 @@
  * with the forward's argmax, the callback streams and stops, seeds repeat), and bad input named.
  * tests/cpp/test_hf checks the numbers against transformers' own outputs.
  *   test_hf FIXTURES_DIR */
+#include <dirent.h>
+#include <unistd.h>
+
 #include "check.h"
 
 static acc_tensor* ids(const int64_t* v, int64_t rows, int64_t cols) {
@@ -10,6 +13,20 @@ static acc_tensor* ids(const int64_t* v, int64_t rows, int64_t cols) {
   const int64_t shape[2] = {rows, cols};
   CHECK(acc_tensor_from_host(v, (size_t)(rows * cols) * sizeof(int64_t), ACC_INT64, shape, 2, &t));
   return t;
+}
+
+/* Removes a directory of plain files. */
+static void remove_tree(const char* path) {
+  DIR* d = opendir(path);
+  if (!d) return;
+  char file[1200];
+  for (struct dirent* e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+      EXPECT(unlink(file) == 0);
+    }
+  closedir(d);
+  EXPECT(rmdir(path) == 0);
 }
 
 typedef struct {
@@ -94,6 +111,28 @@ int main(int argc, char** argv) {
   EXPECT_OK(acc_tensor_ndim(out, &ndim) || acc_tensor_shape(out, shape, 2));
   EXPECT(shape[1] == 6);
   acc_tensor_destroy(out);
+
+  /* save_pretrained, sharded, loads back with the same logits; a built-in model has no config to save. */
+  char saved[] = "/tmp/acc_hf_saved_XXXXXX";
+  EXPECT(mkdtemp(saved) != NULL);
+  EXPECT_OK(acc_model_save_pretrained(m, saved, "20KB"));
+  acc_model* back = NULL;
+  EXPECT_OK(acc_model_from_pretrained(saved, NULL, &back));
+  if (back) {
+    acc_tensor* again;
+    EXPECT_OK(acc_model_forward(back, x, NULL, &again, NULL));
+    float twice[5 * 96];
+    EXPECT_OK(acc_tensor_to_host(again, twice, sizeof twice));
+    EXPECT(memcmp(all, twice, sizeof all) == 0);
+    acc_tensor_destroy(again);
+    acc_model_destroy(back);
+  }
+  acc_model* builtin;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [2, 2]}", &builtin));
+  EXPECT_ERR(acc_model_save_pretrained(builtin, saved, NULL), ACC_ERR_INVALID_ARGUMENT, "from_pretrained");
+  EXPECT_ERR(acc_model_save_pretrained(m, NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "dir is NULL");
+  acc_model_destroy(builtin);
+  remove_tree(saved);
 
   /* Bad input. */
   EXPECT_ERR(acc_generate(m, x, NULL, "{\"top_p\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "top_p");

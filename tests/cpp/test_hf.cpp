@@ -7,13 +7,18 @@
 
 #include <unistd.h>
 
+#include <c10/core/GradMode.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 
 #include "checkpoint/safetensors.hpp"
+#include "checkpoint/save_model.hpp"
 #include "models/hf/families.hpp"
+#include "train/accelerator.hpp"
 #include "models/hf/pretrained.hpp"
 #include "util/errors.hpp"
 
@@ -134,6 +139,37 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// save_pretrained of a changed model (every parameter moved a little, as fine-tuning does) loads back with
+// the same logits; sharded for the llama. With ACC_HF_SAVED set, the directories stay there with the inputs and
+// libacc's logits (libacc_outputs.safetensors), for tests/hf/check_saved.py to load with transformers.
+TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
+  namespace fs = std::filesystem;
+  const char* keep = std::getenv("ACC_HF_SAVED");
+  const fs::path root = keep ? fs::path(keep) : fs::temp_directory_path() / ("acc_hf_saved_" + std::to_string(::getpid()));
+  for (const char* name : {"llama", "mistral", "qwen2", "mixtral", "gpt2", "bert"}) {
+    auto e = expected_of(name);
+    auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", nullptr);
+    {
+      c10::NoGradGuard no_grad;
+      at::manual_seed(3);
+      for (auto& [n, p] : model->named_parameters()) p.add_(at::randn_like(p) * 0.01);
+    }
+    TensorDict in{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}};
+    if (e.count("token_type_ids")) in.set("token_type_ids", e["token_type_ids"]);
+    at::Tensor logits = model->forward(in).at("logits");
+    ModelSlot slot{std::shared_ptr<Model>(std::move(model)), nullptr, nullptr};
+    const std::string dir = (root / name).string();
+    save_pretrained(slot, dir, std::string(name) == "llama" ? "20KB" : "");
+    EXPECT_EQ(fs::exists(fs::path(dir) / "model.safetensors.index.json"), std::string(name) == "llama") << name;
+    auto back = hf::from_pretrained(dir, nullptr);
+    EXPECT_TRUE(back->forward(in).at("logits").equal(logits)) << name;
+    NamedTensors outputs = in.items();
+    outputs.emplace_back("logits", logits);
+    save_safetensors(outputs, (fs::path(dir) / "libacc_outputs.safetensors").string());
+  }
+  if (!keep) fs::remove_all(root);
 }
 
 // Past max_position_embeddings, dynamic NTK scaling changes every position's rotation: one forward of 13

@@ -848,6 +848,17 @@ ACC_API ACC_NODISCARD acc_status acc_end_training(acc_accelerator* acc) ACC_NOEX
 ACC_API ACC_NODISCARD acc_status acc_save_model(const acc_model* model, const char* dir,
                                                 const char* max_shard_size) ACC_NOEXCEPT;
 
+/**
+ * transformers' save_pretrained for a model from acc_model_from_pretrained: acc_save_model's files
+ * (model.safetensors, or shards past max_shard_size with model.safetensors.index.json) plus config.json
+ * (its "dtype" set to the weights') and generation_config.json, so that acc_model_from_pretrained and
+ * transformers' from_pretrained load `dir`. Another model is ACC_ERR_INVALID_ARGUMENT. Prepared: the main
+ * process writes, the others wait, as acc_save_model.
+ *  Reads model. Collective (for a prepared model).
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_save_pretrained(const acc_model* model, const char* dir,
+                                                            const char* max_shard_size) ACC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

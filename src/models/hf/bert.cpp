@@ -103,7 +103,7 @@ struct BertModel : Module {
   std::shared_ptr<Pooler> pooler;
 };
 
-class BertForSequenceClassification final : public NnModel {
+class BertForSequenceClassification final : public NnModel, public Pretrained {
  public:
   BertForSequenceClassification(BertConfig c, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>("BertForSequenceClassification")), c_(std::move(c)) {

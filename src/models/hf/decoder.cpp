@@ -181,7 +181,7 @@ struct Backbone : Module {  // LlamaModel
 };
 
 // (LlamaFor|MistralFor|Qwen2For|MixtralFor)CausalLM: "model" and, unless tied to the embedding, "lm_head".
-class CausalDecoder final : public NnModel, public CausalLM {
+class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
  public:
   CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {

@@ -18,6 +18,13 @@ struct KvCache {
   int64_t length = 0;
 };
 
+// What from_pretrained read besides the weights, for save_pretrained to write back.
+struct Pretrained {
+  virtual ~Pretrained() = default;
+  std::string config_json;             // config.json as read
+  std::string generation_config_json;  // generation_config.json as read ("" when there was none)
+};
+
 // A causal language model, stepped for generation.
 class CausalLM {
  public:

@@ -77,7 +77,7 @@ struct Transformer : Module {  // GPT2Model
   std::shared_ptr<LayerNorm> ln_f;
 };
 
-class Gpt2LMHead final : public NnModel, public CausalLM {
+class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
  public:
   Gpt2LMHead(Gpt2Config c, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), c_(std::move(c)) {

@@ -141,7 +141,8 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   const fs::path dir(dir_arg);
   if (!fs::is_directory(dir)) throw std::ios_base::failure("from_pretrained: '" + dir_arg + "' is not a directory");
   const fs::path config_path = dir / "config.json";
-  Json config(read_text(config_path, "config"), config_path.string());
+  const std::string config_text = read_text(config_path, "config");
+  Json config(config_text, config_path.string());
   const JsonValue c = config.root();
   // "auto", transformers 5's default: the dtype config.json records ("dtype", or "torch_dtype" before 5).
   if (dtype_name == "auto") dtype_name = c.get_string_or("dtype", c.get_string_or("torch_dtype", "float32"));
@@ -191,6 +192,11 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
                                 what.substr(1));
   }
   if (auto* lm = dynamic_cast<CausalLM*>(model.get())) lm->generation_defaults = generation_defaults(dir, c);
+  if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
+    p->config_json = config_text;
+    if (fs::exists(dir / "generation_config.json"))
+      p->generation_config_json = read_text(dir / "generation_config.json", "generation config");
+  }
   model->to_empty(c10::kCPU);
   {
     c10::NoGradGuard no_grad;

@@ -14,10 +14,11 @@
  * - Host buffers are Go `[]byte` / Java `byte[]`, copied by libacc (C never retains Go or Java heap
  *   memory). Zero-copy goes through DLPack with the accx_ helpers below: Go wraps C-allocated memory,
  *   Java wraps direct ByteBuffers.
- * - acc_dataset_from_callback, acc_dataset_from_batch_callback and acc_register_for_checkpointing are
- *   not wrapped as such (no SWIG directors): the Go package has its own cgo trampolines, and Java gets
- *   accx_dataset_from_java, accx_dataset_from_java_batch and accx_register_for_checkpointing_java below
- *   (C trampolines calling Java methods).
+ * - acc_dataset_from_callback, acc_dataset_from_batch_callback, acc_register_for_checkpointing and
+ *   acc_generate are not wrapped as such (no SWIG directors): the Go package has its own cgo
+ *   trampolines, and Java gets accx_dataset_from_java, accx_dataset_from_java_batch,
+ *   accx_register_for_checkpointing_java and accx_generate_java below (C trampolines calling Java
+ *   methods).
  * - The `dir` of acc_save_state / acc_load_state and acc_save_model's `max_shard_size` may be NULL: Go's ""
  *   and Java's null cross as NULL.
  */
@@ -616,6 +617,42 @@ static void accx_java_checkpoint_free(void* user) {
 %typemap(jtype) jobject checkpointable "Object"
 %typemap(jstype) jobject checkpointable "Object"
 %typemap(javain) jobject checkpointable "$javainput"
+%{
+/* Token listeners of acc_generate, no directors either: the Java object has `boolean onTokens(long[])`,
+ * which returns false to stop, also after recording its own failure (ai.acc.Model's adapter catches
+ * everything). libacc calls it on the thread that calls acc_generate, inside that JNI call, so the
+ * call's JNIEnv and local reference serve. */
+typedef struct { JNIEnv* env; jobject obj; jmethodID on_tokens; const char* failed; } accx_java_listener;
+
+static int32_t accx_java_on_tokens(void* user, const int64_t* tokens, int64_t batch) {
+  accx_java_listener* l = (accx_java_listener*)user;
+  JNIEnv* env = l->env;
+  if (batch < 0 || batch > INT32_MAX) {
+    l->failed = "the batch does not fit a Java array";
+    return 1;
+  }
+  jlongArray a = (*env)->NewLongArray(env, (jsize)batch);
+  if (!a) {
+    (*env)->ExceptionClear(env); /* OutOfMemoryError */
+    l->failed = "out of memory for the tokens of a step";
+    return 1;
+  }
+  if (batch > 0) (*env)->SetLongArrayRegion(env, a, 0, (jsize)batch, (const jlong*)tokens);
+  jboolean go_on = (*env)->CallBooleanMethod(env, l->obj, l->on_tokens, a);
+  (*env)->DeleteLocalRef(env, a);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    l->failed = "the token listener threw";
+    return 1;
+  }
+  return go_on ? 0 : 1;
+}
+%}
+/* The token listener is any object with `boolean onTokens(long[])` (ai.acc.Model's adapter). */
+%typemap(jni) jobject listener "jobject"
+%typemap(jtype) jobject listener "Object"
+%typemap(jstype) jobject listener "Object"
+%typemap(javain) jobject listener "$javainput"
 /* The sample source is any object with `long[] sample(long)` (ai.acc.Dataset's adapter). */
 %typemap(jni) jobject source "jobject"
 %typemap(jtype) jobject source "Object"
@@ -706,6 +743,34 @@ accx_status accx_register_for_checkpointing_java(JNIEnv* jenv_, acc_accelerator*
   return st;
 }
 
+/** acc_generate with a Java token listener (null: none): `boolean onTokens(long[] tokens)` gets the
+ *  tokens of every step and returns false to stop. A listener that could not be called (a JNI failure,
+ *  an exception that escaped it) stops generation and fails the call with ACC_ERR_CALLBACK. */
+accx_status accx_generate_java(JNIEnv* jenv_, acc_model* model, const acc_tensor* input_ids,
+                               const acc_tensor* attention_mask, const char* options_json, jobject listener,
+                               acc_tensor** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  accx_java_listener l = {jenv_, listener, NULL, NULL};
+  if (listener) {
+    jclass cls = (*jenv_)->GetObjectClass(jenv_, listener);
+    l.on_tokens = cls ? (*jenv_)->GetMethodID(jenv_, cls, "onTokens", "([J)Z") : NULL;
+    if (!l.on_tokens) {
+      (*jenv_)->ExceptionClear(jenv_);
+      return accx_fail(ACC_ERR_INTERNAL, "the listener has no method boolean onTokens(long[])");
+    }
+  }
+  acc_status st = acc_generate(model, input_ids, attention_mask, options_json, listener ? accx_java_on_tokens : NULL,
+                               listener ? &l : NULL, out);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (l.failed) {
+    acc_tensor_destroy(*out);
+    *out = NULL;
+    return accx_fail(ACC_ERR_CALLBACK, l.failed);
+  }
+  return ACC_OK;
+}
+
 /** A direct ByteBuffer over `nbytes` at `address` (no copy; valid while its owner lives). */
 jobject accx_direct_buffer(JNIEnv* jenv_, int64_t address, int64_t nbytes) {
   return (*jenv_)->NewDirectByteBuffer(jenv_, (void*)(intptr_t)address, (jlong)nbytes);
@@ -777,6 +842,9 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 %ignore acc_register_for_checkpointing;
 %ignore acc_checkpoint_save_fn;
 %ignore acc_checkpoint_load_fn;
+/* Go: cgo trampolines in bindings/go/acc/generate.go; Java: accx_generate_java. */
+%ignore acc_generate;
+%ignore acc_generate_token_fn;
 /* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
 %ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */

@@ -1182,3 +1182,75 @@ func TestCheckpoint(t *testing.T) {
 		t.Fatalf("resume: counter %d", *counter7)
 	}
 }
+
+// hfFixture is a Hugging Face fixture model directory of tests/hf (made by transformers); go test runs
+// in the package directory.
+func hfFixture(t *testing.T, name string) string {
+	t.Helper()
+	return must(filepath.Abs(filepath.Join("..", "..", "..", "tests", "hf", "fixtures", name, "model")))
+}
+
+// scenario: hf_generate
+func TestHFGenerate(t *testing.T) {
+	_, err := acc.ModelFromPretrained(hfFixture(t, "no-such-model"), nil)
+	expectErr(t, err, acc.ErrIO, "no-such-model")
+	m := must(acc.ModelFromPretrained(hfFixture(t, "llama"), `{"dtype": "float32"}`))
+	defer m.Close()
+	prompt := []int64{3, 17, 42, 8, 64}
+	x := must(acc.FromInt64(prompt, 1, 5))
+	defer x.Close()
+	greedy := map[string]any{"max_new_tokens": 6}
+
+	// Greedy, streaming every step to the callback.
+	var seen [][]int64
+	out := must(m.Generate(x, nil, greedy, func(tokens []int64) bool {
+		seen = append(seen, tokens)
+		return true
+	}))
+	defer out.Close()
+	if s := must(out.Shape()); len(s) != 2 || s[0] != 1 || s[1] != 11 {
+		t.Fatalf("shape %v", s)
+	}
+	seq := must(out.Int64s())
+	for i, v := range prompt {
+		if seq[i] != v {
+			t.Fatalf("the output does not start with the prompt: %v", seq)
+		}
+	}
+	if len(seen) != 6 || len(seen[5]) != 1 || seen[5][0] != seq[10] {
+		t.Fatalf("callback saw %v, output %v", seen, seq)
+	}
+	// Without a callback (and with an all-ones mask): the same tokens.
+	mask := must(acc.FromInt64([]int64{1, 1, 1, 1, 1}, 1, 5))
+	defer mask.Close()
+	same := must(m.Generate(x, mask, `{"max_new_tokens": 6}`, nil))
+	if fmt.Sprint(must(same.Int64s())) != fmt.Sprint(seq) {
+		t.Fatalf("%v != %v", must(same.Int64s()), seq)
+	}
+	same.Close()
+
+	// The callback stops it after 2 steps.
+	calls := 0
+	stopped := must(m.Generate(x, nil, greedy, func([]int64) bool {
+		calls++
+		return calls < 2
+	}))
+	if s := must(stopped.Shape()); calls != 2 || s[1] != 7 {
+		t.Fatalf("calls %d, shape %v", calls, s)
+	}
+	stopped.Close()
+
+	// A panic stops generating and becomes ErrCallback wrapping it, not a crash.
+	_, err = m.Generate(x, nil, greedy, func([]int64) bool { panic("boom") })
+	expectErr(t, err, acc.ErrCallback, "panicked")
+	if errors.Unwrap(err) == nil || !strings.Contains(errors.Unwrap(err).Error(), "boom") {
+		t.Fatalf("the panic is not wrapped: %v", err)
+	}
+
+	// Bad options name the key; a nil model is refused.
+	_, err = m.Generate(x, nil, `{"top_p": 2}`, nil)
+	expectErr(t, err, acc.ErrInvalidConfig, "top_p")
+	var none *acc.Model
+	_, err = none.Generate(x, nil, nil, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "model is NULL")
+}

@@ -6,7 +6,8 @@ import (
 	"github.com/libacc/libacc/bindings/go/internal/raw"
 )
 
-// Model is a trainable model: a built-in family (MLP, GPT) or a TorchScript module.
+// Model is a trainable model: a built-in family (MLP, GPT), a TorchScript module or a Hugging Face
+// causal LM (ModelFromPretrained).
 type Model struct{ handle }
 
 func (m *Model) p() uintptr {
@@ -54,6 +55,26 @@ func LoadTorchScript(path string, options any) (*Model, error) {
 	}
 	var out uintptr
 	return newModel(out, wrap(raw.Acc_model_load_torchscript(path, text, &out)))
+}
+
+// ModelFromPretrained is transformers' from_pretrained: it loads a Hugging Face model directory
+// (config.json, and model.safetensors or the shards model.safetensors.index.json lists) of a
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM. options (nil for the
+// defaults; JSON text, a map or a struct): {"dtype": "auto"|"float32"|"bfloat16"|"float16"}, "auto"
+// being the dtype config.json records. A missing file is ErrIO naming it; names or shapes that differ
+// from transformers' are ErrInvalidArgument, listing them. The model comes in eval mode; it takes the
+// named batch "input_ids" (with optional "attention_mask", "position_ids", "labels") and returns
+// "logits" (and "loss"). Generate continues token sequences with it. See docs/hf-models.md.
+func ModelFromPretrained(dir string, options any) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	var out uintptr
+	return newModel(out, wrap(raw.Acc_model_from_pretrained(dir, text, &out)))
 }
 
 // Close releases the model. Idempotent.

@@ -505,6 +505,37 @@ static void accx_java_checkpoint_free(void* user) {
 }
 
 
+/* Token listeners of acc_generate, no directors either: the Java object has `boolean onTokens(long[])`,
+ * which returns false to stop, also after recording its own failure (ai.acc.Model's adapter catches
+ * everything). libacc calls it on the thread that calls acc_generate, inside that JNI call, so the
+ * call's JNIEnv and local reference serve. */
+typedef struct { JNIEnv* env; jobject obj; jmethodID on_tokens; const char* failed; } accx_java_listener;
+
+static int32_t accx_java_on_tokens(void* user, const int64_t* tokens, int64_t batch) {
+  accx_java_listener* l = (accx_java_listener*)user;
+  JNIEnv* env = l->env;
+  if (batch < 0 || batch > INT32_MAX) {
+    l->failed = "the batch does not fit a Java array";
+    return 1;
+  }
+  jlongArray a = (*env)->NewLongArray(env, (jsize)batch);
+  if (!a) {
+    (*env)->ExceptionClear(env); /* OutOfMemoryError */
+    l->failed = "out of memory for the tokens of a step";
+    return 1;
+  }
+  if (batch > 0) (*env)->SetLongArrayRegion(env, a, 0, (jsize)batch, (const jlong*)tokens);
+  jboolean go_on = (*env)->CallBooleanMethod(env, l->obj, l->on_tokens, a);
+  (*env)->DeleteLocalRef(env, a);
+  if ((*env)->ExceptionCheck(env)) { /* the adapter catches everything; this is a last resort */
+    (*env)->ExceptionClear(env);
+    l->failed = "the token listener threw";
+    return 1;
+  }
+  return go_on ? 0 : 1;
+}
+
+
 /** A zero-copy tensor over a direct ByteBuffer (its whole capacity, native byte order); the tensor
  *  holds a global reference to the buffer until libacc releases the memory. */
 accx_status accx_tensor_from_direct_buffer(JNIEnv* jenv_, jobject buffer, acc_dtype dtype,
@@ -587,6 +618,34 @@ accx_status accx_register_for_checkpointing_java(JNIEnv* jenv_, acc_accelerator*
                                                  accx_java_checkpoint_free); /* frees c on failure */
   if (st != ACC_OK) accx_fail(st, acc_last_error_message());
   return st;
+}
+
+/** acc_generate with a Java token listener (null: none): `boolean onTokens(long[] tokens)` gets the
+ *  tokens of every step and returns false to stop. A listener that could not be called (a JNI failure,
+ *  an exception that escaped it) stops generation and fails the call with ACC_ERR_CALLBACK. */
+accx_status accx_generate_java(JNIEnv* jenv_, acc_model* model, const acc_tensor* input_ids,
+                               const acc_tensor* attention_mask, const char* options_json, jobject listener,
+                               acc_tensor** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  accx_java_listener l = {jenv_, listener, NULL, NULL};
+  if (listener) {
+    jclass cls = (*jenv_)->GetObjectClass(jenv_, listener);
+    l.on_tokens = cls ? (*jenv_)->GetMethodID(jenv_, cls, "onTokens", "([J)Z") : NULL;
+    if (!l.on_tokens) {
+      (*jenv_)->ExceptionClear(jenv_);
+      return accx_fail(ACC_ERR_INTERNAL, "the listener has no method boolean onTokens(long[])");
+    }
+  }
+  acc_status st = acc_generate(model, input_ids, attention_mask, options_json, listener ? accx_java_on_tokens : NULL,
+                               listener ? &l : NULL, out);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (l.failed) {
+    acc_tensor_destroy(*out);
+    *out = NULL;
+    return accx_fail(ACC_ERR_CALLBACK, l.failed);
+  }
+  return ACC_OK;
 }
 
 /** A direct ByteBuffer over `nbytes` at `address` (no copy; valid while its owner lives). */
@@ -745,6 +804,43 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1register_1for_1chec
   arg2 = (acc_accelerator *)(intptr_t)jarg2; 
   arg3 = jarg3; 
   result = (accx_status)accx_register_for_checkpointing_java(arg1,arg2,arg3);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1generate_1java(JNIEnv *jenv, jclass jcls, jlong jarg2, jlong jarg3, jlong jarg4, jstring jarg5, jobject jarg6, jlongArray jarg7) {
+  JNIEnv *arg1 = (JNIEnv *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  acc_tensor *arg3 = (acc_tensor *) 0 ;
+  acc_tensor *arg4 = (acc_tensor *) 0 ;
+  char *arg5 = (char *) 0 ;
+  jobject arg6 ;
+  acc_tensor **arg7 = (acc_tensor **) 0 ;
+  acc_tensor *temp7 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = jenv; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  arg3 = (acc_tensor *)(intptr_t)jarg3; 
+  arg4 = (acc_tensor *)(intptr_t)jarg4; 
+  arg5 = 0;
+  if (jarg5) {
+    arg5 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg5, 0);
+    if (!arg5) return ;
+  }
+  arg6 = jarg6; 
+  if (jarg7 && (*jenv)->GetArrayLength(jenv, jarg7) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg7 = jarg7 ? &temp7 : NULL; 
+  result = (accx_status)accx_generate_java(arg1,arg2,(struct acc_tensor const *)arg3,(struct acc_tensor const *)arg4,(char const *)arg5,arg6,arg7);
+  if (jarg7 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp7; (*jenv)->SetLongArrayRegion(jenv, jarg7, 0, 1, &v); 
+  } 
+  if (arg5) (*jenv)->ReleaseStringUTFChars(jenv, jarg5, (const char *)arg5);
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
 }
 
@@ -1644,6 +1740,40 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1load_1torchsc
   }
   arg3 = jarg3 ? &temp3 : NULL; 
   result = (acc_status)acc_model_load_torchscript((char const *)arg1,(char const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (arg1) (*jenv)->ReleaseStringUTFChars(jenv, jarg1, (const char *)arg1);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1from_1pretrained(JNIEnv *jenv, jclass jcls, jstring jarg1, jstring jarg2, jlongArray jarg3) {
+  char *arg1 = (char *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_model **arg3 = (acc_model **) 0 ;
+  acc_model *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = 0;
+  if (jarg1) {
+    arg1 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg1, 0);
+    if (!arg1) return ;
+  }
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_model_from_pretrained((char const *)arg1,(char const *)arg2,arg3);
   if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
     jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
   } 

@@ -94,10 +94,10 @@ typedef _gostring_ swig_type_61;
 typedef _gostring_ swig_type_62;
 typedef _gostring_ swig_type_63;
 typedef _gostring_ swig_type_64;
-typedef long long swig_type_65;
+typedef _gostring_ swig_type_65;
 typedef _gostring_ swig_type_66;
 typedef _gostring_ swig_type_67;
-typedef _gostring_ swig_type_68;
+typedef long long swig_type_68;
 typedef _gostring_ swig_type_69;
 typedef _gostring_ swig_type_70;
 typedef _gostring_ swig_type_71;
@@ -122,15 +122,15 @@ typedef _gostring_ swig_type_89;
 typedef _gostring_ swig_type_90;
 typedef _gostring_ swig_type_91;
 typedef _gostring_ swig_type_92;
-typedef long long swig_type_93;
+typedef _gostring_ swig_type_93;
 typedef _gostring_ swig_type_94;
 typedef _gostring_ swig_type_95;
-typedef _gostring_ swig_type_96;
+typedef long long swig_type_96;
 typedef _gostring_ swig_type_97;
-typedef long long swig_type_98;
+typedef _gostring_ swig_type_98;
 typedef _gostring_ swig_type_99;
 typedef _gostring_ swig_type_100;
-typedef _gostring_ swig_type_101;
+typedef long long swig_type_101;
 typedef _gostring_ swig_type_102;
 typedef _gostring_ swig_type_103;
 typedef _gostring_ swig_type_104;
@@ -142,20 +142,20 @@ typedef _gostring_ swig_type_109;
 typedef _gostring_ swig_type_110;
 typedef _gostring_ swig_type_111;
 typedef _gostring_ swig_type_112;
-typedef long long swig_type_113;
+typedef _gostring_ swig_type_113;
 typedef _gostring_ swig_type_114;
 typedef _gostring_ swig_type_115;
-typedef _gostring_ swig_type_116;
+typedef long long swig_type_116;
 typedef _gostring_ swig_type_117;
 typedef _gostring_ swig_type_118;
 typedef _gostring_ swig_type_119;
-typedef _goslice_ swig_type_120;
+typedef _gostring_ swig_type_120;
 typedef _gostring_ swig_type_121;
 typedef _gostring_ swig_type_122;
-typedef long long swig_type_123;
+typedef _goslice_ swig_type_123;
 typedef _gostring_ swig_type_124;
 typedef _gostring_ swig_type_125;
-typedef _gostring_ swig_type_126;
+typedef long long swig_type_126;
 typedef _gostring_ swig_type_127;
 typedef _gostring_ swig_type_128;
 typedef _gostring_ swig_type_129;
@@ -164,125 +164,129 @@ typedef _gostring_ swig_type_131;
 typedef _gostring_ swig_type_132;
 typedef _gostring_ swig_type_133;
 typedef _gostring_ swig_type_134;
-typedef long long swig_type_135;
+typedef _gostring_ swig_type_135;
 typedef _gostring_ swig_type_136;
 typedef _gostring_ swig_type_137;
-typedef _gostring_ swig_type_138;
+typedef long long swig_type_138;
 typedef _gostring_ swig_type_139;
-extern void _wrap_Swig_free_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_raw_4f9977e24c3b389c(swig_intgo arg1);
-extern swig_voidp _wrap_accx_alloc_raw_4f9977e24c3b389c(swig_type_1 arg1);
-extern void _wrap_accx_free_raw_4f9977e24c3b389c(swig_voidp arg1);
-extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_4f9977e24c3b389c(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
-extern swig_type_5 _wrap_accx_dlpack_bytes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern void _wrap_accx_dlpack_release_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_6 _wrap_acc_version_raw_4f9977e24c3b389c(void);
-extern swig_type_7 _wrap_acc_abi_check_raw_4f9977e24c3b389c(swig_intgo arg1);
-extern swig_type_8 _wrap_acc_build_info_raw_4f9977e24c3b389c(void);
-extern swig_type_9 _wrap_acc_status_name_raw_4f9977e24c3b389c(int arg1);
-extern swig_type_10 _wrap_acc_accelerator_create_raw_4f9977e24c3b389c(swig_type_11 arg1, swig_voidp arg2);
-extern void _wrap_acc_accelerator_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_12 _wrap_acc_process_index_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_13 _wrap_acc_local_process_index_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_14 _wrap_acc_num_processes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_15 _wrap_acc_is_main_process_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_16 _wrap_acc_is_local_main_process_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_acc_is_last_process_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_acc_device_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_acc_distributed_type_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_acc_config_json_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_21 _wrap_acc_set_seed_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_type_23 _wrap_acc_wait_for_everyone_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_24 _wrap_acc_main_process_first_begin_raw_4f9977e24c3b389c(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_25 _wrap_acc_main_process_first_end_raw_4f9977e24c3b389c(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_26 _wrap_acc_set_trigger_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_27 _wrap_acc_check_trigger_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_28 _wrap_acc_print_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_29 arg2);
-extern swig_type_30 _wrap_acc_tensor_from_host_raw_4f9977e24c3b389c(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
-extern swig_type_33 _wrap_acc_tensor_to_host_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_34 arg2);
-extern void _wrap_acc_tensor_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_35 _wrap_acc_tensor_ndim_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_36 _wrap_acc_tensor_shape_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_37 arg2);
-extern swig_type_38 _wrap_acc_tensor_numel_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_39 _wrap_acc_tensor_nbytes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_40 _wrap_acc_tensor_dtype_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_41 _wrap_acc_tensor_item_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_44 _wrap_acc_batch_create_raw_4f9977e24c3b389c(swig_voidp arg1);
-extern void _wrap_acc_batch_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_45 _wrap_acc_batch_set_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
-extern swig_type_47 _wrap_acc_batch_count_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_48 _wrap_acc_batch_name_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
-extern swig_type_50 _wrap_acc_batch_contains_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
-extern swig_type_52 _wrap_acc_batch_get_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
-extern swig_type_54 _wrap_acc_model_create_raw_4f9977e24c3b389c(swig_type_55 arg1, swig_voidp arg2);
-extern swig_type_56 _wrap_acc_model_load_torchscript_raw_4f9977e24c3b389c(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
-extern void _wrap_acc_model_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_59 _wrap_acc_model_forward_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_60 _wrap_acc_model_forward_batch_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_61 _wrap_acc_model_set_training_raw_4f9977e24c3b389c(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_62 _wrap_acc_model_num_parameters_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_63 _wrap_acc_model_state_size_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_64 _wrap_acc_model_state_get_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_65 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_66 _wrap_acc_model_save_safetensors_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_67 arg2);
-extern swig_type_68 _wrap_acc_model_load_safetensors_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_69 arg2);
-extern swig_type_70 _wrap_acc_optimizer_create_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_71 arg2, swig_voidp arg3);
-extern void _wrap_acc_optimizer_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_72 _wrap_acc_optimizer_step_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_73 _wrap_acc_optimizer_zero_grad_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_74 _wrap_acc_optimizer_lr_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_75 _wrap_acc_optimizer_step_was_skipped_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_76 _wrap_acc_scheduler_create_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
-extern void _wrap_acc_scheduler_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_78 _wrap_acc_scheduler_step_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_79 _wrap_acc_scheduler_last_lr_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_80 _wrap_acc_dataset_from_tensors_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_81 _wrap_acc_dataset_from_token_file_raw_4f9977e24c3b389c(swig_type_82 arg1, swig_type_83 arg2, swig_voidp arg3);
-extern swig_type_84 _wrap_acc_dataset_from_batch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_acc_dataset_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_85 _wrap_acc_dataset_length_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_86 _wrap_acc_dataset_is_iterable_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_87 _wrap_acc_dataloader_create_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_88 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataloader_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_89 _wrap_acc_dataloader_next_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_90 _wrap_acc_dataloader_next_batch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_91 _wrap_acc_dataloader_length_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_92 _wrap_acc_dataloader_set_epoch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_93 arg2);
-extern swig_type_94 _wrap_acc_dataloader_epoch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_95 _wrap_acc_dataloader_end_of_epoch_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_96 _wrap_acc_dataloader_remainder_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_97 _wrap_acc_dataloader_skip_first_batches_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_98 arg2, swig_voidp arg3);
-extern swig_type_99 _wrap_acc_prepare_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_100 _wrap_acc_backward_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_101 _wrap_acc_accumulate_begin_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_102 _wrap_acc_accumulate_end_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_103 _wrap_acc_sync_gradients_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_acc_grad_scaler_state_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_105 _wrap_acc_clip_grad_norm_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_106 _wrap_acc_clip_grad_value_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_107 _wrap_acc_gather_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_108 _wrap_acc_gather_for_metrics_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_109 _wrap_acc_reduce_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_110 _wrap_acc_broadcast_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_111 _wrap_acc_pad_across_processes_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_112 _wrap_acc_split_between_processes_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_113 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_114 _wrap_acc_split_tensor_between_processes_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_115 _wrap_acc_gather_object_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_acc_broadcast_object_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_117 _wrap_acc_gather_object_for_metrics_raw_4f9977e24c3b389c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_118 _wrap_acc_bytes_list_create_raw_4f9977e24c3b389c(swig_voidp arg1);
-extern void _wrap_acc_bytes_list_destroy_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_119 _wrap_acc_bytes_list_append_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_120 arg2);
-extern swig_type_121 _wrap_acc_bytes_list_count_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_122 _wrap_acc_bytes_list_get_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_123 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_124 _wrap_acc_save_state_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_125 arg2);
-extern swig_type_126 _wrap_acc_load_state_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_127 arg2);
-extern swig_type_128 _wrap_acc_resume_from_checkpoint_raw_4f9977e24c3b389c(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_129 _wrap_acc_init_trackers_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_130 arg2, swig_type_131 arg3, swig_type_132 arg4);
-extern swig_type_133 _wrap_acc_log_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_134 arg2, swig_type_135 arg3);
-extern swig_type_136 _wrap_acc_end_training_raw_4f9977e24c3b389c(uintptr_t arg1);
-extern swig_type_137 _wrap_acc_save_model_raw_4f9977e24c3b389c(uintptr_t arg1, swig_type_138 arg2, swig_type_139 arg3);
+typedef _gostring_ swig_type_140;
+typedef _gostring_ swig_type_141;
+typedef _gostring_ swig_type_142;
+extern void _wrap_Swig_free_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_raw_f63ade9b8538e9bf(swig_intgo arg1);
+extern swig_voidp _wrap_accx_alloc_raw_f63ade9b8538e9bf(swig_type_1 arg1);
+extern void _wrap_accx_free_raw_f63ade9b8538e9bf(swig_voidp arg1);
+extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_f63ade9b8538e9bf(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
+extern swig_type_5 _wrap_accx_dlpack_bytes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern void _wrap_accx_dlpack_release_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_6 _wrap_acc_version_raw_f63ade9b8538e9bf(void);
+extern swig_type_7 _wrap_acc_abi_check_raw_f63ade9b8538e9bf(swig_intgo arg1);
+extern swig_type_8 _wrap_acc_build_info_raw_f63ade9b8538e9bf(void);
+extern swig_type_9 _wrap_acc_status_name_raw_f63ade9b8538e9bf(int arg1);
+extern swig_type_10 _wrap_acc_accelerator_create_raw_f63ade9b8538e9bf(swig_type_11 arg1, swig_voidp arg2);
+extern void _wrap_acc_accelerator_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_12 _wrap_acc_process_index_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_13 _wrap_acc_local_process_index_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_acc_num_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_15 _wrap_acc_is_main_process_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_16 _wrap_acc_is_local_main_process_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_acc_is_last_process_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_acc_device_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_acc_distributed_type_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_acc_config_json_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_21 _wrap_acc_set_seed_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_type_23 _wrap_acc_wait_for_everyone_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_24 _wrap_acc_main_process_first_begin_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_25 _wrap_acc_main_process_first_end_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_26 _wrap_acc_set_trigger_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_27 _wrap_acc_check_trigger_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_28 _wrap_acc_print_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_29 arg2);
+extern swig_type_30 _wrap_acc_tensor_from_host_raw_f63ade9b8538e9bf(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
+extern swig_type_33 _wrap_acc_tensor_to_host_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_34 arg2);
+extern void _wrap_acc_tensor_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_35 _wrap_acc_tensor_ndim_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_36 _wrap_acc_tensor_shape_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_37 arg2);
+extern swig_type_38 _wrap_acc_tensor_numel_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_39 _wrap_acc_tensor_nbytes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_40 _wrap_acc_tensor_dtype_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_41 _wrap_acc_tensor_item_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_44 _wrap_acc_batch_create_raw_f63ade9b8538e9bf(swig_voidp arg1);
+extern void _wrap_acc_batch_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_45 _wrap_acc_batch_set_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
+extern swig_type_47 _wrap_acc_batch_count_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_48 _wrap_acc_batch_name_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
+extern swig_type_50 _wrap_acc_batch_contains_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
+extern swig_type_52 _wrap_acc_batch_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
+extern swig_type_54 _wrap_acc_model_create_raw_f63ade9b8538e9bf(swig_type_55 arg1, swig_voidp arg2);
+extern swig_type_56 _wrap_acc_model_load_torchscript_raw_f63ade9b8538e9bf(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
+extern swig_type_59 _wrap_acc_model_from_pretrained_raw_f63ade9b8538e9bf(swig_type_60 arg1, swig_type_61 arg2, swig_voidp arg3);
+extern void _wrap_acc_model_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_62 _wrap_acc_model_forward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_63 _wrap_acc_model_forward_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_64 _wrap_acc_model_set_training_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_65 _wrap_acc_model_num_parameters_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_66 _wrap_acc_model_state_size_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_67 _wrap_acc_model_state_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_68 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_69 _wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_70 arg2);
+extern swig_type_71 _wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_72 arg2);
+extern swig_type_73 _wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_74 arg2, swig_voidp arg3);
+extern void _wrap_acc_optimizer_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_75 _wrap_acc_optimizer_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_76 _wrap_acc_optimizer_zero_grad_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_77 _wrap_acc_optimizer_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_78 _wrap_acc_optimizer_step_was_skipped_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_79 _wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_80 arg2, swig_voidp arg3);
+extern void _wrap_acc_scheduler_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_81 _wrap_acc_scheduler_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_82 _wrap_acc_scheduler_last_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_83 _wrap_acc_dataset_from_tensors_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_84 _wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(swig_type_85 arg1, swig_type_86 arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_acc_dataset_from_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_acc_dataset_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_88 _wrap_acc_dataset_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_89 _wrap_acc_dataset_is_iterable_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_90 _wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_91 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataloader_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_92 _wrap_acc_dataloader_next_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_93 _wrap_acc_dataloader_next_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_94 _wrap_acc_dataloader_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_95 _wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_96 arg2);
+extern swig_type_97 _wrap_acc_dataloader_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_98 _wrap_acc_dataloader_end_of_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_99 _wrap_acc_dataloader_remainder_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_100 _wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_101 arg2, swig_voidp arg3);
+extern swig_type_102 _wrap_acc_prepare_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_103 _wrap_acc_backward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_104 _wrap_acc_accumulate_begin_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_105 _wrap_acc_accumulate_end_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_106 _wrap_acc_sync_gradients_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_107 _wrap_acc_grad_scaler_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_108 _wrap_acc_clip_grad_norm_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_109 _wrap_acc_clip_grad_value_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_110 _wrap_acc_gather_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_111 _wrap_acc_gather_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_112 _wrap_acc_reduce_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_113 _wrap_acc_broadcast_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_114 _wrap_acc_pad_across_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_115 _wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_116 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_117 _wrap_acc_split_tensor_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_118 _wrap_acc_gather_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_119 _wrap_acc_broadcast_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_120 _wrap_acc_gather_object_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_121 _wrap_acc_bytes_list_create_raw_f63ade9b8538e9bf(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_122 _wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_123 arg2);
+extern swig_type_124 _wrap_acc_bytes_list_count_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_125 _wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_126 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_127 _wrap_acc_save_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_128 arg2);
+extern swig_type_129 _wrap_acc_load_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_130 arg2);
+extern swig_type_131 _wrap_acc_resume_from_checkpoint_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_132 _wrap_acc_init_trackers_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_133 arg2, swig_type_134 arg3, swig_type_135 arg4);
+extern swig_type_136 _wrap_acc_log_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_137 arg2, swig_type_138 arg3);
+extern swig_type_139 _wrap_acc_end_training_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_140 _wrap_acc_save_model_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3);
 #undef intgo
 */
 import "C"
@@ -325,13 +329,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_4f9977e24c3b389c(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_f63ade9b8538e9bf(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -360,13 +364,13 @@ func newStatusError(s string) error {
 func Accx_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_4f9977e24c3b389c(C.swig_type_1(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_f63ade9b8538e9bf(C.swig_type_1(_swig_i_0)))
 	return swig_r
 }
 
 func Accx_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_accx_free_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0))
+	C._wrap_accx_free_raw_f63ade9b8538e9bf(C.swig_voidp(_swig_i_0))
 }
 
 func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []int64, arg5 *uintptr) (_swig_ret error) {
@@ -376,7 +380,7 @@ func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []in
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_f63ade9b8538e9bf(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
@@ -395,7 +399,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_dlpack_bytes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_dlpack_bytes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -408,7 +412,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 
 func Accx_dlpack_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_accx_dlpack_release_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_accx_dlpack_release_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 const ACC_VERSION_MAJOR int = 1
@@ -442,7 +446,7 @@ const ACC_REDUCE_MAX int = 2
 
 func Acc_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_version_raw_4f9977e24c3b389c()
+	swig_r_p := C._wrap_acc_version_raw_f63ade9b8538e9bf()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -452,7 +456,7 @@ func Acc_version() (_swig_ret string) {
 func Acc_abi_check(arg1 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_abi_check_raw_4f9977e24c3b389c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_acc_abi_check_raw_f63ade9b8538e9bf(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -465,7 +469,7 @@ func Acc_abi_check(arg1 int) (_swig_ret error) {
 
 func Acc_build_info() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_build_info_raw_4f9977e24c3b389c()
+	swig_r_p := C._wrap_acc_build_info_raw_f63ade9b8538e9bf()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -475,7 +479,7 @@ func Acc_build_info() (_swig_ret string) {
 func Acc_status_name(arg1 int32) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_status_name_raw_4f9977e24c3b389c(C.int(_swig_i_0))
+	swig_r_p := C._wrap_acc_status_name_raw_f63ade9b8538e9bf(C.int(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -486,7 +490,7 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accelerator_create_raw_4f9977e24c3b389c(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_accelerator_create_raw_f63ade9b8538e9bf(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -502,14 +506,14 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_accelerator_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_accelerator_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_accelerator_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_process_index_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_process_index_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -524,7 +528,7 @@ func Acc_local_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_local_process_index_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_local_process_index_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -539,7 +543,7 @@ func Acc_num_processes(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_num_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_num_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -554,7 +558,7 @@ func Acc_is_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_main_process_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_main_process_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -569,7 +573,7 @@ func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_local_main_process_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_local_main_process_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -584,7 +588,7 @@ func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_last_process_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_last_process_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -599,7 +603,7 @@ func Acc_device(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_device_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_device_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -617,7 +621,7 @@ func Acc_distributed_type(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_distributed_type_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_distributed_type_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -635,7 +639,7 @@ func Acc_config_json(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_config_json_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_config_json_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -655,7 +659,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_set_seed_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_acc_set_seed_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -669,7 +673,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_wait_for_everyone_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_wait_for_everyone_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -684,7 +688,7 @@ func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_begin_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_begin_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -699,7 +703,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_end_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_end_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -713,7 +717,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_set_trigger_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_set_trigger_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -728,7 +732,7 @@ func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_check_trigger_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_check_trigger_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -743,7 +747,7 @@ func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_print_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_print_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -763,7 +767,7 @@ func Acc_tensor_from_host(arg1 []byte, arg2 int, arg3 []int64, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_tensor_from_host_raw_4f9977e24c3b389c(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_tensor_from_host_raw_f63ade9b8538e9bf(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -784,7 +788,7 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_host_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_to_host_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -800,14 +804,14 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 
 func Acc_tensor_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tensor_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tensor_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tensor_ndim(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_ndim_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_ndim_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -822,7 +826,7 @@ func Acc_tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_shape_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_shape_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -840,7 +844,7 @@ func Acc_tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_numel_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_numel_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -855,7 +859,7 @@ func Acc_tensor_nbytes(arg1 uintptr, arg2 *uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_nbytes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_nbytes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -870,7 +874,7 @@ func Acc_tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_dtype_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_dtype_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -885,7 +889,7 @@ func Acc_tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_item_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_item_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -900,7 +904,7 @@ func Acc_tensor_from_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -915,7 +919,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -929,7 +933,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_batch_create_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_batch_create_raw_f63ade9b8538e9bf(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -942,7 +946,7 @@ func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_batch_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_batch_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_batch_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
@@ -950,7 +954,7 @@ func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_set_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_set_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -968,7 +972,7 @@ func Acc_batch_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_batch_count_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_batch_count_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -984,7 +988,7 @@ func Acc_batch_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_name_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_name_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1003,7 +1007,7 @@ func Acc_batch_contains(arg1 uintptr, arg2 string, arg3 *int32) (_swig_ret error
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_contains_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_contains_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1022,7 +1026,7 @@ func Acc_batch_get(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_get_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1040,7 +1044,7 @@ func Acc_model_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_create_raw_4f9977e24c3b389c(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_create_raw_f63ade9b8538e9bf(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1059,7 +1063,29 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_torchscript_raw_4f9977e24c3b389c(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_load_torchscript_raw_f63ade9b8538e9bf(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg1
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_from_pretrained(arg1 string, arg2 string, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_model_from_pretrained_raw_f63ade9b8538e9bf(*(*C.swig_type_60)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1078,7 +1104,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_model_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_model_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, arg5 *uintptr) (_swig_ret error) {
@@ -1088,7 +1114,7 @@ func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_model_forward_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_model_forward_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1104,7 +1130,7 @@ func Acc_model_forward_batch(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_forward_batch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_forward_batch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1119,7 +1145,7 @@ func Acc_model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_set_training_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_set_training_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1134,7 +1160,7 @@ func Acc_model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_num_parameters_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_num_parameters_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1149,7 +1175,7 @@ func Acc_model_state_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_state_size_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_state_size_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1166,7 +1192,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_65(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_68(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1184,7 +1210,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_70)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1202,7 +1228,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1221,7 +1247,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_71)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_74)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1237,13 +1263,13 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_optimizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_optimizer_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_optimizer_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_step_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_step_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1257,7 +1283,7 @@ func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 func Acc_optimizer_zero_grad(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1272,7 +1298,7 @@ func Acc_optimizer_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_lr_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_lr_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1287,7 +1313,7 @@ func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1303,7 +1329,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_80)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1319,13 +1345,13 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_scheduler_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_scheduler_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_scheduler_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_scheduler_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_scheduler_step_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_scheduler_step_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1340,7 +1366,7 @@ func Acc_scheduler_last_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1356,7 +1382,7 @@ func Acc_dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1372,7 +1398,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_4f9977e24c3b389c(*(*C.swig_type_82)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_83)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(*(*C.swig_type_85)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_86)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1393,7 +1419,7 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_from_batch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_from_batch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1406,14 +1432,14 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_dataset_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataset_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataset_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataset_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_length_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_length_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1428,7 +1454,7 @@ func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1444,7 +1470,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_88)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_91)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1460,7 +1486,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 
 func Acc_dataloader_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataloader_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataloader_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32) (_swig_ret error) {
@@ -1469,7 +1495,7 @@ func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_dataloader_next_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_dataloader_next_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1484,7 +1510,7 @@ func Acc_dataloader_next_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1499,7 +1525,7 @@ func Acc_dataloader_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_length_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_length_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1514,7 +1540,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_93(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_96(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1529,7 +1555,7 @@ func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_epoch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1544,7 +1570,7 @@ func Acc_dataloader_end_of_epoch(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1559,7 +1585,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_remainder_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1575,7 +1601,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_98(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_101(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1593,7 +1619,7 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_prepare_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
+	swig_r_p := C._wrap_acc_prepare_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1608,7 +1634,7 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_backward_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_backward_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1623,7 +1649,7 @@ func Acc_accumulate_begin(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_begin_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_begin_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1638,7 +1664,7 @@ func Acc_accumulate_end(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_end_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_end_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1653,7 +1679,7 @@ func Acc_sync_gradients(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_sync_gradients_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_sync_gradients_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1669,7 +1695,7 @@ func Acc_grad_scaler_state(arg1 uintptr, arg2 *float64, arg3 *int64) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_grad_scaler_state_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_grad_scaler_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1687,7 +1713,7 @@ func Acc_clip_grad_norm(arg1 uintptr, arg2 uintptr, arg3 float64, arg4 float64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_clip_grad_norm_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_clip_grad_norm_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1703,7 +1729,7 @@ func Acc_clip_grad_value(arg1 uintptr, arg2 uintptr, arg3 float64) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_clip_grad_value_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_acc_clip_grad_value_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1719,7 +1745,7 @@ func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1735,7 +1761,7 @@ func Acc_gather_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_for_metrics_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_for_metrics_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1752,7 +1778,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_reduce_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_reduce_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1769,7 +1795,7 @@ func Acc_broadcast(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1788,7 +1814,7 @@ func Acc_pad_across_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 float64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_pad_across_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_pad_across_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1807,7 +1833,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_116(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1824,7 +1850,7 @@ func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1840,7 +1866,7 @@ func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1857,7 +1883,7 @@ func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_object_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_object_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1873,7 +1899,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1887,7 +1913,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_bytes_list_create_raw_4f9977e24c3b389c(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_f63ade9b8538e9bf(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1900,14 +1926,14 @@ func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_bytes_list_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_bytes_list_destroy_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_bytes_list_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1925,7 +1951,7 @@ func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_count_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1942,7 +1968,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_type_123(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_126(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1957,7 +1983,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1975,7 +2001,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1993,7 +2019,7 @@ func Acc_resume_from_checkpoint(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2010,7 +2036,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_135)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2035,7 +2061,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), C.swig_type_135(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_137)(unsafe.Pointer(&_swig_i_1)), C.swig_type_138(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2052,7 +2078,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 func Acc_end_training(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_end_training_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_end_training_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2068,7 +2094,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_4f9977e24c3b389c(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_141)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

@@ -6,6 +6,14 @@ pub use crate::dlpack::DLManagedTensorVersioned;
 pub type acc_status = i32;
 pub type acc_dtype = i32;
 pub type acc_reduce_op = i32;
+#[doc = " Called by acc_generate after every step with the `batch` tokens just chosen (one per sequence; a finished\n  sequence gets the pad token), valid during the call. Return 0 to go on, anything else to stop there."]
+pub type acc_generate_token_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        tokens: *const i64,
+        batch: i64,
+    ) -> i32,
+>;
 #[doc = " Fills one sample: creates *input (and *target, or leaves it NULL) with acc_tensor_from_host; the\n  library takes ownership. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
 pub type acc_dataset_get_fn = ::core::option::Option<
     unsafe extern "C" fn(
@@ -403,6 +411,28 @@ extern "C" {
         path: *const ::core::ffi::c_char,
         options_json: *const ::core::ffi::c_char,
         out: *mut *mut acc_model,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' from_pretrained: a Hugging Face model directory (config.json, and model.safetensors or\n the shards model.safetensors.index.json lists). config.json's \"architectures\"[0] picks the model:\n LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM (another is\n ACC_ERR_UNSUPPORTED, naming it and listing these). The model is built without weight memory, then the\n tensors are read through memory maps into storage of the requested dtype. options_json (NULL: {}):\n {\"dtype\": \"auto\" | \"float32\" | \"bfloat16\" | \"float16\"}; \"auto\", the default (as in transformers 5), is\n the dtype config.json records, float32 when none. Every parameter name and shape must\n match transformers': ACC_ERR_INVALID_ARGUMENT lists what is missing, unexpected and mismatched; a\n missing file is ACC_ERR_IO naming it. The model comes in eval mode (acc_model_set_training to fine-tune); it\n takes the named batch \"input_ids\" with optional \"attention_mask\", \"position_ids\" and \"labels\" (shifted\n inside, -100 ignored) and returns \"logits\" (and \"loss\"); acc_model_forward's input is \"input_ids\" and\n its targets \"labels\". See docs/hf-models.md.\n Caller owns *out (acc_model_destroy). Any thread."]
+    pub fn acc_model_from_pretrained(
+        dir: *const ::core::ffi::c_char,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_model,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]\n (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)\n with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:\n fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over\n the model's generation_config.json: {\"max_new_tokens\": 20, \"do_sample\": false, \"temperature\": 1.0,\n \"top_k\": 50, \"top_p\": 1.0, \"repetition_penalty\": 1.0, \"eos_token_id\": id or [ids], \"pad_token_id\": id,\n \"seed\": n} (sampling draws from a generator of its own seeded with \"seed\": the same seed, the same\n tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens\n may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.\n Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread."]
+    pub fn acc_generate(
+        model: *mut acc_model,
+        input_ids: *const acc_tensor,
+        attention_mask: *const acc_tensor,
+        options_json: *const ::core::ffi::c_char,
+        on_tokens: acc_generate_token_fn,
+        user_data: *mut ::core::ffi::c_void,
+        out: *mut *mut acc_tensor,
     ) -> acc_status;
 }
 extern "C" {

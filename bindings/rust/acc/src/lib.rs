@@ -69,7 +69,8 @@
 //!   callback is caught, the load fails inside libacc, and the panic resumes in the caller of
 //!   [`DataLoader::next`] or [`DataLoader::next_batch`]; likewise for the closures of
 //!   [`Accelerator::register_for_checkpointing`] and [`Accelerator::save_state`] /
-//!   [`Accelerator::load_state`] / [`Accelerator::resume_from_checkpoint`].
+//!   [`Accelerator::load_state`] / [`Accelerator::resume_from_checkpoint`], and for the token
+//!   callback of [`Model::generate`] (which stops generating and resumes the panic in its caller).
 
 mod batch;
 mod error;

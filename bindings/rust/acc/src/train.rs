@@ -87,7 +87,8 @@ impl Accelerator {
     }
 }
 handle!(
-    /// A trainable model: a built-in family (MLP, GPT) or a TorchScript module.
+    /// A trainable model: a built-in family (MLP, GPT), a TorchScript module, or a Hugging Face causal
+    /// LM ([`Model::from_pretrained`]).
     Model, acc_model, acc_model_destroy
 );
 handle!(
@@ -568,6 +569,100 @@ impl Model {
             unsafe { sys::acc_model_load_torchscript(p.as_ptr(), o.as_ptr(), &mut out) },
             out,
         )
+    }
+
+    /// transformers' `from_pretrained`: a Hugging Face model directory (`config.json`, and
+    /// `model.safetensors` or the shards `model.safetensors.index.json` lists) of a
+    /// `LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM` or `MixtralForCausalLM`. Options
+    /// (`None`: `{}`): `{"dtype": "auto" | "float32" | "bfloat16" | "float16"}`, `"auto"` being the
+    /// dtype `config.json` records. A missing file is [`ErrorCode::Io`] naming it; names or shapes
+    /// that differ from transformers' are [`ErrorCode::InvalidArgument`], listing them. The model
+    /// comes in eval mode; it takes the named batch `"input_ids"` (with optional `"attention_mask"`,
+    /// `"position_ids"`, `"labels"`) and returns `"logits"` (and `"loss"`). See docs/hf-models.md.
+    pub fn from_pretrained(dir: &str, options_json: Option<&str>) -> Result<Model> {
+        check_abi()?;
+        let d = cstring(dir)?;
+        let o = options_json.map(cstring).transpose()?;
+        let o_ptr = o.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        let mut out = ptr::null_mut();
+        Model::owned(
+            unsafe { sys::acc_model_from_pretrained(d.as_ptr(), o_ptr, &mut out) },
+            out,
+        )
+    }
+
+    /// transformers' `generate` for a model of [`Model::from_pretrained`]: continues `input_ids`
+    /// `[batch, time]` (integer token ids, left-padded where `attention_mask`, `[batch, time]` of 0/1,
+    /// has zeros) and returns the whole sequences `[batch, time + n]` (int64), `n <= max_new_tokens`:
+    /// fewer when every sequence has emitted a stop token or `on_tokens` stopped it. Options (`None`:
+    /// `{}`) over the model's `generation_config.json`: `{"max_new_tokens": 20, "do_sample": false,
+    /// "temperature": 1.0, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": id or
+    /// [ids], "pad_token_id": id, "seed": n}`; greedy decoding equals transformers'.
+    ///
+    /// `on_tokens` is called on this thread after every step with the tokens just chosen, one per
+    /// sequence (a finished sequence gets the pad token); it returns `true` to go on, `false` to stop
+    /// there (the sequences so far are the result). A panic in it stops generation at the C boundary
+    /// and resumes here.
+    ///
+    /// ```no_run
+    /// # fn main() -> acc::Result<()> {
+    /// let model = acc::Model::from_pretrained("path/to/model", None)?;
+    /// let prompt = acc::Tensor::from_slice(&[3i64, 17, 42], &[1, 3])?;
+    /// let out = model.generate(&prompt, None, Some(r#"{"max_new_tokens": 8}"#), Some(&mut |tokens: &[i64]| {
+    ///     println!("next: {}", tokens[0]);
+    ///     true
+    /// }))?;
+    /// println!("{:?}", out.to_vec::<i64>()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn generate(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        options_json: Option<&str>,
+        on_tokens: Option<&mut dyn FnMut(&[i64]) -> bool>,
+    ) -> Result<Tensor> {
+        struct State<'a> {
+            f: &'a mut dyn FnMut(&[i64]) -> bool,
+            panic: Option<Box<dyn Any + Send>>,
+        }
+        unsafe extern "C" fn tokens_fn(user: *mut c_void, tokens: *const i64, batch: i64) -> i32 {
+            // SAFETY: user is the State on generate's stack; libacc calls it on the calling thread,
+            // during acc_generate only.
+            let state = unsafe { &mut *user.cast::<State<'_>>() };
+            let tokens: &[i64] = if batch <= 0 || tokens.is_null() {
+                &[]
+            } else {
+                // SAFETY: `batch` tokens borrowed for this call.
+                unsafe { std::slice::from_raw_parts(tokens, batch as usize) }
+            };
+            match panic::catch_unwind(AssertUnwindSafe(|| (state.f)(tokens))) {
+                Ok(true) => 0,
+                Ok(false) => 1,
+                Err(payload) => {
+                    state.panic = Some(payload);
+                    1 // stop; the panic resumes in the caller
+                }
+            }
+        }
+        let o = options_json.map(cstring).transpose()?;
+        let o_ptr = o.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        let mask = attention_mask.map_or(ptr::null(), |t| t.as_ptr() as *const _);
+        let mut state = on_tokens.map(|f| State { f, panic: None });
+        let (callback, user): (sys::acc_generate_token_fn, *mut c_void) = match state.as_mut() {
+            Some(s) => (Some(tokens_fn), (s as *mut State<'_>).cast()),
+            None => (None, ptr::null_mut()),
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: `state` outlives the call; libacc calls tokens_fn only during it.
+        let st = unsafe { sys::acc_generate(self.as_ptr(), input_ids.as_ptr(), mask, o_ptr, callback, user, &mut out) };
+        let result = Tensor::owned(st, out); // reads the message at once
+        if let Some(payload) = state.and_then(|s| s.panic) {
+            drop(result);
+            panic::resume_unwind(payload);
+        }
+        result
     }
 
     /// Runs the model: the output and, with targets, the scalar loss (ready for backward).

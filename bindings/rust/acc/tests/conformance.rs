@@ -912,3 +912,93 @@ fn checkpoint() {
     assert_eq!(Arc::strong_count(&counter), 1);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A Hugging Face fixture model directory of tests/hf (made by transformers).
+fn hf_fixture(case: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../tests/hf/fixtures")
+        .join(case)
+        .join("model")
+}
+
+// scenario: hf_generate
+#[test]
+fn hf_generate() {
+    let missing = hf_fixture("no-such-model");
+    expect_err(
+        Model::from_pretrained(missing.to_str().unwrap(), None),
+        ErrorCode::Io,
+        "no-such-model",
+    );
+    let dir = hf_fixture("llama");
+    let m = Model::from_pretrained(dir.to_str().unwrap(), Some(r#"{"dtype": "float32"}"#)).unwrap();
+    let prompt = [3i64, 17, 42, 8, 64];
+    let x = Tensor::from_slice(&prompt, &[1, 5]).unwrap();
+    let greedy = Some(r#"{"max_new_tokens": 6}"#);
+
+    // Greedy, streaming every step to the closure.
+    let mut seen: Vec<Vec<i64>> = Vec::new();
+    let out = m
+        .generate(
+            &x,
+            None,
+            greedy,
+            Some(&mut |t: &[i64]| {
+                seen.push(t.to_vec());
+                true
+            }),
+        )
+        .unwrap();
+    assert_eq!(out.shape().unwrap(), vec![1, 11]);
+    let seq = out.to_vec::<i64>().unwrap();
+    assert_eq!(&seq[..5], &prompt);
+    assert_eq!(seen.len(), 6);
+    assert!(seen.iter().all(|t| t.len() == 1));
+    assert_eq!(seen[5][0], seq[10]);
+    // Without a closure: the same tokens.
+    assert_eq!(
+        m.generate(&x, None, greedy, None).unwrap().to_vec::<i64>().unwrap(),
+        seq
+    );
+
+    // The closure stops it after 2 steps.
+    let mut calls = 0;
+    let stopped = m
+        .generate(
+            &x,
+            None,
+            greedy,
+            Some(&mut |_: &[i64]| {
+                calls += 1;
+                calls < 2
+            }),
+        )
+        .unwrap();
+    assert_eq!(calls, 2);
+    assert_eq!(stopped.shape().unwrap(), vec![1, 7]);
+    assert_eq!(stopped.to_vec::<i64>().unwrap()[..], seq[..7]);
+
+    // A panic stops generating and resumes in the caller; the model stays usable.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.generate(&x, None, greedy, Some(&mut |_: &[i64]| panic!("boom")))
+    }));
+    assert_eq!(
+        caught.expect_err("the panic should resume").downcast_ref::<&str>(),
+        Some(&"boom")
+    );
+    let mask = Tensor::from_slice(&[1i64; 5], &[1, 5]).unwrap();
+    assert_eq!(
+        m.generate(&x, Some(&mask), greedy, None)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        seq
+    );
+
+    // Bad options name the key.
+    expect_err(
+        m.generate(&x, None, Some(r#"{"top_p": 2}"#), None),
+        ErrorCode::InvalidConfig,
+        "top_p",
+    );
+}

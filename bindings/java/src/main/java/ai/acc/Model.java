@@ -4,7 +4,10 @@ import ai.acc.internal.AccRaw;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
-/** A trainable model: a built-in family (MLP, GPT) or a TorchScript module. */
+/**
+ * A trainable model: a built-in family (MLP, GPT), a TorchScript module, or a Hugging Face causal LM
+ * ({@link #fromPretrained}).
+ */
 public final class Model extends NativeObject {
   private Model(long ptr) {
     super(ptr, AccRaw::acc_model_destroy);
@@ -28,6 +31,102 @@ public final class Model extends NativeObject {
     long[] out = new long[1];
     AccRaw.acc_model_load_torchscript(path, optionsJson, out);
     return new Model(out[0]);
+  }
+
+  /**
+   * transformers' {@code from_pretrained}: a Hugging Face model directory ({@code config.json}, and
+   * {@code model.safetensors} or the shards {@code model.safetensors.index.json} lists) of a
+   * LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM. Options ({@code
+   * null}: {@code {}}): {@code {"dtype": "auto" | "float32" | "bfloat16" | "float16"}}, {@code "auto"}
+   * being the dtype {@code config.json} records. A missing file is {@link ErrorCode#IO} naming it;
+   * names or shapes that differ from transformers' are {@link ErrorCode#INVALID_ARGUMENT}, listing
+   * them. The model comes in eval mode; it takes the named batch {@code "input_ids"} (with optional
+   * {@code "attention_mask"}, {@code "position_ids"}, {@code "labels"}) and returns {@code "logits"}
+   * (and {@code "loss"}). {@link #generate} continues token sequences with it. See docs/hf-models.md.
+   */
+  public static Model fromPretrained(String dir, String optionsJson) {
+    NativeLoader.load();
+    long[] out = new long[1];
+    AccRaw.acc_model_from_pretrained(dir, optionsJson, out);
+    return new Model(out[0]);
+  }
+
+  /** {@link #fromPretrained(String, String)} with the default options. */
+  public static Model fromPretrained(String dir) {
+    return fromPretrained(dir, null);
+  }
+
+  /** Receives the tokens of every step of {@link #generate}. */
+  @FunctionalInterface
+  public interface TokenListener {
+    /**
+     * The tokens just chosen, one per sequence (a finished sequence gets the pad token); return true
+     * to go on, false to stop there. An exception stops generation and fails {@link #generate} with
+     * {@link ErrorCode#CALLBACK}, with the exception as the cause.
+     */
+    boolean onTokens(long[] tokens) throws Exception;
+  }
+
+  /**
+   * transformers' {@code generate} for a model of {@link #fromPretrained}: continues {@code inputIds}
+   * [batch, time] (integer token ids, left-padded where {@code attentionMask}, [batch, time] of 0/1,
+   * has zeros; {@code null}: no padding) and returns the whole sequences [batch, time + n] (int64),
+   * n &lt;= max_new_tokens: fewer when every sequence has emitted a stop token or {@code onTokens}
+   * stopped it. Options ({@code null}: the model's generation_config.json): {@code {"max_new_tokens":
+   * 20, "do_sample": false, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0,
+   * "eos_token_id": id or [ids], "pad_token_id": id, "seed": n}}; greedy decoding equals
+   * transformers'. {@code onTokens} ({@code null}: none) runs on this thread after every step while
+   * the model is in use (calling the model from it fails with {@link ErrorCode#BUSY}).
+   */
+  public Tensor generate(Tensor inputIds, Tensor attentionMask, String optionsJson, TokenListener onTokens) {
+    TokenAdapter adapter = onTokens == null ? null : new TokenAdapter(onTokens);
+    long p = enter();
+    long x = enter(inputIds), mask = enter(attentionMask);
+    try {
+      long[] out = new long[1];
+      AccRaw.accx_generate_java(p, x, mask, optionsJson, adapter, out);
+      Tensor result = new Tensor(out[0]);
+      Throwable failure = adapter == null ? null : adapter.failure;
+      if (failure != null) {
+        result.close();
+        AccException e = new AccException(ErrorCode.CALLBACK,
+            "the token listener threw at step " + adapter.steps + " (generation stopped): " + failure);
+        e.initCause(failure);
+        throw e;
+      }
+      return result;
+    } finally {
+      leave(attentionMask, mask);
+      leave(inputIds, x);
+      leave(p);
+    }
+  }
+
+  /** {@link #generate(Tensor, Tensor, String, TokenListener)} without padding or a listener. */
+  public Tensor generate(Tensor inputIds, String optionsJson) {
+    return generate(inputIds, null, optionsJson, null);
+  }
+
+  /** What the C trampoline calls: never throws; records the listener's failure for the caller. */
+  static final class TokenAdapter {
+    private final TokenListener listener;
+    int steps;
+    Throwable failure;
+
+    TokenAdapter(TokenListener listener) {
+      this.listener = listener;
+    }
+
+    /** Called from C on the generating thread: false to stop, also on failure. */
+    boolean onTokens(long[] tokens) {
+      ++steps;
+      try {
+        return listener.onTokens(tokens);
+      } catch (Throwable t) {
+        failure = t;
+        return false;
+      }
+    }
   }
 
   /** The result of {@link #forward}: the output and, with targets, the loss. Closes both. */

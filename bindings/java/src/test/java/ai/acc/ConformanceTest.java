@@ -876,4 +876,51 @@ class ConformanceTest {
       }
     }
   }
+
+  /** A Hugging Face fixture model of tests/hf (made by transformers); the tests run in bindings/java. */
+  static String hfFixture(String name) {
+    return Path.of("..", "..", "tests", "hf", "fixtures", name, "model").toAbsolutePath().normalize().toString();
+  }
+
+  // scenario: hf_generate
+  @Test
+  void hfGenerate() {
+    String missing = hfFixture("no-such-model");
+    expectError(ErrorCode.IO, "no-such-model", () -> Model.fromPretrained(missing, null));
+    long[] prompt = {3, 17, 42, 8, 64};
+    String greedy = "{\"max_new_tokens\": 6}";
+    try (Model m = Model.fromPretrained(hfFixture("llama"), "{\"dtype\": \"float32\"}");
+        Tensor x = Tensor.fromLongs(prompt, 1, 5)) {
+      // Greedy, streaming every step to the listener.
+      List<long[]> seen = new ArrayList<>();
+      long[] seq;
+      try (Tensor out = m.generate(x, null, greedy, tokens -> seen.add(tokens))) {
+        assertArrayEquals(new long[] {1, 11}, out.shape());
+        seq = out.toLongs();
+      }
+      assertArrayEquals(prompt, java.util.Arrays.copyOf(seq, 5));
+      assertEquals(6, seen.size());
+      assertArrayEquals(new long[] {seq[10]}, seen.get(5));
+      // Without a listener (and with an all-ones mask): the same tokens.
+      try (Tensor mask = Tensor.fromLongs(new long[] {1, 1, 1, 1, 1}, 1, 5);
+          Tensor same = m.generate(x, mask, greedy, null)) {
+        assertArrayEquals(seq, same.toLongs());
+      }
+      // The listener stops it after 2 steps.
+      int[] calls = {0};
+      try (Tensor stopped = m.generate(x, null, greedy, tokens -> ++calls[0] < 2)) {
+        assertEquals(2, calls[0]);
+        assertArrayEquals(new long[] {1, 7}, stopped.shape());
+      }
+      // An exception stops generating: CALLBACK with the exception as the cause.
+      Model.TokenListener boom = tokens -> {
+        throw new IllegalStateException("boom");
+      };
+      AccException e = expectError(ErrorCode.CALLBACK, "token listener", () -> m.generate(x, null, greedy, boom));
+      assertTrue(e.getCause() instanceof IllegalStateException, "cause: " + e.getCause());
+      assertEquals("boom", e.getCause().getMessage());
+      // Bad options name the key.
+      expectError(ErrorCode.INVALID_CONFIG, "top_p", () -> m.generate(x, "{\"top_p\": 2}"));
+    }
+  }
 }

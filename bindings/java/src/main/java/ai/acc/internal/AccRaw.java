@@ -17,6 +17,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void accx_register_for_checkpointing_java(long acc, Object checkpointable) { AccRawJNI.accx_register_for_checkpointing_java(acc, checkpointable); }
 
+  public static void accx_generate_java(long model, long input_ids, long attention_mask, String options_json, Object listener, long[] out) { AccRawJNI.accx_generate_java(model, input_ids, attention_mask, options_json, listener, out); }
+
   public static java.nio.ByteBuffer accx_direct_buffer(long address, long nbytes) { return AccRawJNI.accx_direct_buffer(address, nbytes); }
 
   public static void accx_dlpack_bytes(long src, long[] data, long[] nbytes) { AccRawJNI.accx_dlpack_bytes(src, data, nbytes); }
@@ -120,6 +122,8 @@ public class AccRaw implements AccRawConstants {
   public static void acc_model_create(String spec_json, long[] out) { AccRawJNI.acc_model_create(spec_json, out); }
 
   public static void acc_model_load_torchscript(String path, String options_json, long[] out) { AccRawJNI.acc_model_load_torchscript(path, options_json, out); }
+
+  public static void acc_model_from_pretrained(String dir, String options_json, long[] out) { AccRawJNI.acc_model_from_pretrained(dir, options_json, out); }
 
   public static void acc_model_destroy(long model) {
     AccRawJNI.acc_model_destroy(model);

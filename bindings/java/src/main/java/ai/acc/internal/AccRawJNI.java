@@ -16,6 +16,7 @@ public class AccRawJNI {
   public final static native void accx_dataset_from_java(long jarg2, Object jarg3, long[] jarg4);
   public final static native void accx_dataset_from_java_batch(long jarg2, Object jarg3, long[] jarg4);
   public final static native void accx_register_for_checkpointing_java(long jarg2, Object jarg3);
+  public final static native void accx_generate_java(long jarg2, long jarg3, long jarg4, String jarg5, Object jarg6, long[] jarg7);
   public final static native java.nio.ByteBuffer accx_direct_buffer(long jarg2, long jarg3);
   public final static native void accx_dlpack_bytes(long jarg1, long[] jarg2, long[] jarg3);
   public final static native void accx_dlpack_release(long jarg1);
@@ -61,6 +62,7 @@ public class AccRawJNI {
   public final static native void acc_batch_get(long jarg1, String jarg2, long[] jarg3);
   public final static native void acc_model_create(String jarg1, long[] jarg2);
   public final static native void acc_model_load_torchscript(String jarg1, String jarg2, long[] jarg3);
+  public final static native void acc_model_from_pretrained(String jarg1, String jarg2, long[] jarg3);
   public final static native void acc_model_destroy(long jarg1);
   public final static native void acc_model_forward(long jarg1, long jarg2, long jarg3, long[] jarg4, long[] jarg5);
   public final static native void acc_model_forward_batch(long jarg1, long jarg2, long[] jarg3);

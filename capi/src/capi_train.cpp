@@ -88,6 +88,14 @@ acc_status acc_model_from_pretrained(const char* dir, const char* options_json, 
   });
 }
 
+acc_status acc_model_from_config(const char* config_json, const char* options_json, acc_model** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = new_model(acc::core::hf::from_config(need(config_json, "config_json"), options_json));
+  });
+}
+
 acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc_tensor* attention_mask,
                         const char* options_json, acc_generate_token_fn on_tokens, void* user_data,
                         acc_tensor** out) noexcept {

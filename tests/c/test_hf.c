@@ -134,6 +134,33 @@ int main(int argc, char** argv) {
   acc_model_destroy(builtin);
   remove_tree(saved);
 
+  /* from_config: fresh weights from the CPU generator, trained through the named forward, saved with its config. */
+  const char* tiny = "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 64, \"hidden_size\": 16, "
+                     "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                     "\"num_key_value_heads\": 1, \"initializer_range\": 0.5, \"eos_token_id\": 2}";
+  acc_model *f1 = NULL, *f2 = NULL;
+  EXPECT_OK(acc_model_from_config(tiny, NULL, &f1));
+  EXPECT_OK(acc_model_from_config(tiny, "{\"dtype\": \"bfloat16\"}", &f2));
+  if (f1) {
+    EXPECT_OK(acc_model_num_parameters(f1, &n));
+    EXPECT(n == 64 * 16 * 2 + (16 * 16 + 8 * 16 * 2 + 16 * 16 + 32 * 16 * 3 + 16 * 2) + 16);
+    const int64_t small[4] = {3, 9, 27, 17};
+    acc_tensor* sx = ids(small, 1, 4);
+    EXPECT_OK(acc_model_forward(f1, sx, sx, NULL, &out));
+    EXPECT_OK(acc_tensor_item(out, &l));
+    EXPECT(isfinite(l) && l > 1.0); /* random weights: about log(64) */
+    acc_tensor_destroy(out);
+    EXPECT_OK(acc_generate(f1, sx, NULL, "{\"max_new_tokens\": 3}", NULL, NULL, &out));
+    acc_tensor_destroy(out);
+    acc_tensor_destroy(sx);
+  }
+  acc_model_destroy(f1);
+  acc_model_destroy(f2);
+  EXPECT_ERR(acc_model_from_config("{\"architectures\": [\"T5Model\"]}", NULL, &f1), ACC_ERR_UNSUPPORTED, "T5Model");
+  EXPECT_ERR(acc_model_from_config("not json", NULL, &f1), ACC_ERR_INVALID_ARGUMENT, "not a JSON object");
+  EXPECT_ERR(acc_model_from_config("{\"architectures\": [\"LlamaForCausalLM\"]}", NULL, &f1), ACC_ERR_INVALID_ARGUMENT,
+             "vocab_size");
+
   /* Bad input. */
   EXPECT_ERR(acc_generate(m, x, NULL, "{\"top_p\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "top_p");
   EXPECT_ERR(acc_generate(m, x, NULL, "{\"beams\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "beams");

@@ -324,6 +324,15 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, co
  */
 ACC_API ACC_NODISCARD acc_status acc_model_from_pretrained(const char* dir, const char* options_json,
                                                             acc_model** out) ACC_NOEXCEPT;
+/**
+ * transformers' from_config: the architecture a config.json text names (as acc_model_from_pretrained
+ * knows them), with fresh weights initialised as transformers does (normal(0, initializer_range), zero
+ * biases, unit norms) from the CPU generator (seed it through the accelerator's "seed"). options_json as
+ * acc_model_from_pretrained's. acc_model_save_pretrained writes it with its config.
+ * Caller owns *out (acc_model_destroy). Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_from_config(const char* config_json, const char* options_json,
+                                                        acc_model** out) ACC_NOEXCEPT;
 /** Called by acc_generate after every step with the `batch` tokens just chosen (one per sequence; a finished
  *  sequence gets the pad token), valid during the call. Return 0 to go on, anything else to stop there. */
 typedef int32_t (*acc_generate_token_fn)(void* user_data, const int64_t* tokens, int64_t batch);

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <set>
 #include <sstream>
 
@@ -105,18 +104,14 @@ std::vector<int64_t> token_ids(const JsonValue& v, const std::string& key) {
   return out;
 }
 
-// transformers' GenerationConfig of the model: generation_config.json when there is one, else config.json's
-// token ids. Without a pad token, the first stop token pads (as generate does, with a warning).
-GenerationOptions generation_defaults(const fs::path& dir, const JsonValue& config) {
+// transformers' GenerationConfig of the model from generation_config.json (`full`: its sampling settings too)
+// or config.json (the token ids). Without a pad token, the first stop token pads (as generate does).
+GenerationOptions generation_defaults(const JsonValue& v, bool full) {
   GenerationOptions g;
-  const fs::path path = dir / "generation_config.json";
-  std::optional<Json> file;
-  if (fs::exists(path)) file.emplace(read_text(path, "generation config"), path.string());
-  const JsonValue v = file ? file->root() : config;
   g.eos_token_ids = token_ids(v, "eos_token_id");
   const std::vector<int64_t> pad = token_ids(v, "pad_token_id");
   g.pad_token_id = !pad.empty() ? pad[0] : !g.eos_token_ids.empty() ? g.eos_token_ids[0] : 0;
-  if (file) {
+  if (full) {
     g.do_sample = v.get_bool_or("do_sample", g.do_sample);
     g.temperature = v.get_double_or("temperature", g.temperature);
     g.top_k = v.get_int_or("top_k", g.top_k);
@@ -127,7 +122,45 @@ GenerationOptions generation_defaults(const fs::path& dir, const JsonValue& conf
   return g;
 }
 
+at::ScalarType dtype_named(const std::string& name, const std::string& source) {
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  if (name == "float32") return at::kFloat;
+  throw std::invalid_argument(source + ": dtype '" + name + "' is not float32, bfloat16 or float16");
+}
+
+// The architecture config.json names (architectures[0]), with `options`' dtype and device.
+std::unique_ptr<Model> build(const JsonValue& c, const at::TensorOptions& options, const std::string& source) {
+  if (!c.has_value("architectures") || c.get("architectures").size() == 0)
+    throw std::invalid_argument(source + ": no 'architectures' list naming the model class");
+  const std::string arch = c.get("architectures").at(0).as_string();
+  for (const char* a : kDecoders)
+    if (arch == a) return make_decoder(c, arch, options, source);
+  if (arch == "GPT2LMHeadModel") return make_gpt2(c, options, source);
+  if (arch == "BertForSequenceClassification") return make_bert_classifier(c, options, source);
+  throw UnsupportedError(source + ": architecture '" + arch + "' is not one libacc has (" + known_architectures() + ")");
+}
+
+// options_json's dtype; "auto" is the config's.
+at::ScalarType requested_dtype(const char* options_json, const JsonValue& c, const std::string& source) {
+  Options opts(options_json, "from_pretrained options", {"dtype"});
+  std::string name = opts.get_string("dtype", "auto", {"auto", "float32", "bfloat16", "float16"});
+  // "auto", transformers 5's default: the dtype config.json records ("dtype", or "torch_dtype" before 5).
+  if (name == "auto") name = c.get_string_or("dtype", c.get_string_or("torch_dtype", "float32"));
+  return dtype_named(name, source);
+}
+
 }  // namespace
+
+std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json) {
+  const std::string source = "the model config";
+  Json config(config_json, source);
+  const at::ScalarType dtype = requested_dtype(options_json, config.root(), source);
+  std::unique_ptr<Model> model = build(config.root(), at::TensorOptions().dtype(dtype), source);
+  if (auto* p = dynamic_cast<Pretrained*>(model.get())) p->config_json = config_json;
+  if (auto* lm = dynamic_cast<CausalLM*>(model.get())) lm->generation_defaults = generation_defaults(config.root(), false);
+  return model;
+}
 
 std::string known_architectures() {
   std::string s;
@@ -136,35 +169,16 @@ std::string known_architectures() {
 }
 
 std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* options_json) {
-  Options opts(options_json, "from_pretrained options", {"dtype"});
-  std::string dtype_name = opts.get_string("dtype", "auto", {"auto", "float32", "bfloat16", "float16"});
   const fs::path dir(dir_arg);
   if (!fs::is_directory(dir)) throw std::ios_base::failure("from_pretrained: '" + dir_arg + "' is not a directory");
   const fs::path config_path = dir / "config.json";
   const std::string config_text = read_text(config_path, "config");
   Json config(config_text, config_path.string());
   const JsonValue c = config.root();
-  // "auto", transformers 5's default: the dtype config.json records ("dtype", or "torch_dtype" before 5).
-  if (dtype_name == "auto") dtype_name = c.get_string_or("dtype", c.get_string_or("torch_dtype", "float32"));
-  const at::ScalarType dtype = dtype_name == "bfloat16"  ? at::kBFloat16
-                               : dtype_name == "float16" ? at::kHalf
-                               : dtype_name == "float32" ? at::kFloat
-                                                         : throw std::invalid_argument(config_path.string() + ": dtype '" +
-                                                                                       dtype_name + "' is not float32, bfloat16 or float16");
-  if (!c.has_value("architectures") || c.get("architectures").size() == 0)
-    throw std::invalid_argument(config_path.string() + ": no 'architectures' list naming the model class");
-  const std::string arch = c.get("architectures").at(0).as_string();
-
+  const at::ScalarType dtype = requested_dtype(options_json, c, config_path.string());
+  const std::string arch = c.has_value("architectures") ? c.get("architectures").at(0).as_string() : "";
   // Built on the meta device: shapes and names, no storage until the weights are in hand.
-  const auto meta = at::TensorOptions().dtype(dtype).device(at::kMeta);
-  std::unique_ptr<Model> model;
-  for (const char* a : kDecoders)
-    if (arch == a) model = make_decoder(c, arch, meta, config_path.string());
-  if (arch == "GPT2LMHeadModel") model = make_gpt2(c, meta, config_path.string());
-  if (arch == "BertForSequenceClassification") model = make_bert_classifier(c, meta, config_path.string());
-  if (!model)
-    throw UnsupportedError(config_path.string() + ": architecture '" + arch + "' is not one libacc has (" +
-                           known_architectures() + ")");
+  std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
   const bool tied = dynamic_cast<CausalLM*>(model.get()) && dynamic_cast<CausalLM*>(model.get())->ties_embeddings();
 
   std::map<std::string, at::Tensor> weights = read_weights(dir);
@@ -191,11 +205,19 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     throw std::invalid_argument("from_pretrained: the checkpoint in '" + dir_arg + "' does not fit " + arch + ":" +
                                 what.substr(1));
   }
-  if (auto* lm = dynamic_cast<CausalLM*>(model.get())) lm->generation_defaults = generation_defaults(dir, c);
+  const fs::path generation_path = dir / "generation_config.json";
+  const std::string generation_text = fs::exists(generation_path) ? read_text(generation_path, "generation config") : "";
+  if (auto* lm = dynamic_cast<CausalLM*>(model.get())) {
+    if (generation_text.empty()) {
+      lm->generation_defaults = generation_defaults(c, false);
+    } else {
+      Json g(generation_text, generation_path.string());
+      lm->generation_defaults = generation_defaults(g.root(), true);
+    }
+  }
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
     p->config_json = config_text;
-    if (fs::exists(dir / "generation_config.json"))
-      p->generation_config_json = read_text(dir / "generation_config.json", "generation config");
+    p->generation_config_json = generation_text;
   }
   model->to_empty(c10::kCPU);
   {

@@ -15,6 +15,11 @@ namespace acc::core::hf {
 // match: the error lists what is missing, unexpected and mismatched. The model is returned in eval mode.
 std::unique_ptr<Model> from_pretrained(const std::string& dir, const char* options_json);
 
+// transformers' from_config: the architecture a config.json text names, with fresh weights initialised as
+// transformers does (normal(0, initializer_range), zero biases, unit norms) from the CPU generator. options_json
+// as from_pretrained's. save_pretrained writes it back with its config.
+std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json);
+
 // The architectures from_pretrained knows, for messages: "LlamaForCausalLM, MistralForCausalLM, ...".
 std::string known_architectures();
 

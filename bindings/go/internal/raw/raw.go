@@ -172,6 +172,9 @@ typedef _gostring_ swig_type_139;
 typedef _gostring_ swig_type_140;
 typedef _gostring_ swig_type_141;
 typedef _gostring_ swig_type_142;
+typedef _gostring_ swig_type_143;
+typedef _gostring_ swig_type_144;
+typedef _gostring_ swig_type_145;
 extern void _wrap_Swig_free_raw_f63ade9b8538e9bf(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_f63ade9b8538e9bf(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_f63ade9b8538e9bf(swig_type_1 arg1);
@@ -287,6 +290,7 @@ extern swig_type_132 _wrap_acc_init_trackers_raw_f63ade9b8538e9bf(uintptr_t arg1
 extern swig_type_136 _wrap_acc_log_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_137 arg2, swig_type_138 arg3);
 extern swig_type_139 _wrap_acc_end_training_raw_f63ade9b8538e9bf(uintptr_t arg1);
 extern swig_type_140 _wrap_acc_save_model_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3);
+extern swig_type_143 _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_144 arg2, swig_type_145 arg3);
 #undef intgo
 */
 import "C"
@@ -2095,6 +2099,28 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	swig_r_p := C._wrap_acc_save_model_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_141)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_2)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_144)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

@@ -2698,6 +2698,39 @@ _gostring_ _wrap_acc_save_model_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gos
 }
 
 
+_gostring_ _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char *arg3 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  arg2 = NULL;
+  if (_swig_go_1.n > 0) {
+    arg2 = (char *)malloc((size_t)_swig_go_1.n + 1);
+    memcpy((char*)arg2, _swig_go_1.p, (size_t)_swig_go_1.n);
+    ((char*)arg2)[_swig_go_1.n] = '\0';
+  } 
+  arg3 = NULL;
+  if (_swig_go_2.n > 0) {
+    arg3 = (char *)malloc((size_t)_swig_go_2.n + 1);
+    memcpy((char*)arg3, _swig_go_2.p, (size_t)_swig_go_2.n);
+    ((char*)arg3)[_swig_go_2.n] = '\0';
+  } 
+  
+  result = (acc_status)acc_model_save_pretrained((struct acc_model const *)arg1,(char const *)arg2,(char const *)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  free(arg3); 
+  return _swig_go_result;
+}
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -992,3 +992,12 @@ extern "C" {
         max_shard_size: *const ::core::ffi::c_char,
     ) -> acc_status;
 }
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' save_pretrained for a model from acc_model_from_pretrained: acc_save_model's files\n (model.safetensors, or shards past max_shard_size with model.safetensors.index.json) plus config.json\n (its \"dtype\" set to the weights') and generation_config.json, so that acc_model_from_pretrained and\n transformers' from_pretrained load `dir`. Another model is ACC_ERR_INVALID_ARGUMENT. Prepared: the main\n process writes, the others wait, as acc_save_model.\n  Reads model. Collective (for a prepared model)."]
+    pub fn acc_model_save_pretrained(
+        model: *const acc_model,
+        dir: *const ::core::ffi::c_char,
+        max_shard_size: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}

@@ -267,4 +267,6 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_save_model(long model, String dir, String max_shard_size) { AccRawJNI.acc_save_model(model, dir, max_shard_size); }
 
+  public static void acc_model_save_pretrained(long model, String dir, String max_shard_size) { AccRawJNI.acc_model_save_pretrained(model, dir, max_shard_size); }
+
 }

@@ -128,4 +128,5 @@ public class AccRawJNI {
   public final static native void acc_log(long jarg1, String jarg2, long jarg3);
   public final static native void acc_end_training(long jarg1);
   public final static native void acc_save_model(long jarg1, String jarg2, String jarg3);
+  public final static native void acc_model_save_pretrained(long jarg1, String jarg2, String jarg3);
 }

@@ -1349,6 +1349,37 @@ _gostring_ _wrap_acc_model_from_pretrained_raw_f63ade9b8538e9bf(_gostring_ _swig
 }
 
 
+_gostring_ _wrap_acc_model_from_config_raw_f63ade9b8538e9bf(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+  char *arg1 = (char *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_model **arg3 = (acc_model **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  
+  arg1 = (char *)malloc(_swig_go_0.n + 1);
+  memcpy(arg1, _swig_go_0.p, _swig_go_0.n);
+  arg1[_swig_go_0.n] = '\0';
+  
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (acc_model **)_swig_go_2; 
+  
+  result = (acc_status)acc_model_from_config((char const *)arg1,(char const *)arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg1); 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
 void _wrap_acc_model_destroy_raw_f63ade9b8538e9bf(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   

@@ -424,6 +424,15 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
+    #[doc = " transformers' from_config: the architecture a config.json text names (as acc_model_from_pretrained\n knows them), with fresh weights initialised as transformers does (normal(0, initializer_range), zero\n biases, unit norms) from the CPU generator (seed it through the accelerator's \"seed\"). options_json as\n acc_model_from_pretrained's. acc_model_save_pretrained writes it with its config.\n Caller owns *out (acc_model_destroy). Any thread."]
+    pub fn acc_model_from_config(
+        config_json: *const ::core::ffi::c_char,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_model,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
     #[doc = " transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]\n (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)\n with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:\n fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over\n the model's generation_config.json: {\"max_new_tokens\": 20, \"do_sample\": false, \"temperature\": 1.0,\n \"top_k\": 50, \"top_p\": 1.0, \"repetition_penalty\": 1.0, \"eos_token_id\": id or [ids], \"pad_token_id\": id,\n \"seed\": n} (sampling draws from a generator of its own seeded with \"seed\": the same seed, the same\n tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens\n may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.\n Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread."]
     pub fn acc_generate(
         model: *mut acc_model,

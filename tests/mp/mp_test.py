@@ -317,6 +317,36 @@ def case_cpp_api():
 
 
 
+def case_hf_finetune():
+    """examples/c/finetune_llama (transformers' LlamaForCausalLM from a config, named forward with labels,
+    AdamW, gradient clipping): 2 processes with batch 4 end with the weights of 1 process with batch 8 (within
+    5e-5: see below), and both save a Hugging Face directory (config.json, model.safetensors) that loads back."""
+    with tempfile.TemporaryDirectory() as d:
+        text = os.path.join(d, "text")
+        os.makedirs(text)
+        with open(os.path.join(text, "a.txt"), "w") as f:
+            f.write("Permission is hereby granted, free of charge, to any person obtaining a copy. " * 40)
+        runs = {}
+        for n, batch in ((2, 4), (1, 8)):
+            out = os.path.join(d, f"run{n}")
+            p, _ = launch(n, "--steps", 20, "--batch", batch, "--out", out, "--text-dir", text, "--new-tokens", 8)
+            expect(p.returncode == 0, f"finetune_llama on {n} processes", p.stdout + p.stderr)
+            if p.returncode != 0:
+                return
+            expect(os.path.exists(os.path.join(out, "model", "config.json")), "config.json written")
+            runs[n] = read_safetensors(os.path.join(out, "model", "model.safetensors"))
+            # The saved directory starts a new run (acc_model_from_pretrained).
+            p, _ = launch(1, "--steps", 1, "--batch", 2, "--out", os.path.join(d, f"again{n}"), "--text-dir", text,
+                          "--from", os.path.join(out, "model"), "--new-tokens", 4)
+            expect(p.returncode == 0, "a saved model loads back", p.stdout + p.stderr)
+        diff = max_abs_diff(runs[2], runs[1])
+        print(f"LlamaForCausalLM, 20 AdamW steps: 2 processes x 4 vs 1 process x 8: max |diff| = {diff:.3g}")
+        # AdamW's first step is about lr * sign(g): a gradient near its eps (1e-8) turns fp32 rounding of the two
+        # reduction orders (a mean of two means of 4, one mean of 8) into up to 1.2e-5 here, from step 1 on and
+        # not growing; a gradient not averaged, or another sample order, moves weights by lr = 3e-3.
+        expect(diff <= 5e-5, "DDP equals single-process training", f"max abs diff {diff}")
+
+
 def case_trackers():
     """tests/c/test_trackers' run on 2 processes: only the main process writes (one TensorBoard event
     file, one MLflow run, each JSON line and CSV row once); the other process's calls return ACC_OK."""

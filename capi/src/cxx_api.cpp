@@ -5,6 +5,8 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/save_model.hpp"
+#include "models/hf/families.hpp"
+#include "models/hf/pretrained.hpp"
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
 
@@ -133,6 +135,57 @@ Model Accelerator::prepare(std::shared_ptr<torch::nn::Module> module) {
   Model m;
   m.slot = std::move(slot);
   return m;
+}
+
+Model Accelerator::prepare(const HfModel& model) {
+  need(model.slot, "the model");
+  impl_->prepare(model.slot, nullptr, nullptr, nullptr);
+  Model m;
+  m.slot = model.slot;
+  return m;
+}
+
+namespace {
+HfModel hf_model(std::unique_ptr<core::Model> model) {
+  HfModel m;
+  m.slot = std::make_shared<core::ModelSlot>();
+  m.slot->model = std::move(model);
+  return m;
+}
+}  // namespace
+
+HfModel HfModel::from_pretrained(const std::string& dir, const std::string& options_json) {
+  return hf_model(core::hf::from_pretrained(dir, options_json.c_str()));
+}
+
+HfModel HfModel::from_config(const std::string& config_json, const std::string& options_json) {
+  return hf_model(core::hf::from_config(config_json, options_json.c_str()));
+}
+
+torch::nn::Module& HfModel::module() const {
+  return *std::static_pointer_cast<core::NnModel>(need(slot, "the model").model)->module();
+}
+
+Batch HfModel::operator()(const Batch& batch) const {
+  core::TensorDict in;
+  for (const auto& [name, t] : batch.items()) in.set(name, t);
+  core::TensorDict out = need(slot, "the model").forward(in);
+  return Batch(out.items());
+}
+
+torch::Tensor HfModel::generate(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                const std::string& options_json,
+                                const std::function<bool(const torch::Tensor&)>& on_tokens) const {
+  core::Model& m = *need(slot, "the model").model;
+  auto* lm = dynamic_cast<core::hf::CausalLM*>(&m);
+  if (!lm) throw std::invalid_argument("generate: the model is not a causal language model");
+  return core::hf::generate(m, input_ids, attention_mask,
+                            core::hf::parse_generation_options(options_json.c_str(), lm->generation_defaults),
+                            on_tokens);
+}
+
+void HfModel::save_pretrained(const std::string& dir, const std::string& max_shard_size) const {
+  core::save_pretrained(need(slot, "the model"), dir, max_shard_size);
 }
 
 Optimizer Accelerator::prepare(std::shared_ptr<torch::optim::Optimizer> optimizer) {

@@ -119,6 +119,31 @@ class PreparedModule : public Model {
   std::shared_ptr<M> m_;
 };
 
+// A Hugging Face model (docs/hf-models.md): one of transformers' architectures with transformers' parameter
+// names, loaded from (or saved to) a model directory. It runs on this process until Accelerator::prepare(model)
+// gives it its strategy; from then on a call runs as a prepared forward (DDP, autocast) and save_pretrained is
+// collective.
+class ACC_CXX_API HfModel {
+ public:
+  // transformers' from_pretrained / from_config, as acc_model_from_pretrained / acc_model_from_config:
+  // options_json {"dtype": "auto" | "float32" | "bfloat16" | "float16"}.
+  static HfModel from_pretrained(const std::string& dir, const std::string& options_json = "");
+  static HfModel from_config(const std::string& config_json, const std::string& options_json = "");
+  // The torch::nn::Module tree: parameters() for an optimizer, train() / eval().
+  torch::nn::Module& module() const;
+  // model(**batch): "input_ids" with "attention_mask", "labels", ... in; "logits" and, with labels, "loss" out.
+  Batch operator()(const Batch& batch) const;
+  // transformers' generate, as acc_generate: the whole sequences [B, P + n]. on_tokens gets each step's B new
+  // tokens; returning false stops there.
+  torch::Tensor generate(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                         const std::string& options_json = "",
+                         const std::function<bool(const torch::Tensor&)>& on_tokens = {}) const;
+  // transformers' save_pretrained, as acc_model_save_pretrained.
+  void save_pretrained(const std::string& dir, const std::string& max_shard_size = "10GB") const;
+
+  std::shared_ptr<core::ModelSlot> slot;  // shared with the accelerator once prepared
+};
+
 // A prepared optimizer (Accelerate's AcceleratedOptimizer): step and zero_grad do nothing on
 // accumulation steps; under fp16 the gradients are unscaled first and the step is skipped on inf/nan.
 class ACC_CXX_API Optimizer {
@@ -188,6 +213,8 @@ class ACC_CXX_API Accelerator {
   PreparedModule<M> prepare(torch::nn::ModuleHolder<M>& holder) {
     return prepare(holder.ptr());
   }
+  // A Hugging Face model, prepared in place: `model` and the returned handle share it.
+  Model prepare(const HfModel& model);
   Optimizer prepare(std::shared_ptr<torch::optim::Optimizer> optimizer);
   template <class O>
     requires std::is_base_of_v<torch::optim::Optimizer, O>

@@ -124,9 +124,10 @@ int main(int argc, char** argv) {
   CHECK(acc_tensor_to_host(generated, out_ids, (size_t)(gen_shape[0] * gen_shape[1]) * sizeof *out_ids));
   const int64_t new_tokens = gen_shape[1] - prompt_len;
 
-  /* Forward: eval mode, no targets. */
+  /* Forward: eval mode, no targets, no autograd graph (torch.no_grad: acc_set_grad_enabled 0). */
   acc_tensor* x = tokens(batch, seq, 0u, vocab);
   double fwd_s = 0;
+  CHECK(acc_set_grad_enabled(0, NULL));
   for (int i = 0; i < warmup + fwd_steps; ++i) {
     acc_tensor* logits;
     const double t = now();
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
     acc_tensor_destroy(logits);
     if (i >= warmup) fwd_s += now() - t;
   }
+  CHECK(acc_set_grad_enabled(1, NULL));
 
   /* Train: forward with labels, backward, AdamW step, zero_grad. */
   char opt_options[96];

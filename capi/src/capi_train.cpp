@@ -88,6 +88,14 @@ acc_status acc_model_from_pretrained(const char* dir, const char* options_json, 
   });
 }
 
+acc_status acc_set_grad_enabled(int32_t enabled, int32_t* previous) noexcept {
+  if (previous) *previous = 0;
+  return guarded(__func__, [&] {
+    if (previous) *previous = c10::GradMode::is_enabled() ? 1 : 0;
+    c10::GradMode::set_enabled(enabled != 0);
+  });
+}
+
 acc_status acc_model_from_config(const char* config_json, const char* options_json, acc_model** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {

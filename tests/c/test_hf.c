@@ -77,6 +77,23 @@ int main(int argc, char** argv) {
   for (int64_t v = 1; v < 96; ++v)
     if (all[4 * 96 + v] > all[4 * 96 + argmax]) argmax = v;
 
+  /* Without gradients (acc_set_grad_enabled 0) the forward gives the same logits and no graph to backward. */
+  int32_t before = -1;
+  EXPECT_OK(acc_set_grad_enabled(0, &before));
+  EXPECT(before == 1);
+  acc_tensor *nograd_logits, *nograd_loss;
+  EXPECT_OK(acc_model_forward(m, x, x, &nograd_logits, &nograd_loss));
+  float nograd[5 * 96];
+  EXPECT_OK(acc_tensor_to_host(nograd_logits, nograd, sizeof nograd));
+  EXPECT(memcmp(all, nograd, sizeof all) == 0);
+  acc_accelerator* plain;
+  CHECK(acc_accelerator_create("{}", &plain));
+  EXPECT_ERR(acc_backward(plain, nograd_loss), ACC_ERR_INVALID_ARGUMENT, "grad");
+  acc_accelerator_destroy(plain);
+  EXPECT_OK(acc_set_grad_enabled(before, NULL));
+  acc_tensor_destroy(nograd_logits);
+  acc_tensor_destroy(nograd_loss);
+
   /* Greedy: the first new token is the forward's argmax; the callback sees every step. */
   acc_tensor* out = NULL;
   Stream s = {0, 0, {-1, -1}};

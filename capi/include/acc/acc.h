@@ -342,7 +342,7 @@ typedef int32_t (*acc_generate_token_fn)(void* user_data, const int64_t* tokens,
  * with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:
  * fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over
  * the model's generation_config.json: {"max_new_tokens": 20, "do_sample": false, "temperature": 1.0,
- * "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": id or [ids], "pad_token_id": id,
+ * "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": id or [ids] ([]: none), "pad_token_id": id,
  * "seed": n} (sampling draws from a generator of its own seeded with "seed": the same seed, the same
  * tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens
  * may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.
@@ -352,6 +352,13 @@ ACC_API ACC_NODISCARD acc_status acc_generate(acc_model* model, const acc_tensor
                                                const acc_tensor* attention_mask, const char* options_json,
                                                acc_generate_token_fn on_tokens, void* user_data,
                                                acc_tensor** out) ACC_NOEXCEPT;
+/**
+ * torch.set_grad_enabled for the calling thread: with enabled 0, forward passes record no autograd graph
+ * (evaluation and inference: less memory and time; acc_backward of such a loss fails), with 1 they do again
+ * (the default). *previous (may be NULL) receives the setting before, to restore it. Thread-local, as in
+ * PyTorch: it affects this thread's calls only.
+ */
+ACC_API ACC_NODISCARD acc_status acc_set_grad_enabled(int32_t enabled, int32_t* previous) ACC_NOEXCEPT;
 /** Releases the handle; an optimizer over the model keeps it alive.
  *  NULL-safe; not during another call on model. */
 ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;

@@ -154,6 +154,7 @@ static double scalar(acc_tensor* t) {
  * (a collective: every process runs it). *count is the number of samples counted. */
 static double validate(acc_accelerator* acc, acc_model* model, acc_dataloader* val_dl, int64_t* count) {
   CHECK(acc_model_set_training(model, 0));
+  CHECK(acc_set_grad_enabled(0, NULL)); /* torch.no_grad: evaluation records no autograd graph */
   double val_sum = 0;
   int64_t val_count = 0;
   for (;;) {
@@ -190,6 +191,7 @@ static double validate(acc_accelerator* acc, acc_model* model, acc_dataloader* v
     acc_tensor_destroy(x);
     acc_tensor_destroy(y);
   }
+  CHECK(acc_set_grad_enabled(1, NULL));
   CHECK(acc_model_set_training(model, 1));
   *count = val_count;
   return val_count ? val_sum / (double)val_count : 0;

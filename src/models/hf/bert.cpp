@@ -19,7 +19,7 @@ struct BertConfig {
 };
 
 struct Embeddings : Module {
-  Embeddings(const BertConfig& c, const at::TensorOptions& o) {
+  Embeddings(const BertConfig& c, const at::TensorOptions& o) : Module("BertEmbeddings") {
     word_embeddings = register_module("word_embeddings", std::make_shared<Embedding>(c.vocab, c.hidden, c.std, o));
     position_embeddings = register_module("position_embeddings", std::make_shared<Embedding>(c.positions, c.hidden, c.std, o));
     token_type_embeddings = register_module("token_type_embeddings", std::make_shared<Embedding>(c.types, c.hidden, c.std, o));
@@ -67,7 +67,7 @@ struct Intermediate : Module {
 };
 
 struct Layer : Module {
-  Layer(const BertConfig& c, const at::TensorOptions& o) {
+  Layer(const BertConfig& c, const at::TensorOptions& o) : Module("BertLayer") {
     attention = register_module("attention", std::make_shared<AttentionBlock>(c, o));
     intermediate = register_module("intermediate", std::make_shared<Intermediate>(c, o));
     output = register_module("output", std::make_shared<DenseNorm>(c.intermediate, c, o));
@@ -93,7 +93,7 @@ struct Pooler : Module {
 };
 
 struct BertModel : Module {
-  BertModel(const BertConfig& c, const at::TensorOptions& o) {
+  BertModel(const BertConfig& c, const at::TensorOptions& o) : Module("BertModel") {
     embeddings = register_module("embeddings", std::make_shared<Embeddings>(c, o));
     encoder = register_module("encoder", std::make_shared<Encoder>(c, o));
     pooler = register_module("pooler", std::make_shared<Pooler>(c, o));

@@ -152,8 +152,11 @@ struct SparseMoe : Module {
   std::shared_ptr<ModuleList<GatedMlp>> experts;
 };
 
+// transformers' class names (LlamaDecoderLayer, ...): device maps keep a no-split class's modules whole.
+std::string class_prefix(const DecoderConfig& d) { return d.architecture.substr(0, d.architecture.find("ForCausalLM")); }
+
 struct Layer : Module {
-  Layer(const DecoderConfig& d, const at::TensorOptions& o) {
+  Layer(const DecoderConfig& d, const at::TensorOptions& o) : Module(class_prefix(d) + "DecoderLayer") {
     self_attn = register_module("self_attn", std::make_shared<Attention>(d, o));
     if (d.experts > 0)
       moe = register_module("block_sparse_moe", std::make_shared<SparseMoe>(d, o));
@@ -169,7 +172,7 @@ struct Layer : Module {
 };
 
 struct Backbone : Module {  // LlamaModel
-  Backbone(const DecoderConfig& d, const at::TensorOptions& o) {
+  Backbone(const DecoderConfig& d, const at::TensorOptions& o) : Module(class_prefix(d) + "Model") {
     embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(d.vocab, d.hidden, d.init_std, o));
     layers = register_module("layers", std::make_shared<ModuleList<Layer>>());
     for (int64_t l = 0; l < d.layers; ++l) layers->add(std::make_shared<Layer>(d, o));

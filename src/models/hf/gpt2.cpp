@@ -51,7 +51,7 @@ struct Mlp : Module {
 };
 
 struct Block : Module {
-  Block(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) {
+  Block(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) : Module("GPT2Block") {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.embd, c.eps, o));
     attn = register_module("attn", std::make_shared<Attention>(c, proj_std, o));
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.embd, c.eps, o));
@@ -63,7 +63,7 @@ struct Block : Module {
 };
 
 struct Transformer : Module {  // GPT2Model
-  Transformer(const Gpt2Config& c, const at::TensorOptions& o) {
+  Transformer(const Gpt2Config& c, const at::TensorOptions& o) : Module("GPT2Model") {
     // GPT-2's scheme: residual projections scaled by 1/sqrt(2 n_layer).
     const double proj_std = c.std / std::sqrt(2.0 * static_cast<double>(c.layers));
     wte = register_module("wte", std::make_shared<Embedding>(c.vocab, c.embd, c.std, o));

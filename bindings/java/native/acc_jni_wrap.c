@@ -1817,6 +1817,28 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1from_1config(
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1grad_1enabled(JNIEnv *jenv, jclass jcls, jint jarg1, jintArray jarg2) {
+  int32_t arg1 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (int32_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_set_grad_enabled(arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jint v = (jint)temp2; (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
   acc_model *arg1 = (acc_model *) 0 ;
   

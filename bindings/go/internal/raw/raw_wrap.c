@@ -1380,6 +1380,25 @@ _gostring_ _wrap_acc_model_from_config_raw_f63ade9b8538e9bf(_gostring_ _swig_go_
 }
 
 
+_gostring_ _wrap_acc_set_grad_enabled_raw_f63ade9b8538e9bf(intgo _swig_go_0, int *_swig_go_1) {
+  int32_t arg1 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (int32_t)_swig_go_0; 
+  arg2 = (int32_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_set_grad_enabled(arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
 void _wrap_acc_model_destroy_raw_f63ade9b8538e9bf(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   

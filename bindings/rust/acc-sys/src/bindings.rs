@@ -433,7 +433,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]\n (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)\n with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:\n fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over\n the model's generation_config.json: {\"max_new_tokens\": 20, \"do_sample\": false, \"temperature\": 1.0,\n \"top_k\": 50, \"top_p\": 1.0, \"repetition_penalty\": 1.0, \"eos_token_id\": id or [ids], \"pad_token_id\": id,\n \"seed\": n} (sampling draws from a generator of its own seeded with \"seed\": the same seed, the same\n tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens\n may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.\n Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread."]
+    #[doc = " transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]\n (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)\n with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:\n fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over\n the model's generation_config.json: {\"max_new_tokens\": 20, \"do_sample\": false, \"temperature\": 1.0,\n \"top_k\": 50, \"top_p\": 1.0, \"repetition_penalty\": 1.0, \"eos_token_id\": id or [ids] ([]: none), \"pad_token_id\": id,\n \"seed\": n} (sampling draws from a generator of its own seeded with \"seed\": the same seed, the same\n tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens\n may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.\n Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread."]
     pub fn acc_generate(
         model: *mut acc_model,
         input_ids: *const acc_tensor,
@@ -443,6 +443,11 @@ extern "C" {
         user_data: *mut ::core::ffi::c_void,
         out: *mut *mut acc_tensor,
     ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " torch.set_grad_enabled for the calling thread: with enabled 0, forward passes record no autograd graph\n (evaluation and inference: less memory and time; acc_backward of such a loss fails), with 1 they do again\n (the default). *previous (may be NULL) receives the setting before, to restore it. Thread-local, as in\n PyTorch: it affects this thread's calls only."]
+    pub fn acc_set_grad_enabled(enabled: i32, previous: *mut i32) -> acc_status;
 }
 extern "C" {
     #[doc = " Releases the handle; an optimizer over the model keeps it alive.\n  NULL-safe; not during another call on model."]

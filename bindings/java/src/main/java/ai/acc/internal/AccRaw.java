@@ -127,6 +127,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_model_from_config(String config_json, String options_json, long[] out) { AccRawJNI.acc_model_from_config(config_json, options_json, out); }
 
+  public static void acc_set_grad_enabled(int enabled, int[] previous) { AccRawJNI.acc_set_grad_enabled(enabled, previous); }
+
   public static void acc_model_destroy(long model) {
     AccRawJNI.acc_model_destroy(model);
   }

@@ -3,7 +3,12 @@
 examples/c/train_mlp.c with 2 processes under `acc launch`; every binding's final parameters must equal
 the C program's (max |diff| <= 1e-6) and its printed losses must agree.
 
-Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI]
+Then a quick run of each finetune_llama (20 steps, 8 new tokens, 1 process, on a small text directory
+made here): a loss line at steps 1 and 20, a Hugging Face directory (config.json, model.safetensors)
+saved, a continuation printed. Go's and Java's (bytes as tokens, as the C program) print exactly what
+examples/c/finetune_llama prints; Rust's trains a byte-level BPE first and saves it as tokenizer.json.
+
+Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI [C_FINETUNE_LLAMA]]
 A language whose toolchain is missing is skipped with a message (exit 77 when none is left), unless
 ACC_BINDINGS_REQUIRED=1, which makes it a failure.
 """
@@ -19,6 +24,7 @@ from safetensors_f32 import read_safetensors  # noqa: E402
 
 ACC, C_EXE, SRC, BUILD = sys.argv[1:5]
 JNI = sys.argv[5] if len(sys.argv) > 5 else ""
+C_FINETUNE = sys.argv[6] if len(sys.argv) > 6 else ""
 STEPS = 100
 TOLERANCE = 1e-6
 REQUIRED = os.environ.get("ACC_BINDINGS_REQUIRED") == "1"
@@ -51,17 +57,23 @@ def build_rust():
     if not have("cargo"):
         return None
     target = os.path.join(BUILD, "bindings", "cargo")
-    run(["cargo", "build", "--offline", "--manifest-path", os.path.join(SRC, "examples/rust/Cargo.toml")],
-        extra_env={"CARGO_TARGET_DIR": target})
-    return [os.path.join(target, "debug", "train_mlp")]
+    args = ["build", "--manifest-path", os.path.join(SRC, "examples/rust/Cargo.toml")]
+    try:
+        run(["cargo", "--offline"] + args, extra_env={"CARGO_TARGET_DIR": target})
+    except RuntimeError:
+        run(["cargo"] + args, extra_env={"CARGO_TARGET_DIR": target})  # first run: fetch the crates (tokenizers)
+    return {name: [os.path.join(target, "debug", name)] for name in ("train_mlp", "finetune_llama")}
 
 
 def build_go():
     if not have("go"):
         return None
-    exe = os.path.join(out_dir, "train_mlp_go")
-    run(["go", "build", "-o", exe, "./train_mlp"], cwd=os.path.join(SRC, "examples/go"))
-    return [exe]
+    cmds = {}
+    for name in ("train_mlp", "finetune_llama"):
+        exe = os.path.join(out_dir, f"{name}_go")
+        run(["go", "build", "-o", exe, f"./{name}"], cwd=os.path.join(SRC, "examples/go"))
+        cmds[name] = [exe]
+    return cmds
 
 
 def build_java():
@@ -76,10 +88,12 @@ def build_java():
         run(["mvn"] + args)  # first run: fetch the plugins into ~/.m2
     jar = os.path.join(target, "acc-0.1.0.jar")
     classes = os.path.join(out_dir, "java-classes")
+    sources = os.path.join(SRC, "examples/java/src/main/java/ai/acc/examples")
     run(["javac", "-cp", jar, "-d", classes,
-         os.path.join(SRC, "examples/java/src/main/java/ai/acc/examples/TrainMlp.java")])
+         os.path.join(sources, "TrainMlp.java"), os.path.join(sources, "FinetuneLlama.java")])
     # The JNI library comes from the jar (extracted to a versioned cache), as for a user.
-    return ["java", "-cp", jar + os.pathsep + classes, "ai.acc.examples.TrainMlp"]
+    return {name: ["java", "-cp", jar + os.pathsep + classes, f"ai.acc.examples.{cls}"]
+            for name, cls in (("train_mlp", "TrainMlp"), ("finetune_llama", "FinetuneLlama"))}
 
 
 
@@ -94,16 +108,35 @@ def launch(lang, cmd):
     return read_safetensors(path), {k: float(v) for k, v in losses.items()}
 
 
+def finetune(lang, cmd, text_dir):
+    """A quick run of finetune_llama; its printed lines with the output directory as OUT."""
+    out = os.path.join(out_dir, f"finetune-{lang}")
+    shutil.rmtree(out, ignore_errors=True)
+    stdout = run([ACC, "launch", "--num_processes", "1", "--main_process_port", "0", *cmd, "--steps", "20",
+                  "--batch", "4", "--new-tokens", "8", "--out", out, "--text-dir", text_dir], timeout=600)
+    for f in ("config.json", "model.safetensors") + (("tokenizer.json",) if lang == "rust" else ()):
+        if not os.path.isfile(os.path.join(out, "model", f)):
+            raise RuntimeError(f"finetune_llama saved no model/{f}:\n{stdout}")
+    lines = stdout.replace(out, "OUT").splitlines()
+    losses = [l for l in lines if re.match(r"step +(1|20)/20  loss [0-9.]+$", l)]
+    if len(losses) != 2 or not any(l.startswith("--- ") for l in lines):
+        raise RuntimeError(f"finetune_llama printed no loss lines or continuation:\n{stdout}")
+    print(f"{lang:5}: finetune_llama {'; '.join(losses)}")
+    return lines
+
+
 reference, ref_losses = launch("c", [C_EXE])
+builds = {}
 for lang, build in (("rust", build_rust), ("go", build_go), ("java", build_java)):
     try:
-        cmd = build()
+        cmd = builds[lang] = build()
     except Exception as e:  # a build failure is a test failure
         failures.append(f"{lang}: build failed: {e}")
         continue
     if cmd is None:
         (failures if REQUIRED else skipped).append(f"{lang}: toolchain or JNI library missing")
         continue
+    cmd = cmd["train_mlp"]
     try:
         params, losses = launch(lang, cmd)
     except Exception as e:
@@ -119,6 +152,31 @@ for lang, build in (("rust", build_rust), ("go", build_go), ("java", build_java)
     for k, v in ref_losses.items():
         if abs(losses.get(k, float("nan")) - v) > 1e-5:
             failures.append(f"{lang}: {k} {losses.get(k)} != C's {v}")
+
+text_dir = os.path.join(out_dir, "finetune-text")
+os.makedirs(text_dir, exist_ok=True)
+for name, line in (("a.txt", "Permission is hereby granted, free of charge, to any person obtaining a copy. "),
+                   ("b.txt", "This program is free software: you can redistribute it and/or modify it. ")):
+    with open(os.path.join(text_dir, name), "w") as f:
+        f.write(line * 40)
+if not os.path.lexists(os.path.join(text_dir, "c.txt")):
+    os.symlink("a.txt", os.path.join(text_dir, "c.txt"))  # as GPL -> GPL-3: a link is read as its file
+ref_lines = None
+if C_FINETUNE:
+    try:
+        ref_lines = finetune("c", [C_FINETUNE], text_dir)
+    except Exception as e:
+        failures.append(f"c: finetune_llama failed: {e}")
+for lang, cmds in builds.items():
+    if not cmds:
+        continue
+    try:
+        lines = finetune(lang, cmds["finetune_llama"], text_dir)
+    except Exception as e:
+        failures.append(f"{lang}: finetune_llama failed: {e}")
+        continue
+    if lang != "rust" and ref_lines is not None and lines != ref_lines:
+        failures.append(f"{lang}: finetune_llama printed {lines}, C's finetune_llama {ref_lines}")
 
 for s in skipped:
     print("SKIPPED", s)

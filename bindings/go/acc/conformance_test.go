@@ -1254,3 +1254,33 @@ func TestHFGenerate(t *testing.T) {
 	_, err = none.Generate(x, nil, nil, nil)
 	expectErr(t, err, acc.ErrInvalidArgument, "model is NULL")
 }
+
+// scenario: hf_save
+func TestHFSave(t *testing.T) {
+	config := `{"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 16,
+		"intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}`
+	m := must(acc.ModelFromConfig(config, nil))
+	defer m.Close()
+	dir := t.TempDir()
+	ok(t, m.SavePretrained(dir, ""))
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loaded := must(acc.ModelFromPretrained(dir, nil))
+	defer loaded.Close()
+	x := must(acc.FromInt64([]int64{1, 2, 3}, 1, 3))
+	defer x.Close()
+	greedy := map[string]any{"max_new_tokens": 5}
+	a, b := must(m.Generate(x, nil, greedy, nil)), must(loaded.Generate(x, nil, greedy, nil))
+	defer a.Close()
+	defer b.Close()
+	as, bs := must(a.Int64s()), must(b.Int64s())
+	if len(as) != 8 || fmt.Sprint(as) != fmt.Sprint(bs) {
+		t.Fatalf("generated %v, loaded back %v", as, bs)
+	}
+
+	_, err := acc.ModelFromConfig(`{"architectures": ["T5Model"]}`, nil)
+	expectErr(t, err, acc.ErrUnsupported, "T5Model")
+}

@@ -77,6 +77,23 @@ func ModelFromPretrained(dir string, options any) (*Model, error) {
 	return newModel(out, wrap(raw.Acc_model_from_pretrained(dir, text, &out)))
 }
 
+// ModelFromConfig is transformers' from_config: the architecture a config.json text names (configJSON;
+// those ModelFromPretrained knows, another is ErrUnsupported naming it) with fresh weights initialised
+// as transformers does (normal(0, initializer_range), zero biases, unit norms) from the CPU generator
+// (seed it with the accelerator's "seed"). options as ModelFromPretrained's (nil for the defaults).
+// SavePretrained writes it with its config.
+func ModelFromConfig(configJSON string, options any) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	var out uintptr
+	return newModel(out, wrap(raw.Acc_model_from_config(configJSON, text, &out)))
+}
+
 // Close releases the model. Idempotent.
 func (m *Model) Close() error {
 	if m != nil {
@@ -180,6 +197,18 @@ func (m *Model) SaveSafetensors(path string) error {
 // docs/checkpoints.md.
 func (m *Model) SaveModel(dir, maxShardSize string) error {
 	err := wrap(raw.Acc_save_model(m.p(), dir, maxShardSize))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// SavePretrained is transformers' save_pretrained for a model of ModelFromPretrained or
+// ModelFromConfig: SaveModel's files (model.safetensors, or shards past maxShardSize with
+// model.safetensors.index.json; "" for "10GB") plus config.json (its "dtype" the weights') and
+// generation_config.json, so that ModelFromPretrained and transformers' from_pretrained load dir.
+// Another model is ErrInvalidArgument. A prepared model is written by the main process, every process
+// calling (collective).
+func (m *Model) SavePretrained(dir, maxShardSize string) error {
+	err := wrap(raw.Acc_model_save_pretrained(m.p(), dir, maxShardSize))
 	runtime.KeepAlive(m)
 	return err
 }

@@ -88,7 +88,7 @@ impl Accelerator {
 }
 handle!(
     /// A trainable model: a built-in family (MLP, GPT), a TorchScript module, or a Hugging Face causal
-    /// LM ([`Model::from_pretrained`]).
+    /// LM ([`Model::from_pretrained`], [`Model::from_config`]).
     Model, acc_model, acc_model_destroy
 );
 handle!(
@@ -591,6 +591,33 @@ impl Model {
         )
     }
 
+    /// transformers' `from_config`: the architecture a `config.json` text names (those
+    /// [`Model::from_pretrained`] knows; another is [`ErrorCode::Unsupported`], naming it) with fresh
+    /// weights initialised as transformers does (normal(0, `initializer_range`), zero biases, unit
+    /// norms) from the CPU generator (seed it through the accelerator's `seed`). Options as
+    /// [`Model::from_pretrained`]'s. [`Model::save_pretrained`] writes it with its config.
+    ///
+    /// ```no_run
+    /// # fn main() -> acc::Result<()> {
+    /// let config = r#"{"architectures": ["LlamaForCausalLM"], "vocab_size": 256, "hidden_size": 64,
+    ///     "intermediate_size": 172, "num_hidden_layers": 2, "num_attention_heads": 4}"#;
+    /// let model = acc::Model::from_config(config, None)?;
+    /// model.save_pretrained("out/llama", None)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_config(config_json: &str, options_json: Option<&str>) -> Result<Model> {
+        check_abi()?;
+        let c = cstring(config_json)?;
+        let o = options_json.map(cstring).transpose()?;
+        let o_ptr = o.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        let mut out = ptr::null_mut();
+        Model::owned(
+            unsafe { sys::acc_model_from_config(c.as_ptr(), o_ptr, &mut out) },
+            out,
+        )
+    }
+
     /// transformers' `generate` for a model of [`Model::from_pretrained`]: continues `input_ids`
     /// `[batch, time]` (integer token ids, left-padded where `attention_mask`, `[batch, time]` of 0/1,
     /// has zeros) and returns the whole sequences `[batch, time + n]` (int64), `n <= max_new_tokens`:
@@ -761,6 +788,20 @@ impl Model {
         let size = max_shard_size.map(cstring).transpose()?;
         let size_ptr = size.as_ref().map_or(ptr::null(), |s| s.as_ptr());
         check(unsafe { sys::acc_save_model(self.as_ptr(), d.as_ptr(), size_ptr) })
+    }
+
+    /// transformers' `save_pretrained` for a model of [`Model::from_pretrained`] or
+    /// [`Model::from_config`]: [`Model::save_model`]'s files (`model.safetensors`, or shards past
+    /// `max_shard_size` with `model.safetensors.index.json`; `None` for `"10GB"`) plus `config.json`
+    /// (its `"dtype"` the weights') and `generation_config.json`, so that [`Model::from_pretrained`]
+    /// and transformers' `from_pretrained` load `dir`. Another model is
+    /// [`ErrorCode::InvalidArgument`]. A prepared model is written by the main process, every process
+    /// calling (collective).
+    pub fn save_pretrained(&self, dir: &str, max_shard_size: Option<&str>) -> Result<()> {
+        let d = cstring(dir)?;
+        let size = max_shard_size.map(cstring).transpose()?;
+        let size_ptr = size.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        check(unsafe { sys::acc_model_save_pretrained(self.as_ptr(), d.as_ptr(), size_ptr) })
     }
 }
 

@@ -1002,3 +1002,29 @@ fn hf_generate() {
         "top_p",
     );
 }
+
+// scenario: hf_save
+#[test]
+fn hf_save() {
+    let config = r#"{"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 16,
+        "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}"#;
+    let m = Model::from_config(config, None).unwrap();
+    let dir = std::env::temp_dir().join(format!("acc-rust-hf-save-{}", std::process::id()));
+    m.save_pretrained(dir.to_str().unwrap(), None).unwrap();
+    assert!(dir.join("config.json").is_file());
+    assert!(dir.join("model.safetensors").is_file());
+    let loaded = Model::from_pretrained(dir.to_str().unwrap(), None).unwrap();
+    let x = Tensor::from_slice(&[1i64, 2, 3], &[1, 3]).unwrap();
+    let greedy = Some(r#"{"max_new_tokens": 5}"#);
+    let a = m.generate(&x, None, greedy, None).unwrap().to_vec::<i64>().unwrap();
+    let b = loaded.generate(&x, None, greedy, None).unwrap().to_vec::<i64>().unwrap();
+    assert_eq!(a.len(), 8);
+    assert_eq!(a, b);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    expect_err(
+        Model::from_config(r#"{"architectures": ["T5Model"]}"#, None),
+        ErrorCode::Unsupported,
+        "T5Model",
+    );
+}

@@ -6,7 +6,7 @@ import java.util.Map;
 
 /**
  * A trainable model: a built-in family (MLP, GPT), a TorchScript module, or a Hugging Face causal LM
- * ({@link #fromPretrained}).
+ * ({@link #fromPretrained}, {@link #fromConfig}).
  */
 public final class Model extends NativeObject {
   private Model(long ptr) {
@@ -54,6 +54,25 @@ public final class Model extends NativeObject {
   /** {@link #fromPretrained(String, String)} with the default options. */
   public static Model fromPretrained(String dir) {
     return fromPretrained(dir, null);
+  }
+
+  /**
+   * transformers' {@code from_config}: the architecture a {@code config.json} text names (those
+   * {@link #fromPretrained} knows; another is {@link ErrorCode#UNSUPPORTED}, naming it) with fresh
+   * weights initialised as transformers does (normal(0, initializer_range), zero biases, unit norms)
+   * from the CPU generator (seed it through the accelerator's "seed"). Options as {@link
+   * #fromPretrained}'s ({@code null}: {@code {}}). {@link #savePretrained} writes it with its config.
+   */
+  public static Model fromConfig(String configJson, String optionsJson) {
+    NativeLoader.load();
+    long[] out = new long[1];
+    AccRaw.acc_model_from_config(configJson, optionsJson, out);
+    return new Model(out[0]);
+  }
+
+  /** {@link #fromConfig(String, String)} with the default options. */
+  public static Model fromConfig(String configJson) {
+    return fromConfig(configJson, null);
   }
 
   /** Receives the tokens of every step of {@link #generate}. */
@@ -270,6 +289,24 @@ public final class Model extends NativeObject {
     long p = enter();
     try {
       AccRaw.acc_save_model(p, dir, maxShardSize);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /**
+   * transformers' {@code save_pretrained} for a model of {@link #fromPretrained} or {@link
+   * #fromConfig}: {@link #saveModel}'s files ({@code model.safetensors}, or shards past {@code
+   * maxShardSize} with {@code model.safetensors.index.json}; {@code null} for {@code "10GB"}) plus
+   * {@code config.json} (its "dtype" the weights') and {@code generation_config.json}, so that {@link
+   * #fromPretrained} and transformers' {@code from_pretrained} load {@code dir}. Another model is
+   * {@link ErrorCode#INVALID_ARGUMENT}. A prepared model is written by the main process, every process
+   * calling (collective).
+   */
+  public void savePretrained(String dir, String maxShardSize) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_save_pretrained(p, dir, maxShardSize);
     } finally {
       leave(p);
     }

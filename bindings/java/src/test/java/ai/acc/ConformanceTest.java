@@ -923,4 +923,26 @@ class ConformanceTest {
       expectError(ErrorCode.INVALID_CONFIG, "top_p", () -> m.generate(x, "{\"top_p\": 2}"));
     }
   }
+
+  // scenario: hf_save
+  @Test
+  void hfSave(@TempDir Path dir) {
+    String config = "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 64, \"hidden_size\": 16,"
+        + " \"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+        + " \"num_key_value_heads\": 1}";
+    String greedy = "{\"max_new_tokens\": 5}";
+    try (Model m = Model.fromConfig(config, null);
+        Tensor x = Tensor.fromLongs(new long[] {1, 2, 3}, 1, 3)) {
+      m.savePretrained(dir.toString(), null);
+      assertTrue(Files.isRegularFile(dir.resolve("config.json")));
+      assertTrue(Files.isRegularFile(dir.resolve("model.safetensors")));
+      try (Model loaded = Model.fromPretrained(dir.toString());
+          Tensor a = m.generate(x, greedy);
+          Tensor b = loaded.generate(x, greedy)) {
+        assertArrayEquals(new long[] {1, 8}, a.shape());
+        assertArrayEquals(a.toLongs(), b.toLongs());
+      }
+    }
+    expectError(ErrorCode.UNSUPPORTED, "T5Model", () -> Model.fromConfig("{\"architectures\": [\"T5Model\"]}"));
+  }
 }

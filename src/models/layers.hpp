@@ -21,6 +21,12 @@ struct InitModule : torch::nn::Module {
     const at::Tensor* b = parameters_.find("bias");
     return b ? *b : at::Tensor();
   }
+  // Gives each of this module's meta tensors the tensor `source(local_name, meta_tensor)` returns (a checkpoint's).
+  template <class F>
+  void adopt(F&& source) {
+    for (auto& item : parameters_)
+      if (item.value().is_meta()) item.value() = source(item.key(), item.value()).requires_grad_(true);
+  }
   // torch's to_empty for this module's own tensors: meta ones get uninitialised storage on `device`.
   void materialize(c10::Device device) {
     for (auto& item : parameters_)

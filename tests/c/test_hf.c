@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
     EXPECT_OK(acc_model_forward(back, x, NULL, &again, NULL));
     float twice[5 * 96];
     EXPECT_OK(acc_tensor_to_host(again, twice, sizeof twice));
-    EXPECT(memcmp(all, twice, sizeof all) == 0);
+    float worst = 0; /* not bitwise: the mapped tensors sit at other offsets, where kernels round differently */
+    for (int i = 0; i < 5 * 96; ++i) worst = fabsf(all[i] - twice[i]) > worst ? fabsf(all[i] - twice[i]) : worst;
+    EXPECT(worst <= 1e-5f);
     acc_tensor_destroy(again);
     acc_model_destroy(back);
   }

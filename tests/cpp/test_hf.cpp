@@ -142,7 +142,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // save_pretrained of a changed model (every parameter moved a little, as fine-tuning does) loads back with
-// the same logits; sharded for the llama. With ACC_HF_SAVED set, the directories stay there with the inputs and
+// the same logits (within 1e-5); sharded for the llama. With ACC_HF_SAVED set, the directories stay there with the inputs and
 // libacc's logits (libacc_outputs.safetensors), for tests/hf/check_saved.py to load with transformers.
 TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
   namespace fs = std::filesystem;
@@ -164,7 +164,10 @@ TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
     save_pretrained(slot, dir, std::string(name) == "llama" ? "20KB" : "");
     EXPECT_EQ(fs::exists(fs::path(dir) / "model.safetensors.index.json"), std::string(name) == "llama") << name;
     auto back = hf::from_pretrained(dir, nullptr);
-    EXPECT_TRUE(back->forward(in).at("logits").equal(logits)) << name;
+    // Not bitwise: loaded parameters are the mapped file's memory, and matrix kernels round differently at
+    // another alignment (the tensors sit at other offsets of the new files).
+    const double d = (back->forward(in).at("logits") - logits).abs().max().item<double>();
+    EXPECT_LE(d, 1e-5) << name;
     NamedTensors outputs = in.items();
     outputs.emplace_back("logits", logits);
     save_safetensors(outputs, (fs::path(dir) / "libacc_outputs.safetensors").string());

@@ -198,6 +198,8 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   std::string input_name() const override { return "input_ids"; }
   std::string target_name() const override { return "labels"; }
   bool ties_embeddings() const override { return d_.tie; }
+  std::string input_embedding_name() const override { return "model.embed_tokens.weight"; }
+  std::vector<std::string> no_split_modules() const override { return {class_prefix(d_) + "DecoderLayer"}; }
 
   TensorDict forward(const TensorDict& batch) override {
     for (const auto& [name, t] : batch.items())
@@ -224,7 +226,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
                                             : at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T});
     at::Tensor x = model_->embed_tokens->forward(ids);
     const auto o = x.options();
-    at::Tensor mask = causal_mask(attention_mask, B, past, T, d_.sliding_window, o);
+    const Masking masking = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
     auto [cos, sin] = rotary(pos, o);
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
@@ -246,11 +248,9 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
         cache->keys[l] = k;
         cache->values[l] = v;
       }
-      if (rep > 1) {  // repeat_kv: query head h reads key/value head h / rep
-        k = k.unsqueeze(2).expand({B, d_.kv_heads, rep, past + T, hd}).reshape({B, d_.heads, past + T, hd});
-        v = v.unsqueeze(2).expand({B, d_.kv_heads, rep, past + T, hd}).reshape({B, d_.heads, past + T, hd});
-      }
-      at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, train ? d_.attention_dropout : 0.0, false);
+      // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
+      at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? d_.attention_dropout : 0.0,
+                                                      masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
       y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, d_.heads * hd}));
       x = x + y;
       h = layer.post_attention_layernorm->forward(x);

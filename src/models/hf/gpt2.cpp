@@ -88,6 +88,8 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
   std::string input_name() const override { return "input_ids"; }
   std::string target_name() const override { return "labels"; }
   bool ties_embeddings() const override { return true; }
+  std::string input_embedding_name() const override { return "transformer.wte.weight"; }
+  std::vector<std::string> no_split_modules() const override { return {"GPT2Block"}; }
 
   TensorDict forward(const TensorDict& batch) override {
     for (const auto& [name, t] : batch.items())
@@ -116,7 +118,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
                                   " is past n_positions " + std::to_string(c_.positions));
     const bool train = module_->is_training();
     at::Tensor x = at::dropout(t_->wte->forward(ids) + t_->wpe->forward(pos), c_.embd_pdrop, train);
-    at::Tensor mask = causal_mask(attention_mask, B, past, T, 0, x.options());
+    const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     if (cache && cache->keys.empty()) cache->keys.resize(c_.layers), cache->values.resize(c_.layers);
     for (int64_t l = 0; l < c_.layers; ++l) {
       Block& b = *t_->h->items[l];
@@ -133,7 +135,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
       }
       double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
-      at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, train ? c_.attn_pdrop : 0.0, false, scale);
+      at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? c_.attn_pdrop : 0.0, masking.causal, scale);
       y = b.attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
       x = x + at::dropout(y, c_.resid_pdrop, train);
       at::Tensor m = b.mlp->c_proj->forward(activation(c_.act, b.mlp->c_fc->forward(b.ln_2->forward(x))));

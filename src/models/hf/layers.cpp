@@ -51,6 +51,18 @@ at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t 
   return at::where(allowed, at::zeros({}, o), at::full({}, lowest(o.dtype().toScalarType()), o));
 }
 
+Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
+                        const at::TensorOptions& o) {
+  if (attention_mask.defined() && (attention_mask.dim() != 2 || attention_mask.size(0) != batch ||
+                                   attention_mask.size(1) != past + t))
+    throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [" +
+                                std::to_string(batch) + ", " + std::to_string(past + t) + "]");
+  const bool padded = attention_mask.defined() && !attention_mask.ne(0).all().item<bool>();
+  const bool windowed = window > 0 && past + t > window;
+  if (padded || windowed || (past > 0 && t > 1)) return {causal_mask(attention_mask, batch, past, t, window, o), false};
+  return {at::Tensor(), past == 0 && t > 1};
+}
+
 at::Tensor padding_mask(const at::Tensor& attention_mask, const at::TensorOptions& o) {
   const int64_t B = attention_mask.size(0), T = attention_mask.size(1);
   return at::where(attention_mask.to(o.device()).ne(0).view({B, 1, 1, T}), at::zeros({}, o),

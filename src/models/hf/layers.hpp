@@ -3,6 +3,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 
 #include "models/layers.hpp"
@@ -68,6 +69,17 @@ void check_activation(const std::string& name, const std::string& source);
 // may be undefined (every key present).
 at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                        const at::TensorOptions& o);
+
+// What a decoder's attention needs: the mask above, or none when nothing is padded and no window applies
+// (then `causal` says whether SDPA's own causal masking is needed: several new tokens and no past), which lets
+// SDPA take its fused path and saves building [B, 1, T, past + T] masks.
+struct Masking {
+  at::Tensor mask;
+  bool causal = false;
+  std::optional<at::Tensor> optional() const { return mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt; }
+};
+Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
+                        const at::TensorOptions& o);
 
 // An encoder's additive mask, [B, 1, 1, T]: 0 for the keys attention_mask [B, T] keeps, the lowest value
 // elsewhere (every query sees every present key).

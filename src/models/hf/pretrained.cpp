@@ -11,6 +11,7 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "models/hf/families.hpp"
+#include "models/layers.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 #include "util/options.hpp"
@@ -142,8 +143,7 @@ std::unique_ptr<Model> build(const JsonValue& c, const at::TensorOptions& option
 }
 
 // options_json's dtype; "auto" is the config's.
-at::ScalarType requested_dtype(const char* options_json, const JsonValue& c, const std::string& source) {
-  Options opts(options_json, "from_pretrained options", {"dtype"});
+at::ScalarType requested_dtype(const Options& opts, const JsonValue& c, const std::string& source) {
   std::string name = opts.get_string("dtype", "auto", {"auto", "float32", "bfloat16", "float16"});
   // "auto", transformers 5's default: the dtype config.json records ("dtype", or "torch_dtype" before 5).
   if (name == "auto") name = c.get_string_or("dtype", c.get_string_or("torch_dtype", "float32"));
@@ -155,8 +155,12 @@ at::ScalarType requested_dtype(const char* options_json, const JsonValue& c, con
 std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json) {
   const std::string source = "the model config";
   Json config(config_json, source);
-  const at::ScalarType dtype = requested_dtype(options_json, config.root(), source);
-  std::unique_ptr<Model> model = build(config.root(), at::TensorOptions().dtype(dtype), source);
+  Options opts(options_json, "from_config options", {"dtype", "device"});
+  const at::ScalarType dtype = requested_dtype(opts, config.root(), source);
+  // "meta": Accelerate's init_empty_weights, names and shapes without memory (for device maps and dispatch).
+  const std::string device = opts.get_string("device", "cpu", {"cpu", "meta"});
+  std::unique_ptr<Model> model =
+      build(config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" ? at::kMeta : at::kCPU), source);
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) p->config_json = config_json;
   if (auto* lm = dynamic_cast<CausalLM*>(model.get())) lm->generation_defaults = generation_defaults(config.root(), false);
   return model;
@@ -175,7 +179,8 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   const std::string config_text = read_text(config_path, "config");
   Json config(config_text, config_path.string());
   const JsonValue c = config.root();
-  const at::ScalarType dtype = requested_dtype(options_json, c, config_path.string());
+  const at::ScalarType dtype = requested_dtype(Options(options_json, "from_pretrained options", {"dtype"}), c,
+                                               config_path.string());
   const std::string arch = c.has_value("architectures") ? c.get("architectures").at(0).as_string() : "";
   // Built on the meta device: shapes and names, no storage until the weights are in hand.
   std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
@@ -219,11 +224,22 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     p->config_json = config_text;
     p->generation_config_json = generation_text;
   }
-  model->to_empty(c10::kCPU);
-  {
-    c10::NoGradGuard no_grad;
-    for (auto& [name, t] : model->state()) t.copy_(weights.at(name));
+  // The checkpoint's tensors become the parameters: in the requested dtype, the mapped file's own memory
+  // (copy-on-write: pages are read when first used and copied when first written, as transformers' loading
+  // does); in another dtype, converted copies.
+  c10::NoGradGuard no_grad;
+  const auto& root = dynamic_cast<NnModel&>(*model).module();
+  for (const auto& item : root->named_modules("", /*include_self=*/true)) {
+    auto* init = dynamic_cast<InitModule*>(item.value().get());
+    if (!init) continue;
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    init->adopt([&](const std::string& local, const at::Tensor& meta) {
+      const at::Tensor& w = weights.at(prefix + local);
+      return w.scalar_type() == meta.scalar_type() ? w : w.to(meta.scalar_type());
+    });
   }
+  for (const auto& [name, t] : model->state())
+    if (t.is_meta()) throw std::logic_error("from_pretrained: '" + name + "' was not loaded");
   model->train(false);
   return model;
 }

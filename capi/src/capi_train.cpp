@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include "bigmodel/plan.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
@@ -93,6 +94,26 @@ acc_status acc_set_grad_enabled(int32_t enabled, int32_t* previous) noexcept {
   return guarded(__func__, [&] {
     if (previous) *previous = c10::GradMode::is_enabled() ? 1 : 0;
     c10::GradMode::set_enabled(enabled != 0);
+  });
+}
+
+acc_status acc_model_module_sizes(acc_model* model, const char* dtype, const char** out_json) noexcept {
+  if (out_json) *out_json = nullptr;
+  return guarded(__func__, [&] {
+    need(out_json, "out_json");
+    HandleLock lock(need(model, "model")->busy, "the model");
+    model->last_json = acc::core::bigmodel::module_sizes_json(*model->slot->model, dtype ? dtype : "");
+    *out_json = model->last_json.c_str();
+  });
+}
+
+acc_status acc_infer_auto_device_map(acc_model* model, const char* options_json, const char** out_json) noexcept {
+  if (out_json) *out_json = nullptr;
+  return guarded(__func__, [&] {
+    need(out_json, "out_json");
+    HandleLock lock(need(model, "model")->busy, "the model");
+    model->last_json = acc::core::bigmodel::plan_device_map(*model->slot->model, options_json);
+    *out_json = model->last_json.c_str();
   });
 }
 

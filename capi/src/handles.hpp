@@ -21,6 +21,7 @@ struct acc_tensor {
 struct acc_model {
   std::shared_ptr<acc::core::ModelSlot> slot;
   const std::vector<std::string> state_names;  // made at creation (the tree is fixed): acc_model_state_get's borrowed names
+  std::string last_json;                       // the borrowed result of acc_infer_auto_device_map / acc_model_module_sizes
   std::atomic<bool> busy{false};
 };
 struct acc_optimizer {

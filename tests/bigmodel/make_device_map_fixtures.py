@@ -465,6 +465,8 @@ def main():
         out_models[name] = {
             "class": type(model).__name__,
             "config": {k: v for k, v in MODEL_SPECS[name][2].items()},
+            # The whole config as save_pretrained writes it (config.json), for libacc's from_config.
+            "config_json": json.loads(config.to_json_string()),
             "config_class": MODEL_SPECS[name][1].__name__,
             "no_split_modules": sorted(model._no_split_modules or []),
             "tied_parameters": find_tied_parameters(model),

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "bigmodel/device_map.hpp"
+#include "bigmodel/plan.hpp"
+#include "models/hf/pretrained.hpp"
 #include "checkpoint/save_model.hpp"
 
 namespace acc::core::bigmodel {
@@ -135,6 +137,65 @@ TEST(DeviceMap, MapsEqualAccelerates) {
     }
   }
   std::printf("%d cases, %d maps differ from Accelerate's\n", cases, failed);
+}
+
+// libacc's own models, built empty from the same configs (acc_model_from_config with "device": "meta"), planned
+// with tree_of: their names and sizes are transformers', so the maps are Accelerate's, except for modules libacc
+// does not have (transformers' rotary_emb buffers, activation and dropout modules: no weights) and Mixtral's experts
+// when split (transformers 5 fuses them in memory; libacc keeps the checkpoint's per-expert modules).
+TEST(DeviceMap, LibaccModelsPlanAsAccelerate) {
+  int compared = 0;
+  for (const cJSON* c = item(g_doc, "cases")->child; c; c = c->next) {
+    const cJSON* model = item(item(g_doc, "models"), str(c, "model").c_str());
+    const cJSON* in = item(c, "inputs");
+    if (item(c, "error") || !item(model, "config_json")) continue;
+    if (str(c, "model").rfind("mixtral", 0) == 0 && cJSON_GetArraySize(item(in, "no_split_module_classes")) == 0) continue;
+    cJSON* config = cJSON_Duplicate(item(model, "config_json"), true);
+    cJSON_DeleteItemFromObject(config, "architectures");
+    cJSON* arch = cJSON_AddArrayToObject(config, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(str(model, "class").c_str()));
+    char* text = cJSON_PrintUnformatted(config);
+    auto m = hf::from_config(text, R"({"device": "meta"})");
+    cJSON_free(text);
+    cJSON_Delete(config);
+    std::string options = R"({"device_map": ")" + std::string(str(c, "mode") == "infer" ? "sequential" : str(c, "mode")) +
+                          R"(", "max_memory": {)";
+    bool first = true;
+    for (const cJSON* p = item(in, "max_memory")->child; p; p = p->next, first = false) {
+      const cJSON* b = cJSON_GetArrayItem(p, 1);
+      options += std::string(first ? "" : ", ") + "\"" + device_of(cJSON_GetArrayItem(p, 0)) + "\": " +
+                 (cJSON_IsNumber(b) ? std::to_string(static_cast<int64_t>(b->valuedouble)) : "\"" + std::string(b->valuestring) + "\"");
+    }
+    options += "}, \"no_split_module_classes\": [";
+    first = true;
+    for (const cJSON* n = item(in, "no_split_module_classes")->child; n; n = n->next, first = false)
+      options += std::string(first ? "" : ", ") + "\"" + n->valuestring + "\"";
+    const cJSON* dtype = item(in, "dtype");
+    options += std::string("], \"offload_buffers\": ") + (cJSON_IsTrue(item(in, "offload_buffers")) ? "true" : "false") +
+               ", \"fallback_allocation\": " + (cJSON_IsTrue(item(in, "fallback_allocation")) ? "true" : "false") +
+               (cJSON_IsString(dtype) ? std::string(", \"dtype\": \"") + dtype->valuestring + "\"" : "") + "}";
+    cJSON* got = cJSON_Parse(bigmodel::plan_device_map(*m, options.c_str()).c_str());
+    ASSERT_NE(got, nullptr);
+    std::map<std::string, Device> ours, theirs;
+    for (const cJSON* e = got->child; e; e = e->next) ours[e->string] = device_of(e);
+    for (const cJSON* e = item(c, "device_map")->child; e; e = e->next) theirs[e->string] = device_of(e);
+    cJSON_Delete(got);
+    // Every weight of libacc's model goes where Accelerate put the same weight of transformers' model.
+    const auto placed = [](const std::map<std::string, Device>& map, const std::string& name) -> std::string {
+      for (std::string n = name;; n = n.substr(0, n.rfind('.'))) {
+        if (map.count(n)) return map.at(n);
+        if (n.find('.') == std::string::npos) return map.count("") ? map.at("") : "nowhere";
+      }
+    };
+    int wrong = 0;
+    for (const auto& [name, t] : m->state())
+      if (placed(ours, name) != placed(theirs, name) && ++wrong <= 3)
+        ADD_FAILURE() << str(c, "id") << ": '" << name << "' on " << placed(ours, name) << ", Accelerate's on "
+                      << placed(theirs, name);
+    ++compared;
+  }
+  std::printf("%d cases planned on libacc's own empty models\n", compared);
+  EXPECT_GE(compared, 30);
 }
 
 // Sizes as Accelerate's convert_file_size_to_int parses them, with two deliberate differences: a string of digits

@@ -328,7 +328,8 @@ ACC_API ACC_NODISCARD acc_status acc_model_from_pretrained(const char* dir, cons
  * transformers' from_config: the architecture a config.json text names (as acc_model_from_pretrained
  * knows them), with fresh weights initialised as transformers does (normal(0, initializer_range), zero
  * biases, unit norms) from the CPU generator (seed it through the accelerator's "seed"). options_json as
- * acc_model_from_pretrained's. acc_model_save_pretrained writes it with its config.
+ * acc_model_from_pretrained's, and "device": "meta" for Accelerate's init_empty_weights (names and
+ * shapes without memory: for acc_infer_auto_device_map). acc_model_save_pretrained writes it with its config.
  * Caller owns *out (acc_model_destroy). Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_model_from_config(const char* config_json, const char* options_json,
@@ -359,6 +360,27 @@ ACC_API ACC_NODISCARD acc_status acc_generate(acc_model* model, const acc_tensor
  * PyTorch: it affects this thread's calls only.
  */
 ACC_API ACC_NODISCARD acc_status acc_set_grad_enabled(int32_t enabled, int32_t* previous) ACC_NOEXCEPT;
+/**
+ * Accelerate's compute_module_sizes: the bytes of every module and tensor by dotted name ("" the whole
+ * model), as JSON ({"": 13476839424, "model": ..., "model.layers.0": ...}), counting floating tensors in
+ * `dtype` ("float32", "bfloat16", "float16"; NULL: their own). A tied output embedding counts once.
+ * Borrowed: *out_json is valid until the next such call on model or its destruction. Locks model.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_module_sizes(acc_model* model, const char* dtype,
+                                                         const char** out_json) ACC_NOEXCEPT;
+/**
+ * Accelerate's device-map planning (infer_auto_device_map, with get_balanced_memory for "auto",
+ * "balanced" and "balanced_low_0") for the model, which may be empty (acc_model_from_config with
+ * {"device": "meta"}). options_json (NULL: {}): {"device_map": "auto" | "balanced" | "balanced_low_0" |
+ * "sequential", "max_memory": {"0": "10GiB", "1": 8000000000, "cpu": "30GB", "disk": ...} (accelerators by
+ * index; sizes as Accelerate's convert_file_size_to_int reads them; default: the CPU's available memory),
+ * "no_split_module_classes": [...] (default: the model's own, e.g. ["LlamaDecoderLayer"]), "dtype",
+ * "offload_buffers", "fallback_allocation"}. *out_json is the map, {"model.embed_tokens": 0, ...,
+ * "lm_head": "cpu"} (accelerators as integers), the same as Accelerate's for the same sizes and budget.
+ * Borrowed: *out_json is valid until the next such call on model or its destruction. Locks model.
+ */
+ACC_API ACC_NODISCARD acc_status acc_infer_auto_device_map(acc_model* model, const char* options_json,
+                                                            const char** out_json) ACC_NOEXCEPT;
 /** Releases the handle; an optimizer over the model keeps it alive.
  *  NULL-safe; not during another call on model. */
 ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;

@@ -114,6 +114,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
   void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
   std::string target_name() const override { return "labels"; }
+  std::vector<std::string> no_split_modules() const override { return {"BertEmbeddings", "BertLayer"}; }
 
   TensorDict forward(const TensorDict& batch) override {
     for (const auto& [name, t] : batch.items())

@@ -21,6 +21,8 @@ struct KvCache {
 // What from_pretrained read besides the weights, for save_pretrained to write back.
 struct Pretrained {
   virtual ~Pretrained() = default;
+  // transformers' _no_split_modules: the classes device maps keep whole ("LlamaDecoderLayer").
+  virtual std::vector<std::string> no_split_modules() const = 0;
   std::string config_json;             // config.json as read
   std::string generation_config_json;  // generation_config.json as read ("" when there was none)
 };
@@ -36,6 +38,8 @@ class CausalLM {
                           const at::Tensor& position_ids, KvCache* cache) = 0;
   // The output embedding is the input embedding (tie_word_embeddings): no lm_head.weight of its own.
   virtual bool ties_embeddings() const = 0;
+  // The input embedding's parameter ("model.embed_tokens.weight"), which a tied head shares.
+  virtual std::string input_embedding_name() const = 0;
   // generate's defaults: the model's generation_config.json (or config.json's token ids).
   GenerationOptions generation_defaults;
 };

@@ -16,8 +16,9 @@ namespace acc::core::hf {
 std::unique_ptr<Model> from_pretrained(const std::string& dir, const char* options_json);
 
 // transformers' from_config: the architecture a config.json text names, with fresh weights initialised as
-// transformers does (normal(0, initializer_range), zero biases, unit norms) from the CPU generator. options_json
-// as from_pretrained's. save_pretrained writes it back with its config.
+// transformers does (normal(0, initializer_range), zero biases, unit norms) from the CPU generator. options_json:
+// from_pretrained's, and "device": "meta" for Accelerate's init_empty_weights (names and shapes, no memory).
+// save_pretrained writes it back with its config.
 std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json);
 
 // The architectures from_pretrained knows, for messages: "LlamaForCausalLM, MistralForCausalLM, ...".

@@ -1,0 +1,161 @@
+#include "bigmodel/plan.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "models/hf/families.hpp"
+#include "util/errors.hpp"
+#include "util/json.hpp"
+#include "util/options.hpp"
+
+namespace acc::core::bigmodel {
+
+namespace {
+
+ModuleTree::Tensor tensor_of(const at::Tensor& t) {
+  return {t.numel(), static_cast<int>(t.element_size()), !at::isFloatingType(t.scalar_type())};
+}
+
+int add_module(ModuleTree& tree, const torch::nn::Module& m) {
+  const int index = static_cast<int>(tree.modules.size());
+  tree.modules.push_back({m.name(), {}, {}, {}});
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) tree.modules[index].parameters.emplace_back(p.key(), tensor_of(p.value()));
+  for (const auto& b : m.named_buffers(/*recurse=*/false)) tree.modules[index].buffers.emplace_back(b.key(), tensor_of(b.value()));
+  for (const auto& c : m.named_children()) {
+    const int child = add_module(tree, *c.value());
+    tree.modules[index].children.emplace_back(c.key(), child);
+  }
+  return index;
+}
+
+int element_size_of(const std::string& dtype, const std::string& source) {
+  if (dtype.empty()) return 0;
+  if (dtype == "float32") return 4;
+  if (dtype == "bfloat16" || dtype == "float16") return 2;
+  throw OptionsError(source + ": dtype '" + dtype + "' is not float32, bfloat16 or float16");
+}
+
+}  // namespace
+
+ModuleTree tree_of(const Model& model) {
+  const auto* nn = dynamic_cast<const NnModel*>(&model);
+  if (!nn) throw std::invalid_argument("device maps need a model with a module tree (a TorchScript module has none)");
+  ModuleTree tree;
+  add_module(tree, *nn->module());
+  if (const auto* lm = dynamic_cast<const hf::CausalLM*>(&model); lm && lm->ties_embeddings()) {
+    // transformers' tied head: a module of its own whose weight is the input embedding.
+    const std::string embedding = lm->input_embedding_name();
+    ModuleTree::Tensor weight;
+    for (const auto& [name, t] : model.named_parameters())
+      if (name == embedding) weight = tensor_of(t);
+    tree.modules.push_back({"Linear", {}, {{"weight", weight}}, {}});
+    tree.modules[0].children.emplace_back("lm_head", static_cast<int>(tree.modules.size()) - 1);
+    tree.tied.push_back({"lm_head.weight", embedding});
+  }
+  return tree;
+}
+
+std::vector<std::string> no_split_classes(const Model& model) {
+  const auto* p = dynamic_cast<const hf::Pretrained*>(&model);
+  return p ? p->no_split_modules() : std::vector<std::string>{};
+}
+
+Budget available_memory() {
+  // psutil.virtual_memory().available is /proc/meminfo's MemAvailable.
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return {{"cpu", kib * 1024}};
+  throw std::runtime_error("max_memory: cannot read the available memory from /proc/meminfo; give max_memory");
+}
+
+std::string plan_device_map(const Model& model, const char* options_json) {
+  const std::string source = "device map options";
+  Json doc(options_json && *options_json ? options_json : "{}", source);
+  const JsonValue o = doc.root();
+  const std::set<std::string> known = {"device_map", "max_memory", "no_split_module_classes", "dtype", "offload_buffers",
+                                       "fallback_allocation"};
+  for (const std::string& k : o.keys())
+    if (!known.count(k))
+      throw OptionsError(source + ": unknown key '" + k + "' (known: device_map, max_memory, no_split_module_classes, "
+                                  "dtype, offload_buffers, fallback_allocation)");
+  const std::string mode = o.get_string_or("device_map", "auto");
+  if (mode != "auto" && mode != "balanced" && mode != "balanced_low_0" && mode != "sequential")
+    throw OptionsError(source + ": device_map '" + mode + "' is not auto, balanced, balanced_low_0 or sequential");
+  Budget budget;
+  if (o.has_value("max_memory")) {
+    std::vector<std::pair<Device, std::string>> raw;
+    JsonValue m = o.get("max_memory");
+    for (const std::string& d : m.keys()) {
+      JsonValue v = m.get(d);
+      try {
+        raw.emplace_back(d, std::to_string(v.as_int()));
+      } catch (const std::invalid_argument&) {
+        raw.emplace_back(d, v.as_string());
+      }
+    }
+    try {
+      budget = ordered_budget(raw);
+    } catch (const std::invalid_argument& e) {
+      throw OptionsError(source + ": " + e.what());
+    }
+  } else {
+    budget = available_memory();
+  }
+  MapOptions plan;
+  if (o.has_value("no_split_module_classes")) {
+    JsonValue n = o.get("no_split_module_classes");
+    for (size_t i = 0; i < n.size(); ++i) plan.no_split.push_back(n.at(i).as_string());
+  } else {
+    plan.no_split = no_split_classes(model);
+  }
+  plan.element_size = element_size_of(o.get_string_or("dtype", ""), source);
+  plan.offload_buffers = o.get_bool_or("offload_buffers", false);
+  plan.fallback_allocation = o.get_bool_or("fallback_allocation", false);
+  const ModuleTree tree = tree_of(model);
+  // Accelerate's load_checkpoint_and_dispatch: "auto" is "balanced" (the same as "sequential" without accelerators).
+  if (mode != "sequential") budget = balanced_memory(tree, budget, plan.no_split, plan.element_size, mode == "balanced_low_0");
+  const std::map<std::string, Device> map = infer_auto_device_map(tree, budget, plan);
+  // In the model's order (named_modules, each module's tensors first), as Accelerate's map reads.
+  std::vector<std::string> order;
+  const std::function<void(int, const std::string&)> walk = [&](int m, const std::string& name) {
+    if (map.count(name)) order.push_back(name);
+    const std::string prefix = name.empty() ? "" : name + ".";
+    for (const auto& [n, t] : tree.modules[m].parameters)
+      if (map.count(prefix + n)) order.push_back(prefix + n);
+    for (const auto& [n, c] : tree.modules[m].children) walk(c, prefix + n);
+    for (const auto& [n, t] : tree.modules[m].buffers)
+      if (map.count(prefix + n)) order.push_back(prefix + n);
+  };
+  walk(0, "");
+  JsonWriter j;
+  j.begin_object();
+  for (const std::string& name : order) {
+    const Device& device = map.at(name);
+    j.key(name);
+    if (is_accelerator(device))
+      j.value(static_cast<int64_t>(std::stoll(device)));
+    else
+      j.value(device);
+  }
+  j.end_object();
+  return j.str();
+}
+
+std::string module_sizes_json(const Model& model, const std::string& dtype) {
+  const ModuleSizes sizes = compute_module_sizes(tree_of(model), element_size_of(dtype, "module sizes"));
+  JsonWriter j;
+  j.begin_object();
+  for (const std::string& name : sizes.order) j.key(name).value(sizes.of(name));
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace acc::core::bigmodel

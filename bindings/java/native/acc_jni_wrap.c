@@ -1839,6 +1839,58 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1set_1grad_1enabled(J
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1module_1sizes(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jobjectArray jarg3) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char **arg3 = (char **) 0 ;
+  char const *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  arg3 = (char **)(jarg3 ? &temp3 : NULL); 
+  result = (acc_status)acc_model_module_sizes(arg1,(char const *)arg2,(char const **)arg3);
+  if (jarg3 && temp3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jstring s = (*jenv)->NewStringUTF(jenv, temp3);
+    if (s) (*jenv)->SetObjectArrayElement(jenv, jarg3, 0, s);
+  } 
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1infer_1auto_1device_1map(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jobjectArray jarg3) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char **arg3 = (char **) 0 ;
+  char const *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  arg3 = (char **)(jarg3 ? &temp3 : NULL); 
+  result = (acc_status)acc_infer_auto_device_map(arg1,(char const *)arg2,(char const **)arg3);
+  if (jarg3 && temp3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jstring s = (*jenv)->NewStringUTF(jenv, temp3);
+    if (s) (*jenv)->SetObjectArrayElement(jenv, jarg3, 0, s);
+  } 
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
   acc_model *arg1 = (acc_model *) 0 ;
   

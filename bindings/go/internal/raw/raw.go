@@ -101,11 +101,11 @@ typedef _gostring_ swig_type_68;
 typedef _gostring_ swig_type_69;
 typedef _gostring_ swig_type_70;
 typedef _gostring_ swig_type_71;
-typedef long long swig_type_72;
+typedef _gostring_ swig_type_72;
 typedef _gostring_ swig_type_73;
 typedef _gostring_ swig_type_74;
 typedef _gostring_ swig_type_75;
-typedef _gostring_ swig_type_76;
+typedef long long swig_type_76;
 typedef _gostring_ swig_type_77;
 typedef _gostring_ swig_type_78;
 typedef _gostring_ swig_type_79;
@@ -129,16 +129,16 @@ typedef _gostring_ swig_type_96;
 typedef _gostring_ swig_type_97;
 typedef _gostring_ swig_type_98;
 typedef _gostring_ swig_type_99;
-typedef long long swig_type_100;
+typedef _gostring_ swig_type_100;
 typedef _gostring_ swig_type_101;
 typedef _gostring_ swig_type_102;
 typedef _gostring_ swig_type_103;
-typedef _gostring_ swig_type_104;
-typedef long long swig_type_105;
+typedef long long swig_type_104;
+typedef _gostring_ swig_type_105;
 typedef _gostring_ swig_type_106;
 typedef _gostring_ swig_type_107;
 typedef _gostring_ swig_type_108;
-typedef _gostring_ swig_type_109;
+typedef long long swig_type_109;
 typedef _gostring_ swig_type_110;
 typedef _gostring_ swig_type_111;
 typedef _gostring_ swig_type_112;
@@ -149,21 +149,21 @@ typedef _gostring_ swig_type_116;
 typedef _gostring_ swig_type_117;
 typedef _gostring_ swig_type_118;
 typedef _gostring_ swig_type_119;
-typedef long long swig_type_120;
+typedef _gostring_ swig_type_120;
 typedef _gostring_ swig_type_121;
 typedef _gostring_ swig_type_122;
 typedef _gostring_ swig_type_123;
-typedef _gostring_ swig_type_124;
+typedef long long swig_type_124;
 typedef _gostring_ swig_type_125;
 typedef _gostring_ swig_type_126;
-typedef _goslice_ swig_type_127;
+typedef _gostring_ swig_type_127;
 typedef _gostring_ swig_type_128;
 typedef _gostring_ swig_type_129;
-typedef long long swig_type_130;
-typedef _gostring_ swig_type_131;
+typedef _gostring_ swig_type_130;
+typedef _goslice_ swig_type_131;
 typedef _gostring_ swig_type_132;
 typedef _gostring_ swig_type_133;
-typedef _gostring_ swig_type_134;
+typedef long long swig_type_134;
 typedef _gostring_ swig_type_135;
 typedef _gostring_ swig_type_136;
 typedef _gostring_ swig_type_137;
@@ -171,14 +171,18 @@ typedef _gostring_ swig_type_138;
 typedef _gostring_ swig_type_139;
 typedef _gostring_ swig_type_140;
 typedef _gostring_ swig_type_141;
-typedef long long swig_type_142;
+typedef _gostring_ swig_type_142;
 typedef _gostring_ swig_type_143;
 typedef _gostring_ swig_type_144;
 typedef _gostring_ swig_type_145;
-typedef _gostring_ swig_type_146;
+typedef long long swig_type_146;
 typedef _gostring_ swig_type_147;
 typedef _gostring_ swig_type_148;
 typedef _gostring_ swig_type_149;
+typedef _gostring_ swig_type_150;
+typedef _gostring_ swig_type_151;
+typedef _gostring_ swig_type_152;
+typedef _gostring_ swig_type_153;
 extern void _wrap_Swig_free_raw_f63ade9b8538e9bf(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_f63ade9b8538e9bf(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_f63ade9b8538e9bf(swig_type_1 arg1);
@@ -231,72 +235,74 @@ extern swig_type_56 _wrap_acc_model_load_torchscript_raw_f63ade9b8538e9bf(swig_t
 extern swig_type_59 _wrap_acc_model_from_pretrained_raw_f63ade9b8538e9bf(swig_type_60 arg1, swig_type_61 arg2, swig_voidp arg3);
 extern swig_type_62 _wrap_acc_model_from_config_raw_f63ade9b8538e9bf(swig_type_63 arg1, swig_type_64 arg2, swig_voidp arg3);
 extern swig_type_65 _wrap_acc_set_grad_enabled_raw_f63ade9b8538e9bf(swig_intgo arg1, swig_voidp arg2);
+extern swig_type_66 _wrap_acc_model_module_sizes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_67 arg2, swig_voidp arg3);
+extern swig_type_68 _wrap_acc_infer_auto_device_map_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_69 arg2, swig_voidp arg3);
 extern void _wrap_acc_model_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_66 _wrap_acc_model_forward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_67 _wrap_acc_model_forward_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_68 _wrap_acc_model_set_training_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_69 _wrap_acc_model_num_parameters_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_acc_model_state_size_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_acc_model_state_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_73 _wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_74 arg2);
-extern swig_type_75 _wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_76 arg2);
-extern swig_type_77 _wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_78 arg2, swig_voidp arg3);
+extern swig_type_70 _wrap_acc_model_forward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_71 _wrap_acc_model_forward_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_72 _wrap_acc_model_set_training_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_73 _wrap_acc_model_num_parameters_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_74 _wrap_acc_model_state_size_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_75 _wrap_acc_model_state_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_76 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_77 _wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_78 arg2);
+extern swig_type_79 _wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_80 arg2);
+extern swig_type_81 _wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_82 arg2, swig_voidp arg3);
 extern void _wrap_acc_optimizer_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_79 _wrap_acc_optimizer_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_80 _wrap_acc_optimizer_zero_grad_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_81 _wrap_acc_optimizer_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_82 _wrap_acc_optimizer_step_was_skipped_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_83 _wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
+extern swig_type_83 _wrap_acc_optimizer_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_84 _wrap_acc_optimizer_zero_grad_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_85 _wrap_acc_optimizer_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_86 _wrap_acc_optimizer_step_was_skipped_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_87 _wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_88 arg2, swig_voidp arg3);
 extern void _wrap_acc_scheduler_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_85 _wrap_acc_scheduler_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_86 _wrap_acc_scheduler_last_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_87 _wrap_acc_dataset_from_tensors_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_88 _wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(swig_type_89 arg1, swig_type_90 arg2, swig_voidp arg3);
-extern swig_type_91 _wrap_acc_dataset_from_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_89 _wrap_acc_scheduler_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_90 _wrap_acc_scheduler_last_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_91 _wrap_acc_dataset_from_tensors_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_92 _wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(swig_type_93 arg1, swig_type_94 arg2, swig_voidp arg3);
+extern swig_type_95 _wrap_acc_dataset_from_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
 extern void _wrap_acc_dataset_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_92 _wrap_acc_dataset_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_93 _wrap_acc_dataset_is_iterable_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_94 _wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_95 arg2, swig_voidp arg3);
+extern swig_type_96 _wrap_acc_dataset_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_97 _wrap_acc_dataset_is_iterable_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_98 _wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_99 arg2, swig_voidp arg3);
 extern void _wrap_acc_dataloader_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_96 _wrap_acc_dataloader_next_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_97 _wrap_acc_dataloader_next_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_98 _wrap_acc_dataloader_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_99 _wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_100 arg2);
-extern swig_type_101 _wrap_acc_dataloader_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_102 _wrap_acc_dataloader_end_of_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_103 _wrap_acc_dataloader_remainder_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_105 arg2, swig_voidp arg3);
-extern swig_type_106 _wrap_acc_prepare_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_107 _wrap_acc_backward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_108 _wrap_acc_accumulate_begin_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_109 _wrap_acc_accumulate_end_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_110 _wrap_acc_sync_gradients_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_111 _wrap_acc_grad_scaler_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_112 _wrap_acc_clip_grad_norm_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_113 _wrap_acc_clip_grad_value_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_114 _wrap_acc_gather_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_115 _wrap_acc_gather_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_acc_reduce_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_117 _wrap_acc_broadcast_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_118 _wrap_acc_pad_across_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_119 _wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_120 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_121 _wrap_acc_split_tensor_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_122 _wrap_acc_gather_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_123 _wrap_acc_broadcast_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_124 _wrap_acc_gather_object_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_125 _wrap_acc_bytes_list_create_raw_f63ade9b8538e9bf(swig_voidp arg1);
+extern swig_type_100 _wrap_acc_dataloader_next_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_101 _wrap_acc_dataloader_next_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_102 _wrap_acc_dataloader_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_103 _wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_104 arg2);
+extern swig_type_105 _wrap_acc_dataloader_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_acc_dataloader_end_of_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_107 _wrap_acc_dataloader_remainder_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_109 arg2, swig_voidp arg3);
+extern swig_type_110 _wrap_acc_prepare_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_111 _wrap_acc_backward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_112 _wrap_acc_accumulate_begin_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_113 _wrap_acc_accumulate_end_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_114 _wrap_acc_sync_gradients_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_115 _wrap_acc_grad_scaler_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_116 _wrap_acc_clip_grad_norm_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_117 _wrap_acc_clip_grad_value_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_118 _wrap_acc_gather_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_119 _wrap_acc_gather_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_120 _wrap_acc_reduce_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_121 _wrap_acc_broadcast_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_122 _wrap_acc_pad_across_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_123 _wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_124 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_125 _wrap_acc_split_tensor_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_126 _wrap_acc_gather_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_127 _wrap_acc_broadcast_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_128 _wrap_acc_gather_object_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_129 _wrap_acc_bytes_list_create_raw_f63ade9b8538e9bf(swig_voidp arg1);
 extern void _wrap_acc_bytes_list_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_126 _wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_127 arg2);
-extern swig_type_128 _wrap_acc_bytes_list_count_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_129 _wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_130 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_131 _wrap_acc_save_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_132 arg2);
-extern swig_type_133 _wrap_acc_load_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_134 arg2);
-extern swig_type_135 _wrap_acc_resume_from_checkpoint_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_acc_init_trackers_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_137 arg2, swig_type_138 arg3, swig_type_139 arg4);
-extern swig_type_140 _wrap_acc_log_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3);
-extern swig_type_143 _wrap_acc_end_training_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_144 _wrap_acc_save_model_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_145 arg2, swig_type_146 arg3);
-extern swig_type_147 _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_148 arg2, swig_type_149 arg3);
+extern swig_type_130 _wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_131 arg2);
+extern swig_type_132 _wrap_acc_bytes_list_count_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_133 _wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_134 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_135 _wrap_acc_save_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_136 arg2);
+extern swig_type_137 _wrap_acc_load_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_138 arg2);
+extern swig_type_139 _wrap_acc_resume_from_checkpoint_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_140 _wrap_acc_init_trackers_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3, swig_type_143 arg4);
+extern swig_type_144 _wrap_acc_log_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_145 arg2, swig_type_146 arg3);
+extern swig_type_147 _wrap_acc_end_training_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_148 _wrap_acc_save_model_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_149 arg2, swig_type_150 arg3);
+extern swig_type_151 _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_152 arg2, swig_type_153 arg3);
 #undef intgo
 */
 import "C"
@@ -1149,6 +1155,50 @@ func Acc_set_grad_enabled(arg1 int, arg2 *int32) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Acc_model_module_sizes(arg1 uintptr, arg2 string, arg3 *string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_model_module_sizes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if arg3 != nil {
+		*arg3 = swigCopyString(*arg3)
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_infer_auto_device_map(arg1 uintptr, arg2 string, arg3 *string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_infer_auto_device_map_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if arg3 != nil {
+		*arg3 = swigCopyString(*arg3)
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
 	C._wrap_acc_model_destroy_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
@@ -1239,7 +1289,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_72(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_76(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1257,7 +1307,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_74)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_78)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1275,7 +1325,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_76)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_80)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1294,7 +1344,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_78)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1376,7 +1426,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_88)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1445,7 +1495,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(*(*C.swig_type_89)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_90)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(*(*C.swig_type_93)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_94)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1517,7 +1567,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1587,7 +1637,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_100(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_104(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1648,7 +1698,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_105(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_109(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1880,7 +1930,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_120(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_124(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1980,7 +2030,7 @@ func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2015,7 +2065,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_130(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_134(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2030,7 +2080,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2048,7 +2098,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2083,7 +2133,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_137)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_141)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2108,7 +2158,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_141)(unsafe.Pointer(&_swig_i_1)), C.swig_type_142(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_1)), C.swig_type_146(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2141,7 +2191,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_146)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_149)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_150)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2163,7 +2213,7 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_148)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_149)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_152)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_153)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

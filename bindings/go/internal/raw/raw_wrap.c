@@ -1399,6 +1399,62 @@ _gostring_ _wrap_acc_set_grad_enabled_raw_f63ade9b8538e9bf(intgo _swig_go_0, int
 }
 
 
+_gostring_ _wrap_acc_model_module_sizes_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char **arg3 = (char **) 0 ;
+  char const *temp3 = NULL ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (char **)(_swig_go_2 ? &temp3 : NULL); 
+  
+  result = (acc_status)acc_model_module_sizes(arg1,(char const *)arg2,(char const **)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  if (_swig_go_2) *_swig_go_2 = Swig_AllocateString(temp3 ? temp3 : "", temp3 ? strlen(temp3) : 0); 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_infer_auto_device_map_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char **arg3 = (char **) 0 ;
+  char const *temp3 = NULL ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (char **)(_swig_go_2 ? &temp3 : NULL); 
+  
+  result = (acc_status)acc_infer_auto_device_map(arg1,(char const *)arg2,(char const **)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  if (_swig_go_2) *_swig_go_2 = Swig_AllocateString(temp3 ? temp3 : "", temp3 ? strlen(temp3) : 0); 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
 void _wrap_acc_model_destroy_raw_f63ade9b8538e9bf(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   

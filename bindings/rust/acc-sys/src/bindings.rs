@@ -424,7 +424,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " transformers' from_config: the architecture a config.json text names (as acc_model_from_pretrained\n knows them), with fresh weights initialised as transformers does (normal(0, initializer_range), zero\n biases, unit norms) from the CPU generator (seed it through the accelerator's \"seed\"). options_json as\n acc_model_from_pretrained's. acc_model_save_pretrained writes it with its config.\n Caller owns *out (acc_model_destroy). Any thread."]
+    #[doc = " transformers' from_config: the architecture a config.json text names (as acc_model_from_pretrained\n knows them), with fresh weights initialised as transformers does (normal(0, initializer_range), zero\n biases, unit norms) from the CPU generator (seed it through the accelerator's \"seed\"). options_json as\n acc_model_from_pretrained's, and \"device\": \"meta\" for Accelerate's init_empty_weights (names and\n shapes without memory: for acc_infer_auto_device_map). acc_model_save_pretrained writes it with its config.\n Caller owns *out (acc_model_destroy). Any thread."]
     pub fn acc_model_from_config(
         config_json: *const ::core::ffi::c_char,
         options_json: *const ::core::ffi::c_char,
@@ -448,6 +448,24 @@ extern "C" {
     #[must_use]
     #[doc = " torch.set_grad_enabled for the calling thread: with enabled 0, forward passes record no autograd graph\n (evaluation and inference: less memory and time; acc_backward of such a loss fails), with 1 they do again\n (the default). *previous (may be NULL) receives the setting before, to restore it. Thread-local, as in\n PyTorch: it affects this thread's calls only."]
     pub fn acc_set_grad_enabled(enabled: i32, previous: *mut i32) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Accelerate's compute_module_sizes: the bytes of every module and tensor by dotted name (\"\" the whole\n model), as JSON ({\"\": 13476839424, \"model\": ..., \"model.layers.0\": ...}), counting floating tensors in\n `dtype` (\"float32\", \"bfloat16\", \"float16\"; NULL: their own). A tied output embedding counts once.\n Borrowed: *out_json is valid until the next such call on model or its destruction. Locks model."]
+    pub fn acc_model_module_sizes(
+        model: *mut acc_model,
+        dtype: *const ::core::ffi::c_char,
+        out_json: *mut *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Accelerate's device-map planning (infer_auto_device_map, with get_balanced_memory for \"auto\",\n \"balanced\" and \"balanced_low_0\") for the model, which may be empty (acc_model_from_config with\n {\"device\": \"meta\"}). options_json (NULL: {}): {\"device_map\": \"auto\" | \"balanced\" | \"balanced_low_0\" |\n \"sequential\", \"max_memory\": {\"0\": \"10GiB\", \"1\": 8000000000, \"cpu\": \"30GB\", \"disk\": ...} (accelerators by\n index; sizes as Accelerate's convert_file_size_to_int reads them; default: the CPU's available memory),\n \"no_split_module_classes\": [...] (default: the model's own, e.g. [\"LlamaDecoderLayer\"]), \"dtype\",\n \"offload_buffers\", \"fallback_allocation\"}. *out_json is the map, {\"model.embed_tokens\": 0, ...,\n \"lm_head\": \"cpu\"} (accelerators as integers), the same as Accelerate's for the same sizes and budget.\n Borrowed: *out_json is valid until the next such call on model or its destruction. Locks model."]
+    pub fn acc_infer_auto_device_map(
+        model: *mut acc_model,
+        options_json: *const ::core::ffi::c_char,
+        out_json: *mut *const ::core::ffi::c_char,
+    ) -> acc_status;
 }
 extern "C" {
     #[doc = " Releases the handle; an optimizer over the model keeps it alive.\n  NULL-safe; not during another call on model."]

@@ -129,6 +129,10 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_set_grad_enabled(int enabled, int[] previous) { AccRawJNI.acc_set_grad_enabled(enabled, previous); }
 
+  public static void acc_model_module_sizes(long model, String dtype, String[] out_json) { AccRawJNI.acc_model_module_sizes(model, dtype, out_json); }
+
+  public static void acc_infer_auto_device_map(long model, String options_json, String[] out_json) { AccRawJNI.acc_infer_auto_device_map(model, options_json, out_json); }
+
   public static void acc_model_destroy(long model) {
     AccRawJNI.acc_model_destroy(model);
   }

@@ -65,6 +65,8 @@ public class AccRawJNI {
   public final static native void acc_model_from_pretrained(String jarg1, String jarg2, long[] jarg3);
   public final static native void acc_model_from_config(String jarg1, String jarg2, long[] jarg3);
   public final static native void acc_set_grad_enabled(int jarg1, int[] jarg2);
+  public final static native void acc_model_module_sizes(long jarg1, String jarg2, String[] jarg3);
+  public final static native void acc_infer_auto_device_map(long jarg1, String jarg2, String[] jarg3);
   public final static native void acc_model_destroy(long jarg1);
   public final static native void acc_model_forward(long jarg1, long jarg2, long jarg3, long[] jarg4, long[] jarg5);
   public final static native void acc_model_forward_batch(long jarg1, long jarg2, long[] jarg3);

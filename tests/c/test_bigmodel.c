@@ -29,6 +29,76 @@ static long long json_int(const char* json, const char* key) {
   return at ? atoll(at + strlen(needle)) : -1;
 }
 
+/* VmHWM, the peak resident memory since the last reset_peak(), bytes. */
+static long long peak(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kb = atoll(line + 6);
+  if (f) fclose(f);
+  return kb * 1024;
+}
+
+static void reset_peak(void) {
+  FILE* f = fopen("/proc/self/clear_refs", "w");
+  if (f) {
+    fputs("5", f);
+    fclose(f);
+  }
+}
+
+/* Greedy tokens and peak resident memory (over the load and the generation, above `base`) of the model in dir,
+ * loaded with `options`. */
+static long long run(const char* dir, const char* options, int64_t* tokens, long long base) {
+  reset_peak();
+  acc_model* m = NULL;
+  CHECK(acc_model_from_pretrained(dir, options, &m));
+  const int64_t prompt[6] = {5, 17, 300, 42, 9, 1000};
+  const int64_t shape[2] = {1, 6};
+  acc_tensor *x, *out;
+  CHECK(acc_tensor_from_host(prompt, sizeof prompt, ACC_INT64, shape, 2, &x));
+  CHECK(acc_generate(m, x, NULL, "{\"max_new_tokens\": 8, \"eos_token_id\": []}", NULL, NULL, &out));
+  CHECK(acc_tensor_to_host(out, tokens, 14 * sizeof(int64_t)));
+  const long long used = peak() - base;
+  acc_tensor_destroy(out);
+  acc_tensor_destroy(x);
+  acc_model_destroy(m);
+  return used;
+}
+
+/* Disk offload: a model about 3 times larger than the memory budget generates the same tokens as in memory, its
+ * peak resident memory within the budget plus a layer plus the runtime's working memory. */
+static void disk_offload(void) {
+  const char* config =
+      "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 4096, \"hidden_size\": 512, \"intermediate_size\": 1536,"
+      " \"num_hidden_layers\": 12, \"num_attention_heads\": 8, \"initializer_range\": 0.2, \"eos_token_id\": 2}";
+  char dir[] = "/tmp/acc_offload_XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  acc_model* m = NULL;
+  CHECK(acc_model_from_config(config, NULL, &m));
+  CHECK(acc_model_save_pretrained(m, dir, NULL));
+  acc_model_destroy(m);
+  const long long base = rss();
+  int64_t in_memory[14], offloaded[14];
+  const long long budget = 60 * 1000 * 1000, layer = 4LL * (4 * 512 * 512 + 3 * 512 * 1536 + 2 * 512);
+  const long long disk = run(dir, "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"60MB\"}}", offloaded, base);
+  const long long all = run(dir, NULL, in_memory, base);
+  printf("weights %.0f MB, budget %.0f MB, a layer %.1f MB: peak resident memory above the runtime's %.1f MB with disk "
+         "offload, %.1f MB in memory\n", (4096.0 * 512 * 2 + 12.0 * layer / 4 + 512) * 4 / 1e6, budget / 1e6, layer / 1e6,
+         disk / 1e6, all / 1e6);
+  EXPECT(memcmp(in_memory, offloaded, sizeof in_memory) == 0);
+  EXPECT(disk < budget + layer + 40 * 1000 * 1000);
+  EXPECT(all > 150 * 1000 * 1000);
+  const char* files[] = {"config.json", "generation_config.json", "model.safetensors"};
+  char path[512];
+  for (int i = 0; i < 3; ++i) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+}
+
 int main(void) {
   const long long before = rss();
   acc_model* m = NULL;
@@ -65,5 +135,6 @@ int main(void) {
   EXPECT_ERR(acc_model_module_sizes(m, "int8", &sizes), ACC_ERR_INVALID_CONFIG, "int8");
   EXPECT_ERR(acc_model_from_config(kLlama7b, "{\"device\": \"gpu\"}", &m), ACC_ERR_INVALID_CONFIG, "device");
   acc_model_destroy(m);
+  disk_offload();
   return finish();
 }

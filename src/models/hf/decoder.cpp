@@ -225,6 +225,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     at::Tensor pos = position_ids.defined() ? position_ids.to(emb.device(), at::kLong)
                                             : at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T});
     at::Tensor x = model_->embed_tokens->forward(ids);
+    release("model.embed_tokens");
     const auto o = x.options();
     const Masking masking = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
     auto [cos, sin] = rotary(pos, o);
@@ -255,10 +256,14 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
       x = x + y;
       h = layer.post_attention_layernorm->forward(x);
       x = x + (layer.moe ? layer.moe->forward(h, d_.act) : layer.mlp->forward(h, d_.act));
+      release("model.layers." + std::to_string(l));
     }
     if (cache) cache->length = past + T;
     x = model_->norm->forward(x);
-    return lm_head_ ? lm_head_->forward(x) : at::linear(x, emb);
+    release("model.norm");
+    at::Tensor logits = lm_head_ ? lm_head_->forward(x) : at::linear(x, emb);
+    release(lm_head_ ? "lm_head" : "model.embed_tokens");
+    return logits;
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bigmodel/offload.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
 #include "util/json.hpp"
@@ -42,6 +43,11 @@ class CausalLM {
   virtual std::string input_embedding_name() const = 0;
   // generate's defaults: the model's generation_config.json (or config.json's token ids).
   GenerationOptions generation_defaults;
+  // Disk-offloaded weights (from_pretrained with a device map): released after each unit's use.
+  std::shared_ptr<bigmodel::DiskOffload> offload;
+  void release(const std::string& unit) const {
+    if (offload) offload->release(unit);
+  }
 };
 
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM. Parameters are created with

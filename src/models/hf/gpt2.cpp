@@ -118,6 +118,8 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
                                   " is past n_positions " + std::to_string(c_.positions));
     const bool train = module_->is_training();
     at::Tensor x = at::dropout(t_->wte->forward(ids) + t_->wpe->forward(pos), c_.embd_pdrop, train);
+    release("transformer.wte");
+    release("transformer.wpe");
     const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     if (cache && cache->keys.empty()) cache->keys.resize(c_.layers), cache->values.resize(c_.layers);
     for (int64_t l = 0; l < c_.layers; ++l) {
@@ -140,9 +142,14 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
       x = x + at::dropout(y, c_.resid_pdrop, train);
       at::Tensor m = b.mlp->c_proj->forward(activation(c_.act, b.mlp->c_fc->forward(b.ln_2->forward(x))));
       x = x + at::dropout(m, c_.resid_pdrop, train);
+      release("transformer.h." + std::to_string(l));
     }
     if (cache) cache->length = past + T;
-    return at::linear(t_->ln_f->forward(x), wte);
+    x = t_->ln_f->forward(x);
+    release("transformer.ln_f");
+    at::Tensor logits = at::linear(x, wte);
+    release("transformer.wte");
+    return logits;
   }
 
  private:

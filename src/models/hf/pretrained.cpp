@@ -9,6 +9,11 @@
 #include <set>
 #include <sstream>
 
+#include <cjson/cJSON.h>
+
+#include "acc/files.hpp"
+#include "bigmodel/offload.hpp"
+#include "bigmodel/plan.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/layers.hpp"
@@ -150,6 +155,35 @@ at::ScalarType requested_dtype(const Options& opts, const JsonValue& c, const st
   return dtype_named(name, source);
 }
 
+// The device of a parameter in a device map: its own entry or its nearest ancestor's.
+std::string device_of(const std::map<std::string, std::string>& map, const std::string& name) {
+  for (std::string n = name;; n = n.substr(0, n.rfind('.'))) {
+    if (map.count(n)) return map.at(n);
+    if (n.find('.') == std::string::npos) break;
+  }
+  auto root = map.find("");
+  if (root == map.end()) throw std::logic_error("device map: no device for '" + name + "'");
+  return root->second;
+}
+
+// The device map from_pretrained's options ask for (bigmodel::plan_device_map's options, without offload_folder).
+std::map<std::string, std::string> plan(const Model& model, const char* options_json) {
+  std::unique_ptr<cJSON, void (*)(cJSON*)> o(cJSON_Parse(options_json), cJSON_Delete);
+  cJSON_DeleteItemFromObjectCaseSensitive(o.get(), "offload_folder");
+  std::unique_ptr<char, void (*)(void*)> text(cJSON_PrintUnformatted(o.get()), cJSON_free);
+  Json map(bigmodel::plan_device_map(model, text.get()), "device map");
+  std::map<std::string, std::string> out;
+  for (const std::string& k : map.root().keys()) {
+    JsonValue v = map.root().get(k);
+    try {
+      out[k] = std::to_string(v.as_int());
+    } catch (const std::invalid_argument&) {
+      out[k] = v.as_string();
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json) {
@@ -179,8 +213,9 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   const std::string config_text = read_text(config_path, "config");
   Json config(config_text, config_path.string());
   const JsonValue c = config.root();
-  const at::ScalarType dtype = requested_dtype(Options(options_json, "from_pretrained options", {"dtype"}), c,
-                                               config_path.string());
+  const Options opts(options_json, "from_pretrained options",
+                     {"dtype", "device_map", "max_memory", "no_split_module_classes", "offload_folder"});
+  const at::ScalarType dtype = requested_dtype(opts, c, config_path.string());
   const std::string arch = c.has_value("architectures") ? c.get("architectures").at(0).as_string() : "";
   // Built on the meta device: shapes and names, no storage until the weights are in hand.
   std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
@@ -224,9 +259,17 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     p->config_json = config_text;
     p->generation_config_json = generation_text;
   }
+  // With a device map (Accelerate's load_checkpoint_and_dispatch), every weight goes where the plan puts it.
+  std::map<std::string, std::string> placement;
+  if (opts.has("device_map")) placement = plan(*model, options_json);
+  std::shared_ptr<bigmodel::DiskOffload> disk;
+  const std::string offload_folder = opts.get_string("offload_folder", "");
+
   // The checkpoint's tensors become the parameters: in the requested dtype, the mapped file's own memory
   // (copy-on-write: pages are read when first used and copied when first written, as transformers' loading
-  // does); in another dtype, converted copies.
+  // does); in another dtype, converted copies. A dispatched model keeps in memory ("cpu") a copy, and on the
+  // disk the mapped tensor (converted ones written to offload_folder and mapped from there), its pages given
+  // back after each use.
   c10::NoGradGuard no_grad;
   const auto& root = dynamic_cast<NnModel&>(*model).module();
   for (const auto& item : root->named_modules("", /*include_self=*/true)) {
@@ -234,9 +277,37 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     if (!init) continue;
     const std::string prefix = item.key().empty() ? "" : item.key() + ".";
     init->adopt([&](const std::string& local, const at::Tensor& meta) {
-      const at::Tensor& w = weights.at(prefix + local);
-      return w.scalar_type() == meta.scalar_type() ? w : w.to(meta.scalar_type());
+      const std::string name = prefix + local;
+      at::Tensor w = weights.at(name);
+      const std::string device = placement.empty() ? "" : device_of(placement, name);
+      if (device != "disk") {
+        if (w.scalar_type() != meta.scalar_type()) w = w.to(meta.scalar_type());
+        if (device.empty()) return w;
+        if (device == "cpu") return w.clone();
+        throw UnsupportedError("from_pretrained: the device map puts '" + name + "' on accelerator " + device +
+                               ", and dispatch to accelerators is not in this build yet");
+      }
+      if (w.scalar_type() != meta.scalar_type()) {
+        if (offload_folder.empty())
+          throw std::invalid_argument("from_pretrained: '" + name + "' goes to the disk in another dtype than the "
+                                      "checkpoint's: give an offload_folder for the converted weights");
+        config::make_directories(offload_folder);
+        const std::string file = (fs::path(offload_folder) / (name + ".safetensors")).string();
+        save_safetensors({{name, w.to(meta.scalar_type())}}, file);
+        w = load_safetensors(file).front().second;
+      }
+      if (!disk) disk = std::make_shared<bigmodel::DiskOffload>();
+      disk->add(bigmodel::offload_unit(name), w);
+      return w;
     });
+  }
+  if (disk) {
+    // Inference only: a weight written in place would be lost when its pages are given back.
+    for (auto& [name, t] : model->named_parameters())
+      if (device_of(placement, name) == "disk") t.requires_grad_(false);
+    auto* lm = dynamic_cast<CausalLM*>(model.get());
+    if (!lm) throw UnsupportedError("from_pretrained: disk offload is for the causal language models");
+    lm->offload = disk;
   }
   for (const auto& [name, t] : model->state())
     if (t.is_meta()) throw std::logic_error("from_pretrained: '" + name + "' was not loaded");

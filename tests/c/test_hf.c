@@ -54,7 +54,11 @@ int main(int argc, char** argv) {
   EXPECT_ERR(acc_model_from_pretrained(llama, NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "out is NULL");
   EXPECT_ERR(acc_model_from_pretrained(missing, NULL, &m), ACC_ERR_IO, "no-such-model");
   EXPECT_ERR(acc_model_from_pretrained(llama, "{\"dtype\": \"int4\"}", &m), ACC_ERR_INVALID_CONFIG, "dtype");
-  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": \"auto\"}", &m), ACC_ERR_INVALID_CONFIG, "device_map");
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"low_cpu_mem_usage\": true}", &m), ACC_ERR_INVALID_CONFIG,
+             "low_cpu_mem_usage");
+  EXPECT(m == NULL);
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": \"auto\", \"max_memory\": {\"0\": \"1GB\"}}", &m),
+             ACC_ERR_UNSUPPORTED, "accelerator 0");
   EXPECT(m == NULL);
 
   EXPECT_OK(acc_model_from_pretrained(llama, NULL, &m));

@@ -116,7 +116,15 @@ struct GatedMlp : Module {  // LlamaMLP: down(act(gate(x)) * up(x))
     down_ = register_module(down, std::make_shared<Linear>(d.intermediate, d.hidden, d.mlp_bias, d.init_std, o));
   }
   at::Tensor forward(const at::Tensor& x, const std::string& act) {
-    return down_->forward(activation(act, gate_->forward(x)) * up_->forward(x));
+    at::Tensor gate = gate_->forward(x);
+    if (c10::GradMode::is_enabled()) return down_->forward(activation(act, gate) * up_->forward(x));
+    // Without autograd, in place: the activation and the product reuse the gate's memory (what torch.compile's
+    // fusion of this chain saves).
+    if (act == "silu" || act == "swish")
+      gate = at::silu_(gate);
+    else
+      gate = activation(act, gate);
+    return down_->forward(gate.mul_(up_->forward(x)));
   }
   std::shared_ptr<Linear> gate_, up_, down_;
 };
@@ -253,9 +261,9 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
       at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? d_.attention_dropout : 0.0,
                                                       masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
       y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, d_.heads * hd}));
-      x = x + y;
+      x = residual(x, y);
       h = layer.post_attention_layernorm->forward(x);
-      x = x + (layer.moe ? layer.moe->forward(h, d_.act) : layer.mlp->forward(h, d_.act));
+      x = residual(x, layer.moe ? layer.moe->forward(h, d_.act) : layer.mlp->forward(h, d_.act));
       release("model.layers." + std::to_string(l));
     }
     if (cache) cache->length = past + T;
@@ -267,6 +275,11 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   }
 
  private:
+  // x + y, in place without autograd (x is this forward's own activation).
+  static at::Tensor residual(at::Tensor& x, const at::Tensor& y) {
+    return c10::GradMode::is_enabled() ? x + y : x.add_(y);
+  }
+
   static at::Tensor rotate_half(const at::Tensor& x) {
     const int64_t half = x.size(-1) / 2;
     return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);

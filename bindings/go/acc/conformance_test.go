@@ -1284,3 +1284,70 @@ func TestHFSave(t *testing.T) {
 	_, err := acc.ModelFromConfig(`{"architectures": ["T5Model"]}`, nil)
 	expectErr(t, err, acc.ErrUnsupported, "T5Model")
 }
+
+// scenario: bigmodel
+func TestBigModel(t *testing.T) {
+	config := `{"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,
+		"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+		"max_position_embeddings": 4096, "tie_word_embeddings": false}`
+	m := must(acc.ModelFromConfig(config, map[string]any{"device": "meta", "dtype": "float16"}))
+	defer m.Close()
+	n := must(m.NumParameters())
+	if n != 6738415616 {
+		t.Fatalf("num_parameters %d", n)
+	}
+	if sizes := must(m.ModuleSizes("")); sizes[""] != 2*n || len(sizes) < 32 {
+		t.Fatalf("module sizes: whole model %d of %d entries", sizes[""], len(sizes))
+	}
+	if sizes := must(m.ModuleSizes("float32")); sizes[""] != 2*n { // as Accelerate: never wider than its own
+		t.Fatalf("module sizes in float32: %d", sizes[""])
+	}
+
+	devices := must(m.InferAutoDeviceMap(map[string]any{
+		"device_map": "sequential",
+		"max_memory": map[string]any{"0": "5GiB", "1": "5GiB", "cpu": "64GB"},
+	}))
+	for name, want := range map[string]any{"model.embed_tokens": 0, "model.layers.20": 1, "lm_head": "cpu"} {
+		if got, found := devices[name]; !found || got != want {
+			t.Fatalf("%s on %#v, want %#v (map %v)", name, got, want, devices)
+		}
+	}
+	_, err := m.InferAutoDeviceMap(`{"max_memory": {"npu0": "1GB"}}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "npu0")
+	_, err = m.ModuleSizes("int8")
+	expectErr(t, err, acc.ErrInvalidConfig, "int8")
+
+	// Gradients off on this thread: a forward records no graph, so its loss cannot be backpropagated.
+	runtime.LockOSThread() // the setting is thread-local
+	defer runtime.UnlockOSThread()
+	defer acc.SetGradEnabled(true) //nolint:errcheck // the thread goes back to the pool with gradients on
+	a := must(acc.NewAccelerator(nil))
+	defer a.Close()
+	small := must(acc.NewModel(`{"type": "mlp", "sizes": [2, 1], "loss": "mse"}`))
+	defer small.Close()
+	x := must(acc.FromFloat32([]float32{1, 2}, 1, 2))
+	defer x.Close()
+	y := must(acc.FromFloat32([]float32{3}, 1, 1))
+	defer y.Close()
+	if previous := must(acc.SetGradEnabled(false)); !previous {
+		t.Fatal("gradients were off before")
+	}
+	loss := must(small.Loss(x, y))
+	expectErr(t, a.Backward(loss), acc.ErrInvalidArgument, "grad")
+	loss.Close()
+	if previous := must(acc.SetGradEnabled(true)); previous {
+		t.Fatal("SetGradEnabled(false) did not stick")
+	}
+	loss = must(small.Loss(x, y))
+	ok(t, a.Backward(loss))
+	loss.Close()
+	err = acc.NoGrad(func() error {
+		loss := must(small.Loss(x, y))
+		defer loss.Close()
+		return a.Backward(loss)
+	})
+	expectErr(t, err, acc.ErrInvalidArgument, "grad")
+	if previous := must(acc.SetGradEnabled(true)); !previous {
+		t.Fatal("NoGrad did not restore the setting")
+	}
+}

@@ -83,3 +83,32 @@ func jsonText(v any) (string, error) {
 		return string(b), nil
 	}
 }
+
+// SetGradEnabled is PyTorch's torch.set_grad_enabled for the calling OS thread: with false, forward
+// passes record no autograd graph (evaluation and inference: less memory and time; Backward of such a
+// loss fails), with true they do again (the default). It returns the setting before, to restore it.
+// The setting is thread-local, as in PyTorch, and a goroutine may move between threads between two
+// calls: call runtime.LockOSThread first (and keep it locked while the setting matters), or use NoGrad.
+func SetGradEnabled(enabled bool) (previous bool, err error) {
+	v := 0
+	if enabled {
+		v = 1
+	}
+	var prev int32
+	err = wrap(raw.Acc_set_grad_enabled(v, &prev))
+	return prev != 0, err
+}
+
+// NoGrad is PyTorch's torch.no_grad(): it runs f with gradients off, its goroutine locked to one OS
+// thread meanwhile, and restores the previous setting afterwards (also when f panics). It returns f's
+// error.
+func NoGrad(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	previous, err := SetGradEnabled(false)
+	if err != nil {
+		return err
+	}
+	defer SetGradEnabled(previous) //nolint:errcheck // cannot fail for a valid setting
+	return f()
+}

@@ -1,6 +1,9 @@
 package acc
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"runtime"
 
 	"github.com/libacc/libacc/bindings/go/internal/raw"
@@ -61,7 +64,10 @@ func LoadTorchScript(path string, options any) (*Model, error) {
 // (config.json, and model.safetensors or the shards model.safetensors.index.json lists) of a
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM. options (nil for the
 // defaults; JSON text, a map or a struct): {"dtype": "auto"|"float32"|"bfloat16"|"float16"}, "auto"
-// being the dtype config.json records. A missing file is ErrIO naming it; names or shapes that differ
+// being the dtype config.json records; with "device_map" ("auto", "balanced", "balanced_low_0",
+// "sequential"), "max_memory", "no_split_module_classes" and "offload_folder" it is Accelerate's
+// load_checkpoint_and_dispatch: each weight goes where InferAutoDeviceMap plans it, in memory ("cpu")
+// or left on the disk (the mapped checkpoint, read layer by layer; for inference). A missing file is ErrIO naming it; names or shapes that differ
 // from transformers' are ErrInvalidArgument, listing them. The model comes in eval mode; it takes the
 // named batch "input_ids" (with optional "attention_mask", "position_ids", "labels") and returns
 // "logits" (and "loss"). Generate continues token sequences with it. See docs/hf-models.md.
@@ -80,8 +86,9 @@ func ModelFromPretrained(dir string, options any) (*Model, error) {
 // ModelFromConfig is transformers' from_config: the architecture a config.json text names (configJSON;
 // those ModelFromPretrained knows, another is ErrUnsupported naming it) with fresh weights initialised
 // as transformers does (normal(0, initializer_range), zero biases, unit norms) from the CPU generator
-// (seed it with the accelerator's "seed"). options as ModelFromPretrained's (nil for the defaults).
-// SavePretrained writes it with its config.
+// (seed it with the accelerator's "seed"). options as ModelFromPretrained's (nil for the defaults),
+// plus {"device": "meta"}: Accelerate's init_empty_weights, the names and shapes without weight memory
+// (for ModuleSizes and InferAutoDeviceMap). SavePretrained writes it with its config.
 func ModelFromConfig(configJSON string, options any) (*Model, error) {
 	if abiErr != nil {
 		return nil, abiErr
@@ -153,6 +160,67 @@ func (m *Model) NumParameters() (int64, error) {
 	err := wrap(raw.Acc_model_num_parameters(m.p(), &n))
 	runtime.KeepAlive(m)
 	return n, err
+}
+
+// ModuleSizes is Accelerate's compute_module_sizes: the bytes of every module and tensor by dotted
+// name ("" the whole model, "model.layers.0", ...), counting floating tensors in dtype ("float32",
+// "bfloat16", "float16"; "" for their own; as Accelerate, a dtype wider than a tensor's own does not
+// grow it). A tied output embedding counts once. It works on an empty model (ModelFromConfig with
+// {"device": "meta"}). See docs/big-models.md.
+func (m *Model) ModuleSizes(dtype string) (map[string]int64, error) {
+	var text string
+	err := wrap(raw.Acc_model_module_sizes(m.p(), dtype, &text))
+	runtime.KeepAlive(m)
+	if err != nil {
+		return nil, err
+	}
+	var sizes map[string]int64
+	if err := json.Unmarshal([]byte(text), &sizes); err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("module sizes: %v", err)}
+	}
+	return sizes, nil
+}
+
+// InferAutoDeviceMap is Accelerate's infer_auto_device_map (with get_balanced_memory for "auto",
+// "balanced" and "balanced_low_0") for the model, which may be empty (ModelFromConfig with {"device":
+// "meta"}). options (nil for the defaults; JSON text, a map or a struct): {"device_map": "auto" |
+// "balanced" | "balanced_low_0" | "sequential", "max_memory": {"0": "10GiB", "1": 8000000000, "cpu":
+// "30GB", "disk": ...}, "no_split_module_classes": [...], "dtype", "offload_buffers",
+// "fallback_allocation"}; an unknown key, device or size is ErrInvalidConfig naming it. The map goes
+// from module name to device: an int for an accelerator's index, the string "cpu" or "disk" otherwise,
+// e.g. {"model.embed_tokens": 0, ..., "lm_head": "cpu"}, as Accelerate's for the same sizes and
+// budget. See docs/big-models.md.
+func (m *Model) InferAutoDeviceMap(options any) (map[string]any, error) {
+	opts, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	var text string
+	err = wrap(raw.Acc_infer_auto_device_map(m.p(), opts, &text))
+	runtime.KeepAlive(m)
+	if err != nil {
+		return nil, err
+	}
+	var devices map[string]any
+	dec := json.NewDecoder(bytes.NewReader([]byte(text)))
+	dec.UseNumber()
+	if err := dec.Decode(&devices); err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("device map: %v", err)}
+	}
+	for name, d := range devices {
+		switch v := d.(type) {
+		case json.Number:
+			i, err := v.Int64()
+			if err != nil {
+				return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("device map: %s: %v", name, err)}
+			}
+			devices[name] = int(i)
+		case string:
+		default:
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("device map: %s: unexpected %v", name, d)}
+		}
+	}
+	return devices, nil
 }
 
 // NamedTensor is one entry of a state dict.

@@ -51,6 +51,23 @@
 //! }
 //! ```
 //!
+//! # Big models
+//! [`Model::from_config`] with `{"device": "meta"}` builds a model without weight memory;
+//! [`Model::module_sizes`] and [`Model::infer_auto_device_map`] size it and plan where each part goes
+//! (JSON text), and [`Model::from_pretrained`] with a `"device_map"` loads a checkpoint onto such a
+//! plan. [`set_grad_enabled`] and the [`NoGrad`] guard turn autograd off for inference on this thread.
+//!
+//! ```no_run
+//! # fn main() -> acc::Result<()> {
+//! let config = r#"{"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,
+//!     "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32}"#;
+//! let empty = acc::Model::from_config(config, Some(r#"{"device": "meta", "dtype": "float16"}"#))?;
+//! let map = empty.infer_auto_device_map(Some(r#"{"max_memory": {"0": "10GiB", "cpu": "30GB"}}"#))?;
+//! println!("{map}"); // {"model.embed_tokens": 0, ..., "lm_head": "cpu"}
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Errors, lifetimes, threads
 //! * Every fallible call returns [`Result<T, acc::Error>`](Error): the status [`ErrorCode`] and
 //!   libacc's message, read right after the failing call on the same thread.
@@ -126,6 +143,56 @@ pub fn status_name(status: i32) -> String {
     unsafe { CStr::from_ptr(sys::acc_status_name(status)) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// PyTorch's `torch.set_grad_enabled` for the calling thread: with `false`, forward passes record no
+/// autograd graph (evaluation and inference: less memory and time; backward of such a loss fails),
+/// with `true` they do again (the default). Returns the setting before, to restore it. Thread-local,
+/// as in PyTorch: other threads keep their own. [`NoGrad`] restores it on drop.
+pub fn set_grad_enabled(enabled: bool) -> Result<bool> {
+    let mut previous = 0;
+    // SAFETY: a plain call with a valid out-pointer.
+    error::check(unsafe { sys::acc_set_grad_enabled(enabled as i32, &mut previous) })?;
+    Ok(previous != 0)
+}
+
+/// PyTorch's `torch.no_grad()`: gradients off on this thread while the guard lives, the previous
+/// setting restored on drop. Not `Send`: the setting belongs to the thread that made the guard.
+///
+/// ```no_run
+/// # fn main() -> acc::Result<()> {
+/// # let model = acc::Model::new(r#"{"type": "mlp", "sizes": [2, 1]}"#)?;
+/// # let x = acc::Tensor::from_slice(&[1.0f32, 2.0], &[1, 2])?;
+/// let y = {
+///     let _guard = acc::NoGrad::new()?;
+///     model.predict(&x)? // no autograd graph
+/// };
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "gradients are re-enabled when the guard is dropped"]
+#[derive(Debug)]
+pub struct NoGrad {
+    previous: bool,
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl NoGrad {
+    /// Turns gradients off on this thread until the guard is dropped.
+    pub fn new() -> Result<NoGrad> {
+        check_abi()?;
+        Ok(NoGrad {
+            previous: set_grad_enabled(false)?,
+            _thread_bound: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for NoGrad {
+    fn drop(&mut self) {
+        // Cannot fail for a valid setting; nothing to report from a destructor.
+        let _ = set_grad_enabled(self.previous);
+    }
 }
 
 pub(crate) fn cstring(s: &str) -> Result<CString> {

@@ -575,7 +575,11 @@ impl Model {
     /// `model.safetensors` or the shards `model.safetensors.index.json` lists) of a
     /// `LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM` or `MixtralForCausalLM`. Options
     /// (`None`: `{}`): `{"dtype": "auto" | "float32" | "bfloat16" | "float16"}`, `"auto"` being the
-    /// dtype `config.json` records. A missing file is [`ErrorCode::Io`] naming it; names or shapes
+    /// dtype `config.json` records; with `"device_map"` (`"auto"`, `"balanced"`, `"balanced_low_0"`,
+    /// `"sequential"`), `"max_memory"`, `"no_split_module_classes"` and `"offload_folder"` it is
+    /// Accelerate's `load_checkpoint_and_dispatch`: each weight goes where
+    /// [`Model::infer_auto_device_map`] plans it, in memory (`"cpu"`) or left on the disk (the mapped
+    /// checkpoint, read layer by layer; for inference). See docs/big-models.md. A missing file is [`ErrorCode::Io`] naming it; names or shapes
     /// that differ from transformers' are [`ErrorCode::InvalidArgument`], listing them. The model
     /// comes in eval mode; it takes the named batch `"input_ids"` (with optional `"attention_mask"`,
     /// `"position_ids"`, `"labels"`) and returns `"logits"` (and `"loss"`). See docs/hf-models.md.
@@ -595,7 +599,9 @@ impl Model {
     /// [`Model::from_pretrained`] knows; another is [`ErrorCode::Unsupported`], naming it) with fresh
     /// weights initialised as transformers does (normal(0, `initializer_range`), zero biases, unit
     /// norms) from the CPU generator (seed it through the accelerator's `seed`). Options as
-    /// [`Model::from_pretrained`]'s. [`Model::save_pretrained`] writes it with its config.
+    /// [`Model::from_pretrained`]'s, plus `{"device": "meta"}`: Accelerate's `init_empty_weights`, the
+    /// names and shapes without weight memory (for [`Model::module_sizes`] and
+    /// [`Model::infer_auto_device_map`]). [`Model::save_pretrained`] writes it with its config.
     ///
     /// ```no_run
     /// # fn main() -> acc::Result<()> {
@@ -746,6 +752,37 @@ impl Model {
         let mut n = 0;
         check(unsafe { sys::acc_model_num_parameters(self.as_ptr(), &mut n) })?;
         Ok(n)
+    }
+
+    /// Accelerate's `compute_module_sizes`: the bytes of every module and tensor by dotted name (`""`
+    /// the whole model) as JSON text, `{"": 13476839424, "model": ..., "model.layers.0": ...}`,
+    /// counting floating tensors in `dtype` (`"float32"`, `"bfloat16"`, `"float16"`; `None`: their
+    /// own; as Accelerate, a dtype wider than a tensor's own does not grow it). A tied output
+    /// embedding counts once. Works on an empty model ([`Model::from_config`] with `{"device":
+    /// "meta"}`). See docs/big-models.md.
+    pub fn module_sizes(&self, dtype: Option<&str>) -> Result<String> {
+        let d = dtype.map(cstring).transpose()?;
+        let d_ptr = d.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        let mut p = ptr::null();
+        check(unsafe { sys::acc_model_module_sizes(self.as_ptr(), d_ptr, &mut p) })?;
+        Ok(borrowed_string(p))
+    }
+
+    /// Accelerate's `infer_auto_device_map` (with `get_balanced_memory` for `"auto"`, `"balanced"`
+    /// and `"balanced_low_0"`) for this model, which may be empty ([`Model::from_config`] with
+    /// `{"device": "meta"}`). Options (`None`: `{}`): `{"device_map": "auto" | "balanced" |
+    /// "balanced_low_0" | "sequential", "max_memory": {"0": "10GiB", "1": 8000000000, "cpu": "30GB",
+    /// "disk": ...}, "no_split_module_classes": [...], "dtype", "offload_buffers",
+    /// "fallback_allocation"}`; an unknown key, device or size is [`ErrorCode::InvalidConfig`] naming
+    /// it. Returns the map as JSON text, `{"model.embed_tokens": 0, ..., "lm_head": "cpu"}`
+    /// (accelerators as integers, `"cpu"` and `"disk"` as strings), the same as Accelerate's for the
+    /// same sizes and budget. See docs/big-models.md.
+    pub fn infer_auto_device_map(&self, options_json: Option<&str>) -> Result<String> {
+        let o = options_json.map(cstring).transpose()?;
+        let o_ptr = o.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        let mut p = ptr::null();
+        check(unsafe { sys::acc_infer_auto_device_map(self.as_ptr(), o_ptr, &mut p) })?;
+        Ok(borrowed_string(p))
     }
 
     /// Copies of the named parameters and buffers, in order.

@@ -1028,3 +1028,60 @@ fn hf_save() {
         "T5Model",
     );
 }
+
+/// The integer after `"key": ` in a flat JSON object.
+fn json_int(json: &str, key: &str) -> Option<i64> {
+    let needle = format!("\"{key}\": ");
+    let rest = &json[json.find(&needle)? + needle.len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit() && c != '-')
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+// scenario: bigmodel
+#[test]
+fn bigmodel() {
+    let config = r#"{"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,
+        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 4096, "tie_word_embeddings": false}"#;
+    let m = Model::from_config(config, Some(r#"{"device": "meta", "dtype": "float16"}"#)).unwrap();
+    let n = m.num_parameters().unwrap();
+    assert_eq!(n, 6_738_415_616);
+    let sizes = m.module_sizes(None).unwrap();
+    assert_eq!(json_int(&sizes, ""), Some(2 * n), "{sizes}");
+    let sizes = m.module_sizes(Some("float32")).unwrap(); // as Accelerate: never wider than the tensor's own
+    assert_eq!(json_int(&sizes, ""), Some(2 * n));
+
+    let map = m
+        .infer_auto_device_map(Some(
+            r#"{"device_map": "sequential", "max_memory": {"0": "5GiB", "1": "5GiB", "cpu": "64GB"}}"#,
+        ))
+        .unwrap();
+    assert_eq!(json_int(&map, "model.embed_tokens"), Some(0), "{map}");
+    assert_eq!(json_int(&map, "model.layers.20"), Some(1), "{map}");
+    assert!(map.contains(r#""lm_head": "cpu""#), "{map}");
+    expect_err(
+        m.infer_auto_device_map(Some(r#"{"max_memory": {"npu0": "1GB"}}"#)),
+        ErrorCode::InvalidConfig,
+        "npu0",
+    );
+    expect_err(m.module_sizes(Some("int8")), ErrorCode::InvalidConfig, "int8");
+
+    // Gradients off on this thread: a forward records no graph, so its loss cannot be backpropagated.
+    let a = Accelerator::new("{}").unwrap();
+    let small = Model::new(r#"{"type": "mlp", "sizes": [2, 1], "loss": "mse"}"#).unwrap();
+    let x = Tensor::from_slice(&[1.0f32, 2.0], &[1, 2]).unwrap();
+    let y = Tensor::from_slice(&[3.0f32], &[1, 1]).unwrap();
+    assert!(acc::set_grad_enabled(false).unwrap());
+    let loss = small.loss(&x, Some(&y)).unwrap();
+    expect_err(a.backward(&loss), ErrorCode::InvalidArgument, "grad");
+    assert!(!acc::set_grad_enabled(true).unwrap());
+    a.backward(&small.loss(&x, Some(&y)).unwrap()).unwrap();
+    {
+        let _guard = acc::NoGrad::new().unwrap();
+        let loss = small.loss(&x, Some(&y)).unwrap();
+        expect_err(a.backward(&loss), ErrorCode::InvalidArgument, "grad");
+    }
+    assert!(acc::set_grad_enabled(true).unwrap()); // the guard restored it
+}

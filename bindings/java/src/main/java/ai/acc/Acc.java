@@ -28,6 +28,49 @@ public final class Acc {
     AccRaw.acc_abi_check(abi);
   }
 
+  /**
+   * PyTorch's {@code torch.set_grad_enabled} for the calling thread: with {@code false}, forward passes
+   * record no autograd graph (evaluation and inference: less memory and time; backward of such a loss
+   * fails), with {@code true} they do again (the default). Thread-local, as in PyTorch: other threads
+   * keep their own setting.
+   *
+   * @return the setting before, to restore it
+   */
+  public static boolean setGradEnabled(boolean enabled) {
+    NativeLoader.load();
+    int[] previous = new int[1];
+    AccRaw.acc_set_grad_enabled(enabled ? 1 : 0, previous);
+    return previous[0] != 0;
+  }
+
+  /**
+   * PyTorch's {@code torch.no_grad()}: gradients off on this thread until the returned guard is
+   * closed, which restores the previous setting. Close it on the thread that opened it:
+   *
+   * <pre>{@code
+   * try (Acc.NoGrad g = Acc.noGrad()) {
+   *   Tensor y = model.predict(x); // no autograd graph
+   * }
+   * }</pre>
+   */
+  public static NoGrad noGrad() {
+    return new NoGrad(setGradEnabled(false));
+  }
+
+  /** The guard of {@link #noGrad()}; closing it restores the setting before. */
+  public static final class NoGrad implements AutoCloseable {
+    private final boolean previous;
+
+    private NoGrad(boolean previous) {
+      this.previous = previous;
+    }
+
+    @Override
+    public void close() {
+      setGradEnabled(previous);
+    }
+  }
+
   /** The C name of a status code, e.g. "ACC_ERR_INVALID_CONFIG". */
   public static String statusName(int status) {
     NativeLoader.load();

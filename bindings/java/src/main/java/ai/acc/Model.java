@@ -38,7 +38,12 @@ public final class Model extends NativeObject {
    * {@code model.safetensors} or the shards {@code model.safetensors.index.json} lists) of a
    * LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM. Options ({@code
    * null}: {@code {}}): {@code {"dtype": "auto" | "float32" | "bfloat16" | "float16"}}, {@code "auto"}
-   * being the dtype {@code config.json} records. A missing file is {@link ErrorCode#IO} naming it;
+   * being the dtype {@code config.json} records; with {@code "device_map"} ({@code "auto"}, {@code
+   * "balanced"}, {@code "balanced_low_0"}, {@code "sequential"}), {@code "max_memory"}, {@code
+   * "no_split_module_classes"} and {@code "offload_folder"} it is Accelerate's {@code
+   * load_checkpoint_and_dispatch}: each weight goes where {@link #inferAutoDeviceMap} plans it, in
+   * memory ({@code "cpu"}) or left on the disk (the mapped checkpoint, read layer by layer; for
+   * inference). A missing file is {@link ErrorCode#IO} naming it;
    * names or shapes that differ from transformers' are {@link ErrorCode#INVALID_ARGUMENT}, listing
    * them. The model comes in eval mode; it takes the named batch {@code "input_ids"} (with optional
    * {@code "attention_mask"}, {@code "position_ids"}, {@code "labels"}) and returns {@code "logits"}
@@ -61,7 +66,9 @@ public final class Model extends NativeObject {
    * {@link #fromPretrained} knows; another is {@link ErrorCode#UNSUPPORTED}, naming it) with fresh
    * weights initialised as transformers does (normal(0, initializer_range), zero biases, unit norms)
    * from the CPU generator (seed it through the accelerator's "seed"). Options as {@link
-   * #fromPretrained}'s ({@code null}: {@code {}}). {@link #savePretrained} writes it with its config.
+   * #fromPretrained}'s ({@code null}: {@code {}}), plus {@code {"device": "meta"}}: Accelerate's {@code
+   * init_empty_weights}, the names and shapes without weight memory (for {@link #moduleSizes} and {@link
+   * #inferAutoDeviceMap}). {@link #savePretrained} writes it with its config.
    */
   public static Model fromConfig(String configJson, String optionsJson) {
     NativeLoader.load();
@@ -244,6 +251,63 @@ public final class Model extends NativeObject {
     } finally {
       leave(p);
     }
+  }
+
+  /**
+   * Accelerate's {@code compute_module_sizes}: the bytes of every module and tensor by dotted name
+   * ({@code ""} the whole model, {@code "model.layers.0"}, ...), in the model's order, counting floating
+   * tensors in {@code dtype} ({@code "float32"}, {@code "bfloat16"}, {@code "float16"}; {@code null}:
+   * their own; as Accelerate, a dtype wider than a tensor's own does not grow it). A tied output
+   * embedding counts once. Works on an empty model ({@link #fromConfig} with {@code {"device":
+   * "meta"}}). See docs/big-models.md.
+   */
+  public Map<String, Long> moduleSizes(String dtype) {
+    long p = enter();
+    String json;
+    try {
+      String[] out = new String[1];
+      AccRaw.acc_model_module_sizes(p, dtype, out);
+      json = out[0];
+    } finally {
+      leave(p);
+    }
+    Map<String, Long> sizes = new LinkedHashMap<>();
+    FlatJson.parse(json).forEach((name, v) -> {
+      if (!(v instanceof Long n)) {
+        throw new AccException(ErrorCode.INTERNAL, "module size of " + name + ": " + v);
+      }
+      sizes.put(name, n);
+    });
+    return sizes;
+  }
+
+  /**
+   * Accelerate's {@code infer_auto_device_map} (with {@code get_balanced_memory} for {@code "auto"},
+   * {@code "balanced"} and {@code "balanced_low_0"}) for this model, which may be empty ({@link
+   * #fromConfig} with {@code {"device": "meta"}}). Options ({@code null}: {@code {}}): {@code
+   * {"device_map": "auto" | "balanced" | "balanced_low_0" | "sequential", "max_memory": {"0": "10GiB",
+   * "1": 8000000000, "cpu": "30GB", "disk": ...}, "no_split_module_classes": [...], "dtype",
+   * "offload_buffers", "fallback_allocation"}}; an unknown key, device or size is {@link
+   * ErrorCode#INVALID_CONFIG} naming it. See docs/big-models.md.
+   *
+   * @return module name to device, in the model's order: an {@link Integer} for an accelerator's
+   *     index, the {@link String} {@code "cpu"} or {@code "disk"} otherwise, e.g. {@code
+   *     {"model.embed_tokens": 0, ..., "lm_head": "cpu"}}, as Accelerate's for the same sizes and budget
+   */
+  public Map<String, Object> inferAutoDeviceMap(String optionsJson) {
+    long p = enter();
+    String json;
+    try {
+      String[] out = new String[1];
+      AccRaw.acc_infer_auto_device_map(p, optionsJson, out);
+      json = out[0];
+    } finally {
+      leave(p);
+    }
+    Map<String, Object> devices = new LinkedHashMap<>();
+    FlatJson.parse(json)
+        .forEach((name, v) -> devices.put(name, v instanceof Long i ? Math.toIntExact(i) : v));
+    return devices;
   }
 
   /** Copies of the named parameters and buffers, in order. Close the tensors. */

@@ -945,4 +945,50 @@ class ConformanceTest {
     }
     expectError(ErrorCode.UNSUPPORTED, "T5Model", () -> Model.fromConfig("{\"architectures\": [\"T5Model\"]}"));
   }
+
+  // scenario: bigmodel
+  @Test
+  void bigModel() {
+    String config = "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 32000, \"hidden_size\": 4096,"
+        + " \"intermediate_size\": 11008, \"num_hidden_layers\": 32, \"num_attention_heads\": 32,"
+        + " \"num_key_value_heads\": 32, \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false}";
+    try (Model m = Model.fromConfig(config, "{\"device\": \"meta\", \"dtype\": \"float16\"}")) {
+      long n = m.numParameters();
+      assertEquals(6738415616L, n);
+      Map<String, Long> sizes = m.moduleSizes(null);
+      assertEquals(2 * n, sizes.get(""));
+      assertEquals("", sizes.keySet().iterator().next());
+      assertEquals(2 * n, m.moduleSizes("float32").get("")); // as Accelerate: never wider than its own
+
+      Map<String, Object> devices = m.inferAutoDeviceMap("{\"device_map\": \"sequential\","
+          + " \"max_memory\": {\"0\": \"5GiB\", \"1\": \"5GiB\", \"cpu\": \"64GB\"}}");
+      assertEquals(0, devices.get("model.embed_tokens"), devices.toString());
+      assertEquals(1, devices.get("model.layers.20"), devices.toString());
+      assertEquals("cpu", devices.get("lm_head"), devices.toString());
+      expectError(ErrorCode.INVALID_CONFIG, "npu0",
+          () -> m.inferAutoDeviceMap("{\"max_memory\": {\"npu0\": \"1GB\"}}"));
+      expectError(ErrorCode.INVALID_CONFIG, "int8", () -> m.moduleSizes("int8"));
+    }
+
+    // Gradients off on this thread: a forward records no graph, so its loss cannot be backpropagated.
+    try (Accelerator acc = Accelerator.create();
+        Model small = Model.create("{\"type\": \"mlp\", \"sizes\": [2, 1], \"loss\": \"mse\"}");
+        Tensor x = Tensor.fromFloats(new float[] {1, 2}, 1, 2);
+        Tensor y = Tensor.fromFloats(new float[] {3}, 1, 1)) {
+      assertTrue(Acc.setGradEnabled(false));
+      try (Tensor loss = small.loss(x, y)) {
+        expectError(ErrorCode.INVALID_ARGUMENT, "grad", () -> acc.backward(loss));
+      }
+      assertFalse(Acc.setGradEnabled(true));
+      try (Tensor loss = small.loss(x, y)) {
+        acc.backward(loss);
+      }
+      try (Acc.NoGrad g = Acc.noGrad(); Tensor loss = small.loss(x, y)) {
+        expectError(ErrorCode.INVALID_ARGUMENT, "grad", () -> acc.backward(loss));
+      }
+      assertTrue(Acc.setGradEnabled(true)); // the guard restored it
+    } finally {
+      Acc.setGradEnabled(true); // for the tests after this one on this thread, whatever failed
+    }
+  }
 }

@@ -1,6 +1,7 @@
 package ai.acc;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import org.junit.jupiter.api.Test;
 
@@ -32,5 +33,20 @@ class PureJavaTest {
     String p = NativeLoader.platform();
     assertEquals(p, p.toLowerCase(java.util.Locale.ROOT));
     assertEquals(2, p.split("-", 2).length);
+  }
+
+  @Test
+  void flatJson() {
+    var m = FlatJson.parse("{\"\": 26953662464, \"a.b\": 0, \"q\\\"\\u00e9\\n\": \"disk\", \"n\": -3}");
+    assertEquals(java.util.List.of("", "a.b", "q\"\u00e9\n", "n"), java.util.List.copyOf(m.keySet()));
+    assertEquals(26953662464L, m.get(""));
+    assertEquals(0L, m.get("a.b"));
+    assertEquals("disk", m.get("q\"\u00e9\n"));
+    assertEquals(-3L, m.get("n"));
+    assertEquals(0, FlatJson.parse(" { } ").size());
+    for (String bad : new String[] {"", "{", "{\"a\": 1.5}", "{\"a\": [1]}", "{\"a\": 1} x", "{\"a\" 1}"}) {
+      AccException e = assertThrows(AccException.class, () -> FlatJson.parse(bad), bad);
+      assertEquals(ErrorCode.INTERNAL, e.code());
+    }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "bigmodel/plan.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/save_model.hpp"
 #include "models/hf/families.hpp"
@@ -186,6 +187,14 @@ torch::Tensor HfModel::generate(const torch::Tensor& input_ids, const torch::Ten
 
 void HfModel::save_pretrained(const std::string& dir, const std::string& max_shard_size) const {
   core::save_pretrained(need(slot, "the model"), dir, max_shard_size);
+}
+
+std::string HfModel::module_sizes(const std::string& dtype) const {
+  return core::bigmodel::module_sizes_json(*need(slot, "the model").model, dtype);
+}
+
+std::string HfModel::infer_auto_device_map(const std::string& options_json) const {
+  return core::bigmodel::plan_device_map(*need(slot, "the model").model, options_json.c_str());
 }
 
 Optimizer Accelerator::prepare(std::shared_ptr<torch::optim::Optimizer> optimizer) {

@@ -51,6 +51,15 @@ TEST(HfModelCxx, FineTuneGenerateSave) {
   acc::Batch in({{"input_ids", ids}});
   EXPECT_TRUE(back(in).at("logits").equal(model(in).at("logits")));
   std::filesystem::remove_all(dir);
+  // Device maps for an empty model.
+  acc::HfModel empty = acc::HfModel::from_config(
+      R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+          "num_hidden_layers": 32, "num_attention_heads": 32})",
+      R"({"device": "meta", "dtype": "float16"})");
+  EXPECT_NE(empty.module_sizes().find(R"("": 13476831232)"), std::string::npos);
+  const std::string map = empty.infer_auto_device_map(R"({"device_map": "sequential", "max_memory": {"cpu": "4GB"}})");
+  EXPECT_NE(map.find(R"("model.layers.3": "cpu")"), std::string::npos) << map;
+  EXPECT_NE(map.find(R"("lm_head": "disk")"), std::string::npos) << map;
   EXPECT_THROW(acc::HfModel::from_pretrained(g_fixtures + "/none"), std::exception);
   EXPECT_THROW(acc::HfModel::from_config(R"({"architectures": ["T5Model"]})"), std::exception);
 }

@@ -140,6 +140,11 @@ class ACC_CXX_API HfModel {
                          const std::function<bool(const torch::Tensor&)>& on_tokens = {}) const;
   // transformers' save_pretrained, as acc_model_save_pretrained.
   void save_pretrained(const std::string& dir, const std::string& max_shard_size = "10GB") const;
+  // Accelerate's compute_module_sizes and device-map planning, as acc_model_module_sizes and
+  // acc_infer_auto_device_map: JSON texts (docs/big-models.md). from_config with {"device": "meta"} gives an
+  // empty model to plan for; from_pretrained with {"device_map": ...} loads onto the plan.
+  std::string module_sizes(const std::string& dtype = "") const;
+  std::string infer_auto_device_map(const std::string& options_json = "") const;
 
   std::shared_ptr<core::ModelSlot> slot;  // shared with the accelerator once prepared
 };

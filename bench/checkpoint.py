@@ -20,7 +20,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
-TORCH_LIB = os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages", "torch", "lib")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import binary, can_drop_caches, run  # noqa: E402
 
 
 def parse_count(s):
@@ -30,36 +32,10 @@ def parse_count(s):
     return int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()])
 
 
-def binary(build):
-    """build/bench/checkpoint_step when meson built it, otherwise compiled here against build/src/libacc.so."""
-    built = os.path.join(build, "bench", "checkpoint_step")
-    if os.path.exists(built):
-        return built
-    out = os.path.join(build, "bench-checkpoint", "checkpoint_step")
-    src = os.path.join(ROOT, "bench", "checkpoint_step.c")
-    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        lib = os.path.join(build, "src")
-        subprocess.run(["cc", "-std=c99", "-O2", "-D_FILE_OFFSET_BITS=64", "-I", os.path.join(ROOT, "capi", "include"),
-                        src, "-o", out, "-L", lib, "-lacc", f"-Wl,-rpath,{lib}:{TORCH_LIB}"], check=True)
-    return out
 
 
-def can_drop_caches():
-    try:
-        subprocess.run(["sync"], check=True)
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
-def run(cmd, env):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
-    return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def dd(path, nbytes, drop):
@@ -101,7 +77,7 @@ def main():
     if free < 2 * estimate + (1 << 30):
         sys.exit(f"{free / 1e9:.1f} GB free under {scratch}, a checkpoint of {parameters / 1e6:.0f} M parameters takes "
                  f"about {estimate / 1e9:.1f} GB: ask for fewer --params")
-    exe = binary(args.build)
+    exe = binary(args.build, "checkpoint_step")
     drop = can_drop_caches()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), ACC_CONFIG_FILE="none")
     ckpt = os.path.join(scratch, "ckpt")

@@ -14,12 +14,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
-TORCH_LIB = os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages", "torch", "lib")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import binary, can_drop_caches, run  # noqa: E402
 
 # Each size once: the LlamaConfig (float32, untied head), the forward / training batch, the timed steps.
 SIZES = {
@@ -36,38 +37,10 @@ NAMES = {"libacc": "libacc", "transformers": "transformers eager", "compile": "t
          "accelerate": "Accelerate"}
 
 
-def binary(build):
-    """build/bench/hf_step when meson built it (and it is newer than its source), otherwise compiled here
-    against build/src/libacc.so."""
-    build = os.path.abspath(build)
-    src = os.path.join(ROOT, "bench", "hf_step.c")
-    built = os.path.join(build, "bench", "hf_step")
-    if os.path.exists(built) and os.path.getmtime(built) >= os.path.getmtime(src):
-        return built
-    out = os.path.join(build, "bench-hf", "hf_step")
-    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        lib = os.path.join(build, "src")
-        subprocess.run(["cc", "-std=c99", "-O2", "-I", os.path.join(ROOT, "capi", "include"),
-                        src, "-o", out, "-L", lib, "-lacc", f"-Wl,-rpath,{lib}:{TORCH_LIB}"], check=True)
-    return out
 
 
-def can_drop_caches():
-    try:
-        subprocess.run(["sync"], check=True)
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
-def run(cmd, env):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
-    return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def first_difference(a, b):
@@ -102,7 +75,7 @@ def main():
     impls = [i for i in IMPLS if i in args.impls.split(",")]
     config = dict(size["config"], **COMMON_CONFIG)
 
-    exe = binary(args.build)
+    exe = binary(args.build, "hf_step")
     drop = can_drop_caches()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), ACC_CONFIG_FILE="none", TOKENIZERS_PARALLELISM="false",
                TRANSFORMERS_VERBOSITY="error")

@@ -209,23 +209,11 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   std::string input_embedding_name() const override { return "model.embed_tokens.weight"; }
   std::vector<std::string> no_split_modules() const override { return {class_prefix(d_) + "DecoderLayer"}; }
 
-  TensorDict forward(const TensorDict& batch) override {
-    for (const auto& [name, t] : batch.items())
-      if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
-        throw std::invalid_argument(d_.architecture + " forward: unexpected batch entry '" + name +
-                                    "' (it takes input_ids, attention_mask, position_ids, labels)");
-    const at::Tensor& ids = batch.at("input_ids");
-    at::Tensor logits = step(ids, batch.get("attention_mask"), batch.get("position_ids"), nullptr);
-    TensorDict out{{"logits", logits}};
-    if (at::Tensor labels = batch.get("labels"); labels.defined()) out.set("loss", causal_lm_loss(logits, labels));
-    return out;
-  }
+  TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, d_.architecture, batch); }
 
   at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                   KvCache* cache) override {
-    if (input_ids.dim() != 2 || at::isFloatingType(input_ids.scalar_type()))
-      throw std::invalid_argument(d_.architecture + " forward: input_ids must be integer token ids of shape [batch, "
-                                  "time]; got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
+    check_input_ids(d_.architecture, input_ids);
     const at::Tensor& emb = model_->embed_tokens->param("weight");
     const int64_t B = input_ids.size(0), T = input_ids.size(1);
     const int64_t past = cache ? cache->length : 0;
@@ -327,6 +315,23 @@ std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& 
   auto model = std::make_unique<CausalDecoder>(parse(config, architecture, source), options);
   if (options.device() != c10::kMeta) model->reset_parameters();
   return model;
+}
+
+TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch) {
+  for (const auto& [name, t] : batch.items())
+    if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
+      throw std::invalid_argument(architecture + " forward: unexpected batch entry '" + name +
+                                  "' (it takes input_ids, attention_mask, position_ids, labels)");
+  at::Tensor logits = lm.step(batch.at("input_ids"), batch.get("attention_mask"), batch.get("position_ids"), nullptr);
+  TensorDict out{{"logits", logits}};
+  if (at::Tensor labels = batch.get("labels"); labels.defined()) out.set("loss", causal_lm_loss(logits, labels));
+  return out;
+}
+
+void check_input_ids(const std::string& architecture, const at::Tensor& input_ids) {
+  if (input_ids.dim() != 2 || at::isFloatingType(input_ids.scalar_type()))
+    throw std::invalid_argument(architecture + " forward: input_ids must be integer token ids of shape [batch, time]; "
+                                "got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
 }
 
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {

@@ -61,6 +61,12 @@ std::unique_ptr<Model> make_gpt2(const JsonValue& config, const at::TensorOption
 std::unique_ptr<Model> make_bert_classifier(const JsonValue& config, const at::TensorOptions& options,
                                             const std::string& source);
 
+// A causal LM's named forward: "input_ids" with "attention_mask", "position_ids", "labels" in; "logits" and, with
+// labels, "loss" out. Another name is refused, naming `architecture`.
+TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch);
+// input_ids must be integer token ids [batch, time].
+void check_input_ids(const std::string& architecture, const at::Tensor& input_ids);
+
 // transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored.
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
 

@@ -91,22 +91,11 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
   std::string input_embedding_name() const override { return "transformer.wte.weight"; }
   std::vector<std::string> no_split_modules() const override { return {"GPT2Block"}; }
 
-  TensorDict forward(const TensorDict& batch) override {
-    for (const auto& [name, t] : batch.items())
-      if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
-        throw std::invalid_argument("GPT2LMHeadModel forward: unexpected batch entry '" + name +
-                                    "' (it takes input_ids, attention_mask, position_ids, labels)");
-    at::Tensor logits = step(batch.at("input_ids"), batch.get("attention_mask"), batch.get("position_ids"), nullptr);
-    TensorDict out{{"logits", logits}};
-    if (at::Tensor labels = batch.get("labels"); labels.defined()) out.set("loss", causal_lm_loss(logits, labels));
-    return out;
-  }
+  TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, "GPT2LMHeadModel", batch); }
 
   at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                   KvCache* cache) override {
-    if (input_ids.dim() != 2 || at::isFloatingType(input_ids.scalar_type()))
-      throw std::invalid_argument("GPT2LMHeadModel forward: input_ids must be integer token ids of shape [batch, time]; "
-                                  "got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
+    check_input_ids("GPT2LMHeadModel", input_ids);
     const at::Tensor& wte = t_->wte->param("weight");
     const int64_t B = input_ids.size(0), T = input_ids.size(1), C = c_.embd, hd = C / c_.heads;
     const int64_t past = cache ? cache->length : 0;

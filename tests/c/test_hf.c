@@ -60,6 +60,30 @@ int main(int argc, char** argv) {
   EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": \"auto\", \"max_memory\": {\"0\": \"1GB\"}}", &m),
              ACC_ERR_UNSUPPORTED, "accelerator 0");
   EXPECT(m == NULL);
+  /* Weights converted on their way to the disk need an offload folder, which must be writable; in bfloat16 with
+   * a folder, the dispatched model generates. */
+  const char* disk_bf16 = "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"30KB\"}, \"dtype\": \"bfloat16\"";
+  char opts[512];
+  snprintf(opts, sizeof opts, "%s}", disk_bf16);
+  EXPECT_ERR(acc_model_from_pretrained(llama, opts, &m), ACC_ERR_INVALID_ARGUMENT, "offload_folder");
+  snprintf(opts, sizeof opts, "%s, \"offload_folder\": \"/proc/acc-offload\"}", disk_bf16);
+  EXPECT_ERR(acc_model_from_pretrained(llama, opts, &m), ACC_ERR_IO, "/proc/acc-offload");
+  EXPECT(m == NULL);
+  char folder[] = "/tmp/acc_offload_folder_XXXXXX";
+  EXPECT(mkdtemp(folder) != NULL);
+  snprintf(opts, sizeof opts, "%s, \"offload_folder\": \"%s\"}", disk_bf16, folder);
+  EXPECT_OK(acc_model_from_pretrained(llama, opts, &m));
+  if (m) {
+    const int64_t p3[3] = {3, 17, 42}, s3[2] = {1, 3};
+    acc_tensor *px, *pout;
+    CHECK(acc_tensor_from_host(p3, sizeof p3, ACC_INT64, s3, 2, &px));
+    EXPECT_OK(acc_generate(m, px, NULL, "{\"max_new_tokens\": 3}", NULL, NULL, &pout));
+    acc_tensor_destroy(pout);
+    acc_tensor_destroy(px);
+    acc_model_destroy(m);
+    m = NULL;
+  }
+  remove_tree(folder);
 
   EXPECT_OK(acc_model_from_pretrained(llama, NULL, &m));
   if (!m) return finish();

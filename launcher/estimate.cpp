@@ -18,6 +18,7 @@
 
 #include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
+#include "acc/hf_shapes.hpp"
 #include "acc/safetensors_header.hpp"
 #include "cli.hpp"
 #include "commands.hpp"
@@ -153,14 +154,19 @@ std::string ascii_table(const std::vector<std::string>& headers, const std::vect
 
 // A spec given as JSON text: {"type": "gpt", ...} or {"type": "mlp", "sizes": [...]}; the shapes are libacc's
 // (one definition in the config library). Every parameter is float32.
-std::vector<Tensor> from_spec(const std::string& json) {
+// Parameters in float32 (as Accelerate instantiates models to count them).
+std::vector<Tensor> from_shapes(const config::ParameterShapes& shapes) {
   std::vector<Tensor> t;
-  for (const auto& [name, shape] : config::builtin_parameter_shapes(config::parse_builtin_spec(json))) {
+  for (const auto& [name, shape] : shapes) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
     t.push_back({name, numel, numel * 4});
   }
   return t;
+}
+
+std::vector<Tensor> from_spec(const std::string& json) {
+  return from_shapes(config::builtin_parameter_shapes(config::parse_builtin_spec(json)));
 }
 
 // Named GPT-2 sizes (vocab 50257, context 1024), as libacc's gpt spec builds them.
@@ -188,6 +194,7 @@ std::vector<Tensor> from_path(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) throw config::Error("cannot read '" + path + "': " + std::strerror(errno));
   std::vector<Tensor> out;
+  if (S_ISDIR(st.st_mode) && stat((path + "/config.json").c_str(), &st) == 0) return from_path(path + "/config.json");
   if (S_ISDIR(st.st_mode)) {
     std::vector<std::string> files;
     if (DIR* d = opendir(path.c_str())) {
@@ -206,6 +213,8 @@ std::vector<Tensor> from_path(const std::string& path) {
     std::ifstream f(path);
     std::stringstream ss;
     ss << f.rdbuf();
+    // A Hugging Face config.json (it names its architectures), or a libacc model spec.
+    if (ss.str().find("\"architectures\"") != std::string::npos) return from_shapes(config::hf_parameter_shapes(ss.str()));
     return from_spec(ss.str());
   }
   read_safetensors(path, out);
@@ -315,7 +324,9 @@ int estimate_main(const std::vector<std::string>& args) {
                          "    \"block_size\": .., \"n_layer\": .., \"n_head\": .., \"n_embd\": ..} or {\"type\": \"mlp\",\n"
                          "    \"sizes\": [in, hidden, ..., out]};\n"
                          "  - gpt2, gpt2-medium, gpt2-large, gpt2-xl (those sizes as libacc GPT specs);\n"
-                         "  - a .safetensors file, or a directory of them (a sharded checkpoint).\n"
+                         "  - a .safetensors file, or a directory of them (a sharded checkpoint);\n"
+                         "  - a Hugging Face config.json, or a model directory holding one (Llama, Mistral, Qwen2,\n"
+                         "    Mixtral, GPT-2, BERT: built empty, as Accelerate does for a Hub model).\n"
                          "Sizes count floating point tensors in float32, as Accelerate instantiates models; training\n"
                          "with Adam takes 4x the float32 size (weights, gradients, two moments), or 2x with mixed\n"
                          "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.",

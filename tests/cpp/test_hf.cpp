@@ -16,6 +16,8 @@
 #include <map>
 
 #include "checkpoint/safetensors.hpp"
+#include <acc/hf_shapes.hpp>
+
 #include "checkpoint/save_model.hpp"
 #include "models/hf/families.hpp"
 #include "train/accelerator.hpp"
@@ -173,6 +175,23 @@ TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
     save_safetensors(outputs, (fs::path(dir) / "libacc_outputs.safetensors").string());
   }
   if (!keep) fs::remove_all(root);
+}
+
+// The torch-free shapes `acc estimate-memory` reads from a config.json are those of the models libacc builds.
+TEST(FromPretrained, ConfigShapesAreTheModelsOwn) {
+  for (const char* name : {"llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral", "gpt2", "bert"}) {
+    std::ifstream in(g_fixtures + "/" + name + "/model/config.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    const auto shapes = config::hf_parameter_shapes(text);
+    const auto model = hf::from_config(text, R"({"device": "meta"})");
+    const NamedTensors params = model->named_parameters();
+    ASSERT_EQ(shapes.size(), params.size()) << name;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(shapes[i].first, params[i].first) << name;
+      EXPECT_EQ(shapes[i].second, params[i].second.sizes().vec()) << name << " " << params[i].first;
+    }
+  }
+  EXPECT_THROW(config::hf_parameter_shapes(R"({"architectures": ["T5Model"]})"), config::Error);
 }
 
 // Past max_position_embeddings, dynamic NTK scaling changes every position's rotation: one forward of 13

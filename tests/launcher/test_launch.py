@@ -1117,6 +1117,22 @@ sys.exit(max(p.wait() for p in procs))
         self.assertIn("Memory Usage for loading `gpt2`", r.stdout)
         lines = r.stdout.splitlines()
         self.assertEqual(len({len(l) for l in lines[:10]}), 1, r.stdout)  # a rectangle
+        # GPT-2's Hugging Face config.json (in a model directory) gives GPT-2's table
+        model_dir = os.path.join(self.tmp, "gpt2-config")
+        os.makedirs(model_dir)
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            f.write('{"architectures": ["GPT2LMHeadModel"], "vocab_size": 50257, "n_positions": 1024, "n_embd": 768,'
+                    ' "n_layer": 12, "n_head": 12, "n_inner": null}')
+        r = subprocess.run([ACC, "estimate-memory", model_dir], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [l for l in r.stdout.splitlines() if l.startswith("│") and "Memory" not in l]
+        self.assertEqual([c.strip() for c in rows[1].strip("│").split("│")], ["float32", "147.24 MB", "474.7 MB", "1.85 GB"])
+        self.assertIn("124,439,808 parameters", r.stdout)
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            f.write('{"architectures": ["T5ForConditionalGeneration"]}')
+        r = subprocess.run([ACC, "estimate-memory", model_dir], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("T5ForConditionalGeneration", r.stderr)
         # an MLP spec: 3*4+4 + 4*2+2 = 26 parameters; a wide title widens the last column
         spec = '{"type": "mlp", "sizes": [3, 4, 2]}'
         r = subprocess.run([ACC, "estimate-memory", spec, "--dtypes", "float32", "float16"], capture_output=True,

@@ -208,6 +208,21 @@ int main(int argc, char** argv) {
   EXPECT_ERR(acc_model_from_config("{\"architectures\": [\"LlamaForCausalLM\"]}", NULL, &f1), ACC_ERR_INVALID_ARGUMENT,
              "vocab_size");
 
+  /* An explicit device map: every key a module or parameter of the model, every weight placed. */
+  acc_model* mapped = NULL;
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"model.layers.7\": \"cpu\", \"\": \"cpu\"}}", &mapped),
+             ACC_ERR_INVALID_CONFIG, "'model.layers.7', which the model does not have");
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"model\": \"cpu\"}}", &mapped), ACC_ERR_INVALID_CONFIG,
+             "leaves 'lm_head.weight' out");
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"\": \"gpu\"}}", &mapped), ACC_ERR_INVALID_CONFIG,
+             "device_map['']");
+  EXPECT_OK(acc_model_from_pretrained(llama, "{\"device_map\": {\"model\": \"cpu\", \"lm_head\": \"disk\"}}", &mapped));
+  if (mapped) {
+    acc_tensor* out_ids;
+    EXPECT_OK(acc_generate(mapped, x, NULL, "{\"max_new_tokens\": 2}", NULL, NULL, &out_ids));
+    acc_tensor_destroy(out_ids);
+    acc_model_destroy(mapped);
+  }
   /* Bad input. */
   EXPECT_ERR(acc_generate(m, x, NULL, "{\"top_p\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "top_p");
   EXPECT_ERR(acc_generate(m, x, NULL, "{\"beams\": 2}", NULL, NULL, &out), ACC_ERR_INVALID_CONFIG, "beams");

@@ -314,7 +314,9 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, co
  * ACC_ERR_UNSUPPORTED, naming it and listing these). The model is built without weight memory, then the
  * tensors are read through memory maps (the mapped tensors become the parameters where the dtype is the
  * file's: no copy). With "device_map" the weights go where Accelerate's load_checkpoint_and_dispatch would
- * put them: "device_map", "max_memory", "no_split_module_classes" as acc_infer_auto_device_map takes them,
+ * put them: "device_map" (a mode, or an explicit map {"model.layers.0": "cpu", "lm_head": "disk", ...} naming
+ * modules or parameters the model has and placing every weight), "max_memory", "no_split_module_classes" as
+ * acc_infer_auto_device_map takes them,
  * "offload_folder" for weights converted on their way to the disk; weights on the "disk" stay in the mapped
  * file and their memory is given back after each layer's use (inference only: they do not require grad);
  * accelerators are ACC_ERR_UNSUPPORTED in this build (docs/big-models.md). options_json (NULL: {}):

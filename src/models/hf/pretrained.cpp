@@ -166,9 +166,42 @@ std::string device_of(const std::map<std::string, std::string>& map, const std::
   return root->second;
 }
 
-// The device map from_pretrained's options ask for (bigmodel::plan_device_map's options, without offload_folder).
+// An explicit device map ({"model.layers.0": 0, "lm_head": "cpu", ...}), checked against the model: every key a
+// module or parameter it has, every parameter placed.
+std::map<std::string, std::string> explicit_map(const Model& model, const cJSON* map) {
+  std::set<std::string> names;
+  for (const std::string& m : model.module_names()) names.insert(m);
+  for (const auto& [n, t] : model.named_parameters()) names.insert(n);
+  std::map<std::string, std::string> out;
+  for (const cJSON* e = map->child; e; e = e->next) {
+    if (!names.count(e->string))
+      throw OptionsError(std::string("from_pretrained options: device_map names '") + e->string +
+                         "', which the model does not have");
+    if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble == static_cast<int64_t>(e->valuedouble))
+      out[e->string] = std::to_string(static_cast<int64_t>(e->valuedouble));
+    else if (cJSON_IsString(e) && (std::string(e->valuestring) == "cpu" || std::string(e->valuestring) == "disk"))
+      out[e->string] = e->valuestring;
+    else
+      throw OptionsError(std::string("from_pretrained options: device_map['") + e->string +
+                         "'] must be an accelerator index, \"cpu\" or \"disk\"");
+  }
+  for (const auto& [n, t] : model.named_parameters()) {
+    bool placed = out.count("");
+    for (std::string k = n; !placed; k = k.substr(0, k.rfind('.'))) {
+      placed = out.count(k);
+      if (k.find('.') == std::string::npos) break;
+    }
+    if (!placed) throw OptionsError("from_pretrained options: device_map leaves '" + n + "' out");
+  }
+  return out;
+}
+
+// The device map from_pretrained's options ask for: a mode planned by bigmodel::plan_device_map (its options,
+// without offload_folder), or an explicit map.
 std::map<std::string, std::string> plan(const Model& model, const char* options_json) {
   std::unique_ptr<cJSON, void (*)(cJSON*)> o(cJSON_Parse(options_json), cJSON_Delete);
+  if (const cJSON* m = cJSON_GetObjectItemCaseSensitive(o.get(), "device_map"); cJSON_IsObject(m))
+    return explicit_map(model, m);
   cJSON_DeleteItemFromObjectCaseSensitive(o.get(), "offload_folder");
   std::unique_ptr<char, void (*)(void*)> text(cJSON_PrintUnformatted(o.get()), cJSON_free);
   Json map(bigmodel::plan_device_map(model, text.get()), "device map");

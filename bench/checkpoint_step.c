@@ -16,19 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                               \
-  do {                                                                            \
-    if ((call) != ACC_OK) {                                                       \
-      fprintf(stderr, "%s: %s\n", #call, acc_last_error_message());               \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "step.h"
 
 /* Total size of the regular files directly in dir (a checkpoint is flat). */
 static long long dir_bytes(const char* dir) {

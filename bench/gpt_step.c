@@ -11,32 +11,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#define CHECK(call)                                                               \
-  do {                                                                            \
-    if ((call) != ACC_OK) {                                                       \
-      fprintf(stderr, "%s: %s\n", #call, acc_last_error_message());               \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
+#include "step.h"
 
 enum { DATA, FORWARD, BACKWARD, OPTIMIZER, PHASES };
 static const char* const phase_names[PHASES] = {"data", "forward", "backward", "optimizer"};
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* A 32-bit integer hash: token i of the whole run is mix(i) % vocab (gpt_step.py computes the same). */
-static uint32_t mix(uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x7feb352du;
-  h ^= h >> 15;
-  h *= 0x846ca68bu;
-  h ^= h >> 16;
-  return h;
-}
 
 int main(int argc, char** argv) {
   if (argc != 9) {

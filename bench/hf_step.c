@@ -21,29 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                               \
-  do {                                                                            \
-    if ((call) != ACC_OK) {                                                       \
-      fprintf(stderr, "%s: %s\n", #call, acc_last_error_message());               \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* A 32-bit integer hash (hf_step.py computes the same). */
-static uint32_t mix(uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x7feb352du;
-  h ^= h >> 15;
-  h *= 0x846ca68bu;
-  h ^= h >> 16;
-  return h;
-}
+#include "step.h"
 
 static acc_tensor* tokens(int64_t rows, int64_t cols, uint32_t first, int64_t vocab) {
   const int64_t n = rows * cols;

@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <tuple>
 #include <numbers>
 
 #include "models/hf/families.hpp"
@@ -227,7 +228,6 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     auto [cos, sin] = rotary(pos, o);
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
-    if (cache && cache->keys.empty()) cache->keys.resize(d_.layers), cache->values.resize(d_.layers);
     for (int64_t l = 0; l < d_.layers; ++l) {
       Layer& layer = *model_->layers->items[l];
       Attention& a = *layer.self_attn;
@@ -237,14 +237,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
       at::Tensor v = a.v_proj->forward(h).view({B, T, d_.kv_heads, hd}).transpose(1, 2);
       q = q * cos + rotate_half(q) * sin;
       k = k * cos + rotate_half(k) * sin;
-      if (cache) {
-        if (past > 0) {
-          k = at::cat({cache->keys[l], k}, 2);
-          v = at::cat({cache->values[l], v}, 2);
-        }
-        cache->keys[l] = k;
-        cache->values[l] = v;
-      }
+      if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
       // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
       at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? d_.attention_dropout : 0.0,
                                                       masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
@@ -315,6 +308,13 @@ std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& 
   auto model = std::make_unique<CausalDecoder>(parse(config, architecture, source), options);
   if (options.device() != c10::kMeta) model->reset_parameters();
   return model;
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::append(size_t layer, const at::Tensor& k, const at::Tensor& v) {
+  if (keys.size() <= layer) keys.resize(layer + 1), values.resize(layer + 1);
+  keys[layer] = keys[layer].defined() ? at::cat({keys[layer], k}, 2) : k;
+  values[layer] = values[layer].defined() ? at::cat({values[layer], v}, 2) : v;
+  return {keys[layer], values[layer]};
 }
 
 TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch) {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bigmodel/offload.hpp"
@@ -17,6 +18,9 @@ namespace acc::core::hf {
 struct KvCache {
   std::vector<at::Tensor> keys, values;  // per layer, [batch, kv_heads, length, head_dim]
   int64_t length = 0;
+  // Appends a step's keys and values [batch, kv_heads, new, head_dim] of `layer` and returns all of them, the
+  // past first.
+  std::pair<at::Tensor, at::Tensor> append(size_t layer, const at::Tensor& k, const at::Tensor& v);
 };
 
 // What from_pretrained read besides the weights, for save_pretrained to write back.

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "models/hf/families.hpp"
 #include "models/hf/layers.hpp"
@@ -110,20 +111,12 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
     release("transformer.wte");
     release("transformer.wpe");
     const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
-    if (cache && cache->keys.empty()) cache->keys.resize(c_.layers), cache->values.resize(c_.layers);
     for (int64_t l = 0; l < c_.layers; ++l) {
       Block& b = *t_->h->items[l];
       auto qkv = b.attn->c_attn->forward(b.ln_1->forward(x)).split(C, 2);
       auto heads = [&](const at::Tensor& t) { return t.view({B, T, c_.heads, hd}).transpose(1, 2); };
       at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-      if (cache) {
-        if (past > 0) {
-          k = at::cat({cache->keys[l], k}, 2);
-          v = at::cat({cache->values[l], v}, 2);
-        }
-        cache->keys[l] = k;
-        cache->values[l] = v;
-      }
+      if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
       double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
       at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? c_.attn_pdrop : 0.0, masking.causal, scale);

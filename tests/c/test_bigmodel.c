@@ -126,6 +126,9 @@ int main(void) {
   EXPECT(map && strstr(map, "\"model.embed_tokens\": 0") && strstr(map, "\"model.layers.0\": 0") &&
          strstr(map, "\"model.layers.20\": 1") && strstr(map, "\"model.layers.31\": \"cpu\"") &&
          strstr(map, "\"lm_head\": \"cpu\""));
+  /* A budget too small for any layer: everything on the disk, as Accelerate plans it. */
+  EXPECT_OK(acc_infer_auto_device_map(m, "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"1MB\"}}", &map));
+  EXPECT(map && !strcmp(map, "{\"\": \"disk\"}"));
   /* Bad options. */
   EXPECT_ERR(acc_infer_auto_device_map(m, "{\"max_memory\": {\"npu0\": \"1GB\"}}", &map), ACC_ERR_INVALID_CONFIG, "npu0");
   EXPECT_ERR(acc_infer_auto_device_map(m, "{\"max_memory\": {\"0\": \"lots\"}}", &map), ACC_ERR_INVALID_CONFIG, "lots");

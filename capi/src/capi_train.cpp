@@ -192,7 +192,7 @@ acc_status acc_model_state_get(const acc_model* model, int64_t index, const char
   if (out_name) *out_name = nullptr;
   if (out_value) *out_value = nullptr;
   return guarded(__func__, [&] {
-    auto state = need(model, "model")->slot->model->state();
+    auto state = need(model, "model")->slot->tensors(__func__).state();
     if (index < 0 || index >= static_cast<int64_t>(state.size()))
       throw std::out_of_range("index " + std::to_string(index) + " outside [0, " +
                               std::to_string(state.size()) + ")");
@@ -203,7 +203,7 @@ acc_status acc_model_state_get(const acc_model* model, int64_t index, const char
 
 acc_status acc_model_save_safetensors(const acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
-    acc::core::save_safetensors(need(model, "model")->slot->model->state(), need(path, "path"),
+    acc::core::save_safetensors(need(model, "model")->slot->tensors(__func__).state(), need(path, "path"),
                           {{"format", "pt"}});
   });
 }
@@ -211,7 +211,7 @@ acc_status acc_model_save_safetensors(const acc_model* model, const char* path) 
 acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    model->slot->model->load_state_dict(acc::core::load_safetensors(need(path, "path")), path);
+    model->slot->tensors(__func__).load_state_dict(acc::core::load_safetensors(need(path, "path")), path);
   });
 }
 

@@ -372,10 +372,29 @@ std::optional<std::string> unsupported_setting(const Config& c) {
     }
     return m;
   };
-  if (c.get_bool("use_fsdp"))
-    return refuse("use_fsdp", "FSDP (fully sharded data parallel)", "train with DDP (the default) instead");
-  if (c.get_bool("use_deepspeed"))
-    return refuse("use_deepspeed", "DeepSpeed (ZeRO)", "train with DDP (the default) instead");
+  if (c.get_bool("use_fsdp")) {
+    const Sharding sh = sharding(c);
+    if (sh.label.find("HYBRID") != std::string::npos)
+      return refuse(c.is_set("fsdp_plugin.sharding_strategy") ? "fsdp_plugin.sharding_strategy" : "fsdp_plugin.reshard_after_forward",
+                    "hybrid sharding (shard inside a machine, replicate across machines)", "use FULL_SHARD or SHARD_GRAD_OP");
+    if (c.get_bool("fsdp_plugin.cpu_offload"))
+      return refuse("fsdp_plugin.cpu_offload", "FSDP CPU offload", "set it to false");
+    if (c.get_bool("fsdp_plugin.activation_checkpointing"))
+      return refuse("fsdp_plugin.activation_checkpointing", "FSDP activation checkpointing", "set it to false");
+    if (c.is_set("fsdp_plugin.mixed_precision_policy"))
+      return refuse("fsdp_plugin.mixed_precision_policy", "an FSDP mixed precision policy",
+                    "leave it null: mixed_precision applies (autocast over fp32 shards)");
+    if (c.is_set("fsdp_plugin.ignored_modules"))
+      return refuse("fsdp_plugin.ignored_modules", "FSDP ignored modules", "leave it null");
+    if (c.is_set("fsdp_plugin.state_dict_type") && c.get_string("fsdp_plugin.state_dict_type") != "FULL_STATE_DICT")
+      return refuse("fsdp_plugin.state_dict_type", "a sharded state dict", "use FULL_STATE_DICT");
+  }
+  if (c.get_bool("use_deepspeed")) {
+    if (c.is_set("deepspeed_plugin.hf_ds_config"))
+      return refuse("deepspeed_plugin.hf_ds_config", "a DeepSpeed config file", "set the deepspeed_config keys instead");
+    for (const char* k : {"deepspeed_plugin.offload_optimizer_device", "deepspeed_plugin.offload_param_device"})
+      if (c.get_string(k) != "none") return refuse(k, "ZeRO offload", "set it to \"none\"");
+  }
   if (c.get_bool("use_megatron_lm"))
     return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
   if (c.get_bool("use_parallelism_config"))
@@ -403,6 +422,40 @@ std::optional<std::string> unsupported_setting(const Config& c) {
                     "leave it null: processes meet at MASTER_ADDR:MASTER_PORT");
   }
   return std::nullopt;
+}
+
+Sharding sharding(const Config& c) {
+  if (c.kind() != SchemaKind::Accelerator) throw Error("sharding needs an accelerator config");
+  Sharding sh;
+  if (c.get_bool("use_deepspeed")) {
+    sh.stage = static_cast<int>(c.get_int("deepspeed_plugin.zero_stage"));
+    sh.label = "DeepSpeed ZeRO stage " + std::to_string(sh.stage);
+    if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
+    return sh;
+  }
+  if (!c.get_bool("use_fsdp")) return sh;
+  // Accelerate: the deprecated sharding_strategy wins; reshard_after_forward is a strategy (FSDP1) or a bool
+  // (FSDP2); neither set means FULL_SHARD.
+  std::string strategy = "FULL_SHARD";
+  if (c.is_set("fsdp_plugin.sharding_strategy")) {
+    strategy = c.get_string("fsdp_plugin.sharding_strategy");
+  } else if (c.is_set("fsdp_plugin.reshard_after_forward")) {
+    const std::string v = c.get_json("fsdp_plugin.reshard_after_forward");
+    strategy = v == "true" ? "FULL_SHARD" : v == "false" ? "SHARD_GRAD_OP" : c.get_string("fsdp_plugin.reshard_after_forward");
+  }
+  sh.label = "FSDP " + strategy;
+  if (strategy == "NO_SHARD") return sh;
+  sh.stage = 3;
+  sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
+  sh.wrap_policy = c.get_string("fsdp_plugin.auto_wrap_policy");
+  if (c.is_set("fsdp_plugin.transformer_cls_names_to_wrap")) {
+    sh.wrap_classes = c.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap");
+    sh.wrap_classes_set = true;
+  }
+  if (c.is_set("fsdp_plugin.min_num_params")) sh.min_num_params = c.get_int("fsdp_plugin.min_num_params");
+  // Accelerate drops a size-based policy with min_num_params 0 (no wrapping).
+  if (sh.wrap_policy == "SIZE_BASED_WRAP" && sh.min_num_params <= 0) sh.wrap_policy = "NO_WRAP";
+  return sh;
 }
 
 std::string write_run_record(const Config& cfg, const std::string& dir, std::string_view build_info_json,

@@ -27,6 +27,14 @@
 namespace acc::core {
 namespace {
 
+// Sharded optimizer state has no checkpoint layout yet: refused on every process alike, before any collective.
+void refuse_sharded(const std::vector<std::shared_ptr<ModelSlot>>& models, const char* what) {
+  for (const auto& m : models)
+    if (m->strategy && m->strategy->sharded())
+      throw UnsupportedError(std::string(what) + " of a model trained with " + m->strategy->name() +
+                             " (sharded optimizer state) is not supported yet; save_model writes its weights");
+}
+
 namespace fs = std::filesystem;
 
 constexpr const char* kManifest = "manifest.json";
@@ -167,6 +175,7 @@ std::string Accelerator::save_state(const std::string& dir) {
   const bool main = state_.rank == 0;
   const Prepared prepared = live_objects();
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
+  refuse_sharded(models, "save_state");
   // Phase 1: the main process makes a fresh staging directory (and, with automatic naming and total_limit,
   // removes the oldest checkpoints so that, with this one, total_limit remain; and interrupted saves).
   agreed(this, "save_state", [&] {
@@ -294,6 +303,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
 
   const Prepared prepared = live_objects();
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
+  refuse_sharded(models, "load_state");
   // The same objects must be prepared (and registered) as when the checkpoint was saved.
   const auto check_count = [&](const char* key, size_t have, const char* what) {
     const int64_t n = saved.get_int(key);

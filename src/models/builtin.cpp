@@ -123,8 +123,9 @@ class Mlp final : public NnModel {
 
 using GptShape = config::GptSpec;
 
+// Class names as transformers' GPT-2 (FSDP's TRANSFORMER_BASED_WRAP and device maps name classes).
 struct Attention : Module {
-  Attention(const GptShape& s, double std, double proj_std, c10::Device d) {
+  Attention(const GptShape& s, double std, double proj_std, c10::Device d) : Module("GPT2Attention") {
     c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.n_embd, 3 * s.n_embd, s.bias, std, d));
     c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.n_embd, s.n_embd, s.bias, proj_std, d));
   }
@@ -132,7 +133,7 @@ struct Attention : Module {
 };
 
 struct MlpBlock : Module {
-  MlpBlock(const GptShape& s, double std, double proj_std, c10::Device d) {
+  MlpBlock(const GptShape& s, double std, double proj_std, c10::Device d) : Module("GPT2MLP") {
     c_fc = register_module("c_fc", std::make_shared<Conv1D>(s.n_embd, 4 * s.n_embd, s.bias, std, d));
     c_proj = register_module("c_proj", std::make_shared<Conv1D>(4 * s.n_embd, s.n_embd, s.bias, proj_std, d));
   }
@@ -140,7 +141,7 @@ struct MlpBlock : Module {
 };
 
 struct Block : Module {
-  Block(const GptShape& s, double std, double proj_std, c10::Device d) {
+  Block(const GptShape& s, double std, double proj_std, c10::Device d) : Module("GPT2Block") {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
     attn = register_module("attn", std::make_shared<Attention>(s, std, proj_std, d));
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
@@ -152,7 +153,7 @@ struct Block : Module {
 };
 
 struct Transformer : Module {
-  Transformer(const GptShape& s, c10::Device d) {
+  Transformer(const GptShape& s, c10::Device d) : Module("GPT2Model") {
     const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.n_layer));
     wte = register_module("wte", std::make_shared<Embedding>(s.vocab_size, s.n_embd, std, d));
     wpe = register_module("wpe", std::make_shared<Embedding>(s.block_size, s.n_embd, std, d));

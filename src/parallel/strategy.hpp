@@ -28,13 +28,21 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
-  // Before each forward in training mode (DDP: buffers follow rank 0).
+  // Around each forward (DDP: buffers follow rank 0 in training; stage 3: parameters are gathered).
   virtual void before_forward() {}
+  virtual void after_forward() {}
   // Around each backward; sync false is no_sync (accumulation steps keep gradients local).
   virtual void before_backward(bool sync) { (void)sync; }
   virtual void after_backward() {}
   // The parameters the optimizer steps (a sharded strategy: this process's shards).
   virtual std::vector<at::Tensor> optimizer_parameters() const;
+  // Whether the optimizer steps shards (it must then be built over optimizer_parameters()).
+  virtual bool sharded() const { return false; }
+  // After the optimizer stepped optimizer_parameters() (a sharded strategy gathers the new values).
+  virtual void after_optimizer_step() {}
+  // Whether the model's own tensors hold its whole parameters between steps (not so under ZeRO-3: read
+  // them through full_state_dict, a collective).
+  virtual bool parameters_whole() const { return true; }
   // The norm of all gradients of the model across every process (torch's clip_grad_norm_ total).
   virtual at::Tensor grad_norm(double norm_type) const;
   // Every tensor of the model, whole, on every process (what save_model writes).

@@ -160,6 +160,12 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
   return at::cat(parts);
 }
 
+std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in) {
+  return std::make_unique<C10dWork>(impl_->pg->reduce_scatter_single(out, in));
+}
+
+void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) { impl_->pg->all_gather_single(out, in)->wait(); }
+
 void Comm::broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;

@@ -10,7 +10,11 @@
 
 #include <torch/optim/schedulers/lr_scheduler.h>
 
+#include <set>
+
+#include "bigmodel/plan.hpp"
 #include "cuda/plugin.hpp"
+#include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
@@ -135,6 +139,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
+  a->gradient_clipping_ = config::sharding(c).gradient_clipping;
   a->save_iteration_ = c.get_int("project_config.iteration");
   // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
   const bool writer = a->state_.rank == 0 ||
@@ -195,7 +200,9 @@ void Accelerator::set_mixed_precision(const std::string& mode) {
 
 ForwardScope::ForwardScope(ModelSlot& m) {
   if (!m.owner) return;
-  if (m.model->is_training()) m.strategy->before_forward();
+  if (!m.strategy) return;
+  strategy_ = m.strategy.get();
+  strategy_->before_forward();
   const std::string& mp = m.owner->mixed_precision();
   const config::Config& c = m.owner->config();
   if (mp == "no" || !c.get_bool("autocast_kwargs.enabled")) return;
@@ -204,6 +211,14 @@ ForwardScope::ForwardScope(ModelSlot& m) {
   // fp8: linear layers run FP8 GEMMs (precision/fp8.hpp), everything else bf16 autocast.
   autocast_.emplace(m.owner->device().type(), mp == "fp16" ? at::kHalf : at::kBFloat16, true, cache);
   if (mp == "fp8") fp8_.emplace();
+}
+
+ForwardScope::~ForwardScope() {
+  if (!strategy_) return;
+  try {
+    strategy_->after_forward();
+  } catch (...) {  // never throws today (no collective); a destructor must not
+  }
 }
 
 at::Tensor output_to_fp32(const at::Tensor& t) {
@@ -226,19 +241,32 @@ TensorDict ModelSlot::forward(const TensorDict& batch) {
   return converted;
 }
 
+Model& ModelSlot::tensors(const char* what) const {
+  if (strategy && !strategy->parameters_whole())
+    throw StateError(std::string(what) + ": the model's parameters are sharded across processes (" + strategy->name() +
+                     "); save_model (on every process) writes them whole");
+  return *model;
+}
+
 void OptimizerSlot::step() {
   step_was_skipped = false;
   if (!owner) return opt->step();
   if (!owner->gradient_state().sync_gradients) return;
-  if (GradScaler* scaler = owner->scaler()) {
+  GradScaler* scaler = owner->scaler();
+  if (scaler) {
     owner->unscale_gradients(*this);
     step_was_skipped = found_inf;
-    if (!found_inf) opt->step();
+  }
+  if (!step_was_skipped) {
+    // DeepSpeed's gradient_clipping: the engine clips before every step.
+    if (const double clip = owner->gradient_clipping(); clip > 0 && model) owner->clip_grad_norm(*model, clip, 2.0);
+    opt->step();
+    if (model && model->strategy) model->strategy->after_optimizer_step();
+  }
+  if (scaler) {
     scaler->update(found_inf);
     unscaled = found_inf = false;
-    return;
   }
-  opt->step();
 }
 
 void OptimizerSlot::zero_grad() {
@@ -293,19 +321,12 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     for (const auto& [name, t] : model->model->state())
       if (t.is_meta())
         throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
-    if (comm_) {
-      DdpOptions d;
-      d.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
-      d.broadcast_buffers = config_.get_bool("ddp_kwargs.broadcast_buffers");
-      d.find_unused_parameters = config_.get_bool("ddp_kwargs.find_unused_parameters");
-      model->strategy = make_ddp_strategy(model->model, device_, comm_, d);
-    } else {
-      model->strategy = make_single_strategy(model->model, device_);
-    }
+    model->strategy = make_strategy(model->model);
     model->owner = self;
     models_.push_back(model);
   }
   if (opt) {
+    shard_optimizer(*opt, model);
     opt->owner = self;
     optimizers_.push_back(opt);
   }
@@ -315,6 +336,54 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     schedulers_.push_back(sched);
   }
   if (loader) loaders_.push_back(loader);
+}
+
+std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model>& model) const {
+  if (!comm_) return make_single_strategy(model, device_);
+  const config::Sharding sh = config::sharding(config_);
+  if (sh.stage == 0) {
+    DdpOptions d;
+    d.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
+    d.broadcast_buffers = config_.get_bool("ddp_kwargs.broadcast_buffers");
+    d.find_unused_parameters = config_.get_bool("ddp_kwargs.find_unused_parameters");
+    return make_ddp_strategy(model, device_, comm_, d);
+  }
+  ShardingOptions o;
+  o.stage = sh.stage;
+  o.reshard_after_forward = sh.reshard_after_forward;
+  o.label = sh.label;
+  // Accelerate's default classes to wrap are the model's _no_split_modules.
+  const auto classes = sh.wrap_classes_set || sh.wrap_policy != "TRANSFORMER_BASED_WRAP"
+                           ? sh.wrap_classes : bigmodel::no_split_classes(*model);
+  try {
+    o.units = wrap_units(*model, sh.wrap_policy, classes, sh.min_num_params);
+  } catch (const std::invalid_argument& e) {
+    throw config::Error(e.what());
+  }
+  return make_sharded_strategy(model, device_, comm_, o);
+}
+
+void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
+  // A sharded model's optimizer steps its shards: it is rebuilt over them (it must not have stepped yet).
+  // A C++ caller's optimizer names no model: the prepared model that holds its parameters is its model.
+  std::shared_ptr<ModelSlot> owner_model = opt.model;
+  if (!owner_model) {
+    std::set<const void*> mine;
+    for (const auto& p : opt.opt->params()) mine.insert(p.unsafeGetTensorImpl());
+    std::vector<std::shared_ptr<ModelSlot>> candidates;
+    if (model) candidates.push_back(model);
+    for (auto& w : models_)
+      if (auto m = w.lock()) candidates.push_back(m);
+    for (auto& m : candidates)
+      for (const auto& [n, p] : m->model->named_parameters())
+        if (mine.count(p.unsafeGetTensorImpl()) && m->strategy && m->strategy->sharded()) owner_model = m;
+  }
+  if (!owner_model || !owner_model->strategy || !owner_model->strategy->sharded()) return;
+  std::vector<at::Tensor> trainable;
+  for (const auto& [n, p] : owner_model->model->named_parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  opt.opt->rebind(owner_model->strategy->optimizer_parameters(), trainable);
+  opt.model = owner_model;
 }
 
 void Accelerator::register_for_checkpointing(Checkpointable object) {
@@ -371,6 +440,12 @@ void Accelerator::accumulate_end(const std::shared_ptr<ModelSlot>& model) {
 void Accelerator::unscale_gradients(OptimizerSlot& opt) {
   if (!scaler_ || opt.unscaled) return;
   opt.found_inf = scaler_->unscale(opt.opt->params());
+  // Each process unscaled only its shards: skipping the step must be every process's decision.
+  if (comm_ && opt.model && opt.model->strategy && opt.model->strategy->sharded()) {
+    at::Tensor any = at::tensor({opt.found_inf ? 1.0f : 0.0f});
+    comm_->all_reduce(any, ReduceOp::Max);
+    opt.found_inf = any.item<float>() > 0;
+  }
   opt.unscaled = true;
 }
 

@@ -34,6 +34,9 @@ struct ModelSlot {
   bool skip_sync = false;              // no_sync for this micro-step
   // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32.
   TensorDict forward(const TensorDict& batch);
+  // The model, to read or write its tensors directly: refused (StateError) while a ZeRO-3 strategy keeps only
+  // shards of them (save_model and load_state go through the strategy instead).
+  Model& tensors(const char* what) const;
 };
 
 // What a prepared model's forward runs inside (Accelerate's wrapped forward): the strategy's
@@ -41,10 +44,12 @@ struct ModelSlot {
 class ForwardScope {
  public:
   explicit ForwardScope(ModelSlot& model);
+  ~ForwardScope();
   ForwardScope(const ForwardScope&) = delete;
   ForwardScope& operator=(const ForwardScope&) = delete;
 
  private:
+  Strategy* strategy_ = nullptr;  // told when the forward is over (ZeRO-3 frees what evaluation gathered)
   std::optional<AutocastScope> autocast_;
   std::optional<Fp8Scope> fp8_;
 };
@@ -60,6 +65,7 @@ struct OptimizerSlot {
   bool found_inf = false;     // fp16: what that unscale found
   bool step_was_skipped = false;
   // AcceleratedOptimizer: a no-op on accumulation steps; under fp16 skipped on inf/nan gradients.
+  // The model's strategy then sees the stepped parameters (a sharded one gathers them).
   void step();
   void zero_grad();
 };
@@ -122,6 +128,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
 
   // Mixed precision.
   const std::string& mixed_precision() const { return mixed_precision_; }
+  double gradient_clipping() const { return gradient_clipping_; }
   GradScaler* scaler() { return scaler_ ? scaler_.get() : nullptr; }
   void unscale_gradients(OptimizerSlot& opt);
   void unscale_all_gradients();
@@ -198,6 +205,10 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   Prepared live_objects();
   Accelerator() = default;
   void set_mixed_precision(const std::string& mode);
+  // The prepared model's strategy from the config: single process, DDP, or sharded (FSDP / DeepSpeed ZeRO).
+  std::unique_ptr<Strategy> make_strategy(const std::shared_ptr<Model>& model) const;
+  // Rebuilds the optimizer of a sharded model over its shards.
+  void shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
   const DataLoader* active_loader() const;
 
   config::Config config_;
@@ -214,6 +225,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   int64_t save_iteration_ = 0;  // project_config.iteration: the next automatic checkpoint's number
   GradientState grad_;
   std::string mixed_precision_ = "no";
+  double gradient_clipping_ = 0;
   std::unique_ptr<GradScaler> scaler_;
   std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
   bool trigger_ = false;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <type_traits>
 
 #include "util/errors.hpp"
@@ -167,6 +168,21 @@ std::vector<at::Tensor> Optimizer::params() const {
   for (auto& g : impl_->param_groups())
     for (auto& p : g.params()) v.push_back(p);
   return v;
+}
+
+void Optimizer::rebind(std::vector<at::Tensor> shards, const std::vector<at::Tensor>& params) {
+  if (!impl_->state().empty())
+    throw StateError("a sharded model's optimizer must be prepared before its first step (its state would not match the shards)");
+  if (impl_->param_groups().size() != 1)
+    throw UnsupportedError("a sharded model's optimizer must have one parameter group; this one has " +
+                           std::to_string(impl_->param_groups().size()));
+  std::set<const void*> held, wanted;
+  for (const auto& p : impl_->param_groups()[0].params()) held.insert(p.unsafeGetTensorImpl());
+  for (const auto& p : params) wanted.insert(p.unsafeGetTensorImpl());
+  if (held != wanted)
+    throw UnsupportedError("a sharded model's optimizer must hold exactly the model's trainable parameters (it holds " +
+                           std::to_string(held.size()) + ", the model has " + std::to_string(wanted.size()) + ")");
+  impl_->param_groups()[0].params() = std::move(shards);
 }
 
 namespace {

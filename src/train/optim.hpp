@@ -29,6 +29,9 @@ class Optimizer {
   // Sets every group's lr to its initial lr times `factor` (LambdaLR).
   void scale_lr(double factor);
   std::vector<at::Tensor> params() const;
+  // Steps `shards` instead of `params` (a sharded strategy's flat slices of them): the optimizer must hold
+  // exactly `params`, in one parameter group, and not have stepped yet.
+  void rebind(std::vector<at::Tensor> shards, const std::vector<at::Tensor>& params);
   torch::optim::Optimizer& impl() { return *impl_; }
   bool fused() const { return fused_; }
 

@@ -140,6 +140,21 @@ std::string json_schema(SchemaKind kind);
 // nullopt when everything is supported. acc_accelerator_create refuses such a config with ACC_ERR_UNSUPPORTED.
 std::optional<std::string> unsupported_setting(const Config& accelerator);
 
+// Sharded data parallelism as an Accelerate configuration asks for it (fsdp_plugin or deepspeed_plugin), resolved to
+// a ZeRO stage: FSDP FULL_SHARD -> 3, SHARD_GRAD_OP -> 3 without resharding after forward, NO_SHARD -> 0 (DDP);
+// DeepSpeed zero_stage 0-3. unsupported_setting refuses what libacc cannot do of either first.
+struct Sharding {
+  int stage = 0;                        // 0: none (DDP when distributed)
+  bool reshard_after_forward = true;    // stage 3: FULL_SHARD (true) or SHARD_GRAD_OP (false)
+  std::string wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP
+  std::vector<std::string> wrap_classes;
+  bool wrap_classes_set = false;        // false: the model's own no-split classes (Accelerate's default)
+  int64_t min_num_params = 0;
+  double gradient_clipping = 0;         // DeepSpeed's gradient_clipping: every optimizer step clips to it
+  std::string label;                    // for messages: "FSDP FULL_SHARD", "DeepSpeed ZeRO stage 2"
+};
+Sharding sharding(const Config& accelerator);
+
 // The run record libacc writes on the main process into the project directory of a run (acc_run_config.json): the
 // resolved config with provenance, the build (acc_build_info JSON), the process and the distributed environment.
 // Given back as explicit JSON (whole) it reproduces the config. Written atomically (temporary file + rename); the

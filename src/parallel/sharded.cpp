@@ -1,0 +1,420 @@
+#include "parallel/sharded.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "bigmodel/plan.hpp"
+#include "models/model.hpp"
+#include "util/errors.hpp"
+
+namespace acc::core {
+
+namespace {
+
+// One unit's trainable parameters of one dtype, flattened.
+struct Group {
+  std::string unit;
+  std::vector<size_t> members;   // indices into State::params
+  std::vector<int64_t> offsets;  // each member's first element in `flat`
+  int64_t numel = 0, shard_len = 0;
+  at::Tensor flat;   // shard_len * world elements; the members are views of it
+  at::Tensor shard;  // this rank's slice
+  // What the optimizer steps: the parts of parameters inside the shard, as views of it. Stepped one tensor per
+  // parameter (as FSDP's use_orig_params), each starting a multiple of 64 bytes into its parameter, the vectorised
+  // kernels round every element as they do for the whole parameter: the result equals DDP's bit for bit.
+  struct Piece {
+    int64_t offset = 0, length = 0;  // in the shard
+    at::Tensor tensor;
+  };
+  std::vector<Piece> pieces;
+  bool gathered = true;
+  size_t pending = 0;  // members whose gradient this backward has not produced yet
+  bool ready = false;  // every member's gradient is in (or the backward is over)
+  at::Tensor grad_in, grad_out;
+  std::unique_ptr<PendingWork> work;
+};
+
+// Frees a flat buffer's memory while every view of it (the parameters, and autograd's saved copies)
+// keeps pointing at the same storage, which allocate() later fills again (FSDP's storage resize).
+void free_storage(const at::Tensor& flat) {
+  c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, flat.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& flat) {
+  c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
+  c10::Allocator* a = s->allocator() ? s->allocator() : c10::GetAllocator(flat.device().type());
+  s->set_data_ptr_noswap(a->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+}  // namespace
+
+struct ShardState {
+  std::shared_ptr<Comm> comm;
+  ShardingOptions opts;
+  std::vector<at::Tensor> params;          // trainable, unique
+  std::vector<size_t> group_of;            // param -> group
+  std::vector<Group> groups;               // in order of first parameter
+  bool in_backward = false, sync = false;
+  bool awaiting_backward = false;          // a forward with gradients ran; its backward has not
+  size_t next_to_launch = 0;               // counts groups launched, last group first
+  std::mutex mu;                           // autograd may run hooks on its worker thread
+
+  int world() const { return comm->size(); }
+
+  void gather(Group& g) {
+    if (g.gathered) return;
+    allocate_storage(g.flat);
+    at::Tensor mine = g.shard.detach();
+    comm->all_gather_into(g.flat, mine);
+    g.gathered = true;
+  }
+
+  void reshard(Group& g) {
+    if (opts.stage < 3 || !g.gathered) return;
+    free_storage(g.flat);
+    g.gathered = false;
+  }
+
+  // The group's gradients go out as one reduce-scatter; the whole gradients are freed.
+  void launch(Group& g) {
+    c10::NoGradGuard no_grad;
+    g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
+    for (size_t j = 0; j < g.members.size(); ++j) {
+      at::Tensor& p = params[g.members[j]];
+      if (p.grad().defined()) g.grad_in.narrow(0, g.offsets[j], p.numel()).copy_(p.grad().reshape({-1}));
+      p.mutable_grad().reset();
+    }
+    g.grad_out = at::empty({g.shard_len}, g.grad_in.options());
+    g.work = comm->reduce_scatter_sum_async(g.grad_out, g.grad_in);
+  }
+
+  // Every rank issues its collectives in one order: the last group first, as backward reaches them.
+  void launch_ready_suffix() {
+    while (next_to_launch < groups.size()) {
+      Group& g = groups[groups.size() - 1 - next_to_launch];
+      if (!g.ready) break;
+      launch(g);
+      ++next_to_launch;
+    }
+  }
+
+  void mark_ready(size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!in_backward) return;
+    Group& g = groups[group_of[i]];
+    if (g.pending == 0 || --g.pending > 0) return;
+    // Backward is done with this unit: stage 3 frees its parameters, stage 2 sends its gradients now.
+    reshard(g);
+    if (sync && opts.stage >= 2) {
+      g.ready = true;
+      launch_ready_suffix();
+    }
+  }
+};
+
+namespace {
+
+class ShardHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ShardHook(std::weak_ptr<ShardState> s, size_t i) : state_(std::move(s)), index_(i) {}
+  void operator()(const torch::autograd::Variable&) override {
+    if (auto s = state_.lock()) s->mark_ready(index_);
+  }
+
+ private:
+  std::weak_ptr<ShardState> state_;
+  size_t index_;
+};
+
+std::string unit_of(const std::string& name, const std::set<std::string>& units) {
+  // The innermost wrapped module holding the parameter; "" (the root) when none does.
+  std::string best;
+  for (const auto& u : units)
+    if (u.size() > best.size() && name.size() > u.size() && name.compare(0, u.size(), u) == 0 && name[u.size()] == '.')
+      best = u;
+  return best;
+}
+
+class ShardedStrategy final : public Strategy {
+ public:
+  ShardedStrategy(std::shared_ptr<Model> model, c10::Device device, std::shared_ptr<Comm> comm,
+                  const ShardingOptions& opts)
+      : Strategy(std::move(model)), s_(std::make_shared<ShardState>()) {
+    if (opts.stage < 1 || opts.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3");
+    ShardState& s = *s_;
+    s.comm = std::move(comm);
+    s.opts = opts;
+    model_->to(device);
+    // Every rank starts from rank 0's weights (FSDP's sync_module_states, DeepSpeed's broadcast).
+    std::vector<at::Tensor> state;
+    for (auto& [n, t] : model_->state()) state.push_back(t);
+    broadcast_from_rank0(*s.comm, state);
+
+    const std::set<std::string> units(opts.units.begin(), opts.units.end());
+    std::map<std::pair<std::string, at::ScalarType>, size_t> index;
+    std::set<const void*> seen;
+    for (auto& [name, p] : model_->named_parameters()) {
+      if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      auto key = std::make_pair(unit_of(name, units), p.scalar_type());
+      auto it = index.find(key);
+      if (it == index.end()) {
+        it = index.emplace(key, s.groups.size()).first;
+        s.groups.emplace_back();
+        s.groups.back().unit = key.first;
+      }
+      Group& g = s.groups[it->second];
+      // Each parameter starts 64-byte aligned, as its own allocation would: BLAS kernels round differently
+      // on misaligned data, and the sharded model must compute what the unsharded one does, bit for bit.
+      const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(p.element_size()));
+      g.numel = (g.numel + align - 1) / align * align;
+      g.members.push_back(s.params.size());
+      g.offsets.push_back(g.numel);
+      g.numel += p.numel();
+      s.group_of.push_back(it->second);
+      s.params.push_back(p);
+    }
+    const int world = s.world(), rank = s.comm->rank();
+    c10::NoGradGuard no_grad;
+    for (Group& g : s.groups) {
+      // Padded so that every rank's slice has one length, a multiple of the alignment.
+      const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
+      g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
+      const at::Tensor& first = s.params[g.members.front()];
+      g.flat = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
+      for (size_t j = 0; j < g.members.size(); ++j) {
+        at::Tensor& p = s.params[g.members[j]];
+        at::Tensor view = g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes());
+        view.copy_(p.detach());
+        p.set_data(view);
+      }
+      at::Tensor mine = g.flat.narrow(0, rank * g.shard_len, g.shard_len);
+      // Stages 1 and 2 step the flat buffer's own slice; stage 3 keeps the slice and frees the buffer.
+      g.shard = opts.stage == 3 ? mine.clone() : mine.detach();
+      const int64_t lo = rank * g.shard_len, hi = lo + g.shard_len;
+      for (size_t j = 0; j < g.members.size(); ++j) {
+        const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
+        if (a < b) g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(true)});
+      }
+      s_->reshard(g);
+    }
+    for (size_t i = 0; i < s.params.size(); ++i)
+      torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
+  }
+
+  ~ShardedStrategy() override {
+    for (auto& p : s_->params) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
+
+  std::string name() const override {
+    return s_->opts.label.empty() ? "ZeRO stage " + std::to_string(s_->opts.stage) : s_->opts.label;
+  }
+  bool sharded() const override { return true; }
+  bool parameters_whole() const override { return s_->opts.stage < 3; }
+
+  std::vector<at::Tensor> optimizer_parameters() const override {
+    std::vector<at::Tensor> v;
+    for (const Group& g : s_->groups)
+      for (const Group::Piece& piece : g.pieces) v.push_back(piece.tensor);
+    return v;
+  }
+
+  void before_forward() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    for (Group& g : s_->groups) s_->gather(g);
+  }
+
+  void after_forward() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    // A forward with gradients keeps the parameters until its backward is done with each unit; one
+    // without (evaluation) frees them now, unless an earlier forward's backward is still to come.
+    if (c10::GradMode::is_enabled()) {
+      s_->awaiting_backward = true;
+      return;
+    }
+    if (!s_->awaiting_backward)
+      for (Group& g : s_->groups) s_->reshard(g);
+  }
+
+  void before_backward(bool sync) override {
+    ShardState& s = *s_;
+    std::lock_guard<std::mutex> lock(s.mu);
+    // A model that ran no forward with gradients since its last backward takes no part in this one.
+    if (!s.awaiting_backward) return;
+    s.awaiting_backward = false;
+    s.in_backward = true;
+    s.sync = sync;
+    s.next_to_launch = 0;
+    for (Group& g : s.groups) {
+      g.pending = g.members.size();
+      g.ready = false;
+    }
+  }
+
+  void after_backward() override {
+    ShardState& s = *s_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    if (!s.in_backward) return;
+    s.in_backward = false;
+    // Units that backward did not reach (unused parameters): their gradients count as zeros.
+    for (Group& g : s.groups) {
+      s.reshard(g);
+      g.pending = 0;
+      g.ready = true;
+    }
+    if (!s.sync) return;
+    s.launch_ready_suffix();
+    lock.unlock();
+    c10::NoGradGuard no_grad;
+    const double inv_world = 1.0 / s.world();
+    for (size_t k = s.groups.size(); k-- > 0;) {
+      Group& g = s.groups[k];
+      g.work->wait();
+      g.work.reset();
+      g.grad_in.reset();
+      g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
+      for (Group::Piece& piece : g.pieces) {
+        at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length);
+        if (piece.tensor.grad().defined())
+          piece.tensor.mutable_grad().add_(grad);
+        else
+          piece.tensor.mutable_grad() = grad.clone();  // its own: optimizers detach gradients in place
+      }
+      g.grad_out = at::Tensor();
+    }
+  }
+
+  void after_optimizer_step() override {
+    // Gathered parameters (always, below stage 3) take the new values; freed ones get them at the next gather.
+    std::lock_guard<std::mutex> lock(s_->mu);
+    c10::NoGradGuard no_grad;
+    for (Group& g : s_->groups) {
+      if (!g.gathered) continue;
+      at::Tensor mine = g.shard.detach().clone();  // the collective must not read what it writes
+      s_->comm->all_gather_into(g.flat, mine);
+    }
+  }
+
+  at::Tensor grad_norm(double norm_type) const override {
+    // The norm over every rank's shards (padding is zero): local sums of |g|^p (or the max), then one all-reduce.
+    const bool inf = std::isinf(norm_type);
+    at::Tensor local = at::zeros({1}, at::kFloat);
+    for (const at::Tensor& piece : optimizer_parameters()) {
+      if (!piece.grad().defined()) continue;
+      at::Tensor n = at::linalg_vector_norm(piece.grad().detach().to(at::kFloat), norm_type).cpu().reshape({1});
+      local = inf ? at::maximum(local, n) : local + n.pow(norm_type);
+    }
+    s_->comm->all_reduce(local, inf ? ReduceOp::Max : ReduceOp::Sum);
+    return (inf ? local : local.pow(1.0 / norm_type)).reshape({});
+  }
+
+  NamedTensors full_state_dict() const override {
+    if (s_->opts.stage < 3) return model_->state();
+    return with_gathered([&] {
+      NamedTensors out;
+      for (auto& [name, t] : model_->state()) out.emplace_back(name, t.detach().clone());
+      return out;
+    });
+  }
+
+  void load_full_state_dict(const NamedTensors& tensors, const std::string& source) override {
+    if (s_->opts.stage < 3) return model_->load_state_dict(tensors, source);
+    with_gathered([&] {
+      model_->load_state_dict(tensors, source);
+      c10::NoGradGuard no_grad;
+      for (Group& g : s_->groups) g.shard.detach().copy_(g.flat.narrow(0, s_->comm->rank() * g.shard_len, g.shard_len));
+      return 0;
+    });
+  }
+
+ private:
+  // Stage 3: runs `f` with every unit's parameters gathered, then frees them again (a collective).
+  template <class F>
+  auto with_gathered(F&& f) const -> decltype(f()) {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    std::vector<bool> was;
+    for (Group& g : s_->groups) {
+      was.push_back(g.gathered);
+      s_->gather(g);
+    }
+    auto result = f();
+    for (size_t k = 0; k < s_->groups.size(); ++k)
+      if (!was[k]) s_->reshard(s_->groups[k]);
+    return result;
+  }
+
+  std::shared_ptr<ShardState> s_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_sharded_strategy(std::shared_ptr<Model> model, c10::Device device,
+                                                std::shared_ptr<Comm> comm, const ShardingOptions& opts) {
+  return std::make_unique<ShardedStrategy>(std::move(model), device, std::move(comm), opts);
+}
+
+std::vector<std::string> wrap_units(const Model& model, const std::string& policy,
+                                    const std::vector<std::string>& classes, int64_t min_num_params) {
+  if (policy == "NO_WRAP") return {};
+  bigmodel::ModuleTree tree;
+  try {
+    tree = bigmodel::tree_of(model);
+  } catch (const std::invalid_argument& e) {
+    throw UnsupportedError("auto_wrap_policy " + policy + " needs a module tree: " + e.what() +
+                           "; use NO_WRAP (the whole model is one unit)");
+  }
+  std::vector<std::string> units;
+  if (policy == "TRANSFORMER_BASED_WRAP") {
+    std::set<std::string> wanted(classes.begin(), classes.end()), found;
+    std::function<void(int, const std::string&)> walk = [&](int m, const std::string& name) {
+      const auto& mod = tree.modules[static_cast<size_t>(m)];
+      if (!name.empty() && wanted.count(mod.class_name)) {
+        units.push_back(name);
+        found.insert(mod.class_name);
+      }
+      for (const auto& [local, child] : mod.children) walk(child, name.empty() ? local : name + "." + local);
+    };
+    walk(0, "");
+    // Accelerate raises when a class to wrap is not in the model (a typo would silently wrap nothing).
+    for (const auto& c : wanted)
+      if (!found.count(c))
+        throw std::invalid_argument("fsdp transformer_cls_names_to_wrap: no module of class '" + c + "' in the model");
+    return units;
+  }
+  if (policy != "SIZE_BASED_WRAP") throw std::invalid_argument("unknown auto_wrap_policy '" + policy + "'");
+  // torch's size_based_auto_wrap_policy: bottom-up, a module is wrapped when the parameters not yet in a wrapped
+  // descendant number at least min_num_params (tied aliases such as lm_head count once, where they are defined).
+  std::set<std::string> owned;
+  for (const auto& [name, t] : model.named_parameters()) owned.insert(name);
+  std::function<int64_t(int, const std::string&)> walk = [&](int m, const std::string& name) -> int64_t {
+    const auto& mod = tree.modules[static_cast<size_t>(m)];
+    int64_t remaining = 0;
+    for (const auto& [local, child] : mod.children) remaining += walk(child, name.empty() ? local : name + "." + local);
+    for (const auto& [local, t] : mod.parameters)
+      if (owned.count(name.empty() ? local : name + "." + local)) remaining += t.numel;
+    if (!name.empty() && remaining >= min_num_params) {
+      units.push_back(name);
+      return 0;
+    }
+    return remaining;
+  };
+  walk(0, "");
+  return units;
+}
+
+}  // namespace acc::core

@@ -1,0 +1,43 @@
+// Sharded data parallel (ZeRO stages 1-3, FSDP's FULL_SHARD and SHARD_GRAD_OP) over one c10d group.
+//
+// The trainable parameters of each unit (a wrapped module, the rest of the model being the root unit)
+// live in one flat buffer, padded to a multiple of the world size; the model's parameters are views into
+// it. Each rank owns one contiguous slice, its shard, and the optimizer steps only the shards:
+//   stage 1: gradients are whole until the end of backward, then reduce-scattered into the shards;
+//   stage 2: each unit's gradients are reduce-scattered (and freed) as soon as backward is done with it;
+//   stage 3: as 2, and the flat buffers hold no memory outside forward and backward: each unit's
+//            parameters are all-gathered when needed and freed again (reshard).
+// After the optimizer's step the shards are all-gathered back into the flat buffers (stages 1, 2) or wait
+// for the next forward's gather (stage 3). Parameters that do not require gradients stay whole on every rank.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/strategy.hpp"
+#include "runtime/comm.hpp"
+
+namespace acc::core {
+
+struct ShardingOptions {
+  int stage = 3;
+  // Stage 3: free a unit's gathered parameters after its forward (FULL_SHARD) rather than after backward
+  // (SHARD_GRAD_OP). Units are resharded after forward only where the model reports its units' forward.
+  bool reshard_after_forward = true;
+  // Dotted names of the modules that are units of their own (the wrap policy's choice).
+  std::vector<std::string> units;
+  // Which configuration chose this strategy, for messages ("FSDP FULL_SHARD", "DeepSpeed ZeRO-2").
+  std::string label;
+};
+
+std::unique_ptr<Strategy> make_sharded_strategy(std::shared_ptr<Model> model, c10::Device device,
+                                                std::shared_ptr<Comm> comm, const ShardingOptions& opts);
+
+// Accelerate's auto-wrap policies over a model's modules: TRANSFORMER_BASED_WRAP wraps every module whose
+// class is in `classes`; SIZE_BASED_WRAP every module holding at least `min_num_params` parameters not
+// already in a wrapped submodule (torch's size_based_auto_wrap_policy, bottom-up); NO_WRAP nothing.
+// Returns the wrapped modules' dotted names (never the root: it is always a unit).
+std::vector<std::string> wrap_units(const Model& model, const std::string& policy,
+                                    const std::vector<std::string>& classes, int64_t min_num_params);
+
+}  // namespace acc::core

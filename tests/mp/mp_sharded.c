@@ -1,0 +1,115 @@
+/* Sharded data parallel against DDP, started by `acc launch` with an Accelerate config file (FSDP or DeepSpeed
+ * ZeRO, or none for DDP). Usage: mp_sharded MODEL STEPS ACCUM CLIP OUT
+ *   MODEL mlp (121 parameters: no world size divides them) or gpt (tied embedding; blocks "GPT2Block")
+ *   STEPS AdamW steps (micro-steps: STEPS x ACCUM); CLIP > 0 clips the gradient norm before each step
+ *   OUT   directory acc_save_model writes the trained weights to (every process calls it)
+ * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it).
+ * Prints "N passed, N failed"; exits non-zero on any failed check. */
+#include <acc/acc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../c/check.h"
+
+enum { SAMPLES = 96, T = 8, VOCAB = 37 };
+
+static acc_dataset* make_data(int gpt, acc_tensor** keep) {
+  static float x[SAMPLES * 3], y[SAMPLES];
+  static int64_t ids[SAMPLES * T], next[SAMPLES * T];
+  acc_tensor *tx, *ty;
+  if (gpt) {
+    for (int i = 0; i < SAMPLES; ++i)
+      for (int t = 0; t < T; ++t) {
+        ids[i * T + t] = (i * 7 + t * t * 3 + i * t) % VOCAB;
+        next[i * T + t] = (ids[i * T + t] * 5 + t + 1) % VOCAB;
+      }
+    int64_t shape[2] = {SAMPLES, T};
+    CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &tx));
+    CHECK(acc_tensor_from_host(next, sizeof next, ACC_INT64, shape, 2, &ty));
+  } else {
+    for (int i = 0; i < SAMPLES; ++i) {
+      for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)cos(0.07 * i * (j + 2) + j);
+      y[i] = (float)(x[3 * i] * x[3 * i + 1] - sin(2 * x[3 * i + 2]));
+    }
+    int64_t xs[2] = {SAMPLES, 3}, ys[2] = {SAMPLES, 1};
+    CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
+    CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
+  }
+  acc_dataset* ds;
+  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
+  keep[0] = tx;
+  keep[1] = ty;
+  return ds;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: mp_sharded mlp|gpt STEPS ACCUM CLIP OUT\n");
+    return 2;
+  }
+  const int gpt = !strcmp(argv[1], "gpt"), steps = atoi(argv[2]), accum = atoi(argv[3]);
+  const double clip = atof(argv[4]);
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "{\"seed\": 7, \"gradient_accumulation_steps\": %d}", accum);
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(cfg, &acc));
+  acc_tensor* keep[2];
+  acc_dataset* ds = make_data(gpt, keep);
+  acc_dataloader* dl;
+  CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4, \"shuffle\": true}", &dl));
+  acc_model* model;
+  CHECK(acc_model_create(gpt ? "{\"type\": \"gpt\", \"vocab_size\": 37, \"block_size\": 8, \"n_layer\": 2, "
+                               "\"n_head\": 2, \"n_embd\": 10}"
+                             : "{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}",
+                         &model));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
+  CHECK(acc_prepare(acc, model, opt, NULL, dl));
+  int done = 0;
+  while (done < steps * accum) {
+    acc_tensor *bx, *by, *loss;
+    int32_t has, sync;
+    CHECK(acc_dataloader_next(dl, &bx, &by, &has));
+    if (!has) continue;
+    CHECK(acc_accumulate_begin(acc, model));
+    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_sync_gradients(acc, &sync));
+    double norm = 0;
+    if (sync && clip > 0) {
+      CHECK(acc_clip_grad_norm(acc, model, clip, 2.0, &norm));
+      EXPECT(norm > 0 && isfinite(norm));
+    }
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    CHECK(acc_accumulate_end(acc, model));
+    acc_tensor_destroy(loss);
+    if (sync && done % 7 == 0) {
+      /* evaluation between steps: no gradients, the model in eval mode */
+      int32_t was;
+      CHECK(acc_model_set_training(model, 0));
+      CHECK(acc_set_grad_enabled(0, &was));
+      CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+      float l;
+      CHECK(acc_tensor_to_host(loss, &l, sizeof l));
+      EXPECT(isfinite(l));
+      acc_tensor_destroy(loss);
+      CHECK(acc_set_grad_enabled(was, NULL));
+      CHECK(acc_model_set_training(model, 1));
+    }
+    acc_tensor_destroy(bx);
+    acc_tensor_destroy(by);
+    ++done;
+  }
+  CHECK(acc_save_model(model, argv[5], NULL));
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_tensor_destroy(keep[0]);
+  acc_tensor_destroy(keep[1]);
+  acc_accelerator_destroy(acc);
+  return finish();
+}

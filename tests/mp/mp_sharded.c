@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
   CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4, \"shuffle\": true}", &dl));
   acc_model* model;
   CHECK(acc_model_create(gpt ? "{\"type\": \"gpt\", \"vocab_size\": 37, \"block_size\": 8, \"n_layer\": 2, "
-                               "\"n_head\": 2, \"n_embd\": 10}"
+                               "\"n_head\": 2, \"n_embd\": 10, \"bias\": false}"
                              : "{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}",
                          &model));
   acc_optimizer* opt;
-  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
+  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001}", &opt));
   CHECK(acc_prepare(acc, model, opt, NULL, dl));
   int done = 0;
   while (done < steps * accum) {

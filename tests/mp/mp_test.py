@@ -383,6 +383,82 @@ def case_save_model():
         got = read_safetensors(os.path.join(out, "model.safetensors"))
         expect(set(got) == set(ref) and max_abs_diff(got, ref) == 0, "model.safetensors holds the model's state")
 
+
+SHARDED_CONFIGS = {
+    # name: (Accelerate config file body, its wrap policy per model); every file also says use_cpu: true
+    "zero1": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n",
+    "zero2": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n",
+    "zero3": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: false\n",
+    "full_shard": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                  "  fsdp_auto_wrap_policy: {wrap}\n",
+    "shard_grad_op": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
+                     "  fsdp_auto_wrap_policy: {wrap}\n",
+}
+WRAP = {"gpt": "TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block",
+        "mlp": "SIZE_BASED_WRAP\n  fsdp_min_num_params: 50"}
+
+
+def case_sharded():
+    """ZeRO stages 1-3 and FSDP FULL_SHARD / SHARD_GRAD_OP, each chosen by an Accelerate config file as a user
+    writes it, end with DDP's parameters after 50 AdamW steps (tests/mp/mp_sharded.c: the MLP's 121 parameters
+    divide by no world size; the GPT has a tied embedding and is wrapped per block), on 2, 3 and 4 processes,
+    with and without accumulation and clipping, within 1e-6. On 2 processes without clipping the parameters are
+    DDP's bit for bit (each parameter's piece is stepped as DDP steps the whole parameter); on 3 and 4, Gloo's
+    reduce-scatter and all-reduce add the ranks' gradients in different orders, and the clipping norm is summed
+    over shards, so the last bits differ. lr 1e-3: AdamW scales such differences by the lr (at 1e-2 they reach
+    3e-6 in 50 steps), and the GPT has no linear biases, whose attention-key part has a gradient of pure rounding
+    noise that AdamW turns into lr-sized steps (with it, even two runs of DDP differing in one bit diverge)."""
+    with tempfile.TemporaryDirectory() as d:
+        def run(n, config, *args):
+            out = os.path.join(d, f"{n}-{config}-" + "-".join(map(str, args)))
+            cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0"]
+            if config == "ddp":
+                cmd.append("--cpu")
+            else:
+                path = os.path.join(d, config + ".yaml")
+                with open(path, "w") as f:
+                    f.write(SHARDED_CONFIGS.get(config, config).replace("{wrap}", WRAP[args[0]]) + "use_cpu: true\n")
+                cmd += ["--config_file", path]
+            p = subprocess.run(cmd + [WORKER, *map(str, args), out], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, ACC_CONFIG_FILE="none"))
+            expect(p.returncode == 0, f"{config} on {n} processes, {args}", p.stdout + p.stderr)
+            return read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None
+
+        for n in (2, 3, 4):
+            for model, accum, clip in (("mlp", 1, 0), ("gpt", 2, 0.05)):
+                ddp = run(n, "ddp", model, 50, accum, clip)
+                start = run(n, "ddp", model, 0, accum, clip)
+                if ddp is None or start is None:
+                    return
+                moved = max_abs_diff(ddp, start)
+                expect(moved > 1e-2, f"{model}: training changed the parameters", f"moved {moved}")
+                worst = 0.0
+                for config in SHARDED_CONFIGS:
+                    got = run(n, config, model, 50, accum, clip)
+                    if got is not None:
+                        diff = max_abs_diff(ddp, got)
+                        worst = max(worst, diff)
+                        expect(diff <= 1e-6, f"{config} equals DDP: {model} on {n} processes, accumulation {accum}, "
+                                             f"clip {clip}", f"max abs diff {diff}")
+                print(f"{n} processes, {model}, accumulation {accum}, clip {clip}: every strategy vs DDP after 50 "
+                      f"steps: max |diff| = {worst:.3g} (parameters moved by up to {moved:.3g})")
+        # DeepSpeed's gradient_clipping clips inside every step, as clipping in the loop does.
+        ds_clip = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 0.05\n")
+        got, want = run(2, ds_clip, "gpt", 30, 1, 0), run(2, "ddp", "gpt", 30, 1, 0.05)
+        if got is not None and want is not None:
+            expect(max_abs_diff(got, want) <= 1e-6, "deepspeed gradient_clipping equals clipping in the loop",
+                   str(max_abs_diff(got, want)))
+        # Refused, naming the key and where it came from, before any training.
+        path = os.path.join(d, "hybrid.yaml")
+        with open(path, "w") as f:
+            f.write("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\nuse_cpu: true\n")
+        p = subprocess.run([ACC, "launch", "--config_file", path, "--num_processes", "2", "--main_process_port", "0",
+                            WORKER, "gpt", "1", "1", "0", os.path.join(d, "x")], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, ACC_CONFIG_FILE="none"))
+        expect(p.returncode != 0 and "fsdp_plugin.sharding_strategy" in p.stderr + p.stdout and
+               "FSDP_SHARDING_STRATEGY" in p.stderr + p.stdout, "HYBRID_SHARD is refused naming the key and its source",
+               p.stdout + p.stderr)
+
 globals()[f"case_{CASE}"]()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -27,14 +27,6 @@
 namespace acc::core {
 namespace {
 
-// Sharded optimizer state has no checkpoint layout yet: refused on every process alike, before any collective.
-void refuse_sharded(const std::vector<std::shared_ptr<ModelSlot>>& models, const char* what) {
-  for (const auto& m : models)
-    if (m->strategy && m->strategy->sharded())
-      throw UnsupportedError(std::string(what) + " of a model trained with " + m->strategy->name() +
-                             " (sharded optimizer state) is not supported yet; save_model writes its weights");
-}
-
 namespace fs = std::filesystem;
 
 constexpr const char* kManifest = "manifest.json";
@@ -175,7 +167,6 @@ std::string Accelerator::save_state(const std::string& dir) {
   const bool main = state_.rank == 0;
   const Prepared prepared = live_objects();
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
-  refuse_sharded(models, "save_state");
   // Phase 1: the main process makes a fresh staging directory (and, with automatic naming and total_limit,
   // removes the oldest checkpoints so that, with this one, total_limit remain; and interrupted saves).
   agreed(this, "save_state", [&] {
@@ -195,6 +186,17 @@ std::string Accelerator::save_state(const std::string& dir) {
     if (ec) throw std::ios_base::failure("save_state: cannot remove the stale '" + staged.string() + "'", ec);
     config::make_directories(staged.string());
   });
+  // The models' and optimizers' whole state: a sharded strategy gathers it (a collective, so on every process).
+  std::vector<NamedTensors> model_states;
+  std::vector<Optimizer::State> optimizer_states;
+  agreed(this, "save_state", [&] {
+    for (const auto& m : models) model_states.push_back(m->strategy->full_state_dict());
+    for (const auto& o : optimizers) {
+      Optimizer::State st = o->opt->save_state();
+      if (o->model && o->model->strategy) o->model->strategy->optimizer_state_to_full(st.tensors, st.json);
+      optimizer_states.push_back(std::move(st));
+    }
+  });
   // Phase 2: every process writes its random states; the main process everything else.
   agreed(this, "save_state", [&] {
     const std::string d = staged.string() + "/";
@@ -207,10 +209,9 @@ std::string Accelerator::save_state(const std::string& dir) {
     save_safetensors(rng, d + "random_states_" + std::to_string(state_.rank) + ".safetensors");
     if (!main) return;
     for (size_t i = 0; i < models.size(); ++i)
-      save_safetensors(models[i]->strategy->full_state_dict(), d + numbered("model", i, ".safetensors"),
-                       {{"format", "pt"}});
+      save_safetensors(model_states[i], d + numbered("model", i, ".safetensors"), {{"format", "pt"}});
     for (size_t i = 0; i < optimizers.size(); ++i) {
-      Optimizer::State st = optimizers[i]->opt->save_state();
+      const Optimizer::State& st = optimizer_states[i];
       save_safetensors(st.tensors, d + numbered("optimizer", i, ".safetensors"));
       config::write_file_atomic(d + numbered("optimizer", i, ".json"), st.json);
     }
@@ -303,7 +304,6 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
 
   const Prepared prepared = live_objects();
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
-  refuse_sharded(models, "load_state");
   // The same objects must be prepared (and registered) as when the checkpoint was saved.
   const auto check_count = [&](const char* key, size_t have, const char* what) {
     const int64_t n = saved.get_int(key);
@@ -325,7 +325,10 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
     const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");
-    optimizers[i]->opt->load_state({load_safetensors(where(t)), read_file(root / j)}, where(j));
+    Optimizer::State st{load_safetensors(where(t)), read_file(root / j)};
+    if (const auto& m = optimizers[i]->model; m && m->strategy)
+      m->strategy->optimizer_state_from_full(st.tensors, st.json, where(j));
+    optimizers[i]->opt->load_state(st, where(j));
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
     const std::string f = numbered("scheduler", i, ".json");

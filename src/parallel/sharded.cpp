@@ -18,6 +18,7 @@
 #include "bigmodel/plan.hpp"
 #include "models/model.hpp"
 #include "util/errors.hpp"
+#include "util/json.hpp"
 
 namespace acc::core {
 
@@ -37,6 +38,8 @@ struct Group {
   struct Piece {
     int64_t offset = 0, length = 0;  // in the shard
     at::Tensor tensor;
+    size_t member = 0;               // whose part it is
+    int64_t param_offset = 0;        // where in that parameter it starts
   };
   std::vector<Piece> pieces;
   bool gathered = true;
@@ -209,7 +212,9 @@ class ShardedStrategy final : public Strategy {
       const int64_t lo = rank * g.shard_len, hi = lo + g.shard_len;
       for (size_t j = 0; j < g.members.size(); ++j) {
         const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
-        if (a < b) g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(true)});
+        if (a < b)
+          g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(true), j,
+                              a - g.offsets[j]});
       }
       s_->reshard(g);
     }
@@ -342,7 +347,22 @@ class ShardedStrategy final : public Strategy {
     });
   }
 
+  void optimizer_state_to_full(NamedTensors& tensors, std::string& json) const override;
+  void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const override;
+
  private:
+  // Where each optimizer parameter (a piece) lies: its parameter (index into params) and the offset in it.
+  struct PieceAt {
+    size_t param;
+    int64_t offset, length;
+  };
+  std::vector<PieceAt> piece_locations() const {
+    std::vector<PieceAt> v;
+    for (const Group& g : s_->groups)
+      for (const Group::Piece& piece : g.pieces) v.push_back({g.members[piece.member], piece.param_offset, piece.length});
+    return v;
+  }
+
   // Stage 3: runs `f` with every unit's parameters gathered, then frees them again (a collective).
   template <class F>
   auto with_gathered(F&& f) const -> decltype(f()) {
@@ -362,6 +382,139 @@ class ShardedStrategy final : public Strategy {
 };
 
 }  // namespace
+
+namespace {
+
+// The per-parameter tensors optimizers keep (Optimizer::save_state's names), in one order on every rank.
+const char* const kStateTensors[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg",
+                                     "grad_avg", "sum"};
+constexpr size_t kNumStateTensors = sizeof(kStateTensors) / sizeof(kStateTensors[0]);
+
+// "state.{index}.{name}" -> (index, name's position in kStateTensors).
+std::pair<size_t, size_t> parse_state_name(const std::string& full, const std::string& source) {
+  const size_t dot = full.find('.', 6);
+  if (full.rfind("state.", 0) != 0 || dot == std::string::npos)
+    throw std::invalid_argument(source + ": '" + full + "' is not an optimizer state tensor name");
+  const std::string name = full.substr(dot + 1);
+  for (size_t k = 0; k < kNumStateTensors; ++k)
+    if (name == kStateTensors[k]) return {std::stoul(full.substr(6, dot - 6)), k};
+  throw std::invalid_argument(source + ": unknown optimizer state tensor '" + full + "'");
+}
+
+std::string state_name(size_t index, size_t k) { return "state." + std::to_string(index) + "." + kStateTensors[k]; }
+
+}  // namespace
+
+void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string& json) const {
+  // Every rank contributes its pieces to whole-parameter tensors (zeros elsewhere; the pieces are disjoint), and
+  // one all-reduce per kind of tensor sums them; steps and which parameters have state are agreed the same way.
+  const std::vector<PieceAt> at_ = piece_locations();
+  const std::vector<at::Tensor>& params = s_->params;
+  Json doc(json, "optimizer state");
+  const JsonValue root = doc.root();
+  const JsonValue groups = root.get("param_groups");
+  const JsonValue state = root.get("state");
+  std::vector<int64_t> base(params.size() + 1, 0);
+  for (size_t i = 0; i < params.size(); ++i) base[i + 1] = base[i] + params[i].numel();
+  at::Tensor present = at::zeros({static_cast<int64_t>(kNumStateTensors) + 1}, at::kDouble);  // last: has steps
+  at::Tensor step = at::full({static_cast<int64_t>(params.size())}, -1.0, at::kDouble);
+  at::Tensor has_state = at::zeros({static_cast<int64_t>(params.size())}, at::kDouble);
+  for (const std::string& key : state.keys()) {
+    const PieceAt& p = at_.at(std::stoul(key));
+    has_state[static_cast<int64_t>(p.param)] = 1.0;
+    if (state.get(key).has("step")) {
+      present[static_cast<int64_t>(kNumStateTensors)] = 1.0;
+      step[static_cast<int64_t>(p.param)] = static_cast<double>(state.get(key).get_int("step"));
+    }
+  }
+  for (const auto& [name, t] : tensors) present[static_cast<int64_t>(parse_state_name(name, "optimizer state").second)] = 1.0;
+  Comm& comm = *s_->comm;
+  comm.all_reduce(present, ReduceOp::Max);
+  comm.all_reduce(step, ReduceOp::Max);
+  comm.all_reduce(has_state, ReduceOp::Max);
+  NamedTensors full;
+  const at::TensorOptions opts = params.empty() ? at::TensorOptions(at::kFloat) : params.front().options().requires_grad(false);
+  std::vector<at::Tensor> sums(kNumStateTensors);
+  for (size_t k = 0; k < kNumStateTensors; ++k)
+    if (present[static_cast<int64_t>(k)].item<double>() > 0) sums[k] = at::zeros({base.back()}, opts);
+  for (const auto& [name, t] : tensors) {
+    const auto [piece, k] = parse_state_name(name, "optimizer state");
+    const PieceAt& p = at_.at(piece);
+    sums[k].narrow(0, base[p.param] + p.offset, p.length).copy_(t.reshape({-1}));
+  }
+  for (auto& sum : sums)
+    if (sum.defined()) comm.all_reduce(sum, ReduceOp::Sum);
+  JsonWriter j;
+  j.begin_object().key("type").value(root.get_string("type")).key("param_groups").begin_array();
+  for (size_t g = 0; g < groups.size(); ++g)
+    j.begin_object()
+        .key("lr").value(groups.at(g).get_double("lr"))
+        .key("initial_lr").value(groups.at(g).get_double("initial_lr"))
+        .key("num_params").value(static_cast<int64_t>(params.size()))
+        .end_object();
+  j.end_array().key("state").begin_object();
+  const bool steps = present[static_cast<int64_t>(kNumStateTensors)].item<double>() > 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (has_state[static_cast<int64_t>(i)].item<double>() == 0) continue;
+    j.key(std::to_string(i)).begin_object();
+    if (steps) j.key("step").value(static_cast<int64_t>(step[static_cast<int64_t>(i)].item<double>()));
+    j.end_object();
+    for (size_t k = 0; k < kNumStateTensors; ++k)
+      if (sums[k].defined()) full.emplace_back(state_name(i, k), sums[k].narrow(0, base[i], params[i].numel()).view(params[i].sizes()));
+  }
+  j.end_object().end_object();
+  tensors = std::move(full);
+  json = j.str();
+}
+
+void ShardedStrategy::optimizer_state_from_full(NamedTensors& tensors, std::string& json,
+                                                const std::string& source) const {
+  // Each rank keeps the parts of the whole-parameter tensors its pieces cover.
+  const std::vector<PieceAt> at_ = piece_locations();
+  const std::vector<at::Tensor>& params = s_->params;
+  Json doc(json, source);
+  const JsonValue root = doc.root();
+  const JsonValue groups = root.get("param_groups");
+  if (groups.size() != 1)
+    throw std::invalid_argument(source + ": 'param_groups' has " + std::to_string(groups.size()) +
+                                " groups; a sharded model's optimizer has one");
+  if (groups.at(0).get_int("num_params") != static_cast<int64_t>(params.size()))
+    throw std::invalid_argument(source + ": the optimizer state is about " + std::to_string(groups.at(0).get_int("num_params")) +
+                                " parameters; the model has " + std::to_string(params.size()) + " trainable ones");
+  std::map<std::pair<size_t, size_t>, at::Tensor> by_param;
+  for (const auto& [name, t] : tensors) {
+    const auto [i, k] = parse_state_name(name, source);
+    if (i >= params.size() || !t.sizes().equals(params[i].sizes()))
+      throw std::invalid_argument(source + ": '" + name + "' has shape " + c10::str(t.sizes()) +
+                                  (i < params.size() ? " but its parameter has " + c10::str(params[i].sizes())
+                                                     : std::string(" but there is no such parameter")));
+    by_param[{i, k}] = t;
+  }
+  const JsonValue state = root.get("state");
+  NamedTensors local;
+  JsonWriter j;
+  j.begin_object().key("type").value(root.get_string("type")).key("param_groups").begin_array();
+  j.begin_object()
+      .key("lr").value(groups.at(0).get_double("lr"))
+      .key("initial_lr").value(groups.at(0).get_double("initial_lr"))
+      .key("num_params").value(static_cast<int64_t>(at_.size()))
+      .end_object();
+  j.end_array().key("state").begin_object();
+  for (size_t piece = 0; piece < at_.size(); ++piece) {
+    const PieceAt& p = at_[piece];
+    const std::string key = std::to_string(p.param);
+    if (!state.has(key)) continue;
+    j.key(std::to_string(piece)).begin_object();
+    if (state.get(key).has("step")) j.key("step").value(state.get(key).get_int("step"));
+    j.end_object();
+    for (size_t k = 0; k < kNumStateTensors; ++k)
+      if (auto it = by_param.find({p.param, k}); it != by_param.end())
+        local.emplace_back(state_name(piece, k), it->second.reshape({-1}).narrow(0, p.offset, p.length));
+  }
+  j.end_object().end_object();
+  tensors = std::move(local);
+  json = j.str();
+}
 
 std::unique_ptr<Strategy> make_sharded_strategy(std::shared_ptr<Model> model, c10::Device device,
                                                 std::shared_ptr<Comm> comm, const ShardingOptions& opts) {

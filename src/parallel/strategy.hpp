@@ -51,6 +51,15 @@ class Strategy {
   virtual NamedTensors sharded_state_dict() const { return full_state_dict(); }
   // Loads whole tensors: every name and shape must match (nothing changes when one does not).
   virtual void load_full_state_dict(const NamedTensors& tensors, const std::string& source);
+  // A checkpoint's optimizer state (Optimizer::State's tensors and JSON) is about the model's trainable parameters,
+  // indexed as an optimizer built over them, whatever the strategy and world size. A sharded strategy's optimizer
+  // steps pieces of them: these convert (collectives), the others leave the state as it is.
+  virtual void optimizer_state_to_full(NamedTensors& tensors, std::string& json) const {
+    (void)tensors, (void)json;
+  }
+  virtual void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const {
+    (void)tensors, (void)json, (void)source;
+  }
 
  protected:
   explicit Strategy(std::shared_ptr<Model> model) : model_(std::move(model)) {}

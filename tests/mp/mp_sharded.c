@@ -3,6 +3,8 @@
  *   MODEL mlp (121 parameters: no world size divides them) or gpt (tied embedding; blocks "GPT2Block")
  *   STEPS AdamW steps (micro-steps: STEPS x ACCUM); CLIP > 0 clips the gradient norm before each step
  *   OUT   directory acc_save_model writes the trained weights to (every process calls it)
+ *   LOAD  a checkpoint acc_load_state restores before training ("-": none); SAVE: where acc_save_state writes
+ *         one after training
  * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it).
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
@@ -45,8 +47,8 @@ static acc_dataset* make_data(int gpt, acc_tensor** keep) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    fprintf(stderr, "usage: mp_sharded mlp|gpt STEPS ACCUM CLIP OUT\n");
+  if (argc != 6 && argc != 8) {
+    fprintf(stderr, "usage: mp_sharded mlp|gpt STEPS ACCUM CLIP OUT [LOAD SAVE]\n");
     return 2;
   }
   const int gpt = !strcmp(argv[1], "gpt"), steps = atoi(argv[2]), accum = atoi(argv[3]);
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001}", &opt));
   CHECK(acc_prepare(acc, model, opt, NULL, dl));
+  if (argc == 8 && strcmp(argv[6], "-")) CHECK(acc_load_state(acc, argv[6]));
   int done = 0;
   while (done < steps * accum) {
     acc_tensor *bx, *by, *loss;
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
     ++done;
   }
   CHECK(acc_save_model(model, argv[5], NULL));
+  if (argc == 8) CHECK(acc_save_state(acc, argv[7]));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_dataloader_destroy(dl);

@@ -1,4 +1,4 @@
-/* What the C sides of the benchmarks (bench/*_step.c) share: a failed call ends the run with the library's
+/* What the C sides of the benchmarks (bench/NAME_step.c, bench/zero_memory.cpp) share: a failed call ends the run with the library's
  * message, a monotonic clock, and the 32-bit hash the Python sides use for the same token ids. */
 #ifndef ACC_BENCH_STEP_H
 #define ACC_BENCH_STEP_H

@@ -177,6 +177,7 @@ class Gpt final : public NnModel {
   void reset_parameters() override { reset_tree(*module_); }
   void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
+  std::vector<std::string> reported_units() const override { return numbered_units("transformer.h.", s_.n_layer); }
 
   // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
   // labels: Hugging Face's, shifted inside (-100 ignored). Outputs logits and, with either, loss.
@@ -197,7 +198,10 @@ class Gpt final : public NnModel {
                    at::embedding(t_->wpe->param("weight"), at::arange(T, idx.options()));
     x = at::dropout(x, p, train);
     auto heads = [&](const at::Tensor& t) { return t.view({B, T, s_.n_head, hd}).transpose(1, 2); };
-    for (const auto& b : t_->h->items) {
+    for (size_t l = 0; l < t_->h->items.size(); ++l) {
+      const auto& b = t_->h->items[l];
+      const std::string unit = "transformer.h." + std::to_string(l);
+      unit_begin(unit);
       auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
       at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {},
                                                       train ? p : 0.0, /*is_causal=*/true);
@@ -205,6 +209,7 @@ class Gpt final : public NnModel {
       x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
       at::Tensor m = b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(b->ln_2->forward(x))));
       x = x + at::dropout(m, p, train);
+      unit_end(unit, x);
     }
     at::Tensor logits = at::linear(t_->ln_f->forward(x), t_->wte->param("weight"));
     TensorDict out{{"logits", logits}};

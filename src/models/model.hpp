@@ -19,9 +19,22 @@ class Module;
 
 namespace acc::core {
 
+// Told about the forward of a model's blocks, one at a time: a sharded strategy gathers a block's parameters
+// before it and frees them after (FSDP's units).
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_unit(const std::string& name) = 0;
+  // `output`: what the block returned (a hook may register on it to learn when backward reaches the block).
+  virtual void after_unit(const std::string& name, const at::Tensor& output) = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
+  // The dotted names of the blocks whose forward the model reports to unit hooks (none by default).
+  virtual std::vector<std::string> reported_units() const { return {}; }
+  void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
   // Recursive, dotted names ("transformer.h.0.attn.c_attn.weight"), in definition order.
   virtual NamedTensors named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
@@ -48,6 +61,23 @@ class Model {
   // does not. `source` names where they came from in errors (a file).
   void load_state_dict(const NamedTensors& tensors, const std::string& source);
   int64_t num_parameters() const;
+
+ protected:
+  // "prefix0", "prefix1", ...: a ModuleList of blocks' names.
+  static std::vector<std::string> numbered_units(const std::string& prefix, int64_t count) {
+    std::vector<std::string> v;
+    for (int64_t i = 0; i < count; ++i) v.push_back(prefix + std::to_string(i));
+    return v;
+  }
+  void unit_begin(const std::string& name) const {
+    if (unit_hooks_) unit_hooks_->before_unit(name);
+  }
+  void unit_end(const std::string& name, const at::Tensor& output) const {
+    if (unit_hooks_) unit_hooks_->after_unit(name, output);
+  }
+
+ private:
+  UnitHooks* unit_hooks_ = nullptr;
 };
 
 // Any torch::nn::Module tree.

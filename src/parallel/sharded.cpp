@@ -43,6 +43,7 @@ struct Group {
   };
   std::vector<Piece> pieces;
   bool gathered = true;
+  bool on_demand = false;  // a unit the model reports: gathered just before its forward and its backward
   size_t pending = 0;  // members whose gradient this backward has not produced yet
   bool ready = false;  // every member's gradient is in (or the backward is over)
   at::Tensor grad_in, grad_out;
@@ -67,15 +68,17 @@ void allocate_storage(const at::Tensor& flat) {
 
 }  // namespace
 
-struct ShardState {
+struct ShardState final : UnitHooks {
   std::shared_ptr<Comm> comm;
   ShardingOptions opts;
   std::vector<at::Tensor> params;          // trainable, unique
   std::vector<size_t> group_of;            // param -> group
+  std::vector<size_t> member_of;           // param -> its position in the group
   std::vector<Group> groups;               // in order of first parameter
   bool in_backward = false, sync = false;
   bool awaiting_backward = false;          // a forward with gradients ran; its backward has not
   size_t next_to_launch = 0;               // counts groups launched, last group first
+  Group* in_flight = nullptr;              // the last group launched, not yet waited for
   std::mutex mu;                           // autograd may run hooks on its worker thread
 
   int world() const { return comm->size(); }
@@ -94,17 +97,34 @@ struct ShardState {
     g.gathered = false;
   }
 
-  // The group's gradients go out as one reduce-scatter; the whole gradients are freed.
-  void launch(Group& g) {
+  // A parameter's gradient moves into its group's flat gradient (added: accumulation steps sum there) and the
+  // parameter's own is freed, so gradients take no more memory than one flat copy.
+  void take_gradient(Group& g, size_t j) {
+    at::Tensor& p = params[g.members[j]];
+    if (!p.grad().defined()) return;
     c10::NoGradGuard no_grad;
-    g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
-    for (size_t j = 0; j < g.members.size(); ++j) {
-      at::Tensor& p = params[g.members[j]];
-      if (p.grad().defined()) g.grad_in.narrow(0, g.offsets[j], p.numel()).copy_(p.grad().reshape({-1}));
-      p.mutable_grad().reset();
-    }
+    if (!g.grad_in.defined()) g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
+    g.grad_in.narrow(0, g.offsets[j], p.numel()).add_(p.grad().reshape({-1}));
+    p.mutable_grad().reset();
+  }
+
+  // The group's flat gradient goes out as one reduce-scatter. The one launched before is waited for then, and
+  // its flat gradient freed: at most two are in flight.
+  void launch(Group& g) {
+    for (size_t j = 0; j < g.members.size(); ++j) take_gradient(g, j);
+    if (!g.grad_in.defined()) g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
     g.grad_out = at::empty({g.shard_len}, g.grad_in.options());
     g.work = comm->reduce_scatter_sum_async(g.grad_out, g.grad_in);
+    if (in_flight) finish(*in_flight);
+    in_flight = &g;
+  }
+
+  void finish(Group& g) {
+    if (!g.work) return;
+    g.work->wait();
+    g.work.reset();
+    g.grad_in.reset();
+    if (in_flight == &g) in_flight = nullptr;
   }
 
   // Every rank issues its collectives in one order: the last group first, as backward reaches them.
@@ -117,10 +137,37 @@ struct ShardState {
     }
   }
 
+  void gather_unit(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (Group& g : groups)
+      if (g.on_demand && g.unit == name) gather(g);
+  }
+
+  void before_unit(const std::string& name) override { gather_unit(name); }
+
+  void after_unit(const std::string& name, const at::Tensor& output) override {
+    if (c10::GradMode::is_enabled() && output.requires_grad()) {
+      // Backward computes the gradient of the unit's output just before it runs the unit's own backward:
+      // the parameters must be back by then (FSDP's pre-backward hook).
+      std::weak_ptr<ShardState> self = self_;
+      const_cast<at::Tensor&>(output).register_hook([self, name](at::Tensor grad) {
+        if (auto s = self.lock()) s->gather_unit(name);
+        return grad;
+      });
+      if (!opts.reshard_after_forward) return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (Group& g : groups)
+      if (g.on_demand && g.unit == name) reshard(g);
+  }
+
+  std::weak_ptr<ShardState> self_;
+
   void mark_ready(size_t i) {
     std::lock_guard<std::mutex> lock(mu);
     if (!in_backward) return;
     Group& g = groups[group_of[i]];
+    take_gradient(g, member_of[i]);
     if (g.pending == 0 || --g.pending > 0) return;
     // Backward is done with this unit: stage 3 frees its parameters, stage 2 sends its gradients now.
     reshard(g);
@@ -170,12 +217,17 @@ class ShardedStrategy final : public Strategy {
     broadcast_from_rank0(*s.comm, state);
 
     const std::set<std::string> units(opts.units.begin(), opts.units.end());
-    std::map<std::pair<std::string, at::ScalarType>, size_t> index;
+    std::map<std::pair<std::string, at::ScalarType>, size_t> index;  // the group being filled
     std::set<const void*> seen;
+    const double cap = opts.stage < 3 ? opts.bucket_cap_mb * 1048576.0 : std::numeric_limits<double>::infinity();
     for (auto& [name, p] : model_->named_parameters()) {
       if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
       auto key = std::make_pair(unit_of(name, units), p.scalar_type());
       auto it = index.find(key);
+      if (it != index.end() && static_cast<double>((s.groups[it->second].numel + p.numel()) * p.element_size()) > cap) {
+        index.erase(it);  // that bucket is full
+        it = index.end();
+      }
       if (it == index.end()) {
         it = index.emplace(key, s.groups.size()).first;
         s.groups.emplace_back();
@@ -186,6 +238,7 @@ class ShardedStrategy final : public Strategy {
       // on misaligned data, and the sharded model must compute what the unsharded one does, bit for bit.
       const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(p.element_size()));
       g.numel = (g.numel + align - 1) / align * align;
+      s.member_of.push_back(g.members.size());
       g.members.push_back(s.params.size());
       g.offsets.push_back(g.numel);
       g.numel += p.numel();
@@ -220,9 +273,18 @@ class ShardedStrategy final : public Strategy {
     }
     for (size_t i = 0; i < s.params.size(); ++i)
       torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
+    // Stage 3 gathers the units the model reports one at a time.
+    if (opts.stage == 3) {
+      s.self_ = s_;
+      const auto reported = model_->reported_units();
+      const std::set<std::string> on_demand(reported.begin(), reported.end());
+      for (Group& g : s.groups) g.on_demand = on_demand.count(g.unit) > 0;
+      model_->set_unit_hooks(s_.get());
+    }
   }
 
   ~ShardedStrategy() override {
+    model_->set_unit_hooks(nullptr);
     for (auto& p : s_->params) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   }
 
@@ -240,8 +302,10 @@ class ShardedStrategy final : public Strategy {
   }
 
   void before_forward() override {
+    // The rest of the model (the root unit, units the model does not report) for the whole forward.
     std::lock_guard<std::mutex> lock(s_->mu);
-    for (Group& g : s_->groups) s_->gather(g);
+    for (Group& g : s_->groups)
+      if (!g.on_demand) s_->gather(g);
   }
 
   void after_forward() override {
@@ -289,9 +353,7 @@ class ShardedStrategy final : public Strategy {
     const double inv_world = 1.0 / s.world();
     for (size_t k = s.groups.size(); k-- > 0;) {
       Group& g = s.groups[k];
-      g.work->wait();
-      g.work.reset();
-      g.grad_in.reset();
+      s.finish(g);
       g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
       for (Group::Piece& piece : g.pieces) {
         at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length);

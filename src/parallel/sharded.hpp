@@ -26,6 +26,9 @@ struct ShardingOptions {
   bool reshard_after_forward = true;
   // Dotted names of the modules that are units of their own (the wrap policy's choice).
   std::vector<std::string> units;
+  // Stages 1 and 2: a unit's gradients go out in buckets of at most this many bytes (consecutive parameters), so
+  // that a bucket's flat copy is all the gradient memory that is added.
+  double bucket_cap_mb = 25.0;
   // Which configuration chose this strategy, for messages ("FSDP FULL_SHARD", "DeepSpeed ZeRO-2").
   std::string label;
 };

@@ -350,6 +350,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   }
   ShardingOptions o;
   o.stage = sh.stage;
+  o.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
   o.reshard_after_forward = sh.reshard_after_forward;
   o.label = sh.label;
   // Accelerate's default classes to wrap are the model's _no_split_modules.
@@ -360,6 +361,8 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   } catch (const std::invalid_argument& e) {
     throw config::Error(e.what());
   }
+  // DeepSpeed's ZeRO-3 gathers parameters module by module: here the model's blocks are the units.
+  if (config_.get_bool("use_deepspeed") && sh.stage == 3) o.units = model->reported_units();
   return make_sharded_strategy(model, device_, comm_, o);
 }
 

@@ -110,6 +110,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
     bert_ = module_->register_module("bert", std::make_shared<BertModel>(c_, o));
     classifier_ = module_->register_module("classifier", std::make_shared<Linear>(c_.hidden, c_.labels, true, c_.std, o));
   }
+  std::vector<std::string> reported_units() const override { return numbered_units("bert.encoder.layer.", c_.layers); }
   void reset_parameters() override { reset_tree(*module_); }
   void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
@@ -150,7 +151,10 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
       mask = padding_mask(m.to(dev), x.options());
     }
     auto heads = [&](const at::Tensor& t) { return t.view({B, T, c_.heads, hd}).transpose(1, 2); };
-    for (const auto& layer : bert_->encoder->layer->items) {
+    for (size_t l = 0; l < bert_->encoder->layer->items.size(); ++l) {
+      const auto& layer = bert_->encoder->layer->items[l];
+      const std::string unit = "bert.encoder.layer." + std::to_string(l);
+      unit_begin(unit);
       SelfAttention& a = *layer->attention->self;
       at::Tensor y = at::scaled_dot_product_attention(heads(a.query->forward(x)), heads(a.key->forward(x)),
                                                       heads(a.value->forward(x)), mask,
@@ -158,6 +162,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
       x = layer->attention->output->forward(y.transpose(1, 2).reshape({B, T, H}), x, c_.hidden_dropout, train);
       at::Tensor h = activation(c_.act, layer->intermediate->dense->forward(x));
       x = layer->output->forward(h, x, c_.hidden_dropout, train);
+      unit_end(unit, x);
     }
     at::Tensor pooled = at::tanh(bert_->pooler->dense->forward(x.select(1, 0)));
     at::Tensor logits = classifier_->forward(at::dropout(pooled, c_.classifier_dropout, train));

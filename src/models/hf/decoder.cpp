@@ -202,6 +202,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     base_inv_freq_ = dynamic_inv_freq_ = inverse_frequencies(d_, d_.theta);
     cached_len_ = d_.max_positions;
   }
+  std::vector<std::string> reported_units() const override { return numbered_units("model.layers.", d_.layers); }
   void reset_parameters() override { reset_tree(*module_); }
   void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
@@ -230,6 +231,8 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
     for (int64_t l = 0; l < d_.layers; ++l) {
       Layer& layer = *model_->layers->items[l];
+      const std::string unit = "model.layers." + std::to_string(l);
+      unit_begin(unit);
       Attention& a = *layer.self_attn;
       at::Tensor h = layer.input_layernorm->forward(x);
       at::Tensor q = a.q_proj->forward(h).view({B, T, d_.heads, hd}).transpose(1, 2);
@@ -245,7 +248,8 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
       x = residual(x, y);
       h = layer.post_attention_layernorm->forward(x);
       x = residual(x, layer.moe ? layer.moe->forward(h, d_.act) : layer.mlp->forward(h, d_.act));
-      release("model.layers." + std::to_string(l));
+      unit_end(unit, x);
+      release(unit);
     }
     if (cache) cache->length = past + T;
     x = model_->norm->forward(x);

@@ -84,6 +84,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
       : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), c_(std::move(c)) {
     t_ = module_->register_module("transformer", std::make_shared<Transformer>(c_, o));
   }
+  std::vector<std::string> reported_units() const override { return numbered_units("transformer.h.", c_.layers); }
   void reset_parameters() override { reset_tree(*module_); }
   void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
@@ -113,6 +114,8 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
     const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     for (int64_t l = 0; l < c_.layers; ++l) {
       Block& b = *t_->h->items[l];
+      const std::string unit = "transformer.h." + std::to_string(l);
+      unit_begin(unit);
       auto qkv = b.attn->c_attn->forward(b.ln_1->forward(x)).split(C, 2);
       auto heads = [&](const at::Tensor& t) { return t.view({B, T, c_.heads, hd}).transpose(1, 2); };
       at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
@@ -124,7 +127,8 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
       x = x + at::dropout(y, c_.resid_pdrop, train);
       at::Tensor m = b.mlp->c_proj->forward(activation(c_.act, b.mlp->c_fc->forward(b.ln_2->forward(x))));
       x = x + at::dropout(m, c_.resid_pdrop, train);
-      release("transformer.h." + std::to_string(l));
+      unit_end(unit, x);
+      release(unit);
     }
     if (cache) cache->length = past + T;
     x = t_->ln_f->forward(x);

@@ -1,0 +1,132 @@
+// Peak tensor memory of one rank training libacc's GPT with AdamW under the strategy its Accelerate config
+// chooses (DDP, ZeRO-1/2/3, FSDP), driven by bench/zero_memory.py. Bytes are counted by a reporting CPU allocator
+// installed before anything is allocated: every tensor's storage (parameters, gradients, optimizer state,
+// activations, communication buffers) is allocated through it, so its peak is the tensors' high-water mark.
+// Usage: zero_memory LAYERS EMBD HEADS VOCAB SEQ BATCH STEPS
+// Prints one line: MEM {"rank": r, "params": P, "after_prepare": bytes, "peak": bytes}
+#include <acc/acc.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+extern "C" {
+#include "step.h"
+}
+
+namespace {
+
+// Wraps the default CPU allocator; data pointers keep being their own context (ATen checks it), so the sizes
+// live in a map.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base), base_delete_(base->raw_deleter()) {}
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    inner.release_context();
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[data] = static_cast<int64_t>(n);
+    now_ += static_cast<int64_t>(n);
+    peak_ = std::max(peak_, now_);
+    return {data, data, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  int64_t now() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return now_;
+  }
+  int64_t peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = now_;
+  }
+  static CountingAllocator* instance;
+
+ private:
+  static void release(void* data) {
+    CountingAllocator& self = *instance;
+    {
+      std::lock_guard<std::mutex> lock(self.mu_);
+      auto it = self.sizes_.find(data);
+      if (it != self.sizes_.end()) {
+        self.now_ -= it->second;
+        self.sizes_.erase(it);
+      }
+    }
+    self.base_delete_(data);
+  }
+  c10::Allocator* base_;
+  c10::DeleterFnPtr base_delete_;
+  std::mutex mu_;
+  std::unordered_map<void*, int64_t> sizes_;
+  int64_t now_ = 0, peak_ = 0;
+};
+
+CountingAllocator* CountingAllocator::instance = nullptr;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr, "usage: zero_memory LAYERS EMBD HEADS VOCAB SEQ BATCH STEPS\n");
+    return 2;
+  }
+  static CountingAllocator counting(c10::GetCPUAllocator());
+  CountingAllocator::instance = &counting;
+  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  const int layers = std::atoi(argv[1]), embd = std::atoi(argv[2]), heads = std::atoi(argv[3]),
+            vocab = std::atoi(argv[4]), seq = std::atoi(argv[5]), batch = std::atoi(argv[6]), steps = std::atoi(argv[7]);
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 1}", &acc));
+  char spec[256];
+  std::snprintf(spec, sizeof spec,
+                "{\"type\": \"gpt\", \"vocab_size\": %d, \"block_size\": %d, \"n_layer\": %d, \"n_head\": %d, "
+                "\"n_embd\": %d}",
+                vocab, seq, layers, heads, embd);
+  acc_model* model;
+  CHECK(acc_model_create(spec, &model));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.0001}", &opt));
+  CHECK(acc_prepare(acc, model, opt, NULL, NULL));
+  int64_t params;
+  int32_t rank;
+  CHECK(acc_model_num_parameters(model, &params));
+  CHECK(acc_process_index(acc, &rank));
+  const int64_t after_prepare = counting.now();
+  counting.reset_peak();
+  std::vector<int64_t> ids(static_cast<size_t>(batch) * seq), next(ids.size());
+  const int64_t shape[2] = {batch, seq};
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint32_t k = static_cast<uint32_t>((s * 4 + rank) * ids.size() + i);
+      ids[i] = mix(k) % static_cast<uint32_t>(vocab);
+      next[i] = mix(k + 1) % static_cast<uint32_t>(vocab);
+    }
+    acc_tensor *x, *y, *loss;
+    CHECK(acc_tensor_from_host(ids.data(), ids.size() * sizeof(int64_t), ACC_INT64, shape, 2, &x));
+    CHECK(acc_tensor_from_host(next.data(), next.size() * sizeof(int64_t), ACC_INT64, shape, 2, &y));
+    CHECK(acc_model_forward(model, x, y, NULL, &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(x);
+    acc_tensor_destroy(y);
+  }
+  std::printf("MEM {\"rank\": %d, \"params\": %lld, \"after_prepare\": %lld, \"peak\": %lld}\n", rank,
+              static_cast<long long>(params), static_cast<long long>(after_prepare),
+              static_cast<long long>(counting.peak()));
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  return 0;
+}

@@ -3,7 +3,8 @@
 // installed before anything is allocated: every tensor's storage (parameters, gradients, optimizer state,
 // activations, communication buffers) is allocated through it, so its peak is the tensors' high-water mark.
 // Usage: zero_memory LAYERS EMBD HEADS VOCAB SEQ BATCH STEPS
-// Prints one line: MEM {"rank": r, "params": P, "after_prepare": bytes, "peak": bytes}
+// Prints one line: MEM {"rank": r, "params": P, "after_prepare": bytes, "peak": bytes, and the peak of each phase:
+// "forward", "backward", "step" (with zero_grad)}
 #include <acc/acc.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -41,13 +42,12 @@ class CountingAllocator final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     return now_;
   }
-  int64_t peak() {
+  // The peak since the last call; the next one starts from what is allocated now.
+  int64_t take_peak() {
     std::lock_guard<std::mutex> lock(mu_);
-    return peak_;
-  }
-  void reset_peak() {
-    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t p = peak_;
     peak_ = now_;
+    return p;
   }
   static CountingAllocator* instance;
 
@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   CHECK(acc_model_num_parameters(model, &params));
   CHECK(acc_process_index(acc, &rank));
   const int64_t after_prepare = counting.now();
-  counting.reset_peak();
+  counting.take_peak();
+  int64_t phase_peak[3] = {0, 0, 0};  // forward, backward, optimizer step
   std::vector<int64_t> ids(static_cast<size_t>(batch) * seq), next(ids.size());
   const int64_t shape[2] = {batch, seq};
   for (int s = 0; s < steps; ++s) {
@@ -114,17 +115,23 @@ int main(int argc, char** argv) {
     acc_tensor *x, *y, *loss;
     CHECK(acc_tensor_from_host(ids.data(), ids.size() * sizeof(int64_t), ACC_INT64, shape, 2, &x));
     CHECK(acc_tensor_from_host(next.data(), next.size() * sizeof(int64_t), ACC_INT64, shape, 2, &y));
+    // The peak of each phase (the allocator's peak is reset between them).
     CHECK(acc_model_forward(model, x, y, NULL, &loss));
+    phase_peak[0] = std::max(phase_peak[0], counting.take_peak());
     CHECK(acc_backward(acc, loss));
+    phase_peak[1] = std::max(phase_peak[1], counting.take_peak());
     CHECK(acc_optimizer_step(opt));
     CHECK(acc_optimizer_zero_grad(opt));
+    phase_peak[2] = std::max(phase_peak[2], counting.take_peak());
     acc_tensor_destroy(loss);
     acc_tensor_destroy(x);
     acc_tensor_destroy(y);
   }
-  std::printf("MEM {\"rank\": %d, \"params\": %lld, \"after_prepare\": %lld, \"peak\": %lld}\n", rank,
-              static_cast<long long>(params), static_cast<long long>(after_prepare),
-              static_cast<long long>(counting.peak()));
+  std::printf("MEM {\"rank\": %d, \"params\": %lld, \"after_prepare\": %lld, \"peak\": %lld, \"forward\": %lld, "
+              "\"backward\": %lld, \"step\": %lld}\n",
+              rank, static_cast<long long>(params), static_cast<long long>(after_prepare),
+              static_cast<long long>(*std::max_element(phase_peak, phase_peak + 3)), static_cast<long long>(phase_peak[0]),
+              static_cast<long long>(phase_peak[1]), static_cast<long long>(phase_peak[2]));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);

@@ -10,10 +10,10 @@ beside the model (P parameters, N processes, fp32 with Adam's two moments):
     ZeRO-2  4 P + 12 P / N
     ZeRO-3  16 P / N + the largest unit's gathered parameters (4 bytes each)
 
-each plus the activations, measured as what a forward and backward add on one process beyond its parameters and
-gradients. Bytes are counted by a reporting allocator (bench/zero_memory.cpp), not RSS.
+each plus the activations, measured as what one process's forward adds to its parameters and moments (their
+high-water mark). Bytes are counted by a reporting allocator (bench/zero_memory.cpp), not RSS.
 
-    python3 bench/zero_memory.py              # 4 processes, a GPT of 97.5 M parameters (about 6 minutes)
+    python3 bench/zero_memory.py              # 4 processes, a GPT of 98.5 M parameters (about 2 minutes)
     python3 bench/zero_memory.py --layers 2 --embd 128 --vocab 512   # quick
 """
 import argparse
@@ -53,10 +53,10 @@ def run(args, n, config, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--processes", type=int, default=4)
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--layers", type=int, default=13)
     ap.add_argument("--embd", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=16384)
+    ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=2, help="the second step has Adam's moments from the first")
@@ -65,10 +65,11 @@ def main():
     n = args.processes
     mb = 1 << 20
     with tempfile.TemporaryDirectory() as tmp:
-        # The activations: one process's peak beyond parameters, gradients and moments (16 P, no buckets).
+        # The activations: what one process's forward adds to its parameters and moments (12 P; the gradients
+        # were freed by zero_grad), at their high-water mark, the end of the forward.
         single = run(args, 1, None, tmp)[0]
         P = single["params"]
-        act = single["peak"] - 16 * P
+        act = single["forward"] - 12 * P
         # The largest unit ZeRO-3 gathers: the root (embeddings, final norm) or a block.
         block = 12 * args.embd * args.embd + 13 * args.embd
         root = (args.vocab + args.seq) * args.embd + 2 * args.embd

@@ -108,14 +108,14 @@ struct ShardState final : UnitHooks {
     p.mutable_grad().reset();
   }
 
-  // The group's flat gradient goes out as one reduce-scatter. The one launched before is waited for then, and
-  // its flat gradient freed: at most two are in flight.
+  // The group's flat gradient goes out as one reduce-scatter, once the one before is done and its flat gradient
+  // freed: one is in flight while backward goes on, so gradients in transit never exceed one bucket or unit.
   void launch(Group& g) {
     for (size_t j = 0; j < g.members.size(); ++j) take_gradient(g, j);
     if (!g.grad_in.defined()) g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
+    if (in_flight) finish(*in_flight);
     g.grad_out = at::empty({g.shard_len}, g.grad_in.options());
     g.work = comm->reduce_scatter_sum_async(g.grad_out, g.grad_in);
-    if (in_flight) finish(*in_flight);
     in_flight = &g;
   }
 
@@ -360,7 +360,7 @@ class ShardedStrategy final : public Strategy {
         if (piece.tensor.grad().defined())
           piece.tensor.mutable_grad().add_(grad);
         else
-          piece.tensor.mutable_grad() = grad.clone();  // its own: optimizers detach gradients in place
+          piece.tensor.mutable_grad() = grad;  // a view: Optimizer::zero_grad frees without detaching
       }
       g.grad_out = at::Tensor();
     }

@@ -154,7 +154,12 @@ Optimizer::~Optimizer() = default;
 
 void Optimizer::step() { impl_->step(); }
 
-void Optimizer::zero_grad() { impl_->zero_grad(/*set_to_none=*/true); }
+void Optimizer::zero_grad() {
+  // torch.optim's zero_grad(set_to_none=True). Not LibTorch's, which detaches each gradient in place first and
+  // so fails on gradients that are views (a sharded strategy's are views of its reduce-scatter output).
+  for (auto& g : impl_->param_groups())
+    for (auto& p : g.params()) p.mutable_grad().reset();
+}
 
 double Optimizer::lr() const { return impl_->param_groups().front().options().get_lr(); }
 

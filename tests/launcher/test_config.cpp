@@ -973,15 +973,21 @@ TEST(Unsupported, NamedWithTheirSource) {
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"init_process_group_kwargs": {"backend": "gloo"}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": ["tensorboard", "jsonl", "csv", "mlflow"]})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": "all"})", {})));
+  // Sharded data parallelism: FSDP and DeepSpeed ZeRO configs as Accelerate users write them.
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}})", {})));
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}})));
   struct Case {
     std::string json;
     Env env;
     std::string want;
   };
   const std::vector<Case> cases = {
-      {R"({"fsdp_plugin": {"fsdp_version": 2}})", {}, "'use_fsdp' = true (from explicit acc_accelerator_create): FSDP"},
-      {"", {{"ACCELERATE_USE_FSDP", "true"}}, "'use_fsdp' = true (from env ACCELERATE_USE_FSDP)"},
-      {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}}, "DeepSpeed (ZeRO) is not supported yet by libacc"},
+      {R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {},
+       "'fsdp_plugin.sharding_strategy' = \"HYBRID_SHARD\" (from explicit acc_accelerator_create): hybrid sharding"},
+      {"", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}},
+       "'fsdp_plugin.cpu_offload' = true (from env FSDP_OFFLOAD_PARAMS): FSDP CPU offload"},
+      {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}},
+       "'deepspeed_plugin.offload_optimizer_device' = \"cpu\" (from env ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload"},
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
       {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
@@ -1337,3 +1343,39 @@ TEST(Files, RunRecordDirectoryIsCreated) {
 }
 
 }  // namespace
+
+TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
+  EXPECT_EQ(sharding(resolve_accelerator("", {})).stage, 0);
+  Sharding full = sharding(resolve_accelerator(R"({"fsdp_plugin": {}})", {}));
+  EXPECT_EQ(full.stage, 3);
+  EXPECT_TRUE(full.reshard_after_forward);
+  EXPECT_EQ(full.label, "FSDP FULL_SHARD");
+  EXPECT_EQ(full.wrap_policy, "NO_WRAP");
+  Sharding grad_op = sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": 2}})", {}));
+  EXPECT_EQ(grad_op.stage, 3);
+  EXPECT_FALSE(grad_op.reshard_after_forward);
+  EXPECT_EQ(grad_op.label, "FSDP SHARD_GRAD_OP");
+  EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": "NO_SHARD"}})", {})).stage, 0);
+  // FSDP2 takes a bool; the environment as accelerate launch exports it.
+  Sharding v2 = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"},
+                                                   {"FSDP_RESHARD_AFTER_FORWARD", "false"},
+                                                   {"FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
+                                                   {"FSDP_TRANSFORMER_CLS_TO_WRAP", "LlamaDecoderLayer,GPT2Block"}}));
+  EXPECT_EQ(v2.stage, 3);
+  EXPECT_FALSE(v2.reshard_after_forward);
+  EXPECT_EQ(v2.wrap_policy, "TRANSFORMER_BASED_WRAP");
+  EXPECT_TRUE(v2.wrap_classes_set);
+  EXPECT_EQ(v2.wrap_classes, (std::vector<std::string>{"LlamaDecoderLayer", "GPT2Block"}));
+  // Accelerate drops a size-based policy with min_num_params 0.
+  EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"auto_wrap_policy": "SIZE_BASED_WRAP"}})", {})).wrap_policy,
+            "NO_WRAP");
+  Sharding sized = sharding(
+      resolve_accelerator(R"({"fsdp_plugin": {"auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 1000}})", {}));
+  EXPECT_EQ(sized.wrap_policy, "SIZE_BASED_WRAP");
+  EXPECT_EQ(sized.min_num_params, 1000);
+  Sharding ds = sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 1, "gradient_clipping": 1.5}})", {}));
+  EXPECT_EQ(ds.stage, 1);
+  EXPECT_EQ(ds.gradient_clipping, 1.5);
+  EXPECT_EQ(ds.label, "DeepSpeed ZeRO stage 1");
+  EXPECT_EQ(sharding(resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}})).stage, 2);  // Accelerate's default
+}

@@ -1030,9 +1030,9 @@ sys.exit(max(p.wait() for p in procs))
         r = self.config_cmd("explain", "--config_file", f, "--mixed_precision", "fp32")
         self.assertEqual(r.returncode, 2)  # a bad value cannot be explained: the error says it all
         self.assertIn("'mixed_precision' must be one of", r.stderr)
-        r = self.config_cmd("explain", "--use_fsdp", "--num_processes", "2")
+        r = self.config_cmd("explain", "--use_megatron_lm", "--num_processes", "2")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("libacc programs would refuse this config: 'use_fsdp' = true", r.stdout)
+        self.assertIn("libacc programs would refuse this config: 'use_megatron_lm' = true", r.stdout)
 
     def test_config_schema_validates_files(self):
         import json

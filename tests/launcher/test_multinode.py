@@ -90,12 +90,12 @@ class MultiNodeTest(unittest.TestCase):
 
     def test_acc_test_names_the_failing_step(self):
         # A paradigm libacc does not have: refused in acc_accelerator_create, with the key and where it came from.
-        rc, out, err = self.finish(self.start(["test", "--num_processes", "2", "--use_fsdp"]))
+        rc, out, err = self.finish(self.start(["test", "--num_processes", "2", "--use_megatron_lm"]))
         self.assertNotEqual(rc, 0)
         self.assertIn("acc test: FAILED at step 'rendezvous'", out)
         self.assertIn("ACC_ERR_UNSUPPORTED", out)
-        self.assertIn("'use_fsdp' = true (from env ACCELERATE_USE_FSDP): FSDP (fully sharded data parallel) is not "
-                      "supported yet by libacc", out)
+        self.assertIn("'use_megatron_lm' = true (from env ACCELERATE_USE_MEGATRON_LM): Megatron-LM is not supported yet "
+                      "by libacc", out)
         self.assertIn("first collective  not reached", out)
         # A peer that never comes: srun said 2 tasks, only one runs. The rendezvous times out, it does not hang.
         env = dict(self.env, SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NODEID="0",

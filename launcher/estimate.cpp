@@ -3,6 +3,7 @@
 // "mlp" or a "gpt"), one of a few named GPT-2 sizes, or a safetensors checkpoint (a file, or a directory of shards).
 // Parameter shapes are libacc's (acc/builtin_models.hpp); the largest layer is Accelerate's: the biggest
 // module without child modules (calculate_maximum_sizes).
+#include <cerrno>
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -148,6 +149,28 @@ std::string ascii_table(const std::vector<std::string>& headers, const std::vect
     bottom += repeat(line, w[i]);
   }
   return table + bottom + "┘";
+}
+
+// Each process's bytes of model state (weights, gradients, Adam's moments) under DDP and ZeRO stages 1-3, as the
+// ZeRO paper counts them: fp32 (4-byte weights and gradients, 8 bytes of moments) and mixed precision (16-bit
+// weights and gradients, fp32 master weights and moments: 12 bytes). Stage 3 also holds the largest layer gathered.
+std::string sharded_table(double params, double largest, int64_t n) {
+  const double N = static_cast<double>(n);
+  struct Stage {
+    const char* name;
+    double fp32, mixed;
+  };
+  const Stage stages[] = {
+      {"DDP", 16 * params, 16 * params},
+      {"ZeRO-1", 8 * params + 8 * params / N, 4 * params + 12 * params / N},
+      {"ZeRO-2", 4 * params + 12 * params / N, 2 * params + 14 * params / N},
+      {"ZeRO-3 / FSDP", 16 * params / N + 4 * largest, 16 * params / N + 2 * largest},
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& st : stages)
+    rows.push_back({st.name, convert_bytes({st.fp32, true}), convert_bytes({st.mixed, true})});
+  return ascii_table({"Strategy", "float32", "Mixed precision"}, rows,
+                     "Training using Adam, per process of " + std::to_string(n));
 }
 
 // ----------------------------------------------------------------------------------------------------- models
@@ -307,6 +330,7 @@ int estimate_main(const std::vector<std::string>& args) {
   // work too.
   opt("--dtypes", "DTYPE [DTYPE ...]", "float32, float16, bfloat16, int8, int4 (default: float32 float16 int8 int4)", true,
       {}, true);
+  opt("--num_processes", "N", "processes of the per-process table for DDP and ZeRO stages 1-3 (default: 8)", true);
   opt("--library_name", "NAME", "accepted for compatibility (acc reads no Hub models)", true);
   opt("--trust_remote_code", "", "accepted for compatibility", false);
   cli::Parsed p;
@@ -329,7 +353,13 @@ int estimate_main(const std::vector<std::string>& args) {
                          "    Mixtral, GPT-2, BERT: built empty, as Accelerate does for a Hub model).\n"
                          "Sizes count floating point tensors in float32, as Accelerate instantiates models; training\n"
                          "with Adam takes 4x the float32 size (weights, gradients, two moments), or 2x with mixed\n"
-                         "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.",
+                         "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.\n"
+                         "A second table gives each process's share of that training state across N processes\n"
+                         "(--num_processes) under DDP and ZeRO stages 1-3 (DeepSpeed's zero_stage; FSDP's FULL_SHARD\n"
+                         "and SHARD_GRAD_OP are stage 3), as the ZeRO paper counts it: with P parameters, fp32 takes\n"
+                         "DDP 16P, ZeRO-1 8P+8P/N, ZeRO-2 4P+12P/N, ZeRO-3 16P/N plus the largest layer gathered;\n"
+                         "mixed precision keeps fp32 master weights and moments (12P) beside 16-bit weights and\n"
+                         "gradients (2P each). Activations are not included.",
                          opts)
                    .c_str(),
                stdout);
@@ -338,6 +368,18 @@ int estimate_main(const std::vector<std::string>& args) {
   if (p.positionals.size() != 1) {
     std::fprintf(stderr, "%s: error: give one MODEL (a model spec, a GPT-2 size name or a safetensors file)\n", kMe);
     return 2;
+  }
+  int64_t processes = 8;
+  if (auto it = p.options.find("--num_processes"); it != p.options.end()) {
+    const std::string& v = it->second.value;
+    char* end = nullptr;
+    errno = 0;
+    processes = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno || processes < 1 || processes > 1000000) {
+      std::fprintf(stderr, "%s: error: --num_processes: '%s' is not a number of processes (1 to 1000000)\n", kMe,
+                   v.c_str());
+      return 2;
+    }
   }
   std::vector<std::string> dtypes;
   if (auto it = p.options.find("--dtypes"); it != p.options.end()) {
@@ -394,6 +436,7 @@ int estimate_main(const std::vector<std::string>& args) {
   }
   std::string title = "Memory Usage for loading `" + model + "`";
   std::printf("%s\n", ascii_table({"dtype", "Largest Layer", "Total Size", "Training using Adam"}, rows, title).c_str());
+  std::printf("%s\n", sharded_table(static_cast<double>(total) / 4, static_cast<double>(largest) / 4, processes).c_str());
   std::string list;
   for (size_t i = 0; i < names.size() && i < 3; ++i) list += (i ? ", " : "") + names[i];
   if (names.size() > 3) list += ", ...";

@@ -1117,6 +1117,24 @@ sys.exit(max(p.wait() for p in procs))
         self.assertIn("Memory Usage for loading `gpt2`", r.stdout)
         lines = r.stdout.splitlines()
         self.assertEqual(len({len(l) for l in lines[:10]}), 1, r.stdout)  # a rectangle
+        # Each process's share under DDP and the ZeRO stages (default 8 processes; here 4): P = 124,439,808,
+        # largest layer 38,597,376 parameters.
+        self.assertIn("Training using Adam, per process of 8", r.stdout)
+        r = subprocess.run([ACC, "estimate-memory", "gpt2", "--num_processes", "4"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        stages = [[c.strip() for c in l.strip("│").split("│")] for l in r.stdout.splitlines()
+                  if l.startswith("│") and ("ZeRO" in l or "DDP" in l or "Strategy" in l)]
+        self.assertEqual(stages, [["Strategy", "float32", "Mixed precision"],
+                                  ["DDP", "1.85 GB", "1.85 GB"],            # 16 P
+                                  ["ZeRO-1", "1.16 GB", "830.73 MB"],       # 8 P + 8 P / 4; 4 P + 12 P / 4
+                                  ["ZeRO-2", "830.73 MB", "652.71 MB"],     # 4 P + 12 P / 4; 2 P + 14 P / 4
+                                  ["ZeRO-3 / FSDP", "621.94 MB", "548.32 MB"]])  # 16 P / 4 + 4 or 2 x largest
+        for bad in ("0", "x", "-3"):
+            r = subprocess.run([ACC, "estimate-memory", "gpt2", "--num_processes", bad], capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(f"--num_processes: '{bad}' is not a number of processes", r.stderr)
         # GPT-2's Hugging Face config.json (in a model directory) gives GPT-2's table
         model_dir = os.path.join(self.tmp, "gpt2-config")
         os.makedirs(model_dir)

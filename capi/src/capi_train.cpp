@@ -132,7 +132,7 @@ acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc
   return guarded(__func__, [&] {
     need(out, "out");
     HandleLock lock(need(model, "model")->busy, "the model");
-    acc::core::Model& m = *model->slot->model;
+    acc::core::Model& m = model->slot->tensors(__func__);
     auto* lm = dynamic_cast<acc::core::hf::CausalLM*>(&m);
     if (!lm) throw std::invalid_argument("the model is not a causal language model (acc_model_from_pretrained's *ForCausalLM)");
     const auto options = acc::core::hf::parse_generation_options(options_json, lm->generation_defaults);

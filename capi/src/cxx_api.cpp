@@ -177,7 +177,7 @@ Batch HfModel::operator()(const Batch& batch) const {
 torch::Tensor HfModel::generate(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const std::string& options_json,
                                 const std::function<bool(const torch::Tensor&)>& on_tokens) const {
-  core::Model& m = *need(slot, "the model").model;
+  core::Model& m = need(slot, "the model").tensors("generate");
   auto* lm = dynamic_cast<core::hf::CausalLM*>(&m);
   if (!lm) throw std::invalid_argument("generate: the model is not a causal language model");
   return core::hf::generate(m, input_ids, attention_mask,

@@ -1,7 +1,7 @@
 // Trains a module defined right here (not a libacc built-in) through the C++ API, with its own
 // torch::optim::AdamW and StepLR: the same program on one process or many under `acc launch`.
 //
-//   acc launch --num_processes 2 build/examples/train_custom --steps 40 --out out/custom.safetensors
+//   acc launch --num_processes 2 build/examples/train_custom --steps 40 --out out/custom  (writes out/custom/model.safetensors)
 //
 // With split_batches every optimizer step sees the same 16 samples however many processes share them,
 // so the trained parameters match a one-process run (tests/mp checks max |diff| <= 1e-6).
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--accum")) accum = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: train_custom [--steps N] [--accum K] [--out FILE.safetensors]\n");
+      std::fprintf(stderr, "usage: train_custom [--steps N] [--accum K] [--out DIR]\n");
       return 2;
     }
   }
@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
                           " lr " + std::to_string(optimizer.lr()));
       }
     }
-    if (!out.empty() && accelerator.is_main_process()) acc::save_safetensors(*net, out);
-    accelerator.wait_for_everyone();
+    // Every process calls save_model (under ZeRO-3 it gathers the shards); the main process writes.
+    if (!out.empty()) accelerator.save_model(model, out);
   } catch (const std::exception& e) {
     std::cerr << "train_custom: " << e.what() << "\n";
     return 1;

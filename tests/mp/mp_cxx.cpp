@@ -2,7 +2,9 @@
 // a sample function) sharded across processes keep each sample's tensors together and gather_for_metrics
 // sees every sample once; gather_object, gather_object_for_metrics and broadcast_object carry byte
 // strings between the processes. Prints "N passed, N failed"; exits non-zero on a failed check.
+// `mp_cxx --write-script PATH` instead writes the TorchScript MLP test mp-sharded trains (3 -> 24 -> 1, tanh).
 #include <acc/torch.hpp>
+#include <torch/csrc/jit/api/module.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -60,7 +62,20 @@ std::string item(int r, int k) {
 
 }  // namespace
 
-int main() {
+int write_script(const std::string& path) {
+  torch::manual_seed(3);
+  torch::jit::Module m("ScriptedMlp");
+  m.register_parameter("w1", (torch::randn({3, 24}) * 0.5).requires_grad_(), false);
+  m.register_parameter("b1", torch::zeros({24}).requires_grad_(), false);
+  m.register_parameter("w2", (torch::randn({24, 1}) * 0.2).requires_grad_(), false);
+  m.register_parameter("b2", torch::zeros({1}).requires_grad_(), false);
+  m.define("def forward(self, input):\n    return torch.tanh(input.matmul(self.w1) + self.b1).matmul(self.w2) + self.b2\n");
+  m.save(path);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--write-script") return write_script(argv[2]);
   acc::Accelerator accelerator;
   const int rank = accelerator.process_index(), world = accelerator.num_processes();
   const int64_t n = 11;

@@ -1,6 +1,8 @@
 /* Sharded data parallel against DDP, started by `acc launch` with an Accelerate config file (FSDP or DeepSpeed
  * ZeRO, or none for DDP). Usage: mp_sharded MODEL STEPS ACCUM CLIP OUT
- *   MODEL mlp (121 parameters: no world size divides them) or gpt (tied embedding; blocks "GPT2Block")
+ *   MODEL mlp (121 parameters: no world size divides them), gpt (tied embedding; blocks "GPT2Block") or llama
+ *         (transformers' LlamaForCausalLM from a config: blocks "LlamaDecoderLayer", grouped-query attention), or
+ *         a TorchScript file (FILE.pt: an MLP's data, mse loss)
  *   STEPS AdamW steps (micro-steps: STEPS x ACCUM); CLIP > 0 clips the gradient norm before each step
  *   OUT   directory acc_save_model writes the trained weights to (every process calls it)
  *   LOAD  a checkpoint acc_load_state restores before training ("-": none); SAVE: where acc_save_state writes
@@ -48,10 +50,12 @@ static acc_dataset* make_data(int gpt, acc_tensor** keep) {
 
 int main(int argc, char** argv) {
   if (argc != 6 && argc != 8) {
-    fprintf(stderr, "usage: mp_sharded mlp|gpt STEPS ACCUM CLIP OUT [LOAD SAVE]\n");
+    fprintf(stderr, "usage: mp_sharded mlp|gpt|llama STEPS ACCUM CLIP OUT [LOAD SAVE]\n");
     return 2;
   }
-  const int gpt = !strcmp(argv[1], "gpt"), steps = atoi(argv[2]), accum = atoi(argv[3]);
+  const size_t len = strlen(argv[1]);
+  const int script = len > 3 && !strcmp(argv[1] + len - 3, ".pt");
+  const int llama = !strcmp(argv[1], "llama"), gpt = llama || !strcmp(argv[1], "gpt"), steps = atoi(argv[2]), accum = atoi(argv[3]);
   const double clip = atof(argv[4]);
   char cfg[128];
   snprintf(cfg, sizeof cfg, "{\"seed\": 7, \"gradient_accumulation_steps\": %d}", accum);
@@ -62,10 +66,23 @@ int main(int argc, char** argv) {
   acc_dataloader* dl;
   CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4, \"shuffle\": true}", &dl));
   acc_model* model;
-  CHECK(acc_model_create(gpt ? "{\"type\": \"gpt\", \"vocab_size\": 37, \"block_size\": 8, \"n_layer\": 2, "
-                               "\"n_head\": 2, \"n_embd\": 10, \"bias\": false}"
-                             : "{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}",
-                         &model));
+  if (script) {
+    CHECK(acc_model_load_torchscript(argv[1], "{\"loss\": \"mse\"}", &model));
+    CHECK(acc_model_set_training(model, 1));
+  } else if (llama) {
+    CHECK(acc_model_from_config(
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 37, "
+        "\"hidden_size\": 16, \"intermediate_size\": 20, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"max_position_embeddings\": 16, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+        "\"hidden_act\": \"silu\", \"initializer_range\": 0.02, \"tie_word_embeddings\": false}",
+        NULL, &model));
+    CHECK(acc_model_set_training(model, 1));
+  } else {
+    CHECK(acc_model_create(gpt ? "{\"type\": \"gpt\", \"vocab_size\": 37, \"block_size\": 8, \"n_layer\": 2, "
+                                 "\"n_head\": 2, \"n_embd\": 10, \"bias\": false}"
+                               : "{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}",
+                           &model));
+  }
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001}", &opt));
   CHECK(acc_prepare(acc, model, opt, NULL, dl));

@@ -27,14 +27,26 @@ def expect(cond, what, detail=""):
         print(f"FAILED: {what}\n{detail}", file=sys.stderr)
 
 
-def launch(n, *args, timeout=300, launcher_args=()):
-    # --cpu: these are CPU tests, also on a machine with GPUs (fewer GPUs than ranks is an error there).
-    cmd = [ACC, "launch", "--cpu", "--num_processes", str(n), "--main_process_port", "0", *launcher_args, WORKER,
+def launch(n, *args, timeout=300, launcher_args=(), config=None):
+    """config: the body of an Accelerate config file (it gets use_cpu: true) instead of --cpu."""
+    if config is None:
+        # --cpu: these are CPU tests, also on a machine with GPUs (fewer GPUs than ranks is an error there).
+        launcher_args = ("--cpu", *launcher_args)
+    else:
+        fd, path = tempfile.mkstemp(suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            f.write(config + "use_cpu: true\n")
+        launcher_args = ("--config_file", path, *launcher_args)
+    cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0", *launcher_args, WORKER,
            *map(str, args)]
     start = time.monotonic()
     # No user config file may leak into a test run.
     env = dict(os.environ, ACC_CONFIG_FILE="none")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    finally:
+        if config is not None:
+            os.unlink(launcher_args[1])
     return p, time.monotonic() - start
 
 
@@ -295,26 +307,34 @@ def case_checkpoint_crash_safety():
 
 def case_cpp_api():
     """examples/cpp/train_custom (a user-defined torch::nn::Module through acc/torch.hpp, with its own
-    AdamW and StepLR, clipping and accumulation): DDP on 2 processes equals 1 process on the full batch."""
+    AdamW and StepLR, clipping and accumulation): DDP on 2 processes equals 1 process on the full batch, and
+    ZeRO-2, ZeRO-3 and FSDP (the module gathered whole: it reports no blocks) equal DDP."""
     with tempfile.TemporaryDirectory() as d:
         for accum in (1, 2):
             runs = {}
-            for n, steps in ((2, 40), (1, 40), (1, 0)):
-                out = os.path.join(d, f"{accum}-{n}-{steps}.safetensors")
-                p, _ = launch(n, "--steps", steps, "--accum", accum, "--out", out)
-                expect(p.returncode == 0, f"train_custom on {n} processes, accum {accum}", p.stdout + p.stderr)
+            for n, steps, config in ((2, 40, None), (1, 40, None), (1, 0, None), (2, 40, "zero2"), (2, 40, "zero3"),
+                                     (2, 40, "full_shard")):
+                out = os.path.join(d, f"{accum}-{n}-{steps}-{config}")
+                body = SHARDED_CONFIGS[config].replace("{wrap}", "NO_WRAP") if config else None
+                p, _ = launch(n, "--steps", steps, "--accum", accum, "--out", out, config=body)
+                expect(p.returncode == 0, f"train_custom on {n} processes, accum {accum}, {config or 'DDP'}",
+                       p.stdout + p.stderr)
                 if p.returncode != 0:
                     return
-                runs[(n, steps)] = read_safetensors(out)
-            expect(sorted(runs[(1, 0)]) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "norm.bias",
-                                            "norm.weight"], "the module's own parameter names", str(sorted(runs[(1, 0)])))
-            diff = max_abs_diff(runs[(2, 40)], runs[(1, 40)])
-            moved = max_abs_diff(runs[(1, 40)], runs[(1, 0)])
+                runs[(n, steps, config)] = read_safetensors(os.path.join(out, "model.safetensors"))
+            expect(sorted(runs[(1, 0, None)]) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "norm.bias",
+                                                  "norm.weight"], "the module's own parameter names",
+                   str(sorted(runs[(1, 0, None)])))
+            diff = max_abs_diff(runs[(2, 40, None)], runs[(1, 40, None)])
+            moved = max_abs_diff(runs[(1, 40, None)], runs[(1, 0, None)])
             print(f"C++ API, accum {accum}: 2 processes vs 1 after 40 steps: max |diff| = {diff:.3g}; "
                   f"parameters moved by up to {moved:.3g}")
             expect(diff <= 1e-6, f"accum {accum}: DDP equals single-process training", f"max abs diff {diff}")
             expect(moved > 1e-2, f"accum {accum}: training changed the parameters", f"moved {moved}")
-
+            for config in ("zero2", "zero3", "full_shard"):
+                diff = max_abs_diff(runs[(2, 40, config)], runs[(2, 40, None)])
+                print(f"C++ API, accum {accum}: {config} vs DDP on 2 processes: max |diff| = {diff:.3g}")
+                expect(diff <= 1e-6, f"accum {accum}: {config} equals DDP", f"max abs diff {diff}")
 
 
 def case_hf_finetune():
@@ -395,6 +415,7 @@ SHARDED_CONFIGS = {
                      "  fsdp_auto_wrap_policy: {wrap}\n",
 }
 WRAP = {"gpt": "TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block",
+        "llama": "TRANSFORMER_BASED_WRAP",  # the model's _no_split_modules: LlamaDecoderLayer
         "mlp": "SIZE_BASED_WRAP\n  fsdp_min_num_params: 50"}
 
 
@@ -427,7 +448,7 @@ def case_sharded():
             return read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None
 
         for n in (2, 3, 4):
-            for model, accum, clip in (("mlp", 1, 0), ("gpt", 2, 0.05)):
+            for model, accum, clip in (("mlp", 1, 0), ("gpt", 2, 0.05)) + ((("llama", 1, 0.05),) if n == 3 else ()):
                 ddp = run(n, "ddp", model, 50, accum, clip)
                 start = run(n, "ddp", model, 0, accum, clip)
                 if ddp is None or start is None:
@@ -444,6 +465,16 @@ def case_sharded():
                                              f"clip {clip}", f"max abs diff {diff}")
                 print(f"{n} processes, {model}, accumulation {accum}, clip {clip}: every strategy vs DDP after 50 "
                       f"steps: max |diff| = {worst:.3g} (parameters moved by up to {moved:.3g})")
+        # A TorchScript module (tests/mp/mp_cxx --write-script): sharded whole, one unit.
+        script = os.path.join(d, "mlp.pt")
+        subprocess.run([os.path.join(os.path.dirname(WORKER), "mp_cxx"), "--write-script", script], check=True)
+        WRAP[script] = "NO_WRAP"
+        ddp = run(3, "ddp", script, 50, 2, 0.05)
+        for config in SHARDED_CONFIGS:
+            got = run(3, config, script, 50, 2, 0.05)
+            if ddp is not None and got is not None:
+                expect(max_abs_diff(ddp, got) <= 1e-6, f"TorchScript: {config} equals DDP on 3 processes",
+                       str(max_abs_diff(ddp, got)))
         # Checkpoints: save_state writes whole-parameter model and optimizer state whatever the strategy, so a
         # checkpoint of 2 ZeRO-3 processes loads on 3 FSDP ones and back on 2 DDP ones, file for file; and resuming
         # a ZeRO-3 run is exact.

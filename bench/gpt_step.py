@@ -1,8 +1,9 @@
 """PyTorch and Accelerate side of bench/run.py: the same GPT as libacc's built-in one (GPT-2 layout: pre-norm
 blocks, causal attention, GELU MLP, final layer norm, head tied to the token embedding), the same synthetic
-batches and AdamW, as DDP steps timed per phase after a warm-up. Started by `acc launch`, which sets
-torchrun's environment. Usage: gpt_step.py ddp|accelerate STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD
-(gpt_step.c's arguments)."""
+batches and AdamW, as DDP (or FSDP2) steps timed per phase after a warm-up. Started by `acc launch`, which sets
+torchrun's environment. Usage: gpt_step.py ddp|accelerate|fsdp2 STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD
+(gpt_step.c's arguments). fsdp2: torch.distributed.fsdp.fully_shard on each block, then on the whole model
+(FULL_SHARD: parameters resharded after forward), as libacc's FSDP with TRANSFORMER_BASED_WRAP."""
 import json
 import os
 import resource
@@ -82,6 +83,18 @@ def main():
         model, opt = accelerator.prepare(model, opt)
         rank, world, backward = accelerator.process_index, accelerator.num_processes, accelerator.backward
         barrier = accelerator.wait_for_everyone
+    elif mode == "fsdp2":
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        dist.init_process_group("gloo")
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for block in model.h:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)  # over the sharded parameters
+        rank, world, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+        backward = lambda loss: loss.backward()
     else:
         import torch.distributed as dist
         dist.init_process_group("gloo")

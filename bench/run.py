@@ -23,7 +23,11 @@ SIZES = {
     "demo": dict(layers=4, embd=128, heads=4, vocab=256, seq=64, batch=16, steps=100, warmup=10),
     "large": dict(layers=8, embd=512, heads=8, vocab=256, seq=128, batch=8, steps=20, warmup=3),
 }
-IMPLS = {"libacc": "libacc", "pytorch-ddp": "PyTorch DDP", "pytorch-accelerate": "Accelerate"}
+IMPLS = {"libacc": "libacc", "pytorch-ddp": "PyTorch DDP", "pytorch-accelerate": "Accelerate",
+         "pytorch-fsdp2": "PyTorch FSDP2"}
+# --strategy fsdp: libacc with this Accelerate config (FULL_SHARD, one unit per block), beside PyTorch's fully_shard.
+FSDP_CONFIG = ("distributed_type: FSDP\nuse_cpu: true\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: true\n"
+               "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block\n")
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
@@ -33,9 +37,10 @@ def model_args(size, steps, warmup):
     return [str(v) for v in (steps, warmup, s["batch"], s["seq"], s["vocab"], s["layers"], s["heads"], s["embd"])]
 
 
-def run(acc, procs, threads, program):
-    cmd = [acc, "launch", "--cpu", "--num_processes", str(procs), "--num_cpu_threads_per_process", str(threads),
-           "--main_process_port", "0", *program]
+def run(acc, procs, threads, program, config=None):
+    """config: an Accelerate config file for the run (instead of --cpu)."""
+    cmd = [acc, "launch", *(["--config_file", config] if config else ["--cpu"]), "--num_processes", str(procs),
+           "--num_cpu_threads_per_process", str(threads), "--main_process_port", "0", *program]
     env = dict(os.environ, ACC_CONFIG_FILE="none")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
@@ -92,13 +97,23 @@ def main():
     ap.add_argument("--warmup", type=int, help="warm-up steps per run (default: the size's own)")
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process (OMP_NUM_THREADS)")
-    ap.add_argument("--impls", default=",".join(IMPLS), help=f"comma-separated, of {', '.join(IMPLS)}")
+    ap.add_argument("--impls", default=None, help=f"comma-separated, of {', '.join(IMPLS)} (default: libacc, "
+                    "pytorch-ddp, pytorch-accelerate; with --strategy fsdp: libacc, pytorch-fsdp2)")
+    ap.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                    help="fsdp: libacc under an FSDP FULL_SHARD config (a unit per block) beside PyTorch FSDP2")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the meson build directory")
     ap.add_argument("--gpt-step", help="the gpt_step binary (default: BUILD/bench/gpt_step)")
     ap.add_argument("--json", help="also write every run's result to this file")
     a = ap.parse_args()
     sizes = a.sizes.split(",")
-    impls = a.impls.split(",")
+    impls = (a.impls or ("libacc,pytorch-fsdp2" if a.strategy == "fsdp" else "libacc,pytorch-ddp,pytorch-accelerate")
+             ).split(",")
+    fsdp_config = None
+    if a.strategy == "fsdp":
+        import tempfile
+        fd, fsdp_config = tempfile.mkstemp(suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            f.write(FSDP_CONFIG)
     for given, known in ((sizes, SIZES), (impls, IMPLS)):
         for x in given:
             if x not in known:
@@ -114,6 +129,7 @@ def main():
             "libacc": [gpt_step, *args],
             "pytorch-ddp": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "ddp", *args],
             "pytorch-accelerate": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "accelerate", *args],
+            "pytorch-fsdp2": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "fsdp2", *args],
         }
         print(f"{size}: {describe(size)}; {steps} timed steps after {warmup} warm-up", flush=True)
         results = {k: [] for k in impls}
@@ -121,7 +137,7 @@ def main():
             # Alternated, and the order turned every round, so that machine noise falls on all alike.
             order = impls[r % len(impls):] + impls[:r % len(impls)]
             for k in order:
-                res = run(acc, a.processes, a.threads, programs[k])
+                res = run(acc, a.processes, a.threads, programs[k], fsdp_config if k == "libacc" else None)
                 results[k].append(res)
                 print(f"  round {r + 1}/{a.rounds} {k:19s} {res['tokens_per_s']:9.0f} tokens/s  "
                       f"{res['step_ms']:9.3f} ms/step (" + ", ".join(f"{p} {res['phase_ms'][p]:.3f}" for p in PHASES)

@@ -381,9 +381,6 @@ std::optional<std::string> unsupported_setting(const Config& c) {
       return refuse("fsdp_plugin.cpu_offload", "FSDP CPU offload", "set it to false");
     if (c.get_bool("fsdp_plugin.activation_checkpointing"))
       return refuse("fsdp_plugin.activation_checkpointing", "FSDP activation checkpointing", "set it to false");
-    if (c.is_set("fsdp_plugin.mixed_precision_policy"))
-      return refuse("fsdp_plugin.mixed_precision_policy", "an FSDP mixed precision policy",
-                    "leave it null: mixed_precision applies (autocast over fp32 shards)");
     if (c.is_set("fsdp_plugin.ignored_modules"))
       return refuse("fsdp_plugin.ignored_modules", "FSDP ignored modules", "leave it null");
     if (c.is_set("fsdp_plugin.state_dict_type") && c.get_string("fsdp_plugin.state_dict_type") != "FULL_STATE_DICT")
@@ -401,8 +398,8 @@ std::optional<std::string> unsupported_setting(const Config& c) {
     return refuse("use_parallelism_config", "N-d parallelism (parallelism_config)", "train with DDP (the default) instead");
   if (c.get_string("dynamo_plugin.backend") != "NO")
     return refuse("dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
-  if (lower(c.get_string("ddp_kwargs.comm_hook")) != "no")
-    return refuse("ddp_kwargs.comm_hook", "a DDP communication hook", "set it to \"no\"");
+  if (const std::string hook = lower(c.get_string("ddp_kwargs.comm_hook")); hook != "no" && hook != "fp16" && hook != "bf16")
+    return refuse("ddp_kwargs.comm_hook", "the DDP communication hook \"" + hook + "\"", "use no, fp16 or bf16");
   if (lower(c.get_string("ddp_kwargs.comm_wrapper")) != "no")
     return refuse("ddp_kwargs.comm_wrapper", "a DDP communication wrapper", "set it to \"no\"");
   // Trackers: libacc writes TensorBoard event files, JSON lines, CSV and MLflow's file store (src/tracking).
@@ -424,9 +421,26 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   return std::nullopt;
 }
 
+namespace {
+
+// A dtype as Accelerate's policies spell it ("bf16", "bfloat16", "torch.bfloat16", ...) -> "bfloat16" / "float16" /
+// "float32"; "fp8" gathers in bfloat16, as Accelerate's mapping does.
+std::string policy_dtype(const std::string& v, const std::string& key) {
+  std::string d = v.rfind("torch.", 0) == 0 ? v.substr(6) : v;
+  if (d == "bf16" || d == "bfloat16" || d == "fp8") return "bfloat16";
+  if (d == "fp16" || d == "float16" || d == "half") return "float16";
+  if (d == "fp32" || d == "float32" || d == "float") return "float32";
+  throw Error("'" + key + "': '" + v + "' is not a dtype (bf16, fp16, fp32, or torch.bfloat16, ...)");
+}
+
+}  // namespace
+
 Sharding sharding(const Config& c) {
   if (c.kind() != SchemaKind::Accelerator) throw Error("sharding needs an accelerator config");
   Sharding sh;
+  const std::string mp = c.get_string("mixed_precision");
+  if (mp != "no" && (c.get_bool("use_deepspeed") || c.get_bool("use_fsdp")))
+    sh.param_dtype = sh.reduce_dtype = policy_dtype(mp, "mixed_precision");
   if (c.get_bool("use_deepspeed")) {
     sh.stage = static_cast<int>(c.get_int("deepspeed_plugin.zero_stage"));
     sh.label = "DeepSpeed ZeRO stage " + std::to_string(sh.stage);
@@ -444,6 +458,24 @@ Sharding sharding(const Config& c) {
     strategy = v == "true" ? "FULL_SHARD" : v == "false" ? "SHARD_GRAD_OP" : c.get_string("fsdp_plugin.reshard_after_forward");
   }
   sh.label = "FSDP " + strategy;
+  if (c.is_set("fsdp_plugin.mixed_precision_policy")) {
+    // A dtype for both, or {param_dtype, reduce_dtype, buffer_dtype / output_dtype}.
+    const char* key = "fsdp_plugin.mixed_precision_policy";
+    const Node policy = parse_json(c.get_json(key));
+    if (policy.kind == Kind::String) {
+      sh.param_dtype = sh.reduce_dtype = policy_dtype(policy.s, key);
+    } else if (policy.kind == Kind::Map) {
+      const Node* param = policy.find("param_dtype");
+      const Node* reduce = policy.find("reduce_dtype");
+      if (!param || param->kind != Kind::String)
+        throw Error("'" + std::string(key) + ".param_dtype' is required (bf16, fp16 or fp32)");
+      sh.param_dtype = policy_dtype(param->s, std::string(key) + ".param_dtype");
+      sh.reduce_dtype = reduce && reduce->kind == Kind::String ? policy_dtype(reduce->s, std::string(key) + ".reduce_dtype")
+                                                               : sh.param_dtype;
+    } else {
+      throw Error("'" + std::string(key) + "' must be a dtype or {param_dtype, reduce_dtype}");
+    }
+  }
   if (strategy == "NO_SHARD") return sh;
   sh.stage = 3;
   sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";

@@ -17,6 +17,7 @@ struct Bucket {
   std::vector<size_t> params;   // indices into State::params
   std::vector<int64_t> offsets; // element offset of each param inside `flat`
   at::Tensor flat;
+  at::Tensor wire;  // the compressed copy a comm hook sends (undefined without one)
   size_t pending = 0;
   bool launched = false;
   std::unique_ptr<PendingWork> work;
@@ -32,6 +33,7 @@ struct GradientReducer::State {
   std::vector<bool> ready;
   size_t next_to_launch = 0;
   size_t launched_by_hooks = 0;
+  int64_t bytes = 0;  // carried by this backward's all-reduces
   bool armed = false;
   std::mutex mu;  // autograd may call hooks from its worker thread
 
@@ -39,7 +41,15 @@ struct GradientReducer::State {
     // Buckets go out strictly in order: every rank must issue the same collectives in the same order.
     while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
       Bucket& b = buckets[next_to_launch++];
-      b.work = comm->all_reduce_sum_async(b.flat);
+      if (opts.compress != at::ScalarType::Undefined) {
+        // torch's fp16/bf16 compress hooks: divide before the sum, in the narrow dtype, so it cannot overflow.
+        b.wire = b.flat.to(opts.compress).div_(comm->size());
+        b.work = comm->all_reduce_sum_async(b.wire);
+        bytes += b.wire.numel() * b.wire.element_size();
+      } else {
+        b.work = comm->all_reduce_sum_async(b.flat);
+        bytes += b.flat.numel() * b.flat.element_size();
+      }
       b.launched = true;
     }
   }
@@ -129,12 +139,15 @@ size_t GradientReducer::num_buckets() const { return state_->buckets.size(); }
 
 size_t GradientReducer::launched_during_backward() const { return state_->launched_by_hooks; }
 
+int64_t GradientReducer::bytes_communicated() const { return state_->bytes; }
+
 void GradientReducer::prepare_for_backward(bool sync) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   s.armed = sync;
   s.next_to_launch = 0;
   s.launched_by_hooks = 0;
+  if (sync) s.bytes = 0;
   std::fill(s.ready.begin(), s.ready.end(), false);
   for (Bucket& b : s.buckets) {
     b.pending = b.params.size();
@@ -176,7 +189,12 @@ void GradientReducer::finalize_backward() {
   for (Bucket& b : s.buckets) {
     b.work->wait();
     b.work.reset();
-    b.flat.mul_(inv_world);
+    if (b.wire.defined()) {
+      b.flat.copy_(b.wire);  // already the mean
+      b.wire.reset();
+    } else {
+      b.flat.mul_(inv_world);
+    }
     for (size_t j = 0; j < b.params.size(); ++j) {
       at::Tensor& p = s.params[b.params[j]];
       at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());

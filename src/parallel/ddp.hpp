@@ -27,6 +27,8 @@ class GradientReducer {
   size_t num_buckets() const;
   // Buckets whose all-reduce a hook launched while backward was still running, in the last pass.
   size_t launched_during_backward() const;
+  // Bytes the buckets' all-reduces carried in the last synchronised backward (what each process contributes).
+  int64_t bytes_communicated() const;
 
   struct State;  // shared with the hooks
 

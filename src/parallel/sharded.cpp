@@ -30,8 +30,10 @@ struct Group {
   std::vector<size_t> members;   // indices into State::params
   std::vector<int64_t> offsets;  // each member's first element in `flat`
   int64_t numel = 0, shard_len = 0;
-  at::Tensor flat;   // shard_len * world elements; the members are views of it
-  at::Tensor shard;  // this rank's slice
+  at::Tensor flat;   // shard_len * world elements, in the compute dtype; the members are views of it
+  at::Tensor shard;  // this rank's slice, in the parameters' own dtype (a view of `flat` when it can be)
+  bool shard_in_flat = false;
+  bool predivided = false;  // the flat gradient was divided by the world size before a narrow reduce-scatter
   // What the optimizer steps: the parts of parameters inside the shard, as views of it. Stepped one tensor per
   // parameter (as FSDP's use_orig_params), each starting a multiple of 64 bytes into its parameter, the vectorised
   // kernels round every element as they do for the whole parameter: the result equals DDP's bit for bit.
@@ -86,9 +88,14 @@ struct ShardState final : UnitHooks {
   void gather(Group& g) {
     if (g.gathered) return;
     allocate_storage(g.flat);
-    at::Tensor mine = g.shard.detach();
+    at::Tensor mine = g.shard.detach().to(g.flat.scalar_type());  // the compute dtype travels
     comm->all_gather_into(g.flat, mine);
     g.gathered = true;
+  }
+
+  at::ScalarType reduce_dtype(const Group& g) const {
+    return opts.reduce_dtype != at::ScalarType::Undefined && at::isFloatingType(g.shard.scalar_type())
+               ? opts.reduce_dtype : g.flat.scalar_type();
   }
 
   void reshard(Group& g) {
@@ -103,7 +110,8 @@ struct ShardState final : UnitHooks {
     at::Tensor& p = params[g.members[j]];
     if (!p.grad().defined()) return;
     c10::NoGradGuard no_grad;
-    if (!g.grad_in.defined()) g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
+    if (!g.grad_in.defined())
+      g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
     g.grad_in.narrow(0, g.offsets[j], p.numel()).add_(p.grad().reshape({-1}));
     p.mutable_grad().reset();
   }
@@ -112,7 +120,11 @@ struct ShardState final : UnitHooks {
   // freed: one is in flight while backward goes on, so gradients in transit never exceed one bucket or unit.
   void launch(Group& g) {
     for (size_t j = 0; j < g.members.size(); ++j) take_gradient(g, j);
-    if (!g.grad_in.defined()) g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().requires_grad(false));
+    if (!g.grad_in.defined())
+      g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
+    // A sum of world-size gradients in 16 bits can overflow: divide first (torch's FSDP pre-divides too).
+    g.predivided = g.grad_in.scalar_type() != g.shard.scalar_type();
+    if (g.predivided) g.grad_in.div_(world());
     if (in_flight) finish(*in_flight);
     g.grad_out = at::empty({g.shard_len}, g.grad_in.options());
     g.work = comm->reduce_scatter_sum_async(g.grad_out, g.grad_in);
@@ -252,16 +264,22 @@ class ShardedStrategy final : public Strategy {
       const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
       g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
       const at::Tensor& first = s.params[g.members.front()];
-      g.flat = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
+      at::Tensor master = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
+      for (size_t j = 0; j < g.members.size(); ++j)
+        master.narrow(0, g.offsets[j], s.params[g.members[j]].numel()).copy_(s.params[g.members[j]].detach().reshape({-1}));
+      const at::ScalarType own = first.scalar_type();  // (set_data below changes it)
+      const at::ScalarType compute =
+          opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? opts.param_dtype : own;
+      g.flat = compute == own ? master : master.to(compute);
       for (size_t j = 0; j < g.members.size(); ++j) {
         at::Tensor& p = s.params[g.members[j]];
-        at::Tensor view = g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes());
-        view.copy_(p.detach());
-        p.set_data(view);
+        p.set_data(g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes()));
       }
-      at::Tensor mine = g.flat.narrow(0, rank * g.shard_len, g.shard_len);
-      // Stages 1 and 2 step the flat buffer's own slice; stage 3 keeps the slice and frees the buffer.
-      g.shard = opts.stage == 3 ? mine.clone() : mine.detach();
+      at::Tensor mine = master.narrow(0, rank * g.shard_len, g.shard_len);
+      // Stages 1 and 2 step the flat buffer's own slice; stage 3, or parameters computed in another dtype, keep
+      // the slice on its own (the flat buffer is freed, or holds the compute dtype's copy).
+      g.shard_in_flat = opts.stage < 3 && compute == own;
+      g.shard = g.shard_in_flat ? mine.detach() : mine.clone();
       const int64_t lo = rank * g.shard_len, hi = lo + g.shard_len;
       for (size_t j = 0; j < g.members.size(); ++j) {
         const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
@@ -354,9 +372,9 @@ class ShardedStrategy final : public Strategy {
     for (size_t k = s.groups.size(); k-- > 0;) {
       Group& g = s.groups[k];
       s.finish(g);
-      g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
+      if (!g.predivided) g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
       for (Group::Piece& piece : g.pieces) {
-        at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length);
+        at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.scalar_type());
         if (piece.tensor.grad().defined())
           piece.tensor.mutable_grad().add_(grad);
         else
@@ -372,7 +390,8 @@ class ShardedStrategy final : public Strategy {
     c10::NoGradGuard no_grad;
     for (Group& g : s_->groups) {
       if (!g.gathered) continue;
-      at::Tensor mine = g.shard.detach().clone();  // the collective must not read what it writes
+      // The collective must not read what it writes: a copy when the shard is a slice of the flat buffer.
+      at::Tensor mine = g.shard_in_flat ? g.shard.detach().clone() : g.shard.detach().to(g.flat.scalar_type());
       s_->comm->all_gather_into(g.flat, mine);
     }
   }
@@ -391,20 +410,43 @@ class ShardedStrategy final : public Strategy {
   }
 
   NamedTensors full_state_dict() const override {
-    if (s_->opts.stage < 3) return model_->state();
-    return with_gathered([&] {
-      NamedTensors out;
-      for (auto& [name, t] : model_->state()) out.emplace_back(name, t.detach().clone());
-      return out;
-    });
+    if (whole_in_model()) return model_->state();
+    // The masters (the shards, in the parameters' own dtype), gathered into whole tensors: a collective.
+    std::lock_guard<std::mutex> lock(s_->mu);
+    std::map<const void*, at::Tensor> whole;
+    for (const Group& g : s_->groups) {
+      at::Tensor flat = at::empty({g.shard_len * s_->world()}, g.shard.options().requires_grad(false));
+      at::Tensor mine = g.shard.detach();
+      s_->comm->all_gather_into(flat, mine);
+      for (size_t j = 0; j < g.members.size(); ++j) {
+        const at::Tensor& p = s_->params[g.members[j]];
+        whole[p.unsafeGetTensorImpl()] = flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes());
+      }
+    }
+    NamedTensors out;
+    for (auto& [name, t] : model_->state()) {
+      auto it = whole.find(t.unsafeGetTensorImpl());
+      out.emplace_back(name, it != whole.end() ? it->second : t.detach());
+    }
+    return out;
   }
 
   void load_full_state_dict(const NamedTensors& tensors, const std::string& source) override {
-    if (s_->opts.stage < 3) return model_->load_state_dict(tensors, source);
+    if (whole_in_model()) return model_->load_state_dict(tensors, source);
     with_gathered([&] {
-      model_->load_state_dict(tensors, source);
+      model_->load_state_dict(tensors, source);  // checks every name and shape; fills buffers and the flat buffers
+      // The masters from the given tensors themselves (not from a compute-dtype copy of them).
+      std::map<const void*, const at::Tensor*> by_impl;
+      const NamedTensors params = model_->named_parameters();
+      std::map<std::string, const at::Tensor*> given;
+      for (const auto& [name, t] : tensors) given[name] = &t;
+      for (const auto& [name, p] : params) by_impl.emplace(p.unsafeGetTensorImpl(), given.at(name));
       c10::NoGradGuard no_grad;
-      for (Group& g : s_->groups) g.shard.detach().copy_(g.flat.narrow(0, s_->comm->rank() * g.shard_len, g.shard_len));
+      for (Group& g : s_->groups)
+        for (const Group::Piece& piece : g.pieces) {
+          const at::Tensor& src = *by_impl.at(s_->params[g.members[piece.member]].unsafeGetTensorImpl());
+          g.shard.narrow(0, piece.offset, piece.length).copy_(src.reshape({-1}).narrow(0, piece.param_offset, piece.length));
+        }
       return 0;
     });
   }
@@ -413,6 +455,13 @@ class ShardedStrategy final : public Strategy {
   void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const override;
 
  private:
+  // Whether the model's own tensors are the whole parameters in their own dtype (stages 1-2 without a policy).
+  bool whole_in_model() const {
+    for (const Group& g : s_->groups)
+      if (!g.shard_in_flat) return false;
+    return true;
+  }
+
   // Where each optimizer parameter (a piece) lies: its parameter (index into params) and the offset in it.
   struct PieceAt {
     size_t param;

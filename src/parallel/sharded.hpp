@@ -29,6 +29,11 @@ struct ShardingOptions {
   // Stages 1 and 2: a unit's gradients go out in buckets of at most this many bytes (consecutive parameters), so
   // that a bucket's flat copy is all the gradient memory that is added.
   double bucket_cap_mb = 25.0;
+  // FSDP's MixedPrecision policy: parameters are gathered and computed in param_dtype and gradients
+  // reduce-scattered in reduce_dtype (divided by the world size first when narrower than the parameters), while the
+  // shards the optimizer steps keep the parameters' own dtype (fp32 masters). Undefined: the parameters' dtype.
+  at::ScalarType param_dtype = at::ScalarType::Undefined;
+  at::ScalarType reduce_dtype = at::ScalarType::Undefined;
   // Which configuration chose this strategy, for messages ("FSDP FULL_SHARD", "DeepSpeed ZeRO-2").
   std::string label;
 };

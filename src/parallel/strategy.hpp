@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include "data/batch.hpp"
 
@@ -22,6 +23,9 @@ struct DdpOptions {
   double first_bucket_cap_mb = 1.0;  // as torch's DDP: a small first bucket starts communication early
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;
+  // ddp_kwargs.comm_hook "fp16" / "bf16" (torch's fp16_compress_hook, bf16_compress_hook): each bucket travels
+  // divided by the world size in this dtype and comes back to the gradients' dtype. Undefined: uncompressed.
+  at::ScalarType compress = at::ScalarType::Undefined;
 };
 
 class Strategy {

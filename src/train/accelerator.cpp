@@ -346,10 +346,19 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     d.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
     d.broadcast_buffers = config_.get_bool("ddp_kwargs.broadcast_buffers");
     d.find_unused_parameters = config_.get_bool("ddp_kwargs.find_unused_parameters");
+    const std::string hook = config_.get_string("ddp_kwargs.comm_hook");
+    if (hook == "fp16" || hook == "FP16") d.compress = at::kHalf;
+    if (hook == "bf16" || hook == "BF16") d.compress = at::kBFloat16;
     return make_ddp_strategy(model, device_, comm_, d);
   }
   ShardingOptions o;
   o.stage = sh.stage;
+  const auto dtype = [](const std::string& d) {
+    return d == "bfloat16" ? at::kBFloat16 : d == "float16" ? at::kHalf : d == "float32" ? at::kFloat
+                                                                                          : at::ScalarType::Undefined;
+  };
+  o.param_dtype = dtype(sh.param_dtype);
+  o.reduce_dtype = dtype(sh.reduce_dtype);
   o.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
   o.reshard_after_forward = sh.reshard_after_forward;
   o.label = sh.label;

@@ -265,6 +265,44 @@ TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
   for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::allclose(params[i].grad(), local[i]));  // world 1: mean = itself
 }
 
+TEST(Ddp, CompressionHooksHalveTheTraffic) {
+  // ddp_kwargs.comm_hook fp16 / bf16: the buckets travel in 16 bits (half the bytes) and the gradients come
+  // back rounded to that dtype (world 1: the mean is the gradient itself).
+  ProcessState solo;
+  solo.master_port = 0;
+  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  auto model = make_builtin_model(R"({"type": "mlp", "sizes": [64, 64, 8]})");
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+  for (auto& [n, p] : model->named_parameters()) {
+    names.push_back(n);
+    params.push_back(p);
+  }
+  const int64_t elements = 64 * 64 + 64 + 64 * 8 + 8;
+  int64_t plain_bytes = 0;
+  for (at::ScalarType dtype : {at::ScalarType::Undefined, at::kHalf, at::kBFloat16}) {
+    DdpOptions opts;
+    opts.compress = dtype;
+    GradientReducer reducer(comm, names, params, opts);
+    for (auto& p : params) p.mutable_grad().reset();
+    reducer.prepare_for_backward(true);
+    model->forward({{"input", at::randn({4, 64})}, {"targets", at::randn({4, 8})}}).at("loss").backward();
+    std::vector<at::Tensor> local;
+    for (auto& p : params) local.push_back(p.grad().clone());
+    reducer.finalize_backward();
+    if (dtype == at::ScalarType::Undefined) {
+      plain_bytes = reducer.bytes_communicated();
+      EXPECT_EQ(plain_bytes, elements * 4);
+      continue;
+    }
+    EXPECT_EQ(reducer.bytes_communicated(), plain_bytes / 2) << dtype;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(at::equal(params[i].grad(), local[i].to(dtype).to(at::kFloat))) << names[i] << " " << dtype;
+      EXPECT_FALSE(at::equal(params[i].grad(), local[i])) << "a 16-bit round trip changes some of " << names[i];
+    }
+  }
+}
+
 TEST(Ddp, UnusedParametersAreNamed) {
   ProcessState solo;
   solo.master_port = 0;
@@ -374,6 +412,73 @@ TEST(Fp8, ScopeSwitchesTheModelsLinearLayers) {
   EXPECT_FALSE(at::equal(plain, quantized));
   EXPECT_LT(((quantized - plain).norm() / plain.norm()).item<double>(), 0.1);
   EXPECT_TRUE(at::equal(model->forward({{"input", x}}).at("output"), plain));  // the scope ended
+}
+
+}  // namespace
+}  // namespace acc::core
+
+#include "parallel/sharded.hpp"
+
+namespace acc::core {
+namespace {
+
+TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
+  // FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=bf16) on a one-process group: the model computes with
+  // bf16 copies, the optimizer steps fp32 shards, and the state dict holds the fp32 masters.
+  ProcessState solo;
+  solo.master_port = 0;
+  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::shared_ptr<Model> model = make_builtin_model(
+        R"({"type": "gpt", "vocab_size": 37, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16})");
+    NamedTensors before;
+    for (auto& [n, t] : model->state()) before.emplace_back(n, t.detach().clone());
+    ShardingOptions o;
+    o.stage = stage;
+    o.param_dtype = o.reduce_dtype = at::kBFloat16;
+    o.units = {"transformer.h.0", "transformer.h.1"};
+    auto strategy = make_sharded_strategy(model, at::kCPU, comm, o);
+    for (const auto& p : strategy->optimizer_parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+    NamedTensors full = strategy->full_state_dict();
+    ASSERT_EQ(full.size(), before.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      EXPECT_EQ(full[i].second.scalar_type(), at::kFloat) << full[i].first;
+      EXPECT_TRUE(at::equal(full[i].second, before[i].second)) << full[i].first << ": the masters are the fp32 weights";
+    }
+    Optimizer opt(strategy->optimizer_parameters(), R"({"type": "sgd", "lr": 0.5})");
+    at::Tensor ids = at::randint(37, {4, 8}, at::kLong);
+    strategy->before_forward();
+    if (stage == 2)
+      for (const auto& [n, p] : model->named_parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << n;
+    at::Tensor loss = model->forward({{"input_ids", ids}, {"targets", (ids * 7 + 3) % 37}}).at("loss");
+    EXPECT_EQ(loss.scalar_type(), at::kBFloat16) << "computed with the bf16 copies (no autocast here)";
+    strategy->after_forward();
+    strategy->before_backward(true);
+    loss.backward();
+    strategy->after_backward();
+    for (const auto& p : strategy->optimizer_parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+    }
+    opt.step();
+    strategy->after_optimizer_step();
+    NamedTensors after = strategy->full_state_dict();
+    double moved = 0;
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_EQ(after[i].second.scalar_type(), at::kFloat);
+      moved = std::max(moved, (after[i].second - before[i].second).abs().max().item<double>());
+    }
+    EXPECT_GT(moved, 1e-3) << "stage " << stage << ": the step changed the masters";
+    if (stage == 2)  // the bf16 copies follow the masters
+      for (size_t i = 0; i < after.size(); ++i)
+        if (model->state()[i].second.scalar_type() == at::kBFloat16)
+          EXPECT_TRUE(at::equal(model->state()[i].second, after[i].second.to(at::kBFloat16))) << after[i].first;
+    // Loading puts the given fp32 values into the masters exactly.
+    strategy->load_full_state_dict(before, "before");
+    NamedTensors reloaded = strategy->full_state_dict();
+    for (size_t i = 0; i < reloaded.size(); ++i) EXPECT_TRUE(at::equal(reloaded[i].second, before[i].second));
+  }
 }
 
 }  // namespace

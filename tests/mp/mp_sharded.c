@@ -7,7 +7,9 @@
  *   OUT   directory acc_save_model writes the trained weights to (every process calls it)
  *   LOAD  a checkpoint acc_load_state restores before training ("-": none); SAVE: where acc_save_state writes
  *         one after training
- * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it).
+ * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it). The main process
+ * prints "LOSS x", the last micro-step's loss averaged over the processes. MP_EXTRA_CONFIG adds keys to the
+ * explicit config (as JSON members).
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
 #include <math.h>
@@ -57,8 +59,11 @@ int main(int argc, char** argv) {
   const int script = len > 3 && !strcmp(argv[1] + len - 3, ".pt");
   const int llama = !strcmp(argv[1], "llama"), gpt = llama || !strcmp(argv[1], "gpt"), steps = atoi(argv[2]), accum = atoi(argv[3]);
   const double clip = atof(argv[4]);
-  char cfg[128];
-  snprintf(cfg, sizeof cfg, "{\"seed\": 7, \"gradient_accumulation_steps\": %d}", accum);
+  /* MP_EXTRA_CONFIG: more keys of the explicit config (e.g. "ddp_kwargs": {"comm_hook": "fp16"}). */
+  const char* extra = getenv("MP_EXTRA_CONFIG");
+  char cfg[512];
+  snprintf(cfg, sizeof cfg, "{\"seed\": 7, \"gradient_accumulation_steps\": %d%s%s}", accum, extra ? ", " : "",
+           extra ? extra : "");
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(cfg, &acc));
   acc_tensor* keep[2];
@@ -88,6 +93,7 @@ int main(int argc, char** argv) {
   CHECK(acc_prepare(acc, model, opt, NULL, dl));
   if (argc == 8 && strcmp(argv[6], "-")) CHECK(acc_load_state(acc, argv[6]));
   int done = 0;
+  double last_loss = 0;
   while (done < steps * accum) {
     acc_tensor *bx, *by, *loss;
     int32_t has, sync;
@@ -95,6 +101,7 @@ int main(int argc, char** argv) {
     if (!has) continue;
     CHECK(acc_accumulate_begin(acc, model));
     CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+    CHECK(acc_tensor_item(loss, &last_loss));
     CHECK(acc_backward(acc, loss));
     CHECK(acc_sync_gradients(acc, &sync));
     double norm = 0;
@@ -123,6 +130,17 @@ int main(int argc, char** argv) {
     acc_tensor_destroy(by);
     ++done;
   }
+  /* The mean over the processes of the last micro-step's loss. */
+  acc_tensor *l, *mean;
+  float lf = (float)last_loss, mean_f;
+  CHECK(acc_tensor_from_host(&lf, sizeof lf, ACC_FLOAT32, NULL, 0, &l));
+  CHECK(acc_reduce(acc, l, ACC_REDUCE_MEAN, &mean));
+  CHECK(acc_tensor_to_host(mean, &mean_f, sizeof mean_f));
+  int32_t is_main;
+  CHECK(acc_is_main_process(acc, &is_main));
+  if (is_main) printf("LOSS %.6f\n", mean_f);
+  acc_tensor_destroy(l);
+  acc_tensor_destroy(mean);
   CHECK(acc_save_model(model, argv[5], NULL));
   if (argc == 8) CHECK(acc_save_state(acc, argv[7]));
   acc_optimizer_destroy(opt);

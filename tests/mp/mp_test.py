@@ -430,7 +430,7 @@ def case_sharded():
     3e-6 in 50 steps), and the GPT has no linear biases, whose attention-key part has a gradient of pure rounding
     noise that AdamW turns into lr-sized steps (with it, even two runs of DDP differing in one bit diverge)."""
     with tempfile.TemporaryDirectory() as d:
-        def run(n, config, *args):
+        def run(n, config, *args, extra_config=None):
             label = config if config in SHARDED_CONFIGS or config == "ddp" else f"custom{abs(hash(config))}"
             out = os.path.join(d, f"{n}-{label}-" + "-".join(map(str, args)).replace("/", "_"))
             cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0"]
@@ -442,8 +442,9 @@ def case_sharded():
                     f.write(SHARDED_CONFIGS.get(config, config).replace("{wrap}", WRAP[args[0]]) + "use_cpu: true\n")
                 cmd += ["--config_file", path]
             args = list(map(str, args))
+            env = dict(os.environ, ACC_CONFIG_FILE="none", **({"MP_EXTRA_CONFIG": extra_config} if extra_config else {}))
             p = subprocess.run(cmd + [WORKER, *args[:4], out, *args[4:]], capture_output=True, text=True, timeout=300,
-                               env=dict(os.environ, ACC_CONFIG_FILE="none"))
+                               env=env)
             expect(p.returncode == 0, f"{config} on {n} processes, {args}", p.stdout + p.stderr)
             return read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None
 
@@ -494,6 +495,50 @@ def case_sharded():
         if straight is not None and resumed is not None:
             expect(max_abs_diff(straight, resumed) == 0, "ZeRO-3: 10 steps, save_state, load_state, 10 steps equal 20 steps",
                    str(max_abs_diff(straight, resumed)))
+        # Mixed precision: with mixed_precision bf16, Accelerate gives FSDP a MixedPrecision(param_dtype=bf16,
+        # reduce_dtype=bf16) policy (and DeepSpeed its bf16 mode): parameters gathered and computed in bf16,
+        # gradients reduce-scattered in bf16, fp32 masters stepped and saved (read_safetensors requires F32). It
+        # trains as DDP under bf16 autocast does, within bf16's precision.
+        bf16 = "mixed_precision: bf16\n"
+        want = run(2, bf16 + "distributed_type: MULTI_CPU\n", "gpt", 50, 1, 0)
+        fp32 = run(2, "ddp", "gpt", 50, 1, 0)
+        for name in ("full_shard", "zero2"):
+            got = run(2, bf16 + SHARDED_CONFIGS[name], "gpt", 50, 1, 0)
+            # FullyShardedDataParallelPlugin(mixed_precision_policy=...) in code: the explicit config here.
+            explicit = run(2, SHARDED_CONFIGS["full_shard"], "gpt", 50, 1, 0, extra_config='"fsdp_plugin": '
+                           '{"mixed_precision_policy": {"param_dtype": "bf16", "reduce_dtype": "fp32"}}') \
+                if name == "full_shard" else None
+            for label, result in ((name, got), ("an explicit policy", explicit)):
+                if result is not None and want is not None and fp32 is not None:
+                    diff, off_fp32 = max_abs_diff(want, result), max_abs_diff(fp32, result)
+                    print(f"bf16 {label} vs DDP under bf16 autocast after 50 steps: max |diff| = {diff:.3g} "
+                          f"({off_fp32:.3g} from fp32 DDP)")
+                    expect(diff <= 2e-2, f"bf16 {label}: fp32 masters trained as DDP's within bf16 precision",
+                           str(diff))
+                    expect(off_fp32 > 1e-4, f"bf16 {label}: computed in bf16 (not as fp32 training)", str(off_fp32))
+        # DDP communication hooks (ddp_kwargs.comm_hook): fp16 / bf16 compression converges as uncompressed DDP
+        # does (the traffic halves: test_core's Ddp.CompressionHooksHalveTheTraffic).
+        losses, weights = {}, {}
+        for hook in ("no", "fp16", "bf16"):
+            out = os.path.join(d, "hook-" + hook)
+            p = subprocess.run([ACC, "launch", "--cpu", "--num_processes", "2", "--main_process_port", "0", WORKER,
+                                "gpt", "50", "1", "0", out], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, ACC_CONFIG_FILE="none",
+                                        MP_EXTRA_CONFIG=f'"ddp_kwargs": {{"comm_hook": "{hook}"}}'))
+            expect(p.returncode == 0, f"DDP with comm_hook {hook}", p.stdout + p.stderr)
+            if p.returncode != 0:
+                return
+            losses[hook] = float(re.search(r"^LOSS (\S+)$", p.stdout, re.M).group(1))
+            weights[hook] = read_safetensors(os.path.join(out, "model.safetensors"))
+        for hook in ("fp16", "bf16"):
+            diff = max_abs_diff(weights[hook], weights["no"])
+            print(f"comm_hook {hook}: loss after 50 steps {losses[hook]:.4f} vs {losses['no']:.4f} uncompressed; "
+                  f"parameters within {diff:.3g}")
+            # Stated tolerance: the final loss within 1% and the parameters within 1e-2 of uncompressed DDP.
+            expect(abs(losses[hook] - losses["no"]) <= 0.01 * losses["no"], f"comm_hook {hook}: the loss converges "
+                   "as uncompressed DDP's", f"{losses[hook]} vs {losses['no']}")
+            expect(0 < diff <= 1e-2, f"comm_hook {hook}: the parameters stay close to (and differ from) DDP's",
+                   str(diff))
         # DeepSpeed's gradient_clipping clips inside every step, as clipping in the loop does.
         ds_clip = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 0.05\n")
         got, want = run(2, ds_clip, "gpt", 30, 1, 0), run(2, "ddp", "gpt", 30, 1, 0.05)

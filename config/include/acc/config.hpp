@@ -151,6 +151,9 @@ struct Sharding {
   bool wrap_classes_set = false;        // false: the model's own no-split classes (Accelerate's default)
   int64_t min_num_params = 0;
   double gradient_clipping = 0;         // DeepSpeed's gradient_clipping: every optimizer step clips to it
+  // The MixedPrecision policy ("bfloat16", "float16", "float32"; "" for none): FSDP's mixed_precision_policy, or
+  // as Accelerate derives it from mixed_precision (bf16, fp16; fp8 gathers bf16) for FSDP and DeepSpeed.
+  std::string param_dtype, reduce_dtype;
   std::string label;                    // for messages: "FSDP FULL_SHARD", "DeepSpeed ZeRO stage 2"
 };
 Sharding sharding(const Config& accelerator);

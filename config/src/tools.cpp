@@ -373,10 +373,7 @@ std::optional<std::string> unsupported_setting(const Config& c) {
     return m;
   };
   if (c.get_bool("use_fsdp")) {
-    const Sharding sh = sharding(c);
-    if (sh.label.find("HYBRID") != std::string::npos)
-      return refuse(c.is_set("fsdp_plugin.sharding_strategy") ? "fsdp_plugin.sharding_strategy" : "fsdp_plugin.reshard_after_forward",
-                    "hybrid sharding (shard inside a machine, replicate across machines)", "use FULL_SHARD or SHARD_GRAD_OP");
+    (void)sharding(c);  // its errors (a policy's bad dtype) name their key
     if (c.get_bool("fsdp_plugin.cpu_offload"))
       return refuse("fsdp_plugin.cpu_offload", "FSDP CPU offload", "set it to false");
     if (c.get_bool("fsdp_plugin.activation_checkpointing"))
@@ -479,6 +476,7 @@ Sharding sharding(const Config& c) {
   if (strategy == "NO_SHARD") return sh;
   sh.stage = 3;
   sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
+  sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
   sh.wrap_policy = c.get_string("fsdp_plugin.auto_wrap_policy");
   if (c.is_set("fsdp_plugin.transformer_cls_names_to_wrap")) {
     sh.wrap_classes = c.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap");

@@ -71,7 +71,8 @@ void allocate_storage(const at::Tensor& flat) {
 }  // namespace
 
 struct ShardState final : UnitHooks {
-  std::shared_ptr<Comm> comm;
+  std::shared_ptr<Comm> comm;       // the ranks that share the shards (all of them, but under hybrid sharding)
+  std::shared_ptr<Comm> replicas;   // hybrid sharding: the ranks that hold the same shard; null otherwise
   ShardingOptions opts;
   std::vector<at::Tensor> params;          // trainable, unique
   std::vector<size_t> group_of;            // param -> group
@@ -84,6 +85,8 @@ struct ShardState final : UnitHooks {
   std::mutex mu;                           // autograd may run hooks on its worker thread
 
   int world() const { return comm->size(); }
+  // Every process of the job: what gradients are averaged over.
+  int total() const { return comm->size() * (replicas ? replicas->size() : 1); }
 
   void gather(Group& g) {
     if (g.gathered) return;
@@ -124,7 +127,7 @@ struct ShardState final : UnitHooks {
       g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
     // A sum of world-size gradients in 16 bits can overflow: divide first (torch's FSDP pre-divides too).
     g.predivided = g.grad_in.scalar_type() != g.shard.scalar_type();
-    if (g.predivided) g.grad_in.div_(world());
+    if (g.predivided) g.grad_in.div_(total());
     if (in_flight) finish(*in_flight);
     g.grad_out = at::empty({g.shard_len}, g.grad_in.options());
     g.work = comm->reduce_scatter_sum_async(g.grad_out, g.grad_in);
@@ -220,13 +223,28 @@ class ShardedStrategy final : public Strategy {
       : Strategy(std::move(model)), s_(std::make_shared<ShardState>()) {
     if (opts.stage < 1 || opts.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3");
     ShardState& s = *s_;
-    s.comm = std::move(comm);
     s.opts = opts;
     model_->to(device);
     // Every rank starts from rank 0's weights (FSDP's sync_module_states, DeepSpeed's broadcast).
     std::vector<at::Tensor> state;
     for (auto& [n, t] : model_->state()) state.push_back(t);
-    broadcast_from_rank0(*s.comm, state);
+    broadcast_from_rank0(*comm, state);
+    const int size = comm->size(), group = opts.shard_group_size;
+    if (group > 0 && group < size) {
+      if (size % group != 0)
+        throw std::invalid_argument("hybrid sharding needs the same number of processes on every machine: " +
+                                    std::to_string(size) + " processes do not split into groups of " +
+                                    std::to_string(group));
+      // Groups of consecutive ranks (a machine) share shards; ranks with the same place in their group replicate.
+      const int me = comm->rank(), first = me / group * group;
+      std::vector<int> shard_ranks, replica_ranks;
+      for (int r = first; r < first + group; ++r) shard_ranks.push_back(r);
+      for (int r = me % group; r < size; r += group) replica_ranks.push_back(r);
+      s.comm = comm->subgroup(shard_ranks, "hybrid_shard_" + std::to_string(first / group));
+      s.replicas = comm->subgroup(replica_ranks, "hybrid_replica_" + std::to_string(me % group));
+    } else {
+      s.comm = std::move(comm);
+    }
 
     const std::set<std::string> units(opts.units.begin(), opts.units.end());
     std::map<std::pair<std::string, at::ScalarType>, size_t> index;  // the group being filled
@@ -368,10 +386,11 @@ class ShardedStrategy final : public Strategy {
     s.launch_ready_suffix();
     lock.unlock();
     c10::NoGradGuard no_grad;
-    const double inv_world = 1.0 / s.world();
+    const double inv_world = 1.0 / s.total();
     for (size_t k = s.groups.size(); k-- > 0;) {
       Group& g = s.groups[k];
       s.finish(g);
+      if (s.replicas) s.replicas->all_reduce(g.grad_out, ReduceOp::Sum);  // the other machines' sums of this shard
       if (!g.predivided) g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
       for (Group::Piece& piece : g.pieces) {
         at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.scalar_type());

@@ -34,6 +34,9 @@ struct ShardingOptions {
   // shards the optimizer steps keep the parameters' own dtype (fp32 masters). Undefined: the parameters' dtype.
   at::ScalarType param_dtype = at::ScalarType::Undefined;
   at::ScalarType reduce_dtype = at::ScalarType::Undefined;
+  // FSDP's HYBRID_SHARD: shard inside groups of this many consecutive ranks (a machine's processes) and replicate
+  // across them (gradients reduce-scattered in the group, then summed across the replicas). 0: one group.
+  int shard_group_size = 0;
   // Which configuration chose this strategy, for messages ("FSDP FULL_SHARD", "DeepSpeed ZeRO-2").
   std::string label;
 };

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -15,8 +16,11 @@
 namespace acc::core {
 
 struct Comm::Impl {
-  ProcessState state;
+  ProcessState state;  // rank and world_size: this group's
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d::Store> store;  // the job's (prefixed "acc/default_pg")
+  std::chrono::milliseconds timeout{0};
+  int cuda_device = -1;
 };
 
 namespace {
@@ -38,6 +42,28 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   if (master_addr == "127.0.0.1" || master_addr == "localhost")
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Gloo for CPU tensors and, with a CUDA device, NCCL for CUDA ones, over `store`.
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                  int size, const c10::intrusive_ptr<c10d::Backend>& gloo,
+                                                  int cuda_device, std::chrono::milliseconds timeout) {
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  if (cuda_device >= 0) {
+    // As init_process_group(device_id=...) does: backends set after this are bound to the device; the
+    // nccl2 backend creates its communicator when bound.
+    pg->setBoundDeviceId(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)));
+  }
+  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  if (cuda_device >= 0) {
+    std::string why;
+    const cuda::PluginV1* plugin = cuda::plugin(&why);
+    if (!plugin) throw std::runtime_error("NCCL needs the CUDA plugin: " + why);
+    auto nccl = plugin->make_nccl(c10::make_intrusive<c10d::PrefixStore>("cuda/", store), rank, size, timeout);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  }
+  return pg;
 }
 
 }  // namespace
@@ -89,19 +115,31 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seco
   }
   auto impl = std::make_unique<Impl>();
   impl->state = state;
-  impl->pg = c10::make_intrusive<c10d::ProcessGroup>(store, state.rank, state.world_size);
-  if (plugin) {
-    // As init_process_group(device_id=...) does: backends set after this are bound to the device; the
-    // nccl2 backend creates its communicator when bound.
-    impl->pg->setBoundDeviceId(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)));
-  }
-  impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-  impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-  if (plugin) {
-    auto nccl = plugin->make_nccl(c10::make_intrusive<c10d::PrefixStore>("cuda/", store), state.rank,
-                                  state.world_size, timeout_ms);
-    impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-  }
+  impl->store = store;
+  impl->timeout = timeout_ms;
+  impl->cuda_device = cuda_device;
+  impl->pg = make_group(store, state.rank, state.world_size, gloo, cuda_device, timeout_ms);
+  return std::shared_ptr<Comm>(new Comm(std::move(impl)));
+}
+
+std::shared_ptr<Comm> Comm::subgroup(const std::vector<int>& ranks, const std::string& tag) const {
+  const auto me = std::find(ranks.begin(), ranks.end(), impl_->state.rank);
+  if (me == ranks.end())
+    throw std::invalid_argument("subgroup '" + tag + "': rank " + std::to_string(impl_->state.rank) + " is not a member");
+  auto store = c10::make_intrusive<c10d::PrefixStore>("sub/" + tag, impl_->store);
+  const int rank = static_cast<int>(me - ranks.begin()), size = static_cast<int>(ranks.size());
+  auto gopts = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
+  gopts->devices.push_back(gloo_device(impl_->state.master_addr));
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store), rank,
+                                                          size, gopts);
+  auto impl = std::make_unique<Impl>();
+  impl->state = impl_->state;
+  impl->state.rank = rank;
+  impl->state.world_size = size;
+  impl->store = store;
+  impl->timeout = impl_->timeout;
+  impl->cuda_device = impl_->cuda_device;
+  impl->pg = make_group(store, rank, size, gloo, impl_->cuda_device, impl_->timeout);
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }
 

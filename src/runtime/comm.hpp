@@ -4,6 +4,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -31,6 +33,10 @@ class Comm {
 
   int rank() const;
   int size() const;
+  // A group of some of this group's ranks (`ranks`, in their new order; this rank must be one of them), as
+  // torch.distributed.new_group: every member calls it with the same ranks and `tag`, which names the group's
+  // rendezvous keys (distinct for every group made in a job).
+  std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) const;
   void all_reduce(at::Tensor& t, ReduceOp op);
   std::unique_ptr<PendingWork> all_reduce_sum_async(at::Tensor& t);
   // Concatenation along dim 0 of every rank's tensor, in rank order; dim-0 sizes may differ.

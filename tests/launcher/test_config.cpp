@@ -984,8 +984,8 @@ TEST(Unsupported, NamedWithTheirSource) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {},
-       "'fsdp_plugin.sharding_strategy' = \"HYBRID_SHARD\" (from explicit acc_accelerator_create): hybrid sharding"},
+      {R"({"fsdp_plugin": {"activation_checkpointing": true}})", {},
+       "'fsdp_plugin.activation_checkpointing' = true (from explicit acc_accelerator_create): FSDP activation"},
       {"", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}},
        "'fsdp_plugin.cpu_offload' = true (from env FSDP_OFFLOAD_PARAMS): FSDP CPU offload"},
       {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}},
@@ -1358,6 +1358,25 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_FALSE(grad_op.reshard_after_forward);
   EXPECT_EQ(grad_op.label, "FSDP SHARD_GRAD_OP");
   EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": "NO_SHARD"}})", {})).stage, 0);
+  Sharding hybrid = sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD_ZERO2"}})", {}));
+  EXPECT_TRUE(hybrid.hybrid);
+  EXPECT_EQ(hybrid.stage, 3);
+  EXPECT_FALSE(hybrid.reshard_after_forward);
+  EXPECT_FALSE(full.hybrid);
+  // Mixed precision: Accelerate's policy from mixed_precision, or the plugin's own.
+  Sharding bf16 = sharding(resolve_accelerator(R"({"mixed_precision": "bf16", "fsdp_plugin": {}})", {}));
+  EXPECT_EQ(bf16.param_dtype, "bfloat16");
+  EXPECT_EQ(bf16.reduce_dtype, "bfloat16");
+  Sharding policy = sharding(resolve_accelerator(
+      R"({"fsdp_plugin": {"mixed_precision_policy": {"param_dtype": "torch.float16", "reduce_dtype": "fp32"}}})", {}));
+  EXPECT_EQ(policy.param_dtype, "float16");
+  EXPECT_EQ(policy.reduce_dtype, "float32");
+  EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"mixed_precision_policy": "bf16"}})", {})).reduce_dtype,
+            "bfloat16");
+  EXPECT_EQ(sharding(resolve_accelerator(R"({"mixed_precision": "bf16"})", {})).param_dtype, "");  // DDP: autocast only
+  EXPECT_NE(error_of([] { sharding(resolve_accelerator(R"({"fsdp_plugin": {"mixed_precision_policy": "int8"}})", {})); })
+                .find("'fsdp_plugin.mixed_precision_policy': 'int8' is not a dtype"),
+            std::string::npos);
   // FSDP2 takes a bool; the environment as accelerate launch exports it.
   Sharding v2 = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"},
                                                    {"FSDP_RESHARD_AFTER_FORWARD", "false"},

@@ -374,8 +374,6 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   };
   if (c.get_bool("use_fsdp")) {
     (void)sharding(c);  // its errors (a policy's bad dtype) name their key
-    if (c.get_bool("fsdp_plugin.cpu_offload"))
-      return refuse("fsdp_plugin.cpu_offload", "FSDP CPU offload", "set it to false");
     if (c.get_bool("fsdp_plugin.activation_checkpointing"))
       return refuse("fsdp_plugin.activation_checkpointing", "FSDP activation checkpointing", "set it to false");
     if (c.is_set("fsdp_plugin.ignored_modules"))
@@ -387,7 +385,7 @@ std::optional<std::string> unsupported_setting(const Config& c) {
     if (c.is_set("deepspeed_plugin.hf_ds_config"))
       return refuse("deepspeed_plugin.hf_ds_config", "a DeepSpeed config file", "set the deepspeed_config keys instead");
     for (const char* k : {"deepspeed_plugin.offload_optimizer_device", "deepspeed_plugin.offload_param_device"})
-      if (c.get_string(k) != "none") return refuse(k, "ZeRO offload", "set it to \"none\"");
+      if (c.get_string(k) == "nvme") return refuse(k, "ZeRO offload to NVMe", "use \"cpu\" or \"none\"");
   }
   if (c.get_bool("use_megatron_lm"))
     return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
@@ -441,6 +439,8 @@ Sharding sharding(const Config& c) {
   if (c.get_bool("use_deepspeed")) {
     sh.stage = static_cast<int>(c.get_int("deepspeed_plugin.zero_stage"));
     sh.label = "DeepSpeed ZeRO stage " + std::to_string(sh.stage);
+    sh.offload = c.get_string("deepspeed_plugin.offload_optimizer_device") == "cpu" ||
+                 c.get_string("deepspeed_plugin.offload_param_device") == "cpu";
     if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
     return sh;
   }
@@ -477,6 +477,7 @@ Sharding sharding(const Config& c) {
   sh.stage = 3;
   sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
   sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
+  sh.offload = c.get_bool("fsdp_plugin.cpu_offload");
   sh.wrap_policy = c.get_string("fsdp_plugin.auto_wrap_policy");
   if (c.is_set("fsdp_plugin.transformer_cls_names_to_wrap")) {
     sh.wrap_classes = c.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap");

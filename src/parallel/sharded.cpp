@@ -91,7 +91,7 @@ struct ShardState final : UnitHooks {
   void gather(Group& g) {
     if (g.gathered) return;
     allocate_storage(g.flat);
-    at::Tensor mine = g.shard.detach().to(g.flat.scalar_type());  // the compute dtype travels
+    at::Tensor mine = g.shard.detach().to(g.flat.device(), g.flat.scalar_type());  // the compute dtype travels
     comm->all_gather_into(g.flat, mine);
     g.gathered = true;
   }
@@ -296,8 +296,9 @@ class ShardedStrategy final : public Strategy {
       at::Tensor mine = master.narrow(0, rank * g.shard_len, g.shard_len);
       // Stages 1 and 2 step the flat buffer's own slice; stage 3, or parameters computed in another dtype, keep
       // the slice on its own (the flat buffer is freed, or holds the compute dtype's copy).
-      g.shard_in_flat = opts.stage < 3 && compute == own;
-      g.shard = g.shard_in_flat ? mine.detach() : mine.clone();
+      g.shard_in_flat = opts.stage < 3 && compute == own && !opts.offload;
+      g.shard = g.shard_in_flat ? mine.detach() : opts.offload ? mine.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                                                              : mine.clone();
       const int64_t lo = rank * g.shard_len, hi = lo + g.shard_len;
       for (size_t j = 0; j < g.members.size(); ++j) {
         const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
@@ -393,7 +394,7 @@ class ShardedStrategy final : public Strategy {
       if (s.replicas) s.replicas->all_reduce(g.grad_out, ReduceOp::Sum);  // the other machines' sums of this shard
       if (!g.predivided) g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
       for (Group::Piece& piece : g.pieces) {
-        at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.scalar_type());
+        at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.device(), piece.tensor.scalar_type());
         if (piece.tensor.grad().defined())
           piece.tensor.mutable_grad().add_(grad);
         else
@@ -410,7 +411,8 @@ class ShardedStrategy final : public Strategy {
     for (Group& g : s_->groups) {
       if (!g.gathered) continue;
       // The collective must not read what it writes: a copy when the shard is a slice of the flat buffer.
-      at::Tensor mine = g.shard_in_flat ? g.shard.detach().clone() : g.shard.detach().to(g.flat.scalar_type());
+      at::Tensor mine =
+          g.shard_in_flat ? g.shard.detach().clone() : g.shard.detach().to(g.flat.device(), g.flat.scalar_type());
       s_->comm->all_gather_into(g.flat, mine);
     }
   }

@@ -34,6 +34,9 @@ struct ShardingOptions {
   // shards the optimizer steps keep the parameters' own dtype (fp32 masters). Undefined: the parameters' dtype.
   at::ScalarType param_dtype = at::ScalarType::Undefined;
   at::ScalarType reduce_dtype = at::ScalarType::Undefined;
+  // FSDP's cpu_offload / DeepSpeed's offload_*_device "cpu": the shards the optimizer steps (fp32 masters), their
+  // gradients and the optimizer's state live in CPU memory; parameters travel to the training device to be gathered.
+  bool offload = false;
   // FSDP's HYBRID_SHARD: shard inside groups of this many consecutive ranks (a machine's processes) and replicate
   // across them (gradients reduce-scattered in the group, then summed across the replicas). 0: one group.
   int shard_group_size = 0;

@@ -361,6 +361,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   o.reduce_dtype = dtype(sh.reduce_dtype);
   o.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
   if (sh.hybrid) o.shard_group_size = state_.local_world_size;
+  o.offload = sh.offload;
   o.reshard_after_forward = sh.reshard_after_forward;
   o.label = sh.label;
   // Accelerate's default classes to wrap are the model's _no_split_modules.

@@ -481,5 +481,64 @@ TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
   }
 }
 
+TEST(Sharded, CpuOffloadStepsSeparateCopiesOfTheShards) {
+  // fsdp cpu_offload / offload_optimizer_device cpu: the optimizer's parameters, their gradients and its state are
+  // copies in CPU memory, never the model's own storage (here the training device is the CPU too, so this shows the
+  // mechanics: a GPU run moves the same copies across); the step happens on them and reaches the model by the gather.
+  ProcessState solo;
+  solo.master_port = 0;
+  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::shared_ptr<Model> model = make_builtin_model(R"({"type": "mlp", "sizes": [6, 10, 2]})");
+    std::shared_ptr<Model> plain_model = make_builtin_model(R"({"type": "mlp", "sizes": [6, 10, 2]})");
+    plain_model->load_state_dict(model->state(), "model");
+    ShardingOptions o;
+    o.stage = stage;
+    o.offload = true;
+    auto strategy = make_sharded_strategy(model, at::kCPU, comm, o);
+    ShardingOptions plain_o;
+    plain_o.stage = stage;
+    auto plain = make_sharded_strategy(plain_model, at::kCPU, comm, plain_o);
+    auto storage_of = [](const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); };
+    std::set<const void*> model_storages;
+    strategy->before_forward();
+    for (const auto& [n, p] : model->named_parameters()) model_storages.insert(storage_of(p));
+    for (const auto& p : strategy->optimizer_parameters()) {
+      EXPECT_TRUE(p.is_cpu());
+      EXPECT_EQ(model_storages.count(storage_of(p)), 0u) << "an optimizer parameter is the model's own storage";
+    }
+    Optimizer opt(strategy->optimizer_parameters(), R"({"type": "adamw", "lr": 0.1})");
+    Optimizer plain_opt(plain->optimizer_parameters(), R"({"type": "adamw", "lr": 0.1})");
+    const at::Tensor x = at::randn({5, 6}), y = at::randn({5, 2});
+    for (auto [s, m, op] : {std::tuple{strategy.get(), model.get(), &opt}, std::tuple{plain.get(), plain_model.get(), &plain_opt}}) {
+      s->before_forward();
+      at::Tensor loss = m->forward({{"input", x}, {"targets", y}}).at("loss");
+      s->after_forward();
+      s->before_backward(true);
+      loss.backward();
+      s->after_backward();
+      op->step();
+      s->after_optimizer_step();
+    }
+    for (const auto& p : strategy->optimizer_parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(model_storages.count(storage_of(p.grad())), 0u);
+    }
+    for (const auto& t : opt.save_state().tensors) {  // Adam's moments
+      EXPECT_TRUE(t.second.is_cpu());
+      EXPECT_EQ(model_storages.count(storage_of(t.second)), 0u) << t.first;
+    }
+    // The offloaded step is the step: the model's weights equal those of the same training without offload.
+    NamedTensors a = strategy->full_state_dict(), b = plain->full_state_dict();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+    if (stage < 3) {  // and the model's own parameters (whole below stage 3) hold the stepped values
+      strategy->before_forward();
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(model->state()[i].second, a[i].second)) << a[i].first;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace acc::core

@@ -986,10 +986,8 @@ TEST(Unsupported, NamedWithTheirSource) {
   const std::vector<Case> cases = {
       {R"({"fsdp_plugin": {"activation_checkpointing": true}})", {},
        "'fsdp_plugin.activation_checkpointing' = true (from explicit acc_accelerator_create): FSDP activation"},
-      {"", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}},
-       "'fsdp_plugin.cpu_offload' = true (from env FSDP_OFFLOAD_PARAMS): FSDP CPU offload"},
-      {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}},
-       "'deepspeed_plugin.offload_optimizer_device' = \"cpu\" (from env ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload"},
+      {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}},
+       "'deepspeed_plugin.offload_optimizer_device' = \"nvme\" (from env ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload to NVMe"},
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
       {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
@@ -1363,6 +1361,11 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_EQ(hybrid.stage, 3);
   EXPECT_FALSE(hybrid.reshard_after_forward);
   EXPECT_FALSE(full.hybrid);
+  EXPECT_FALSE(full.offload);
+  EXPECT_TRUE(sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}})).offload);
+  EXPECT_TRUE(sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 2, "offload_optimizer_device": "cpu"}})",
+                                           {})).offload);
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}})));
   // Mixed precision: Accelerate's policy from mixed_precision, or the plugin's own.
   Sharding bf16 = sharding(resolve_accelerator(R"({"mixed_precision": "bf16", "fsdp_plugin": {}})", {}));
   EXPECT_EQ(bf16.param_dtype, "bfloat16");

@@ -413,6 +413,10 @@ SHARDED_CONFIGS = {
                   "  fsdp_auto_wrap_policy: {wrap}\n",
     "shard_grad_op": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
                      "  fsdp_auto_wrap_policy: {wrap}\n",
+    # CPU offload: the masters, their gradients and the optimizer state in CPU memory (the same device here)
+    "zero2_offload": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  offload_optimizer_device: cpu\n",
+    "full_shard_offload": "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                          "  fsdp_offload_params: true\n  fsdp_auto_wrap_policy: {wrap}\n",
 }
 WRAP = {"gpt": "TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block",
         "llama": "TRANSFORMER_BASED_WRAP",  # the model's _no_split_modules: LlamaDecoderLayer

@@ -147,6 +147,7 @@ struct Sharding {
   int stage = 0;                        // 0: none (DDP when distributed)
   bool reshard_after_forward = true;    // stage 3: FULL_SHARD (true) or SHARD_GRAD_OP (false)
   bool hybrid = false;                  // HYBRID_SHARD(_ZERO2): shard inside a machine, replicate across machines
+  bool offload = false;                 // fsdp cpu_offload, DeepSpeed offload_{optimizer,param}_device cpu
   std::string wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP
   std::vector<std::string> wrap_classes;
   bool wrap_classes_set = false;        // false: the model's own no-split classes (Accelerate's default)

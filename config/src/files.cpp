@@ -8,6 +8,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <ios>
+#include <sstream>
 #include <memory>
 #include <cerrno>
 #include <filesystem>
@@ -114,6 +117,14 @@ void write_pieces(int fd, const std::vector<std::string_view>& pieces, size_t to
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::ios_base::failure("cannot read '" + path + "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
 
 void make_directories(const std::string& dir) {
   std::error_code ec;

@@ -378,8 +378,8 @@ std::optional<std::string> unsupported_setting(const Config& c) {
       return refuse("fsdp_plugin.activation_checkpointing", "FSDP activation checkpointing", "set it to false");
     if (c.is_set("fsdp_plugin.ignored_modules"))
       return refuse("fsdp_plugin.ignored_modules", "FSDP ignored modules", "leave it null");
-    if (c.is_set("fsdp_plugin.state_dict_type") && c.get_string("fsdp_plugin.state_dict_type") != "FULL_STATE_DICT")
-      return refuse("fsdp_plugin.state_dict_type", "a sharded state dict", "use FULL_STATE_DICT");
+    if (c.is_set("fsdp_plugin.state_dict_type") && c.get_string("fsdp_plugin.state_dict_type") == "LOCAL_STATE_DICT")
+      return refuse("fsdp_plugin.state_dict_type", "LOCAL_STATE_DICT", "use FULL_STATE_DICT or SHARDED_STATE_DICT");
   }
   if (c.get_bool("use_deepspeed")) {
     if (c.is_set("deepspeed_plugin.hf_ds_config"))

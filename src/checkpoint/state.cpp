@@ -21,6 +21,7 @@
 #include "checkpoint/safetensors.hpp"
 #include "runtime/cuda.hpp"
 #include "train/accelerator.hpp"
+#include "checkpoint/sharded_state.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 
@@ -38,13 +39,7 @@ std::string numbered(const std::string& stem, size_t i, const std::string& ext) 
   return stem + (i == 0 ? "" : "_" + std::to_string(i)) + ext;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::ios_base::failure("cannot read '" + path.string() + "'");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+std::string read_file(const fs::path& path) { return config::read_file(path.string()); }
 
 // LibTorch keeps a scheduler's step count protected; this reaches it without changing the scheduler.
 struct SchedulerCount : torch::optim::LRScheduler {
@@ -189,11 +184,16 @@ std::string Accelerator::save_state(const std::string& dir) {
   // The models' and optimizers' whole state: a sharded strategy gathers it (a collective, so on every process).
   std::vector<NamedTensors> model_states;
   std::vector<Optimizer::State> optimizer_states;
+  // Under SHARDED_STATE_DICT each process writes its slices instead (below), and nothing is gathered.
+  const auto sliced = [&](const std::shared_ptr<ModelSlot>& m) { return m && sharded_checkpoint(*this, *m); };
   agreed(this, "save_state", [&] {
-    for (const auto& m : models) model_states.push_back(m->strategy->full_state_dict());
+    for (const auto& m : models) model_states.push_back(sliced(m) ? NamedTensors() : m->strategy->full_state_dict());
     for (const auto& o : optimizers) {
-      Optimizer::State st = o->opt->save_state();
-      if (o->model && o->model->strategy) o->model->strategy->optimizer_state_to_full(st.tensors, st.json);
+      Optimizer::State st;
+      if (!sliced(o->model)) {
+        st = o->opt->save_state();
+        if (o->model && o->model->strategy) o->model->strategy->optimizer_state_to_full(st.tensors, st.json);
+      }
       optimizer_states.push_back(std::move(st));
     }
   });
@@ -207,10 +207,16 @@ std::string Accelerator::save_state(const std::string& dir) {
       if (g.defined()) rng.emplace_back("dataloader." + std::to_string(i) + ".generator", g);
     }
     save_safetensors(rng, d + "random_states_" + std::to_string(state_.rank) + ".safetensors");
+    for (size_t i = 0; i < models.size(); ++i)
+      if (sliced(models[i])) save_model_slices(*models[i], i, state_.rank, d);
+    for (size_t i = 0; i < optimizers.size(); ++i)
+      if (sliced(optimizers[i]->model)) save_optimizer_slices(*optimizers[i], i, state_.rank, d);
     if (!main) return;
     for (size_t i = 0; i < models.size(); ++i)
-      save_safetensors(model_states[i], d + numbered("model", i, ".safetensors"), {{"format", "pt"}});
+      if (!sliced(models[i]))
+        save_safetensors(model_states[i], d + numbered("model", i, ".safetensors"), {{"format", "pt"}});
     for (size_t i = 0; i < optimizers.size(); ++i) {
+      if (sliced(optimizers[i]->model)) continue;
       const Optimizer::State& st = optimizer_states[i];
       save_safetensors(st.tensors, d + numbered("optimizer", i, ".safetensors"));
       config::write_file_atomic(d + numbered("optimizer", i, ".json"), st.json);
@@ -319,13 +325,19 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   const int64_t saved_world = saved.get_int("num_processes");
   const bool same_world = saved_world == state_.world_size;
 
+  // A checkpoint holds whole tensors or every process's slices (SHARDED_STATE_DICT): either loads under any strategy.
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string f = numbered("model", i, ".safetensors");
-    models[i]->strategy->load_full_state_dict(load_safetensors(where(f)), where(f));
+    if (auto whole = load_model_slices(i, dir))
+      models[i]->strategy->load_full_state_dict(*whole, dir);
+    else
+      models[i]->strategy->load_full_state_dict(load_safetensors(where(f)), where(f));
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
     const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");
-    Optimizer::State st{load_safetensors(where(t)), read_file(root / j)};
+    std::optional<Optimizer::State> slices;
+    if (optimizers[i]->model) slices = load_optimizer_slices(*optimizers[i]->model, i, dir);
+    Optimizer::State st = slices ? *slices : Optimizer::State{load_safetensors(where(t)), read_file(root / j)};
     if (const auto& m = optimizers[i]->model; m && m->strategy)
       m->strategy->optimizer_state_from_full(st.tensors, st.json, where(j));
     optimizers[i]->opt->load_state(st, where(j));

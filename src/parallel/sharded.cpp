@@ -472,6 +472,17 @@ class ShardedStrategy final : public Strategy {
     });
   }
 
+  std::vector<Slice> slices() const override {
+    std::map<const void*, std::string> names;
+    for (const auto& [name, p] : model_->named_parameters()) names.emplace(p.unsafeGetTensorImpl(), name);
+    std::vector<Slice> v;
+    for (const PieceAt& at : piece_locations()) {
+      const at::Tensor& p = s_->params[at.param];
+      v.push_back({names.at(p.unsafeGetTensorImpl()), at.offset, p.sizes().vec()});
+    }
+    return v;
+  }
+
   void optimizer_state_to_full(NamedTensors& tensors, std::string& json) const override;
   void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const override;
 

@@ -64,6 +64,14 @@ class Strategy {
   virtual void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const {
     (void)tensors, (void)json, (void)source;
   }
+  // SHARDED_STATE_DICT: where each of optimizer_parameters() lies in the model (a flattened slice of a parameter,
+  // by name), so that each process can write its part; empty for strategies that do not shard.
+  struct Slice {
+    std::string name;
+    int64_t offset = 0;
+    std::vector<int64_t> shape;  // the whole parameter's
+  };
+  virtual std::vector<Slice> slices() const { return {}; }
 
  protected:
   explicit Strategy(std::shared_ptr<Model> model) : model_(std::move(model)) {}

@@ -495,6 +495,20 @@ def case_sharded():
                 open(os.path.join(s2, f), "rb").read() == open(os.path.join(s3, f), "rb").read() == \
                 open(os.path.join(s4, f), "rb").read()
             expect(same, f"{f}: saved by 2 ZeRO-3 processes, loaded and saved again by 3 FSDP and by 2 DDP ones: equal")
+        # SHARDED_STATE_DICT: each of 3 FSDP processes writes its slices (nothing gathered); 2 DDP processes load
+        # them and save whole tensors equal to the first checkpoint's, file for file.
+        s7, s8 = os.path.join(d, "S7"), os.path.join(d, "S8")
+        ckpt(3, SHARDED_CONFIGS["full_shard"] + "  fsdp_state_dict_type: SHARDED_STATE_DICT\n", 0, s2, s7)
+        names = sorted(os.listdir(s7)) if os.path.isdir(s7) else []
+        expect("model.safetensors" not in names and
+               [n for n in names if n.startswith("model_slices_0.rank")] ==
+               [f"model_slices_0.rank{r}.{e}" for r in range(3) for e in ("json", "safetensors")],
+               "SHARDED_STATE_DICT: one model slice file per process, no whole model", str(names))
+        ckpt(2, "ddp", 0, s7, s8)
+        for f in ("model.safetensors", "optimizer.safetensors", "optimizer.json"):
+            same = all(os.path.exists(os.path.join(x, f)) for x in (s2, s8)) and \
+                open(os.path.join(s2, f), "rb").read() == open(os.path.join(s8, f), "rb").read()
+            expect(same, f"{f}: through 3 processes' slices and back to whole tensors on 2: equal")
         resumed = ckpt(2, "zero3", 10, s2, os.path.join(d, "S5"))
         if straight is not None and resumed is not None:
             expect(max_abs_diff(straight, resumed) == 0, "ZeRO-3: 10 steps, save_state, load_state, 10 steps equal 20 steps",

@@ -10,6 +10,9 @@
 
 namespace acc::config {
 
+// A whole file's bytes; std::ios_base::failure naming it when it cannot be read.
+std::string read_file(const std::string& path);
+
 // Creates dir and its missing parents; an existing directory is fine, an existing file is not.
 void make_directories(const std::string& dir);
 

@@ -1,0 +1,223 @@
+#include "checkpoint/sharded_state.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "acc/files.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "util/json.hpp"
+
+namespace acc::core {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slice_file(const char* kind, size_t index, int rank, const char* ext) {
+  return std::string(kind) + "_slices_" + std::to_string(index) + ".rank" + std::to_string(rank) + ext;
+}
+
+// The slice files of one object, every rank's, in a stable order.
+std::vector<fs::path> slice_files(const std::string& dir, const char* kind, size_t index) {
+  const std::string prefix = std::string(kind) + "_slices_" + std::to_string(index) + ".rank", suffix = ".safetensors";
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0 && n.size() > prefix.size() + suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+fs::path sidecar(const fs::path& tensors) { return fs::path(tensors).replace_extension(".json"); }
+
+void write_where(JsonWriter& j, const std::string& name, int64_t offset, at::IntArrayRef shape) {
+  j.key(name).begin_object().key("offset").value(offset).key("shape").begin_array();
+  for (int64_t d : shape) j.value(d);
+  j.end_array().end_object();
+}
+
+// Whole tensors assembled from slices, checked to be covered exactly once or more (hybrid replicas repeat slices).
+struct Assembly {
+  std::map<std::string, at::Tensor> whole, covered;
+  std::vector<std::string> order;
+
+  void place(const std::string& name, const at::Tensor& data, int64_t offset, const std::vector<int64_t>& shape,
+             const std::string& file) {
+    auto it = whole.find(name);
+    if (it == whole.end()) {
+      it = whole.emplace(name, at::zeros(shape, data.options())).first;
+      covered.emplace(name, at::zeros({it->second.numel()}, at::kBool));
+      order.push_back(name);
+    }
+    at::Tensor flat = it->second.view({-1});
+    if (!it->second.sizes().equals(shape) || offset < 0 || offset + data.numel() > flat.numel())
+      throw std::invalid_argument(file + ": the slice of '" + name + "' does not fit its tensor of shape " +
+                                  c10::str(it->second.sizes()));
+    flat.narrow(0, offset, data.numel()).copy_(data.reshape({-1}));
+    covered.at(name).narrow(0, offset, data.numel()).fill_(true);
+  }
+
+  NamedTensors finish(const std::string& dir) const {
+    NamedTensors out;
+    for (const auto& name : order) {
+      const int64_t have = covered.at(name).sum().item<int64_t>();
+      if (have != covered.at(name).numel())
+        throw std::invalid_argument(dir + ": the slices of '" + name + "' cover " + std::to_string(have) + " of its " +
+                                    std::to_string(covered.at(name).numel()) + " elements (a process's file is missing?)");
+      out.emplace_back(name, whole.at(name));
+    }
+    return out;
+  }
+};
+
+// Reads every slice file of an object into whole tensors; calls `json` with each file's side JSON.
+template <class F>
+std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, size_t index, F&& json) {
+  const auto files = slice_files(dir, kind, index);
+  if (files.empty()) return std::nullopt;
+  Assembly a;
+  c10::NoGradGuard no_grad;
+  for (const auto& f : files) {
+    const std::string where = f.string();
+    Json side(config::read_file(sidecar(f).string()), sidecar(f).string());
+    const JsonValue slices = side.root().get("slices");
+    for (const auto& [name, data] : load_safetensors(where)) {
+      const JsonValue at = slices.get(name);
+      std::vector<int64_t> shape;
+      const JsonValue dims = at.get("shape");
+      for (size_t d = 0; d < dims.size(); ++d) shape.push_back(dims.at(d).as_int());
+      a.place(name, data, at.get_int("offset"), shape, where);
+    }
+    json(side.root());
+  }
+  return a.finish(dir);
+}
+
+// The unique trainable parameters in the order a sharded strategy indexes them.
+std::vector<std::pair<std::string, at::Tensor>> trainable(const Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::set<const void*> seen;
+  for (const auto& [name, p] : model.named_parameters())
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.emplace_back(name, p);
+  return out;
+}
+
+}  // namespace
+
+bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model) {
+  const config::Config& c = acc.config();
+  return model.strategy && model.strategy->sharded() && c.get_bool("use_fsdp") && c.is_set("fsdp_plugin.state_dict_type") &&
+         c.get_string("fsdp_plugin.state_dict_type") == "SHARDED_STATE_DICT";
+}
+
+void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir) {
+  const auto slices = model.strategy->slices();
+  const auto pieces = model.strategy->optimizer_parameters();
+  NamedTensors tensors;
+  JsonWriter j;
+  j.begin_object().key("slices").begin_object();
+  for (size_t k = 0; k < slices.size(); ++k) {
+    tensors.emplace_back(slices[k].name, pieces[k].detach());
+    write_where(j, slices[k].name, slices[k].offset, slices[k].shape);
+  }
+  if (rank == 0) {  // what is not sharded (buffers, frozen parameters), whole
+    std::set<std::string> sharded;
+    for (const auto& [name, p] : trainable(*model.model)) sharded.insert(name);
+    for (const auto& [name, t] : model.model->state())
+      if (!sharded.count(name)) {
+        tensors.emplace_back(name, t.detach().reshape({-1}));
+        write_where(j, name, 0, t.sizes());
+      }
+  }
+  j.end_object().end_object();
+  const fs::path file = fs::path(dir) / slice_file("model", index, rank, ".safetensors");
+  save_safetensors(tensors, file.string(), {{"format", "pt"}});
+  config::write_file_atomic(sidecar(file).string(), j.str());
+}
+
+void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir) {
+  const auto slices = opt.model->strategy->slices();
+  const Optimizer::State st = opt.opt->save_state();  // indexed by piece
+  Json doc(st.json, "optimizer state");
+  const JsonValue group = doc.root().get("param_groups").at(0);
+  JsonWriter j;
+  j.begin_object()
+      .key("type").value(doc.root().get_string("type"))
+      .key("lr").value(group.get_double("lr"))
+      .key("initial_lr").value(group.get_double("initial_lr"))
+      .key("steps").begin_object();
+  const JsonValue state = doc.root().get("state");
+  for (const std::string& k : state.keys())
+    if (state.get(k).has("step")) j.key(slices.at(std::stoul(k)).name).value(state.get(k).get_int("step"));
+  j.end_object().key("slices").begin_object();
+  NamedTensors tensors;
+  for (const auto& [name, t] : st.tensors) {  // state.{piece}.{kind} -> state.{parameter}.{kind}
+    const size_t dot = name.find('.', 6);
+    const Strategy::Slice& s = slices.at(std::stoul(name.substr(6, dot - 6)));
+    const std::string renamed = "state." + s.name + name.substr(dot);
+    tensors.emplace_back(renamed, t);
+    write_where(j, renamed, s.offset, s.shape);
+  }
+  j.end_object().end_object();
+  const fs::path file = fs::path(dir) / slice_file("optimizer", index, rank, ".safetensors");
+  save_safetensors(tensors, file.string());
+  config::write_file_atomic(sidecar(file).string(), j.str());
+}
+
+std::optional<NamedTensors> load_model_slices(size_t index, const std::string& dir) {
+  return assemble(dir, "model", index, [](const JsonValue&) {});
+}
+
+std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, size_t index, const std::string& dir) {
+  std::string type;
+  double lr = 0, initial_lr = 0;
+  std::map<std::string, int64_t> steps;
+  auto whole = assemble(dir, "optimizer", index, [&](const JsonValue& side) {
+    type = side.get_string("type");
+    lr = side.get_double("lr");
+    initial_lr = side.get_double("initial_lr");
+    const JsonValue s = side.get("steps");
+    for (const std::string& name : s.keys()) steps[name] = std::max(steps[name], s.get_int(name));
+  });
+  if (!whole) return std::nullopt;
+  // The unsharded layout: parameter indices, each tensor in its parameter's shape.
+  const auto params = trainable(*model.model);
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < params.size(); ++i) index_of[params[i].first] = i;
+  Optimizer::State st;
+  std::set<size_t> with_state;
+  for (const auto& [name, t] : *whole) {
+    const size_t dot = name.rfind('.');
+    const std::string param = name.substr(6, dot - 6);
+    auto it = index_of.find(param);
+    if (it == index_of.end())
+      throw std::invalid_argument(dir + ": optimizer state of '" + param + "', which is not a trainable parameter of the model");
+    st.tensors.emplace_back("state." + std::to_string(it->second) + name.substr(dot), t);
+    with_state.insert(it->second);
+  }
+  for (const auto& [name, s] : steps)
+    if (index_of.count(name)) with_state.insert(index_of.at(name));
+  JsonWriter j;
+  j.begin_object().key("type").value(type).key("param_groups").begin_array();
+  j.begin_object().key("lr").value(lr).key("initial_lr").value(initial_lr)
+      .key("num_params").value(static_cast<int64_t>(params.size())).end_object();
+  j.end_array().key("state").begin_object();
+  for (size_t i : with_state) {
+    j.key(std::to_string(i)).begin_object();
+    if (auto s = steps.find(params[i].first); s != steps.end()) j.key("step").value(s->second);
+    j.end_object();
+  }
+  j.end_object().end_object();
+  st.json = j.str();
+  return st;
+}
+
+}  // namespace acc::core

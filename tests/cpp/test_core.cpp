@@ -235,19 +235,28 @@ TEST(Schedule, ShapesMatchTransformers) {
 namespace acc::core {
 namespace {
 
-TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
-  // A one-process group is enough to run the reducer's whole path, hooks included.
+// A one-process group (the TCPStore server picks a free port): enough to run a strategy's whole path, hooks included.
+std::shared_ptr<Comm> solo_group() {
   ProcessState solo;
-  solo.master_port = 0;  // the TCPStore server picks a free port
-  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  solo.master_port = 0;
+  return Comm::connect(solo, std::chrono::seconds(30));
+}
+
+// A model's parameter names and tensors, as GradientReducer takes them.
+std::pair<std::vector<std::string>, std::vector<at::Tensor>> names_and_params(const Model& model) {
+  std::pair<std::vector<std::string>, std::vector<at::Tensor>> out;
+  for (auto& [n, p] : model.named_parameters()) {
+    out.first.push_back(n);
+    out.second.push_back(p);
+  }
+  return out;
+}
+
+TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
+  auto comm = solo_group();
   // 4 layers of 512x512 floats (1 MiB each) + biases: 1 MiB first bucket, then 3 MiB caps.
   auto model = make_builtin_model(R"({"type": "mlp", "sizes": [512, 512, 512, 512, 512]})");
-  std::vector<std::string> names;
-  std::vector<at::Tensor> params;
-  for (auto& [n, p] : model->named_parameters()) {
-    names.push_back(n);
-    params.push_back(p);
-  }
+  auto [names, params] = names_and_params(*model);
   DdpOptions opts;
   opts.bucket_cap_mb = 3.0;
   GradientReducer reducer(comm, names, params, opts);
@@ -268,16 +277,9 @@ TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
 TEST(Ddp, CompressionHooksHalveTheTraffic) {
   // ddp_kwargs.comm_hook fp16 / bf16: the buckets travel in 16 bits (half the bytes) and the gradients come
   // back rounded to that dtype (world 1: the mean is the gradient itself).
-  ProcessState solo;
-  solo.master_port = 0;
-  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  auto comm = solo_group();
   auto model = make_builtin_model(R"({"type": "mlp", "sizes": [64, 64, 8]})");
-  std::vector<std::string> names;
-  std::vector<at::Tensor> params;
-  for (auto& [n, p] : model->named_parameters()) {
-    names.push_back(n);
-    params.push_back(p);
-  }
+  auto [names, params] = names_and_params(*model);
   const int64_t elements = 64 * 64 + 64 + 64 * 8 + 8;
   int64_t plain_bytes = 0;
   for (at::ScalarType dtype : {at::ScalarType::Undefined, at::kHalf, at::kBFloat16}) {
@@ -304,9 +306,7 @@ TEST(Ddp, CompressionHooksHalveTheTraffic) {
 }
 
 TEST(Ddp, UnusedParametersAreNamed) {
-  ProcessState solo;
-  solo.master_port = 0;
-  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  auto comm = solo_group();
   at::Tensor used = at::ones({2}).requires_grad_(), unused = at::ones({2}).requires_grad_();
   GradientReducer strict(comm, {"used", "unused"}, {used, unused}, DdpOptions{});
   strict.prepare_for_backward(true);
@@ -425,9 +425,7 @@ namespace {
 TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
   // FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=bf16) on a one-process group: the model computes with
   // bf16 copies, the optimizer steps fp32 shards, and the state dict holds the fp32 masters.
-  ProcessState solo;
-  solo.master_port = 0;
-  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  auto comm = solo_group();
   for (int stage : {2, 3}) {
     SCOPED_TRACE("stage " + std::to_string(stage));
     std::shared_ptr<Model> model = make_builtin_model(
@@ -485,9 +483,7 @@ TEST(Sharded, CpuOffloadStepsSeparateCopiesOfTheShards) {
   // fsdp cpu_offload / offload_optimizer_device cpu: the optimizer's parameters, their gradients and its state are
   // copies in CPU memory, never the model's own storage (here the training device is the CPU too, so this shows the
   // mechanics: a GPU run moves the same copies across); the step happens on them and reaches the model by the gather.
-  ProcessState solo;
-  solo.master_port = 0;
-  auto comm = Comm::connect(solo, std::chrono::seconds(30));
+  auto comm = solo_group();
   for (int stage : {1, 2, 3}) {
     SCOPED_TRACE("stage " + std::to_string(stage));
     std::shared_ptr<Model> model = make_builtin_model(R"({"type": "mlp", "sizes": [6, 10, 2]})");

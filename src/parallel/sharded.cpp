@@ -13,7 +13,6 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "bigmodel/plan.hpp"
 #include "models/model.hpp"
@@ -27,13 +26,13 @@ namespace {
 // One unit's trainable parameters of one dtype, flattened.
 struct Group {
   std::string unit;
-  std::vector<size_t> members;   // indices into State::params
+  std::vector<size_t> members;   // indices into ShardState::params
   std::vector<int64_t> offsets;  // each member's first element in `flat`
   int64_t numel = 0, shard_len = 0;
   at::Tensor flat;   // shard_len * world elements, in the compute dtype; the members are views of it
   at::Tensor shard;  // this rank's slice, in the parameters' own dtype (a view of `flat` when it can be)
   bool shard_in_flat = false;
-  bool predivided = false;  // the flat gradient was divided by the world size before a narrow reduce-scatter
+  bool predivided = false;  // the flat gradient was divided by the number of processes before a narrow reduce-scatter
   // What the optimizer steps: the parts of parameters inside the shard, as views of it. Stepped one tensor per
   // parameter (as FSDP's use_orig_params), each starting a multiple of 64 bytes into its parameter, the vectorised
   // kernels round every element as they do for the whole parameter: the result equals DDP's bit for bit.
@@ -53,7 +52,7 @@ struct Group {
 };
 
 // Frees a flat buffer's memory while every view of it (the parameters, and autograd's saved copies)
-// keeps pointing at the same storage, which allocate() later fills again (FSDP's storage resize).
+// keeps pointing at the same storage, which allocate_storage() later fills again (FSDP's storage resize).
 void free_storage(const at::Tensor& flat) {
   c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
   s->set_data_ptr_noswap(c10::DataPtr(nullptr, flat.device()));

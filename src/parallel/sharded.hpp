@@ -1,14 +1,15 @@
-// Sharded data parallel (ZeRO stages 1-3, FSDP's FULL_SHARD and SHARD_GRAD_OP) over one c10d group.
+// Sharded data parallel (ZeRO stages 1-3; FSDP's FULL_SHARD, SHARD_GRAD_OP and HYBRID_SHARD) over c10d.
 //
-// The trainable parameters of each unit (a wrapped module, the rest of the model being the root unit)
-// live in one flat buffer, padded to a multiple of the world size; the model's parameters are views into
-// it. Each rank owns one contiguous slice, its shard, and the optimizer steps only the shards:
+// The trainable parameters of each unit (a wrapped module, the rest of the model being the root unit; stages 1-2:
+// buckets) live in one flat buffer, padded to a multiple of the world size; the model's parameters are views into
+// it. Each rank owns one contiguous slice, its shard, and the optimizer steps the pieces of parameters in it:
 //   stage 1: gradients are whole until the end of backward, then reduce-scattered into the shards;
-//   stage 2: each unit's gradients are reduce-scattered (and freed) as soon as backward is done with it;
+//   stage 2: each bucket's gradients are reduce-scattered as soon as backward is done with it;
 //   stage 3: as 2, and the flat buffers hold no memory outside forward and backward: each unit's
 //            parameters are all-gathered when needed and freed again (reshard).
 // After the optimizer's step the shards are all-gathered back into the flat buffers (stages 1, 2) or wait
 // for the next forward's gather (stage 3). Parameters that do not require gradients stay whole on every rank.
+// With a mixed-precision policy or CPU offload the shards are fp32 / CPU copies (masters) of the flat slices.
 #pragma once
 #include <memory>
 #include <string>

@@ -4,7 +4,9 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -34,10 +36,17 @@ struct GradientReducer::State {
   size_t next_to_launch = 0;
   size_t launched_by_hooks = 0;
   int64_t bytes = 0;  // carried by this backward's all-reduces
+  // PowerSGD: synchronised backward passes so far, and per bucket the error feedback and the warm-started Q.
+  int64_t iterations = 0;
+  std::vector<at::Tensor> error, q_memory;
+
+  bool power_sgd_now() const { return opts.power_sgd.on && iterations >= opts.power_sgd.start_iter; }
+  void power_sgd(size_t bucket_index);
   bool armed = false;
   std::mutex mu;  // autograd may call hooks from its worker thread
 
   void launch_ready_prefix() {
+    if (power_sgd_now()) return;  // its rounds of collectives run when backward is over (finalize_backward)
     // Buckets go out strictly in order: every rank must issue the same collectives in the same order.
     while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
       Bucket& b = buckets[next_to_launch++];
@@ -67,6 +76,95 @@ struct GradientReducer::State {
     launched_by_hooks += next_to_launch - before;
   }
 };
+
+namespace {
+
+// Gram-Schmidt on the columns of m (n x r), in place (torch's _orthogonalize_gram_schmidt for one matrix).
+void orthogonalize(at::Tensor& m, double epsilon) {
+  for (int64_t i = 0; i < m.size(1); ++i) {
+    at::Tensor col = m.narrow(1, i, 1);
+    col.div_(at::linalg_vector_norm(col, 2, 0, true) + epsilon);
+    if (i + 1 < m.size(1)) {
+      at::Tensor rest = m.narrow(1, i + 1, m.size(1) - i - 1);
+      rest.sub_((col * rest).sum(0, true) * col);
+    }
+  }
+}
+
+}  // namespace
+
+void GradientReducer::State::power_sgd(size_t bi) {
+  // torch's powerSGD_hook on one bucket: vectors (and matrices too small to gain) are averaged whole; each matrix M
+  // (a gradient viewed as [size(0), rest]) becomes P Q^T: P = M Q summed over ranks and orthogonalised, then
+  // Q = M^T P summed and divided by the world size. The error feedback keeps what the approximation lost.
+  c10::NoGradGuard no_grad;
+  const DdpOptions::PowerSgd& o = opts.power_sgd;
+  Bucket& b = buckets[bi];
+  if (error.size() < buckets.size()) error.resize(buckets.size()), q_memory.resize(buckets.size());
+  at::Tensor original;
+  if (o.error_feedback) {
+    if (error[bi].defined()) b.flat.add_(error[bi]);
+    original = b.flat.clone();
+  }
+  std::vector<at::Tensor> whole, matrices;
+  std::vector<int64_t> ranks;
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const at::Tensor& p = params[b.params[j]];
+    at::Tensor v = b.flat.narrow(0, b.offsets[j], p.numel());
+    const int64_t n = p.dim() > 0 ? p.size(0) : 1, m = p.numel() / std::max<int64_t>(n, 1);
+    const int64_t r = std::min({n, m, o.rank});
+    if (static_cast<double>((n + m) * r) * o.min_compression_rate < static_cast<double>(n * m)) {
+      matrices.push_back(v.view({n, m}));
+      ranks.push_back(r);
+    } else {
+      whole.push_back(v);
+    }
+  }
+  const double inv_world = 1.0 / comm->size();
+  if (!whole.empty()) {
+    at::Tensor flat = at::cat(whole);
+    comm->all_reduce(flat, ReduceOp::Sum);
+    bytes += flat.numel() * flat.element_size();
+    flat.mul_(inv_world);
+    int64_t off = 0;
+    for (auto& v : whole) {
+      v.copy_(flat.narrow(0, off, v.numel()));
+      off += v.numel();
+    }
+  }
+  if (matrices.empty()) return;
+  int64_t p_total = 0, q_total = 0;
+  for (size_t k = 0; k < matrices.size(); ++k) {
+    p_total += matrices[k].size(0) * ranks[k];
+    q_total += matrices[k].size(1) * ranks[k];
+  }
+  at::Tensor p_memory = at::empty({p_total}, b.flat.options());
+  at::Tensor& q_mem = q_memory[bi];
+  const bool fresh = !o.warm_start || !q_mem.defined();
+  if (fresh) q_mem = at::empty({q_total}, b.flat.options());
+  std::vector<at::Tensor> ps, qs;
+  int64_t po = 0, qo = 0;
+  for (size_t k = 0; k < matrices.size(); ++k) {
+    ps.push_back(p_memory.narrow(0, po, matrices[k].size(0) * ranks[k]).view({matrices[k].size(0), ranks[k]}));
+    qs.push_back(q_mem.narrow(0, qo, matrices[k].size(1) * ranks[k]).view({matrices[k].size(1), ranks[k]}));
+    po += matrices[k].size(0) * ranks[k];
+    qo += matrices[k].size(1) * ranks[k];
+  }
+  if (fresh) {  // the same random Qs on every rank: one seeded generator
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + bi);
+    for (auto& q : qs) q.copy_(at::randn(q.sizes(), gen, b.flat.options()));
+  }
+  for (auto& q : qs) orthogonalize(q, o.epsilon);
+  for (size_t k = 0; k < matrices.size(); ++k) at::mm_out(ps[k], matrices[k], qs[k]);
+  comm->all_reduce(p_memory, ReduceOp::Sum);
+  for (auto& p : ps) orthogonalize(p, o.epsilon);
+  for (size_t k = 0; k < matrices.size(); ++k) at::mm_out(qs[k], matrices[k].t(), ps[k]);
+  comm->all_reduce(q_mem, ReduceOp::Sum);
+  q_mem.mul_(inv_world);
+  bytes += (p_total + q_total) * b.flat.element_size();
+  for (size_t k = 0; k < matrices.size(); ++k) at::mm_out(matrices[k], ps[k], qs[k].t());
+  if (o.error_feedback) error[bi] = original - b.flat;
+}
 
 namespace {
 
@@ -186,7 +284,20 @@ void GradientReducer::finalize_backward() {
   s.launch_ready_prefix();
   lock.unlock();
   const double inv_world = 1.0 / s.comm->size();
-  for (Bucket& b : s.buckets) {
+  const bool power = s.power_sgd_now();
+  ++s.iterations;
+  for (size_t bi = 0; bi < s.buckets.size(); ++bi) {
+    Bucket& b = s.buckets[bi];
+    if (power) {
+      s.power_sgd(bi);  // leaves the mean's approximation in b.flat
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        at::Tensor& p = s.params[b.params[j]];
+        at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+        if (p.grad().defined()) p.mutable_grad().copy_(avg);
+        else p.mutable_grad() = avg.clone();
+      }
+      continue;
+    }
     b.work->wait();
     b.work.reset();
     if (b.wire.defined()) {

@@ -26,6 +26,15 @@ struct DdpOptions {
   // ddp_kwargs.comm_hook "fp16" / "bf16" (torch's fp16_compress_hook, bf16_compress_hook): each bucket travels
   // divided by the world size in this dtype and comes back to the gradients' dtype. Undefined: uncompressed.
   at::ScalarType compress = at::ScalarType::Undefined;
+  // ddp_kwargs.comm_hook "power_sgd" (torch's powerSGD_hook, PowerSGDState's options and defaults): from iteration
+  // start_iter on, each bucket's matrices travel as rank-`rank` factors P, Q (M ~ P Q^T), with error feedback.
+  struct PowerSgd {
+    bool on = false;
+    int64_t rank = 1, start_iter = 1000;
+    double min_compression_rate = 2, epsilon = 0;
+    bool error_feedback = true, warm_start = true;
+    uint64_t seed = 0;
+  } power_sgd;
 };
 
 class Strategy {

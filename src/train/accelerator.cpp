@@ -19,6 +19,7 @@
 #include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
 #include "util/errors.hpp"
+#include "util/json.hpp"
 
 namespace acc::core {
 
@@ -338,6 +339,37 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (loader) loaders_.push_back(loader);
 }
 
+namespace {
+
+// ddp_kwargs.comm_state_option: PowerSGDState's keyword arguments (torch's defaults for those not given).
+DdpOptions::PowerSgd power_sgd_options(const config::Config& c) {
+  const char* key = "ddp_kwargs.comm_state_option";
+  Json doc(c.get_json(key), key);
+  DdpOptions::PowerSgd o;
+  o.on = true;
+  const JsonValue v = doc.root();
+  if (!v.is_object()) throw config::Error(std::string("'") + key + "' must be an object of PowerSGDState options");
+  for (const std::string& k : v.keys()) {
+    if (k == "matrix_approximation_rank") o.rank = v.get_int(k);
+    else if (k == "start_powerSGD_iter") o.start_iter = v.get_int(k);
+    else if (k == "min_compression_rate") o.min_compression_rate = v.get_double(k);
+    else if (k == "use_error_feedback") o.error_feedback = v.get_bool(k);
+    else if (k == "warm_start") o.warm_start = v.get_bool(k);
+    else if (k == "orthogonalization_epsilon") o.epsilon = v.get_double(k);
+    else if (k == "random_seed") o.seed = static_cast<uint64_t>(v.get_int(k));
+    else if (k == "compression_stats_logging_frequency" || k == "batch_tensors_with_same_shape") continue;  // no effect here
+    else
+      throw config::Error(std::string("'") + key + "." + k + "' is not a PowerSGDState option (matrix_approximation_rank, "
+                          "start_powerSGD_iter, min_compression_rate, use_error_feedback, warm_start, "
+                          "orthogonalization_epsilon, random_seed)");
+  }
+  if (o.rank < 1) throw config::Error(std::string("'") + key + ".matrix_approximation_rank' must be at least 1");
+  if (o.start_iter < 0) throw config::Error(std::string("'") + key + ".start_powerSGD_iter' must be at least 0");
+  return o;
+}
+
+}  // namespace
+
 std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model>& model) const {
   if (!comm_) return make_single_strategy(model, device_);
   const config::Sharding sh = config::sharding(config_);
@@ -349,6 +381,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     const std::string hook = config_.get_string("ddp_kwargs.comm_hook");
     if (hook == "fp16" || hook == "FP16") d.compress = at::kHalf;
     if (hook == "bf16" || hook == "BF16") d.compress = at::kBFloat16;
+    if (hook == "power_sgd" || hook == "POWER_SGD") d.power_sgd = power_sgd_options(config_);
     return make_ddp_strategy(model, device_, comm_, d);
   }
   ShardingOptions o;

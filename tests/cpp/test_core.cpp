@@ -305,6 +305,45 @@ TEST(Ddp, CompressionHooksHalveTheTraffic) {
   }
 }
 
+TEST(Ddp, PowerSgdSendsLowRankFactorsWithErrorFeedback) {
+  // ddp_kwargs.comm_hook power_sgd: plain all-reduces before start_powerSGD_iter, then each weight matrix travels
+  // as P (n x r) and Q (m x r) and comes back as P Q^T of rank r; biases travel whole; what the approximation lost
+  // is added to the next step's gradient (error feedback). World 1: the mean of a gradient is itself.
+  auto comm = solo_group();
+  auto model = make_builtin_model(R"({"type": "mlp", "sizes": [32, 48, 8]})");
+  auto [names, params] = names_and_params(*model);
+  DdpOptions opts;
+  opts.power_sgd.on = true;
+  opts.power_sgd.rank = 2;
+  opts.power_sgd.start_iter = 1;
+  GradientReducer reducer(comm, names, params, opts);
+  const int64_t elements = 32 * 48 + 48 + 48 * 8 + 8;
+  std::vector<at::Tensor> local;
+  for (int step = 0; step < 3; ++step) {
+    for (auto& p : params) p.mutable_grad().reset();
+    reducer.prepare_for_backward(true);
+    model->forward({{"input", at::randn({16, 32})}, {"targets", at::randn({16, 8})}}).at("loss").backward();
+    std::vector<at::Tensor> fresh;
+    for (auto& p : params) fresh.push_back(p.grad().clone());
+    reducer.finalize_backward();
+    if (step == 0) {  // before start_powerSGD_iter: the plain all-reduce
+      EXPECT_EQ(reducer.bytes_communicated(), elements * 4);
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), fresh[i]));
+      continue;
+    }
+    // layers.0.weight [48, 32] -> (48 + 32) x 2, layers.1.weight [8, 48] -> (8 + 48) x 2, biases whole.
+    EXPECT_EQ(reducer.bytes_communicated(), ((48 + 32) * 2 + (8 + 48) * 2 + 48 + 8) * 4);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].dim() == 1) {
+        EXPECT_TRUE(at::allclose(params[i].grad(), fresh[i])) << names[i] << ": averaged whole, nothing lost";
+        continue;
+      }
+      EXPECT_EQ(at::linalg_matrix_rank(params[i].grad()).item<int64_t>(), 2) << names[i];
+      if (step == 1) EXPECT_FALSE(at::allclose(params[i].grad(), fresh[i])) << names[i] << ": an approximation";
+    }
+  }
+}
+
 TEST(Ddp, UnusedParametersAreNamed) {
   auto comm = solo_group();
   at::Tensor used = at::ones({2}).requires_grad_(), unused = at::ones({2}).requires_grad_();

@@ -537,25 +537,30 @@ def case_sharded():
         # DDP communication hooks (ddp_kwargs.comm_hook): fp16 / bf16 compression converges as uncompressed DDP
         # does (the traffic halves: test_core's Ddp.CompressionHooksHalveTheTraffic).
         losses, weights = {}, {}
-        for hook in ("no", "fp16", "bf16"):
+        hooks = {"no": '"comm_hook": "no"', "fp16": '"comm_hook": "fp16"', "bf16": '"comm_hook": "bf16"',
+                 # PowerSGD (rank 1: these layers are 10 wide) from step 10, with error feedback
+                 "power_sgd": '"comm_hook": "power_sgd", "comm_state_option": {"matrix_approximation_rank": 1, '
+                              '"start_powerSGD_iter": 10}'}
+        for hook, kwargs in hooks.items():
             out = os.path.join(d, "hook-" + hook)
             p = subprocess.run([ACC, "launch", "--cpu", "--num_processes", "2", "--main_process_port", "0", WORKER,
                                 "gpt", "50", "1", "0", out], capture_output=True, text=True, timeout=300,
-                               env=dict(os.environ, ACC_CONFIG_FILE="none",
-                                        MP_EXTRA_CONFIG=f'"ddp_kwargs": {{"comm_hook": "{hook}"}}'))
+                               env=dict(os.environ, ACC_CONFIG_FILE="none", MP_EXTRA_CONFIG=f'"ddp_kwargs": {{{kwargs}}}'))
             expect(p.returncode == 0, f"DDP with comm_hook {hook}", p.stdout + p.stderr)
             if p.returncode != 0:
                 return
             losses[hook] = float(re.search(r"^LOSS (\S+)$", p.stdout, re.M).group(1))
             weights[hook] = read_safetensors(os.path.join(out, "model.safetensors"))
-        for hook in ("fp16", "bf16"):
+        # Stated tolerances: fp16/bf16 compression: the final loss within 1% and the parameters within 1e-2 of
+        # uncompressed DDP's; PowerSGD (a rank-1 approximation, a different optimisation path): the loss within 5%.
+        for hook, loss_tol, param_tol in (("fp16", 0.01, 1e-2), ("bf16", 0.01, 1e-2), ("power_sgd", 0.05, None)):
             diff = max_abs_diff(weights[hook], weights["no"])
             print(f"comm_hook {hook}: loss after 50 steps {losses[hook]:.4f} vs {losses['no']:.4f} uncompressed; "
                   f"parameters within {diff:.3g}")
-            # Stated tolerance: the final loss within 1% and the parameters within 1e-2 of uncompressed DDP.
-            expect(abs(losses[hook] - losses["no"]) <= 0.01 * losses["no"], f"comm_hook {hook}: the loss converges "
-                   "as uncompressed DDP's", f"{losses[hook]} vs {losses['no']}")
-            expect(0 < diff <= 1e-2, f"comm_hook {hook}: the parameters stay close to (and differ from) DDP's",
+            expect(abs(losses[hook] - losses["no"]) <= loss_tol * losses["no"], f"comm_hook {hook}: the loss "
+                   "converges as uncompressed DDP's", f"{losses[hook]} vs {losses['no']}")
+            expect(diff > 0 and (param_tol is None or diff <= param_tol),
+                   f"comm_hook {hook}: the parameters differ from DDP's (compression happened), within the tolerance",
                    str(diff))
         # DeepSpeed's gradient_clipping clips inside every step, as clipping in the loop does.
         ds_clip = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 0.05\n")

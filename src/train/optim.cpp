@@ -176,6 +176,11 @@ std::vector<at::Tensor> Optimizer::params() const {
 }
 
 void Optimizer::rebind(std::vector<at::Tensor> shards, const std::vector<at::Tensor>& params) {
+  check_rebind(params);
+  impl_->param_groups()[0].params() = std::move(shards);
+}
+
+void Optimizer::check_rebind(const std::vector<at::Tensor>& params) const {
   if (!impl_->state().empty())
     throw StateError("a sharded model's optimizer must be prepared before its first step (its state would not match the shards)");
   if (impl_->param_groups().size() != 1)
@@ -187,7 +192,6 @@ void Optimizer::rebind(std::vector<at::Tensor> shards, const std::vector<at::Ten
   if (held != wanted)
     throw UnsupportedError("a sharded model's optimizer must hold exactly the model's trainable parameters (it holds " +
                            std::to_string(held.size()) + ", the model has " + std::to_string(wanted.size()) + ")");
-  impl_->param_groups()[0].params() = std::move(shards);
 }
 
 namespace {

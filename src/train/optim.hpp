@@ -32,6 +32,8 @@ class Optimizer {
   // Steps `shards` instead of `params` (a sharded strategy's flat slices of them): the optimizer must hold
   // exactly `params`, in one parameter group, and not have stepped yet.
   void rebind(std::vector<at::Tensor> shards, const std::vector<at::Tensor>& params);
+  // rebind's conditions alone (prepare checks them before it changes anything).
+  void check_rebind(const std::vector<at::Tensor>& params) const;
   torch::optim::Optimizer& impl() { return *impl_; }
   bool fused() const { return fused_; }
 

@@ -90,6 +90,19 @@ int main(int argc, char** argv) {
   }
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001}", &opt));
+  if (getenv("MP_STEP_BEFORE_PREPARE")) {
+    /* An optimizer that has stepped has state the shards cannot take: prepare refuses it and changes nothing (the
+     * model is not prepared: preparing it alone then works). */
+    acc_tensor *x, *y, *loss;
+    int32_t has;
+    CHECK(acc_dataloader_next(dl, &x, &y, &has));
+    CHECK(acc_model_forward(model, x, y, NULL, &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    EXPECT_ERR(acc_prepare(acc, model, opt, NULL, NULL), ACC_ERR_INVALID_STATE, "before its first step");
+    EXPECT_OK(acc_prepare(acc, model, NULL, NULL, NULL));
+    return finish();
+  }
   CHECK(acc_prepare(acc, model, opt, NULL, dl));
   if (argc == 8 && strcmp(argv[6], "-")) CHECK(acc_load_state(acc, argv[6]));
   int done = 0;

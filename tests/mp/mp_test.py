@@ -568,6 +568,15 @@ def case_sharded():
         if got is not None and want is not None:
             expect(max_abs_diff(got, want) <= 1e-6, "deepspeed gradient_clipping equals clipping in the loop",
                    str(max_abs_diff(got, want)))
+        # An optimizer that stepped before prepare: refused on every process before anything changed.
+        path = os.path.join(d, "zero2-refused.yaml")
+        with open(path, "w") as f:
+            f.write(SHARDED_CONFIGS["zero2"] + "use_cpu: true\n")
+        p = subprocess.run([ACC, "launch", "--config_file", path, "--num_processes", "2", "--main_process_port", "0",
+                            WORKER, "gpt", "1", "1", "0", os.path.join(d, "refused")], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, ACC_CONFIG_FILE="none", MP_STEP_BEFORE_PREPARE="1"))
+        expect(p.returncode == 0 and "2 passed, 0 failed" in p.stdout, "a stepped optimizer is refused by prepare, "
+               "which leaves the model unprepared", p.stdout + p.stderr)
         # HYBRID_SHARD and HYBRID_SHARD_ZERO2: two machines (two launchers on loopback, machine ranks 0 and 1) of 2
         # processes each shard inside a machine and replicate across; they train as DDP on the 4 ranks does.
         import socket

@@ -353,7 +353,8 @@ typedef int32_t (*acc_generate_token_fn)(void* user_data, const int64_t* tokens,
  * "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": id or [ids] ([]: none), "pad_token_id": id,
  * "seed": n} (sampling draws from a generator of its own seeded with "seed": the same seed, the same
  * tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens
- * may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.
+ * may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT; one prepared under ZeRO-3 / FSDP
+ * (parameters sharded) is ACC_ERR_INVALID_STATE.
  * Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_generate(acc_model* model, const acc_tensor* input_ids,
@@ -421,14 +422,15 @@ ACC_API ACC_NODISCARD acc_status acc_model_num_parameters(const acc_model* model
  *  Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_state_size(const acc_model* model, int64_t* out) ACC_NOEXCEPT;
 /** Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be
- *  NULL.
+ *  NULL. ACC_ERR_INVALID_STATE for a model prepared under ZeRO-3 / FSDP (its parameters are shards: use
+ *  acc_save_model).
  *  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;
  *  acc_tensor_destroy). Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_state_get(const acc_model* model, int64_t index,
                                                       const char** out_name,
                                                       acc_tensor** out_value) ACC_NOEXCEPT;
 /** Writes the model's state dict to a safetensors file, atomically (temporary name, then rename).
- *  Reads model. */
+ *  ACC_ERR_INVALID_STATE under ZeRO-3 / FSDP, as acc_model_state_get. Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* model,
                                                              const char* path) ACC_NOEXCEPT;
 /** Loads a safetensors file into the model; every name and shape must match.
@@ -448,8 +450,9 @@ ACC_API ACC_NODISCARD acc_status acc_optimizer_create(acc_model* model, const ch
  *  NULL-safe; not during another call on opt. */
 ACC_API void acc_optimizer_destroy(acc_optimizer* opt) ACC_NOEXCEPT;
 /** One optimizer step. Once prepared: a no-op on a micro-step that does not synchronize gradients;
- *  under fp16 the gradients are unscaled first and the step skipped on inf/nan.
- *  Locks opt (not the model whose parameters it changes). */
+ *  under fp16 the gradients are unscaled first and the step skipped on inf/nan; DeepSpeed's
+ *  gradient_clipping clips first. Under ZeRO / FSDP it steps this process's shards and gathers them:
+ *  collective. Locks opt (not the model whose parameters it changes). */
 ACC_API ACC_NODISCARD acc_status acc_optimizer_step(acc_optimizer* opt) ACC_NOEXCEPT;
 /** Sets the parameters' gradients to none; once prepared, a no-op on a micro-step that does not
  *  synchronize gradients.
@@ -658,8 +661,10 @@ ACC_API ACC_NODISCARD acc_status acc_dataloader_skip_first_batches(acc_dataloade
 
 /**
  * Prepares any of model, optimizer, scheduler, data loader (each may be NULL) for this process, in
- * place: the model moves to the device and is wrapped for distributed training (DDP: parameters and
- * buffers broadcast from rank 0; gradients all-reduced in buckets during backward); the data loader is
+ * place: the model moves to the device and is wrapped for distributed training as the config says (DDP:
+ * parameters and buffers broadcast from rank 0, gradients all-reduced in buckets during backward; FSDP or
+ * DeepSpeed ZeRO: parameters, gradients and optimizer state sharded, docs/sharding.md; a sharded model's
+ * optimizer is rebuilt over its shards and must not have stepped yet); the data loader is
  * sharded across processes as Accelerate shards it. An optimizer must belong to a prepared model (the
  * same call or an earlier one). Preparing an object twice is ACC_ERR_INVALID_STATE.
  * Locks acc and every object given. Collective with several processes when it prepares a model (its
@@ -669,7 +674,7 @@ ACC_API ACC_NODISCARD acc_status acc_prepare(acc_accelerator* acc, acc_model* mo
                                               acc_scheduler* sched, acc_dataloader* dl) ACC_NOEXCEPT;
 /** Back-propagates `loss` (a scalar from acc_model_forward with targets).
  *  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes
- *  gradients (DDP's all-reduce). */
+ *  gradients (DDP's all-reduce, ZeRO's reduce-scatter; under ZeRO-3 on every micro-step: it gathers). */
 ACC_API ACC_NODISCARD acc_status acc_backward(acc_accelerator* acc, const acc_tensor* loss) ACC_NOEXCEPT;
 
 /**
@@ -694,7 +699,8 @@ ACC_API ACC_NODISCARD acc_status acc_grad_scaler_state(const acc_accelerator* ac
                                                         int64_t* out_growth_tracker) ACC_NOEXCEPT;
 /** PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the
  *  total norm before clipping. norm_type 2.0 is the usual Euclidean norm.
- *  Locks acc and model. Local (DDP's gradients are already the same everywhere). */
+ *  Locks acc and model. Local under DDP (its gradients are already the same everywhere); collective
+ *  under ZeRO / FSDP (the norm over every process's shards). */
 ACC_API ACC_NODISCARD acc_status acc_clip_grad_norm(acc_accelerator* acc, acc_model* model, double max_norm,
                                                      double norm_type, double* out_total_norm) ACC_NOEXCEPT;
 /** Clamps every gradient of the model to [-clip_value, clip_value] (unscaled first under fp16).

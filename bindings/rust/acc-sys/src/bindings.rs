@@ -433,7 +433,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]\n (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)\n with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:\n fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over\n the model's generation_config.json: {\"max_new_tokens\": 20, \"do_sample\": false, \"temperature\": 1.0,\n \"top_k\": 50, \"top_p\": 1.0, \"repetition_penalty\": 1.0, \"eos_token_id\": id or [ids] ([]: none), \"pad_token_id\": id,\n \"seed\": n} (sampling draws from a generator of its own seeded with \"seed\": the same seed, the same\n tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens\n may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT.\n Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread."]
+    #[doc = " transformers' generate for a causal LM from acc_model_from_pretrained: continues input_ids [batch, time]\n (integer token ids; left-padded where attention_mask, [batch, time] of 0/1, has zeros; NULL: no padding)\n with a key/value cache, and sets *out to the whole sequences [batch, time + n] (int64), n <= max_new_tokens:\n fewer when every sequence has emitted a stop token or on_tokens stopped it. options_json (NULL: {}) over\n the model's generation_config.json: {\"max_new_tokens\": 20, \"do_sample\": false, \"temperature\": 1.0,\n \"top_k\": 50, \"top_p\": 1.0, \"repetition_penalty\": 1.0, \"eos_token_id\": id or [ids] ([]: none), \"pad_token_id\": id,\n \"seed\": n} (sampling draws from a generator of its own seeded with \"seed\": the same seed, the same\n tokens; without one, from the process's CPU generator). Greedy decoding equals transformers'. on_tokens\n may be NULL. A model that is not a causal LM is ACC_ERR_INVALID_ARGUMENT; one prepared under ZeRO-3 / FSDP\n (parameters sharded) is ACC_ERR_INVALID_STATE.\n Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread."]
     pub fn acc_generate(
         model: *mut acc_model,
         input_ids: *const acc_tensor,
@@ -508,7 +508,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL.\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
+    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL. ACC_ERR_INVALID_STATE for a model prepared under ZeRO-3 / FSDP (its parameters are shards: use\n  acc_save_model).\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
     pub fn acc_model_state_get(
         model: *const acc_model,
         index: i64,
@@ -518,7 +518,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename).\n  Reads model."]
+    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename).\n  ACC_ERR_INVALID_STATE under ZeRO-3 / FSDP, as acc_model_state_get. Reads model."]
     pub fn acc_model_save_safetensors(
         model: *const acc_model,
         path: *const ::core::ffi::c_char,
@@ -547,7 +547,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " One optimizer step. Once prepared: a no-op on a micro-step that does not synchronize gradients;\n  under fp16 the gradients are unscaled first and the step skipped on inf/nan.\n  Locks opt (not the model whose parameters it changes)."]
+    #[doc = " One optimizer step. Once prepared: a no-op on a micro-step that does not synchronize gradients;\n  under fp16 the gradients are unscaled first and the step skipped on inf/nan; DeepSpeed's\n  gradient_clipping clips first. Under ZeRO / FSDP it steps this process's shards and gathers them:\n  collective. Locks opt (not the model whose parameters it changes)."]
     pub fn acc_optimizer_step(opt: *mut acc_optimizer) -> acc_status;
 }
 extern "C" {
@@ -760,7 +760,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Prepares any of model, optimizer, scheduler, data loader (each may be NULL) for this process, in\n place: the model moves to the device and is wrapped for distributed training (DDP: parameters and\n buffers broadcast from rank 0; gradients all-reduced in buckets during backward); the data loader is\n sharded across processes as Accelerate shards it. An optimizer must belong to a prepared model (the\n same call or an earlier one). Preparing an object twice is ACC_ERR_INVALID_STATE.\n Locks acc and every object given. Collective with several processes when it prepares a model (its\n state comes from rank 0) or a sharded shuffling loader without the seedable sampler (its generator)."]
+    #[doc = " Prepares any of model, optimizer, scheduler, data loader (each may be NULL) for this process, in\n place: the model moves to the device and is wrapped for distributed training as the config says (DDP:\n parameters and buffers broadcast from rank 0, gradients all-reduced in buckets during backward; FSDP or\n DeepSpeed ZeRO: parameters, gradients and optimizer state sharded, docs/sharding.md; a sharded model's\n optimizer is rebuilt over its shards and must not have stepped yet); the data loader is\n sharded across processes as Accelerate shards it. An optimizer must belong to a prepared model (the\n same call or an earlier one). Preparing an object twice is ACC_ERR_INVALID_STATE.\n Locks acc and every object given. Collective with several processes when it prepares a model (its\n state comes from rank 0) or a sharded shuffling loader without the seedable sampler (its generator)."]
     pub fn acc_prepare(
         acc: *mut acc_accelerator,
         model: *mut acc_model,
@@ -771,7 +771,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Back-propagates `loss` (a scalar from acc_model_forward with targets).\n  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes\n  gradients (DDP's all-reduce)."]
+    #[doc = " Back-propagates `loss` (a scalar from acc_model_forward with targets).\n  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes\n  gradients (DDP's all-reduce, ZeRO's reduce-scatter; under ZeRO-3 on every micro-step: it gathers)."]
     pub fn acc_backward(acc: *mut acc_accelerator, loss: *const acc_tensor) -> acc_status;
 }
 extern "C" {
@@ -800,7 +800,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm.\n  Locks acc and model. Local (DDP's gradients are already the same everywhere)."]
+    #[doc = " PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the\n  total norm before clipping. norm_type 2.0 is the usual Euclidean norm.\n  Locks acc and model. Local under DDP (its gradients are already the same everywhere); collective\n  under ZeRO / FSDP (the norm over every process's shards)."]
     pub fn acc_clip_grad_norm(
         acc: *mut acc_accelerator,
         model: *mut acc_model,

@@ -40,7 +40,13 @@ int main(int argc, char** argv) {
   CHECK(acc_model_num_parameters(model, &parameters));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001, \"weight_decay\": 0.01}", &opt));
+  /* BENCH_SAVE_INIT: the initial weights, for the other side to start from (run.py's loss curves). */
+  const char* init = getenv("BENCH_SAVE_INIT");
+  if (init && rank == 0) CHECK(acc_model_save_safetensors(model, init));
   CHECK(acc_prepare(acc, model, opt, NULL, NULL));
+  /* BENCH_LOSSES: rank 0's loss of every step, in the result. */
+  const int record = getenv("BENCH_LOSSES") != NULL;
+  double* losses = calloc((size_t)(warmup + steps) + 1, sizeof *losses);
   int64_t* x = malloc((size_t)n * sizeof *x);
   int64_t* y = malloc((size_t)n * sizeof *y);
   if (!x || !y) return 1;
@@ -69,6 +75,7 @@ int main(int argc, char** argv) {
     t[FORWARD] = now();
     acc_tensor* loss;
     CHECK(acc_model_forward(model, tx, ty, NULL, &loss));
+    if (record) CHECK(acc_tensor_item(loss, &losses[step]));
     t[BACKWARD] = now();
     CHECK(acc_backward(acc, loss));
     acc_tensor_destroy(loss);
@@ -90,12 +97,19 @@ int main(int argc, char** argv) {
            1e3 * seconds / steps, ru.ru_maxrss / 1024.0);
     for (int p = 0; p < PHASES; ++p)
       printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * phase[p] / steps);
-    printf("}}\n");
+    printf("}");
+    if (record) {
+      printf(", \"losses\": [");
+      for (int i = 0; i < warmup + steps; ++i) printf("%s%.7g", i ? ", " : "", losses[i]);
+      printf("]");
+    }
+    printf("}\n");
   }
   acc_tensor_destroy(tx);
   acc_tensor_destroy(ty);
   free(x);
   free(y);
+  free(losses);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);

@@ -51,6 +51,23 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def load_libacc_weights(model, path):
+    """libacc's initial weights (gpt_step.c's BENCH_SAVE_INIT, GPT-2 names, Conv1D [in, out]) into this model."""
+    from safetensors.torch import load_file
+    w = load_file(path)
+    rename = {"c_attn": "c_attn", "attn.c_proj": "c_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj",
+              "ln_1": "ln_1", "ln_2": "ln_2"}
+    state = {"wte.weight": w["transformer.wte.weight"], "wpe.weight": w["transformer.wpe.weight"],
+             "ln_f.weight": w["transformer.ln_f.weight"], "ln_f.bias": w["transformer.ln_f.bias"]}
+    for i in range(len(model.h)):
+        for theirs, ours in rename.items():
+            prefix = f"transformer.h.{i}." + ("attn." + theirs if theirs == "c_attn" else theirs)
+            for kind in ("weight", "bias"):
+                t = w[f"{prefix}.{kind}"]
+                state[f"h.{i}.{ours}.{kind}"] = t.t().contiguous() if kind == "weight" and t.dim() == 2 else t
+    model.load_state_dict(state)
+
+
 def mix(h):
     """gpt_step.c's 32-bit integer hash, on a uint32 array."""
     h = h ^ (h >> np.uint32(16))
@@ -75,6 +92,8 @@ def main():
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(0)
     model = Gpt(vocab, t, layers, heads, c)
+    if os.environ.get("BENCH_LOAD_INIT"):
+        load_libacc_weights(model, os.environ["BENCH_LOAD_INIT"])
     parameters = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     if mode == "accelerate":
@@ -102,6 +121,7 @@ def main():
         rank, world, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
         backward = lambda loss: loss.backward()
     phase = [0.0] * len(PHASES)
+    record, losses = bool(os.environ.get("BENCH_LOSSES")), []
     for step in range(warmup + steps):
         if step == warmup:
             barrier()
@@ -111,6 +131,8 @@ def main():
         x, y = batch(step, rank, world, b, t, vocab)
         t_forward = time.perf_counter()
         loss = model(x, y)
+        if record:
+            losses.append(loss.item())
         t_backward = time.perf_counter()
         backward(loss)
         del loss
@@ -128,7 +150,8 @@ def main():
         print(json.dumps({"impl": f"pytorch-{mode}", "parameters": parameters, "threads": str(torch.get_num_threads()),
                           "tokens_per_s": round(steps * b * t * world / seconds, 1),
                           "step_ms": round(1e3 * seconds / steps, 4), "peak_rss_mb": round(rss, 1),
-                          "phase_ms": {name: round(1e3 * s / steps, 4) for name, s in zip(PHASES, phase)}}))
+                          "phase_ms": {name: round(1e3 * s / steps, 4) for name, s in zip(PHASES, phase)},
+                          **({"losses": losses} if record else {})}))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,11 +38,11 @@ def model_args(size, steps, warmup):
     return [str(v) for v in (steps, warmup, s["batch"], s["seq"], s["vocab"], s["layers"], s["heads"], s["embd"])]
 
 
-def run(acc, procs, threads, program, config=None):
-    """config: an Accelerate config file for the run (instead of --cpu)."""
+def run(acc, procs, threads, program, config=None, env=None):
+    """config: an Accelerate config file for the run (instead of --cpu); env: more variables."""
     cmd = [acc, "launch", *(["--config_file", config] if config else ["--cpu"]), "--num_processes", str(procs),
            "--num_cpu_threads_per_process", str(threads), "--main_process_port", "0", *program]
-    env = dict(os.environ, ACC_CONFIG_FILE="none")
+    env = dict(os.environ, ACC_CONFIG_FILE="none", BENCH_LOSSES="1", **(env or {}))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
         sys.exit(f"{' '.join(program)} failed:\n{p.stdout}{p.stderr}")
@@ -89,6 +90,24 @@ def table(size, impls, results, procs, threads, steps, warmup):
     return "\n".join(lines)
 
 
+def curves(impls, results):
+    """How far each implementation's loss curve (rank 0's loss at every step, first round) is from libacc's."""
+    if "libacc" not in impls:
+        return ""
+    ours = results["libacc"][0]["losses"]
+    lines = []
+    for k in impls:
+        if k == "libacc":
+            continue
+        theirs = results[k][0]["losses"]
+        diff = max(abs(x - y) for x, y in zip(ours, theirs))
+        rel = max(abs(x - y) / abs(y) for x, y in zip(ours, theirs))
+        lines.append(f"Loss curves, libacc vs {IMPLS[k]} from the same initial weights: {len(ours)} steps, loss "
+                     f"{ours[0]:.4f} -> {ours[-1]:.4f} vs {theirs[0]:.4f} -> {theirs[-1]:.4f}; largest difference "
+                     f"{diff:.3g} ({rel:.2%}).")
+    return "\n\n" + "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="demo", help=f"comma-separated, of {', '.join(SIZES)} (default: demo)")
@@ -110,7 +129,6 @@ def main():
              ).split(",")
     fsdp_config = None
     if a.strategy == "fsdp":
-        import tempfile
         fd, fsdp_config = tempfile.mkstemp(suffix=".yaml")
         with os.fdopen(fd, "w") as f:
             f.write(FSDP_CONFIG)
@@ -131,13 +149,18 @@ def main():
             "pytorch-accelerate": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "accelerate", *args],
             "pytorch-fsdp2": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "fsdp2", *args],
         }
+        # Every implementation starts from libacc's initial weights (its GPT with seed 0: the same in every run),
+        # so that their loss curves can be compared step by step.
+        init = os.path.join(tempfile.mkdtemp(prefix="acc-bench-"), f"{size}-init.safetensors")
+        run(acc, a.processes, a.threads, [gpt_step, *model_args(size, 1, 0)], None, {"BENCH_SAVE_INIT": init})
         print(f"{size}: {describe(size)}; {steps} timed steps after {warmup} warm-up", flush=True)
         results = {k: [] for k in impls}
         for r in range(a.rounds):
             # Alternated, and the order turned every round, so that machine noise falls on all alike.
             order = impls[r % len(impls):] + impls[:r % len(impls)]
             for k in order:
-                res = run(acc, a.processes, a.threads, programs[k], fsdp_config if k == "libacc" else None)
+                res = run(acc, a.processes, a.threads, programs[k], fsdp_config if k == "libacc" else None,
+                          None if k == "libacc" else {"BENCH_LOAD_INIT": init})
                 results[k].append(res)
                 print(f"  round {r + 1}/{a.rounds} {k:19s} {res['tokens_per_s']:9.0f} tokens/s  "
                       f"{res['step_ms']:9.3f} ms/step (" + ", ".join(f"{p} {res['phase_ms'][p]:.3f}" for p in PHASES)
@@ -145,7 +168,7 @@ def main():
         counts = {k: v[0]["parameters"] for k, v in results.items()}
         if len(set(counts.values())) != 1:
             print(f"WARNING: the implementations' parameter counts differ: {counts}", flush=True)
-        tables.append(table(size, impls, results, a.processes, a.threads, steps, warmup))
+        tables.append(table(size, impls, results, a.processes, a.threads, steps, warmup) + curves(impls, results))
         everything[size] = results
     if a.json:
         with open(a.json, "w") as f:

@@ -101,15 +101,6 @@ std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, s
   return a.finish(dir);
 }
 
-// The unique trainable parameters in the order a sharded strategy indexes them.
-std::vector<std::pair<std::string, at::Tensor>> trainable(const Model& model) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  std::set<const void*> seen;
-  for (const auto& [name, p] : model.named_parameters())
-    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.emplace_back(name, p);
-  return out;
-}
-
 }  // namespace
 
 bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model) {
@@ -130,7 +121,7 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
   }
   if (rank == 0) {  // what is not sharded (buffers, frozen parameters), whole
     std::set<std::string> sharded;
-    for (const auto& [name, p] : trainable(*model.model)) sharded.insert(name);
+    for (const auto& [name, p] : model.model->trainable_parameters()) sharded.insert(name);
     for (const auto& [name, t] : model.model->state())
       if (!sharded.count(name)) {
         tensors.emplace_back(name, t.detach().reshape({-1}));
@@ -189,7 +180,7 @@ std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, si
   });
   if (!whole) return std::nullopt;
   // The unsharded layout: parameter indices, each tensor in its parameter's shape.
-  const auto params = trainable(*model.model);
+  const auto params = model.model->trainable_parameters();
   std::map<std::string, size_t> index_of;
   for (size_t i = 0; i < params.size(); ++i) index_of[params[i].first] = i;
   Optimizer::State st;

@@ -61,6 +61,8 @@ class Model {
   // does not. `source` names where they came from in errors (a file).
   void load_state_dict(const NamedTensors& tensors, const std::string& source);
   int64_t num_parameters() const;
+  // The parameters an optimizer trains: those requiring gradients, each tensor once (under its first name).
+  NamedTensors trainable_parameters() const;
 
  protected:
   // "prefix0", "prefix1", ...: a ModuleList of blocks' names.

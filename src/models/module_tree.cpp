@@ -6,6 +6,8 @@
 #include <map>
 
 #include "models/model.hpp"
+
+#include <set>
 #include "util/errors.hpp"
 
 namespace acc::core {
@@ -64,6 +66,14 @@ int64_t Model::num_parameters() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_parameters()) n += p.numel();
   return n;
+}
+
+NamedTensors Model::trainable_parameters() const {
+  NamedTensors out;
+  std::set<const void*> seen;
+  for (const auto& [name, p] : named_parameters())
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.emplace_back(name, p);
+  return out;
 }
 
 NnModel::NnModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {

@@ -247,10 +247,8 @@ class ShardedStrategy final : public Strategy {
 
     const std::set<std::string> units(opts.units.begin(), opts.units.end());
     std::map<std::pair<std::string, at::ScalarType>, size_t> index;  // the group being filled
-    std::set<const void*> seen;
     const double cap = opts.stage < 3 ? opts.bucket_cap_mb * 1048576.0 : std::numeric_limits<double>::infinity();
-    for (auto& [name, p] : model_->named_parameters()) {
-      if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    for (auto& [name, p] : model_->trainable_parameters()) {
       auto key = std::make_pair(unit_of(name, units), p.scalar_type());
       auto it = index.find(key);
       if (it != index.end() && static_cast<double>((s.groups[it->second].numel + p.numel()) * p.element_size()) > cap) {

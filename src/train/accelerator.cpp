@@ -140,7 +140,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
-  a->gradient_clipping_ = config::sharding(c).gradient_clipping;
+  a->sharding_ = config::sharding(c);
   a->save_iteration_ = c.get_int("project_config.iteration");
   // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
   const bool writer = a->state_.rank == 0 ||
@@ -322,7 +322,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (sched && !sched->opt->owner && sched->opt != opt)
     throw StateError("the scheduler's optimizer is not prepared: prepare it in the same call or before");
   // A sharded model's optimizer is rebuilt over the shards: one that cannot be is refused now.
-  if (opt && comm_ && config::sharding(config_).stage > 0)
+  if (opt && comm_ && sharding_.stage > 0)
     if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(trainable(*target->model));
   ShardSpec spec;
   spec.num_processes = state_.world_size;
@@ -387,16 +387,16 @@ DdpOptions::PowerSgd power_sgd_options(const config::Config& c) {
 
 std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model>& model) const {
   if (!comm_) return make_single_strategy(model, device_);
-  const config::Sharding sh = config::sharding(config_);
+  const config::Sharding& sh = sharding_;
   if (sh.stage == 0) {
     DdpOptions d;
     d.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
     d.broadcast_buffers = config_.get_bool("ddp_kwargs.broadcast_buffers");
     d.find_unused_parameters = config_.get_bool("ddp_kwargs.find_unused_parameters");
     const std::string hook = config_.get_string("ddp_kwargs.comm_hook");
-    if (hook == "fp16" || hook == "FP16") d.compress = at::kHalf;
-    if (hook == "bf16" || hook == "BF16") d.compress = at::kBFloat16;
-    if (hook == "power_sgd" || hook == "POWER_SGD") d.power_sgd = power_sgd_options(config_);
+    if (hook == "fp16") d.compress = at::kHalf;  // the config stores the schema's spelling
+    if (hook == "bf16") d.compress = at::kBFloat16;
+    if (hook == "power_sgd") d.power_sgd = power_sgd_options(config_);
     return make_ddp_strategy(model, device_, comm_, d);
   }
   ShardingOptions o;

@@ -128,7 +128,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
 
   // Mixed precision.
   const std::string& mixed_precision() const { return mixed_precision_; }
-  double gradient_clipping() const { return gradient_clipping_; }
+  double gradient_clipping() const { return sharding_.gradient_clipping; }
   GradScaler* scaler() { return scaler_ ? scaler_.get() : nullptr; }
   void unscale_gradients(OptimizerSlot& opt);
   void unscale_all_gradients();
@@ -225,7 +225,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   int64_t save_iteration_ = 0;  // project_config.iteration: the next automatic checkpoint's number
   GradientState grad_;
   std::string mixed_precision_ = "no";
-  double gradient_clipping_ = 0;
+  config::Sharding sharding_;  // what FSDP / DeepSpeed settings ask for (stage 0: none)
   std::unique_ptr<GradScaler> scaler_;
   std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
   bool trigger_ = false;

@@ -8,7 +8,8 @@
  *   LOAD  a checkpoint acc_load_state restores before training ("-": none); SAVE: where acc_save_state writes
  *         one after training
  * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it). The main process
- * prints "LOSS x", the last micro-step's loss averaged over the processes. MP_EXTRA_CONFIG adds keys to the
+ * prints "LOSS x", the last micro-step's loss averaged over the processes (and "SCALE s", fp16's loss scale, after
+ * checking every process has the same). MP_EXTRA_CONFIG adds keys to the
  * explicit config (as JSON members).
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
@@ -152,6 +153,21 @@ int main(int argc, char** argv) {
   int32_t is_main;
   CHECK(acc_is_main_process(acc, &is_main));
   if (is_main) printf("LOSS %.6f\n", mean_f);
+  /* fp16: every process skipped the same steps, so the loss scalers agree (each unscaled only its shards). */
+  double scale;
+  int64_t tracker;
+  if (acc_grad_scaler_state(acc, &scale, &tracker) == ACC_OK) {
+    float both[2] = {(float)scale, (float)-scale}, most[2];
+    int64_t two = 2;
+    acc_tensor *t, *m;
+    CHECK(acc_tensor_from_host(both, sizeof both, ACC_FLOAT32, &two, 1, &t));
+    CHECK(acc_reduce(acc, t, ACC_REDUCE_MAX, &m));
+    CHECK(acc_tensor_to_host(m, most, sizeof most));
+    EXPECT(most[0] + most[1] == 0); /* max == min */
+    if (is_main) printf("SCALE %g\n", scale);
+    acc_tensor_destroy(t);
+    acc_tensor_destroy(m);
+  }
   acc_tensor_destroy(l);
   acc_tensor_destroy(mean);
   CHECK(acc_save_model(model, argv[5], NULL));

@@ -534,6 +534,17 @@ def case_sharded():
                     expect(diff <= 2e-2, f"bf16 {label}: fp32 masters trained as DDP's within bf16 precision",
                            str(diff))
                     expect(off_fp32 > 1e-4, f"bf16 {label}: computed in bf16 (not as fp32 training)", str(off_fp32))
+        # fp16 with a scale that overflows now and then: each process unscales only its shards, so whether to skip
+        # the step must be agreed, or the processes' loss scalers part (the worker checks they are equal).
+        with open(os.path.join(d, "fp16.yaml"), "w") as f:
+            f.write(SHARDED_CONFIGS["zero2"] + "mixed_precision: fp16\nuse_cpu: true\n")
+        p = subprocess.run([ACC, "launch", "--config_file", os.path.join(d, "fp16.yaml"), "--num_processes", "3",
+                            "--main_process_port", "0", WORKER, "gpt", "30", "1", "0", os.path.join(d, "fp16")],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, ACC_CONFIG_FILE="none",
+                                    MP_EXTRA_CONFIG='"grad_scaler_kwargs": {"init_scale": 1e12, "growth_interval": 3}'))
+        expect(p.returncode == 0 and "SCALE" in p.stdout, "fp16 under ZeRO-2: every process skips the same steps",
+               p.stdout + p.stderr)
         # DDP communication hooks (ddp_kwargs.comm_hook): fp16 / bf16 compression converges as uncompressed DDP
         # does (the traffic halves: test_core's Ddp.CompressionHooksHalveTheTraffic).
         losses, weights = {}, {}

@@ -27,18 +27,19 @@ std::optional<bool> parse_bool(std::string_view text) {
 }
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  // Only distances up to `limit` matter, so a long word costs no more than its length (a 50 MB key: no matrix).
+  const size_t limit = std::clamp<size_t>(word.size() / 3, 1, 3);
   std::string best;
-  size_t best_d = SIZE_MAX;
+  size_t best_d = limit + 1;
   const std::string lw = detail::lower(word);
   for (const auto& c : candidates) {
-    size_t d = detail::edit_distance(lw, detail::lower(c));
+    const size_t d = detail::edit_distance(lw, detail::lower(c), limit);
     if (d < best_d) {
       best_d = d;
       best = c;
     }
   }
-  const size_t limit = std::clamp<size_t>(word.size() / 3, 1, 3);
-  return best_d <= limit ? best : std::string();
+  return best;
 }
 
 }  // namespace acc::config
@@ -153,19 +154,48 @@ std::string join(const std::vector<std::string>& v, std::string_view sep) {
   return out;
 }
 
-// Optimal string alignment distance (Levenshtein plus adjacent transpositions).
-size_t edit_distance(std::string_view a, std::string_view b) {
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions), three rows of memory.
+size_t edit_distance(std::string_view a, std::string_view b, size_t bound) {
   const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
-  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (size_t i = 1; i <= n; ++i)
+  if ((n > m ? n - m : m - n) > bound) return bound == SIZE_MAX ? bound : bound + 1;
+  std::vector<size_t> before(m + 1), prev(m + 1), cur(m + 1);
+  for (size_t j = 0; j <= m; ++j) prev[j] = j;
+  for (size_t i = 1; i <= n; ++i) {
+    cur[0] = i;
+    size_t row_min = cur[0];
     for (size_t j = 1; j <= m; ++j) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) cur[j] = std::min(cur[j], before[j - 2] + 1);
+      row_min = std::min(row_min, cur[j]);
     }
-  return d[n][m];
+    if (row_min > bound) return bound + 1;  // every later row is at least as large
+    std::swap(before, prev);
+    std::swap(prev, cur);
+  }
+  return prev[m];
+}
+
+std::optional<std::string> text_problem(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == 0) return "a NUL character at byte " + std::to_string(i);
+    // Well-formed UTF-8 (Unicode's table 3-7): the lead byte gives the length and the range of the second byte.
+    size_t len = 1;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return "invalid UTF-8 at byte " + std::to_string(i);
+    for (size_t k = 1; k < len; ++k) {
+      if (i + k >= s.size()) return "invalid UTF-8 at byte " + std::to_string(i);
+      const auto t = static_cast<unsigned char>(s[i + k]);
+      if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xBF)) return "invalid UTF-8 at byte " + std::to_string(i);
+    }
+    i += len;
+  }
+  return std::nullopt;
 }
 
 static std::string fmt_num(double v) {
@@ -312,6 +342,10 @@ std::optional<std::string> coerce(const KeySpec& k, const Node& in, Node& out) {
 
   if (in.text) {
     const std::string& s = in.raw;
+    // Environment variables and flags: the limits a config file's strings have.
+    if (s.size() > limits::kStringBytes)
+      return "'" + k.path + "' is longer than " + std::to_string(limits::kStringBytes) + " bytes (the limit)";
+    if (auto problem = text_problem(s)) return "'" + k.path + "' holds " + *problem;
     if (t & tBool)
       if (auto b = parse_bool(s)) {
         out = Node::boolean(*b);

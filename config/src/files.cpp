@@ -2,26 +2,31 @@
 #include "acc/files.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <ios>
-#include <sstream>
-#include <memory>
 #include <cerrno>
 #include <filesystem>
 #include <ios>
+#include <memory>
 #include <system_error>
 
 namespace acc::config {
+
+FileError::FileError(const std::string& action, std::string path_, std::string reason_, int err)
+    : std::ios_base::failure(action, std::error_code(err, std::generic_category())),
+      path(std::move(path_)),
+      reason(std::move(reason_)),
+      message_(action + " '" + path + "': " + reason) {}
+
 namespace {
 
 [[noreturn]] void fail(const char* what, const std::string& path, int err) {
-  throw std::ios_base::failure(std::string(what) + " '" + path + "'", std::error_code(err, std::generic_category()));
+  throw FileError(what, path, std::strerror(err), err);
 }
 
 // After a failed system call: errno is read first, before anything (building a message) can change it.
@@ -118,12 +123,36 @@ void write_pieces(int fd, const std::vector<std::string_view>& pieces, size_t to
 
 }  // namespace
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::ios_base::failure("cannot read '" + path + "'");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+std::string read_file(const std::string& path, size_t max_bytes) {
+  // Non-blocking: opening a FIFO with no writer must not wait (the descriptor is refused just below anyway).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail_errno("cannot read", path);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_errno("cannot read", path);
+  // Only regular files: a FIFO blocks, a device such as /dev/zero never ends, a directory has no bytes.
+  if (!S_ISREG(st.st_mode))
+    throw FileError("cannot read", path, S_ISDIR(st.st_mode) ? "it is a directory" : "it is not a regular file",
+                    S_ISDIR(st.st_mode) ? EISDIR : EINVAL);
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    throw FileError("cannot read", path,
+                    "it holds " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                        std::to_string(max_bytes),
+                    EFBIG);
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_errno("cannot read", path);
+    if (n == 0) break;  // shrank while read
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
 }
 
 void make_directories(const std::string& dir) {
@@ -142,24 +171,40 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  // A hidden name in the same directory (rename is atomic only within one filesystem), unique per process and call;
-  // O_EXCL skips a leftover of a crashed process that had the same pid.
-  static std::atomic<unsigned> counter{0};
-  TempFile tmp;
-  for (int attempt = 0; tmp.fd < 0; ++attempt) {
-    tmp.path = dir + "/." + base + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    const int err = errno;
-    if (tmp.fd < 0 && (err != EEXIST || attempt >= 100)) {
-      tmp.done = true;  // nothing was created
-      fail("cannot write", path, err);
-    }
-  }
   size_t total = 0;
   for (std::string_view piece : pieces) total += piece.size();
+  // A hidden name in the same directory (rename is atomic only within one filesystem), unique per process and call
+  // (threads saving at once never share one); O_EXCL skips a leftover of a crashed process that had the same pid.
+  static std::atomic<unsigned> counter{0};
+  const auto temp_name = [&] {
+    return dir + "/." + base + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  };
+  TempFile tmp;
+  // First choice: an unnamed file (O_TMPFILE), given a name only once complete and synced, so a process killed
+  // while writing leaves nothing behind. Filesystems without O_TMPFILE get a named temporary file from the start.
+  tmp.fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  tmp.done = true;  // nothing named yet
+  for (int attempt = 0; tmp.fd < 0; ++attempt) {
+    tmp.path = temp_name();
+    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int err = errno;
+    tmp.done = tmp.fd < 0;
+    if (tmp.fd < 0 && (err != EEXIST || attempt >= 100)) fail("cannot write", path, err);
+  }
+  const bool unnamed = tmp.path.empty();
   write_pieces(tmp.fd, pieces, total, path);
   // The data must be on disk before the rename makes it visible under path.
   if (::fsync(tmp.fd) != 0) fail_errno("cannot write", path);
+  for (int attempt = 0; unnamed && tmp.path.empty(); ++attempt) {
+    const std::string name = temp_name();
+    const std::string proc = "/proc/self/fd/" + std::to_string(tmp.fd);
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      tmp.path = name;
+      tmp.done = false;
+    } else if (errno != EEXIST || attempt >= 100) {
+      fail_errno("cannot write", path);
+    }
+  }
   const int fd = tmp.fd;
   tmp.fd = -1;
   if (::close(fd) != 0) fail_errno("cannot write", path);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "acc/config.hpp"
+#include "acc/limits.hpp"
 
 namespace acc::config::detail {
 
@@ -47,13 +48,24 @@ struct Node {
 bool equal(const Node& a, const Node& b);  // value equality (ignores positions and flags)
 Node strip(const Node& n);                 // value copy without positions and source flags
 
+// What a JSON or YAML text may hold (acc/limits.hpp); an error names the limit a text exceeds. Strings must be UTF-8
+// without NUL characters in any case.
+struct TextLimits {
+  int depth = limits::kConfigDepth;
+  size_t keys_per_mapping = limits::kKeysPerMapping;
+  size_t key_bytes = limits::kKeyBytes;
+  size_t string_bytes = limits::kStringBytes;
+};
+inline constexpr TextLimits kConfigText{};
+
 // JSON text <-> Node. Parse errors: "malformed JSON at line L, column C: ...". Duplicate keys are errors.
-Node parse_json(std::string_view text, int max_depth = 64);
+Node parse_json(std::string_view text, const TextLimits& limits = kConfigText);
 void write_json(std::string& out, const Node& n, int indent /* <0: compact */, int level = 0);
 using ::acc::config::json_quote;  // public in acc/config.hpp
 
 // YAML text -> Node (yaml-cpp), keeping positions. Errors: "malformed YAML at line L, column C: ...".
-Node parse_yaml(const std::string& text);
+// A stream of more than one document is an error, as for PyYAML's safe_load.
+Node parse_yaml(const std::string& text, const TextLimits& limits = kConfigText);
 
 // -------------------------------------------------------------------------------------------------------------
 enum TypeBits : unsigned {
@@ -115,7 +127,11 @@ std::string upper(std::string_view s);
 std::optional<int64_t> parse_int(std::string_view s);
 std::optional<double> parse_double(std::string_view s);
 std::string join(const std::vector<std::string>& v, std::string_view sep);
-size_t edit_distance(std::string_view a, std::string_view b);
+// Optimal string alignment distance, or any value above `bound` once it is certain to exceed it (cheap for long
+// inputs: one row of memory, and nothing computed when the lengths alone differ by more than bound).
+size_t edit_distance(std::string_view a, std::string_view b, size_t bound = SIZE_MAX);
+// Why s is not acceptable text (invalid UTF-8, a NUL character), or nullopt.
+std::optional<std::string> text_problem(std::string_view s);
 
 }  // namespace acc::config::detail
 

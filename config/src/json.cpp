@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <unordered_set>
 
 #include "internal.hpp"
 
@@ -13,7 +14,7 @@ namespace {
 
 class Reader {
  public:
-  Reader(std::string_view t, int max_depth) : t_(t), max_depth_(max_depth) {}
+  Reader(std::string_view t, const TextLimits& limits) : t_(t), limits_(limits) {}
 
   Node document() {
     skip_ws();
@@ -28,7 +29,7 @@ class Reader {
   size_t p_ = 0;
   int line_ = 1;
   size_t line_start_ = 0;
-  int max_depth_;
+  TextLimits limits_;
 
   int col() const { return static_cast<int>(p_ - line_start_) + 1; }
 
@@ -72,7 +73,7 @@ class Reader {
   }
 
   Node value(int depth) {
-    if (depth > max_depth_) fail("nesting deeper than " + std::to_string(max_depth_) + " levels");
+    if (depth > limits_.depth) fail("nesting deeper than " + std::to_string(limits_.depth) + " levels (the limit)");
     if (p_ >= t_.size()) fail("expected a value, got end of input");
     Node n;
     n.line = line_;
@@ -86,14 +87,16 @@ class Reader {
         ++p_;
         return n;
       }
+      std::unordered_set<std::string> keys;  // duplicate check in linear time
       for (;;) {
         skip_ws();
         if (p_ < t_.size() && t_[p_] == '}') fail("trailing comma before '}'");
         if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key, got " + here());
         int kl = line_, kc = col();
-        std::string key = string_body();
-        for (auto& [k, v] : n.map)
-          if (k == key) fail_at(kl, kc, "duplicate key \"" + key + "\"");
+        std::string key = string_body(limits_.key_bytes, "key");
+        if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + json_quote(key));
+        if (keys.size() > limits_.keys_per_mapping)
+          fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_mapping) + " keys in one object (the limit)");
         skip_ws();
         if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':' after key \"" + key + "\", got " + here());
         ++p_;
@@ -139,7 +142,7 @@ class Reader {
     }
     if (c == '"') {
       n.kind = Kind::String;
-      n.s = string_body();
+      n.s = string_body(limits_.string_bytes, "string");
       return n;
     }
     if (literal("true")) {
@@ -227,14 +230,19 @@ class Reader {
     return v;
   }
 
-  std::string string_body() {
+  // A string's text; `what` ("key", "string") and `max_bytes` for the length limit.
+  std::string string_body(size_t max_bytes, const char* what) {
+    const int line = line_, column = col();
     ++p_;  // opening quote
     std::string out;
     for (;;) {
       if (p_ >= t_.size()) fail("unterminated string");
+      if (out.size() > max_bytes)
+        fail_at(line, column, std::string(what) + " longer than " + std::to_string(max_bytes) + " bytes (the limit)");
       char c = t_[p_];
       if (c == '"') {
         ++p_;
+        if (auto problem = text_problem(out)) fail_at(line, column, std::string(what) + " holds " + *problem);
         return out;
       }
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string (escape it)");
@@ -282,7 +290,7 @@ class Reader {
 
 }  // namespace
 
-Node parse_json(std::string_view text, int max_depth) { return Reader(text, max_depth).document(); }
+Node parse_json(std::string_view text, const TextLimits& limits) { return Reader(text, limits).document(); }
 
 
 static void newline(std::string& out, int indent, int level) {

@@ -4,10 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <functional>
-#include <sstream>
 
+#include "acc/files.hpp"
+#include "acc/limits.hpp"
 #include "internal.hpp"
 
 extern char** environ;
@@ -240,16 +240,15 @@ std::vector<size_t> leaves_under(const Config::Impl& im, std::string_view sectio
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw Error("cannot read config file '" + path + "': it is a directory");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot read config file '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error("cannot read config file '" + path + "': read error");
-  return ss.str();
+std::string read_config_file(const std::string& path) {
+  try {
+    return config::read_file(path, limits::kConfigBytes);
+  } catch (const FileError& e) {
+    throw Error("cannot read config file '" + path + "': " +
+                (e.code().value() == EFBIG ? "it is larger than the limit for config files, " +
+                                                 std::to_string(limits::kConfigBytes >> 10) + " KiB"
+                                           : e.reason));
+  }
 }
 
 bool ends_with(std::string_view s, std::string_view suf) {
@@ -449,6 +448,9 @@ Config resolve_accelerator(std::string_view explicit_json, const std::map<std::s
     if (!names.empty()) r.set("fp8_recipe_kwargs.override_linear_precision", tri, {Origin::Env, join(names, ",")});
   }
 
+  if (explicit_json.size() > limits::kConfigBytes)
+    throw Error(std::string(where) + ": the configuration JSON holds " + std::to_string(explicit_json.size()) +
+                " bytes, more than the limit for config files, " + std::to_string(limits::kConfigBytes >> 10) + " KiB");
   const std::string text = trim_ws(explicit_json);
   Node root;
   if (!text.empty()) {
@@ -559,7 +561,7 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
   std::string np_missing_reason;
   if (config_file) {
     const std::string& path = *config_file;
-    const std::string text = read_file(path);
+    const std::string text = read_config_file(path);
     Node root;
     try {
       root = ends_with(path, ".json") ? parse_json(text) : parse_yaml(text);
@@ -636,6 +638,10 @@ void check_launch(const Config& cfg) {
   if (np % nm != 0)
     throw Error("'num_processes' (" + num("num_processes") + ", " + at("num_processes") +
                 ") must be a multiple of 'num_machines' (" + num("num_machines") + ", " + at("num_machines") + ")");
+  if (np / nm > limits::kProcessesPerMachine)
+    throw Error("'num_processes' (" + num("num_processes") + ", " + at("num_processes") + ") over 'num_machines' (" +
+                num("num_machines") + ", " + at("num_machines") + ") puts " + std::to_string(np / nm) +
+                " processes on each machine, more than the limit of " + std::to_string(limits::kProcessesPerMachine));
   if (nm > 1 && !cfg.is_set("main_process_ip"))
     throw Error("'num_machines' is " + num("num_machines") + " (" + at("num_machines") +
                 "): give the address of machine 0 ('main_process_ip', --main_process_ip)");
@@ -673,6 +679,10 @@ void check_launch(const Config& cfg) {
   if (dt == "MULTI_GPU" && cfg.provenance("distributed_type").origin == Origin::Flag && np < 2)
     throw Error("contradictory settings: " + show("distributed_type") + " needs at least 2 processes; " +
                 show("num_processes"));
+  // What `accelerate config` refuses to write (commands/config/cluster.py), refused from a file too.
+  if (dt == "MULTI_GPU" && np == 1 && nm == 1)
+    throw Error("contradictory settings: " + show("distributed_type") + " with only 1 process on 1 machine (" +
+                show("num_processes") + "); use distributed_type \"NO\" for one process");
   if (cfg.get_string("mixed_precision") == "fp8" && use_cpu)
     throw Error("contradictory settings: " + show("mixed_precision") + " needs a GPU, but " + show("use_cpu"));
   if (cfg.is_set("parallelism_config") && !(dt == "FSDP" && cfg.get_int("fsdp_config.fsdp_version") == 2))

@@ -1,10 +1,16 @@
 // The safetensors header through the config library's JSON reader. See acc/safetensors_header.hpp.
 #include "acc/safetensors_header.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <tuple>
+
+#include "acc/limits.hpp"
 #include "internal.hpp"
 
 namespace acc::config {
@@ -37,9 +43,12 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, const std::str
                                            std::optional<uint64_t> data_size) {
   using detail::Kind;
   using detail::Node;
+  // Any number of tensors with names of any length; strings UTF-8 without NUL, as for config files.
+  constexpr detail::TextLimits kHeaderText{3, SIZE_MAX, limits::kSafetensorsHeaderBytes,
+                                           limits::kSafetensorsHeaderBytes};
   Node root;
   try {
-    root = detail::parse_json(json);
+    root = detail::parse_json(json, kHeaderText);
   } catch (const Error& e) {
     throw Error(where + ": malformed header: " + e.what());
   }
@@ -88,25 +97,51 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, const std::str
                 (data_size ? " within the " + std::to_string(*data_size) + " bytes of data" : ""));
     h.tensors.push_back(std::move(t));
   }
+  // The format's own validation: the tensors, in offset order, tile the data part exactly, with no overlap, no
+  // hole and nothing after the last one.
+  std::vector<const SafetensorsEntry*> order;
+  for (const auto& t : h.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
+  uint64_t covered = 0;
+  for (const SafetensorsEntry* t : order) {
+    if (t->begin != covered)
+      throw Error(where + ": tensor \"" + t->name + "\" starts at byte " + std::to_string(t->begin) + " of the data, " +
+                  (t->begin < covered ? "inside another tensor" : "leaving a hole after byte " + std::to_string(covered)));
+    covered = t->end;
+  }
+  if (data_size && covered != *data_size)
+    throw Error(where + ": " + std::to_string(*data_size - covered) + " bytes after the last tensor's data");
   return h;
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  f.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a safetensors file (not a regular file)");
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  const auto read_at = [&](void* into, size_t n, uint64_t at) {
+    for (size_t got = 0; got < n;) {
+      const ssize_t r = ::pread(fd, static_cast<char*>(into) + got, n - got, static_cast<off_t>(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  };
   unsigned char le[8];
-  if (file_size < 8 || !f.read(reinterpret_cast<char*>(le), 8))
-    throw Error(path + ": not a safetensors file (too short)");
+  if (file_size < 8 || !read_at(le, 8, 0)) throw Error(path + ": not a safetensors file (too short)");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | le[i];
   // The format caps the header at 100 MB; anything else is not a safetensors file.
-  if (n < 2 || n > (100u << 20) || n > file_size - 8)
+  if (n < 2 || n > limits::kSafetensorsHeaderBytes || n > file_size - 8)
     throw Error(path + ": not a safetensors file (header length " + std::to_string(n) + ")");
   std::string json(n, '\0');
-  if (!f.read(json.data(), static_cast<std::streamsize>(n))) throw Error(path + ": truncated safetensors header");
+  if (!read_at(json.data(), n, 8)) throw Error(path + ": truncated safetensors header");
   return parse_safetensors_header(json, path, file_size - 8 - n);
 }
 

@@ -2,6 +2,7 @@
 // arguments, its dataclasses and kwargs handlers, utils/dataclasses.py), each with the environment variable the
 // library reads. Launch: the keys of Accelerate's default_config.yaml (commands/config/config_args.py).
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 #include "internal.hpp"
@@ -51,6 +52,18 @@ struct K {
 // integer is the 1-based position in the key's choices, as Accelerate maps them.
 std::optional<std::string> enum_index(const KeySpec& k, Node& n) {
   if (n.kind == Kind::Int) n = Node::string(k.choices.at(static_cast<size_t>(n.i - 1)));
+  return std::nullopt;
+}
+
+// A host name or IP address: what getaddrinfo can take, so a mistake is named here rather than by the launch.
+std::optional<std::string> host_address(const KeySpec& k, Node& n) {
+  if (n.kind != Kind::String) return std::nullopt;
+  if (n.s.empty() || n.s.size() > limits::kHostBytes)
+    return "'" + k.path + "' must be a host name or IP address of 1 to " + std::to_string(limits::kHostBytes) +
+           " bytes; got " + std::to_string(n.s.size()) + " bytes";
+  for (char c : n.s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && std::string_view(".-_:%[]").find(c) == std::string_view::npos)
+      return "'" + k.path + "' must be a host name or IP address; got " + brief_value(n);
   return std::nullopt;
 }
 
@@ -192,7 +205,8 @@ Schema make_accelerator() {
         "c10d backend; null: nccl for CUDA devices, gloo for CPU"));
   add(K("init_process_group_kwargs.init_method", S | Z, "null", "rendezvous URL; null: env:// (MASTER_ADDR/PORT)"));
   add(K("init_process_group_kwargs.timeout", N | Z, "null",
-        "collective timeout in seconds; null: 600 for nccl, 1800 otherwise").min(0));
+        "collective timeout in seconds; null: 600 for nccl, 1800 otherwise")
+          .range(limits::kTimeoutMinSeconds, limits::kTimeoutMaxSeconds));
   // --- ProfileKwargs
   add(K("profile_kwargs.activities", L | Z, "null", "devices to profile").one_of({"cpu", "cuda", "xpu", "mtia", "hpu"}));
   add(K("profile_kwargs.schedule_option", A, "null", "wait/warmup/active/repeat/skip_first of the profiler schedule"));
@@ -354,10 +368,11 @@ Schema make_launch() {
   add(K("use_cpu", B, "false", "train on the CPU even when an accelerator is present").env("ACCELERATE_USE_CPU"));
   add(K("debug", B, "false", "check collective shapes across ranks").env("ACCELERATE_DEBUG_MODE"));
   add(K("enable_cpu_affinity", B, "false", "pin processes to the CPU cores near their GPU").env("ACCELERATE_CPU_AFFINITY"));
-  add(K("num_processes", I, "1", "total processes over all machines (-1 in a file: must be given by a flag)").min(1));
-  add(K("num_machines", I, "1", "number of machines").min(1));
-  add(K("machine_rank", I, "0", "rank of this machine").min(0));
-  add(K("main_process_ip", S | Z, "null", "address of machine 0 (MASTER_ADDR); null: 127.0.0.1"));
+  add(K("num_processes", I, "1", "total processes over all machines (-1 in a file: must be given by a flag)")
+          .range(1, limits::kProcesses));
+  add(K("num_machines", I, "1", "number of machines").range(1, limits::kMachines));
+  add(K("machine_rank", I, "0", "rank of this machine").range(0, limits::kMachines - 1));
+  add(K("main_process_ip", S | Z, "null", "address of machine 0 (MASTER_ADDR); null: 127.0.0.1").fix(host_address));
   add(K("main_process_port", I | Z, "null", "port of the rendezvous store (MASTER_PORT); null: 29500; 0: a free port")
           .range(0, 65535));
   add(K("gpu_ids", S | Z, "null", "comma-separated device ids for this machine, or \"all\"").env("CUDA_VISIBLE_DEVICES"));

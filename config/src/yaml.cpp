@@ -10,7 +10,6 @@
 namespace acc::config::detail {
 namespace {
 
-constexpr int kMaxDepth = 64;
 constexpr size_t kMaxNodes = 200000;  // aliases can multiply a small file; refuse instead of exploding
 
 [[noreturn]] void fail(const YAML::Mark& m, const std::string& what) {
@@ -58,11 +57,20 @@ void type_plain(Node& n, const std::string& t) {
 }
 
 struct Converter {
+  const TextLimits& limits;
   size_t count = 0;
+
+  // Scalars and keys: the same length and text rules as JSON strings.
+  void check_text(const YAML::Mark& m, const std::string& t, size_t max_bytes, const char* what) {
+    if (t.size() > max_bytes)
+      fail(m, std::string(what) + " longer than " + std::to_string(max_bytes) + " bytes (the limit)");
+    if (auto problem = text_problem(t)) fail(m, std::string(what) + " holds " + *problem);
+  }
 
   Node convert(const YAML::Node& y, int depth) {
     if (++count > kMaxNodes) fail(y.Mark(), "document too large (aliases expand to too many values)");
-    if (depth > kMaxDepth) fail(y.Mark(), "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (depth > limits.depth)
+      fail(y.Mark(), "nesting deeper than " + std::to_string(limits.depth) + " levels (the limit)");
     Node n;
     n.from_yaml = true;
     const YAML::Mark m = y.Mark();
@@ -79,6 +87,7 @@ struct Converter {
       case YAML::NodeType::Scalar: {
         const std::string& tag = y.Tag();
         const std::string& text = y.Scalar();
+        check_text(m, text, limits.string_bytes, "string");
         if (tag == "?") {
           n.plain = true;
           n.raw = text;
@@ -102,6 +111,10 @@ struct Converter {
         n.kind = Kind::Map;
         for (const auto& kv : y) {
           if (!kv.first.IsScalar()) fail(kv.first.Mark(), "mapping keys must be plain names");
+          check_text(kv.first.Mark(), kv.first.Scalar(), limits.key_bytes, "key");
+          if (n.map.size() == limits.keys_per_mapping)
+            fail(kv.first.Mark(),
+                 "more than " + std::to_string(limits.keys_per_mapping) + " keys in one mapping (the limit)");
           Node v = convert(kv.second, depth + 1);
           const YAML::Mark km = kv.first.Mark();
           v.key_line = km.line >= 0 ? km.line + 1 : v.line;
@@ -115,15 +128,20 @@ struct Converter {
 
 }  // namespace
 
-Node parse_yaml(const std::string& text) {
+Node parse_yaml(const std::string& text, const TextLimits& limits) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    // PyYAML's safe_load (Accelerate's reader) refuses a second document too; ignoring it would drop settings.
+    if (documents.size() > 1)
+      fail(documents[1].Mark(), "the text holds " + std::to_string(documents.size()) +
+                                    " YAML documents (separated by '---'); a config file is one document");
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     fail(e.mark, e.msg);
   }
   try {
-    Converter c;
+    Converter c{limits};
     return c.convert(root, 0);
   } catch (const YAML::Exception& e) {
     fail(e.mark, e.msg);

@@ -16,6 +16,8 @@
 #include <string_view>
 
 #include "acc/files.hpp"
+#include "acc/limits.hpp"
+#include "acc/safetensors_header.hpp"
 
 namespace acc::core {
 namespace {
@@ -30,7 +32,7 @@ const std::map<at::ScalarType, std::string>& dtype_names() {
 }
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw std::ios_base::failure("safetensors file '" + path + "': " + what);
+  throw config::FileError("cannot load safetensors file", path, what, EINVAL);
 }
 
 struct CJsonPtr {
@@ -102,41 +104,24 @@ NamedTensors load_safetensors(const std::string& path) {
   const auto* bytes = static_cast<const unsigned char*>(addr);
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
-  if (len > 100u * 1024 * 1024 || 8 + len > file_size) bad(path, "header length " + std::to_string(len) + " is invalid");
-  CJsonPtr header{cJSON_ParseWithLength(reinterpret_cast<const char*>(bytes + 8), len)};
-  if (!header.p || !cJSON_IsObject(header.p)) bad(path, "header is not a JSON object");
-  const uint64_t data_size = file_size - 8 - len;
+  if (len < 2 || len > limits::kSafetensorsHeaderBytes || len > file_size - 8)
+    bad(path, "header length " + std::to_string(len) + " is invalid");
+  // The one strict reader of headers (config/), also used by the launcher's tools.
+  config::SafetensorsHeader header;
+  try {
+    header = config::parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(bytes + 8), len),
+                                              "header", file_size - 8 - len);
+  } catch (const config::Error& e) {
+    bad(path, std::string(e.what()).substr(std::string_view("header: ").size()));
+  }
   char* data = static_cast<char*>(addr) + 8 + len;
   NamedTensors out;
-  for (cJSON* e = header.p->child; e; e = e->next) {
-    std::string name = e->string;
-    if (name == "__metadata__") continue;
-    cJSON* dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    cJSON* shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    cJSON* offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
-      bad(path, "entry '" + name + "' lacks dtype, shape or data_offsets");
+  for (const config::SafetensorsEntry& e : header.tensors) {
     std::optional<at::ScalarType> type;
     for (auto& [t, n] : dtype_names())
-      if (n == dt->valuestring) type = t;
-    if (!type) bad(path, "entry '" + name + "' has unsupported dtype " + dt->valuestring);
-    std::vector<int64_t> dims;
-    uint64_t numel = 1;
-    for (cJSON* d = shape->child; d; d = d->next) {
-      if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9e15) bad(path, "entry '" + name + "' has a bad shape");
-      dims.push_back(static_cast<int64_t>(d->valuedouble));
-      numel = dims.back() && numel > data_size ? data_size + 1 : numel * static_cast<uint64_t>(dims.back());
-    }
-    cJSON* b = cJSON_GetArrayItem(offs, 0);
-    cJSON* f = cJSON_GetArrayItem(offs, 1);
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(f) || b->valuedouble < 0 || f->valuedouble < b->valuedouble)
-      bad(path, "entry '" + name + "' has bad data_offsets");
-    const auto begin = static_cast<uint64_t>(b->valuedouble);
-    const auto end = static_cast<uint64_t>(f->valuedouble);
-    if (end > data_size) bad(path, "entry '" + name + "' is truncated (its data ends past the end of the file)");
-    if (end - begin != numel * c10::elementSize(*type))
-      bad(path, "entry '" + name + "' has data_offsets that do not match its shape and dtype");
-    out.emplace_back(name, at::from_blob(data + begin, dims, [mapping](void*) {}, at::TensorOptions().dtype(*type)));
+      if (n == e.dtype) type = t;
+    if (!type) bad(path, "tensor \"" + e.name + "\" has dtype " + e.dtype + ", which libacc does not load");
+    out.emplace_back(e.name, at::from_blob(data + e.begin, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(*type)));
   }
   return out;
 }

@@ -2,8 +2,10 @@
 // Accelerate's YAML files (current and legacy), JSON files, the bad-config corpus, the launcher environment; and the
 // library's other torch-free parts: built-in model specs, safetensors headers, atomic file writes.
 #include <dirent.h>
+#include <csignal>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
@@ -485,7 +488,7 @@ TEST(LaunchFiles, FlagsBeatTheFile) {
   EXPECT_EQ(c.get_string("mixed_precision"), "fp16");
   EXPECT_EQ(c.get_string("distributed_type"), "MULTI_GPU");  // untouched keys keep the file's value
   EXPECT_EQ(error_of([&] { resolve_launch(f, {{"num_processes", "x", "--num_processes"}}); }),
-            "--num_processes: 'num_processes' must be an integer >= 1; got \"x\"");
+            "--num_processes: 'num_processes' must be an integer between 1 and 65536; got \"x\"");
 }
 
 TEST(LaunchFiles, PlainNoIsTheStringNo) {
@@ -1403,4 +1406,130 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_EQ(ds.gradient_clipping, 1.5);
   EXPECT_EQ(ds.label, "DeepSpeed ZeRO stage 1");
   EXPECT_EQ(sharding(resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}})).stage, 2);  // Accelerate's default
+}
+
+// --- Limits and hostile input (issue 12: each case failed before its fix) ---------------------------------------
+
+TEST(Limits, LongUnknownKeysAreRefusedWithoutAHang) {
+  // Was: a did-you-mean matrix per candidate (50 MB key: 414 s, 14.8 GB). Now the key limit, and a bounded search.
+  const std::string key(50u << 20, 'k');
+  EXPECT_EQ(closest_match(key, {"mixed_precision", "cpu"}), "");
+  EXPECT_EQ(closest_match("mixed_precison", {"mixed_precision", "cpu"}), "mixed_precision");
+  EXPECT_EQ(closest_match("cpuu", {"mixed_precision", "cpu"}), "cpu");
+  const std::string err = error_of([&] { resolve_accelerator(R"({")" + std::string(300, 'k') + R"(": 1})", {}); });
+  EXPECT_NE(err.find("key longer than 256 bytes (the limit)"), std::string::npos) << err;
+  // The explicit JSON as a whole is bounded too.
+  EXPECT_NE(error_of([&] { resolve_accelerator("{\"" + key + "\": 1}", {}); }).find("more than the limit for config files, 1024 KiB"),
+            std::string::npos);
+}
+
+TEST(Limits, ManyKeysAreLinearAndBounded) {
+  // Was: a quadratic duplicate check (200k keys: 165 s).
+  std::string many = "{";
+  for (int i = 0; i < 200000; ++i) many += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+  many += "}";
+  EXPECT_NE(error_of([&] { resolve_accelerator(many.substr(0, 60000) + "}", {}); }).find("more than 4096 keys in one object (the limit)"),
+            std::string::npos);
+  TempDir t;
+  std::string yaml;
+  for (int i = 0; i < 5000; ++i) yaml += "k" + std::to_string(i) + ": 1\n";
+  EXPECT_NE(error_of([&] { resolve_launch(t.write("many.yaml", yaml), {}); }).find("more than 4096 keys in one mapping (the limit)"),
+            std::string::npos);
+  std::string dup = "{\"distributed_type\": \"NO\"";
+  for (int i = 0; i < 4000; ++i) dup += ",\"k" + std::to_string(i) + "\":1";
+  dup += ",\"k17\":2}";
+  EXPECT_NE(error_of([&] { resolve_launch(t.write("dup.json", dup), {}); }).find("duplicate key \"k17\""), std::string::npos);
+}
+
+TEST(Limits, ConfigFilesAreRegularAndBounded) {
+  TempDir t;
+  // Was: /dev/zero read until memory ran out; a FIFO blocked forever.
+  EXPECT_EQ(error_of([] { resolve_launch(std::string("/dev/zero"), {}); }),
+            "cannot read config file '/dev/zero': it is not a regular file");
+  const std::string fifo = t.path + "/fifo.yaml";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { resolve_launch(fifo, {}); }), "cannot read config file '" + fifo + "': it is not a regular file");
+  const std::string big = t.write("big.yaml", "distributed_type: NO\n# " + std::string(1u << 20, 'x') + "\n");
+  EXPECT_EQ(error_of([&] { resolve_launch(big, {}); }),
+            "cannot read config file '" + big + "': it is larger than the limit for config files, 1024 KiB");
+}
+
+TEST(Limits, TimeoutsHaveARange) {
+  // Was: 1e300, 0 and 1e-9 passed validation and became 0 ms.
+  for (auto [t, shown] : {std::pair{"1e300", "1e+300"}, {"0", "0"}, {"1e-9", "1e-09"}, {"-1", "-1"}})
+    EXPECT_EQ(error_of([&] { resolve_accelerator(std::string(R"({"init_process_group_kwargs": {"timeout": )") + t + "}}", {}); }),
+              std::string("'init_process_group_kwargs.timeout' must be a number between 0.001 and 31536000 or null; got ") + shown);
+  EXPECT_DOUBLE_EQ(resolve_accelerator(R"({"init_process_group_kwargs": {"timeout": 0.5}})", {}).get_double("init_process_group_kwargs.timeout"), 0.5);
+}
+
+TEST(Limits, StringsAreUtf8WithoutNul) {
+  // Was: a NUL silently cut project_dir; invalid UTF-8 was kept.
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"project_dir": "runs\u0000/x"})", {}); }),
+            "malformed JSON at line 1, column 17: string holds a NUL character at byte 4");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\"project_dir\": \"runs\xff\"}", {}); }),
+            "malformed JSON at line 1, column 17: string holds invalid UTF-8 at byte 4");
+  EXPECT_EQ(error_of([] { resolve_accelerator("{\"project_dir\": \"\xed\xa0\x80\"}", {}); }),  // an encoded surrogate
+            "malformed JSON at line 1, column 17: string holds invalid UTF-8 at byte 0");
+  EXPECT_EQ(resolve_accelerator("{\"project_dir\": \"r\xc3\xa9sum\xc3\xa9/\xf0\x9f\x98\x80\"}", {}).get_string("project_dir"),
+            "r\xc3\xa9sum\xc3\xa9/\xf0\x9f\x98\x80");
+  EXPECT_NE(error_of([] { resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", "a\xc0\xaf" "b"}}); }).find("invalid UTF-8"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", std::string(5000, 'd')}}); })
+                .find("longer than 4096 bytes (the limit)"),
+            std::string::npos);
+}
+
+TEST(Files, ThreadsSavingToOnePathNeverMix) {
+  // Was: one temporary name per process, opened with O_TRUNC: two threads produced a file mixing both.
+  TempDir t;
+  const std::string path = t.path + "/model.bin";
+  const std::string a(8u << 20, 'a'), b(8u << 20, 'b');
+  for (int round = 0; round < 5; ++round) {
+    std::thread ta([&] { write_file_atomic(path, a); });
+    std::thread tb([&] { write_file_atomic(path, b); });
+    ta.join();
+    tb.join();
+    const std::string got = slurp(path);
+    EXPECT_TRUE(got == a || got == b) << "round " << round << ": a mixture";
+  }
+  EXPECT_EQ(list_dir(t.path), std::vector<std::string>{"model.bin"});
+}
+
+TEST(Files, AProcessKilledWhileSavingLeavesNothing) {
+  // Was: a temporary file of the model's size stayed behind.
+  TempDir t;
+  const std::string path = t.path + "/model.bin";
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string huge(256u << 20, 'x');
+    for (;;) write_file_atomic(path, huge);
+  }
+  // Wait for the first save to land, then kill the child during a later one.
+  for (int i = 0; i < 200 && list_dir(t.path).empty(); ++i) usleep(10000);
+  usleep(100000);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  for (const std::string& name : list_dir(t.path)) EXPECT_EQ(name, "model.bin") << "left behind: " << name;
+}
+
+TEST(SafetensorsHeader, StrictAsTheFormat) {
+  // Was accepted: overlapping tensors, duplicate names, fractional shapes or offsets, garbage after the header,
+  // NUL in names, holes and trailing bytes.
+  auto err = [](const std::string& json, uint64_t data) {
+    return error_of([&] { parse_safetensors_header(json, "m.safetensors", data); });
+  };
+  const std::string a = R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})";
+  EXPECT_EQ(err("{" + a + R"(, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
+            "m.safetensors: tensor \"b\" starts at byte 4 of the data, inside another tensor");
+  EXPECT_NE(err("{" + a + ", " + a + "}", 8).find("duplicate key \"a\""), std::string::npos);
+  EXPECT_NE(err(R"({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", 8).find("bad shape"), std::string::npos);
+  EXPECT_NE(err(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8.5]}})", 8).find("data_offsets"), std::string::npos);
+  EXPECT_NE(err("{" + a + "} xyz", 8).find("unexpected text after the JSON value"), std::string::npos);
+  EXPECT_EQ(err("{" + a + "}    ", 8), "<no error>");  // the format pads with spaces
+  EXPECT_NE(err(R"({"a\u0000b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8).find("NUL character"),
+            std::string::npos);
+  EXPECT_EQ(err(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
+            "m.safetensors: tensor \"a\" starts at byte 4 of the data, leaving a hole after byte 0");
+  EXPECT_EQ(err("{" + a + "}", 12), "m.safetensors: 4 bytes after the last tensor's data");
 }

@@ -510,7 +510,7 @@ class LaunchTest(unittest.TestCase):
     def test_bad_values_start_nothing(self):
         cases = [
             (["--mixed_precision", "fp32"], "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\""),
-            (["--num_processes", "0"], "--num_processes: 'num_processes' must be an integer >= 1; got \"0\""),
+            (["--num_processes", "0"], "--num_processes: 'num_processes' must be an integer between 1 and 65536; got \"0\""),
             (["--num_processes", "two"], "--num_processes: 'num_processes' must be an integer"),
             (["--main_process_port", "70000"], "'main_process_port' must be an integer between 0 and 65535"),
             (["--num_procesess", "2"], "unknown option '--num_procesess' (did you mean '--num_processes'?)"),

@@ -1,17 +1,30 @@
 // Creating directories and writing files so that a crash never leaves a half-written one. Torch-free; used by the
 // launcher (config files, log directories), the config library (the run record) and libacc (checkpoints).
-// Failures throw std::ios_base::failure naming the path, with code() holding the errno (libacc maps it to
-// ACC_ERR_IO).
+// Failures throw FileError (a std::ios_base::failure) naming the path, with code() holding the errno (libacc maps it
+// to ACC_ERR_IO).
 #pragma once
 
+#include <cstdint>
+#include <ios>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace acc::config {
 
-// A whole file's bytes; std::ios_base::failure naming it when it cannot be read.
-std::string read_file(const std::string& path);
+// What these functions throw: "<action> '<path>': <reason>", with code() holding the errno.
+struct FileError : std::ios_base::failure {
+  FileError(const std::string& action, std::string path, std::string reason, int err);
+  const char* what() const noexcept override { return message_.c_str(); }
+  std::string path, reason;
+
+ private:
+  std::string message_;
+};
+
+// A whole regular file's bytes; std::ios_base::failure naming it when it cannot be read, is not a regular file (a
+// FIFO, a device, a directory: never a blocking or endless read) or is larger than max_bytes.
+std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
 
 // Creates dir and its missing parents; an existing directory is fine, an existing file is not.
 void make_directories(const std::string& dir);

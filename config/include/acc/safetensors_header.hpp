@@ -31,8 +31,9 @@ struct SafetensorsHeader {
 // Bytes per element of a safetensors dtype name; nullopt for an unknown one. *floating: a floating point type.
 std::optional<int64_t> safetensors_dtype_size(std::string_view dtype, bool* floating = nullptr);
 
-// Parses the header JSON. Every entry is checked: known dtype, a shape of integers >= 0, data_offsets within
-// data_size (when given) and as long as shape and dtype say. Throws Error starting with `where` (the file) and
+// Parses the header JSON as strictly as the safetensors library validates it: UTF-8 names without NUL, no
+// duplicate names, a known dtype, a shape of integers >= 0 and data_offsets of integers as long as shape and dtype
+// say, tensors that tile the data part without overlap or hole, and (when data_size is given) nothing after them. Throws Error starting with `where` (the file) and
 // naming the entry: "m.safetensors: malformed header: malformed JSON at line 1, column 40: ...".
 SafetensorsHeader parse_safetensors_header(std::string_view json, const std::string& where,
                                            std::optional<uint64_t> data_size = std::nullopt);

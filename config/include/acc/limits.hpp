@@ -1,0 +1,34 @@
+// Every size and count libacc and the `acc` launcher accept from outside, in one place (docs/limits.md lists them
+// with the reasons). Each is enforced where the input is read, with an error that names the limit; nothing is
+// truncated silently. Torch-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace acc::limits {
+
+// Config files (launch YAML/JSON, DeepSpeed JSON) and the explicit JSON of acc_accelerator_create. Accelerate's own
+// files are a few KiB.
+inline constexpr size_t kConfigBytes = size_t{1} << 20;
+// JSON and YAML nesting, keys per mapping, and the length of a key and of a string value (a path is at most
+// PATH_MAX; a host name at most 253 bytes).
+inline constexpr int kConfigDepth = 64;
+inline constexpr size_t kKeysPerMapping = 4096;
+inline constexpr size_t kKeyBytes = 256;
+inline constexpr size_t kStringBytes = 4096;
+inline constexpr size_t kHostBytes = 253;
+
+// Processes: the whole job, one machine, and machines.
+inline constexpr int64_t kProcesses = 65536;
+inline constexpr int64_t kProcessesPerMachine = 1024;
+inline constexpr int64_t kMachines = 65536;
+
+// Collective and rendezvous timeouts, in seconds: at least a millisecond (what c10d counts in), at most a year.
+inline constexpr double kTimeoutMinSeconds = 0.001;
+inline constexpr double kTimeoutMaxSeconds = 365.0 * 24 * 3600;
+
+// A safetensors header (the JSON before the tensor data), as the safetensors library bounds it.
+inline constexpr uint64_t kSafetensorsHeaderBytes = 100'000'000;
+
+}  // namespace acc::limits

@@ -29,7 +29,7 @@ acc_status acc_batch_create(acc_batch** out) noexcept {
   return guarded(__func__, [&] { *need(out, "out") = new acc_batch(); });
 }
 
-void acc_batch_destroy(acc_batch* batch) noexcept { delete batch; }
+void acc_batch_destroy(acc_batch* batch) noexcept { acc::capi::destroy_handle(batch, __func__); }
 
 acc_status acc_batch_set(acc_batch* batch, const char* name, const acc_tensor* t) noexcept {
   return guarded(__func__, [&] {

@@ -110,7 +110,7 @@ acc_status acc_tensor_to_host(const acc_tensor* t, void* dst, size_t nbytes) noe
   });
 }
 
-void acc_tensor_destroy(acc_tensor* t) noexcept { delete t; }
+void acc_tensor_destroy(acc_tensor* t) noexcept { acc::capi::destroy_handle(t, __func__); }
 
 acc_status acc_tensor_ndim(const acc_tensor* t, int32_t* out) noexcept {
   if (out) *out = 0;
@@ -167,6 +167,20 @@ acc_status acc_tensor_from_dlpack(DLManagedTensorVersioned* src, acc_tensor** ou
       if (src->deleter) src->deleter(src);
       throw std::invalid_argument("DLPack major version " + std::to_string(major) + " is not supported (need " +
                                   std::to_string(DLPACK_MAJOR_VERSION) + ")");
+    }
+    // What fromDLPack trusts, checked first (a NULL shape with ndim 2 crashed it).
+    const DLTensor& d = src->dl_tensor;
+    std::string problem;
+    if (d.ndim < 0 || d.ndim > 64) problem = "ndim " + std::to_string(d.ndim) + " is outside 0..64";
+    else if (d.ndim > 0 && !d.shape) problem = "shape is NULL with ndim " + std::to_string(d.ndim);
+    int64_t numel = 1;
+    for (int32_t i = 0; problem.empty() && i < d.ndim; ++i)
+      if (d.shape[i] < 0 || __builtin_mul_overflow(numel, d.shape[i], &numel))
+        problem = "shape[" + std::to_string(i) + "] = " + std::to_string(d.shape[i]) + " is negative or overflows";
+    if (problem.empty() && numel > 0 && !d.data) problem = "data is NULL for " + std::to_string(numel) + " elements";
+    if (!problem.empty()) {
+      if (src->deleter) src->deleter(src);
+      throw std::invalid_argument("src: " + problem);
     }
     // Our own deleter records that ownership reached a tensor; if conversion fails before that,
     // we call src's deleter here, so it runs exactly once either way.

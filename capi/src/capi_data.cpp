@@ -31,10 +31,12 @@ acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_n
       acc_tensor* tg = nullptr;
       int32_t has = 0;
       acc_status st = next(ud->data, &in, &tg, &has);
-      std::unique_ptr<acc_tensor> in_owned(in), tg_owned(tg);
+      std::unique_ptr<acc_tensor, void (*)(acc_tensor*)> in_owned(in, acc_tensor_destroy), tg_owned(tg, acc_tensor_destroy);
       if (st != ACC_OK) throw acc::core::CallbackError("dataset next callback returned " + std::to_string(st));
       if (!has) return false;
       if (!in) throw acc::core::CallbackError("dataset next callback set has_sample but no input");
+      if (!in->live.ok() || (tg && !tg->live.ok()))
+        throw acc::core::CallbackError("dataset next callback gave a tensor that is not a live handle");
       sample = acc::core::pair_sample(in->t, tg ? tg->t : at::Tensor());
       return true;
     };
@@ -102,7 +104,7 @@ acc_status acc_bytes_list_create(acc_bytes_list** out) noexcept {
   return guarded(__func__, [&] { *need(out, "out") = new acc_bytes_list(); });
 }
 
-void acc_bytes_list_destroy(acc_bytes_list* list) noexcept { delete list; }
+void acc_bytes_list_destroy(acc_bytes_list* list) noexcept { acc::capi::destroy_handle(list, __func__); }
 
 acc_status acc_bytes_list_append(acc_bytes_list* list, const void* data, size_t size) noexcept {
   return guarded(__func__, [&] {

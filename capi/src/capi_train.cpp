@@ -13,6 +13,7 @@
 using acc::capi::guarded;
 using acc::capi::HandleLock;
 using acc::capi::need;
+using acc::capi::optional_handle;
 
 namespace {
 
@@ -44,7 +45,7 @@ acc_status acc_accelerator_create(const char* config_json, acc_accelerator** out
   });
 }
 
-void acc_accelerator_destroy(acc_accelerator* acc) noexcept { delete acc; }
+void acc_accelerator_destroy(acc_accelerator* acc) noexcept { acc::capi::destroy_handle(acc, __func__); }
 
 #define ACC_GETTER(name, type, expr)                                              \
   acc_status name(const acc_accelerator* acc, type* out) noexcept {             \
@@ -143,11 +144,11 @@ acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc
         return on_tokens(user_data, t.data_ptr<int64_t>(), t.numel()) == 0;
       };
     *out = new_tensor(acc::core::hf::generate(m, tensor_of(input_ids, "input_ids"),
-                                              attention_mask ? attention_mask->t : at::Tensor(), options, callback));
+                                              attention_mask ? need(attention_mask, "attention_mask")->t : at::Tensor(), options, callback));
   });
 }
 
-void acc_model_destroy(acc_model* model) noexcept { delete model; }
+void acc_model_destroy(acc_model* model) noexcept { acc::capi::destroy_handle(model, __func__); }
 
 acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const acc_tensor* targets,
                              acc_tensor** out_output, acc_tensor** out_loss) noexcept {
@@ -158,7 +159,7 @@ acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const ac
     if (out_loss && !targets) throw std::invalid_argument("out_loss needs targets");
     const acc::core::Model& m = *model->slot->model;
     acc::core::TensorDict batch{{m.input_name(), tensor_of(input, "input")}};
-    if (targets) batch.set(m.target_name(), targets->t);
+    if (optional_handle(targets, "targets")) batch.set(m.target_name(), targets->t);
     acc::core::TensorDict r = model->slot->forward(batch);
     std::unique_ptr<acc_tensor> output(out_output ? new_tensor(r.items().front().second) : nullptr);
     if (out_loss) *out_loss = new_tensor(r.at("loss"));
@@ -231,7 +232,7 @@ acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_
   });
 }
 
-void acc_optimizer_destroy(acc_optimizer* opt) noexcept { delete opt; }
+void acc_optimizer_destroy(acc_optimizer* opt) noexcept { acc::capi::destroy_handle(opt, __func__); }
 
 acc_status acc_optimizer_step(acc_optimizer* opt) noexcept {
   return guarded(__func__, [&] {
@@ -264,7 +265,7 @@ acc_status acc_scheduler_create(acc_optimizer* opt, const char* options_json, ac
   });
 }
 
-void acc_scheduler_destroy(acc_scheduler* sched) noexcept { delete sched; }
+void acc_scheduler_destroy(acc_scheduler* sched) noexcept { acc::capi::destroy_handle(sched, __func__); }
 
 acc_status acc_scheduler_step(acc_scheduler* sched) noexcept {
   return guarded(__func__, [&] {
@@ -285,7 +286,7 @@ acc_status acc_dataset_from_tensors(const acc_tensor* inputs, const acc_tensor* 
   return guarded(__func__, [&] {
     need(out, "out");
     *out = new acc_dataset{acc::core::make_tensor_dataset(tensor_of(inputs, "inputs"),
-                                                    targets ? targets->t : at::Tensor())};
+                                                    targets ? need(targets, "targets")->t : at::Tensor())};
   });
 }
 
@@ -309,18 +310,21 @@ acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, voi
       acc_tensor* in = nullptr;
       acc_tensor* tg = nullptr;
       acc_status st = get(ud->data, i, &in, &tg);
-      std::unique_ptr<acc_tensor> in_owned(in), tg_owned(tg);
+      std::unique_ptr<acc_tensor, void (*)(acc_tensor*)> in_owned(in, acc_tensor_destroy), tg_owned(tg, acc_tensor_destroy);
       if (st != ACC_OK)
         throw acc::core::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
                                  std::to_string(i));
       if (!in) throw acc::core::CallbackError("dataset callback set no input for index " + std::to_string(i));
+      if (!in->live.ok() || (tg && !tg->live.ok()))
+        throw acc::core::CallbackError("dataset callback gave a tensor that is not a live handle for index " +
+                                       std::to_string(i));
       return acc::core::pair_sample(in->t, tg ? tg->t : at::Tensor());
     };
     *out = new acc_dataset{acc::core::make_callback_dataset(length, fetch)};
   });
 }
 
-void acc_dataset_destroy(acc_dataset* ds) noexcept { delete ds; }
+void acc_dataset_destroy(acc_dataset* ds) noexcept { acc::capi::destroy_handle(ds, __func__); }
 
 acc_status acc_dataset_length(const acc_dataset* ds, int64_t* out) noexcept {
   if (out) *out = 0;
@@ -336,7 +340,7 @@ acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json, acc_
   });
 }
 
-void acc_dataloader_destroy(acc_dataloader* dl) noexcept { delete dl; }
+void acc_dataloader_destroy(acc_dataloader* dl) noexcept { acc::capi::destroy_handle(dl, __func__); }
 
 acc_status acc_dataloader_next(acc_dataloader* dl, acc_tensor** out_input, acc_tensor** out_target,
                                int32_t* has_batch) noexcept {
@@ -382,10 +386,10 @@ acc_status acc_prepare(acc_accelerator* acc, acc_model* model, acc_optimizer* op
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     std::optional<HandleLock> lm, lo, ls, ld;
-    if (model) lm.emplace(model->busy, "the model");
-    if (opt) lo.emplace(opt->busy, "the optimizer");
-    if (sched) ls.emplace(sched->busy, "the scheduler");
-    if (dl) ld.emplace(dl->busy, "the dataloader");
+    if (optional_handle(model, "model")) lm.emplace(model->busy, "the model");
+    if (optional_handle(opt, "optimizer")) lo.emplace(opt->busy, "the optimizer");
+    if (optional_handle(sched, "scheduler")) ls.emplace(sched->busy, "the scheduler");
+    if (optional_handle(dl, "dataloader")) ld.emplace(dl->busy, "the dataloader");
     if (!model && !opt && !sched && !dl) throw std::invalid_argument("nothing to prepare: every object is NULL");
     acc->impl->prepare(model ? model->slot : nullptr, opt ? opt->slot : nullptr, sched ? sched->slot : nullptr,
                        dl ? dl->dl : nullptr);

@@ -4,6 +4,7 @@
 #include <acc/acc.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,11 +21,50 @@ acc_status guarded(const char* fn, F&& f) noexcept {
   return run_guarded(fn, [](void* c) { (*static_cast<F*>(c))(); }, &f);
 }
 
-// Throws std::invalid_argument("<what> is NULL") when p is null.
+// The last member of every handle: a mark set while the handle exists and overwritten when it is destroyed, so
+// that a destroyed (or foreign) pointer is refused with ACC_ERR_INVALID_ARGUMENT wherever its memory still holds
+// what the destroy left. A cheap check, not a guarantee: memory reused by a new handle of the same type reads
+// as live again (docs/abi.md says what stays undefined).
+class Live {
+ public:
+  bool ok() const noexcept { return mark_ == kLive; }
+  // Volatile: the store before the memory is freed must not be optimized away as dead.
+  ~Live() { *static_cast<volatile uint64_t*>(&mark_) = kDead; }
+
+ private:
+  static constexpr uint64_t kLive = 0x6c69766520616363, kDead = 0x6465616420616363;
+  uint64_t mark_ = kLive;
+};
+
+template <class T>
+concept Handle = requires(const T& h) { h.live.ok(); };
+
+// Throws std::invalid_argument("<what> is NULL") when p is null, and for a handle that is not live.
 template <class T>
 T* need(T* p, const char* what) {
   if (!p) throw std::invalid_argument(std::string(what) + " is NULL");
+  if constexpr (Handle<T>)
+    if (!p->live.ok())
+      throw std::invalid_argument(std::string(what) + " is not a live handle (destroyed already, or not made by libacc)");
   return p;
+}
+
+// An optional handle argument: NULL stays NULL, anything else must be live.
+template <Handle T>
+T* optional_handle(T* p, const char* what) {
+  return p ? need(p, what) : nullptr;
+}
+
+// The body of every acc_*_destroy: NULL is fine; a handle that is not live is recorded as an error (read with
+// acc_last_error) and left alone rather than freed twice.
+template <Handle T>
+void destroy_handle(T* h, const char* fn) noexcept {
+  if (!h) return;
+  if (!h->live.ok()) {
+    set_error(ACC_ERR_INVALID_ARGUMENT, std::string(fn) + ": not a live handle (destroyed already, or not made by libacc)");
+    return;
+  }
+  delete h;
 }
 
 // One thread at a time per handle: a second concurrent caller gets ACC_ERR_BUSY, not a data race.

@@ -98,6 +98,31 @@ TEST(DLPack, RoundTripIsZeroCopyAndDeletesOnce) {
   EXPECT_NE(std::string(acc_last_error_message()).find("major version 99"), std::string::npos);
   EXPECT_EQ(g_deleted, 1);
   EXPECT_EQ(t, nullptr);
+  // Was a segfault: ndim 2 with a NULL shape. Refused (and released once) like every malformed descriptor.
+  struct Case {
+    int32_t ndim;
+    bool null_shape, null_data;
+    int64_t dim0;
+    const char* says;
+  };
+  for (const Case& c : {Case{2, true, false, 2, "shape is NULL with ndim 2"}, Case{-1, false, false, 2, "ndim -1"},
+                        Case{1, false, false, -3, "shape[0] = -3"}, Case{1, false, true, 2, "data is NULL for 2 elements"}}) {
+    DLManagedTensorVersioned* bad = at::toDLPackVersioned(at::ones({2}));
+    saved = bad->deleter;
+    bad->deleter = [](DLManagedTensorVersioned* self) {
+      ++g_deleted;
+      saved(self);
+    };
+    int64_t* shape = bad->dl_tensor.shape;
+    bad->dl_tensor.ndim = c.ndim;
+    if (c.null_shape) bad->dl_tensor.shape = nullptr;
+    if (c.null_data) bad->dl_tensor.data = nullptr;
+    if (!c.null_shape) shape[0] = c.dim0;
+    const int before = g_deleted;
+    EXPECT_EQ(acc_tensor_from_dlpack(bad, &t), ACC_ERR_INVALID_ARGUMENT) << c.says;
+    EXPECT_NE(std::string(acc_last_error_message()).find(c.says), std::string::npos) << acc_last_error_message();
+    EXPECT_EQ(g_deleted, before + 1);
+  }
 }
 
 TEST(TorchScript, LoadsTrainsAndRejectsGarbage) {

@@ -63,6 +63,10 @@ const acc::cuda::PluginV1 kPlugin = {
 
 }  // namespace
 
+// What runtime/cuda.cpp looks for in the file before loading it (plugin.hpp). Kept, though nothing refers to it.
+extern "C" __attribute__((used)) const char acc_cuda_plugin_marker[] = ACC_CUDA_PLUGIN_MARKER "1;";
+static_assert(acc::cuda::kPluginAbi == 1, "update the marker's ABI number");
+
 extern "C" __attribute__((visibility("default"))) const acc::cuda::PluginV1* acc_cuda_plugin_v1() {
   return &kPlugin;
 }

@@ -9,7 +9,9 @@
 // This boundary is internal, not an ABI: both sides are built by one compiler, in one build, against
 // the same LibTorch headers, so C++ objects (intrusive_ptr, std::string, exceptions) cross it. The
 // loader still checks kPluginAbi, the struct size and the LibTorch version before it uses anything,
-// so a stale plugin from another build is refused with a message instead of crashing.
+// so a stale plugin from another build is refused with a message instead of crashing. ACC_CUDA_PLUGIN can name
+// another file (docs/security.md: whoever sets the environment is trusted, as with LD_PRELOAD), but only one that
+// carries the plugin marker is loaded.
 #pragma once
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -22,6 +24,10 @@
 namespace acc::cuda {
 
 inline constexpr uint32_t kPluginAbi = 1;
+// The plugin carries the bytes kPluginMarker followed by its ABI and ';' ("...abi=1;"), and libacc looks for
+// them in the file before dlopen: a library that is not a plugin never gets its constructors run.
+#define ACC_CUDA_PLUGIN_MARKER "acc-cuda-plugin:abi="
+inline constexpr char kPluginMarker[] = ACC_CUDA_PLUGIN_MARKER;
 
 struct PluginV1 {
   uint32_t abi;               // kPluginAbi

@@ -8,6 +8,7 @@
 
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include "acc/files.hpp"
 #include "cuda/plugin.hpp"
 
 namespace acc::cuda {
@@ -28,6 +29,18 @@ std::string plugin_path() {
   return slash == std::string::npos ? std::string(kPluginFile) : self.substr(0, slash + 1) + kPluginFile;
 }
 
+// Whether the file holds the plugin marker for this ABI (plugin.hpp). Read, never loaded: a foreign library's
+// constructors would run on dlopen. The marker is assembled here, so that libacc itself does not carry it.
+bool carries_marker(const std::string& path) {
+  std::string bytes;
+  try {
+    bytes = config::read_file(path, size_t{256} << 20);
+  } catch (const std::ios_base::failure&) {
+    return false;
+  }
+  return bytes.find(std::string(kPluginMarker) + std::to_string(kPluginAbi) + ";") != std::string::npos;
+}
+
 Loaded load() {
   Loaded r;
 #ifndef ACC_CUDA_PLUGIN_BUILT
@@ -40,6 +53,11 @@ Loaded load() {
   struct stat st{};
   if (stat(path.c_str(), &st) != 0) {
     r.why = "no CUDA plugin at " + path;
+    return r;
+  }
+  if (!carries_marker(path)) {
+    r.why = path + " is not a libacc CUDA plugin of ABI " + std::to_string(kPluginAbi) +
+            " (it lacks the plugin marker); it was not loaded";
     return r;
   }
   // Loading maps libtorch_cuda and its CUDA libraries; on a machine without them this fails cleanly

@@ -234,17 +234,20 @@ int Agent::rendezvous(int sigfd) {
   };
 
   if (o_.machine_rank == 0) {
+    // Only on the address the user named (main_process_ip), not on every interface (docs/security.md).
     Address me = resolve(o_.main_ip, o_.main_port);
-    Address any = any_address(me.family, o_.main_port);
     int lfd = socket(me.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
     int one = 1;
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(lfd, reinterpret_cast<sockaddr*>(&any.addr), any.len) != 0 || listen(lfd, 128) != 0) {
+    if (bind(lfd, reinterpret_cast<sockaddr*>(&me.addr), me.len) != 0 || listen(lfd, 128) != 0) {
       int e = errno;
       close(lfd);
-      throw AgentError("rendezvous: cannot listen on port " + std::to_string(o_.main_port) + ": " + std::strerror(e) +
-                           (e == EADDRINUSE ? " (something else uses it; choose another main_process_port)" : ""),
+      throw AgentError("rendezvous: cannot listen on " + o_.main_ip + ":" + std::to_string(o_.main_port) + ": " +
+                           std::strerror(e) +
+                           (e == EADDRNOTAVAIL ? " (main_process_ip must be an address of machine 0, this machine)"
+                            : e == EADDRINUSE  ? " (something else uses it; choose another main_process_port)"
+                                               : ""),
                        1);
     }
     if (!o_.quiet)

@@ -6,8 +6,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "cuda/plugin.hpp"
@@ -42,6 +49,33 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   if (master_addr == "127.0.0.1" || master_addr == "localhost")
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// The store's listening socket, bound to MASTER_ADDR's own address (127.0.0.1 for a one-machine job, the
+// address the user named for several machines) where c10d would listen on every interface: nobody else on the
+// network can join or poison the job (docs/security.md). TCPStore takes the descriptor over.
+int store_listen_socket(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) throw std::runtime_error("cannot resolve MASTER_ADDR '" + host + "': " + ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(res, ::freeaddrinfo);
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("rendezvous: socket: ") + std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 2048) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw std::runtime_error("rendezvous: cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                             std::strerror(err) +
+                             (err == EADDRNOTAVAIL ? " (MASTER_ADDR is not an address of this machine, where rank 0 runs)"
+                              : err == EADDRINUSE  ? " (something else uses the port; choose another main_process_port)"
+                                                   : ""));
+  }
+  return fd;
 }
 
 // Gloo for CPU tensors and, with a CUDA device, NCCL for CUDA ones, over `store`.
@@ -86,6 +120,7 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seco
   opts.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
+    if (opts.isServer) opts.masterListenFd = store_listen_socket(state.master_addr, state.master_port);
     tcp = c10::make_intrusive<c10d::TCPStore>(state.master_addr, opts);
   } catch (const std::exception& e) {
     throw std::runtime_error("rendezvous at " + state.master_addr + ":" +

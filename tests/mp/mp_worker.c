@@ -26,7 +26,38 @@ static acc_tensor* floats(const float* v, int64_t n) {
   return t;
 }
 
+/* The rendezvous store listens on MASTER_ADDR only (127.0.0.1 here), never on every interface: every listening
+ * socket on MASTER_PORT in /proc/net/tcp{,6} is on the loopback address, and there is one. */
+static void store_listens_on_loopback(void) {
+  const char* port_text = getenv("MASTER_PORT");
+  if (!port_text) return;
+  const unsigned port = (unsigned)atoi(port_text);
+  int found = 0;
+  const char* tables[2] = {"/proc/net/tcp", "/proc/net/tcp6"};
+  for (int k = 0; k < 2; ++k) {
+    FILE* f = fopen(tables[k], "r");
+    if (!f) continue;
+    char line[512], local[64];
+    unsigned state;
+    if (!fgets(line, sizeof line, f)) line[0] = 0; /* the header */
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, " %*d: %63s %*s %x", local, &state) != 2 || state != 0x0A) continue; /* 0A: LISTEN */
+      char* colon = strrchr(local, ':');
+      if (!colon || (unsigned)strtoul(colon + 1, NULL, 16) != port) continue;
+      *colon = 0;
+      ++found;
+      if (strcmp(local, "0100007F") != 0) {
+        ++g_failed;
+        fprintf(stderr, "the store listens on %s:%u (%s), not on 127.0.0.1 only\n", local, port, tables[k]);
+      }
+    }
+    fclose(f);
+  }
+  EXPECT(found == 1);
+}
+
 static void collectives(acc_accelerator* acc, int rank) {
+  if (rank == 0) store_listens_on_loopback();
   float mine[2] = {1.0f + 2 * rank, 2.0f + 2 * rank};
   acc_tensor* t = floats(mine, 2);
   acc_tensor* out;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# libFuzzer runs of the parsers that read untrusted text (docs/fuzzing.md): the config library's JSON and YAML
+# readers (library and launcher side), the safetensors header parser, and `acc launch`'s argument parser.
+#
+#   scripts/fuzz.sh --smoke                 build, then run every target ~5 s (meson suite fuzz-smoke); exit 1 on a finding
+#   scripts/fuzz.sh [SECONDS] [TARGET...]   long run: SECONDS (default 3600) split across the targets (all by default)
+#   scripts/fuzz.sh --per-target SECONDS [TARGET...]      each target SECONDS
+#   scripts/fuzz.sh ... -- -max_len=65536 -jobs=2         extra libFuzzer flags after --
+#   scripts/fuzz.sh --list                  the targets
+#
+# Builds in build-fuzz/ (clang, ASan + UBSan, the libraries instrumented with -fsanitize=fuzzer-no-link, -Dcore=false:
+# no LibTorch), configured on first use. Long runs keep what they find in build-fuzz/fuzz-corpus/<target>/ (seed it
+# back into tests/fuzz/corpus by hand when worth it); crashes, timeouts, leaks and out-of-memory inputs go to
+# build-fuzz/fuzz-findings/<target>/. Reproduce one with `build-fuzz/tests/fuzz/<target> FILE`.
+# Needs Debian's clang and libfuzzer-14-dev (scripts/setup.sh installs them; so does this script when missing).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+bdir=${ACC_FUZZ_BUILD_DIR:-build-fuzz}
+targets_all=(fuzz_accelerator_json fuzz_launch_yaml fuzz_launch_json fuzz_safetensors_header fuzz_launch_args)
+declare -A dicts=([fuzz_accelerator_json]=json [fuzz_launch_json]=json [fuzz_safetensors_header]=json
+                  [fuzz_launch_yaml]=yaml [fuzz_launch_args]=args)
+
+smoke=0 per_target=0 seconds=3600 targets=() extra=()
+while (($#)); do
+  case $1 in
+    --smoke) smoke=1 ;;
+    --per-target) per_target=1 ;;
+    --list) printf '%s\n' "${targets_all[@]}"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *[!0-9]*)
+      [[ " ${targets_all[*]} " == *" $1 "* ]] || { echo "fuzz.sh: unknown target '$1' (--list)" >&2; exit 2; }
+      targets+=("$1") ;;
+    *) seconds=$1 ;;
+  esac
+  shift
+done
+((${#targets[@]})) || targets=("${targets_all[@]}")
+
+# Toolchain: Debian 12's clang 14 and its libFuzzer.
+missing=()
+for p in clang libfuzzer-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "fuzz.sh: installing Debian packages: ${missing[*]}"
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -f $bdir/build.ninja ]]; then
+  echo "fuzz.sh: configuring $bdir (clang, ASan + UBSan, libFuzzer)"
+  CC=clang CXX=clang++ meson setup "$bdir" -Dcore=false -Dfuzz=true -Dbuildtype=debugoptimized \
+    -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dcpp_args=-fsanitize=fuzzer-no-link -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
+fi
+start=$(date +%s)
+meson compile -C "$bdir" "${targets[@]}" >/dev/null
+echo "fuzz.sh: built ${#targets[@]} target(s) in $(( $(date +%s) - start )) s"
+
+if ((smoke)); then
+  suite_args=()
+  if ((${#targets[@]} < ${#targets_all[@]})); then suite_args=("${targets[@]}"); fi
+  exec meson test -C "$bdir" --suite fuzz-smoke --no-rebuild --print-errorlogs "${suite_args[@]}"
+fi
+
+each=$seconds
+((per_target)) || each=$(( seconds / ${#targets[@]} ))
+((each > 0)) || each=1
+echo "fuzz.sh: ${#targets[@]} target(s), ${each} s each; findings in $bdir/fuzz-findings/, corpus in $bdir/fuzz-corpus/"
+failed=()
+for t in "${targets[@]}"; do
+  if ! bash tests/fuzz/run_target.sh "$bdir/tests/fuzz/$t" "$t" "$each" "tests/fuzz/corpus/$t" \
+         "tests/fuzz/dict/${dicts[$t]}.dict" "$bdir/fuzz-findings" "$bdir/fuzz-corpus/$t" -- "${extra[@]}"; then
+    failed+=("$t")
+  fi
+done
+echo "fuzz.sh: findings so far:"
+find "$bdir/fuzz-findings" -type f 2>/dev/null | sort | sed 's/^/  /' || true
+if ((${#failed[@]})); then
+  echo "fuzz.sh: stopped on a finding: ${failed[*]}" >&2
+  exit 1
+fi

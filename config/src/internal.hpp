@@ -33,6 +33,9 @@ struct Node {
   bool text = false;                                // env/flag text: `raw` is the text, typed by the schema
   std::string raw;
 
+  // Declared, so that clang with libstdc++ accepts the vectors of the still incomplete Node above.
+  Node() = default;
+
   static Node null() { return Node{}; }
   static Node boolean(bool v) { Node n; n.kind = Kind::Bool; n.b = v; return n; }
   static Node integer(int64_t v) { Node n; n.kind = Kind::Int; n.i = v; return n; }

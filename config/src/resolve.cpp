@@ -485,7 +485,8 @@ Config resolve_accelerator(std::string_view explicit_json, const std::map<std::s
   {
     size_t gas = r.idx("gradient_accumulation_steps"), ns = r.idx("gradient_accumulation_plugin.num_steps");
     if (r.values[ns].kind == Kind::Int) {
-      if (r.prov[gas].origin == Origin::Explicit && r.values[gas].i != 1)
+      // As Accelerate refuses both; the same number twice is what a resolved config given back holds.
+      if (r.prov[gas].origin == Origin::Explicit && r.values[gas].i != 1 && r.values[gas].i != r.values[ns].i)
         throw Error(
             "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
       r.values[gas] = r.values[ns];

@@ -55,7 +55,9 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, const std::str
   if (root.kind != Kind::Map) throw Error(where + ": malformed header: not a JSON object");
   SafetensorsHeader h;
   h.data_start = 8 + json.size();
-  for (const auto& [name, e] : root.map) {
+  for (const auto& entry : root.map) {
+    const std::string& name = entry.first;  // (not a structured binding: clang 14 cannot capture those)
+    const Node& e = entry.second;
     if (name == "__metadata__") {
       bool ok = e.kind == Kind::Map;
       for (size_t i = 0; ok && i < e.map.size(); ++i) {

@@ -1,9 +1,11 @@
 // YAML -> Node through yaml-cpp. Plain scalars are typed the way PyYAML's safe_load types them (YAML 1.1:
 // yes/no/on/off are booleans), and keep their text so that a string-typed key such as `mixed_precision: no`
 // still reads as "no", which is what the user wrote.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "internal.hpp"
 
@@ -126,17 +128,33 @@ struct Converter {
   }
 };
 
+// Parser events are dropped; only where the documents start is kept.
+struct DocumentStarts : YAML::EventHandler {
+  YAML::Mark last;
+  void OnDocumentStart(const YAML::Mark& m) override { last = m; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 }  // namespace
 
 Node parse_yaml(const std::string& text, const TextLimits& limits) {
   YAML::Node root;
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    root = YAML::Load(text);
     // PyYAML's safe_load (Accelerate's reader) refuses a second document too; ignoring it would drop settings.
-    if (documents.size() > 1)
-      fail(documents[1].Mark(), "the text holds " + std::to_string(documents.size()) +
-                                    " YAML documents (separated by '---'); a config file is one document");
-    if (!documents.empty()) root = documents[0];
+    // At most two documents are asked for: yaml-cpp 0.7's LoadAll loops forever on some malformed text (",").
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts starts;
+    if (parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts))
+      fail(starts.last, "the text holds more than one YAML document (separated by '---'); a config file is one");
   } catch (const YAML::Exception& e) {
     fail(e.mark, e.msg);
   }

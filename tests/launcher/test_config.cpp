@@ -178,6 +178,17 @@ TEST(Defaults, EveryKeyRoundTrips) {
   // The provenance form reproduces the same values.
   Config c = resolve_accelerator(a.to_json(true), {});
   EXPECT_EQ(c.to_json(false), plain);
+  // Also for a config that sets something (found by fuzz_accelerator_json: the accumulation steps, written under
+  // both spellings, were refused as exclusive when given back).
+  for (const char* given : {R"({"gradient_accumulation_steps": 4})", R"({"gradient_accumulation_plugin": {"num_steps": 3}})",
+                            R"({"project_dir": "runs", "mixed_precision": "bf16"})"}) {
+    Config d = resolve_accelerator(given, {});
+    EXPECT_EQ(resolve_accelerator(d.to_json(true), {}).to_json(false), d.to_json(false)) << given;
+    EXPECT_EQ(resolve_accelerator(d.to_json(false), {}).to_json(false), d.to_json(false)) << given;
+  }
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"gradient_accumulation_steps": 4, "gradient_accumulation_plugin": {"num_steps": 3}})", {}); })
+                .find("are exclusive"),
+            std::string::npos);
 }
 
 // Every key refuses a value of the wrong type, and the message names it with its full path.

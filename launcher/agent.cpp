@@ -306,6 +306,7 @@ int Agent::rendezvous(int sigfd) {
           Peer* p = new Peer;
           p->fd = cfd;
           pending.push_back(p);
+          send(*p, "ACC1 WELCOME");  // tells the other machines that an acc launcher answers here
         }
       }
       for (size_t k = sigfd >= 0 ? 2 : 1; k < fds.size(); ++k) {
@@ -375,77 +376,101 @@ int Agent::rendezvous(int sigfd) {
     return port;
   }
 
-  // Machines 1..n-1: connect to machine 0, retrying until it listens.
+  // Machines 1..n-1: connect to machine 0, retrying until an acc launcher answers there (until join_timeout: the
+  // port may be closed, or held for a while by something else).
   Address to = resolve(o_.main_ip, o_.main_port);
   std::string last_error = "no answer";
   Peer* server = new Peer;
   server->machine_rank = 0;
   peers_.push_back(server);
-  bool said_waiting = false;
-  while (server->fd < 0) {
-    double left = deadline - monotonic_now();
-    if (left <= 0)
-      throw AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) +
-                           " s: could not reach machine 0 at " + where + " (" + last_error + "); " + hint,
-                       1);
-    int fd = socket(to.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
-    int rc = connect(fd, reinterpret_cast<sockaddr*>(&to.addr), to.len);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      pollfd pf{fd, POLLOUT, 0};
-      int prc = ::poll(&pf, 1, static_cast<int>(std::ceil(std::min(left, 2.0) * 1000)));
-      if (prc <= 0) {
-        err = ETIMEDOUT;
-      } else {
-        socklen_t len = sizeof err;
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      }
-    }
-    if (err == 0) {
-      server->fd = fd;
-      break;
-    }
-    close(fd);
-    last_error = std::strerror(err);
+  bool said_waiting = false, said_foreign = false;
+  const auto timed_out = [&](const std::string& why) {
+    return AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " + why +
+                          "; " + hint,
+                      1);
+  };
+  const auto pause = [&] {
     if (!said_waiting && !o_.quiet) {
-      std::fprintf(stderr, "%s: machine %d of %d: waiting for machine 0 at %s (timeout %.0f s)\n", kMe,
-                   o_.machine_rank, o_.num_machines, where.c_str(), o_.join_timeout);
+      std::fprintf(stderr, "%s: machine %d of %d: waiting for machine 0 at %s (%s; timeout %.0f s)\n", kMe,
+                   o_.machine_rank, o_.num_machines, where.c_str(), last_error.c_str(), o_.join_timeout);
       said_waiting = true;
     }
     pollfd sp{sigfd, POLLIN, 0};
     int prc = ::poll(&sp, sigfd >= 0 ? 1 : 0, 250);
     if (prc > 0) check_signal(sp);
-  }
-  int on = 1;
-  setsockopt(server->fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-  setsockopt(server->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  send(*server, "ACC1 HELLO " + std::to_string(o_.machine_rank) + " " + std::to_string(o_.num_machines) + " " +
-                    std::to_string(o_.num_processes) + " " + host_name());
+  };
   for (;;) {
-    double left = deadline - monotonic_now();
-    if (left <= 0)
-      throw AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) +
-                           " s: machine 0 at " + where +
-                           " accepted this machine but the other machines did not all join; " + hint,
-                       1);
-    std::vector<pollfd> fds{{server->fd, POLLIN, 0}};
-    if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
-    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
-    if (rc <= 0) continue;
-    if (fds.size() > 1) check_signal(fds[1]);
-    std::vector<std::string> lines;
-    bool open = read_lines(*server, lines);
-    for (const auto& line : lines) {
-      auto w = words(line, 3);
-      int round = 0, port = 0;
-      if (w.size() == 3 && w[0] == "GO" && to_int(w[1], round) && to_int(w[2], port)) return port;
-      if (!w.empty() && w[0] == "ERROR")
-        throw AgentError("machine 0 refused the rendezvous: " + line.substr(std::min<size_t>(6, line.size())), 2);
+    while (server->fd < 0) {
+      double left = deadline - monotonic_now();
+      if (left <= 0) throw timed_out("could not reach machine 0 at " + where + " (" + last_error + ")");
+      int fd = socket(to.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
+      int rc = connect(fd, reinterpret_cast<sockaddr*>(&to.addr), to.len);
+      int err = rc == 0 ? 0 : errno;
+      if (err == EINPROGRESS) {
+        pollfd pf{fd, POLLOUT, 0};
+        int prc = ::poll(&pf, 1, static_cast<int>(std::ceil(std::min(left, 2.0) * 1000)));
+        if (prc <= 0) {
+          err = ETIMEDOUT;
+        } else {
+          socklen_t len = sizeof err;
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        }
+      }
+      if (err == 0) {
+        server->fd = fd;
+        break;
+      }
+      close(fd);
+      last_error = std::strerror(err);
+      pause();
     }
-    if (!open)
-      throw AgentError("machine 0 at " + where + " closed the connection during the rendezvous (its acc launch ended)",
-                       1);
+    int on = 1;
+    setsockopt(server->fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    setsockopt(server->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    send(*server, "ACC1 HELLO " + std::to_string(o_.machine_rank) + " " + std::to_string(o_.num_machines) + " " +
+                      std::to_string(o_.num_processes) + " " + host_name());
+    // Until machine 0 has said something of the protocol, the other end may be any program on that port: if it
+    // closes or says something else, this machine tries again rather than giving up.
+    bool acc_answered = false;
+    for (;;) {
+      double left = deadline - monotonic_now();
+      if (left <= 0)
+        throw timed_out(acc_answered ? "machine 0 at " + where + " accepted this machine but the other machines did not all join"
+                                     : "the program at " + where + " is not an acc launcher");
+      std::vector<pollfd> fds{{server->fd, POLLIN, 0}};
+      if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
+      if (rc <= 0) continue;
+      if (fds.size() > 1) check_signal(fds[1]);
+      std::vector<std::string> lines;
+      bool open = read_lines(*server, lines);
+      bool foreign = false;
+      for (const auto& line : lines) {
+        auto w = words(line, 3);
+        int round = 0, port = 0;
+        if (w.size() == 3 && w[0] == "GO" && to_int(w[1], round) && to_int(w[2], port)) return port;
+        if (!w.empty() && w[0] == "ERROR")
+          throw AgentError("machine 0 refused the rendezvous: " + line.substr(std::min<size_t>(6, line.size())), 2);
+        if (line == "ACC1 WELCOME") acc_answered = true;
+        else if (!acc_answered) foreign = true;
+      }
+      if (acc_answered && !open)
+        throw AgentError("machine 0 at " + where + " closed the connection during the rendezvous (its acc launch ended)",
+                         1);
+      if (foreign || !open) {
+        close(server->fd);
+        server->fd = -1;
+        server->buf.clear();
+        last_error = "something that is not an acc launcher answers there";
+        if (!said_foreign && !o_.quiet)
+          std::fprintf(stderr, "%s: machine %d of %d: %s at %s; trying again until the timeout (%.0f s)\n", kMe,
+                       o_.machine_rank, o_.num_machines, last_error.c_str(), where.c_str(), o_.join_timeout);
+        said_foreign = said_waiting = true;
+        pause();
+        break;
+      }
+    }
   }
 }
 

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build, and run every test suite (meson test) but "fuzz" (10 minutes;
-# run it with: meson test -C build --suite fuzz).
-# Extra arguments go to meson test (e.g. --suite capi).
+# run it with: meson test -C build --suite fuzz), then the fuzz targets' smoke run (scripts/fuzz.sh --smoke: each
+# libFuzzer target a few seconds, in the clang build build-fuzz/).
+# Extra arguments go to meson test (e.g. --suite capi), and skip the fuzz smoke run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 ninja -C build
 status=0
 meson test -C build --print-errorlogs --num-processes 2 --no-suite fuzz "$@" || status=$?
+logs=(build/meson-logs/testlog.json)
+if (($# == 0)); then
+  bash scripts/fuzz.sh --smoke || status=1
+  logs+=(build-fuzz/meson-logs/testlog.json)
+fi
 # One plain closing line with the totals, read from meson's own log.
-python3 - <<'PY'
-import json, collections
+python3 - "${logs[@]}" <<'PY'
+import json, collections, sys
 counts = collections.Counter()
-with open("build/meson-logs/testlog.json") as f:
-    for line in f:
-        counts[json.loads(line)["result"]] += 1
+for log in sys.argv[1:]:
+    with open(log) as f:
+        for line in f:
+            counts[json.loads(line)["result"]] += 1
 passed = counts["OK"] + counts["EXPECTEDFAIL"]
 failed = sum(v for k, v in counts.items() if k not in ("OK", "EXPECTEDFAIL", "SKIP"))
 print(f"{passed} passed, {failed} failed, {counts['SKIP']} skipped")

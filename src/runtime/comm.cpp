@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
+#include "util/errors.hpp"
 
 namespace acc::core {
 
@@ -32,12 +34,39 @@ struct Comm::Impl {
 
 namespace {
 
+// A backend's message without the C++ backtrace c10 and Gloo append ("Exception raised from ...", "frame #0"):
+// the message is for people; the backtrace says nothing about which peer or why.
+std::string without_backtrace(std::string m) {
+  for (const char* marker : {"\nException raised from", "Exception raised from ", "\nframe #"})
+    if (size_t at = m.find(marker); at != std::string::npos) m.resize(at);
+  while (!m.empty() && std::isspace(static_cast<unsigned char>(m.back()))) m.pop_back();
+  return m;
+}
+
+// Runs a collective (or its wait): whatever the backend throws (a peer that died or stalled past the timeout, a
+// connection closed) becomes a DistributedError naming it, so the C ABI answers ACC_ERR_DISTRIBUTED.
+template <class F>
+decltype(auto) collective(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw DistributedError(std::string(what) + " failed: " + without_backtrace(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw DistributedError(std::string(what) + " failed: " + without_backtrace(e.what()));
+  }
+}
+
 class C10dWork final : public PendingWork {
  public:
-  explicit C10dWork(c10::intrusive_ptr<c10d::Work> w) : work_(std::move(w)) {}
-  void wait() override { work_->wait(); }
+  C10dWork(const char* what, c10::intrusive_ptr<c10d::Work> w) : what_(what), work_(std::move(w)) {}
+  void wait() override {
+    collective(what_, [&] { work_->wait(); });
+  }
 
  private:
+  const char* what_;
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
@@ -105,7 +134,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d:
 Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Comm::~Comm() = default;
 
-std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seconds timeout, int cuda_device) {
+std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::milliseconds timeout, int cuda_device) {
   const cuda::PluginV1* plugin = nullptr;
   if (cuda_device >= 0) {
     std::string why;
@@ -117,30 +146,31 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::seco
   opts.isServer = state.rank == 0;
   opts.numWorkers = state.world_size;
   opts.waitWorkers = true;
-  opts.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  opts.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
     if (opts.isServer) opts.masterListenFd = store_listen_socket(state.master_addr, state.master_port);
     tcp = c10::make_intrusive<c10d::TCPStore>(state.master_addr, opts);
   } catch (const std::exception& e) {
-    throw std::runtime_error("rendezvous at " + state.master_addr + ":" +
-                             std::to_string(state.master_port) + " failed (rank " +
-                             std::to_string(state.rank) + " of " + std::to_string(state.world_size) +
-                             "): " + e.what());
+    throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
+                           " failed (rank " + std::to_string(state.rank) + " of " + std::to_string(state.world_size) +
+                           "): " + without_backtrace(e.what()));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("acc/default_pg", tcp);
-  const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  const auto timeout_ms = timeout;
   auto gopts = c10d::ProcessGroupGloo::Options::create(timeout_ms);
   gopts->devices.push_back(gloo_device(state.master_addr));
   // As torch.distributed does for "cpu:gloo,cuda:nccl": one store prefix per device's backend. Gloo's
   // is the same whether or not this rank uses CUDA, so that a mixed job meets in Gloo for the check below.
-  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store),
-                                                          state.rank, state.world_size, gopts);
+  auto gloo = collective("joining the process group", [&] {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store),
+                                                       state.rank, state.world_size, gopts);
+  });
   // Every rank must agree on CUDA before any NCCL communicator is made: a rank that stays on the CPU
   // would never join it, and the others would wait out the whole timeout.
   {
     std::vector<at::Tensor> v{at::tensor({cuda_device >= 0 ? int64_t{1} : int64_t{0}}, at::kLong)};
-    gloo->allreduce(v)->wait();
+    collective("joining the process group", [&] { gloo->allreduce(v)->wait(); });
     const int64_t on_cuda = v[0].item<int64_t>();
     if (on_cuda != 0 && on_cuda != state.world_size)
       throw std::runtime_error(std::to_string(on_cuda) + " of " + std::to_string(state.world_size) +
@@ -192,7 +222,7 @@ void Comm::all_reduce(at::Tensor& t, ReduceOp op) {
   std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions o;
   o.reduceOp = op == ReduceOp::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-  impl_->pg->allreduce(v, o)->wait();
+  collective("all_reduce", [&] { impl_->pg->allreduce(v, o)->wait(); });
   if (op == ReduceOp::Mean) {
     if (at::isFloatingType(t.scalar_type()))
       t.div_(size());
@@ -203,7 +233,7 @@ void Comm::all_reduce(at::Tensor& t, ReduceOp op) {
 
 std::unique_ptr<PendingWork> Comm::all_reduce_sum_async(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
-  return std::make_unique<C10dWork>(impl_->pg->allreduce(v));
+  return std::make_unique<C10dWork>("all_reduce", collective("all_reduce", [&] { return impl_->pg->allreduce(v); }));
 }
 
 at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
@@ -215,7 +245,7 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
   std::vector<at::Tensor> n_in{n};
   std::vector<std::vector<at::Tensor>> n_out(1);
   for (int r = 0; r < size(); ++r) n_out[0].push_back(at::empty_like(n));
-  impl_->pg->allgather(n_out, n_in)->wait();
+  collective("all_gather", [&] { impl_->pg->allgather(n_out, n_in)->wait(); });
   int64_t max_n = 0;
   for (auto& s : n_out[0]) max_n = std::max(max_n, s.item<int64_t>());
   at::Tensor padded = t;
@@ -227,25 +257,30 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
   std::vector<at::Tensor> in{padded};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(padded));
-  impl_->pg->allgather(out, in)->wait();
+  collective("all_gather", [&] { impl_->pg->allgather(out, in)->wait(); });
   std::vector<at::Tensor> parts;
   for (int r = 0; r < size(); ++r) parts.push_back(out[0][r].narrow(0, 0, n_out[0][r].item<int64_t>()));
   return at::cat(parts);
 }
 
 std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in) {
-  return std::make_unique<C10dWork>(impl_->pg->reduce_scatter_single(out, in));
+  return std::make_unique<C10dWork>(
+      "reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->reduce_scatter_single(out, in); }));
 }
 
-void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) { impl_->pg->all_gather_single(out, in)->wait(); }
+void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) {
+  collective("all_gather", [&] { impl_->pg->all_gather_single(out, in)->wait(); });
+}
 
 void Comm::broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;
   o.rootRank = root;
-  impl_->pg->broadcast(v, o)->wait();
+  collective("broadcast", [&] { impl_->pg->broadcast(v, o)->wait(); });
 }
 
-void Comm::barrier() { impl_->pg->barrier()->wait(); }
+void Comm::barrier() {
+  collective("barrier", [&] { impl_->pg->barrier()->wait(); });
+}
 
 }  // namespace acc::core

@@ -27,7 +27,7 @@ class Comm {
   // Joins the group: rank 0 hosts the TCPStore at master_addr:master_port, every rank connects.
   // cuda_device >= 0: this rank trains on that CUDA device, and CUDA tensors go through NCCL (the CUDA
   // plugin must be loaded). Every rank must make the same choice; a mixed job is refused on all ranks.
-  static std::shared_ptr<Comm> connect(const ProcessState& state, std::chrono::seconds timeout,
+  static std::shared_ptr<Comm> connect(const ProcessState& state, std::chrono::milliseconds timeout,
                                        int cuda_device = -1);
   ~Comm();
 

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <ios>
@@ -53,7 +54,7 @@ int pick_cuda_device(const config::Config& c, const ProcessState& state,
 
 // One process group per process, as Accelerate's PartialState is shared: a second accelerator joins
 // the live group instead of rendezvousing again on the same port.
-std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::seconds timeout, int cuda_device) {
+std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::milliseconds timeout, int cuda_device) {
   static std::mutex mu;
   static std::weak_ptr<Comm> live;
   static int live_device = -1;
@@ -135,7 +136,8 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
     a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
     // torch.distributed's default process-group timeout, unless init_process_group_kwargs sets one.
     const char* key = "init_process_group_kwargs.timeout";
-    auto timeout = std::chrono::seconds(c.is_set(key) ? static_cast<int64_t>(c.get_double(key)) : 1800);
+    // In milliseconds, what c10d counts in (the schema keeps the value between 1 ms and a year).
+    const auto timeout = std::chrono::milliseconds(std::llround((c.is_set(key) ? c.get_double(key) : 1800.0) * 1000));
     a->comm_ = process_group(a->state_, timeout, cuda_device);
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);

@@ -307,6 +307,44 @@ class LaunchTest(unittest.TestCase):
             self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")
             self.assertEqual(e["MASTER_PORT"], str(port + 1))  # the launchers meet on PORT, the processes on PORT+1
 
+    def test_machine_zero_port_held_by_another_program(self):
+        # Something that is not an acc launcher holds machine 0's port at first (it answers and hangs up): machine 1
+        # keeps trying (it used to give up after 0.02 s) and joins once machine 0's acc launch listens there.
+        import socket
+        import threading
+        port = free_port()
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        answered = []
+
+        def answer():
+            squatter.settimeout(0.2)
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                try:
+                    conn, _ = squatter.accept()
+                except socket.timeout:
+                    continue
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                conn.close()
+                answered.append(1)
+            squatter.close()
+
+        t = threading.Thread(target=answer)
+        t.start()
+        common = ("launch", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
+                  "--main_process_port", str(port), "--rdzv_conf", "join_timeout=30")
+        m1 = self.start_acc(*common, "--machine_rank", "1", PROBE, "--out", self.out)
+        t.join()
+        self.assertGreater(len(answered), 0)
+        self.assertIsNone(m1.poll(), "machine 1 gave up while another program held the port")
+        p, _ = self.run_acc(*common, "--machine_rank", "0", PROBE, "--out", self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(m1.wait(timeout=30), 0, self.output(m1)[1])
+        self.assertIn("not an acc launcher", self.output(m1)[1])
+
     def test_multi_machine_errors(self):
         for args, message in ((["--num_machines", "2", "--num_processes", "4"], "--main_process_ip"),
                               (["--num_machines", "2", "--num_processes", "3", "--main_process_ip", "h"],

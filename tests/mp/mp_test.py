@@ -124,6 +124,15 @@ def case_rank_failure():
             expect(not alive, f"process {pid} is gone")
 
 
+def case_stalled_peer():
+    """A peer that stalls past the collective timeout: ACC_ERR_DISTRIBUTED, one readable line (was INTERNAL with a
+    16-line C++ backtrace)."""
+    p, seconds = launch(2, "stalled_peer", timeout=120)
+    out = p.stdout + p.stderr
+    expect(p.returncode == 0, "rank 0 saw ACC_ERR_DISTRIBUTED without a backtrace", out)
+    expect("all_reduce failed" in out, "the message names the collective", out)
+
+
 def case_accumulation():
     """Accumulated steps equal one step over the larger batch (MP_WORKER is mp_loop here)."""
     with tempfile.TemporaryDirectory() as d:

@@ -3,6 +3,8 @@
  *   gather_for_metrics N BATCH       every sample of an N-sample set exactly once, in order
  *   train BATCH STEPS OPT OUT        MLP regression; the main process saves the weights to OUT
  *   exit_on_rank RANK STATUS PIDDIR  that rank exits with STATUS; the others block in a barrier
+ *   stalled_peer                     collective timeout 1.5 s; rank 1 stalls 5 s: rank 0's all-reduce fails
+ *                                    with ACC_ERR_DISTRIBUTED and a message without a C++ backtrace
  *   data SPLIT EVEN DISPATCH SEEDABLE  dataloader_config flags (0/1; DISPATCH -1: unset): map-style,
  *                                    explicit-batch and iterable loaders, plain and shuffled, with and
  *                                    without drop_last; gather_for_metrics (tensors and objects) sees
@@ -540,6 +542,8 @@ int main(int argc, char** argv) {
   }
   char config[256] = "";
   if (!strcmp(mode, "train")) snprintf(config, sizeof config, "{\"seed\": 42}");
+  if (!strcmp(mode, "stalled_peer"))
+    snprintf(config, sizeof config, "{\"init_process_group_kwargs\": {\"timeout\": 1.5}}");
   if (!strcmp(mode, "data") && argc == 6)
     snprintf(config, sizeof config,
              "{\"dataloader_config\": {\"split_batches\": %s, \"even_batches\": %s, \"use_seedable_sampler\": %s, \"data_seed\": 11%s%s}}",
@@ -563,6 +567,22 @@ int main(int argc, char** argv) {
     data_modes(acc, world, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   } else if (!strcmp(mode, "named") && argc == 3) {
     named_batches(acc, world);
+  } else if (!strcmp(mode, "stalled_peer")) {
+    if (rank == 1) {
+      sleep(5);
+    } else {
+      float one = 1;
+      acc_tensor* t = floats(&one, 1);
+      acc_tensor* out = NULL;
+      EXPECT_ERR(acc_reduce(acc, t, ACC_REDUCE_SUM, &out), ACC_ERR_DISTRIBUTED, "all_reduce failed");
+      const char* msg = acc_last_error_message();
+      EXPECT(strstr(msg, "frame #") == NULL && strstr(msg, "Exception raised from") == NULL && !strchr(msg, '\n'));
+      printf("rank 0: %s\n", msg);
+      acc_tensor_destroy(t);
+    }
+    /* The group is broken: leave without the collective destroy would not need, but end the process plainly. */
+    fflush(stdout);
+    _exit(g_failed ? 1 : 0);
   } else if (!strcmp(mode, "exit_on_rank") && argc == 5) {
     if (rank == atoi(argv[2])) exit(atoi(argv[3]));
     CHECK(acc_wait_for_everyone(acc)); /* blocks: the failed rank never arrives */

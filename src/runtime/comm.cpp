@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
@@ -107,6 +110,88 @@ int store_listen_socket(const std::string& host, int port) {
   return fd;
 }
 
+// How often a rendezvous that waits says whom it waits for: 30 s as torchrun's store (ACC_WAIT_REPORT_SECONDS).
+std::chrono::milliseconds report_interval() {
+  const char* v = std::getenv("ACC_WAIT_REPORT_SECONDS");
+  const double seconds = v && *v ? std::atof(v) : 30.0;
+  return std::chrono::milliseconds(std::llround(std::clamp(seconds, 0.1, 3600.0) * 1000));
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t k = 0; k < ranks.size() && k < 16; ++k) out += (k ? ", " : "") + std::to_string(ranks[k]);
+  if (ranks.size() > 16) out += " and " + std::to_string(ranks.size() - 16) + " more";
+  return out;
+}
+
+// Whether something listens at host:port now (one connect, closed at once).
+bool listening(const addrinfo& at) {
+  const int fd = ::socket(at.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = ::connect(fd, at.ai_addr, at.ai_addrlen) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A rank other than 0 first waits for rank 0's store to listen, saying every report_interval() that it waits
+// (c10d's own client retries fill the log with backtraces instead), then connects.
+void wait_for_store(const ProcessState& state, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(state.master_addr.c_str(), std::to_string(state.master_port).c_str(), &hints, &res);
+  if (rc != 0) throw DistributedError("cannot resolve MASTER_ADDR '" + state.master_addr + "': " + ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(res, ::freeaddrinfo);
+  const auto start = std::chrono::steady_clock::now();
+  auto next_report = start + report_interval();
+  while (!listening(*res)) {
+    const auto now = std::chrono::steady_clock::now();
+    const double waited = std::chrono::duration<double>(now - start).count();
+    if (now - start >= timeout)
+      throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
+                             ": rank 0's store did not come within " + std::to_string(std::llround(waited)) +
+                             " s (rank " + std::to_string(state.rank) + " of " + std::to_string(state.world_size) + ")");
+    if (now >= next_report) {
+      std::fprintf(stderr, "libacc: rank %d: waiting for rank 0's store at %s:%d (%.0f s so far; timeout %g s)\n",
+                   state.rank, state.master_addr.c_str(), state.master_port, waited,
+                   std::chrono::duration<double>(timeout).count());
+      next_report += report_interval();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Every rank announces itself in the store and waits for all the others, saying every report_interval() which
+// ranks are still awaited; at the timeout it fails naming them (c10d would wait silently).
+void wait_for_ranks(c10d::Store& store, const ProcessState& state, std::chrono::milliseconds timeout) {
+  const auto key = [](int r) { return "acc/joined/" + std::to_string(r); };
+  store.set(key(state.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> all;
+  for (int r = 0; r < state.world_size; ++r) all.push_back(key(r));
+  const auto start = std::chrono::steady_clock::now();
+  auto next_report = start + report_interval();
+  while (!store.check(all)) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool late = now - start >= timeout;
+    if (late || now >= next_report) {
+      std::vector<int> missing;
+      for (int r = 0; r < state.world_size; ++r)
+        if (!store.check({key(r)})) missing.push_back(r);
+      const double waited = std::chrono::duration<double>(now - start).count();
+      if (late)
+        throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
+                               ": rank " + rank_list(missing) + " of " + std::to_string(state.world_size) +
+                               " never joined within " + std::to_string(std::llround(waited)) + " s");
+      std::fprintf(stderr, "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %.0f s)\n",
+                   state.rank, rank_list(missing).c_str(), state.world_size - static_cast<int>(missing.size()),
+                   state.world_size, waited, std::chrono::duration<double>(timeout).count());
+      next_report += report_interval();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // Gloo for CPU tensors and, with a CUDA device, NCCL for CUDA ones, over `store`.
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                   int size, const c10::intrusive_ptr<c10d::Backend>& gloo,
@@ -145,17 +230,21 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::mill
   opts.port = static_cast<uint16_t>(state.master_port);
   opts.isServer = state.rank == 0;
   opts.numWorkers = state.world_size;
-  opts.waitWorkers = true;
-  opts.timeout = timeout;
+  opts.waitWorkers = false;  // wait_for_ranks waits, and says for whom
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
     if (opts.isServer) opts.masterListenFd = store_listen_socket(state.master_addr, state.master_port);
+    opts.timeout = timeout;
+    if (!opts.isServer) wait_for_store(state, timeout);
     tcp = c10::make_intrusive<c10d::TCPStore>(state.master_addr, opts);
+  } catch (const DistributedError&) {
+    throw;
   } catch (const std::exception& e) {
     throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
                            " failed (rank " + std::to_string(state.rank) + " of " + std::to_string(state.world_size) +
                            "): " + without_backtrace(e.what()));
   }
+  collective("rendezvous", [&] { wait_for_ranks(*tcp, state, timeout); });
   auto store = c10::make_intrusive<c10d::PrefixStore>("acc/default_pg", tcp);
   const auto timeout_ms = timeout;
   auto gopts = c10d::ProcessGroupGloo::Options::create(timeout_ms);

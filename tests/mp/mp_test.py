@@ -124,6 +124,37 @@ def case_rank_failure():
             expect(not alive, f"process {pid} is gone")
 
 
+def case_missing_rank():
+    """A rank that never starts: the others say every ACC_WAIT_REPORT_SECONDS whom they wait for, and fail at the
+    timeout naming it (c10d waited 1800 s in silence)."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    def start(rank, world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   ACCELERATE_USE_CPU="true", ACC_CONFIG_FILE="none", ACC_WAIT_REPORT_SECONDS="0.5")
+        return subprocess.Popen([WORKER, "rendezvous", "3"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    # ranks 0 and 2 of 3: rank 1 never comes
+    procs = [start(0, 3), start(2, 3)]
+    for rank, p in zip((0, 2), procs):
+        out, _ = p.communicate(timeout=60)
+        expect(p.returncode == 1, f"rank {rank} fails when rank 1 never joins", out)
+        expect(f"libacc: rank {rank}: waiting for rank 1 to join (2 of 3 joined" in out, f"rank {rank} says whom it waits for", out)
+        expect("ACC_ERR_DISTRIBUTED" in out and "rank 1 of 3 never joined within 3 s" in out,
+               f"rank {rank}'s error names rank 1", out)
+    # rank 1 of 2 alone: rank 0's store never comes
+    p = start(1, 2)
+    out, _ = p.communicate(timeout=60)
+    expect(p.returncode == 1 and "waiting for rank 0's store at 127.0.0.1" in out and "ACC_ERR_DISTRIBUTED" in out
+           and "rank 0's store did not come within 3 s" in out and "frame #" not in out,
+           "a rank without rank 0 says so and fails at the timeout", out)
+
+
 def case_stalled_peer():
     """A peer that stalls past the collective timeout: ACC_ERR_DISTRIBUTED, one readable line (was INTERNAL with a
     16-line C++ backtrace)."""

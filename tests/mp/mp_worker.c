@@ -3,6 +3,7 @@
  *   gather_for_metrics N BATCH       every sample of an N-sample set exactly once, in order
  *   train BATCH STEPS OPT OUT        MLP regression; the main process saves the weights to OUT
  *   exit_on_rank RANK STATUS PIDDIR  that rank exits with STATUS; the others block in a barrier
+ *   rendezvous SECONDS               only joins (collective timeout SECONDS): prints the status and message
  *   stalled_peer                     collective timeout 1.5 s; rank 1 stalls 5 s: rank 0's all-reduce fails
  *                                    with ACC_ERR_DISTRIBUTED and a message without a C++ backtrace
  *   data SPLIT EVEN DISPATCH SEEDABLE  dataloader_config flags (0/1; DISPATCH -1: unset): map-style,
@@ -542,6 +543,14 @@ int main(int argc, char** argv) {
   }
   char config[256] = "";
   if (!strcmp(mode, "train")) snprintf(config, sizeof config, "{\"seed\": 42}");
+  if (!strcmp(mode, "rendezvous") && argc == 3) {
+    acc_accelerator* solo = NULL;
+    snprintf(config, sizeof config, "{\"init_process_group_kwargs\": {\"timeout\": %s}}", argv[2]);
+    acc_status st = acc_accelerator_create(config, &solo);
+    printf("rendezvous: %s: %s\n", acc_status_name(st), acc_last_error_message());
+    acc_accelerator_destroy(solo);
+    return st == ACC_OK ? 0 : 1;
+  }
   if (!strcmp(mode, "stalled_peer"))
     snprintf(config, sizeof config, "{\"init_process_group_kwargs\": {\"timeout\": 1.5}}");
   if (!strcmp(mode, "data") && argc == 6)

@@ -183,7 +183,7 @@ void wait_for_ranks(c10d::Store& store, const ProcessState& state, std::chrono::
         throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
                                ": rank " + rank_list(missing) + " of " + std::to_string(state.world_size) +
                                " never joined within " + std::to_string(std::llround(waited)) + " s");
-      std::fprintf(stderr, "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %.0f s)\n",
+      std::fprintf(stderr, "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %g s)\n",
                    state.rank, rank_list(missing).c_str(), state.world_size - static_cast<int>(missing.size()),
                    state.world_size, waited, std::chrono::duration<double>(timeout).count());
       next_report += report_interval();

@@ -63,6 +63,9 @@ std::vector<std::string> expand_env(std::string& text, const std::map<std::strin
     if (size_t dash = ref.find(":-"); dash != std::string::npos) {
       fallback = ref.substr(dash + 2);
       ref = ref.substr(0, dash);
+      // "${env:A:-x${env:B}": the first '}' would end A's reference inside B's and leave "${env:B" in the value.
+      if (fallback->find("${") != std::string::npos)
+        throw Error("'" + key_path + "': a ${env:...} fallback cannot hold another reference, in " + json_quote(text));
     }
     if (ref.empty() || ref.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
                            std::string::npos)

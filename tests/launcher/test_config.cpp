@@ -186,6 +186,9 @@ TEST(Defaults, EveryKeyRoundTrips) {
     EXPECT_EQ(resolve_accelerator(d.to_json(true), {}).to_json(false), d.to_json(false)) << given;
     EXPECT_EQ(resolve_accelerator(d.to_json(false), {}).to_json(false), d.to_json(false)) << given;
   }
+  // Found by fuzz_accelerator_json: a nested reference in a fallback left "${env:HOME" in the value.
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"project_dir": "${env:NOPE:-a${env:HOME}/run"})", {}); }),
+            "'project_dir': a ${env:...} fallback cannot hold another reference, in \"${env:NOPE:-a${env:HOME}/run\"");
   EXPECT_NE(error_of([] { resolve_accelerator(R"({"gradient_accumulation_steps": 4, "gradient_accumulation_plugin": {"num_steps": 3}})", {}); })
                 .find("are exclusive"),
             std::string::npos);

@@ -1,4 +1,4 @@
-// Every size and count libacc and the `acc` launcher accept from outside, in one place (docs/limits.md lists them
+// Every size and count libacc and the `acc` launcher accept from outside, in one place (docs/security.md lists them
 // with the reasons). Each is enforced where the input is read, with an error that names the limit; nothing is
 // truncated silently. Torch-free.
 #pragma once

@@ -181,9 +181,11 @@ std::string sharded_table(double params, double largest, int64_t n) {
 std::vector<Tensor> from_shapes(const config::ParameterShapes& shapes) {
   std::vector<Tensor> t;
   for (const auto& [name, shape] : shapes) {
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    t.push_back({name, numel, numel * 4});
+    int64_t numel = 1, bytes = 0;
+    for (int64_t d : shape)
+      if (__builtin_mul_overflow(numel, d, &numel)) throw config::Error("parameter " + name + " has more than 2^63 elements");
+    if (__builtin_mul_overflow(numel, int64_t{4}, &bytes)) throw config::Error("parameter " + name + " has more than 2^63 bytes");
+    t.push_back({name, numel, bytes});
   }
   return t;
 }
@@ -418,7 +420,11 @@ int estimate_main(const std::vector<std::string>& args) {
     return 2;
   }
   int64_t total = 0, params = 0;
-  for (const auto& t : tensors) params += t.numel;
+  for (const auto& t : tensors)
+    if (__builtin_add_overflow(params, t.numel, &params) || __builtin_add_overflow(total, t.bytes, &total)) {
+      std::fprintf(stderr, "%s: error: %s: the model has more than 2^63 parameters or bytes\n", kMe, model.c_str());
+      return 2;
+    }
   auto [largest, names] = largest_layer(tensors, &total);
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : dtypes) {

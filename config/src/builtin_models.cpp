@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "acc/limits.hpp"
 #include "internal.hpp"
 
 namespace acc::config {
@@ -52,11 +53,14 @@ class SpecReader {
     return std::nullopt;
   }
 
-  int64_t required_int(const std::string& key) const {
+  // An integer >= 1, at most `most` (acc/limits.hpp: a size, or a count of blocks).
+  int64_t required_int(const std::string& key, int64_t most = limits::kModelSize) const {
     const Node* n = get(key);
     if (!n) fail("'" + key + "' is required (an integer >= 1)");
-    if (auto v = positive(*n)) return *v;
-    fail("'" + key + "' must be an integer >= 1; got " + detail::brief_value(*n));
+    auto v = positive(*n);
+    if (!v) fail("'" + key + "' must be an integer >= 1; got " + detail::brief_value(*n));
+    if (*v > most) fail("'" + key + "' is " + std::to_string(*v) + ", more than the limit of " + std::to_string(most));
+    return *v;
   }
 
  private:
@@ -73,12 +77,13 @@ MlpSpec parse_mlp(const Node& obj, std::string& device) {
   bool ok = sizes->kind == Kind::List && sizes->list.size() >= 2;
   for (size_t i = 0; ok && i < sizes->list.size(); ++i) {
     auto v = SpecReader::positive(sizes->list[i]);
-    ok = v.has_value();
+    ok = v.has_value() && *v <= limits::kModelSize && i < static_cast<size_t>(limits::kModelBlocks);
     if (ok) m.sizes.push_back(*v);
   }
   if (!ok)
-    r.fail("'sizes' must be a list [in, hidden..., out] of at least two integers >= 1; got " +
-           detail::brief_value(*sizes));
+    r.fail("'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most " +
+           std::to_string(limits::kModelBlocks) + " of them, each at most " + std::to_string(limits::kModelSize) +
+           "); got " + detail::brief_value(*sizes));
   m.activation = r.choice("activation", {"relu", "gelu", "tanh"});
   m.loss = r.choice("loss", {"mse", "cross_entropy", "none"});
   return m;
@@ -91,7 +96,7 @@ GptSpec parse_gpt(const Node& obj, std::string& device) {
   GptSpec g;
   g.vocab_size = r.required_int("vocab_size");
   g.block_size = r.required_int("block_size");
-  g.n_layer = r.required_int("n_layer");
+  g.n_layer = r.required_int("n_layer", limits::kModelBlocks);
   g.n_head = r.required_int("n_head");
   g.n_embd = r.required_int("n_embd");
   if (g.n_embd % g.n_head != 0)

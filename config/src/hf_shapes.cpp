@@ -2,7 +2,11 @@
 
 #include <cjson/cJSON.h>
 
+#include <cmath>
 #include <memory>
+#include <string_view>
+
+#include "acc/limits.hpp"
 
 namespace acc::config {
 
@@ -20,7 +24,13 @@ struct HfConfig {
       if (!fallback) throw Error(std::string("config.json: '") + key + "' is missing");
       return *fallback;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1) throw Error(std::string("config.json: '") + key + "' must be a positive integer");
+    // Counts of blocks are bounded tighter than sizes: each one becomes tensors to describe.
+    const std::string_view k(key);
+    const bool blocks = k == "num_hidden_layers" || k == "n_layer" || k == "num_local_experts";
+    const double most = static_cast<double>(blocks ? limits::kModelBlocks : limits::kModelSize);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble != std::floor(v->valuedouble) || v->valuedouble > most)
+      throw Error(std::string("config.json: '") + key + "' must be an integer between 1 and " +
+                  std::to_string(static_cast<int64_t>(most)) + " (the limit)");
     return static_cast<int64_t>(v->valuedouble);
   }
   bool flag(const char* key, bool fallback) const {

@@ -21,6 +21,7 @@
 #include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
 #include "acc/files.hpp"
+#include "acc/hf_shapes.hpp"
 #include "acc/safetensors_header.hpp"
 
 using namespace acc::config;
@@ -1128,9 +1129,11 @@ TEST(BuiltinModels, ErrorsNameTheKey) {
             "mlp spec: unknown key 'size' (did you mean 'sizes'?); accepted: type, sizes, activation, loss, device");
   EXPECT_EQ(err(R"({"type": "mlp"})"), "mlp spec: 'sizes' is required: a list [in, hidden..., out] of integers >= 1");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2]})"),
-            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1; got [2]");
+            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most 65536 of them, "
+            "each at most 2147483648); got [2]");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 0]})"),
-            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1; got [2,0]");
+            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most 65536 of them, "
+            "each at most 2147483648); got [2,0]");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1], "activation": "sigmoid"})"),
             "mlp spec: 'activation' must be one of \"relu\", \"gelu\", \"tanh\"; got \"sigmoid\"");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1], "loss": 1})"),
@@ -1466,6 +1469,21 @@ TEST(Limits, ConfigFilesAreRegularAndBounded) {
   const std::string big = t.write("big.yaml", "distributed_type: NO\n# " + std::string(1u << 20, 'x') + "\n");
   EXPECT_EQ(error_of([&] { resolve_launch(big, {}); }),
             "cannot read config file '" + big + "': it is larger than the limit for config files, 1024 KiB");
+}
+
+TEST(Limits, ModelSizesAreBounded) {
+  // Was: acc estimate-memory on n_layer 1e9 (a spec or config.json) allocated until killed, and products of large
+  // sizes overflowed to negative parameter counts.
+  EXPECT_EQ(error_of([] { parse_builtin_spec(R"({"type": "gpt", "vocab_size": 16, "block_size": 8, "n_layer": 1000000000, "n_head": 1, "n_embd": 8})"); }),
+            "gpt spec: 'n_layer' is 1000000000, more than the limit of 65536");
+  EXPECT_EQ(error_of([] { parse_builtin_spec(R"({"type": "gpt", "vocab_size": 9223372036854775807, "block_size": 8, "n_layer": 1, "n_head": 1, "n_embd": 8})"); }),
+            "gpt spec: 'vocab_size' is 9223372036854775807, more than the limit of 2147483648");
+  const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, )";
+  EXPECT_EQ(error_of([&] { hf_parameter_shapes(llama + R"("num_hidden_layers": 1000000000})"); }),
+            "config.json: 'num_hidden_layers' must be an integer between 1 and 65536 (the limit)");
+  EXPECT_EQ(error_of([&] { hf_parameter_shapes(llama + R"("num_hidden_layers": 2.5})"); }),
+            "config.json: 'num_hidden_layers' must be an integer between 1 and 65536 (the limit)");
+  EXPECT_EQ(hf_parameter_shapes(llama + R"("num_hidden_layers": 2})").size(), 21u);
 }
 
 TEST(Limits, TimeoutsHaveARange) {

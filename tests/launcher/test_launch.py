@@ -7,11 +7,13 @@ usage: test_launch.py ACC RANK_PROBE DATA_DIR [test names...]
 Every test runs in its own temporary HOME (so no user config file is read), bounds every wait, and checks with
 the pids the workers wrote that no process is left behind.
 """
+import json
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -999,7 +1001,6 @@ sys.exit(max(p.wait() for p in procs))
                              "8", "all", "2"]) + "\n"  # processes, GPU ids, bf16
         r = self.config_cmd("--config_file", path2, answers=answers)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        import json
         cfg = json.load(open(path2))
         self.assertEqual(cfg["distributed_type"], "FSDP")
         self.assertEqual(cfg["machine_rank"], 1)
@@ -1057,7 +1058,6 @@ sys.exit(max(p.wait() for p in procs))
         self.assertRegex(out, r"seed +3 +explicit  --explicit")
         # JSON, and the same validation as acc launch
         r = self.config_cmd("explain", "--config_file", f, "--json")
-        import json
         d = json.loads(r.stdout)
         self.assertEqual(d["launch"]["provenance"]["num_processes"], {"origin": "file", "where": f + ":2"})
         self.assertEqual(d["library"]["config"]["mixed_precision"], "fp16")
@@ -1073,7 +1073,6 @@ sys.exit(max(p.wait() for p in procs))
         self.assertIn("libacc programs would refuse this config: 'use_megatron_lm' = true", r.stdout)
 
     def test_config_schema_validates_files(self):
-        import json
         r = self.config_cmd("schema")
         self.assertEqual(r.returncode, 0)
         schema = json.loads(r.stdout)
@@ -1173,6 +1172,25 @@ sys.exit(max(p.wait() for p in procs))
                                timeout=30)
             self.assertEqual(r.returncode, 2)
             self.assertIn(f"--num_processes: '{bad}' is not a number of processes", r.stderr)
+        # Hostile sizes (issue 12): a billion layers was killed for memory, products of large sizes overflowed to a
+        # negative parameter count; a shape beyond 64 bits in a safetensors header aborted the launcher.
+        huge = os.path.join(self.tmp, "huge")
+        os.makedirs(huge)
+        for config, message in (('"num_hidden_layers": 1000000000', "'num_hidden_layers' must be an integer between 1 and 65536"),
+                                ('"num_hidden_layers": 65536', "more than 2^63")):
+            with open(os.path.join(huge, "config.json"), "w") as f:
+                f.write('{"architectures": ["LlamaForCausalLM"], "vocab_size": 2147483648, "hidden_size": 2147483648,'
+                        ' "intermediate_size": 2147483648, "num_attention_heads": 2, ' + config + '}')
+            r = subprocess.run([ACC, "estimate-memory", huge], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(message, r.stderr)
+        header = json.dumps({"w": {"dtype": "F32", "shape": [99999999999999999999], "data_offsets": [0, 4]}}).encode()
+        with open(os.path.join(self.tmp, "big.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + bytes(4))
+        r = subprocess.run([ACC, "estimate-memory", os.path.join(self.tmp, "big.safetensors")], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn('tensor "w" has a bad shape', r.stderr)
         # GPT-2's Hugging Face config.json (in a model directory) gives GPT-2's table
         model_dir = os.path.join(self.tmp, "gpt2-config")
         os.makedirs(model_dir)
@@ -1198,8 +1216,6 @@ sys.exit(max(p.wait() for p in procs))
         self.assertIn("│float16│  32.0 bytes │52.0 bytes│", r.stdout)
         self.assertEqual(len({len(l) for l in r.stdout.splitlines()[:8]}), 1, r.stdout)
         # a safetensors checkpoint: float tensors count in float32, integers at their size
-        import json
-        import struct
         header = json.dumps({"__metadata__": {"format": "pt"},
                              "enc.weight": {"dtype": "BF16", "shape": [256, 128], "data_offsets": [0, 65536]},
                              "enc.bias": {"dtype": "BF16", "shape": [256], "data_offsets": [65536, 66048]},
@@ -1233,9 +1249,7 @@ sys.exit(max(p.wait() for p in procs))
     def test_merge_weights(self):
         # A sharded safetensors checkpoint (as acc_save_model and save_pretrained write it) into one file: every
         # tensor's dtype, shape and bytes unchanged, {"format": "pt"} metadata; bad checkpoints refused naming the file.
-        import json
         import random
-        import struct
 
         def write_st(path, tensors):  # tensors: [(name, dtype, shape, bytes)]
             header, offset = {"__metadata__": {"format": "pt"}}, 0

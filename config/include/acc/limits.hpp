@@ -28,6 +28,11 @@ inline constexpr int64_t kMachines = 65536;
 inline constexpr double kTimeoutMinSeconds = 0.001;
 inline constexpr double kTimeoutMaxSeconds = 365.0 * 24 * 3600;
 
+// A model's config.json (acc estimate-memory, the built-in specs): each size (hidden, vocabulary, ...) and each
+// count of repeated blocks (layers, experts).
+inline constexpr int64_t kModelSize = int64_t{1} << 31;
+inline constexpr int64_t kModelBlocks = 65536;
+
 // A safetensors header (the JSON before the tensor data), as the safetensors library bounds it.
 inline constexpr uint64_t kSafetensorsHeaderBytes = 100'000'000;
 

@@ -12,7 +12,6 @@
 namespace acc::config::detail {
 namespace {
 
-constexpr size_t kMaxNodes = 200000;  // aliases can multiply a small file; refuse instead of exploding
 
 [[noreturn]] void fail(const YAML::Mark& m, const std::string& what) {
   if (m.line < 0) throw Error("malformed YAML: " + what);
@@ -70,7 +69,9 @@ struct Converter {
   }
 
   Node convert(const YAML::Node& y, int depth) {
-    if (++count > kMaxNodes) fail(y.Mark(), "document too large (aliases expand to too many values)");
+    if (++count > limits::kConfigValues)
+      fail(y.Mark(), "document too large (aliases expand to more than " + std::to_string(limits::kConfigValues) +
+                         " values, the limit)");
     if (depth > limits.depth)
       fail(y.Mark(), "nesting deeper than " + std::to_string(limits.depth) + " levels (the limit)");
     Node n;

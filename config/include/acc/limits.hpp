@@ -18,6 +18,8 @@ inline constexpr size_t kKeysPerMapping = 4096;
 inline constexpr size_t kKeyBytes = 256;
 inline constexpr size_t kStringBytes = 4096;
 inline constexpr size_t kHostBytes = 253;
+// Values in one YAML document once its aliases are expanded (an "alias bomb" multiplies a small file).
+inline constexpr size_t kConfigValues = 20000;
 
 // Processes: the whole job, one machine, and machines.
 inline constexpr int64_t kProcesses = 65536;

@@ -273,12 +273,12 @@ def main():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
-    # seeds this script no longer writes
+    # seeds this script no longer writes (inputs the fuzzers found, "found-*", are kept by hand)
     for sub in ("corpus", "dict"):
         for dirpath, _, names in os.walk(os.path.join(HERE, sub)):
             for n in names:
                 rel = os.path.relpath(os.path.join(dirpath, n), HERE)
-                if rel not in out:
+                if rel not in out and not n.startswith("found-"):
                     differ.append(rel + " (stale)")
                     if not check:
                         os.remove(os.path.join(dirpath, n))

@@ -9,6 +9,7 @@ Seeds are small valid (and a few deliberately broken) inputs:
   fuzz_launch_json          the same as JSON (converted when PyYAML is present) and tests/launcher/data/**/*.json
   fuzz_safetensors_header   safetensors files (8-byte length, header JSON, data) built here with struct/json
   fuzz_launch_args          argv of `acc launch`, one entry per NUL-separated field
+  fuzz_checkpoint_json      a checkpoint's manifest.json, accelerator_state.json, scheduler and loader JSON
 Dictionaries (libFuzzer -dict=) hold the schema's key names and accepted values, read from the key tables of
 docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test).
 Deterministic: running it twice writes the same files. No torch, no network.
@@ -222,6 +223,24 @@ def safetensors_seeds():
         put("fuzz_safetensors_header", name, data)
 
 
+def checkpoint_seeds():
+    # As src/checkpoint/state.cpp writes them (format "libacc-checkpoint", version 1).
+    seeds = {
+        "manifest.json": {"format": "libacc-checkpoint", "version": 1, "num_processes": 2,
+                          "files": {"model.safetensors": 4096, "optimizer.safetensors": 8192, "optimizer.json": 310,
+                                    "accelerator_state.json": 180, "random_states_0.json": 5000}},
+        "accelerator_state.json": {"format": "libacc-checkpoint", "version": 1, "models": 1, "optimizers": 1,
+                                   "schedulers": 1, "dataloaders": 1, "custom_objects": 0, "num_processes": 2,
+                                   "step": 120, "iteration": 3},
+        "scheduler.json": {"step_count": 120, "steps": 120, "last_lr": [0.0003]},
+        "dataloader.json": {"epoch": 1, "batches_seen": 17, "seed": 42, "sampler": {"generator": [1, 2, 3]}},
+        "wrong_types.json": {"format": 1, "version": "1", "files": {"a": "big"}, "models": 1.5},
+    }
+    for name, doc in seeds.items():
+        put("fuzz_checkpoint_json", name, json.dumps(doc, indent=1).encode())
+    put("fuzz_checkpoint_json", "not_an_object.json", b"[1, 2, 3]")
+
+
 def args_seeds():
     seeds = {
         "plain": ["train.py"],
@@ -260,6 +279,7 @@ def main():
     dictionaries(schema_tables())
     accelerator_seeds()
     launch_seeds()
+    checkpoint_seeds()
     safetensors_seeds()
     args_seeds()
     differ = []

@@ -551,6 +551,12 @@ class LaunchTest(unittest.TestCase):
         cases = [
             (["--mixed_precision", "fp32"], "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\""),
             (["--num_processes", "0"], "--num_processes: 'num_processes' must be an integer between 1 and 65536; got \"0\""),
+            # were: SIGFPE (cut to int), exit 0 with nothing run, 2 processes, bad_alloc (issue 12)
+            (["--cpu", "--num_processes", "4294967296"], "must be an integer between 1 and 65536; got \"4294967296\""),
+            (["--num_processes", "4294967296"], "must be an integer between 1 and 65536; got \"4294967296\""),
+            (["--num_processes", "4294967298"], "must be an integer between 1 and 65536; got \"4294967298\""),
+            (["--cpu", "--num_processes", "2147483647"], "must be an integer between 1 and 65536"),
+            (["--cpu", "--num_processes", "4096"], "puts 4096 processes on each machine, more than the limit of 1024"),
             (["--num_processes", "two"], "--num_processes: 'num_processes' must be an integer"),
             (["--main_process_port", "70000"], "'main_process_port' must be an integer between 0 and 65535"),
             (["--num_procesess", "2"], "unknown option '--num_procesess' (did you mean '--num_processes'?)"),

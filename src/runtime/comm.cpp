@@ -171,22 +171,33 @@ void wait_for_ranks(c10d::Store& store, const ProcessState& state, std::chrono::
   for (int r = 0; r < state.world_size; ++r) all.push_back(key(r));
   const auto start = std::chrono::steady_clock::now();
   auto next_report = start + report_interval();
-  while (!store.check(all)) {
-    const auto now = std::chrono::steady_clock::now();
-    const bool late = now - start >= timeout;
-    if (late || now >= next_report) {
-      std::vector<int> missing;
-      for (int r = 0; r < state.world_size; ++r)
-        if (!store.check({key(r)})) missing.push_back(r);
-      const double waited = std::chrono::duration<double>(now - start).count();
-      if (late)
-        throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
-                               ": rank " + rank_list(missing) + " of " + std::to_string(state.world_size) +
-                               " never joined within " + std::to_string(std::llround(waited)) + " s");
-      std::fprintf(stderr, "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %g s)\n",
-                   state.rank, rank_list(missing).c_str(), state.world_size - static_cast<int>(missing.size()),
-                   state.world_size, waited, std::chrono::duration<double>(timeout).count());
-      next_report += report_interval();
+  std::vector<int> missing;  // as last seen
+  const auto where = "rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) + ": ";
+  for (;;) {
+    try {
+      if (store.check(all)) return;
+      const auto now = std::chrono::steady_clock::now();
+      const bool late = now - start >= timeout;
+      if (late || now >= next_report) {
+        missing.clear();
+        for (int r = 0; r < state.world_size; ++r)
+          if (!store.check({key(r)})) missing.push_back(r);
+        const double waited = std::chrono::duration<double>(now - start).count();
+        if (late)
+          throw DistributedError(where + "rank " + rank_list(missing) + " of " + std::to_string(state.world_size) +
+                                 " never joined within " + std::to_string(std::llround(waited)) + " s");
+        std::fprintf(stderr, "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %g s)\n",
+                     state.rank, rank_list(missing).c_str(), state.world_size - static_cast<int>(missing.size()),
+                     state.world_size, waited, std::chrono::duration<double>(timeout).count());
+        next_report += report_interval();
+      }
+    } catch (const DistributedError&) {
+      throw;
+    } catch (const std::exception& e) {
+      // Rank 0 gave up first (its timeout) and its store went away: say whom everyone was waiting for.
+      if (missing.empty()) throw;
+      throw DistributedError(where + "rank " + rank_list(missing) + " of " + std::to_string(state.world_size) +
+                             " never joined (rank 0 ended the rendezvous)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

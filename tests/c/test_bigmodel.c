@@ -88,7 +88,9 @@ static void disk_offload(void) {
          "offload, %.1f MB in memory\n", (4096.0 * 512 * 2 + 12.0 * layer / 4 + 512) * 4 / 1e6, budget / 1e6, layer / 1e6,
          disk / 1e6, all / 1e6);
   EXPECT(memcmp(in_memory, offloaded, sizeof in_memory) == 0);
+#if !defined(__SANITIZE_ADDRESS__) /* AddressSanitizer's shadow memory and quarantine are resident too */
   EXPECT(disk < budget + layer + 40 * 1000 * 1000);
+#endif
   EXPECT(all > 150 * 1000 * 1000);
   const char* files[] = {"config.json", "generation_config.json", "model.safetensors"};
   char path[512];

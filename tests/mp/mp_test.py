@@ -145,7 +145,8 @@ def case_missing_rank():
         out, _ = p.communicate(timeout=60)
         expect(p.returncode == 1, f"rank {rank} fails when rank 1 never joins", out)
         expect(f"libacc: rank {rank}: waiting for rank 1 to join (2 of 3 joined" in out, f"rank {rank} says whom it waits for", out)
-        expect("ACC_ERR_DISTRIBUTED" in out and "rank 1 of 3 never joined within 3 s" in out,
+        # (rank 0 hosts the store: when it gives up first, rank 2 learns it as "rank 0 ended the rendezvous")
+        expect("ACC_ERR_DISTRIBUTED" in out and "rank 1 of 3 never joined" in out,
                f"rank {rank}'s error names rank 1", out)
     # rank 1 of 2 alone: rank 0's store never comes
     p = start(1, 2)

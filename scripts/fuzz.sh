@@ -12,7 +12,7 @@
 # no LibTorch), configured on first use. Long runs keep what they find in build-fuzz/fuzz-corpus/<target>/ (seed it
 # back into tests/fuzz/corpus by hand when worth it); crashes, timeouts, leaks and out-of-memory inputs go to
 # build-fuzz/fuzz-findings/<target>/. Reproduce one with `build-fuzz/tests/fuzz/<target> FILE`.
-# Needs Debian's clang and libfuzzer-14-dev (scripts/setup.sh installs them; so does this script when missing).
+# Needs Debian's clang and libfuzzer-14-dev (scripts/setup.sh installs them; this script runs it first).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -39,17 +39,8 @@ while (($#)); do
 done
 ((${#targets[@]})) || targets=("${targets_all[@]}")
 
-# Toolchain: Debian 12's clang 14 and its libFuzzer.
-missing=()
-for p in clang libfuzzer-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "fuzz.sh: installing Debian packages: ${missing[*]}"
-  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# Toolchain: Debian 12's clang 14 and its libFuzzer, which scripts/setup.sh installs with everything else.
+bash scripts/setup.sh >/dev/null
 
 if [[ ! -f $bdir/build.ninja ]]; then
   echo "fuzz.sh: configuring $bdir (clang, ASan + UBSan, libFuzzer)"

@@ -24,6 +24,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from netns import two_machines  # noqa: E402
+
 ACC = SELFTEST = None
 SKIP = 77
 
@@ -154,41 +157,19 @@ class MultiNodeTest(unittest.TestCase):
         self.two_machines("127.0.0.1", self.env, self.env)
 
     def test_two_machines_as_network_namespaces(self):
-        ip = shutil.which("ip") or "/usr/sbin/ip"
-        if not os.path.exists(ip):
-            print("SKIP: iproute2's `ip` is not installed (scripts/setup.sh installs it)")
-            raise unittest.SkipTest("no ip")
-        tag = f"{os.getpid() % 100000}"
-        ns = [f"accmn{tag}a", f"accmn{tag}b"]
-        veth = [f"accv{tag}a", f"accv{tag}b"]
-        subnet = 10 + os.getpid() % 200
-        addrs = [f"10.{subnet}.77.1", f"10.{subnet}.77.2"]
+        with two_machines() as m:
+            if m is None:
+                raise unittest.SkipTest("no network namespaces here; the loopback test covers two machines")
+            self.namespaced_machines(m)
+        leftover = subprocess.run([m.ip, "link", "show", m.veth[0]], capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(leftover.returncode, 0, "veth left behind")
 
-        def run(*cmd):
-            return subprocess.run([ip, *cmd], capture_output=True, text=True, timeout=30)
-
-        r = run("netns", "add", ns[0])
-        if r.returncode != 0:
-            print(f"SKIP: network namespaces are not allowed here ({r.stderr.strip()}); the loopback test covers "
-                  f"two machines")
-            raise unittest.SkipTest("no network namespaces")
+    def namespaced_machines(self, m):
+        veth, addrs = m.veth, m.addrs
         try:
-            steps = [("netns", "add", ns[1]),
-                     ("link", "add", veth[0], "type", "veth", "peer", "name", veth[1]),
-                     ("link", "set", veth[0], "netns", ns[0]),
-                     ("link", "set", veth[1], "netns", ns[1])]
-            for i in range(2):
-                steps += [("-n", ns[i], "addr", "add", addrs[i] + "/24", "dev", veth[i]),
-                          ("-n", ns[i], "link", "set", veth[i], "up"),
-                          ("-n", ns[i], "link", "set", "lo", "up")]
-            for cmd in steps:
-                r = run(*cmd)
-                if r.returncode != 0:
-                    print(f"SKIP: cannot set up the namespaces: ip {' '.join(cmd)}: {r.stderr.strip()}")
-                    raise unittest.SkipTest("namespace setup failed")
             # Each "machine" binds its veth for Gloo, as a real cluster names its interface.
             env = [dict(self.env, GLOO_SOCKET_IFNAME=veth[i]) for i in range(2)]
-            prefix = [(ip, "netns", "exec", ns[i]) for i in range(2)]
+            prefix = m.prefix
             self.two_machines(addrs[0], env[0], env[1], prefix[0], prefix[1])
             # A machine that never arrives: machine 0 alone gives up after the join timeout, clearly.
             port = free_port()
@@ -212,10 +193,6 @@ class MultiNodeTest(unittest.TestCase):
                 if p.poll() is None:
                     p.kill()
                     p.wait(timeout=10)
-            for n in ns:
-                run("netns", "del", n)  # removes the veth pair with it
-            leftover = run("link", "show", veth[0])
-            self.assertNotEqual(leftover.returncode, 0, "veth left behind")
 
 
 if __name__ == "__main__":

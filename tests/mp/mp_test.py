@@ -13,6 +13,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from safetensors_f32 import max_abs_diff, read_safetensors  # noqa: E402
+from netns import two_machines  # noqa: E402
 
 ACC, WORKER, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
 passed = failed = 0
@@ -629,11 +630,14 @@ def case_sharded():
                            timeout=120, env=dict(os.environ, ACC_CONFIG_FILE="none", MP_STEP_BEFORE_PREPARE="1"))
         expect(p.returncode == 0 and "2 passed, 0 failed" in p.stdout, "a stepped optimizer is refused by prepare, "
                "which leaves the model unprepared", p.stdout + p.stderr)
-        # HYBRID_SHARD and HYBRID_SHARD_ZERO2: two machines (two launchers on loopback, machine ranks 0 and 1) of 2
-        # processes each shard inside a machine and replicate across; they train as DDP on the 4 ranks does.
+        # HYBRID_SHARD and HYBRID_SHARD_ZERO2: two machines of 2 processes each shard inside a machine and replicate
+        # across; they train as DDP on the 4 ranks does. The machines are two launchers on loopback, then two network
+        # namespaces joined by a veth pair (where namespaces can be made: root with iproute2), each binding its own
+        # address for Gloo as a cluster's machines do.
         import socket
         want = run(4, "ddp", "gpt", 30, 2, 0.05)
-        for strategy in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+
+        def hybrid(strategy, ip, prefixes, envs, label):
             path = os.path.join(d, strategy + ".yaml")
             with open(path, "w") as f:
                 f.write(f"distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: {strategy}\n"
@@ -642,20 +646,27 @@ def case_sharded():
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
-            out = os.path.join(d, "hybrid-" + strategy)
-            procs = [subprocess.Popen([ACC, "launch", "--config_file", path, "--num_processes", "4", "--num_machines", "2",
-                                       "--machine_rank", str(m), "--main_process_ip", "127.0.0.1", "--main_process_port",
-                                       str(port), WORKER, "gpt", "30", "2", "0.05", out],
+            out = os.path.join(d, f"hybrid-{strategy}-{label}")
+            procs = [subprocess.Popen([*prefixes[m], ACC, "launch", "--config_file", path, "--num_processes", "4",
+                                       "--num_machines", "2", "--machine_rank", str(m), "--main_process_ip", ip,
+                                       "--main_process_port", str(port), WORKER, "gpt", "30", "2", "0.05", out],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=dict(os.environ, ACC_CONFIG_FILE="none")) for m in (1, 0)]
+                                      env=dict(os.environ, ACC_CONFIG_FILE="none", **envs[m])) for m in (1, 0)]
             outputs = [p.communicate(timeout=300)[0] for p in procs]
             ok = all(p.returncode == 0 for p in procs)
-            expect(ok, f"{strategy} on 2 machines x 2 processes", "\n".join(outputs))
+            expect(ok, f"{strategy} on 2 machines x 2 processes ({label})", "\n".join(outputs))
             if ok and want is not None:
                 diff = max_abs_diff(want, read_safetensors(os.path.join(out, "model.safetensors")))
-                print(f"{strategy}, 2 machines x 2 processes vs DDP on 4: max |diff| = {diff:.3g}")
-                expect(diff <= 1e-6, f"{strategy} equals DDP", str(diff))
+                print(f"{strategy}, 2 machines ({label}) x 2 processes vs DDP on 4: max |diff| = {diff:.3g}")
+                expect(diff <= 1e-6, f"{strategy} ({label}) equals DDP", str(diff))
 
+        for strategy in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+            hybrid(strategy, "127.0.0.1", [(), ()], [{}, {}], "loopback")
+        with two_machines() as m:
+            if m is not None:
+                for strategy in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+                    hybrid(strategy, m.addrs[0], m.prefix, [{"GLOO_SOCKET_IFNAME": v} for v in m.veth],
+                           "network namespaces")
 
 globals()[f"case_{CASE}"]()
 print(f"{passed} passed, {failed} failed")

@@ -1047,6 +1047,24 @@ sys.exit(max(p.wait() for p in procs))
         self.assertEqual(r.returncode, 2)
         self.assertIn("does not exist", r.stderr)
 
+    def test_acc_test_and_explain_refuse_huge_process_counts(self):
+        # `acc test` and `acc config explain` take the launch options: 4294967296 was cut to an int (SIGFPE).
+        r = subprocess.run([ACC, "test", "--num_processes", "4294967296"], capture_output=True, text=True, timeout=30,
+                           env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("must be an integer between 1 and 65536", r.stderr)
+        f = self.write("huge.yaml", "distributed_type: MULTI_CPU\nnum_processes: 4294967296\n")
+        r = self.config_cmd("explain", "--config_file", f)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("'num_processes' must be an integer between 1 and 65536; got 4294967296", r.stderr)
+        # a FIFO or /dev/zero as the config file: refused at once
+        fifo = os.path.join(self.tmp, "fifo.yaml")
+        os.mkfifo(fifo)
+        for path in (fifo, "/dev/zero"):
+            r = self.config_cmd("explain", "--config_file", path)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("it is not a regular file", r.stderr)
+
     def test_config_explain(self):
         f = self.write("e.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\n")
         env = dict(self.env, ACCELERATE_GRADIENT_ACCUMULATION_STEPS="4")

@@ -70,6 +70,16 @@ using ::acc::config::json_quote;  // public in acc/config.hpp
 // A stream of more than one document is an error, as for PyYAML's safe_load.
 Node parse_yaml(const std::string& text, const TextLimits& limits = kConfigText);
 
+// A DeepSpeed JSON config's settings as accelerator keys (deepspeed.cpp): `key` gets `value`, from `where`
+// ("ds.json: zero_optimization.stage"). mixed_precision: the accelerator's, which fp16/bf16 in the file may change.
+// Throws Error naming the file and the key for anything libacc does not read.
+struct DsSetting {
+  std::string key;
+  Node value;
+  std::string where;
+};
+std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& file, const std::string& mixed_precision);
+
 // -------------------------------------------------------------------------------------------------------------
 enum TypeBits : unsigned {
   tNull = 1u << 0,

@@ -484,6 +484,49 @@ Config resolve_accelerator(std::string_view explicit_json, const std::map<std::s
     }
   }
 
+  // A DeepSpeed config file or object (hf_ds_config; ACCELERATE_DEEPSPEED_CONFIG_FILE, where "none" is none): its
+  // values win over the plugin's settings and "auto" keeps them, as in Accelerate (deepspeed.cpp).
+  {
+    const size_t i = r.idx("deepspeed_plugin.hf_ds_config");
+    const Node ds = r.values[i];
+    if ((ds.kind == Kind::String && ds.s != "none") || ds.kind == Kind::Map) {
+      // What Accelerate's _deepspeed_config_checks refuses: a launch config that sets these beside the file.
+      if (auto it = env.find("ACCELERATE_CONFIG_DS_FIELDS"); it != env.end()) {
+        static const char* const kIgnored[] = {"gradient_accumulation_steps", "gradient_clipping", "zero_stage",
+                                               "offload_optimizer_device", "offload_param_device",
+                                               "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                                               "zero3_save_16bit_model", "mixed_precision"};
+        std::string_view fields = it->second;
+        while (!fields.empty()) {
+          const size_t comma = fields.find(',');
+          const std::string_view field = fields.substr(0, comma);
+          for (const char* name : kIgnored)
+            if (field == name)
+              throw Error("the launch config sets '" + std::string(field) + "' beside deepspeed_config_file (" +
+                          (ds.kind == Kind::String ? ds.s : std::string("an object")) +
+                          "); as in Accelerate, set it in the DeepSpeed config file instead");
+          fields = comma == std::string_view::npos ? std::string_view() : fields.substr(comma + 1);
+        }
+      }
+      Node root = ds;
+      std::string file = r.prov[i].where;
+      if (ds.kind == Kind::String) {
+        file = ds.s;
+        const std::string text = read_config_file(file);
+        try {
+          root = parse_json(text);
+        } catch (const Error& e) {
+          throw Error(file + ": " + e.what());
+        }
+      }
+      for (DsSetting& setting : deepspeed_settings(root, file, r.values[r.idx("mixed_precision")].s)) {
+        Node out;
+        if (auto err = coerce(*r.s.key(setting.key), setting.value, out)) throw Error(setting.where + ": " + *err);
+        r.set(setting.key, std::move(out), {Origin::File, setting.where});
+      }
+    }
+  }
+
   // Gradient accumulation: one number, two spellings.
   {
     size_t gas = r.idx("gradient_accumulation_steps"), ns = r.idx("gradient_accumulation_plugin.num_steps");

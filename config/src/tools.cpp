@@ -382,8 +382,6 @@ std::optional<std::string> unsupported_setting(const Config& c) {
       return refuse("fsdp_plugin.state_dict_type", "LOCAL_STATE_DICT", "use FULL_STATE_DICT or SHARDED_STATE_DICT");
   }
   if (c.get_bool("use_deepspeed")) {
-    if (c.is_set("deepspeed_plugin.hf_ds_config"))
-      return refuse("deepspeed_plugin.hf_ds_config", "a DeepSpeed config file", "set the deepspeed_config keys instead");
     for (const char* k : {"deepspeed_plugin.offload_optimizer_device", "deepspeed_plugin.offload_param_device"})
       if (c.get_string(k) == "nvme") return refuse(k, "ZeRO offload to NVMe", "use \"cpu\" or \"none\"");
   }

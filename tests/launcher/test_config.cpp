@@ -733,6 +733,9 @@ TEST(LaunchEnvironment, EveryExportIsReadByTheLibrary) {
     auto env = launch_environment(resolve_launch(f, {}, /*check=*/false));  // contradictory on purpose
     for (const auto& [name, value] : env)
       EXPECT_TRUE(read.count(name) || launcher_only.count(name)) << dt << ": " << name << "=" << value;
+    // (The DeepSpeed file would be read, and refused beside the other DeepSpeed settings: DeepSpeedFileReachesTheLibrary
+    // and Config.DeepSpeedConfigFile cover it.)
+    env.erase("ACCELERATE_DEEPSPEED_CONFIG_FILE");
     Config lib = resolve_accelerator("", env);  // and the library accepts every value
     EXPECT_TRUE(lib.get_bool("cpu"));
     EXPECT_TRUE(lib.get_bool("use_parallelism_config"));
@@ -741,7 +744,6 @@ TEST(LaunchEnvironment, EveryExportIsReadByTheLibrary) {
       EXPECT_EQ(lib.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap"), (std::vector<std::string>{"A", "B"}));
     }
     if (std::string(dt) == "DEEPSPEED") {
-      EXPECT_EQ(lib.get_string("deepspeed_plugin.hf_ds_config"), "ds.json");
       EXPECT_EQ(lib.get_string("deepspeed_plugin.offload_optimizer_nvme_path"), "/nvme");
     }
   }
@@ -1564,4 +1566,89 @@ TEST(SafetensorsHeader, StrictAsTheFormat) {
   EXPECT_EQ(err(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
             "m.safetensors: tensor \"a\" starts at byte 4 of the data, leaving a hole after byte 0");
   EXPECT_EQ(err("{" + a + "}", 12), "m.safetensors: 4 bytes after the last tensor's data");
+}
+
+// A DeepSpeed JSON config as Accelerate reads it: its values win over the plugin's settings, "auto" keeps them;
+// what libacc cannot do is refused naming the key.
+TEST(Config, DeepSpeedConfigFile) {
+  TempDir t;
+  // The shape of the ZeRO-3 templates of the transformers / Accelerate docs, with CPU offload.
+  const std::string ds = t.write("ds_zero3.json", R"({
+    "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 500, "initial_scale_power": 12},
+    "bf16": {"enabled": "auto"},
+    "zero_optimization": {
+      "stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true},
+      "offload_param": {"device": "cpu", "pin_memory": true},
+      "overlap_comm": true, "contiguous_gradients": true, "reduce_bucket_size": "auto",
+      "stage3_gather_16bit_weights_on_model_save": true
+    },
+    "gradient_accumulation_steps": 4, "gradient_clipping": "auto",
+    "steps_per_print": 2000, "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "wall_clock_breakdown": false
+  })");
+  Config c = resolve_accelerator(R"({"mixed_precision": "fp16", "deepspeed_plugin": {"hf_ds_config": ")" + ds +
+                                     R"(", "zero_stage": 1, "gradient_clipping": 0.5}})", {});
+  EXPECT_TRUE(c.get_bool("use_deepspeed"));
+  EXPECT_EQ(c.get_int("deepspeed_plugin.zero_stage"), 3);  // the file wins
+  EXPECT_EQ(c.provenance("deepspeed_plugin.zero_stage").where, ds + ": zero_optimization.stage");
+  EXPECT_EQ(c.get_string("deepspeed_plugin.offload_optimizer_device"), "cpu");
+  EXPECT_DOUBLE_EQ(c.get_double("deepspeed_plugin.gradient_clipping"), 0.5);  // "auto": the plugin's
+  EXPECT_EQ(c.get_int("gradient_accumulation_steps"), 4);
+  EXPECT_EQ(c.get_string("mixed_precision"), "fp16");                         // "auto": mixed_precision's
+  EXPECT_DOUBLE_EQ(c.get_double("grad_scaler_kwargs.init_scale"), 4096);      // 2^initial_scale_power
+  EXPECT_EQ(c.get_int("grad_scaler_kwargs.growth_interval"), 500);
+  EXPECT_TRUE(c.get_bool("deepspeed_plugin.zero3_save_16bit_model"));
+  EXPECT_EQ(unsupported_setting(c), std::nullopt);
+  const Sharding sh = sharding(c);
+  EXPECT_EQ(sh.stage, 3);
+  EXPECT_TRUE(sh.offload);
+  // Through the launcher's environment: ACCELERATE_DEEPSPEED_CONFIG_FILE; bf16 enabled in the file decides.
+  const std::string bf = t.write("ds_bf16.json", R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
+    "reduce_bucket_size": 1048576}})");
+  Config e = resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_CONFIG_FILE", bf},
+                                      {"ACCELERATE_MIXED_PRECISION", "no"}});
+  EXPECT_EQ(e.get_int("deepspeed_plugin.zero_stage"), 2);
+  EXPECT_EQ(e.get_string("mixed_precision"), "bf16");
+  EXPECT_EQ(e.provenance("mixed_precision").where, bf + ": bf16.enabled");
+  EXPECT_DOUBLE_EQ(e.get_double("ddp_kwargs.bucket_cap_mb"), 4.0);  // 2^20 fp32 elements
+  // From a launch config as `accelerate config` writes one with a DeepSpeed file (no mixed_precision then).
+  const std::string launch = t.write("launch.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                                    "  deepspeed_config_file: " + ds + "\n  zero3_init_flag: false\n");
+  Config l = resolve_accelerator("", launch_environment(resolve_launch(launch, {})));
+  EXPECT_EQ(l.get_int("deepspeed_plugin.zero_stage"), 3);
+  EXPECT_EQ(l.get_int("gradient_accumulation_steps"), 4);
+  // Refusals name the file and the key.
+  const auto err_of = [&](const std::string& json, const std::string& mp = "no") {
+    const std::string f = t.write("bad.json", json);
+    return error_of([&] {
+      resolve_accelerator(R"({"mixed_precision": ")" + mp + R"(", "deepspeed_plugin": {"hf_ds_config": ")" + f + R"("}})", {});
+    });
+  };
+  const std::string bad = t.path + "/bad.json";
+  EXPECT_EQ(err_of(R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}})"),
+            bad + ": 'optimizer' has no meaning in libacc; remove it (read: zero_optimization, gradient_accumulation_steps, "
+                  "gradient_clipping, fp16, bf16, train_batch_size and train_micro_batch_size_per_gpu \"auto\", "
+                  "steps_per_print, wall_clock_breakdown)");
+  EXPECT_NE(err_of(R"({"zero_optimization": {"stage": 2, "sub_group_size": 1e9}})").find("'zero_optimization.sub_group_size' has no meaning"),
+            std::string::npos);
+  EXPECT_NE(err_of(R"({"fp16": {"enabled": true, "hysteresis": 2}, "zero_optimization": {"stage": 2}})").find("'fp16.hysteresis' has no meaning"),
+            std::string::npos);
+  EXPECT_EQ(err_of(R"({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 8})"),
+            bad + ": 'train_micro_batch_size_per_gpu' must be \"auto\": libacc takes the batch size from the data loader");
+  EXPECT_EQ(err_of(R"({"fp16": {"enabled": true}})"),
+            bad + ": no 'zero_optimization' section; Accelerate needs the ZeRO optimization config in the file");
+  EXPECT_EQ(err_of(R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})", "fp16"),
+            bad + ": 'mixed_precision' cannot be \"fp16\" when bf16 is enabled in the DeepSpeed config file");
+  EXPECT_NE(err_of(R"({"zero_optimization": {"stage": 2, "overlap_comm": false}})").find("false is not available"),
+            std::string::npos);
+  EXPECT_NE(err_of("{not json").find(bad + ": malformed JSON"), std::string::npos);
+  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"deepspeed_plugin": {"hf_ds_config": "/nonexistent/ds.json"}})", {}); }),
+            "cannot read config file '/nonexistent/ds.json': No such file or directory");
+  // As Accelerate's _deepspeed_config_checks: the launch config may not set these beside the file.
+  EXPECT_NE(error_of([&] {
+              resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_CONFIG_FILE", bf},
+                                       {"ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero_stage"}});
+            }).find("sets 'zero_stage' beside deepspeed_config_file"),
+            std::string::npos);
 }

@@ -621,6 +621,16 @@ def case_sharded():
         if got is not None and want is not None:
             expect(max_abs_diff(got, want) <= 1e-6, "deepspeed gradient_clipping equals clipping in the loop",
                    str(max_abs_diff(got, want)))
+        # The same through a DeepSpeed JSON config file (deepspeed_config_file), as Accelerate's templates write it.
+        ds_json = os.path.join(d, "ds_zero2.json")
+        with open(ds_json, "w") as f:
+            f.write('{"zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true,'
+                    ' "reduce_bucket_size": "auto"}, "gradient_clipping": 0.05, "gradient_accumulation_steps": "auto",'
+                    ' "train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}')
+        got = run(2, f"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: {ds_json}\n", "gpt", 30, 1, 0)
+        if got is not None and want is not None:
+            expect(max_abs_diff(got, want) <= 1e-6, "a DeepSpeed config file (ZeRO-2, gradient_clipping) equals DDP "
+                   "clipping in the loop", str(max_abs_diff(got, want)))
         # An optimizer that stepped before prepare: refused on every process before anything changed.
         path = os.path.join(d, "zero2-refused.yaml")
         with open(path, "w") as f:

@@ -4,7 +4,8 @@
 #   Debian packages: meson, ninja, cJSON, yaml-cpp, CLI11, Gloo headers, GoogleTest, SWIG, abigail-tools, iproute2
 #   (`ip netns`, for the multinode tests), protobuf (the TensorBoard tracker's event messages), clang and
 #   libfuzzer-14-dev (the libFuzzer targets of tests/fuzz, built by scripts/fuzz.sh in build-fuzz/), patchelf
-#   (scripts/package.sh sets the release bundle's $ORIGIN RUNPATHs).
+#   (scripts/package.sh sets the release bundle's $ORIGIN RUNPATHs), doxygen (scripts/apidocs.sh: the API
+#   reference, and the 'docs' test suite's check that every public declaration is documented).
 #   .venv/: the PyPI torch wheel (LibTorch headers and libraries) with only the CUDA runtime pieces
 #           libtorch_cpu.so needs to load (cudart, cupti), and nvidia-nccl-cu13 for NCCL headers.
 #   .venv/cuda-headers/: the CUDA headers the NCCL plugin compiles against (see below).
@@ -16,7 +17,7 @@ cd "$root"
 
 debs=(meson ninja-build pkg-config g++ python3-venv libcjson-dev libyaml-cpp-dev libcli11-dev
       libgloo-dev libgtest-dev swig abigail-tools ccache iproute2 libprotobuf-dev protobuf-compiler
-      clang libfuzzer-14-dev patchelf)
+      clang libfuzzer-14-dev patchelf doxygen)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

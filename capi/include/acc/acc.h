@@ -1,4 +1,5 @@
-/*
+/**
+ * @file acc/acc.h
  * libacc: Hugging Face Accelerate as native software. The stable C ABI, version 1.
  *
  * Conventions (docs/abi.md has the long form):
@@ -16,6 +17,7 @@
  * - No name of the OpenACC runtime API is defined here.
  *
  * Every function's comment ends with its ownership and threading, in these terms:
+ * @verbatim
  *   Caller owns *out (acc_x_destroy)  the call made it; the caller frees it with that function.
  *   Borrowed    the library's memory: never freed by the caller; valid for as long as the line says.
  *   Locks h     the call marks handle h busy while it runs: a call that locks h from another thread
@@ -26,6 +28,7 @@
  *   Collective  every process of the job makes the call, in the same order as the others; a process that
  *               does not leaves the others waiting. With one process it is local.
  *   Local       no other process takes part (said where a collective might be expected).
+ * @endverbatim
  * The busy check covers the handles a line names. Objects tied by training (an optimizer and its model,
  * a scheduler and its optimizer, an accelerator and what it prepared) share state: drive one such group
  * from one thread at a time.
@@ -40,6 +43,7 @@
 extern "C" {
 #define ACC_NOEXCEPT noexcept
 #else
+/** `noexcept` in C++ (no libacc function throws), nothing in C. */
 #define ACC_NOEXCEPT
 #endif
 
@@ -47,12 +51,17 @@ extern "C" {
 #define ACC_API __attribute__((visibility("default")))
 #define ACC_NODISCARD __attribute__((warn_unused_result))
 #else
+/** Marks a function libacc exports (default visibility with GCC and Clang). */
 #define ACC_API
+/** Marks a function whose result (an acc_status) must be checked (warn_unused_result with GCC and Clang). */
 #define ACC_NODISCARD
 #endif
 
+/** Major version of this header (acc_version() gives the loaded library's). */
 #define ACC_VERSION_MAJOR 1
+/** Minor version of this header. */
 #define ACC_VERSION_MINOR 1
+/** Patch version of this header. */
 #define ACC_VERSION_PATCH 0
 /** The ABI this header describes; bindings pass it to acc_abi_check at load. It equals the major
  *  version and the soname (libacc.so.1): exports are append-only within it. */
@@ -60,47 +69,59 @@ extern "C" {
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Status codes: stable, never reused.                                                             */
+/** What every fallible function returns: ACC_OK or one of the ACC_ERR_ codes below. */
 typedef int32_t acc_status;
-#define ACC_OK 0
-#define ACC_ERR_INVALID_ARGUMENT 1 /* a NULL handle or pointer, a bad value, a bad shape */
-#define ACC_ERR_INVALID_CONFIG 2   /* config or options JSON: unknown key, wrong type, bad value */
-#define ACC_ERR_INVALID_STATE 3    /* call order: e.g. prepared twice, stepped before prepare */
-#define ACC_ERR_UNSUPPORTED 4      /* valid, but not available in this build or on this machine */
-#define ACC_ERR_IO 5               /* a file could not be read or written */
-#define ACC_ERR_OUT_OF_MEMORY 6
-#define ACC_ERR_DISTRIBUTED 7      /* rendezvous, a collective, a peer that went away */
-#define ACC_ERR_TORCH 8            /* an error raised inside LibTorch (message has its text) */
-#define ACC_ERR_ABI_MISMATCH 9
-#define ACC_ERR_BUSY 10            /* the handle is in use by another thread */
-#define ACC_ERR_CALLBACK 11        /* a caller callback returned non-zero */
-#define ACC_ERR_INTERNAL 12
+#define ACC_OK 0                   /**< success */
+#define ACC_ERR_INVALID_ARGUMENT 1 /**< a NULL handle or pointer, a bad value, a bad shape */
+#define ACC_ERR_INVALID_CONFIG 2   /**< config or options JSON: unknown key, wrong type, bad value */
+#define ACC_ERR_INVALID_STATE 3    /**< call order: e.g. prepared twice, stepped before prepare */
+#define ACC_ERR_UNSUPPORTED 4      /**< valid, but not available in this build or on this machine */
+#define ACC_ERR_IO 5               /**< a file could not be read or written */
+#define ACC_ERR_OUT_OF_MEMORY 6    /**< an allocation failed */
+#define ACC_ERR_DISTRIBUTED 7      /**< rendezvous, a collective, a peer that went away */
+#define ACC_ERR_TORCH 8            /**< an error raised inside LibTorch (message has its text) */
+#define ACC_ERR_ABI_MISMATCH 9     /**< the loaded library does not serve the ABI asked for (acc_abi_check) */
+#define ACC_ERR_BUSY 10            /**< the handle is in use by another thread */
+#define ACC_ERR_CALLBACK 11        /**< a caller callback returned non-zero */
+#define ACC_ERR_INTERNAL 12        /**< a bug in libacc (the message says where) */
 
 /* Tensor element types. */
+/** Tensor element type: one of the ACC_ type codes below. */
 typedef int32_t acc_dtype;
-#define ACC_FLOAT32 0
-#define ACC_FLOAT64 1
-#define ACC_BFLOAT16 2
-#define ACC_FLOAT16 3
-#define ACC_INT32 4
-#define ACC_INT64 5
-#define ACC_UINT8 6
-#define ACC_BOOL 7
+#define ACC_FLOAT32 0  /**< 32-bit float */
+#define ACC_FLOAT64 1  /**< 64-bit float */
+#define ACC_BFLOAT16 2 /**< bfloat16 */
+#define ACC_FLOAT16 3  /**< IEEE half */
+#define ACC_INT32 4    /**< 32-bit signed integer */
+#define ACC_INT64 5    /**< 64-bit signed integer */
+#define ACC_UINT8 6    /**< 8-bit unsigned integer */
+#define ACC_BOOL 7     /**< boolean, one byte */
 
 /* Reductions for acc_reduce. */
+/** Reduction of acc_reduce: one of the ACC_REDUCE_ codes below. */
 typedef int32_t acc_reduce_op;
-#define ACC_REDUCE_SUM 0
-#define ACC_REDUCE_MEAN 1
-#define ACC_REDUCE_MAX 2
+#define ACC_REDUCE_SUM 0  /**< element-wise sum */
+#define ACC_REDUCE_MEAN 1 /**< element-wise mean */
+#define ACC_REDUCE_MAX 2  /**< element-wise maximum */
 
 /* The handles, one section each below (in this order, byte lists after the collectives). */
+/** The context of one training process (Accelerate's Accelerator). */
 typedef struct acc_accelerator acc_accelerator;
+/** A tensor, in CPU or device memory owned by the library. */
 typedef struct acc_tensor acc_tensor;
+/** A named batch: tensors by name, in order. */
 typedef struct acc_batch acc_batch;
+/** A model: a built-in family, TorchScript or a Hugging Face architecture. */
 typedef struct acc_model acc_model;
+/** An optimizer over a model's parameters. */
 typedef struct acc_optimizer acc_optimizer;
+/** A learning-rate schedule of an optimizer. */
 typedef struct acc_scheduler acc_scheduler;
+/** A dataset of samples. */
 typedef struct acc_dataset acc_dataset;
+/** A data loader: batches of a dataset, sharded across processes once prepared. */
 typedef struct acc_dataloader acc_dataloader;
+/** A list of byte strings (objects serialized by the caller). */
 typedef struct acc_bytes_list acc_bytes_list;
 /* DLPack >= 1.0 (dlpack/dlpack.h); only pointers cross, so this header does not need its definition. */
 struct DLManagedTensorVersioned;
@@ -858,8 +879,8 @@ ACC_API ACC_NODISCARD acc_status acc_register_for_checkpointing(acc_accelerator*
  * arguments and return. `config_json` (NULL for none) is a JSON object of hyperparameters every tracker
  * records (nested objects flattened to "a.b", lists as their JSON text). `init_kwargs_json` (NULL for
  * none) holds options per tracker: {"tensorboard": {"filename_suffix"}, "mlflow": {"run_name", "tags",
- * "description"}}. Files go under <logging_dir>/<project_name>/ (logging_dir: project_config.logging_dir,
- * by default project_dir); MLflow's file store under MLFLOW_TRACKING_URI, else <logging_dir>/mlruns.
+ * "description"}}. Files go under `<logging_dir>/<project_name>/` (logging_dir: project_config.logging_dir,
+ * by default project_dir); MLflow's file store under MLFLOW_TRACKING_URI, else `<logging_dir>/mlruns`.
  * ACC_ERR_INVALID_STATE while an earlier run's trackers still run (acc_end_training ends them).
  *  Locks acc. Local.
  */

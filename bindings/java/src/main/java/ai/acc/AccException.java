@@ -6,7 +6,9 @@ package ai.acc;
  */
 public class AccException extends RuntimeException {
   private static final long serialVersionUID = 1L;
+  /** The acc_status the call returned. */
   private final int status;
+  /** The status as an {@link ErrorCode}. */
   private final ErrorCode code;
 
   /** Called from the JNI wrapper (and by this binding for its own checks). */

@@ -2,13 +2,21 @@ package ai.acc;
 
 /** Tensor element types. */
 public enum DType {
+  /** 32-bit float (ACC_FLOAT32). */
   FLOAT32(0, 4),
+  /** 64-bit float (ACC_FLOAT64). */
   FLOAT64(1, 8),
+  /** bfloat16 (ACC_BFLOAT16). */
   BFLOAT16(2, 2),
+  /** IEEE half (ACC_FLOAT16). */
   FLOAT16(3, 2),
+  /** 32-bit signed integer (ACC_INT32). */
   INT32(4, 4),
+  /** 64-bit signed integer (ACC_INT64). */
   INT64(5, 8),
+  /** 8-bit unsigned integer (ACC_UINT8). */
   UINT8(6, 1),
+  /** Boolean, one byte (ACC_BOOL). */
   BOOL(7, 1);
 
   private final int value;

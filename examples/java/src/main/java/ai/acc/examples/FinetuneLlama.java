@@ -22,7 +22,7 @@ import java.util.stream.Stream;
  * {@link Model#generate}, the bytes printed as they come.
  *
  * <pre>
- * acc launch --num_processes 2 java -cp acc-0.1.0.jar:classes ai.acc.examples.FinetuneLlama
+ * acc launch --num_processes 2 java -cp acc-1.1.0.jar:classes ai.acc.examples.FinetuneLlama
  *     [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--prompt TEXT] [--new-tokens N]
  * </pre>
  *

@@ -15,7 +15,7 @@ import ai.acc.Tensor;
  * the same recipe its final parameters equal the C program's.
  *
  * <pre>
- * acc launch --num_processes 2 java -cp acc-0.1.0.jar:classes ai.acc.examples.TrainMlp OUT.safetensors [STEPS]
+ * acc launch --num_processes 2 java -cp acc-1.1.0.jar:classes ai.acc.examples.TrainMlp OUT.safetensors [STEPS]
  * </pre>
  */
 public final class TrainMlp {

@@ -50,40 +50,42 @@ if ((check_bindings)); then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
 
-  # rustdoc: -D warnings makes every rustdoc lint (broken links, bare URLs, bad HTML) an error.
-  if command -v cargo >/dev/null; then
-    # ACC_LIB_DIR: acc-sys's build script then looks for no libacc (documenting links nothing).
-    if ! (cd bindings/rust && ACC_LIB_DIR=$tmp CARGO_TARGET_DIR=$out/cargo RUSTDOCFLAGS="-D warnings" \
-          cargo doc --offline --no-deps --workspace -q) >"$tmp/rustdoc.log" 2>&1; then
-      echo "apidocs: cargo doc (bindings/rust) has warnings:" >&2
-      cat "$tmp/rustdoc.log" >&2
+  # Runs one binding's check (a function) where its tool is installed: its output is shown only when it fails.
+  check() {  # check TOOL NAME FUNCTION
+    local tool=$1 name=$2 fn=$3
+    if ! command -v "$tool" >/dev/null; then
+      echo "apidocs: $tool not found: $name not checked" >&2
+    elif ! ("$fn") >"$tmp/$fn.log" 2>&1; then  # a subshell: the function may change directory
+      echo "apidocs: $name failed:" >&2
+      cat "$tmp/$fn.log" >&2
       failed=1
     else
-      echo "apidocs: rustdoc clean (bindings/rust)"
+      echo "apidocs: $name clean"
     fi
-  else
-    echo "apidocs: cargo not found: rustdoc not checked" >&2
-  fi
+  }
+
+  # rustdoc: -D warnings makes every rustdoc lint (broken links, bare URLs, bad HTML) an error.
+  # ACC_LIB_DIR: acc-sys's build script then looks for no libacc (documenting links nothing).
+  rustdoc_check() {
+    cd bindings/rust && ACC_LIB_DIR=$tmp CARGO_TARGET_DIR=$out/cargo RUSTDOCFLAGS="-D warnings" \
+      cargo doc --offline --no-deps --workspace -q
+  }
+  check cargo "rustdoc (bindings/rust)" rustdoc_check
 
   # godoc: gofmt (which also normalizes doc comments), go vet and go doc of the public package. cgo
   # finds acc.h through a pkg-config file of the source tree's headers (vet compiles, links nothing).
   # -unsafeptr=false: the handles keep C pointers (C memory) as uintptr, which that analyzer flags.
-  if command -v go >/dev/null; then
+  godoc_check() {
     mkdir -p "$tmp/pc"
     printf 'Name: acc\nDescription: acc.h only\nVersion: %s\nCflags: -I%s\nLibs: -lacc\n' \
       "$version" "$root/capi/include" >"$tmp/pc/acc.pc"
-    if ! (cd bindings/go && unformatted=$(gofmt -l .) && { [[ -z $unformatted ]] || { echo "gofmt -l: $unformatted"; false; }; } &&
-          PKG_CONFIG_PATH=$tmp/pc go vet -unsafeptr=false ./... &&
-          PKG_CONFIG_PATH=$tmp/pc go doc -all ./acc >/dev/null) >"$tmp/godoc.log" 2>&1; then
-      echo "apidocs: go vet / go doc (bindings/go) failed:" >&2
-      cat "$tmp/godoc.log" >&2
-      failed=1
-    else
-      echo "apidocs: go vet and go doc clean (bindings/go)"
-    fi
-  else
-    echo "apidocs: go not found: godoc not checked" >&2
-  fi
+    cd bindings/go
+    local unformatted
+    unformatted=$(gofmt -l .)
+    [[ -z $unformatted ]] || { echo "gofmt -l: $unformatted"; return 1; }
+    PKG_CONFIG_PATH=$tmp/pc go vet -unsafeptr=false ./... && PKG_CONFIG_PATH=$tmp/pc go doc -all ./acc >/dev/null
+  }
+  check go "go vet and go doc (bindings/go)" godoc_check
 
   # javadoc: the whole doclint over the public API, ai.acc. Every public class, member and enum constant
   # has a comment ("no comment" fails) and every comment is well formed (syntax, HTML, references). The

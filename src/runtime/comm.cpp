@@ -83,17 +83,24 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-// The store's listening socket, bound to MASTER_ADDR's own address (127.0.0.1 for a one-machine job, the
-// address the user named for several machines) where c10d would listen on every interface: nobody else on the
-// network can join or poison the job (docs/security.md). TCPStore takes the descriptor over.
-int store_listen_socket(const std::string& host, int port) {
+using AddrInfo = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+// MASTER_ADDR:MASTER_PORT as a TCP address (the first getaddrinfo gives).
+AddrInfo resolve_master(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) throw std::runtime_error("cannot resolve MASTER_ADDR '" + host + "': " + ::gai_strerror(rc));
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(res, ::freeaddrinfo);
+  if (rc != 0) throw DistributedError("cannot resolve MASTER_ADDR '" + host + "': " + ::gai_strerror(rc));
+  return AddrInfo(res, ::freeaddrinfo);
+}
+
+// The store's listening socket, bound to MASTER_ADDR's own address (127.0.0.1 for a one-machine job, the
+// address the user named for several machines) where c10d would listen on every interface: nobody else on the
+// network can join or poison the job (docs/security.md). TCPStore takes the descriptor over.
+int store_listen_socket(const std::string& host, int port) {
+  const AddrInfo res = resolve_master(host, port);
   const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error(std::string("rendezvous: socket: ") + std::strerror(errno));
   const int one = 1;
@@ -136,13 +143,7 @@ bool listening(const addrinfo& at) {
 // A rank other than 0 first waits for rank 0's store to listen, saying every report_interval() that it waits
 // (c10d's own client retries fill the log with backtraces instead), then connects.
 void wait_for_store(const ProcessState& state, std::chrono::milliseconds timeout) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(state.master_addr.c_str(), std::to_string(state.master_port).c_str(), &hints, &res);
-  if (rc != 0) throw DistributedError("cannot resolve MASTER_ADDR '" + state.master_addr + "': " + ::gai_strerror(rc));
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(res, ::freeaddrinfo);
+  const AddrInfo res = resolve_master(state.master_addr, state.master_port);
   const auto start = std::chrono::steady_clock::now();
   auto next_report = start + report_interval();
   while (!listening(*res)) {

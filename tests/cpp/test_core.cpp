@@ -67,6 +67,18 @@ TEST(Safetensors, RejectsCorruptFiles) {
 
 int g_deleted = 0;
 
+// A DLPack export of t whose deleter also counts its calls in g_deleted.
+DLManagedTensorVersioned* counted_dlpack(const at::Tensor& t) {
+  static void (*real)(DLManagedTensorVersioned*) = nullptr;
+  DLManagedTensorVersioned* dl = at::toDLPackVersioned(t);
+  real = dl->deleter;
+  dl->deleter = [](DLManagedTensorVersioned* self) {
+    ++g_deleted;
+    real(self);
+  };
+  return dl;
+}
+
 TEST(DLPack, RoundTripIsZeroCopyAndDeletesOnce) {
   at::Tensor src = at::arange(6, at::kFloat).reshape({2, 3});
   DLManagedTensorVersioned* dl = at::toDLPackVersioned(src);
@@ -85,14 +97,7 @@ TEST(DLPack, RoundTripIsZeroCopyAndDeletesOnce) {
   back->deleter(back);
 
   // A producer of an unsupported major version: refused, and its deleter still runs once.
-  DLManagedTensorVersioned* odd = at::toDLPackVersioned(at::ones({2}));
-  auto* real_deleter = odd->deleter;
-  static void (*saved)(DLManagedTensorVersioned*) = nullptr;
-  saved = real_deleter;
-  odd->deleter = [](DLManagedTensorVersioned* self) {
-    ++g_deleted;
-    saved(self);
-  };
+  DLManagedTensorVersioned* odd = counted_dlpack(at::ones({2}));
   odd->version.major = 99;
   EXPECT_EQ(acc_tensor_from_dlpack(odd, &t), ACC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(acc_last_error_message()).find("major version 99"), std::string::npos);
@@ -107,12 +112,7 @@ TEST(DLPack, RoundTripIsZeroCopyAndDeletesOnce) {
   };
   for (const Case& c : {Case{2, true, false, 2, "shape is NULL with ndim 2"}, Case{-1, false, false, 2, "ndim -1"},
                         Case{1, false, false, -3, "shape[0] = -3"}, Case{1, false, true, 2, "data is NULL for 2 elements"}}) {
-    DLManagedTensorVersioned* bad = at::toDLPackVersioned(at::ones({2}));
-    saved = bad->deleter;
-    bad->deleter = [](DLManagedTensorVersioned* self) {
-      ++g_deleted;
-      saved(self);
-    };
+    DLManagedTensorVersioned* bad = counted_dlpack(at::ones({2}));
     int64_t* shape = bad->dl_tensor.shape;
     bad->dl_tensor.ndim = c.ndim;
     if (c.null_shape) bad->dl_tensor.shape = nullptr;

@@ -45,6 +45,7 @@ libacc_torch_link=$(ls "$build"/src/libacc_torch.so.[0-9]*[0-9] 2>/dev/null | he
 acc_bin=$build/launcher/acc
 selftest=$build/launcher/selftest/acc-selftest
 plugin=$build/src/libacc_cuda.so
+jni=$build/bindings/libacc_jni.so
 for f in "$libacc_real" "$libacc_torch_link" "$acc_bin" "$selftest"; do
   [[ -n $f && -f $f ]] || { echo "package.sh: missing build output ${f:-libacc/libacc_torch} in $build (build with meson -Dcore=true first)" >&2; exit 1; }
 done
@@ -110,6 +111,11 @@ if [[ $flavor == cuda ]]; then
   cp "$plugin" "$stage/lib/libacc_cuda.so"
   roots+=("$plugin")
 fi
+if [[ -f $jni ]]; then
+  cp "$jni" "$stage/lib/libacc_jni.so"
+else
+  echo "package.sh: $jni was not built (no JDK when meson configured?): the bundle has no Java support" >&2
+fi
 
 # Everything they load, transitively (ldd resolves through the build's RUNPATHs), but the system's.
 declare -A bundled=()   # soname -> source path
@@ -144,6 +150,24 @@ for f in "$stage"/lib/*; do
 done
 set_rpath "$stage/bin/acc" '$ORIGIN/../lib'
 set_rpath "$stage/libexec/acc/acc-selftest" '$ORIGIN/../../lib'
+
+# The Java binding: share/java/acc-<version>.jar (the ai.acc classes, and lib/libacc_jni.so packed inside for
+# NativeLoader's fallback) and its pom, for `mvn install:install-file`. In the bundle, NativeLoader loads the
+# bundle's lib/libacc_jni.so, found from the jar's own place.
+if [[ -f $stage/lib/libacc_jni.so ]]; then
+  if command -v mvn >/dev/null; then
+    mkdir -p "$stage/share/java"
+    mvn_args=(-B -q -Dstyle.color=never -f "$root/bindings/java/pom.xml" "-Dacc.build.dir=$stage_root/maven"
+              "-Dacc.native.dir=$stage/lib" -DskipTests package)
+    # Offline once ~/.m2 holds Maven's plugins (scripts/setup.sh fetches them); online otherwise.
+    nice -n 10 mvn -o "${mvn_args[@]}" >"$stage_root/maven.log" 2>&1 || nice -n 10 mvn "${mvn_args[@]}" >>"$stage_root/maven.log" 2>&1 ||
+      { cat "$stage_root/maven.log" >&2; echo "package.sh: mvn package of bindings/java failed" >&2; exit 1; }
+    cp "$stage_root/maven/acc-$version.jar" "$stage/share/java/acc-$version.jar"
+    cp "$root/bindings/java/pom.xml" "$stage/share/java/acc-$version.pom"
+  else
+    echo "package.sh: mvn not found: the bundle has lib/libacc_jni.so but no jar (bash scripts/setup.sh installs Maven)" >&2
+  fi
+fi
 
 # Headers: the C API (acc.h) and the C++ API (torch.hpp), which includes LibTorch's headers: they are shipped
 # (include/libtorch, about 63 MB, 7 MB compressed) so that acc-torch.pc works from the bundle alone, against the
@@ -278,6 +302,7 @@ What is inside
   include/libtorch/            LibTorch $torch_version's headers, which torch.hpp includes
   lib/pkgconfig/acc.pc         pkg-config for the C API
   lib/pkgconfig/acc-torch.pc   pkg-config for the C++ API
+  share/java/acc-$version.jar     the Java binding (ai.acc), with its pom (acc-$version.pom)
   share/licenses/              the licences of libacc and of every bundled library
 $lib_list
 
@@ -311,6 +336,19 @@ The C++ API is tied to the LibTorch it was built with ($torch_version, C++20, _G
 Its headers (include/libtorch) and libraries (lib/libtorch_cpu.so, lib/libc10.so) are in this bundle, so
   c++ -o train_custom train_custom.cpp \$(pkg-config --cflags --libs acc-torch)
 works as is. Do not mix in another LibTorch: a program that uses the C++ API must use this one.
+
+Use from Rust, Go and Java
+--------------------------
+The bindings' sources are in the repository (bindings/rust, bindings/go, bindings/java); each finds this
+bundle as follows.
+  Rust (crates acc-sys and acc): PKG_CONFIG_PATH=<bundle>/lib/pkgconfig cargo build (or ACC_LIB_DIR=<bundle>/lib);
+        run with LD_LIBRARY_PATH=<bundle>/lib (cargo does not pass a dependency's rpath on).
+  Go (module github.com/libacc/libacc/bindings/go, tag bindings/go/v$version): PKG_CONFIG_PATH=<bundle>/lib/pkgconfig
+        go build; cgo's pkg-config directive takes acc.pc's rpath, so the program runs as it is.
+  Java (ai.acc:acc:$version): java -cp <bundle>/share/java/acc-$version.jar:... uses the bundle's lib/libacc_jni.so.
+        Into a local Maven repository:
+          mvn install:install-file -Dfile=<bundle>/share/java/acc-$version.jar -DpomFile=<bundle>/share/java/acc-$version.pom
+        and a jar from there finds the bundle through ACC_HOME=<bundle> (or -Dai.acc.home=<bundle>).
 
 acc launch
 ----------

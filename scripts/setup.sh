@@ -32,7 +32,7 @@ fi
 # Binding toolchains (bindings/; meson test suites rust, go, java, bindings): a JDK with Maven, Go and
 # Rust usually come with the machine; whatever is missing comes from Debian (its Go and Rust are older
 # than the bindings need, Go >= 1.24 and Rust >= 1.77: their tests then skip and say so). Maven's
-# plugins and JUnit are fetched into ~/.m2 once per pom, so that the tests run offline afterwards.
+# plugins (install too: the release bundle test installs its jar) and JUnit are fetched into ~/.m2 once per pom, so that the tests run offline afterwards.
 bind_debs=()
 export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 command -v javac >/dev/null || bind_debs+=(default-jdk-headless)
@@ -45,11 +45,11 @@ if ((${#bind_debs[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${bind_debs[@]}" >/dev/null
 fi
-mvn_stamp="$HOME/.m2/.acc-bindings-$(md5sum bindings/java/pom.xml 2>/dev/null | cut -c1-12)"
+mvn_stamp="$HOME/.m2/.acc-bindings2-$(md5sum bindings/java/pom.xml 2>/dev/null | cut -c1-12)"
 if [[ -f bindings/java/pom.xml && ! -f $mvn_stamp ]] && command -v mvn >/dev/null; then
   echo "setup: fetching Maven plugins and JUnit for bindings/java (once)"
   mvn_tmp=$(mktemp -d)
-  mvn -q -B -Dstyle.color=never -f bindings/java/pom.xml "-Dacc.build.dir=$mvn_tmp" -Dtest=PureJavaTest package >/dev/null \
+  mvn -q -B -Dstyle.color=never -f bindings/java/pom.xml "-Dacc.build.dir=$mvn_tmp" -Dtest=PureJavaTest -Dmaven.install.skip=true install >/dev/null \
     && mkdir -p "$HOME/.m2" && touch "$mvn_stamp"
   rm -rf "$mvn_tmp"
 fi

@@ -9,11 +9,18 @@
 #     `bin/acc launch --cpu --num_processes 2`,
 #   - builds examples/cpp/train_custom.cpp with pkg-config acc-torch and runs it on 2 processes
 #     (ACC_PACKAGE_SKIP_CXX=1 skips this, the slowest step: about a minute of compiling),
-#   - runs `bin/acc env` (which must find the bundle's libacc) and `bin/acc test` on 1 and 2 processes.
+#   - runs `bin/acc env` (which must find the bundle's libacc) and `bin/acc test` on 1 and 2 processes,
+#   - runs each binding's tests against the bundle instead of the build tree, from a copy of its sources, and
+#     consumes it as its ecosystem does: Rust `cargo package --workspace --no-verify` and `cargo test` (pkg-config
+#     acc); Go `go test` and examples/go (a module requiring the binding) built with cgo pkg-config and
+#     run under `acc launch -n 2`; Java JUnit with ACC_HOME, the bundle's jar installed into the local Maven
+#     repository and examples/java built against it and run under `acc launch -n 2`, and the jar found beside
+#     lib/libacc_jni.so (ACC_PACKAGE_SKIP_BINDINGS=1 skips these; a missing toolchain skips its language).
 # Prints "N passed, N failed"; the exit status is non-zero on a failure.
 #   ACC_BUNDLE=/path/to/libacc-...tar.gz  reuse a tarball instead of running scripts/package.sh
 #   ACC_PACKAGE_KEEP=1                     keep the temporary directory (its path is printed)
 set -uo pipefail
+export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 passed=0
 failed=0
@@ -64,6 +71,16 @@ done
 [[ -z $missing ]] && ok "layout: bin, libexec, lib (soname links), include, pkgconfig, licences, README" ||
   fail "missing from the bundle:$missing"
 [[ -L $B/lib/libacc.so && -L $B/lib/libacc.so.1 ]] && ok "libacc's soname links kept" || fail "lib/libacc.so* are not symlinks"
+version=$(sed -n 's/^Version: *//p' "$B/lib/pkgconfig/acc.pc")
+if command -v mvn >/dev/null && command -v javac >/dev/null; then
+  jar=$B/share/java/acc-$version.jar
+  if [[ -f $B/lib/libacc_jni.so && -f $jar && -f $B/share/java/acc-$version.pom ]] &&
+     unzip -l "$jar" | grep -q ' ai/acc/native/linux-x86_64/libacc_jni.so$' && unzip -l "$jar" | grep -q ' ai/acc/Accelerator.class$'; then
+    ok "Java: lib/libacc_jni.so, share/java/acc-$version.jar (ai.acc classes and the JNI library) and its pom"
+  else
+    fail "Java: lib/libacc_jni.so, share/java/acc-$version.{jar,pom} or the jar's ai.acc classes and JNI library are missing"
+  fi
+fi
 [[ $name != *-cuda || -f $B/lib/libacc_cuda.so ]] && [[ $name != *-cpu || ! -e $B/lib/libacc_cuda.so ]] &&
   ok "flavor matches the CUDA plugin's presence" || fail "a -cuda bundle lacks libacc_cuda.so, or a -cpu one has it"
 unwanted=$(cd "$B/lib" && ls | grep -E '^lib(torch_python|torch_cuda|c10_cuda|torch\.so$)' || true)
@@ -111,6 +128,12 @@ done
 work=$tmp/work
 mkdir -p "$work"
 cp "$root/examples/c/train_mlp.c" "$root/examples/cpp/train_custom.cpp" "$work/"
+# The bindings' sources and their examples, in the checkout's layout (examples/go's go.mod replaces the module
+# with ../../bindings/go), without anything built in them, and the Hugging Face fixtures their tests read.
+mkdir -p "$work/src"
+tar -C "$root" --exclude=target --exclude=native/lib -cf - \
+  bindings/rust bindings/go bindings/java examples/go examples/java tests/hf/fixtures |
+  tar -C "$work/src" -xf -
 cat >"$work/steps.sh" <<'EOF'
 # Runs with the checkout hidden; each step prints "STEP ok|FAIL <what>", followed by its output on failure.
 cd "$WORK" || exit 1
@@ -142,9 +165,59 @@ step "acc test (1 process)" sh -c '"$B/bin/acc" test --cpu >test1.out 2>&1 || { 
 step "acc test --num_processes 2" sh -c '"$B/bin/acc" test --cpu --num_processes 2 >test2.out 2>&1 || { cat test2.out; exit 1; }
    grep -q "success" test2.out || { cat test2.out; exit 1; }'
 step "acc --version = $VERSION" sh -c '"$B/bin/acc" --version | grep -qF "$VERSION"'
+
+# The bindings, against the bundle.
+skip() { echo "skipped: $*"; }
+if [ "${SKIP_BINDINGS:-0}" = 1 ]; then skip "the bindings (ACC_PACKAGE_SKIP_BINDINGS=1)"
+else
+  if command -v cargo >/dev/null; then
+    export CARGO_TARGET_DIR="$WORK/cargo-target"
+    step "rust: cargo package --workspace --no-verify (acc-sys, acc): no warning, metadata complete" sh -c \
+      'cd src/bindings/rust && cargo package --workspace --no-verify --offline --allow-dirty >package.out 2>&1 &&
+       ! grep -i warning package.out && test -s "$CARGO_TARGET_DIR/package/acc-sys-$VERSION.crate" &&
+       test -s "$CARGO_TARGET_DIR/package/acc-$VERSION.crate" || { cat package.out; exit 1; }'
+    step "rust: cargo test --workspace, acc-sys linked through the bundle's acc.pc" sh -c \
+      'cd src/bindings/rust && LD_LIBRARY_PATH="$B/lib" cargo test --offline --workspace >test.out 2>&1 || { tail -40 test.out; exit 1; }
+       grep -q "test result: ok" test.out && grep -qF "rustc-link-search=native=$B/lib" "$CARGO_TARGET_DIR"/debug/build/acc-sys-*/output ||
+         { cat "$CARGO_TARGET_DIR"/debug/build/acc-sys-*/output; exit 1; }'
+  else skip "rust (no cargo)"; fi
+  if command -v go >/dev/null; then
+    step "go: go test ./... (cgo pkg-config acc; acc.pc's rpath, no LD_LIBRARY_PATH)" sh -c \
+      'cd src/bindings/go && go test -count=1 ./...'
+    step "go: examples/go (requires github.com/libacc/libacc/bindings/go v$VERSION) under acc launch -n 2" sh -c \
+      'cd src/examples/go && go build -o "$WORK/train_mlp_go" ./train_mlp && cd "$WORK" &&
+       ldd train_mlp_go | grep -q "libacc.so.1 => $B/" &&
+       "$B/bin/acc" launch --cpu --num_processes 2 ./train_mlp_go go.safetensors 20 >go.out 2>&1 &&
+       grep -q "final loss" go.out && test -s go.safetensors || { ldd train_mlp_go; cat go.out; exit 1; }'
+  else skip "go (no go)"; fi
+  if command -v mvn >/dev/null && command -v javac >/dev/null; then
+    mvn="mvn -o -B -q -Dstyle.color=never -Dmaven.repo.local=$M2"
+    jar="$B/share/java/acc-$VERSION.jar"
+    step "java: JUnit (mvn test) with ACC_HOME, loading the bundle's lib/libacc_jni.so" sh -c \
+      'cd src/bindings/java && ACC_HOME="$B" $0 -Dacc.build.dir="$WORK/java-target" test >test.out 2>&1 || { tail -60 test.out; exit 1; }
+       cat "$WORK"/java-target/surefire-reports/*.txt' "$mvn"
+    step "java: share/java/acc-$VERSION.jar into the local Maven repository (install:install-file), examples/java built against it" sh -c \
+      '$0 -f "${1%.jar}.pom" install:install-file -Dfile="$1" -DpomFile="${1%.jar}.pom" &&
+       cd src/examples/java && $0 package' "$mvn" "$jar"
+    step "java: acc launch -n 2 TrainMlp with the installed jar and ACC_HOME" sh -c \
+      'ACC_HOME="$B" "$B/bin/acc" launch --cpu --num_processes 2 java -cp "$M2/ai/acc/acc/$VERSION/acc-$VERSION.jar:src/examples/java/target/classes" \
+         ai.acc.examples.TrainMlp java.safetensors 20 >java.out 2>&1 && grep -q "final loss" java.out && test -s java.safetensors ||
+         { cat java.out; exit 1; }'
+    step "java: the bundle's jar finds lib/libacc_jni.so beside it (no ACC_HOME, nothing extracted from the jar)" sh -c \
+      '"$B/bin/acc" launch --cpu --num_processes 1 java -cp "$1:src/examples/java/target/classes" ai.acc.examples.TrainMlp java1.safetensors 20 \
+         >java1.out 2>&1 && grep -q "final loss" java1.out && ! test -e "$HOME/.cache/libacc" || { cat java1.out; ls -R "$HOME/.cache"; exit 1; }' \
+      sh "$jar"
+  else skip "java (no mvn or javac)"; fi
+fi
 EOF
-version=$(sed -n 's/^Version: *//p' "$B/lib/pkgconfig/acc.pc")
-clean_env=(env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" TMPDIR="$tmp" LANG=C.UTF-8 WORK="$work" B="$B"
+tool_path=/usr/local/bin:/usr/bin:/bin
+for t in cargo go; do
+  command -v $t >/dev/null && tool_path+=:$(dirname "$(command -v $t)")
+done
+go_env=()
+command -v go >/dev/null && go_env=(GOCACHE="$(go env GOCACHE)" GOPATH="$(go env GOPATH)" GOPROXY=off GOTOOLCHAIN=local)
+clean_env=(env -i PATH="$tool_path" HOME="$work" CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+           "${go_env[@]}" M2="$HOME/.m2/repository" SKIP_BINDINGS="${ACC_PACKAGE_SKIP_BINDINGS:-0}" TMPDIR="$tmp" LANG=C.UTF-8 WORK="$work" B="$B"
            VERSION="$version" SKIP_CXX="${ACC_PACKAGE_SKIP_CXX:-0}" PKG_CONFIG_PATH="$B/lib/pkgconfig")
 # Hide the checkout: an empty tmpfs over it, in a mount namespace of its own (needs root or user namespaces).
 hide=""

@@ -4,10 +4,12 @@ import ai.acc.internal.AccRaw;
 import ai.acc.internal.AccRawConstants;
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.URISyntaxException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.security.CodeSource;
 import java.security.MessageDigest;
 import java.util.HexFormat;
 import java.util.Locale;
@@ -18,6 +20,10 @@ import java.util.Locale;
  * <ol>
  *   <li>{@code -Dai.acc.native.skip=true}: the application has loaded it already;
  *   <li>{@code -Dai.acc.native.path=/path/to/libacc_jni.so};
+ *   <li>a libacc release bundle: {@code <bundle>/lib/libacc_jni.so}, where the bundle is named by {@code
+ *       -Dai.acc.home=<bundle>} or the environment variable {@code ACC_HOME}, or is the one this jar lies in
+ *       ({@code <bundle>/share/java/acc-<version>.jar}); its {@code libacc_jni} finds the bundle's {@code
+ *       libacc.so.1} and LibTorch through its {@code $ORIGIN} runpath;
  *   <li>the copy packed in the jar under {@code /ai/acc/native/<os>-<arch>/}, extracted once into a
  *       versioned cache directory ({@code ~/.cache/libacc/<version>-<hash>/}, or {@code ai.acc.native.cache});
  *   <li>{@code System.loadLibrary("acc_jni")} ({@code java.library.path}).
@@ -42,8 +48,11 @@ public final class NativeLoader {
         String libacc = System.getProperty("ai.acc.libacc.path", "");
         if (!libacc.isEmpty()) System.load(Paths.get(libacc).toAbsolutePath().toString());
         String path = System.getProperty("ai.acc.native.path", "");
+        Path bundled = path.isEmpty() ? bundledLibrary() : null;
         if (!path.isEmpty()) {
           System.load(Paths.get(path).toAbsolutePath().toString());
+        } else if (bundled != null) {
+          System.load(bundled.toString());
         } else if (!loadFromJar()) {
           System.loadLibrary("acc_jni");
         }
@@ -61,6 +70,39 @@ public final class NativeLoader {
     else if (os.contains("win")) os = "windows";
     if (arch.equals("amd64")) arch = "x86_64";
     return os + "-" + arch;
+  }
+
+  /**
+   * {@code <bundle>/lib/libacc_jni.so} of the release bundle named by {@code ai.acc.home} or {@code ACC_HOME}
+   * (which must hold it: a wrong name is an error, not a silent fallback), else of the bundle this jar lies in;
+   * null when there is none.
+   */
+  static Path bundledLibrary() {
+    String name = System.mapLibraryName("acc_jni");
+    String home = System.getProperty("ai.acc.home", "");
+    String origin = "-Dai.acc.home";
+    if (home.isEmpty()) {
+      home = System.getenv().getOrDefault("ACC_HOME", "");
+      origin = "ACC_HOME";
+    }
+    if (!home.isEmpty()) {
+      Path lib = Paths.get(home, "lib", name).toAbsolutePath();
+      if (!Files.isRegularFile(lib)) {
+        throw new UnsatisfiedLinkError(origin + "=" + home + " is not a libacc bundle: " + lib + " does not exist");
+      }
+      return lib;
+    }
+    try {
+      CodeSource source = NativeLoader.class.getProtectionDomain().getCodeSource();
+      if (source == null) return null;
+      Path jar = Paths.get(source.getLocation().toURI());
+      Path javaDir = jar.getParent();
+      if (!Files.isRegularFile(jar) || javaDir == null || !javaDir.endsWith(Paths.get("share", "java"))) return null;
+      Path lib = javaDir.getParent().getParent().resolve("lib").resolve(name);
+      return Files.isRegularFile(lib) ? lib : null;
+    } catch (URISyntaxException | SecurityException | IllegalArgumentException e) {
+      return null; // not a file on disk: no bundle around it
+    }
   }
 
   private static boolean loadFromJar() {

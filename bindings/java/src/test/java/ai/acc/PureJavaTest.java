@@ -2,6 +2,7 @@ package ai.acc;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.junit.jupiter.api.Test;
 
@@ -33,6 +34,27 @@ class PureJavaTest {
     String p = NativeLoader.platform();
     assertEquals(p, p.toLowerCase(java.util.Locale.ROOT));
     assertEquals(2, p.split("-", 2).length);
+  }
+
+  @Test
+  void bundleNamedByAccHome() throws java.io.IOException {
+    java.nio.file.Path bundle = java.nio.file.Files.createTempDirectory("acc-bundle");
+    String before = System.getProperty("ai.acc.home");
+    try {
+      System.setProperty("ai.acc.home", bundle.toString());
+      UnsatisfiedLinkError e = assertThrows(UnsatisfiedLinkError.class, NativeLoader::bundledLibrary);
+      assertTrue(e.getMessage().contains("-Dai.acc.home=" + bundle + " is not a libacc bundle"), e.getMessage());
+      java.nio.file.Path lib = bundle.resolve("lib").resolve(System.mapLibraryName("acc_jni"));
+      java.nio.file.Files.createDirectories(lib.getParent());
+      java.nio.file.Files.createFile(lib);
+      assertEquals(lib.toAbsolutePath(), NativeLoader.bundledLibrary());
+    } finally {
+      if (before == null) System.clearProperty("ai.acc.home");
+      else System.setProperty("ai.acc.home", before);
+      java.nio.file.Files.deleteIfExists(bundle.resolve("lib").resolve(System.mapLibraryName("acc_jni")));
+      java.nio.file.Files.deleteIfExists(bundle.resolve("lib"));
+      java.nio.file.Files.deleteIfExists(bundle);
+    }
   }
 
   @Test

@@ -41,25 +41,25 @@ bool carries_marker(const std::string& path) {
   return bytes.find(std::string(kPluginMarker) + std::to_string(kPluginAbi) + ";") != std::string::npos;
 }
 
+// Why there is no plugin file to load at `path`; empty when there is one.
+std::string why_absent(const std::string& path) {
+#ifndef ACC_CUDA_PLUGIN_BUILT
+  if (!std::getenv("ACC_CUDA_PLUGIN")) return "this libacc was built without its CUDA plugin (meson option cuda, or no CUDA headers)";
+#endif
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) return "no CUDA plugin at " + path;
+  if (!carries_marker(path)) {
+    return path + " is not a libacc CUDA plugin of ABI " + std::to_string(kPluginAbi) +
+           " (it lacks the plugin marker); it was not loaded";
+  }
+  return {};
+}
+
 Loaded load() {
   Loaded r;
-#ifndef ACC_CUDA_PLUGIN_BUILT
-  if (!std::getenv("ACC_CUDA_PLUGIN")) {
-    r.why = "this libacc was built without its CUDA plugin (meson option cuda, or no CUDA headers)";
-    return r;
-  }
-#endif
   const std::string path = plugin_path();
-  struct stat st{};
-  if (stat(path.c_str(), &st) != 0) {
-    r.why = "no CUDA plugin at " + path;
-    return r;
-  }
-  if (!carries_marker(path)) {
-    r.why = path + " is not a libacc CUDA plugin of ABI " + std::to_string(kPluginAbi) +
-            " (it lacks the plugin marker); it was not loaded";
-    return r;
-  }
+  r.why = why_absent(path);
+  if (!r.why.empty()) return r;
   // Loading maps libtorch_cuda and its CUDA libraries; on a machine without them this fails cleanly
   // (nothing ran: constructors run only once every dependency is found).
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -97,6 +97,14 @@ const PluginV1* plugin(std::string* why) {
   }
   if (!loaded.plugin && why) *why = loaded.why;
   return loaded.plugin;
+}
+
+bool plugin_present() {
+  try {
+    return why_absent(plugin_path()).empty();
+  } catch (...) {
+    return false;
+  }
 }
 
 std::vector<at::Generator> default_generators() {

@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
-#include <ATen/core/Generator.h>
+namespace at {
+struct Generator;  // ATen/core/Generator.h; forward-declared so that build_info.cpp needs no LibTorch
+}
 
 namespace acc::cuda {
 
@@ -14,6 +16,10 @@ struct PluginV1;
 // has no plugin, the file is missing, or it cannot load (on CPU-only machines: libtorch_cuda's CUDA
 // libraries are absent); *why then says which. Never throws.
 const PluginV1* plugin(std::string* why);
+
+// Whether this libacc has its CUDA plugin: built with it, and the file is there carrying the plugin marker (a
+// CPU release bundle leaves it out). Whether the plugin loads is the machine's (CUDA libraries, a driver).
+bool plugin_present();
 
 // The default generator of every CUDA device (torch.cuda's default_generators); empty without the plugin or
 // a device. Loads the plugin first: ATen's CUDA hooks asked before it would be pinned to the CPU stub for good.

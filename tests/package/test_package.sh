@@ -158,9 +158,10 @@ if [ "${SKIP_CXX:-0}" != 1 ]; then
     '"$B/bin/acc" launch --cpu --num_processes 2 ./train_custom --steps 5 --out custom >custom.out 2>&1 || { cat custom.out; exit 1; }
      test -s custom/model.safetensors || { cat custom.out; exit 1; }'
 fi
-step "acc env finds the bundle's libacc" sh -c \
+step "acc env finds the bundle's libacc (a cpu bundle's build info says \"cuda\": false)" sh -c \
   '"$B/bin/acc" env >env.out 2>&1 || { cat env.out; exit 1; }
-   grep -q "libacc location: $B/lib/libacc.so" env.out && grep -q "libacc version: $VERSION" env.out || { cat env.out; exit 1; }'
+   grep -q "libacc location: $B/lib/libacc.so" env.out && grep -q "libacc version: $VERSION" env.out &&
+   { [ "$FLAVOR" != cpu ] || grep -qF "\"cuda\": false, \"backends\": [\"gloo\"]" env.out; } || { cat env.out; exit 1; }'
 step "acc test (1 process)" sh -c '"$B/bin/acc" test --cpu >test1.out 2>&1 || { cat test1.out; exit 1; }'
 step "acc test --num_processes 2" sh -c '"$B/bin/acc" test --cpu --num_processes 2 >test2.out 2>&1 || { cat test2.out; exit 1; }
    grep -q "success" test2.out || { cat test2.out; exit 1; }'
@@ -217,7 +218,7 @@ done
 go_env=()
 command -v go >/dev/null && go_env=(GOCACHE="$(go env GOCACHE)" GOPATH="$(go env GOPATH)" GOPROXY=off GOTOOLCHAIN=local)
 clean_env=(env -i PATH="$tool_path" HOME="$work" CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
-           "${go_env[@]}" M2="$HOME/.m2/repository" SKIP_BINDINGS="${ACC_PACKAGE_SKIP_BINDINGS:-0}" TMPDIR="$tmp" LANG=C.UTF-8 WORK="$work" B="$B"
+           "${go_env[@]}" M2="$HOME/.m2/repository" SKIP_BINDINGS="${ACC_PACKAGE_SKIP_BINDINGS:-0}" FLAVOR="${name##*-}" TMPDIR="$tmp" LANG=C.UTF-8 WORK="$work" B="$B"
            VERSION="$version" SKIP_CXX="${ACC_PACKAGE_SKIP_CXX:-0}" PKG_CONFIG_PATH="$B/lib/pkgconfig")
 # Hide the checkout: an empty tmpfs over it, in a mount namespace of its own (needs root or user namespaces).
 hide=""

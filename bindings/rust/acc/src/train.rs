@@ -618,10 +618,7 @@ impl Model {
         let o = options_json.map(cstring).transpose()?;
         let o_ptr = o.as_ref().map_or(ptr::null(), |s| s.as_ptr());
         let mut out = ptr::null_mut();
-        Model::owned(
-            unsafe { sys::acc_model_from_config(c.as_ptr(), o_ptr, &mut out) },
-            out,
-        )
+        Model::owned(unsafe { sys::acc_model_from_config(c.as_ptr(), o_ptr, &mut out) }, out)
     }
 
     /// transformers' `generate` for a model of [`Model::from_pretrained`]: continues `input_ids`

@@ -501,7 +501,8 @@ fn save_model() {
     let m = Model::new(spec).unwrap();
     m.save_model(d, None).unwrap();
     let c = Model::new(spec).unwrap();
-    c.load_safetensors(dir.join("model.safetensors").to_str().unwrap()).unwrap();
+    c.load_safetensors(dir.join("model.safetensors").to_str().unwrap())
+        .unwrap();
     for ((na, ta), (nb, tb)) in m.state_dict().unwrap().iter().zip(&c.state_dict().unwrap()) {
         assert_eq!(na, nb);
         assert_eq!(ta.to_bytes().unwrap(), tb.to_bytes().unwrap());
@@ -1017,7 +1018,11 @@ fn hf_save() {
     let x = Tensor::from_slice(&[1i64, 2, 3], &[1, 3]).unwrap();
     let greedy = Some(r#"{"max_new_tokens": 5}"#);
     let a = m.generate(&x, None, greedy, None).unwrap().to_vec::<i64>().unwrap();
-    let b = loaded.generate(&x, None, greedy, None).unwrap().to_vec::<i64>().unwrap();
+    let b = loaded
+        .generate(&x, None, greedy, None)
+        .unwrap()
+        .to_vec::<i64>()
+        .unwrap();
     assert_eq!(a.len(), 8);
     assert_eq!(a, b);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -14,7 +14,9 @@ each plus the activations, measured as what one process's forward adds to its pa
 high-water mark). Bytes are counted by a reporting allocator (bench/zero_memory.cpp), not RSS.
 
     python3 bench/zero_memory.py              # 4 processes, a GPT of 98.5 M parameters (about 2 minutes)
-    python3 bench/zero_memory.py --layers 2 --embd 128 --vocab 512   # quick
+    python3 bench/zero_memory.py --layers 2 --embd 128 --heads 4 --vocab 512   # quick
+
+Then FSDP FULL_SHARD with and without fsdp_activation_checkpointing: the forward's high-water mark per rank.
 """
 import argparse
 import json
@@ -31,6 +33,11 @@ CONFIGS = {
     "ZeRO-2": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n",
     "ZeRO-3": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
 }
+# FSDP's activation checkpointing (fsdp_activation_checkpointing): the blocks keep only their inputs in forward.
+FSDP = ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
+        "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block\n")
+CHECKPOINTING = {"FSDP FULL_SHARD": FSDP, "FSDP FULL_SHARD + activation checkpointing":
+                 FSDP + "  fsdp_activation_checkpointing: true\n"}
 
 
 def run(args, n, config, tmp):
@@ -85,6 +92,19 @@ def main():
             peak = max(r["peak"] for r in ranks)
             want = model[name] + act
             print(f"| {name} | {peak / mb:.0f} | {want / mb:.0f} | {peak / want:.3f} |", flush=True)
+        # Activation checkpointing: the forward's high-water mark falls by the blocks' activations, less their inputs
+        # (batch x seq x embd floats per block) that stay; backward holds one block's activations at a time.
+        print("\n| FSDP | forward's high-water mark (MiB) | peak per rank (MiB) |")
+        print("| --- | ---: | ---: |")
+        forward = {}
+        for name, config in CHECKPOINTING.items():
+            ranks = run(args, n, config, tmp)
+            forward[name] = max(r["forward"] for r in ranks)
+            print(f"| {name} | {forward[name] / mb:.0f} | {max(r['peak'] for r in ranks) / mb:.0f} |", flush=True)
+        kept = args.layers * args.batch * args.seq * args.embd * 4
+        saved = forward["FSDP FULL_SHARD"] - forward["FSDP FULL_SHARD + activation checkpointing"]
+        print(f"\nactivation checkpointing keeps {saved / mb:.1f} MiB less in forward ({saved / act:.0%} of the "
+              f"activations; the blocks' inputs it keeps: {kept / mb:.1f} MiB)")
 
 
 if __name__ == "__main__":

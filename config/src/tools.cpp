@@ -374,8 +374,6 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   };
   if (c.get_bool("use_fsdp")) {
     (void)sharding(c);  // its errors (a policy's bad dtype) name their key
-    if (c.get_bool("fsdp_plugin.activation_checkpointing"))
-      return refuse("fsdp_plugin.activation_checkpointing", "FSDP activation checkpointing", "set it to false");
     if (c.is_set("fsdp_plugin.ignored_modules"))
       return refuse("fsdp_plugin.ignored_modules", "FSDP ignored modules", "leave it null");
     if (c.is_set("fsdp_plugin.state_dict_type") && c.get_string("fsdp_plugin.state_dict_type") == "LOCAL_STATE_DICT")

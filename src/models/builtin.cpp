@@ -197,19 +197,18 @@ class Gpt final : public NnModel {
     at::Tensor x = at::embedding(t_->wte->param("weight"), idx) +
                    at::embedding(t_->wpe->param("weight"), at::arange(T, idx.options()));
     x = at::dropout(x, p, train);
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, s_.n_head, hd}).transpose(1, 2); };
     for (size_t l = 0; l < t_->h->items.size(); ++l) {
-      const auto& b = t_->h->items[l];
-      const std::string unit = "transformer.h." + std::to_string(l);
-      unit_begin(unit);
-      auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
-      at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {},
-                                                      train ? p : 0.0, /*is_causal=*/true);
-      y = y.transpose(1, 2).contiguous().view({B, T, C});
-      x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
-      at::Tensor m = b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(b->ln_2->forward(x))));
-      x = x + at::dropout(m, p, train);
-      unit_end(unit, x);
+      x = run_unit("transformer.h." + std::to_string(l), x,
+                   [b = t_->h->items[l], B, T, C, hd, heads = s_.n_head, train, p](at::Tensor x) {
+                     auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
+                     auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
+                     at::Tensor y = at::scaled_dot_product_attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), {},
+                                                                     train ? p : 0.0, /*is_causal=*/true);
+                     y = y.transpose(1, 2).contiguous().view({B, T, C});
+                     x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
+                     at::Tensor m = b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(b->ln_2->forward(x))));
+                     return x + at::dropout(m, p, train);
+                   });
     }
     at::Tensor logits = at::linear(t_->ln_f->forward(x), t_->wte->param("weight"));
     TensorDict out{{"logits", logits}};

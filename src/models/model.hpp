@@ -3,6 +3,7 @@
 // trees (the built-in families, and a C++ user's own modules through acc/torch.hpp) and TorchScript
 // modules. Wrap policies, device maps and checkpoints address modules by their dotted names.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -29,12 +30,20 @@ class UnitHooks {
   virtual void after_unit(const std::string& name, const at::Tensor& output) = 0;
 };
 
+// One block's forward: its input to its output. Captures what it uses by value: with activation checkpointing,
+// backward calls it again after the model's forward has returned.
+using UnitBody = std::function<at::Tensor(const at::Tensor&)>;
+
 class Model {
  public:
   virtual ~Model() = default;
   // The dotted names of the blocks whose forward the model reports to unit hooks (none by default).
   virtual std::vector<std::string> reported_units() const { return {}; }
   void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
+  // FSDP's activation_checkpointing: the reported units keep no activations in forward; backward recomputes them
+  // (models/checkpoint.cpp). Only models that report units have blocks to recompute.
+  void set_activation_checkpointing(bool on) { checkpoint_units_ = on; }
+  bool activation_checkpointing() const { return checkpoint_units_; }
   // Recursive, dotted names ("transformer.h.0.attn.c_attn.weight"), in definition order.
   virtual NamedTensors named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
@@ -71,15 +80,13 @@ class Model {
     for (int64_t i = 0; i < count; ++i) v.push_back(prefix + std::to_string(i));
     return v;
   }
-  void unit_begin(const std::string& name) const {
-    if (unit_hooks_) unit_hooks_->before_unit(name);
-  }
-  void unit_end(const std::string& name, const at::Tensor& output) const {
-    if (unit_hooks_) unit_hooks_->after_unit(name, output);
-  }
+  // Runs the block `name` on x, telling the unit hooks before and after; with activation checkpointing (and grad
+  // mode on), without keeping its activations.
+  at::Tensor run_unit(const std::string& name, const at::Tensor& x, const UnitBody& body) const;
 
  private:
   UnitHooks* unit_hooks_ = nullptr;
+  bool checkpoint_units_ = false;
 };
 
 // Any torch::nn::Module tree.

@@ -339,6 +339,13 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     for (const auto& [name, t] : model->model->state())
       if (t.is_meta())
         throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
+    if (config_.get_bool("use_fsdp") && config_.get_bool("fsdp_plugin.activation_checkpointing")) {
+      if (model->model->reported_units().empty())
+        throw config::Error("'fsdp_plugin.activation_checkpointing' = true: this model has no blocks that libacc can "
+                            "recompute (the built-in GPT and the Hugging Face families have them; an MLP, a TorchScript "
+                            "or a C++ module does not); set it to false");
+      model->model->set_activation_checkpointing(true);
+    }
     model->strategy = make_strategy(model->model);
     model->owner = self;
     models_.push_back(model);

@@ -4,7 +4,10 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/optim/sgd.h>
+
+#include <set>
 
 #include <acc/builtin_models.hpp>
 
@@ -73,6 +76,72 @@ TEST(ModuleTree, NamedForwardTakesHuggingFaceLabelsAndAlignedTargets) {
     EXPECT_NE(std::string(e.what()).find("'mask'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(gpt->forward({{"labels", ids}}), std::invalid_argument);  // no input_ids
+}
+
+// One forward and backward of `model` on a fixed batch, the RNG seeded (dropout): the loss and every gradient.
+std::pair<double, NamedTensors> loss_and_grads(Model& model, const at::Tensor& ids) {
+  for (auto& [name, p] : model.named_parameters()) p.mutable_grad() = at::Tensor();
+  at::manual_seed(11);
+  at::Tensor loss = model.forward({{"input_ids", ids}, {"labels", ids}}).at("loss");
+  // Backward draws nothing, but a recomputation must not move the generator on for what follows either.
+  loss.backward();
+  NamedTensors grads;
+  for (auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::Tensor());
+  grads.emplace_back("(next draw)", at::rand({4}));
+  return {loss.item<double>(), grads};
+}
+
+TEST(ActivationCheckpointing, RecomputedBlocksGiveTheGradientsOfTheForwardThatHappened) {
+  const char* spec = R"({"type": "gpt", "vocab_size": 50, "block_size": 16, "n_layer": 3, "n_head": 2, "n_embd": 8,
+                         "dropout": 0.2})";
+  auto plain = make_builtin_model(spec);
+  auto checkpointed = make_builtin_model(spec);
+  checkpointed->load_state_dict(plain->state(), "the plain model");
+  checkpointed->set_activation_checkpointing(true);
+  at::Tensor ids = at::randint(50, {2, 12}, at::kLong);
+  auto [loss_a, grads_a] = loss_and_grads(*plain, ids);
+  auto [loss_b, grads_b] = loss_and_grads(*checkpointed, ids);
+  EXPECT_EQ(loss_a, loss_b);  // the same dropout masks: the first run is the forward
+  ASSERT_EQ(grads_a.size(), grads_b.size());
+  for (size_t i = 0; i < grads_a.size(); ++i) {
+    ASSERT_TRUE(grads_a[i].second.defined() && grads_b[i].second.defined()) << grads_a[i].first;
+    // Dropout in the recomputation draws the saved masks again: were the RNG not restored, these would differ.
+    EXPECT_TRUE(at::allclose(grads_a[i].second, grads_b[i].second, 1e-6, 1e-7)) << grads_a[i].first;
+  }
+
+  // The blocks' outputs come from the recomputing node, and the block's own graph is not kept.
+  at::Tensor x = checkpointed->forward({{"input_ids", ids}}).at("logits");
+  std::vector<std::string> nodes;
+  std::vector<torch::autograd::Node*> todo{x.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    auto* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    nodes.push_back(n->name());
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  auto has = [&](const char* what) {
+    return std::count_if(nodes.begin(), nodes.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(has("Checkpointed"), 3);
+  EXPECT_EQ(has("Attention"), 0) << "an attention node is in the graph: the blocks' activations were kept";
+
+  // Frozen embeddings: the blocks' input needs no gradient, their parameters still get theirs.
+  for (auto& [name, p] : checkpointed->named_parameters())
+    if (name.find(".wte.") != std::string::npos || name.find(".wpe.") != std::string::npos) p.requires_grad_(false);
+  auto [loss_c, grads_c] = loss_and_grads(*checkpointed, ids);
+  for (auto& [name, g] : grads_c)
+    if (name.find("transformer.h.") == 0) EXPECT_TRUE(g.defined() && g.abs().sum().item<double>() > 0) << name;
+
+  // Without grad (evaluation, generation) a block runs once, as without checkpointing.
+  c10::NoGradGuard no_grad;
+  at::manual_seed(5);
+  at::Tensor a = plain->forward({{"input_ids", ids}}).at("logits");
+  at::manual_seed(5);
+  at::Tensor b = checkpointed->forward({{"input_ids", ids}}).at("logits");
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_FALSE(b.requires_grad());
 }
 
 TEST(Strategy, SingleOwnsTheStateDictAndRefusesAForeignOne) {

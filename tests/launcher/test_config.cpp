@@ -995,6 +995,8 @@ TEST(Unsupported, NamedWithTheirSource) {
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": "all"})", {})));
   // Sharded data parallelism: FSDP and DeepSpeed ZeRO configs as Accelerate users write them.
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}})", {})));
+  EXPECT_FALSE(unsupported_setting(
+      resolve_accelerator(R"({"use_fsdp": true, "fsdp_plugin": {"activation_checkpointing": true}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "fp16"}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "bf16"}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "power_sgd"}})", {})));
@@ -1005,8 +1007,8 @@ TEST(Unsupported, NamedWithTheirSource) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {R"({"fsdp_plugin": {"activation_checkpointing": true}})", {},
-       "'fsdp_plugin.activation_checkpointing' = true (from explicit acc_accelerator_create): FSDP activation"},
+      {R"({"use_fsdp": true, "fsdp_plugin": {"ignored_modules": "lm_head"}})", {},
+       "'fsdp_plugin.ignored_modules' = \"lm_head\" (from explicit acc_accelerator_create): FSDP ignored modules"},
       {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}},
        "'deepspeed_plugin.offload_optimizer_device' = \"nvme\" (from env ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload to NVMe"},
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},

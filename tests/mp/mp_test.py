@@ -512,6 +512,29 @@ def case_sharded():
                                              f"clip {clip}", f"max abs diff {diff}")
                 print(f"{n} processes, {model}, accumulation {accum}, clip {clip}: every strategy vs DDP after 50 "
                       f"steps: max |diff| = {worst:.3g} (parameters moved by up to {moved:.3g})")
+        # FSDP's activation_checkpointing: the blocks keep no activations and are recomputed in backward (under
+        # FULL_SHARD after gathering their parameters again), and train exactly as without it.
+        ac = "  fsdp_activation_checkpointing: true\n"
+        no_shard = "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n  fsdp_auto_wrap_policy: {wrap}\n"
+        for n, model in ((2, "gpt"), (3, "llama")):
+            ddp = run(n, "ddp", model, 50, 2, 0.05)
+            for name, config in (("FULL_SHARD", SHARDED_CONFIGS["full_shard"]), ("SHARD_GRAD_OP", SHARDED_CONFIGS["shard_grad_op"]),
+                                 ("NO_SHARD", no_shard)):
+                got = run(n, config + ac, model, 50, 2, 0.05)
+                if ddp is not None and got is not None:
+                    diff = max_abs_diff(ddp, got)
+                    print(f"activation checkpointing, {name}, {model} on {n} processes: vs DDP after 50 steps: "
+                          f"max |diff| = {diff:.3g}")
+                    expect(diff <= 1e-6, f"activation checkpointing under {name} equals DDP: {model} on {n} processes",
+                           f"max abs diff {diff}")
+        path = os.path.join(d, "ac-mlp.yaml")
+        with open(path, "w") as f:
+            f.write(SHARDED_CONFIGS["full_shard"].replace("{wrap}", WRAP["mlp"]) + ac + "use_cpu: true\n")
+        p = subprocess.run([ACC, "launch", "--config_file", path, "--num_processes", "2", "--main_process_port", "0",
+                            WORKER, "mlp", "1", "1", "0", os.path.join(d, "ac-mlp")], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, ACC_CONFIG_FILE="none"))
+        expect(p.returncode != 0 and "'fsdp_plugin.activation_checkpointing' = true: this model has no blocks" in p.stdout + p.stderr,
+               "activation checkpointing of a model without blocks (the MLP) is refused, naming the key", p.stdout + p.stderr)
         # A TorchScript module (tests/mp/mp_cxx --write-script): sharded whole, one unit.
         script = os.path.join(d, "mlp.pt")
         subprocess.run([os.path.join(os.path.dirname(WORKER), "mp_cxx"), "--write-script", script], check=True)

@@ -150,19 +150,19 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
                                     c10::str(input.sizes()));
       mask = padding_mask(m.to(dev), x.options());
     }
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, c_.heads, hd}).transpose(1, 2); };
     for (size_t l = 0; l < bert_->encoder->layer->items.size(); ++l) {
-      const auto& layer = bert_->encoder->layer->items[l];
-      const std::string unit = "bert.encoder.layer." + std::to_string(l);
-      unit_begin(unit);
-      SelfAttention& a = *layer->attention->self;
-      at::Tensor y = at::scaled_dot_product_attention(heads(a.query->forward(x)), heads(a.key->forward(x)),
-                                                      heads(a.value->forward(x)), mask,
-                                                      train ? c_.attention_dropout : 0.0, false);
-      x = layer->attention->output->forward(y.transpose(1, 2).reshape({B, T, H}), x, c_.hidden_dropout, train);
-      at::Tensor h = activation(c_.act, layer->intermediate->dense->forward(x));
-      x = layer->output->forward(h, x, c_.hidden_dropout, train);
-      unit_end(unit, x);
+      x = run_unit("bert.encoder.layer." + std::to_string(l), x,
+                   [layer = bert_->encoder->layer->items[l], B, T, H, hd, heads = c_.heads, mask, train,
+                    attention_dropout = c_.attention_dropout, hidden_dropout = c_.hidden_dropout, act = c_.act](at::Tensor x) {
+                     auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
+                     SelfAttention& a = *layer->attention->self;
+                     at::Tensor y = at::scaled_dot_product_attention(split(a.query->forward(x)), split(a.key->forward(x)),
+                                                                     split(a.value->forward(x)), mask,
+                                                                     train ? attention_dropout : 0.0, false);
+                     x = layer->attention->output->forward(y.transpose(1, 2).reshape({B, T, H}), x, hidden_dropout, train);
+                     at::Tensor h = activation(act, layer->intermediate->dense->forward(x));
+                     return layer->output->forward(h, x, hidden_dropout, train);
+                   });
     }
     at::Tensor pooled = at::tanh(bert_->pooler->dense->forward(x.select(1, 0)));
     at::Tensor logits = classifier_->forward(at::dropout(pooled, c_.classifier_dropout, train));

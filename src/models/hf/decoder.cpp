@@ -230,25 +230,27 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
     for (int64_t l = 0; l < d_.layers; ++l) {
-      Layer& layer = *model_->layers->items[l];
       const std::string unit = "model.layers." + std::to_string(l);
-      unit_begin(unit);
-      Attention& a = *layer.self_attn;
-      at::Tensor h = layer.input_layernorm->forward(x);
-      at::Tensor q = a.q_proj->forward(h).view({B, T, d_.heads, hd}).transpose(1, 2);
-      at::Tensor k = a.k_proj->forward(h).view({B, T, d_.kv_heads, hd}).transpose(1, 2);
-      at::Tensor v = a.v_proj->forward(h).view({B, T, d_.kv_heads, hd}).transpose(1, 2);
-      q = q * cos + rotate_half(q) * sin;
-      k = k * cos + rotate_half(k) * sin;
-      if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
-      // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
-      at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? d_.attention_dropout : 0.0,
-                                                      masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
-      y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, d_.heads * hd}));
-      x = residual(x, y);
-      h = layer.post_attention_layernorm->forward(x);
-      x = residual(x, layer.moe ? layer.moe->forward(h, d_.act) : layer.mlp->forward(h, d_.act));
-      unit_end(unit, x);
+      // (A cache is used only by generate, without grad: then the block runs once.)
+      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin, masking, cache, train,
+                             heads = d_.heads, kv_heads = d_.kv_heads, dropout = d_.attention_dropout,
+                             act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
+        Attention& a = *layer->self_attn;
+        at::Tensor h = layer->input_layernorm->forward(x);
+        at::Tensor q = a.q_proj->forward(h).view({B, T, heads, hd}).transpose(1, 2);
+        at::Tensor k = a.k_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
+        at::Tensor v = a.v_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
+        q = q * cos + rotate_half(q) * sin;
+        k = k * cos + rotate_half(k) * sin;
+        if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
+        // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
+        at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? dropout : 0.0,
+                                                        masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
+        y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
+        x = residual(x, y, in_place);
+        h = layer->post_attention_layernorm->forward(x);
+        return residual(x, layer->moe ? layer->moe->forward(h, act) : layer->mlp->forward(h, act), in_place);
+      });
       release(unit);
     }
     if (cache) cache->length = past + T;
@@ -260,9 +262,10 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   }
 
  private:
-  // x + y, in place without autograd (x is this forward's own activation).
-  static at::Tensor residual(at::Tensor& x, const at::Tensor& y) {
-    return c10::GradMode::is_enabled() ? x + y : x.add_(y);
+  // x + y, in place without autograd (x is this forward's own activation) unless `in_place` is false: a
+  // checkpointed block's first run is without autograd, and its input is kept for the second.
+  static at::Tensor residual(at::Tensor& x, const at::Tensor& y, bool in_place) {
+    return in_place && !c10::GradMode::is_enabled() ? x.add_(y) : x + y;
   }
 
   static at::Tensor rotate_half(const at::Tensor& x) {

@@ -113,21 +113,22 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
     release("transformer.wpe");
     const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     for (int64_t l = 0; l < c_.layers; ++l) {
-      Block& b = *t_->h->items[l];
       const std::string unit = "transformer.h." + std::to_string(l);
-      unit_begin(unit);
-      auto qkv = b.attn->c_attn->forward(b.ln_1->forward(x)).split(C, 2);
-      auto heads = [&](const at::Tensor& t) { return t.view({B, T, c_.heads, hd}).transpose(1, 2); };
-      at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-      if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
       double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
-      at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? c_.attn_pdrop : 0.0, masking.causal, scale);
-      y = b.attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
-      x = x + at::dropout(y, c_.resid_pdrop, train);
-      at::Tensor m = b.mlp->c_proj->forward(activation(c_.act, b.mlp->c_fc->forward(b.ln_2->forward(x))));
-      x = x + at::dropout(m, c_.resid_pdrop, train);
-      unit_end(unit, x);
+      // (A cache is used only by generate, without grad: then the block runs once.)
+      x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C, hd, scale, heads = c_.heads, masking, cache, train,
+                             attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop, act = c_.act](at::Tensor x) {
+        auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
+        auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
+        at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
+        if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
+        at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? attn_pdrop : 0.0, masking.causal, scale);
+        y = b->attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
+        x = x + at::dropout(y, resid_pdrop, train);
+        at::Tensor m = b->mlp->c_proj->forward(activation(act, b->mlp->c_fc->forward(b->ln_2->forward(x))));
+        return x + at::dropout(m, resid_pdrop, train);
+      });
       release(unit);
     }
     if (cache) cache->length = past + T;

@@ -234,7 +234,13 @@ for so in "${!bundled[@]}"; do
       for f in "$dist"/*; do
         [[ -f $f ]] && [[ $(basename "$f") =~ ^(LICEN[CS]E|NOTICE|COPYING) ]] && cp "$f" "$lic/$pkg/"
       done
-      [[ -n $(ls -A "$lic/$pkg") ]] || { echo "package.sh: $dist has no licence file" >&2; exit 1; }
+      if [[ -z $(ls -A "$lic/$pkg") ]]; then
+        # Some wheels (NVIDIA's cusparseLt) ship no licence file, only METADATA's License field: keep that.
+        grep -E '^(Name|Version|License|License-Expression|Home-page|Project-URL|Author):' "$dist/METADATA" \
+          >"$lic/$pkg/LICENSE-from-METADATA" 2>/dev/null
+        grep -qE '^License(-Expression)?:' "$lic/$pkg/LICENSE-from-METADATA" ||
+          { echo "package.sh: $dist has no licence file and no License in its METADATA" >&2; exit 1; }
+      fi
       lic_done[$pkg]=1
       if [[ $so == libgomp.so.* && -z ${lic_done[libgomp]:-} ]]; then
         # torch's libgomp is GCC's OpenMP runtime: GPL-3 with the GCC Runtime Library Exception.

@@ -1,5 +1,6 @@
 #include "runtime/process_state.hpp"
 
+#include <atomic>
 #include <stdexcept>
 
 namespace acc::core {
@@ -62,5 +63,13 @@ ProcessState ProcessState::from_environment(const std::map<std::string, std::str
                                 " is not below LOCAL_WORLD_SIZE=" + std::to_string(s.local_world_size));
   return s;
 }
+
+namespace {
+std::atomic<int> ram_efficient_holders{0};
+}
+
+void hold_ram_efficient_loading(bool on) { ram_efficient_holders += on ? 1 : -1; }
+
+bool ram_efficient_loading() { return ram_efficient_holders.load() > 0; }
 
 }  // namespace acc::core

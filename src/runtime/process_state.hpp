@@ -20,4 +20,12 @@ struct ProcessState {
   static ProcessState from_environment(const std::map<std::string, std::string>& env);
 };
 
+// FSDP's cpu_ram_efficient_loading, as transformers applies it (is_fsdp_enabled() and not is_local_dist_rank_0()):
+// while an Accelerator of a distributed job with use_fsdp and fsdp_plugin.cpu_ram_efficient_loading lives in this
+// process and the process is not its machine's first (LOCAL_RANK != 0), from_pretrained reads no weights: the
+// parameters are left uninitialised, and prepare gives every process rank 0's (the strategies broadcast them).
+// Counted: set by each such Accelerator, cleared by its destruction.
+void hold_ram_efficient_loading(bool on);
+bool ram_efficient_loading();
+
 }  // namespace acc::core

@@ -143,6 +143,11 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
   a->sharding_ = config::sharding(c);
+  const char* efficient = "fsdp_plugin.cpu_ram_efficient_loading";
+  if (a->comm_ && a->state_.local_rank != 0 && c.get_bool("use_fsdp") && c.is_set(efficient) && c.get_bool(efficient)) {
+    hold_ram_efficient_loading(true);
+    a->holds_ram_efficient_loading_ = true;
+  }
   a->save_iteration_ = c.get_int("project_config.iteration");
   // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
   const bool writer = a->state_.rank == 0 ||
@@ -158,6 +163,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
 }
 
 Accelerator::~Accelerator() {
+  if (holds_ram_efficient_loading_) hold_ram_efficient_loading(false);
   // Trackers still running are finished (files synced, the MLflow run marked finished).
   if (!trackers_) return;
   try {

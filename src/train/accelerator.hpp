@@ -226,6 +226,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   GradientState grad_;
   std::string mixed_precision_ = "no";
   config::Sharding sharding_;  // what FSDP / DeepSpeed settings ask for (stage 0: none)
+  bool holds_ram_efficient_loading_ = false;  // hold_ram_efficient_loading (runtime/process_state.hpp)
   std::unique_ptr<GradScaler> scaler_;
   std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
   bool trigger_ = false;

@@ -10,7 +10,8 @@
  * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it). The main process
  * prints "LOSS x", the last micro-step's loss averaged over the processes (and "SCALE s", fp16's loss scale, after
  * checking every process has the same). MP_EXTRA_CONFIG adds keys to the
- * explicit config (as JSON members).
+ * explicit config (as JSON members). MP_PRETRAINED=DIR loads the llama with acc_model_from_pretrained from DIR and
+ * prints "WEIGHTS local_rank=L mapped=0|1": whether DIR/model.safetensors is mapped into the process (read).
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
 #include <math.h>
@@ -75,6 +76,17 @@ int main(int argc, char** argv) {
   if (script) {
     CHECK(acc_model_load_torchscript(argv[1], "{\"loss\": \"mse\"}", &model));
     CHECK(acc_model_set_training(model, 1));
+  } else if (llama && getenv("MP_PRETRAINED")) {
+    const char* dir = getenv("MP_PRETRAINED");
+    CHECK(acc_model_from_pretrained(dir, NULL, &model));
+    CHECK(acc_model_set_training(model, 1));
+    char weights[1024], line[2048];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    int mapped = 0;
+    FILE* maps = fopen("/proc/self/maps", "r");
+    while (maps && fgets(line, sizeof line, maps)) mapped |= strstr(line, weights) != NULL;
+    if (maps) fclose(maps);
+    printf("WEIGHTS local_rank=%s mapped=%d\n", getenv("LOCAL_RANK") ? getenv("LOCAL_RANK") : "?", mapped);
   } else if (llama) {
     CHECK(acc_model_from_config(
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 37, "

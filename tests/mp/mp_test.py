@@ -460,6 +460,11 @@ SHARDED_CONFIGS = {
     "full_shard_offload": "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
                           "  fsdp_offload_params: true\n  fsdp_auto_wrap_policy: {wrap}\n",
 }
+# tests/mp/mp_sharded.c's llama, as a config.json.
+LLAMA_CONFIG = ('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 37, "hidden_size": 16, '
+                '"intermediate_size": 20, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, '
+                '"max_position_embeddings": 16, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "hidden_act": "silu", '
+                '"initializer_range": 0.02, "tie_word_embeddings": false}')
 WRAP = {"gpt": "TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block",
         "llama": "TRANSFORMER_BASED_WRAP",  # the model's _no_split_modules: LlamaDecoderLayer
         "mlp": "SIZE_BASED_WRAP\n  fsdp_min_num_params: 50"}
@@ -476,7 +481,7 @@ def case_sharded():
     3e-6 in 50 steps), and the GPT has no linear biases, whose attention-key part has a gradient of pure rounding
     noise that AdamW turns into lr-sized steps (with it, even two runs of DDP differing in one bit diverge)."""
     with tempfile.TemporaryDirectory() as d:
-        def run(n, config, *args, extra_config=None):
+        def run(n, config, *args, extra_config=None, env_extra=None):
             label = config if config in SHARDED_CONFIGS or config == "ddp" else f"custom{abs(hash(config))}"
             out = os.path.join(d, f"{n}-{label}-" + "-".join(map(str, args)).replace("/", "_"))
             cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0"]
@@ -488,10 +493,12 @@ def case_sharded():
                     f.write(SHARDED_CONFIGS.get(config, config).replace("{wrap}", WRAP[args[0]]) + "use_cpu: true\n")
                 cmd += ["--config_file", path]
             args = list(map(str, args))
-            env = dict(os.environ, ACC_CONFIG_FILE="none", **({"MP_EXTRA_CONFIG": extra_config} if extra_config else {}))
+            env = dict(os.environ, ACC_CONFIG_FILE="none", **({"MP_EXTRA_CONFIG": extra_config} if extra_config else {}),
+                       **(env_extra or {}))
             p = subprocess.run(cmd + [WORKER, *args[:4], out, *args[4:]], capture_output=True, text=True, timeout=300,
                                env=env)
             expect(p.returncode == 0, f"{config} on {n} processes, {args}", p.stdout + p.stderr)
+            run.stdout = p.stdout
             return read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None
 
         for n in (2, 3, 4):
@@ -535,6 +542,25 @@ def case_sharded():
                            timeout=120, env=dict(os.environ, ACC_CONFIG_FILE="none"))
         expect(p.returncode != 0 and "'fsdp_plugin.activation_checkpointing' = true: this model has no blocks" in p.stdout + p.stderr,
                "activation checkpointing of a model without blocks (the MLP) is refused, naming the key", p.stdout + p.stderr)
+        # FSDP's cpu_ram_efficient_loading (fsdp_cpu_ram_efficient_loading, with sync_module_states): as transformers
+        # does it, acc_model_from_pretrained on a process other than its machine's first checks the checkpoint's
+        # header and reads no weights (the file is never mapped); prepare broadcasts rank 0's. Training from there
+        # is training from the weights read everywhere, bit for bit.
+        start = run(1, "ddp", "llama", 0, 1, 0)
+        pretrained = os.path.join(d, "1-ddp-llama-0-1-0")
+        with open(os.path.join(pretrained, "config.json"), "w") as f:
+            f.write(LLAMA_CONFIG)
+        fsdp = SHARDED_CONFIGS["full_shard"] + "  fsdp_sync_module_states: true\n  fsdp_cpu_ram_efficient_loading: "
+        loaded = {}
+        for efficient in ("false", "true"):
+            loaded[efficient] = run(2, fsdp + efficient + "\n", "llama", 20, 1, 0, env_extra={"MP_PRETRAINED": pretrained})
+            mapped = dict(re.findall(r"WEIGHTS local_rank=(\d) mapped=(\d)", run.stdout))
+            want = {"0": "1", "1": "0" if efficient == "true" else "1"}
+            expect(mapped == want, f"cpu_ram_efficient_loading {efficient}: the weights file is read by local ranks "
+                   f"{[r for r, m in sorted(want.items()) if m == '1']}", f"{mapped}\n{run.stdout}")
+        if start is not None and None not in loaded.values():
+            expect(max_abs_diff(loaded["true"], loaded["false"]) == 0 and max_abs_diff(loaded["true"], start) > 1e-3,
+                   "cpu_ram_efficient_loading trains as loading everywhere", f"{max_abs_diff(loaded['true'], loaded['false'])}")
         # A TorchScript module (tests/mp/mp_cxx --write-script): sharded whole, one unit.
         script = os.path.join(d, "mlp.pt")
         subprocess.run([os.path.join(os.path.dirname(WORKER), "mp_cxx"), "--write-script", script], check=True)

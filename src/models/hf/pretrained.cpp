@@ -12,11 +12,13 @@
 #include <cjson/cJSON.h>
 
 #include "acc/files.hpp"
+#include "acc/safetensors_header.hpp"
 #include "bigmodel/offload.hpp"
 #include "bigmodel/plan.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/layers.hpp"
+#include "runtime/process_state.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 #include "util/options.hpp"
@@ -49,7 +51,20 @@ bool ignorable(const std::string& name, bool tied) {
 }
 
 // Every tensor of the checkpoint by name (views on the mapped files).
-std::map<std::string, at::Tensor> read_weights(const fs::path& dir) {
+// A file's tensors as the header describes them, on the meta device: names and shapes, no data read.
+NamedTensors header_tensors(const std::string& file) {
+  NamedTensors out;
+  try {
+    for (const auto& e : config::read_safetensors_header(file).tensors)
+      out.emplace_back(e.name, at::empty(e.shape, at::TensorOptions().device(at::kMeta)));
+  } catch (const config::Error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  return out;
+}
+
+// The checkpoint's tensors by name (mapped from the files), or with `data` false their headers' names and shapes.
+std::map<std::string, at::Tensor> read_weights(const fs::path& dir, bool data) {
   std::map<std::string, at::Tensor> out;
   const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   std::vector<std::string> files;
@@ -78,7 +93,7 @@ std::map<std::string, at::Tensor> read_weights(const fs::path& dir) {
                                  "' has no model.safetensors and no model.safetensors.index.json");
   }
   for (const std::string& file : files)
-    for (auto& [name, t] : load_safetensors(file)) {
+    for (auto& [name, t] : data ? load_safetensors(file) : header_tensors(file)) {
       if (!out.emplace(name, t).second)
         throw std::invalid_argument("from_pretrained: tensor '" + name + "' is in more than one shard (" + file + ")");
       auto e = expected_in.find(name);
@@ -254,7 +269,10 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
   const bool tied = dynamic_cast<CausalLM*>(model.get()) && dynamic_cast<CausalLM*>(model.get())->ties_embeddings();
 
-  std::map<std::string, at::Tensor> weights = read_weights(dir);
+  // FSDP's cpu_ram_efficient_loading on a process that is not its machine's first: the checkpoint is checked
+  // against the model (every process fails alike) but not read; prepare broadcasts rank 0's weights.
+  const bool skip_weights = ram_efficient_loading() && !opts.has("device_map");
+  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights);
   // Accelerate's strict loading: every problem at once.
   std::vector<std::string> missing, unexpected, mismatched;
   const NamedTensors state = model->state();
@@ -293,6 +311,11 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     p->generation_config_json = generation_text;
   }
   // With a device map (Accelerate's load_checkpoint_and_dispatch), every weight goes where the plan puts it.
+  if (skip_weights) {
+    model->to_empty(c10::kCPU);  // transformers' torch.empty on these processes
+    model->train(false);
+    return model;
+  }
   std::map<std::string, std::string> placement;
   if (opts.has("device_map")) placement = plan(*model, options_json);
   std::shared_ptr<bigmodel::DiskOffload> disk;

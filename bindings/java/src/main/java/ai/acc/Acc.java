@@ -10,19 +10,32 @@ public final class Acc {
   /** The ABI this binding was generated for. */
   public static final int ABI_VERSION = AccRawConstants.ACC_ABI_VERSION;
 
-  /** The loaded libacc's version, "MAJOR.MINOR.PATCH". */
+  /**
+   * The loaded libacc's version, "MAJOR.MINOR.PATCH".
+   *
+   * @return the version string
+   */
   public static String version() {
     NativeLoader.load();
     return AccRaw.acc_version();
   }
 
-  /** The loaded libacc's build facts as JSON (torch version, compiler, CUDA, git revision). */
+  /**
+   * The loaded libacc's build facts as JSON (torch version, compiler, CUDA, git revision).
+   *
+   * @return the build facts, a JSON object
+   */
   public static String buildInfo() {
     NativeLoader.load();
     return AccRaw.acc_build_info();
   }
 
-  /** Throws {@link AccException} ({@link ErrorCode#ABI_MISMATCH}) unless libacc serves {@code abi}. */
+  /**
+   * Throws {@link AccException} ({@link ErrorCode#ABI_MISMATCH}) unless libacc serves {@code abi}.
+   *
+   * @param abi the ABI version a caller was built for ({@link #ABI_VERSION} for this binding)
+   * @throws AccException {@link ErrorCode#ABI_MISMATCH} when the loaded libacc does not serve {@code abi}
+   */
   public static void checkAbi(int abi) {
     NativeLoader.load();
     AccRaw.acc_abi_check(abi);
@@ -34,6 +47,7 @@ public final class Acc {
    * fails), with {@code true} they do again (the default). Thread-local, as in PyTorch: other threads
    * keep their own setting.
    *
+   * @param enabled false to record no autograd graph on this thread, true to record it again
    * @return the setting before, to restore it
    */
   public static boolean setGradEnabled(boolean enabled) {
@@ -52,6 +66,8 @@ public final class Acc {
    *   Tensor y = model.predict(x); // no autograd graph
    * }
    * }</pre>
+   *
+   * @return the guard; closing it restores the setting before
    */
   public static NoGrad noGrad() {
     return new NoGrad(setGradEnabled(false));
@@ -71,7 +87,12 @@ public final class Acc {
     }
   }
 
-  /** The C name of a status code, e.g. "ACC_ERR_INVALID_CONFIG". */
+  /**
+   * The C name of a status code, e.g. "ACC_ERR_INVALID_CONFIG".
+   *
+   * @param status a status code (acc_status)
+   * @return its C name; "ACC_ERR_UNKNOWN" for a code libacc does not know
+   */
   public static String statusName(int status) {
     NativeLoader.load();
     return AccRaw.acc_status_name(status);

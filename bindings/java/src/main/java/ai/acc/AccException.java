@@ -11,7 +11,12 @@ public class AccException extends RuntimeException {
   /** The status as an {@link ErrorCode}. */
   private final ErrorCode code;
 
-  /** Called from the JNI wrapper (and by this binding for its own checks). */
+  /**
+   * Called from the JNI wrapper (and by this binding for its own checks).
+   *
+   * @param status the acc_status the call returned
+   * @param message the message libacc recorded for the call
+   */
   public AccException(int status, String message) {
     super(message);
     this.status = status;
@@ -22,12 +27,20 @@ public class AccException extends RuntimeException {
     this(code.value(), message);
   }
 
-  /** The status code as an enum ({@link ErrorCode#INTERNAL} for codes this version does not know). */
+  /**
+   * The status code as an enum ({@link ErrorCode#INTERNAL} for codes this version does not know).
+   *
+   * @return the status code as an {@link ErrorCode}
+   */
   public ErrorCode code() {
     return code;
   }
 
-  /** The raw status number, exactly as libacc returned it. */
+  /**
+   * The raw status number, exactly as libacc returned it.
+   *
+   * @return the raw acc_status number
+   */
   public int status() {
     return status;
   }

@@ -33,7 +33,12 @@ public final class Accelerator extends NativeObject {
     super(ptr, AccRaw::acc_accelerator_destroy);
   }
 
-  /** An accelerator with the defaults (and whatever {@code acc launch} set in the environment). */
+  /**
+   * An accelerator with the defaults (and whatever {@code acc launch} set in the environment).
+   *
+   * @return the accelerator; close it
+   * @throws AccException as {@link #create(String)}
+   */
   public static Accelerator create() {
     return create(null);
   }
@@ -42,6 +47,12 @@ public final class Accelerator extends NativeObject {
    * An accelerator from Accelerate's constructor keys as JSON ({@code null} or "" for defaults):
    * "cpu", "mixed_precision", "gradient_accumulation_steps", "seed", "dataloader_config",
    * "ddp_kwargs", ... With WORLD_SIZE &gt; 1 in the environment this joins the process group.
+   *
+   * @param configJson a JSON object of Accelerate's constructor keys; {@code null} or "" for the defaults
+   * @return the accelerator; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} for malformed JSON, an unknown key or a bad value;
+   *     {@link ErrorCode#UNSUPPORTED} for a valid value this build does not support (e.g. a tracker it lacks);
+   *     {@link ErrorCode#DISTRIBUTED} when joining the process group fails
    */
   public static Accelerator create(String configJson) {
     NativeLoader.load();
@@ -72,37 +83,65 @@ public final class Accelerator extends NativeObject {
     }
   }
 
-  /** This process's global rank. */
+  /**
+   * This process's global rank.
+   *
+   * @return the rank, from 0 to {@link #numProcesses()} - 1 (RANK)
+   */
   public int processIndex() {
     return intQuery(AccRaw::acc_process_index);
   }
 
-  /** This process's rank on its machine. */
+  /**
+   * This process's rank on its machine.
+   *
+   * @return the rank on this machine (LOCAL_RANK)
+   */
   public int localProcessIndex() {
     return intQuery(AccRaw::acc_local_process_index);
   }
 
-  /** The number of processes. */
+  /**
+   * The number of processes.
+   *
+   * @return the number of processes of the job (WORLD_SIZE)
+   */
   public int numProcesses() {
     return intQuery(AccRaw::acc_num_processes);
   }
 
-  /** Whether this is the global main process. */
+  /**
+   * Whether this is the global main process.
+   *
+   * @return true on the process of rank 0
+   */
   public boolean isMainProcess() {
     return intQuery(AccRaw::acc_is_main_process) != 0;
   }
 
-  /** This process's device, e.g. "cpu" or "cuda:0". */
+  /**
+   * This process's device, e.g. "cpu" or "cuda:0".
+   *
+   * @return the device's name
+   */
   public String device() {
     return stringQuery(AccRaw::acc_device);
   }
 
-  /** Accelerate's DistributedType name: "NO", "MULTI_CPU", "MULTI_GPU". */
+  /**
+   * Accelerate's DistributedType name: "NO", "MULTI_CPU", "MULTI_GPU".
+   *
+   * @return the DistributedType name
+   */
   public String distributedType() {
     return stringQuery(AccRaw::acc_distributed_type);
   }
 
-  /** The resolved configuration as JSON, each value with where it came from. */
+  /**
+   * The resolved configuration as JSON, each value with where it came from.
+   *
+   * @return the configuration, a JSON object
+   */
   public String configJson() {
     return stringQuery(AccRaw::acc_config_json);
   }
@@ -111,6 +150,13 @@ public final class Accelerator extends NativeObject {
    * Prepares any of model, optimizer, scheduler and data loader (each may be null) for this process,
    * in place. An optimizer needs its model prepared (now or before); preparing twice fails with
    * {@link ErrorCode#INVALID_STATE}.
+   *
+   * @param model the model, or null
+   * @param opt an optimizer, or null; its model must be prepared (in this call or before)
+   * @param sched a scheduler, or null
+   * @param dl a data loader, or null
+   * @throws AccException {@link ErrorCode#INVALID_STATE} for an object prepared before or an optimizer whose
+   *     model is not prepared; {@link ErrorCode#INVALID_ARGUMENT} when all four are null
    */
   public void prepare(Model model, Optimizer opt, Scheduler sched, DataLoader dl) {
     long p = enter();
@@ -126,7 +172,13 @@ public final class Accelerator extends NativeObject {
     }
   }
 
-  /** Back-propagates a scalar loss from {@link Model#forward}. */
+  /**
+   * Back-propagates a scalar loss from {@link Model#forward}.
+   *
+   * @param loss the scalar loss, with its autograd graph
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a tensor of more than one element or without
+   *     an autograd graph
+   */
   public void backward(Tensor loss) {
     long p = enter();
     long l = enter(loss);
@@ -155,7 +207,12 @@ public final class Accelerator extends NativeObject {
     }
   }
 
-  /** Concatenates {@code t} from every process along dim 0, in rank order (a collective). */
+  /**
+   * Concatenates {@code t} from every process along dim 0, in rank order (a collective).
+   *
+   * @param t this process's tensor (the processes' dim-0 sizes may differ)
+   * @return the concatenation, on every process; close it
+   */
   public Tensor gather(Tensor t) {
     return tensorOp(t, AccRaw::acc_gather);
   }
@@ -163,12 +220,21 @@ public final class Accelerator extends NativeObject {
   /**
    * {@link #gather}, but on the last batch of the active prepared data loader drops the samples that
    * sharding duplicated, so metrics see each sample exactly once.
+   *
+   * @param t this process's tensor
+   * @return the concatenation without the duplicated samples, on every process; close it
    */
   public Tensor gatherForMetrics(Tensor t) {
     return tensorOp(t, AccRaw::acc_gather_for_metrics);
   }
 
-  /** Element-wise reduction across processes; every process gets the result. */
+  /**
+   * Element-wise reduction across processes; every process gets the result.
+   *
+   * @param t this process's tensor
+   * @param op the reduction
+   * @return the result; close it
+   */
   public Tensor reduce(Tensor t, ReduceOp op) {
     return tensorOp(t, (a, x, out) -> AccRaw.acc_reduce(a, x, op.value, out));
   }
@@ -215,6 +281,9 @@ public final class Accelerator extends NativeObject {
   /**
    * Accelerate's gather_object: the items of every process (byte strings the caller serializes, e.g.
    * JSON), concatenated in rank order, on every process. A collective; a process may give none.
+   *
+   * @param items this process's items (a null item is sent as no bytes)
+   * @return the items of every process, in rank order
    */
   public List<byte[]> gatherObject(List<byte[]> items) {
     return objectOp(items, AccRaw::acc_gather_object);
@@ -223,6 +292,9 @@ public final class Accelerator extends NativeObject {
   /**
    * {@link #gatherForMetrics} for objects, one item per sample of the batch: on the last batch of the
    * active prepared loader only the real samples are kept.
+   *
+   * @param items this process's items, one per sample (a null item is sent as no bytes)
+   * @return the items of every process, in rank order, without the duplicated samples
    */
   public List<byte[]> gatherObjectForMetrics(List<byte[]> items) {
     return objectOp(items, AccRaw::acc_gather_object_for_metrics);
@@ -258,6 +330,9 @@ public final class Accelerator extends NativeObject {
    * gradient_accumulation_steps = N only every N-th scope (and the last batch of the active loader)
    * synchronizes gradients; in the others the gradient all-reduce is skipped and optimizer steps,
    * scheduler steps and zeroGrad on prepared objects do nothing. {@link #backward} divides by N.
+   *
+   * @param model the model being trained
+   * @return the scope; close it after the batch's backward and optimizer step
    */
   public AccumulateScope accumulate(Model model) {
     long p = enter();
@@ -271,7 +346,11 @@ public final class Accelerator extends NativeObject {
     }
   }
 
-  /** Whether the current micro-step synchronizes gradients and steps the optimizer. */
+  /**
+   * Whether the current micro-step synchronizes gradients and steps the optimizer.
+   *
+   * @return true when this micro-step synchronizes gradients
+   */
   public boolean syncGradients() {
     return intQuery(AccRaw::acc_sync_gradients) != 0;
   }
@@ -279,6 +358,11 @@ public final class Accelerator extends NativeObject {
   /**
    * Clips the model's gradients to a total norm of {@code maxNorm} ({@code normType} 2 is Euclidean;
    * under fp16 they are unscaled first); returns the total norm before clipping.
+   *
+   * @param model the model whose gradients are clipped
+   * @param maxNorm the largest total norm
+   * @param normType the order of the norm (2: Euclidean)
+   * @return the total norm of the gradients before clipping
    */
   public double clipGradNorm(Model model, double maxNorm, double normType) {
     long p = enter();
@@ -293,7 +377,12 @@ public final class Accelerator extends NativeObject {
     }
   }
 
-  /** Clamps every gradient of the model to [-clip, clip]. */
+  /**
+   * Clamps every gradient of the model to [-clip, clip].
+   *
+   * @param model the model whose gradients are clamped
+   * @param clip the largest absolute value of a gradient
+   */
   public void clipGradValue(Model model, double clip) {
     long p = enter();
     long m = enter(model);
@@ -305,7 +394,13 @@ public final class Accelerator extends NativeObject {
     }
   }
 
-  /** Process {@code from}'s tensor on every process (shape and dtype must agree). A collective. */
+  /**
+   * Process {@code from}'s tensor on every process (shape and dtype must agree). A collective.
+   *
+   * @param t this process's tensor (process {@code from}'s is the one sent)
+   * @param from the rank of the process whose tensor is sent
+   * @return a copy of process {@code from}'s tensor; close it
+   */
   public Tensor broadcast(Tensor t, int from) {
     return tensorOp(t, (a, x, out) -> AccRaw.acc_broadcast(a, x, from, out));
   }
@@ -313,6 +408,10 @@ public final class Accelerator extends NativeObject {
   /**
    * Accelerate's set_seed: seeds every generator of this process (plus the process index when
    * {@code deviceSpecific}); {@code deterministic} also selects deterministic algorithms.
+   *
+   * @param seed the seed
+   * @param deviceSpecific true to add this process's index to the seed
+   * @param deterministic true to also select deterministic algorithms
    */
   public void setSeed(long seed, boolean deviceSpecific, boolean deterministic) {
     long p = enter();
@@ -342,6 +441,12 @@ public final class Accelerator extends NativeObject {
    * others check the arguments), and records {@code configJson}, a JSON object (null for none), as its
    * hyperparameters. {@code initKwargsJson}: options per tracker, e.g. {@code {"mlflow": {"run_name":
    * "baseline"}}} (null for none).
+   *
+   * @param projectName the run's name
+   * @param configJson the hyperparameters, a JSON object; null for none
+   * @param initKwargsJson options per tracker, a JSON object; null for none
+   * @throws AccException {@link ErrorCode#INVALID_STATE} while an earlier run's trackers still run ({@link
+   *     #endTraining} ends them)
    */
   public void initTrackers(String projectName, String configJson, String initKwargsJson) {
     long p = enter();
@@ -355,6 +460,11 @@ public final class Accelerator extends NativeObject {
   /**
    * Logs named numbers, in the map's order (a LinkedHashMap keeps it), to every tracker at {@code step}
    * ({@link #NO_STEP}: none), on the main process only. NaN and the infinities are allowed.
+   *
+   * @param values the numbers by name
+   * @param step the step, or {@link #NO_STEP}
+   * @throws AccException {@link ErrorCode#INVALID_STATE} before {@link #initTrackers} or after {@link
+   *     #endTraining} (with {@code log_with} set)
    */
   public void log(Map<String, ? extends Number> values, long step) {
     StringBuilder b = new StringBuilder("{");
@@ -375,6 +485,11 @@ public final class Accelerator extends NativeObject {
   /**
    * Logs a JSON object to every tracker at {@code step} ({@link #NO_STEP}: none): numbers and booleans
    * are scalars, strings text, objects of numbers several scalars under one name.
+   *
+   * @param valuesJson the values, a JSON object
+   * @param step the step, or {@link #NO_STEP}
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for text that is not a JSON object; {@link
+   *     ErrorCode#INVALID_STATE} as for {@link #log}
    */
   public void logJson(String valuesJson, long step) {
     long p = enter();
@@ -402,6 +517,12 @@ public final class Accelerator extends NativeObject {
    * ProjectConfiguration's automatic naming, as {@link #saveState()}. A collective: every process
    * calls it. A registered object's exception fails it with {@link ErrorCode#CALLBACK}, with the
    * exception as the cause.
+   *
+   * @param dir the checkpoint directory, on a filesystem every process sees; {@code null} for the automatic
+   *     naming
+   * @throws AccException {@link ErrorCode#CALLBACK} when a registered object's save throws (the exception is the
+   *     cause); {@link ErrorCode#INVALID_ARGUMENT} for {@code null} without the automatic naming; {@link
+   *     ErrorCode#IO} when a file cannot be written
    */
   public void saveState(String dir) {
     checkpointCall(p -> AccRaw.acc_save_state(p, dir));
@@ -422,6 +543,12 @@ public final class Accelerator extends NativeObject {
    * objects. A directory without manifest.json is refused, naming it. {@code null}: as {@link
    * #loadState()}. A collective. A registered object's exception fails it with {@link
    * ErrorCode#CALLBACK}, with the exception as the cause.
+   *
+   * @param dir a checkpoint directory of {@link #saveState}; {@code null} for the newest under the project
+   *     directory
+   * @throws AccException {@link ErrorCode#IO} for a missing directory, one without manifest.json or a missing
+   *     file, naming it; {@link ErrorCode#CALLBACK} when a registered object's load throws (the exception is the
+   *     cause)
    */
   public void loadState(String dir) {
     checkpointCall(p -> AccRaw.acc_load_state(p, dir));
@@ -440,6 +567,9 @@ public final class Accelerator extends NativeObject {
    * #registerForCheckpointing(Checkpointable)}: a job restarted by {@code acc launch --max_restarts}
    * then continues from its last save. A collective. A registered object's exception fails it as in
    * {@link #loadState(String)}.
+   *
+   * @return true when a checkpoint was loaded, false when there was nothing to resume
+   * @throws AccException as {@link #loadState(String)}
    */
   public boolean resumeFromCheckpoint() {
     int[] resumed = new int[1];
@@ -465,6 +595,9 @@ public final class Accelerator extends NativeObject {
    * Accelerate's register_for_checkpointing: {@link #saveState} saves {@code object}'s bytes
    * (custom_checkpoint_{i}.bin, in registration order, on the main process) and {@link #loadState}
    * gives them back to it (on every process). The accelerator keeps the object until it is closed.
+   *
+   * @param object the object to save and restore
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} when {@code object} is null
    */
   public void registerForCheckpointing(Checkpointable object) {
     if (object == null) throw new AccException(ErrorCode.INVALID_ARGUMENT, "object is null");
@@ -474,6 +607,10 @@ public final class Accelerator extends NativeObject {
   /**
    * {@link #registerForCheckpointing(Checkpointable)} with two functions, e.g. {@code
    * acc.registerForCheckpointing(() -> counter.toBytes(), bytes -> counter.set(bytes))}.
+   *
+   * @param save returns the object's bytes
+   * @param load restores the object from them
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} when either is null
    */
   public void registerForCheckpointing(Checkpointable.Saver save, Checkpointable.Loader load) {
     if (save == null || load == null) {

@@ -32,7 +32,11 @@ public final class Batch extends NativeObject {
     return ptr == 0 ? null : new Batch(ptr);
   }
 
-  /** An empty batch. */
+  /**
+   * An empty batch.
+   *
+   * @return the batch; close it
+   */
   public static Batch create() {
     NativeLoader.load();
     long[] out = new long[1];
@@ -40,7 +44,12 @@ public final class Batch extends NativeObject {
     return new Batch(out[0]);
   }
 
-  /** A batch of the entries of {@code tensors}, in its iteration order (the tensors stay the caller's). */
+  /**
+   * A batch of the entries of {@code tensors}, in its iteration order (the tensors stay the caller's).
+   *
+   * @param tensors the tensors by name
+   * @return the batch; close it
+   */
   public static Batch of(Map<String, Tensor> tensors) {
     Batch b = create();
     try {
@@ -56,7 +65,10 @@ public final class Batch extends NativeObject {
    * Adds {@code name} -> {@code tensor}, or replaces the tensor of {@code name} in its place. The batch
    * shares the tensor's data; the tensor stays the caller's to close. {@code name} must not be empty.
    *
+   * @param name the name, not empty
+   * @param tensor the tensor
    * @return this batch, for chaining
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for an empty name
    */
   public Batch set(String name, Tensor tensor) {
     long p = enter();
@@ -73,6 +85,10 @@ public final class Batch extends NativeObject {
   /**
    * The tensor of {@code name} (sharing its data); close it. A missing name throws {@link
    * ErrorCode#INVALID_ARGUMENT}, whose message lists the names present.
+   *
+   * @param name the name
+   * @return a new handle to the tensor; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a missing name, listing the names present
    */
   public Tensor get(String name) {
     long p = enter();
@@ -85,7 +101,12 @@ public final class Batch extends NativeObject {
     }
   }
 
-  /** Whether the batch has a tensor named {@code name}. */
+  /**
+   * Whether the batch has a tensor named {@code name}.
+   *
+   * @param name the name
+   * @return true when the batch has a tensor named {@code name}
+   */
   public boolean contains(String name) {
     long p = enter();
     try {
@@ -97,7 +118,11 @@ public final class Batch extends NativeObject {
     }
   }
 
-  /** The number of tensors. */
+  /**
+   * The number of tensors.
+   *
+   * @return the number of tensors
+   */
   public int size() {
     long p = enter();
     try {
@@ -109,7 +134,11 @@ public final class Batch extends NativeObject {
     }
   }
 
-  /** The names, in insertion order. */
+  /**
+   * The names, in insertion order.
+   *
+   * @return the names, in insertion order
+   */
   public List<String> names() {
     long p = enter();
     try {
@@ -127,7 +156,11 @@ public final class Batch extends NativeObject {
     }
   }
 
-  /** The entries in insertion order (each tensor shares the batch's data). Close the tensors. */
+  /**
+   * The entries in insertion order (each tensor shares the batch's data). Close the tensors.
+   *
+   * @return the tensors by name, in insertion order
+   */
   public Map<String, Tensor> tensors() {
     Map<String, Tensor> out = new LinkedHashMap<>();
     try {

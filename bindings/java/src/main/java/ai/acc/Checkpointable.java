@@ -10,23 +10,47 @@ package ai.acc;
  * Accelerator#registerForCheckpointing(Saver, Loader)}).
  */
 public interface Checkpointable {
-  /** The object's bytes (not null); called on the main process only. */
+  /**
+   * The object's bytes (not null); called on the main process only.
+   *
+   * @return the bytes to save; not null
+   * @throws Exception any failure: it fails {@link Accelerator#saveState} with {@link ErrorCode#CALLBACK}, with
+   *     the exception as the cause
+   */
   byte[] save() throws Exception;
 
-  /** Restores the object from the bytes {@link #save} returned (a copy it may keep); on every process. */
+  /**
+   * Restores the object from the bytes {@link #save} returned (a copy it may keep); on every process.
+   *
+   * @param data the bytes {@link #save} returned
+   * @throws Exception any failure: it fails {@link Accelerator#loadState} (or {@link
+   *     Accelerator#resumeFromCheckpoint}) with {@link ErrorCode#CALLBACK}, with the exception as the cause
+   */
   void load(byte[] data) throws Exception;
 
   /** {@link Checkpointable#save} as a function. */
   @FunctionalInterface
   interface Saver {
-    /** The object's bytes (not null). */
+    /**
+     * The object's bytes (not null).
+     *
+     * @return the bytes to save; not null
+     * @throws Exception any failure: it fails the save with {@link ErrorCode#CALLBACK}, with the exception as the
+     *     cause
+     */
     byte[] save() throws Exception;
   }
 
   /** {@link Checkpointable#load} as a function. */
   @FunctionalInterface
   interface Loader {
-    /** Restores the object from the bytes the saver returned. */
+    /**
+     * Restores the object from the bytes the saver returned.
+     *
+     * @param data the bytes the saver returned
+     * @throws Exception any failure: it fails the load with {@link ErrorCode#CALLBACK}, with the exception as the
+     *     cause
+     */
     void load(byte[] data) throws Exception;
   }
 }

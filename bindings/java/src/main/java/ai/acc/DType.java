@@ -27,12 +27,20 @@ public enum DType {
     this.size = size;
   }
 
-  /** The acc.h constant (ACC_FLOAT32, ...). */
+  /**
+   * The acc.h constant (ACC_FLOAT32, ...).
+   *
+   * @return the acc_dtype number
+   */
   public int value() {
     return value;
   }
 
-  /** Bytes per element. */
+  /**
+   * Bytes per element.
+   *
+   * @return the size of one element in bytes
+   */
   public int size() {
     return size;
   }

@@ -11,7 +11,14 @@ public final class DataLoader extends NativeObject {
     this.source = source;
   }
 
-  /** A loader: {@code {"batch_size": 1, "shuffle": false, "seed": 0, "drop_last": false}}. */
+  /**
+   * A loader: {@code {"batch_size": 1, "shuffle": false, "seed": 0, "drop_last": false}}.
+   *
+   * @param ds the dataset
+   * @param optionsJson the options, a JSON object; null for the defaults
+   * @return the loader; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} for an unknown key or a bad value
+   */
   public static DataLoader create(Dataset ds, String optionsJson) {
     NativeLoader.load();
     long d = enter(ds);
@@ -40,6 +47,10 @@ public final class DataLoader extends NativeObject {
    * This process's next batch, or null at the end of an epoch; the call after that starts the next
    * epoch (reshuffled by the loader's generator). For a {@link Dataset#fromFunction} dataset, the function's
    * exception is the cause of the {@link ErrorCode#CALLBACK} failure.
+   *
+   * @return the batch, or null at the end of an epoch; close it
+   * @throws AccException {@link ErrorCode#CALLBACK} when the dataset's function throws (the exception is the
+   *     cause)
    */
   public Batch next() {
     long p = enter();
@@ -60,6 +71,10 @@ public final class DataLoader extends NativeObject {
    * This process's next batch with its tensors by name, or null at the end of an epoch; the call after
    * that starts the next epoch. Close the batch. For a {@link Dataset#fromBatchFunction} dataset, the
    * function's exception is the cause of the {@link ErrorCode#CALLBACK} failure.
+   *
+   * @return the batch, or null at the end of an epoch; close it
+   * @throws AccException {@link ErrorCode#CALLBACK} when the dataset's function throws (the exception is the
+   *     cause)
    */
   public ai.acc.Batch nextBatch() {
     long p = enter();
@@ -84,6 +99,9 @@ public final class DataLoader extends NativeObject {
   /**
    * A loader over the same data that skips the first {@code n} batches of its next pass (Accelerate's
    * skip_first_batches, to resume mid-epoch). Close it like any loader.
+   *
+   * @param n the number of batches to skip
+   * @return the new loader; close it
    */
   public DataLoader skipFirstBatches(long n) {
     long p = enter();
@@ -96,7 +114,11 @@ public final class DataLoader extends NativeObject {
     }
   }
 
-  /** The epoch the current pass runs, or the next one between passes. */
+  /**
+   * The epoch the current pass runs, or the next one between passes.
+   *
+   * @return the epoch
+   */
   public long epoch() {
     long p = enter();
     try {
@@ -108,7 +130,11 @@ public final class DataLoader extends NativeObject {
     }
   }
 
-  /** Batches per epoch on this process. */
+  /**
+   * Batches per epoch on this process.
+   *
+   * @return the number of batches per epoch on this process
+   */
   public long length() {
     long p = enter();
     try {
@@ -120,7 +146,11 @@ public final class DataLoader extends NativeObject {
     }
   }
 
-  /** Restarts at the beginning of {@code epoch}. */
+  /**
+   * Restarts at the beginning of {@code epoch}.
+   *
+   * @param epoch the epoch to start
+   */
   public void setEpoch(long epoch) {
     long p = enter();
     try {
@@ -130,7 +160,11 @@ public final class DataLoader extends NativeObject {
     }
   }
 
-  /** Whether the last batch of the epoch is current. */
+  /**
+   * Whether the last batch of the epoch is current.
+   *
+   * @return true when the current batch is the epoch's last
+   */
   public boolean endOfEpoch() {
     long p = enter();
     try {

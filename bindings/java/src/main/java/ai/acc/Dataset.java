@@ -21,7 +21,14 @@ public final class Dataset extends NativeObject {
   /** Produces sample {@code index} of a {@link #fromFunction} dataset. */
   @FunctionalInterface
   public interface SampleFunction {
-    /** The sample; the dataset takes ownership of its tensors (they are closed for the caller). */
+    /**
+     * The sample; the dataset takes ownership of its tensors (they are closed for the caller).
+     *
+     * @param index the sample's index, from 0 to the dataset's length - 1
+     * @return the sample, with an input
+     * @throws Exception any failure: it fails the loader's call with {@link ErrorCode#CALLBACK}, with the
+     *     exception as the cause
+     */
     Sample get(long index) throws Exception;
   }
 
@@ -29,6 +36,11 @@ public final class Dataset extends NativeObject {
    * A dataset of {@code length} samples produced by {@code fn}, which libacc calls on the thread that
    * calls {@link DataLoader#next()}. An exception thrown by {@code fn} fails that call with {@link
    * ErrorCode#CALLBACK}, with the exception as the cause.
+   *
+   * @param length the number of samples
+   * @param fn produces the samples
+   * @return the dataset; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} when {@code fn} is null or {@code length} negative
    */
   public static Dataset fromFunction(long length, SampleFunction fn) {
     NativeLoader.load();
@@ -45,6 +57,11 @@ public final class Dataset extends NativeObject {
     /**
      * The sample ({@code {"input_ids": ..., "labels": ...}}); every sample names the same tensors in
      * the same order. The dataset takes ownership of the batch (it is closed for the caller).
+     *
+     * @param index the sample's index, from 0 to the dataset's length - 1
+     * @return the sample
+     * @throws Exception any failure: it fails the loader's call with {@link ErrorCode#CALLBACK}, with the
+     *     exception as the cause
      */
     Batch get(long index) throws Exception;
   }
@@ -53,6 +70,11 @@ public final class Dataset extends NativeObject {
    * A dataset of {@code length} named samples produced by {@code fn}, which libacc calls on the thread
    * that calls {@link DataLoader#nextBatch()} (or {@link DataLoader#next()}). An exception thrown by
    * {@code fn} fails that call with {@link ErrorCode#CALLBACK}, with the exception as the cause.
+   *
+   * @param length the number of samples
+   * @param fn produces the samples
+   * @return the dataset; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} when {@code fn} is null or {@code length} negative
    */
   public static Dataset fromBatchFunction(long length, BatchFunction fn) {
     NativeLoader.load();
@@ -67,6 +89,9 @@ public final class Dataset extends NativeObject {
    * A dataset of named columns (torch's TensorDataset, named): sample {@code i} is {@code {name:
    * columns[name][i]}}. The tensors must agree in their number of rows; they are copied, so {@code
    * columns} may be closed at once.
+   *
+   * @param columns the columns by name, tensors with the same number of rows
+   * @return the dataset; close it
    */
   public static Dataset fromBatch(Batch columns) {
     NativeLoader.load();
@@ -132,7 +157,13 @@ public final class Dataset extends NativeObject {
     }
   }
 
-  /** Samples are the rows (dim 0) of {@code inputs} and, when not null, of {@code targets} (copied). */
+  /**
+   * Samples are the rows (dim 0) of {@code inputs} and, when not null, of {@code targets} (copied).
+   *
+   * @param inputs the inputs, a sample per row
+   * @param targets the targets, a sample per row; null for none
+   * @return the dataset; close it
+   */
   public static Dataset fromTensors(Tensor inputs, Tensor targets) {
     NativeLoader.load();
     long x = enter(inputs), y = enter(targets);
@@ -146,7 +177,15 @@ public final class Dataset extends NativeObject {
     }
   }
 
-  /** A memory-mapped token file: {@code {"block_size": T, "dtype": "uint16"|"int32"}}. */
+  /**
+   * A memory-mapped token file: {@code {"block_size": T, "dtype": "uint16"|"int32"}}.
+   *
+   * @param path the token file
+   * @param optionsJson the options, a JSON object with {@code "block_size"}
+   * @return the dataset; close it
+   * @throws AccException {@link ErrorCode#IO} when the file cannot be read; {@link ErrorCode#INVALID_CONFIG}
+   *     for bad options
+   */
   public static Dataset fromTokenFile(String path, String optionsJson) {
     NativeLoader.load();
     long[] out = new long[1];
@@ -154,7 +193,11 @@ public final class Dataset extends NativeObject {
     return new Dataset(out[0]);
   }
 
-  /** The number of samples. */
+  /**
+   * The number of samples.
+   *
+   * @return the number of samples
+   */
   public long length() {
     long p = enter();
     try {

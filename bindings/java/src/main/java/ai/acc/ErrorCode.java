@@ -35,12 +35,21 @@ public enum ErrorCode {
     this.value = value;
   }
 
-  /** The numeric status code. */
+  /**
+   * The numeric status code.
+   *
+   * @return the acc_status number
+   */
   public int value() {
     return value;
   }
 
-  /** The code for a status number; unknown numbers map to {@link #INTERNAL}. */
+  /**
+   * The code for a status number; unknown numbers map to {@link #INTERNAL}.
+   *
+   * @param status a status number (acc_status)
+   * @return its code; {@link #INTERNAL} for a number this version does not know
+   */
   public static ErrorCode of(int status) {
     for (ErrorCode c : values()) {
       if (c.value == status) return c;

@@ -17,6 +17,11 @@ public final class Model extends NativeObject {
    * A built-in model from its JSON spec, e.g. {@code {"type": "mlp", "sizes": [4, 32, 1],
    * "activation": "tanh", "loss": "mse"}}. Parameters come from the CPU generator (seed it through
    * the accelerator's "seed").
+   *
+   * @param specJson the model's spec, a JSON object
+   * @return the model; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} for a bad spec (no or an unknown type, an unknown key,
+   *     a bad value)
    */
   public static Model create(String specJson) {
     NativeLoader.load();
@@ -25,7 +30,15 @@ public final class Model extends NativeObject {
     return new Model(out[0]);
   }
 
-  /** Loads a TorchScript module; options: {@code {"loss": "mse"|"cross_entropy"|"none"}}. */
+  /**
+   * Loads a TorchScript module; options: {@code {"loss": "mse"|"cross_entropy"|"none"}}.
+   *
+   * @param path the TorchScript file
+   * @param optionsJson the options, a JSON object; null for the defaults (no loss)
+   * @return the model; close it
+   * @throws AccException {@link ErrorCode#IO} when the file cannot be opened; {@link ErrorCode#INVALID_CONFIG}
+   *     for bad options
+   */
   public static Model loadTorchScript(String path, String optionsJson) {
     NativeLoader.load();
     long[] out = new long[1];
@@ -48,6 +61,12 @@ public final class Model extends NativeObject {
    * them. The model comes in eval mode; it takes the named batch {@code "input_ids"} (with optional
    * {@code "attention_mask"}, {@code "position_ids"}, {@code "labels"}) and returns {@code "logits"}
    * (and {@code "loss"}). {@link #generate} continues token sequences with it. See docs/hf-models.md.
+   *
+   * @param dir the model directory
+   * @param optionsJson the options, a JSON object; {@code null} for {@code {}}
+   * @return the model, in eval mode; close it
+   * @throws AccException {@link ErrorCode#IO} for a missing file; {@link ErrorCode#INVALID_ARGUMENT} for names
+   *     or shapes that differ from transformers'; {@link ErrorCode#UNSUPPORTED} for another architecture
    */
   public static Model fromPretrained(String dir, String optionsJson) {
     NativeLoader.load();
@@ -56,7 +75,13 @@ public final class Model extends NativeObject {
     return new Model(out[0]);
   }
 
-  /** {@link #fromPretrained(String, String)} with the default options. */
+  /**
+   * {@link #fromPretrained(String, String)} with the default options.
+   *
+   * @param dir the model directory
+   * @return the model, in eval mode; close it
+   * @throws AccException as {@link #fromPretrained(String, String)}
+   */
   public static Model fromPretrained(String dir) {
     return fromPretrained(dir, null);
   }
@@ -69,6 +94,12 @@ public final class Model extends NativeObject {
    * #fromPretrained}'s ({@code null}: {@code {}}), plus {@code {"device": "meta"}}: Accelerate's {@code
    * init_empty_weights}, the names and shapes without weight memory (for {@link #moduleSizes} and {@link
    * #inferAutoDeviceMap}). {@link #savePretrained} writes it with its config.
+   *
+   * @param configJson the text of a {@code config.json}
+   * @param optionsJson the options, a JSON object; {@code null} for {@code {}}
+   * @return the model; close it
+   * @throws AccException {@link ErrorCode#UNSUPPORTED} for an architecture {@link #fromPretrained} does not know,
+   *     naming it
    */
   public static Model fromConfig(String configJson, String optionsJson) {
     NativeLoader.load();
@@ -77,7 +108,13 @@ public final class Model extends NativeObject {
     return new Model(out[0]);
   }
 
-  /** {@link #fromConfig(String, String)} with the default options. */
+  /**
+   * {@link #fromConfig(String, String)} with the default options.
+   *
+   * @param configJson the text of a {@code config.json}
+   * @return the model; close it
+   * @throws AccException as {@link #fromConfig(String, String)}
+   */
   public static Model fromConfig(String configJson) {
     return fromConfig(configJson, null);
   }
@@ -89,6 +126,11 @@ public final class Model extends NativeObject {
      * The tokens just chosen, one per sequence (a finished sequence gets the pad token); return true
      * to go on, false to stop there. An exception stops generation and fails {@link #generate} with
      * {@link ErrorCode#CALLBACK}, with the exception as the cause.
+     *
+     * @param tokens the tokens chosen at this step, one per sequence
+     * @return true to go on, false to stop
+     * @throws Exception any failure: it stops generation and fails {@link #generate} with {@link
+     *     ErrorCode#CALLBACK}
      */
     boolean onTokens(long[] tokens) throws Exception;
   }
@@ -103,6 +145,15 @@ public final class Model extends NativeObject {
    * "eos_token_id": id or [ids], "pad_token_id": id, "seed": n}}; greedy decoding equals
    * transformers'. {@code onTokens} ({@code null}: none) runs on this thread after every step while
    * the model is in use (calling the model from it fails with {@link ErrorCode#BUSY}).
+   *
+   * @param inputIds the prompts, [batch, time] integer token ids
+   * @param attentionMask [batch, time] of 0/1, zeros where {@code inputIds} is padded; {@code null}: no padding
+   * @param optionsJson the generation options, a JSON object; {@code null} for the model's
+   *     generation_config.json
+   * @param onTokens called after every step; {@code null} for none
+   * @return the whole sequences, [batch, time + n] int64; close it
+   * @throws AccException {@link ErrorCode#CALLBACK} when {@code onTokens} throws (the exception is the cause);
+   *     {@link ErrorCode#INVALID_ARGUMENT} for a model that is not a causal LM
    */
   public Tensor generate(Tensor inputIds, Tensor attentionMask, String optionsJson, TokenListener onTokens) {
     TokenAdapter adapter = onTokens == null ? null : new TokenAdapter(onTokens);
@@ -128,7 +179,15 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** {@link #generate(Tensor, Tensor, String, TokenListener)} without padding or a listener. */
+  /**
+   * {@link #generate(Tensor, Tensor, String, TokenListener)} without padding or a listener.
+   *
+   * @param inputIds the prompts, [batch, time] integer token ids, not padded
+   * @param optionsJson the generation options, a JSON object; {@code null} for the model's
+   *     generation_config.json
+   * @return the whole sequences, [batch, time + n] int64; close it
+   * @throws AccException as {@link #generate(Tensor, Tensor, String, TokenListener)}
+   */
   public Tensor generate(Tensor inputIds, String optionsJson) {
     return generate(inputIds, null, optionsJson, null);
   }
@@ -164,7 +223,13 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** Runs the model; with targets the result also holds the scalar loss (ready for backward). */
+  /**
+   * Runs the model; with targets the result also holds the scalar loss (ready for backward).
+   *
+   * @param input the input
+   * @param targets the targets; null for none
+   * @return the output and the loss (null without targets); close it
+   */
   public Output forward(Tensor input, Tensor targets) {
     long p = enter();
     long x = enter(input), y = enter(targets);
@@ -180,7 +245,13 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** Runs the model and returns only the scalar loss (a training step). */
+  /**
+   * Runs the model and returns only the scalar loss (a training step).
+   *
+   * @param input the input
+   * @param targets the targets
+   * @return the scalar loss, with its autograd graph; close it
+   */
   public Tensor loss(Tensor input, Tensor targets) {
     long p = enter();
     long x = enter(input), y = enter(targets);
@@ -195,7 +266,12 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** Runs the model and returns only its output. */
+  /**
+   * Runs the model and returns only its output.
+   *
+   * @param input the input
+   * @return the output; close it
+   */
   public Tensor predict(Tensor input) {
     long p = enter();
     long x = enter(input);
@@ -217,6 +293,10 @@ public final class Model extends NativeObject {
    * {@code "logits"} (and {@code "loss"}); a TorchScript module gets the tensors by its forward's
    * argument names. A name the model does not take is refused. The loss keeps its graph, ready for
    * {@link Accelerator#backward}.
+   *
+   * @param batch the inputs by name
+   * @return the outputs by name; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a name the model does not take
    */
   public Batch forwardBatch(Batch batch) {
     long p = enter();
@@ -231,7 +311,11 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** Training (dropout on) or evaluation mode. */
+  /**
+   * Training (dropout on) or evaluation mode.
+   *
+   * @param training true for training mode, false for evaluation mode
+   */
   public void setTraining(boolean training) {
     long p = enter();
     try {
@@ -241,7 +325,11 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** The number of scalar parameters. */
+  /**
+   * The number of scalar parameters.
+   *
+   * @return the number of parameter elements
+   */
   public long numParameters() {
     long p = enter();
     try {
@@ -260,6 +348,9 @@ public final class Model extends NativeObject {
    * their own; as Accelerate, a dtype wider than a tensor's own does not grow it). A tied output
    * embedding counts once. Works on an empty model ({@link #fromConfig} with {@code {"device":
    * "meta"}}). See docs/big-models.md.
+   *
+   * @param dtype the dtype floating tensors are counted in; {@code null} for their own
+   * @return the bytes by dotted name, in the model's order, {@code ""} first
    */
   public Map<String, Long> moduleSizes(String dtype) {
     long p = enter();
@@ -290,9 +381,11 @@ public final class Model extends NativeObject {
    * "offload_buffers", "fallback_allocation"}}; an unknown key, device or size is {@link
    * ErrorCode#INVALID_CONFIG} naming it. See docs/big-models.md.
    *
+   * @param optionsJson the options, a JSON object; {@code null} for {@code {}}
    * @return module name to device, in the model's order: an {@link Integer} for an accelerator's
    *     index, the {@link String} {@code "cpu"} or {@code "disk"} otherwise, e.g. {@code
    *     {"model.embed_tokens": 0, ..., "lm_head": "cpu"}}, as Accelerate's for the same sizes and budget
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} for an unknown key, device or size, naming it
    */
   public Map<String, Object> inferAutoDeviceMap(String optionsJson) {
     long p = enter();
@@ -310,7 +403,13 @@ public final class Model extends NativeObject {
     return devices;
   }
 
-  /** Copies of the named parameters and buffers, in order. Close the tensors. */
+  /**
+   * Copies of the named parameters and buffers, in order. Close the tensors.
+   *
+   * @return the copies by name, parameters then buffers
+   * @throws AccException {@link ErrorCode#INVALID_STATE} for a model prepared under ZeRO-3 or FSDP (its
+   *     parameters are shards: use {@link #saveModel})
+   */
   public Map<String, Tensor> stateDict() {
     long p = enter();
     Map<String, Tensor> out = new LinkedHashMap<>();
@@ -332,7 +431,12 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** Writes the state dict to a safetensors file, atomically. */
+  /**
+   * Writes the state dict to a safetensors file, atomically.
+   *
+   * @param path the file to write
+   * @throws AccException {@link ErrorCode#INVALID_STATE} under ZeRO-3 or FSDP, as {@link #stateDict}
+   */
   public void saveSafetensors(String path) {
     long p = enter();
     try {
@@ -348,6 +452,10 @@ public final class Model extends NativeObject {
    * model.safetensors.index.json} when it is larger than {@code maxShardSize} ({@code "10GB"}: 10^10
    * bytes, {@code "10GiB"}: 10 * 2^30, or a number of bytes; {@code null} for {@code "10GB"}). A prepared
    * model is written by the main process, every process calling (collective). See docs/checkpoints.md.
+   *
+   * @param dir the directory, created when missing
+   * @param maxShardSize the largest shard, e.g. {@code "10GB"}; {@code null} for {@code "10GB"}
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a {@code maxShardSize} it cannot read, naming it
    */
   public void saveModel(String dir, String maxShardSize) {
     long p = enter();
@@ -366,6 +474,11 @@ public final class Model extends NativeObject {
    * #fromPretrained} and transformers' {@code from_pretrained} load {@code dir}. Another model is
    * {@link ErrorCode#INVALID_ARGUMENT}. A prepared model is written by the main process, every process
    * calling (collective).
+   *
+   * @param dir the directory
+   * @param maxShardSize the largest shard, as {@link #saveModel}'s; {@code null} for {@code "10GB"}
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a model not of {@link #fromPretrained} or {@link
+   *     #fromConfig}
    */
   public void savePretrained(String dir, String maxShardSize) {
     long p = enter();
@@ -376,7 +489,13 @@ public final class Model extends NativeObject {
     }
   }
 
-  /** Loads a safetensors file; every name and shape must match. */
+  /**
+   * Loads a safetensors file; every name and shape must match.
+   *
+   * @param path the safetensors file
+   * @throws AccException {@link ErrorCode#IO} when the file cannot be read; {@link ErrorCode#INVALID_ARGUMENT}
+   *     for a name or shape that does not match
+   */
   public void loadSafetensors(String path) {
     long p = enter();
     try {

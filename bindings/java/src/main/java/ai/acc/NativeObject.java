@@ -50,7 +50,11 @@ public abstract class NativeObject implements AutoCloseable {
     this.cleanable = CLEANER.register(this, release);
   }
 
-  /** The number of handles released by the cleaner because nobody closed them. */
+  /**
+   * The number of handles released by the cleaner because nobody closed them.
+   *
+   * @return the number of such handles so far, of every handle class
+   */
   public static long leakedHandles() {
     return LEAKS.get();
   }
@@ -80,7 +84,11 @@ public abstract class NativeObject implements AutoCloseable {
     if (o != null) o.leave(p);
   }
 
-  /** True once {@link #close()} was called. */
+  /**
+   * True once {@link #close()} was called.
+   *
+   * @return whether this handle is closed
+   */
   public final boolean isClosed() {
     synchronized (lock) {
       return closed;

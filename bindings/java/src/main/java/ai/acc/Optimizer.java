@@ -12,6 +12,11 @@ public final class Optimizer extends NativeObject {
    * An optimizer over all parameters of {@code model}: {@code {"type": "sgd"|"adam"|"adamw", "lr",
    * "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}}, with
    * PyTorch's defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options".
+   *
+   * @param model the model whose parameters it updates
+   * @param optionsJson the options, a JSON object with {@code "type"}
+   * @return the optimizer; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} for a missing type, an unknown key or a bad value
    */
   public static Optimizer create(Model model, String optionsJson) {
     NativeLoader.load();
@@ -45,7 +50,11 @@ public final class Optimizer extends NativeObject {
     }
   }
 
-  /** Whether the last step was skipped (fp16 found inf/nan gradients). */
+  /**
+   * Whether the last step was skipped (fp16 found inf/nan gradients).
+   *
+   * @return true when the last step was skipped
+   */
   public boolean stepWasSkipped() {
     long p = enter();
     try {
@@ -57,7 +66,11 @@ public final class Optimizer extends NativeObject {
     }
   }
 
-  /** The current learning rate. */
+  /**
+   * The current learning rate.
+   *
+   * @return the learning rate of the first parameter group
+   */
   public double lr() {
     long p = enter();
     try {

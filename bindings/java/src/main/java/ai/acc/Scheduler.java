@@ -11,6 +11,12 @@ public final class Scheduler extends NativeObject {
   /**
    * A schedule: {@code {"type": "constant"|"linear"|"cosine", "warmup_steps": 0, "total_steps": N,
    * "min_lr_ratio": 0.0}}.
+   *
+   * @param opt the optimizer whose learning rate it sets
+   * @param optionsJson the schedule, a JSON object; null for a constant one
+   * @return the scheduler; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} for a bad schedule, e.g. "cosine" without
+   *     "total_steps"
    */
   public static Scheduler create(Optimizer opt, String optionsJson) {
     NativeLoader.load();
@@ -34,7 +40,11 @@ public final class Scheduler extends NativeObject {
     }
   }
 
-  /** The learning rate the schedule set last. */
+  /**
+   * The learning rate the schedule set last.
+   *
+   * @return the learning rate
+   */
   public double lastLr() {
     long p = enter();
     try {

@@ -28,7 +28,15 @@ public final class Tensor extends NativeObject {
     return ptr == 0 ? null : new Tensor(ptr);
   }
 
-  /** Copies {@code data} (row-major, native byte order) into a new CPU tensor; no shape: a scalar. */
+  /**
+   * Copies {@code data} (row-major, native byte order) into a new CPU tensor; no shape: a scalar.
+   *
+   * @param data the bytes: the shape's element count times {@code dtype}'s size
+   * @param dtype the element type
+   * @param shape the dimensions; none for a scalar
+   * @return the tensor; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} when the length of {@code data} does not match
+   */
   public static Tensor fromBytes(byte[] data, DType dtype, long... shape) {
     NativeLoader.load();
     long[] out = new long[1];
@@ -44,28 +52,52 @@ public final class Tensor extends NativeObject {
     return ByteBuffer.allocate(bytes).order(ByteOrder.nativeOrder());
   }
 
-  /** Copies floats into a float32 tensor (default shape: a vector). */
+  /**
+   * Copies floats into a float32 tensor (default shape: a vector).
+   *
+   * @param values the elements, row-major
+   * @param shape the dimensions; none for a vector of all the values
+   * @return the tensor; close it
+   */
   public static Tensor fromFloats(float[] values, long... shape) {
     ByteBuffer b = heap(values.length * 4);
     b.asFloatBuffer().put(values);
     return fromBytes(b.array(), DType.FLOAT32, vectorIfEmpty(shape, values.length));
   }
 
-  /** Copies doubles into a float64 tensor (default shape: a vector). */
+  /**
+   * Copies doubles into a float64 tensor (default shape: a vector).
+   *
+   * @param values the elements, row-major
+   * @param shape the dimensions; none for a vector of all the values
+   * @return the tensor; close it
+   */
   public static Tensor fromDoubles(double[] values, long... shape) {
     ByteBuffer b = heap(values.length * 8);
     b.asDoubleBuffer().put(values);
     return fromBytes(b.array(), DType.FLOAT64, vectorIfEmpty(shape, values.length));
   }
 
-  /** Copies longs into an int64 tensor (default shape: a vector). */
+  /**
+   * Copies longs into an int64 tensor (default shape: a vector).
+   *
+   * @param values the elements, row-major
+   * @param shape the dimensions; none for a vector of all the values
+   * @return the tensor; close it
+   */
   public static Tensor fromLongs(long[] values, long... shape) {
     ByteBuffer b = heap(values.length * 8);
     b.asLongBuffer().put(values);
     return fromBytes(b.array(), DType.INT64, vectorIfEmpty(shape, values.length));
   }
 
-  /** Copies ints into an int32 tensor (default shape: a vector). */
+  /**
+   * Copies ints into an int32 tensor (default shape: a vector).
+   *
+   * @param values the elements, row-major
+   * @param shape the dimensions; none for a vector of all the values
+   * @return the tensor; close it
+   */
   public static Tensor fromInts(int[] values, long... shape) {
     ByteBuffer b = heap(values.length * 4);
     b.asIntBuffer().put(values);
@@ -76,6 +108,13 @@ public final class Tensor extends NativeObject {
    * Wraps a direct ByteBuffer without copying (zero-copy through DLPack). The tensor uses the
    * buffer's whole capacity from its base address, in native byte order, and keeps the buffer alive
    * until libacc releases the memory. Heap buffers are refused: copy them with {@link #fromBytes}.
+   *
+   * @param direct the direct buffer
+   * @param dtype the element type
+   * @param shape the dimensions; none for a scalar
+   * @return the tensor; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a null or heap buffer, or a capacity that does
+   *     not match the shape
    */
   public static Tensor wrap(ByteBuffer direct, DType dtype, long... shape) {
     NativeLoader.load();
@@ -87,7 +126,11 @@ public final class Tensor extends NativeObject {
     return new Tensor(out[0], direct);
   }
 
-  /** The dimensions. */
+  /**
+   * The dimensions.
+   *
+   * @return the dimensions; empty for a scalar
+   */
   public long[] shape() {
     long p = enter();
     try {
@@ -101,7 +144,11 @@ public final class Tensor extends NativeObject {
     }
   }
 
-  /** The element type. */
+  /**
+   * The element type.
+   *
+   * @return the element type
+   */
   public DType dtype() {
     long p = enter();
     try {
@@ -113,7 +160,11 @@ public final class Tensor extends NativeObject {
     }
   }
 
-  /** The number of elements. */
+  /**
+   * The number of elements.
+   *
+   * @return the number of elements
+   */
   public long numel() {
     long p = enter();
     try {
@@ -125,7 +176,11 @@ public final class Tensor extends NativeObject {
     }
   }
 
-  /** The size of the data in bytes. */
+  /**
+   * The size of the data in bytes.
+   *
+   * @return the size in bytes
+   */
   public long nbytes() {
     long p = enter();
     try {
@@ -137,7 +192,12 @@ public final class Tensor extends NativeObject {
     }
   }
 
-  /** The value of a one-element tensor, as a double. */
+  /**
+   * The value of a one-element tensor, as a double.
+   *
+   * @return the value
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a tensor without exactly one element
+   */
   public double item() {
     long p = enter();
     try {
@@ -149,7 +209,12 @@ public final class Tensor extends NativeObject {
     }
   }
 
-  /** Copies the data into {@code dst}, which must be exactly {@link #nbytes()} long. */
+  /**
+   * Copies the data into {@code dst}, which must be exactly {@link #nbytes()} long.
+   *
+   * @param dst the destination
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} when its length differs
+   */
   public void copyTo(byte[] dst) {
     long p = enter();
     try {
@@ -159,7 +224,11 @@ public final class Tensor extends NativeObject {
     }
   }
 
-  /** A copy of the data (row-major, native byte order). */
+  /**
+   * A copy of the data (row-major, native byte order).
+   *
+   * @return the bytes
+   */
   public byte[] toBytes() {
     byte[] b = new byte[Math.toIntExact(nbytes())];
     copyTo(b);
@@ -172,7 +241,12 @@ public final class Tensor extends NativeObject {
     return ByteBuffer.wrap(toBytes()).order(ByteOrder.nativeOrder());
   }
 
-  /** A copy of a float32 tensor's elements. */
+  /**
+   * A copy of a float32 tensor's elements.
+   *
+   * @return the elements, row-major
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a tensor of another dtype
+   */
   public float[] toFloats() {
     ByteBuffer b = copyAs(DType.FLOAT32);
     float[] v = new float[b.remaining() / 4];
@@ -180,7 +254,12 @@ public final class Tensor extends NativeObject {
     return v;
   }
 
-  /** A copy of a float64 tensor's elements. */
+  /**
+   * A copy of a float64 tensor's elements.
+   *
+   * @return the elements, row-major
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a tensor of another dtype
+   */
   public double[] toDoubles() {
     ByteBuffer b = copyAs(DType.FLOAT64);
     double[] v = new double[b.remaining() / 8];
@@ -188,7 +267,12 @@ public final class Tensor extends NativeObject {
     return v;
   }
 
-  /** A copy of an int64 tensor's elements. */
+  /**
+   * A copy of an int64 tensor's elements.
+   *
+   * @return the elements, row-major
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a tensor of another dtype
+   */
   public long[] toLongs() {
     ByteBuffer b = copyAs(DType.INT64);
     long[] v = new long[b.remaining() / 8];
@@ -196,7 +280,12 @@ public final class Tensor extends NativeObject {
     return v;
   }
 
-  /** A copy of an int32 tensor's elements. */
+  /**
+   * A copy of an int32 tensor's elements.
+   *
+   * @return the elements, row-major
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a tensor of another dtype
+   */
   public int[] toInts() {
     ByteBuffer b = copyAs(DType.INT32);
     int[] v = new int[b.remaining() / 4];
@@ -208,6 +297,8 @@ public final class Tensor extends NativeObject {
    * Exports the tensor's memory without copying (DLPack). The tensor must be in CPU memory and
    * contiguous. The view's buffer stays valid until the view is closed, also after this tensor is
    * closed; using the buffer after {@link TensorView#close()} is a use-after-free.
+   *
+   * @return the view; close it
    */
   public TensorView view() {
     long p = enter();

@@ -26,7 +26,11 @@ public final class TensorView extends NativeObject {
     this.buffer = b.order(ByteOrder.nativeOrder());
   }
 
-  /** The tensor's bytes, without a copy. Do not use it after {@link #close()}. */
+  /**
+   * The tensor's bytes, without a copy. Do not use it after {@link #close()}.
+   *
+   * @return a direct ByteBuffer over the tensor's bytes, in native byte order
+   */
   public ByteBuffer buffer() {
     return buffer;
   }

@@ -69,7 +69,8 @@ if ((check_bindings)); then
   # for no libacc (documenting links nothing).
   rustdoc_check() {
     (cd examples/rust && cargo fmt --check) && cd bindings/rust && cargo fmt --check &&
-      ACC_LIB_DIR=$tmp CARGO_TARGET_DIR=$out/cargo RUSTDOCFLAGS="-D warnings" cargo doc --offline --no-deps --workspace -q
+      ACC_LIB_DIR=$tmp CARGO_TARGET_DIR=$out/cargo RUSTDOCFLAGS="-D warnings" \
+        cargo doc --offline --no-deps --workspace -q
   }
   check cargo "cargo fmt and rustdoc (bindings/rust, examples/rust)" rustdoc_check
 

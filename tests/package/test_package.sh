@@ -113,7 +113,9 @@ fi
 
 # 4. What the libraries load: only the bundle and the system's directories.
 outside=""
-for f in "$B/lib/libacc.so.1" "$B/lib/libacc_torch.so" "$B/bin/acc" "$B/libexec/acc/acc-selftest"; do
+plugin=()
+[[ -f $B/lib/libacc_cuda.so ]] && plugin=("$B/lib/libacc_cuda.so")
+for f in "$B/lib/libacc.so.1" "$B/lib/libacc_torch.so" "$B/bin/acc" "$B/libexec/acc/acc-selftest" "${plugin[@]}"; do
   while read -r so path; do
     case $path in
       "$B"/*|/lib/*|/lib64/*|/usr/lib/*|/usr/lib64/*) ;;
@@ -121,7 +123,7 @@ for f in "$B/lib/libacc.so.1" "$B/lib/libacc_torch.so" "$B/bin/acc" "$B/libexec/
     esac
   done < <(env -i PATH=/usr/bin:/bin ldd "$f" | awk '/=>/ { print $1, ($3 == "not" ? "NOT-FOUND" : $3) }')
 done
-[[ -z $outside ]] && ok "ldd: libacc, libacc_torch, acc and acc-selftest load only from the bundle and /lib, /usr/lib" ||
+[[ -z $outside ]] && ok "ldd: libacc, libacc_torch, acc, acc-selftest${plugin:+ and the CUDA plugin} load only from the bundle and /lib, /usr/lib" ||
   fail "ldd resolves outside the bundle:$outside"
 
 # 5. Build and run, in a clean environment, from a directory outside the checkout, with the checkout hidden.
@@ -158,10 +160,11 @@ if [ "${SKIP_CXX:-0}" != 1 ]; then
     '"$B/bin/acc" launch --cpu --num_processes 2 ./train_custom --steps 5 --out custom >custom.out 2>&1 || { cat custom.out; exit 1; }
      test -s custom/model.safetensors || { cat custom.out; exit 1; }'
 fi
-step "acc env finds the bundle's libacc (a cpu bundle's build info says \"cuda\": false)" sh -c \
+step "acc env finds the bundle's libacc (its build info says \"cuda\": false in a cpu bundle, true in a cuda one)" sh -c \
   '"$B/bin/acc" env >env.out 2>&1 || { cat env.out; exit 1; }
    grep -q "libacc location: $B/lib/libacc.so" env.out && grep -q "libacc version: $VERSION" env.out &&
-   { [ "$FLAVOR" != cpu ] || grep -qF "\"cuda\": false, \"backends\": [\"gloo\"]" env.out; } || { cat env.out; exit 1; }'
+   if [ "$FLAVOR" = cpu ]; then want="\"cuda\": false, \"backends\": [\"gloo\"]"; else want="\"cuda\": true"; fi &&
+   grep -qF "$want" env.out || { cat env.out; exit 1; }'
 step "acc test (1 process)" sh -c '"$B/bin/acc" test --cpu >test1.out 2>&1 || { cat test1.out; exit 1; }'
 step "acc test --num_processes 2" sh -c '"$B/bin/acc" test --cpu --num_processes 2 >test2.out 2>&1 || { cat test2.out; exit 1; }
    grep -q "success" test2.out || { cat test2.out; exit 1; }'

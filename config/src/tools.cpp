@@ -389,11 +389,6 @@ std::optional<std::string> unsupported_setting(const Config& c) {
     return refuse("use_parallelism_config", "N-d parallelism (parallelism_config)", "train with DDP (the default) instead");
   if (c.get_string("dynamo_plugin.backend") != "NO")
     return refuse("dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
-  if (const std::string hook = lower(c.get_string("ddp_kwargs.comm_hook"));
-      hook != "no" && hook != "fp16" && hook != "bf16" && hook != "power_sgd")
-    return refuse("ddp_kwargs.comm_hook", "the DDP communication hook \"" + hook + "\"", "use no, fp16, bf16 or power_sgd");
-  if (lower(c.get_string("ddp_kwargs.comm_wrapper")) != "no")
-    return refuse("ddp_kwargs.comm_wrapper", "a DDP communication wrapper", "set it to \"no\"");
   // Trackers: libacc writes TensorBoard event files, JSON lines, CSV and MLflow's file store (src/tracking).
   if (c.is_set("log_with"))
     for (const auto& t : c.get_string_list("log_with"))

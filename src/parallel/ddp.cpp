@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -41,7 +42,8 @@ struct GradientReducer::State {
   std::vector<at::Tensor> error, q_memory;
 
   bool power_sgd_now() const { return opts.power_sgd.on && iterations >= opts.power_sgd.start_iter; }
-  void power_sgd(size_t bucket_index);
+  void power_sgd(size_t bucket_index, at::Tensor& buf);
+  void batched_power_sgd(size_t bucket_index, at::Tensor& buf);
   bool armed = false;
   std::mutex mu;  // autograd may call hooks from its worker thread
 
@@ -52,7 +54,8 @@ struct GradientReducer::State {
       Bucket& b = buckets[next_to_launch++];
       if (opts.compress != at::ScalarType::Undefined) {
         // torch's fp16/bf16 compress hooks: divide before the sum, in the narrow dtype, so it cannot overflow.
-        b.wire = b.flat.to(opts.compress).div_(comm->size());
+        const at::Tensor in = opts.wrapper != at::ScalarType::Undefined ? b.flat.to(opts.wrapper) : b.flat;
+        b.wire = in.to(opts.compress).div_(comm->size());
         b.work = comm->all_reduce_sum_async(b.wire);
         bytes += b.wire.numel() * b.wire.element_size();
       } else {
@@ -93,24 +96,58 @@ void orthogonalize(at::Tensor& m, double epsilon) {
 
 }  // namespace
 
-void GradientReducer::State::power_sgd(size_t bi) {
-  // torch's powerSGD_hook on one bucket: vectors (and matrices too small to gain) are averaged whole; each matrix M
-  // (a gradient viewed as [size(0), rest]) becomes P Q^T: P = M Q summed over ranks and orthogonalised, then
-  // Q = M^T P summed and divided by the world size. The error feedback keeps what the approximation lost.
+void GradientReducer::State::batched_power_sgd(size_t bi, at::Tensor& buf) {
+  // torch's batched_powerSGD_hook: the bucket, zero-padded to side^2, is one side x side matrix M; P = M Q summed and
+  // orthogonalised, Q = M^T P summed and divided by the world size, M = P Q^T; error feedback over the padded bucket.
+  const DdpOptions::PowerSgd& o = opts.power_sgd;
+  const int64_t total = buf.numel(), side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(total))));
+  const int64_t r = std::min(side, o.rank);
+  at::Tensor padded = at::zeros({side * side}, buf.options());
+  padded.narrow(0, 0, total).copy_(buf);
+  at::Tensor original;
+  if (o.error_feedback) {
+    if (error[bi].defined()) padded.add_(error[bi]);
+    original = padded.clone();
+  }
+  at::Tensor matrix = padded.view({side, side});
+  at::Tensor& q = q_memory[bi];
+  if (!o.warm_start || !q.defined()) {  // the same random Q on every rank: one seeded generator
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + bi);
+    q = at::randn({side, r}, gen, buf.options().device(at::kCPU)).to(buf.device());
+  }
+  orthogonalize(q, o.epsilon);
+  at::Tensor p = at::mm(matrix, q);
+  comm->all_reduce(p, ReduceOp::Sum);
+  orthogonalize(p, o.epsilon);
+  at::mm_out(q, matrix.t(), p);
+  comm->all_reduce(q, ReduceOp::Sum);
+  q.div_(comm->size());
+  bytes += (p.numel() + q.numel()) * buf.element_size();
+  at::mm_out(matrix, p, q.t());
+  if (o.error_feedback) error[bi] = original - padded;
+  buf.copy_(padded.narrow(0, 0, total));
+}
+
+void GradientReducer::State::power_sgd(size_t bi, at::Tensor& buf) {
+  // torch's powerSGD_hook on one bucket (`buf`: its flat gradients, or their copy in a comm_wrapper's dtype): vectors
+  // (and matrices too small to gain) are averaged whole; each matrix M (a gradient viewed as [size(0), rest]) becomes
+  // P Q^T: P = M Q summed over ranks and orthogonalised, then Q = M^T P summed and divided by the world size. The
+  // error feedback keeps what the approximation lost.
   c10::NoGradGuard no_grad;
   const DdpOptions::PowerSgd& o = opts.power_sgd;
   Bucket& b = buckets[bi];
   if (error.size() < buckets.size()) error.resize(buckets.size()), q_memory.resize(buckets.size());
+  if (o.batched) return batched_power_sgd(bi, buf);
   at::Tensor original;
   if (o.error_feedback) {
-    if (error[bi].defined()) b.flat.add_(error[bi]);
-    original = b.flat.clone();
+    if (error[bi].defined()) buf.add_(error[bi]);
+    original = buf.clone();
   }
   std::vector<at::Tensor> whole, matrices;
   std::vector<int64_t> ranks;
   for (size_t j = 0; j < b.params.size(); ++j) {
     const at::Tensor& p = params[b.params[j]];
-    at::Tensor v = b.flat.narrow(0, b.offsets[j], p.numel());
+    at::Tensor v = buf.narrow(0, b.offsets[j], p.numel());
     const int64_t n = p.dim() > 0 ? p.size(0) : 1, m = p.numel() / std::max<int64_t>(n, 1);
     const int64_t r = std::min({n, m, o.rank});
     if (static_cast<double>((n + m) * r) * o.min_compression_rate < static_cast<double>(n * m)) {
@@ -138,10 +175,10 @@ void GradientReducer::State::power_sgd(size_t bi) {
     p_total += matrices[k].size(0) * ranks[k];
     q_total += matrices[k].size(1) * ranks[k];
   }
-  at::Tensor p_memory = at::empty({p_total}, b.flat.options());
+  at::Tensor p_memory = at::empty({p_total}, buf.options());
   at::Tensor& q_mem = q_memory[bi];
   const bool fresh = !o.warm_start || !q_mem.defined();
-  if (fresh) q_mem = at::empty({q_total}, b.flat.options());
+  if (fresh) q_mem = at::empty({q_total}, buf.options());
   std::vector<at::Tensor> ps, qs;
   int64_t po = 0, qo = 0;
   for (size_t k = 0; k < matrices.size(); ++k) {
@@ -152,7 +189,7 @@ void GradientReducer::State::power_sgd(size_t bi) {
   }
   if (fresh) {  // the same random Qs on every rank: one seeded generator
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + bi);
-    for (auto& q : qs) q.copy_(at::randn(q.sizes(), gen, b.flat.options()));
+    for (auto& q : qs) q.copy_(at::randn(q.sizes(), gen, buf.options()));
   }
   for (auto& q : qs) orthogonalize(q, o.epsilon);
   for (size_t k = 0; k < matrices.size(); ++k) at::mm_out(ps[k], matrices[k], qs[k]);
@@ -161,9 +198,9 @@ void GradientReducer::State::power_sgd(size_t bi) {
   for (size_t k = 0; k < matrices.size(); ++k) at::mm_out(qs[k], matrices[k].t(), ps[k]);
   comm->all_reduce(q_mem, ReduceOp::Sum);
   q_mem.mul_(inv_world);
-  bytes += (p_total + q_total) * b.flat.element_size();
+  bytes += (p_total + q_total) * buf.element_size();
   for (size_t k = 0; k < matrices.size(); ++k) at::mm_out(matrices[k], ps[k], qs[k].t());
-  if (o.error_feedback) error[bi] = original - b.flat;
+  if (o.error_feedback) error[bi] = original - buf;
 }
 
 namespace {
@@ -289,7 +326,10 @@ void GradientReducer::finalize_backward() {
   for (size_t bi = 0; bi < s.buckets.size(); ++bi) {
     Bucket& b = s.buckets[bi];
     if (power) {
-      s.power_sgd(bi);  // leaves the mean's approximation in b.flat
+      // A comm_wrapper's hook works on a narrow copy of the bucket, whose result comes back into it.
+      at::Tensor buf = s.opts.wrapper != at::ScalarType::Undefined ? b.flat.to(s.opts.wrapper) : b.flat;
+      s.power_sgd(bi, buf);  // leaves the mean's approximation in buf
+      if (!buf.is_same(b.flat)) b.flat.copy_(buf);
       for (size_t j = 0; j < b.params.size(); ++j) {
         at::Tensor& p = s.params[b.params[j]];
         at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());

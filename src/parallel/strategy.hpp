@@ -30,11 +30,16 @@ struct DdpOptions {
   // start_iter on, each bucket's matrices travel as rank-`rank` factors P, Q (M ~ P Q^T), with error feedback.
   struct PowerSgd {
     bool on = false;
+    // "batched_power_sgd" (torch's batched_powerSGD_hook): the whole bucket, zero-padded to a square, is one matrix.
+    bool batched = false;
     int64_t rank = 1, start_iter = 1000;
     double min_compression_rate = 2, epsilon = 0;
     bool error_feedback = true, warm_start = true;
     uint64_t seed = 0;
   } power_sgd;
+  // ddp_kwargs.comm_wrapper "fp16" / "bf16" (torch's fp16_compress_wrapper, bf16_compress_wrapper) around a hook:
+  // the hook runs on a copy of the bucket in this dtype, whose result comes back to the gradients' dtype.
+  at::ScalarType wrapper = at::ScalarType::Undefined;
 };
 
 class Strategy {

@@ -411,7 +411,14 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     const std::string hook = config_.get_string("ddp_kwargs.comm_hook");
     if (hook == "fp16") d.compress = at::kHalf;  // the config stores the schema's spelling
     if (hook == "bf16") d.compress = at::kBFloat16;
-    if (hook == "power_sgd") d.power_sgd = power_sgd_options(config_);
+    if (hook == "power_sgd" || hook == "batched_power_sgd") {
+      d.power_sgd = power_sgd_options(config_);
+      d.power_sgd.batched = hook == "batched_power_sgd";
+    }
+    // As Accelerate's register_comm_hook: a wrapper wraps the hook, and without a hook there is nothing to wrap.
+    const std::string wrapper = config_.get_string("ddp_kwargs.comm_wrapper");
+    if (hook != "no" && wrapper == "fp16") d.wrapper = at::kHalf;
+    if (hook != "no" && wrapper == "bf16") d.wrapper = at::kBFloat16;
     return make_ddp_strategy(model, device_, comm_, d);
   }
   ShardingOptions o;

@@ -369,6 +369,52 @@ TEST(Ddp, PowerSgdSendsLowRankFactorsWithErrorFeedback) {
   }
 }
 
+TEST(Ddp, BatchedPowerSgdAndCompressionWrappers) {
+  // ddp_kwargs.comm_hook batched_power_sgd: the whole bucket, zero-padded to a square, travels as one rank-r
+  // factorisation; ddp_kwargs.comm_wrapper fp16 / bf16 runs the hook on a 16-bit copy of the bucket (half the bytes).
+  auto comm = solo_group();
+  auto model = make_builtin_model(R"({"type": "mlp", "sizes": [32, 48, 8]})");
+  auto [names, params] = names_and_params(*model);
+  const int64_t elements = 32 * 48 + 48 + 48 * 8 + 8, side = 45;  // 1976 elements: ceil(sqrt) = 45
+  for (at::ScalarType wrapper : {at::ScalarType::Undefined, at::kHalf, at::kBFloat16}) {
+    DdpOptions opts;
+    opts.power_sgd.on = opts.power_sgd.batched = true;
+    opts.power_sgd.rank = 2;
+    opts.power_sgd.start_iter = 0;
+    opts.wrapper = wrapper;
+    GradientReducer reducer(comm, names, params, opts);
+    ASSERT_EQ(reducer.num_buckets(), 1u);
+    for (int step = 0; step < 2; ++step) {
+      for (auto& p : params) p.mutable_grad().reset();
+      reducer.prepare_for_backward(true);
+      model->forward({{"input", at::randn({16, 32})}, {"targets", at::randn({16, 8})}}).at("loss").backward();
+      std::vector<at::Tensor> fresh;
+      for (auto& p : params) fresh.push_back(p.grad().clone());
+      reducer.finalize_backward();
+      // P and Q, each side x rank, in the wrapper's dtype (4 bytes without one).
+      const int64_t bytes = wrapper == at::ScalarType::Undefined ? 4 : 2;
+      EXPECT_EQ(reducer.bytes_communicated(), 2 * side * 2 * bytes) << wrapper;
+      // The bucket as it was flattened (parameters in reverse order) as the side x side matrix: its rows without
+      // padding (which is not sent back) are of rank 2.
+      std::vector<at::Tensor> pieces;
+      for (size_t i = params.size(); i-- > 0;) pieces.push_back(params[i].grad().reshape({-1}));
+      at::Tensor padded = at::zeros({side * side});
+      padded.narrow(0, 0, elements).copy_(at::cat(pieces));
+      // (In 16 bits the product P Q^T is rounded: rank 2 up to that rounding, about 1e-2 relative for bf16.)
+      const std::optional<double> rtol = wrapper == at::ScalarType::Undefined ? std::nullopt : std::optional<double>(2e-2);
+      at::Tensor rows = padded.view({side, side}).narrow(0, 0, elements / side);
+      EXPECT_LE(at::linalg_matrix_rank(rows, std::nullopt, rtol, false).item<int64_t>(), 2) << wrapper;
+      bool changed = false;
+      for (size_t i = 0; i < params.size(); ++i) changed |= !at::allclose(params[i].grad(), fresh[i]);
+      EXPECT_TRUE(changed) << "an approximation of the gradients";
+      if (wrapper != at::ScalarType::Undefined) {
+        // The hook ran in 16 bits: every gradient is a value of that dtype.
+        for (auto& p : params) EXPECT_TRUE(at::equal(p.grad(), p.grad().to(wrapper).to(at::kFloat))) << wrapper;
+      }
+    }
+  }
+}
+
 TEST(Ddp, UnusedParametersAreNamed) {
   auto comm = solo_group();
   at::Tensor used = at::ones({2}).requires_grad_(), unused = at::ones({2}).requires_grad_();

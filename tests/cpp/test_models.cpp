@@ -131,8 +131,9 @@ TEST(ActivationCheckpointing, RecomputedBlocksGiveTheGradientsOfTheForwardThatHa
   for (auto& [name, p] : checkpointed->named_parameters())
     if (name.find(".wte.") != std::string::npos || name.find(".wpe.") != std::string::npos) p.requires_grad_(false);
   auto [loss_c, grads_c] = loss_and_grads(*checkpointed, ids);
-  for (auto& [name, g] : grads_c)
+  for (auto& [name, g] : grads_c) {
     if (name.find("transformer.h.") == 0) EXPECT_TRUE(g.defined() && g.abs().sum().item<double>() > 0) << name;
+  }
 
   // Without grad (evaluation, generation) a block runs once, as without checkpointing.
   c10::NoGradGuard no_grad;

@@ -1000,6 +1000,8 @@ TEST(Unsupported, NamedWithTheirSource) {
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "fp16"}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "bf16"}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "power_sgd"}})", {})));
+  EXPECT_FALSE(unsupported_setting(
+      resolve_accelerator(R"({"ddp_kwargs": {"comm_hook": "batched_power_sgd", "comm_wrapper": "bf16"}})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}})));
   struct Case {
     std::string json;
@@ -1014,7 +1016,6 @@ TEST(Unsupported, NamedWithTheirSource) {
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
       {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
-      {R"({"ddp_kwargs": {"comm_hook": "batched_power_sgd"}})", {}, "the DDP communication hook \"batched_power_sgd\""},
       {R"({"log_with": ["tensorboard", "wandb"]})", {}, "the tracker \"wandb\" is not supported yet by libacc; use tensorboard"},
       {R"({"init_process_group_kwargs": {"backend": "mpi"}})", {}, "the c10d backend \"mpi\""},
       {R"({"init_process_group_kwargs": {"init_method": "tcp://h:1"}})", {}, "a rendezvous other than env://"},

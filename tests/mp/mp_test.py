@@ -642,7 +642,12 @@ def case_sharded():
         hooks = {"no": '"comm_hook": "no"', "fp16": '"comm_hook": "fp16"', "bf16": '"comm_hook": "bf16"',
                  # PowerSGD (rank 1: these layers are 10 wide) from step 10, with error feedback
                  "power_sgd": '"comm_hook": "power_sgd", "comm_state_option": {"matrix_approximation_rank": 1, '
-                              '"start_powerSGD_iter": 10}'}
+                              '"start_powerSGD_iter": 10}',
+                 # the whole bucket as one square matrix (rank 4), and PowerSGD run in fp16 (comm_wrapper)
+                 "batched_power_sgd": '"comm_hook": "batched_power_sgd", "comm_state_option": '
+                                      '{"matrix_approximation_rank": 4, "start_powerSGD_iter": 10}',
+                 "power_sgd+fp16": '"comm_hook": "power_sgd", "comm_wrapper": "fp16", "comm_state_option": '
+                                   '{"matrix_approximation_rank": 1, "start_powerSGD_iter": 10}'}
         for hook, kwargs in hooks.items():
             out = os.path.join(d, "hook-" + hook)
             p = subprocess.run([ACC, "launch", "--cpu", "--num_processes", "2", "--main_process_port", "0", WORKER,
@@ -655,7 +660,8 @@ def case_sharded():
             weights[hook] = read_safetensors(os.path.join(out, "model.safetensors"))
         # Stated tolerances: fp16/bf16 compression: the final loss within 1% and the parameters within 1e-2 of
         # uncompressed DDP's; PowerSGD (a rank-1 approximation, a different optimisation path): the loss within 5%.
-        for hook, loss_tol, param_tol in (("fp16", 0.01, 1e-2), ("bf16", 0.01, 1e-2), ("power_sgd", 0.05, None)):
+        for hook, loss_tol, param_tol in (("fp16", 0.01, 1e-2), ("bf16", 0.01, 1e-2), ("power_sgd", 0.05, None),
+                                          ("batched_power_sgd", 0.05, None), ("power_sgd+fp16", 0.05, None)):
             diff = max_abs_diff(weights[hook], weights["no"])
             print(f"comm_hook {hook}: loss after 50 steps {losses[hook]:.4f} vs {losses['no']:.4f} uncompressed; "
                   f"parameters within {diff:.3g}")

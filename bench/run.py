@@ -25,10 +25,14 @@ SIZES = {
     "large": dict(layers=8, embd=512, heads=8, vocab=256, seq=128, batch=8, steps=20, warmup=3),
 }
 IMPLS = {"libacc": "libacc", "pytorch-ddp": "PyTorch DDP", "pytorch-accelerate": "Accelerate",
-         "pytorch-fsdp2": "PyTorch FSDP2"}
+         "pytorch-fsdp2": "PyTorch FSDP2",
+         "libacc-noprefetch": "libacc without prefetch"}
 # --strategy fsdp: libacc with this Accelerate config (FULL_SHARD, one unit per block), beside PyTorch's fully_shard.
 FSDP_CONFIG = ("distributed_type: FSDP\nuse_cpu: true\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: true\n"
                "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block\n")
+# (libacc-noprefetch: FSDP1's FULL_SHARD without forward_prefetch or backward_prefetch, where FSDP2 prefetches.)
+FSDP1_NO_PREFETCH = FSDP_CONFIG.replace("fsdp_version: 2\n  fsdp_reshard_after_forward: true",
+                                        "fsdp_version: 1\n  fsdp_sharding_strategy: FULL_SHARD")
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
@@ -127,11 +131,12 @@ def main():
     sizes = a.sizes.split(",")
     impls = (a.impls or ("libacc,pytorch-fsdp2" if a.strategy == "fsdp" else "libacc,pytorch-ddp,pytorch-accelerate")
              ).split(",")
-    fsdp_config = None
+    configs = {}
     if a.strategy == "fsdp":
-        fd, fsdp_config = tempfile.mkstemp(suffix=".yaml")
-        with os.fdopen(fd, "w") as f:
-            f.write(FSDP_CONFIG)
+        for k, text in (("libacc", FSDP_CONFIG), ("libacc-noprefetch", FSDP1_NO_PREFETCH)):
+            fd, configs[k] = tempfile.mkstemp(suffix=".yaml")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
     for given, known in ((sizes, SIZES), (impls, IMPLS)):
         for x in given:
             if x not in known:
@@ -148,6 +153,7 @@ def main():
             "pytorch-ddp": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "ddp", *args],
             "pytorch-accelerate": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "accelerate", *args],
             "pytorch-fsdp2": [PY, os.path.join(ROOT, "bench", "gpt_step.py"), "fsdp2", *args],
+            "libacc-noprefetch": [gpt_step, *args],
         }
         # Every implementation starts from libacc's initial weights (its GPT with seed 0: the same in every run),
         # so that their loss curves can be compared step by step.
@@ -159,8 +165,8 @@ def main():
             # Alternated, and the order turned every round, so that machine noise falls on all alike.
             order = impls[r % len(impls):] + impls[:r % len(impls)]
             for k in order:
-                res = run(acc, a.processes, a.threads, programs[k], fsdp_config if k == "libacc" else None,
-                          None if k == "libacc" else {"BENCH_LOAD_INIT": init})
+                res = run(acc, a.processes, a.threads, programs[k], configs.get(k),
+                          None if k.startswith("libacc") else {"BENCH_LOAD_INIT": init})
                 results[k].append(res)
                 print(f"  round {r + 1}/{a.rounds} {k:19s} {res['tokens_per_s']:9.0f} tokens/s  "
                       f"{res['step_ms']:9.3f} ms/step (" + ", ".join(f"{p} {res['phase_ms'][p]:.3f}" for p in PHASES)

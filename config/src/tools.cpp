@@ -434,6 +434,7 @@ Sharding sharding(const Config& c) {
     sh.offload = c.get_string("deepspeed_plugin.offload_optimizer_device") == "cpu" ||
                  c.get_string("deepspeed_plugin.offload_param_device") == "cpu";
     if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
+    if (sh.stage == 3) sh.forward_prefetch = true, sh.backward_prefetch = "BACKWARD_PRE";  // stage3_prefetch_bucket_size
     return sh;
   }
   if (!c.get_bool("use_fsdp")) return sh;
@@ -470,6 +471,13 @@ Sharding sharding(const Config& c) {
   sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
   sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
   sh.offload = c.get_bool("fsdp_plugin.cpu_offload");
+  if (c.get_int("fsdp_plugin.fsdp_version") == 2) {
+    sh.forward_prefetch = true, sh.backward_prefetch = "BACKWARD_PRE";  // FSDP2's implicit prefetching
+  } else {
+    sh.forward_prefetch = c.is_set("fsdp_plugin.forward_prefetch") && c.get_bool("fsdp_plugin.forward_prefetch");
+    if (c.is_set("fsdp_plugin.backward_prefetch") && c.get_string("fsdp_plugin.backward_prefetch") != "NO_PREFETCH")
+      sh.backward_prefetch = c.get_string("fsdp_plugin.backward_prefetch");
+  }
   sh.wrap_policy = c.get_string("fsdp_plugin.auto_wrap_policy");
   if (c.is_set("fsdp_plugin.transformer_cls_names_to_wrap")) {
     sh.wrap_classes = c.get_string_list("fsdp_plugin.transformer_cls_names_to_wrap");

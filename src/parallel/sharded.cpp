@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -44,6 +45,8 @@ struct Group {
   };
   std::vector<Piece> pieces;
   bool gathered = true;
+  std::unique_ptr<PendingWork> gathering;  // a prefetch's all-gather into `flat`, not waited for yet
+  at::Tensor gather_source;                // what it sends (kept alive until it is done)
   bool on_demand = false;  // a unit the model reports: gathered just before its forward and its backward
   size_t pending = 0;  // members whose gradient this backward has not produced yet
   bool ready = false;  // every member's gradient is in (or the backward is over)
@@ -87,12 +90,44 @@ struct ShardState final : UnitHooks {
   // Every process of the job: what gradients are averaged over.
   int total() const { return comm->size() * (replicas ? replicas->size() : 1); }
 
+  // Waits for the group's prefetch, if one is in flight.
+  static void settle(Group& g) {
+    if (!g.gathering) return;
+    g.gathering->wait();
+    g.gathering.reset();
+    g.gather_source.reset();
+  }
+
+  // The group's parameters are whole once this returns (a prefetch in flight is waited for).
   void gather(Group& g) {
+    settle(g);
     if (g.gathered) return;
     allocate_storage(g.flat);
     at::Tensor mine = g.shard.detach().to(g.flat.device(), g.flat.scalar_type());  // the compute dtype travels
     comm->all_gather_into(g.flat, mine);
     g.gathered = true;
+  }
+
+  // Starts the group's all-gather without waiting for it; gather() waits.
+  void prefetch(Group& g) {
+    if (g.gathered || g.gathering) return;
+    allocate_storage(g.flat);
+    g.gather_source = g.shard.detach().to(g.flat.device(), g.flat.scalar_type());
+    g.gathering = comm->all_gather_into_async(g.flat, g.gather_source);
+    g.gathered = true;
+  }
+
+  // The on-demand units in the order of the model's forward (stage 3 with prefetching).
+  std::vector<std::string> unit_order;
+
+  // Prefetches the unit `step` places from `name` in unit_order (+1: the next forward, -1: the next backward).
+  void prefetch_neighbour(const std::string& name, int step) {
+    auto it = std::find(unit_order.begin(), unit_order.end(), name);
+    if (it == unit_order.end()) return;
+    const auto at = (it - unit_order.begin()) + step;
+    if (at < 0 || at >= static_cast<std::ptrdiff_t>(unit_order.size())) return;
+    for (Group& g : groups)
+      if (g.on_demand && g.unit == unit_order[static_cast<size_t>(at)]) prefetch(g);
   }
 
   at::ScalarType reduce_dtype(const Group& g) const {
@@ -102,6 +137,7 @@ struct ShardState final : UnitHooks {
 
   void reshard(Group& g) {
     if (opts.stage < 3 || !g.gathered) return;
+    settle(g);  // never free a buffer a collective is writing
     free_storage(g.flat);
     g.gathered = false;
   }
@@ -151,21 +187,24 @@ struct ShardState final : UnitHooks {
     }
   }
 
-  void gather_unit(const std::string& name) {
+  // Gathers the unit, then prefetches its neighbour `step` places on (0: none).
+  void gather_unit(const std::string& name, int step) {
     std::lock_guard<std::mutex> lock(mu);
     for (Group& g : groups)
       if (g.on_demand && g.unit == name) gather(g);
+    if (step != 0) prefetch_neighbour(name, step);
   }
 
-  void before_unit(const std::string& name) override { gather_unit(name); }
+  void before_unit(const std::string& name) override { gather_unit(name, opts.forward_prefetch ? 1 : 0); }
 
   void after_unit(const std::string& name, const at::Tensor& output) override {
     if (c10::GradMode::is_enabled() && output.requires_grad()) {
       // Backward computes the gradient of the unit's output just before it runs the unit's own backward:
       // the parameters must be back by then (FSDP's pre-backward hook).
       std::weak_ptr<ShardState> self = self_;
-      const_cast<at::Tensor&>(output).register_hook([self, name](at::Tensor grad) {
-        if (auto s = self.lock()) s->gather_unit(name);
+      const int step = opts.backward_prefetch == "BACKWARD_PRE" ? -1 : 0;
+      const_cast<at::Tensor&>(output).register_hook([self, name, step](at::Tensor grad) {
+        if (auto s = self.lock()) s->gather_unit(name, step);
         return grad;
       });
       if (!opts.reshard_after_forward) return;
@@ -185,6 +224,7 @@ struct ShardState final : UnitHooks {
     if (g.pending == 0 || --g.pending > 0) return;
     // Backward is done with this unit: stage 3 frees its parameters, stage 2 sends its gradients now.
     reshard(g);
+    if (g.on_demand && opts.backward_prefetch == "BACKWARD_POST") prefetch_neighbour(g.unit, -1);
     if (sync && opts.stage >= 2) {
       g.ready = true;
       launch_ready_suffix();
@@ -313,6 +353,12 @@ class ShardedStrategy final : public Strategy {
       const auto reported = model_->reported_units();
       const std::set<std::string> on_demand(reported.begin(), reported.end());
       for (Group& g : s.groups) g.on_demand = on_demand.count(g.unit) > 0;
+      for (const auto& u : reported)
+        for (const Group& g : s.groups)
+          if (g.on_demand && g.unit == u) {
+            s.unit_order.push_back(u);
+            break;
+          }
       model_->set_unit_hooks(s_.get());
     }
   }
@@ -407,6 +453,7 @@ class ShardedStrategy final : public Strategy {
     c10::NoGradGuard no_grad;
     for (Group& g : s_->groups) {
       if (!g.gathered) continue;
+      ShardState::settle(g);
       // The collective must not read what it writes: a copy when the shard is a slice of the flat buffer.
       at::Tensor mine =
           g.shard_in_flat ? g.shard.detach().clone() : g.shard.detach().to(g.flat.device(), g.flat.scalar_type());

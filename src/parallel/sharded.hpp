@@ -41,6 +41,12 @@ struct ShardingOptions {
   // FSDP's HYBRID_SHARD: shard inside groups of this many consecutive ranks (a machine's processes) and replicate
   // across them (gradients reduce-scattered in the group, then summed across the replicas). 0: one group.
   int shard_group_size = 0;
+  // Stage 3, units the model reports: the next unit's all-gather starts (asynchronously) when a unit's forward
+  // starts (forward_prefetch), and, going backward, when a unit's backward starts ("BACKWARD_PRE") or ends
+  // ("BACKWARD_POST"); at most one unit ahead, so at most two units are gathered at once besides the root (what
+  // FSDP's limit_all_gathers bounds). config::Sharding says which configuration asks for which.
+  bool forward_prefetch = false;
+  std::string backward_prefetch;
   // Which configuration chose this strategy, for messages ("FSDP FULL_SHARD", "DeepSpeed ZeRO-2").
   std::string label;
 };

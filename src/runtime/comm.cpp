@@ -373,6 +373,11 @@ void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) {
   collective("all_gather", [&] { impl_->pg->all_gather_single(out, in)->wait(); });
 }
 
+std::unique_ptr<PendingWork> Comm::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
+  return std::make_unique<C10dWork>(
+      "all_gather", collective("all_gather", [&] { return impl_->pg->all_gather_single(out, in); }));
+}
+
 void Comm::broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;

@@ -45,6 +45,7 @@ class Comm {
   std::unique_ptr<PendingWork> reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in);
   // The inverse: `out` (size() times `in`'s length) gets every rank's `in`, in rank order.
   void all_gather_into(at::Tensor& out, at::Tensor& in);
+  std::unique_ptr<PendingWork> all_gather_into_async(at::Tensor& out, at::Tensor& in);
   void broadcast(at::Tensor& t, int root);
   void barrier();
 

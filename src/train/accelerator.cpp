@@ -433,6 +433,8 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   if (sh.hybrid) o.shard_group_size = state_.local_world_size;
   o.offload = sh.offload;
   o.reshard_after_forward = sh.reshard_after_forward;
+  o.forward_prefetch = sh.forward_prefetch;
+  o.backward_prefetch = sh.backward_prefetch;
   o.label = sh.label;
   // Accelerate's default classes to wrap are the model's _no_split_modules.
   const auto classes = sh.wrap_classes_set || sh.wrap_policy != "TRANSFORMER_BASED_WRAP"

@@ -527,10 +527,72 @@ TEST(Fp8, ScopeSwitchesTheModelsLinearLayers) {
 }  // namespace
 }  // namespace acc::core
 
+#include <torch/nn/modules/linear.h>
+
 #include "parallel/sharded.hpp"
 
 namespace acc::core {
 namespace {
+
+// Three linear blocks reported as units "b0", "b1", "b2"; each block's body records which blocks' weights hold
+// memory (are gathered) while it runs: "110" = b0 and b1.
+class ThreeBlocks final : public NnModel {
+ public:
+  ThreeBlocks() : NnModel(std::make_shared<torch::nn::Module>()) {
+    for (int i = 0; i < 3; ++i) blocks_.push_back(module_->register_module("b" + std::to_string(i), torch::nn::Linear(4, 4)));
+  }
+  std::vector<std::string> reported_units() const override { return {"b0", "b1", "b2"}; }
+  TensorDict forward(const TensorDict& batch) override {
+    at::Tensor x = batch.at("input");
+    for (int i = 0; i < 3; ++i)
+      x = run_unit("b" + std::to_string(i), x, [this, i](const at::Tensor& in) {
+        std::string held;
+        for (const auto& b : blocks_) held += b->weight.storage().nbytes() > 0 ? '1' : '0';
+        seen.push_back("b" + std::to_string(i) + ":" + held);
+        return at::tanh(blocks_[static_cast<size_t>(i)]->forward(in));
+      });
+    return TensorDict{{"output", x}, {"loss", x.pow(2).mean()}};
+  }
+  std::vector<std::string> seen;
+
+ private:
+  std::vector<torch::nn::Linear> blocks_;
+};
+
+TEST(Sharded, PrefetchGathersTheNextUnitAhead) {
+  // Stage 3, FULL_SHARD: forward_prefetch starts the next unit's all-gather as a unit's forward starts; going
+  // backward (here seen through activation checkpointing, whose recomputation runs each block again in backward)
+  // BACKWARD_PRE starts the previous unit's when a unit's backward starts, BACKWARD_POST when it ends.
+  auto comm = solo_group();
+  struct Case {
+    bool forward;
+    std::string backward;
+    std::vector<std::string> want;  // forward b0 b1 b2, then backward's recomputation b2 b1 b0
+  };
+  const std::vector<Case> cases = {
+      {false, "", {"b0:100", "b1:010", "b2:001", "b2:001", "b1:010", "b0:100"}},
+      {true, "BACKWARD_PRE", {"b0:110", "b1:011", "b2:001", "b2:011", "b1:110", "b0:100"}},
+      {true, "BACKWARD_POST", {"b0:110", "b1:011", "b2:001", "b2:001", "b1:010", "b0:100"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.backward);
+    auto model = std::make_shared<ThreeBlocks>();
+    model->set_activation_checkpointing(true);
+    ShardingOptions o;
+    o.stage = 3;
+    o.units = {"b0", "b1", "b2"};
+    o.forward_prefetch = c.forward;
+    o.backward_prefetch = c.backward;
+    auto strategy = make_sharded_strategy(model, at::kCPU, comm, o);
+    strategy->before_forward();
+    at::Tensor loss = model->forward({{"input", at::randn({2, 4})}}).at("loss");
+    strategy->after_forward();
+    strategy->before_backward(true);
+    loss.backward();
+    strategy->after_backward();
+    EXPECT_EQ(model->seen, c.want);
+  }
+}
 
 TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
   // FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=bf16) on a one-process group: the model computes with

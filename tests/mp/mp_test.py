@@ -455,6 +455,11 @@ SHARDED_CONFIGS = {
                   "  fsdp_auto_wrap_policy: {wrap}\n",
     "shard_grad_op": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
                      "  fsdp_auto_wrap_policy: {wrap}\n",
+    # prefetching: the next unit's all-gather in flight during this unit's forward and after its backward (FSDP1's
+    # keys; FSDP2 above and DeepSpeed ZeRO-3 prefetch before each backward)
+    "full_shard_prefetch": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                           "  fsdp_forward_prefetch: true\n  fsdp_backward_prefetch: BACKWARD_POST\n"
+                           "  fsdp_auto_wrap_policy: {wrap}\n",
     # CPU offload: the masters, their gradients and the optimizer state in CPU memory (the same device here)
     "zero2_offload": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  offload_optimizer_device: cpu\n",
     "full_shard_offload": "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"

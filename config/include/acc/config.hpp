@@ -156,6 +156,11 @@ struct Sharding {
   // The MixedPrecision policy ("bfloat16", "float16", "float32"; "" for none): FSDP's mixed_precision_policy, or
   // as Accelerate derives it from mixed_precision (bf16, fp16; fp8 gathers bf16) for FSDP and DeepSpeed.
   std::string param_dtype, reduce_dtype;
+  // Stage 3: the next unit's all-gather starts while this unit computes. FSDP1's forward_prefetch and
+  // backward_prefetch ("BACKWARD_PRE": when the unit's backward starts, "BACKWARD_POST": when it ends; "": none, for
+  // null or NO_PREFETCH); FSDP2 and DeepSpeed ZeRO-3 always prefetch one unit ahead, both ways.
+  bool forward_prefetch = false;
+  std::string backward_prefetch;
   std::string label;                    // for messages: "FSDP FULL_SHARD", "DeepSpeed ZeRO stage 2"
 };
 Sharding sharding(const Config& accelerator);

@@ -49,6 +49,7 @@ struct Group {
   at::Tensor gather_source;                // what it sends (kept alive until it is done)
   bool on_demand = false;  // a unit the model reports: gathered just before its forward and its backward
   size_t pending = 0;  // members whose gradient this backward has not produced yet
+  int64_t held_bytes = 0;  // gradients waiting in their parameters' .grad for the flat gradient (collect_gradient)
   bool ready = false;  // every member's gradient is in (or the backward is over)
   at::Tensor grad_in, grad_out;
   std::unique_ptr<PendingWork> work;
@@ -154,10 +155,25 @@ struct ShardState final : UnitHooks {
     p.mutable_grad().reset();
   }
 
+  // A parameter's gradient has arrived. Small ones wait in their .grad until the group's flat gradient exists, made
+  // once more than kHoldBytes have arrived or the group is complete: the root unit's norm gradients arrive at the
+  // start of backward and its (tied) embedding's at the very end, so its flat gradient is not held all along.
+  static constexpr int64_t kHoldBytes = int64_t{1} << 20;
+  void collect_gradient(Group& g, size_t j) {
+    if (g.grad_in.defined()) return take_gradient(g, j);
+    const at::Tensor& grad = params[g.members[j]].grad();
+    if (grad.defined()) g.held_bytes += grad.numel() * static_cast<int64_t>(grad.element_size());
+    if (g.held_bytes <= kHoldBytes && g.pending > 1) return;
+    take_gradients(g);
+  }
+  void take_gradients(Group& g) {
+    for (size_t k = 0; k < g.members.size(); ++k) take_gradient(g, k);
+  }
+
   // The group's flat gradient goes out as one reduce-scatter, once the one before is done and its flat gradient
   // freed: one is in flight while backward goes on, so gradients in transit never exceed one bucket or unit.
   void launch(Group& g) {
-    for (size_t j = 0; j < g.members.size(); ++j) take_gradient(g, j);
+    take_gradients(g);
     if (!g.grad_in.defined())
       g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
     // A sum of world-size gradients in 16 bits can overflow: divide first (torch's FSDP pre-divides too).
@@ -220,8 +236,9 @@ struct ShardState final : UnitHooks {
     std::lock_guard<std::mutex> lock(mu);
     if (!in_backward) return;
     Group& g = groups[group_of[i]];
-    take_gradient(g, member_of[i]);
+    collect_gradient(g, member_of[i]);
     if (g.pending == 0 || --g.pending > 0) return;
+    take_gradients(g);
     // Backward is done with this unit: stage 3 frees its parameters, stage 2 sends its gradients now.
     reshard(g);
     if (g.on_demand && opts.backward_prefetch == "BACKWARD_POST") prefetch_neighbour(g.unit, -1);
@@ -411,6 +428,7 @@ class ShardedStrategy final : public Strategy {
     s.next_to_launch = 0;
     for (Group& g : s.groups) {
       g.pending = g.members.size();
+      g.held_bytes = 0;
       g.ready = false;
     }
   }
@@ -422,6 +440,7 @@ class ShardedStrategy final : public Strategy {
     s.in_backward = false;
     // Units that backward did not reach (unused parameters): their gradients count as zeros.
     for (Group& g : s.groups) {
+      s.take_gradients(g);  // what still waits in .grad (a group backward did not complete)
       s.reshard(g);
       g.pending = 0;
       g.ready = true;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -71,6 +72,20 @@ class C10dWork final : public PendingWork {
  private:
   const char* what_;
   c10::intrusive_ptr<c10d::Work> work_;
+};
+
+// A collective, then what makes its result (run by wait, on the waiting thread).
+class ThenWork final : public PendingWork {
+ public:
+  ThenWork(std::unique_ptr<PendingWork> first, std::function<void()> then) : first_(std::move(first)), then_(std::move(then)) {}
+  void wait() override {
+    first_->wait();
+    if (then_) std::exchange(then_, nullptr)();
+  }
+
+ private:
+  std::unique_ptr<PendingWork> first_;
+  std::function<void()> then_;
 };
 
 std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
@@ -365,8 +380,14 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
 }
 
 std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in) {
-  return std::make_unique<C10dWork>(
-      "reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->reduce_scatter_single(out, in); }));
+  if (in.is_cuda())
+    return std::make_unique<C10dWork>(
+        "reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->reduce_scatter_single(out, in); }));
+  std::vector<at::Tensor> v{in};
+  auto sum = std::make_unique<C10dWork>("reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->allreduce(v); }));
+  return std::make_unique<ThenWork>(std::move(sum), [out, in, rank = rank()]() mutable {
+    out.copy_(in.narrow(0, rank * out.numel(), out.numel()));
+  });
 }
 
 void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) {

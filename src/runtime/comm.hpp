@@ -41,7 +41,9 @@ class Comm {
   std::unique_ptr<PendingWork> all_reduce_sum_async(at::Tensor& t);
   // Concatenation along dim 0 of every rank's tensor, in rank order; dim-0 sizes may differ.
   at::Tensor all_gather_cat(const at::Tensor& t);
-  // Sharded data parallel: `in` holds size() equal slices; rank r's `out` gets the sum of every rank's slice r.
+  // Sharded data parallel: `in` (1-D) holds size() equal slices; rank r's `out` gets the sum of every rank's slice r.
+  // `in` is scratch: its contents are undefined afterwards. (Gloo's reduce-scatter is an all-reduce of a copy of its
+  // input: for CPU tensors the all-reduce runs on `in` itself, which saves that copy; NCCL's is a true one.)
   std::unique_ptr<PendingWork> reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in);
   // The inverse: `out` (size() times `in`'s length) gets every rank's `in`, in rank order.
   void all_gather_into(at::Tensor& out, at::Tensor& in);

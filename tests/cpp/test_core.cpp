@@ -330,6 +330,17 @@ TEST(Ddp, CompressionHooksHalveTheTraffic) {
   }
 }
 
+// One backward of the [32, 48, 8] MLP through the reducer; returns each parameter's local gradient (before reduction).
+std::vector<at::Tensor> reduced_step(Model& model, GradientReducer& reducer, std::vector<at::Tensor>& params) {
+  for (auto& p : params) p.mutable_grad().reset();
+  reducer.prepare_for_backward(true);
+  model.forward({{"input", at::randn({16, 32})}, {"targets", at::randn({16, 8})}}).at("loss").backward();
+  std::vector<at::Tensor> fresh;
+  for (auto& p : params) fresh.push_back(p.grad().clone());
+  reducer.finalize_backward();
+  return fresh;
+}
+
 TEST(Ddp, PowerSgdSendsLowRankFactorsWithErrorFeedback) {
   // ddp_kwargs.comm_hook power_sgd: plain all-reduces before start_powerSGD_iter, then each weight matrix travels
   // as P (n x r) and Q (m x r) and comes back as P Q^T of rank r; biases travel whole; what the approximation lost
@@ -343,14 +354,8 @@ TEST(Ddp, PowerSgdSendsLowRankFactorsWithErrorFeedback) {
   opts.power_sgd.start_iter = 1;
   GradientReducer reducer(comm, names, params, opts);
   const int64_t elements = 32 * 48 + 48 + 48 * 8 + 8;
-  std::vector<at::Tensor> local;
   for (int step = 0; step < 3; ++step) {
-    for (auto& p : params) p.mutable_grad().reset();
-    reducer.prepare_for_backward(true);
-    model->forward({{"input", at::randn({16, 32})}, {"targets", at::randn({16, 8})}}).at("loss").backward();
-    std::vector<at::Tensor> fresh;
-    for (auto& p : params) fresh.push_back(p.grad().clone());
-    reducer.finalize_backward();
+    const std::vector<at::Tensor> fresh = reduced_step(*model, reducer, params);
     if (step == 0) {  // before start_powerSGD_iter: the plain all-reduce
       EXPECT_EQ(reducer.bytes_communicated(), elements * 4);
       for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), fresh[i]));
@@ -385,12 +390,7 @@ TEST(Ddp, BatchedPowerSgdAndCompressionWrappers) {
     GradientReducer reducer(comm, names, params, opts);
     ASSERT_EQ(reducer.num_buckets(), 1u);
     for (int step = 0; step < 2; ++step) {
-      for (auto& p : params) p.mutable_grad().reset();
-      reducer.prepare_for_backward(true);
-      model->forward({{"input", at::randn({16, 32})}, {"targets", at::randn({16, 8})}}).at("loss").backward();
-      std::vector<at::Tensor> fresh;
-      for (auto& p : params) fresh.push_back(p.grad().clone());
-      reducer.finalize_backward();
+      const std::vector<at::Tensor> fresh = reduced_step(*model, reducer, params);
       // P and Q, each side x rank, in the wrapper's dtype (4 bytes without one).
       const int64_t bytes = wrapper == at::ScalarType::Undefined ? 4 : 2;
       EXPECT_EQ(reducer.bytes_communicated(), 2 * side * 2 * bytes) << wrapper;

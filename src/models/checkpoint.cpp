@@ -106,7 +106,7 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
       if (r.fp8) fp8.emplace();
       y = r.body(x);
     }
-    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    if (y.requires_grad() && grads[0].defined()) torch::autograd::backward({y}, {grads[0]});
     return {x.requires_grad() ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

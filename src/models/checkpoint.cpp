@@ -92,6 +92,7 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};  // the output got no gradient
     auto recompute = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
     const Recompute& r = *recompute;
     at::Tensor x = ctx->get_saved_variables()[0].detach();
@@ -106,7 +107,7 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
       if (r.fp8) fp8.emplace();
       y = r.body(x);
     }
-    if (y.requires_grad() && grads[0].defined()) torch::autograd::backward({y}, {grads[0]});
+    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
     return {x.requires_grad() ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -369,7 +369,9 @@ TEST(Ddp, PowerSgdSendsLowRankFactorsWithErrorFeedback) {
         continue;
       }
       EXPECT_EQ(at::linalg_matrix_rank(params[i].grad()).item<int64_t>(), 2) << names[i];
-      if (step == 1) EXPECT_FALSE(at::allclose(params[i].grad(), fresh[i])) << names[i] << ": an approximation";
+      if (step == 1) {
+        EXPECT_FALSE(at::allclose(params[i].grad(), fresh[i])) << names[i] << ": an approximation";
+      }
     }
   }
 }
@@ -619,8 +621,9 @@ TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
     Optimizer opt(strategy->optimizer_parameters(), R"({"type": "sgd", "lr": 0.5})");
     at::Tensor ids = at::randint(37, {4, 8}, at::kLong);
     strategy->before_forward();
-    if (stage == 2)
+    if (stage == 2) {
       for (const auto& [n, p] : model->named_parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << n;
+    }
     at::Tensor loss = model->forward({{"input_ids", ids}, {"targets", (ids * 7 + 3) % 37}}).at("loss");
     EXPECT_EQ(loss.scalar_type(), at::kBFloat16) << "computed with the bf16 copies (no autocast here)";
     strategy->after_forward();
@@ -640,10 +643,13 @@ TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
       moved = std::max(moved, (after[i].second - before[i].second).abs().max().item<double>());
     }
     EXPECT_GT(moved, 1e-3) << "stage " << stage << ": the step changed the masters";
-    if (stage == 2)  // the bf16 copies follow the masters
-      for (size_t i = 0; i < after.size(); ++i)
-        if (model->state()[i].second.scalar_type() == at::kBFloat16)
+    if (stage == 2) {  // the bf16 copies follow the masters
+      for (size_t i = 0; i < after.size(); ++i) {
+        if (model->state()[i].second.scalar_type() == at::kBFloat16) {
           EXPECT_TRUE(at::equal(model->state()[i].second, after[i].second.to(at::kBFloat16))) << after[i].first;
+        }
+      }
+    }
     // Loading puts the given fp32 values into the masters exactly.
     strategy->load_full_state_dict(before, "before");
     NamedTensors reloaded = strategy->full_state_dict();

@@ -945,8 +945,10 @@ TEST(AccelerateTestConfigs, WrittenFilesReadBackTheSame) {
       std::string text = format_launch_file(a, json);
       std::string f = t.write(std::string(name) + (json ? ".json" : ".yaml"), text);
       Config b = resolve_launch(f, {}, false);
-      for (const auto& k : a.keys())  // (tpu_env: null is written as [], as accelerate config writes it)
-        if (k != "tpu_env") EXPECT_EQ(a.get_json(k), b.get_json(k)) << name << (json ? " as JSON: " : " as YAML: ") << k;
+      for (const auto& k : a.keys()) {  // (tpu_env: null is written as [], as accelerate config writes it)
+        if (k == "tpu_env") continue;
+        EXPECT_EQ(a.get_json(k), b.get_json(k)) << name << (json ? " as JSON: " : " as YAML: ") << k;
+      }
     }
   }
   // Accelerate's spellings: sorted keys, 'NO' and 'no' quoted, empty sections left out, tpu_env: [].

@@ -434,7 +434,10 @@ Sharding sharding(const Config& c) {
     sh.offload = c.get_string("deepspeed_plugin.offload_optimizer_device") == "cpu" ||
                  c.get_string("deepspeed_plugin.offload_param_device") == "cpu";
     if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
-    if (sh.stage == 3) sh.forward_prefetch = true, sh.backward_prefetch = "BACKWARD_PRE";  // stage3_prefetch_bucket_size
+    if (sh.stage == 3) {  // DeepSpeed's stage3_prefetch_bucket_size
+      sh.forward_prefetch = true;
+      sh.backward_prefetch = "BACKWARD_PRE";
+    }
     return sh;
   }
   if (!c.get_bool("use_fsdp")) return sh;
@@ -471,8 +474,9 @@ Sharding sharding(const Config& c) {
   sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
   sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
   sh.offload = c.get_bool("fsdp_plugin.cpu_offload");
-  if (c.get_int("fsdp_plugin.fsdp_version") == 2) {
-    sh.forward_prefetch = true, sh.backward_prefetch = "BACKWARD_PRE";  // FSDP2's implicit prefetching
+  if (c.get_int("fsdp_plugin.fsdp_version") == 2) {  // FSDP2's implicit prefetching
+    sh.forward_prefetch = true;
+    sh.backward_prefetch = "BACKWARD_PRE";
   } else {
     sh.forward_prefetch = c.is_set("fsdp_plugin.forward_prefetch") && c.get_bool("fsdp_plugin.forward_prefetch");
     if (c.is_set("fsdp_plugin.backward_prefetch") && c.get_string("fsdp_plugin.backward_prefetch") != "NO_PREFETCH")

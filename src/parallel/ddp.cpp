@@ -42,6 +42,10 @@ struct GradientReducer::State {
   std::vector<at::Tensor> error, q_memory;
 
   bool power_sgd_now() const { return opts.power_sgd.on && iterations >= opts.power_sgd.start_iter; }
+  // What a comm hook works on: the bucket, or under a comm_wrapper its copy in the wrapper's dtype.
+  at::Tensor hook_input(const Bucket& b) const {
+    return opts.wrapper != at::ScalarType::Undefined ? b.flat.to(opts.wrapper) : b.flat;
+  }
   void power_sgd(size_t bucket_index, at::Tensor& buf);
   void batched_power_sgd(size_t bucket_index, at::Tensor& buf);
   bool armed = false;
@@ -54,8 +58,7 @@ struct GradientReducer::State {
       Bucket& b = buckets[next_to_launch++];
       if (opts.compress != at::ScalarType::Undefined) {
         // torch's fp16/bf16 compress hooks: divide before the sum, in the narrow dtype, so it cannot overflow.
-        const at::Tensor in = opts.wrapper != at::ScalarType::Undefined ? b.flat.to(opts.wrapper) : b.flat;
-        b.wire = in.to(opts.compress).div_(comm->size());
+        b.wire = hook_input(b).to(opts.compress).div_(comm->size());
         b.work = comm->all_reduce_sum_async(b.wire);
         bytes += b.wire.numel() * b.wire.element_size();
       } else {
@@ -326,10 +329,9 @@ void GradientReducer::finalize_backward() {
   for (size_t bi = 0; bi < s.buckets.size(); ++bi) {
     Bucket& b = s.buckets[bi];
     if (power) {
-      // A comm_wrapper's hook works on a narrow copy of the bucket, whose result comes back into it.
-      at::Tensor buf = s.opts.wrapper != at::ScalarType::Undefined ? b.flat.to(s.opts.wrapper) : b.flat;
+      at::Tensor buf = s.hook_input(b);
       s.power_sgd(bi, buf);  // leaves the mean's approximation in buf
-      if (!buf.is_same(b.flat)) b.flat.copy_(buf);
+      if (!buf.is_same(b.flat)) b.flat.copy_(buf);  // a wrapper's result comes back into the bucket
       for (size_t j = 0; j < b.params.size(); ++j) {
         at::Tensor& p = s.params[b.params[j]];
         at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());

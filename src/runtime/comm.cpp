@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -21,6 +20,7 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"

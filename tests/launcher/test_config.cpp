@@ -1418,6 +1418,22 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_EQ(v2.wrap_policy, "TRANSFORMER_BASED_WRAP");
   EXPECT_TRUE(v2.wrap_classes_set);
   EXPECT_EQ(v2.wrap_classes, (std::vector<std::string>{"LlamaDecoderLayer", "GPT2Block"}));
+  // Prefetch: FSDP2 and DeepSpeed ZeRO-3 always, both ways; FSDP1 as its keys say (none by default, NO_PREFETCH none).
+  EXPECT_TRUE(v2.forward_prefetch);
+  EXPECT_EQ(v2.backward_prefetch, "BACKWARD_PRE");
+  Sharding zero3 = sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 3}})", {}));
+  EXPECT_TRUE(zero3.forward_prefetch);
+  EXPECT_EQ(zero3.backward_prefetch, "BACKWARD_PRE");
+  EXPECT_FALSE(sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 2}})", {})).forward_prefetch);
+  EXPECT_FALSE(full.forward_prefetch);
+  EXPECT_EQ(full.backward_prefetch, "");
+  Sharding post = sharding(resolve_accelerator(
+      R"({"fsdp_plugin": {"forward_prefetch": true, "backward_prefetch": "BACKWARD_POST"}})", {}));
+  EXPECT_TRUE(post.forward_prefetch);
+  EXPECT_EQ(post.backward_prefetch, "BACKWARD_POST");
+  EXPECT_EQ(sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_BACKWARD_PREFETCH", "NO_PREFETCH"}}))
+                .backward_prefetch,
+            "");
   // Accelerate drops a size-based policy with min_num_params 0.
   EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"auto_wrap_policy": "SIZE_BASED_WRAP"}})", {})).wrap_policy,
             "NO_WRAP");

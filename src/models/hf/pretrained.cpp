@@ -50,7 +50,6 @@ bool ignorable(const std::string& name, bool tied) {
          (tied && name == "lm_head.weight");
 }
 
-// Every tensor of the checkpoint by name (views on the mapped files).
 // A file's tensors as the header describes them, on the meta device: names and shapes, no data read.
 NamedTensors header_tensors(const std::string& file) {
   NamedTensors out;
@@ -310,12 +309,12 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     p->config_json = config_text;
     p->generation_config_json = generation_text;
   }
-  // With a device map (Accelerate's load_checkpoint_and_dispatch), every weight goes where the plan puts it.
   if (skip_weights) {
     model->to_empty(c10::kCPU);  // transformers' torch.empty on these processes
     model->train(false);
     return model;
   }
+  // With a device map (Accelerate's load_checkpoint_and_dispatch), every weight goes where the plan puts it.
   std::map<std::string, std::string> placement;
   if (opts.has("device_map")) placement = plan(*model, options_json);
   std::shared_ptr<bigmodel::DiskOffload> disk;

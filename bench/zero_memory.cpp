@@ -3,12 +3,14 @@
 // installed before anything is allocated: every tensor's storage (parameters, gradients, optimizer state,
 // activations, communication buffers) is allocated through it, so its peak is the tensors' high-water mark.
 // Usage: zero_memory LAYERS EMBD HEADS VOCAB SEQ BATCH STEPS
+// With ZERO_MEMORY_AT_PEAK set, it also prints the sizes of the tensors live at its peak (AT_PEAK line).
 // Prints one line: MEM {"rank": r, "params": P, "after_prepare": bytes, "peak": bytes, and the peak of each phase:
 // "forward", "backward", "step" (with zero_grad)}
 #include <acc/acc.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <cstdio>
@@ -34,6 +36,11 @@ class CountingAllocator final : public c10::Allocator {
     sizes_[data] = static_cast<int64_t>(n);
     now_ += static_cast<int64_t>(n);
     peak_ = std::max(peak_, now_);
+    if (record_ && now_ > highest_) {
+      highest_ = now_;
+      at_peak_.clear();
+      for (const auto& [ptr, bytes] : sizes_) at_peak_.push_back(bytes);
+    }
     return {data, data, &release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
@@ -49,7 +56,26 @@ class CountingAllocator final : public c10::Allocator {
     peak_ = now_;
     return p;
   }
+  // What was live when the highest peak was set: sizes of allocations >= 1 MB, the rest summed (ZERO_MEMORY_AT_PEAK).
+  void print_at_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::sort(at_peak_.begin(), at_peak_.end(), std::greater<int64_t>());
+    int64_t small = 0;
+    std::printf("AT_PEAK %lld MB:", static_cast<long long>(highest_));
+    for (int64_t b : at_peak_)
+      if (b >= 1000000)
+        std::printf(" %.1f", static_cast<double>(b) / 1e6);
+      else
+        small += b;
+    std::printf(" + %.1f in smaller ones\n", static_cast<double>(small) / 1e6);
+  }
+  // Peaks before this (building the whole model before sharding it) are not what the AT_PEAK line shows.
+  void forget_highest() {
+    std::lock_guard<std::mutex> lock(mu_);
+    highest_ = now_;
+  }
   static CountingAllocator* instance;
+  bool record_ = std::getenv("ZERO_MEMORY_AT_PEAK") != nullptr;
 
  private:
   static void release(void* data) {
@@ -68,6 +94,8 @@ class CountingAllocator final : public c10::Allocator {
   c10::DeleterFnPtr base_delete_;
   std::mutex mu_;
   std::unordered_map<void*, int64_t> sizes_;
+  std::vector<int64_t> at_peak_;
+  int64_t highest_ = 0;
   int64_t now_ = 0, peak_ = 0;
 };
 
@@ -103,6 +131,7 @@ int main(int argc, char** argv) {
   CHECK(acc_process_index(acc, &rank));
   const int64_t after_prepare = counting.now();
   counting.take_peak();
+  counting.forget_highest();
   int64_t phase_peak[3] = {0, 0, 0};  // forward, backward, optimizer step
   std::vector<int64_t> ids(static_cast<size_t>(batch) * seq), next(ids.size());
   const int64_t shape[2] = {batch, seq};
@@ -132,6 +161,7 @@ int main(int argc, char** argv) {
               rank, static_cast<long long>(params), static_cast<long long>(after_prepare),
               static_cast<long long>(*std::max_element(phase_peak, phase_peak + 3)), static_cast<long long>(phase_peak[0]),
               static_cast<long long>(phase_peak[1]), static_cast<long long>(phase_peak[2]));
+  if (counting.record_) counting.print_at_peak();
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);

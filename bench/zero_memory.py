@@ -15,6 +15,7 @@ high-water mark). Bytes are counted by a reporting allocator (bench/zero_memory.
 
     python3 bench/zero_memory.py              # 4 processes, a GPT of 98.5 M parameters (about 2 minutes)
     python3 bench/zero_memory.py --layers 2 --embd 128 --heads 4 --vocab 512   # quick
+    python3 bench/zero_memory.py --at-peak    # and what is live at each run's peak (rank 0)
 
 Then FSDP FULL_SHARD with and without fsdp_activation_checkpointing: the forward's high-water mark per rank.
 """
@@ -51,9 +52,12 @@ def run(args, n, config, tmp):
         cmd += ["--config_file", path]
     cmd += [os.path.join(args.build, "bench", "zero_memory"), *map(str, (args.layers, args.embd, args.heads, args.vocab,
                                                                        args.seq, args.batch, args.steps))]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, ACC_CONFIG_FILE="none"))
+    env = dict(os.environ, ACC_CONFIG_FILE="none", **({"ZERO_MEMORY_AT_PEAK": "1"} if args.at_peak else {}))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
+    for line in re.findall(r"^AT_PEAK .*$", p.stdout, re.M):
+        print(f"  rank 0, {line}")
     return [json.loads(m) for m in re.findall(r"^MEM (.*)$", p.stdout, re.M)]
 
 
@@ -67,6 +71,7 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=2, help="the second step has Adam's moments from the first")
+    ap.add_argument("--at-peak", action="store_true", help="print the sizes of the tensors live at rank 0's peak")
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     args = ap.parse_args()
     n = args.processes

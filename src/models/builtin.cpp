@@ -210,7 +210,9 @@ class Gpt final : public NnModel {
                      return x + at::dropout(m, p, train);
                    });
     }
-    at::Tensor logits = at::linear(t_->ln_f->forward(x), t_->wte->param("weight"));
+    at::Tensor logits = run_head(x, [t = t_](const at::Tensor& x) {
+      return at::linear(t->ln_f->forward(x), t->wte->param("weight"));
+    });
     TensorDict out{{"logits", logits}};
     if (at::Tensor t = batch.get("targets"); t.defined()) {
       if (t.sizes() != input.sizes())

@@ -135,4 +135,10 @@ at::Tensor Model::run_unit(const std::string& name, const at::Tensor& x, const U
   return y;
 }
 
+at::Tensor Model::run_head(const at::Tensor& x, const UnitBody& body) const {
+  at::Tensor y = body(x);
+  if (unit_hooks_) unit_hooks_->after_head(x, y);
+  return y;
+}
+
 }  // namespace acc::core

@@ -28,6 +28,10 @@ class UnitHooks {
   virtual void before_unit(const std::string& name) = 0;
   // `output`: what the block returned (a hook may register on it to learn when backward reaches the block).
   virtual void after_unit(const std::string& name, const at::Tensor& output) = 0;
+  // The model's head (what follows the blocks: final norm, language-model head) ran from `input` to `output`. Its
+  // backward, from `output` to `input`, is the last to read the root's parameters: what precedes the blocks reads
+  // none in backward (an embedding lookup's gradient needs only the token ids).
+  virtual void after_head(const at::Tensor& input, const at::Tensor& output) = 0;
 };
 
 // One block's forward: its input to its output. Captures what it uses by value: with activation checkpointing,
@@ -83,6 +87,9 @@ class Model {
   // Runs the block `name` on x, telling the unit hooks before and after; with activation checkpointing (and grad
   // mode on), without keeping its activations.
   at::Tensor run_unit(const std::string& name, const at::Tensor& x, const UnitBody& body) const;
+  // Runs the head on the last block's output, telling the unit hooks. Only for a model whose layers before the
+  // first block read no parameter in backward (UnitHooks::after_head).
+  at::Tensor run_head(const at::Tensor& x, const UnitBody& body) const;
 
  private:
   UnitHooks* unit_hooks_ = nullptr;

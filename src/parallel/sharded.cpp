@@ -143,14 +143,21 @@ struct ShardState final : UnitHooks {
     g.gathered = false;
   }
 
+  // Stage 3 waits for the reduce-scatter in flight before it makes the next flat gradient: a unit's gradients, not
+  // two, are what backward adds to the shards (ZeRO-3's memory model); stages 1-2 overlap two buckets.
+  void make_flat_gradient(Group& g) {
+    if (g.grad_in.defined()) return;
+    if (opts.stage == 3 && in_flight && in_flight != &g) finish(*in_flight);
+    g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
+  }
+
   // A parameter's gradient moves into its group's flat gradient (added: accumulation steps sum there) and the
   // parameter's own is freed, so gradients take no more memory than one flat copy.
   void take_gradient(Group& g, size_t j) {
     at::Tensor& p = params[g.members[j]];
     if (!p.grad().defined()) return;
     c10::NoGradGuard no_grad;
-    if (!g.grad_in.defined())
-      g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
+    make_flat_gradient(g);
     g.grad_in.narrow(0, g.offsets[j], p.numel()).add_(p.grad().reshape({-1}));
     p.mutable_grad().reset();
   }
@@ -174,8 +181,7 @@ struct ShardState final : UnitHooks {
   // freed: one is in flight while backward goes on, so gradients in transit never exceed one bucket or unit.
   void launch(Group& g) {
     take_gradients(g);
-    if (!g.grad_in.defined())
-      g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
+    make_flat_gradient(g);
     // A sum of world-size gradients in 16 bits can overflow: divide first (torch's FSDP pre-divides too).
     g.predivided = g.grad_in.scalar_type() != g.shard.scalar_type();
     if (g.predivided) g.grad_in.div_(total());
@@ -189,6 +195,9 @@ struct ShardState final : UnitHooks {
     if (!g.work) return;
     g.work->wait();
     g.work.reset();
+    // Freed now, not when the backend's worker thread lets go of its work a moment later (then it could still hold
+    // this buffer as the next flat gradient is made).
+    free_storage(g.grad_in);
     g.grad_in.reset();
     if (in_flight == &g) in_flight = nullptr;
   }
@@ -228,6 +237,31 @@ struct ShardState final : UnitHooks {
     std::lock_guard<std::mutex> lock(mu);
     for (Group& g : groups)
       if (g.on_demand && g.unit == name) reshard(g);
+  }
+
+  // Whether the head's backward may free the root unit (set_unit_hooks): the root holds only what is outside the
+  // model's blocks, every block being a unit of its own.
+  bool head_frees_root = false;
+
+  void after_head(const at::Tensor& input, const at::Tensor& output) override {
+    if (!head_frees_root || !c10::GradMode::is_enabled() || !input.requires_grad() || !output.requires_grad()) return;
+    // The root is gathered again when backward reaches the head (another forward's, or a retained graph's) and
+    // freed once the head's backward is done, instead of at the end of backward.
+    std::weak_ptr<ShardState> self = self_;
+    const_cast<at::Tensor&>(output).register_hook([self](at::Tensor grad) {
+      if (auto s = self.lock()) s->for_root(&ShardState::gather);
+      return grad;
+    });
+    const_cast<at::Tensor&>(input).register_hook([self](at::Tensor grad) {
+      if (auto s = self.lock()) s->for_root(&ShardState::reshard);
+      return grad;
+    });
+  }
+
+  void for_root(void (ShardState::*f)(Group&)) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (Group& g : groups)
+      if (g.unit.empty()) (this->*f)(g);
   }
 
   std::weak_ptr<ShardState> self_;
@@ -376,6 +410,9 @@ class ShardedStrategy final : public Strategy {
             s.unit_order.push_back(u);
             break;
           }
+      s.head_frees_root = !reported.empty() && std::all_of(reported.begin(), reported.end(), [&](const std::string& u) {
+        return units.count(u) > 0;
+      });
       model_->set_unit_hooks(s_.get());
     }
   }

@@ -88,6 +88,19 @@ class ThenWork final : public PendingWork {
   std::function<void()> then_;
 };
 
+// Several collectives that make one result together.
+class AllWork final : public PendingWork {
+ public:
+  explicit AllWork(std::vector<std::unique_ptr<PendingWork>> parts) : parts_(std::move(parts)) {}
+  void wait() override {
+    for (auto& p : parts_) p->wait();
+    parts_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<PendingWork>> parts_;
+};
+
 std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
   // As torch.distributed does: GLOO_SOCKET_IFNAME names the interface; otherwise bind the address
   // that reaches the master (loopback for single-machine jobs, the hostname's address otherwise).
@@ -390,13 +403,24 @@ std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at:
   });
 }
 
-void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) {
-  collective("all_gather", [&] { impl_->pg->all_gather_single(out, in)->wait(); });
-}
+void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_async(out, in)->wait(); }
 
 std::unique_ptr<PendingWork> Comm::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
-  return std::make_unique<C10dWork>(
-      "all_gather", collective("all_gather", [&] { return impl_->pg->all_gather_single(out, in); }));
+  if (in.is_cuda())
+    return std::make_unique<C10dWork>(
+        "all_gather", collective("all_gather", [&] { return impl_->pg->all_gather_single(out, in); }));
+  // Gloo's all-gather receives into a temporary as large as `out`, held until its work is destroyed (for a prefetch,
+  // a second copy of the unit). Each rank's slice broadcast from that rank straight into `out` moves the same bytes.
+  const int64_t n = in.numel();
+  out.narrow(0, rank() * n, n).copy_(in.reshape({-1}));
+  std::vector<std::unique_ptr<PendingWork>> slices;
+  for (int r = 0; r < size(); ++r) {
+    std::vector<at::Tensor> v{out.narrow(0, r * n, n)};
+    c10d::BroadcastOptions o;
+    o.rootRank = r;
+    slices.push_back(std::make_unique<C10dWork>("all_gather", collective("all_gather", [&] { return impl_->pg->broadcast(v, o); })));
+  }
+  return std::make_unique<AllWork>(std::move(slices));
 }
 
 void Comm::broadcast(at::Tensor& t, int root) {

@@ -596,6 +596,97 @@ TEST(Sharded, PrefetchGathersTheNextUnitAhead) {
   }
 }
 
+// A stem (an embedding: its backward reads no weight), three blocks reported as units and a head tied to the stem's
+// weight, run through run_head. `seen` records whether the root unit (the tied weight) holds memory as the stem's
+// gradient arrives, as each block runs (forward, then backward's recomputation) and as the head runs.
+class StemBlocksHead final : public NnModel {
+ public:
+  StemBlocksHead() : NnModel(std::make_shared<torch::nn::Module>()) {
+    emb_ = module_->register_parameter("emb", at::randn({8, 4}));
+    for (int i = 0; i < 3; ++i) blocks_.push_back(module_->register_module("b" + std::to_string(i), torch::nn::Linear(4, 4)));
+  }
+  std::vector<std::string> reported_units() const override { return {"b0", "b1", "b2"}; }
+  TensorDict forward(const TensorDict& batch) override {
+    at::Tensor x = at::embedding(emb_, batch.at("input"));
+    x.register_hook([this](const at::Tensor& g) {
+      seen.push_back(std::string("stem:") + root_held());
+      return g;
+    });
+    for (int i = 0; i < 3; ++i)
+      x = run_unit("b" + std::to_string(i), x, [this, i](const at::Tensor& in) {
+        seen.push_back("b" + std::to_string(i) + ":" + root_held());
+        return at::tanh(blocks_[static_cast<size_t>(i)]->forward(in));
+      });
+    at::Tensor logits = run_head(x, [this](const at::Tensor& in) {
+      seen.push_back(std::string("head:") + root_held());
+      return at::linear(in, emb_);
+    });
+    return TensorDict{{"output", logits}, {"loss", logits.pow(2).mean()}};
+  }
+  char root_held() const { return emb_.storage().nbytes() > 0 ? '1' : '0'; }
+  std::vector<std::string> seen;
+
+ private:
+  at::Tensor emb_;
+  std::vector<torch::nn::Linear> blocks_;
+};
+
+TEST(Sharded, TheHeadsBackwardFreesTheRootUnit) {
+  // Stage 3: once backward is through the head, the root unit's parameters (what is outside the blocks) are freed,
+  // not held to the end of backward: the blocks' backward (seen through activation checkpointing's recomputation)
+  // and the stem's run without them. A block that is not a unit of its own is in the root: then it stays.
+  auto comm = solo_group();
+  const at::Tensor ids = at::randint(8, {2, 3});
+  for (bool all_units : {true, false}) {
+    SCOPED_TRACE(all_units);
+    auto model = std::make_shared<StemBlocksHead>();
+    model->set_activation_checkpointing(true);
+    ShardingOptions o;
+    o.stage = 3;
+    o.units = all_units ? std::vector<std::string>{"b0", "b1", "b2"} : std::vector<std::string>{"b0", "b1"};
+    auto strategy = make_sharded_strategy(model, at::kCPU, comm, o);
+    strategy->before_forward();
+    at::Tensor loss = model->forward({{"input", ids}}).at("loss");
+    strategy->after_forward();
+    strategy->before_backward(true);
+    loss.backward();
+    strategy->after_backward();
+    const char b = all_units ? '0' : '1';
+    const std::vector<std::string> want = {"b0:1", "b1:1", "b2:1", "head:1", std::string("b2:") + b,
+                                           std::string("b1:") + b, std::string("b0:") + b, std::string("stem:") + b};
+    EXPECT_EQ(model->seen, want);
+  }
+  // Two forwards, one backward: the first head's backward, after the second's freed the root, gathers it again; the
+  // gradients are those of the model without a strategy.
+  at::manual_seed(3);
+  auto reference = std::make_shared<StemBlocksHead>();
+  auto model = std::make_shared<StemBlocksHead>();
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, t] : model->named_parameters())
+      for (auto& [ref_name, r] : reference->named_parameters())
+        if (name == ref_name) t.copy_(r);
+  }
+  const at::Tensor ids2 = at::randint(8, {2, 3});
+  (reference->forward({{"input", ids}}).at("loss") + reference->forward({{"input", ids2}}).at("loss")).backward();
+  ShardingOptions o;
+  o.stage = 3;
+  o.units = {"b0", "b1", "b2"};
+  auto strategy = make_sharded_strategy(model, at::kCPU, comm, o);
+  strategy->before_forward();
+  at::Tensor first = model->forward({{"input", ids}}).at("loss");
+  at::Tensor second = model->forward({{"input", ids2}}).at("loss");
+  strategy->after_forward();
+  strategy->before_backward(true);
+  (first + second).backward();
+  strategy->after_backward();
+  const std::vector<at::Tensor> pieces = strategy->optimizer_parameters();
+  const NamedTensors params = reference->trainable_parameters();
+  ASSERT_EQ(pieces.size(), params.size());
+  for (size_t i = 0; i < pieces.size(); ++i)
+    EXPECT_TRUE(at::allclose(pieces[i].grad(), params[i].second.grad().reshape({-1}), 1e-6, 1e-7)) << params[i].first;
+}
+
 TEST(Sharded, MixedPrecisionPolicyComputesInBf16AndStepsFp32Masters) {
   // FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=bf16) on a one-process group: the model computes with
   // bf16 copies, the optimizer steps fp32 shards, and the state dict holds the fp32 masters.

@@ -254,11 +254,13 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
       release(unit);
     }
     if (cache) cache->length = past + T;
-    x = model_->norm->forward(x);
-    release("model.norm");
-    at::Tensor logits = lm_head_ ? lm_head_->forward(x) : at::linear(x, emb);
-    release(lm_head_ ? "lm_head" : "model.embed_tokens");
-    return logits;
+    return run_head(x, [&](const at::Tensor& x) {
+      at::Tensor h = model_->norm->forward(x);
+      release("model.norm");
+      at::Tensor logits = lm_head_ ? lm_head_->forward(h) : at::linear(h, emb);
+      release(lm_head_ ? "lm_head" : "model.embed_tokens");
+      return logits;
+    });
   }
 
  private:

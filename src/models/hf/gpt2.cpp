@@ -132,11 +132,13 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
       release(unit);
     }
     if (cache) cache->length = past + T;
-    x = t_->ln_f->forward(x);
-    release("transformer.ln_f");
-    at::Tensor logits = at::linear(x, wte);
-    release("transformer.wte");
-    return logits;
+    return run_head(x, [&](const at::Tensor& x) {
+      at::Tensor h = t_->ln_f->forward(x);
+      release("transformer.ln_f");
+      at::Tensor logits = at::linear(h, wte);
+      release("transformer.wte");
+      return logits;
+    });
   }
 
  private:

@@ -89,6 +89,7 @@ std::map<std::string, std::string> launch_environment(const Config& cfg) {
     env["FSDP_CPU_RAM_EFFICIENT_LOADING"] = low(v("fsdp_config.fsdp_cpu_ram_efficient_loading"));
     env["FSDP_SYNC_MODULE_STATES"] = low(v("fsdp_config.fsdp_sync_module_states"));
     env["FSDP_ACTIVATION_CHECKPOINTING"] = low(v("fsdp_config.fsdp_activation_checkpointing"));
+    env["FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"] = low(v("fsdp_config.fsdp_activation_checkpointing_offload"));
   }
 
   if (dt == "DEEPSPEED") {

@@ -741,6 +741,15 @@ void check_launch(const Config& cfg) {
     throw Error("'fsdp_config.fsdp_cpu_ram_efficient_loading' is true (" + at("fsdp_config.fsdp_cpu_ram_efficient_loading") +
                 ") so 'fsdp_config.fsdp_sync_module_states' must be true too (" +
                 at("fsdp_config.fsdp_sync_module_states") + ")");
+  // What Accelerate's FullyShardedDataParallelPlugin refuses as the script starts, refused before any process does.
+  if (dt == "FSDP" && cfg.get_bool("fsdp_config.fsdp_activation_checkpointing_offload")) {
+    if (!cfg.get_bool("fsdp_config.fsdp_activation_checkpointing"))
+      throw Error("contradictory settings: " + show("fsdp_config.fsdp_activation_checkpointing_offload") +
+                  " offloads what activation checkpointing keeps, but " + show("fsdp_config.fsdp_activation_checkpointing"));
+    if (cfg.get_int("fsdp_config.fsdp_version") != 2)
+      throw Error("contradictory settings: " + show("fsdp_config.fsdp_activation_checkpointing_offload") +
+                  " needs FSDP2, but " + show("fsdp_config.fsdp_version"));
+  }
 }
 
 }  // namespace acc::config

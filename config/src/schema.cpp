@@ -269,6 +269,9 @@ Schema make_accelerator() {
           .env("FSDP_FORWARD_PREFETCH"));
   add(K("fsdp_plugin.activation_checkpointing", B, "false", "recompute activations in backward")
           .env("FSDP_ACTIVATION_CHECKPOINTING"));
+  add(K("fsdp_plugin.activation_checkpointing_offload", B, "false",
+        "FSDP2: keep each checkpointed block's input in CPU memory until backward")
+          .env("FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"));
   add(K("fsdp_plugin.cpu_ram_efficient_loading", B | Z, "null", "only rank 0 loads the checkpoint into CPU memory")
           .env("FSDP_CPU_RAM_EFFICIENT_LOADING"));
   add(K("fsdp_plugin.transformer_cls_names_to_wrap", L | Z, "null", "module class names wrapped as units")
@@ -484,6 +487,9 @@ Schema make_launch() {
           .env("FSDP_SYNC_MODULE_STATES"));
   add(K("fsdp_config.fsdp_activation_checkpointing", B, "false", "recompute activations in backward")
           .env("FSDP_ACTIVATION_CHECKPOINTING"));
+  add(K("fsdp_config.fsdp_activation_checkpointing_offload", B, "false",
+        "FSDP2: keep each checkpointed block's input in CPU memory until backward")
+          .env("FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"));
   add(K("fsdp_config.fsdp_ignored_modules", S | Z, "null", "regex of module names FSDP leaves alone")
           .env("FSDP_IGNORED_MODULES"));
   // --- megatron_lm_config

@@ -441,6 +441,15 @@ Sharding sharding(const Config& c) {
     return sh;
   }
   if (!c.get_bool("use_fsdp")) return sh;
+  if (c.get_bool("fsdp_plugin.activation_checkpointing_offload")) {  // FullyShardedDataParallelPlugin's checks
+    auto show = [&](const char* k) { return "'" + std::string(k) + "' (" + c.get_json(k) + ", " + c.provenance(k).where + ")"; };
+    if (!c.get_bool("fsdp_plugin.activation_checkpointing"))
+      throw Error("contradictory settings: " + show("fsdp_plugin.activation_checkpointing_offload") +
+                  " offloads what activation checkpointing keeps, but " + show("fsdp_plugin.activation_checkpointing"));
+    if (c.get_int("fsdp_plugin.fsdp_version") != 2)
+      throw Error("contradictory settings: " + show("fsdp_plugin.activation_checkpointing_offload") +
+                  " needs FSDP2, but " + show("fsdp_plugin.fsdp_version"));
+  }
   // Accelerate: the deprecated sharding_strategy wins; reshard_after_forward is a strategy (FSDP1) or a bool
   // (FSDP2); neither set means FULL_SHARD.
   std::string strategy = "FULL_SHARD";

@@ -75,6 +75,8 @@ struct Recompute : torch::CustomClassHolder {
   c10::ScalarType autocast_dtype = at::kFloat;
   bool autocast_cache = true;
   bool fp8 = false;
+  bool offload = false;            // activation_checkpointing_offload
+  c10::Device device = c10::kCPU;  // where the kept input goes back to for the recomputation
 };
 
 struct Checkpointed : public torch::autograd::Function<Checkpointed> {
@@ -83,7 +85,14 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& anchor,
                             c10::intrusive_ptr<Recompute> recompute) {
     (void)anchor;
-    ctx->save_for_backward({x});
+    if (recompute->offload && !x.is_cpu()) {
+      // activation_checkpointing_offload: the kept input waits in pinned CPU memory (torch's save_on_cpu).
+      at::Tensor kept = at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(true));
+      kept.copy_(x, /*non_blocking=*/true);
+      ctx->save_for_backward({kept});
+    } else {
+      ctx->save_for_backward({x});
+    }
     ctx->saved_data["x_requires_grad"] = x.requires_grad();
     at::Tensor y = recompute->body(x);  // grad mode is off here (Function::apply)
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(std::move(recompute));
@@ -95,7 +104,7 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};  // the output got no gradient
     auto recompute = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
     const Recompute& r = *recompute;
-    at::Tensor x = ctx->get_saved_variables()[0].detach();
+    at::Tensor x = ctx->get_saved_variables()[0].detach().to(r.device, /*non_blocking=*/true);
     x.requires_grad_(ctx->saved_data["x_requires_grad"].toBool());
     at::Tensor y;
     {
@@ -126,6 +135,8 @@ at::Tensor Model::run_unit(const std::string& name, const at::Tensor& x, const U
     r->autocast_dtype = at::autocast::get_autocast_dtype(r->device_type);
     r->autocast_cache = at::autocast::is_autocast_cache_enabled();
     r->fp8 = Fp8Scope::active();
+    r->offload = offload_checkpoints_;
+    r->device = x.device();
     at::Tensor anchor = at::zeros({}, x.options().dtype(at::kFloat)).requires_grad_();
     y = Checkpointed::apply(x, anchor, std::move(r));
   } else {

@@ -45,8 +45,13 @@ class Model {
   virtual std::vector<std::string> reported_units() const { return {}; }
   void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
   // FSDP's activation_checkpointing: the reported units keep no activations in forward; backward recomputes them
-  // (models/checkpoint.cpp). Only models that report units have blocks to recompute.
-  void set_activation_checkpointing(bool on) { checkpoint_units_ = on; }
+  // (models/checkpoint.cpp). Only models that report units have blocks to recompute. `offload`
+  // (activation_checkpointing_offload): the input each block keeps for its recomputation waits in CPU memory
+  // (pinned) while it is not needed, as Accelerate's offload_wrapper does; on a CPU it stays where it is.
+  void set_activation_checkpointing(bool on, bool offload = false) {
+    checkpoint_units_ = on;
+    offload_checkpoints_ = on && offload;
+  }
   bool activation_checkpointing() const { return checkpoint_units_; }
   // Recursive, dotted names ("transformer.h.0.attn.c_attn.weight"), in definition order.
   virtual NamedTensors named_parameters() const = 0;
@@ -94,6 +99,7 @@ class Model {
  private:
   UnitHooks* unit_hooks_ = nullptr;
   bool checkpoint_units_ = false;
+  bool offload_checkpoints_ = false;
 };
 
 // Any torch::nn::Module tree.

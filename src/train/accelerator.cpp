@@ -350,7 +350,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
         throw config::Error("'fsdp_plugin.activation_checkpointing' = true: this model has no blocks that libacc can "
                             "recompute (the built-in GPT and the Hugging Face families have them; an MLP, a TorchScript "
                             "or a C++ module does not); set it to false");
-      model->model->set_activation_checkpointing(true);
+      model->model->set_activation_checkpointing(true, config_.get_bool("fsdp_plugin.activation_checkpointing_offload"));
     }
     model->strategy = make_strategy(model->model);
     model->owner = self;

@@ -935,6 +935,33 @@ TEST(AccelerateTestConfigs, EveryVersionReads) {
   EXPECT_NE(err.find("invalid_keys.yaml:14: unknown key 'invalid_key'"), std::string::npos) << err;
 }
 
+// Accelerate 1.15's fsdp_activation_checkpointing_offload: passed on as FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD, read by
+// the accelerator, and refused where FullyShardedDataParallelPlugin refuses it (without activation checkpointing, or
+// under FSDP1), naming both keys and their sources.
+TEST(Config, ActivationCheckpointingOffload) {
+  TempDir t;
+  const std::string fsdp2 = "distributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\nfsdp_config:\n  fsdp_version: 2\n"
+                            "  fsdp_activation_checkpointing: true\n";
+  auto env = launch_environment(resolve_launch(t.write("on.yaml", fsdp2 + "  fsdp_activation_checkpointing_offload: true\n"), {}));
+  EXPECT_EQ(env["FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"], "true");
+  EXPECT_EQ(launch_environment(resolve_launch(t.write("off.yaml", fsdp2), {}))["FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"], "false");
+  Env from_launch(env.begin(), env.end());
+  Config lib = resolve_accelerator("", from_launch);
+  EXPECT_TRUE(lib.get_bool("fsdp_plugin.activation_checkpointing_offload"));
+  EXPECT_EQ(lib.provenance("fsdp_plugin.activation_checkpointing_offload").where, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD");
+  EXPECT_FALSE(unsupported_setting(lib));
+  EXPECT_EQ(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "activation_checkpointing_offload": true}})", {}));
+            }),
+            "contradictory settings: 'fsdp_plugin.activation_checkpointing_offload' (true, acc_accelerator_create) "
+            "offloads what activation checkpointing keeps, but 'fsdp_plugin.activation_checkpointing' (false, default)");
+  const std::string fsdp1 = error_of([] {
+    sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_ACTIVATION_CHECKPOINTING", "true"},
+                                      {"FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", "true"}}));
+  });
+  EXPECT_NE(fsdp1.find("needs FSDP2, but 'fsdp_plugin.fsdp_version' (1, default)"), std::string::npos) << fsdp1;
+}
+
 // `acc config update` and the questionnaire write files that read back to the same values.
 TEST(AccelerateTestConfigs, WrittenFilesReadBackTheSame) {
   TempDir t;

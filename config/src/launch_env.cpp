@@ -1,6 +1,9 @@
 // The environment `accelerate launch` exports for a launch config (utils/launch.py: prepare_simple_launcher_cmd_env,
 // prepare_multi_gpu_env, prepare_deepspeed_cmd_env, setup_fp8_env, prepare_extend_env_parallelism_config), with the
 // same spellings: Python's str() of a bool is "True"/"False"; FSDP and DeepSpeed booleans are lower case.
+#include <algorithm>
+#include <cstdlib>
+
 #include "internal.hpp"
 
 namespace acc::config {
@@ -94,9 +97,16 @@ std::map<std::string, std::string> launch_environment(const Config& cfg) {
 
   if (dt == "DEEPSPEED") {
     env["ACCELERATE_USE_DEEPSPEED"] = "true";
-    std::vector<std::string> from_file;  // deepspeed_config keys the config file gave, plus mixed_precision
-    for (const auto& name : im.schema->children.at("deepspeed_config"))
-      if (origin("deepspeed_config." + name) == Origin::File) from_file.push_back(name);
+    // The deepspeed_config keys the config file gave, in the file's order (Accelerate lists its dict's keys), then
+    // mixed_precision.
+    std::vector<std::pair<long, std::string>> given;
+    for (const auto& name : im.schema->children.at("deepspeed_config")) {
+      const Provenance& p = im.prov[im.schema->index.at("deepspeed_config." + name)];
+      if (p.origin == Origin::File) given.emplace_back(std::strtol(p.where.c_str() + p.where.rfind(':') + 1, nullptr, 10), name);
+    }
+    std::stable_sort(given.begin(), given.end());
+    std::vector<std::string> from_file;
+    for (auto& [line, name] : given) from_file.push_back(std::move(name));
     if (origin("mixed_precision") == Origin::File) from_file.push_back("mixed_precision");
     env["ACCELERATE_CONFIG_DS_FIELDS"] = join(from_file, ",");
     const struct {

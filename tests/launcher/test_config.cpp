@@ -695,8 +695,13 @@ TEST(LaunchEnvironment, DeepSpeedFileReachesTheLibrary) {
   EXPECT_EQ(env["ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"], "cpu");
   EXPECT_EQ(env["ACCELERATE_DEEPSPEED_ZERO3_INIT"], "false");
   EXPECT_EQ(env["ACCELERATE_CONFIG_DS_FIELDS"],
-            "zero_stage,offload_optimizer_device,offload_param_device,gradient_accumulation_steps,gradient_clipping,"
-            "zero3_init_flag,mixed_precision");  // schema order; the library only tests membership
+            "gradient_accumulation_steps,gradient_clipping,offload_optimizer_device,offload_param_device,zero3_init_flag,"
+            "zero_stage,mixed_precision");  // the file's order, as accelerate launch lists its dict's keys
+  TempDir t;
+  EXPECT_EQ(launch_environment(resolve_launch(t.write("ds.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\n"
+                                                                  "deepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: true\n"
+                                                                  "  offload_param_device: cpu\n"), {}))["ACCELERATE_CONFIG_DS_FIELDS"],
+            "zero_stage,zero3_init_flag,offload_param_device");
   Config lib = resolve_accelerator("", env);
   EXPECT_TRUE(lib.get_bool("use_deepspeed"));
   EXPECT_EQ(lib.get_int("deepspeed_plugin.zero_stage"), 2);

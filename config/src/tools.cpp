@@ -441,8 +441,8 @@ Sharding sharding(const Config& c) {
     return sh;
   }
   if (!c.get_bool("use_fsdp")) return sh;
+  auto show = [&](const char* k) { return "'" + std::string(k) + "' (" + c.get_json(k) + ", " + c.provenance(k).where + ")"; };
   if (c.get_bool("fsdp_plugin.activation_checkpointing_offload")) {  // FullyShardedDataParallelPlugin's checks
-    auto show = [&](const char* k) { return "'" + std::string(k) + "' (" + c.get_json(k) + ", " + c.provenance(k).where + ")"; };
     if (!c.get_bool("fsdp_plugin.activation_checkpointing"))
       throw Error("contradictory settings: " + show("fsdp_plugin.activation_checkpointing_offload") +
                   " offloads what activation checkpointing keeps, but " + show("fsdp_plugin.activation_checkpointing"));
@@ -450,14 +450,30 @@ Sharding sharding(const Config& c) {
       throw Error("contradictory settings: " + show("fsdp_plugin.activation_checkpointing_offload") +
                   " needs FSDP2, but " + show("fsdp_plugin.fsdp_version"));
   }
-  // Accelerate: the deprecated sharding_strategy wins; reshard_after_forward is a strategy (FSDP1) or a bool
-  // (FSDP2); neither set means FULL_SHARD.
+  // As FullyShardedDataParallelPlugin reads them. FSDP1: the deprecated sharding_strategy wins, then
+  // reshard_after_forward as a strategy; neither set means FULL_SHARD. FSDP2: reshard_after_forward, a bool (true when
+  // unset); sharding_strategy is FSDP1's, not read from the environment (accelerate launch always exports
+  // FSDP_SHARDING_STRATEGY) and, given, ignored beside reshard_after_forward and refused without it.
   std::string strategy = "FULL_SHARD";
-  if (c.is_set("fsdp_plugin.sharding_strategy")) {
-    strategy = c.get_string("fsdp_plugin.sharding_strategy");
-  } else if (c.is_set("fsdp_plugin.reshard_after_forward")) {
-    const std::string v = c.get_json("fsdp_plugin.reshard_after_forward");
-    strategy = v == "true" ? "FULL_SHARD" : v == "false" ? "SHARD_GRAD_OP" : c.get_string("fsdp_plugin.reshard_after_forward");
+  const char* const kStrategy = "fsdp_plugin.sharding_strategy";
+  const char* const kReshard = "fsdp_plugin.reshard_after_forward";
+  if (c.get_int("fsdp_plugin.fsdp_version") == 2) {
+    if (c.is_set(kReshard)) {
+      const std::string v = c.get_json(kReshard);
+      if (v != "true" && v != "false")
+        throw Error(show(kReshard) + " must be a bool with FSDP2 (a sharding strategy is FSDP1's)");
+      strategy = v == "true" ? "FULL_SHARD" : "SHARD_GRAD_OP";
+    } else if (c.is_set(kStrategy) && c.provenance(kStrategy).origin != Origin::Env) {
+      throw Error(show(kStrategy) + " is FSDP1's; FSDP2 takes 'fsdp_plugin.reshard_after_forward', a bool");
+    }
+    // FSDP2 prefetches on its own (so does libacc, below); the environment's FSDP_FORWARD_PREFETCH is FSDP1's.
+    if (c.is_set("fsdp_plugin.forward_prefetch") && c.provenance("fsdp_plugin.forward_prefetch").origin != Origin::Env)
+      throw Error(show("fsdp_plugin.forward_prefetch") + " is FSDP1's: FSDP2 prefetches by itself; leave it null");
+  } else if (c.is_set(kStrategy)) {
+    strategy = c.get_string(kStrategy);
+  } else if (c.is_set(kReshard)) {
+    const std::string v = c.get_json(kReshard);
+    strategy = v == "true" ? "FULL_SHARD" : v == "false" ? "SHARD_GRAD_OP" : c.get_string(kReshard);
   }
   sh.label = "FSDP " + strategy;
   if (c.is_set("fsdp_plugin.mixed_precision_policy")) {

@@ -1440,8 +1440,10 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_NE(error_of([] { sharding(resolve_accelerator(R"({"fsdp_plugin": {"mixed_precision_policy": "int8"}})", {})); })
                 .find("'fsdp_plugin.mixed_precision_policy': 'int8' is not a dtype"),
             std::string::npos);
-  // FSDP2 takes a bool; the environment as accelerate launch exports it.
+  // FSDP2 takes a bool; the environment as accelerate launch exports it (FSDP_SHARDING_STRATEGY too, which FSDP2 does
+  // not read).
   Sharding v2 = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"},
+                                                   {"FSDP_SHARDING_STRATEGY", "FULL_SHARD"}, {"FSDP_FORWARD_PREFETCH", "false"},
                                                    {"FSDP_RESHARD_AFTER_FORWARD", "false"},
                                                    {"FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
                                                    {"FSDP_TRANSFORMER_CLS_TO_WRAP", "LlamaDecoderLayer,GPT2Block"}}));
@@ -1450,6 +1452,22 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_EQ(v2.wrap_policy, "TRANSFORMER_BASED_WRAP");
   EXPECT_TRUE(v2.wrap_classes_set);
   EXPECT_EQ(v2.wrap_classes, (std::vector<std::string>{"LlamaDecoderLayer", "GPT2Block"}));
+  // FullyShardedDataParallelPlugin's FSDP2 refusals: a strategy for reshard_after_forward, sharding_strategy alone.
+  EXPECT_NE(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "reshard_after_forward": "SHARD_GRAD_OP"}})", {}));
+            }).find("'fsdp_plugin.reshard_after_forward' (\"SHARD_GRAD_OP\", acc_accelerator_create) must be a bool with FSDP2"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "SHARD_GRAD_OP"}})", {}));
+            }).find("is FSDP1's; FSDP2 takes 'fsdp_plugin.reshard_after_forward', a bool"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "forward_prefetch": false}})", {}));
+            }).find("'fsdp_plugin.forward_prefetch' (false, acc_accelerator_create) is FSDP1's"),
+            std::string::npos);
+  EXPECT_FALSE(sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "FULL_SHARD",
+                                                                  "reshard_after_forward": false}})", {}))
+                   .reshard_after_forward);
   // Prefetch: FSDP2 and DeepSpeed ZeRO-3 always, both ways; FSDP1 as its keys say (none by default, NO_PREFETCH none).
   EXPECT_TRUE(v2.forward_prefetch);
   EXPECT_EQ(v2.backward_prefetch, "BACKWARD_PRE");

@@ -385,8 +385,14 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   }
   if (c.get_bool("use_megatron_lm"))
     return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
-  if (c.get_bool("use_parallelism_config"))
-    return refuse("use_parallelism_config", "N-d parallelism (parallelism_config)", "train with DDP (the default) instead");
+  if (c.get_bool("use_parallelism_config")) {
+    // Its data-parallel dimensions are FSDP2's HSDP (sharding()) or DDP; tensor, context and sequence parallelism
+    // are not done here.
+    for (const char* k : {"parallelism_config.tp_size", "parallelism_config.cp_size", "parallelism_config.sp_size"})
+      if (c.get_int(k) > 1) return refuse(k, "N-d parallelism (parallelism_config)", "use dp_replicate_size and dp_shard_size");
+    if (c.get_bool("use_deepspeed"))
+      return refuse("use_parallelism_config", "parallelism_config with DeepSpeed", "use FSDP2 for dp_shard_size");
+  }
   if (c.get_string("dynamo_plugin.backend") != "NO")
     return refuse("dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
   // Trackers: libacc writes TensorBoard event files, JSON lines, CSV and MLflow's file store (src/tracking).
@@ -498,6 +504,20 @@ Sharding sharding(const Config& c) {
   sh.stage = 3;
   sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
   sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
+  if (c.get_bool("use_parallelism_config")) {
+    // Accelerate's ParallelismConfig for FSDP2: dp_shard_size ranks shard, dp_replicate_size such groups replicate.
+    const char* const kShard = "parallelism_config.dp_shard_size";
+    if (c.get_int("fsdp_plugin.fsdp_version") != 2)
+      throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where +
+                  ") needs FSDP2; got " + show("fsdp_plugin.fsdp_version"));
+    if (c.get_int(kShard) == 1)
+      throw Error(show(kShard) + ": FSDP is enabled but the parallelism config has no dimension for FSDP to shard "
+                  "across; set dp_shard_size > 1 (or train without the FSDP config)");
+    sh.dp_shard_size = c.get_int(kShard);
+    sh.dp_replicate_size = c.get_int("parallelism_config.dp_replicate_size");
+    sh.hybrid = sh.dp_replicate_size > 1;
+    if (sh.hybrid) sh.label = sh.reshard_after_forward ? "FSDP2 HSDP" : "FSDP2 HSDP (reshard_after_forward false)";
+  }
   sh.offload = c.get_bool("fsdp_plugin.cpu_offload");
   if (c.get_int("fsdp_plugin.fsdp_version") == 2) {  // FSDP2's implicit prefetching
     sh.forward_prefetch = true;

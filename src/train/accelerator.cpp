@@ -76,6 +76,19 @@ std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::mill
   }
 }
 
+// ParallelismConfig's data-parallel sizes against the job (Accelerate's _validate_accelerator): under FSDP2 they make
+// the HSDP groups (config::sharding); otherwise only plain data parallelism over every process is DDP.
+void check_parallelism(const config::Config& c, const config::Sharding& sh, int64_t world) {
+  const int64_t replicate = c.get_int("parallelism_config.dp_replicate_size"), shard = c.get_int("parallelism_config.dp_shard_size");
+  const std::string sizes = "parallelism_config's dp_replicate_size " + std::to_string(replicate) + " x dp_shard_size " +
+                            std::to_string(shard) + " (" + c.provenance("parallelism_config.dp_shard_size").where + ")";
+  if (sh.dp_shard_size == 0 && shard > 1)
+    throw config::Error(sizes + ": dp_shard_size > 1 shards with FSDP2 (distributed_type FSDP, fsdp_version 2)");
+  if (replicate * shard != world && (sh.dp_shard_size > 0 || replicate * shard != 1))
+    throw config::Error(sizes + " is " + std::to_string(replicate * shard) + " processes, but the job has " +
+                        std::to_string(world) + "; adjust dp_replicate_size / dp_shard_size");
+}
+
 }  // namespace
 
 void set_seed(uint64_t seed, bool deterministic) {
@@ -143,6 +156,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(c.get_string("mixed_precision"));
   a->sharding_ = config::sharding(c);
+  if (c.get_bool("use_parallelism_config")) check_parallelism(c, a->sharding_, a->state_.world_size);
   const char* efficient = "fsdp_plugin.cpu_ram_efficient_loading";
   if (a->comm_ && a->state_.local_rank != 0 && c.get_bool("use_fsdp") && c.is_set(efficient) && c.get_bool(efficient)) {
     hold_ram_efficient_loading(true);
@@ -430,7 +444,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   o.param_dtype = dtype(sh.param_dtype);
   o.reduce_dtype = dtype(sh.reduce_dtype);
   o.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
-  if (sh.hybrid) o.shard_group_size = state_.local_world_size;
+  if (sh.hybrid) o.shard_group_size = sh.dp_shard_size > 0 ? static_cast<int>(sh.dp_shard_size) : state_.local_world_size;
   o.offload = sh.offload;
   o.reshard_after_forward = sh.reshard_after_forward;
   o.forward_prefetch = sh.forward_prefetch;

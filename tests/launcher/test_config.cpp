@@ -1468,6 +1468,32 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_FALSE(sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "FULL_SHARD",
                                                                   "reshard_after_forward": false}})", {}))
                    .reshard_after_forward);
+  // Accelerate's ParallelismConfig under FSDP2: dp_replicate_size groups of dp_shard_size ranks (HSDP); dp_shard_size 1
+  // leaves FSDP nothing to shard across, FSDP1 has no parallelism_config; tensor parallelism is not done here.
+  Sharding hsdp = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"},
+                                                     {"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                                                     {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"},
+                                                     {"PARALLELISM_CONFIG_DP_SHARD_SIZE", "3"}}));
+  EXPECT_TRUE(hsdp.hybrid);
+  EXPECT_TRUE(hsdp.reshard_after_forward);
+  EXPECT_EQ(hsdp.dp_shard_size, 3);
+  EXPECT_EQ(hsdp.dp_replicate_size, 2);
+  EXPECT_EQ(hsdp.label, "FSDP2 HSDP");
+  Sharding fsdp2 = sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 4}})", {}));
+  EXPECT_FALSE(fsdp2.hybrid);
+  EXPECT_EQ(fsdp2.dp_shard_size, 4);
+  EXPECT_NE(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})", {}));
+            }).find("'parallelism_config.dp_shard_size' (1, default): FSDP is enabled but the parallelism config has no dimension"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {}, "parallelism_config": {"dp_shard_size": 2}})", {}));
+            }).find("needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"),
+            std::string::npos);
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2}})", {})));
+  EXPECT_NE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}))
+                ->find("'parallelism_config.tp_size' = 2"),
+            std::string::npos);
   // Prefetch: FSDP2 and DeepSpeed ZeRO-3 always, both ways; FSDP1 as its keys say (none by default, NO_PREFETCH none).
   EXPECT_TRUE(v2.forward_prefetch);
   EXPECT_EQ(v2.backward_prefetch, "BACKWARD_PRE");

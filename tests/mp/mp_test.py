@@ -737,6 +737,18 @@ def case_sharded():
 
         for strategy in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
             hybrid(strategy, "127.0.0.1", [(), ()], [{}, {}], "loopback")
+        # Accelerate's FSDP2 HSDP: parallelism_config's dp_replicate_size 2 x dp_shard_size 2 on one machine's 4 processes
+        # (groups of 2 consecutive ranks shard, the 2 groups replicate), with and without resharding after forward.
+        for reshard in ("true", "false"):
+            hsdp = ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: " + reshard +
+                    "\n  fsdp_auto_wrap_policy: {wrap}\nparallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
+                    "  parallelism_config_dp_shard_size: 2\n")
+            got = run(4, hsdp, "gpt", 30, 2, 0.05)
+            if want is not None and got is not None:
+                diff = max_abs_diff(want, got)
+                print(f"FSDP2 HSDP (parallelism_config 2 x 2, reshard_after_forward {reshard}) vs DDP on 4: "
+                      f"max |diff| = {diff:.3g}")
+                expect(diff <= 1e-6, f"FSDP2 HSDP (reshard_after_forward {reshard}) equals DDP", str(diff))
         with two_machines() as m:
             if m is not None:
                 for strategy in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):

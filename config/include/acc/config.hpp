@@ -147,6 +147,9 @@ struct Sharding {
   int stage = 0;                        // 0: none (DDP when distributed)
   bool reshard_after_forward = true;    // stage 3: FULL_SHARD (true) or SHARD_GRAD_OP (false)
   bool hybrid = false;                  // HYBRID_SHARD(_ZERO2): shard inside a machine, replicate across machines
+  // FSDP2's HSDP from parallelism_config: dp_replicate_size groups of dp_shard_size consecutive ranks (0: the hybrid
+  // strategies' machines). The accelerator checks their product is the number of processes.
+  int64_t dp_replicate_size = 0, dp_shard_size = 0;
   bool offload = false;                 // fsdp cpu_offload, DeepSpeed offload_{optimizer,param}_device cpu
   std::string wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP
   std::vector<std::string> wrap_classes;

@@ -143,11 +143,13 @@ struct ShardState final : UnitHooks {
     g.gathered = false;
   }
 
-  // Stage 3 waits for the reduce-scatter in flight before it makes the next flat gradient: a unit's gradients, not
-  // two, are what backward adds to the shards (ZeRO-3's memory model); stages 1-2 overlap two buckets.
+  // On CPU, stage 3 waits for the reduce-scatter in flight before it makes the next flat gradient: a unit's gradients,
+  // not two, are what backward adds to the shards (ZeRO-3's memory model), and Gloo shares the cores with the
+  // computation, so overlapping the two bought no speed (bench/README.md). On a GPU, NCCL's reduce-scatter overlaps
+  // the next unit's backward, as in FSDP; stages 1-2 always overlap two buckets.
   void make_flat_gradient(Group& g) {
     if (g.grad_in.defined()) return;
-    if (opts.stage == 3 && in_flight && in_flight != &g) finish(*in_flight);
+    if (opts.stage == 3 && in_flight && in_flight != &g && !g.flat.is_cuda()) finish(*in_flight);
     g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
   }
 

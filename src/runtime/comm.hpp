@@ -45,7 +45,8 @@ class Comm {
   // `in` is scratch: its contents are undefined afterwards. (Gloo's reduce-scatter is an all-reduce of a copy of its
   // input: for CPU tensors the all-reduce runs on `in` itself, which saves that copy; NCCL's is a true one.)
   std::unique_ptr<PendingWork> reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in);
-  // The inverse: `out` (size() times `in`'s length) gets every rank's `in`, in rank order.
+  // The inverse: `out` (size() times `in`'s length) gets every rank's `in`, in rank order. (For CPU tensors, one
+  // broadcast per rank straight into `out`: Gloo's all-gather receives into a temporary as large as `out`.)
   void all_gather_into(at::Tensor& out, at::Tensor& in);
   std::unique_ptr<PendingWork> all_gather_into_async(at::Tensor& out, at::Tensor& in);
   void broadcast(at::Tensor& t, int root);

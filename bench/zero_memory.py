@@ -99,13 +99,15 @@ def main():
             print(f"| {name} | {peak / mb:.0f} | {want / mb:.0f} | {peak / want:.3f} |", flush=True)
         # Activation checkpointing: the forward's high-water mark falls by the blocks' activations, less their inputs
         # (batch x seq x embd floats per block) that stay; backward holds one block's activations at a time.
-        print("\n| FSDP | forward's high-water mark (MiB) | peak per rank (MiB) |")
-        print("| --- | ---: | ---: |")
+        print("\n| FSDP (no prefetch) | forward's high-water mark (MiB) | peak per rank (MiB) | peak / ZeRO-3 model |")
+        print("| --- | ---: | ---: | ---: |")
         forward = {}
         for name, config in CHECKPOINTING.items():
             ranks = run(args, n, config, tmp)
             forward[name] = max(r["forward"] for r in ranks)
-            print(f"| {name} | {forward[name] / mb:.0f} | {max(r['peak'] for r in ranks) / mb:.0f} |", flush=True)
+            peak = max(r["peak"] for r in ranks)
+            print(f"| {name} | {forward[name] / mb:.0f} | {peak / mb:.0f} | {peak / (model['ZeRO-3'] + act):.3f} |",
+                  flush=True)
         kept = args.layers * args.batch * args.seq * args.embd * 4
         saved = forward["FSDP FULL_SHARD"] - forward["FSDP FULL_SHARD + activation checkpointing"]
         print(f"\nactivation checkpointing keeps {saved / mb:.1f} MiB less in forward ({saved / act:.0%} of the "

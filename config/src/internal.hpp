@@ -146,6 +146,13 @@ size_t edit_distance(std::string_view a, std::string_view b, size_t bound = SIZE
 // Why s is not acceptable text (invalid UTF-8, a NUL character), or nullopt.
 std::optional<std::string> text_problem(std::string_view s);
 
+// "'key' (value, where)": a setting as the errors about contradictory settings show it.
+std::string shown_setting(const Config& c, const std::string& key);
+// FullyShardedDataParallelPlugin's rule for activation_checkpointing_offload (Accelerate 1.15), over either schema's
+// keys: it needs activation checkpointing and FSDP2.
+void check_checkpointing_offload(const Config& c, const std::string& offload, const std::string& checkpointing,
+                                 const std::string& version);
+
 }  // namespace acc::config::detail
 
 namespace acc::config {

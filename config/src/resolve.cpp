@@ -666,15 +666,30 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
   return cfg;
 }
 
+namespace detail {
+
+std::string shown_setting(const Config& c, const std::string& key) {
+  return "'" + key + "' (" + c.get_json(key) + ", " + c.provenance(key).where + ")";
+}
+
+void check_checkpointing_offload(const Config& c, const std::string& offload, const std::string& checkpointing,
+                                 const std::string& version) {
+  if (!c.get_bool(offload)) return;
+  if (!c.get_bool(checkpointing))
+    throw Error("contradictory settings: " + shown_setting(c, offload) + " offloads what activation checkpointing keeps, but " +
+                shown_setting(c, checkpointing));
+  if (c.get_int(version) != 2)
+    throw Error("contradictory settings: " + shown_setting(c, offload) + " needs FSDP2, but " + shown_setting(c, version));
+}
+
+}  // namespace detail
+
 void check_launch(const Config& cfg) {
   if (cfg.kind() != SchemaKind::Launch) throw Error("check_launch needs a launch config");
   auto at = [&](const char* p) { return cfg.provenance(p).where; };
   auto num = [&](const char* p) { return std::to_string(cfg.get_int(p)); };
   // "'a' (value, where)"
-  auto show = [&](const char* p) {
-    std::string v = cfg.get_json(p);
-    return "'" + std::string(p) + "' (" + v + ", " + at(p) + ")";
-  };
+  auto show = [&](const char* p) { return shown_setting(cfg, p); };
   const int64_t np = cfg.get_int("num_processes");
   if (np == -1) throw Error("'num_processes' is -1 (" + at("num_processes") + "): pass --num_processes");
   if (np < 1) throw Error(at("num_processes") + ": 'num_processes' must be an integer >= 1; got " + num("num_processes"));
@@ -755,14 +770,9 @@ void check_launch(const Config& cfg) {
                 ") so 'fsdp_config.fsdp_sync_module_states' must be true too (" +
                 at("fsdp_config.fsdp_sync_module_states") + ")");
   // What Accelerate's FullyShardedDataParallelPlugin refuses as the script starts, refused before any process does.
-  if (dt == "FSDP" && cfg.get_bool("fsdp_config.fsdp_activation_checkpointing_offload")) {
-    if (!cfg.get_bool("fsdp_config.fsdp_activation_checkpointing"))
-      throw Error("contradictory settings: " + show("fsdp_config.fsdp_activation_checkpointing_offload") +
-                  " offloads what activation checkpointing keeps, but " + show("fsdp_config.fsdp_activation_checkpointing"));
-    if (cfg.get_int("fsdp_config.fsdp_version") != 2)
-      throw Error("contradictory settings: " + show("fsdp_config.fsdp_activation_checkpointing_offload") +
-                  " needs FSDP2, but " + show("fsdp_config.fsdp_version"));
-  }
+  if (dt == "FSDP")
+    check_checkpointing_offload(cfg, "fsdp_config.fsdp_activation_checkpointing_offload",
+                                "fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_version");
 }
 
 }  // namespace acc::config

@@ -447,15 +447,9 @@ Sharding sharding(const Config& c) {
     return sh;
   }
   if (!c.get_bool("use_fsdp")) return sh;
-  auto show = [&](const char* k) { return "'" + std::string(k) + "' (" + c.get_json(k) + ", " + c.provenance(k).where + ")"; };
-  if (c.get_bool("fsdp_plugin.activation_checkpointing_offload")) {  // FullyShardedDataParallelPlugin's checks
-    if (!c.get_bool("fsdp_plugin.activation_checkpointing"))
-      throw Error("contradictory settings: " + show("fsdp_plugin.activation_checkpointing_offload") +
-                  " offloads what activation checkpointing keeps, but " + show("fsdp_plugin.activation_checkpointing"));
-    if (c.get_int("fsdp_plugin.fsdp_version") != 2)
-      throw Error("contradictory settings: " + show("fsdp_plugin.activation_checkpointing_offload") +
-                  " needs FSDP2, but " + show("fsdp_plugin.fsdp_version"));
-  }
+  auto show = [&](const char* k) { return shown_setting(c, k); };
+  check_checkpointing_offload(c, "fsdp_plugin.activation_checkpointing_offload", "fsdp_plugin.activation_checkpointing",
+                              "fsdp_plugin.fsdp_version");
   // As FullyShardedDataParallelPlugin reads them. FSDP1: the deprecated sharding_strategy wins, then
   // reshard_after_forward as a strategy; neither set means FULL_SHARD. FSDP2: reshard_after_forward, a bool (true when
   // unset); sharding_strategy is FSDP1's, not read from the environment (accelerate launch always exports

@@ -1453,17 +1453,15 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_TRUE(v2.wrap_classes_set);
   EXPECT_EQ(v2.wrap_classes, (std::vector<std::string>{"LlamaDecoderLayer", "GPT2Block"}));
   // FullyShardedDataParallelPlugin's FSDP2 refusals: a strategy for reshard_after_forward, sharding_strategy alone.
-  EXPECT_NE(error_of([] {
-              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "reshard_after_forward": "SHARD_GRAD_OP"}})", {}));
-            }).find("'fsdp_plugin.reshard_after_forward' (\"SHARD_GRAD_OP\", acc_accelerator_create) must be a bool with FSDP2"),
+  auto refusal = [](const char* json) { return error_of([&] { sharding(resolve_accelerator(json, {})); }); };
+  EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2, "reshard_after_forward": "SHARD_GRAD_OP"}})")
+                .find("'fsdp_plugin.reshard_after_forward' (\"SHARD_GRAD_OP\", acc_accelerator_create) must be a bool with FSDP2"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
-              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "SHARD_GRAD_OP"}})", {}));
-            }).find("is FSDP1's; FSDP2 takes 'fsdp_plugin.reshard_after_forward', a bool"),
+  EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "SHARD_GRAD_OP"}})")
+                .find("is FSDP1's; FSDP2 takes 'fsdp_plugin.reshard_after_forward', a bool"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
-              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "forward_prefetch": false}})", {}));
-            }).find("'fsdp_plugin.forward_prefetch' (false, acc_accelerator_create) is FSDP1's"),
+  EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2, "forward_prefetch": false}})")
+                .find("'fsdp_plugin.forward_prefetch' (false, acc_accelerator_create) is FSDP1's"),
             std::string::npos);
   EXPECT_FALSE(sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "FULL_SHARD",
                                                                   "reshard_after_forward": false}})", {}))
@@ -1482,13 +1480,11 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   Sharding fsdp2 = sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 4}})", {}));
   EXPECT_FALSE(fsdp2.hybrid);
   EXPECT_EQ(fsdp2.dp_shard_size, 4);
-  EXPECT_NE(error_of([] {
-              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})", {}));
-            }).find("'parallelism_config.dp_shard_size' (1, default): FSDP is enabled but the parallelism config has no dimension"),
+  EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})")
+                .find("'parallelism_config.dp_shard_size' (1, default): FSDP is enabled but the parallelism config has no dimension"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
-              sharding(resolve_accelerator(R"({"fsdp_plugin": {}, "parallelism_config": {"dp_shard_size": 2}})", {}));
-            }).find("needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"),
+  EXPECT_NE(refusal(R"({"fsdp_plugin": {}, "parallelism_config": {"dp_shard_size": 2}})")
+                .find("needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"),
             std::string::npos);
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2}})", {})));
   EXPECT_NE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}))

@@ -155,6 +155,45 @@ std::string read_file(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+namespace {
+
+// Why `name` cannot be one component of a path ("" when it can).
+std::string bad_component(std::string_view name) {
+  if (name.empty()) return "it is empty";
+  if (name == "." || name == "..") return "'" + std::string(name) + "' names a folder, not a file in it";
+  if (name.find('/') != std::string_view::npos) return "it holds a '/'";
+  if (name.find('\0') != std::string_view::npos) return "it holds a NUL character";
+  if (name.size() > 255) return "it is longer than 255 bytes (NAME_MAX)";
+  return "";
+}
+
+[[noreturn]] void outside(const std::string& what, const std::string& dir, std::string_view name,
+                          const std::string& why) {
+  std::string shown(name.substr(0, 300));
+  for (char& c : shown)
+    if (c == '\0') c = '?';
+  throw FileError("refusing " + what, dir + "/" + shown, why + ": it must stay inside '" + dir + "'", EINVAL);
+}
+
+}  // namespace
+
+std::string child_path(const std::string& dir, std::string_view name, const std::string& what) {
+  if (const std::string why = bad_component(name); !why.empty()) outside(what, dir, name, why);
+  return dir + "/" + std::string(name);
+}
+
+std::string inside_path(const std::string& dir, std::string_view relative, const std::string& what) {
+  if (relative.empty()) outside(what, dir, relative, "it is empty");
+  if (relative.front() == '/') outside(what, dir, relative, "it is an absolute path");
+  for (size_t start = 0; start <= relative.size();) {
+    const size_t slash = std::min(relative.find('/', start), relative.size());
+    if (const std::string why = bad_component(relative.substr(start, slash - start)); !why.empty())
+      outside(what, dir, relative, "a part of it is not a plain name (" + why + ")");
+    start = slash + 1;
+  }
+  return dir + "/" + std::string(relative);
+}
+
 void make_directories(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -26,6 +26,13 @@ struct FileError : std::ios_base::failure {
 // FIFO, a device, a directory: never a blocking or endless read) or is larger than max_bytes.
 std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
 
+// Paths libacc derives from data (a tracker's metric name, a checkpoint manifest's entry, a shard named by an index)
+// stay inside the folder they were given: child_path accepts one plain name (not empty, no '/', not "." or "..", no
+// NUL, at most 255 bytes) and inside_path a relative path of such names ("train/loss"). Both return dir + "/" + name
+// or throw FileError naming `what`, the folder and the name.
+std::string child_path(const std::string& dir, std::string_view name, const std::string& what);
+std::string inside_path(const std::string& dir, std::string_view relative, const std::string& what);
+
 // Creates dir and its missing parents; an existing directory is fine, an existing file is not.
 void make_directories(const std::string& dir);
 

@@ -38,4 +38,11 @@ inline constexpr int64_t kModelBlocks = 65536;
 // A safetensors header (the JSON before the tensor data), as the safetensors library bounds it.
 inline constexpr uint64_t kSafetensorsHeaderBytes = 100'000'000;
 
+// A Hugging Face model folder (from_pretrained, acc estimate-memory / merge-weights). config.json and
+// generation_config.json are a few KiB; the largest on the Hub are classifiers whose id2label names tens of thousands
+// of classes (ImageNet-22k: about 1.3 MB), so 16 MiB is ten times that. model.safetensors.index.json lists each tensor
+// once (about 100 bytes each: DeepSeek-V3's 91k tensors take 9 MB); 64 MiB is room for 600k tensors.
+inline constexpr size_t kHfConfigBytes = size_t{16} << 20;
+inline constexpr size_t kHfIndexBytes = size_t{64} << 20;
+
 }  // namespace acc::limits

@@ -19,8 +19,10 @@
 #include <unistd.h>
 
 #include <acc/files.hpp>
+#include <acc/limits.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
@@ -40,33 +42,57 @@ namespace {
 
 constexpr size_t kMaxParamValue = 6000;  // mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 constexpr size_t kMaxKey = 250;          // MAX_ENTITY_KEY_LENGTH
+constexpr size_t kMaxExperimentName = 500;  // MAX_EXPERIMENT_NAME_LENGTH
 
 std::string env_or(const std::map<std::string, std::string>& env, const char* key, const std::string& dflt = "") {
   auto it = env.find(key);
   return it == env.end() || it->second.empty() ? dflt : it->second;
 }
 
-// MLflow's names of params, metrics and tags: alphanumerics, '_', '-', '.', ' ', ':', '/', and no path
-// that would normalize to another name ("a//b", "./a", "a/", "/a", "..").
-void validate_name(const std::string& name, const char* what) {
+// A character of Python's \w (str.isalnum() or '_') that MLflow's name pattern ^[/\w.\- :]*$ accepts: ASCII letters
+// and digits, and the Latin letters U+00C0..U+024F but for U+00D7 and U+00F7 (x and / signs). Other non-ASCII
+// characters are refused (a subset of what MLflow accepts, but never a name it refuses).
+size_t word_char(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return std::isalnum(c) || c == '_' ? 1 : 0;
+  if (c < 0xC3 || c > 0xC9 || i + 1 >= s.size()) return 0;
+  const auto c2 = static_cast<unsigned char>(s[i + 1]);
+  if ((c2 & 0xC0) != 0x80) return 0;
+  const unsigned cp = ((c & 0x1Fu) << 6) | (c2 & 0x3Fu);
+  return cp >= 0xC0 && cp <= 0x24F && cp != 0xD7 && cp != 0xF7 ? 2 : 0;
+}
+
+// Names of params, metrics and tags as MLflow's client validates them (mlflow.utils.validation:
+// _validate_metric_name, _validate_param_name, _validate_tag_name), which its file store does again for each name it
+// reads: at most 250 characters of [/\w.\- :], and posixpath.normpath(name) must be the name itself, not "." and
+// not start with ".." or "/" (so "..x", "./a", "a//b", "a/" are refused; "a/..x" is fine). Then the name becomes a
+// path under the run's folder through name_path, as every tracker's names do.
+std::string validated_path(const std::string& dir, const std::string& name, const char* what) {
   auto bad = [&](const std::string& why) {
     throw std::invalid_argument("mlflow: " + std::string(what) + " name '" + name + "' is not valid in MLflow: " + why);
   };
   if (name.empty()) bad("it is empty");
-  if (name.size() > kMaxKey) bad("it is longer than 250 characters");
-  for (unsigned char c : name)
-    if (!(std::isalnum(c) || c >= 0x80 || c == '_' || c == '-' || c == '.' || c == ' ' || c == ':' || c == '/'))
+  size_t chars = 0;
+  for (size_t i = 0; i < name.size(); ++chars) {
+    const char c = name[i];
+    if (c == '/' || c == '.' || c == '-' || c == ' ' || c == ':') {
+      ++i;
+    } else if (const size_t n = word_char(name, i)) {
+      i += n;
+    } else {
       bad("names may only contain alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), colons (:) "
-          "and slashes (/)");
-  if (name.front() == '/' || name.back() == '/') bad("it would name another file");
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t end = name.find('/', start);
-    if (end == std::string::npos) end = name.size();
-    std::string part = name.substr(start, end - start);
+          "and slashes (/) (libacc takes ASCII and Latin letters)");
+    }
+  }
+  if (chars > kMaxKey) bad("it is longer than 250 characters");
+  if (name.front() == '/' || name.back() == '/' || name.rfind("..", 0) == 0) bad("it would name another file");
+  for (size_t start = 0; start <= name.size();) {
+    const size_t end = std::min(name.find('/', start), name.size());
+    const std::string_view part(name.data() + start, end - start);
     if (part.empty() || part == "." || part == "..") bad("it would name another file");
     start = end + 1;
   }
+  return name_path(dir, name, std::string("mlflow ") + what + " '" + name + "'", /*nested=*/true);
 }
 
 std::string file_uri(const std::string& abs) { return "file://" + abs; }
@@ -110,9 +136,17 @@ std::vector<std::string> subdirectories(const std::string& dir) {
   return out;
 }
 
+// A metric file's first line, as MLflow's file store writes it: "<timestamp ms> <value> <step>".
+bool metric_line(std::string_view line) {
+  size_t i = line.rfind('-', 0) == 0 ? 1 : 0;
+  const size_t digits = i;
+  while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+  return i > digits && i < line.size() && line[i] == ' ';
+}
+
 YAML::Node load_yaml(const std::string& path) {
   try {
-    return YAML::Load(read_file(path));
+    return YAML::Load(read_file(path, limits::kConfigBytes));
   } catch (const YAML::Exception& e) {
     throw std::invalid_argument("mlflow: '" + path + "' is not YAML: " + e.what());
   }
@@ -163,7 +197,7 @@ class MlflowTracker final : public Tracker {
       tags = parse_string_map(t, "MLFLOW_TAGS");
     else
       tags = kwarg_string_map(o, "mlflow", "tags");
-    for (const auto& [k, v] : tags) validate_name(k, "tag");
+    for (const auto& [k, v] : tags) validated_path("tags", k, "tag");
 
     const std::string run_id = env_or(o.env, "MLFLOW_RUN_ID");
     if (!run_id.empty()) {
@@ -171,6 +205,9 @@ class MlflowTracker final : public Tracker {
     } else {
       // The experiment: reused by name, or created.
       const std::string name = env_or(o.env, "MLFLOW_EXPERIMENT_NAME", o.project_name);
+      if (name.size() > kMaxExperimentName)  // mlflow.utils.validation._validate_experiment_name
+        throw std::invalid_argument("mlflow: the experiment name '" + name.substr(0, 100) + "...' is longer than " +
+                                    std::to_string(kMaxExperimentName) + " characters (MLflow's limit)");
       for (const auto& id : subdirectories(root_)) {
         YAML::Node m = load_yaml(root_ + "/" + id + "/meta.yaml");
         if (m["name"] && m["name"].as<std::string>() == name &&
@@ -227,14 +264,15 @@ class MlflowTracker final : public Tracker {
                   << " characters (MLflow's limit), so it is not logged\n";
         continue;
       }
-      validate_name(k, "parameter");
+      validated_path(run_dir_ + "/params", k, "parameter");
     }
     for (const auto& [k, v] : hparams) {
       std::string text = python_str(v);
       if (text.size() > kMaxParamValue) continue;
-      const std::string path = run_dir_ + "/params/" + k;
+      const std::string path = validated_path(run_dir_ + "/params", k, "parameter");
+      refuse_unless_regular(path);
       if (exists(path)) {
-        std::string old = read_file(path);
+        std::string old = read_file(path, limits::kConfigBytes);
         if (old != text)
           throw std::invalid_argument("mlflow: parameter '" + k + "' of run " + run_id_ + " is already '" + old +
                                       "'; MLflow does not allow changing it to '" + text + "'");
@@ -247,7 +285,7 @@ class MlflowTracker final : public Tracker {
 
   void check(const Values& values) const override {
     for (const auto& [k, v] : values)
-      if (v.scalar()) validate_name(k, "metric");
+      if (v.scalar()) validated_path(run_dir_ + "/metrics", k, "metric");
   }
 
   void log(const Values& values, std::optional<int64_t> step) override {
@@ -262,9 +300,9 @@ class MlflowTracker final : public Tracker {
       }
       auto it = metrics_.find(k);
       if (it == metrics_.end()) {
-        const std::string path = run_dir_ + "/metrics/" + k;
+        const std::string path = validated_path(run_dir_ + "/metrics", k, "metric");
         make_parent(path);
-        it = metrics_.emplace(k, AppendFile(path, /*lines=*/true)).first;
+        it = metrics_.emplace(k, AppendFile::lines(path, metric_line, "MLflow metric")).first;
       }
       it->second.append(std::to_string(ts) + " " + format_number(*x) + " " + std::to_string(step.value_or(0)) + "\n");
     }
@@ -285,8 +323,10 @@ class MlflowTracker final : public Tracker {
  private:
   void make_parent(const std::string& path) { config::make_directories(path.substr(0, path.rfind('/'))); }
 
+  // Tags are MLflow's to replace (set_tag overwrites), but only as regular files in the run's folder.
   void write_tag(const std::string& dir, const std::string& key, const std::string& value) {
-    const std::string path = dir + "/" + key;
+    const std::string path = validated_path(dir, key, "tag");
+    refuse_unless_regular(path);
     make_parent(path);
     config::write_file_atomic(path, value);
   }

@@ -12,6 +12,8 @@
 
 #include <acc/files.hpp>
 
+#include <cerrno>
+
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -71,16 +73,27 @@ namespace {
 
 std::atomic<int> g_uid{0};
 
-// One event file: events.out.tfevents.<seconds>.<host>.<pid>.<uid><suffix>, as SummaryWriter names them.
+// One event file: events.out.tfevents.<seconds>.<host>.<pid>.<uid><suffix>, as SummaryWriter names them. The name
+// is new: an existing file of that name (a restarted job with the same pid in the same second) is left alone and
+// the next uid taken, where SummaryWriter would truncate it.
 class EventFile {
  public:
   EventFile(const std::string& dir, const std::string& suffix) {
     config::make_directories(dir);
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%010lld", static_cast<long long>(wall_time()));
-    path_ = dir + "/events.out.tfevents." + secs + "." + host_name() + "." + std::to_string(::getpid()) + "." +
-            std::to_string(g_uid++) + suffix;
-    file_ = AppendFile(path_, /*lines=*/false);
+    for (int attempt = 0;; ++attempt) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%010lld", static_cast<long long>(wall_time()));
+      path_ = name_path(dir,
+                        std::string("events.out.tfevents.") + secs + "." + host_name() + "." +
+                            std::to_string(::getpid()) + "." + std::to_string(g_uid++) + suffix,
+                        "event file", /*nested=*/false);
+      try {
+        file_ = AppendFile::create(path_);
+        break;
+      } catch (const std::ios_base::failure& e) {
+        if (e.code().value() != EEXIST || attempt >= 1000) throw;
+      }
+    }
     tb::Event e;
     e.set_wall_time(wall_time());
     e.set_file_version("brain.Event:2");
@@ -126,7 +139,7 @@ class TensorBoardTracker final : public Tracker {
     suffix_ = kwarg_string(o, "tensorboard", "filename_suffix").value_or("");
     if (suffix_.find('/') != std::string::npos)
       throw std::invalid_argument("init_kwargs.tensorboard.filename_suffix must not contain '/'");
-    dir_ = o.logging_dir + "/" + o.project_name;
+    dir_ = name_path(o.logging_dir, o.project_name, "project_name", /*nested=*/false);
     main_ = std::make_unique<EventFile>(dir_, suffix_);
   }
   ~TensorBoardTracker() override {
@@ -184,12 +197,8 @@ class TensorBoardTracker final : public Tracker {
         t->add_string_val(v.text);
         main_->write(e);
       } else if (v.kind == Value::Kind::Dict) {
-        // add_scalars: each member in its own run directory "<main_tag with / as _>_<member>", tag main_tag.
-        std::string base = k;
-        for (char& c : base)
-          if (c == '/') c = '_';
         for (const auto& [member, x] : v.dict) {
-          std::string sub = dir_ + "/" + base + "_" + member;
+          std::string sub = scalars_run(k, member);
           auto it = subs_.find(sub);
           if (it == subs_.end()) it = subs_.emplace(sub, std::make_unique<EventFile>(sub, suffix_)).first;
           tb::Event e = event_at(step);
@@ -201,6 +210,13 @@ class TensorBoardTracker final : public Tracker {
       }
       // null: nothing, as SummaryWriter has no such value
     }
+  }
+
+  // Every add_scalars run of `values` stays inside the run's folder: checked before any tracker writes.
+  void check(const Values& values) const override {
+    for (const auto& [k, v] : values)
+      if (v.kind == Value::Kind::Dict)
+        for (const auto& m : v.dict) scalars_run(k, m.first);
   }
 
   void finish() override {
@@ -224,6 +240,16 @@ class TensorBoardTracker final : public Tracker {
   }
 
  private:
+  // add_scalars' run folder of one member: "<main_tag with '/' as '_'>_<member>", the member unchanged, as
+  // SummaryWriter.add_scalars names it ("a/b" in a member nests the run); a member that would climb out of the run's
+  // folder ("..", "", "." parts) is refused naming the metric.
+  std::string scalars_run(const std::string& main_tag, const std::string& member) const {
+    std::string base = main_tag;
+    for (char& c : base)
+      if (c == '/') c = '_';
+    return name_path(dir_, base + "_" + member, "the add_scalars run of '" + main_tag + "'", /*nested=*/true);
+  }
+
   std::string dir_, suffix_;
   std::unique_ptr<EventFile> main_;
   std::map<std::string, std::unique_ptr<EventFile>> subs_;

@@ -2,6 +2,8 @@
 // metrics.csv, and the hyperparameters in hparams.json beside them. Lines are appended with one write(2)
 // each; reopening a file (a resumed run) continues it, dropping a last line a crash cut short.
 #include <acc/files.hpp>
+#include <acc/limits.hpp>
+#include <cjson/cJSON.h>
 
 #include <algorithm>
 #include <cmath>
@@ -52,17 +54,40 @@ std::string time_text(double t) {
   return buf;
 }
 
+// hparams.json is replaced by each run's configuration only when it is the trackers' own: a JSON object of
+// scalars (the flattened hyperparameters), a regular file. A user's file of that name is refused, not replaced.
+void check_hparams_json(const std::string& dir) {
+  const std::string path = dir + "/hparams.json";
+  refuse_unless_regular(path);
+  if (!exists(path)) return;
+  const std::string text = read_file(path, limits::kConfigBytes);
+  cJSON* root = cJSON_ParseWithLength(text.data(), text.size());
+  bool ours = cJSON_IsObject(root);
+  for (const cJSON* it = ours ? root->child : nullptr; it; it = it->next)
+    if (cJSON_IsObject(it) || cJSON_IsArray(it)) ours = false;
+  cJSON_Delete(root);
+  if (!ours)
+    throw std::invalid_argument("'" + path + "' exists and is not a libacc hparams file (a JSON object of flattened "
+                                "hyperparameters); trackers do not replace a file they did not make");
+}
+
 void write_hparams_json(const std::string& dir, const Values& hparams) {
+  check_hparams_json(dir);
   config::write_file_atomic(dir + "/hparams.json", json_object(hparams) + "\n");
 }
+
+// The first lines libacc writes: {"step": ...} and the CSV header "step,time,...".
+bool jsonl_line(std::string_view line) { return line.rfind("{\"step\": ", 0) == 0; }
+bool csv_header(std::string_view line) { return line == "step,time" || line.rfind("step,time,", 0) == 0; }
 
 class JsonlTracker final : public Tracker {
  public:
   explicit JsonlTracker(const RunOptions& o) {
     check_kwargs(o, "jsonl", {});
-    dir_ = o.logging_dir + "/" + o.project_name;
+    dir_ = name_path(o.logging_dir, o.project_name, "project_name", /*nested=*/false);
     config::make_directories(dir_);
-    file_ = AppendFile(dir_ + "/metrics.jsonl", /*lines=*/true);
+    check_hparams_json(dir_);
+    file_ = AppendFile::lines(dir_ + "/metrics.jsonl", jsonl_line, "metrics");
   }
   ~JsonlTracker() override { file_.close(); }
   const char* name() const override { return "jsonl"; }
@@ -143,16 +168,15 @@ class CsvTracker final : public Tracker {
  public:
   explicit CsvTracker(const RunOptions& o) {
     check_kwargs(o, "csv", {});
-    dir_ = o.logging_dir + "/" + o.project_name;
+    dir_ = name_path(o.logging_dir, o.project_name, "project_name", /*nested=*/false);
     config::make_directories(dir_);
+    check_hparams_json(dir_);
     path_ = dir_ + "/metrics.csv";
-    file_ = AppendFile(path_, /*lines=*/true);  // drops a row a crash cut short
+    file_ = AppendFile::lines(path_, csv_header, "metrics");  // drops a row a crash cut short
     std::string text = read_file(path_);
     auto records = csv_records(text);
     if (!records.empty()) {
       auto header = csv_split(records.front());
-      if (header.size() < 2 || header[0] != "step" || header[1] != "time")
-        throw std::invalid_argument("'" + path_ + "' is not a libacc metrics file (its header does not start with step,time)");
       columns_.assign(header.begin() + 2, header.end());
       has_header_ = true;
     }
@@ -229,9 +253,10 @@ class CsvTracker final : public Tracker {
       }
       out += "\n";
     }
+    refuse_unless_regular(path_);
     config::write_file_atomic(path_, out);
     columns_.insert(columns_.end(), fresh.begin(), fresh.end());
-    file_ = AppendFile(path_, /*lines=*/true);
+    file_ = AppendFile::lines(path_, csv_header, "metrics");
   }
 
   std::string dir_, path_;

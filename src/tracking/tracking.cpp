@@ -267,9 +267,7 @@ std::unique_ptr<Tracker> make_tracker(const std::string& name, const RunOptions&
 TrackerSet::TrackerSet(const std::vector<std::string>& names, const std::string& project_name,
                        const std::string& logging_dir, std::string_view init_kwargs_json,
                        const std::map<std::string, std::string>& env) {
-  if (project_name.empty()) throw std::invalid_argument("project_name is empty");
-  if (project_name.find('/') != std::string::npos || project_name == "." || project_name == "..")
-    throw std::invalid_argument("project_name \"" + project_name + "\" must be a plain name (no '/')");
+  check_project_name(project_name);
   std::map<std::string, std::map<std::string, std::string>> kwargs;
   if (!blank(init_kwargs_json)) {
     JsonDoc doc(init_kwargs_json, "init_kwargs");

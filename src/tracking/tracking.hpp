@@ -6,6 +6,10 @@
 // O_APPEND descriptor (no user-space buffer to lose), so a crash can at most cut the last record short;
 // files rewritten as a whole (meta.yaml, hparams.json, a widened CSV) are replaced atomically.
 //
+// Names become paths only through name_path (inside the folder given), and a tracker writes only files it made:
+// a new file never takes an existing name, a file is continued or replaced only when it is recognised as the
+// tracker's own, and links, FIFOs and other non-regular files are never opened for writing.
+//
 // Errors: std::invalid_argument for bad values or names, std::ios_base::failure (naming the file) for I/O.
 #pragma once
 
@@ -94,6 +98,14 @@ std::vector<std::pair<std::string, std::string>> kwarg_string_map(const RunOptio
                                                                   const std::string& key);
 std::vector<std::pair<std::string, std::string>> parse_string_map(std::string_view json, const std::string& what);
 
+// The one check of every name a tracker turns into a file or folder name (the project name, an add_scalars
+// member, an MLflow metric, parameter or tag): `relative` must stay inside `dir`, as one plain name
+// (config::child_path) or, with `nested`, plain names joined by '/' (config::inside_path). Returns dir/relative, or
+// throws std::invalid_argument naming `what` (the metric) and the name.
+std::string name_path(const std::string& dir, std::string_view relative, const std::string& what, bool nested);
+// The project name (each tracker's run folder under logging_dir, MLflow's experiment): one plain name.
+void check_project_name(const std::string& project_name);
+
 // The trackers libacc has, in the order "all" expands to.
 const std::vector<std::string>& tracker_names();
 // Accelerate's filter_trackers: "all" expands to every tracker, repeats are dropped, an unknown name is an
@@ -137,12 +149,20 @@ std::string json_number(double v);
 double wall_time();       // seconds since the epoch
 int64_t wall_time_ms();   // milliseconds since the epoch
 
-// A file opened for appending whole records. Opening drops a last record cut short by a crash (the bytes
-// after the final newline) when `lines` is set.
+// A file of records opened for appending. Opening refuses a symbolic link and anything but a regular file (a FIFO
+// would block), so nothing outside the folder is written through a link.
 class AppendFile {
  public:
+  // Tells the tracker's own file from someone else's by its first line (at most 4 KiB of it, newline excluded).
+  using Recognise = bool (*)(std::string_view first_line);
+
   AppendFile() = default;
-  AppendFile(const std::string& path, bool lines);
+  // A new file: refused (EEXIST) when `path` exists, so no existing file is ever written.
+  static AppendFile create(const std::string& path);
+  // A file of lines, created or continued (a resumed run). An existing file that is not empty must be recognised by
+  // `ours` (else std::invalid_argument naming it: a file of the user's is never appended to or cut); then a last line
+  // a crash cut short (the bytes after the final newline) is dropped.
+  static AppendFile lines(const std::string& path, Recognise ours, const char* kind);
   ~AppendFile();
   AppendFile(AppendFile&& o) noexcept;
   AppendFile& operator=(AppendFile&& o) noexcept;
@@ -155,12 +175,18 @@ class AppendFile {
   bool is_open() const { return fd_ >= 0; }
 
  private:
+  AppendFile(const std::string& path, int flags);
   std::string path_;
   int fd_ = -1;
 };
 
+// Throws std::invalid_argument when `path` exists as anything but a regular file (a symbolic link, a FIFO, a
+// folder): what a tracker replaces (write_file_atomic) or reads must be a plain file of its own.
+void refuse_unless_regular(const std::string& path);
+
 [[noreturn]] void io_error(const std::string& what, const std::string& path, int err);
-std::string read_file(const std::string& path);  // throws naming the path
+// A regular file's bytes (config::read_file: never a FIFO or device), at most max_bytes; throws naming the path.
+std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
 bool exists(const std::string& path);
 std::string absolute_path(const std::string& path);
 std::string host_name();

@@ -10,7 +10,7 @@ namespace acc::core {
 void Accelerator::init_trackers(const std::string& project_name, std::string_view config_json,
                                 std::string_view init_kwargs_json) {
   // Arguments are checked on every process, so a bad call fails alike everywhere.
-  if (project_name.empty()) throw std::invalid_argument("project_name is empty");
+  tracking::check_project_name(project_name);  // each tracker's run folder: one plain name
   tracking::Values hparams = tracking::parse_hparams(config_json);
   std::string_view trimmed = config_json;
   while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front()))) trimmed.remove_prefix(1);

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -372,4 +374,159 @@ TEST(Mlflow, FileStoreLayout) {
   }
   EXPECT_THROW(TrackerSet({"mlflow"}, "proj", t.path, "", {{"MLFLOW_TRACKING_URI", "http://localhost:5000"}}),
                std::invalid_argument);
+}
+
+// Names that become paths (issue 23): the project name, an add_scalars member, an MLflow metric, parameter or tag
+// stay inside the run's folder, for every tracker alike; what would leave it is refused naming the metric, before
+// any tracker writes.
+TEST(Names, StayInsideTheRunFolder) {
+  TempDir t;
+  const std::string logs = t.path + "/logs";
+  mkdir(logs.c_str(), 0755);
+  {
+    TrackerSet set({"tensorboard", "jsonl", "csv", "mlflow"}, "proj", logs, "", {});
+    set.log(parse_values(R"({"loss": 1})"), 0);
+    for (const char* bad : {R"({"acc": {"/../../../x": 1}})", R"({"acc": {"a/../../../x": 1}})",
+                            R"({"acc": {"a/..": 1}})", R"({"acc": {"a//b": 1}})", R"({"acc": {"a/": 1}})"}) {
+      try {
+        set.log(parse_values(bad), 1);
+        ADD_FAILURE() << "accepted " << bad;
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("'acc'"), std::string::npos) << e.what();
+      }
+    }
+    // A '/' in a member nests the run, as SummaryWriter.add_scalars does ("<main_tag>_<tag>" unchanged); the main
+    // tag's '/' becomes '_'.
+    set.log(parse_values(R"({"a/b": {"c/d": 2, "": 3}})"), 2);
+    set.finish();
+  }
+  EXPECT_EQ(list(t.path), std::vector<std::string>{"logs"});
+  EXPECT_EQ(list(logs), (std::vector<std::string>{"mlruns", "proj"}));
+  EXPECT_FALSE(event_file(logs + "/proj/a_b_c/d").empty());
+  EXPECT_FALSE(event_file(logs + "/proj/a_b_").empty());
+  // The refused calls wrote nothing in any tracker.
+  EXPECT_EQ(lines(slurp(logs + "/proj/metrics.jsonl")).size(), 2u);
+  EXPECT_EQ(lines(slurp(logs + "/proj/metrics.csv")).size(), 3u);
+
+  // The project name is one plain name for every tracker, MLflow's too (its experiment's name).
+  for (const char* tracker : {"tensorboard", "jsonl", "csv", "mlflow"})
+    for (const std::string& bad : {std::string(), std::string("."), std::string(".."), std::string("a/b"),
+                                   std::string("/abs"), std::string("a\0b", 3), std::string(256, 'p')}) {
+      EXPECT_THROW(TrackerSet({tracker}, bad, logs, "", {}), std::invalid_argument) << tracker << " " << bad;
+    }
+  EXPECT_EQ(list(t.path), std::vector<std::string>{"logs"});
+}
+
+// MLflow's own client validates every name it reads back (mlflow.utils.validation: _validate_metric_name,
+// _validate_param_name, _validate_tag_name); a name it refuses makes the run unreadable, so libacc refuses it first.
+TEST(Mlflow, NamesAsMlflowValidatesThem) {
+  TempDir t;
+  TrackerSet set({"mlflow"}, "proj", t.path, "", {});
+  const std::string run = set.trackers()[0]->location();
+  const std::vector<std::string> bad = {
+      "..x", "...", "..", ".", "./a", "a/.", "a/./b", "a/../b", "a/", "/a", "a//b", "a\tb", "a*b", "a\\b",
+      "loss\xe2\x82\xac",  // '€' is not a word character
+      "a\xc2\xa0" "b",     // a no-break space
+      "\xc3(", "\xff", std::string(251, 'x')};
+  for (const auto& name : bad) {
+    EXPECT_THROW(set.log(Values{{name, Value::of(1.0)}}, 0), std::invalid_argument) << name;
+    EXPECT_THROW(set.store_init_configuration(Values{{name, Value::of(1.0)}}), std::invalid_argument) << name;
+    const std::string tags = "{\"mlflow\": {\"tags\": {\"" + name + "\": \"v\"}}}";
+    if (name.find_first_of("\\\t\xff") == std::string::npos && name != "\xc3(") {
+      EXPECT_THROW(TrackerSet({"mlflow"}, "proj", t.path, tags, {}), std::invalid_argument) << name;
+    }
+  }
+  const std::vector<std::string> good = {"a/..x", "a/b", "pr\xc3\xa9" "cision", "a:b c", "x.y-z_w", "a..b",
+                                         std::string(250, 'x')};
+  for (const auto& name : good) {
+    EXPECT_NO_THROW(set.log(Values{{name, Value::of(1.0)}}, 0)) << name;
+    EXPECT_TRUE(exists(run + "/metrics/" + name)) << name;
+  }
+  EXPECT_EQ(list(run + "/metrics").size(), good.size() - 1);  // a/..x and a/b share the folder a
+}
+
+// The trackers write only files they made: a file of the user's under one of their names is refused (never cut,
+// replaced or appended to), a link or a FIFO is not followed or opened for writing, and a new event file never takes
+// an existing name.
+TEST(Trackers, KeepTheUsersFiles) {
+  TempDir t;
+  const std::string dir = t.path + "/proj";
+  mkdir(dir.c_str(), 0755);
+  const std::string outside = t.path + "/outside.txt";
+  spit(outside, "mine");
+  auto refused = [&](const std::string& tracker, const std::string& file, const std::string& needle) {
+    try {
+      TrackerSet set({tracker}, "proj", t.path, "", {});
+      set.store_init_configuration(parse_hparams(R"({"lr": 1})"));
+      set.log(parse_values(R"({"loss": 1})"), 0);
+      ADD_FAILURE() << tracker << " wrote into " << file;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  // The user's own metrics files, without a final newline (what a crash would leave of libacc's).
+  spit(dir + "/metrics.jsonl", "my notes");
+  refused("jsonl", "metrics.jsonl", "not a libacc");
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"), "my notes");
+  spit(dir + "/metrics.csv", "a,b\n1,2");
+  refused("csv", "metrics.csv", "not a libacc");
+  EXPECT_EQ(slurp(dir + "/metrics.csv"), "a,b\n1,2");
+  unlink((dir + "/metrics.csv").c_str());
+  // A link to a file elsewhere, and a FIFO (opening it for writing would wait for a reader).
+  unlink((dir + "/metrics.jsonl").c_str());
+  ASSERT_EQ(symlink(outside.c_str(), (dir + "/metrics.jsonl").c_str()), 0);
+  refused("jsonl", "metrics.jsonl", "symbolic link");
+  EXPECT_EQ(slurp(outside), "mine");
+  ASSERT_EQ(symlink((t.path + "/made_by_tracker").c_str(), (dir + "/metrics.csv").c_str()), 0);  // dangling
+  refused("csv", "metrics.csv", "symbolic link");
+  EXPECT_FALSE(exists(t.path + "/made_by_tracker"));
+  unlink((dir + "/metrics.jsonl").c_str());
+  ASSERT_EQ(mkfifo((dir + "/metrics.jsonl").c_str(), 0644), 0);
+  refused("jsonl", "metrics.jsonl", "not a regular file");
+  unlink((dir + "/metrics.jsonl").c_str());
+  unlink((dir + "/metrics.csv").c_str());
+  // The user's hparams.json (a nested config, which the trackers never write) is not replaced.
+  spit(dir + "/hparams.json", R"({"model": {"layers": 4}})");
+  refused("jsonl", "hparams.json", "not a libacc");
+  EXPECT_EQ(slurp(dir + "/hparams.json"), R"({"model": {"layers": 4}})");
+  unlink((dir + "/hparams.json").c_str());
+  ASSERT_EQ(symlink(outside.c_str(), (dir + "/hparams.json").c_str()), 0);
+  refused("csv", "hparams.json", "symbolic link");
+  EXPECT_EQ(slurp(outside), "mine");
+  unlink((dir + "/hparams.json").c_str());
+  // libacc's own files are continued (a resumed run) and its hparams.json replaced.
+  {
+    TrackerSet set({"jsonl", "csv"}, "proj", t.path, "", {});
+    set.store_init_configuration(parse_hparams(R"({"lr": 1})"));
+    set.log(parse_values(R"({"loss": 1})"), 0);
+  }
+  {
+    TrackerSet set({"jsonl", "csv"}, "proj", t.path, "", {});
+    set.store_init_configuration(parse_hparams(R"({"lr": 2})"));
+    set.log(parse_values(R"({"loss": 2})"), 1);
+  }
+  EXPECT_EQ(lines(slurp(dir + "/metrics.jsonl")).size(), 2u);
+  EXPECT_EQ(lines(slurp(dir + "/metrics.csv")).size(), 3u);
+  EXPECT_EQ(slurp(dir + "/hparams.json"), "{\"lr\": 2}\n");
+  // Event files: a file of the name SummaryWriter's scheme would give now is left as it is.
+  const std::string tb = t.path + "/tb";
+  mkdir(tb.c_str(), 0755);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::vector<std::string> taken;
+  for (long secs = static_cast<long>(time(nullptr)); secs < static_cast<long>(time(nullptr)) + 3; ++secs)
+    for (int uid = 0; uid < 64; ++uid) {
+      char name[512];
+      snprintf(name, sizeof name, "%s/events.out.tfevents.%010ld.%s.%d.%d", tb.c_str(), secs, host,
+               static_cast<int>(getpid()), uid);
+      spit(name, "user");
+      taken.push_back(name);
+    }
+  {
+    TrackerSet set({"tensorboard"}, "tb", t.path, "", {});
+    set.log(parse_values(R"({"loss": 1})"), 0);
+  }
+  for (const auto& p : taken) EXPECT_EQ(slurp(p), "user") << p;
+  EXPECT_EQ(list(tb).size(), taken.size() + 1);
 }

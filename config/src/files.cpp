@@ -2,11 +2,13 @@
 #include "acc/files.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cerrno>
@@ -252,20 +254,99 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   sync_directory(dir);
 }
 
-void replace_directory(const std::string& staged, const std::string& dir) {
-  std::error_code ec;
-  const std::filesystem::path target(dir);
-  const std::string parent = target.has_parent_path() ? target.parent_path().string() : ".";
-  const std::string aside = dir + ".old." + std::to_string(::getpid());
-  const bool existed = std::filesystem::exists(target, ec);
-  if (existed && ::rename(dir.c_str(), aside.c_str()) != 0) fail_errno("cannot move aside", dir);
-  if (::rename(staged.c_str(), dir.c_str()) != 0) {
-    const int err = errno;
-    if (existed) (void)::rename(aside.c_str(), dir.c_str());  // put the old one back
-    fail(("cannot rename '" + staged + "' to").c_str(), dir, err);
+void rename_no_replace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  int err = errno;
+  // Filesystems without the flag: a plain rename, which cannot replace a file by a folder nor a non-empty folder.
+  if (err == EINVAL || err == ENOSYS) {
+    struct stat st {};
+    if (::lstat(to.c_str(), &st) == 0) fail("cannot rename into place", to, EEXIST);
+    if (::rename(from.c_str(), to.c_str()) == 0) return;
+    err = errno;
   }
-  sync_directory(parent);
-  if (existed) std::filesystem::remove_all(aside, ec);  // best effort: the new directory is in place
+  if (err == EEXIST || err == ENOTEMPTY)
+    throw FileError("cannot rename into place", to, "it exists already (made by another process meanwhile?)", EEXIST);
+  fail("cannot rename into place", to, err);
+}
+
+bool exchange_paths(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int err = errno;
+  if (err == EINVAL || err == ENOSYS) return false;
+  fail(("cannot exchange '" + a + "' with").c_str(), b, err);
+}
+
+void remove_files_then_folder(const std::string& dir, const std::vector<std::string>& names, const std::string& what) {
+  for (const std::string& name : names) {
+    const std::string path = child_path(dir, name, what);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail_errno("cannot remove", path);
+  }
+  // ENOTEMPTY / EEXIST: somebody else's files are in it, and they stay, with the folder.
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOTEMPTY && errno != EEXIST && errno != ENOENT)
+    fail_errno("cannot remove", dir);
+}
+
+StagingFolder::StagingFolder(std::string dir) : dir_(std::move(dir)) {
+  const std::string lock = dir_ + "/" + kLockName;
+  if (::mkdir(dir_.c_str(), 0755) == 0) {
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) {
+      const int err = errno;
+      ::rmdir(dir_.c_str());
+      fail("cannot create", lock, err);
+    }
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) return;
+    // Another process took it for a leftover in the instant between open and flock: it is theirs now.
+    const int err = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    fail("cannot lock", lock, err);
+  }
+  if (errno != EEXIST) fail_errno("cannot create directory", dir_);
+  // There already: libacc's only if its lock file is there; a leftover only if nobody holds that lock.
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (lock_fd_ < 0)
+    throw FileError("cannot use", dir_,
+                    "it exists and is not a staging folder of libacc (no " + std::string(kLockName) +
+                        " in it): move it away",
+                    EEXIST);
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw FileError("cannot use", dir_, "another process is saving into it right now", EBUSY);
+    fail("cannot lock", lock, err);
+  }
+  // The lock is ours; but a writer that just finished unlinks its lock file before letting go of it.
+  struct stat held {}, named {};
+  if (::fstat(lock_fd_, &held) != 0 || ::lstat(lock.c_str(), &named) != 0 || held.st_ino != named.st_ino) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw FileError("cannot use", dir_, "another process has just finished saving through it", EBUSY);
+  }
+  // A writer died here: its files go, the folder (and this lock) is reused.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec))
+    if (e.path().filename() != kLockName) std::filesystem::remove_all(e.path(), ec);
+  if (ec) fail("cannot empty the leftover", dir_, ec.value());
+}
+
+StagingFolder::~StagingFolder() {
+  if (!kept_) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);  // all of it is this writer's
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+void StagingFolder::release() {
+  if (lock_fd_ < 0) return;
+  const std::string lock = dir_ + "/" + kLockName;
+  if (::unlink(lock.c_str()) != 0) fail_errno("cannot remove", lock);
+  ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 }  // namespace acc::config

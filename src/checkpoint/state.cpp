@@ -1,23 +1,30 @@
 // Accelerator::save_state / load_state: Accelerate's checkpoint of everything prepared, without pickles
 // (tensors in safetensors, the rest in JSON). docs/checkpoints.md describes every file.
 //
-// Saving is staged: every process writes its files into "<dir>.tmp" (each file fsynced), the main
-// process adds manifest.json last and renames the directory into place. A directory without its
-// manifest is never loaded. The processes agree on success after each phase, so one that fails makes
-// all of them fail, none waits forever.
+// Saving is staged: every process writes its files into ".<name>.acc-staging" beside the checkpoint (each
+// file fsynced; the folder claimed by the main process with a lock, so two jobs never mix their files), the
+// main process adds manifest.json last and puts the checkpoint in place without touching anybody else's
+// files (put_in_place). A directory without its manifest is never loaded. The processes agree on success
+// after each phase, so one that fails makes all of them fail, none waits forever.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 
-#include <cinttypes>
-#include <cstdio>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <optional>
+#include <set>
 
 #include "acc/files.hpp"
+#include "acc/limits.hpp"
 #include "checkpoint/agree.hpp"
+#include "checkpoint/manifest.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "runtime/cuda.hpp"
 #include "train/accelerator.hpp"
@@ -30,9 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kManifest = "manifest.json";
-constexpr const char* kFormat = "libacc-checkpoint";
-constexpr int64_t kFormatVersion = 1;
 
 // Accelerate's naming: the first object of a kind has the plain name, the next ones _1, _2, ...
 std::string numbered(const std::string& stem, size_t i, const std::string& ext) {
@@ -40,6 +44,9 @@ std::string numbered(const std::string& stem, size_t i, const std::string& ext) 
 }
 
 std::string read_file(const fs::path& path) { return config::read_file(path.string()); }
+std::string read_json_file(const fs::path& path) {
+  return config::read_file(path.string(), limits::kCheckpointJsonBytes);
+}
 
 // LibTorch keeps a scheduler's step count protected; this reaches it without changing the scheduler.
 struct SchedulerCount : torch::optim::LRScheduler {
@@ -99,26 +106,90 @@ fs::path checkpoints_root(const config::Config& c) {
   return fs::path(c.get_string("project_config.project_dir")) / "checkpoints";
 }
 
-// The automatically named checkpoints under `root` by number: complete ones (with a manifest), and the
-// rest (interrupted saves: no manifest, or a staging "checkpoint_{i}.tmp").
-struct Automatic {
-  std::vector<std::pair<int64_t, fs::path>> complete, partial;
-};
-
-Automatic list_automatic(const fs::path& root) {
-  Automatic a;
+// The complete checkpoints named checkpoint_{n} under `root`, by number: only folders of exactly that name
+// that are libacc's (checkpoint_7_notes or a folder without manifest is the user's).
+std::vector<std::pair<int64_t, fs::path>> list_automatic(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return a;
-  for (const auto& e : fs::directory_iterator(root)) {
+  if (!fs::is_directory(root, ec)) return found;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    int64_t n = -1;
-    char tail[8] = "";
-    if (!e.is_directory() || std::sscanf(name.c_str(), "checkpoint_%" SCNd64 "%7s", &n, tail) < 1 || n < 0) continue;
-    const bool done = tail[0] == '\0' && fs::exists(e.path() / kManifest);
-    (done ? a.complete : a.partial).emplace_back(n, e.path());
+    const std::string digits = name.substr(std::min(name.size(), sizeof "checkpoint_" - 1));
+    if (name.rfind("checkpoint_", 0) != 0 || digits.empty() || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos || !e.is_directory(ec))
+      continue;
+    if (checkpoint_files(e.path().string())) found.emplace_back(std::stoll(digits), e.path());
   }
-  std::sort(a.complete.begin(), a.complete.end());
-  return a;
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// The folder save_state was given, as one name in its parent ("dir/" is "dir"; "." its absolute name).
+fs::path folder_named(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.filename() == "." || p.filename() == "..") p = fs::absolute(p).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.filename().empty() || p.filename() == "." || p.filename() == "..")
+    throw std::invalid_argument("save_state: '" + dir + "' does not name a folder to save the checkpoint in");
+  return p;
+}
+
+void sync_folder(const fs::path& dir) {
+  // write_file_atomic syncs the folder it writes into; an empty file name is never written.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Puts the staged checkpoint (its `files`, manifest.json last) at `target`:
+// - nothing there: renamed into place, never over something that appeared meanwhile;
+// - a libacc checkpoint holding nothing else: swapped with it atomically (a crash leaves the old or the new one);
+// - a folder with other files (the user's; or empty): the files are moved into it one by one, the old manifest
+//   removed first and the new one written last, replacing only the old checkpoint's own files; a file of the
+//   user's under a checkpoint file's name is refused before anything moves.
+void put_in_place(config::StagingFolder& staged, const fs::path& target, const std::vector<std::string>& files) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(target, ec))) {
+    staged.release();
+    config::rename_no_replace(staged.path(), target.string());
+    staged.kept();
+    return;
+  }
+  const std::optional<std::vector<std::string>> old = checkpoint_files(target.string());
+  if (!fs::is_directory(target, ec))
+    throw config::FileError("cannot save a checkpoint to", target.string(), "it exists and is not a folder", ENOTDIR);
+  const std::set<std::string> ours = old ? std::set<std::string>(old->begin(), old->end()) : std::set<std::string>();
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(target)) {
+    ++entries;
+    const std::string name = e.path().filename().string();
+    if (!ours.count(name) && std::find(files.begin(), files.end(), name) != files.end())
+      throw config::FileError("refusing to replace", e.path().string(),
+                              "it is not a file of a libacc checkpoint in this folder (the checkpoint would "
+                              "overwrite it): save into another folder",
+                              EEXIST);
+  }
+  if (old && entries == ours.size() && !fs::is_symlink(target, ec)) {
+    staged.release();
+    if (config::exchange_paths(staged.path(), target.string())) {
+      staged.kept();
+      config::remove_files_then_folder(staged.path(), *old, "the replaced checkpoint");
+      return;
+    }
+  }
+  if (old && ::unlink((target / kManifest).c_str()) != 0)
+    throw config::FileError("cannot remove", (target / kManifest).string(), std::strerror(errno), errno);
+  for (const std::string& name : files)
+    if (name != kManifest && ::rename((fs::path(staged.path()) / name).c_str(), (target / name).c_str()) != 0)
+      throw config::FileError("cannot move into place", (target / name).string(), std::strerror(errno), errno);
+  for (const std::string& name : ours)
+    if (name != kManifest && std::find(files.begin(), files.end(), name) == files.end()) fs::remove(target / name, ec);
+  if (::rename((fs::path(staged.path()) / kManifest).c_str(), (target / kManifest).c_str()) != 0)
+    throw config::FileError("cannot move into place", (target / kManifest).string(), std::strerror(errno), errno);
+  sync_folder(target);
 }
 
 }  // namespace
@@ -148,38 +219,26 @@ std::string Accelerator::save_state(const std::string& dir) {
   if (automatic && !config_.get_bool("project_config.automatic_checkpoint_naming"))
     throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
                                 "with a project_dir");
-  const fs::path target =
-      automatic ? checkpoints_root(config_) / ("checkpoint_" + std::to_string(save_iteration_)) : fs::path(dir).lexically_normal();
-  if (automatic) {
-    // As Accelerate: a checkpoint of this number must not exist already (set project_config.iteration).
-    std::error_code ec;
-    if (fs::exists(target / kManifest, ec))
-      throw std::invalid_argument("save_state: checkpoint directory '" + target.string() + "' (" +
-                                  std::to_string(save_iteration_) + ") already exists; set project_config.iteration "
-                                  "to the number to continue from");
-  }
-  const fs::path staged = target.string() + ".tmp";
+  const fs::path target = automatic ? checkpoints_root(config_) / ("checkpoint_" + std::to_string(save_iteration_))
+                                    : folder_named(dir);
+  const fs::path staged_path = target.parent_path() / ("." + target.filename().string() + ".acc-staging");
   const bool main = state_.rank == 0;
   const Prepared prepared = live_objects();
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
-  // Phase 1: the main process makes a fresh staging directory (and, with automatic naming and total_limit,
-  // removes the oldest checkpoints so that, with this one, total_limit remain; and interrupted saves).
+  // Phase 1: the main process claims the staging folder (refused while another job saves to the same place).
+  std::unique_ptr<config::StagingFolder> staged;
   agreed(this, "save_state", [&] {
     if (!main) return;
     std::error_code ec;
-    if (automatic) {
-      Automatic existing = list_automatic(target.parent_path());
-      for (const auto& [n, path] : existing.partial)
-        if (path != staged) fs::remove_all(path, ec);
-      if (config_.is_set("project_config.total_limit")) {
-        const size_t limit = static_cast<size_t>(config_.get_int("project_config.total_limit"));
-        const size_t keep = limit > 0 ? limit - 1 : 0;
-        for (size_t i = 0; i + keep < existing.complete.size(); ++i) fs::remove_all(existing.complete[i].second, ec);
-      }
-    }
-    fs::remove_all(staged, ec);  // a crashed save's leftovers
-    if (ec) throw std::ios_base::failure("save_state: cannot remove the stale '" + staged.string() + "'", ec);
-    config::make_directories(staged.string());
+    config::make_directories(target.parent_path().empty() ? "." : target.parent_path().string());
+    // As Accelerate: a checkpoint of this number must not exist already (set project_config.iteration).
+    if (automatic && fs::exists(fs::symlink_status(target, ec)))
+      throw std::invalid_argument("save_state: checkpoint directory '" + target.string() + "' (" +
+                                  std::to_string(save_iteration_) + ") already exists; set project_config.iteration "
+                                  "to the number to continue from");
+    if (fs::exists(target, ec) && !fs::is_directory(target, ec))
+      throw config::FileError("cannot save a checkpoint to", target.string(), "it exists and is not a folder", ENOTDIR);
+    staged = std::make_unique<config::StagingFolder>(staged_path.string());
   });
   // The models' and optimizers' whole state: a sharded strategy gathers it (a collective, so on every process).
   std::vector<NamedTensors> model_states;
@@ -199,7 +258,7 @@ std::string Accelerator::save_state(const std::string& dir) {
   });
   // Phase 2: every process writes its random states; the main process everything else.
   agreed(this, "save_state", [&] {
-    const std::string d = staged.string() + "/";
+    const std::string d = staged_path.string() + "/";
     NamedTensors rng{{"torch.cpu", cpu_rng_state()}};
     add_cuda_rng_states(rng);
     for (size_t i = 0; i < loaders.size(); ++i) {
@@ -259,16 +318,25 @@ std::string Accelerator::save_state(const std::string& dir) {
   // Phase 3: the manifest (every file and its size) makes the checkpoint complete; then it takes its place.
   agreed(this, "save_state", [&] {
     if (!main) return;
-    JsonWriter j;
-    j.begin_object().key("format").value(kFormat).key("version").value(kFormatVersion);
-    j.key("num_processes").value(static_cast<int64_t>(state_.world_size)).key("files").begin_object();
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(staged))
-      if (e.is_regular_file() && e.path().filename().string()[0] != '.') files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) j.key(f.filename().string()).value(static_cast<int64_t>(fs::file_size(f)));
-    config::write_file_atomic(staged.string() + "/" + kManifest, j.end_object().end_object().str());
-    config::replace_directory(staged.string(), target.string());
+    std::vector<std::pair<std::string, int64_t>> sizes;
+    for (const auto& e : fs::directory_iterator(staged_path))
+      if (e.is_regular_file() && e.path().filename().string()[0] != '.')
+        sizes.emplace_back(e.path().filename().string(), static_cast<int64_t>(e.file_size()));
+    std::sort(sizes.begin(), sizes.end());
+    config::write_file_atomic((staged_path / kManifest).string(), manifest_json(sizes, state_.world_size));
+    std::vector<std::string> files{kManifest};
+    for (const auto& [name, size] : sizes) files.push_back(name);
+    put_in_place(*staged, target, files);
+    staged.reset();
+    // With automatic naming and total_limit, the oldest checkpoints go so that total_limit remain, this one
+    // included; only now, so that a failed save never costs a checkpoint.
+    if (automatic && config_.is_set("project_config.total_limit")) {
+      const auto existing = list_automatic(target.parent_path());
+      const size_t keep = static_cast<size_t>(std::max<int64_t>(config_.get_int("project_config.total_limit"), 1));
+      for (size_t i = 0; i + keep < existing.size(); ++i)
+        if (auto old = checkpoint_files(existing[i].second.string()))
+          config::remove_files_then_folder(existing[i].second.string(), *old, "an old checkpoint");
+    }
   });
   if (automatic) ++save_iteration_;
   return target.string();
@@ -279,33 +347,15 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   int64_t automatic_number = -1;
   if (dir.empty()) {
     const fs::path root = checkpoints_root(config_);
-    Automatic found = list_automatic(root);
-    if (found.complete.empty())
-      throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
-    dir = found.complete.back().second.string();
-    automatic_number = found.complete.back().first;
+    const auto found = list_automatic(root);
+    if (found.empty()) throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
+    dir = found.back().second.string();
+    automatic_number = found.back().first;
   }
   const fs::path root(dir);
   const auto where = [&](const std::string& file) { return (root / file).string(); };
-  // Complete: the manifest is there and every file it lists has its size (a truncated file is caught).
-  if (!fs::is_directory(root)) throw std::ios_base::failure("load_state: '" + dir + "' is not a directory");
-  if (!fs::exists(root / kManifest))
-    throw std::ios_base::failure("load_state: '" + dir + "' is not a complete checkpoint: it has no " + kManifest +
-                                 " (an interrupted save, or not a libacc checkpoint)");
-  Json manifest(read_file(root / kManifest), where(kManifest));
-  if (manifest.root().get_string("format") != kFormat || manifest.root().get_int("version") != kFormatVersion)
-    throw std::invalid_argument(where(kManifest) + ": not a libacc checkpoint of format version " +
-                                std::to_string(kFormatVersion));
-  JsonValue files = manifest.root().get("files");
-  for (const std::string& name : files.keys()) {
-    std::error_code ec;
-    const auto size = fs::file_size(root / name, ec);
-    if (ec) throw std::ios_base::failure("load_state: '" + where(name) + "' is missing");
-    if (static_cast<int64_t>(size) != files.get_int(name))
-      throw std::ios_base::failure("load_state: '" + where(name) + "' has " + std::to_string(size) +
-                                   " bytes; the manifest says " + std::to_string(files.get_int(name)) + " (truncated?)");
-  }
-  Json acc_state(read_file(root / "accelerator_state.json"), where("accelerator_state.json"));
+  check_complete(dir);
+  Json acc_state(read_json_file(root / "accelerator_state.json"), where("accelerator_state.json"));
   const JsonValue saved = acc_state.root();
 
   const Prepared prepared = live_objects();
@@ -337,14 +387,14 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");
     std::optional<Optimizer::State> slices;
     if (optimizers[i]->model) slices = load_optimizer_slices(*optimizers[i]->model, i, dir);
-    Optimizer::State st = slices ? *slices : Optimizer::State{load_safetensors(where(t)), read_file(root / j)};
+    Optimizer::State st = slices ? *slices : Optimizer::State{load_safetensors(where(t)), read_json_file(root / j)};
     if (const auto& m = optimizers[i]->model; m && m->strategy)
       m->strategy->optimizer_state_from_full(st.tensors, st.json, where(j));
     optimizers[i]->opt->load_state(st, where(j));
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
     const std::string f = numbered("scheduler", i, ".json");
-    Json s(read_file(root / f), where(f));
+    Json s(read_json_file(root / f), where(f));
     if (schedulers[i]->user) {
       SchedulerCount::of(*schedulers[i]->user) = static_cast<unsigned>(s.root().get_int("step_count"));
     } else {
@@ -355,7 +405,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   if (scaler_) {
     if (!fs::exists(root / "scaler.json"))
       throw std::invalid_argument("load_state: '" + dir + "' has no scaler.json; this run uses fp16 loss scaling");
-    Json s(read_file(root / "scaler.json"), where("scaler.json"));
+    Json s(read_json_file(root / "scaler.json"), where("scaler.json"));
     scaler_->load(s.root().get_double("scale"), s.root().get_int("growth_tracker"));
   }
   for (size_t i = 0; i < objects.size(); ++i)
@@ -375,7 +425,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
     for (size_t i = 0; i < loaders.size(); ++i) {
       const std::string f = numbered("dataloader", i, ".json");
-      Json s(read_file(root / f), where(f));
+      Json s(read_json_file(root / f), where(f));
       LoaderPosition p;
       p.epoch = s.root().get_int("epoch");
       p.batches = s.root().get_int("batches");
@@ -399,7 +449,7 @@ std::string Accelerator::resume_from_checkpoint() {
   // Every process looks at the same directory; the main process's answer decides, so that all of them load
   // or none does.
   at::Tensor found = at::zeros({1}, at::kFloat);
-  if (state_.rank == 0) found.fill_(list_automatic(checkpoints_root(config_)).complete.empty() ? 0.0 : 1.0);
+  if (state_.rank == 0) found.fill_(list_automatic(checkpoints_root(config_)).empty() ? 0.0 : 1.0);
   if (distributed()) found = broadcast(found, 0);
   return found.item<double>() > 0 ? load_state("") : "";
 }

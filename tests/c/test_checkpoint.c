@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,7 +96,92 @@ static void sh(const char* fmt, const char* path) {
   EXPECT(system(cmd) == 0);
 }
 
-int main(void) {
+/* The whole content of a small file, or "" when missing. */
+static const char* slurp(const char* dir, const char* file) {
+  static char buf[4096];
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE* f = fopen(path, "rb");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  buf[n] = '\0';
+  if (f) fclose(f);
+  return buf;
+}
+
+static void write_text(const char* dir, const char* file, const char* text) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE* f = fopen(path, "w");
+  EXPECT(f != NULL);
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* One of two jobs saving with automatic names into one project at once (this program run with "--job ID
+ * PROJECT"): its own model size and registered bytes, 8 saves; exits with the number that returned ACC_OK. */
+static int g_job;
+static acc_status save_job(void* user, acc_bytes_list* out) {
+  (void)user;
+  return acc_bytes_list_append(out, &g_job, sizeof g_job);
+}
+static acc_status load_job(void* user, const void* data, size_t size) {
+  (void)user, (void)data, (void)size;
+  return ACC_OK;
+}
+static int run_job(int id, const char* project) {
+  g_job = id;
+  char config[700];
+  snprintf(config, sizeof config,
+           "{\"seed\": 3, \"project_config\": {\"project_dir\": \"%s\", \"automatic_checkpoint_naming\": true}}",
+           project);
+  struct run r = make_run_with(config, id == 1 ? "{\"type\": \"mlp\", \"sizes\": [2, 8, 1]}"
+                                               : "{\"type\": \"mlp\", \"sizes\": [2, 64, 1]}", 0, 0);
+  CHECK(acc_register_for_checkpointing(r.acc, save_job, load_job, NULL, NULL));
+  int ok = 0;
+  for (int i = 0; i < 8; ++i) ok += acc_save_state(r.acc, NULL) == ACC_OK;
+  end_run(r);
+  return ok;
+}
+
+/* Two jobs at once into one project: no checkpoint mixes their files, and each ACC_OK is a checkpoint that
+ * holds that job's files (the loser of a name gets an error). */
+static void two_jobs_one_project(const char* self, const char* root) {
+  char project[600], ckdir[700], one[800];
+  snprintf(project, sizeof project, "%s/shared", root);
+  pid_t pids[2];
+  for (int j = 0; j < 2; ++j) {
+    char id[2] = {(char)('1' + j), 0};
+    char* argv[] = {(char*)self, "--job", id, project, NULL};
+    EXPECT(posix_spawn(&pids[j], self, NULL, NULL, argv, NULL) == 0);
+  }
+  int ok[2] = {0, 0};
+  for (int j = 0; j < 2; ++j) {
+    int status = 0;
+    waitpid(pids[j], &status, 0);
+    EXPECT(WIFEXITED(status));
+    ok[j] = WEXITSTATUS(status);
+  }
+  int holds[2] = {0, 0};
+  snprintf(ckdir, sizeof ckdir, "%s/checkpoints", project);
+  for (int n = 0; n < 16; ++n) {
+    snprintf(one, sizeof one, "%s/checkpoint_%d", ckdir, n);
+    if (!exists(one, "manifest.json")) continue;
+    int job = 0;
+    memcpy(&job, slurp(one, "custom_checkpoint_0.bin"), sizeof job);
+    /* The model's file is the same job's: job 2's is eight times larger. */
+    char path[1000];
+    snprintf(path, sizeof path, "%s/model.safetensors", one);
+    struct stat st;
+    EXPECT(stat(path, &st) == 0 && (job == 1 || job == 2) && (job == 2) == (st.st_size > 1000));
+    if (job == 1 || job == 2) ++holds[job - 1];
+  }
+  EXPECT(ok[0] + ok[1] >= 1 && ok[0] == holds[0] && ok[1] == holds[1]);
+}
+
+int main(int argc, char** argv) {
+  if (argc == 4 && strcmp(argv[1], "--job") == 0) return run_job(atoi(argv[2]), argv[3]);
   char root[] = "/tmp/acc-ckpt-XXXXXX";
   if (!mkdtemp(root)) return 1;
   char dir[512], copy[512];
@@ -109,7 +196,7 @@ int main(void) {
                          "scheduler.json", "random_states_0.safetensors", "accelerator_state.json",
                          "custom_checkpoint_0.bin"};
   for (size_t i = 0; i < sizeof files / sizeof *files; ++i) EXPECT(exists(dir, files[i]));
-  EXPECT(!exists(root, "ckpt.tmp"));
+  EXPECT(!exists(root, ".ckpt.acc-staging"));
   float wa[16], wb[16];
   first_weights(a.model, wa, 16);
   double lr_a, lr_b;
@@ -126,7 +213,7 @@ int main(void) {
   EXPECT(g_value == 7);
   /* Saving again over it replaces it whole. */
   EXPECT_OK(acc_save_state(b.acc, dir));
-  EXPECT(exists(dir, "manifest.json") && !exists(root, "ckpt.tmp"));
+  EXPECT(exists(dir, "manifest.json") && !exists(root, ".ckpt.acc-staging"));
 
   /* Bad input, each naming what is wrong. */
   EXPECT_ERR(acc_load_state(b.acc, "/nonexistent/ckpt"), ACC_ERR_IO, "/nonexistent/ckpt");
@@ -140,6 +227,47 @@ int main(void) {
   /* A foreign directory: files, but not a libacc checkpoint. */
   sh("rm -r %s/copy && mkdir %s/copy && echo '{\"format\": \"other\", \"version\": 1}' > %s/copy/manifest.json", root);
   EXPECT_ERR(acc_load_state(b.acc, copy), ACC_ERR_INVALID_ARGUMENT, "not a libacc checkpoint");
+
+  /* A folder of the user's: the checkpoint goes into it and every file of theirs stays (as Accelerate's). */
+  char mine[600], mine2[600], afile[600], slashed[600];
+  snprintf(mine, sizeof mine, "%s/outputs", root);
+  snprintf(mine2, sizeof mine2, "%s/outputs2", root);
+  snprintf(afile, sizeof afile, "%s/afile", root);
+  snprintf(slashed, sizeof slashed, "%s/slashed/", root);
+  sh("mkdir -p %s/outputs/sub && echo notes > %s/outputs/notes.txt && echo r > %s/outputs/sub/results.csv", root);
+  for (int again = 0; again < 2; ++again) { /* the second save replaces its own files only */
+    EXPECT_OK(acc_save_state(a.acc, mine));
+    EXPECT(strcmp(slurp(mine, "notes.txt"), "notes\n") == 0 && exists(mine, "sub/results.csv"));
+    EXPECT(exists(mine, "manifest.json") && !exists(root, ".outputs.acc-staging"));
+    EXPECT_OK(acc_load_state(b.acc, mine));
+  }
+  /* A file of the user's under a checkpoint file's name: refused, naming it, and nothing changes. */
+  sh("mkdir %s/outputs2 && echo precious > %s/outputs2/model.safetensors", root);
+  EXPECT_ERR(acc_save_state(a.acc, mine2), ACC_ERR_IO, "model.safetensors");
+  EXPECT(strcmp(slurp(mine2, "model.safetensors"), "precious\n") == 0 && !exists(mine2, "manifest.json"));
+  EXPECT(!exists(root, ".outputs2.acc-staging"));
+  /* A regular file is not replaced by a folder. */
+  write_text(root, "afile", "data");
+  EXPECT_ERR(acc_save_state(a.acc, afile), ACC_ERR_IO, "afile");
+  EXPECT(strcmp(slurp(root, "afile"), "data") == 0);
+  /* "dir/" is the folder dir. */
+  EXPECT_OK(acc_save_state(a.acc, slashed));
+  EXPECT(exists(root, "slashed/manifest.json") && !exists(root, "slashed/.tmp"));
+  EXPECT_OK(acc_load_state(b.acc, slashed));
+  /* Folders beside the checkpoint are the user's, whatever their names; a staging folder left by a crashed save
+   * (its lock file there, held by nobody) is reused, one that is not libacc's is refused and left as it is. */
+  sh("mkdir %s/ckpt.tmp %s/ckpt.old && echo x > %s/ckpt.tmp/x", root);
+  sh("mkdir %s/.ckpt.acc-staging && touch %s/.ckpt.acc-staging/.acc-staging-lock %s/.ckpt.acc-staging/half", root);
+  EXPECT_OK(acc_save_state(a.acc, dir));
+  EXPECT(exists(root, "ckpt.tmp/x") && exists(root, "ckpt.old") && !exists(root, ".ckpt.acc-staging"));
+  sh("mkdir %s/.ckpt.acc-staging && echo mine > %s/.ckpt.acc-staging/x", root);
+  EXPECT_ERR(acc_save_state(a.acc, dir), ACC_ERR_IO, ".ckpt.acc-staging");
+  EXPECT(exists(root, ".ckpt.acc-staging/x") && exists(dir, "manifest.json"));
+  sh("rm -r %s/.ckpt.acc-staging", root);
+  /* A manifest naming files outside its folder: refused by name, nothing outside is looked at. */
+  sh("rm -rf %s/copy && cp -r %s/ckpt %s/copy", root);
+  sh("sed -i 's/\"scheduler.json\"/\"..\\/afile\"/' %s/copy/manifest.json", root);
+  EXPECT_ERR(acc_load_state(b.acc, copy), ACC_ERR_IO, "../afile");
 
   /* Another model: the name and shape are named, nothing changes. */
   struct run c = make_run("{\"type\": \"mlp\", \"sizes\": [2, 4, 1]}", 0, 1);
@@ -173,8 +301,8 @@ int main(void) {
   setrlimit(RLIMIT_FSIZE, &old_limit);
   EXPECT(exists(dir, "manifest.json"));
   EXPECT_OK(acc_load_state(b.acc, dir));
-  EXPECT_OK(acc_save_state(a.acc, dir)); /* and the next save clears the staged leftovers */
-  EXPECT(!exists(root, "ckpt.tmp"));
+  EXPECT(!exists(root, ".ckpt.acc-staging")); /* the failed save left nothing behind */
+  EXPECT_OK(acc_save_state(a.acc, dir));
 
   /* ProjectConfiguration: automatic names, total_limit, the newest complete checkpoint loaded. */
   char config[700], auto_dir[600];
@@ -187,7 +315,12 @@ int main(void) {
   snprintf(auto_dir, sizeof auto_dir, "%s/project/checkpoints", root);
   EXPECT(!exists(auto_dir, "checkpoint_0") && exists(auto_dir, "checkpoint_1/manifest.json") &&
          exists(auto_dir, "checkpoint_2/manifest.json"));
-  sh("mkdir -p %s/project/checkpoints/checkpoint_9", root); /* an interrupted save: no manifest */
+  /* The user's folders beside them are not checkpoints of this numbering: a folder without manifest, names that
+   * only start like one, and a complete checkpoint copied under another name. None is loaded or removed. */
+  sh("mkdir -p %s/project/checkpoints/checkpoint_9 %s/project/checkpoints/checkpoint_7_notes "
+     "%s/project/checkpoints/checkpoint_3.bak", root);
+  sh("mkdir -p %s/project/checkpoints/checkpoint_12-best && cp -r %s/project/checkpoints/checkpoint_1 "
+     "%s/project/checkpoints/checkpoint_1_best", root);
   struct run g = make_run_with(config, mlp, 0, 0);
   EXPECT_OK(acc_load_state(g.acc, NULL)); /* checkpoint_2, not the partial checkpoint_9 */
   float we[16], wg[16];
@@ -195,11 +328,24 @@ int main(void) {
   first_weights(g.model, wg, 16);
   EXPECT(memcmp(we, wg, sizeof we) == 0);
   EXPECT_OK(acc_save_state(g.acc, NULL)); /* continues after the one loaded: checkpoint_3 */
-  EXPECT(exists(auto_dir, "checkpoint_3/manifest.json") && !exists(auto_dir, "checkpoint_1") &&
-         !exists(auto_dir, "checkpoint_9"));
+  EXPECT(exists(auto_dir, "checkpoint_3/manifest.json") && !exists(auto_dir, "checkpoint_1"));
+  EXPECT(exists(auto_dir, "checkpoint_9") && exists(auto_dir, "checkpoint_7_notes") &&
+         exists(auto_dir, "checkpoint_3.bak") && exists(auto_dir, "checkpoint_12-best") &&
+         exists(auto_dir, "checkpoint_1_best/manifest.json"));
+  /* total_limit removes only a checkpoint's own files: the user's note in it stays, with its folder. */
+  write_text(auto_dir, "checkpoint_2/notes.txt", "mine");
+  EXPECT_OK(acc_save_state(g.acc, NULL)); /* checkpoint_4; checkpoint_2 goes */
+  EXPECT(strcmp(slurp(auto_dir, "checkpoint_2/notes.txt"), "mine") == 0 &&
+         !exists(auto_dir, "checkpoint_2/manifest.json") && !exists(auto_dir, "checkpoint_2/model.safetensors"));
+  /* A number taken by a folder of the user's is refused, as Accelerate refuses it, and the folder is untouched. */
+  sh("mkdir -p %s/project/checkpoints/checkpoint_5 && echo keep > %s/project/checkpoints/checkpoint_5/x", root);
+  EXPECT_ERR(acc_save_state(g.acc, NULL), ACC_ERR_INVALID_ARGUMENT, "checkpoint_5");
+  EXPECT(strcmp(slurp(auto_dir, "checkpoint_5/x"), "keep\n") == 0);
   EXPECT_ERR(acc_save_state(a.acc, NULL), ACC_ERR_INVALID_ARGUMENT, "automatic_checkpoint_naming");
   end_run(e);
   end_run(g);
+
+  two_jobs_one_project(argv[0], root);
 
   end_run(a);
   end_run(b);

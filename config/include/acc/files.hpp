@@ -43,9 +43,40 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // The same, for a file made of several pieces written in order (a header and tensor data: no copy into one buffer).
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
-// Puts the directory `staged` (complete, its files synced) in the place of `dir` atomically: an existing `dir`
-// is first renamed aside and removed after, so a crash leaves the old directory, the new one, or both (never a
-// mixture under `dir`). Syncs the parent directory.
-void replace_directory(const std::string& staged, const std::string& dir);
+// rename(2) that never replaces what is at `to` (renameat2's RENAME_NOREPLACE): FileError (EEXIST) naming `to`
+// when something is there already, so two writers can never both believe a name is theirs.
+void rename_no_replace(const std::string& from, const std::string& to);
+
+// Swaps two paths atomically (renameat2's RENAME_EXCHANGE); false where the filesystem cannot (then nothing moved).
+bool exchange_paths(const std::string& a, const std::string& b);
+
+// How libacc deletes a folder it made without touching what anybody else put there: removes only the files named
+// (each a plain name: child_path), then the folder itself if nothing else is left in it.
+void remove_files_then_folder(const std::string& dir, const std::vector<std::string>& names, const std::string& what);
+
+// A folder that one writer at a time fills before it gets its final name (a checkpoint being saved): the
+// constructor makes `dir` (its parent must exist) with a lock file in it, locked (flock) while this object lives.
+// A folder of that name left by a writer that died (its lock file there and not locked) is emptied and reused; one
+// a live writer holds, or one without the lock file (not libacc's), is refused with a FileError naming it. Call
+// release() just before renaming the folder into place (its lock file goes; the folder is then yours alone to
+// move); unless kept(), the destructor removes the folder.
+class StagingFolder {
+ public:
+  explicit StagingFolder(std::string dir);
+  ~StagingFolder();
+  StagingFolder(const StagingFolder&) = delete;
+  StagingFolder& operator=(const StagingFolder&) = delete;
+  const std::string& path() const { return dir_; }
+  void release();
+  void kept() { kept_ = true; }
+
+  // The name of the lock file inside (never a file of the folder's contents).
+  static constexpr const char* kLockName = ".acc-staging-lock";
+
+ private:
+  std::string dir_;
+  int lock_fd_ = -1;
+  bool kept_ = false;
+};
 
 }  // namespace acc::config

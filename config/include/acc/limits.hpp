@@ -38,6 +38,11 @@ inline constexpr int64_t kModelBlocks = 65536;
 // A safetensors header (the JSON before the tensor data), as the safetensors library bounds it.
 inline constexpr uint64_t kSafetensorsHeaderBytes = 100'000'000;
 
+// A checkpoint's manifest.json and its other JSON files (accelerator, optimizer, scheduler, loader state): a
+// manifest lists a few files per process (64 bytes each, 65536 processes: 16 MiB); an optimizer's JSON a line per
+// parameter tensor.
+inline constexpr size_t kCheckpointJsonBytes = size_t{64} << 20;
+
 // A Hugging Face model folder (from_pretrained, acc estimate-memory / merge-weights). config.json and
 // generation_config.json are a few KiB; the largest on the Hub are classifiers whose id2label names tens of thousands
 // of classes (ImageNet-22k: about 1.3 MB), so 16 MiB is ten times that. model.safetensors.index.json lists each tensor

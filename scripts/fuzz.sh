@@ -18,9 +18,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bdir=${ACC_FUZZ_BUILD_DIR:-build-fuzz}
 targets_all=(fuzz_accelerator_json fuzz_launch_yaml fuzz_launch_json fuzz_safetensors_header fuzz_launch_args
-             fuzz_checkpoint_json)
+             fuzz_checkpoint_json fuzz_checkpoint_folder)
 declare -A dicts=([fuzz_accelerator_json]=json [fuzz_launch_json]=json [fuzz_safetensors_header]=json
-                  [fuzz_launch_yaml]=yaml [fuzz_launch_args]=args [fuzz_checkpoint_json]=json)
+                  [fuzz_launch_yaml]=yaml [fuzz_launch_args]=args [fuzz_checkpoint_json]=json
+                  [fuzz_checkpoint_folder]=json)
 
 smoke=0 per_target=0 seconds=3600 targets=() extra=()
 while (($#)); do

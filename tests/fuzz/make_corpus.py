@@ -10,6 +10,7 @@ Seeds are small valid (and a few deliberately broken) inputs:
   fuzz_safetensors_header   safetensors files (8-byte length, header JSON, data) built here with struct/json
   fuzz_launch_args          argv of `acc launch`, one entry per NUL-separated field
   fuzz_checkpoint_json      a checkpoint's manifest.json, accelerator_state.json, scheduler and loader JSON
+  fuzz_checkpoint_folder    checkpoint folders (files, then manifest.json) in the target's input layout
 Dictionaries (libFuzzer -dict=) hold the schema's key names and accepted values, read from the key tables of
 docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test).
 Deterministic: running it twice writes the same files. No torch, no network.
@@ -239,6 +240,32 @@ def checkpoint_seeds():
     for name, doc in seeds.items():
         put("fuzz_checkpoint_json", name, json.dumps(doc, indent=1).encode())
     put("fuzz_checkpoint_json", "not_an_object.json", b"[1, 2, 3]")
+
+    # fuzz_checkpoint_folder's layout: a count, each file as (name length, name, 2-byte content length, content),
+    # then manifest.json.
+    def folder(files, manifest=None):
+        blob = bytes([len(files)])
+        for name, content in files.items():
+            blob += bytes([len(name)]) + name.encode() + struct.pack("<H", len(content)) + content
+        if manifest is None:
+            manifest = {"format": "libacc-checkpoint", "version": 1, "num_processes": 1,
+                        "files": {name: len(content) for name, content in files.items()}}
+        return blob + json.dumps(manifest).encode()
+
+    state = json.dumps({"step": 3, "num_processes": 1, "mixed_precision": "no", "models": 1, "optimizers": 0,
+                        "schedulers": 0, "dataloaders": 0, "custom_objects": 0}).encode()
+    weights = safetensors({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8)
+    complete = {"accelerator_state.json": state, "model.safetensors": weights}
+    folders = {
+        "complete": folder(complete),
+        "truncated": folder(complete, {"format": "libacc-checkpoint", "version": 1,
+                                       "files": {"model.safetensors": len(weights) + 1}}),
+        "outside": folder({}, {"format": "libacc-checkpoint", "version": 1, "files": {"../x": 1, "/etc/passwd": 1}}),
+        "foreign": folder({"a.json": b"{}"}, {"format": "other", "version": 1, "files": {"a.json": 2}}),
+        "missing": folder({}, {"format": "libacc-checkpoint", "version": 1, "files": {"model.safetensors": 8}}),
+    }
+    for name, data in folders.items():
+        put("fuzz_checkpoint_folder", name, data)
 
 
 def args_seeds():

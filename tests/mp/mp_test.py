@@ -233,7 +233,8 @@ def case_checkpoint_resume():
             expect(p.returncode == 0, f"uninterrupted run on {n} processes", p.stdout + p.stderr)
             p, _ = launch(n, "crash", total, 11, ckpt)
             expect(p.returncode != 0, f"the job on {n} processes was killed after its save", p.stdout + p.stderr)
-            expect(os.path.exists(os.path.join(ckpt, "manifest.json")) and not os.path.exists(ckpt + ".tmp"),
+            staged = os.path.join(d, ".ckpt.acc-staging")
+            expect(os.path.exists(os.path.join(ckpt, "manifest.json")) and not os.path.exists(staged),
                    f"the checkpoint of {n} processes is complete and in place", str(os.listdir(d)))
             p, _ = launch(n, "resume", total, ckpt, resumed)
             expect(p.returncode == 0, f"resumed run on {n} processes", p.stdout + p.stderr)
@@ -281,9 +282,9 @@ def kill_job(proc, pids=None):
 
 
 def staged_saves(root):
-    """The checkpoints being staged under root (checkpoint_N.tmp): a save in progress."""
+    """The checkpoints being staged under root (.checkpoint_N.acc-staging): a save in progress."""
     try:
-        return {c for c in os.listdir(root) if c.endswith(".tmp")}
+        return {c for c in os.listdir(root) if c.endswith(".acc-staging")}
     except OSError:
         return set()
 
@@ -302,7 +303,7 @@ def kill_inside_a_save(proc, root, target, rng):
             took.append(now - began.pop(c))
         if staged and pids is None:
             pids = job_pids(proc)  # the workers are up: listed now, so that the kill itself is immediate
-        if any(int(c[len("checkpoint_"):-len(".tmp")]) >= target for c in staged):
+        if any(int(c[len(".checkpoint_"):-len(".acc-staging")]) >= target for c in staged):
             typical = sorted(took)[len(took) // 2] if took else 0.002
             time.sleep(rng.uniform(0, 0.9 * typical))
             kill_job(proc, pids)

@@ -831,11 +831,15 @@ ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, 
  * learning rates), scheduler, the fp16 gradient scaler, every data loader's position (epoch and batches
  * given out, so a resume continues mid-epoch), the accumulation step, each process's random states and
  * the registered objects. No pickles: tensors in safetensors, the rest in JSON. The files are written into
- * "<dir>.tmp", synced, completed by manifest.json and renamed into place: a crash leaves the previous
- * checkpoint (or none), never a partial one under `dir`. `dir` must be on a filesystem every process sees.
+ * ".<name>.acc-staging" beside `dir` (claimed with a lock: a second job saving there at the same time gets
+ * ACC_ERR_IO), synced, completed by manifest.json and put in place: a crash leaves the previous checkpoint
+ * (or none), never a partial one under `dir`. An existing folder keeps the files that are not the
+ * checkpoint's (a file of the user's under a checkpoint file's name is refused, ACC_ERR_IO naming it); a
+ * regular file at `dir` is refused. `dir` must be on a filesystem every process sees.
  * `dir` NULL: ProjectConfiguration's automatic naming ("project_config": {"automatic_checkpoint_naming":
  * true, "project_dir": ...}): {project_dir}/checkpoints/checkpoint_{iteration}, keeping the newest
- * "total_limit" ones; the iteration then advances.
+ * "total_limit" ones (only folders named checkpoint_{n} holding a libacc manifest count, and only their own
+ * files are removed); the iteration then advances.
  *  Locks acc. Collective.
  */
 ACC_API ACC_NODISCARD acc_status acc_save_state(acc_accelerator* acc, const char* dir) ACC_NOEXCEPT;

@@ -75,6 +75,7 @@ std::string read_text(const std::string& path) {
 struct Merged {
   size_t tensors = 0, shards = 0;
   uint64_t bytes = 0;
+  std::vector<std::string> files;  // the checkpoint's own: its index and the shards it names, each read as safetensors
 };
 
 Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
@@ -176,7 +177,58 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
   } catch (const std::ios_base::failure& e) {
     throw config::Error(e.what());
   }
-  return {pieces.size(), shard_order.size(), offset};
+  std::vector<std::string> own = {index_path};
+  for (const auto& f : shard_order) own.push_back((fs::path(checkpoint_dir) / f).string());
+  return {pieces.size(), shard_order.size(), offset, own};
+}
+
+// `path` made absolute, its links resolved as far as it exists, without a trailing "/" (so "ck/", "ck/." and "ck"
+// are one folder); empty when that fails.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return {};
+  while (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+
+// Whether `inner` is `outer` or lies inside it, part by part ("ck2" is not inside "ck").
+bool within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i)
+    if (i == inner.end() || *i != *o) return false;
+  return true;
+}
+
+// --remove_checkpoint_dir removes the checkpoint's own files, as the merge recognised them (the index and the shards
+// it names), then the folder when nothing else is left in it. Other files there (a config.json, the user's notes)
+// are not the checkpoint's: they stay, with the folder, and are named. Accelerate's merge_fsdp_weights removes the
+// folder whole (shutil.rmtree).
+int remove_checkpoint(const std::string& dir, const std::vector<std::string>& files) {
+  for (const auto& f : files)
+    if (::unlink(f.c_str()) != 0 && errno != ENOENT) {
+      std::fprintf(stderr, "%s: error: cannot remove '%s': %s\n", kMe, f.c_str(), std::strerror(errno));
+      return 1;
+    }
+  if (::rmdir(dir.c_str()) == 0) {
+    std::printf("Removed the checkpoint directory %s\n", dir.c_str());
+    return 0;
+  }
+  if (errno != ENOTEMPTY && errno != EEXIST && errno != ENOTDIR) {  // ENOTDIR: a link to the folder, kept
+    std::fprintf(stderr, "%s: error: cannot remove '%s': %s\n", kMe, dir.c_str(), std::strerror(errno));
+    return 1;
+  }
+  std::vector<std::string> kept;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    kept.push_back(it->path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  std::string names;
+  for (size_t i = 0; i < kept.size() && i < 10; ++i) names += (i ? ", " : "") + kept[i];
+  if (kept.size() > 10) names += ", ...";
+  std::printf("Removed the checkpoint's %zu files from %s; kept the directory and what is not the checkpoint's: %s\n",
+              files.size(), dir.c_str(), names.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -223,12 +275,23 @@ int merge_main(const std::vector<std::string>& args) {
   const std::string& in = p.positionals[0];
   const std::string& out = p.positionals[1];
   const bool remove = p.options.count("--remove_checkpoint_dir") > 0;
-  std::error_code ec;
-  if (remove && fs::exists(out, ec) &&
-      (fs::equivalent(in, out, ec) || fs::weakly_canonical(out).string().rfind(fs::weakly_canonical(in).string() + "/", 0) == 0)) {
-    std::fprintf(stderr, "%s: error: --remove_checkpoint_dir: OUTPUT_PATH '%s' is inside '%s'\n", kMe, out.c_str(),
-                 in.c_str());
-    return 2;
+  // Refused before anything is written: an output that is the checkpoint folder or lies inside it would go with it
+  // (compared with links resolved, whether OUTPUT_PATH exists yet or not). One that contains it is fine: the merged
+  // file is not the checkpoint's, and `accelerate merge-weights out/pytorch_model_fsdp_0 out` is the usual form.
+  if (remove) {
+    const fs::path rin = resolved(in), rout = resolved(out);
+    if (rin.empty() || rout.empty()) {
+      std::fprintf(stderr, "%s: error: --remove_checkpoint_dir: cannot resolve '%s' or '%s'\n", kMe, in.c_str(),
+                   out.c_str());
+      return 2;
+    }
+    if (within(rout, rin)) {
+      std::fprintf(stderr,
+                   "%s: error: --remove_checkpoint_dir: OUTPUT_PATH '%s' is inside the checkpoint directory '%s', which "
+                   "would be removed; write the merged file elsewhere\n",
+                   kMe, out.c_str(), in.c_str());
+      return 2;
+    }
   }
   Merged m;
   try {
@@ -241,14 +304,7 @@ int merge_main(const std::vector<std::string>& args) {
   std::printf("Saved %zu tensors (%llu bytes) from %zu shards to %s\n", m.tensors,
               static_cast<unsigned long long>(m.bytes), m.shards,
               (fs::path(out) / "model.safetensors").string().c_str());
-  if (remove) {
-    fs::remove_all(in, ec);
-    if (ec) {
-      std::fprintf(stderr, "%s: error: cannot remove '%s': %s\n", kMe, in.c_str(), ec.message().c_str());
-      return 1;
-    }
-    std::printf("Removed the checkpoint directory %s\n", in.c_str());
-  }
+  if (remove) return remove_checkpoint(in, m.files);
   return 0;
 }
 

@@ -1365,6 +1365,46 @@ sys.exit(max(p.wait() for p in procs))
         self.assertFalse(os.path.exists(ckpt))
         self.assertEqual(read_st(os.path.join(out2, "model.safetensors"))[1], got)
 
+        # --remove_checkpoint_dir removes only the checkpoint's own files (the index and the shards it names), and the
+        # folder when nothing else is left in it; an output that is the folder or lies inside it is refused before
+        # anything is written (issue 23), whether it exists or not, through a link or a trailing "/" too.
+        def sharded(path):
+            os.makedirs(path)
+            for i, part in enumerate(shards):
+                write_st(os.path.join(path, f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"), part)
+            with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+                json.dump(index, f)
+
+        ck = os.path.join(self.tmp, "ck")
+        sharded(ck)
+        for name, text in (("config.json", "{}"), ("notes.txt", "mine")):
+            with open(os.path.join(ck, name), "w") as f:
+                f.write(text)
+        before = sorted(os.listdir(ck))
+        os.symlink(ck, os.path.join(self.tmp, "ck_link"))
+        for inside in (os.path.join(ck, "merged"), ck, ck + "/", os.path.join(ck, "sub", ".."),
+                       os.path.join(self.tmp, "ck_link", "merged"), os.path.join(ck, "a", "b")):
+            r = subprocess.run([ACC, "merge-weights", ck + "/", inside, "--remove_checkpoint_dir"], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, (inside, r.stdout))
+            self.assertIn("is inside the checkpoint directory", r.stderr)
+            self.assertEqual(sorted(os.listdir(ck)), before, inside)
+        r = subprocess.run([ACC, "merge-weights", ck, os.path.join(self.tmp, "ck_out"), "--remove_checkpoint_dir"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(ck)), ["config.json", "notes.txt"])
+        self.assertIn("kept the directory and what is not the checkpoint's: config.json, notes.txt", r.stdout)
+        with open(os.path.join(ck, "notes.txt")) as f:
+            self.assertEqual(f.read(), "mine")
+        # An output that contains the checkpoint folder is fine (the merged file is not the checkpoint's).
+        outer = os.path.join(self.tmp, "outer")
+        sharded(os.path.join(outer, "ck"))
+        r = subprocess.run([ACC, "merge-weights", os.path.join(outer, "ck"), outer, "--remove_checkpoint_dir"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.listdir(outer), ["model.safetensors"])
+        self.assertEqual(read_st(os.path.join(outer, "model.safetensors"))[1], got)
+
     def test_command_line_forms(self):
         # Both spellings, --opt=value, the last occurrence wins and provenance names the spelling typed.
         env = dict(self.env, ACC_CONFIG_FILE="none")

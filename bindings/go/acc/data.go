@@ -52,7 +52,9 @@ func DatasetFromTokenFile(path string, options any) (*Dataset, error) {
 		return nil, err
 	}
 	var out uintptr
-	return newDataset(out, wrap(raw.Acc_dataset_from_token_file(path, text, &out)))
+	// Two statements: Go does not order reading out against the call that sets it.
+	err = wrap(raw.Acc_dataset_from_token_file(path, text, &out))
+	return newDataset(out, err)
 }
 
 // Close releases the dataset (loaders made from it keep it alive). Idempotent.

@@ -44,7 +44,9 @@ func NewModel(spec any) (*Model, error) {
 		return nil, err
 	}
 	var out uintptr
-	return newModel(out, wrap(raw.Acc_model_create(text, &out)))
+	// Two statements: Go does not order reading out against the call that sets it.
+	err = wrap(raw.Acc_model_create(text, &out))
+	return newModel(out, err)
 }
 
 // LoadTorchScript loads a TorchScript module file; options: {"loss": "mse"|"cross_entropy"|"none"}.
@@ -57,7 +59,9 @@ func LoadTorchScript(path string, options any) (*Model, error) {
 		return nil, err
 	}
 	var out uintptr
-	return newModel(out, wrap(raw.Acc_model_load_torchscript(path, text, &out)))
+	// Two statements: Go does not order reading out against the call that sets it.
+	err = wrap(raw.Acc_model_load_torchscript(path, text, &out))
+	return newModel(out, err)
 }
 
 // ModelFromPretrained is transformers' from_pretrained: it loads a Hugging Face model directory
@@ -80,7 +84,9 @@ func ModelFromPretrained(dir string, options any) (*Model, error) {
 		return nil, err
 	}
 	var out uintptr
-	return newModel(out, wrap(raw.Acc_model_from_pretrained(dir, text, &out)))
+	// Two statements: Go does not order reading out against the call that sets it.
+	err = wrap(raw.Acc_model_from_pretrained(dir, text, &out))
+	return newModel(out, err)
 }
 
 // ModelFromConfig is transformers' from_config: the architecture a config.json text names (configJSON;
@@ -98,7 +104,9 @@ func ModelFromConfig(configJSON string, options any) (*Model, error) {
 		return nil, err
 	}
 	var out uintptr
-	return newModel(out, wrap(raw.Acc_model_from_config(configJSON, text, &out)))
+	// Two statements: Go does not order reading out against the call that sets it.
+	err = wrap(raw.Acc_model_from_config(configJSON, text, &out))
+	return newModel(out, err)
 }
 
 // Close releases the model. Idempotent.

@@ -15,8 +15,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
+#include "net.hpp"
 #include "supervisor.hpp"
 
 namespace acc::launcher {
@@ -138,7 +140,7 @@ int any_free_port(int family) {
 }  // namespace
 
 struct Agent::Peer {
-  int fd = -1;
+  UniqueFd sock;
   int machine_rank = -1;
   std::string host;
   std::string buf;
@@ -151,23 +153,18 @@ struct Agent::Peer {
 
 Agent::Agent(AgentOptions o) : o_(std::move(o)) {}
 
-Agent::~Agent() {
-  for (Peer* p : peers_) {
-    if (p->fd >= 0) close(p->fd);
-    delete p;
-  }
-}
+Agent::~Agent() = default;
 
 void Agent::send(Peer& p, const std::string& line) {
-  if (p.fd < 0) return;
+  if (!p.sock.valid()) return;
   std::string text = one_line(line) + "\n";
   const char* d = text.data();
   size_t n = text.size();
   while (n > 0) {
-    ssize_t w = ::send(p.fd, d, n, MSG_NOSIGNAL);
+    ssize_t w = ::send(p.sock.get(), d, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd pf{p.fd, POLLOUT, 0};
+      pollfd pf{p.sock.get(), POLLOUT, 0};
       ::poll(&pf, 1, 1000);
       continue;
     }
@@ -182,14 +179,14 @@ void Agent::send(Peer& p, const std::string& line) {
 }
 
 void Agent::broadcast(const std::string& line, const Peer* except) {
-  for (Peer* p : peers_)
-    if (p != except && !p->lost) send(*p, line);
+  for (const auto& p : peers_)
+    if (p.get() != except && !p->lost) send(*p, line);
 }
 
 bool Agent::read_lines(Peer& p, std::vector<std::string>& lines) {
   char buf[4096];
   for (;;) {
-    ssize_t n = recv(p.fd, buf, sizeof buf, MSG_DONTWAIT);
+    ssize_t n = recv(p.sock.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       p.last_seen = monotonic_now();
       p.buf.append(buf, static_cast<size_t>(n));
@@ -215,268 +212,277 @@ int Agent::pick_worker_port() const {
   return any_free_port(a.family);
 }
 
+std::string Agent::main_address() const { return o_.main_ip + ":" + std::to_string(o_.main_port); }
+
+std::string Agent::rendezvous_hint() const {
+  return "check that every machine runs acc launch with --num_machines " + std::to_string(o_.num_machines) +
+         " --main_process_ip " + o_.main_ip + " --main_process_port " + std::to_string(o_.main_port) +
+         ", and that machine 0 can be reached on that port";
+}
+
+void Agent::check_signal(int sigfd, const pollfd& pf) {
+  if (sigfd < 0 || !(pf.revents & POLLIN)) return;
+  const int sig = take_signal(sigfd);
+  if (!sig || sig == SIGCHLD) return;
+  broadcast("ERROR the rendezvous was interrupted on machine " + std::to_string(o_.machine_rank) + " by " +
+            signal_name(sig));
+  throw AgentError("interrupted by " + signal_name(sig) + " during the rendezvous", 128 + sig);
+}
+
 int Agent::rendezvous(int sigfd) {
   const double deadline = monotonic_now() + o_.join_timeout;
-  const std::string where = o_.main_ip + ":" + std::to_string(o_.main_port);
-  const std::string hint = "check that every machine runs acc launch with --num_machines " +
-                           std::to_string(o_.num_machines) + " --main_process_ip " + o_.main_ip +
-                           " --main_process_port " + std::to_string(o_.main_port) +
-                           ", and that machine 0 can be reached on that port";
-  auto check_signal = [&](const pollfd& pf) {
-    if (sigfd >= 0 && (pf.revents & POLLIN)) {
-      int sig = take_signal(sigfd);
-      if (sig && sig != SIGCHLD) {
-        broadcast("ERROR the rendezvous was interrupted on machine " + std::to_string(o_.machine_rank) + " by " +
-                  signal_name(sig));
-        throw AgentError("interrupted by " + signal_name(sig) + " during the rendezvous", 128 + sig);
-      }
-    }
-  };
+  return o_.machine_rank == 0 ? host_rendezvous(sigfd, deadline) : join_rendezvous(sigfd, deadline);
+}
 
-  if (o_.machine_rank == 0) {
-    // Only on the address the user named (main_process_ip), not on every interface (docs/security.md).
-    Address me = resolve(o_.main_ip, o_.main_port);
-    int lfd = socket(me.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(lfd, reinterpret_cast<sockaddr*>(&me.addr), me.len) != 0 || listen(lfd, 128) != 0) {
-      int e = errno;
-      close(lfd);
-      throw AgentError("rendezvous: cannot listen on " + o_.main_ip + ":" + std::to_string(o_.main_port) + ": " +
-                           std::strerror(e) +
-                           (e == EADDRNOTAVAIL ? " (main_process_ip must be an address of machine 0, this machine)"
-                            : e == EADDRINUSE  ? " (something else uses it; choose another main_process_port)"
-                                               : ""),
-                       1);
-    }
-    if (!o_.quiet)
-      std::fprintf(stderr, "%s: machine 0 of %d: waiting for the other machines on port %d (timeout %.0f s)\n", kMe,
-                   o_.num_machines, o_.main_port, o_.join_timeout);
-    std::vector<Peer*> pending;
-    auto fail_all = [&](const std::string& msg, int code) {
-      for (Peer* p : pending) send(*p, "ERROR " + msg);
-      broadcast("ERROR " + msg);
-      for (Peer* p : pending) {
-        close(p->fd);
-        delete p;
-      }
-      close(lfd);
-      throw AgentError(msg, code);
-    };
-    while (static_cast<int>(peers_.size()) < o_.num_machines - 1) {
-      double left = deadline - monotonic_now();
-      if (left <= 0) {
-        std::vector<int> missing;
-        for (int r = 1; r < o_.num_machines; ++r)
-          if (std::none_of(peers_.begin(), peers_.end(), [&](Peer* p) { return p->machine_rank == r; }))
-            missing.push_back(r);
-        std::string m;
-        for (int r : missing) m += (m.empty() ? "" : ", ") + std::to_string(r);
-        fail_all("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
-                     std::to_string(peers_.size() + 1) + " of " + std::to_string(o_.num_machines) +
-                     " machines joined (missing machine rank " + m + "); " + hint,
-                 1);
-      }
-      std::vector<pollfd> fds{{lfd, POLLIN, 0}};
-      if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
-      for (Peer* p : pending) fds.push_back({p->fd, POLLIN, 0});
-      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
-      if (rc < 0 && errno != EINTR) fail_all(std::string("rendezvous: poll: ") + std::strerror(errno), 1);
-      if (rc <= 0) continue;
-      if (sigfd >= 0) {
-        try {
-          check_signal(fds[1]);
-        } catch (const AgentError&) {
-          for (Peer* p : pending) send(*p, "ERROR machine 0 was interrupted");
-          for (Peer* p : pending) {
-            close(p->fd);
-            delete p;
-          }
-          close(lfd);
-          throw;
-        }
-      }
-      if (fds[0].revents & POLLIN) {
-        int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (cfd >= 0) {
-          int on = 1;
-          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-          setsockopt(cfd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-          Peer* p = new Peer;
-          p->fd = cfd;
-          pending.push_back(p);
-          send(*p, "ACC1 WELCOME");  // tells the other machines that an acc launcher answers here
-        }
-      }
-      for (size_t k = sigfd >= 0 ? 2 : 1; k < fds.size(); ++k) {
-        if (!fds[k].revents) continue;
-        auto it = std::find_if(pending.begin(), pending.end(), [&](Peer* p) { return p->fd == fds[k].fd; });
-        if (it == pending.end()) continue;
-        Peer* p = *it;
-        std::vector<std::string> lines;
-        bool open = read_lines(*p, lines);
-        if (lines.empty()) {
-          if (!open) {  // a probe, or a peer that gave up
-            close(p->fd);
-            delete p;
-            pending.erase(it);
-          }
-          continue;
-        }
-        // "ACC1 HELLO <machine_rank> <num_machines> <num_processes> <host>"
-        auto w = words(lines.front(), 6);
-        int mr = -1, nm = -1, np = -1;
-        if (w.size() != 6 || w[0] != "ACC1" || w[1] != "HELLO" || !to_int(w[2], mr) || !to_int(w[3], nm) ||
-            !to_int(w[4], np)) {
-          send(*p, "ERROR not an acc launch rendezvous message");
-          close(p->fd);
-          delete p;
-          pending.erase(it);
-          if (!o_.quiet)
-            std::fprintf(stderr, "%s: ignoring a connection that is not an acc launch (port %d)\n", kMe, o_.main_port);
-          continue;
-        }
-        p->machine_rank = mr;
-        p->host = w[5];
-        pending.erase(it);
-        std::string who = "machine rank " + std::to_string(mr) + " (" + p->host + ")";
-        auto refuse = [&](const std::string& msg) {
-          send(*p, "ERROR " + msg);
-          close(p->fd);
-          delete p;
-          fail_all(msg, 2);
-        };
-        if (nm != o_.num_machines)
-          refuse(who + " has num_machines " + std::to_string(nm) + ", machine 0 has " + std::to_string(o_.num_machines));
-        if (np != o_.num_processes)
-          refuse(who + " has num_processes " + std::to_string(np) + ", machine 0 has " +
-                 std::to_string(o_.num_processes));
-        if (mr <= 0 || mr >= o_.num_machines)
-          refuse("a machine joined with machine_rank " + std::to_string(mr) + " (" + p->host + "); the others are 1.." +
-                 std::to_string(o_.num_machines - 1) + " (machine 0 is the one at " + where + ")");
-        for (Peer* q : peers_)
-          if (q->machine_rank == mr)
-            refuse("two machines joined with machine_rank " + std::to_string(mr) + " (" + q->host + " and " + p->host +
-                   "); give each machine its own --machine_rank");
-        p->hello = true;
-        peers_.push_back(p);
-        if (!o_.quiet)
-          std::fprintf(stderr, "%s: machine rank %d (%s) joined (%zu of %d)\n", kMe, mr, p->host.c_str(),
-                       peers_.size() + 1, o_.num_machines);
-      }
-    }
-    for (Peer* p : pending) {  // late probes
-      close(p->fd);
-      delete p;
-    }
-    close(lfd);
-    int port = pick_worker_port();
-    broadcast("GO 0 " + std::to_string(port));
-    return port;
+namespace {
+
+// Machine 0's listening socket, only on the address the user named (main_process_ip), not on every interface
+// (docs/security.md).
+UniqueFd listen_on(const std::string& ip, int port) {
+  Address me = resolve(ip, port);
+  UniqueFd lfd(socket(me.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!lfd.valid()) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
+  int one = 1;
+  setsockopt(lfd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(lfd.get(), reinterpret_cast<sockaddr*>(&me.addr), me.len) != 0 || listen(lfd.get(), 128) != 0) {
+    const int e = errno;
+    throw AgentError("rendezvous: cannot listen on " + ip + ":" + std::to_string(port) + ": " + std::strerror(e) +
+                         (e == EADDRNOTAVAIL ? " (main_process_ip must be an address of machine 0, this machine)"
+                          : e == EADDRINUSE  ? " (something else uses it; choose another main_process_port)"
+                                             : ""),
+                     1);
   }
+  return lfd;
+}
 
-  // Machines 1..n-1: connect to machine 0, retrying until an acc launcher answers there (until join_timeout: the
-  // port may be closed, or held for a while by something else).
-  Address to = resolve(o_.main_ip, o_.main_port);
+void keep_alive(int fd) {
+  int on = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+}
+
+}  // namespace
+
+int Agent::host_rendezvous(int sigfd, double deadline) {
+  UniqueFd lfd = listen_on(o_.main_ip, o_.main_port);
+  if (!o_.quiet)
+    std::fprintf(stderr, "%s: machine 0 of %d: waiting for the other machines on port %d (timeout %.0f s)\n", kMe,
+                 o_.num_machines, o_.main_port, o_.join_timeout);
+  // Connections that have not said hello yet; closed when dropped, so every way out of here closes them.
+  std::vector<std::unique_ptr<Peer>> pending;
+  const auto fail_all = [&](const std::string& msg, int code) {
+    for (const auto& p : pending) send(*p, "ERROR " + msg);
+    broadcast("ERROR " + msg);
+    throw AgentError(msg, code);
+  };
+  while (static_cast<int>(peers_.size()) < o_.num_machines - 1) {
+    const double left = deadline - monotonic_now();
+    if (left <= 0)
+      fail_all("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
+                   std::to_string(peers_.size() + 1) + " of " + std::to_string(o_.num_machines) +
+                   " machines joined (missing machine rank " + missing_machines() + "); " + rendezvous_hint(),
+               1);
+    std::vector<pollfd> fds{{lfd.get(), POLLIN, 0}};
+    if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+    for (const auto& p : pending) fds.push_back({p->sock.get(), POLLIN, 0});
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
+    if (rc < 0 && errno != EINTR) fail_all(std::string("rendezvous: poll: ") + std::strerror(errno), 1);
+    if (rc <= 0) continue;
+    if (sigfd >= 0) {
+      try {
+        check_signal(sigfd, fds[1]);
+      } catch (const AgentError&) {
+        for (const auto& p : pending) send(*p, "ERROR machine 0 was interrupted");
+        throw;
+      }
+    }
+    if (fds[0].revents & POLLIN) {
+      UniqueFd cfd(accept4(lfd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (cfd.valid()) {
+        keep_alive(cfd.get());
+        auto p = std::make_unique<Peer>();
+        p->sock = std::move(cfd);
+        send(*p, "ACC1 WELCOME");  // tells the other machines that an acc launcher answers here
+        pending.push_back(std::move(p));
+      }
+    }
+    for (size_t k = sigfd >= 0 ? 2 : 1; k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      auto it = std::find_if(pending.begin(), pending.end(), [&](const auto& p) { return p->sock.get() == fds[k].fd; });
+      if (it == pending.end()) continue;
+      std::vector<std::string> lines;
+      const bool open = read_lines(**it, lines);
+      if (lines.empty()) {
+        if (!open) pending.erase(it);  // a probe, or a peer that gave up
+        continue;
+      }
+      std::unique_ptr<Peer> p = std::move(*it);
+      pending.erase(it);
+      try {
+        admit(std::move(p), lines.front());
+      } catch (const AgentError& e) {
+        if (e.code != 2) throw;
+        fail_all(e.what(), 2);  // the machines disagree: every one is told
+      }
+    }
+  }
+  pending.clear();  // late probes
+  lfd.reset();
+  int port = pick_worker_port();
+  broadcast("GO 0 " + std::to_string(port));
+  return port;
+}
+
+std::string Agent::missing_machines() const {
+  std::string m;
+  for (int r = 1; r < o_.num_machines; ++r)
+    if (std::none_of(peers_.begin(), peers_.end(), [&](const auto& p) { return p->machine_rank == r; }))
+      m += (m.empty() ? "" : ", ") + std::to_string(r);
+  return m;
+}
+
+void Agent::admit(std::unique_ptr<Peer> p, const std::string& hello) {
+  // "ACC1 HELLO <machine_rank> <num_machines> <num_processes> <host>"
+  auto w = words(hello, 6);
+  int mr = -1, nm = -1, np = -1;
+  if (w.size() != 6 || w[0] != "ACC1" || w[1] != "HELLO" || !to_int(w[2], mr) || !to_int(w[3], nm) ||
+      !to_int(w[4], np)) {
+    send(*p, "ERROR not an acc launch rendezvous message");
+    if (!o_.quiet)
+      std::fprintf(stderr, "%s: ignoring a connection that is not an acc launch (port %d)\n", kMe, o_.main_port);
+    return;
+  }
+  p->machine_rank = mr;
+  p->host = w[5];
+  const std::string who = "machine rank " + std::to_string(mr) + " (" + p->host + ")";
+  const auto refuse = [&](const std::string& msg) {
+    send(*p, "ERROR " + msg);
+    throw AgentError(msg, 2);
+  };
+  if (nm != o_.num_machines)
+    refuse(who + " has num_machines " + std::to_string(nm) + ", machine 0 has " + std::to_string(o_.num_machines));
+  if (np != o_.num_processes)
+    refuse(who + " has num_processes " + std::to_string(np) + ", machine 0 has " + std::to_string(o_.num_processes));
+  if (mr <= 0 || mr >= o_.num_machines)
+    refuse("a machine joined with machine_rank " + std::to_string(mr) + " (" + p->host + "); the others are 1.." +
+           std::to_string(o_.num_machines - 1) + " (machine 0 is the one at " + main_address() + ")");
+  for (const auto& q : peers_)
+    if (q->machine_rank == mr)
+      refuse("two machines joined with machine_rank " + std::to_string(mr) + " (" + q->host + " and " + p->host +
+             "); give each machine its own --machine_rank");
+  p->hello = true;
+  peers_.push_back(std::move(p));
+  if (!o_.quiet)
+    std::fprintf(stderr, "%s: machine rank %d (%s) joined (%zu of %d)\n", kMe, mr, peers_.back()->host.c_str(),
+                 peers_.size() + 1, o_.num_machines);
+}
+
+// One try at reaching machine 0: the connected socket, or none with why in `error`.
+UniqueFd Agent::connect_to_main(double left, std::string& error) const {
+  const Address to = resolve(o_.main_ip, o_.main_port);
+  UniqueFd fd(socket(to.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
+  int err = connect(fd.get(), reinterpret_cast<const sockaddr*>(&to.addr), to.len) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd pf{fd.get(), POLLOUT, 0};
+    if (::poll(&pf, 1, static_cast<int>(std::ceil(std::min(left, 2.0) * 1000))) <= 0) {
+      err = ETIMEDOUT;
+    } else {
+      socklen_t len = sizeof err;
+      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+  }
+  if (err == 0) return fd;
+  error = std::strerror(err);
+  return UniqueFd();
+}
+
+// Machines 1..n-1: connect to machine 0, retrying until an acc launcher answers there (until join_timeout: the port
+// may be closed, or held for a while by something else).
+int Agent::join_rendezvous(int sigfd, double deadline) {
+  peers_.push_back(std::make_unique<Peer>());
+  Peer& server = *peers_.back();
+  server.machine_rank = 0;
   std::string last_error = "no answer";
-  Peer* server = new Peer;
-  server->machine_rank = 0;
-  peers_.push_back(server);
-  bool said_waiting = false, said_foreign = false;
+  bool said_waiting = false;
   const auto timed_out = [&](const std::string& why) {
-    return AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " + why +
-                          "; " + hint,
+    return AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
+                          why + "; " + rendezvous_hint(),
                       1);
   };
   const auto pause = [&] {
     if (!said_waiting && !o_.quiet) {
       std::fprintf(stderr, "%s: machine %d of %d: waiting for machine 0 at %s (%s; timeout %.0f s)\n", kMe,
-                   o_.machine_rank, o_.num_machines, where.c_str(), last_error.c_str(), o_.join_timeout);
+                   o_.machine_rank, o_.num_machines, main_address().c_str(), last_error.c_str(), o_.join_timeout);
       said_waiting = true;
     }
     pollfd sp{sigfd, POLLIN, 0};
-    int prc = ::poll(&sp, sigfd >= 0 ? 1 : 0, 250);
-    if (prc > 0) check_signal(sp);
+    if (::poll(&sp, sigfd >= 0 ? 1 : 0, 250) > 0) check_signal(sigfd, sp);
   };
+  for (bool said_foreign = false;;) {
+    while (!server.sock.valid()) {
+      const double left = deadline - monotonic_now();
+      if (left <= 0) throw timed_out("could not reach machine 0 at " + main_address() + " (" + last_error + ")");
+      server.sock = connect_to_main(left, last_error);
+      if (!server.sock.valid()) pause();
+    }
+    keep_alive(server.sock.get());
+    send(server, "ACC1 HELLO " + std::to_string(o_.machine_rank) + " " + std::to_string(o_.num_machines) + " " +
+                     std::to_string(o_.num_processes) + " " + host_name());
+    if (const int port = await_go(server, sigfd, deadline); port > 0) return port;
+    // Something that is not an acc launcher answered, or it closed: try again.
+    server.sock.reset();
+    server.buf.clear();
+    last_error = "something that is not an acc launcher answers there";
+    if (!said_foreign && !o_.quiet)
+      std::fprintf(stderr, "%s: machine %d of %d: %s at %s; trying again until the timeout (%.0f s)\n", kMe,
+                   o_.machine_rank, o_.num_machines, last_error.c_str(), main_address().c_str(), o_.join_timeout);
+    said_foreign = said_waiting = true;
+    pause();
+  }
+}
+
+// After the hello: machine 0's GO (its port), or 0 when the other end turned out not to be an acc launcher.
+// Until machine 0 has said something of the protocol, the other end may be any program on that port.
+int Agent::await_go(Peer& server, int sigfd, double deadline) {
+  bool acc_answered = false;
   for (;;) {
-    while (server->fd < 0) {
-      double left = deadline - monotonic_now();
-      if (left <= 0) throw timed_out("could not reach machine 0 at " + where + " (" + last_error + ")");
-      int fd = socket(to.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) throw AgentError(std::string("rendezvous: socket: ") + std::strerror(errno), 1);
-      int rc = connect(fd, reinterpret_cast<sockaddr*>(&to.addr), to.len);
-      int err = rc == 0 ? 0 : errno;
-      if (err == EINPROGRESS) {
-        pollfd pf{fd, POLLOUT, 0};
-        int prc = ::poll(&pf, 1, static_cast<int>(std::ceil(std::min(left, 2.0) * 1000)));
-        if (prc <= 0) {
-          err = ETIMEDOUT;
-        } else {
-          socklen_t len = sizeof err;
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-      }
-      if (err == 0) {
-        server->fd = fd;
-        break;
-      }
-      close(fd);
-      last_error = std::strerror(err);
-      pause();
+    const double left = deadline - monotonic_now();
+    if (left <= 0)
+      throw AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
+                           (acc_answered ? "machine 0 at " + main_address() +
+                                               " accepted this machine but the other machines did not all join"
+                                         : "the program at " + main_address() + " is not an acc launcher") +
+                           "; " + rendezvous_hint(),
+                       1);
+    std::vector<pollfd> fds{{server.sock.get(), POLLIN, 0}};
+    if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000))) <= 0) continue;
+    if (fds.size() > 1) check_signal(sigfd, fds[1]);
+    std::vector<std::string> lines;
+    const bool open = read_lines(server, lines);
+    bool foreign = false;
+    for (const auto& line : lines) {
+      auto w = words(line, 3);
+      int round = 0, port = 0;
+      if (w.size() == 3 && w[0] == "GO" && to_int(w[1], round) && to_int(w[2], port)) return port;
+      if (!w.empty() && w[0] == "ERROR")
+        throw AgentError("machine 0 refused the rendezvous: " + line.substr(std::min<size_t>(6, line.size())), 2);
+      if (line == "ACC1 WELCOME")
+        acc_answered = true;
+      else if (!acc_answered)
+        foreign = true;
     }
-    int on = 1;
-    setsockopt(server->fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-    setsockopt(server->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-    send(*server, "ACC1 HELLO " + std::to_string(o_.machine_rank) + " " + std::to_string(o_.num_machines) + " " +
-                      std::to_string(o_.num_processes) + " " + host_name());
-    // Until machine 0 has said something of the protocol, the other end may be any program on that port: if it
-    // closes or says something else, this machine tries again rather than giving up.
-    bool acc_answered = false;
-    for (;;) {
-      double left = deadline - monotonic_now();
-      if (left <= 0)
-        throw timed_out(acc_answered ? "machine 0 at " + where + " accepted this machine but the other machines did not all join"
-                                     : "the program at " + where + " is not an acc launcher");
-      std::vector<pollfd> fds{{server->fd, POLLIN, 0}};
-      if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
-      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::min(left, 1.0) * 1000)));
-      if (rc <= 0) continue;
-      if (fds.size() > 1) check_signal(fds[1]);
-      std::vector<std::string> lines;
-      bool open = read_lines(*server, lines);
-      bool foreign = false;
-      for (const auto& line : lines) {
-        auto w = words(line, 3);
-        int round = 0, port = 0;
-        if (w.size() == 3 && w[0] == "GO" && to_int(w[1], round) && to_int(w[2], port)) return port;
-        if (!w.empty() && w[0] == "ERROR")
-          throw AgentError("machine 0 refused the rendezvous: " + line.substr(std::min<size_t>(6, line.size())), 2);
-        if (line == "ACC1 WELCOME") acc_answered = true;
-        else if (!acc_answered) foreign = true;
-      }
-      if (acc_answered && !open)
-        throw AgentError("machine 0 at " + where + " closed the connection during the rendezvous (its acc launch ended)",
-                         1);
-      if (foreign || !open) {
-        close(server->fd);
-        server->fd = -1;
-        server->buf.clear();
-        last_error = "something that is not an acc launcher answers there";
-        if (!said_foreign && !o_.quiet)
-          std::fprintf(stderr, "%s: machine %d of %d: %s at %s; trying again until the timeout (%.0f s)\n", kMe,
-                       o_.machine_rank, o_.num_machines, last_error.c_str(), where.c_str(), o_.join_timeout);
-        said_foreign = said_waiting = true;
-        pause();
-        break;
-      }
-    }
+    if (acc_answered && !open)
+      throw AgentError(
+          "machine 0 at " + main_address() + " closed the connection during the rendezvous (its acc launch ended)", 1);
+    if (foreign || !open) return 0;
   }
 }
 
 void Agent::poll_fds(std::vector<pollfd>& fds) const {
-  for (Peer* p : peers_)
-    if (!p->lost && p->fd >= 0) fds.push_back({p->fd, POLLIN, 0});
+  for (const auto& p : peers_)
+    if (!p->lost && p->sock.get() >= 0) fds.push_back({p->sock.get(), POLLIN, 0});
 }
 
 Agent::Event Agent::handle_server_line(Peer& from, const std::string& line) {
@@ -507,8 +513,8 @@ Agent::Event Agent::on_poll(const std::vector<pollfd>& fds) {
   Event ev;
   for (const auto& pf : fds) {
     if (!pf.revents) continue;
-    for (Peer* p : peers_) {
-      if (p->fd != pf.fd || p->lost) continue;
+    for (const auto& p : peers_) {
+      if (p->sock.get() != pf.fd || p->lost) continue;
       std::vector<std::string> lines;
       bool open = read_lines(*p, lines);
       for (const auto& line : lines) {
@@ -532,8 +538,7 @@ Agent::Event Agent::on_poll(const std::vector<pollfd>& fds) {
 
 Agent::Event Agent::lose(Peer& p, const std::string& why) {
   p.lost = true;
-  if (p.fd >= 0) close(p.fd);
-  p.fd = -1;
+  p.sock.reset();
   std::string msg = o_.machine_rank == 0
                         ? "lost contact with machine " + std::to_string(p.machine_rank) + " (" + p.host + "): " + why
                         : "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) + ": " + why;
@@ -554,8 +559,8 @@ Agent::Event Agent::lose(Peer& p, const std::string& why) {
 Agent::Event Agent::heartbeat() {
   const double now = monotonic_now();
   Event ev;
-  for (Peer* p : peers_) {
-    if (p->lost || p->fd < 0) continue;
+  for (const auto& p : peers_) {
+    if (p->lost || p->sock.get() < 0) continue;
     if (now - p->last_sent >= 2.0) send(*p, "PING");
     if (now - p->last_seen > o_.heartbeat_timeout) {
       char why[128];
@@ -580,7 +585,7 @@ void Agent::report_failure(const std::string& message, int code, bool interrupte
     }
     return;
   }
-  for (Peer* p : peers_)
+  for (const auto& p : peers_)
     send(*p, "FAIL " + std::to_string(o_.machine_rank) + " " + std::to_string(code) + " " + (interrupted ? "1" : "0") +
                  " " + message);
 }
@@ -593,7 +598,7 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
     return sig == SIGCHLD ? 0 : sig;
   };
   if (o_.machine_rank != 0) {
-    Peer* server = peers_.empty() ? nullptr : peers_.front();
+    Peer* server = peers_.empty() ? nullptr : peers_.front().get();
     if (!server || server->lost) {
       d.code = local.code ? local.code : 1;
       d.message = "lost contact with machine 0";
@@ -628,7 +633,7 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
                     " before it decided how the job ends";
         return d;
       }
-      std::vector<pollfd> fds{{server->fd, POLLIN, 0}};
+      std::vector<pollfd> fds{{server->sock.get(), POLLIN, 0}};
       if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
       if (::poll(fds.data(), fds.size(), 1000) > 0 && fds.size() > 1) {
         if (int sig = wait_signal(fds[1])) {
@@ -647,10 +652,10 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
   }
   const double deadline = monotonic_now() + o_.result_timeout;
   for (;;) {
-    bool all = std::all_of(peers_.begin(), peers_.end(), [](Peer* p) { return p->result || p->lost; });
+    bool all = std::all_of(peers_.begin(), peers_.end(), [](const auto& p) { return p->result || p->lost; });
     if (all) break;
     if (monotonic_now() > deadline) {
-      for (Peer* p : peers_)
+      for (const auto& p : peers_)
         if (!p->result && !p->lost) {
           p->lost = true;
           no_restart_ = true;
@@ -681,7 +686,7 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
     fds.resize(n);
     on_poll(fds);
   }
-  for (Peer* p : peers_) p->result = false;
+  for (const auto& p : peers_) p->result = false;
   if (!failure_seen_) {
     broadcast("END 0 ok");
     return d;

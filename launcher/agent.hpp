@@ -15,9 +15,12 @@
 
 #include <poll.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "net.hpp"
 
 namespace acc::launcher {
 
@@ -85,6 +88,16 @@ class Agent {
  private:
   struct Peer;
   int pick_worker_port() const;
+  // The rendezvous: machine 0 admits the others; the others join it.
+  int host_rendezvous(int sigfd, double deadline);
+  void admit(std::unique_ptr<Peer> p, const std::string& hello);  // AgentError (code 2) when it disagrees
+  std::string missing_machines() const;
+  int join_rendezvous(int sigfd, double deadline);
+  UniqueFd connect_to_main(double left, std::string& error) const;
+  int await_go(Peer& server, int sigfd, double deadline);
+  void check_signal(int sigfd, const pollfd& pf);  // AgentError when a signal other than SIGCHLD came
+  std::string main_address() const;
+  std::string rendezvous_hint() const;
   void send(Peer& p, const std::string& line);
   void broadcast(const std::string& line, const Peer* except = nullptr);
   bool read_lines(Peer& p, std::vector<std::string>& lines);  // false: connection closed
@@ -92,7 +105,7 @@ class Agent {
   Event handle_server_line(Peer& from, const std::string& line);
 
   AgentOptions o_;
-  std::vector<Peer*> peers_;  // machine 0: one per other machine; others: machine 0
+  std::vector<std::unique_ptr<Peer>> peers_;  // machine 0: one per other machine; others: machine 0
   // Machine 0's view of the current attempt.
   bool failure_seen_ = false;
   bool no_restart_ = false;  // a machine was lost or interrupted

@@ -42,7 +42,7 @@ std::string name_path(const std::string& dir, std::string_view relative, const s
 }
 
 void check_project_name(const std::string& project_name) {
-  name_path("<logging_dir>", project_name, "project_name '" + project_name + "'", /*nested=*/false);
+  name_path("logging_dir", project_name, "project_name (one plain name)", /*nested=*/false);
 }
 
 void refuse_unless_regular(const std::string& path) {

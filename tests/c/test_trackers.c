@@ -4,6 +4,10 @@
  *   test_trackers run DIR    writes the run below into DIR (every tracker) and keeps it: for
  *                            tests/tracking/read_trackers.py (TensorBoard's reader, the MLflow client) and,
  *                            under `acc launch`, for tests/mp (only the main process writes)
+ *   test_trackers names DIR VALUES...
+ *                            logs each JSON object VALUES with every tracker into DIR (project "names"), one call
+ *                            each, and prints each call's status (0 for ACC_OK) on a line: read_trackers.py checks
+ *                            that every name libacc accepts is one MLflow and TensorBoard read back
  *
  * The run: project "demo", hyperparameters {lr, batch_size, model.name, amp}, steps 0..9 logging loss and
  * lr, step 10 a text and a group of two scalars, then "final" without a step. */
@@ -60,6 +64,16 @@ int main(int argc, char** argv) {
     acc_accelerator_destroy(acc);
     return 0;
   }
+  if (argc >= 3 && strcmp(argv[1], "names") == 0) {
+    char json[4096];
+    snprintf(json, sizeof json, "{\"log_with\": \"all\", \"project_dir\": \"%s\"}", argv[2]);
+    acc_accelerator* acc = create(json);
+    CHECK(acc_init_trackers(acc, "names", NULL, NULL));
+    for (int i = 3; i < argc; ++i) printf("%d\n", (int)acc_log(acc, argv[i], i));
+    CHECK(acc_end_training(acc));
+    acc_accelerator_destroy(acc);
+    return 0;
+  }
 
   char tmpl[] = "/tmp/acc_trackers_XXXXXX";
   char* dir = mkdtemp(tmpl);
@@ -99,6 +113,15 @@ int main(int argc, char** argv) {
   EXPECT_ERR(acc_log(acc, "{\"loss\": ", 3), ACC_ERR_INVALID_ARGUMENT, "not valid JSON");
   EXPECT_ERR(acc_log(acc, NULL, 3), ACC_ERR_INVALID_ARGUMENT, "values_json");
   EXPECT_ERR(acc_log(acc, "{\"bad*name\": 1}", 3), ACC_ERR_INVALID_ARGUMENT, "mlflow");
+  /* Names from the data that become paths stay inside the run's folder (issue 23): an add_scalars member that
+   * would leave it is refused naming the metric, for every tracker alike (nothing is written), and so is a name
+   * MLflow's client would refuse to read back. */
+  char escaped[256], values[512];
+  snprintf(escaped, sizeof escaped, "/tmp/acc_trackers_escape_%d", (int)getpid());
+  snprintf(values, sizeof values, "{\"acc\": {\"/../../..%s\": 1}}", escaped + 4);
+  EXPECT_ERR(acc_log(acc, values, 3), ACC_ERR_INVALID_ARGUMENT, "'acc'");
+  EXPECT(access(escaped, F_OK) != 0);
+  EXPECT_ERR(acc_log(acc, "{\"..x\": 1}", 3), ACC_ERR_INVALID_ARGUMENT, "'..x'");
   EXPECT_OK(acc_log(acc, "{\"loss\": 0.25}", -1));
   EXPECT_OK(acc_end_training(acc));
   EXPECT_ERR(acc_log(acc, "{\"loss\": 1}", 4), ACC_ERR_INVALID_STATE, "end_training");
@@ -123,7 +146,7 @@ int main(int argc, char** argv) {
   snprintf(path, sizeof path, "%s/acc_run_config.json", dir);
   EXPECT(access(path, R_OK) == 0);
 
-  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  snprintf(path, sizeof path, "rm -rf '%s' '%s'", dir, escaped);
   if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
   return finish();
 }

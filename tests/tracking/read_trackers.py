@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,70 @@ def check_text_files(run):
         expect(json.load(f) == {"lr": 0.001, "batch_size": 32, "model.name": "mlp", "amp": False}, "hparams.json")
 
 
+def check_names(test_trackers):
+    """Names from the data (issue 23): every metric name and add_scalars member libacc accepts is one MLflow's
+    client reads back (it validates each name it reads: mlflow.utils.validation) and one whose TensorBoard run stays
+    inside the run's folder; nothing is written anywhere else."""
+    from mlflow.tracking import MlflowClient
+    from mlflow.utils.validation import _validate_metric_name
+
+    rng = random.Random(23)
+    pieces = ["a", "B", "0", ".", "..", "/", " ", ":", "-", "_", "\u00e9", "\u00df", "\u20ac", "\u03a9", "\t",
+              "\u00a0", "\\", "*", "%"]
+    names = ["..x", "...", ".", "..", "a/..x", "a/../b", "./a", "a/", "/a", "a//b", "pr\u00e9cision", "a:b c",
+             "x" * 250, "x" * 251, "/../../../x"]
+    names += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(400)]
+    names = list(dict.fromkeys(names))
+    with tempfile.TemporaryDirectory() as d:
+        deep = os.path.join(d, *"abcdefg")  # deeper than any name here could climb
+        calls = [json.dumps({n: 1.5}) for n in names] + [json.dumps({"g": {n: 2.5}}) for n in names]
+        env = dict(os.environ, ACC_CONFIG_FILE="none")
+        p = subprocess.run([test_trackers, "names", deep, *calls], capture_output=True, text=True, env=env,
+                           timeout=300)
+        expect(p.returncode == 0, "test_trackers names", p.stderr[-2000:])
+        if p.returncode != 0:
+            return
+        status = [int(x) for x in p.stdout.split()]
+        expect(len(status) == len(calls), "a status per call", len(status))
+        metrics = [n for n, st in zip(names, status) if st == 0]
+        members = [n for n, st in zip(names, status[len(names):]) if st == 0]
+        expect("..x" not in metrics and "a/..x" in metrics and "pr\u00e9cision" in metrics, "names refused and kept",
+               metrics[:20])
+        for n in metrics:
+            try:
+                _validate_metric_name(n)
+            except Exception as e:  # noqa: BLE001 - any refusal is a failure
+                expect(False, f"libacc accepted metric name {n!r}, which MLflow refuses", e)
+        # Nothing outside the project folder; the run's folder holds the trackers' files and the add_scalars runs.
+        here = d
+        for part in [*"abcdefg"]:
+            expect(os.listdir(here) == [part], f"nothing written beside {part}", os.listdir(here))
+            here = os.path.join(here, part)
+        expect(sorted(os.listdir(deep)) == ["acc_run_config.json", "mlruns", "names"], "the project folder",
+               sorted(os.listdir(deep)))
+        run_dir = os.path.realpath(os.path.join(deep, "names"))
+        for n in members:
+            sub = os.path.realpath(os.path.join(run_dir, "g_" + n))
+            expect(sub.startswith(run_dir + "/"), f"add_scalars run of {n!r} inside the run", sub)
+            files = [f for f in os.listdir(sub) if f.startswith("events.out.tfevents.")] if os.path.isdir(sub) else []
+            expect(len(files) >= 1, f"an event file for member {n!r}", sub)
+        if members:
+            acc = event_accumulator.EventAccumulator(os.path.join(run_dir, "g_" + members[-1]))
+            acc.Reload()
+            expect([e.value for e in acc.Scalars("g")][-1:] == [2.5], "TensorBoard reads an add_scalars run")
+        # MLflow's client reads the run back: every accepted name, each with its value.
+        client = MlflowClient(tracking_uri="file://" + os.path.join(deep, "mlruns"))
+        exp = client.get_experiment_by_name("names")
+        runs = client.search_runs([exp.experiment_id]) if exp else []
+        expect(len(runs) == 1, "the names run read back by MLflow", len(runs))
+        if runs:
+            expect(set(runs[0].data.metrics) == set(metrics), "MLflow reads every accepted metric",
+                   set(metrics) ^ set(runs[0].data.metrics))
+            for n in metrics[:50]:
+                hist = client.get_metric_history(runs[0].info.run_id, n)
+                expect([m.value for m in hist] == [1.5], f"MLflow's history of {n!r}", hist)
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, ACC_CONFIG_FILE="none")
@@ -141,6 +206,7 @@ def main():
         check_tensorboard(os.path.join(d, "demo"))
         check_mlflow(os.path.join(d, "mlruns"))
         check_text_files(os.path.join(d, "demo"))
+    check_names(sys.argv[1])
 
 
 main()

@@ -11,11 +11,15 @@ using acc::capi::need;
 
 namespace {
 
-// Runs a caller's sample callback on a library-owned batch and returns what it filled in.
+// Runs a caller's sample callback on a library-owned batch, lent to it for the call, and returns what it filled in.
 template <class Call>
 acc::core::Sample fill_sample(Call call, const std::string& what) {
   acc_batch sample;
+  sample.live.lend();
   acc_status st = call(&sample);
+  if (sample.live.destroy_refused())
+    throw acc::core::CallbackError(what + " called acc_batch_destroy on the sample batch, which libacc owns (fill it, "
+                                          "do not destroy it)");
   if (st != ACC_OK) throw acc::core::CallbackError(what + " returned " + std::to_string(st));
   return std::move(sample.d);
 }

@@ -45,7 +45,11 @@ acc_status acc_register_for_checkpointing(acc_accelerator* acc, acc_checkpoint_s
     acc::core::Accelerator::Checkpointable object;
     object.save = [save, ud] {
       acc_bytes_list out;
+      out.live.lend();
       acc_status st = save(ud->data, &out);
+      if (out.live.destroy_refused())
+        throw acc::core::CallbackError("checkpoint save callback called acc_bytes_list_destroy on the list libacc "
+                                       "lent it (append to it, do not destroy it)");
       if (st != ACC_OK) throw acc::core::CallbackError("checkpoint save callback returned " + std::to_string(st));
       std::string bytes;
       for (const auto& item : out.items) bytes += item;

@@ -31,7 +31,8 @@ acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_n
       acc_tensor* tg = nullptr;
       int32_t has = 0;
       acc_status st = next(ud->data, &in, &tg, &has);
-      std::unique_ptr<acc_tensor, void (*)(acc_tensor*)> in_owned(in, acc_tensor_destroy), tg_owned(tg, acc_tensor_destroy);
+      std::unique_ptr<acc_tensor, void (*)(acc_tensor*)> in_owned(in, acc_tensor_destroy),
+          tg_owned(tg != in ? tg : nullptr, acc_tensor_destroy);  // one handle as both: freed once
       if (st != ACC_OK) throw acc::core::CallbackError("dataset next callback returned " + std::to_string(st));
       if (!has) return false;
       if (!in) throw acc::core::CallbackError("dataset next callback set has_sample but no input");
@@ -109,6 +110,8 @@ void acc_bytes_list_destroy(acc_bytes_list* list) noexcept { acc::capi::destroy_
 acc_status acc_bytes_list_append(acc_bytes_list* list, const void* data, size_t size) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(list, "list")->busy, "the bytes list");
+    if (size > std::string().max_size())  // SIZE_MAX, a negative length cast: no buffer is that large
+      throw std::invalid_argument("size " + std::to_string(size) + " is larger than any byte string can be");
     if (size > 0) need(data, "data");
     list->items.emplace_back(static_cast<const char*>(data), size);
   });

@@ -310,7 +310,8 @@ acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, voi
       acc_tensor* in = nullptr;
       acc_tensor* tg = nullptr;
       acc_status st = get(ud->data, i, &in, &tg);
-      std::unique_ptr<acc_tensor, void (*)(acc_tensor*)> in_owned(in, acc_tensor_destroy), tg_owned(tg, acc_tensor_destroy);
+      std::unique_ptr<acc_tensor, void (*)(acc_tensor*)> in_owned(in, acc_tensor_destroy),
+          tg_owned(tg != in ? tg : nullptr, acc_tensor_destroy);  // one handle as both: freed once
       if (st != ACC_OK)
         throw acc::core::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
                                  std::to_string(i));

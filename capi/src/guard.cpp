@@ -5,8 +5,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <ios>
+#include <mutex>
 #include <new>
+#include <unordered_map>
 
 #include "util/errors.hpp"
 #include "util/options.hpp"
@@ -33,6 +36,60 @@ void set_error(acc_status code, const std::string& message) noexcept {
 void clear_error() noexcept {
   t_code = ACC_OK;
   if (t_message) t_message[0] = '\0';
+}
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const void*, Kind> live;
+};
+
+// Never destroyed: handles may outlive static destruction (a caller's globals freed at exit).
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+}  // namespace
+
+const char* kind_name(Kind kind) noexcept {
+  switch (kind) {
+    case Kind::accelerator: return "acc_accelerator";
+    case Kind::tensor: return "acc_tensor";
+    case Kind::model: return "acc_model";
+    case Kind::optimizer: return "acc_optimizer";
+    case Kind::scheduler: return "acc_scheduler";
+    case Kind::dataset: return "acc_dataset";
+    case Kind::batch: return "acc_batch";
+    case Kind::bytes_list: return "acc_bytes_list";
+    case Kind::dataloader: return "acc_dataloader";
+  }
+  return "handle";
+}
+
+void enroll(const void* mark, Kind kind) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.live[mark] = kind;
+}
+
+void unenroll(const void* mark) noexcept {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.live.erase(mark);
+}
+
+bool enrolled(const void* mark, Kind kind) noexcept {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.live.find(mark);
+  return it != r.live.end() && it->second == kind;
+}
+
+void throw_not_live(const char* what, Kind kind) {
+  throw std::invalid_argument(std::string(what) + " is not a live handle of type " + kind_name(kind) +
+                              " (destroyed already, a handle of another type, or not made by libacc)");
 }
 
 HandleLock::HandleLock(std::atomic<bool>& busy, const char* what) : busy_(busy) {
@@ -71,6 +128,8 @@ acc_status run_guarded(const char* fn, void (*body)(void*), void* ctx) noexcept 
     const std::string generic = ": iostream error";
     if (msg.size() > generic.size() && msg.compare(msg.size() - generic.size(), generic.size(), generic) == 0)
       msg.resize(msg.size() - generic.size());
+  } catch (const std::filesystem::filesystem_error& e) {
+    code = ACC_ERR_IO, msg = e.what();  // a path the caller gave: too long, a symlink loop, not permitted, ...
   } catch (const std::system_error& e) {
     code = e.code() == std::errc::device_or_resource_busy ? ACC_ERR_BUSY : ACC_ERR_INTERNAL;
     msg = e.what();

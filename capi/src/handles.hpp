@@ -1,5 +1,5 @@
 // What the opaque handles of acc.h hold. Each keeps shared ownership of what it depends on, so
-// handles can be destroyed in any order. Each ends with a Live mark (guard.hpp), checked on every entry.
+// handles can be destroyed in any order. Each ends with a Live member of its kind (guard.hpp), checked on every entry.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -19,45 +19,45 @@
 struct acc_accelerator {
   std::shared_ptr<acc::core::Accelerator> impl;
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::accelerator> live;
 };
 struct acc_tensor {
   at::Tensor t;
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::tensor> live;
 };
 struct acc_model {
   std::shared_ptr<acc::core::ModelSlot> slot;
   const std::vector<std::string> state_names;  // made at creation (the tree is fixed): acc_model_state_get's borrowed names
   std::string last_json;                       // the borrowed result of acc_infer_auto_device_map / acc_model_module_sizes
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::model> live;
 };
 struct acc_optimizer {
   std::shared_ptr<acc::core::OptimizerSlot> slot;
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::optimizer> live;
 };
 struct acc_scheduler {
   std::shared_ptr<acc::core::SchedulerSlot> slot;
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::scheduler> live;
 };
 struct acc_dataset {
   std::shared_ptr<acc::core::Dataset> ds;
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::dataset> live;
 };
 struct acc_batch {
   acc::core::TensorDict d;
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::batch> live;
 };
 struct acc_bytes_list {
   std::vector<std::string> items;
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::bytes_list> live;
 };
 struct acc_dataloader {
   std::shared_ptr<acc::core::DataLoader> dl;
   std::atomic<bool> busy{false};
-  acc::capi::Live live;
+  acc::capi::Live<acc::capi::Kind::dataloader> live;
 };

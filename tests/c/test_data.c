@@ -381,6 +381,8 @@ static void test_objects(void) {
   EXPECT_OK(acc_bytes_list_append(list, NULL, 0));
   EXPECT_OK(acc_bytes_list_append(list, "a\0b", 3)); /* bytes, not C strings */
   EXPECT_ERR(acc_bytes_list_append(list, NULL, 2), ACC_ERR_INVALID_ARGUMENT, "data is NULL");
+  /* a size no buffer can have is a bad argument, not an internal error */
+  EXPECT_ERR(acc_bytes_list_append(list, "x", SIZE_MAX), ACC_ERR_INVALID_ARGUMENT, "size 18446744073709551615");
   int64_t count;
   EXPECT_OK(acc_bytes_list_count(list, &count));
   EXPECT(count == 3);
@@ -478,6 +480,63 @@ static acc_status failing_sample(void* user, int64_t index, acc_batch* sample) {
   (void)user;
   (void)sample;
   return index == 2 ? 42 : ACC_OK; /* index 0 and 1: no tensor at all */
+}
+
+/* Callbacks that destroy the sample batch libacc lends them (a double free before). */
+static acc_status destroying_sample(void* user, int64_t index, acc_batch* sample) {
+  (void)user;
+  int64_t v[1] = {index}, shape[1] = {1};
+  acc_tensor* t = int64s(v, shape, 1);
+  acc_status st = acc_batch_set(sample, "input_ids", t);
+  acc_tensor_destroy(t);
+  acc_batch_destroy(sample);
+  return st;
+}
+static acc_status destroying_next(void* user, acc_batch* sample, int32_t* has_sample) {
+  *has_sample = 1;
+  return destroying_sample(user, 0, sample);
+}
+
+/* One tensor handle as both input and target: libacc takes it once and frees it once. */
+static acc_status same_tensor_sample(void* user, int64_t index, acc_tensor** input, acc_tensor** target) {
+  (void)user;
+  float v[1] = {(float)index};
+  int64_t shape[1] = {1};
+  acc_status st = acc_tensor_from_host(v, sizeof v, ACC_FLOAT32, shape, 1, input);
+  *target = *input;
+  return st;
+}
+
+static void test_lent_sample(void) {
+  acc_dataset* ds = NULL;
+  acc_dataloader* dl = NULL;
+  acc_batch* got = NULL;
+  EXPECT_OK(acc_dataset_from_batch_callback(3, destroying_sample, NULL, NULL, &ds));
+  EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
+  EXPECT_ERR(acc_dataloader_next_batch(dl, &got), ACC_ERR_CALLBACK,
+             "dataset callback for index 0 called acc_batch_destroy on the sample batch");
+  EXPECT(got == NULL);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  EXPECT_OK(acc_dataset_from_batch_iterator(NULL, destroying_next, NULL, NULL, &ds));
+  EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
+  EXPECT_ERR(acc_dataloader_next_batch(dl, &got), ACC_ERR_CALLBACK, "dataset next callback called acc_batch_destroy");
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+
+  acc_tensor *x = NULL, *y = NULL;
+  int32_t has = 0;
+  float xv[2] = {0, 0}, yv[2] = {0, 0};
+  EXPECT_OK(acc_dataset_from_callback(4, same_tensor_sample, NULL, NULL, &ds));
+  EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
+  EXPECT_OK(acc_dataloader_next(dl, &x, &y, &has));
+  EXPECT(acc_last_error_code() == ACC_OK); /* no second destroy refused along the way */
+  EXPECT(has == 1 && acc_tensor_to_host(x, xv, sizeof xv) == ACC_OK && acc_tensor_to_host(y, yv, sizeof yv) == ACC_OK);
+  EXPECT(xv[1] == 1 && yv[1] == 1);
+  acc_tensor_destroy(x);
+  acc_tensor_destroy(y);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
 }
 
 static void test_named_batches(void) {
@@ -608,5 +667,6 @@ int main(void) {
   test_explicit_batches();
   test_objects();
   test_named_batches();
+  test_lent_sample();
   return finish();
 }

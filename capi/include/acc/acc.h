@@ -542,8 +542,9 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_from_callback(int64_t length, acc_d
                                                             void (*free_user_data)(void*),
                                                             acc_dataset** out) ACC_NOEXCEPT;
 /** Fills sample `index` into `sample`, an empty batch the library owns (add tensors with acc_batch_set;
- *  do not destroy it). Every sample names the same tensors in the same order. Return ACC_OK, or any
- *  non-zero value to fail with ACC_ERR_CALLBACK.
+ *  do not destroy it: acc_batch_destroy on it fails the callback with ACC_ERR_CALLBACK). Every sample
+ *  names the same tensors in the same order. Return ACC_OK, or any non-zero value to fail with
+ *  ACC_ERR_CALLBACK.
  *  Runs on the thread that asks a loader for a batch. */
 typedef acc_status (*acc_dataset_get_batch_fn)(void* user_data, int64_t index, acc_batch* sample);
 /** A dataset of `length` named samples produced by `get` on the thread that asks for a batch (see
@@ -579,9 +580,9 @@ typedef acc_status (*acc_iterator_next_fn)(void* user_data, acc_tensor** input, 
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_next_fn next,
                                                             void* user_data, void (*free_user_data)(void*),
                                                             acc_dataset** out) ACC_NOEXCEPT;
-/** The next sample of an iterable stream, filled into `sample` (an empty batch the library owns), with
- *  *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or any non-zero value
- *  to fail with ACC_ERR_CALLBACK.
+/** The next sample of an iterable stream, filled into `sample` (an empty batch the library owns: do not
+ *  destroy it), with *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or
+ *  any non-zero value to fail with ACC_ERR_CALLBACK.
  *  Runs on the thread that asks a loader for a batch. */
 typedef acc_status (*acc_iterator_next_batch_fn)(void* user_data, acc_batch* sample, int32_t* has_sample);
 /** An iterable dataset of named samples: acc_dataset_from_iterator with acc_batch samples.
@@ -809,7 +810,8 @@ ACC_API ACC_NODISCARD acc_status acc_bytes_list_create(acc_bytes_list** out) ACC
 /** Destroys a list the caller owns; bytes borrowed from it go with it.
  *  NULL-safe; not during another call on list. */
 ACC_API void acc_bytes_list_destroy(acc_bytes_list* list) ACC_NOEXCEPT;
-/** Appends a copy of `size` bytes at `data` (data may be NULL when size is 0).
+/** Appends a copy of `size` bytes at `data` (data may be NULL when size is 0; a size no buffer can have,
+ *  such as SIZE_MAX, is ACC_ERR_INVALID_ARGUMENT).
  *  Locks list. */
 ACC_API ACC_NODISCARD acc_status acc_bytes_list_append(acc_bytes_list* list, const void* data,
                                                         size_t size) ACC_NOEXCEPT;
@@ -860,7 +862,8 @@ ACC_API ACC_NODISCARD acc_status acc_load_state(acc_accelerator* acc, const char
  *  `acc launch --max_restarts` then continues from its last save.
  *  Locks acc. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_resume_from_checkpoint(acc_accelerator* acc, int32_t* resumed) ACC_NOEXCEPT;
-/** Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated).
+/** Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated;
+ *  the list is the library's: acc_bytes_list_destroy on it fails the save with ACC_ERR_CALLBACK).
  *  Return ACC_OK, or any non-zero value to fail the save with ACC_ERR_CALLBACK. */
 typedef acc_status (*acc_checkpoint_save_fn)(void* user_data, acc_bytes_list* out);
 /** Restores an object from the bytes its save function wrote (borrowed for the call). Return ACC_OK, or

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "acc/files.hpp"
@@ -649,149 +651,184 @@ int exec_mpirun(const Plan& plan, const std::string& hostfile, const std::vector
 
 }  // namespace
 
+namespace {
+
+// While acc launch runs workers, signals come through a signalfd: nothing runs in a handler while acc forks or
+// reaps. The signal mask and the two dispositions changed are restored when this goes, whichever way.
+class SignalScope {
+ public:
+  SignalScope() {
+    sigemptyset(&watched_);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&watched_, s);
+    sigprocmask(SIG_BLOCK, &watched_, &original_mask_);
+    // An inherited SIGCHLD = SIG_IGN would make the kernel reap the workers itself and hide their status; writing to
+    // an output that went away must not kill acc (the workers get SIG_DFL back).
+    struct sigaction dfl {}, ign {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGCHLD, &dfl, &original_chld_);
+    sigaction(SIGPIPE, &ign, &original_pipe_);
+    fd_ = signalfd(-1, &watched_, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd_ < 0) {
+      const int err = errno;
+      restore();
+      throw std::runtime_error(std::string("signalfd: ") + std::strerror(err));
+    }
+  }
+  ~SignalScope() { restore(); }
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  void restore() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    sigaction(SIGCHLD, &original_chld_, nullptr);
+    sigaction(SIGPIPE, &original_pipe_, nullptr);
+    sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+  }
+  sigset_t watched_{}, original_mask_{};
+  struct sigaction original_chld_ {}, original_pipe_ {};
+  int fd_ = -1;
+};
+
+// Several machines: this machine's agent, after the rendezvous (which gives the workers' MASTER_PORT).
+std::unique_ptr<Agent> join_machines(const Plan& plan, int sigfd, int& port) {
+  AgentOptions ao;
+  ao.num_machines = plan.machines;
+  ao.machine_rank = plan.machine_rank;
+  ao.num_processes = plan.world;
+  ao.main_ip = plan.master_addr;
+  ao.main_port = plan.master_port;
+  ao.join_timeout = plan.join_timeout;
+  ao.result_timeout = plan.term_timeout + 60;
+  ao.heartbeat_timeout = plan.heartbeat_timeout;
+  ao.quiet = plan.quiet;
+  auto agent = std::make_unique<Agent>(ao);
+  port = agent->rendezvous(sigfd);
+  return agent;
+}
+
+std::string failure_of(const Exit& f) {
+  return "rank " + std::to_string(f.rank) + " " + (f.start_error.empty() ? describe_status(f.status) : f.start_error);
+}
+
+// Forwards the signals that came to the workers: the first as it is, a second one as SIGKILL. Returns the first.
+int forward_signals(const Plan& plan, int sigfd, Group& g, Agent* agent, int interrupted) {
+  signalfd_siginfo si{};
+  while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    const int sig = static_cast<int>(si.ssi_signo);
+    if (sig == SIGCHLD) continue;
+    if (!interrupted) {
+      interrupted = sig;
+      if (!plan.quiet)
+        std::fprintf(stderr, "%s: received %s; forwarding it to the processes\n", kMe, signal_name(sig).c_str());
+      g.stop(sig);
+      if (agent) agent->report_failure("acc launch was interrupted by " + signal_name(sig), 128 + sig, true);
+    } else {
+      if (!plan.quiet) std::fprintf(stderr, "%s: received %s again; sending SIGKILL\n", kMe, signal_name(sig).c_str());
+      g.stop(SIGKILL);
+    }
+  }
+  return interrupted;
+}
+
+// Runs one attempt's workers to their end, watching signals and the other machines; how it ended on this machine.
+Outcome supervise(const Plan& plan, Group& g, int sigfd, Agent* agent) {
+  g.start();
+  int interrupted = 0;
+  Outcome remote;  // a failure elsewhere that stopped this machine's workers
+  bool reported = false;
+  while (!g.done()) {
+    std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
+    g.poll_fds(fds);
+    const size_t agent_from = fds.size();
+    if (agent) agent->poll_fds(fds);
+    const double wait_s = std::max(0.001, std::min(plan.monitor_interval, g.next_deadline()));
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(wait_s * 1000)));
+    if (rc < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) interrupted = forward_signals(plan, sigfd, g, agent, interrupted);
+    std::vector<pollfd> pipes(fds.begin() + 1, fds.begin() + static_cast<long>(agent_from));
+    g.on_poll(pipes);
+    g.reap();
+    if (g.failed() && !reported) {
+      reported = true;
+      if (agent && !interrupted) agent->report_failure(failure_of(*g.first_failure()), exit_code_of(*g.first_failure()), false);
+    }
+    if (agent) {
+      std::vector<pollfd> afds(fds.begin() + static_cast<long>(agent_from), fds.end());
+      Agent::Event ev = agent->on_poll(afds);
+      if (ev.kind == Agent::Event::None) ev = agent->heartbeat();
+      if (ev.kind != Agent::Event::None && remote.message.empty() && !g.failed()) {
+        remote.kind = ev.kind == Agent::Event::Lost ? Outcome::Lost : Outcome::Stopped;
+        remote.message = ev.message;
+        if (!plan.quiet) std::fprintf(stderr, "%s: %s; stopping the processes of this machine\n", kMe, ev.message.c_str());
+        g.stop(SIGTERM);
+      }
+    }
+    g.tick();
+  }
+  g.finish();
+
+  Outcome local;
+  if (interrupted) {
+    local.kind = Outcome::Interrupted;
+    local.code = 128 + interrupted;
+    local.message = "interrupted by " + signal_name(interrupted);
+  } else if (g.failed()) {
+    local.kind = Outcome::Failed;
+    local.code = exit_code_of(*g.first_failure());
+    local.message = failure_of(*g.first_failure());
+  } else if (!remote.message.empty()) {  // workers that stopped by themselves after a remote failure: still failed
+    local = remote;
+    local.code = 1;
+  }
+  return local;
+}
+
+}  // namespace
+
 int run_plan(Plan& plan) {
-  // Signals are read from a signalfd: nothing runs in a handler while acc forks or reaps.
-  sigset_t watched, original;
-  sigemptyset(&watched);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&watched, s);
-  sigprocmask(SIG_BLOCK, &watched, &original);
-  // An inherited SIGCHLD = SIG_IGN would make the kernel reap the workers itself and hide their status; writing to
-  // an output that went away must not kill acc (the workers get SIG_DFL back).
-  struct sigaction dfl {}, ign {}, original_chld {}, original_pipe {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ign.sa_handler = SIG_IGN;
-  sigemptyset(&ign.sa_mask);
-  sigaction(SIGCHLD, &dfl, &original_chld);
-  sigaction(SIGPIPE, &ign, &original_pipe);
-  // Orphans of the workers become acc's children, so acc reaps what it kills at the end.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-  int sigfd = signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sigfd < 0) {
-    std::fprintf(stderr, "%s: error: signalfd: %s\n", kMe, std::strerror(errno));
+  std::optional<SignalScope> signals;
+  try {
+    signals.emplace();
+  } catch (const std::runtime_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 1;
   }
-  auto restore = [&]() {
-    close(sigfd);
-    sigaction(SIGCHLD, &original_chld, nullptr);
-    sigaction(SIGPIPE, &original_pipe, nullptr);
-    sigprocmask(SIG_SETMASK, &original, nullptr);
-  };
-
+  // Orphans of the workers become acc's children, so acc reaps what it kills at the end.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (!plan.threads_note.empty() && !plan.quiet) std::fprintf(stderr, "%s: %s\n", kMe, plan.threads_note.c_str());
   if (!plan.log_root.empty() && !plan.quiet) std::fprintf(stderr, "%s: logs in %s\n", kMe, plan.log_root.c_str());
 
   std::unique_ptr<Agent> agent;
   int port = plan.master_port;
   if (plan.machines > 1 && !plan.r.per_task) {
-    AgentOptions ao;
-    ao.num_machines = plan.machines;
-    ao.machine_rank = plan.machine_rank;
-    ao.num_processes = plan.world;
-    ao.main_ip = plan.master_addr;
-    ao.main_port = plan.master_port;
-    ao.join_timeout = plan.join_timeout;
-    ao.result_timeout = plan.term_timeout + 60;
-    ao.heartbeat_timeout = plan.heartbeat_timeout;
-    ao.quiet = plan.quiet;
-    agent = std::make_unique<Agent>(ao);
     try {
-      port = agent->rendezvous(sigfd);
+      agent = join_machines(plan, signals->fd(), port);
     } catch (const AgentError& e) {
       std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
-      restore();
       return e.code;
     }
   }
 
-  int result = 0;
   for (int attempt = 0;; ++attempt) {
     OutputOptions out;
     out.tee = plan.tee;
     out.prefix = true;
     out.role = plan.role;
-    std::string attempt_dir;
-    if (!plan.log_root.empty()) {
-      attempt_dir = plan.log_root + "/attempt_" + std::to_string(attempt);
-      out.log_dir = attempt_dir;
-    }
+    const std::string attempt_dir = plan.log_root.empty() ? "" : plan.log_root + "/attempt_" + std::to_string(attempt);
+    out.log_dir = attempt_dir;
     Group g(make_workers(plan, attempt, port), out, plan.term_timeout, plan.quiet);
-    g.start();
-    int interrupted = 0;
-    Outcome remote;  // a failure elsewhere that stopped this machine's workers
-    bool reported = false;
-    while (!g.done()) {
-      std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
-      g.poll_fds(fds);
-      size_t agent_from = fds.size();
-      if (agent) agent->poll_fds(fds);
-      double wait_s = std::max(0.001, std::min(plan.monitor_interval, g.next_deadline()));
-      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(wait_s * 1000)));
-      if (rc < 0 && errno != EINTR) break;
-      if (fds[0].revents & POLLIN) {
-        signalfd_siginfo si{};
-        while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-          int sig = static_cast<int>(si.ssi_signo);
-          if (sig == SIGCHLD) continue;
-          if (!interrupted) {
-            interrupted = sig;
-            if (!plan.quiet)
-              std::fprintf(stderr, "%s: received %s; forwarding it to the processes\n", kMe, signal_name(sig).c_str());
-            g.stop(sig);
-            if (agent) agent->report_failure("acc launch was interrupted by " + signal_name(sig), 128 + sig, true);
-          } else {
-            if (!plan.quiet) std::fprintf(stderr, "%s: received %s again; sending SIGKILL\n", kMe, signal_name(sig).c_str());
-            g.stop(SIGKILL);
-          }
-        }
-      }
-      std::vector<pollfd> pipes(fds.begin() + 1, fds.begin() + static_cast<long>(agent_from));
-      g.on_poll(pipes);
-      g.reap();
-      if (g.failed() && !reported) {
-        reported = true;
-        if (agent && !interrupted) {
-          const Exit& f = *g.first_failure();
-          std::string what = "rank " + std::to_string(f.rank) + " " +
-                             (f.start_error.empty() ? describe_status(f.status) : f.start_error);
-          agent->report_failure(what, exit_code_of(f), false);
-        }
-      }
-      if (agent) {
-        std::vector<pollfd> afds(fds.begin() + static_cast<long>(agent_from), fds.end());
-        Agent::Event ev = agent->on_poll(afds);
-        if (ev.kind == Agent::Event::None) ev = agent->heartbeat();
-        if (ev.kind != Agent::Event::None && remote.message.empty() && !g.failed()) {
-          remote.kind = ev.kind == Agent::Event::Lost ? Outcome::Lost : Outcome::Stopped;
-          remote.message = ev.message;
-          if (!plan.quiet) std::fprintf(stderr, "%s: %s; stopping the processes of this machine\n", kMe, ev.message.c_str());
-          g.stop(SIGTERM);
-        }
-      }
-      g.tick();
-    }
-    g.finish();
+    const Outcome local = supervise(plan, g, signals->fd(), agent.get());
+    const bool ran_and_failed = local.kind == Outcome::Failed && g.first_failure()->start_error.empty();
 
-    Outcome local;
-    if (interrupted) {
-      local.kind = Outcome::Interrupted;
-      local.code = 128 + interrupted;
-      local.message = "interrupted by " + signal_name(interrupted);
-    } else if (g.failed()) {
-      const Exit& f = *g.first_failure();
-      local.kind = Outcome::Failed;
-      local.code = exit_code_of(f);
-      local.message = "rank " + std::to_string(f.rank) + " " + (f.start_error.empty() ? describe_status(f.status) : f.start_error);
-    } else if (!remote.message.empty()) {
-      local = remote;
-      local.code = 1;
-    }
-    // Workers that stopped by themselves after a remote failure: the job still failed.
-
-    if (agent) {
-      Decision d = agent->finish_round(local, attempt, plan.max_restarts, sigfd);
-      if (local.kind == Outcome::Failed && g.first_failure() && g.first_failure()->start_error.empty())
-        print_report(plan, g, attempt_dir, attempt, d.restart);
+    if (agent) {  // machine 0 decides for every machine
+      const Decision d = agent->finish_round(local, attempt, plan.max_restarts, signals->fd());
+      if (ran_and_failed) print_report(plan, g, attempt_dir, attempt, d.restart);
       if (d.restart) {
         port = d.port;
         if (!plan.quiet && local.kind != Outcome::Failed)
@@ -799,36 +836,20 @@ int run_plan(Plan& plan) {
                        attempt + 1, plan.max_restarts);
         continue;
       }
-      if (d.interrupted) {
-        result = d.code;
-        break;
-      }
+      if (d.interrupted) return d.code;
       if (local.kind != Outcome::Failed && local.kind != Outcome::Interrupted && d.code != 0) {
         const std::string rule(72, '=');
         std::fprintf(stderr, "%s\n%s: STOPPED  %s\n  because     : %s\n%s\n", rule.c_str(), kMe, label(plan).c_str(),
                      d.message.c_str(), rule.c_str());
       }
-      result = local.kind == Outcome::Failed || local.kind == Outcome::Interrupted ? local.code : d.code;
-      break;
+      return local.kind == Outcome::Failed || local.kind == Outcome::Interrupted ? local.code : d.code;
     }
-
-    if (local.kind == Outcome::Interrupted) {
-      result = local.code;
-      break;
-    }
-    if (local.kind == Outcome::Failed) {
-      const bool start_error = !g.first_failure()->start_error.empty();  // reported already; nothing ran
-      bool restart = attempt < plan.max_restarts && !start_error;
-      if (!start_error) print_report(plan, g, attempt_dir, attempt, restart);
-      if (restart) continue;
-      result = local.code;
-      break;
-    }
-    result = 0;
-    break;
+    if (local.kind != Outcome::Failed) return local.kind == Outcome::Interrupted ? local.code : 0;
+    // A failure that reported itself already (nothing ran) is not restarted.
+    const bool restart = attempt < plan.max_restarts && ran_and_failed;
+    if (ran_and_failed) print_report(plan, g, attempt_dir, attempt, restart);
+    if (!restart) return local.code;
   }
-  restore();
-  return result;
 }
 
 int launch_main(const std::vector<std::string>& args) {

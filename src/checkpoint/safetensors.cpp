@@ -42,6 +42,12 @@ struct CJsonPtr {
 
 }  // namespace
 
+std::optional<at::ScalarType> safetensors_scalar_type(const std::string& dtype) {
+  for (auto& [t, n] : dtype_names())
+    if (n == dtype) return t;
+  return std::nullopt;
+}
+
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
   CJsonPtr header{cJSON_CreateObject()};
@@ -117,9 +123,7 @@ NamedTensors load_safetensors(const std::string& path) {
   char* data = static_cast<char*>(addr) + 8 + len;
   NamedTensors out;
   for (const config::SafetensorsEntry& e : header.tensors) {
-    std::optional<at::ScalarType> type;
-    for (auto& [t, n] : dtype_names())
-      if (n == e.dtype) type = t;
+    const std::optional<at::ScalarType> type = safetensors_scalar_type(e.dtype);
     if (!type) bad(path, "tensor \"" + e.name + "\" has dtype " + e.dtype + ", which libacc does not load");
     out.emplace_back(e.name, at::from_blob(data + e.begin, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(*type)));
   }

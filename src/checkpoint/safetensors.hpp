@@ -2,6 +2,7 @@
 // data_offsets}, then the raw row-major little-endian bytes. No pickles anywhere.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 
 #include "models/model.hpp"
@@ -16,5 +17,7 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
 // (copy what you keep for long; the file is never changed). Throws std::ios_base::failure naming the file and
 // what is wrong.
 NamedTensors load_safetensors(const std::string& path);
+// The dtype of a safetensors dtype name ("F32", "BF16", "I64", ...); nullopt for one libacc does not load.
+std::optional<at::ScalarType> safetensors_scalar_type(const std::string& dtype);
 
 }  // namespace acc::core

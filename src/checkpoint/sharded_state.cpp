@@ -44,9 +44,16 @@ void write_where(JsonWriter& j, const std::string& name, int64_t offset, at::Int
   j.end_array().end_object();
 }
 
-// Whole tensors assembled from slices, checked to be covered exactly once or more (hybrid replicas repeat slices).
+// Whole tensors assembled from slices, checked to be covered exactly once or more: hybrid sharding's replicas write
+// the same slices, bit for bit (every replica applies the same all-reduced step), so slices that overlap must agree
+// bit for bit, and one tensor's slices must share a dtype.
 struct Assembly {
   std::map<std::string, at::Tensor> whole, covered;
+  struct Placed {
+    std::string file;
+    int64_t begin, end;
+  };
+  std::map<std::string, std::vector<Placed>> placed;  // each tensor's slices so far: which file, which elements
   std::vector<std::string> order;
 
   void place(const std::string& name, const at::Tensor& data, int64_t offset, const std::vector<int64_t>& shape,
@@ -58,11 +65,30 @@ struct Assembly {
       order.push_back(name);
     }
     at::Tensor flat = it->second.view({-1});
-    if (!it->second.sizes().equals(shape) || offset < 0 || offset + data.numel() > flat.numel())
+    if (!it->second.sizes().equals(shape) || offset < 0 || offset > flat.numel() - data.numel())
       throw std::invalid_argument(file + ": the slice of '" + name + "' does not fit its tensor of shape " +
                                   c10::str(it->second.sizes()));
-    flat.narrow(0, offset, data.numel()).copy_(data.reshape({-1}));
-    covered.at(name).narrow(0, offset, data.numel()).fill_(true);
+    if (data.scalar_type() != it->second.scalar_type())
+      throw std::invalid_argument(file + ": the slice of '" + name + "' is " + c10::str(data.scalar_type()) + ", " +
+                                  placed.at(name).front().file + "'s is " + c10::str(it->second.scalar_type()));
+    const int64_t end = offset + data.numel();
+    at::Tensor target = flat.narrow(0, offset, data.numel()), seen = covered.at(name).narrow(0, offset, data.numel());
+    const at::Tensor values = data.reshape({-1});
+    if (seen.any().item<bool>()) {
+      // Compared as bytes: bit for bit, NaNs included.
+      const auto bytes = [&](const at::Tensor& t) { return t.masked_select(seen).contiguous().view(at::kByte); };
+      if (!at::equal(bytes(target), bytes(values))) {
+        std::string other;
+        for (const Placed& p : placed.at(name))
+          if (p.begin < end && offset < p.end) other += (other.empty() ? "" : ", ") + p.file;
+        throw std::invalid_argument(file + ": the slice of '" + name + "' at [" + std::to_string(offset) + ", " +
+                                    std::to_string(end) + ") overlaps what " + other +
+                                    " holds, with other values (the files are not of one checkpoint)");
+      }
+    }
+    target.copy_(values);
+    seen.fill_(true);
+    placed[name].push_back({file, offset, end});
   }
 
   NamedTensors finish(const std::string& dir) const {

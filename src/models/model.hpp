@@ -38,6 +38,14 @@ class UnitHooks {
 // backward calls it again after the model's forward has returned.
 using UnitBody = std::function<at::Tensor(const at::Tensor&)>;
 
+// Whether a loaded tensor of dtype `from` may become a model tensor of dtype `to` by conversion: floating point into
+// floating point (transformers loads bf16 into fp32 and back), an integer into an integer. An integer or bool into
+// floating point, or floating point into an integer, would turn the file's values into other numbers: refused.
+bool dtype_converts(at::ScalarType from, at::ScalarType to);
+// Throws std::invalid_argument naming the tensor, `source` and both dtypes when `given` cannot become `target`'s.
+void check_dtype_converts(const std::string& name, const at::Tensor& given, const at::Tensor& target,
+                          const std::string& source);
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -75,8 +83,8 @@ class Model {
   // `device` (new tensors: materialise before an optimizer holds them). The built-in families can.
   virtual void to_empty(const c10::Device& device);
   NamedTensors state() const;  // parameters, then buffers
-  // Copies `tensors` into the state: every name and shape must match, and nothing changes when one
-  // does not. `source` names where they came from in errors (a file).
+  // Copies `tensors` into the state: every name and shape must match, every dtype convert (dtype_converts), and
+  // nothing changes when one does not. `source` names where they came from in errors (a file).
   void load_state_dict(const NamedTensors& tensors, const std::string& source);
   int64_t num_parameters() const;
   // The parameters an optimizer trains: those requiring gradients, each tensor once (under its first name).

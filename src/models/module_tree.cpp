@@ -34,6 +34,21 @@ void Model::to_empty(const c10::Device&) {
     if (t.is_meta()) throw UnsupportedError("'" + name + "' is on the meta device and this model cannot materialise it");
 }
 
+bool dtype_converts(at::ScalarType from, at::ScalarType to) {
+  return from == to || (at::isFloatingType(from) && at::isFloatingType(to)) ||
+         (at::isComplexType(from) && at::isComplexType(to)) ||
+         (at::isIntegralType(from, /*includeBool=*/false) && at::isIntegralType(to, /*includeBool=*/false));
+}
+
+void check_dtype_converts(const std::string& name, const at::Tensor& given, const at::Tensor& target,
+                          const std::string& source) {
+  if (!dtype_converts(given.scalar_type(), target.scalar_type()))
+    throw std::invalid_argument("'" + name + "' is " + c10::str(given.scalar_type()) + " in " + source + " but " +
+                                c10::str(target.scalar_type()) +
+                                " in the model: loading converts floating point into floating point and integers "
+                                "into integers, never one into the other");
+}
+
 void Model::load_state_dict(const NamedTensors& tensors, const std::string& source) {
   auto state = this->state();
   std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
@@ -44,6 +59,7 @@ void Model::load_state_dict(const NamedTensors& tensors, const std::string& sour
     if (it->second.sizes() != t.sizes())
       throw std::invalid_argument("'" + name + "' has shape " + c10::str(it->second.sizes()) + " in " + source +
                                   " but " + c10::str(t.sizes()) + " in the model");
+    check_dtype_converts(name, it->second, t, source);
   }
   if (by_name.size() != state.size()) {
     std::map<std::string, bool> known;

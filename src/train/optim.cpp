@@ -15,6 +15,7 @@
 #include <set>
 #include <type_traits>
 
+#include "models/model.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 #include "util/options.hpp"
@@ -325,6 +326,7 @@ void Optimizer::load_state(const State& state, const std::string& source) {
       if (!it->second.sizes().equals(p.sizes()))
         throw std::invalid_argument(source + ": '" + full + "' has shape " + c10::str(it->second.sizes()) +
                                     " but parameter " + key + " has " + c10::str(p.sizes()));
+      check_dtype_converts(full, it->second, p, source);  // a moment is copied into the parameter's dtype
       *kind.tensor(*st, name) = it->second;  // still the file's; copied below, once everything is checked
       by_name.erase(it);
     }

@@ -22,6 +22,8 @@
 #include "models/hf/families.hpp"
 #include "train/accelerator.hpp"
 #include "models/hf/pretrained.hpp"
+#include "models/hf/generate.hpp"
+#include "runtime/process_state.hpp"
 #include "util/errors.hpp"
 
 namespace acc::core {
@@ -254,6 +256,86 @@ TEST(FromPretrained, BadInputIsNamed) {
   EXPECT_NE(shard.find("is missing"), std::string::npos) << shard;
   EXPECT_NE(error_of([&] { hf::from_pretrained(src.string(), R"({"dtype": "int8"})"); }).find("dtype"), std::string::npos);
   fs::remove_all(tmp);
+}
+
+// A tensor of the checkpoint whose dtype is not of the parameter's kind (an integer tensor for a float parameter)
+// is refused naming the tensor and its file, on every process alike (it was converted by value: loss 1e10);
+// floating point into floating point converts (the bf16 loads above).
+TEST(FromPretrained, IntegerTensorsDoNotBecomeFloatParameters) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_dtype_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(fs::path(g_fixtures) / "qwen2" / "model", tmp, fs::copy_options::recursive);
+  const std::string file = (tmp / "model.safetensors").string();
+  NamedTensors tensors;
+  for (auto& [name, t] : load_safetensors(file))
+    tensors.emplace_back(name, name == "model.norm.weight" ? (t * 1000).to(at::kLong) : t.clone());
+  save_safetensors(tensors, file, {{"format", "pt"}});
+  const std::string err = error_of([&] { hf::from_pretrained(tmp.string(), nullptr); });
+  EXPECT_NE(err.find("dtypes that do not convert: model.norm.weight (Long in " + file + ", Float in the model)"),
+            std::string::npos)
+      << err;
+  // The processes that read only the headers (cpu_ram_efficient_loading) refuse it alike.
+  hold_ram_efficient_loading(true);
+  const std::string headers_only = error_of([&] { hf::from_pretrained(tmp.string(), nullptr); });
+  hold_ram_efficient_loading(false);
+  EXPECT_NE(headers_only.find("model.norm.weight (Long in " + file), std::string::npos) << headers_only;
+  fs::remove_all(tmp);
+}
+
+// Token ids generate writes or compares against must be in the vocabulary: a pad_token_id beyond it (from the
+// options or from generation_config.json) is refused before the first step, naming the key and where it came from.
+TEST(Generate, TokenIdsOutsideTheVocabularyAreRefusedFirst) {
+  namespace fs = std::filesystem;
+  auto e = expected_of("llama");
+  auto model = hf::from_pretrained(g_fixtures + "/llama/model", nullptr);
+  auto& lm = dynamic_cast<hf::CausalLM&>(*model);
+  auto run = [&](hf::CausalLM& m, Model& mm, const char* json) {
+    return error_of([&] { hf::generate(mm, e["prompt_ids"], {}, hf::parse_generation_options(json, m.generation_defaults)); });
+  };
+  std::string err = run(lm, *model, R"({"max_new_tokens": 4, "pad_token_id": 1000, "eos_token_id": 5})");
+  EXPECT_NE(err.find("pad_token_id 1000 (from generation options) is not a token of the model's vocabulary [0, 96)"),
+            std::string::npos)
+      << err;
+  err = run(lm, *model, R"({"max_new_tokens": 4, "eos_token_id": [5, 96]})");
+  EXPECT_NE(err.find("eos_token_id 96 (from generation options)"), std::string::npos) << err;
+  // From the model's generation_config.json.
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_pad_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(fs::path(g_fixtures) / "llama" / "model", tmp, fs::copy_options::recursive);
+  std::ofstream(tmp / "generation_config.json") << R"({"eos_token_id": 95, "pad_token_id": 4096})";
+  auto padded = hf::from_pretrained(tmp.string(), nullptr);
+  err = run(dynamic_cast<hf::CausalLM&>(*padded), *padded, R"({"max_new_tokens": 4})");
+  EXPECT_NE(err.find("pad_token_id 4096 (from " + (tmp / "generation_config.json").string() + ")"), std::string::npos)
+      << err;
+  fs::remove_all(tmp);
+}
+
+// An attention_mask holds 0 and 1 only: a 2 or a -1 (which transformers would read as padding) is refused by name in
+// every model that takes one, and by generate.
+TEST(FromPretrained, AttentionMasksHoldZerosAndOnes) {
+  auto e = expected_of("llama");
+  auto llama = hf::from_pretrained(g_fixtures + "/llama/model", nullptr);
+  auto gpt2 = hf::from_pretrained(g_fixtures + "/gpt2/model", nullptr);
+  auto bert = hf::from_pretrained(g_fixtures + "/bert/model", nullptr);
+  const at::Tensor ids = e["input_ids"];
+  for (double bad : {2.0, -1.0, 0.5}) {
+    at::Tensor mask = at::ones_like(ids, at::kFloat);
+    mask[0][1] = bad;
+    for (Model* m : {llama.get(), gpt2.get(), bert.get()}) {
+      const std::string err = error_of([&] { m->forward(TensorDict{{"input_ids", ids}, {"attention_mask", mask}}); });
+      EXPECT_NE(err.find("attention_mask must hold only 0 (padding) and 1 (a token)"), std::string::npos) << err;
+    }
+    const std::string err = error_of([&] {
+      hf::generate(*llama, ids, mask, hf::parse_generation_options(R"({"max_new_tokens": 2})", {}));
+    });
+    EXPECT_NE(err.find("attention_mask must hold only 0"), std::string::npos) << err;
+  }
+  // What transformers' masks hold passes: int64, bool and float zeros and ones.
+  at::Tensor mask = at::ones_like(ids);
+  mask[0][0] = 0;
+  EXPECT_NO_THROW(llama->forward(TensorDict{{"input_ids", ids}, {"attention_mask", mask.to(at::kBool)}}));
+  EXPECT_NO_THROW(bert->forward(TensorDict{{"input_ids", ids}, {"attention_mask", mask.to(at::kFloat)}}));
 }
 
 }  // namespace

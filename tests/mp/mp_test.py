@@ -611,6 +611,16 @@ def case_sharded():
             same = all(os.path.exists(os.path.join(x, f)) for x in (s2, s8)) and \
                 open(os.path.join(s2, f), "rb").read() == open(os.path.join(s8, f), "rb").read()
             expect(same, f"{f}: through 3 processes' slices and back to whole tensors on 2: equal")
+        # Hybrid sharding's replicas write the same slices (FSDP2 HSDP: 2 replicas x 2 shards), bit for bit, which is
+        # what loading requires of slices that overlap: 10 steps, then 2 DDP processes load them.
+        hsdp_sharded = ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: {wrap}\n"
+                        "  fsdp_state_dict_type: SHARDED_STATE_DICT\nparallelism_config:\n"
+                        "  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 2\n")
+        s9, s10 = os.path.join(d, "S9"), os.path.join(d, "S10")
+        ckpt(4, hsdp_sharded, 10, "-", s9)
+        ckpt(2, "ddp", 0, s9, s10)
+        expect(os.path.exists(os.path.join(s10, "model.safetensors")),
+               "HSDP's SHARDED_STATE_DICT checkpoint (replicas' slices overlap, equal) loads on 2 DDP processes")
         resumed = ckpt(2, "zero3", 10, s2, os.path.join(d, "S5"))
         if straight is not None and resumed is not None:
             expect(max_abs_diff(straight, resumed) == 0, "ZeRO-3: 10 steps, save_state, load_state, 10 steps equal 20 steps",

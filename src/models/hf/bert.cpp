@@ -148,6 +148,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
       if (!m.sizes().equals(input.sizes()))
         throw std::invalid_argument("attention_mask has shape " + c10::str(m.sizes()) + "; input_ids has " +
                                     c10::str(input.sizes()));
+      check_attention_mask(m);
       mask = padding_mask(m.to(dev), x.options());
     }
     for (size_t l = 0; l < bert_->encoder->layer->items.size(); ++l) {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "models/hf/families.hpp"
+#include "models/hf/layers.hpp"
 #include "util/options.hpp"
 
 namespace acc::core::hf {
@@ -24,7 +25,9 @@ GenerationOptions parse_generation_options(const char* json, GenerationOptions d
   if (d.top_p <= 0 || d.top_p > 1) throw OptionsError("generation options: 'top_p' must be in (0, 1]");
   d.repetition_penalty = o.get_double("repetition_penalty", d.repetition_penalty);
   if (d.repetition_penalty <= 0) throw OptionsError("generation options: 'repetition_penalty' must be > 0");
+  if (o.has("eos_token_id")) d.eos_source = "generation options";
   d.eos_token_ids = o.get_id_list("eos_token_id", d.eos_token_ids);
+  if (o.has("pad_token_id")) d.pad_source = "generation options";
   d.pad_token_id = o.get_int("pad_token_id", d.pad_token_id, 0);
   if (o.has("seed")) d.seed = static_cast<uint64_t>(o.get_int("seed", 0, 0));
   return d;
@@ -68,6 +71,19 @@ at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor&
   if (attention_mask.defined() && !attention_mask.sizes().equals(input_ids.sizes()))
     throw std::invalid_argument("generate: attention_mask has shape " + c10::str(attention_mask.sizes()) +
                                 "; input_ids has " + c10::str(input_ids.sizes()));
+  // The ids generate writes (pad) or compares against (eos) must be tokens of the vocabulary: a pad id beyond it
+  // would fail in the embedding lookup midway, an eos id beyond it would never stop anything.
+  int64_t vocab = -1;
+  for (const auto& [name, p] : model.named_parameters())
+    if (name == lm->input_embedding_name()) vocab = p.size(0);
+  auto check_id = [&](const char* key, int64_t id, const std::string& source) {
+    if (vocab >= 0 && (id < 0 || id >= vocab))
+      throw OptionsError("generate: " + std::string(key) + " " + std::to_string(id) + " (from " + source +
+                         ") is not a token of the model's vocabulary [0, " + std::to_string(vocab) + ")");
+  };
+  check_id("pad_token_id", o.pad_token_id, o.pad_source);
+  for (int64_t id : o.eos_token_ids) check_id("eos_token_id", id, o.eos_source);
+  check_attention_mask(attention_mask);  // before the conversion below turns 0.5 into 0
   c10::NoGradGuard no_grad;
   const int64_t B = input_ids.size(0);
   at::Tensor ids = input_ids.to(at::kLong);

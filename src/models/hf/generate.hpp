@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "models/model.hpp"
@@ -22,6 +23,9 @@ struct GenerationOptions {
   std::vector<int64_t> eos_token_ids;  // a sequence that emits one of these is finished
   int64_t pad_token_id = 0;            // what finished sequences get after that
   std::optional<uint64_t> seed;        // sampling draws from a generator of its own seeded with it
+  // Where the token ids came from, for errors: "generation options", or the model's generation_config.json or
+  // config.json path.
+  std::string eos_source = "the default", pad_source = "the default";
 };
 
 // Parses {"max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
@@ -34,7 +38,8 @@ using TokenCallback = std::function<bool(const at::Tensor& tokens)>;
 
 // Continues input_ids [B, P] (left-padded where attention_mask [B, P] has zeros; undefined: none) and returns
 // the whole sequences [B, P + n], n <= max_new_tokens (fewer when every sequence has finished or the callback
-// stopped). Throws std::invalid_argument for a model that is not a causal LM or bad shapes.
+// stopped). Throws std::invalid_argument for a model that is not a causal LM or bad shapes or mask values, and
+// OptionsError for a pad or eos token id outside the vocabulary (naming the key and where it came from).
 at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
                     const GenerationOptions& options, const TokenCallback& on_tokens = {});
 

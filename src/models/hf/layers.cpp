@@ -51,13 +51,25 @@ at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t 
   return at::where(allowed, at::zeros({}, o), at::full({}, lowest(o.dtype().toScalarType()), o));
 }
 
+bool check_attention_mask(const at::Tensor& attention_mask) {
+  if (!attention_mask.defined()) return false;
+  const at::Tensor zero = attention_mask.eq(0);
+  if (attention_mask.scalar_type() == at::kBool) return zero.any().item<bool>();
+  const at::Tensor valid = zero.logical_or(attention_mask.eq(1));
+  const at::Tensor flags = at::stack({valid.all(), zero.any()}).cpu();
+  if (!flags[0].item<bool>())
+    throw std::invalid_argument("attention_mask must hold only 0 (padding) and 1 (a token); it holds " +
+                                c10::str(attention_mask.masked_select(valid.logical_not())[0].item()));
+  return flags[1].item<bool>();
+}
+
 Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                         const at::TensorOptions& o) {
   if (attention_mask.defined() && (attention_mask.dim() != 2 || attention_mask.size(0) != batch ||
                                    attention_mask.size(1) != past + t))
     throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [" +
                                 std::to_string(batch) + ", " + std::to_string(past + t) + "]");
-  const bool padded = attention_mask.defined() && !attention_mask.ne(0).all().item<bool>();
+  const bool padded = check_attention_mask(attention_mask);
   const bool windowed = window > 0 && past + t > window;
   if (padded || windowed || (past > 0 && t > 1)) return {causal_mask(attention_mask, batch, past, t, window, o), false};
   return {at::Tensor(), past == 0 && t > 1};

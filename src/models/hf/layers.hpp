@@ -76,6 +76,11 @@ void check_activation(const std::string& name, const std::string& source);
 at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                        const at::TensorOptions& o);
 
+// An attention_mask (undefined: none) holds only 0 (padding) and 1 (a token), as transformers' do: a 2 or a -1
+// means something different to each implementation, so it is refused (std::invalid_argument naming
+// attention_mask and the value). Returns whether the mask holds a 0; one host sync for both.
+bool check_attention_mask(const at::Tensor& attention_mask);
+
 // What a decoder's attention needs: the mask above, or none when nothing is padded and no window applies
 // (then `causal` says whether SDPA's own causal masking is needed: several new tokens and no past), which lets
 // SDPA take its fused path and saves building [B, 1, T, past + T] masks.

@@ -54,16 +54,23 @@ bool ignorable(const std::string& name, bool tied) {
 NamedTensors header_tensors(const std::string& file) {
   NamedTensors out;
   try {
-    for (const auto& e : config::read_safetensors_header(file).tensors)
-      out.emplace_back(e.name, at::empty(e.shape, at::TensorOptions().device(at::kMeta)));
+    for (const auto& e : config::read_safetensors_header(file).tensors) {
+      const std::optional<at::ScalarType> type = safetensors_scalar_type(e.dtype);
+      if (!type)
+        throw std::invalid_argument(file + ": tensor \"" + e.name + "\" has dtype " + e.dtype +
+                                    ", which libacc does not load");
+      out.emplace_back(e.name, at::empty(e.shape, at::TensorOptions().dtype(*type).device(at::kMeta)));
+    }
   } catch (const config::Error& e) {
     throw std::invalid_argument(e.what());
   }
   return out;
 }
 
-// The checkpoint's tensors by name (mapped from the files), or with `data` false their headers' names and shapes.
-std::map<std::string, at::Tensor> read_weights(const fs::path& dir, bool data) {
+// The checkpoint's tensors by name (mapped from the files), or with `data` false their headers' names, shapes and
+// dtypes; *file_of gets each one's file.
+std::map<std::string, at::Tensor> read_weights(const fs::path& dir, bool data,
+                                               std::map<std::string, std::string>* file_of) {
   std::map<std::string, at::Tensor> out;
   const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   std::vector<std::string> files;
@@ -95,6 +102,7 @@ std::map<std::string, at::Tensor> read_weights(const fs::path& dir, bool data) {
     for (auto& [name, t] : data ? load_safetensors(file) : header_tensors(file)) {
       if (!out.emplace(name, t).second)
         throw std::invalid_argument("from_pretrained: tensor '" + name + "' is in more than one shard (" + file + ")");
+      (*file_of)[name] = file;
       auto e = expected_in.find(name);
       if (!expected_in.empty() && (e == expected_in.end() || (dir / e->second).string() != file))
         throw std::invalid_argument("from_pretrained: tensor '" + name + "' is in " + file + ", not where " +
@@ -125,12 +133,16 @@ std::vector<int64_t> token_ids(const JsonValue& v, const std::string& key) {
 }
 
 // transformers' GenerationConfig of the model from generation_config.json (`full`: its sampling settings too)
-// or config.json (the token ids). Without a pad token, the first stop token pads (as generate does).
-GenerationOptions generation_defaults(const JsonValue& v, bool full) {
+// or config.json (the token ids), read from `source`. Without a pad token, the first stop token pads (as generate
+// does).
+GenerationOptions generation_defaults(const JsonValue& v, bool full, const std::string& source) {
   GenerationOptions g;
   g.eos_token_ids = token_ids(v, "eos_token_id");
+  if (!g.eos_token_ids.empty()) g.eos_source = source;
   const std::vector<int64_t> pad = token_ids(v, "pad_token_id");
   g.pad_token_id = !pad.empty() ? pad[0] : !g.eos_token_ids.empty() ? g.eos_token_ids[0] : 0;
+  if (!pad.empty()) g.pad_source = source;
+  else if (!g.eos_token_ids.empty()) g.pad_source = source + "'s eos_token_id, as it sets no pad_token_id";
   if (full) {
     g.do_sample = v.get_bool_or("do_sample", g.do_sample);
     g.temperature = v.get_double_or("temperature", g.temperature);
@@ -243,7 +255,8 @@ std::unique_ptr<Model> from_config(const std::string& config_json, const char* o
   std::unique_ptr<Model> model =
       build(config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" ? at::kMeta : at::kCPU), source);
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) p->config_json = config_json;
-  if (auto* lm = dynamic_cast<CausalLM*>(model.get())) lm->generation_defaults = generation_defaults(config.root(), false);
+  if (auto* lm = dynamic_cast<CausalLM*>(model.get()))
+    lm->generation_defaults = generation_defaults(config.root(), false, source);
   return model;
 }
 
@@ -271,9 +284,10 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   // FSDP's cpu_ram_efficient_loading on a process that is not its machine's first: the checkpoint is checked
   // against the model (every process fails alike) but not read; prepare broadcasts rank 0's weights.
   const bool skip_weights = ram_efficient_loading() && !opts.has("device_map");
-  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights);
+  std::map<std::string, std::string> file_of;
+  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights, &file_of);
   // Accelerate's strict loading: every problem at once.
-  std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::string> missing, unexpected, mismatched, unconverted;
   const NamedTensors state = model->state();
   std::set<std::string> known;
   for (const auto& [name, t] : state) {
@@ -284,14 +298,19 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     else if (!w->second.sizes().equals(t.sizes()))
       mismatched.push_back(name + " (" + c10::str(w->second.sizes()) + " in the checkpoint, " + c10::str(t.sizes()) +
                            " in the model)");
+    else if (!dtype_converts(w->second.scalar_type(), t.scalar_type()))
+      unconverted.push_back(name + " (" + c10::str(w->second.scalar_type()) + " in " + file_of[name] + ", " +
+                            c10::str(t.scalar_type()) + " in the model)");
   }
   for (const auto& [name, t] : weights)
     if (!known.count(name) && !ignorable(name, tied)) unexpected.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !unconverted.empty()) {
     std::string what;
     if (!missing.empty()) what += "; missing: " + list(missing);
     if (!unexpected.empty()) what += "; unexpected: " + list(unexpected);
     if (!mismatched.empty()) what += "; mismatched shapes: " + list(mismatched);
+    // Floating point converts into floating point (bf16 into fp32), never integers or bools into it (dtype_converts).
+    if (!unconverted.empty()) what += "; dtypes that do not convert: " + list(unconverted);
     throw std::invalid_argument("from_pretrained: the checkpoint in '" + dir_arg + "' does not fit " + arch + ":" +
                                 what.substr(1));
   }
@@ -299,10 +318,10 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   const std::string generation_text = fs::exists(generation_path) ? read_text(generation_path, "generation config") : "";
   if (auto* lm = dynamic_cast<CausalLM*>(model.get())) {
     if (generation_text.empty()) {
-      lm->generation_defaults = generation_defaults(c, false);
+      lm->generation_defaults = generation_defaults(c, false, config_path.string());
     } else {
       Json g(generation_text, generation_path.string());
-      lm->generation_defaults = generation_defaults(g.root(), true);
+      lm->generation_defaults = generation_defaults(g.root(), true, generation_path.string());
     }
   }
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {

@@ -160,9 +160,20 @@ struct Answers {
   void set_bool(const std::string& key, bool v) { set(key, std::string(v ? "true" : "false")); }
 };
 
-// The questions of `accelerate config` for "This machine" (commands/config/cluster.py), in its order and words.
-Answers questionnaire(Asker& ask) {
+// What the questionnaire has learnt so far: the answers, and the choices later questions depend on.
+struct Setup {
   Answers a;
+  std::string dt;  // the distributed type
+  bool multi = false, use_cpu = false, gpu_multi = false, use_deepspeed_config = false;
+  long num_machines = 1, fsdp_version = 1;
+};
+
+// The compute environment, the type of machine and the other machines.
+void ask_machines(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  bool& multi = s.multi;
+  long& num_machines = s.num_machines;
   size_t env = ask.choice("In which compute environment are you running?", {"This machine", "AWS (Amazon SageMaker)"});
   if (env == 1) throw Abort("Amazon SageMaker jobs are not supported by acc; answer 0 (This machine)");
   a.set("compute_environment", std::string("LOCAL_MACHINE"));
@@ -172,9 +183,8 @@ Answers questionnaire(Asker& ask) {
                                              "multi-NEURON", "TPU"};
   const std::vector<std::string> types = {"NO", "MULTI_CPU", "MULTI_XPU", "MULTI_HPU", "MULTI_GPU", "MULTI_NPU",
                                           "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_NEURON", "XLA"};
-  std::string dt = types[ask.choice("Which type of machine are you using?", machines)];
-  const bool multi = dt.rfind("MULTI_", 0) == 0;
-  long num_machines = 1;
+  dt = types[ask.choice("Which type of machine are you using?", machines)];
+  multi = dt.rfind("MULTI_", 0) == 0;
   if (multi) {
     num_machines = ask.integer("How many different machines will you use (use more than 1 for multi-node training)? [1]: ", 1, 1);
     a.set("num_machines", num_machines);
@@ -197,7 +207,14 @@ Answers questionnaire(Asker& ask) {
     a.set_bool("debug", ask.yes_no("Should distributed operations be checked while running for errors? This can avoid "
                                    "timeout issues but will be slower. [yes/NO]: ", false));
   }
-  bool use_cpu = dt == "MULTI_CPU";
+}
+
+// CPU only, and mpirun.
+void ask_cpu(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  bool& use_cpu = s.use_cpu;
+  use_cpu = dt == "MULTI_CPU";
   if (dt == "NO")
     use_cpu = ask.yes_no("Do you want to run your training on CPU only (even if a GPU / Apple Silicon / Ascend NPU "
                          "device is available)? [yes/NO]:", false);
@@ -211,6 +228,11 @@ Answers questionnaire(Asker& ask) {
     }
   }
 
+}
+
+// torch dynamo.
+void ask_dynamo(Asker& ask, Setup& s) {
+  Answers& a = s.a;
   const bool use_dynamo = ask.yes_no("Do you wish to optimize your script with torch dynamo?[yes/NO]:", false);
   if (use_dynamo) {
     const std::vector<std::string> backends = {"eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser",
@@ -229,8 +251,15 @@ Answers questionnaire(Asker& ask) {
     }
   }
 
-  const bool gpu_multi = multi && dt != "MULTI_CPU";
-  bool use_deepspeed_config = false;
+}
+
+// DeepSpeed (multi-GPU or no distribution).
+void ask_deepspeed(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  const bool gpu_multi = s.gpu_multi;
+  bool& use_deepspeed_config = s.use_deepspeed_config;
+  const long num_machines = s.num_machines;
   if (gpu_multi || dt == "NO") {
     if (ask.yes_no("Do you want to use DeepSpeed? [yes/NO]: ", false)) {
       if (dt == "MULTI_NEURON") throw Abort("DeepSpeed is not supported on Neuron devices.");
@@ -292,7 +321,14 @@ Answers questionnaire(Asker& ask) {
     }
   }
 
-  long fsdp_version = 1;
+}
+
+// FSDP (multi-GPU without DeepSpeed).
+void ask_fsdp(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  const bool gpu_multi = s.gpu_multi;
+  long& fsdp_version = s.fsdp_version;
   if (gpu_multi && dt != "DEEPSPEED") {
     if (ask.yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false)) {
       if (dt == "MULTI_NEURON") throw Abort("FSDP is not currently supported on Neuron devices.");
@@ -350,6 +386,13 @@ Answers questionnaire(Asker& ask) {
                  ask.yes_no("Do you want to enable FSDP activation checkpointing? [yes/NO]: ", false));
     }
   }
+}
+
+// Accelerate's parallelism_config, for FSDP2.
+void ask_parallelism(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  const long fsdp_version = s.fsdp_version;
   if (dt == "FSDP" && fsdp_version == 2) {
     if (ask.yes_no("Do you want to use the parallelism config? [yes/NO]: ", false)) {
       const std::string p = "parallelism_config.parallelism_config_";
@@ -365,6 +408,12 @@ Answers questionnaire(Asker& ask) {
                               : "allgather"));
     }
   }
+}
+
+// Megatron-LM (multi-GPU).
+void ask_megatron(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
   if (dt == "MULTI_GPU") {
     if (ask.yes_no("Do you want to use Megatron-LM ? [yes/NO]: ", false)) dt = "MEGATRON_LM";
     if (dt == "MEGATRON_LM") {
@@ -385,8 +434,16 @@ Answers questionnaire(Asker& ask) {
                                       "[1.0]: ", 1.0)));
     }
   }
-  a.set("distributed_type", dt);
+}
 
+// The processes and devices; false when the questions end here (TPU).
+bool ask_processes(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  const bool multi = s.multi;
+  const bool gpu_multi = s.gpu_multi;
+  bool& use_cpu = s.use_cpu;
+  const long num_machines = s.num_machines;
   long num_processes = 1;
   if (multi || dt == "XLA") {
     std::string what = "GPU(s)";  // FSDP, DEEPSPEED, MEGATRON_LM
@@ -415,8 +472,16 @@ Answers questionnaire(Asker& ask) {
           ask.field("What is the name of the function in your script that should be launched in all parallel scripts? "
                     "[main]: ", std::string("main")));
     a.set("mixed_precision", std::string("no"));
-    return a;
+    return false;
   }
+  return true;
+}
+
+// Mixed precision and its FP8 settings.
+void ask_mixed_precision(Asker& ask, Setup& s) {
+  Answers& a = s.a;
+  std::string& dt = s.dt;
+  bool& use_deepspeed_config = s.use_deepspeed_config;
   if (!(dt == "DEEPSPEED" && use_deepspeed_config)) {
     const std::vector<std::string> modes = {"no", "fp16", "bf16", "fp8"};
     std::string mp = modes[ask.choice("Do you wish to use mixed precision?", modes)];
@@ -463,7 +528,22 @@ Answers questionnaire(Asker& ask) {
       }
     }
   }
-  return a;
+}
+
+// The questions of `accelerate config` for "This machine" (commands/config/cluster.py), in its order and words.
+Answers questionnaire(Asker& ask) {
+  Setup s;
+  ask_machines(ask, s);
+  ask_cpu(ask, s);
+  ask_dynamo(ask, s);
+  s.gpu_multi = s.multi && s.dt != "MULTI_CPU";
+  ask_deepspeed(ask, s);
+  ask_fsdp(ask, s);
+  ask_parallelism(ask, s);
+  ask_megatron(ask, s);
+  s.a.set("distributed_type", s.dt);
+  if (ask_processes(ask, s)) ask_mixed_precision(ask, s);
+  return std::move(s.a);
 }
 
 // ---------------------------------------------------------------------------------------------------- subcommands

@@ -43,10 +43,6 @@ void write_file(const std::string& path, const std::string& text) {
   }
 }
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
 bool exists(const std::string& p) {
   struct stat st {};
   return stat(p.c_str(), &st) == 0;
@@ -612,7 +608,7 @@ int questionnaire_main(const std::vector<std::string>& args) {
     Answers a = questionnaire(ask);
     config::Config cfg = config::resolve_launch(std::nullopt, a.flags, false);
     config::check_launch(cfg);
-    write_file(path, config::format_launch_file(cfg, ends_with(path, ".json")));
+    write_file(path, config::format_launch_file(cfg, path.ends_with(".json")));
     std::printf("acc configuration saved at %s\n", path.c_str());
     return 0;
   } catch (const Abort& e) {
@@ -663,7 +659,7 @@ int default_main(const std::vector<std::string>& args) {
     set("enable_cpu_affinity", "false");
     config::Config cfg = config::resolve_launch(std::nullopt, f, false);
     config::check_launch(cfg);
-    write_file(path, config::format_launch_file(cfg, ends_with(path, ".json")));
+    write_file(path, config::format_launch_file(cfg, path.ends_with(".json")));
     std::printf("acc configuration saved at %s\n", path.c_str());
     return 0;
   } catch (const config::Error& e) {
@@ -693,7 +689,7 @@ int update_main(const std::vector<std::string>& args) {
       path = *f;
     }
     config::Config cfg = config::resolve_launch(path, {}, false);
-    write_file(path, config::format_launch_file(cfg, ends_with(path, ".json")));
+    write_file(path, config::format_launch_file(cfg, path.ends_with(".json")));
     std::printf("Successfully updated the configuration file at %s.\n", path.c_str());
     return 0;
   } catch (const config::Error& e) {

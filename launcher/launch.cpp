@@ -43,10 +43,6 @@ std::string key_help(const config::KeyInfo& k, const std::string& help) {
   return h + "]";
 }
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
 struct Resolved {
   std::string path;
   int error = 0;
@@ -330,7 +326,7 @@ Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
     if (r.file) {
       auto e = env.find("ACC_CONFIG_FILE");
       if (e != env.end() && !e->second.empty()) r.file_reason = "$ACC_CONFIG_FILE";
-      else if (ends_with(*r.file, "/acc/default_config.yaml")) r.file_reason = "libacc's default location";
+      else if (r.file->ends_with("/acc/default_config.yaml")) r.file_reason = "libacc's default location";
       else r.file_reason = "Accelerate's default location";
     }
   }
@@ -493,7 +489,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
     usage_error("--module and --no_python cannot be used together");
   const std::string& prog = program.front();
   if (p.options.count("--module")) plan.cmd = {"python3", "-m"};
-  else if (!p.options.count("--no_python") && ends_with(prog, ".py")) plan.cmd = {"python3"};
+  else if (!p.options.count("--no_python") && prog.ends_with(".py")) plan.cmd = {"python3"};
   plan.cmd.insert(plan.cmd.end(), program.begin(), program.end());
   const std::string path_env = plan.env.count("PATH") ? plan.env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
   Resolved exe = resolve_program(plan.cmd.front(), path_env);

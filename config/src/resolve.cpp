@@ -254,10 +254,6 @@ std::string read_config_file(const std::string& path) {
   }
 }
 
-bool ends_with(std::string_view s, std::string_view suf) {
-  return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
-}
-
 std::string scalar_text(const Node& v) {
   if (v.plain) return v.raw;
   if (v.kind == Kind::String) return v.s;
@@ -611,7 +607,7 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
     const std::string text = read_config_file(path);
     Node root;
     try {
-      root = ends_with(path, ".json") ? parse_json(text) : parse_yaml(text);
+      root = path.ends_with(".json") ? parse_json(text) : parse_yaml(text);
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }

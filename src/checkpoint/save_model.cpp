@@ -58,10 +58,7 @@ int64_t parse_shard_size(const std::string& size) {
                           "(10^10 bytes), \"10GiB\" (10 * 2^30 bytes), \"500MB\", \"2KB\"";
   std::string upper;
   for (char c : size) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  auto ends = [&](const char* unit) {
-    const size_t n = std::char_traits<char>::length(unit);
-    return upper.size() >= n && upper.compare(upper.size() - n, n, unit) == 0;
-  };
+  auto ends = [&](const char* unit) { return upper.ends_with(unit); };
   double value = 0, mult = 0;
   bool bits = false;
   if (ends("GIB") || ends("MIB") || ends("KIB")) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "acc/config.hpp"
 #include "net.hpp"
 #include "supervisor.hpp"
 
@@ -61,12 +62,6 @@ int take_signal(int sigfd) {
   ssize_t n = read(sigfd, &si, sizeof si);
   if (n != static_cast<ssize_t>(sizeof si)) return 0;
   return static_cast<int>(si.ssi_signo);
-}
-
-std::string host_name() {
-  char h[256] = {0};
-  gethostname(h, sizeof h - 1);
-  return h;
 }
 
 struct Address {
@@ -428,7 +423,7 @@ int Agent::join_rendezvous(int sigfd, double deadline) {
     }
     keep_alive(server.sock.get());
     send(server, "ACC1 HELLO " + std::to_string(o_.machine_rank) + " " + std::to_string(o_.num_machines) + " " +
-                     std::to_string(o_.num_processes) + " " + host_name());
+                     std::to_string(o_.num_processes) + " " + config::host_name());
     if (const int port = await_go(server, sigfd, deadline); port > 0) return port;
     // Something that is not an acc launcher answered, or it closed: try again.
     server.sock.reset();
@@ -580,7 +575,7 @@ void Agent::report_failure(const std::string& message, int code, bool interrupte
     if (!failure_seen_) {
       failure_seen_ = true;
       failure_code_ = code;
-      failure_message_ = "machine 0 (" + host_name() + "): " + message;
+      failure_message_ = "machine 0 (" + config::host_name() + "): " + message;
       broadcast("STOP " + failure_message_);
     }
     return;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 
+#include "acc/config.hpp"
 #include "acc/files.hpp"
 #include "agent.hpp"
 #include "net.hpp"
@@ -170,12 +171,6 @@ std::string timestamp() {
   localtime_r(&t, &tm);
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
   return buf;
-}
-
-std::string host_name() {
-  char h[256] = {0};
-  gethostname(h, sizeof h - 1);
-  return h;
 }
 
 const char* kDescription =
@@ -479,7 +474,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
       if (!mkdtemp(buf.data())) throw config::Error("cannot create a log directory: " + std::string(std::strerror(errno)));
       base = buf.data();
     }
-    plan.log_root = base + "/" + timestamp() + "_" + host_name() + "_" + std::to_string(getpid());
+    plan.log_root = base + "/" + timestamp() + "_" + config::host_name() + "_" + std::to_string(getpid());
     config::make_directories(plan.log_root);
   }
 
@@ -555,7 +550,7 @@ void print_report(const Plan& plan, const Group& g, const std::string& attempt_d
   std::string where = "local_rank " + std::to_string(f.local_rank);
   if (f.pid > 0) where += ", pid " + std::to_string(f.pid);
   if (plan.machines > 1)
-    where += ", machine " + std::to_string(plan.machine_rank) + " of " + std::to_string(plan.machines) + ", " + host_name();
+    where += ", machine " + std::to_string(plan.machine_rank) + " of " + std::to_string(plan.machines) + ", " + config::host_name();
   std::fprintf(stderr, "  failed rank : %d (%s)\n", f.rank, where.c_str());
   if (!f.start_error.empty()) std::fprintf(stderr, "  status      : %s\n", f.start_error.c_str());
   else std::fprintf(stderr, "  status      : %s\n", describe_status(f.status).c_str());

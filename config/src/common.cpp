@@ -1,4 +1,6 @@
 // Value helpers, text helpers, type descriptions and the schema-driven coercion of source values.
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -24,6 +26,12 @@ std::optional<bool> parse_bool(std::string_view text) {
   if (v == "y" || v == "yes" || v == "t" || v == "true" || v == "on" || v == "1") return true;
   if (v == "n" || v == "no" || v == "f" || v == "false" || v == "off" || v == "0") return false;
   return std::nullopt;
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
 }
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {

@@ -16,6 +16,8 @@
 
 #include "tracking/tracking.hpp"
 
+#include "acc/config.hpp"
+
 namespace acc::tracking {
 
 void io_error(const std::string& what, const std::string& path, int err) {
@@ -166,12 +168,6 @@ std::string absolute_path(const std::string& path) {
   if (!path.empty() && path[0] == '/') return path;
   if (!::getcwd(buf, sizeof buf)) io_error("cannot resolve", path, errno);
   return std::string(buf) + "/" + path;
-}
-
-std::string host_name() {
-  char host[256] = {0};
-  if (::gethostname(host, sizeof host - 1) != 0) return "localhost";
-  return host;
 }
 
 }  // namespace acc::tracking

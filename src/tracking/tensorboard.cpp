@@ -10,6 +10,7 @@
 // (add_scalars), hyperparameters the HParams plugin's session_start_info (and session_end_info at finish).
 #include <unistd.h>
 
+#include <acc/config.hpp>
 #include <acc/files.hpp>
 
 #include <cerrno>
@@ -84,7 +85,7 @@ class EventFile {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%010lld", static_cast<long long>(wall_time()));
       path_ = name_path(dir,
-                        std::string("events.out.tfevents.") + secs + "." + host_name() + "." +
+                        std::string("events.out.tfevents.") + secs + "." + config::host_name() + "." +
                             std::to_string(::getpid()) + "." + std::to_string(g_uid++) + suffix,
                         "event file", /*nested=*/false);
       try {

@@ -189,6 +189,5 @@ void refuse_unless_regular(const std::string& path);
 std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
 bool exists(const std::string& path);
 std::string absolute_path(const std::string& path);
-std::string host_name();
 
 }  // namespace acc::tracking

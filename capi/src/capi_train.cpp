@@ -222,9 +222,7 @@ acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    std::vector<at::Tensor> params;
-    for (auto& [name, p] : need(model, "model")->slot->model->named_parameters())
-      if (p.requires_grad()) params.push_back(p);
+    std::vector<at::Tensor> params = need(model, "model")->slot->model->trainable_tensors();
     auto slot = std::make_shared<acc::core::OptimizerSlot>();
     slot->model = model->slot;
     slot->opt = std::make_unique<acc::core::Optimizer>(std::move(params), options_json);

@@ -89,6 +89,8 @@ class Model {
   int64_t num_parameters() const;
   // The parameters an optimizer trains: those requiring gradients, each tensor once (under its first name).
   NamedTensors trainable_parameters() const;
+  // The same tensors without their names: what an optimizer is built over (the one place that selects them).
+  std::vector<at::Tensor> trainable_tensors() const;
 
  protected:
   // "prefix0", "prefix1", ...: a ModuleList of blocks' names.

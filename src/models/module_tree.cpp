@@ -92,6 +92,12 @@ NamedTensors Model::trainable_parameters() const {
   return out;
 }
 
+std::vector<at::Tensor> Model::trainable_tensors() const {
+  std::vector<at::Tensor> out;
+  for (auto& [name, p] : trainable_parameters()) out.push_back(std::move(p));
+  return out;
+}
+
 NnModel::NnModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {
   if (!module_) throw std::invalid_argument("the module is null");
 }

@@ -368,7 +368,7 @@ class DdpStrategy final : public Strategy {
     model_->to(device);
     std::vector<std::string> names;
     std::vector<at::Tensor> params, state;
-    for (auto& [n, p] : model_->named_parameters()) {
+    for (auto& [n, p] : model_->trainable_parameters()) {  // a tied weight once, as torch's DDP
       names.push_back(n);
       params.push_back(p);
     }

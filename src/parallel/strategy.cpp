@@ -8,12 +8,7 @@
 
 namespace acc::core {
 
-std::vector<at::Tensor> Strategy::optimizer_parameters() const {
-  std::vector<at::Tensor> v;
-  for (auto& [name, p] : model_->named_parameters())
-    if (p.requires_grad()) v.push_back(p);
-  return v;
-}
+std::vector<at::Tensor> Strategy::optimizer_parameters() const { return model_->trainable_tensors(); }
 
 at::Tensor Strategy::grad_norm(double norm_type) const {
   // torch.nn.utils.clip_grad_norm_'s total: the norm of the per-tensor norms.

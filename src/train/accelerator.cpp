@@ -316,18 +316,6 @@ void SchedulerSlot::step() {
 
 bool Accelerator::split_batches() const { return config_.get_bool("dataloader_config.split_batches"); }
 
-namespace {
-
-// The parameters an optimizer over the model holds (acc_optimizer_create's).
-std::vector<at::Tensor> trainable(const Model& model) {
-  std::vector<at::Tensor> v;
-  for (const auto& [n, p] : model.named_parameters())
-    if (p.requires_grad()) v.push_back(p);
-  return v;
-}
-
-}  // namespace
-
 void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::shared_ptr<OptimizerSlot>& opt,
                           const std::shared_ptr<SchedulerSlot>& sched,
                           const std::shared_ptr<DataLoader>& loader) {
@@ -345,7 +333,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     throw StateError("the scheduler's optimizer is not prepared: prepare it in the same call or before");
   // A sharded model's optimizer is rebuilt over the shards: one that cannot be is refused now.
   if (opt && comm_ && sharding_.stage > 0)
-    if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(trainable(*target->model));
+    if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(target->model->trainable_tensors());
   ShardSpec spec;
   spec.num_processes = state_.world_size;
   spec.process_index = state_.rank;
@@ -479,7 +467,7 @@ void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<Mode
         if (mine.count(p.unsafeGetTensorImpl()) && m->strategy && m->strategy->sharded()) owner_model = m;
   }
   if (!owner_model || !owner_model->strategy || !owner_model->strategy->sharded()) return;
-  opt.opt->rebind(owner_model->strategy->optimizer_parameters(), trainable(*owner_model->model));
+  opt.opt->rebind(owner_model->strategy->optimizer_parameters(), owner_model->model->trainable_tensors());
   opt.model = owner_model;
 }
 

@@ -902,3 +902,71 @@ TEST(ShardedState, OverlappingSlicesMustAgree) {
 
 }  // namespace
 }  // namespace acc::core
+
+namespace acc::core {
+namespace {
+
+// A weight registered under two names (as a tied embedding and head are), or once, and a bias: the same
+// computation either way.
+class TiedOrNot final : public NnModel {
+ public:
+  explicit TiedOrNot(bool tied) : NnModel(std::make_shared<torch::nn::Module>()) {
+    at::manual_seed(5);
+    w_ = module_->register_parameter("embed", at::randn({4, 4}));
+    if (tied) module_->register_parameter("head", w_);
+    b_ = module_->register_parameter("bias", at::randn({4}));
+  }
+  TensorDict forward(const TensorDict& batch) override {
+    at::Tensor y = at::tanh(at::matmul(batch.at("input"), w_) + b_);
+    return TensorDict{{"output", y}, {"loss", at::matmul(y, w_.t()).pow(2).mean()}};
+  }
+
+ private:
+  at::Tensor w_, b_;
+};
+
+TEST(Strategies, ATiedWeightIsSteppedOnce) {
+  // torch's parameters() and DDP list a tied weight once: an optimizer over a model that registers its weight twice
+  // steps it exactly as the model registering it once, under every strategy (the one selection of the trainable
+  // parameters, Model::trainable_parameters).
+  auto comm = solo_group();
+  const std::vector<std::string> strategies = {"single", "ddp", "zero1", "zero2", "zero3"};
+  for (const std::string& kind : strategies) {
+    SCOPED_TRACE(kind);
+    std::vector<NamedTensors> trained;
+    for (bool tied : {false, true}) {
+      auto model = std::make_shared<TiedOrNot>(tied);
+      EXPECT_EQ(model->trainable_parameters().size(), 2u);
+      std::unique_ptr<Strategy> strategy;
+      if (kind == "single") {
+        strategy = make_single_strategy(model, at::kCPU);
+      } else if (kind == "ddp") {
+        strategy = make_ddp_strategy(model, at::kCPU, comm, DdpOptions{});
+      } else {
+        ShardingOptions o;
+        o.stage = kind.back() - '0';
+        strategy = make_sharded_strategy(model, at::kCPU, comm, o);
+      }
+      Optimizer opt(strategy->optimizer_parameters(), R"({"type": "adamw", "lr": 0.1})");
+      at::manual_seed(7);
+      for (int step = 0; step < 3; ++step) {
+        strategy->before_forward();
+        at::Tensor loss = model->forward({{"input", at::randn({3, 4})}}).at("loss");
+        strategy->after_forward();
+        strategy->before_backward(true);
+        loss.backward();
+        strategy->after_backward();
+        opt.step();
+        strategy->after_optimizer_step();
+        opt.zero_grad();
+      }
+      trained.push_back(strategy->full_state_dict());
+    }
+    ASSERT_EQ(trained[0].size(), 2u);
+    std::map<std::string, at::Tensor> tied(trained[1].begin(), trained[1].end());
+    for (const auto& [name, t] : trained[0]) EXPECT_TRUE(tied.count(name) && at::equal(tied.at(name), t)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace acc::core

@@ -12,14 +12,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
+#include "acc/files.hpp"
 #include "acc/hf_shapes.hpp"
+#include "acc/limits.hpp"
 #include "acc/safetensors_header.hpp"
 #include "cli.hpp"
 #include "commands.hpp"
@@ -235,12 +236,12 @@ std::vector<Tensor> from_path(const std::string& path) {
     return out;
   }
   if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
+    // A regular file within the limit of a config.json (a FIFO, /dev/zero or a 300 MB file is refused, naming it).
+    const std::string text = config::read_file(path, limits::kHfConfigBytes);
     // A Hugging Face config.json (it names its architectures), or a libacc model spec.
-    if (ss.str().find("\"architectures\"") != std::string::npos) return from_shapes(config::hf_parameter_shapes(ss.str()));
-    return from_spec(ss.str());
+    if (text.find("\"architectures\"") != std::string::npos)
+      return from_shapes(config::hf_parameter_shapes(text, path));
+    return from_spec(text);
   }
   read_safetensors(path, out);
   return out;
@@ -411,7 +412,10 @@ int estimate_main(const std::vector<std::string>& args) {
                             "gpt2-xl) or a file; acc estimate-memory does not download models from the Hub");
       tensors = from_path(model);
     }
-  } catch (const config::Error& e) {
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: out of memory\n", kMe);
+    return 1;
+  } catch (const std::exception& e) {  // config::Error, and FileError naming the file (a FIFO, a device, too large)
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 2;
   }

@@ -2,6 +2,8 @@
 // library only (`acc env` and `acc test` find libacc at run time). One module per subcommand.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -63,8 +65,21 @@ int main(int argc, char** argv) {
     std::printf("acc %s\n", ACC_VERSION);
     return 0;
   }
-  for (const auto& c : kCommands)
-    if (first == c.name) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+  for (const auto& c : kCommands) {
+    if (first != c.name) continue;
+    // The last line of defence: an exception no command caught (memory running out on a hostile input) is an
+    // error message and exit status 1, never std::terminate's abort.
+    try {
+      return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "acc %s: error: out of memory\n", c.name);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "acc %s: error: %s\n", c.name, e.what());
+    } catch (...) {
+      std::fprintf(stderr, "acc %s: error: unknown exception\n", c.name);
+    }
+    return 1;
+  }
   std::vector<std::string> names;
   for (const auto& c : kCommands) names.push_back(c.name);
   std::string near = acc::config::closest_match(first, names);

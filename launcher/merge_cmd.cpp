@@ -22,6 +22,7 @@
 
 #include "acc/config.hpp"
 #include "acc/files.hpp"
+#include "acc/hf_shapes.hpp"
 #include "acc/safetensors_header.hpp"
 #include "cli.hpp"
 #include "commands.hpp"
@@ -32,7 +33,7 @@ namespace acc::launcher {
 namespace {
 
 constexpr const char* kMe = "acc merge-weights";
-constexpr const char* kIndex = "model.safetensors.index.json";
+constexpr const char* kIndex = config::kHfIndexName;
 
 struct CJson {
   cJSON* p = nullptr;
@@ -49,10 +50,14 @@ struct Mapped {
 };
 
 std::unique_ptr<Mapped> map_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking and regular only: a FIFO put in the shard's place after its header was read must not block.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw config::Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  fstat(fd, &st);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw config::Error(path + ": not a safetensors file (not a regular file)");
+  }
   auto m = std::make_unique<Mapped>();
   m->size = static_cast<size_t>(st.st_size);
   if (m->size) m->data = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -60,16 +65,6 @@ std::unique_ptr<Mapped> map_file(const std::string& path) {
   ::close(fd);
   if (m->size && m->data == MAP_FAILED) throw config::Error(path + ": cannot map: " + std::strerror(err));
   return m;
-}
-
-std::string read_text(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw config::Error(path + ": cannot open: " + std::strerror(errno));
-  std::string s;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
-  std::fclose(f);
-  return s;
 }
 
 struct Merged {
@@ -88,28 +83,11 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
     throw config::Error(index_path + ": not found: '" + checkpoint_dir + "' is not a sharded safetensors checkpoint" +
                         (single ? " (its model.safetensors is already one file)" : ""));
   }
-  const std::string text = read_text(index_path);
-  CJson index{cJSON_ParseWithLength(text.data(), text.size())};
-  if (!index.p || !cJSON_IsObject(index.p)) throw config::Error(index_path + ": bad index: not a JSON object");
-  cJSON* wm = cJSON_GetObjectItemCaseSensitive(index.p, "weight_map");
-  if (!cJSON_IsObject(wm)) throw config::Error(index_path + ": bad index: no \"weight_map\" object");
-  std::map<std::string, std::string> weight_map;
+  // A regular file within limits::kHfIndexBytes, strict JSON, each shard a plain name in the checkpoint directory.
+  const config::HfIndex index = config::read_hf_index(checkpoint_dir);
+  const std::map<std::string, std::string> weight_map(index.weight_map.begin(), index.weight_map.end());
   std::vector<std::string> shard_order;  // shard files in name order (model-00001-of-N first)
-  std::map<std::string, bool> shard_seen;
-  for (cJSON* e = wm->child; e; e = e->next) {
-    if (!cJSON_IsString(e)) throw config::Error(index_path + ": bad index: weight_map['" + e->string + "'] is not a file name");
-    const std::string file = e->valuestring;
-    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
-      throw config::Error(index_path + ": bad index: weight_map['" + e->string + "'] = '" + file +
-                          "' is not a file name in the checkpoint directory");
-    weight_map[e->string] = file;
-    if (!shard_seen[file]) {
-      shard_seen[file] = true;
-      shard_order.push_back(file);
-    }
-  }
-  if (weight_map.empty()) throw config::Error(index_path + ": bad index: the weight_map is empty");
-  std::sort(shard_order.begin(), shard_order.end());
+  for (const std::string& path : index.shards) shard_order.push_back(fs::path(path).filename().string());
 
   // Every shard's header; each tensor once, in the shard it is mapped to.
   struct Piece {
@@ -121,7 +99,7 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
   std::vector<config::SafetensorsHeader> headers;
   std::map<std::string, std::string> found;  // tensor -> shard holding it
   for (size_t s = 0; s < shard_order.size(); ++s) {
-    const std::string path = (fs::path(checkpoint_dir) / shard_order[s]).string();
+    const std::string& path = index.shards[s];
     if (stat(path.c_str(), &st) != 0)
       throw config::Error(path + ": missing shard (named in " + std::string(kIndex) + ")");
     headers.push_back(config::read_safetensors_header(path));  // throws naming the file
@@ -133,9 +111,9 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
       auto w = weight_map.find(e.name);
       if (w == weight_map.end())
         throw config::Error(path + ": tensor '" + e.name + "' is not in the weight_map of " + index_path);
-      if (w->second != shard_order[s])
+      if (w->second != path)
         throw config::Error(path + ": holds tensor '" + e.name + "', which " + std::string(kIndex) + " maps to " +
-                            w->second);
+                            fs::path(w->second).filename().string());
       if (headers.back().data_start + e.end > maps.back()->size)
         throw config::Error(path + ": tensor '" + e.name + "' is truncated");
       pieces.push_back({e, s});
@@ -143,7 +121,7 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
   }
   for (const auto& [name, file] : weight_map)
     if (!found.count(name))
-      throw config::Error((fs::path(checkpoint_dir) / file).string() + ": has no tensor '" + name + "' (the index maps it there)");
+      throw config::Error(file + ": has no tensor '" + name + "' (the index maps it there)");
 
   // The merged header: {"__metadata__": {"format": "pt"}, name: {dtype, shape, data_offsets}} in shard order.
   CJson header{cJSON_CreateObject()};
@@ -297,7 +275,10 @@ int merge_main(const std::vector<std::string>& args) {
   try {
     std::printf("Merging weights from %s\n", in.c_str());
     m = merge(in, out);
-  } catch (const config::Error& e) {
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: out of memory\n", kMe);
+    return 1;
+  } catch (const std::exception& e) {  // config::Error, and FileError naming the file (a FIFO, a name outside)
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 1;
   }

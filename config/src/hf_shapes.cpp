@@ -2,55 +2,195 @@
 
 #include <cjson/cJSON.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string_view>
 
+#include "acc/files.hpp"
 #include "acc/limits.hpp"
 
 namespace acc::config {
 
 namespace {
 
+using CJsonPtr = std::unique_ptr<cJSON, void (*)(cJSON*)>;
+
+// Strict JSON (check_json), then cJSON's tree; errors start with `where` ("config.json").
+CJsonPtr parse_object(std::string_view text, const std::string& where) {
+  check_json(text, where);
+  CJsonPtr doc(cJSON_ParseWithLength(text.data(), text.size()), cJSON_Delete);
+  if (!doc || !cJSON_IsObject(doc.get())) throw Error(where + ": not a JSON object");
+  return doc;
+}
+
+// A value for messages: its JSON, shortened.
+std::string shown(const cJSON* v) {
+  std::unique_ptr<char, void (*)(void*)> p(cJSON_PrintUnformatted(v), cJSON_free);
+  std::string s = p ? p.get() : "?";
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// config.json (or an object in it, `prefix` "rope_parameters.") read with the types transformers' strict
+// configuration classes give its keys; every failure names the file and the key. A null value is a missing one.
 struct HfConfig {
   const cJSON* root;
+  std::string source, prefix;
+
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
+    throw Error(source + ": '" + prefix + std::string(key) + "' " + what);
+  }
   const cJSON* item(const char* key) const {
     const cJSON* v = cJSON_GetObjectItemCaseSensitive(root, key);
     return v && !cJSON_IsNull(v) ? v : nullptr;
   }
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+  bool has(const char* key) const { return item(key) != nullptr; }
+
+  // An integer between lo and hi (sizes: 1 .. kModelSize).
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t lo = 1,
+                  int64_t hi = limits::kModelSize) const {
     const cJSON* v = item(key);
     if (!v) {
-      if (!fallback) throw Error(std::string("config.json: '") + key + "' is missing");
+      if (!fallback) fail(key, "is missing");
       return *fallback;
     }
-    // Counts of blocks are bounded tighter than sizes: each one becomes tensors to describe.
-    const std::string_view k(key);
-    const bool blocks = k == "num_hidden_layers" || k == "n_layer" || k == "num_local_experts";
-    const double most = static_cast<double>(blocks ? limits::kModelBlocks : limits::kModelSize);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble != std::floor(v->valuedouble) || v->valuedouble > most)
-      throw Error(std::string("config.json: '") + key + "' must be an integer between 1 and " +
-                  std::to_string(static_cast<int64_t>(most)) + " (the limit)");
-    return static_cast<int64_t>(v->valuedouble);
+    const double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d == std::floor(d)))
+      fail(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                    (hi == limits::kModelSize || hi == limits::kModelBlocks ? " (the limit)" : ""));
+    return static_cast<int64_t>(d);
   }
+  // A count of repeated blocks (layers, experts): bounded tighter than sizes, each one becomes modules and tensors.
+  int64_t blocks(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+    return integer(key, fallback, 1, limits::kModelBlocks);
+  }
+  // A finite number within [lo, hi] (`open_lo`: above lo).
+  double number(const char* key, double fallback, double lo, double hi = HUGE_VAL, bool open_lo = false) const {
+    const cJSON* v = item(key);
+    if (!v) return fallback;
+    const double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!std::isfinite(d) || d < lo || (open_lo && d == lo) || d > hi) {
+      std::string range = open_lo ? "above " + num(lo) : "at least " + num(lo);
+      if (hi != HUGE_VAL) range = "between " + num(lo) + " and " + num(hi);
+      fail(key, "must be a number " + range + "; got " + shown(v));
+    }
+    return d;
+  }
+  double probability(const char* key, double fallback) const { return number(key, fallback, 0, 1); }
   bool flag(const char* key, bool fallback) const {
     const cJSON* v = item(key);
-    return v ? cJSON_IsTrue(v) : fallback;
+    if (!v) return fallback;
+    if (!cJSON_IsBool(v)) fail(key, "must be true or false; got " + shown(v));
+    return cJSON_IsTrue(v);
+  }
+  std::string text(const char* key, const std::string& fallback) const {
+    const cJSON* v = item(key);
+    if (!v) return fallback;
+    if (!cJSON_IsString(v)) fail(key, "must be a string; got " + shown(v));
+    return v->valuestring;
+  }
+  static std::string num(double d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", d);
+    return buf;
   }
 };
 
-void decoder(const HfConfig& c, const std::string& arch, ParameterShapes& out) {
+// a * b, refused above kModelSize (a projection's width: heads x head_dim).
+int64_t product(const HfConfig& c, const char* a, int64_t x, const char* b, int64_t y) {
+  if (x > limits::kModelSize / y)
+    c.fail(a, "times '" + std::string(b) + "' must be at most " + std::to_string(limits::kModelSize) + " (the limit)");
+  return x * y;
+}
+
+// Rotary embeddings: rope_theta and transformers 5's rope_parameters (4's rope_scaling), as RotaryEmbeddingConfigMixin
+// standardizes and validates them (modeling_rope_utils), plus what it only warns about and computes garbage from.
+void check_rope(const HfConfig& c, int64_t max_positions) {
+  c.number("rope_theta", 10000, 0, HUGE_VAL, /*open_lo=*/true);
+  const char* key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const cJSON* r = c.item(key);
+  if (!r) return;
+  if (!cJSON_IsObject(r)) c.fail(key, "must be an object (rope_type, rope_theta, factor, ...); got " + shown(r));
+  const HfConfig p{r, c.source, std::string(key) + "."};
+  for (const cJSON* e = r->child; e; e = e->next)
+    if (cJSON_IsObject(e))  // transformers 5's rope parameters per layer type ({"full_attention": {...}})
+      p.fail(e->string, "is an object: rope parameters per layer type are not something libacc has");
+  const std::string type = p.text("rope_type", p.text("type", "default"));
+  p.number("rope_theta", 10000, 0, HUGE_VAL, /*open_lo=*/true);
+  // transformers requires a factor for these (KeyError); below 1 it only warns, and 0 or less divides by it.
+  const bool scaled = type == "linear" || type == "dynamic" || type == "yarn" || type == "llama3";
+  if (scaled && !p.has("factor")) p.fail("factor", "is missing (rope_type '" + type + "' requires it)");
+  p.number("factor", 1, 0, HUGE_VAL, /*open_lo=*/true);
+  // libacc rotates whole heads.
+  if (p.has("partial_rotary_factor") && p.number("partial_rotary_factor", 1, 0, 1, true) != 1)
+    p.fail("partial_rotary_factor", "must be 1 (libacc rotates whole heads)");
+  p.integer("original_max_position_embeddings", max_positions);
+  if (type == "llama3") {
+    for (const char* k : {"low_freq_factor", "high_freq_factor"})
+      if (!p.has(k)) p.fail(k, "is missing (rope_type 'llama3' requires it)");
+    const double low = p.number("low_freq_factor", 1, 0, HUGE_VAL, true);
+    // Equal factors divide by zero in the smoothing between them.
+    if (p.number("high_freq_factor", 4, 0, HUGE_VAL, true) <= low)
+      p.fail("high_freq_factor", "must be above 'low_freq_factor'");
+  }
+}
+
+// (Llama|Mistral|Qwen2|Mixtral)Config.
+void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   const int64_t V = c.integer("vocab_size"), H = c.integer("hidden_size"), I = c.integer("intermediate_size"),
-                L = c.integer("num_hidden_layers"), heads = c.integer("num_attention_heads"),
-                kv = c.integer("num_key_value_heads", heads), hd = c.integer("head_dim", H / heads);
+                L = c.blocks("num_hidden_layers"), heads = c.integer("num_attention_heads"),
+                kv = c.integer("num_key_value_heads", heads);
   const bool qwen = arch == "Qwen2ForCausalLM", mixtral = arch == "MixtralForCausalLM";
+  // LlamaConfig.validate_architecture; the others derive head_dim by integer division.
+  if (arch == "LlamaForCausalLM" && H % heads != 0)
+    c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
+                              std::to_string(heads) + "), as LlamaConfig requires");
+  if (heads % kv != 0)
+    c.fail("num_attention_heads", "(" + std::to_string(heads) + ") must be a multiple of 'num_key_value_heads' (" +
+                                      std::to_string(kv) + ")");
+  if (!c.has("head_dim") && H / heads == 0)
+    c.fail("hidden_size", "(" + std::to_string(H) + ") must be at least 'num_attention_heads' (" +
+                              std::to_string(heads) + ") for a head_dim of hidden_size / num_attention_heads");
+  const int64_t hd = c.integer("head_dim", H / heads);
+  if (hd % 2 != 0)
+    c.fail("head_dim", "must be even (rotary embeddings turn pairs of dimensions); got " + std::to_string(hd));
+  product(c, "num_attention_heads", heads, "head_dim", hd);
+  const int64_t max_positions = c.integer("max_position_embeddings", 2048);
+  c.number("rms_norm_eps", 1e-6, 0);
+  // LlamaConfig bounds it to [0, 1]; the others only need a standard deviation.
+  c.number("initializer_range", 0.02, 0, arch == "LlamaForCausalLM" ? 1 : HUGE_VAL);
+  c.probability("attention_dropout", 0);
+  c.text("hidden_act", "silu");
+  c.flag("use_sliding_window", false);
+  c.integer("sliding_window", 1);  // a window of 0 attends to nothing
+  if (const cJSON* types = c.item("layer_types")) {  // Qwen2: PreTrainedConfig.validate_layer_type
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != L)
+      c.fail("layer_types", "must be a list of one attention type per layer (" + std::to_string(L) + ")");
+    for (const cJSON* t = types->child; t; t = t->next)
+      if (!cJSON_IsString(t)) c.fail("layer_types", "must hold strings; got " + shown(t));
+  }
+  check_rope(c, max_positions);
+  int64_t experts = 0;
+  if (mixtral) {
+    experts = c.blocks("num_local_experts");
+    c.integer("num_experts_per_tok", std::nullopt, 1, experts);
+    if (L > limits::kModelBlocks / experts)
+      c.fail("num_hidden_layers", "times 'num_local_experts' must be at most " + std::to_string(limits::kModelBlocks) +
+                                      " (the limit)");
+  }
   const bool qkv_bias = qwen || c.flag("attention_bias", false), o_bias = !qwen && c.flag("attention_bias", false);
   const bool mlp_bias = !qwen && c.flag("mlp_bias", false);
+  const bool tied = c.flag("tie_word_embeddings", false);
+  if (!out) return;
   const auto linear = [&](const std::string& name, int64_t in, int64_t outs, bool bias) {
-    out.push_back({name + ".weight", {outs, in}});
-    if (bias) out.push_back({name + ".bias", {outs}});
+    out->push_back({name + ".weight", {outs, in}});
+    if (bias) out->push_back({name + ".bias", {outs}});
   };
-  out.push_back({"model.embed_tokens.weight", {V, H}});
+  out->push_back({"model.embed_tokens.weight", {V, H}});
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     linear(p + "self_attn.q_proj", H, heads * hd, qkv_bias);
@@ -58,8 +198,8 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes& out) {
     linear(p + "self_attn.v_proj", H, kv * hd, qkv_bias);
     linear(p + "self_attn.o_proj", heads * hd, H, o_bias);
     if (mixtral) {
-      linear(p + "block_sparse_moe.gate", H, c.integer("num_local_experts"), false);
-      for (int64_t e = 0; e < c.integer("num_local_experts"); ++e) {
+      linear(p + "block_sparse_moe.gate", H, experts, false);
+      for (int64_t e = 0; e < experts; ++e) {
         const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
         linear(x + "w1", H, I, false);
         linear(x + "w3", H, I, false);
@@ -70,26 +210,37 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes& out) {
       linear(p + "mlp.up_proj", H, I, mlp_bias);
       linear(p + "mlp.down_proj", I, H, mlp_bias);
     }
-    out.push_back({p + "input_layernorm.weight", {H}});
-    out.push_back({p + "post_attention_layernorm.weight", {H}});
+    out->push_back({p + "input_layernorm.weight", {H}});
+    out->push_back({p + "post_attention_layernorm.weight", {H}});
   }
-  out.push_back({"model.norm.weight", {H}});
-  if (!c.flag("tie_word_embeddings", false)) out.push_back({"lm_head.weight", {V, H}});
+  out->push_back({"model.norm.weight", {H}});
+  if (!tied) out->push_back({"lm_head.weight", {V, H}});
 }
 
-void gpt2(const HfConfig& c, ParameterShapes& out) {
+// GPT2Config.
+void gpt2(const HfConfig& c, ParameterShapes* out) {
   const int64_t V = c.integer("vocab_size"), P = c.integer("n_positions", 1024), C = c.integer("n_embd"),
-                L = c.integer("n_layer"), inner = c.integer("n_inner", 4 * C);
+                L = c.blocks("n_layer"), heads = c.integer("n_head"), inner = c.integer("n_inner", 4 * C);
+  // GPT2Attention raises unless the heads divide the width.
+  if (C % heads != 0)
+    c.fail("n_embd", "(" + std::to_string(C) + ") must be a multiple of 'n_head' (" + std::to_string(heads) + ")");
+  c.number("layer_norm_epsilon", 1e-5, 0);
+  c.number("initializer_range", 0.02, 0);
+  for (const char* k : {"embd_pdrop", "attn_pdrop", "resid_pdrop"}) c.probability(k, 0.1);
+  c.text("activation_function", "gelu_new");
+  c.flag("scale_attn_weights", true);
+  c.flag("scale_attn_by_inverse_layer_idx", false);
+  if (!out) return;
   const auto conv = [&](const std::string& name, int64_t in, int64_t outs) {  // Conv1D: [in, out]
-    out.push_back({name + ".weight", {in, outs}});
-    out.push_back({name + ".bias", {outs}});
+    out->push_back({name + ".weight", {in, outs}});
+    out->push_back({name + ".bias", {outs}});
   };
   const auto norm = [&](const std::string& name) {
-    out.push_back({name + ".weight", {C}});
-    out.push_back({name + ".bias", {C}});
+    out->push_back({name + ".weight", {C}});
+    out->push_back({name + ".bias", {C}});
   };
-  out.push_back({"transformer.wte.weight", {V, C}});
-  out.push_back({"transformer.wpe.weight", {P, C}});
+  out->push_back({"transformer.wte.weight", {V, C}});
+  out->push_back({"transformer.wpe.weight", {P, C}});
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     norm(p + "ln_1");
@@ -102,23 +253,60 @@ void gpt2(const HfConfig& c, ParameterShapes& out) {
   norm("transformer.ln_f");
 }
 
-void bert(const HfConfig& c, ParameterShapes& out) {
-  const int64_t V = c.integer("vocab_size"), H = c.integer("hidden_size"), L = c.integer("num_hidden_layers"),
-                I = c.integer("intermediate_size"), P = c.integer("max_position_embeddings", 512),
-                T = c.integer("type_vocab_size", 2);
+// The number of labels of a classifier: id2label's entries (an object of integer keys, as PreTrainedConfig converts
+// them with int()), else num_labels.
+int64_t label_count(const HfConfig& c) {
   const cJSON* labels = c.item("id2label");
-  const int64_t n_labels = labels ? cJSON_GetArraySize(labels) : c.integer("num_labels", 2);
+  if (!labels) return c.integer("num_labels", 2);
+  if (!cJSON_IsObject(labels)) c.fail("id2label", "must be an object of label ids to names; got " + shown(labels));
+  int64_t n = 0;
+  for (const cJSON* e = labels->child; e; e = e->next, ++n) {
+    const std::string_view k = e->string;
+    int64_t id = 0;
+    const auto r = std::from_chars(k.data() + (!k.empty() && k[0] == '-'), k.data() + k.size(), id);
+    if (k.empty() || r.ec != std::errc() || r.ptr != k.data() + k.size())
+      c.fail("id2label", "has the key \"" + std::string(k.substr(0, 40)) + "\", which is not an integer label id");
+  }
+  if (n < 1 || n > limits::kModelSize)
+    c.fail("id2label", "must name between 1 and " + std::to_string(limits::kModelSize) + " labels");
+  return n;
+}
+
+// BertConfig, with the classifier of BertForSequenceClassification.
+void bert(const HfConfig& c, ParameterShapes* out) {
+  const int64_t V = c.integer("vocab_size"), H = c.integer("hidden_size"), L = c.blocks("num_hidden_layers"),
+                heads = c.integer("num_attention_heads"), I = c.integer("intermediate_size"),
+                P = c.integer("max_position_embeddings", 512), T = c.integer("type_vocab_size", 2);
+  // BertSelfAttention raises unless the heads divide the hidden size.
+  if (H % heads != 0)
+    c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
+                              std::to_string(heads) + ")");
+  const int64_t n_labels = label_count(c);
+  c.number("layer_norm_eps", 1e-12, 0);
+  c.number("initializer_range", 0.02, 0);
+  for (const char* k : {"hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"})
+    c.probability(k, 0.1);
+  c.text("hidden_act", "gelu");
+  c.text("position_embedding_type", "absolute");
+  const std::string problem = c.text("problem_type", "");
+  if (!problem.empty() && problem != "regression" && problem != "single_label_classification" &&
+      problem != "multi_label_classification")
+    c.fail("problem_type", "must be regression, single_label_classification or multi_label_classification; got '" +
+                               problem + "'");
+  if (problem == "single_label_classification" && n_labels == 1)
+    c.fail("problem_type", "single_label_classification needs more than one label (PreTrainedConfig refuses it)");
+  if (!out) return;
   const auto linear = [&](const std::string& name, int64_t in, int64_t outs) {
-    out.push_back({name + ".weight", {outs, in}});
-    out.push_back({name + ".bias", {outs}});
+    out->push_back({name + ".weight", {outs, in}});
+    out->push_back({name + ".bias", {outs}});
   };
   const auto norm = [&](const std::string& name) {
-    out.push_back({name + ".weight", {H}});
-    out.push_back({name + ".bias", {H}});
+    out->push_back({name + ".weight", {H}});
+    out->push_back({name + ".bias", {H}});
   };
-  out.push_back({"bert.embeddings.word_embeddings.weight", {V, H}});
-  out.push_back({"bert.embeddings.position_embeddings.weight", {P, H}});
-  out.push_back({"bert.embeddings.token_type_embeddings.weight", {T, H}});
+  out->push_back({"bert.embeddings.word_embeddings.weight", {V, H}});
+  out->push_back({"bert.embeddings.position_embeddings.weight", {P, H}});
+  out->push_back({"bert.embeddings.token_type_embeddings.weight", {T, H}});
   norm("bert.embeddings.LayerNorm");
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
@@ -135,17 +323,14 @@ void bert(const HfConfig& c, ParameterShapes& out) {
   linear("classifier", H, n_labels);
 }
 
-}  // namespace
-
-ParameterShapes hf_parameter_shapes(const std::string& config_json) {
-  std::unique_ptr<cJSON, void (*)(cJSON*)> doc(cJSON_Parse(config_json.c_str()), cJSON_Delete);
-  if (!doc || !cJSON_IsObject(doc.get())) throw Error("config.json is not a JSON object");
-  const HfConfig c{doc.get()};
+// Checks the config and, with `out`, lists its shapes. Returns the architecture, `known` false for one libacc lacks.
+std::string read_config(std::string_view text, const std::string& source, ParameterShapes* out, bool* known) {
+  const CJsonPtr doc = parse_object(text, source);
+  const HfConfig c{doc.get(), source, ""};
   const cJSON* archs = c.item("architectures");
-  const cJSON* first = archs ? cJSON_GetArrayItem(archs, 0) : nullptr;
-  if (!first || !cJSON_IsString(first)) throw Error("config.json: no 'architectures' list naming the model class");
+  const cJSON* first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : nullptr;
+  if (!first || !cJSON_IsString(first)) throw Error(source + ": no 'architectures' list naming the model class");
   const std::string arch = first->valuestring;
-  ParameterShapes out;
   if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM" ||
       arch == "MixtralForCausalLM")
     decoder(c, arch, out);
@@ -154,9 +339,49 @@ ParameterShapes hf_parameter_shapes(const std::string& config_json) {
   else if (arch == "BertForSequenceClassification")
     bert(c, out);
   else
-    throw Error("config.json: architecture '" + arch + "' is not one libacc has (LlamaForCausalLM, MistralForCausalLM, "
+    *known = false;
+  return arch;
+}
+
+}  // namespace
+
+void check_hf_config(std::string_view config_json, const std::string& source) {
+  bool known = true;
+  (void)read_config(config_json, source, nullptr, &known);
+}
+
+ParameterShapes hf_parameter_shapes(const std::string& config_json, const std::string& source) {
+  ParameterShapes out;
+  bool known = true;
+  const std::string arch = read_config(config_json, source, &out, &known);
+  if (!known)
+    throw Error(source + ": architecture '" + arch + "' is not one libacc has (LlamaForCausalLM, MistralForCausalLM, "
                 "Qwen2ForCausalLM, MixtralForCausalLM, GPT2LMHeadModel, BertForSequenceClassification)");
   return out;
+}
+
+HfIndex parse_hf_index(std::string_view index_json, const std::string& dir, const std::string& source) {
+  const CJsonPtr doc = parse_object(index_json, source + ": bad index");
+  const cJSON* map = cJSON_GetObjectItemCaseSensitive(doc.get(), "weight_map");
+  if (!cJSON_IsObject(map)) throw Error(source + ": bad index: no \"weight_map\" object");
+  HfIndex out;
+  std::set<std::string> shards;
+  // One pass over the entries (the index of a large model lists 100k tensors): no lookup by key.
+  for (const cJSON* e = map->child; e; e = e->next) {
+    if (!cJSON_IsString(e))
+      throw Error(source + ": bad index: weight_map['" + std::string(e->string) + "'] is not a file name");
+    const std::string path = child_path(dir, e->valuestring, source + " weight_map['" + e->string + "']");
+    out.weight_map.emplace_back(e->string, path);
+    shards.insert(path);
+  }
+  if (out.weight_map.empty()) throw Error(source + ": bad index: the weight_map is empty");
+  out.shards.assign(shards.begin(), shards.end());
+  return out;
+}
+
+HfIndex read_hf_index(const std::string& dir) {
+  const std::string path = child_path(dir, kHfIndexName, "the index");
+  return parse_hf_index(read_file(path, limits::kHfIndexBytes), dir, path);
 }
 
 }  // namespace acc::config

@@ -376,3 +376,18 @@ std::string json_quote(std::string_view s) {
 }
 
 }  // namespace acc::config
+
+namespace acc::config {
+
+void check_json(std::string_view text, const std::string& source) {
+  // The strict reader above, without the per-key and per-string limits of config files: a checkpoint index maps
+  // any number of tensors, and the file's size is bounded where it is read.
+  constexpr detail::TextLimits kAnyDocument{limits::kConfigDepth, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+  try {
+    (void)detail::parse_json(text, kAnyDocument);
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
+
+}  // namespace acc::config

@@ -90,7 +90,8 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
 }
 
 NamedTensors load_safetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO with no writer would hold open() forever; it is refused as not a regular file below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -75,6 +75,13 @@ JsonWriter& JsonWriter::value(bool v) {
 }
 
 Json::Json(const std::string& text, std::string source) : source_(std::move(source)) {
+  // cJSON alone would take the first of two equal keys (Python's json the last), ignore what follows the document
+  // and pass bytes that are not UTF-8: the config library's strict reader refuses each, naming line and column.
+  try {
+    config::check_json(text, source_);
+  } catch (const config::Error& e) {
+    throw std::invalid_argument(e.what());
+  }
   root_ = cJSON_ParseWithLength(text.data(), text.size());
   if (!root_ || !cJSON_IsObject(root_)) {
     cJSON_Delete(root_);

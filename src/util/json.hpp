@@ -65,7 +65,8 @@ class JsonValue {
 
 class Json {
  public:
-  // Throws std::invalid_argument naming `source` when `text` is not JSON or not an object.
+  // Throws std::invalid_argument naming `source` when `text` is not strict JSON (config::check_json: no duplicate
+  // keys, nothing after the document, UTF-8) or not an object.
   Json(const std::string& text, std::string source);
   ~Json();
   Json(const Json&) = delete;

@@ -2,6 +2,8 @@
 
 #include <cjson/cJSON.h>
 
+#include <acc/config.hpp>
+
 #include <cmath>
 
 namespace acc::core {
@@ -18,12 +20,14 @@ Options::Options(const char* json_text, std::string what, std::vector<std::strin
     : what_(std::move(what)) {
   std::string text = json_text ? json_text : "";
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) text = "{}";
-  root_ = cJSON_ParseWithLength(text.data(), text.size());
-  if (!root_) {
-    const char* at = cJSON_GetErrorPtr();
-    size_t pos = at ? static_cast<size_t>(at - text.data()) : 0;
-    throw OptionsError(what_ + ": malformed JSON near offset " + std::to_string(pos));
+  // Strict first (util/json.cpp says why): a duplicate key, trailing text or bytes that are not UTF-8 are refused.
+  try {
+    config::check_json(text, what_);
+  } catch (const config::Error& e) {
+    throw OptionsError(e.what());
   }
+  root_ = cJSON_ParseWithLength(text.data(), text.size());
+  if (!root_) throw OptionsError(what_ + ": malformed JSON");
   if (!cJSON_IsObject(root_)) {
     cJSON_Delete(root_);
     throw OptionsError(what_ + ": expected a JSON object");

@@ -4,6 +4,7 @@
  * tests/cpp/test_hf checks the numbers against transformers' own outputs.
  *   test_hf FIXTURES_DIR */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -224,7 +225,30 @@ int main(int argc, char** argv) {
   acc_model_destroy(f1);
   acc_model_destroy(f2);
   EXPECT_ERR(acc_model_from_config("{\"architectures\": [\"T5Model\"]}", NULL, &f1), ACC_ERR_UNSUPPORTED, "T5Model");
-  EXPECT_ERR(acc_model_from_config("not json", NULL, &f1), ACC_ERR_INVALID_ARGUMENT, "not a JSON object");
+  EXPECT_ERR(acc_model_from_config("not json", NULL, &f1), ACC_ERR_INVALID_ARGUMENT, "malformed JSON at line 1");
+  /* config.json's values and JSON as transformers reads them, checked before a layer is built (issue 23). */
+#define SMALL_LLAMA "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 16, \"hidden_size\": 8, " \
+                    "\"intermediate_size\": 16, \"num_attention_heads\": 2, "
+  EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1000000}", NULL, &f1), ACC_ERR_INVALID_ARGUMENT,
+             "'num_hidden_layers' must be an integer between 1 and 65536");
+  EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1, \"rms_norm_eps\": -1}", NULL, &f1),
+             ACC_ERR_INVALID_ARGUMENT, "the model config: 'rms_norm_eps' must be a number at least 0");
+  EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1, \"rope_parameters\": \"linear\"}", NULL, &f1),
+             ACC_ERR_INVALID_ARGUMENT, "'rope_parameters' must be an object");
+  EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1, \"num_hidden_layers\": 2}", NULL, &f1),
+             ACC_ERR_INVALID_ARGUMENT, "duplicate key \"num_hidden_layers\"");
+  EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1} x", NULL, &f1), ACC_ERR_INVALID_ARGUMENT,
+             "unexpected text after the JSON value");
+  EXPECT(f1 == NULL);
+  {
+    /* A FIFO as config.json: refused at once, naming it (from_pretrained waited forever for a writer). */
+    char dir[] = "/tmp/acc_hf_fifo_XXXXXX", fifo[64];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(fifo, sizeof fifo, "%s/config.json", dir);
+    EXPECT(mkfifo(fifo, 0600) == 0);
+    EXPECT_ERR(acc_model_from_pretrained(dir, NULL, &f1), ACC_ERR_IO, "config.json': it is not a regular file");
+    remove_tree(dir);
+  }
   EXPECT_ERR(acc_model_from_config("{\"architectures\": [\"LlamaForCausalLM\"]}", NULL, &f1), ACC_ERR_INVALID_ARGUMENT,
              "vocab_size");
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <c10/core/GradMode.h>
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <tuple>
+#include <vector>
 
 #include "checkpoint/safetensors.hpp"
 #include <acc/hf_shapes.hpp>
@@ -336,6 +339,193 @@ TEST(FromPretrained, AttentionMasksHoldZerosAndOnes) {
   mask[0][0] = 0;
   EXPECT_NO_THROW(llama->forward(TensorDict{{"input_ids", ids}, {"attention_mask", mask.to(at::kBool)}}));
   EXPECT_NO_THROW(bert->forward(TensorDict{{"input_ids", ids}, {"attention_mask", mask.to(at::kFloat)}}));
+}
+
+// What a model folder may hold in place of its files (issue 23): a FIFO blocked from_pretrained forever, a link to
+// /dev/zero was read until memory ran out, a 300 MB config.json loaded. Each is refused naming the file; nothing
+// blocks (a regression shows as this test's timeout).
+TEST(FromPretrained, FolderFilesAreRegularAndBounded) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_files_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  // `name` in a copy of the fixture `model` replaced by what `make` puts there: the copy and the file.
+  int copies = 0;
+  auto replaced = [&](const char* model, const std::string& name, const std::function<void(const fs::path&)>& make) {
+    const fs::path dir = tmp / std::to_string(++copies);
+    fs::copy(fs::path(g_fixtures) / model / "model", dir, fs::copy_options::recursive);
+    fs::remove(dir / name);
+    make(dir / name);
+    return std::make_pair(dir.string(), (dir / name).string());
+  };
+  const auto fifo = [](const fs::path& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0); };
+  const auto zero = [](const fs::path& p) { fs::create_symlink("/dev/zero", p); };
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors.index.json",
+                           "model-00002-of-00003.safetensors"}) {
+    for (const auto& make : {std::function<void(const fs::path&)>(fifo), std::function<void(const fs::path&)>(zero)}) {
+      const auto [dir, file] = replaced("llama", name, make);
+      const std::string err = error_of([&] { hf::from_pretrained(dir, nullptr); });
+      EXPECT_NE(err.find(file), std::string::npos) << err;
+      EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+    }
+  }
+  // A single-file checkpoint's model.safetensors, as a FIFO.
+  const auto [single, weights] = replaced("qwen2", "model.safetensors", fifo);
+  EXPECT_NE(error_of([&] { hf::from_pretrained(single, nullptr); }).find(weights + "': is not a regular file"),
+            std::string::npos);
+  // A config.json of 300 MB (sparse: no disk used) is refused by its size, before a byte is read.
+  const auto [big, config] = replaced("qwen2", "config.json", [](const fs::path& p) {
+    std::ofstream(p).close();
+    fs::resize_file(p, 300u << 20);
+  });
+  const std::string err = error_of([&] { hf::from_pretrained(big, nullptr); });
+  EXPECT_NE(err.find("cannot read '" + config + "': it holds 314572800 bytes, more than the limit of 16777216"),
+            std::string::npos)
+      << err;
+  fs::remove_all(tmp);
+}
+
+// config.json's values are checked as transformers checks them (and where it only warns, for what computes garbage)
+// before any layer is built, naming the key and the file; JSON is strict (a duplicate key: Python keeps the last,
+// cJSON kept the first).
+TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
+  // A small config of `arch`, `changes` set (an empty value removes the key).
+  auto config = [](const std::string& arch, const std::map<std::string, std::string>& changes) {
+    std::map<std::string, std::string> keys;
+    if (arch == "GPT2LMHeadModel")
+      keys = {{"vocab_size", "16"}, {"n_embd", "8"}, {"n_layer", "1"}, {"n_head", "2"}};
+    else if (arch == "BertForSequenceClassification")
+      keys = {{"vocab_size", "16"}, {"hidden_size", "8"}, {"num_hidden_layers", "1"}, {"num_attention_heads", "2"},
+              {"intermediate_size", "16"}};
+    else
+      keys = {{"vocab_size", "16"}, {"hidden_size", "8"}, {"intermediate_size", "16"}, {"num_hidden_layers", "1"},
+              {"num_attention_heads", "2"}};
+    if (arch == "MixtralForCausalLM") keys.insert({{"num_local_experts", "4"}, {"num_experts_per_tok", "2"}});
+    for (const auto& [k, v] : changes) {
+      if (v.empty()) keys.erase(k);
+      else keys[k] = v;
+    }
+    std::string s = "{\"architectures\": [\"" + arch + "\"]";
+    for (const auto& [k, v] : keys) s += ", \"" + k + "\": " + v;
+    return s + "}";
+  };
+  const std::string llama = "LlamaForCausalLM";
+  const std::vector<std::tuple<std::string, std::map<std::string, std::string>, std::string>> refused = {
+      {llama, {{"rms_norm_eps", "-1e-6"}}, "'rms_norm_eps' must be a number at least 0; got -1e-06"},
+      {llama, {{"rope_parameters", "\"linear\""}}, "'rope_parameters' must be an object"},
+      {llama, {{"rope_scaling", "[2.0]"}}, "'rope_scaling' must be an object"},
+      {llama, {{"rope_theta", "-10000"}}, "'rope_theta' must be a number above 0; got -10000"},
+      {llama, {{"rope_theta", "0"}}, "'rope_theta' must be a number above 0"},
+      {llama, {{"rope_parameters", R"({"rope_type": "default", "rope_theta": -1})"}},
+       "'rope_parameters.rope_theta' must be a number above 0"},
+      {llama, {{"rope_parameters", R"({"rope_type": "linear", "factor": 0})"}},
+       "'rope_parameters.factor' must be a number above 0; got 0"},
+      {llama, {{"rope_scaling", R"({"type": "dynamic", "factor": -2.0})"}}, "'rope_scaling.factor' must be a number above 0"},
+      {llama, {{"rope_parameters", R"({"rope_type": "linear"})"}}, "'rope_parameters.factor' is missing"},
+      {llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 4})"}},
+       "'rope_parameters.high_freq_factor' must be above 'low_freq_factor'"},
+      {llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "high_freq_factor": 4})"}},
+       "'rope_parameters.low_freq_factor' is missing"},
+      {llama, {{"rope_parameters", R"({"rope_type": "default", "partial_rotary_factor": 0.5})"}},
+       "'rope_parameters.partial_rotary_factor' must be 1"},
+      {llama, {{"rope_parameters", R"({"full_attention": {"rope_type": "default"}})"}},
+       "'rope_parameters.full_attention' is an object"},
+      {llama, {{"max_position_embeddings", "-1"}}, "'max_position_embeddings' must be an integer between 1 and"},
+      {llama, {{"vocab_size", "16.5"}}, "'vocab_size' must be an integer between 1 and"},
+      {llama, {{"hidden_size", "0"}}, "'hidden_size' must be an integer between 1 and"},
+      {llama, {{"num_hidden_layers", "1000000"}}, "'num_hidden_layers' must be an integer between 1 and 65536 (the limit)"},
+      {llama, {{"num_attention_heads", "3"}}, "'hidden_size' (8) must be a multiple of 'num_attention_heads' (3)"},
+      {llama, {{"num_key_value_heads", "3"}}, "'num_attention_heads' (2) must be a multiple of 'num_key_value_heads' (3)"},
+      {llama, {{"head_dim", "3"}}, "'head_dim' must be even"},
+      {llama, {{"attention_dropout", "1.5"}}, "'attention_dropout' must be a number between 0 and 1"},
+      {llama, {{"initializer_range", "2"}}, "'initializer_range' must be a number between 0 and 1"},
+      {llama, {{"tie_word_embeddings", "\"yes\""}}, "'tie_word_embeddings' must be true or false"},
+      {llama, {{"intermediate_size", ""}}, "'intermediate_size' is missing"},
+      {"MistralForCausalLM", {{"sliding_window", "0"}}, "'sliding_window' must be an integer between 1 and"},
+      {"Qwen2ForCausalLM", {{"layer_types", R"(["full_attention", "full_attention"])"}},
+       "'layer_types' must be a list of one attention type per layer (1)"},
+      {"MixtralForCausalLM", {{"num_experts_per_tok", "5"}}, "'num_experts_per_tok' must be an integer between 1 and 4"},
+      {"MixtralForCausalLM", {{"num_hidden_layers", "1024"}, {"num_local_experts", "1024"}},
+       "'num_hidden_layers' times 'num_local_experts' must be at most 65536 (the limit)"},
+      {"GPT2LMHeadModel", {{"n_head", "3"}}, "'n_embd' (8) must be a multiple of 'n_head' (3)"},
+      {"GPT2LMHeadModel", {{"layer_norm_epsilon", "-1e-5"}}, "'layer_norm_epsilon' must be a number at least 0"},
+      {"GPT2LMHeadModel", {{"attn_pdrop", "2"}}, "'attn_pdrop' must be a number between 0 and 1"},
+      {"GPT2LMHeadModel", {{"n_positions", "-5"}}, "'n_positions' must be an integer between 1 and"},
+      {"BertForSequenceClassification", {{"num_attention_heads", "3"}}, "'hidden_size' (8) must be a multiple of"},
+      {"BertForSequenceClassification", {{"layer_norm_eps", "-1"}}, "'layer_norm_eps' must be a number at least 0"},
+      {"BertForSequenceClassification", {{"id2label", R"(["a", "b"])"}}, "'id2label' must be an object"},
+      {"BertForSequenceClassification", {{"id2label", R"({"0": "a", "x": "b"})"}}, "'id2label' has the key \"x\""},
+      {"BertForSequenceClassification", {{"problem_type", "\"ranking\""}}, "'problem_type' must be regression"},
+      {"BertForSequenceClassification", {{"problem_type", "\"single_label_classification\""}, {"num_labels", "1"}},
+       "'problem_type' single_label_classification needs more than one label"},
+      {"BertForSequenceClassification", {{"classifier_dropout", "1.5"}}, "'classifier_dropout' must be a number between"},
+  };
+  for (const auto& [arch, changes, expected] : refused) {
+    const std::string text = config(arch, changes);
+    const std::string err = error_of([&] { hf::from_config(text, R"({"device": "meta"})"); });
+    EXPECT_NE(err.find("the model config: " + expected), std::string::npos) << text << "\n" << err;
+    // acc estimate-memory's torch-free shapes refuse it alike.
+    EXPECT_THROW(config::hf_parameter_shapes(text), config::Error) << text;
+  }
+  // What transformers accepts loads: a factor below 1 (it only warns), an epsilon of 0, a null rope_scaling, the old
+  // "type" spelling, llama3's original_max_position_embeddings taken from max_position_embeddings.
+  for (const std::string& ok :
+       {config(llama, {{"rope_parameters", R"({"rope_type": "linear", "factor": 0.5})"}, {"rms_norm_eps", "0"}}),
+        config(llama, {{"rope_scaling", "null"}, {"head_dim", "null"}}),
+        config(llama, {{"rope_scaling", R"({"type": "dynamic", "factor": 2})"}, {"rope_theta", "500000.0"}}),
+        config(llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4})"}}),
+        config("Qwen2ForCausalLM", {{"layer_types", R"(["full_attention"])"}, {"sliding_window", "null"}}),
+        config("BertForSequenceClassification", {{"id2label", R"({"0": "neg", "1": "pos", "2": "neutral"})"}})})
+    EXPECT_NO_THROW(hf::from_config(ok, R"({"device": "meta"})")) << ok;
+  // Strict JSON: a duplicate key, text after the document, bytes that are not UTF-8.
+  const std::string base = config(llama, {});
+  const std::vector<std::pair<std::string, std::string>> malformed = {
+      {base.substr(0, base.size() - 1) + ", \"hidden_size\": 16}", "duplicate key \"hidden_size\""},
+      {base + " {}", "unexpected text after the JSON value"},
+      {base.substr(0, base.size() - 1) + ", \"hidden_act\": \"si\xffu\"}", "invalid UTF-8"},
+  };
+  for (const auto& [text, expected] : malformed) {
+    const std::string err = error_of([&] { hf::from_config(text, nullptr); });
+    EXPECT_NE(err.find("the model config: malformed JSON at line 1"), std::string::npos) << err;
+    EXPECT_NE(err.find(expected), std::string::npos) << err;
+  }
+  // From a folder, the message names config.json.
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_values_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(fs::path(g_fixtures) / "llama" / "model", tmp, fs::copy_options::recursive);
+  std::ofstream(tmp / "config.json") << config(llama, {{"rms_norm_eps", "-1"}});
+  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); })
+                .find((tmp / "config.json").string() + ": 'rms_norm_eps' must be a number at least 0"),
+            std::string::npos);
+  std::ofstream(tmp / "config.json") << base;
+  std::ofstream(tmp / "model.safetensors.index.json") << R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})";
+  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("duplicate key \"a\""), std::string::npos);
+  std::ofstream(tmp / "model.safetensors.index.json") << R"({"weight_map": {"a": "../x.safetensors"}})";
+  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("it must stay inside"), std::string::npos);
+  fs::remove_all(tmp);
+}
+
+// The index's weight map is read in one pass: 100k entries (a large model's index) took over 40 s when each entry
+// was looked up by key. Its own meson test ('hf-large-index') runs this with a short timeout.
+TEST(FromPretrained, LargeIndexIsReadInLinearTime) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_index_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(fs::path(g_fixtures) / "qwen2" / "model", tmp, fs::copy_options::recursive);
+  fs::rename(tmp / "model.safetensors", tmp / "model-00001-of-00001.safetensors");
+  std::string index = R"({"metadata": {}, "weight_map": {)";
+  for (const auto& [name, t] : load_safetensors((tmp / "model-00001-of-00001.safetensors").string()))
+    index += "\"" + name + "\": \"model-00001-of-00001.safetensors\", ";
+  for (int i = 0; i < 100000; ++i) index += "\"extra." + std::to_string(i) + ".weight\": \"model-00001-of-00001.safetensors\", ";
+  index.resize(index.size() - 2);
+  std::ofstream(tmp / "model.safetensors.index.json") << index << "}}";
+  const std::string err = error_of([&] { hf::from_pretrained(tmp.string(), nullptr); });
+  EXPECT_NE(err.find("puts 'extra.0.weight' in " + (tmp / "model-00001-of-00001.safetensors").string() +
+                     ", which does not hold it"),
+            std::string::npos)
+      << err.substr(0, 300);
+  fs::remove_all(tmp);
 }
 
 }  // namespace

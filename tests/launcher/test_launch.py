@@ -1405,6 +1405,96 @@ sys.exit(max(p.wait() for p in procs))
         self.assertEqual(os.listdir(outer), ["model.safetensors"])
         self.assertEqual(read_st(os.path.join(outer, "model.safetensors"))[1], got)
 
+    def test_hf_folder_files_are_regular_and_bounded(self):
+        # Issue 23: a FIFO as config.json, the index or a shard blocked estimate-memory and merge-weights forever; a
+        # link to /dev/zero aborted them with an uncaught std::bad_alloc; a 300 MB config.json was read. Each is an
+        # error naming the file, at once; and the JSON is strict (a duplicate key, text after it, bad UTF-8).
+        def write_st(path, tensors):  # tensors: [(name, bytes)], F32 vectors
+            header, offset = {}, 0
+            for name, data in tensors:
+                header[name] = {"dtype": "F32", "shape": [len(data) // 4], "data_offsets": [offset, offset + len(data)]}
+                offset += len(data)
+            h = json.dumps(header).encode()
+            with open(path, "wb") as f:
+                f.write(struct.pack("<Q", len(h)) + h + b"".join(t[1] for t in tensors))
+
+        def ckpt(name):  # a sharded checkpoint of two shards
+            d = os.path.join(self.tmp, name)
+            os.makedirs(d)
+            write_st(os.path.join(d, "model-00001-of-00002.safetensors"), [("a", bytes(8))])
+            write_st(os.path.join(d, "model-00002-of-00002.safetensors"), [("b", bytes(4))])
+            with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+                json.dump({"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                          "b": "model-00002-of-00002.safetensors"}}, f)
+            return d
+
+        def run(*args):
+            r = subprocess.run([ACC, *args], capture_output=True, text=True, timeout=30)
+            self.assertNotIn("terminate", r.stderr)
+            return r
+
+        def fifo(path):
+            os.mkfifo(path)
+
+        def zero(path):
+            os.symlink("/dev/zero", path)
+
+        def big(path):  # sparse: no disk used
+            with open(path, "wb") as f:
+                f.truncate(300 << 20)
+
+        for name in ("model.safetensors.index.json", "model-00002-of-00002.safetensors"):
+            for make in (fifo, zero):
+                d = ckpt(f"merge-{len(os.listdir(self.tmp))}")
+                os.remove(os.path.join(d, name))
+                make(os.path.join(d, name))
+                r = run("merge-weights", d, os.path.join(d + "-out"))
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(os.path.join(d, name), r.stderr)
+                self.assertIn("not a regular file", r.stderr)
+        for make, message in ((fifo, "it is not a regular file"), (zero, "it is not a regular file"),
+                              (big, "it holds 314572800 bytes, more than the limit of 16777216")):
+            d = os.path.join(self.tmp, f"model-{len(os.listdir(self.tmp))}")
+            os.makedirs(d)
+            make(os.path.join(d, "config.json"))
+            r = run("estimate-memory", d)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"cannot read '{d}/config.json': {message}", r.stderr)
+        # Strict JSON in the index; a shard named outside the folder.
+        d = ckpt("strict")
+        index = os.path.join(d, "model.safetensors.index.json")
+        good = open(index).read()
+        for text, message in ((good[:-2] + ', "a": "model-00002-of-00002.safetensors"}}', 'duplicate key "a"'),
+                              (good + "\n}", "unexpected text after the JSON value"),
+                              (good.replace('"metadata": {}', '"metadata": {"x": "\xff"}'), "invalid UTF-8"),
+                              (good.replace('"model-00002', '"../model-00002'), "it must stay inside")):
+            with open(index, "w", encoding="latin-1") as f:
+                f.write(text)
+            r = run("merge-weights", d, d + "-out")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(index, r.stderr)
+            self.assertIn(message, r.stderr)
+        # config.json values as transformers would refuse them, in estimate-memory too.
+        d = os.path.join(self.tmp, "values")
+        os.makedirs(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            f.write('{"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16,'
+                    ' "num_hidden_layers": 1, "num_attention_heads": 2, "rms_norm_eps": -1e-06}')
+        r = run("estimate-memory", d)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"{d}/config.json: 'rms_norm_eps' must be a number at least 0", r.stderr)
+        # A 100k-entry index is merged (its weight map read in one pass).
+        d = ckpt("large")
+        names = [f"t.{i}" for i in range(100000)]
+        write_st(os.path.join(d, "model-00001-of-00002.safetensors"), [(n, bytes(4)) for n in names[:50000]])
+        write_st(os.path.join(d, "model-00002-of-00002.safetensors"), [(n, bytes(4)) for n in names[50000:]])
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"weight_map": {n: f"model-0000{1 + i // 50000}-of-00002.safetensors"
+                                      for i, n in enumerate(names)}}, f)
+        r = run("merge-weights", d, d + "-out")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Saved 100000 tensors (400000 bytes) from 2 shards", r.stdout)
+
     def test_command_line_forms(self):
         # Both spellings, --opt=value, the last occurrence wins and provenance names the spelling typed.
         env = dict(self.env, ACC_CONFIG_FILE="none")

@@ -4,14 +4,14 @@
 #include <c10/core/GradMode.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <cjson/cJSON.h>
 
 #include "acc/files.hpp"
+#include "acc/hf_shapes.hpp"
+#include "acc/limits.hpp"
 #include "acc/safetensors_header.hpp"
 #include "bigmodel/offload.hpp"
 #include "bigmodel/plan.hpp"
@@ -31,12 +31,14 @@ namespace {
 
 const char* const kDecoders[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM"};
 
-std::string read_text(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::ios_base::failure("from_pretrained: " + what + " '" + path.string() + "' is missing or unreadable");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// config.json's values as transformers reads them (config::check_hf_config), checked before anything is built:
+// a size out of range, a negative epsilon or a malformed rope_parameters is refused naming the key and `source`.
+void check_config(const std::string& text, const std::string& source) {
+  try {
+    config::check_hf_config(text, source);
+  } catch (const config::Error& e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
 // Tensors a checkpoint may hold that are not state: buffers older transformers versions saved (rotary
@@ -78,21 +80,20 @@ std::map<std::string, at::Tensor> read_weights(const fs::path& dir, bool data,
   if (fs::exists(single)) {
     files.push_back(single.string());
   } else if (fs::exists(index)) {
-    Json doc(read_text(index, "index"), index.string());
-    JsonValue map = doc.root().get("weight_map");
-    std::set<std::string> shards;
-    for (const std::string& name : map.keys()) {
-      const std::string shard = map.get_string(name);
-      if (shard.find('/') != std::string::npos)
-        throw std::invalid_argument(index.string() + ": weight_map names a file outside the directory: '" + shard + "'");
-      expected_in[name] = shard;
-      shards.insert(shard);
+    // Read as a regular file within limits::kHfIndexBytes, strict JSON, each shard a plain name in `dir`; one pass
+    // over the weight map (a large model's lists 100k tensors).
+    config::HfIndex parsed;
+    try {
+      parsed = config::read_hf_index(dir.string());
+    } catch (const config::Error& e) {
+      throw std::invalid_argument(e.what());
     }
-    for (const std::string& shard : shards) {
-      if (!fs::exists(dir / shard))
-        throw std::ios_base::failure("from_pretrained: shard '" + (dir / shard).string() + "', named by " +
-                                     index.string() + ", is missing");
-      files.push_back((dir / shard).string());
+    expected_in.insert(parsed.weight_map.begin(), parsed.weight_map.end());
+    for (const std::string& shard : parsed.shards) {
+      if (!fs::exists(shard))
+        throw std::ios_base::failure("from_pretrained: shard '" + shard + "', named by " + index.string() +
+                                     ", is missing");
+      files.push_back(shard);
     }
   } else {
     throw std::ios_base::failure("from_pretrained: '" + dir.string() +
@@ -104,7 +105,7 @@ std::map<std::string, at::Tensor> read_weights(const fs::path& dir, bool data,
         throw std::invalid_argument("from_pretrained: tensor '" + name + "' is in more than one shard (" + file + ")");
       (*file_of)[name] = file;
       auto e = expected_in.find(name);
-      if (!expected_in.empty() && (e == expected_in.end() || (dir / e->second).string() != file))
+      if (!expected_in.empty() && (e == expected_in.end() || e->second != file))
         throw std::invalid_argument("from_pretrained: tensor '" + name + "' is in " + file + ", not where " +
                                     index.string() + " says");
     }
@@ -248,6 +249,7 @@ std::map<std::string, std::string> plan(const Model& model, const char* options_
 std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json) {
   const std::string source = "the model config";
   Json config(config_json, source);
+  check_config(config_json, source);
   Options opts(options_json, "from_config options", {"dtype", "device"});
   const at::ScalarType dtype = requested_dtype(opts, config.root(), source);
   // "meta": Accelerate's init_empty_weights, names and shapes without memory (for device maps and dispatch).
@@ -270,8 +272,9 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   const fs::path dir(dir_arg);
   if (!fs::is_directory(dir)) throw std::ios_base::failure("from_pretrained: '" + dir_arg + "' is not a directory");
   const fs::path config_path = dir / "config.json";
-  const std::string config_text = read_text(config_path, "config");
+  const std::string config_text = config::read_file(config_path.string(), limits::kHfConfigBytes);
   Json config(config_text, config_path.string());
+  check_config(config_text, config_path.string());
   const JsonValue c = config.root();
   const Options opts(options_json, "from_pretrained options",
                      {"dtype", "device_map", "max_memory", "no_split_module_classes", "offload_folder"});
@@ -315,7 +318,9 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
                                 what.substr(1));
   }
   const fs::path generation_path = dir / "generation_config.json";
-  const std::string generation_text = fs::exists(generation_path) ? read_text(generation_path, "generation config") : "";
+  const std::string generation_text = fs::exists(generation_path)
+                                          ? config::read_file(generation_path.string(), limits::kHfConfigBytes)
+                                          : "";
   if (auto* lm = dynamic_cast<CausalLM*>(model.get())) {
     if (generation_text.empty()) {
       lm->generation_defaults = generation_defaults(c, false, config_path.string());

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "models/hf/families.hpp"
+#include "util/dtypes.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 #include "util/options.hpp"
@@ -35,9 +36,8 @@ int add_module(ModuleTree& tree, const torch::nn::Module& m) {
 
 int element_size_of(const std::string& dtype, const std::string& source) {
   if (dtype.empty()) return 0;
-  if (dtype == "float32") return 4;
-  if (dtype == "bfloat16" || dtype == "float16") return 2;
-  throw OptionsError(source + ": dtype '" + dtype + "' is not float32, bfloat16 or float16");
+  if (const auto t = float_dtype_named(dtype)) return static_cast<int>(c10::elementSize(*t));
+  throw OptionsError(source + ": dtype '" + dtype + "' is not " + kFloatDtypeNames);
 }
 
 }  // namespace

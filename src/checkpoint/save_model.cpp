@@ -22,6 +22,7 @@
 #include "models/hf/families.hpp"
 #include "parallel/strategy.hpp"
 #include "train/accelerator.hpp"
+#include "util/dtypes.hpp"
 #include "util/errors.hpp"
 
 namespace fs = std::filesystem;
@@ -187,7 +188,7 @@ void save_weights(ModelSlot& model, const char* what, const std::string& dir, co
 // model is in). The text is edited, not parsed and printed again: transformers checks the types of its fields,
 // and a float written as 0.0 must not come back as 0.
 std::string config_with_dtype(const std::string& text, at::ScalarType dtype) {
-  const std::string name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  const std::string name = float_dtype_name(dtype);
   static const std::regex field(R"re("(torch_)?dtype"(\s*):(\s*)"[A-Za-z0-9_.]*")re");
   if (std::regex_search(text, field)) return std::regex_replace(text, field, "\"$1dtype\"$2:$3\"" + name + "\"");
   const size_t brace = text.find('{');

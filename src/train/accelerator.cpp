@@ -19,6 +19,7 @@
 #include "precision/fp8.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
+#include "util/dtypes.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 
@@ -425,10 +426,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   }
   ShardingOptions o;
   o.stage = sh.stage;
-  const auto dtype = [](const std::string& d) {
-    return d == "bfloat16" ? at::kBFloat16 : d == "float16" ? at::kHalf : d == "float32" ? at::kFloat
-                                                                                          : at::ScalarType::Undefined;
-  };
+  const auto dtype = [](const std::string& d) { return float_dtype_named(d).value_or(at::ScalarType::Undefined); };
   o.param_dtype = dtype(sh.param_dtype);
   o.reduce_dtype = dtype(sh.reduce_dtype);
   o.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # libFuzzer runs of the parsers that read untrusted text (docs/fuzzing.md): the config library's JSON and YAML
-# readers (library and launcher side), the safetensors header parser, and `acc launch`'s argument parser.
+# readers (library and launcher side), the safetensors header parser, `acc launch`'s argument parser, and the
+# checkpoint and Hugging Face model folders' JSON.
 #
 #   scripts/fuzz.sh --smoke                 build, then run every target ~5 s (meson suite fuzz-smoke); exit 1 on a finding
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   long run: SECONDS (default 3600) split across the targets (all by default)
@@ -18,10 +19,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bdir=${ACC_FUZZ_BUILD_DIR:-build-fuzz}
 targets_all=(fuzz_accelerator_json fuzz_launch_yaml fuzz_launch_json fuzz_safetensors_header fuzz_launch_args
-             fuzz_checkpoint_json fuzz_checkpoint_folder)
+             fuzz_checkpoint_json fuzz_checkpoint_folder fuzz_hf_folder)
 declare -A dicts=([fuzz_accelerator_json]=json [fuzz_launch_json]=json [fuzz_safetensors_header]=json
                   [fuzz_launch_yaml]=yaml [fuzz_launch_args]=args [fuzz_checkpoint_json]=json
-                  [fuzz_checkpoint_folder]=json)
+                  [fuzz_checkpoint_folder]=json [fuzz_hf_folder]=hf)
 
 smoke=0 per_target=0 seconds=3600 targets=() extra=()
 while (($#)); do

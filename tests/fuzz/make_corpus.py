@@ -10,6 +10,8 @@ Seeds are small valid (and a few deliberately broken) inputs:
   fuzz_safetensors_header   safetensors files (8-byte length, header JSON, data) built here with struct/json
   fuzz_launch_args          argv of `acc launch`, one entry per NUL-separated field
   fuzz_checkpoint_json      a checkpoint's manifest.json, accelerator_state.json, scheduler and loader JSON
+  fuzz_hf_folder            a model folder's config.json, a NUL, its model.safetensors.index.json: the configs of
+                            tests/hf/fixtures (with the llama's index) and broken ones
   fuzz_checkpoint_folder    checkpoint folders (files, then manifest.json) in the target's input layout
 Dictionaries (libFuzzer -dict=) hold the schema's key names and accepted values, read from the key tables of
 docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test).
@@ -105,6 +107,17 @@ def dictionaries(tables):
     lines += [dict_line(f) for f in sorted(flags)]
     lines += [dict_line(v) for v in launch_values]
     out["dict/args.dict"] = ("\n".join(lines) + "\n").encode()
+
+    # config.json's keys and values as config/src/hf_shapes.cpp reads them
+    src = open(os.path.join(ROOT, "config", "src", "hf_shapes.cpp"), encoding="utf-8").read()
+    hf_keys = set(re.findall(r'"([a-z][a-z0-9_]*)"', src)) - {"default"}
+    lines = ["# config.json and model.safetensors.index.json keys and values (make_corpus.py)"]
+    lines += [dict_line(t) for t in ["{", "}", "[", "]", ":", ",", "\0", "true", "false", "null", "-1", "0", "0.5",
+                                     "1e-06", "65536", "2147483648", "\"../", "\"default\"", "\"linear\"",
+                                     "\"dynamic\"", "\"llama3\"", "\"yarn\"", "\"weight_map\"",
+                                     "\"model-00001-of-00002.safetensors\""]]
+    lines += [dict_line('"' + k + '"') for k in sorted(hf_keys)]
+    out["dict/hf.dict"] = ("\n".join(lines) + "\n").encode()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -268,6 +281,48 @@ def checkpoint_seeds():
         put("fuzz_checkpoint_folder", name, data)
 
 
+def hf_seeds():
+    # fuzz_hf_folder's layout: config.json, then a NUL and the index when the folder has one.
+    fixtures = os.path.join(ROOT, "tests", "hf", "fixtures")
+    llama = None
+    for name in sorted(os.listdir(fixtures)):
+        model = os.path.join(fixtures, name, "model")
+        if not os.path.isdir(model):
+            continue
+        data = open(os.path.join(model, "config.json"), "rb").read()
+        index = os.path.join(model, "model.safetensors.index.json")
+        if os.path.exists(index):
+            data += b"\0" + open(index, "rb").read()
+        if name == "llama":
+            llama = json.loads(open(os.path.join(model, "config.json"), encoding="utf-8").read())
+        put("fuzz_hf_folder", name, data)
+    small = {"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16,
+             "num_hidden_layers": 1, "num_attention_heads": 2}
+    index = {"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                                            "lm_head.weight": "model-00002-of-00002.safetensors"}}
+    broken = {
+        "negative_eps": (dict(small, rms_norm_eps=-1e-6), None),
+        "rope_string": (dict(small, rope_parameters="linear"), None),
+        "rope_factor_zero": (dict(small, rope_parameters={"rope_type": "linear", "factor": 0}), None),
+        "layers_1e6": (dict(small, num_hidden_layers=1000000), None),
+        "mixtral": (dict(small, architectures=["MixtralForCausalLM"], num_local_experts=4, num_experts_per_tok=2),
+                    index),
+        "shard_outside": (small, {"weight_map": {"lm_head.weight": "../model.safetensors"}}),
+    }
+    for name, (config, idx) in broken.items():
+        data = json.dumps(config, indent=1).encode()
+        if idx is not None:
+            data += b"\0" + json.dumps(idx, indent=1).encode()
+        put("fuzz_hf_folder", name, data)
+    text = json.dumps(small)
+    put("fuzz_hf_folder", "duplicate_key", (text[:-1] + ', "hidden_size": 16}').encode())
+    put("fuzz_hf_folder", "trailing", (text + " x").encode())
+    put("fuzz_hf_folder", "index_duplicate", text.encode() + b'\0{"weight_map": {"a": "x", "a": "y"}}')
+    if llama:
+        put("fuzz_hf_folder", "llama_rope_scaling",
+            json.dumps(dict(llama, rope_scaling={"type": "dynamic", "factor": 2.0}, rope_theta=500000.0)).encode())
+
+
 def args_seeds():
     seeds = {
         "plain": ["train.py"],
@@ -308,6 +363,7 @@ def main():
     launch_seeds()
     checkpoint_seeds()
     safetensors_seeds()
+    hf_seeds()
     args_seeds()
     differ = []
     for rel, data in sorted(out.items()):

@@ -134,9 +134,6 @@ acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc
     need(out, "out");
     HandleLock lock(need(model, "model")->busy, "the model");
     acc::core::Model& m = model->slot->tensors(__func__);
-    auto* lm = dynamic_cast<acc::core::hf::CausalLM*>(&m);
-    if (!lm) throw std::invalid_argument("the model is not a causal language model (acc_model_from_pretrained's *ForCausalLM)");
-    const auto options = acc::core::hf::parse_generation_options(options_json, lm->generation_defaults);
     acc::core::hf::TokenCallback callback;
     if (on_tokens)
       callback = [&](const at::Tensor& tokens) {
@@ -144,7 +141,7 @@ acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc
         return on_tokens(user_data, t.data_ptr<int64_t>(), t.numel()) == 0;
       };
     *out = new_tensor(acc::core::hf::generate(m, tensor_of(input_ids, "input_ids"),
-                                              attention_mask ? need(attention_mask, "attention_mask")->t : at::Tensor(), options, callback));
+                                              attention_mask ? need(attention_mask, "attention_mask")->t : at::Tensor(), options_json, callback));
   });
 }
 
@@ -368,7 +365,6 @@ acc_status acc_dataloader_length(const acc_dataloader* dl, int64_t* out) noexcep
 acc_status acc_dataloader_set_epoch(acc_dataloader* dl, int64_t epoch) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(dl, "dataloader")->busy, "the dataloader");
-    if (epoch < 0) throw std::invalid_argument("epoch must be >= 0");
     dl->dl->set_epoch(epoch);
   });
 }

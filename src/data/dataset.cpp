@@ -813,6 +813,7 @@ std::unique_ptr<DataLoader::Pass> DataLoader::start_pass(int64_t epoch) {
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
+  if (epoch < 0) throw std::invalid_argument("epoch must be >= 0");
   if (in_epoch_ && observer_) observer_->loader_end(this);
   in_epoch_ = false;
   pass_.reset();

@@ -540,6 +540,8 @@ void Accelerator::unscale_all_gradients() {
 }
 
 double Accelerator::clip_grad_norm(ModelSlot& model, double max_norm, double norm_type) {
+  if (!(max_norm > 0)) throw std::invalid_argument("max_norm must be > 0");
+  if (!(norm_type > 0)) throw std::invalid_argument("norm_type must be > 0");
   if (!model.strategy) throw StateError("clip_grad_norm needs a prepared model");
   unscale_all_gradients();
   // The strategy knows the global norm (sharded gradients need a collective); every process then
@@ -553,6 +555,7 @@ double Accelerator::clip_grad_norm(ModelSlot& model, double max_norm, double nor
 }
 
 void Accelerator::clip_grad_value(ModelSlot& model, double clip_value) {
+  if (!(clip_value >= 0)) throw std::invalid_argument("clip_value must be >= 0");
   if (!model.strategy) throw StateError("clip_grad_value needs a prepared model");
   unscale_all_gradients();
   c10::NoGradGuard no_grad;

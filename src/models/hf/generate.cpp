@@ -61,10 +61,25 @@ at::Tensor process(at::Tensor scores, const at::Tensor& seen, const GenerationOp
 
 }  // namespace
 
-at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                    const GenerationOptions& o, const TokenCallback& on_tokens) {
+namespace {
+
+CausalLM& causal_lm(Model& model) {
   auto* lm = dynamic_cast<CausalLM*>(&model);
   if (!lm) throw std::invalid_argument("generate: the model is not a causal language model (from_pretrained's *ForCausalLM)");
+  return *lm;
+}
+
+}  // namespace
+
+at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                    const char* options_json, const TokenCallback& on_tokens) {
+  return generate(model, input_ids, attention_mask,
+                  parse_generation_options(options_json, causal_lm(model).generation_defaults), on_tokens);
+}
+
+at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                    const GenerationOptions& o, const TokenCallback& on_tokens) {
+  CausalLM* lm = &causal_lm(model);
   if (input_ids.dim() != 2 || input_ids.size(1) == 0 || at::isFloatingType(input_ids.scalar_type()))
     throw std::invalid_argument("generate: input_ids must be integer token ids of shape [batch, time], time > 0; got " +
                                 c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));

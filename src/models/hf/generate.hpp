@@ -42,5 +42,9 @@ using TokenCallback = std::function<bool(const at::Tensor& tokens)>;
 // OptionsError for a pad or eos token id outside the vocabulary (naming the key and where it came from).
 at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
                     const GenerationOptions& options, const TokenCallback& on_tokens = {});
+// The same with the options as JSON (parse_generation_options over the model's own generation_config.json): what
+// the C and C++ APIs call.
+at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                    const char* options_json, const TokenCallback& on_tokens = {});
 
 }  // namespace acc::core::hf

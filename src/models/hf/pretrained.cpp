@@ -19,6 +19,7 @@
 #include "models/hf/families.hpp"
 #include "models/layers.hpp"
 #include "runtime/process_state.hpp"
+#include "util/dtypes.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 #include "util/options.hpp"
@@ -44,9 +45,7 @@ void check_config(const std::string& text, const std::string& source) {
 // Tensors a checkpoint may hold that are not state: buffers older transformers versions saved (rotary
 // frequencies, GPT-2's causal masks), and the head of a tied model saved with it.
 bool ignorable(const std::string& name, bool tied) {
-  auto ends = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
+  auto ends = [&](const char* suffix) { return name.ends_with(suffix); };
   return ends("rotary_emb.inv_freq") || ends(".attn.bias") || ends(".attn.masked_bias") ||
          ends("embeddings.position_ids") || ends("embeddings.token_type_ids") ||
          (tied && name == "lm_head.weight");
@@ -156,10 +155,8 @@ GenerationOptions generation_defaults(const JsonValue& v, bool full, const std::
 }
 
 at::ScalarType dtype_named(const std::string& name, const std::string& source) {
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  if (name == "float32") return at::kFloat;
-  throw std::invalid_argument(source + ": dtype '" + name + "' is not float32, bfloat16 or float16");
+  if (const auto t = float_dtype_named(name)) return *t;
+  throw std::invalid_argument(source + ": dtype '" + name + "' is not " + kFloatDtypeNames);
 }
 
 // The architecture config.json names (architectures[0]), with `options`' dtype and device.
@@ -371,7 +368,7 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
           throw std::invalid_argument("from_pretrained: '" + name + "' goes to the disk in another dtype than the "
                                       "checkpoint's: give an offload_folder for the converted weights");
         config::make_directories(offload_folder);
-        const std::string file = (fs::path(offload_folder) / (name + ".safetensors")).string();
+        const std::string file = config::child_path(offload_folder, name + ".safetensors", "an offload file");
         save_safetensors({{name, w.to(meta.scalar_type())}}, file);
         w = load_safetensors(file).front().second;
       }

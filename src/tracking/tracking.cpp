@@ -1,6 +1,7 @@
 // Values, hyperparameters, the tracker names and the set of trackers of a run.
 #include "tracking/tracking.hpp"
 
+#include <acc/config.hpp>
 #include <cjson/cJSON.h>
 
 #include <algorithm>
@@ -14,10 +15,11 @@ namespace acc::tracking {
 namespace {
 
 // NaN, Infinity and -Infinity, as Python's json module writes them (a diverged loss), are not JSON: outside
-// strings they become marker strings that number_of() turns back into numbers.
+// strings they become marker strings that number_of() turns back into numbers (or, with markers false, 0: the
+// text config::check_json checks).
 constexpr std::string_view kMarker = "\\u0001acc-number:";
 
-std::string with_special_numbers(std::string_view text) {
+std::string with_special_numbers(std::string_view text, bool markers = true) {
   std::string out;
   out.reserve(text.size());
   bool in_string = false;
@@ -33,10 +35,7 @@ std::string with_special_numbers(std::string_view text) {
     bool matched = false;
     for (std::string_view tok : {"NaN", "Infinity", "-Infinity"}) {
       if (text.substr(i, tok.size()) == tok) {
-        out += "\"";
-        out += kMarker;
-        out += tok;
-        out += "\"";
+        out += markers ? "\"" + std::string(kMarker) + std::string(tok) + "\"" : std::string("0");
         i += tok.size() - 1;
         matched = true;
         break;
@@ -50,6 +49,12 @@ std::string with_special_numbers(std::string_view text) {
 struct JsonDoc {
   cJSON* root = nullptr;
   explicit JsonDoc(std::string_view raw, const char* what) {
+    // As every JSON libacc reads: one document, no duplicate key, UTF-8 (cJSON alone takes the first of two keys).
+    try {
+      config::check_json(with_special_numbers(raw, false), what);
+    } catch (const config::Error& e) {
+      throw std::invalid_argument(e.what());
+    }
     std::string text = with_special_numbers(raw);
     root = cJSON_ParseWithLength(text.data(), text.size());
     if (!root) {

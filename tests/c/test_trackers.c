@@ -109,8 +109,12 @@ int main(int argc, char** argv) {
   EXPECT_OK(acc_init_trackers(acc, "demo", kConfig, NULL));
   EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, NULL), ACC_ERR_INVALID_STATE, "end_training");
   EXPECT_OK(acc_log(acc, "{\"loss\": 0.5, \"lr\": 0.001}", 1));
-  EXPECT_OK(acc_log(acc, "{\"loss\": NaN, \"note\": \"diverged\"}", 2));
-  EXPECT_ERR(acc_log(acc, "{\"loss\": ", 3), ACC_ERR_INVALID_ARGUMENT, "not valid JSON");
+  EXPECT_OK(acc_log(acc, "{\"loss\": NaN, \"note\": \"diverged\", \"lr\": -Infinity}", 2));
+  EXPECT_ERR(acc_log(acc, "{\"loss\": ", 3), ACC_ERR_INVALID_ARGUMENT, "malformed JSON");
+  /* As every JSON libacc reads: two values for one key (cJSON would take the first, Python the last), or text
+   * after the document, are refused rather than half-read. */
+  EXPECT_ERR(acc_log(acc, "{\"loss\": 1, \"loss\": 2}", 3), ACC_ERR_INVALID_ARGUMENT, "loss");
+  EXPECT_ERR(acc_log(acc, "{\"loss\": 1} {\"lr\": 2}", 3), ACC_ERR_INVALID_ARGUMENT, "malformed JSON");
   EXPECT_ERR(acc_log(acc, NULL, 3), ACC_ERR_INVALID_ARGUMENT, "values_json");
   EXPECT_ERR(acc_log(acc, "{\"bad*name\": 1}", 3), ACC_ERR_INVALID_ARGUMENT, "mlflow");
   /* Names from the data that become paths stay inside the run's folder (issue 23): an add_scalars member that

@@ -45,16 +45,6 @@ struct TempFile {
   }
 };
 
-// The renames in a directory are durable only once it is synced. Some filesystems cannot sync a directory
-// (EINVAL); the entries are in place there all the same.
-void sync_directory(const std::string& dir) {
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail_errno("cannot sync directory", dir);
-  int rc = ::fsync(dfd), err = errno;
-  ::close(dfd);
-  if (rc != 0 && err != EINVAL) fail("cannot sync directory", dir, err);
-}
-
 // Writes everything from `pieces` at the descriptor's position, retrying short and interrupted writes.
 void write_all(int fd, std::string_view bytes, const std::string& path) {
   while (!bytes.empty()) {
@@ -124,6 +114,15 @@ void write_pieces(int fd, const std::vector<std::string_view>& pieces, size_t to
 }
 
 }  // namespace
+
+// Some filesystems cannot sync a directory (EINVAL); the entries are in place there all the same.
+void sync_directory(const std::string& dir) {
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fail_errno("cannot sync directory", dir);
+  int rc = ::fsync(dfd), err = errno;
+  ::close(dfd);
+  if (rc != 0 && err != EINVAL) fail("cannot sync directory", dir, err);
+}
 
 std::string read_file(const std::string& path, size_t max_bytes) {
   // Non-blocking: opening a FIFO with no writer must not wait (the descriptor is refused just below anyway).

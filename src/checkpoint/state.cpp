@@ -10,7 +10,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,15 +134,6 @@ fs::path folder_named(const std::string& dir) {
   return p;
 }
 
-void sync_folder(const fs::path& dir) {
-  // write_file_atomic syncs the folder it writes into; an empty file name is never written.
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)::fsync(fd);
-    ::close(fd);
-  }
-}
-
 // Puts the staged checkpoint (its `files`, manifest.json last) at `target`:
 // - nothing there: renamed into place, never over something that appeared meanwhile;
 // - a libacc checkpoint holding nothing else: swapped with it atomically (a crash leaves the old or the new one);
@@ -189,7 +179,7 @@ void put_in_place(config::StagingFolder& staged, const fs::path& target, const s
     if (name != kManifest && std::find(files.begin(), files.end(), name) == files.end()) fs::remove(target / name, ec);
   if (::rename((fs::path(staged.path()) / kManifest).c_str(), (target / kManifest).c_str()) != 0)
     throw config::FileError("cannot move into place", (target / kManifest).string(), std::strerror(errno), errno);
-  sync_folder(target);
+  config::sync_directory(target.string());
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // The same, for a file made of several pieces written in order (a header and tensor data: no copy into one buffer).
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
+// fsyncs a directory, so that the renames in it are durable (a filesystem that cannot sync one, EINVAL, is fine).
+void sync_directory(const std::string& dir);
+
 // rename(2) that never replaces what is at `to` (renameat2's RENAME_NOREPLACE): FileError (EEXIST) naming `to`
 // when something is there already, so two writers can never both believe a name is theirs.
 void rename_no_replace(const std::string& from, const std::string& to);

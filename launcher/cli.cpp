@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "acc/config.hpp"
@@ -127,6 +128,19 @@ std::string help(const std::string& usage, const std::string& description, const
     }
   }
   return out;
+}
+
+std::optional<int> parse_or_help(const std::vector<Option>& options, const std::vector<std::string>& args,
+                                 const char* me, const std::string& usage, const std::string& description, Parsed& p) {
+  try {
+    p = parse(options, args, false);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", me, e.what());
+    return 2;
+  }
+  if (!p.options.count("--help")) return std::nullopt;
+  std::fputs(help(usage, description, options).c_str(), stdout);
+  return 0;
 }
 
 }  // namespace acc::cli

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,5 +46,11 @@ Parsed parse(const std::vector<Option>& options, const std::vector<std::string>&
 
 // Help text: usage line, description, then the options by group.
 std::string help(const std::string& usage, const std::string& description, const std::vector<Option>& options);
+
+// A subcommand's preamble: parses `args` (positionals kept) and prints the help for --help. The exit status when
+// there is nothing more to do (0 after the help; 2 after a usage error, printed as "<me>: error: ..."), nullopt to
+// go on with `p`.
+std::optional<int> parse_or_help(const std::vector<Option>& options, const std::vector<std::string>& args,
+                                 const char* me, const std::string& usage, const std::string& description, Parsed& p);
 
 }  // namespace acc::cli

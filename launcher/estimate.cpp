@@ -337,37 +337,28 @@ int estimate_main(const std::vector<std::string>& args) {
   opt("--library_name", "NAME", "accepted for compatibility (acc reads no Hub models)", true);
   opt("--trust_remote_code", "", "accepted for compatibility", false);
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-  } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
-    return 2;
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc estimate-memory MODEL [--dtypes DTYPE ...]",
-                         "Estimates the memory to load MODEL and to train it with Adam (batch size 1), per dtype, in\n"
-                         "`accelerate estimate-memory`'s table. MODEL is one of:\n"
-                         "  - a libacc model spec, as JSON text or a .json file: {\"type\": \"gpt\", \"vocab_size\": ..,\n"
-                         "    \"block_size\": .., \"n_layer\": .., \"n_head\": .., \"n_embd\": ..} or {\"type\": \"mlp\",\n"
-                         "    \"sizes\": [in, hidden, ..., out]};\n"
-                         "  - gpt2, gpt2-medium, gpt2-large, gpt2-xl (those sizes as libacc GPT specs);\n"
-                         "  - a .safetensors file, or a directory of them (a sharded checkpoint);\n"
-                         "  - a Hugging Face config.json, or a model directory holding one (Llama, Mistral, Qwen2,\n"
-                         "    Mixtral, GPT-2, BERT: built empty, as Accelerate does for a Hub model).\n"
-                         "Sizes count floating point tensors in float32, as Accelerate instantiates models; training\n"
-                         "with Adam takes 4x the float32 size (weights, gradients, two moments), or 2x with mixed\n"
-                         "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.\n"
-                         "A second table gives each process's share of that training state across N processes\n"
-                         "(--num_processes) under DDP and ZeRO stages 1-3 (DeepSpeed's zero_stage; FSDP's FULL_SHARD\n"
-                         "and SHARD_GRAD_OP are stage 3), as the ZeRO paper counts it: with P parameters, fp32 takes\n"
-                         "DDP 16P, ZeRO-1 8P+8P/N, ZeRO-2 4P+12P/N, ZeRO-3 16P/N plus the largest layer gathered;\n"
-                         "mixed precision keeps fp32 master weights and moments (12P) beside 16-bit weights and\n"
-                         "gradients (2P each). Activations are not included.",
-                         opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = cli::parse_or_help(opts, args, kMe,
+                                     "acc estimate-memory MODEL [--dtypes DTYPE ...]",
+                                     "Estimates the memory to load MODEL and to train it with Adam (batch size 1), per dtype, in\n"
+                                     "`accelerate estimate-memory`'s table. MODEL is one of:\n"
+                                     "  - a libacc model spec, as JSON text or a .json file: {\"type\": \"gpt\", \"vocab_size\": ..,\n"
+                                     "    \"block_size\": .., \"n_layer\": .., \"n_head\": .., \"n_embd\": ..} or {\"type\": \"mlp\",\n"
+                                     "    \"sizes\": [in, hidden, ..., out]};\n"
+                                     "  - gpt2, gpt2-medium, gpt2-large, gpt2-xl (those sizes as libacc GPT specs);\n"
+                                     "  - a .safetensors file, or a directory of them (a sharded checkpoint);\n"
+                                     "  - a Hugging Face config.json, or a model directory holding one (Llama, Mistral, Qwen2,\n"
+                                     "    Mixtral, GPT-2, BERT: built empty, as Accelerate does for a Hub model).\n"
+                                     "Sizes count floating point tensors in float32, as Accelerate instantiates models; training\n"
+                                     "with Adam takes 4x the float32 size (weights, gradients, two moments), or 2x with mixed\n"
+                                     "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.\n"
+                                     "A second table gives each process's share of that training state across N processes\n"
+                                     "(--num_processes) under DDP and ZeRO stages 1-3 (DeepSpeed's zero_stage; FSDP's FULL_SHARD\n"
+                                     "and SHARD_GRAD_OP are stage 3), as the ZeRO paper counts it: with P parameters, fp32 takes\n"
+                                     "DDP 16P, ZeRO-1 8P+8P/N, ZeRO-2 4P+12P/N, ZeRO-3 16P/N plus the largest layer gathered;\n"
+                                     "mixed precision keeps fp32 master weights and moments (12P) beside 16-bit weights and\n"
+                                     "gradients (2P each). Activations are not included.",
+                                     p))
+    return *done;
   if (p.positionals.size() != 1) {
     std::fprintf(stderr, "%s: error: give one MODEL (a model spec, a GPT-2 size name or a safetensors file)\n", kMe);
     return 2;

@@ -227,25 +227,16 @@ int merge_main(const std::vector<std::string>& args) {
   opt("--unsafe_serialization", "accepted for compatibility (acc writes safetensors only)");
   opt("--remove_checkpoint_dir", "remove the checkpoint directory after merging");
   cli::Parsed p;
-  try {
-    p = cli::parse(opts, args, false);
-  } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
-    return 2;
-  }
-  if (p.options.count("--help")) {
-    std::fputs(cli::help("acc merge-weights CHECKPOINT_DIRECTORY OUTPUT_PATH [--remove_checkpoint_dir]",
-                         "Merges a sharded safetensors checkpoint (model.safetensors.index.json and its shards\n"
-                         "model-00001-of-0000N.safetensors, as acc_save_model and save_pretrained write them) into\n"
-                         "one OUTPUT_PATH/model.safetensors with {\"format\": \"pt\"} metadata, as `accelerate\n"
-                         "merge-weights` does. The tensor bytes are copied unchanged; the file is written\n"
-                         "atomically. A missing shard, a bad index or a tensor in two shards is refused naming the\n"
-                         "file.",
-                         opts)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+  if (auto done = cli::parse_or_help(opts, args, kMe,
+                                     "acc merge-weights CHECKPOINT_DIRECTORY OUTPUT_PATH [--remove_checkpoint_dir]",
+                                     "Merges a sharded safetensors checkpoint (model.safetensors.index.json and its shards\n"
+                                     "model-00001-of-0000N.safetensors, as acc_save_model and save_pretrained write them) into\n"
+                                     "one OUTPUT_PATH/model.safetensors with {\"format\": \"pt\"} metadata, as `accelerate\n"
+                                     "merge-weights` does. The tensor bytes are copied unchanged; the file is written\n"
+                                     "atomically. A missing shard, a bad index or a tensor in two shards is refused naming the\n"
+                                     "file.",
+                                     p))
+    return *done;
   if (p.positionals.size() != 2) {
     std::fprintf(stderr, "%s: error: give CHECKPOINT_DIRECTORY and OUTPUT_PATH\n", kMe);
     return 2;

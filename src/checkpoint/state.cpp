@@ -107,8 +107,15 @@ fs::path checkpoints_root(const config::Config& c) {
 
 // The complete checkpoints named checkpoint_{n} under `root`, by number: only folders of exactly that name
 // that are libacc's (checkpoint_7_notes or a folder without manifest is the user's).
-std::vector<std::pair<int64_t, fs::path>> list_automatic(const fs::path& root) {
-  std::vector<std::pair<int64_t, fs::path>> found;
+struct Automatic {
+  int64_t number;
+  fs::path dir;
+  std::vector<std::string> files;  // checkpoint_files: what removing it may remove
+  bool operator<(const Automatic& o) const { return number < o.number; }
+};
+
+std::vector<Automatic> list_automatic(const fs::path& root) {
+  std::vector<Automatic> found;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return found;
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -117,7 +124,7 @@ std::vector<std::pair<int64_t, fs::path>> list_automatic(const fs::path& root) {
     if (name.rfind("checkpoint_", 0) != 0 || digits.empty() || digits.size() > 18 ||
         digits.find_first_not_of("0123456789") != std::string::npos || !e.is_directory(ec))
       continue;
-    if (checkpoint_files(e.path().string())) found.emplace_back(std::stoll(digits), e.path());
+    if (auto files = checkpoint_files(e.path().string())) found.push_back({std::stoll(digits), e.path(), *files});
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -324,8 +331,7 @@ std::string Accelerator::save_state(const std::string& dir) {
       const auto existing = list_automatic(target.parent_path());
       const size_t keep = static_cast<size_t>(std::max<int64_t>(config_.get_int("project_config.total_limit"), 1));
       for (size_t i = 0; i + keep < existing.size(); ++i)
-        if (auto old = checkpoint_files(existing[i].second.string()))
-          config::remove_files_then_folder(existing[i].second.string(), *old, "an old checkpoint");
+        config::remove_files_then_folder(existing[i].dir.string(), existing[i].files, "an old checkpoint");
     }
   });
   if (automatic) ++save_iteration_;
@@ -339,8 +345,8 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     const fs::path root = checkpoints_root(config_);
     const auto found = list_automatic(root);
     if (found.empty()) throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
-    dir = found.back().second.string();
-    automatic_number = found.back().first;
+    dir = found.back().dir.string();
+    automatic_number = found.back().number;
   }
   const fs::path root(dir);
   const auto where = [&](const std::string& file) { return (root / file).string(); };

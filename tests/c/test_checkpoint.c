@@ -341,6 +341,14 @@ int main(int argc, char** argv) {
   sh("mkdir -p %s/project/checkpoints/checkpoint_5 && echo keep > %s/project/checkpoints/checkpoint_5/x", root);
   EXPECT_ERR(acc_save_state(g.acc, NULL), ACC_ERR_INVALID_ARGUMENT, "checkpoint_5");
   EXPECT(strcmp(slurp(auto_dir, "checkpoint_5/x"), "keep\n") == 0);
+  /* total_limit removes old checkpoints only once the new one is complete: a save that fails (a full disk, as a
+   * file-size limit) leaves both that total_limit keeps. */
+  sh("rm -r %s/project/checkpoints/checkpoint_5", root);
+  setrlimit(RLIMIT_FSIZE, &small);
+  EXPECT(acc_save_state(g.acc, NULL) == ACC_ERR_IO);
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  EXPECT(exists(auto_dir, "checkpoint_3/manifest.json") && exists(auto_dir, "checkpoint_4/manifest.json") &&
+         !exists(auto_dir, "checkpoint_5"));
   EXPECT_ERR(acc_save_state(a.acc, NULL), ACC_ERR_INVALID_ARGUMENT, "automatic_checkpoint_naming");
   end_run(e);
   end_run(g);

@@ -286,45 +286,26 @@ void remove_files_then_folder(const std::string& dir, const std::vector<std::str
 }
 
 StagingFolder::StagingFolder(std::string dir) : dir_(std::move(dir)) {
+  // The name is libacc's own; whether a writer is alive in it says the lock (a dead writer's is let go).
+  if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) fail_errno("cannot create directory", dir_);
+  struct stat st {};
+  if (::lstat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw FileError("cannot use", dir_, "it exists and is not a folder: move it away", ENOTDIR);
   const std::string lock = dir_ + "/" + kLockName;
-  if (::mkdir(dir_.c_str(), 0755) == 0) {
-    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) {
-      const int err = errno;
-      ::rmdir(dir_.c_str());
-      fail("cannot create", lock, err);
-    }
-    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) return;
-    // Another process took it for a leftover in the instant between open and flock: it is theirs now.
-    const int err = errno;
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    fail("cannot lock", lock, err);
-  }
-  if (errno != EEXIST) fail_errno("cannot create directory", dir_);
-  // There already: libacc's only if its lock file is there; a leftover only if nobody holds that lock.
-  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (lock_fd_ < 0)
-    throw FileError("cannot use", dir_,
-                    "it exists and is not a staging folder of libacc (no " + std::string(kLockName) +
-                        " in it): move it away",
-                    EEXIST);
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    if (err == EWOULDBLOCK)
-      throw FileError("cannot use", dir_, "another process is saving into it right now", EBUSY);
-    fail("cannot lock", lock, err);
-  }
-  // The lock is ours; but a writer that just finished unlinks its lock file before letting go of it.
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (lock_fd_ < 0) fail_errno("cannot create", lock);
+  const bool locked = ::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+  const int err = errno;
+  // A writer that has just finished renamed the folder away, or unlinked the lock, before letting go of it.
   struct stat held {}, named {};
-  if (::fstat(lock_fd_, &held) != 0 || ::lstat(lock.c_str(), &named) != 0 || held.st_ino != named.st_ino) {
+  const bool same = ::fstat(lock_fd_, &held) == 0 && ::lstat(lock.c_str(), &named) == 0 && held.st_ino == named.st_ino;
+  if (!locked || !same) {
     ::close(lock_fd_);
     lock_fd_ = -1;
-    throw FileError("cannot use", dir_, "another process has just finished saving through it", EBUSY);
+    if (!locked && err != EWOULDBLOCK) fail("cannot lock", lock, err);
+    throw FileError("cannot use", dir_, "another process is saving into it right now", EBUSY);
   }
-  // A writer died here: its files go, the folder (and this lock) is reused.
+  // Ours now: what a writer that died here left goes, the lock stays.
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec))
     if (e.path().filename() != kLockName) std::filesystem::remove_all(e.path(), ec);
@@ -332,17 +313,17 @@ StagingFolder::StagingFolder(std::string dir) : dir_(std::move(dir)) {
 }
 
 StagingFolder::~StagingFolder() {
-  if (!kept_) {
+  if (!moved_) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);  // all of it is this writer's
   }
   if (lock_fd_ >= 0) ::close(lock_fd_);
-  lock_fd_ = -1;
 }
 
-void StagingFolder::release() {
-  if (lock_fd_ < 0) return;
-  const std::string lock = dir_ + "/" + kLockName;
+void StagingFolder::moved_to(const std::string& place) {
+  moved_ = true;
+  // Unlinked while still locked: nobody can take the folder for a leftover before it is in place.
+  const std::string lock = place + "/" + kLockName;
   if (::unlink(lock.c_str()) != 0) fail_errno("cannot remove", lock);
   ::close(lock_fd_);
   lock_fd_ = -1;

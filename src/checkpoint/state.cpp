@@ -141,6 +141,13 @@ fs::path folder_named(const std::string& dir) {
   return p;
 }
 
+// Removes a checkpoint libacc wrote: its own files (and a staging lock file a save killed right after putting it in
+// place left), then the folder when nothing of anybody else's is in it.
+void remove_checkpoint(const fs::path& dir, std::vector<std::string> files, const char* what) {
+  files.push_back(config::StagingFolder::kLockName);
+  config::remove_files_then_folder(dir.string(), files, what);
+}
+
 // Puts the staged checkpoint (its `files`, manifest.json last) at `target`:
 // - nothing there: renamed into place, never over something that appeared meanwhile;
 // - a libacc checkpoint holding nothing else: swapped with it atomically (a crash leaves the old or the new one);
@@ -150,9 +157,8 @@ fs::path folder_named(const std::string& dir) {
 void put_in_place(config::StagingFolder& staged, const fs::path& target, const std::vector<std::string>& files) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(target, ec))) {
-    staged.release();
     config::rename_no_replace(staged.path(), target.string());
-    staged.kept();
+    staged.moved_to(target.string());
     return;
   }
   const std::optional<std::vector<std::string>> old = checkpoint_files(target.string());
@@ -169,13 +175,11 @@ void put_in_place(config::StagingFolder& staged, const fs::path& target, const s
                               "overwrite it): save into another folder",
                               EEXIST);
   }
-  if (old && entries == ours.size() && !fs::is_symlink(target, ec)) {
-    staged.release();
-    if (config::exchange_paths(staged.path(), target.string())) {
-      staged.kept();
-      config::remove_files_then_folder(staged.path(), *old, "the replaced checkpoint");
-      return;
-    }
+  if (old && entries == ours.size() && !fs::is_symlink(target, ec) &&
+      config::exchange_paths(staged.path(), target.string())) {
+    staged.moved_to(target.string());
+    remove_checkpoint(staged.path(), *old, "the replaced checkpoint");
+    return;
   }
   if (old && ::unlink((target / kManifest).c_str()) != 0)
     throw config::FileError("cannot remove", (target / kManifest).string(), std::strerror(errno), errno);
@@ -331,7 +335,7 @@ std::string Accelerator::save_state(const std::string& dir) {
       const auto existing = list_automatic(target.parent_path());
       const size_t keep = static_cast<size_t>(std::max<int64_t>(config_.get_int("project_config.total_limit"), 1));
       for (size_t i = 0; i + keep < existing.size(); ++i)
-        config::remove_files_then_folder(existing[i].dir.string(), existing[i].files, "an old checkpoint");
+        remove_checkpoint(existing[i].dir, existing[i].files, "an old checkpoint");
     }
   });
   if (automatic) ++save_iteration_;

@@ -57,12 +57,12 @@ bool exchange_paths(const std::string& a, const std::string& b);
 // (each a plain name: child_path), then the folder itself if nothing else is left in it.
 void remove_files_then_folder(const std::string& dir, const std::vector<std::string>& names, const std::string& what);
 
-// A folder that one writer at a time fills before it gets its final name (a checkpoint being saved): the
-// constructor makes `dir` (its parent must exist) with a lock file in it, locked (flock) while this object lives.
-// A folder of that name left by a writer that died (its lock file there and not locked) is emptied and reused; one
-// a live writer holds, or one without the lock file (not libacc's), is refused with a FileError naming it. Call
-// release() just before renaming the folder into place (its lock file goes; the folder is then yours alone to
-// move); unless kept(), the destructor removes the folder.
+// A folder that one writer at a time fills before it gets its final name (a checkpoint being saved). The name is
+// libacc's own temporary one; the constructor makes the folder (its parent must exist) with a lock file in it,
+// locked (flock) while this object lives. A folder of that name whose lock nobody holds is a dead writer's: emptied
+// and reused; one a live writer holds is refused with a FileError (EBUSY) naming it. Rename the folder (lock file
+// and all) to its place, then call moved_to(place): the lock file goes from there. Unless moved, the destructor
+// removes the folder.
 class StagingFolder {
  public:
   explicit StagingFolder(std::string dir);
@@ -70,8 +70,7 @@ class StagingFolder {
   StagingFolder(const StagingFolder&) = delete;
   StagingFolder& operator=(const StagingFolder&) = delete;
   const std::string& path() const { return dir_; }
-  void release();
-  void kept() { kept_ = true; }
+  void moved_to(const std::string& place);
 
   // The name of the lock file inside (never a file of the folder's contents).
   static constexpr const char* kLockName = ".acc-staging-lock";
@@ -79,7 +78,7 @@ class StagingFolder {
  private:
   std::string dir_;
   int lock_fd_ = -1;
-  bool kept_ = false;
+  bool moved_ = false;
 };
 
 }  // namespace acc::config

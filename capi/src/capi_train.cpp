@@ -3,7 +3,7 @@
 #include <c10/core/GradMode.h>
 
 #include "bigmodel/plan.hpp"
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
 #include "guard.hpp"

@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "bigmodel/plan.hpp"
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "checkpoint/save_model.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"

@@ -8,25 +8,9 @@
 #include <utility>
 #include <vector>
 
-namespace acc::core::bigmodel {
+#include "models/module_tree.hpp"
 
-// A module tree as nn.Module sees it: per module its class name and, in registration order, its direct
-// parameters, children and buffers (named_parameters / named_children / named_buffers with recurse=False).
-struct ModuleTree {
-  struct Tensor {
-    int64_t numel = 0;
-    int element_size = 4;  // bytes
-    bool integer = false;  // integer and bool tensors keep their dtype when a model is converted
-  };
-  struct Module {
-    std::string class_name;
-    std::vector<std::pair<std::string, int>> children;        // local name -> module index
-    std::vector<std::pair<std::string, Tensor>> parameters;   // local name -> tensor
-    std::vector<std::pair<std::string, Tensor>> buffers;
-  };
-  std::vector<Module> modules;                  // modules[0] is the root
-  std::vector<std::vector<std::string>> tied;   // groups of parameter names that are one tensor
-};
+namespace acc::core::bigmodel {
 
 // A device of a budget or a map: "0", "1", ... for accelerators (Accelerate's integer keys), "cpu", "disk".
 using Device = std::string;

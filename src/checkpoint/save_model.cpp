@@ -18,7 +18,7 @@
 #include "acc/config.hpp"
 #include "acc/files.hpp"
 #include "checkpoint/agree.hpp"
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "parallel/strategy.hpp"
 #include "train/accelerator.hpp"

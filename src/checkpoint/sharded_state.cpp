@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "acc/files.hpp"
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "util/json.hpp"
 
 namespace acc::core {

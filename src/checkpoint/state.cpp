@@ -24,7 +24,7 @@
 #include "acc/limits.hpp"
 #include "checkpoint/agree.hpp"
 #include "checkpoint/manifest.hpp"
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "runtime/cuda.hpp"
 #include "train/accelerator.hpp"
 #include "checkpoint/sharded_state.hpp"

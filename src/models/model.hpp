@@ -53,7 +53,7 @@ class Model {
   virtual std::vector<std::string> reported_units() const { return {}; }
   void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
   // FSDP's activation_checkpointing: the reported units keep no activations in forward; backward recomputes them
-  // (models/checkpoint.cpp). Only models that report units have blocks to recompute. `offload`
+  // (models/activation_checkpointing.cpp). Only models that report units have blocks to recompute. `offload`
   // (activation_checkpointing_offload): the input each block keeps for its recomputation waits in CPU memory
   // (pinned) while it is not needed, as Accelerate's offload_wrapper does; on a CPU it stays where it is.
   void set_activation_checkpointing(bool on, bool offload = false) {

@@ -769,7 +769,7 @@ std::unique_ptr<Strategy> make_sharded_strategy(std::shared_ptr<Model> model, c1
 std::vector<std::string> wrap_units(const Model& model, const std::string& policy,
                                     const std::vector<std::string>& classes, int64_t min_num_params) {
   if (policy == "NO_WRAP") return {};
-  bigmodel::ModuleTree tree;
+  ModuleTree tree;
   try {
     tree = bigmodel::tree_of(model);
   } catch (const std::invalid_argument& e) {

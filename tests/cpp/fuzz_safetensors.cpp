@@ -18,7 +18,7 @@
 #include <random>
 #include <string>
 
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 10;

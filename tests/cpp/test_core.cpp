@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "checkpoint/sharded_state.hpp"
 #include "models/model.hpp"
 #include "train/optim.hpp"

@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include <acc/hf_shapes.hpp>
 
 #include "checkpoint/save_model.hpp"

@@ -15,7 +15,7 @@
 #include "acc/safetensors_header.hpp"
 #include "bigmodel/offload.hpp"
 #include "bigmodel/plan.hpp"
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/layers.hpp"
 #include "runtime/process_state.hpp"

@@ -1,4 +1,4 @@
-#include "checkpoint/safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 #include <ATen/ATen.h>
 #include <cjson/cJSON.h>

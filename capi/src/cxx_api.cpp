@@ -4,8 +4,9 @@
 #include <ATen/ATen.h>
 
 #include "bigmodel/plan.hpp"
-#include "formats/safetensors.hpp"
 #include "checkpoint/save_model.hpp"
+#include "formats/hf_weights.hpp"
+#include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
 #include "train/accelerator.hpp"

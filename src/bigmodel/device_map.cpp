@@ -7,7 +7,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "checkpoint/save_model.hpp"
+#include "formats/hf_weights.hpp"
 
 namespace acc::core::bigmodel {
 

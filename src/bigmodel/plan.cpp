@@ -1,14 +1,12 @@
 #include "bigmodel/plan.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/nn/module.h>
 
 #include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
 
-#include "models/hf/families.hpp"
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
@@ -18,22 +16,6 @@ namespace acc::core::bigmodel {
 
 namespace {
 
-ModuleTree::Tensor tensor_of(const at::Tensor& t) {
-  return {t.numel(), static_cast<int>(t.element_size()), !at::isFloatingType(t.scalar_type())};
-}
-
-int add_module(ModuleTree& tree, const torch::nn::Module& m) {
-  const int index = static_cast<int>(tree.modules.size());
-  tree.modules.push_back({m.name(), {}, {}, {}});
-  for (const auto& p : m.named_parameters(/*recurse=*/false)) tree.modules[index].parameters.emplace_back(p.key(), tensor_of(p.value()));
-  for (const auto& b : m.named_buffers(/*recurse=*/false)) tree.modules[index].buffers.emplace_back(b.key(), tensor_of(b.value()));
-  for (const auto& c : m.named_children()) {
-    const int child = add_module(tree, *c.value());
-    tree.modules[index].children.emplace_back(c.key(), child);
-  }
-  return index;
-}
-
 int element_size_of(const std::string& dtype, const std::string& source) {
   if (dtype.empty()) return 0;
   if (const auto t = float_dtype_named(dtype)) return static_cast<int>(c10::elementSize(*t));
@@ -41,29 +23,6 @@ int element_size_of(const std::string& dtype, const std::string& source) {
 }
 
 }  // namespace
-
-ModuleTree tree_of(const Model& model) {
-  const auto* nn = dynamic_cast<const NnModel*>(&model);
-  if (!nn) throw std::invalid_argument("device maps need a model with a module tree (a TorchScript module has none)");
-  ModuleTree tree;
-  add_module(tree, *nn->module());
-  if (const auto* lm = dynamic_cast<const hf::CausalLM*>(&model); lm && lm->ties_embeddings()) {
-    // transformers' tied head: a module of its own whose weight is the input embedding.
-    const std::string embedding = lm->input_embedding_name();
-    ModuleTree::Tensor weight;
-    for (const auto& [name, t] : model.named_parameters())
-      if (name == embedding) weight = tensor_of(t);
-    tree.modules.push_back({"Linear", {}, {{"weight", weight}}, {}});
-    tree.modules[0].children.emplace_back("lm_head", static_cast<int>(tree.modules.size()) - 1);
-    tree.tied.push_back({"lm_head.weight", embedding});
-  }
-  return tree;
-}
-
-std::vector<std::string> no_split_classes(const Model& model) {
-  const auto* p = dynamic_cast<const hf::Pretrained*>(&model);
-  return p ? p->no_split_modules() : std::vector<std::string>{};
-}
 
 Budget available_memory() {
   // psutil.virtual_memory().available is /proc/meminfo's MemAvailable.
@@ -114,7 +73,7 @@ std::string plan_device_map(const Model& model, const char* options_json) {
     JsonValue n = o.get("no_split_module_classes");
     for (size_t i = 0; i < n.size(); ++i) plan.no_split.push_back(n.at(i).as_string());
   } else {
-    plan.no_split = no_split_classes(model);
+    plan.no_split = model.no_split_modules();
   }
   plan.element_size = element_size_of(o.get_string_or("dtype", ""), source);
   plan.offload_buffers = o.get_bool_or("offload_buffers", false);

@@ -1,21 +1,14 @@
-// Device maps for libacc's models: the module tree of a model (torch::nn::Module trees: the built-in and
-// Hugging Face families and a C++ user's modules) and Accelerate's device_map values ("auto", "balanced",
-// "balanced_low_0", "sequential") planned over it with bigmodel/device_map.hpp.
+// Device maps for libacc's models: Accelerate's device_map values ("auto", "balanced", "balanced_low_0",
+// "sequential") planned with bigmodel/device_map.hpp over the model's module tree (models/module_tree.hpp) and its
+// no_split_modules.
 #pragma once
 #include <string>
 
 #include "bigmodel/device_map.hpp"
 #include "models/model.hpp"
+#include "models/module_tree.hpp"
 
 namespace acc::core::bigmodel {
-
-// The tree as transformers shows it: a tied output embedding appears as its own module ("lm_head" with a
-// "weight" tied to the input embedding's), as nn.Module trees do. std::invalid_argument for a model without a
-// module tree (TorchScript).
-ModuleTree tree_of(const Model& model);
-
-// The classes a model is never split inside (transformers' _no_split_modules): "LlamaDecoderLayer", ...
-std::vector<std::string> no_split_classes(const Model& model);
 
 // get_max_memory without a budget: the free memory of each CUDA device, then the CPU's available memory.
 Budget available_memory();

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "models/model.hpp"
+#include "data/batch.hpp"
 
 namespace acc::core {
 

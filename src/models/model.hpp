@@ -76,6 +76,13 @@ class Model {
   virtual std::string target_name() const { return "targets"; }
   // Initialises the parameters again as at construction (built-in families); meta tensors stay meta.
   virtual void reset_parameters();
+  // transformers' _no_split_modules: the classes device maps keep whole and FSDP wraps by default
+  // ("LlamaDecoderLayer"); none by default.
+  virtual std::vector<std::string> no_split_modules() const { return {}; }
+  // The input embedding's parameter that the language-model head shares (transformers' tie_word_embeddings:
+  // "model.embed_tokens.weight"), so that the module tree shows "lm_head" as a module of its own as nn.Module
+  // trees do; "" when the model has no tied head.
+  virtual std::string tied_lm_head() const { return ""; }
 
   // Moves parameters and buffers in place: tensor identities (held by optimizers) survive.
   void to(const c10::Device& device);

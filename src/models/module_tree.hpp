@@ -1,5 +1,5 @@
-// A model's module tree as nn.Module sees it, torch-free: what device maps are planned over (bigmodel/), for a
-// libacc model and for a tree recorded from PyTorch alike.
+// A model's module tree as nn.Module sees it, torch-free: what device maps (bigmodel/) and FSDP's wrap policies
+// (parallel/sharded.cpp) are planned over, for a libacc model and, in the tests, for a tree recorded from PyTorch.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,6 +7,8 @@
 #include <vector>
 
 namespace acc::core {
+
+class Model;
 
 // A module tree as nn.Module sees it: per module its class name and, in registration order, its direct
 // parameters, children and buffers (named_parameters / named_children / named_buffers with recurse=False).
@@ -25,5 +27,10 @@ struct ModuleTree {
   std::vector<Module> modules;                  // modules[0] is the root
   std::vector<std::vector<std::string>> tied;   // groups of parameter names that are one tensor
 };
+
+// The tree as transformers shows it: a tied output embedding appears as its own module ("lm_head" with a
+// "weight" tied to the input embedding's; Model::tied_lm_head), as nn.Module trees do. std::invalid_argument for
+// a model without a module tree (TorchScript).
+ModuleTree tree_of(const Model& model);
 
 }  // namespace acc::core

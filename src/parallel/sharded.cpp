@@ -15,8 +15,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "bigmodel/plan.hpp"
 #include "models/model.hpp"
+#include "models/module_tree.hpp"
 #include "util/errors.hpp"
 #include "util/json.hpp"
 
@@ -771,7 +771,7 @@ std::vector<std::string> wrap_units(const Model& model, const std::string& polic
   if (policy == "NO_WRAP") return {};
   ModuleTree tree;
   try {
-    tree = bigmodel::tree_of(model);
+    tree = tree_of(model);
   } catch (const std::invalid_argument& e) {
     throw UnsupportedError("auto_wrap_policy " + policy + " needs a module tree: " + e.what() +
                            "; use NO_WRAP (the whole model is one unit)");

@@ -13,7 +13,6 @@
 
 #include <set>
 
-#include "bigmodel/plan.hpp"
 #include "cuda/plugin.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
@@ -438,7 +437,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   o.label = sh.label;
   // Accelerate's default classes to wrap are the model's _no_split_modules.
   const auto classes = sh.wrap_classes_set || sh.wrap_policy != "TRANSFORMER_BASED_WRAP"
-                           ? sh.wrap_classes : bigmodel::no_split_classes(*model);
+                           ? sh.wrap_classes : model->no_split_modules();
   try {
     o.units = wrap_units(*model, sh.wrap_policy, classes, sh.min_num_params);
   } catch (const std::invalid_argument& e) {

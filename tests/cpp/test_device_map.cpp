@@ -15,7 +15,7 @@
 #include "bigmodel/device_map.hpp"
 #include "bigmodel/plan.hpp"
 #include "models/hf/pretrained.hpp"
-#include "checkpoint/save_model.hpp"
+#include "formats/hf_weights.hpp"
 
 namespace acc::core::bigmodel {
 namespace {

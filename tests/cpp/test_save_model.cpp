@@ -1,11 +1,11 @@
-// save_model's pieces (src/checkpoint/save_model.hpp): max_shard_size parsed as Accelerate's
+// save_model's pieces (src/formats/hf_weights.hpp): max_shard_size parsed as Accelerate's
 // convert_file_size_to_int, and the split of huggingface_hub's split_torch_state_dict_into_shards.
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
 
 #include <stdexcept>
 
-#include "checkpoint/save_model.hpp"
+#include "formats/hf_weights.hpp"
 
 using acc::core::parse_shard_size;
 using acc::core::plan_shards;

@@ -210,6 +210,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   bool ties_embeddings() const override { return d_.tie; }
   std::string input_embedding_name() const override { return "model.embed_tokens.weight"; }
   std::vector<std::string> no_split_modules() const override { return {class_prefix(d_) + "DecoderLayer"}; }
+  std::string tied_lm_head() const override { return ties_embeddings() ? input_embedding_name() : ""; }
 
   TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, d_.architecture, batch); }
 

@@ -26,8 +26,6 @@ struct KvCache {
 // What from_pretrained read besides the weights, for save_pretrained to write back.
 struct Pretrained {
   virtual ~Pretrained() = default;
-  // transformers' _no_split_modules: the classes device maps keep whole ("LlamaDecoderLayer").
-  virtual std::vector<std::string> no_split_modules() const = 0;
   std::string config_json;             // config.json as read
   std::string generation_config_json;  // generation_config.json as read ("" when there was none)
 };

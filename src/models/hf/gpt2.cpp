@@ -92,6 +92,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
   bool ties_embeddings() const override { return true; }
   std::string input_embedding_name() const override { return "transformer.wte.weight"; }
   std::vector<std::string> no_split_modules() const override { return {"GPT2Block"}; }
+  std::string tied_lm_head() const override { return ties_embeddings() ? input_embedding_name() : ""; }
 
   TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, "GPT2LMHeadModel", batch); }
 

@@ -71,8 +71,12 @@ def tangles(graph):
 
 
 def cycle_in(graph, part):
-    """A shortest cycle through the first folder of `part` (breadth first), as [a, b, ..., a]."""
-    start = part[0]
+    """A shortest cycle among the folders of `part`, as [a, b, ..., a]."""
+    return min((cycle_through(graph, part, start) for start in part), key=len)
+
+
+def cycle_through(graph, part, start):
+    """A shortest cycle through `start` inside `part` (breadth first)."""
     came = {start: None}
     queue = [start]
     while queue:

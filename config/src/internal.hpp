@@ -2,6 +2,7 @@
 // the parsers that build trees from JSON and YAML text.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -121,6 +122,10 @@ struct Schema {
   bool is_section(std::string_view path) const;
 };
 
+// What a resolved value of the key can be: its types, less those its fix rewrites (enum_index turns the legacy
+// integers into strings, join_list a list into one string). The typed views (acc/config_views.hpp) follow it.
+unsigned stored_types(const KeySpec& k);
+
 const Schema& accelerator_schema();
 const Schema& launch_schema();
 const Schema& schema(SchemaKind kind);
@@ -152,6 +157,37 @@ std::string shown_setting(const Config& c, const std::string& key);
 // keys: it needs activation checkpointing and FSDP2.
 void check_checkpointing_offload(const Config& c, const std::string& offload, const std::string& checkpointing,
                                  const std::string& version);
+
+// Fills the generated typed views (acc/config_views.hpp, written by gen_views.cpp) from a resolved Config: the
+// generated code reads each key once, by its path; a type that does not match the value, or a key left unread at
+// finish(), is a std::logic_error (the views and the schema disagree), never a wrong value.
+class ViewReader {
+ public:
+  ViewReader(const Config& c, SchemaKind kind);  // Error when c resolves the other schema
+  template <class T>
+  void read(T& out, const char* path) {
+    convert(take(path), path, out);
+  }
+  template <class T>
+  void read(std::optional<T>& out, const char* path) {
+    const Node& n = take(path);
+    if (n.kind == Kind::Null) out.reset();
+    else convert(n, path, out.emplace());
+  }
+  void read_json(std::string& out, const char* path);  // "any" and mixed-type keys: compact JSON text
+  void finish() const;
+
+ private:
+  const Node& take(const char* path);
+  static void convert(const Node& n, const char* path, bool& out);
+  static void convert(const Node& n, const char* path, int64_t& out);
+  static void convert(const Node& n, const char* path, double& out);
+  static void convert(const Node& n, const char* path, std::string& out);
+  static void convert(const Node& n, const char* path, std::vector<std::string>& out);
+  static void convert(const Node& n, const char* path, std::array<bool, 3>& out);
+  const Config::Impl* impl_;
+  std::vector<bool> read_;
+};
 
 }  // namespace acc::config::detail
 

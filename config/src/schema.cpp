@@ -604,6 +604,13 @@ Schema make_launch() {
 
 }  // namespace
 
+unsigned stored_types(const KeySpec& k) {
+  unsigned t = k.types;
+  if (k.fix == enum_index) t &= ~tInt;
+  if (k.fix == join_list) t &= ~tList;
+  return t;
+}
+
 const KeySpec* Schema::key(std::string_view path) const {
   auto it = index.find(std::string(path));
   return it == index.end() ? nullptr : &keys[it->second];

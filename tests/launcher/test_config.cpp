@@ -20,6 +20,7 @@
 
 #include "acc/builtin_models.hpp"
 #include "acc/config.hpp"
+#include "acc/config_views.hpp"
 #include "acc/files.hpp"
 #include "acc/hf_shapes.hpp"
 #include "acc/safetensors_header.hpp"
@@ -1744,4 +1745,65 @@ TEST(Config, DeepSpeedConfigFile) {
                                        {"ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero_stage"}});
             }).find("sets 'zero_stage' beside deepspeed_config_file"),
             std::string::npos);
+}
+
+// The typed views (acc/config_views.hpp, generated from the schema table): every key has a member (the fill function
+// reads every key and throws std::logic_error for one left over), the members' defaults are the schema's, and each
+// value keeps its type, null and the legacy spellings the resolver rewrites included.
+TEST(Views, CoverEverySchemaKeyWithItsDefault) {
+  EXPECT_EQ(accelerator_settings(Config()), AcceleratorSettings{});
+  AcceleratorSettings unified;  // the resolver copies gradient_accumulation_steps here
+  unified.gradient_accumulation_plugin.num_steps = 1;
+  EXPECT_EQ(accelerator_settings(resolve_accelerator("", {})), unified);
+  EXPECT_EQ(launch_settings(resolve_launch(std::nullopt, {}, false)), LaunchSettings{});
+  EXPECT_NE(error_of([] { launch_settings(Config()); }).find("other schema"), std::string::npos);
+  EXPECT_NE(error_of([] { accelerator_settings(resolve_launch(std::nullopt, {}, false)); }).find("other schema"),
+            std::string::npos);
+  // A section's Key names its members' paths; a misspelt member or key is a compile error.
+  EXPECT_STREQ(AcceleratorSettings::DdpKwargs::Key::bucket_cap_mb, "ddp_kwargs.bucket_cap_mb");
+  EXPECT_STREQ(AcceleratorSettings::Key::ddp_kwargs, "ddp_kwargs");
+  EXPECT_STREQ(LaunchSettings::FsdpConfig::Key::fsdp_version, "fsdp_config.fsdp_version");
+}
+
+TEST(Views, HoldTheResolvedValues) {
+  const Config c = resolve_accelerator(
+      R"({"seed": 7, "rng_types": ["torch", "generator"], "log_with": null,
+          "dataloader_config": {"dispatch_batches": false, "data_seed": 3},
+          "ddp_kwargs": {"bucket_cap_mb": 10, "comm_hook": "power_sgd", "comm_state_option": {"matrix_approximation_rank": 2}},
+          "init_process_group_kwargs": {"timeout": 60.5},
+          "fsdp_plugin": {"reshard_after_forward": "SHARD_GRAD_OP", "mixed_precision_policy": {"param_dtype": "bf16"}},
+          "fp8_recipe_kwargs": {"override_linear_precision": [true, false, true]}})",
+      {{"FSDP_SHARDING_STRATEGY", "2"}, {"FSDP_BACKWARD_PREFETCH", "1"}});
+  const AcceleratorSettings s = accelerator_settings(c);
+  EXPECT_EQ(s.seed, 7);
+  EXPECT_EQ(s.rng_types, (std::vector<std::string>{"torch", "generator"}));
+  EXPECT_FALSE(s.log_with.has_value());
+  EXPECT_EQ(s.dataloader_config.dispatch_batches, false);
+  EXPECT_EQ(s.dataloader_config.data_seed, 3);
+  EXPECT_EQ(s.ddp_kwargs.bucket_cap_mb, 10.0);  // a number given as an integer
+  EXPECT_EQ(s.ddp_kwargs.comm_hook, "power_sgd");
+  EXPECT_EQ(s.ddp_kwargs.comm_state_option.json, R"({"matrix_approximation_rank":2})");
+  EXPECT_EQ(s.init_process_group_kwargs.timeout, 60.5);
+  EXPECT_EQ(s.fsdp_plugin.sharding_strategy, "SHARD_GRAD_OP");  // the legacy integer, as its name
+  EXPECT_EQ(s.fsdp_plugin.backward_prefetch, "BACKWARD_PRE");
+  EXPECT_EQ(s.fsdp_plugin.reshard_after_forward.json, R"("SHARD_GRAD_OP")");  // bool | string: JSON text
+  EXPECT_EQ(s.fsdp_plugin.mixed_precision_policy.json, R"({"param_dtype":"bf16"})");
+  EXPECT_TRUE(s.dynamo_plugin.options.is_null());
+  EXPECT_EQ(s.fp8_recipe_kwargs.override_linear_precision, (std::array<bool, 3>{true, false, true}));
+  // What every view member holds is what the generic getters give.
+  EXPECT_EQ(s.gradient_accumulation_steps, c.get_int(AcceleratorSettings::Key::gradient_accumulation_steps));
+  EXPECT_EQ(s.ddp_kwargs.comm_state_option.json, c.get_json(AcceleratorSettings::DdpKwargs::Key::comm_state_option));
+
+  const Config l = resolve_launch(std::nullopt,
+                                  {{"num_processes", "4", "--num_processes"},
+                                   {"main_process_port", "0", "--main_process_port"},
+                                   {"fsdp_config.fsdp_transformer_layer_cls_to_wrap", "Block,Attn", "--fsdp_x"},
+                                   {"fsdp_config.fsdp_reshard_after_forward", "false", "--fsdp_y"}},
+                                  false);
+  const LaunchSettings ls = launch_settings(l);
+  EXPECT_EQ(ls.num_processes, 4);
+  EXPECT_EQ(ls.main_process_port, 0);
+  EXPECT_FALSE(ls.main_process_ip.has_value());
+  EXPECT_EQ(ls.fsdp_config.fsdp_transformer_layer_cls_to_wrap, "Block,Attn");
+  EXPECT_EQ(ls.fsdp_config.fsdp_reshard_after_forward.json, "false");
 }

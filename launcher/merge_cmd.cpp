@@ -2,7 +2,6 @@
 // safetensors checkpoint (model.safetensors.index.json and its shards, as acc_save_model / save_pretrained write
 // them) merged into one model.safetensors. Torch-free: the headers are read with the config library, the tensor
 // bytes are copied from the mapped shards, and the file is written atomically (a temporary, fsync, rename).
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -34,11 +33,6 @@ namespace {
 
 constexpr const char* kMe = "acc merge-weights";
 constexpr const char* kIndex = config::kHfIndexName;
-
-struct CJson {
-  cJSON* p = nullptr;
-  ~CJson() { cJSON_Delete(p); }
-};
 
 // A shard's bytes, mapped read-only (the merge holds no copy of the tensors).
 struct Mapped {
@@ -124,30 +118,18 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
       throw config::Error(file + ": has no tensor '" + name + "' (the index maps it there)");
 
   // The merged header: {"__metadata__": {"format": "pt"}, name: {dtype, shape, data_offsets}} in shard order.
-  CJson header{cJSON_CreateObject()};
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(header.p, "__metadata__"), "format", "pt");
+  std::vector<config::SafetensorsEntry> entries;
   uint64_t offset = 0;
   std::vector<std::string_view> data;
   for (const auto& p : pieces) {
-    cJSON* e = cJSON_AddObjectToObject(header.p, p.entry.name.c_str());
-    cJSON_AddStringToObject(e, "dtype", p.entry.dtype.c_str());
-    cJSON* shape = cJSON_AddArrayToObject(e, "shape");
-    for (int64_t d : p.entry.shape) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
     const uint64_t n = p.entry.end - p.entry.begin;
-    cJSON* offs = cJSON_AddArrayToObject(e, "data_offsets");
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset)));
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset + n)));
+    entries.push_back({p.entry.name, p.entry.dtype, p.entry.shape, offset, offset + n});
     offset += n;
     const char* base = static_cast<const char*>(maps[p.shard]->data) + headers[p.shard].data_start;
     data.emplace_back(base + p.entry.begin, n);
   }
-  char* printed = cJSON_PrintUnformatted(header.p);
-  std::string json(printed);
-  cJSON_free(printed);
-  json.append((8 - json.size() % 8) % 8, ' ');
-  char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
-  std::vector<std::string_view> out = {std::string_view(le, 8), json};
+  const std::string header = config::format_safetensors_header(entries, {{"format", "pt"}});
+  std::vector<std::string_view> out = {header};
   out.insert(out.end(), data.begin(), data.end());
   try {
     config::make_directories(output_dir);

@@ -6,7 +6,7 @@
 #
 # The bundle: bin/acc, libexec/acc/acc-selftest (what `acc test` launches), lib/ (libacc, libacc_torch, the CUDA
 # plugin in a cuda bundle, and every shared library they need that a user's machine may lack: LibTorch's, the
-# CUDA runtime pieces libtorch_cpu.so links, libgomp, cJSON, yaml-cpp, protobuf-lite), include/ (acc.h, torch.hpp
+# CUDA runtime pieces libtorch_cpu.so links, libgomp, yaml-cpp, protobuf-lite), include/ (acc.h, torch.hpp
 # and LibTorch's headers for the C++ API), lib/pkgconfig/{acc,acc-torch}.pc with a ${pcfiledir}-relative prefix,
 # share/licenses/ and a README. Every ELF file's RUNPATH is $ORIGIN-relative (patchelf), so the directory works
 # wherever it is unpacked. The libraries to bundle are found by ldd on the built ones: everything they load
@@ -133,7 +133,7 @@ done
 echo "package.sh: bundled ${#bundled[@]} libraries: $(printf '%s\n' "${!bundled[@]}" | sort | tr '\n' ' ')"
 
 # RUNPATHs: $ORIGIN for lib/, relative to lib/ elsewhere. A library that has one (LibTorch's point into the wheel's
-# site-packages) or needs a bundled library gets $ORIGIN; the others (cJSON, ...) are left as they are.
+# site-packages) or needs a bundled library gets $ORIGIN; the others (yaml-cpp, ...) are left as they are.
 chmod u+w "$stage"/lib/* "$stage/bin/acc" "$stage/libexec/acc/acc-selftest"
 set_rpath() {  # file rpath
   # --force-rpath would keep DT_RPATH; DT_RUNPATH is what a modern linker writes, and every library is in lib/.
@@ -314,7 +314,7 @@ $lib_list
 
 The third-party libraries in lib/ are bundled so that the directory works on any distribution: LibTorch's
 (libtorch_cpu, libc10, the libgomp it ships, and the CUDA runtime pieces libtorch_cpu.so links), and the
-Debian 12 builds of cJSON, yaml-cpp and protobuf-lite that libacc and acc link. They are private to libacc:
+Debian 12 builds of yaml-cpp and protobuf-lite that libacc and acc link. They are private to libacc:
 nothing outside this directory loads them unless it links against lib/ itself.
 
 Requirements

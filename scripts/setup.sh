@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything libacc needs on a fresh Debian 12 machine, then configures the build.
 # Idempotent: a second run checks and returns in seconds.
-#   Debian packages: meson, ninja, cJSON, yaml-cpp, CLI11, Gloo headers, GoogleTest, SWIG, abigail-tools, iproute2
+#   Debian packages: meson, ninja, yaml-cpp, CLI11, Gloo headers, GoogleTest, SWIG, abigail-tools, iproute2
 #   (`ip netns`, for the multinode tests), protobuf (the TensorBoard tracker's event messages), clang and
 #   libfuzzer-14-dev (the libFuzzer targets of tests/fuzz, built by scripts/fuzz.sh in build-fuzz/), patchelf
 #   (scripts/package.sh sets the release bundle's $ORIGIN RUNPATHs), doxygen (scripts/apidocs.sh: the API
@@ -15,7 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-debs=(meson ninja-build pkg-config g++ python3-venv libcjson-dev libyaml-cpp-dev libcli11-dev
+debs=(meson ninja-build pkg-config g++ python3-venv libyaml-cpp-dev libcli11-dev
       libgloo-dev libgtest-dev swig abigail-tools ccache iproute2 libprotobuf-dev protobuf-compiler
       clang libfuzzer-14-dev patchelf doxygen)
 missing=()

@@ -36,7 +36,7 @@ class SpecReader {
 
   std::string choice(const std::string& key, const std::vector<std::string>& choices) const {
     std::string accepted;
-    for (const auto& c : choices) accepted += (accepted.empty() ? "" : ", ") + detail::json_quote(c);
+    for (const auto& c : choices) accepted += (accepted.empty() ? "" : ", ") + json::quote(c);
     const Node* n = get(key);
     if (!n) return choices.front();  // the default
     if (n->kind == Kind::String)

@@ -224,7 +224,7 @@ static std::string quoted_list(const std::vector<std::string>& v) {
   std::string out;
   for (size_t k = 0; k < v.size(); ++k) {
     if (k) out += ", ";
-    out += json_quote(v[k]);
+    out += json::quote(v[k]);
   }
   return out;
 }
@@ -267,7 +267,7 @@ std::string type_name(const KeySpec& k) {
 std::string brief_value(const Node& n) {
   std::string s;
   if (n.text) {
-    s = json_quote(n.raw);
+    s = json::quote(n.raw);
   } else if (n.kind == Kind::Map) {
     s = "an object";
   } else {

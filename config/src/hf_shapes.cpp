@@ -1,7 +1,5 @@
 #include "acc/hf_shapes.hpp"
 
-#include <cjson/cJSON.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -13,52 +11,64 @@
 
 #include "acc/files.hpp"
 #include "acc/limits.hpp"
+#include "internal.hpp"
 
 namespace acc::config {
 
 namespace {
 
-using CJsonPtr = std::unique_ptr<cJSON, void (*)(cJSON*)>;
+using detail::Kind;
+using detail::Node;
 
-// Strict JSON (check_json), then cJSON's tree; errors start with `where` ("config.json").
-CJsonPtr parse_object(std::string_view text, const std::string& where) {
-  check_json(text, where);
-  CJsonPtr doc(cJSON_ParseWithLength(text.data(), text.size()), cJSON_Delete);
-  if (!doc || !cJSON_IsObject(doc.get())) throw Error(where + ": not a JSON object");
+// Strict JSON (acc/json.hpp's reader; the file's size is bounded where it is read); errors start with `where`.
+Node parse_object(std::string_view text, const std::string& where) {
+  Node doc;
+  try {
+    doc = detail::parse_json(text, json::kDocumentLimits);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  if (doc.kind != Kind::Map) throw Error(where + ": not a JSON object");
   return doc;
 }
 
 // A value for messages: its JSON, shortened.
-std::string shown(const cJSON* v) {
-  std::unique_ptr<char, void (*)(void*)> p(cJSON_PrintUnformatted(v), cJSON_free);
-  std::string s = p ? p.get() : "?";
+std::string shown(const Node* v) {
+  std::string s;
+  detail::write_json(s, *v, -1);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// A number's value, NaN for anything else.
+double number_of(const Node* v) {
+  if (v->kind == Kind::Int) return static_cast<double>(v->i);
+  return v->kind == Kind::Double ? v->d : NAN;
 }
 
 // config.json (or an object in it, `prefix` "rope_parameters.") read with the types transformers' strict
 // configuration classes give its keys; every failure names the file and the key. A null value is a missing one.
 struct HfConfig {
-  const cJSON* root;
+  const Node* root;
   std::string source, prefix;
 
   [[noreturn]] void fail(std::string_view key, const std::string& what) const {
     throw Error(source + ": '" + prefix + std::string(key) + "' " + what);
   }
-  const cJSON* item(const char* key) const {
-    const cJSON* v = cJSON_GetObjectItemCaseSensitive(root, key);
-    return v && !cJSON_IsNull(v) ? v : nullptr;
+  const Node* item(const char* key) const {
+    const Node* v = root->find(key);
+    return v && v->kind != Kind::Null ? v : nullptr;
   }
   bool has(const char* key) const { return item(key) != nullptr; }
 
   // An integer between lo and hi (sizes: 1 .. kModelSize).
   int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t lo = 1,
                   int64_t hi = limits::kModelSize) const {
-    const cJSON* v = item(key);
+    const Node* v = item(key);
     if (!v) {
       if (!fallback) fail(key, "is missing");
       return *fallback;
     }
-    const double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    const double d = number_of(v);
     if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d == std::floor(d)))
       fail(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) +
                     (hi == limits::kModelSize || hi == limits::kModelBlocks ? " (the limit)" : ""));
@@ -70,9 +80,9 @@ struct HfConfig {
   }
   // A finite number within [lo, hi] (`open_lo`: above lo).
   double number(const char* key, double fallback, double lo, double hi = HUGE_VAL, bool open_lo = false) const {
-    const cJSON* v = item(key);
+    const Node* v = item(key);
     if (!v) return fallback;
-    const double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    const double d = number_of(v);
     if (!std::isfinite(d) || d < lo || (open_lo && d == lo) || d > hi) {
       std::string range = open_lo ? "above " + num(lo) : "at least " + num(lo);
       if (hi != HUGE_VAL) range = "between " + num(lo) + " and " + num(hi);
@@ -82,16 +92,16 @@ struct HfConfig {
   }
   double probability(const char* key, double fallback) const { return number(key, fallback, 0, 1); }
   bool flag(const char* key, bool fallback) const {
-    const cJSON* v = item(key);
+    const Node* v = item(key);
     if (!v) return fallback;
-    if (!cJSON_IsBool(v)) fail(key, "must be true or false; got " + shown(v));
-    return cJSON_IsTrue(v);
+    if (v->kind != Kind::Bool) fail(key, "must be true or false; got " + shown(v));
+    return v->b;
   }
   std::string text(const char* key, const std::string& fallback) const {
-    const cJSON* v = item(key);
+    const Node* v = item(key);
     if (!v) return fallback;
-    if (!cJSON_IsString(v)) fail(key, "must be a string; got " + shown(v));
-    return v->valuestring;
+    if (v->kind != Kind::String) fail(key, "must be a string; got " + shown(v));
+    return v->s;
   }
   static std::string num(double d) {
     char buf[32];
@@ -112,13 +122,13 @@ int64_t product(const HfConfig& c, const char* a, int64_t x, const char* b, int6
 void check_rope(const HfConfig& c, int64_t max_positions) {
   c.number("rope_theta", 10000, 0, HUGE_VAL, /*open_lo=*/true);
   const char* key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  const cJSON* r = c.item(key);
+  const Node* r = c.item(key);
   if (!r) return;
-  if (!cJSON_IsObject(r)) c.fail(key, "must be an object (rope_type, rope_theta, factor, ...); got " + shown(r));
+  if (r->kind != Kind::Map) c.fail(key, "must be an object (rope_type, rope_theta, factor, ...); got " + shown(r));
   const HfConfig p{r, c.source, std::string(key) + "."};
-  for (const cJSON* e = r->child; e; e = e->next)
-    if (cJSON_IsObject(e))  // transformers 5's rope parameters per layer type ({"full_attention": {...}})
-      p.fail(e->string, "is an object: rope parameters per layer type are not something libacc has");
+  for (const auto& [name, e] : r->map)
+    if (e.kind == Kind::Map)  // transformers 5's rope parameters per layer type ({"full_attention": {...}})
+      p.fail(name, "is an object: rope parameters per layer type are not something libacc has");
   const std::string type = p.text("rope_type", p.text("type", "default"));
   p.number("rope_theta", 10000, 0, HUGE_VAL, /*open_lo=*/true);
   // transformers requires a factor for these (KeyError); below 1 it only warns, and 0 or less divides by it.
@@ -167,11 +177,11 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   c.text("hidden_act", "silu");
   c.flag("use_sliding_window", false);
   c.integer("sliding_window", 1);  // a window of 0 attends to nothing
-  if (const cJSON* types = c.item("layer_types")) {  // Qwen2: PreTrainedConfig.validate_layer_type
-    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != L)
+  if (const Node* types = c.item("layer_types")) {  // Qwen2: PreTrainedConfig.validate_layer_type
+    if (types->kind != Kind::List || static_cast<int64_t>(types->list.size()) != L)
       c.fail("layer_types", "must be a list of one attention type per layer (" + std::to_string(L) + ")");
-    for (const cJSON* t = types->child; t; t = t->next)
-      if (!cJSON_IsString(t)) c.fail("layer_types", "must hold strings; got " + shown(t));
+    for (const Node& t : types->list)
+      if (t.kind != Kind::String) c.fail("layer_types", "must hold strings; got " + shown(&t));
   }
   check_rope(c, max_positions);
   int64_t experts = 0;
@@ -256,12 +266,13 @@ void gpt2(const HfConfig& c, ParameterShapes* out) {
 // The number of labels of a classifier: id2label's entries (an object of integer keys, as PreTrainedConfig converts
 // them with int()), else num_labels.
 int64_t label_count(const HfConfig& c) {
-  const cJSON* labels = c.item("id2label");
+  const Node* labels = c.item("id2label");
   if (!labels) return c.integer("num_labels", 2);
-  if (!cJSON_IsObject(labels)) c.fail("id2label", "must be an object of label ids to names; got " + shown(labels));
+  if (labels->kind != Kind::Map) c.fail("id2label", "must be an object of label ids to names; got " + shown(labels));
   int64_t n = 0;
-  for (const cJSON* e = labels->child; e; e = e->next, ++n) {
-    const std::string_view k = e->string;
+  for (const auto& entry : labels->map) {
+    ++n;
+    const std::string_view k = entry.first;
     int64_t id = 0;
     const auto r = std::from_chars(k.data() + (!k.empty() && k[0] == '-'), k.data() + k.size(), id);
     if (k.empty() || r.ec != std::errc() || r.ptr != k.data() + k.size())
@@ -325,12 +336,12 @@ void bert(const HfConfig& c, ParameterShapes* out) {
 
 // Checks the config and, with `out`, lists its shapes. Returns the architecture, `known` false for one libacc lacks.
 std::string read_config(std::string_view text, const std::string& source, ParameterShapes* out, bool* known) {
-  const CJsonPtr doc = parse_object(text, source);
-  const HfConfig c{doc.get(), source, ""};
-  const cJSON* archs = c.item("architectures");
-  const cJSON* first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : nullptr;
-  if (!first || !cJSON_IsString(first)) throw Error(source + ": no 'architectures' list naming the model class");
-  const std::string arch = first->valuestring;
+  const Node doc = parse_object(text, source);
+  const HfConfig c{&doc, source, ""};
+  const Node* archs = c.item("architectures");
+  const Node* first = archs && archs->kind == Kind::List && !archs->list.empty() ? &archs->list[0] : nullptr;
+  if (!first || first->kind != Kind::String) throw Error(source + ": no 'architectures' list naming the model class");
+  const std::string arch = first->s;
   if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM" ||
       arch == "MixtralForCausalLM")
     decoder(c, arch, out);
@@ -361,17 +372,16 @@ ParameterShapes hf_parameter_shapes(const std::string& config_json, const std::s
 }
 
 HfIndex parse_hf_index(std::string_view index_json, const std::string& dir, const std::string& source) {
-  const CJsonPtr doc = parse_object(index_json, source + ": bad index");
-  const cJSON* map = cJSON_GetObjectItemCaseSensitive(doc.get(), "weight_map");
-  if (!cJSON_IsObject(map)) throw Error(source + ": bad index: no \"weight_map\" object");
+  const Node doc = parse_object(index_json, source + ": bad index");
+  const Node* map = doc.find("weight_map");
+  if (!map || map->kind != Kind::Map) throw Error(source + ": bad index: no \"weight_map\" object");
   HfIndex out;
   std::set<std::string> shards;
   // One pass over the entries (the index of a large model lists 100k tensors): no lookup by key.
-  for (const cJSON* e = map->child; e; e = e->next) {
-    if (!cJSON_IsString(e))
-      throw Error(source + ": bad index: weight_map['" + std::string(e->string) + "'] is not a file name");
-    const std::string path = child_path(dir, e->valuestring, source + " weight_map['" + e->string + "']");
-    out.weight_map.emplace_back(e->string, path);
+  for (const auto& [name, e] : map->map) {
+    if (e.kind != Kind::String) throw Error(source + ": bad index: weight_map['" + name + "'] is not a file name");
+    const std::string path = child_path(dir, e.s, source + " weight_map['" + name + "']");
+    out.weight_map.emplace_back(name, path);
     shards.insert(path);
   }
   if (out.weight_map.empty()) throw Error(source + ": bad index: the weight_map is empty");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "acc/config.hpp"
+#include "acc/json.hpp"
 #include "acc/limits.hpp"
 
 namespace acc::config::detail {
@@ -52,20 +53,16 @@ struct Node {
 bool equal(const Node& a, const Node& b);  // value equality (ignores positions and flags)
 Node strip(const Node& n);                 // value copy without positions and source flags
 
-// What a JSON or YAML text may hold (acc/limits.hpp); an error names the limit a text exceeds. Strings must be UTF-8
+// What a JSON or YAML text may hold (acc/json.hpp); an error names the limit a text exceeds. Strings must be UTF-8
 // without NUL characters in any case.
-struct TextLimits {
-  int depth = limits::kConfigDepth;
-  size_t keys_per_mapping = limits::kKeysPerMapping;
-  size_t key_bytes = limits::kKeyBytes;
-  size_t string_bytes = limits::kStringBytes;
-};
-inline constexpr TextLimits kConfigText{};
+using TextLimits = json::Limits;
+inline constexpr TextLimits kConfigText = json::kConfigLimits;
 
-// JSON text <-> Node. Parse errors: "malformed JSON at line L, column C: ...". Duplicate keys are errors.
+// JSON text <-> Node (the reader and writer of acc/json.hpp). Parse errors: "malformed JSON at line L, column C: ...".
+// Duplicate keys are errors.
 Node parse_json(std::string_view text, const TextLimits& limits = kConfigText);
-void write_json(std::string& out, const Node& n, int indent /* <0: compact */, int level = 0);
-using ::acc::config::json_quote;  // public in acc/config.hpp
+void write_json(std::string& out, const Node& n, int indent /* <0: compact */);
+using ::acc::json::quote;
 
 // YAML text -> Node (yaml-cpp), keeping positions. Errors: "malformed YAML at line L, column C: ...".
 // A stream of more than one document is an error, as for PyYAML's safe_load.

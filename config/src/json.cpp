@@ -1,5 +1,8 @@
-// A strict JSON (RFC 8259) reader that keeps line and column of every value and key, and a writer.
-// cJSON is not used for reading because it does not report positions.
+// acc/json.hpp: the strict JSON (RFC 8259) reader that keeps line and column of every value and key, the values'
+// typed getters, and the writer. Written here rather than taken from a JSON package because none of those on the
+// registries reports the position of every value, which the configuration's provenance and every error need.
+#include "acc/json.hpp"
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -14,7 +17,7 @@ namespace {
 
 class Reader {
  public:
-  Reader(std::string_view t, const TextLimits& limits) : t_(t), limits_(limits) {}
+  Reader(std::string_view t, const json::Limits& limits) : t_(t), limits_(limits) {}
 
   Node document() {
     skip_ws();
@@ -29,7 +32,7 @@ class Reader {
   size_t p_ = 0;
   int line_ = 1;
   size_t line_start_ = 0;
-  TextLimits limits_;
+  json::Limits limits_;
 
   int col() const { return static_cast<int>(p_ - line_start_) + 1; }
 
@@ -94,9 +97,9 @@ class Reader {
         if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key, got " + here());
         int kl = line_, kc = col();
         std::string key = string_body(limits_.key_bytes, "key");
-        if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + json_quote(key));
-        if (keys.size() > limits_.keys_per_mapping)
-          fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_mapping) + " keys in one object (the limit)");
+        if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + quote(key));
+        if (keys.size() > limits_.keys_per_object)
+          fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)");
         skip_ws();
         if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':' after key \"" + key + "\", got " + here());
         ++p_;
@@ -155,6 +158,14 @@ class Reader {
       return n;
     }
     if (literal("null")) return n;
+    if (limits_.nonfinite_numbers) {
+      for (auto [word, v] : {std::pair<const char*, double>{"NaN", NAN}, {"Infinity", HUGE_VAL}, {"-Infinity", -HUGE_VAL}})
+        if (literal(word)) {
+          n.kind = Kind::Double;
+          n.d = v;
+          return n;
+        }
+    }
     if (c == '-' || (c >= '0' && c <= '9')) return number(n);
     fail("expected a value, got " + here());
   }
@@ -290,67 +301,23 @@ class Reader {
 
 }  // namespace
 
-Node parse_json(std::string_view text, const TextLimits& limits) { return Reader(text, limits).document(); }
+Node parse_json(std::string_view text, const json::Limits& limits) { return Reader(text, limits).document(); }
 
 
-static void newline(std::string& out, int indent, int level) {
-  if (indent < 0) return;
-  out += '\n';
-  out.append(static_cast<size_t>(indent * level), ' ');
-}
-
-void write_json(std::string& out, const Node& n, int indent, int level) {
-  switch (n.kind) {
-    case Kind::Null: out += "null"; break;
-    case Kind::Bool: out += n.b ? "true" : "false"; break;
-    case Kind::Int: out += std::to_string(n.i); break;
-    case Kind::Double: {
-      char buf[64];
-      auto r = std::to_chars(buf, buf + sizeof buf, n.d);
-      std::string s(buf, r.ptr);
-      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a float when read back
-      out += s;
-      break;
-    }
-    case Kind::String: out += json_quote(n.s); break;
-    case Kind::List: {
-      out += '[';
-      bool first = true;
-      for (const Node& v : n.list) {
-        if (!first) out += indent < 0 ? "," : ", ";
-        first = false;
-        write_json(out, v, -1, 0);  // lists stay on one line
-      }
-      out += ']';
-      break;
-    }
-    case Kind::Map: {
-      if (n.map.empty()) {
-        out += "{}";
-        break;
-      }
-      out += '{';
-      bool first = true;
-      for (const auto& [k, v] : n.map) {
-        if (!first) out += ',';
-        first = false;
-        newline(out, indent, level + 1);
-        out += json_quote(k);
-        out += indent < 0 ? ":" : ": ";
-        write_json(out, v, indent, level + 1);
-      }
-      newline(out, indent, level);
-      out += '}';
-      break;
-    }
-  }
+void write_json(std::string& out, const Node& n, int indent) {
+  json::Writer w(indent < 0 ? json::Writer::Layout::Tight : json::Writer::Layout::Indented, indent);
+  w.write(n);
+  out += w.str();
 }
 
 }  // namespace acc::config::detail
 
-namespace acc::config {
+namespace acc::json {
 
-std::string json_quote(std::string_view s) {
+using config::detail::Node;
+namespace detail = config::detail;
+
+std::string quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
@@ -375,19 +342,294 @@ std::string json_quote(std::string_view s) {
   return out;
 }
 
-}  // namespace acc::config
+// ---- Document and Value ----------------------------------------------------------------------------------------
 
-namespace acc::config {
-
-void check_json(std::string_view text, const std::string& source) {
-  // The strict reader above, without the per-key and per-string limits of config files: a checkpoint index maps
-  // any number of tensors, and the file's size is bounded where it is read.
-  constexpr detail::TextLimits kAnyDocument{limits::kConfigDepth, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+Document::Document(std::string_view text, std::string source, const Limits& limits) : source_(std::move(source)) {
   try {
-    (void)detail::parse_json(text, kAnyDocument);
-  } catch (const Error& e) {
-    throw Error(source + ": " + e.what());
+    root_ = std::make_unique<Node>(detail::parse_json(text, limits));
+  } catch (const config::Error& e) {
+    throw Error(source_ + ": " + e.what());
   }
 }
 
-}  // namespace acc::config
+Document Document::object(std::string_view text, std::string source, const Limits& limits) {
+  Document d(text, std::move(source), limits);
+  if (d.root_->kind != detail::Kind::Map) throw Error(d.source_ + ": expected a JSON object");
+  return d;
+}
+
+Document::~Document() = default;
+Document::Document(Document&&) noexcept = default;
+Document& Document::operator=(Document&&) noexcept = default;
+
+Value Document::root() const { return Value(root_.get(), source_); }
+
+Kind Value::kind() const {
+  switch (node_->kind) {
+    case detail::Kind::Null: return Kind::Null;
+    case detail::Kind::Bool: return Kind::Bool;
+    case detail::Kind::Int: return Kind::Int;
+    case detail::Kind::Double: return Kind::Double;
+    case detail::Kind::String: return Kind::String;
+    case detail::Kind::List: return Kind::Array;
+    case detail::Kind::Map: return Kind::Object;
+  }
+  return Kind::Null;
+}
+
+int Value::line() const { return node_->line; }
+int Value::column() const { return node_->col; }
+
+void Value::fail(const std::string& what) const {
+  std::string at;
+  if (node_->line > 0) at = " (line " + std::to_string(node_->line) + ", column " + std::to_string(node_->col) + ")";
+  throw Error(where_ + at + ": " + what);
+}
+
+bool Value::is_integer() const {
+  if (node_->kind == detail::Kind::Int) return true;
+  return node_->kind == detail::Kind::Double && node_->d == std::floor(node_->d) && std::fabs(node_->d) <= 9007199254740992.0;
+}
+
+bool Value::as_bool() const {
+  if (node_->kind != detail::Kind::Bool) fail("expected true or false");
+  return node_->b;
+}
+
+int64_t Value::as_int() const {
+  if (!is_integer()) fail("expected an integer");
+  return node_->kind == detail::Kind::Int ? node_->i : static_cast<int64_t>(node_->d);
+}
+
+double Value::as_double() const {
+  if (node_->kind == detail::Kind::Int) return static_cast<double>(node_->i);
+  if (node_->kind != detail::Kind::Double) fail("expected a number");
+  return node_->d;
+}
+
+const std::string& Value::as_string() const {
+  if (node_->kind != detail::Kind::String) fail("expected a string");
+  return node_->s;
+}
+
+bool Value::has(std::string_view key) const {
+  if (node_->kind != detail::Kind::Map) fail("expected an object");
+  return node_->find(key) != nullptr;
+}
+
+bool Value::has_value(std::string_view key) const {
+  if (node_->kind != detail::Kind::Map) fail("expected an object");
+  const Node* n = node_->find(key);
+  return n && n->kind != detail::Kind::Null;
+}
+
+std::optional<Value> Value::find(std::string_view key) const {
+  if (node_->kind != detail::Kind::Map) fail("expected an object");
+  const Node* n = node_->find(key);
+  if (!n) return std::nullopt;
+  return Value(n, where_ + "." + std::string(key));
+}
+
+Value Value::get(std::string_view key) const {
+  auto v = find(key);
+  if (!v) fail("missing key '" + std::string(key) + "'");
+  return *v;
+}
+
+std::vector<std::string> Value::keys() const {
+  if (node_->kind != detail::Kind::Map) fail("expected an object");
+  std::vector<std::string> k;
+  k.reserve(node_->map.size());
+  for (const auto& e : node_->map) k.push_back(e.first);
+  return k;
+}
+
+std::vector<std::pair<std::string, Value>> Value::items() const {
+  if (node_->kind != detail::Kind::Map) fail("expected an object");
+  std::vector<std::pair<std::string, Value>> out;
+  out.reserve(node_->map.size());
+  for (const auto& [k, n] : node_->map) out.emplace_back(k, Value(&n, where_ + "." + k));
+  return out;
+}
+
+int64_t Value::get_int_or(std::string_view key, int64_t fallback) const {
+  return has_value(key) ? get_int(key) : fallback;
+}
+double Value::get_double_or(std::string_view key, double fallback) const {
+  return has_value(key) ? get_double(key) : fallback;
+}
+bool Value::get_bool_or(std::string_view key, bool fallback) const {
+  return has_value(key) ? get_bool(key) : fallback;
+}
+std::string Value::get_string_or(std::string_view key, const std::string& fallback) const {
+  return has_value(key) ? get_string(key) : fallback;
+}
+
+size_t Value::size() const {
+  if (node_->kind == detail::Kind::List) return node_->list.size();
+  if (node_->kind == detail::Kind::Map) return node_->map.size();
+  fail("expected an array or object");
+}
+
+Value Value::at(size_t i) const {
+  if (node_->kind != detail::Kind::List) fail("expected an array");
+  if (i >= node_->list.size()) fail("no element " + std::to_string(i));
+  return Value(&node_->list[i], where_ + "[" + std::to_string(i) + "]");
+}
+
+std::vector<Value> Value::elements() const {
+  if (node_->kind != detail::Kind::List) fail("expected an array");
+  std::vector<Value> out;
+  out.reserve(node_->list.size());
+  for (size_t i = 0; i < node_->list.size(); ++i) out.push_back(Value(&node_->list[i], where_ + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+std::string Value::text() const {
+  Writer w(Writer::Layout::Tight);
+  w.value(*this);
+  return w.str();
+}
+
+// ---- Writer ----------------------------------------------------------------------------------------------------
+
+Writer::Layout Writer::inside() const { return frames_.empty() ? layout_ : frames_.back().inside; }
+
+void Writer::separate() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (frames_.empty()) return;
+  Frame& f = frames_.back();
+  if (!f.empty) out_ += f.inside == Layout::Tight && !f.python_separator ? "," : ", ";
+  f.empty = false;
+}
+
+void Writer::newline(size_t level) {
+  out_ += '\n';
+  out_.append(static_cast<size_t>(indent_) * level, ' ');
+}
+
+Writer& Writer::begin_object() {
+  separate();
+  out_ += '{';
+  frames_.push_back({true, inside()});
+  return *this;
+}
+
+Writer& Writer::end_object() {
+  const Frame f = frames_.back();
+  frames_.pop_back();
+  if (f.inside == Layout::Indented && !f.empty) newline(frames_.size());
+  out_ += '}';
+  return *this;
+}
+
+Writer& Writer::begin_array() {
+  separate();
+  out_ += '[';
+  // Indented output keeps each array on one line, its items separated by ", " and written tight inside.
+  const Layout l = inside();
+  frames_.push_back({true, l == Layout::Indented ? Layout::Tight : l});
+  if (l == Layout::Indented) frames_.back().python_separator = true;
+  return *this;
+}
+
+Writer& Writer::end_array() {
+  frames_.pop_back();
+  out_ += ']';
+  return *this;
+}
+
+Writer& Writer::key(std::string_view k) {
+  Frame& f = frames_.back();
+  if (f.inside == Layout::Indented) {
+    if (!f.empty) out_ += ',';
+    f.empty = false;
+    newline(frames_.size());
+  } else {
+    separate();
+  }
+  out_ += quote(k);
+  out_ += f.inside == Layout::Tight ? ":" : ": ";
+  after_key_ = true;
+  return *this;
+}
+
+Writer& Writer::value(std::string_view v) {
+  separate();
+  out_ += quote(v);
+  return *this;
+}
+
+Writer& Writer::value(int64_t v) {
+  separate();
+  out_ += std::to_string(v);
+  return *this;
+}
+
+Writer& Writer::value(uint64_t v) {
+  separate();
+  out_ += std::to_string(v);
+  return *this;
+}
+
+Writer& Writer::value(double v) {
+  if (!std::isfinite(v)) throw Error("JSON has no representation for " + std::to_string(v));
+  separate();
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";  // stays a float when read back
+  out_ += s;
+  return *this;
+}
+
+Writer& Writer::value(bool v) {
+  separate();
+  out_ += v ? "true" : "false";
+  return *this;
+}
+
+Writer& Writer::raw(std::string_view json) {
+  separate();
+  out_ += json;
+  return *this;
+}
+
+Writer& Writer::null() {
+  separate();
+  out_ += "null";
+  return *this;
+}
+
+Writer& Writer::value(const Value& v) {
+  write(*v.node_);
+  return *this;
+}
+
+void Writer::write(const Node& n) {
+  switch (n.kind) {
+    case detail::Kind::Null: null(); break;
+    case detail::Kind::Bool: value(n.b); break;
+    case detail::Kind::Int: value(n.i); break;
+    case detail::Kind::Double: value(n.d); break;
+    case detail::Kind::String: value(std::string_view(n.s)); break;
+    case detail::Kind::List:
+      begin_array();
+      for (const Node& e : n.list) write(e);
+      end_array();
+      break;
+    case detail::Kind::Map:
+      begin_object();
+      for (const auto& [k, v] : n.map) {
+        key(k);
+        write(v);
+      }
+      end_object();
+      break;
+  }
+}
+
+}  // namespace acc::json

@@ -57,7 +57,7 @@ std::vector<std::string> expand_env(std::string& text, const std::map<std::strin
     size_t start = text.find("${env:", pos);
     if (start == std::string::npos) break;
     size_t end = text.find('}', start);
-    if (end == std::string::npos) throw Error("'" + key_path + "': unterminated ${env:...} in " + json_quote(text));
+    if (end == std::string::npos) throw Error("'" + key_path + "': unterminated ${env:...} in " + json::quote(text));
     std::string ref = text.substr(start + 6, end - start - 6);
     std::optional<std::string> fallback;
     if (size_t dash = ref.find(":-"); dash != std::string::npos) {
@@ -65,7 +65,7 @@ std::vector<std::string> expand_env(std::string& text, const std::map<std::strin
       ref = ref.substr(0, dash);
       // "${env:A:-x${env:B}": the first '}' would end A's reference inside B's and leave "${env:B" in the value.
       if (fallback->find("${") != std::string::npos)
-        throw Error("'" + key_path + "': a ${env:...} fallback cannot hold another reference, in " + json_quote(text));
+        throw Error("'" + key_path + "': a ${env:...} fallback cannot hold another reference, in " + json::quote(text));
     }
     if (ref.empty() || ref.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
                            std::string::npos)
@@ -718,7 +718,7 @@ void check_launch(const Config& cfg) {
         size_t c = ids.find(',', start);
         std::string item = trim_ws(ids.substr(start, c == std::string::npos ? std::string::npos : c - start));
         if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
-          throw Error("'gpu_ids' (" + json_quote(ids) + ", " + at("gpu_ids") +
+          throw Error("'gpu_ids' (" + json::quote(ids) + ", " + at("gpu_ids") +
                       ") must be \"all\" or comma-separated device numbers such as \"0,1\"");
         list.push_back(item);
         if (c == std::string::npos) break;

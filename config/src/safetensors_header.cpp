@@ -147,4 +147,26 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   return parse_safetensors_header(json, path, file_size - 8 - n);
 }
 
+std::string format_safetensors_header(const std::vector<SafetensorsEntry>& tensors,
+                                      const std::map<std::string, std::string>& metadata) {
+  json::Writer w(json::Writer::Layout::Tight);
+  w.begin_object();
+  if (!metadata.empty()) {
+    w.key("__metadata__").begin_object();
+    for (const auto& [k, v] : metadata) w.key(k).value(v);
+    w.end_object();
+  }
+  for (const SafetensorsEntry& e : tensors) {
+    w.key(e.name).begin_object().key("dtype").value(e.dtype).key("shape").begin_array();
+    for (int64_t d : e.shape) w.value(d);
+    w.end_array().key("data_offsets").begin_array().value(e.begin).value(e.end).end_array().end_object();
+  }
+  w.end_object();
+  std::string json = w.str();
+  json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
+  return out + json;
+}
+
 }  // namespace acc::config

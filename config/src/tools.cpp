@@ -212,7 +212,7 @@ std::string yaml_string(const std::string& s) {
   bool control = false;
   for (unsigned char c : s)
     if (c < 0x20) control = true;
-  if (control) return json_quote(s);  // double-quoted YAML is JSON's escaping
+  if (control) return json::quote(s);  // double-quoted YAML is JSON's escaping
   if (!quote) return s;
   std::string out = "'";
   for (char c : s) {

@@ -115,9 +115,9 @@ struct Converter {
         for (const auto& kv : y) {
           if (!kv.first.IsScalar()) fail(kv.first.Mark(), "mapping keys must be plain names");
           check_text(kv.first.Mark(), kv.first.Scalar(), limits.key_bytes, "key");
-          if (n.map.size() == limits.keys_per_mapping)
+          if (n.map.size() == limits.keys_per_object)
             fail(kv.first.Mark(),
-                 "more than " + std::to_string(limits.keys_per_mapping) + " keys in one mapping (the limit)");
+                 "more than " + std::to_string(limits.keys_per_object) + " keys in one mapping (the limit)");
           Node v = convert(kv.second, depth + 1);
           const YAML::Mark km = kv.first.Mark();
           v.key_line = km.line >= 0 ? km.line + 1 : v.line;

@@ -9,7 +9,7 @@
 
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 #include "util/options.hpp"
 
 namespace acc::core::bigmodel {
@@ -37,8 +37,8 @@ Budget available_memory() {
 
 std::string plan_device_map(const Model& model, const char* options_json) {
   const std::string source = "device map options";
-  Json doc(options_json && *options_json ? options_json : "{}", source);
-  const JsonValue o = doc.root();
+  const json::Document doc = json::Document::object(options_json && *options_json ? options_json : "{}", source);
+  const json::Value o = doc.root();
   const std::set<std::string> known = {"device_map", "max_memory", "no_split_module_classes", "dtype", "offload_buffers",
                                        "fallback_allocation"};
   for (const std::string& k : o.keys())
@@ -51,9 +51,9 @@ std::string plan_device_map(const Model& model, const char* options_json) {
   Budget budget;
   if (o.has_value("max_memory")) {
     std::vector<std::pair<Device, std::string>> raw;
-    JsonValue m = o.get("max_memory");
+    json::Value m = o.get("max_memory");
     for (const std::string& d : m.keys()) {
-      JsonValue v = m.get(d);
+      json::Value v = m.get(d);
       try {
         raw.emplace_back(d, std::to_string(v.as_int()));
       } catch (const std::invalid_argument&) {
@@ -70,7 +70,7 @@ std::string plan_device_map(const Model& model, const char* options_json) {
   }
   MapOptions plan;
   if (o.has_value("no_split_module_classes")) {
-    JsonValue n = o.get("no_split_module_classes");
+    json::Value n = o.get("no_split_module_classes");
     for (size_t i = 0; i < n.size(); ++i) plan.no_split.push_back(n.at(i).as_string());
   } else {
     plan.no_split = model.no_split_modules();
@@ -94,7 +94,7 @@ std::string plan_device_map(const Model& model, const char* options_json) {
       if (map.count(prefix + n)) order.push_back(prefix + n);
   };
   walk(0, "");
-  JsonWriter j;
+  json::Writer j;
   j.begin_object();
   for (const std::string& name : order) {
     const Device& device = map.at(name);
@@ -110,7 +110,7 @@ std::string plan_device_map(const Model& model, const char* options_json) {
 
 std::string module_sizes_json(const Model& model, const std::string& dtype) {
   const ModuleSizes sizes = compute_module_sizes(tree_of(model), element_size_of(dtype, "module sizes"));
-  JsonWriter j;
+  json::Writer j;
   j.begin_object();
   for (const std::string& name : sizes.order) j.key(name).value(sizes.of(name));
   j.end_object();

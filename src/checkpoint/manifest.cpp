@@ -7,12 +7,12 @@
 
 #include "acc/files.hpp"
 #include "acc/limits.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core {
 
 std::string manifest_json(const std::vector<std::pair<std::string, int64_t>>& files, int64_t num_processes) {
-  JsonWriter j;
+  json::Writer j;
   j.begin_object().key("format").value(kCheckpointFormat).key("version").value(kCheckpointVersion);
   j.key("num_processes").value(num_processes).key("files").begin_object();
   for (const auto& [name, size] : files) j.key(name).value(size);
@@ -22,7 +22,7 @@ std::string manifest_json(const std::vector<std::pair<std::string, int64_t>>& fi
 std::optional<std::vector<std::string>> checkpoint_files(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
   try {
-    Json manifest(config::read_file(path, limits::kCheckpointJsonBytes), path);
+    const json::Document manifest = json::Document::object(config::read_file(path, limits::kCheckpointJsonBytes), path);
     if (manifest.root().get_string("format") != kCheckpointFormat) return std::nullopt;
     std::vector<std::string> files{kManifest};
     for (const std::string& name : manifest.root().get("files").keys()) {
@@ -43,12 +43,12 @@ void check_complete(const std::string& dir) {
   if (::lstat(path.c_str(), &st) != 0)
     throw std::ios_base::failure("load_state: '" + dir + "' is not a complete checkpoint: it has no " + kManifest +
                                  " (an interrupted save, or not a libacc checkpoint)");
-  Json manifest(config::read_file(path, limits::kCheckpointJsonBytes), path);
+  const json::Document manifest = json::Document::object(config::read_file(path, limits::kCheckpointJsonBytes), path);
   if (manifest.root().get_string("format") != kCheckpointFormat ||
       manifest.root().get_int("version") != kCheckpointVersion)
     throw std::invalid_argument(path + ": not a libacc checkpoint of format version " +
                                 std::to_string(kCheckpointVersion));
-  const JsonValue files = manifest.root().get("files");
+  const json::Value files = manifest.root().get("files");
   for (const std::string& name : files.keys()) {
     const std::string file = config::child_path(dir, name, "a file named by " + path);  // never look outside
     if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode))

@@ -10,7 +10,7 @@
 
 #include "acc/files.hpp"
 #include "formats/safetensors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core {
 
@@ -38,7 +38,7 @@ std::vector<fs::path> slice_files(const std::string& dir, const char* kind, size
 
 fs::path sidecar(const fs::path& tensors) { return fs::path(tensors).replace_extension(".json"); }
 
-void write_where(JsonWriter& j, const std::string& name, int64_t offset, at::IntArrayRef shape) {
+void write_where(json::Writer& j, const std::string& name, int64_t offset, at::IntArrayRef shape) {
   j.key(name).begin_object().key("offset").value(offset).key("shape").begin_array();
   for (int64_t d : shape) j.value(d);
   j.end_array().end_object();
@@ -113,12 +113,12 @@ std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, s
   c10::NoGradGuard no_grad;
   for (const auto& f : files) {
     const std::string where = f.string();
-    Json side(config::read_file(sidecar(f).string()), sidecar(f).string());
-    const JsonValue slices = side.root().get("slices");
+    const json::Document side = json::Document::object(config::read_file(sidecar(f).string()), sidecar(f).string());
+    const json::Value slices = side.root().get("slices");
     for (const auto& [name, data] : load_safetensors(where)) {
-      const JsonValue at = slices.get(name);
+      const json::Value at = slices.get(name);
       std::vector<int64_t> shape;
-      const JsonValue dims = at.get("shape");
+      const json::Value dims = at.get("shape");
       for (size_t d = 0; d < dims.size(); ++d) shape.push_back(dims.at(d).as_int());
       a.place(name, data, at.get_int("offset"), shape, where);
     }
@@ -130,16 +130,16 @@ std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, s
 }  // namespace
 
 bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model) {
-  const config::Config& c = acc.config();
-  return model.strategy && model.strategy->sharded() && c.get_bool("use_fsdp") && c.is_set("fsdp_plugin.state_dict_type") &&
-         c.get_string("fsdp_plugin.state_dict_type") == "SHARDED_STATE_DICT";
+  const config::AcceleratorSettings& c = acc.settings();
+  return model.strategy && model.strategy->sharded() && c.use_fsdp &&
+         c.fsdp_plugin.state_dict_type.value_or("") == "SHARDED_STATE_DICT";
 }
 
 void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir) {
   const auto slices = model.strategy->slices();
   const auto pieces = model.strategy->optimizer_parameters();
   NamedTensors tensors;
-  JsonWriter j;
+  json::Writer j;
   j.begin_object().key("slices").begin_object();
   for (size_t k = 0; k < slices.size(); ++k) {
     tensors.emplace_back(slices[k].name, pieces[k].detach());
@@ -163,15 +163,15 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
 void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir) {
   const auto slices = opt.model->strategy->slices();
   const Optimizer::State st = opt.opt->save_state();  // indexed by piece
-  Json doc(st.json, "optimizer state");
-  const JsonValue group = doc.root().get("param_groups").at(0);
-  JsonWriter j;
+  const json::Document doc = json::Document::object(st.json, "optimizer state");
+  const json::Value group = doc.root().get("param_groups").at(0);
+  json::Writer j;
   j.begin_object()
       .key("type").value(doc.root().get_string("type"))
       .key("lr").value(group.get_double("lr"))
       .key("initial_lr").value(group.get_double("initial_lr"))
       .key("steps").begin_object();
-  const JsonValue state = doc.root().get("state");
+  const json::Value state = doc.root().get("state");
   for (const std::string& k : state.keys())
     if (state.get(k).has("step")) j.key(slices.at(std::stoul(k)).name).value(state.get(k).get_int("step"));
   j.end_object().key("slices").begin_object();
@@ -190,18 +190,18 @@ void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, con
 }
 
 std::optional<NamedTensors> load_model_slices(size_t index, const std::string& dir) {
-  return assemble(dir, "model", index, [](const JsonValue&) {});
+  return assemble(dir, "model", index, [](const json::Value&) {});
 }
 
 std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, size_t index, const std::string& dir) {
   std::string type;
   double lr = 0, initial_lr = 0;
   std::map<std::string, int64_t> steps;
-  auto whole = assemble(dir, "optimizer", index, [&](const JsonValue& side) {
+  auto whole = assemble(dir, "optimizer", index, [&](const json::Value& side) {
     type = side.get_string("type");
     lr = side.get_double("lr");
     initial_lr = side.get_double("initial_lr");
-    const JsonValue s = side.get("steps");
+    const json::Value s = side.get("steps");
     for (const std::string& name : s.keys()) steps[name] = std::max(steps[name], s.get_int(name));
   });
   if (!whole) return std::nullopt;
@@ -222,7 +222,7 @@ std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, si
   }
   for (const auto& [name, s] : steps)
     if (index_of.count(name)) with_state.insert(index_of.at(name));
-  JsonWriter j;
+  json::Writer j;
   j.begin_object().key("type").value(type).key("param_groups").begin_array();
   j.begin_object().key("lr").value(lr).key("initial_lr").value(initial_lr)
       .key("num_params").value(static_cast<int64_t>(params.size())).end_object();

@@ -29,7 +29,7 @@
 #include "train/accelerator.hpp"
 #include "checkpoint/sharded_state.hpp"
 #include "util/errors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core {
 namespace {
@@ -98,11 +98,11 @@ std::vector<std::shared_ptr<T>> alive(const std::vector<std::weak_ptr<T>>& list)
 }
 
 // {project_dir}/checkpoints, where the automatic names live.
-fs::path checkpoints_root(const config::Config& c) {
-  if (!c.is_set("project_config.project_dir"))
+fs::path checkpoints_root(const config::AcceleratorSettings& c) {
+  if (!c.project_config.project_dir)
     throw std::invalid_argument("save_state / load_state without a directory need project_config.project_dir (or "
                                 "project_dir): the checkpoints are {project_dir}/checkpoints/checkpoint_{i}");
-  return fs::path(c.get_string("project_config.project_dir")) / "checkpoints";
+  return fs::path(*c.project_config.project_dir) / "checkpoints";
 }
 
 // The complete checkpoints named checkpoint_{n} under `root`, by number: only folders of exactly that name
@@ -217,10 +217,10 @@ void agreed(Accelerator* acc, const char* what, const std::function<void()>& pha
 
 std::string Accelerator::save_state(const std::string& dir) {
   const bool automatic = dir.empty();
-  if (automatic && !config_.get_bool("project_config.automatic_checkpoint_naming"))
+  if (automatic && !settings_.project_config.automatic_checkpoint_naming)
     throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
                                 "with a project_dir");
-  const fs::path target = automatic ? checkpoints_root(config_) / ("checkpoint_" + std::to_string(save_iteration_))
+  const fs::path target = automatic ? checkpoints_root(settings_) / ("checkpoint_" + std::to_string(save_iteration_))
                                     : folder_named(dir);
   const fs::path staged_path = target.parent_path() / ("." + target.filename().string() + ".acc-staging");
   const bool main = state_.rank == 0;
@@ -282,7 +282,7 @@ std::string Accelerator::save_state(const std::string& dir) {
       config::write_file_atomic(d + numbered("optimizer", i, ".json"), st.json);
     }
     for (size_t i = 0; i < schedulers.size(); ++i) {
-      JsonWriter j;
+      json::Writer j;
       j.begin_object();
       if (schedulers[i]->user)
         j.key("step_count").value(static_cast<int64_t>(SchedulerCount::of(*schedulers[i]->user)));
@@ -292,18 +292,18 @@ std::string Accelerator::save_state(const std::string& dir) {
     }
     for (size_t i = 0; i < loaders.size(); ++i) {
       const LoaderPosition p = loaders[i]->position();
-      JsonWriter j;
+      json::Writer j;
       j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches).end_object();
       config::write_file_atomic(d + numbered("dataloader", i, ".json"), j.str());
     }
     if (scaler_) {
-      JsonWriter j;
+      json::Writer j;
       j.begin_object().key("scale").value(scaler_->scale()).key("growth_tracker").value(scaler_->growth_tracker());
       config::write_file_atomic(d + "scaler.json", j.end_object().str());
     }
     for (size_t i = 0; i < objects.size(); ++i)
       config::write_file_atomic(d + "custom_checkpoint_" + std::to_string(i) + ".bin", objects[i].save());
-    JsonWriter j;
+    json::Writer j;
     j.begin_object()
         .key("step").value(grad_.step)
         .key("num_processes").value(static_cast<int64_t>(state_.world_size))
@@ -331,9 +331,9 @@ std::string Accelerator::save_state(const std::string& dir) {
     staged.reset();
     // With automatic naming and total_limit, the oldest checkpoints go so that total_limit remain, this one
     // included; only now, so that a failed save never costs a checkpoint.
-    if (automatic && config_.is_set("project_config.total_limit")) {
+    if (automatic && settings_.project_config.total_limit) {
       const auto existing = list_automatic(target.parent_path());
-      const size_t keep = static_cast<size_t>(std::max<int64_t>(config_.get_int("project_config.total_limit"), 1));
+      const size_t keep = static_cast<size_t>(std::max<int64_t>(*settings_.project_config.total_limit, 1));
       for (size_t i = 0; i + keep < existing.size(); ++i)
         remove_checkpoint(existing[i].dir, existing[i].files, "an old checkpoint");
     }
@@ -346,7 +346,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   std::string dir = dir_or_newest;
   int64_t automatic_number = -1;
   if (dir.empty()) {
-    const fs::path root = checkpoints_root(config_);
+    const fs::path root = checkpoints_root(settings_);
     const auto found = list_automatic(root);
     if (found.empty()) throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
     dir = found.back().dir.string();
@@ -355,8 +355,8 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   const fs::path root(dir);
   const auto where = [&](const std::string& file) { return (root / file).string(); };
   check_complete(dir);
-  Json acc_state(read_json_file(root / "accelerator_state.json"), where("accelerator_state.json"));
-  const JsonValue saved = acc_state.root();
+  const json::Document acc_state = json::Document::object(read_json_file(root / "accelerator_state.json"), where("accelerator_state.json"));
+  const json::Value saved = acc_state.root();
 
   const Prepared prepared = live_objects();
   const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
@@ -394,7 +394,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
     const std::string f = numbered("scheduler", i, ".json");
-    Json s(read_json_file(root / f), where(f));
+    const json::Document s = json::Document::object(read_json_file(root / f), where(f));
     if (schedulers[i]->user) {
       SchedulerCount::of(*schedulers[i]->user) = static_cast<unsigned>(s.root().get_int("step_count"));
     } else {
@@ -405,7 +405,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   if (scaler_) {
     if (!fs::exists(root / "scaler.json"))
       throw std::invalid_argument("load_state: '" + dir + "' has no scaler.json; this run uses fp16 loss scaling");
-    Json s(read_json_file(root / "scaler.json"), where("scaler.json"));
+    const json::Document s = json::Document::object(read_json_file(root / "scaler.json"), where("scaler.json"));
     scaler_->load(s.root().get_double("scale"), s.root().get_int("growth_tracker"));
   }
   for (size_t i = 0; i < objects.size(); ++i)
@@ -425,7 +425,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
     for (size_t i = 0; i < loaders.size(); ++i) {
       const std::string f = numbered("dataloader", i, ".json");
-      Json s(read_json_file(root / f), where(f));
+      const json::Document s = json::Document::object(read_json_file(root / f), where(f));
       LoaderPosition p;
       p.epoch = s.root().get_int("epoch");
       p.batches = s.root().get_int("batches");
@@ -443,13 +443,13 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
 }
 
 std::string Accelerator::resume_from_checkpoint() {
-  if (!config_.is_set("resume_from_checkpoint")) return "";
-  const std::string what = config_.get_string("resume_from_checkpoint");
+  if (!settings_.resume_from_checkpoint) return "";
+  const std::string what = *settings_.resume_from_checkpoint;
   if (what != "latest") return load_state(what);
   // Every process looks at the same directory; the main process's answer decides, so that all of them load
   // or none does.
   at::Tensor found = at::zeros({1}, at::kFloat);
-  if (state_.rank == 0) found.fill_(list_automatic(checkpoints_root(config_)).empty() ? 0.0 : 1.0);
+  if (state_.rank == 0) found.fill_(list_automatic(checkpoints_root(settings_)).empty() ? 0.0 : 1.0);
   if (distributed()) found = broadcast(found, 0);
   return found.item<double>() > 0 ? load_state("") : "";
 }

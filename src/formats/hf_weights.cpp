@@ -1,5 +1,7 @@
 #include "formats/hf_weights.hpp"
 
+#include <acc/json.hpp>
+
 #include <ATen/ATen.h>
 
 #include <cctype>
@@ -133,16 +135,12 @@ void write_model_files(const NamedTensors& state, const std::string& dir, int64_
     std::map<std::string, std::string> weight_map;
     for (const auto& f : plan.files)
       for (size_t i : f.tensors) weight_map[state[i].first] = f.name;
-    std::string j = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(plan.total_size) +
-                    "\n  },\n  \"weight_map\": {";
-    bool first = true;
-    for (const auto& [name, file] : weight_map) {
-      j += first ? "\n    " : ",\n    ";
-      j += config::json_quote(name) + ": " + config::json_quote(file);
-      first = false;
-    }
-    j += first ? "}\n}\n" : "\n  }\n}\n";
-    config::write_file_atomic((fs::path(dir) / kIndex).string(), j);
+    json::Writer j(json::Writer::Layout::Indented, 2);
+    j.begin_object().key("metadata").begin_object().key("total_size").value(plan.total_size).end_object();
+    j.key("weight_map").begin_object();
+    for (const auto& [name, file] : weight_map) j.key(name).value(file);
+    j.end_object().end_object();
+    config::write_file_atomic((fs::path(dir) / kIndex).string(), j.str() + "\n");
     written.insert(kIndex);
   }
   // What an earlier save left (save_pretrained's cleanup: shards of another count; and the other layout's file,

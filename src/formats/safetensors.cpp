@@ -1,7 +1,6 @@
 #include "formats/safetensors.hpp"
 
 #include <ATen/ATen.h>
-#include <cjson/cJSON.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -35,11 +34,6 @@ const std::map<at::ScalarType, std::string>& dtype_names() {
   throw config::FileError("cannot load safetensors file", path, what, EINVAL);
 }
 
-struct CJsonPtr {
-  cJSON* p;
-  ~CJsonPtr() { cJSON_Delete(p); }
-};
-
 }  // namespace
 
 std::optional<at::ScalarType> safetensors_scalar_type(const std::string& dtype) {
@@ -50,14 +44,10 @@ std::optional<at::ScalarType> safetensors_scalar_type(const std::string& dtype) 
 
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
-  CJsonPtr header{cJSON_CreateObject()};
-  if (!metadata.empty()) {
-    cJSON* meta = cJSON_AddObjectToObject(header.p, "__metadata__");
-    for (auto& [k, v] : metadata) cJSON_AddStringToObject(meta, k.c_str(), v.c_str());
-  }
+  std::vector<config::SafetensorsEntry> entries;
   std::vector<at::Tensor> data;
   std::set<std::string> seen;
-  int64_t offset = 0;
+  uint64_t offset = 0;
   for (auto& [name, t] : tensors) {
     if (!seen.insert(name).second) throw std::invalid_argument("duplicate tensor name '" + name + "'");
     auto it = dtype_names().find(t.scalar_type());
@@ -65,26 +55,14 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
       throw std::invalid_argument("tensor '" + name + "' has dtype " + c10::str(t.scalar_type()) +
                                   ", which safetensors cannot store");
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    cJSON* e = cJSON_AddObjectToObject(header.p, name.c_str());
-    cJSON_AddStringToObject(e, "dtype", it->second.c_str());
-    cJSON* shape = cJSON_AddArrayToObject(e, "shape");
-    for (int64_t d : c.sizes()) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
-    int64_t n = static_cast<int64_t>(c.nbytes());
-    cJSON* offs = cJSON_AddArrayToObject(e, "data_offsets");
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset)));
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber(static_cast<double>(offset + n)));
+    const uint64_t n = c.nbytes();
+    entries.push_back({name, it->second, c.sizes().vec(), offset, offset + n});
     offset += n;
     data.push_back(c);
   }
-  char* text = cJSON_PrintUnformatted(header.p);
-  std::string json(text);
-  cJSON_free(text);
-  json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
-  uint64_t len = json.size();
-  char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<char>(len >> (8 * i));
+  const std::string header = config::format_safetensors_header(entries, metadata);
   // Written in pieces (no copy of the tensors into one buffer); a crash leaves the old file or the new one.
-  std::vector<std::string_view> pieces = {std::string_view(le, 8), json};
+  std::vector<std::string_view> pieces = {header};
   for (auto& t : data) pieces.emplace_back(static_cast<const char*>(t.data_ptr()), t.nbytes());
   config::write_file_atomic(path, pieces);  // throws std::ios_base::failure naming the path
 }

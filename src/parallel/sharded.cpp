@@ -18,7 +18,7 @@
 #include "models/model.hpp"
 #include "models/module_tree.hpp"
 #include "util/errors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core {
 
@@ -655,10 +655,10 @@ void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string
   // one all-reduce per kind of tensor sums them; steps and which parameters have state are agreed the same way.
   const std::vector<PieceAt> at_ = piece_locations();
   const std::vector<at::Tensor>& params = s_->params;
-  Json doc(json, "optimizer state");
-  const JsonValue root = doc.root();
-  const JsonValue groups = root.get("param_groups");
-  const JsonValue state = root.get("state");
+  const acc::json::Document doc = acc::json::Document::object(json, "optimizer state");
+  const acc::json::Value root = doc.root();
+  const acc::json::Value groups = root.get("param_groups");
+  const acc::json::Value state = root.get("state");
   std::vector<int64_t> base(params.size() + 1, 0);
   for (size_t i = 0; i < params.size(); ++i) base[i + 1] = base[i] + params[i].numel();
   at::Tensor present = at::zeros({static_cast<int64_t>(kNumStateTensors) + 1}, at::kDouble);  // last: has steps
@@ -689,7 +689,7 @@ void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string
   }
   for (auto& sum : sums)
     if (sum.defined()) comm.all_reduce(sum, ReduceOp::Sum);
-  JsonWriter j;
+  acc::json::Writer j;
   j.begin_object().key("type").value(root.get_string("type")).key("param_groups").begin_array();
   for (size_t g = 0; g < groups.size(); ++g)
     j.begin_object()
@@ -717,9 +717,9 @@ void ShardedStrategy::optimizer_state_from_full(NamedTensors& tensors, std::stri
   // Each rank keeps the parts of the whole-parameter tensors its pieces cover.
   const std::vector<PieceAt> at_ = piece_locations();
   const std::vector<at::Tensor>& params = s_->params;
-  Json doc(json, source);
-  const JsonValue root = doc.root();
-  const JsonValue groups = root.get("param_groups");
+  const acc::json::Document doc = acc::json::Document::object(json, source);
+  const acc::json::Value root = doc.root();
+  const acc::json::Value groups = root.get("param_groups");
   if (groups.size() != 1)
     throw std::invalid_argument(source + ": 'param_groups' has " + std::to_string(groups.size()) +
                                 " groups; a sharded model's optimizer has one");
@@ -735,9 +735,9 @@ void ShardedStrategy::optimizer_state_from_full(NamedTensors& tensors, std::stri
                                                      : std::string(" but there is no such parameter")));
     by_param[{i, k}] = t;
   }
-  const JsonValue state = root.get("state");
+  const acc::json::Value state = root.get("state");
   NamedTensors local;
-  JsonWriter j;
+  acc::json::Writer j;
   j.begin_object().key("type").value(root.get_string("type")).key("param_groups").begin_array();
   j.begin_object()
       .key("lr").value(groups.at(0).get_double("lr"))

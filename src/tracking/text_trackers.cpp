@@ -3,7 +3,7 @@
 // each; reopening a file (a resumed run) continues it, dropping a last line a crash cut short.
 #include <acc/files.hpp>
 #include <acc/limits.hpp>
-#include <cjson/cJSON.h>
+#include <acc/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -25,27 +25,33 @@ std::string json_number(double v) {
 
 namespace {
 
-std::string json_value(const Value& v) {
+void write_value(json::Writer& w, const Value& v) {
   switch (v.kind) {
-    case Value::Kind::Number: return json_number(v.number);
-    case Value::Kind::Bool: return v.flag ? "true" : "false";
-    case Value::Kind::String: return config::json_quote(v.text);
-    case Value::Kind::Null: return "null";
-    case Value::Kind::Dict: {
-      std::string s = "{";
-      for (size_t i = 0; i < v.dict.size(); ++i)
-        s += (i ? ", " : "") + config::json_quote(v.dict[i].first) + ": " + json_number(v.dict[i].second);
-      return s + "}";
-    }
+    case Value::Kind::Number: w.raw(json_number(v.number)); break;
+    case Value::Kind::Bool: w.value(v.flag); break;
+    case Value::Kind::String: w.value(v.text); break;
+    case Value::Kind::Null: w.null(); break;
+    case Value::Kind::Dict:
+      w.begin_object();
+      for (const auto& [name, x] : v.dict) w.key(name).raw(json_number(x));
+      w.end_object();
+      break;
   }
-  return "null";
+}
+
+void write_object(json::Writer& w, const Values& values) {
+  w.begin_object();
+  for (const auto& [name, v] : values) {
+    w.key(name);
+    write_value(w, v);
+  }
+  w.end_object();
 }
 
 std::string json_object(const Values& values) {
-  std::string s = "{";
-  for (size_t i = 0; i < values.size(); ++i)
-    s += (i ? ", " : "") + config::json_quote(values[i].first) + ": " + json_value(values[i].second);
-  return s + "}";
+  json::Writer w;
+  write_object(w, values);
+  return w.str();
 }
 
 std::string time_text(double t) {
@@ -61,11 +67,17 @@ void check_hparams_json(const std::string& dir) {
   refuse_unless_regular(path);
   if (!exists(path)) return;
   const std::string text = read_file(path, limits::kConfigBytes);
-  cJSON* root = cJSON_ParseWithLength(text.data(), text.size());
-  bool ours = cJSON_IsObject(root);
-  for (const cJSON* it = ours ? root->child : nullptr; it; it = it->next)
-    if (cJSON_IsObject(it) || cJSON_IsArray(it)) ours = false;
-  cJSON_Delete(root);
+  bool ours = false;
+  try {
+    json::Limits limits = json::kDocumentLimits;
+    limits.nonfinite_numbers = true;  // json_number writes NaN as Python does
+    const json::Document doc(text, path, limits);
+    ours = doc.root().is_object();
+    for (const auto& [name, v] : ours ? doc.root().items() : std::vector<std::pair<std::string, json::Value>>{})
+      ours = ours && !v.is_object() && !v.is_array();
+  } catch (const json::Error&) {
+    ours = false;
+  }
   if (!ours)
     throw std::invalid_argument("'" + path + "' exists and is not a libacc hparams file (a JSON object of flattened "
                                 "hyperparameters); trackers do not replace a file they did not make");
@@ -94,9 +106,13 @@ class JsonlTracker final : public Tracker {
   const std::string& location() const override { return dir_; }
   void store_init_configuration(const Values& hparams) override { write_hparams_json(dir_, hparams); }
   void log(const Values& values, std::optional<int64_t> step) override {
-    std::string line = "{\"step\": " + (step ? std::to_string(*step) : std::string("null")) +
-                       ", \"time\": " + time_text(wall_time()) + ", \"values\": " + json_object(values) + "}\n";
-    file_.append(line);
+    json::Writer w;
+    w.begin_object().key("step");
+    step ? w.value(*step) : w.null();
+    w.key("time").raw(time_text(wall_time())).key("values");
+    write_object(w, values);
+    w.end_object();
+    file_.append(w.str() + "\n");
   }
   void finish() override {
     if (!file_.is_open()) return;

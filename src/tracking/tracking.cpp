@@ -2,7 +2,7 @@
 #include "tracking/tracking.hpp"
 
 #include <acc/config.hpp>
-#include <cjson/cJSON.h>
+#include <acc/json.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -14,72 +14,16 @@ namespace acc::tracking {
 
 namespace {
 
-// NaN, Infinity and -Infinity, as Python's json module writes them (a diverged loss), are not JSON: outside
-// strings they become marker strings that number_of() turns back into numbers (or, with markers false, 0: the
-// text config::check_json checks).
-constexpr std::string_view kMarker = "\\u0001acc-number:";
-
-std::string with_special_numbers(std::string_view text, bool markers = true) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) out += text[++i];
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    bool matched = false;
-    for (std::string_view tok : {"NaN", "Infinity", "-Infinity"}) {
-      if (text.substr(i, tok.size()) == tok) {
-        out += markers ? "\"" + std::string(kMarker) + std::string(tok) + "\"" : std::string("0");
-        i += tok.size() - 1;
-        matched = true;
-        break;
-      }
-    }
-    if (!matched) out += c;
-  }
-  return out;
+// A JSON text given to the trackers. NaN, Infinity and -Infinity are read as numbers, as Python's json module
+// writes them (a diverged loss).
+json::Document parse(std::string_view text, const char* what) {
+  json::Limits limits = json::kDocumentLimits;
+  limits.nonfinite_numbers = true;
+  return json::Document(text, what, limits);
 }
 
-struct JsonDoc {
-  cJSON* root = nullptr;
-  explicit JsonDoc(std::string_view raw, const char* what) {
-    // As every JSON libacc reads: one document, no duplicate key, UTF-8 (cJSON alone takes the first of two keys).
-    try {
-      config::check_json(with_special_numbers(raw, false), what);
-    } catch (const config::Error& e) {
-      throw std::invalid_argument(e.what());
-    }
-    std::string text = with_special_numbers(raw);
-    root = cJSON_ParseWithLength(text.data(), text.size());
-    if (!root) {
-      const char* at = cJSON_GetErrorPtr();
-      std::string near = at ? std::string(at).substr(0, 20) : std::string();
-      throw std::invalid_argument(std::string(what) + " is not valid JSON" + (near.empty() ? "" : " near '" + near + "'"));
-    }
-  }
-  ~JsonDoc() { cJSON_Delete(root); }
-  JsonDoc(const JsonDoc&) = delete;
-  JsonDoc& operator=(const JsonDoc&) = delete;
-};
-
-// A number, including the marked NaN / Infinity / -Infinity; nullopt for anything else.
-std::optional<double> number_of(const cJSON* n) {
-  if (cJSON_IsNumber(n)) return n->valuedouble;
-  if (cJSON_IsString(n)) {
-    std::string_view v = n->valuestring;
-    const std::string marker = "\x01" "acc-number:";
-    if (v.substr(0, marker.size()) == marker) {
-      v.remove_prefix(marker.size());
-      if (v == "NaN") return std::nan("");
-      return v == "Infinity" ? HUGE_VAL : -HUGE_VAL;
-    }
-  }
+std::optional<double> number_of(const json::Value& n) {
+  if (n.is_number()) return n.as_double();
   return std::nullopt;
 }
 
@@ -87,29 +31,21 @@ bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
 }
 
-std::string json_text(const cJSON* node) {
-  char* p = cJSON_PrintUnformatted(node);
-  if (!p) throw std::bad_alloc();
-  std::string s(p);
-  cJSON_free(p);
-  return s;
-}
-
-void flatten(const cJSON* obj, const std::string& prefix, Values& out) {
-  for (const cJSON* it = obj->child; it; it = it->next) {
-    std::string key = prefix + (it->string ? it->string : "");
+void flatten(const json::Value& obj, const std::string& prefix, Values& out) {
+  for (const auto& [name, it] : obj.items()) {
+    std::string key = prefix + name;
     Value v;
-    if (cJSON_IsObject(it)) {
+    if (it.is_object()) {
       flatten(it, key + ".", out);
       continue;
-    } else if (cJSON_IsBool(it)) {
-      v = Value::of_bool(cJSON_IsTrue(it));
+    } else if (it.is_bool()) {
+      v = Value::of_bool(it.as_bool());
     } else if (auto x = number_of(it)) {
       v = Value::of(*x);
-    } else if (cJSON_IsString(it)) {
-      v = Value::of(std::string(it->valuestring));
-    } else if (cJSON_IsArray(it)) {
-      v = Value::of(json_text(it));
+    } else if (it.is_string()) {
+      v = Value::of(it.as_string());
+    } else if (it.is_array()) {
+      v = Value::of(it.text());
     }  // null stays Null
     out.emplace_back(std::move(key), std::move(v));
   }
@@ -124,30 +60,29 @@ std::optional<double> Value::scalar() const {
 }
 
 Values parse_values(std::string_view json, const char* what) {
-  JsonDoc doc(json, what);
-  if (!cJSON_IsObject(doc.root))
+  const json::Document doc = parse(json, what);
+  if (!doc.root().is_object())
     throw std::invalid_argument(std::string(what) + " must be a JSON object of name: value");
   Values out;
-  for (const cJSON* it = doc.root->child; it; it = it->next) {
-    const std::string key = it->string ? it->string : "";
+  for (const auto& [key, it] : doc.root().items()) {
     if (key.empty()) throw std::invalid_argument(std::string(what) + ": an empty name");
     Value v;
-    if (cJSON_IsBool(it)) {
-      v = Value::of_bool(cJSON_IsTrue(it));
+    if (it.is_bool()) {
+      v = Value::of_bool(it.as_bool());
     } else if (auto x = number_of(it)) {
       v = Value::of(*x);
-    } else if (cJSON_IsString(it)) {
-      v = Value::of(std::string(it->valuestring));
-    } else if (cJSON_IsObject(it)) {
+    } else if (it.is_string()) {
+      v = Value::of(it.as_string());
+    } else if (it.is_object()) {
       v.kind = Value::Kind::Dict;
-      for (const cJSON* sub = it->child; sub; sub = sub->next) {
+      for (const auto& [sub_name, sub] : it.items()) {
         auto y = number_of(sub);
         if (!y)
-          throw std::invalid_argument(std::string(what) + ": '" + key + "." + (sub->string ? sub->string : "") +
+          throw std::invalid_argument(std::string(what) + ": '" + key + "." + sub_name +
                                       "' must be a number (an object groups scalars under one name)");
-        v.dict.emplace_back(sub->string ? sub->string : "", *y);
+        v.dict.emplace_back(sub_name, *y);
       }
-    } else if (cJSON_IsArray(it)) {
+    } else if (it.is_array()) {
       throw std::invalid_argument(std::string(what) + ": '" + key +
                                   "' is a list; a value is a number, a boolean, a string, null or an object of numbers");
     }
@@ -161,10 +96,10 @@ Values parse_values(std::string_view json, const char* what) {
 Values parse_hparams(std::string_view json) {
   Values out;
   if (blank(json)) return out;
-  JsonDoc doc(json, "config");
-  if (cJSON_IsNull(doc.root)) return out;
-  if (!cJSON_IsObject(doc.root)) throw std::invalid_argument("config must be a JSON object of hyperparameters");
-  flatten(doc.root, "", out);
+  const json::Document doc = parse(json, "config");
+  if (doc.root().is_null()) return out;
+  if (!doc.root().is_object()) throw std::invalid_argument("config must be a JSON object of hyperparameters");
+  flatten(doc.root(), "", out);
   return out;
 }
 
@@ -207,25 +142,25 @@ void check_kwargs(const RunOptions& o, const char* tracker, const std::vector<st
 std::optional<std::string> kwarg_string(const RunOptions& o, const char* tracker, const std::string& key) {
   auto it = o.kwargs.find(key);
   if (it == o.kwargs.end()) return std::nullopt;
-  JsonDoc doc(it->second, "init_kwargs");
-  if (cJSON_IsNull(doc.root)) return std::nullopt;
-  if (!cJSON_IsString(doc.root))
+  const json::Document doc = parse(it->second, "init_kwargs");
+  if (doc.root().is_null()) return std::nullopt;
+  if (!doc.root().is_string())
     throw std::invalid_argument("init_kwargs." + std::string(tracker) + "." + key + " must be a string");
-  return std::string(doc.root->valuestring);
+  return doc.root().as_string();
 }
 
 std::vector<std::pair<std::string, std::string>> parse_string_map(std::string_view json, const std::string& what) {
   std::vector<std::pair<std::string, std::string>> out;
-  JsonDoc doc(json, what.c_str());
-  if (cJSON_IsNull(doc.root)) return out;
-  if (!cJSON_IsObject(doc.root)) throw std::invalid_argument(what + " must be a JSON object of strings");
-  for (const cJSON* it = doc.root->child; it; it = it->next) {
+  const json::Document doc = parse(json, what.c_str());
+  if (doc.root().is_null()) return out;
+  if (!doc.root().is_object()) throw std::invalid_argument(what + " must be a JSON object of strings");
+  for (const auto& [name, it] : doc.root().items()) {
     std::string v;
-    if (cJSON_IsString(it)) v = it->valuestring;
-    else if (cJSON_IsNumber(it)) v = format_number(it->valuedouble);
-    else if (cJSON_IsBool(it)) v = cJSON_IsTrue(it) ? "True" : "False";
-    else throw std::invalid_argument(what + "." + (it->string ? it->string : "") + " must be a string");
-    out.emplace_back(it->string ? it->string : "", v);
+    if (it.is_string()) v = it.as_string();
+    else if (it.is_number()) v = format_number(it.as_double());
+    else if (it.is_bool()) v = it.as_bool() ? "True" : "False";
+    else throw std::invalid_argument(what + "." + name + " must be a string");
+    out.emplace_back(name, v);
   }
   return out;
 }
@@ -275,17 +210,16 @@ TrackerSet::TrackerSet(const std::vector<std::string>& names, const std::string&
   check_project_name(project_name);
   std::map<std::string, std::map<std::string, std::string>> kwargs;
   if (!blank(init_kwargs_json)) {
-    JsonDoc doc(init_kwargs_json, "init_kwargs");
-    if (!cJSON_IsNull(doc.root)) {
-      if (!cJSON_IsObject(doc.root))
+    const json::Document doc = parse(init_kwargs_json, "init_kwargs");
+    if (!doc.root().is_null()) {
+      if (!doc.root().is_object())
         throw std::invalid_argument("init_kwargs must be a JSON object {\"<tracker>\": {...}}");
-      for (const cJSON* t = doc.root->child; t; t = t->next) {
-        const std::string tn = t->string ? t->string : "";
+      for (const auto& [tn, t] : doc.root().items()) {
         const auto& known = tracker_names();
         if (std::find(known.begin(), known.end(), tn) == known.end())
           throw std::invalid_argument("init_kwargs: unknown tracker \"" + tn + "\"; libacc has tensorboard, jsonl, csv, mlflow");
-        if (!cJSON_IsObject(t)) throw std::invalid_argument("init_kwargs." + tn + " must be an object");
-        for (const cJSON* kv = t->child; kv; kv = kv->next) kwargs[tn][kv->string ? kv->string : ""] = json_text(kv);
+        if (!t.is_object()) throw std::invalid_argument("init_kwargs." + tn + " must be an object");
+        for (const auto& [k, kv] : t.items()) kwargs[tn][k] = kv.text();
       }
     }
   }

@@ -20,7 +20,7 @@
 #include "runtime/cuda.hpp"
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core {
 
@@ -376,10 +376,10 @@ namespace {
 // ddp_kwargs.comm_state_option: PowerSGDState's keyword arguments (torch's defaults for those not given).
 DdpOptions::PowerSgd power_sgd_options(const config::Config& c) {
   const char* key = "ddp_kwargs.comm_state_option";
-  Json doc(c.get_json(key), key);
+  const json::Document doc = json::Document::object(c.get_json(key), key);
   DdpOptions::PowerSgd o;
   o.on = true;
-  const JsonValue v = doc.root();
+  const json::Value v = doc.root();
   if (!v.is_object()) throw config::Error(std::string("'") + key + "' must be an object of PowerSGDState options");
   for (const std::string& k : v.keys()) {
     if (k == "matrix_approximation_rank") o.rank = v.get_int(k);

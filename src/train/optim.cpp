@@ -17,7 +17,7 @@
 
 #include "models/model.hpp"
 #include "util/errors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 #include "util/options.hpp"
 
 namespace acc::core {
@@ -253,7 +253,7 @@ StateKind state_kind(const torch::optim::Optimizer& opt) {
 Optimizer::State Optimizer::save_state() const {
   const StateKind kind = state_kind(*impl_);
   State out;
-  JsonWriter j;
+  json::Writer j;
   j.begin_object().key("type").value(kind.type).key("param_groups").begin_array();
   auto& groups = impl_->param_groups();
   for (size_t g = 0; g < groups.size(); ++g)
@@ -285,12 +285,12 @@ Optimizer::State Optimizer::save_state() const {
 
 void Optimizer::load_state(const State& state, const std::string& source) {
   const StateKind kind = state_kind(*impl_);
-  Json doc(state.json, source);
+  const json::Document doc = json::Document::object(state.json, source);
   const std::string type = doc.root().get_string("type");
   if (type != kind.type)
     throw std::invalid_argument(source + ": the checkpoint holds a " + type + " optimizer; this one is " + kind.type);
   auto& groups = impl_->param_groups();
-  JsonValue saved_groups = doc.root().get("param_groups");
+  json::Value saved_groups = doc.root().get("param_groups");
   if (saved_groups.size() != groups.size())
     throw std::invalid_argument(source + ": 'param_groups' has " + std::to_string(saved_groups.size()) +
                                 " groups; this optimizer has " + std::to_string(groups.size()));
@@ -304,7 +304,7 @@ void Optimizer::load_state(const State& state, const std::string& source) {
     for (auto& p : groups[g].params()) params.push_back(p);
   }
   std::map<std::string, at::Tensor> by_name(state.tensors.begin(), state.tensors.end());
-  JsonValue saved_state = doc.root().get("state");
+  json::Value saved_state = doc.root().get("state");
   std::vector<std::pair<size_t, std::unique_ptr<torch::optim::OptimizerParamState>>> fresh;
   for (const std::string& key : saved_state.keys()) {
     size_t i = 0;

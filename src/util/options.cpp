@@ -1,9 +1,5 @@
 #include "util/options.hpp"
 
-#include <cjson/cJSON.h>
-
-#include <acc/config.hpp>
-
 #include <cmath>
 
 namespace acc::core {
@@ -20,49 +16,39 @@ Options::Options(const char* json_text, std::string what, std::vector<std::strin
     : what_(std::move(what)) {
   std::string text = json_text ? json_text : "";
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) text = "{}";
-  // Strict first (util/json.cpp says why): a duplicate key, trailing text or bytes that are not UTF-8 are refused.
   try {
-    config::check_json(text, what_);
-  } catch (const config::Error& e) {
+    doc_ = std::make_unique<json::Document>(json::Document::object(text, what_));
+  } catch (const json::Error& e) {
     throw OptionsError(e.what());
   }
-  root_ = cJSON_ParseWithLength(text.data(), text.size());
-  if (!root_) throw OptionsError(what_ + ": malformed JSON");
-  if (!cJSON_IsObject(root_)) {
-    cJSON_Delete(root_);
-    throw OptionsError(what_ + ": expected a JSON object");
-  }
-  for (const cJSON* c = root_->child; c; c = c->next) {
+  for (const std::string& key : doc_->root().keys()) {
     bool known = false;
-    for (const auto& a : accepted) known = known || a == c->string;
-    if (!known) {
-      std::string msg = what_ + ": unknown key '" + c->string + "'; accepted: " + join(accepted);
-      cJSON_Delete(root_);
-      throw OptionsError(msg);
-    }
+    for (const auto& a : accepted) known = known || a == key;
+    if (!known) throw OptionsError(what_ + ": unknown key '" + key + "'; accepted: " + join(accepted));
   }
 }
 
-Options::~Options() { cJSON_Delete(root_); }
+Options::~Options() = default;
 
-const cJSON* Options::item(const std::string& key) const {
-  const cJSON* it = cJSON_GetObjectItemCaseSensitive(root_, key.c_str());
-  return (it && !cJSON_IsNull(it)) ? it : nullptr;
+std::optional<json::Value> Options::item(const std::string& key) const {
+  auto v = doc_->root().find(key);
+  if (v && v->is_null()) return std::nullopt;
+  return v;
 }
 
 void Options::fail(const std::string& key, const std::string& expected) const {
   throw OptionsError(what_ + ": '" + key + "' must be " + expected);
 }
 
-bool Options::has(const std::string& key) const { return item(key) != nullptr; }
+bool Options::has(const std::string& key) const { return item(key).has_value(); }
 
 std::string Options::get_string(const std::string& key, const std::string& fallback,
                                 const std::vector<std::string>& allowed) const {
-  const cJSON* it = item(key);
+  const auto it = item(key);
   if (!it) return fallback;
   std::string expected = allowed.empty() ? "a string" : "one of " + join(allowed);
-  if (!cJSON_IsString(it)) fail(key, expected);
-  std::string v = it->valuestring;
+  if (!it->is_string()) fail(key, expected);
+  const std::string& v = it->as_string();
   if (!allowed.empty()) {
     bool ok = false;
     for (const auto& a : allowed) ok = ok || a == v;
@@ -72,73 +58,69 @@ std::string Options::get_string(const std::string& key, const std::string& fallb
 }
 
 int64_t Options::get_int(const std::string& key, std::optional<int64_t> fallback, int64_t min) const {
-  const cJSON* it = item(key);
+  const auto it = item(key);
   std::string expected = "an integer" + (min == INT64_MIN ? std::string() : " >= " + std::to_string(min));
   if (!it) {
     if (!fallback) fail(key, expected + " (required)");
     return *fallback;
   }
-  if (!cJSON_IsNumber(it) || it->valuedouble != std::floor(it->valuedouble) ||
-      std::fabs(it->valuedouble) > 9.0e15)
-    fail(key, expected);
-  auto v = static_cast<int64_t>(it->valuedouble);
+  if (!it->is_integer()) fail(key, expected);
+  const int64_t v = it->as_int();
   if (v < min) fail(key, expected + "; got " + std::to_string(v));
   return v;
 }
 
 double Options::get_double(const std::string& key, double fallback) const {
-  const cJSON* it = item(key);
+  const auto it = item(key);
   if (!it) return fallback;
-  if (!cJSON_IsNumber(it) || !std::isfinite(it->valuedouble)) fail(key, "a number");
-  return it->valuedouble;
+  if (!it->is_number()) fail(key, "a number");
+  return it->as_double();
 }
 
 bool Options::get_bool(const std::string& key, bool fallback) const {
-  const cJSON* it = item(key);
+  const auto it = item(key);
   if (!it) return fallback;
-  if (!cJSON_IsBool(it)) fail(key, "true or false");
-  return cJSON_IsTrue(it);
+  if (!it->is_bool()) fail(key, "true or false");
+  return it->as_bool();
 }
 
 std::vector<int64_t> Options::get_int_list(const std::string& key) const {
-  const cJSON* it = item(key);
-  if (!it || !cJSON_IsArray(it) || cJSON_GetArraySize(it) == 0)
-    fail(key, "a non-empty list of positive integers (required)");
+  const auto it = item(key);
+  if (!it || !it->is_array() || it->size() == 0) fail(key, "a non-empty list of positive integers (required)");
   std::vector<int64_t> v;
-  for (const cJSON* c = it->child; c; c = c->next) {
-    if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble != std::floor(c->valuedouble))
-      fail(key, "a non-empty list of positive integers");
-    v.push_back(static_cast<int64_t>(c->valuedouble));
+  for (const json::Value& e : it->elements()) {
+    if (!e.is_integer() || e.as_int() < 1) fail(key, "a non-empty list of positive integers");
+    v.push_back(e.as_int());
   }
   return v;
 }
 
 std::vector<double> Options::get_double_list(const std::string& key, std::vector<double> fallback) const {
-  const cJSON* it = item(key);
+  const auto it = item(key);
   if (!it) return fallback;
-  if (!cJSON_IsArray(it)) fail(key, "a list of numbers");
+  if (!it->is_array()) fail(key, "a list of numbers");
   std::vector<double> v;
-  for (const cJSON* c = it->child; c; c = c->next) {
-    if (!cJSON_IsNumber(c)) fail(key, "a list of numbers");
-    v.push_back(c->valuedouble);
+  for (const json::Value& e : it->elements()) {
+    if (!e.is_number()) fail(key, "a list of numbers");
+    v.push_back(e.as_double());
   }
   return v;
 }
 
 std::vector<int64_t> Options::get_id_list(const std::string& key, std::vector<int64_t> fallback) const {
-  const cJSON* it = item(key);
+  const auto it = item(key);
   if (!it) return fallback;
-  const auto is_id = [](const cJSON* c) {
-    return cJSON_IsNumber(c) && c->valuedouble >= 0 && c->valuedouble <= 9.0e15 && c->valuedouble == std::floor(c->valuedouble);
-  };
-  if (is_id(it)) return {static_cast<int64_t>(it->valuedouble)};
-  if (!cJSON_IsArray(it)) fail(key, "a token id (an integer >= 0) or a list of them");
+  const auto is_id = [](const json::Value& e) { return e.is_integer() && e.as_int() >= 0; };
+  if (is_id(*it)) return {it->as_int()};
+  if (!it->is_array()) fail(key, "a token id (an integer >= 0) or a list of them");
   std::vector<int64_t> v;
-  for (const cJSON* c = it->child; c; c = c->next) {
-    if (!is_id(c)) fail(key, "a token id (an integer >= 0) or a list of them");
-    v.push_back(static_cast<int64_t>(c->valuedouble));
+  for (const json::Value& e : it->elements()) {
+    if (!is_id(e)) fail(key, "a token id (an integer >= 0) or a list of them");
+    v.push_back(e.as_int());
   }
   return v;
 }
+
+const json::Value Options::root() const { return doc_->root(); }
 
 }  // namespace acc::core

@@ -1,13 +1,15 @@
-// Per-call options given as a JSON object (model specs, optimizer and data-loader options). Every key
-// must be known; errors name the key, the object's role and what is accepted.
+// Per-call options given as a JSON object (model specs, optimizer and data-loader options), read by acc/json.hpp.
+// Every key must be known; errors name the key, the object's role and what is accepted.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-struct cJSON;
+#include <acc/json.hpp>
+
 
 namespace acc::core {
 
@@ -34,11 +36,12 @@ class Options {
   std::vector<double> get_double_list(const std::string& key, std::vector<double> fallback) const;
   // Token ids: an integer >= 0 or a list of them (transformers' eos_token_id).
   std::vector<int64_t> get_id_list(const std::string& key, std::vector<int64_t> fallback) const;
+  const json::Value root() const;  // the whole object, for options with nested values (a device map)
 
  private:
-  const cJSON* item(const std::string& key) const;
+  std::optional<json::Value> item(const std::string& key) const;  // present and not null
   [[noreturn]] void fail(const std::string& key, const std::string& expected) const;
-  cJSON* root_ = nullptr;
+  std::unique_ptr<json::Document> doc_;
   std::string what_;
 };
 

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   EXPECT_OK(acc_log(acc, "{\"loss\": 0.5, \"lr\": 0.001}", 1));
   EXPECT_OK(acc_log(acc, "{\"loss\": NaN, \"note\": \"diverged\", \"lr\": -Infinity}", 2));
   EXPECT_ERR(acc_log(acc, "{\"loss\": ", 3), ACC_ERR_INVALID_ARGUMENT, "malformed JSON");
-  /* As every JSON libacc reads: two values for one key (cJSON would take the first, Python the last), or text
+  /* As every JSON libacc reads: two values for one key (some readers take the first, Python the last), or text
    * after the document, are refused rather than half-read. */
   EXPECT_ERR(acc_log(acc, "{\"loss\": 1, \"loss\": 2}", 3), ACC_ERR_INVALID_ARGUMENT, "loss");
   EXPECT_ERR(acc_log(acc, "{\"loss\": 1} {\"lr\": 2}", 3), ACC_ERR_INVALID_ARGUMENT, "malformed JSON");

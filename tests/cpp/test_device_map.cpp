@@ -4,7 +4,7 @@
 // get_balanced_memory / device_map modes with Accelerate's maps (tests/bigmodel/README.md). The trees are rebuilt
 // here from the recordings and planned by src/bigmodel/device_map.cpp: the same sizes and the same maps.
 //   test_device_map FIXTURE_JSON
-#include <cjson/cJSON.h>
+#include <acc/json.hpp>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -20,13 +20,16 @@
 namespace acc::core::bigmodel {
 namespace {
 
-cJSON* g_doc = nullptr;
+using json::Value;
+std::unique_ptr<json::Document> g_doc;
 
-const cJSON* item(const cJSON* o, const char* key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
-std::string str(const cJSON* o, const char* key) { return item(o, key)->valuestring; }
+Value item(const Value& o, const char* key) { return o.get(key); }
+std::string str(const Value& o, const char* key) { return o.get_string(key); }
 
 // A device of the fixture: an integer (accelerator) or "cpu" / "disk".
-Device device_of(const cJSON* v) { return cJSON_IsNumber(v) ? std::to_string(v->valueint) : std::string(v->valuestring); }
+Device device_of(const Value& v) { return v.is_number() ? std::to_string(v.as_int()) : v.as_string(); }
+// A size of the fixture: bytes as an integer, or a string ("10GiB").
+std::string size_of(const Value& v) { return v.is_number() ? std::to_string(v.as_int()) : v.as_string(); }
 
 int element_size(const std::string& dtype) {
   if (dtype == "float16" || dtype == "bfloat16") return 2;
@@ -37,13 +40,12 @@ int element_size(const std::string& dtype) {
 
 // The tree nn.Module shows: modules from named_modules (pre-order), tensors from Accelerate's list; a tied
 // duplicate (a tied lm_head.weight, which named_parameters leaves out) is added to its module.
-ModuleTree tree_of(const cJSON* model) {
+ModuleTree tree_of(const Value& model) {
   ModuleTree tree;
   std::map<std::string, int> index;
-  for (const cJSON* m = item(model, "module_classes")->child; m; m = m->next) {
-    const std::string name = m->string;
+  for (const auto& [name, m] : item(model, "module_classes").items()) {
     index[name] = static_cast<int>(tree.modules.size());
-    tree.modules.push_back({m->valuestring, {}, {}, {}});
+    tree.modules.push_back({m.as_string(), {}, {}, {}});
     if (name.empty()) continue;
     const size_t dot = name.rfind('.');
     const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
@@ -56,18 +58,18 @@ ModuleTree tree_of(const cJSON* model) {
     (buffer ? m.buffers : m.parameters).emplace_back(name.substr(dot == std::string::npos ? 0 : dot + 1), t);
     tensors[name] = t;
   };
-  for (const cJSON* t = item(model, "tensors")->child; t; t = t->next) {
+  for (const Value& t : item(model, "tensors").elements()) {
     ModuleTree::Tensor x;
     x.numel = 1;
-    for (const cJSON* d = item(t, "shape")->child; d; d = d->next) x.numel *= static_cast<int64_t>(d->valuedouble);
+    for (const Value& d : item(t, "shape").elements()) x.numel *= d.as_int();
     const std::string dtype = str(t, "dtype");
     x.element_size = element_size(dtype);
     x.integer = dtype.rfind("int", 0) == 0 || dtype.rfind("uint", 0) == 0 || dtype == "bool";
     add(str(t, "name"), x, str(t, "kind") == "buffer");
   }
-  for (const cJSON* g = item(model, "tied_parameters")->child; g; g = g->next) {
+  for (const Value& g : item(model, "tied_parameters").elements()) {
     std::vector<std::string> group;
-    for (const cJSON* p = g->child; p; p = p->next) group.push_back(p->valuestring);
+    for (const Value& p : g.elements()) group.push_back(p.as_string());
     const auto present = std::find_if(group.begin(), group.end(), [&](const std::string& p) { return tensors.count(p); });
     for (const auto& p : group)
       if (!tensors.count(p) && present != group.end()) add(p, tensors.at(*present), false);
@@ -78,14 +80,15 @@ ModuleTree tree_of(const cJSON* model) {
 
 TEST(DeviceMap, ModuleSizesEqualAccelerates) {
   int checked = 0;
-  for (const cJSON* model = item(g_doc, "models")->child; model; model = model->next) {
+  for (const auto& [model_name, model] : item(g_doc->root(), "models").items()) {
     const ModuleTree tree = tree_of(model);
-    for (const cJSON* per = item(model, "module_sizes")->child; per; per = per->next) {
-      const std::string dtype = per->string;
+    for (const auto& [dtype, per] : item(model, "module_sizes").items()) {
       const ModuleSizes sizes = compute_module_sizes(tree, dtype == "none" ? 0 : element_size(dtype));
-      for (const cJSON* s = per->child; s; s = s->next, ++checked)
-        ASSERT_EQ(sizes.of(s->string), static_cast<int64_t>(s->valuedouble)) << model->string << " " << dtype << " '" << s->string << "'";
-      EXPECT_EQ(sizes.bytes.size(), static_cast<size_t>(cJSON_GetArraySize(per))) << model->string << " " << dtype;
+      for (const auto& [module, s] : per.items()) {
+        ASSERT_EQ(sizes.of(module), s.as_int()) << model_name << " " << dtype << " '" << module << "'";
+        ++checked;
+      }
+      EXPECT_EQ(sizes.bytes.size(), per.size()) << model_name << " " << dtype;
     }
   }
   std::printf("%d module sizes equal Accelerate's\n", checked);
@@ -93,22 +96,19 @@ TEST(DeviceMap, ModuleSizesEqualAccelerates) {
 
 TEST(DeviceMap, MapsEqualAccelerates) {
   int cases = 0, failed = 0;
-  for (const cJSON* c = item(g_doc, "cases")->child; c; c = c->next, ++cases) {
+  for (const Value& c : item(g_doc->root(), "cases").elements()) {
+    ++cases;
     const std::string id = str(c, "id"), mode = str(c, "mode");
-    const cJSON* in = item(c, "inputs");
-    const ModuleTree tree = tree_of(item(item(g_doc, "models"), str(c, "model").c_str()));
+    const Value in = item(c, "inputs");
+    const ModuleTree tree = tree_of(item(item(g_doc->root(), "models"), str(c, "model").c_str()));
     std::vector<std::pair<Device, std::string>> raw;
-    for (const cJSON* p = item(in, "max_memory")->child; p; p = p->next) {
-      const cJSON* b = cJSON_GetArrayItem(p, 1);
-      raw.emplace_back(device_of(cJSON_GetArrayItem(p, 0)),
-                       cJSON_IsNumber(b) ? std::to_string(static_cast<int64_t>(b->valuedouble)) : std::string(b->valuestring));
-    }
+    for (const Value& p : item(in, "max_memory").elements()) raw.emplace_back(device_of(p.at(0)), size_of(p.at(1)));
     MapOptions o;
-    for (const cJSON* n = item(in, "no_split_module_classes")->child; n; n = n->next) o.no_split.push_back(n->valuestring);
-    const cJSON* dtype = item(in, "dtype");
-    o.element_size = cJSON_IsString(dtype) ? element_size(dtype->valuestring) : 0;
-    o.offload_buffers = cJSON_IsTrue(item(in, "offload_buffers"));
-    o.fallback_allocation = cJSON_IsTrue(item(in, "fallback_allocation"));
+    for (const Value& n : item(in, "no_split_module_classes").elements()) o.no_split.push_back(n.as_string());
+    const std::string dtype = in.get_string_or("dtype", "");
+    o.element_size = dtype.empty() ? 0 : element_size(dtype);
+    o.offload_buffers = in.get_bool_or("offload_buffers", false);
+    o.fallback_allocation = in.get_bool_or("fallback_allocation", false);
     std::map<std::string, Device> got;
     std::string error;
     try {
@@ -119,13 +119,13 @@ TEST(DeviceMap, MapsEqualAccelerates) {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    if (item(c, "error")) {
+    if (c.has("error")) {
       EXPECT_FALSE(error.empty()) << id << ": Accelerate refused it (" << str(c, "error") << "), libacc did not";
       continue;
     }
     ASSERT_TRUE(error.empty()) << id << ": " << error;
     std::map<std::string, Device> want;
-    for (const cJSON* e = item(c, "device_map")->child; e; e = e->next) want[e->string] = device_of(e);
+    for (const auto& [k, e] : item(c, "device_map").items()) want[k] = device_of(e);
     if (got != want) {
       ++failed;
       std::ostringstream diff;
@@ -145,41 +145,33 @@ TEST(DeviceMap, MapsEqualAccelerates) {
 // when split (transformers 5 fuses them in memory; libacc keeps the checkpoint's per-expert modules).
 TEST(DeviceMap, LibaccModelsPlanAsAccelerate) {
   int compared = 0;
-  for (const cJSON* c = item(g_doc, "cases")->child; c; c = c->next) {
-    const cJSON* model = item(item(g_doc, "models"), str(c, "model").c_str());
-    const cJSON* in = item(c, "inputs");
-    if (item(c, "error") || !item(model, "config_json")) continue;
-    if (str(c, "model").rfind("mixtral", 0) == 0 && cJSON_GetArraySize(item(in, "no_split_module_classes")) == 0) continue;
-    cJSON* config = cJSON_Duplicate(item(model, "config_json"), true);
-    cJSON_DeleteItemFromObject(config, "architectures");
-    cJSON* arch = cJSON_AddArrayToObject(config, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString(str(model, "class").c_str()));
-    char* text = cJSON_PrintUnformatted(config);
-    auto m = hf::from_config(text, R"({"device": "meta"})");
-    cJSON_free(text);
-    cJSON_Delete(config);
-    std::string options = R"({"device_map": ")" + std::string(str(c, "mode") == "infer" ? "sequential" : str(c, "mode")) +
-                          R"(", "max_memory": {)";
-    bool first = true;
-    for (const cJSON* p = item(in, "max_memory")->child; p; p = p->next, first = false) {
-      const cJSON* b = cJSON_GetArrayItem(p, 1);
-      options += std::string(first ? "" : ", ") + "\"" + device_of(cJSON_GetArrayItem(p, 0)) + "\": " +
-                 (cJSON_IsNumber(b) ? std::to_string(static_cast<int64_t>(b->valuedouble)) : "\"" + std::string(b->valuestring) + "\"");
+  for (const Value& c : item(g_doc->root(), "cases").elements()) {
+    const Value model = item(item(g_doc->root(), "models"), str(c, "model").c_str());
+    const Value in = item(c, "inputs");
+    if (c.has("error") || !model.has("config_json")) continue;
+    if (str(c, "model").rfind("mixtral", 0) == 0 && item(in, "no_split_module_classes").size() == 0) continue;
+    json::Writer config;  // the recorded config, with the model's class as its architecture
+    config.begin_object();
+    for (const auto& [k, v] : item(model, "config_json").items())
+      if (k != "architectures") config.key(k).value(v);
+    config.key("architectures").begin_array().value(str(model, "class")).end_array().end_object();
+    auto m = hf::from_config(config.str(), R"({"device": "meta"})");
+    json::Writer options;
+    options.begin_object().key("device_map").value(str(c, "mode") == "infer" ? "sequential" : str(c, "mode"));
+    options.key("max_memory").begin_object();
+    for (const Value& p : item(in, "max_memory").elements()) {
+      options.key(device_of(p.at(0)));
+      p.at(1).is_number() ? options.value(p.at(1).as_int()) : options.value(p.at(1).as_string());
     }
-    options += "}, \"no_split_module_classes\": [";
-    first = true;
-    for (const cJSON* n = item(in, "no_split_module_classes")->child; n; n = n->next, first = false)
-      options += std::string(first ? "" : ", ") + "\"" + n->valuestring + "\"";
-    const cJSON* dtype = item(in, "dtype");
-    options += std::string("], \"offload_buffers\": ") + (cJSON_IsTrue(item(in, "offload_buffers")) ? "true" : "false") +
-               ", \"fallback_allocation\": " + (cJSON_IsTrue(item(in, "fallback_allocation")) ? "true" : "false") +
-               (cJSON_IsString(dtype) ? std::string(", \"dtype\": \"") + dtype->valuestring + "\"" : "") + "}";
-    cJSON* got = cJSON_Parse(bigmodel::plan_device_map(*m, options.c_str()).c_str());
-    ASSERT_NE(got, nullptr);
+    options.end_object().key("no_split_module_classes").value(item(in, "no_split_module_classes"));
+    options.key("offload_buffers").value(in.get_bool_or("offload_buffers", false));
+    options.key("fallback_allocation").value(in.get_bool_or("fallback_allocation", false));
+    if (in.has_value("dtype")) options.key("dtype").value(in.get_string("dtype"));
+    options.end_object();
+    const auto got = json::Document::object(bigmodel::plan_device_map(*m, options.str().c_str()), "device map");
     std::map<std::string, Device> ours, theirs;
-    for (const cJSON* e = got->child; e; e = e->next) ours[e->string] = device_of(e);
-    for (const cJSON* e = item(c, "device_map")->child; e; e = e->next) theirs[e->string] = device_of(e);
-    cJSON_Delete(got);
+    for (const auto& [k, e] : got.root().items()) ours[k] = device_of(e);
+    for (const auto& [k, e] : item(c, "device_map").items()) theirs[k] = device_of(e);
     // Every weight of libacc's model goes where Accelerate put the same weight of transformers' model.
     const auto placed = [](const std::map<std::string, Device>& map, const std::string& name) -> std::string {
       for (std::string n = name;; n = n.substr(0, n.rfind('.'))) {
@@ -201,17 +193,16 @@ TEST(DeviceMap, LibaccModelsPlanAsAccelerate) {
 // Sizes as Accelerate's convert_file_size_to_int parses them, with two deliberate differences: a string of digits
 // is bytes (Accelerate takes bytes only as a Python int; C callers pass strings) and "TB" is accepted.
 TEST(DeviceMap, SizeStringsParseAsAccelerates) {
-  for (const cJSON* c = item(g_doc, "convert_file_size_to_int")->child; c; c = c->next) {
-    const cJSON* in = item(c, "input");
-    const std::string input = cJSON_IsNumber(in) ? std::to_string(in->valueint) : std::string(in->valuestring);
-    if (input == "7" && item(c, "error")) {
+  for (const Value& c : item(g_doc->root(), "convert_file_size_to_int").elements()) {
+    const std::string input = size_of(item(c, "input"));
+    if (input == "7" && c.has("error")) {
       EXPECT_EQ(parse_shard_size(input), 7);
     } else if (input == "3TB") {
       EXPECT_EQ(parse_shard_size(input), 3000000000000);
-    } else if (item(c, "error")) {
+    } else if (c.has("error")) {
       EXPECT_THROW(parse_shard_size(input), std::invalid_argument) << input;
     } else {
-      EXPECT_EQ(parse_shard_size(input), static_cast<int64_t>(item(c, "bytes")->valuedouble)) << input;
+      EXPECT_EQ(parse_shard_size(input), item(c, "bytes").as_int()) << input;
     }
   }
 }
@@ -225,9 +216,10 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1]);
   std::stringstream text;
   text << in.rdbuf();
-  acc::core::bigmodel::g_doc = cJSON_Parse(text.str().c_str());
-  if (!acc::core::bigmodel::g_doc) {
-    std::fprintf(stderr, "cannot read %s\n", argv[1]);
+  try {
+    acc::core::bigmodel::g_doc = std::make_unique<acc::json::Document>(text.str(), argv[1]);
+  } catch (const acc::json::Error& e) {
+    std::fprintf(stderr, "cannot read %s\n", e.what());
     return 2;
   }
   return RUN_ALL_TESTS();

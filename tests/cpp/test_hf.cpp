@@ -387,7 +387,7 @@ TEST(FromPretrained, FolderFilesAreRegularAndBounded) {
 
 // config.json's values are checked as transformers checks them (and where it only warns, for what computes garbage)
 // before any layer is built, naming the key and the file; JSON is strict (a duplicate key: Python keeps the last,
-// cJSON kept the first).
+// a reader that kept the first would differ).
 TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
   // A small config of `arch`, `changes` set (an empty value removes the key).
   auto config = [](const std::string& arch, const std::map<std::string, std::string>& changes) {

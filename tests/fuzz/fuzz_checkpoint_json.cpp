@@ -1,4 +1,4 @@
-// libFuzzer target: the reader of a checkpoint's JSON files (acc::core::Json over cJSON, src/util/json.cpp), walked
+// libFuzzer target: the reader of a checkpoint's JSON files (acc::json::Document, config/src/json.cpp), walked
 // the way load_state reads manifest.json and accelerator_state.json: the format and version, every file
 // the manifest lists with its size, the counts of prepared objects; then every value of the document through the
 // generic getters. Refusals are std::invalid_argument naming the file and the key; anything else is a finding.
@@ -9,11 +9,11 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace {
 
-void walk(const acc::core::JsonValue& v, int depth) {
+void walk(const acc::json::Value& v, int depth) {
   if (depth > 64) return;
   if (v.is_object()) {
     for (const std::string& k : v.keys()) {
@@ -34,12 +34,12 @@ void walk(const acc::core::JsonValue& v, int depth) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   acc_fuzz::guarded<std::invalid_argument>([&] {
-    acc::core::Json doc(text, "manifest.json");
-    const acc::core::JsonValue root = doc.root();
+    const acc::json::Document doc = acc::json::Document::object(text, "manifest.json");
+    const acc::json::Value root = doc.root();
     try {
       (void)root.get_string("format");
       (void)root.get_int("version");
-      const acc::core::JsonValue files = root.get("files");
+      const acc::json::Value files = root.get("files");
       for (const std::string& name : files.keys()) (void)files.get_int(name);
     } catch (const std::invalid_argument&) {
     }

@@ -181,12 +181,5 @@ std::string write_run_record(const Config& accelerator, const std::string& dir, 
 std::optional<bool> parse_bool(std::string_view text);  // Accelerate's str_to_bool: y/yes/t/true/on/1, n/no/f/...
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);  // "" if none close
 std::string host_name();  // this machine's name (gethostname), "localhost" when it has none
-// A JSON string literal of s (quotes and escapes): one escaper for every JSON text acc writes by hand.
-std::string json_quote(std::string_view s);
-// Checks that `text` is one JSON document as RFC 8259 defines it, for the JSON libacc reads with cJSON (which takes
-// the first of two equal keys where Python's json takes the last, ignores what follows the document, and passes
-// bytes that are not UTF-8): no duplicate key in an object, nothing but whitespace after the value, strings UTF-8
-// without NUL, nesting within limits::kConfigDepth. Throws Error "<source>: malformed JSON at line L, column C: ...".
-void check_json(std::string_view text, const std::string& source);
 
 }  // namespace acc::config

@@ -12,7 +12,7 @@
 
 namespace acc::config {
 
-// Checks config.json's values before anything is built from them (strict JSON first, check_json): what transformers'
+// Checks config.json's values before anything is built from them (strict JSON first, acc/json.hpp): what transformers'
 // configuration classes refuse (a size that is not an integer, rope parameters that are not an object or lack a
 // required key, LlamaConfig's hidden_size not a multiple of num_attention_heads, BERT's and GPT-2's too, ...) and what
 // it accepts but computes garbage from (a negative epsilon, a rope_theta or rope factor <= 0, a probability outside

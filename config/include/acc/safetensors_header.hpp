@@ -38,6 +38,11 @@ std::optional<int64_t> safetensors_dtype_size(std::string_view dtype, bool* floa
 SafetensorsHeader parse_safetensors_header(std::string_view json, const std::string& where,
                                            std::optional<uint64_t> data_size = std::nullopt);
 
+// The bytes that start a safetensors file holding `tensors` (whose begin/end are their byte ranges in the data part),
+// as the safetensors library writes them: the 8-byte length, then the compact JSON padded with spaces to 8 bytes.
+std::string format_safetensors_header(const std::vector<SafetensorsEntry>& tensors,
+                                      const std::map<std::string, std::string>& metadata);
+
 // Reads the header of the file at `path` (not the tensor data). Throws Error naming the file.
 SafetensorsHeader read_safetensors_header(const std::string& path);
 

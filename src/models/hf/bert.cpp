@@ -197,7 +197,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
 
 }  // namespace
 
-std::unique_ptr<Model> make_bert_classifier(const JsonValue& j, const at::TensorOptions& options,
+std::unique_ptr<Model> make_bert_classifier(const json::Value& j, const at::TensorOptions& options,
                                             const std::string& source) {
   BertConfig c;
   c.vocab = j.get_int("vocab_size");

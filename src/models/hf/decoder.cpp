@@ -32,7 +32,7 @@ struct DecoderConfig {
   int64_t original_max_positions = 0;
 };
 
-DecoderConfig parse(const JsonValue& c, const std::string& arch, const std::string& source) {
+DecoderConfig parse(const json::Value& c, const std::string& arch, const std::string& source) {
   DecoderConfig d;
   d.architecture = arch;
   d.vocab = c.get_int("vocab_size");
@@ -71,7 +71,7 @@ DecoderConfig parse(const JsonValue& c, const std::string& arch, const std::stri
   d.theta = c.get_double_or("rope_theta", 10000.0);
   const char* key = c.has_value("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (c.has_value(key)) {
-    JsonValue r = c.get(key);
+    json::Value r = c.get(key);
     d.theta = r.get_double_or("rope_theta", d.theta);
     d.rope_type = r.get_string_or("rope_type", r.get_string_or("type", "default"));
     if (d.rope_type != "default") d.factor = r.get_double("factor");
@@ -313,7 +313,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
 
 }  // namespace
 
-std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& architecture,
+std::unique_ptr<Model> make_decoder(const json::Value& config, const std::string& architecture,
                                     const at::TensorOptions& options, const std::string& source) {
   auto model = std::make_unique<CausalDecoder>(parse(config, architecture, source), options);
   if (options.device() != c10::kMeta) model->reset_parameters();

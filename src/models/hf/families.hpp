@@ -10,7 +10,7 @@
 #include "bigmodel/offload.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core::hf {
 
@@ -54,13 +54,13 @@ class CausalLM {
 
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM. Parameters are created with
 // `options` (dtype, device: meta for no storage), initialised as transformers does unless on meta.
-std::unique_ptr<Model> make_decoder(const JsonValue& config, const std::string& architecture,
+std::unique_ptr<Model> make_decoder(const json::Value& config, const std::string& architecture,
                                     const at::TensorOptions& options, const std::string& source);
 
 // GPT2LMHeadModel (its head tied to wte).
-std::unique_ptr<Model> make_gpt2(const JsonValue& config, const at::TensorOptions& options, const std::string& source);
+std::unique_ptr<Model> make_gpt2(const json::Value& config, const at::TensorOptions& options, const std::string& source);
 // BertForSequenceClassification: "logits" [B, num_labels] and, with "labels", transformers' loss.
-std::unique_ptr<Model> make_bert_classifier(const JsonValue& config, const at::TensorOptions& options,
+std::unique_ptr<Model> make_bert_classifier(const json::Value& config, const at::TensorOptions& options,
                                             const std::string& source);
 
 // A causal LM's named forward: "input_ids" with "attention_mask", "position_ids", "labels" in; "logits" and, with

@@ -149,7 +149,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
 
 }  // namespace
 
-std::unique_ptr<Model> make_gpt2(const JsonValue& j, const at::TensorOptions& options, const std::string& source) {
+std::unique_ptr<Model> make_gpt2(const json::Value& j, const at::TensorOptions& options, const std::string& source) {
   Gpt2Config c;
   c.vocab = j.get_int("vocab_size");
   c.positions = j.get_int_or("n_positions", 1024);

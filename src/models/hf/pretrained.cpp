@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-#include <cjson/cJSON.h>
 
 #include "acc/files.hpp"
 #include "acc/hf_shapes.hpp"
@@ -21,7 +20,7 @@
 #include "runtime/process_state.hpp"
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
-#include "util/json.hpp"
+#include <acc/json.hpp>
 #include "util/options.hpp"
 
 namespace acc::core::hf {
@@ -123,9 +122,9 @@ std::string list(const std::vector<std::string>& names) {
   return s;
 }
 
-std::vector<int64_t> token_ids(const JsonValue& v, const std::string& key) {
+std::vector<int64_t> token_ids(const json::Value& v, const std::string& key) {
   if (!v.has_value(key)) return {};
-  JsonValue ids = v.get(key);
+  json::Value ids = v.get(key);
   if (!ids.is_array()) return {v.get_int(key)};
   std::vector<int64_t> out;
   for (size_t i = 0; i < ids.size(); ++i) out.push_back(ids.at(i).as_int());
@@ -135,7 +134,7 @@ std::vector<int64_t> token_ids(const JsonValue& v, const std::string& key) {
 // transformers' GenerationConfig of the model from generation_config.json (`full`: its sampling settings too)
 // or config.json (the token ids), read from `source`. Without a pad token, the first stop token pads (as generate
 // does).
-GenerationOptions generation_defaults(const JsonValue& v, bool full, const std::string& source) {
+GenerationOptions generation_defaults(const json::Value& v, bool full, const std::string& source) {
   GenerationOptions g;
   g.eos_token_ids = token_ids(v, "eos_token_id");
   if (!g.eos_token_ids.empty()) g.eos_source = source;
@@ -160,7 +159,7 @@ at::ScalarType dtype_named(const std::string& name, const std::string& source) {
 }
 
 // The architecture config.json names (architectures[0]), with `options`' dtype and device.
-std::unique_ptr<Model> build(const JsonValue& c, const at::TensorOptions& options, const std::string& source) {
+std::unique_ptr<Model> build(const json::Value& c, const at::TensorOptions& options, const std::string& source) {
   if (!c.has_value("architectures") || c.get("architectures").size() == 0)
     throw std::invalid_argument(source + ": no 'architectures' list naming the model class");
   const std::string arch = c.get("architectures").at(0).as_string();
@@ -172,7 +171,7 @@ std::unique_ptr<Model> build(const JsonValue& c, const at::TensorOptions& option
 }
 
 // options_json's dtype; "auto" is the config's.
-at::ScalarType requested_dtype(const Options& opts, const JsonValue& c, const std::string& source) {
+at::ScalarType requested_dtype(const Options& opts, const json::Value& c, const std::string& source) {
   std::string name = opts.get_string("dtype", "auto", {"auto", "float32", "bfloat16", "float16"});
   // "auto", transformers 5's default: the dtype config.json records ("dtype", or "torch_dtype" before 5).
   if (name == "auto") name = c.get_string_or("dtype", c.get_string_or("torch_dtype", "float32"));
@@ -192,21 +191,20 @@ std::string device_of(const std::map<std::string, std::string>& map, const std::
 
 // An explicit device map ({"model.layers.0": 0, "lm_head": "cpu", ...}), checked against the model: every key a
 // module or parameter it has, every parameter placed.
-std::map<std::string, std::string> explicit_map(const Model& model, const cJSON* map) {
+std::map<std::string, std::string> explicit_map(const Model& model, const json::Value& map) {
   std::set<std::string> names;
   for (const std::string& m : model.module_names()) names.insert(m);
   for (const auto& [n, t] : model.named_parameters()) names.insert(n);
   std::map<std::string, std::string> out;
-  for (const cJSON* e = map->child; e; e = e->next) {
-    if (!names.count(e->string))
-      throw OptionsError(std::string("from_pretrained options: device_map names '") + e->string +
-                         "', which the model does not have");
-    if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble == static_cast<int64_t>(e->valuedouble))
-      out[e->string] = std::to_string(static_cast<int64_t>(e->valuedouble));
-    else if (cJSON_IsString(e) && (std::string(e->valuestring) == "cpu" || std::string(e->valuestring) == "disk"))
-      out[e->string] = e->valuestring;
+  for (const auto& [name, e] : map.items()) {
+    if (!names.count(name))
+      throw OptionsError("from_pretrained options: device_map names '" + name + "', which the model does not have");
+    if (e.is_integer() && e.as_int() >= 0)
+      out[name] = std::to_string(e.as_int());
+    else if (e.is_string() && (e.as_string() == "cpu" || e.as_string() == "disk"))
+      out[name] = e.as_string();
     else
-      throw OptionsError(std::string("from_pretrained options: device_map['") + e->string +
+      throw OptionsError("from_pretrained options: device_map['" + name +
                          "'] must be an accelerator index, \"cpu\" or \"disk\"");
   }
   for (const auto& [n, t] : model.named_parameters()) {
@@ -223,20 +221,20 @@ std::map<std::string, std::string> explicit_map(const Model& model, const cJSON*
 // The device map from_pretrained's options ask for: a mode planned by bigmodel::plan_device_map (its options,
 // without offload_folder), or an explicit map.
 std::map<std::string, std::string> plan(const Model& model, const char* options_json) {
-  std::unique_ptr<cJSON, void (*)(cJSON*)> o(cJSON_Parse(options_json), cJSON_Delete);
-  if (const cJSON* m = cJSON_GetObjectItemCaseSensitive(o.get(), "device_map"); cJSON_IsObject(m))
-    return explicit_map(model, m);
-  cJSON_DeleteItemFromObjectCaseSensitive(o.get(), "offload_folder");
-  std::unique_ptr<char, void (*)(void*)> text(cJSON_PrintUnformatted(o.get()), cJSON_free);
-  Json map(bigmodel::plan_device_map(model, text.get()), "device map");
+  const json::Document o =
+      json::Document::object(options_json && *options_json ? options_json : "{}", "from_pretrained options");
+  if (auto m = o.root().find("device_map"); m && m->is_object()) return explicit_map(model, *m);
+  json::Writer planner_options;  // these options, without offload_folder
+  planner_options.begin_object();
+  for (const auto& [k, v] : o.root().items())
+    if (k != "offload_folder") planner_options.key(k).value(v);
+  planner_options.end_object();
+  const json::Document map =
+      json::Document::object(bigmodel::plan_device_map(model, planner_options.str().c_str()), "device map");
   std::map<std::string, std::string> out;
   for (const std::string& k : map.root().keys()) {
-    JsonValue v = map.root().get(k);
-    try {
-      out[k] = std::to_string(v.as_int());
-    } catch (const std::invalid_argument&) {
-      out[k] = v.as_string();
-    }
+    const json::Value v = map.root().get(k);
+    out[k] = v.is_integer() ? std::to_string(v.as_int()) : v.as_string();
   }
   return out;
 }
@@ -245,7 +243,7 @@ std::map<std::string, std::string> plan(const Model& model, const char* options_
 
 std::unique_ptr<Model> from_config(const std::string& config_json, const char* options_json) {
   const std::string source = "the model config";
-  Json config(config_json, source);
+  const json::Document config = json::Document::object(config_json, source);
   check_config(config_json, source);
   Options opts(options_json, "from_config options", {"dtype", "device"});
   const at::ScalarType dtype = requested_dtype(opts, config.root(), source);
@@ -270,9 +268,9 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   if (!fs::is_directory(dir)) throw std::ios_base::failure("from_pretrained: '" + dir_arg + "' is not a directory");
   const fs::path config_path = dir / "config.json";
   const std::string config_text = config::read_file(config_path.string(), limits::kHfConfigBytes);
-  Json config(config_text, config_path.string());
+  const json::Document config = json::Document::object(config_text, config_path.string());
   check_config(config_text, config_path.string());
-  const JsonValue c = config.root();
+  const json::Value c = config.root();
   const Options opts(options_json, "from_pretrained options",
                      {"dtype", "device_map", "max_memory", "no_split_module_classes", "offload_folder"});
   const at::ScalarType dtype = requested_dtype(opts, c, config_path.string());
@@ -322,7 +320,7 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
     if (generation_text.empty()) {
       lm->generation_defaults = generation_defaults(c, false, config_path.string());
     } else {
-      Json g(generation_text, generation_path.string());
+      const json::Document g = json::Document::object(generation_text, generation_path.string());
       lm->generation_defaults = generation_defaults(g.root(), true, generation_path.string());
     }
   }

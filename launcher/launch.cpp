@@ -366,29 +366,35 @@ Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
     flags.push_back({o.config_key, o.takes_value ? it->second.value : o.flag_value, it->second.as_typed});
   }
   // With one task per machine and no process count given, each machine runs one process.
-  r.cfg = config::resolve_launch(r.file, flags, false);
-  if (r.sched && r.sched->one_per_machine() && r.cfg.get_int("num_processes") == 1 &&
-      r.cfg.provenance("num_processes").origin == config::Origin::Default && r.cfg.get_int("num_machines") > 1) {
-    flags.insert(flags.begin(), {"num_processes", std::to_string(r.cfg.get_int("num_machines")),
+  using Key = config::LaunchSettings::Key;
+  auto settle = [&](bool checked) {
+    r.cfg = config::resolve_launch(r.file, flags, checked);
+    r.settings = config::launch_settings(r.cfg);
+  };
+  settle(false);
+  const config::LaunchSettings& s = r.settings;
+  if (r.sched && r.sched->one_per_machine() && s.num_processes == 1 &&
+      r.cfg.provenance(Key::num_processes).origin == config::Origin::Default && s.num_machines > 1) {
+    flags.insert(flags.begin(), {Key::num_processes, std::to_string(s.num_machines),
                                  r.sched->name + ": one process per machine", config::Origin::Env});
-    r.cfg = config::resolve_launch(r.file, flags, false);
+    settle(false);
   }
-  if (r.per_task && r.cfg.get_int("num_processes") != r.sched->size)
-    throw config::Error("'num_processes' is " + std::to_string(r.cfg.get_int("num_processes")) + " (" +
-                        r.cfg.provenance("num_processes").where + "), but " + r.sched->name + " started " +
+  if (r.per_task && s.num_processes != r.sched->size)
+    throw config::Error("'num_processes' is " + std::to_string(s.num_processes) + " (" +
+                        r.cfg.provenance(Key::num_processes).where + "), but " + r.sched->name + " started " +
                         std::to_string(r.sched->size) + " tasks (" + r.sched->size_var +
                         "), each of which runs one process; drop --num_processes or make them equal");
   if (check) {
-    r.cfg = config::resolve_launch(r.file, flags, true);
-    if (r.cfg.get_string("compute_environment") != "LOCAL_MACHINE")
-      throw config::Error("compute_environment " + r.cfg.get_string("compute_environment") + " (" +
-                          r.cfg.provenance("compute_environment").where +
+    settle(true);
+    if (s.compute_environment != "LOCAL_MACHINE")
+      throw config::Error("compute_environment " + s.compute_environment + " (" +
+                          r.cfg.provenance(Key::compute_environment).where +
                           ") is not supported by acc launch; it runs LOCAL_MACHINE jobs only");
-    if (r.cfg.get_bool("tpu_use_cluster"))
-      throw config::Error("tpu_use_cluster (" + r.cfg.provenance("tpu_use_cluster").where +
+    if (s.tpu_use_cluster)
+      throw config::Error("tpu_use_cluster (" + r.cfg.provenance(Key::tpu_use_cluster).where +
                           ") is not supported by acc launch");
     if (p.options.count("--use_parallelism_config") &&
-        !(r.cfg.get_string("distributed_type") == "FSDP" && r.cfg.get_int("fsdp_config.fsdp_version") == 2))
+        !(s.distributed_type == "FSDP" && s.fsdp_config.fsdp_version == 2))
       throw config::Error("contradictory settings: --use_parallelism_config needs --use_fsdp and --fsdp_version 2");
   }
   return r;
@@ -399,13 +405,13 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
   plan.env = config::current_environment();
   plan.quiet = p.options.count("--quiet") > 0;
   plan.r = resolve(p, opts, plan.env, true);
-  const config::Config& cfg = plan.r.cfg;
-  plan.world = static_cast<int>(cfg.get_int("num_processes"));
-  plan.machines = static_cast<int>(cfg.get_int("num_machines"));
-  plan.machine_rank = static_cast<int>(cfg.get_int("machine_rank"));
+  const config::LaunchSettings& cfg = plan.r.settings;
+  plan.world = static_cast<int>(cfg.num_processes);
+  plan.machines = static_cast<int>(cfg.num_machines);
+  plan.machine_rank = static_cast<int>(cfg.machine_rank);
   plan.nproc = plan.world / plan.machines;
   plan.first_rank = plan.machine_rank * plan.nproc;
-  plan.master_addr = cfg.is_set("main_process_ip") ? cfg.get_string("main_process_ip") : "127.0.0.1";
+  plan.master_addr = cfg.main_process_ip.value_or("127.0.0.1");
   plan.term_timeout = seconds_option(p, "--term_timeout", 5.0, 0, 3600);
   plan.monitor_interval = seconds_option(p, "--monitor_interval", 0.1, 0, 3600);
   plan.max_restarts = int_option(p, "--max_restarts", 0, 0, 1000000);
@@ -422,7 +428,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
       throw config::Error("--max_restarts: restarts need one acc launch per machine; under " + s.name +
                           " with one task per process, let the scheduler restart the job");
   }
-  int port = cfg.is_set("main_process_port") ? static_cast<int>(cfg.get_int("main_process_port")) : kDefaultPort;
+  int port = static_cast<int>(cfg.main_process_port.value_or(kDefaultPort));
   if (plan.machines == 1 || plan.r.per_task) {
     if (port == 0) {
       port = free_port();
@@ -442,7 +448,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
     plan.threads = int_option(p, "--num_cpu_threads_per_process", 1, 1, 100000);
   } else if (!plan.env.count("OMP_NUM_THREADS")) {
     const int local = plan.r.sched ? std::max(1, plan.r.sched->local_size) : nproc;
-    const int per = cfg.get_bool("use_cpu") ? physical_cores() / local : 1;
+    const int per = cfg.use_cpu ? physical_cores() / local : 1;
     if (per > 1) {
       plan.threads = per;
       plan.threads_note = "setting OMP_NUM_THREADS=" + std::to_string(per) + " (physical cores / processes) for CPU "
@@ -494,7 +500,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
 
   // The environment every process shares.
   plan.base_env = plan.env;
-  for (auto& [k, v] : config::launch_environment(cfg)) plan.base_env[k] = v;
+  for (auto& [k, v] : config::launch_environment(plan.r.cfg)) plan.base_env[k] = v;
   plan.base_env["MASTER_ADDR"] = plan.master_addr;
   if (plan.threads > 0) plan.base_env["OMP_NUM_THREADS"] = std::to_string(plan.threads);
   plan.base_env["WORLD_SIZE"] = std::to_string(plan.world);
@@ -877,9 +883,8 @@ int launch_main(const std::vector<std::string>& args) {
   }
   // Accelerate's MPI launch: with an mpirun hostfile (a MULTI_CPU job), mpirun starts one `acc launch` per process
   // on the hosts of the file, and each of them reads its rank from mpirun's variables.
-  const config::Config& cfg = plan.r.cfg;
-  if (!plan.r.sched && cfg.is_set("mpirun_config.mpirun_hostfile") &&
-      (cfg.get_string("distributed_type") == "MULTI_CPU" || cfg.get_bool("use_cpu"))) {
+  const config::LaunchSettings& cfg = plan.r.settings;
+  if (!plan.r.sched && cfg.mpirun_config.mpirun_hostfile && (cfg.distributed_type == "MULTI_CPU" || cfg.use_cpu)) {
     const size_t program_at = args.size() - p.positionals.size();
     std::vector<std::string> rest;
     for (size_t i = 0; i < program_at; ++i) {
@@ -895,7 +900,7 @@ int launch_main(const std::vector<std::string>& args) {
       rest.push_back(a);
     }
     try {
-      return exec_mpirun(plan, cfg.get_string("mpirun_config.mpirun_hostfile"), rest,
+      return exec_mpirun(plan, *cfg.mpirun_config.mpirun_hostfile, rest,
                          std::vector<std::string>(args.begin() + static_cast<long>(program_at), args.end()));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "acc/config.hpp"
+#include "acc/config_views.hpp"
 #include "cli.hpp"
 #include "scheduler.hpp"
 #include "supervisor.hpp"
@@ -23,6 +24,7 @@ std::vector<cli::Option> launch_options();
 // The launch config as `acc launch` would resolve it from the parsed options, and where it came from.
 struct Resolution {
   config::Config cfg;
+  config::LaunchSettings settings;     // cfg's values, typed
   std::optional<std::string> file;     // the config file read, if any
   std::string file_reason;             // "--config_file", "$ACC_CONFIG_FILE", "libacc's default", "Accelerate's default"
   std::vector<std::string> searched;   // default locations looked at

@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "acc/config.hpp"
@@ -35,7 +37,46 @@ std::vector<std::string> spellings(const Option& o) {
   throw UsageError(msg);
 }
 
+// CLI11's checks of a Number: CLI::Range (and CLI::PositiveNumber for an excluded minimum of 0), after a check of the
+// text's form, since CLI11 reads integers with base prefixes ("010" is octal) and lets NaN through its ranges.
+CLI::Validator number_validator(const Number& n) {
+  if (n.above_min && n.min != 0) throw std::logic_error("cli::Number: above_min needs min 0");
+  CLI::Validator range = CLI::Range(n.min, n.max);  // read as a double: the form check below keeps integers decimal
+  if (n.above_min) range = CLI::PositiveNumber & range;
+  CLI::Validator form(
+      [integer = n.integer](std::string& s) -> std::string {
+        if (integer) {
+          const size_t digits = s.find_first_not_of("+-") == 1 ? 1 : 0;
+          if (s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos) return "";
+          return "not decimal digits";
+        }
+        double v = 0;
+        return CLI::detail::lexical_cast(s, v) && !std::isnan(v) ? "" : "not a number";
+      },
+      "");
+  return form & range;
+}
+
 }  // namespace
+
+std::string describe(const Number& n) {
+  auto text = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.15g", v);
+    return std::string(buf);
+  };
+  std::string s = n.integer ? "an integer" : "a number";
+  if (!n.unit.empty()) s += " of " + n.unit;
+  if (n.max >= std::numeric_limits<double>::max()) return s + (n.above_min ? " > " : " >= ") + text(n.min);
+  return s + " in " + (n.above_min ? "(" : "[") + text(n.min) + ", " + text(n.max) + "]";
+}
+
+std::optional<double> number(const std::string& text, const Number& n) {
+  std::string s = text;
+  double v = 0;
+  if (!number_validator(n)(s).empty() || !CLI::detail::lexical_cast(s, v)) return std::nullopt;
+  return v;
+}
 
 Parsed parse(const std::vector<Option>& options, const std::vector<std::string>& args, bool stop_at_positional) {
   CLI::App app;
@@ -44,9 +85,21 @@ Parsed parse(const std::vector<Option>& options, const std::vector<std::string>&
   if (stop_at_positional) app.prefix_command();  // the program and its arguments are passed through untouched
   // One CLI11 option per spelling, so that the spelling typed is known (messages and provenance name it).
   std::map<const CLI::Option*, std::pair<const Option*, std::string>> owner;
+  std::string refused;  // what a validator said of a value, as the usage error says it
   for (const auto& o : options)
     for (const auto& s : spellings(o)) {
       CLI::Option* c = !o.takes_value ? app.add_flag(s) : app.add_option(s)->expected(1, o.many ? -1 : 1);
+      if (o.takes_value && o.number) {
+        const CLI::Validator check = number_validator(*o.number);
+        c->check(CLI::Validator(
+            [check, &refused, s, n = *o.number](std::string& v) -> std::string {
+              std::string copy = v;
+              if (check(copy).empty()) return "";
+              refused = s + " must be " + describe(n) + "; got '" + v + "'";
+              return refused;
+            },
+            describe(*o.number)));
+      }
       if (o.many) c->allow_extra_args();  // take values up to the next option, as nargs="+"
       c->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);  // every occurrence; the last one wins below
       owner[c] = {&o, s};
@@ -64,6 +117,8 @@ Parsed parse(const std::vector<Option>& options, const std::vector<std::string>&
       for (const auto& s : spellings(o))
         if (s == name) throw UsageError("option '" + name + "' needs a value (" + o.metavar + ")");
     throw UsageError("option '" + name + "' needs a value");
+  } catch (const CLI::ValidationError& e) {
+    throw UsageError(refused.empty() ? e.what() : refused);
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
@@ -76,6 +131,7 @@ Parsed parse(const std::vector<Option>& options, const std::vector<std::string>&
     const auto& [o, typed] = it->second;
     const std::string value = c->results().at(seen[c]++);
     Given g{value, {}, typed};
+    if (o->number) g.number = number(value, *o->number).value();  // the validator passed it
     if (o->many) {
       auto& given = p.options[o->name];
       given.value = value;

@@ -2,7 +2,7 @@
 // `_` or `-` spelling (`--num_processes`, `--num-processes`), `--opt value` or `--opt=value`, short aliases,
 // store-true flags (`--flag=false` clears one), options with several values (argparse's nargs="+"), and parsing
 // that stops at the first positional argument (the program to launch) so everything after it belongs to that
-// program. Unknown options are errors with a did-you-mean.
+// program. Unknown options are errors with a did-you-mean; a numeric option's value is checked by CLI11's validators.
 #pragma once
 
 #include <map>
@@ -17,6 +17,19 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The number an option's value must be, checked by CLI11's validators (CLI::Range, CLI::PositiveNumber) as the
+// command line is parsed. A value that is not is a usage error naming the option and this range:
+// "--term_timeout must be a number of seconds in (0, 3600]; got '-1'".
+struct Number {
+  double min = 0, max = 0;
+  bool integer = false;    // decimal digits, optionally signed
+  bool above_min = false;  // min itself excluded (min 0 only: CLI::PositiveNumber)
+  std::string unit;        // "seconds": "a number of seconds in ..."
+};
+std::string describe(const Number& n);  // "an integer in [0, 1000000]", "a number of seconds in (0, 3600]"
+// The value of `text` when it is such a number (the checks of parse()), else nullopt.
+std::optional<double> number(const std::string& text, const Number& n);
+
 struct Option {
   std::string name;                 // canonical: "--num_processes"
   std::vector<std::string> shorts;  // "-q"
@@ -27,12 +40,14 @@ struct Option {
   std::string group;                // help section
   std::string config_key;           // launch-config key this option sets ("" for launcher-only options)
   std::string flag_value = "true";  // value a flag gives its config key ("MULTI_GPU" for --multi_gpu)
+  std::optional<Number> number;     // with takes_value: the value must be this number
 };
 
 struct Given {
   std::string value;  // the option's value ("true" for a flag; the last one for `many`)
   std::vector<std::string> values;  // `many`: every value given, over all occurrences
   std::string as_typed;  // "--num-processes"
+  double number = 0;     // an option with `number`: the value, checked
 };
 
 struct Parsed {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -76,26 +77,16 @@ Resolved resolve_program(const std::string& name, const std::string& path_env) {
   return last;
 }
 
-double seconds_option(const cli::Parsed& p, const std::string& name, double def, double lo, double hi) {
-  auto it = p.options.find(name);
-  if (it == p.options.end()) return def;
-  char* end = nullptr;
-  double v = std::strtod(it->second.value.c_str(), &end);
-  if (it->second.value.empty() || *end != '\0' || !(v > lo) || v > hi)
-    usage_error(it->second.as_typed + " must be a number of seconds in (" + std::to_string(static_cast<int>(lo)) +
-                ", " + std::to_string(static_cast<int>(hi)) + "]; got '" + it->second.value + "'");
-  return v;
-}
+// What the numeric options accept; the parser (CLI11's validators) refuses anything else, naming the option.
+const cli::Number kSeconds{0, 3600, false, true, "seconds"};
+const cli::Number kRestarts{0, 1000000, true};
+const cli::Number kThreads{1, 100000, true};
+const cli::Number kTimeout{0, std::numeric_limits<double>::max(), false, true, "seconds"};  // --rdzv_conf's
 
-int int_option(const cli::Parsed& p, const std::string& name, int def, int lo, int hi) {
+// A numeric option's value (checked by the parser), or `def` when it is not given.
+double number_option(const cli::Parsed& p, const std::string& name, double def) {
   auto it = p.options.find(name);
-  if (it == p.options.end()) return def;
-  char* end = nullptr;
-  long v = std::strtol(it->second.value.c_str(), &end, 10);
-  if (it->second.value.empty() || *end != '\0' || v < lo || v > hi)
-    usage_error(it->second.as_typed + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                "]; got '" + it->second.value + "'");
-  return static_cast<int>(v);
+  return it == p.options.end() ? def : it->second.number;
 }
 
 // torchrun's --tee: "3" for every local rank, or "0:3,1:1" per local rank (0 none, 1 stdout, 2 stderr, 3 both).
@@ -140,10 +131,9 @@ void parse_rdzv_conf(const std::string& conf, double* join_timeout, double* hear
     if (eq == std::string::npos) usage_error("--rdzv_conf: '" + item + "' is not KEY=VALUE");
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     if (k == "join_timeout" || k == "timeout" || k == "heartbeat_timeout") {
-      char* end = nullptr;
-      double t = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(t > 0)) usage_error("--rdzv_conf: " + k + " must be a number of seconds > 0");
-      *(k == "heartbeat_timeout" ? heartbeat_timeout : join_timeout) = t;
+      const auto t = cli::number(v, kTimeout);
+      if (!t) usage_error("--rdzv_conf: " + k + " must be " + cli::describe(kTimeout) + "; got '" + v + "'");
+      *(k == "heartbeat_timeout" ? heartbeat_timeout : join_timeout) = *t;
     }
     if (c == std::string::npos) break;
     start = c + 1;
@@ -228,6 +218,7 @@ std::vector<cli::Option> launch_options() {
   opt("--num_cpu_threads_per_process", "N", res,
       "OMP_NUM_THREADS of every process (default: kept if set; else physical cores / processes with --cpu; else 1 "
       "with several processes)");
+  o.back().number = kThreads;
   flag("--enable_cpu_affinity", res, "", "enable_cpu_affinity");
   opt("--dynamo_backend", "BACKEND", res, "", "dynamo_config.dynamo_backend");
   opt("--dynamo_mode", "MODE", res, "", "dynamo_config.dynamo_mode");
@@ -251,8 +242,11 @@ std::vector<cli::Option> launch_options() {
       "read ranks from srun / mpirun variables (auto: when they are set; none: ignore them)");
   flag("--downcast_bf16", dist, "", "downcast_bf16");
   opt("--max_restarts", "N", sup, "restart the whole group up to N times after a failure (default 0), as torchrun");
+  o.back().number = kRestarts;
   opt("--monitor_interval", "SECONDS", sup, "how often the processes are checked (default 0.1)");
+  o.back().number = kSeconds;
   opt("--term_timeout", "SECONDS", sup, "grace between SIGTERM and SIGKILL when stopping processes (default 5)");
+  o.back().number = kSeconds;
   opt("--tee", "{0,1,2,3}|R:N,...", sup,
       "also write stdout (1), stderr (2) or both (3) of every (or the listed) local rank to log files, and prefix "
       "those lines with [ROLE<local_rank>]:",
@@ -412,9 +406,9 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
   plan.nproc = plan.world / plan.machines;
   plan.first_rank = plan.machine_rank * plan.nproc;
   plan.master_addr = cfg.main_process_ip.value_or("127.0.0.1");
-  plan.term_timeout = seconds_option(p, "--term_timeout", 5.0, 0, 3600);
-  plan.monitor_interval = seconds_option(p, "--monitor_interval", 0.1, 0, 3600);
-  plan.max_restarts = int_option(p, "--max_restarts", 0, 0, 1000000);
+  plan.term_timeout = number_option(p, "--term_timeout", 5.0);
+  plan.monitor_interval = number_option(p, "--monitor_interval", 0.1);
+  plan.max_restarts = static_cast<int>(number_option(p, "--max_restarts", 0));
   if (auto it = p.options.find("--rdzv_conf"); it != p.options.end())
     parse_rdzv_conf(it->second.value, &plan.join_timeout, &plan.heartbeat_timeout);
   if (auto it = p.options.find("--role"); it != p.options.end()) plan.role = it->second.value;
@@ -445,7 +439,7 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
   // Threads per process.
   const int nproc = plan.nproc;
   if (auto it = p.options.find("--num_cpu_threads_per_process"); it != p.options.end()) {
-    plan.threads = int_option(p, "--num_cpu_threads_per_process", 1, 1, 100000);
+    plan.threads = static_cast<int>(number_option(p, "--num_cpu_threads_per_process", 1));
   } else if (!plan.env.count("OMP_NUM_THREADS")) {
     const int local = plan.r.sched ? std::max(1, plan.r.sched->local_size) : nproc;
     const int per = cfg.use_cpu ? physical_cores() / local : 1;

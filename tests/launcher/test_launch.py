@@ -562,7 +562,13 @@ class LaunchTest(unittest.TestCase):
             (["--num_procesess", "2"], "unknown option '--num_procesess' (did you mean '--num_processes'?)"),
             (["--num_processes"], "needs a value"),
             ([], "missing the PROGRAM"),
-            (["--term_timeout", "-1"], "--term_timeout must be a number of seconds"),
+            (["--term_timeout", "-1"], "--term_timeout must be a number of seconds in (0, 3600]; got '-1'"),
+            # CLI11's validators, with the text's form checked first (no NaN, no octal or hex integers)
+            (["--term-timeout", "nan"], "--term-timeout must be a number of seconds in (0, 3600]; got 'nan'"),
+            (["--max_restarts", "1.5"], "--max_restarts must be an integer in [0, 1000000]; got '1.5'"),
+            (["--max_restarts", "0x10"], "--max_restarts must be an integer in [0, 1000000]; got '0x10'"),
+            (["--num_cpu_threads_per_process", "0"], "must be an integer in [1, 100000]; got '0'"),
+            (["--rdzv_conf", "join_timeout=0"], "--rdzv_conf: join_timeout must be a number of seconds > 0; got '0'"),
         ]
         for args, message in cases:
             prog = [PROBE, "--out", self.out] if args != [] and args != ["--num_processes"] else []

@@ -3,7 +3,8 @@
 # since PyPI's Linux torch is a CUDA build that Python cannot import without them) and Accelerate,
 # to run the same workload through PyTorch DDP and Accelerate beside libacc. Not needed to build or
 # test libacc. Also Hugging Face transformers, used only by tests/hf/make_fixtures.py to regenerate
-# the committed reference fixtures under tests/hf/fixtures (CI never runs it). Idempotent.
+# the committed reference fixtures under tests/hf/fixtures (CI never runs it), and peft, used only by
+# tests/finetune/make_fixtures.py (LoRA adapters and parameter-group names). Idempotent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 stamp=.venv-bench/.acc-bench-torch-2.15.0
@@ -16,5 +17,10 @@ fi
 stamp=.venv-bench/.acc-bench-transformers-5.23.0
 if [[ ! -f $stamp ]]; then
   .venv-bench/bin/pip install -q "transformers==5.23.0"
+  touch "$stamp"
+fi
+stamp=.venv-bench/.acc-bench-peft-0.21.2
+if [[ ! -f $stamp ]]; then
+  .venv-bench/bin/pip install -q "peft==0.21.2"
   touch "$stamp"
 fi

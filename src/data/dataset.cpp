@@ -274,17 +274,17 @@ LoaderOptions LoaderOptions::parse(const char* options_json) {
   return l;
 }
 
-LoaderPrepare LoaderPrepare::from_config(const config::Config& c, ShardSpec spec, std::shared_ptr<Comm> comm) {
+LoaderPrepare LoaderPrepare::from_config(const config::AcceleratorSettings::DataloaderConfig& c, ShardSpec spec,
+                                         std::shared_ptr<Comm> comm) {
   LoaderPrepare p;
   p.spec = spec;
-  p.spec.split_batches = c.get_bool("dataloader_config.split_batches");
-  p.spec.even_batches = c.get_bool("dataloader_config.even_batches");
-  if (c.is_set("dataloader_config.dispatch_batches")) p.dispatch_batches = c.get_bool("dataloader_config.dispatch_batches");
-  p.use_seedable_sampler = c.get_bool("dataloader_config.use_seedable_sampler");
-  if (c.is_set("dataloader_config.data_seed"))
-    p.data_seed = static_cast<uint64_t>(c.get_int("dataloader_config.data_seed"));
-  p.non_blocking = c.get_bool("dataloader_config.non_blocking");
-  if (c.get_bool("dataloader_config.use_stateful_dataloader"))
+  p.spec.split_batches = c.split_batches;
+  p.spec.even_batches = c.even_batches;
+  p.dispatch_batches = c.dispatch_batches;
+  p.use_seedable_sampler = c.use_seedable_sampler;
+  if (c.data_seed) p.data_seed = static_cast<uint64_t>(*c.data_seed);
+  p.non_blocking = c.non_blocking;
+  if (c.use_stateful_dataloader)
     throw UnsupportedError("dataloader_config.use_stateful_dataloader: torchdata's StatefulDataLoader is not part of "
                            "libacc; resume with skip_first_batches (acc_dataloader_skip_first_batches) instead");
   p.comm = std::move(comm);

@@ -2,7 +2,7 @@
 // shards them as Accelerate's prepare_data_loader does: BatchSamplerShard (DataLoaderShard),
 // IterableDatasetShard, DataLoaderDispatcher, SeedableRandomSampler and skip_first_batches.
 #pragma once
-#include <acc/config.hpp>
+#include <acc/config_views.hpp>
 
 #include <functional>
 #include <memory>
@@ -87,7 +87,8 @@ struct LoaderPrepare {
   std::shared_ptr<Comm> comm;            // null with one process
   // dataloader_config.{split_batches, dispatch_batches, even_batches, use_seedable_sampler, data_seed,
   // non_blocking}; the process layout comes from `spec`.
-  static LoaderPrepare from_config(const config::Config& c, ShardSpec spec, std::shared_ptr<Comm> comm);
+  static LoaderPrepare from_config(const config::AcceleratorSettings::DataloaderConfig& c, ShardSpec spec,
+                                   std::shared_ptr<Comm> comm);
 };
 
 // Where a loader is, for a checkpoint: enough to continue the interrupted pass with the same batches.

@@ -31,9 +31,9 @@ namespace {
 // first thing, before anything asks ATen about CUDA. Where it cannot load (no CUDA libraries) or sees
 // no device, the process trains on the CPU without a word, as Accelerate does, unless the environment
 // sets ACC_REQUIRE_CUDA=1: then that is an error that says why.
-int pick_cuda_device(const config::Config& c, const ProcessState& state,
+int pick_cuda_device(const config::AcceleratorSettings& c, const ProcessState& state,
                      const std::map<std::string, std::string>& env) {
-  if (c.get_bool("cpu")) return -1;
+  if (c.cpu) return -1;
   auto req = env.find("ACC_REQUIRE_CUDA");
   const bool required = req != env.end() && !req->second.empty() && req->second != "0";
   std::string why;
@@ -78,10 +78,12 @@ std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::mill
 
 // ParallelismConfig's data-parallel sizes against the job (Accelerate's _validate_accelerator): under FSDP2 they make
 // the HSDP groups (config::sharding); otherwise only plain data parallelism over every process is DDP.
-void check_parallelism(const config::Config& c, const config::Sharding& sh, int64_t world) {
-  const int64_t replicate = c.get_int("parallelism_config.dp_replicate_size"), shard = c.get_int("parallelism_config.dp_shard_size");
+void check_parallelism(const config::Config& c, const config::AcceleratorSettings& s, const config::Sharding& sh,
+                       int64_t world) {
+  using P = config::AcceleratorSettings::ParallelismConfig;
+  const int64_t replicate = s.parallelism_config.dp_replicate_size, shard = s.parallelism_config.dp_shard_size;
   const std::string sizes = "parallelism_config's dp_replicate_size " + std::to_string(replicate) + " x dp_shard_size " +
-                            std::to_string(shard) + " (" + c.provenance("parallelism_config.dp_shard_size").where + ")";
+                            std::to_string(shard) + " (" + c.provenance(P::Key::dp_shard_size).where + ")";
   if (sh.dp_shard_size == 0 && shard > 1)
     throw config::Error(sizes + ": dp_shard_size > 1 shards with FSDP2 (distributed_type FSDP, fsdp_version 2)");
   if (replicate * shard != world && (sh.dp_shard_size > 0 || replicate * shard != 1))
@@ -121,54 +123,52 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   auto env = config::current_environment();
   std::shared_ptr<Accelerator> a(new Accelerator());
   a->config_ = config::resolve_accelerator(config_json ? config_json : "", env);
+  a->settings_ = config::accelerator_settings(a->config_);
   const config::Config& c = a->config_;
+  const config::AcceleratorSettings& s = a->settings_;
   // Valid keys for what libacc cannot do yet (FSDP, DeepSpeed, torch.compile, ...) fail here, never silently.
   if (auto why = config::unsupported_setting(c)) throw UnsupportedError(*why);
   // Trackers: resolved now, as Accelerate's filter_trackers does; started by init_trackers (train/trackers.cpp).
-  if (c.is_set("log_with")) {
+  if (s.log_with) {
     try {
-      a->log_with_ = tracking::resolve_log_with(
-          c.get_string_list("log_with"),
-          c.is_set("project_config.logging_dir") ? c.get_string("project_config.logging_dir") : std::string());
+      a->log_with_ = tracking::resolve_log_with(*s.log_with, s.project_config.logging_dir.value_or(""));
     } catch (const std::invalid_argument& e) {
       throw config::Error(e.what());
     }
   }
   // The config unifies gradient_accumulation_steps and gradient_accumulation_plugin.num_steps.
   GradientState& g = a->grad_;
-  g.num_steps = c.get_int("gradient_accumulation_steps");
-  g.sync_with_dataloader = c.get_bool("gradient_accumulation_plugin.sync_with_dataloader");
-  g.sync_each_batch = c.get_bool("gradient_accumulation_plugin.sync_each_batch");
+  g.num_steps = s.gradient_accumulation_steps;
+  g.sync_with_dataloader = s.gradient_accumulation_plugin.sync_with_dataloader;
+  g.sync_each_batch = s.gradient_accumulation_plugin.sync_each_batch;
   a->state_ = ProcessState::from_environment(env);
-  const int cuda_device = pick_cuda_device(c, a->state_, env);
-  if (c.is_set("seed")) core::set_seed(static_cast<uint64_t>(c.get_int("seed")), false);
+  const int cuda_device = pick_cuda_device(s, a->state_, env);
+  if (s.seed) core::set_seed(static_cast<uint64_t>(*s.seed), false);
   a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
                                 : c10::Device(c10::kCPU);
   a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
   if (a->state_.distributed()) {
     a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
     // torch.distributed's default process-group timeout, unless init_process_group_kwargs sets one.
-    const char* key = "init_process_group_kwargs.timeout";
     // In milliseconds, what c10d counts in (the schema keeps the value between 1 ms and a year).
-    const auto timeout = std::chrono::milliseconds(std::llround((c.is_set(key) ? c.get_double(key) : 1800.0) * 1000));
+    const auto timeout =
+        std::chrono::milliseconds(std::llround(s.init_process_group_kwargs.timeout.value_or(1800.0) * 1000));
     a->comm_ = process_group(a->state_, timeout, cuda_device);
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
-  a->set_mixed_precision(c.get_string("mixed_precision"));
+  a->set_mixed_precision(s.mixed_precision);
   a->sharding_ = config::sharding(c);
-  if (c.get_bool("use_parallelism_config")) check_parallelism(c, a->sharding_, a->state_.world_size);
-  const char* efficient = "fsdp_plugin.cpu_ram_efficient_loading";
-  if (a->comm_ && a->state_.local_rank != 0 && c.get_bool("use_fsdp") && c.is_set(efficient) && c.get_bool(efficient)) {
+  if (s.use_parallelism_config) check_parallelism(c, s, a->sharding_, a->state_.world_size);
+  if (a->comm_ && a->state_.local_rank != 0 && s.use_fsdp && s.fsdp_plugin.cpu_ram_efficient_loading.value_or(false)) {
     hold_ram_efficient_loading(true);
     a->holds_ram_efficient_loading_ = true;
   }
-  a->save_iteration_ = c.get_int("project_config.iteration");
+  a->save_iteration_ = s.project_config.iteration;
   // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
-  const bool writer = a->state_.rank == 0 ||
-                      (c.get_bool("project_config.save_on_each_node") && a->state_.local_rank == 0);
-  if (writer && c.is_set("project_config.project_dir")) {
+  const bool writer = a->state_.rank == 0 || (s.project_config.save_on_each_node && a->state_.local_rank == 0);
+  if (writer && s.project_config.project_dir) {
     try {
-      config::write_run_record(c, c.get_string("project_config.project_dir"), build_info().c_str(), env);
+      config::write_run_record(c, *s.project_config.project_dir, build_info().c_str(), env);
     } catch (const config::Error& e) {
       throw std::ios_base::failure(std::string("cannot write the run record: ") + e.what());
     }
@@ -211,11 +211,12 @@ void Accelerator::set_mixed_precision(const std::string& mode) {
   }
   if (mode == "fp16") {
     GradScalerOptions o;
-    o.init_scale = config_.get_double("grad_scaler_kwargs.init_scale");
-    o.growth_factor = config_.get_double("grad_scaler_kwargs.growth_factor");
-    o.backoff_factor = config_.get_double("grad_scaler_kwargs.backoff_factor");
-    o.growth_interval = config_.get_int("grad_scaler_kwargs.growth_interval");
-    o.enabled = config_.get_bool("grad_scaler_kwargs.enabled");
+    const auto& k = settings_.grad_scaler_kwargs;
+    o.init_scale = k.init_scale;
+    o.growth_factor = k.growth_factor;
+    o.backoff_factor = k.backoff_factor;
+    o.growth_interval = k.growth_interval;
+    o.enabled = k.enabled;
     scaler_ = std::make_unique<GradScaler>(o);
   }
   mixed_precision_ = mode;
@@ -227,10 +228,9 @@ ForwardScope::ForwardScope(ModelSlot& m) {
   strategy_ = m.strategy.get();
   strategy_->before_forward();
   const std::string& mp = m.owner->mixed_precision();
-  const config::Config& c = m.owner->config();
-  if (mp == "no" || !c.get_bool("autocast_kwargs.enabled")) return;
-  const char* cache_key = "autocast_kwargs.cache_enabled";
-  const bool cache = !c.is_set(cache_key) || c.get_bool(cache_key);
+  const auto& k = m.owner->settings().autocast_kwargs;
+  if (mp == "no" || !k.enabled) return;
+  const bool cache = k.cache_enabled.value_or(true);
   // fp8: linear layers run FP8 GEMMs (precision/fp8.hpp), everything else bf16 autocast.
   autocast_.emplace(m.owner->device().type(), mp == "fp16" ? at::kHalf : at::kBFloat16, true, cache);
   if (mp == "fp8") fp8_.emplace();
@@ -314,7 +314,7 @@ void SchedulerSlot::step() {
   apply();
 }
 
-bool Accelerator::split_batches() const { return config_.get_bool("dataloader_config.split_batches"); }
+bool Accelerator::split_batches() const { return settings_.dataloader_config.split_batches; }
 
 void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::shared_ptr<OptimizerSlot>& opt,
                           const std::shared_ptr<SchedulerSlot>& sched,
@@ -338,21 +338,21 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   spec.num_processes = state_.world_size;
   spec.process_index = state_.rank;
   spec.split_batches = split_batches();
-  spec.even_batches = config_.get_bool("dataloader_config.even_batches");
+  spec.even_batches = settings_.dataloader_config.even_batches;
   auto self = shared_from_this();
   // Validates split_batches divisibility first; the rest of dataloader_config picks how it shards.
-  if (loader) loader->prepare(LoaderPrepare::from_config(config_, spec, comm_), device_, self);
+  if (loader) loader->prepare(LoaderPrepare::from_config(settings_.dataloader_config, spec, comm_), device_, self);
 
   if (model) {
     for (const auto& [name, t] : model->model->state())
       if (t.is_meta())
         throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
-    if (config_.get_bool("use_fsdp") && config_.get_bool("fsdp_plugin.activation_checkpointing")) {
+    if (settings_.use_fsdp && settings_.fsdp_plugin.activation_checkpointing) {
       if (model->model->reported_units().empty())
         throw config::Error("'fsdp_plugin.activation_checkpointing' = true: this model has no blocks that libacc can "
                             "recompute (the built-in GPT and the Hugging Face families have them; an MLP, a TorchScript "
                             "or a C++ module does not); set it to false");
-      model->model->set_activation_checkpointing(true, config_.get_bool("fsdp_plugin.activation_checkpointing_offload"));
+      model->model->set_activation_checkpointing(true, settings_.fsdp_plugin.activation_checkpointing_offload);
     }
     model->strategy = make_strategy(model->model);
     model->owner = self;
@@ -374,9 +374,9 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
 namespace {
 
 // ddp_kwargs.comm_state_option: PowerSGDState's keyword arguments (torch's defaults for those not given).
-DdpOptions::PowerSgd power_sgd_options(const config::Config& c) {
-  const char* key = "ddp_kwargs.comm_state_option";
-  const json::Document doc = json::Document::object(c.get_json(key), key);
+DdpOptions::PowerSgd power_sgd_options(const config::AcceleratorSettings& c) {
+  const char* key = config::AcceleratorSettings::DdpKwargs::Key::comm_state_option;
+  const json::Document doc = json::Document::object(c.ddp_kwargs.comm_state_option.json, key);
   DdpOptions::PowerSgd o;
   o.on = true;
   const json::Value v = doc.root();
@@ -407,18 +407,19 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   const config::Sharding& sh = sharding_;
   if (sh.stage == 0) {
     DdpOptions d;
-    d.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
-    d.broadcast_buffers = config_.get_bool("ddp_kwargs.broadcast_buffers");
-    d.find_unused_parameters = config_.get_bool("ddp_kwargs.find_unused_parameters");
-    const std::string hook = config_.get_string("ddp_kwargs.comm_hook");
+    const auto& k = settings_.ddp_kwargs;
+    d.bucket_cap_mb = k.bucket_cap_mb;
+    d.broadcast_buffers = k.broadcast_buffers;
+    d.find_unused_parameters = k.find_unused_parameters;
+    const std::string& hook = k.comm_hook;
     if (hook == "fp16") d.compress = at::kHalf;  // the config stores the schema's spelling
     if (hook == "bf16") d.compress = at::kBFloat16;
     if (hook == "power_sgd" || hook == "batched_power_sgd") {
-      d.power_sgd = power_sgd_options(config_);
+      d.power_sgd = power_sgd_options(settings_);
       d.power_sgd.batched = hook == "batched_power_sgd";
     }
     // As Accelerate's register_comm_hook: a wrapper wraps the hook, and without a hook there is nothing to wrap.
-    const std::string wrapper = config_.get_string("ddp_kwargs.comm_wrapper");
+    const std::string& wrapper = k.comm_wrapper;
     if (hook != "no" && wrapper == "fp16") d.wrapper = at::kHalf;
     if (hook != "no" && wrapper == "bf16") d.wrapper = at::kBFloat16;
     return make_ddp_strategy(model, device_, comm_, d);
@@ -428,7 +429,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   const auto dtype = [](const std::string& d) { return float_dtype_named(d).value_or(at::ScalarType::Undefined); };
   o.param_dtype = dtype(sh.param_dtype);
   o.reduce_dtype = dtype(sh.reduce_dtype);
-  o.bucket_cap_mb = config_.get_double("ddp_kwargs.bucket_cap_mb");
+  o.bucket_cap_mb = settings_.ddp_kwargs.bucket_cap_mb;
   if (sh.hybrid) o.shard_group_size = sh.dp_shard_size > 0 ? static_cast<int>(sh.dp_shard_size) : state_.local_world_size;
   o.offload = sh.offload;
   o.reshard_after_forward = sh.reshard_after_forward;
@@ -444,7 +445,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     throw config::Error(e.what());
   }
   // DeepSpeed's ZeRO-3 gathers parameters module by module: here the model's blocks are the units.
-  if (config_.get_bool("use_deepspeed") && sh.stage == 3) o.units = model->reported_units();
+  if (settings_.use_deepspeed && sh.stage == 3) o.units = model->reported_units();
   return make_sharded_strategy(model, device_, comm_, o);
 }
 
@@ -608,7 +609,8 @@ void Accelerator::loader_begin(const void* loader) {
   // synchronize_rng_states at the start of every epoch of a prepared loader: "torch" makes every
   // process continue from rank 0's default generator (the loader itself syncs "generator").
   if (!comm_) return;
-  for (const auto& type : config_.get_string_list("rng_types")) {
+  // null is Accelerate's default, ["generator"]: nothing to do here
+  for (const auto& type : settings_.rng_types.value_or(std::vector<std::string>{})) {
     if (type != "torch") continue;
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     at::Tensor state;

@@ -3,6 +3,7 @@
 // collectives. The C ABI is a thin layer over this class and the Slot types below.
 #pragma once
 #include <acc/config.hpp>
+#include <acc/config_views.hpp>
 
 #include <memory>
 #include <functional>
@@ -109,6 +110,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
 
   const ProcessState& state() const { return state_; }
   const config::Config& config() const { return config_; }
+  const config::AcceleratorSettings& settings() const { return settings_; }  // config(), typed
   const std::string& config_json() const { return config_json_; }
   c10::Device device() const { return device_; }
   const std::string& device_name() const { return device_name_; }
@@ -212,6 +214,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const DataLoader* active_loader() const;
 
   config::Config config_;
+  config::AcceleratorSettings settings_;  // config_'s values, read once
   std::string config_json_;
   ProcessState state_;
   std::shared_ptr<Comm> comm_;

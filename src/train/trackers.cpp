@@ -19,8 +19,7 @@ void Accelerator::init_trackers(const std::string& project_name, std::string_vie
   if (state_.rank != 0) return;  // @on_main_process
   if (trackers_ && !trackers_->finished())
     throw StateError("init_trackers: the trackers of this accelerator are running; call end_training first");
-  const std::string logging_dir =
-      config_.is_set("project_config.logging_dir") ? config_.get_string("project_config.logging_dir") : std::string();
+  const std::string logging_dir = settings_.project_config.logging_dir.value_or("");
   auto set = std::make_unique<tracking::TrackerSet>(log_with_, project_name, logging_dir, init_kwargs_json,
                                                     config::current_environment());
   if (has_config) set->store_init_configuration(hparams);

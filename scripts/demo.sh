@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
-# Only what the demo runs (the launcher, the example and libacc); scripts/test.sh builds the rest on top of it.
-ninja -C build launcher/acc examples/train_gpt
+# Only what the demo runs (the example, libacc and the launcher); scripts/test.sh builds the rest on top of it.
+# The example first: ninja then starts LibTorch's precompiled header, the head of the longest chain, before the
+# launcher's units, which fill the other core.
+ninja -C build examples/train_gpt launcher/acc
 exec build/launcher/acc launch --num_processes 2 --main_process_port 0 --max_restarts 3 build/examples/train_gpt "$@"

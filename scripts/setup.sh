@@ -9,11 +9,18 @@
 #   .venv/: the PyPI torch wheel (LibTorch headers and libraries) with only the CUDA runtime pieces
 #           libtorch_cpu.so needs to load (cudart, cupti), and nvidia-nccl-cu13 for NCCL headers.
 #   .venv/cuda-headers/: the CUDA headers the NCCL plugin compiles against (see below).
-#   .venv-test/: the Python packages of tests/requirements.txt (TensorBoard's reader, the MLflow client).
+#   .venv-test/: the Python packages of tests/requirements.txt (TensorBoard's reader, the MLflow client), with
+#           --tests only (scripts/test.sh passes it): the demo does not wait for them.
 # Set LIBTORCH=/path/to/libtorch to build against an official LibTorch instead of the wheel.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+with_tests=false
+case "${1:-}" in
+  --tests) with_tests=true ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 debs=(meson ninja-build pkg-config g++ python3-venv libyaml-cpp-dev libcli11-dev
       libgloo-dev libgtest-dev swig abigail-tools ccache iproute2 libprotobuf-dev protobuf-compiler
@@ -71,7 +78,7 @@ fi
 # Python packages the tests read libacc's files with (tests/requirements.txt: TensorBoard's event reader, the
 # MLflow client), in .venv-test/: torch-free, apart from .venv, and made with or without LIBTORCH.
 test_stamp=".venv-test/.acc-test-$(md5sum tests/requirements.txt | cut -c1-12)"
-if [[ ! -f $test_stamp ]]; then
+if $with_tests && [[ ! -f $test_stamp ]]; then
   echo "setup: creating .venv-test with tests/requirements.txt"
   python3 -m venv .venv-test
   .venv-test/bin/pip install -q --upgrade pip >/dev/null

@@ -6,7 +6,7 @@
 # Extra arguments go to meson test (e.g. --suite capi), and skip the fuzz smoke run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 ninja -C build
 status=0
 meson test -C build --print-errorlogs --num-processes 2 --no-suite fuzz "$@" || status=$?

@@ -9,6 +9,7 @@ includes; models/ and models/hf/ are two folders. A cycle fails, named with the 
 Without a cycle it prints the folders layer by layer, each above everything it includes. Test 'layers',
 suite 'docs'.
 """
+import graphlib
 import os
 import re
 import sys
@@ -39,60 +40,6 @@ def include_graph(src):
     return graph
 
 
-def tangles(graph):
-    """The strongly connected components of more than one folder (Tarjan), each sorted."""
-    index, low, stack, on_stack, out = {}, {}, [], set(), []
-
-    def visit(node):
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for to in graph.get(node, {}):
-            if to not in index:
-                visit(to)
-                low[node] = min(low[node], low[to])
-            elif to in on_stack:
-                low[node] = min(low[node], index[to])
-        if low[node] == index[node]:
-            part = []
-            while True:
-                n = stack.pop()
-                on_stack.discard(n)
-                part.append(n)
-                if n == node:
-                    break
-            if len(part) > 1:
-                out.append(sorted(part))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return sorted(out)
-
-
-def cycle_in(graph, part):
-    """A shortest cycle among the folders of `part`, as [a, b, ..., a]."""
-    return min((cycle_through(graph, part, start) for start in part), key=len)
-
-
-def cycle_through(graph, part, start):
-    """A shortest cycle through `start` inside `part` (breadth first)."""
-    came = {start: None}
-    queue = [start]
-    while queue:
-        node = queue.pop(0)
-        for to in sorted(graph.get(node, {})):
-            if to == start:
-                path = [node]
-                while came[path[-1]] is not None:
-                    path.append(came[path[-1]])
-                return list(reversed(path)) + [start]
-            if to in part and to not in came:
-                came[to] = node
-                queue.append(to)
-    return [start]
-
-
 def layers(graph):
     """Folders by height: layer 0 includes no other folder, layer n only folders of lower layers."""
     height = {}
@@ -116,14 +63,14 @@ def main():
     if not os.path.isdir(src):
         sys.exit(f"check_layers.py: no src/ under '{root}'")
     graph = include_graph(src)
-    parts = tangles(graph)
-    for part in parts:
-        cycle = cycle_in(graph, part)
-        print(f"FAIL: the folders {', '.join(part)} include each other, e.g. " + " -> ".join(cycle))
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as e:
+        cycle = list(reversed(e.args[1]))  # graphlib lists it against the edges: a folder, then what includes it
+        print("FAIL: the folders of src/ include each other: " + " -> ".join(cycle))
         for a, b in zip(cycle, cycle[1:]):
             for where, target in graph[a][b]:
                 print(f"  {where}: #include \"{target}\"")
-    if parts:
         print("A lower folder declares what it needs (a virtual on Model, a struct passed in) instead of including "
               "the folder above it.")
         return 1

@@ -159,20 +159,23 @@ int test_main(const std::vector<std::string>& args) {
       continue;
     }
     int ok = 0;
-    std::string first_detail, problem;
+    std::string first_detail, problem, reported;
     for (auto& [r, steps] : ranks) {
       const StepState& st = steps[s];
       if (st.state == "ok") {
         ++ok;
         if (first_detail.empty()) first_detail = st.detail;
+      } else if (st.state == "fail") {
+        // A rank's own report says why; the others were usually stopped because of it (before they wrote a line).
+        if (reported.empty()) reported = "rank " + std::to_string(r) + ": " + st.detail;
       } else if (problem.empty()) {
-        if (st.state == "fail") problem = "rank " + std::to_string(r) + ": " + st.detail;
-        else if (st.state == "begin")
+        if (st.state == "begin")
           problem = "rank " + std::to_string(r) + " started it but did not finish (it was stopped or died; see above)";
         else
           problem = "rank " + std::to_string(r) + " did not get there";
       }
     }
+    if (!reported.empty()) problem = reported;
     const int n = static_cast<int>(ranks.size());
     if (ok == n) {
       std::printf("  %-17s ok      %s\n", s, first_detail.c_str());

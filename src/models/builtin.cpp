@@ -50,7 +50,7 @@ struct Conv1D : InitModule {
 };
 
 struct LayerNorm : InitModule {
-  LayerNorm(int64_t n, bool with_bias, c10::Device d) : n_(n) {
+  LayerNorm(int64_t n, bool with_bias, c10::Device d) : InitModule("LayerNorm"), n_(n) {
     register_parameter("weight", at::empty({n}, float_on(d)));
     if (with_bias) register_parameter("bias", at::empty({n}, float_on(d)));
   }

@@ -15,6 +15,7 @@ namespace acc::core {
 // A module with parameters that knows how it was initialised. Its tensors are read through param() rather
 // than kept in members: materialising replaces them.
 struct InitModule : torch::nn::Module {
+  using torch::nn::Module::Module;  // Module(name): the class name nn.Module would show ("LayerNorm")
   virtual void reset() = 0;
   at::Tensor& param(const char* name) { return parameters_[name]; }
   at::Tensor bias_or_none() {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -26,8 +27,12 @@
 #include "train/accelerator.hpp"
 #include "models/hf/pretrained.hpp"
 #include "models/hf/generate.hpp"
+#include "models/module_tree.hpp"
 #include "runtime/process_state.hpp"
+#include "train/param_groups.hpp"
 #include "util/errors.hpp"
+#include <acc/files.hpp>
+#include <acc/json.hpp>
 
 namespace acc::core {
 namespace {
@@ -526,6 +531,48 @@ TEST(FromPretrained, LargeIndexIsReadInLinearTime) {
             std::string::npos)
       << err.substr(0, 300);
   fs::remove_all(tmp);
+}
+
+// Trainer's weight-decay split (get_decay_parameter_names) on each family, against the names transformers computed
+// on the same checkpoints (tests/finetune/make_fixtures.py): the tied head appears under both names, as there.
+TEST(ParamGroups, NoDecayNamesAreTransformers) {
+  const std::string path = g_fixtures + "/../../finetune/fixtures/decay_names.json";
+  const auto doc = json::Document::object(config::read_file(path, size_t{1} << 20), path);
+  int families = 0;
+  for (const auto& [family, want] : doc.root().items()) {
+    if (!want.has("no_decay")) continue;  // the adapted models: a later test
+    auto model = hf::from_pretrained(g_fixtures + "/" + family + "/model", nullptr);
+    const std::vector<std::string> got = no_decay_parameter_names(tree_of(*model));
+    std::set<std::string> want_no_decay, want_decay, got_no_decay(got.begin(), got.end()), got_all;
+    for (const json::Value& n : want.get("no_decay").elements()) want_no_decay.insert(n.as_string());
+    for (const json::Value& n : want.get("decay").elements()) want_decay.insert(n.as_string());
+    EXPECT_EQ(got_no_decay, want_no_decay) << family;
+    const ModuleTree tree = tree_of(*model);
+    std::function<void(int, const std::string&)> all = [&](int m, const std::string& prefix) {
+      for (const auto& [name, child] : tree.modules[static_cast<size_t>(m)].children) all(child, prefix + name + ".");
+      for (const auto& [name, t] : tree.modules[static_cast<size_t>(m)].parameters) got_all.insert(prefix + name);
+    };
+    all(0, "");
+    std::set<std::string> got_decay;
+    for (const auto& n : got_all)
+      if (!got_no_decay.count(n)) got_decay.insert(n);
+    // transformers 5 renames Mixtral's block_sparse_moe to mlp in memory and fuses its experts
+    // (mlp.experts.gate_up_proj); libacc keeps the checkpoint's tensors (block_sparse_moe.experts.N.w1): each of
+    // them decays on both sides.
+    if (family == "mixtral") {
+      std::set<std::string> renamed;
+      for (std::string n : got_decay) {
+        if (n.find(".experts.") != std::string::npos) continue;
+        if (const size_t at = n.find("block_sparse_moe."); at != std::string::npos) n.replace(at, 16, "mlp");
+        renamed.insert(n);
+      }
+      got_decay = renamed;
+      std::erase_if(want_decay, [](const std::string& n) { return n.find(".experts.") != std::string::npos; });
+    }
+    EXPECT_EQ(got_decay, want_decay) << family;
+    ++families;
+  }
+  EXPECT_EQ(families, 6);
 }
 
 }  // namespace

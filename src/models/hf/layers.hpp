@@ -52,7 +52,7 @@ struct RMSNorm : InitModule {
 };
 
 struct LayerNorm : InitModule {
-  LayerNorm(int64_t n, double eps, const at::TensorOptions& o) : n_(n), eps_(eps) {
+  LayerNorm(int64_t n, double eps, const at::TensorOptions& o) : InitModule("LayerNorm"), n_(n), eps_(eps) {
     register_parameter("weight", at::empty({n}, o));
     register_parameter("bias", at::empty({n}, o));
   }

@@ -219,10 +219,9 @@ acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    std::vector<at::Tensor> params = need(model, "model")->slot->model->trainable_tensors();
     auto slot = std::make_shared<acc::core::OptimizerSlot>();
-    slot->model = model->slot;
-    slot->opt = std::make_unique<acc::core::Optimizer>(std::move(params), options_json);
+    slot->model = need(model, "model")->slot;
+    slot->opt = acc::core::make_optimizer(*model->slot->model, options_json);
     *out = new acc_optimizer{std::move(slot)};
   });
 }

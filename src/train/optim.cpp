@@ -9,13 +9,17 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 #include <type_traits>
 
 #include "models/model.hpp"
+#include "models/module_tree.hpp"
+#include "train/param_groups.hpp"
 #include "util/errors.hpp"
 #include <acc/json.hpp>
 #include "util/options.hpp"
@@ -105,45 +109,199 @@ class FusedSgd final : public torch::optim::SGD {
 
 }  // namespace
 
-Optimizer::Optimizer(std::vector<at::Tensor> params, const char* options_json) {
-  // PyTorch's defaults (torch.optim): lr 1e-3; SGD momentum 0, dampening 0, nesterov false; Adam(W)
-  // betas (0.9, 0.999), eps 1e-8, amsgrad false; weight_decay 0 (AdamW: 0.01); fused where allowed.
-  Options o(options_json, "optimizer options",
-            {"type", "lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"});
+namespace {
+
+// One parameter group's hyperparameters: PyTorch's defaults (torch.optim), then the top-level options, then the
+// group's own. lr 1e-3; SGD momentum 0, dampening 0, nesterov false; Adam(W) betas (0.9, 0.999), eps 1e-8,
+// amsgrad false; weight_decay 0 (AdamW: 0.01).
+struct Hyper {
+  double lr = 1e-3, momentum = 0, dampening = 0, eps = 1e-8, weight_decay = 0;
+  bool nesterov = false, amsgrad = false;
+  std::vector<double> betas{0.9, 0.999};
+};
+
+const std::vector<std::string> kHyperKeys = {"lr",  "momentum",     "dampening", "nesterov",
+                                             "betas", "eps", "weight_decay", "amsgrad"};
+
+std::vector<std::string> with(std::vector<std::string> keys, std::initializer_list<const char*> more) {
+  keys.insert(keys.end(), more.begin(), more.end());
+  return keys;
+}
+
+Hyper read_hyper(const Options& o, Hyper h, const std::string& what) {
+  h.lr = o.get_double("lr", h.lr);
+  if (!(h.lr >= 0)) throw OptionsError(what + ": 'lr' must be >= 0");
+  h.betas = o.get_double_list("betas", h.betas);
+  if (h.betas.size() != 2 || h.betas[0] < 0 || h.betas[0] >= 1 || h.betas[1] < 0 || h.betas[1] >= 1)
+    throw OptionsError(what + ": 'betas' must be two numbers in [0, 1)");
+  h.eps = o.get_double("eps", h.eps);
+  h.weight_decay = o.get_double("weight_decay", h.weight_decay);
+  if (h.weight_decay < 0) throw OptionsError(what + ": 'weight_decay' must be >= 0");
+  h.momentum = o.get_double("momentum", h.momentum);
+  h.dampening = o.get_double("dampening", h.dampening);
+  h.nesterov = o.get_bool("nesterov", h.nesterov);
+  h.amsgrad = o.get_bool("amsgrad", h.amsgrad);
+  return h;
+}
+
+template <class T>
+std::unique_ptr<torch::optim::OptimizerOptions> adam_options(const Hyper& h) {
+  T a(h.lr);
+  a.betas({h.betas[0], h.betas[1]}).eps(h.eps).weight_decay(h.weight_decay).amsgrad(h.amsgrad);
+  return std::make_unique<T>(a);
+}
+
+std::unique_ptr<torch::optim::OptimizerOptions> options_for(const std::string& type, const Hyper& h) {
+  if (type == "sgd") {
+    torch::optim::SGDOptions so(h.lr);
+    so.momentum(h.momentum).dampening(h.dampening).weight_decay(h.weight_decay).nesterov(h.nesterov);
+    return std::make_unique<torch::optim::SGDOptions>(so);
+  }
+  if (type == "adam") return adam_options<torch::optim::AdamOptions>(h);
+  return adam_options<torch::optim::AdamWOptions>(h);
+}
+
+// A group of the options' param_groups: the parameters whose names a pattern matches (regular expressions matched
+// against the whole name), with the group's hyperparameters.
+struct GroupSpec {
+  std::string what;  // "param_groups[1]"
+  std::function<bool(const std::string&)> selects;
+  Hyper hyper;
+  std::vector<at::Tensor> params;
+};
+
+std::vector<GroupSpec> explicit_groups(const json::Value& list, const Hyper& top) {
+  std::vector<GroupSpec> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string what = "param_groups[" + std::to_string(i) + "]";
+    const json::Value g = list.at(i);
+    const std::string where = "optimizer options: " + what;
+    if (!g.is_object()) throw OptionsError(where + " must be an object {\"params\": [patterns], \"lr\": ...}");
+    Options o(g.text().c_str(), where, with(kHyperKeys, {"params"}));
+    if (!o.has("params")) throw OptionsError(where + ": 'params' (a pattern or a list of them) is required");
+    const json::Value p = o.root().get("params");
+    std::vector<std::string> texts;
+    if (p.is_string()) texts.push_back(p.as_string());
+    for (const json::Value& e : p.is_array() ? p.elements() : std::vector<json::Value>{}) {
+      if (!e.is_string()) throw OptionsError(where + ": 'params' must be a pattern or a list of patterns");
+      texts.push_back(e.as_string());
+    }
+    if (texts.empty()) throw OptionsError(where + ": 'params' must be a pattern or a non-empty list of patterns");
+    std::vector<std::regex> patterns;
+    for (const std::string& t : texts) {
+      try {
+        patterns.emplace_back(t);
+      } catch (const std::regex_error& e) {
+        throw OptionsError(where + ": 'params' holds \"" + t + "\", which is not a regular expression (" + e.what() +
+                           ")");
+      }
+    }
+    out.push_back({what, [patterns](const std::string& name) {
+                     return std::any_of(patterns.begin(), patterns.end(),
+                                        [&](const std::regex& r) { return std::regex_match(name, r); });
+                   },
+                   read_hyper(o, top, where), {}});
+  }
+  return out;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const NamedTensors& params, const char* options_json,
+                     const std::function<std::vector<std::string>()>& no_decay_names) {
+  Options o(options_json, "optimizer options", with(kHyperKeys, {"type", "fused", "param_groups"}));
   std::string type = o.get_string("type", "", {"sgd", "adam", "adamw"});
   if (type.empty()) throw OptionsError("optimizer options: 'type' is required: \"sgd\", \"adam\" or \"adamw\"");
-  const double lr = o.get_double("lr", 1e-3);
-  if (!(lr >= 0)) throw OptionsError("optimizer options: 'lr' must be >= 0");
-  auto betas = o.get_double_list("betas", {0.9, 0.999});
-  if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
-    throw OptionsError("optimizer options: 'betas' must be two numbers in [0, 1)");
-  double eps = o.get_double("eps", 1e-8);
-  double wd = o.get_double("weight_decay", type == "adamw" ? 0.01 : 0.0);
-  if (wd < 0) throw OptionsError("optimizer options: 'weight_decay' must be >= 0");
+  Hyper defaults;
+  if (type == "adamw") defaults.weight_decay = 0.01;
+  const Hyper top = read_hyper(o, defaults, "optimizer options");
+
+  // The groups: those the options list, in their order, then the parameters no group selects (the top-level
+  // options); or the Trainer's split: what decays (the top-level options), then biases and norms without decay.
+  std::vector<GroupSpec> listed;
+  bool preset = false;
+  if (o.has("param_groups")) {
+    const json::Value g = o.root().get("param_groups");
+    if (g.is_string() && g.as_string() == "transformers" && no_decay_names) {
+      const std::vector<std::string> names = no_decay_names();
+      Hyper off = top;
+      off.weight_decay = 0;
+      listed.push_back({"param_groups \"transformers\"",
+                        [no_decay = std::set<std::string>(names.begin(), names.end())](const std::string& n) {
+                          return no_decay.count(n) > 0;
+                        },
+                        off, {}});
+      preset = true;
+    } else if (g.is_array()) {
+      listed = explicit_groups(g, top);
+    } else {
+      throw OptionsError("optimizer options: 'param_groups' must be a list of groups or \"transformers\" (with a "
+                         "model); got " + g.text());
+    }
+  }
+  GroupSpec rest{"", nullptr, top, {}};
+  for (const auto& [name, t] : params) {
+    GroupSpec* in = nullptr;
+    for (GroupSpec& g : listed) {
+      if (!g.selects(name)) continue;
+      if (in) throw OptionsError("optimizer options: parameter '" + name + "' is in " + in->what + " and " + g.what +
+                                 "; a parameter belongs to one group");
+      in = &g;
+    }
+    (in ? *in : rest).params.push_back(t);
+  }
+  for (const GroupSpec& g : listed)
+    if (g.params.empty() && !preset) {
+      std::string names;
+      for (size_t i = 0; i < params.size() && i < 8; ++i) names += (i ? ", " : "") + params[i].first;
+      throw OptionsError("optimizer options: " + g.what + " selects no trainable parameter (the model's: " + names +
+                         (params.size() > 8 ? ", ..." : "") + ")");
+    }
+  if (preset) listed.insert(listed.begin(), std::move(rest));
+  else listed.push_back(std::move(rest));
+  std::vector<torch::optim::OptimizerParamGroup> torch_groups;
+  for (GroupSpec& g : listed)
+    if (!g.params.empty()) torch_groups.emplace_back(g.params, options_for(type, g.hyper));
+  if (torch_groups.empty()) torch_groups.emplace_back(std::vector<at::Tensor>{}, options_for(type, top));
+
   // ATen's fused kernels take float tensors of one device; fall back to the loop otherwise.
   bool fusable = !params.empty();
-  for (const auto& p : params)
-    fusable = fusable && at::isFloatingType(p.scalar_type()) && p.device() == params.front().device() &&
+  for (const auto& [name, p] : params)
+    fusable = fusable && at::isFloatingType(p.scalar_type()) && p.device() == params.front().second.device() &&
               (p.is_cpu() || p.is_cuda());
   fused_ = o.get_bool("fused", true) && fusable;
+  const std::unique_ptr<torch::optim::OptimizerOptions> top_options = options_for(type, top);
+  const auto& d = *top_options;
   if (type == "sgd") {
-    torch::optim::SGDOptions so(lr);
-    so.momentum(o.get_double("momentum", 0.0)).dampening(o.get_double("dampening", 0.0))
-        .weight_decay(wd).nesterov(o.get_bool("nesterov", false));
-    if (fused_) impl_ = std::make_shared<FusedSgd>(params, so);
-    else impl_ = std::make_shared<torch::optim::SGD>(params, so);
+    const auto& so = static_cast<const torch::optim::SGDOptions&>(d);
+    if (fused_) impl_ = std::make_shared<FusedSgd>(torch_groups, so);
+    else impl_ = std::make_shared<torch::optim::SGD>(torch_groups, so);
   } else if (type == "adam") {
-    torch::optim::AdamOptions ao(lr);
-    ao.betas({betas[0], betas[1]}).eps(eps).weight_decay(wd).amsgrad(o.get_bool("amsgrad", false));
-    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions>>(params, ao);
-    else impl_ = std::make_shared<torch::optim::Adam>(params, ao);
+    const auto& ao = static_cast<const torch::optim::AdamOptions&>(d);
+    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions>>(torch_groups, ao);
+    else impl_ = std::make_shared<torch::optim::Adam>(torch_groups, ao);
   } else {
-    torch::optim::AdamWOptions ao(lr);
-    ao.betas({betas[0], betas[1]}).eps(eps).weight_decay(wd).amsgrad(o.get_bool("amsgrad", false));
-    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions>>(params, ao);
-    else impl_ = std::make_shared<torch::optim::AdamW>(params, ao);
+    const auto& ao = static_cast<const torch::optim::AdamWOptions&>(d);
+    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions>>(torch_groups, ao);
+    else impl_ = std::make_shared<torch::optim::AdamW>(torch_groups, ao);
   }
   for (auto& g : impl_->param_groups()) initial_lr_.push_back(g.options().get_lr());
+}
+
+namespace {
+NamedTensors by_index(const std::vector<at::Tensor>& params) {
+  NamedTensors out;
+  for (size_t i = 0; i < params.size(); ++i) out.emplace_back(std::to_string(i), params[i]);
+  return out;
+}
+}  // namespace
+
+Optimizer::Optimizer(const std::vector<at::Tensor>& params, const char* options_json)
+    : Optimizer(by_index(params), options_json) {}
+
+std::unique_ptr<Optimizer> make_optimizer(const Model& model, const char* options_json) {
+  return std::make_unique<Optimizer>(model.trainable_parameters(), options_json,
+                                     [&model] { return no_decay_parameter_names(tree_of(model)); });
 }
 
 Optimizer::Optimizer(std::shared_ptr<torch::optim::Optimizer> impl) : impl_(std::move(impl)) {

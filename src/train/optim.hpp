@@ -2,6 +2,7 @@
 // from JSON options (SGD, Adam, AdamW; stepped by ATen's fused CPU/GPU kernels where the options allow)
 // or a C++ caller's own.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +18,17 @@ class LRScheduler;
 
 namespace acc::core {
 
+class Model;
+
 class Optimizer {
  public:
-  // options: see acc_optimizer_create in acc.h (defaults are PyTorch's).
-  Optimizer(std::vector<at::Tensor> params, const char* options_json);
+  // options: see acc_optimizer_create in acc.h (defaults are PyTorch's). param_groups select parameters by name;
+  // no_decay_names gives the parameters of the "transformers" preset's group without decay (make_optimizer: the
+  // model's biases and norms).
+  Optimizer(const NamedTensors& params, const char* options_json,
+            const std::function<std::vector<std::string>()>& no_decay_names = {});
+  // Tensors without names (a strategy's shards): param_groups name them by their index, "0", "1", ...
+  Optimizer(const std::vector<at::Tensor>& params, const char* options_json);
   explicit Optimizer(std::shared_ptr<torch::optim::Optimizer> impl);
   ~Optimizer();
   void step();
@@ -55,6 +63,9 @@ class Optimizer {
   std::vector<double> initial_lr_;  // per parameter group
   bool fused_ = false;
 };
+
+// An optimizer over a model's trainable parameters (acc_optimizer_create).
+std::unique_ptr<Optimizer> make_optimizer(const Model& model, const char* options_json);
 
 // lr = initial_lr * factor(step), where step counts scheduler steps taken (LambdaLR semantics).
 class Schedule {

@@ -4,6 +4,7 @@
 //   test_hf FIXTURES_DIR [gtest flags]
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "models/hf/generate.hpp"
 #include "models/module_tree.hpp"
 #include "runtime/process_state.hpp"
+#include "train/optim.hpp"
 #include "train/param_groups.hpp"
 #include "util/errors.hpp"
 #include <acc/files.hpp>
@@ -570,6 +572,14 @@ TEST(ParamGroups, NoDecayNamesAreTransformers) {
       std::erase_if(want_decay, [](const std::string& n) { return n.find(".experts.") != std::string::npos; });
     }
     EXPECT_EQ(got_decay, want_decay) << family;
+    // acc_optimizer_create's preset: the trainable parameters (a tied weight once) in two groups.
+    const auto opt = make_optimizer(*model, R"({"type": "adamw", "param_groups": "transformers"})");
+    const auto& groups = opt->impl().param_groups();
+    ASSERT_EQ(groups.size(), 2u) << family;
+    size_t no_decay_trainable = 0;
+    for (const auto& [name, t] : model->trainable_parameters()) no_decay_trainable += got_no_decay.count(name);
+    EXPECT_EQ(groups[1].params().size(), no_decay_trainable) << family;
+    EXPECT_EQ(groups[0].params().size() + groups[1].params().size(), model->trainable_parameters().size()) << family;
     ++families;
   }
   EXPECT_EQ(families, 6);

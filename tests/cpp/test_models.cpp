@@ -15,6 +15,7 @@
 #include "parallel/strategy.hpp"
 #include "train/optim.hpp"
 #include "util/errors.hpp"
+#include "util/options.hpp"
 
 namespace acc::core {
 namespace {
@@ -207,6 +208,73 @@ TEST(Optimizer, FusedKernelsMatchLibTorchsLoop) {
       EXPECT_GT((a[i] - start[i]).abs().max().item<double>(), 1e-3) << c.options << ": the steps moved nothing";
     }
   }
+}
+
+// Parameter groups (issue 25): groups select parameters by name (regular expressions over the whole name), each with
+// its own hyperparameters; the rest get the top-level options; the "transformers" preset is the Trainer's split.
+TEST(Optimizer, ParameterGroups) {
+  const auto named = [] {
+    return NamedTensors{{"w", at::zeros({2}).requires_grad_()},
+                        {"b", at::zeros({2}).requires_grad_()},
+                        {"head.weight", at::zeros({3}).requires_grad_()}};
+  };
+  const auto error_of = [&](const char* options, std::function<std::vector<std::string>()> no_decay = {}) {
+    try {
+      Optimizer o(named(), options, no_decay);
+    } catch (const OptionsError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  {
+    NamedTensors p = named();
+    Optimizer o(p, R"({"type": "sgd", "lr": 0.1, "param_groups": [{"params": ["w", ".*\\.weight"], "lr": 0.5}]})");
+    ASSERT_EQ(o.impl().param_groups().size(), 2u);
+    EXPECT_EQ(o.impl().param_groups()[0].params().size(), 2u);  // w, head.weight: the listed group first
+    for (auto& [name, t] : p) t.mutable_grad() = at::ones_like(t);
+    o.step();
+    EXPECT_NEAR(p[0].second[0].item<double>(), -0.5, 1e-7);
+    EXPECT_NEAR(p[1].second[0].item<double>(), -0.1, 1e-7);  // b: the top-level lr
+    EXPECT_NEAR(p[2].second[0].item<double>(), -0.5, 1e-7);
+    o.scale_lr(0.5);  // a schedule acts on every group, from each group's own initial lr
+    EXPECT_NEAR(o.impl().param_groups()[0].options().get_lr(), 0.25, 1e-12);
+    EXPECT_NEAR(o.impl().param_groups()[1].options().get_lr(), 0.05, 1e-12);
+    // A checkpoint holds every group; an optimizer grouped otherwise refuses it.
+    const Optimizer::State saved = o.save_state();
+    Optimizer same(named(), R"({"type": "sgd", "lr": 0.1, "param_groups": [{"params": "w|head\\.weight"}]})");
+    EXPECT_NO_THROW(same.load_state(saved, "test"));
+    Optimizer one(named(), R"({"type": "sgd", "lr": 0.1})");
+    EXPECT_THROW(one.load_state(saved, "test"), std::invalid_argument);
+  }
+  {
+    // The Trainer's split: what decays first (top-level weight_decay), then the rest without decay.
+    NamedTensors p = named();
+    Optimizer o(p, R"({"type": "adamw", "weight_decay": 0.1, "param_groups": "transformers"})",
+                [] { return std::vector<std::string>{"b"}; });
+    ASSERT_EQ(o.impl().param_groups().size(), 2u);
+    const auto& g = o.impl().param_groups();
+    EXPECT_EQ(g[0].params().size(), 2u);
+    EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(g[0].options()).weight_decay(), 0.1);
+    EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(g[1].options()).weight_decay(), 0.0);
+    EXPECT_TRUE(g[1].params()[0].is_same(p[1].second));
+  }
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "w"}, {"params": "w|b"}]})")
+                .find("parameter 'w' is in param_groups[0] and param_groups[1]"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "nothing"}]})")
+                .find("param_groups[0] selects no trainable parameter (the model's: w, b, head.weight)"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "("}]})").find("not a regular expression"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "w", "lrr": 1}]})").find("unknown key 'lrr'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "w", "lr": -1}]})")
+                .find("param_groups[0]: 'lr' must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": "transformers"})").find("with a model"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": "huggingface"})", [] { return std::vector<std::string>{}; })
+                .find("'param_groups' must be a list of groups or \"transformers\""),
+            std::string::npos);
 }
 
 }  // namespace

@@ -462,8 +462,11 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_safetensors(acc_model* model, co
 /* Optimizers                                                                                      */
 
 /** {"type": "sgd"|"adam"|"adamw", "lr", "momentum", "dampening", "nesterov", "betas", "eps",
- *   "weight_decay", "amsgrad", "fused"} over all parameters of `model`. Defaults are PyTorch's; the
- *   table of keys and defaults is in docs/c-api.md, "Optimizer options".
+ *   "weight_decay", "amsgrad", "fused", "param_groups"} over the trainable parameters of `model`.
+ *   Defaults are PyTorch's. "param_groups": [{"params": [regular expressions over whole parameter
+ *   names], "lr", "weight_decay", ...}, ...] (a parameter in two groups is an error; the rest get the
+ *   top-level options), or "transformers" (the Trainer's split: no weight decay for biases and norm
+ *   weights). The table of keys and defaults is in docs/c-api.md, "Optimizer options".
  *  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_optimizer_create(acc_model* model, const char* options_json,
                                                        acc_optimizer** out) ACC_NOEXCEPT;

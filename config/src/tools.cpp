@@ -546,9 +546,7 @@ std::string write_run_record(const Config& cfg, const std::string& dir, std::str
   }
   root.map.emplace_back("build", std::move(build));
   Node proc = map_node();
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  proc.map.emplace_back("hostname", Node::string(host));
+  proc.map.emplace_back("hostname", Node::string(host_name()));
   proc.map.emplace_back("pid", Node::integer(getpid()));
   proc.map.emplace_back("argv", strings(self_argv()));
   char cwd[4096] = {0};

@@ -42,7 +42,6 @@ std::string numbered(const std::string& stem, size_t i, const std::string& ext) 
   return stem + (i == 0 ? "" : "_" + std::to_string(i)) + ext;
 }
 
-std::string read_file(const fs::path& path) { return config::read_file(path.string()); }
 std::string read_json_file(const fs::path& path) {
   return config::read_file(path.string(), limits::kCheckpointJsonBytes);
 }
@@ -409,7 +408,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     scaler_->load(s.root().get_double("scale"), s.root().get_int("growth_tracker"));
   }
   for (size_t i = 0; i < objects.size(); ++i)
-    objects[i].load(read_file(root / ("custom_checkpoint_" + std::to_string(i) + ".bin")));
+    objects[i].load(config::read_file((root / ("custom_checkpoint_" + std::to_string(i) + ".bin")).string()));
   grad_.step = saved.get_int("step");
 
   // Per-process state: only for the same number of processes.

@@ -155,7 +155,6 @@ void AppendFile::close() {
   }
 }
 
-std::string read_file(const std::string& path, size_t max_bytes) { return config::read_file(path, max_bytes); }
 
 bool exists(const std::string& path) {
   struct stat st {};

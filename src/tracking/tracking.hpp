@@ -12,6 +12,7 @@
 //
 // Errors: std::invalid_argument for bad values or names, std::ios_base::failure (naming the file) for I/O.
 #pragma once
+#include <acc/files.hpp>
 
 #include <cstdint>
 #include <map>
@@ -185,8 +186,7 @@ class AppendFile {
 void refuse_unless_regular(const std::string& path);
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path, int err);
-// A regular file's bytes (config::read_file: never a FIFO or device), at most max_bytes; throws naming the path.
-std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
+using config::read_file;  // a regular file's bytes (never a FIFO or device), at most max_bytes
 bool exists(const std::string& path);
 std::string absolute_path(const std::string& path);
 

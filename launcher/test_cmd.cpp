@@ -11,6 +11,7 @@
 #include <map>
 
 #include "acc/config.hpp"
+#include "acc/limits.hpp"
 #include "commands.hpp"
 #include "devices.hpp"
 #include "launch.hpp"
@@ -50,11 +51,13 @@ int test_main(const std::vector<std::string>& args) {
   timeout.metavar = "SECONDS";
   timeout.group = "Test";
   timeout.help = "bound of the rendezvous and of every collective (default 60)";
+  timeout.number = cli::Number{0, limits::kTimeoutMaxSeconds, false, true, "seconds"};
   opts.push_back(timeout);
   cli::Option steps = timeout;
   steps.name = "--steps";
   steps.metavar = "N";
   steps.help = "DDP training steps of the last check (default 1)";
+  steps.number = cli::Number{1, 100000, true, false, ""};
   opts.push_back(steps);
   const std::string usage = "acc test [acc launch options] [--timeout SECONDS] [--steps N]";
   cli::Parsed p;
@@ -84,15 +87,7 @@ int test_main(const std::vector<std::string>& args) {
                  "and installed in <prefix>/libexec/acc; or set ACC_SELFTEST\n", kMe, tried.c_str());
     return 1;
   }
-  double t = 60;
-  if (auto it = p.options.find("--timeout"); it != p.options.end()) {
-    char* end = nullptr;
-    t = std::strtod(it->second.value.c_str(), &end);
-    if (it->second.value.empty() || *end || !(t > 0)) {
-      std::fprintf(stderr, "%s: error: --timeout must be a number of seconds > 0\n", kMe);
-      return 2;
-    }
-  }
+  const double t = p.options.count("--timeout") ? p.options.at("--timeout").number : 60;
   const char* tmp = std::getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_test_XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
@@ -104,15 +99,8 @@ int test_main(const std::vector<std::string>& args) {
   const std::string dir = buf.data();
   setenv("ACC_SELFTEST_DIR", dir.c_str(), 1);
   setenv("ACC_SELFTEST_TIMEOUT", std::to_string(t).c_str(), 1);
-  if (auto it = p.options.find("--steps"); it != p.options.end()) {
-    char* end = nullptr;
-    long n = std::strtol(it->second.value.c_str(), &end, 10);
-    if (it->second.value.empty() || *end || n < 1 || n > 100000) {
-      std::fprintf(stderr, "%s: error: --steps must be an integer >= 1\n", kMe);
-      return 2;
-    }
-    setenv("ACC_SELFTEST_STEPS", std::to_string(n).c_str(), 1);
-  }
+  if (auto it = p.options.find("--steps"); it != p.options.end())
+    setenv("ACC_SELFTEST_STEPS", std::to_string(static_cast<long>(it->second.number)).c_str(), 1);
 
   Plan plan;
   try {

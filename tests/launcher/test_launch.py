@@ -576,6 +576,13 @@ class LaunchTest(unittest.TestCase):
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertIn(message, p.stderr, args)
             self.assertEqual(os.listdir(self.out), [], args)
+        # acc test's own numbers, by the same validators.
+        for args, message in [(["--steps", "0"], "--steps must be an integer in [1, 100000]; got '0'"),
+                              (["--steps", "1.5"], "--steps must be an integer in [1, 100000]; got '1.5'"),
+                              (["--timeout", "nan"], "--timeout must be a number of seconds in (0, 31536000]; got 'nan'")]:
+            p, _ = self.run_acc("test", *args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(message, p.stderr, args)
 
     def test_yaml_default_config_read_unchanged(self):
         # Accelerate's own default location: $HF_HOME/accelerate/default_config.yaml

@@ -275,11 +275,15 @@ bool exchange_paths(const std::string& a, const std::string& b) {
   fail(("cannot exchange '" + a + "' with").c_str(), b, err);
 }
 
-void remove_files_then_folder(const std::string& dir, const std::vector<std::string>& names, const std::string& what) {
+void remove_files(const std::string& dir, const std::vector<std::string>& names, const std::string& what) {
   for (const std::string& name : names) {
     const std::string path = child_path(dir, name, what);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail_errno("cannot remove", path);
   }
+}
+
+void remove_files_then_folder(const std::string& dir, const std::vector<std::string>& names, const std::string& what) {
+  remove_files(dir, names, what);
   // ENOTEMPTY / EEXIST: somebody else's files are in it, and they stay, with the folder.
   if (::rmdir(dir.c_str()) != 0 && errno != ENOTEMPTY && errno != EEXIST && errno != ENOENT)
     fail_errno("cannot remove", dir);

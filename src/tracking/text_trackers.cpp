@@ -69,14 +69,12 @@ void check_hparams_json(const std::string& dir) {
   const std::string text = read_file(path, limits::kConfigBytes);
   bool ours = false;
   try {
-    json::Limits limits = json::kDocumentLimits;
-    limits.nonfinite_numbers = true;  // json_number writes NaN as Python does
-    const json::Document doc(text, path, limits);
-    ours = doc.root().is_object();
-    for (const auto& [name, v] : ours ? doc.root().items() : std::vector<std::pair<std::string, json::Value>>{})
-      ours = ours && !v.is_object() && !v.is_array();
+    const json::Document doc(text, path, json::kPythonLimits);  // json_number writes NaN as Python does
+    if (doc.root().is_object()) {
+      const auto items = doc.root().items();
+      ours = std::none_of(items.begin(), items.end(), [](const auto& e) { return e.second.is_object() || e.second.is_array(); });
+    }
   } catch (const json::Error&) {
-    ours = false;
   }
   if (!ours)
     throw std::invalid_argument("'" + path + "' exists and is not a libacc hparams file (a JSON object of flattened "

@@ -16,11 +16,7 @@ namespace {
 
 // A JSON text given to the trackers. NaN, Infinity and -Infinity are read as numbers, as Python's json module
 // writes them (a diverged loss).
-json::Document parse(std::string_view text, const char* what) {
-  json::Limits limits = json::kDocumentLimits;
-  limits.nonfinite_numbers = true;
-  return json::Document(text, what, limits);
-}
+json::Document parse(std::string_view text, const char* what) { return json::Document(text, what, json::kPythonLimits); }
 
 std::optional<double> number_of(const json::Value& n) {
   if (n.is_number()) return n.as_double();

@@ -121,6 +121,6 @@ std::vector<int64_t> Options::get_id_list(const std::string& key, std::vector<in
   return v;
 }
 
-const json::Value Options::root() const { return doc_->root(); }
+json::Value Options::root() const { return doc_->root(); }
 
 }  // namespace acc::core

@@ -36,7 +36,7 @@ class Options {
   std::vector<double> get_double_list(const std::string& key, std::vector<double> fallback) const;
   // Token ids: an integer >= 0 or a list of them (transformers' eos_token_id).
   std::vector<int64_t> get_id_list(const std::string& key, std::vector<int64_t> fallback) const;
-  const json::Value root() const;  // the whole object, for options with nested values (a device map)
+  json::Value root() const;  // the whole object, for options with nested values (a device map)
 
  private:
   std::optional<json::Value> item(const std::string& key) const;  // present and not null

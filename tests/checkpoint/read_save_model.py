@@ -22,7 +22,7 @@ try:
     from safetensors import safe_open
     from safetensors.numpy import load_file
 except ImportError as e:  # no .venv-test: scripts/setup.sh makes it
-    print(f"SKIP: safetensors/numpy are not installed ({e}); run scripts/setup.sh for .venv-test")
+    print(f"SKIP: safetensors/numpy are not installed ({e}); run scripts/setup.sh --tests for .venv-test")
     sys.exit(77)
 
 passed = failed = 0

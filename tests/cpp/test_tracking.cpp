@@ -227,6 +227,21 @@ TEST(TensorBoard, UnknownKwargIsAnError) {
   EXPECT_THROW(TrackerSet({"jsonl"}, "a/b", t.path, "", {}), std::invalid_argument);
 }
 
+// hparams.json holding a NaN (written as Python does) is still the trackers' own: a later run replaces it.
+TEST(Jsonl, HparamsWithNaNStayTheTrackers) {
+  TempDir t;
+  {
+    TrackerSet set({"jsonl"}, "proj", t.path, "", {});
+    set.store_init_configuration(Values{{"lr", Value::of(std::nan(""))}});
+    set.finish();
+  }
+  EXPECT_EQ(slurp(t.path + "/proj/hparams.json"), "{\"lr\": NaN}\n");
+  TrackerSet again({"jsonl"}, "proj", t.path, "", {});
+  again.store_init_configuration(parse_hparams(R"({"lr": 0.1})"));
+  again.finish();
+  EXPECT_EQ(slurp(t.path + "/proj/hparams.json"), "{\"lr\": 0.1}\n");
+}
+
 TEST(Jsonl, OneObjectPerCallAndResume) {
   TempDir t;
   {

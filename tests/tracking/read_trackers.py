@@ -36,7 +36,7 @@ try:
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 except ImportError as e:  # no .venv-test: scripts/setup.sh makes it
-    print(f"SKIP: tensorboard is not installed ({e}); run scripts/setup.sh for .venv-test")
+    print(f"SKIP: tensorboard is not installed ({e}); run scripts/setup.sh --tests for .venv-test")
     sys.exit(77)
 
 os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow >= 3 reads a file store only when asked to

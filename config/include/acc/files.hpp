@@ -53,8 +53,10 @@ void rename_no_replace(const std::string& from, const std::string& to);
 // Swaps two paths atomically (renameat2's RENAME_EXCHANGE); false where the filesystem cannot (then nothing moved).
 bool exchange_paths(const std::string& a, const std::string& b);
 
-// How libacc deletes a folder it made without touching what anybody else put there: removes only the files named
-// (each a plain name: child_path), then the folder itself if nothing else is left in it.
+// Removes the files named (each a plain name inside dir: child_path); one already gone is fine.
+void remove_files(const std::string& dir, const std::vector<std::string>& names, const std::string& what);
+// How libacc deletes a folder it made without touching what anybody else put there: removes only the files named,
+// then the folder itself if nothing else is left in it.
 void remove_files_then_folder(const std::string& dir, const std::vector<std::string>& names, const std::string& what);
 
 // A folder that one writer at a time fills before it gets its final name (a checkpoint being saved). The name is

@@ -37,6 +37,8 @@ struct Limits {
 inline constexpr Limits kConfigLimits{};
 // Files libacc reads whose size is bounded where they are read (a checkpoint index maps any number of tensors).
 inline constexpr Limits kDocumentLimits{limits::kConfigDepth, SIZE_MAX, SIZE_MAX, SIZE_MAX, false};
+// The same, with NaN and Infinity read as Python's json module writes them (the trackers' values and files).
+inline constexpr Limits kPythonLimits{limits::kConfigDepth, SIZE_MAX, SIZE_MAX, SIZE_MAX, true};
 
 enum class Kind { Null, Bool, Int, Double, String, Array, Object };
 

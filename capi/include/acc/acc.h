@@ -60,7 +60,7 @@ extern "C" {
 /** Major version of this header (acc_version() gives the loaded library's). */
 #define ACC_VERSION_MAJOR 1
 /** Minor version of this header. */
-#define ACC_VERSION_MINOR 1
+#define ACC_VERSION_MINOR 2
 /** Patch version of this header. */
 #define ACC_VERSION_PATCH 0
 /** The ABI this header describes; bindings pass it to acc_abi_check at load. It equals the major
@@ -457,6 +457,18 @@ ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* mod
 /** Loads a safetensors file into the model; every name and shape must match.
  *  Locks model. */
 ACC_API ACC_NODISCARD acc_status acc_model_load_safetensors(acc_model* model, const char* path) ACC_NOEXCEPT;
+
+/** Freezes (requires_grad 0) or unfreezes (1) every parameter whose whole dotted name the regular
+ *  expression `pattern` matches (ECMAScript, as "param_groups"; "model\\.embed_tokens\\..*", ".*bias"),
+ *  as torch's p.requires_grad_(). A frozen parameter gets no gradient, no optimizer state (create the
+ *  optimizer after freezing) and no gradient all-reduce, and clip_grad_norm ignores it. *out_matched
+ *  (may be NULL) gets how many parameters matched. A pattern matching nothing, or a bad expression, is
+ *  ACC_ERR_INVALID_ARGUMENT naming it; a prepared model is ACC_ERR_INVALID_STATE (freeze before
+ *  acc_prepare, as DDP and FSDP read requires_grad when they wrap). Since 1.2.
+ *  Locks model. */
+ACC_API ACC_NODISCARD acc_status acc_model_set_requires_grad(acc_model* model, const char* pattern,
+                                                             int32_t requires_grad,
+                                                             int64_t* out_matched) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Optimizers                                                                                      */
@@ -940,6 +952,52 @@ ACC_API ACC_NODISCARD acc_status acc_save_model(const acc_model* model, const ch
  */
 ACC_API ACC_NODISCARD acc_status acc_model_save_pretrained(const acc_model* model, const char* dir,
                                                             const char* max_shard_size) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Adapters (LoRA, as Hugging Face peft)                                                           */
+
+/**
+ * peft's get_peft_model with a LoraConfig: `lora_config_json` holds LoraConfig's fields ("r",
+ * "lora_alpha", "lora_dropout", "target_modules" (a list of names or dotted suffixes, one regular
+ * expression matching whole module names, or "all-linear"), "exclude_modules", "bias" ("none" | "all" |
+ * "lora_only"), "use_rslora", "modules_to_save", "init_lora_weights" (true | "gaussian" | false),
+ * "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern", "task_type"; peft's defaults,
+ * peft's matching rules). Each targeted linear layer computes base(x) + B(A(dropout(x))) * scaling
+ * (alpha / r, or alpha / sqrt(r) with use_rslora); every other parameter is frozen, as peft does. The
+ * LoRA weights are parameters named as peft names them without "base_model.model." and the adapter
+ * name ("model.layers.0.self_attn.q_proj.lora_A.weight"). Targets matching no module is
+ * ACC_ERR_INVALID_ARGUMENT listing the model's linear layers; r <= 0, an unknown key or a wrong type is
+ * ACC_ERR_INVALID_ARGUMENT naming it. A model with an adapter, or a prepared one, is ACC_ERR_INVALID_STATE.
+ * Draws A from the process-wide CPU generator (seed it through the accelerator's "seed"). Since 1.2.
+ *  Locks model.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_add_lora(acc_model* model, const char* lora_config_json) ACC_NOEXCEPT;
+/**
+ * peft's PeftModel.from_pretrained / load_adapter: reads `dir`'s adapter_config.json and
+ * adapter_model.safetensors (as peft or acc_model_save_adapter wrote them), adds the adapter and loads its
+ * weights. options_json (NULL: {}): {"is_trainable": false} (peft's default: the adapter is frozen too).
+ * A tensor the adapter does not have, one it lacks, or a shape that differs is ACC_ERR_INVALID_ARGUMENT
+ * naming it (peft only warns); the model is unchanged then. Since 1.2.
+ *  Locks model.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_load_adapter(acc_model* model, const char* dir,
+                                                        const char* options_json) ACC_NOEXCEPT;
+/**
+ * peft's save_pretrained of the adapter: writes adapter_config.json and adapter_model.safetensors into
+ * `dir` (created if missing) with peft's names ("base_model.model.<module>.lora_A.weight"), atomically;
+ * other files in `dir` are kept. A model without an adapter is ACC_ERR_INVALID_STATE. Prepared: the main
+ * process writes, the others wait, as acc_model_save_pretrained. Since 1.2.
+ *  Reads model. Collective (for a prepared model).
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_save_adapter(const acc_model* model, const char* dir) ACC_NOEXCEPT;
+/**
+ * peft's merge_and_unload: adds each LoRA layer's B A * scaling to its base weight, puts trained
+ * modules_to_save copies in place of the originals and removes the adapter, leaving a plain model
+ * (acc_model_save_pretrained then writes a transformers checkpoint). Parameters keep their
+ * requires_grad. A model without an adapter, or a prepared one, is ACC_ERR_INVALID_STATE. Since 1.2.
+ *  Locks model.
+ */
+ACC_API ACC_NODISCARD acc_status acc_model_merge_adapter(acc_model* model) ACC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -133,14 +133,14 @@ typedef _gostring_ swig_type_100;
 typedef _gostring_ swig_type_101;
 typedef _gostring_ swig_type_102;
 typedef _gostring_ swig_type_103;
-typedef long long swig_type_104;
+typedef _gostring_ swig_type_104;
 typedef _gostring_ swig_type_105;
-typedef _gostring_ swig_type_106;
+typedef long long swig_type_106;
 typedef _gostring_ swig_type_107;
 typedef _gostring_ swig_type_108;
-typedef long long swig_type_109;
+typedef _gostring_ swig_type_109;
 typedef _gostring_ swig_type_110;
-typedef _gostring_ swig_type_111;
+typedef long long swig_type_111;
 typedef _gostring_ swig_type_112;
 typedef _gostring_ swig_type_113;
 typedef _gostring_ swig_type_114;
@@ -153,19 +153,19 @@ typedef _gostring_ swig_type_120;
 typedef _gostring_ swig_type_121;
 typedef _gostring_ swig_type_122;
 typedef _gostring_ swig_type_123;
-typedef long long swig_type_124;
+typedef _gostring_ swig_type_124;
 typedef _gostring_ swig_type_125;
-typedef _gostring_ swig_type_126;
+typedef long long swig_type_126;
 typedef _gostring_ swig_type_127;
 typedef _gostring_ swig_type_128;
 typedef _gostring_ swig_type_129;
 typedef _gostring_ swig_type_130;
-typedef _goslice_ swig_type_131;
+typedef _gostring_ swig_type_131;
 typedef _gostring_ swig_type_132;
-typedef _gostring_ swig_type_133;
-typedef long long swig_type_134;
+typedef _goslice_ swig_type_133;
+typedef _gostring_ swig_type_134;
 typedef _gostring_ swig_type_135;
-typedef _gostring_ swig_type_136;
+typedef long long swig_type_136;
 typedef _gostring_ swig_type_137;
 typedef _gostring_ swig_type_138;
 typedef _gostring_ swig_type_139;
@@ -175,14 +175,24 @@ typedef _gostring_ swig_type_142;
 typedef _gostring_ swig_type_143;
 typedef _gostring_ swig_type_144;
 typedef _gostring_ swig_type_145;
-typedef long long swig_type_146;
+typedef _gostring_ swig_type_146;
 typedef _gostring_ swig_type_147;
-typedef _gostring_ swig_type_148;
+typedef long long swig_type_148;
 typedef _gostring_ swig_type_149;
 typedef _gostring_ swig_type_150;
 typedef _gostring_ swig_type_151;
 typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
+typedef _gostring_ swig_type_154;
+typedef _gostring_ swig_type_155;
+typedef _gostring_ swig_type_156;
+typedef _gostring_ swig_type_157;
+typedef _gostring_ swig_type_158;
+typedef _gostring_ swig_type_159;
+typedef _gostring_ swig_type_160;
+typedef _gostring_ swig_type_161;
+typedef _gostring_ swig_type_162;
+typedef _gostring_ swig_type_163;
 extern void _wrap_Swig_free_raw_f63ade9b8538e9bf(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_f63ade9b8538e9bf(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_f63ade9b8538e9bf(swig_type_1 arg1);
@@ -246,63 +256,68 @@ extern swig_type_74 _wrap_acc_model_state_size_raw_f63ade9b8538e9bf(uintptr_t ar
 extern swig_type_75 _wrap_acc_model_state_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_76 arg2, swig_voidp arg3, swig_voidp arg4);
 extern swig_type_77 _wrap_acc_model_save_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_78 arg2);
 extern swig_type_79 _wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_80 arg2);
-extern swig_type_81 _wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_82 arg2, swig_voidp arg3);
+extern swig_type_81 _wrap_acc_model_set_requires_grad_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_82 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_83 _wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
 extern void _wrap_acc_optimizer_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_83 _wrap_acc_optimizer_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_84 _wrap_acc_optimizer_zero_grad_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_85 _wrap_acc_optimizer_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_86 _wrap_acc_optimizer_step_was_skipped_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_87 _wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_88 arg2, swig_voidp arg3);
+extern swig_type_85 _wrap_acc_optimizer_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_86 _wrap_acc_optimizer_zero_grad_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_87 _wrap_acc_optimizer_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_88 _wrap_acc_optimizer_step_was_skipped_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_89 _wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_90 arg2, swig_voidp arg3);
 extern void _wrap_acc_scheduler_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_89 _wrap_acc_scheduler_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_90 _wrap_acc_scheduler_last_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_91 _wrap_acc_dataset_from_tensors_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_92 _wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(swig_type_93 arg1, swig_type_94 arg2, swig_voidp arg3);
-extern swig_type_95 _wrap_acc_dataset_from_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_91 _wrap_acc_scheduler_step_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_92 _wrap_acc_scheduler_last_lr_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_93 _wrap_acc_dataset_from_tensors_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_94 _wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(swig_type_95 arg1, swig_type_96 arg2, swig_voidp arg3);
+extern swig_type_97 _wrap_acc_dataset_from_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
 extern void _wrap_acc_dataset_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_96 _wrap_acc_dataset_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_97 _wrap_acc_dataset_is_iterable_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_98 _wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_99 arg2, swig_voidp arg3);
+extern swig_type_98 _wrap_acc_dataset_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_99 _wrap_acc_dataset_is_iterable_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_100 _wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_101 arg2, swig_voidp arg3);
 extern void _wrap_acc_dataloader_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_100 _wrap_acc_dataloader_next_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_101 _wrap_acc_dataloader_next_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_102 _wrap_acc_dataloader_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_103 _wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_104 arg2);
-extern swig_type_105 _wrap_acc_dataloader_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_acc_dataloader_end_of_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_acc_dataloader_remainder_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_109 arg2, swig_voidp arg3);
-extern swig_type_110 _wrap_acc_prepare_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_111 _wrap_acc_backward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_112 _wrap_acc_accumulate_begin_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_113 _wrap_acc_accumulate_end_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_114 _wrap_acc_sync_gradients_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_115 _wrap_acc_grad_scaler_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_acc_clip_grad_norm_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_117 _wrap_acc_clip_grad_value_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_118 _wrap_acc_gather_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_119 _wrap_acc_gather_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_120 _wrap_acc_reduce_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_121 _wrap_acc_broadcast_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_122 _wrap_acc_pad_across_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_123 _wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_124 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_125 _wrap_acc_split_tensor_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_126 _wrap_acc_gather_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_127 _wrap_acc_broadcast_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_128 _wrap_acc_gather_object_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_129 _wrap_acc_bytes_list_create_raw_f63ade9b8538e9bf(swig_voidp arg1);
+extern swig_type_102 _wrap_acc_dataloader_next_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_103 _wrap_acc_dataloader_next_batch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_104 _wrap_acc_dataloader_length_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_106 arg2);
+extern swig_type_107 _wrap_acc_dataloader_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_acc_dataloader_end_of_epoch_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_acc_dataloader_remainder_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
+extern swig_type_112 _wrap_acc_prepare_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_113 _wrap_acc_backward_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_114 _wrap_acc_accumulate_begin_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_115 _wrap_acc_accumulate_end_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_116 _wrap_acc_sync_gradients_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_117 _wrap_acc_grad_scaler_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_118 _wrap_acc_clip_grad_norm_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_119 _wrap_acc_clip_grad_value_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_120 _wrap_acc_gather_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_121 _wrap_acc_gather_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_122 _wrap_acc_reduce_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_123 _wrap_acc_broadcast_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_124 _wrap_acc_pad_across_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_125 _wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_126 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_127 _wrap_acc_split_tensor_between_processes_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_128 _wrap_acc_gather_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_129 _wrap_acc_broadcast_object_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_130 _wrap_acc_gather_object_for_metrics_raw_f63ade9b8538e9bf(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_131 _wrap_acc_bytes_list_create_raw_f63ade9b8538e9bf(swig_voidp arg1);
 extern void _wrap_acc_bytes_list_destroy_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_130 _wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_131 arg2);
-extern swig_type_132 _wrap_acc_bytes_list_count_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_133 _wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_134 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_135 _wrap_acc_save_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_136 arg2);
-extern swig_type_137 _wrap_acc_load_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_138 arg2);
-extern swig_type_139 _wrap_acc_resume_from_checkpoint_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_140 _wrap_acc_init_trackers_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3, swig_type_143 arg4);
-extern swig_type_144 _wrap_acc_log_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_145 arg2, swig_type_146 arg3);
-extern swig_type_147 _wrap_acc_end_training_raw_f63ade9b8538e9bf(uintptr_t arg1);
-extern swig_type_148 _wrap_acc_save_model_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_149 arg2, swig_type_150 arg3);
-extern swig_type_151 _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_152 arg2, swig_type_153 arg3);
+extern swig_type_132 _wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_133 arg2);
+extern swig_type_134 _wrap_acc_bytes_list_count_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_135 _wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_136 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_137 _wrap_acc_save_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_138 arg2);
+extern swig_type_139 _wrap_acc_load_state_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_140 arg2);
+extern swig_type_141 _wrap_acc_resume_from_checkpoint_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_142 _wrap_acc_init_trackers_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_143 arg2, swig_type_144 arg3, swig_type_145 arg4);
+extern swig_type_146 _wrap_acc_log_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_147 arg2, swig_type_148 arg3);
+extern swig_type_149 _wrap_acc_end_training_raw_f63ade9b8538e9bf(uintptr_t arg1);
+extern swig_type_150 _wrap_acc_save_model_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_151 arg2, swig_type_152 arg3);
+extern swig_type_153 _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_154 arg2, swig_type_155 arg3);
+extern swig_type_156 _wrap_acc_model_add_lora_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_157 arg2);
+extern swig_type_158 _wrap_acc_model_load_adapter_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_159 arg2, swig_type_160 arg3);
+extern swig_type_161 _wrap_acc_model_save_adapter_raw_f63ade9b8538e9bf(uintptr_t arg1, swig_type_162 arg2);
+extern swig_type_163 _wrap_acc_model_merge_adapter_raw_f63ade9b8538e9bf(uintptr_t arg1);
 #undef intgo
 */
 import "C"
@@ -432,7 +447,7 @@ func Accx_dlpack_release(arg1 uintptr) {
 }
 
 const ACC_VERSION_MAJOR int = 1
-const ACC_VERSION_MINOR int = 1
+const ACC_VERSION_MINOR int = 2
 const ACC_VERSION_PATCH int = 0
 const ACC_ABI_VERSION int = 1
 const ACC_OK int = 0
@@ -1339,12 +1354,32 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Acc_model_set_requires_grad(arg1 uintptr, arg2 string, arg3 int, arg4 *int64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_acc_model_set_requires_grad_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
 func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1426,7 +1461,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_88)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_90)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1495,7 +1530,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(*(*C.swig_type_93)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_94)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_f63ade9b8538e9bf(*(*C.swig_type_95)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1567,7 +1602,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1637,7 +1672,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_104(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_106(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1698,7 +1733,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_109(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1930,7 +1965,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_124(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_126(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2030,7 +2065,7 @@ func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2065,7 +2100,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_134(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), C.swig_type_136(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2080,7 +2115,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2098,7 +2133,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2133,7 +2168,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_141)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_144)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2158,7 +2193,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_1)), C.swig_type_146(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_147)(unsafe.Pointer(&_swig_i_1)), C.swig_type_148(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2191,7 +2226,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_149)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_150)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_151)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_152)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2213,7 +2248,7 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_152)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_153)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_154)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_155)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2221,6 +2256,78 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_add_lora(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_model_add_lora_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_157)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_load_adapter(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_model_load_adapter_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_159)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_160)(unsafe.Pointer(&_swig_i_2)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_save_adapter(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_model_save_adapter_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0), *(*C.swig_type_162)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_merge_adapter(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_model_merge_adapter_raw_f63ade9b8538e9bf(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
 		swig_r_1 = nil

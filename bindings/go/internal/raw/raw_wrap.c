@@ -1641,6 +1641,34 @@ _gostring_ _wrap_acc_model_load_safetensors_raw_f63ade9b8538e9bf(acc_model *_swi
 }
 
 
+_gostring_ _wrap_acc_model_set_requires_grad_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  int32_t arg3 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (int64_t *)_swig_go_3; 
+  
+  result = (acc_status)acc_model_set_requires_grad(arg1,(char const *)arg2,arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_acc_optimizer_create_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
@@ -2833,6 +2861,104 @@ _gostring_ _wrap_acc_model_save_pretrained_raw_f63ade9b8538e9bf(acc_model *_swig
   } 
   free(arg2); 
   free(arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_add_lora_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  
+  result = (acc_status)acc_model_add_lora(arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_load_adapter_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char *arg3 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  arg2 = NULL;
+  if (_swig_go_1.n > 0) {
+    arg2 = (char *)malloc((size_t)_swig_go_1.n + 1);
+    memcpy((char*)arg2, _swig_go_1.p, (size_t)_swig_go_1.n);
+    ((char*)arg2)[_swig_go_1.n] = '\0';
+  } 
+  
+  arg3 = (char *)malloc(_swig_go_2.n + 1);
+  memcpy(arg3, _swig_go_2.p, _swig_go_2.n);
+  arg3[_swig_go_2.n] = '\0';
+  
+  
+  result = (acc_status)acc_model_load_adapter(arg1,(char const *)arg2,(char const *)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  free(arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_save_adapter_raw_f63ade9b8538e9bf(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  arg2 = NULL;
+  if (_swig_go_1.n > 0) {
+    arg2 = (char *)malloc((size_t)_swig_go_1.n + 1);
+    memcpy((char*)arg2, _swig_go_1.p, (size_t)_swig_go_1.n);
+    ((char*)arg2)[_swig_go_1.n] = '\0';
+  } 
+  
+  result = (acc_status)acc_model_save_adapter((struct acc_model const *)arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_merge_adapter_raw_f63ade9b8538e9bf(acc_model *_swig_go_0) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  result = (acc_status)acc_model_merge_adapter(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
   return _swig_go_result;
 }
 

@@ -153,6 +153,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_model_load_safetensors(long model, String path) { AccRawJNI.acc_model_load_safetensors(model, path); }
 
+  public static void acc_model_set_requires_grad(long model, String pattern, int requires_grad, long[] out_matched) { AccRawJNI.acc_model_set_requires_grad(model, pattern, requires_grad, out_matched); }
+
   public static void acc_optimizer_create(long model, String options_json, long[] out) { AccRawJNI.acc_optimizer_create(model, options_json, out); }
 
   public static void acc_optimizer_destroy(long opt) {
@@ -276,5 +278,13 @@ public class AccRaw implements AccRawConstants {
   public static void acc_save_model(long model, String dir, String max_shard_size) { AccRawJNI.acc_save_model(model, dir, max_shard_size); }
 
   public static void acc_model_save_pretrained(long model, String dir, String max_shard_size) { AccRawJNI.acc_model_save_pretrained(model, dir, max_shard_size); }
+
+  public static void acc_model_add_lora(long model, String lora_config_json) { AccRawJNI.acc_model_add_lora(model, lora_config_json); }
+
+  public static void acc_model_load_adapter(long model, String dir, String options_json) { AccRawJNI.acc_model_load_adapter(model, dir, options_json); }
+
+  public static void acc_model_save_adapter(long model, String dir) { AccRawJNI.acc_model_save_adapter(model, dir); }
+
+  public static void acc_model_merge_adapter(long model) { AccRawJNI.acc_model_merge_adapter(model); }
 
 }

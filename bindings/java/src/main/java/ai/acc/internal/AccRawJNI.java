@@ -76,6 +76,7 @@ public class AccRawJNI {
   public final static native void acc_model_state_get(long jarg1, long jarg2, String[] jarg3, long[] jarg4);
   public final static native void acc_model_save_safetensors(long jarg1, String jarg2);
   public final static native void acc_model_load_safetensors(long jarg1, String jarg2);
+  public final static native void acc_model_set_requires_grad(long jarg1, String jarg2, int jarg3, long[] jarg4);
   public final static native void acc_optimizer_create(long jarg1, String jarg2, long[] jarg3);
   public final static native void acc_optimizer_destroy(long jarg1);
   public final static native void acc_optimizer_step(long jarg1);
@@ -133,4 +134,8 @@ public class AccRawJNI {
   public final static native void acc_end_training(long jarg1);
   public final static native void acc_save_model(long jarg1, String jarg2, String jarg3);
   public final static native void acc_model_save_pretrained(long jarg1, String jarg2, String jarg3);
+  public final static native void acc_model_add_lora(long jarg1, String jarg2);
+  public final static native void acc_model_load_adapter(long jarg1, String jarg2, String jarg3);
+  public final static native void acc_model_save_adapter(long jarg1, String jarg2);
+  public final static native void acc_model_merge_adapter(long jarg1);
 }

@@ -1351,3 +1351,108 @@ func TestBigModel(t *testing.T) {
 		t.Fatal("NoGrad did not restore the setting")
 	}
 }
+
+// params copies a model's parameters by name.
+func params(t *testing.T, m *acc.Model) map[string][]float32 {
+	t.Helper()
+	out := map[string][]float32{}
+	for _, e := range must(m.StateDict()) {
+		out[e.Name] = must(e.Tensor.Float32s())
+		e.Tensor.Close()
+	}
+	return out
+}
+
+// maxDiff is max |a[i] * scale - b[i]|.
+func maxDiff(a []float32, scale float64, b []float32) float64 {
+	d := 0.0
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i])*scale-float64(b[i])))
+	}
+	return d
+}
+
+// sgdStep runs one forward, backward and step of a prepared MLP on a fixed batch.
+func sgdStep(t *testing.T, a *acc.Accelerator, m *acc.Model, o *acc.Optimizer) {
+	t.Helper()
+	x := must(acc.FromFloat32([]float32{1, 2, 3, 4, -1, 0.5, 2, -2}, 4, 2))
+	y := must(acc.FromFloat32([]float32{1, -1, 0.5, 2}, 4, 1))
+	loss := must(m.Loss(x, y))
+	ok(t, a.Backward(loss))
+	ok(t, o.Step())
+	ok(t, o.ZeroGrad())
+	loss.Close()
+	x.Close()
+	y.Close()
+}
+
+const mlp281 = `{"type": "mlp", "sizes": [2, 8, 1], "activation": "tanh", "loss": "mse"}`
+
+// scenario: freeze
+func TestFreeze(t *testing.T) {
+	a := must(acc.NewAccelerator(`{"seed": 3}`))
+	defer a.Close()
+	m := must(acc.NewModel(mlp281))
+	defer m.Close()
+	if n := must(m.SetRequiresGrad(`layers\.0\..*`, false)); n != 2 {
+		t.Fatalf("%d parameters frozen, want 2", n)
+	}
+	_, err := m.SetRequiresGrad("nothing", false)
+	expectErr(t, err, acc.ErrInvalidArgument, "nothing")
+	_, err = acc.NewOptimizer(m, map[string]any{"type": "sgd", "param_groups": []any{map[string]any{"params": `layers\.0\..*`}}})
+	expectErr(t, err, acc.ErrInvalidConfig, "selects no trainable parameter")
+	o := must(acc.NewOptimizer(m, `{"type": "sgd", "lr": 0.1}`))
+	defer o.Close()
+	ok(t, a.Prepare(m, o, nil, nil))
+	before := params(t, m)
+	sgdStep(t, a, m, o)
+	after := params(t, m)
+	for name, v := range before {
+		moved := maxDiff(v, 1, after[name])
+		if frozen := strings.HasPrefix(name, "layers.0."); frozen != (moved == 0) {
+			t.Fatalf("%s moved by %g (frozen: %v)", name, moved, frozen)
+		}
+	}
+	_, err = m.SetRequiresGrad(`layers\.0\..*`, true)
+	expectErr(t, err, acc.ErrInvalidState, "prepare")
+}
+
+// scenario: param_groups
+func TestParamGroups(t *testing.T) {
+	a := must(acc.NewAccelerator(`{"seed": 3}`))
+	defer a.Close()
+	path := filepath.Join(t.TempDir(), "init.safetensors")
+	one := must(acc.NewModel(mlp281))
+	defer one.Close()
+	ok(t, one.SaveSafetensors(path))
+	grouped := must(acc.NewModel(mlp281))
+	defer grouped.Close()
+	ok(t, grouped.LoadSafetensors(path))
+	o1 := must(acc.NewOptimizer(one, `{"type": "sgd", "lr": 0.1}`))
+	defer o1.Close()
+	o2 := must(acc.NewOptimizer(grouped, map[string]any{
+		"type": "sgd", "lr": 0.1, "param_groups": []any{map[string]any{"params": []string{`layers\.0\..*`}, "lr": 0.3}}}))
+	defer o2.Close()
+	ok(t, a.Prepare(one, o1, nil, nil))
+	ok(t, a.Prepare(grouped, o2, nil, nil))
+	start := params(t, one)
+	sgdStep(t, a, one, o1)
+	sgdStep(t, a, grouped, o2)
+	p1, p2 := params(t, one), params(t, grouped)
+	for name, s := range start {
+		d1, d2 := make([]float32, len(s)), make([]float32, len(s))
+		for i := range s {
+			d1[i], d2[i] = p1[name][i]-s[i], p2[name][i]-s[i]
+		}
+		ratio := 1.0 // the first group's lr is 3x the top-level one
+		if strings.HasPrefix(name, "layers.0.") {
+			ratio = 3
+		}
+		if diff := maxDiff(d1, ratio, d2); diff > 1e-6 || maxDiff(d1, 1, make([]float32, len(s))) == 0 {
+			t.Fatalf("%s: the grouped step is not %gx the plain one (|diff| %g)", name, ratio, diff)
+		}
+	}
+	_, err := acc.NewOptimizer(one, `{"type": "sgd", "param_groups": [{"params": "nothing"}]}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "param_groups[0]")
+	must(acc.NewOptimizer(grouped, `{"type": "adamw", "param_groups": "transformers"}`)).Close()
+}

@@ -308,7 +308,10 @@ func (o *Optimizer) p() uintptr {
 
 // NewOptimizer creates an optimizer over all parameters of model: {"type": "sgd"|"adam"|"adamw", "lr",
 // "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}, with PyTorch's
-// defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options".
+// defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options". "param_groups"
+// gives groups of parameters their own options: [{"params": ["lm_head\\..*"], "lr": 1e-4}, ...]
+// (regular expressions over whole parameter names; the rest take the top-level options), or
+// "transformers" (the Trainer's: no weight decay for biases and norms).
 func NewOptimizer(model *Model, options any) (*Optimizer, error) {
 	if abiErr != nil {
 		return nil, abiErr

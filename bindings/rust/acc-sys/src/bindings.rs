@@ -26,7 +26,7 @@ pub type acc_dataset_get_fn = ::core::option::Option<
         target: *mut *mut acc_tensor,
     ) -> acc_status,
 >;
-#[doc = " Fills sample `index` into `sample`, an empty batch the library owns (add tensors with acc_batch_set;\n  do not destroy it). Every sample names the same tensors in the same order. Return ACC_OK, or any\n  non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
+#[doc = " Fills sample `index` into `sample`, an empty batch the library owns (add tensors with acc_batch_set;\n  do not destroy it: acc_batch_destroy on it fails the callback with ACC_ERR_CALLBACK). Every sample\n  names the same tensors in the same order. Return ACC_OK, or any non-zero value to fail with\n  ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
 pub type acc_dataset_get_batch_fn = ::core::option::Option<
     unsafe extern "C" fn(
         user_data: *mut ::core::ffi::c_void,
@@ -47,7 +47,7 @@ pub type acc_iterator_next_fn = ::core::option::Option<
         has_sample: *mut i32,
     ) -> acc_status,
 >;
-#[doc = " The next sample of an iterable stream, filled into `sample` (an empty batch the library owns), with\n  *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or any non-zero value\n  to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
+#[doc = " The next sample of an iterable stream, filled into `sample` (an empty batch the library owns: do not\n  destroy it), with *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or\n  any non-zero value to fail with ACC_ERR_CALLBACK.\n  Runs on the thread that asks a loader for a batch."]
 pub type acc_iterator_next_batch_fn = ::core::option::Option<
     unsafe extern "C" fn(
         user_data: *mut ::core::ffi::c_void,
@@ -59,7 +59,7 @@ pub type acc_iterator_next_batch_fn = ::core::option::Option<
 pub type acc_batch_size_fn = ::core::option::Option<
     unsafe extern "C" fn(user_data: *mut ::core::ffi::c_void, batch_size: i64) -> acc_status,
 >;
-#[doc = " Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated).\n  Return ACC_OK, or any non-zero value to fail the save with ACC_ERR_CALLBACK."]
+#[doc = " Writes an object's bytes for acc_save_state: append them to `out` (several items are concatenated;\n  the list is the library's: acc_bytes_list_destroy on it fails the save with ACC_ERR_CALLBACK).\n  Return ACC_OK, or any non-zero value to fail the save with ACC_ERR_CALLBACK."]
 pub type acc_checkpoint_save_fn = ::core::option::Option<
     unsafe extern "C" fn(
         user_data: *mut ::core::ffi::c_void,
@@ -129,7 +129,7 @@ pub struct acc_bytes_list {
     _unused: [u8; 0],
 }
 pub const ACC_VERSION_MAJOR: i32 = 1;
-pub const ACC_VERSION_MINOR: i32 = 1;
+pub const ACC_VERSION_MINOR: i32 = 2;
 pub const ACC_VERSION_PATCH: i32 = 0;
 pub const ACC_ABI_VERSION: i32 = 1;
 pub const ACC_OK: i32 = 0;
@@ -546,7 +546,17 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\"} over all parameters of `model`. Defaults are PyTorch's; the\n   table of keys and defaults is in docs/c-api.md, \"Optimizer options\".\n  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model."]
+    #[doc = " Freezes (requires_grad 0) or unfreezes (1) every parameter whose whole dotted name the regular\n  expression `pattern` matches (ECMAScript, as \"param_groups\"; \"model\\\\.embed_tokens\\\\..*\", \".*bias\"),\n  as torch's p.requires_grad_(). A frozen parameter gets no gradient, no optimizer state (create the\n  optimizer after freezing) and no gradient all-reduce, and clip_grad_norm ignores it. *out_matched\n  (may be NULL) gets how many parameters matched. A pattern matching nothing, or a bad expression, is\n  ACC_ERR_INVALID_ARGUMENT naming it; a prepared model is ACC_ERR_INVALID_STATE (freeze before\n  acc_prepare, as DDP and FSDP read requires_grad when they wrap). Since 1.2.\n  Locks model."]
+    pub fn acc_model_set_requires_grad(
+        model: *mut acc_model,
+        pattern: *const ::core::ffi::c_char,
+        requires_grad: i32,
+        out_matched: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\", \"param_groups\"} over the trainable parameters of `model`.\n   Defaults are PyTorch's. \"param_groups\": [{\"params\": [regular expressions over whole parameter\n   names], \"lr\", \"weight_decay\", ...}, ...] (a parameter in two groups is an error; the rest get the\n   top-level options), or \"transformers\" (the Trainer's split: no weight decay for biases and norm\n   weights). The table of keys and defaults is in docs/c-api.md, \"Optimizer options\".\n  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model."]
     pub fn acc_optimizer_create(
         model: *mut acc_model,
         options_json: *const ::core::ffi::c_char,
@@ -951,7 +961,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Appends a copy of `size` bytes at `data` (data may be NULL when size is 0).\n  Locks list."]
+    #[doc = " Appends a copy of `size` bytes at `data` (data may be NULL when size is 0; a size no buffer can have,\n  such as SIZE_MAX, is ACC_ERR_INVALID_ARGUMENT).\n  Locks list."]
     pub fn acc_bytes_list_append(
         list: *mut acc_bytes_list,
         data: *const ::core::ffi::c_void,
@@ -975,7 +985,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Saves everything prepared with `acc` into directory `dir`: every model (model.safetensors,\n model_1.safetensors, ...), optimizer (optimizer.safetensors + optimizer.json: moments, step counts,\n learning rates), scheduler, the fp16 gradient scaler, every data loader's position (epoch and batches\n given out, so a resume continues mid-epoch), the accumulation step, each process's random states and\n the registered objects. No pickles: tensors in safetensors, the rest in JSON. The files are written into\n \"<dir>.tmp\", synced, completed by manifest.json and renamed into place: a crash leaves the previous\n checkpoint (or none), never a partial one under `dir`. `dir` must be on a filesystem every process sees.\n `dir` NULL: ProjectConfiguration's automatic naming (\"project_config\": {\"automatic_checkpoint_naming\":\n true, \"project_dir\": ...}): {project_dir}/checkpoints/checkpoint_{iteration}, keeping the newest\n \"total_limit\" ones; the iteration then advances.\n  Locks acc. Collective."]
+    #[doc = " Saves everything prepared with `acc` into directory `dir`: every model (model.safetensors,\n model_1.safetensors, ...), optimizer (optimizer.safetensors + optimizer.json: moments, step counts,\n learning rates), scheduler, the fp16 gradient scaler, every data loader's position (epoch and batches\n given out, so a resume continues mid-epoch), the accumulation step, each process's random states and\n the registered objects. No pickles: tensors in safetensors, the rest in JSON. The files are written into\n \".<name>.acc-staging\" beside `dir` (claimed with a lock: a second job saving there at the same time gets\n ACC_ERR_IO), synced, completed by manifest.json and put in place: a crash leaves the previous checkpoint\n (or none), never a partial one under `dir`. An existing folder keeps the files that are not the\n checkpoint's (a file of the user's under a checkpoint file's name is refused, ACC_ERR_IO naming it); a\n regular file at `dir` is refused. `dir` must be on a filesystem every process sees.\n `dir` NULL: ProjectConfiguration's automatic naming (\"project_config\": {\"automatic_checkpoint_naming\":\n true, \"project_dir\": ...}): {project_dir}/checkpoints/checkpoint_{iteration}, keeping the newest\n \"total_limit\" ones (only folders named checkpoint_{n} holding a libacc manifest count, and only their own\n files are removed); the iteration then advances.\n  Locks acc. Collective."]
     pub fn acc_save_state(acc: *mut acc_accelerator, dir: *const ::core::ffi::c_char)
         -> acc_status;
 }
@@ -1044,4 +1054,34 @@ extern "C" {
         dir: *const ::core::ffi::c_char,
         max_shard_size: *const ::core::ffi::c_char,
     ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " peft's get_peft_model with a LoraConfig: `lora_config_json` holds LoraConfig's fields (\"r\",\n \"lora_alpha\", \"lora_dropout\", \"target_modules\" (a list of names or dotted suffixes, one regular\n expression matching whole module names, or \"all-linear\"), \"exclude_modules\", \"bias\" (\"none\" | \"all\" |\n \"lora_only\"), \"use_rslora\", \"modules_to_save\", \"init_lora_weights\" (true | \"gaussian\" | false),\n \"layers_to_transform\", \"layers_pattern\", \"rank_pattern\", \"alpha_pattern\", \"task_type\"; peft's defaults,\n peft's matching rules). Each targeted linear layer computes base(x) + B(A(dropout(x))) * scaling\n (alpha / r, or alpha / sqrt(r) with use_rslora); every other parameter is frozen, as peft does. The\n LoRA weights are parameters named as peft names them without \"base_model.model.\" and the adapter\n name (\"model.layers.0.self_attn.q_proj.lora_A.weight\"). Targets matching no module is\n ACC_ERR_INVALID_ARGUMENT listing the model's linear layers; r <= 0, an unknown key or a wrong type is\n ACC_ERR_INVALID_ARGUMENT naming it. A model with an adapter, or a prepared one, is ACC_ERR_INVALID_STATE.\n Draws A from the process-wide CPU generator (seed it through the accelerator's \"seed\"). Since 1.2.\n  Locks model."]
+    pub fn acc_model_add_lora(
+        model: *mut acc_model,
+        lora_config_json: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " peft's PeftModel.from_pretrained / load_adapter: reads `dir`'s adapter_config.json and\n adapter_model.safetensors (as peft or acc_model_save_adapter wrote them), adds the adapter and loads its\n weights. options_json (NULL: {}): {\"is_trainable\": false} (peft's default: the adapter is frozen too).\n A tensor the adapter does not have, one it lacks, or a shape that differs is ACC_ERR_INVALID_ARGUMENT\n naming it (peft only warns); the model is unchanged then. Since 1.2.\n  Locks model."]
+    pub fn acc_model_load_adapter(
+        model: *mut acc_model,
+        dir: *const ::core::ffi::c_char,
+        options_json: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " peft's save_pretrained of the adapter: writes adapter_config.json and adapter_model.safetensors into\n `dir` (created if missing) with peft's names (\"base_model.model.<module>.lora_A.weight\"), atomically;\n other files in `dir` are kept. A model without an adapter is ACC_ERR_INVALID_STATE. Prepared: the main\n process writes, the others wait, as acc_model_save_pretrained. Since 1.2.\n  Reads model. Collective (for a prepared model)."]
+    pub fn acc_model_save_adapter(
+        model: *const acc_model,
+        dir: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " peft's merge_and_unload: adds each LoRA layer's B A * scaling to its base weight, puts trained\n modules_to_save copies in place of the originals and removes the adapter, leaving a plain model\n (acc_model_save_pretrained then writes a transformers checkpoint). Parameters keep their\n requires_grad. A model without an adapter, or a prepared one, is ACC_ERR_INVALID_STATE. Since 1.2.\n  Locks model."]
+    pub fn acc_model_merge_adapter(model: *mut acc_model) -> acc_status;
 }

@@ -839,11 +839,77 @@ impl Model {
     }
 }
 
+/// Parameter-efficient fine-tuning: frozen parameters and LoRA adapters as Hugging Face `peft` makes
+/// them. (Parameter groups are [`Optimizer::new`]'s `"param_groups"` option.)
+impl Model {
+    /// Freezes (`requires_grad` false) or unfreezes every parameter whose whole dotted name the
+    /// regular expression `pattern` matches (ECMAScript, as `"param_groups"`: `model\.embed_tokens\..*`,
+    /// `.*bias`), as torch's `p.requires_grad_()`, and returns how many matched. A frozen parameter
+    /// gets no gradient, no optimizer state (create the optimizer after freezing) and no gradient
+    /// all-reduce, and [`Accelerator::clip_grad_norm`] ignores it. A pattern matching nothing, or a bad
+    /// expression, is [`ErrorCode::InvalidArgument`] naming it; a prepared model is
+    /// [`ErrorCode::InvalidState`] (freeze before [`Accelerator::prepare`]).
+    pub fn set_requires_grad(&self, pattern: &str, requires_grad: bool) -> Result<i64> {
+        let p = cstring(pattern)?;
+        let mut n = 0;
+        check(unsafe { sys::acc_model_set_requires_grad(self.as_ptr(), p.as_ptr(), requires_grad as i32, &mut n) })?;
+        Ok(n)
+    }
+
+    /// `peft`'s `get_peft_model` with a `LoraConfig` as JSON: `"r"`, `"lora_alpha"`, `"lora_dropout"`,
+    /// `"target_modules"` (names, one regular expression, or `"all-linear"`), `"bias"`, `"use_rslora"`,
+    /// `"modules_to_save"`, `"init_lora_weights"`, `"layers_to_transform"`, `"rank_pattern"`,
+    /// `"alpha_pattern"`, ... with `peft`'s defaults, e.g. `{"r": 8, "lora_alpha": 16,
+    /// "target_modules": "all-linear"}`. Each targeted linear layer computes `base(x) +
+    /// B(A(dropout(x))) * scaling` and every other parameter is frozen. Targets matching nothing are
+    /// [`ErrorCode::InvalidArgument`] listing the model's linear layers; a bad key or value is
+    /// [`ErrorCode::InvalidArgument`] naming it; a model that has an adapter, or a prepared one, is
+    /// [`ErrorCode::InvalidState`]. `A` comes from the CPU generator (seed it through the
+    /// accelerator's `seed`).
+    pub fn add_lora(&self, lora_config_json: &str) -> Result<()> {
+        let c = cstring(lora_config_json)?;
+        check(unsafe { sys::acc_model_add_lora(self.as_ptr(), c.as_ptr()) })
+    }
+
+    /// `peft`'s `PeftModel.from_pretrained`: reads `dir`'s `adapter_config.json` and
+    /// `adapter_model.safetensors` (as `peft` or [`Model::save_adapter`] wrote them), adds the adapter
+    /// and loads its weights. Options (`None`: `{}`): `{"is_trainable": false}` (`peft`'s default: the
+    /// adapter is frozen too). A tensor the adapter does not have, one it lacks, or another shape is
+    /// [`ErrorCode::InvalidArgument`] naming it, the model unchanged.
+    pub fn load_adapter(&self, dir: &str, options_json: Option<&str>) -> Result<()> {
+        let d = cstring(dir)?;
+        let o = options_json.map(cstring).transpose()?;
+        let o_ptr = o.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        check(unsafe { sys::acc_model_load_adapter(self.as_ptr(), d.as_ptr(), o_ptr) })
+    }
+
+    /// `peft`'s `save_pretrained` of the adapter: `adapter_config.json` and
+    /// `adapter_model.safetensors` in `dir` (created if missing), with `peft`'s tensor names, so that
+    /// `PeftModel.from_pretrained` and [`Model::load_adapter`] read it. A model without an adapter is
+    /// [`ErrorCode::InvalidState`]. A prepared model is written by the main process, every process
+    /// calling (collective).
+    pub fn save_adapter(&self, dir: &str) -> Result<()> {
+        let d = cstring(dir)?;
+        check(unsafe { sys::acc_model_save_adapter(self.as_ptr(), d.as_ptr()) })
+    }
+
+    /// `peft`'s `merge_and_unload`: each LoRA layer's `B A * scaling` is added to its base weight and
+    /// the adapter removed, leaving a plain model ([`Model::save_pretrained`] then writes a
+    /// transformers checkpoint). A model without an adapter, or a prepared one, is
+    /// [`ErrorCode::InvalidState`].
+    pub fn merge_adapter(&self) -> Result<()> {
+        check(unsafe { sys::acc_model_merge_adapter(self.as_ptr()) })
+    }
+}
+
 impl Optimizer {
     /// An optimizer over all parameters of `model`: `{"type": "sgd"|"adam"|"adamw", "lr",
     /// "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}`,
     /// with PyTorch's defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer
-    /// options".
+    /// options". `"param_groups"` gives groups of parameters their own options: `[{"params":
+    /// ["lm_head\\..*"], "lr": 1e-4}, ...]` (regular expressions over whole parameter names; the
+    /// rest take the top-level options), or `"transformers"` (the Trainer's: no weight decay for
+    /// biases and norms).
     pub fn new(model: &Model, options_json: &str) -> Result<Optimizer> {
         check_abi()?;
         let c = cstring(options_json)?;

@@ -1090,3 +1090,105 @@ fn bigmodel() {
     }
     assert!(acc::set_grad_enabled(true).unwrap()); // the guard restored it
 }
+
+/// A model's parameters by name.
+fn params(m: &Model) -> std::collections::HashMap<String, Vec<f32>> {
+    m.state_dict()
+        .unwrap()
+        .into_iter()
+        .map(|(name, t)| (name, t.to_vec::<f32>().unwrap()))
+        .collect()
+}
+
+/// max |a[i] * scale - b[i]|
+fn max_diff(a: &[f32], scale: f32, b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x * scale - y).abs()).fold(0.0, f32::max)
+}
+
+/// One forward, backward and step of a prepared MLP [2, 8, 1] on a fixed batch.
+fn sgd_step(a: &Accelerator, m: &Model, o: &Optimizer) {
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, -1.0, 0.5, 2.0, -2.0], &[4, 2]).unwrap();
+    let y = Tensor::from_slice(&[1.0f32, -1.0, 0.5, 2.0], &[4, 1]).unwrap();
+    a.backward(&m.loss(&x, Some(&y)).unwrap()).unwrap();
+    o.step().unwrap();
+    o.zero_grad().unwrap();
+}
+
+const MLP_2_8_1: &str = r#"{"type": "mlp", "sizes": [2, 8, 1], "activation": "tanh", "loss": "mse"}"#;
+
+// scenario: freeze
+#[test]
+fn freeze() {
+    let a = Accelerator::new(r#"{"seed": 3}"#).unwrap();
+    let m = Model::new(MLP_2_8_1).unwrap();
+    assert_eq!(m.set_requires_grad(r"layers\.0\..*", false).unwrap(), 2);
+    expect_err(
+        m.set_requires_grad("nothing", false),
+        ErrorCode::InvalidArgument,
+        "nothing",
+    );
+    expect_err(
+        Optimizer::new(
+            &m,
+            r#"{"type": "sgd", "param_groups": [{"params": "layers\\.0\\..*"}]}"#,
+        ),
+        ErrorCode::InvalidConfig,
+        "selects no trainable parameter",
+    );
+    let o = Optimizer::new(&m, r#"{"type": "sgd", "lr": 0.1}"#).unwrap();
+    a.prepare(Some(&m), Some(&o), None, None).unwrap();
+    let before = params(&m);
+    sgd_step(&a, &m, &o);
+    let after = params(&m);
+    for (name, v) in &before {
+        let moved = max_diff(v, 1.0, &after[name]);
+        assert_eq!(name.starts_with("layers.0."), moved == 0.0, "{name} moved by {moved}");
+    }
+    expect_err(
+        m.set_requires_grad(r"layers\.0\..*", true),
+        ErrorCode::InvalidState,
+        "prepare",
+    );
+}
+
+// scenario: param_groups
+#[test]
+fn param_groups() {
+    let a = Accelerator::new(r#"{"seed": 3}"#).unwrap();
+    let path = std::env::temp_dir().join(format!("acc-rust-groups-{}.safetensors", std::process::id()));
+    let path = path.to_str().unwrap();
+    let one = Model::new(MLP_2_8_1).unwrap();
+    one.save_safetensors(path).unwrap();
+    let grouped = Model::new(MLP_2_8_1).unwrap();
+    grouped.load_safetensors(path).unwrap();
+    std::fs::remove_file(path).unwrap();
+    let o1 = Optimizer::new(&one, r#"{"type": "sgd", "lr": 0.1}"#).unwrap();
+    let o2 = Optimizer::new(
+        &grouped,
+        r#"{"type": "sgd", "lr": 0.1, "param_groups": [{"params": ["layers\\.0\\..*"], "lr": 0.3}]}"#,
+    )
+    .unwrap();
+    a.prepare(Some(&one), Some(&o1), None, None).unwrap();
+    a.prepare(Some(&grouped), Some(&o2), None, None).unwrap();
+    let start = params(&one);
+    sgd_step(&a, &one, &o1);
+    sgd_step(&a, &grouped, &o2);
+    let (p1, p2) = (params(&one), params(&grouped));
+    for (name, s) in &start {
+        let d1: Vec<f32> = s.iter().zip(&p1[name]).map(|(s, p)| p - s).collect();
+        let d2: Vec<f32> = s.iter().zip(&p2[name]).map(|(s, p)| p - s).collect();
+        // The first group's lr is 3x the top-level one.
+        let ratio = if name.starts_with("layers.0.") { 3.0 } else { 1.0 };
+        let diff = max_diff(&d1, ratio, &d2);
+        assert!(
+            diff <= 1e-6 && d1.iter().any(|d| *d != 0.0),
+            "{name}: not {ratio}x (|diff| {diff})"
+        );
+    }
+    expect_err(
+        Optimizer::new(&one, r#"{"type": "sgd", "param_groups": [{"params": "nothing"}]}"#),
+        ErrorCode::InvalidConfig,
+        "param_groups[0]",
+    );
+    Optimizer::new(&grouped, r#"{"type": "adamw", "param_groups": "transformers"}"#).unwrap();
+}

@@ -504,4 +504,29 @@ public final class Model extends NativeObject {
       leave(p);
     }
   }
+
+  /**
+   * Freezes ({@code requiresGrad} false) or unfreezes every parameter whose whole dotted name the regular
+   * expression {@code pattern} matches (ECMAScript, as {@code "param_groups"}: {@code model\.embed_tokens\..*},
+   * {@code .*bias}), as torch's {@code p.requires_grad_()}. A frozen parameter gets no gradient, no optimizer
+   * state (create the optimizer after freezing) and no gradient all-reduce, and {@link
+   * Accelerator#clipGradNorm} ignores it.
+   *
+   * @param pattern a regular expression over whole parameter names
+   * @param requiresGrad false to freeze, true to unfreeze
+   * @return how many parameters matched
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for a pattern matching nothing or a bad expression,
+   *     naming it; {@link ErrorCode#INVALID_STATE} for a prepared model (freeze before {@link
+   *     Accelerator#prepare})
+   */
+  public long setRequiresGrad(String pattern, boolean requiresGrad) {
+    long p = enter();
+    try {
+      long[] n = new long[1];
+      AccRaw.acc_model_set_requires_grad(p, pattern, requiresGrad ? 1 : 0, n);
+      return n[0];
+    } finally {
+      leave(p);
+    }
+  }
 }

@@ -11,7 +11,10 @@ public final class Optimizer extends NativeObject {
   /**
    * An optimizer over all parameters of {@code model}: {@code {"type": "sgd"|"adam"|"adamw", "lr",
    * "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "fused"}}, with
-   * PyTorch's defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options".
+   * PyTorch's defaults; the table of keys and defaults is in docs/c-api.md, "Optimizer options". {@code
+   * "param_groups"} gives groups of parameters their own options: {@code [{"params": ["lm_head\\..*"], "lr":
+   * 1e-4}, ...]} (regular expressions over whole parameter names; the rest take the top-level options), or
+   * {@code "transformers"} (the Trainer's: no weight decay for biases and norms).
    *
    * @param model the model whose parameters it updates
    * @param optionsJson the options, a JSON object with {@code "type"}

@@ -991,4 +991,96 @@ class ConformanceTest {
       Acc.setGradEnabled(true); // for the tests after this one on this thread, whatever failed
     }
   }
+
+  /** A model's parameters by name, copied out. */
+  static Map<String, float[]> params(Model m) {
+    Map<String, float[]> out = new java.util.HashMap<>();
+    m.stateDict().forEach((name, t) -> {
+      out.put(name, t.toFloats());
+      t.close();
+    });
+    return out;
+  }
+
+  /** max |a[i] * scale - b[i]| */
+  static double maxDiff(float[] a, double scale, float[] b) {
+    double d = 0;
+    for (int i = 0; i < a.length; ++i) {
+      d = Math.max(d, Math.abs(a[i] * scale - b[i]));
+    }
+    return d;
+  }
+
+  /** One forward, backward and step of a prepared MLP [2, 8, 1] on a fixed batch. */
+  static void sgdStep(Accelerator acc, Model m, Optimizer o) {
+    try (Tensor x = Tensor.fromFloats(new float[] {1, 2, 3, 4, -1, 0.5f, 2, -2}, 4, 2);
+        Tensor y = Tensor.fromFloats(new float[] {1, -1, 0.5f, 2}, 4, 1);
+        Tensor loss = m.loss(x, y)) {
+      acc.backward(loss);
+      o.step();
+      o.zeroGrad();
+    }
+  }
+
+  static final String MLP_2_8_1 = "{\"type\": \"mlp\", \"sizes\": [2, 8, 1], \"activation\": \"tanh\", \"loss\": \"mse\"}";
+
+  // scenario: freeze
+  @Test
+  void freeze() {
+    try (Accelerator acc = Accelerator.create("{\"seed\": 3}"); Model m = Model.create(MLP_2_8_1)) {
+      assertEquals(2, m.setRequiresGrad("layers\\.0\\..*", false));
+      expectError(ErrorCode.INVALID_ARGUMENT, "nothing", () -> m.setRequiresGrad("nothing", false));
+      expectError(ErrorCode.INVALID_CONFIG, "selects no trainable parameter",
+          () -> Optimizer.create(m, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"layers\\\\.0\\\\..*\"}]}"));
+      try (Optimizer o = Optimizer.create(m, "{\"type\": \"sgd\", \"lr\": 0.1}")) {
+        acc.prepare(m, o, null, null);
+        Map<String, float[]> before = params(m);
+        sgdStep(acc, m, o);
+        Map<String, float[]> after = params(m);
+        before.forEach((name, v) -> {
+          double moved = maxDiff(v, 1, after.get(name));
+          assertEquals(name.startsWith("layers.0."), moved == 0, () -> name + " moved by " + moved);
+        });
+        expectError(ErrorCode.INVALID_STATE, "prepare", () -> m.setRequiresGrad("layers\\.0\\..*", true));
+      }
+    }
+  }
+
+  // scenario: param_groups
+  @Test
+  void paramGroups(@TempDir Path dir) {
+    String path = dir.resolve("init.safetensors").toString();
+    try (Accelerator acc = Accelerator.create("{\"seed\": 3}");
+        Model one = Model.create(MLP_2_8_1);
+        Model grouped = Model.create(MLP_2_8_1)) {
+      one.saveSafetensors(path);
+      grouped.loadSafetensors(path);
+      try (Optimizer o1 = Optimizer.create(one, "{\"type\": \"sgd\", \"lr\": 0.1}");
+          Optimizer o2 = Optimizer.create(grouped, "{\"type\": \"sgd\", \"lr\": 0.1, \"param_groups\": "
+              + "[{\"params\": [\"layers\\\\.0\\\\..*\"], \"lr\": 0.3}]}")) {
+        acc.prepare(one, o1, null, null);
+        acc.prepare(grouped, o2, null, null);
+        Map<String, float[]> start = params(one);
+        sgdStep(acc, one, o1);
+        sgdStep(acc, grouped, o2);
+        Map<String, float[]> p1 = params(one);
+        Map<String, float[]> p2 = params(grouped);
+        start.forEach((name, s0) -> {
+          float[] d1 = new float[s0.length];
+          float[] d2 = new float[s0.length];
+          for (int i = 0; i < s0.length; ++i) {
+            d1[i] = p1.get(name)[i] - s0[i];
+            d2[i] = p2.get(name)[i] - s0[i];
+          }
+          double ratio = name.startsWith("layers.0.") ? 3 : 1; // the first group's lr is 3x the top-level one
+          double diff = maxDiff(d1, ratio, d2);
+          assertTrue(diff <= 1e-6 && maxDiff(d1, 1, new float[s0.length]) > 0,
+              () -> name + ": not " + ratio + "x (|diff| " + diff + ")");
+        });
+        expectError(ErrorCode.INVALID_CONFIG, "param_groups[0]",
+            () -> Optimizer.create(one, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"nothing\"}]}"));
+        Optimizer.create(grouped, "{\"type\": \"adamw\", \"param_groups\": \"transformers\"}").close();
+      }
+    }
+  }
 }

@@ -27,7 +27,8 @@ struct acc_tensor {
 };
 struct acc_model {
   std::shared_ptr<acc::core::ModelSlot> slot;
-  const std::vector<std::string> state_names;  // made at creation (the tree is fixed): acc_model_state_get's borrowed names
+  // acc_model_state_get's borrowed names: made at creation, made again when an adapter changes the tree (capi_adapter.cpp)
+  std::vector<std::string> state_names;
   std::string last_json;                       // the borrowed result of acc_infer_auto_device_map / acc_model_module_sizes
   std::atomic<bool> busy{false};
   acc::capi::Live<acc::capi::Kind::model> live;

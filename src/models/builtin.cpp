@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "models/layers.hpp"
+#include "models/lora.hpp"
 #include "models/model.hpp"
 #include "precision/fp8.hpp"
 #include <acc/builtin_models.hpp>
@@ -20,8 +21,9 @@ using torch::nn::Module;
 
 at::TensorOptions float_on(c10::Device d) { return at::TensorOptions().dtype(at::kFloat).device(d); }
 
-// torch.nn.Linear: y = x W^T + b, W [out, in]; uniform(+-1/sqrt(in)) as Linear's default init.
-struct Linear : InitModule {
+// torch.nn.Linear: y = x W^T + b, W [out, in]; uniform(+-1/sqrt(in)) as Linear's default init. Takes a LoRA
+// adapter (models/lora.hpp), as the Conv1D below.
+struct Linear : InitModule, lora::Host {
   Linear(int64_t in, int64_t out, c10::Device d) : in_(in) {
     register_parameter("weight", at::empty({out, in}, float_on(d)));
     register_parameter("bias", at::empty({out}, float_on(d)));
@@ -31,12 +33,14 @@ struct Linear : InitModule {
     param("weight").uniform_(-bound, bound);
     param("bias").uniform_(-bound, bound);
   }
-  at::Tensor forward(const at::Tensor& x) { return model_linear(x, param("weight"), param("bias")); }
+  at::Tensor forward(const at::Tensor& x) { return with_lora(x, model_linear(x, param("weight"), param("bias"))); }
+  torch::nn::Module& host_module() override { return *this; }
+  at::Tensor host_weight() override { return param("weight"); }
   int64_t in_;
 };
 
 // GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias.
-struct Conv1D : InitModule {
+struct Conv1D : InitModule, lora::Host {
   Conv1D(int64_t in, int64_t out, bool with_bias, double std, c10::Device d) : std_(std) {
     register_parameter("weight", at::empty({in, out}, float_on(d)));
     if (with_bias) register_parameter("bias", at::empty({out}, float_on(d)));
@@ -45,7 +49,10 @@ struct Conv1D : InitModule {
     param("weight").normal_(0, std_);
     if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return model_linear(x, param("weight").t(), bias_or_none()); }
+  at::Tensor forward(const at::Tensor& x) { return with_lora(x, model_linear(x, param("weight").t(), bias_or_none())); }
+  torch::nn::Module& host_module() override { return *this; }
+  at::Tensor host_weight() override { return param("weight"); }
+  bool fan_in_fan_out() const override { return true; }
   double std_;
 };
 

@@ -21,8 +21,8 @@ struct Gpt2Config {
   bool scale_weights = true, scale_by_layer = false;
 };
 
-// transformers' Conv1D: y = x W + b with W [in, out].
-struct Conv1D : InitModule {
+// transformers' Conv1D: y = x W + b with W [in, out]; takes a LoRA adapter (fan_in_fan_out, as peft's).
+struct Conv1D : InitModule, lora::Host {
   Conv1D(int64_t in, int64_t out, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({in, out}, o));
     register_parameter("bias", at::empty({out}, o));
@@ -31,7 +31,10 @@ struct Conv1D : InitModule {
     param("weight").normal_(0, std_);
     param("bias").zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return at::linear(x, param("weight").t(), param("bias")); }
+  at::Tensor forward(const at::Tensor& x) { return with_lora(x, at::linear(x, param("weight").t(), param("bias"))); }
+  torch::nn::Module& host_module() override { return *this; }
+  at::Tensor host_weight() override { return param("weight"); }
+  bool fan_in_fan_out() const override { return true; }
   double std_;
 };
 

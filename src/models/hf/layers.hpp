@@ -8,11 +8,12 @@
 #include <string>
 
 #include "models/layers.hpp"
+#include "models/lora.hpp"
 
 namespace acc::core::hf {
 
-// nn.Linear: y = x W^T + b, W [out, in].
-struct Linear : InitModule {
+// nn.Linear: y = x W^T + b, W [out, in]; takes a LoRA adapter (models/lora.hpp).
+struct Linear : InitModule, lora::Host {
   Linear(int64_t in, int64_t out, bool bias, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({out, in}, o));
     if (bias) register_parameter("bias", at::empty({out}, o));
@@ -21,7 +22,9 @@ struct Linear : InitModule {
     param("weight").normal_(0, std_);
     if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return at::linear(x, param("weight"), bias_or_none()); }
+  at::Tensor forward(const at::Tensor& x) { return with_lora(x, at::linear(x, param("weight"), bias_or_none())); }
+  torch::nn::Module& host_module() override { return *this; }
+  at::Tensor host_weight() override { return param("weight"); }
   double std_;
 };
 

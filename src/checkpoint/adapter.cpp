@@ -1,0 +1,114 @@
+#include "checkpoint/adapter.hpp"
+
+#include <c10/core/GradMode.h>
+
+#include <filesystem>
+
+#include "acc/files.hpp"
+#include "checkpoint/agree.hpp"
+#include "formats/safetensors.hpp"
+#include "models/hf/families.hpp"
+#include "train/accelerator.hpp"
+#include "util/errors.hpp"
+#include <acc/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace acc::core {
+
+namespace {
+
+constexpr const char* kConfigName = "adapter_config.json";
+constexpr const char* kWeightsName = "adapter_model.safetensors";
+
+void refuse_prepared(const ModelSlot& slot, const char* what) {
+  if (slot.owner)
+    throw StateError(std::string(what) + ": the model is prepared; adapters are added, loaded and merged before "
+                     "acc_prepare (the strategy holds the parameters it was given)");
+}
+
+}  // namespace
+
+torch::nn::Module& lora_root(Model& model) {
+  auto* nn = dynamic_cast<NnModel*>(&model);
+  if (!nn) throw UnsupportedError("LoRA needs a module tree (a TorchScript model has none libacc can extend)");
+  return *nn->module();
+}
+
+lora::ModelInfo lora_model_info(const Model& model) {
+  lora::ModelInfo info;
+  auto* nn = dynamic_cast<const NnModel*>(&model);
+  info.base_model_class = nn ? nn->module()->name() : "";
+  info.parent_library = "libacc";
+  const auto* p = dynamic_cast<const hf::Pretrained*>(&model);
+  if (!p || p->config_json.empty()) return info;
+  info.transformers = true;
+  info.tied_lm_head = !model.tied_lm_head().empty();
+  const json::Document doc = json::Document::object(p->config_json, "config.json");
+  const json::Value c = doc.root();
+  info.model_type = c.get_string_or("model_type", "");
+  if (c.has_value("architectures") && c.get("architectures").size() > 0)
+    info.base_model_class = c.get("architectures").at(0).as_string();
+  info.parent_library = "transformers.models." + info.model_type + ".modeling_" + info.model_type;
+  if (c.has_value("_name_or_path") && !c.get_string("_name_or_path").empty())
+    info.name_or_path = c.get_string("_name_or_path");
+  return info;
+}
+
+void add_lora(ModelSlot& slot, const char* config_json, const lora::HostOf& host_of) {
+  refuse_prepared(slot, "add_lora");
+  if (!config_json) throw std::invalid_argument("the LoRA config is null");
+  torch::nn::Module& root = lora_root(*slot.model);
+  const lora::Config config = lora::parse_config(config_json, "LoRA config");
+  auto adapter = lora::plan(root, config, lora_model_info(*slot.model), host_of);
+  lora::apply(root, adapter, /*init=*/true, /*trainable=*/true, host_of);
+}
+
+void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_json, const lora::HostOf& host_of) {
+  refuse_prepared(slot, "load_adapter");
+  bool trainable = false;
+  if (options_json && *options_json) {
+    const json::Document doc = json::Document::object(options_json, "load_adapter options");
+    for (const auto& [key, v] : doc.root().items()) {
+      if (key != "is_trainable") v.fail("unknown option '" + key + "' (load_adapter takes is_trainable)");
+      trainable = v.as_bool();
+    }
+  }
+  torch::nn::Module& root = lora_root(*slot.model);
+  const std::string config_path = (fs::path(dir) / kConfigName).string();
+  const std::string weights_path = (fs::path(dir) / kWeightsName).string();
+  const lora::Config config = lora::parse_config(config::read_file(config_path, 64 << 20), config_path);
+  auto adapter = lora::plan(root, config, lora_model_info(*slot.model), host_of);
+  // Everything is checked before the model changes.
+  const NamedTensors values = lora::check_file_tensors(*adapter, load_safetensors(weights_path), weights_path);
+  lora::apply(root, adapter, /*init=*/false, trainable, host_of);
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : root.named_parameters(true)) params[item.key()] = item.value();
+  c10::NoGradGuard no_grad;
+  for (const auto& [name, t] : values) params.at(name).copy_(t);
+  if (!trainable) slot.model->train(false);  // peft: an adapter loaded for inference puts the model in eval mode
+}
+
+void save_adapter(ModelSlot& slot, const std::string& dir, const lora::HostOf& host_of) {
+  auto adapter = lora::find(lora_root(*slot.model), host_of);
+  if (!adapter) throw StateError("save_adapter: the model has no adapter (add_lora or load_adapter first)");
+  Accelerator* acc = slot.owner.get();
+  // The whole tensors on every process (a sharding strategy gathers: collective), the main process writes.
+  const NamedTensors state = slot.strategy ? slot.strategy->full_state_dict() : slot.model->state();
+  const bool main = !acc || acc->state().rank == 0;
+  agreed(acc, "save_adapter", [&] {
+    if (!main) return;
+    const NamedTensors tensors = lora::file_tensors(*adapter, state);
+    const std::string text = lora::config_file_text(*adapter) ;
+    config::make_directories(dir);
+    save_safetensors(tensors, config::child_path(dir, kWeightsName, "save_adapter"), {{"format", "pt"}});
+    config::write_file_atomic(config::child_path(dir, kConfigName, "save_adapter"), text);
+  });
+}
+
+void merge_adapter(ModelSlot& slot, const lora::HostOf& host_of) {
+  refuse_prepared(slot, "merge_adapter");
+  lora::merge(lora_root(*slot.model), host_of);
+}
+
+}  // namespace acc::core

@@ -1,0 +1,662 @@
+#include "models/lora.hpp"
+
+#include <c10/core/GradMode.h>
+#include <torch/nn/modules/linear.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+#include "util/errors.hpp"
+#include <acc/json.hpp>
+
+namespace acc::core::lora {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A regular expression from a config value: std::invalid_argument naming the key when it does not compile.
+std::regex compile(const std::string& pattern, const std::string& what) {
+  try {
+    return std::regex(pattern);
+  } catch (const std::regex_error& e) {
+    throw std::invalid_argument(what + ": '" + pattern + "' is not a regular expression libacc reads (" + e.what() + ")");
+  }
+}
+
+// A list of strings, or (when `string_ok`) one string; the kind is returned.
+Config::Kind strings(const json::Value& v, std::vector<std::string>& out, bool string_ok) {
+  if (v.is_null()) return Config::Kind::None;
+  if (string_ok && v.is_string()) {
+    out = {v.as_string()};
+    return Config::Kind::String;
+  }
+  if (!v.is_array()) v.fail(string_ok ? "expected a list of strings or a string" : "expected a list of strings");
+  for (const auto& e : v.elements()) {
+    const std::string& s = e.as_string();
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);  // peft keeps a set
+  }
+  return Config::Kind::List;
+}
+
+// LoraConfig's fields that libacc does not act on, with the only values it accepts (peft's defaults, as tight JSON;
+// "*" takes any value). adapter_config.json gets the first of each.
+struct Passive {
+  const char* key;
+  std::vector<const char*> accepted;
+};
+const std::vector<Passive>& passive_fields() {
+  static const std::vector<Passive> fields = {
+      {"alora_invocation_tokens", {"null"}}, {"arrow_config", {"null"}}, {"corda_config", {"null"}},
+      {"ensure_weight_tying", {"false"}}, {"eva_config", {"null"}}, {"kasa_config", {"null"}},
+      {"layer_replication", {"null"}}, {"loftq_config", {"{}", "null"}}, {"lora_bias", {"false"}},
+      {"lora_ga_config", {"null"}}, {"megatron_config", {"null"}}, {"megatron_core", {"\"megatron.core\"", "*"}},
+      {"monteclora_config", {"null"}}, {"qalora_group_size", {"16", "*"}}, {"trainable_token_indices", {"null"}},
+      {"use_bdlora", {"null", "false"}}, {"use_dora", {"false"}}, {"use_qalora", {"false"}},
+      {"velora_config", {"null"}}, {"target_parameters", {"null", "[]"}},
+      // Written by peft itself: read, and written again by libacc.
+      {"auto_mapping", {"null", "*"}}, {"peft_version", {"\"0.21.2\"", "*"}}, {"runtime_config", {"*"}}};
+  return fields;
+}
+
+const char* const kTaskTypes[] = {"SEQ_CLS", "SEQ_2_SEQ_LM", "CAUSAL_LM", "TOKEN_CLS", "QUESTION_ANS", "FEATURE_EXTRACTION"};
+
+}  // namespace
+
+bool Config::all_linear() const {
+  return target_kind == Kind::String && lower(target_modules.front()) == "all-linear";
+}
+
+Config parse_config(std::string_view text, const std::string& source) {
+  const json::Document doc = json::Document::object(text, source);
+  Config c;
+  for (const auto& [key, v] : doc.root().items()) {
+    if (key == "r") {
+      if (!v.is_integer() || v.as_int() <= 0) v.fail("r must be a positive integer; got " + v.text());
+      c.r = v.as_int();
+    } else if (key == "lora_alpha") {
+      c.lora_alpha = v.as_double();
+    } else if (key == "lora_dropout") {
+      c.lora_dropout = v.as_double();
+      if (!(c.lora_dropout >= 0 && c.lora_dropout < 1)) v.fail("lora_dropout must be in [0, 1); got " + v.text());
+    } else if (key == "target_modules") {
+      c.target_kind = strings(v, c.target_modules, true);
+      if (c.target_kind == Config::Kind::List && c.target_modules.empty()) v.fail("target_modules is an empty list");
+    } else if (key == "exclude_modules") {
+      c.exclude_kind = strings(v, c.exclude_modules, true);
+    } else if (key == "fan_in_fan_out") {
+      c.fan_in_fan_out = v.as_bool();
+    } else if (key == "bias") {
+      c.bias = v.as_string();
+      if (c.bias != "none" && c.bias != "all" && c.bias != "lora_only")
+        v.fail("bias must be \"none\", \"all\" or \"lora_only\"; got " + v.text());
+    } else if (key == "use_rslora") {
+      c.use_rslora = v.as_bool();
+    } else if (key == "modules_to_save") {
+      std::vector<std::string> m;
+      if (strings(v, m, false) != Config::Kind::None) c.modules_to_save = m;
+    } else if (key == "init_lora_weights") {
+      if (v.is_bool()) {
+        c.init_lora_weights = v.as_bool() ? "true" : "false";
+      } else if (v.is_string() && v.as_string() == "gaussian") {
+        c.init_lora_weights = "gaussian";
+      } else if (v.is_string()) {
+        throw UnsupportedError(v.where() + ": init_lora_weights " + v.text() +
+                               " is not one libacc has (true, \"gaussian\", false)");
+      } else {
+        v.fail("init_lora_weights must be true, \"gaussian\" or false; got " + v.text());
+      }
+    } else if (key == "layers_to_transform") {
+      if (v.is_null()) continue;
+      std::vector<int64_t> layers;
+      if (v.is_array()) {
+        for (const auto& e : v.elements()) layers.push_back(e.as_int());
+      } else {
+        layers.push_back(v.as_int());
+        c.layers_to_transform_is_int = true;
+      }
+      c.layers_to_transform = layers;
+    } else if (key == "layers_pattern") {
+      std::vector<std::string> p;
+      const Config::Kind k = strings(v, p, true);
+      if (k != Config::Kind::None) c.layers_pattern = p;
+      c.layers_pattern_is_string = k == Config::Kind::String;
+    } else if (key == "rank_pattern") {
+      if (v.is_null()) continue;
+      if (!v.is_object()) v.fail("rank_pattern must be an object of module patterns and ranks");
+      for (const auto& [pattern, rank] : v.items()) {
+        if (!rank.is_integer() || rank.as_int() <= 0) rank.fail("a rank must be a positive integer; got " + rank.text());
+        compile(pattern, rank.where());
+        c.rank_pattern.emplace_back(pattern, rank.as_int());
+      }
+    } else if (key == "alpha_pattern") {
+      if (v.is_null()) continue;
+      if (!v.is_object()) v.fail("alpha_pattern must be an object of module patterns and alphas");
+      for (const auto& [pattern, alpha] : v.items()) {
+        compile(pattern, alpha.where());
+        c.alpha_pattern.emplace_back(pattern, alpha.as_double());
+      }
+    } else if (key == "task_type") {
+      if (v.is_null()) continue;
+      c.task_type = v.as_string();
+      if (std::none_of(std::begin(kTaskTypes), std::end(kTaskTypes), [&](const char* t) { return c.task_type == t; }))
+        v.fail("task_type must be null or one of peft's TaskType values (CAUSAL_LM, SEQ_CLS, SEQ_2_SEQ_LM, "
+               "TOKEN_CLS, QUESTION_ANS, FEATURE_EXTRACTION); got " + v.text());
+    } else if (key == "base_model_name_or_path") {
+      if (!v.is_null()) c.base_model_name_or_path = v.as_string();
+    } else if (key == "revision") {
+      if (!v.is_null()) c.revision = v.as_string();
+    } else if (key == "inference_mode") {
+      c.inference_mode = v.as_bool();
+    } else if (key == "peft_type") {
+      if (v.as_string() != "LORA") v.fail("this is a " + v.as_string() + " adapter; libacc reads LoRA (\"LORA\")");
+    } else {
+      const auto& fields = passive_fields();
+      auto it = std::find_if(fields.begin(), fields.end(), [&](const Passive& p) { return key == p.key; });
+      if (it == fields.end())
+        v.fail("unknown LoraConfig field '" + key + "' (peft 0.21's LoraConfig has no such field)");
+      const std::string given = v.text();
+      if (std::none_of(it->accepted.begin(), it->accepted.end(),
+                       [&](const char* a) { return std::string(a) == "*" || given == a; })) {
+        if (key == "target_parameters")
+          throw UnsupportedError(v.where() + ": peft's parameter targets (target_parameters " + given +
+                                 ", transformers 5's fused experts) are not implemented by libacc");
+        throw UnsupportedError(v.where() + ": libacc implements LoRA without " + key + "; it must be " +
+                               it->accepted.front() + " (got " + given + ")");
+      }
+    }
+  }
+  // LoraConfig.__post_init__
+  if (c.target_kind == Config::Kind::String && (c.layers_to_transform || c.layers_pattern))
+    throw std::invalid_argument(source + ": layers_to_transform and layers_pattern apply to a list of target_modules, "
+                                "not to a regular expression");
+  if (c.layers_pattern && !c.layers_to_transform)
+    throw std::invalid_argument(source + ": layers_pattern needs layers_to_transform");
+  if (c.task_type == "SEQ_CLS") {  // PeftModelForSequenceClassification adds the heads
+    std::vector<std::string> m = c.modules_to_save.value_or(std::vector<std::string>{});
+    for (const char* head : {"classifier", "score"})
+      if (std::find(m.begin(), m.end(), head) == m.end()) m.push_back(head);
+    c.modules_to_save = m;
+  }
+  return c;
+}
+
+/* ------------------------------------------------------------------------------------------ the layers */
+
+Factor::Factor(int64_t rows, int64_t cols, bool a, std::string init_mode, int64_t rank, const at::TensorOptions& o)
+    : InitModule("Linear"), is_a(a), init(std::move(init_mode)), r(rank) {
+  register_parameter("weight", at::empty({rows, cols}, o));
+}
+
+void Factor::reset() {
+  at::Tensor& w = param("weight");
+  const double fan_in = static_cast<double>(w.size(1));
+  if (init == "false" || (is_a && init == "true")) {
+    // nn.Linear's kaiming_uniform_(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    w.uniform_(-1 / std::sqrt(fan_in), 1 / std::sqrt(fan_in));
+  } else if (is_a) {  // gaussian
+    w.normal_(0, 1.0 / static_cast<double>(r));
+  } else {
+    w.zero_();  // B = 0: the adapter starts as a no-op
+  }
+}
+
+at::Tensor Branch::add_to(const at::Tensor& x, const at::Tensor& y, bool training) const {
+  const at::Tensor& a = A->param("weight");
+  at::Tensor h = x.scalar_type() == a.scalar_type() ? x : x.to(a.scalar_type());
+  if (dropout > 0) h = at::dropout(h, dropout, training);
+  at::Tensor out = y + at::linear(at::linear(h, a), B->param("weight")) * scaling;
+  return out.scalar_type() == y.scalar_type() ? out : out.to(y.scalar_type());
+}
+
+Host* default_host_of(torch::nn::Module& m) { return dynamic_cast<Host*>(&m); }
+
+/* ------------------------------------------------------------------------------------------ matching */
+
+namespace {
+
+using ModuleMap = std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>;
+
+ModuleMap modules_of(torch::nn::Module& root) {
+  ModuleMap out;
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+torch::nn::Module& module_at(torch::nn::Module& root, const std::string& name) {
+  for (const auto& item : root.named_modules("", false))
+    if (item.key() == name) return *item.value();
+  throw std::logic_error("lora: no module '" + name + "'");
+}
+
+bool in_list(const std::string& key, const std::vector<std::string>& names) {
+  for (const auto& t : names)
+    if (key == t || ends_with(key, "." + t)) return true;
+  return false;
+}
+
+// peft's layer index of a module name: the first number after a layers_pattern (or after any second component).
+std::optional<int64_t> layer_index(const std::string& key, const Config& c) {
+  std::vector<std::string> res;
+  if (!c.layers_pattern || c.layers_pattern->empty())
+    res.push_back(R"(^.*?\.[^.]*\.(\d+)\.)");
+  else
+    for (const auto& p : *c.layers_pattern) res.push_back("^(?:|.*?\\.)" + p + "\\.(\\d+)\\.");
+  for (const auto& re : res) {
+    std::smatch m;
+    if (std::regex_search(key, m, compile(re, "layers_pattern"))) return std::stoll(m[1].str());
+  }
+  return std::nullopt;
+}
+
+// get_pattern_key: the first key (in order) that matches the end of the name at a dot.
+template <class V>
+const std::pair<std::string, V>* pattern_for(const std::string& name, const std::vector<std::pair<std::string, V>>& p) {
+  for (const auto& item : p)
+    if (std::regex_match(name, compile("(.*\\.)?(" + item.first + ")", "pattern"))) return &item;
+  return nullptr;
+}
+
+const std::map<std::string, std::vector<std::string>>& default_targets() {
+  static const std::map<std::string, std::vector<std::string>> m = {
+      {"llama", {"q_proj", "v_proj"}}, {"mistral", {"q_proj", "v_proj"}}, {"mixtral", {"q_proj", "v_proj"}},
+      {"qwen2", {"q_proj", "v_proj"}}, {"gpt2", {"c_attn"}},           {"bert", {"query", "value"}}};
+  return m;
+}
+
+bool is_torch_linear(torch::nn::Module& m) { return dynamic_cast<torch::nn::LinearImpl*>(&m) != nullptr; }
+
+// peft's _find_minimal_target_modules: the shortest suffixes that name the targets and no other module.
+std::vector<std::string> minimal_targets(const std::vector<std::string>& targets, const std::vector<std::string>& others) {
+  auto suffixes = [](const std::string& name) {  // shortest first
+    std::vector<std::string> out;
+    for (size_t i = name.size(); i-- > 0;)
+      if (name[i] == '.') out.push_back(name.substr(i + 1));
+    out.push_back(name);
+    return out;
+  };
+  std::set<std::string> other;
+  for (const auto& o : others)
+    for (auto& s : suffixes(o)) other.insert(s);
+  std::vector<std::pair<std::vector<std::string>, std::string>> sorted;
+  for (const auto& t : targets) sorted.emplace_back(suffixes(t), t);
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> required;
+  for (const auto& [sfx, item] : sorted) {
+    for (const auto& s : sfx) {
+      if (std::find(required.begin(), required.end(), s) != required.end() || other.count(s)) continue;
+      if (std::none_of(required.begin(), required.end(),
+                       [&](const std::string& r) { return item == r || ends_with(item, "." + r); }))
+        required.push_back(s);
+      break;
+    }
+  }
+  return required.empty() ? targets : required;
+}
+
+}  // namespace
+
+std::shared_ptr<Adapter> find(torch::nn::Module& root, const HostOf& host_of) {
+  for (const auto& m : root.modules(/*include_self=*/true))
+    if (Host* h = host_of(*m); h && h->branch) return std::const_pointer_cast<Adapter>(h->branch->adapter);
+  return nullptr;
+}
+
+std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, const ModelInfo& info,
+                              const HostOf& host_of) {
+  if (find(root, host_of)) throw StateError("the model has an adapter already (merge it first: one adapter at a time)");
+  auto a = std::make_shared<Adapter>();
+  a->config = config;
+  a->info = info;
+  Config& c = a->config;
+  const ModuleMap modules = modules_of(root);
+  auto has_module = [&](const std::string& n) {
+    return std::any_of(modules.begin(), modules.end(), [&](const auto& m) { return m.first == n; });
+  };
+  // The model's linear layers, for "all-linear" and for messages.
+  std::vector<std::string> linear;
+  for (const auto& [name, m] : modules)
+    if (host_of(*m) || is_torch_linear(*m)) linear.push_back(name);
+
+  if (c.target_kind == Config::Kind::None) {
+    auto it = default_targets().find(info.model_type);
+    if (it == default_targets().end())
+      throw std::invalid_argument("target_modules is required: peft has no default for " +
+                                  (info.model_type.empty() ? std::string("this model") : "model_type '" + info.model_type + "'") +
+                                  " (its linear layers: " + join(linear) + ")");
+    c.target_kind = Config::Kind::List;
+    c.target_modules = it->second;
+  }
+  // A tied head is not a module of its own in libacc: peft would adapt or copy it, libacc cannot.
+  if (info.tied_lm_head) {
+    auto names_head = [&](const std::vector<std::string>& v, bool suffix_only) {
+      for (const auto& m : v)
+        if (suffix_only ? ends_with("lm_head", m) : ("lm_head" == m)) return true;
+      return false;
+    };
+    if ((c.modules_to_save && names_head(*c.modules_to_save, true)) ||
+        (c.target_kind == Config::Kind::List && names_head(c.target_modules, false)))
+      throw UnsupportedError("this model's lm_head is tied to its input embedding and is not a module of its own in "
+                             "libacc: it cannot be in target_modules or modules_to_save");
+  }
+  if (c.all_linear()) {  // _maybe_include_all_linear_layers
+    std::string output;
+    if (info.transformers && has_module("lm_head")) {
+      output = "lm_head";
+    } else if (info.transformers && c.task_type == "SEQ_CLS") {
+      for (const char* head : {"score", "classifier"})
+        if (has_module(head)) {
+          output = head;
+          break;
+        }
+    }
+    std::vector<std::string> names;
+    for (const auto& n : linear)
+      if (n != output) names.push_back(n);
+    c.target_kind = Config::Kind::List;
+    c.target_modules = names;
+    std::vector<std::string> others;
+    for (const auto& [n, m] : modules)
+      if (std::find(names.begin(), names.end(), n) == names.end()) others.push_back(n);
+    a->written_targets = names.size() >= 20 ? minimal_targets(names, others) : names;
+  } else {
+    a->written_targets = c.target_modules;
+  }
+
+  // modules_to_save (_set_trainable): every module whose name ends with one of them, not inside another.
+  if (c.modules_to_save)
+    for (const auto& [name, m] : modules) {
+      if (std::any_of(a->saved_modules.begin(), a->saved_modules.end(),
+                      [&, &n = name](const std::string& s) { return n.rfind(s + ".", 0) == 0; }))
+        continue;
+      for (const auto& s : *c.modules_to_save)
+        if (ends_with(name, s)) {
+          a->saved_modules.push_back(name);
+          break;
+        }
+    }
+
+  std::optional<std::regex> target_re, exclude_re;
+  if (c.target_kind == Config::Kind::String) target_re = compile(c.target_modules.front(), "target_modules");
+  if (c.exclude_kind == Config::Kind::String) exclude_re = compile(c.exclude_modules.front(), "exclude_modules");
+  std::vector<std::regex> saved_res;
+  if (c.modules_to_save)
+    for (const auto& s : *c.modules_to_save) saved_res.push_back(compile("(^|.*\\.)" + s + "($|\\..*)", "modules_to_save"));
+  bool any_unexcluded = false;
+  for (const auto& [name, m] : modules) {  // check_target_module_exists
+    if (exclude_re ? std::regex_match(name, *exclude_re)
+                   : (c.exclude_kind == Config::Kind::List && in_list(name, c.exclude_modules)))
+      continue;
+    if (std::any_of(saved_res.begin(), saved_res.end(), [&, &n = name](const std::regex& r) { return std::regex_match(n, r); }))
+      continue;
+    bool hit = target_re ? std::regex_match(name, *target_re) : in_list(name, c.target_modules);
+    if (hit) any_unexcluded = true;
+    if (hit && !target_re && c.layers_to_transform) {
+      const auto idx = layer_index(name, c);
+      hit = idx && std::find(c.layers_to_transform->begin(), c.layers_to_transform->end(), *idx) !=
+                       c.layers_to_transform->end();
+    }
+    if (!hit) continue;
+    Host* h = host_of(*m);
+    if (!h) {
+      if (is_torch_linear(*m))
+        throw std::invalid_argument("target '" + name + "' is a torch::nn::Linear, whose forward libacc cannot extend: "
+                                    "build the layer as acc::Linear (acc/torch.hpp), a drop-in that takes an adapter");
+      throw std::invalid_argument("target '" + name + "' (" + m->name() + ") is not a linear layer: LoRA adapts "
+                                  "linear layers (the model's: " + join(linear) + ")");
+    }
+    Adapter::Target t;
+    t.module = name;
+    const at::Tensor w = h->host_weight();
+    t.fan_in_fan_out = h->fan_in_fan_out();
+    t.in = w.size(t.fan_in_fan_out ? 0 : 1);
+    t.out = w.size(t.fan_in_fan_out ? 1 : 0);
+    const auto* rp = pattern_for(name, c.rank_pattern);
+    const auto* ap = pattern_for(name, c.alpha_pattern);
+    t.r = rp ? rp->second : c.r;
+    t.alpha = ap ? ap->second : c.lora_alpha;
+    t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
+    a->targets.push_back(t);
+  }
+  if (a->targets.empty()) {
+    std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
+                                                              : "[" + join(c.target_modules) + "]";
+    std::string why = any_unexcluded && c.layers_to_transform ? " in the layers layers_to_transform names"
+                      : c.exclude_kind != Config::Kind::None   ? " (after exclude_modules)"
+                                                               : "";
+    throw std::invalid_argument("target_modules " + given + " matched no linear layer of the model" + why +
+                                "; its linear layers are: " + join(linear));
+  }
+
+  // The entries: what trains and what the file holds (get_peft_model_state_dict).
+  auto targeted = [&](const std::string& module) {
+    return std::any_of(a->targets.begin(), a->targets.end(), [&](const Adapter::Target& t) { return t.module == module; });
+  };
+  for (const auto& item : root.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    const size_t dot = name.rfind('.');
+    const std::string module = dot == std::string::npos ? "" : name.substr(0, dot);
+    const std::string local = name.substr(dot == std::string::npos ? 0 : dot + 1);
+    const auto shape = item.value().sizes().vec();
+    if (std::any_of(a->saved_modules.begin(), a->saved_modules.end(),
+                    [&](const std::string& s) { return name.rfind(s + ".", 0) == 0; })) {
+      a->entries.push_back({name, kKeyPrefix + name, shape});
+    } else if (local == "bias" && (c.bias == "all" || (c.bias == "lora_only" && targeted(module)))) {
+      a->entries.push_back({name, kKeyPrefix + (targeted(module) ? module + ".base_layer.bias" : name), shape});
+    }
+  }
+  for (const auto& t : a->targets) {
+    a->entries.push_back({t.module + ".lora_A.weight", kKeyPrefix + t.module + ".lora_A.weight", {t.r, t.in}});
+    a->entries.push_back({t.module + ".lora_B.weight", kKeyPrefix + t.module + ".lora_B.weight", {t.out, t.r}});
+  }
+  return a;
+}
+
+void apply(torch::nn::Module& root, const std::shared_ptr<Adapter>& adapter, bool init, bool trainable,
+           const HostOf& host_of) {
+  c10::NoGradGuard no_grad;
+  for (auto& p : root.parameters(/*recurse=*/true)) p.requires_grad_(false);
+  for (const auto& t : adapter->targets) {
+    torch::nn::Module& m = module_at(root, t.module);
+    Host* h = host_of(m);
+    at::TensorOptions o = h->host_weight().options();
+    // peft's autocast_adapter_dtype: adapters of a float16 / bfloat16 base are float32.
+    if (o.dtype() == at::kHalf || o.dtype() == at::kBFloat16) o = o.dtype(at::kFloat);
+    auto branch = std::make_shared<Branch>();
+    const std::string& mode = adapter->config.init_lora_weights;
+    branch->A = std::make_shared<Factor>(t.r, t.in, true, mode, t.r, o);
+    branch->B = std::make_shared<Factor>(t.out, t.r, false, mode, t.r, o);
+    for (auto* f : {branch->A.get(), branch->B.get()}) {
+      if (init)
+        f->reset();
+      else
+        f->param("weight").zero_();
+      f->param("weight").requires_grad_(false);
+    }
+    branch->scaling = t.scaling;
+    branch->dropout = adapter->config.lora_dropout;
+    branch->adapter = adapter;
+    m.register_module("lora_A", branch->A);
+    m.register_module("lora_B", branch->B);
+    h->branch = std::move(branch);
+  }
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : root.named_parameters(true)) params[item.key()] = item.value();
+  for (const auto& e : adapter->entries) params.at(e.name).requires_grad_(trainable);
+}
+
+void merge(torch::nn::Module& root, const HostOf& host_of) {
+  std::shared_ptr<Adapter> adapter = find(root, host_of);
+  if (!adapter) throw StateError("the model has no adapter to merge");
+  c10::NoGradGuard no_grad;
+  for (const auto& t : adapter->targets) {
+    torch::nn::Module& m = module_at(root, t.module);
+    Host* h = host_of(m);
+    const Branch& b = *h->branch;
+    // get_delta_weight: transpose(B @ A, fan_in_fan_out) * scaling, added to the base weight.
+    at::Tensor delta = at::matmul(b.B->param("weight"), b.A->param("weight"));
+    if (t.fan_in_fan_out) delta = delta.t();
+    delta = delta * t.scaling;
+    at::Tensor w = h->host_weight();
+    w.add_(delta.to(w.scalar_type()));
+  }
+  for (const auto& t : adapter->targets) {
+    torch::nn::Module& m = module_at(root, t.module);
+    m.unregister_module("lora_A");
+    m.unregister_module("lora_B");
+    host_of(m)->branch.reset();
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ files */
+
+std::string config_file_text(const Adapter& a) {
+  const Config& c = a.config;
+  using W = json::Writer;
+  std::map<std::string, std::function<void(W&)>> fields;
+  auto number = [](W& w, double v) {
+    if (v == std::floor(v) && std::fabs(v) < 9e15) w.value(static_cast<int64_t>(v));
+    else w.value(v);
+  };
+  auto list = [](W& w, const std::vector<std::string>& v) {
+    w.begin_array();
+    for (const auto& s : v) w.value(s);
+    w.end_array();
+  };
+  auto optional_string = [](W& w, const std::optional<std::string>& s) {
+    if (s) w.value(*s);
+    else w.null();
+  };
+  for (const auto& p : passive_fields())
+    if (std::string(p.key) != "runtime_config")
+      fields[p.key] = [text = std::string(p.accepted.front())](W& w) { w.raw(text); };
+  fields["r"] = [&](W& w) { w.value(c.r); };
+  fields["lora_alpha"] = [&](W& w) { number(w, c.lora_alpha); };
+  fields["lora_dropout"] = [&](W& w) { w.value(c.lora_dropout); };
+  fields["target_modules"] = [&](W& w) {
+    if (a.config.target_kind == Config::Kind::String) w.value(c.target_modules.front());
+    else list(w, a.written_targets);
+  };
+  fields["exclude_modules"] = [&](W& w) {
+    if (c.exclude_kind == Config::Kind::None) w.null();
+    else if (c.exclude_kind == Config::Kind::String) w.value(c.exclude_modules.front());
+    else list(w, c.exclude_modules);
+  };
+  // peft rewrites fan_in_fan_out per layer; the config keeps what was given.
+  fields["fan_in_fan_out"] = [&](W& w) { w.value(c.fan_in_fan_out); };
+  fields["bias"] = [&](W& w) { w.value(c.bias); };
+  fields["use_rslora"] = [&](W& w) { w.value(c.use_rslora); };
+  fields["modules_to_save"] = [&](W& w) {
+    if (c.modules_to_save) list(w, *c.modules_to_save);
+    else w.null();
+  };
+  fields["init_lora_weights"] = [&](W& w) {
+    if (c.init_lora_weights == "gaussian") w.value("gaussian");
+    else w.value(c.init_lora_weights == "true");
+  };
+  fields["layers_to_transform"] = [&](W& w) {
+    if (!c.layers_to_transform) return void(w.null());
+    if (c.layers_to_transform_is_int) return void(w.value(c.layers_to_transform->front()));
+    w.begin_array();
+    for (int64_t l : *c.layers_to_transform) w.value(l);
+    w.end_array();
+  };
+  fields["layers_pattern"] = [&](W& w) {
+    if (!c.layers_pattern) w.null();
+    else if (c.layers_pattern_is_string) w.value(c.layers_pattern->front());
+    else list(w, *c.layers_pattern);
+  };
+  fields["rank_pattern"] = [&](W& w) {
+    std::map<std::string, int64_t> sorted(c.rank_pattern.begin(), c.rank_pattern.end());
+    w.begin_object();
+    for (const auto& [k, v] : sorted) w.key(k).value(v);
+    w.end_object();
+  };
+  fields["alpha_pattern"] = [&](W& w) {
+    std::map<std::string, double> sorted(c.alpha_pattern.begin(), c.alpha_pattern.end());
+    w.begin_object();
+    for (const auto& [k, v] : sorted) {
+      w.key(k);
+      number(w, v);
+    }
+    w.end_object();
+  };
+  fields["task_type"] = [&](W& w) {
+    if (c.task_type.empty()) w.null();
+    else w.value(c.task_type);
+  };
+  fields["auto_mapping"] = [&](W& w) {  // PeftModel.save_pretrained: only without a task type
+    if (!c.task_type.empty()) return void(w.null());
+    w.begin_object().key("base_model_class").value(a.info.base_model_class);
+    w.key("parent_library").value(a.info.parent_library).end_object();
+  };
+  fields["base_model_name_or_path"] = [&](W& w) {
+    optional_string(w, c.base_model_name_or_path ? c.base_model_name_or_path : a.info.name_or_path);
+  };
+  fields["revision"] = [&](W& w) { optional_string(w, c.revision); };
+  fields["inference_mode"] = [](W& w) { w.value(true); };
+  fields["peft_type"] = [](W& w) { w.value("LORA"); };
+  W w(W::Layout::Indented, 2);
+  w.begin_object();
+  for (const auto& [key, write] : fields) {
+    w.key(key);
+    write(w);
+  }
+  w.end_object();
+  return w.str();
+}
+
+NamedTensors file_tensors(const Adapter& adapter, const NamedTensors& state) {
+  std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
+  NamedTensors out;
+  for (const auto& e : adapter.entries) {
+    auto it = by_name.find(e.name);
+    if (it == by_name.end()) throw std::logic_error("save_adapter: the model has no tensor '" + e.name + "'");
+    out.emplace_back(e.key, it->second.detach().to(at::kCPU).contiguous().clone());
+  }
+  return out;
+}
+
+NamedTensors check_file_tensors(const Adapter& adapter, const NamedTensors& tensors, const std::string& source) {
+  std::map<std::string, at::Tensor> by_key(tensors.begin(), tensors.end());
+  NamedTensors out;
+  std::set<std::string> expected;
+  for (const auto& e : adapter.entries) {
+    expected.insert(e.key);
+    auto it = by_key.find(e.key);
+    if (it == by_key.end())
+      throw std::invalid_argument(source + " lacks '" + e.key + "', which this adapter has (its config and the model "
+                                  "give " + std::to_string(adapter.entries.size()) + " tensors)");
+    if (it->second.sizes().vec() != e.shape)
+      throw std::invalid_argument("'" + e.key + "' has shape " + c10::str(it->second.sizes()) + " in " + source +
+                                  " but " + c10::str(at::IntArrayRef(e.shape)) + " in the adapter on this model");
+    if (!at::isFloatingType(it->second.scalar_type()))
+      throw std::invalid_argument("'" + e.key + "' is " + c10::str(it->second.scalar_type()) + " in " + source +
+                                  "; an adapter's tensors are floating point");
+    out.emplace_back(e.name, it->second);
+  }
+  for (const auto& [key, t] : by_key)
+    if (!expected.count(key)) {
+      std::string hint = key.rfind(kKeyPrefix, 0) == 0 ? "" : " (peft's keys start with \"base_model.model.\")";
+      throw std::invalid_argument(source + " holds '" + key + "', which the adapter on this model does not have" + hint);
+    }
+  return out;
+}
+
+}  // namespace acc::core::lora

@@ -1,0 +1,458 @@
+// LoRA adapters against peft itself: tests/finetune/make_fixtures.py made adapters with peft 0.21 on the committed
+// tiny models and recorded logits, loss, gradients, greedy ids and merged weights (tests/finetune/README.md). Here
+// libacc loads each adapter peft saved and must give the same numbers; saves it and reads it back; builds the same
+// adapter from the case's LoraConfig arguments; and refuses bad input without changing anything.
+//   test_lora SOURCE_ROOT [gtest flags]
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/modules/linear.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "checkpoint/adapter.hpp"
+#include "checkpoint/save_model.hpp"
+#include "formats/safetensors.hpp"
+#include "models/hf/families.hpp"
+#include "models/hf/generate.hpp"
+#include "models/hf/pretrained.hpp"
+#include "models/lora.hpp"
+#include "train/accelerator.hpp"
+#include "util/errors.hpp"
+#include <acc/files.hpp>
+#include <acc/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace acc::core {
+namespace {
+
+std::string g_root;
+
+std::string fixtures() { return g_root + "/tests/finetune/fixtures"; }
+
+// cases.json, kept parsed for the whole run.
+const json::Value& cases() {
+  static const json::Document doc(config::read_file(fixtures() + "/cases.json"), "cases.json");
+  static const json::Value v = doc.root().get("cases");
+  return v;
+}
+
+std::map<std::string, at::Tensor> expected_of(const std::string& c) {
+  std::map<std::string, at::Tensor> m;
+  for (auto& [k, t] : load_safetensors(fixtures() + "/" + c + "/expected.safetensors")) m[k] = t.clone();
+  return m;
+}
+
+std::shared_ptr<ModelSlot> base_model(const std::string& c) {
+  auto slot = std::make_shared<ModelSlot>();
+  slot->model = hf::from_pretrained(g_root + "/" + cases().get(c).get_string("base_model_dir"), R"({"dtype": "float32"})");
+  return slot;
+}
+
+bool is_bert(const std::string& c) { return cases().get(c).get_string("model") == "bert"; }
+
+TensorDict batch_of(const std::string& c, std::map<std::string, at::Tensor>& e, bool labels = true) {
+  TensorDict b{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}};
+  if (is_bert(c)) b.set("token_type_ids", e["token_type_ids"]);
+  if (labels) b.set("labels", e["labels"]);
+  return b;
+}
+
+// max |a - b| where the mask keeps the position (a padded position's logits mean nothing); bert's [B, C] whole.
+double logits_diff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
+  at::Tensor d = (a - b).abs();
+  if (a.dim() == 3) d = d.masked_select(mask.ne(0).unsqueeze(-1).expand_as(d));
+  return d.max().item<double>();
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+std::map<std::string, at::Tensor> params_of(Model& m) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [n, t] : m.named_parameters()) out[n] = t;
+  return out;
+}
+
+// peft's in-memory name (base_model.model.<m>.lora_A.default.weight, <m>.modules_to_save.default.weight,
+// <m>.base_layer.bias) as libacc names the parameter (<m>.lora_A.weight, <m>.weight, <m>.bias).
+std::string libacc_name(std::string n) {
+  n = n.substr(std::string(lora::kKeyPrefix).size());
+  for (const std::string drop : {".default", ".modules_to_save", ".base_layer"})
+    for (size_t at; (at = n.find(drop + ".")) != std::string::npos;) n.erase(at, drop.size());
+  return n;
+}
+
+// The cases libacc's models support (mixtral_all_linear needs peft's parameter targets on fused experts: not done).
+const char* const kCases[] = {"llama_qv",      "llama_all_linear", "llama_rslora",         "llama_patterns",
+                              "llama_modules_to_save", "llama_layers", "llama_regex",  "mistral_attn",
+                              "qwen2_bias_lora_only",  "gpt2_conv1d",  "bert_seq_cls"};
+
+class Case : public testing::TestWithParam<const char*> {};
+
+TEST_P(Case, LoadedAdapterGivesPeftsLogitsLossGradientsAndGreedyIds) {
+  const std::string c = GetParam();
+  auto e = expected_of(c);
+  auto slot = base_model(c);
+  load_adapter(*slot, fixtures() + "/" + c, R"({"is_trainable": true})");
+  Model& model = *slot->model;
+  EXPECT_FALSE(model.is_training());
+  TensorDict out = model.forward(batch_of(c, e));
+  const double dl = logits_diff(out.at("logits"), e["logits"], e["attention_mask"]);
+  const double dloss = std::abs(out.at("loss").item<double>() - e["loss"].item<double>());
+  std::printf("%s: logits %.3g, loss %.3g\n", c.c_str(), dl, dloss);
+  EXPECT_LE(dl, 1e-5) << c;
+  EXPECT_LE(dloss, 1e-5) << c;
+
+  // Every trainable tensor has peft's gradient, by file key; nothing else trains.
+  out.at("loss").backward();
+  auto adapter = lora::find(lora_root(model));
+  ASSERT_TRUE(adapter);
+  auto params = params_of(model);
+  std::set<std::string> keys;
+  double worst = 0;
+  for (const auto& entry : adapter->entries) {
+    keys.insert(entry.key);
+    ASSERT_TRUE(e.count("grad/" + entry.key)) << c << ": peft has no gradient for " << entry.key;
+    const at::Tensor& g = params.at(entry.name).grad();
+    ASSERT_TRUE(g.defined()) << c << ": no gradient for " << entry.name;
+    const double d = max_diff(g, e["grad/" + entry.key]);
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 1e-5) << c << ": " << entry.key;
+  }
+  std::printf("%s: %zu gradients, max |diff| %.3g\n", c.c_str(), keys.size(), worst);
+  for (const auto& [k, t] : e)
+    if (k.rfind("grad/", 0) == 0) EXPECT_TRUE(keys.count(k.substr(5))) << c << ": libacc does not train " << k;
+  std::set<std::string> trainable;
+  for (auto& [n, p] : model.trainable_parameters()) trainable.insert(n);
+  std::set<std::string> entries;
+  for (const auto& entry : adapter->entries) entries.insert(entry.name);
+  EXPECT_EQ(trainable, entries) << c;
+
+  if (!is_bert(c)) {  // generation with the adapter active
+    c10::NoGradGuard no_grad;
+    auto& lm = dynamic_cast<hf::CausalLM&>(model);
+    hf::GenerationOptions o = hf::parse_generation_options(R"({"max_new_tokens": 8})", lm.generation_defaults);
+    at::Tensor ids = hf::generate(model, e["prompt_ids"], {}, o);
+    EXPECT_TRUE(ids.equal(e["greedy_ids"])) << c << ": " << ids << " vs " << e["greedy_ids"];
+  }
+}
+
+TEST_P(Case, MergedModelGivesPeftsMergedLogitsAndWeights) {
+  const std::string c = GetParam();
+  auto e = expected_of(c);
+  auto slot = base_model(c);
+  const auto base = params_of(*slot->model);
+  std::map<std::string, at::Tensor> before;
+  for (auto& [n, t] : base) before[n] = t.clone();
+  load_adapter(*slot, fixtures() + "/" + c, nullptr);
+  merge_adapter(*slot);
+  Model& model = *slot->model;
+  EXPECT_FALSE(lora::find(lora_root(model)));
+  // A plain model again: the base's names and shapes.
+  auto merged = params_of(model);
+  ASSERT_EQ(merged.size(), base.size()) << c;
+  for (auto& [n, t] : base) EXPECT_TRUE(merged.count(n) && merged[n].sizes() == t.sizes()) << c << ": " << n;
+  c10::NoGradGuard no_grad;
+  TensorDict out = model.forward(batch_of(c, e));
+  const double d = logits_diff(out.at("logits"), e["logits_merged"], e["attention_mask"]);
+  std::printf("%s merged: logits %.3g\n", c.c_str(), d);
+  EXPECT_LE(d, 1e-5) << c;
+  // The tensors that changed are peft's; where the fixture holds them, with peft's values (on-disk layout).
+  std::set<std::string> changed;
+  for (auto& [n, t] : merged)
+    if (!t.equal(before[n])) changed.insert(n);
+  std::set<std::string> want;
+  for (const auto& v : cases().get(c).get("merged_changed").elements()) want.insert(v.as_string());
+  EXPECT_EQ(changed, want) << c;
+  for (const auto& [k, t] : e)
+    if (k.rfind("merged/", 0) == 0) {
+      const std::string n = k.substr(7);
+      ASSERT_TRUE(merged.count(n)) << c << ": " << n;
+      EXPECT_LE(max_diff(merged[n], t), 1e-6) << c << ": " << n;
+    }
+
+  // save_pretrained writes a plain transformers checkpoint: read back, the merged logits.
+  const std::string dir = testing::TempDir() + "/lora_merged_" + c;
+  fs::remove_all(dir);
+  save_pretrained(*slot, dir, "");
+  auto again = hf::from_pretrained(dir, R"({"dtype": "float32"})");
+  EXPECT_EQ(again->state().size(), model.state().size());
+  EXPECT_TRUE(again->forward(batch_of(c, e)).at("logits").equal(out.at("logits"))) << c;
+  fs::remove_all(dir);
+}
+
+TEST_P(Case, SavedAdapterIsPeftsFileAndReloads) {
+  const std::string c = GetParam();
+  auto e = expected_of(c);
+  auto slot = base_model(c);
+  const std::string from = fixtures() + "/" + c;
+  load_adapter(*slot, from, nullptr);
+  const std::string dir = testing::TempDir() + "/lora_saved_" + c;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  config::write_file_atomic(dir + "/README.md", "mine");  // a user's file stays
+  save_adapter(*slot, dir);
+  EXPECT_EQ(config::read_file(dir + "/README.md"), "mine");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 3);
+
+  // The same keys, shapes and values as peft's file.
+  std::map<std::string, at::Tensor> theirs, ours;
+  for (auto& [k, t] : load_safetensors(from + "/adapter_model.safetensors")) theirs[k] = t.clone();
+  for (auto& [k, t] : load_safetensors(dir + "/adapter_model.safetensors")) ours[k] = t.clone();
+  ASSERT_EQ(ours.size(), theirs.size()) << c;
+  for (auto& [k, t] : theirs) {
+    ASSERT_TRUE(ours.count(k)) << c << ": " << k;
+    EXPECT_TRUE(ours[k].equal(t)) << c << ": " << k;
+  }
+  // The header's metadata is peft's {"format": "pt"}.
+  const std::string bytes = config::read_file(dir + "/adapter_model.safetensors");
+  EXPECT_NE(bytes.find(R"("__metadata__":{"format":"pt"})"), std::string::npos);
+
+  // Every field peft writes, keys sorted, and the values that matter equal to peft's.
+  const json::Document mine(config::read_file(dir + "/adapter_config.json"), "ours");
+  const json::Document peft(config::read_file(from + "/adapter_config.json"), "peft's");
+  EXPECT_EQ(mine.root().keys(), peft.root().keys()) << c;
+  auto sorted_keys = mine.root().keys();
+  EXPECT_TRUE(std::is_sorted(sorted_keys.begin(), sorted_keys.end()));
+  for (const auto& key : peft.root().keys()) {
+    json::Value a = mine.root().get(key), b = peft.root().get(key);
+    if (key == "target_modules" && a.is_array()) {  // a Python set: any order
+      std::set<std::string> sa, sb;
+      for (auto& v : a.elements()) sa.insert(v.as_string());
+      for (auto& v : b.elements()) sb.insert(v.as_string());
+      EXPECT_EQ(sa, sb) << c;
+    } else if (key == "modules_to_save" && a.is_array()) {
+      EXPECT_EQ(a.size(), b.size()) << c;
+    } else {
+      EXPECT_EQ(a.text(), b.text()) << c << ": " << key;
+    }
+  }
+
+  // Read back onto a fresh base: the same logits, bit for bit.
+  auto again = base_model(c);
+  load_adapter(*again, dir, nullptr);
+  c10::NoGradGuard no_grad;
+  EXPECT_TRUE(again->model->forward(batch_of(c, e, false)).at("logits").equal(
+      slot->model->forward(batch_of(c, e, false)).at("logits")))
+      << c;
+  fs::remove_all(dir);
+}
+
+TEST_P(Case, AddLoraMakesPeftsParameters) {
+  const std::string c = GetParam();
+  auto slot = base_model(c);
+  const std::string args = cases().get(c).get("lora_config_args").text();
+  add_lora(*slot, args.c_str());
+  std::map<std::string, std::vector<int64_t>> want, got;
+  for (const auto& [n, shape] : cases().get(c).get("trainable_parameters").items()) {
+    std::vector<int64_t> s;
+    for (const auto& d : shape.elements()) s.push_back(d.as_int());
+    want[libacc_name(n)] = s;
+  }
+  for (auto& [n, p] : slot->model->trainable_parameters()) got[n] = p.sizes().vec();
+  EXPECT_EQ(got, want) << c;
+  // A new adapter changes nothing yet (B = 0), unless init_lora_weights is false.
+  auto e = expected_of(c);
+  auto plain = base_model(c);
+  c10::NoGradGuard no_grad;
+  const auto init = cases().get(c).get("lora_config_args").find("init_lora_weights");
+  const bool noop = !init || !init->is_bool() || init->as_bool();
+  if (noop)
+    EXPECT_TRUE(slot->model->forward(batch_of(c, e, false)).at("logits").equal(
+        plain->model->forward(batch_of(c, e, false)).at("logits")))
+        << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Peft, Case, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+/* ------------------------------------------------------------------------------------------ bad input */
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+  return "(no error)";
+}
+
+std::vector<std::string> names_of(Model& m) {
+  std::vector<std::string> v;
+  for (auto& [n, t] : m.state()) v.push_back(n);
+  return v;
+}
+
+TEST(BadInput, TargetsMatchingNothingListTheLinearLayers) {
+  auto slot = base_model("llama_qv");
+  const auto names = names_of(*slot->model);
+  const std::string m = message_of([&] { add_lora(*slot, R"({"target_modules": ["nope"]})"); });
+  EXPECT_NE(m.find("[nope] matched no linear layer"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.layers.0.self_attn.q_proj"), std::string::npos) << m;
+  EXPECT_NE(m.find("lm_head"), std::string::npos) << m;
+  EXPECT_THROW(add_lora(*slot, R"({"target_modules": "q_proj"})"), std::invalid_argument);  // a string is a regex
+  EXPECT_THROW(add_lora(*slot, R"({"target_modules": ["q_proj"], "layers_to_transform": [7]})"), std::invalid_argument);
+  EXPECT_NE(message_of([&] { add_lora(*slot, R"({"target_modules": ["self_attn"]})"); }).find("not a linear layer"),
+            std::string::npos);
+  EXPECT_EQ(names_of(*slot->model), names);
+  for (auto& [n, p] : slot->model->named_parameters()) EXPECT_TRUE(p.requires_grad()) << n;
+}
+
+TEST(BadInput, BadConfigsNameTheKey) {
+  auto slot = base_model("llama_qv");
+  const auto names = names_of(*slot->model);
+  for (const auto& [json, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"r": 0, "target_modules": ["q_proj"]})", "r must be a positive integer"},
+           {R"({"r": -3, "target_modules": ["q_proj"]})", "r must be a positive integer"},
+           {R"({"r": 4, "target_modules": ["q_proj"], "rank_pattern": {"q_proj": 0}})", "rank_pattern.q_proj"},
+           {R"({"target_modules": ["q_proj"], "lora_alhpa": 8})", "unknown LoraConfig field 'lora_alhpa'"},
+           {R"({"target_modules": ["q_proj"], "bias": "some"})", "bias must be"},
+           {R"({"target_modules": ".*", "layers_to_transform": [0]})", "layers_to_transform"},
+           {R"({"target_modules": ["q_proj"], "peft_type": "IA3"})", "IA3"},
+           {R"({"target_modules": "(", "r": 2})", "target_modules"}}) {
+    const std::string m = message_of([&] { add_lora(*slot, json.c_str()); });
+    EXPECT_NE(m.find(key), std::string::npos) << json << " -> " << m;
+  }
+  EXPECT_THROW(add_lora(*slot, R"({"target_modules": ["q_proj"], "use_dora": true})"), UnsupportedError);
+  EXPECT_THROW(add_lora(*slot, R"({"target_modules": ["q_proj"], "init_lora_weights": "pissa"})"), UnsupportedError);
+  EXPECT_EQ(names_of(*slot->model), names);
+  // One adapter at a time; merging without one is a call-order error.
+  EXPECT_THROW(merge_adapter(*slot), StateError);
+  add_lora(*slot, R"({"target_modules": ["q_proj"]})");
+  EXPECT_THROW(add_lora(*slot, R"({"target_modules": ["v_proj"]})"), StateError);
+}
+
+TEST(BadInput, TiedHeadCannotBeSavedOrTargeted) {
+  auto slot = base_model("qwen2_bias_lora_only");
+  EXPECT_THROW(add_lora(*slot, R"({"target_modules": ["q_proj"], "modules_to_save": ["lm_head"]})"), UnsupportedError);
+}
+
+// An adapter whose names or shapes do not fit: an error naming the tensor, and the model unchanged.
+TEST(BadInput, MismatchedAdapterChangesNothing) {
+  const std::string from = fixtures() + "/llama_qv";
+  NamedTensors tensors = load_safetensors(from + "/adapter_model.safetensors");
+  const std::string config = config::read_file(from + "/adapter_config.json");
+  auto write = [&](const std::string& name, const NamedTensors& t, const std::string& cfg) {
+    const std::string dir = testing::TempDir() + "/lora_bad_" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    save_safetensors(t, dir + "/adapter_model.safetensors");
+    config::write_file_atomic(dir + "/adapter_config.json", cfg);
+    return dir;
+  };
+  auto slot = base_model("llama_qv");
+  const auto names = names_of(*slot->model);
+  std::map<std::string, at::Tensor> before;
+  for (auto& [n, t] : slot->model->named_parameters()) before[n] = t.clone();
+  auto unchanged = [&] {
+    EXPECT_EQ(names_of(*slot->model), names);
+    for (auto& [n, t] : slot->model->named_parameters()) {
+      EXPECT_TRUE(t.equal(before[n])) << n;
+      EXPECT_TRUE(t.requires_grad()) << n;
+    }
+  };
+  const std::string key = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight";
+  NamedTensors renamed = tensors, reshaped = tensors, missing, extra = tensors;
+  for (auto& [k, t] : renamed)
+    if (k == key) k = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.wieght";
+  for (auto& [k, t] : reshaped)
+    if (k == key) t = at::zeros({8, 4});
+  for (auto& [k, t] : tensors)
+    if (k != key) missing.emplace_back(k, t);
+  extra.emplace_back("base_model.model.model.layers.0.mlp.up_proj.lora_A.weight", at::zeros({4, 32}));
+  std::string m = message_of([&] { load_adapter(*slot, write("renamed", renamed, config), nullptr); });
+  EXPECT_NE(m.find("lacks '" + key + "'"), std::string::npos) << m;
+  unchanged();
+  m = message_of([&] { load_adapter(*slot, write("reshaped", reshaped, config), nullptr); });
+  EXPECT_NE(m.find("'" + key + "' has shape [8, 4]"), std::string::npos) << m;
+  unchanged();
+  m = message_of([&] { load_adapter(*slot, write("missing", missing, config), nullptr); });
+  EXPECT_NE(m.find(key), std::string::npos) << m;
+  unchanged();
+  m = message_of([&] { load_adapter(*slot, write("extra", extra, config), nullptr); });
+  EXPECT_NE(m.find("holds 'base_model.model.model.layers.0.mlp.up_proj.lora_A.weight'"), std::string::npos) << m;
+  unchanged();
+  // A config that does not fit its tensors (r 8 for tensors of rank 4): the first tensor is named.
+  std::string r8 = config;
+  r8.replace(r8.find("\"r\": 4"), 6, "\"r\": 8");
+  m = message_of([&] { load_adapter(*slot, write("r8", tensors, r8), nullptr); });
+  EXPECT_NE(m.find("has shape [4, 32]"), std::string::npos) << m;
+  EXPECT_NE(m.find("but [8, 32] in the adapter on this model"), std::string::npos) << m;
+  unchanged();
+  // The adapter on a model without those layers: the targets are named with the model's linear layers.
+  auto other = base_model("gpt2_conv1d");
+  m = message_of([&] { load_adapter(*other, from, nullptr); });
+  EXPECT_NE(m.find("matched no linear layer"), std::string::npos) << m;
+  EXPECT_NE(m.find("transformer.h.0.attn.c_attn"), std::string::npos) << m;
+  EXPECT_FALSE(lora::find(lora_root(*other->model)));
+  // A config with an unknown key.
+  std::string bad = config;
+  bad.insert(bad.find('{') + 1, "\n  \"lora_rank\": 4,");
+  m = message_of([&] { load_adapter(*slot, write("config", tensors, bad), nullptr); });
+  EXPECT_NE(m.find("lora_rank"), std::string::npos) << m;
+  unchanged();
+}
+
+TEST(BadInput, SaveWritesNothingHalf) {
+  auto slot = base_model("llama_qv");
+  const std::string dir = testing::TempDir() + "/lora_nothing";
+  fs::remove_all(dir);
+  EXPECT_THROW(save_adapter(*slot, dir), StateError);  // no adapter
+  EXPECT_FALSE(fs::exists(dir));
+  add_lora(*slot, R"({"target_modules": ["q_proj"]})");
+  config::write_file_atomic(dir, "a file where the folder should be");
+  EXPECT_THROW(save_adapter(*slot, dir), std::exception);
+  EXPECT_EQ(config::read_file(dir), "a file where the folder should be");
+  fs::remove(dir);
+}
+
+// The built-in families take adapters too: GPT's Conv1D layers (fan_in_fan_out) and the MLP's Linear layers.
+TEST(BuiltIn, GptAndMlpTakeAdaptersAndMerge) {
+  for (const char* spec : {R"({"type": "gpt", "vocab_size": 50, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16})",
+                           R"({"type": "mlp", "sizes": [6, 12, 3]})"}) {
+    auto slot = std::make_shared<ModelSlot>();
+    slot->model = make_builtin_model(spec);
+    const bool gpt = std::string(spec).find("gpt") != std::string::npos;
+    add_lora(*slot, gpt ? R"({"target_modules": ["c_attn", "c_proj"], "r": 2, "init_lora_weights": false})"
+                        : R"({"target_modules": "all-linear", "r": 2, "init_lora_weights": false})");
+    Model& m = *slot->model;
+    m.train(false);
+    at::Tensor x = gpt ? at::randint(50, {2, 8}, at::kLong) : at::randn({4, 6});
+    TensorDict b{{m.input_name(), x}};
+    c10::NoGradGuard no_grad;
+    at::Tensor adapted = m.forward(b).items().front().second;
+    merge_adapter(*slot);
+    at::Tensor merged = m.forward(b).items().front().second;
+    EXPECT_LE(max_diff(adapted, merged), 1e-5) << spec;
+    EXPECT_FALSE(lora::find(lora_root(m)));
+  }
+}
+
+// A C++ user's torch::nn::Linear cannot take an adapter: the error names it and says what to use.
+TEST(UserModule, TorchLinearIsAClearError) {
+  struct Net : torch::nn::Module {
+    Net() { fc = register_module("fc", torch::nn::Linear(4, 4)); }
+    torch::nn::Linear fc{nullptr};
+  };
+  auto slot = std::make_shared<ModelSlot>();
+  slot->model = std::make_shared<NnModel>(std::make_shared<Net>());
+  const std::string m = message_of([&] { add_lora(*slot, R"({"target_modules": ["fc"]})"); });
+  EXPECT_NE(m.find("'fc' is a torch::nn::Linear"), std::string::npos) << m;
+  EXPECT_NE(m.find("acc::Linear"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace acc::core
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: test_lora SOURCE_ROOT\n");
+    return 2;
+  }
+  acc::core::g_root = argv[1];
+  return RUN_ALL_TESTS();
+}

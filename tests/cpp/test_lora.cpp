@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -264,6 +265,36 @@ TEST_P(Case, AddLoraMakesPeftsParameters) {
     EXPECT_TRUE(slot->model->forward(batch_of(c, e, false)).at("logits").equal(
         plain->model->forward(batch_of(c, e, false)).at("logits")))
         << c;
+}
+
+// For tests/finetune/check_peft_loads.py (ACC_LORA_SAVED=DIR): per case, an adapter libacc made from the case's
+// LoraConfig arguments, its trained tensors moved as make_fixtures.py moved peft's, saved with save_adapter, and beside it
+// libacc_outputs.safetensors with the inputs and libacc's logits. peft must load it onto the base and agree.
+TEST_P(Case, AdapterForPeft) {
+  const char* out = std::getenv("ACC_LORA_SAVED");
+  if (!out) GTEST_SKIP() << "ACC_LORA_SAVED is not set (tests/finetune/check_peft_loads.py sets it)";
+  const std::string c = GetParam();
+  auto slot = base_model(c);
+  add_lora(*slot, cases().get(c).get("lora_config_args").text().c_str());
+  {
+    c10::NoGradGuard no_grad;
+    // As make_fixtures.py: every lora_B N(0, 0.1^2), every other trained tensor (but lora_A) moved by N(0, 0.05^2).
+    for (auto& [n, p] : slot->model->trainable_parameters())
+      if (n.ends_with(".lora_B.weight"))
+        p.copy_(at::randn_like(p) * 0.1);
+      else if (!n.ends_with(".lora_A.weight"))
+        p.add_(at::randn_like(p) * 0.05);
+  }
+  const std::string dir = std::string(out) + "/" + c;
+  save_adapter(*slot, dir);
+  auto e = expected_of(c);
+  TensorDict batch = batch_of(c, e, false);
+  c10::NoGradGuard no_grad;
+  NamedTensors saved;
+  for (const auto& [k, t] : batch.items()) saved.emplace_back(k, t);
+  saved.emplace_back("logits", slot->model->forward(batch).at("logits"));
+  save_safetensors(saved, dir + "/libacc_outputs.safetensors",
+                   {{"base_model_dir", g_root + "/" + cases().get(c).get_string("base_model_dir")}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Peft, Case, testing::ValuesIn(kCases),

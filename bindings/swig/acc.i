@@ -20,7 +20,7 @@
  *   accx_register_for_checkpointing_java and accx_generate_java below (C trampolines calling Java
  *   methods).
  * - The `dir` of acc_save_state / acc_load_state and acc_save_model's `max_shard_size` may be NULL: Go's ""
- *   and Java's null cross as NULL.
+ *   and Java's null cross as NULL. (The adapter calls' `dir` too: libacc then names the NULL.)
  */
 %module raw
 
@@ -845,12 +845,6 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 /* Go: cgo trampolines in bindings/go/acc/generate.go; Java: accx_generate_java. */
 %ignore acc_generate;
 %ignore acc_generate_token_fn;
-/* Declared in 1.2 but not yet defined by libacc (issue 25's LoRA calls land later): wrapping them now would
- * leave the Go package and libacc_jni with undefined references. */
-%ignore acc_model_add_lora;
-%ignore acc_model_load_adapter;
-%ignore acc_model_save_adapter;
-%ignore acc_model_merge_adapter;
 /* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
 %ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */

@@ -1456,3 +1456,87 @@ func TestParamGroups(t *testing.T) {
 	expectErr(t, err, acc.ErrInvalidConfig, "param_groups[0]")
 	must(acc.NewOptimizer(grouped, `{"type": "adamw", "param_groups": "transformers"}`)).Close()
 }
+
+// logits runs a model in eval mode on fixed input ids.
+func logits(t *testing.T, m *acc.Model) []float32 {
+	t.Helper()
+	ok(t, m.SetTraining(false))
+	ids := must(acc.FromInt64([]int64{3, 17, 42, 8, 64, 5}, 1, 6))
+	defer ids.Close()
+	in := must(acc.NewBatch(acc.NamedTensor{Name: "input_ids", Tensor: ids}))
+	defer in.Close()
+	out := must(m.ForwardBatch(in))
+	defer out.Close()
+	l := must(out.Get("logits"))
+	defer l.Close()
+	return must(l.Float32s())
+}
+
+// scenario: lora
+func TestLoRA(t *testing.T) {
+	fixture := hfFixture(t, "llama")
+	lora := map[string]any{"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}
+	a := must(acc.NewAccelerator(`{"seed": 3}`))
+	defer a.Close()
+	m := must(acc.ModelFromPretrained(fixture, nil))
+	defer m.Close()
+	expectErr(t, m.SaveAdapter(t.TempDir()), acc.ErrInvalidState, "no adapter")
+	expectErr(t, m.AddLoRA(`{"r": 0}`), acc.ErrInvalidArgument, "r must be a positive integer")
+	expectErr(t, m.AddLoRA(`{"target_modules": ["nope"]}`), acc.ErrInvalidArgument, "q_proj")
+	ok(t, m.AddLoRA(lora))
+	expectErr(t, m.AddLoRA(lora), acc.ErrInvalidState, "adapter already")
+	start := params(t, m)
+	const loraB = "model.layers.0.self_attn.q_proj.lora_B.weight"
+	if _, has := start["model.layers.0.self_attn.q_proj.lora_A.weight"]; !has {
+		t.Fatalf("no LoRA weights among %d tensors", len(start))
+	}
+
+	// Three AdamW steps: only the adapter moves.
+	o := must(acc.NewOptimizer(m, `{"type": "adamw", "lr": 0.01}`))
+	defer o.Close()
+	ok(t, m.SetTraining(true))
+	ok(t, a.Prepare(m, o, nil, nil))
+	ids := must(acc.FromInt64([]int64{3, 17, 42, 8, 64, 5, 9, 11, 3, 17, 42, 8, 64, 5, 9, 11}, 2, 8))
+	defer ids.Close()
+	b := must(acc.NewBatch(acc.NamedTensor{Name: "input_ids", Tensor: ids}, acc.NamedTensor{Name: "labels", Tensor: ids}))
+	defer b.Close()
+	for step := 0; step < 3; step++ {
+		out := must(m.ForwardBatch(b))
+		ok(t, a.Backward(must(out.Get("loss"))))
+		ok(t, o.Step())
+		ok(t, o.ZeroGrad())
+		out.Close()
+	}
+	trained := params(t, m)
+	const base = "model.layers.0.self_attn.q_proj.weight"
+	if maxDiff(start[base], 1, trained[base]) != 0 || maxDiff(start[loraB], 1, trained[loraB]) == 0 {
+		t.Fatal("the base weight moved, or the adapter did not")
+	}
+	want := logits(t, m)
+
+	// Saved as peft saves it, loaded into a fresh base model: the same logits; merged: still.
+	dir := filepath.Join(t.TempDir(), "adapter")
+	ok(t, m.SaveAdapter(dir))
+	for _, f := range []string{"adapter_config.json", "adapter_model.safetensors"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := must(acc.ModelFromPretrained(fixture, nil))
+	defer fresh.Close()
+	expectErr(t, fresh.LoadAdapter(filepath.Join(dir, "missing"), nil), acc.ErrIO, "missing")
+	ok(t, fresh.LoadAdapter(dir, nil))
+	if d := maxDiff(logits(t, fresh), 1, want); d > 1e-5 {
+		t.Fatalf("the loaded adapter's logits differ by %g", d)
+	}
+	ok(t, fresh.MergeAdapter())
+	if d := maxDiff(logits(t, fresh), 1, want); d > 1e-5 {
+		t.Fatalf("the merged model's logits differ by %g", d)
+	}
+	for name := range params(t, fresh) {
+		if strings.Contains(name, "lora_") {
+			t.Fatalf("%s is left after merging", name)
+		}
+	}
+	expectErr(t, fresh.MergeAdapter(), acc.ErrInvalidState, "no adapter")
+}

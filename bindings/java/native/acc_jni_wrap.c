@@ -3379,6 +3379,82 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1save_1pretrai
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1add_1lora(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  result = (acc_status)acc_model_add_lora(arg1,(char const *)arg2);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1load_1adapter(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jstring jarg3) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char *arg3 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  arg3 = 0;
+  if (jarg3) {
+    arg3 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg3, 0);
+    if (!arg3) return ;
+  }
+  result = (acc_status)acc_model_load_adapter(arg1,(char const *)arg2,(char const *)arg3);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (arg3) (*jenv)->ReleaseStringUTFChars(jenv, jarg3, (const char *)arg3);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1save_1adapter(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  result = (acc_status)acc_model_save_adapter((struct acc_model const *)arg1,(char const *)arg2);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1model_1merge_1adapter(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_model *)(intptr_t)jarg1; 
+  result = (acc_status)acc_model_merge_adapter(arg1);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -185,127 +185,139 @@ typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
 typedef _gostring_ swig_type_154;
 typedef _gostring_ swig_type_155;
-extern void _wrap_Swig_free_raw_150d8a915369b46a(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_raw_150d8a915369b46a(swig_intgo arg1);
-extern swig_voidp _wrap_accx_alloc_raw_150d8a915369b46a(swig_type_1 arg1);
-extern void _wrap_accx_free_raw_150d8a915369b46a(swig_voidp arg1);
-extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_150d8a915369b46a(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
-extern swig_type_5 _wrap_accx_dlpack_bytes_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern void _wrap_accx_dlpack_release_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_6 _wrap_acc_version_raw_150d8a915369b46a(void);
-extern swig_type_7 _wrap_acc_abi_check_raw_150d8a915369b46a(swig_intgo arg1);
-extern swig_type_8 _wrap_acc_build_info_raw_150d8a915369b46a(void);
-extern swig_type_9 _wrap_acc_status_name_raw_150d8a915369b46a(int arg1);
-extern swig_type_10 _wrap_acc_accelerator_create_raw_150d8a915369b46a(swig_type_11 arg1, swig_voidp arg2);
-extern void _wrap_acc_accelerator_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_12 _wrap_acc_process_index_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_13 _wrap_acc_local_process_index_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_14 _wrap_acc_num_processes_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_15 _wrap_acc_is_main_process_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_16 _wrap_acc_is_local_main_process_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_acc_is_last_process_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_acc_device_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_acc_distributed_type_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_acc_config_json_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_21 _wrap_acc_set_seed_raw_150d8a915369b46a(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_type_23 _wrap_acc_wait_for_everyone_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_24 _wrap_acc_main_process_first_begin_raw_150d8a915369b46a(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_25 _wrap_acc_main_process_first_end_raw_150d8a915369b46a(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_26 _wrap_acc_set_trigger_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_27 _wrap_acc_check_trigger_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_28 _wrap_acc_print_raw_150d8a915369b46a(uintptr_t arg1, swig_type_29 arg2);
-extern swig_type_30 _wrap_acc_tensor_from_host_raw_150d8a915369b46a(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
-extern swig_type_33 _wrap_acc_tensor_to_host_raw_150d8a915369b46a(uintptr_t arg1, swig_type_34 arg2);
-extern void _wrap_acc_tensor_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_35 _wrap_acc_tensor_ndim_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_36 _wrap_acc_tensor_shape_raw_150d8a915369b46a(uintptr_t arg1, swig_type_37 arg2);
-extern swig_type_38 _wrap_acc_tensor_numel_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_39 _wrap_acc_tensor_nbytes_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_40 _wrap_acc_tensor_dtype_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_41 _wrap_acc_tensor_item_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_44 _wrap_acc_batch_create_raw_150d8a915369b46a(swig_voidp arg1);
-extern void _wrap_acc_batch_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_45 _wrap_acc_batch_set_raw_150d8a915369b46a(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
-extern swig_type_47 _wrap_acc_batch_count_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_48 _wrap_acc_batch_name_raw_150d8a915369b46a(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
-extern swig_type_50 _wrap_acc_batch_contains_raw_150d8a915369b46a(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
-extern swig_type_52 _wrap_acc_batch_get_raw_150d8a915369b46a(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
-extern swig_type_54 _wrap_acc_model_create_raw_150d8a915369b46a(swig_type_55 arg1, swig_voidp arg2);
-extern swig_type_56 _wrap_acc_model_load_torchscript_raw_150d8a915369b46a(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
-extern swig_type_59 _wrap_acc_model_from_pretrained_raw_150d8a915369b46a(swig_type_60 arg1, swig_type_61 arg2, swig_voidp arg3);
-extern swig_type_62 _wrap_acc_model_from_config_raw_150d8a915369b46a(swig_type_63 arg1, swig_type_64 arg2, swig_voidp arg3);
-extern swig_type_65 _wrap_acc_set_grad_enabled_raw_150d8a915369b46a(swig_intgo arg1, swig_voidp arg2);
-extern swig_type_66 _wrap_acc_model_module_sizes_raw_150d8a915369b46a(uintptr_t arg1, swig_type_67 arg2, swig_voidp arg3);
-extern swig_type_68 _wrap_acc_infer_auto_device_map_raw_150d8a915369b46a(uintptr_t arg1, swig_type_69 arg2, swig_voidp arg3);
-extern void _wrap_acc_model_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_70 _wrap_acc_model_forward_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_71 _wrap_acc_model_forward_batch_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_72 _wrap_acc_model_set_training_raw_150d8a915369b46a(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_73 _wrap_acc_model_num_parameters_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_74 _wrap_acc_model_state_size_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_75 _wrap_acc_model_state_get_raw_150d8a915369b46a(uintptr_t arg1, swig_type_76 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_77 _wrap_acc_model_save_safetensors_raw_150d8a915369b46a(uintptr_t arg1, swig_type_78 arg2);
-extern swig_type_79 _wrap_acc_model_load_safetensors_raw_150d8a915369b46a(uintptr_t arg1, swig_type_80 arg2);
-extern swig_type_81 _wrap_acc_model_set_requires_grad_raw_150d8a915369b46a(uintptr_t arg1, swig_type_82 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_83 _wrap_acc_optimizer_create_raw_150d8a915369b46a(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
-extern void _wrap_acc_optimizer_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_85 _wrap_acc_optimizer_step_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_86 _wrap_acc_optimizer_zero_grad_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_87 _wrap_acc_optimizer_lr_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_88 _wrap_acc_optimizer_step_was_skipped_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_89 _wrap_acc_scheduler_create_raw_150d8a915369b46a(uintptr_t arg1, swig_type_90 arg2, swig_voidp arg3);
-extern void _wrap_acc_scheduler_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_91 _wrap_acc_scheduler_step_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_92 _wrap_acc_scheduler_last_lr_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_93 _wrap_acc_dataset_from_tensors_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_94 _wrap_acc_dataset_from_token_file_raw_150d8a915369b46a(swig_type_95 arg1, swig_type_96 arg2, swig_voidp arg3);
-extern swig_type_97 _wrap_acc_dataset_from_batch_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_acc_dataset_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_98 _wrap_acc_dataset_length_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_99 _wrap_acc_dataset_is_iterable_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_100 _wrap_acc_dataloader_create_raw_150d8a915369b46a(uintptr_t arg1, swig_type_101 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataloader_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_102 _wrap_acc_dataloader_next_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_103 _wrap_acc_dataloader_next_batch_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_acc_dataloader_length_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_105 _wrap_acc_dataloader_set_epoch_raw_150d8a915369b46a(uintptr_t arg1, swig_type_106 arg2);
-extern swig_type_107 _wrap_acc_dataloader_epoch_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_acc_dataloader_end_of_epoch_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_acc_dataloader_remainder_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_acc_dataloader_skip_first_batches_raw_150d8a915369b46a(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
-extern swig_type_112 _wrap_acc_prepare_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_113 _wrap_acc_backward_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_114 _wrap_acc_accumulate_begin_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_115 _wrap_acc_accumulate_end_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_116 _wrap_acc_sync_gradients_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_117 _wrap_acc_grad_scaler_state_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_118 _wrap_acc_clip_grad_norm_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_119 _wrap_acc_clip_grad_value_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_120 _wrap_acc_gather_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_121 _wrap_acc_gather_for_metrics_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_122 _wrap_acc_reduce_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_123 _wrap_acc_broadcast_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_124 _wrap_acc_pad_across_processes_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_125 _wrap_acc_split_between_processes_raw_150d8a915369b46a(uintptr_t arg1, swig_type_126 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_127 _wrap_acc_split_tensor_between_processes_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_128 _wrap_acc_gather_object_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_129 _wrap_acc_broadcast_object_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_130 _wrap_acc_gather_object_for_metrics_raw_150d8a915369b46a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_131 _wrap_acc_bytes_list_create_raw_150d8a915369b46a(swig_voidp arg1);
-extern void _wrap_acc_bytes_list_destroy_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_132 _wrap_acc_bytes_list_append_raw_150d8a915369b46a(uintptr_t arg1, swig_type_133 arg2);
-extern swig_type_134 _wrap_acc_bytes_list_count_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_135 _wrap_acc_bytes_list_get_raw_150d8a915369b46a(uintptr_t arg1, swig_type_136 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_137 _wrap_acc_save_state_raw_150d8a915369b46a(uintptr_t arg1, swig_type_138 arg2);
-extern swig_type_139 _wrap_acc_load_state_raw_150d8a915369b46a(uintptr_t arg1, swig_type_140 arg2);
-extern swig_type_141 _wrap_acc_resume_from_checkpoint_raw_150d8a915369b46a(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_142 _wrap_acc_init_trackers_raw_150d8a915369b46a(uintptr_t arg1, swig_type_143 arg2, swig_type_144 arg3, swig_type_145 arg4);
-extern swig_type_146 _wrap_acc_log_raw_150d8a915369b46a(uintptr_t arg1, swig_type_147 arg2, swig_type_148 arg3);
-extern swig_type_149 _wrap_acc_end_training_raw_150d8a915369b46a(uintptr_t arg1);
-extern swig_type_150 _wrap_acc_save_model_raw_150d8a915369b46a(uintptr_t arg1, swig_type_151 arg2, swig_type_152 arg3);
-extern swig_type_153 _wrap_acc_model_save_pretrained_raw_150d8a915369b46a(uintptr_t arg1, swig_type_154 arg2, swig_type_155 arg3);
+typedef _gostring_ swig_type_156;
+typedef _gostring_ swig_type_157;
+typedef _gostring_ swig_type_158;
+typedef _gostring_ swig_type_159;
+typedef _gostring_ swig_type_160;
+typedef _gostring_ swig_type_161;
+typedef _gostring_ swig_type_162;
+typedef _gostring_ swig_type_163;
+extern void _wrap_Swig_free_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_raw_8e2f259e9ab311e8(swig_intgo arg1);
+extern swig_voidp _wrap_accx_alloc_raw_8e2f259e9ab311e8(swig_type_1 arg1);
+extern void _wrap_accx_free_raw_8e2f259e9ab311e8(swig_voidp arg1);
+extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_8e2f259e9ab311e8(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
+extern swig_type_5 _wrap_accx_dlpack_bytes_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern void _wrap_accx_dlpack_release_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_6 _wrap_acc_version_raw_8e2f259e9ab311e8(void);
+extern swig_type_7 _wrap_acc_abi_check_raw_8e2f259e9ab311e8(swig_intgo arg1);
+extern swig_type_8 _wrap_acc_build_info_raw_8e2f259e9ab311e8(void);
+extern swig_type_9 _wrap_acc_status_name_raw_8e2f259e9ab311e8(int arg1);
+extern swig_type_10 _wrap_acc_accelerator_create_raw_8e2f259e9ab311e8(swig_type_11 arg1, swig_voidp arg2);
+extern void _wrap_acc_accelerator_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_12 _wrap_acc_process_index_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_13 _wrap_acc_local_process_index_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_acc_num_processes_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_15 _wrap_acc_is_main_process_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_16 _wrap_acc_is_local_main_process_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_acc_is_last_process_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_acc_device_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_acc_distributed_type_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_acc_config_json_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_21 _wrap_acc_set_seed_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_22 arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_type_23 _wrap_acc_wait_for_everyone_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_24 _wrap_acc_main_process_first_begin_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_25 _wrap_acc_main_process_first_end_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_26 _wrap_acc_set_trigger_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_27 _wrap_acc_check_trigger_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_28 _wrap_acc_print_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_29 arg2);
+extern swig_type_30 _wrap_acc_tensor_from_host_raw_8e2f259e9ab311e8(swig_type_31 arg1, swig_intgo arg2, swig_type_32 arg3, swig_voidp arg4);
+extern swig_type_33 _wrap_acc_tensor_to_host_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_34 arg2);
+extern void _wrap_acc_tensor_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_35 _wrap_acc_tensor_ndim_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_36 _wrap_acc_tensor_shape_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_37 arg2);
+extern swig_type_38 _wrap_acc_tensor_numel_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_39 _wrap_acc_tensor_nbytes_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_40 _wrap_acc_tensor_dtype_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_41 _wrap_acc_tensor_item_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_42 _wrap_acc_tensor_from_dlpack_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_43 _wrap_acc_tensor_to_dlpack_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_44 _wrap_acc_batch_create_raw_8e2f259e9ab311e8(swig_voidp arg1);
+extern void _wrap_acc_batch_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_45 _wrap_acc_batch_set_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_46 arg2, uintptr_t arg3);
+extern swig_type_47 _wrap_acc_batch_count_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_48 _wrap_acc_batch_name_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_49 arg2, swig_voidp arg3);
+extern swig_type_50 _wrap_acc_batch_contains_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_51 arg2, swig_voidp arg3);
+extern swig_type_52 _wrap_acc_batch_get_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_53 arg2, swig_voidp arg3);
+extern swig_type_54 _wrap_acc_model_create_raw_8e2f259e9ab311e8(swig_type_55 arg1, swig_voidp arg2);
+extern swig_type_56 _wrap_acc_model_load_torchscript_raw_8e2f259e9ab311e8(swig_type_57 arg1, swig_type_58 arg2, swig_voidp arg3);
+extern swig_type_59 _wrap_acc_model_from_pretrained_raw_8e2f259e9ab311e8(swig_type_60 arg1, swig_type_61 arg2, swig_voidp arg3);
+extern swig_type_62 _wrap_acc_model_from_config_raw_8e2f259e9ab311e8(swig_type_63 arg1, swig_type_64 arg2, swig_voidp arg3);
+extern swig_type_65 _wrap_acc_set_grad_enabled_raw_8e2f259e9ab311e8(swig_intgo arg1, swig_voidp arg2);
+extern swig_type_66 _wrap_acc_model_module_sizes_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_67 arg2, swig_voidp arg3);
+extern swig_type_68 _wrap_acc_infer_auto_device_map_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_69 arg2, swig_voidp arg3);
+extern void _wrap_acc_model_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_70 _wrap_acc_model_forward_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_71 _wrap_acc_model_forward_batch_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_72 _wrap_acc_model_set_training_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_73 _wrap_acc_model_num_parameters_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_74 _wrap_acc_model_state_size_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_75 _wrap_acc_model_state_get_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_76 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_77 _wrap_acc_model_save_safetensors_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_78 arg2);
+extern swig_type_79 _wrap_acc_model_load_safetensors_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_80 arg2);
+extern swig_type_81 _wrap_acc_model_set_requires_grad_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_82 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_83 _wrap_acc_optimizer_create_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
+extern void _wrap_acc_optimizer_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_85 _wrap_acc_optimizer_step_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_86 _wrap_acc_optimizer_zero_grad_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_87 _wrap_acc_optimizer_lr_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_88 _wrap_acc_optimizer_step_was_skipped_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_89 _wrap_acc_scheduler_create_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_90 arg2, swig_voidp arg3);
+extern void _wrap_acc_scheduler_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_91 _wrap_acc_scheduler_step_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_92 _wrap_acc_scheduler_last_lr_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_93 _wrap_acc_dataset_from_tensors_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_94 _wrap_acc_dataset_from_token_file_raw_8e2f259e9ab311e8(swig_type_95 arg1, swig_type_96 arg2, swig_voidp arg3);
+extern swig_type_97 _wrap_acc_dataset_from_batch_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_acc_dataset_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_98 _wrap_acc_dataset_length_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_99 _wrap_acc_dataset_is_iterable_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_100 _wrap_acc_dataloader_create_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_101 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataloader_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_102 _wrap_acc_dataloader_next_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_103 _wrap_acc_dataloader_next_batch_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_104 _wrap_acc_dataloader_length_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_acc_dataloader_set_epoch_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_106 arg2);
+extern swig_type_107 _wrap_acc_dataloader_epoch_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_acc_dataloader_end_of_epoch_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_acc_dataloader_remainder_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_acc_dataloader_skip_first_batches_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
+extern swig_type_112 _wrap_acc_prepare_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_113 _wrap_acc_backward_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_114 _wrap_acc_accumulate_begin_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_115 _wrap_acc_accumulate_end_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_116 _wrap_acc_sync_gradients_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_117 _wrap_acc_grad_scaler_state_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_118 _wrap_acc_clip_grad_norm_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_119 _wrap_acc_clip_grad_value_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_120 _wrap_acc_gather_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_121 _wrap_acc_gather_for_metrics_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_122 _wrap_acc_reduce_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_123 _wrap_acc_broadcast_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_124 _wrap_acc_pad_across_processes_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_125 _wrap_acc_split_between_processes_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_126 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_127 _wrap_acc_split_tensor_between_processes_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_128 _wrap_acc_gather_object_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_129 _wrap_acc_broadcast_object_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_130 _wrap_acc_gather_object_for_metrics_raw_8e2f259e9ab311e8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_131 _wrap_acc_bytes_list_create_raw_8e2f259e9ab311e8(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_132 _wrap_acc_bytes_list_append_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_133 arg2);
+extern swig_type_134 _wrap_acc_bytes_list_count_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_135 _wrap_acc_bytes_list_get_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_136 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_137 _wrap_acc_save_state_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_138 arg2);
+extern swig_type_139 _wrap_acc_load_state_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_140 arg2);
+extern swig_type_141 _wrap_acc_resume_from_checkpoint_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_142 _wrap_acc_init_trackers_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_143 arg2, swig_type_144 arg3, swig_type_145 arg4);
+extern swig_type_146 _wrap_acc_log_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_147 arg2, swig_type_148 arg3);
+extern swig_type_149 _wrap_acc_end_training_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_150 _wrap_acc_save_model_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_151 arg2, swig_type_152 arg3);
+extern swig_type_153 _wrap_acc_model_save_pretrained_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_154 arg2, swig_type_155 arg3);
+extern swig_type_156 _wrap_acc_model_add_lora_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_157 arg2);
+extern swig_type_158 _wrap_acc_model_load_adapter_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_159 arg2, swig_type_160 arg3);
+extern swig_type_161 _wrap_acc_model_save_adapter_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_162 arg2);
+extern swig_type_163 _wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(uintptr_t arg1);
 #undef intgo
 */
 import "C"
@@ -348,13 +360,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_150d8a915369b46a(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_8e2f259e9ab311e8(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -383,13 +395,13 @@ func newStatusError(s string) error {
 func Accx_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_150d8a915369b46a(C.swig_type_1(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_8e2f259e9ab311e8(C.swig_type_1(_swig_i_0)))
 	return swig_r
 }
 
 func Accx_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_accx_free_raw_150d8a915369b46a(C.swig_voidp(_swig_i_0))
+	C._wrap_accx_free_raw_8e2f259e9ab311e8(C.swig_voidp(_swig_i_0))
 }
 
 func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []int64, arg5 *uintptr) (_swig_ret error) {
@@ -399,7 +411,7 @@ func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []in
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_150d8a915369b46a(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_8e2f259e9ab311e8(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
@@ -418,7 +430,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_dlpack_bytes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_dlpack_bytes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -431,7 +443,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 
 func Accx_dlpack_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_accx_dlpack_release_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_accx_dlpack_release_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 const ACC_VERSION_MAJOR int = 1
@@ -465,7 +477,7 @@ const ACC_REDUCE_MAX int = 2
 
 func Acc_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_version_raw_150d8a915369b46a()
+	swig_r_p := C._wrap_acc_version_raw_8e2f259e9ab311e8()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -475,7 +487,7 @@ func Acc_version() (_swig_ret string) {
 func Acc_abi_check(arg1 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_abi_check_raw_150d8a915369b46a(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_acc_abi_check_raw_8e2f259e9ab311e8(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -488,7 +500,7 @@ func Acc_abi_check(arg1 int) (_swig_ret error) {
 
 func Acc_build_info() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_build_info_raw_150d8a915369b46a()
+	swig_r_p := C._wrap_acc_build_info_raw_8e2f259e9ab311e8()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -498,7 +510,7 @@ func Acc_build_info() (_swig_ret string) {
 func Acc_status_name(arg1 int32) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_status_name_raw_150d8a915369b46a(C.int(_swig_i_0))
+	swig_r_p := C._wrap_acc_status_name_raw_8e2f259e9ab311e8(C.int(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -509,7 +521,7 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accelerator_create_raw_150d8a915369b46a(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_accelerator_create_raw_8e2f259e9ab311e8(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -525,14 +537,14 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_accelerator_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_accelerator_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_accelerator_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_process_index_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_process_index_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -547,7 +559,7 @@ func Acc_local_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_local_process_index_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_local_process_index_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -562,7 +574,7 @@ func Acc_num_processes(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_num_processes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_num_processes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -577,7 +589,7 @@ func Acc_is_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_main_process_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_main_process_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -592,7 +604,7 @@ func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_local_main_process_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_local_main_process_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -607,7 +619,7 @@ func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_last_process_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_last_process_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -622,7 +634,7 @@ func Acc_device(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_device_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_device_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -640,7 +652,7 @@ func Acc_distributed_type(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_distributed_type_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_distributed_type_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -658,7 +670,7 @@ func Acc_config_json(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_config_json_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_config_json_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -678,7 +690,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_set_seed_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_acc_set_seed_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_22(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -692,7 +704,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_wait_for_everyone_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_wait_for_everyone_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -707,7 +719,7 @@ func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_begin_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_begin_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -722,7 +734,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_end_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_end_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -736,7 +748,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_set_trigger_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_set_trigger_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -751,7 +763,7 @@ func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_check_trigger_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_check_trigger_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -766,7 +778,7 @@ func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_print_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_print_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -786,7 +798,7 @@ func Acc_tensor_from_host(arg1 []byte, arg2 int, arg3 []int64, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_tensor_from_host_raw_150d8a915369b46a(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_tensor_from_host_raw_8e2f259e9ab311e8(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -807,7 +819,7 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_host_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_to_host_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -823,14 +835,14 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 
 func Acc_tensor_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tensor_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tensor_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tensor_ndim(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_ndim_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_ndim_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -845,7 +857,7 @@ func Acc_tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_shape_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_shape_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -863,7 +875,7 @@ func Acc_tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_numel_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_numel_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -878,7 +890,7 @@ func Acc_tensor_nbytes(arg1 uintptr, arg2 *uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_nbytes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_nbytes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -893,7 +905,7 @@ func Acc_tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_dtype_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_dtype_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -908,7 +920,7 @@ func Acc_tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_item_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_item_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -923,7 +935,7 @@ func Acc_tensor_from_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -938,7 +950,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -952,7 +964,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_batch_create_raw_150d8a915369b46a(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_batch_create_raw_8e2f259e9ab311e8(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -965,7 +977,7 @@ func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_batch_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_batch_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_batch_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
@@ -973,7 +985,7 @@ func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_set_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_set_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -991,7 +1003,7 @@ func Acc_batch_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_batch_count_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_batch_count_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1007,7 +1019,7 @@ func Acc_batch_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_name_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_name_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_49(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1026,7 +1038,7 @@ func Acc_batch_contains(arg1 uintptr, arg2 string, arg3 *int32) (_swig_ret error
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_contains_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_contains_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1045,7 +1057,7 @@ func Acc_batch_get(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_get_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_get_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1063,7 +1075,7 @@ func Acc_model_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_create_raw_150d8a915369b46a(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_create_raw_8e2f259e9ab311e8(*(*C.swig_type_55)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1082,7 +1094,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_torchscript_raw_150d8a915369b46a(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_load_torchscript_raw_8e2f259e9ab311e8(*(*C.swig_type_57)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1104,7 +1116,7 @@ func Acc_model_from_pretrained(arg1 string, arg2 string, arg3 *uintptr) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_from_pretrained_raw_150d8a915369b46a(*(*C.swig_type_60)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_from_pretrained_raw_8e2f259e9ab311e8(*(*C.swig_type_60)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1126,7 +1138,7 @@ func Acc_model_from_config(arg1 string, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_from_config_raw_150d8a915369b46a(*(*C.swig_type_63)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_64)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_from_config_raw_8e2f259e9ab311e8(*(*C.swig_type_63)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_64)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1147,7 +1159,7 @@ func Acc_set_grad_enabled(arg1 int, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_set_grad_enabled_raw_150d8a915369b46a(C.swig_intgo(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_set_grad_enabled_raw_8e2f259e9ab311e8(C.swig_intgo(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1163,7 +1175,7 @@ func Acc_model_module_sizes(arg1 uintptr, arg2 string, arg3 *string) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_module_sizes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_module_sizes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1185,7 +1197,7 @@ func Acc_infer_auto_device_map(arg1 uintptr, arg2 string, arg3 *string) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_infer_auto_device_map_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_infer_auto_device_map_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1204,7 +1216,7 @@ func Acc_infer_auto_device_map(arg1 uintptr, arg2 string, arg3 *string) (_swig_r
 
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_model_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_model_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, arg5 *uintptr) (_swig_ret error) {
@@ -1214,7 +1226,7 @@ func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_model_forward_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_model_forward_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1230,7 +1242,7 @@ func Acc_model_forward_batch(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_forward_batch_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_forward_batch_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1245,7 +1257,7 @@ func Acc_model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_set_training_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_set_training_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1260,7 +1272,7 @@ func Acc_model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_num_parameters_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_num_parameters_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1275,7 +1287,7 @@ func Acc_model_state_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_state_size_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_state_size_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1292,7 +1304,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_76(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_76(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1310,7 +1322,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_78)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_78)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1328,7 +1340,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_80)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_80)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1348,7 +1360,7 @@ func Acc_model_set_requires_grad(arg1 uintptr, arg2 string, arg3 int, arg4 *int6
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_set_requires_grad_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_set_requires_grad_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1367,7 +1379,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1383,13 +1395,13 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_optimizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_optimizer_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_optimizer_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_step_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_step_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1403,7 +1415,7 @@ func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 func Acc_optimizer_zero_grad(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1418,7 +1430,7 @@ func Acc_optimizer_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_lr_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_lr_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1433,7 +1445,7 @@ func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1449,7 +1461,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_90)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_90)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1465,13 +1477,13 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_scheduler_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_scheduler_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_scheduler_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_scheduler_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_scheduler_step_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_scheduler_step_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1486,7 +1498,7 @@ func Acc_scheduler_last_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1502,7 +1514,7 @@ func Acc_dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1518,7 +1530,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_150d8a915369b46a(*(*C.swig_type_95)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_8e2f259e9ab311e8(*(*C.swig_type_95)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1539,7 +1551,7 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_from_batch_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_from_batch_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1552,14 +1564,14 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_dataset_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataset_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataset_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataset_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_length_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_length_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1574,7 +1586,7 @@ func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1590,7 +1602,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1606,7 +1618,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 
 func Acc_dataloader_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataloader_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataloader_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32) (_swig_ret error) {
@@ -1615,7 +1627,7 @@ func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_dataloader_next_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_dataloader_next_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1630,7 +1642,7 @@ func Acc_dataloader_next_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1645,7 +1657,7 @@ func Acc_dataloader_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_length_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_length_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1660,7 +1672,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_106(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_106(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1675,7 +1687,7 @@ func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_epoch_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1690,7 +1702,7 @@ func Acc_dataloader_end_of_epoch(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1705,7 +1717,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_remainder_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1721,7 +1733,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1739,7 +1751,7 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_prepare_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
+	swig_r_p := C._wrap_acc_prepare_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1754,7 +1766,7 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_backward_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_backward_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1769,7 +1781,7 @@ func Acc_accumulate_begin(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_begin_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_begin_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1784,7 +1796,7 @@ func Acc_accumulate_end(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_end_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_end_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1799,7 +1811,7 @@ func Acc_sync_gradients(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_sync_gradients_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_sync_gradients_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1815,7 +1827,7 @@ func Acc_grad_scaler_state(arg1 uintptr, arg2 *float64, arg3 *int64) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_grad_scaler_state_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_grad_scaler_state_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1833,7 +1845,7 @@ func Acc_clip_grad_norm(arg1 uintptr, arg2 uintptr, arg3 float64, arg4 float64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_clip_grad_norm_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_clip_grad_norm_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1849,7 +1861,7 @@ func Acc_clip_grad_value(arg1 uintptr, arg2 uintptr, arg3 float64) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_clip_grad_value_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_acc_clip_grad_value_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1865,7 +1877,7 @@ func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1881,7 +1893,7 @@ func Acc_gather_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_for_metrics_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_for_metrics_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1898,7 +1910,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_reduce_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_reduce_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1915,7 +1927,7 @@ func Acc_broadcast(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1934,7 +1946,7 @@ func Acc_pad_across_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 float64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_pad_across_processes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_pad_across_processes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1953,7 +1965,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_126(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_126(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1970,7 +1982,7 @@ func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1986,7 +1998,7 @@ func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2003,7 +2015,7 @@ func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_object_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_object_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2019,7 +2031,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2033,7 +2045,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_bytes_list_create_raw_150d8a915369b46a(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_8e2f259e9ab311e8(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2046,14 +2058,14 @@ func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_bytes_list_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_bytes_list_destroy_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_bytes_list_destroy_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2071,7 +2083,7 @@ func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_count_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2088,7 +2100,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_type_136(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_type_136(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2103,7 +2115,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_138)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2121,7 +2133,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2139,7 +2151,7 @@ func Acc_resume_from_checkpoint(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2156,7 +2168,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_144)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_144)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2181,7 +2193,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_147)(unsafe.Pointer(&_swig_i_1)), C.swig_type_148(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_147)(unsafe.Pointer(&_swig_i_1)), C.swig_type_148(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2198,7 +2210,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 func Acc_end_training(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_end_training_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_end_training_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2214,7 +2226,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_151)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_152)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_151)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_152)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2236,7 +2248,7 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_save_pretrained_raw_150d8a915369b46a(C.uintptr_t(_swig_i_0), *(*C.swig_type_154)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_155)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_save_pretrained_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_154)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_155)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2244,6 +2256,78 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_add_lora(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_model_add_lora_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_157)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_load_adapter(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_model_load_adapter_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_159)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_160)(unsafe.Pointer(&_swig_i_2)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_save_adapter(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_model_save_adapter_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_162)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_model_merge_adapter(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
 		swig_r_1 = nil

@@ -403,7 +403,7 @@ static _gostring_ accx_status_string(acc_status code, const char* message) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_raw_150d8a915369b46a(void *_swig_go_0) {
+void _wrap_Swig_free_raw_8e2f259e9ab311e8(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -413,7 +413,7 @@ void _wrap_Swig_free_raw_150d8a915369b46a(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_raw_150d8a915369b46a(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_raw_8e2f259e9ab311e8(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -426,7 +426,7 @@ void *_wrap_Swig_malloc_raw_150d8a915369b46a(intgo _swig_go_0) {
 }
 
 
-void *_wrap_accx_alloc_raw_150d8a915369b46a(long long _swig_go_0) {
+void *_wrap_accx_alloc_raw_8e2f259e9ab311e8(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -439,7 +439,7 @@ void *_wrap_accx_alloc_raw_150d8a915369b46a(long long _swig_go_0) {
 }
 
 
-void _wrap_accx_free_raw_150d8a915369b46a(void *_swig_go_0) {
+void _wrap_accx_free_raw_8e2f259e9ab311e8(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -449,7 +449,7 @@ void _wrap_accx_free_raw_150d8a915369b46a(void *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_accx_tensor_from_alloc_raw_150d8a915369b46a(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_accx_tensor_from_alloc_raw_8e2f259e9ab311e8(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -475,7 +475,7 @@ _gostring_ _wrap_accx_tensor_from_alloc_raw_150d8a915369b46a(void *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_accx_dlpack_bytes_raw_150d8a915369b46a(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_accx_dlpack_bytes_raw_8e2f259e9ab311e8(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   void **arg2 = (void **) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -496,7 +496,7 @@ _gostring_ _wrap_accx_dlpack_bytes_raw_150d8a915369b46a(struct DLManagedTensorVe
 }
 
 
-void _wrap_accx_dlpack_release_raw_150d8a915369b46a(struct DLManagedTensorVersioned *_swig_go_0) {
+void _wrap_accx_dlpack_release_raw_8e2f259e9ab311e8(struct DLManagedTensorVersioned *_swig_go_0) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   
   arg1 = (struct DLManagedTensorVersioned *)_swig_go_0; 
@@ -506,7 +506,7 @@ void _wrap_accx_dlpack_release_raw_150d8a915369b46a(struct DLManagedTensorVersio
 }
 
 
-_gostring_ _wrap_acc_version_raw_150d8a915369b46a() {
+_gostring_ _wrap_acc_version_raw_8e2f259e9ab311e8() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -517,7 +517,7 @@ _gostring_ _wrap_acc_version_raw_150d8a915369b46a() {
 }
 
 
-_gostring_ _wrap_acc_abi_check_raw_150d8a915369b46a(intgo _swig_go_0) {
+_gostring_ _wrap_acc_abi_check_raw_8e2f259e9ab311e8(intgo _swig_go_0) {
   int32_t arg1 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -534,7 +534,7 @@ _gostring_ _wrap_acc_abi_check_raw_150d8a915369b46a(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_build_info_raw_150d8a915369b46a() {
+_gostring_ _wrap_acc_build_info_raw_8e2f259e9ab311e8() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -545,7 +545,7 @@ _gostring_ _wrap_acc_build_info_raw_150d8a915369b46a() {
 }
 
 
-_gostring_ _wrap_acc_status_name_raw_150d8a915369b46a(int _swig_go_0) {
+_gostring_ _wrap_acc_status_name_raw_8e2f259e9ab311e8(int _swig_go_0) {
   acc_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -558,7 +558,7 @@ _gostring_ _wrap_acc_status_name_raw_150d8a915369b46a(int _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_accelerator_create_raw_150d8a915369b46a(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
+_gostring_ _wrap_acc_accelerator_create_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_accelerator **arg2 = (acc_accelerator **) 0 ;
   acc_status result;
@@ -582,7 +582,7 @@ _gostring_ _wrap_acc_accelerator_create_raw_150d8a915369b46a(_gostring_ _swig_go
 }
 
 
-void _wrap_acc_accelerator_destroy_raw_150d8a915369b46a(acc_accelerator *_swig_go_0) {
+void _wrap_acc_accelerator_destroy_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   
   arg1 = (acc_accelerator *)_swig_go_0; 
@@ -592,7 +592,7 @@ void _wrap_acc_accelerator_destroy_raw_150d8a915369b46a(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_process_index_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_process_index_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -611,7 +611,7 @@ _gostring_ _wrap_acc_process_index_raw_150d8a915369b46a(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_local_process_index_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_local_process_index_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -630,7 +630,7 @@ _gostring_ _wrap_acc_local_process_index_raw_150d8a915369b46a(acc_accelerator *_
 }
 
 
-_gostring_ _wrap_acc_num_processes_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_num_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -649,7 +649,7 @@ _gostring_ _wrap_acc_num_processes_raw_150d8a915369b46a(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_is_main_process_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_main_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -668,7 +668,7 @@ _gostring_ _wrap_acc_is_main_process_raw_150d8a915369b46a(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_is_local_main_process_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_local_main_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -687,7 +687,7 @@ _gostring_ _wrap_acc_is_local_main_process_raw_150d8a915369b46a(acc_accelerator 
 }
 
 
-_gostring_ _wrap_acc_is_last_process_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_last_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -706,7 +706,7 @@ _gostring_ _wrap_acc_is_last_process_raw_150d8a915369b46a(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_device_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_device_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -727,7 +727,7 @@ _gostring_ _wrap_acc_device_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_acc_distributed_type_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_distributed_type_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -748,7 +748,7 @@ _gostring_ _wrap_acc_distributed_type_raw_150d8a915369b46a(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_config_json_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_config_json_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -769,7 +769,7 @@ _gostring_ _wrap_acc_config_json_raw_150d8a915369b46a(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_set_seed_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+_gostring_ _wrap_acc_set_seed_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   uint64_t arg2 ;
   int32_t arg3 ;
@@ -792,7 +792,7 @@ _gostring_ _wrap_acc_set_seed_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_wait_for_everyone_raw_150d8a915369b46a(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_wait_for_everyone_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -809,7 +809,7 @@ _gostring_ _wrap_acc_wait_for_everyone_raw_150d8a915369b46a(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_main_process_first_begin_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_main_process_first_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -828,7 +828,7 @@ _gostring_ _wrap_acc_main_process_first_begin_raw_150d8a915369b46a(acc_accelerat
 }
 
 
-_gostring_ _wrap_acc_main_process_first_end_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_main_process_first_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -847,7 +847,7 @@ _gostring_ _wrap_acc_main_process_first_end_raw_150d8a915369b46a(acc_accelerator
 }
 
 
-_gostring_ _wrap_acc_set_trigger_raw_150d8a915369b46a(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_set_trigger_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -864,7 +864,7 @@ _gostring_ _wrap_acc_set_trigger_raw_150d8a915369b46a(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_check_trigger_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_check_trigger_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -883,7 +883,7 @@ _gostring_ _wrap_acc_check_trigger_raw_150d8a915369b46a(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_print_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_print_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -907,7 +907,7 @@ _gostring_ _wrap_acc_print_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_acc_tensor_from_host_raw_150d8a915369b46a(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_tensor_from_host_raw_8e2f259e9ab311e8(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -932,7 +932,7 @@ _gostring_ _wrap_acc_tensor_from_host_raw_150d8a915369b46a(_goslice_ _swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_tensor_to_host_raw_150d8a915369b46a(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_host_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -952,7 +952,7 @@ _gostring_ _wrap_acc_tensor_to_host_raw_150d8a915369b46a(acc_tensor *_swig_go_0,
 }
 
 
-void _wrap_acc_tensor_destroy_raw_150d8a915369b46a(acc_tensor *_swig_go_0) {
+void _wrap_acc_tensor_destroy_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   
   arg1 = (acc_tensor *)_swig_go_0; 
@@ -962,7 +962,7 @@ void _wrap_acc_tensor_destroy_raw_150d8a915369b46a(acc_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_tensor_ndim_raw_150d8a915369b46a(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_ndim_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -981,7 +981,7 @@ _gostring_ _wrap_acc_tensor_ndim_raw_150d8a915369b46a(acc_tensor *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_acc_tensor_shape_raw_150d8a915369b46a(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_shape_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int32_t arg3 ;
@@ -1001,7 +1001,7 @@ _gostring_ _wrap_acc_tensor_shape_raw_150d8a915369b46a(acc_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_acc_tensor_numel_raw_150d8a915369b46a(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_numel_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1020,7 +1020,7 @@ _gostring_ _wrap_acc_tensor_numel_raw_150d8a915369b46a(acc_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_acc_tensor_nbytes_raw_150d8a915369b46a(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_nbytes_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   size_t *arg2 = (size_t *) 0 ;
   acc_status result;
@@ -1039,7 +1039,7 @@ _gostring_ _wrap_acc_tensor_nbytes_raw_150d8a915369b46a(acc_tensor *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_tensor_dtype_raw_150d8a915369b46a(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_dtype_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_dtype *arg2 = (acc_dtype *) 0 ;
   acc_status result;
@@ -1058,7 +1058,7 @@ _gostring_ _wrap_acc_tensor_dtype_raw_150d8a915369b46a(acc_tensor *_swig_go_0, i
 }
 
 
-_gostring_ _wrap_acc_tensor_item_raw_150d8a915369b46a(acc_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_item_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, double *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1077,7 +1077,7 @@ _gostring_ _wrap_acc_tensor_item_raw_150d8a915369b46a(acc_tensor *_swig_go_0, do
 }
 
 
-_gostring_ _wrap_acc_tensor_from_dlpack_raw_150d8a915369b46a(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_from_dlpack_raw_8e2f259e9ab311e8(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_status result;
@@ -1096,7 +1096,7 @@ _gostring_ _wrap_acc_tensor_from_dlpack_raw_150d8a915369b46a(struct DLManagedTen
 }
 
 
-_gostring_ _wrap_acc_tensor_to_dlpack_raw_150d8a915369b46a(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_dlpack_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   struct DLManagedTensorVersioned **arg2 = (struct DLManagedTensorVersioned **) 0 ;
   acc_status result;
@@ -1115,7 +1115,7 @@ _gostring_ _wrap_acc_tensor_to_dlpack_raw_150d8a915369b46a(acc_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_batch_create_raw_150d8a915369b46a(acc_batch **_swig_go_0) {
+_gostring_ _wrap_acc_batch_create_raw_8e2f259e9ab311e8(acc_batch **_swig_go_0) {
   acc_batch **arg1 = (acc_batch **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1132,7 +1132,7 @@ _gostring_ _wrap_acc_batch_create_raw_150d8a915369b46a(acc_batch **_swig_go_0) {
 }
 
 
-void _wrap_acc_batch_destroy_raw_150d8a915369b46a(acc_batch *_swig_go_0) {
+void _wrap_acc_batch_destroy_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   
   arg1 = (acc_batch *)_swig_go_0; 
@@ -1142,7 +1142,7 @@ void _wrap_acc_batch_destroy_raw_150d8a915369b46a(acc_batch *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_batch_set_raw_150d8a915369b46a(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor *_swig_go_2) {
+_gostring_ _wrap_acc_batch_set_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor *_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1168,7 +1168,7 @@ _gostring_ _wrap_acc_batch_set_raw_150d8a915369b46a(acc_batch *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_batch_count_raw_150d8a915369b46a(acc_batch *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_batch_count_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, long long *_swig_go_1) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1187,7 +1187,7 @@ _gostring_ _wrap_acc_batch_count_raw_150d8a915369b46a(acc_batch *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_acc_batch_name_raw_150d8a915369b46a(acc_batch *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_batch_name_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -1210,7 +1210,7 @@ _gostring_ _wrap_acc_batch_name_raw_150d8a915369b46a(acc_batch *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_acc_batch_contains_raw_150d8a915369b46a(acc_batch *_swig_go_0, _gostring_ _swig_go_1, int *_swig_go_2) {
+_gostring_ _wrap_acc_batch_contains_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gostring_ _swig_go_1, int *_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1236,7 +1236,7 @@ _gostring_ _wrap_acc_batch_contains_raw_150d8a915369b46a(acc_batch *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_batch_get_raw_150d8a915369b46a(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_batch_get_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor **_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -1262,7 +1262,7 @@ _gostring_ _wrap_acc_batch_get_raw_150d8a915369b46a(acc_batch *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_model_create_raw_150d8a915369b46a(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
+_gostring_ _wrap_acc_model_create_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_model **arg2 = (acc_model **) 0 ;
   acc_status result;
@@ -1286,7 +1286,7 @@ _gostring_ _wrap_acc_model_create_raw_150d8a915369b46a(_gostring_ _swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_model_load_torchscript_raw_150d8a915369b46a(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_load_torchscript_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1317,7 +1317,7 @@ _gostring_ _wrap_acc_model_load_torchscript_raw_150d8a915369b46a(_gostring_ _swi
 }
 
 
-_gostring_ _wrap_acc_model_from_pretrained_raw_150d8a915369b46a(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_from_pretrained_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1349,7 +1349,7 @@ _gostring_ _wrap_acc_model_from_pretrained_raw_150d8a915369b46a(_gostring_ _swig
 }
 
 
-_gostring_ _wrap_acc_model_from_config_raw_150d8a915369b46a(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_from_config_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1380,7 +1380,7 @@ _gostring_ _wrap_acc_model_from_config_raw_150d8a915369b46a(_gostring_ _swig_go_
 }
 
 
-_gostring_ _wrap_acc_set_grad_enabled_raw_150d8a915369b46a(intgo _swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_set_grad_enabled_raw_8e2f259e9ab311e8(intgo _swig_go_0, int *_swig_go_1) {
   int32_t arg1 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1399,7 +1399,7 @@ _gostring_ _wrap_acc_set_grad_enabled_raw_150d8a915369b46a(intgo _swig_go_0, int
 }
 
 
-_gostring_ _wrap_acc_model_module_sizes_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_model_module_sizes_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char **arg3 = (char **) 0 ;
@@ -1427,7 +1427,7 @@ _gostring_ _wrap_acc_model_module_sizes_raw_150d8a915369b46a(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_infer_auto_device_map_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_infer_auto_device_map_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char **arg3 = (char **) 0 ;
@@ -1455,7 +1455,7 @@ _gostring_ _wrap_acc_infer_auto_device_map_raw_150d8a915369b46a(acc_model *_swig
 }
 
 
-void _wrap_acc_model_destroy_raw_150d8a915369b46a(acc_model *_swig_go_0) {
+void _wrap_acc_model_destroy_raw_8e2f259e9ab311e8(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   
   arg1 = (acc_model *)_swig_go_0; 
@@ -1465,7 +1465,7 @@ void _wrap_acc_model_destroy_raw_150d8a915369b46a(acc_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_model_forward_raw_150d8a915369b46a(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_acc_model_forward_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1490,7 +1490,7 @@ _gostring_ _wrap_acc_model_forward_raw_150d8a915369b46a(acc_model *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_model_forward_batch_raw_150d8a915369b46a(acc_model *_swig_go_0, acc_batch *_swig_go_1, acc_batch **_swig_go_2) {
+_gostring_ _wrap_acc_model_forward_batch_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, acc_batch *_swig_go_1, acc_batch **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_batch *arg2 = (acc_batch *) 0 ;
   acc_batch **arg3 = (acc_batch **) 0 ;
@@ -1511,7 +1511,7 @@ _gostring_ _wrap_acc_model_forward_batch_raw_150d8a915369b46a(acc_model *_swig_g
 }
 
 
-_gostring_ _wrap_acc_model_set_training_raw_150d8a915369b46a(acc_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_model_set_training_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, intgo _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -1530,7 +1530,7 @@ _gostring_ _wrap_acc_model_set_training_raw_150d8a915369b46a(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_num_parameters_raw_150d8a915369b46a(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_num_parameters_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1549,7 +1549,7 @@ _gostring_ _wrap_acc_model_num_parameters_raw_150d8a915369b46a(acc_model *_swig_
 }
 
 
-_gostring_ _wrap_acc_model_state_size_raw_150d8a915369b46a(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_state_size_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1568,7 +1568,7 @@ _gostring_ _wrap_acc_model_state_size_raw_150d8a915369b46a(acc_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_model_state_get_raw_150d8a915369b46a(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_model_state_get_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -1593,7 +1593,7 @@ _gostring_ _wrap_acc_model_state_get_raw_150d8a915369b46a(acc_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_model_save_safetensors_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_save_safetensors_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1617,7 +1617,7 @@ _gostring_ _wrap_acc_model_save_safetensors_raw_150d8a915369b46a(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_load_safetensors_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_load_safetensors_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1641,7 +1641,7 @@ _gostring_ _wrap_acc_model_load_safetensors_raw_150d8a915369b46a(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_set_requires_grad_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_model_set_requires_grad_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t arg3 ;
@@ -1669,7 +1669,7 @@ _gostring_ _wrap_acc_model_set_requires_grad_raw_150d8a915369b46a(acc_model *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_create_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
+_gostring_ _wrap_acc_optimizer_create_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_optimizer **arg3 = (acc_optimizer **) 0 ;
@@ -1695,7 +1695,7 @@ _gostring_ _wrap_acc_optimizer_create_raw_150d8a915369b46a(acc_model *_swig_go_0
 }
 
 
-void _wrap_acc_optimizer_destroy_raw_150d8a915369b46a(acc_optimizer *_swig_go_0) {
+void _wrap_acc_optimizer_destroy_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   
   arg1 = (acc_optimizer *)_swig_go_0; 
@@ -1705,7 +1705,7 @@ void _wrap_acc_optimizer_destroy_raw_150d8a915369b46a(acc_optimizer *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_raw_150d8a915369b46a(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_step_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1722,7 +1722,7 @@ _gostring_ _wrap_acc_optimizer_step_raw_150d8a915369b46a(acc_optimizer *_swig_go
 }
 
 
-_gostring_ _wrap_acc_optimizer_zero_grad_raw_150d8a915369b46a(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_zero_grad_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1739,7 +1739,7 @@ _gostring_ _wrap_acc_optimizer_zero_grad_raw_150d8a915369b46a(acc_optimizer *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_lr_raw_150d8a915369b46a(acc_optimizer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_lr_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0, double *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1758,7 +1758,7 @@ _gostring_ _wrap_acc_optimizer_lr_raw_150d8a915369b46a(acc_optimizer *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_150d8a915369b46a(acc_optimizer *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0, int *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1777,7 +1777,7 @@ _gostring_ _wrap_acc_optimizer_step_was_skipped_raw_150d8a915369b46a(acc_optimiz
 }
 
 
-_gostring_ _wrap_acc_scheduler_create_raw_150d8a915369b46a(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
+_gostring_ _wrap_acc_scheduler_create_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_scheduler **arg3 = (acc_scheduler **) 0 ;
@@ -1803,7 +1803,7 @@ _gostring_ _wrap_acc_scheduler_create_raw_150d8a915369b46a(acc_optimizer *_swig_
 }
 
 
-void _wrap_acc_scheduler_destroy_raw_150d8a915369b46a(acc_scheduler *_swig_go_0) {
+void _wrap_acc_scheduler_destroy_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   
   arg1 = (acc_scheduler *)_swig_go_0; 
@@ -1813,7 +1813,7 @@ void _wrap_acc_scheduler_destroy_raw_150d8a915369b46a(acc_scheduler *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_scheduler_step_raw_150d8a915369b46a(acc_scheduler *_swig_go_0) {
+_gostring_ _wrap_acc_scheduler_step_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1830,7 +1830,7 @@ _gostring_ _wrap_acc_scheduler_step_raw_150d8a915369b46a(acc_scheduler *_swig_go
 }
 
 
-_gostring_ _wrap_acc_scheduler_last_lr_raw_150d8a915369b46a(acc_scheduler *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_scheduler_last_lr_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0, double *_swig_go_1) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1849,7 +1849,7 @@ _gostring_ _wrap_acc_scheduler_last_lr_raw_150d8a915369b46a(acc_scheduler *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_tensors_raw_150d8a915369b46a(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_tensors_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -1870,7 +1870,7 @@ _gostring_ _wrap_acc_dataset_from_tensors_raw_150d8a915369b46a(acc_tensor *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_token_file_raw_150d8a915369b46a(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_token_file_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -1901,7 +1901,7 @@ _gostring_ _wrap_acc_dataset_from_token_file_raw_150d8a915369b46a(_gostring_ _sw
 }
 
 
-_gostring_ _wrap_acc_dataset_from_batch_raw_150d8a915369b46a(acc_batch *_swig_go_0, acc_dataset **_swig_go_1) {
+_gostring_ _wrap_acc_dataset_from_batch_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, acc_dataset **_swig_go_1) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   acc_dataset **arg2 = (acc_dataset **) 0 ;
   acc_status result;
@@ -1920,7 +1920,7 @@ _gostring_ _wrap_acc_dataset_from_batch_raw_150d8a915369b46a(acc_batch *_swig_go
 }
 
 
-void _wrap_acc_dataset_destroy_raw_150d8a915369b46a(acc_dataset *_swig_go_0) {
+void _wrap_acc_dataset_destroy_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   
   arg1 = (acc_dataset *)_swig_go_0; 
@@ -1930,7 +1930,7 @@ void _wrap_acc_dataset_destroy_raw_150d8a915369b46a(acc_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_dataset_length_raw_150d8a915369b46a(acc_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_length_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0, long long *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1949,7 +1949,7 @@ _gostring_ _wrap_acc_dataset_length_raw_150d8a915369b46a(acc_dataset *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_dataset_is_iterable_raw_150d8a915369b46a(acc_dataset *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_is_iterable_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0, int *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1968,7 +1968,7 @@ _gostring_ _wrap_acc_dataset_is_iterable_raw_150d8a915369b46a(acc_dataset *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_create_raw_150d8a915369b46a(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_create_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -1994,7 +1994,7 @@ _gostring_ _wrap_acc_dataloader_create_raw_150d8a915369b46a(acc_dataset *_swig_g
 }
 
 
-void _wrap_acc_dataloader_destroy_raw_150d8a915369b46a(acc_dataloader *_swig_go_0) {
+void _wrap_acc_dataloader_destroy_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   
   arg1 = (acc_dataloader *)_swig_go_0; 
@@ -2004,7 +2004,7 @@ void _wrap_acc_dataloader_destroy_raw_150d8a915369b46a(acc_dataloader *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
+_gostring_ _wrap_acc_dataloader_next_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2027,7 +2027,7 @@ _gostring_ _wrap_acc_dataloader_next_raw_150d8a915369b46a(acc_dataloader *_swig_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_batch_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, acc_batch **_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_next_batch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, acc_batch **_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_batch **arg2 = (acc_batch **) 0 ;
   acc_status result;
@@ -2046,7 +2046,7 @@ _gostring_ _wrap_acc_dataloader_next_batch_raw_150d8a915369b46a(acc_dataloader *
 }
 
 
-_gostring_ _wrap_acc_dataloader_length_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_length_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2065,7 +2065,7 @@ _gostring_ _wrap_acc_dataloader_length_raw_150d8a915369b46a(acc_dataloader *_swi
 }
 
 
-_gostring_ _wrap_acc_dataloader_set_epoch_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_acc_dataloader_set_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long _swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_status result;
@@ -2084,7 +2084,7 @@ _gostring_ _wrap_acc_dataloader_set_epoch_raw_150d8a915369b46a(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_epoch_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2103,7 +2103,7 @@ _gostring_ _wrap_acc_dataloader_epoch_raw_150d8a915369b46a(acc_dataloader *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, int *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2122,7 +2122,7 @@ _gostring_ _wrap_acc_dataloader_end_of_epoch_raw_150d8a915369b46a(acc_dataloader
 }
 
 
-_gostring_ _wrap_acc_dataloader_remainder_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_remainder_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2141,7 +2141,7 @@ _gostring_ _wrap_acc_dataloader_remainder_raw_150d8a915369b46a(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_150d8a915369b46a(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -2162,7 +2162,7 @@ _gostring_ _wrap_acc_dataloader_skip_first_batches_raw_150d8a915369b46a(acc_data
 }
 
 
-_gostring_ _wrap_acc_prepare_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
+_gostring_ _wrap_acc_prepare_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_optimizer *arg3 = (acc_optimizer *) 0 ;
@@ -2187,7 +2187,7 @@ _gostring_ _wrap_acc_prepare_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_backward_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
+_gostring_ _wrap_acc_backward_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_status result;
@@ -2206,7 +2206,7 @@ _gostring_ _wrap_acc_backward_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_accumulate_begin_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+_gostring_ _wrap_acc_accumulate_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_status result;
@@ -2225,7 +2225,7 @@ _gostring_ _wrap_acc_accumulate_begin_raw_150d8a915369b46a(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_accumulate_end_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+_gostring_ _wrap_acc_accumulate_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_status result;
@@ -2244,7 +2244,7 @@ _gostring_ _wrap_acc_accumulate_end_raw_150d8a915369b46a(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_sync_gradients_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_sync_gradients_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2263,7 +2263,7 @@ _gostring_ _wrap_acc_sync_gradients_raw_150d8a915369b46a(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_grad_scaler_state_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_acc_grad_scaler_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   double *arg2 = (double *) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -2284,7 +2284,7 @@ _gostring_ _wrap_acc_grad_scaler_state_raw_150d8a915369b46a(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_clip_grad_norm_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
+_gostring_ _wrap_acc_clip_grad_norm_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   double arg3 ;
@@ -2309,7 +2309,7 @@ _gostring_ _wrap_acc_clip_grad_norm_raw_150d8a915369b46a(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_clip_grad_value_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_acc_clip_grad_value_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   double arg3 ;
@@ -2330,7 +2330,7 @@ _gostring_ _wrap_acc_clip_grad_value_raw_150d8a915369b46a(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_gather_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2351,7 +2351,7 @@ _gostring_ _wrap_acc_gather_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_gather_for_metrics_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_for_metrics_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2372,7 +2372,7 @@ _gostring_ _wrap_acc_gather_for_metrics_raw_150d8a915369b46a(acc_accelerator *_s
 }
 
 
-_gostring_ _wrap_acc_reduce_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_reduce_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_reduce_op arg3 ;
@@ -2395,7 +2395,7 @@ _gostring_ _wrap_acc_reduce_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_broadcast_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_broadcast_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2418,7 +2418,7 @@ _gostring_ _wrap_acc_broadcast_raw_150d8a915369b46a(acc_accelerator *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_pad_across_processes_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
+_gostring_ _wrap_acc_pad_across_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2445,7 +2445,7 @@ _gostring_ _wrap_acc_pad_across_processes_raw_150d8a915369b46a(acc_accelerator *
 }
 
 
-_gostring_ _wrap_acc_split_between_processes_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
+_gostring_ _wrap_acc_split_between_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int64_t arg2 ;
   int32_t arg3 ;
@@ -2472,7 +2472,7 @@ _gostring_ _wrap_acc_split_between_processes_raw_150d8a915369b46a(acc_accelerato
 }
 
 
-_gostring_ _wrap_acc_split_tensor_between_processes_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_split_tensor_between_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2495,7 +2495,7 @@ _gostring_ _wrap_acc_split_tensor_between_processes_raw_150d8a915369b46a(acc_acc
 }
 
 
-_gostring_ _wrap_acc_gather_object_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -2516,7 +2516,7 @@ _gostring_ _wrap_acc_gather_object_raw_150d8a915369b46a(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_broadcast_object_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
+_gostring_ _wrap_acc_broadcast_object_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   int32_t arg3 ;
@@ -2539,7 +2539,7 @@ _gostring_ _wrap_acc_broadcast_object_raw_150d8a915369b46a(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_gather_object_for_metrics_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_for_metrics_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -2560,7 +2560,7 @@ _gostring_ _wrap_acc_gather_object_for_metrics_raw_150d8a915369b46a(acc_accelera
 }
 
 
-_gostring_ _wrap_acc_bytes_list_create_raw_150d8a915369b46a(acc_bytes_list **_swig_go_0) {
+_gostring_ _wrap_acc_bytes_list_create_raw_8e2f259e9ab311e8(acc_bytes_list **_swig_go_0) {
   acc_bytes_list **arg1 = (acc_bytes_list **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2577,7 +2577,7 @@ _gostring_ _wrap_acc_bytes_list_create_raw_150d8a915369b46a(acc_bytes_list **_sw
 }
 
 
-void _wrap_acc_bytes_list_destroy_raw_150d8a915369b46a(acc_bytes_list *_swig_go_0) {
+void _wrap_acc_bytes_list_destroy_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   
   arg1 = (acc_bytes_list *)_swig_go_0; 
@@ -2587,7 +2587,7 @@ void _wrap_acc_bytes_list_destroy_raw_150d8a915369b46a(acc_bytes_list *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_bytes_list_append_raw_150d8a915369b46a(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_append_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2607,7 +2607,7 @@ _gostring_ _wrap_acc_bytes_list_append_raw_150d8a915369b46a(acc_bytes_list *_swi
 }
 
 
-_gostring_ _wrap_acc_bytes_list_count_raw_150d8a915369b46a(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_count_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2626,7 +2626,7 @@ _gostring_ _wrap_acc_bytes_list_count_raw_150d8a915369b46a(acc_bytes_list *_swig
 }
 
 
-_gostring_ _wrap_acc_bytes_list_get_raw_150d8a915369b46a(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_bytes_list_get_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -2649,7 +2649,7 @@ _gostring_ _wrap_acc_bytes_list_get_raw_150d8a915369b46a(acc_bytes_list *_swig_g
 }
 
 
-_gostring_ _wrap_acc_save_state_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_save_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2674,7 +2674,7 @@ _gostring_ _wrap_acc_save_state_raw_150d8a915369b46a(acc_accelerator *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_load_state_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_load_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2699,7 +2699,7 @@ _gostring_ _wrap_acc_load_state_raw_150d8a915369b46a(acc_accelerator *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_resume_from_checkpoint_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_resume_from_checkpoint_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2718,7 +2718,7 @@ _gostring_ _wrap_acc_resume_from_checkpoint_raw_150d8a915369b46a(acc_accelerator
 }
 
 
-_gostring_ _wrap_acc_init_trackers_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
+_gostring_ _wrap_acc_init_trackers_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2756,7 +2756,7 @@ _gostring_ _wrap_acc_init_trackers_raw_150d8a915369b46a(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_log_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2) {
+_gostring_ _wrap_acc_log_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   int64_t arg3 ;
@@ -2782,7 +2782,7 @@ _gostring_ _wrap_acc_log_raw_150d8a915369b46a(acc_accelerator *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_end_training_raw_150d8a915369b46a(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_end_training_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2799,7 +2799,7 @@ _gostring_ _wrap_acc_end_training_raw_150d8a915369b46a(acc_accelerator *_swig_go
 }
 
 
-_gostring_ _wrap_acc_save_model_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_save_model_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2832,7 +2832,7 @@ _gostring_ _wrap_acc_save_model_raw_150d8a915369b46a(acc_model *_swig_go_0, _gos
 }
 
 
-_gostring_ _wrap_acc_model_save_pretrained_raw_150d8a915369b46a(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_model_save_pretrained_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2861,6 +2861,104 @@ _gostring_ _wrap_acc_model_save_pretrained_raw_150d8a915369b46a(acc_model *_swig
   } 
   free(arg2); 
   free(arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_add_lora_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  
+  result = (acc_status)acc_model_add_lora(arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_load_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  char *arg3 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  arg2 = NULL;
+  if (_swig_go_1.n > 0) {
+    arg2 = (char *)malloc((size_t)_swig_go_1.n + 1);
+    memcpy((char*)arg2, _swig_go_1.p, (size_t)_swig_go_1.n);
+    ((char*)arg2)[_swig_go_1.n] = '\0';
+  } 
+  
+  arg3 = (char *)malloc(_swig_go_2.n + 1);
+  memcpy(arg3, _swig_go_2.p, _swig_go_2.n);
+  arg3[_swig_go_2.n] = '\0';
+  
+  
+  result = (acc_status)acc_model_load_adapter(arg1,(char const *)arg2,(char const *)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  free(arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_save_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  arg2 = NULL;
+  if (_swig_go_1.n > 0) {
+    arg2 = (char *)malloc((size_t)_swig_go_1.n + 1);
+    memcpy((char*)arg2, _swig_go_1.p, (size_t)_swig_go_1.n);
+    ((char*)arg2)[_swig_go_1.n] = '\0';
+  } 
+  
+  result = (acc_status)acc_model_save_adapter((struct acc_model const *)arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go_0) {
+  acc_model *arg1 = (acc_model *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_model *)_swig_go_0; 
+  
+  result = (acc_status)acc_model_merge_adapter(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
   return _swig_go_result;
 }
 

@@ -1192,3 +1192,97 @@ fn param_groups() {
     );
     Optimizer::new(&grouped, r#"{"type": "adamw", "param_groups": "transformers"}"#).unwrap();
 }
+
+/// A model's logits in eval mode on fixed input ids.
+fn logits(m: &Model) -> Vec<f32> {
+    m.set_training(false).unwrap();
+    let ids = Tensor::from_slice(&[3i64, 17, 42, 8, 64, 5], &[1, 6]).unwrap();
+    let out = m
+        .forward_batch(&NamedBatch::from_tensors([("input_ids", &ids)]).unwrap())
+        .unwrap();
+    out.get("logits").unwrap().to_vec::<f32>().unwrap()
+}
+
+// scenario: lora
+#[test]
+fn lora() {
+    let fixture = hf_fixture("llama");
+    let fixture = fixture.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("acc-rust-lora-{}", std::process::id()));
+    let lora = r#"{"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}"#;
+    let a = Accelerator::new(r#"{"seed": 3}"#).unwrap();
+    let m = Model::from_pretrained(fixture, None).unwrap();
+    expect_err(
+        m.save_adapter(dir.to_str().unwrap()),
+        ErrorCode::InvalidState,
+        "no adapter",
+    );
+    expect_err(
+        m.add_lora(r#"{"r": 0}"#),
+        ErrorCode::InvalidArgument,
+        "r must be a positive integer",
+    );
+    expect_err(
+        m.add_lora(r#"{"target_modules": ["nope"]}"#),
+        ErrorCode::InvalidArgument,
+        "q_proj",
+    );
+    m.add_lora(lora).unwrap();
+    expect_err(m.add_lora(lora), ErrorCode::InvalidState, "adapter already");
+    let start = params(&m);
+    let (base, lora_b) = (
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.q_proj.lora_B.weight",
+    );
+    assert!(start.contains_key("model.layers.0.self_attn.q_proj.lora_A.weight"));
+
+    // Three AdamW steps: only the adapter moves.
+    let o = Optimizer::new(&m, r#"{"type": "adamw", "lr": 0.01}"#).unwrap();
+    m.set_training(true).unwrap();
+    a.prepare(Some(&m), Some(&o), None, None).unwrap();
+    let ids = Tensor::from_slice(&[3i64, 17, 42, 8, 64, 5, 9, 11, 3, 17, 42, 8, 64, 5, 9, 11], &[2, 8]).unwrap();
+    let batch = NamedBatch::from_tensors([("input_ids", &ids), ("labels", &ids)]).unwrap();
+    for _ in 0..3 {
+        a.backward(&m.forward_batch(&batch).unwrap().get("loss").unwrap())
+            .unwrap();
+        o.step().unwrap();
+        o.zero_grad().unwrap();
+    }
+    let trained = params(&m);
+    assert_eq!(
+        max_diff(&start[base], 1.0, &trained[base]),
+        0.0,
+        "the base weight moved"
+    );
+    assert!(
+        max_diff(&start[lora_b], 1.0, &trained[lora_b]) > 0.0,
+        "the adapter did not move"
+    );
+    let want = logits(&m);
+
+    // Saved as peft saves it, loaded into a fresh base model: the same logits; merged: still.
+    let adapter = dir.join("adapter");
+    m.save_adapter(adapter.to_str().unwrap()).unwrap();
+    assert!(adapter.join("adapter_config.json").is_file());
+    assert!(adapter.join("adapter_model.safetensors").is_file());
+    let fresh = Model::from_pretrained(fixture, None).unwrap();
+    let missing = dir.join("missing");
+    expect_err(
+        fresh.load_adapter(missing.to_str().unwrap(), None),
+        ErrorCode::Io,
+        "missing",
+    );
+    fresh.load_adapter(adapter.to_str().unwrap(), None).unwrap();
+    assert!(
+        max_diff(&logits(&fresh), 1.0, &want) <= 1e-5,
+        "the loaded adapter's logits differ"
+    );
+    fresh.merge_adapter().unwrap();
+    assert!(
+        max_diff(&logits(&fresh), 1.0, &want) <= 1e-5,
+        "the merged model's logits differ"
+    );
+    assert!(params(&fresh).keys().all(|n| !n.contains("lora_")));
+    expect_err(fresh.merge_adapter(), ErrorCode::InvalidState, "no adapter");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

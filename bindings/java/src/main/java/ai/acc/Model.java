@@ -529,4 +529,80 @@ public final class Model extends NativeObject {
       leave(p);
     }
   }
+
+  /**
+   * peft's {@code get_peft_model} with a {@code LoraConfig} as JSON: {@code "r"}, {@code "lora_alpha"},
+   * {@code "lora_dropout"}, {@code "target_modules"} (names, one regular expression, or {@code "all-linear"}),
+   * {@code "bias"}, {@code "use_rslora"}, {@code "modules_to_save"}, {@code "init_lora_weights"}, {@code
+   * "layers_to_transform"}, {@code "rank_pattern"}, {@code "alpha_pattern"}, ... with peft's defaults, e.g.
+   * {@code {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}}. Each targeted linear layer computes
+   * {@code base(x) + B(A(dropout(x))) * scaling} and every other parameter is frozen. A comes from the CPU
+   * generator (seed it through the accelerator's "seed").
+   *
+   * @param loraConfigJson the LoraConfig, a JSON object
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for targets matching nothing (listing the model's
+   *     linear layers) or a bad key or value, naming it; {@link ErrorCode#INVALID_STATE} for a model that has an
+   *     adapter, or a prepared one
+   */
+  public void addLora(String loraConfigJson) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_add_lora(p, loraConfigJson);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /**
+   * peft's {@code PeftModel.from_pretrained}: reads {@code dir}'s {@code adapter_config.json} and {@code
+   * adapter_model.safetensors} (as peft or {@link #saveAdapter} wrote them), adds the adapter and loads its
+   * weights.
+   *
+   * @param dir the adapter directory
+   * @param optionsJson {@code {"is_trainable": false}} (peft's default: the adapter is frozen too); {@code null}
+   *     for {@code {}}
+   * @throws AccException {@link ErrorCode#IO} for a missing file; {@link ErrorCode#INVALID_ARGUMENT} for a
+   *     tensor the adapter does not have, one it lacks, or another shape, naming it (the model unchanged)
+   */
+  public void loadAdapter(String dir, String optionsJson) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_load_adapter(p, dir, optionsJson);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /**
+   * peft's {@code save_pretrained} of the adapter: {@code adapter_config.json} and {@code
+   * adapter_model.safetensors} in {@code dir} (created if missing), with peft's tensor names, so that peft's
+   * {@code PeftModel.from_pretrained} and {@link #loadAdapter} read it. A prepared model is written by the main
+   * process, every process calling (collective).
+   *
+   * @param dir the directory
+   * @throws AccException {@link ErrorCode#INVALID_STATE} for a model without an adapter
+   */
+  public void saveAdapter(String dir) {
+    long p = enter();
+    try {
+      AccRaw.acc_model_save_adapter(p, dir);
+    } finally {
+      leave(p);
+    }
+  }
+
+  /**
+   * peft's {@code merge_and_unload}: each LoRA layer's {@code B A * scaling} is added to its base weight and
+   * the adapter removed, leaving a plain model ({@link #savePretrained} then writes a transformers checkpoint).
+   *
+   * @throws AccException {@link ErrorCode#INVALID_STATE} for a model without an adapter, or a prepared one
+   */
+  public void mergeAdapter() {
+    long p = enter();
+    try {
+      AccRaw.acc_model_merge_adapter(p);
+    } finally {
+      leave(p);
+    }
+  }
 }

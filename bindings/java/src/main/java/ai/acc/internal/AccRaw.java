@@ -279,4 +279,12 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_model_save_pretrained(long model, String dir, String max_shard_size) { AccRawJNI.acc_model_save_pretrained(model, dir, max_shard_size); }
 
+  public static void acc_model_add_lora(long model, String lora_config_json) { AccRawJNI.acc_model_add_lora(model, lora_config_json); }
+
+  public static void acc_model_load_adapter(long model, String dir, String options_json) { AccRawJNI.acc_model_load_adapter(model, dir, options_json); }
+
+  public static void acc_model_save_adapter(long model, String dir) { AccRawJNI.acc_model_save_adapter(model, dir); }
+
+  public static void acc_model_merge_adapter(long model) { AccRawJNI.acc_model_merge_adapter(model); }
+
 }

@@ -134,4 +134,8 @@ public class AccRawJNI {
   public final static native void acc_end_training(long jarg1);
   public final static native void acc_save_model(long jarg1, String jarg2, String jarg3);
   public final static native void acc_model_save_pretrained(long jarg1, String jarg2, String jarg3);
+  public final static native void acc_model_add_lora(long jarg1, String jarg2);
+  public final static native void acc_model_load_adapter(long jarg1, String jarg2, String jarg3);
+  public final static native void acc_model_save_adapter(long jarg1, String jarg2);
+  public final static native void acc_model_merge_adapter(long jarg1);
 }

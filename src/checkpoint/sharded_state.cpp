@@ -136,18 +136,18 @@ bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model) {
 }
 
 void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir) {
-  const auto slices = model.strategy->slices();
-  const auto pieces = model.strategy->optimizer_parameters();
   NamedTensors tensors;
   json::Writer j;
   j.begin_object().key("slices").begin_object();
-  for (size_t k = 0; k < slices.size(); ++k) {
-    tensors.emplace_back(slices[k].name, pieces[k].detach());
-    write_where(j, slices[k].name, slices[k].offset, slices[k].shape);
+  for (const Strategy::Slice& s : model.strategy->model_slices()) {
+    tensors.emplace_back(s.name, s.piece.detach());
+    write_where(j, s.name, s.offset, s.shape);
   }
-  if (rank == 0) {  // what is not sharded (buffers, frozen parameters), whole
+  if (rank == 0) {  // what is not sharded (buffers, a tied weight's other names), whole
     std::set<std::string> sharded;
-    for (const auto& [name, p] : model.model->trainable_parameters()) sharded.insert(name);
+    std::set<const void*> seen;
+    for (const auto& [name, p] : model.model->named_parameters())
+      if (seen.insert(p.unsafeGetTensorImpl()).second) sharded.insert(name);
     for (const auto& [name, t] : model.model->state())
       if (!sharded.count(name)) {
         tensors.emplace_back(name, t.detach().reshape({-1}));
@@ -161,16 +161,21 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
 }
 
 void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir) {
-  const auto slices = opt.model->strategy->slices();
+  const auto slices = opt.model->strategy->optimizer_slices(opt.opt->whole_groups());
   const Optimizer::State st = opt.opt->save_state();  // indexed by piece
   const json::Document doc = json::Document::object(st.json, "optimizer state");
-  const json::Value group = doc.root().get("param_groups").at(0);
+  const json::Value groups = doc.root().get("param_groups");
   json::Writer j;
+  // "lr" and "initial_lr": the first group's (what files of libacc 1.1 hold); "groups": every group's.
   j.begin_object()
       .key("type").value(doc.root().get_string("type"))
-      .key("lr").value(group.get_double("lr"))
-      .key("initial_lr").value(group.get_double("initial_lr"))
-      .key("steps").begin_object();
+      .key("lr").value(groups.at(0).get_double("lr"))
+      .key("initial_lr").value(groups.at(0).get_double("initial_lr"))
+      .key("groups").begin_array();
+  for (size_t g = 0; g < groups.size(); ++g)
+    j.begin_object().key("lr").value(groups.at(g).get_double("lr"))
+        .key("initial_lr").value(groups.at(g).get_double("initial_lr")).end_object();
+  j.end_array().key("steps").begin_object();
   const json::Value state = doc.root().get("state");
   for (const std::string& k : state.keys())
     if (state.get(k).has("step")) j.key(slices.at(std::stoul(k)).name).value(state.get(k).get_int("step"));
@@ -193,22 +198,35 @@ std::optional<NamedTensors> load_model_slices(size_t index, const std::string& d
   return assemble(dir, "model", index, [](const json::Value&) {});
 }
 
-std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, size_t index, const std::string& dir) {
+std::optional<Optimizer::State> load_optimizer_slices(const OptimizerSlot& opt, size_t index, const std::string& dir) {
   std::string type;
-  double lr = 0, initial_lr = 0;
+  std::vector<std::pair<double, double>> lrs;  // per group: lr, initial_lr
   std::map<std::string, int64_t> steps;
   auto whole = assemble(dir, "optimizer", index, [&](const json::Value& side) {
     type = side.get_string("type");
-    lr = side.get_double("lr");
-    initial_lr = side.get_double("initial_lr");
+    lrs.clear();
+    if (side.has("groups")) {
+      const json::Value g = side.get("groups");
+      for (size_t k = 0; k < g.size(); ++k) lrs.emplace_back(g.at(k).get_double("lr"), g.at(k).get_double("initial_lr"));
+    } else {
+      lrs.emplace_back(side.get_double("lr"), side.get_double("initial_lr"));
+    }
     const json::Value s = side.get("steps");
     for (const std::string& name : s.keys()) steps[name] = std::max(steps[name], s.get_int(name));
   });
   if (!whole) return std::nullopt;
-  // The unsharded layout: parameter indices, each tensor in its parameter's shape.
-  const auto params = model.model->trainable_parameters();
+  // The unsharded layout: the optimizer's whole parameters, group by group, each tensor in its parameter's shape.
+  const auto groups = opt.opt->whole_groups();
+  if (lrs.size() != groups.size())
+    throw std::invalid_argument(dir + ": the optimizer slices have " + std::to_string(lrs.size()) +
+                                " parameter groups; this optimizer has " + std::to_string(groups.size()));
+  std::map<const void*, std::string> names;
+  for (const auto& [name, p] : opt.model->model->named_parameters()) names.emplace(p.unsafeGetTensorImpl(), name);
+  std::vector<std::string> params;
+  for (const auto& g : groups)
+    for (const at::Tensor& p : g) params.push_back(names.at(p.unsafeGetTensorImpl()));
   std::map<std::string, size_t> index_of;
-  for (size_t i = 0; i < params.size(); ++i) index_of[params[i].first] = i;
+  for (size_t i = 0; i < params.size(); ++i) index_of[params[i]] = i;
   Optimizer::State st;
   std::set<size_t> with_state;
   for (const auto& [name, t] : *whole) {
@@ -216,7 +234,7 @@ std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, si
     const std::string param = name.substr(6, dot - 6);
     auto it = index_of.find(param);
     if (it == index_of.end())
-      throw std::invalid_argument(dir + ": optimizer state of '" + param + "', which is not a trainable parameter of the model");
+      throw std::invalid_argument(dir + ": optimizer state of '" + param + "', which the optimizer does not train");
     st.tensors.emplace_back("state." + std::to_string(it->second) + name.substr(dot), t);
     with_state.insert(it->second);
   }
@@ -224,12 +242,13 @@ std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, si
     if (index_of.count(name)) with_state.insert(index_of.at(name));
   json::Writer j;
   j.begin_object().key("type").value(type).key("param_groups").begin_array();
-  j.begin_object().key("lr").value(lr).key("initial_lr").value(initial_lr)
-      .key("num_params").value(static_cast<int64_t>(params.size())).end_object();
+  for (size_t g = 0; g < groups.size(); ++g)
+    j.begin_object().key("lr").value(lrs[g].first).key("initial_lr").value(lrs[g].second)
+        .key("num_params").value(static_cast<int64_t>(groups[g].size())).end_object();
   j.end_array().key("state").begin_object();
   for (size_t i : with_state) {
     j.key(std::to_string(i)).begin_object();
-    if (auto s = steps.find(params[i].first); s != steps.end()) j.key("step").value(s->second);
+    if (auto s = steps.find(params[i]); s != steps.end()) j.key("step").value(s->second);
     j.end_object();
   }
   j.end_object().end_object();

@@ -23,7 +23,8 @@ void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, con
 // The whole tensors of model / optimizer `index` from a directory's slice files; nullopt when it has none.
 // Errors name the file.
 std::optional<NamedTensors> load_model_slices(size_t index, const std::string& dir);
-// As Optimizer::save_state writes for the unsharded model (what Strategy::optimizer_state_from_full takes).
-std::optional<Optimizer::State> load_optimizer_slices(const ModelSlot& model, size_t index, const std::string& dir);
+// As Optimizer::save_state writes for the unsharded model (what Strategy::optimizer_state_from_full takes), indexed by
+// `opt`'s whole parameter groups.
+std::optional<Optimizer::State> load_optimizer_slices(const OptimizerSlot& opt, size_t index, const std::string& dir);
 
 }  // namespace acc::core

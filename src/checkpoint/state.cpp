@@ -251,7 +251,7 @@ std::string Accelerator::save_state(const std::string& dir) {
       Optimizer::State st;
       if (!sliced(o->model)) {
         st = o->opt->save_state();
-        if (o->model && o->model->strategy) o->model->strategy->optimizer_state_to_full(st.tensors, st.json);
+        if (o->model && o->model->strategy) o->model->strategy->optimizer_state_to_full(o->opt->whole_groups(), st.tensors, st.json);
       }
       optimizer_states.push_back(std::move(st));
     }
@@ -385,10 +385,10 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   for (size_t i = 0; i < optimizers.size(); ++i) {
     const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");
     std::optional<Optimizer::State> slices;
-    if (optimizers[i]->model) slices = load_optimizer_slices(*optimizers[i]->model, i, dir);
+    if (optimizers[i]->model) slices = load_optimizer_slices(*optimizers[i], i, dir);
     Optimizer::State st = slices ? *slices : Optimizer::State{load_safetensors(where(t)), read_json_file(root / j)};
     if (const auto& m = optimizers[i]->model; m && m->strategy)
-      m->strategy->optimizer_state_from_full(st.tensors, st.json, where(j));
+      m->strategy->optimizer_state_from_full(optimizers[i]->opt->whole_groups(), st.tensors, st.json, where(j));
     optimizers[i]->opt->load_state(st, where(j));
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {

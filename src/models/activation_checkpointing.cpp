@@ -124,7 +124,7 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
 }  // namespace
 
 at::Tensor Model::run_unit(const std::string& name, const at::Tensor& x, const UnitBody& body) const {
-  if (unit_hooks_) unit_hooks_->before_unit(name);
+  if (unit_hooks_) unit_hooks_->before_unit(name, x);
   at::Tensor y;
   if (checkpoint_units_ && c10::GradMode::is_enabled()) {
     auto r = c10::make_intrusive<Recompute>();

@@ -4,10 +4,10 @@
 #include <torch/nn/module.h>
 
 #include <map>
+#include <regex>
+#include <set>
 
 #include "models/model.hpp"
-
-#include <set>
 #include "util/errors.hpp"
 
 namespace acc::core {
@@ -96,6 +96,25 @@ std::vector<at::Tensor> Model::trainable_tensors() const {
   std::vector<at::Tensor> out;
   for (auto& [name, p] : trainable_parameters()) out.push_back(std::move(p));
   return out;
+}
+
+int64_t Model::set_requires_grad(const std::string& pattern, bool on) {
+  std::regex re;
+  try {
+    re = std::regex(pattern);
+  } catch (const std::regex_error& e) {
+    throw std::invalid_argument("requires_grad pattern '" + pattern + "' is not a regular expression: " + e.what());
+  }
+  std::map<const void*, at::Tensor> matched;
+  for (const auto& [name, p] : named_parameters())
+    if (std::regex_match(name, re)) matched.emplace(p.unsafeGetTensorImpl(), p);
+  if (matched.empty())
+    throw std::invalid_argument("requires_grad pattern '" + pattern + "' matches no parameter name (matched against " +
+                                "whole dotted names such as '" +
+                                (named_parameters().empty() ? std::string("none: the model has no parameters")
+                                                            : named_parameters().front().first) + "')");
+  for (auto& [impl, p] : matched) p.requires_grad_(on);
+  return static_cast<int64_t>(matched.size());
 }
 
 NnModel::NnModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {

@@ -25,7 +25,8 @@ namespace acc::core {
 class UnitHooks {
  public:
   virtual ~UnitHooks() = default;
-  virtual void before_unit(const std::string& name) = 0;
+  // `input`: what the block is given (a hook may register on it to learn when backward is done with the block).
+  virtual void before_unit(const std::string& name, const at::Tensor& input) = 0;
   // `output`: what the block returned (a hook may register on it to learn when backward reaches the block).
   virtual void after_unit(const std::string& name, const at::Tensor& output) = 0;
   // The model's head (what follows the blocks: final norm, language-model head) ran from `input` to `output`. Its
@@ -98,6 +99,10 @@ class Model {
   NamedTensors trainable_parameters() const;
   // The same tensors without their names: what an optimizer is built over (the one place that selects them).
   std::vector<at::Tensor> trainable_tensors() const;
+  // torch's requires_grad_ on every parameter whose whole dotted name the ECMAScript regular expression `pattern`
+  // matches (a tied weight when any of its names does). Returns how many tensors matched; std::invalid_argument
+  // naming the pattern when it is not an expression or matches nothing (nothing changes then).
+  int64_t set_requires_grad(const std::string& pattern, bool on);
 
  protected:
   // "prefix0", "prefix1", ...: a ModuleList of blocks' names.

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "models/model.hpp"
 #include "models/module_tree.hpp"
@@ -24,9 +25,10 @@ namespace acc::core {
 
 namespace {
 
-// One unit's trainable parameters of one dtype, flattened.
+// One unit's parameters of one dtype, trainable or frozen, flattened.
 struct Group {
   std::string unit;
+  bool trainable = true;  // frozen: gathered and freed as the others, but no gradients, reduction or optimizer pieces
   std::vector<size_t> members;   // indices into ShardState::params
   std::vector<int64_t> offsets;  // each member's first element in `flat`
   int64_t numel = 0, shard_len = 0;
@@ -77,7 +79,7 @@ struct ShardState final : UnitHooks {
   std::shared_ptr<Comm> comm;       // the ranks that share the shards (all of them, but under hybrid sharding)
   std::shared_ptr<Comm> replicas;   // hybrid sharding: the ranks that hold the same shard; null otherwise
   ShardingOptions opts;
-  std::vector<at::Tensor> params;          // trainable, unique
+  std::vector<at::Tensor> params;          // unique (tied weights once), trainable and frozen
   std::vector<size_t> group_of;            // param -> group
   std::vector<size_t> member_of;           // param -> its position in the group
   std::vector<Group> groups;               // in order of first parameter
@@ -209,7 +211,7 @@ struct ShardState final : UnitHooks {
     while (next_to_launch < groups.size()) {
       Group& g = groups[groups.size() - 1 - next_to_launch];
       if (!g.ready) break;
-      launch(g);
+      if (g.trainable) launch(g);
       ++next_to_launch;
     }
   }
@@ -222,7 +224,25 @@ struct ShardState final : UnitHooks {
     if (step != 0) prefetch_neighbour(name, step);
   }
 
-  void before_unit(const std::string& name) override { gather_unit(name, opts.forward_prefetch ? 1 : 0); }
+  void before_unit(const std::string& name, const at::Tensor& input) override {
+    gather_unit(name, opts.forward_prefetch ? 1 : 0);
+    // A unit's frozen parameters get no gradient to say when backward is done with them: that is when the gradient
+    // of the unit's input is complete (every use of them inside the unit is behind it). A unit whose input needs
+    // no gradient (the first block of a model with a frozen embedding) keeps them until the end of backward.
+    if (!c10::GradMode::is_enabled() || !input.requires_grad() || opts.stage < 3) return;
+    bool frozen = false;
+    for (const Group& g : groups) frozen |= g.on_demand && g.unit == name && !g.trainable;
+    if (!frozen) return;
+    std::weak_ptr<ShardState> self = self_;
+    const_cast<at::Tensor&>(input).register_hook([self, name](at::Tensor grad) {
+      if (auto s = self.lock()) {
+        std::lock_guard<std::mutex> lock(s->mu);
+        for (Group& g : s->groups)
+          if (g.on_demand && g.unit == name && !g.trainable) s->reshard(g);
+      }
+      return grad;
+    });
+  }
 
   void after_unit(const std::string& name, const at::Tensor& output) override {
     if (c10::GradMode::is_enabled() && output.requires_grad()) {
@@ -339,10 +359,14 @@ class ShardedStrategy final : public Strategy {
     }
 
     const std::set<std::string> units(opts.units.begin(), opts.units.end());
-    std::map<std::pair<std::string, at::ScalarType>, size_t> index;  // the group being filled
+    std::map<std::tuple<std::string, at::ScalarType, bool>, size_t> index;  // the group being filled
     const double cap = opts.stage < 3 ? opts.bucket_cap_mb * 1048576.0 : std::numeric_limits<double>::infinity();
-    for (auto& [name, p] : model_->trainable_parameters()) {
-      auto key = std::make_pair(unit_of(name, units), p.scalar_type());
+    std::set<const void*> seen;
+    // Frozen parameters are sharded too (as FSDP shards a flat parameter whatever its requires_grad), in groups of
+    // their own within their unit: only the trainable ones have gradients and optimizer state.
+    for (auto& [name, p] : model_->named_parameters()) {
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      auto key = std::make_tuple(unit_of(name, units), p.scalar_type(), p.requires_grad());
       auto it = index.find(key);
       if (it != index.end() && static_cast<double>((s.groups[it->second].numel + p.numel()) * p.element_size()) > cap) {
         index.erase(it);  // that bucket is full
@@ -351,7 +375,8 @@ class ShardedStrategy final : public Strategy {
       if (it == index.end()) {
         it = index.emplace(key, s.groups.size()).first;
         s.groups.emplace_back();
-        s.groups.back().unit = key.first;
+        s.groups.back().unit = std::get<0>(key);
+        s.groups.back().trainable = std::get<2>(key);
       }
       Group& g = s.groups[it->second];
       // Each parameter starts 64-byte aligned, as its own allocation would: BLAS kernels round differently
@@ -393,13 +418,14 @@ class ShardedStrategy final : public Strategy {
       for (size_t j = 0; j < g.members.size(); ++j) {
         const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
         if (a < b)
-          g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(true), j,
+          g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(g.trainable), j,
                               a - g.offsets[j]});
       }
       s_->reshard(g);
     }
     for (size_t i = 0; i < s.params.size(); ++i)
-      torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
+      if (s.groups[s.group_of[i]].trainable)
+        torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
     // Stage 3 gathers the units the model reports one at a time.
     if (opts.stage == 3) {
       s.self_ = s_;
@@ -421,7 +447,8 @@ class ShardedStrategy final : public Strategy {
 
   ~ShardedStrategy() override {
     model_->set_unit_hooks(nullptr);
-    for (auto& p : s_->params) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    for (size_t i = 0; i < s_->params.size(); ++i)
+      if (s_->groups[s_->group_of[i]].trainable) torch::autograd::impl::set_post_acc_grad_hooks(s_->params[i], nullptr);
   }
 
   std::string name() const override {
@@ -433,7 +460,14 @@ class ShardedStrategy final : public Strategy {
   std::vector<at::Tensor> optimizer_parameters() const override {
     std::vector<at::Tensor> v;
     for (const Group& g : s_->groups)
-      for (const Group::Piece& piece : g.pieces) v.push_back(piece.tensor);
+      if (g.trainable)
+        for (const Group::Piece& piece : g.pieces) v.push_back(piece.tensor);
+    return v;
+  }
+
+  std::vector<at::Tensor> pieces_of(const at::Tensor& param) const override {
+    std::vector<at::Tensor> v;
+    for (const PieceAt& at : pieces_at(param)) v.push_back(at.piece->tensor);
     return v;
   }
 
@@ -466,9 +500,9 @@ class ShardedStrategy final : public Strategy {
     s.sync = sync;
     s.next_to_launch = 0;
     for (Group& g : s.groups) {
-      g.pending = g.members.size();
+      g.pending = g.trainable ? g.members.size() : 0;
       g.held_bytes = 0;
-      g.ready = false;
+      g.ready = !g.trainable;
     }
   }
 
@@ -491,6 +525,7 @@ class ShardedStrategy final : public Strategy {
     const double inv_world = 1.0 / s.total();
     for (size_t k = s.groups.size(); k-- > 0;) {
       Group& g = s.groups[k];
+      if (!g.trainable) continue;
       s.finish(g);
       if (s.replicas) s.replicas->all_reduce(g.grad_out, ReduceOp::Sum);  // the other machines' sums of this shard
       if (!g.predivided) g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
@@ -510,7 +545,7 @@ class ShardedStrategy final : public Strategy {
     std::lock_guard<std::mutex> lock(s_->mu);
     c10::NoGradGuard no_grad;
     for (Group& g : s_->groups) {
-      if (!g.gathered) continue;
+      if (!g.gathered || !g.trainable) continue;  // frozen ones did not change
       ShardState::settle(g);
       // The collective must not read what it writes: a copy when the shard is a slice of the flat buffer.
       at::Tensor mine =
@@ -574,19 +609,30 @@ class ShardedStrategy final : public Strategy {
     });
   }
 
-  std::vector<Slice> slices() const override {
-    std::map<const void*, std::string> names;
-    for (const auto& [name, p] : model_->named_parameters()) names.emplace(p.unsafeGetTensorImpl(), name);
+  std::vector<Slice> optimizer_slices(const ParamGroups& whole) const override {
+    const std::map<const void*, std::string> names = first_names();
     std::vector<Slice> v;
-    for (const PieceAt& at : piece_locations()) {
+    for (const PieceAt& at : optimizer_order(whole, nullptr)) {
       const at::Tensor& p = s_->params[at.param];
-      v.push_back({names.at(p.unsafeGetTensorImpl()), at.offset, p.sizes().vec()});
+      v.push_back({names.at(p.unsafeGetTensorImpl()), at.offset, p.sizes().vec(), at.piece->tensor});
     }
     return v;
   }
 
-  void optimizer_state_to_full(NamedTensors& tensors, std::string& json) const override;
-  void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const override;
+  std::vector<Slice> model_slices() const override {
+    const std::map<const void*, std::string> names = first_names();
+    std::vector<Slice> v;
+    for (const Group& g : s_->groups)
+      for (const Group::Piece& piece : g.pieces) {
+        const at::Tensor& p = s_->params[g.members[piece.member]];
+        v.push_back({names.at(p.unsafeGetTensorImpl()), piece.param_offset, p.sizes().vec(), piece.tensor});
+      }
+    return v;
+  }
+
+  void optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const override;
+  void optimizer_state_from_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
+                                 const std::string& source) const override;
 
  private:
   // Whether the model's own tensors are the whole parameters in their own dtype (stages 1-2 without a policy).
@@ -596,16 +642,45 @@ class ShardedStrategy final : public Strategy {
     return true;
   }
 
-  // Where each optimizer parameter (a piece) lies: its parameter (index into params) and the offset in it.
+  // Where a piece of a trainable parameter lies: the parameter (index into params) and the offset in it.
   struct PieceAt {
+    const Group::Piece* piece;
     size_t param;
     int64_t offset, length;
   };
-  std::vector<PieceAt> piece_locations() const {
+  // This process's pieces of `param`; none when it is not a trainable parameter of the model.
+  std::vector<PieceAt> pieces_at(const at::Tensor& param) const {
     std::vector<PieceAt> v;
-    for (const Group& g : s_->groups)
-      for (const Group::Piece& piece : g.pieces) v.push_back({g.members[piece.member], piece.param_offset, piece.length});
+    for (size_t i = 0; i < s_->params.size(); ++i) {
+      if (s_->params[i].unsafeGetTensorImpl() != param.unsafeGetTensorImpl()) continue;
+      const Group& g = s_->groups[s_->group_of[i]];
+      if (g.trainable)
+        for (const Group::Piece& piece : g.pieces)
+          if (piece.member == s_->member_of[i]) v.push_back({&piece, i, piece.param_offset, piece.length});
+      break;
+    }
     return v;
+  }
+  // The optimizer's pieces in its order (group by group, parameter by parameter, as Optimizer::rebind made them);
+  // `whole_index` (if given) gets each piece's parameter's index among the whole groups' parameters.
+  std::vector<PieceAt> optimizer_order(const ParamGroups& whole, std::vector<size_t>* whole_index) const {
+    std::vector<PieceAt> v;
+    size_t f = 0;
+    for (const auto& group : whole)
+      for (const at::Tensor& p : group) {
+        for (const PieceAt& at : pieces_at(p)) {
+          v.push_back(at);
+          if (whole_index) whole_index->push_back(f);
+        }
+        ++f;
+      }
+    return v;
+  }
+  // Each parameter's first name (a tied weight's other names are aliases).
+  std::map<const void*, std::string> first_names() const {
+    std::map<const void*, std::string> names;
+    for (const auto& [name, p] : model_->named_parameters()) names.emplace(p.unsafeGetTensorImpl(), name);
+    return names;
   }
 
   // Stage 3: runs `f` with every unit's parameters gathered, then frees them again (a collective).
@@ -650,26 +725,47 @@ std::string state_name(size_t index, size_t k) { return "state." + std::to_strin
 
 }  // namespace
 
-void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string& json) const {
+namespace {
+
+// The whole groups' parameters in order (torch's state_dict indexing) and where each one's elements start in one
+// flat run of all of them.
+struct WholeLayout {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> base{0};
+  explicit WholeLayout(const Strategy::ParamGroups& whole) {
+    for (const auto& g : whole)
+      for (const at::Tensor& p : g) {
+        params.push_back(p);
+        base.push_back(base.back() + p.numel());
+      }
+  }
+};
+
+}  // namespace
+
+void ShardedStrategy::optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const {
   // Every rank contributes its pieces to whole-parameter tensors (zeros elsewhere; the pieces are disjoint), and
   // one all-reduce per kind of tensor sums them; steps and which parameters have state are agreed the same way.
-  const std::vector<PieceAt> at_ = piece_locations();
-  const std::vector<at::Tensor>& params = s_->params;
+  std::vector<size_t> index;  // piece -> whole parameter
+  const std::vector<PieceAt> at_ = optimizer_order(whole, &index);
+  const WholeLayout layout(whole);
+  const std::vector<at::Tensor>& params = layout.params;
   const acc::json::Document doc = acc::json::Document::object(json, "optimizer state");
   const acc::json::Value root = doc.root();
   const acc::json::Value groups = root.get("param_groups");
+  if (groups.size() != whole.size())
+    throw std::logic_error("optimizer state of " + std::to_string(groups.size()) + " groups for " +
+                           std::to_string(whole.size()));
   const acc::json::Value state = root.get("state");
-  std::vector<int64_t> base(params.size() + 1, 0);
-  for (size_t i = 0; i < params.size(); ++i) base[i + 1] = base[i] + params[i].numel();
   at::Tensor present = at::zeros({static_cast<int64_t>(kNumStateTensors) + 1}, at::kDouble);  // last: has steps
   at::Tensor step = at::full({static_cast<int64_t>(params.size())}, -1.0, at::kDouble);
   at::Tensor has_state = at::zeros({static_cast<int64_t>(params.size())}, at::kDouble);
   for (const std::string& key : state.keys()) {
-    const PieceAt& p = at_.at(std::stoul(key));
-    has_state[static_cast<int64_t>(p.param)] = 1.0;
+    const int64_t f = static_cast<int64_t>(index.at(std::stoul(key)));
+    has_state[f] = 1.0;
     if (state.get(key).has("step")) {
       present[static_cast<int64_t>(kNumStateTensors)] = 1.0;
-      step[static_cast<int64_t>(p.param)] = static_cast<double>(state.get(key).get_int("step"));
+      step[f] = static_cast<double>(state.get(key).get_int("step"));
     }
   }
   for (const auto& [name, t] : tensors) present[static_cast<int64_t>(parse_state_name(name, "optimizer state").second)] = 1.0;
@@ -681,11 +777,11 @@ void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string
   const at::TensorOptions opts = params.empty() ? at::TensorOptions(at::kFloat) : params.front().options().requires_grad(false);
   std::vector<at::Tensor> sums(kNumStateTensors);
   for (size_t k = 0; k < kNumStateTensors; ++k)
-    if (present[static_cast<int64_t>(k)].item<double>() > 0) sums[k] = at::zeros({base.back()}, opts);
+    if (present[static_cast<int64_t>(k)].item<double>() > 0) sums[k] = at::zeros({layout.base.back()}, opts);
   for (const auto& [name, t] : tensors) {
     const auto [piece, k] = parse_state_name(name, "optimizer state");
     const PieceAt& p = at_.at(piece);
-    sums[k].narrow(0, base[p.param] + p.offset, p.length).copy_(t.reshape({-1}));
+    sums[k].narrow(0, layout.base[index.at(piece)] + p.offset, p.length).copy_(t.reshape({-1}));
   }
   for (auto& sum : sums)
     if (sum.defined()) comm.all_reduce(sum, ReduceOp::Sum);
@@ -695,7 +791,7 @@ void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string
     j.begin_object()
         .key("lr").value(groups.at(g).get_double("lr"))
         .key("initial_lr").value(groups.at(g).get_double("initial_lr"))
-        .key("num_params").value(static_cast<int64_t>(params.size()))
+        .key("num_params").value(static_cast<int64_t>(whole[g].size()))
         .end_object();
   j.end_array().key("state").begin_object();
   const bool steps = present[static_cast<int64_t>(kNumStateTensors)].item<double>() > 0;
@@ -705,27 +801,32 @@ void ShardedStrategy::optimizer_state_to_full(NamedTensors& tensors, std::string
     if (steps) j.key("step").value(static_cast<int64_t>(step[static_cast<int64_t>(i)].item<double>()));
     j.end_object();
     for (size_t k = 0; k < kNumStateTensors; ++k)
-      if (sums[k].defined()) full.emplace_back(state_name(i, k), sums[k].narrow(0, base[i], params[i].numel()).view(params[i].sizes()));
+      if (sums[k].defined())
+        full.emplace_back(state_name(i, k), sums[k].narrow(0, layout.base[i], params[i].numel()).view(params[i].sizes()));
   }
   j.end_object().end_object();
   tensors = std::move(full);
   json = j.str();
 }
 
-void ShardedStrategy::optimizer_state_from_full(NamedTensors& tensors, std::string& json,
+void ShardedStrategy::optimizer_state_from_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
                                                 const std::string& source) const {
   // Each rank keeps the parts of the whole-parameter tensors its pieces cover.
-  const std::vector<PieceAt> at_ = piece_locations();
-  const std::vector<at::Tensor>& params = s_->params;
+  std::vector<size_t> index;  // piece -> whole parameter
+  const std::vector<PieceAt> at_ = optimizer_order(whole, &index);
+  const WholeLayout layout(whole);
+  const std::vector<at::Tensor>& params = layout.params;
   const acc::json::Document doc = acc::json::Document::object(json, source);
   const acc::json::Value root = doc.root();
   const acc::json::Value groups = root.get("param_groups");
-  if (groups.size() != 1)
+  if (groups.size() != whole.size())
     throw std::invalid_argument(source + ": 'param_groups' has " + std::to_string(groups.size()) +
-                                " groups; a sharded model's optimizer has one");
-  if (groups.at(0).get_int("num_params") != static_cast<int64_t>(params.size()))
-    throw std::invalid_argument(source + ": the optimizer state is about " + std::to_string(groups.at(0).get_int("num_params")) +
-                                " parameters; the model has " + std::to_string(params.size()) + " trainable ones");
+                                " groups; this optimizer has " + std::to_string(whole.size()));
+  for (size_t g = 0; g < whole.size(); ++g)
+    if (groups.at(g).get_int("num_params") != static_cast<int64_t>(whole[g].size()))
+      throw std::invalid_argument(source + ": param_groups[" + std::to_string(g) + "] has " +
+                                  std::to_string(groups.at(g).get_int("num_params")) +
+                                  " parameters; this optimizer's has " + std::to_string(whole[g].size()));
   std::map<std::pair<size_t, size_t>, at::Tensor> by_param;
   for (const auto& [name, t] : tensors) {
     const auto [i, k] = parse_state_name(name, source);
@@ -739,21 +840,26 @@ void ShardedStrategy::optimizer_state_from_full(NamedTensors& tensors, std::stri
   NamedTensors local;
   acc::json::Writer j;
   j.begin_object().key("type").value(root.get_string("type")).key("param_groups").begin_array();
-  j.begin_object()
-      .key("lr").value(groups.at(0).get_double("lr"))
-      .key("initial_lr").value(groups.at(0).get_double("initial_lr"))
-      .key("num_params").value(static_cast<int64_t>(at_.size()))
-      .end_object();
+  for (size_t g = 0; g < whole.size(); ++g) {
+    int64_t n = 0;  // this rank's pieces of the group's parameters
+    for (const at::Tensor& p : whole[g]) n += static_cast<int64_t>(pieces_at(p).size());
+    j.begin_object()
+        .key("lr").value(groups.at(g).get_double("lr"))
+        .key("initial_lr").value(groups.at(g).get_double("initial_lr"))
+        .key("num_params").value(n)
+        .end_object();
+  }
   j.end_array().key("state").begin_object();
   for (size_t piece = 0; piece < at_.size(); ++piece) {
     const PieceAt& p = at_[piece];
-    const std::string key = std::to_string(p.param);
+    const size_t f = index[piece];
+    const std::string key = std::to_string(f);
     if (!state.has(key)) continue;
     j.key(std::to_string(piece)).begin_object();
     if (state.get(key).has("step")) j.key("step").value(state.get(key).get_int("step"));
     j.end_object();
     for (size_t k = 0; k < kNumStateTensors; ++k)
-      if (auto it = by_param.find({p.param, k}); it != by_param.end())
+      if (auto it = by_param.find({f, k}); it != by_param.end())
         local.emplace_back(state_name(piece, k), it->second.reshape({-1}).narrow(0, p.offset, p.length));
   }
   j.end_object().end_object();

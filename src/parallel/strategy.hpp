@@ -54,6 +54,9 @@ class Strategy {
   virtual void after_backward() {}
   // The parameters the optimizer steps (a sharded strategy: this process's shards).
   virtual std::vector<at::Tensor> optimizer_parameters() const;
+  // What the optimizer steps for the trainable parameter `param`: itself, or (sharded) this process's pieces of it,
+  // possibly none. An optimizer's parameter groups map to groups of pieces in this order (Optimizer::rebind).
+  virtual std::vector<at::Tensor> pieces_of(const at::Tensor& param) const { return {param}; }
   // Whether the optimizer steps shards (it must then be built over optimizer_parameters()).
   virtual bool sharded() const { return false; }
   // After the optimizer stepped optimizer_parameters() (a sharded strategy gathers the new values).
@@ -70,22 +73,32 @@ class Strategy {
   // Loads whole tensors: every name and shape must match (nothing changes when one does not).
   virtual void load_full_state_dict(const NamedTensors& tensors, const std::string& source);
   // A checkpoint's optimizer state (Optimizer::State's tensors and JSON) is about the model's trainable parameters,
-  // indexed as an optimizer built over them, whatever the strategy and world size. A sharded strategy's optimizer
-  // steps pieces of them: these convert (collectives), the others leave the state as it is.
-  virtual void optimizer_state_to_full(NamedTensors& tensors, std::string& json) const {
-    (void)tensors, (void)json;
+  // indexed as an optimizer built over them (`whole`: its parameter groups of whole parameters,
+  // Optimizer::whole_groups), whatever the strategy and world size. A sharded strategy's optimizer steps pieces of
+  // them (pieces_of, group by group): these convert (collectives), the others leave the state as it is.
+  using ParamGroups = std::vector<std::vector<at::Tensor>>;
+  virtual void optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const {
+    (void)whole, (void)tensors, (void)json;
   }
-  virtual void optimizer_state_from_full(NamedTensors& tensors, std::string& json, const std::string& source) const {
-    (void)tensors, (void)json, (void)source;
+  virtual void optimizer_state_from_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
+                                         const std::string& source) const {
+    (void)whole, (void)tensors, (void)json, (void)source;
   }
-  // SHARDED_STATE_DICT: where each of optimizer_parameters() lies in the model (a flattened slice of a parameter,
-  // by name), so that each process can write its part; empty for strategies that do not shard.
+  // SHARDED_STATE_DICT: where a piece lies in the model (a flattened slice of a parameter, by name), so that each
+  // process can write its part.
   struct Slice {
     std::string name;
     int64_t offset = 0;
     std::vector<int64_t> shape;  // the whole parameter's
+    at::Tensor piece;
   };
-  virtual std::vector<Slice> slices() const { return {}; }
+  // The optimizer's pieces, in its order (as optimizer_state_to_full's `whole`); empty for strategies that do not shard.
+  virtual std::vector<Slice> optimizer_slices(const ParamGroups& whole) const {
+    (void)whole;
+    return {};
+  }
+  // Every sharded parameter's piece on this process, frozen ones too (the model's slices).
+  virtual std::vector<Slice> model_slices() const { return {}; }
 
  protected:
   explicit Strategy(std::shared_ptr<Model> model) : model_(std::move(model)) {}

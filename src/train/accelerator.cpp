@@ -465,7 +465,8 @@ void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<Mode
         if (mine.count(p.unsafeGetTensorImpl()) && m->strategy && m->strategy->sharded()) owner_model = m;
   }
   if (!owner_model || !owner_model->strategy || !owner_model->strategy->sharded()) return;
-  opt.opt->rebind(owner_model->strategy->optimizer_parameters(), owner_model->model->trainable_tensors());
+  const Strategy& strategy = *owner_model->strategy;
+  opt.opt->rebind(owner_model->model->trainable_tensors(), [&](const at::Tensor& p) { return strategy.pieces_of(p); });
   opt.model = owner_model;
 }
 
@@ -476,16 +477,22 @@ void Accelerator::register_for_checkpointing(Checkpointable object) {
 }
 
 void Accelerator::backward(const at::Tensor& loss) {
-  if (!loss.defined() || !loss.requires_grad())
-    throw std::invalid_argument("the loss has no autograd graph: pass the loss acc_model_forward returned");
-  if (loss.numel() != 1)
-    throw std::invalid_argument("the loss must have one element; got shape " + c10::str(loss.sizes()));
   std::vector<std::shared_ptr<ModelSlot>> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& w : models_)
       if (auto m = w.lock()) live.push_back(m);
   }
+  if (!loss.defined() || !loss.requires_grad()) {
+    // The usual cause once parameters can be frozen: nothing in the model trains.
+    for (auto& m : live)
+      if (m->model->trainable_parameters().empty())
+        throw std::invalid_argument("the loss has no autograd graph: every parameter of the prepared model is frozen "
+                                    "(requires_grad false); unfreeze some before training");
+    throw std::invalid_argument("the loss has no autograd graph: pass the loss acc_model_forward returned");
+  }
+  if (loss.numel() != 1)
+    throw std::invalid_argument("the loss must have one element; got shape " + c10::str(loss.sizes()));
   at::Tensor scaled = loss / static_cast<double>(grad_.num_steps);
   if (scaler_) scaled = scaler_->scale_loss(scaled);
   for (auto& m : live) m->strategy->before_backward(/*sync=*/!m->skip_sync);

@@ -334,19 +334,32 @@ std::vector<at::Tensor> Optimizer::params() const {
   return v;
 }
 
-void Optimizer::rebind(std::vector<at::Tensor> shards, const std::vector<at::Tensor>& params) {
+void Optimizer::rebind(const std::vector<at::Tensor>& params,
+                       const std::function<std::vector<at::Tensor>(const at::Tensor&)>& pieces_of) {
   check_rebind(params);
-  impl_->param_groups()[0].params() = std::move(shards);
+  whole_ = whole_groups();
+  for (size_t g = 0; g < whole_.size(); ++g) {
+    std::vector<at::Tensor> pieces;
+    for (const at::Tensor& p : whole_[g])
+      for (at::Tensor& piece : pieces_of(p)) pieces.push_back(std::move(piece));
+    impl_->param_groups()[g].params() = std::move(pieces);
+  }
+}
+
+std::vector<std::vector<at::Tensor>> Optimizer::whole_groups() const {
+  if (!whole_.empty()) return whole_;
+  std::vector<std::vector<at::Tensor>> v;
+  for (auto& g : impl_->param_groups()) v.push_back(g.params());
+  return v;
 }
 
 void Optimizer::check_rebind(const std::vector<at::Tensor>& params) const {
   if (!impl_->state().empty())
     throw StateError("a sharded model's optimizer must be prepared before its first step (its state would not match the shards)");
-  if (impl_->param_groups().size() != 1)
-    throw UnsupportedError("a sharded model's optimizer must have one parameter group; this one has " +
-                           std::to_string(impl_->param_groups().size()));
+  if (!whole_.empty()) throw StateError("the optimizer already steps a sharded model's pieces");
   std::set<const void*> held, wanted;
-  for (const auto& p : impl_->param_groups()[0].params()) held.insert(p.unsafeGetTensorImpl());
+  for (const auto& g : impl_->param_groups())
+    for (const auto& p : g.params()) held.insert(p.unsafeGetTensorImpl());
   for (const auto& p : params) wanted.insert(p.unsafeGetTensorImpl());
   if (held != wanted)
     throw UnsupportedError("a sharded model's optimizer must hold exactly the model's trainable parameters (it holds " +

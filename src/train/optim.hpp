@@ -37,11 +37,15 @@ class Optimizer {
   // Sets every group's lr to its initial lr times `factor` (LambdaLR).
   void scale_lr(double factor);
   std::vector<at::Tensor> params() const;
-  // Steps `shards` instead of `params` (a sharded strategy's flat slices of them): the optimizer must hold
-  // exactly `params`, in one parameter group, and not have stepped yet.
-  void rebind(std::vector<at::Tensor> shards, const std::vector<at::Tensor>& params);
+  // Steps a sharded strategy's pieces of `params` instead of them: each parameter group holds the pieces of its
+  // parameters, in order (`pieces_of`). The optimizer must hold exactly `params` and not have stepped yet.
+  void rebind(const std::vector<at::Tensor>& params,
+              const std::function<std::vector<at::Tensor>(const at::Tensor&)>& pieces_of);
   // rebind's conditions alone (prepare checks them before it changes anything).
   void check_rebind(const std::vector<at::Tensor>& params) const;
+  // The parameter groups of whole parameters: what the optimizer held before rebind (what a checkpoint's state
+  // is indexed by), else what it holds.
+  std::vector<std::vector<at::Tensor>> whole_groups() const;
   torch::optim::Optimizer& impl() { return *impl_; }
   bool fused() const { return fused_; }
 
@@ -61,6 +65,7 @@ class Optimizer {
  private:
   std::shared_ptr<torch::optim::Optimizer> impl_;
   std::vector<double> initial_lr_;  // per parameter group
+  std::vector<std::vector<at::Tensor>> whole_;  // rebind's: the groups' whole parameters
   bool fused_ = false;
 };
 

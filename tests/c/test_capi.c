@@ -510,6 +510,46 @@ static void test_token_file(void) {
              "fewer than block_size");
 }
 
+/* acc_model_set_requires_grad: freezing by pattern, its errors, and a model with nothing left to train. */
+static void test_frozen(void) {
+  acc_model* m;
+  EXPECT_OK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [2, 8, 4, 1], \"activation\": \"tanh\"}", &m));
+  int64_t n = -1, total = 0;
+  EXPECT_OK(acc_model_set_requires_grad(m, "layers\\.0\\..*", 0, &n));
+  EXPECT(n == 2); /* layers.0.weight and layers.0.bias */
+  EXPECT_ERR(acc_model_set_requires_grad(m, "nothing.*", 0, &n), ACC_ERR_INVALID_ARGUMENT, "'nothing.*' matches no parameter");
+  EXPECT(n == 0);
+  EXPECT_ERR(acc_model_set_requires_grad(m, "layers.(", 0, NULL), ACC_ERR_INVALID_ARGUMENT, "not a regular expression");
+  EXPECT_ERR(acc_model_set_requires_grad(m, NULL, 0, NULL), ACC_ERR_INVALID_ARGUMENT, "pattern");
+  EXPECT_ERR(acc_model_set_requires_grad(NULL, ".*", 0, NULL), ACC_ERR_INVALID_ARGUMENT, "model");
+  EXPECT_OK(acc_model_set_requires_grad(m, "layers\\.2\\.bias", 1, NULL)); /* already trainable: fine */
+  /* The optimizer takes the trainable parameters only: a group naming a frozen one selects nothing. */
+  acc_optimizer* opt;
+  EXPECT_ERR(acc_optimizer_create(m, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"layers\\\\.0\\\\..*\"}]}", &opt),
+             ACC_ERR_INVALID_CONFIG, "param_groups[0]");
+  EXPECT_OK(acc_model_num_parameters(m, &total));
+  EXPECT_OK(acc_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
+  /* Everything frozen: the loss has no graph, and backward says why. */
+  EXPECT_OK(acc_model_set_requires_grad(m, ".*", 0, &n));
+  EXPECT(n == 6);
+  acc_accelerator* acc = make_acc("{}");
+  EXPECT_OK(acc_prepare(acc, m, NULL, NULL, NULL));
+  EXPECT_ERR(acc_model_set_requires_grad(m, ".*", 1, NULL), ACC_ERR_INVALID_STATE, "before acc_prepare");
+  float x[2] = {0.5f, -1.0f}, y[1] = {0.25f};
+  int64_t xs[2] = {1, 2}, ys[2] = {1, 1};
+  acc_tensor *tx, *ty, *loss;
+  EXPECT_OK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
+  EXPECT_OK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
+  EXPECT_OK(acc_model_forward(m, tx, ty, NULL, &loss));
+  EXPECT_ERR(acc_backward(acc, loss), ACC_ERR_INVALID_ARGUMENT, "every parameter of the prepared model is frozen");
+  acc_tensor_destroy(loss);
+  acc_tensor_destroy(tx);
+  acc_tensor_destroy(ty);
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(m);
+  acc_accelerator_destroy(acc);
+}
+
 int main(void) {
   char tmpl[] = "/tmp/acc-capi-XXXXXX";
   tmp_dir = mkdtemp(tmpl);
@@ -524,6 +564,7 @@ int main(void) {
   test_training_and_order();
   test_callback_dataset();
   test_token_file();
+  test_frozen();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);

@@ -10,7 +10,9 @@
  * Between steps an evaluation forward without gradients runs (ZeRO-3 gathers and frees for it). The main process
  * prints "LOSS x", the last micro-step's loss averaged over the processes (and "SCALE s", fp16's loss scale, after
  * checking every process has the same). MP_EXTRA_CONFIG adds keys to the
- * explicit config (as JSON members). MP_PRETRAINED=DIR loads the llama with acc_model_from_pretrained from DIR and
+ * explicit config (as JSON members). Fine-tuning: MP_FREEZE=PATTERN freezes the parameters it matches
+ * (acc_model_set_requires_grad), MP_OPTIMIZER=JSON replaces the optimizer options (e.g. with "param_groups"),
+ * MP_BATCH=N sets the per-process batch size (default 4). MP_PRETRAINED=DIR loads the llama with acc_model_from_pretrained from DIR and
  * prints "WEIGHTS local_rank=L mapped=0|1": whether DIR/model.safetensors is mapped into the process (read).
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
@@ -71,7 +73,10 @@ int main(int argc, char** argv) {
   acc_tensor* keep[2];
   acc_dataset* ds = make_data(gpt, keep);
   acc_dataloader* dl;
-  CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4, \"shuffle\": true}", &dl));
+  char loader[64];
+  snprintf(loader, sizeof loader, "{\"batch_size\": %d, \"shuffle\": true}",
+           getenv("MP_BATCH") ? atoi(getenv("MP_BATCH")) : 4);
+  CHECK(acc_dataloader_create(ds, loader, &dl));
   acc_model* model;
   if (script) {
     CHECK(acc_model_load_torchscript(argv[1], "{\"loss\": \"mse\"}", &model));
@@ -101,8 +106,14 @@ int main(int argc, char** argv) {
                                : "{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}",
                            &model));
   }
+  if (getenv("MP_FREEZE")) {
+    int64_t matched = 0;
+    CHECK(acc_model_set_requires_grad(model, getenv("MP_FREEZE"), 0, &matched));
+    printf("FROZEN %lld\n", (long long)matched);
+  }
   acc_optimizer* opt;
-  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.001}", &opt));
+  CHECK(acc_optimizer_create(model, getenv("MP_OPTIMIZER") ? getenv("MP_OPTIMIZER") : "{\"type\": \"adamw\", \"lr\": 0.001}",
+                             &opt));
   if (getenv("MP_STEP_BEFORE_PREPARE")) {
     /* An optimizer that has stepped has state the shards cannot take: prepare refuses it and changes nothing (the
      * model is not prepared: preparing it alone then works). */

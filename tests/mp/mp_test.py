@@ -3,6 +3,7 @@
 
 Usage: mp_test.py ACC WORKER CASE   (WORKER: mp_worker or mp_loop, the program each case drives)
 """
+import json
 import os
 import signal
 import re
@@ -383,7 +384,8 @@ def case_cpp_api():
 def case_hf_finetune():
     """examples/c/finetune_llama (transformers' LlamaForCausalLM from a config, named forward with labels,
     AdamW, gradient clipping): 2 processes with batch 4 end with the weights of 1 process with batch 8 (within
-    5e-5: see below), and both save a Hugging Face directory (config.json, model.safetensors) that loads back."""
+    5e-5: see below), and both save a Hugging Face directory (config.json, model.safetensors) that loads back. With
+    --lora (a LoRA adapter on the frozen base) likewise: the adapters equal, and each loads back and generates."""
     with tempfile.TemporaryDirectory() as d:
         text = os.path.join(d, "text")
         os.makedirs(text)
@@ -408,6 +410,21 @@ def case_hf_finetune():
         # reduction orders (a mean of two means of 4, one mean of 8) into up to 1.2e-5 here, from step 1 on and
         # not growing; a gradient not averaged, or another sample order, moves weights by lr = 3e-3.
         expect(diff <= 5e-5, "DDP equals single-process training", f"max abs diff {diff}")
+        # --lora: the adapter alone trains (DDP over the trainable parameters only), saved as peft's files, loaded
+        # back onto the saved base to generate; 2 processes x 4 end with the adapter of 1 x 8 as above.
+        adapters = {}
+        for n, batch in ((2, 4), (1, 8)):
+            out = os.path.join(d, f"lora{n}")
+            p, _ = launch(n, "--steps", 20, "--batch", batch, "--out", out, "--text-dir", text, "--new-tokens", 8,
+                          "--lora")
+            expect(p.returncode == 0, f"finetune_llama --lora on {n} processes", p.stdout + p.stderr)
+            if p.returncode != 0:
+                return
+            expect(f"loaded {out}/adapter onto {out}/model" in p.stdout, "the adapter loads onto the base", p.stdout)
+            adapters[n] = read_safetensors(os.path.join(out, "adapter", "adapter_model.safetensors"))
+        diff = max_abs_diff(adapters[2], adapters[1])
+        print(f"LoRA adapter, 20 AdamW steps: 2 processes x 4 vs 1 process x 8: max |diff| = {diff:.3g}")
+        expect(diff <= 5e-5, "DDP of the adapter equals single-process training", f"max abs diff {diff}")
 
 
 def case_trackers():
@@ -476,6 +493,28 @@ WRAP = {"gpt": "TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GP
         "mlp": "SIZE_BASED_WRAP\n  fsdp_min_num_params: 50"}
 
 
+def launch_sharded(d, n, config, *args, extra_config=None, env_extra=None):
+    """Runs tests/mp/mp_sharded.c (args: MODEL STEPS ACCUM CLIP [LOAD SAVE]) on n processes under `config` (a name
+    in SHARDED_CONFIGS, "ddp", or a config file's text), writing into d; returns (its saved weights or None, its
+    stdout)."""
+    label = config if config in SHARDED_CONFIGS or config == "ddp" else f"custom{abs(hash(config))}"
+    out = os.path.join(d, f"{n}-{label}-" + "-".join(map(str, args)).replace("/", "_"))
+    cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0"]
+    if config == "ddp":
+        cmd.append("--cpu")
+    else:
+        path = os.path.join(d, label + ".yaml")
+        with open(path, "w") as f:
+            f.write(SHARDED_CONFIGS.get(config, config).replace("{wrap}", WRAP[args[0]]) + "use_cpu: true\n")
+        cmd += ["--config_file", path]
+    args = list(map(str, args))
+    env = dict(os.environ, ACC_CONFIG_FILE="none", **({"MP_EXTRA_CONFIG": extra_config} if extra_config else {}),
+               **(env_extra or {}))
+    p = subprocess.run(cmd + [WORKER, *args[:4], out, *args[4:]], capture_output=True, text=True, timeout=300, env=env)
+    expect(p.returncode == 0, f"{config} on {n} processes, {args}", p.stdout + p.stderr)
+    return (read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None), p.stdout
+
+
 def case_sharded():
     """ZeRO stages 1-3 and FSDP FULL_SHARD / SHARD_GRAD_OP, each chosen by an Accelerate config file as a user
     writes it, end with DDP's parameters after 50 AdamW steps (tests/mp/mp_sharded.c: the MLP's 121 parameters
@@ -488,24 +527,8 @@ def case_sharded():
     noise that AdamW turns into lr-sized steps (with it, even two runs of DDP differing in one bit diverge)."""
     with tempfile.TemporaryDirectory() as d:
         def run(n, config, *args, extra_config=None, env_extra=None):
-            label = config if config in SHARDED_CONFIGS or config == "ddp" else f"custom{abs(hash(config))}"
-            out = os.path.join(d, f"{n}-{label}-" + "-".join(map(str, args)).replace("/", "_"))
-            cmd = [ACC, "launch", "--num_processes", str(n), "--main_process_port", "0"]
-            if config == "ddp":
-                cmd.append("--cpu")
-            else:
-                path = os.path.join(d, label + ".yaml")
-                with open(path, "w") as f:
-                    f.write(SHARDED_CONFIGS.get(config, config).replace("{wrap}", WRAP[args[0]]) + "use_cpu: true\n")
-                cmd += ["--config_file", path]
-            args = list(map(str, args))
-            env = dict(os.environ, ACC_CONFIG_FILE="none", **({"MP_EXTRA_CONFIG": extra_config} if extra_config else {}),
-                       **(env_extra or {}))
-            p = subprocess.run(cmd + [WORKER, *args[:4], out, *args[4:]], capture_output=True, text=True, timeout=300,
-                               env=env)
-            expect(p.returncode == 0, f"{config} on {n} processes, {args}", p.stdout + p.stderr)
-            run.stdout = p.stdout
-            return read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None
+            got, run.stdout = launch_sharded(d, n, config, *args, extra_config=extra_config, env_extra=env_extra)
+            return got
 
         for n in (2, 3, 4):
             for model, accum, clip in (("mlp", 1, 0), ("gpt", 2, 0.05)) + ((("llama", 1, 0.05),) if n == 3 else ()):
@@ -765,6 +788,92 @@ def case_sharded():
                 for strategy in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
                     hybrid(strategy, m.addrs[0], m.prefix, [{"GLOO_SOCKET_IFNAME": v} for v in m.veth],
                            "network namespaces")
+
+
+# Fine-tuning (issue 25): per model, what mp_sharded freezes (MP_FREEZE: frozen and trainable parameters inside
+# one wrapped block) and its optimizer (MP_OPTIMIZER: SGD with momentum, three parameter groups).
+FINETUNE = {
+    "gpt": (r"transformer\.h\.\d+\.attn\..*|transformer\.wpe\.weight",
+            '{"type": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01, "param_groups": ['
+            '{"params": ".*mlp\\\\..*", "lr": 0.1}, {"params": [".*ln_.*"], "lr": 0.02, "momentum": 0.5}]}'),
+    "llama": (r"model\.layers\.\d+\.self_attn\.(q|k)_proj\.weight|model\.layers\.\d+\.input_layernorm\.weight|"
+              r"model\.embed_tokens\.weight",
+              '{"type": "sgd", "lr": 0.1, "momentum": 0.9, "param_groups": ['
+              '{"params": ".*mlp\\\\..*", "lr": 0.2}, {"params": ".*norm.*", "weight_decay": 0.0, "lr": 0.05}]}'),
+}
+
+
+def case_finetune():
+    """Frozen parameters and parameter groups under every strategy: DDP, ZeRO-1/2/3 (with offload) and FSDP1 /
+    FSDP2 (FULL_SHARD, SHARD_GRAD_OP, prefetching, offload) on 2 and 3 processes, and FSDP2 HSDP (2 x 2), each with
+    part of every block frozen and three optimizer groups, end with single-process training's parameters after 20
+    SGD steps (one process, the same global batch) within 1e-6; frozen parameters never move. Checkpoints hold
+    optimizer state for the trainable parameters only, resume exactly under ZeRO-3 and go through SHARDED_STATE_DICT
+    slices to DDP."""
+    with tempfile.TemporaryDirectory() as d:
+        def run(n, config, model, steps, *rest, batch=4):
+            freeze, optimizer = FINETUNE[model]
+            env = {"MP_FREEZE": freeze, "MP_OPTIMIZER": optimizer, "MP_BATCH": str(batch)}
+            # The seedable sampler: every pass's order is the same on any number of processes (without it, one
+            # process draws each epoch's seed from the default generator, several processes from rank 0's sampler
+            # generator, as in Accelerate, so epochs after the first differ).
+            got, out = launch_sharded(d, n, config, model, steps, 1, 0.5, *rest, env_extra=env,
+                                      extra_config='"dataloader_config": {"use_seedable_sampler": true}')
+            return got
+
+        for model, (freeze, _) in FINETUNE.items():
+            start = run(1, "ddp", model, 0)
+            if start is None:
+                return
+            frozen = {k for k in start if re.fullmatch(freeze, k)}
+            for n in (2, 3):
+                single = run(1, "ddp", model, 20, batch=4 * n)
+                if single is None:
+                    return
+                expect(all(max_abs_diff({k: start[k]}, {k: single[k]}) == 0 for k in frozen) and
+                       all(max_abs_diff({k: start[k]}, {k: single[k]}) > 1e-4 for k in start if k not in frozen),
+                       f"{model}: the {len(frozen)} frozen parameters stay, every other one trains")
+                worst = 0.0
+                for config in ["ddp"] + list(SHARDED_CONFIGS):
+                    got = run(n, config, model, 20)
+                    if got is not None:
+                        diff = max_abs_diff(single, got)
+                        worst = max(worst, diff)
+                        expect(diff <= 1e-6, f"{model}, {config} on {n} processes equals one process", f"max abs diff {diff}")
+                print(f"{model}, {n} processes, {len(frozen)} of {len(start)} parameters frozen, 3 groups: every strategy "
+                      f"vs one process after 20 SGD steps: max |diff| = {worst:.3g}")
+        hsdp = ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: {wrap}\n"
+                "parallelism_config:\n  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 2\n")
+        single, got = run(1, "ddp", "llama", 20, batch=16), run(4, hsdp, "llama", 20)
+        if single is not None and got is not None:
+            expect(max_abs_diff(single, got) <= 1e-6, "llama, FSDP2 HSDP 2 x 2 equals one process",
+                   str(max_abs_diff(single, got)))
+        # Checkpoints: optimizer state only for what trains; 10 + 10 steps under ZeRO-3 equal 20; SHARDED_STATE_DICT
+        # slices (frozen parameters sharded too) load on 2 DDP processes and save the same whole files.
+        a, b, c, e = (os.path.join(d, x) for x in ("A", "B", "C", "E"))
+        straight = run(2, "zero3", "gpt", 20)
+        run(2, "zero3", "gpt", 10, "-", a)
+        resumed = run(2, "zero3", "gpt", 10, a, b)
+        if straight is not None and resumed is not None:
+            expect(max_abs_diff(straight, resumed) == 0, "ZeRO-3 with frozen parameters and groups: 10 steps, "
+                   "save_state, load_state, 10 steps equal 20 steps", str(max_abs_diff(straight, resumed)))
+        if os.path.exists(os.path.join(a, "optimizer.safetensors")):
+            state = read_safetensors(os.path.join(a, "optimizer.safetensors"))
+            params = read_safetensors(os.path.join(a, "model.safetensors"))
+            trainable = [k for k in params if not re.fullmatch(FINETUNE["gpt"][0], k)]
+            expect(len(state) == len(trainable) and all(k.endswith(".momentum_buffer") for k in state),
+                   "the checkpoint's optimizer state: one momentum buffer per trainable parameter, none for frozen ones",
+                   f"{len(state)} tensors, {len(trainable)} trainable parameters: {sorted(state)[:4]}")
+            with open(os.path.join(a, "optimizer.json")) as f:
+                groups = json.load(f)["param_groups"]
+            expect([g["num_params"] for g in groups] == [4, 5, 1] and [g["lr"] for g in groups] == [0.1, 0.02, 0.05],
+                   "the checkpoint's optimizer.json: the three groups, in order", str(groups))
+        run(3, SHARDED_CONFIGS["full_shard"] + "  fsdp_state_dict_type: SHARDED_STATE_DICT\n", "gpt", 0, a, c)
+        run(2, "ddp", "gpt", 0, c, e)
+        for f in ("model.safetensors", "optimizer.safetensors", "optimizer.json"):
+            same = all(os.path.exists(os.path.join(x, f)) for x in (a, e)) and \
+                open(os.path.join(a, f), "rb").read() == open(os.path.join(e, f), "rb").read()
+            expect(same, f"{f}: with frozen parameters and groups, through 3 processes' slices and back on 2: equal")
 
 globals()[f"case_{CASE}"]()
 print(f"{passed} passed, {failed} failed")

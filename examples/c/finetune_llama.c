@@ -5,10 +5,14 @@
  * continue a prompt with acc_generate, the bytes printed as they come.
  *
  *   acc launch --num_processes 2 finetune_llama [--steps N] [--batch B] [--out DIR] [--text-dir DIR]
- *                                               [--from DIR] [--prompt TEXT] [--new-tokens N]
+ *                                               [--from DIR] [--prompt TEXT] [--new-tokens N] [--lora]
  *
  * --batch is per process (Accelerate's batch_size): N processes with batch B train as one with N x B.
  * --from DIR starts from a saved model (acc_model_from_pretrained) instead of fresh weights.
+ * --lora fine-tunes a LoRA adapter instead (peft's get_peft_model: r 8, lora_alpha 16 on every linear layer;
+ * the base stays frozen): the base model is saved to OUT/model first, the trained adapter to OUT/adapter
+ * (adapter_config.json, adapter_model.safetensors: peft's PeftModel.from_pretrained reads it), and the
+ * continuation comes from a fresh copy of the base with the adapter loaded (acc_model_load_adapter).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <acc/acc.h>
@@ -30,6 +34,9 @@
   } while (0)
 
 enum { BLOCK = 64 };
+
+/* peft's LoraConfig for --lora. */
+static const char* kLora = "{\"r\": 8, \"lora_alpha\": 16, \"target_modules\": \"all-linear\"}";
 
 /* transformers' LlamaConfig, small: bytes as tokens (vocabulary 256), grouped-query attention. */
 static const char* kConfig =
@@ -71,17 +78,25 @@ int main(int argc, char** argv) {
   const char* text_dir = "/usr/share/common-licenses";
   const char* from = NULL;
   const char* prompt = "This program is free software";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--out")) out_dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--text-dir")) text_dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--from")) from = argv[i + 1];
-    else if (!strcmp(argv[i], "--prompt")) prompt = argv[i + 1];
-    else if (!strcmp(argv[i], "--new-tokens")) new_tokens = atoi(argv[i + 1]);
+  int lora = 0;
+  for (int i = 1; i < argc; ++i) {
+    const char* flag = argv[i];
+    if (!strcmp(flag, "--lora")) {
+      lora = 1;
+      continue;
+    }
+    const char* value = i + 1 < argc ? argv[++i] : NULL;
+    if (!value) flag = ""; /* a flag without its value: usage */
+    if (!strcmp(flag, "--steps")) steps = atoi(value);
+    else if (!strcmp(flag, "--batch")) batch = atoi(value);
+    else if (!strcmp(flag, "--out")) out_dir = value;
+    else if (!strcmp(flag, "--text-dir")) text_dir = value;
+    else if (!strcmp(flag, "--from")) from = value;
+    else if (!strcmp(flag, "--prompt")) prompt = value;
+    else if (!strcmp(flag, "--new-tokens")) new_tokens = atoi(value);
     else {
       fprintf(stderr, "usage: finetune_llama [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--from DIR]"
-                      " [--prompt TEXT] [--new-tokens N]\n");
+                      " [--prompt TEXT] [--new-tokens N] [--lora]\n");
       return 2;
     }
   }
@@ -94,9 +109,10 @@ int main(int argc, char** argv) {
   CHECK(acc_is_main_process(acc, &is_main));
 
   /* The main process writes the token file; the others wait, then map it. */
-  char tokens_path[4096], model_dir[4096];
+  char tokens_path[4096], model_dir[4096], adapter_dir[4096];
   snprintf(tokens_path, sizeof tokens_path, "%s/train.bin", out_dir);
   snprintf(model_dir, sizeof model_dir, "%s/model", out_dir);
+  snprintf(adapter_dir, sizeof adapter_dir, "%s/adapter", out_dir);
   if (is_main) {
     make_dirs(out_dir);
     size_t len;
@@ -121,12 +137,22 @@ int main(int argc, char** argv) {
   CHECK(acc_model_set_training(model, 1)); /* from_pretrained gives eval mode, as transformers */
   int64_t n_params;
   CHECK(acc_model_num_parameters(model, &n_params));
+  if (lora) {
+    /* The base the adapter trains on (frozen from here on), saved for loading the adapter onto it below. */
+    if (is_main) CHECK(acc_model_save_pretrained(model, model_dir, NULL));
+    CHECK(acc_model_add_lora(model, kLora));
+  }
+  int64_t n_all;
+  CHECK(acc_model_num_parameters(model, &n_all));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.01}", &opt));
   CHECK(acc_prepare(acc, model, opt, NULL, dl));
   if (is_main)
     printf("LlamaForCausalLM, %lld parameters; batch %d x %d processes x %d tokens; %d steps\n", (long long)n_params,
            batch, world, BLOCK, steps);
+  if (is_main && lora) /* as peft's print_trainable_parameters */
+    printf("LoRA %s: trainable params: %lld || all params: %lld || trainable%%: %.4f\n", kLora,
+           (long long)(n_all - n_params), (long long)n_all, 100.0 * (double)(n_all - n_params) / (double)n_all);
 
   for (int step = 1; step <= steps;) {
     acc_tensor *x, *y, *loss, *mean;
@@ -151,11 +177,23 @@ int main(int argc, char** argv) {
     acc_tensor_destroy(y);
     ++step;
   }
-  /* Hugging Face format (config.json and model.safetensors): the main process writes, the others wait. */
-  CHECK(acc_model_save_pretrained(model, model_dir, NULL));
+  /* Hugging Face format (config.json and model.safetensors; with --lora peft's adapter files): the main process
+   * writes, the others wait. */
+  if (lora) CHECK(acc_model_save_adapter(model, adapter_dir));
+  else CHECK(acc_model_save_pretrained(model, model_dir, NULL));
   if (is_main) {
-    printf("saved to %s (transformers: AutoModelForCausalLM.from_pretrained(\"%s\"))\n", model_dir, model_dir);
-    CHECK(acc_model_set_training(model, 0));
+    acc_model* generator = model;
+    if (lora) {
+      printf("saved the adapter to %s (peft: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(\"%s\"),"
+             " \"%s\"))\n", adapter_dir, model_dir, adapter_dir);
+      /* As a user of the adapter would: a fresh copy of the base, the adapter loaded onto it. */
+      CHECK(acc_model_from_pretrained(model_dir, NULL, &generator));
+      CHECK(acc_model_load_adapter(generator, adapter_dir, NULL));
+      printf("loaded %s onto %s\n", adapter_dir, model_dir);
+    } else {
+      printf("saved to %s (transformers: AutoModelForCausalLM.from_pretrained(\"%s\"))\n", model_dir, model_dir);
+    }
+    CHECK(acc_model_set_training(generator, 0));
     const size_t n = strlen(prompt);
     int64_t* ids = malloc(n * sizeof *ids);
     for (size_t i = 0; i < n; ++i) ids[i] = (unsigned char)prompt[i];
@@ -166,11 +204,12 @@ int main(int argc, char** argv) {
     snprintf(gen_opts, sizeof gen_opts,
              "{\"max_new_tokens\": %d, \"do_sample\": true, \"temperature\": 0.8, \"top_k\": 40, \"seed\": 0}", new_tokens);
     printf("--- %s", prompt);
-    CHECK(acc_generate(model, input, NULL, gen_opts, print_token, NULL, &out));
+    CHECK(acc_generate(generator, input, NULL, gen_opts, print_token, NULL, &out));
     printf("\n---\n");
     acc_tensor_destroy(out);
     acc_tensor_destroy(input);
     free(ids);
+    if (generator != model) acc_model_destroy(generator);
   }
   CHECK(acc_wait_for_everyone(acc));
   acc_optimizer_destroy(opt);

@@ -5,8 +5,11 @@ the C program's (max |diff| <= 1e-6) and its printed losses must agree.
 
 Then a quick run of each finetune_llama (20 steps, 8 new tokens, 1 process, on a small text directory
 made here): a loss line at steps 1 and 20, a Hugging Face directory (config.json, model.safetensors)
-saved, a continuation printed. Go's and Java's (bytes as tokens, as the C program) print exactly what
-examples/c/finetune_llama prints; Rust's trains a byte-level BPE first and saves it as tokenizer.json.
+saved, a continuation printed; and the same with --lora: the LoRA line, peft's adapter files
+(adapter/adapter_config.json, adapter/adapter_model.safetensors) beside the base model, the adapter
+loaded onto a fresh base, a continuation. Go's and Java's (bytes as tokens, as the C program) print
+exactly what examples/c/finetune_llama prints; Rust's trains a byte-level BPE first and saves it as
+tokenizer.json.
 
 Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI [C_FINETUNE_LLAMA]]
 A language whose toolchain is missing is skipped with a message (exit 77 when none is left), unless
@@ -108,20 +111,28 @@ def launch(lang, cmd):
     return read_safetensors(path), {k: float(v) for k, v in losses.items()}
 
 
-def finetune(lang, cmd, text_dir):
-    """A quick run of finetune_llama; its printed lines with the output directory as OUT."""
-    out = os.path.join(out_dir, f"finetune-{lang}")
+def finetune(lang, cmd, text_dir, lora=False):
+    """A quick run of finetune_llama (with --lora: of its adapter); its printed lines with the output directory
+    as OUT."""
+    out = os.path.join(out_dir, f"finetune-{lang}" + ("-lora" if lora else ""))
     shutil.rmtree(out, ignore_errors=True)
     stdout = run([ACC, "launch", "--num_processes", "1", "--main_process_port", "0", *cmd, "--steps", "20",
-                  "--batch", "4", "--new-tokens", "8", "--out", out, "--text-dir", text_dir], timeout=600)
-    for f in ("config.json", "model.safetensors") + (("tokenizer.json",) if lang == "rust" else ()):
-        if not os.path.isfile(os.path.join(out, "model", f)):
-            raise RuntimeError(f"finetune_llama saved no model/{f}:\n{stdout}")
+                  "--batch", "4", "--new-tokens", "8", "--out", out, "--text-dir", text_dir]
+                 + (["--lora"] if lora else []), timeout=600)
+    files = ["model/config.json", "model/model.safetensors"] + (["model/tokenizer.json"] if lang == "rust" else [])
+    if lora:
+        files += ["adapter/adapter_config.json", "adapter/adapter_model.safetensors"]
+    for f in files:
+        if not os.path.isfile(os.path.join(out, f)):
+            raise RuntimeError(f"finetune_llama saved no {f}:\n{stdout}")
     lines = stdout.replace(out, "OUT").splitlines()
     losses = [l for l in lines if re.match(r"step +(1|20)/20  loss [0-9.]+$", l)]
     if len(losses) != 2 or not any(l.startswith("--- ") for l in lines):
         raise RuntimeError(f"finetune_llama printed no loss lines or continuation:\n{stdout}")
-    print(f"{lang:5}: finetune_llama {'; '.join(losses)}")
+    if lora and not (any(re.match(r"LoRA .*: trainable params: [1-9]", l) for l in lines)
+                     and "loaded OUT/adapter onto OUT/model" in lines):
+        raise RuntimeError(f"finetune_llama --lora printed no LoRA line or did not load the adapter:\n{stdout}")
+    print(f"{lang:5}: finetune_llama{' --lora' if lora else ''} {'; '.join(losses)}")
     return lines
 
 
@@ -161,22 +172,24 @@ for name, line in (("a.txt", "Permission is hereby granted, free of charge, to a
         f.write(line * 40)
 if not os.path.lexists(os.path.join(text_dir, "c.txt")):
     os.symlink("a.txt", os.path.join(text_dir, "c.txt"))  # as GPL -> GPL-3: a link is read as its file
-ref_lines = None
-if C_FINETUNE:
-    try:
-        ref_lines = finetune("c", [C_FINETUNE], text_dir)
-    except Exception as e:
-        failures.append(f"c: finetune_llama failed: {e}")
-for lang, cmds in builds.items():
-    if not cmds:
-        continue
-    try:
-        lines = finetune(lang, cmds["finetune_llama"], text_dir)
-    except Exception as e:
-        failures.append(f"{lang}: finetune_llama failed: {e}")
-        continue
-    if lang != "rust" and ref_lines is not None and lines != ref_lines:
-        failures.append(f"{lang}: finetune_llama printed {lines}, C's finetune_llama {ref_lines}")
+for lora in (False, True):
+    name = "finetune_llama" + (" --lora" if lora else "")
+    ref_lines = None
+    if C_FINETUNE:
+        try:
+            ref_lines = finetune("c", [C_FINETUNE], text_dir, lora)
+        except Exception as e:
+            failures.append(f"c: {name} failed: {e}")
+    for lang, cmds in builds.items():
+        if not cmds:
+            continue
+        try:
+            lines = finetune(lang, cmds["finetune_llama"], text_dir, lora)
+        except Exception as e:
+            failures.append(f"{lang}: {name} failed: {e}")
+            continue
+        if lang != "rust" and ref_lines is not None and lines != ref_lines:
+            failures.append(f"{lang}: {name} printed {lines}, C's {ref_lines}")
 
 for s in skipped:
     print("SKIPPED", s)

@@ -6,9 +6,13 @@
 //
 //	go build -o finetune_llama ./finetune_llama   (in examples/go)
 //	acc launch --num_processes 2 finetune_llama [--steps N] [--batch B] [--out DIR] [--text-dir DIR]
-//	                                            [--prompt TEXT] [--new-tokens N]
+//	                                            [--prompt TEXT] [--new-tokens N] [--lora]
 //
 // --batch is per process (Accelerate's batch_size): N processes with batch B train as one with N x B.
+// --lora fine-tunes a LoRA adapter instead (peft's get_peft_model: r 8, lora_alpha 16 on every linear
+// layer; the base stays frozen): the base model is saved to OUT/model first, the trained adapter to
+// OUT/adapter (peft's files), and the continuation comes from a fresh copy of the base with the adapter
+// loaded (LoadAdapter).
 package main
 
 import (
@@ -30,6 +34,9 @@ const config = `{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "
 	"num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
 	"hidden_act": "silu", "initializer_range": 0.02, "tie_word_embeddings": false, "bos_token_id": 1,
 	"eos_token_id": 0, "dtype": "float32"}`
+
+// loraConfig is peft's LoraConfig for --lora.
+const loraConfig = `{"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}`
 
 // must returns v, or ends the program with err.
 func must[T any](v T, err error) T {
@@ -66,6 +73,7 @@ func main() {
 	textDir := flag.String("text-dir", "/usr/share/common-licenses", "directory of text files to train on")
 	prompt := flag.String("prompt", "This program is free software", "text to continue")
 	newTokens := flag.Int("new-tokens", 120, "tokens to generate")
+	lora := flag.Bool("lora", false, "train a LoRA adapter (r 8 on every linear layer) instead of every weight")
 	flag.Parse()
 
 	a := must(acc.NewAccelerator(`{"seed": 42}`))
@@ -74,6 +82,7 @@ func main() {
 
 	// The main process writes the token file; the others wait, then map it.
 	tokensPath, modelDir := filepath.Join(*out, "train.bin"), filepath.Join(*out, "model")
+	adapterDir := filepath.Join(*out, "adapter")
 	if isMain {
 		check(os.MkdirAll(*out, 0o755))
 		writeTokens(*textDir, tokensPath)
@@ -87,12 +96,25 @@ func main() {
 	model := must(acc.ModelFromConfig(config, nil))
 	defer model.Close()
 	check(model.SetTraining(true))
+	nParams := must(model.NumParameters())
+	if *lora {
+		// The base the adapter trains on (frozen from here on), saved for loading the adapter onto it below.
+		if isMain {
+			check(model.SavePretrained(modelDir, ""))
+		}
+		check(model.AddLoRA(loraConfig))
+	}
+	nAll := must(model.NumParameters())
 	opt := must(acc.NewOptimizer(model, `{"type": "adamw", "lr": 0.003, "weight_decay": 0.01}`))
 	defer opt.Close()
 	check(a.Prepare(model, opt, nil, dl))
 	if isMain {
 		fmt.Printf("LlamaForCausalLM, %d parameters; batch %d x %d processes x %d tokens; %d steps\n",
-			must(model.NumParameters()), *batch, world, block, *steps)
+			nParams, *batch, world, block, *steps)
+		if *lora { // as peft's print_trainable_parameters
+			fmt.Printf("LoRA %s: trainable params: %d || all params: %d || trainable%%: %.4f\n", loraConfig,
+				nAll-nParams, nAll, 100*float64(nAll-nParams)/float64(nAll))
+		}
 	}
 
 	for step := 1; step <= *steps; {
@@ -119,11 +141,27 @@ func main() {
 		step++
 	}
 
-	// Hugging Face format (config.json and model.safetensors): the main process writes, the others wait.
-	check(model.SavePretrained(modelDir, ""))
+	// Hugging Face format (config.json and model.safetensors; with --lora peft's adapter files): the main
+	// process writes, the others wait.
+	if *lora {
+		check(model.SaveAdapter(adapterDir))
+	} else {
+		check(model.SavePretrained(modelDir, ""))
+	}
 	if isMain {
-		fmt.Printf("saved to %s (transformers: AutoModelForCausalLM.from_pretrained(%q))\n", modelDir, modelDir)
-		check(model.SetTraining(false))
+		generator := model
+		if *lora {
+			fmt.Printf("saved the adapter to %s (peft: PeftModel.from_pretrained("+
+				"AutoModelForCausalLM.from_pretrained(%q), %q))\n", adapterDir, modelDir, adapterDir)
+			// As a user of the adapter would: a fresh copy of the base, the adapter loaded onto it.
+			generator = must(acc.ModelFromPretrained(modelDir, nil))
+			defer generator.Close()
+			check(generator.LoadAdapter(adapterDir, nil))
+			fmt.Printf("loaded %s onto %s\n", adapterDir, modelDir)
+		} else {
+			fmt.Printf("saved to %s (transformers: AutoModelForCausalLM.from_pretrained(%q))\n", modelDir, modelDir)
+		}
+		check(generator.SetTraining(false))
 		ids := make([]int64, len(*prompt))
 		for i, c := range []byte(*prompt) {
 			ids[i] = int64(c)
@@ -132,7 +170,7 @@ func main() {
 		defer input.Close()
 		options := map[string]any{"max_new_tokens": *newTokens, "do_sample": true, "temperature": 0.8, "top_k": 40, "seed": 0}
 		fmt.Print("--- ", *prompt)
-		seq := must(model.Generate(input, nil, options, func(tokens []int64) bool {
+		seq := must(generator.Generate(input, nil, options, func(tokens []int64) bool {
 			if c := tokens[0]; c == '\n' || (c >= 32 && c < 127) {
 				fmt.Printf("%c", c)
 			} else {

@@ -9,9 +9,13 @@
 //! ```text
 //! cargo build   (in examples/rust)
 //! acc launch --num_processes 2 target/debug/finetune_llama [--steps N] [--batch B] [--out DIR]
-//!     [--text-dir DIR] [--prompt TEXT] [--new-tokens N]
+//!     [--text-dir DIR] [--prompt TEXT] [--new-tokens N] [--lora]
 //! ```
 //! --batch is per process (Accelerate's batch_size): N processes with batch B train as one with N x B.
+//! --lora fine-tunes a LoRA adapter instead (peft's get_peft_model: r 8, lora_alpha 16 on every linear
+//! layer; the base stays frozen): the base model is saved to OUT/model first, the trained adapter to
+//! OUT/adapter (peft's files), and the continuation comes from a fresh copy of the base with the adapter
+//! loaded (`Model::load_adapter`).
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
@@ -28,6 +32,8 @@ const BLOCK: usize = 64;
 const VOCAB: usize = 512;
 /// Separates the files in the token stream; the model's bos/eos token.
 const EOS: &str = "<|endoftext|>";
+/// peft's LoraConfig for --lora.
+const LORA: &str = r#"{"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}"#;
 
 struct Args {
     steps: usize,
@@ -36,6 +42,7 @@ struct Args {
     text_dir: String,
     prompt: String,
     new_tokens: usize,
+    lora: bool,
 }
 
 fn parse_args() -> Args {
@@ -46,12 +53,17 @@ fn parse_args() -> Args {
         text_dir: "/usr/share/common-licenses".into(),
         prompt: "This program is free software".into(),
         new_tokens: 120,
+        lora: false,
     };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    for pair in argv.chunks(2) {
-        let value = pair.get(1).cloned().unwrap_or_default();
+    let mut argv = std::env::args().skip(1);
+    while let Some(flag) = argv.next() {
+        if flag == "--lora" {
+            a.lora = true;
+            continue;
+        }
+        let value = argv.next().unwrap_or_else(|| usage());
         let number = || value.parse().unwrap_or_else(|_| usage());
-        match pair[0].as_str() {
+        match flag.as_str() {
             "--steps" => a.steps = number(),
             "--batch" => a.batch = number(),
             "--new-tokens" => a.new_tokens = number(),
@@ -66,7 +78,8 @@ fn parse_args() -> Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: finetune_llama [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--prompt TEXT] [--new-tokens N]"
+        "usage: finetune_llama [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--prompt TEXT] [--new-tokens N] \
+         [--lora]"
     );
     std::process::exit(2)
 }
@@ -160,15 +173,31 @@ fn run(args: &Args) -> Result<(), Error> {
     )?;
     let model = Model::from_config(&llama_config(tokenizer.get_vocab_size(true), eos), None)?;
     model.set_training(true)?;
+    let model_dir = out.join("model");
+    let adapter_dir = out.join("adapter");
+    let n_params = model.num_parameters()?;
+    if args.lora {
+        // The base the adapter trains on (frozen from here on), saved for loading the adapter onto it below.
+        if is_main {
+            model.save_pretrained(model_dir.to_str().unwrap(), None)?;
+            tokenizer.save(model_dir.join("tokenizer.json"), false)?;
+        }
+        model.add_lora(LORA)?;
+    }
+    let n_all = model.num_parameters()?;
     let opt = Optimizer::new(&model, r#"{"type": "adamw", "lr": 0.003, "weight_decay": 0.01}"#)?;
     accel.prepare(Some(&model), Some(&opt), None, Some(&dl))?;
     if is_main {
         println!(
-            "LlamaForCausalLM, {} parameters; batch {} x {world} processes x {BLOCK} tokens; {} steps",
-            model.num_parameters()?,
-            args.batch,
-            args.steps
+            "LlamaForCausalLM, {n_params} parameters; batch {} x {world} processes x {BLOCK} tokens; {} steps",
+            args.batch, args.steps
         );
+        if args.lora {
+            // as peft's print_trainable_parameters
+            let trainable = n_all - n_params;
+            let percent = 100.0 * trainable as f64 / n_all as f64;
+            println!("LoRA {LORA}: trainable params: {trainable} || all params: {n_all} || trainable%: {percent:.4}");
+        }
     }
 
     let mut step = 1;
@@ -189,13 +218,33 @@ fn run(args: &Args) -> Result<(), Error> {
         step += 1;
     }
 
-    // Hugging Face format (config.json and model.safetensors): the main process writes, the others wait.
-    let model_dir = out.join("model");
-    model.save_pretrained(model_dir.to_str().unwrap(), None)?;
+    // Hugging Face format (config.json and model.safetensors; with --lora peft's adapter files): the main
+    // process writes, the others wait.
+    if args.lora {
+        model.save_adapter(adapter_dir.to_str().unwrap())?;
+    } else {
+        model.save_pretrained(model_dir.to_str().unwrap(), None)?;
+    }
     if is_main {
-        tokenizer.save(model_dir.join("tokenizer.json"), false)?;
-        println!("saved to {} (with tokenizer.json)", model_dir.display());
-        model.set_training(false)?;
+        let loaded;
+        let generator = if args.lora {
+            println!(
+                "saved the adapter to {} (peft: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({:?}), {:?}))",
+                adapter_dir.display(),
+                model_dir.display(),
+                adapter_dir.display()
+            );
+            // As a user of the adapter would: a fresh copy of the base, the adapter loaded onto it.
+            loaded = Model::from_pretrained(model_dir.to_str().unwrap(), None)?;
+            loaded.load_adapter(adapter_dir.to_str().unwrap(), None)?;
+            println!("loaded {} onto {}", adapter_dir.display(), model_dir.display());
+            &loaded
+        } else {
+            tokenizer.save(model_dir.join("tokenizer.json"), false)?;
+            println!("saved to {} (with tokenizer.json)", model_dir.display());
+            &model
+        };
+        generator.set_training(false)?;
         let prompt: Vec<i64> = tokenizer
             .encode(args.prompt.as_str(), false)?
             .get_ids()
@@ -214,7 +263,7 @@ fn run(args: &Args) -> Result<(), Error> {
             stream.step(id as u32)?;
         }
         print!("--- {}", args.prompt);
-        model.generate(
+        generator.generate(
             &input,
             None,
             Some(&options),

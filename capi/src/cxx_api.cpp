@@ -10,6 +10,7 @@
 #include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
 #include "train/accelerator.hpp"
+#include "train/optim.hpp"
 #include "util/errors.hpp"
 
 namespace acc {
@@ -343,6 +344,24 @@ void save_model(const torch::nn::Module& module, const std::string& dir, const s
   for (const auto& p : module.named_parameters(true)) state.emplace_back(p.key(), p.value());
   for (const auto& b : module.named_buffers(true)) state.emplace_back(b.key(), b.value());
   core::write_model_files(state, dir, core::parse_shard_size(max_shard_size));
+}
+
+int64_t set_requires_grad(torch::nn::Module& module, const std::string& pattern, bool requires_grad) {
+  return core::NnModel(module.shared_from_this()).set_requires_grad(pattern, requires_grad);
+}
+
+int64_t set_requires_grad(HfModel& model, const std::string& pattern, bool requires_grad) {
+  core::ModelSlot& slot = need(model.slot, "the model");
+  if (slot.owner) throw core::StateError("requires_grad is set before prepare: the strategies read it when they wrap the model");
+  return slot.model->set_requires_grad(pattern, requires_grad);
+}
+
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& module, const std::string& options_json) {
+  return core::make_optimizer(core::NnModel(module.shared_from_this()), options_json.c_str())->shared_impl();
+}
+
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(const HfModel& model, const std::string& options_json) {
+  return core::make_optimizer(*need(model.slot, "the model").model, options_json.c_str())->shared_impl();
 }
 
 }  // namespace acc

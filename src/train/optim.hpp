@@ -47,6 +47,7 @@ class Optimizer {
   // is indexed by), else what it holds.
   std::vector<std::vector<at::Tensor>> whole_groups() const;
   torch::optim::Optimizer& impl() { return *impl_; }
+  const std::shared_ptr<torch::optim::Optimizer>& shared_impl() const { return impl_; }
   bool fused() const { return fused_; }
 
   // The state for a checkpoint, as torch's state_dict without pickles: the per-parameter tensors named

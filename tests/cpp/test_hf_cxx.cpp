@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 
 namespace {
 
@@ -62,6 +63,49 @@ TEST(HfModelCxx, FineTuneGenerateSave) {
   EXPECT_NE(map.find(R"("lm_head": "disk")"), std::string::npos) << map;
   EXPECT_THROW(acc::HfModel::from_pretrained(g_fixtures + "/none"), std::exception);
   EXPECT_THROW(acc::HfModel::from_config(R"({"architectures": ["T5Model"]})"), std::exception);
+}
+
+// Freezing by pattern and libacc's parameter groups from the C++ API, on an HfModel and on a module of one's own.
+TEST(HfModelCxx, FrozenAndParameterGroups) {
+  acc::Accelerator accelerator(R"({"seed": 3})");
+  acc::HfModel model = acc::HfModel::from_pretrained(g_fixtures + "/qwen2/model");
+  model.module().train();
+  EXPECT_EQ(acc::set_requires_grad(model, R"(model\.embed_tokens\..*|model\.layers\.0\..*)", false), 1 + 12);
+  EXPECT_THROW(acc::set_requires_grad(model, "nothing", false), std::invalid_argument);
+  // The Trainer's split over what trains: decay first, then biases and norms without.
+  auto opt = acc::make_optimizer(model, R"({"type": "adamw", "lr": 0.01, "weight_decay": 0.1, "param_groups": "transformers"})");
+  ASSERT_EQ(opt->param_groups().size(), 2u);
+  const auto& no_decay = opt->param_groups()[1];
+  EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(no_decay.options()).weight_decay(), 0.0);
+  EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(opt->param_groups()[0].options()).weight_decay(), 0.1);
+  size_t trainable = 0;
+  for (const auto& p : model.module().parameters()) trainable += p.requires_grad();
+  EXPECT_EQ(opt->param_groups()[0].params().size() + no_decay.params().size(), trainable);
+  std::map<const void*, torch::Tensor> before;
+  for (const auto& p : model.module().named_parameters()) before[p.value().unsafeGetTensorImpl()] = p.value().detach().clone();
+  acc::Model prepared = accelerator.prepare(model);
+  acc::Optimizer prepared_opt = accelerator.prepare(opt);
+  EXPECT_THROW(acc::set_requires_grad(model, ".*", true), std::runtime_error);
+  torch::Tensor ids = torch::tensor({{5, 9, 14, 3, 77, 12, 40, 8}}, torch::kLong);
+  accelerator.backward(model(acc::Batch({{"input_ids", ids}, {"labels", ids}})).at("loss"));
+  prepared_opt.step();
+  for (const auto& p : model.module().named_parameters()) {
+    const bool moved = !p.value().equal(before[p.value().unsafeGetTensorImpl()]);
+    EXPECT_EQ(moved, p.value().requires_grad()) << p.key();
+  }
+
+  struct Net : torch::nn::Module {
+    Net() : fc(register_module("fc", torch::nn::Linear(3, 2))), head(register_module("head", torch::nn::Linear(2, 1))) {}
+    torch::nn::Linear fc, head;
+  };
+  auto net = std::make_shared<Net>();
+  EXPECT_EQ(acc::set_requires_grad(*net, R"(fc\.bias)", false), 1);
+  auto sgd = acc::make_optimizer(*net, R"({"type": "sgd", "lr": 0.1, "param_groups": [{"params": "head\\..*", "lr": 1.0}]})");
+  ASSERT_EQ(sgd->param_groups().size(), 2u);
+  EXPECT_EQ(sgd->param_groups()[0].params().size(), 2u);  // head.weight, head.bias
+  EXPECT_EQ(sgd->param_groups()[0].options().get_lr(), 1.0);
+  EXPECT_EQ(sgd->param_groups()[1].params().size(), 1u);  // fc.weight (fc.bias is frozen)
+  EXPECT_THROW(acc::make_optimizer(*net, R"({"type": "sgd", "param_groups": [{"params": "nope"}]})"), std::exception);
 }
 
 }  // namespace

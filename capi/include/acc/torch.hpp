@@ -380,6 +380,23 @@ ACC_CXX_API void save_safetensors(const torch::nn::Module& module, const std::st
 ACC_CXX_API void save_model(const torch::nn::Module& module, const std::string& dir,
                             const std::string& max_shard_size = "10GB");
 
+/// @name Fine-tuning: frozen parameters and parameter groups
+///@{
+/// torch's requires_grad_ on every parameter whose whole dotted name the regular expression `pattern` matches, as
+/// acc_model_set_requires_grad: returns how many matched; std::invalid_argument naming the pattern when none does.
+/// Freeze before Accelerator::prepare (the strategies read requires_grad when they wrap the model).
+ACC_CXX_API int64_t set_requires_grad(torch::nn::Module& module, const std::string& pattern, bool requires_grad);
+ACC_CXX_API int64_t set_requires_grad(HfModel& model, const std::string& pattern, bool requires_grad);
+/// An optimizer over the trainable parameters from acc_optimizer_create's options (docs/c-api.md, "Optimizer
+/// options"): "type", "lr", ..., and "param_groups", groups selected by regular expressions over parameter names
+/// with their own lr / weight_decay / betas, or "transformers" (the Trainer's split: no weight decay for biases and
+/// norm weights). Prepare it as any torch optimizer. The module must be held by a std::shared_ptr.
+ACC_CXX_API std::shared_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& module,
+                                                                    const std::string& options_json);
+ACC_CXX_API std::shared_ptr<torch::optim::Optimizer> make_optimizer(const HfModel& model,
+                                                                    const std::string& options_json);
+///@}
+
 }  // namespace acc
 
 #endif  // ACC_TORCH_HPP

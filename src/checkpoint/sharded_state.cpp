@@ -135,11 +135,54 @@ bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model) {
          c.fsdp_plugin.state_dict_type.value_or("") == "SHARDED_STATE_DICT";
 }
 
+std::set<std::string> checkpointed_names(const Model& model) {
+  std::set<std::string> names;
+  bool frozen = false;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (p.requires_grad())
+      names.insert(name);
+    else
+      frozen = true;
+  }
+  if (frozen) {
+    for (const auto& [name, b] : model.named_buffers()) names.insert(name);
+    return names;
+  }
+  for (const auto& [name, t] : model.state()) names.insert(name);
+  return names;
+}
+
+void load_checkpointed_state(const ModelSlot& model, const NamedTensors& tensors, const std::string& source) {
+  std::set<std::string> given, all;
+  for (const auto& [name, t] : tensors) given.insert(name);
+  for (const auto& [name, t] : model.model->state()) all.insert(name);
+  if (given == all) return model.strategy->load_full_state_dict(tensors, source);
+  const std::set<std::string> held = checkpointed_names(*model.model);
+  for (const auto& name : given)
+    if (!held.count(name))
+      throw std::invalid_argument(source + ": '" + name + "' " +
+                                  (all.count(name) ? "is a frozen parameter of the model: its checkpoint holds what trains"
+                                                   : "is not a tensor of the model"));
+  for (const auto& name : held)
+    if (!given.count(name))
+      throw std::invalid_argument(source + ": '" + name + "' is missing (the checkpoint holds " +
+                                  std::to_string(given.size()) + " of the model's tensors)");
+  // The frozen rest as the model holds it now (a collective under ZeRO-3 / FSDP), the checkpoint's tensors over it.
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, t] : tensors) by_name[name] = &t;
+  NamedTensors merged = model.strategy->full_state_dict();
+  for (auto& [name, t] : merged)
+    if (auto it = by_name.find(name); it != by_name.end()) t = *it->second;
+  model.strategy->load_full_state_dict(merged, source);
+}
+
 void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir) {
+  const std::set<std::string> held = checkpointed_names(*model.model);
   NamedTensors tensors;
   json::Writer j;
   j.begin_object().key("slices").begin_object();
   for (const Strategy::Slice& s : model.strategy->model_slices()) {
+    if (!held.count(s.name)) continue;
     tensors.emplace_back(s.name, s.piece.detach());
     write_where(j, s.name, s.offset, s.shape);
   }
@@ -149,7 +192,7 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
     for (const auto& [name, p] : model.model->named_parameters())
       if (seen.insert(p.unsafeGetTensorImpl()).second) sharded.insert(name);
     for (const auto& [name, t] : model.model->state())
-      if (!sharded.count(name)) {
+      if (!sharded.count(name) && held.count(name)) {
         tensors.emplace_back(name, t.detach().reshape({-1}));
         write_where(j, name, 0, t.sizes());
       }

@@ -8,6 +8,7 @@
 // optimizer_slices_{i}.rank{r}.safetensors ("state.{name}.{kind}") and .json (type, lr, each name's step, slices).
 #pragma once
 #include <optional>
+#include <set>
 #include <string>
 
 #include "train/accelerator.hpp"
@@ -16,6 +17,14 @@ namespace acc::core {
 
 // True when the model's strategy shards it and the config asks for SHARDED_STATE_DICT.
 bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model);
+
+// The names of a model's state that its checkpoint holds: all of them, or, once some parameters are frozen (a LoRA
+// adapter freezes the base), what training changes: the trainable parameters (under each of their names) and
+// the buffers. The frozen rest comes from where the model was loaded, as it did the first time.
+std::set<std::string> checkpointed_names(const Model& model);
+// Loads a checkpoint's model tensors: every state tensor, or exactly checkpointed_names (the rest stays as it is);
+// anything else is std::invalid_argument naming the first difference, before anything changes. Collective.
+void load_checkpointed_state(const ModelSlot& model, const NamedTensors& tensors, const std::string& source);
 
 void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir);
 void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir);

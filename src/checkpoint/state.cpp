@@ -246,7 +246,15 @@ std::string Accelerator::save_state(const std::string& dir) {
   // Under SHARDED_STATE_DICT each process writes its slices instead (below), and nothing is gathered.
   const auto sliced = [&](const std::shared_ptr<ModelSlot>& m) { return m && sharded_checkpoint(*this, *m); };
   agreed(this, "save_state", [&] {
-    for (const auto& m : models) model_states.push_back(sliced(m) ? NamedTensors() : m->strategy->full_state_dict());
+    for (const auto& m : models) {
+      NamedTensors st;
+      if (!sliced(m)) {
+        const std::set<std::string> held = checkpointed_names(*m->model);
+        for (auto& [name, t] : m->strategy->full_state_dict())
+          if (held.count(name)) st.emplace_back(name, std::move(t));
+      }
+      model_states.push_back(std::move(st));
+    }
     for (const auto& o : optimizers) {
       Optimizer::State st;
       if (!sliced(o->model)) {
@@ -378,9 +386,9 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string f = numbered("model", i, ".safetensors");
     if (auto whole = load_model_slices(i, dir))
-      models[i]->strategy->load_full_state_dict(*whole, dir);
+      load_checkpointed_state(*models[i], *whole, dir);
     else
-      models[i]->strategy->load_full_state_dict(load_safetensors(where(f)), where(f));
+      load_checkpointed_state(*models[i], load_safetensors(where(f)), where(f));
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
     const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");

@@ -12,7 +12,8 @@
  *                               moments, most of them inside a save
  * The run has what makes a resume hard: a GPT with dropout, a loader shuffled by the default generator
  * (mid-epoch at the save), gradient accumulation, fp16 loss scaling, an LR schedule and a registered
- * object (the micro-step counter, which tells the resumed run where it is). */
+ * object (the micro-step counter, which tells the resumed run where it is). MP_LORA=JSON adds a LoRA adapter
+ * (acc_model_add_lora) before the optimizer: the base is frozen, and checkpoints hold what trains. */
 #include <acc/acc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 16, \"block_size\": 8, \"n_layer\": 1, \"n_head\": 2, "
                          "\"n_embd\": 16, \"dropout\": 0.1}", &model));
+  if (getenv("MP_LORA")) CHECK(acc_model_add_lora(model, getenv("MP_LORA")));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
   acc_scheduler* sched;

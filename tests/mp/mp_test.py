@@ -29,7 +29,7 @@ def expect(cond, what, detail=""):
         print(f"FAILED: {what}\n{detail}", file=sys.stderr)
 
 
-def launch(n, *args, timeout=300, launcher_args=(), config=None):
+def launch(n, *args, timeout=300, launcher_args=(), config=None, env_extra=None):
     """config: the body of an Accelerate config file (it gets use_cpu: true) instead of --cpu."""
     if config is None:
         # --cpu: these are CPU tests, also on a machine with GPUs (fewer GPUs than ranks is an error there).
@@ -43,7 +43,7 @@ def launch(n, *args, timeout=300, launcher_args=(), config=None):
            *map(str, args)]
     start = time.monotonic()
     # No user config file may leak into a test run.
-    env = dict(os.environ, ACC_CONFIG_FILE="none")
+    env = dict(os.environ, ACC_CONFIG_FILE="none", **(env_extra or {}))
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     finally:
@@ -251,6 +251,28 @@ def case_checkpoint_resume():
             expect(os.path.exists(os.path.join(project, "killed")), f"a rank of {n} was killed once")
             same = os.path.exists(auto) and open(full, "rb").read() == open(auto, "rb").read()
             expect(same, f"after the restart, the weights equal the uninterrupted run's on {n} processes")
+    # With a LoRA adapter (dropout in the branch too): the checkpoint holds what trains, not the frozen base, and
+    # the resume is exact on 2 processes.
+    lora = {"MP_LORA": '{"r": 4, "lora_alpha": 8, "lora_dropout": 0.1, "target_modules": ["c_attn", "c_fc"], '
+                       '"modules_to_save": ["ln_f"]}'}
+    with tempfile.TemporaryDirectory() as d:
+        full, resumed, ckpt = (os.path.join(d, x) for x in ("full.safetensors", "resumed.safetensors", "ckpt"))
+        p, _ = launch(2, "full", total, full, env_extra=lora)
+        expect(p.returncode == 0, "uninterrupted run with an adapter", p.stdout + p.stderr)
+        p, _ = launch(2, "crash", total, 11, ckpt, env_extra=lora)
+        expect(p.returncode != 0, "the job with an adapter was killed after its save", p.stdout + p.stderr)
+        p, _ = launch(2, "resume", total, ckpt, resumed, env_extra=lora)
+        expect(p.returncode == 0, "resumed run with an adapter", p.stdout + p.stderr)
+        same = (os.path.exists(full) and os.path.exists(resumed)
+                and open(full, "rb").read() == open(resumed, "rb").read())
+        expect(same, "with an adapter, the resumed weights equal the uninterrupted run's bit for bit on 2 processes")
+        held = sorted(read_safetensors(os.path.join(ckpt, "model.safetensors"))) \
+            if os.path.exists(os.path.join(ckpt, "model.safetensors")) else []
+        every = sorted(read_safetensors(full)) if os.path.exists(full) else []
+        expect(held and all(".lora_" in k or k.startswith("transformer.ln_f.") for k in held) and
+               len([k for k in every if ".lora_" in k]) == 4 and len(held) == 4 + 2,
+               "the checkpoint holds the adapter's weights and the module saved whole (ln_f), not the frozen base",
+               f"{held} of {len(every)}")
 
 
 def job_pids(proc):
@@ -861,6 +883,8 @@ def case_finetune():
             state = read_safetensors(os.path.join(a, "optimizer.safetensors"))
             params = read_safetensors(os.path.join(a, "model.safetensors"))
             trainable = [k for k in params if not re.fullmatch(FINETUNE["gpt"][0], k)]
+            expect(len(trainable) == len(params) == 10, "the checkpoint's model file holds the 10 trainable parameters, "
+                   "not the frozen ones", str(sorted(params)))
             expect(len(state) == len(trainable) and all(k.endswith(".momentum_buffer") for k in state),
                    "the checkpoint's optimizer state: one momentum buffer per trainable parameter, none for frozen ones",
                    f"{len(state)} tensors, {len(trainable)} trainable parameters: {sorted(state)[:4]}")

@@ -2,8 +2,12 @@
 #include "acc/torch.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
 
 #include "bigmodel/plan.hpp"
+#include "checkpoint/adapter.hpp"
 #include "checkpoint/save_model.hpp"
 #include "formats/hf_weights.hpp"
 #include "formats/safetensors.hpp"
@@ -363,5 +367,103 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& modul
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const HfModel& model, const std::string& options_json) {
   return core::make_optimizer(*need(model.slot, "the model").model, options_json.c_str())->shared_impl();
 }
+
+/* ------------------------------------------------------------------ LoRA adapters */
+
+namespace {
+
+// acc::Linear's side of the core's adapter interface (models/lora.hpp).
+struct LinearHost final : core::lora::Host {
+  explicit LinearHost(LinearImpl* layer) : layer(layer) {}
+  torch::nn::Module& host_module() override { return *layer; }
+  at::Tensor host_weight() override { return layer->weight; }
+  LinearImpl* layer;
+};
+
+// The layers that take adapters in a C++ user's tree: the core's, and acc::Linear.
+core::lora::Host* cxx_host_of(torch::nn::Module& m) {
+  if (auto* l = dynamic_cast<LinearImpl*>(&m)) return l->lora.get();
+  return core::lora::default_host_of(m);
+}
+
+// A user's module as a model slot of its own, not prepared.
+core::ModelSlot slot_of(torch::nn::Module& module) {
+  std::shared_ptr<torch::nn::Module> owner;
+  try {
+    owner = module.shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    throw std::invalid_argument("the module is not held by a std::shared_ptr (make it with std::make_shared or a "
+                                "module holder): LoRA keeps the module tree it adapts");
+  }
+  core::ModelSlot slot;
+  slot.model = as_model(std::move(owner));
+  return slot;
+}
+
+const char* null_if_empty(const std::string& s) { return s.empty() ? nullptr : s.c_str(); }
+
+}  // namespace
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias)
+    : torch::nn::Module("Linear"), in_features(in), out_features(out) {
+  if (in <= 0 || out <= 0)
+    throw std::invalid_argument("acc::Linear(" + std::to_string(in) + ", " + std::to_string(out) +
+                                "): the sizes must be positive");
+  weight = register_parameter("weight", torch::empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out}));
+  lora = std::make_shared<LinearHost>(this);
+  reset_parameters();
+}
+
+LinearImpl::~LinearImpl() = default;
+
+void LinearImpl::reset_parameters() {
+  c10::NoGradGuard no_grad;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));  // torch::nn::Linear's, for W and b
+  weight.uniform_(-bound, bound);
+  if (bias.defined()) bias.uniform_(-bound, bound);
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return lora->with_lora(x, at::linear(x, weight, bias));
+}
+
+void add_lora(torch::nn::Module& module, const std::string& lora_config_json) {
+  core::ModelSlot slot = slot_of(module);
+  core::add_lora(slot, lora_config_json.c_str(), cxx_host_of);
+}
+
+void add_lora(HfModel& model, const std::string& lora_config_json) {
+  core::add_lora(need(model.slot, "the model"), lora_config_json.c_str(), cxx_host_of);
+}
+
+void load_adapter(torch::nn::Module& module, const std::string& dir, const std::string& options_json) {
+  core::ModelSlot slot = slot_of(module);
+  core::load_adapter(slot, dir, null_if_empty(options_json), cxx_host_of);
+}
+
+void load_adapter(HfModel& model, const std::string& dir, const std::string& options_json) {
+  core::load_adapter(need(model.slot, "the model"), dir, null_if_empty(options_json), cxx_host_of);
+}
+
+void save_adapter(torch::nn::Module& module, const std::string& dir) {
+  core::ModelSlot slot = slot_of(module);
+  core::save_adapter(slot, dir, cxx_host_of);
+}
+
+void save_adapter(const HfModel& model, const std::string& dir) {
+  core::save_adapter(need(model.slot, "the model"), dir, cxx_host_of);
+}
+
+void save_adapter(const Model& model, const std::string& dir) {
+  core::save_adapter(need(model.slot, "the model"), dir, cxx_host_of);
+}
+
+void merge_adapter(torch::nn::Module& module) {
+  core::ModelSlot slot = slot_of(module);
+  core::merge_adapter(slot, cxx_host_of);
+}
+
+void merge_adapter(HfModel& model) { core::merge_adapter(need(model.slot, "the model"), cxx_host_of); }
 
 }  // namespace acc

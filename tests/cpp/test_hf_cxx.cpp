@@ -110,6 +110,89 @@ TEST(HfModelCxx, FrozenAndParameterGroups) {
 
 }  // namespace
 
+// LoRA through the C++ API: a Hugging Face model with peft's adapter (test_lora checks the numbers against peft).
+TEST(LoraCxx, HfModelAdapterLoadsMergesAndSaves) {
+  const std::string adapter = g_fixtures + "/../../finetune/fixtures/llama_qv";
+  acc::HfModel model = acc::HfModel::from_pretrained(g_fixtures + "/llama/model", R"({"dtype": "float32"})");
+  torch::Tensor ids = torch::tensor({{5, 17, 42, 8, 63, 29, 71}}, torch::kLong);
+  acc::Batch batch({{"input_ids", ids}});
+  torch::NoGradGuard no_grad;
+  torch::Tensor base = model(batch).at("logits");
+  acc::load_adapter(model, adapter);
+  torch::Tensor adapted = model(batch).at("logits");
+  EXPECT_GT((adapted - base).abs().max().item<double>(), 1e-2);
+  const std::string dir = testing::TempDir() + "/lora_cxx_hf";
+  std::filesystem::remove_all(dir);
+  acc::save_adapter(model, dir);
+  acc::HfModel again = acc::HfModel::from_pretrained(g_fixtures + "/llama/model", R"({"dtype": "float32"})");
+  acc::load_adapter(again, dir);
+  EXPECT_TRUE(again(batch).at("logits").equal(adapted));
+  acc::merge_adapter(model);
+  EXPECT_LE((model(batch).at("logits") - adapted).abs().max().item<double>(), 1e-5);
+  EXPECT_THROW(acc::merge_adapter(model), std::runtime_error);  // no adapter left
+  std::filesystem::remove_all(dir);
+}
+
+// A module of one's own: acc::Linear layers take adapters, a torch::nn::Linear is named as the one that cannot.
+struct LoraNet : torch::nn::Module {
+  LoraNet() {
+    fc1 = register_module("fc1", acc::Linear(6, 16));
+    fc2 = register_module("fc2", acc::Linear(16, 3));
+    plain = register_module("plain", torch::nn::Linear(3, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return plain(fc2(torch::relu(fc1(x)))); }
+  acc::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Linear plain{nullptr};
+};
+
+TEST(LoraCxx, UserModuleWithAccLinear) {
+  torch::manual_seed(7);
+  auto net = std::make_shared<LoraNet>();
+  torch::Tensor x = torch::randn({5, 6});
+  torch::Tensor base = net->forward(x).detach();
+  try {
+    acc::add_lora(*net, R"({"target_modules": ["plain"]})");
+    ADD_FAILURE() << "a torch::nn::Linear target was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'plain' is a torch::nn::Linear"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("acc::Linear"), std::string::npos) << e.what();
+  }
+  acc::add_lora(*net, R"({"r": 2, "lora_alpha": 4, "target_modules": ["fc1", "fc2"]})");
+  std::vector<std::string> trainable;
+  for (const auto& p : net->named_parameters())
+    if (p.value().requires_grad()) trainable.push_back(p.key());
+  EXPECT_EQ(trainable, (std::vector<std::string>{"fc1.lora_A.weight", "fc1.lora_B.weight", "fc2.lora_A.weight",
+                                                 "fc2.lora_B.weight"}));
+  EXPECT_TRUE(net->forward(x).equal(base));  // B = 0: the adapter starts as a no-op
+  std::vector<torch::Tensor> params;
+  for (const auto& p : net->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
+  for (int i = 0; i < 3; ++i) {
+    sgd.zero_grad();
+    net->forward(x).pow(2).sum().backward();
+    sgd.step();
+  }
+  torch::Tensor trained = net->forward(x).detach();
+  EXPECT_GT((trained - base).abs().max().item<double>(), 1e-4);
+
+  const std::string dir = testing::TempDir() + "/lora_cxx_net";
+  std::filesystem::remove_all(dir);
+  acc::save_adapter(*net, dir);
+  auto other = std::make_shared<LoraNet>();  // the same base weights, then the saved adapter
+  {
+    torch::NoGradGuard no_grad;
+    auto from = net->named_parameters();
+    for (auto& p : other->named_parameters()) p.value().copy_(from[p.key()]);
+  }
+  acc::load_adapter(*other, dir);
+  EXPECT_TRUE(other->forward(x).equal(trained));
+  acc::merge_adapter(*net);
+  EXPECT_LE((net->forward(x) - trained).abs().max().item<double>(), 1e-5);
+  for (const auto& p : net->named_parameters()) EXPECT_EQ(p.key().find("lora_"), std::string::npos) << p.key();
+  std::filesystem::remove_all(dir);
+}
+
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   if (argc != 2) return 2;

@@ -30,6 +30,7 @@
 #define ACC_TORCH_HPP
 
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 
@@ -54,6 +55,9 @@ struct OptimizerSlot;
 struct SchedulerSlot;
 class DataLoader;
 class ForwardScope;
+namespace lora {
+class Host;
+}
 }  // namespace core
 
 /// A batch: tensors by name, in order (the dict Accelerate hands to a model).
@@ -396,6 +400,59 @@ ACC_CXX_API std::shared_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::M
 ACC_CXX_API std::shared_ptr<torch::optim::Optimizer> make_optimizer(const HfModel& model,
                                                                     const std::string& options_json);
 ///@}
+
+/// @name LoRA adapters (Hugging Face peft)
+/// As the C ABI's acc_model_add_lora, acc_model_load_adapter, acc_model_save_adapter and acc_model_merge_adapter
+/// (docs/c-api.md, "Adapters"): peft's get_peft_model with a LoraConfig as JSON, PeftModel.from_pretrained,
+/// save_pretrained of the adapter and merge_and_unload. The LoRA weights are parameters named as peft names them
+/// without "base_model.model." ("layers.0.lora_A.weight"); everything else is frozen. Adapters are added, loaded and
+/// merged before Accelerator::prepare; saving a prepared model's adapter is collective (the main process writes).
+/// A module of your own takes adapters in its acc::Linear layers (a torch::nn::Linear cannot: targeting one is an
+/// error naming it); it must be held by a std::shared_ptr, as torch modules are.
+///@{
+ACC_CXX_API void add_lora(torch::nn::Module& module, const std::string& lora_config_json);
+ACC_CXX_API void add_lora(HfModel& model, const std::string& lora_config_json);
+/// options_json: {"is_trainable": false} (peft's default: the adapter is frozen too).
+ACC_CXX_API void load_adapter(torch::nn::Module& module, const std::string& dir, const std::string& options_json = "");
+ACC_CXX_API void load_adapter(HfModel& model, const std::string& dir, const std::string& options_json = "");
+/// A module that is not prepared: this process writes.
+ACC_CXX_API void save_adapter(torch::nn::Module& module, const std::string& dir);
+ACC_CXX_API void save_adapter(const HfModel& model, const std::string& dir);
+/// A prepared model (collective: every process calls it).
+ACC_CXX_API void save_adapter(const Model& model, const std::string& dir);
+ACC_CXX_API void merge_adapter(torch::nn::Module& module);
+ACC_CXX_API void merge_adapter(HfModel& model);
+///@}
+
+/// torch::nn::Linear that takes a LoRA adapter: y = x W^T + b with W [out, in], torch::nn::Linear's parameter names
+/// ("weight", "bias") and initialisation (uniform in +-1/sqrt(in)). A drop-in for a model that is to be adapted:
+/// torch::nn::LinearImpl's forward cannot be extended, so acc::add_lora targets acc::Linear layers only.
+/// @code
+///   struct Net : torch::nn::Module {
+///     Net() : fc1(register_module("fc1", acc::Linear(16, 64))), fc2(register_module("fc2", acc::Linear(64, 4))) {}
+///     torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x))); }
+///     acc::Linear fc1, fc2;
+///   };
+///   auto net = std::make_shared<Net>();
+///   acc::add_lora(*net, R"({"r": 8, "lora_alpha": 16, "target_modules": ["fc1", "fc2"]})");
+/// @endcode
+class ACC_CXX_API LinearImpl : public torch::nn::Module {
+ public:
+  /// W [out_features, in_features] and, with `bias`, b [out_features]; std::invalid_argument for a size <= 0.
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
+  ~LinearImpl() override;
+  /// Initialises weight and bias again as at construction.
+  void reset_parameters();
+  /// x W^T + b, plus the adapter's B(A(dropout(x))) * scaling when one is added.
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;  ///< [out_features, in_features]
+  torch::Tensor bias;    ///< [out_features], or undefined without bias
+  int64_t in_features;   ///< the input's last dimension
+  int64_t out_features;  ///< the output's last dimension
+  std::shared_ptr<core::lora::Host> lora;  ///< libacc's: the adapter this layer holds
+};
+/// The module holder of LinearImpl (as torch::nn::Linear is of torch::nn::LinearImpl).
+TORCH_MODULE(Linear);
 
 }  // namespace acc
 

@@ -11,7 +11,7 @@
  * prints "LOSS x", the last micro-step's loss averaged over the processes (and "SCALE s", fp16's loss scale, after
  * checking every process has the same). MP_EXTRA_CONFIG adds keys to the
  * explicit config (as JSON members). Fine-tuning: MP_FREEZE=PATTERN freezes the parameters it matches
- * (acc_model_set_requires_grad), MP_OPTIMIZER=JSON replaces the optimizer options (e.g. with "param_groups"),
+ * (acc_model_set_requires_grad), MP_LORA=JSON adds a LoRA adapter first, MP_OPTIMIZER=JSON replaces the optimizer options (e.g. with "param_groups"),
  * MP_BATCH=N sets the per-process batch size (default 4). MP_PRETRAINED=DIR loads the llama with acc_model_from_pretrained from DIR and
  * prints "WEIGHTS local_rank=L mapped=0|1": whether DIR/model.safetensors is mapped into the process (read).
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
                                : "{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}",
                            &model));
   }
+  if (getenv("MP_LORA")) CHECK(acc_model_add_lora(model, getenv("MP_LORA")));
   if (getenv("MP_FREEZE")) {
     int64_t matched = 0;
     CHECK(acc_model_set_requires_grad(model, getenv("MP_FREEZE"), 0, &matched));

@@ -833,9 +833,12 @@ def case_finetune():
     optimizer state for the trainable parameters only, resume exactly under ZeRO-3 and go through SHARDED_STATE_DICT
     slices to DDP."""
     with tempfile.TemporaryDirectory() as d:
-        def run(n, config, model, steps, *rest, batch=4):
+        def run(n, config, model, steps, *rest, batch=4, lora=None):
             freeze, optimizer = FINETUNE[model]
             env = {"MP_FREEZE": freeze, "MP_OPTIMIZER": optimizer, "MP_BATCH": str(batch)}
+            if lora:  # an adapter on every linear layer and nothing else frozen; the B factors faster
+                env = {"MP_LORA": lora, "MP_BATCH": str(batch), "MP_OPTIMIZER": '{"type": "sgd", "lr": 0.02, "momentum": '
+                       '0.9, "param_groups": [{"params": ".*lora_B.*", "lr": 0.05}]}'}
             # The seedable sampler: every pass's order is the same on any number of processes (without it, one
             # process draws each epoch's seed from the default generator, several processes from rank 0's sampler
             # generator, as in Accelerate, so epochs after the first differ).
@@ -864,6 +867,19 @@ def case_finetune():
                         expect(diff <= 1e-6, f"{model}, {config} on {n} processes equals one process", f"max abs diff {diff}")
                 print(f"{model}, {n} processes, {len(frozen)} of {len(start)} parameters frozen, 3 groups: every strategy "
                       f"vs one process after 20 SGD steps: max |diff| = {worst:.3g}")
+        # LoRA (the frozen base sharded, the adapters trained in every block) under every strategy, on 2 processes.
+        lora = '{"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "init_lora_weights": "gaussian"}'
+        single = run(1, "ddp", "llama", 20, batch=8, lora=lora)
+        if single is not None:
+            worst = 0.0
+            for config in ["ddp"] + list(SHARDED_CONFIGS):
+                got = run(2, config, "llama", 20, lora=lora)
+                if got is not None:
+                    worst = max(worst, max_abs_diff(single, got))
+                    expect(max_abs_diff(single, got) <= 1e-6, f"LoRA, {config} on 2 processes equals one process",
+                           str(max_abs_diff(single, got)))
+            print(f"llama with LoRA on every linear layer, 2 processes: every strategy vs one process after 20 SGD "
+                  f"steps: max |diff| = {worst:.3g}")
         hsdp = ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: {wrap}\n"
                 "parallelism_config:\n  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 2\n")
         single, got = run(1, "ddp", "llama", 20, batch=16), run(4, hsdp, "llama", 20)

@@ -3,7 +3,11 @@
 // Hugging Face format, then asked to continue a prompt, the bytes printed as they come. The same program on one
 // process or many under `acc launch`; examples/c/finetune_llama.c is the C version.
 //
-//   acc launch --num_processes 2 build/examples/finetune_llama_cpp --steps 300 --out out/llama-cpp
+//   acc launch --num_processes 2 build/examples/finetune_llama_cpp --steps 300 --out out/llama-cpp [--lora]
+//
+// --lora fine-tunes a LoRA adapter instead (acc::add_lora, peft's get_peft_model: r 8, lora_alpha 16 on every linear
+// layer; the base stays frozen): the base model is saved to OUT/model first, the trained adapter to OUT/adapter
+// (peft's files), and the continuation comes from a fresh copy of the base with the adapter loaded.
 #include <acc/torch.hpp>
 #include <torch/optim/adamw.h>
 
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,17 +41,24 @@ static std::string read_corpus(const std::string& dir) {
 int main(int argc, char** argv) {
   int steps = 300, batch = 8, new_tokens = 120;
   std::string out = "out/llama-cpp", text_dir = "/usr/share/common-licenses", prompt = "This program is free software";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (flag == "--batch") batch = std::atoi(argv[i + 1]);
-    else if (flag == "--out") out = argv[i + 1];
-    else if (flag == "--text-dir") text_dir = argv[i + 1];
-    else if (flag == "--prompt") prompt = argv[i + 1];
-    else if (flag == "--new-tokens") new_tokens = std::atoi(argv[i + 1]);
+  bool lora = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--lora") {
+      lora = true;
+      continue;
+    }
+    const char* value = i + 1 < argc ? argv[++i] : nullptr;
+    if (!value) flag = "";  // a flag without its value: usage
+    if (flag == "--steps") steps = std::atoi(value);
+    else if (flag == "--batch") batch = std::atoi(value);
+    else if (flag == "--out") out = value;
+    else if (flag == "--text-dir") text_dir = value;
+    else if (flag == "--prompt") prompt = value;
+    else if (flag == "--new-tokens") new_tokens = std::atoi(value);
     else {
       std::fprintf(stderr, "usage: finetune_llama_cpp [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--prompt TEXT]"
-                           " [--new-tokens N]\n");
+                           " [--new-tokens N] [--lora]\n");
       return 2;
     }
   }
@@ -70,14 +82,23 @@ int main(int argc, char** argv) {
     "max_position_embeddings": 128, "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false,
     "bos_token_id": 1, "eos_token_id": 0, "dtype": "float32"})");
   model.module().train();
-  auto adamw = std::make_shared<torch::optim::AdamW>(model.module().parameters(),
-                                                     torch::optim::AdamWOptions(3e-3).weight_decay(0.01));
+  const std::string model_dir = out + "/model", adapter_dir = out + "/adapter";
+  if (lora) {
+    // The base the adapter trains on (frozen from here on), saved for loading the adapter onto it below.
+    if (accelerator.is_main_process()) model.save_pretrained(model_dir);
+    acc::add_lora(model, R"({"r": 8, "lora_alpha": 16, "target_modules": "all-linear"})");
+  }
+  std::vector<torch::Tensor> trainable;  // all of them, or the adapter's
+  for (const auto& p : model.module().parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  auto adamw = std::make_shared<torch::optim::AdamW>(trainable, torch::optim::AdamWOptions(3e-3).weight_decay(0.01));
   accelerator.prepare(model);
   acc::Optimizer optimizer = accelerator.prepare(adamw);
   loader = accelerator.prepare(loader);
   if (accelerator.is_main_process())
-    std::printf("LlamaForCausalLM; batch %d x %d processes x %lld tokens; %d steps\n", batch,
-                accelerator.num_processes(), static_cast<long long>(kBlock), steps);
+    std::printf("LlamaForCausalLM; batch %d x %d processes x %lld tokens; %d steps%s\n", batch,
+                accelerator.num_processes(), static_cast<long long>(kBlock), steps,
+                lora ? "; a LoRA adapter (r 8, every linear layer) trains" : "");
 
   for (int step = 1; step <= steps;) {
     std::optional<acc::Batch> b = loader.next();
@@ -92,13 +113,22 @@ int main(int argc, char** argv) {
     }
     ++step;
   }
-  model.save_pretrained(out + "/model");  // every process calls it; the main process writes
+  // Every process calls it; the main process writes.
+  if (lora) acc::save_adapter(model, adapter_dir);
+  else model.save_pretrained(model_dir);
   if (accelerator.is_main_process()) {
-    model.module().eval();
+    std::optional<acc::HfModel> loaded;
+    if (lora) {  // as a user of the adapter would: a fresh copy of the base, the adapter loaded onto it
+      loaded = acc::HfModel::from_pretrained(model_dir);
+      acc::load_adapter(*loaded, adapter_dir);
+      std::printf("loaded %s onto %s\n", adapter_dir.c_str(), model_dir.c_str());
+    }
+    const acc::HfModel& generator = loaded ? *loaded : model;
+    generator.module().eval();
     torch::Tensor ids = torch::empty({1, static_cast<int64_t>(prompt.size())}, torch::kLong);
     for (size_t i = 0; i < prompt.size(); ++i) ids[0][static_cast<int64_t>(i)] = static_cast<unsigned char>(prompt[i]);
     std::printf("--- %s", prompt.c_str());
-    model.generate(ids, {}, R"({"do_sample": true, "temperature": 0.8, "top_k": 40, "seed": 0, "max_new_tokens": )" +
+    generator.generate(ids, {}, R"({"do_sample": true, "temperature": 0.8, "top_k": 40, "seed": 0, "max_new_tokens": )" +
                                 std::to_string(new_tokens) + "}",
                    [](const torch::Tensor& t) {
                      const int c = static_cast<int>(t[0].item<int64_t>());

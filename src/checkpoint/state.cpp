@@ -250,8 +250,7 @@ std::string Accelerator::save_state(const std::string& dir) {
       NamedTensors st;
       if (!sliced(m)) {
         const std::set<std::string> held = checkpointed_names(*m->model);
-        for (auto& [name, t] : m->strategy->full_state_dict())
-          if (held.count(name)) st.emplace_back(name, std::move(t));
+        st = m->strategy->full_state_dict(&held);
       }
       model_states.push_back(std::move(st));
     }

@@ -567,12 +567,21 @@ class ShardedStrategy final : public Strategy {
     return (inf ? local : local.pow(1.0 / norm_type)).reshape({});
   }
 
-  NamedTensors full_state_dict() const override {
-    if (whole_in_model()) return model_->state();
-    // The masters (the shards, in the parameters' own dtype), gathered into whole tensors: a collective.
+  NamedTensors full_state_dict(const std::set<std::string>* only = nullptr) const override {
+    if (whole_in_model()) return Strategy::full_state_dict(only);
+    // The masters (the shards, in the parameters' own dtype), gathered into whole tensors: a collective. With `only`,
+    // the groups holding none of those names are not gathered (every rank skips the same ones).
+    std::set<const void*> wanted;
+    if (only)
+      for (const auto& [name, p] : model_->named_parameters())
+        if (only->count(name)) wanted.insert(p.unsafeGetTensorImpl());
     std::lock_guard<std::mutex> lock(s_->mu);
     std::map<const void*, at::Tensor> whole;
     for (const Group& g : s_->groups) {
+      if (only && std::none_of(g.members.begin(), g.members.end(), [&](size_t m) {
+            return wanted.count(s_->params[m].unsafeGetTensorImpl()) > 0;
+          }))
+        continue;
       at::Tensor flat = at::empty({g.shard_len * s_->world()}, g.shard.options().requires_grad(false));
       at::Tensor mine = g.shard.detach();
       s_->comm->all_gather_into(flat, mine);
@@ -583,6 +592,7 @@ class ShardedStrategy final : public Strategy {
     }
     NamedTensors out;
     for (auto& [name, t] : model_->state()) {
+      if (only && !only->count(name)) continue;
       auto it = whole.find(t.unsafeGetTensorImpl());
       out.emplace_back(name, it != whole.end() ? it->second : t.detach());
     }

@@ -19,7 +19,12 @@ at::Tensor Strategy::grad_norm(double norm_type) const {
   return at::linalg_vector_norm(at::stack(norms), norm_type);
 }
 
-NamedTensors Strategy::full_state_dict() const { return model_->state(); }
+NamedTensors Strategy::full_state_dict(const std::set<std::string>* only) const {
+  NamedTensors out;
+  for (auto& [name, t] : model_->state())
+    if (!only || only->count(name)) out.emplace_back(name, std::move(t));
+  return out;
+}
 
 void Strategy::load_full_state_dict(const NamedTensors& tensors, const std::string& source) {
   model_->load_state_dict(tensors, source);

@@ -4,6 +4,7 @@
 // implementations, sharded ones (ZeRO, FSDP) plug in beside them.
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,8 @@ class Strategy {
   // The norm of all gradients of the model across every process (torch's clip_grad_norm_ total).
   virtual at::Tensor grad_norm(double norm_type) const;
   // Every tensor of the model, whole, on every process (what save_model writes).
-  virtual NamedTensors full_state_dict() const;
+  // `only` (when given): just the tensors of those names (a sharded strategy then gathers only what holds them).
+  virtual NamedTensors full_state_dict(const std::set<std::string>* only = nullptr) const;
   // This process's part of the state (equal to the full one for strategies that replicate).
   virtual NamedTensors sharded_state_dict() const { return full_state_dict(); }
   // Loads whole tensors: every name and shape must match (nothing changes when one does not).

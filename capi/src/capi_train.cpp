@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 
 #include "bigmodel/plan.hpp"
+#include "checkpoint/save_model.hpp"
 #include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/pretrained.hpp"
@@ -202,26 +203,25 @@ acc_status acc_model_state_get(const acc_model* model, int64_t index, const char
   if (out_name) *out_name = nullptr;
   if (out_value) *out_value = nullptr;
   return guarded(__func__, [&] {
-    auto state = need(model, "model")->slot->tensors(__func__).state();
-    if (index < 0 || index >= static_cast<int64_t>(state.size()))
-      throw std::out_of_range("index " + std::to_string(index) + " outside [0, " +
-                              std::to_string(state.size()) + ")");
-    if (out_value) *out_value = new_tensor(state[static_cast<size_t>(index)].second.detach().to(at::kCPU, false, true));
-    if (out_name) *out_name = model->state_names[static_cast<size_t>(index)].c_str();
+    const auto& names = need(model, "model")->state_names;
+    if (index < 0 || index >= static_cast<int64_t>(names.size()))
+      throw std::out_of_range("index " + std::to_string(index) + " outside [0, " + std::to_string(names.size()) + ")");
+    const std::string& name = names[static_cast<size_t>(index)];
+    if (out_value) *out_value = new_tensor(acc::core::state_tensor(*model->slot, name).to(at::kCPU, false, true));
+    if (out_name) *out_name = name.c_str();
   });
 }
 
 acc_status acc_model_save_safetensors(const acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
-    acc::core::save_safetensors(need(model, "model")->slot->tensors(__func__).state(), need(path, "path"),
-                          {{"format", "pt"}});
+    acc::core::save_state_file(*need(model, "model")->slot, need(path, "path"));
   });
 }
 
 acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    model->slot->tensors(__func__).load_state_dict(acc::core::load_safetensors(need(path, "path")), path);
+    acc::core::load_state_file(*model->slot, need(path, "path"));
   });
 }
 

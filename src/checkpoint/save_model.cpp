@@ -5,11 +5,13 @@
 #include <filesystem>
 #include <functional>
 #include <regex>
+#include <set>
 #include <stdexcept>
 
 #include "acc/files.hpp"
 #include "checkpoint/agree.hpp"
 #include "formats/hf_weights.hpp"
+#include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
 #include "parallel/strategy.hpp"
 #include "train/accelerator.hpp"
@@ -65,6 +67,36 @@ void save_pretrained(ModelSlot& model, const std::string& dir, const std::string
     if (!p->generation_config_json.empty())
       config::write_file_atomic((fs::path(dir) / "generation_config.json").string(), p->generation_config_json);
   });
+}
+
+namespace {
+bool sharded_now(const ModelSlot& model) { return model.strategy && !model.strategy->parameters_whole(); }
+}  // namespace
+
+at::Tensor state_tensor(const ModelSlot& model, const std::string& name) {
+  if (!sharded_now(model)) {
+    for (const auto& [n, t] : model.model->state())
+      if (n == name) return t.detach();
+    throw std::invalid_argument("the model has no tensor '" + name + "'");
+  }
+  const std::set<std::string> only{name};
+  NamedTensors one = model.strategy->full_state_dict(&only);
+  if (one.empty()) throw std::invalid_argument("the model has no tensor '" + name + "'");
+  return one.front().second;
+}
+
+void save_state_file(const ModelSlot& model, const std::string& path) {
+  if (!sharded_now(model)) return save_safetensors(model.model->state(), path, {{"format", "pt"}});
+  Accelerator* acc = model.owner.get();
+  const NamedTensors state = model.strategy->full_state_dict();
+  agreed(acc, "save_safetensors", [&] {
+    if (acc->state().rank == 0) save_safetensors(state, path, {{"format", "pt"}});
+  });
+}
+
+void load_state_file(ModelSlot& model, const std::string& path) {
+  if (!sharded_now(model)) return model.model->load_state_dict(load_safetensors(path), path);
+  model.strategy->load_full_state_dict(load_safetensors(path), path);
 }
 
 }  // namespace acc::core

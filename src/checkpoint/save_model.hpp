@@ -3,6 +3,8 @@
 #pragma once
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
 namespace acc::core {
 
 struct ModelSlot;
@@ -16,5 +18,13 @@ void save_model(ModelSlot& model, const std::string& dir, const std::string& max
 // "dtype" set to the weights') and generation_config.json, so that from_pretrained (libacc's or transformers')
 // loads the directory. std::invalid_argument for another model.
 void save_pretrained(ModelSlot& model, const std::string& dir, const std::string& max_shard_size);
+
+// Accelerate's get_state_dict for one tensor, and the model's state as one safetensors file, for any model: the
+// model's own tensors, or, under ZeRO-3 / FSDP (parameters not whole), gathered from the shards: then a collective
+// (every process calls it, with the same arguments); save_state_file's main process writes, the others wait.
+// load_state_file loads a file every process reads (a collective under ZeRO-3 / FSDP).
+at::Tensor state_tensor(const ModelSlot& model, const std::string& name);
+void save_state_file(const ModelSlot& model, const std::string& path);
+void load_state_file(ModelSlot& model, const std::string& path);
 
 }  // namespace acc::core

@@ -195,6 +195,31 @@ int main(int argc, char** argv) {
   acc_tensor_destroy(l);
   acc_tensor_destroy(mean);
   CHECK(acc_save_model(model, argv[5], NULL));
+  /* Accelerate's get_state_dict under every strategy: each tensor (gathered from the shards under ZeRO-3 / FSDP: a
+   * collective), and the whole state as one file, written by the main process. The test compares both with
+   * acc_save_model's file. */
+  int64_t count;
+  double sum = 0;
+  CHECK(acc_model_state_size(model, &count));
+  for (int64_t i = 0; i < count; ++i) {
+    acc_tensor* t;
+    acc_dtype dtype;
+    int64_t n;
+    CHECK(acc_model_state_get(model, i, NULL, &t));
+    CHECK(acc_tensor_dtype(t, &dtype));
+    CHECK(acc_tensor_numel(t, &n));
+    if (dtype == ACC_FLOAT32) { /* every tensor of these models */
+      float* v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+      CHECK(acc_tensor_to_host(t, v, sizeof(float) * (size_t)n));
+      for (int64_t k = 0; k < n; ++k) sum += v[k];
+      free(v);
+    }
+    acc_tensor_destroy(t);
+  }
+  if (is_main) printf("STATESUM %.9g\n", sum);
+  char state_file[4096];
+  snprintf(state_file, sizeof state_file, "%s/state.safetensors", argv[5]);
+  CHECK(acc_model_save_safetensors(model, state_file));
   if (argc == 8) CHECK(acc_save_state(acc, argv[7]));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);

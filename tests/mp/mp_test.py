@@ -534,7 +534,17 @@ def launch_sharded(d, n, config, *args, extra_config=None, env_extra=None):
                **(env_extra or {}))
     p = subprocess.run(cmd + [WORKER, *args[:4], out, *args[4:]], capture_output=True, text=True, timeout=300, env=env)
     expect(p.returncode == 0, f"{config} on {n} processes, {args}", p.stdout + p.stderr)
-    return (read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None), p.stdout
+    if p.returncode != 0:
+        return None, p.stdout
+    saved = read_safetensors(os.path.join(out, "model.safetensors"))
+    # acc_model_save_safetensors and acc_model_state_get (gathered under ZeRO-3 / FSDP) give acc_save_model's tensors.
+    state = read_safetensors(os.path.join(out, "state.safetensors"))
+    total = float(re.search(r"STATESUM (\S+)", p.stdout).group(1)) if "STATESUM" in p.stdout else None
+    want = sum(float(sum(v)) for v in saved.values())
+    expect(sorted(state) == sorted(saved) and max_abs_diff(state, saved) == 0 and total is not None and
+           abs(total - want) <= 1e-6 * max(1.0, abs(want)),
+           f"{config} on {n} processes: the state getters give the saved model", f"{total} vs {want}")
+    return saved, p.stdout
 
 
 def case_sharded():

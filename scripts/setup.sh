@@ -5,7 +5,8 @@
 #   (`ip netns`, for the multinode tests), protobuf (the TensorBoard tracker's event messages), clang and
 #   libfuzzer-14-dev (the libFuzzer targets of tests/fuzz, built by scripts/fuzz.sh in build-fuzz/), patchelf
 #   (scripts/package.sh sets the release bundle's $ORIGIN RUNPATHs), doxygen (scripts/apidocs.sh: the API
-#   reference, and the 'docs' test suite's check that every public declaration is documented).
+#   reference, and the 'docs' test suite's check that every public declaration is documented), libcurl's headers
+#   (the MLflow tracker's REST client; libacc loads libcurl.so.4 only when a tracking server is named).
 #   .venv/: the PyPI torch wheel (LibTorch headers and libraries) with only the CUDA runtime pieces
 #           libtorch_cpu.so needs to load (cudart, cupti), and nvidia-nccl-cu13 for NCCL headers.
 #   .venv/cuda-headers/: the CUDA headers the NCCL plugin compiles against (see below).
@@ -24,7 +25,7 @@ esac
 
 debs=(meson ninja-build pkg-config g++ python3-venv libyaml-cpp-dev libcli11-dev
       libgloo-dev libgtest-dev swig abigail-tools ccache iproute2 libprotobuf-dev protobuf-compiler
-      clang libfuzzer-14-dev patchelf doxygen)
+      clang libfuzzer-14-dev patchelf doxygen libcurl4-openssl-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

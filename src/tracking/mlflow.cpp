@@ -11,7 +11,8 @@
 //   <root>/<experiment_id>/<run_id>/tags/<name>      mlflow.runName, mlflow.user, mlflow.source.*, user tags
 //   <root>/<experiment_id>/<run_id>/artifacts/       (empty; the client requires it)
 //
-// <root>: MLFLOW_TRACKING_URI when it is a path or a file: URI, else <logging_dir>/mlruns, else ./mlruns.
+// <root>: the tracking URI (init_kwargs.mlflow.tracking_uri, else MLFLOW_TRACKING_URI) when it is a path or a file:
+// URI, else <logging_dir>/mlruns, else ./mlruns; an http(s):// URI is a tracking server (mlflow_server.cpp).
 // The experiment is MLFLOW_EXPERIMENT_NAME or the project name, reused when one of that name exists (as
 // Accelerate's MLflowTracker does); MLFLOW_RUN_ID continues an existing run; MLFLOW_TAGS (a JSON object)
 // tags the run and a new experiment.
@@ -34,20 +35,19 @@
 #include <set>
 #include <stdexcept>
 
+#include "tracking/mlflow.hpp"
 #include "tracking/tracking.hpp"
 
 namespace acc::tracking {
 
-namespace {
+namespace mlflow {
 
-constexpr size_t kMaxParamValue = 6000;  // mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
-constexpr size_t kMaxKey = 250;          // MAX_ENTITY_KEY_LENGTH
-constexpr size_t kMaxExperimentName = 500;  // MAX_EXPERIMENT_NAME_LENGTH
-
-std::string env_or(const std::map<std::string, std::string>& env, const char* key, const std::string& dflt = "") {
+std::string env_or(const std::map<std::string, std::string>& env, const char* key, const std::string& dflt) {
   auto it = env.find(key);
   return it == env.end() || it->second.empty() ? dflt : it->second;
 }
+
+namespace {
 
 // A character of Python's \w (str.isalnum() or '_') that MLflow's name pattern ^[/\w.\- :]*$ accepts: ASCII letters
 // and digits, and the Latin letters U+00C0..U+024F but for U+00D7 and U+00F7 (x and / signs). Other non-ASCII
@@ -62,12 +62,13 @@ size_t word_char(std::string_view s, size_t i) {
   return cp >= 0xC0 && cp <= 0x24F && cp != 0xD7 && cp != 0xF7 ? 2 : 0;
 }
 
+}  // namespace
+
 // Names of params, metrics and tags as MLflow's client validates them (mlflow.utils.validation:
 // _validate_metric_name, _validate_param_name, _validate_tag_name), which its file store does again for each name it
 // reads: at most 250 characters of [/\w.\- :], and posixpath.normpath(name) must be the name itself, not "." and
-// not start with ".." or "/" (so "..x", "./a", "a//b", "a/" are refused; "a/..x" is fine). Then the name becomes a
-// path under the run's folder through name_path, as every tracker's names do.
-std::string validated_path(const std::string& dir, const std::string& name, const char* what) {
+// not start with ".." or "/" (so "..x", "./a", "a//b", "a/" are refused; "a/..x" is fine).
+void check_name(const std::string& name, const char* what) {
   auto bad = [&](const std::string& why) {
     throw std::invalid_argument("mlflow: " + std::string(what) + " name '" + name + "' is not valid in MLflow: " + why);
   };
@@ -92,10 +93,7 @@ std::string validated_path(const std::string& dir, const std::string& name, cons
     if (part.empty() || part == "." || part == "..") bad("it would name another file");
     start = end + 1;
   }
-  return name_path(dir, name, std::string("mlflow ") + what + " '" + name + "'", /*nested=*/true);
 }
-
-std::string file_uri(const std::string& abs) { return "file://" + abs; }
 
 std::string user_name(const std::map<std::string, std::string>& env) {
   std::string u = env_or(env, "USER", env_or(env, "LOGNAME"));
@@ -109,6 +107,52 @@ std::string program_path() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
+
+std::string default_run_name(const std::string& project_name, int64_t now_ms) {
+  char stamp[32];
+  std::time_t t = static_cast<std::time_t>(now_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return project_name + "-" + stamp;
+}
+
+std::string experiment_name(const RunOptions& o) {
+  const std::string name = env_or(o.env, "MLFLOW_EXPERIMENT_NAME", o.project_name);
+  if (name.size() > kMaxExperimentName)  // mlflow.utils.validation._validate_experiment_name
+    throw std::invalid_argument("mlflow: the experiment name '" + name.substr(0, 100) + "...' is longer than " +
+                                std::to_string(kMaxExperimentName) + " characters (MLflow's limit)");
+  return name;
+}
+
+std::vector<std::pair<std::string, std::string>> run_tags(const RunOptions& o) {
+  std::vector<std::pair<std::string, std::string>> tags;
+  if (auto t = env_or(o.env, "MLFLOW_TAGS"); !t.empty())
+    tags = parse_string_map(t, "MLFLOW_TAGS");
+  else
+    tags = kwarg_string_map(o, "mlflow", "tags");
+  for (const auto& [k, v] : tags) check_name(k, "tag");
+  return tags;
+}
+
+std::string run_id(const RunOptions& o) {
+  return env_or(o.env, "MLFLOW_RUN_ID", kwarg_string(o, "mlflow", "run_id").value_or(""));
+}
+
+}  // namespace mlflow
+
+namespace {
+
+using namespace mlflow;
+
+// A name checked as MLflow's client checks it, then made a path under the run's folder through name_path, as every
+// tracker's names are.
+std::string validated_path(const std::string& dir, const std::string& name, const char* what) {
+  check_name(name, what);
+  return name_path(dir, name, std::string("mlflow ") + what + " '" + name + "'", /*nested=*/true);
+}
+
+std::string file_uri(const std::string& abs) { return "file://" + abs; }
 
 std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(wall_time_ms())};
@@ -152,10 +196,12 @@ YAML::Node load_yaml(const std::string& path) {
   }
 }
 
-void write_experiment_meta(const std::string& root, const std::string& id, const std::string& name, int64_t now) {
+void write_experiment_meta(const std::string& root, const std::string& id, const std::string& name, int64_t now,
+                           const std::string& artifact_location = "") {
   YAML::Emitter e;
   e << YAML::BeginMap;
-  e << YAML::Key << "artifact_location" << YAML::Value << YAML::DoubleQuoted << file_uri(root + "/" + id);
+  e << YAML::Key << "artifact_location" << YAML::Value << YAML::DoubleQuoted
+    << (artifact_location.empty() ? file_uri(root + "/" + id) : artifact_location);
   e << YAML::Key << "creation_time" << YAML::Value << now;
   e << YAML::Key << "experiment_id" << YAML::Value << YAML::SingleQuoted << id;
   e << YAML::Key << "last_update_time" << YAML::Value << now;
@@ -166,19 +212,28 @@ void write_experiment_meta(const std::string& root, const std::string& id, const
   config::write_file_atomic(root + "/" + id + "/meta.yaml", std::string(e.c_str()) + "\n");
 }
 
+// init_kwargs.mlflow.logging_dir (Accelerate's MLflowTracker passes it to create_experiment as artifact_location): a
+// URI as it is, a path as its file:// URI; "" for the store's default.
+std::string artifact_location(const RunOptions& o) {
+  const std::string dir = kwarg_string(o, "mlflow", "logging_dir").value_or("");
+  if (dir.empty() || dir.find("://") != std::string::npos) return dir;
+  return file_uri(absolute_path(dir));
+}
+
 class MlflowTracker final : public Tracker {
  public:
   explicit MlflowTracker(const RunOptions& o) {
-    check_kwargs(o, "mlflow", {"run_name", "tags", "description"});
     // The store's root.
-    std::string uri = env_or(o.env, "MLFLOW_TRACKING_URI");
+    const auto kwarg_uri = kwarg_string(o, "mlflow", "tracking_uri");
+    std::string uri = kwarg_uri.value_or(env_or(o.env, "MLFLOW_TRACKING_URI"));
     std::string root;
     if (!uri.empty()) {
       if (uri.rfind("file://", 0) == 0) {
         root = uri.substr(7);
       } else if (uri.find(':') != std::string::npos) {
-        throw std::invalid_argument("MLFLOW_TRACKING_URI=" + uri +
-                                    ": libacc's mlflow tracker writes MLflow's file store only (a path or a file:// URI)");
+        throw std::invalid_argument(std::string(kwarg_uri ? "init_kwargs.mlflow.tracking_uri=" : "MLFLOW_TRACKING_URI=") + uri +
+                                    ": libacc's mlflow tracker takes a path or a file:// URI (MLflow's file store) or "
+                                    "an http:// or https:// URI (a tracking server)");
       } else {
         root = uri;
       }
@@ -192,22 +247,13 @@ class MlflowTracker final : public Tracker {
     if (fresh) write_experiment_meta(root_, "0", "Default", now);  // as FileStore does with a new root
     config::make_directories(root_ + "/.trash");
 
-    std::vector<std::pair<std::string, std::string>> tags;
-    if (auto t = env_or(o.env, "MLFLOW_TAGS"); !t.empty())
-      tags = parse_string_map(t, "MLFLOW_TAGS");
-    else
-      tags = kwarg_string_map(o, "mlflow", "tags");
-    for (const auto& [k, v] : tags) validated_path("tags", k, "tag");
-
-    const std::string run_id = env_or(o.env, "MLFLOW_RUN_ID");
-    if (!run_id.empty()) {
-      resume(run_id);
+    const auto tags = run_tags(o);
+    const std::string existing_run = run_id(o);
+    if (!existing_run.empty()) {
+      resume(existing_run);
     } else {
       // The experiment: reused by name, or created.
-      const std::string name = env_or(o.env, "MLFLOW_EXPERIMENT_NAME", o.project_name);
-      if (name.size() > kMaxExperimentName)  // mlflow.utils.validation._validate_experiment_name
-        throw std::invalid_argument("mlflow: the experiment name '" + name.substr(0, 100) + "...' is longer than " +
-                                    std::to_string(kMaxExperimentName) + " characters (MLflow's limit)");
+      const std::string name = experiment_name(o);
       for (const auto& id : subdirectories(root_)) {
         YAML::Node m = load_yaml(root_ + "/" + id + "/meta.yaml");
         if (m["name"] && m["name"].as<std::string>() == name &&
@@ -219,20 +265,13 @@ class MlflowTracker final : public Tracker {
       if (experiment_id_.empty()) {
         do experiment_id_ = std::to_string(random_id());
         while (exists(root_ + "/" + experiment_id_));
-        write_experiment_meta(root_, experiment_id_, name, now);
+        write_experiment_meta(root_, experiment_id_, name, now, artifact_location(o));
         for (const auto& [k, v] : tags) write_tag(root_ + "/" + experiment_id_ + "/tags", k, v);
       }
       run_id_ = random_hex(32);
       run_dir_ = root_ + "/" + experiment_id_ + "/" + run_id_;
       run_name_ = kwarg_string(o, "mlflow", "run_name").value_or("");
-      if (run_name_.empty()) {
-        char stamp[32];
-        std::time_t t = static_cast<std::time_t>(now / 1000);
-        std::tm tm{};
-        gmtime_r(&t, &tm);
-        std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-        run_name_ = o.project_name + "-" + stamp;
-      }
+      if (run_name_.empty()) run_name_ = default_run_name(o.project_name, now);
       user_ = user_name(o.env);
       start_time_ = now;
       for (const char* sub : {"metrics", "params", "tags", "artifacts"}) config::make_directories(run_dir_ + "/" + sub);
@@ -385,6 +424,13 @@ class MlflowTracker final : public Tracker {
 
 }  // namespace
 
-std::unique_ptr<Tracker> make_mlflow(const RunOptions& o) { return std::make_unique<MlflowTracker>(o); }
+std::unique_ptr<Tracker> make_mlflow(const RunOptions& o) {
+  // init_kwargs.mlflow: Accelerate's MLflowTracker arguments (logging_dir: a new experiment's artifact location), and
+  // tracking_uri as mlflow.set_tracking_uri (before MLFLOW_TRACKING_URI).
+  check_kwargs(o, "mlflow", {"run_name", "tags", "description", "run_id", "logging_dir", "tracking_uri"});
+  const std::string uri = kwarg_string(o, "mlflow", "tracking_uri").value_or(env_or(o.env, "MLFLOW_TRACKING_URI"));
+  if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) return mlflow::make_server(o, uri);
+  return std::make_unique<MlflowTracker>(o);
+}
 
 }  // namespace acc::tracking

@@ -1,0 +1,33 @@
+// HTTP for the trackers that talk to a server (MLflow's REST API): a thin layer over libcurl, one request at a time,
+// with a timeout on every request so that no call waits forever on a server that stopped answering.
+#pragma once
+#include <string>
+
+namespace acc::tracking::http {
+
+struct Options {
+  long timeout_s = 120;          // whole request (MLflow's MLFLOW_HTTP_REQUEST_TIMEOUT)
+  long connect_timeout_s = 10;   // establishing the connection
+  std::string bearer_token;      // "Authorization: Bearer <token>"
+  std::string username, password;  // basic authentication, when both are set (before the token, as MLflow)
+  bool insecure_tls = false;     // no certificate verification (MLFLOW_TRACKING_INSECURE_TLS)
+  std::string ca_path;           // CA bundle to verify the server with (MLFLOW_TRACKING_SERVER_CERT_PATH)
+  std::string client_cert_path;  // client certificate, PEM (MLFLOW_TRACKING_CLIENT_CERT_PATH)
+};
+
+struct Response {
+  long status = 0;  // the HTTP status
+  std::string body;
+};
+
+// Throws std::ios_base::failure "<what> <url>: <curl's reason>" when no response came (refused, unknown host, TLS,
+// timeout). `url` must not hold credentials (they come from Options), so messages never show a secret.
+Response request(const Options& o, const std::string& method, const std::string& url, const std::string& json_body,
+                 const std::string& what);
+
+// A URL with any user:password@ taken out, for messages.
+std::string redacted(const std::string& url);
+// Query-string escaping of one value.
+std::string escape(const std::string& s);
+
+}  // namespace acc::tracking::http

@@ -80,7 +80,9 @@ void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_j
   const lora::Config config = lora::parse_config(config::read_file(config_path, 64 << 20), config_path);
   auto adapter = lora::plan(root, config, lora_model_info(*slot.model), host_of);
   // Everything is checked before the model changes.
-  const NamedTensors values = lora::check_file_tensors(*adapter, load_safetensors(weights_path), weights_path);
+  const NamedTensors file = load_safetensors(weights_path);
+  lora::match_fused_keys(*adapter, file);
+  const NamedTensors values = lora::check_file_tensors(*adapter, file, weights_path);
   lora::apply(root, adapter, /*init=*/false, trainable, host_of);
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters(true)) params[item.key()] = item.value();

@@ -69,7 +69,7 @@ const std::vector<Passive>& passive_fields() {
       {"lora_ga_config", {"null"}}, {"megatron_config", {"null"}}, {"megatron_core", {"\"megatron.core\"", "*"}},
       {"monteclora_config", {"null"}}, {"qalora_group_size", {"16", "*"}}, {"trainable_token_indices", {"null"}},
       {"use_bdlora", {"null", "false"}}, {"use_dora", {"false"}}, {"use_qalora", {"false"}},
-      {"velora_config", {"null"}}, {"target_parameters", {"null", "[]"}},
+      {"velora_config", {"null"}},
       // Written by peft itself: read, and written again by libacc.
       {"auto_mapping", {"null", "*"}}, {"peft_version", {"\"0.21.2\"", "*"}}, {"runtime_config", {"*"}}};
   return fields;
@@ -164,6 +164,8 @@ Config parse_config(std::string_view text, const std::string& source) {
       if (!v.is_null()) c.revision = v.as_string();
     } else if (key == "inference_mode") {
       c.inference_mode = v.as_bool();
+    } else if (key == "target_parameters") {
+      strings(v, c.target_parameters, false);
     } else if (key == "peft_type") {
       if (v.as_string() != "LORA") v.fail("this is a " + v.as_string() + " adapter; libacc reads LoRA (\"LORA\")");
     } else {
@@ -174,9 +176,6 @@ Config parse_config(std::string_view text, const std::string& source) {
       const std::string given = v.text();
       if (std::none_of(it->accepted.begin(), it->accepted.end(),
                        [&](const char* a) { return std::string(a) == "*" || given == a; })) {
-        if (key == "target_parameters")
-          throw UnsupportedError(v.where() + ": peft's parameter targets (target_parameters " + given +
-                                 ", transformers 5's fused experts) are not implemented by libacc");
         throw UnsupportedError(v.where() + ": libacc implements LoRA without " + key + "; it must be " +
                                it->accepted.front() + " (got " + given + ")");
       }
@@ -217,11 +216,20 @@ void Factor::reset() {
   }
 }
 
-at::Tensor Branch::add_to(const at::Tensor& x, const at::Tensor& y, bool training) const {
+std::pair<at::Tensor, at::Tensor> Branch::factors() const {
   const at::Tensor& a = A->param("weight");
+  const at::Tensor& b = B->param("weight");
+  if (experts == 0) return {a, b};
+  const int64_t r = a.size(0) / experts;
+  return {a.view({experts, r, a.size(1)}).select(0, expert),
+          b.view({b.size(0), r, experts}).select(2, expert).narrow(0, row0, rows)};
+}
+
+at::Tensor Branch::add_to(const at::Tensor& x, const at::Tensor& y, bool training) const {
+  const auto [a, b] = factors();
   at::Tensor h = x.scalar_type() == a.scalar_type() ? x : x.to(a.scalar_type());
   if (dropout > 0) h = at::dropout(h, dropout, training);
-  at::Tensor out = y + at::linear(at::linear(h, a), B->param("weight")) * scaling;
+  at::Tensor out = y + at::linear(at::linear(h, a), b) * scaling;
   return out.scalar_type() == y.scalar_type() ? out : out.to(y.scalar_type());
 }
 
@@ -310,6 +318,145 @@ std::vector<std::string> minimal_targets(const std::vector<std::string>& targets
   return required.empty() ? targets : required;
 }
 
+// peft's _convert_peft_config_moe for Mixtral (transformers 5 fuses the experts): the v4 names of the experts' and
+// the router's layers in target_modules become parameter targets; w1 and w3, fused into gate_up_proj, go together and
+// get twice the rank and alpha (the same scaling). `linear` holds the leaf names of the model's linear layers.
+void convert_mixtral(Config& c, const std::vector<std::string>& linear) {
+  static const std::pair<const char*, const char*> kMapping[] = {
+      {"w1", "gate_up_proj"}, {"w3", "gate_up_proj"}, {"w2", "down_proj"}, {"gate", "gate.weight"}};
+  if (c.target_kind == Config::Kind::String) {
+    if (!c.all_linear()) return;
+    std::vector<std::string> leaves = linear;
+    for (const auto& [old_name, new_name] : kMapping) leaves.push_back(old_name);
+    c.target_kind = Config::Kind::List;
+    c.target_modules.clear();
+    for (const auto& l : leaves)
+      if (std::find(c.target_modules.begin(), c.target_modules.end(), l) == c.target_modules.end())
+        c.target_modules.push_back(l);
+  }
+  if (c.target_kind != Config::Kind::List) return;
+  std::vector<std::string> remaining, params = c.target_parameters;
+  std::set<std::string> fused;
+  for (const auto& t : c.target_modules) {
+    const auto* m = std::find_if(std::begin(kMapping), std::end(kMapping), [&](const auto& item) {
+      return t == item.first || ends_with(t, std::string(".") + item.first);
+    });
+    if (m == std::end(kMapping)) {
+      remaining.push_back(t);
+      continue;
+    }
+    if (std::find(params.begin(), params.end(), m->second) == params.end()) params.push_back(m->second);
+    if (std::string(m->second) == "gate_up_proj") fused.insert(m->first);
+  }
+  if (fused.size() == 1)
+    throw std::invalid_argument("target_modules names " + *fused.begin() + " without " +
+                                (fused.count("w1") ? "w3" : "w1") +
+                                ": Mixtral's w1 and w3 are one fused gate_up_proj under transformers 5, so peft "
+                                "targets both or neither");
+  if (fused.size() == 2) {
+    c.rank_pattern.emplace_back(".*\\.gate_up_proj", 2 * c.r);
+    c.alpha_pattern.emplace_back(".*\\.gate_up_proj", 2 * c.lora_alpha);
+  }
+  c.target_parameters = params;
+  c.target_modules = remaining;
+}
+
+std::string parent_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+std::string local_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+// A target's two tensors in the file and the model.
+void add_lora_entries(Adapter& a, const Adapter::Target& t) {
+  const int64_t rank = t.r * std::max<int64_t>(t.experts, 1);
+  const std::string key = kKeyPrefix + (t.key_module.empty() ? t.module : t.key_module);
+  a.entries.push_back({t.module + ".lora_A.weight", key + ".lora_A.weight", {rank, t.in}});
+  a.entries.push_back({t.module + ".lora_B.weight", key + ".lora_B.weight", {t.out, rank}});
+}
+
+// peft's parameter targets on transformers 5's Mixtral, where libacc keeps the experts per expert (the checkpoint's
+// block_sparse_moe.experts.E.w1/w2/w3) and the router as a linear layer: gate.weight is a LoRA on the router;
+// gate_up_proj (w1 rows, then w3 rows) and down_proj (w2) are fused over the experts, each expert's layers using
+// their slices of one A and one B. The file names them as transformers 5 does (mlp.gate, mlp.experts).
+void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& host_of) {
+  const Config& c = a.config;
+  const bool mixtral = a.info.model_type == "mixtral";
+  for (const auto& p : c.target_parameters)
+    if (!mixtral || (p != "gate_up_proj" && p != "down_proj" && p != "gate.weight"))
+      throw UnsupportedError("target_parameters '" + p + "': libacc has peft's parameter targets of Mixtral's fused "
+                             "experts and router only (gate_up_proj, down_proj, gate.weight)");
+  if (c.lora_dropout > 0)
+    throw std::invalid_argument("lora_dropout must be 0 with target_parameters (peft's ParamWrapper has no dropout)");
+  if (c.layers_to_transform)
+    throw UnsupportedError("layers_to_transform with target_parameters is not implemented by libacc");
+  auto has = [&](const char* p) { return std::find(c.target_parameters.begin(), c.target_parameters.end(), p) != c.target_parameters.end(); };
+  auto find_module = [&](const std::string& n) -> torch::nn::Module* {
+    for (const auto& [name, m] : modules)
+      if (name == n) return m.get();
+    return nullptr;
+  };
+  auto rank_alpha = [&](Adapter::Target& t, const std::string& key) {
+    const auto* rp = pattern_for(key, c.rank_pattern);
+    const auto* ap = pattern_for(key, c.alpha_pattern);
+    t.r = rp ? rp->second : c.r;
+    t.alpha = ap ? ap->second : c.lora_alpha;
+    t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
+  };
+  const std::string moe_name = "block_sparse_moe";
+  for (const auto& [name, m] : modules) {
+    if (local_of(name) != moe_name) continue;
+    const std::string v5 = parent_of(name) + ".mlp";  // transformers 5's name of the block
+    if (has("gate.weight")) {
+      Host* h = find_module(name + ".gate") ? host_of(*find_module(name + ".gate")) : nullptr;
+      if (!h) throw std::logic_error("lora: no router at " + name + ".gate");
+      Adapter::Target t;
+      t.module = name + ".gate";
+      t.key_module = v5 + ".gate";
+      t.in = h->host_weight().size(1);
+      t.out = h->host_weight().size(0);
+      rank_alpha(t, v5 + ".gate.weight");
+      a.targets.push_back(t);
+    }
+    int64_t experts = 0;
+    while (find_module(name + ".experts." + std::to_string(experts))) ++experts;
+    if (experts == 0) continue;
+    Host* w1 = host_of(*find_module(name + ".experts.0.w1"));
+    const int64_t inter = w1->host_weight().size(0), hidden = w1->host_weight().size(1);
+    const bool both = has("gate_up_proj") && has("down_proj");
+    if (has("gate_up_proj")) {  // peft's nesting when both are targeted: gate_up_proj inside (match_fused_keys)
+      Adapter::Target t;
+      t.module = name + ".experts.gate_up_proj";
+      t.key_module = v5 + ".experts" + (both ? ".base_layer" : "");
+      t.in = hidden;
+      t.out = 2 * inter;
+      t.experts = experts;
+      rank_alpha(t, v5 + ".experts.gate_up_proj");
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::string expert = name + ".experts." + std::to_string(e);
+        t.uses.push_back({expert + ".w1", e, 0, inter});
+        t.uses.push_back({expert + ".w3", e, inter, inter});
+      }
+      a.targets.push_back(t);
+    }
+    if (has("down_proj")) {
+      Adapter::Target t;
+      t.module = name + ".experts.down_proj";
+      t.key_module = v5 + ".experts";
+      t.in = inter;
+      t.out = hidden;
+      t.experts = experts;
+      rank_alpha(t, v5 + ".experts.down_proj");
+      for (int64_t e = 0; e < experts; ++e) t.uses.push_back({name + ".experts." + std::to_string(e) + ".w2", e, 0, hidden});
+      a.targets.push_back(t);
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Adapter> find(torch::nn::Module& root, const HostOf& host_of) {
@@ -354,6 +501,14 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
         (c.target_kind == Config::Kind::List && names_head(c.target_modules, false)))
       throw UnsupportedError("this model's lm_head is tied to its input embedding and is not a module of its own in "
                              "libacc: it cannot be in target_modules or modules_to_save");
+  }
+  const bool mixtral = info.model_type == "mixtral";
+  if (mixtral) {
+    std::vector<std::string> leaves;
+    for (const auto& n : linear)
+      if (n != "lm_head" && std::find(leaves.begin(), leaves.end(), local_of(n)) == leaves.end())
+        leaves.push_back(local_of(n));
+    convert_mixtral(c, leaves);
   }
   if (c.all_linear()) {  // _maybe_include_all_linear_layers
     std::string output;
@@ -406,6 +561,10 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
     if (std::any_of(saved_res.begin(), saved_res.end(), [&, &n = name](const std::regex& r) { return std::regex_match(n, r); }))
       continue;
     bool hit = target_re ? std::regex_match(name, *target_re) : in_list(name, c.target_modules);
+    if (hit && mixtral && target_re && name.find(".block_sparse_moe.") != std::string::npos)
+      throw UnsupportedError("target_modules '" + c.target_modules.front() + "' reaches Mixtral's experts or router ('" +
+                             name + "'), which peft targets as transformers 5's fused parameters: name them as a list "
+                             "(w1, w3, w2, gate) instead of a regular expression");
     if (hit) any_unexcluded = true;
     if (hit && !target_re && c.layers_to_transform) {
       const auto idx = layer_index(name, c);
@@ -434,6 +593,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
     t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
     a->targets.push_back(t);
   }
+  if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of);
   if (a->targets.empty()) {
     std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
                                                               : "[" + join(c.target_modules) + "]";
@@ -461,10 +621,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
       a->entries.push_back({name, kKeyPrefix + (targeted(module) ? module + ".base_layer.bias" : name), shape});
     }
   }
-  for (const auto& t : a->targets) {
-    a->entries.push_back({t.module + ".lora_A.weight", kKeyPrefix + t.module + ".lora_A.weight", {t.r, t.in}});
-    a->entries.push_back({t.module + ".lora_B.weight", kKeyPrefix + t.module + ".lora_B.weight", {t.out, t.r}});
-  }
+  for (const auto& t : a->targets) add_lora_entries(*a, t);
   return a;
 }
 
@@ -473,28 +630,47 @@ void apply(torch::nn::Module& root, const std::shared_ptr<Adapter>& adapter, boo
   c10::NoGradGuard no_grad;
   for (auto& p : root.parameters(/*recurse=*/true)) p.requires_grad_(false);
   for (const auto& t : adapter->targets) {
-    torch::nn::Module& m = module_at(root, t.module);
-    Host* h = host_of(m);
-    at::TensorOptions o = h->host_weight().options();
+    const bool fused = t.experts > 0;
+    Host* first = host_of(module_at(root, fused ? t.uses.front().host : t.module));
+    at::TensorOptions o = first->host_weight().options();
     // peft's autocast_adapter_dtype: adapters of a float16 / bfloat16 base are float32.
     if (o.dtype() == at::kHalf || o.dtype() == at::kBFloat16) o = o.dtype(at::kFloat);
-    auto branch = std::make_shared<Branch>();
     const std::string& mode = adapter->config.init_lora_weights;
-    branch->A = std::make_shared<Factor>(t.r, t.in, true, mode, t.r, o);
-    branch->B = std::make_shared<Factor>(t.out, t.r, false, mode, t.r, o);
-    for (auto* f : {branch->A.get(), branch->B.get()}) {
+    const int64_t rank = t.r * std::max<int64_t>(t.experts, 1);
+    auto A = std::make_shared<Factor>(rank, t.in, true, mode, t.r, o);
+    auto B = std::make_shared<Factor>(t.out, rank, false, mode, t.r, o);
+    for (auto* f : {A.get(), B.get()}) {
       if (init)
         f->reset();
       else
         f->param("weight").zero_();
       f->param("weight").requires_grad_(false);
     }
-    branch->scaling = t.scaling;
-    branch->dropout = adapter->config.lora_dropout;
-    branch->adapter = adapter;
-    m.register_module("lora_A", branch->A);
-    m.register_module("lora_B", branch->B);
-    h->branch = std::move(branch);
+    // Where they live: the layer itself, or (fused experts) a container of their own beside the experts.
+    std::shared_ptr<torch::nn::Module> holder;
+    if (fused) {
+      holder = std::make_shared<torch::nn::Module>("LoraExperts");
+      module_at(root, parent_of(t.module)).register_module(local_of(t.module), holder);
+    }
+    torch::nn::Module& owner = fused ? *holder : module_at(root, t.module);
+    owner.register_module("lora_A", A);
+    owner.register_module("lora_B", B);
+    std::vector<Adapter::Target::Use> uses = fused ? t.uses : std::vector<Adapter::Target::Use>{{t.module}};
+    for (const auto& use : uses) {
+      auto branch = std::make_shared<Branch>();
+      branch->A = A;
+      branch->B = B;
+      branch->scaling = t.scaling;
+      branch->dropout = adapter->config.lora_dropout;
+      branch->adapter = adapter;
+      if (fused) {
+        branch->experts = t.experts;
+        branch->expert = use.expert;
+        branch->row0 = use.row0;
+        branch->rows = use.rows;
+      }
+      host_of(module_at(root, use.host))->branch = std::move(branch);
+    }
   }
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters(true)) params[item.key()] = item.value();
@@ -505,22 +681,32 @@ void merge(torch::nn::Module& root, const HostOf& host_of) {
   std::shared_ptr<Adapter> adapter = find(root, host_of);
   if (!adapter) throw StateError("the model has no adapter to merge");
   c10::NoGradGuard no_grad;
+  auto hosts = [](const Adapter::Target& t) {
+    std::vector<std::string> v;
+    if (t.experts == 0) v.push_back(t.module);
+    for (const auto& use : t.uses) v.push_back(use.host);
+    return v;
+  };
+  for (const auto& t : adapter->targets)
+    for (const auto& name : hosts(t)) {
+      Host* h = host_of(module_at(root, name));
+      const auto [a, b] = h->branch->factors();
+      // get_delta_weight: transpose(B @ A, fan_in_fan_out) * scaling, added to the base weight.
+      at::Tensor delta = at::matmul(b, a);
+      if (t.fan_in_fan_out) delta = delta.t();
+      delta = delta * t.scaling;
+      at::Tensor w = h->host_weight();
+      w.add_(delta.to(w.scalar_type()));
+    }
   for (const auto& t : adapter->targets) {
-    torch::nn::Module& m = module_at(root, t.module);
-    Host* h = host_of(m);
-    const Branch& b = *h->branch;
-    // get_delta_weight: transpose(B @ A, fan_in_fan_out) * scaling, added to the base weight.
-    at::Tensor delta = at::matmul(b.B->param("weight"), b.A->param("weight"));
-    if (t.fan_in_fan_out) delta = delta.t();
-    delta = delta * t.scaling;
-    at::Tensor w = h->host_weight();
-    w.add_(delta.to(w.scalar_type()));
-  }
-  for (const auto& t : adapter->targets) {
-    torch::nn::Module& m = module_at(root, t.module);
-    m.unregister_module("lora_A");
-    m.unregister_module("lora_B");
-    host_of(m)->branch.reset();
+    for (const auto& name : hosts(t)) host_of(module_at(root, name))->branch.reset();
+    if (t.experts > 0) {
+      module_at(root, parent_of(t.module)).unregister_module(local_of(t.module));
+    } else {
+      torch::nn::Module& m = module_at(root, t.module);
+      m.unregister_module("lora_A");
+      m.unregister_module("lora_B");
+    }
   }
 }
 
@@ -610,6 +796,10 @@ std::string config_file_text(const Adapter& a) {
     optional_string(w, c.base_model_name_or_path ? c.base_model_name_or_path : a.info.name_or_path);
   };
   fields["revision"] = [&](W& w) { optional_string(w, c.revision); };
+  fields["target_parameters"] = [&](W& w) {
+    if (c.target_parameters.empty()) w.null();
+    else list(w, c.target_parameters);
+  };
   fields["inference_mode"] = [](W& w) { w.value(true); };
   fields["peft_type"] = [](W& w) { w.value("LORA"); };
   W w(W::Layout::Indented, 2);
@@ -657,6 +847,24 @@ NamedTensors check_file_tensors(const Adapter& adapter, const NamedTensors& tens
       throw std::invalid_argument(source + " holds '" + key + "', which the adapter on this model does not have" + hint);
     }
   return out;
+}
+
+void match_fused_keys(Adapter& adapter, const NamedTensors& tensors) {
+  std::map<std::string, at::Tensor> by_key(tensors.begin(), tensors.end());
+  for (auto& inner : adapter.targets) {
+    if (inner.experts == 0 || !ends_with(inner.key_module, ".base_layer")) continue;
+    const std::string outer_key = parent_of(inner.key_module);
+    auto outer = std::find_if(adapter.targets.begin(), adapter.targets.end(),
+                              [&](const Adapter::Target& t) { return t.key_module == outer_key; });
+    auto b = by_key.find(kKeyPrefix + outer_key + ".lora_B.weight");
+    if (outer == adapter.targets.end() || b == by_key.end() || outer->out == inner.out) continue;
+    if (b->second.dim() != 2 || b->second.size(0) != inner.out) continue;  // as planned, or wrong: checked next
+    std::swap(inner.key_module, outer->key_module);
+    for (auto& e : adapter.entries)
+      for (const auto* t : {&inner, &*outer})
+        if (e.name.rfind(t->module + ".lora_", 0) == 0)
+          e.key = kKeyPrefix + t->key_module + e.name.substr(t->module.size());
+  }
 }
 
 }  // namespace acc::core::lora

@@ -49,6 +49,9 @@ struct Config {
   std::string task_type;  // "" for null
   std::optional<std::string> base_model_name_or_path, revision;
   bool inference_mode = false;
+  // peft's parameter targets: libacc has those of transformers 5's Mixtral (gate_up_proj and down_proj, the fused
+  // experts; gate.weight, the router), which peft makes from the expert and router names (see plan).
+  std::vector<std::string> target_parameters;
 
   bool all_linear() const;
 };
@@ -76,6 +79,11 @@ struct Branch {
   std::shared_ptr<Factor> A, B;
   double scaling = 1, dropout = 0;
   std::shared_ptr<const Adapter> adapter;  // the adapter it is part of
+  // Fused experts (peft's parameter targets on a [E, out, in] parameter): A [E*r, in] is expert-major, B [out, r*E]
+  // expert-minor; this layer is expert `expert`'s, rows [row0, row0 + rows) of the fused output. experts 0: none.
+  int64_t experts = 0, expert = 0, row0 = 0, rows = 0;
+  // This layer's A [r, in] and B [out, r] (views of the fused factors for an expert).
+  std::pair<at::Tensor, at::Tensor> factors() const;
   at::Tensor add_to(const at::Tensor& x, const at::Tensor& y, bool training) const;
 };
 
@@ -115,12 +123,20 @@ struct Entry {
 
 // An adapter applied to a model: what the file needs and merge undoes. Shared by the layers' branches.
 struct Adapter {
+  // Where a layer's (or fused experts') lora_A and lora_B live, and the layers that use them.
   struct Target {
-    std::string module;
-    int64_t r = 0;
+    std::string module;      // lora_A / lora_B are registered under it: the layer, or a container for fused experts
+    std::string key_module;  // its name in the file when it differs (transformers 5's Mixtral names)
+    int64_t r = 0;           // per expert
     double alpha = 0, scaling = 0;
     int64_t in = 0, out = 0;
     bool fan_in_fan_out = false;
+    int64_t experts = 0;  // fused experts: A [E*r, in], B [out, r*E]; 0: one layer
+    struct Use {
+      std::string host;  // the layer
+      int64_t expert = 0, row0 = 0, rows = 0;
+    };
+    std::vector<Use> uses;  // fused: the experts' layers and their slices
   };
   Config config;
   ModelInfo info;
@@ -159,5 +175,9 @@ NamedTensors file_tensors(const Adapter& adapter, const NamedTensors& state);
 // adapter does not have, a shape or dtype that differs is std::invalid_argument naming it. Returns them by name in
 // the model.
 NamedTensors check_file_tensors(const Adapter& adapter, const NamedTensors& tensors, const std::string& source);
+
+// peft nests two parameter targets of one module in target_parameters' (set) order, so which of a layer's fused
+// experts is "experts" and which "experts.base_layer" in a file is read from the tensors' shapes.
+void match_fused_keys(Adapter& adapter, const NamedTensors& tensors);
 
 }  // namespace acc::core::lora

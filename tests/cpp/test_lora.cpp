@@ -519,6 +519,43 @@ TEST(Mixtral, FusedExpertsEitherNestingAndBadTargets) {
   EXPECT_EQ(keys.size(), 4u);
 }
 
+// init_lora_weights as peft's reset_lora_parameters: true: A ~ U(+-1/sqrt(in)), B = 0; "gaussian": A ~ N(0, 1/r^2),
+// B = 0; false: both as nn.Linear (B not zero). Dropout acts in training mode only. A bfloat16 base gets float32
+// adapters (peft's autocast_adapter_dtype) and keeps its output dtype.
+TEST(Lora, InitDropoutAndDtypes) {
+  for (const std::string init : {"true", "\"gaussian\"", "false"}) {
+    auto slot = base_model("llama_qv");
+    add_lora(*slot, (R"({"r": 16, "target_modules": ["q_proj"], "init_lora_weights": )" + init + "}").c_str());
+    auto params = params_of(*slot->model);
+    const at::Tensor a = params.at("model.layers.0.self_attn.q_proj.lora_A.weight");
+    const at::Tensor b = params.at("model.layers.0.self_attn.q_proj.lora_B.weight");
+    EXPECT_EQ(b.abs().max().item<double>() == 0, init != "false") << init;
+    if (init == "true") EXPECT_LE(a.abs().max().item<double>(), 1 / std::sqrt(32.0)) << init;
+    if (init != "\"gaussian\"") EXPECT_GT(a.abs().max().item<double>(), 0.5 / std::sqrt(32.0)) << init;
+    if (init == "\"gaussian\"") EXPECT_NEAR(a.std().item<double>(), 1.0 / 16, 0.01) << init;
+  }
+  auto e = expected_of("llama_qv");
+  auto slot = base_model("llama_qv");
+  add_lora(*slot, R"({"target_modules": ["q_proj", "v_proj"], "lora_dropout": 0.5, "init_lora_weights": false})");
+  Model& m = *slot->model;
+  c10::NoGradGuard no_grad;
+  const TensorDict batch = batch_of("llama_qv", e, false);
+  EXPECT_TRUE(m.forward(batch).at("logits").equal(m.forward(batch).at("logits")));  // eval: no dropout
+  m.train(true);
+  EXPECT_FALSE(m.forward(batch).at("logits").equal(m.forward(batch).at("logits")));
+  m.train(false);
+
+  auto bf16 = std::make_shared<ModelSlot>();
+  bf16->model = hf::from_pretrained(g_root + "/tests/hf/fixtures/llama/model", R"({"dtype": "bfloat16"})");
+  load_adapter(*bf16, fixtures() + "/llama_qv", nullptr);
+  EXPECT_EQ(params_of(*bf16->model).at("model.layers.0.self_attn.q_proj.lora_A.weight").scalar_type(), at::kFloat);
+  at::Tensor logits = bf16->model->forward(batch).at("logits");
+  EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
+  EXPECT_LE(logits_diff(logits.to(at::kFloat), e["logits"], e["attention_mask"]), 0.3);  // bf16 rounding
+  merge_adapter(*bf16);
+  EXPECT_EQ(bf16->model->forward(batch).at("logits").scalar_type(), at::kBFloat16);
+}
+
 // The built-in families take adapters too: GPT's Conv1D layers (fan_in_fan_out) and the MLP's Linear layers.
 TEST(BuiltIn, GptAndMlpTakeAdaptersAndMerge) {
   for (const char* spec : {R"({"type": "gpt", "vocab_size": 50, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16})",

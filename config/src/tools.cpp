@@ -395,11 +395,12 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   }
   if (c.get_string("dynamo_plugin.backend") != "NO")
     return refuse("dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
-  // Trackers: libacc writes TensorBoard event files, JSON lines, CSV and MLflow's file store (src/tracking).
+  // Trackers: libacc writes TensorBoard event files, JSON lines, CSV, MLflow's file store and W&B offline runs
+  // (src/tracking).
   if (c.is_set("log_with"))
     for (const auto& t : c.get_string_list("log_with"))
-      if (t != "all" && t != "tensorboard" && t != "jsonl" && t != "csv" && t != "mlflow")
-        return refuse("log_with", "the tracker \"" + t + "\"", "use tensorboard, jsonl, csv or mlflow");
+      if (t != "all" && t != "tensorboard" && t != "jsonl" && t != "csv" && t != "mlflow" && t != "wandb")
+        return refuse("log_with", "the tracker \"" + t + "\"", "use tensorboard, jsonl, csv, mlflow or wandb");
   if (c.is_set("init_process_group_kwargs.backend")) {
     std::string b = lower(c.get_string("init_process_group_kwargs.backend"));
     if (b != "gloo" && b != "nccl" && b != "cpu:gloo,cuda:nccl")

@@ -169,7 +169,7 @@ std::vector<std::pair<std::string, std::string>> kwarg_string_map(const RunOptio
 }
 
 const std::vector<std::string>& tracker_names() {
-  static const std::vector<std::string> names = {"tensorboard", "jsonl", "csv", "mlflow"};
+  static const std::vector<std::string> names = {"tensorboard", "jsonl", "csv", "mlflow", "wandb"};
   return names;
 }
 
@@ -182,11 +182,11 @@ std::vector<std::string> resolve_log_with(const std::vector<std::string>& names,
       break;
     }
     if (std::find(known.begin(), known.end(), n) == known.end())
-      throw std::invalid_argument("log_with: unsupported tracker \"" + n + "\"; libacc has all, tensorboard, jsonl, csv, mlflow");
+      throw std::invalid_argument("log_with: unsupported tracker \"" + n + "\"; libacc has all, tensorboard, jsonl, csv, mlflow, wandb");
     if (std::find(want.begin(), want.end(), n) == want.end()) want.push_back(n);
   }
   for (const auto& n : want)
-    if (n != "mlflow" && logging_dir.empty())
+    if (n != "mlflow" && n != "wandb" && logging_dir.empty())  // both have a default folder, as in Accelerate
       throw std::invalid_argument("log_with: logging with `" + n +
                                   "` requires a logging directory: set project_dir or project_config.logging_dir");
   return want;
@@ -197,6 +197,7 @@ std::unique_ptr<Tracker> make_tracker(const std::string& name, const RunOptions&
   if (name == "jsonl") return make_jsonl(o);
   if (name == "csv") return make_csv(o);
   if (name == "mlflow") return make_mlflow(o);
+  if (name == "wandb") return make_wandb(o);
   throw std::invalid_argument("unknown tracker \"" + name + "\"");
 }
 
@@ -213,7 +214,7 @@ TrackerSet::TrackerSet(const std::vector<std::string>& names, const std::string&
       for (const auto& [tn, t] : doc.root().items()) {
         const auto& known = tracker_names();
         if (std::find(known.begin(), known.end(), tn) == known.end())
-          throw std::invalid_argument("init_kwargs: unknown tracker \"" + tn + "\"; libacc has tensorboard, jsonl, csv, mlflow");
+          throw std::invalid_argument("init_kwargs: unknown tracker \"" + tn + "\"; libacc has tensorboard, jsonl, csv, mlflow, wandb");
         if (!t.is_object()) throw std::invalid_argument("init_kwargs." + tn + " must be an object");
         for (const auto& [k, kv] : t.items()) kwargs[tn][k] = kv.text();
       }
@@ -229,8 +230,8 @@ TrackerSet::TrackerSet(const std::vector<std::string>& names, const std::string&
   }
 }
 
-void TrackerSet::store_init_configuration(const Values& hparams) {
-  for (auto& t : trackers_) t->store_init_configuration(hparams);
+void TrackerSet::store_init_configuration(const Values& hparams, std::string_view config_json) {
+  for (auto& t : trackers_) t->store_config(hparams, config_json);
 }
 
 void TrackerSet::log(const Values& values, std::optional<int64_t> step) {

@@ -77,6 +77,12 @@ class Tracker {
   // Where it writes: a directory (tensorboard, jsonl, csv) or the MLflow run directory.
   virtual const std::string& location() const = 0;
   virtual void store_init_configuration(const Values& hparams) = 0;
+  // init_trackers' config as the caller gave it (a JSON object; "" for none) beside its flattened form: a tracker
+  // that keeps nesting and lists (wandb's config) overrides this; the others take the flattened hyperparameters.
+  virtual void store_config(const Values& hparams, std::string_view config_json) {
+    (void)config_json;
+    store_init_configuration(hparams);
+  }
   // Throws for what this tracker would refuse in `values`, before any tracker writes anything.
   virtual void check(const Values& values) const { (void)values; }
   virtual void log(const Values& values, std::optional<int64_t> step) = 0;
@@ -87,7 +93,7 @@ class Tracker {
 struct RunOptions {
   std::string project_name;                     // the run directory's name under logging_dir
   std::string logging_dir;                      // "" when none was configured
-  std::map<std::string, std::string> env;       // MLFLOW_* variables
+  std::map<std::string, std::string> env;       // MLFLOW_* and WANDB_* variables
   std::map<std::string, std::string> kwargs;    // init_kwargs[tracker] as JSON text per key
 };
 
@@ -110,7 +116,7 @@ void check_project_name(const std::string& project_name);
 // The trackers libacc has, in the order "all" expands to.
 const std::vector<std::string>& tracker_names();
 // Accelerate's filter_trackers: "all" expands to every tracker, repeats are dropped, an unknown name is an
-// error, and a tracker that needs a logging directory (all but mlflow) without one is an error.
+// error, and a tracker that needs a logging directory (all but mlflow and wandb) without one is an error.
 std::vector<std::string> resolve_log_with(const std::vector<std::string>& names, const std::string& logging_dir);
 // Creates (starts) one tracker by name.
 std::unique_ptr<Tracker> make_tracker(const std::string& name, const RunOptions& options);
@@ -119,6 +125,7 @@ std::unique_ptr<Tracker> make_tensorboard(const RunOptions& options);
 std::unique_ptr<Tracker> make_jsonl(const RunOptions& options);
 std::unique_ptr<Tracker> make_csv(const RunOptions& options);
 std::unique_ptr<Tracker> make_mlflow(const RunOptions& options);
+std::unique_ptr<Tracker> make_wandb(const RunOptions& options);
 
 // The trackers of one run (Accelerator.trackers).
 class TrackerSet {
@@ -126,7 +133,7 @@ class TrackerSet {
   // init_kwargs_json: {"<tracker>": {...}} (Accelerate's init_kwargs); "" for none.
   TrackerSet(const std::vector<std::string>& names, const std::string& project_name, const std::string& logging_dir,
              std::string_view init_kwargs_json, const std::map<std::string, std::string>& env);
-  void store_init_configuration(const Values& hparams);
+  void store_init_configuration(const Values& hparams, std::string_view config_json = {});
   void log(const Values& values, std::optional<int64_t> step);
   void finish();
   const std::vector<std::unique_ptr<Tracker>>& trackers() const { return trackers_; }

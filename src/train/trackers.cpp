@@ -22,7 +22,7 @@ void Accelerator::init_trackers(const std::string& project_name, std::string_vie
   const std::string logging_dir = settings_.project_config.logging_dir.value_or("");
   auto set = std::make_unique<tracking::TrackerSet>(log_with_, project_name, logging_dir, init_kwargs_json,
                                                     config::current_environment());
-  if (has_config) set->store_init_configuration(hparams);
+  if (has_config) set->store_init_configuration(hparams, config_json);
   trackers_ = std::move(set);
 }
 

@@ -148,7 +148,8 @@ TEST(LogWith, ResolvedAsAccelerate) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("requires a logging directory"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(resolve_log_with({"wandb"}, "/x"), std::invalid_argument);
+  EXPECT_EQ(resolve_log_with({"wandb"}, ""), std::vector<std::string>{"wandb"});  // ./wandb, as wandb.init
+  EXPECT_THROW(resolve_log_with({"comet_ml"}, "/x"), std::invalid_argument);
 }
 
 TEST(TensorBoard, ScalarsTextGroupsAndHparams) {
@@ -221,7 +222,7 @@ TEST(TensorBoard, UnknownKwargIsAnError) {
   TempDir t;
   EXPECT_THROW(TrackerSet({"tensorboard"}, "p", t.path, R"({"tensorboard": {"flush_secs": 3}})", {}),
                std::invalid_argument);
-  EXPECT_THROW(TrackerSet({"tensorboard"}, "p", t.path, R"({"wandb": {}})", {}), std::invalid_argument);
+  EXPECT_THROW(TrackerSet({"tensorboard"}, "p", t.path, R"({"comet_ml": {}})", {}), std::invalid_argument);
   TrackerSet ok({"tensorboard"}, "p", t.path, R"({"tensorboard": {"filename_suffix": ".v2"}})", {});
   EXPECT_NE(event_file(t.path + "/p").find(".v2"), std::string::npos);
   EXPECT_THROW(TrackerSet({"jsonl"}, "a/b", t.path, "", {}), std::invalid_argument);

@@ -1026,7 +1026,7 @@ TEST(Contradictions, FromFlags) {
 TEST(Unsupported, NamedWithTheirSource) {
   EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"init_process_group_kwargs": {"backend": "gloo"}})", {})));
-  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": ["tensorboard", "jsonl", "csv", "mlflow"]})", {})));
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": ["tensorboard", "jsonl", "csv", "mlflow", "wandb"]})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": "all"})", {})));
   // Sharded data parallelism: FSDP and DeepSpeed ZeRO configs as Accelerate users write them.
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}})", {})));
@@ -1051,7 +1051,7 @@ TEST(Unsupported, NamedWithTheirSource) {
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
       {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
-      {R"({"log_with": ["tensorboard", "wandb"]})", {}, "the tracker \"wandb\" is not supported yet by libacc; use tensorboard"},
+      {R"({"log_with": ["tensorboard", "comet_ml"]})", {}, "the tracker \"comet_ml\" is not supported yet by libacc; use tensorboard"},
       {R"({"init_process_group_kwargs": {"backend": "mpi"}})", {}, "the c10d backend \"mpi\""},
       {R"({"init_process_group_kwargs": {"init_method": "tcp://h:1"}})", {}, "a rendezvous other than env://"},
   };

@@ -36,7 +36,8 @@ std::regex compile(const std::string& pattern, const std::string& what) {
   try {
     return std::regex(pattern);
   } catch (const std::regex_error& e) {
-    throw std::invalid_argument(what + ": '" + pattern + "' is not a regular expression libacc reads (" + e.what() + ")");
+    throw std::invalid_argument(what + ": '" + pattern + "' is not a regular expression libacc reads (" + e.what() +
+                                ")");
   }
 }
 
@@ -75,7 +76,8 @@ const std::vector<Passive>& passive_fields() {
   return fields;
 }
 
-const char* const kTaskTypes[] = {"SEQ_CLS", "SEQ_2_SEQ_LM", "CAUSAL_LM", "TOKEN_CLS", "QUESTION_ANS", "FEATURE_EXTRACTION"};
+const char* const kTaskTypes[] = {"SEQ_CLS",   "SEQ_2_SEQ_LM", "CAUSAL_LM",
+                                  "TOKEN_CLS", "QUESTION_ANS", "FEATURE_EXTRACTION"};
 
 }  // namespace
 
@@ -141,7 +143,8 @@ Config parse_config(std::string_view text, const std::string& source) {
       if (v.is_null()) continue;
       if (!v.is_object()) v.fail("rank_pattern must be an object of module patterns and ranks");
       for (const auto& [pattern, rank] : v.items()) {
-        if (!rank.is_integer() || rank.as_int() <= 0) rank.fail("a rank must be a positive integer; got " + rank.text());
+        if (!rank.is_integer() || rank.as_int() <= 0)
+          rank.fail("a rank must be a positive integer; got " + rank.text());
         compile(pattern, rank.where());
         c.rank_pattern.emplace_back(pattern, rank.as_int());
       }
@@ -291,7 +294,8 @@ const std::map<std::string, std::vector<std::string>>& default_targets() {
 bool is_torch_linear(torch::nn::Module& m) { return dynamic_cast<torch::nn::LinearImpl*>(&m) != nullptr; }
 
 // peft's _find_minimal_target_modules: the shortest suffixes that name the targets and no other module.
-std::vector<std::string> minimal_targets(const std::vector<std::string>& targets, const std::vector<std::string>& others) {
+std::vector<std::string> minimal_targets(const std::vector<std::string>& targets,
+                                         const std::vector<std::string>& others) {
   auto suffixes = [](const std::string& name) {  // shortest first
     std::vector<std::string> out;
     for (size_t i = name.size(); i-- > 0;)
@@ -371,6 +375,15 @@ std::string local_of(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
+// A target's rank and alpha: rank_pattern's and alpha_pattern's first key matching `key`, else r and lora_alpha.
+void set_rank(Adapter::Target& t, const std::string& key, const Config& c) {
+  const auto* rp = pattern_for(key, c.rank_pattern);
+  const auto* ap = pattern_for(key, c.alpha_pattern);
+  t.r = rp ? rp->second : c.r;
+  t.alpha = ap ? ap->second : c.lora_alpha;
+  t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
+}
+
 // A target's two tensors in the file and the model.
 void add_lora_entries(Adapter& a, const Adapter::Target& t) {
   const int64_t rank = t.r * std::max<int64_t>(t.experts, 1);
@@ -394,18 +407,13 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
     throw std::invalid_argument("lora_dropout must be 0 with target_parameters (peft's ParamWrapper has no dropout)");
   if (c.layers_to_transform)
     throw UnsupportedError("layers_to_transform with target_parameters is not implemented by libacc");
-  auto has = [&](const char* p) { return std::find(c.target_parameters.begin(), c.target_parameters.end(), p) != c.target_parameters.end(); };
+  auto has = [&](const char* p) {
+    return std::find(c.target_parameters.begin(), c.target_parameters.end(), p) != c.target_parameters.end();
+  };
   auto find_module = [&](const std::string& n) -> torch::nn::Module* {
     for (const auto& [name, m] : modules)
       if (name == n) return m.get();
     return nullptr;
-  };
-  auto rank_alpha = [&](Adapter::Target& t, const std::string& key) {
-    const auto* rp = pattern_for(key, c.rank_pattern);
-    const auto* ap = pattern_for(key, c.alpha_pattern);
-    t.r = rp ? rp->second : c.r;
-    t.alpha = ap ? ap->second : c.lora_alpha;
-    t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
   };
   const std::string moe_name = "block_sparse_moe";
   for (const auto& [name, m] : modules) {
@@ -419,7 +427,7 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
       t.key_module = v5 + ".gate";
       t.in = h->host_weight().size(1);
       t.out = h->host_weight().size(0);
-      rank_alpha(t, v5 + ".gate.weight");
+      set_rank(t, v5 + ".gate.weight", c);
       a.targets.push_back(t);
     }
     int64_t experts = 0;
@@ -435,7 +443,7 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
       t.in = hidden;
       t.out = 2 * inter;
       t.experts = experts;
-      rank_alpha(t, v5 + ".experts.gate_up_proj");
+      set_rank(t, v5 + ".experts.gate_up_proj", c);
       for (int64_t e = 0; e < experts; ++e) {
         const std::string expert = name + ".experts." + std::to_string(e);
         t.uses.push_back({expert + ".w1", e, 0, inter});
@@ -450,8 +458,9 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
       t.in = inter;
       t.out = hidden;
       t.experts = experts;
-      rank_alpha(t, v5 + ".experts.down_proj");
-      for (int64_t e = 0; e < experts; ++e) t.uses.push_back({name + ".experts." + std::to_string(e) + ".w2", e, 0, hidden});
+      set_rank(t, v5 + ".experts.down_proj", c);
+      for (int64_t e = 0; e < experts; ++e)
+        t.uses.push_back({name + ".experts." + std::to_string(e) + ".w2", e, 0, hidden});
       a.targets.push_back(t);
     }
   }
@@ -484,9 +493,10 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
   if (c.target_kind == Config::Kind::None) {
     auto it = default_targets().find(info.model_type);
     if (it == default_targets().end())
-      throw std::invalid_argument("target_modules is required: peft has no default for " +
-                                  (info.model_type.empty() ? std::string("this model") : "model_type '" + info.model_type + "'") +
-                                  " (its linear layers: " + join(linear) + ")");
+      throw std::invalid_argument(
+          "target_modules is required: peft has no default for " +
+          (info.model_type.empty() ? std::string("this model") : "model_type '" + info.model_type + "'") +
+          " (its linear layers: " + join(linear) + ")");
     c.target_kind = Config::Kind::List;
     c.target_modules = it->second;
   }
@@ -552,19 +562,21 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
   if (c.exclude_kind == Config::Kind::String) exclude_re = compile(c.exclude_modules.front(), "exclude_modules");
   std::vector<std::regex> saved_res;
   if (c.modules_to_save)
-    for (const auto& s : *c.modules_to_save) saved_res.push_back(compile("(^|.*\\.)" + s + "($|\\..*)", "modules_to_save"));
+    for (const auto& s : *c.modules_to_save)
+      saved_res.push_back(compile("(^|.*\\.)" + s + "($|\\..*)", "modules_to_save"));
   bool any_unexcluded = false;
   for (const auto& [name, m] : modules) {  // check_target_module_exists
     if (exclude_re ? std::regex_match(name, *exclude_re)
                    : (c.exclude_kind == Config::Kind::List && in_list(name, c.exclude_modules)))
       continue;
-    if (std::any_of(saved_res.begin(), saved_res.end(), [&, &n = name](const std::regex& r) { return std::regex_match(n, r); }))
+    if (std::any_of(saved_res.begin(), saved_res.end(),
+                    [&, &n = name](const std::regex& r) { return std::regex_match(n, r); }))
       continue;
     bool hit = target_re ? std::regex_match(name, *target_re) : in_list(name, c.target_modules);
     if (hit && mixtral && target_re && name.find(".block_sparse_moe.") != std::string::npos)
-      throw UnsupportedError("target_modules '" + c.target_modules.front() + "' reaches Mixtral's experts or router ('" +
-                             name + "'), which peft targets as transformers 5's fused parameters: name them as a list "
-                             "(w1, w3, w2, gate) instead of a regular expression");
+      throw UnsupportedError("target_modules '" + c.target_modules.front() + "' reaches Mixtral's experts or router "
+                             "('" + name + "'), which peft targets as transformers 5's fused parameters: name them as "
+                             "a list (w1, w3, w2, gate) instead of a regular expression");
     if (hit) any_unexcluded = true;
     if (hit && !target_re && c.layers_to_transform) {
       const auto idx = layer_index(name, c);
@@ -586,11 +598,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
     t.fan_in_fan_out = h->fan_in_fan_out();
     t.in = w.size(t.fan_in_fan_out ? 0 : 1);
     t.out = w.size(t.fan_in_fan_out ? 1 : 0);
-    const auto* rp = pattern_for(name, c.rank_pattern);
-    const auto* ap = pattern_for(name, c.alpha_pattern);
-    t.r = rp ? rp->second : c.r;
-    t.alpha = ap ? ap->second : c.lora_alpha;
-    t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
+    set_rank(t, name, c);
     a->targets.push_back(t);
   }
   if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of);
@@ -606,7 +614,8 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
 
   // The entries: what trains and what the file holds (get_peft_model_state_dict).
   auto targeted = [&](const std::string& module) {
-    return std::any_of(a->targets.begin(), a->targets.end(), [&](const Adapter::Target& t) { return t.module == module; });
+    return std::any_of(a->targets.begin(), a->targets.end(),
+                       [&](const Adapter::Target& t) { return t.module == module; });
   };
   for (const auto& item : root.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
@@ -844,7 +853,8 @@ NamedTensors check_file_tensors(const Adapter& adapter, const NamedTensors& tens
   for (const auto& [key, t] : by_key)
     if (!expected.count(key)) {
       std::string hint = key.rfind(kKeyPrefix, 0) == 0 ? "" : " (peft's keys start with \"base_model.model.\")";
-      throw std::invalid_argument(source + " holds '" + key + "', which the adapter on this model does not have" + hint);
+      throw std::invalid_argument(source + " holds '" + key + "', which the adapter on this model does not have" +
+                                  hint);
     }
   return out;
 }

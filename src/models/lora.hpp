@@ -148,7 +148,9 @@ struct Adapter {
 
 // peft's inject_adapter without changing anything: the targets, the modules saved whole, the entries. An error
 // names the culprit: nothing matched (listing the model's linear layers), a target that is not a linear layer
-// (torch::nn::Linear: use acc::Linear), a model that has an adapter already.
+// (torch::nn::Linear: use acc::Linear), a model that has an adapter already. For Mixtral (info.model_type), the
+// config is first rewritten as peft rewrites it for transformers 5 (the experts' and router's names become
+// target_parameters: `config` as adapter_config.json then shows it).
 std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, const ModelInfo& info,
                               const HostOf& host_of = default_host_of);
 

@@ -334,14 +334,41 @@ void bert(const HfConfig& c, ParameterShapes* out) {
   linear("classifier", H, n_labels);
 }
 
+}  // namespace
+
+std::optional<std::string> causal_lm_class(const std::string& model_type) {
+  static const std::pair<const char*, const char*> kCausalLM[] = {{"llama", "LlamaForCausalLM"},
+                                                                    {"mistral", "MistralForCausalLM"},
+                                                                    {"qwen2", "Qwen2ForCausalLM"},
+                                                                    {"mixtral", "MixtralForCausalLM"},
+                                                                    {"gpt2", "GPT2LMHeadModel"}};
+  for (const auto& [type, cls] : kCausalLM)
+    if (model_type == type) return std::string(cls);
+  return std::nullopt;
+}
+
+namespace {
+
 // Checks the config and, with `out`, lists its shapes. Returns the architecture, `known` false for one libacc lacks.
 std::string read_config(std::string_view text, const std::string& source, ParameterShapes* out, bool* known) {
   const Node doc = parse_object(text, source);
   const HfConfig c{&doc, source, ""};
   const Node* archs = c.item("architectures");
   const Node* first = archs && archs->kind == Kind::List && !archs->list.empty() ? &archs->list[0] : nullptr;
-  if (!first || first->kind != Kind::String) throw Error(source + ": no 'architectures' list naming the model class");
-  const std::string arch = first->s;
+  const Node* type = c.item("model_type");
+  std::string arch;
+  if (first && first->kind == Kind::String) {
+    arch = first->s;
+  } else if (!archs && type && type->kind == Kind::String) {  // AutoModelForCausalLM.from_config's choice
+    arch = causal_lm_class(type->s).value_or("");
+    if (arch.empty()) {
+      *known = false;
+      return type->s;
+    }
+  } else {
+    throw Error(source + ": " + (archs ? "no 'architectures' list naming the model class"
+                                       : "neither an 'architectures' list naming the model class nor a 'model_type'"));
+  }
   if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM" ||
       arch == "MixtralForCausalLM")
     decoder(c, arch, out);

@@ -225,6 +225,36 @@ int main(int argc, char** argv) {
   acc_model_destroy(f1);
   acc_model_destroy(f2);
   EXPECT_ERR(acc_model_from_config("{\"architectures\": [\"T5Model\"]}", NULL, &f1), ACC_ERR_UNSUPPORTED, "T5Model");
+  {
+    /* AutoModelForCausalLM.from_config: a config naming only its model_type builds that family's causal LM, and
+     * save_pretrained names the class, so that from_pretrained (libacc's or transformers') reads it back. */
+    const char* typed = "{\"model_type\": \"qwen2\", \"vocab_size\": 32, \"hidden_size\": 8, \"intermediate_size\": 16, "
+                        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1}";
+    acc_model *q = NULL, *back = NULL;
+    EXPECT_OK(acc_model_from_config(typed, NULL, &q));
+    char dir[] = "/tmp/acc_hf_typed_XXXXXX";
+    EXPECT(mkdtemp(dir) != NULL);
+    EXPECT_OK(acc_model_save_pretrained(q, dir, NULL));
+    char path[96], text[4096] = {0};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE* f = fopen(path, "r");
+    EXPECT(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    EXPECT(strstr(text, "\"architectures\": [\"Qwen2ForCausalLM\"]") != NULL);
+    EXPECT_OK(acc_model_from_pretrained(dir, NULL, &back));
+    int64_t nq = 0, nb = 0;
+    if (q && back) {
+      EXPECT_OK(acc_model_num_parameters(q, &nq));
+      EXPECT_OK(acc_model_num_parameters(back, &nb));
+      EXPECT(nq == nb && nq > 0);
+    }
+    acc_model_destroy(q);
+    acc_model_destroy(back);
+    remove_tree(dir);
+    EXPECT_ERR(acc_model_from_config("{\"model_type\": \"bert\"}", NULL, &q), ACC_ERR_UNSUPPORTED,
+               "model_type 'bert' has no causal language model");
+    EXPECT_ERR(acc_model_from_config("{\"vocab_size\": 8}", NULL, &q), ACC_ERR_INVALID_ARGUMENT, "nor a 'model_type'");
+  }
   EXPECT_ERR(acc_model_from_config("not json", NULL, &f1), ACC_ERR_INVALID_ARGUMENT, "malformed JSON at line 1");
   /* config.json's values and JSON as transformers reads them, checked before a layer is built (issue 23). */
 #define SMALL_LLAMA "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 16, \"hidden_size\": 8, " \

@@ -3,6 +3,7 @@
 // from_pretrained / from_config before they build anything; and model.safetensors.index.json, for from_pretrained and
 // `acc merge-weights`. tests/cpp/test_hf checks the shapes against the models libacc builds.
 #pragma once
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,7 +22,12 @@ namespace acc::config {
 // is refused by the caller, naming the list). Throws Error "<source>: 'key' ..." naming the key.
 void check_hf_config(std::string_view config_json, const std::string& source);
 
-// The state dict's names and shapes, in module order, of config.json's architectures[0]: LlamaForCausalLM,
+// AutoModelForCausalLM's class for a config.json without "architectures" (transformers'
+// MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, for the families libacc has): "llama" -> "LlamaForCausalLM", ...; nullopt for
+// another model_type.
+std::optional<std::string> causal_lm_class(const std::string& model_type);
+
+// The state dict's names and shapes, in module order, of config.json's architectures[0] (or causal_lm_class): LlamaForCausalLM,
 // MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, GPT2LMHeadModel, BertForSequenceClassification.
 // A tied head is not listed. Checks the config first (check_hf_config); throws Error naming the key or the
 // architecture.

@@ -158,11 +158,20 @@ at::ScalarType dtype_named(const std::string& name, const std::string& source) {
   throw std::invalid_argument(source + ": dtype '" + name + "' is not " + kFloatDtypeNames);
 }
 
-// The architecture config.json names (architectures[0]), with `options`' dtype and device.
+// The class config.json names (architectures[0]); without one, AutoModelForCausalLM's for its model_type.
+std::string architecture(const json::Value& c, const std::string& source) {
+  if (c.has_value("architectures") && c.get("architectures").size() > 0) return c.get("architectures").at(0).as_string();
+  if (!c.has_value("model_type"))
+    throw std::invalid_argument(source + ": neither an 'architectures' list naming the model class nor a 'model_type'");
+  const std::string type = c.get("model_type").as_string();
+  if (auto cls = config::causal_lm_class(type)) return *cls;
+  throw UnsupportedError(source + ": model_type '" + type + "' has no causal language model libacc builds (name the " +
+                         "class in 'architectures': " + known_architectures() + ")");
+}
+
+// The architecture of the config, with `options`' dtype and device.
 std::unique_ptr<Model> build(const json::Value& c, const at::TensorOptions& options, const std::string& source) {
-  if (!c.has_value("architectures") || c.get("architectures").size() == 0)
-    throw std::invalid_argument(source + ": no 'architectures' list naming the model class");
-  const std::string arch = c.get("architectures").at(0).as_string();
+  const std::string arch = architecture(c, source);
   for (const char* a : kDecoders)
     if (arch == a) return make_decoder(c, arch, options, source);
   if (arch == "GPT2LMHeadModel") return make_gpt2(c, options, source);
@@ -251,7 +260,15 @@ std::unique_ptr<Model> from_config(const std::string& config_json, const char* o
   const std::string device = opts.get_string("device", "cpu", {"cpu", "meta"});
   std::unique_ptr<Model> model =
       build(config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" ? at::kMeta : at::kCPU), source);
-  if (auto* p = dynamic_cast<Pretrained*>(model.get())) p->config_json = config_json;
+  if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
+    p->config_json = config_json;
+    // A config naming only its model_type is saved naming the class, as transformers' save_pretrained writes it.
+    if (!config.root().has_value("architectures")) {
+      const size_t brace = config_json.find('{');
+      p->config_json = config_json.substr(0, brace + 1) + "\n  \"architectures\": [\"" +
+                       architecture(config.root(), source) + "\"]," + config_json.substr(brace + 1);
+    }
+  }
   if (auto* lm = dynamic_cast<CausalLM*>(model.get()))
     lm->generation_defaults = generation_defaults(config.root(), false, source);
   return model;
@@ -274,7 +291,7 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   const Options opts(options_json, "from_pretrained options",
                      {"dtype", "device_map", "max_memory", "no_split_module_classes", "offload_folder"});
   const at::ScalarType dtype = requested_dtype(opts, c, config_path.string());
-  const std::string arch = c.has_value("architectures") ? c.get("architectures").at(0).as_string() : "";
+  const std::string arch = architecture(c, config_path.string());
   // Built on the meta device: shapes and names, no storage until the weights are in hand.
   std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
   const bool tied = dynamic_cast<CausalLM*>(model.get()) && dynamic_cast<CausalLM*>(model.get())->ties_embeddings();

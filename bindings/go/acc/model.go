@@ -237,7 +237,8 @@ type NamedTensor struct {
 	Tensor *Tensor
 }
 
-// StateDict returns copies of the named parameters and buffers, in order. Close the tensors.
+// StateDict returns copies of the named parameters and buffers, in order. Close the tensors. Under ZeRO-3 or
+// FSDP each tensor is gathered from the shards (Accelerate's get_state_dict): a collective, every process calls it.
 func (m *Model) StateDict() ([]NamedTensor, error) {
 	var n int64
 	if err := wrap(raw.Acc_model_state_size(m.p(), &n)); err != nil {
@@ -259,7 +260,8 @@ func (m *Model) StateDict() ([]NamedTensor, error) {
 	return out, nil
 }
 
-// SaveSafetensors writes the state dict to a safetensors file, atomically.
+// SaveSafetensors writes the state dict to a safetensors file, atomically. Under ZeRO-3 or FSDP the state is
+// gathered from the shards: a collective, every process calls it and the main process writes.
 func (m *Model) SaveSafetensors(path string) error {
 	err := wrap(raw.Acc_model_save_safetensors(m.p(), path))
 	runtime.KeepAlive(m)

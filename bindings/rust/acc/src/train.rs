@@ -782,7 +782,8 @@ impl Model {
         Ok(borrowed_string(p))
     }
 
-    /// Copies of the named parameters and buffers, in order.
+    /// Copies of the named parameters and buffers, in order. Under ZeRO-3 or FSDP each tensor is
+    /// gathered from the shards (Accelerate's `get_state_dict`): a collective, every process calls it.
     pub fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
         let mut n = 0;
         check(unsafe { sys::acc_model_state_size(self.as_ptr(), &mut n) })?;
@@ -800,7 +801,8 @@ impl Model {
         Ok(out)
     }
 
-    /// Writes the state dict to a safetensors file, atomically.
+    /// Writes the state dict to a safetensors file, atomically. Under ZeRO-3 or FSDP the state is
+    /// gathered from the shards: a collective, every process calls it and the main process writes.
     pub fn save_safetensors(&self, path: &str) -> Result<()> {
         let p = cstring(path)?;
         check(unsafe { sys::acc_model_save_safetensors(self.as_ptr(), p.as_ptr()) })

@@ -406,9 +406,10 @@ public final class Model extends NativeObject {
   /**
    * Copies of the named parameters and buffers, in order. Close the tensors.
    *
+   * <p>Under ZeRO-3 or FSDP each tensor is gathered from the shards (Accelerate's get_state_dict): a collective,
+   * every process calls it.
+   *
    * @return the copies by name, parameters then buffers
-   * @throws AccException {@link ErrorCode#INVALID_STATE} for a model prepared under ZeRO-3 or FSDP (its
-   *     parameters are shards: use {@link #saveModel})
    */
   public Map<String, Tensor> stateDict() {
     long p = enter();
@@ -434,8 +435,10 @@ public final class Model extends NativeObject {
   /**
    * Writes the state dict to a safetensors file, atomically.
    *
+   * <p>Under ZeRO-3 or FSDP the state is gathered from the shards: a collective, every process calls it and the
+   * main process writes.
+   *
    * @param path the file to write
-   * @throws AccException {@link ErrorCode#INVALID_STATE} under ZeRO-3 or FSDP, as {@link #stateDict}
    */
   public void saveSafetensors(String path) {
     long p = enter();

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tensorboard.pb.h"
+#include "tracking/http.hpp"
 #include "tracking/tracking.hpp"
 
 using namespace acc::tracking;
@@ -388,8 +389,17 @@ TEST(Mlflow, FileStoreLayout) {
     TrackerSet set({"mlflow"}, "proj", "", "", {{"MLFLOW_TRACKING_URI", "file://" + t.path + "/elsewhere"}});
     EXPECT_TRUE(exists(t.path + "/elsewhere/0/meta.yaml"));
   }
-  EXPECT_THROW(TrackerSet({"mlflow"}, "proj", t.path, "", {{"MLFLOW_TRACKING_URI", "http://localhost:5000"}}),
+  EXPECT_THROW(TrackerSet({"mlflow"}, "proj", t.path, "", {{"MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"}}),
                std::invalid_argument);
+  // An http(s) URI is a tracking server (tests/tracking/mlflow_server.py talks to a real one): one that cannot be
+  // reached fails at once with an I/O error naming its URL, and writes nothing.
+  try {
+    TrackerSet({"mlflow"}, "proj", t.path + "/server", "", {{"MLFLOW_TRACKING_URI", "http://127.0.0.1:1"}});
+    ADD_FAILURE() << "an unreachable tracking server was accepted";
+  } catch (const std::ios_base::failure& e) {
+    EXPECT_NE(std::string(e.what()).find("http://127.0.0.1:1/api/2.0/mlflow/"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(exists(t.path + "/server"));
 }
 
 // Names that become paths (issue 23): the project name, an add_scalars member, an MLflow metric, parameter or tag
@@ -545,4 +555,14 @@ TEST(Trackers, KeepTheUsersFiles) {
   }
   for (const auto& p : taken) EXPECT_EQ(slurp(p), "user") << p;
   EXPECT_EQ(list(tb).size(), taken.size() + 1);
+}
+
+// The MLflow server client's messages name the URL without the credentials a URI may hold; query values are escaped.
+TEST(Http, UrlsInMessages) {
+  using acc::tracking::http::escape;
+  using acc::tracking::http::redacted;
+  EXPECT_EQ(redacted("https://me:secret@host:5000/api?x=a@b"), "https://***@host:5000/api?x=a@b");
+  EXPECT_EQ(redacted("http://host:5000/api?x=a@b"), "http://host:5000/api?x=a@b");
+  EXPECT_EQ(redacted("http://me@host"), "http://***@host");
+  EXPECT_EQ(escape("a b/c&d=é"), "a%20b%2Fc%26d%3D%C3%A9");
 }

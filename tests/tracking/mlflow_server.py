@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""The mlflow tracker against a real MLflow tracking server: starts `mlflow server` (a SQLite store in a temporary
+folder) on a free loopback port, runs tests/c/test_mlflow_server against it, and reads what arrived with MLflow's own
+client (MlflowClient): the experiment, the run's name, tags, status and times, every parameter, every metric with its
+steps and values. Also: a resumed run (MLFLOW_RUN_ID), a parameter change the server refuses (the run ends FAILED),
+and an unreachable server failing init_trackers at once with an error naming its URL. The server is stopped at the
+end whatever happens.
+
+Usage: mlflow_server.py TEST_MLFLOW_SERVER   (run with .venv-test's Python; exits 77, skipped, without `mlflow server`)
+"""
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV = os.path.join(ROOT, ".venv-test")
+VENV_PYTHON = os.path.join(VENV, "bin", "python")
+if os.path.exists(VENV_PYTHON) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
+    os.execv(VENV_PYTHON, [VENV_PYTHON, *sys.argv])
+
+try:
+    import mlflow.server  # noqa: F401 - what `mlflow server` imports (Flask, SQLAlchemy, ...)
+    from mlflow.tracking import MlflowClient
+except ImportError as e:
+    print(f"SKIP: `mlflow server` cannot run here ({e}); run scripts/setup.sh --tests for .venv-test")
+    sys.exit(77)
+
+passed = failed = 0
+
+
+def expect(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAILED: {what} {detail}", file=sys.stderr)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(tmp):
+    port = free_port()
+    log = open(os.path.join(tmp, "server.log"), "w")
+    mlflow_exe = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
+    proc = subprocess.Popen(
+        [mlflow_exe, "server", "--backend-store-uri", "sqlite:///" + os.path.join(tmp, "mlflow.db"),
+         "--default-artifact-root", os.path.join(tmp, "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # its own group: stopped with its workers
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(uri + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, uri
+        except OSError:
+            time.sleep(0.5)
+    log.flush()
+    with open(os.path.join(tmp, "server.log")) as f:
+        tail = f.read()[-3000:]
+    stop_server(proc)
+    raise RuntimeError(f"mlflow server did not start on {uri}:\n{tail}")
+
+
+def stop_server(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run(program, args, env, timeout=120):
+    p = subprocess.run([program, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    expect(p.returncode == 0, f"test_mlflow_server {' '.join(args)[:60]}", (p.stdout + p.stderr)[-3000:])
+    return p
+
+
+def check_run(client, run, steps_of_loss, status):
+    expect(run.info.run_name == "server-run", "run name", run.info.run_name)
+    expect(run.info.status == status, "run status", (run.info.status, status))
+    expect(run.info.end_time is not None and run.info.end_time >= run.info.start_time > 1.6e12, "run times",
+           (run.info.start_time, run.info.end_time))
+    tags = run.data.tags
+    expect(tags.get("mlflow.runName") == "server-run" and tags.get("team") == "acc" and
+           tags.get("mlflow.note.content") == "libacc through MLflow's REST API" and
+           tags.get("mlflow.source.type") == "LOCAL" and tags.get("mlflow.user"), "run tags", tags)
+    params = run.data.params
+    want = {"lr": "0.001", "batch_size": "32", "model.name": "mlp", "amp": "False",
+            **{f"p{i:03d}": str(i) for i in range(150)}}
+    expect(params == want, "every parameter (155, two requests; the one over 6000 characters skipped)",
+           set(params) ^ set(want))
+    rid = run.info.run_id
+    loss = client.get_metric_history(rid, "loss")
+    expect([m.step for m in loss] == steps_of_loss, "loss steps", [m.step for m in loss])
+    want_loss = [1.0 / (s + 1) for s in range(10)] + [0.05] * (len(steps_of_loss) - 10)
+    expect(all(math.isclose(m.value, w, rel_tol=0, abs_tol=1e-15) for m, w in zip(loss, want_loss)), "loss values",
+           [m.value for m in loss])
+    expect(all(m.timestamp > 1.6e12 for m in loss), "metric timestamps")
+    lr = client.get_metric_history(rid, "lr")
+    expect([(m.step, m.value) for m in lr] == [(s, 0.001 * (10 - s) / 10) for s in range(10)], "lr history")
+    metrics = run.data.metrics
+    many = {f"m/{i:04d}" for i in range(1500)}
+    expect(set(metrics) == {"loss", "lr", "nan", "inf", "ninf", "flag", "final"} | many,
+           "metric names (1500 in one call: two requests; text skipped)", set(metrics) ^ many)
+    for name in ("m/0000", "m/0999", "m/1000", "m/1499"):
+        h = client.get_metric_history(rid, name)
+        expect([(m.step, m.value) for m in h] == [(10, float(int(name[2:])))], f"history of {name}", h)
+    nan = client.get_metric_history(rid, "nan")
+    expect(len(nan) == 1 and math.isnan(nan[0].value) and nan[0].step == 11, "NaN", nan)
+    # MLflow's SQL store keeps the infinities as the largest finite doubles, as for its own client.
+    inf, ninf = metrics.get("inf"), metrics.get("ninf")
+    expect(inf is not None and inf >= 1.79e308 and ninf is not None and ninf <= -1.79e308, "the infinities",
+           (inf, ninf))
+    expect(metrics.get("flag") == 1.0, "a boolean as 1", metrics.get("flag"))
+    final = client.get_metric_history(rid, "final")
+    expect([(m.step, m.value) for m in final] == [(0, 1.0)], "a value without a step (step 0)", final)
+
+
+def main(program):
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    base_env["ACC_CONFIG_FILE"] = "none"
+    with tempfile.TemporaryDirectory() as tmp:
+        # An unreachable server: a loopback port nobody listens on. init_trackers fails at once, naming the URL.
+        dead = f"http://127.0.0.1:{free_port()}"
+        t0 = time.monotonic()
+        p = run(program, ["unreachable", dead], base_env)
+        expect(time.monotonic() - t0 < 20, "an unreachable server fails quickly", time.monotonic() - t0)
+        expect(dead in p.stdout and "mlflow" in p.stdout, "the error names the URL", p.stdout)
+
+        proc, uri = start_server(tmp)
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            # The URI through init_kwargs (as mlflow.set_tracking_uri), then through MLFLOW_TRACKING_URI.
+            run(program, ["log", uri], base_env)
+            run(program, ["log", "-"], dict(base_env, MLFLOW_TRACKING_URI=uri + "/"))
+            exp = client.get_experiment_by_name("server-demo")
+            expect(exp is not None, "the experiment 'server-demo'")
+            if exp is None:
+                return
+            runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+            expect(len(runs) == 2, "two runs in one experiment (reused by name)", len(runs))
+            for r in runs:
+                check_run(client, r, list(range(10)), "FINISHED")
+            if len(runs) != 2:
+                return
+            # MLFLOW_RUN_ID continues the second run; then a changed parameter is refused and the run ends FAILED.
+            rid = runs[1].info.run_id
+            run(program, ["resume"], dict(base_env, MLFLOW_TRACKING_URI=uri, MLFLOW_RUN_ID=rid))
+            r = client.get_run(rid)
+            check_run(client, r, list(range(10)) + [20], "FAILED")
+            expect(r.data.params.get("lr") == "0.001", "the parameter kept its value", r.data.params.get("lr"))
+            expect(len(client.search_runs([exp.experiment_id])) == 2, "no new run when resuming")
+        finally:
+            stop_server(proc)
+        expect(proc.poll() is not None, "the server is stopped")
+
+
+main(sys.argv[1])
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -3,11 +3,15 @@
 folder) on a free loopback port, runs tests/c/test_mlflow_server against it, and reads what arrived with MLflow's own
 client (MlflowClient): the experiment, the run's name, tags, status and times, every parameter, every metric with its
 steps and values. Also: a resumed run (MLFLOW_RUN_ID), a parameter change the server refuses (the run ends FAILED),
-and an unreachable server failing init_trackers at once with an error naming its URL. The server is stopped at the
-end whatever happens.
+and an unreachable server failing init_trackers at once with an error naming its URL; against a stub server: the
+bearer token and basic credentials, 503 answers retried, the server's error message, a request timing out. The
+server is stopped at the end whatever happens.
 
 Usage: mlflow_server.py TEST_MLFLOW_SERVER   (run with .venv-test's Python; exits 77, skipped, without `mlflow server`)
 """
+import base64
+import http.server
+import json
 import math
 import os
 import shutil
@@ -16,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -135,6 +140,65 @@ def check_run(client, run, steps_of_loss, status):
     expect([(m.step, m.value) for m in final] == [(0, 1.0)], "a value without a step (step 0)", final)
 
 
+class Stub(http.server.BaseHTTPRequestHandler):
+    """A server that is not a working MLflow: answers 503 to the first `unavailable` requests, then 401 with MLflow's
+    error body, or holds every request `stall` seconds; records each request's Authorization header."""
+    unavailable = 0
+    stall = 0
+    seen = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        Stub.seen.append(self.headers.get("Authorization"))
+        if Stub.stall:
+            time.sleep(Stub.stall)
+            return
+        if Stub.unavailable > 0:
+            Stub.unavailable -= 1
+            status, body = 503, b"busy"
+        else:
+            status, body = 401, json.dumps({"error_code": "UNAUTHENTICATED", "message": "bad credentials"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def check_stub(program, base_env):
+    """What MLflow's client does with credentials, transient errors and a server that does not answer."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        # A bearer token; the server's error (status, code, message) comes back naming the URL.
+        Stub.seen = []
+        p = run(program, ["unreachable", uri], dict(base_env, MLFLOW_TRACKING_TOKEN="tok"))
+        expect(Stub.seen == ["Bearer tok"], "MLFLOW_TRACKING_TOKEN as a bearer token", Stub.seen)
+        expect("HTTP 401 UNAUTHENTICATED: bad credentials" in p.stdout and uri in p.stdout,
+               "the server's error in the message", p.stdout)
+        # User and password before the token, as MLflow; 503 retried MLFLOW_HTTP_REQUEST_MAX_RETRIES times.
+        Stub.seen, Stub.unavailable = [], 2
+        env = dict(base_env, MLFLOW_TRACKING_TOKEN="tok", MLFLOW_TRACKING_USERNAME="u", MLFLOW_TRACKING_PASSWORD="p:w",
+                   MLFLOW_HTTP_REQUEST_MAX_RETRIES="3", MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0")
+        p = run(program, ["unreachable", uri], env)
+        basic = "Basic " + base64.b64encode(b"u:p:w").decode()
+        expect(Stub.seen == [basic] * 3, "basic authentication, two 503 answers retried", Stub.seen)
+        expect("HTTP 401" in p.stdout, "the answer after the retries", p.stdout)
+        # A server that accepts and never answers: MLFLOW_HTTP_REQUEST_TIMEOUT ends the request.
+        Stub.stall = 30
+        t0 = time.monotonic()
+        p = run(program, ["unreachable", uri], dict(base_env, MLFLOW_HTTP_REQUEST_TIMEOUT="2"))
+        expect(time.monotonic() - t0 < 15, "a request times out", time.monotonic() - t0)
+        expect("timed out" in p.stdout.lower() or "timeout" in p.stdout.lower(), "the timeout named", p.stdout)
+    finally:
+        Stub.stall = 0
+        server.shutdown()
+        server.server_close()
+
+
 def main(program):
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     base_env["ACC_CONFIG_FILE"] = "none"
@@ -145,6 +209,7 @@ def main(program):
         p = run(program, ["unreachable", dead], base_env)
         expect(time.monotonic() - t0 < 20, "an unreachable server fails quickly", time.monotonic() - t0)
         expect(dead in p.stdout and "mlflow" in p.stdout, "the error names the URL", p.stdout)
+        check_stub(program, base_env)
 
         proc, uri = start_server(tmp)
         try:

@@ -113,7 +113,14 @@ def main():
                     help="scratch directory: the model and the adapter are saved there, removed at the end")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--json", help="write every run's result there")
+    ap.add_argument("--check", type=float, metavar="TOL",
+                    help="a test (meson's lora-bench-losses): exit 1 when libacc's and peft's losses differ by more "
+                    "than TOL, 77 (skipped) without .venv-bench")
     args = ap.parse_args()
+    if not os.path.exists(PY):
+        sys.exit(77 if args.check is not None else f"{PY} is missing: run bash bench/setup.sh first")
+    if args.check is not None and not {"libacc", "peft"} <= set(args.impls.split(",")):
+        sys.exit("--check compares libacc with peft: --impls must hold both")
     size = dict(SIZES[args.size])
     for k in ("steps", "warmup"):
         if getattr(args, k) is not None:
@@ -168,6 +175,20 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"size": args.size, "config": config, "results": results}, f, indent=1)
     report(args, size, config, saved, adapter, strategies, impls, results)
+    if args.check is not None:
+        for s in strategies:
+            diff = loss_difference(results[s])
+            if not diff <= args.check:
+                sys.exit(f"{STRATEGIES[s]}: libacc's and peft's losses differ by {diff:.3g} (more than {args.check:g})")
+
+
+def loss_difference(runs):
+    """The largest difference between libacc's and peft's losses over every rank, step and round of a strategy."""
+    ours = [x for run_ in runs["libacc"] for x in run_]
+    theirs = [x for run_ in runs["peft"] for x in run_]
+    if len(ours) != len(theirs) or any(len(x["losses"]) != len(y["losses"]) for x, y in zip(ours, theirs)):
+        sys.exit("the loss curves differ in length")
+    return max(abs(a - b) for x, y in zip(ours, theirs) for a, b in zip(x["losses"], y["losses"]))
 
 
 def report(args, size, config, saved, adapter, strategies, impls, results):
@@ -235,10 +256,8 @@ def report(args, size, config, saved, adapter, strategies, impls, results):
     for s in strategies:
         if both:
             # Every rank's loss at every step, every round: the same adapter, tokens and optimizer.
-            ours = [x for run_ in results[s]["libacc"] for x in run_]
-            theirs = [x for run_ in results[s]["peft"] for x in run_]
-            diff = max(abs(a - b) for x, y in zip(ours, theirs) for a, b in zip(x["losses"], y["losses"]))
-            l0, p0 = ours[0]["losses"], theirs[0]["losses"]
+            diff = loss_difference(results[s])
+            l0, p0 = results[s]["libacc"][0][0]["losses"], results[s]["peft"][0][0]["losses"]
             notes.append(f"{STRATEGIES[s]} loss curves from the same initial adapter ({len(l0)} steps, each rank's "
                          f"loss on its own tokens, every round): rank 0 libacc {l0[0]:.6f} -> {l0[-1]:.6f}, peft + "
                          f"Accelerate {p0[0]:.6f} -> {p0[-1]:.6f}; largest difference over ranks, steps and rounds "

@@ -28,7 +28,7 @@
 static const char* kConfig = "{\"lr\": 0.001, \"batch_size\": 32, \"model\": {\"name\": \"mlp\"}, \"amp\": false}";
 
 static void write_run(acc_accelerator* acc) {
-  CHECK(acc_init_trackers(acc, "demo", kConfig, "{\"mlflow\": {\"run_name\": \"c-run\"}}"));
+  CHECK(acc_init_trackers(acc, "demo", kConfig, "{\"mlflow\": {\"run_name\": \"c-run\"}, \"wandb\": {\"name\": \"c-run\"}}"));
   for (int s = 0; s < 10; ++s) {
     char values[128];
     snprintf(values, sizeof values, "{\"loss\": %.17g, \"lr\": %.17g}", 1.0 / (s + 1), 0.001 * (10 - s) / 10);

@@ -304,11 +304,14 @@ TEST_P(Case, AddLoraMakesPeftsParameters) {
 
 // For tests/finetune/check_peft_loads.py (ACC_LORA_SAVED=DIR): per case, an adapter libacc made from the case's
 // LoraConfig arguments, its trained tensors moved as make_fixtures.py moved peft's, saved with save_adapter, and beside it
-// libacc_outputs.safetensors with the inputs and libacc's logits. peft must load it onto the base and agree.
+// libacc_outputs.safetensors with the inputs and libacc's logits; under merged/, the model merged and saved with
+// save_pretrained, with its logits. peft must load the adapter onto the base, and transformers the merged model, and
+// both agree.
 TEST_P(Case, AdapterForPeft) {
   const char* out = std::getenv("ACC_LORA_SAVED");
   if (!out) GTEST_SKIP() << "ACC_LORA_SAVED is not set (tests/finetune/check_peft_loads.py sets it)";
   const std::string c = GetParam();
+  at::manual_seed(static_cast<uint64_t>(cases().get(c).get_int("seed")));  // the same adapter every run
   auto slot = base_model(c);
   add_lora(*slot, cases().get(c).get("lora_config_args").text().c_str());
   {
@@ -330,6 +333,13 @@ TEST_P(Case, AdapterForPeft) {
   saved.emplace_back("logits", slot->model->forward(batch).at("logits"));
   save_safetensors(saved, dir + "/libacc_outputs.safetensors",
                    {{"base_model_dir", g_root + "/" + cases().get(c).get_string("base_model_dir")}});
+  // Merged and saved as a plain transformers checkpoint, with the merged model's logits.
+  merge_adapter(*slot);
+  save_pretrained(*slot, dir + "/merged", "");
+  NamedTensors merged;
+  for (const auto& [k, t] : batch.items()) merged.emplace_back(k, t);
+  merged.emplace_back("logits", slot->model->forward(batch).at("logits"));
+  save_safetensors(merged, dir + "/merged/libacc_outputs.safetensors");
 }
 
 INSTANTIATE_TEST_SUITE_P(Peft, Case, testing::ValuesIn(kCases),

@@ -55,6 +55,16 @@ static void write_wandb_run(acc_accelerator* acc) {
   CHECK(acc_log(acc, "{\"a\": 1}", -1));     /* no step: joins step 1's row and closes it */
   CHECK(acc_log(acc, "{\"b\": 2}", -1));     /* step 2 */
   CHECK(acc_log(acc, "{\"grp\": {\"x\": 1, \"y\": NaN}}", 5));
+  /* A record longer than two of the file's 32 KiB blocks: FIRST, MIDDLE and LAST chunks. */
+  enum { kLong = 70000 };
+  char* big = malloc(kLong + 32);
+  if (!big) exit(2);
+  strcpy(big, "{\"long\": \"");
+  size_t at = strlen(big);
+  memset(big + at, 'x', kLong);
+  strcpy(big + at + kLong, "\"}");
+  CHECK(acc_log(acc, big, 6));
+  free(big);
   CHECK(acc_end_training(acc));
 }
 

@@ -245,7 +245,7 @@ def check_wandb_demo(test_trackers):
         expect(cfg[("seed",)] == 7 and cfg[("lr",)] == 0.001 and cfg[("layers",)] == [1, 2] and
                cfg[("opt",)] == {"name": "adamw", "betas": [0.9, 0.95]} and math.isnan(cfg[("nan",)]) and
                len(cfg) == 5, "W&B config: init's, then init_trackers' (lists, nesting and NaN kept)", cfg)
-        expect(w["steps"] == [0, 1, 2, 5], "W&B steps: merged, dropped and advanced as run.log", w["steps"])
+        expect(w["steps"] == [0, 1, 2, 5, 6], "W&B steps: merged, dropped and advanced as run.log", w["steps"])
         rows = [user_values(r) for r in w["history"]]
         r0 = rows[0]
         expect(math.isnan(r0[("loss",)]) and r0[("up",)] == math.inf and r0[("down",)] == -math.inf and
@@ -256,9 +256,12 @@ def check_wandb_demo(test_trackers):
         expect(rows[3][("grp", "x")] == 1 and math.isnan(rows[3][("grp", "y")]) and len(rows[3]) == 2,
                "W&B row 5: a group", rows[3])
         expect(all(("late",) not in r for r in rows), "the value of a past step is not written")
+        expect(rows[4] == {("long",): "x" * 70000}, "W&B row 6: a record over two blocks long (FIRST, MIDDLE, LAST)",
+               len(str(rows[4])))
         summary = user_values(w["summary"])
         expect(summary[("loss",)] == 0.5 and summary[("up",)] == math.inf and summary[("b",)] == 2 and
-               math.isnan(summary[("grp", "y")]) and w["summary"][("_step",)] == 5, "W&B summary", summary)
+               math.isnan(summary[("grp", "y")]) and w["summary"][("_step",)] == 6, "W&B summary",
+               {k: v for k, v in summary.items() if k != ("long",)})
 
         # wandb's own command line reads the folder offline: no server (an unreachable base URL), a dummy key.
         wenv = dict(os.environ, WANDB_BASE_URL="http://127.0.0.1:9", WANDB_API_KEY="0" * 40, WANDB_SILENT="true",

@@ -91,7 +91,8 @@ class Server {
 
   // One request; the parsed answer, or nullopt when the server answered with `tolerated` (an error code such as
   // RESOURCE_DOES_NOT_EXIST). Any other error throws, naming the URL and the server's message: std::invalid_argument
-  // for a value the server refuses (INVALID_PARAMETER_VALUE: a changed parameter), else std::ios_base::failure.
+  // for a value the server refuses (INVALID_PARAMETER_VALUE: a changed parameter) or an id it does not know
+  // (RESOURCE_DOES_NOT_EXIST: MLFLOW_RUN_ID), else std::ios_base::failure.
   std::optional<json::Document> call(const std::string& method, const std::string& endpoint, const std::string& body,
                                      const char* tolerated = nullptr) {
     const std::string url = api_ + endpoint;
@@ -126,7 +127,7 @@ class Server {
     if (message.empty()) message = r.body.substr(0, 300);
     const std::string text = what + " " + http::redacted(url) + ": HTTP " + std::to_string(r.status) +
                              (code.empty() ? "" : " " + code) + (message.empty() ? "" : ": " + message);
-    if (code == "INVALID_PARAMETER_VALUE") throw std::invalid_argument(text);
+    if (code == "INVALID_PARAMETER_VALUE" || code == "RESOURCE_DOES_NOT_EXIST") throw std::invalid_argument(text);
     throw std::ios_base::failure(text);
   }
 

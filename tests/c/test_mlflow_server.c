@@ -10,6 +10,8 @@
  *                                    FAILED
  *   test_mlflow_server unreachable URI
  *                                    init_trackers fails with ACC_ERR_IO naming the URL
+ *   test_mlflow_server unknown-run ID
+ *                                    with MLFLOW_RUN_ID=ID, a run the server does not have: ACC_ERR_INVALID_ARGUMENT
  *
  * Each mode prints "N passed, N failed" and exits 1 on a failure. */
 #define _POSIX_C_SOURCE 200809L
@@ -88,8 +90,12 @@ int main(int argc, char** argv) {
     printf("%s\n", acc_last_error_message());
     EXPECT_ERR(acc_log(acc, "{\"loss\": 1}", 0), ACC_ERR_INVALID_STATE, "init_trackers");
     acc_accelerator_destroy(acc);
+  } else if (argc == 3 && strcmp(argv[1], "unknown-run") == 0) {
+    acc_accelerator* acc = create();
+    EXPECT_ERR(acc_init_trackers(acc, "server-demo", NULL, NULL), ACC_ERR_INVALID_ARGUMENT, argv[2]);
+    acc_accelerator_destroy(acc);
   } else {
-    fprintf(stderr, "usage: test_mlflow_server log URI|- | resume | unreachable URI\n");
+    fprintf(stderr, "usage: test_mlflow_server log URI|- | resume | unreachable URI | unknown-run ID\n");
     return 2;
   }
   return finish();

@@ -451,7 +451,7 @@ def case_hf_finetune():
 
 def case_trackers():
     """tests/c/test_trackers' run on 2 processes: only the main process writes (one TensorBoard event
-    file, one MLflow run, each JSON line and CSV row once); the other process's calls return ACC_OK."""
+    file, one MLflow run, one W&B run, each JSON line and CSV row once); the other process's calls return ACC_OK."""
     import glob
     with tempfile.TemporaryDirectory() as d:
         p, _ = launch(2, "run", d)
@@ -462,6 +462,8 @@ def case_trackers():
         expect(len(events) == 1, "one TensorBoard event file", events)
         runs = [r for r in glob.glob(os.path.join(d, "mlruns", "*", "*", "meta.yaml"))]
         expect(len(runs) == 1, "one MLflow run", runs)
+        wandb_runs = glob.glob(os.path.join(d, "wandb", "offline-run-*", "run-*.wandb"))
+        expect(len(wandb_runs) == 1, "one W&B offline run", wandb_runs)
         with open(os.path.join(d, "demo", "metrics.jsonl")) as f:
             rows = f.read().splitlines()
         expect(len(rows) == 12, "each JSON line once", len(rows))

@@ -234,6 +234,7 @@ def main(program):
             check_run(client, r, list(range(10)) + [20], "FAILED")
             expect(r.data.params.get("lr") == "0.001", "the parameter kept its value", r.data.params.get("lr"))
             expect(len(client.search_runs([exp.experiment_id])) == 2, "no new run when resuming")
+            run(program, ["unknown-run", "0" * 32], dict(base_env, MLFLOW_TRACKING_URI=uri, MLFLOW_RUN_ID="0" * 32))
         finally:
             stop_server(proc)
         expect(proc.poll() is not None, "the server is stopped")

@@ -570,7 +570,16 @@ void Accelerator::clip_grad_value(ModelSlot& model, double clip_value) {
     if (p.grad().defined()) p.mutable_grad().clamp_(-clip_value, clip_value);
 }
 
+void Accelerator::verify(CollectiveOp op, int64_t arg, const at::Tensor* t) {
+  if (comm_ && settings_.debug) verify_collective(*comm_, op, arg, t);
+}
+
 at::Tensor Accelerator::gather(const at::Tensor& t) {
+  verify(CollectiveOp::gather, 0, &t);
+  return gather_tensor(t);
+}
+
+at::Tensor Accelerator::gather_tensor(const at::Tensor& t) {
   if (!comm_) return t.dim() == 0 ? t.reshape({1}).clone() : t.clone();
   return comm_->all_gather_cat(t.detach());
 }
@@ -582,7 +591,11 @@ const DataLoader* Accelerator::active_loader() const {
 }
 
 at::Tensor Accelerator::gather_for_metrics(const at::Tensor& t) {
-  at::Tensor data = gather(t);
+  verify(CollectiveOp::gather_for_metrics, 0, &t);
+  return drop_duplicates(gather_tensor(t));
+}
+
+at::Tensor Accelerator::drop_duplicates(at::Tensor data) {
   // On the last batch, the gathered tensor ends with samples that even_batches repeated from the
   // start of the epoch; only the first `remainder` of that global batch are real.
   std::lock_guard<std::mutex> lock(mu_);
@@ -595,6 +608,7 @@ at::Tensor Accelerator::gather_for_metrics(const at::Tensor& t) {
 }
 
 at::Tensor Accelerator::reduce(const at::Tensor& t, ReduceOp op) {
+  verify(CollectiveOp::reduce, static_cast<int64_t>(op), &t);
   at::Tensor r = t.detach().clone();
   if (comm_) comm_->all_reduce(r, op);
   return r;
@@ -637,6 +651,11 @@ void Accelerator::loader_end(const void* loader) {
 }
 
 at::Tensor Accelerator::broadcast(const at::Tensor& t, int from_process) {
+  verify(CollectiveOp::broadcast, from_process, &t);
+  return broadcast_tensor(t, from_process);
+}
+
+at::Tensor Accelerator::broadcast_tensor(const at::Tensor& t, int from_process) {
   if (from_process < 0 || from_process >= state_.world_size)
     throw std::invalid_argument("from_process " + std::to_string(from_process) + " outside 0.." +
                                 std::to_string(state_.world_size - 1));
@@ -647,9 +666,11 @@ at::Tensor Accelerator::broadcast(const at::Tensor& t, int from_process) {
 
 at::Tensor Accelerator::pad_across_processes(const at::Tensor& t, int64_t dim, double pad_index, bool pad_first) {
   const int64_t nd = t.dim();
+  // Debug mode checks even where this process has nothing to pad: another may, and would wait for it.
+  verify(CollectiveOp::pad_across_processes, dim < 0 && dim >= -nd ? dim + nd : dim, &t);
   if (dim >= nd || dim < -nd) return t.detach().clone();  // as Accelerate: nothing to pad along
   if (dim < 0) dim += nd;
-  at::Tensor sizes = gather(at::tensor({t.size(dim)}, at::kLong));
+  at::Tensor sizes = gather_tensor(at::tensor({t.size(dim)}, at::kLong));
   const int64_t max_size = sizes.max().item<int64_t>();
   if (max_size == t.size(dim)) return t.detach().clone();
   auto shape = t.sizes().vec();
@@ -689,12 +710,13 @@ std::vector<std::string> split_bytes(const at::Tensor& sizes, const at::Tensor& 
 
 // Accelerate's gather_object over byte strings: every process's items in rank order. Zero-size tensors
 // never enter a collective: the counts travel first. With for_metrics, the item sizes go through
-// gather_for_metrics, which cuts them to the real samples of a padded last batch; the items follow.
+// gather_for_metrics' cut (drop_duplicates) to the real samples of a padded last batch; the items follow.
 std::vector<std::string> Accelerator::gather_object(const std::vector<std::string>& items, bool for_metrics) {
+  verify(for_metrics ? CollectiveOp::gather_object_for_metrics : CollectiveOp::gather_object, 0, nullptr);
   const int64_t count = static_cast<int64_t>(items.size());
   int64_t bytes = 0;
   for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
-  at::Tensor totals = gather(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
+  at::Tensor totals = gather_tensor(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
   const int64_t all_count = totals[0].item<int64_t>(), all_bytes = totals[1].item<int64_t>();
   if (all_count == 0) return {};
   at::Tensor sizes = at::empty({count}, at::kLong), data = at::empty({bytes}, at::kByte);
@@ -705,27 +727,28 @@ std::vector<std::string> Accelerator::gather_object(const std::vector<std::strin
     std::memcpy(pd, s.data(), s.size());
     pd += s.size();
   }
-  at::Tensor all_sizes = for_metrics ? gather_for_metrics(sizes) : gather(sizes);
-  at::Tensor all_data = all_bytes > 0 ? gather(data) : at::empty({0}, at::kByte);
+  at::Tensor all_sizes = for_metrics ? drop_duplicates(gather_tensor(sizes)) : gather_tensor(sizes);
+  at::Tensor all_data = all_bytes > 0 ? gather_tensor(data) : at::empty({0}, at::kByte);
   return split_bytes(all_sizes, all_data);
 }
 
 // broadcast_object_list over byte strings: the count, then the sizes, so every process can receive the
 // bytes; then the bytes in one buffer.
 std::vector<std::string> Accelerator::broadcast_object(const std::vector<std::string>& mine, int from_process) {
+  verify(CollectiveOp::broadcast_object, from_process, nullptr);
   const bool sender = state().rank == from_process;
-  at::Tensor count = broadcast(at::tensor({static_cast<int64_t>(mine.size())}, at::kLong), from_process);
+  at::Tensor count = broadcast_tensor(at::tensor({static_cast<int64_t>(mine.size())}, at::kLong), from_process);
   at::Tensor sizes = at::zeros({count.item<int64_t>()}, at::kLong);
   if (sender)
     for (size_t i = 0; i < mine.size(); ++i) sizes.data_ptr<int64_t>()[i] = static_cast<int64_t>(mine[i].size());
-  sizes = broadcast(sizes, from_process);
+  sizes = broadcast_tensor(sizes, from_process);
   const int64_t bytes = sizes.sum().item<int64_t>();
   at::Tensor data = at::empty({bytes}, at::kByte);
   if (sender) {
     uint8_t* pd = data.data_ptr<uint8_t>();
     for (const std::string& s : mine) pd = std::copy(s.begin(), s.end(), pd);
   }
-  if (bytes > 0) data = broadcast(data, from_process);
+  if (bytes > 0) data = broadcast_tensor(data, from_process);
   return split_bytes(sizes, data);
 }
 

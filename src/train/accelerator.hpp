@@ -21,6 +21,7 @@
 #include "runtime/process_state.hpp"
 #include "tracking/tracking.hpp"
 #include "train/optim.hpp"
+#include "train/verify.hpp"
 
 namespace acc::core {
 
@@ -212,6 +213,13 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   // Rebuilds the optimizer of a sharded model over its shards.
   void shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
   const DataLoader* active_loader() const;
+  // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
+  void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);
+  // The collectives without that check, for the composite ones (objects, pad, metrics) that verified already.
+  at::Tensor gather_tensor(const at::Tensor& t);
+  at::Tensor broadcast_tensor(const at::Tensor& t, int from_process);
+  // gather_for_metrics' cut: on the active loader's last batch, only the real samples of the gathered data.
+  at::Tensor drop_duplicates(at::Tensor data);
 
   config::Config config_;
   config::AcceleratorSettings settings_;  // config_'s values, read once

@@ -167,6 +167,30 @@ def case_stalled_peer():
     expect("all_reduce failed" in out, "the message names the collective", out)
 
 
+def case_debug_mode():
+    """Debug mode (Accelerate's verify_operation), switched on by the launcher's --debug (ACCELERATE_DEBUG_MODE):
+    matching collectives work, and each mismatch fails on every rank with the same ACC_ERR_DISTRIBUTED message naming
+    the operation and every rank's input. Off, the same mismatched gather is what it was before the check: the rank
+    sent more bytes than it expects aborts inside Gloo (SIGABRT, "Received data size doesn't match expected size"),
+    the other may return ACC_OK with mixed-up data (a [4, 3] tensor), and the launcher stops the job."""
+    p, _ = launch(2, "debug_mode", 1, launcher_args=("--debug",), timeout=120)
+    out = p.stdout + p.stderr
+    expect(p.returncode == 0, "debug on: matching collectives work, mismatches fail on every rank", out)
+    # "rank R: acc_<function>: message": the function differs where the ranks called different collectives
+    lines = {r: [line.split(": ", 2)[2] for line in p.stdout.splitlines() if line.startswith(f"rank {r}: ")]
+             for r in (0, 1)}
+    expect(len(lines[0]) == 8 and lines[0] == lines[1], "every mismatch: the same message on both ranks", out)
+    want = ("Cannot apply desired operation due to shape mismatches (debug mode): `gather` needs the same "
+            "dtype, device and every dim but the first on every process. Operation and input shapes: process 0: "
+            "`gather`: float32 [2, 2] on cpu; process 1: `gather`: float32 [2, 3] on cpu")
+    expect(lines[0][:1] == [want], "the gather mismatch's message", out)
+    # Off (no --debug): no check, no extra collective; the mismatched gather reaches Gloo.
+    p, _ = launch(2, "debug_mode", 0, timeout=120)
+    out = p.stdout + p.stderr
+    expect(p.returncode != 0 and "rank 0 killed by signal SIGABRT" in out and "rank 0: debug off" not in out
+           and "Cannot apply desired operation" not in out, "debug off: the mismatch aborts rank 0 in Gloo", out)
+
+
 def case_accumulation():
     """Accumulated steps equal one step over the larger batch (MP_WORKER is mp_loop here)."""
     with tempfile.TemporaryDirectory() as d:

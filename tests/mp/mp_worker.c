@@ -13,6 +13,11 @@
  *   named DISPATCH                   named samples (int64, bool and float tensors), map-style and
  *                                    iterable, sharded or dispatched: every batch's tensors belong to
  *                                    the same samples, gather_for_metrics sees each sample once
+ *   debug_mode ON                    ON 1 (launched with --debug): collectives with matching inputs work; each
+ *                                    mismatch (gather's shape, reduce's dtype, broadcast's source, pad's dims,
+ *                                    two different collectives, broadcast_object's source) fails on every rank
+ *                                    with ACC_ERR_DISTRIBUTED, printed as "rank R: MESSAGE"; the group works
+ *                                    after. ON 0: rank 1 gathers a different shape; prints what happens
  * Prints "N passed, N failed" and exits non-zero on any failed check. */
 #include <acc/acc.h>
 #include <math.h>
@@ -528,6 +533,110 @@ static void data_modes(acc_accelerator* acc, int world, int split, int even, int
            "checked\n", split, even, dispatch, seedable, combos);
 }
 
+/* A float32 tensor of `shape` (ndim dims) holding 0, 1, 2, ... */
+static acc_tensor* iota(const int64_t* shape, int ndim, int32_t dtype) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  double* v = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  float* f = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+  for (int64_t i = 0; i < n; ++i) v[i] = f[i] = (float)i;
+  acc_tensor* t;
+  if (dtype == ACC_FLOAT64)
+    CHECK(acc_tensor_from_host(v, (size_t)n * sizeof(double), ACC_FLOAT64, shape, ndim, &t));
+  else
+    CHECK(acc_tensor_from_host(f, (size_t)n * sizeof(float), ACC_FLOAT32, shape, ndim, &t));
+  free(v);
+  free(f);
+  return t;
+}
+
+static void expect_shape(acc_tensor* t, int64_t d0, int64_t d1) {
+  int64_t shape[2] = {0, 0};
+  int32_t nd = 0;
+  CHECK(acc_tensor_ndim(t, &nd));
+  EXPECT(nd == 2 && acc_tensor_shape(t, shape, 2) == ACC_OK && shape[0] == d0 && shape[1] == d1);
+}
+
+/* The call fails on this rank with ACC_ERR_DISTRIBUTED naming `needle`; the message goes to stdout (the
+ * test compares the ranks' messages). */
+#define EXPECT_MISMATCH(call, needle)                                 \
+  do {                                                                \
+    EXPECT_ERR(call, ACC_ERR_DISTRIBUTED, needle);                    \
+    printf("rank %d: %s\n", rank, acc_last_error_message());          \
+  } while (0)
+
+static void debug_mode(acc_accelerator* acc, int rank, int on) {
+  acc_tensor *t, *out = NULL;
+  const int64_t mine[2] = {2, rank == 0 ? 2 : 3};
+  if (!on) {
+    /* Debug off: rank 1 gathers [2, 3] while rank 0 gathers [2, 2]; report what the library does. */
+    t = iota(mine, 2, ACC_FLOAT32);
+    acc_status st = acc_gather(acc, t, &out);
+    int64_t shape[2] = {-1, -1};
+    if (st == ACC_OK) CHECK(acc_tensor_shape(out, shape, 2));
+    printf("rank %d: debug off: %s: %s; shape [%lld, %lld]\n", rank, acc_status_name(st),
+           st == ACC_OK ? "" : acc_last_error_message(), (long long)shape[0], (long long)shape[1]);
+    fflush(stdout);
+    _exit(0); /* the group may be broken: end plainly */
+  }
+  /* Matching inputs work, also where Accelerate allows the sizes to differ. */
+  collectives(acc, rank);
+  const int64_t rows[2] = {1 + rank, 3}; /* gather: dim 0 may differ */
+  t = iota(rows, 2, ACC_FLOAT32);
+  CHECK(acc_gather(acc, t, &out));
+  expect_shape(out, 3, 3);
+  acc_tensor_destroy(out);
+  CHECK(acc_gather_for_metrics(acc, t, &out));
+  expect_shape(out, 3, 3);
+  acc_tensor_destroy(out);
+  CHECK(acc_pad_across_processes(acc, t, 0, 0, 0, &out)); /* pad: the padded dim differs */
+  expect_shape(out, 2, 3);
+  acc_tensor_destroy(out);
+  acc_tensor_destroy(t);
+  const int64_t same[2] = {2, 2};
+  t = iota(same, 2, ACC_FLOAT32);
+  CHECK(acc_broadcast(acc, t, 1, &out));
+  expect_shape(out, 2, 2);
+  acc_tensor_destroy(out);
+  acc_tensor_destroy(t);
+  acc_bytes_list *items, *all;
+  CHECK(acc_bytes_list_create(&items));
+  for (int i = 0; i <= rank; ++i) CHECK(acc_bytes_list_append(items, "ab", 2)); /* objects: counts differ */
+  int64_t count = 0;
+  CHECK(acc_gather_object(acc, items, &all));
+  CHECK(acc_bytes_list_count(all, &count));
+  EXPECT(count == 3);
+  acc_bytes_list_destroy(all);
+  CHECK(acc_broadcast_object(acc, items, 1, &all));
+  CHECK(acc_bytes_list_count(all, &count));
+  EXPECT(count == 2);
+  acc_bytes_list_destroy(all);
+
+  /* Mismatches: the same error on every rank, naming the operation and each rank's input. */
+  t = iota(mine, 2, ACC_FLOAT32);
+  EXPECT_MISMATCH(acc_gather(acc, t, &out), "process 1: `gather`: float32 [2, 3] on cpu");
+  EXPECT(out == NULL);
+  EXPECT_MISMATCH(acc_gather_for_metrics(acc, t, &out), "process 0: `gather_for_metrics`: float32 [2, 2] on cpu");
+  EXPECT_MISMATCH(acc_reduce(acc, t, ACC_REDUCE_SUM, &out), "`reduce` (sum)");
+  acc_tensor_destroy(t);
+  t = iota(same, 2, rank == 0 ? ACC_FLOAT32 : ACC_FLOAT64);
+  EXPECT_MISMATCH(acc_reduce(acc, t, ACC_REDUCE_MAX, &out), "process 1: `reduce` (max): float64 [2, 2] on cpu");
+  acc_tensor_destroy(t);
+  t = iota(same, 2, ACC_FLOAT32);
+  EXPECT_MISMATCH(acc_broadcast(acc, t, rank, &out), "process 1: `broadcast` from process 1");
+  EXPECT_MISMATCH(rank == 0 ? acc_gather(acc, t, &out) : acc_reduce(acc, t, ACC_REDUCE_SUM, &out),
+                  "the processes are in different collectives");
+  acc_tensor_destroy(t);
+  t = iota(mine, rank == 0 ? 2 : 1, ACC_FLOAT32); /* rank 0 [2, 2], rank 1 [2] */
+  EXPECT_MISMATCH(acc_pad_across_processes(acc, t, 1, 0, 0, &out), "`pad_across_processes` along dim 1");
+  acc_tensor_destroy(t);
+  EXPECT_MISMATCH(acc_broadcast_object(acc, items, rank, &all), "`broadcast_object` from process 0");
+  acc_bytes_list_destroy(items);
+
+  /* The check completed on every rank: the group still works. */
+  collectives(acc, rank);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* mode = argv[1];
@@ -551,6 +660,8 @@ int main(int argc, char** argv) {
     acc_accelerator_destroy(solo);
     return st == ACC_OK ? 0 : 1;
   }
+  if (!strcmp(mode, "debug_mode")) /* debug off, the mismatched gather may wait for its peer: not for long */
+    snprintf(config, sizeof config, "{\"init_process_group_kwargs\": {\"timeout\": 10}}");
   if (!strcmp(mode, "stalled_peer"))
     snprintf(config, sizeof config, "{\"init_process_group_kwargs\": {\"timeout\": 1.5}}");
   if (!strcmp(mode, "data") && argc == 6)
@@ -576,6 +687,8 @@ int main(int argc, char** argv) {
     data_modes(acc, world, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   } else if (!strcmp(mode, "named") && argc == 3) {
     named_batches(acc, world);
+  } else if (!strcmp(mode, "debug_mode") && argc == 3 && world == 2) {
+    debug_mode(acc, rank, atoi(argv[2]));
   } else if (!strcmp(mode, "stalled_peer")) {
     if (rank == 1) {
       sleep(5);

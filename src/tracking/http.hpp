@@ -20,8 +20,9 @@ struct Response {
   std::string body;
 };
 
-// Throws std::ios_base::failure "<what> <url>: <curl's reason>" when no response came (refused, unknown host, TLS,
-// timeout). `url` must not hold credentials (they come from Options), so messages never show a secret.
+// One request (GET, or POST with a JSON body); any HTTP status is returned. Throws std::ios_base::failure
+// "<what> <url>: <curl's reason>" when no response came (refused, unknown host, TLS, timeout); the URL in messages is
+// redacted (), so a user:password@ in it is never shown.
 Response request(const Options& o, const std::string& method, const std::string& url, const std::string& json_body,
                  const std::string& what);
 

@@ -74,7 +74,7 @@ class Tracker {
  public:
   virtual ~Tracker() = default;
   virtual const char* name() const = 0;
-  // Where it writes: a directory (tensorboard, jsonl, csv) or the MLflow run directory.
+  // Where it writes: a directory (tensorboard, jsonl, csv), the MLflow run directory or the W&B run folder.
   virtual const std::string& location() const = 0;
   virtual void store_init_configuration(const Values& hparams) = 0;
   // init_trackers' config as the caller gave it (a JSON object; "" for none) beside its flattened form: a tracker

@@ -19,7 +19,7 @@ type Scalar struct {
 }
 
 // InitTrackers is Accelerate's init_trackers: it starts the trackers the config's "log_with" names
-// ("tensorboard", "jsonl", "csv", "mlflow", "all") for a run named projectName, on the main process
+// ("tensorboard", "jsonl", "csv", "mlflow", "wandb", "all") for a run named projectName, on the main process
 // only (the others check the arguments), and records config (JSON text, a map or a struct; nil for
 // none) as its hyperparameters. initKwargs holds options per tracker, e.g.
 // map[string]any{"mlflow": map[string]any{"run_name": "baseline"}} (nil for none).

@@ -898,13 +898,15 @@ ACC_API ACC_NODISCARD acc_status acc_register_for_checkpointing(acc_accelerator*
 /* Experiment trackers: Accelerate's log_with, init_trackers, log, end_training (docs/trackers.md) */
 
 /**
- * Starts the trackers the accelerator's `log_with` names ("tensorboard", "jsonl", "csv", "mlflow", or
- * "all") for a run named `project_name`, on the main process only; the other processes check the
+ * Starts the trackers the accelerator's `log_with` names ("tensorboard", "jsonl", "csv", "mlflow", "wandb",
+ * or "all") for a run named `project_name`, on the main process only; the other processes check the
  * arguments and return. `config_json` (NULL for none) is a JSON object of hyperparameters every tracker
- * records (nested objects flattened to "a.b", lists as their JSON text). `init_kwargs_json` (NULL for
- * none) holds options per tracker: {"tensorboard": {"filename_suffix"}, "mlflow": {"run_name", "tags",
- * "description"}}. Files go under `<logging_dir>/<project_name>/` (logging_dir: project_config.logging_dir,
- * by default project_dir); MLflow's file store under MLFLOW_TRACKING_URI, else `<logging_dir>/mlruns`.
+ * records (nested objects flattened to "a.b", lists as their JSON text; wandb keeps them as given).
+ * `init_kwargs_json` (NULL for none) holds options per tracker: {"tensorboard": {"filename_suffix"},
+ * "mlflow": {"run_name", "tags", "description"}, "wandb": {"name", "entity", "tags", "notes", "group",
+ * "job_type", "id", "dir", "mode", "config"}}. Files go under `<logging_dir>/<project_name>/`
+ * (logging_dir: project_config.logging_dir, by default project_dir); MLflow's file store under
+ * MLFLOW_TRACKING_URI, else `<logging_dir>/mlruns`; a W&B offline run under `<WANDB_DIR or logging_dir>/wandb/`.
  * ACC_ERR_INVALID_STATE while an earlier run's trackers still run (acc_end_training ends them).
  *  Locks acc. Local.
  */

@@ -318,7 +318,7 @@ impl Accelerator {
     }
 
     /// Accelerate's `init_trackers`: starts the trackers the config's `log_with` names ("tensorboard",
-    /// "jsonl", "csv", "mlflow", "all") for a run named `project_name`, on the main process only (the
+    /// "jsonl", "csv", "mlflow", "wandb", "all") for a run named `project_name`, on the main process only (the
     /// others check the arguments), and records `config`, a JSON object, as its hyperparameters.
     /// `init_kwargs`: options per tracker as JSON, e.g. `{"mlflow": {"run_name": "baseline"}}`.
     pub fn init_trackers(&self, project_name: &str, config: Option<&str>, init_kwargs: Option<&str>) -> Result<()> {

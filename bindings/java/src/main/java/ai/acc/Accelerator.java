@@ -437,7 +437,7 @@ public final class Accelerator extends NativeObject {
 
   /**
    * Accelerate's init_trackers: starts the trackers the config's {@code log_with} names ("tensorboard",
-   * "jsonl", "csv", "mlflow", "all") for a run named {@code projectName}, on the main process only (the
+   * "jsonl", "csv", "mlflow", "wandb", "all") for a run named {@code projectName}, on the main process only (the
    * others check the arguments), and records {@code configJson}, a JSON object (null for none), as its
    * hyperparameters. {@code initKwargsJson}: options per tracker, e.g. {@code {"mlflow": {"run_name":
    * "baseline"}}} (null for none).

@@ -56,7 +56,7 @@ fsdp_config:
 STRATEGIES = {"ddp": "DDP", "fsdp": "FSDP2"}
 
 
-def launch(impl, strategy, procs, threads, fsdp_config, step_args, env, scratch):
+def launch(impl, strategy, procs, threads, fsdp_config, step_args, env, scratch, acc, lora_step):
     """One run on `procs` processes; returns every rank's result (lora_step's BENCH_OUT/rank<R>.json), by rank."""
     out = tempfile.mkdtemp(prefix="run-", dir=scratch)
     common = ["--num_processes", str(procs), "--num_cpu_threads_per_process", str(threads), "--main_process_port", "0"]
@@ -69,8 +69,7 @@ def launch(impl, strategy, procs, threads, fsdp_config, step_args, env, scratch)
     else:
         how = ["--config_file", fsdp_config] if strategy == "fsdp" else ["--cpu"]
         mode = "full" if impl == "libacc-full" else "lora"
-        cmd = [os.path.join(env["BENCH_BUILD"], "launcher", "acc"), "launch", *how, *common, env["BENCH_STEP"], mode,
-               *step_args]
+        cmd = [acc, "launch", *how, *common, lora_step, mode, *step_args]
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(env, BENCH_OUT=out), timeout=3600)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
@@ -134,8 +133,8 @@ def main():
     config = dict(size["config"], **COMMON_CONFIG)
 
     build = os.path.abspath(args.build)
-    env = dict(os.environ, ACC_CONFIG_FILE="none", TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error",
-               BENCH_BUILD=build, BENCH_STEP=binary(build, "lora_step"))
+    acc, lora_step = os.path.join(build, "launcher", "acc"), binary(build, "lora_step")
+    env = dict(os.environ, ACC_CONFIG_FILE="none", TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(args.dir)
     model_dir, adapter_dir = os.path.join(args.dir, "model"), os.path.join(args.dir, "adapter")
@@ -161,7 +160,8 @@ def main():
                     if k == "libacc-full" and r > 0:
                         continue  # its memory is the same in every round: measured once
                     t = time.monotonic()
-                    ranks = launch(k, s, args.processes, args.threads, fsdp_config, step_args[k], env, args.dir)
+                    ranks = launch(k, s, args.processes, args.threads, fsdp_config, step_args[k], env, args.dir,
+                                   acc, lora_step)
                     results[s][k].append(ranks)
                     m = summary(ranks)
                     print(f"round {r + 1} {s} {k:11s} {m['tokens_per_s']:8.1f} tokens/s, {m['step_ms']:8.1f} ms/step "

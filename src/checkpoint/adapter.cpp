@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 
 #include <filesystem>
+#include <set>
 
 #include "acc/files.hpp"
 #include "checkpoint/agree.hpp"
@@ -95,13 +96,16 @@ void save_adapter(ModelSlot& slot, const std::string& dir, const lora::HostOf& h
   auto adapter = lora::find(lora_root(*slot.model), host_of);
   if (!adapter) throw StateError("save_adapter: the model has no adapter (add_lora or load_adapter first)");
   Accelerator* acc = slot.owner.get();
-  // The whole tensors on every process (a sharding strategy gathers: collective), the main process writes.
-  const NamedTensors state = slot.strategy ? slot.strategy->full_state_dict() : slot.model->state();
+  // The adapter's whole tensors on every process (a sharding strategy gathers only the groups holding them:
+  // collective), the main process writes.
+  std::set<std::string> names;
+  for (const lora::Entry& e : adapter->entries) names.insert(e.name);
+  const NamedTensors state = slot.strategy ? slot.strategy->full_state_dict(&names) : slot.model->state();
   const bool main = !acc || acc->state().rank == 0;
   agreed(acc, "save_adapter", [&] {
     if (!main) return;
     const NamedTensors tensors = lora::file_tensors(*adapter, state);
-    const std::string text = lora::config_file_text(*adapter) ;
+    const std::string text = lora::config_file_text(*adapter);
     config::make_directories(dir);
     save_safetensors(tensors, config::child_path(dir, kWeightsName, "save_adapter"), {{"format", "pt"}});
     config::write_file_atomic(config::child_path(dir, kConfigName, "save_adapter"), text);

@@ -403,18 +403,33 @@ std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Model> model, c10::D
 void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
   c10::NoGradGuard no_grad;
-  // One flat buffer per dtype: few collectives, as torch's _sync_module_states does.
+  // Flat buffers per dtype of at most kBucketBytes, as torch's _sync_module_states broadcasts in 250 MB buckets: few
+  // collectives, and no second copy of the whole model (a 7 B model's would be 28 GB on every rank). Rank 0 sends
+  // what it has and copies nothing back.
+  constexpr int64_t kBucketBytes = int64_t{64} << 20;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  const bool root = comm.rank() == 0;
   for (auto& [dtype, group] : by_dtype) {
-    std::vector<at::Tensor> flat_parts;
-    for (auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
-    at::Tensor flat = at::cat(flat_parts);
-    comm.broadcast(flat, 0);
-    int64_t off = 0;
-    for (auto& t : group) {
-      t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
+    for (size_t first = 0; first < group.size();) {
+      size_t last = first;
+      int64_t bytes = 0;
+      std::vector<at::Tensor> parts;
+      do {
+        parts.push_back(group[last].detach().reshape({-1}));
+        bytes += group[last].numel() * static_cast<int64_t>(group[last].element_size());
+        ++last;
+      } while (last < group.size() && bytes < kBucketBytes);
+      at::Tensor flat = at::cat(parts);
+      comm.broadcast(flat, 0);
+      if (!root) {
+        int64_t off = 0;
+        for (size_t k = first; k < last; ++k) {
+          group[k].detach().copy_(flat.narrow(0, off, group[k].numel()).view(group[k].sizes()));
+          off += group[k].numel();
+        }
+      }
+      first = last;
     }
   }
 }

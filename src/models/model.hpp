@@ -13,6 +13,7 @@
 #include <c10/core/Device.h>
 
 #include "data/batch.hpp"
+#include "models/module_tree.hpp"
 
 namespace torch::nn {
 class Module;
@@ -84,6 +85,9 @@ class Model {
   // "model.embed_tokens.weight"), so that the module tree shows "lm_head" as a module of its own as nn.Module
   // trees do; "" when the model has no tied head.
   virtual std::string tied_lm_head() const { return ""; }
+  // The modules transformers' model has and this one leaves out as they hold no weights (module_tree.hpp), in
+  // named_modules order; none by default.
+  virtual std::vector<WeightlessModule> weightless_modules() const { return {}; }
 
   // Moves parameters and buffers in place: tensor identities (held by optimizers) survive.
   void to(const c10::Device& device);

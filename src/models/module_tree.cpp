@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "models/model.hpp"
@@ -27,9 +28,41 @@ int add_module(ModuleTree& tree, const torch::nn::Module& m) {
   return index;
 }
 
+// Each module goes under its parent, before its named sibling; a model's own wrong list is a logic_error.
+void add_weightless(ModuleTree& tree, const std::vector<WeightlessModule>& extra) {
+  const auto find = [&](int m, const std::string& local) {
+    auto& kids = tree.modules[static_cast<size_t>(m)].children;
+    return std::find_if(kids.begin(), kids.end(), [&](const auto& c) { return c.first == local; });
+  };
+  for (const WeightlessModule& w : extra) {
+    int parent = 0;
+    std::string rest = w.name;
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      const auto it = find(parent, rest.substr(0, dot));
+      if (it == tree.modules[static_cast<size_t>(parent)].children.end())
+        throw std::logic_error("weightless module '" + w.name + "': no parent module");
+      parent = it->second;
+    }
+    int index;
+    if (const auto it = find(parent, rest); it != tree.modules[static_cast<size_t>(parent)].children.end()) {
+      index = it->second;
+    } else {
+      index = static_cast<int>(tree.modules.size());
+      tree.modules.push_back({w.class_name, {}, {}, {}});
+      auto& kids = tree.modules[static_cast<size_t>(parent)].children;
+      auto at = w.before.empty() ? kids.end() : find(parent, w.before);
+      if (!w.before.empty() && at == kids.end())
+        throw std::logic_error("weightless module '" + w.name + "': no sibling '" + w.before + "'");
+      kids.emplace(at, rest, index);
+    }
+    auto& buffers = tree.modules[static_cast<size_t>(index)].buffers;
+    buffers.insert(buffers.end(), w.buffers.begin(), w.buffers.end());
+  }
+}
+
 }  // namespace
 
-ModuleTree tree_of(const Model& model) {
+ModuleTree tree_of(const Model& model, bool weightless) {
   const auto* nn = dynamic_cast<const NnModel*>(&model);
   if (!nn) throw std::invalid_argument("device maps need a model with a module tree (a TorchScript module has none)");
   ModuleTree tree;
@@ -43,6 +76,7 @@ ModuleTree tree_of(const Model& model) {
     tree.modules[0].children.emplace_back("lm_head", static_cast<int>(tree.modules.size()) - 1);
     tree.tied.push_back({"lm_head.weight", embedding});
   }
+  if (weightless) add_weightless(tree, model.weightless_modules());
   return tree;
 }
 

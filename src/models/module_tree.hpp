@@ -28,9 +28,21 @@ struct ModuleTree {
   std::vector<std::vector<std::string>> tied;   // groups of parameter names that are one tensor
 };
 
+// A module of transformers' model that libacc's leaves out because it holds no weights (rotary embeddings,
+// dropout, activations), so that module trees, and the device maps planned over them, list it as Accelerate's do.
+// `buffers` are the non-persistent ones transformers gives it (LlamaRotaryEmbedding's inv_freq): Accelerate counts
+// them, checkpoints and state dicts do not hold them. A `name` the model has just gets these buffers.
+struct WeightlessModule {
+  std::string name;        // dotted: "model.rotary_emb"
+  std::string class_name;  // "LlamaRotaryEmbedding"
+  std::string before;      // the sibling it precedes in named_children ("h" for GPT-2's "transformer.drop"); "": last
+  std::vector<std::pair<std::string, ModuleTree::Tensor>> buffers;
+};
+
 // The tree as transformers shows it: a tied output embedding appears as its own module ("lm_head" with a
 // "weight" tied to the input embedding's; Model::tied_lm_head), as nn.Module trees do. std::invalid_argument for
-// a model without a module tree (TorchScript).
-ModuleTree tree_of(const Model& model);
+// a model without a module tree (TorchScript). With `weightless`, the model's weightless_modules() are in it, in
+// transformers' order; FSDP's wrap policies, which wrap parameters, leave them out.
+ModuleTree tree_of(const Model& model, bool weightless = true);
 
 }  // namespace acc::core

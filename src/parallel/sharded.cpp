@@ -887,7 +887,7 @@ std::vector<std::string> wrap_units(const Model& model, const std::string& polic
   if (policy == "NO_WRAP") return {};
   ModuleTree tree;
   try {
-    tree = tree_of(model);
+    tree = tree_of(model, /*weightless=*/false);  // units hold parameters
   } catch (const std::invalid_argument& e) {
     throw UnsupportedError("auto_wrap_policy " + policy + " needs a module tree: " + e.what() +
                            "; use NO_WRAP (the whole model is one unit)");

@@ -116,6 +116,25 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
   std::string input_name() const override { return "input_ids"; }
   std::string target_name() const override { return "labels"; }
   std::vector<std::string> no_split_modules() const override { return {"BertEmbeddings", "BertLayer"}; }
+  // transformers' dropout and activation modules, the classifier's dropout before it, and BertEmbeddings'
+  // non-persistent int64 buffers position_ids and token_type_ids [1, max_position_embeddings] (this model makes
+  // them per batch).
+  std::vector<WeightlessModule> weightless_modules() const override {
+    const ModuleTree::Tensor ids{c_.positions, 8, true};
+    std::vector<WeightlessModule> w{{"bert.embeddings", "", "", {{"position_ids", ids}, {"token_type_ids", ids}}},
+                                    {"bert.embeddings.dropout", "Dropout", "", {}}};
+    const std::string act = activation_class(c_.act);
+    for (int64_t l = 0; l < c_.layers; ++l) {
+      const std::string layer = "bert.encoder.layer." + std::to_string(l);
+      w.push_back({layer + ".attention.self.dropout", "Dropout", "", {}});
+      w.push_back({layer + ".attention.output.dropout", "Dropout", "", {}});
+      w.push_back({layer + ".intermediate.intermediate_act_fn", act, "", {}});
+      w.push_back({layer + ".output.dropout", "Dropout", "", {}});
+    }
+    w.push_back({"bert.pooler.activation", "Tanh", "", {}});
+    w.push_back({"dropout", "Dropout", "classifier", {}});
+    return w;
+  }
 
   TensorDict forward(const TensorDict& batch) override {
     for (const auto& [name, t] : batch.items())

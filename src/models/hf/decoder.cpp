@@ -211,6 +211,23 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   std::string input_embedding_name() const override { return "model.embed_tokens.weight"; }
   std::vector<std::string> no_split_modules() const override { return {class_prefix(d_) + "DecoderLayer"}; }
   std::string tied_lm_head() const override { return ties_embeddings() ? input_embedding_name() : ""; }
+  // Each MLP's act_fn (each expert's, as the checkpoints' per-expert layout had it) and, last in the backbone,
+  // LlamaRotaryEmbedding with its float32 inv_freq and original_inv_freq (head_dim / 2 each), which this model
+  // computes instead (base_inv_freq_).
+  std::vector<WeightlessModule> weightless_modules() const override {
+    std::vector<WeightlessModule> w;
+    const std::string act = activation_class(d_.act);
+    for (int64_t l = 0; l < d_.layers; ++l) {
+      const std::string layer = "model.layers." + std::to_string(l);
+      if (d_.experts == 0) w.push_back({layer + ".mlp.act_fn", act, "", {}});
+      for (int64_t e = 0; e < d_.experts; ++e)
+        w.push_back({layer + ".block_sparse_moe.experts." + std::to_string(e) + ".act_fn", act, "", {}});
+    }
+    const ModuleTree::Tensor freq{d_.head_dim / 2, 4, false};
+    w.push_back({"model.rotary_emb", class_prefix(d_) + "RotaryEmbedding", "",
+                 {{"inv_freq", freq}, {"original_inv_freq", freq}}});
+    return w;
+  }
 
   TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, d_.architecture, batch); }
 

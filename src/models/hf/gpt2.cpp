@@ -96,6 +96,19 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
   std::string input_embedding_name() const override { return "transformer.wte.weight"; }
   std::vector<std::string> no_split_modules() const override { return {"GPT2Block"}; }
   std::string tied_lm_head() const override { return ties_embeddings() ? input_embedding_name() : ""; }
+  // transformers' dropout and activation modules: "drop" between the embeddings and the blocks, each block's
+  // attention dropouts and its MLP's act and dropout.
+  std::vector<WeightlessModule> weightless_modules() const override {
+    std::vector<WeightlessModule> w{{"transformer.drop", "Dropout", "h", {}}};
+    const std::string act = activation_class(c_.act);
+    for (int64_t l = 0; l < c_.layers; ++l) {
+      const std::string block = "transformer.h." + std::to_string(l);
+      for (const char* d : {".attn.attn_dropout", ".attn.resid_dropout"}) w.push_back({block + d, "Dropout", "", {}});
+      w.push_back({block + ".mlp.act", act, "", {}});
+      w.push_back({block + ".mlp.dropout", "Dropout", "", {}});
+    }
+    return w;
+  }
 
   TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, "GPT2LMHeadModel", batch); }
 

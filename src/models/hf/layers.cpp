@@ -16,15 +16,25 @@ double lowest(at::ScalarType t) {
   }
 }
 
-const char* const kActivations[] = {"silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu"};
+// The names libacc has and the class transformers' ACT2FN makes of each.
+const char* const kActivations[][2] = {{"silu", "SiLUActivation"},     {"swish", "SiLU"},
+                                       {"gelu", "GELUActivation"},     {"gelu_new", "NewGELUActivation"},
+                                       {"gelu_pytorch_tanh", "GELUTanh"}, {"gelu_fast", "FastGELUActivation"},
+                                       {"relu", "ReLU"}};
 }
 
 void check_activation(const std::string& name, const std::string& source) {
-  for (const char* a : kActivations)
-    if (name == a) return;
+  for (const auto& a : kActivations)
+    if (name == a[0]) return;
   std::string list;
-  for (const char* a : kActivations) list += (list.empty() ? "" : ", ") + std::string(a);
+  for (const auto& a : kActivations) list += (list.empty() ? "" : ", ") + std::string(a[0]);
   throw std::invalid_argument(source + ": hidden_act '" + name + "' is not one libacc has (" + list + ")");
+}
+
+std::string activation_class(const std::string& name) {
+  for (const auto& a : kActivations)
+    if (name == a[0]) return a[1];
+  throw std::invalid_argument("hidden_act '" + name + "' is not one libacc has");
 }
 
 at::Tensor activation(const std::string& name, const at::Tensor& x) {

@@ -71,6 +71,8 @@ struct LayerNorm : InitModule {
 // transformers' ACT2FN for the names these families use; std::invalid_argument naming an unknown one.
 at::Tensor activation(const std::string& name, const at::Tensor& x);
 void check_activation(const std::string& name, const std::string& source);
+// The class of ACT2FN[name] ("SiLUActivation"): the name of its weightless module in module trees.
+std::string activation_class(const std::string& name);
 
 // The additive attention mask of transformers' eager attention, [B, 1, T, past + T]: 0 where query i
 // (at absolute position past + i) may see key j (j <= past + i, attention_mask[b, j] == 1 and, with a

@@ -199,11 +199,17 @@ std::string device_of(const std::map<std::string, std::string>& map, const std::
 }
 
 // An explicit device map ({"model.layers.0": 0, "lm_head": "cpu", ...}), checked against the model: every key a
-// module or parameter it has, every parameter placed.
+// module or parameter it has (or, as Accelerate's maps list them, a weightless module of transformers' model and its
+// buffers, "model.rotary_emb", and a tied "lm_head"), every parameter placed.
 std::map<std::string, std::string> explicit_map(const Model& model, const json::Value& map) {
   std::set<std::string> names;
   for (const std::string& m : model.module_names()) names.insert(m);
   for (const auto& [n, t] : model.named_parameters()) names.insert(n);
+  for (const WeightlessModule& w : model.weightless_modules()) {
+    names.insert(w.name);
+    for (const auto& [b, t] : w.buffers) names.insert(w.name + "." + b);
+  }
+  if (!model.tied_lm_head().empty()) names.insert({"lm_head", "lm_head.weight"});  // as tree_of shows it
   std::map<std::string, std::string> out;
   for (const auto& [name, e] : map.items()) {
     if (!names.count(name))

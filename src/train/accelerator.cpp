@@ -301,8 +301,9 @@ void SchedulerSlot::step() {
   // Accelerate's AcceleratedScheduler: no step while accumulating or when the optimizer skipped its
   // step; otherwise, as each process saw 1/num_processes of the batches, num_processes steps per call
   // unless split_batches.
+  // step_scheduler_with_optimizer false: no link to the optimizer, one step per call.
   int64_t n = 1;
-  if (owner) {
+  if (owner && owner->settings().step_scheduler_with_optimizer) {
     if (!owner->gradient_state().sync_gradients || opt->step_was_skipped) return;
     if (!owner->split_batches()) n = owner->state().world_size;
   }

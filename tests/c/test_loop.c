@@ -295,6 +295,53 @@ static void test_single_process_helpers(void) {
   acc_accelerator_destroy(acc);
 }
 
+/* step_scheduler_with_optimizer: true (the default) steps the schedule only when the optimizer steps (every second
+ * micro-step under accumulation 2); false steps it at every call, as Accelerate's AcceleratedScheduler. */
+static void test_scheduler_with_optimizer(void) {
+  for (int linked = 0; linked < 2; ++linked) {
+    char cfg[128];
+    snprintf(cfg, sizeof cfg, "{\"gradient_accumulation_steps\": 2, \"step_scheduler_with_optimizer\": %s}",
+             linked ? "true" : "false");
+    acc_accelerator* acc = NULL;
+    acc_model* m = NULL;
+    acc_optimizer* opt = NULL;
+    acc_scheduler* sched = NULL;
+    acc_dataset* ds = rows(8, 2);
+    acc_dataloader* dl = NULL;
+    EXPECT_OK(acc_accelerator_create(cfg, &acc));
+    EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 1}", &dl));
+    EXPECT_OK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [2, 1]}", &m));
+    EXPECT_OK(acc_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 1.0}", &opt));
+    EXPECT_OK(acc_scheduler_create(opt, "{\"type\": \"linear\", \"total_steps\": 100}", &sched));
+    EXPECT_OK(acc_prepare(acc, m, opt, sched, dl));
+    double lr = 0;
+    for (int i = 0; i < 6; ++i) {
+      acc_tensor *x, *y, *loss;
+      int32_t has;
+      EXPECT_OK(acc_dataloader_next(dl, &x, &y, &has));
+      EXPECT_OK(acc_accumulate_begin(acc, m));
+      EXPECT_OK(acc_model_forward(m, x, y, NULL, &loss));
+      EXPECT_OK(acc_backward(acc, loss));
+      EXPECT_OK(acc_optimizer_step(opt));
+      EXPECT_OK(acc_scheduler_step(sched));
+      EXPECT_OK(acc_optimizer_zero_grad(opt));
+      EXPECT_OK(acc_accumulate_end(acc, m));
+      acc_tensor_destroy(x);
+      acc_tensor_destroy(y);
+      acc_tensor_destroy(loss);
+    }
+    EXPECT_OK(acc_scheduler_last_lr(sched, &lr));
+    /* 6 micro-steps: 3 scheduler steps when linked, 6 when not (linear decay from 1 over 100 steps). */
+    EXPECT(fabs(lr - (linked ? 0.97 : 0.94)) < 1e-9);
+    acc_scheduler_destroy(sched);
+    acc_optimizer_destroy(opt);
+    acc_model_destroy(m);
+    acc_dataloader_destroy(dl);
+    acc_dataset_destroy(ds);
+    acc_accelerator_destroy(acc);
+  }
+}
+
 int main(void) {
   const int two_of_five[] = {0, 1, 0, 1, 1};
   const int four_of_ten[] = {0, 0, 0, 1, 0, 0, 0, 1, 0, 1};
@@ -305,5 +352,6 @@ int main(void) {
   test_clipping();
   test_batch_size_search();
   test_single_process_helpers();
+  test_scheduler_with_optimizer();
   return finish();
 }

@@ -149,6 +149,11 @@ uint32_t crc32c(const void* data, size_t n);
 uint32_t masked_crc32c(const void* data, size_t n);
 std::string tfrecord(std::string_view data);
 
+// W&B's .wandb framing (wandb.cpp): one record as the chunks the file holds from byte `offset` on (zeros to the end
+// of a 32 KiB block too short for a chunk header, then FULL, or FIRST, MIDDLE..., LAST chunks of
+// CRC-32 | length | type | data).
+std::string wandb_log_chunks(uint64_t offset, std::string_view data);
+
 // A JSON number (NaN, Infinity, -Infinity for the non-finite, as Python's json module writes them).
 std::string json_number(double v);
 

@@ -71,6 +71,38 @@ void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
 }
 
+}  // namespace
+
+std::string wandb_log_chunks(uint64_t offset, std::string_view data) {
+  std::string out;
+  uint64_t at = offset;
+  size_t used = 0;
+  bool first = true;
+  do {
+    size_t left = kBlock - at % kBlock;
+    if (left < kChunkHeader) {  // too short for a chunk header: zeros to the block's end
+      out.append(left, '\0');
+      at += left;
+      left = kBlock;
+    }
+    const size_t n = std::min(left - kChunkHeader, data.size() - used);
+    const bool last = used + n == data.size();
+    const unsigned char type = first && last ? kFull : first ? kFirst : last ? kLast : kMiddle;
+    uint32_t crc = crc32_update(0, &type, 1);
+    crc = crc32_update(crc, data.data() + used, n);
+    put_le(out, crc, 4);
+    put_le(out, n, 2);
+    out.push_back(static_cast<char>(type));
+    out.append(data.substr(used, n));
+    at += kChunkHeader + n;
+    used += n;
+    first = false;
+  } while (used < data.size());
+  return out;
+}
+
+namespace {
+
 // The run's .wandb file: records appended whole (one write each), in 32 KiB blocks.
 class TransactionLog {
  public:
@@ -89,7 +121,7 @@ class TransactionLog {
       r.set_num(++num_);
       std::string data;
       if (!r.SerializeToString(&data)) throw std::runtime_error("cannot serialize a W&B record");
-      chunks(data, out);
+      out += wandb_log_chunks(offset_ + out.size(), data);
     }
     file_.append(out);
     offset_ += out.size();
@@ -101,31 +133,6 @@ class TransactionLog {
   bool is_open() const { return file_.is_open(); }
 
  private:
-  // `data` as the chunks of one record, from the file offset after `out`.
-  void chunks(const std::string& data, std::string& out) const {
-    size_t at = offset_ + out.size(), used = 0;
-    bool first = true;
-    do {
-      size_t left = kBlock - at % kBlock;
-      if (left < kChunkHeader) {  // too short for a chunk header: zeros to the block's end
-        out.append(left, '\0');
-        at += left;
-        left = kBlock;
-      }
-      const size_t n = std::min(left - kChunkHeader, data.size() - used);
-      const bool last = used + n == data.size();
-      const unsigned char type = first && last ? kFull : first ? kFirst : last ? kLast : kMiddle;
-      uint32_t crc = crc32_update(0, &type, 1);
-      crc = crc32_update(crc, data.data() + used, n);
-      put_le(out, crc, 4);
-      put_le(out, n, 2);
-      out.push_back(static_cast<char>(type));
-      out.append(data, used, n);
-      at += kChunkHeader + n;
-      used += n;
-      first = false;
-    } while (used < data.size());
-  }
 
   AppendFile file_;
   uint64_t offset_ = 0;

@@ -566,3 +566,61 @@ TEST(Http, UrlsInMessages) {
   EXPECT_EQ(redacted("http://me@host"), "http://***@host");
   EXPECT_EQ(escape("a b/c&d=é"), "a%20b%2Fc%26d%3D%C3%A9");
 }
+
+// W&B's .wandb framing (wandb/sdk/internal/datastore.py): chunks of CRC-32 (zlib's, of the type byte then the data) |
+// uint16 length | type, in 32 KiB blocks whose last 1..6 bytes are zeros. trackers-read reads whole runs with wandb's
+// own reader; here the block edges are placed exactly.
+TEST(Wandb, LogChunksAtBlockEdges) {
+  struct Chunk {
+    uint32_t crc;
+    size_t length;
+    int type;
+  };
+  auto chunks = [](const std::string& bytes, size_t pad) {
+    std::vector<Chunk> out;
+    for (size_t i = 0; i < pad; ++i) EXPECT_EQ(bytes[i], '\0');
+    for (size_t at = pad; at < bytes.size();) {
+      const auto* p = reinterpret_cast<const unsigned char*>(bytes.data() + at);
+      Chunk c{p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24, static_cast<size_t>(p[4] | p[5] << 8),
+              p[6]};
+      out.push_back(c);
+      at += 7 + c.length;
+    }
+    return out;
+  };
+  constexpr uint64_t kBlock = 32768;
+  auto c = chunks(wandb_log_chunks(7, "abc"), 0);  // after the file header: one FULL chunk
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].crc, 0x539d20a9u);  // zlib.crc32(b"\x01abc")
+  EXPECT_EQ(c[0].length, 3u);
+  EXPECT_EQ(c[0].type, 1);
+  EXPECT_EQ(wandb_log_chunks(kBlock - 10, "abc").size(), 10u);  // fills the block exactly: FULL
+  c = chunks(wandb_log_chunks(kBlock - 10, "abcd"), 0);          // one byte more: FIRST (3), LAST (1)
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].type, 2);
+  EXPECT_EQ(c[0].length, 3u);
+  EXPECT_EQ(c[1].type, 4);
+  EXPECT_EQ(c[1].length, 1u);
+  c = chunks(wandb_log_chunks(kBlock - 7, "xyz"), 0);  // room for a header only: an empty FIRST, then LAST
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].type, 2);
+  EXPECT_EQ(c[0].length, 0u);
+  EXPECT_EQ(c[1].type, 4);
+  EXPECT_EQ(c[1].length, 3u);
+  for (uint64_t left = 1; left < 7; ++left) {  // too short for a header: zeros, then FULL in the next block
+    const std::string bytes = wandb_log_chunks(kBlock - left, "xxx");
+    ASSERT_EQ(bytes.size(), left + 10) << left;
+    c = chunks(bytes, left);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].type, 1);
+  }
+  c = chunks(wandb_log_chunks(7, std::string(70000, 'x')), 0);  // FIRST, MIDDLE, LAST: each to its block's end
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].type, 2);
+  EXPECT_EQ(c[0].length, kBlock - 14);
+  EXPECT_EQ(c[1].type, 3);
+  EXPECT_EQ(c[1].length, kBlock - 7);
+  EXPECT_EQ(c[2].type, 4);
+  EXPECT_EQ(c[2].length, 70000 - (kBlock - 14) - (kBlock - 7));
+  EXPECT_EQ(wandb_log_chunks(7, "").size(), 7u);  // an empty record: one empty FULL chunk
+}

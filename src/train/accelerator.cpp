@@ -149,10 +149,12 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
   if (a->state_.distributed()) {
     a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
-    // torch.distributed's default process-group timeout, unless init_process_group_kwargs sets one.
-    // In milliseconds, what c10d counts in (the schema keeps the value between 1 ms and a year).
-    const auto timeout =
-        std::chrono::milliseconds(std::llround(s.init_process_group_kwargs.timeout.value_or(1800.0) * 1000));
+    // torch.distributed's default process-group timeout (_get_default_timeout: 10 minutes for NCCL, the GPUs'
+    // backend, 30 otherwise), unless init_process_group_kwargs sets one. In milliseconds, what c10d counts in (the
+    // schema keeps the value between 1 ms and a year).
+    const double default_seconds = cuda_device >= 0 ? 600.0 : 1800.0;
+    const auto timeout = std::chrono::milliseconds(
+        std::llround(s.init_process_group_kwargs.timeout.value_or(default_seconds) * 1000));
     a->comm_ = process_group(a->state_, timeout, cuda_device);
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);

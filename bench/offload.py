@@ -11,8 +11,8 @@ configurations, one process each, alternated over rounds (their order turns ever
   Accelerate CPU + disk   load_checkpoint_and_dispatch(model, DIR, device_map=<libacc's map>, offload_folder=TMP)
 
 BUDGET is the safetensors' size times --budget-fraction. The map is libacc's acc_infer_auto_device_map, checked
-equal to Accelerate's infer_auto_device_map with the same max_memory and no_split_module_classes (for every module
-with weights: Accelerate's map also names model.rotary_emb, which has none). Measures the
+equal to Accelerate's infer_auto_device_map with the same max_memory and no_split_module_classes (every key,
+model.rotary_emb, a module without weights, included). Measures the
 load, greedy generation (batch 1, no stop token) in new tokens/s, and the peak resident memory over the load
 and the generation above the process's resident memory just before the load (VmHWM after resetting it by
 writing "5" to /proc/self/clear_refs, minus VmRSS then); checks that the generated tokens are the same in every
@@ -109,16 +109,12 @@ def main():
         device_map = run([exe, model_dir, "plan", str(budget), *gen_args], env)["planned_map"]
         accelerate_plan = run([PY, os.path.join(ROOT, "bench", "offload_step.py"), "plan", model_dir, str(budget)], env)
         accelerate_map = accelerate_plan["planned_map"]
-        # Accelerate's map also names transformers' modules without a weight in the checkpoint (model.rotary_emb,
-        # a computed buffer), which libacc's models do not have: every weight must go where Accelerate puts it.
-        only_accelerate = [k for k in accelerate_map if k not in device_map]
-        weighted = {k: v for k, v in accelerate_map.items() if k not in only_accelerate}
-        if (weighted != device_map or list(weighted) != list(device_map)
-                or not set(only_accelerate) <= set(accelerate_plan["weightless"])):
+        # The same map, key for key and in order (weightless modules such as model.rotary_emb included).
+        if accelerate_map != device_map or list(accelerate_map) != list(device_map):
             sys.exit(f"device maps differ:\nlibacc     {json.dumps(device_map)}\nAccelerate {json.dumps(accelerate_map)}")
         with open(map_file, "w") as f:
             json.dump(device_map, f)
-        print(f"device map (libacc's = Accelerate's but for {only_accelerate}, without weights): "
+        print(f"device map (libacc's = Accelerate's): "
               f"{placement(device_map)}", file=sys.stderr)
 
         commands = {
@@ -198,10 +194,7 @@ def main():
     print()
     notes = [f"Greedy tokens ({args.new_tokens} new): {agreement}.",
              "Device map: libacc's acc_infer_auto_device_map, given to Accelerate's load_checkpoint_and_dispatch; "
-             "Accelerate's own infer_auto_device_map puts every module with weights in the same place"
-             + (f" and also names {', '.join(f'`{k}`' for k in only_accelerate)} (no weight in the checkpoint: "
-                f"transformers' computed buffers; libacc computes them without a module)" if only_accelerate else "")
-             + "."]
+             "Accelerate's own infer_auto_device_map gives the same map (model.rotary_emb included)."]
     if "accelerate-disk" in results:
         notes.append(f"Accelerate's offload folder (the disk layers rewritten as .dat files during the load): "
                      f"{med('accelerate-disk', 'offload_folder_mb'):.0f} MB; libacc reads the disk layers from the "

@@ -66,9 +66,7 @@ def main():
     if mode == "plan":
         model = empty_model(d)
         m = infer_auto_device_map(model, max_memory={"cpu": budget}, no_split_module_classes=NO_SPLIT)
-        keys = model.state_dict().keys()
-        weightless = [n for n in m if not any(k.startswith(n + ".") for k in keys)]
-        print(json.dumps({"impl": "accelerate", "mode": "plan", "planned_map": m, "weightless": weightless}))
+        print(json.dumps({"impl": "accelerate", "mode": "plan", "planned_map": m}))
         return
     vocab, prompt_len, gen_new, warmup, gen_reps = map(int, sys.argv[4:9])
     device_map, offload = {"": "cpu"}, None

@@ -70,7 +70,8 @@ void save_pretrained(ModelSlot& model, const std::string& dir, const std::string
 }
 
 namespace {
-bool sharded_now(const ModelSlot& model) { return model.strategy && !model.strategy->parameters_whole(); }
+// The state lies in the strategy's shards (ZeRO-3 / FSDP, or float32 masters behind a mixed-precision policy).
+bool sharded_now(const ModelSlot& model) { return model.strategy && !model.strategy->state_in_model(); }
 }  // namespace
 
 at::Tensor state_tensor(const ModelSlot& model, const std::string& name) {

@@ -20,7 +20,8 @@ void save_model(ModelSlot& model, const std::string& dir, const std::string& max
 void save_pretrained(ModelSlot& model, const std::string& dir, const std::string& max_shard_size);
 
 // Accelerate's get_state_dict for one tensor, and the model's state as one safetensors file, for any model: the
-// model's own tensors, or, under ZeRO-3 / FSDP (parameters not whole), gathered from the shards: then a collective
+// model's own tensors, or, under ZeRO-3 / FSDP (or a mixed-precision policy's float32 masters behind compute-dtype
+// copies), gathered from the shards, as save_model writes them: then a collective
 // (every process calls it, with the same arguments); save_state_file's main process writes, the others wait.
 // load_state_file loads a file every process reads (a collective under ZeRO-3 / FSDP).
 at::Tensor state_tensor(const ModelSlot& model, const std::string& name);

@@ -456,6 +456,7 @@ class ShardedStrategy final : public Strategy {
   }
   bool sharded() const override { return true; }
   bool parameters_whole() const override { return s_->opts.stage < 3; }
+  bool state_in_model() const override { return whole_in_model(); }
 
   std::vector<at::Tensor> optimizer_parameters() const override {
     std::vector<at::Tensor> v;

@@ -985,8 +985,8 @@ func TestCleanupSafetyNet(t *testing.T) {
 
 // scenario: trackers
 func TestTrackers(t *testing.T) {
-	_, err := acc.NewAccelerator(`{"log_with": ["wandb"]}`)
-	expectErr(t, err, acc.ErrUnsupported, "wandb")
+	_, err := acc.NewAccelerator(`{"log_with": ["comet_ml"]}`)
+	expectErr(t, err, acc.ErrUnsupported, "comet_ml")
 	dir := t.TempDir()
 	a := must(acc.NewAccelerator(map[string]any{"log_with": []string{"jsonl", "csv"}, "project_dir": dir}))
 	defer a.Close()

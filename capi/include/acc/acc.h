@@ -443,16 +443,17 @@ ACC_API ACC_NODISCARD acc_status acc_model_num_parameters(const acc_model* model
  *  Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_state_size(const acc_model* model, int64_t* out) ACC_NOEXCEPT;
 /** Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be
- *  NULL. Under ZeRO-3 / FSDP the tensor is gathered from the shards (Accelerate's get_state_dict): then a
- *  collective, every process calls it with the same index (1.1: ACC_ERR_INVALID_STATE).
+ *  NULL. Under ZeRO-3 / FSDP, and under ZeRO / FSDP with a mixed-precision policy (float32 masters behind
+ *  compute-dtype copies), the tensor is gathered from the shards as acc_save_model writes it (Accelerate's
+ *  get_state_dict): then a collective, every process calls it with the same index.
  *  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;
  *  acc_tensor_destroy). Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_state_get(const acc_model* model, int64_t index,
                                                       const char** out_name,
                                                       acc_tensor** out_value) ACC_NOEXCEPT;
-/** Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Under
- *  ZeRO-3 / FSDP the whole state is gathered from the shards: a collective, the main process writes and the
- *  others wait (1.1: ACC_ERR_INVALID_STATE). Reads model. */
+/** Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Where
+ *  acc_model_state_get gathers, the whole state is gathered from the shards: a collective, the main process
+ *  writes and the others wait. Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* model,
                                                              const char* path) ACC_NOEXCEPT;
 /** Loads a safetensors file into the model; every name and shape must match. Under ZeRO-3 / FSDP every

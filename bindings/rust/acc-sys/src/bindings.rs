@@ -520,7 +520,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL. Under ZeRO-3 / FSDP the tensor is gathered from the shards (Accelerate's get_state_dict): then a\n  collective, every process calls it with the same index (1.1: ACC_ERR_INVALID_STATE).\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
+    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL. Under ZeRO-3 / FSDP, and under ZeRO / FSDP with a mixed-precision policy (float32 masters behind\n  compute-dtype copies), the tensor is gathered from the shards as acc_save_model writes it (Accelerate's\n  get_state_dict): then a collective, every process calls it with the same index.\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
     pub fn acc_model_state_get(
         model: *const acc_model,
         index: i64,
@@ -530,7 +530,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Under\n  ZeRO-3 / FSDP the whole state is gathered from the shards: a collective, the main process writes and the\n  others wait (1.1: ACC_ERR_INVALID_STATE). Reads model."]
+    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Where\n  acc_model_state_get gathers, the whole state is gathered from the shards: a collective, the main process\n  writes and the others wait. Reads model."]
     pub fn acc_model_save_safetensors(
         model: *const acc_model,
         path: *const ::core::ffi::c_char,

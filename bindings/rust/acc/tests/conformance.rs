@@ -715,9 +715,9 @@ fn handles_are_send() {
 #[test]
 fn trackers() {
     expect_err(
-        Accelerator::new(r#"{"log_with": ["wandb"]}"#),
+        Accelerator::new(r#"{"log_with": ["comet_ml"]}"#),
         ErrorCode::Unsupported,
-        "wandb",
+        "comet_ml",
     );
     let dir = std::env::temp_dir().join(format!("acc-rust-trackers-{}", std::process::id()));
     let config = format!(

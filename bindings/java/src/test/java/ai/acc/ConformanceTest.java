@@ -706,7 +706,7 @@ class ConformanceTest {
   // scenario: trackers
   @Test
   void trackers(@TempDir Path dir) throws Exception {
-    expectError(ErrorCode.UNSUPPORTED, "wandb", () -> Accelerator.create("{\"log_with\": [\"wandb\"]}"));
+    expectError(ErrorCode.UNSUPPORTED, "comet_ml", () -> Accelerator.create("{\"log_with\": [\"comet_ml\"]}"));
     String config = "{\"log_with\": [\"jsonl\", \"csv\"], \"project_dir\": \"" + dir + "\"}";
     try (Accelerator a = Accelerator.create(config)) {
       Map<String, Double> loss = new java.util.LinkedHashMap<>();

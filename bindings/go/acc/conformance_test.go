@@ -1531,7 +1531,9 @@ func TestLoRA(t *testing.T) {
 		t.Fatalf("the loaded adapter's logits differ by %g", d)
 	}
 	ok(t, fresh.MergeAdapter())
-	if d := maxDiff(logits(t, fresh), 1, want); d > 1e-5 {
+	// W + B A * scaling rounds otherwise than the two products apart (peft's own merge moves the fixtures' logits by
+	// up to 1.7e-5; an optimised build's kernels by more).
+	if d := maxDiff(logits(t, fresh), 1, want); d > 1e-4 {
 		t.Fatalf("the merged model's logits differ by %g", d)
 	}
 	for name := range params(t, fresh) {

@@ -1142,7 +1142,10 @@ class ConformanceTest {
         fresh.loadAdapter(adapter.toString(), null);
         assertTrue(maxDiff(logits(fresh), 1, want) <= 1e-5, "the loaded adapter's logits differ");
         fresh.mergeAdapter();
-        assertTrue(maxDiff(logits(fresh), 1, want) <= 1e-5, "the merged model's logits differ");
+        // W + B A * scaling rounds otherwise than the two products apart (peft's own merge moves the fixtures'
+        // logits by up to 1.7e-5; an optimised build's kernels by more).
+        double merged = maxDiff(logits(fresh), 1, want);
+        assertTrue(merged <= 1e-4, "the merged model's logits differ by " + merged);
         assertTrue(params(fresh).keySet().stream().noneMatch(n -> n.contains("lora_")));
         expectError(ErrorCode.INVALID_STATE, "no adapter", fresh::mergeAdapter);
       }

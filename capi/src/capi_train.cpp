@@ -177,9 +177,7 @@ acc_status acc_model_set_requires_grad(acc_model* model, const char* pattern, in
   if (out_matched) *out_matched = 0;
   return guarded(__func__, [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    if (model->slot->owner)
-      throw acc::core::StateError("requires_grad is set before acc_prepare: the strategies read it when they wrap the model");
-    const int64_t n = model->slot->model->set_requires_grad(need(pattern, "pattern"), requires_grad != 0);
+    const int64_t n = model->slot->set_requires_grad(need(pattern, "pattern"), requires_grad != 0);
     if (out_matched) *out_matched = n;
   });
 }

@@ -355,9 +355,7 @@ int64_t set_requires_grad(torch::nn::Module& module, const std::string& pattern,
 }
 
 int64_t set_requires_grad(HfModel& model, const std::string& pattern, bool requires_grad) {
-  core::ModelSlot& slot = need(model.slot, "the model");
-  if (slot.owner) throw core::StateError("requires_grad is set before prepare: the strategies read it when they wrap the model");
-  return slot.model->set_requires_grad(pattern, requires_grad);
+  return need(model.slot, "the model").set_requires_grad(pattern, requires_grad);
 }
 
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& module, const std::string& options_json) {

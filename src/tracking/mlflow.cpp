@@ -42,6 +42,20 @@ namespace acc::tracking {
 
 namespace mlflow {
 
+std::vector<std::pair<std::string, std::string>> loggable_params(const Values& hparams) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [k, v] : hparams) {
+    std::string text = python_str(v);
+    if (text.size() > kMaxParamValue) {
+      std::cerr << "acc: mlflow tracker: the value of parameter '" << k << "' is longer than " << kMaxParamValue
+                << " characters (MLflow's limit), so it is not logged\n";
+      continue;
+    }
+    out.emplace_back(k, std::move(text));
+  }
+  return out;
+}
+
 std::string env_or(const std::map<std::string, std::string>& env, const char* key, const std::string& dflt) {
   auto it = env.find(key);
   return it == env.end() || it->second.empty() ? dflt : it->second;
@@ -296,18 +310,9 @@ class MlflowTracker final : public Tracker {
   const std::string& location() const override { return run_dir_; }
 
   void store_init_configuration(const Values& hparams) override {
-    for (const auto& [k, v] : hparams) {
-      std::string text = python_str(v);
-      if (text.size() > kMaxParamValue) {
-        std::cerr << "acc: mlflow tracker: the value of parameter '" << k << "' is longer than " << kMaxParamValue
-                  << " characters (MLflow's limit), so it is not logged\n";
-        continue;
-      }
-      validated_path(run_dir_ + "/params", k, "parameter");
-    }
-    for (const auto& [k, v] : hparams) {
-      std::string text = python_str(v);
-      if (text.size() > kMaxParamValue) continue;
+    const auto params = loggable_params(hparams);
+    for (const auto& [k, text] : params) validated_path(run_dir_ + "/params", k, "parameter");
+    for (const auto& [k, text] : params) {
       const std::string path = validated_path(run_dir_ + "/params", k, "parameter");
       refuse_unless_regular(path);
       if (exists(path)) {

@@ -15,6 +15,10 @@ constexpr size_t kMaxParamValue = 6000;     // mlflow.utils.validation.MAX_PARAM
 constexpr size_t kMaxKey = 250;             // MAX_ENTITY_KEY_LENGTH
 constexpr size_t kMaxExperimentName = 500;  // MAX_EXPERIMENT_NAME_LENGTH
 
+// The hyperparameters as MLflow logs them: (name, Python's str of the value); a value longer than kMaxParamValue is
+// left out with a warning on stderr, as MLflow refuses it.
+std::vector<std::pair<std::string, std::string>> loggable_params(const Values& hparams);
+
 std::string env_or(const std::map<std::string, std::string>& env, const char* key, const std::string& dflt = "");
 // A metric, parameter or tag name as MLflow's client validates it (mlflow.utils.validation); std::invalid_argument
 // naming `what` and the name otherwise.

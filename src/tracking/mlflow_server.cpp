@@ -194,17 +194,8 @@ class MlflowServerTracker final : public Tracker {
   const std::string& location() const override { return location_; }
 
   void store_init_configuration(const Values& hparams) override {
-    Pairs params;
-    for (const auto& [k, v] : hparams) {
-      std::string text = python_str(v);
-      if (text.size() > kMaxParamValue) {
-        std::cerr << "acc: mlflow tracker: the value of parameter '" << k << "' is longer than " << kMaxParamValue
-                  << " characters (MLflow's limit), so it is not logged\n";
-        continue;
-      }
-      check_name(k, "parameter");
-      params.emplace_back(k, std::move(text));
-    }
+    const Pairs params = loggable_params(hparams);
+    for (const auto& [k, text] : params) check_name(k, "parameter");
     for (size_t i = 0; i < params.size(); i += kParamsTagsPerBatch) {  // as Accelerate's tracker splits log_params
       json::Writer w;
       w.begin_object().key("run_id").value(run_id_);

@@ -273,6 +273,13 @@ Model& ModelSlot::tensors(const char* what) const {
   return *model;
 }
 
+int64_t ModelSlot::set_requires_grad(const std::string& pattern, bool on) {
+  if (owner)
+    throw StateError("requires_grad is set before acc_prepare / Accelerator::prepare: the strategies read it when "
+                     "they wrap the model");
+  return model->set_requires_grad(pattern, on);
+}
+
 void OptimizerSlot::step() {
   step_was_skipped = false;
   if (!owner) return opt->step();

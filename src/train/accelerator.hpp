@@ -39,6 +39,8 @@ struct ModelSlot {
   // The model, to read or write its tensors directly: refused (StateError) while a ZeRO-3 strategy keeps only
   // shards of them (save_model and load_state go through the strategy instead).
   Model& tensors(const char* what) const;
+  // Model::set_requires_grad, refused (StateError) once prepared: the strategies read requires_grad when they wrap.
+  int64_t set_requires_grad(const std::string& pattern, bool on);
 };
 
 // What a prepared model's forward runs inside (Accelerate's wrapped forward): the strategy's

@@ -14,6 +14,7 @@
 #include "runtime/comm.hpp"
 #include "util/errors.hpp"
 #include "util/options.hpp"
+#include "util/ranges.hpp"
 
 namespace acc::core {
 
@@ -863,6 +864,7 @@ void DataLoader::resume(const LoaderPosition& at) {
 }
 
 bool DataLoader::next(Sample& out) {
+  RECORD_USER_SCOPE(kRangeData);
   if (!in_epoch_) {
     // A resumed pass skips the batches given out before the checkpoint, once (skip_ is the loader's own).
     const int64_t resumed = resume_ ? resume_->batches : 0;

@@ -20,6 +20,7 @@
 #include "runtime/cuda.hpp"
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
+#include "util/ranges.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core {
@@ -147,6 +148,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
                                 : c10::Device(c10::kCPU);
   a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
+  a->profile_options_ = profile_options(c, s.profile_kwargs, a->device_.is_cuda());
   if (a->state_.distributed()) {
     a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
     // torch.distributed's default process-group timeout (_get_default_timeout: 10 minutes for NCCL, the GPUs'
@@ -179,6 +181,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
 }
 
 Accelerator::~Accelerator() {
+  profiler_.reset();  // a running profile ends without a file
   if (holds_ram_efficient_loading_) hold_ram_efficient_loading(false);
   // Trackers still running are finished (files synced, the MLflow run marked finished).
   if (!trackers_) return;
@@ -225,6 +228,7 @@ void Accelerator::set_mixed_precision(const std::string& mode) {
 }
 
 ForwardScope::ForwardScope(ModelSlot& m) {
+  if (range_.isActive()) range_.before(std::string_view(kRangeForward));
   if (!m.owner) return;
   if (!m.strategy) return;
   strategy_ = m.strategy.get();
@@ -281,6 +285,7 @@ int64_t ModelSlot::set_requires_grad(const std::string& pattern, bool on) {
 }
 
 void OptimizerSlot::step() {
+  RECORD_USER_SCOPE(kRangeOptimizerStep);
   step_was_skipped = false;
   if (!owner) return opt->step();
   if (!owner->gradient_state().sync_gradients) return;
@@ -505,8 +510,16 @@ void Accelerator::backward(const at::Tensor& loss) {
     throw std::invalid_argument("the loss must have one element; got shape " + c10::str(loss.sizes()));
   at::Tensor scaled = loss / static_cast<double>(grad_.num_steps);
   if (scaler_) scaled = scaler_->scale_loss(scaled);
-  for (auto& m : live) m->strategy->before_backward(/*sync=*/!m->skip_sync);
-  scaled.backward();
+  {
+    RECORD_USER_SCOPE(kRangeBackward);
+    for (auto& m : live) m->strategy->before_backward(/*sync=*/!m->skip_sync);
+    scaled.backward();
+  }
+  if (!distributed()) {
+    for (auto& m : live) m->strategy->after_backward();
+    return;
+  }
+  RECORD_USER_SCOPE(kRangeGradientSync);
   for (auto& m : live) m->strategy->after_backward();
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/process_state.hpp"
 #include "tracking/tracking.hpp"
 #include "train/optim.hpp"
+#include "train/profiler.hpp"
 #include "train/verify.hpp"
 
 namespace acc::core {
@@ -53,6 +54,7 @@ class ForwardScope {
   ForwardScope& operator=(const ForwardScope&) = delete;
 
  private:
+  at::RecordFunction range_{at::RecordScope::USER_SCOPE};  // acc::forward, first in and last out
   Strategy* strategy_ = nullptr;  // told when the forward is over (ZeRO-3 frees what evaluation gathered)
   std::optional<AutocastScope> autocast_;
   std::optional<Fp8Scope> fp8_;
@@ -198,6 +200,14 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const std::vector<std::string>& log_with() const { return log_with_; }
   const tracking::TrackerSet* trackers() const { return trackers_.get(); }
 
+  // Accelerate's profile() (train/profiler.hpp), split in three calls made on one thread: profile_begin starts the
+  // profiler with the config's profile_kwargs (checked at creation) or, given JSON, with those ProfileKwargs instead;
+  // profile_step is torch.profiler's step(); profile_end stops it and, with output_trace_dir, writes
+  // profile_<rank>.json there and waits for every process. Returns the file written, or "".
+  void profile_begin(const char* profile_kwargs_json);
+  void profile_step();
+  std::string profile_end();
+
  private:
   // What a checkpoint holds: the prepared objects still alive, in preparation order, and the registered ones.
   struct Prepared {
@@ -245,6 +255,8 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   bool trigger_ = false;
   std::vector<std::string> log_with_;                  // resolved tracker names
   std::unique_ptr<tracking::TrackerSet> trackers_;   // main process, after init_trackers
+  ProfileOptions profile_options_;                     // the config's profile_kwargs
+  std::unique_ptr<Profiler> profiler_;                 // between profile_begin and profile_end
   std::mutex mu_;
 };
 

@@ -60,7 +60,7 @@ extern "C" {
 /** Major version of this header (acc_version() gives the loaded library's). */
 #define ACC_VERSION_MAJOR 1
 /** Minor version of this header. */
-#define ACC_VERSION_MINOR 2
+#define ACC_VERSION_MINOR 3
 /** Patch version of this header. */
 #define ACC_VERSION_PATCH 0
 /** The ABI this header describes; bindings pass it to acc_abi_check at load. It equals the major
@@ -1003,6 +1003,39 @@ ACC_API ACC_NODISCARD acc_status acc_model_save_adapter(const acc_model* model, 
  *  Locks model.
  */
 ACC_API ACC_NODISCARD acc_status acc_model_merge_adapter(acc_model* model) ACC_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Profiling (Accelerate's profile() with ProfileKwargs: LibTorch's Kineto profiler)               */
+
+/**
+ * Accelerate's profile(): starts torch.profiler's Kineto profiler on the calling thread, configured by the
+ * accelerator's "profile_kwargs" or, when `profile_kwargs_json` is not NULL, by that object instead (as
+ * profile(profile_handler) replaces the accelerator's handler): ProfileKwargs' keys "activities" (["cpu"],
+ * ["cuda"] with a CUDA device; null: cpu, and cuda on a CUDA device), "schedule_option" ({"wait", "warmup",
+ * "active", "repeat", "skip_first", "skip_first_wait"}: torch.profiler.schedule), "record_shapes",
+ * "profile_memory", "with_stack", "with_flops", "with_modules", "output_trace_dir" (docs/configuration.md,
+ * "Profiling"). Without a schedule everything until acc_profile_end is recorded; with one, acc_profile_step
+ * ends each step and the schedule picks the recorded ones, each inside a "ProfilerStep#N" range. libacc's
+ * phases are ranges of their own: "acc::data", "acc::forward", "acc::backward", "acc::gradient_sync",
+ * "acc::optimizer_step". A profile already running in this process is ACC_ERR_INVALID_STATE; an unknown
+ * key or a bad value is ACC_ERR_INVALID_CONFIG naming it; an activity this machine lacks ("cuda" without a
+ * CUDA device) is ACC_ERR_UNSUPPORTED naming it. Since 1.3.
+ *  Locks acc. Local. Profiles the calling thread: make the other profile calls, and train, on it.
+ */
+ACC_API ACC_NODISCARD acc_status acc_profile_begin(acc_accelerator* acc, const char* profile_kwargs_json) ACC_NOEXCEPT;
+/** torch.profiler's step(): the current step ends and the next begins; the schedule starts or stops
+ *  recording here. ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's.
+ *  Since 1.3.
+ *  Locks acc. Local. */
+ACC_API ACC_NODISCARD acc_status acc_profile_step(acc_accelerator* acc) ACC_NOEXCEPT;
+/** Ends the profile (the end of Accelerate's `with accelerator.profile()`): recording stops; with
+ *  output_trace_dir (created if missing) the last recorded cycle is written there as the Chrome trace
+ *  `profile_<process index>.json` (atomically), then every process waits for the others (Accelerate's
+ *  wait_for_everyone). A schedule that recorded nothing writes no file and says so on stderr.
+ *  ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's; the profile
+ *  ends even when writing fails. Destroying the accelerator ends a running profile without writing. Since 1.3.
+ *  Locks acc. Collective with output_trace_dir (the wait); local otherwise. */
+ACC_API ACC_NODISCARD acc_status acc_profile_end(acc_accelerator* acc) ACC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

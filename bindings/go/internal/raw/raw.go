@@ -193,6 +193,10 @@ typedef _gostring_ swig_type_160;
 typedef _gostring_ swig_type_161;
 typedef _gostring_ swig_type_162;
 typedef _gostring_ swig_type_163;
+typedef _gostring_ swig_type_164;
+typedef _gostring_ swig_type_165;
+typedef _gostring_ swig_type_166;
+typedef _gostring_ swig_type_167;
 extern void _wrap_Swig_free_raw_8e2f259e9ab311e8(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_8e2f259e9ab311e8(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_8e2f259e9ab311e8(swig_type_1 arg1);
@@ -318,6 +322,9 @@ extern swig_type_156 _wrap_acc_model_add_lora_raw_8e2f259e9ab311e8(uintptr_t arg
 extern swig_type_158 _wrap_acc_model_load_adapter_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_159 arg2, swig_type_160 arg3);
 extern swig_type_161 _wrap_acc_model_save_adapter_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_162 arg2);
 extern swig_type_163 _wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_164 _wrap_acc_profile_begin_raw_8e2f259e9ab311e8(uintptr_t arg1, swig_type_165 arg2);
+extern swig_type_166 _wrap_acc_profile_step_raw_8e2f259e9ab311e8(uintptr_t arg1);
+extern swig_type_167 _wrap_acc_profile_end_raw_8e2f259e9ab311e8(uintptr_t arg1);
 #undef intgo
 */
 import "C"
@@ -447,7 +454,7 @@ func Accx_dlpack_release(arg1 uintptr) {
 }
 
 const ACC_VERSION_MAJOR int = 1
-const ACC_VERSION_MINOR int = 2
+const ACC_VERSION_MINOR int = 3
 const ACC_VERSION_PATCH int = 0
 const ACC_ABI_VERSION int = 1
 const ACC_OK int = 0
@@ -2327,6 +2334,52 @@ func Acc_model_merge_adapter(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	swig_r_p := C._wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_profile_begin(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_acc_profile_begin_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0), *(*C.swig_type_165)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_profile_step(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_profile_step_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_profile_end(arg1 uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	swig_r_p := C._wrap_acc_profile_end_raw_8e2f259e9ab311e8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {

@@ -2963,6 +2963,64 @@ _gostring_ _wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_g
 }
 
 
+_gostring_ _wrap_acc_profile_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  
+  result = (acc_status)acc_profile_begin(arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_profile_step_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  
+  result = (acc_status)acc_profile_step(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_profile_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  
+  result = (acc_status)acc_profile_end(arg1);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -129,7 +129,7 @@ pub struct acc_bytes_list {
     _unused: [u8; 0],
 }
 pub const ACC_VERSION_MAJOR: i32 = 1;
-pub const ACC_VERSION_MINOR: i32 = 2;
+pub const ACC_VERSION_MINOR: i32 = 3;
 pub const ACC_VERSION_PATCH: i32 = 0;
 pub const ACC_ABI_VERSION: i32 = 1;
 pub const ACC_OK: i32 = 0;
@@ -1084,4 +1084,22 @@ extern "C" {
     #[must_use]
     #[doc = " peft's merge_and_unload: adds each LoRA layer's B A * scaling to its base weight, puts trained\n modules_to_save copies in place of the originals and removes the adapter, leaving a plain model\n (acc_model_save_pretrained then writes a transformers checkpoint). Parameters keep their\n requires_grad. A model without an adapter, or a prepared one, is ACC_ERR_INVALID_STATE. Since 1.2.\n  Locks model."]
     pub fn acc_model_merge_adapter(model: *mut acc_model) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Accelerate's profile(): starts torch.profiler's Kineto profiler on the calling thread, configured by the\n accelerator's \"profile_kwargs\" or, when `profile_kwargs_json` is not NULL, by that object instead (as\n profile(profile_handler) replaces the accelerator's handler): ProfileKwargs' keys \"activities\" ([\"cpu\"],\n [\"cuda\"] with a CUDA device; null: cpu, and cuda on a CUDA device), \"schedule_option\" ({\"wait\", \"warmup\",\n \"active\", \"repeat\", \"skip_first\", \"skip_first_wait\"}: torch.profiler.schedule), \"record_shapes\",\n \"profile_memory\", \"with_stack\", \"with_flops\", \"with_modules\", \"output_trace_dir\" (docs/configuration.md,\n \"Profiling\"). Without a schedule everything until acc_profile_end is recorded; with one, acc_profile_step\n ends each step and the schedule picks the recorded ones, each inside a \"ProfilerStep#N\" range. libacc's\n phases are ranges of their own: \"acc::data\", \"acc::forward\", \"acc::backward\", \"acc::gradient_sync\",\n \"acc::optimizer_step\". A profile already running in this process is ACC_ERR_INVALID_STATE; an unknown\n key or a bad value is ACC_ERR_INVALID_CONFIG naming it; an activity this machine lacks (\"cuda\" without a\n CUDA device) is ACC_ERR_UNSUPPORTED naming it. Since 1.3.\n  Locks acc. Local. Profiles the calling thread: make the other profile calls, and train, on it."]
+    pub fn acc_profile_begin(
+        acc: *mut acc_accelerator,
+        profile_kwargs_json: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " torch.profiler's step(): the current step ends and the next begins; the schedule starts or stops\n  recording here. ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's.\n  Since 1.3.\n  Locks acc. Local."]
+    pub fn acc_profile_step(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Ends the profile (the end of Accelerate's `with accelerator.profile()`): recording stops; with\n  output_trace_dir (created if missing) the last recorded cycle is written there as the Chrome trace\n  `profile_<process index>.json` (atomically), then every process waits for the others (Accelerate's\n  wait_for_everyone). A schedule that recorded nothing writes no file and says so on stderr.\n  ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's; the profile\n  ends even when writing fails. Destroying the accelerator ends a running profile without writing. Since 1.3.\n  Locks acc. Collective with output_trace_dir (the wait); local otherwise."]
+    pub fn acc_profile_end(acc: *mut acc_accelerator) -> acc_status;
 }

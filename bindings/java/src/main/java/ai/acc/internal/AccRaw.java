@@ -287,4 +287,10 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_model_merge_adapter(long model) { AccRawJNI.acc_model_merge_adapter(model); }
 
+  public static void acc_profile_begin(long acc, String profile_kwargs_json) { AccRawJNI.acc_profile_begin(acc, profile_kwargs_json); }
+
+  public static void acc_profile_step(long acc) { AccRawJNI.acc_profile_step(acc); }
+
+  public static void acc_profile_end(long acc) { AccRawJNI.acc_profile_end(acc); }
+
 }

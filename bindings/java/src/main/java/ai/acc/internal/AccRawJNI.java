@@ -138,4 +138,7 @@ public class AccRawJNI {
   public final static native void acc_model_load_adapter(long jarg1, String jarg2, String jarg3);
   public final static native void acc_model_save_adapter(long jarg1, String jarg2);
   public final static native void acc_model_merge_adapter(long jarg1);
+  public final static native void acc_profile_begin(long jarg1, String jarg2);
+  public final static native void acc_profile_step(long jarg1);
+  public final static native void acc_profile_end(long jarg1);
 }

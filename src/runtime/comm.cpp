@@ -24,6 +24,7 @@
 
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
+#include "runtime/shm_backend.hpp"
 #include "util/errors.hpp"
 
 namespace acc::core {
@@ -34,6 +35,8 @@ struct Comm::Impl {
   c10::intrusive_ptr<c10d::Store> store;  // the job's (prefixed "acc/default_pg")
   std::chrono::milliseconds timeout{0};
   int cuda_device = -1;
+  bool shm = false;           // CPU collectives through the shared-memory backend (runtime/shm_backend.hpp)
+  std::string cpu_transport;  // what carries them, for people
 };
 
 namespace {
@@ -232,18 +235,25 @@ void wait_for_ranks(c10d::Store& store, const ProcessState& state, std::chrono::
   }
 }
 
-// Gloo for CPU tensors and, with a CUDA device, NCCL for CUDA ones, over `store`.
+// Gloo (or, where every rank is on this machine, the shared-memory backend in front of Gloo) for CPU tensors and,
+// with a CUDA device, NCCL for CUDA ones, over `store`.
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                   int size, const c10::intrusive_ptr<c10d::Backend>& gloo,
-                                                  int cuda_device, std::chrono::milliseconds timeout) {
+                                                  const c10::intrusive_ptr<c10d::Backend>& shm, int cuda_device,
+                                                  std::chrono::milliseconds timeout) {
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
   if (cuda_device >= 0) {
     // As init_process_group(device_id=...) does: backends set after this are bound to the device; the
     // nccl2 backend creates its communicator when bound.
     pg->setBoundDeviceId(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)));
   }
-  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  if (shm) {
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, shm);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+  } else {
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  }
   if (cuda_device >= 0) {
     std::string why;
     const cuda::PluginV1* plugin = cuda::plugin(&why);
@@ -252,6 +262,22 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d:
     pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
   }
   return pg;
+}
+
+// The shared-memory backend where every rank of the group is on this machine (null otherwise; `impl` says which).
+c10::intrusive_ptr<c10d::Backend> shm_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                          const c10::intrusive_ptr<c10d::Backend>& gloo,
+                                          std::chrono::milliseconds timeout, bool* on, std::string* transport) {
+  std::string why;
+  auto shm = collective("joining the process group", [&] {
+    return make_shm_backend(c10::make_intrusive<c10d::PrefixStore>("shm/", store), rank, size, gloo, timeout, &why);
+  });
+  *on = static_cast<bool>(shm);
+  *transport = shm ? "shared memory" : "gloo (" + why + ")";
+  // A segment that could not be made is worth a line: the job runs, slower. Opting out or several machines is not.
+  if (!shm && rank == 0 && why.find("segment") != std::string::npos)
+    std::fprintf(stderr, "libacc: CPU collectives over Gloo: %s\n", why.c_str());
+  return shm;
 }
 
 }  // namespace
@@ -312,7 +338,8 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::mill
   impl->store = store;
   impl->timeout = timeout_ms;
   impl->cuda_device = cuda_device;
-  impl->pg = make_group(store, state.rank, state.world_size, gloo, cuda_device, timeout_ms);
+  auto shm = shm_for(store, state.rank, state.world_size, gloo, timeout_ms, &impl->shm, &impl->cpu_transport);
+  impl->pg = make_group(store, state.rank, state.world_size, gloo, shm, cuda_device, timeout_ms);
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }
 
@@ -333,13 +360,15 @@ std::shared_ptr<Comm> Comm::subgroup(const std::vector<int>& ranks, const std::s
   impl->store = store;
   impl->timeout = impl_->timeout;
   impl->cuda_device = impl_->cuda_device;
-  impl->pg = make_group(store, rank, size, gloo, impl_->cuda_device, impl_->timeout);
+  auto shm = shm_for(store, rank, size, gloo, impl_->timeout, &impl->shm, &impl->cpu_transport);
+  impl->pg = make_group(store, rank, size, gloo, shm, impl_->cuda_device, impl_->timeout);
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }
 
 int Comm::rank() const { return impl_->state.rank; }
 int Comm::size() const { return impl_->state.world_size; }
 
+const std::string& Comm::cpu_transport() const { return impl_->cpu_transport; }
 void Comm::all_reduce(at::Tensor& t, ReduceOp op) {
   if (t.scalar_type() == at::kBool) {
     at::Tensor b = t.to(at::kByte);
@@ -393,7 +422,7 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
 }
 
 std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in) {
-  if (in.is_cuda())
+  if (in.is_cuda() || impl_->shm)
     return std::make_unique<C10dWork>(
         "reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->reduce_scatter_single(out, in); }));
   std::vector<at::Tensor> v{in};
@@ -406,7 +435,7 @@ std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at:
 void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_async(out, in)->wait(); }
 
 std::unique_ptr<PendingWork> Comm::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
-  if (in.is_cuda())
+  if (in.is_cuda() || impl_->shm)
     return std::make_unique<C10dWork>(
         "all_gather", collective("all_gather", [&] { return impl_->pg->all_gather_single(out, in); }));
   // Gloo's all-gather receives into a temporary as large as `out`, held until its work is destroyed (for a prefetch,

@@ -1,5 +1,6 @@
-// Collectives over one c10d process group (TCPStore rendezvous): Gloo for CPU tensors and, when the
-// job trains on CUDA, NCCL (from the CUDA plugin) for CUDA tensors; c10d routes each call by device.
+// Collectives over one c10d process group (TCPStore rendezvous): Gloo for CPU tensors (behind the shared-memory
+// backend of runtime/shm_backend.hpp where every rank of the group is on this machine) and, when the job trains on
+// CUDA, NCCL (from the CUDA plugin) for CUDA tensors; c10d routes each call by device.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -37,6 +38,8 @@ class Comm {
   // torch.distributed.new_group: every member calls it with the same ranks and `tag`, which names the group's
   // rendezvous keys (distinct for every group made in a job).
   std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) const;
+  // What carries this group's CPU collectives: "shared memory", or "gloo (why not shared memory)".
+  const std::string& cpu_transport() const;
   void all_reduce(at::Tensor& t, ReduceOp op);
   std::unique_ptr<PendingWork> all_reduce_sum_async(at::Tensor& t);
   // Concatenation along dim 0 of every rank's tensor, in rank order; dim-0 sizes may differ.

@@ -167,6 +167,58 @@ def case_stalled_peer():
     expect("all_reduce failed" in out, "the message names the collective", out)
 
 
+def shm_segments():
+    """Our shared-memory segments now in /dev/shm (runtime/shm_backend.cpp names them acc-shm-PID-RANDOM)."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("acc-shm-")}
+    except FileNotFoundError:
+        return set()
+
+
+def case_shm():
+    """The shared-memory CPU collectives against Gloo (mp_shm equal): 2 ranks bit for bit, 3 within (n-1)
+    roundings; small step buffers (many steps, odd splits) and the default ones. Nothing left in /dev/shm."""
+    before = shm_segments()
+    for n, slot in ((2, "4096"), (3, "4096"), (2, None)):
+        env = {"ACC_SHM_SLOT_BYTES": slot} if slot else {}
+        p, seconds = launch(n, "equal", 60, timeout=400, env_extra=env)
+        out = p.stdout + p.stderr
+        expect(p.returncode == 0 and out.count(" 0 failed") == n, f"{n} ranks, step buffers {slot or 'default'}: "
+               f"every operation as Gloo's ({seconds:.1f} s)", out[-4000:])
+        expect(re.search(r"rank 0: [1-9]\d* passed", out) is not None, f"{n} ranks ran checks", out[-2000:])
+    expect(shm_segments() == before, "nothing left in /dev/shm", str(shm_segments() - before))
+
+
+def case_shm_dead_rank():
+    """A rank SIGKILLed in the middle of shared-memory all-reduces: the others fail at once (not at the 60 s
+    timeout) naming it, and nothing is left in /dev/shm. The processes are started directly: the launcher would end
+    the others itself. Rank 1 stays a zombie (not reaped) while rank 0 waits: it counts as dead."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    before = shm_segments()
+    world = 3
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   ACC_CONFIG_FILE="none")
+        procs.append(subprocess.Popen([WORKER, "die", "60"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    start = time.monotonic()
+    for rank in (0, 2):
+        out, _ = procs[rank].communicate(timeout=90)
+        seconds = time.monotonic() - start
+        expect(procs[rank].returncode == 0 and "CAUGHT" in out, f"rank {rank} fails in the collective", out)
+        expect(re.search(r"rank 1 \(pid \d+\) died", out) is not None or "rank 1 gave up" in out or
+               ("rank 0 gave up" in out and "rank 1 (pid" in out), f"rank {rank}'s error names rank 1", out)
+        expect(seconds < 20, f"rank {rank} failed within 20 s, not at the 60 s timeout ({seconds:.1f} s)")
+    procs[1].wait(timeout=30)
+    expect(procs[1].returncode == -signal.SIGKILL, "rank 1 was killed", str(procs[1].returncode))
+    expect(shm_segments() == before, "nothing left in /dev/shm", str(shm_segments() - before))
+
+
 def case_debug_mode():
     """Debug mode (Accelerate's verify_operation), switched on by the launcher's --debug (ACCELERATE_DEBUG_MODE):
     matching collectives work, and each mismatch fails on every rank with the same ACC_ERR_DISTRIBUTED message naming

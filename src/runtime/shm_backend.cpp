@@ -1,0 +1,733 @@
+#include "runtime/shm_backend.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+namespace acc::core {
+
+bool shm_collectives_enabled() {
+  const char* v = std::getenv("ACC_SHM_COLLECTIVES");
+  if (!v || !*v) return true;
+  std::string s(v);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  throw std::invalid_argument("ACC_SHM_COLLECTIVES='" + std::string(v) + "': expected 1/true/on or 0/false/off");
+}
+
+namespace {
+
+constexpr uint64_t kMagic = 0x61636373686d3031;  // "accshm01"
+constexpr size_t kPage = 4096;
+
+// One rank's control block, a cache line of its own (the others poll it).
+struct alignas(64) RankCtl {
+  std::atomic<uint32_t> seq;       // steps this rank has posted (its data for step seq-1 is in its buffer)
+  std::atomic<uint32_t> sleepers;  // peers in a futex wait on seq: the poster wakes them only if there are any
+  std::atomic<int32_t> pid;
+  // What the step of each parity belongs to (op, dtype, elements): ranks in different collectives fail naming
+  // both instead of mixing their data. Written before seq is posted, read after.
+  uint64_t what[2];
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+struct Header {
+  uint64_t magic;
+  uint32_t world;
+  uint32_t pad;
+  uint64_t slot_bytes;
+  // A rank that gave up (timeout, a dead peer) sets this to its rank + 1 and its reason, and wakes everyone: the
+  // others fail at once instead of at their own timeout.
+  std::atomic<int32_t> abandoned_by;
+  char reason[244];
+};
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Bytes of each rank's two step buffers: 4 MiB (a few steps per DDP bucket), less for large groups, so that the
+// whole segment stays within 64 MiB of /dev/shm. ACC_SHM_SLOT_BYTES overrides (tests: small slots, many steps).
+size_t slot_bytes_for(int size) {
+  size_t slot = std::min<size_t>(4u << 20, std::max<size_t>(64u << 10, (64u << 20) / (2 * size)));
+  if (const char* v = std::getenv("ACC_SHM_SLOT_BYTES"); v && *v) {
+    const long long n = std::atoll(v);
+    if (n < 64 || n > (1ll << 30))
+      throw std::invalid_argument("ACC_SHM_SLOT_BYTES='" + std::string(v) + "': expected 64 to 1073741824");
+    slot = static_cast<size_t>(n);
+  }
+  return round_up(slot, 64);
+}
+
+size_t ctl_offset() { return round_up(sizeof(Header), 64); }
+size_t data_offset(int size) { return round_up(ctl_offset() + sizeof(RankCtl) * size, kPage); }
+size_t segment_bytes(int size, size_t slot) { return data_offset(size) + 2 * slot * size; }
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+// Whether process `pid` still runs: gone, or a zombie not yet reaped by its parent, is dead.
+bool process_alive(int pid) {
+  if (pid <= 0) return true;  // not known yet
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return false;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+  const char state = line[paren + 2];
+  return state != 'Z' && state != 'X' && state != 'x';
+}
+
+// What makes two processes able to share this transport: the same boot of the same machine, the same /dev/shm
+// (mount namespace) and the same process ids (pid namespace, for the liveness checks).
+std::string machine_identity() {
+  auto read_first_line = [](const char* path) {
+    std::ifstream f(path);
+    std::string s;
+    std::getline(f, s);
+    return s;
+  };
+  auto ns = [](const char* path) {
+    struct stat st{};
+    return ::stat(path, &st) == 0 ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : std::string("?");
+  };
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + "|" + read_first_line("/proc/sys/kernel/random/boot_id") + "|" + ns("/proc/self/ns/mnt") +
+         "|" + ns("/proc/self/ns/pid");
+}
+
+std::string to_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::vector<uint8_t> to_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+bool shm_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+enum class Fold { Sum, Max, Min };
+
+bool shm_reduce(const c10d::ReduceOp& op, Fold* fold, bool* mean) {
+  *mean = false;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: *fold = Fold::Sum; return true;
+    case c10d::ReduceOp::AVG: *fold = Fold::Sum; *mean = true; return true;
+    case c10d::ReduceOp::MAX: *fold = Fold::Max; return true;
+    case c10d::ReduceOp::MIN: *fold = Fold::Min; return true;
+    default: return false;
+  }
+}
+
+// out = in[0] (op) in[1] (op) ... in rank order, each step rounded to the dtype (at::add of two bfloat16 tensors
+// adds in float32 and rounds once, as c10::BFloat16's operator+ in Gloo's sum does).
+void fold_into(at::Tensor& out, const std::vector<at::Tensor>& in, Fold op) {
+  if (in.size() == 1) {
+    out.copy_(in[0]);
+    return;
+  }
+  switch (op) {
+    case Fold::Sum: at::add_out(out, in[0], in[1]); break;
+    case Fold::Max: at::maximum_out(out, in[0], in[1]); break;
+    case Fold::Min: at::minimum_out(out, in[0], in[1]); break;
+  }
+  for (size_t j = 2; j < in.size(); ++j) {
+    switch (op) {
+      case Fold::Sum: out.add_(in[j]); break;
+      case Fold::Max: at::maximum_out(out, out, in[j]); break;
+      case Fold::Min: at::minimum_out(out, out, in[j]); break;
+    }
+  }
+}
+
+void finish_mean(at::Tensor& t, int size) {
+  if (at::isFloatingType(t.scalar_type()))
+    t.div_(size);
+  else
+    t.copy_(at::div(t, size, "trunc"));
+}
+
+// A collective already done (caller's thread) or done later by the backend's thread.
+class ShmWork final : public c10d::Work {
+ public:
+  ShmWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)) {}
+  void complete(std::exception_ptr e) { finish(std::move(e)); }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    auto f = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    wait();
+    f->markCompleted(c10::IValue(outputs_));
+    return f;
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+};
+
+class ShmBackend final : public c10d::Backend {
+ public:
+  ShmBackend(int rank, int size, void* base, size_t bytes, c10::intrusive_ptr<c10d::Backend> gloo,
+             std::chrono::milliseconds timeout)
+      : c10d::Backend(rank, size), base_(static_cast<char*>(base)), bytes_(bytes), gloo_(std::move(gloo)),
+        timeout_(timeout) {
+    header_ = reinterpret_cast<Header*>(base_);
+    ctl_ = reinterpret_cast<RankCtl*>(base_ + ctl_offset());
+    data_ = base_ + data_offset(size);
+    slot_ = header_->slot_bytes;
+    if (const char* v = std::getenv("ACC_SHM_THREAD"); v && *v && std::strcmp(v, "0") != 0)
+      worker_ = std::thread([this] { run_queue(); });
+  }
+
+  ~ShmBackend() override {
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        stopping_ = true;
+      }
+      queue_cv_.notify_all();
+      worker_.join();
+    }
+    ::munmap(base_, bytes_);
+  }
+
+  const std::string getBackendName() const override { return "acc-shm"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    Fold fold;
+    bool mean;
+    if (tensors.size() != 1 || !ours(tensors[0]) || !shm_reduce(opts.reduceOp, &fold, &mean))
+      return gloo_->allreduce(tensors, opts);
+    at::Tensor t = tensors[0];
+    return submit(c10d::OpType::ALLREDUCE, {t}, [this, t, fold, mean]() mutable {
+      in_place(t, [&](at::Tensor& c) {
+        do_allreduce(c, fold);
+        if (mean) finish_mean(c, size_);
+      });
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& out, at::Tensor& in,
+                                                       const c10d::ReduceScatterOptions& opts) override {
+    Fold fold;
+    bool mean;
+    if (!ours(out) || !ours(in) || !shm_reduce(opts.reduceOp, &fold, &mean))
+      return gloo_->reduce_scatter_single(out, in, opts);
+    if (in.numel() != out.numel() * size_ || in.scalar_type() != out.scalar_type())
+      throw std::invalid_argument("reduce_scatter: the input must hold size() times the output's elements, same dtype");
+    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, fold, mean]() mutable {
+      in_place(out, [&](at::Tensor& o) {
+        do_reduce_scatter(o, in.contiguous(), fold);
+        if (mean) finish_mean(o, size_);
+      });
+    });
+  }
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    return reduce_scatter_single(out, in, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    return coalesced(outs, ins, [&](at::Tensor& o, at::Tensor& i) { return reduce_scatter_single(o, i, opts); });
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    return reduce_scatter_single_coalesced(outs, ins, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outs,
+                                                std::vector<std::vector<at::Tensor>>& ins,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    return gloo_->reduce_scatter(outs, ins, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
+                                                   const c10d::AllgatherOptions& opts) override {
+    if (!ours(out) || !ours(in)) return gloo_->all_gather_single(out, in, opts);
+    if (out.numel() != in.numel() * size_ || in.scalar_type() != out.scalar_type())
+      throw std::invalid_argument("all_gather: the output must hold size() times the input's elements, same dtype");
+    return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [this, out, in]() mutable {
+      in_place(out, [&](at::Tensor& o) { do_allgather(o, in.contiguous()); });
+    });
+  }
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions& opts) override {
+    return all_gather_single(out, in, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(std::vector<at::Tensor>& outs,
+                                                             std::vector<at::Tensor>& ins,
+                                                             const c10d::AllgatherOptions& opts) override {
+    return coalesced(outs, ins, [&](at::Tensor& o, at::Tensor& i) { return all_gather_single(o, i, opts); });
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::AllgatherOptions& opts) override {
+    return all_gather_single_coalesced(outs, ins, opts);
+  }
+  // One input, one output per rank of the same shape and dtype: the gathered tensor, split.
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                           const c10d::AllgatherOptions& opts) override {
+    bool same = ins.size() == 1 && outs.size() == 1 && static_cast<int>(outs[0].size()) == size_ && ours(ins[0]);
+    for (size_t r = 0; same && r < outs[0].size(); ++r)
+      same = ours(outs[0][r]) && outs[0][r].numel() == ins[0].numel() && outs[0][r].scalar_type() == ins[0].scalar_type();
+    if (!same) return gloo_->allgather(outs, ins, opts);
+    std::vector<at::Tensor> parts = outs[0];
+    at::Tensor in = ins[0];
+    return submit(c10d::OpType::ALLGATHER, parts, [this, parts, in]() mutable {
+      at::Tensor all = at::empty({in.numel() * size_}, in.options());
+      do_allgather(all, in.contiguous());
+      for (int r = 0; r < size_; ++r) parts[r].copy_(all.narrow(0, r * in.numel(), in.numel()).view(parts[r].sizes()));
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    if (tensors.size() != 1 || !ours(tensors[0]) || opts.rootRank < 0 || opts.rootRank >= size_)
+      return gloo_->broadcast(tensors, opts);
+    at::Tensor t = tensors[0];
+    const int root = static_cast<int>(opts.rootRank);
+    return submit(c10d::OpType::BROADCAST, {t}, [this, t, root]() mutable {
+      in_place(t, [&](at::Tensor& c) { do_broadcast(c, root); });
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return submit(c10d::OpType::BARRIER, {}, [this] { step(uint64_t{kBarrier} << 56, nullptr, nullptr); });
+  }
+
+  // The rest: Gloo.
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                     const c10d::AllreduceCoalescedOptions& o) override {
+    return gloo_->allreduce_coalesced(t, o);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) override {
+    return gloo_->reduce(t, o);
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
+                                                     std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) override {
+    return gloo_->allgather_coalesced(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
+                                        const c10d::GatherOptions& o) override {
+    return gloo_->gather(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+                                         const c10d::ScatterOptions& o) override {
+    return gloo_->scatter(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& os,
+                                               std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
+    return gloo_->alltoall_base(out, in, os, is, o);
+  }
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& os,
+                                                   std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
+    return gloo_->alltoall_base(out, in, os, is, o);
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                          const c10d::AllToAllOptions& o) override {
+    return gloo_->alltoall(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dst, int tag) override {
+    return gloo_->send(t, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int src, int tag) override {
+    return gloo_->recv(t, src, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override {
+    return gloo_->recvAnysource(t, tag);
+  }
+  void monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all) override { gloo_->monitoredBarrier(o, wait_all); }
+
+ private:
+  // Dense CPU tensors of the dtypes folded here; every rank decides alike from the call alone.
+  static bool ours(const at::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && shm_dtype(t.scalar_type());
+  }
+
+  // Runs `f` on a contiguous tensor that is `t` itself or a copy written back after.
+  template <class F>
+  static void in_place(at::Tensor& t, F&& f) {
+    if (t.is_contiguous()) {
+      at::Tensor flat = t.view({-1});
+      f(flat);
+      return;
+    }
+    at::Tensor c = t.contiguous().view({-1});
+    f(c);
+    t.copy_(c.view(t.sizes()));
+  }
+
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins, F&& one) {
+    if (outs.size() != ins.size()) throw std::invalid_argument("coalesced collective: as many outputs as inputs");
+    // Works complete in call order (one channel, and a failure fails every later one): the last says for all.
+    c10::intrusive_ptr<c10d::Work> last;
+    for (size_t i = 0; i < outs.size(); ++i) last = one(outs[i], ins[i]);
+    if (!last) return submit(c10d::OpType::COALESCED, {}, [] {});
+    return last;
+  }
+
+  // The caller's thread runs `job` now; with ACC_SHM_THREAD=1 the backend's thread runs it, in call order.
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> job) {
+    auto work = c10::make_intrusive<ShmWork>(rank_, type, std::move(outputs));
+    if (!worker_.joinable()) {
+      run_one(job);  // throws
+      work->complete(nullptr);
+      return work;
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queue_.emplace_back(work, std::move(job));
+    }
+    queue_cv_.notify_one();
+    return work;
+  }
+
+  void run_one(const std::function<void()>& job) {
+    if (!failed_.empty()) throw std::runtime_error("shared-memory collectives stopped after an earlier failure: " + failed_);
+    try {
+      job();
+    } catch (const std::exception& e) {
+      if (failed_.empty()) failed_ = e.what();
+      abandon(e.what());
+      throw;
+    }
+  }
+
+  void run_queue() {
+    for (;;) {
+      std::pair<c10::intrusive_ptr<ShmWork>, std::function<void()>> item;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      try {
+        run_one(item.second);
+        item.first->complete(nullptr);
+      } catch (...) {
+        item.first->complete(std::current_exception());
+      }
+    }
+  }
+
+  char* buffer(int r, uint32_t step) const { return data_ + (static_cast<size_t>(r) * 2 + (step & 1)) * slot_; }
+
+  // One step of every collective: write this rank's part into its buffer, post the step, wait until every rank
+  // has posted it, read. A rank's buffer alternates between two halves: before rank r writes half h again (two
+  // steps later), every rank has posted the step in between, so has finished reading half h.
+  void step(uint64_t what, const std::function<void(char*)>& fill, const std::function<void(uint32_t)>& read) {
+    const uint32_t k = step_++;
+    if (fill) fill(buffer(rank_, k));
+    RankCtl& me = ctl_[rank_];
+    me.what[k & 1] = what;
+    me.seq.store(k + 1, std::memory_order_seq_cst);
+    if (me.sleepers.load(std::memory_order_seq_cst) > 0) futex(&me.seq, FUTEX_WAKE, INT32_MAX, nullptr);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      wait_for(r, k + 1);
+      if (ctl_[r].what[k & 1] != what)
+        throw std::runtime_error("rank " + std::to_string(r) + " is in another collective (" +
+                                 describe(ctl_[r].what[k & 1]) + ") than rank " + std::to_string(rank_) + " (" +
+                                 describe(what) + ")");
+    }
+    if (read) read(k);
+  }
+
+  // A collective's signature: what, of which dtype, how many elements (the same on every rank).
+  enum What : uint64_t { kAllreduce = 1, kReduceScatter, kAllgather, kBroadcast, kBarrier };
+  static uint64_t signature(What op, const at::Tensor& t) {
+    return (static_cast<uint64_t>(op) << 56) | (static_cast<uint64_t>(t.scalar_type()) << 48) |
+           (static_cast<uint64_t>(t.numel()) & ((uint64_t{1} << 48) - 1));
+  }
+  static std::string describe(uint64_t what) {
+    static const char* names[] = {"?", "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
+    const uint64_t op = what >> 56;
+    if (op == kBarrier) return "barrier";
+    return std::string(op < 6 ? names[op] : "?") + " of " + std::to_string(what & ((uint64_t{1} << 48) - 1)) + " " +
+           c10::toString(static_cast<at::ScalarType>((what >> 48) & 0xff));
+  }
+
+  static bool reached(uint32_t seq, uint32_t target) { return static_cast<int32_t>(seq - target) >= 0; }
+
+  void wait_for(int r, uint32_t target) {
+    RankCtl& peer = ctl_[r];
+    if (reached(peer.seq.load(std::memory_order_acquire), target)) return;
+    const auto start = std::chrono::steady_clock::now();
+    // A short spin: a peer a few microseconds behind answers without a system call.
+    for (int i = 0; i < 4000; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if (reached(peer.seq.load(std::memory_order_acquire), target)) return;
+    }
+    const timespec slice{0, 20 * 1000 * 1000};  // 20 ms: how often a sleeping rank checks its peers
+    for (;;) {
+      peer.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t seen = peer.seq.load(std::memory_order_seq_cst);
+      if (!reached(seen, target)) futex(&peer.seq, FUTEX_WAIT, seen, &slice);
+      peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (reached(peer.seq.load(std::memory_order_acquire), target)) return;
+      if (const int by = header_->abandoned_by.load(std::memory_order_acquire); by > 0 && by - 1 != rank_) {
+        char reason[sizeof header_->reason + 1] = {};
+        std::memcpy(reason, header_->reason, sizeof header_->reason);
+        throw std::runtime_error("rank " + std::to_string(by - 1) + " gave up the collective: " + reason);
+      }
+      if (!process_alive(peer.pid.load(std::memory_order_relaxed)))
+        throw std::runtime_error("rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid.load()) +
+                                 ") died during the collective (shared-memory transport, rank " +
+                                 std::to_string(rank_) + ")");
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= timeout_)
+        throw std::runtime_error("timed out after " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                                 " ms waiting for rank " + std::to_string(r) + " (shared-memory transport, rank " +
+                                 std::to_string(rank_) + ")");
+    }
+  }
+
+  // Tells the peers this rank gave up (the first reason only), and wakes them.
+  void abandon(const std::string& why) {
+    int32_t none = 0;
+    if (header_->abandoned_by.load() == 0) {
+      std::snprintf(header_->reason, sizeof header_->reason, "%s", why.c_str());
+      header_->abandoned_by.compare_exchange_strong(none, rank_ + 1);
+    }
+    for (int r = 0; r < size_; ++r) futex(&ctl_[r].seq, FUTEX_WAKE, INT32_MAX, nullptr);
+  }
+
+  std::vector<at::Tensor> peers_view(uint32_t k, size_t offset_bytes, int64_t n, at::ScalarType dtype) const {
+    std::vector<at::Tensor> v;
+    for (int r = 0; r < size_; ++r)
+      v.push_back(at::from_blob(buffer(r, k) + offset_bytes, {n}, at::TensorOptions().dtype(dtype)));
+    return v;
+  }
+
+  void do_allreduce(at::Tensor& t, Fold fold) {
+    const size_t esz = t.element_size();
+    const int64_t per_step = static_cast<int64_t>(slot_ / esz);
+    char* p = static_cast<char*>(t.data_ptr());
+    const uint64_t what = signature(kAllreduce, t);
+    for (int64_t off = 0; off < t.numel(); off += per_step) {
+      const int64_t n = std::min(per_step, t.numel() - off);
+      step(what, [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); },
+           [&](uint32_t k) {
+             at::Tensor out = t.narrow(0, off, n);
+             fold_into(out, peers_view(k, 0, n, t.scalar_type()), fold);
+           });
+    }
+    if (t.numel() == 0) step(what, nullptr, nullptr);
+  }
+
+  // Rank r's `out` = fold over ranks of their `in`'s slice r; each step carries one piece of every slice.
+  void do_reduce_scatter(at::Tensor& out, const at::Tensor& in, Fold fold) {
+    const size_t esz = out.element_size();
+    const int64_t count = out.numel();
+    const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(slot_ / esz / size_));
+    const char* src = static_cast<const char*>(in.data_ptr());
+    const uint64_t what = signature(kReduceScatter, out);
+    for (int64_t off = 0; off < count; off += per_step) {
+      const int64_t n = std::min(per_step, count - off);
+      step(what,
+           [&](char* mine) {
+             for (int d = 0; d < size_; ++d) std::memcpy(mine + d * n * esz, src + (d * count + off) * esz, n * esz);
+           },
+           [&](uint32_t k) {
+             at::Tensor o = out.narrow(0, off, n);
+             fold_into(o, peers_view(k, static_cast<size_t>(rank_) * n * esz, n, out.scalar_type()), fold);
+           });
+    }
+    if (count == 0) step(what, nullptr, nullptr);
+  }
+
+  void do_allgather(at::Tensor& out, const at::Tensor& in) {
+    const size_t esz = in.element_size();
+    const int64_t count = in.numel();
+    const int64_t per_step = static_cast<int64_t>(slot_ / esz);
+    const char* src = static_cast<const char*>(in.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    const uint64_t what = signature(kAllgather, in);
+    for (int64_t off = 0; off < count; off += per_step) {
+      const int64_t n = std::min(per_step, count - off);
+      step(what, [&](char* mine) { std::memcpy(mine, src + off * esz, n * esz); },
+           [&](uint32_t k) {
+             for (int r = 0; r < size_; ++r) std::memcpy(dst + (r * count + off) * esz, buffer(r, k), n * esz);
+           });
+    }
+    if (count == 0) step(what, nullptr, nullptr);
+  }
+
+  void do_broadcast(at::Tensor& t, int root) {
+    const size_t esz = t.element_size();
+    const int64_t per_step = static_cast<int64_t>(slot_ / esz);
+    char* p = static_cast<char*>(t.data_ptr());
+    const uint64_t what = signature(kBroadcast, t);
+    for (int64_t off = 0; off < t.numel(); off += per_step) {
+      const int64_t n = std::min(per_step, t.numel() - off);
+      std::function<void(char*)> fill;
+      if (rank_ == root) fill = [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); };
+      step(what, fill, [&](uint32_t k) {
+        if (rank_ != root) std::memcpy(p + off * esz, buffer(root, k), n * esz);
+      });
+    }
+    if (t.numel() == 0) step(what, nullptr, nullptr);
+  }
+
+  char* base_;
+  size_t bytes_;
+  Header* header_;
+  RankCtl* ctl_;
+  char* data_;
+  size_t slot_;
+  uint32_t step_ = 0;
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+  std::chrono::milliseconds timeout_;
+  std::string failed_;
+  std::thread worker_;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::pair<c10::intrusive_ptr<ShmWork>, std::function<void()>>> queue_;
+  bool stopping_ = false;
+};
+
+// Blocks until every key is in the store (its own timeout).
+std::vector<std::string> wait_all(c10d::Store& store, const std::string& prefix, int size,
+                                  std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+  store.wait(keys, timeout);
+  std::vector<std::string> values;
+  for (const auto& k : keys) values.push_back(to_string(store.get(k)));
+  return values;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                   const c10::intrusive_ptr<c10d::Backend>& gloo,
+                                                   std::chrono::milliseconds timeout, std::string* why) {
+  // 1. Who can share a segment: every rank says where it runs (or that it opted out).
+  const bool enabled = shm_collectives_enabled();
+  store->set("shm/where/" + std::to_string(rank), to_bytes(enabled ? machine_identity() : std::string("off")));
+  const auto where = wait_all(*store, "shm/where/", size, timeout);
+  for (int r = 0; r < size; ++r) {
+    if (where[r] == "off") {
+      *why = "rank " + std::to_string(r) + " set ACC_SHM_COLLECTIVES=0";
+      return {};
+    }
+    if (where[r] != where[0]) {
+      *why = "rank " + std::to_string(r) + " is not on rank 0's machine (" + where[r].substr(0, where[r].find('|')) +
+             " vs " + where[0].substr(0, where[0].find('|')) + ")";
+      return {};
+    }
+  }
+  // 2. Rank 0 makes the segment and names it; the others map it; everyone says whether it could.
+  const size_t slot = slot_bytes_for(size);
+  const size_t bytes = segment_bytes(size, slot);
+  std::string name;
+  std::string mine = "ok";
+  void* base = MAP_FAILED;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device rd;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "/acc-shm-%d-%08x%08x", static_cast<int>(::getpid()), rd(), rd());
+    name = buf;
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    int err = fd < 0 ? errno : 0;
+    // Reserve the pages now: a /dev/shm too small fails here, not as SIGBUS in a collective.
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) err = errno;
+    if (fd >= 0 && !err) err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (!err) {
+      base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) err = errno;
+    }
+    if (err) {
+      mine = "cannot make a " + std::to_string(bytes >> 20) + " MiB segment in /dev/shm: " + std::strerror(err);
+      if (fd >= 0) ::shm_unlink(name.c_str());
+      name.clear();
+    } else {
+      auto* h = new (base) Header{};
+      h->magic = kMagic;
+      h->world = static_cast<uint32_t>(size);
+      h->slot_bytes = slot;
+      for (int r = 0; r < size; ++r) new (static_cast<char*>(base) + ctl_offset() + r * sizeof(RankCtl)) RankCtl{};
+    }
+    store->set("shm/name", to_bytes(name.empty() ? std::string("-") : name));
+  } else {
+    store->wait({"shm/name"}, timeout);
+    name = to_string(store->get("shm/name"));
+    if (name == "-") {
+      mine = "rank 0 could not make the segment";
+      name.clear();
+    } else {
+      fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        mine = std::string("cannot open rank 0's segment: ") + std::strerror(errno);
+      } else {
+        base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
+        else if (static_cast<Header*>(base)->magic != kMagic || static_cast<Header*>(base)->world != static_cast<uint32_t>(size) ||
+                 static_cast<Header*>(base)->slot_bytes != slot)
+          mine = "rank 0's segment has another layout (ACC_SHM_SLOT_BYTES differs between ranks?)";
+      }
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  if (base != MAP_FAILED && mine == "ok")
+    reinterpret_cast<RankCtl*>(static_cast<char*>(base) + ctl_offset())[rank].pid.store(static_cast<int32_t>(::getpid()));
+  store->set("shm/mapped/" + std::to_string(rank), to_bytes(mine));
+  std::vector<std::string> mapped;
+  try {
+    mapped = wait_all(*store, "shm/mapped/", size, timeout);
+  } catch (...) {
+    if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+    throw;
+  }
+  // 3. Everyone has mapped it (or failed to): nothing needs the name any more.
+  if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
+  for (int r = 0; r < size; ++r) {
+    if (mapped[r] != "ok") {
+      *why = "rank " + std::to_string(r) + ": " + mapped[r];
+      if (base != MAP_FAILED) ::munmap(base, bytes);
+      return {};
+    }
+  }
+  return c10::make_intrusive<ShmBackend>(rank, size, base, bytes, gloo, timeout);
+}
+
+}  // namespace acc::core

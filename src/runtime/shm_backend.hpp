@@ -1,0 +1,37 @@
+// Collectives among the processes of one machine through a shared-memory segment, as a c10d Backend for CPU
+// tensors beside Gloo: the gradient all-reduce of a one-machine CPU job no longer goes through the kernel's TCP
+// stack on the cores that compute. (PyTorch's wheel has no MPI, UCC or oneCCL backend; docs/distributed.md.)
+//
+// What it does itself, on contiguous or not CPU tensors of float32/64, float16, bfloat16 and the integer types:
+// allreduce (SUM, AVG, MAX, MIN), reduce_scatter_single / _reduce_scatter_base (and their coalesced lists),
+// all_gather_single / _allgather_base (and coalesced), allgather of one tensor into a list, broadcast, barrier.
+// Everything else (other reduce ops or dtypes, several tensors per call, gather, scatter, all-to-all, send/recv)
+// goes to the Gloo backend it was given. Sums are a left fold in rank order ((x0 + x1) + x2) + ..., rounded to the
+// tensor's dtype after every addition as Gloo does: for 2 ranks Gloo's result bit for bit; for 3 or more Gloo's
+// ring adds in another order per chunk (within (n-1) roundings of each other).
+//
+// The segment: rank 0 creates it (shm_open, a random name), every rank maps it, and rank 0 unlinks it as soon as
+// every rank has, so nothing is left in /dev/shm even if a process is killed later. Ranks meet through one atomic
+// step counter each (a short spin, then a futex sleep, so a waiting rank does not take a core from computation).
+// A waiting rank gives up at the group's timeout, when a peer's process is gone, or when a peer gave up, naming it.
+#pragma once
+#include <chrono>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace acc::core {
+
+// ACC_SHM_COLLECTIVES: unset, 1/true/on (the default): shared memory where every rank of a group is on this
+// machine; 0/false/off: Gloo. Throws std::invalid_argument naming the variable for another value.
+bool shm_collectives_enabled();
+
+// The shared-memory backend of a group, or null where it cannot serve: the ranks are not all on one machine (or
+// do not share /dev/shm and process ids), a rank set ACC_SHM_COLLECTIVES=0, or the segment could not be made
+// (`why` says which). Collective over `store` (the group's): every rank gets the same answer. `gloo` does the rest.
+c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                   const c10::intrusive_ptr<c10d::Backend>& gloo,
+                                                   std::chrono::milliseconds timeout, std::string* why);
+
+}  // namespace acc::core

@@ -291,6 +291,80 @@ def case_named():
                    p.stdout + p.stderr)
 
 
+PROFILE_RANGES = ("acc::data", "acc::forward", "acc::backward", "acc::gradient_sync", "acc::optimizer_step")
+
+
+def check_trace(path, rank, recorded, steps, memory):
+    """One rank's Chrome trace: valid JSON, aten:: events, a ProfilerStep#N marker for exactly the `recorded` steps
+    (None: no schedule, so no markers and every one of `steps` steps recorded) and each of libacc's ranges once per
+    recorded step, inside its marker."""
+    with open(path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"]
+    what = f"rank {rank}'s trace"
+    expect(trace.get("traceName", "").endswith(f"profile_{rank}.json"), f"{what} names its file",
+           trace.get("traceName"))
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("name", "").startswith("aten::")]
+    expect(len(ops) > 0, f"{what} has aten:: events")
+    expect(any("Input Dims" in e.get("args", {}) for e in ops), f"{what}: record_shapes gives the input shapes")
+    expect(any(e.get("name") == "[memory]" for e in events) == memory, f"{what}: [memory] events iff profile_memory")
+    spans = [e for e in events if e.get("ph") == "X"]
+    markers = {int(e["name"][len("ProfilerStep#"):]): e for e in spans if e["name"].startswith("ProfilerStep#")}
+    if recorded is None:
+        expect(not markers, f"{what}: no step markers without a schedule", str(sorted(markers)))
+        n = steps
+    else:
+        expect(sorted(markers) == recorded, f"{what}: the schedule's recorded steps are {recorded}", str(sorted(markers)))
+        n = len(recorded)
+    for name in PROFILE_RANGES:
+        found = [e for e in spans if e["name"] == name]
+        expect(len(found) == n, f"{what}: {name} once per recorded step ({n})", f"{len(found)} found")
+        for e in found:
+            inside = [s for s, m in markers.items()
+                      if m["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= m["ts"] + m["dur"] + 1e-3]
+            expect(recorded is None or len(inside) == 1, f"{what}: {name} lies inside a recorded step", str(e))
+
+
+def case_profile():
+    """Accelerate's profile() (MP_WORKER mp_profile): one Chrome trace per process with torch.profiler.schedule's
+    steps (the expected ones worked out from torch's schedule_fn and action map: a cycle's RECORD_AND_SAVE ends it,
+    and the file holds the last cycle, as export_chrome_trace); bad keys, values and call orders are refused."""
+    p, _ = launch(1, "refuse", timeout=120)
+    expect(p.returncode == 0, "bad profile_kwargs and call orders are refused by name", p.stdout + p.stderr)
+    # (schedule_option, steps, the steps recorded, profile_memory, through acc_profile_begin rather than the config)
+    cases = (({"skip_first": 1, "wait": 1, "warmup": 1, "active": 2, "repeat": 1}, 7, [3, 4], False, False),
+             ({"wait": 1, "warmup": 1, "active": 1, "repeat": 2}, 8, [5], True, False),
+             ({"skip_first": 2, "wait": 3, "warmup": 1, "active": 1, "repeat": 1, "skip_first_wait": 1}, 6, [3],
+              False, True),
+             (None, 3, None, True, True))
+    for schedule, steps, recorded, memory, direct in cases:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "traces")
+            kwargs = {"output_trace_dir": out, "record_shapes": True, "profile_memory": memory}
+            if schedule is not None:
+                kwargs["schedule_option"] = schedule
+            config = {"seed": 3} if direct else {"seed": 3, "profile_kwargs": kwargs}
+            args = [steps, json.dumps(config)] + ([json.dumps(kwargs)] if direct else [])
+            p, _ = launch(2, "train", *args)
+            what = f"profile {schedule} over {steps} steps{' (acc_profile_begin)' if direct else ''}"
+            expect(p.returncode == 0, what, p.stdout + p.stderr)
+            if p.returncode != 0:
+                continue
+            names = sorted(os.listdir(out))
+            expect(names == ["profile_0.json", "profile_1.json"], f"{what}: one trace per process, nothing else",
+                   str(names))
+            for rank in (0, 1):
+                if os.path.exists(os.path.join(out, f"profile_{rank}.json")):
+                    check_trace(os.path.join(out, f"profile_{rank}.json"), rank, recorded, steps, memory)
+    # A schedule that records nothing in the steps taken writes no file, and says so.
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "traces")
+        config = {"profile_kwargs": {"output_trace_dir": out, "schedule_option": {"wait": 5, "warmup": 1, "active": 1}}}
+        p, _ = launch(2, "train", 3, json.dumps(config))
+        expect(p.returncode == 0 and "recorded no step" in p.stderr and not os.path.exists(os.path.join(out,
+               "profile_0.json")), "a schedule that recorded nothing: no trace, a message", p.stdout + p.stderr)
+
+
 def case_cxx_data_objects():
     """The C++ API (tests/mp/mp_cxx.cpp): named loaders sharded, gather_object(_for_metrics) and
     broadcast_object between real processes."""

@@ -1,0 +1,133 @@
+/* Profiling (acc_profile_begin / _step / _end), started by `acc launch`. Usage: mp_profile MODE [args]
+ *   train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON]  trains an MLP for STEPS steps inside one profile, ending each step
+ *                                                  with acc_profile_step; the profile is the accelerator's
+ *                                                  profile_kwargs (CONFIG_JSON), or PROFILE_KWARGS_JSON when given
+ *   refuse                                         bad keys, values and call orders are refused by name
+ * Prints "N passed, N failed"; exits non-zero on any failed check. */
+#include <acc/acc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../c/check.h"
+
+static void train(int steps, const char* config, const char* profile_kwargs) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(config, &acc));
+  enum { N = 256 };
+  static float x[N * 3], y[N];
+  for (int i = 0; i < N; ++i) {
+    for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)cos(0.07 * i * (j + 2) + j);
+    y[i] = (float)(x[3 * i] * x[3 * i + 1] - sin(2 * x[3 * i + 2]));
+  }
+  int64_t xs[2] = {N, 3}, ys[2] = {N, 1};
+  acc_tensor *tx, *ty;
+  CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
+  CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
+  acc_dataset* ds;
+  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
+  acc_dataloader* dl;
+  CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4}", &dl));
+  acc_model* model;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [3, 16, 1], \"activation\": \"tanh\"}", &model));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
+  CHECK(acc_prepare(acc, model, opt, NULL, dl));
+  CHECK(acc_profile_begin(acc, profile_kwargs));
+  for (int step = 0; step < steps; ++step) {
+    acc_tensor *bx, *by, *loss;
+    int32_t has;
+    CHECK(acc_dataloader_next(dl, &bx, &by, &has));
+    EXPECT(has);
+    if (!has) break;
+    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(bx);
+    acc_tensor_destroy(by);
+    CHECK(acc_profile_step(acc));
+  }
+  CHECK(acc_profile_end(acc));
+  EXPECT_ERR(acc_profile_end(acc), ACC_ERR_INVALID_STATE, "no profile is running");
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_tensor_destroy(tx);
+  acc_tensor_destroy(ty);
+  acc_accelerator_destroy(acc);
+}
+
+/* acc_accelerator_create refuses `config` with `code`, naming `needle`. */
+static void refuse_config(const char* config, acc_status code, const char* needle) {
+  acc_accelerator* acc = NULL;
+  EXPECT_ERR(acc_accelerator_create(config, &acc), code, needle);
+  acc_accelerator_destroy(acc);
+}
+
+static void refuse(void) {
+  /* the accelerator's profile_kwargs, checked at creation */
+  refuse_config("{\"profile_kwargs\": {\"with_stak\": true}}", ACC_ERR_INVALID_CONFIG, "with_stak");
+  refuse_config("{\"profile_kwargs\": {\"record_shapes\": 3}}", ACC_ERR_INVALID_CONFIG, "record_shapes");
+  refuse_config("{\"profile_kwargs\": {\"activities\": [\"gpu\"]}}", ACC_ERR_INVALID_CONFIG, "activities");
+  refuse_config("{\"profile_kwargs\": {\"activities\": []}}", ACC_ERR_INVALID_CONFIG, "profile_kwargs.activities");
+  refuse_config("{\"profile_kwargs\": {\"activities\": [\"cuda\"]}}", ACC_ERR_UNSUPPORTED,
+                "profile_kwargs.activities (acc_accelerator_create): \"cuda\" needs a CUDA device");
+  refuse_config("{\"profile_kwargs\": {\"activities\": [\"cpu\", \"xpu\"]}}", ACC_ERR_UNSUPPORTED, "\"xpu\"");
+  refuse_config("{\"profile_kwargs\": {\"schedule_option\": {\"wait\": 1, \"warmup\": 1}}}", ACC_ERR_INVALID_CONFIG,
+                "'active' must be an integer >= 1 (required)");
+  refuse_config("{\"profile_kwargs\": {\"schedule_option\": {\"wait\": 1, \"warmup\": 1, \"active\": 0}}}",
+                ACC_ERR_INVALID_CONFIG, "'active' must be an integer >= 1; got 0");
+  refuse_config("{\"profile_kwargs\": {\"schedule_option\": {\"wait\": -1, \"warmup\": 1, \"active\": 1}}}",
+                ACC_ERR_INVALID_CONFIG, "'wait'");
+  refuse_config("{\"profile_kwargs\": {\"schedule_option\": {\"wait\": 1, \"warmup\": 1, \"active\": 1, \"skip\": 2}}}",
+                ACC_ERR_INVALID_CONFIG, "unknown key 'skip'");
+  refuse_config("{\"profile_kwargs\": {\"schedule_option\": [1, 1, 1]}}", ACC_ERR_INVALID_CONFIG,
+                "profile_kwargs.schedule_option");
+  refuse_config("{\"profile_kwargs\": {\"output_trace_dir\": \"\"}}", ACC_ERR_INVALID_CONFIG,
+                "profile_kwargs.output_trace_dir");
+
+  /* acc_profile_begin's own ProfileKwargs, and the call order */
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(NULL, &acc));
+  EXPECT_ERR(acc_profile_step(acc), ACC_ERR_INVALID_STATE, "no profile is running");
+  EXPECT_ERR(acc_profile_end(acc), ACC_ERR_INVALID_STATE, "no profile is running");
+  EXPECT_ERR(acc_profile_begin(NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "accelerator is NULL");
+  EXPECT_ERR(acc_profile_begin(acc, "{\"profile_memry\": true}"), ACC_ERR_INVALID_CONFIG, "profile_memry");
+  EXPECT_ERR(acc_profile_begin(acc, "{\"schedule_option\": {\"wait\": 0, \"warmup\": 1, \"active\": \"2\"}}"),
+             ACC_ERR_INVALID_CONFIG, "'active'");
+  EXPECT_ERR(acc_profile_begin(acc, "[\"cpu\"]"), ACC_ERR_INVALID_CONFIG, "expected a JSON object");
+  EXPECT_ERR(acc_profile_begin(acc, "{\"with_flops\": tru"), ACC_ERR_INVALID_CONFIG, "malformed JSON");
+  EXPECT_ERR(acc_profile_begin(acc, "{\"activities\": [\"cuda\"]}"), ACC_ERR_UNSUPPORTED, "(acc_profile_begin)");
+  CHECK(acc_profile_begin(acc, "{\"activities\": [\"cpu\"]}"));
+  EXPECT_ERR(acc_profile_begin(acc, NULL), ACC_ERR_INVALID_STATE, "profile is running");
+  acc_accelerator* other;
+  CHECK(acc_accelerator_create(NULL, &other));
+  EXPECT_ERR(acc_profile_begin(other, NULL), ACC_ERR_INVALID_STATE, "already running in this process");
+  acc_accelerator_destroy(other);
+  EXPECT_OK(acc_profile_step(acc));
+  EXPECT_OK(acc_profile_end(acc));
+  /* a profile left running ends with its accelerator, and the next one starts */
+  CHECK(acc_profile_begin(acc, NULL));
+  acc_accelerator_destroy(acc);
+  CHECK(acc_accelerator_create(NULL, &acc));
+  EXPECT_OK(acc_profile_begin(acc, NULL));
+  EXPECT_OK(acc_profile_end(acc));
+  acc_accelerator_destroy(acc);
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 4 && strcmp(argv[1], "train") == 0)
+    train(atoi(argv[2]), argv[3], argc >= 5 ? argv[4] : NULL);
+  else if (argc == 2 && strcmp(argv[1], "refuse") == 0)
+    refuse();
+  else {
+    fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | refuse\n");
+    return 2;
+  }
+  printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed ? 1 : 0;
+}

@@ -10,6 +10,7 @@
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/model.hpp"
+#include "parallel/tensor_parallel.hpp"
 #include "precision/fp8.hpp"
 #include <acc/builtin_models.hpp>
 
@@ -39,8 +40,9 @@ struct Linear : InitModule, lora::Host {
   int64_t in_;
 };
 
-// GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias.
-struct Conv1D : InitModule, lora::Host {
+// GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias. Splits as GPT-2's (tensor
+// parallelism: output features are dim 1).
+struct Conv1D : InitModule, lora::Host, tp::Layer {
   Conv1D(int64_t in, int64_t out, bool with_bias, double std, c10::Device d) : std_(std) {
     register_parameter("weight", at::empty({in, out}, float_on(d)));
     if (with_bias) register_parameter("bias", at::empty({out}, float_on(d)));
@@ -49,10 +51,14 @@ struct Conv1D : InitModule, lora::Host {
     param("weight").normal_(0, std_);
     if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return with_lora(x, model_linear(x, param("weight").t(), bias_or_none())); }
+  at::Tensor forward(const at::Tensor& x) {
+    if (splits_input()) return rowwise_output(model_linear(x, param("weight").t(), at::Tensor()), bias_or_none());
+    return with_lora(x, model_linear(x, param("weight").t(), bias_or_none()));
+  }
   torch::nn::Module& host_module() override { return *this; }
   at::Tensor host_weight() override { return param("weight"); }
   bool fan_in_fan_out() const override { return true; }
+  int64_t output_dim() const override { return 1; }
   double std_;
 };
 
@@ -69,11 +75,14 @@ struct LayerNorm : InitModule {
   int64_t n_;
 };
 
-struct Embedding : InitModule {
+struct Embedding : InitModule, tp::Layer {
   Embedding(int64_t n, int64_t dim, double std, c10::Device d) : std_(std) {
     register_parameter("weight", at::empty({n, dim}, float_on(d)));
   }
   void reset() override { param("weight").normal_(0, std_); }
+  at::Tensor forward(const at::Tensor& ids) { return embed(param("weight"), ids); }
+  int64_t output_dim() const override { return 0; }
+  bool is_embedding() const override { return true; }
   double std_;
 };
 
@@ -175,7 +184,7 @@ struct Transformer : Module {
 
 // GPT2LMHeadModel's tree: "transformer" (wte, wpe, h.N, ln_f) and a head tied to wte (so not a
 // parameter of its own, as in Hugging Face's named_parameters).
-class Gpt final : public NnModel {
+class Gpt final : public NnModel, public tp::Parallelizable {
  public:
   Gpt(const GptShape& s, c10::Device d) : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), s_(s) {
     t_ = module_->register_module("transformer", std::make_shared<Transformer>(s, d));
@@ -185,6 +194,23 @@ class Gpt final : public NnModel {
   void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
   std::string input_name() const override { return "input_ids"; }
   std::vector<std::string> reported_units() const override { return numbered_units("transformer.h.", s_.n_layer); }
+
+  // GPT-2's (models/hf/gpt2.cpp): c_attn (q, k, v packed) and c_fc column-wise, the c_proj row-wise, wte and the
+  // tied head vocabulary-parallel.
+  tp::Plan tensor_parallel_plan(int size) const override {
+    auto divides = [&](const char* field, int64_t n) {
+      if (n % size != 0)
+        throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) + " does not divide gpt's " +
+                                    field + " (" + std::to_string(n) + ")");
+    };
+    divides("n_head", s_.n_head);
+    divides("vocab_size", s_.vocab_size);
+    return {{"transformer.wte", tp::Style::VocabEmbedding},
+            {"transformer.h.*.attn.c_attn", tp::Style::Colwise, 3},
+            {"transformer.h.*.attn.c_proj", tp::Style::Rowwise},
+            {"transformer.h.*.mlp.c_fc", tp::Style::Colwise},
+            {"transformer.h.*.mlp.c_proj", tp::Style::Rowwise}};
+  }
 
   // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
   // labels: Hugging Face's, shifted inside (-100 ignored). Outputs logits and, with either, loss.
@@ -200,37 +226,47 @@ class Gpt final : public NnModel {
                                   std::to_string(s_.block_size));
     const bool train = module_->is_training();
     const double p = s_.dropout;
+    // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
+    const tp::Group* tp = tp_ ? &tp_->group : nullptr;
+    const int64_t parts = tp ? tp->size : 1;
+    auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter(h, *tp) : h; };
     at::Tensor idx = input.to(at::kLong);
-    at::Tensor x = at::embedding(t_->wte->param("weight"), idx) +
-                   at::embedding(t_->wpe->param("weight"), at::arange(T, idx.options()));
+    at::Tensor x = t_->wte->forward(idx) + at::embedding(t_->wpe->param("weight"), at::arange(T, idx.options()));
     x = at::dropout(x, p, train);
     for (size_t l = 0; l < t_->h->items.size(); ++l) {
       x = run_unit("transformer.h." + std::to_string(l), x,
-                   [b = t_->h->items[l], B, T, C, hd, heads = s_.n_head, train, p](at::Tensor x) {
+                   [b = t_->h->items[l], B, T, C = C / parts, hd, heads = s_.n_head / parts, train, p,
+                    entered](at::Tensor x) {
                      auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
-                     auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
+                     auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
                      at::Tensor y = at::scaled_dot_product_attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), {},
                                                                      train ? p : 0.0, /*is_causal=*/true);
                      y = y.transpose(1, 2).contiguous().view({B, T, C});
                      x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
-                     at::Tensor m = b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(b->ln_2->forward(x))));
+                     at::Tensor m =
+                         b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(entered(b->ln_2->forward(x)))));
                      return x + at::dropout(m, p, train);
                    });
     }
-    at::Tensor logits = run_head(x, [t = t_](const at::Tensor& x) {
-      return at::linear(t->ln_f->forward(x), t->wte->param("weight"));
+    at::Tensor logits = run_head(x, [t = t_, entered](const at::Tensor& x) {
+      return at::linear(entered(t->ln_f->forward(x)), t->wte->param("weight"));
     });
-    TensorDict out{{"logits", logits}};
+    // Under tensor parallelism the loss reads this rank's vocabulary slice; the logits given back are whole.
+    TensorDict out{{"logits", tp ? tp::gather_last(logits, *tp) : logits}};
+    auto loss = [&](const at::Tensor& l, const at::Tensor& t, int64_t ignore) {
+      if (!tp) return compute_loss("cross_entropy", l, t, ignore);
+      return tp::vocab_parallel_cross_entropy(l.reshape({-1, l.size(-1)}).to(at::kFloat), t.reshape({-1}), ignore, *tp);
+    };
     if (at::Tensor t = batch.get("targets"); t.defined()) {
       if (t.sizes() != input.sizes())
         throw std::invalid_argument("gpt forward: targets shape " + c10::str(t.sizes()) + " differs from input_ids " +
                                     c10::str(input.sizes()));
-      out.set("loss", compute_loss("cross_entropy", logits, t));
+      out.set("loss", loss(logits, t, -1));
     } else if (at::Tensor l = batch.get("labels"); l.defined()) {
       if (l.sizes() != input.sizes())
         throw std::invalid_argument("gpt forward: labels shape " + c10::str(l.sizes()) + " differs from input_ids " +
                                     c10::str(input.sizes()));
-      out.set("loss", compute_loss("cross_entropy", logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
+      out.set("loss", loss(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
     }
     return out;
   }

@@ -15,7 +15,9 @@
 
 namespace acc::core::hf {
 
-namespace {
+// Named, not anonymous: the core is compiled in unity units, where GPT-2's and BERT's anonymous Attention and Layer
+// would be the same names as these.
+namespace decoder {
 
 using torch::nn::Module;
 
@@ -138,13 +140,20 @@ struct SparseMoe : Module {
     experts = register_module("experts", std::make_shared<ModuleList<GatedMlp>>());
     for (int64_t e = 0; e < d.experts; ++e) experts->add(std::make_shared<GatedMlp>(d, o, "w1", "w3", "w2"));
   }
-  at::Tensor forward(const at::Tensor& x, const std::string& act) {
+  // `tp`: the experts are split (each expert's w1 / w3 column-wise, w2 row-wise): the router reads x whole, the
+  // experts its entered copy, the weighted partial outputs are summed over the group once (transformers'
+  // moe_tp_experts), and the router weights' gradient is summed over the group as the experts' partial products are.
+  at::Tensor forward(const at::Tensor& x, const std::string& act, const tp::Group* tp = nullptr) {
     const auto shape = x.sizes().vec();
     at::Tensor flat = x.reshape({-1, shape.back()});
     at::Tensor weights = at::softmax(gate->forward(flat), 1, at::kFloat);
     auto [top, chosen] = weights.topk(top_k, -1);
     top = (top / top.sum(-1, true)).to(x.scalar_type());
     at::Tensor out = at::zeros_like(flat);
+    if (tp) {
+      flat = tp::enter(flat, *tp);
+      top = tp::enter(top, *tp);
+    }
     for (size_t e = 0; e < experts->items.size(); ++e) {
       at::Tensor hit = chosen.eq(static_cast<int64_t>(e));  // [tokens, k]
       at::Tensor where = hit.nonzero();                     // rows: (token, slot)
@@ -154,6 +163,7 @@ struct SparseMoe : Module {
                      top.index({tokens, slots}).unsqueeze(-1);
       out.index_add_(0, tokens, y);
     }
+    if (tp) out = tp::reduce(out, *tp);
     return out.view(shape);
   }
   int64_t top_k;
@@ -193,7 +203,7 @@ struct Backbone : Module {  // LlamaModel
 };
 
 // (LlamaFor|MistralFor|Qwen2For|MixtralFor)CausalLM: "model" and, unless tied to the embedding, "lm_head".
-class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
+class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, public tp::Parallelizable {
  public:
   CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {
@@ -231,8 +241,36 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
 
   TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, d_.architecture, batch); }
 
-  at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
-                  KvCache* cache) override {
+  // transformers' base_model_tp_plan (q/k/v and gate/up column-wise, o and down row-wise; Mixtral: each expert's
+  // w1 / w3 column-wise and w2 row-wise, reduced once by the block, the router whole) and a vocabulary-parallel
+  // embedding and head (lm_head, or the tied embedding).
+  tp::Plan tensor_parallel_plan(int size) const override {
+    auto divides = [&](const char* field, int64_t n) {
+      if (n % size != 0)
+        throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) + " does not divide " +
+                                    d_.architecture + "'s " + field + " (" + std::to_string(n) + ")");
+    };
+    divides("num_attention_heads", d_.heads);
+    divides("num_key_value_heads", d_.kv_heads);
+    divides("intermediate_size", d_.intermediate);
+    divides("vocab_size", d_.vocab);
+    const std::string layer = "model.layers.*.";
+    tp::Plan plan{{"model.embed_tokens", tp::Style::VocabEmbedding}, {"lm_head", tp::Style::Colwise}};
+    for (const char* p : {"q_proj", "k_proj", "v_proj"}) plan.push_back({layer + "self_attn." + p, tp::Style::Colwise});
+    plan.push_back({layer + "self_attn.o_proj", tp::Style::Rowwise});
+    if (d_.experts > 0) {
+      for (const char* p : {"w1", "w3"}) plan.push_back({layer + "block_sparse_moe.experts.*." + p, tp::Style::Colwise});
+      plan.push_back({layer + "block_sparse_moe.experts.*.w2", tp::Style::RowwisePartial});
+    } else {
+      for (const char* p : {"gate_proj", "up_proj"}) plan.push_back({layer + "mlp." + p, tp::Style::Colwise});
+      plan.push_back({layer + "mlp.down_proj", tp::Style::Rowwise});
+    }
+    return plan;
+  }
+  const tp::Sharding* vocab_parallel() const override { return tp_.get(); }
+
+  at::Tensor local_step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                        KvCache* cache) override {
     check_input_ids(d_.architecture, input_ids);
     const at::Tensor& emb = model_->embed_tokens->param("weight");
     const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -247,14 +285,18 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     auto [cos, sin] = rotary(pos, o);
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
+    // Tensor parallelism: this rank's heads (a whole number of key/value groups).
+    const tp::Group* tp = tp_ ? &tp_->group : nullptr;
+    const int64_t split = tp ? tp->size : 1;
     for (int64_t l = 0; l < d_.layers; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
-      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin, masking, cache, train,
-                             heads = d_.heads, kv_heads = d_.kv_heads, dropout = d_.attention_dropout,
+      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin, masking, cache, train, tp,
+                             heads = d_.heads / split, kv_heads = d_.kv_heads / split, dropout = d_.attention_dropout,
                              act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
         Attention& a = *layer->self_attn;
         at::Tensor h = layer->input_layernorm->forward(x);
+        if (tp) h = tp::enter(h, *tp);
         at::Tensor q = a.q_proj->forward(h).view({B, T, heads, hd}).transpose(1, 2);
         at::Tensor k = a.k_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
         at::Tensor v = a.v_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
@@ -267,7 +309,8 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
         y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
         x = residual(x, y, in_place);
         h = layer->post_attention_layernorm->forward(x);
-        return residual(x, layer->moe ? layer->moe->forward(h, act) : layer->mlp->forward(h, act), in_place);
+        if (layer->moe) return residual(x, layer->moe->forward(h, act, tp), in_place);
+        return residual(x, layer->mlp->forward(tp ? tp::enter(h, *tp) : h, act), in_place);
       });
       release(unit);
     }
@@ -275,6 +318,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = model_->norm->forward(x);
       release("model.norm");
+      if (tp) h = tp::enter(h, *tp);  // the head is split by vocabulary: column-wise
       at::Tensor logits = lm_head_ ? lm_head_->forward(h) : at::linear(h, emb);
       release(lm_head_ ? "lm_head" : "model.embed_tokens");
       return logits;
@@ -328,11 +372,11 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained {
   int64_t cached_len_ = 0;
 };
 
-}  // namespace
+}  // namespace decoder
 
 std::unique_ptr<Model> make_decoder(const json::Value& config, const std::string& architecture,
                                     const at::TensorOptions& options, const std::string& source) {
-  auto model = std::make_unique<CausalDecoder>(parse(config, architecture, source), options);
+  auto model = std::make_unique<decoder::CausalDecoder>(decoder::parse(config, architecture, source), options);
   if (options.device() != c10::kMeta) model->reset_parameters();
   return model;
 }
@@ -344,14 +388,26 @@ std::pair<at::Tensor, at::Tensor> KvCache::append(size_t layer, const at::Tensor
   return {keys[layer], values[layer]};
 }
 
+at::Tensor CausalLM::step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                          const at::Tensor& position_ids, KvCache* cache) {
+  at::Tensor logits = local_step(input_ids, attention_mask, position_ids, cache);
+  const tp::Sharding* split = vocab_parallel();
+  return split ? tp::gather_last(logits, split->group) : logits;
+}
+
 TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch) {
   for (const auto& [name, t] : batch.items())
     if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
       throw std::invalid_argument(architecture + " forward: unexpected batch entry '" + name +
                                   "' (it takes input_ids, attention_mask, position_ids, labels)");
-  at::Tensor logits = lm.step(batch.at("input_ids"), batch.get("attention_mask"), batch.get("position_ids"), nullptr);
-  TensorDict out{{"logits", logits}};
-  if (at::Tensor labels = batch.get("labels"); labels.defined()) out.set("loss", causal_lm_loss(logits, labels));
+  at::Tensor local =
+      lm.local_step(batch.at("input_ids"), batch.get("attention_mask"), batch.get("position_ids"), nullptr);
+  const tp::Sharding* split = lm.vocab_parallel();
+  // Under tensor parallelism the loss reads this rank's vocabulary slice (loss_parallel); the logits given back are
+  // whole (transformers' colwise_gather_output head).
+  TensorDict out{{"logits", split ? tp::gather_last(local, split->group) : local}};
+  if (at::Tensor labels = batch.get("labels"); labels.defined())
+    out.set("loss", causal_lm_loss(local, labels, split ? &split->group : nullptr));
   return out;
 }
 
@@ -361,7 +417,7 @@ void check_input_ids(const std::string& architecture, const at::Tensor& input_id
                                 "got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
 }
 
-at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, const tp::Group* vocab_split) {
   if (labels.dim() != 2 || labels.size(0) != logits.size(0) || labels.size(1) != logits.size(1))
     throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [" +
                                 std::to_string(logits.size(0)) + ", " + std::to_string(logits.size(1)) + "]");
@@ -369,6 +425,7 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
   const int64_t T = logits.size(1);
   at::Tensor l = logits.narrow(1, 0, T - 1).to(at::kFloat).reshape({-1, logits.size(-1)});
   at::Tensor t = labels.narrow(1, 1, T - 1).to(logits.device(), at::kLong).reshape({-1});
+  if (vocab_split) return tp::vocab_parallel_cross_entropy(l, t, -100, *vocab_split);
   return at::cross_entropy_loss(l, t, {}, at::Reduction::Mean, -100);
 }
 

@@ -10,6 +10,7 @@
 #include "bigmodel/offload.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
+#include "parallel/tensor_parallel.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::hf {
@@ -37,8 +38,14 @@ class CausalLM {
   // Logits [B, T, vocab] of input_ids [B, T] that follow the cache's positions (none without a cache).
   // attention_mask [B, past + T] (undefined: all present); position_ids [B, T] (undefined: past .. past+T-1).
   // Appends the new keys and values to the cache.
-  virtual at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                          const at::Tensor& position_ids, KvCache* cache) = 0;
+  at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                  KvCache* cache);
+  // The same over this process's slice of the vocabulary when the model is split by tensor parallelism (the
+  // whole vocabulary otherwise): step gathers them.
+  virtual at::Tensor local_step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                const at::Tensor& position_ids, KvCache* cache) = 0;
+  // The split the vocabulary follows (nullptr: none).
+  virtual const tp::Sharding* vocab_parallel() const { return nullptr; }
   // The output embedding is the input embedding (tie_word_embeddings): no lm_head.weight of its own.
   virtual bool ties_embeddings() const = 0;
   // The input embedding's parameter ("model.embed_tokens.weight"), which a tied head shares.
@@ -69,7 +76,9 @@ TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, cons
 // input_ids must be integer token ids [batch, time].
 void check_input_ids(const std::string& architecture, const at::Tensor& input_ids);
 
-// transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored.
-at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
+// transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored. With
+// `vocab_split`, the logits are this rank's vocabulary slice [B, T, V / size] (tensor parallelism).
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels,
+                          const tp::Group* vocab_split = nullptr);
 
 }  // namespace acc::core::hf

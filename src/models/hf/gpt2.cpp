@@ -21,8 +21,9 @@ struct Gpt2Config {
   bool scale_weights = true, scale_by_layer = false;
 };
 
-// transformers' Conv1D: y = x W + b with W [in, out]; takes a LoRA adapter (fan_in_fan_out, as peft's).
-struct Conv1D : InitModule, lora::Host {
+// transformers' Conv1D: y = x W + b with W [in, out]; takes a LoRA adapter (fan_in_fan_out, as peft's) and a
+// tensor-parallel split (a transposed nn.Linear: its output features are dim 1).
+struct Conv1D : InitModule, lora::Host, tp::Layer {
   Conv1D(int64_t in, int64_t out, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({in, out}, o));
     register_parameter("bias", at::empty({out}, o));
@@ -31,10 +32,14 @@ struct Conv1D : InitModule, lora::Host {
     param("weight").normal_(0, std_);
     param("bias").zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return with_lora(x, at::linear(x, param("weight").t(), param("bias"))); }
+  at::Tensor forward(const at::Tensor& x) {
+    if (splits_input()) return rowwise_output(at::linear(x, param("weight").t()), param("bias"));
+    return with_lora(x, at::linear(x, param("weight").t(), param("bias")));
+  }
   torch::nn::Module& host_module() override { return *this; }
   at::Tensor host_weight() override { return param("weight"); }
   bool fan_in_fan_out() const override { return true; }
+  int64_t output_dim() const override { return 1; }
   double std_;
 };
 
@@ -81,7 +86,7 @@ struct Transformer : Module {  // GPT2Model
   std::shared_ptr<LayerNorm> ln_f;
 };
 
-class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
+class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, public tp::Parallelizable {
  public:
   Gpt2LMHead(Gpt2Config c, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), c_(std::move(c)) {
@@ -112,8 +117,28 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
 
   TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, "GPT2LMHeadModel", batch); }
 
-  at::Tensor step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
-                  KvCache* cache) override {
+  // transformers has no plan for GPT-2; this is Megatron's for its layout: c_attn column-wise with q, k and v packed
+  // (each rank takes its heads of each), c_fc column-wise, both c_proj row-wise, wte (and so the tied head)
+  // vocabulary-parallel; wpe and the layer norms whole.
+  tp::Plan tensor_parallel_plan(int size) const override {
+    auto divides = [&](const char* field, int64_t n) {
+      if (n % size != 0)
+        throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) +
+                                    " does not divide GPT2LMHeadModel's " + field + " (" + std::to_string(n) + ")");
+    };
+    divides("n_head", c_.heads);
+    divides("n_inner", c_.inner);
+    divides("vocab_size", c_.vocab);
+    return {{"transformer.wte", tp::Style::VocabEmbedding},
+            {"transformer.h.*.attn.c_attn", tp::Style::Colwise, 3},
+            {"transformer.h.*.attn.c_proj", tp::Style::Rowwise},
+            {"transformer.h.*.mlp.c_fc", tp::Style::Colwise},
+            {"transformer.h.*.mlp.c_proj", tp::Style::Rowwise}};
+  }
+  const tp::Sharding* vocab_parallel() const override { return tp_.get(); }
+
+  at::Tensor local_step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                        KvCache* cache) override {
     check_input_ids("GPT2LMHeadModel", input_ids);
     const at::Tensor& wte = t_->wte->param("weight");
     const int64_t B = input_ids.size(0), T = input_ids.size(1), C = c_.embd, hd = C / c_.heads;
@@ -129,21 +154,26 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
     release("transformer.wte");
     release("transformer.wpe");
     const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
+    // Tensor parallelism: this rank's heads.
+    const tp::Group* tp = tp_ ? &tp_->group : nullptr;
+    const int64_t split = tp ? tp->size : 1;
     for (int64_t l = 0; l < c_.layers; ++l) {
       const std::string unit = "transformer.h." + std::to_string(l);
       double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
       // (A cache is used only by generate, without grad: then the block runs once.)
-      x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C, hd, scale, heads = c_.heads, masking, cache, train,
-                             attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop, act = c_.act](at::Tensor x) {
-        auto qkv = b->attn->c_attn->forward(b->ln_1->forward(x)).split(C, 2);
+      x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C = C / split, hd, scale, heads = c_.heads / split, masking,
+                             cache, train, tp, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
+                             act = c_.act](at::Tensor x) {
+        auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter(h, *tp) : h; };
+        auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
         auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
         at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
         if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
         at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? attn_pdrop : 0.0, masking.causal, scale);
         y = b->attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
         x = x + at::dropout(y, resid_pdrop, train);
-        at::Tensor m = b->mlp->c_proj->forward(activation(act, b->mlp->c_fc->forward(b->ln_2->forward(x))));
+        at::Tensor m = b->mlp->c_proj->forward(activation(act, b->mlp->c_fc->forward(entered(b->ln_2->forward(x)))));
         return x + at::dropout(m, resid_pdrop, train);
       });
       release(unit);
@@ -152,6 +182,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained {
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = t_->ln_f->forward(x);
       release("transformer.ln_f");
+      if (tp) h = tp::enter(h, *tp);  // the tied head is split by vocabulary: column-wise
       at::Tensor logits = at::linear(h, wte);
       release("transformer.wte");
       return logits;

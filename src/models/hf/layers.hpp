@@ -9,11 +9,12 @@
 
 #include "models/layers.hpp"
 #include "models/lora.hpp"
+#include "parallel/tensor_parallel.hpp"
 
 namespace acc::core::hf {
 
-// nn.Linear: y = x W^T + b, W [out, in]; takes a LoRA adapter (models/lora.hpp).
-struct Linear : InitModule, lora::Host {
+// nn.Linear: y = x W^T + b, W [out, in]; takes a LoRA adapter (models/lora.hpp) and a tensor-parallel split.
+struct Linear : InitModule, lora::Host, tp::Layer {
   Linear(int64_t in, int64_t out, bool bias, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({out, in}, o));
     if (bias) register_parameter("bias", at::empty({out}, o));
@@ -22,18 +23,24 @@ struct Linear : InitModule, lora::Host {
     param("weight").normal_(0, std_);
     if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
   }
-  at::Tensor forward(const at::Tensor& x) { return with_lora(x, at::linear(x, param("weight"), bias_or_none())); }
+  at::Tensor forward(const at::Tensor& x) {
+    if (splits_input()) return rowwise_output(at::linear(x, param("weight")), bias_or_none());
+    return with_lora(x, at::linear(x, param("weight"), bias_or_none()));
+  }
   torch::nn::Module& host_module() override { return *this; }
   at::Tensor host_weight() override { return param("weight"); }
+  int64_t output_dim() const override { return 0; }
   double std_;
 };
 
-struct Embedding : InitModule {
+struct Embedding : InitModule, tp::Layer {
   Embedding(int64_t n, int64_t dim, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({n, dim}, o));
   }
   void reset() override { param("weight").normal_(0, std_); }
-  at::Tensor forward(const at::Tensor& ids) { return at::embedding(param("weight"), ids); }
+  at::Tensor forward(const at::Tensor& ids) { return embed(param("weight"), ids); }
+  int64_t output_dim() const override { return 0; }
+  bool is_embedding() const override { return true; }
   double std_;
 };
 

@@ -350,6 +350,17 @@ std::string format_launch_file(const Config& cfg, bool json) {
   return out;
 }
 
+namespace {
+
+// A key's default as compact JSON (what get_json gives for it untouched).
+std::string default_json(const Config& c, const char* key) {
+  std::string out;
+  write_json(out, detail::schema(c.kind()).key(key)->def, -1);
+  return out;
+}
+
+}  // namespace
+
 std::optional<std::string> unsupported_setting(const Config& c) {
   if (c.kind() != SchemaKind::Accelerator) throw Error("unsupported_setting needs an accelerator config");
   auto from = [&](const char* key) {
@@ -412,7 +423,68 @@ std::optional<std::string> unsupported_setting(const Config& c) {
       return refuse("init_process_group_kwargs.init_method", "a rendezvous other than env://",
                     "leave it null: processes meet at MASTER_ADDR:MASTER_PORT");
   }
+  // Keys whose Accelerate meaning libacc does not have: refused unless they hold a value that asks for nothing
+  // (the default, or what `acc launch` / `accelerate launch` export when the feature is off).
+  auto is = [&](const char* key, const char* json) { return c.get_json(key) == json; };
+  if (c.get_int("ddp_kwargs.dim") != 0)
+    return refuse("ddp_kwargs.dim", "a DDP scatter dimension",
+                  "torch's DDP scatters inputs only over several devices per process; libacc has one; leave it 0");
+  if (c.get_bool("downcast_bf16"))
+    return refuse("downcast_bf16", "XLA's float64 downcast (TPUs)", "leave it false");
+  // torch.compile is refused above with any backend; its other settings mean nothing without it.
+  for (const char* k : {"dynamo_plugin.mode", "dynamo_plugin.options"})
+    if (c.is_set(k) && !is(k, k[14] == 'm' ? "\"default\"" : "null"))
+      return refuse(k, "torch.compile (TorchDynamo) settings", "leave it at its default");
+  for (const char* k : {"dynamo_plugin.fullgraph", "dynamo_plugin.dynamic", "dynamo_plugin.disable",
+                        "dynamo_plugin.use_regional_compilation"})
+    if (is(k, "true")) return refuse(k, "torch.compile (TorchDynamo) settings", "leave it false");
+  // Sequence parallelism is refused above (sp_size), and so are its settings; context parallelism is libacc's own
+  // (torch's), not DeepSpeed's.
+  for (const char* k : {"parallelism_config.cp_backend", "parallelism_config.sp_backend", "parallelism_config.sp_seq_length",
+                        "parallelism_config.sp_seq_length_is_variable", "parallelism_config.sp_attn_implementation"})
+    if (c.provenance(k).origin != Origin::Default && c.get_json(k) != default_json(c, k))
+      return refuse(k, "context / sequence parallelism settings", "leave it at its default");
+  // libacc's FP8 (mixed_precision fp8) is one recipe: E4M3 forward GEMMs with a scale per tensor from its current
+  // amax, backward in bf16. Recipe settings that ask for another are refused; use_autocast_during_eval is honoured.
+  for (const char* k : {"fp8_recipe_kwargs.backend", "fp8_recipe_kwargs.fp8_format", "fp8_recipe_kwargs.margin",
+                        "fp8_recipe_kwargs.interval", "fp8_recipe_kwargs.amax_history_len",
+                        "fp8_recipe_kwargs.amax_compute_algo", "fp8_recipe_kwargs.override_linear_precision",
+                        "fp8_recipe_kwargs.use_mxfp8_block_scaling", "fp8_recipe_kwargs.opt_level",
+                        "fp8_recipe_kwargs.pad_inner_dim", "fp8_recipe_kwargs.enable_fsdp_float8_all_gather"})
+    if (c.get_json(k) != default_json(c, k))
+      return refuse(k, "an FP8 recipe setting",
+                    "libacc's FP8 runs E4M3 forward GEMMs scaled by each tensor's current amax, backward in bf16; leave "
+                    "it at its default");
+  if (c.get_bool("use_fsdp") && c.get_int("fsdp_plugin.fsdp_version") == 1) {
+    // libacc's sharded strategy keeps rank 0's weights everywhere, steps the original parameters and has at most one
+    // all-gather prefetched: FSDP1's true values, and nothing else.
+    if (!c.get_bool("fsdp_plugin.limit_all_gathers"))
+      return refuse("fsdp_plugin.limit_all_gathers", "unlimited all-gathers", "libacc prefetches one unit; leave it true");
+    if (is("fsdp_plugin.use_orig_params", "false"))
+      return refuse("fsdp_plugin.use_orig_params", "flat parameters for the optimizer",
+                    "libacc's optimizer steps the original parameters; set it true or null");
+    if (is("fsdp_plugin.sync_module_states", "false"))
+      return refuse("fsdp_plugin.sync_module_states", "FSDP without rank 0's weights everywhere",
+                    "libacc always starts every process from rank 0's weights; set it true or null");
+  }
+  if (c.get_bool("use_deepspeed") && c.is_set("deepspeed_plugin.transformer_moe_cls_names"))
+    return refuse("deepspeed_plugin.transformer_moe_cls_names", "DeepSpeed's MoE leaf modules",
+                  "ZeRO-3 gathers libacc's model blocks whole; leave it null");
+  if (c.is_set("rng_types"))
+    for (const auto& r : c.get_string_list("rng_types"))
+      if (r != "torch" && r != "cuda" && r != "generator")
+        return refuse("rng_types", "the RNG \"" + r + "\"", "use torch, cuda or generator");
   return std::nullopt;
+}
+
+std::vector<std::string> setting_warnings(const Config& c) {
+  if (c.kind() != SchemaKind::Accelerator) throw Error("setting_warnings needs an accelerator config");
+  std::vector<std::string> out;
+  // torch's DDP warns about it too (FutureWarning) and does nothing with it.
+  if (c.get_bool("ddp_kwargs.check_reduction"))
+    out.push_back(shown_setting(c, "ddp_kwargs.check_reduction") +
+                  ": deprecated in torch's DistributedDataParallel, which ignores it; remove it");
+  return out;
 }
 
 namespace {

@@ -34,6 +34,11 @@ struct GradientReducer::State {
   std::vector<Bucket> buckets;
   std::vector<std::pair<size_t, size_t>> where;  // param -> (bucket, slot)
   std::vector<bool> ready;
+  // static_graph: after the first synchronised backward, the parameters it left without a gradient (marked ready
+  // before each later backward); `recorded` once known. Parameters that break the recorded graph, for the error.
+  bool recorded = false;
+  std::vector<bool> unused_static;
+  std::vector<size_t> broke_graph;
   size_t next_to_launch = 0;
   size_t launched_by_hooks = 0;
   int64_t bytes = 0;  // carried by this backward's all-reduces
@@ -47,6 +52,21 @@ struct GradientReducer::State {
     return opts.wrapper != at::ScalarType::Undefined ? b.flat.to(opts.wrapper) : b.flat;
   }
   void power_sgd(size_t bucket_index, at::Tensor& buf);
+  // The bucket's averaged gradients into the parameters' gradients: copied, or (gradient_as_bucket_view) already there,
+  // a gradient that is not yet a view (a parameter without one) becoming one.
+  void write_back(const Bucket& b) {
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      at::Tensor& p = params[b.params[j]];
+      at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+      if (opts.gradient_as_bucket_view) {
+        if (!p.grad().defined() || p.grad().data_ptr() != avg.data_ptr()) p.mutable_grad() = avg;
+      } else if (p.grad().defined()) {
+        p.mutable_grad().copy_(avg);
+      } else {
+        p.mutable_grad() = avg.clone();
+      }
+    }
+  }
   void batched_power_sgd(size_t bucket_index, at::Tensor& buf);
   bool armed = false;
   std::mutex mu;  // autograd may call hooks from its worker thread
@@ -69,13 +89,35 @@ struct GradientReducer::State {
     }
   }
 
+  // The bucket's piece for parameter i, shaped as the parameter.
+  at::Tensor view_of(size_t i) const {
+    auto [bi, slot] = where[i];
+    const Bucket& b = buckets[bi];
+    return b.flat.narrow(0, b.offsets[slot], params[i].numel()).view(params[i].sizes());
+  }
+
+  // gradient_as_bucket_view: the parameter's gradient becomes its bucket piece (holding `grad`'s values) unless it
+  // already is it; true when it was not (a copy was made).
+  bool point_grad_at_bucket(size_t i, const at::Tensor& grad) {
+    at::Tensor view = view_of(i);
+    if (grad.defined() && grad.is_alias_of(view) && grad.data_ptr() == view.data_ptr()) return false;
+    if (grad.defined()) view.copy_(grad);
+    params[i].mutable_grad() = view;
+    return true;
+  }
+
   void mark_ready(size_t i, const at::Tensor& grad) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!armed || ready[i]) return;
+    if (!armed) return;
+    if (ready[i]) {
+      if (recorded && unused_static[i]) broke_graph.push_back(i);  // static_graph: it had no gradient before
+      return;
+    }
     ready[i] = true;
     auto [bi, slot] = where[i];
     Bucket& b = buckets[bi];
-    b.flat.narrow(0, b.offsets[slot], grad.numel()).copy_(grad.reshape({-1}));
+    if (opts.gradient_as_bucket_view) point_grad_at_bucket(i, grad);  // no copy when the gradient is the view
+    else b.flat.narrow(0, b.offsets[slot], grad.numel()).copy_(grad.reshape({-1}));
     --b.pending;
     size_t before = next_to_launch;
     launch_ready_prefix();
@@ -262,6 +304,11 @@ GradientReducer::GradientReducer(std::shared_ptr<Comm> comm, std::vector<std::st
     const at::Tensor& last = s.params[b.params.back()];
     b.flat = at::zeros({b.offsets.back() + last.numel()}, last.options().requires_grad(false));
   }
+  s.unused_static.assign(s.params.size(), false);
+  // As torch's Reducer::initialize_bucket_views: gradients that exist already move into their buckets.
+  if (opts.gradient_as_bucket_view)
+    for (size_t k = 0; k < s.params.size(); ++k)
+      if (s.params[k].requires_grad() && s.params[k].grad().defined()) s.point_grad_at_bucket(k, s.params[k].grad());
   for (size_t k = 0; k < s.params.size(); ++k)
     if (s.params[k].requires_grad())
       torch::autograd::impl::set_post_acc_grad_hooks(
@@ -287,11 +334,24 @@ void GradientReducer::prepare_for_backward(bool sync) {
   s.launched_by_hooks = 0;
   if (sync) s.bytes = 0;
   std::fill(s.ready.begin(), s.ready.end(), false);
+  s.broke_graph.clear();
   for (Bucket& b : s.buckets) {
     b.pending = b.params.size();
     b.launched = false;
     b.work.reset();
   }
+  if (!sync || !s.recorded) return;
+  // static_graph, after the first backward: the parameters it left without a gradient are ready now (zeros), so the
+  // buckets holding them go out as soon as their other parameters are ready, during backward.
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    if (!s.unused_static[k]) continue;
+    auto [bi, slot] = s.where[k];
+    Bucket& b = s.buckets[bi];
+    b.flat.narrow(0, b.offsets[slot], s.params[k].numel()).zero_();
+    s.ready[k] = true;
+    --b.pending;
+  }
+  s.launch_ready_prefix();
 }
 
 void GradientReducer::finalize_backward() {
@@ -299,15 +359,29 @@ void GradientReducer::finalize_backward() {
   std::unique_lock<std::mutex> lock(s.mu);
   if (!s.armed) return;
   s.armed = false;
-  // Parameters that took no part in this backward: zeros when the user allowed it, else an error
-  // (waiting for them would hang every rank, as in torch's DDP).
+  // static_graph: a parameter recorded as unused got a gradient, or one recorded as used got none.
+  std::vector<std::string> changed;
+  for (size_t k : s.broke_graph) changed.push_back(s.names[k] + " (now used)");
+  if (s.recorded)
+    for (size_t k = 0; k < s.params.size(); ++k)
+      if (s.params[k].requires_grad() && !s.ready[k]) changed.push_back(s.names[k] + " (now unused)");
+  if (!changed.empty()) {
+    std::string list;
+    for (auto& n : changed) list += (list.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("DDP: ddp_kwargs.static_graph is true, but the parameters that get a gradient changed "
+                                "since the first backward: " + list + ". Set ddp_kwargs.static_graph = false.");
+  }
+  // Parameters that took no part in this backward: zeros when the user allowed it (or static_graph, which records
+  // them now), else an error (waiting for them would hang every rank, as in torch's DDP).
+  const bool record = s.opts.static_graph && !s.recorded;
   std::vector<std::string> unused;
   for (size_t k = 0; k < s.params.size(); ++k) {
     if (!s.params[k].requires_grad() || s.ready[k]) continue;
-    if (!s.opts.find_unused_parameters) {
+    if (!s.opts.find_unused_parameters && !s.opts.static_graph) {
       unused.push_back(s.names[k]);
       continue;
     }
+    if (record) s.unused_static[k] = true;
     auto [bi, slot] = s.where[k];
     Bucket& b = s.buckets[bi];
     b.flat.narrow(0, b.offsets[slot], s.params[k].numel()).zero_();
@@ -321,6 +395,7 @@ void GradientReducer::finalize_backward() {
         "DDP: parameters received no gradient in this backward pass: " + list +
         ". Set ddp_kwargs.find_unused_parameters = true if parts of the model are unused.");
   }
+  if (record) s.recorded = true;
   s.launch_ready_prefix();
   lock.unlock();
   const double inv_world = 1.0 / s.comm->size();
@@ -332,12 +407,7 @@ void GradientReducer::finalize_backward() {
       at::Tensor buf = s.hook_input(b);
       s.power_sgd(bi, buf);  // leaves the mean's approximation in buf
       if (!buf.is_same(b.flat)) b.flat.copy_(buf);  // a wrapper's result comes back into the bucket
-      for (size_t j = 0; j < b.params.size(); ++j) {
-        at::Tensor& p = s.params[b.params[j]];
-        at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
-        if (p.grad().defined()) p.mutable_grad().copy_(avg);
-        else p.mutable_grad() = avg.clone();
-      }
+      s.write_back(b);
       continue;
     }
     b.work->wait();
@@ -348,14 +418,7 @@ void GradientReducer::finalize_backward() {
     } else {
       b.flat.mul_(inv_world);
     }
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      at::Tensor& p = s.params[b.params[j]];
-      at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
-      if (p.grad().defined())
-        p.mutable_grad().copy_(avg);
-      else
-        p.mutable_grad() = avg.clone();
-    }
+    s.write_back(b);
   }
 }
 

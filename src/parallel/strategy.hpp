@@ -24,6 +24,13 @@ struct DdpOptions {
   double first_bucket_cap_mb = 1.0;  // as torch's DDP: a small first bucket starts communication early
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;
+  // ddp_kwargs.gradient_as_bucket_view (torch's): each gradient is a view into its bucket, so the all-reduced bucket
+  // is the gradient (no copy back, no second copy of the gradients between backward and the optimizer's zero_grad).
+  bool gradient_as_bucket_view = false;
+  // ddp_kwargs.static_graph (torch's): the parameters that get no gradient are the same in every backward. The first
+  // synchronised backward records them (tolerating them, as find_unused_parameters does); later ones mark them ready
+  // before backward starts, so their buckets need not wait for the end of backward. A graph that changes is an error.
+  bool static_graph = false;
   // ddp_kwargs.comm_hook "fp16" / "bf16" (torch's fp16_compress_hook, bf16_compress_hook): each bucket travels
   // divided by the world size in this dtype and comes back to the gradients' dtype. Undefined: uncompressed.
   at::ScalarType compress = at::ScalarType::Undefined;

@@ -16,6 +16,7 @@
 #include "cuda/plugin.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
+#include "runtime/affinity.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
 #include "util/dtypes.hpp"
@@ -143,8 +144,27 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   g.sync_with_dataloader = s.gradient_accumulation_plugin.sync_with_dataloader;
   g.sync_each_batch = s.gradient_accumulation_plugin.sync_each_batch;
   a->state_ = ProcessState::from_environment(env);
+  // Settings that do nothing, as Accelerate / torch warn about them: once, on the main process.
+  if (a->state_.rank == 0)
+    for (const auto& w : config::setting_warnings(c)) std::fprintf(stderr, "libacc: warning: %s\n", w.c_str());
+  // enable_cpu_affinity (Accelerate's set_numa_affinity at AcceleratorState): this process onto its share of the cores.
+  if (s.enable_cpu_affinity) {
+    const std::vector<int> cores = pin_to_cpu_share(a->state_.local_rank, a->state_.local_world_size);
+    if (s.debug) {
+      std::string list;
+      for (int core : cores) list += (list.empty() ? "" : ",") + std::to_string(core);
+      std::fprintf(stderr, "libacc: assigning %zu CPU cores to process %d: %s\n", cores.size(), a->state_.local_rank,
+                   list.c_str());
+    }
+  }
   const int cuda_device = pick_cuda_device(s, a->state_, env);
   if (s.seed) core::set_seed(static_cast<uint64_t>(*s.seed), false);
+  // rng_types "cuda": Accelerate's synchronize_rng_state reads torch.cuda.get_rng_state(), which fails without CUDA.
+  const std::vector<std::string> rngs = s.rng_types.value_or(std::vector<std::string>{});
+  if (std::find(rngs.begin(), rngs.end(), "cuda") != rngs.end() && cuda::default_generators().empty())
+    throw config::Error("'rng_types' = " + c.get_json("rng_types") + " (from " + c.provenance("rng_types").where +
+                        "): \"cuda\" synchronises the CUDA generator, and this process has no CUDA device; use "
+                        "\"torch\" or \"generator\"");
   a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
                                 : c10::Device(c10::kCPU);
   a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
@@ -239,7 +259,9 @@ ForwardScope::ForwardScope(ModelSlot& m) {
   const bool cache = k.cache_enabled.value_or(true);
   // fp8: linear layers run FP8 GEMMs (precision/fp8.hpp), everything else bf16 autocast.
   autocast_.emplace(m.owner->device().type(), mp == "fp16" ? at::kHalf : at::kBFloat16, true, cache);
-  if (mp == "fp8") fp8_.emplace();
+  // fp8_recipe_kwargs.use_autocast_during_eval (TERecipeKwargs): FP8 GEMMs in evaluation only when asked.
+  if (mp == "fp8" && (m.model->is_training() || m.owner->settings().fp8_recipe_kwargs.use_autocast_during_eval))
+    fp8_.emplace();
 }
 
 ForwardScope::~ForwardScope() {
@@ -256,8 +278,8 @@ at::Tensor output_to_fp32(const at::Tensor& t) {
 
 TensorDict ModelSlot::forward(const TensorDict& batch) {
   if (!owner) return model->forward(batch);
-  // As DDP does: inputs follow the model to its device.
-  const c10::Device dev = owner->device();
+  // As DDP does: inputs follow the model to its device (the accelerator's, or with device_placement false its own).
+  const c10::Device dev = device;
   TensorDict on_device;
   for (const auto& [name, t] : batch.items()) on_device.set(name, !t.defined() || t.device() == dev ? t : t.to(dev));
   TensorDict out;
@@ -356,7 +378,10 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   spec.even_batches = settings_.dataloader_config.even_batches;
   auto self = shared_from_this();
   // Validates split_batches divisibility first; the rest of dataloader_config picks how it shards.
-  if (loader) loader->prepare(LoaderPrepare::from_config(settings_.dataloader_config, spec, comm_), device_, self);
+  // device_placement false: batches stay where the dataset made them (Accelerate prepares the loader with no device).
+  if (loader)
+    loader->prepare(LoaderPrepare::from_config(settings_.dataloader_config, spec, comm_),
+                    settings_.device_placement ? device_ : c10::Device(c10::kCPU), self);
 
   if (model) {
     for (const auto& [name, t] : model->model->state())
@@ -370,6 +395,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
       model->model->set_activation_checkpointing(true, settings_.fsdp_plugin.activation_checkpointing_offload);
     }
     model->strategy = make_strategy(model->model);
+    model->device = placement_device(settings_.device_placement, device_, *model->model);
     model->owner = self;
     models_.push_back(model);
   }
@@ -417,8 +443,16 @@ DdpOptions::PowerSgd power_sgd_options(const config::AcceleratorSettings& c) {
 
 }  // namespace
 
+c10::Device placement_device(bool device_placement, c10::Device accelerator_device, const Model& model) {
+  if (device_placement) return accelerator_device;
+  for (const auto& [name, t] : model.state()) return t.device();
+  return accelerator_device;
+}
+
 std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model>& model) const {
-  if (!comm_) return make_single_strategy(model, device_);
+  // device_placement false: the model stays where the caller put it, as Accelerate's prepare_model leaves it.
+  const c10::Device device = placement_device(settings_.device_placement, device_, *model);
+  if (!comm_) return make_single_strategy(model, device);
   const config::Sharding& sh = sharding_;
   if (sh.stage == 0) {
     DdpOptions d;
@@ -426,6 +460,8 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     d.bucket_cap_mb = k.bucket_cap_mb;
     d.broadcast_buffers = k.broadcast_buffers;
     d.find_unused_parameters = k.find_unused_parameters;
+    d.gradient_as_bucket_view = k.gradient_as_bucket_view;
+    d.static_graph = k.static_graph;
     const std::string& hook = k.comm_hook;
     if (hook == "fp16") d.compress = at::kHalf;  // the config stores the schema's spelling
     if (hook == "bf16") d.compress = at::kBFloat16;
@@ -437,7 +473,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     const std::string& wrapper = k.comm_wrapper;
     if (hook != "no" && wrapper == "fp16") d.wrapper = at::kHalf;
     if (hook != "no" && wrapper == "bf16") d.wrapper = at::kBFloat16;
-    return make_ddp_strategy(model, device_, comm_, d);
+    return make_ddp_strategy(model, device, comm_, d);
   }
   ShardingOptions o;
   o.stage = sh.stage;
@@ -461,7 +497,7 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   }
   // DeepSpeed's ZeRO-3 gathers parameters module by module: here the model's blocks are the units.
   if (settings_.use_deepspeed && sh.stage == 3) o.units = model->reported_units();
-  return make_sharded_strategy(model, device_, comm_, o);
+  return make_sharded_strategy(model, device, comm_, o);
 }
 
 void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
@@ -650,13 +686,15 @@ void Accelerator::loader_begin(const void* loader) {
     std::lock_guard<std::mutex> lock(mu_);
     active_.push_back(loader);
   }
-  // synchronize_rng_states at the start of every epoch of a prepared loader: "torch" makes every
-  // process continue from rank 0's default generator (the loader itself syncs "generator").
+  // synchronize_rng_states at the start of every epoch of a prepared loader: "torch" ("cuda") makes every
+  // process continue from rank 0's default CPU (CUDA) generator (the loader itself syncs "generator").
   if (!comm_) return;
   // null is Accelerate's default, ["generator"]: nothing to do here
   for (const auto& type : settings_.rng_types.value_or(std::vector<std::string>{})) {
-    if (type != "torch") continue;
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    if (type != "torch" && type != "cuda") continue;
+    // "cuda": torch.cuda.get_rng_state(), the generator of this process's CUDA device (device 0 on the CPU).
+    at::Generator gen = type == "torch" ? at::detail::getDefaultCPUGenerator()
+                                        : cuda::default_generators().at(device_.is_cuda() ? device_.index() : 0);
     at::Tensor state;
     {
       std::lock_guard<std::mutex> lock(gen.mutex());

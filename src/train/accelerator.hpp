@@ -34,6 +34,7 @@ struct ModelSlot {
   std::shared_ptr<Accelerator> owner;  // set by prepare
   std::unique_ptr<Strategy> strategy;  // set by prepare: owns the parameters across processes
   bool in_accumulate = false;          // inside accumulate_begin/end
+  c10::Device device{c10::kCPU};       // set by prepare: where the model lives (placement_device)
   bool skip_sync = false;              // no_sync for this micro-step
   // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32.
   TensorDict forward(const TensorDict& batch);
@@ -43,6 +44,10 @@ struct ModelSlot {
   // Model::set_requires_grad, refused (StateError) once prepared: the strategies read requires_grad when they wrap.
   int64_t set_requires_grad(const std::string& pattern, bool on);
 };
+
+// Where prepare puts a model: the accelerator's device, or with device_placement false (Accelerate's
+// Accelerator(device_placement=False)) where the model's tensors already are (the accelerator's device if it has none).
+c10::Device placement_device(bool device_placement, c10::Device accelerator_device, const Model& model);
 
 // What a prepared model's forward runs inside (Accelerate's wrapped forward): the strategy's
 // pre-forward work (DDP's buffer broadcast), then autocast (and the fp8 GEMMs) per mixed_precision.

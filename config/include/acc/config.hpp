@@ -140,6 +140,11 @@ std::string json_schema(SchemaKind kind);
 // nullopt when everything is supported. acc_accelerator_create refuses such a config with ACC_ERR_UNSUPPORTED.
 std::optional<std::string> unsupported_setting(const Config& accelerator);
 
+// The settings of a resolved Accelerator config that Accelerate (or torch) accepts with only a warning because they
+// do nothing (ddp_kwargs.check_reduction), each as a message naming the key, its value and where it came from.
+// acc_accelerator_create prints them once, on the main process.
+std::vector<std::string> setting_warnings(const Config& accelerator);
+
 // Sharded data parallelism as an Accelerate configuration asks for it (fsdp_plugin or deepspeed_plugin), resolved to
 // a ZeRO stage: FSDP FULL_SHARD -> 3, SHARD_GRAD_OP -> 3 without resharding after forward, NO_SHARD -> 0 (DDP);
 // DeepSpeed zero_stage 0-3. unsupported_setting refuses what libacc cannot do of either first.

@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <exception>
 
 #include "bigmodel/plan.hpp"
 #include "checkpoint/adapter.hpp"
@@ -241,6 +242,29 @@ Accelerator::AccumulateScope::~AccumulateScope() {
 }
 
 bool Accelerator::sync_gradients() const { return impl_->gradient_state().sync_gradients; }
+
+Accelerator::ProfileScope::ProfileScope(Accelerator& accelerator, const std::string& profile_kwargs_json)
+    : acc_(accelerator.impl_), exceptions_(std::uncaught_exceptions()) {
+  acc_->profile_begin(profile_kwargs_json.c_str());
+}
+
+Accelerator::ProfileScope::~ProfileScope() {
+  if (ended_) return;
+  try {
+    if (std::uncaught_exceptions() > exceptions_)
+      acc_->profile_cancel();  // no trace and no barrier: the other processes may not be here
+    else
+      acc_->profile_end();
+  } catch (...) {  // a destructor must not throw
+  }
+}
+
+void Accelerator::ProfileScope::step() { acc_->profile_step(); }
+
+std::string Accelerator::ProfileScope::end() {
+  ended_ = true;
+  return acc_->profile_end();
+}
 
 double Accelerator::clip_grad_norm(Model& model, double max_norm, double norm_type) {
   return impl_->clip_grad_norm(need(model.slot, "the model"), max_norm, norm_type);

@@ -212,6 +212,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void profile_begin(const char* profile_kwargs_json);
   void profile_step();
   std::string profile_end();
+  void profile_cancel();  // stops a running profile without a file or a barrier (a scope left by an exception)
 
  private:
   // What a checkpoint holds: the prepared objects still alive, in preparation order, and the registered ones.

@@ -270,7 +270,7 @@ std::string save_chrome_trace(kineto::ProfilerResult& result, const std::string&
 void Accelerator::profile_begin(const char* profile_kwargs_json) {
   if (profiler_) throw StateError("profile_begin: this accelerator's profile is running (profile_end ends it)");
   ProfileOptions options = profile_options_;
-  if (profile_kwargs_json) {
+  if (profile_kwargs_json && *profile_kwargs_json) {
     const config::Config c = profile_config(profile_kwargs_json);
     options = profile_options(c, config::accelerator_settings(c).profile_kwargs, device_.is_cuda());
   }
@@ -289,6 +289,8 @@ void Accelerator::profile_step() {
   check_profiler(profiler_, "profile_step");
   profiler_->step();
 }
+
+void Accelerator::profile_cancel() { profiler_.reset(); }
 
 std::string Accelerator::profile_end() {
   check_profiler(profiler_, "profile_end");

@@ -1009,7 +1009,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_merge_adapter(acc_model* model) ACC_N
 
 /**
  * Accelerate's profile(): starts torch.profiler's Kineto profiler on the calling thread, configured by the
- * accelerator's "profile_kwargs" or, when `profile_kwargs_json` is not NULL, by that object instead (as
+ * accelerator's "profile_kwargs" or, when `profile_kwargs_json` is neither NULL nor "", by that object instead (as
  * profile(profile_handler) replaces the accelerator's handler): ProfileKwargs' keys "activities" (["cpu"],
  * ["cuda"] with a CUDA device; null: cpu, and cuda on a CUDA device), "schedule_option" ({"wait", "warmup",
  * "active", "repeat", "skip_first", "skip_first_wait"}: torch.profiler.schedule), "record_shapes",

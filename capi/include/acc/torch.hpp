@@ -358,6 +358,33 @@ class ACC_CXX_API Accelerator {
   /// Finishes the trackers (as acc_end_training).
   void end_training();
 
+  /// Accelerate's profile(), as acc_profile_begin / acc_profile_step / acc_profile_end: LibTorch's Kineto profiler
+  /// over this thread's work while the scope lives, with the accelerator's profile_kwargs or, given a ProfileKwargs
+  /// JSON object, with those instead. With output_trace_dir, ending writes profile_<rank>.json there and waits for
+  /// every process. Make every call, and train, on the thread that made the scope.
+  class ACC_CXX_API ProfileScope {
+   public:
+    /// Starts the profile ("" for the accelerator's profile_kwargs).
+    explicit ProfileScope(Accelerator& accelerator, const std::string& profile_kwargs_json = "");
+    /// Ends the profile as end() does unless end() was called; errors are dropped (call end() to see them). Left by
+    /// an exception, it stops without writing or waiting, as Accelerate's `with accelerator.profile()` does.
+    ~ProfileScope();
+    ProfileScope(const ProfileScope&) = delete;
+    ProfileScope& operator=(const ProfileScope&) = delete;
+    /// torch.profiler's step(): ends the current step; the schedule starts or stops recording here.
+    void step();
+    /// Ends the profile; returns the trace file written ("" without output_trace_dir). Collective with
+    /// output_trace_dir.
+    std::string end();
+
+   private:
+    std::shared_ptr<core::Accelerator> acc_;
+    bool ended_ = false;
+    int exceptions_ = 0;  // std::uncaught_exceptions() when the scope began
+  };
+  /// Accelerate's profile(): the ProfileScope of a profile.
+  ProfileScope profile(const std::string& profile_kwargs_json = "") { return ProfileScope(*this, profile_kwargs_json); }
+
   ///@{
   /// Checkpoints (docs/checkpoints.md), as acc_save_state and acc_load_state: everything prepared, the
   /// random states and the registered objects; collectives. A C++ caller's LR scheduler keeps its step count.

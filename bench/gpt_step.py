@@ -1,9 +1,12 @@
 """PyTorch and Accelerate side of bench/run.py: the same GPT as libacc's built-in one (GPT-2 layout: pre-norm
 blocks, causal attention, GELU MLP, final layer norm, head tied to the token embedding), the same synthetic
-batches and AdamW, as DDP (or FSDP2) steps timed per phase after a warm-up. Started by `acc launch`, which sets
-torchrun's environment. Usage: gpt_step.py ddp|accelerate|fsdp2 STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD
-(gpt_step.c's arguments). fsdp2: torch.distributed.fsdp.fully_shard on each block, then on the whole model
-(FULL_SHARD: parameters resharded after forward), as libacc's FSDP with TRANSFORMER_BASED_WRAP."""
+batches and AdamW, as DDP (or FSDP2) steps timed per phase after a warm-up, measured as gpt_step.c measures (wall time per phase, and
+what of it the main thread spent blocked or runnable without a core). Started by `acc launch`, which sets
+torchrun's environment. Usage: gpt_step.py MODE STEPS WARMUP BATCH SEQ VOCAB LAYERS HEADS EMBD (gpt_step.c's
+arguments), MODE one of ddp, accelerate, fsdp2, single, each optionally with -fused (AdamW(fused=True) instead of
+the default, for-each AdamW). fsdp2: torch.distributed.fsdp.fully_shard on each block, then on the whole model
+(FULL_SHARD: parameters resharded after forward), as libacc's FSDP with TRANSFORMER_BASED_WRAP. single: one process
+on its own, no process group and no wrapper (run.py's bound: several at once, without communication)."""
 import json
 import os
 import resource
@@ -86,16 +89,47 @@ def batch(step, rank, world, b, t, vocab):
     return x, (x * 7 + 3) % vocab
 
 
+class Clocks:
+    """gpt_step.c's read_clocks: wall clock, the thread's CPU time and its run delay (schedstat), in seconds."""
+
+    def __init__(self):
+        try:
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def read(self):
+        runq = int(os.pread(self.fd, 96, 0).split()[1]) * 1e-9 if self.fd is not None else 0.0
+        return time.clock_gettime(time.CLOCK_MONOTONIC), time.thread_time(), runq
+
+
+def start_barrier():
+    """gpt_step.c's start_barrier: BENCH_START_BARRIER=FILE:N, each process appends a byte and waits for N."""
+    path, _, n = os.environ.get("BENCH_START_BARRIER", "").rpartition(":")
+    if not path:
+        return
+    with open(path, "ab") as f:
+        f.write(b"x")
+    give_up = time.monotonic() + 600
+    while os.path.getsize(path) < int(n):
+        if time.monotonic() > give_up:
+            sys.exit(f"BENCH_START_BARRIER: {path} still has {os.path.getsize(path)} of {n} processes after 600 s")
+        time.sleep(0.001)
+
+
 def main():
-    mode = sys.argv[1]
-    steps, warmup, b, t, vocab, layers, heads, c = map(int, sys.argv[2:10])
+    mode, _, variant = sys.argv[1].partition("-")
+    if mode not in ("ddp", "accelerate", "fsdp2", "single") or variant not in ("", "fused"):
+        sys.exit(f"unknown mode '{sys.argv[1]}' (ddp, accelerate, fsdp2, single; each optionally with -fused)")
+    adamw = lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **({"fused": True} if variant else {}))
+    steps, warmup, b, t_len, vocab, layers, heads, c = map(int, sys.argv[2:10])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(0)
-    model = Gpt(vocab, t, layers, heads, c)
+    model = Gpt(vocab, t_len, layers, heads, c)
     if os.environ.get("BENCH_LOAD_INIT"):
         load_libacc_weights(model, os.environ["BENCH_LOAD_INIT"])
     parameters = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    opt = adamw(model.parameters())
     if mode == "accelerate":
         from accelerate import Accelerator
         accelerator = Accelerator(cpu=True)
@@ -111,8 +145,11 @@ def main():
         for block in model.h:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)  # over the sharded parameters
+        opt = adamw(model.parameters())  # over the sharded parameters
         rank, world, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+        backward = lambda loss: loss.backward()
+    elif mode == "single":
+        rank, world, barrier = 0, 1, start_barrier
         backward = lambda loss: loss.backward()
     else:
         import torch.distributed as dist
@@ -120,37 +157,44 @@ def main():
         model = nn.parallel.DistributedDataParallel(model)
         rank, world, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
         backward = lambda loss: loss.backward()
-    phase = [0.0] * len(PHASES)
+    clocks = Clocks()
+    phase, blocked, runq = ([0.0] * len(PHASES) for _ in range(3))
     record, losses = bool(os.environ.get("BENCH_LOSSES")), []
     for step in range(warmup + steps):
         if step == warmup:
             barrier()
-            t0 = time.perf_counter()
-            phase = [0.0] * len(PHASES)
-        t_data = time.perf_counter()
-        x, y = batch(step, rank, world, b, t, vocab)
-        t_forward = time.perf_counter()
+            t0 = time.clock_gettime(time.CLOCK_MONOTONIC)  # gpt_step.c's clock: one for all processes
+            phase, blocked, runq = ([0.0] * len(PHASES) for _ in range(3))
+        t = [clocks.read()]
+        x, y = batch(step, rank, world, b, t_len, vocab)
+        t.append(clocks.read())
         loss = model(x, y)
         if record:
             losses.append(loss.item())
-        t_backward = time.perf_counter()
+        t.append(clocks.read())
         backward(loss)
         del loss
-        t_optimizer = time.perf_counter()
+        t.append(clocks.read())
         opt.step()
         opt.zero_grad(set_to_none=True)
-        t_end = time.perf_counter()
-        for p, (start, end) in enumerate([(t_data, t_forward), (t_forward, t_backward),
-                                          (t_backward, t_optimizer), (t_optimizer, t_end)]):
-            phase[p] += end - start
+        t.append(clocks.read())
+        for p in range(len(PHASES)):
+            wall, cpu, delay = (t[p + 1][k] - t[p][k] for k in range(3))
+            phase[p] += wall
+            runq[p] += delay
+            blocked[p] += wall - cpu - delay
     barrier()
-    seconds = time.perf_counter() - t0
+    end = time.clock_gettime(time.CLOCK_MONOTONIC)
+    seconds = end - t0
     if rank == 0:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"impl": f"pytorch-{mode}", "parameters": parameters, "threads": str(torch.get_num_threads()),
-                          "tokens_per_s": round(steps * b * t * world / seconds, 1),
+        per_step = lambda times: {name: round(1e3 * max(s, 0.0) / steps, 4) for name, s in zip(PHASES, times)}
+        print(json.dumps({"impl": f"pytorch-{sys.argv[1]}", "parameters": parameters,
+                          "threads": str(torch.get_num_threads()),
+                          "tokens_per_s": round(steps * b * t_len * world / seconds, 1),
                           "step_ms": round(1e3 * seconds / steps, 4), "peak_rss_mb": round(rss, 1),
-                          "phase_ms": {name: round(1e3 * s / steps, 4) for name, s in zip(PHASES, phase)},
+                          "phase_ms": per_step(phase), "blocked_ms": per_step(blocked), "runq_ms": per_step(runq),
+                          "window": [round(t0, 6), round(end, 6)],
                           **({"losses": losses} if record else {})}))
 
 

@@ -5,12 +5,15 @@
 #include <c10/core/GradMode.h>
 
 #include "models/model.hpp"
+#include "parallel/tensor_parallel.hpp"
 
 namespace acc::core {
 
 std::vector<at::Tensor> Strategy::optimizer_parameters() const { return model_->trainable_tensors(); }
 
 at::Tensor Strategy::grad_norm(double norm_type) const {
+  // A model split by tensor parallelism: every rank's slices count (collective over its group).
+  if (const tp::Sharding* split = tp::sharding_of(*model_)) return tp::grad_norm(*model_, *split, norm_type);
   // torch.nn.utils.clip_grad_norm_'s total: the norm of the per-tensor norms.
   std::vector<at::Tensor> norms;
   for (auto& [name, p] : model_->named_parameters())
@@ -20,14 +23,17 @@ at::Tensor Strategy::grad_norm(double norm_type) const {
 }
 
 NamedTensors Strategy::full_state_dict(const std::set<std::string>* only) const {
+  // Tensor parallelism: split parameters are gathered whole (collective: every rank asks for the same names).
+  const tp::Sharding* split = tp::sharding_of(*model_);
   NamedTensors out;
   for (auto& [name, t] : model_->state())
-    if (!only || only->count(name)) out.emplace_back(name, std::move(t));
+    if (!only || only->count(name)) out.emplace_back(name, split ? tp::full_tensor(*split, name, t) : std::move(t));
   return out;
 }
 
 void Strategy::load_full_state_dict(const NamedTensors& tensors, const std::string& source) {
-  model_->load_state_dict(tensors, source);
+  const tp::Sharding* split = tp::sharding_of(*model_);
+  model_->load_state_dict(split ? tp::slice_state(*split, tensors) : tensors, source);
 }
 
 namespace {

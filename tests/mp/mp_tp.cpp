@@ -22,6 +22,7 @@
 #include "models/hf/pretrained.hpp"
 #include "models/lora.hpp"
 #include "models/model.hpp"
+#include "parallel/strategy.hpp"
 #include "parallel/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
@@ -153,13 +154,28 @@ void equivalence_of(const std::string& what, const Maker& make, const tp::Group&
   bool same = sliced.size() == local.size();
   for (size_t i = 0; same && i < local.size(); ++i) same = sliced[i].second.equal(local[i].second);
   expect(same, what + ": slice_state inverts full_state");
+  // What save_model and checkpoints read and write through the strategy: whole tensors.
+  std::shared_ptr<Model> owned(std::move(split));
+  auto strategy = make_single_strategy(owned, c10::kCPU);
+  const NamedTensors saved = strategy->full_state_dict();
+  same = saved.size() == full.size();
+  for (size_t i = 0; same && i < full.size(); ++i) same = saved[i].first == full[i].first && saved[i].second.equal(full[i].second);
+  expect(same, what + ": the strategy's full_state_dict gathers whole tensors");
+  strategy->load_full_state_dict(ref, "the whole model");
+  same = true;
+  for (const auto& [name, t] : tp::full_state(*sh, owned->state())) {
+    for (const auto& [rn, rt] : ref)
+      if (rn == name) same = same && rt.equal(t);
+  }
+  expect(same, what + ": the strategy loads whole tensors into the slices");
+  Model* split_model = owned.get();
   if (hf_lm) {
     whole->train(false);
-    split->train(false);
+    split_model->train(false);
     at::Tensor prompt = at::randint(0, 96, {2, 5}, at::kLong);
     const char* opts = R"({"max_new_tokens": 6, "do_sample": false})";
     at::Tensor ga = hf::generate(*whole, prompt, at::Tensor(), opts);
-    at::Tensor gb = hf::generate(*split, prompt, at::Tensor(), opts);
+    at::Tensor gb = hf::generate(*split_model, prompt, at::Tensor(), opts);
     expect(ga.equal(gb), what + ": greedy generation equal");
   }
 }

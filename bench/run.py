@@ -378,7 +378,8 @@ def main():
         init = os.path.join(tempfile.mkdtemp(prefix="acc-bench-"), f"{size}-init.safetensors")
         envs = {k: (extra if k == "libacc-env" else {}) if k.startswith("libacc") else {"BENCH_LOAD_INIT": init}
                 for k in impls}
-        run(acc, a.processes, a.threads, [gpt_step, *model_args(size, 1, 0)], None, {"BENCH_SAVE_INIT": init})
+        with holding(a.lock):
+            run(acc, a.processes, a.threads, [gpt_step, *model_args(size, 1, 0)], None, {"BENCH_SAVE_INIT": init})
         print(f"{size}: {describe(size)}; {steps} timed steps after {warmup} warm-up", flush=True)
         results = {k: [] for k in impls}
         for r in range(a.rounds):
@@ -415,7 +416,7 @@ def main():
                 with holding(a.lock):
                     res = run(acc, a.processes, a.threads, programs[k], configs.get(k), envs[k],
                               wrap=("perf", "record", "-q", "-F", "499", "-k", "CLOCK_MONOTONIC", "-o", data, "--"))
-                profiles[k] = perf_summary(data, res["window"], 12)
+                    profiles[k] = perf_summary(data, res["window"], 12)
             text += "\n\n" + "\n\n".join(
                 f"perf ({labels[k]}, all processes over rank 0's timed steps, self time), top symbols:\n"
                 + "\n".join("    " + s for s in p["symbols"]) + "\n  by library: " + "; ".join(p["libraries"][:6])

@@ -23,6 +23,7 @@
 #include "models/lora.hpp"
 #include "models/model.hpp"
 #include "parallel/strategy.hpp"
+#include "precision/precision.hpp"
 #include "parallel/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
@@ -189,6 +190,44 @@ void equivalence(const std::string& what, const Maker& make, const tp::Group& gr
   }
 }
 
+// Mixed precision (bf16 autocast, as the Accelerator's): the split model's loss and gradient norm stay within bf16's
+// rounding of the whole model's.
+void mixed_precision(const std::string& what, const Maker& make, const tp::Group& group) {
+  try {
+    auto whole = make();
+    auto split = make();
+    split->load_state_dict(whole->state(), "the whole model");
+    tp::parallelize(*split, group);
+    at::manual_seed(5);
+    at::Tensor ids = at::randint(0, 96, {3, 10}, at::kLong);
+    const TensorDict batch{{"input_ids", ids}, {"labels", ids}};
+    double loss[2], norm[2];
+    Model* models[2] = {whole.get(), split.get()};
+    for (int i = 0; i < 2; ++i) {
+      at::Tensor l;
+      {
+        AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16, true, true);
+        l = models[i]->forward(batch).at("loss");
+      }
+      l.backward();
+      loss[i] = l.item<double>();
+      if (i == 0) {
+        std::vector<at::Tensor> norms;
+        for (const auto& [n, p] : whole->named_parameters()) norms.push_back(p.grad().norm());
+        norm[0] = at::stack(norms).norm().item<double>();
+      } else {
+        norm[1] = tp::grad_norm(*split, *tp::sharding_of(*split), 2).item<double>();
+      }
+    }
+    expect(std::abs(loss[0] - loss[1]) <= 2e-2 * std::abs(loss[0]),
+           what + ": bf16 loss " + num(loss[1]) + " vs " + num(loss[0]));
+    expect(std::abs(norm[0] - norm[1]) <= 5e-2 * norm[0],
+           what + ": bf16 gradient norm " + num(norm[1]) + " vs " + num(norm[0]));
+  } catch (const std::exception& e) {
+    expect(false, what + ": " + e.what());
+  }
+}
+
 // `make`'s model split over `group` is refused with a message that holds `needle`, and left as it was.
 void refused(const std::string& what, const Maker& make, const tp::Group& group, const std::string& needle,
              const std::function<void(Model&)>& prepare = {}) {
@@ -247,6 +286,8 @@ int main(int argc, char** argv) {
               true);
   equivalence("llama (GQA), activation checkpointing",
               from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group, true, true);
+  mixed_precision("llama (GQA), bf16 autocast",
+                  from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group);
   equivalence("mixtral", from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96, false,
                                                     R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
               group, true);

@@ -1543,3 +1543,47 @@ func TestLoRA(t *testing.T) {
 	}
 	expectErr(t, fresh.MergeAdapter(), acc.ErrInvalidState, "no adapter")
 }
+
+// scenario: profile
+func TestProfile(t *testing.T) {
+	a := must(acc.NewAccelerator(`{"cpu": true, "seed": 3}`))
+	defer a.Close()
+	m := must(acc.NewModel(mlp281))
+	defer m.Close()
+	o := must(acc.NewOptimizer(m, `{"type": "sgd", "lr": 0.1}`))
+	defer o.Close()
+	ok(t, a.Prepare(m, o, nil, nil))
+	noop := func(*acc.Profile) error { return nil }
+	expectErr(t, a.Profile(`{"with_stak": true}`, noop), acc.ErrInvalidConfig, "with_stak")
+	expectErr(t, a.Profile(map[string]any{"activities": []string{"cuda"}}, noop), acc.ErrUnsupported,
+		"profile_kwargs.activities")
+	dir := filepath.Join(t.TempDir(), "traces")
+	kwargs := map[string]any{"output_trace_dir": dir,
+		"schedule_option": map[string]int{"wait": 1, "warmup": 1, "active": 2}}
+	ok(t, a.Profile(kwargs, func(p *acc.Profile) error {
+		expectErr(t, a.Profile(nil, noop), acc.ErrInvalidState, "profile is running")
+		for i := 0; i < 4; i++ {
+			sgdStep(t, a, m, o)
+			if err := p.Step(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	entries := must(os.ReadDir(dir))
+	if len(entries) != 1 || entries[0].Name() != "profile_0.json" {
+		t.Fatalf("the trace directory holds %v, want profile_0.json alone", entries)
+	}
+	trace := must(os.ReadFile(filepath.Join(dir, "profile_0.json")))
+	if !json.Valid(trace) {
+		t.Fatal("profile_0.json is not valid JSON")
+	}
+	for _, want := range []string{`"ProfilerStep#2"`, `"ProfilerStep#3"`, `"acc::forward"`, `"aten::`} {
+		if !strings.Contains(string(trace), want) {
+			t.Errorf("the trace lacks %s", want)
+		}
+	}
+	if strings.Contains(string(trace), `"ProfilerStep#1"`) {
+		t.Error("step 1 (warmup) was recorded")
+	}
+}

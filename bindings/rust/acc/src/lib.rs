@@ -101,7 +101,7 @@ pub use acc_sys as sys;
 pub use batch::{BatchIter, NamedBatch};
 pub use error::{Error, ErrorCode, Result};
 pub use tensor::{DType, Element, Tensor, TensorView};
-pub use train::{Accelerator, Batch, DataLoader, Dataset, Model, Optimizer, ReduceOp, Scheduler};
+pub use train::{Accelerator, Batch, DataLoader, Dataset, Model, Optimizer, Profile, ReduceOp, Scheduler};
 
 /// The ABI this crate was generated for.
 pub const ABI_VERSION: i32 = sys::ACC_ABI_VERSION;

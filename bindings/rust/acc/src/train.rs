@@ -113,6 +113,19 @@ fn borrowed_string(p: *const c_char) -> String {
     }
 }
 
+/// A running profile ([`Accelerator::profile`]), torch.profiler's `prof`.
+#[derive(Debug)]
+pub struct Profile<'a> {
+    accelerator: &'a Accelerator,
+}
+
+impl Profile<'_> {
+    /// torch.profiler's `step()`: the current step ends and the next begins.
+    pub fn step(&self) -> Result<()> {
+        check(unsafe { sys::acc_profile_step(self.accelerator.as_ptr()) })
+    }
+}
+
 /// An element-wise reduction across processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
@@ -275,6 +288,23 @@ impl Accelerator {
         check(unsafe { sys::acc_accumulate_begin(self.as_ptr(), model.as_ptr()) })?;
         let r = step();
         let end = check(unsafe { sys::acc_accumulate_end(self.as_ptr(), model.as_ptr()) });
+        let r = r?;
+        end.map(|_| r)
+    }
+
+    /// Accelerate's `profile()`: LibTorch's Kineto profiler over this thread's work while `body` runs,
+    /// with the config's `profile_kwargs` or, given a ProfileKwargs JSON object, with those instead
+    /// (`activities`, `schedule_option` `{"wait", "warmup", "active", "repeat", "skip_first"}`,
+    /// `record_shapes`, `profile_memory`, `with_stack`, `with_flops`, `with_modules`, `output_trace_dir`).
+    /// Call [`Profile::step`] at the end of each training step: the schedule records some steps, each a
+    /// `ProfilerStep#N` range. The profile ends when `body` returns, even with an error (its error wins);
+    /// with `output_trace_dir` that writes `profile_<rank>.json` there and waits for every process.
+    pub fn profile<R>(&self, profile_kwargs: Option<&str>, body: impl FnOnce(&Profile<'_>) -> Result<R>) -> Result<R> {
+        let kwargs = profile_kwargs.map(cstring).transpose()?;
+        let kwargs_ptr = kwargs.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        check(unsafe { sys::acc_profile_begin(self.as_ptr(), kwargs_ptr) })?;
+        let r = body(&Profile { accelerator: self });
+        let end = check(unsafe { sys::acc_profile_end(self.as_ptr()) });
         let r = r?;
         end.map(|_| r)
     }

@@ -1287,3 +1287,57 @@ fn lora() {
     expect_err(fresh.merge_adapter(), ErrorCode::InvalidState, "no adapter");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// scenario: profile
+#[test]
+fn profile() {
+    let a = Accelerator::new(r#"{"cpu": true, "seed": 3}"#).unwrap();
+    let m = Model::new(MLP_2_8_1).unwrap();
+    let o = Optimizer::new(&m, r#"{"type": "sgd", "lr": 0.1}"#).unwrap();
+    a.prepare(Some(&m), Some(&o), None, None).unwrap();
+    expect_err(
+        a.profile(Some(r#"{"with_stak": true}"#), |_| Ok(())),
+        ErrorCode::InvalidConfig,
+        "with_stak",
+    );
+    expect_err(
+        a.profile(Some(r#"{"activities": ["cuda"]}"#), |_| Ok(())),
+        ErrorCode::Unsupported,
+        "profile_kwargs.activities",
+    );
+    let dir = std::env::temp_dir().join(format!("acc-rust-profile-{}", std::process::id()));
+    let kwargs = format!(
+        r#"{{"output_trace_dir": "{}", "schedule_option": {{"wait": 1, "warmup": 1, "active": 2}}}}"#,
+        dir.display()
+    );
+    a.profile(Some(&kwargs), |p| {
+        expect_err(
+            a.profile(None, |_| Ok(())),
+            ErrorCode::InvalidState,
+            "profile is running",
+        );
+        for _ in 0..4 {
+            sgd_step(&a, &m, &o);
+            p.step()?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["profile_0.json"], "{names:?}");
+    let trace = std::fs::read_to_string(dir.join("profile_0.json")).unwrap();
+    assert!(trace.trim_start().starts_with('{') && trace.trim_end().ends_with('}'));
+    for want in [
+        "\"ProfilerStep#2\"",
+        "\"ProfilerStep#3\"",
+        "\"acc::forward\"",
+        "\"aten::",
+    ] {
+        assert!(trace.contains(want), "the trace lacks {want}");
+    }
+    assert!(!trace.contains("\"ProfilerStep#1\""), "step 1 (warmup) was recorded");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

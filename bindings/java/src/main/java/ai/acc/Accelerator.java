@@ -500,6 +500,63 @@ public final class Accelerator extends NativeObject {
     }
   }
 
+  /** A running profile ({@link #profile}), torch.profiler's {@code prof}; closing it ends the profile. */
+  public final class Profile implements AutoCloseable {
+    private boolean open = true;
+
+    private Profile() {}
+
+    /** torch.profiler's step(): the current step ends and the next begins. */
+    public void step() {
+      long p = enter();
+      try {
+        AccRaw.acc_profile_step(p);
+      } finally {
+        leave(p);
+      }
+    }
+
+    /**
+     * Ends the profile: with {@code output_trace_dir} it writes {@code profile_<rank>.json} there and waits for
+     * every process. Idempotent.
+     */
+    @Override
+    public void close() {
+      if (!open) return;
+      open = false;
+      long p = enter();
+      try {
+        AccRaw.acc_profile_end(p);
+      } finally {
+        leave(p);
+      }
+    }
+  }
+
+  /**
+   * Accelerate's profile(): starts LibTorch's Kineto profiler on this thread, with the config's {@code
+   * profile_kwargs} or, given a ProfileKwargs JSON object, with those instead ({@code activities}, {@code
+   * schedule_option} {@code {"wait", "warmup", "active", "repeat", "skip_first"}}, {@code record_shapes},
+   * {@code profile_memory}, {@code with_stack}, {@code with_flops}, {@code with_modules}, {@code
+   * output_trace_dir}). Use it with try-with-resources, train on this thread and call {@link Profile#step} at
+   * the end of each step: the schedule records some steps, each a {@code ProfilerStep#N} range.
+   *
+   * @param profileKwargsJson ProfileKwargs as a JSON object; null for the config's
+   * @return the profile; close it to end it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} naming a bad key or value, {@link
+   *     ErrorCode#UNSUPPORTED} for an activity this machine lacks, {@link ErrorCode#INVALID_STATE} while a
+   *     profile runs
+   */
+  public Profile profile(String profileKwargsJson) {
+    long p = enter();
+    try {
+      AccRaw.acc_profile_begin(p, profileKwargsJson);
+      return new Profile();
+    } finally {
+      leave(p);
+    }
+  }
+
   /** Accelerate's end_training: finishes the trackers (files synced and closed, runs marked finished). */
   public void endTraining() {
     long p = enter();

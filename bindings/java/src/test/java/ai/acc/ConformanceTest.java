@@ -1047,6 +1047,40 @@ class ConformanceTest {
     }
   }
 
+  // scenario: profile
+  @Test
+  void profile(@TempDir Path dir) throws Exception {
+    try (Accelerator acc = Accelerator.create("{\"cpu\": true, \"seed\": 3}");
+        Model m = Model.create(MLP_2_8_1);
+        Optimizer o = Optimizer.create(m, "{\"type\": \"sgd\", \"lr\": 0.1}")) {
+      acc.prepare(m, o, null, null);
+      expectError(ErrorCode.INVALID_CONFIG, "with_stak", () -> acc.profile("{\"with_stak\": true}"));
+      expectError(ErrorCode.UNSUPPORTED, "profile_kwargs.activities",
+          () -> acc.profile("{\"activities\": [\"cuda\"]}"));
+      Path out = dir.resolve("traces");
+      String kwargs = "{\"output_trace_dir\": \"" + out + "\", \"schedule_option\": {\"wait\": 1, \"warmup\": 1, "
+          + "\"active\": 2}}";
+      try (Accelerator.Profile p = acc.profile(kwargs)) {
+        expectError(ErrorCode.INVALID_STATE, "profile is running", () -> acc.profile(null));
+        for (int i = 0; i < 4; ++i) {
+          sgdStep(acc, m, o);
+          p.step();
+        }
+      }
+      List<String> names = new ArrayList<>();
+      try (var files = Files.list(out)) {
+        files.forEach(f -> names.add(f.getFileName().toString()));
+      }
+      assertEquals(List.of("profile_0.json"), names);
+      String trace = Files.readString(out.resolve("profile_0.json")).strip();
+      assertTrue(trace.startsWith("{") && trace.endsWith("}"));
+      for (String want : List.of("\"ProfilerStep#2\"", "\"ProfilerStep#3\"", "\"acc::forward\"", "\"aten::")) {
+        assertTrue(trace.contains(want), "the trace lacks " + want);
+      }
+      assertFalse(trace.contains("\"ProfilerStep#1\""), "step 1 (warmup) was recorded");
+    }
+  }
+
   // scenario: param_groups
   @Test
   void paramGroups(@TempDir Path dir) {

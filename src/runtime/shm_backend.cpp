@@ -103,25 +103,6 @@ bool process_alive(int pid) {
   return state != 'Z' && state != 'X' && state != 'x';
 }
 
-// What makes two processes able to share this transport: the same boot of the same machine, the same /dev/shm
-// (mount namespace) and the same process ids (pid namespace, for the liveness checks).
-std::string machine_identity() {
-  auto read_first_line = [](const char* path) {
-    std::ifstream f(path);
-    std::string s;
-    std::getline(f, s);
-    return s;
-  };
-  auto ns = [](const char* path) {
-    struct stat st{};
-    return ::stat(path, &st) == 0 ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : std::string("?");
-  };
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return std::string(host) + "|" + read_first_line("/proc/sys/kernel/random/boot_id") + "|" + ns("/proc/self/ns/mnt") +
-         "|" + ns("/proc/self/ns/pid");
-}
-
 std::string to_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> to_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
@@ -636,24 +617,47 @@ std::vector<std::string> wait_all(c10d::Store& store, const std::string& prefix,
 
 }  // namespace
 
+std::string machine_identity() {
+  auto read_first_line = [](const char* path) {
+    std::ifstream f(path);
+    std::string s;
+    std::getline(f, s);
+    return s;
+  };
+  auto ns = [](const char* path) {
+    struct stat st{};
+    return ::stat(path, &st) == 0 ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : std::string("?");
+  };
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + "|" + read_first_line("/proc/sys/kernel/random/boot_id") + "|" + ns("/proc/self/ns/mnt") +
+         "|" + ns("/proc/self/ns/pid");
+}
+
+bool can_share_memory(const std::vector<std::string>& where, std::string* why) {
+  for (size_t r = 0; r < where.size(); ++r) {
+    if (where[r] == "off") {
+      *why = "rank " + std::to_string(r) + " set ACC_SHM_COLLECTIVES=0";
+      return false;
+    }
+  }
+  for (size_t r = 1; r < where.size(); ++r) {
+    if (where[r] != where[0]) {
+      *why = "rank " + std::to_string(r) + " is not on rank 0's machine (" + where[r].substr(0, where[r].find('|')) +
+             " vs " + where[0].substr(0, where[0].find('|')) + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
 c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                    const c10::intrusive_ptr<c10d::Backend>& gloo,
                                                    std::chrono::milliseconds timeout, std::string* why) {
   // 1. Who can share a segment: every rank says where it runs (or that it opted out).
   const bool enabled = shm_collectives_enabled();
   store->set("shm/where/" + std::to_string(rank), to_bytes(enabled ? machine_identity() : std::string("off")));
-  const auto where = wait_all(*store, "shm/where/", size, timeout);
-  for (int r = 0; r < size; ++r) {
-    if (where[r] == "off") {
-      *why = "rank " + std::to_string(r) + " set ACC_SHM_COLLECTIVES=0";
-      return {};
-    }
-    if (where[r] != where[0]) {
-      *why = "rank " + std::to_string(r) + " is not on rank 0's machine (" + where[r].substr(0, where[r].find('|')) +
-             " vs " + where[0].substr(0, where[0].find('|')) + ")";
-      return {};
-    }
-  }
+  if (!can_share_memory(wait_all(*store, "shm/where/", size, timeout), why)) return {};
   // 2. Rank 0 makes the segment and names it; the others map it; everyone says whether it could.
   const size_t slot = slot_bytes_for(size);
   const size_t bytes = segment_bytes(size, slot);

@@ -17,6 +17,7 @@
 #pragma once
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -26,6 +27,14 @@ namespace acc::core {
 // ACC_SHM_COLLECTIVES: unset, 1/true/on (the default): shared memory where every rank of a group is on this
 // machine; 0/false/off: Gloo. Throws std::invalid_argument naming the variable for another value.
 bool shm_collectives_enabled();
+
+// This process's machine as far as sharing a segment goes: host name | boot id | mount namespace (the same
+// /dev/shm) | pid namespace (peers' processes visible, for the liveness checks).
+std::string machine_identity();
+
+// Whether the processes that reported `where` (their machine_identity(), or "off" where ACC_SHM_COLLECTIVES=0) can
+// share a segment; if not, `why` names the first rank that cannot.
+bool can_share_memory(const std::vector<std::string>& where, std::string* why);
 
 // The shared-memory backend of a group, or null where it cannot serve: the ranks are not all on one machine (or
 // do not share /dev/shm and process ids), a rank set ACC_SHM_COLLECTIVES=0, or the segment could not be made

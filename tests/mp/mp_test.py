@@ -224,7 +224,8 @@ def case_debug_mode():
     matching collectives work, and each mismatch fails on every rank with the same ACC_ERR_DISTRIBUTED message naming
     the operation and every rank's input. Off, the same mismatched gather is what it was before the check: the rank
     sent more bytes than it expects aborts inside Gloo (SIGABRT, "Received data size doesn't match expected size"),
-    the other may return ACC_OK with mixed-up data (a [4, 3] tensor), and the launcher stops the job."""
+    the other may return ACC_OK with mixed-up data (a [4, 3] tensor), and the launcher stops the job; over the shared
+    memory of one machine both ranks fail, naming both all-gathers."""
     p, _ = launch(2, "debug_mode", 1, launcher_args=("--debug",), timeout=120)
     out = p.stdout + p.stderr
     expect(p.returncode == 0, "debug on: matching collectives work, mismatches fail on every rank", out)
@@ -236,11 +237,19 @@ def case_debug_mode():
             "dtype, device and every dim but the first on every process. Operation and input shapes: process 0: "
             "`gather`: float32 [2, 2] on cpu; process 1: `gather`: float32 [2, 3] on cpu")
     expect(lines[0][:1] == [want], "the gather mismatch's message", out)
-    # Off (no --debug): no check, no extra collective; the mismatched gather reaches Gloo.
-    p, _ = launch(2, "debug_mode", 0, timeout=120)
+    # Off (no --debug): no check, no extra collective; the mismatched gather reaches Gloo (ACC_SHM_COLLECTIVES=0).
+    p, _ = launch(2, "debug_mode", 0, timeout=120, env_extra={"ACC_SHM_COLLECTIVES": "0"})
     out = p.stdout + p.stderr
     expect(p.returncode != 0 and "rank 0 killed by signal SIGABRT" in out and "rank 0: debug off" not in out
            and "Cannot apply desired operation" not in out, "debug off: the mismatch aborts rank 0 in Gloo", out)
+    # ... or the shared-memory collectives of one machine (the default), which compare each step's operation, dtype
+    # and size: both ranks get ACC_ERR_DISTRIBUTED naming both all-gathers, and nothing aborts.
+    p, _ = launch(2, "debug_mode", 0, timeout=120)
+    out = p.stdout + p.stderr
+    expect("SIGABRT" not in out and "Cannot apply desired operation" not in out and
+           all(re.search(rf"rank {r}: debug off: ACC_ERR_DISTRIBUTED: .*is in another collective \(all_gather of \d+ "
+                         r"Float\) than rank", out) for r in (0, 1)),
+           "debug off, shared memory: the mismatch fails on both ranks naming both all-gathers", out)
 
 
 def case_accumulation():

@@ -1,0 +1,174 @@
+// The shared-memory collectives (src/runtime/shm_backend.cpp) inside one process: which groups get them, and what the
+// mp tests cannot reach through Comm (AVG and MIN, a peer that never comes, ranks in different collectives, bad
+// settings). Two "ranks" are two threads over one HashStore; the segment is the same as between processes.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/shm_backend.hpp"
+
+using acc::core::can_share_memory;
+using acc::core::make_shm_backend;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::set<std::string> segments() {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().rfind("acc-shm-", 0) == 0) out.insert(e.path().filename().string());
+  return out;
+}
+
+// Runs body(rank, backend) on `size` threads, each with its own backend of one group; returns each one's error.
+std::vector<std::string> group(int size, std::chrono::milliseconds timeout,
+                               const std::function<void(int, c10::intrusive_ptr<c10d::Backend>&)>& body) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::future<std::string>> ranks;
+  for (int r = 0; r < size; ++r)
+    ranks.push_back(std::async(std::launch::async, [=]() -> std::string {
+      try {
+        std::string why;
+        auto b = make_shm_backend(store, r, size, {}, timeout, &why);
+        if (!b) return "no backend: " + why;
+        body(r, b);
+        return "";
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+    }));
+  std::vector<std::string> errors;
+  for (auto& f : ranks) errors.push_back(f.get());
+  return errors;
+}
+
+}  // namespace
+
+TEST(ShmChoice, SameMachineOnly) {
+  std::string why;
+  const std::string a = acc::core::machine_identity();
+  EXPECT_EQ(std::count(a.begin(), a.end(), '|'), 3) << a;
+  EXPECT_EQ(a, acc::core::machine_identity());
+  EXPECT_TRUE(can_share_memory({a, a, a}, &why));
+  EXPECT_TRUE(can_share_memory({a}, &why));
+  EXPECT_FALSE(can_share_memory({a, "off", a}, &why));
+  EXPECT_EQ(why, "rank 1 set ACC_SHM_COLLECTIVES=0");
+  EXPECT_FALSE(can_share_memory({"hostA|boot|m|p", "hostA|boot|m|p", "hostB|boot2|m|p"}, &why));
+  EXPECT_EQ(why, "rank 2 is not on rank 0's machine (hostB vs hostA)");
+  // the same host name after a reboot, or in another mount namespace (its own /dev/shm): not the same machine
+  EXPECT_FALSE(can_share_memory({"h|boot1|m|p", "h|boot2|m|p"}, &why));
+  EXPECT_FALSE(can_share_memory({"h|b|m1|p", "h|b|m2|p"}, &why));
+  EXPECT_FALSE(can_share_memory({"h|b|m|p1", "h|b|m|p2"}, &why));
+}
+
+TEST(ShmChoice, Switch) {
+  const char* keep = std::getenv("ACC_SHM_COLLECTIVES");
+  for (const char* on : {"", "1", "true", "ON", "yes"}) {
+    ::setenv("ACC_SHM_COLLECTIVES", on, 1);
+    EXPECT_TRUE(acc::core::shm_collectives_enabled()) << on;
+  }
+  for (const char* off : {"0", "false", "Off", "no"}) {
+    ::setenv("ACC_SHM_COLLECTIVES", off, 1);
+    EXPECT_FALSE(acc::core::shm_collectives_enabled()) << off;
+  }
+  ::setenv("ACC_SHM_COLLECTIVES", "maybe", 1);
+  try {
+    acc::core::shm_collectives_enabled();
+    ADD_FAILURE() << "ACC_SHM_COLLECTIVES=maybe accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ACC_SHM_COLLECTIVES='maybe'"), std::string::npos) << e.what();
+  }
+  if (keep) ::setenv("ACC_SHM_COLLECTIVES", keep, 1); else ::unsetenv("ACC_SHM_COLLECTIVES");
+}
+
+// AVG and MIN (Comm asks for SUM and MAX only), through several steps of small buffers, on 3 ranks.
+TEST(ShmBackend, AvgAndMin) {
+  ::setenv("ACC_SHM_SLOT_BYTES", "256", 1);
+  const auto before = segments();
+  auto errors = group(3, 10s, [](int r, c10::intrusive_ptr<c10d::Backend>& b) {
+    const int64_t n = 1001;
+    at::Tensor x = at::arange(n, at::kFloat) * (r + 1);  // mean: arange * 2; min: arange
+    std::vector<at::Tensor> v{x.clone()};
+    c10d::AllreduceOptions avg;
+    avg.reduceOp = c10d::ReduceOp::AVG;
+    b->allreduce(v, avg)->wait();
+    if (!at::equal(v[0], at::arange(n, at::kFloat) * 2)) throw std::runtime_error("AVG differs");
+    std::vector<at::Tensor> w{x.clone()};
+    c10d::AllreduceOptions mn;
+    mn.reduceOp = c10d::ReduceOp::MIN;
+    b->allreduce(w, mn)->wait();
+    if (!at::equal(w[0], at::arange(n, at::kFloat))) throw std::runtime_error("MIN differs");
+    // integer AVG truncates toward zero, as torch's div(rounding_mode='trunc')
+    std::vector<at::Tensor> i{at::full({5}, r == 0 ? -4 : 0, at::kLong)};
+    b->allreduce(i, avg)->wait();
+    if (!at::equal(i[0], at::full({5}, -1, at::kLong))) throw std::runtime_error("integer AVG differs");
+    b->barrier()->wait();
+  });
+  ::unsetenv("ACC_SHM_SLOT_BYTES");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_EQ(segments(), before) << "a segment was left in /dev/shm";
+}
+
+// A peer that never comes: the waiting rank fails at the timeout naming it.
+TEST(ShmBackend, TimeoutNamesThePeer) {
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = group(2, 500ms, [](int r, c10::intrusive_ptr<c10d::Backend>& b) {
+    if (r == 1) {
+      std::this_thread::sleep_for(1500ms);
+      return;
+    }
+    std::vector<at::Tensor> v{at::ones({10})};
+    b->allreduce(v)->wait();
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(errors[0].find("waiting for rank 1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("timed out after"), std::string::npos) << errors[0];
+  EXPECT_LT(s, 5.0);
+}
+
+// Ranks in different collectives fail naming both, instead of mixing their data; the group refuses more work.
+TEST(ShmBackend, DifferentCollectivesFail) {
+  auto errors = group(2, 5s, [](int r, c10::intrusive_ptr<c10d::Backend>& b) {
+    std::vector<at::Tensor> v{at::ones({r == 0 ? 10 : 12})};
+    try {
+      if (r == 0) b->allreduce(v)->wait();
+      else b->broadcast(v)->wait();
+    } catch (const std::exception& e) {
+      std::vector<at::Tensor> again{at::ones({3})};
+      try {
+        b->allreduce(again)->wait();
+      } catch (const std::exception& e2) {
+        throw std::runtime_error(std::string(e.what()) + " / then: " + e2.what());
+      }
+      throw;
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(errors[r].find("is in another collective") != std::string::npos ||
+                errors[r].find("gave up the collective") != std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("stopped after an earlier failure"), std::string::npos) << errors[r];
+  }
+  EXPECT_TRUE(errors[0].find("all_reduce of 10 Float") != std::string::npos ||
+              errors[1].find("all_reduce of 10 Float") != std::string::npos)
+      << errors[0] << " | " << errors[1];
+}
+
+TEST(ShmBackend, BadSlotSizeIsNamed) {
+  ::setenv("ACC_SHM_SLOT_BYTES", "12", 1);
+  auto errors = group(1, 1s, [](int, c10::intrusive_ptr<c10d::Backend>&) {});
+  ::unsetenv("ACC_SHM_SLOT_BYTES");
+  EXPECT_NE(errors[0].find("ACC_SHM_SLOT_BYTES='12'"), std::string::npos) << errors[0];
+}

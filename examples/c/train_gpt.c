@@ -3,10 +3,13 @@
  * ships (/usr/share/common-licenses), byte by byte, in several processes started by `acc launch`.
  *
  *   acc launch --num_processes 2 train_gpt [--steps N] [--accum N] [--mixed-precision no|bf16|fp16]
- *                                           [--out DIR] [--text-dir DIR]
+ *                                           [--out DIR] [--text-dir DIR] [--profile]
  *
  * --accum N accumulates gradients over N batches per optimizer step (acc_accumulate_begin/end);
  * --mixed-precision bf16 runs the forward pass under bfloat16 autocast.
+ * --profile records batches 18 to 20 with LibTorch's profiler (Accelerate's profile() with ProfileKwargs):
+ * one Chrome trace per process, <out>/profile/profile_<rank>.json (chrome://tracing, https://ui.perfetto.dev),
+ * with libacc's phases (acc::data, acc::forward, acc::backward, acc::gradient_sync, acc::optimizer_step).
  * Each process reads its shard of every global batch; gradients are averaged across processes (DDP).
  * The main process prints progress, the validation loss is computed over exactly the validation set
  * with acc_gather_for_metrics (six times in a run and at the end), and the final weights are saved as
@@ -202,29 +205,43 @@ int main(int argc, char** argv) {
   const char* mixed_precision = "no";
   const char* out_dir = "out/demo";
   const char* text_dir = "/usr/share/common-licenses";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--accum")) accum = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--mixed-precision")) mixed_precision = argv[i + 1];
-    else if (!strcmp(argv[i], "--out")) out_dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--text-dir")) text_dir = argv[i + 1];
-    else {
-      fprintf(stderr, "usage: train_gpt [--steps N] [--accum N] [--mixed-precision no|bf16|fp16] [--out DIR]"
-                      " [--text-dir DIR]\n");
-      return 2;
+  int profile = 0, bad = 0;
+  for (int i = 1; i < argc && !bad; ++i) {
+    if (!strcmp(argv[i], "--profile")) {
+      profile = 1; /* a flag: no value */
+      continue;
     }
+    const char* value = i + 1 < argc ? argv[++i] : NULL;
+    if (!value) bad = 1;
+    else if (!strcmp(argv[i - 1], "--steps")) steps = atoi(value);
+    else if (!strcmp(argv[i - 1], "--accum")) accum = atoi(value);
+    else if (!strcmp(argv[i - 1], "--mixed-precision")) mixed_precision = value;
+    else if (!strcmp(argv[i - 1], "--out")) out_dir = value;
+    else if (!strcmp(argv[i - 1], "--text-dir")) text_dir = value;
+    else bad = 1;
+  }
+  if (bad) {
+    fprintf(stderr, "usage: train_gpt [--steps N] [--accum N] [--mixed-precision no|bf16|fp16] [--out DIR]"
+                    " [--text-dir DIR] [--profile]\n");
+    return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they are printed, also through a pipe */
   CHECK(acc_abi_check(ACC_ABI_VERSION));
   /* TensorBoard logs go to <out>/gpt (project_dir is the logging directory). Checkpoints go to
    * <out>/checkpoints/checkpoint_<i> every 100 steps (the newest two kept); a run that finds one there (it was
    * killed, or a rank died and acc launch --max_restarts started the job again) continues from it. */
-  char config[4400];
+  /* --profile: Accelerate's ProfileKwargs; the schedule skips 10 batches, waits 5, warms up 2 and records 3. */
+  char profile_kwargs[4400];
+  snprintf(profile_kwargs, sizeof profile_kwargs,
+           ", \"profile_kwargs\": {\"output_trace_dir\": \"%s/profile\", \"record_shapes\": true,"
+           " \"schedule_option\": {\"skip_first\": 10, \"wait\": 5, \"warmup\": 2, \"active\": 3, \"repeat\": 1}}",
+           out_dir);
+  char config[8800];
   snprintf(config, sizeof config,
            "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\", \"log_with\": \"tensorboard\","
            " \"project_dir\": \"%s\", \"project_config\": {\"automatic_checkpoint_naming\": true, \"total_limit\": 2},"
-           " \"resume_from_checkpoint\": \"latest\"}",
-           accum, mixed_precision, out_dir);
+           " \"resume_from_checkpoint\": \"latest\"%s}",
+           accum, mixed_precision, out_dir, profile ? profile_kwargs : "");
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(config, &acc));
   int32_t rank, world, is_main;
@@ -303,6 +320,7 @@ int main(int argc, char** argv) {
   int64_t val_count = 0, val_len;
   CHECK(acc_dataset_length(val_ds, &val_len));
   double val_loss = 0;
+  if (profile) CHECK(acc_profile_begin(acc, NULL)); /* with the accelerator's profile_kwargs */
   while (step < steps) {
     acc_tensor *x, *y;
     int32_t has;
@@ -320,6 +338,7 @@ int main(int argc, char** argv) {
     CHECK(acc_optimizer_zero_grad(opt));
     CHECK(acc_sync_gradients(acc, &sync));
     CHECK(acc_accumulate_end(acc, model));
+    if (profile) CHECK(acc_profile_step(acc)); /* one profiler step per batch */
     acc_tensor_destroy(x);
     acc_tensor_destroy(y);
     if (!sync) {
@@ -363,6 +382,10 @@ int main(int argc, char** argv) {
     }
   }
   CHECK(acc_end_training(acc));
+  if (profile) {
+    CHECK(acc_profile_end(acc)); /* writes <out>/profile/profile_<rank>.json on every process */
+    if (is_main) printf("profile: %s/profile/profile_<rank>.json (chrome://tracing or ui.perfetto.dev)\n", out_dir);
+  }
 
   if (is_main) {
     printf("validation: loss %.4f over %lld samples (the set has %lld)\n", val_loss, (long long)val_count,

@@ -8,6 +8,7 @@
 #include "acc/files.hpp"
 #include "checkpoint/agree.hpp"
 #include "formats/safetensors.hpp"
+#include "models/deferred.hpp"
 #include "models/hf/families.hpp"
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
@@ -27,6 +28,9 @@ void refuse_prepared(const ModelSlot& slot, const char* what) {
     throw StateError(std::string(what) + ": the model is prepared; adapters are added, loaded and merged before "
                      "acc_prepare (the strategy holds the parameters it was given)");
 }
+
+// zero3_init_flag: the base weights are made at prepare (models/deferred.hpp); the adapter's are made now.
+bool made_at_prepare(const Model& model) { return model.deferred() && model.deferred()->pending(); }
 
 }  // namespace
 
@@ -62,7 +66,7 @@ void add_lora(ModelSlot& slot, const char* config_json, const lora::HostOf& host
   torch::nn::Module& root = lora_root(*slot.model);
   const lora::Config config = lora::parse_config(config_json, "LoRA config");
   auto adapter = lora::plan(root, config, lora_model_info(*slot.model), host_of);
-  lora::apply(root, adapter, /*init=*/true, /*trainable=*/true, host_of);
+  lora::apply(root, adapter, /*init=*/true, /*trainable=*/true, host_of, made_at_prepare(*slot.model));
 }
 
 void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_json, const lora::HostOf& host_of) {
@@ -84,7 +88,17 @@ void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_j
   const NamedTensors file = load_safetensors(weights_path);
   lora::match_fused_keys(*adapter, file);
   const NamedTensors values = lora::check_file_tensors(*adapter, file, weights_path);
-  lora::apply(root, adapter, /*init=*/false, trainable, host_of);
+  if (made_at_prepare(*slot.model)) {
+    // The base's own tensors in the file (modules_to_save, biases) would land in weights that prepare makes afresh.
+    std::map<std::string, at::Tensor> base;
+    for (const auto& item : root.named_parameters(true)) base[item.key()] = item.value();
+    for (const auto& [name, t] : values)
+      if (auto b = base.find(name); b != base.end() && b->second.is_meta())
+        throw UnsupportedError("load_adapter: " + weights_path + " holds the base model's '" + name + "', and this "
+                               "model's base weights are made at prepare (zero3_init_flag); set zero3_init_flag to "
+                               "false to load it");
+  }
+  lora::apply(root, adapter, /*init=*/false, trainable, host_of, made_at_prepare(*slot.model));
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters(true)) params[item.key()] = item.value();
   c10::NoGradGuard no_grad;
@@ -114,6 +128,7 @@ void save_adapter(ModelSlot& slot, const std::string& dir, const lora::HostOf& h
 
 void merge_adapter(ModelSlot& slot, const lora::HostOf& host_of) {
   refuse_prepared(slot, "merge_adapter");
+  slot.model->check_made("merge_adapter");
   lora::merge(lora_root(*slot.model), host_of);
 }
 

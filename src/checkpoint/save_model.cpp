@@ -27,6 +27,7 @@ namespace {
 void save_weights(ModelSlot& model, const char* what, const std::string& dir, const std::string& max_shard_size,
                   const std::function<void()>& more) {
   const int64_t max = parse_shard_size(max_shard_size.empty() ? "10GB" : max_shard_size);
+  model.model->check_made(what);
   Accelerator* acc = model.owner.get();
   NamedTensors state = model.strategy ? model.strategy->full_state_dict() : model.model->state();
   const bool main = !acc || acc->state().rank == 0;
@@ -76,6 +77,7 @@ bool sharded_now(const ModelSlot& model) { return model.strategy && !model.strat
 
 at::Tensor state_tensor(const ModelSlot& model, const std::string& name) {
   if (!sharded_now(model)) {
+    model.model->check_made("reading '" + name + "'");
     for (const auto& [n, t] : model.model->state())
       if (n == name) return t.detach();
     throw std::invalid_argument("the model has no tensor '" + name + "'");
@@ -87,6 +89,7 @@ at::Tensor state_tensor(const ModelSlot& model, const std::string& name) {
 }
 
 void save_state_file(const ModelSlot& model, const std::string& path) {
+  model.model->check_made("saving " + path);
   if (!sharded_now(model)) return save_safetensors(model.model->state(), path, {{"format", "pt"}});
   Accelerator* acc = model.owner.get();
   const NamedTensors state = model.strategy->full_state_dict();

@@ -635,13 +635,14 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
 }
 
 void apply(torch::nn::Module& root, const std::shared_ptr<Adapter>& adapter, bool init, bool trainable,
-           const HostOf& host_of) {
+           const HostOf& host_of, bool cpu_for_meta) {
   c10::NoGradGuard no_grad;
   for (auto& p : root.parameters(/*recurse=*/true)) p.requires_grad_(false);
   for (const auto& t : adapter->targets) {
     const bool fused = t.experts > 0;
     Host* first = host_of(module_at(root, fused ? t.uses.front().host : t.module));
     at::TensorOptions o = first->host_weight().options();
+    if (cpu_for_meta && o.device().is_meta()) o = o.device(c10::kCPU);
     // peft's autocast_adapter_dtype: adapters of a float16 / bfloat16 base are float32.
     if (o.dtype() == at::kHalf || o.dtype() == at::kBFloat16) o = o.dtype(at::kFloat);
     const std::string& mode = adapter->config.init_lora_weights;

@@ -155,9 +155,11 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
                               const HostOf& host_of = default_host_of);
 
 // Adds the planned adapter: every parameter frozen, lora_A / lora_B registered and initialised as
-// init_lora_weights says (`init` false: zeros, for a load to fill), the entries trainable when `trainable`.
+// init_lora_weights says (`init` false: zeros, for a load to fill), the entries trainable when `trainable`. The factors
+// live on their layer's device; `cpu_for_meta`: on the CPU for a layer on the meta device (a zero3_init_flag model's,
+// whose own weights prepare makes: models/deferred.hpp), drawn now as for a model that holds its weights.
 void apply(torch::nn::Module& root, const std::shared_ptr<Adapter>& adapter, bool init, bool trainable,
-           const HostOf& host_of = default_host_of);
+           const HostOf& host_of = default_host_of, bool cpu_for_meta = false);
 
 // The model's adapter, or nullptr.
 std::shared_ptr<Adapter> find(torch::nn::Module& root, const HostOf& host_of = default_host_of);

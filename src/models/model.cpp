@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "models/deferred.hpp"
 #include "models/model.hpp"
 #include "util/errors.hpp"
 
@@ -20,7 +21,16 @@ void Model::reset_parameters() {
   throw UnsupportedError("this model cannot initialise its parameters again (only the built-in families can)");
 }
 
+void Model::check_made(const std::string& what) const {
+  if (deferred_ && deferred_->pending())
+    throw StateError(what + ": the model's parameters are made when acc_prepare shards them (DeepSpeed ZeRO-3 with "
+                     "zero3_init_flag: no process holds the whole model); prepare it first, or set "
+                     "zero3_init_flag to false (deepspeed_config.zero3_init_flag in an Accelerate config file, "
+                     "deepspeed_plugin.zero3_init_flag in libacc's)");
+}
+
 void Model::to(const c10::Device& device) {
+  check_made("moving the model");
   c10::NoGradGuard no_grad;
   for (auto& [name, t] : state()) {
     if (t.is_meta() && !device.is_meta())
@@ -50,6 +60,7 @@ void check_dtype_converts(const std::string& name, const at::Tensor& given, cons
 }
 
 void Model::load_state_dict(const NamedTensors& tensors, const std::string& source) {
+  check_made("loading " + source);
   auto state = this->state();
   std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
   // Check everything first: a mismatch leaves the model untouched.

@@ -21,6 +21,8 @@ class Module;
 
 namespace acc::core {
 
+class DeferredParameters;
+
 // Told about the forward of a model's blocks, one at a time: a sharded strategy gathers a block's parameters
 // before it and frees them after (FSDP's units).
 class UnitHooks {
@@ -108,6 +110,13 @@ class Model {
   // naming the pattern when it is not an expression or matches nothing (nothing changes then).
   int64_t set_requires_grad(const std::string& pattern, bool on);
 
+  // ZeRO-3's zero3_init_flag: the parameters are on the meta device until prepare makes them (models/deferred.hpp);
+  // null for a model that holds its tensors.
+  const std::shared_ptr<DeferredParameters>& deferred() const { return deferred_; }
+  void set_deferred(std::shared_ptr<DeferredParameters> d) { deferred_ = std::move(d); }
+  // Throws StateError naming `what` while the parameters wait for prepare to make them.
+  void check_made(const std::string& what) const;
+
  protected:
   // "prefix0", "prefix1", ...: a ModuleList of blocks' names.
   static std::vector<std::string> numbered_units(const std::string& prefix, int64_t count) {
@@ -124,6 +133,7 @@ class Model {
 
  private:
   UnitHooks* unit_hooks_ = nullptr;
+  std::shared_ptr<DeferredParameters> deferred_;
   bool checkpoint_units_ = false;
   bool offload_checkpoints_ = false;
 };

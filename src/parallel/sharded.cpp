@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "models/deferred.hpp"
 #include "models/model.hpp"
 #include "models/module_tree.hpp"
 #include "util/errors.hpp"
@@ -336,10 +337,27 @@ class ShardedStrategy final : public Strategy {
     if (opts.stage < 1 || opts.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3");
     ShardState& s = *s_;
     s.opts = opts;
-    model_->to(device);
+    // ZeRO-3's zero3_init_flag: the parameters still on the meta device are made below, one module at a time, each
+    // rank keeping its shards (models/deferred.hpp); the rest of the state moves and is broadcast as usual.
+    const std::shared_ptr<DeferredParameters> deferred =
+        model_->deferred() && model_->deferred()->pending() ? model_->deferred() : nullptr;
+    if (deferred && opts.stage != 3)
+      throw std::logic_error("sharded strategy: only stage 3 makes the deferred parameters (the accelerator makes "
+                             "them whole for the others)");
     // Every rank starts from rank 0's weights (FSDP's sync_module_states, DeepSpeed's broadcast).
     std::vector<at::Tensor> state;
-    for (auto& [n, t] : model_->state()) state.push_back(t);
+    if (deferred) {
+      c10::NoGradGuard no_grad;
+      for (auto& [n, t] : model_->state()) {
+        if (t.is_meta()) continue;
+        if (t.device() != device) t.set_data(t.to(device));
+        state.push_back(t);
+      }
+      for (const at::Tensor& t : deferred->rank0_state()) state.push_back(t);  // what makes rank 0's values
+    } else {
+      model_->to(device);
+      for (auto& [n, t] : model_->state()) state.push_back(t);
+    }
     broadcast_from_rank0(*comm, state);
     const int size = comm->size(), group = opts.shard_group_size;
     if (group > 0 && group < size) {
@@ -359,6 +377,7 @@ class ShardedStrategy final : public Strategy {
     }
 
     const std::set<std::string> units(opts.units.begin(), opts.units.end());
+    std::vector<std::string> names;  // each of s.params' (first) name
     std::map<std::tuple<std::string, at::ScalarType, bool>, size_t> index;  // the group being filled
     const double cap = opts.stage < 3 ? opts.bucket_cap_mb * 1048576.0 : std::numeric_limits<double>::infinity();
     std::set<const void*> seen;
@@ -389,31 +408,39 @@ class ShardedStrategy final : public Strategy {
       g.numel += p.numel();
       s.group_of.push_back(it->second);
       s.params.push_back(p);
+      names.push_back(name);
     }
     const int world = s.world(), rank = s.comm->rank();
     c10::NoGradGuard no_grad;
+    std::vector<std::pair<at::Tensor, at::Tensor>> views_later;  // (parameter, its view): lay_out_deferred's
     for (Group& g : s.groups) {
       // Padded so that every rank's slice has one length, a multiple of the alignment.
       const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
       g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
-      const at::Tensor& first = s.params[g.members.front()];
-      at::Tensor master = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
-      for (size_t j = 0; j < g.members.size(); ++j)
-        master.narrow(0, g.offsets[j], s.params[g.members[j]].numel()).copy_(s.params[g.members[j]].detach().reshape({-1}));
-      const at::ScalarType own = first.scalar_type();  // (set_data below changes it)
-      const at::ScalarType compute =
-          opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? opts.param_dtype : own;
-      g.flat = compute == own ? master : master.to(compute);
-      for (size_t j = 0; j < g.members.size(); ++j) {
-        at::Tensor& p = s.params[g.members[j]];
-        p.set_data(g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes()));
+      if (deferred) {
+        lay_out_deferred(g, *deferred, names, device, views_later);
+      } else {
+        const at::Tensor& first = s.params[g.members.front()];
+        at::Tensor master = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
+        for (size_t j = 0; j < g.members.size(); ++j)
+          master.narrow(0, g.offsets[j], s.params[g.members[j]].numel())
+              .copy_(s.params[g.members[j]].detach().reshape({-1}));
+        const at::ScalarType own = first.scalar_type();  // (set_data below changes it)
+        const at::ScalarType compute =
+            opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? opts.param_dtype : own;
+        g.flat = compute == own ? master : master.to(compute);
+        for (size_t j = 0; j < g.members.size(); ++j) {
+          at::Tensor& p = s.params[g.members[j]];
+          p.set_data(g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes()));
+        }
+        at::Tensor mine = master.narrow(0, rank * g.shard_len, g.shard_len);
+        // Stages 1 and 2 step the flat buffer's own slice; stage 3, or parameters computed in another dtype, keep
+        // the slice on its own (the flat buffer is freed, or holds the compute dtype's copy).
+        g.shard_in_flat = opts.stage < 3 && compute == own && !opts.offload;
+        g.shard = g.shard_in_flat ? mine.detach()
+                  : opts.offload  ? mine.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                                  : mine.clone();
       }
-      at::Tensor mine = master.narrow(0, rank * g.shard_len, g.shard_len);
-      // Stages 1 and 2 step the flat buffer's own slice; stage 3, or parameters computed in another dtype, keep
-      // the slice on its own (the flat buffer is freed, or holds the compute dtype's copy).
-      g.shard_in_flat = opts.stage < 3 && compute == own && !opts.offload;
-      g.shard = g.shard_in_flat ? mine.detach() : opts.offload ? mine.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
-                                                              : mine.clone();
       const int64_t lo = rank * g.shard_len, hi = lo + g.shard_len;
       for (size_t j = 0; j < g.members.size(); ++j) {
         const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
@@ -422,6 +449,15 @@ class ShardedStrategy final : public Strategy {
                               a - g.offsets[j]});
       }
       s_->reshard(g);
+    }
+    if (deferred) {
+      try {
+        make_deferred(*deferred, names);
+      } catch (...) {
+        deferred->revert();  // the model as it was: on the meta device, still to be made
+        throw;
+      }
+      for (auto& [p, view] : views_later) p.set_data(view);
     }
     for (size_t i = 0; i < s.params.size(); ++i)
       if (s.groups[s.group_of[i]].trainable)
@@ -443,6 +479,52 @@ class ShardedStrategy final : public Strategy {
       });
       model_->set_unit_hooks(s_.get());
     }
+  }
+
+  // zero3_init_flag's layout of a group: its parameters become views of a flat buffer that is never filled here (the
+  // caller's reshard frees it), and this rank's shard starts as zeros for make_deferred to fill. Members that were
+  // not deferred (a LoRA adapter's factors) copy their part now and become views once every value is made.
+  void lay_out_deferred(Group& g, DeferredParameters& deferred, const std::vector<std::string>& names,
+                        c10::Device device, std::vector<std::pair<at::Tensor, at::Tensor>>& later) {
+    ShardState& s = *s_;
+    const at::ScalarType own = s.params[g.members.front()].scalar_type();
+    const at::ScalarType compute =
+        s.opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? s.opts.param_dtype : own;
+    const auto plain = at::TensorOptions().dtype(own).requires_grad(false);
+    g.flat = at::empty({g.shard_len * s.world()}, plain.dtype(compute).device(device));
+    g.shard_in_flat = false;
+    g.shard = at::zeros({g.shard_len}, plain.device(s.opts.offload ? c10::Device(c10::kCPU) : device));
+    for (size_t j = 0; j < g.members.size(); ++j) {
+      at::Tensor& p = s.params[g.members[j]];
+      at::Tensor view = g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes());
+      if (p.is_meta()) {
+        p = deferred.adopt(names[g.members[j]], view);
+      } else {
+        fill_shard(g, j, p);
+        later.emplace_back(p, view);
+      }
+    }
+  }
+
+  // This rank's part of the group's member j, whose whole value is `whole`, into the shard.
+  void fill_shard(Group& g, size_t j, const at::Tensor& whole) {
+    const int64_t lo = s_->comm->rank() * g.shard_len, off = g.offsets[j];
+    const int64_t a = std::max(lo, off), b = std::min(lo + g.shard_len, off + whole.numel());
+    if (a < b) g.shard.narrow(0, a - lo, b - a).copy_(whole.detach().reshape({-1}).narrow(0, a - off, b - a));
+  }
+
+  // Every deferred parameter made (one module at a time, rank 0's values: its generator state came with the
+  // broadcast), each keeping only this rank's part.
+  void make_deferred(DeferredParameters& deferred, const std::vector<std::string>& names) {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
+    deferred.make([&](const std::string& name, const at::Tensor& value) {
+      auto it = index.find(name);
+      if (it != index.end()) fill_shard(s_->groups[s_->group_of[it->second]], s_->member_of[it->second], value);
+    });
+    deferred.finish();
+    for (const auto& [n, t] : model_->state())
+      if (t.is_meta()) throw std::logic_error("sharded strategy: '" + n + "' was not made");
   }
 
   ~ShardedStrategy() override {

@@ -72,4 +72,12 @@ void hold_ram_efficient_loading(bool on) { ram_efficient_holders += on ? 1 : -1;
 
 bool ram_efficient_loading() { return ram_efficient_holders.load() > 0; }
 
+namespace {
+std::atomic<int> zero3_init_holders{0};
+}
+
+void hold_zero3_init(bool on) { zero3_init_holders += on ? 1 : -1; }
+
+bool zero3_init() { return zero3_init_holders.load() > 0; }
+
 }  // namespace acc::core

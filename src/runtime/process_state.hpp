@@ -28,4 +28,12 @@ struct ProcessState {
 void hold_ram_efficient_loading(bool on);
 bool ram_efficient_loading();
 
+// DeepSpeed's zero3_init_flag, as transformers applies it (is_deepspeed_zero3_enabled(): the accelerator's
+// HfDeepSpeedConfig of stage 3 is alive): while an Accelerator of a distributed job with DeepSpeed ZeRO-3 and
+// deepspeed_plugin.zero3_init_flag (null: on, Accelerate's default for stage 3) lives in this process, from_config and
+// from_pretrained build the model on the meta device, and prepare makes its parameters one module at a time, keeping
+// this process's shards (models/deferred.hpp). Counted: set by each such Accelerator, cleared by its destruction.
+void hold_zero3_init(bool on);
+bool zero3_init();
+
 }  // namespace acc::core

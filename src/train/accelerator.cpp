@@ -14,6 +14,7 @@
 #include <set>
 
 #include "cuda/plugin.hpp"
+#include "models/deferred.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
 #include "runtime/affinity.hpp"
@@ -187,6 +188,22 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
     hold_ram_efficient_loading(true);
     a->holds_ram_efficient_loading_ = true;
   }
+  // deepspeed_plugin.zero3_init_flag as DeepSpeedPlugin reads it: null (and ACCELERATE_DEEPSPEED_ZERO3_INIT unset) is on
+  // for stage 3; on beside another stage it is turned off with Accelerate's warning, and without DeepSpeed it does
+  // nothing (said once, too). Held, as transformers holds the HfDeepSpeedConfig, where ZeRO-3 shards: a distributed job.
+  {
+    using DS = config::AcceleratorSettings::DeepspeedPlugin;
+    const bool stage3 = s.use_deepspeed && a->sharding_.stage == 3;
+    const std::optional<bool> flag = s.deepspeed_plugin.zero3_init_flag;
+    if (flag.value_or(stage3) && !stage3 && a->state_.rank == 0)
+      std::fprintf(stderr, "libacc: warning: '%s' = true (from %s) %s; it is ignored\n", DS::Key::zero3_init_flag,
+                   c.provenance(DS::Key::zero3_init_flag).where.c_str(),
+                   s.use_deepspeed ? "is only applicable for DeepSpeed ZeRO stage 3" : "needs DeepSpeed ZeRO stage 3");
+    if (flag.value_or(stage3) && stage3 && a->comm_) {
+      hold_zero3_init(true);
+      a->holds_zero3_init_ = true;
+    }
+  }
   a->save_iteration_ = s.project_config.iteration;
   // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
   const bool writer = a->state_.rank == 0 || (s.project_config.save_on_each_node && a->state_.local_rank == 0);
@@ -203,6 +220,7 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
 Accelerator::~Accelerator() {
   profiler_.reset();  // a running profile ends without a file
   if (holds_ram_efficient_loading_) hold_ram_efficient_loading(false);
+  if (holds_zero3_init_) core::hold_zero3_init(false);
   // Trackers still running are finished (files synced, the MLflow run marked finished).
   if (!trackers_) return;
   try {
@@ -277,7 +295,10 @@ at::Tensor output_to_fp32(const at::Tensor& t) {
 }
 
 TensorDict ModelSlot::forward(const TensorDict& batch) {
-  if (!owner) return model->forward(batch);
+  if (!owner) {
+    model->check_made("forward");
+    return model->forward(batch);
+  }
   // As DDP does: inputs follow the model to its device (the accelerator's, or with device_placement false its own).
   const c10::Device dev = device;
   TensorDict on_device;
@@ -293,6 +314,7 @@ TensorDict ModelSlot::forward(const TensorDict& batch) {
 }
 
 Model& ModelSlot::tensors(const char* what) const {
+  model->check_made(what);
   if (strategy && !strategy->parameters_whole())
     throw StateError(std::string(what) + ": the model's parameters are sharded across processes (" + strategy->name() +
                      "); save_model (on every process) writes them whole");
@@ -368,6 +390,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     throw StateError("the optimizer's model was prepared by another accelerator");
   if (sched && !sched->opt->owner && sched->opt != opt)
     throw StateError("the scheduler's optimizer is not prepared: prepare it in the same call or before");
+  if (opt) adopt_made_parameters(*opt, model);
   // A sharded model's optimizer is rebuilt over the shards: one that cannot be is refused now.
   if (opt && comm_ && sharding_.stage > 0)
     if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(target->model->trainable_tensors());
@@ -384,9 +407,14 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
                     settings_.device_placement ? device_ : c10::Device(c10::kCPU), self);
 
   if (model) {
-    for (const auto& [name, t] : model->model->state())
-      if (t.is_meta())
-        throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
+    // zero3_init_flag: parameters on the meta device that ZeRO-3's strategy makes shard by shard (models/deferred.hpp);
+    // any other strategy gets them whole.
+    const std::shared_ptr<DeferredParameters> deferred =
+        model->model->deferred() && model->model->deferred()->pending() ? model->model->deferred() : nullptr;
+    if (!deferred)
+      for (const auto& [name, t] : model->model->state())
+        if (t.is_meta())
+          throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
     if (settings_.use_fsdp && settings_.fsdp_plugin.activation_checkpointing) {
       if (model->model->reported_units().empty())
         throw config::Error("'fsdp_plugin.activation_checkpointing' = true: this model has no blocks that libacc can "
@@ -394,6 +422,8 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
                             "or a C++ module does not); set it to false");
       model->model->set_activation_checkpointing(true, settings_.fsdp_plugin.activation_checkpointing_offload);
     }
+    if (deferred && !(comm_ && sharding_.stage == 3))
+      deferred->make_whole(placement_device(settings_.device_placement, device_, *model->model));
     model->strategy = make_strategy(model->model);
     model->device = placement_device(settings_.device_placement, device_, *model->model);
     model->owner = self;
@@ -445,7 +475,10 @@ DdpOptions::PowerSgd power_sgd_options(const config::AcceleratorSettings& c) {
 
 c10::Device placement_device(bool device_placement, c10::Device accelerator_device, const Model& model) {
   if (device_placement) return accelerator_device;
-  for (const auto& [name, t] : model.state()) return t.device();
+  for (const auto& [name, t] : model.state())
+    if (!t.is_meta()) return t.device();
+  // zero3_init_flag's model, still on the meta device: where from_config and from_pretrained make models.
+  if (model.deferred() && model.deferred()->pending()) return c10::kCPU;
   return accelerator_device;
 }
 
@@ -500,7 +533,17 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   return make_sharded_strategy(model, device, comm_, o);
 }
 
+void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
+  std::vector<std::shared_ptr<ModelSlot>> candidates{opt.model, model};
+  for (auto& w : models_)
+    if (auto m = w.lock()) candidates.push_back(m);
+  for (const auto& m : candidates)
+    if (const DeferredParameters* d = m ? m->model->deferred().get() : nullptr; d && !d->pending())
+      opt.opt->replace_parameters([d](const at::Tensor& p) { return d->replacement(p); });
+}
+
 void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
+  adopt_made_parameters(opt, model);
   // A sharded model's optimizer steps its shards: it is rebuilt over them (it must not have stepped yet).
   // A C++ caller's optimizer names no model: the prepared model that holds its parameters is its model.
   std::shared_ptr<ModelSlot> owner_model = opt.model;

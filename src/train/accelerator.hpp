@@ -230,6 +230,9 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::unique_ptr<Strategy> make_strategy(const std::shared_ptr<Model>& model) const;
   // Rebuilds the optimizer of a sharded model over its shards.
   void shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
+  // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made
+  // them (models/deferred.hpp); it is given their replacements (those of `model` and every prepared model).
+  void adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
   const DataLoader* active_loader() const;
   // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
   void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);
@@ -256,6 +259,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::string mixed_precision_ = "no";
   config::Sharding sharding_;  // what FSDP / DeepSpeed settings ask for (stage 0: none)
   bool holds_ram_efficient_loading_ = false;  // hold_ram_efficient_loading (runtime/process_state.hpp)
+  bool holds_zero3_init_ = false;             // hold_zero3_init (runtime/process_state.hpp)
   std::unique_ptr<GradScaler> scaler_;
   std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
   bool trigger_ = false;

@@ -264,11 +264,12 @@ Optimizer::Optimizer(const NamedTensors& params, const char* options_json,
     if (!g.params.empty()) torch_groups.emplace_back(g.params, options_for(type, g.hyper));
   if (torch_groups.empty()) torch_groups.emplace_back(std::vector<at::Tensor>{}, options_for(type, top));
 
-  // ATen's fused kernels take float tensors of one device; fall back to the loop otherwise.
+  // ATen's fused kernels take float tensors of one device; fall back to the loop otherwise. (Meta tensors are a
+  // zero3_init_flag model's, made on the accelerator's one device at prepare.)
   bool fusable = !params.empty();
   for (const auto& [name, p] : params)
     fusable = fusable && at::isFloatingType(p.scalar_type()) && p.device() == params.front().second.device() &&
-              (p.is_cpu() || p.is_cuda());
+              (p.is_cpu() || p.is_cuda() || p.is_meta());
   fused_ = o.get_bool("fused", true) && fusable;
   const std::unique_ptr<torch::optim::OptimizerOptions> top_options = options_for(type, top);
   const auto& d = *top_options;
@@ -344,6 +345,12 @@ void Optimizer::rebind(const std::vector<at::Tensor>& params,
       for (at::Tensor& piece : pieces_of(p)) pieces.push_back(std::move(piece));
     impl_->param_groups()[g].params() = std::move(pieces);
   }
+}
+
+void Optimizer::replace_parameters(const std::function<at::Tensor(const at::Tensor&)>& replacement) {
+  for (auto& g : impl_->param_groups())
+    for (auto& p : g.params())
+      if (at::Tensor r = replacement(p); r.defined()) p = r;
 }
 
 std::vector<std::vector<at::Tensor>> Optimizer::whole_groups() const {

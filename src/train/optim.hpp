@@ -43,6 +43,9 @@ class Optimizer {
               const std::function<std::vector<at::Tensor>(const at::Tensor&)>& pieces_of);
   // rebind's conditions alone (prepare checks them before it changes anything).
   void check_rebind(const std::vector<at::Tensor>& params) const;
+  // Holds replacement(p) instead of each parameter p for which it is defined (zero3_init_flag: the meta parameters
+  // of a model built before prepare, replaced when prepare made them; models/deferred.hpp).
+  void replace_parameters(const std::function<at::Tensor(const at::Tensor&)>& replacement);
   // The parameter groups of whole parameters: what the optimizer held before rebind (what a checkpoint's state
   // is indexed by), else what it holds.
   std::vector<std::vector<at::Tensor>> whole_groups() const;

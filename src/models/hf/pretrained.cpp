@@ -15,6 +15,7 @@
 #include "bigmodel/offload.hpp"
 #include "bigmodel/plan.hpp"
 #include "formats/safetensors.hpp"
+#include "models/deferred.hpp"
 #include "models/hf/families.hpp"
 #include "models/layers.hpp"
 #include "runtime/process_state.hpp"
@@ -264,8 +265,12 @@ std::unique_ptr<Model> from_config(const std::string& config_json, const char* o
   const at::ScalarType dtype = requested_dtype(opts, config.root(), source);
   // "meta": Accelerate's init_empty_weights, names and shapes without memory (for device maps and dispatch).
   const std::string device = opts.get_string("device", "cpu", {"cpu", "meta"});
-  std::unique_ptr<Model> model =
-      build(config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" ? at::kMeta : at::kCPU), source);
+  // DeepSpeed ZeRO-3's zero.Init (runtime/process_state.hpp): built on the meta device, initialised at prepare.
+  const bool deferred = device != "meta" && zero3_init();
+  std::unique_ptr<Model> model = build(
+      config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" || deferred ? at::kMeta : at::kCPU),
+      source);
+  if (deferred) model->set_deferred(defer_initialisation(dynamic_cast<NnModel&>(*model).module()));
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
     p->config_json = config_json;
     // A config naming only its model_type is saved naming the class, as transformers' save_pretrained writes it.
@@ -305,8 +310,10 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   // FSDP's cpu_ram_efficient_loading on a process that is not its machine's first: the checkpoint is checked
   // against the model (every process fails alike) but not read; prepare broadcasts rank 0's weights.
   const bool skip_weights = ram_efficient_loading() && !opts.has("device_map");
+  // DeepSpeed ZeRO-3's zero.Init (runtime/process_state.hpp): checked now, each module's tensors read at prepare.
+  const bool deferred = zero3_init() && !opts.has("device_map");
   std::map<std::string, std::string> file_of;
-  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights, &file_of);
+  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights && !deferred, &file_of);
   // Accelerate's strict loading: every problem at once.
   std::vector<std::string> missing, unexpected, mismatched, unconverted;
   const NamedTensors state = model->state();
@@ -350,6 +357,11 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
     p->config_json = config_text;
     p->generation_config_json = generation_text;
+  }
+  if (deferred) {
+    model->set_deferred(defer_loading(dynamic_cast<NnModel&>(*model).module(), file_of));
+    model->train(false);
+    return model;
   }
   if (skip_weights) {
     model->to_empty(c10::kCPU);  // transformers' torch.empty on these processes

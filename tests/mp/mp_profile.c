@@ -2,6 +2,8 @@
  *   train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON]  trains an MLP for STEPS steps inside one profile, ending each step
  *                                                  with acc_profile_step; the profile is the accelerator's
  *                                                  profile_kwargs (CONFIG_JSON), or PROFILE_KWARGS_JSON when given
+ *   torchscript PATH OUT FLAG                      one forward and backward of a TorchScript module inside a
+ *                                                  profile with with_stack and with_modules FLAG (0 or 1)
  *   refuse                                         bad keys, values and call orders are refused by name
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
@@ -58,6 +60,31 @@ static void train(int steps, const char* config, const char* profile_kwargs) {
   acc_dataset_destroy(ds);
   acc_tensor_destroy(tx);
   acc_tensor_destroy(ty);
+  acc_accelerator_destroy(acc);
+}
+
+static void torchscript(const char* path, const char* out, int flag) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(NULL, &acc));
+  acc_model* model;
+  CHECK(acc_model_load_torchscript(path, "{\"loss\": \"mse\"}", &model));
+  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[2] = {1, 2};
+  int64_t xs[2] = {2, 3}, ys[2] = {2, 1};
+  acc_tensor *tx, *ty, *loss;
+  CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
+  CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
+  char kwargs[4200];
+  snprintf(kwargs, sizeof kwargs, "{\"output_trace_dir\": \"%s\", \"with_stack\": %s, \"with_modules\": %s}", out,
+           flag ? "true" : "false", flag ? "true" : "false");
+  CHECK(acc_profile_begin(acc, kwargs));
+  CHECK(acc_model_forward(model, tx, ty, NULL, &loss));
+  CHECK(acc_backward(acc, loss));
+  CHECK(acc_profile_end(acc));
+  acc_tensor_destroy(loss);
+  acc_tensor_destroy(tx);
+  acc_tensor_destroy(ty);
+  acc_model_destroy(model);
   acc_accelerator_destroy(acc);
 }
 
@@ -122,10 +149,12 @@ static void refuse(void) {
 int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "train") == 0)
     train(atoi(argv[2]), argv[3], argc >= 5 ? argv[4] : NULL);
+  else if (argc == 5 && strcmp(argv[1], "torchscript") == 0)
+    torchscript(argv[2], argv[3], atoi(argv[4]));
   else if (argc == 2 && strcmp(argv[1], "refuse") == 0)
     refuse();
   else {
-    fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | refuse\n");
+    fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | torchscript PATH OUT FLAG | refuse\n");
     return 2;
   }
   printf("%d passed, %d failed\n", g_passed, g_failed);

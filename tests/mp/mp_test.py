@@ -365,6 +365,24 @@ def case_profile():
             for rank in (0, 1):
                 if os.path.exists(os.path.join(out, f"profile_{rank}.json")):
                     check_trace(os.path.join(out, f"profile_{rank}.json"), rank, recorded, steps, memory)
+    # with_stack and with_modules: a TorchScript module's call stack and module hierarchy on its aten:: events
+    # (libacc's own models are C++ modules, which LibTorch has no such record of; tests/mp/make_profile_net.py).
+    net = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "profile_net.pt")
+    for flag in (0, 1):
+        with tempfile.TemporaryDirectory() as d:
+            p, _ = launch(1, "torchscript", net, d, flag)
+            expect(p.returncode == 0, f"a TorchScript module profiled with with_stack = with_modules = {flag}",
+                   p.stdout + p.stderr)
+            if p.returncode != 0:
+                continue
+            with open(os.path.join(d, "profile_0.json")) as f:
+                ops = [e for e in json.load(f)["traceEvents"] if e.get("name", "").startswith("aten::")]
+            stacks = [e["args"]["Call stack"] for e in ops if "Call stack" in e.get("args", {})]
+            modules = [e["args"]["Module Hierarchy"] for e in ops if "Module Hierarchy" in e.get("args", {})]
+            expect(any("forward" in s for s in stacks) == bool(flag), f"with_stack {flag}: TorchScript call stacks",
+                   str(stacks[:2]))
+            expect(any("inner(Inner)" in m for m in modules) == bool(flag),
+                   f"with_modules {flag}: TorchScript module hierarchy", str(modules[:2]))
     # A schedule that records nothing in the steps taken writes no file, and says so.
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "traces")

@@ -155,6 +155,13 @@ std::string shown_setting(const Config& c, const std::string& key);
 void check_checkpointing_offload(const Config& c, const std::string& offload, const std::string& checkpointing,
                                  const std::string& version);
 
+// ParallelismConfig's size rules as Accelerate checks them (parallelism.cpp), over either schema's keys (`prefix`:
+// "parallelism_config." or the launch file's "parallelism_config.parallelism_config_"): CP and SP exclusive, TP/CP not
+// with replication alone, CP only under FSDP2, FSDP2 needs dp_shard or cp above 1, the sizes multiply to `processes`
+// (or to 1). Throws Error naming each key with its value and source; `processes_shown` says where the count came from.
+void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t processes,
+                             const std::string& processes_shown, bool fsdp2);
+
 // Fills the generated typed views (acc/config_views.hpp, written by gen_views.cpp) from a resolved Config: the
 // generated code reads each key once, by its path; a type that does not match the value, or a key left unread at
 // finish(), is a std::logic_error (the views and the schema disagree), never a wrong value.

@@ -747,19 +747,8 @@ void check_launch(const Config& cfg) {
     throw Error("contradictory settings: 'parallelism_config' (" + cfg.provenance("parallelism_config").where +
                 ") needs distributed_type FSDP with fsdp_version 2; got " + show("distributed_type") +
                 (dt == "FSDP" ? " and " + show("fsdp_config.fsdp_version") : std::string()));
-  if (cfg.is_set("parallelism_config")) {  // what Accelerate's ParallelismConfig refuses once the processes run
-    const char* const kShard = "parallelism_config.parallelism_config_dp_shard_size";
-    int64_t total = 1;
-    for (const char* k : {"parallelism_config.parallelism_config_dp_replicate_size", kShard,
-                          "parallelism_config.parallelism_config_tp_size", "parallelism_config.parallelism_config_cp_size",
-                          "parallelism_config.parallelism_config_sp_size"})
-      total *= cfg.get_int(k);
-    if (total != np)
-      throw Error("contradictory settings: the parallelism_config sizes multiply to " + std::to_string(total) +
-                  " processes (" + cfg.provenance(kShard).where + "), but " + show("num_processes"));
-    if (cfg.get_int(kShard) == 1 && cfg.get_int("parallelism_config.parallelism_config_cp_size") == 1)
-      throw Error("contradictory settings: " + show(kShard) + " leaves FSDP no dimension to shard across (nor cp_size)");
-  }
+  if (cfg.is_set("parallelism_config"))  // what Accelerate's ParallelismConfig refuses once the processes run
+    check_parallelism_sizes(cfg, "parallelism_config.parallelism_config_", np, show("num_processes"), true);
   if (dt == "FSDP" && cfg.get_int("fsdp_config.fsdp_version") == 1 &&
       cfg.get_bool("fsdp_config.fsdp_cpu_ram_efficient_loading") && !cfg.get_bool("fsdp_config.fsdp_sync_module_states"))
     throw Error("'fsdp_config.fsdp_cpu_ram_efficient_loading' is true (" + at("fsdp_config.fsdp_cpu_ram_efficient_loading") +

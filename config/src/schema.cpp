@@ -340,7 +340,7 @@ Schema make_accelerator() {
           .env("PARALLELISM_CONFIG_DP_SHARD_SIZE"));
   add(K("parallelism_config.tp_size", I, "1", "tensor-parallel degree").min(1).env("PARALLELISM_CONFIG_TP_SIZE"));
   add(K("parallelism_config.cp_size", I, "1", "context-parallel degree").min(1).env("PARALLELISM_CONFIG_CP_SIZE"));
-  add(K("parallelism_config.cp_backend", S, "\"torch\"", "context-parallel implementation").one_of({"torch", "deepspeed"})
+  add(K("parallelism_config.cp_backend", S, "\"torch\"", "context-parallel implementation").one_of({"torch"})
           .env("PARALLELISM_CONFIG_CP_BACKEND"));
   add(K("parallelism_config.cp_comm_strategy", S, "\"allgather\"", "context-parallel communication")
           .one_of({"allgather", "alltoall"})
@@ -559,7 +559,7 @@ Schema make_launch() {
   add(K("parallelism_config.parallelism_config_cp_size", I, "1", "context-parallel degree").min(1)
           .env("PARALLELISM_CONFIG_CP_SIZE"));
   add(K("parallelism_config.parallelism_config_cp_backend", S, "\"torch\"", "context-parallel implementation")
-          .one_of({"torch", "deepspeed"})
+          .one_of({"torch"})
           .env("PARALLELISM_CONFIG_CP_BACKEND"));
   add(K("parallelism_config.parallelism_config_cp_comm_strategy", S, "\"allgather\"", "context-parallel communication")
           .one_of({"allgather", "alltoall"})

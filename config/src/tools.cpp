@@ -397,10 +397,12 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   if (c.get_bool("use_megatron_lm"))
     return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
   if (c.get_bool("use_parallelism_config")) {
-    // Its data-parallel dimensions are FSDP2's HSDP (sharding()) or DDP; tensor, context and sequence parallelism
-    // are not done here.
-    for (const char* k : {"parallelism_config.tp_size", "parallelism_config.cp_size", "parallelism_config.sp_size"})
-      if (c.get_int(k) > 1) return refuse(k, "N-d parallelism (parallelism_config)", "use dp_replicate_size and dp_shard_size");
+    // Its dimensions make the process mesh (parallel_dims, src/runtime/mesh.hpp). Tensor and context parallelism
+    // are refused by the accelerator until their model transforms run (train/accelerator.cpp,
+    // refuse_unwired_parallelism); DeepSpeed's sequence parallelism (Ulysses: attention heads all-to-all across
+    // sp_size ranks) is not done here.
+    if (c.get_int("parallelism_config.sp_size") > 1)
+      return refuse("parallelism_config.sp_size", "sequence parallelism (DeepSpeed Ulysses)", "set sp_size to 1");
     if (c.get_bool("use_deepspeed"))
       return refuse("use_parallelism_config", "parallelism_config with DeepSpeed", "use FSDP2 for dp_shard_size");
   }
@@ -577,9 +579,9 @@ Sharding sharding(const Config& c) {
     if (c.get_int("fsdp_plugin.fsdp_version") != 2)
       throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where +
                   ") needs FSDP2; got " + show("fsdp_plugin.fsdp_version"));
-    if (c.get_int(kShard) == 1)
+    if (c.get_int(kShard) == 1 && c.get_int("parallelism_config.cp_size") == 1)
       throw Error(show(kShard) + ": FSDP is enabled but the parallelism config has no dimension for FSDP to shard "
-                  "across; set dp_shard_size > 1 (or train without the FSDP config)");
+                  "across; set dp_shard_size > 1 (or cp_size > 1, or train without the FSDP config)");
     sh.dp_shard_size = c.get_int(kShard);
     sh.dp_replicate_size = c.get_int("parallelism_config.dp_replicate_size");
     sh.hybrid = sh.dp_replicate_size > 1;

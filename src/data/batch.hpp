@@ -31,4 +31,11 @@ class TensorDict {
   NamedTensors items_;
 };
 
+// Context parallelism: this CP rank's part of every tensor of `batch` along `seq_dim` (a tensor with fewer
+// dimensions is kept whole, as a per-sample value), the positions of context_parallel_positions (data/sharding.hpp):
+// what torch's context_parallel leaves each rank of its buffers. Every CP rank of one data-parallel rank reads the same
+// batch (the loader gives it to them all) and keeps its part. std::invalid_argument for a bad rank or dimension.
+at::Tensor context_parallel_shard(const at::Tensor& t, int64_t seq_dim, int cp_size, int cp_rank);
+TensorDict context_parallel_shard(const TensorDict& batch, int64_t seq_dim, int cp_size, int cp_rank);
+
 }  // namespace acc::core

@@ -565,7 +565,7 @@ struct DispatchPass final : DataLoader::Pass {
   bool receive(Sample& step, bool& is_last) {
     at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
     int64_t* h = header.data_ptr<int64_t>();
-    if (spec.process_index == 0) {
+    if (reader()) {
       try {
         if (source->next(step, is_last)) {
           h[kStatus] = 1;
@@ -584,7 +584,7 @@ struct DispatchPass final : DataLoader::Pass {
     if (h[kStatus] == -1) throw DistributedError("dispatch_batches: the main process failed to read the next batch");
     if (h[kStatus] == 0) return false;
     is_last = h[kIsLast] != 0;
-    if (spec.process_index != 0) step = allocate(h);
+    if (!reader()) step = allocate(h);
     Sample received;
     const int64_t* d = h + kTensors;
     for (const auto& [name, t] : step.items()) {
@@ -596,6 +596,10 @@ struct DispatchPass final : DataLoader::Pass {
     step = std::move(received);
     return true;
   }
+
+  // The group's rank 0 reads and sends; the shard spec only says which rows this process keeps (processes of one
+  // data-parallel rank, tensor- or context-parallel peers, keep the same rows).
+  bool reader() const { return !comm || comm->rank() == 0; }
 
   bool next(Sample& out) override {
     if (preamble && !finished) {
@@ -706,9 +710,10 @@ void DataLoader::prepare(const LoaderPrepare& how, c10::Device device, std::shar
       seedable = true;
       const at::Generator& def = at::detail::getDefaultCPUGenerator();
       seed = h.data_seed ? *h.data_seed : def.current_seed();
-    } else if (h.spec.num_processes > 1 && !dispatch) {
+    } else if ((h.spec.num_processes > 1 || (h.comm && h.comm->size() > 1)) && !dispatch) {
       // Every process must draw the same permutation: the sampler's generator (seeded from the default
-      // generator when the loader has none) follows rank 0's, as synchronize_rng_states does.
+      // generator when the loader has none) follows rank 0's, as synchronize_rng_states does. Also with one
+      // data-parallel rank: its tensor / context-parallel peers read the same batches.
       if (!gen.defined()) gen = at::detail::createCPUGenerator(draw_seed());
       if (h.comm) {
         at::Tensor state;
@@ -790,7 +795,7 @@ std::unique_ptr<DataLoader::Pass> DataLoader::start_pass(int64_t epoch) {
     std::unique_ptr<StepSource> source;
     const int64_t skip_after = ds_->iterable() ? skip_ : 0;
     const bool preamble = !ds_->iterable() && skip_ > 0 && !spec.drop_last;
-    if (spec.process_index == 0) {
+    if (!how_.comm || how_.comm->rank() == 0) {  // the reader (DispatchPass::reader)
       if (ds_->iterable()) {
         source = std::make_unique<StreamSteps>(ds_, epoch, spec);
       } else {

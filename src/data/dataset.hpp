@@ -84,7 +84,9 @@ struct LoaderPrepare {
   bool use_seedable_sampler = false;
   std::optional<uint64_t> data_seed;     // unset: the default generator's initial seed
   bool non_blocking = false;
-  std::shared_ptr<Comm> comm;            // null with one process
+  // Null with one process. Every process of the job (not only the data-parallel ones `spec` counts): its rank 0 reads
+  // for dispatch_batches and its generator state is everyone's.
+  std::shared_ptr<Comm> comm;
   // dataloader_config.{split_batches, dispatch_batches, even_batches, use_seedable_sampler, data_seed,
   // non_blocking}; the process layout comes from `spec`.
   static LoaderPrepare from_config(const config::AcceleratorSettings::DataloaderConfig& c, ShardSpec spec,

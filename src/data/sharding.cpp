@@ -228,4 +228,22 @@ std::vector<Batch> dispatch_shard(const std::vector<Batch>& base, const ShardSpe
   return out;
 }
 
+std::vector<int64_t> context_parallel_positions(int64_t seq_len, int cp_size, int cp_rank) {
+  if (cp_size < 1 || cp_rank < 0 || cp_rank >= cp_size)
+    throw std::invalid_argument("context parallel rank " + std::to_string(cp_rank) + " outside a group of " +
+                                std::to_string(cp_size));
+  if (seq_len < 0) throw std::invalid_argument("sequence length " + std::to_string(seq_len) + " is negative");
+  std::vector<int64_t> out;
+  const int64_t n = cp_size, r = cp_rank;
+  if (seq_len % (2 * n) == 0) {  // torch's _HeadTailLoadBalancer
+    const int64_t chunk = seq_len / (2 * n);
+    for (int64_t c : {r, 2 * n - 1 - r})
+      for (int64_t i = c * chunk; i < (c + 1) * chunk; ++i) out.push_back(i);
+    return out;
+  }
+  const int64_t part = (seq_len + n - 1) / n;  // torch.chunk
+  for (int64_t i = r * part; i < std::min(seq_len, (r + 1) * part); ++i) out.push_back(i);
+  return out;
+}
+
 }  // namespace acc::core

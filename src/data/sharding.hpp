@@ -80,4 +80,12 @@ DispatchSlice dispatch_slice(int64_t observed, bool is_last, const ShardSpec& sp
 // The index lists each step of dispatch_steps gives process `process_index` (for tests and lengths).
 std::vector<Batch> dispatch_shard(const std::vector<Batch>& base, const ShardSpec& spec);
 
+// Context parallelism: the positions of a sequence of `seq_len` tokens that rank `cp_rank` of a context-parallel
+// group of `cp_size` holds, in order, as torch's context_parallel shards its buffers (_context_parallel_buffers with
+// the default load balancer): when seq_len is a multiple of 2 x cp_size, the head-tail balance, chunks cp_rank and
+// 2 cp_size - 1 - cp_rank of 2 cp_size equal chunks (so causal attention costs every rank the same); otherwise
+// torch.chunk's part cp_rank (ceil(seq_len / cp_size) tokens each, the last ones fewer or none).
+// Throws std::invalid_argument for cp_size < 1, cp_rank outside it, or seq_len < 0.
+std::vector<int64_t> context_parallel_positions(int64_t seq_len, int cp_size, int cp_rank);
+
 }  // namespace acc::core

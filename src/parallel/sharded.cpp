@@ -331,10 +331,11 @@ std::string unit_of(const std::string& name, const std::set<std::string>& units)
 
 class ShardedStrategy final : public Strategy {
  public:
-  ShardedStrategy(std::shared_ptr<Model> model, c10::Device device, std::shared_ptr<Comm> comm,
+  ShardedStrategy(std::shared_ptr<Model> model, c10::Device device, const ShardGroups& groups,
                   const ShardingOptions& opts)
       : Strategy(std::move(model)), s_(std::make_shared<ShardState>()) {
     if (opts.stage < 1 || opts.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3");
+    if (!groups.all || !groups.shard) throw std::invalid_argument("sharded strategy: no process group");
     ShardState& s = *s_;
     s.opts = opts;
     // ZeRO-3's zero3_init_flag: the parameters still on the meta device are made below, one module at a time, each
@@ -358,23 +359,10 @@ class ShardedStrategy final : public Strategy {
       model_->to(device);
       for (auto& [n, t] : model_->state()) state.push_back(t);
     }
-    broadcast_from_rank0(*comm, state);
-    const int size = comm->size(), group = opts.shard_group_size;
-    if (group > 0 && group < size) {
-      if (size % group != 0)
-        throw std::invalid_argument("hybrid sharding needs the same number of processes on every machine: " +
-                                    std::to_string(size) + " processes do not split into groups of " +
-                                    std::to_string(group));
-      // Groups of consecutive ranks (a machine) share shards; ranks with the same place in their group replicate.
-      const int me = comm->rank(), first = me / group * group;
-      std::vector<int> shard_ranks, replica_ranks;
-      for (int r = first; r < first + group; ++r) shard_ranks.push_back(r);
-      for (int r = me % group; r < size; r += group) replica_ranks.push_back(r);
-      s.comm = comm->subgroup(shard_ranks, "hybrid_shard_" + std::to_string(first / group));
-      s.replicas = comm->subgroup(replica_ranks, "hybrid_replica_" + std::to_string(me % group));
-    } else {
-      s.comm = std::move(comm);
-    }
+    broadcast_from_rank0(*groups.all, state);
+    // Hybrid sharding (HSDP): the mesh's dp_shard groups share shards, its dp_replicate groups hold the same shard.
+    s.comm = groups.shard;
+    if (groups.replicas && groups.replicas->size() > 1) s.replicas = groups.replicas;
 
     const std::set<std::string> units(opts.units.begin(), opts.units.end());
     std::vector<std::string> names;  // each of s.params' (first) name
@@ -961,8 +949,8 @@ void ShardedStrategy::optimizer_state_from_full(const ParamGroups& whole, NamedT
 }
 
 std::unique_ptr<Strategy> make_sharded_strategy(std::shared_ptr<Model> model, c10::Device device,
-                                                std::shared_ptr<Comm> comm, const ShardingOptions& opts) {
-  return std::make_unique<ShardedStrategy>(std::move(model), device, std::move(comm), opts);
+                                                const ShardGroups& groups, const ShardingOptions& opts) {
+  return std::make_unique<ShardedStrategy>(std::move(model), device, groups, opts);
 }
 
 std::vector<std::string> wrap_units(const Model& model, const std::string& policy,

@@ -38,9 +38,6 @@ struct ShardingOptions {
   // FSDP's cpu_offload / DeepSpeed's offload_*_device "cpu": the shards the optimizer steps (fp32 masters), their
   // gradients and the optimizer's state live in CPU memory; parameters travel to the training device to be gathered.
   bool offload = false;
-  // FSDP's HYBRID_SHARD: shard inside groups of this many consecutive ranks (a machine's processes) and replicate
-  // across them (gradients reduce-scattered in the group, then summed across the replicas). 0: one group.
-  int shard_group_size = 0;
   // Stage 3, units the model reports: the next unit's all-gather starts (asynchronously) when a unit's forward
   // starts (forward_prefetch), and, going backward, when a unit's backward starts ("BACKWARD_PRE") or ends
   // ("BACKWARD_POST"); at most one unit ahead, so at most two units are gathered at once besides the root (what
@@ -51,8 +48,24 @@ struct ShardingOptions {
   std::string label;
 };
 
+// The process groups a sharded strategy works over (the process mesh's data dimensions, src/runtime/mesh.hpp).
+struct ShardGroups {
+  // One group for everything: ZeRO / FSDP over every process of `comm` (implicit, so a Comm is a ShardGroups).
+  ShardGroups(std::shared_ptr<Comm> comm) : all(comm), shard(std::move(comm)) {}  // NOLINT(google-explicit-constructor)
+  ShardGroups(std::shared_ptr<Comm> all_ranks, std::shared_ptr<Comm> shard_ranks, std::shared_ptr<Comm> replica_ranks)
+      : all(std::move(all_ranks)), shard(std::move(shard_ranks)), replicas(std::move(replica_ranks)) {}
+  // Every rank that holds the same piece of the model (the mesh's dp_cp; the whole job without tensor parallelism):
+  // all start from its first rank's weights.
+  std::shared_ptr<Comm> all;
+  // The ranks whose shards make the whole (dp_shard_cp).
+  std::shared_ptr<Comm> shard;
+  // FSDP's HYBRID_SHARD / HSDP: the ranks that hold the same shard (dp_replicate); gradients reduce-scattered in
+  // `shard` are then summed across them. Null (or one rank): no replication.
+  std::shared_ptr<Comm> replicas;
+};
+
 std::unique_ptr<Strategy> make_sharded_strategy(std::shared_ptr<Model> model, c10::Device device,
-                                                std::shared_ptr<Comm> comm, const ShardingOptions& opts);
+                                                const ShardGroups& groups, const ShardingOptions& opts);
 
 // Accelerate's auto-wrap policies over a model's modules: TRANSFORMER_BASED_WRAP wraps every module whose
 // class is in `classes`; SIZE_BASED_WRAP every module holding at least `min_num_params` parameters not

@@ -366,6 +366,7 @@ std::shared_ptr<Comm> Comm::subgroup(const std::vector<int>& ranks, const std::s
 }
 
 int Comm::rank() const { return impl_->state.rank; }
+const c10::intrusive_ptr<c10d::ProcessGroup>& Comm::process_group() const { return impl_->pg; }
 int Comm::size() const { return impl_->state.world_size; }
 
 const std::string& Comm::cpu_transport() const { return impl_->cpu_transport; }

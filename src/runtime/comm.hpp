@@ -12,6 +12,10 @@
 
 #include "runtime/process_state.hpp"
 
+namespace c10d {
+class ProcessGroup;
+}
+
 namespace acc::core {
 
 enum class ReduceOp { Sum, Mean, Max };
@@ -54,6 +58,9 @@ class Comm {
   std::unique_ptr<PendingWork> all_gather_into_async(at::Tensor& out, at::Tensor& in);
   void broadcast(at::Tensor& t, int root);
   void barrier();
+  // The c10d group itself, for code that calls c10d directly (include
+  // <torch/csrc/distributed/c10d/ProcessGroup.hpp> to use it). Its errors are c10d's, not DistributedError.
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const;
 
  private:
   struct Impl;

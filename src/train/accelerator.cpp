@@ -20,6 +20,7 @@
 #include "runtime/affinity.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
+#include "runtime/mesh.hpp"
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
 #include "util/ranges.hpp"
@@ -79,19 +80,28 @@ std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::mill
   }
 }
 
-// ParallelismConfig's data-parallel sizes against the job (Accelerate's _validate_accelerator): under FSDP2 they make
-// the HSDP groups (config::sharding); otherwise only plain data parallelism over every process is DDP.
-void check_parallelism(const config::Config& c, const config::AcceleratorSettings& s, const config::Sharding& sh,
-                       int64_t world) {
-  using P = config::AcceleratorSettings::ParallelismConfig;
-  const int64_t replicate = s.parallelism_config.dp_replicate_size, shard = s.parallelism_config.dp_shard_size;
-  const std::string sizes = "parallelism_config's dp_replicate_size " + std::to_string(replicate) + " x dp_shard_size " +
-                            std::to_string(shard) + " (" + c.provenance(P::Key::dp_shard_size).where + ")";
-  if (sh.dp_shard_size == 0 && shard > 1)
-    throw config::Error(sizes + ": dp_shard_size > 1 shards with FSDP2 (distributed_type FSDP, fsdp_version 2)");
-  if (replicate * shard != world && (sh.dp_shard_size > 0 || replicate * shard != 1))
-    throw config::Error(sizes + " is " + std::to_string(replicate * shard) + " processes, but the job has " +
-                        std::to_string(world) + "; adjust dp_replicate_size / dp_shard_size");
+// Tensor and context parallelism: the process mesh has their groups (mesh().group("tp"), ("cp")) and the loaders give
+// their ranks the right batches, but prepare does not transform the model over them yet. This is the one place that
+// refuses them: lift each refusal when its model transform runs in prepare. ACC_TEST_UNWIRED_PARALLELISM=1 lets them
+// through for the tests of the mesh and the data layout (tests/mp: mp-mesh); a model then trains data-parallel only.
+void refuse_unwired_parallelism(const config::Config& c, const config::ParallelDims& d,
+                                const std::map<std::string, std::string>& env) {
+  if (auto it = env.find("ACC_TEST_UNWIRED_PARALLELISM"); it != env.end() && it->second == "1") return;
+  auto shown = [&](const char* key) {  // as config::unsupported_setting names a setting
+    const config::Provenance p = c.provenance(key);
+    return "'" + std::string(key) + "' = " + c.get_json(key) + " (from " +
+           (p.origin == config::Origin::Default ? std::string("the default")
+                                                : std::string(config::origin_name(p.origin)) + " " + p.where) +
+           ")";
+  };
+  if (d.tp > 1)
+    throw UnsupportedError(shown("parallelism_config.tp_size") +
+                           ": tensor parallelism is not supported yet by libacc (the process mesh has its groups, the "
+                           "model transform is not wired into prepare); set tp_size to 1");
+  if (d.cp > 1)
+    throw UnsupportedError(shown("parallelism_config.cp_size") +
+                           ": context parallel attention is not implemented yet by libacc (the process mesh and the "
+                           "sequence split are there); set cp_size to 1");
 }
 
 }  // namespace
@@ -145,6 +155,9 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   g.sync_with_dataloader = s.gradient_accumulation_plugin.sync_with_dataloader;
   g.sync_each_batch = s.gradient_accumulation_plugin.sync_each_batch;
   a->state_ = ProcessState::from_environment(env);
+  // The process mesh's sizes, checked as Accelerate checks a ParallelismConfig, before any rendezvous.
+  const config::ParallelDims dims = config::parallel_dims(c, a->state_.world_size, a->state_.local_world_size);
+  refuse_unwired_parallelism(c, dims, env);
   // Settings that do nothing, as Accelerate / torch warn about them: once, on the main process.
   if (a->state_.rank == 0)
     for (const auto& w : config::setting_warnings(c)) std::fprintf(stderr, "libacc: warning: %s\n", w.c_str());
@@ -179,11 +192,16 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
     const auto timeout = std::chrono::milliseconds(
         std::llround(s.init_process_group_kwargs.timeout.value_or(default_seconds) * 1000));
     a->comm_ = process_group(a->state_, timeout, cuda_device);
+    MeshSizes sizes;
+    sizes.dp_replicate = static_cast<int>(dims.dp_replicate);
+    sizes.dp_shard = static_cast<int>(dims.dp_shard);
+    sizes.cp = static_cast<int>(dims.cp);
+    sizes.tp = static_cast<int>(dims.tp);
+    a->mesh_ = std::make_shared<ProcessMesh>(a->comm_, sizes);
   }
   a->config_json_ = c.to_json(/*with_provenance=*/true);
   a->set_mixed_precision(s.mixed_precision);
   a->sharding_ = config::sharding(c);
-  if (s.use_parallelism_config) check_parallelism(c, s, a->sharding_, a->state_.world_size);
   if (a->comm_ && a->state_.local_rank != 0 && s.use_fsdp && s.fsdp_plugin.cpu_ram_efficient_loading.value_or(false)) {
     hold_ram_efficient_loading(true);
     a->holds_ram_efficient_loading_ = true;
@@ -395,8 +413,10 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (opt && comm_ && sharding_.stage > 0)
     if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(target->model->trainable_tensors());
   ShardSpec spec;
-  spec.num_processes = state_.world_size;
-  spec.process_index = state_.rank;
+  // One shard of the data per data-parallel rank: tensor- and context-parallel peers read the same batches
+  // (Accelerate's prepare_data_loader with a device mesh).
+  spec.num_processes = mesh_ ? mesh_->size("dp") : 1;
+  spec.process_index = mesh_ ? mesh_->rank("dp") : 0;
   spec.split_batches = split_batches();
   spec.even_batches = settings_.dataloader_config.even_batches;
   auto self = shared_from_this();
@@ -506,7 +526,10 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     const std::string& wrapper = k.comm_wrapper;
     if (hook != "no" && wrapper == "fp16") d.wrapper = at::kHalf;
     if (hook != "no" && wrapper == "bf16") d.wrapper = at::kBFloat16;
-    return make_ddp_strategy(model, device, comm_, d);
+    // Over the ranks that hold the same piece of the model; none besides this one (tensor parallelism over every
+    // process): nothing to synchronise, as Accelerate wraps no DDP then.
+    if (mesh_->size("dp_cp") == 1) return make_single_strategy(model, device);
+    return make_ddp_strategy(model, device, mesh_->group("dp_cp"), d);
   }
   ShardingOptions o;
   o.stage = sh.stage;
@@ -514,7 +537,6 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   o.param_dtype = dtype(sh.param_dtype);
   o.reduce_dtype = dtype(sh.reduce_dtype);
   o.bucket_cap_mb = settings_.ddp_kwargs.bucket_cap_mb;
-  if (sh.hybrid) o.shard_group_size = sh.dp_shard_size > 0 ? static_cast<int>(sh.dp_shard_size) : state_.local_world_size;
   o.offload = sh.offload;
   o.reshard_after_forward = sh.reshard_after_forward;
   o.forward_prefetch = sh.forward_prefetch;
@@ -530,7 +552,11 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   }
   // DeepSpeed's ZeRO-3 gathers parameters module by module: here the model's blocks are the units.
   if (settings_.use_deepspeed && sh.stage == 3) o.units = model->reported_units();
-  return make_sharded_strategy(model, device, comm_, o);
+  // FSDP shards over dp_shard x cp and replicates over dp_replicate (HSDP: HYBRID_SHARD's machines, or
+  // parallelism_config's dp_replicate_size); weights start from the first rank holding the same piece of the model.
+  const ShardGroups groups(mesh_->group("dp_cp"), mesh_->group("dp_shard_cp"),
+                           mesh_->size("dp_replicate") > 1 ? mesh_->group("dp_replicate") : nullptr);
+  return make_sharded_strategy(model, device, groups, o);
 }
 
 void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
@@ -694,6 +720,8 @@ const DataLoader* Accelerator::active_loader() const {
 
 at::Tensor Accelerator::gather_for_metrics(const at::Tensor& t) {
   verify(CollectiveOp::gather_for_metrics, 0, &t);
+  // Over the data-parallel ranks only: tensor- and context-parallel peers evaluated the same samples.
+  if (mesh_ && mesh_->size("dp") < state_.world_size) return drop_duplicates(mesh_->group("dp")->all_gather_cat(t.detach()));
   return drop_duplicates(gather_tensor(t));
 }
 

@@ -18,6 +18,7 @@
 #include "precision/fp8.hpp"
 #include "precision/precision.hpp"
 #include "runtime/comm.hpp"
+#include "runtime/mesh.hpp"
 #include "runtime/process_state.hpp"
 #include "tracking/tracking.hpp"
 #include "train/optim.hpp"
@@ -126,6 +127,9 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const std::string& device_name() const { return device_name_; }
   const std::string& distributed_type() const { return distributed_type_; }
   bool distributed() const { return comm_ != nullptr; }
+  // The process mesh (dp_replicate, dp_shard, cp, tp; runtime/mesh.hpp) and its groups: mesh()->group("tp"),
+  // mesh()->size("dp"), mesh()->rank("cp"). Null with one process (every size is then 1).
+  const std::shared_ptr<ProcessMesh>& mesh() const { return mesh_; }
 
   // Each argument may be null. Throws std::logic_error on a call-order mistake.
   void prepare(const std::shared_ptr<ModelSlot>& model, const std::shared_ptr<OptimizerSlot>& opt,
@@ -247,6 +251,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::string config_json_;
   ProcessState state_;
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<ProcessMesh> mesh_;  // with comm_
   c10::Device device_{c10::kCPU};
   std::string device_name_ = "cpu", distributed_type_ = "NO";
   std::vector<std::weak_ptr<ModelSlot>> models_;

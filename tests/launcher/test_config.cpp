@@ -1049,7 +1049,7 @@ TEST(Unsupported, NamedWithTheirSource) {
       {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}},
        "'deepspeed_plugin.offload_optimizer_device' = \"nvme\" (from env ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload to NVMe"},
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
-      {R"({"parallelism_config": {"tp_size": 2}})", {}, "N-d parallelism"},
+      {R"({"parallelism_config": {"sp_size": 2}})", {}, "sequence parallelism (DeepSpeed Ulysses) is not supported yet"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
       {R"({"log_with": ["tensorboard", "comet_ml"]})", {}, "the tracker \"comet_ml\" is not supported yet by libacc; use tensorboard"},
       {R"({"init_process_group_kwargs": {"backend": "mpi"}})", {}, "the c10d backend \"mpi\""},
@@ -1488,9 +1488,8 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
                 .find("needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"),
             std::string::npos);
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2}})", {})));
-  EXPECT_NE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}))
-                ->find("'parallelism_config.tp_size' = 2"),
-            std::string::npos);
+  // Tensor parallelism makes a process mesh (parallel_dims); the accelerator refuses it until the model transform runs.
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {})));
   // Prefetch: FSDP2 and DeepSpeed ZeRO-3 always, both ways; FSDP1 as its keys say (none by default, NO_PREFETCH none).
   EXPECT_TRUE(v2.forward_prefetch);
   EXPECT_EQ(v2.backward_prefetch, "BACKWARD_PRE");
@@ -1806,4 +1805,120 @@ TEST(Views, HoldTheResolvedValues) {
   EXPECT_FALSE(ls.main_process_ip.has_value());
   EXPECT_EQ(ls.fsdp_config.fsdp_transformer_layer_cls_to_wrap, "Block,Attn");
   EXPECT_EQ(ls.fsdp_config.fsdp_reshard_after_forward.json, "false");
+}
+
+// --- Issue 27: parallelism_config as Accelerate checks it, and the process mesh a job runs on ------------------------
+TEST(Parallelism, MeshSizesOfAJob) {
+  auto dims = [](const std::string& json, const Env& env, int64_t world, int64_t local = 0) {
+    return parallel_dims(resolve_accelerator(json, env), world, local ? local : world);
+  };
+  auto shape = [](const ParallelDims& d) {
+    return std::to_string(d.dp_replicate) + "x" + std::to_string(d.dp_shard) + "x" + std::to_string(d.cp) + "x" +
+           std::to_string(d.tp);
+  };
+  // Without parallelism_config the data-parallel strategy makes the mesh: DDP replicates, FSDP / ZeRO shard over
+  // every process, HYBRID_SHARD shards inside a machine and replicates across machines.
+  EXPECT_EQ(shape(dims("", {}, 4)), "4x1x1x1");
+  EXPECT_FALSE(dims("", {}, 4).from_parallelism_config);
+  EXPECT_EQ(shape(dims(R"({"fsdp_plugin": {}})", {}, 4)), "1x4x1x1");
+  EXPECT_EQ(shape(dims(R"({"deepspeed_plugin": {"zero_stage": 2}})", {}, 4)), "1x4x1x1");
+  EXPECT_EQ(shape(dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 8, 4)), "2x4x1x1");
+  EXPECT_EQ(shape(dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 4, 4)), "1x4x1x1");
+  EXPECT_NE(error_of([&] { dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 6, 4); })
+                .find("6 processes do not split into machines of 4 (LOCAL_WORLD_SIZE)"),
+            std::string::npos);
+  // The variables accelerate launch exports: HSDP 2 x 2.
+  const Env hsdp = {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"}, {"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                    {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"}, {"PARALLELISM_CONFIG_DP_SHARD_SIZE", "2"}};
+  EXPECT_EQ(shape(dims("", hsdp, 4)), "2x2x1x1");
+  EXPECT_TRUE(dims("", hsdp, 4).from_parallelism_config);
+  // FSDP2 with tensor or context parallelism (the accelerator refuses those until their transforms run); CP alone
+  // gives FSDP its dimension (dp_shard_cp).
+  const std::string fsdp2 = R"("fsdp_plugin": {"fsdp_version": 2}, )";
+  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}, 4)), "1x2x1x2");
+  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_shard_size": 2, "cp_size": 2}})", {}, 4)), "1x2x2x1");
+  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_replicate_size": 2, "dp_shard_size": 2, "tp_size": 2}})", {}, 8)),
+            "2x2x1x2");
+  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"cp_size": 4}})", {}, 4)), "1x1x4x1");
+  // Tensor parallelism over every process, without FSDP: no data parallelism (Accelerate wraps no DDP).
+  EXPECT_EQ(shape(dims(R"({"parallelism_config": {"tp_size": 4}})", {}, 4)), "1x1x1x4");
+  // Sizes that multiply to 1 replicate over every process (Accelerate's _validate_accelerator, for DDP).
+  EXPECT_EQ(shape(dims(R"({"parallelism_config": {}})", {}, 4)), "4x1x1x1");
+  EXPECT_EQ(shape(dims(R"({"parallelism_config": {"tp_size": 1}})", {}, 1)), "1x1x1x1");
+}
+
+TEST(Parallelism, AccelerateRulesNameKeyAndSource) {
+  auto refusal = [](const std::string& json, const Env& env, int64_t world) {
+    return error_of([&] { parallel_dims(resolve_accelerator(json, env), world, world); });
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos ? ::testing::AssertionSuccess()
+                                                : ::testing::AssertionFailure() << "'" << part << "' not in: " << text;
+  };
+  // Sizes whose product is not the world size, from the environment accelerate launch sets.
+  const Env tp3 = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"}, {"PARALLELISM_CONFIG_TP_SIZE", "3"}};
+  EXPECT_TRUE(has(refusal("", tp3, 4),
+                  "contradictory settings: the parallelism_config sizes multiply to 3 processes "
+                  "('parallelism_config.tp_size' (3, PARALLELISM_CONFIG_TP_SIZE)), but the job has 4 processes "
+                  "(WORLD_SIZE)"));
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}, 8),
+                  "multiply to 4 processes ('parallelism_config.dp_shard_size' (2, "));
+  // Context parallelism without FSDP2 (AcceleratorState: CP shards the model over dp_shard x cp).
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"cp_size": 4}})", {}, 4),
+                  "'parallelism_config.cp_size' (4, acc_accelerator_create): context parallelism needs FSDP2"));
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {}, "parallelism_config": {"cp_size": 2, "dp_shard_size": 2}})", {}, 4),
+                  "needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"));
+  // TP / CP with replication alone.
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"tp_size": 2, "dp_replicate_size": 2}})", {}, 4),
+                  "contradictory settings: 'parallelism_config.tp_size' (2, acc_accelerator_create) with "
+                  "'parallelism_config.dp_replicate_size' (2, acc_accelerator_create) and 'parallelism_config.dp_shard_size' "
+                  "(1, default): tensor/context parallelism cannot be used with pure data parallelism"));
+  // CP and SP are exclusive.
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"cp_size": 2, "sp_size": 2}})", {}, 4),
+                  "'parallelism_config.cp_size' (2, acc_accelerator_create) and 'parallelism_config.sp_size' (2, "
+                  "acc_accelerator_create): context parallelism and sequence parallelism are mutually exclusive"));
+  // FSDP2 needs a dimension to shard over; dp_shard_size shards with FSDP2 only.
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})", {}, 4),
+                  "no dimension for FSDP to shard across"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"dp_shard_size": 4}})", {}, 4),
+                  "'parallelism_config.dp_shard_size' (4, acc_accelerator_create): dp_shard_size > 1 shards with FSDP2"));
+  // Accelerate's cp_backend choices: torch only.
+  EXPECT_TRUE(has(error_of([] { resolve_accelerator(R"({"parallelism_config": {"cp_backend": "deepspeed"}})", {}); }),
+                  "'parallelism_config.cp_backend' must be one of \"torch\""));
+  // Sequence parallelism (DeepSpeed Ulysses) is refused by name.
+  EXPECT_TRUE(has(*unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                                                                 {"PARALLELISM_CONFIG_SP_SIZE", "2"}})),
+                  "'parallelism_config.sp_size' = 2 (from env PARALLELISM_CONFIG_SP_SIZE): sequence parallelism"));
+}
+
+TEST(Parallelism, LaunchRefusesBeforeAnyProcessStarts) {
+  TempDir t;
+  auto refusal = [&](const std::string& sizes, int np) {
+    const std::string f = t.write("p.yaml", "distributed_type: FSDP\nnum_processes: " + std::to_string(np) +
+                                                "\nfsdp_config:\n  fsdp_version: 2\nparallelism_config:\n" + sizes);
+    return error_of([&] { resolve_launch(f, {}); });
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos ? ::testing::AssertionSuccess()
+                                                : ::testing::AssertionFailure() << "'" << part << "' not in: " << text;
+  };
+  const std::string ok = refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 4);
+  EXPECT_EQ(ok, "<no error>");
+  EXPECT_TRUE(has(refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 8),
+                  "the parallelism_config sizes multiply to 4 processes ('parallelism_config.parallelism_config_dp_shard_size' "
+                  "(2, " + t.path + "/p.yaml:6)"));
+  EXPECT_TRUE(has(refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 8),
+                  "but 'num_processes' (8, " + t.path + "/p.yaml:2)"));
+  EXPECT_TRUE(has(refusal("  parallelism_config_dp_replicate_size: 2\n  parallelism_config_cp_size: 2\n", 4),
+                  "'parallelism_config.parallelism_config_cp_size' (2, " + t.path +
+                      "/p.yaml:7) with 'parallelism_config.parallelism_config_dp_replicate_size' (2, " + t.path +
+                      "/p.yaml:6) and 'parallelism_config.parallelism_config_dp_shard_size' (1, default): tensor/context "
+                      "parallelism cannot be used with pure data parallelism"));
+  EXPECT_TRUE(has(refusal("  parallelism_config_cp_size: 2\n  parallelism_config_sp_size: 2\n", 4), "mutually exclusive"));
+  EXPECT_TRUE(has(refusal("  parallelism_config_dp_replicate_size: 4\n", 4),
+                  "contradictory settings: 'parallelism_config.parallelism_config_dp_shard_size' (1, default) leaves FSDP "
+                  "no dimension to shard across"));
+  EXPECT_EQ(refusal("  parallelism_config_cp_size: 4\n", 4), "<no error>");  // FSDP shards over cp
+  EXPECT_TRUE(has(refusal("  parallelism_config_cp_size: 4\n  parallelism_config_cp_backend: deepspeed\n", 4),
+                  "parallelism_config_cp_backend"));
 }

@@ -392,6 +392,46 @@ def case_profile():
                "profile_0.json")), "a schedule that recorded nothing: no trace, a message", p.stdout + p.stderr)
 
 
+def case_mesh():
+    """Issue 27: the process mesh of 4 processes in Accelerate's layouts, from the variables accelerate launch exports
+    (and once from a launch config file); tensor / context parallelism through the test hook, refused without it;
+    sizes Accelerate refuses stop acc launch before any process starts."""
+    def env_of(r, s, c, t, fsdp2):
+        e = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE": str(r),
+             "PARALLELISM_CONFIG_DP_SHARD_SIZE": str(s), "PARALLELISM_CONFIG_CP_SIZE": str(c),
+             "PARALLELISM_CONFIG_TP_SIZE": str(t), "ACC_TEST_UNWIRED_PARALLELISM": "1"}
+        if fsdp2:
+            e.update(ACCELERATE_USE_FSDP="true", FSDP_VERSION="2")
+        return e
+
+    for r, s, c, t in ((2, 2, 1, 1), (1, 2, 1, 2), (1, 2, 2, 1), (1, 1, 1, 4), (1, 1, 2, 2), (4, 1, 1, 1)):
+        p, _ = launch(4, r, s, c, t, env_extra=env_of(r, s, c, t, fsdp2=s > 1 or c > 1))
+        expect(p.returncode == 0 and "0 failed" in p.stdout, f"mesh dp_replicate {r} x dp_shard {s} x cp {c} x tp {t}",
+               p.stdout + p.stderr)
+    # HSDP 2 x 2 from a launch config file, as accelerate config writes it.
+    fsdp2 = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+    p, _ = launch(4, 2, 2, 1, 1, config=fsdp2 + "parallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
+                  "  parallelism_config_dp_shard_size: 2\n")
+    expect(p.returncode == 0 and "0 failed" in p.stdout, "mesh 2 x 2 from a launch config file", p.stdout + p.stderr)
+    # Without the hook, tensor and context parallelism are refused when the accelerator is made, by name and source.
+    for key, sizes, words in (("TP", (1, 2, 1, 2), "tensor parallelism is not supported yet"),
+                              ("CP", (1, 2, 2, 1), "context parallel attention is not implemented yet")):
+        env = env_of(*sizes, fsdp2=True)
+        del env["ACC_TEST_UNWIRED_PARALLELISM"]
+        p, _ = launch(4, *sizes, env_extra=env)
+        want = f"'parallelism_config.{key.lower()}_size' = 2 (from env PARALLELISM_CONFIG_{key}_SIZE): {words}"
+        expect(p.returncode != 0 and want in p.stderr, f"{key} refused at create", p.stdout + p.stderr)
+    # Sizes Accelerate refuses: acc launch stops before any process starts (the worker never prints).
+    for sizes, np, words in (("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 4\n", 4,
+                              "the parallelism_config sizes multiply to 8 processes"),
+                             ("  parallelism_config_dp_replicate_size: 2\n  parallelism_config_cp_size: 2\n", 4,
+                              "cannot be used with pure data parallelism")):
+        p, _ = launch(np, 1, 1, 1, 1, config=fsdp2 + "parallelism_config:\n" + sizes)
+        expect(p.returncode != 0 and words in p.stderr and "passed" not in p.stdout
+               and "parallelism_config.parallelism_config_" in p.stderr, f"acc launch refuses: {words}",
+               p.stdout + p.stderr)
+
+
 def case_cxx_data_objects():
     """The C++ API (tests/mp/mp_cxx.cpp): named loaders sharded, gather_object(_for_metrics) and
     broadcast_object between real processes."""

@@ -173,6 +173,17 @@ struct Sharding {
 };
 Sharding sharding(const Config& accelerator);
 
+// The process mesh a job of `world` processes (`local_world` per machine) runs on, in Accelerate's dimension order
+// (src/runtime/mesh.hpp). With use_parallelism_config: its sizes, checked as Accelerate checks them (sizes that
+// multiply to 1 replicate over every process, as _validate_accelerator does); throws Error naming each key, its value
+// and its source. Without: what the data-parallel strategy implies (DDP: dp_replicate = world; FSDP / ZeRO: dp_shard
+// = world; HYBRID_SHARD: dp_shard = the processes of a machine, dp_replicate = the machines).
+struct ParallelDims {
+  int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
+  bool from_parallelism_config = false;
+};
+ParallelDims parallel_dims(const Config& accelerator, int64_t world, int64_t local_world);
+
 // The run record libacc writes on the main process into the project directory of a run (acc_run_config.json): the
 // resolved config with provenance, the build (acc_build_info JSON), the process and the distributed environment.
 // Given back as explicit JSON (whole) it reproduces the config. Written atomically (temporary file + rename); the

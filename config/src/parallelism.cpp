@@ -1,0 +1,79 @@
+// Accelerate's ParallelismConfig rules (parallelism_config.py __post_init__ and _validate_accelerator, state.py's
+// context-parallel checks), over either schema's keys, and the process-mesh sizes a job runs with.
+#include "internal.hpp"
+
+namespace acc::config {
+
+namespace detail {
+
+void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t processes,
+                             const std::string& processes_shown, bool fsdp2) {
+  const std::string rep = prefix + "dp_replicate_size", shard = prefix + "dp_shard_size", tp = prefix + "tp_size",
+                    cp = prefix + "cp_size", sp = prefix + "sp_size";
+  const int64_t r = c.get_int(rep), s = c.get_int(shard), t = c.get_int(tp), k = c.get_int(cp), q = c.get_int(sp);
+  if (k > 1 && q > 1)
+    throw Error("contradictory settings: " + shown_setting(c, cp) + " and " + shown_setting(c, sp) +
+                ": context parallelism and sequence parallelism are mutually exclusive; set one of them to 1");
+  if ((t > 1 || k > 1) && r > 1 && s == 1)
+    throw Error("contradictory settings: " + shown_setting(c, t > 1 ? tp : cp) + " with " + shown_setting(c, rep) +
+                " and " + shown_setting(c, shard) + ": tensor/context parallelism cannot be used with pure data "
+                "parallelism (replication without sharding); set dp_shard_size > 1 (FSDP2 + TP/CP, or HSDP + TP/CP)");
+  if (k > 1 && !fsdp2)
+    throw Error(shown_setting(c, cp) + ": context parallelism needs FSDP2 (distributed_type FSDP with fsdp_version 2): "
+                "the model is sharded over dp_shard x cp");
+  if (fsdp2 && s == 1 && k == 1)
+    throw Error("contradictory settings: " + shown_setting(c, shard) + " leaves FSDP no dimension to shard across "
+                "(it shards over dp_shard_size x cp_size); set dp_shard_size > 1 (or cp_size > 1)");
+  // DeepSpeed's sequence parallelism makes its own groups: Accelerate checks no product then.
+  if (q > 1) return;
+  const int64_t total = r * s * t * k;
+  if (total == 1) return;  // Accelerate's _validate_accelerator: replicate over every process (DDP)
+  if (total != processes) {
+    std::string which;
+    for (const std::string& key : {rep, shard, tp, cp})
+      if (c.get_int(key) > 1) which += (which.empty() ? "" : ", ") + shown_setting(c, key);
+    throw Error("contradictory settings: the parallelism_config sizes multiply to " + std::to_string(total) +
+                " processes (" + which + "), but " + processes_shown +
+                "; adjust dp_replicate_size / dp_shard_size / tp_size / cp_size");
+  }
+}
+
+}  // namespace detail
+
+ParallelDims parallel_dims(const Config& c, int64_t world, int64_t local_world) {
+  if (c.kind() != SchemaKind::Accelerator) throw Error("parallel_dims needs an accelerator config");
+  ParallelDims d;
+  const Sharding sh = sharding(c);
+  const std::string processes = "the job has " + std::to_string(world) + " process" + (world == 1 ? "" : "es") +
+                                " (WORLD_SIZE)";
+  if (c.get_bool("use_parallelism_config")) {
+    const bool fsdp2 = c.get_bool("use_fsdp") && c.get_int("fsdp_plugin.fsdp_version") == 2;
+    detail::check_parallelism_sizes(c, "parallelism_config.", world, processes, fsdp2);
+    const char* const kShard = "parallelism_config.dp_shard_size";
+    if (!fsdp2 && c.get_int(kShard) > 1)
+      throw Error(detail::shown_setting(c, kShard) + ": dp_shard_size > 1 shards with FSDP2 (distributed_type FSDP, "
+                  "fsdp_version 2)");
+    d.dp_replicate = c.get_int("parallelism_config.dp_replicate_size");
+    d.dp_shard = c.get_int(kShard);
+    d.tp = c.get_int("parallelism_config.tp_size");
+    d.cp = c.get_int("parallelism_config.cp_size");
+    d.from_parallelism_config = true;
+    if (d.dp_replicate * d.dp_shard * d.tp * d.cp == 1) d.dp_replicate = world;
+    return d;
+  }
+  // Without a parallelism_config the data-parallel strategy alone makes the mesh.
+  if (sh.stage == 0) {
+    d.dp_replicate = world;
+  } else if (sh.hybrid && local_world < world) {  // HYBRID_SHARD: shard inside a machine, replicate across machines
+    if (local_world < 1 || world % local_world != 0)
+      throw Error(sh.label + " needs the same number of processes on every machine: " + std::to_string(world) +
+                  " processes do not split into machines of " + std::to_string(local_world) + " (LOCAL_WORLD_SIZE)");
+    d.dp_shard = local_world;
+    d.dp_replicate = world / local_world;
+  } else {
+    d.dp_shard = world;
+  }
+  return d;
+}
+
+}  // namespace acc::config

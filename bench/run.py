@@ -169,6 +169,32 @@ def holding(lock):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def timed_run(a, acc, k, program, config, env):
+    """One run of implementation k (a bound: its processes), after waiting for a quiet machine."""
+    quiet = wait_for_idle(a.max_busy) if a.max_busy >= 0 else {
+        "busy_cores": busy_cores(0.2), "load1": load_average(), "waited_s": 0}
+    if k in BOUNDS:
+        res = run_bound(acc, a.processes, a.threads, program, env)
+    else:
+        res = run(acc, a.processes, a.threads, program, config, env)
+    res["quiet"] = quiet
+    return res
+
+
+def progress(res, k):
+    c, quiet = columns(res), res["quiet"]
+    return (f"{res['tokens_per_s']:9.0f} tokens/s  {res['step_ms']:9.3f} ms/step ("
+            + ", ".join(f"{p} {c[p]:.3f}" for p in COLUMNS) + f", desched {sum(res['runq_ms'].values()):.3f})  "
+            f"peak RSS {res['peak_rss_mb']:.0f} MB  threads {res['threads']}  before: {quiet['busy_cores']:.2f} cores "
+            f"busy, load {quiet['load1']:.2f}" + (f", overlap {res['overlap']:.1%}" if k in BOUNDS else ""))
+
+
+def write_json(path, everything):
+    with open(path + ".tmp", "w") as f:
+        json.dump(everything, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def describe(size):
     s = SIZES[size]
     return (f"{s['layers']} layers, {s['embd']} wide, {s['heads']} heads, vocab {s['vocab']}, "
@@ -319,6 +345,8 @@ def main():
                     "many cores over a second (default 0.2; negative: do not wait)")
     ap.add_argument("--quiet-timeout", type=float, default=600, help="the longest wait for --max-load (s)")
     ap.add_argument("--lock", help="hold this file's flock during each run (the shared build lock)")
+    ap.add_argument("--lock-scope", choices=("run", "round"), default="run",
+                    help="hold --lock for each run (default) or for each round of runs")
     ap.add_argument("--perf", metavar="DIR", help="after the rounds, one more run of each implementation but the "
                     "bounds under `perf record`, into DIR, and its top symbols over the timed steps")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the meson build directory")
@@ -382,25 +410,17 @@ def main():
             run(acc, a.processes, a.threads, [gpt_step, *model_args(size, 1, 0)], None, {"BENCH_SAVE_INIT": init})
         print(f"{size}: {describe(size)}; {steps} timed steps after {warmup} warm-up", flush=True)
         results = {k: [] for k in impls}
+        everything[size] = results
         for r in range(a.rounds):
             # Alternated, and the order turned every round, so that machine noise falls on all alike.
             order = impls[r % len(impls):] + impls[:r % len(impls)]
-            for k in order:
-                with holding(a.lock):
-                    quiet = wait_for_idle(a.max_busy) if a.max_busy >= 0 else {
-                        "busy_cores": busy_cores(0.2), "load1": load_average(), "waited_s": 0}
-                    if k in BOUNDS:
-                        res = run_bound(acc, a.processes, a.threads, programs[k], envs[k])
-                    else:
-                        res = run(acc, a.processes, a.threads, programs[k], configs.get(k), envs[k])
-                res["quiet"] = quiet
-                results[k].append(res)
-                c = columns(res)
-                print(f"  round {r + 1}/{a.rounds} {k:19s} {res['tokens_per_s']:9.0f} tokens/s  "
-                      f"{res['step_ms']:9.3f} ms/step (" + ", ".join(f"{p} {c[p]:.3f}" for p in COLUMNS)
-                      + f", desched {sum(res['runq_ms'].values()):.3f})  peak RSS {res['peak_rss_mb']:.0f} MB  "
-                      f"threads {res['threads']}  before: {quiet['busy_cores']:.2f} cores busy, load "
-                      f"{quiet['load1']:.2f}" + (f", overlap {res['overlap']:.1%}" if k in BOUNDS else ""), flush=True)
+            with holding(a.lock if a.lock_scope == "round" else None):
+                for k in order:
+                    with holding(a.lock if a.lock_scope == "run" else None):
+                        results[k].append(timed_run(a, acc, k, programs[k], configs.get(k), envs[k]))
+                    print(f"  round {r + 1}/{a.rounds} {k:19s} " + progress(results[k][-1], k), flush=True)
+            if a.json:  # after every round: what was measured survives an interrupted run
+                write_json(a.json, everything)
         counts = {k: v[0]["parameters"] for k, v in results.items()}
         if len(set(counts.values())) != 1:
             print(f"WARNING: the implementations' parameter counts differ: {counts}", flush=True)
@@ -409,11 +429,11 @@ def main():
         profiles = {}
         if a.perf:
             os.makedirs(a.perf, exist_ok=True)
-            for k in impls:
-                if k in BOUNDS:
-                    continue
-                data = os.path.join(a.perf, f"{a.strategy}-{size}-{k}.data")
-                with holding(a.lock):
+            with holding(a.lock):
+                for k in impls:
+                    if k in BOUNDS:
+                        continue
+                    data = os.path.join(a.perf, f"{a.strategy}-{size}-{k}.data")
                     res = run(acc, a.processes, a.threads, programs[k], configs.get(k), envs[k],
                               wrap=("perf", "record", "-q", "-F", "499", "-k", "CLOCK_MONOTONIC", "-o", data, "--"))
                     profiles[k] = perf_summary(data, res["window"], 12)
@@ -423,10 +443,10 @@ def main():
                 for k, p in profiles.items())
         tables.append(table(size, impls, results, a.processes, a.threads, steps, warmup, labels) + text)
         rows.append((size, impls, results))
-        everything[size] = {**results, **({"perf": profiles} if profiles else {})}
+        if profiles:
+            everything[size + "-perf"] = profiles
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(everything, f, indent=1)
+        write_json(a.json, everything)
     print("\n" + "\n\n".join(tables) + "\n\n" + summary(rows, a.processes, labels))
     if failed:
         sys.exit(f"loss curves further from libacc's than {a.check:g}: " + "; ".join(failed))

@@ -707,8 +707,10 @@ at::Tensor Accelerator::gather(const at::Tensor& t) {
   return gather_tensor(t);
 }
 
-at::Tensor Accelerator::gather_tensor(const at::Tensor& t) {
+at::Tensor Accelerator::gather_tensor(const at::Tensor& t, bool over_dp) {
   if (!comm_) return t.dim() == 0 ? t.reshape({1}).clone() : t.clone();
+  // For metrics, over the data-parallel ranks only: tensor- and context-parallel peers evaluated the same samples.
+  if (over_dp && mesh_->size("dp") < state_.world_size) return mesh_->group("dp")->all_gather_cat(t.detach());
   return comm_->all_gather_cat(t.detach());
 }
 
@@ -720,9 +722,7 @@ const DataLoader* Accelerator::active_loader() const {
 
 at::Tensor Accelerator::gather_for_metrics(const at::Tensor& t) {
   verify(CollectiveOp::gather_for_metrics, 0, &t);
-  // Over the data-parallel ranks only: tensor- and context-parallel peers evaluated the same samples.
-  if (mesh_ && mesh_->size("dp") < state_.world_size) return drop_duplicates(mesh_->group("dp")->all_gather_cat(t.detach()));
-  return drop_duplicates(gather_tensor(t));
+  return drop_duplicates(gather_tensor(t, /*over_dp=*/true));
 }
 
 at::Tensor Accelerator::drop_duplicates(at::Tensor data) {
@@ -848,7 +848,7 @@ std::vector<std::string> Accelerator::gather_object(const std::vector<std::strin
   const int64_t count = static_cast<int64_t>(items.size());
   int64_t bytes = 0;
   for (const std::string& s : items) bytes += static_cast<int64_t>(s.size());
-  at::Tensor totals = gather_tensor(at::tensor({count, bytes}, at::kLong).reshape({1, 2})).sum(0);
+  at::Tensor totals = gather_tensor(at::tensor({count, bytes}, at::kLong).reshape({1, 2}), for_metrics).sum(0);
   const int64_t all_count = totals[0].item<int64_t>(), all_bytes = totals[1].item<int64_t>();
   if (all_count == 0) return {};
   at::Tensor sizes = at::empty({count}, at::kLong), data = at::empty({bytes}, at::kByte);
@@ -859,8 +859,8 @@ std::vector<std::string> Accelerator::gather_object(const std::vector<std::strin
     std::memcpy(pd, s.data(), s.size());
     pd += s.size();
   }
-  at::Tensor all_sizes = for_metrics ? drop_duplicates(gather_tensor(sizes)) : gather_tensor(sizes);
-  at::Tensor all_data = all_bytes > 0 ? gather_tensor(data) : at::empty({0}, at::kByte);
+  at::Tensor all_sizes = for_metrics ? drop_duplicates(gather_tensor(sizes, true)) : gather_tensor(sizes);
+  at::Tensor all_data = all_bytes > 0 ? gather_tensor(data, for_metrics) : at::empty({0}, at::kByte);
   return split_bytes(all_sizes, all_data);
 }
 

@@ -241,7 +241,8 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
   void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);
   // The collectives without that check, for the composite ones (objects, pad, metrics) that verified already.
-  at::Tensor gather_tensor(const at::Tensor& t);
+  // over_dp: over the mesh's data-parallel ranks only (gather_for_metrics), not every process.
+  at::Tensor gather_tensor(const at::Tensor& t, bool over_dp = false);
   at::Tensor broadcast_tensor(const at::Tensor& t, int from_process);
   // gather_for_metrics' cut: on the active loader's last batch, only the real samples of the gathered data.
   at::Tensor drop_duplicates(at::Tensor data);

@@ -3,7 +3,7 @@
 // puts in it (the expected members computed here, independently, from the row-major layout over
 // (dp_replicate, dp_shard, cp, tp)), in order, and a sum over it is the sum of its members; a prepared loader gives the
 // ranks of one data-parallel coordinate (tensor / context-parallel peers) the same batches and the others different
-// ones, and gather_for_metrics gathers over the data-parallel ranks only. Tensor and context parallelism need
+// ones, and gather_for_metrics (and gather_object for metrics) gathers over the data-parallel ranks only. Tensor and context parallelism need
 // ACC_TEST_UNWIRED_PARALLELISM=1 (the accelerator refuses them otherwise). Prints "N passed, N failed".
 //   mp_mesh DP_REPLICATE DP_SHARD CP TP
 #include <ATen/ATen.h>
@@ -139,6 +139,14 @@ int main(int argc, char** argv) {
                  "gather_for_metrics: " + std::to_string(metrics.size(0)) + " rows, expected " +
                      std::to_string(per * mesh->size("dp")));
           for (int64_t i = 0; i < metrics.size(0); ++i) all_rows.push_back(metrics[i].item<int64_t>());
+          // gather_object for metrics too: one string per sample, over the dp ranks.
+          std::vector<std::string> mine;
+          for (int64_t i = 0; i < per; ++i) mine.push_back(std::to_string(x[i].item<int64_t>()));
+          const auto objects = acc->gather_object(mine, /*for_metrics=*/true);
+          bool same = static_cast<int64_t>(objects.size()) == metrics.size(0);
+          for (size_t i = 0; same && i < objects.size(); ++i)
+            same = objects[i] == std::to_string(metrics[static_cast<int64_t>(i)].item<int64_t>());
+          expect(same, "gather_object for metrics: " + std::to_string(objects.size()) + " objects, as gather_for_metrics");
         }
         ++steps;
       }

@@ -227,11 +227,16 @@ class Gpt final : public NnModel, public tp::Parallelizable {
     const bool train = module_->is_training();
     const double p = s_.dropout;
     // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
-    const tp::Group* tp = tp_ ? &tp_->group : nullptr;
+    const tp::Sharding* sharding = tp_.get();
+    const tp::Group* tp = sharding ? &sharding->group : nullptr;
     const int64_t parts = tp ? tp->size : 1;
-    auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter(h, *tp) : h; };
+    if (sharding) tp::check_sequence(*sharding, T, false, "gpt");
+    auto entered = [sharding](const at::Tensor& h) { return sharding ? tp::enter_region(h, *sharding) : h; };
     at::Tensor idx = input.to(at::kLong);
-    at::Tensor x = t_->wte->forward(idx) + at::embedding(t_->wpe->param("weight"), at::arange(T, idx.options()));
+    // With sequence parallelism the embeddings are this rank's tokens'.
+    at::Tensor pos = at::arange(T, idx.options());
+    if (sharding) pos = tp::local_sequence(pos.unsqueeze(0), *sharding);
+    at::Tensor x = t_->wte->forward(idx) + at::embedding(t_->wpe->param("weight"), pos);
     x = at::dropout(x, p, train);
     for (size_t l = 0; l < t_->h->items.size(); ++l) {
       x = run_unit("transformer.h." + std::to_string(l), x,

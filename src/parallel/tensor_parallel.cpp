@@ -74,6 +74,35 @@ struct GatherLastFn : torch::autograd::Function<GatherLastFn> {
   }
 };
 
+// Along dim 1: every rank's [B, T_l, ...] into [B, size * T_l, ...], and the sum of [B, size * T_l, ...] over the
+// ranks, this rank's [B, T_l, ...] of it.
+at::Tensor gathered_sequence(const at::Tensor& x, const Group& g) {
+  return g.all_gather(x.movedim(1, 0).contiguous()).movedim(0, 1).contiguous();
+}
+at::Tensor scattered_sequence(const at::Tensor& x, const Group& g) {
+  return g.reduce_scatter(x.movedim(1, 0).contiguous()).movedim(0, 1).contiguous();
+}
+
+struct GatherSequenceFn : torch::autograd::Function<GatherSequenceFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return gathered_sequence(x, *reinterpret_cast<const Group*>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {scattered_sequence(grads[0], group_at(ctx)), at::Tensor()};
+  }
+};
+
+struct ScatterSequenceFn : torch::autograd::Function<ScatterSequenceFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return scattered_sequence(x, *reinterpret_cast<const Group*>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {gathered_sequence(grads[0], group_at(ctx)), at::Tensor()};
+  }
+};
+
 bool matches(const std::string& pattern, const std::string& name) {
   auto parts = [](const std::string& s) {
     std::vector<std::string> v;
@@ -120,6 +149,14 @@ Group group_of(std::shared_ptr<Comm> comm) {
     shape[0] *= comm->size();
     return out.view(shape);
   };
+  g.reduce_scatter = [comm](const at::Tensor& t) {
+    at::Tensor in = t.contiguous().view({-1}).clone();  // scratch for the collective
+    at::Tensor out = at::empty({in.numel() / comm->size()}, in.options());
+    comm->reduce_scatter_sum_async(out, in)->wait();
+    auto shape = t.sizes().vec();
+    shape[0] /= comm->size();
+    return out.view(shape);
+  };
   return g;
 }
 
@@ -146,6 +183,13 @@ Group group_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int size) {
     for (int r = 0; r < size; ++r) out[0].push_back(at::empty_like(in[0]));
     pg->allgather(out, in)->wait();
     return at::cat(out[0], 0);
+  };
+  g.reduce_scatter = [pg, size](const at::Tensor& t) {
+    std::vector<at::Tensor> out{at::empty_like(t.chunk(size, 0)[0], at::MemoryFormat::Contiguous)};
+    std::vector<std::vector<at::Tensor>> in(1);
+    for (const at::Tensor& c : t.chunk(size, 0)) in[0].push_back(c.contiguous());
+    pg->reduce_scatter(out, in)->wait();
+    return out[0];
   };
   return g;
 }
@@ -177,8 +221,44 @@ at::Tensor gather_last(const at::Tensor& x, const Group& g) {
   return GatherLastFn::apply(x, address_of(g));
 }
 
+at::Tensor gather_sequence(const at::Tensor& x, const Group& g) {
+  if (g.size == 1) return x;
+  if (!c10::GradMode::is_enabled() || !x.requires_grad()) return gathered_sequence(x, g);
+  return GatherSequenceFn::apply(x, address_of(g));
+}
+
+at::Tensor scatter_sequence(const at::Tensor& x, const Group& g) {
+  if (g.size == 1) return x;
+  if (!c10::GradMode::is_enabled() || !x.requires_grad()) return scattered_sequence(x, g);
+  return ScatterSequenceFn::apply(x, address_of(g));
+}
+
+at::Tensor enter_region(const at::Tensor& x, const Sharding& s) {
+  return s.sequence_parallel ? gather_sequence(x, s.group) : enter(x, s.group);
+}
+
+at::Tensor leave_region(const at::Tensor& x, const Sharding& s) {
+  return s.sequence_parallel ? scatter_sequence(x, s.group) : reduce(x, s.group);
+}
+
+at::Tensor local_sequence(const at::Tensor& x, const Sharding& s) {
+  if (!s.sequence_parallel) return x;
+  const int64_t part = x.size(1) / s.group.size;
+  return x.narrow(1, s.group.rank * part, part);
+}
+
+void check_sequence(const Sharding& s, int64_t length, bool cache, const std::string& model) {
+  if (!s.sequence_parallel) return;
+  if (cache)
+    throw std::invalid_argument(model + ": sequence parallelism runs without a key/value cache (generate on a model "
+                                "split without sequence parallelism)");
+  if (length % s.group.size != 0)
+    throw std::invalid_argument(model + ": sequence parallelism needs the sequence length (" + std::to_string(length) +
+                                ") to be a multiple of tp_size (" + std::to_string(s.group.size) + ")");
+}
+
 at::Tensor Layer::rowwise_output(const at::Tensor& partial, const at::Tensor& bias) const {
-  at::Tensor y = style_ == Style::RowwisePartial ? partial : reduce(partial, sharding_->group);
+  at::Tensor y = style_ == Style::RowwisePartial ? partial : leave_region(partial, *sharding_);
   return bias.defined() ? y + bias : y;
 }
 
@@ -187,7 +267,7 @@ at::Tensor Layer::embed(const at::Tensor& weight, const at::Tensor& ids) const {
   const int64_t rows = weight.size(0), start = sharding_->group.rank * rows;
   at::Tensor outside = ids.lt(start).logical_or(ids.ge(start + rows));
   at::Tensor out = at::embedding(weight, (ids - start).masked_fill(outside, 0));
-  return reduce(out.masked_fill(outside.unsqueeze(-1), 0), sharding_->group);
+  return leave_region(out.masked_fill(outside.unsqueeze(-1), 0), *sharding_);
 }
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
@@ -206,7 +286,7 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   return losses.sum() / kept.sum().to(losses.scalar_type());
 }
 
-void parallelize(Model& model, const Group& group) {
+void parallelize(Model& model, const Group& group, const Options& options) {
   auto* family = dynamic_cast<Parallelizable*>(&model);
   auto* nn = dynamic_cast<NnModel*>(&model);
   if (!nn)
@@ -252,6 +332,7 @@ void parallelize(Model& model, const Group& group) {
   }
   auto sharding = std::make_shared<Sharding>();
   sharding->group = group;
+  sharding->sequence_parallel = options.sequence_parallel && group.size > 1;
   for (const Split& s : splits) {
     for (const auto& p : s.init->named_parameters(/*recurse=*/false)) {
       const int64_t dim = split_dim(*s.layer, s.style, p.key(), p.value());
@@ -279,6 +360,15 @@ void parallelize(Model& model, const Group& group) {
   }
   std::shared_ptr<const Sharding> shared = sharding;
   for (const Split& s : splits) s.layer->split(s.style, shared);
+  if (shared->sequence_parallel) {
+    // The replicated parameters (norms, row-wise biases, the router, positions) saw this rank's tokens only: their
+    // gradients are summed over the group, as each reaches them.
+    for (const auto& [name, p] : model.named_parameters()) {
+      if (shared->shards.count(name) || !p.requires_grad()) continue;
+      at::Tensor param = p;
+      param.register_hook([shared](const at::Tensor& grad) { return all_reduced(grad, shared->group); });
+    }
+  }
   family->set_tensor_parallel(shared);
 }
 

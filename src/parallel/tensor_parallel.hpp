@@ -40,6 +40,8 @@ struct Group {
   std::function<void(at::Tensor&)> all_reduce_max;  // in place
   // Every rank's tensor (equal shapes), concatenated along dim 0 in rank order.
   std::function<at::Tensor(const at::Tensor&)> all_gather;
+  // The sum over the ranks of a tensor of size() equal blocks along dim 0: this rank's block of it.
+  std::function<at::Tensor(const at::Tensor&)> reduce_scatter;
 };
 // Over a libacc group (its errors become DistributedError), or over a c10d process group.
 Group group_of(std::shared_ptr<Comm> comm);
@@ -68,9 +70,19 @@ struct Shard {
   std::vector<int64_t> whole_shape;
 };
 
+struct Options {
+  // Megatron's sequence parallelism: between the split layers (norms, residuals, dropout) each rank holds its slice
+  // of the sequence, [batch, time / size, hidden], instead of the whole activation: a column-wise region starts with
+  // an all-gather along time (reduce-scatter in backward) and a row-wise layer ends with a reduce-scatter (all-gather
+  // in backward) instead of the all-reduce. The replicated parameters' gradients are then summed over the group.
+  // Every forward's sequence length must be a multiple of the size, without a key/value cache (generate: no).
+  bool sequence_parallel = false;
+};
+
 // What a split model shares with its layers.
 struct Sharding {
   Group group;
+  bool sequence_parallel = false;
   std::map<std::string, Shard> shards;  // the split parameters by dotted name; the others are replicated
   std::map<std::string, Style> layers;  // the split modules and their style
 };
@@ -122,7 +134,7 @@ class Parallelizable {
 // whole weights (load or seed alike) and call it alike. Refused, naming why, before anything changes: a model
 // without a plan (a TorchScript module, the built-in MLP, a user's own modules), a model already split, one with a
 // LoRA adapter, a size that does not divide the split dimensions.
-void parallelize(Model& model, const Group& group);
+void parallelize(Model& model, const Group& group, const Options& options = {});
 
 // The model's sharding (nullptr: not split).
 const Sharding* sharding_of(const Model& model);
@@ -146,6 +158,21 @@ at::Tensor enter(const at::Tensor& x, const Group& g);
 at::Tensor reduce(const at::Tensor& x, const Group& g);
 // all-gather along the last dimension forward, this rank's slice backward (vocabulary-parallel logits to whole).
 at::Tensor gather_last(const at::Tensor& x, const Group& g);
+// Sequence parallelism, along dim 1 ([batch, time, ...]): all-gather forward, reduce-scatter backward;
+at::Tensor gather_sequence(const at::Tensor& x, const Group& g);
+// reduce-scatter forward, all-gather backward.
+at::Tensor scatter_sequence(const at::Tensor& x, const Group& g);
+
+// Where a replicated activation [batch, time, hidden] enters column-wise layers: `enter`, or with sequence
+// parallelism `gather_sequence`. And where partial outputs leave them: `reduce`, or `scatter_sequence`.
+at::Tensor enter_region(const at::Tensor& x, const Sharding& s);
+at::Tensor leave_region(const at::Tensor& x, const Sharding& s);
+// This rank's slice of the sequence of `x` [batch, time, ...] (no communication, no gradient exchange: for inputs
+// such as position ids).
+at::Tensor local_sequence(const at::Tensor& x, const Sharding& s);
+// Sequence parallelism needs every forward's length to be a multiple of the size and no key/value cache:
+// std::invalid_argument naming `model`, the length and the size otherwise.
+void check_sequence(const Sharding& s, int64_t length, bool cache, const std::string& model);
 
 // Cross entropy over vocabulary-parallel logits [N, V / size] (this rank's classes start at rank * V / size)
 // against targets [N]: max, sum of exponentials and the target logit are all-reduced, never the logits. The mean

@@ -143,17 +143,26 @@ struct SparseMoe : Module {
   // `tp`: the experts are split (each expert's w1 / w3 column-wise, w2 row-wise): the router reads x whole, the
   // experts its entered copy, the weighted partial outputs are summed over the group once (transformers'
   // moe_tp_experts), and the router weights' gradient is summed over the group as the experts' partial products are.
-  at::Tensor forward(const at::Tensor& x, const std::string& act, const tp::Group* tp = nullptr) {
+  // With sequence parallelism x holds this rank's tokens: they are routed here, then the tokens and their routing
+  // gathered for the experts, and the output scattered back.
+  at::Tensor forward(const at::Tensor& x, const std::string& act, const tp::Sharding* tp = nullptr) {
     const auto shape = x.sizes().vec();
     at::Tensor flat = x.reshape({-1, shape.back()});
     at::Tensor weights = at::softmax(gate->forward(flat), 1, at::kFloat);
     auto [top, chosen] = weights.topk(top_k, -1);
     top = (top / top.sum(-1, true)).to(x.scalar_type());
-    at::Tensor out = at::zeros_like(flat);
-    if (tp) {
-      flat = tp::enter(flat, *tp);
-      top = tp::enter(top, *tp);
+    auto whole_shape = shape;
+    if (tp && tp->sequence_parallel) {
+      const int64_t B = shape[0], T = shape[1];
+      flat = tp::gather_sequence(x, tp->group).reshape({-1, shape.back()});
+      top = tp::gather_sequence(top.view({B, T, top_k}), tp->group).reshape({-1, top_k});
+      chosen = tp::gather_sequence(chosen.view({B, T, top_k}), tp->group).reshape({-1, top_k});
+      whole_shape[1] *= tp->group.size;
+    } else if (tp) {
+      flat = tp::enter(flat, tp->group);
+      top = tp::enter(top, tp->group);
     }
+    at::Tensor out = at::zeros_like(flat);
     for (size_t e = 0; e < experts->items.size(); ++e) {
       at::Tensor hit = chosen.eq(static_cast<int64_t>(e));  // [tokens, k]
       at::Tensor where = hit.nonzero();                     // rows: (token, slot)
@@ -163,7 +172,7 @@ struct SparseMoe : Module {
                      top.index({tokens, slots}).unsqueeze(-1);
       out.index_add_(0, tokens, y);
     }
-    if (tp) out = tp::reduce(out, *tp);
+    if (tp) return tp::leave_region(out.view(whole_shape), *tp);
     return out.view(shape);
   }
   int64_t top_k;
@@ -274,6 +283,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
     check_input_ids(d_.architecture, input_ids);
     const at::Tensor& emb = model_->embed_tokens->param("weight");
     const int64_t B = input_ids.size(0), T = input_ids.size(1);
+    if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, d_.architecture);
     const int64_t past = cache ? cache->length : 0;
     at::Tensor ids = input_ids.to(emb.device(), at::kLong);
     at::Tensor pos = position_ids.defined() ? position_ids.to(emb.device(), at::kLong)
@@ -286,8 +296,8 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
     // Tensor parallelism: this rank's heads (a whole number of key/value groups).
-    const tp::Group* tp = tp_ ? &tp_->group : nullptr;
-    const int64_t split = tp ? tp->size : 1;
+    const tp::Sharding* tp = tp_.get();
+    const int64_t split = tp ? tp->group.size : 1;
     for (int64_t l = 0; l < d_.layers; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
@@ -296,7 +306,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
                              act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
         Attention& a = *layer->self_attn;
         at::Tensor h = layer->input_layernorm->forward(x);
-        if (tp) h = tp::enter(h, *tp);
+        if (tp) h = tp::enter_region(h, *tp);  // with sequence parallelism, gathered: [B, T, hidden]
         at::Tensor q = a.q_proj->forward(h).view({B, T, heads, hd}).transpose(1, 2);
         at::Tensor k = a.k_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
         at::Tensor v = a.v_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
@@ -310,7 +320,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
         x = residual(x, y, in_place);
         h = layer->post_attention_layernorm->forward(x);
         if (layer->moe) return residual(x, layer->moe->forward(h, act, tp), in_place);
-        return residual(x, layer->mlp->forward(tp ? tp::enter(h, *tp) : h, act), in_place);
+        return residual(x, layer->mlp->forward(tp ? tp::enter_region(h, *tp) : h, act), in_place);
       });
       release(unit);
     }
@@ -318,7 +328,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = model_->norm->forward(x);
       release("model.norm");
-      if (tp) h = tp::enter(h, *tp);  // the head is split by vocabulary: column-wise
+      if (tp) h = tp::enter_region(h, *tp);  // the head is split by vocabulary: column-wise
       at::Tensor logits = lm_head_ ? lm_head_->forward(h) : at::linear(h, emb);
       release(lm_head_ ? "lm_head" : "model.embed_tokens");
       return logits;

@@ -150,13 +150,16 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, pub
       throw std::invalid_argument("GPT2LMHeadModel forward: position " + std::to_string(pos.max().item<int64_t>()) +
                                   " is past n_positions " + std::to_string(c_.positions));
     const bool train = module_->is_training();
-    at::Tensor x = at::dropout(t_->wte->forward(ids) + t_->wpe->forward(pos), c_.embd_pdrop, train);
+    if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, "GPT2LMHeadModel");
+    // With sequence parallelism the embeddings are this rank's tokens'.
+    at::Tensor x = at::dropout(t_->wte->forward(ids) + t_->wpe->forward(tp_ ? tp::local_sequence(pos, *tp_) : pos),
+                               c_.embd_pdrop, train);
     release("transformer.wte");
     release("transformer.wpe");
     const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     // Tensor parallelism: this rank's heads.
-    const tp::Group* tp = tp_ ? &tp_->group : nullptr;
-    const int64_t split = tp ? tp->size : 1;
+    const tp::Sharding* tp = tp_.get();
+    const int64_t split = tp ? tp->group.size : 1;
     for (int64_t l = 0; l < c_.layers; ++l) {
       const std::string unit = "transformer.h." + std::to_string(l);
       double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
@@ -165,7 +168,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, pub
       x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C = C / split, hd, scale, heads = c_.heads / split, masking,
                              cache, train, tp, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
                              act = c_.act](at::Tensor x) {
-        auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter(h, *tp) : h; };
+        auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter_region(h, *tp) : h; };
         auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
         auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
         at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
@@ -182,7 +185,7 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, pub
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = t_->ln_f->forward(x);
       release("transformer.ln_f");
-      if (tp) h = tp::enter(h, *tp);  // the tied head is split by vocabulary: column-wise
+      if (tp) h = tp::enter_region(h, *tp);  // the tied head is split by vocabulary: column-wise
       at::Tensor logits = at::linear(h, wte);
       release("transformer.wte");
       return logits;

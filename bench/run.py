@@ -312,8 +312,12 @@ def perf_summary(data, window, top):
     for key, sort in (("symbols", "dso,sym"), ("libraries", "dso")):
         p = subprocess.run([*base, "--sort", sort], capture_output=True, text=True)
         rows = [line.strip() for line in p.stdout.splitlines() if re.match(r"\s*[0-9.]+%", line)]
-        # C++ names without their argument lists, at most 100 characters: enough to tell the kernels apart.
-        out[key] = [re.sub(r"\s+", " ", re.sub(r"\(.*", "", r))[:100] for r in rows[:top]]
+        # C++ names at most 120 characters (their argument lists cut): enough to tell the kernels apart.
+        short = lambda r: re.sub(r"\((?!anon)[^()]*\)(?=[^<>]*$)", "", r.replace("(anonymous namespace)", "(anon)"))
+        # (TensorIterator loops: the kernel they run.)
+        loop = lambda r: re.sub(r"c10::function_ref<.*?((?:\w+::)*\w+_kernel\w*).*", r"TensorIterator loop of \1", r)
+        out[key] = [re.sub(r"\s+", " ", loop(short(r)))[:120] for r in rows[:top]]
+    out["window"] = window
     return out
 
 

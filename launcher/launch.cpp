@@ -793,6 +793,8 @@ int run_plan(Plan& plan) {
   // Orphans of the workers become acc's children, so acc reaps what it kills at the end.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (!plan.threads_note.empty() && !plan.quiet) std::fprintf(stderr, "%s: %s\n", kMe, plan.threads_note.c_str());
+  if (!plan.quiet)
+    for (const auto& w : config::launch_warnings(plan.r.cfg)) std::fprintf(stderr, "%s: warning: %s\n", kMe, w.c_str());
   if (!plan.log_root.empty() && !plan.quiet) std::fprintf(stderr, "%s: logs in %s\n", kMe, plan.log_root.c_str());
 
   std::unique_ptr<Agent> agent;

@@ -680,6 +680,17 @@ void check_checkpointing_offload(const Config& c, const std::string& offload, co
 
 }  // namespace detail
 
+namespace {
+
+// A key's default as compact JSON (what get_json gives for it untouched).
+std::string default_json_of(const Config& cfg, const char* key) {
+  std::string out;
+  write_json(out, schema(cfg.kind()).key(key)->def, -1);
+  return out;
+}
+
+}  // namespace
+
 void check_launch(const Config& cfg) {
   if (cfg.kind() != SchemaKind::Launch) throw Error("check_launch needs a launch config");
   auto at = [&](const char* p) { return cfg.provenance(p).where; };
@@ -758,6 +769,39 @@ void check_launch(const Config& cfg) {
   if (dt == "FSDP")
     check_checkpointing_offload(cfg, "fsdp_config.fsdp_activation_checkpointing_offload",
                                 "fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_version");
+}
+
+std::vector<std::string> launch_warnings(const Config& cfg) {
+  if (cfg.kind() != SchemaKind::Launch) throw Error("launch_warnings needs a launch config");
+  std::vector<std::string> out;
+  // Settings of machines acc launch does not start: TPU pods (accelerate tpu-config, --tpu, tpu_use_cluster) and
+  // SageMaker (compute_environment AMAZON_SAGEMAKER), both refused on their own. A local job ignores them, as
+  // accelerate launch does (Accelerate's own test configs carry a tpu_name), but not silently. The values
+  // `accelerate config` writes for a local machine (null, false, [], "main", "us-east-1") ask for nothing.
+  auto asks = [&](const char* p) {
+    const std::string v = cfg.get_json(p);
+    return v != "null" && v != "false" && v != "[]" && v != "\"\"" && v != default_json_of(cfg, p);
+  };
+  for (const char* p : {"tpu_name", "tpu_zone", "tpu_use_sudo", "tpu_vm", "tpu_env", "command_file", "commands",
+                        "main_training_function"})
+    if (asks(p)) out.push_back(shown_setting(cfg, p) + " is a TPU setting; acc launch runs no TPU pods and ignores it");
+  for (const char* p : {"ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "base_job_name",
+                        "pytorch_version", "transformers_version", "py_version", "sagemaker_inputs_file",
+                        "sagemaker_metrics_file", "additional_args"})
+    if (asks(p))
+      out.push_back(shown_setting(cfg, p) + " is an Amazon SageMaker setting; acc launch runs local jobs and ignores it");
+  // DeepSpeed's multi-node launcher (pdsh, openmpi, ... over a hostfile): acc launch runs on every machine itself.
+  for (const char* p : {"deepspeed_config.deepspeed_hostfile", "deepspeed_config.deepspeed_exclusion_filter",
+                        "deepspeed_config.deepspeed_inclusion_filter", "deepspeed_config.deepspeed_multinode_launcher"})
+    if (cfg.is_set(p))
+      out.push_back(shown_setting(cfg, p) + " is for DeepSpeed's multi-node launcher; acc launch is started on each "
+                                            "machine (or by a job scheduler) and ignores it");
+  // torchrun's dynamic rendezvous (c10d, etcd) assigns machine ranks as machines join; acc launch always meets at
+  // main_process_ip:main_process_port with each machine's machine_rank, as the static backend does.
+  if (cfg.get_string("rdzv_backend") != "static")
+    out.push_back(shown_setting(cfg, "rdzv_backend") +
+                  ": acc launch's rendezvous is static (machine_rank fixed, at main_process_ip:main_process_port)");
+  return out;
 }
 
 }  // namespace acc::config

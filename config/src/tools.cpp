@@ -457,6 +457,11 @@ std::optional<std::string> unsupported_setting(const Config& c) {
       return refuse(k, "an FP8 recipe setting",
                     "libacc's FP8 runs E4M3 forward GEMMs scaled by each tensor's current amax, backward in bf16; leave "
                     "it at its default");
+  // Context parallel attention is not run yet (the accelerator refuses cp_size > 1); its rotate method (torch's
+  // set_rotate_method, Accelerate's cp_comm_strategy) other than the default is refused here, so that it is not lost.
+  if (c.get_string("parallelism_config.cp_comm_strategy") != "allgather")
+    return refuse("parallelism_config.cp_comm_strategy", "the all-to-all exchange of context parallelism",
+                  "leave it \"allgather\"");
   if (c.get_bool("use_fsdp") && c.get_int("fsdp_plugin.fsdp_version") == 1) {
     // libacc's sharded strategy keeps rank 0's weights everywhere, steps the original parameters and has at most one
     // all-gather prefetched: FSDP1's true values, and nothing else.

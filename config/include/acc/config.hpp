@@ -119,6 +119,11 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
 // fp8 with use_cpu.
 void check_launch(const Config& launch);
 
+// The settings of a launch config that acc launch accepts but that mean nothing for the job it starts (a TPU pod's or
+// SageMaker's, as accelerate launch ignores them for a local job), each as a message naming the key, its value and
+// where it came from. acc launch prints them as warnings.
+std::vector<std::string> launch_warnings(const Config& launch);
+
 // A launch config file's text, as `accelerate config` writes one (ClusterConfig.to_yaml_file / to_json_file):
 // sorted keys; the keys Accelerate always writes, plus every key a source other than the defaults set (null values
 // left out); a section only when something in it was set. YAML unless json.

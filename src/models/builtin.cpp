@@ -10,7 +10,7 @@
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/model.hpp"
-#include "parallel/tensor_parallel.hpp"
+#include "models/tensor_parallel.hpp"
 #include "precision/fp8.hpp"
 #include <acc/builtin_models.hpp>
 

@@ -5,7 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include "models/model.hpp"
-#include "parallel/tensor_parallel.hpp"
+#include "models/tensor_parallel.hpp"
 
 namespace acc::core {
 

@@ -25,7 +25,7 @@
 #include "models/model.hpp"
 #include "parallel/strategy.hpp"
 #include "precision/precision.hpp"
-#include "parallel/tensor_parallel.hpp"
+#include "models/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
 

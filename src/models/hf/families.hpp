@@ -10,7 +10,7 @@
 #include "bigmodel/offload.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
-#include "parallel/tensor_parallel.hpp"
+#include "models/tensor_parallel.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::hf {

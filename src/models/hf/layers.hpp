@@ -9,7 +9,7 @@
 
 #include "models/layers.hpp"
 #include "models/lora.hpp"
-#include "parallel/tensor_parallel.hpp"
+#include "models/tensor_parallel.hpp"
 
 namespace acc::core::hf {
 

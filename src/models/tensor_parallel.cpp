@@ -1,4 +1,4 @@
-#include "parallel/tensor_parallel.hpp"
+#include "models/tensor_parallel.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

@@ -96,8 +96,8 @@ static void test_bad_configs(void) {
       {"[1, 2]", ACC_ERR_INVALID_CONFIG, "object"},
       /* ParallelismConfig's data-parallel sizes must make the job (Accelerate's _validate_accelerator) */
       {"{\"fsdp_plugin\": {\"fsdp_version\": 2}, \"parallelism_config\": {\"dp_replicate_size\": 2, \"dp_shard_size\": 2}}",
-       ACC_ERR_INVALID_CONFIG, "dp_replicate_size 2 x dp_shard_size 2 (acc_accelerator_create) is 4 processes, but the job has 1"},
-      {"{\"parallelism_config\": {\"dp_shard_size\": 2}}", ACC_ERR_INVALID_CONFIG, "dp_shard_size > 1 shards with FSDP2"},
+       ACC_ERR_INVALID_CONFIG, "sizes multiply to 4 processes ('parallelism_config.dp_replicate_size' (2, acc_accelerator_create), 'parallelism_config.dp_shard_size' (2, acc_accelerator_create)), but the job has 1 process"},
+      {"{\"parallelism_config\": {\"dp_shard_size\": 2}}", ACC_ERR_INVALID_CONFIG, "sizes multiply to 2 processes ('parallelism_config.dp_shard_size' (2, acc_accelerator_create)), but the job has 1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     acc_accelerator* acc = (acc_accelerator*)0x1;

@@ -173,6 +173,19 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   }
   const int cuda_device = pick_cuda_device(s, a->state_, env);
   if (s.seed) core::set_seed(static_cast<uint64_t>(*s.seed), false);
+  // init_process_group_kwargs.backend: the process group sends CPU tensors through Gloo and CUDA tensors through NCCL.
+  // "gloo" for a CUDA device (torch would run CUDA collectives through Gloo) and "nccl" without one (torch fails) are
+  // what that routing cannot be.
+  if (s.init_process_group_kwargs.backend) {
+    std::string b = *s.init_process_group_kwargs.backend;
+    std::transform(b.begin(), b.end(), b.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    const char* key = config::AcceleratorSettings::InitProcessGroupKwargs::Key::backend;
+    if ((b == "gloo" && cuda_device >= 0) || (b == "nccl" && cuda_device < 0))
+      throw config::Error(std::string("'") + key + "' = \"" + b + "\" (from " + c.provenance(key).where +
+                          "): this process runs on " + (cuda_device >= 0 ? "a CUDA device, whose tensors libacc "
+                          "reduces through NCCL" : "the CPU, and NCCL needs CUDA") + "; use " +
+                          (cuda_device >= 0 ? "\"nccl\"" : "\"gloo\"") + " or null");
+  }
   // rng_types "cuda": Accelerate's synchronize_rng_state reads torch.cuda.get_rng_state(), which fails without CUDA.
   const std::vector<std::string> rngs = s.rng_types.value_or(std::vector<std::string>{});
   if (std::find(rngs.begin(), rngs.end(), "cuda") != rngs.end() && cuda::default_generators().empty())

@@ -11,6 +11,7 @@
 #include "parallel/ddp.hpp"
 #include "runtime/affinity.hpp"
 #include "runtime/comm.hpp"
+#include "runtime/cuda.hpp"
 #include "train/accelerator.hpp"
 
 namespace acc::core {
@@ -200,6 +201,22 @@ TEST(DevicePlacement, FalseLeavesTheModelOnItsOwnDevice) {
   const c10::Device gpu(c10::kCUDA, 1);
   EXPECT_EQ(placement_device(true, gpu, *model), gpu);
   EXPECT_EQ(placement_device(false, gpu, *model), c10::Device(c10::kCPU));
+}
+
+TEST(AcceleratorKeys, RefusedByNameWhereThisProcessCannotHonourThem) {
+  if (!cuda::default_generators().empty()) GTEST_SKIP() << "a CUDA machine: both are honoured there";
+  for (const char* json : {R"({"rng_types": ["generator", "cuda"]})", R"({"init_process_group_kwargs": {"backend": "NCCL"}})"}) {
+    try {
+      Accelerator::create(json);
+      ADD_FAILURE() << json << " must be refused on the CPU";
+    } catch (const config::Error& e) {
+      const std::string m = e.what();
+      EXPECT_TRUE(m.find("'rng_types'") != std::string::npos || m.find("'init_process_group_kwargs.backend'") != std::string::npos)
+          << m;
+      EXPECT_NE(m.find("acc_accelerator_create"), std::string::npos) << "the source: " << m;
+    }
+  }
+  EXPECT_NO_THROW(Accelerator::create(R"({"rng_types": ["torch", "generator"], "init_process_group_kwargs": {"backend": "gloo"}})"));
 }
 
 }  // namespace

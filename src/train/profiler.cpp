@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <exception>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <set>
 #include <unistd.h>
@@ -248,8 +251,22 @@ std::string save_chrome_trace(kineto::ProfilerResult& result, const std::string&
   const std::string path = config::child_path(dir, name, "profile_kwargs.output_trace_dir");
   // Kineto writes where it is told; libacc's own temporary name beside the file, then one atomic replace. The trace
   // names the file it was written to ("traceName"): the final name, not the temporary one.
-  const std::string tmp = config::child_path(dir, "." + name + ".acc-tmp-" + std::to_string(::getpid()),
-                                             "profile_kwargs.output_trace_dir");
+  // The temporary name is claimed with O_EXCL first, so the file Kineto overwrites and libacc removes is always
+  // one libacc made, never a user's file that happens to have the name.
+  std::string tmp;
+  for (int attempt = 0; tmp.empty(); ++attempt) {
+    const std::string candidate = config::child_path(
+        dir, "." + name + ".acc-tmp-" + std::to_string(::getpid()) + "." + std::to_string(attempt),
+        "profile_kwargs.output_trace_dir");
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      tmp = candidate;
+    } else if (errno != EEXIST || attempt >= 100) {
+      const int err = errno;
+      throw config::FileError("cannot write", candidate, std::string("profile_kwargs.output_trace_dir: ") + std::strerror(err), err);
+    }
+  }
   result.save(tmp);
   std::string bytes;
   try {

@@ -11,6 +11,8 @@ namespace acc::core {
 
 std::vector<at::Tensor> Strategy::optimizer_parameters() const { return model_->trainable_tensors(); }
 
+bool Strategy::state_in_model() const { return tp::sharding_of(*model_) == nullptr; }
+
 at::Tensor Strategy::grad_norm(double norm_type) const {
   // A model split by tensor parallelism: every rank's slices count (collective over its group).
   if (const tp::Sharding* split = tp::sharding_of(*model_)) return tp::grad_norm(*model_, *split, norm_type);

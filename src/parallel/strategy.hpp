@@ -73,8 +73,8 @@ class Strategy {
   // them through full_state_dict, a collective).
   virtual bool parameters_whole() const { return true; }
   // Whether the model's own tensors are its state as full_state_dict gives it (not so when they are shards, or
-  // compute-dtype copies of sharded float32 masters under a mixed-precision policy).
-  virtual bool state_in_model() const { return true; }
+  // compute-dtype copies of sharded float32 masters under a mixed-precision policy, or a tensor-parallel model's slices).
+  virtual bool state_in_model() const;
   // The norm of all gradients of the model across every process (torch's clip_grad_norm_ total).
   virtual at::Tensor grad_norm(double norm_type) const;
   // Every tensor of the model, whole, on every process (what save_model writes).

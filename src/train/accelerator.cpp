@@ -15,6 +15,7 @@
 
 #include "cuda/plugin.hpp"
 #include "models/deferred.hpp"
+#include "models/tensor_parallel.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
 #include "runtime/affinity.hpp"
@@ -80,26 +81,24 @@ std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::mill
   }
 }
 
-// Tensor and context parallelism: the process mesh has their groups (mesh().group("tp"), ("cp")) and the loaders give
-// their ranks the right batches, but prepare does not transform the model over them yet. This is the one place that
-// refuses them: lift each refusal when its model transform runs in prepare. ACC_TEST_UNWIRED_PARALLELISM=1 lets them
-// through for the tests of the mesh and the data layout (tests/mp: mp-mesh); a model then trains data-parallel only.
+// A setting as config::unsupported_setting names it: key, value and where the value came from.
+std::string shown_setting(const config::Config& c, const char* key) {
+  const config::Provenance p = c.provenance(key);
+  return "'" + std::string(key) + "' = " + c.get_json(key) + " (from " +
+         (p.origin == config::Origin::Default ? std::string("the default")
+                                              : std::string(config::origin_name(p.origin)) + " " + p.where) +
+         ")";
+}
+
+// Context parallelism: the process mesh has its group (mesh().group("cp")) and the loaders give its ranks the right
+// batches, but prepare does not transform the model over it yet. This is the one place that refuses it: lift the
+// refusal when its model transform runs in prepare. ACC_TEST_UNWIRED_PARALLELISM=1 lets it through for the tests of
+// the mesh and the data layout (tests/mp: mp-mesh); a model then trains data-parallel only.
 void refuse_unwired_parallelism(const config::Config& c, const config::ParallelDims& d,
                                 const std::map<std::string, std::string>& env) {
   if (auto it = env.find("ACC_TEST_UNWIRED_PARALLELISM"); it != env.end() && it->second == "1") return;
-  auto shown = [&](const char* key) {  // as config::unsupported_setting names a setting
-    const config::Provenance p = c.provenance(key);
-    return "'" + std::string(key) + "' = " + c.get_json(key) + " (from " +
-           (p.origin == config::Origin::Default ? std::string("the default")
-                                                : std::string(config::origin_name(p.origin)) + " " + p.where) +
-           ")";
-  };
-  if (d.tp > 1)
-    throw UnsupportedError(shown("parallelism_config.tp_size") +
-                           ": tensor parallelism is not supported yet by libacc (the process mesh has its groups, the "
-                           "model transform is not wired into prepare); set tp_size to 1");
   if (d.cp > 1)
-    throw UnsupportedError(shown("parallelism_config.cp_size") +
+    throw UnsupportedError(shown_setting(c, "parallelism_config.cp_size") +
                            ": context parallel attention is not implemented yet by libacc (the process mesh and the "
                            "sequence split are there); set cp_size to 1");
 }
@@ -425,6 +424,13 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   // A sharded model's optimizer is rebuilt over the shards: one that cannot be is refused now.
   if (opt && comm_ && sharding_.stage > 0)
     if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(target->model->trainable_tensors());
+  // Tensor parallelism makes new parameter tensors (this rank's slices): an optimizer with state for the whole ones
+  // cannot follow them.
+  const bool tensor_parallel = model && mesh_ && mesh_->size("tp") > 1;
+  if (tensor_parallel && opt && !opt->opt->impl().state().empty())
+    throw StateError("a tensor-parallel model's optimizer must be prepared before its first step (its state would not "
+                     "match the model's slices)");
+  if (tensor_parallel) split_tensor_parallel(*model);
   ShardSpec spec;
   // One shard of the data per data-parallel rank: tensor- and context-parallel peers read the same batches
   // (Accelerate's prepare_data_loader with a device mesh).
@@ -576,9 +582,43 @@ void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_pt
   std::vector<std::shared_ptr<ModelSlot>> candidates{opt.model, model};
   for (auto& w : models_)
     if (auto m = w.lock()) candidates.push_back(m);
-  for (const auto& m : candidates)
+  for (const auto& m : candidates) {
     if (const DeferredParameters* d = m ? m->model->deferred().get() : nullptr; d && !d->pending())
       opt.opt->replace_parameters([d](const at::Tensor& p) { return d->replacement(p); });
+    if (m && !m->split_replaced.empty())
+      opt.opt->replace_parameters([&m](const at::Tensor& p) {
+        for (const auto& [old, slice] : m->split_replaced)
+          if (old._unsafe_get_target() == p.unsafeGetTensorImpl()) return slice;
+        return at::Tensor();
+      });
+  }
+}
+
+void Accelerator::split_tensor_parallel(ModelSlot& slot) {
+  Model& model = *slot.model;
+  const char* const key = "parallelism_config.tp_size";
+  if (model.deferred() && model.deferred()->pending())
+    throw UnsupportedError(shown_setting(config_, key) + ": tensor parallelism splits whole weights; the model's are "
+                           "still on the meta device (zero3_init_flag)");
+  // The split needs the same whole model on every process: rank 0's, as the data-parallel strategies start from it.
+  {
+    std::vector<at::Tensor> state;
+    for (auto& [name, t] : model.state()) state.push_back(t);
+    broadcast_from_rank0(*comm_, state);
+  }
+  std::map<std::string, at::Tensor> before;
+  for (const auto& [name, p] : model.named_parameters()) before.emplace(name, p);
+  try {
+    tp::parallelize(model, tp::group_of(mesh_->group("tp")));
+  } catch (const std::invalid_argument& e) {  // a size that does not divide what the plan splits
+    throw config::Error(shown_setting(config_, key) + ": " + e.what());
+  } catch (const UnsupportedError& e) {  // a model without a plan, a LoRA adapter
+    throw UnsupportedError(shown_setting(config_, key) + ": " + e.what());
+  }
+  for (const auto& [name, p] : model.named_parameters())
+    if (auto it = before.find(name); it != before.end() && !it->second.is_same(p))
+      slot.split_replaced.emplace_back(
+          c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(it->second.getIntrusivePtr()), p);
 }
 
 void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {

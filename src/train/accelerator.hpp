@@ -37,6 +37,9 @@ struct ModelSlot {
   bool in_accumulate = false;          // inside accumulate_begin/end
   c10::Device device{c10::kCPU};       // set by prepare: where the model lives (placement_device)
   bool skip_sync = false;              // no_sync for this micro-step
+  // Tensor parallelism: the parameters prepare replaced by this rank's slices, as (the old tensor, held weakly so that
+  // its memory goes once nothing else holds it, the slice): an optimizer built before prepare is moved onto the slices.
+  std::vector<std::pair<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>, at::Tensor>> split_replaced;
   // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32.
   TensorDict forward(const TensorDict& batch);
   // The model, to read or write its tensors directly: refused (StateError) while a ZeRO-3 strategy keeps only
@@ -237,6 +240,8 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made
   // them (models/deferred.hpp); it is given their replacements (those of `model` and every prepared model).
   void adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
+  // parallelism_config.tp_size > 1: the model, made the same on every process, split over the mesh's tp group.
+  void split_tensor_parallel(ModelSlot& model);
   const DataLoader* active_loader() const;
   // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
   void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);

@@ -25,16 +25,8 @@ except ImportError as e:  # no .venv-test: scripts/setup.sh makes it
     print(f"SKIP: safetensors/numpy are not installed ({e}); run scripts/setup.sh --tests for .venv-test")
     sys.exit(77)
 
-passed = failed = 0
-
-
-def expect(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAILED: {what} {detail}", file=sys.stderr)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from checks import expect, finish  # noqa: E402
 
 
 def metadata(path):
@@ -107,5 +99,4 @@ with tempfile.TemporaryDirectory(prefix="acc-save-model-") as d:
     want = {name: f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i, names_ in enumerate(plan) for name in names_}
     expect(index["weight_map"] == want, "the split matches huggingface_hub's")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -9,29 +9,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../c/check.h"
+#include "mp_common.h"
 
 static void accumulate(int batch, int accum, int micro_steps, const char* out) {
   char cfg[96];
   snprintf(cfg, sizeof cfg, "{\"seed\": 9, \"gradient_accumulation_steps\": %d}", accum);
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(cfg, &acc));
-  enum { N = 192 };
-  static float x[N * 3], y[N];
-  for (int i = 0; i < N; ++i) {
-    for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)cos(0.07 * i * (j + 2) + j);
-    y[i] = (float)(x[3 * i] * x[3 * i + 1] - sin(2 * x[3 * i + 2]));
-  }
-  int64_t xs[2] = {N, 3}, ys[2] = {N, 1};
-  acc_tensor *tx, *ty;
-  CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
-  CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
-  acc_dataset* ds;
-  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
   char opts[64];
   snprintf(opts, sizeof opts, "{\"batch_size\": %d}", batch);
-  acc_dataloader* dl;
-  CHECK(acc_dataloader_create(ds, opts, &dl));
+  struct loader data = regression_loader(192, opts);
+  acc_dataloader* dl = data.dl;
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [3, 24, 1], \"activation\": \"tanh\"}", &model));
   acc_optimizer* opt;
@@ -62,10 +50,7 @@ static void accumulate(int batch, int accum, int micro_steps, const char* out) {
   if (is_main) CHECK(acc_model_save_safetensors(model, out));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
-  acc_dataloader_destroy(dl);
-  acc_dataset_destroy(ds);
-  acc_tensor_destroy(tx);
-  acc_tensor_destroy(ty);
+  loader_destroy(&data);
   acc_accelerator_destroy(acc);
 }
 

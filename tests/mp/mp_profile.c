@@ -7,59 +7,33 @@
  *   refuse                                         bad keys, values and call orders are refused by name
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../c/check.h"
+#include "mp_common.h"
 
 static void train(int steps, const char* config, const char* profile_kwargs) {
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(config, &acc));
-  enum { N = 256 };
-  static float x[N * 3], y[N];
-  for (int i = 0; i < N; ++i) {
-    for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)cos(0.07 * i * (j + 2) + j);
-    y[i] = (float)(x[3 * i] * x[3 * i + 1] - sin(2 * x[3 * i + 2]));
-  }
-  int64_t xs[2] = {N, 3}, ys[2] = {N, 1};
-  acc_tensor *tx, *ty;
-  CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
-  CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
-  acc_dataset* ds;
-  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
-  acc_dataloader* dl;
-  CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4}", &dl));
+  struct loader data = regression_loader(256, "{\"batch_size\": 4}");
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [3, 16, 1], \"activation\": \"tanh\"}", &model));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
-  CHECK(acc_prepare(acc, model, opt, NULL, dl));
+  CHECK(acc_prepare(acc, model, opt, NULL, data.dl));
   CHECK(acc_profile_begin(acc, profile_kwargs));
   for (int step = 0; step < steps; ++step) {
-    acc_tensor *bx, *by, *loss;
-    int32_t has;
-    CHECK(acc_dataloader_next(dl, &bx, &by, &has));
+    const int has = train_step(acc, model, opt, data.dl);
     EXPECT(has);
     if (!has) break;
-    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
-    CHECK(acc_backward(acc, loss));
-    CHECK(acc_optimizer_step(opt));
-    CHECK(acc_optimizer_zero_grad(opt));
-    acc_tensor_destroy(loss);
-    acc_tensor_destroy(bx);
-    acc_tensor_destroy(by);
     CHECK(acc_profile_step(acc));
   }
   CHECK(acc_profile_end(acc));
   EXPECT_ERR(acc_profile_end(acc), ACC_ERR_INVALID_STATE, "no profile is running");
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
-  acc_dataloader_destroy(dl);
-  acc_dataset_destroy(ds);
-  acc_tensor_destroy(tx);
-  acc_tensor_destroy(ty);
+  loader_destroy(&data);
   acc_accelerator_destroy(acc);
 }
 
@@ -157,6 +131,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | torchscript PATH OUT FLAG | refuse\n");
     return 2;
   }
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  return finish();
 }

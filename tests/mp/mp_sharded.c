@@ -21,38 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../c/check.h"
+#include "mp_common.h"
 
-enum { SAMPLES = 96, T = 8, VOCAB = 37 };
-
-static acc_dataset* make_data(int gpt, acc_tensor** keep) {
-  static float x[SAMPLES * 3], y[SAMPLES];
-  static int64_t ids[SAMPLES * T], next[SAMPLES * T];
-  acc_tensor *tx, *ty;
-  if (gpt) {
-    for (int i = 0; i < SAMPLES; ++i)
-      for (int t = 0; t < T; ++t) {
-        ids[i * T + t] = (i * 7 + t * t * 3 + i * t) % VOCAB;
-        next[i * T + t] = (ids[i * T + t] * 5 + t + 1) % VOCAB;
-      }
-    int64_t shape[2] = {SAMPLES, T};
-    CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &tx));
-    CHECK(acc_tensor_from_host(next, sizeof next, ACC_INT64, shape, 2, &ty));
-  } else {
-    for (int i = 0; i < SAMPLES; ++i) {
-      for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)cos(0.07 * i * (j + 2) + j);
-      y[i] = (float)(x[3 * i] * x[3 * i + 1] - sin(2 * x[3 * i + 2]));
-    }
-    int64_t xs[2] = {SAMPLES, 3}, ys[2] = {SAMPLES, 1};
-    CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
-    CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
-  }
-  acc_dataset* ds;
-  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
-  keep[0] = tx;
-  keep[1] = ty;
-  return ds;
-}
+enum { SAMPLES = 96 };
 
 int main(int argc, char** argv) {
   if (argc != 6 && argc != 8) {
@@ -70,13 +41,11 @@ int main(int argc, char** argv) {
            extra ? extra : "");
   acc_accelerator* acc;
   CHECK(acc_accelerator_create(cfg, &acc));
-  acc_tensor* keep[2];
-  acc_dataset* ds = make_data(gpt, keep);
-  acc_dataloader* dl;
   char loader[64];
   snprintf(loader, sizeof loader, "{\"batch_size\": %d, \"shuffle\": true}",
            getenv("MP_BATCH") ? atoi(getenv("MP_BATCH")) : 4);
-  CHECK(acc_dataloader_create(ds, loader, &dl));
+  struct loader data = gpt ? token_loader(SAMPLES, loader) : regression_loader(SAMPLES, loader);
+  acc_dataloader* dl = data.dl;
   acc_model* model;
   if (script) {
     CHECK(acc_model_load_torchscript(argv[1], "{\"loss\": \"mse\"}", &model));
@@ -223,10 +192,7 @@ int main(int argc, char** argv) {
   if (argc == 8) CHECK(acc_save_state(acc, argv[7]));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
-  acc_dataloader_destroy(dl);
-  acc_dataset_destroy(ds);
-  acc_tensor_destroy(keep[0]);
-  acc_tensor_destroy(keep[1]);
+  loader_destroy(&data);
   acc_accelerator_destroy(acc);
   return finish();
 }

@@ -15,18 +15,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from safetensors_f32 import max_abs_diff, read_safetensors  # noqa: E402
 from netns import two_machines  # noqa: E402
+from checks import expect, finish  # noqa: E402
 
-ACC, WORKER, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
-passed = failed = 0
-
-
-def expect(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAILED: {what}\n{detail}", file=sys.stderr)
+# zero3_init_test.py imports this module for launch(): its arguments start with ACC and WORKER too.
+ACC, WORKER = sys.argv[1], sys.argv[2]
 
 
 def launch(n, *args, timeout=300, launcher_args=(), config=None, env_extra=None):
@@ -44,6 +36,7 @@ def launch(n, *args, timeout=300, launcher_args=(), config=None, env_extra=None)
     start = time.monotonic()
     # No user config file may leak into a test run.
     env = dict(os.environ, ACC_CONFIG_FILE="none", **(env_extra or {}))
+    env = {k: v for k, v in env.items() if v is not None}  # None in env_extra: leave that variable out
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     finally:
@@ -1144,6 +1137,6 @@ def case_finetune():
                 open(os.path.join(a, f), "rb").read() == open(os.path.join(e, f), "rb").read()
             expect(same, f"{f}: with frozen parameters and groups, through 3 processes' slices and back on 2: equal")
 
-globals()[f"case_{CASE}"]()
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+if __name__ == "__main__":
+    globals()[f"case_{sys.argv[3]}"]()
+    finish()

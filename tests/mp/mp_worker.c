@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../c/check.h"
+#include "mp_common.h"
 
 static acc_tensor* floats(const float* v, int64_t n) {
   acc_tensor* t;
@@ -133,46 +133,24 @@ static void train(acc_accelerator* acc, int batch, int steps, const char* opt_ty
     for (int j = 0; j < 3; ++j) x[3 * i + j] = (float)sin(0.1 * i * (j + 1) + j);
     y[i] = (float)(sin(3 * x[3 * i]) + x[3 * i + 1] * x[3 * i + 2]);
   }
-  int64_t xs[2] = {N, 3}, ys[2] = {N, 1};
-  acc_tensor *tx, *ty;
-  CHECK(acc_tensor_from_host(x, sizeof x, ACC_FLOAT32, xs, 2, &tx));
-  CHECK(acc_tensor_from_host(y, sizeof y, ACC_FLOAT32, ys, 2, &ty));
-  acc_dataset* ds;
-  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
+  const int64_t xs[2] = {N, 3}, ys[2] = {N, 1};
   char opts[128];
   snprintf(opts, sizeof opts, "{\"batch_size\": %d}", batch);
-  acc_dataloader* dl;
-  CHECK(acc_dataloader_create(ds, opts, &dl));
+  struct loader data = loader_from_host(ACC_FLOAT32, x, xs, y, ys, opts);
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [3, 32, 32, 1], \"activation\": \"gelu\"}", &model));
   snprintf(opts, sizeof opts, "{\"type\": \"%s\", \"lr\": %s}", opt_type, strcmp(opt_type, "sgd") ? "0.01" : "0.1");
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, opts, &opt));
-  CHECK(acc_prepare(acc, model, opt, NULL, dl));
-  for (int step = 0; step < steps;) {
-    acc_tensor *bx, *by, *loss;
-    int32_t has;
-    CHECK(acc_dataloader_next(dl, &bx, &by, &has));
-    if (!has) continue;
-    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
-    CHECK(acc_backward(acc, loss));
-    CHECK(acc_optimizer_step(opt));
-    CHECK(acc_optimizer_zero_grad(opt));
-    acc_tensor_destroy(loss);
-    acc_tensor_destroy(bx);
-    acc_tensor_destroy(by);
-    ++step;
-  }
+  CHECK(acc_prepare(acc, model, opt, NULL, data.dl));
+  for (int step = 0; step < steps;) step += train_step(acc, model, opt, data.dl);
   int32_t is_main;
   CHECK(acc_is_main_process(acc, &is_main));
   if (is_main) CHECK(acc_model_save_safetensors(model, out));
   EXPECT(1);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
-  acc_dataloader_destroy(dl);
-  acc_dataset_destroy(ds);
-  acc_tensor_destroy(tx);
-  acc_tensor_destroy(ty);
+  loader_destroy(&data);
 }
 
 /* ---- data: every sharding mode of dataloader_config over three kinds of data ---- */

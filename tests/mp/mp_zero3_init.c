@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../c/check.h"
+#include "mp_common.h"
 
-enum { SAMPLES = 64, T = 8, VOCAB = 37 };
+enum { SAMPLES = 64 };
 
 static const char* const kLlama =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 37, "
@@ -66,57 +66,28 @@ static acc_model* load(const char* what) {
 
 static int train(const char* what, int steps, const char* out) {
   acc_accelerator* acc = make_accelerator();
-  static int64_t ids[SAMPLES * T], next[SAMPLES * T];
-  for (int i = 0; i < SAMPLES; ++i)
-    for (int t = 0; t < T; ++t) {
-      ids[i * T + t] = (i * 7 + t * t * 3 + i * t) % VOCAB;
-      next[i * T + t] = (ids[i * T + t] * 5 + t + 1) % VOCAB;
-    }
-  int64_t shape[2] = {SAMPLES, T};
-  acc_tensor *tx, *ty;
-  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &tx));
-  CHECK(acc_tensor_from_host(next, sizeof next, ACC_INT64, shape, 2, &ty));
-  acc_dataset* ds;
-  CHECK(acc_dataset_from_tensors(tx, ty, &ds));
-  acc_dataloader* dl;
-  CHECK(acc_dataloader_create(ds, "{\"batch_size\": 4, \"shuffle\": true}", &dl));
+  struct loader data = token_loader(SAMPLES, "{\"batch_size\": 4, \"shuffle\": true}");
   acc_model* model = load(what);
   CHECK(acc_model_set_training(model, 1));
   if (getenv("MP_LORA")) CHECK(acc_model_add_lora(model, getenv("MP_LORA")));
-  check_waits(model, tx);
+  check_waits(model, data.x);
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
-  CHECK(acc_prepare(acc, model, opt, NULL, dl));
-  for (int done = 0; done < steps;) {
-    acc_tensor *bx, *by, *loss;
-    int32_t has;
-    CHECK(acc_dataloader_next(dl, &bx, &by, &has));
-    if (!has) continue;
-    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
-    CHECK(acc_backward(acc, loss));
-    CHECK(acc_optimizer_step(opt));
-    CHECK(acc_optimizer_zero_grad(opt));
-    acc_tensor_destroy(loss);
-    acc_tensor_destroy(bx);
-    acc_tensor_destroy(by);
-    ++done;
-  }
+  CHECK(acc_prepare(acc, model, opt, NULL, data.dl));
+  for (int done = 0; done < steps;) done += train_step(acc, model, opt, data.dl);
   CHECK(acc_save_model(model, out, NULL));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
-  acc_dataloader_destroy(dl);
-  acc_dataset_destroy(ds);
-  acc_tensor_destroy(tx);
-  acc_tensor_destroy(ty);
+  loader_destroy(&data);
   acc_accelerator_destroy(acc);
   return finish();
 }
 
 static int memory(const char* config) {
   acc_accelerator* acc = make_accelerator();
-  int64_t ids[2 * T];
-  for (int i = 0; i < 2 * T; ++i) ids[i] = (i * 5 + 3) % VOCAB;
-  int64_t shape[2] = {2, T};
+  int64_t ids[2 * TOKENS_T];
+  for (int i = 0; i < 2 * TOKENS_T; ++i) ids[i] = (i * 5 + 3) % TOKENS_VOCAB;
+  int64_t shape[2] = {2, TOKENS_T};
   acc_tensor* x;
   CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
   const long long before = status_bytes("VmRSS:");

@@ -17,40 +17,24 @@ import json
 import os
 import re
 import struct
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from safetensors_f32 import max_abs_diff, read_safetensors  # noqa: E402
+from checks import expect, finish  # noqa: E402
+import mp_test  # noqa: E402  (its launch(): this script's arguments start with ACC and WORKER as mp_test.py's do)
 
-ACC, WORKER, FIXTURES = sys.argv[1], sys.argv[2], sys.argv[3]
-passed = failed = 0
-
-
-def expect(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAILED: {what}\n{detail}", file=sys.stderr)
+FIXTURES = sys.argv[3]
 
 
-def launch(d, flag, *args, stage=3, env_extra=None):
+def launch(flag, *args, stage=3, env_extra=None):
     """The worker on 2 processes under DeepSpeed ZeRO-`stage` with zero3_init_flag `flag` ("true", "false", or None:
     not in the file). Returns the finished process."""
     config = f"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: {stage}\n"
     if flag is not None:
         config += f"  zero3_init_flag: {flag}\n"
-    path = os.path.join(d, "config.yaml")
-    with open(path, "w") as f:
-        f.write(config + "use_cpu: true\n")
-    env = dict(os.environ, ACC_CONFIG_FILE="none", **(env_extra or {}))
-    env = {k: v for k, v in env.items() if v is not None}  # None: leave that variable out
-    cmd = [ACC, "launch", "--config_file", path, "--num_processes", "2", "--main_process_port", "0", WORKER,
-           *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    p, _ = mp_test.launch(2, *args, config=config, env_extra=env_extra)
     expect(p.returncode == 0, f"zero3_init_flag {flag}, stage {stage}: {args}", p.stdout + p.stderr)
     return p
 
@@ -60,7 +44,7 @@ def trained(d, flag, model, steps, env_extra=None, stage=3):
     env = dict(env_extra or {})
     if flag != "false" and stage == 3:
         env["MP_DEFERRED"] = "1"  # the worker checks the model waits for prepare
-    p = launch(d, flag, "train", model, steps, out, stage=stage, env_extra=env)
+    p = launch(flag, "train", model, steps, out, stage=stage, env_extra=env)
     return (read_safetensors(os.path.join(out, "model.safetensors")) if p.returncode == 0 else None), p
 
 
@@ -114,7 +98,7 @@ def main():
         grown = {}
         for flag in ("true", "false"):
             env = dict(measured, **({"MP_DEFERRED": "1"} if flag == "true" else {}))
-            p = launch(d, flag, "memory", big, env_extra=env)
+            p = launch(flag, "memory", big, env_extra=env)
             rows = re.findall(r"MEMORY rank=(\d) model_bytes=(\d+) before=(\d+) prepared=(\d+) stepped=(\d+)", p.stdout)
             expect(len(rows) == 2, f"flag {flag}: both processes report their memory", p.stdout + p.stderr)
             for rank, size, before, prepared, stepped in rows:
@@ -140,7 +124,7 @@ def main():
             logits = {}
             for flag in ("true", "false"):
                 out = os.path.join(d, f"logits-{case}-{flag}")
-                p = launch(d, flag, "logits", os.path.join(FIXTURES, case, "model"), out,
+                p = launch(flag, "logits", os.path.join(FIXTURES, case, "model"), out,
                            env_extra={"MP_DEFERRED": "1"} if flag == "true" else None)
                 if p.returncode == 0:
                     with open(out, "rb") as f:
@@ -161,8 +145,7 @@ def main():
         expect("zero3_init_flag' = true" in p.stderr and "only applicable for DeepSpeed ZeRO stage 3" in p.stderr,
                "zero3_init_flag beside ZeRO-2 is reported", p.stderr)
 
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 main()

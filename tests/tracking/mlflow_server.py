@@ -37,16 +37,8 @@ except ImportError as e:
     print(f"SKIP: `mlflow server` cannot run here ({e}); run scripts/setup.sh --tests for .venv-test")
     sys.exit(77)
 
-passed = failed = 0
-
-
-def expect(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAILED: {what} {detail}", file=sys.stderr)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from checks import expect, finish  # noqa: E402
 
 
 def free_port():
@@ -241,5 +233,4 @@ def main(program):
 
 
 main(sys.argv[1])
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

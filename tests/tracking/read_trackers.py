@@ -21,16 +21,8 @@ VENV_PYTHON = os.path.join(ROOT, ".venv-test", "bin", "python")
 if os.path.exists(VENV_PYTHON) and os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(ROOT, ".venv-test")):
     os.execv(VENV_PYTHON, [VENV_PYTHON, *sys.argv])
 
-passed = failed = 0
-
-
-def expect(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAILED: {what} {detail}", file=sys.stderr)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from checks import expect, finish  # noqa: E402
 
 
 try:
@@ -365,5 +357,4 @@ def main():
 
 
 main()
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -42,13 +42,15 @@ bool shm_collectives_enabled() {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x61636373686d3031;  // "accshm01"
+constexpr uint64_t kMagic = 0x61636373686d3032;  // "accshm02"
 constexpr size_t kPage = 4096;
 
 // One rank's control block, a cache line of its own (the others poll it).
 struct alignas(64) RankCtl {
   std::atomic<uint32_t> seq;       // steps this rank has posted (its data for step seq-1 is in its buffer)
   std::atomic<uint32_t> sleepers;  // peers in a futex wait on seq: the poster wakes them only if there are any
+  std::atomic<uint32_t> read;      // steps this rank has finished reading (every rank's buffers of step read-1)
+  std::atomic<uint32_t> read_sleepers;  // peers in a futex wait on read
   std::atomic<int32_t> pid;
   // What the step of each parity belongs to (op, dtype, elements): ranks in different collectives fail naming
   // both instead of mixing their data. Written before seq is posted, read after.
@@ -157,12 +159,17 @@ void finish_mean(at::Tensor& t, int size) {
     t.copy_(at::div(t, size, "trunc"));
 }
 
-// A collective already done (caller's thread) or done later by the backend's thread.
+class ShmBackend;
+
+// A collective in flight. On the caller's thread its steps are posted when it is issued and read (peers' data
+// folded into its output) when it is waited for, or when a later collective needs the buffers; on the backend's
+// thread (ACC_SHM_THREAD) that thread does both.
 class ShmWork final : public c10d::Work {
  public:
   ShmWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
       : c10d::Work(rank, type), outputs_(std::move(outputs)) {}
   void complete(std::exception_ptr e) { finish(std::move(e)); }
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     auto f = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
@@ -172,7 +179,10 @@ class ShmWork final : public c10d::Work {
   }
 
  private:
+  friend class ShmBackend;
   std::vector<at::Tensor> outputs_;
+  ShmBackend* backend_ = nullptr;  // who reads its steps when it is waited for (null: the backend's thread does)
+  uint32_t last_step_ = 0;
 };
 
 class ShmBackend final : public c10d::Backend {
@@ -198,6 +208,13 @@ class ShmBackend final : public c10d::Backend {
       queue_cv_.notify_all();
       worker_.join();
     }
+    // Collectives never waited for: their works fail instead of reading an unmapped segment.
+    auto gone = std::make_exception_ptr(std::runtime_error("the process group was destroyed before the collective was waited for"));
+    for (Pending& p : pending_) {
+      if (!p.work) continue;
+      p.work->backend_ = nullptr;
+      if (!p.work->isCompleted()) p.work->complete(gone);
+    }
     ::munmap(base_, bytes_);
   }
 
@@ -209,13 +226,12 @@ class ShmBackend final : public c10d::Backend {
     bool mean;
     if (tensors.size() != 1 || !ours(tensors[0]) || !shm_reduce(opts.reduceOp, &fold, &mean))
       return gloo_->allreduce(tensors, opts);
-    at::Tensor t = tensors[0];
-    return submit(c10d::OpType::ALLREDUCE, {t}, [this, t, fold, mean]() mutable {
-      in_place(t, [&](at::Tensor& c) {
-        do_allreduce(c, fold);
-        if (mean) finish_mean(c, size_);
-      });
-    });
+    at::Tensor t = tensors[0], c = flat_of(t);
+    return submit(c10d::OpType::ALLREDUCE, {t}, [this, c, fold] { do_allreduce(c, fold); },
+                  [this, t, c, mean]() mutable {
+                    if (mean) finish_mean(c, size_);
+                    copy_back(t, c);
+                  });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& out, at::Tensor& in,
@@ -226,12 +242,12 @@ class ShmBackend final : public c10d::Backend {
       return gloo_->reduce_scatter_single(out, in, opts);
     if (in.numel() != out.numel() * size_ || in.scalar_type() != out.scalar_type())
       throw std::invalid_argument("reduce_scatter: the input must hold size() times the output's elements, same dtype");
-    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, fold, mean]() mutable {
-      in_place(out, [&](at::Tensor& o) {
-        do_reduce_scatter(o, in.contiguous(), fold);
-        if (mean) finish_mean(o, size_);
-      });
-    });
+    at::Tensor o = flat_of(out), i = in.contiguous();
+    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, o, i, fold] { do_reduce_scatter(o, i, fold); },
+                  [this, out, o, mean]() mutable {
+                    if (mean) finish_mean(o, size_);
+                    copy_back(out, o);
+                  });
   }
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                       const c10d::ReduceScatterOptions& opts) override {
@@ -258,9 +274,9 @@ class ShmBackend final : public c10d::Backend {
     if (!ours(out) || !ours(in)) return gloo_->all_gather_single(out, in, opts);
     if (out.numel() != in.numel() * size_ || in.scalar_type() != out.scalar_type())
       throw std::invalid_argument("all_gather: the output must hold size() times the input's elements, same dtype");
-    return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [this, out, in]() mutable {
-      in_place(out, [&](at::Tensor& o) { do_allgather(o, in.contiguous()); });
-    });
+    at::Tensor o = flat_of(out), i = in.contiguous();
+    return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [this, o, i] { do_allgather(o, i); },
+                  [out, o]() mutable { copy_back(out, o); });
   }
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions& opts) override {
@@ -285,11 +301,12 @@ class ShmBackend final : public c10d::Backend {
     if (!same) return gloo_->allgather(outs, ins, opts);
     std::vector<at::Tensor> parts = outs[0];
     at::Tensor in = ins[0];
-    return submit(c10d::OpType::ALLGATHER, parts, [this, parts, in]() mutable {
-      at::Tensor all = at::empty({in.numel() * size_}, in.options());
-      do_allgather(all, in.contiguous());
-      for (int r = 0; r < size_; ++r) parts[r].copy_(all.narrow(0, r * in.numel(), in.numel()).view(parts[r].sizes()));
-    });
+    at::Tensor all = at::empty({in.numel() * size_}, in.options()), i = in.contiguous();
+    return submit(c10d::OpType::ALLGATHER, parts, [this, all, i] { do_allgather(all, i); },
+                  [this, parts, all, i]() mutable {
+                    for (int r = 0; r < size_; ++r)
+                      parts[r].copy_(all.narrow(0, r * i.numel(), i.numel()).view(parts[r].sizes()));
+                  });
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -298,13 +315,13 @@ class ShmBackend final : public c10d::Backend {
       return gloo_->broadcast(tensors, opts);
     at::Tensor t = tensors[0];
     const int root = static_cast<int>(opts.rootRank);
-    return submit(c10d::OpType::BROADCAST, {t}, [this, t, root]() mutable {
-      in_place(t, [&](at::Tensor& c) { do_broadcast(c, root); });
-    });
+    at::Tensor c = flat_of(t);
+    return submit(c10d::OpType::BROADCAST, {t}, [this, c, root] { do_broadcast(c, root); },
+                  [t, c]() mutable { copy_back(t, c); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
-    return submit(c10d::OpType::BARRIER, {}, [this] { step(uint64_t{kBarrier} << 56, nullptr, nullptr); });
+    return submit(c10d::OpType::BARRIER, {}, [this] { post(uint64_t{kBarrier} << 56, nullptr, nullptr); });
   }
 
   // The rest: Gloo.
@@ -356,17 +373,12 @@ class ShmBackend final : public c10d::Backend {
     return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && shm_dtype(t.scalar_type());
   }
 
-  // Runs `f` on a contiguous tensor that is `t` itself or a copy written back after.
-  template <class F>
-  static void in_place(at::Tensor& t, F&& f) {
-    if (t.is_contiguous()) {
-      at::Tensor flat = t.view({-1});
-      f(flat);
-      return;
-    }
-    at::Tensor c = t.contiguous().view({-1});
-    f(c);
-    t.copy_(c.view(t.sizes()));
+  // A contiguous flat tensor over `t`'s elements: `t` itself, or a copy that copy_back writes back when done.
+  static at::Tensor flat_of(const at::Tensor& t) {
+    return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1});
+  }
+  static void copy_back(at::Tensor& t, const at::Tensor& flat) {
+    if (!t.is_contiguous()) t.copy_(flat.view(t.sizes()));
   }
 
   template <class F>
@@ -379,36 +391,63 @@ class ShmBackend final : public c10d::Backend {
     return last;
   }
 
-  // The caller's thread runs `job` now; with ACC_SHM_THREAD=1 the backend's thread runs it, in call order.
-  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> job) {
+  // `job` posts the collective's steps (pending: read later, in order); `then` runs after its last step is read
+  // (the mean, a non-contiguous output written back). On the caller's thread the posts happen now and the reads
+  // when the work is waited for (or a later collective needs the buffers), so a collective issued during backward
+  // costs a copy and lets computation go on; with ACC_SHM_THREAD=1 the backend's thread does both, in call order.
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> job,
+                                        std::function<void()> then = nullptr) {
     auto work = c10::make_intrusive<ShmWork>(rank_, type, std::move(outputs));
     if (!worker_.joinable()) {
-      run_one(job);  // throws
-      work->complete(nullptr);
+      std::lock_guard<std::mutex> lock(channel_mutex_);
+      issue(work, job, std::move(then));  // throws
+      if (!work->isCompleted()) work->backend_ = this;
       return work;
     }
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
-      queue_.emplace_back(work, std::move(job));
+      queue_.push_back({work, std::move(job), std::move(then)});
     }
     queue_cv_.notify_one();
     return work;
   }
 
-  void run_one(const std::function<void()>& job) {
+  // Posts `job`'s steps and hands `work` and `then` to its last one (a job without steps is done at once).
+  void issue(const c10::intrusive_ptr<ShmWork>& work, const std::function<void()>& job, std::function<void()> then) {
     if (!failed_.empty()) throw std::runtime_error("shared-memory collectives stopped after an earlier failure: " + failed_);
+    const uint64_t first = posted_;
     try {
       job();
     } catch (const std::exception& e) {
-      if (failed_.empty()) failed_ = e.what();
-      abandon(e.what());
+      fail(e.what(), std::current_exception());
       throw;
+    }
+    if (posted_ == first) {
+      if (then) then();
+      work->complete(nullptr);
+      return;
+    }
+    Pending& last = pending_.back();
+    last.then = std::move(then);
+    last.work = work;
+    work->last_step_ = last.k;
+  }
+
+ public:
+  // ShmWork::wait on the caller's thread: reads every pending step up to the work's last (its error, if one, is
+  // the work's own: wait rethrows it).
+  void complete_through(uint32_t k) {
+    std::lock_guard<std::mutex> lock(channel_mutex_);
+    try {
+      progress_through(k);
+    } catch (const std::exception&) {
     }
   }
 
+ private:
   void run_queue() {
     for (;;) {
-      std::pair<c10::intrusive_ptr<ShmWork>, std::function<void()>> item;
+      Queued item;
       {
         std::unique_lock<std::mutex> lock(queue_mutex_);
         queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -417,35 +456,72 @@ class ShmBackend final : public c10d::Backend {
         queue_.pop_front();
       }
       try {
-        run_one(item.second);
-        item.first->complete(nullptr);
+        issue(item.work, item.job, std::move(item.then));
+        if (posted_ > 0) progress_through(static_cast<uint32_t>(posted_ - 1));
       } catch (...) {
-        item.first->complete(std::current_exception());
+        if (!item.work->isCompleted()) item.work->complete(std::current_exception());
       }
     }
   }
 
+  // The first failure stops the channel: the peers are told, and every collective still pending fails with it.
+  void fail(const std::string& why, std::exception_ptr e) {
+    if (failed_.empty()) failed_ = why;
+    abandon(why);
+    for (Pending& p : pending_)
+      if (p.work && !p.work->isCompleted()) p.work->complete(e);
+    pending_.clear();
+  }
+
   char* buffer(int r, uint32_t step) const { return data_ + (static_cast<size_t>(r) * 2 + (step & 1)) * slot_; }
 
-  // One step of every collective: write this rank's part into its buffer, post the step, wait until every rank
-  // has posted it, read. A rank's buffer alternates between two halves: before rank r writes half h again (two
-  // steps later), every rank has posted the step in between, so has finished reading half h.
-  void step(uint64_t what, const std::function<void(char*)>& fill, const std::function<void(uint32_t)>& read) {
-    const uint32_t k = step_++;
+  // One step of every collective: write this rank's part into its buffer and post the step; `read` (every rank's
+  // buffers of the step, once all have posted it) runs later, in step order (progress_through). A rank's buffer
+  // alternates between two halves: before writing half h again (two steps later), this rank reads the step that
+  // used it, and waits until every peer has read it too.
+  void post(uint64_t what, const std::function<void(char*)>& fill, std::function<void(uint32_t)> read) {
+    const uint32_t k = static_cast<uint32_t>(posted_);
+    if (posted_ >= 2) {
+      progress_through(k - 2);
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) wait_for(r, ctl_[r].read, ctl_[r].read_sleepers, k - 1);
+    }
     if (fill) fill(buffer(rank_, k));
     RankCtl& me = ctl_[rank_];
     me.what[k & 1] = what;
     me.seq.store(k + 1, std::memory_order_seq_cst);
     if (me.sleepers.load(std::memory_order_seq_cst) > 0) futex(&me.seq, FUTEX_WAKE, INT32_MAX, nullptr);
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      wait_for(r, k + 1);
-      if (ctl_[r].what[k & 1] != what)
-        throw std::runtime_error("rank " + std::to_string(r) + " is in another collective (" +
-                                 describe(ctl_[r].what[k & 1]) + ") than rank " + std::to_string(rank_) + " (" +
-                                 describe(what) + ")");
+    ++posted_;
+    pending_.push_back({k, what, std::move(read), nullptr, nullptr});
+  }
+
+  // Reads the pending steps up to k (waiting for the peers to post them), runs what finishes each collective and
+  // completes its work. A failure fails every pending work and is rethrown.
+  void progress_through(uint32_t k) {
+    while (!pending_.empty() && reached(k, pending_.front().k)) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      try {
+        for (int r = 0; r < size_; ++r) {
+          if (r == rank_) continue;
+          wait_for(r, ctl_[r].seq, ctl_[r].sleepers, p.k + 1);
+          if (ctl_[r].what[p.k & 1] != p.what)
+            throw std::runtime_error("rank " + std::to_string(r) + " is in another collective (" +
+                                     describe(ctl_[r].what[p.k & 1]) + ") than rank " + std::to_string(rank_) + " (" +
+                                     describe(p.what) + ")");
+        }
+        if (p.read) p.read(p.k);
+        RankCtl& me = ctl_[rank_];
+        me.read.store(p.k + 1, std::memory_order_seq_cst);
+        if (me.read_sleepers.load(std::memory_order_seq_cst) > 0) futex(&me.read, FUTEX_WAKE, INT32_MAX, nullptr);
+        if (p.then) p.then();
+      } catch (const std::exception& e) {
+        if (p.work) p.work->complete(std::current_exception());
+        fail(e.what(), std::current_exception());
+        throw;
+      }
+      if (p.work) p.work->complete(nullptr);
     }
-    if (read) read(k);
   }
 
   // A collective's signature: what, of which dtype, how many elements (the same on every rank).
@@ -464,24 +540,25 @@ class ShmBackend final : public c10d::Backend {
 
   static bool reached(uint32_t seq, uint32_t target) { return static_cast<int32_t>(seq - target) >= 0; }
 
-  void wait_for(int r, uint32_t target) {
+  // Waits until rank r's counter `word` (its seq or its read) reaches target.
+  void wait_for(int r, std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, uint32_t target) {
     RankCtl& peer = ctl_[r];
-    if (reached(peer.seq.load(std::memory_order_acquire), target)) return;
+    if (reached(word.load(std::memory_order_acquire), target)) return;
     const auto start = std::chrono::steady_clock::now();
     // A short spin: a peer a few microseconds behind answers without a system call.
     for (int i = 0; i < 4000; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
-      if (reached(peer.seq.load(std::memory_order_acquire), target)) return;
+      if (reached(word.load(std::memory_order_acquire), target)) return;
     }
     const timespec slice{0, 20 * 1000 * 1000};  // 20 ms: how often a sleeping rank checks its peers
     for (;;) {
-      peer.sleepers.fetch_add(1, std::memory_order_seq_cst);
-      const uint32_t seen = peer.seq.load(std::memory_order_seq_cst);
-      if (!reached(seen, target)) futex(&peer.seq, FUTEX_WAIT, seen, &slice);
-      peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      if (reached(peer.seq.load(std::memory_order_acquire), target)) return;
+      sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t seen = word.load(std::memory_order_seq_cst);
+      if (!reached(seen, target)) futex(&word, FUTEX_WAIT, seen, &slice);
+      sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (reached(word.load(std::memory_order_acquire), target)) return;
       if (const int by = header_->abandoned_by.load(std::memory_order_acquire); by > 0 && by - 1 != rank_) {
         char reason[sizeof header_->reason + 1] = {};
         std::memcpy(reason, header_->reason, sizeof header_->reason);
@@ -507,7 +584,10 @@ class ShmBackend final : public c10d::Backend {
       std::snprintf(header_->reason, sizeof header_->reason, "%s", why.c_str());
       header_->abandoned_by.compare_exchange_strong(none, rank_ + 1);
     }
-    for (int r = 0; r < size_; ++r) futex(&ctl_[r].seq, FUTEX_WAKE, INT32_MAX, nullptr);
+    for (int r = 0; r < size_; ++r) {
+      futex(&ctl_[r].seq, FUTEX_WAKE, INT32_MAX, nullptr);
+      futex(&ctl_[r].read, FUTEX_WAKE, INT32_MAX, nullptr);
+    }
   }
 
   std::vector<at::Tensor> peers_view(uint32_t k, size_t offset_bytes, int64_t n, at::ScalarType dtype) const {
@@ -517,24 +597,25 @@ class ShmBackend final : public c10d::Backend {
     return v;
   }
 
-  void do_allreduce(at::Tensor& t, Fold fold) {
+  // The read closures hold their tensors: they run when the work is waited for.
+  void do_allreduce(const at::Tensor& t, Fold fold) {
     const size_t esz = t.element_size();
     const int64_t per_step = static_cast<int64_t>(slot_ / esz);
-    char* p = static_cast<char*>(t.data_ptr());
+    const char* p = static_cast<const char*>(t.data_ptr());
     const uint64_t what = signature(kAllreduce, t);
     for (int64_t off = 0; off < t.numel(); off += per_step) {
       const int64_t n = std::min(per_step, t.numel() - off);
-      step(what, [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); },
-           [&](uint32_t k) {
+      post(what, [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); },
+           [this, t, off, n, fold](uint32_t k) {
              at::Tensor out = t.narrow(0, off, n);
              fold_into(out, peers_view(k, 0, n, t.scalar_type()), fold);
            });
     }
-    if (t.numel() == 0) step(what, nullptr, nullptr);
+    if (t.numel() == 0) post(what, nullptr, nullptr);
   }
 
   // Rank r's `out` = fold over ranks of their `in`'s slice r; each step carries one piece of every slice.
-  void do_reduce_scatter(at::Tensor& out, const at::Tensor& in, Fold fold) {
+  void do_reduce_scatter(const at::Tensor& out, const at::Tensor& in, Fold fold) {
     const size_t esz = out.element_size();
     const int64_t count = out.numel();
     const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(slot_ / esz / size_));
@@ -542,50 +623,66 @@ class ShmBackend final : public c10d::Backend {
     const uint64_t what = signature(kReduceScatter, out);
     for (int64_t off = 0; off < count; off += per_step) {
       const int64_t n = std::min(per_step, count - off);
-      step(what,
+      post(what,
            [&](char* mine) {
              for (int d = 0; d < size_; ++d) std::memcpy(mine + d * n * esz, src + (d * count + off) * esz, n * esz);
            },
-           [&](uint32_t k) {
+           [this, out, off, n, esz, fold](uint32_t k) {
              at::Tensor o = out.narrow(0, off, n);
              fold_into(o, peers_view(k, static_cast<size_t>(rank_) * n * esz, n, out.scalar_type()), fold);
            });
     }
-    if (count == 0) step(what, nullptr, nullptr);
+    if (count == 0) post(what, nullptr, nullptr);
   }
 
-  void do_allgather(at::Tensor& out, const at::Tensor& in) {
+  void do_allgather(const at::Tensor& out, const at::Tensor& in) {
     const size_t esz = in.element_size();
     const int64_t count = in.numel();
     const int64_t per_step = static_cast<int64_t>(slot_ / esz);
     const char* src = static_cast<const char*>(in.data_ptr());
-    char* dst = static_cast<char*>(out.data_ptr());
     const uint64_t what = signature(kAllgather, in);
     for (int64_t off = 0; off < count; off += per_step) {
       const int64_t n = std::min(per_step, count - off);
-      step(what, [&](char* mine) { std::memcpy(mine, src + off * esz, n * esz); },
-           [&](uint32_t k) {
+      post(what, [&](char* mine) { std::memcpy(mine, src + off * esz, n * esz); },
+           [this, out, off, n, esz, count](uint32_t k) {
+             char* dst = static_cast<char*>(out.data_ptr());
              for (int r = 0; r < size_; ++r) std::memcpy(dst + (r * count + off) * esz, buffer(r, k), n * esz);
            });
     }
-    if (count == 0) step(what, nullptr, nullptr);
+    if (count == 0) post(what, nullptr, nullptr);
   }
 
-  void do_broadcast(at::Tensor& t, int root) {
+  void do_broadcast(const at::Tensor& t, int root) {
     const size_t esz = t.element_size();
     const int64_t per_step = static_cast<int64_t>(slot_ / esz);
-    char* p = static_cast<char*>(t.data_ptr());
+    const char* p = static_cast<const char*>(t.data_ptr());
     const uint64_t what = signature(kBroadcast, t);
     for (int64_t off = 0; off < t.numel(); off += per_step) {
       const int64_t n = std::min(per_step, t.numel() - off);
       std::function<void(char*)> fill;
       if (rank_ == root) fill = [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); };
-      step(what, fill, [&](uint32_t k) {
-        if (rank_ != root) std::memcpy(p + off * esz, buffer(root, k), n * esz);
-      });
+      std::function<void(uint32_t)> read;
+      if (rank_ != root)
+        read = [this, t, off, n, esz, root](uint32_t k) {
+          std::memcpy(static_cast<char*>(t.data_ptr()) + off * esz, buffer(root, k), n * esz);
+        };
+      post(what, fill, std::move(read));
     }
-    if (t.numel() == 0) step(what, nullptr, nullptr);
+    if (t.numel() == 0) post(what, nullptr, nullptr);
   }
+
+  // A posted step not yet read; the last step of a collective carries its work and what finishes it.
+  struct Pending {
+    uint32_t k;
+    uint64_t what;
+    std::function<void(uint32_t)> read;
+    std::function<void()> then;
+    c10::intrusive_ptr<ShmWork> work;
+  };
+  struct Queued {
+    c10::intrusive_ptr<ShmWork> work;
+    std::function<void()> job, then;
+  };
 
   char* base_;
   size_t bytes_;
@@ -593,16 +690,23 @@ class ShmBackend final : public c10d::Backend {
   RankCtl* ctl_;
   char* data_;
   size_t slot_;
-  uint32_t step_ = 0;
+  uint64_t posted_ = 0;  // steps this rank has posted
+  std::deque<Pending> pending_;
+  std::mutex channel_mutex_;  // the caller's-thread channel: issue and complete_through
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::chrono::milliseconds timeout_;
   std::string failed_;
   std::thread worker_;
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
-  std::deque<std::pair<c10::intrusive_ptr<ShmWork>, std::function<void()>>> queue_;
+  std::deque<Queued> queue_;
   bool stopping_ = false;
 };
+
+bool ShmWork::wait(std::chrono::milliseconds timeout) {
+  if (backend_ && !isCompleted()) backend_->complete_through(last_step_);
+  return c10d::Work::wait(timeout);
+}
 
 // Blocks until every key is in the store (its own timeout).
 std::vector<std::string> wait_all(c10d::Store& store, const std::string& prefix, int size,

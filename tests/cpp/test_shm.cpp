@@ -121,6 +121,55 @@ TEST(ShmBackend, AvgAndMin) {
   EXPECT_EQ(segments(), before) << "a segment was left in /dev/shm";
 }
 
+// Issuing a collective posts this rank's part and returns: the peers' parts are read when the work is waited for
+// (or when a later collective needs the buffers). Many collectives in flight at once, over many steps of small
+// buffers, waited for in reverse order, give what each gives alone.
+TEST(ShmBackend, CollectivesInFlight) {
+  ::setenv("ACC_SHM_SLOT_BYTES", "256", 1);
+  const auto before = segments();
+  std::vector<double> issue_s(2), wait_s(2);
+  auto errors = group(2, 10s, [&](int r, c10::intrusive_ptr<c10d::Backend>& b) {
+    // A late peer: rank 0's issue does not wait for it, its wait does.
+    if (r == 1) std::this_thread::sleep_for(300ms);
+    at::Tensor first = at::full({3}, float(r + 1));
+    std::vector<at::Tensor> v0{first};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto w0 = b->allreduce(v0);
+    const auto t1 = std::chrono::steady_clock::now();
+    const int64_t n = 1001;
+    std::vector<at::Tensor> sum{at::arange(n, at::kFloat) * (r + 1)};
+    auto w1 = b->allreduce(sum);
+    at::Tensor rs_in = at::arange(2 * n, at::kDouble) + r, rs_out = at::empty({n}, at::kDouble);
+    auto w2 = b->_reduce_scatter_base(rs_out, rs_in);
+    at::Tensor ag_in = at::full({n}, int64_t(r + 7)), ag_out = at::empty({2 * n}, at::kLong);
+    auto w3 = b->_allgather_base(ag_out, ag_in);
+    // a non-contiguous tensor: the result is written back when the work completes
+    at::Tensor bc = (r == 0 ? at::arange(2 * n, at::kFloat) : at::zeros({2 * n}, at::kFloat)).view({n, 2}).t();
+    std::vector<at::Tensor> v4{bc};
+    c10d::BroadcastOptions root;
+    auto w4 = b->broadcast(v4, root);
+    w4->wait();
+    w3->wait();
+    w2->wait();
+    w1->wait();
+    w0->wait();
+    const auto t2 = std::chrono::steady_clock::now();
+    issue_s[r] = std::chrono::duration<double>(t1 - t0).count();
+    wait_s[r] = std::chrono::duration<double>(t2 - t0).count();
+    if (!at::equal(first, at::full({3}, 3.0f))) throw std::runtime_error("first all_reduce differs");
+    if (!at::equal(sum[0], at::arange(n, at::kFloat) * 3)) throw std::runtime_error("all_reduce differs");
+    if (!at::equal(rs_out, (at::arange(n, at::kDouble) + r * n) * 2 + 1)) throw std::runtime_error("reduce_scatter differs");
+    at::Tensor gathered = at::cat({at::full({n}, int64_t(7)), at::full({n}, int64_t(8))});
+    if (!at::equal(ag_out, gathered)) throw std::runtime_error("all_gather differs");
+    if (!at::equal(bc, at::arange(2 * n, at::kFloat).view({n, 2}).t())) throw std::runtime_error("broadcast differs");
+  });
+  ::unsetenv("ACC_SHM_SLOT_BYTES");
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_LT(issue_s[0], 0.1) << "issuing waited for the late peer";
+  EXPECT_GT(wait_s[0], 0.2) << "waiting did not wait for the late peer";
+  EXPECT_EQ(segments(), before) << "a segment was left in /dev/shm";
+}
+
 // A peer that never comes: the waiting rank fails at the timeout naming it.
 TEST(ShmBackend, TimeoutNamesThePeer) {
   const auto start = std::chrono::steady_clock::now();

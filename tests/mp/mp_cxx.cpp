@@ -11,18 +11,9 @@
 #include <fstream>
 #include <set>
 
+#include "mp_check.hpp"
+
 namespace {
-
-int passed = 0, failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-  }
-}
 
 // Sample i: {"input_ids": [i, i], "attention_mask": [i odd, i odd] (bool), "labels": i (float)}.
 acc::Batch sample(int64_t i) {
@@ -154,6 +145,5 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
-  return failed == 0 ? 0 : 1;
+  return finish(rank);
 }

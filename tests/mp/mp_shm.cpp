@@ -27,21 +27,11 @@
 
 #include "runtime/comm.hpp"
 #include "util/errors.hpp"
+#include "mp_check.hpp"
 
 using acc::core::Comm;
 
 namespace {
-
-int passed = 0, failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-  }
-}
 
 // The bits of `t`, as integers of its width (so that equal means bit-equal, -0.0 and NaNs included).
 at::Tensor bits(const at::Tensor& t) {
@@ -177,8 +167,7 @@ int equal(Comm& shm, Comm& gloo) {
     expect(!a.is_contiguous() && (n == 2 ? bit_equal(a, b) : at::allclose(a, b, 1e-5, 1e-4)), "a transposed tensor");
   }
   shm.barrier();
-  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
-  return failed ? 1 : 0;
+  return finish(rank);
 }
 
 int die(Comm& shm) {

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,23 +25,10 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from netns import two_machines  # noqa: E402
+from test_launch import free_port  # noqa: E402  (a port free with the next one: machine 0 gives PORT + 1 out)
 
 ACC = SELFTEST = None
 SKIP = 77
-
-
-def free_port():
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        try:
-            with socket.socket() as s:
-                s.bind(("", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 class MultiNodeTest(unittest.TestCase):

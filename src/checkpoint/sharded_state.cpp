@@ -10,6 +10,7 @@
 
 #include "acc/files.hpp"
 #include "formats/safetensors.hpp"
+#include "models/tensor_parallel.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core {
@@ -38,10 +39,40 @@ std::vector<fs::path> slice_files(const std::string& dir, const char* kind, size
 
 fs::path sidecar(const fs::path& tensors) { return fs::path(tensors).replace_extension(".json"); }
 
-void write_where(json::Writer& j, const std::string& name, int64_t offset, at::IntArrayRef shape) {
+// Tensor parallelism: a slice of a split parameter lies in this rank's part of it (the strategy shards what the
+// split left), so its side entry also says which part: {"tp": {"dim", "packed", "rank", "size"}} as tp::Shard splits
+// it. Loading assembles each part, then joins the parts into the whole tensor, so any mesh can load it.
+struct TpPart {
+  int64_t dim = 0, packed = 1, rank = 0, size = 1;
+};
+
+// The part a slice of `name` (of a tensor of `shape`) lies in; nullopt when the tensor is whole on this rank.
+std::optional<TpPart> tp_part(const tp::Sharding* split, const std::string& name, at::IntArrayRef shape) {
+  if (!split || split->group.size == 1) return std::nullopt;
+  auto it = split->shards.find(name);
+  if (it == split->shards.end() || shape.equals(it->second.whole_shape)) return std::nullopt;
+  return TpPart{it->second.dim, it->second.packed, split->group.rank, split->group.size};
+}
+
+void write_where(json::Writer& j, const std::string& name, int64_t offset, at::IntArrayRef shape,
+                 const std::optional<TpPart>& tp = std::nullopt) {
   j.key(name).begin_object().key("offset").value(offset).key("shape").begin_array();
   for (int64_t d : shape) j.value(d);
-  j.end_array().end_object();
+  j.end_array();
+  if (tp)
+    j.key("tp").begin_object().key("dim").value(tp->dim).key("packed").value(tp->packed).key("rank").value(tp->rank)
+        .key("size").value(tp->size).end_object();
+  j.end_object();
+}
+
+// The whole tensor from every tensor-parallel rank's part (tp::full_tensor's order, without communication): of each
+// packed block, the ranks' parts in rank order.
+at::Tensor join_parts(const std::vector<at::Tensor>& parts, const TpPart& tp) {
+  const int64_t part = parts.front().size(tp.dim) / tp.packed;
+  std::vector<at::Tensor> pieces;
+  for (int64_t b = 0; b < tp.packed; ++b)
+    for (const at::Tensor& p : parts) pieces.push_back(p.narrow(tp.dim, b * part, part));
+  return at::cat(pieces, tp.dim);
 }
 
 // Whole tensors assembled from slices, checked to be covered exactly once or more: hybrid sharding's replicas write
@@ -66,10 +97,10 @@ struct Assembly {
     }
     at::Tensor flat = it->second.view({-1});
     if (!it->second.sizes().equals(shape) || offset < 0 || offset > flat.numel() - data.numel())
-      throw std::invalid_argument(file + ": the slice of '" + name + "' does not fit its tensor of shape " +
+      throw std::invalid_argument(file + ": the slice of '" + shown(name) + "' does not fit its tensor of shape " +
                                   c10::str(it->second.sizes()));
     if (data.scalar_type() != it->second.scalar_type())
-      throw std::invalid_argument(file + ": the slice of '" + name + "' is " + c10::str(data.scalar_type()) + ", " +
+      throw std::invalid_argument(file + ": the slice of '" + shown(name) + "' is " + c10::str(data.scalar_type()) + ", " +
                                   placed.at(name).front().file + "'s is " + c10::str(it->second.scalar_type()));
     const int64_t end = offset + data.numel();
     at::Tensor target = flat.narrow(0, offset, data.numel()), seen = covered.at(name).narrow(0, offset, data.numel());
@@ -81,7 +112,7 @@ struct Assembly {
         std::string other;
         for (const Placed& p : placed.at(name))
           if (p.begin < end && offset < p.end) other += (other.empty() ? "" : ", ") + p.file;
-        throw std::invalid_argument(file + ": the slice of '" + name + "' at [" + std::to_string(offset) + ", " +
+        throw std::invalid_argument(file + ": the slice of '" + shown(name) + "' at [" + std::to_string(offset) + ", " +
                                     std::to_string(end) + ") overlaps what " + other +
                                     " holds, with other values (the files are not of one checkpoint)");
       }
@@ -91,16 +122,88 @@ struct Assembly {
     placed[name].push_back({file, offset, end});
   }
 
+  // Tensor-parallel parts: the assembled key "{name}#tp{rank}" is that rank's part of `name`.
+  struct Split {
+    TpPart tp;
+    std::string file;  // the first file that named it
+  };
+  std::map<std::string, Split> split;
+
+  // The key a slice is assembled under; checks that every file splits a tensor alike.
+  std::string key(const std::string& name, const std::optional<TpPart>& tp, const std::string& file) {
+    if (!tp) {
+      if (split.count(name))
+        throw std::invalid_argument(file + ": '" + name + "' is whole here and split by tensor parallelism in " +
+                                    split.at(name).file + " (the files are not of one checkpoint)");
+      return name;
+    }
+    if (tp->size < 1 || tp->rank < 0 || tp->rank >= tp->size || tp->packed < 1 || tp->dim < 0)
+      throw std::invalid_argument(file + ": the tensor-parallel part of '" + name + "' (rank " +
+                                  std::to_string(tp->rank) + " of " + std::to_string(tp->size) + ", dim " +
+                                  std::to_string(tp->dim) + ", " + std::to_string(tp->packed) + " packed) is not one");
+    auto [it, added] = split.emplace(name, Split{*tp, file});
+    const TpPart& first = it->second.tp;
+    if (!added && (first.dim != tp->dim || first.packed != tp->packed || first.size != tp->size))
+      throw std::invalid_argument(file + ": '" + name + "' is split by tensor parallelism into " +
+                                  std::to_string(tp->size) + " parts along dim " + std::to_string(tp->dim) + "; " +
+                                  it->second.file + " splits it into " + std::to_string(first.size) +
+                                  " along dim " + std::to_string(first.dim) + " (the files are not of one checkpoint)");
+    if (whole.count(name))
+      throw std::invalid_argument(file + ": '" + name + "' is split by tensor parallelism here and whole in another "
+                                  "file (the files are not of one checkpoint)");
+    return name + "#tp" + std::to_string(tp->rank);
+  }
+
   NamedTensors finish(const std::string& dir) const {
+    std::map<std::string, at::Tensor> done;
+    for (const auto& k : order) {
+      const int64_t have = covered.at(k).sum().item<int64_t>();
+      if (have != covered.at(k).numel())
+        throw std::invalid_argument(dir + ": the slices of '" + shown(k) + "' cover " + std::to_string(have) +
+                                    " of its " + std::to_string(covered.at(k).numel()) +
+                                    " elements (a process's file is missing?)");
+      done.emplace(k, whole.at(k));
+    }
     NamedTensors out;
-    for (const auto& name : order) {
-      const int64_t have = covered.at(name).sum().item<int64_t>();
-      if (have != covered.at(name).numel())
-        throw std::invalid_argument(dir + ": the slices of '" + name + "' cover " + std::to_string(have) + " of its " +
-                                    std::to_string(covered.at(name).numel()) + " elements (a process's file is missing?)");
-      out.emplace_back(name, whole.at(name));
+    std::set<std::string> joined;
+    for (const auto& k : order) {
+      const size_t hash = k.rfind("#tp");
+      const std::string name = hash == std::string::npos || !split.count(k.substr(0, hash)) ? k : k.substr(0, hash);
+      if (name == k) {
+        out.emplace_back(k, done.at(k));
+        continue;
+      }
+      if (!joined.insert(name).second) continue;
+      const Split& sp = split.at(name);
+      std::vector<at::Tensor> parts;
+      for (int64_t r = 0; r < sp.tp.size; ++r) {
+        auto it = done.find(name + "#tp" + std::to_string(r));
+        if (it == done.end())
+          throw std::invalid_argument(dir + ": '" + name + "' is split by tensor parallelism into " +
+                                      std::to_string(sp.tp.size) + " parts (" + sp.file + "), and no file holds part " +
+                                      std::to_string(r));
+        if (!parts.empty() && (it->second.sizes() != parts.front().sizes() ||
+                               it->second.scalar_type() != parts.front().scalar_type()))
+          throw std::invalid_argument(dir + ": the tensor-parallel parts of '" + name + "' differ: part 0 is " +
+                                      c10::str(parts.front().sizes()) + ", part " + std::to_string(r) + " " +
+                                      c10::str(it->second.sizes()));
+        parts.push_back(it->second);
+      }
+      const at::Tensor& p0 = parts.front();
+      if (sp.tp.dim >= p0.dim() || p0.size(sp.tp.dim) % sp.tp.packed != 0)
+        throw std::invalid_argument(sp.file + ": the tensor-parallel part of '" + name + "' has shape " +
+                                    c10::str(p0.sizes()) + ", which dim " + std::to_string(sp.tp.dim) + " in " +
+                                    std::to_string(sp.tp.packed) + " packed blocks does not split");
+      out.emplace_back(name, join_parts(parts, sp.tp));
     }
     return out;
+  }
+
+  // A key as an error names it.
+  static std::string shown(const std::string& k) {
+    const size_t hash = k.rfind("#tp");
+    if (hash == std::string::npos) return k;
+    return k.substr(0, hash) + "' (tensor-parallel part " + k.substr(hash + 3) + ")";
   }
 };
 
@@ -120,7 +223,12 @@ std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, s
       std::vector<int64_t> shape;
       const json::Value dims = at.get("shape");
       for (size_t d = 0; d < dims.size(); ++d) shape.push_back(dims.at(d).as_int());
-      a.place(name, data, at.get_int("offset"), shape, where);
+      std::optional<TpPart> tp;
+      if (at.has("tp")) {
+        const json::Value t = at.get("tp");
+        tp = TpPart{t.get_int("dim"), t.get_int("packed"), t.get_int("rank"), t.get_int("size")};
+      }
+      a.place(a.key(name, tp, sidecar(f).string()), data, at.get_int("offset"), shape, where);
     }
     json(side.root());
   }
@@ -181,22 +289,25 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
   NamedTensors tensors;
   json::Writer j;
   j.begin_object().key("slices").begin_object();
+  const tp::Sharding* split = tp::sharding_of(*model.model);
   for (const Strategy::Slice& s : model.strategy->model_slices()) {
     if (!held.count(s.name)) continue;
     tensors.emplace_back(s.name, s.piece.detach());
-    write_where(j, s.name, s.offset, s.shape);
+    write_where(j, s.name, s.offset, s.shape, tp_part(split, s.name, s.shape));
   }
-  if (rank == 0) {  // what is not sharded (buffers, a tied weight's other names), whole
-    std::set<std::string> sharded;
-    std::set<const void*> seen;
-    for (const auto& [name, p] : model.model->named_parameters())
-      if (seen.insert(p.unsafeGetTensorImpl()).second) sharded.insert(name);
-    for (const auto& [name, t] : model.model->state())
-      if (!sharded.count(name) && held.count(name)) {
-        tensors.emplace_back(name, t.detach().reshape({-1}));
-        write_where(j, name, 0, t.sizes());
-      }
-  }
+  // What is not sharded (buffers, a tied weight's other names) rank 0 writes whole; one split by tensor parallelism
+  // is gathered first (a collective over its group, so every rank takes part).
+  std::set<std::string> sharded;
+  std::set<const void*> seen;
+  for (const auto& [name, p] : model.model->named_parameters())
+    if (seen.insert(p.unsafeGetTensorImpl()).second) sharded.insert(name);
+  for (const auto& [name, t] : model.model->state())
+    if (!sharded.count(name) && held.count(name)) {
+      const at::Tensor whole = split ? tp::full_tensor(*split, name, t.detach()) : t.detach();
+      if (rank != 0) continue;
+      tensors.emplace_back(name, whole.reshape({-1}));
+      write_where(j, name, 0, whole.sizes());
+    }
   j.end_object().end_object();
   const fs::path file = fs::path(dir) / slice_file("model", index, rank, ".safetensors");
   save_safetensors(tensors, file.string(), {{"format", "pt"}});
@@ -205,6 +316,7 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
 
 void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir) {
   const auto slices = opt.model->strategy->optimizer_slices(opt.opt->whole_groups());
+  const tp::Sharding* split = tp::sharding_of(*opt.model->model);
   const Optimizer::State st = opt.opt->save_state();  // indexed by piece
   const json::Document doc = json::Document::object(st.json, "optimizer state");
   const json::Value groups = doc.root().get("param_groups");
@@ -229,7 +341,7 @@ void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, con
     const Strategy::Slice& s = slices.at(std::stoul(name.substr(6, dot - 6)));
     const std::string renamed = "state." + s.name + name.substr(dot);
     tensors.emplace_back(renamed, t);
-    write_where(j, renamed, s.offset, s.shape);
+    write_where(j, renamed, s.offset, s.shape, tp_part(split, s.name, s.shape));
   }
   j.end_object().end_object();
   const fs::path file = fs::path(dir) / slice_file("optimizer", index, rank, ".safetensors");

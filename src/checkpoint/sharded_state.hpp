@@ -4,7 +4,8 @@
 //
 // Files, per prepared model i and optimizer i, rank r: model_slices_{i}.rank{r}.safetensors holds this rank's
 // slices (1-D, by parameter name; rank 0 also writes buffers and unsharded parameters whole), and its .json side
-// {name: {"offset": o, "shape": [...]}} where each slice lies in the flattened whole tensor;
+// {name: {"offset": o, "shape": [...]}} where each slice lies in the flattened whole tensor, or, for a parameter split
+// by tensor parallelism, in this rank's part of it ("tp": {"dim", "packed", "rank", "size"} says which part);
 // optimizer_slices_{i}.rank{r}.safetensors ("state.{name}.{kind}") and .json (type, lr, each name's step, slices).
 #pragma once
 #include <optional>

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -26,6 +27,7 @@
 #include "checkpoint/manifest.hpp"
 #include "formats/safetensors.hpp"
 #include "runtime/cuda.hpp"
+#include "runtime/mesh.hpp"
 #include "train/accelerator.hpp"
 #include "checkpoint/sharded_state.hpp"
 #include "util/errors.hpp"
@@ -86,6 +88,22 @@ std::string set_cuda_rng_states(const std::map<std::string, at::Tensor>& saved) 
   return "the checkpoint holds the random states of " + std::to_string(in_file) + " CUDA devices and this process has " +
          std::to_string(gens.size()) + ": those of the first " + std::to_string(std::min(in_file, gens.size())) +
          " are restored";
+}
+
+// The process mesh a checkpoint records (accelerator_state.json's "mesh"): its sizes; all 1 for one process.
+MeshSizes mesh_of(const Accelerator& a) { return a.mesh() ? a.mesh()->sizes() : MeshSizes{}; }
+
+bool same_mesh(const MeshSizes& a, const MeshSizes& b) {
+  return a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.tp == b.tp;
+}
+
+// "tp=2 x dp_shard=2" (Accelerate's names, the sizes above 1), "1 process".
+std::string mesh_text(const MeshSizes& m) {
+  std::string s;
+  for (const auto& [name, n] : {std::pair<const char*, int>{"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
+                                {"cp", m.cp}, {"tp", m.tp}})
+    if (n > 1) s += (s.empty() ? "" : " x ") + std::string(name) + "=" + std::to_string(n);
+  return s.empty() ? "1 process" : s;
 }
 
 template <class T>
@@ -299,7 +317,9 @@ std::string Accelerator::save_state(const std::string& dir) {
     for (size_t i = 0; i < loaders.size(); ++i) {
       const LoaderPosition p = loaders[i]->position();
       json::Writer j;
-      j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches).end_object();
+      // samples_per_step: what a batch of the position means in samples, so that another mesh can continue there.
+      j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches)
+          .key("samples_per_step").value(loaders[i]->samples_per_step()).end_object();
       config::write_file_atomic(d + numbered("dataloader", i, ".json"), j.str());
     }
     if (scaler_) {
@@ -319,6 +339,12 @@ std::string Accelerator::save_state(const std::string& dir) {
         .key("schedulers").value(static_cast<int64_t>(schedulers.size()))
         .key("dataloaders").value(static_cast<int64_t>(loaders.size()))
         .key("custom_objects").value(static_cast<int64_t>(objects.size()))
+        .key("mesh").begin_object()
+            .key("dp_replicate").value(static_cast<int64_t>(mesh_of(*this).dp_replicate))
+            .key("dp_shard").value(static_cast<int64_t>(mesh_of(*this).dp_shard))
+            .key("cp").value(static_cast<int64_t>(mesh_of(*this).cp))
+            .key("tp").value(static_cast<int64_t>(mesh_of(*this).tp))
+        .end_object()
         .end_object();
     config::write_file_atomic(d + "accelerator_state.json", j.str());
   });
@@ -380,23 +406,51 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
   check_count("custom_objects", objects.size(), "registered objects");
   const int64_t saved_world = saved.get_int("num_processes");
   const bool same_world = saved_world == state_.world_size;
+  // The mesh it was saved under (checkpoints of libacc before 1.3 record only the number of processes).
+  std::optional<MeshSizes> saved_mesh;
+  if (saved.has("mesh")) {
+    const json::Value m = saved.get("mesh");
+    saved_mesh = MeshSizes{static_cast<int>(m.get_int("dp_replicate")), static_cast<int>(m.get_int("dp_shard")),
+                           static_cast<int>(m.get_int("cp")), static_cast<int>(m.get_int("tp"))};
+  }
+  const MeshSizes mesh_now = mesh_of(*this);
+  const bool same_layout = same_world && (!saved_mesh || same_mesh(*saved_mesh, mesh_now));
+  const std::string meshes = "the checkpoint was saved under " +
+                             (saved_mesh ? mesh_text(*saved_mesh) : std::to_string(saved_world) + " processes") +
+                             ", this run is " + mesh_text(mesh_now);
+  // Tensors that do not fit the model name the file; where the mesh changed, both meshes too.
+  const auto naming_meshes = [&](bool always, const std::function<void()>& load) {
+    try {
+      load();
+    } catch (const std::invalid_argument& e) {
+      if (!always && same_layout) throw;
+      throw std::invalid_argument(std::string(e.what()) + " (" + meshes + ")");
+    }
+  };
 
-  // A checkpoint holds whole tensors or every process's slices (SHARDED_STATE_DICT): either loads under any strategy.
+  // A checkpoint holds whole tensors or every process's slices (SHARDED_STATE_DICT), the slices of tensor-parallel
+  // parameters in their parts' coordinates: either loads under any strategy and mesh.
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string f = numbered("model", i, ".safetensors");
-    if (auto whole = load_model_slices(i, dir))
-      load_checkpointed_state(*models[i], *whole, dir);
-    else
-      load_checkpointed_state(*models[i], load_safetensors(where(f)), where(f));
+    std::optional<NamedTensors> whole;
+    naming_meshes(true, [&] { whole = load_model_slices(i, dir); });
+    naming_meshes(false, [&] {
+      if (whole)
+        load_checkpointed_state(*models[i], *whole, dir);
+      else
+        load_checkpointed_state(*models[i], load_safetensors(where(f)), where(f));
+    });
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
     const std::string t = numbered("optimizer", i, ".safetensors"), j = numbered("optimizer", i, ".json");
     std::optional<Optimizer::State> slices;
-    if (optimizers[i]->model) slices = load_optimizer_slices(*optimizers[i], i, dir);
+    if (optimizers[i]->model) naming_meshes(true, [&] { slices = load_optimizer_slices(*optimizers[i], i, dir); });
     Optimizer::State st = slices ? *slices : Optimizer::State{load_safetensors(where(t)), read_json_file(root / j)};
-    if (const auto& m = optimizers[i]->model; m && m->strategy)
-      m->strategy->optimizer_state_from_full(optimizers[i]->opt->whole_groups(), st.tensors, st.json, where(j));
-    optimizers[i]->opt->load_state(st, where(j));
+    naming_meshes(false, [&] {
+      if (const auto& m = optimizers[i]->model; m && m->strategy)
+        m->strategy->optimizer_state_from_full(optimizers[i]->opt->whole_groups(), st.tensors, st.json, where(j));
+      optimizers[i]->opt->load_state(st, where(j));
+    });
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
     const std::string f = numbered("scheduler", i, ".json");
@@ -418,30 +472,56 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     objects[i].load(config::read_file((root / ("custom_checkpoint_" + std::to_string(i) + ".bin")).string()));
   grad_.step = saved.get_int("step");
 
-  // Per-process state: only for the same number of processes.
-  if (!same_world) {
-    if (state_.rank == 0)
-      std::cerr << "load_state: '" << dir << "' was saved by " << saved_world << " processes and this run has "
-                << state_.world_size << ": models, optimizers, schedulers, the scaler and registered objects are "
-                << "restored; random states and data loader positions (per process) are not\n";
-  } else {
-    const std::string rng_file = "random_states_" + std::to_string(state_.rank) + ".safetensors";
-    NamedTensors rng = load_safetensors(where(rng_file));
-    std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
-    if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
-    for (size_t i = 0; i < loaders.size(); ++i) {
-      const std::string f = numbered("dataloader", i, ".json");
-      const json::Document s = json::Document::object(read_json_file(root / f), where(f));
-      LoaderPosition p;
-      p.epoch = s.root().get_int("epoch");
-      p.batches = s.root().get_int("batches");
-      auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
-      if (g != by_name.end()) p.pass_generator = g->second.clone();  // not a view on the file
-      loaders[i]->resume(p);
+  // Per-process state. Under the same mesh each process continues exactly where it was. Under another one, as
+  // Accelerate: the random states by process index where the number of processes is the same (they are per
+  // process; with another number there is no process to take them from, and they are not restored); a data
+  // loader's position, which is the whole job's (the shuffling generator is rank 0's on every process), continues at
+  // the same sample of its pass when this mesh's steps divide the samples taken (a batch is another number of
+  // samples when the data-parallel size changed), and otherwise starts its pass again.
+  const std::string rng_file = "random_states_" + std::to_string(same_world ? state_.rank : 0) + ".safetensors";
+  NamedTensors rng = load_safetensors(where(rng_file));
+  std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
+  if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
+  std::vector<std::string> not_continued;
+  for (size_t i = 0; i < loaders.size(); ++i) {
+    const std::string f = numbered("dataloader", i, ".json");
+    const json::Document s = json::Document::object(read_json_file(root / f), where(f));
+    LoaderPosition p;
+    p.epoch = s.root().get_int("epoch");
+    p.batches = s.root().get_int("batches");
+    if (!same_layout && p.batches > 0) {
+      const int64_t was = s.root().get_int_or("samples_per_step", 0), now = loaders[i]->samples_per_step();
+      if (was <= 0 || now <= 0 || p.batches * was % now != 0) {
+        not_continued.push_back(f + " (" + std::to_string(p.batches) + " steps of " + std::to_string(was) +
+                                " samples; this run's steps take " + std::to_string(now) + ")");
+        p.batches = 0;
+      } else {
+        p.batches = p.batches * was / now;
+      }
     }
+    auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
+    if (g != by_name.end()) p.pass_generator = g->second.clone();  // not a view on the file
+    loaders[i]->resume(p);
+  }
+  if (same_world) {
     set_cpu_rng_state(by_name["torch.cpu"]);
     if (const std::string note = set_cuda_rng_states(by_name); !note.empty())
       std::cerr << "load_state: " << where(rng_file) << ": " << note << "\n";
+  }
+  if (!same_layout && state_.rank == 0) {
+    std::string note = "load_state: '" + dir + "': " + meshes + ": models, optimizers, schedulers, the scaler and " +
+                       "registered objects are restored";
+    note += same_world ? "; random states by process index" : "; random states (per process) are not";
+    if (!loaders.empty())
+      note += not_continued.empty()
+                  ? "; data loaders continue at the same sample"
+                  : "; these data loaders start their pass again, their position is not a whole number of this "
+                    "run's steps: " + [&] {
+                      std::string l;
+                      for (const auto& n : not_continued) l += (l.empty() ? "" : ", ") + n;
+                      return l;
+                    }();
+    std::cerr << note << "\n";
   }
   // The automatic naming continues after the checkpoint loaded.
   if (automatic_number >= 0) save_iteration_ = automatic_number + 1;

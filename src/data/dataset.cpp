@@ -860,6 +860,12 @@ LoaderPosition DataLoader::position() const {
   return p;
 }
 
+int64_t DataLoader::samples_per_step() const {
+  if (explicit_ || ds_->iterable()) return 0;
+  // Each process takes its own base batch per step, or (split_batches) all of them split one.
+  return opts_.batch_size * (prepared_ && !how_.spec.split_batches ? how_.spec.num_processes : 1);
+}
+
 void DataLoader::resume(const LoaderPosition& at) {
   if (at.epoch < 0 || at.batches < 0)
     throw std::invalid_argument("data loader position: epoch " + std::to_string(at.epoch) + ", batches " +

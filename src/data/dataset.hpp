@@ -134,6 +134,10 @@ class DataLoader {
   // saved position's last, the pass's order drawn from the same generator state).
   LoaderPosition position() const;
   void resume(const LoaderPosition& at);
+  // The samples of a pass's order that one step of all data-parallel processes takes together (0 for batches of
+  // varying size or an iterable dataset): a position in batches means the same samples under another process layout
+  // when this divides them (load_state across meshes).
+  int64_t samples_per_step() const;
   bool iterable() const { return ds_->iterable(); }
 
   struct Pass;  // one epoch's iteration (dataset.cpp)

@@ -474,10 +474,11 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
 
   // Per-process state. Under the same mesh each process continues exactly where it was. Under another one, as
   // Accelerate: the random states by process index where the number of processes is the same (they are per
-  // process; with another number there is no process to take them from, and they are not restored); a data
-  // loader's position, which is the whole job's (the shuffling generator is rank 0's on every process), continues at
-  // the same sample of its pass when this mesh's steps divide the samples taken (a batch is another number of
-  // samples when the data-parallel size changed), and otherwise starts its pass again.
+  // process; with another number there is no process to take them from, and they are not restored). A data
+  // loader's position is the whole job's (the shuffling generator is rank 0's on every process) and counts steps;
+  // where a step takes another number of samples than when it was saved (another data-parallel size or batch size)
+  // it continues at the same sample of its pass when this run's steps divide the samples taken, and otherwise
+  // starts its pass again.
   const std::string rng_file = "random_states_" + std::to_string(same_world ? state_.rank : 0) + ".safetensors";
   NamedTensors rng = load_safetensors(where(rng_file));
   std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
@@ -489,8 +490,9 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     LoaderPosition p;
     p.epoch = s.root().get_int("epoch");
     p.batches = s.root().get_int("batches");
-    if (!same_layout && p.batches > 0) {
-      const int64_t was = s.root().get_int_or("samples_per_step", 0), now = loaders[i]->samples_per_step();
+    // A checkpoint of libacc before 1.3 has no samples_per_step: its position holds under the same mesh.
+    const int64_t was = s.root().get_int_or("samples_per_step", 0), now = loaders[i]->samples_per_step();
+    if (p.batches > 0 && (was != now || (was <= 0 && !same_layout))) {
       if (was <= 0 || now <= 0 || p.batches * was % now != 0) {
         not_continued.push_back(f + " (" + std::to_string(p.batches) + " steps of " + std::to_string(was) +
                                 " samples; this run's steps take " + std::to_string(now) + ")");
@@ -508,7 +510,7 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     if (const std::string note = set_cuda_rng_states(by_name); !note.empty())
       std::cerr << "load_state: " << where(rng_file) << ": " << note << "\n";
   }
-  if (!same_layout && state_.rank == 0) {
+  if ((!same_layout || !not_continued.empty()) && state_.rank == 0) {
     std::string note = "load_state: '" + dir + "': " + meshes + ": models, optimizers, schedulers, the scaler and " +
                        "registered objects are restored";
     note += same_world ? "; random states by process index" : "; random states (per process) are not";

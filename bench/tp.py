@@ -23,6 +23,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import wait_for_idle  # noqa: E402  (run.py's check that the other processes are quiet before a run)
+
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
 
 # Each size once: the LlamaConfig (float32, untied head), the tokens per data-parallel rank and step, the steps.
@@ -71,15 +74,15 @@ def holding(lock):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def launch(a, impl, procs, step_args, env, count_bytes=False):
-    """One run on `procs` processes; every rank's result (BENCH_OUT/rank<R>.json), by rank."""
+def launch(a, impl, procs, step_args, env, count_bytes=False, lock=None):
+    """One run on `procs` processes, holding `lock`; every rank's result (BENCH_OUT/rank<R>.json), by rank."""
     out = tempfile.mkdtemp(prefix="run-", dir=a.dir)
     program = [a.tp_step] if impl == "libacc" else [PY, os.path.join(ROOT, "bench", "tp_step.py")]
     cmd = [a.acc, "launch", "--cpu", "--num_processes", str(procs), "--num_cpu_threads_per_process", str(a.threads),
            "--main_process_port", "0", *program, *step_args]
     env = dict(os.environ, ACC_CONFIG_FILE="none", TRANSFORMERS_VERBOSITY="error", BENCH_OUT=out, **env,
                **({"BENCH_COUNT_BYTES": "1"} if count_bytes else {}))
-    with holding(a.lock):
+    with holding(lock):
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
@@ -164,6 +167,10 @@ def speed_report(a, size, results, meshes, impls):
                   f"{l['step_ms'] / p['step_ms']:.2f} | {l['forward'] / p['forward']:.2f} | "
                   f"{l['backward'] / p['backward']:.2f} | {l['optimizer'] / p['optimizer']:.2f} | "
                   f"{l['peak'] / p['peak']:.2f} |")
+    quiet = [r[0]["quiet"] for m in meshes for k in impls for r in results[m][k]]
+    print(f"\nBefore each run the other processes used {min(q['busy_cores'] for q in quiet):.2f}-"
+          f"{max(q['busy_cores'] for q in quiet):.2f} cores (load average {min(q['load1'] for q in quiet):.2f}-"
+          f"{max(q['load1'] for q in quiet):.2f}).")
     if both:
         print()
         for m in meshes:
@@ -184,7 +191,7 @@ def memory(a, size, config, meshes, model_dir):
         local = local_config(config, tp)
         path = os.path.join(a.dir, f"local-tp{tp}")
         save_model(a, path, local)
-        r = launch(a, "libacc", 1, [path, "1", "1", str(local["vocab_size"]), *tail], {}, count_bytes=True)[0]
+        r = launch(a, "libacc", 1, [path, "1", "1", str(local["vocab_size"]), *tail], {}, True, a.lock)[0]
         shutil.rmtree(path)
         p_local = r["local_parameters"]
         if p_local != counts(config, tp)[0]:
@@ -196,7 +203,7 @@ def memory(a, size, config, meshes, model_dir):
     for m in meshes:
         dp, tp = MESHES[m]
         ranks = launch(a, "libacc", dp * tp, [model_dir, str(dp), str(tp), str(config["vocab_size"]), *tail],
-                       libacc_env(dp, tp), count_bytes=True)
+                       libacc_env(dp, tp), True, a.lock)
         p_local, split, replicated = counts(config, tp)
         got = ranks[0]["local_parameters"]
         h, i, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
@@ -247,7 +254,11 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of both sides")
     ap.add_argument("--memory", choices=("yes", "no", "only"), default="yes",
                     help="libacc's peak tensor memory beside the model (after the timed rounds)")
-    ap.add_argument("--lock", help="hold this file's flock during each run (the shared build lock)")
+    ap.add_argument("--max-busy", type=float, default=0.2,
+                    help="before every timed run, wait (up to 60 s) until the machine used at most this many cores "
+                    "over a second (run.py's check)")
+    ap.add_argument("--lock", help="hold this file's flock during each mesh's runs of a round, and each memory run "
+                    "(the shared build lock)")
     ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench-tp"),
                     help="scratch directory: the models are saved there, removed at the end")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -291,14 +302,20 @@ def main():
                     dp, tp = MESHES[m]
                     args = [model_dir, str(dp), str(tp), str(config["vocab_size"]), str(size["batch"]),
                             str(size["seq"]), str(size["warmup"]), str(size["steps"]), str(a.lr)]
-                    for k in impls[r % len(impls):] + impls[:r % len(impls)]:
-                        t = time.monotonic()
-                        ranks = launch(a, k, dp * tp, args, libacc_env(dp, tp) if k == "libacc" else {})
-                        results[m][k].append(ranks)
-                        print(f"round {r + 1} {mesh_label(m):16s} {k:8s} {ranks[0]['tokens_per_s']:9.1f} tokens/s, "
-                              f"{ranks[0]['step_ms']:8.1f} ms/step ({', '.join(f'{p} {v:.1f}' for p, v in ranks[0]['phase_ms'].items())}), "
-                              f"peak RSS per rank {', '.join(str(x['peak_rss_mb']) for x in ranks)} MB; "
-                              f"{time.monotonic() - t:.0f} s", file=sys.stderr, flush=True)
+                    # Both sides under one hold of the lock: the same conditions, and fewer waits for it.
+                    with holding(a.lock):
+                        for k in impls[r % len(impls):] + impls[:r % len(impls)]:
+                            quiet = wait_for_idle(a.max_busy)
+                            t = time.monotonic()
+                            ranks = launch(a, k, dp * tp, args, libacc_env(dp, tp) if k == "libacc" else {})
+                            ranks[0]["quiet"] = quiet
+                            results[m][k].append(ranks)
+                            print(f"round {r + 1} {mesh_label(m):16s} {k:8s} {ranks[0]['tokens_per_s']:9.1f} tokens/s, "
+                                  f"{ranks[0]['step_ms']:8.1f} ms/step ({', '.join(f'{p} {v:.1f}' for p, v in ranks[0]['phase_ms'].items())}), "
+                                  f"peak RSS per rank {', '.join(str(x['peak_rss_mb']) for x in ranks)} MB; "
+                                  f"{time.monotonic() - t:.0f} s; before: {quiet['busy_cores']:.2f} cores busy, load average "
+                                  f"{quiet['load1']:.2f}", file=sys.stderr,
+                                  flush=True)
                 if a.json:
                     with open(a.json, "w") as f:
                         json.dump({"size": a.size, "config": config, "results": results}, f, indent=1)

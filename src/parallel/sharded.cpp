@@ -19,6 +19,7 @@
 #include "models/deferred.hpp"
 #include "models/model.hpp"
 #include "models/module_tree.hpp"
+#include "models/tensor_parallel.hpp"
 #include "util/errors.hpp"
 #include <acc/json.hpp>
 
@@ -526,7 +527,8 @@ class ShardedStrategy final : public Strategy {
   }
   bool sharded() const override { return true; }
   bool parameters_whole() const override { return s_->opts.stage < 3; }
-  bool state_in_model() const override { return whole_in_model(); }
+  // A tensor-parallel model's own tensors are its slices: never its state as full_state_dict gives it.
+  bool state_in_model() const override { return whole_in_model() && !tp::sharding_of(*model_); }
 
   std::vector<at::Tensor> optimizer_parameters() const override {
     std::vector<at::Tensor> v;
@@ -627,15 +629,32 @@ class ShardedStrategy final : public Strategy {
 
   at::Tensor grad_norm(double norm_type) const override {
     // The norm over every rank's shards (padding is zero): local sums of |g|^p (or the max), then one all-reduce.
+    // A tensor-parallel model: [0] sums the pieces of split parameters, whose slices differ across the tp group
+    // (summed over it too), [1] the replicated ones' (the same on every tp rank: counted once).
+    const tp::Sharding* split = tp::sharding_of(*model_);
+    std::set<const void*> split_params;
+    if (split)
+      for (const auto& [name, p] : model_->named_parameters())
+        if (split->shards.count(name)) split_params.insert(p.unsafeGetTensorImpl());
     const bool inf = std::isinf(norm_type);
-    at::Tensor local = at::zeros({1}, at::kFloat);
-    for (const at::Tensor& piece : optimizer_parameters()) {
-      if (!piece.grad().defined()) continue;
-      at::Tensor n = at::linalg_vector_norm(piece.grad().detach().to(at::kFloat), norm_type).cpu().reshape({1});
-      local = inf ? at::maximum(local, n) : local + n.pow(norm_type);
+    at::Tensor local = at::zeros({2}, at::kFloat);
+    for (const Group& g : s_->groups) {
+      if (!g.trainable) continue;
+      for (const Group::Piece& piece : g.pieces) {
+        if (!piece.tensor.grad().defined()) continue;
+        at::Tensor n = at::linalg_vector_norm(piece.tensor.grad().detach().to(at::kFloat), norm_type).cpu();
+        const int64_t k = split_params.count(s_->params[g.members[piece.member]].unsafeGetTensorImpl()) ? 0 : 1;
+        local[k].copy_(inf ? at::maximum(local[k], n) : local[k] + n.pow(norm_type));
+      }
     }
     s_->comm->all_reduce(local, inf ? ReduceOp::Max : ReduceOp::Sum);
-    return (inf ? local : local.pow(1.0 / norm_type)).reshape({});
+    at::Tensor parts = local;
+    if (split) {
+      at::Tensor over_tp = local.narrow(0, 0, 1).clone();
+      inf ? split->group.all_reduce_max(over_tp) : split->group.all_reduce_sum(over_tp);
+      parts = at::cat({over_tp, local.narrow(0, 1, 1)});
+    }
+    return inf ? parts.max() : parts.sum().pow(1.0 / norm_type);
   }
 
   NamedTensors full_state_dict(const std::set<std::string>* only = nullptr) const override {
@@ -661,16 +680,22 @@ class ShardedStrategy final : public Strategy {
         whole[p.unsafeGetTensorImpl()] = flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes());
       }
     }
+    // Tensor parallelism: the gathered tensors are this rank's slices, gathered whole over the tp group.
+    const tp::Sharding* split = tp::sharding_of(*model_);
     NamedTensors out;
     for (auto& [name, t] : model_->state()) {
       if (only && !only->count(name)) continue;
       auto it = whole.find(t.unsafeGetTensorImpl());
-      out.emplace_back(name, it != whole.end() ? it->second : t.detach());
+      at::Tensor mine = it != whole.end() ? it->second : t.detach();
+      out.emplace_back(name, split ? tp::full_tensor(*split, name, mine) : mine);
     }
     return out;
   }
 
-  void load_full_state_dict(const NamedTensors& tensors, const std::string& source) override {
+  void load_full_state_dict(const NamedTensors& given, const std::string& source) override {
+    // Tensor parallelism: this rank's slices of the whole tensors are what the shards hold.
+    const tp::Sharding* split = tp::sharding_of(*model_);
+    const NamedTensors tensors = split ? tp::slice_state(*split, given) : given;
     if (whole_in_model()) return model_->load_state_dict(tensors, source);
     with_gathered([&] {
       model_->load_state_dict(tensors, source);  // checks every name and shape; fills buffers and the flat buffers
@@ -714,6 +739,13 @@ class ShardedStrategy final : public Strategy {
   void optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const override;
   void optimizer_state_from_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
                                  const std::string& source) const override;
+
+ private:
+  // The optimizer state of this rank's pieces to the state of the model's own parameters (whole, or with tensor
+  // parallelism this rank's slices), and back.
+  void pieces_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const;
+  void full_to_pieces(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
+                      const std::string& source) const;
 
  private:
   // Whether the model's own tensors are the whole parameters in their own dtype (stages 1-2 without a policy).
@@ -825,6 +857,11 @@ struct WholeLayout {
 }  // namespace
 
 void ShardedStrategy::optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const {
+  pieces_to_full(whole, tensors, json);
+  state_to_whole_parameters(whole, tensors);  // tensor parallelism: whole parameters' state, not this rank's slices'
+}
+
+void ShardedStrategy::pieces_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const {
   // Every rank contributes its pieces to whole-parameter tensors (zeros elsewhere; the pieces are disjoint), and
   // one all-reduce per kind of tensor sums them; steps and which parameters have state are agreed the same way.
   std::vector<size_t> index;  // piece -> whole parameter
@@ -892,6 +929,12 @@ void ShardedStrategy::optimizer_state_to_full(const ParamGroups& whole, NamedTen
 
 void ShardedStrategy::optimizer_state_from_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
                                                 const std::string& source) const {
+  state_to_slices(whole, tensors, source);  // tensor parallelism: this rank's slices of the whole parameters' state
+  full_to_pieces(whole, tensors, json, source);
+}
+
+void ShardedStrategy::full_to_pieces(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
+                                     const std::string& source) const {
   // Each rank keeps the parts of the whole-parameter tensors its pieces cover.
   std::vector<size_t> index;  // piece -> whole parameter
   const std::vector<PieceAt> at_ = optimizer_order(whole, &index);

@@ -88,13 +88,17 @@ class Strategy {
   // indexed as an optimizer built over them (`whole`: its parameter groups of whole parameters,
   // Optimizer::whole_groups), whatever the strategy and world size. A sharded strategy's optimizer steps pieces of
   // them (pieces_of, group by group): these convert (collectives), the others leave the state as it is.
+  // A tensor-parallel model's optimizer steps slices of its parameters: the state given out is about the whole
+  // (un-split) parameters all the same (gathered over the tp group), and the state taken in is too (sliced).
   using ParamGroups = std::vector<std::vector<at::Tensor>>;
   virtual void optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const {
-    (void)whole, (void)tensors, (void)json;
+    (void)json;
+    state_to_whole_parameters(whole, tensors);
   }
   virtual void optimizer_state_from_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json,
                                          const std::string& source) const {
-    (void)whole, (void)tensors, (void)json, (void)source;
+    (void)json;
+    state_to_slices(whole, tensors, source);
   }
   // SHARDED_STATE_DICT: where a piece lies in the model (a flattened slice of a parameter, by name), so that each
   // process can write its part.
@@ -114,6 +118,11 @@ class Strategy {
 
  protected:
   explicit Strategy(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  // Tensor parallelism (nothing to do for a model not split): optimizer state tensors ("state.{i}.{name}", i indexing
+  // `whole`'s parameters, the model's slices) gathered into whole-parameter ones (a collective over the tp group), and
+  // whole-parameter ones sliced to this rank's part (a shape that is not the whole parameter's: invalid_argument).
+  void state_to_whole_parameters(const ParamGroups& whole, NamedTensors& tensors) const;
+  void state_to_slices(const ParamGroups& whole, NamedTensors& tensors, const std::string& source) const;
   std::shared_ptr<Model> model_;
 };
 

@@ -197,6 +197,8 @@ class ShmBackend final : public c10d::Backend {
     slot_ = header_->slot_bytes;
     if (const char* v = std::getenv("ACC_SHM_THREAD"); v && *v && std::strcmp(v, "0") != 0)
       worker_ = std::thread([this] { run_queue(); });
+    // ACC_SHM_SPLIT=0: a collective on the caller's thread is done before its issue returns (no split phase).
+    if (const char* v = std::getenv("ACC_SHM_SPLIT"); v && std::strcmp(v, "0") == 0) split_ = false;
   }
 
   ~ShmBackend() override {
@@ -401,7 +403,12 @@ class ShmBackend final : public c10d::Backend {
     if (!worker_.joinable()) {
       std::lock_guard<std::mutex> lock(channel_mutex_);
       issue(work, job, std::move(then));  // throws
-      if (!work->isCompleted()) work->backend_ = this;
+      if (work->isCompleted()) return work;
+      if (!split_) {
+        progress_through(work->last_step_);  // throws
+        return work;
+      }
+      work->backend_ = this;
       return work;
     }
     {
@@ -690,6 +697,7 @@ class ShmBackend final : public c10d::Backend {
   RankCtl* ctl_;
   char* data_;
   size_t slot_;
+  bool split_ = true;
   uint64_t posted_ = 0;  // steps this rank has posted
   std::deque<Pending> pending_;
   std::mutex channel_mutex_;  // the caller's-thread channel: issue and complete_through

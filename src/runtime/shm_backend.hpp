@@ -11,8 +11,10 @@
 // ring adds in another order per chunk (within (n-1) roundings of each other).
 //
 // The segment: rank 0 creates it (shm_open, a random name), every rank maps it, and rank 0 unlinks it as soon as
-// every rank has, so nothing is left in /dev/shm even if a process is killed later. Ranks meet through one atomic
-// step counter each (a short spin, then a futex sleep, so a waiting rank does not take a core from computation).
+// every rank has, so nothing is left in /dev/shm even if a process is killed later. Ranks meet through two atomic
+// counters each, steps posted and steps read (a short spin, then a futex sleep, so a waiting rank does not take a
+// core from computation). On the caller's thread a collective is split-phase: issuing it posts this rank's part and
+// returns; the peers' parts are read when its work is waited for, so computation goes on meanwhile.
 // A waiting rank gives up at the group's timeout, when a peer's process is gone, or when a peer gave up, naming it.
 #pragma once
 #include <chrono>

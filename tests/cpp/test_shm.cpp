@@ -170,6 +170,29 @@ TEST(ShmBackend, CollectivesInFlight) {
   EXPECT_EQ(segments(), before) << "a segment was left in /dev/shm";
 }
 
+// ACC_SHM_SPLIT=0: issuing a collective on the caller's thread completes it (it waits for the late peer).
+TEST(ShmBackend, SplitOffCompletesAtIssue) {
+  ::setenv("ACC_SHM_SPLIT", "0", 1);
+  double issue_s = 0;
+  bool done = false;
+  auto errors = group(2, 10s, [&](int r, c10::intrusive_ptr<c10d::Backend>& b) {
+    if (r == 1) std::this_thread::sleep_for(300ms);
+    std::vector<at::Tensor> v{at::full({3}, float(r + 1))};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto w = b->allreduce(v);
+    if (r == 0) {
+      issue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      done = w->isCompleted();
+    }
+    w->wait();
+    if (!at::equal(v[0], at::full({3}, 3.0f))) throw std::runtime_error("all_reduce differs");
+  });
+  ::unsetenv("ACC_SHM_SPLIT");
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_GT(issue_s, 0.2);
+  EXPECT_TRUE(done);
+}
+
 // A peer that never comes: the waiting rank fails at the timeout naming it.
 TEST(ShmBackend, TimeoutNamesThePeer) {
   const auto start = std::chrono::steady_clock::now();

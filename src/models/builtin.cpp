@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "models/context_parallel.hpp"
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/model.hpp"
@@ -184,7 +185,7 @@ struct Transformer : Module {
 
 // GPT2LMHeadModel's tree: "transformer" (wte, wpe, h.N, ln_f) and a head tied to wte (so not a
 // parameter of its own, as in Hugging Face's named_parameters).
-class Gpt final : public NnModel, public tp::Parallelizable {
+class Gpt final : public NnModel, public tp::Parallelizable, public cp::Parallelizable {
  public:
   Gpt(const GptShape& s, c10::Device d) : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), s_(s) {
     t_ = module_->register_module("transformer", std::make_shared<Transformer>(s, d));
@@ -220,10 +221,14 @@ class Gpt final : public NnModel, public tp::Parallelizable {
     if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
       throw std::invalid_argument("gpt forward: input_ids must be integer token ids of shape [batch, time]; got " +
                                   c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
-    const int64_t B = input.size(0), T = input.size(1), C = s_.n_embd, hd = C / s_.n_head;
-    if (T > s_.block_size)
-      throw std::invalid_argument("gpt forward: sequence length " + std::to_string(T) + " exceeds block_size " +
+    const int64_t B = input.size(0), whole = input.size(1), C = s_.n_embd, hd = C / s_.n_head;
+    if (whole > s_.block_size)
+      throw std::invalid_argument("gpt forward: sequence length " + std::to_string(whole) + " exceeds block_size " +
                                   std::to_string(s_.block_size));
+    // Context parallelism: this rank's tokens of the sequence, at their own positions.
+    std::shared_ptr<cp::Sequence> seq;
+    if (cp_) seq = std::make_shared<cp::Sequence>(*cp_, whole, false, "gpt", tp_.get());
+    const int64_t T = seq ? seq->local_length() : whole;
     const bool train = module_->is_training();
     const double p = s_.dropout;
     // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
@@ -233,19 +238,25 @@ class Gpt final : public NnModel, public tp::Parallelizable {
     if (sharding) tp::check_sequence(*sharding, T, false, "gpt");
     auto entered = [sharding](const at::Tensor& h) { return sharding ? tp::enter_region(h, *sharding) : h; };
     at::Tensor idx = input.to(at::kLong);
-    // With sequence parallelism the embeddings are this rank's tokens'.
-    at::Tensor pos = at::arange(T, idx.options());
-    if (sharding) pos = tp::local_sequence(pos.unsqueeze(0), *sharding);
+    // With sequence or context parallelism the embeddings are this rank's tokens'.
+    at::Tensor pos = at::arange(whole, idx.options()).unsqueeze(0);
+    if (seq)
+      idx = seq->local(idx), pos = seq->local(pos);
+    else if (sharding)
+      pos = tp::local_sequence(pos, *sharding);
     at::Tensor x = t_->wte->forward(idx) + at::embedding(t_->wpe->param("weight"), pos);
+    if (seq) seq->set_masks(at::Tensor(), 0, x.options());
     x = at::dropout(x, p, train);
     for (size_t l = 0; l < t_->h->items.size(); ++l) {
       x = run_unit("transformer.h." + std::to_string(l), x,
-                   [b = t_->h->items[l], B, T, C = C / parts, hd, heads = s_.n_head / parts, train, p,
+                   [b = t_->h->items[l], B, T, C = C / parts, hd, heads = s_.n_head / parts, train, p, seq,
                     entered](at::Tensor x) {
                      auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
                      auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
-                     at::Tensor y = at::scaled_dot_product_attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), {},
-                                                                     train ? p : 0.0, /*is_causal=*/true);
+                     at::Tensor y =
+                         seq ? seq->attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), train ? p : 0.0, std::nullopt)
+                             : at::scaled_dot_product_attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), {},
+                                                                train ? p : 0.0, /*is_causal=*/true);
                      y = y.transpose(1, 2).contiguous().view({B, T, C});
                      x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
                      at::Tensor m =
@@ -259,6 +270,10 @@ class Gpt final : public NnModel, public tp::Parallelizable {
     // Under tensor parallelism the loss reads this rank's vocabulary slice; the logits given back are whole.
     TensorDict out{{"logits", tp ? tp::gather_last(logits, *tp) : logits}};
     auto loss = [&](const at::Tensor& l, const at::Tensor& t, int64_t ignore) {
+      if (seq) {  // this rank's tokens (t is theirs): the whole sequence's token mean
+        auto [sum, count] = cp::cross_entropy_sum(l, t, ignore, tp);
+        return seq->mean(sum, count);
+      }
       if (!tp) return compute_loss("cross_entropy", l, t, ignore);
       return tp::vocab_parallel_cross_entropy(l.reshape({-1, l.size(-1)}).to(at::kFloat), t.reshape({-1}), ignore, *tp);
     };
@@ -266,12 +281,15 @@ class Gpt final : public NnModel, public tp::Parallelizable {
       if (t.sizes() != input.sizes())
         throw std::invalid_argument("gpt forward: targets shape " + c10::str(t.sizes()) + " differs from input_ids " +
                                     c10::str(input.sizes()));
-      out.set("loss", loss(logits, t, -1));
+      out.set("loss", loss(logits, seq ? seq->local(t) : t, -1));
     } else if (at::Tensor l = batch.get("labels"); l.defined()) {
       if (l.sizes() != input.sizes())
         throw std::invalid_argument("gpt forward: labels shape " + c10::str(l.sizes()) + " differs from input_ids " +
                                     c10::str(input.sizes()));
-      out.set("loss", loss(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
+      if (seq)
+        out.set("loss", loss(logits, seq->next_token_labels(l, -100), -100));
+      else
+        out.set("loss", loss(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
     }
     return out;
   }

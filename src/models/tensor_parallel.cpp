@@ -271,7 +271,7 @@ at::Tensor Layer::embed(const at::Tensor& weight, const at::Tensor& ids) const {
 }
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                                        const Group& g) {
+                                        const Group& g, bool sum) {
   const int64_t local = logits.size(-1), start = g.rank * local;
   at::Tensor max = std::get<0>(logits.detach().max(-1, /*keepdim=*/true)).contiguous();
   g.all_reduce_max(max);
@@ -283,6 +283,7 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   picked = reduce(picked.masked_fill(outside, 0), g);
   at::Tensor kept = t.ne(ignore_index);
   at::Tensor losses = (sum_exp.log() - picked).masked_fill(kept.logical_not(), 0);
+  if (sum) return losses.sum();
   return losses.sum() / kept.sum().to(losses.scalar_type());
 }
 

@@ -176,8 +176,9 @@ void check_sequence(const Sharding& s, int64_t length, bool cache, const std::st
 
 // Cross entropy over vocabulary-parallel logits [N, V / size] (this rank's classes start at rank * V / size)
 // against targets [N]: max, sum of exponentials and the target logit are all-reduced, never the logits. The mean
-// over the targets other than `ignore_index`, as torch's cross_entropy (and loss_parallel) gives it.
+// over the targets other than `ignore_index`, as torch's cross_entropy (and loss_parallel) gives it; with `sum`, their
+// sum (context parallelism adds the sums over its group).
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                                        const Group& g);
+                                        const Group& g, bool sum = false);
 
 }  // namespace acc::core::tp

@@ -212,7 +212,11 @@ struct Backbone : Module {  // LlamaModel
 };
 
 // (LlamaFor|MistralFor|Qwen2For|MixtralFor)CausalLM: "model" and, unless tied to the embedding, "lm_head".
-class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, public tp::Parallelizable {
+class CausalDecoder final : public NnModel,
+                            public CausalLM,
+                            public Pretrained,
+                            public tp::Parallelizable,
+                            public cp::Parallelizable {
  public:
   CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {
@@ -282,17 +286,28 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
                         KvCache* cache) override {
     check_input_ids(d_.architecture, input_ids);
     const at::Tensor& emb = model_->embed_tokens->param("weight");
-    const int64_t B = input_ids.size(0), T = input_ids.size(1);
+    const int64_t B = input_ids.size(0), whole = input_ids.size(1);
+    // Context parallelism: this rank's tokens of the sequence, at their own positions.
+    std::shared_ptr<cp::Sequence> seq;
+    if (cp_) seq = std::make_shared<cp::Sequence>(*cp_, whole, cache != nullptr, d_.architecture, tp_.get());
+    const int64_t T = seq ? seq->local_length() : whole;
     if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, d_.architecture);
     const int64_t past = cache ? cache->length : 0;
     at::Tensor ids = input_ids.to(emb.device(), at::kLong);
-    at::Tensor pos = position_ids.defined() ? position_ids.to(emb.device(), at::kLong)
-                                            : at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T});
+    at::Tensor pos = position_ids.defined()
+                         ? position_ids.to(emb.device(), at::kLong)
+                         : at::arange(past, past + whole, ids.options()).unsqueeze(0).expand({B, whole});
+    const at::Tensor whole_pos = pos;  // (dynamic rotary scaling reads the whole sequence's length)
+    if (seq) ids = seq->local(ids), pos = seq->local(pos);
     at::Tensor x = model_->embed_tokens->forward(ids);
     release("model.embed_tokens");
     const auto o = x.options();
-    const Masking masking = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
-    auto [cos, sin] = rotary(pos, o);
+    Masking masking;
+    if (seq)
+      seq->set_masks(attention_mask, d_.sliding_window, o);
+    else
+      masking = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
+    auto [cos, sin] = rotary(pos, whole_pos, o);
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
     // Tensor parallelism: this rank's heads (a whole number of key/value groups).
@@ -301,7 +316,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
     for (int64_t l = 0; l < d_.layers; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
-      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin, masking, cache, train, tp,
+      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin, masking, seq, cache, train, tp,
                              heads = d_.heads / split, kv_heads = d_.kv_heads / split, dropout = d_.attention_dropout,
                              act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
         Attention& a = *layer->self_attn;
@@ -314,8 +329,9 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
         k = k * cos + rotate_half(k) * sin;
         if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
         // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
-        at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? dropout : 0.0,
-                                                        masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
+        at::Tensor y = seq ? seq->attention(q, k, v, train ? dropout : 0.0, std::nullopt)
+                           : at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? dropout : 0.0,
+                                                              masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
         y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
         x = residual(x, y, in_place);
         h = layer->post_attention_layernorm->forward(x);
@@ -347,10 +363,12 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
     return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   }
 
-  // cos and sin [B, 1, T, head_dim] in the compute dtype, from float32 frequencies (LlamaRotaryEmbedding).
-  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& pos, const at::TensorOptions& o) {
+  // cos and sin [B, 1, T, head_dim] in the compute dtype, from float32 frequencies (LlamaRotaryEmbedding). `whole`:
+  // the whole sequence's positions, whose length dynamic scaling reads (pos is this rank's part under context
+  // parallelism, the same otherwise).
+  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& pos, const at::Tensor& whole, const at::TensorOptions& o) {
     at::Tensor inv = base_inv_freq_;
-    if (d_.rope_type == "dynamic") inv = dynamic_frequencies(pos);
+    if (d_.rope_type == "dynamic") inv = dynamic_frequencies(whole);
     at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv.to(pos.device()).view({1, 1, -1});
     at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
     return {emb.cos().to(o.dtype()), emb.sin().to(o.dtype())};
@@ -416,8 +434,18 @@ TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, cons
   // Under tensor parallelism the loss reads this rank's vocabulary slice (loss_parallel); the logits given back are
   // whole (transformers' colwise_gather_output head).
   TensorDict out{{"logits", split ? tp::gather_last(local, split->group) : local}};
-  if (at::Tensor labels = batch.get("labels"); labels.defined())
+  at::Tensor labels = batch.get("labels");
+  if (!labels.defined()) return out;
+  const auto* context = dynamic_cast<const cp::Parallelizable*>(&lm);
+  if (context && context->context_parallel()) {
+    // This rank's tokens' logits: their next-token labels come from the whole sequence; the loss is its token mean.
+    const cp::Sequence seq(*context->context_parallel(), batch.at("input_ids").size(1), false, architecture);
+    at::Tensor targets = seq.next_token_labels(labels.to(local.device()), -100);
+    auto [sum, count] = cp::cross_entropy_sum(local, targets, -100, split ? &split->group : nullptr);
+    out.set("loss", seq.mean(sum, count));
+  } else {
     out.set("loss", causal_lm_loss(local, labels, split ? &split->group : nullptr));
+  }
   return out;
 }
 

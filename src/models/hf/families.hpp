@@ -10,6 +10,7 @@
 #include "bigmodel/offload.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
+#include "models/context_parallel.hpp"
 #include "models/tensor_parallel.hpp"
 #include <acc/json.hpp>
 
@@ -71,7 +72,8 @@ std::unique_ptr<Model> make_bert_classifier(const json::Value& config, const at:
                                             const std::string& source);
 
 // A causal LM's named forward: "input_ids" with "attention_mask", "position_ids", "labels" in; "logits" and, with
-// labels, "loss" out. Another name is refused, naming `architecture`.
+// labels, "loss" out. Another name is refused, naming `architecture`. Under context parallelism (a CausalLM that is a
+// cp::Parallelizable) the logits are this rank's tokens' and the loss the whole sequence's token mean.
 TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch);
 // input_ids must be integer token ids [batch, time].
 void check_input_ids(const std::string& architecture, const at::Tensor& input_ids);

@@ -86,7 +86,11 @@ struct Transformer : Module {  // GPT2Model
   std::shared_ptr<LayerNorm> ln_f;
 };
 
-class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, public tp::Parallelizable {
+class Gpt2LMHead final : public NnModel,
+                         public CausalLM,
+                         public Pretrained,
+                         public tp::Parallelizable,
+                         public cp::Parallelizable {
  public:
   Gpt2LMHead(Gpt2Config c, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), c_(std::move(c)) {
@@ -141,14 +145,20 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, pub
                         KvCache* cache) override {
     check_input_ids("GPT2LMHeadModel", input_ids);
     const at::Tensor& wte = t_->wte->param("weight");
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), C = c_.embd, hd = C / c_.heads;
+    const int64_t B = input_ids.size(0), whole = input_ids.size(1), C = c_.embd, hd = C / c_.heads;
+    // Context parallelism: this rank's tokens of the sequence, at their own positions.
+    std::shared_ptr<cp::Sequence> seq;
+    if (cp_) seq = std::make_shared<cp::Sequence>(*cp_, whole, cache != nullptr, "GPT2LMHeadModel", tp_.get());
+    const int64_t T = seq ? seq->local_length() : whole;
     const int64_t past = cache ? cache->length : 0;
     at::Tensor ids = input_ids.to(wte.device(), at::kLong);
-    at::Tensor pos = position_ids.defined() ? position_ids.to(wte.device(), at::kLong)
-                                            : at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T});
+    at::Tensor pos = position_ids.defined()
+                         ? position_ids.to(wte.device(), at::kLong)
+                         : at::arange(past, past + whole, ids.options()).unsqueeze(0).expand({B, whole});
     if (pos.max().item<int64_t>() >= c_.positions)
       throw std::invalid_argument("GPT2LMHeadModel forward: position " + std::to_string(pos.max().item<int64_t>()) +
                                   " is past n_positions " + std::to_string(c_.positions));
+    if (seq) ids = seq->local(ids), pos = seq->local(pos);
     const bool train = module_->is_training();
     if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, "GPT2LMHeadModel");
     // With sequence parallelism the embeddings are this rank's tokens'.
@@ -156,7 +166,11 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, pub
                                c_.embd_pdrop, train);
     release("transformer.wte");
     release("transformer.wpe");
-    const Masking masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
+    Masking masking;
+    if (seq)
+      seq->set_masks(attention_mask, 0, x.options());
+    else
+      masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     // Tensor parallelism: this rank's heads.
     const tp::Sharding* tp = tp_.get();
     const int64_t split = tp ? tp->group.size : 1;
@@ -166,14 +180,16 @@ class Gpt2LMHead final : public NnModel, public CausalLM, public Pretrained, pub
       if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
       // (A cache is used only by generate, without grad: then the block runs once.)
       x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C = C / split, hd, scale, heads = c_.heads / split, masking,
-                             cache, train, tp, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
+                             seq, cache, train, tp, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
                              act = c_.act](at::Tensor x) {
         auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter_region(h, *tp) : h; };
         auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
         auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
         at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
         if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
-        at::Tensor y = at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? attn_pdrop : 0.0, masking.causal, scale);
+        at::Tensor y = seq ? seq->attention(q, k, v, train ? attn_pdrop : 0.0, scale)
+                           : at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? attn_pdrop : 0.0,
+                                                              masking.causal, scale);
         y = b->attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
         x = x + at::dropout(y, resid_pdrop, train);
         at::Tensor m = b->mlp->c_proj->forward(activation(act, b->mlp->c_fc->forward(entered(b->ln_2->forward(x)))));

@@ -1,0 +1,261 @@
+#include "models/context_parallel.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "data/sharding.hpp"
+#include "models/hf/layers.hpp"
+#include "models/model.hpp"
+#include "runtime/comm.hpp"
+#include "util/errors.hpp"
+
+namespace acc::core::cp {
+
+// Named, not anonymous: the core is compiled in unity units (tensor_parallel.cpp's anonymous helpers would clash).
+namespace ring {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The autograd functions keep the group by address: it lives in the Sharding that the model holds.
+const Group& group_at(AutogradContext* ctx) { return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt()); }
+
+// The ring's step: this rank's keys and values to the next rank; their gradient goes back the other way.
+struct RotateFn : torch::autograd::Function<RotateFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return reinterpret_cast<const Group*>(group)->rotate(x, 1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {group_at(ctx).rotate(grads[0], -1), at::Tensor()};
+  }
+};
+
+// The sum over the group forward; backward, the gradient times the group's size (each rank's share of the whole
+// loss, scaled so that the mean over the group that data parallelism takes is the whole gradient).
+struct SumFn : torch::autograd::Function<SumFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    at::Tensor y = x.contiguous().clone();
+    reinterpret_cast<const Group*>(group)->collectives.all_reduce_sum(y);
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0] * static_cast<double>(group_at(ctx).size()), at::Tensor()};
+  }
+};
+
+double lowest(at::ScalarType t) {  // torch.finfo(dtype).min, as transformers' masks use it
+  switch (t) {
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+    case at::kDouble: return std::numeric_limits<double>::lowest();
+    default: return std::numeric_limits<float>::lowest();
+  }
+}
+
+at::Tensor rotate_fn(const at::Tensor& x, const Group& g) {
+  if (!c10::GradMode::is_enabled() || !x.requires_grad()) return g.rotate(x, 1);
+  return RotateFn::apply(x, reinterpret_cast<int64_t>(&g));
+}
+
+}  // namespace ring
+
+const char* strategy_name(Strategy s) { return s == Strategy::AllGather ? "allgather" : "alltoall"; }
+
+Strategy parse_strategy(const std::string& value, const std::string& source) {
+  if (value == "allgather") return Strategy::AllGather;
+  if (value == "alltoall") return Strategy::AllToAll;
+  throw std::invalid_argument(source + ": '" + value + "' is not a context-parallel strategy (allgather, alltoall)");
+}
+
+Group group_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int size) {
+  Group g;
+  g.collectives = tp::group_of(pg, rank, size);
+  g.rotate = [pg, rank, size](const at::Tensor& t, int offset) {
+    at::Tensor in = t.contiguous().view({-1});
+    at::Tensor out = at::empty_like(in);
+    // c10d's all-to-all with everything to one rank and from one rank (torch's permute_tensor).
+    std::vector<int64_t> in_splits(size, 0), out_splits(size, 0);
+    in_splits[((rank + offset) % size + size) % size] = in.numel();
+    out_splits[((rank - offset) % size + size) % size] = in.numel();
+    pg->alltoall_base(out, in, out_splits, in_splits)->wait();
+    return out.view(t.sizes());
+  };
+  return g;
+}
+
+Group group_of(std::shared_ptr<Comm> comm) {
+  Group g = group_of(comm->process_group(), comm->rank(), comm->size());
+  g.collectives = tp::group_of(comm);  // libacc's collectives (shared memory, DistributedError)
+  return g;
+}
+
+void parallelize(Model& model, const Group& group, const Options& options) {
+  const char* families = "(context parallelism: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
+  auto* nn = dynamic_cast<NnModel*>(&model);
+  if (!nn)
+    throw UnsupportedError(std::string("context parallelism: the model is a TorchScript module, whose attention libacc "
+                                       "cannot split ") + families);
+  const std::string cls = nn->module()->name();
+  auto* family = dynamic_cast<Parallelizable*>(&model);
+  if (!family) throw UnsupportedError("context parallelism: " + cls + " has no context-parallel attention " + families);
+  if (family->context_parallel()) throw StateError("context parallelism: " + cls + " is split already");
+  if (group.size() < 1 || group.rank() < 0 || group.rank() >= group.size() || !group.rotate)
+    throw std::invalid_argument("context parallelism: rank " + std::to_string(group.rank()) + " of " +
+                                std::to_string(group.size()) + " is not a rank of the group");
+  if (const tp::Sharding* t = tp::sharding_of(model); t && t->sequence_parallel)
+    throw UnsupportedError("context parallelism: " + cls + " is split with sequence parallelism; the two are "
+                           "exclusive (as in Accelerate: cp_size and sp_size)");
+  auto s = std::make_shared<Sharding>();
+  s->group = group;
+  s->strategy = options.strategy;
+  family->set_context_parallel(std::move(s));
+}
+
+const Sharding* sharding_of(const Model& model) {
+  const auto* family = dynamic_cast<const Parallelizable*>(&model);
+  return family ? family->context_parallel() : nullptr;
+}
+
+at::Tensor local_positions(int64_t length, int size, int rank) {
+  return at::tensor(context_parallel_positions(length, size, rank), at::TensorOptions().dtype(at::kLong));
+}
+
+Sequence::Sequence(const Sharding& s, int64_t length, bool cache, const std::string& model, const tp::Sharding* tp)
+    : s_(&s), length_(length) {
+  const int n = s.group.size();
+  if (tp && tp->sequence_parallel)
+    throw UnsupportedError(model + ": context parallelism and sequence parallelism are exclusive (as in Accelerate: "
+                           "cp_size and sp_size)");
+  if (cache)
+    throw UnsupportedError(model + ": context parallelism runs without a key/value cache (generate on a model that is "
+                           "not context-parallel)");
+  if (length % (2 * n) != 0)
+    throw std::invalid_argument(model + ": context parallelism needs the sequence length (" + std::to_string(length) +
+                                ") to split into 2 x cp_size (" + std::to_string(2 * n) + ") equal chunks");
+  for (int r = 0; r < n; ++r) key_index_.push_back(local_positions(length, n, r));
+  index_ = key_index_[static_cast<size_t>(s.group.rank())];
+}
+
+at::Tensor Sequence::local(const at::Tensor& x) const {
+  if (x.dim() < 2 || x.size(1) != length_)
+    throw std::invalid_argument("context parallelism: a tensor of shape " + c10::str(x.sizes()) +
+                                " has no sequence of " + std::to_string(length_) + " along dim 1");
+  return x.index_select(1, index_.to(x.device()));
+}
+
+at::Tensor Sequence::next_token_labels(const at::Tensor& labels, int64_t ignore_index) const {
+  if (labels.dim() != 2 || labels.size(1) != length_)
+    throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [batch, " +
+                                std::to_string(length_) + "]");
+  at::Tensor shifted = at::cat({labels.narrow(1, 1, length_ - 1),
+                                at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
+  return local(shifted);
+}
+
+void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const at::TensorOptions& o) {
+  at::Tensor keep;  // [B, T] keys present
+  if (attention_mask.defined()) {
+    if (attention_mask.dim() != 2 || attention_mask.size(1) != length_)
+      throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) +
+                                  "; expected [batch, " + std::to_string(length_) + "]");
+    if (hf::check_attention_mask(attention_mask)) keep = attention_mask.to(o.device()).ne(0);
+  }
+  const auto device = o.device();
+  at::Tensor q = index_.to(device).view({-1, 1});
+  auto build = [&](const at::Tensor& places) {
+    at::Tensor k = places.to(device).view({1, -1});
+    at::Tensor allowed = k.le(q);
+    if (window > 0) allowed = allowed.logical_and(q.sub(k).lt(window));
+    allowed = allowed.view({1, 1, q.size(0), k.size(1)});
+    if (keep.defined())
+      allowed = allowed.logical_and(keep.index_select(1, places.to(device)).view({keep.size(0), 1, 1, k.size(1)}));
+    return at::where(allowed, at::zeros({}, o), at::full({}, ring::lowest(o.dtype().toScalarType()), o));
+  };
+  masks_.clear();
+  // A query that may see no key at all (a padding token before the first real one) gets the dtype's lowest value for
+  // every key, which softmax makes uniform over the whole sequence. The ring normalises block by block, where those
+  // equal values would lose the blocks' sizes: it finds these rows and gives them scores of zero (uniform) instead.
+  empty_ = at::Tensor();
+  if (keep.defined() && s_->strategy == Strategy::AllToAll)
+    empty_ = build(at::cat(key_index_)).eq(ring::lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true);
+  if (s_->strategy == Strategy::AllGather)
+    masks_.push_back(build(at::cat(key_index_)));  // the gathered keys come in rank order
+  else
+    for (const at::Tensor& places : key_index_) masks_.push_back(build(places));
+}
+
+at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                               std::optional<double> scale) const {
+  if (masks_.empty()) throw std::logic_error("context parallelism: attention before set_masks");
+  const Group& g = s_->group;
+  const int64_t rep = q.size(1) / k.size(1);
+  const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  if (s_->strategy == Strategy::AllGather) {
+    // [B, H, local, D] along the sequence: all-gathered forward, reduce-scattered backward.
+    auto gathered = [&](const at::Tensor& t) {
+      return tp::gather_sequence(t.transpose(1, 2), g.collectives).transpose(1, 2);
+    };
+    at::Tensor mask = masks_[0].to(q.scalar_type());
+    return at::scaled_dot_product_attention(q, gathered(k), gathered(v), mask, dropout, false, sc, rep > 1);
+  }
+  // The ring: step s holds rank (rank - s)'s keys and values. Each block's attention is normalised on its own with
+  // its log-sum-exp; the blocks are merged by rescaling to the running log-sum-exp (dropout on a block's normalised
+  // probabilities is dropout on the whole softmax's, since the rescaling is linear). In float32.
+  const int n = g.size();
+  at::Tensor qf = q.to(at::kFloat) * sc;
+  at::Tensor kv = at::stack({k, v});  // one rotation per step for both
+  at::Tensor out, lse;
+  for (int step = 0; step < n; ++step) {
+    if (step > 0) kv = ring::rotate_fn(kv, g);
+    const int src = ((g.rank() - step) % n + n) % n;
+    at::Tensor kb = kv[0].to(at::kFloat), vb = kv[1].to(at::kFloat);
+    if (rep > 1) kb = kb.repeat_interleave(rep, 1), vb = vb.repeat_interleave(rep, 1);
+    at::Tensor raw = at::matmul(qf, kb.transpose(-2, -1));
+    at::Tensor scores = raw + masks_[static_cast<size_t>(src)].to(at::kFloat);
+    // (Zero in value, the scores' own gradient: softmax's at the uniform point, as the whole model's.)
+    if (empty_.defined()) scores = at::where(empty_, raw - raw.detach(), scores);
+    at::Tensor block_lse = scores.logsumexp(-1, /*keepdim=*/true);
+    at::Tensor p = (scores - block_lse).exp();
+    if (dropout > 0) p = at::dropout(p, dropout, true);
+    at::Tensor block = at::matmul(p, vb);
+    if (step == 0) {
+      out = block, lse = block_lse;
+      continue;
+    }
+    at::Tensor merged = at::logaddexp(lse, block_lse);
+    out = out * (lse - merged).exp() + block * (block_lse - merged).exp();
+    lse = merged;
+  }
+  return out.to(q.scalar_type());
+}
+
+at::Tensor Sequence::mean(const at::Tensor& sum, const at::Tensor& count) const {
+  const Group& g = s_->group;
+  at::Tensor both = at::stack({sum, count.to(sum.device(), sum.scalar_type())});
+  if (c10::GradMode::is_enabled() && both.requires_grad()) {
+    both = ring::SumFn::apply(both, reinterpret_cast<int64_t>(&g));
+  } else {
+    both = both.contiguous().clone();
+    g.collectives.all_reduce_sum(both);
+  }
+  return both[0] / both[1];
+}
+
+std::pair<at::Tensor, at::Tensor> cross_entropy_sum(const at::Tensor& logits, const at::Tensor& targets,
+                                                    int64_t ignore_index, const tp::Group* vocab_split) {
+  at::Tensor l = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
+  at::Tensor t = targets.reshape({-1}).to(logits.device(), at::kLong);
+  at::Tensor count = t.ne(ignore_index).sum();
+  if (vocab_split) return {tp::vocab_parallel_cross_entropy(l, t, ignore_index, *vocab_split, true), count};
+  return {at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, ignore_index), count};
+}
+
+}  // namespace acc::core::cp

@@ -1,0 +1,300 @@
+// One rank of the context-parallelism test, started by `acc launch --num_processes N` (tests/mp/meson.build). On 2
+// processes the world is one CP group of 2; on 4, one CP group of 4, then a mesh of cp=2 x tp=2 (heads split by TP,
+// tokens by CP). Every rank gets the same whole batch. For Llama (GQA, padded rows), Mistral (sliding window),
+// Mixtral, GPT-2 (padded rows) and the built-in GPT, with each strategy (allgather, alltoall), a context-parallel
+// model trains 20 SGD steps beside the whole model in the same process, its gradients averaged over the CP group as
+// DDP / FSDP average them over dp_cp: the loss at every step within 1e-5 (relative) of the whole model's and equal on
+// every CP rank, this rank's logits equal to the whole model's at its positions, the parameters after 20 steps
+// within 1e-5. Then bad input: a sequence that does not split into 2 x cp chunks, generate, a TorchScript module,
+// a model without context-parallel attention, a second split, sequence parallelism: each refused by name.
+// Usage: mp_cp FIXTURES_DIR (tests/hf/fixtures). Prints "N passed, N failed"; exits non-zero on a failed check.
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/jit/api/module.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+#include "models/context_parallel.hpp"
+#include "models/hf/generate.hpp"
+#include "models/hf/pretrained.hpp"
+#include "models/model.hpp"
+#include "models/tensor_parallel.hpp"
+#include "runtime/comm.hpp"
+#include "runtime/mesh.hpp"
+#include "runtime/process_state.hpp"
+
+extern char** environ;
+
+using namespace acc::core;
+
+namespace {
+
+int passed = 0, failed = 0, rank = 0;
+
+void expect(bool ok, const std::string& what) {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    std::fprintf(stderr, "rank %d FAILED: %s\n", rank, what.c_str());
+  }
+}
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+using Maker = std::function<std::unique_ptr<Model>()>;
+
+std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv, const std::string& extra = "") {
+  return R"({"architectures": [")" + arch + R"("], "model_type": ")" + type + R"(", "vocab_size": 96,
+         "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": )" +
+         std::to_string(heads) + R"(, "num_key_value_heads": )" + std::to_string(kv) + R"(, "head_dim": 4,
+         "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "initializer_range": 0.2,
+         "tie_word_embeddings": false)" + extra + "}";
+}
+
+const char* kGpt2 = R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 96,
+  "n_positions": 32, "n_embd": 24, "n_layer": 2, "n_head": 4, "n_inner": 48, "embd_pdrop": 0, "attn_pdrop": 0,
+  "resid_pdrop": 0, "initializer_range": 0.2})";
+const char* kBuiltinGpt = R"({"type": "gpt", "vocab_size": 96, "block_size": 32, "n_layer": 2, "n_head": 4,
+  "n_embd": 32})";
+
+Maker from_config(const std::string& text) {
+  return [text] {
+    at::manual_seed(7);  // the same weights for the whole model and the split one
+    return hf::from_config(text, nullptr);
+  };
+}
+Maker builtin(const std::string& spec) {
+  return [spec] {
+    at::manual_seed(7);
+    return make_builtin_model(spec.c_str());
+  };
+}
+
+struct Layout {
+  cp::Group cp;
+  std::optional<tp::Group> tp;
+  std::string name;
+};
+
+// The whole model and the context-parallel one (also split by TP in a cp x tp layout) train side by side.
+void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, cp::Strategy strategy,
+                    bool hf_lm, bool padded, bool checkpointing) {
+  auto whole = make();
+  auto split = make();
+  split->load_state_dict(whole->state(), "the whole model");
+  if (layout.tp) tp::parallelize(*split, *layout.tp);
+  cp::parallelize(*split, layout.cp, cp::Options{strategy});
+  expect(cp::sharding_of(*split) != nullptr, what + ": the model records its context parallelism");
+  whole->train(true);
+  split->train(true);
+  if (checkpointing) split->set_activation_checkpointing(true);
+  const std::string target = hf_lm ? "labels" : "targets";
+  const int n = layout.cp.size();
+  const int64_t T = 16;
+  const at::Tensor mine = cp::local_positions(T, n, layout.cp.rank());
+  at::manual_seed(11);  // the same batches on every rank
+  const double lr = 0.02;
+  for (int step = 0; step < 20; ++step) {
+    at::Tensor ids = at::randint(0, 96, {3, T}, at::kLong);
+    at::Tensor labels = hf_lm ? ids.clone() : at::randint(0, 96, {3, T}, at::kLong);
+    labels.index_put_({0, at::indexing::Slice(0, 3)}, hf_lm ? -100 : -1);  // ignored targets count as torch's do
+    TensorDict batch{{"input_ids", ids}, {target, labels}};
+    if (padded) {  // row 1 left-padded by 3 (its labels ignored there), row 2 right-padded by 2
+      at::Tensor mask = at::ones({3, T}, at::kLong);
+      mask.index_put_({1, at::indexing::Slice(0, 3)}, 0);
+      mask.index_put_({2, at::indexing::Slice(T - 2, T)}, 0);
+      labels.masked_fill_(mask.eq(0), -100);
+      // The last padding place, which sees no key, would predict the first token: its attention is uniform over the
+      // sequence in every implementation, but torch's CPU SDPA backward (the whole model's) differentiates it as if
+      // each weight were 1, not 1 / time, where the ring takes the true derivative. Its label is left out.
+      labels.index_put_({1, 3}, -100);
+      batch.set("attention_mask", mask);
+    }
+    TensorDict a = whole->forward(batch), b = split->forward(batch);
+    const double la = a.at("loss").item<double>(), lb = b.at("loss").item<double>();
+    expect(std::abs(la - lb) <= 1e-5 * std::abs(la),
+           what + ": loss at step " + std::to_string(step) + " " + num(lb) + " vs " + num(la));
+    at::Tensor same = at::tensor({lb}, at::kDouble);
+    at::Tensor low = same.clone(), high = same.clone();
+    layout.cp.collectives.all_reduce_max(high);
+    low.neg_();
+    layout.cp.collectives.all_reduce_max(low);
+    expect(high.item<double>() == -low.item<double>(), what + ": the loss is equal on every CP rank");
+    if (step == 0) {
+      const at::Tensor ref = a.at("logits").detach().index_select(1, mine);
+      const at::Tensor got = b.at("logits").detach();
+      expect(got.sizes() == ref.sizes() &&
+                 (got - ref).abs().max().item<double>() <= 1e-5 * std::max(1.0, ref.abs().max().item<double>()),
+             what + ": this rank's logits are the whole model's at its positions");
+    }
+    a.at("loss").backward();
+    b.at("loss").backward();
+    c10::NoGradGuard no_grad;
+    for (auto& [name, p] : split->named_parameters()) {  // DDP's mean over the CP ranks (dp_cp holds cp)
+      // (A Mixtral expert that none of this rank's tokens chose has no gradient here, but may have on another rank.)
+      at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::zeros_like(p);
+      layout.cp.collectives.all_reduce_sum(g);
+      p.mutable_grad() = g / static_cast<double>(n);
+    }
+    for (Model* m : {whole.get(), split.get()})
+      for (auto& [name, p] : m->named_parameters())
+        if (p.grad().defined()) {
+          p.sub_(p.grad() * lr);
+          p.mutable_grad() = at::Tensor();
+        }
+  }
+  const tp::Sharding* sh = tp::sharding_of(*split);
+  const NamedTensors got = sh ? tp::full_state(*sh, split->state()) : split->state();
+  const NamedTensors ref = whole->state();
+  expect(got.size() == ref.size(), what + ": every tensor");
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    if (got[i].first != ref[i].first || got[i].second.sizes() != ref[i].second.sizes()) {
+      expect(false, what + ": " + ref[i].first + " in the same place and shape");
+      continue;
+    }
+    const double scale = std::max(1.0, ref[i].second.abs().max().item<double>());
+    const double d = (got[i].second - ref[i].second).abs().max().item<double>() / scale;
+    if (d > worst) worst = d, worst_name = ref[i].first;
+  }
+  expect(worst <= 1e-5, what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
+  if (rank == 0) std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
+  if (hf_lm) {  // generate keeps a key/value cache: refused by name
+    std::string message;
+    try {
+      split->train(false);
+      hf::generate(*split, at::zeros({1, 4}, at::kLong), at::Tensor(), R"({"max_new_tokens": 2})");
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    expect(message.find("context parallelism runs without a key/value cache") != std::string::npos,
+           what + ": generate refused by name (got '" + message + "')");
+  }
+  // A sequence that does not split into 2 x cp chunks.
+  std::string message;
+  const int64_t odd = 2 * n + 2;  // 2 more than one chunk per rank: never a multiple of 2 x cp (cp >= 2)
+  try {
+    at::Tensor ids = at::randint(0, 96, {1, odd}, at::kLong);
+    split->forward(TensorDict{{"input_ids", ids}, {target, ids}});
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  expect(message.find("sequence length (" + std::to_string(odd) + ")") != std::string::npos &&
+             message.find("2 x cp_size (" + std::to_string(2 * n) + ")") != std::string::npos,
+         what + ": a sequence of " + std::to_string(odd) + " refused by name (got '" + message + "')");
+}
+
+void equivalence(const std::string& what, const Maker& make, const Layout& layout, bool hf_lm, bool padded = false,
+                 bool checkpointing = false) {
+  for (cp::Strategy s : {cp::Strategy::AllGather, cp::Strategy::AllToAll}) {
+    const std::string name = what + " [" + layout.name + ", " + cp::strategy_name(s) + "]";
+    try {
+      equivalence_of(name, make, layout, s, hf_lm, padded, checkpointing);
+    } catch (const std::exception& e) {
+      expect(false, name + ": " + e.what());
+    }
+  }
+}
+
+void refused(const std::string& what, const Maker& make, const cp::Group& group, const std::string& needle,
+             const std::function<void(Model&)>& prepare = {}) {
+  std::string message;
+  try {
+    auto m = make();
+    if (prepare) prepare(*m);
+    try {
+      cp::parallelize(*m, group);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    expect(message.empty() || cp::sharding_of(*m) == nullptr || what == "split twice",
+           what + ": the model is left without context parallelism");
+  } catch (const std::exception& e) {
+    expect(false, what + ": the model could not be made: " + e.what());
+    return;
+  }
+  expect(message.find(needle) != std::string::npos, what + ": refused naming '" + needle + "' (got '" + message + "')");
+}
+
+void run_models(const Layout& layout, const std::string& fixtures) {
+  const Maker llama = from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4));
+  equivalence("llama (GQA), padded", llama, layout, true, true);
+  equivalence("llama (GQA), activation checkpointing", llama, layout, true, false, true);
+  equivalence("mistral (sliding window 5), padded",
+              from_config(decoder_config("MistralForCausalLM", "mistral", 4, 2, R"(, "sliding_window": 5)")), layout,
+              true, true);
+  equivalence("mixtral", from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4,
+                                                    R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
+              layout, true);
+  equivalence("gpt2, padded", from_config(kGpt2), layout, true, true);
+  equivalence("built-in gpt", builtin(kBuiltinGpt), layout, false);
+  equivalence("llama fixture", [&fixtures] { return hf::from_pretrained(fixtures + "/llama/model", nullptr); }, layout,
+              true);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: mp_cp FIXTURES_DIR\n");
+    return 2;
+  }
+  const std::string fixtures = argv[1];
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  auto comm = Comm::connect(ProcessState::from_environment(env), std::chrono::minutes(5));
+  rank = comm->rank();
+  const int n = comm->size();
+  const cp::Group world = cp::group_of(comm);
+
+  run_models(Layout{world, std::nullopt, "cp=" + std::to_string(n)}, fixtures);
+  if (n == 4) {
+    // Accelerate's mesh order (cp outside tp): cp=2 x tp=2.
+    ProcessMesh mesh(comm, MeshSizes{1, 1, 2, 2});
+    const Layout cp_tp{cp::group_of(mesh.group("cp")), tp::group_of(mesh.group("tp")), "cp=2 x tp=2"};
+    run_models(cp_tp, fixtures);
+    // Over c10d process groups directly (the ring's step is c10d's all-to-all either way).
+    auto pg = mesh.group("cp")->process_group();
+    equivalence("llama (GQA), c10d group", from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4)),
+                Layout{cp::group_of(pg, mesh.rank("cp"), mesh.size("cp")), std::nullopt, "cp=2 of 4"}, true, true);
+  }
+
+  // Bad input.
+  const std::string script = "/tmp/mp_cp_" + std::to_string(getpid()) + ".pt";
+  {
+    torch::jit::Module m("Scripted");
+    m.register_parameter("w", at::ones({2, 2}), false);
+    m.define("def forward(self, input):\n    return input.matmul(self.w)\n");
+    m.save(script);
+  }
+  refused("TorchScript", [&] { return load_torchscript_model(script, nullptr); }, world, "TorchScript module");
+  std::remove(script.c_str());
+  refused("built-in mlp", builtin(R"({"type": "mlp", "sizes": [4, 8, 1]})"), world,
+          "Mlp has no context-parallel attention");
+  const Maker llama = from_config(decoder_config("LlamaForCausalLM", "llama", 4, 4));
+  refused("split twice", llama, world, "split already", [&](Model& m) { cp::parallelize(m, world); });
+  refused("sequence parallelism", llama, world, "exclusive", [&](Model& m) {
+    tp::Options o;
+    o.sequence_parallel = true;
+    tp::parallelize(m, world.collectives, o);
+  });
+
+  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
+  return failed == 0 ? 0 : 1;
+}

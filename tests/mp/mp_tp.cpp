@@ -7,6 +7,15 @@
 // sizes that do not divide, a model without a plan, a TorchScript module, a LoRA adapter, a second split, each
 // refused by name with the model left as it was.
 // Usage: mp_tp FIXTURES_DIR (tests/hf/fixtures). Prints "N passed, N failed"; exits non-zero on a failed check.
+//
+// mp_tp --train FIXTURES_DIR [MODEL]: the same through the Accelerator, as a user runs it: the layout comes from the
+// launch config (parallelism_config: tp alone, tp x dp_shard under FSDP2, dp_replicate x dp_shard x tp), prepare
+// splits and wraps the model, each data-parallel rank trains its rows of a global batch with acc backward, clipping
+// and the prepared SGD (momentum) optimizer. Beside it every rank trains the whole model on the whole batch in
+// process: the loss each step (averaged over the processes) within 1e-5 (relative), the clipped gradient norm too, the
+// gathered state and the optimizer state made whole (what checkpoints read) within 1e-5 after 20 steps, state dicts
+// loaded back, greedy generation where the strategy keeps whole slices; bad models refused naming tp_size.
+// MODEL (llama, mixtral, gpt2) runs one model only. Under mixed_precision bf16, 3 steps within bf16's rounding.
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/api/module.h>
 
@@ -16,6 +25,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unistd.h>
 
@@ -28,6 +38,8 @@
 #include "models/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
+#include "train/accelerator.hpp"
+#include "train/optim.hpp"
 
 extern char** environ;
 
@@ -280,11 +292,217 @@ void refused(const std::string& what, const Maker& make, const tp::Group& group,
   expect(same, what + ": the model is left as it was");
 }
 
+// The prepared model trains on this data-parallel rank's rows of each global batch, the whole model on all of them.
+void train_equivalence(Accelerator& acc, const std::string& what, const Maker& make) {
+  const bool bf16 = acc.mixed_precision() == "bf16";
+  const int steps = bf16 ? 3 : 20;
+  const double loss_tol = bf16 ? 2e-2 : 1e-5, norm_tol = bf16 ? 5e-2 : 1e-5;
+  const char* const sgd = R"({"type": "sgd", "lr": 0.02, "momentum": 0.9})";
+  auto whole = make();
+  {
+    // FSDP's cpu_ram_efficient_loading: only the first process of a machine loads weights; the others get rank 0's.
+    std::vector<at::Tensor> state;
+    for (auto& [name, t] : whole->state()) state.push_back(t);
+    acc.broadcast_from_main(state);
+  }
+  auto slot = std::make_shared<ModelSlot>();
+  slot->model = std::shared_ptr<Model>(make());
+  auto opt = std::make_shared<OptimizerSlot>();
+  opt->model = slot;
+  opt->opt = std::make_unique<Optimizer>(slot->model->trainable_parameters(), sgd);  // built before prepare
+  acc.prepare(slot, opt, nullptr, nullptr);
+  const int tp = acc.mesh()->size("tp"), dp = acc.mesh()->size("dp"), dp_rank = acc.mesh()->rank("dp");
+  const tp::Sharding* sh = tp::sharding_of(*slot->model);
+  expect(sh && sh->group.size == tp, what + ": prepare split the model over the tp group of " + std::to_string(tp));
+  expect(slot->model->activation_checkpointing() == acc.settings().fsdp_plugin.activation_checkpointing,
+         what + ": activation checkpointing as the config says");
+  expect(opt->opt->params().size() == slot->strategy->optimizer_parameters().size(),
+         what + ": the optimizer steps what the strategy gives it");
+  whole->train(true);
+  slot->model->train(true);
+  std::map<std::string, at::Tensor> momentum;  // the whole model's SGD buffers
+  at::manual_seed(11);  // the same global batches on every rank
+  const int64_t rows = 4;
+  double max_norm = 0;
+  for (int step = 0; step < steps; ++step) {
+    at::Tensor ids = at::randint(0, 96, {rows, 12}, at::kLong);
+    // The reference: the whole model on the whole batch, clipped, torch's SGD with momentum.
+    at::Tensor ref_loss;
+    {
+      std::optional<AutocastScope> autocast;
+      if (bf16) autocast.emplace(c10::DeviceType::CPU, at::kBFloat16, true, true);
+      ref_loss = whole->forward(TensorDict{{"input_ids", ids}, {"labels", ids}}).at("loss");
+    }
+    ref_loss.backward();
+    std::vector<at::Tensor> norms;
+    for (const auto& [n, p] : whole->named_parameters())
+      if (p.grad().defined()) norms.push_back(p.grad().norm());
+    const double ref_norm = at::stack(norms).norm().item<double>();
+    if (step == 0) max_norm = 0.7 * ref_norm;  // clipping acts, at least at first
+    {
+      c10::NoGradGuard no_grad;
+      const double coef = std::min(1.0, max_norm / (ref_norm + 1e-6));
+      for (auto& [n, p] : whole->named_parameters()) {
+        if (!p.grad().defined()) continue;
+        at::Tensor g = p.grad() * coef;
+        auto it = momentum.find(n);
+        if (it == momentum.end()) it = momentum.emplace(n, g.clone()).first;
+        else it->second.mul_(0.9).add_(g);
+        p.sub_(it->second * 0.02);
+        p.mutable_grad() = at::Tensor();
+      }
+    }
+    // The prepared model on this data-parallel rank's rows.
+    at::Tensor mine = ids.narrow(0, dp_rank * (rows / dp), rows / dp);
+    at::Tensor loss = slot->forward(TensorDict{{"input_ids", mine}, {"labels", mine}}).at("loss");
+    acc.backward(loss);
+    const double norm = acc.clip_grad_norm(*slot, max_norm, 2.0);
+    opt->step();
+    opt->zero_grad();
+    const double mean = acc.reduce(loss.detach(), ReduceOp::Sum).item<double>() / acc.state().world_size;
+    const double la = ref_loss.item<double>();
+    expect(std::abs(mean - la) <= loss_tol * std::abs(la),
+           what + ": loss at step " + std::to_string(step) + " " + num(mean) + " vs " + num(la));
+    expect(std::abs(norm - ref_norm) <= norm_tol * ref_norm,
+           what + ": gradient norm at step " + std::to_string(step) + " " + num(norm) + " vs " + num(ref_norm));
+  }
+  if (bf16) return;
+  // The gathered state (what save_model writes) against the whole model's.
+  const NamedTensors full = slot->strategy->full_state_dict();
+  const NamedTensors ref = whole->state();
+  expect(full.size() == ref.size(), what + ": the gathered state has every tensor");
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < std::min(full.size(), ref.size()); ++i) {
+    const bool same_shape = full[i].first == ref[i].first && full[i].second.sizes() == ref[i].second.sizes();
+    expect(same_shape, what + ": " + ref[i].first + " gathered whole");
+    if (!same_shape) continue;
+    const double scale = std::max(1.0, ref[i].second.abs().max().item<double>());
+    const double d = (full[i].second - ref[i].second).abs().max().item<double>() / scale;
+    if (d > worst) worst = d, worst_name = ref[i].first;
+  }
+  expect(worst <= 1e-5, what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
+  // The optimizer's state made whole (what save_state writes): the whole model's momentum buffers, by parameter.
+  const Optimizer::State saved = opt->opt->save_state();
+  NamedTensors state = saved.tensors;
+  std::string json = saved.json;
+  const auto groups = opt->opt->whole_groups();
+  slot->strategy->optimizer_state_to_full(groups, state, json);
+  std::map<const void*, std::string> names;
+  for (const auto& [n, p] : slot->model->named_parameters()) names.emplace(p.unsafeGetTensorImpl(), n);
+  std::vector<std::string> order;
+  for (const auto& g : groups)
+    for (const auto& p : g) order.push_back(names.at(p.unsafeGetTensorImpl()));
+  double worst_state = 0;
+  size_t buffers = 0;
+  for (const auto& [key, t] : state) {
+    const size_t i = std::stoul(key.substr(6, key.find('.', 6) - 6));
+    const at::Tensor& r = momentum.at(order.at(i));
+    if (!t.sizes().equals(r.sizes())) {
+      expect(false, what + ": optimizer state '" + key + "' of " + order[i] + " has shape " + c10::str(t.sizes()) +
+                        ", the whole parameter's momentum " + c10::str(r.sizes()));
+      continue;
+    }
+    ++buffers;
+    worst_state = std::max(worst_state, (t - r).abs().max().item<double>() / std::max(1.0, r.abs().max().item<double>()));
+  }
+  expect(buffers == momentum.size(), what + ": a whole momentum buffer per parameter (" + std::to_string(buffers) +
+                                         " of " + std::to_string(momentum.size()) + ")");
+  // (The momentum sums 20 clipped gradients: its rounding grows with them; a misplaced slice would be off by O(1).)
+  expect(worst_state <= 1e-4, what + ": optimizer state made whole within 1e-4 (worst " + num(worst_state) + ")");
+  // ... and back: this rank's part of it is the optimizer's own state.
+  slot->strategy->optimizer_state_from_full(groups, state, json, "the whole state");
+  bool back = state.size() == saved.tensors.size();
+  for (size_t k = 0; back && k < state.size(); ++k)
+    back = state[k].first == saved.tensors[k].first && state[k].second.equal(saved.tensors[k].second);
+  expect(back, what + ": the whole optimizer state sliced back equals the optimizer's");
+  // Whole tensors loaded through the strategy are what it gives back.
+  slot->strategy->load_full_state_dict(ref, "the whole model");
+  const NamedTensors again = slot->strategy->full_state_dict();
+  bool same = again.size() == ref.size();
+  for (size_t i = 0; same && i < ref.size(); ++i) same = again[i].second.equal(ref[i].second);
+  expect(same, what + ": whole tensors loaded into the prepared model come back the same");
+  // Greedy generation on the split model, where the strategy keeps its slices whole (not ZeRO-3 / FSDP2).
+  if (slot->strategy->parameters_whole()) {
+    whole->train(false);
+    slot->model->train(false);
+    at::Tensor prompt = at::randint(0, 96, {2, 5}, at::kLong);
+    const char* gen = R"({"max_new_tokens": 6, "do_sample": false})";
+    expect(hf::generate(slot->tensors("generate"), prompt, at::Tensor(), gen)
+               .equal(hf::generate(*whole, prompt, at::Tensor(), gen)),
+           what + ": greedy generation on the prepared split model equals the whole model's");
+  }
+  std::printf("%s: tp %d, dp %d, %s%s: worst parameter difference %s (%s), optimizer state %s\n", what.c_str(), tp, dp,
+              slot->strategy->name().c_str(),
+              slot->model->activation_checkpointing() ? ", activation checkpointing" : "", num(worst).c_str(), worst_name.c_str(), num(worst_state).c_str());
+}
+
+// prepare refuses `make`'s model naming parallelism_config.tp_size and `needle`.
+void prepare_refuses(Accelerator& acc, const std::string& what, const std::function<std::unique_ptr<Model>()>& make,
+                     const std::string& needle) {
+  auto slot = std::make_shared<ModelSlot>();
+  slot->model = std::shared_ptr<Model>(make());
+  std::string message;
+  try {
+    acc.prepare(slot, nullptr, nullptr, nullptr);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  expect(message.find("'parallelism_config.tp_size' = ") != std::string::npos &&
+             message.find(needle) != std::string::npos,
+         what + ": prepare refused naming tp_size and '" + needle + "' (got '" + message + "')");
+  expect(!slot->owner, what + ": the model is not prepared");
+}
+
+int train_main(const std::string& fixtures, const std::string& only) {
+  auto acc = Accelerator::create(nullptr);  // the launch config's parallelism_config
+  rank = acc->state().rank;
+  const int tp = acc->mesh()->size("tp");
+  auto pretrained = [&](const std::string& name) -> Maker {
+    return [&fixtures, name] { return hf::from_pretrained(fixtures + "/" + name + "/model", nullptr); };
+  };
+  // The fixtures have 2 key/value heads: over 4, models of 4.
+  const Maker llama = tp <= 2 ? pretrained("llama")
+                              : from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false));
+  const Maker mixtral = tp <= 2 ? pretrained("mixtral")
+                                : from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96, false,
+                                                             R"(, "num_local_experts": 4, "num_experts_per_tok": 2)"));
+  const std::pair<std::string, Maker> models[] = {
+      {std::string("llama") + (tp <= 2 ? " fixture" : " (GQA)"), llama},
+      {std::string("mixtral") + (tp <= 2 ? " fixture" : ""), mixtral},
+      {"gpt2", from_config(gpt2_config(4, 96))}};
+  for (const auto& [what, make] : models) {
+    if (!only.empty() && what.rfind(only, 0) != 0) continue;
+    try {
+      train_equivalence(*acc, what, make);
+    } catch (const std::exception& e) {
+      expect(false, what + ": " + e.what());
+    }
+  }
+  if (only.empty() && tp == 4) {
+    prepare_refuses(*acc, "llama fixture over 4", pretrained("llama"), "num_key_value_heads (2)");
+    prepare_refuses(*acc, "built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); },
+                    "Mlp has no tensor-parallel plan");
+    const std::string script = "/tmp/mp_tp_train_" + std::to_string(getpid()) + ".pt";
+    {
+      torch::jit::Module m("Scripted");
+      m.register_parameter("w", at::ones({2, 2}), false);
+      m.define("def forward(self, input):\n    return input.matmul(self.w)\n");
+      m.save(script);
+    }
+    prepare_refuses(*acc, "TorchScript", [&] { return load_torchscript_model(script, nullptr); }, "TorchScript");
+    std::remove(script.c_str());
+  }
+  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--train") return train_main(argv[2], argc >= 4 ? argv[3] : "");
   if (argc != 2) {
-    std::fprintf(stderr, "usage: mp_tp FIXTURES_DIR\n");
+    std::fprintf(stderr, "usage: mp_tp FIXTURES_DIR | mp_tp --train FIXTURES_DIR [MODEL]\n");
     return 2;
   }
   const std::string fixtures = argv[1];

@@ -615,6 +615,47 @@ static void debug_mode(acc_accelerator* acc, int rank, int on) {
   collectives(acc, rank);
 }
 
+/* parallelism_config.tp_size = world (the launch's PARALLELISM_CONFIG_TP_SIZE), through the C API: a model without a
+ * tensor-parallel plan refused by acc_prepare naming the key and its source; acc_generate on a prepared split Llama
+ * gives the tokens of the same model whole (unprepared, in this process). */
+static void tensor_parallel(acc_accelerator* acc, int world) {
+  acc_model* mlp = NULL;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 8, 1]}", &mlp));
+  char want[128];
+  snprintf(want, sizeof want, "'parallelism_config.tp_size' = %d (from env PARALLELISM_CONFIG_TP_SIZE)", world);
+  EXPECT_ERR(acc_prepare(acc, mlp, NULL, NULL, NULL), ACC_ERR_UNSUPPORTED, want);
+  EXPECT(strstr(acc_last_error_message(), "has no tensor-parallel plan") != NULL);
+  acc_model_destroy(mlp);
+  const char* llama =
+      "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 64, "
+      "\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+      "\"num_key_value_heads\": 4, \"head_dim\": 4, \"max_position_embeddings\": 64, \"initializer_range\": 0.2}";
+  acc_model *whole = NULL, *split = NULL;
+  CHECK(acc_set_seed(acc, 7, 0, 0));
+  CHECK(acc_model_from_config(llama, NULL, &whole));
+  CHECK(acc_set_seed(acc, 7, 0, 0));
+  CHECK(acc_model_from_config(llama, NULL, &split));
+  CHECK(acc_prepare(acc, split, NULL, NULL, NULL));
+  const int64_t prompt_ids[6] = {3, 14, 15, 9, 2, 6}, shape[2] = {2, 3};
+  acc_tensor* prompt = NULL;
+  CHECK(acc_tensor_from_host(prompt_ids, sizeof prompt_ids, ACC_INT64, shape, 2, &prompt));
+  const char* greedy = "{\"max_new_tokens\": 5, \"do_sample\": false}";
+  acc_tensor *a = NULL, *b = NULL;
+  CHECK(acc_generate(whole, prompt, NULL, greedy, NULL, NULL, &a));
+  CHECK(acc_generate(split, prompt, NULL, greedy, NULL, NULL, &b));
+  int64_t ta[16] = {0}, tb[16] = {0}, n = 0;
+  CHECK(acc_tensor_numel(a, &n));
+  EXPECT(n == 16);
+  CHECK(acc_tensor_to_host(a, ta, sizeof ta));
+  CHECK(acc_tensor_to_host(b, tb, sizeof tb));
+  EXPECT(memcmp(ta, tb, sizeof ta) == 0);
+  acc_tensor_destroy(a);
+  acc_tensor_destroy(b);
+  acc_tensor_destroy(prompt);
+  acc_model_destroy(split);
+  acc_model_destroy(whole);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* mode = argv[1];
@@ -665,6 +706,8 @@ int main(int argc, char** argv) {
     data_modes(acc, world, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   } else if (!strcmp(mode, "named") && argc == 3) {
     named_batches(acc, world);
+  } else if (!strcmp(mode, "tensor_parallel")) {
+    tensor_parallel(acc, world);
   } else if (!strcmp(mode, "debug_mode") && argc == 3 && world == 2) {
     debug_mode(acc, rank, atoi(argv[2]));
   } else if (!strcmp(mode, "stalled_peer")) {

@@ -397,10 +397,9 @@ std::optional<std::string> unsupported_setting(const Config& c) {
   if (c.get_bool("use_megatron_lm"))
     return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
   if (c.get_bool("use_parallelism_config")) {
-    // Its dimensions make the process mesh (parallel_dims, src/runtime/mesh.hpp). Tensor and context parallelism
-    // are refused by the accelerator until their model transforms run (train/accelerator.cpp,
-    // refuse_unwired_parallelism); DeepSpeed's sequence parallelism (Ulysses: attention heads all-to-all across
-    // sp_size ranks) is not done here.
+    // Its dimensions make the process mesh (parallel_dims, src/runtime/mesh.hpp); prepare splits the model over its
+    // tp and cp groups (train/accelerator.cpp). DeepSpeed's sequence parallelism (Ulysses: attention heads all-to-all
+    // across sp_size ranks) is not done here.
     if (c.get_int("parallelism_config.sp_size") > 1)
       return refuse("parallelism_config.sp_size", "sequence parallelism (DeepSpeed Ulysses)", "set sp_size to 1");
     if (c.get_bool("use_deepspeed"))
@@ -457,11 +456,6 @@ std::optional<std::string> unsupported_setting(const Config& c) {
       return refuse(k, "an FP8 recipe setting",
                     "libacc's FP8 runs E4M3 forward GEMMs scaled by each tensor's current amax, backward in bf16; leave "
                     "it at its default");
-  // Context parallel attention is not run yet (the accelerator refuses cp_size > 1); its rotate method (torch's
-  // set_rotate_method, Accelerate's cp_comm_strategy) other than the default is refused here, so that it is not lost.
-  if (c.get_string("parallelism_config.cp_comm_strategy") != "allgather")
-    return refuse("parallelism_config.cp_comm_strategy", "the all-to-all exchange of context parallelism",
-                  "leave it \"allgather\"");
   if (c.get_bool("use_fsdp") && c.get_int("fsdp_plugin.fsdp_version") == 1) {
     // libacc's sharded strategy keeps rank 0's weights everywhere, steps the original parameters and has at most one
     // all-gather prefetched: FSDP1's true values, and nothing else.

@@ -15,6 +15,7 @@
 
 #include "cuda/plugin.hpp"
 #include "models/deferred.hpp"
+#include "models/context_parallel.hpp"
 #include "models/tensor_parallel.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
@@ -90,19 +91,6 @@ std::string shown_setting(const config::Config& c, const char* key) {
          ")";
 }
 
-// Context parallelism: the process mesh has its group (mesh().group("cp")) and the loaders give its ranks the right
-// batches, but prepare does not transform the model over it yet. This is the one place that refuses it: lift the
-// refusal when its model transform runs in prepare. ACC_TEST_UNWIRED_PARALLELISM=1 lets it through for the tests of
-// the mesh and the data layout (tests/mp: mp-mesh); a model then trains data-parallel only.
-void refuse_unwired_parallelism(const config::Config& c, const config::ParallelDims& d,
-                                const std::map<std::string, std::string>& env) {
-  if (auto it = env.find("ACC_TEST_UNWIRED_PARALLELISM"); it != env.end() && it->second == "1") return;
-  if (d.cp > 1)
-    throw UnsupportedError(shown_setting(c, "parallelism_config.cp_size") +
-                           ": context parallel attention is not implemented yet by libacc (the process mesh and the "
-                           "sequence split are there); set cp_size to 1");
-}
-
 }  // namespace
 
 void set_seed(uint64_t seed, bool deterministic) {
@@ -156,7 +144,6 @@ std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
   a->state_ = ProcessState::from_environment(env);
   // The process mesh's sizes, checked as Accelerate checks a ParallelismConfig, before any rendezvous.
   const config::ParallelDims dims = config::parallel_dims(c, a->state_.world_size, a->state_.local_world_size);
-  refuse_unwired_parallelism(c, dims, env);
   // Settings that do nothing, as Accelerate / torch warn about them: once, on the main process.
   if (a->state_.rank == 0)
     for (const auto& w : config::setting_warnings(c)) std::fprintf(stderr, "libacc: warning: %s\n", w.c_str());
@@ -431,6 +418,7 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
     throw StateError("a tensor-parallel model's optimizer must be prepared before its first step (its state would not "
                      "match the model's slices)");
   if (tensor_parallel) split_tensor_parallel(*model);
+  if (model && mesh_ && mesh_->size("cp") > 1) make_context_parallel(*model);
   ShardSpec spec;
   // One shard of the data per data-parallel rank: tensor- and context-parallel peers read the same batches
   // (Accelerate's prepare_data_loader with a device mesh).
@@ -619,6 +607,17 @@ void Accelerator::split_tensor_parallel(ModelSlot& slot) {
     if (auto it = before.find(name); it != before.end() && !it->second.is_same(p))
       slot.split_replaced.emplace_back(
           c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(it->second.getIntrusivePtr()), p);
+}
+
+void Accelerator::make_context_parallel(ModelSlot& slot) {
+  // The weights need no change (every CP rank holds them whole, DDP / FSDP start from rank 0's); the forward splits.
+  cp::Options o;
+  o.strategy = cp::parse_strategy(settings_.parallelism_config.cp_comm_strategy, "parallelism_config.cp_comm_strategy");
+  try {
+    cp::parallelize(*slot.model, cp::group_of(mesh_->group("cp")), o);
+  } catch (const UnsupportedError& e) {  // a TorchScript module, a model without context-parallel attention
+    throw UnsupportedError(shown_setting(config_, "parallelism_config.cp_size") + ": " + e.what());
+  }
 }
 
 void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {

@@ -242,6 +242,9 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
   // parallelism_config.tp_size > 1: the model, made the same on every process, split over the mesh's tp group.
   void split_tensor_parallel(ModelSlot& model);
+  // parallelism_config.cp_size > 1: the model's forward keeps this rank's part of each sequence over the mesh's cp
+  // group (models/context_parallel.hpp), with cp_comm_strategy's exchange.
+  void make_context_parallel(ModelSlot& model);
   const DataLoader* active_loader() const;
   // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
   void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);

@@ -3,8 +3,8 @@
 // puts in it (the expected members computed here, independently, from the row-major layout over
 // (dp_replicate, dp_shard, cp, tp)), in order, and a sum over it is the sum of its members; a prepared loader gives the
 // ranks of one data-parallel coordinate (tensor / context-parallel peers) the same batches and the others different
-// ones, and gather_for_metrics (and gather_object for metrics) gathers over the data-parallel ranks only. Tensor and context parallelism need
-// ACC_TEST_UNWIRED_PARALLELISM=1 (the accelerator refuses them otherwise). Prints "N passed, N failed".
+// ones, and gather_for_metrics (and gather_object for metrics) gathers over the data-parallel ranks only. Prints "N
+// passed, N failed".
 //   mp_mesh DP_REPLICATE DP_SHARD CP TP
 #include <ATen/ATen.h>
 

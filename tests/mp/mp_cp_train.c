@@ -1,0 +1,91 @@
+/* Context parallelism through the public C API (tests/mp/mp_test.py case_context_parallel_training starts it with
+ * `acc launch`; the parallelism_config and FSDP2 come from the variables accelerate launch exports): a Llama (GQA)
+ * from acc_model_from_config (a vocabulary of 38, which tp=2 splits, over the 37 ids of mp_common.h's tokens), SGD,
+ * prepared with a loader of 80 token sequences of 8. Each step's loss, averaged over the processes (each data-parallel
+ * rank's token mean, the same on its CP / TP peers), is printed by the main process as "LOSS step value";
+ * acc_save_model writes the whole model to OUT after STEPS steps.
+ * Usage: mp_cp_train STEPS BATCH OUT   (BATCH: per process, Accelerate's batch_size)
+ *        mp_cp_train refuse             (cp_size 2) the built-in MLP refused by acc_prepare naming the key and its
+ *                                       source; the Llama prepared, a sequence of 6 (not 2 x cp chunks) refused */
+#include <acc/acc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mp_common.h"
+
+static const char* const kLlama =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 38, "
+    "\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+    "\"num_key_value_heads\": 4, \"head_dim\": 4, \"max_position_embeddings\": 64, \"initializer_range\": 0.2, "
+    "\"tie_word_embeddings\": false}";
+
+static int refuse(void) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
+  acc_model* mlp = NULL;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 8, 1]}", &mlp));
+  EXPECT_ERR(acc_prepare(acc, mlp, NULL, NULL, NULL), ACC_ERR_UNSUPPORTED,
+             "'parallelism_config.cp_size' = 2 (from env PARALLELISM_CONFIG_CP_SIZE)");
+  EXPECT(strstr(acc_last_error_message(), "Mlp has no context-parallel attention") != NULL);
+  acc_model_destroy(mlp);
+  acc_model* model;
+  CHECK(acc_model_from_config(kLlama, NULL, &model));
+  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
+  const int64_t ids[6] = {1, 2, 3, 4, 5, 6}, shape[2] = {1, 6};
+  acc_tensor *x = NULL, *loss = NULL;
+  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
+  EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT,
+             "context parallelism needs the sequence length (6) to split into 2 x cp_size (4) equal chunks");
+  acc_tensor_destroy(x);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  return finish();
+}
+
+int main(int argc, char** argv) {
+  if (argc == 2 && !strcmp(argv[1], "refuse")) return refuse();
+  if (argc != 4) {
+    fprintf(stderr, "usage: mp_cp_train STEPS BATCH OUT\n");
+    return 2;
+  }
+  const int steps = atoi(argv[1]);
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
+  char opts[64];
+  snprintf(opts, sizeof opts, "{\"batch_size\": %d}", atoi(argv[2]));
+  struct loader data = token_loader(80, opts);
+  acc_model* model;
+  CHECK(acc_model_from_config(kLlama, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
+  CHECK(acc_model_set_training(model, 1));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));
+  CHECK(acc_prepare(acc, model, opt, NULL, data.dl));
+  int32_t is_main;
+  CHECK(acc_is_main_process(acc, &is_main));
+  for (int step = 0; step < steps; ++step) {
+    acc_tensor *bx, *by, *loss, *mean;
+    int32_t has;
+    CHECK(acc_dataloader_next(data.dl, &bx, &by, &has));
+    EXPECT(has);
+    if (!has) break;
+    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+    CHECK(acc_reduce(acc, loss, ACC_REDUCE_MEAN, &mean));
+    double v = 0;
+    CHECK(acc_tensor_item(mean, &v));
+    if (is_main) printf("LOSS %d %.9g\n", step, v);
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    acc_tensor_destroy(mean);
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(bx);
+    acc_tensor_destroy(by);
+  }
+  CHECK(acc_save_model(model, argv[3], NULL));
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  loader_destroy(&data);
+  acc_accelerator_destroy(acc);
+  return finish();
+}

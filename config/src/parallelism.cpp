@@ -14,10 +14,12 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
   if (k > 1 && q > 1)
     throw Error("contradictory settings: " + shown_setting(c, cp) + " and " + shown_setting(c, sp) +
                 ": context parallelism and sequence parallelism are mutually exclusive; set one of them to 1");
-  if ((t > 1 || k > 1) && r > 1 && s == 1)
-    throw Error("contradictory settings: " + shown_setting(c, t > 1 ? tp : cp) + " with " + shown_setting(c, rep) +
-                " and " + shown_setting(c, shard) + ": tensor/context parallelism cannot be used with pure data "
-                "parallelism (replication without sharding); set dp_shard_size > 1 (FSDP2 + TP/CP, or HSDP + TP/CP)");
+  // Accelerate refuses TP and CP with replication alone (its TP composes with FSDP2 only). libacc's DDP synchronises a
+  // split model's slices over dp_replicate, so it allows dp_replicate x tp; CP still needs FSDP2, as below.
+  if (k > 1 && r > 1 && s == 1)
+    throw Error("contradictory settings: " + shown_setting(c, cp) + " with " + shown_setting(c, rep) + " and " +
+                shown_setting(c, shard) + ": context parallelism cannot be used with pure data parallelism "
+                "(replication without sharding); set dp_shard_size > 1 (FSDP2 + CP, or HSDP + CP)");
   if (k > 1 && !fsdp2)
     throw Error(shown_setting(c, cp) + ": context parallelism needs FSDP2 (distributed_type FSDP with fsdp_version 2): "
                 "the model is sharded over dp_shard x cp");

@@ -1868,11 +1868,12 @@ TEST(Parallelism, AccelerateRulesNameKeyAndSource) {
                   "'parallelism_config.cp_size' (4, acc_accelerator_create): context parallelism needs FSDP2"));
   EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {}, "parallelism_config": {"cp_size": 2, "dp_shard_size": 2}})", {}, 4),
                   "needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"));
-  // TP / CP with replication alone.
-  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"tp_size": 2, "dp_replicate_size": 2}})", {}, 4),
-                  "contradictory settings: 'parallelism_config.tp_size' (2, acc_accelerator_create) with "
+  // CP with replication alone is refused, as Accelerate does; TP with replication alone (DDP x TP) is allowed.
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"cp_size": 2, "dp_replicate_size": 2}})", {}, 4),
+                  "contradictory settings: 'parallelism_config.cp_size' (2, acc_accelerator_create) with "
                   "'parallelism_config.dp_replicate_size' (2, acc_accelerator_create) and 'parallelism_config.dp_shard_size' "
-                  "(1, default): tensor/context parallelism cannot be used with pure data parallelism"));
+                  "(1, default): context parallelism cannot be used with pure data parallelism"));
+  EXPECT_EQ(refusal(R"({"parallelism_config": {"tp_size": 2, "dp_replicate_size": 2}})", {}, 4), "<no error>");
   // CP and SP are exclusive.
   EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"cp_size": 2, "sp_size": 2}})", {}, 4),
                   "'parallelism_config.cp_size' (2, acc_accelerator_create) and 'parallelism_config.sp_size' (2, "
@@ -1912,7 +1913,7 @@ TEST(Parallelism, LaunchRefusesBeforeAnyProcessStarts) {
   EXPECT_TRUE(has(refusal("  parallelism_config_dp_replicate_size: 2\n  parallelism_config_cp_size: 2\n", 4),
                   "'parallelism_config.parallelism_config_cp_size' (2, " + t.path +
                       "/p.yaml:7) with 'parallelism_config.parallelism_config_dp_replicate_size' (2, " + t.path +
-                      "/p.yaml:6) and 'parallelism_config.parallelism_config_dp_shard_size' (1, default): tensor/context "
+                      "/p.yaml:6) and 'parallelism_config.parallelism_config_dp_shard_size' (1, default): context "
                       "parallelism cannot be used with pure data parallelism"));
   EXPECT_TRUE(has(refusal("  parallelism_config_cp_size: 2\n  parallelism_config_sp_size: 2\n", 4), "mutually exclusive"));
   EXPECT_TRUE(has(refusal("  parallelism_config_dp_replicate_size: 4\n", 4),

@@ -1,10 +1,12 @@
 /* Context parallelism through the public C API (tests/mp/mp_test.py case_context_parallel_training starts it with
- * `acc launch`; the parallelism_config and FSDP2 come from the variables accelerate launch exports): a Llama (GQA)
+ * `acc launch`; the parallelism_config and FSDP2 come from the variables accelerate launch exports): a Llama (GQA),
+ * a Mixtral or a GPT-2
  * from acc_model_from_config (a vocabulary of 38, which tp=2 splits, over the 37 ids of mp_common.h's tokens), SGD,
  * prepared with a loader of 80 token sequences of 8. Each step's loss, averaged over the processes (each data-parallel
  * rank's token mean, the same on its CP / TP peers), is printed by the main process as "LOSS step value";
  * acc_save_model writes the whole model to OUT after STEPS steps.
- * Usage: mp_cp_train STEPS BATCH OUT   (BATCH: per process, Accelerate's batch_size)
+ * Usage: mp_cp_train STEPS BATCH OUT [MODEL]   (BATCH: per process, Accelerate's batch_size; MODEL llama (the
+ *        default), mixtral or gpt2)
  *        mp_cp_train refuse             (cp_size 2) the built-in MLP refused by acc_prepare naming the key and its
  *                                       source; the Llama prepared, a sequence of 6 (not 2 x cp chunks) refused */
 #include <acc/acc.h>
@@ -19,6 +21,17 @@ static const char* const kLlama =
     "\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
     "\"num_key_value_heads\": 4, \"head_dim\": 4, \"max_position_embeddings\": 64, \"initializer_range\": 0.2, "
     "\"tie_word_embeddings\": false}";
+/* Mixtral: 4 experts, 2 per token, split inside each expert by TP. */
+static const char* const kMixtral =
+    "{\"architectures\": [\"MixtralForCausalLM\"], \"model_type\": \"mixtral\", \"vocab_size\": 38, "
+    "\"hidden_size\": 32, \"intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+    "\"num_key_value_heads\": 4, \"head_dim\": 4, \"max_position_embeddings\": 64, \"initializer_range\": 0.2, "
+    "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"tie_word_embeddings\": false}";
+/* GPT-2: learned positions, packed q/k/v, tied head; no dropout, so runs compare. */
+static const char* const kGpt2 =
+    "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"vocab_size\": 38, "
+    "\"n_positions\": 64, \"n_embd\": 32, \"n_layer\": 2, \"n_head\": 8, \"n_inner\": 64, \"embd_pdrop\": 0, "
+    "\"attn_pdrop\": 0, \"resid_pdrop\": 0, \"initializer_range\": 0.2}";
 
 static int refuse(void) {
   acc_accelerator* acc;
@@ -45,10 +58,12 @@ static int refuse(void) {
 
 int main(int argc, char** argv) {
   if (argc == 2 && !strcmp(argv[1], "refuse")) return refuse();
-  if (argc != 4) {
-    fprintf(stderr, "usage: mp_cp_train STEPS BATCH OUT\n");
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: mp_cp_train STEPS BATCH OUT [llama|mixtral|gpt2]\n");
     return 2;
   }
+  const char* family = argc == 5 ? argv[4] : "llama";
+  const char* config = !strcmp(family, "mixtral") ? kMixtral : !strcmp(family, "gpt2") ? kGpt2 : kLlama;
   const int steps = atoi(argv[1]);
   acc_accelerator* acc;
   CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
@@ -56,7 +71,7 @@ int main(int argc, char** argv) {
   snprintf(opts, sizeof opts, "{\"batch_size\": %d}", atoi(argv[2]));
   struct loader data = token_loader(80, opts);
   acc_model* model;
-  CHECK(acc_model_from_config(kLlama, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
+  CHECK(acc_model_from_config(config, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
   CHECK(acc_model_set_training(model, 1));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));

@@ -10,7 +10,6 @@
 #include <stdexcept>
 
 #include "data/sharding.hpp"
-#include "models/hf/layers.hpp"
 #include "models/model.hpp"
 #include "runtime/comm.hpp"
 #include "util/errors.hpp"
@@ -166,7 +165,7 @@ void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const
     if (attention_mask.dim() != 2 || attention_mask.size(1) != length_)
       throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) +
                                   "; expected [batch, " + std::to_string(length_) + "]");
-    if (hf::check_attention_mask(attention_mask)) keep = attention_mask.to(o.device()).ne(0);
+    keep = attention_mask.to(o.device()).ne(0);
   }
   const auto device = o.device();
   at::Tensor q = index_.to(device).view({-1, 1});

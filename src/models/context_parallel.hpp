@@ -103,7 +103,8 @@ class Sequence {
   at::Tensor next_token_labels(const at::Tensor& labels, int64_t ignore_index) const;
 
   // The attention masks of this forward: causal by place in the sequence, keys where attention_mask [batch, time]
-  // is 0 hidden (undefined: none; checked as transformers' masks are), a sliding window when window > 0. Additive,
+  // is 0 hidden (undefined: none; the caller checks its values, as hf::check_attention_mask, and passes it only where
+  // something is padded), a sliding window when window > 0. Additive,
   // in `o`'s dtype and on its device, with the dtype's lowest value where hidden (transformers' eager masks). Call
   // once before attention.
   void set_masks(const at::Tensor& attention_mask, int64_t window, const at::TensorOptions& o);

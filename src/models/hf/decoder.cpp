@@ -304,7 +304,7 @@ class CausalDecoder final : public NnModel,
     const auto o = x.options();
     Masking masking;
     if (seq)
-      seq->set_masks(attention_mask, d_.sliding_window, o);
+      seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(), d_.sliding_window, o);
     else
       masking = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
     auto [cos, sin] = rotary(pos, whole_pos, o);

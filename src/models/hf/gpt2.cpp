@@ -168,7 +168,7 @@ class Gpt2LMHead final : public NnModel,
     release("transformer.wpe");
     Masking masking;
     if (seq)
-      seq->set_masks(attention_mask, 0, x.options());
+      seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(), 0, x.options());
     else
       masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
     // Tensor parallelism: this rank's heads.

@@ -6,7 +6,7 @@
  * rank's token mean, the same on its CP / TP peers), is printed by the main process as "LOSS step value";
  * acc_save_model writes the whole model to OUT after STEPS steps.
  * Usage: mp_cp_train STEPS BATCH OUT [MODEL]   (BATCH: per process, Accelerate's batch_size; MODEL llama (the
- *        default), mixtral or gpt2)
+ *        default), mixtral, gpt2, or the folder of a transformers checkpoint: tests/hf/fixtures' Llama and Mixtral)
  *        mp_cp_train refuse             (cp_size 2) the built-in MLP refused by acc_prepare naming the key and its
  *                                       source; the Llama prepared, a sequence of 6 (not 2 x cp chunks) refused */
 #include <acc/acc.h>
@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   }
   const char* family = argc == 5 ? argv[4] : "llama";
   const char* config = !strcmp(family, "mixtral") ? kMixtral : !strcmp(family, "gpt2") ? kGpt2 : kLlama;
+  const int pretrained = strchr(family, '/') != NULL; /* a transformers checkpoint's folder (tests/hf/fixtures) */
   const int steps = atoi(argv[1]);
   acc_accelerator* acc;
   CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
@@ -71,7 +72,10 @@ int main(int argc, char** argv) {
   snprintf(opts, sizeof opts, "{\"batch_size\": %d}", atoi(argv[2]));
   struct loader data = token_loader(80, opts);
   acc_model* model;
-  CHECK(acc_model_from_config(config, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
+  if (pretrained)
+    CHECK(acc_model_from_pretrained(family, NULL, &model));
+  else
+    CHECK(acc_model_from_config(config, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
   CHECK(acc_model_set_training(model, 1));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));

@@ -419,8 +419,8 @@ def case_mesh():
 
 
 def case_context_parallel_training():
-    """Issue 27 item 5 for context parallelism (WORKER: mp_cp_train): a Llama (GQA), a Mixtral and a GPT-2, each
-    trained 20 SGD steps through the
+    """Issue 27 item 5 for context parallelism (WORKER: mp_cp_train): a Llama (GQA), a Mixtral and a GPT-2, and the
+    Llama and Mixtral fixtures (transformers' checkpoints), each trained 20 SGD steps through the
     public API on 4 processes, cp=2 x dp_shard=2 (FSDP2) and cp=2 x tp=2, each with cp_comm_strategy allgather and
     alltoall, against one process on the same global batch (4 sequences): the loss at every step within 1e-5
     (relative) and the saved parameters after 20 steps within 1e-5; refusals by name through the API."""
@@ -432,31 +432,39 @@ def case_context_parallel_training():
                         dict(base, PARALLELISM_CONFIG_DP_SHARD_SIZE="2", PARALLELISM_CONFIG_CP_COMM_STRATEGY=strategy)))
         layouts.append((f"cp=2 x tp=2, {strategy}", 4, 4,
                         dict(base, PARALLELISM_CONFIG_TP_SIZE="2", PARALLELISM_CONFIG_CP_COMM_STRATEGY=strategy)))
-    for model in ("llama", "mixtral", "gpt2"):
-      with tempfile.TemporaryDirectory() as d:
-        runs = {}
-        for name, n, batch, env in layouts:
-            name = f"{model}, {name}"
-            out = os.path.join(d, str(len(runs)))
-            p, _ = launch(n, 20, batch, out, model, env_extra=env)
-            losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
-            ok = p.returncode == 0 and len(losses) == 20
-            expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
-            if ok:
-                runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
-        reference = f"{model}, one process"
-        if reference not in runs:
-            continue
-        losses, params = runs[reference]
-        for name, (l, w) in runs.items():
-            if name == reference:
+    # The fixtures' pad token (id 0, in the data) has an all-zero embedding that RMSNorm's backward drives to ~1e7 in
+    # 20 steps (libacc gives that row gradients; transformers' padding_idx would not): parameters compare relatively.
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hf", "fixtures")
+    for model in ("llama", "mixtral", "gpt2", os.path.join(fixtures, "llama", "model"),
+                  os.path.join(fixtures, "mixtral", "model")):
+        label = model if os.sep not in model else os.path.basename(os.path.dirname(model)) + " fixture"
+        with tempfile.TemporaryDirectory() as d:
+            runs = {}
+            for name, n, batch, env in layouts:
+                name = f"{label}, {name}"
+                out = os.path.join(d, str(len(runs)))
+                p, _ = launch(n, 20, batch, out, model, env_extra=env)
+                losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
+                ok = p.returncode == 0 and len(losses) == 20
+                expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
+                if ok:
+                    runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
+            reference = f"{label}, one process"
+            if reference not in runs:
                 continue
-            worst = max(abs(a - b) / abs(b) for a, b in zip(l, losses))
-            diff = max_abs_diff(w, params)
-            print(f"{name}: worst relative loss difference {worst:.3g}, max |parameter difference| {diff:.3g}")
-            expect(worst <= 1e-5, f"{name}: the loss at every step within 1e-5 of one process's", f"{l} vs {losses}")
-            expect(diff <= 1e-5, f"{name}: the parameters after 20 steps within 1e-5 of one process's", str(diff))
-        expect(abs(losses[0] - losses[-1]) > 1e-2 * abs(losses[0]), f"{model}: training changed the loss", str(losses))
+            losses, params = runs[reference]
+            for name, (l, w) in runs.items():
+                if name == reference:
+                    continue
+                worst = max(abs(a - b) / abs(b) for a, b in zip(l, losses))
+                assert w.keys() == params.keys(), (w.keys(), params.keys())
+                diff = max(abs(x - y) / max(1.0, abs(y)) for k in w for x, y in zip(w[k], params[k]))
+                print(f"{name}: worst relative loss difference {worst:.3g}, parameters {diff:.3g}")
+                expect(worst <= 1e-5, f"{name}: the loss at every step within 1e-5 of one process's", f"{l} vs {losses}")
+                expect(diff <= 1e-5, f"{name}: the parameters after 20 steps within 1e-5 (relative above 1) of one "
+                       "process's", str(diff))
+            expect(abs(losses[0] - losses[-1]) > 1e-2 * abs(losses[0]), f"{label}: training changed the loss",
+                   str(losses))
     # A model without context-parallel attention refused by prepare, by key and source; a length CP cannot split.
     p, _ = launch(4, "refuse", env_extra=dict(base, PARALLELISM_CONFIG_DP_SHARD_SIZE="2"))
     expect(p.returncode == 0 and "0 failed" in p.stdout, "refusals through the API", p.stdout + p.stderr)

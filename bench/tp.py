@@ -11,8 +11,6 @@ process training that share alone (the local model: heads, key/value heads, inte
   bash bench/setup.sh && python3 bench/tp.py [--size default|small] [--meshes tp2,tp4,tp2xdp2] [--rounds 3]
 """
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -24,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import wait_for_idle  # noqa: E402  (run.py's check that the other processes are quiet before a run)
+from run import holding, wait_for_idle  # noqa: E402  (run.py's build lock and its quiet-machine check)
 
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
 
@@ -58,20 +56,6 @@ def libacc_env(dp, tp):
         env.update(ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", FSDP_RESHARD_AFTER_FORWARD="true",
                    FSDP_AUTO_WRAP_POLICY="TRANSFORMER_BASED_WRAP", FSDP_TRANSFORMER_CLS_TO_WRAP="LlamaDecoderLayer")
     return env
-
-
-@contextlib.contextmanager
-def holding(lock):
-    """The build lock (--lock) for one run: others' builds wait for it and go on between runs."""
-    if not lock:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def launch(a, impl, procs, step_args, env, count_bytes=False, lock=None):

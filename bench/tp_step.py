@@ -23,32 +23,10 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def status_mb(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    return -1.0
-
-
-def mix(h):
-    """step.h's 32-bit hash, on a uint32 array."""
-    h = h ^ (h >> np.uint32(16))
-    h = h * np.uint32(0x7FEB352D)
-    h = h ^ (h >> np.uint32(15))
-    h = h * np.uint32(0x846CA68B)
-    return h ^ (h >> np.uint32(16))
-
-
-def tokens(dp_rank, batch, seq, vocab):
-    n = batch * seq
-    i = ((np.arange(n, dtype=np.uint64) + dp_rank * n) % 2**32).astype(np.uint32)
-    return torch.from_numpy((mix(i) % np.uint32(vocab)).astype(np.int64)).view(batch, seq)
+from lora_step import status_mb, tokens  # step.h's tokens and /proc/self/status, as the LoRA bench reads them
 
 
 def tp_plan():

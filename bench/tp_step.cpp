@@ -9,77 +9,24 @@
 // acc_optimizer_step, acc_optimizer_zero_grad. WARMUP untimed steps, then STEPS timed between barriers.
 // Every rank writes BENCH_OUT/rank<R>.json: tokens/s of the job (each dp rank's tokens once), its ms per phase, peak
 // resident memory (VmHWM), resident memory before the load and after prepare, its loss at every step.
-// With BENCH_COUNT_BYTES=1 a reporting CPU allocator (bench/zero_memory.cpp's idea) counts every tensor's bytes:
+// With BENCH_COUNT_BYTES=1 a reporting CPU allocator (bench/counting_allocator.hpp) counts every tensor's bytes:
 // "bytes" holds what is allocated after prepare, the peak by the end of prepare and the peak of each phase over the
 // steps (forward, backward, optimizer); off for the timed runs (its lock is in every allocation).
 #include <acc/acc.h>
-#include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "counting_allocator.hpp"
 extern "C" {
 #include "step.h"
 }
 
 namespace {
-
-// Wraps the default CPU allocator; the sizes live in a map (data pointers stay their own context, as ATen checks).
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base), base_delete_(base->raw_deleter()) {}
-  c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
-    inner.release_context();
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[data] = static_cast<int64_t>(n);
-    now_ += static_cast<int64_t>(n);
-    peak_ = std::max(peak_, now_);
-    return {data, data, &release, c10::Device(c10::kCPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-  int64_t now() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return now_;
-  }
-  // The peak since the last call; the next one starts from what is allocated now.
-  int64_t take_peak() {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t p = peak_;
-    peak_ = now_;
-    return p;
-  }
-  static CountingAllocator* instance;
-
- private:
-  static void release(void* data) {
-    CountingAllocator& self = *instance;
-    {
-      std::lock_guard<std::mutex> lock(self.mu_);
-      auto it = self.sizes_.find(data);
-      if (it != self.sizes_.end()) {
-        self.now_ -= it->second;
-        self.sizes_.erase(it);
-      }
-    }
-    self.base_delete_(data);
-  }
-  c10::Allocator* base_;
-  c10::DeleterFnPtr base_delete_;
-  std::mutex mu_;
-  std::unordered_map<void*, int64_t> sizes_;
-  int64_t now_ = 0, peak_ = 0;
-};
-
-CountingAllocator* CountingAllocator::instance = nullptr;
 
 // A line of /proc/self/status in MB ("VmHWM", "VmRSS"): the kernel's kB.
 double status_mb(const char* key) {
@@ -104,12 +51,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* count = std::getenv("BENCH_COUNT_BYTES");
-  CountingAllocator* counting = nullptr;
-  if (count && std::strcmp(count, "1") == 0) {
-    static CountingAllocator allocator(c10::GetCPUAllocator());
-    counting = CountingAllocator::instance = &allocator;
-    c10::SetCPUAllocator(counting, /*priority=*/100);
-  }
+  bench::CountingAllocator* counting = nullptr;
+  if (count && std::strcmp(count, "1") == 0) counting = &bench::CountingAllocator::install(/*record_at_peak=*/false);
   const char* model_dir = argv[1];
   const int dp_shard = std::atoi(argv[2]), tp = std::atoi(argv[3]);
   const int64_t vocab = std::atoll(argv[4]), batch = std::atoll(argv[5]), seq = std::atoll(argv[6]);

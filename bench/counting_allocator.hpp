@@ -59,7 +59,7 @@ class CountingAllocator final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     std::sort(at_peak_.begin(), at_peak_.end(), std::greater<int64_t>());
     int64_t small = 0;
-    std::printf("AT_PEAK %lld MB:", static_cast<long long>(highest_));
+    std::printf("AT_PEAK %.1f MB:", static_cast<double>(highest_) / 1e6);
     for (int64_t b : at_peak_)
       if (b >= 1000000)
         std::printf(" %.1f", static_cast<double>(b) / 1e6);

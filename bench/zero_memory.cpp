@@ -3,7 +3,7 @@
 // (counting_allocator.hpp) installed before anything is allocated: every tensor's storage (parameters, gradients, optimizer state,
 // activations, communication buffers) is allocated through it, so its peak is the tensors' high-water mark.
 // Usage: zero_memory LAYERS EMBD HEADS VOCAB SEQ BATCH STEPS
-// With ZERO_MEMORY_AT_PEAK set, it also prints the sizes of the tensors live at its peak (AT_PEAK line).
+// With ZERO_MEMORY_AT_PEAK set, rank 0 also prints the sizes of the tensors live at its peak (AT_PEAK line).
 // Prints one line: MEM {"rank": r, "params": P, "after_prepare": bytes, "peak": bytes, and the peak of each phase:
 // "forward", "backward", "step" (with zero_grad)}
 #include <acc/acc.h>
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
               rank, static_cast<long long>(params), static_cast<long long>(after_prepare),
               static_cast<long long>(*std::max_element(phase_peak, phase_peak + 3)), static_cast<long long>(phase_peak[0]),
               static_cast<long long>(phase_peak[1]), static_cast<long long>(phase_peak[2]));
-  if (counting.recording()) counting.print_at_peak();
+  if (counting.recording() && rank == 0) counting.print_at_peak();  // zero_memory.py shows rank 0's
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);

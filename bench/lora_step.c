@@ -24,18 +24,6 @@
 enum { FORWARD, BACKWARD, OPTIMIZER, PHASES };
 static const char* const phase_names[PHASES] = {"forward", "backward", "optimizer"};
 
-/* A line of /proc/self/status in MB ("VmHWM", "VmRSS"): the kernel's kB. */
-static double status_mb(const char* key) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  double mb = -1;
-  const size_t len = strlen(key);
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, key, len) == 0 && line[len] == ':') mb = atof(line + len + 1) / 1024.0;
-  if (f) fclose(f);
-  return mb;
-}
-
 int main(int argc, char** argv) {
   if (argc != 10) {
     fprintf(stderr, "usage: %s lora|full MODEL_DIR ADAPTER_DIR VOCAB BATCH SEQ WARMUP STEPS LR\n", argv[0]);

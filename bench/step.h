@@ -1,11 +1,12 @@
 /* What the C sides of the benchmarks (bench/NAME_step.c, bench/zero_memory.cpp) share: a failed call ends the run with the library's
- * message, a monotonic clock, and the 32-bit hash the Python sides use for the same token ids. */
+ * message, a monotonic clock, the 32-bit hash the Python sides use for the same token ids, and the resident memory. */
 #ifndef ACC_BENCH_STEP_H
 #define ACC_BENCH_STEP_H
 #include <acc/acc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define CHECK(call)                                                 \
@@ -30,5 +31,17 @@ static inline uint32_t mix(uint32_t h) {
   h *= 0x846ca68bu;
   h ^= h >> 16;
   return h;
+}
+
+/* A line of /proc/self/status in MB ("VmHWM", "VmRSS"): the kernel's kB; -1 where it is missing. */
+static inline double status_mb(const char* key) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  double mb = -1;
+  const size_t len = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, key, len) == 0 && line[len] == ':') mb = atof(line + len + 1) / 1024.0;
+  if (f) fclose(f);
+  return mb;
 }
 #endif

@@ -28,18 +28,6 @@ extern "C" {
 
 namespace {
 
-// A line of /proc/self/status in MB ("VmHWM", "VmRSS"): the kernel's kB.
-double status_mb(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  char line[256];
-  double mb = -1;
-  const size_t len = std::strlen(key);
-  while (f && std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, key, len) == 0 && line[len] == ':') mb = std::atof(line + len + 1) / 1024.0;
-  if (f) std::fclose(f);
-  return mb;
-}
-
 enum { FORWARD, BACKWARD, OPTIMIZER, PHASES };
 const char* const phase_names[PHASES] = {"forward", "backward", "optimizer"};
 

@@ -117,6 +117,18 @@ int64_t product(const HfConfig& c, const char* a, int64_t x, const char* b, int6
   return x * y;
 }
 
+// pad_token_id, which the families that take it give their token embedding as nn.Embedding's padding_idx: null, or an
+// id in the vocabulary (a negative one counts from the end, as padding_idx does); nn.Embedding refuses any other.
+void check_padding(const HfConfig& c, int64_t vocab) {
+  const Node* v = c.item("pad_token_id");
+  if (!v) return;
+  const double d = number_of(v);
+  if (!(d >= static_cast<double>(-vocab) && d < static_cast<double>(vocab) && d == std::floor(d)))
+    c.fail("pad_token_id", "must be null or a token id of the vocabulary (" + std::to_string(vocab) +
+                               " tokens; a negative one counts from the end), as the embedding's padding_idx; got " +
+                               shown(v));
+}
+
 // Rotary embeddings: rope_theta and transformers 5's rope_parameters (4's rope_scaling), as RotaryEmbeddingConfigMixin
 // standardizes and validates them (modeling_rope_utils), plus what it only warns about and computes garbage from.
 void check_rope(const HfConfig& c, int64_t max_positions) {
@@ -184,6 +196,7 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
       if (t.kind != Kind::String) c.fail("layer_types", "must hold strings; got " + shown(&t));
   }
   check_rope(c, max_positions);
+  check_padding(c, V);
   int64_t experts = 0;
   if (mixtral) {
     experts = c.blocks("num_local_experts");
@@ -293,6 +306,7 @@ void bert(const HfConfig& c, ParameterShapes* out) {
     c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
                               std::to_string(heads) + ")");
   const int64_t n_labels = label_count(c);
+  check_padding(c, V);
   c.number("layer_norm_eps", 1e-12, 0);
   c.number("initializer_range", 0.02, 0);
   for (const char* k : {"hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"})

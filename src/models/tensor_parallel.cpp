@@ -126,6 +126,7 @@ int64_t split_dim(const Layer& layer, Style style, const std::string& param, con
 }
 
 // Rank `rank`'s slice of `whole` along the shard's dim: of each packed block, its part.
+// join_parts's inverse: rank `rank`'s part of the whole.
 at::Tensor slice_of(const at::Tensor& whole, const Shard& s, int rank, int size) {
   const int64_t block = whole.size(s.dim) / s.packed, part = block / size;
   std::vector<at::Tensor> pieces;
@@ -262,11 +263,18 @@ at::Tensor Layer::rowwise_output(const at::Tensor& partial, const at::Tensor& bi
   return bias.defined() ? y + bias : y;
 }
 
-at::Tensor Layer::embed(const at::Tensor& weight, const at::Tensor& ids) const {
-  if (!sharding_) return at::embedding(weight, ids);
+int64_t Layer::local_row(int64_t id, int64_t rows) const {
+  if (id < 0 || !sharding_) return id;
+  const int64_t start = sharding_->group.rank * rows;
+  return id >= start && id < start + rows ? id - start : -1;
+}
+
+at::Tensor Layer::embed(const at::Tensor& weight, const at::Tensor& ids, int64_t padding_idx) const {
+  if (!sharding_) return at::embedding(weight, ids, padding_idx);
   const int64_t rows = weight.size(0), start = sharding_->group.rank * rows;
   at::Tensor outside = ids.lt(start).logical_or(ids.ge(start + rows));
-  at::Tensor out = at::embedding(weight, (ids - start).masked_fill(outside, 0));
+  // Only the rank whose slice holds the pad id passes it on, as a local row.
+  at::Tensor out = at::embedding(weight, (ids - start).masked_fill(outside, 0), local_row(padding_idx, rows));
   return leave_region(out.masked_fill(outside.unsqueeze(-1), 0), *sharding_);
 }
 
@@ -384,13 +392,16 @@ at::Tensor full_tensor(const Sharding& sharding, const std::string& name, const 
   const Shard& s = it->second;
   const Group& g = sharding.group;
   c10::NoGradGuard no_grad;
-  // Each packed block's parts from every rank, in rank order, then the blocks in order.
-  at::Tensor all = g.all_gather(local.detach().movedim(s.dim, 0).contiguous());  // [size * local_d, ...]
-  const int64_t local_d = local.size(s.dim), part = local_d / s.packed;
+  at::Tensor all = g.all_gather(local.detach().movedim(s.dim, 0).contiguous());  // the ranks' parts, along dim 0
+  return join_parts(all.chunk(g.size, 0), 0, s.packed).movedim(0, s.dim).contiguous();
+}
+
+at::Tensor join_parts(const std::vector<at::Tensor>& parts, int64_t dim, int64_t packed) {
+  const int64_t part = parts.front().size(dim) / packed;
   std::vector<at::Tensor> pieces;
-  for (int64_t b = 0; b < s.packed; ++b)
-    for (int r = 0; r < g.size; ++r) pieces.push_back(all.narrow(0, r * local_d + b * part, part));
-  return at::cat(pieces, 0).movedim(0, s.dim).contiguous();
+  for (int64_t b = 0; b < packed; ++b)
+    for (const at::Tensor& p : parts) pieces.push_back(p.narrow(dim, b * part, part));
+  return at::cat(pieces, dim);
 }
 
 NamedTensors full_state(const Sharding& sharding, const NamedTensors& local) {

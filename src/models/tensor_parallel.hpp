@@ -106,8 +106,12 @@ class Layer {
   // A row-wise layer's output from its partial product (computed without bias): reduced unless partial, then
   // the bias (undefined: none) added.
   at::Tensor rowwise_output(const at::Tensor& partial, const at::Tensor& bias) const;
-  // An embedding's lookup: the whole table's, or over a vocabulary slice.
-  at::Tensor embed(const at::Tensor& weight, const at::Tensor& ids) const;
+  // An embedding's lookup: the whole table's, or over a vocabulary slice. `padding_idx` (a whole-vocabulary id, -1:
+  // none) is nn.Embedding's: that row is read but gets no gradient.
+  at::Tensor embed(const at::Tensor& weight, const at::Tensor& ids, int64_t padding_idx = -1) const;
+  // Whole-vocabulary row `id` of a weight with `rows` local rows: its index here, -1 where another rank holds it (or
+  // id is -1).
+  int64_t local_row(int64_t id, int64_t rows) const;
 
  private:
   Style style_ = Style::Colwise;
@@ -146,6 +150,9 @@ at::Tensor full_tensor(const Sharding& sharding, const std::string& name, const 
 // This rank's slices of whole tensors (no communication).
 NamedTensors slice_state(const Sharding& sharding, const NamedTensors& whole);
 at::Tensor slice_tensor(const Sharding& sharding, const std::string& name, const at::Tensor& whole);
+// The whole tensor from every rank's part, in rank order (no communication): of each of the `packed` blocks along
+// `dim`, the ranks' slices in rank order. full_tensor's order, and the checkpoints' (joining parts read from files).
+at::Tensor join_parts(const std::vector<at::Tensor>& parts, int64_t dim, int64_t packed);
 
 // The gradient norm over the whole model (torch's clip_grad_norm_ total): split parameters' gradients count every
 // rank's slice, replicated ones once. Collective over the group.

@@ -125,6 +125,47 @@ TEST_P(CausalFixture, SamplingIsReproducibleWithASeed) {
 INSTANTIATE_TEST_SUITE_P(Transformers, CausalFixture,
                          testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral", "gpt2"));
 
+// transformers gives these families' token embedding config.pad_token_id as nn.Embedding's padding_idx: the lookup
+// gives that row no gradient. tests/hf/make_embedding_grads.py recorded the embedding's gradient after one backward
+// of the model's loss on a batch whose attended, labelled tokens include the pad id (0).
+class EmbeddingGradient : public testing::TestWithParam<const char*> {};
+
+TEST_P(EmbeddingGradient, EqualsTransformersWithNoneFromThePadTokens) {
+  const std::string name = GetParam();
+  std::map<std::string, at::Tensor> e;
+  for (auto& [k, t] : load_safetensors(g_fixtures + "/" + name + "/embedding_grad.safetensors")) e[k] = t.clone();
+  auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", R"({"dtype": "float32"})");
+  TensorDict batch{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}, {"labels", e["labels"]}};
+  if (e.count("token_type_ids")) batch.set("token_type_ids", e["token_type_ids"]);
+  at::Tensor loss = model->forward(batch).at("loss");
+  loss.backward();
+  const std::string param = name == "bert" ? "bert.embeddings.word_embeddings.weight" : "model.embed_tokens.weight";
+  at::Tensor grad;
+  for (const auto& [n, p] : model->named_parameters())
+    if (n == param) grad = p.grad();
+  ASSERT_TRUE(grad.defined()) << name << ": " << param << " has no gradient";
+  const at::Tensor want = e["grad_rows"], got = grad.index_select(0, e["rows"]);
+  const double scale = want.abs().max().item<double>();
+  const double rows = (got - want).abs().max().item<double>();
+  const double norm = std::abs(grad.norm().item<double>() - e["grad_norm"].item<double>());
+  const double pad = grad[0].abs().max().item<double>();
+  std::printf("%s: loss |diff| %.3g, embedding gradient rows max |diff| %.3g (max |g| %.3g), norm |diff| %.3g, "
+              "pad row max |g| %.3g (transformers' %.3g)\n",
+              name.c_str(), std::abs(loss.item<double>() - e["loss"].item<double>()), rows, scale, norm, pad,
+              want[0].abs().max().item<double>());
+  EXPECT_EQ(e["rows"][0].item<int64_t>(), 0);  // the pad id's row comes first
+  EXPECT_LE(rows, 1e-5 * std::max(1.0, scale)) << name;
+  // The whole gradient's norm: the rows of ids absent from the batch as transformers' (zero unless the head is tied).
+  EXPECT_LE(norm, 1e-5 * e["grad_norm"].item<double>()) << name;
+  auto* lm = dynamic_cast<hf::CausalLM*>(model.get());
+  if (!lm || !lm->ties_embeddings()) EXPECT_EQ(pad, 0.0) << name << ": the pad row got a gradient";
+}
+
+// Llama, Mistral and Mixtral untied; Qwen2's head is the embedding (its pad row gets the head's share only); BERT's
+// word embeddings.
+INSTANTIATE_TEST_SUITE_P(Transformers, EmbeddingGradient,
+                         testing::Values("llama", "mistral", "qwen2", "mixtral", "bert"));
+
 TEST(FromPretrained, BertClassifierEqualsTransformers) {
   auto e = expected_of("bert");
   for (const char* dtype : {"float32", "bfloat16"}) {
@@ -466,6 +507,10 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {"BertForSequenceClassification", {{"problem_type", "\"single_label_classification\""}, {"num_labels", "1"}},
        "'problem_type' single_label_classification needs more than one label"},
       {"BertForSequenceClassification", {{"classifier_dropout", "1.5"}}, "'classifier_dropout' must be a number between"},
+      // nn.Embedding refuses a padding_idx outside [-vocab, vocab); transformers' strict config, one not an integer.
+      {llama, {{"pad_token_id", "16"}}, "'pad_token_id' must be null or a token id of the vocabulary (16 tokens"},
+      {"MixtralForCausalLM", {{"pad_token_id", "-17"}}, "'pad_token_id' must be null or a token id of the vocabulary"},
+      {"BertForSequenceClassification", {{"pad_token_id", "[0]"}}, "'pad_token_id' must be null or a token id of"},
   };
   for (const auto& [arch, changes, expected] : refused) {
     const std::string text = config(arch, changes);
@@ -482,7 +527,8 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
         config(llama, {{"rope_scaling", R"({"type": "dynamic", "factor": 2})"}, {"rope_theta", "500000.0"}}),
         config(llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4})"}}),
         config("Qwen2ForCausalLM", {{"layer_types", R"(["full_attention"])"}, {"sliding_window", "null"}}),
-        config("BertForSequenceClassification", {{"id2label", R"({"0": "neg", "1": "pos", "2": "neutral"})"}})})
+        config("BertForSequenceClassification", {{"id2label", R"({"0": "neg", "1": "pos", "2": "neutral"})"}}),
+        config(llama, {{"pad_token_id", "-16"}}), config(llama, {{"pad_token_id", "15"}})})
     EXPECT_NO_THROW(hf::from_config(ok, R"({"device": "meta"})")) << ok;
   // Strict JSON: a duplicate key, text after the document, bytes that are not UTF-8.
   const std::string base = config(llama, {});
@@ -511,6 +557,50 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
   std::ofstream(tmp / "model.safetensors.index.json") << R"({"weight_map": {"a": "../x.safetensors"}})";
   EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("it must stay inside"), std::string::npos);
   fs::remove_all(tmp);
+}
+
+// config.json's pad_token_id is the token embedding's padding_idx as transformers builds it (nn.Embedding(vocab,
+// hidden, config.pad_token_id)): that row starts at zero and the lookup gives it no gradient. Absent it is None for
+// the decoders and 0 for BERT (the config classes' defaults); null is None; a negative one counts from the end.
+TEST(FromPretrained, PadTokenIsTheEmbeddingsPaddingIdx) {
+  const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8,
+      "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2)";
+  const std::string bert = R"({"architectures": ["BertForSequenceClassification"], "vocab_size": 16,
+      "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2)";
+  // {config, the embedding, the padding row (-1: none)}
+  const std::vector<std::tuple<std::string, std::string, int64_t>> cases = {
+      {llama + "}", "model.embed_tokens.weight", -1},
+      {llama + R"(, "pad_token_id": null})", "model.embed_tokens.weight", -1},
+      {llama + R"(, "pad_token_id": 3})", "model.embed_tokens.weight", 3},
+      {llama + R"(, "pad_token_id": -1})", "model.embed_tokens.weight", 15},
+      {llama + R"(, "pad_token_id": 3, "tie_word_embeddings": true})", "model.embed_tokens.weight", 3},
+      {bert + "}", "bert.embeddings.word_embeddings.weight", 0},
+      {bert + R"(, "pad_token_id": null})", "bert.embeddings.word_embeddings.weight", -1},
+      {bert + R"(, "pad_token_id": 5})", "bert.embeddings.word_embeddings.weight", 5},
+  };
+  for (const auto& [text, param, pad] : cases) {
+    auto model = hf::from_config(text, nullptr);
+    at::Tensor w;
+    for (const auto& [n, p] : model->named_parameters())
+      if (n == param) w = p;
+    ASSERT_TRUE(w.defined()) << text;
+    // Initialised as transformers' _init_weights does: normal, the padding row zeroed.
+    const at::Tensor zero_rows = w.abs().amax(1).eq(0).nonzero().flatten();
+    EXPECT_EQ(zero_rows.numel(), pad >= 0 ? 1 : 0) << text;
+    if (pad >= 0 && zero_rows.numel() == 1) EXPECT_EQ(zero_rows.item<int64_t>(), pad) << text;
+    // Every id, the padding one included, attended and (a token after each) labelled.
+    at::Tensor ids = at::arange(17, at::kLong).remainder(16).view({1, 17});
+    TensorDict batch{{"input_ids", ids}, {"labels", param.rfind("bert", 0) == 0 ? at::zeros({1}, at::kLong) : ids}};
+    model->forward(batch).at("loss").backward();
+    const at::Tensor g = w.grad().abs().amax(1);
+    // Every other row gets a gradient; the padding row none (a tied head's share aside).
+    const bool tied = text.find("tie_word_embeddings") != std::string::npos;
+    for (int64_t r = 0; r < 16; ++r)
+      if (r == pad && !tied)
+        EXPECT_EQ(g[r].item<double>(), 0.0) << text << ": row " << r;
+      else
+        EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
+  }
 }
 
 // The index's weight map is read in one pass: 100k entries (a large model's index) took over 40 s when each entry

@@ -14,13 +14,14 @@ using torch::nn::Module;
 
 struct BertConfig {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, positions = 0, types = 0, labels = 0;
+  int64_t padding_idx = -1;  // word_embeddings' (config.pad_token_id; -1: none)
   double eps = 1e-12, std = 0.02, hidden_dropout = 0.1, attention_dropout = 0.1, classifier_dropout = 0.1;
   std::string act, problem_type;
 };
 
 struct Embeddings : Module {
   Embeddings(const BertConfig& c, const at::TensorOptions& o) : Module("BertEmbeddings") {
-    word_embeddings = register_module("word_embeddings", std::make_shared<Embedding>(c.vocab, c.hidden, c.std, o));
+    word_embeddings = register_module("word_embeddings", std::make_shared<Embedding>(c.vocab, c.hidden, c.std, o, c.padding_idx));
     position_embeddings = register_module("position_embeddings", std::make_shared<Embedding>(c.positions, c.hidden, c.std, o));
     token_type_embeddings = register_module("token_type_embeddings", std::make_shared<Embedding>(c.types, c.hidden, c.std, o));
     LayerNorm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(c.hidden, c.eps, o));
@@ -162,7 +163,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
                    e.position_embeddings->forward(pos);
     x = at::dropout(e.LayerNorm_->forward(x), c_.hidden_dropout, train);
     // Every query sees every present key: padding masked, nothing causal.
-    at::Tensor mask;
+    std::optional<at::Tensor> mask;  // none without an attention_mask (SDPA refuses an undefined tensor)
     if (at::Tensor m = batch.get("attention_mask"); m.defined()) {
       if (!m.sizes().equals(input.sizes()))
         throw std::invalid_argument("attention_mask has shape " + c10::str(m.sizes()) + "; input_ids has " +
@@ -241,6 +242,7 @@ std::unique_ptr<Model> make_bert_classifier(const json::Value& j, const at::Tens
   if (c.vocab <= 0 || c.hidden <= 0 || c.layers <= 0 || c.heads <= 0 || c.intermediate <= 0 || c.labels <= 0 ||
       c.hidden % c.heads != 0)
     throw std::invalid_argument(source + ": sizes must be positive and hidden_size a multiple of num_attention_heads");
+  c.padding_idx = padding_idx(j, c.vocab, /*absent: BertConfig's default*/ 0, source);
   auto model = std::make_unique<BertForSequenceClassification>(c, options);
   if (options.device() != c10::kMeta) model->reset_parameters();
   return model;

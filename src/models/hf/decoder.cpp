@@ -25,6 +25,7 @@ struct DecoderConfig {
   std::string architecture;
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t max_positions = 0, sliding_window = 0, experts = 0, top_k = 0;
+  int64_t padding_idx = -1;  // the embedding's (config.pad_token_id; -1: none)
   std::string act;
   double eps = 1e-6, init_std = 0.02, attention_dropout = 0;
   bool tie = false, qkv_bias = false, o_bias = false, mlp_bias = false;
@@ -55,6 +56,7 @@ DecoderConfig parse(const json::Value& c, const std::string& arch, const std::st
       d.head_dim <= 0 || d.heads % d.kv_heads != 0 || d.head_dim % 2 != 0)
     throw std::invalid_argument(source + ": sizes must be positive, num_attention_heads a multiple of "
                                          "num_key_value_heads and head_dim even");
+  d.padding_idx = padding_idx(c, d.vocab, /*absent: None*/ -1, source);
   if (arch == "Qwen2ForCausalLM") {
     d.qkv_bias = true;  // Qwen2Attention: q, k and v with bias, o without
     if (c.get_bool_or("use_sliding_window", false)) d.sliding_window = c.get_int_or("sliding_window", 0);
@@ -201,7 +203,7 @@ struct Layer : Module {
 
 struct Backbone : Module {  // LlamaModel
   Backbone(const DecoderConfig& d, const at::TensorOptions& o) : Module(class_prefix(d) + "Model") {
-    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(d.vocab, d.hidden, d.init_std, o));
+    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(d.vocab, d.hidden, d.init_std, o, d.padding_idx));
     layers = register_module("layers", std::make_shared<ModuleList<Layer>>());
     for (int64_t l = 0; l < d.layers; ++l) layers->add(std::make_shared<Layer>(d, o));
     norm = register_module("norm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));

@@ -44,6 +44,16 @@ at::Tensor activation(const std::string& name, const at::Tensor& x) {
   return at::gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh, gelu_fast: the tanh approximation
 }
 
+int64_t padding_idx(const json::Value& config, int64_t vocab, int64_t absent, const std::string& source) {
+  if (!config.has("pad_token_id")) return absent;
+  if (!config.has_value("pad_token_id")) return -1;
+  const int64_t id = config.get_int("pad_token_id");
+  if (id < -vocab || id >= vocab)
+    throw std::invalid_argument(source + ": 'pad_token_id' " + std::to_string(id) + " is outside the vocabulary (" +
+                                std::to_string(vocab) + " tokens), so it cannot be the embedding's padding_idx");
+  return id < 0 ? id + vocab : id;
+}
+
 at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                        const at::TensorOptions& o) {
   const auto idx = at::TensorOptions().dtype(at::kLong).device(o.device());

@@ -10,6 +10,7 @@
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/tensor_parallel.hpp"
+#include <acc/json.hpp>
 
 namespace acc::core::hf {
 
@@ -33,16 +34,29 @@ struct Linear : InitModule, lora::Host, tp::Layer {
   double std_;
 };
 
+// nn.Embedding; `padding_idx` (in [0, n), -1: none) is its padding_idx: that row gets no gradient and starts at zero.
 struct Embedding : InitModule, tp::Layer {
-  Embedding(int64_t n, int64_t dim, double std, const at::TensorOptions& o) : std_(std) {
+  Embedding(int64_t n, int64_t dim, double std, const at::TensorOptions& o, int64_t padding_idx = -1)
+      : std_(std), padding_idx_(padding_idx) {
     register_parameter("weight", at::empty({n, dim}, o));
   }
-  void reset() override { param("weight").normal_(0, std_); }
-  at::Tensor forward(const at::Tensor& ids) { return embed(param("weight"), ids); }
+  void reset() override {
+    at::Tensor& w = param("weight");
+    w.normal_(0, std_);
+    if (const int64_t row = local_row(padding_idx_, w.size(0)); row >= 0) w[row].zero_();
+  }
+  at::Tensor forward(const at::Tensor& ids) { return embed(param("weight"), ids, padding_idx_); }
   int64_t output_dim() const override { return 0; }
   bool is_embedding() const override { return true; }
   double std_;
+  int64_t padding_idx_;
 };
+
+// The padding_idx transformers gives a family's token embedding, nn.Embedding(vocab, hidden, config.pad_token_id):
+// config.json's pad_token_id (`absent` where the key is missing: the config class's default, -1 for None), a
+// negative one counted from the end as nn.Embedding does; -1 for null. One outside [-vocab, vocab) is
+// std::invalid_argument naming `source` (nn.Embedding refuses it).
+int64_t padding_idx(const json::Value& config, int64_t vocab, int64_t absent, const std::string& source);
 
 // LlamaRMSNorm: normalised in float32, scaled in the input's dtype.
 struct RMSNorm : InitModule {

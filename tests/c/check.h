@@ -10,6 +10,12 @@
 
 static int g_passed, g_failed;
 
+/* What a failed EXPECT does after counting and printing it: nothing here, the test goes on to its next check. The
+ * multi-process workers (tests/mp/mp_common.h) define it before including this to end the process instead. */
+#ifndef EXPECT_FAILED
+#define EXPECT_FAILED() ((void)0)
+#endif
+
 #define EXPECT(cond)                                                                      \
   do {                                                                                    \
     if (cond) {                                                                           \
@@ -18,6 +24,7 @@ static int g_passed, g_failed;
       ++g_failed;                                                                         \
       fprintf(stderr, "%s:%d: EXPECT(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, \
               acc_last_error_message());                                                  \
+      EXPECT_FAILED();                                                                    \
     }                                                                                     \
   } while (0)
 
@@ -32,6 +39,7 @@ static int g_passed, g_failed;
       ++g_failed;                                                                                   \
       fprintf(stderr, "%s:%d: %s returned %s \"%s\"; expected %s naming \"%s\"\n", __FILE__, __LINE__, \
               #call, acc_status_name(st_), msg_, #code, needle);                                    \
+      EXPECT_FAILED();                                                                              \
     }                                                                                               \
   } while (0)
 

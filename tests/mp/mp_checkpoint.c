@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../c/check.h"
+#include "mp_common.h"
 
 static int64_t g_micro_step; /* the registered object */
 

@@ -1,12 +1,26 @@
-/* What the multi-process workers share besides the check harness (../c/check.h): their data sets, each a loader
- * with the tensors and dataset behind it, and one plain training step. */
+/* What the multi-process workers share: the check harness (../c/check.h, a failed check ending the worker), their
+ * data sets, each a loader with the tensors and dataset behind it, and one plain training step. */
 #ifndef ACC_TEST_MP_COMMON_H
 #define ACC_TEST_MP_COMMON_H
 #include <acc/acc.h>
 #include <math.h>
 #include <stdlib.h>
 
+/* A failed check ends the worker at once with status 1, after its counts: going on, it would enter collectives its
+ * peers do not match and hang them until the test's timeout; they fail on the dead rank instead (and acc launch ends
+ * them). */
+static inline void mp_stop(void);
+#define EXPECT_FAILED() mp_stop()
 #include "../c/check.h"
+
+static inline void mp_stop(void) {
+  const char* rank = getenv("RANK");
+  fflush(stderr);
+  printf("rank %s, stopped at its first failed check: ", rank ? rank : "0");
+  finish();
+  fflush(stdout);
+  _Exit(1); /* no atexit handlers or destructors: they could wait on the peers */
+}
 
 /* A loader and what it reads from, destroyed together by loader_destroy. */
 struct loader {

@@ -30,22 +30,13 @@
 #include "runtime/mesh.hpp"
 #include "runtime/process_state.hpp"
 
+#include "mp_check.hpp"
+
 extern char** environ;
 
 using namespace acc::core;
 
 namespace {
-
-int passed = 0, failed = 0, rank = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "rank %d FAILED: %s\n", rank, what.c_str());
-  }
-}
 
 std::string num(double v) {
   char b[32];
@@ -171,7 +162,7 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     if (d > worst) worst = d, worst_name = ref[i].first;
   }
   expect(worst <= 1e-5, what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
-  if (rank == 0) std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
+  if (launch_rank() == 0) std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
   if (hf_lm) {  // generate keeps a key/value cache: refused by name
     std::string message;
     try {
@@ -259,7 +250,6 @@ int main(int argc, char** argv) {
     if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   auto comm = Comm::connect(ProcessState::from_environment(env), std::chrono::minutes(5));
-  rank = comm->rank();
   const int n = comm->size();
   const cp::Group world = cp::group_of(comm);
 
@@ -295,6 +285,5 @@ int main(int argc, char** argv) {
     tp::parallelize(m, world.collectives, o);
   });
 
-  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
-  return failed == 0 ? 0 : 1;
+  return finish();
 }

@@ -145,5 +145,5 @@ int main(int argc, char** argv) {
     }
   }
 
-  return finish(rank);
+  return finish();
 }

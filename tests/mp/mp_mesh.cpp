@@ -3,8 +3,8 @@
 // puts in it (the expected members computed here, independently, from the row-major layout over
 // (dp_replicate, dp_shard, cp, tp)), in order, and a sum over it is the sum of its members; a prepared loader gives the
 // ranks of one data-parallel coordinate (tensor / context-parallel peers) the same batches and the others different
-// ones, and gather_for_metrics (and gather_object for metrics) gathers over the data-parallel ranks only. Prints "N
-// passed, N failed".
+// ones, and gather_for_metrics (and gather_object for metrics) gathers over the data-parallel ranks only. Prints "rank R:
+// N passed, N failed".
 //   mp_mesh DP_REPLICATE DP_SHARD CP TP
 #include <ATen/ATen.h>
 
@@ -19,20 +19,11 @@
 #include "runtime/mesh.hpp"
 #include "train/accelerator.hpp"
 
+#include "mp_check.hpp"
+
 using namespace acc::core;
 
 namespace {
-
-int passed = 0, failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-  }
-}
 
 std::string list(const std::vector<int64_t>& v) {
   std::string s = "[";
@@ -159,9 +150,7 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAILED: %s\n", e.what());
-    ++failed;
+    expect(false, e.what());
   }
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return finish();
 }

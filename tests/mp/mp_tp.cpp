@@ -41,22 +41,13 @@
 #include "train/accelerator.hpp"
 #include "train/optim.hpp"
 
+#include "mp_check.hpp"
+
 extern char** environ;
 
 using namespace acc::core;
 
 namespace {
-
-int passed = 0, failed = 0, rank = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "rank %d FAILED: %s\n", rank, what.c_str());
-  }
-}
 
 std::string num(double v) {
   char b[32];
@@ -456,7 +447,6 @@ void prepare_refuses(Accelerator& acc, const std::string& what, const std::funct
 
 int train_main(const std::string& fixtures, const std::string& only) {
   auto acc = Accelerator::create(nullptr);  // the launch config's parallelism_config
-  rank = acc->state().rank;
   const int tp = acc->mesh()->size("tp");
   auto pretrained = [&](const std::string& name) -> Maker {
     return [&fixtures, name] { return hf::from_pretrained(fixtures + "/" + name + "/model", nullptr); };
@@ -493,8 +483,7 @@ int train_main(const std::string& fixtures, const std::string& only) {
     prepare_refuses(*acc, "TorchScript", [&] { return load_torchscript_model(script, nullptr); }, "TorchScript");
     std::remove(script.c_str());
   }
-  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
-  return failed == 0 ? 0 : 1;
+  return finish();
 }
 
 }  // namespace
@@ -512,7 +501,6 @@ int main(int argc, char** argv) {
     if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   auto comm = Comm::connect(ProcessState::from_environment(env), std::chrono::minutes(5));
-  rank = comm->rank();
   const int n = comm->size();
   const tp::Group group = tp::group_of(comm);
 
@@ -595,6 +583,5 @@ int main(int argc, char** argv) {
   });
   refused("split twice", llama, group, "split already", [&](Model& m) { tp::parallelize(m, group); });
 
-  std::printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
-  return failed == 0 ? 0 : 1;
+  return finish();
 }

@@ -3,7 +3,8 @@
 // Mixtral, Qwen2 (tied head, q/k/v bias), GPT-2 and built-in GPT configs, a split model trains 20 SGD steps beside
 // the whole model in the same process: the loss at every step within 1e-5 (relative) of the whole model's, the
 // gradient norm too, the gathered parameters after 20 steps within 1e-5, greedy generation equal; the same with
-// sequence parallelism (a sequence that does not split and generate refused). bf16 autocast. Then bad input:
+// sequence parallelism (a sequence that does not split and generate refused). bf16 autocast. The vocabulary-parallel
+// embedding's pad row (config.json's pad_token_id, in another rank's slice) gets no gradient. Then bad input:
 // sizes that do not divide, a model without a plan, a TorchScript module, a LoRA adapter, a second split, each
 // refused by name with the model left as it was.
 // Usage: mp_tp FIXTURES_DIR (tests/hf/fixtures). Prints "N passed, N failed"; exits non-zero on a failed check.
@@ -252,6 +253,48 @@ void mixed_precision(const std::string& what, const Maker& make, const tp::Group
            what + ": bf16 loss " + num(loss[1]) + " vs " + num(loss[0]));
     expect(std::abs(norm[0] - norm[1]) <= 5e-2 * norm[0],
            what + ": bf16 gradient norm " + num(norm[1]) + " vs " + num(norm[0]));
+  } catch (const std::exception& e) {
+    expect(false, what + ": " + e.what());
+  }
+}
+
+// The vocabulary-parallel embedding keeps nn.Embedding's padding_idx: config.json's pad_token_id `pad` (chosen in a
+// slice other than rank 0's, so the rank holding it passes its local row) gets no gradient from the lookup on any
+// rank, the gathered gradient equals the whole model's, and resetting the split model zeroes that row only.
+void padding_row(const std::string& what, const std::string& config, int64_t pad, const tp::Group& group,
+                 bool sequence_parallel = false) {
+  try {
+    const Maker make = from_config(config);
+    auto whole = make();
+    auto split = make();
+    split->load_state_dict(whole->state(), "the whole model");
+    tp::Options options;
+    options.sequence_parallel = sequence_parallel;
+    tp::parallelize(*split, group, options);
+    const tp::Sharding& sh = *tp::sharding_of(*split);
+    const std::string name = "model.embed_tokens.weight";
+    auto param = [&](Model& m) {
+      for (const auto& [n, p] : m.named_parameters())
+        if (n == name) return p;
+      throw std::runtime_error(name + " not found");
+    };
+    at::manual_seed(3);
+    at::Tensor ids = at::randint(0, 96, {3, 12}, at::kLong);
+    ids.index_put_({at::indexing::Slice(), at::indexing::Slice(0, 12, 3)}, pad);  // attended, labelled pad tokens
+    const TensorDict batch{{"input_ids", ids}, {"labels", ids}};
+    whole->forward(batch).at("loss").backward();
+    split->forward(batch).at("loss").backward();
+    const at::Tensor g = param(*whole).grad(), gathered = tp::full_tensor(sh, name, param(*split).grad());
+    expect(g[pad].abs().max().item<double>() == 0, what + ": the whole model's pad row has no gradient");
+    expect(gathered[pad].abs().max().item<double>() == 0, what + ": the split model's pad row has no gradient");
+    expect(gathered.sizes() == g.sizes() && (gathered - g).abs().max().item<double>() <= 1e-5 * g.abs().max().item<double>(),
+           what + ": the gathered embedding gradient equals the whole model's");
+    at::manual_seed(9);
+    split->reset_parameters();
+    const at::Tensor w = tp::full_tensor(sh, name, param(*split));
+    const at::Tensor zero_rows = w.abs().amax(1).eq(0).nonzero().flatten();
+    expect(zero_rows.numel() == 1 && zero_rows.item<int64_t>() == pad,
+           what + ": reset zeroes the pad row only (" + std::to_string(zero_rows.numel()) + " zero rows)");
   } catch (const std::exception& e) {
     expect(false, what + ": " + e.what());
   }
@@ -526,6 +569,12 @@ int main(int argc, char** argv) {
   equivalence("qwen2 (tied head, q/k/v bias)",
               from_config(decoder_config("Qwen2ForCausalLM", "qwen2", 8, 4, 64, 96, true)), group, true);
   equivalence("gpt2", from_config(gpt2_config(4, 96)), group, true);
+  // Pad id 70: rank 1's slice of 2 (local row 22), rank 2's of 4 (local row 22).
+  padding_row("llama (pad_token_id 70)",
+              decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false, R"(, "pad_token_id": 70)"), 70, group);
+  padding_row("qwen2 (pad_token_id 70), sequence parallel",
+              decoder_config("Qwen2ForCausalLM", "qwen2", 8, 4, 64, 96, false, R"(, "pad_token_id": 70)"), 70, group,
+              true);
   // Sequence parallelism.
   equivalence("llama (GQA), sequence parallel",
               from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group, true, false, true);

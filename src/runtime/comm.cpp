@@ -24,6 +24,7 @@
 
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
+#include "runtime/hierarchical_backend.hpp"
 #include "runtime/shm_backend.hpp"
 #include "util/errors.hpp"
 
@@ -264,16 +265,38 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d:
   return pg;
 }
 
-// The shared-memory backend where every rank of the group is on this machine (null otherwise; `impl` says which).
+// The shared-memory backend where every rank of the group is on this machine; where the ranks are on several
+// machines, some with more than one, the two-level all-reduce (runtime/hierarchical_backend.hpp); null otherwise.
+// `on` says whether it is the shared-memory one (which also does reduce-scatter and all-gather), `transport` which.
 c10::intrusive_ptr<c10d::Backend> shm_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                          const c10::intrusive_ptr<c10d::Backend>& gloo,
+                                          const c10::intrusive_ptr<c10d::Backend>& gloo, const std::string& master_addr,
                                           std::chrono::milliseconds timeout, bool* on, std::string* transport) {
   std::string why;
+  auto shm_store = c10::make_intrusive<c10d::PrefixStore>("shm/", store);
   auto shm = collective("joining the process group", [&] {
-    return make_shm_backend(c10::make_intrusive<c10d::PrefixStore>("shm/", store), rank, size, gloo, timeout, &why);
+    return make_shm_backend(shm_store, rank, size, gloo, timeout, &why);
   });
   *on = static_cast<bool>(shm);
   *transport = shm ? "shared memory" : "gloo (" + why + ")";
+  if (!shm && why.find("is not on rank 0's machine") != std::string::npos) {
+    std::string hwhy, shape;
+    auto two_level = collective("joining the process group", [&] {
+      // The identities make_shm_backend exchanged, read back (already in the store).
+      const auto where = machine_identities(shm_store, rank, size, timeout);
+      const GlooFactory make_gloo = [&](const c10::intrusive_ptr<c10d::Store>& s, int r, int n) {
+        auto gopts = c10d::ProcessGroupGloo::Options::create(timeout);
+        gopts->devices.push_back(gloo_device(master_addr));
+        return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<c10d::ProcessGroupGloo>(s, r, n, gopts));
+      };
+      return make_hierarchical_backend(c10::make_intrusive<c10d::PrefixStore>("hier/", store), rank, size, where,
+                                       gloo, make_gloo, timeout, &hwhy, &shape);
+    });
+    if (two_level) {
+      *transport = "hierarchical (all-reduce: shared memory inside each machine, Gloo between them; " + shape + ")";
+      return two_level;
+    }
+    *transport += "; not hierarchical: " + hwhy;
+  }
   // A segment that could not be made is worth a line: the job runs, slower. Opting out or several machines is not.
   if (!shm && rank == 0 && why.find("segment") != std::string::npos)
     std::fprintf(stderr, "libacc: CPU collectives over Gloo: %s\n", why.c_str());
@@ -338,7 +361,8 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::mill
   impl->store = store;
   impl->timeout = timeout_ms;
   impl->cuda_device = cuda_device;
-  auto shm = shm_for(store, state.rank, state.world_size, gloo, timeout_ms, &impl->shm, &impl->cpu_transport);
+  auto shm = shm_for(store, state.rank, state.world_size, gloo, state.master_addr, timeout_ms, &impl->shm,
+                     &impl->cpu_transport);
   impl->pg = make_group(store, state.rank, state.world_size, gloo, shm, cuda_device, timeout_ms);
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }
@@ -360,7 +384,8 @@ std::shared_ptr<Comm> Comm::subgroup(const std::vector<int>& ranks, const std::s
   impl->store = store;
   impl->timeout = impl_->timeout;
   impl->cuda_device = impl_->cuda_device;
-  auto shm = shm_for(store, rank, size, gloo, impl_->timeout, &impl->shm, &impl->cpu_transport);
+  auto shm = shm_for(store, rank, size, gloo, impl_->state.master_addr, impl_->timeout, &impl->shm,
+                     &impl->cpu_transport);
   impl->pg = make_group(store, rank, size, gloo, shm, impl_->cuda_device, impl_->timeout);
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }

@@ -441,6 +441,13 @@ class ShmBackend final : public c10d::Backend {
   }
 
  public:
+  // A collective of another transport this group is part of failed (the hierarchical all-reduce's leaders): the
+  // peers waiting here fail at once with `why` instead of at the timeout.
+  void give_up(const std::string& why) {
+    std::lock_guard<std::mutex> lock(channel_mutex_);
+    fail(why, std::make_exception_ptr(std::runtime_error(why)));
+  }
+
   // ShmWork::wait on the caller's thread: reads every pending step up to the work's last (its error, if one, is
   // the work's own: wait rethrows it).
   void complete_through(uint32_t k) {
@@ -742,8 +749,22 @@ std::string machine_identity() {
   };
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  return std::string(host) + "|" + read_first_line("/proc/sys/kernel/random/boot_id") + "|" + ns("/proc/self/ns/mnt") +
-         "|" + ns("/proc/self/ns/pid");
+  std::string id = std::string(host) + "|" + read_first_line("/proc/sys/kernel/random/boot_id") + "|" +
+                   ns("/proc/self/ns/mnt") + "|" + ns("/proc/self/ns/pid");
+  // Processes the kernel cannot tell apart (containers sharing /dev/shm and process ids) told apart by hand.
+  if (const char* label = std::getenv("ACC_SHM_MACHINE"); label && *label) id += std::string("|") + label;
+  return id;
+}
+
+std::vector<std::string> machine_identities(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                            std::chrono::milliseconds timeout) {
+  store->set("shm/where/" + std::to_string(rank),
+             to_bytes(shm_collectives_enabled() ? machine_identity() : std::string("off")));
+  return wait_all(*store, "shm/where/", size, timeout);
+}
+
+void give_up_shm_backend(const c10::intrusive_ptr<c10d::Backend>& shm, const std::string& why) {
+  if (auto* b = dynamic_cast<ShmBackend*>(shm.get())) b->give_up(why);
 }
 
 bool can_share_memory(const std::vector<std::string>& where, std::string* why) {
@@ -767,9 +788,7 @@ c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d
                                                    const c10::intrusive_ptr<c10d::Backend>& gloo,
                                                    std::chrono::milliseconds timeout, std::string* why) {
   // 1. Who can share a segment: every rank says where it runs (or that it opted out).
-  const bool enabled = shm_collectives_enabled();
-  store->set("shm/where/" + std::to_string(rank), to_bytes(enabled ? machine_identity() : std::string("off")));
-  if (!can_share_memory(wait_all(*store, "shm/where/", size, timeout), why)) return {};
+  if (!can_share_memory(machine_identities(store, rank, size, timeout), why)) return {};
   // 2. Rank 0 makes the segment and names it; the others map it; everyone says whether it could.
   const size_t slot = slot_bytes_for(size);
   const size_t bytes = segment_bytes(size, slot);

@@ -31,8 +31,18 @@ namespace acc::core {
 bool shm_collectives_enabled();
 
 // This process's machine as far as sharing a segment goes: host name | boot id | mount namespace (the same
-// /dev/shm) | pid namespace (peers' processes visible, for the liveness checks).
+// /dev/shm) | pid namespace (peers' processes visible, for the liveness checks) | ACC_SHM_MACHINE where set (a
+// label that tells apart processes the kernel cannot: containers that share /dev/shm and process ids).
 std::string machine_identity();
+
+// Every rank's machine_identity() (or "off" where it set ACC_SHM_COLLECTIVES=0), in rank order. Collective over
+// `store`.
+std::vector<std::string> machine_identities(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                            std::chrono::milliseconds timeout);
+
+// Fails a shared-memory backend's collectives from outside, waking its peers with `why` (they fail at once instead
+// of at the timeout); nothing for another backend.
+void give_up_shm_backend(const c10::intrusive_ptr<c10d::Backend>& shm, const std::string& why);
 
 // Whether the processes that reported `where` (their machine_identity(), or "off" where ACC_SHM_COLLECTIVES=0) can
 // share a segment; if not, `why` names the first rank that cannot.

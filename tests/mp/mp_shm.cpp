@@ -7,9 +7,14 @@
 //                              same bits. Prints "N passed, N failed"; exits non-zero on a failed check.
 //   mp_shm die TIMEOUT_S       rank 1 kills itself (SIGKILL) 50 ms into a loop of 64 MiB all-reduces; the others
 //                              print "CAUGHT: <error>" and exit 0 (exit 3 if the loop ended without an error).
-//   mp_shm bench TIMEOUT_S     all-reduce times, shared memory against Gloo, by size (rank 0 prints a table).
+//   mp_shm bench TIMEOUT_S     all-reduce times, the job's transport against Gloo, by size (rank 0 prints a table).
+//   mp_shm hier TIMEOUT_S      a job on several machines (runtime/hierarchical_backend.hpp): the transport says
+//                              hierarchical; all-reduce SUM, AVG, MAX, MIN of float32, bfloat16 and int64 against
+//                              the exact result of every rank's inputs (integers equal, floats within (n-1)
+//                              roundings of the float64 sum), every rank the same bits; a transposed tensor.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <signal.h>
 #include <unistd.h>
@@ -189,6 +194,67 @@ int die(Comm& shm) {
   return 3;
 }
 
+// The two-level all-reduce against the exact result: every rank makes every rank's inputs (seeded by rank).
+int hier(Comm& comm) {
+  const int n = comm.size(), rank = comm.rank();
+  expect(comm.cpu_transport().rfind("hierarchical", 0) == 0, "the job's all-reduce is hierarchical: " + comm.cpu_transport());
+  auto& pg = comm.process_group();
+  int salt = 0;
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kLong}) {
+    std::vector<int64_t> sizes = {0, 1, 7, 1031, 300001};
+    if (dt == at::kFloat) sizes.push_back(2000001);  // past the default 4 MiB step buffers
+    for (int64_t size : sizes) {
+      ++salt;
+      std::vector<at::Tensor> xs;
+      for (int r = 0; r < n; ++r) xs.push_back(input(dt, size, r, salt));
+      const at::Tensor all = at::stack(xs).to(dt == at::kLong ? at::kLong : at::kDouble);
+      const at::Tensor sum = all.sum(0), sum_abs = all.abs().sum(0).to(at::kDouble);
+      const std::string tag = std::string(c10::toString(dt)) + "[" + std::to_string(size) + "]";
+      for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG, c10d::ReduceOp::MAX, c10d::ReduceOp::MIN}) {
+        at::Tensor want;
+        double bound = 0;  // per element, times sum|x|, plus the mean's own rounding
+        switch (op) {
+          case c10d::ReduceOp::SUM: want = sum; bound = (n - 1) * eps(dt); break;
+          case c10d::ReduceOp::AVG:
+            want = dt == at::kLong ? at::div(sum, n, "trunc") : sum / n;
+            bound = (n - 1) * eps(dt) / n;
+            break;
+          case c10d::ReduceOp::MAX: want = std::get<0>(all.max(0)); break;
+          default: want = std::get<0>(all.min(0)); break;
+        }
+        std::vector<at::Tensor> v{xs[rank].clone()};
+        c10d::AllreduceOptions o;
+        o.reduceOp = c10d::ReduceOp(op);
+        pg->allreduce(v, o)->wait();
+        const at::Tensor got = v[0];
+        const std::string what = "all_reduce " + std::to_string(static_cast<int>(op)) + " " + tag;
+        if (dt == at::kLong || bound == 0) {
+          expect(at::equal(got, want.to(dt)), what + ": exact");
+        } else {
+          const at::Tensor diff = (got.to(at::kDouble) - want).abs();
+          const at::Tensor allowed = sum_abs * bound + want.abs() * (op == c10d::ReduceOp::AVG ? eps(dt) : 0) + 1e-300;
+          expect(size == 0 || (diff <= allowed).all().item<bool>(),
+                 what + ": within (n-1) roundings of the float64 result (max diff " +
+                     (size ? std::to_string(diff.max().item<double>()) : std::string("-")) + ")");
+        }
+        at::Tensor gathered = comm.all_gather_cat(got.reshape({1, -1}).contiguous());
+        bool same = true;
+        for (int r = 1; r < n; ++r) same = same && bit_equal(gathered[r], gathered[0]);
+        expect(same, what + ": every rank holds the same bits");
+      }
+    }
+  }
+  {
+    std::vector<at::Tensor> xs;
+    for (int r = 0; r < n; ++r) xs.push_back(input(at::kFloat, 64 * 33, r, 99).view({64, 33}));
+    at::Tensor a = xs[rank].clone().t();
+    comm.all_reduce(a, acc::core::ReduceOp::Sum);
+    expect(!a.is_contiguous() && at::allclose(a, at::stack(xs).sum(0).t(), 1e-5, 1e-4), "a transposed tensor");
+  }
+  comm.barrier();
+  return finish();
+}
+
 double time_all_reduce(Comm& c, int64_t numel, int iters) {
   at::Tensor t = at::ones({numel}, at::kFloat);
   c.all_reduce(t, acc::core::ReduceOp::Sum);
@@ -213,7 +279,7 @@ int bench(Comm& shm, Comm& gloo) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: mp_shm equal|die|bench TIMEOUT_S\n");
+    std::fprintf(stderr, "usage: mp_shm equal|die|bench|hier TIMEOUT_S\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -223,6 +289,7 @@ int main(int argc, char** argv) {
     const auto state = acc::core::ProcessState::from_environment(acc::config::current_environment());
     auto shm = Comm::connect(state, timeout);
     if (mode == "die") return die(*shm);
+    if (mode == "hier") return hier(*shm);
     std::vector<int> all;
     for (int r = 0; r < shm->size(); ++r) all.push_back(r);
     ::setenv("ACC_SHM_COLLECTIVES", "0", 1);

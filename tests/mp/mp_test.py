@@ -182,33 +182,97 @@ def case_shm():
     expect(shm_segments() == before, "nothing left in /dev/shm", str(shm_segments() - before))
 
 
-def case_shm_dead_rank():
+def case_shm_dead_rank(machines=("", "", "")):
     """A rank SIGKILLed in the middle of shared-memory all-reduces: the others fail at once (not at the 60 s
     timeout) naming it, and nothing is left in /dev/shm. The processes are started directly: the launcher would end
-    the others itself. Rank 1 stays a zombie (not reaped) while rank 0 waits: it counts as dead."""
+    the others itself. Rank 1 stays a zombie (not reaped) while rank 0 waits: it counts as dead. machines: each
+    rank's ACC_SHM_MACHINE (case_hierarchical: two "machines"; those on the other one fail through the leaders')."""
     import socket
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     before = shm_segments()
-    world = 3
+    world = len(machines)
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   ACC_CONFIG_FILE="none")
+                   ACC_CONFIG_FILE="none", ACC_SHM_MACHINE=machines[rank])
         procs.append(subprocess.Popen([WORKER, "die", "60"], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     start = time.monotonic()
-    for rank in (0, 2):
+    for rank in (r for r in range(world) if r != 1):
         out, _ = procs[rank].communicate(timeout=90)
         seconds = time.monotonic() - start
         expect(procs[rank].returncode == 0 and "CAUGHT" in out, f"rank {rank} fails in the collective", out)
-        expect(re.search(r"rank 1 \(pid \d+\) died", out) is not None or "rank 1 gave up" in out or
-               ("rank 0 gave up" in out and "rank 1 (pid" in out), f"rank {rank}'s error names rank 1", out)
+        if machines[rank] == machines[1]:
+            expect(re.search(r"rank 1 \(pid \d+\) died", out) is not None or "rank 1 gave up" in out or
+                   ("rank 0 gave up" in out and "rank 1 (pid" in out), f"rank {rank}'s error names rank 1", out)
+        else:
+            expect("hierarchical all-reduce between the machines' first ranks" in out,
+                   f"rank {rank} (another machine) fails through the leaders' Gloo", out)
         expect(seconds < 20, f"rank {rank} failed within 20 s, not at the 60 s timeout ({seconds:.1f} s)")
     procs[1].wait(timeout=30)
     expect(procs[1].returncode == -signal.SIGKILL, "rank 1 was killed", str(procs[1].returncode))
+    expect(shm_segments() == before, "nothing left in /dev/shm", str(shm_segments() - before))
+
+
+def launch_machines(worker, args, envs, ip="127.0.0.1", prefixes=((), ()), per_machine=2, timeout=400):
+    """Two `acc launch` (--num_machines 2, machine ranks 1 then 0) of per_machine processes each, running worker;
+    envs[m], prefixes[m]: machine m's extra environment and argv prefix (tests/netns.py's). Returns (whether both
+    exited 0, their output)."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([*prefixes[m], ACC, "launch", "--cpu", "--num_processes", str(2 * per_machine),
+                               "--num_machines", "2", "--machine_rank", str(m), "--main_process_ip", ip,
+                               "--main_process_port", str(port), worker, *map(str, args)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, ACC_CONFIG_FILE="none", **envs[m])) for m in (1, 0)]
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    return all(p.returncode == 0 for p in procs), "\n".join(outputs)
+
+
+def case_hierarchical():
+    """A job on two machines of 2 processes each (ACC_SHM_MACHINE tells the launchers' processes apart on loopback;
+    then two network namespaces, where they can be made): the all-reduce is two-level (shared memory inside each,
+    Gloo between the first processes), exact for integers, max and min, within (n-1) roundings for sums and means;
+    DDP trains as on flat Gloo; a rank killed mid-all-reduce fails every process at once. Nothing left in /dev/shm."""
+    before = shm_segments()
+    labels = [{"ACC_SHM_MACHINE": "m0"}, {"ACC_SHM_MACHINE": "m1"}]
+    for slot in ("4096", None):
+        envs = [dict(e, **({"ACC_SHM_SLOT_BYTES": slot} if slot else {})) for e in labels]
+        ok, out = launch_machines(WORKER, ["hier", 60], envs)
+        expect(ok and out.count(" 0 failed") == 4 and re.search(r"rank 0: [1-9]\d* passed", out) is not None,
+               f"2 machines x 2 processes (ACC_SHM_MACHINE), step buffers {slot or 'default'}: every all-reduce "
+               "within its bound", out[-4000:])
+    with two_machines() as m:
+        if m is not None:
+            ok, out = launch_machines(WORKER, ["hier", 60], [{"GLOO_SOCKET_IFNAME": v} for v in m.veth],
+                                      ip=m.addrs[0], prefixes=m.prefix)
+            expect(ok and out.count(" 0 failed") == 4, "2 network namespaces x 2 processes: hierarchical, every "
+                   "all-reduce within its bound", out[-4000:])
+    # DDP (tests/mp/mp_sharded.c, gpt, 30 steps) against the same 4 processes over flat Gloo.
+    sharded = os.path.join(os.path.dirname(WORKER), "mp_sharded")
+    with tempfile.TemporaryDirectory() as d:
+        flat = subprocess.run([ACC, "launch", "--cpu", "--num_processes", "4", "--main_process_port", "0", sharded,
+                               "gpt", "30", "2", "0.05", os.path.join(d, "flat")], capture_output=True, text=True,
+                              timeout=400, env=dict(os.environ, ACC_CONFIG_FILE="none", ACC_SHM_COLLECTIVES="0"))
+        expect(flat.returncode == 0, "DDP on 4 processes over Gloo", flat.stdout + flat.stderr)
+        ok, out = launch_machines(sharded, ["gpt", 30, 2, 0.05, os.path.join(d, "hier")], labels)
+        expect(ok, "DDP on 2 machines x 2 processes, hierarchical", out[-4000:])
+        if ok and flat.returncode == 0:
+            want = [float(x) for x in re.findall(r"LOSS (\S+)", flat.stdout)]
+            got = [float(x) for x in re.findall(r"LOSS (\S+)", out)]
+            expect(want and got and all(abs(g - want[0]) <= 1e-5 * abs(want[0]) for g in got),
+                   "DDP's loss as over flat Gloo (within 1e-5, relative)", f"{got} vs {want}")
+            diff = max_abs_diff(read_safetensors(os.path.join(d, "flat", "model.safetensors")),
+                                read_safetensors(os.path.join(d, "hier", "model.safetensors")))
+            print(f"DDP, 2 machines x 2 hierarchical vs flat Gloo on 4: loss {got[0]} vs {want[0]}, "
+                  f"max |parameter diff| = {diff:.3g}")
+            expect(diff <= 1e-5, "DDP's parameters as over flat Gloo (within 1e-5)", str(diff))
+    case_shm_dead_rank(("m0", "m0", "m1", "m1"))
     expect(shm_segments() == before, "nothing left in /dev/shm", str(shm_segments() - before))
 
 

@@ -1,7 +1,8 @@
 /* One rank of a multi-process test, started by `acc launch`. Usage: mp_worker MODE [args]
  *   collectives                      rank r holds [1+2r, 2+2r]: gather, reduce sum/mean/max
  *   gather_for_metrics N BATCH       every sample of an N-sample set exactly once, in order
- *   train BATCH STEPS OPT OUT        MLP regression; the main process saves the weights to OUT
+ *   train BATCH STEPS OPT OUT        MLP regression; every process holds the same weights, the main
+ *                                    process saves them to OUT
  *   exit_on_rank RANK STATUS PIDDIR  that rank exits with STATUS; the others block in a barrier
  *   rendezvous SECONDS               only joins (collective timeout SECONDS): prints the status and message
  *   stalled_peer                     collective timeout 1.5 s; rank 1 stalls 5 s: rank 0's all-reduce fails
@@ -125,6 +126,32 @@ static void gather_for_metrics(acc_accelerator* acc, int64_t n, int batch) {
   free(x);
 }
 
+/* 1 when every process holds process 0's model state to the bit (float32 tensors): DDP keeps the replicas equal, the
+ * same averaged gradients giving the same steps. Collective. */
+static int replicas_equal(acc_accelerator* acc, const acc_model* model) {
+  int64_t count;
+  CHECK(acc_model_state_size(model, &count));
+  int equal = count > 0;
+  for (int64_t i = 0; i < count; ++i) {
+    acc_tensor *mine, *root;
+    int64_t n;
+    CHECK(acc_model_state_get(model, i, NULL, &mine));
+    CHECK(acc_broadcast(acc, mine, 0, &root));
+    CHECK(acc_tensor_numel(mine, &n));
+    const size_t bytes = sizeof(float) * (size_t)n;
+    float* a = malloc(bytes + 1);
+    float* b = malloc(bytes + 1);
+    CHECK(acc_tensor_to_host(mine, a, bytes));
+    CHECK(acc_tensor_to_host(root, b, bytes));
+    equal &= memcmp(a, b, bytes) == 0;
+    free(a);
+    free(b);
+    acc_tensor_destroy(mine);
+    acc_tensor_destroy(root);
+  }
+  return equal;
+}
+
 /* Regression data: y = sin(3 x0) + x1 x2, 256 samples, the same on every process. */
 static void train(acc_accelerator* acc, int batch, int steps, const char* opt_type, const char* out) {
   enum { N = 256 };
@@ -146,8 +173,8 @@ static void train(acc_accelerator* acc, int batch, int steps, const char* opt_ty
   for (int step = 0; step < steps;) step += train_step(acc, model, opt, data.dl);
   int32_t is_main;
   CHECK(acc_is_main_process(acc, &is_main));
+  EXPECT(replicas_equal(acc, model));
   if (is_main) CHECK(acc_model_save_safetensors(model, out));
-  EXPECT(1);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   loader_destroy(&data);

@@ -65,16 +65,6 @@ void write_where(json::Writer& j, const std::string& name, int64_t offset, at::I
   j.end_object();
 }
 
-// The whole tensor from every tensor-parallel rank's part (tp::full_tensor's order, without communication): of each
-// packed block, the ranks' parts in rank order.
-at::Tensor join_parts(const std::vector<at::Tensor>& parts, const TpPart& tp) {
-  const int64_t part = parts.front().size(tp.dim) / tp.packed;
-  std::vector<at::Tensor> pieces;
-  for (int64_t b = 0; b < tp.packed; ++b)
-    for (const at::Tensor& p : parts) pieces.push_back(p.narrow(tp.dim, b * part, part));
-  return at::cat(pieces, tp.dim);
-}
-
 // Whole tensors assembled from slices, checked to be covered exactly once or more: hybrid sharding's replicas write
 // the same slices, bit for bit (every replica applies the same all-reduced step), so slices that overlap must agree
 // bit for bit, and one tensor's slices must share a dtype.
@@ -194,7 +184,7 @@ struct Assembly {
         throw std::invalid_argument(sp.file + ": the tensor-parallel part of '" + name + "' has shape " +
                                     c10::str(p0.sizes()) + ", which dim " + std::to_string(sp.tp.dim) + " in " +
                                     std::to_string(sp.tp.packed) + " packed blocks does not split");
-      out.emplace_back(name, join_parts(parts, sp.tp));
+      out.emplace_back(name, tp::join_parts(parts, sp.tp.dim, sp.tp.packed));
     }
     return out;
   }

@@ -73,6 +73,23 @@ TEST(ShmChoice, SameMachineOnly) {
   EXPECT_FALSE(can_share_memory({"h|b|m|p1", "h|b|m|p2"}, &why));
 }
 
+// ACC_SHM_MACHINE tells apart processes that the kernel's view puts on one machine (two "machines" of a test).
+TEST(ShmChoice, MachineLabel) {
+  const char* keep = std::getenv("ACC_SHM_MACHINE");
+  const std::string saved = keep ? keep : "";
+  ::unsetenv("ACC_SHM_MACHINE");
+  const std::string plain = acc::core::machine_identity();
+  ::setenv("ACC_SHM_MACHINE", "", 1);
+  EXPECT_EQ(acc::core::machine_identity(), plain);  // empty: no label
+  ::setenv("ACC_SHM_MACHINE", "m1", 1);
+  const std::string m1 = acc::core::machine_identity();
+  EXPECT_EQ(m1, plain + "|m1");
+  std::string why;
+  EXPECT_FALSE(can_share_memory({plain, m1}, &why));
+  EXPECT_TRUE(can_share_memory({m1, m1}, &why));
+  if (keep) ::setenv("ACC_SHM_MACHINE", saved.c_str(), 1); else ::unsetenv("ACC_SHM_MACHINE");
+}
+
 TEST(ShmChoice, Switch) {
   const char* keep = std::getenv("ACC_SHM_COLLECTIVES");
   for (const char* on : {"", "1", "true", "ON", "yes"}) {

@@ -133,7 +133,9 @@ void check_padding(const HfConfig& c, int64_t vocab) {
 // standardizes and validates them (modeling_rope_utils), plus what it only warns about and computes garbage from.
 void check_rope(const HfConfig& c, int64_t max_positions) {
   c.number("rope_theta", 10000, 0, HUGE_VAL, /*open_lo=*/true);
-  const char* key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  // transformers takes `rope_scaling or rope_parameters`: a non-empty rope_scaling wins.
+  const Node* scaling = c.item("rope_scaling");
+  const char* key = scaling && !(scaling->kind == Kind::Map && scaling->map.empty()) ? "rope_scaling" : "rope_parameters";
   const Node* r = c.item(key);
   if (!r) return;
   if (r->kind != Kind::Map) c.fail(key, "must be an object (rope_type, rope_theta, factor, ...); got " + shown(r));
@@ -164,16 +166,19 @@ void check_rope(const HfConfig& c, int64_t max_positions) {
 // (Llama|Mistral|Qwen2|Mixtral)Config.
 void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   const int64_t V = c.integer("vocab_size"), H = c.integer("hidden_size"), I = c.integer("intermediate_size"),
-                L = c.blocks("num_hidden_layers"), heads = c.integer("num_attention_heads"),
-                kv = c.integer("num_key_value_heads", heads);
-  const bool qwen = arch == "Qwen2ForCausalLM", mixtral = arch == "MixtralForCausalLM";
+                L = c.blocks("num_hidden_layers");
+  const int64_t heads = c.integer("num_attention_heads");
+  const bool qwen = arch == "Qwen2ForCausalLM", mixtral = arch == "MixtralForCausalLM", llama = arch == "LlamaForCausalLM";
+  // Missing, the class default (MistralConfig's and MixtralConfig's 8, Qwen2Config's 32); null, num_attention_heads.
+  const Node* kv_given = c.root->find("num_key_value_heads");
+  const int64_t kv = c.integer("num_key_value_heads", !kv_given ? (qwen ? 32 : llama ? heads : 8) : heads);
   // LlamaConfig.validate_architecture; the others derive head_dim by integer division.
   if (arch == "LlamaForCausalLM" && H % heads != 0)
     c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
                               std::to_string(heads) + "), as LlamaConfig requires");
   if (heads % kv != 0)
     c.fail("num_attention_heads", "(" + std::to_string(heads) + ") must be a multiple of 'num_key_value_heads' (" +
-                                      std::to_string(kv) + ")");
+                                      std::to_string(kv) + (kv_given ? ")" : ", the default when it is missing)"));
   if (!c.has("head_dim") && H / heads == 0)
     c.fail("hidden_size", "(" + std::to_string(H) + ") must be at least 'num_attention_heads' (" +
                               std::to_string(heads) + ") for a head_dim of hidden_size / num_attention_heads");
@@ -181,7 +186,8 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   if (hd % 2 != 0)
     c.fail("head_dim", "must be even (rotary embeddings turn pairs of dimensions); got " + std::to_string(hd));
   product(c, "num_attention_heads", heads, "head_dim", hd);
-  const int64_t max_positions = c.integer("max_position_embeddings", 2048);
+  const int64_t max_positions =
+      c.integer("max_position_embeddings", llama ? 2048 : qwen ? 32768 : 4096 * 32);  // the classes' defaults
   c.number("rms_norm_eps", 1e-6, 0);
   // LlamaConfig bounds it to [0, 1]; the others only need a standard deviation.
   c.number("initializer_range", 0.02, 0, arch == "LlamaForCausalLM" ? 1 : HUGE_VAL);
@@ -189,6 +195,7 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   c.text("hidden_act", "silu");
   c.flag("use_sliding_window", false);
   c.integer("sliding_window", 1);  // a window of 0 attends to nothing
+  if (qwen) c.integer("max_window_layers", 28, 0);  // Qwen2: the first layer that slides (layer_types absent)
   if (const Node* types = c.item("layer_types")) {  // Qwen2: PreTrainedConfig.validate_layer_type
     if (types->kind != Kind::List || static_cast<int64_t>(types->list.size()) != L)
       c.fail("layer_types", "must be a list of one attention type per layer (" + std::to_string(L) + ")");
@@ -199,14 +206,16 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   check_padding(c, V);
   int64_t experts = 0;
   if (mixtral) {
-    experts = c.blocks("num_local_experts");
-    c.integer("num_experts_per_tok", std::nullopt, 1, experts);
+    experts = c.blocks("num_local_experts", 8);
+    c.integer("num_experts_per_tok", 2, 1, experts);
     if (L > limits::kModelBlocks / experts)
       c.fail("num_hidden_layers", "times 'num_local_experts' must be at most " + std::to_string(limits::kModelBlocks) +
                                       " (the limit)");
   }
-  const bool qkv_bias = qwen || c.flag("attention_bias", false), o_bias = !qwen && c.flag("attention_bias", false);
-  const bool mlp_bias = !qwen && c.flag("mlp_bias", false);
+  // Qwen2Attention: q, k and v with bias; only Llama reads attention_bias and mlp_bias (Mistral's and Mixtral's
+  // projections have none whatever the config says).
+  const bool qkv_bias = qwen || (llama && c.flag("attention_bias", false)), o_bias = llama && c.flag("attention_bias", false);
+  const bool mlp_bias = llama && c.flag("mlp_bias", false);
   const bool tied = c.flag("tie_word_embeddings", false);
   if (!out) return;
   const auto linear = [&](const std::string& name, int64_t in, int64_t outs, bool bias) {

@@ -447,7 +447,7 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
               {"intermediate_size", "16"}};
     else
       keys = {{"vocab_size", "16"}, {"hidden_size", "8"}, {"intermediate_size", "16"}, {"num_hidden_layers", "1"},
-              {"num_attention_heads", "2"}};
+              {"num_attention_heads", "2"}, {"num_key_value_heads", "2"}};
     if (arch == "MixtralForCausalLM") keys.insert({{"num_local_experts", "4"}, {"num_experts_per_tok", "2"}});
     for (const auto& [k, v] : changes) {
       if (v.empty()) keys.erase(k);
@@ -490,6 +490,13 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {llama, {{"tie_word_embeddings", "\"yes\""}}, "'tie_word_embeddings' must be true or false"},
       {llama, {{"intermediate_size", ""}}, "'intermediate_size' is missing"},
       {"MistralForCausalLM", {{"sliding_window", "0"}}, "'sliding_window' must be an integer between 1 and"},
+      // Missing, MistralConfig's and MixtralConfig's default 8 (null: num_attention_heads, accepted below).
+      {"MistralForCausalLM", {{"num_key_value_heads", ""}},
+       "'num_attention_heads' (2) must be a multiple of 'num_key_value_heads' (8, the default when it is missing)"},
+      {"Qwen2ForCausalLM", {{"max_window_layers", "-1"}}, "'max_window_layers' must be an integer between 0 and"},
+      // `rope_scaling or rope_parameters`: a non-empty rope_scaling is the one read.
+      {llama, {{"rope_scaling", R"({"type": "linear"})"}, {"rope_parameters", R"({"rope_type": "default"})"}},
+       "'rope_scaling.factor' is missing"},
       {"Qwen2ForCausalLM", {{"layer_types", R"(["full_attention", "full_attention"])"}},
        "'layer_types' must be a list of one attention type per layer (1)"},
       {"MixtralForCausalLM", {{"num_experts_per_tok", "5"}}, "'num_experts_per_tok' must be an integer between 1 and 4"},
@@ -528,7 +535,8 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
         config(llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4})"}}),
         config("Qwen2ForCausalLM", {{"layer_types", R"(["full_attention"])"}, {"sliding_window", "null"}}),
         config("BertForSequenceClassification", {{"id2label", R"({"0": "neg", "1": "pos", "2": "neutral"})"}}),
-        config(llama, {{"pad_token_id", "-16"}}), config(llama, {{"pad_token_id", "15"}})})
+        config(llama, {{"pad_token_id", "-16"}}), config(llama, {{"pad_token_id", "15"}}),
+        config("MixtralForCausalLM", {{"num_key_value_heads", "null"}})})
     EXPECT_NO_THROW(hf::from_config(ok, R"({"device": "meta"})")) << ok;
   // Strict JSON: a duplicate key, text after the document, bytes that are not UTF-8.
   const std::string base = config(llama, {});
@@ -602,6 +610,65 @@ TEST(FromPretrained, PadTokenIsTheEmbeddingsPaddingIdx) {
         EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
   }
 }
+
+// transformers reads `rope_scaling or rope_parameters`: with both, the linear scaling in rope_scaling gives the
+// llama_linear fixture's logits even though rope_parameters says "default".
+TEST(FromPretrained, RopeScalingIsReadBeforeRopeParameters) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_rope_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(fs::path(g_fixtures) / "llama_linear" / "model", tmp, fs::copy_options::recursive);
+  const std::string text = config::read_file((tmp / "config.json").string(), 1 << 20);
+  const size_t at_key = text.find("\"rope_parameters\"");
+  ASSERT_NE(at_key, std::string::npos);
+  std::ofstream(tmp / "config.json")
+      << text.substr(0, at_key) + R"("rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "rope_scaling")" +
+             text.substr(at_key + std::string("\"rope_parameters\"").size());
+  auto e = expected_of("llama_linear");
+  auto model = hf::from_pretrained(tmp.string(), R"({"dtype": "float32"})");
+  TensorDict out = model->forward(TensorDict{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}});
+  EXPECT_LE(masked_max_diff(out.at("logits"), e["logits"], e["attention_mask"]), 1e-5);
+  fs::remove_all(tmp);
+}
+
+// config.json values transformers reads in a way libacc once did not (tests/hf/make_parity.py, which lists them):
+// configuration-class defaults that differ by family (Mistral's sliding_window 4096; Mixtral's num_key_value_heads,
+// rms_norm_eps, rope_theta, experts), keys a family does not read (Mistral's and Mixtral's attention_bias), Qwen2's
+// per-layer sliding windows (max_window_layers, layer_types). The loss, the last logits and the token embedding's
+// gradient, in training mode, against transformers'.
+class ConfigParity : public testing::TestWithParam<const char*> {};
+
+TEST_P(ConfigParity, LossLogitsAndGradientEqualTransformers) {
+  const std::string dir = g_fixtures + "/../parity/" + GetParam();
+  std::map<std::string, at::Tensor> e;
+  for (auto& [k, t] : load_safetensors(dir + "/expected.safetensors")) e[k] = t.clone();
+  const at::Tensor ids = e["input_ids"].to(at::kLong);
+  const at::Tensor mask = e.count("attention_mask") ? e["attention_mask"].to(at::kLong) : at::ones_like(ids);
+  auto model = hf::from_pretrained(dir + "/model", R"({"dtype": "float32"})");
+  model->train(true);
+  TensorDict out = model->forward(TensorDict{
+      {"input_ids", ids}, {"attention_mask", mask}, {"labels", ids.masked_fill(mask.eq(0), -100)}});
+  const at::Tensor loss = out.at("loss");
+  loss.backward();
+  const int64_t last = e["logits"].size(1);
+  const at::Tensor logits = out.at("logits").narrow(1, out.at("logits").size(1) - last, last);
+  const double logit_diff = masked_max_diff(logits, e["logits"], mask.narrow(1, mask.size(1) - last, last));
+  at::Tensor grad;
+  for (const auto& [n, p] : model->named_parameters())
+    if (n == "model.embed_tokens.weight") grad = p.grad();
+  ASSERT_TRUE(grad.defined());
+  const double grad_diff = (grad - e["embed_grad"]).abs().max().item<double>();
+  const double grad_scale = e["embed_grad"].abs().max().item<double>();
+  std::printf("%s: loss |diff| %.3g, last logits max |diff| %.3g, embedding gradient max |diff| %.3g (max |g| %.3g)\n",
+              GetParam(), std::abs(loss.item<double>() - e["loss"].item<double>()), logit_diff, grad_diff, grad_scale);
+  EXPECT_NEAR(loss.item<double>(), e["loss"].item<double>(), 1e-5);
+  EXPECT_LE(logit_diff, 1e-4);
+  EXPECT_LE(grad_diff, 1e-5 * std::max(1.0, grad_scale));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transformers, ConfigParity,
+                         testing::Values("mistral_window", "mixtral_defaults", "qwen2_mixed", "qwen2_types",
+                                         "qwen2_full"));
 
 // The index's weight map is read in one pass: 100k entries (a large model's index) took over 40 s when each entry
 // was looked up by key. Its own meson test ('hf-large-index') runs this with a short timeout.

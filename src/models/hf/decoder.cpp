@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <numbers>
@@ -25,6 +26,9 @@ struct DecoderConfig {
   std::string architecture;
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t max_positions = 0, sliding_window = 0, experts = 0, top_k = 0;
+  // Per layer, whether it attends through the sliding window (Qwen2's layer_types; every layer for Mistral and
+  // Mixtral); none does when sliding_window is 0.
+  std::vector<bool> sliding;
   int64_t padding_idx = -1;  // the embedding's (config.pad_token_id; -1: none)
   std::string act;
   double eps = 1e-6, init_std = 0.02, attention_dropout = 0;
@@ -35,20 +39,41 @@ struct DecoderConfig {
   int64_t original_max_positions = 0;
 };
 
+// What the configuration classes give a key config.json leaves out (LlamaConfig, MistralConfig, Qwen2Config,
+// MixtralConfig): they differ by family.
+struct FamilyDefaults {
+  int64_t kv_heads;  // 0: num_attention_heads
+  int64_t max_positions, sliding_window;  // sliding_window 0: none (Qwen2's applies with use_sliding_window only)
+  double eps, theta;
+};
+FamilyDefaults family_defaults(const std::string& arch) {
+  if (arch == "MistralForCausalLM") return {8, 4096 * 32, 4096, 1e-6, 10000.0};
+  if (arch == "Qwen2ForCausalLM") return {32, 32768, 4096, 1e-6, 10000.0};
+  if (arch == "MixtralForCausalLM") return {8, 4096 * 32, 0, 1e-5, 1000000.0};  // MixtralConfig.default_theta
+  return {0, 2048, 0, 1e-6, 10000.0};
+}
+
+// An optional size whose null transformers reads as None (`none`), unlike a missing key (the class default).
+int64_t int_or_none(const json::Value& c, const char* key, int64_t absent, int64_t none) {
+  if (!c.has(key)) return absent;
+  return c.has_value(key) ? c.get_int(key) : none;
+}
+
 DecoderConfig parse(const json::Value& c, const std::string& arch, const std::string& source) {
   DecoderConfig d;
+  const FamilyDefaults f = family_defaults(arch);
   d.architecture = arch;
   d.vocab = c.get_int("vocab_size");
   d.hidden = c.get_int("hidden_size");
   d.intermediate = c.get_int("intermediate_size");
   d.layers = c.get_int("num_hidden_layers");
   d.heads = c.get_int("num_attention_heads");
-  d.kv_heads = c.get_int_or("num_key_value_heads", d.heads);
+  d.kv_heads = int_or_none(c, "num_key_value_heads", f.kv_heads ? f.kv_heads : d.heads, d.heads);
   d.head_dim = c.get_int_or("head_dim", d.heads > 0 ? d.hidden / d.heads : 0);
-  d.max_positions = c.get_int_or("max_position_embeddings", 2048);
+  d.max_positions = c.get_int_or("max_position_embeddings", f.max_positions);
   d.act = c.get_string_or("hidden_act", "silu");
   check_activation(d.act, source);
-  d.eps = c.get_double_or("rms_norm_eps", 1e-6);
+  d.eps = c.get_double_or("rms_norm_eps", f.eps);
   d.init_std = c.get_double_or("initializer_range", 0.02);
   d.attention_dropout = c.get_double_or("attention_dropout", 0.0);
   d.tie = c.get_bool_or("tie_word_embeddings", false);
@@ -59,21 +84,41 @@ DecoderConfig parse(const json::Value& c, const std::string& arch, const std::st
   d.padding_idx = padding_idx(c, d.vocab, /*absent: None*/ -1, source);
   if (arch == "Qwen2ForCausalLM") {
     d.qkv_bias = true;  // Qwen2Attention: q, k and v with bias, o without
-    if (c.get_bool_or("use_sliding_window", false)) d.sliding_window = c.get_int_or("sliding_window", 0);
-  } else {
+    if (c.get_bool_or("use_sliding_window", false))
+      d.sliding_window = int_or_none(c, "sliding_window", f.sliding_window, 0);
+    // Qwen2Config: layer_types as given, else the layers from max_window_layers on slide (when a window is set).
+    const int64_t first_sliding = c.get_int_or("max_window_layers", 28);
+    for (int64_t l = 0; l < d.layers; ++l) {
+      if (c.has_value("layer_types")) {
+        const std::string type = c.get("layer_types").at(static_cast<size_t>(l)).as_string();
+        if (type != "full_attention" && type != "sliding_attention")
+          throw UnsupportedError(source + ": 'layer_types' names '" + type +
+                                 "', which is not an attention type Qwen2 has (full_attention, sliding_attention)");
+        d.sliding.push_back(type == "sliding_attention");
+      } else {
+        d.sliding.push_back(d.sliding_window > 0 && l >= first_sliding);
+      }
+    }
+  } else if (arch == "LlamaForCausalLM") {
+    // Only Llama reads these; Mistral's and Mixtral's projections have no biases whatever the config says.
     d.qkv_bias = d.o_bias = c.get_bool_or("attention_bias", false);
     d.mlp_bias = c.get_bool_or("mlp_bias", false);
-    if (arch != "LlamaForCausalLM") d.sliding_window = c.get_int_or("sliding_window", 0);
+  } else {
+    d.sliding_window = int_or_none(c, "sliding_window", f.sliding_window, 0);
   }
+  if (d.sliding.empty()) d.sliding.assign(static_cast<size_t>(d.layers), d.sliding_window > 0);
+  if (d.sliding_window == 0) d.sliding.assign(static_cast<size_t>(d.layers), false);  // a sliding layer without one
   if (arch == "MixtralForCausalLM") {
-    d.experts = c.get_int("num_local_experts");
-    d.top_k = c.get_int("num_experts_per_tok");
+    d.experts = c.get_int_or("num_local_experts", 8);
+    d.top_k = c.get_int_or("num_experts_per_tok", 2);
     if (d.experts <= 0 || d.top_k <= 0 || d.top_k > d.experts)
       throw std::invalid_argument(source + ": num_experts_per_tok must be between 1 and num_local_experts");
   }
   // transformers 4 writes rope_theta and rope_scaling; 5 writes rope_parameters (theta and scaling together).
-  d.theta = c.get_double_or("rope_theta", 10000.0);
-  const char* key = c.has_value("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  d.theta = c.get_double_or("rope_theta", f.theta);
+  // transformers takes `rope_scaling or rope_parameters`: a non-empty rope_scaling wins.
+  const bool scaling = c.has_value("rope_scaling") && !(c.get("rope_scaling").is_object() && c.get("rope_scaling").size() == 0);
+  const char* key = scaling ? "rope_scaling" : "rope_parameters";
   if (c.has_value(key)) {
     json::Value r = c.get(key);
     d.theta = r.get_double_or("rope_theta", d.theta);
@@ -304,11 +349,20 @@ class CausalDecoder final : public NnModel,
     at::Tensor x = model_->embed_tokens->forward(ids);
     release("model.embed_tokens");
     const auto o = x.options();
-    Masking masking;
-    if (seq)
-      seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(), d_.sliding_window, o);
-    else
-      masking = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
+    // The masks of the full-attention layers and of the sliding-window ones (Qwen2 may mix them).
+    const bool any_sliding = std::find(d_.sliding.begin(), d_.sliding.end(), true) != d_.sliding.end();
+    const bool any_full = std::find(d_.sliding.begin(), d_.sliding.end(), false) != d_.sliding.end();
+    Masking full, sliding;
+    if (seq) {
+      if (any_sliding && any_full)
+        throw UnsupportedError(d_.architecture + ": context parallelism over layers that mix full and sliding-window "
+                               "attention (config.json's layer_types / max_window_layers) is not something libacc has");
+      seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(),
+                     any_sliding ? d_.sliding_window : 0, o);
+    } else {
+      if (any_full) full = decoder_masking(attention_mask, B, past, T, 0, o);
+      if (any_sliding) sliding = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
+    }
     auto [cos, sin] = rotary(pos, whole_pos, o);
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
@@ -318,7 +372,8 @@ class CausalDecoder final : public NnModel,
     for (int64_t l = 0; l < d_.layers; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
-      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin, masking, seq, cache, train, tp,
+      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin,
+                             masking = d_.sliding[static_cast<size_t>(l)] ? sliding : full, seq, cache, train, tp,
                              heads = d_.heads / split, kv_heads = d_.kv_heads / split, dropout = d_.attention_dropout,
                              act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
         Attention& a = *layer->self_attn;

@@ -133,6 +133,9 @@ void check_padding(const HfConfig& c, int64_t vocab) {
 // standardizes and validates them (modeling_rope_utils), plus what it only warns about and computes garbage from.
 void check_rope(const HfConfig& c, int64_t max_positions) {
   c.number("rope_theta", 10000, 0, HUGE_VAL, /*open_lo=*/true);
+  // partial_rotary_factor beside the rope parameters goes into them (RotaryEmbeddingConfigMixin).
+  if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor", 1, 0, 1, true) != 1)
+    c.fail("partial_rotary_factor", "must be 1 (libacc rotates whole heads)");
   // transformers takes `rope_scaling or rope_parameters`: a non-empty rope_scaling wins.
   const Node* scaling = c.item("rope_scaling");
   const char* key = scaling && !(scaling->kind == Kind::Map && scaling->map.empty()) ? "rope_scaling" : "rope_parameters";
@@ -208,6 +211,9 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   if (mixtral) {
     experts = c.blocks("num_local_experts", 8);
     c.integer("num_experts_per_tok", 2, 1, experts);
+    c.flag("output_router_logits", false);
+    c.number("router_aux_loss_coef", 0.001, 0);
+    c.number("router_jitter_noise", 0, 0);
     if (L > limits::kModelBlocks / experts)
       c.fail("num_hidden_layers", "times 'num_local_experts' must be at most " + std::to_string(limits::kModelBlocks) +
                                       " (the limit)");
@@ -262,6 +268,10 @@ void gpt2(const HfConfig& c, ParameterShapes* out) {
   c.text("activation_function", "gelu_new");
   c.flag("scale_attn_weights", true);
   c.flag("scale_attn_by_inverse_layer_idx", false);
+  // GPT2LMHeadModel's lm_head is its own weight when untied; libacc's head is wte.
+  if (!c.flag("tie_word_embeddings", true))
+    c.fail("tie_word_embeddings", "must be true: libacc's GPT2LMHeadModel has no lm_head of its own (its head is "
+                                  "transformer.wte)");
   if (!out) return;
   const auto conv = [&](const std::string& name, int64_t in, int64_t outs) {  // Conv1D: [in, out]
     out->push_back({name + ".weight", {in, outs}});
@@ -322,6 +332,9 @@ void bert(const HfConfig& c, ParameterShapes* out) {
     c.probability(k, 0.1);
   c.text("hidden_act", "gelu");
   c.text("position_embedding_type", "absolute");
+  // is_decoder makes BERT's self-attention causal; libacc's classifier attends both ways.
+  if (c.flag("is_decoder", false))
+    c.fail("is_decoder", "must be false: libacc's BertForSequenceClassification has no causal (decoder) attention");
   const std::string problem = c.text("problem_type", "");
   if (!problem.empty() && problem != "regression" && problem != "single_label_classification" &&
       problem != "multi_label_classification")

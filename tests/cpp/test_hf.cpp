@@ -494,9 +494,14 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {"MistralForCausalLM", {{"num_key_value_heads", ""}},
        "'num_attention_heads' (2) must be a multiple of 'num_key_value_heads' (8, the default when it is missing)"},
       {"Qwen2ForCausalLM", {{"max_window_layers", "-1"}}, "'max_window_layers' must be an integer between 0 and"},
+      // Values transformers honours and libacc's models do not have: refused by name, never ignored.
+      {"GPT2LMHeadModel", {{"tie_word_embeddings", "false"}}, "'tie_word_embeddings' must be true"},
+      {"BertForSequenceClassification", {{"is_decoder", "true"}}, "'is_decoder' must be false"},
+      {llama, {{"partial_rotary_factor", "0.5"}}, "'partial_rotary_factor' must be 1"},
       // `rope_scaling or rope_parameters`: a non-empty rope_scaling is the one read.
       {llama, {{"rope_scaling", R"({"type": "linear"})"}, {"rope_parameters", R"({"rope_type": "default"})"}},
        "'rope_scaling.factor' is missing"},
+      {"MixtralForCausalLM", {{"router_jitter_noise", "-1"}}, "'router_jitter_noise' must be a number at least 0"},
       {"Qwen2ForCausalLM", {{"layer_types", R"(["full_attention", "full_attention"])"}},
        "'layer_types' must be a list of one attention type per layer (1)"},
       {"MixtralForCausalLM", {{"num_experts_per_tok", "5"}}, "'num_experts_per_tok' must be an integer between 1 and 4"},
@@ -609,6 +614,29 @@ TEST(FromPretrained, PadTokenIsTheEmbeddingsPaddingIdx) {
       else
         EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
   }
+}
+
+// Mixtral's router settings that change transformers' loss or training forward are refused where they apply:
+// output_router_logits (the load-balancing loss added with labels) and router_jitter_noise (noise in training).
+TEST(FromPretrained, MixtralRouterLossAndNoiseAreRefusedWhereTheyApply) {
+  auto make = [](const std::string& extra) {
+    return hf::from_config(R"({"architectures": ["MixtralForCausalLM"], "vocab_size": 16, "hidden_size": 8,
+        "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "num_local_experts": 4, "num_experts_per_tok": 2, )" + extra + "}", R"({"dtype": "float32"})");
+  };
+  const at::Tensor ids = at::arange(6, at::kLong).view({1, 6});
+  const TensorDict with_labels{{"input_ids", ids}, {"labels", ids}};
+  auto aux = make(R"("output_router_logits": true)");
+  EXPECT_NE(error_of([&] { aux->forward(with_labels); }).find("config.json's output_router_logits is true"),
+            std::string::npos);
+  EXPECT_NO_THROW(aux->forward(TensorDict{{"input_ids", ids}}));  // no labels, no loss: the logits are the same
+  EXPECT_NO_THROW(make(R"("output_router_logits": true, "router_aux_loss_coef": 0)")->forward(with_labels));
+  auto noisy = make(R"("router_jitter_noise": 0.1)");
+  noisy->train(false);
+  EXPECT_NO_THROW(noisy->forward(with_labels));
+  noisy->train(true);
+  EXPECT_NE(error_of([&] { noisy->forward(with_labels); }).find("config.json's router_jitter_noise is 0.1"),
+            std::string::npos);
 }
 
 // transformers reads `rope_scaling or rope_parameters`: with both, the linear scaling in rope_scaling gives the

@@ -33,6 +33,8 @@ struct DecoderConfig {
   std::string act;
   double eps = 1e-6, init_std = 0.02, attention_dropout = 0;
   bool tie = false, qkv_bias = false, o_bias = false, mlp_bias = false;
+  bool router_aux = false;  // Mixtral: output_router_logits with a router_aux_loss_coef
+  double router_jitter = 0;  // Mixtral: router_jitter_noise
   // Rotary embeddings
   std::string rope_type = "default";
   double theta = 10000, factor = 1, low_freq = 1, high_freq = 4;
@@ -111,6 +113,10 @@ DecoderConfig parse(const json::Value& c, const std::string& arch, const std::st
   if (arch == "MixtralForCausalLM") {
     d.experts = c.get_int_or("num_local_experts", 8);
     d.top_k = c.get_int_or("num_experts_per_tok", 2);
+    // transformers adds router_aux_loss_coef x the load-balancing loss to the loss when output_router_logits is set;
+    // router_jitter_noise scales the experts' input by noise in training. Refused where they apply (forward).
+    d.router_aux = c.get_bool_or("output_router_logits", false) && c.get_double_or("router_aux_loss_coef", 0.001) != 0;
+    d.router_jitter = c.get_double_or("router_jitter_noise", 0.0);
     if (d.experts <= 0 || d.top_k <= 0 || d.top_k > d.experts)
       throw std::invalid_argument(source + ": num_experts_per_tok must be between 1 and num_local_experts");
   }
@@ -299,7 +305,17 @@ class CausalDecoder final : public NnModel,
     return w;
   }
 
-  TensorDict forward(const TensorDict& batch) override { return causal_lm_forward(*this, d_.architecture, batch); }
+  TensorDict forward(const TensorDict& batch) override {
+    if (d_.router_aux && batch.contains("labels"))
+      throw UnsupportedError(d_.architecture + ": config.json's output_router_logits is true, so transformers adds "
+                             "router_aux_loss_coef times the routers' load-balancing loss to the loss; libacc does not "
+                             "compute that loss (set output_router_logits to false or router_aux_loss_coef to 0)");
+    if (d_.router_jitter > 0 && module_->is_training())
+      throw UnsupportedError(d_.architecture + ": config.json's router_jitter_noise is " +
+                             c10::str(d_.router_jitter) + ": in training transformers scales the experts' input "
+                             "by uniform noise, which libacc does not (set it to 0)");
+    return causal_lm_forward(*this, d_.architecture, batch);
+  }
 
   // transformers' base_model_tp_plan (q/k/v and gate/up column-wise, o and down row-wise; Mixtral: each expert's
   // w1 / w3 column-wise and w2 row-wise, reduced once by the block, the router whole) and a vocabulary-parallel

@@ -9,6 +9,7 @@
 // a model without context-parallel attention, a second split, sequence parallelism: each refused by name.
 // Usage: mp_cp FIXTURES_DIR (tests/hf/fixtures). Prints "N passed, N failed"; exits non-zero on a failed check.
 #include <ATen/ATen.h>
+#include <acc/config.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/jit/api/module.h>
 
@@ -31,20 +32,11 @@
 #include "runtime/process_state.hpp"
 
 #include "mp_check.hpp"
-
-extern char** environ;
+#include "mp_models.hpp"
 
 using namespace acc::core;
 
 namespace {
-
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
-using Maker = std::function<std::unique_ptr<Model>()>;
 
 std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv, const std::string& extra = "") {
   return R"({"architectures": [")" + arch + R"("], "model_type": ")" + type + R"(", "vocab_size": 96,
@@ -60,12 +52,6 @@ const char* kGpt2 = R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt
 const char* kBuiltinGpt = R"({"type": "gpt", "vocab_size": 96, "block_size": 32, "n_layer": 2, "n_head": 4,
   "n_embd": 32})";
 
-Maker from_config(const std::string& text) {
-  return [text] {
-    at::manual_seed(7);  // the same weights for the whole model and the split one
-    return hf::from_config(text, nullptr);
-  };
-}
 Maker builtin(const std::string& spec) {
   return [spec] {
     at::manual_seed(7);
@@ -244,12 +230,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string fixtures = argv[1];
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  auto comm = Comm::connect(ProcessState::from_environment(env), std::chrono::minutes(5));
+  auto comm = Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
   const cp::Group world = cp::group_of(comm);
 
@@ -266,15 +247,10 @@ int main(int argc, char** argv) {
   }
 
   // Bad input.
-  const std::string script = "/tmp/mp_cp_" + std::to_string(getpid()) + ".pt";
   {
-    torch::jit::Module m("Scripted");
-    m.register_parameter("w", at::ones({2, 2}), false);
-    m.define("def forward(self, input):\n    return input.matmul(self.w)\n");
-    m.save(script);
+    const ScriptFile script("mp_cp");
+    refused("TorchScript", [&] { return load_torchscript_model(script.path, nullptr); }, world, "TorchScript module");
   }
-  refused("TorchScript", [&] { return load_torchscript_model(script, nullptr); }, world, "TorchScript module");
-  std::remove(script.c_str());
   refused("built-in mlp", builtin(R"({"type": "mlp", "sizes": [4, 8, 1]})"), world,
           "Mlp has no context-parallel attention");
   const Maker llama = from_config(decoder_config("LlamaForCausalLM", "llama", 4, 4));

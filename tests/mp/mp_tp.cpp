@@ -18,6 +18,7 @@
 // loaded back, greedy generation where the strategy keeps whole slices; bad models refused naming tp_size.
 // MODEL (llama, mixtral, gpt2) runs one model only. Under mixed_precision bf16, 3 steps within bf16's rounding.
 #include <ATen/ATen.h>
+#include <acc/config.hpp>
 #include <torch/csrc/jit/api/module.h>
 
 #include <chrono>
@@ -43,20 +44,11 @@
 #include "train/optim.hpp"
 
 #include "mp_check.hpp"
-
-extern char** environ;
+#include "mp_models.hpp"
 
 using namespace acc::core;
 
 namespace {
-
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
-using Maker = std::function<std::unique_ptr<Model>()>;
 
 // A llama-family config.json text.
 std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv, int intermediate,
@@ -73,13 +65,6 @@ std::string gpt2_config(int heads, int vocab) {
   return R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": )" + std::to_string(vocab) +
          R"(, "n_positions": 32, "n_embd": 24, "n_layer": 2, "n_head": )" + std::to_string(heads) +
          R"(, "n_inner": 48, "embd_pdrop": 0, "attn_pdrop": 0, "resid_pdrop": 0, "initializer_range": 0.2})";
-}
-
-Maker from_config(const std::string& text) {
-  return [text] {
-    at::manual_seed(7);  // the same weights for the whole model and the split one
-    return hf::from_config(text, nullptr);
-  };
 }
 
 bool close(const at::Tensor& a, const at::Tensor& b, double tol) {
@@ -516,15 +501,8 @@ int train_main(const std::string& fixtures, const std::string& only) {
     prepare_refuses(*acc, "llama fixture over 4", pretrained("llama"), "num_key_value_heads (2)");
     prepare_refuses(*acc, "built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); },
                     "Mlp has no tensor-parallel plan");
-    const std::string script = "/tmp/mp_tp_train_" + std::to_string(getpid()) + ".pt";
-    {
-      torch::jit::Module m("Scripted");
-      m.register_parameter("w", at::ones({2, 2}), false);
-      m.define("def forward(self, input):\n    return input.matmul(self.w)\n");
-      m.save(script);
-    }
-    prepare_refuses(*acc, "TorchScript", [&] { return load_torchscript_model(script, nullptr); }, "TorchScript");
-    std::remove(script.c_str());
+    const ScriptFile script("mp_tp_train");
+    prepare_refuses(*acc, "TorchScript", [&] { return load_torchscript_model(script.path, nullptr); }, "TorchScript");
   }
   return finish();
 }
@@ -538,12 +516,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string fixtures = argv[1];
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  auto comm = Comm::connect(ProcessState::from_environment(env), std::chrono::minutes(5));
+  auto comm = Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
   const tp::Group group = tp::group_of(comm);
 
@@ -615,15 +588,10 @@ int main(int argc, char** argv) {
   }, group, "n_head (3)");
   refused("built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); }, group,
           "Mlp has no tensor-parallel plan");
-  const std::string script = "/tmp/mp_tp_" + std::to_string(getpid()) + ".pt";
   {
-    torch::jit::Module m("Scripted");
-    m.register_parameter("w", at::ones({2, 2}), false);
-    m.define("def forward(self, input):\n    return input.matmul(self.w)\n");
-    m.save(script);
+    const ScriptFile script("mp_tp");
+    refused("TorchScript", [&] { return load_torchscript_model(script.path, nullptr); }, group, "TorchScript");
   }
-  refused("TorchScript", [&] { return load_torchscript_model(script, nullptr); }, group, "TorchScript");
-  std::remove(script.c_str());
   const Maker llama = from_config(decoder_config("LlamaForCausalLM", "llama", 4, 4, 64, 96, false));
   refused("LoRA", llama, group, "LoRA adapter", [](Model& m) {
     auto& root = *dynamic_cast<NnModel&>(m).module();

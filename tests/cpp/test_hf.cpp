@@ -543,6 +543,14 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
         config(llama, {{"pad_token_id", "-16"}}), config(llama, {{"pad_token_id", "15"}}),
         config("MixtralForCausalLM", {{"num_key_value_heads", "null"}})})
     EXPECT_NO_THROW(hf::from_config(ok, R"({"device": "meta"})")) << ok;
+  // An activation of transformers' ACT2FN that libacc lacks is refused naming the family's key.
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {config("GPT2LMHeadModel", {{"activation_function", "\"quick_gelu\""}}),
+            "'activation_function' 'quick_gelu' is not one libacc has"},
+           {config(llama, {{"hidden_act", "\"relu6\""}}), "'hidden_act' 'relu6' is not one libacc has"}})
+    EXPECT_NE(error_of([&] { hf::from_config(text, R"({"device": "meta"})"); }).find("the model config: " + expected),
+              std::string::npos)
+        << text;
   // Strict JSON: a duplicate key, text after the document, bytes that are not UTF-8.
   const std::string base = config(llama, {});
   const std::vector<std::pair<std::string, std::string>> malformed = {

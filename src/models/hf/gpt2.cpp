@@ -231,7 +231,7 @@ std::unique_ptr<Model> make_gpt2(const json::Value& j, const at::TensorOptions& 
   c.act = j.get_string_or("activation_function", "gelu_new");
   c.scale_weights = j.get_bool_or("scale_attn_weights", true);
   c.scale_by_layer = j.get_bool_or("scale_attn_by_inverse_layer_idx", false);
-  check_activation(c.act, source);
+  check_activation(c.act, source, "activation_function");
   if (c.vocab <= 0 || c.positions <= 0 || c.embd <= 0 || c.layers <= 0 || c.heads <= 0 || c.inner <= 0 ||
       c.embd % c.heads != 0)
     throw std::invalid_argument(source + ": sizes must be positive and n_embd a multiple of n_head");

@@ -23,12 +23,12 @@ const char* const kActivations[][2] = {{"silu", "SiLUActivation"},     {"swish",
                                        {"relu", "ReLU"}};
 }
 
-void check_activation(const std::string& name, const std::string& source) {
+void check_activation(const std::string& name, const std::string& source, const char* key) {
   for (const auto& a : kActivations)
     if (name == a[0]) return;
   std::string list;
   for (const auto& a : kActivations) list += (list.empty() ? "" : ", ") + std::string(a[0]);
-  throw std::invalid_argument(source + ": hidden_act '" + name + "' is not one libacc has (" + list + ")");
+  throw std::invalid_argument(source + ": '" + key + "' '" + name + "' is not one libacc has (" + list + ")");
 }
 
 std::string activation_class(const std::string& name) {

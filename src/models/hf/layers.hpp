@@ -91,7 +91,8 @@ struct LayerNorm : InitModule {
 
 // transformers' ACT2FN for the names these families use; std::invalid_argument naming an unknown one.
 at::Tensor activation(const std::string& name, const at::Tensor& x);
-void check_activation(const std::string& name, const std::string& source);
+// `key`: the config.json key that named it (GPT-2's is activation_function).
+void check_activation(const std::string& name, const std::string& source, const char* key = "hidden_act");
 // The class of ACT2FN[name] ("SiLUActivation"): the name of its weightless module in module trees.
 std::string activation_class(const std::string& name);
 

@@ -44,9 +44,9 @@ class HierarchicalBackend final : public c10d::Backend {
   // leaders' Gloo (null unless this rank leads its machine); gloo: the whole group's.
   HierarchicalBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> local,
                       c10::intrusive_ptr<c10d::Backend> leaders, c10::intrusive_ptr<c10d::Backend> gloo,
-                      std::vector<int> machine_ranks)
+                      std::vector<int> machine_ranks, std::vector<int> leader_ranks)
       : c10d::Backend(rank, size), local_(std::move(local)), leaders_(std::move(leaders)), gloo_(std::move(gloo)),
-        machine_ranks_(std::move(machine_ranks)) {}
+        machine_ranks_(std::move(machine_ranks)), leader_ranks_(std::move(leader_ranks)) {}
 
   const std::string getBackendName() const override { return "acc-hierarchical"; }
 
@@ -63,16 +63,18 @@ class HierarchicalBackend final : public c10d::Backend {
     o.reduceOp = op == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
     o.timeout = opts.timeout;
     std::vector<at::Tensor> v{c};
-    // The local ranks number from 0 in machine_ranks_'s order: messages from the shared memory name local ranks.
+    // The shared memory's messages name its own numbering (0 for this machine's first rank): say which is which.
+    std::string local_numbers;
+    for (size_t i = 0; i < machine_ranks_.size(); ++i) local_numbers += (i ? "," : "") + std::to_string(i);
     const std::string here = "hierarchical all-reduce, shared memory of this machine's ranks " +
-                             join_ranks(machine_ranks_) + " (local ranks 0..): ";
+                             join_ranks(machine_ranks_) + " (numbered " + local_numbers + " there): ";
     if (local_) run(here, [&] { local_->allreduce(v, o)->wait(); });
     if (leaders_) {
       try {
         leaders_->allreduce(v, o)->wait();
       } catch (const std::exception& e) {
-        const std::string why = "hierarchical all-reduce between the machines' first ranks (rank " +
-                                std::to_string(rank_) + "'s Gloo): " + e.what();
+        const std::string why = "hierarchical all-reduce between the machines' first ranks " +
+                                join_ranks(leader_ranks_) + " (rank " + std::to_string(rank_) + "'s Gloo): " + e.what();
         if (local_) give_up_shm_backend(local_, why);  // the machine's other ranks wait for this one's broadcast
         throw std::runtime_error(why);
       }
@@ -188,7 +190,7 @@ class HierarchicalBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> local_, leaders_, gloo_;
-  std::vector<int> machine_ranks_;
+  std::vector<int> machine_ranks_, leader_ranks_;
 };
 
 }  // namespace
@@ -248,7 +250,9 @@ c10::intrusive_ptr<c10d::Backend> make_hierarchical_backend(const c10::intrusive
   *shape = std::to_string(machines.size()) + " machines x ";
   for (size_t m = 0; m < machines.size(); ++m) *shape += (m ? "," : "") + std::to_string(machines[m].size());
   *shape += " processes";
-  return c10::make_intrusive<HierarchicalBackend>(rank, size, local, leaders, gloo, mine);
+  std::vector<int> leader_ranks;
+  for (const auto& m : machines) leader_ranks.push_back(m[0]);
+  return c10::make_intrusive<HierarchicalBackend>(rank, size, local, leaders, gloo, mine, leader_ranks);
 }
 
 }  // namespace acc::core

@@ -1,6 +1,6 @@
 // Collectives among the processes of one machine through a shared-memory segment, as a c10d Backend for CPU
 // tensors beside Gloo: the gradient all-reduce of a one-machine CPU job no longer goes through the kernel's TCP
-// stack on the cores that compute. (PyTorch's wheel has no MPI, UCC or oneCCL backend; docs/distributed.md.)
+// stack on the cores that compute. (PyTorch's wheel has no MPI, UCC or oneCCL backend: docs/launcher.md.)
 //
 // What it does itself, on contiguous or not CPU tensors of float32/64, float16, bfloat16 and the integer types:
 // allreduce (SUM, AVG, MAX, MIN), reduce_scatter_single / _reduce_scatter_base (and their coalesced lists),

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "runtime/gloo_forwarding.hpp"
 #include "runtime/shm_backend.hpp"
 
 namespace acc::core {
@@ -34,18 +35,21 @@ class DoneWork final : public c10d::Work {
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  for (int r : ranks) {
+    if (!s.empty()) s += ',';  // (appended apart: GCC 12 warns falsely on "," + std::string)
+    s += std::to_string(r);
+  }
   return s;
 }
 
-class HierarchicalBackend final : public c10d::Backend {
+class HierarchicalBackend final : public GlooForwarding {
  public:
   // local: this machine's shared-memory backend (null where this rank is alone on its machine); leaders: the
   // leaders' Gloo (null unless this rank leads its machine); gloo: the whole group's.
   HierarchicalBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> local,
                       c10::intrusive_ptr<c10d::Backend> leaders, c10::intrusive_ptr<c10d::Backend> gloo,
                       std::vector<int> machine_ranks, std::vector<int> leader_ranks)
-      : c10d::Backend(rank, size), local_(std::move(local)), leaders_(std::move(leaders)), gloo_(std::move(gloo)),
+      : GlooForwarding(rank, size, std::move(gloo)), local_(std::move(local)), leaders_(std::move(leaders)),
         machine_ranks_(std::move(machine_ranks)), leader_ranks_(std::move(leader_ranks)) {}
 
   const std::string getBackendName() const override { return "acc-hierarchical"; }
@@ -94,91 +98,10 @@ class HierarchicalBackend final : public c10d::Backend {
     return c10::make_intrusive<DoneWork>(rank_, std::vector<at::Tensor>{t});
   }
 
-  // The rest: the whole group's Gloo.
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) override {
-    return gloo_->broadcast(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
-                                                     const c10d::AllreduceCoalescedOptions& o) override {
-    return gloo_->allreduce_coalesced(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) override {
-    return gloo_->reduce(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
-                                           const c10d::AllgatherOptions& o) override {
-    return gloo_->allgather(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
-                                                   const c10d::AllgatherOptions& o) override {
-    return gloo_->all_gather_single(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
-                                                 const c10d::AllgatherOptions& o) override {
-    return gloo_->_allgather_base(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
-                                                     std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) override {
-    return gloo_->allgather_coalesced(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
-                                                                 std::vector<at::Tensor>& in,
-                                                                 const c10d::AllgatherOptions& o) override {
-    return gloo_->allgather_into_tensor_coalesced(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
-                                        const c10d::GatherOptions& o) override {
-    return gloo_->gather(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
-                                         const c10d::ScatterOptions& o) override {
-    return gloo_->scatter(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
-                                                const c10d::ReduceScatterOptions& o) override {
-    return gloo_->reduce_scatter(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
-                                                      const c10d::ReduceScatterOptions& o) override {
-    return gloo_->_reduce_scatter_base(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
-                                                                 std::vector<at::Tensor>& in,
-                                                                 const c10d::ReduceScatterOptions& o) override {
-    return gloo_->reduce_scatter_tensor_coalesced(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& os,
-                                               std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
-    return gloo_->alltoall_base(out, in, os, is, o);
-  }
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
-                                          const c10d::AllToAllOptions& o) override {
-    return gloo_->alltoall(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dst, int tag) override {
-    return gloo_->send(t, dst, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int src, int tag) override {
-    return gloo_->recv(t, src, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override {
-    return gloo_->recvAnysource(t, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override { return gloo_->barrier(o); }
-  void monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all) override { gloo_->monitoredBarrier(o, wait_all); }
+  // The rest: the whole group's Gloo (GlooForwarding).
 
  private:
-  // Dense CPU tensors of the dtypes the shared memory folds; every rank decides alike from the call alone.
-  static bool ours(const at::Tensor& t) {
-    if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided) return false;
-    switch (t.scalar_type()) {
-      case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-      case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-        return true;
-      default:
-        return false;
-    }
-  }
+  static bool ours(const at::Tensor& t) { return shm_carries(t); }
 
   template <class F>
   static void run(const std::string& where, F&& f) {
@@ -189,7 +112,7 @@ class HierarchicalBackend final : public c10d::Backend {
     }
   }
 
-  c10::intrusive_ptr<c10d::Backend> local_, leaders_, gloo_;
+  c10::intrusive_ptr<c10d::Backend> local_, leaders_;
   std::vector<int> machine_ranks_, leader_ranks_;
 };
 

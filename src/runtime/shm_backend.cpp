@@ -1,5 +1,7 @@
 #include "runtime/shm_backend.hpp"
 
+#include "runtime/gloo_forwarding.hpp"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -185,11 +187,11 @@ class ShmWork final : public c10d::Work {
   uint32_t last_step_ = 0;
 };
 
-class ShmBackend final : public c10d::Backend {
+class ShmBackend final : public GlooForwarding {
  public:
   ShmBackend(int rank, int size, void* base, size_t bytes, c10::intrusive_ptr<c10d::Backend> gloo,
              std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), base_(static_cast<char*>(base)), bytes_(bytes), gloo_(std::move(gloo)),
+      : GlooForwarding(rank, size, std::move(gloo)), base_(static_cast<char*>(base)), bytes_(bytes),
         timeout_(timeout) {
     header_ = reinterpret_cast<Header*>(base_);
     ctl_ = reinterpret_cast<RankCtl*>(base_ + ctl_offset());
@@ -265,11 +267,6 @@ class ShmBackend final : public c10d::Backend {
                                                                  const c10d::ReduceScatterOptions& opts) override {
     return reduce_scatter_single_coalesced(outs, ins, opts);
   }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outs,
-                                                std::vector<std::vector<at::Tensor>>& ins,
-                                                const c10d::ReduceScatterOptions& opts) override {
-    return gloo_->reduce_scatter(outs, ins, opts);
-  }
 
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
                                                    const c10d::AllgatherOptions& opts) override {
@@ -326,54 +323,10 @@ class ShmBackend final : public c10d::Backend {
     return submit(c10d::OpType::BARRIER, {}, [this] { post(uint64_t{kBarrier} << 56, nullptr, nullptr); });
   }
 
-  // The rest: Gloo.
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
-                                                     const c10d::AllreduceCoalescedOptions& o) override {
-    return gloo_->allreduce_coalesced(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) override {
-    return gloo_->reduce(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
-                                                     std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) override {
-    return gloo_->allgather_coalesced(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
-                                        const c10d::GatherOptions& o) override {
-    return gloo_->gather(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
-                                         const c10d::ScatterOptions& o) override {
-    return gloo_->scatter(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& os,
-                                               std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
-    return gloo_->alltoall_base(out, in, os, is, o);
-  }
-  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& os,
-                                                   std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
-    return gloo_->alltoall_base(out, in, os, is, o);
-  }
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
-                                          const c10d::AllToAllOptions& o) override {
-    return gloo_->alltoall(out, in, o);
-  }
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dst, int tag) override {
-    return gloo_->send(t, dst, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int src, int tag) override {
-    return gloo_->recv(t, src, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override {
-    return gloo_->recvAnysource(t, tag);
-  }
-  void monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all) override { gloo_->monitoredBarrier(o, wait_all); }
+  // The rest: Gloo (GlooForwarding).
 
  private:
-  // Dense CPU tensors of the dtypes folded here; every rank decides alike from the call alone.
-  static bool ours(const at::Tensor& t) {
-    return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && shm_dtype(t.scalar_type());
-  }
+  static bool ours(const at::Tensor& t) { return shm_carries(t); }
 
   // A contiguous flat tensor over `t`'s elements: `t` itself, or a copy that copy_back writes back when done.
   static at::Tensor flat_of(const at::Tensor& t) {
@@ -708,7 +661,6 @@ class ShmBackend final : public c10d::Backend {
   uint64_t posted_ = 0;  // steps this rank has posted
   std::deque<Pending> pending_;
   std::mutex channel_mutex_;  // the caller's-thread channel: issue and complete_through
-  c10::intrusive_ptr<c10d::Backend> gloo_;
   std::chrono::milliseconds timeout_;
   std::string failed_;
   std::thread worker_;
@@ -735,6 +687,10 @@ std::vector<std::string> wait_all(c10d::Store& store, const std::string& prefix,
 }
 
 }  // namespace
+
+bool shm_carries(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && shm_dtype(t.scalar_type());
+}
 
 std::string machine_identity() {
   auto read_first_line = [](const char* path) {

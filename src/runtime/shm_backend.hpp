@@ -30,6 +30,10 @@ namespace acc::core {
 // machine; 0/false/off: Gloo. Throws std::invalid_argument naming the variable for another value.
 bool shm_collectives_enabled();
 
+// Whether the shared memory carries `t` itself: a dense CPU tensor of float32/64, float16, bfloat16 or an integer
+// type (every rank decides alike from the call alone); other tensors go to Gloo.
+bool shm_carries(const at::Tensor& t);
+
 // This process's machine as far as sharing a segment goes: host name | boot id | mount namespace (the same
 // /dev/shm) | pid namespace (peers' processes visible, for the liveness checks) | ACC_SHM_MACHINE where set (a
 // label that tells apart processes the kernel cannot: containers that share /dev/shm and process ids).

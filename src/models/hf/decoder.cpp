@@ -203,7 +203,7 @@ struct SparseMoe : Module {
     at::Tensor flat = x.reshape({-1, shape.back()});
     at::Tensor weights = at::softmax(gate->forward(flat), 1, at::kFloat);
     auto [top, chosen] = weights.topk(top_k, -1);
-    top = (top / top.sum(-1, true)).to(x.scalar_type());
+    top = top / top.sum(-1, true);  // float32 as in transformers' router: experts' outputs weighted in float32
     auto whole_shape = shape;
     if (tp && tp->sequence_parallel) {
       const int64_t B = shape[0], T = shape[1];
@@ -223,7 +223,7 @@ struct SparseMoe : Module {
       at::Tensor tokens = where.select(1, 0), slots = where.select(1, 1);
       at::Tensor y = experts->items[e]->forward(flat.index_select(0, tokens), act) *
                      top.index({tokens, slots}).unsqueeze(-1);
-      out.index_add_(0, tokens, y);
+      out.index_add_(0, tokens, y.to(out.scalar_type()));  // then rounded to the model's dtype and summed
     }
     if (tp) return tp::leave_region(out.view(whole_shape), *tp);
     return out.view(shape);

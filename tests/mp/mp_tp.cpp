@@ -71,15 +71,22 @@ bool close(const at::Tensor& a, const at::Tensor& b, double tol) {
   return a.sizes() == b.sizes() && (a - b).abs().max().item<double>() <= tol;
 }
 
-// The whole model and the split one train side by side from the same weights on the same batches.
-void equivalence_of(const std::string& what, const Maker& make, const tp::Group& group, bool hf_lm,
-                    bool checkpointing, bool sequence_parallel) {
+// Two models from `make` with the same weights: the whole one, and one split over `group`.
+std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> whole_and_split(const Maker& make, const tp::Group& group,
+                                                                          bool sequence_parallel) {
   auto whole = make();
   auto split = make();
   split->load_state_dict(whole->state(), "the whole model");
   tp::Options options;
   options.sequence_parallel = sequence_parallel;
   tp::parallelize(*split, group, options);
+  return {std::move(whole), std::move(split)};
+}
+
+// The whole model and the split one train side by side from the same weights on the same batches.
+void equivalence_of(const std::string& what, const Maker& make, const tp::Group& group, bool hf_lm,
+                    bool checkpointing, bool sequence_parallel) {
+  auto [whole, split] = whole_and_split(make, group, sequence_parallel);
   const tp::Sharding* sh = tp::sharding_of(*split);
   expect(sh != nullptr && !sh->shards.empty(), what + ": the model records its sharding");
   if (!sh) return;
@@ -209,14 +216,11 @@ void equivalence(const std::string& what, const Maker& make, const tp::Group& gr
 // rounding of the whole model's.
 void mixed_precision(const std::string& what, const Maker& make, const tp::Group& group) {
   try {
-    auto whole = make();
-    auto split = make();
-    split->load_state_dict(whole->state(), "the whole model");
-    tp::parallelize(*split, group);
+    auto [whole, split] = whole_and_split(make, group, /*sequence_parallel=*/false);
     at::manual_seed(5);
     at::Tensor ids = at::randint(0, 96, {3, 10}, at::kLong);
     const TensorDict batch{{"input_ids", ids}, {"labels", ids}};
-    double loss[2], norm[2];
+    double loss[2] = {}, norm[2] = {};
     Model* models[2] = {whole.get(), split.get()};
     for (int i = 0; i < 2; ++i) {
       at::Tensor l;
@@ -249,13 +253,7 @@ void mixed_precision(const std::string& what, const Maker& make, const tp::Group
 void padding_row(const std::string& what, const std::string& config, int64_t pad, const tp::Group& group,
                  bool sequence_parallel = false) {
   try {
-    const Maker make = from_config(config);
-    auto whole = make();
-    auto split = make();
-    split->load_state_dict(whole->state(), "the whole model");
-    tp::Options options;
-    options.sequence_parallel = sequence_parallel;
-    tp::parallelize(*split, group, options);
+    auto [whole, split] = whole_and_split(from_config(config), group, sequence_parallel);
     const tp::Sharding& sh = *tp::sharding_of(*split);
     const std::string name = "model.embed_tokens.weight";
     auto param = [&](Model& m) {
@@ -272,7 +270,7 @@ void padding_row(const std::string& what, const std::string& config, int64_t pad
     const at::Tensor g = param(*whole).grad(), gathered = tp::full_tensor(sh, name, param(*split).grad());
     expect(g[pad].abs().max().item<double>() == 0, what + ": the whole model's pad row has no gradient");
     expect(gathered[pad].abs().max().item<double>() == 0, what + ": the split model's pad row has no gradient");
-    expect(gathered.sizes() == g.sizes() && (gathered - g).abs().max().item<double>() <= 1e-5 * g.abs().max().item<double>(),
+    expect(close(gathered, g, 1e-5 * g.abs().max().item<double>()),
            what + ": the gathered embedding gradient equals the whole model's");
     at::manual_seed(9);
     split->reset_parameters();

@@ -15,7 +15,12 @@
       trainable parameters, Accelerator.prepare(model, optimizer), then lora_step.c's steps:
       model(input_ids=x, labels=x).loss, accelerator.backward, step, zero_grad.
 
-Tokens, timing and the result file (BENCH_OUT/rank<R>.json) are lora_step.c's."""
+  full MODEL_DIR ADAPTER_DIR VOCAB BATCH SEQ WARMUP STEPS LR
+      the same without an adapter: every parameter trained (ADAPTER_DIR is not read).
+
+BENCH_FUSED_ADAMW=1 makes the AdamW fused. BENCH_DEVICE=cuda (bench/gpu.py) runs on the accelerator instead of Accelerator(cpu=True), in the precision
+Accelerate reads from ACCELERATE_MIXED_PRECISION, and adds the peak CUDA memory (max_memory_allocated) to the
+result. Tokens, timing and the result file (BENCH_OUT/rank<R>.json) are lora_step.c's."""
 import json
 import os
 import sys
@@ -71,13 +76,14 @@ def save_adapter(model_dir, adapter_dir, r, alpha):
     print(json.dumps({"trainable": trainable, "all": sum(p.numel() for p in model.parameters())}))
 
 
-def train(model_dir, adapter_dir, vocab, batch, seq, warmup, steps, lr):
+def train(mode, model_dir, adapter_dir, vocab, batch, seq, warmup, steps, lr):
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     from accelerate import Accelerator
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     import transformers.models.llama.modeling_llama  # noqa: F401  (AutoModel's lazy import)
-    accelerator = Accelerator(cpu=True)
+    on_cuda = os.environ.get("BENCH_DEVICE", "cpu") == "cuda"
+    accelerator = Accelerator(cpu=not on_cuda)
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and accelerator.distributed_type == "MULTI_CPU":
         # Accelerate 1.15 takes an FSDP config on accelerators only (AcceleratorState turns MULTI_GPU and its kin
         # into FSDP, never MULTI_CPU); its FSDP2 preparation (fsdp2_prepare_model: fully_shard on every
@@ -89,10 +95,12 @@ def train(model_dir, adapter_dir, vocab, batch, seq, warmup, steps, lr):
     rss_before = status_mb("VmRSS")
     base = AutoModelForCausalLM.from_pretrained(model_dir)
     base_parameters = sum(p.numel() for p in base.parameters())
-    model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=True)
+    model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=True) if mode == "lora" else base
     parameters = sum(p.numel() for p in model.parameters())
     model.train()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+    # BENCH_FUSED_ADAMW=1: PyTorch's fused AdamW (one kernel per step on CUDA), the careful user's choice.
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01,
+                            fused=os.environ.get("BENCH_FUSED_ADAMW") == "1" or None)
     rss_loaded = status_mb("VmRSS")
     model, opt = accelerator.prepare(model, opt)
     rss_prepared, hwm_prepared, hwm_first_step = status_mb("VmRSS"), status_mb("VmHWM"), 0.0
@@ -105,7 +113,7 @@ def train(model_dir, adapter_dir, vocab, batch, seq, warmup, steps, lr):
             accelerator.wait_for_everyone()
             t0 = time.perf_counter()
             phase = dict.fromkeys(phase, 0.0)
-        x = tokens(rank, batch, seq, vocab)
+        x = tokens(rank, batch, seq, vocab).to(accelerator.device)
         t1 = time.perf_counter()
         loss = model(input_ids=x, labels=x).loss
         t2 = time.perf_counter()
@@ -121,7 +129,7 @@ def train(model_dir, adapter_dir, vocab, batch, seq, warmup, steps, lr):
             phase[k] += dt
     accelerator.wait_for_everyone()
     seconds = time.perf_counter() - t0
-    result = {"impl": "peft", "mode": "lora", "rank": rank, "world": world, "base_parameters": base_parameters,
+    result = {"impl": "peft" if mode == "lora" else "accelerate", "mode": mode, "rank": rank, "world": world, "base_parameters": base_parameters,
               "parameters": parameters, "local_parameters": local,
               "tokens_per_s": round(steps * batch * seq * world / seconds, 3),
               "step_ms": round(1e3 * seconds / steps, 3), "peak_rss_mb": round(status_mb("VmHWM"), 1),
@@ -129,6 +137,8 @@ def train(model_dir, adapter_dir, vocab, batch, seq, warmup, steps, lr):
               "rss_prepared_mb": round(rss_prepared, 1), "peak_rss_prepared_mb": round(hwm_prepared, 1),
               "peak_rss_first_step_mb": round(hwm_first_step, 1),
               "phase_ms": {k: round(1e3 * v / steps, 3) for k, v in phase.items()}, "losses": losses}
+    if on_cuda:
+        result["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     with open(os.path.join(os.environ["BENCH_OUT"], f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     accelerator.end_training()
@@ -138,10 +148,10 @@ def main():
     mode = sys.argv[1]
     if mode == "save-adapter":
         return save_adapter(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
-    if mode != "lora":
-        sys.exit(f"unknown mode '{mode}' (save-adapter or lora)")
+    if mode not in ("lora", "full"):
+        sys.exit(f"unknown mode '{mode}' (save-adapter, lora or full)")
     vocab, batch, seq, warmup, steps = map(int, sys.argv[4:9])
-    train(sys.argv[2], sys.argv[3], vocab, batch, seq, warmup, steps, float(sys.argv[9]))
+    train(mode, sys.argv[2], sys.argv[3], vocab, batch, seq, warmup, steps, float(sys.argv[9]))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,11 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+// nccl2 came with LibTorch 2.15; earlier releases (the 2.11 of GPU images, say) have only ProcessGroupNCCL.
+#if __has_include(<torch/csrc/distributed/c10d/nccl2/ProcessGroupNCCL.hpp>)
 #include <torch/csrc/distributed/c10d/nccl2/ProcessGroupNCCL.hpp>
+#define ACC_HAS_NCCL2 1
+#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -43,10 +47,12 @@ c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store
   // As torch.distributed does in this release: "nccl" is the nccl2 implementation unless
   // TORCH_DIST_USE_NCCL2=0 asks for the legacy ProcessGroupNCCL. nccl2 creates its communicator
   // when the ProcessGroup binds it to a device (setBackend after setBoundDeviceId).
+#ifdef ACC_HAS_NCCL2
   const char* use_nccl2 = std::getenv("TORCH_DIST_USE_NCCL2");
-  if (use_nccl2 && std::strcmp(use_nccl2, "0") == 0)
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
-  return c10::make_intrusive<c10d::nccl2::ProcessGroupNCCL>(store, rank, size, opts);
+  if (!use_nccl2 || std::strcmp(use_nccl2, "0") != 0)
+    return c10::make_intrusive<c10d::nccl2::ProcessGroupNCCL>(store, rank, size, opts);
+#endif
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
 }
 
 std::string nccl_version() { return "NCCL " + c10d::getNcclVersion(); }

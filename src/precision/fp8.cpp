@@ -14,8 +14,10 @@ at::Tensor scale_of(const at::Tensor& t) {
   return (t.detach().abs().amax().to(at::kFloat) / kE4M3Max).clamp_min(1e-12);
 }
 
+// Row-major whatever t's layout: cuBLASLt multiplies a row-major by a column-major matrix only, and the layers
+// that keep their weight transposed (GPT-2's Conv1D: [in, out]) hand over a transposed view.
 at::Tensor quantize(const at::Tensor& t, const at::Tensor& scale) {
-  return (t.detach().to(at::kFloat) / scale).clamp(-kE4M3Max, kE4M3Max).to(at::kFloat8_e4m3fn);
+  return (t.detach().to(at::kFloat) / scale).clamp(-kE4M3Max, kE4M3Max).to(at::kFloat8_e4m3fn).contiguous();
 }
 
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {

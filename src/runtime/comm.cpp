@@ -24,6 +24,7 @@
 
 #include "cuda/plugin.hpp"
 #include "runtime/cuda.hpp"
+#include "runtime/c10d_names.hpp"
 #include "runtime/hierarchical_backend.hpp"
 #include "runtime/shm_backend.hpp"
 #include "util/errors.hpp"
@@ -450,7 +451,7 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
 std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in) {
   if (in.is_cuda() || impl_->shm)
     return std::make_unique<C10dWork>(
-        "reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->reduce_scatter_single(out, in); }));
+        "reduce_scatter", collective("reduce_scatter", [&] { return c10d_reduce_scatter_single(*impl_->pg, out, in, c10d::ReduceScatterOptions()); }));
   std::vector<at::Tensor> v{in};
   auto sum = std::make_unique<C10dWork>("reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->allreduce(v); }));
   return std::make_unique<ThenWork>(std::move(sum), [out, in, rank = rank()]() mutable {
@@ -463,7 +464,7 @@ void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_as
 std::unique_ptr<PendingWork> Comm::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
   if (in.is_cuda() || impl_->shm)
     return std::make_unique<C10dWork>(
-        "all_gather", collective("all_gather", [&] { return impl_->pg->all_gather_single(out, in); }));
+        "all_gather", collective("all_gather", [&] { return c10d_all_gather_single(*impl_->pg, out, in, c10d::AllgatherOptions()); }));
   // Gloo's all-gather receives into a temporary as large as `out`, held until its work is destroyed (for a prefetch,
   // a second copy of the unit). Each rank's slice broadcast from that rank straight into `out` moves the same bytes.
   const int64_t n = in.numel();

@@ -7,6 +7,8 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include "runtime/c10d_names.hpp"
+
 namespace acc::core {
 
 class GlooForwarding : public c10d::Backend {
@@ -31,10 +33,12 @@ class GlooForwarding : public c10d::Backend {
                                            const c10d::AllgatherOptions& o) override {
     return gloo_->allgather(out, in, o);
   }
+#ifdef ACC_C10D_SINGLE_NAMES
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
                                                    const c10d::AllgatherOptions& o) override {
     return gloo_->all_gather_single(out, in, o);
   }
+#endif
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions& o) override {
     return gloo_->_allgather_base(out, in, o);
@@ -73,11 +77,13 @@ class GlooForwarding : public c10d::Backend {
                                                std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
     return gloo_->alltoall_base(out, in, os, is, o);
   }
+#ifdef ACC_C10D_SINGLE_NAMES
   // (Gloo implements the single-tensor all-to-all as alltoall_base.)
   c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& os,
                                                    std::vector<int64_t>& is, const c10d::AllToAllOptions& o) override {
     return gloo_->alltoall_base(out, in, os, is, o);
   }
+#endif
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override {
     return gloo_->alltoall(out, in, o);

@@ -238,12 +238,12 @@ class ShmBackend final : public GlooForwarding {
                   });
   }
 
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& out, at::Tensor& in,
-                                                       const c10d::ReduceScatterOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& opts) override {
     Fold fold;
     bool mean;
     if (!ours(out) || !ours(in) || !shm_reduce(opts.reduceOp, &fold, &mean))
-      return gloo_->reduce_scatter_single(out, in, opts);
+      return c10d_reduce_scatter_single(*gloo_, out, in, opts);
     if (in.numel() != out.numel() * size_ || in.scalar_type() != out.scalar_type())
       throw std::invalid_argument("reduce_scatter: the input must hold size() times the output's elements, same dtype");
     at::Tensor o = flat_of(out), i = in.contiguous();
@@ -253,44 +253,48 @@ class ShmBackend final : public GlooForwarding {
                     copy_back(out, o);
                   });
   }
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
-                                                      const c10d::ReduceScatterOptions& opts) override {
-    return reduce_scatter_single(out, in, opts);
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    return coalesced(outs, ins, [&](at::Tensor& o, at::Tensor& i) { return _reduce_scatter_base(o, i, opts); });
+  }
+#ifdef ACC_C10D_SINGLE_NAMES
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& out, at::Tensor& in,
+                                                       const c10d::ReduceScatterOptions& opts) override {
+    return _reduce_scatter_base(out, in, opts);
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outs,
                                                                  std::vector<at::Tensor>& ins,
                                                                  const c10d::ReduceScatterOptions& opts) override {
-    return coalesced(outs, ins, [&](at::Tensor& o, at::Tensor& i) { return reduce_scatter_single(o, i, opts); });
+    return reduce_scatter_tensor_coalesced(outs, ins, opts);
   }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs,
-                                                                 std::vector<at::Tensor>& ins,
-                                                                 const c10d::ReduceScatterOptions& opts) override {
-    return reduce_scatter_single_coalesced(outs, ins, opts);
-  }
+#endif
 
-  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
-                                                   const c10d::AllgatherOptions& opts) override {
-    if (!ours(out) || !ours(in)) return gloo_->all_gather_single(out, in, opts);
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions& opts) override {
+    if (!ours(out) || !ours(in)) return c10d_all_gather_single(*gloo_, out, in, opts);
     if (out.numel() != in.numel() * size_ || in.scalar_type() != out.scalar_type())
       throw std::invalid_argument("all_gather: the output must hold size() times the input's elements, same dtype");
     at::Tensor o = flat_of(out), i = in.contiguous();
     return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [this, o, i] { do_allgather(o, i); },
                   [out, o]() mutable { copy_back(out, o); });
   }
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
-                                                 const c10d::AllgatherOptions& opts) override {
-    return all_gather_single(out, in, opts);
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::AllgatherOptions& opts) override {
+    return coalesced(outs, ins, [&](at::Tensor& o, at::Tensor& i) { return _allgather_base(o, i, opts); });
+  }
+#ifdef ACC_C10D_SINGLE_NAMES
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
+                                                   const c10d::AllgatherOptions& opts) override {
+    return _allgather_base(out, in, opts);
   }
   c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(std::vector<at::Tensor>& outs,
                                                              std::vector<at::Tensor>& ins,
                                                              const c10d::AllgatherOptions& opts) override {
-    return coalesced(outs, ins, [&](at::Tensor& o, at::Tensor& i) { return all_gather_single(o, i, opts); });
+    return allgather_into_tensor_coalesced(outs, ins, opts);
   }
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs,
-                                                                 std::vector<at::Tensor>& ins,
-                                                                 const c10d::AllgatherOptions& opts) override {
-    return all_gather_single_coalesced(outs, ins, opts);
-  }
+#endif
   // One input, one output per rank of the same shape and dtype: the gathered tensor, split.
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                            const c10d::AllgatherOptions& opts) override {

@@ -26,14 +26,23 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
   if (fsdp2 && s == 1 && k == 1)
     throw Error("contradictory settings: " + shown_setting(c, shard) + " leaves FSDP no dimension to shard across "
                 "(it shards over dp_shard_size x cp_size); set dp_shard_size > 1 (or cp_size > 1)");
+  std::string which;  // the sizes above 1, with their sources
+  for (const std::string& key : {rep, shard, tp, cp})
+    if (c.get_int(key) > 1) which += (which.empty() ? "" : ", ") + shown_setting(c, key);
+  // Multiplied against the most processes a job may have, before any product is taken: 64-bit sizes wrap (2^63-1
+  // squared is 1), and the mesh multiplies them again in int.
+  int64_t total = 1;
+  for (const int64_t size : {r, s, t, k}) {
+    if (size > limits::kProcesses / total)
+      throw Error("the parallelism_config sizes multiply to more than " + std::to_string(limits::kProcesses) +
+                  " processes, the most a job may have (" + which + "); adjust dp_replicate_size / dp_shard_size / "
+                  "tp_size / cp_size");
+    total *= size;
+  }
   // DeepSpeed's sequence parallelism makes its own groups: Accelerate checks no product then.
   if (q > 1) return;
-  const int64_t total = r * s * t * k;
   if (total == 1) return;  // Accelerate's _validate_accelerator: replicate over every process (DDP)
   if (total != processes) {
-    std::string which;
-    for (const std::string& key : {rep, shard, tp, cp})
-      if (c.get_int(key) > 1) which += (which.empty() ? "" : ", ") + shown_setting(c, key);
     throw Error("contradictory settings: the parallelism_config sizes multiply to " + std::to_string(total) +
                 " processes (" + which + "), but " + processes_shown +
                 "; adjust dp_replicate_size / dp_shard_size / tp_size / cp_size");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace acc::core {
@@ -28,6 +30,16 @@ MeshLayout::MeshLayout(MeshSizes sizes, int rank) : sizes_(sizes), rank_(rank) {
     if (extent_[d] < 1)
       throw std::invalid_argument(std::string("process mesh: ") + what[d] + " size " + std::to_string(extent_[d]) +
                                   " must be at least 1");
+  // The product in int is taken everywhere below: sizes whose product would wrap are refused here, once.
+  int64_t total = 1;
+  for (int d = 0; d < 4; ++d) {
+    if (extent_[d] > std::numeric_limits<int>::max() / total)
+      throw std::invalid_argument("process mesh: dp_replicate " + std::to_string(sizes.dp_replicate) + " x dp_shard " +
+                                  std::to_string(sizes.dp_shard) + " x cp " + std::to_string(sizes.cp) + " x tp " +
+                                  std::to_string(sizes.tp) + " is more than " +
+                                  std::to_string(std::numeric_limits<int>::max()) + " processes");
+    total *= extent_[d];
+  }
   if (rank < 0 || rank >= sizes.total())
     throw std::invalid_argument("process mesh: rank " + std::to_string(rank) + " outside a mesh of " +
                                 std::to_string(sizes.total()) + " processes");

@@ -76,6 +76,15 @@ TEST(MeshLayout, BadInput) {
   EXPECT_THROW(MeshLayout({0, 1, 1, 1}, 0), std::invalid_argument);
   EXPECT_THROW(MeshLayout({2, 2, 1, 1}, 4), std::invalid_argument);
   EXPECT_THROW(MeshLayout({2, 2, 1, 1}, -1), std::invalid_argument);
+  // Sizes whose product wraps in int (65536 x 65537 is 65536 modulo 2^32) are refused, not laid out.
+  try {
+    MeshLayout({65536, 65537, 1, 1}, 0);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("dp_replicate 65536 x dp_shard 65537 x cp 1 x tp 1 is more than"),
+              std::string::npos)
+        << e.what();
+  }
   try {
     MeshLayout({2, 2, 1, 1}, 0).size("fsdp");
     FAIL() << "no error";

@@ -1892,6 +1892,54 @@ TEST(Parallelism, AccelerateRulesNameKeyAndSource) {
                   "'parallelism_config.sp_size' = 2 (from env PARALLELISM_CONFIG_SP_SIZE): sequence parallelism"));
 }
 
+// Sizes whose product wraps in 64 bits (2^63-1 squared is 1 modulo 2^64) or passes the most processes a job may have
+// are refused naming every size above 1 and its source, before they are multiplied again anywhere.
+TEST(Parallelism, SizesThatWrapAreRefusedNamingTheKeys) {
+  auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos ? ::testing::AssertionSuccess()
+                                                : ::testing::AssertionFailure() << "'" << part << "' not in: " << text;
+  };
+  const std::string max = "9223372036854775807";
+  auto accelerator = [](const std::string& sizes, int64_t world) {
+    return error_of([&] { parallel_dims(resolve_accelerator(R"({"parallelism_config": {)" + sizes + "}}", {}), world, world); });
+  };
+  // 2^63-1 x 2^63-1 (1 modulo 2^64), 2^62 x 4 (0), 3 x 6148914691236517205 (-1), 65536^4 (2^64: 0).
+  const std::string square = accelerator(R"("dp_replicate_size": )" + max + R"(, "tp_size": )" + max, 1);
+  EXPECT_TRUE(has(square, "the parallelism_config sizes multiply to more than 65536 processes"));
+  EXPECT_TRUE(has(square, "'parallelism_config.dp_replicate_size' (" + max + ", acc_accelerator_create)"));
+  EXPECT_TRUE(has(square, "'parallelism_config.tp_size' (" + max + ", acc_accelerator_create)"));
+  EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 4611686018427387904, "tp_size": 4)", 4),
+                  "multiply to more than 65536 processes, the most a job may have ('parallelism_config.dp_replicate_size' (4611686018427387904, "
+                  "acc_accelerator_create), 'parallelism_config.tp_size' (4, acc_accelerator_create))"));
+  EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 3, "tp_size": 6148914691236517205)", 3), "more than 65536 processes"));
+  const std::string fsdp2 = R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": )";
+  const std::string four =
+      error_of([&] { parallel_dims(resolve_accelerator(fsdp2 + R"({"dp_replicate_size": 65536, "dp_shard_size": 65536,
+                                                                 "tp_size": 65536, "cp_size": 65536}})", {}), 4, 4); });
+  EXPECT_TRUE(has(four, "more than 65536 processes, the most a job may have ('parallelism_config.dp_replicate_size' (65536, "));
+  EXPECT_TRUE(has(four, "'parallelism_config.cp_size' (65536, acc_accelerator_create))"));
+  // The most a job may have is still accepted where the processes match; one past it is refused.
+  EXPECT_EQ(accelerator(R"("tp_size": 65536)", 65536), "<no error>");
+  EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 2, "tp_size": 32769)", 65538), "more than 65536 processes"));
+  // From the environment accelerate launch sets: the variables are the sources.
+  const Env wrap = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"}, {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", max},
+                    {"PARALLELISM_CONFIG_TP_SIZE", max}};
+  EXPECT_TRUE(has(error_of([&] { parallel_dims(resolve_accelerator("", wrap), 1, 1); }),
+                  "'parallelism_config.tp_size' (" + max + ", PARALLELISM_CONFIG_TP_SIZE)"));
+  // With sequence parallelism too (whose groups DeepSpeed makes, so the product is not compared with the processes).
+  EXPECT_TRUE(has(accelerator(R"("sp_size": 2, "dp_replicate_size": )" + max + R"(, "tp_size": )" + max, 1),
+                  "more than 65536 processes"));
+  // The launcher refuses a file's sizes before any process starts, naming the file's lines.
+  TempDir t;
+  const std::string f = t.write("p.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n  fsdp_version: 2\n"
+                                          "parallelism_config:\n  parallelism_config_dp_shard_size: " + max +
+                                          "\n  parallelism_config_tp_size: " + max + "\n");
+  const std::string launch = error_of([&] { resolve_launch(f, {}); });
+  EXPECT_TRUE(has(launch, "more than 65536 processes, the most a job may have ('parallelism_config.parallelism_config_dp_shard_size' (" + max +
+                              ", " + t.path + "/p.yaml:6), 'parallelism_config.parallelism_config_tp_size' (" + max +
+                              ", " + t.path + "/p.yaml:7))"));
+}
+
 TEST(Parallelism, LaunchRefusesBeforeAnyProcessStarts) {
   TempDir t;
   auto refusal = [&](const std::string& sizes, int np) {

@@ -25,7 +25,7 @@ esac
 
 debs=(meson ninja-build pkg-config g++ python3-venv libyaml-cpp-dev libcli11-dev
       libgloo-dev libgtest-dev swig abigail-tools ccache iproute2 libprotobuf-dev protobuf-compiler
-      clang libfuzzer-14-dev patchelf doxygen libcurl4-openssl-dev)
+      clang libfuzzer-14-dev patchelf doxygen libcurl4-openssl-dev libre2-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

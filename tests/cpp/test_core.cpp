@@ -7,6 +7,7 @@
 #include <ATen/dlpack.h>
 #include <torch/csrc/jit/api/module.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "checkpoint/sharded_state.hpp"
 #include "models/model.hpp"
 #include "train/optim.hpp"
+#include "util/pattern.hpp"
 
 namespace fs = std::filesystem;
 
@@ -25,6 +27,51 @@ fs::path temp_dir() {
   fs::path p = fs::temp_directory_path() / ("acc-core-" + std::to_string(::getpid()));
   fs::create_directories(p);
   return p;
+}
+
+// Every regular expression runs on RE2 (util/pattern.hpp, issue 36): Python's re.fullmatch and re.search for the syntax
+// both read, in time linear in the text; what RE2 cannot express, and a pattern past the length limit, refused naming
+// the pattern (cut short) and the reason.
+TEST(Pattern, FullmatchInLinearTimeAndRefusalsNamed) {
+  EXPECT_TRUE(Pattern("a|ab", "p").full_match("ab"));  // fullmatch tries every alternative, not the first that fits
+  EXPECT_FALSE(Pattern("q_proj", "p").full_match("model.layers.0.self_attn.q_proj"));
+  EXPECT_TRUE(Pattern(".*\\.(q_proj|v_proj)", "p").full_match("model.layers.0.self_attn.v_proj"));
+  EXPECT_TRUE(Pattern("^.*(q|k|v)_proj$", "p").full_match("model.layers.0.self_attn.k_proj"));
+  EXPECT_TRUE(Pattern("(?P<name>q)_proj", "p").full_match("q_proj"));  // Python's named groups
+  EXPECT_TRUE(Pattern("norm", "p").search("model.norm.weight"));
+  EXPECT_FALSE(Pattern("^norm", "p").search("model.norm.weight"));
+  std::string group;
+  EXPECT_TRUE(Pattern(R"(^.*?\.[^.]*\.(\d+)\.)", "p").search("model.layers.12.mlp.up_proj", &group));
+  EXPECT_EQ(group, "12");
+  EXPECT_TRUE(Pattern(R"((.*\.(layers|h)\.\d+)\..*)", "p").full_match("a.layers.1.b.h.2.w", &group));
+  EXPECT_EQ(group, "a.layers.1.b.h.2");  // greedy, as Python's
+  // (.|.)*x backtracks exponentially in std::regex (and in Python's re): here it is linear.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(Pattern("(.|.)*x", "p").full_match(std::string(100000, 'a')));
+  EXPECT_FALSE(Pattern("(a*)*b", "p").search(std::string(100000, 'a')));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  auto refusal = [](const std::string& pattern) {
+    try {
+      Pattern(pattern, "target_modules");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(refusal("(q)\\1"), "target_modules: '(q)\\1' is not a regular expression libacc reads (invalid escape "
+                               "sequence: \\1)");
+  EXPECT_EQ(refusal("(?=q)q"), "target_modules: '(?=q)q' is not a regular expression libacc reads (invalid perl "
+                               "operator: (?=)");
+  EXPECT_EQ(refusal("(q"), "target_modules: '(q' is not a regular expression libacc reads (missing ): (q)");
+  EXPECT_EQ(refusal("a{1001}"), "target_modules: 'a{1001}' is not a regular expression libacc reads (invalid "
+                                "repetition size: {1001})");
+  EXPECT_EQ(refusal(std::string(30000, '(') + std::string(30000, ')')),
+            "target_modules: '" + std::string(200, '(') + "... (60000 bytes)' is not a regular expression libacc "
+            "reads (longer than 4096 bytes, the limit)");
+  EXPECT_EQ(refusal(std::string(4096, 'a')), "(no error)");
+  EXPECT_EQ(refusal(std::string(2047, '(') + std::string(2047, ')')), "(no error)");  // deep, without recursion
+  EXPECT_EQ(refusal("a\x1b" "b("), "target_modules: 'a\\x1bb(' is not a regular expression libacc reads (missing ): "
+                                   "a\\x1bb()");  // a control byte escaped
 }
 
 TEST(Safetensors, RoundTripsEveryDtype) {

@@ -21,6 +21,13 @@ inline constexpr size_t kHostBytes = 253;
 // Values in one YAML document once its aliases are expanded (an "alias bomb" multiplies a small file).
 inline constexpr size_t kConfigValues = 20000;
 
+// A regular expression from a file or a caller (adapter_config.json's target_modules, param_groups and requires_grad
+// patterns; util/pattern.hpp): its length, as long as a string value, and the memory RE2 may use for its compiled
+// program and match caches (RE2's default: a pattern that needs more is refused as too large; a match that fills the
+// cache goes on, still linear, without it).
+inline constexpr size_t kPatternBytes = 4096;
+inline constexpr int64_t kPatternMemoryBytes = int64_t{8} << 20;
+
 // Processes: the whole job, one machine, and machines.
 inline constexpr int64_t kProcesses = 65536;
 inline constexpr int64_t kProcessesPerMachine = 1024;

@@ -3,7 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <regex>
+#include "util/pattern.hpp"
 
 namespace acc::core::bigmodel {
 
@@ -31,9 +31,8 @@ int64_t DiskOffload::bytes() const {
 }
 
 std::string offload_unit(const std::string& parameter) {
-  static const std::regex layer(R"(^(.*\.(layers|h|layer)\.\d+)\..*$)");
-  std::smatch m;
-  if (std::regex_match(parameter, m, layer)) return m[1];
+  static const Pattern layer(R"((.*\.(layers|h|layer)\.\d+)\..*)", "offload unit");
+  if (std::string unit; layer.full_match(parameter, &unit)) return unit;
   const size_t last = parameter.rfind('.');
   return last == std::string::npos ? parameter : parameter.substr(0, last);
 }

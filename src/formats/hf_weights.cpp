@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <set>
 #include <stdexcept>
 
@@ -18,6 +17,7 @@
 #include "acc/files.hpp"
 #include "acc/json.hpp"
 #include "formats/safetensors.hpp"
+#include "util/pattern.hpp"
 
 namespace fs = std::filesystem;
 
@@ -146,12 +146,12 @@ void write_model_files(const NamedTensors& state, const std::string& dir, int64_
   }
   // What an earlier save left (save_pretrained's cleanup: shards of another count; and the other layout's file,
   // so that a loader never sees a stale index beside a fresh model.safetensors or the other way round).
-  static const std::regex shard_re(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  static const Pattern shard_re(R"(model-\d{5}-of-\d{5}\.safetensors)", "shard name");
   std::vector<std::string> stale;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (written.count(name) || !e.is_regular_file(ec)) continue;
-    if (std::regex_match(name, shard_re) || name == kIndex || name == kWeights) stale.push_back(name);
+    if (shard_re.full_match(name) || name == kIndex || name == kWeights) stale.push_back(name);
   }
   config::remove_files(dir, stale, "save_model's stale weight files");
 }

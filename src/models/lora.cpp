@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
 #include <set>
 #include <stdexcept>
 
 #include "util/errors.hpp"
+#include "util/pattern.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::lora {
@@ -29,16 +29,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-// A regular expression from a config value: std::invalid_argument naming the key when it does not compile.
-std::regex compile(const std::string& pattern, const std::string& what) {
-  try {
-    return std::regex(pattern);
-  } catch (const std::regex_error& e) {
-    throw std::invalid_argument(what + ": '" + pattern + "' is not a regular expression libacc reads (" + e.what() +
-                                ")");
-  }
 }
 
 // A list of strings, or (when `string_ok`) one string; the kind is returned.
@@ -145,14 +135,14 @@ Config parse_config(std::string_view text, const std::string& source) {
       for (const auto& [pattern, rank] : v.items()) {
         if (!rank.is_integer() || rank.as_int() <= 0)
           rank.fail("a rank must be a positive integer; got " + rank.text());
-        compile(pattern, rank.where());
+        Pattern(pattern, rank.where());  // refused when read, naming the key
         c.rank_pattern.emplace_back(pattern, rank.as_int());
       }
     } else if (key == "alpha_pattern") {
       if (v.is_null()) continue;
       if (!v.is_object()) v.fail("alpha_pattern must be an object of module patterns and alphas");
       for (const auto& [pattern, alpha] : v.items()) {
-        compile(pattern, alpha.where());
+        Pattern(pattern, alpha.where());  // refused when read, naming the key
         c.alpha_pattern.emplace_back(pattern, alpha.as_double());
       }
     } else if (key == "task_type") {
@@ -270,8 +260,8 @@ std::optional<int64_t> layer_index(const std::string& key, const Config& c) {
   else
     for (const auto& p : *c.layers_pattern) res.push_back("^(?:|.*?\\.)" + p + "\\.(\\d+)\\.");
   for (const auto& re : res) {
-    std::smatch m;
-    if (std::regex_search(key, m, compile(re, "layers_pattern"))) return std::stoll(m[1].str());
+    std::string index;
+    if (Pattern(re, "layers_pattern").search(key, &index)) return std::stoll(index);
   }
   return std::nullopt;
 }
@@ -280,7 +270,7 @@ std::optional<int64_t> layer_index(const std::string& key, const Config& c) {
 template <class V>
 const std::pair<std::string, V>* pattern_for(const std::string& name, const std::vector<std::pair<std::string, V>>& p) {
   for (const auto& item : p)
-    if (std::regex_match(name, compile("(.*\\.)?(" + item.first + ")", "pattern"))) return &item;
+    if (Pattern("(.*\\.)?(" + item.first + ")", "pattern").full_match(name)) return &item;
   return nullptr;
 }
 
@@ -557,22 +547,22 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
         }
     }
 
-  std::optional<std::regex> target_re, exclude_re;
-  if (c.target_kind == Config::Kind::String) target_re = compile(c.target_modules.front(), "target_modules");
-  if (c.exclude_kind == Config::Kind::String) exclude_re = compile(c.exclude_modules.front(), "exclude_modules");
-  std::vector<std::regex> saved_res;
+  std::optional<Pattern> target_re, exclude_re;
+  if (c.target_kind == Config::Kind::String) target_re = Pattern(c.target_modules.front(), "target_modules");
+  if (c.exclude_kind == Config::Kind::String) exclude_re = Pattern(c.exclude_modules.front(), "exclude_modules");
+  std::vector<Pattern> saved_res;
   if (c.modules_to_save)
     for (const auto& s : *c.modules_to_save)
-      saved_res.push_back(compile("(^|.*\\.)" + s + "($|\\..*)", "modules_to_save"));
+      saved_res.push_back(Pattern("(^|.*\\.)" + s + "($|\\..*)", "modules_to_save"));
   bool any_unexcluded = false;
   for (const auto& [name, m] : modules) {  // check_target_module_exists
-    if (exclude_re ? std::regex_match(name, *exclude_re)
+    if (exclude_re ? exclude_re->full_match(name)
                    : (c.exclude_kind == Config::Kind::List && in_list(name, c.exclude_modules)))
       continue;
     if (std::any_of(saved_res.begin(), saved_res.end(),
-                    [&, &n = name](const std::regex& r) { return std::regex_match(n, r); }))
+                    [&, &n = name](const Pattern& r) { return r.full_match(n); }))
       continue;
-    bool hit = target_re ? std::regex_match(name, *target_re) : in_list(name, c.target_modules);
+    bool hit = target_re ? target_re->full_match(name) : in_list(name, c.target_modules);
     if (hit && mixtral && target_re && name.find(".block_sparse_moe.") != std::string::npos)
       throw UnsupportedError("target_modules '" + c.target_modules.front() + "' reaches Mixtral's experts or router "
                              "('" + name + "'), which peft targets as transformers 5's fused parameters: name them as "

@@ -4,12 +4,12 @@
 #include <torch/nn/module.h>
 
 #include <map>
-#include <regex>
 #include <set>
 
 #include "models/deferred.hpp"
 #include "models/model.hpp"
 #include "util/errors.hpp"
+#include "util/pattern.hpp"
 
 namespace acc::core {
 
@@ -110,15 +110,10 @@ std::vector<at::Tensor> Model::trainable_tensors() const {
 }
 
 int64_t Model::set_requires_grad(const std::string& pattern, bool on) {
-  std::regex re;
-  try {
-    re = std::regex(pattern);
-  } catch (const std::regex_error& e) {
-    throw std::invalid_argument("requires_grad pattern '" + pattern + "' is not a regular expression: " + e.what());
-  }
+  const Pattern re(pattern, "requires_grad pattern");
   std::map<const void*, at::Tensor> matched;
   for (const auto& [name, p] : named_parameters())
-    if (std::regex_match(name, re)) matched.emplace(p.unsafeGetTensorImpl(), p);
+    if (re.full_match(name)) matched.emplace(p.unsafeGetTensorImpl(), p);
   if (matched.empty())
     throw std::invalid_argument("requires_grad pattern '" + pattern + "' matches no parameter name (matched against " +
                                 "whole dotted names such as '" +

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include <regex>
 #include <set>
 #include <type_traits>
 
@@ -23,6 +22,7 @@
 #include "util/errors.hpp"
 #include <acc/json.hpp>
 #include "util/options.hpp"
+#include "util/pattern.hpp"
 
 namespace acc::core {
 
@@ -187,18 +187,17 @@ std::vector<GroupSpec> explicit_groups(const json::Value& list, const Hyper& top
       texts.push_back(e.as_string());
     }
     if (texts.empty()) throw OptionsError(where + ": 'params' must be a pattern or a non-empty list of patterns");
-    std::vector<std::regex> patterns;
+    std::vector<Pattern> patterns;
     for (const std::string& t : texts) {
       try {
-        patterns.emplace_back(t);
-      } catch (const std::regex_error& e) {
-        throw OptionsError(where + ": 'params' holds \"" + t + "\", which is not a regular expression (" + e.what() +
-                           ")");
+        patterns.emplace_back(t, where + ": 'params'");
+      } catch (const std::invalid_argument& e) {
+        throw OptionsError(e.what());  // ACC_ERR_INVALID_CONFIG, as these options' other errors
       }
     }
     out.push_back({what, [patterns](const std::string& name) {
                      return std::any_of(patterns.begin(), patterns.end(),
-                                        [&](const std::regex& r) { return std::regex_match(name, r); });
+                                        [&](const Pattern& r) { return r.full_match(name); });
                    },
                    read_hyper(o, top, where), {}});
   }

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
+
+#include "util/pattern.hpp"
 
 namespace acc::core {
 
@@ -14,9 +15,9 @@ bool is_layer_norm(const std::string& class_name) {
 
 // Trainer's forbidden_name_patterns, searched in the lower-cased name.
 bool name_exempt(std::string name) {
-  static const std::regex patterns(R"(bias|layernorm|rmsnorm|(^|\.)norm($|\.)|_norm($|\.))");
+  static const Pattern patterns(R"(bias|layernorm|rmsnorm|(^|\.)norm($|\.)|_norm($|\.))", "forbidden_name_patterns");
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  return std::regex_search(name, patterns);
+  return patterns.search(name);
 }
 
 void collect(const ModuleTree& tree, int index, const std::string& prefix, bool under_norm,

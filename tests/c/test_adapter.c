@@ -3,6 +3,7 @@
  * model unchanged. tests/cpp/test_lora checks the numbers against peft's own outputs.
  *   test_adapter SOURCE_ROOT */
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -37,6 +38,64 @@ static int has_name(const acc_model* m, const char* want) {
 static int exists(const char* path) {
   struct stat st;
   return stat(path, &st) == 0;
+}
+
+static void write_text(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  EXPECT(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+static double seconds_since(const struct timespec* t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+/* Regular expressions from a file or a call run on RE2 (issue 36): a pattern that made std::regex backtrack for
+ * minutes on names this long ends at once, 30,000 nested groups (a stack overflow in std::regex's compiler) are
+ * refused naming the limit, and what RE2 cannot express (a backreference) is named. Nothing changes. */
+static void test_patterns(acc_model* m) {
+  char pdir[256], path[300];
+  snprintf(pdir, sizeof pdir, "/tmp/acc_test_adapter_pattern_%d", (int)getpid());
+  snprintf(path, sizeof path, "%s/adapter_config.json", pdir);
+  EXPECT(mkdir(pdir, 0755) == 0);
+  acc_optimizer* opt = NULL;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  write_text(path, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"(.|.)*x\"}");
+  EXPECT_ERR(acc_model_load_adapter(m, pdir, NULL), ACC_ERR_INVALID_ARGUMENT, "'(.|.)*x' matched no linear layer");
+  EXPECT_ERR(acc_model_set_requires_grad(m, "(.|.)*x", 0, NULL), ACC_ERR_INVALID_ARGUMENT, "matches no parameter");
+  EXPECT_ERR(acc_optimizer_create(m, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"(.|.)*x\"}]}", &opt),
+             ACC_ERR_INVALID_CONFIG, "param_groups[0] selects no trainable parameter");
+  EXPECT(seconds_since(&t0) < 1.0);
+
+  enum { kDepth = 30000 };
+  char* nested = malloc(2 * kDepth + 8);
+  char* text = malloc(2 * kDepth + 128);
+  if (!nested || !text) abort();
+  memset(nested, '(', kDepth);
+  memcpy(nested + kDepth, "q_proj", 6);
+  memset(nested + kDepth + 6, ')', kDepth);
+  nested[2 * kDepth + 6] = '\0';
+  snprintf(text, 2 * kDepth + 128, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"%s\"}", nested);
+  write_text(path, text);
+  EXPECT_ERR(acc_model_load_adapter(m, pdir, NULL), ACC_ERR_INVALID_ARGUMENT, "longer than 4096 bytes, the limit");
+  EXPECT(strlen(acc_last_error_message()) < 400); /* the pattern shown cut short */
+  EXPECT_ERR(acc_model_set_requires_grad(m, nested, 0, NULL), ACC_ERR_INVALID_ARGUMENT, "longer than 4096 bytes");
+  snprintf(text, 2 * kDepth + 128, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"%s\"}]}", nested);
+  EXPECT_ERR(acc_optimizer_create(m, text, &opt), ACC_ERR_INVALID_CONFIG, "longer than 4096 bytes");
+  free(text);
+  free(nested);
+  EXPECT_ERR(acc_model_set_requires_grad(m, ".*(q)\\1_proj.*", 0, NULL), ACC_ERR_INVALID_ARGUMENT,
+             "'.*(q)\\1_proj.*' is not a regular expression libacc reads (invalid escape sequence: \\1)");
+  int64_t frozen = 0;
+  EXPECT_OK(acc_model_set_requires_grad(m, ".*\\.(q_proj|v_proj)\\.weight", 1, &frozen)); /* peft's documented form */
+  EXPECT(frozen == 4);
+  unlink(path);
+  rmdir(pdir);
 }
 
 int main(int argc, char** argv) {
@@ -80,6 +139,10 @@ int main(int argc, char** argv) {
   EXPECT(n == n_base);
   logits_of(m, ids, now);
   EXPECT(max_diff(now, base) == 0);
+
+  test_patterns(m);
+  CHECK(acc_model_state_size(m, &n));
+  EXPECT(n == n_base);
 
   /* peft's adapter: its tensors join the state under peft's names less "base_model.model.". */
   EXPECT_OK(acc_model_load_adapter(m, adapter, NULL));

@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/modules/linear.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -399,6 +400,91 @@ TEST(BadInput, BadConfigsNameTheKey) {
   EXPECT_THROW(merge_adapter(*slot), StateError);
   add_lora(*slot, R"({"target_modules": ["q_proj"]})");
   EXPECT_THROW(add_lora(*slot, R"({"target_modules": ["v_proj"]})"), StateError);
+}
+
+// Regular expressions from adapter_config.json and from callers run on RE2 (issue 36): linear in the name, so a
+// pattern that made std::regex backtrack past 60 s finishes at once; 30,000 nested groups (a stack overflow in
+// std::regex's compiler) and what RE2 cannot express (backreferences, lookaround) are refused naming the reason.
+TEST(BadInput, PatternsFromFilesRunInLinearTimeOrAreRefused) {
+  const std::string from = fixtures() + "/llama_qv";
+  const std::string config = config::read_file(from + "/adapter_config.json");
+  auto with_targets = [&](const std::string& name, const std::string& targets_json) {
+    const std::string dir = testing::TempDir() + "/lora_pattern_" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(from + "/adapter_model.safetensors", dir + "/adapter_model.safetensors");
+    const json::Document doc(config, "adapter_config.json");
+    json::Writer w;
+    w.begin_object();
+    for (const auto& [k, v] : doc.root().items()) {
+      w.key(k);
+      if (k == "target_modules") w.raw(targets_json); else w.value(v);
+    }
+    w.end_object();
+    config::write_file_atomic(dir + "/adapter_config.json", w.str());
+    return dir;
+  };
+  auto slot = base_model("llama_qv");
+  const auto names = names_of(*slot->model);
+  auto timed = [](const std::function<void()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string m = message_of(f);
+    return std::make_pair(m, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  auto [m, seconds] = timed([&] { load_adapter(*slot, with_targets("backtrack", R"("(.|.)*x")"), nullptr); });
+  EXPECT_NE(m.find("target_modules '(.|.)*x' matched no linear layer"), std::string::npos) << m;
+  EXPECT_LT(seconds, 1.0);
+  std::tie(m, seconds) = timed([&] { slot->model->set_requires_grad("(.|.)*x", false); });
+  EXPECT_NE(m.find("requires_grad pattern '(.|.)*x' matches no parameter name"), std::string::npos) << m;
+  EXPECT_LT(seconds, 1.0);
+  const std::string nested = std::string(30000, '(') + "q_proj" + std::string(30000, ')');
+  m = message_of([&] { load_adapter(*slot, with_targets("nested", json::quote(nested)), nullptr); });
+  EXPECT_NE(m.find("target_modules"), std::string::npos) << m.substr(0, 300);
+  EXPECT_NE(m.find("longer than 4096 bytes"), std::string::npos) << m.substr(0, 300);
+  EXPECT_LT(m.size(), 400u);  // the pattern is shown cut short
+  m = message_of([&] { slot->model->set_requires_grad(nested, false); });
+  EXPECT_NE(m.find("longer than 4096 bytes"), std::string::npos) << m.substr(0, 300);
+  for (const auto& [pattern, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"(.*(q)\1_proj)", R"(invalid escape sequence: \1)"},
+           {".*(?<!k)_proj", "invalid perl operator: (?<"},
+           {"(?!k).*_proj", "invalid perl operator: (?!"}}) {
+    m = message_of([&] { load_adapter(*slot, with_targets("refused", json::quote(pattern)), nullptr); });
+    EXPECT_NE(m.find("'" + pattern + "' is not a regular expression libacc reads (" + why + ")"), std::string::npos)
+        << m;
+  }
+  EXPECT_EQ(names_of(*slot->model), names);
+  for (auto& [n, p] : slot->model->named_parameters()) EXPECT_TRUE(p.requires_grad()) << n;
+  // As deep as the length allows: RE2 parses it without recursion, and it selects what it says.
+  auto deep_slot = base_model("llama_qv");
+  const std::string deep = std::string(2000, '(') + ".*(q|v)_proj" + std::string(2000, ')');
+  load_adapter(*deep_slot, with_targets("deep", json::quote(deep)), nullptr);
+  EXPECT_EQ(lora::find(lora_root(*deep_slot->model))->targets.size(), 4u);
+}
+
+// The patterns peft's and Accelerate's documentation show keep their meaning (re.fullmatch; rank_pattern and
+// alpha_pattern keys matched at the end of a name, at a dot).
+TEST(Lora, DocumentedPatternsSelectWhatPeftSelects) {
+  auto targets_of = [](const char* lora_config) {
+    auto slot = base_model("llama_qv");
+    add_lora(*slot, lora_config);
+    std::map<std::string, std::pair<int64_t, double>> out;
+    for (const auto& t : lora::find(lora_root(*slot->model))->targets) out[t.module] = {t.r, t.alpha};
+    return out;
+  };
+  using Targets = std::map<std::string, std::pair<int64_t, double>>;
+  const std::string a0 = "model.layers.0.self_attn.", a1 = "model.layers.1.self_attn.";
+  EXPECT_EQ(targets_of(R"j({"r": 4, "lora_alpha": 8, "target_modules": ".*\\.(q_proj|v_proj)"})j"),
+            (Targets{{a0 + "q_proj", {4, 8}}, {a0 + "v_proj", {4, 8}}, {a1 + "q_proj", {4, 8}}, {a1 + "v_proj", {4, 8}}}));
+  EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": "^.*(q|k|v)_proj$"})").size(), 6u);
+  EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": "model.*\\.layers\\.1\\..*(k|v)_proj"})"),
+            (Targets{{a1 + "k_proj", {4, 8}}, {a1 + "v_proj", {4, 8}}}));
+  EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "layers_to_transform": [1],
+                           "layers_pattern": "layers"})"),
+            (Targets{{a1 + "q_proj", {4, 8}}}));
+  EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"],
+                           "rank_pattern": {"^model.layers.0.self_attn.q_proj": 2, "layers\\.1\\.self_attn\\.(q|v)_proj": 6},
+                           "alpha_pattern": {"v_proj": 32}})"),
+            (Targets{{a0 + "q_proj", {2, 8}}, {a0 + "v_proj", {4, 32}}, {a1 + "q_proj", {6, 8}}, {a1 + "v_proj", {6, 32}}}));
 }
 
 TEST(BadInput, TiedHeadCannotBeSavedOrTargeted) {

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/optim/sgd.h>
 
+#include <chrono>
 #include <set>
 
 #include <acc/builtin_models.hpp>
@@ -266,6 +267,26 @@ TEST(Optimizer, ParameterGroups) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "("}]})").find("not a regular expression"),
             std::string::npos);
+  // Patterns run on RE2 (issue 36): one that made std::regex backtrack for minutes on names this long finishes at
+  // once; 20,000 nested groups (a stack overflow in std::regex's compiler) are refused naming the limit.
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string m;
+    try {
+      Optimizer o(NamedTensors{{"model.layers.0.self_attn.q_proj.weight", at::zeros({2}).requires_grad_()},
+                               {"model.layers.0.self_attn.v_proj.weight", at::zeros({2}).requires_grad_()}},
+                  R"({"type": "sgd", "param_groups": [{"params": "(.|.)*x"}]})");
+    } catch (const OptionsError& e) {
+      m = e.what();
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+    EXPECT_NE(m.find("param_groups[0] selects no trainable parameter"), std::string::npos) << m;
+  }
+  const std::string nested = std::string(20000, '(') + "w" + std::string(20000, ')');
+  const std::string m = error_of((R"({"type": "sgd", "param_groups": [{"params": ")" + nested + "\"}]}").c_str());
+  EXPECT_NE(m.find("param_groups[0]: 'params': '((((("), std::string::npos) << m.substr(0, 300);
+  EXPECT_NE(m.find("is not a regular expression libacc reads (longer than 4096 bytes, the limit)"), std::string::npos)
+      << m.substr(0, 400);
   EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "w", "lrr": 1}]})").find("unknown key 'lrr'"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type": "sgd", "param_groups": [{"params": "w", "lr": -1}]})")

@@ -4,11 +4,11 @@
 
 #include <filesystem>
 #include <functional>
-#include <regex>
 #include <set>
 #include <stdexcept>
 
 #include "acc/files.hpp"
+#include "acc/json.hpp"
 #include "checkpoint/agree.hpp"
 #include "formats/hf_weights.hpp"
 #include "formats/safetensors.hpp"
@@ -38,16 +38,61 @@ void save_weights(ModelSlot& model, const char* what, const std::string& dir, co
   });
 }
 
+bool is_dtype_key(const std::string& key) { return key == "dtype" || key == "torch_dtype"; }
+
+// A "dtype" or "torch_dtype" holding a string, at any depth.
+bool holds_dtype(const json::Value& v) {
+  if (v.is_object())
+    for (const auto& [k, e] : v.items())
+      if ((is_dtype_key(k) && e.is_string()) || holds_dtype(e)) return true;
+  if (v.is_array())
+    for (const auto& e : v.elements())
+      if (holds_dtype(e)) return true;
+  return false;
+}
+
+// `v` with every "dtype" or "torch_dtype" that holds a string set to `name` (each keeps its key).
+void write_with_dtype(json::Writer& w, const json::Value& v, const std::string& name) {
+  if (v.is_object()) {
+    w.begin_object();
+    for (const auto& [k, e] : v.items()) {
+      w.key(k);
+      if (is_dtype_key(k) && e.is_string())
+        w.value(name);
+      else
+        write_with_dtype(w, e, name);
+    }
+    w.end_object();
+  } else if (v.is_array()) {
+    w.begin_array();
+    for (const auto& e : v.elements()) write_with_dtype(w, e, name);
+    w.end_array();
+  } else {
+    w.value(v);
+  }
+}
+
 // config.json as from_pretrained read it, with its dtype set to the weights' (transformers writes the dtype the
-// model is in). The text is edited, not parsed and printed again: transformers checks the types of its fields,
-// and a float written as 0.0 must not come back as 0.
+// model is in): each "dtype" or "torch_dtype" that holds a string, or else a "dtype" first in the object. Parsed and
+// written again, never edited as text; the writer keeps integers and floats apart (0.0 stays 0.0), as transformers,
+// which checks the types of its fields, needs.
 std::string config_with_dtype(const std::string& text, at::ScalarType dtype) {
   const std::string name = float_dtype_name(dtype);
-  static const std::regex field(R"re("(torch_)?dtype"(\s*):(\s*)"[A-Za-z0-9_.]*")re");
-  if (std::regex_search(text, field)) return std::regex_replace(text, field, "\"$1dtype\"$2:$3\"" + name + "\"");
-  const size_t brace = text.find('{');
-  if (brace == std::string::npos) throw std::invalid_argument("save_pretrained: the model's config is not a JSON object");
-  return text.substr(0, brace + 1) + "\n  \"dtype\": \"" + name + "\"," + text.substr(brace + 1);
+  const json::Document doc = json::Document::object(text, "save_pretrained: the model's config");
+  const json::Value root = doc.root();
+  json::Writer w(json::Writer::Layout::Indented, 2);
+  if (holds_dtype(root)) {
+    write_with_dtype(w, root, name);
+  } else {
+    w.begin_object().key("dtype").value(name);
+    for (const auto& [k, e] : root.items()) {
+      if (k == "dtype") continue;  // null: replaced
+      w.key(k);
+      write_with_dtype(w, e, name);
+    }
+    w.end_object();
+  }
+  return w.str() + "\n";
 }
 
 }  // namespace

@@ -230,6 +230,68 @@ TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
   if (!keep) fs::remove_all(root);
 }
 
+// save_pretrained's config.json is parsed and written again, never edited as text (issue 36: a valid config.json with
+// 200 KB of whitespace before a key overflowed the stack of the regular expression that edited it): the weights'
+// dtype in "dtype", or in "torch_dtype" (the key before transformers 5) where the config has that, or else a "dtype"
+// first; every other value as it was, integers and floats apart.
+TEST(FromPretrained, SavePretrainedWritesTheConfigAsJson) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("acc_hf_config_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  const std::string original = config::read_file(g_fixtures + "/llama/model/config.json");
+  const json::Document fixture = json::Document::object(original, "fixture");
+  auto saved = [&](const std::string& name, const std::string& text) {
+    ModelSlot slot{std::shared_ptr<Model>(hf::from_config(text, R"({"dtype": "bfloat16"})")), nullptr, nullptr};
+    save_pretrained(slot, (tmp / name).string(), "");
+    return config::read_file((tmp / name / "config.json").string());
+  };
+  // The other values: the same keys in the same order, each the same JSON of the same kind.
+  auto same_otherwise = [&](const json::Value& v) {
+    for (const auto& [k, e] : fixture.root().items()) {
+      if (k == "dtype") continue;
+      ASSERT_TRUE(v.has(k)) << k;
+      EXPECT_EQ(v.get(k).text(), e.text()) << k;
+      EXPECT_EQ(static_cast<int>(v.get(k).kind()), static_cast<int>(e.kind())) << k;
+    }
+  };
+  // 200 KB of whitespace before a key, and on both sides of dtype's colon.
+  const std::string wide(200000, ' ');
+  std::string spaced = original;
+  spaced.insert(spaced.find("\"vocab_size\""), wide + "\n\t\r\n");
+  spaced.replace(spaced.find("\"dtype\": "), 9, "\"dtype\"" + wide + ":\n\t" + wide);
+  const std::string text = saved("spaced", spaced);
+  const json::Document doc = json::Document::object(text, "saved");
+  EXPECT_EQ(doc.root().keys(), fixture.root().keys());
+  EXPECT_EQ(doc.root().get_string("dtype"), "bfloat16");
+  same_otherwise(doc.root());
+  EXPECT_NE(text.find("\n  \"attention_dropout\": 0.0,\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  \"rms_norm_eps\": 1e-06,\n"), std::string::npos) << text;
+  EXPECT_LT(text.size(), 2000u);
+  const auto back = hf::from_pretrained((tmp / "spaced").string(), nullptr);
+  EXPECT_EQ(back->named_parameters().front().second.scalar_type(), at::kBFloat16);
+
+  std::string older = original;  // transformers 4's key
+  older.replace(older.find("\"dtype\""), 7, "\"torch_dtype\"");
+  const json::Document o = json::Document::object(saved("torch_dtype", older), "saved");
+  EXPECT_EQ(o.root().get_string("torch_dtype"), "bfloat16");
+  EXPECT_FALSE(o.root().has("dtype"));
+  same_otherwise(o.root());
+
+  std::string none = original;  // no dtype: one is added, first
+  none.erase(none.find("\"dtype\""), none.find('\n', none.find("\"dtype\"")) - none.find("\"dtype\"") + 1);
+  const json::Document n = json::Document::object(saved("none", none), "saved");
+  EXPECT_EQ(n.root().keys().front(), "dtype");
+  EXPECT_EQ(n.root().get_string("dtype"), "bfloat16");
+  same_otherwise(n.root());
+
+  std::string null = original;  // a null dtype: set in place (once: JSON keys are unique)
+  null.replace(null.find("\"float32\""), 9, "null");
+  const json::Document z = json::Document::object(saved("null", null), "saved");
+  EXPECT_EQ(z.root().get_string("dtype"), "bfloat16");
+  EXPECT_EQ(z.root().keys().size(), fixture.root().keys().size());
+  fs::remove_all(tmp);
+}
+
 // The torch-free shapes `acc estimate-memory` reads from a config.json are those of the models libacc builds.
 TEST(FromPretrained, ConfigShapesAreTheModelsOwn) {
   for (const char* name : {"llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral", "gpt2", "bert"}) {

@@ -462,7 +462,8 @@ ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* mod
 ACC_API ACC_NODISCARD acc_status acc_model_load_safetensors(acc_model* model, const char* path) ACC_NOEXCEPT;
 
 /** Freezes (requires_grad 0) or unfreezes (1) every parameter whose whole dotted name the regular
- *  expression `pattern` matches (ECMAScript, as "param_groups"; "model\\.embed_tokens\\..*", ".*bias"),
+ *  expression `pattern` matches (Python's re syntax run by RE2, in linear time, as "param_groups";
+ *  "model\\.embed_tokens\\..*", ".*bias"; docs/c-api.md, "Regular expressions"),
  *  as torch's p.requires_grad_(). A frozen parameter gets no gradient, no optimizer state (create the
  *  optimizer after freezing) and no gradient all-reduce, and clip_grad_norm ignores it. *out_matched
  *  (may be NULL) gets how many parameters matched. A pattern matching nothing, or a bad expression, is

@@ -223,6 +223,44 @@ acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexce
   });
 }
 
+/* The three functions above as programs built against libacc 1.0-1.2 call them (symbol version ACC_1.0): local
+ * calls that refuse a model whose parameters are sharded (ZeRO-3 / FSDP) with ACC_ERR_INVALID_STATE, where 1.3
+ * made them collectives that gather. A 1.1 program that called acc_model_state_get on the main process and fell
+ * back to acc_save_model on that answer keeps working; a program built against this header binds the
+ * gathering versions (ACC_1.4, capi/acc.map). Not named acc_*: only their aliases are exported. */
+__attribute__((visibility("default"), symver("acc_model_state_get@ACC_1.0")))
+acc_status compat_model_state_get_1_0(
+    const acc_model* model, int64_t index, const char** out_name, acc_tensor** out_value) noexcept {
+  if (out_name) *out_name = nullptr;
+  if (out_value) *out_value = nullptr;
+  return guarded("acc_model_state_get", [&] {
+    auto state = need(model, "model")->slot->tensors("acc_model_state_get").state();
+    if (index < 0 || index >= static_cast<int64_t>(state.size()))
+      throw std::out_of_range("index " + std::to_string(index) + " outside [0, " + std::to_string(state.size()) + ")");
+    if (out_value) *out_value = new_tensor(state[static_cast<size_t>(index)].second.detach().to(at::kCPU, false, true));
+    if (out_name) *out_name = model->state_names[static_cast<size_t>(index)].c_str();
+  });
+}
+
+__attribute__((visibility("default"), symver("acc_model_save_safetensors@ACC_1.0")))
+acc_status compat_model_save_safetensors_1_0(
+    const acc_model* model, const char* path) noexcept {
+  return guarded("acc_model_save_safetensors", [&] {
+    acc::core::save_safetensors(need(model, "model")->slot->tensors("acc_model_save_safetensors").state(),
+                                need(path, "path"), {{"format", "pt"}});
+  });
+}
+
+__attribute__((visibility("default"), symver("acc_model_load_safetensors@ACC_1.0")))
+acc_status compat_model_load_safetensors_1_0(
+    acc_model* model, const char* path) noexcept {
+  return guarded("acc_model_load_safetensors", [&] {
+    HandleLock lock(need(model, "model")->busy, "the model");
+    model->slot->tensors("acc_model_load_safetensors").load_state_dict(acc::core::load_safetensors(need(path, "path")),
+                                                                      path);
+  });
+}
+
 /* ------------------------------------------------------------------ optimizers, schedulers */
 
 acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_optimizer** out) noexcept {

@@ -89,7 +89,7 @@ def build_java():
         run(["mvn", "-o"] + args)
     except RuntimeError:
         run(["mvn"] + args)  # first run: fetch the plugins into ~/.m2
-    jar = os.path.join(target, "acc-1.3.0.jar")
+    jar = os.path.join(target, "acc-1.4.0.jar")
     classes = os.path.join(out_dir, "java-classes")
     sources = os.path.join(SRC, "examples/java/src/main/java/ai/acc/examples")
     run(["javac", "-cp", jar, "-d", classes,

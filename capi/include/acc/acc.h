@@ -60,7 +60,7 @@ extern "C" {
 /** Major version of this header (acc_version() gives the loaded library's). */
 #define ACC_VERSION_MAJOR 1
 /** Minor version of this header. */
-#define ACC_VERSION_MINOR 3
+#define ACC_VERSION_MINOR 4
 /** Patch version of this header. */
 #define ACC_VERSION_PATCH 0
 /** The ABI this header describes; bindings pass it to acc_abi_check at load. It equals the major
@@ -445,7 +445,9 @@ ACC_API ACC_NODISCARD acc_status acc_model_state_size(const acc_model* model, in
 /** Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be
  *  NULL. Under ZeRO-3 / FSDP, and under ZeRO / FSDP with a mixed-precision policy (float32 masters behind
  *  compute-dtype copies), the tensor is gathered from the shards as acc_save_model writes it (Accelerate's
- *  get_state_dict): then a collective, every process calls it with the same index.
+ *  get_state_dict): then a collective, every process calls it with the same index. Since 1.4 (symbol
+ *  version ACC_1.4); a program built against 1.0-1.2 binds ACC_1.0, which keeps their meaning: never a
+ *  collective, ACC_ERR_INVALID_STATE for sharded parameters (docs/abi.md, "Versioned symbols").
  *  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;
  *  acc_tensor_destroy). Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_state_get(const acc_model* model, int64_t index,
@@ -453,11 +455,13 @@ ACC_API ACC_NODISCARD acc_status acc_model_state_get(const acc_model* model, int
                                                       acc_tensor** out_value) ACC_NOEXCEPT;
 /** Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Where
  *  acc_model_state_get gathers, the whole state is gathered from the shards: a collective, the main process
- *  writes and the others wait. Reads model. */
+ *  writes and the others wait. Versioned as acc_model_state_get (ACC_1.4; ACC_1.0 refuses sharded
+ *  parameters). Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* model,
                                                              const char* path) ACC_NOEXCEPT;
 /** Loads a safetensors file into the model; every name and shape must match. Under ZeRO-3 / FSDP every
- *  process calls it (each keeps its shards of the file's tensors).
+ *  process calls it (each keeps its shards of the file's tensors). Versioned as acc_model_state_get
+ *  (ACC_1.4; ACC_1.0 refuses sharded parameters).
  *  Locks model. */
 ACC_API ACC_NODISCARD acc_status acc_model_load_safetensors(acc_model* model, const char* path) ACC_NOEXCEPT;
 

@@ -454,7 +454,7 @@ func Accx_dlpack_release(arg1 uintptr) {
 }
 
 const ACC_VERSION_MAJOR int = 1
-const ACC_VERSION_MINOR int = 3
+const ACC_VERSION_MINOR int = 4
 const ACC_VERSION_PATCH int = 0
 const ACC_ABI_VERSION int = 1
 const ACC_OK int = 0

@@ -129,7 +129,7 @@ pub struct acc_bytes_list {
     _unused: [u8; 0],
 }
 pub const ACC_VERSION_MAJOR: i32 = 1;
-pub const ACC_VERSION_MINOR: i32 = 3;
+pub const ACC_VERSION_MINOR: i32 = 4;
 pub const ACC_VERSION_PATCH: i32 = 0;
 pub const ACC_ABI_VERSION: i32 = 1;
 pub const ACC_OK: i32 = 0;

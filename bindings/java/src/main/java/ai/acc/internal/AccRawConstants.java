@@ -10,7 +10,7 @@ package ai.acc.internal;
 
 public interface AccRawConstants {
   public final static int ACC_VERSION_MAJOR = 1;
-  public final static int ACC_VERSION_MINOR = 3;
+  public final static int ACC_VERSION_MINOR = 4;
   public final static int ACC_VERSION_PATCH = 0;
   public final static int ACC_ABI_VERSION = 1;
   public final static int ACC_OK = 0;

@@ -300,7 +300,14 @@ Optimizer::Optimizer(const std::vector<at::Tensor>& params, const char* options_
     : Optimizer(by_index(params), options_json) {}
 
 std::unique_ptr<Optimizer> make_optimizer(const Model& model, const char* options_json) {
-  return std::make_unique<Optimizer>(model.trainable_parameters(), options_json,
+  NamedTensors params = model.trainable_parameters();
+  // torch.optim refuses an empty parameter list; an optimizer that can never step anything is a caller's mistake.
+  if (params.empty())
+    throw std::invalid_argument(model.named_parameters().empty()
+                                    ? "the optimizer has no parameter to train: the model has no parameters"
+                                    : "the optimizer has no parameter to train: every parameter of the model is frozen "
+                                      "(requires_grad false); unfreeze some (acc_model_set_requires_grad) first");
+  return std::make_unique<Optimizer>(std::move(params), options_json,
                                      [&model] { return no_decay_parameter_names(tree_of(model)); });
 }
 

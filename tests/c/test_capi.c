@@ -532,6 +532,11 @@ static void test_frozen(void) {
   /* Everything frozen: the loss has no graph, and backward says why. */
   EXPECT_OK(acc_model_set_requires_grad(m, ".*", 0, &n));
   EXPECT(n == 6);
+  /* An optimizer over nothing trainable is refused, as torch.optim refuses an empty parameter list (issue 36). */
+  acc_optimizer* none = NULL;
+  EXPECT_ERR(acc_optimizer_create(m, "{\"type\": \"adamw\"}", &none), ACC_ERR_INVALID_ARGUMENT,
+             "the optimizer has no parameter to train: every parameter of the model is frozen");
+  EXPECT(none == NULL);
   acc_accelerator* acc = make_acc("{}");
   EXPECT_OK(acc_prepare(acc, m, NULL, NULL, NULL));
   EXPECT_ERR(acc_model_set_requires_grad(m, ".*", 1, NULL), ACC_ERR_INVALID_STATE, "before acc_prepare");

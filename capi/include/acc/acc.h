@@ -486,7 +486,9 @@ ACC_API ACC_NODISCARD acc_status acc_model_set_requires_grad(acc_model* model, c
  *   Defaults are PyTorch's. "param_groups": [{"params": [regular expressions over whole parameter
  *   names], "lr", "weight_decay", ...}, ...] (a parameter in two groups is an error; the rest get the
  *   top-level options), or "transformers" (the Trainer's split: no weight decay for biases and norm
- *   weights). The table of keys and defaults is in docs/c-api.md, "Optimizer options".
+ *   weights). The table of keys and defaults is in docs/c-api.md, "Optimizer options". A model with
+ *   no trainable parameter (all frozen) is ACC_ERR_INVALID_ARGUMENT, as torch.optim refuses an empty
+ *   parameter list (since 1.4; before, an optimizer that stepped nothing).
  *  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_optimizer_create(acc_model* model, const char* options_json,
                                                        acc_optimizer** out) ACC_NOEXCEPT;

@@ -105,9 +105,9 @@ class Model {
   NamedTensors trainable_parameters() const;
   // The same tensors without their names: what an optimizer is built over (the one place that selects them).
   std::vector<at::Tensor> trainable_tensors() const;
-  // torch's requires_grad_ on every parameter whose whole dotted name the ECMAScript regular expression `pattern`
-  // matches (a tied weight when any of its names does). Returns how many tensors matched; std::invalid_argument
-  // naming the pattern when it is not an expression or matches nothing (nothing changes then).
+  // torch's requires_grad_ on every parameter whose whole dotted name the regular expression `pattern` (RE2:
+  // util/pattern.hpp) matches (a tied weight when any of its names does). Returns how many tensors matched;
+  // std::invalid_argument naming the pattern when RE2 refuses it or it matches nothing (nothing changes then).
   int64_t set_requires_grad(const std::string& pattern, bool on);
 
   // ZeRO-3's zero3_init_flag: the parameters are on the meta device until prepare makes them (models/deferred.hpp);

@@ -546,7 +546,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Freezes (requires_grad 0) or unfreezes (1) every parameter whose whole dotted name the regular\n  expression `pattern` matches (ECMAScript, as \"param_groups\"; \"model\\\\.embed_tokens\\\\..*\", \".*bias\"),\n  as torch's p.requires_grad_(). A frozen parameter gets no gradient, no optimizer state (create the\n  optimizer after freezing) and no gradient all-reduce, and clip_grad_norm ignores it. *out_matched\n  (may be NULL) gets how many parameters matched. A pattern matching nothing, or a bad expression, is\n  ACC_ERR_INVALID_ARGUMENT naming it; a prepared model is ACC_ERR_INVALID_STATE (freeze before\n  acc_prepare, as DDP and FSDP read requires_grad when they wrap). Since 1.2.\n  Locks model."]
+    #[doc = " Freezes (requires_grad 0) or unfreezes (1) every parameter whose whole dotted name the regular\n  expression `pattern` matches (Python's re syntax run by RE2, in linear time, as \"param_groups\";\n  \"model\\\\.embed_tokens\\\\..*\", \".*bias\"; docs/c-api.md, \"Regular expressions\"),\n  as torch's p.requires_grad_(). A frozen parameter gets no gradient, no optimizer state (create the\n  optimizer after freezing) and no gradient all-reduce, and clip_grad_norm ignores it. *out_matched\n  (may be NULL) gets how many parameters matched. A pattern matching nothing, or a bad expression, is\n  ACC_ERR_INVALID_ARGUMENT naming it; a prepared model is ACC_ERR_INVALID_STATE (freeze before\n  acc_prepare, as DDP and FSDP read requires_grad when they wrap). Since 1.2.\n  Locks model."]
     pub fn acc_model_set_requires_grad(
         model: *mut acc_model,
         pattern: *const ::core::ffi::c_char,

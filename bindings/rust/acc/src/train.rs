@@ -874,13 +874,14 @@ impl Model {
 /// Parameter-efficient fine-tuning: frozen parameters and LoRA adapters as Hugging Face `peft` makes
 /// them. (Parameter groups are [`Optimizer::new`]'s `"param_groups"` option.)
 impl Model {
-    /// Freezes (`requires_grad` false) or unfreezes every parameter whose whole dotted name the
-    /// regular expression `pattern` matches (ECMAScript, as `"param_groups"`: `model\.embed_tokens\..*`,
-    /// `.*bias`), as torch's `p.requires_grad_()`, and returns how many matched. A frozen parameter
-    /// gets no gradient, no optimizer state (create the optimizer after freezing) and no gradient
-    /// all-reduce, and [`Accelerator::clip_grad_norm`] ignores it. A pattern matching nothing, or a bad
-    /// expression, is [`ErrorCode::InvalidArgument`] naming it; a prepared model is
-    /// [`ErrorCode::InvalidState`] (freeze before [`Accelerator::prepare`]).
+    /// Freezes (`requires_grad` false) or unfreezes every parameter whose whole dotted name the regular
+    /// expression `pattern` matches (Python's re syntax, matched by RE2 in linear time, as
+    /// `"param_groups"`: `model\.embed_tokens\..*`, `.*bias`), as torch's `p.requires_grad_()`, and
+    /// returns how many matched. A frozen parameter gets no gradient, no optimizer state (create the
+    /// optimizer after freezing) and no gradient all-reduce, and [`Accelerator::clip_grad_norm`]
+    /// ignores it. A pattern matching nothing, or a bad expression, is [`ErrorCode::InvalidArgument`]
+    /// naming it; a prepared model is [`ErrorCode::InvalidState`] (freeze before
+    /// [`Accelerator::prepare`]).
     pub fn set_requires_grad(&self, pattern: &str, requires_grad: bool) -> Result<i64> {
         let p = cstring(pattern)?;
         let mut n = 0;

@@ -510,10 +510,10 @@ public final class Model extends NativeObject {
 
   /**
    * Freezes ({@code requiresGrad} false) or unfreezes every parameter whose whole dotted name the regular
-   * expression {@code pattern} matches (ECMAScript, as {@code "param_groups"}: {@code model\.embed_tokens\..*},
-   * {@code .*bias}), as torch's {@code p.requires_grad_()}. A frozen parameter gets no gradient, no optimizer
-   * state (create the optimizer after freezing) and no gradient all-reduce, and {@link
-   * Accelerator#clipGradNorm} ignores it.
+   * expression {@code pattern} matches (Python's re syntax, matched by RE2 in linear time, as
+   * {@code "param_groups"}: {@code model\.embed_tokens\..*}, {@code .*bias}), as torch's {@code p.requires_grad_()}.
+   * A frozen parameter gets no gradient, no optimizer state (create the optimizer after freezing) and no
+   * gradient all-reduce, and {@link Accelerator#clipGradNorm} ignores it.
    *
    * @param pattern a regular expression over whole parameter names
    * @param requiresGrad false to freeze, true to unfreeze

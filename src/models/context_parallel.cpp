@@ -179,11 +179,10 @@ void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const
     return at::where(allowed, at::zeros({}, o), at::full({}, ring::lowest(o.dtype().toScalarType()), o));
   };
   masks_.clear();
-  // A query that may see no key at all (a padding token before the first real one) gets the dtype's lowest value for
-  // every key, which softmax makes uniform over the whole sequence. The ring normalises block by block, where those
-  // equal values would lose the blocks' sizes: it finds these rows and gives them scores of zero (uniform) instead.
+  // A query that may see no key at all (a padding token before the first real one) gets an output of zero and no
+  // gradient, as the whole model's attention gives it (hf::Masking::attention: transformers' sdpa).
   empty_ = at::Tensor();
-  if (keep.defined() && s_->strategy == Strategy::AllToAll)
+  if (keep.defined())
     empty_ = build(at::cat(key_index_)).eq(ring::lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true);
   if (s_->strategy == Strategy::AllGather)
     masks_.push_back(build(at::cat(key_index_)));  // the gathered keys come in rank order
@@ -203,7 +202,8 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
       return tp::gather_sequence(t.transpose(1, 2), g.collectives).transpose(1, 2);
     };
     at::Tensor mask = masks_[0].to(q.scalar_type());
-    return at::scaled_dot_product_attention(q, gathered(k), gathered(v), mask, dropout, false, sc, rep > 1);
+    at::Tensor y = at::scaled_dot_product_attention(q, gathered(k), gathered(v), mask, dropout, false, sc, rep > 1);
+    return empty_.defined() ? y.masked_fill(empty_, 0) : y;
   }
   // The ring: step s holds rank (rank - s)'s keys and values. Each block's attention is normalised on its own with
   // its log-sum-exp; the blocks are merged by rescaling to the running log-sum-exp (dropout on a block's normalised
@@ -219,8 +219,6 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
     if (rep > 1) kb = kb.repeat_interleave(rep, 1), vb = vb.repeat_interleave(rep, 1);
     at::Tensor raw = at::matmul(qf, kb.transpose(-2, -1));
     at::Tensor scores = raw + masks_[static_cast<size_t>(src)].to(at::kFloat);
-    // (Zero in value, the scores' own gradient: softmax's at the uniform point, as the whole model's.)
-    if (empty_.defined()) scores = at::where(empty_, raw - raw.detach(), scores);
     at::Tensor block_lse = scores.logsumexp(-1, /*keepdim=*/true);
     at::Tensor p = (scores - block_lse).exp();
     if (dropout > 0) p = at::dropout(p, dropout, true);
@@ -233,6 +231,7 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
     out = out * (lse - merged).exp() + block * (block_lse - merged).exp();
     lse = merged;
   }
+  if (empty_.defined()) out = out.masked_fill(empty_, 0);  // (their rows' blocks were finite: no NaN to hide)
   return out.to(q.scalar_type());
 }
 

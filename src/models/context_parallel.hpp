@@ -123,7 +123,7 @@ class Sequence {
   at::Tensor index_;
   std::vector<at::Tensor> key_index_;  // per rank, its places (the gathered keys' order is rank order)
   std::vector<at::Tensor> masks_;      // allgather: one [B|1, 1, local, time]; alltoall: one per source rank
-  at::Tensor empty_;                   // alltoall: [B, 1, local, 1] the queries that see no key (undefined: none)
+  at::Tensor empty_;                   // [B, 1, local, 1] the queries that see no key (undefined: none)
 };
 
 // Cross entropy of logits [N, V] (or this rank's vocabulary slice under tensor parallelism, `vocab_split`) against

@@ -403,8 +403,7 @@ class CausalDecoder final : public NnModel,
         if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
         // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
         at::Tensor y = seq ? seq->attention(q, k, v, train ? dropout : 0.0, std::nullopt)
-                           : at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? dropout : 0.0,
-                                                              masking.causal, std::nullopt, /*enable_gqa=*/rep > 1);
+                           : masking.attention(q, k, v, train ? dropout : 0.0, std::nullopt, /*gqa=*/rep > 1);
         y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
         x = residual(x, y, in_place);
         h = layer->post_attention_layernorm->forward(x);

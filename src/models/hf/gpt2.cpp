@@ -188,8 +188,7 @@ class Gpt2LMHead final : public NnModel,
         at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
         if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
         at::Tensor y = seq ? seq->attention(q, k, v, train ? attn_pdrop : 0.0, scale)
-                           : at::scaled_dot_product_attention(q, k, v, masking.optional(), train ? attn_pdrop : 0.0,
-                                                              masking.causal, scale);
+                           : masking.attention(q, k, v, train ? attn_pdrop : 0.0, scale, false);
         y = b->attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
         x = x + at::dropout(y, resid_pdrop, train);
         at::Tensor m = b->mlp->c_proj->forward(activation(act, b->mlp->c_fc->forward(entered(b->ln_2->forward(x)))));

@@ -91,8 +91,17 @@ Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t
                                 std::to_string(batch) + ", " + std::to_string(past + t) + "]");
   const bool padded = check_attention_mask(attention_mask);
   const bool windowed = window > 0 && past + t > window;
-  if (padded || windowed || (past > 0 && t > 1)) return {causal_mask(attention_mask, batch, past, t, window, o), false};
-  return {at::Tensor(), past == 0 && t > 1};
+  if (!padded && !windowed && !(past > 0 && t > 1)) return {at::Tensor(), past == 0 && t > 1, at::Tensor()};
+  at::Tensor mask = causal_mask(attention_mask, batch, past, t, window, o);
+  // Without padding every query sees itself.
+  at::Tensor empty = padded ? mask.eq(lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true) : at::Tensor();
+  return {mask, false, empty};
+}
+
+at::Tensor Masking::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                              std::optional<double> scale, bool gqa) const {
+  at::Tensor y = at::scaled_dot_product_attention(q, k, v, optional(), dropout, causal, scale, gqa);
+  return empty.defined() ? y.masked_fill(empty, 0) : y;
 }
 
 at::Tensor padding_mask(const at::Tensor& attention_mask, const at::TensorOptions& o) {

@@ -114,7 +114,14 @@ bool check_attention_mask(const at::Tensor& attention_mask);
 struct Masking {
   at::Tensor mask;
   bool causal = false;
+  at::Tensor empty;  // [B, 1, T, 1]: the queries that may see no key (left padding); undefined without padding
   std::optional<at::Tensor> optional() const { return mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt; }
+  // SDPA under this masking. A query that may see no key gets an output of zero and no gradient through it, as
+  // transformers' default attention, sdpa, gives it (torch's safe softmax): the additive mask alone makes its row
+  // uniform over every key (eager attention's answer), and SDPA's backward there is the derivative of neither
+  // (docs/hf-models.md, "Fully masked rows").
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                       std::optional<double> scale, bool gqa) const;
 };
 Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                         const at::TensorOptions& o);

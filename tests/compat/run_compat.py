@@ -7,23 +7,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import expect, finish  # noqa: E402
+
 acc, libacc, build = sys.argv[1:4]
 env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(libacc)), ACC_CONFIG_FILE="none")
-passed = failed = 0
 STRATEGIES = {
     "DDP": None,
     "FSDP": "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
     "ZeRO-3": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
 }
-
-
-def expect(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAILED: {what}\n{detail}")
 
 
 def launch(tmp, strategy, program, *args):
@@ -93,5 +86,4 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"{today}, {strategy}: exit {rc}: {log.strip()[:300]}")
         expect(rc == 0 and "state: " in log and "refused" not in log,
                f"{today} under {strategy}: every process asks, the tensor is gathered", log)
-print(f"{passed} passed, {failed} failed")
-sys.exit(failed > 0)
+finish()

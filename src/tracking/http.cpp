@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cctype>
 #include <ios>
 #include <memory>
@@ -99,6 +100,42 @@ std::string escape(const std::string& s) {
       out += hex[c & 15];
     }
   }
+  return out;
+}
+
+std::string quoted(std::string_view text, size_t max_bytes) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  size_t i = 0;
+  while (i < text.size() && out.size() < max_bytes) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    // The length of a well-formed UTF-8 sequence starting here (RFC 3629: no overlongs or surrogates), 0 if none.
+    size_t n = u < 0x80 ? 1 : u >= 0xC2 && u <= 0xDF ? 2 : u >= 0xE0 && u <= 0xEF ? 3 : u >= 0xF0 && u <= 0xF4 ? 4 : 0;
+    if (n > text.size() - i) n = 0;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) n = 0;
+    if (n >= 3) {
+      const auto b = static_cast<unsigned char>(text[i + 1]);
+      if ((u == 0xE0 && b < 0xA0) || (u == 0xED && b > 0x9F) || (u == 0xF0 && b < 0x90) || (u == 0xF4 && b > 0x8F))
+        n = 0;
+    }
+    // C0 controls, DEL, and C1 controls (U+0080..U+009F: 0xC2 0x80..0x9F, which terminals read as escapes too).
+    const bool control = (n == 1 && (u < 0x20 || u == 0x7F)) ||
+                         (n == 2 && u == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0);
+    if (n == 0 || control) {
+      for (size_t k = 0; k < std::max<size_t>(n, 1); ++k) {
+        const auto c = static_cast<unsigned char>(text[i + k]);
+        out += "\\x";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      }
+      i += std::max<size_t>(n, 1);
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
 }
 

@@ -2,6 +2,9 @@
 // with a timeout on every request so that no call waits forever on a server that stopped answering.
 #pragma once
 #include <string>
+#include <string_view>
+
+#include <acc/limits.hpp>
 
 namespace acc::tracking::http {
 
@@ -30,5 +33,9 @@ Response request(const Options& o, const std::string& method, const std::string&
 std::string redacted(const std::string& url);
 // Query-string escaping of one value.
 std::string escape(const std::string& s);
+// Text a server sent, for an error message: its first max_bytes bytes, control characters and bytes that are not
+// UTF-8 written as \xNN (a terminal escape in a body must not reach the caller's terminal), and "... (N bytes)" where
+// it was cut.
+std::string quoted(std::string_view text, size_t max_bytes = limits::kQuotedTextBytes);
 
 }  // namespace acc::tracking::http

@@ -111,8 +111,10 @@ class Server {
         return json::Document(r.body.empty() ? std::string("{}") : r.body, "the answer of " + http::redacted(url),
                               json::kPythonLimits);
       } catch (const json::Error& e) {
+        // The parser's words name the URL, then quote the answer (a key of any length): bounded past the URL.
         throw std::ios_base::failure(what + " " + http::redacted(url) + ": the answer is not MLflow's JSON (" +
-                                     e.what() + "); is " + http::redacted(uri_) + " an MLflow tracking server?");
+                                     http::quoted(e.what(), limits::kQuotedTextBytes + url.size()) + "); is " +
+                                     http::redacted(uri_) + " an MLflow tracking server?");
       }
     }
     try {  // MLflow's errors: {"error_code": "...", "message": "..."}
@@ -124,9 +126,10 @@ class Server {
     } catch (const std::exception&) {
     }
     if (tolerated && code == tolerated) return std::nullopt;
-    if (message.empty()) message = r.body.substr(0, 300);
+    // The server's words are bounded and made printable: a body of any size or bytes reaches here.
+    const std::string_view said = message.empty() ? std::string_view(r.body) : std::string_view(message);
     const std::string text = what + " " + http::redacted(url) + ": HTTP " + std::to_string(r.status) +
-                             (code.empty() ? "" : " " + code) + (message.empty() ? "" : ": " + message);
+                             (code.empty() ? "" : " " + http::quoted(code)) + (said.empty() ? "" : ": " + http::quoted(said));
     if (code == "INVALID_PARAMETER_VALUE" || code == "RESOURCE_DOES_NOT_EXIST") throw std::invalid_argument(text);
     throw std::ios_base::failure(text);
   }

@@ -567,6 +567,28 @@ TEST(Http, UrlsInMessages) {
   EXPECT_EQ(escape("a b/c&d=é"), "a%20b%2Fc%26d%3D%C3%A9");
 }
 
+// A server's error body quoted in a message (issue 36): bounded, its control bytes (C0, DEL, C1) and bytes that are not
+// UTF-8 written as \xNN, its characters otherwise kept whole.
+TEST(Http, ServerTextInMessages) {
+  namespace http = acc::tracking::http;  // not std::quoted, which a std::string argument finds too
+  EXPECT_EQ(http::quoted("bad credentials"), "bad credentials");
+  EXPECT_EQ(http::quoted("\x1b[2J\r\n\x7f" "é\xc2\x9b" "1m"), "\\x1b[2J\\x0d\\x0a\\x7fé\\xc2\\x9b1m");
+  // Not UTF-8: a lone continuation byte, an overlong '/', a surrogate, a sequence cut short at the end.
+  EXPECT_EQ(http::quoted("a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xe2\x82"), "a\\x80b\\xc0\\xafc\\xed\\xa0\\x80d\\xe2\\x82");
+  EXPECT_EQ(http::quoted("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");
+  // 100 KB: the first 300 bytes (a character never split), then the size.
+  std::string body;
+  for (int i = 0; i < 50000; ++i) body += "é";
+  const std::string q = http::quoted(body);
+  EXPECT_EQ(q, std::string(body, 0, 300) + "... (100000 bytes)");
+  std::string escapes(100000, '\x1b');
+  const std::string e = http::quoted(escapes);
+  EXPECT_LE(e.size(), 300u + 4 + 20);
+  EXPECT_EQ(e.find('\x1b'), std::string::npos);
+  EXPECT_NE(e.find("... (100000 bytes)"), std::string::npos) << e;
+  EXPECT_EQ(http::quoted("abcdef", 3), "abc... (6 bytes)");
+}
+
 // W&B's .wandb framing (wandb/sdk/internal/datastore.py): chunks of CRC-32 (zlib's, of the type byte then the data) |
 // uint16 length | type, in 32 KiB blocks whose last 1..6 bytes are zeros. trackers-read reads whole runs with wandb's
 // own reader; here the block edges are placed exactly.

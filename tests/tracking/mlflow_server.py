@@ -86,7 +86,7 @@ def stop_server(proc):
 
 
 def run(program, args, env, timeout=120):
-    p = subprocess.run([program, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    p = subprocess.run([program, *args], capture_output=True, text=True, errors="replace", env=env, timeout=timeout)
     expect(p.returncode == 0, f"test_mlflow_server {' '.join(args)[:60]}", (p.stdout + p.stderr)[-3000:])
     return p
 
@@ -137,6 +137,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
     error body, or holds every request `stall` seconds; records each request's Authorization header."""
     unavailable = 0
     stall = 0
+    body = None  # an error body to answer with (status 400) instead of 401's
     seen = []
 
     def do_GET(self):  # noqa: N802 - http.server's name
@@ -144,7 +145,9 @@ class Stub(http.server.BaseHTTPRequestHandler):
         if Stub.stall:
             time.sleep(Stub.stall)
             return
-        if Stub.unavailable > 0:
+        if Stub.body is not None:
+            status, body = 400, Stub.body
+        elif Stub.unavailable > 0:
             Stub.unavailable -= 1
             status, body = 503, b"busy"
         else:
@@ -179,6 +182,21 @@ def check_stub(program, base_env):
         basic = "Basic " + base64.b64encode(b"u:p:w").decode()
         expect(Stub.seen == [basic] * 3, "basic authentication, two 503 answers retried", Stub.seen)
         expect("HTTP 401" in p.stdout, "the answer after the retries", p.stdout)
+        # A 100 KB error body with terminal escapes, as MLflow's JSON and as raw bytes (invalid UTF-8 too): the
+        # message keeps a bounded, printable part of it, never the whole body or its control bytes.
+        for what, body in (
+                ("JSON", json.dumps({"error_code": "BAD_REQUEST",
+                                     "message": "\x1b]0;owned\x07\x1b[2J" + "é" * 50_000 + "\x1b[31m"}).encode()),
+                ("raw", b"\x1b[2J\x1b]0;owned\x07\r\xff\xfe" + b"x\x1b[1m" * 25_000)):
+            Stub.body = body
+            p = run(program, ["unreachable", uri], base_env)
+            message = p.stdout.split("\n")[0]
+            expect("HTTP 400" in message and uri in message, f"the {what} error body's status and URL", message[:300])
+            expect(len(message.encode()) < 1000, f"the {what} error body bounded (100 KB sent)", len(message.encode()))
+            expect(not any(ord(c) < 0x20 or ord(c) == 0x7F or c == "\ufffd" for c in message),
+                   f"no control bytes or invalid UTF-8 from the {what} error body", repr(message[:300]))
+            expect(f"{len(body)} bytes" in message or "bytes)" in message, f"the {what} body's cut said", message[:600])
+        Stub.body = None
         # A server that accepts and never answers: MLFLOW_HTTP_REQUEST_TIMEOUT ends the request.
         Stub.stall = 30
         t0 = time.monotonic()

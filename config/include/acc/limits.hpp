@@ -57,4 +57,8 @@ inline constexpr size_t kCheckpointJsonBytes = size_t{64} << 20;
 inline constexpr size_t kHfConfigBytes = size_t{16} << 20;
 inline constexpr size_t kHfIndexBytes = size_t{64} << 20;
 
+// Text from outside quoted in an error message (a tracking server's error body): at most this many bytes of it,
+// control bytes and invalid UTF-8 escaped, so that acc_last_error_message() stays short and safe to print.
+inline constexpr size_t kQuotedTextBytes = 300;
+
 }  // namespace acc::limits

@@ -327,6 +327,19 @@ TEST(FromPretrained, SavePretrainedWritesTheConfigAsJson) {
   const json::Document z = json::Document::object(saved("null", null), "saved");
   EXPECT_EQ(z.root().get_string("dtype"), "bfloat16");
   EXPECT_EQ(z.root().keys().size(), fixture.root().keys().size());
+
+  // A config naming no class, or a null one, is saved naming it first (once), as transformers writes it.
+  for (const char* arch : {"absent", "null"}) {
+    std::string unnamed = original;
+    const size_t at = unnamed.find("\"architectures\"");
+    const size_t end = unnamed.find(']', at) + 1;
+    unnamed.replace(at, end - at, "\"architectures\": null");
+    if (std::string(arch) == "absent") unnamed.erase(at, unnamed.find('\n', at) - at + 1);
+    const json::Document a = json::Document::object(saved(std::string("arch_") + arch, unnamed), "saved");
+    EXPECT_EQ(a.root().keys().front(), "architectures") << arch;
+    EXPECT_EQ(a.root().get("architectures").at(0).as_string(), "LlamaForCausalLM") << arch;
+    EXPECT_EQ(a.root().keys().size(), fixture.root().keys().size()) << arch;
+  }
   fs::remove_all(tmp);
 }
 

@@ -273,11 +273,14 @@ std::unique_ptr<Model> from_config(const std::string& config_json, const char* o
   if (deferred) model->set_deferred(defer_initialisation(dynamic_cast<NnModel&>(*model).module()));
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
     p->config_json = config_json;
-    // A config naming only its model_type is saved naming the class, as transformers' save_pretrained writes it.
+    // A config naming only its model_type (or a null architectures) is saved naming the class first, as
+    // transformers' save_pretrained writes it: parsed and written again, never edited as text.
     if (!config.root().has_value("architectures")) {
-      const size_t brace = config_json.find('{');
-      p->config_json = config_json.substr(0, brace + 1) + "\n  \"architectures\": [\"" +
-                       architecture(config.root(), source) + "\"]," + config_json.substr(brace + 1);
+      json::Writer w(json::Writer::Layout::Indented, 2);
+      w.begin_object().key("architectures").begin_array().value(architecture(config.root(), source)).end_array();
+      for (const auto& [k, e] : config.root().items())
+        if (k != "architectures") w.key(k).value(e);
+      p->config_json = w.end_object().str() + "\n";
     }
   }
   if (auto* lm = dynamic_cast<CausalLM*>(model.get()))

@@ -1,5 +1,6 @@
 #include "launch.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -17,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 
 #include "acc/config.hpp"
@@ -505,6 +507,13 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
   plan.base_env["ROLE_NAME"] = plan.role;
   plan.base_env["ROLE_WORLD_SIZE"] = std::to_string(plan.world);
   plan.base_env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(plan.max_restarts);
+  // A name of this job's own in its processes' shared-memory segments (src/runtime/shm_backend.cpp), so that what a
+  // process killed while its group was making one leaves in /dev/shm is removed once the processes are gone.
+  std::random_device rd;
+  char job[24];
+  std::snprintf(job, sizeof job, "%08x%08x", rd(), rd());
+  plan.shm_job = job;
+  plan.base_env["ACC_SHM_JOB"] = plan.shm_job;
   return plan;
 }
 
@@ -703,6 +712,23 @@ std::unique_ptr<Agent> join_machines(const Plan& plan, int sigfd, int& port) {
   return agent;
 }
 
+// Removes what this job's processes left in /dev/shm: the shared-memory segments ("acc-shm-JOB-PID-RANDOM",
+// src/runtime/shm_backend.cpp) of groups that a killed or interrupted process never let finish. Only once every
+// process is gone, so no segment of theirs is still being made.
+int remove_job_segments(const std::string& job) {
+  if (job.empty()) return 0;
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return 0;
+  const std::string prefix = "acc-shm-" + job + "-";
+  int removed = 0;
+  while (const dirent* e = readdir(dir))
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0 &&
+        unlink((std::string("/dev/shm/") + e->d_name).c_str()) == 0)
+      ++removed;
+  closedir(dir);
+  return removed;
+}
+
 std::string failure_of(const Exit& f) {
   return "rank " + std::to_string(f.rank) + " " + (f.start_error.empty() ? describe_status(f.status) : f.start_error);
 }
@@ -763,6 +789,8 @@ Outcome supervise(const Plan& plan, Group& g, int sigfd, Agent* agent) {
     g.tick();
   }
   g.finish();
+  if (const int n = remove_job_segments(plan.shm_job); n > 0 && !plan.quiet)
+    std::fprintf(stderr, "%s: removed %d shared-memory segment(s) that stopped processes left in /dev/shm\n", kMe, n);
 
   Outcome local;
   if (interrupted) {

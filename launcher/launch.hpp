@@ -53,6 +53,7 @@ struct Plan {
   std::vector<std::string> cmd;  // argv of every worker
   std::string exe;               // resolved program
   std::map<std::string, std::string> base_env;  // shared by every worker, before per-attempt values
+  std::string shm_job;  // ACC_SHM_JOB: in the names of the workers' shared-memory segments, removed at the end
 };
 // Throws config::Error, cli::UsageError, or PlanError (exit status 126/127 for a program that cannot run).
 struct PlanError : std::runtime_error {

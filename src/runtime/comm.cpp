@@ -300,7 +300,14 @@ c10::intrusive_ptr<c10d::Backend> shm_for(const c10::intrusive_ptr<c10d::Store>&
   }
   // A segment that could not be made is worth a line: the job runs, slower. Opting out or several machines is not.
   if (!shm && rank == 0 && why.find("segment") != std::string::npos)
-    std::fprintf(stderr, "libacc: CPU collectives over Gloo: %s\n", why.c_str());
+    std::fprintf(stderr,
+                 "libacc: this group's CPU collectives go over Gloo, slower, instead of shared memory: %s. %sSet "
+                 "ACC_SHM_COLLECTIVES=0 to choose Gloo without this message.\n",
+                 why.c_str(),
+                 why.find("/dev/shm has") != std::string::npos
+                     ? "Give the job more shared memory (Docker: --shm-size=1g; Kubernetes: an emptyDir of medium "
+                       "Memory on /dev/shm) or free some in /dev/shm. "
+                     : "");
   return shm;
 }
 

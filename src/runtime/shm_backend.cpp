@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -25,10 +27,12 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace acc::core {
 
@@ -73,22 +77,70 @@ struct Header {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// Bytes of each rank's two step buffers: 4 MiB (a few steps per DDP bucket), less for large groups, so that the
-// whole segment stays within 64 MiB of /dev/shm. ACC_SHM_SLOT_BYTES overrides (tests: small slots, many steps).
-size_t slot_bytes_for(int size) {
-  size_t slot = std::min<size_t>(4u << 20, std::max<size_t>(64u << 10, (64u << 20) / (2 * size)));
-  if (const char* v = std::getenv("ACC_SHM_SLOT_BYTES"); v && *v) {
-    const long long n = std::atoll(v);
-    if (n < 64 || n > (1ll << 30))
-      throw std::invalid_argument("ACC_SHM_SLOT_BYTES='" + std::string(v) + "': expected 64 to 1073741824");
-    slot = static_cast<size_t>(n);
-  }
-  return round_up(slot, 64);
+// ACC_SHM_SLOT_BYTES, read strictly (decimal digits only, 64 to 1 GiB); 0 where unset or empty.
+size_t slot_bytes_setting() {
+  const char* v = std::getenv("ACC_SHM_SLOT_BYTES");
+  if (!v || !*v) return 0;
+  const char* end = v + std::strlen(v);
+  uint64_t n = 0;
+  const auto [stop, ec] = std::from_chars(v, end, n);
+  if (ec != std::errc() || stop != end || n < 64 || n > (uint64_t{1} << 30))
+    throw std::invalid_argument("ACC_SHM_SLOT_BYTES='" + std::string(v) +
+                                "': expected a number of bytes from 64 to 1073741824, in decimal digits only");
+  return static_cast<size_t>(n);
+}
+
+// ACC_SHM_TEST_STALL=RANK:SECONDS, for tests only: the group's rank RANK sleeps that long inside the window where
+// the segment has a name in /dev/shm (rank 0 once it made it, another rank before it maps it), so that a test can
+// kill a process there.
+void stall_for_test(int rank) {
+  const char* v = std::getenv("ACC_SHM_TEST_STALL");
+  if (!v || !*v) return;
+  int who = -1, used = 0;
+  double seconds = 0;
+  if (std::sscanf(v, "%d:%lf%n", &who, &seconds, &used) != 2 || v[used] != '\0' || seconds < 0)
+    throw std::invalid_argument("ACC_SHM_TEST_STALL='" + std::string(v) + "': expected RANK:SECONDS");
+  if (who == rank) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 size_t ctl_offset() { return round_up(sizeof(Header), 64); }
 size_t data_offset(int size) { return round_up(ctl_offset() + sizeof(RankCtl) * size, kPage); }
 size_t segment_bytes(int size, size_t slot) { return data_offset(size) + 2 * slot * size; }
+
+// What /dev/shm has free and its size, in bytes (free: unlimited where statvfs cannot tell).
+std::pair<uint64_t, uint64_t> dev_shm_space() {
+  struct statvfs st{};
+  if (::statvfs("/dev/shm", &st) != 0) return {UINT64_MAX, 0};
+  return {static_cast<uint64_t>(st.f_bavail) * st.f_frsize, static_cast<uint64_t>(st.f_blocks) * st.f_frsize};
+}
+
+// "64.0 MiB"; below 16 MiB in KiB (rounded up), so that a segment a page too large for the space shows it.
+std::string size_text(uint64_t bytes) {
+  char buf[48];
+  if (bytes >= (uint64_t{16} << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>((bytes + 1023) / 1024));
+  return buf;
+}
+
+// The segment's name, "/acc-shm-[JOB-]PID-RANDOM". JOB is ACC_SHM_JOB, which acc launch sets for its processes
+// (launcher/launch.cpp) so that it can remove, once they are gone, a segment that a process killed while its group
+// was being made left behind.
+std::string segment_name() {
+  std::string job;
+  if (const char* j = std::getenv("ACC_SHM_JOB"); j && *j) {
+    job = j;
+    const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+    if (job.size() > 32 || !std::all_of(job.begin(), job.end(), alnum))
+      throw std::invalid_argument("ACC_SHM_JOB='" + job + "': expected 1 to 32 letters and digits (acc launch sets it)");
+    job += "-";
+  }
+  std::random_device rd;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "/acc-shm-%s%d-%08x%08x", job.c_str(), static_cast<int>(::getpid()), rd(), rd());
+  return buf;
+}
 
 long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
@@ -690,7 +742,52 @@ std::vector<std::string> wait_all(c10d::Store& store, const std::string& prefix,
   return values;
 }
 
+// Waits until every key of `keys` (rank -> key) is in the store, as wait_all, but fails as soon as the process of a
+// rank whose key is missing is gone (its pid from "shm/pid/RANK"), not at the timeout: a process killed while the group
+// makes its segment would otherwise hold the others, and the segment's name in /dev/shm, that long.
+void wait_watching(c10d::Store& store, std::vector<std::pair<int, std::string>> keys, std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  std::map<int, int> pids;  // read when first needed: every rank set its pid before the machine identities
+  auto pause = std::chrono::microseconds(100);
+  for (;;) {
+    keys.erase(std::remove_if(keys.begin(), keys.end(), [&](const auto& k) { return store.check({k.second}); }),
+               keys.end());
+    if (keys.empty()) return;
+    for (const auto& [r, key] : keys) {
+      auto it = pids.find(r);
+      if (it == pids.end())
+        it = pids.emplace(r, std::atoi(to_string(store.get("shm/pid/" + std::to_string(r))).c_str())).first;
+      if (!process_alive(it->second))
+        throw std::runtime_error("rank " + std::to_string(r) + " (pid " + std::to_string(it->second) +
+                                 ") died while the group made its shared-memory segment");
+    }
+    if (std::chrono::steady_clock::now() - start >= timeout) {
+      std::string who;
+      for (const auto& [r, key] : keys) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", static_cast<double>(timeout.count()) / 1000);
+      throw std::runtime_error(std::string("timed out after ") + secs + " s waiting for rank(s) " + who +
+                               " while the group made its shared-memory segment");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
+
+size_t shm_slot_bytes(int size, uint64_t free_bytes) {
+  if (const size_t set = slot_bytes_setting()) return round_up(set, 64);
+  // At most half of what /dev/shm has free, so that the job's other groups and whatever else uses it (DataLoader
+  // workers) keep room, and at most 64 MiB. Each buffer 4 MiB at most (a few steps per DDP bucket) and 64 KiB at
+  // least (smaller ones would split a collective into very many steps: the segment is then tried at that size).
+  constexpr uint64_t kCap = uint64_t{64} << 20;
+  constexpr size_t kMinSlot = size_t{64} << 10, kMaxSlot = size_t{4} << 20;
+  const uint64_t budget = std::min(kCap, free_bytes / 2), header = data_offset(size);
+  const uint64_t per_rank = (budget > header ? budget - header : 0) / (2 * static_cast<uint64_t>(size));
+  return std::clamp(static_cast<size_t>(std::min<uint64_t>(per_rank, kMaxSlot)) / 64 * 64, kMinSlot, kMaxSlot);
+}
+size_t shm_segment_bytes(int size, size_t slot_bytes) { return segment_bytes(size, slot_bytes); }
 
 bool shm_carries(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && shm_dtype(t.scalar_type());
@@ -747,77 +844,97 @@ bool can_share_memory(const std::vector<std::string>& where, std::string* why) {
 c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                    const c10::intrusive_ptr<c10d::Backend>& gloo,
                                                    std::chrono::milliseconds timeout, std::string* why) {
-  // 1. Who can share a segment: every rank says where it runs (or that it opted out).
+  slot_bytes_setting();  // a bad ACC_SHM_SLOT_BYTES is refused on every rank, not only on rank 0, which reads it
+  // 1. Who can share a segment: every rank says where it runs (or that it opted out), after its pid (wait_watching).
+  store->set("shm/pid/" + std::to_string(rank), to_bytes(std::to_string(::getpid())));
   if (!can_share_memory(machine_identities(store, rank, size, timeout), why)) return {};
-  // 2. Rank 0 makes the segment and names it; the others map it; everyone says whether it could.
-  const size_t slot = slot_bytes_for(size);
-  const size_t bytes = segment_bytes(size, slot);
+  // 2. Rank 0 names the segment, then makes it: every rank knows the name of anything that may be in /dev/shm, so
+  // that whichever survives a failure below removes it (and acc launch, by the name's ACC_SHM_JOB, when none does).
+  // Then each of the others maps it, once rank 0 said it could make it, and everyone says whether it could.
   std::string name;
   std::string mine = "ok";
   void* base = MAP_FAILED;
-  int fd = -1;
-  if (rank == 0) {
-    std::random_device rd;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "/acc-shm-%d-%08x%08x", static_cast<int>(::getpid()), rd(), rd());
-    name = buf;
-    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    int err = fd < 0 ? errno : 0;
-    // Reserve the pages now: a /dev/shm too small fails here, not as SIGBUS in a collective.
-    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) err = errno;
-    if (fd >= 0 && !err) err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-    if (!err) {
-      base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base == MAP_FAILED) err = errno;
-    }
-    if (err) {
-      mine = "cannot make a " + std::to_string(bytes >> 20) + " MiB segment in /dev/shm: " + std::strerror(err);
-      if (fd >= 0) ::shm_unlink(name.c_str());
-      name.clear();
-    } else {
-      auto* h = new (base) Header{};
-      h->magic = kMagic;
-      h->world = static_cast<uint32_t>(size);
-      h->slot_bytes = slot;
-      for (int r = 0; r < size; ++r) new (static_cast<char*>(base) + ctl_offset() + r * sizeof(RankCtl)) RankCtl{};
-    }
-    store->set("shm/name", to_bytes(name.empty() ? std::string("-") : name));
-  } else {
-    store->wait({"shm/name"}, timeout);
-    name = to_string(store->get("shm/name"));
-    if (name == "-") {
-      mine = "rank 0 could not make the segment";
-      name.clear();
-    } else {
-      fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-      if (fd < 0) {
-        mine = std::string("cannot open rank 0's segment: ") + std::strerror(errno);
-      } else {
+  size_t bytes = 0;
+  auto fail = [&] {
+    if (!name.empty()) ::shm_unlink(name.c_str());  // ENOENT where another rank did it first
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+  };
+  try {
+    if (rank == 0) {
+      const auto [free_bytes, total_bytes] = dev_shm_space();
+      const size_t slot = shm_slot_bytes(size, free_bytes);
+      bytes = segment_bytes(size, slot);
+      name = segment_name();
+      store->set("shm/name", to_bytes(name));
+      const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      int err = fd < 0 ? errno : 0;
+      // Reserve the pages now: a /dev/shm too small fails here, not as SIGBUS in a collective.
+      if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) err = errno;
+      if (fd >= 0 && !err) err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      if (!err) {
         base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base == MAP_FAILED) mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
-        else if (static_cast<Header*>(base)->magic != kMagic || static_cast<Header*>(base)->world != static_cast<uint32_t>(size) ||
-                 static_cast<Header*>(base)->slot_bytes != slot)
-          mine = "rank 0's segment has another layout (ACC_SHM_SLOT_BYTES differs between ranks?)";
+        if (base == MAP_FAILED) err = errno;
+      }
+      if (fd >= 0) ::close(fd);
+      if (err) {
+        const std::string free_text = free_bytes == UINT64_MAX ? std::string("?") : size_text(free_bytes);
+        mine = "cannot make a " + size_text(bytes) + " segment in /dev/shm for " + std::to_string(size) +
+               " processes (" + std::strerror(err) + "; /dev/shm has " + free_text + " free of " +
+               size_text(total_bytes) + ")";
+        if (fd >= 0) ::shm_unlink(name.c_str());
+      } else {
+        auto* h = new (base) Header{};
+        h->magic = kMagic;
+        h->world = static_cast<uint32_t>(size);
+        h->slot_bytes = slot;
+        for (int r = 0; r < size; ++r) new (static_cast<char*>(base) + ctl_offset() + r * sizeof(RankCtl)) RankCtl{};
+      }
+      stall_for_test(rank);
+    } else {
+      wait_watching(*store, {{0, "shm/name"}}, timeout);
+      name = to_string(store->get("shm/name"));
+      stall_for_test(rank);
+      wait_watching(*store, {{0, "shm/mapped/0"}}, timeout);
+      if (to_string(store->get("shm/mapped/0")) != "ok") {
+        mine = "rank 0 could not make the segment";
+      } else {
+        // Rank 0 chose the layout (its /dev/shm's free space, its ACC_SHM_SLOT_BYTES): read from the segment.
+        const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+        struct stat st{};
+        if (fd < 0) {
+          mine = std::string("cannot open rank 0's segment: ") + std::strerror(errno);
+        } else if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < data_offset(size)) {
+          mine = "rank 0's segment is smaller than its header";
+        } else {
+          bytes = static_cast<size_t>(st.st_size);
+          base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          const auto* h = static_cast<const Header*>(base);
+          if (base == MAP_FAILED)
+            mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
+          else if (h->magic != kMagic || h->world != static_cast<uint32_t>(size) ||
+                   segment_bytes(size, h->slot_bytes) != bytes)
+            mine = "rank 0's segment is not this group's";
+        }
+        if (fd >= 0) ::close(fd);
       }
     }
-  }
-  if (fd >= 0) ::close(fd);
-  if (base != MAP_FAILED && mine == "ok")
-    reinterpret_cast<RankCtl*>(static_cast<char*>(base) + ctl_offset())[rank].pid.store(static_cast<int32_t>(::getpid()));
-  store->set("shm/mapped/" + std::to_string(rank), to_bytes(mine));
-  std::vector<std::string> mapped;
-  try {
-    mapped = wait_all(*store, "shm/mapped/", size, timeout);
+    if (base != MAP_FAILED && mine == "ok")
+      reinterpret_cast<RankCtl*>(static_cast<char*>(base) + ctl_offset())[rank].pid.store(static_cast<int32_t>(::getpid()));
+    store->set("shm/mapped/" + std::to_string(rank), to_bytes(mine));
+    std::vector<std::pair<int, std::string>> keys;
+    for (int r = 0; r < size; ++r) keys.emplace_back(r, "shm/mapped/" + std::to_string(r));
+    wait_watching(*store, std::move(keys), timeout);
   } catch (...) {
-    if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
-    if (base != MAP_FAILED) ::munmap(base, bytes);
+    fail();
     throw;
   }
-  // 3. Everyone has mapped it (or failed to): nothing needs the name any more.
-  if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
+  // 3. Everyone has mapped it (or failed to): nothing needs the name any more. Every rank removes it, so that it goes
+  // even if rank 0 dies now.
+  ::shm_unlink(name.c_str());
   for (int r = 0; r < size; ++r) {
-    if (mapped[r] != "ok") {
-      *why = "rank " + std::to_string(r) + ": " + mapped[r];
+    const std::string said = to_string(store->get("shm/mapped/" + std::to_string(r)));
+    if (said != "ok") {
+      *why = "rank " + std::to_string(r) + ": " + said;
       if (base != MAP_FAILED) ::munmap(base, bytes);
       return {};
     }

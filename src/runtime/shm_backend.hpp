@@ -10,14 +10,19 @@
 // tensor's dtype after every addition as Gloo does: for 2 ranks Gloo's result bit for bit; for 3 or more Gloo's
 // ring adds in another order per chunk (within (n-1) roundings of each other).
 //
-// The segment: rank 0 creates it (shm_open, a random name), every rank maps it, and rank 0 unlinks it as soon as
-// every rank has, so nothing is left in /dev/shm even if a process is killed later. Ranks meet through two atomic
+// The segment: rank 0 names it (a random name, after the launcher's ACC_SHM_JOB where set) and creates it, at most
+// half of what /dev/shm has free and 64 MiB; every rank maps it, and the name is unlinked as soon as every rank has,
+// so nothing is left in /dev/shm even if a process is killed later. A process killed before then: the surviving
+// ranks, which all know the name, unlink it at once (a rank waiting for a dead one fails then, not at the timeout),
+// and acc launch removes its job's names once its processes are gone (a Ctrl-C stops them all). Ranks meet through two atomic
 // counters each, steps posted and steps read (a short spin, then a futex sleep, so a waiting rank does not take a
 // core from computation). On the caller's thread a collective is split-phase: issuing it posts this rank's part and
 // returns; the peers' parts are read when its work is waited for, so computation goes on meanwhile.
 // A waiting rank gives up at the group's timeout, when a peer's process is gone, or when a peer gave up, naming it.
 #pragma once
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -51,6 +56,12 @@ void give_up_shm_backend(const c10::intrusive_ptr<c10d::Backend>& shm, const std
 // Whether the processes that reported `where` (their machine_identity(), or "off" where ACC_SHM_COLLECTIVES=0) can
 // share a segment; if not, `why` names the first rank that cannot.
 bool can_share_memory(const std::vector<std::string>& where, std::string* why);
+
+// The bytes of each process's step buffer (it has two) in the segment rank 0 makes for a group of `size` processes
+// where /dev/shm has `free_bytes` free, and the segment's bytes with such buffers. Throws std::invalid_argument naming
+// ACC_SHM_SLOT_BYTES for a bad value of it.
+size_t shm_slot_bytes(int size, uint64_t free_bytes);
+size_t shm_segment_bytes(int size, size_t slot_bytes);
 
 // The shared-memory backend of a group, or null where it cannot serve: the ranks are not all on one machine (or
 // do not share /dev/shm and process ids), a rank set ACC_SHM_COLLECTIVES=0, or the segment could not be made

@@ -256,8 +256,37 @@ TEST(ShmBackend, DifferentCollectivesFail) {
 }
 
 TEST(ShmBackend, BadSlotSizeIsNamed) {
-  ::setenv("ACC_SHM_SLOT_BYTES", "12", 1);
-  auto errors = group(1, 1s, [](int, c10::intrusive_ptr<c10d::Backend>&) {});
+  // Out of range, and (issue 36) a number with anything around it: atoll read "65536xyz" as 65536.
+  for (const char* bad : {"12", "65536xyz", "0x10000", " 65536", "+65536", "-64", "65536 ", "1e6", "99999999999999999999"}) {
+    ::setenv("ACC_SHM_SLOT_BYTES", bad, 1);
+    auto errors = group(1, 1s, [](int, c10::intrusive_ptr<c10d::Backend>&) {});
+    ::unsetenv("ACC_SHM_SLOT_BYTES");
+    EXPECT_NE(errors[0].find("ACC_SHM_SLOT_BYTES='" + std::string(bad) + "'"), std::string::npos) << bad << ": " << errors[0];
+  }
+  ::setenv("ACC_SHM_SLOT_BYTES", "65536", 1);
+  EXPECT_EQ(acc::core::shm_slot_bytes(2, uint64_t{1} << 40), 65536u);
   ::unsetenv("ACC_SHM_SLOT_BYTES");
-  EXPECT_NE(errors[0].find("ACC_SHM_SLOT_BYTES='12'"), std::string::npos) << errors[0];
+}
+
+// Docker's default /dev/shm is 64 MiB: a group's segment takes at most half of what /dev/shm has free (room for the
+// job's other groups and whatever else uses it, such as DataLoader workers), and 64 MiB where more is free; the step
+// buffers are 4 MiB at most, 64 KiB at least. It was 64 MiB and a page for every group of 8 or more processes, so
+// those always fell back to Gloo there.
+TEST(ShmLayout, FitsTheFreeSpace) {
+  using acc::core::shm_segment_bytes;
+  using acc::core::shm_slot_bytes;
+  for (int n : {1, 2, 3, 7, 8, 9, 16, 64, 128}) {
+    const size_t docker = shm_slot_bytes(n, uint64_t{64} << 20), big = shm_slot_bytes(n, uint64_t{1} << 40);
+    EXPECT_LE(shm_segment_bytes(n, docker), size_t{32} << 20) << n << " processes, 64 MiB free";
+    EXPECT_LE(shm_segment_bytes(n, big), size_t{64} << 20) << n << " processes, 1 TiB free";
+    for (size_t slot : {docker, big}) {
+      EXPECT_EQ(slot % 64, 0u) << n;
+      EXPECT_GE(slot, size_t{64} << 10) << n;
+      EXPECT_LE(slot, size_t{4} << 20) << n;
+    }
+    if (n <= 7) {
+      EXPECT_EQ(big, size_t{4} << 20) << n;
+    }
+  }
+  EXPECT_GE(shm_slot_bytes(8, uint64_t{64} << 20), size_t{1} << 20);
 }

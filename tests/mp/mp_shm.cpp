@@ -7,6 +7,9 @@
 //                              same bits. Prints "N passed, N failed"; exits non-zero on a failed check.
 //   mp_shm die TIMEOUT_S       rank 1 kills itself (SIGKILL) 50 ms into a loop of 64 MiB all-reduces; the others
 //                              print "CAUGHT: <error>" and exit 0 (exit 3 if the loop ended without an error).
+//   mp_shm transport TIMEOUT_S  rank 0 prints "TRANSPORT <the job's CPU transport>"; one 8 MiB all-reduce (several
+//                              steps of the default buffers) against its sum. With ACC_SHM_TEST_STALL a process can
+//                              be killed while the group makes its segment (mp_test.py case_shm_window).
 //   mp_shm bench TIMEOUT_S     all-reduce times, the job's transport against Gloo, by size (rank 0 prints a table).
 //   mp_shm hier TIMEOUT_S      a job on several machines (runtime/hierarchical_backend.hpp): the transport says
 //                              hierarchical; all-reduce SUM, AVG, MAX, MIN of float32, bfloat16 and int64 against
@@ -194,6 +197,17 @@ int die(Comm& shm) {
   return 3;
 }
 
+int transport(Comm& comm) {
+  if (comm.rank() == 0) std::printf("TRANSPORT %s\n", comm.cpu_transport().c_str());
+  std::fflush(stdout);
+  const int n = comm.size();
+  at::Tensor t = at::full({int64_t{2} << 20}, comm.rank() + 1, at::kFloat);
+  comm.all_reduce(t, acc::core::ReduceOp::Sum);
+  expect(at::all(t == n * (n + 1) / 2).item<bool>(), "an 8 MiB all-reduce over " + comm.cpu_transport());
+  comm.barrier();
+  return finish();
+}
+
 // The two-level all-reduce against the exact result: every rank makes every rank's inputs (seeded by rank).
 int hier(Comm& comm) {
   const int n = comm.size(), rank = comm.rank();
@@ -279,7 +293,7 @@ int bench(Comm& shm, Comm& gloo) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: mp_shm equal|die|bench|hier TIMEOUT_S\n");
+    std::fprintf(stderr, "usage: mp_shm equal|die|transport|bench|hier TIMEOUT_S\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -290,6 +304,7 @@ int main(int argc, char** argv) {
     auto shm = Comm::connect(state, timeout);
     if (mode == "die") return die(*shm);
     if (mode == "hier") return hier(*shm);
+    if (mode == "transport") return transport(*shm);
     std::vector<int> all;
     for (int r = 0; r < shm->size(); ++r) all.push_back(r);
     ::setenv("ACC_SHM_COLLECTIVES", "0", 1);

@@ -217,6 +217,135 @@ def case_shm_dead_rank(machines=("", "", "")):
     expect(shm_segments() == before, "nothing left in /dev/shm", str(shm_segments() - before))
 
 
+def wait_for_new_segment(before, procs, seconds=60):
+    """The name of a segment that appeared in /dev/shm since `before` (None if none came while procs ran)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        new = shm_segments() - before
+        if new:
+            return sorted(new)[0]
+        if any(p.poll() is not None for p in procs):
+            return None
+        time.sleep(0.02)
+    return None
+
+
+def rank_pids(acc_pid):
+    """{RANK: pid} of the processes `acc launch` (pid acc_pid) started."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != acc_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            out[int(env[b"RANK"])] = int(entry)
+        except (OSError, IndexError, KeyError, ValueError):
+            pass
+    return out
+
+
+def case_shm_window():
+    """A process killed, or the job interrupted, while a group makes its shared-memory segment (between rank 0's
+    shm_open and the unlink once every process mapped it; ACC_SHM_TEST_STALL holds one process there): the segment
+    does not stay in /dev/shm. Started directly, a surviving process removes it (and rank 0 fails at once naming the
+    dead one, not at the 60 s timeout); under acc launch, which stops the others itself, the launcher removes it
+    once they are gone."""
+    import socket
+    worker = WORKER  # mp_shm
+    base = dict(os.environ, ACC_CONFIG_FILE="none")
+    for stalled, killed in ((1, 1), (0, 0)):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        before = shm_segments()
+        procs = [subprocess.Popen([worker, "transport", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=dict(base, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                                      LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                                      MASTER_PORT=str(port), ACC_SHM_TEST_STALL=f"{stalled}:30"))
+                 for r in range(2)]
+        what = f"started directly, rank {stalled} held in the window, rank {killed} killed"
+        name = wait_for_new_segment(before, procs)
+        expect(name is not None, f"{what}: the segment appears", "")
+        procs[killed].kill()
+        start = time.monotonic()
+        survivor = procs[1 - killed]
+        try:
+            out, _ = survivor.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            survivor.kill()
+            out, _ = survivor.communicate()
+        seconds = time.monotonic() - start
+        procs[killed].wait(timeout=30)
+        expect(survivor.returncode == 1, f"{what}: rank {1 - killed} fails", out)
+        expect(seconds < 15, f"{what}: rank {1 - killed} fails within 15 s, not at the 60 s timeout ({seconds:.1f} s)",
+               out)
+        if killed == 1:
+            expect(re.search(r"rank 1 \(pid \d+\)", out) is not None, f"{what}: rank 0's error names rank 1", out)
+        expect(name not in shm_segments(), f"{what}: the surviving process removed {name}", out)
+    # Under the launcher: Ctrl-C (SIGINT to acc, forwarded to both processes) and a process killed, each while a
+    # process is held in the window; the other processes are stopped too, so acc removes the segment.
+    for stalled, action in ((1, "interrupt"), (1, "kill 1"), (0, "kill 0")):
+        before = shm_segments()
+        cmd = [ACC, "launch", "--cpu", "--num_processes", "2", "--main_process_port", "0", worker, "transport", "60"]
+        acc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=dict(base, ACC_SHM_TEST_STALL=f"{stalled}:30"))
+        what = f"acc launch, rank {stalled} held in the window, {action}"
+        name = wait_for_new_segment(before, [acc])
+        expect(name is not None, f"{what}: the segment appears", "")
+        if action == "interrupt":
+            acc.send_signal(signal.SIGINT)
+        else:
+            pid = rank_pids(acc.pid).get(int(action[-1]))
+            expect(pid is not None, f"{what}: the process found", str(rank_pids(acc.pid)))
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        try:
+            out, _ = acc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            acc.kill()
+            out, _ = acc.communicate()
+        expect(acc.returncode != 0, f"{what}: acc exits non-zero", out[-3000:])
+        expect(name not in shm_segments(), f"{what}: {name} removed", out[-3000:])
+        expect(shm_segments() <= before, f"{what}: nothing left in /dev/shm", str(shm_segments() - before))
+
+
+def case_shm_small():
+    """A small /dev/shm, as Docker's default of 64 MiB (a tmpfs mounted in a mount namespace of the test's own, made
+    with unshare; skipped where that is not allowed): 8 processes share memory (the segment was 64 MiB and a page, so
+    every job of 8 or more fell back to Gloo there), within half of what is free; on 1 MiB they fall back to Gloo,
+    and rank 0 says plainly what happened and what to do."""
+    import shutil
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True, text=True) \
+        if unshare else None
+    if probe is None or probe.returncode != 0:
+        print(f"SKIP: cannot mount a tmpfs of our own on /dev/shm ({probe.stderr.strip() if probe else 'no unshare'})")
+        sys.exit(77)
+    for size, shared in (("64m", True), ("1m", False)):
+        script = f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"'
+        p = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", script, ACC, "launch", "--cpu",
+                            "--num_processes", "8", "--main_process_port", "0", WORKER, "transport", "120"],
+                           capture_output=True, text=True, timeout=500, env=dict(os.environ, ACC_CONFIG_FILE="none"))
+        out = p.stdout + p.stderr
+        what = f"8 processes on a {size[:-1]} MiB /dev/shm"
+        expect(p.returncode == 0 and out.count(" 0 failed") == 8, f"{what}: the job runs", out[-4000:])
+        transport = re.search(r"TRANSPORT (.*)", out)
+        transport = transport.group(1) if transport else ""
+        if shared:
+            expect(transport == "shared memory", f"{what}: shared memory", out[-4000:])
+        else:
+            expect(transport.startswith("gloo"), f"{what}: Gloo", out[-4000:])
+            line = next((x for x in out.splitlines() if "libacc: " in x and "Gloo" in x), "")
+            expect("/dev/shm has" in line and " free of " in line and "--shm-size" in line and
+                   "ACC_SHM_COLLECTIVES=0" in line, f"{what}: rank 0 says what happened and what to do", line or out)
+
+
 def launch_machines(worker, args, envs, ip="127.0.0.1", prefixes=((), ()), per_machine=2, timeout=400):
     """Two `acc launch` (--num_machines 2, machine ranks 1 then 0) of per_machine processes each, running worker;
     envs[m], prefixes[m]: machine m's extra environment and argv prefix (tests/netns.py's). Returns (whether both

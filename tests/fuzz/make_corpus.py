@@ -13,8 +13,16 @@ Seeds are small valid (and a few deliberately broken) inputs:
   fuzz_hf_folder            a model folder's config.json, a NUL, its model.safetensors.index.json: the configs of
                             tests/hf/fixtures (with the llama's index) and broken ones
   fuzz_checkpoint_folder    checkpoint folders (files, then manifest.json) in the target's input layout
+  fuzz_adapter_config       adapter_config.json: tests/finetune/fixtures' (written by peft), the patterns of peft's
+                            documentation, and the regular expressions that hung or crashed std::regex (issue 36)
+  fuzz_param_pattern        a requires_grad / param_groups pattern, a NUL, parameter names (NUL-separated; none: the
+                            target's own)
+  fuzz_parallelism_sizes    the target's decisions as bytes (flags, where each size comes from, the sizes, the
+                            processes), encoded below: the wrapping products of issue 36 and accepted meshes
+  fuzz_profile_kwargs       acc_profile_begin's JSON: Accelerate's ProfileKwargs, bad schedules, an injection attempt
 Dictionaries (libFuzzer -dict=) hold the schema's key names and accepted values, read from the key tables of
-docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test).
+docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test); LoraConfig's
+fields read from src/models/lora.cpp; regular-expression syntax; the byte encodings of sizes near the limits.
 Deterministic: running it twice writes the same files. No torch, no network.
 """
 import hashlib
@@ -118,6 +126,47 @@ def dictionaries(tables):
                                      "\"model-00001-of-00002.safetensors\""]]
     lines += [dict_line('"' + k + '"') for k in sorted(hf_keys)]
     out["dict/hf.dict"] = ("\n".join(lines) + "\n").encode()
+
+    # regular-expression syntax: RE2's, Python re's it refuses (backreferences, lookaround), and repetition limits
+    regex = ["(", ")", "|", ".", "*", "+", "?", ".*", ".*?", "\\.", "^", "$", "(?:", "(?i)", "(?s)", "(?m)",
+             "(?P<n>", "(?<n>", "\\d+", "\\d", "\\w", "\\s", "\\b", "\\B", "\\A", "\\z", "[", "]", "[^.]",
+             "[a-z]", "{2}", "{2,}", "{0,1000}", "{1001}", "\\1", "(?=", "(?!", "(?<=", "(?<!", "\\Q", "\\E",
+             "\\pL", "\\p{Greek}", "[[:alpha:]]", "\\C", "\\x{10FFFF}", "\\x00", "\\", "(.|.)*",
+             "((((((((", "))))))))"]
+    names = ["model", "layers", "self_attn", "q_proj", "k_proj", "v_proj", "o_proj", "mlp", "gate_proj", "up_proj",
+             "down_proj", "lm_head", "embed_tokens", "norm", "transformer", "h", "attn", "c_attn", "c_proj", "c_fc",
+             "weight", "bias", "lora_A", "lora_B", "0", "1", "classifier", "score"]
+    src = open(os.path.join(ROOT, "src", "models", "lora.cpp"), encoding="utf-8").read()
+    lora_keys = sorted(set(re.findall(r'key == "([a-z_]+)"', src)) | set(re.findall(r'\{"([a-z_]+)", \{"', src)))
+    json_tokens = ["{", "}", "[", "]", ":", ",", "true", "false", "null", "-1", "0", "\\u0000", "\\\\"]
+    lines = ["# adapter_config.json: LoraConfig's fields (src/models/lora.cpp), JSON and regular expressions "
+             "(make_corpus.py)"]
+    lines += [dict_line(t) for t in json_tokens + ["\"all-linear\"", "\"LORA\"", "\"CAUSAL_LM\"", "\"gaussian\""]]
+    lines += [dict_line('"' + k + '"') for k in lora_keys]
+    lines += [dict_line(t.replace("\\", "\\\\")) for t in regex]  # inside a JSON string, a backslash is escaped
+    lines += [dict_line(n) for n in names]
+    out["dict/adapter.dict"] = ("\n".join(lines) + "\n").encode()
+    lines = ["# regular expressions (RE2's syntax and what it refuses) and parameter names, NUL between names "
+             "(make_corpus.py)"]
+    lines += [dict_line(t) for t in regex + ["\0"]]
+    lines += [dict_line(n) for n in names]
+    out["dict/pattern.dict"] = ("\n".join(lines) + "\n").encode()
+
+    # fuzz_parallelism_sizes reads bytes: the 8-byte little-endian forms of sizes near the limits
+    near = [1, 2, 65535, 65536, 65537, 2**31 - 1, 2**31, 2**32, 3037000500, 6148914691236517205, 2**62, 2**63 - 1,
+            2**63, 2**64 - 1]
+    lines = ["# sizes as 8 little-endian bytes (fuzz_parallelism_sizes decodes its input; make_corpus.py)"]
+    lines += [dict_line(struct.pack("<Q", v).decode("latin-1")) for v in near]
+    out["dict/parallelism.dict"] = ("\n".join(lines) + "\n").encode()
+
+    # profile_kwargs: the schema's keys under it, torch.profiler.schedule's arguments, the activities
+    profile_keys = sorted({p.split(".", 1)[1] for p, _ in tables["accelerator"] if p.startswith("profile_kwargs.")})
+    lines = ["# profile_kwargs' keys, schedule_option's arguments and the activities (make_corpus.py)"]
+    lines += [dict_line(t) for t in json_tokens + ["2147483647", "2147483648", "9223372036854775807", "1e300", "1.0"]]
+    lines += [dict_line('"' + k + '"') for k in profile_keys + ["wait", "warmup", "active", "repeat", "skip_first",
+                                                               "skip_first_wait", "cpu", "cuda", "xpu", "mtia", "hpu",
+                                                               "profile_kwargs", "seed"]]
+    out["dict/profile.dict"] = ("\n".join(lines) + "\n").encode()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -356,6 +405,157 @@ def args_seeds():
         put("fuzz_launch_args", name, b"\0".join(a.encode() for a in argv))
 
 
+def adapter_seeds():
+    fixtures = os.path.join(ROOT, "tests", "finetune", "fixtures")
+    for name in sorted(os.listdir(fixtures)):
+        path = os.path.join(fixtures, name, "adapter_config.json")
+        if os.path.exists(path):
+            put("fuzz_adapter_config", name + ".json", open(path, "rb").read())
+    base = {"r": 4, "lora_alpha": 8}
+    nested = "(" * 2000 + "q_proj" + ")" * 2000  # 4006 bytes: within the string limit, past RE2's nesting limit
+    seeds = {
+        # peft's documentation and tests/cpp/test_lora.cpp's documented patterns
+        "doc_regex.json": {"target_modules": ".*\\.(q_proj|v_proj)"},
+        "doc_anchored.json": {"target_modules": "^.*(q|k|v)_proj$"},
+        "doc_layer_regex.json": {"target_modules": "model.*\\.layers\\.1\\..*(k|v)_proj"},
+        "doc_layers_pattern.json": {"target_modules": ["q_proj"], "layers_to_transform": [1], "layers_pattern": "layers"},
+        "doc_rank_pattern.json": {"target_modules": ["q_proj", "v_proj"],
+                                  "rank_pattern": {"^model.layers.0.self_attn.q_proj": 2,
+                                                   "layers\\.1\\.self_attn\\.(q|v)_proj": 6},
+                                  "alpha_pattern": {"v_proj": 16}},
+        "doc_exclude.json": {"target_modules": "all-linear", "exclude_modules": ".*mlp.*"},
+        "doc_modules_to_save.json": {"target_modules": ["c_attn"], "modules_to_save": ["classifier", "score"]},
+        # issue 36: std::regex hung on these or overflowed its stack
+        "backtracking.json": {"target_modules": "(.|.)*x"},
+        "backtracking_rank.json": {"target_modules": ["q_proj"], "rank_pattern": {"(.|.)*x": 2}},
+        "nested_groups.json": {"target_modules": nested},
+        # what RE2 refuses, named: backreferences, lookaround, repetition past 1000, a pattern past 4096 bytes
+        "backreference.json": {"target_modules": "(q)_\\1"},
+        "lookahead.json": {"target_modules": "q_proj(?=x)", "exclude_modules": "(?<!x)v_proj"},
+        "repetition.json": {"target_modules": "((a{100}){100}){100}"},
+        "too_long.json": {"target_modules": "a" * 4097},
+        # accepted when read, but wrapped when used: \Q quotes the closing parenthesis
+        "quoted_rank_key.json": {"target_modules": ["q_proj"], "rank_pattern": {"\\Qq_proj": 4}},
+        "layers_pattern_group.json": {"target_modules": ["q_proj"], "layers_to_transform": [0],
+                                      "layers_pattern": ["(layers)", "h"]},
+        "modules_to_save_regex.json": {"target_modules": ["q_proj"], "modules_to_save": ["lm_(head", ".*"]},
+        "wrong_types.json": {"target_modules": 3, "rank_pattern": [1], "layers_pattern": {"a": 1}},
+    }
+    for name, doc in seeds.items():
+        put("fuzz_adapter_config", name, json.dumps(dict(base, **doc), indent=1))
+    put("fuzz_adapter_config", "not_an_object.json", "[\"q_proj\"]")
+    put("fuzz_adapter_config", "duplicate.json", '{"target_modules": "q_proj", "target_modules": ".*"}')
+
+
+def pattern_seeds():
+    names = [".*", ".*lora_.*", ".*\\.(q|v)_proj\\.weight", "model\\.layers\\.[01]\\..*", ".*bias", "lm_head\\.weight",
+             "transformer\\.h\\.\\d+\\.attn\\..*", "(?i)MODEL.*NORM.*", "(?P<layer>model\\.layers\\.\\d+)\\..*",
+             "\\pL+(\\.\\pL+)*", "fc[12]\\.(weight|bias)"]
+    seeds = {"doc_%d" % i: p.encode() for i, p in enumerate(names)}
+    seeds.update({
+        # issue 36: std::regex hung (catastrophic backtracking) or overflowed its stack (nested groups)
+        "backtracking": b"(.|.)*x",
+        "backtracking_long_name": b"(a|a)*b\0" + b"a" * 2000,
+        "nested_groups": b"(" * 2000 + b"x" + b")" * 2000,
+        # refused: a backreference, lookaround, a repetition past 1000, an unbalanced group, too long, not UTF-8
+        "backreference": b"(model)\\.\\1",
+        "lookaround": b"(?=model).*(?<!bias)",
+        "repetition": b"a{1001}",
+        "unbalanced": b"model.(layers",
+        "too_long": b"a" * 4097,
+        "not_utf8": b"model\xff.*",
+        "empty": b"",
+        # the caller's own names
+        "names": b"lm_head\\.(weight|bias)\0lm_head.weight\0lm_head.bias\0\0x" + "é".encode() + b"\0" + b"w" * 300,
+        "quoted": b"\\Qmodel.layers\0model.layers\0modelxlayers",
+    })
+    for name, data in seeds.items():
+        put("fuzz_param_pattern", name, data)
+
+
+def parallelism_input(flags=0, where=0, sizes=(), world=None, machines=0, local=0):
+    """fuzz_parallelism_sizes' input. sizes: 5 entries, each None (absent), an int 1..8 (tag 8), ("near", index),
+    ("raw", int64), ("odd", index); world: None (the product of the sizes), ("small", n), ("raw", uint64)."""
+    b = bytes([flags, where])
+    for sz in list(sizes) + [None] * (5 - len(sizes)):
+        if sz is None:
+            b += bytes([0])
+        elif isinstance(sz, int):
+            b += bytes([8, sz - 1])
+        elif sz[0] == "near":
+            b += bytes([4, sz[1]])
+        elif sz[0] == "raw":
+            b += bytes([5]) + struct.pack("<q", sz[1])
+        else:
+            b += bytes([7, sz[1]])
+    if world is None:
+        b += bytes([0])
+    elif world[0] == "small":
+        b += bytes([1, world[1] - 1])
+    else:
+        b += bytes([3]) + struct.pack("<Q", world[1])
+    return b + bytes([machines, local])
+
+
+def parallelism_seeds():
+    # kNear's indices in fuzz_parallelism_sizes.cpp: 0 -> 0, 1 -> -1, 4 -> 65536, 15 -> 6148914691236517205,
+    # 16 -> 2^62, 17 -> 2^63-1, 19 -> 2^63; kOdd's: 11 -> "2x", 12 -> " 2", 14 -> "+2"
+    max_ = ("near", 17)
+    seeds = {
+        "accepted_hsdp": parallelism_input(sizes=[2, 2]),                         # FSDP2, 2 x 2 over 4 processes
+        "accepted_tp": parallelism_input(sizes=[None, 2, 2, None, None]),
+        "accepted_cp": parallelism_input(sizes=[None, 2, None, 2, None]),
+        # (dp_shard_size 2: FSDP 2 shards, so the sizes reach the product's check)
+        "wrap_square": parallelism_input(sizes=[max_, 2, max_], world=("small", 2)),  # 2^63-1 squared: 1
+        "wrap_zero": parallelism_input(sizes=[("near", 16), 2, 4], world=("small", 8)),  # 2^62 x 2 x 4: 0
+        "wrap_minus_one": parallelism_input(sizes=[3, 2, ("near", 15)], world=("small", 6)),
+        "wrap_without_fsdp": parallelism_input(flags=2, sizes=[max_, None, max_], world=("small", 1)),
+        "env_square": parallelism_input(flags=8, where=0b101, sizes=[max_, 2, max_], world=("small", 2)),
+        "flags_square": parallelism_input(where=0b11111, sizes=[max_, max_, 2, 2, 1], world=("small", 4)),
+        "past_int64": parallelism_input(where=0b00001, sizes=[("near", 19)], world=("small", 2)),
+        "sequence": parallelism_input(sizes=[max_, 2, max_, None, 2], world=("small", 2)),
+        "sequence_accepted": parallelism_input(sizes=[None, 2, None, None, 4], world=("small", 2)),
+        "zero_minus": parallelism_input(sizes=[("near", 0), ("near", 1)], world=("small", 1)),
+        "odd_text": parallelism_input(where=0b111, sizes=[("odd", 11), ("odd", 12), ("odd", 14)]),
+        "at_limit": parallelism_input(sizes=[None, ("near", 4)], world=None),
+        "no_fsdp": parallelism_input(flags=2 | 4, sizes=[2, 2], world=("small", 4), machines=1, local=1),
+        "machines": parallelism_input(sizes=[2, 4], machines=1, local=3),
+        "raw_world": parallelism_input(sizes=[2, 2], world=("raw", 2**64 - 4)),
+    }
+    for name, data in seeds.items():
+        put("fuzz_parallelism_sizes", name, data)
+
+
+def profile_seeds():
+    seeds = {
+        "accelerate_doc.json": {"activities": ["cpu"], "record_shapes": True},
+        "schedule.json": {"schedule_option": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1, "skip_first": 1}},
+        "all_flags.json": {"activities": ["cpu", "cuda"], "record_shapes": True, "profile_memory": True,
+                           "with_stack": True, "with_flops": True, "with_modules": True, "output_trace_dir": "traces"},
+        "skip_first_wait.json": {"schedule_option": {"wait": 2, "warmup": 0, "active": 1, "skip_first": 3,
+                                                     "skip_first_wait": 1}},
+        "schedule_past_int32.json": {"schedule_option": {"wait": 2147483647, "warmup": 2147483647,
+                                                         "active": 2147483648}},
+        "schedule_int64.json": {"schedule_option": {"wait": 9223372036854775807, "warmup": 1, "active": 1}},
+        "schedule_negative.json": {"schedule_option": {"wait": -1, "warmup": 0, "active": 0}},
+        "schedule_missing.json": {"schedule_option": {"wait": 1}},
+        "schedule_unknown.json": {"schedule_option": {"wait": 1, "warmup": 1, "active": 1, "cycles": 2}},
+        "schedule_floats.json": {"schedule_option": {"wait": 1.0, "warmup": 1e0, "active": 2.5}},
+        "schedule_list.json": {"schedule_option": [1, 1, 1]},
+        "activities_empty.json": {"activities": []},
+        "activities_unknown.json": {"activities": ["tpu"]},
+        "output_empty.json": {"output_trace_dir": ""},
+        "typo.json": {"activites": ["cpu"]},
+        "empty.json": {},
+    }
+    for name, doc in seeds.items():
+        put("fuzz_profile_kwargs", name, json.dumps(doc, indent=1))
+    put("fuzz_profile_kwargs", "injection.json", '{"record_shapes": true}, "seed": 7, "x": {}')
+    put("fuzz_profile_kwargs", "injection_brace.json", '{"record_shapes": true}}, {"seed": 7')
+    put("fuzz_profile_kwargs", "not_an_object.json", '["cpu"]')
+    put("fuzz_profile_kwargs", "nothing.json", "")
+
+
 def main():
     check = "--check" in sys.argv[1:]
     dictionaries(schema_tables())
@@ -365,6 +565,10 @@ def main():
     safetensors_seeds()
     hf_seeds()
     args_seeds()
+    adapter_seeds()
+    pattern_seeds()
+    parallelism_seeds()
+    profile_seeds()
     differ = []
     for rel, data in sorted(out.items()):
         path = os.path.join(HERE, rel)

@@ -3,15 +3,14 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
-#include <atomic>
-#include <exception>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <filesystem>
+#include <exception>
+#include <mutex>
 #include <set>
-#include <unistd.h>
+#include <sys/statvfs.h>
 
 #include <acc/files.hpp>
 #include <acc/json.hpp>
@@ -19,6 +18,15 @@
 #include "train/accelerator.hpp"
 #include "util/errors.hpp"
 #include "util/options.hpp"
+
+// Kineto's ConfigLoader, which LibTorch's installed headers leave out: the process-wide instance and stopThread(),
+// the two functions libacc needs (profiler_exit_hook). Weak, so that a LibTorch without them (no Kineto) still loads
+// libacc; the dynamic linker resolves them in libacc's own dependencies, also under RTLD_LOCAL (Python's ctypes).
+namespace acc::core::kineto_abi {
+void* config_loader_instance() __asm__("_ZN9libkineto12ConfigLoader8instanceEv") __attribute__((weak));
+void config_loader_stop_thread(void* self) __asm__("_ZN9libkineto12ConfigLoader10stopThreadEv")
+    __attribute__((weak));
+}  // namespace acc::core::kineto_abi
 
 namespace acc::core {
 
@@ -28,8 +36,38 @@ using Kwargs = config::AcceleratorSettings::ProfileKwargs;
 
 namespace {
 
-// Kineto's profiler is one per process.
-std::atomic<bool> g_running{false};
+// Kineto's profiler is one per process: the running profile, if any (guarded by g_mutex).
+std::mutex g_mutex;
+Profiler* g_current = nullptr;
+
+// Kineto's first prepare starts its ConfigLoader thread (polling /etc/libkineto.conf and the dynolog daemon every
+// few seconds), which only ~ConfigLoader stops, in libtorch_cpu's __cxa_finalize. By then exit() has already
+// destroyed function-local statics that thread uses (Config's factory registry, made by that same first prepare):
+// a thread that runs after that (its first pass scheduled late on a busy machine, or a periodic wake) reads, and
+// may increment, a reference count in freed memory, which glibc later reports as "malloc(): unsorted double linked
+// list corrupted" (issue 36). Registered after that first prepare, this handler runs before those statics are
+// destroyed and stops the thread while all it uses is alive. libacc's profiles are synchronous: they need nothing
+// from it.
+void profiler_exit_hook() {
+  if (kineto_abi::config_loader_instance && kineto_abi::config_loader_stop_thread)
+    kineto_abi::config_loader_stop_thread(kineto_abi::config_loader_instance());
+}
+
+void register_exit_hook() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(profiler_exit_hook); });
+}
+
+// A profile still running when the thread that began it ends (the thread returns, or the process exits on it)
+// is stopped there by this thread_local's destructor, while LibTorch's thread-local profiler state still exists:
+// made after enableProfiler touched that state, it is destroyed before it. Left to LibTorch's own destructors,
+// the profile's state is released at exit after Kineto is gone (SIGSEGV in ~ProfilerStateBase).
+struct ProfileThreadGuard {
+  ~ProfileThreadGuard() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_current && g_current->thread() == std::this_thread::get_id()) g_current->abandon();
+  }
+};
 
 std::string origin(const config::Config& c, const char* key) { return " (" + c.provenance(key).where + ")"; }
 
@@ -132,35 +170,40 @@ config::Config profile_config(std::string_view profile_kwargs_json) {
 }
 
 Profiler::Profiler(ProfileOptions options) : options_(std::move(options)), thread_(std::this_thread::get_id()) {
-  if (g_running.exchange(true))
-    throw StateError("a profile is already running in this process (acc_profile_end ends it)");
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_current) throw StateError("a profile is already running in this process (acc_profile_end ends it)");
+    g_current = this;
+  }
   try {
     action_ = action_at(0);
     transit(Action::None, action_);  // torch's start()
     begin_step_range();
   } catch (...) {
-    if (enabled_) {
-      try {
-        kineto::disableProfiler();
-      } catch (...) {
-      }
-    }
-    g_running = false;
+    std::lock_guard<std::mutex> lock(g_mutex);
+    abandon();
     throw;
   }
 }
 
 Profiler::~Profiler() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  abandon();
+}
+
+void Profiler::abandon() {
   if (!stopped_) {
+    stopped_ = true;
     step_range_.reset();
     if (enabled_) {
+      enabled_ = false;
       try {
         kineto::disableProfiler();
       } catch (...) {
       }
     }
-    g_running = false;
   }
+  if (g_current == this) g_current = nullptr;
 }
 
 ProfileSchedule::Action Profiler::action_at(int64_t step) const {
@@ -190,21 +233,35 @@ void Profiler::step() {
 std::unique_ptr<kineto::ProfilerResult> Profiler::stop() {
   end_step_range();
   stopped_ = true;
+  auto release = [this] {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_current == this) g_current = nullptr;
+  };
   try {
     transit(action_, std::nullopt);  // torch's exit actions
   } catch (...) {
-    g_running = false;
+    release();
     throw;
   }
-  g_running = false;
+  release();
   return std::move(last_);
 }
 
-void Profiler::prepare_trace() { kineto::prepareProfiler(kineto_config(options_), kineto_activities(options_)); }
+void Profiler::prepare_trace() {
+  try {
+    kineto::prepareProfiler(kineto_config(options_), kineto_activities(options_));
+  } catch (...) {
+    register_exit_hook();  // the thread may have started all the same
+    throw;
+  }
+  register_exit_hook();
+}
 
 void Profiler::start_trace() {
   kineto::enableProfiler(kineto_config(options_), kineto_activities(options_));
   enabled_ = true;
+  thread_local ProfileThreadGuard guard;  // first made here, after enableProfiler's thread-local state
+  (void)guard;
 }
 
 void Profiler::stop_trace() {
@@ -244,42 +301,70 @@ void Profiler::transit(std::optional<Action> prev, std::optional<Action> current
   }
 }
 
+namespace {
+
+// Whether `bytes`, with Kineto's name for the file at `at` (`size` bytes, quotes included), ends as Kineto ends a
+// trace it wrote whole: "traceName": <that name>, then the closing brace. Kineto writes through an ofstream and
+// never checks it: a write that fails (a full disk) stops the file short of this ending, silently.
+bool ends_as_written(const std::string& bytes, size_t at, size_t size) {
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  size_t i = at + size;
+  while (i < bytes.size() && space(bytes[i])) ++i;
+  if (i == bytes.size() || bytes[i] != '}') return false;
+  for (++i; i < bytes.size(); ++i)
+    if (!space(bytes[i])) return false;
+  size_t j = at;
+  while (j > 0 && space(bytes[j - 1])) --j;
+  if (j == 0 || bytes[j - 1] != ':') return false;
+  --j;
+  while (j > 0 && space(bytes[j - 1])) --j;
+  const std::string key = "\"traceName\"";
+  return j >= key.size() && bytes.compare(j - key.size(), key.size(), key) == 0;
+}
+
+// The error for a trace Kineto left short: ENOSPC when the disk has no room left (the usual cause), EIO otherwise.
+config::FileError cut_short(const std::string& path, const std::string& dir, size_t got) {
+  struct statvfs fs {};
+  const bool full = ::statvfs(dir.c_str(), &fs) == 0 && fs.f_bavail == 0;
+  const int err = full ? ENOSPC : EIO;
+  return config::FileError("cannot write", path,
+                           "LibTorch's trace writer stopped after " + std::to_string(got) + " bytes: " +
+                               std::strerror(err) + "; the previous trace, if any, is kept",
+                           err);
+}
+
+}  // namespace
+
 std::string save_chrome_trace(kineto::ProfilerResult& result, const std::string& dir, int rank) {
   // Accelerate's PROFILE_PATTERN_NAME, "profile_{suffix}.json" with the process index.
+  const char* what = "profile_kwargs.output_trace_dir";
   config::make_directories(dir);
   const std::string name = "profile_" + std::to_string(rank) + ".json";
-  const std::string path = config::child_path(dir, name, "profile_kwargs.output_trace_dir");
-  // Kineto writes where it is told; libacc's own temporary name beside the file, then one atomic replace. The trace
-  // names the file it was written to ("traceName"): the final name, not the temporary one.
-  // The temporary name is claimed with O_EXCL first, so the file Kineto overwrites and libacc removes is always
-  // one libacc made, never a user's file that happens to have the name.
-  std::string tmp;
-  for (int attempt = 0; tmp.empty(); ++attempt) {
-    const std::string candidate = config::child_path(
-        dir, "." + name + ".acc-tmp-" + std::to_string(::getpid()) + "." + std::to_string(attempt),
-        "profile_kwargs.output_trace_dir");
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::close(fd);
-      tmp = candidate;
-    } else if (errno != EEXIST || attempt >= 100) {
-      const int err = errno;
-      throw config::FileError("cannot write", candidate, std::string("profile_kwargs.output_trace_dir: ") + std::strerror(err), err);
-    }
-  }
-  result.save(tmp);
-  std::string bytes;
+  const std::string path = config::child_path(dir, name, what);
+  // Kineto writes where it is told, reporting no failure, and on a failure may leave its own temporary file
+  // ("<name>.tmp") behind. So it writes into a staging folder of libacc's beside the trace (on the same disk, locked
+  // while in use, a dead writer's emptied: config::StagingFolder), which goes with all in it; the trace is checked
+  // whole and only then replaces the file, atomically (write_file_atomic): on any failure the previous trace stays
+  // and nothing new is left. Every error names the trace file.
+  std::string bytes, written_as;
   try {
-    bytes = config::read_file(tmp);
-    std::filesystem::remove(tmp);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
+    config::StagingFolder staged(config::child_path(dir, "." + name + ".acc-staging", what));
+    written_as = staged.path() + "/" + name;
+    result.save(written_as);
+    bytes = config::read_file(written_as);
+  } catch (const config::FileError& e) {
+    throw config::FileError("cannot write", path, e.what(), e.code().value());
+  } catch (const std::exception& e) {
+    throw config::FileError("cannot write", path, e.what(), EIO);
   }
-  const std::string quoted_tmp = json::quote(tmp), quoted = json::quote(path);
-  if (const size_t at = bytes.rfind(quoted_tmp); at != std::string::npos) bytes.replace(at, quoted_tmp.size(), quoted);
-  config::write_file_atomic(path, bytes);
+  // The trace names the file it was written to ("traceName", as Kineto writes it: unescaped): the final name, quoted
+  // as JSON, instead.
+  const std::string kineto_name = "\"" + written_as + "\"";
+  const size_t at = bytes.rfind(kineto_name);
+  if (at == std::string::npos || !ends_as_written(bytes, at, kineto_name.size()))
+    throw cut_short(path, dir, bytes.size());
+  bytes.replace(at, kineto_name.size(), json::quote(path));
+  config::write_file_atomic(path, bytes);  // FileError naming path; the previous file stays
   return path;
 }
 

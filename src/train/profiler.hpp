@@ -59,6 +59,10 @@ class Profiler {
   // torch's profile.stop(): the last recorded cycle (null when the schedule recorded none).
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> stop();
 
+  // Ends the profile without a result (what the destructor does); for the thread that ends with its profile still
+  // running. The caller holds the profiler's process-wide lock (profiler.cpp).
+  void abandon();
+
   const ProfileOptions& options() const { return options_; }
   int64_t step_num() const { return step_num_; }
   std::thread::id thread() const { return thread_; }  // Kineto profiles the thread that started it

@@ -5,8 +5,15 @@
  *   torchscript PATH OUT FLAG                      one forward and backward of a TorchScript module inside a
  *                                                  profile with with_stack and with_modules FLAG (0 or 1)
  *   refuse                                         bad keys, values and call orders are refused by name
+ *   exit end|running|thread                        a profile that records nothing, then the process ends: the
+ *                                                  profile ended (end), left running on the main thread (running),
+ *                                                  or left running on a second thread that returns (thread); the
+ *                                                  process must exit 0 (issue 36: it aborted at exit)
+ *   trace DIR ok|io                                one profile written to output_trace_dir DIR: acc_profile_end
+ *                                                  returns ACC_OK, or ACC_ERR_IO naming DIR/profile_<rank>.json
  * Prints "N passed, N failed"; exits non-zero on any failed check. */
 #include <acc/acc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +127,46 @@ static void refuse(void) {
   acc_accelerator_destroy(acc);
 }
 
+static acc_accelerator* g_acc;
+
+static void* begin_and_return(void* arg) {
+  (void)arg;
+  EXPECT_OK(acc_profile_begin(g_acc, NULL));
+  return NULL; /* the thread ends with its profile running */
+}
+
+/* Nothing is recorded: no work between begin and the end of the profile or of the process. */
+static void exit_with_profile(const char* how) {
+  CHECK(acc_accelerator_create(NULL, &g_acc));
+  if (strcmp(how, "end") == 0) {
+    CHECK(acc_profile_begin(g_acc, NULL));
+    CHECK(acc_profile_end(g_acc));
+    acc_accelerator_destroy(g_acc);
+  } else if (strcmp(how, "running") == 0) {
+    CHECK(acc_profile_begin(g_acc, NULL)); /* neither ended nor destroyed: the process exits with it */
+  } else {
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, begin_and_return, NULL) == 0);
+    EXPECT(pthread_join(t, NULL) == 0);
+    acc_accelerator_destroy(g_acc);
+  }
+}
+
+static void trace(const char* dir, int expect_io) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create(NULL, &acc));
+  char kwargs[4200], file[4200];
+  snprintf(kwargs, sizeof kwargs, "{\"output_trace_dir\": \"%s\"}", dir);
+  const char* rank = getenv("RANK");
+  snprintf(file, sizeof file, "'%s/profile_%s.json'", dir, rank ? rank : "0");
+  CHECK(acc_profile_begin(acc, kwargs));
+  if (expect_io)
+    EXPECT_ERR(acc_profile_end(acc), ACC_ERR_IO, file);
+  else
+    EXPECT_OK(acc_profile_end(acc));
+  acc_accelerator_destroy(acc);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "train") == 0)
     train(atoi(argv[2]), argv[3], argc >= 5 ? argv[4] : NULL);
@@ -127,8 +174,14 @@ int main(int argc, char** argv) {
     torchscript(argv[2], argv[3], atoi(argv[4]));
   else if (argc == 2 && strcmp(argv[1], "refuse") == 0)
     refuse();
+  else if (argc == 3 && strcmp(argv[1], "exit") == 0 &&
+           (!strcmp(argv[2], "end") || !strcmp(argv[2], "running") || !strcmp(argv[2], "thread")))
+    exit_with_profile(argv[2]);
+  else if (argc == 4 && strcmp(argv[1], "trace") == 0)
+    trace(argv[2], strcmp(argv[3], "io") == 0);
   else {
-    fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | torchscript PATH OUT FLAG | refuse\n");
+    fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | torchscript PATH OUT FLAG | "
+                    "refuse | exit end|running|thread | trace DIR ok|io\n");
     return 2;
   }
   return finish();

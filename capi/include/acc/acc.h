@@ -1040,7 +1040,9 @@ ACC_API ACC_NODISCARD acc_status acc_profile_step(acc_accelerator* acc) ACC_NOEX
  *  `profile_<process index>.json` (atomically), then every process waits for the others (Accelerate's
  *  wait_for_everyone). A schedule that recorded nothing writes no file and says so on stderr.
  *  ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's; the profile
- *  ends even when writing fails. Destroying the accelerator ends a running profile without writing. Since 1.3.
+ *  ends even when writing fails. A trace that cannot be written (a full or read-only disk) is ACC_ERR_IO naming
+ *  the file; the previous trace is kept and nothing else is left. Destroying the accelerator ends a running
+ *  profile without writing, and so does the end of the thread that began it. Since 1.3.
  *  Locks acc. Collective with output_trace_dir (the wait); local otherwise. */
 ACC_API ACC_NODISCARD acc_status acc_profile_end(acc_accelerator* acc) ACC_NOEXCEPT;
 

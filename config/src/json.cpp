@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
+#include <vector>
 
 #include "internal.hpp"
 
@@ -33,6 +34,35 @@ class Reader {
   int line_ = 1;
   size_t line_start_ = 0;
   json::Limits limits_;
+  // The keys and indices from the root down to the value being read: a limit error says where ("in
+  // 'target_modules[1]'"), so that one value in a large file can be found. A key is read before it is pushed, so
+  // a key that is too long is placed in its object.
+  struct Step {
+    const std::string* key;  // null in an array
+    size_t index;
+  };
+  std::vector<Step> path_;
+
+  // " in 'a.b[2]'" (nothing at the root), at most about 200 bytes, control bytes shown as '?'.
+  std::string in_path() const {
+    if (path_.empty()) return "";
+    std::string s;
+    for (const Step& step : path_) {
+      if (step.key)
+        s += (s.empty() ? "" : ".") + *step.key;
+      else
+        s += "[" + std::to_string(step.index) + "]";
+      if (s.size() > 200) break;
+    }
+    if (s.size() > 200) {
+      size_t cut = 200;
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // a whole UTF-8 character
+      s = s.substr(0, cut) + "...";
+    }
+    for (char& c : s)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return " in '" + s + "'";
+  }
 
   int col() const { return static_cast<int>(p_ - line_start_) + 1; }
 
@@ -76,7 +106,8 @@ class Reader {
   }
 
   Node value(int depth) {
-    if (depth > limits_.depth) fail("nesting deeper than " + std::to_string(limits_.depth) + " levels (the limit)");
+    if (depth > limits_.depth)
+      fail("nesting deeper than " + std::to_string(limits_.depth) + " levels (the limit)" + in_path());
     if (p_ >= t_.size()) fail("expected a value, got end of input");
     Node n;
     n.line = line_;
@@ -99,12 +130,15 @@ class Reader {
         std::string key = string_body(limits_.key_bytes, "key");
         if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + quote(key));
         if (keys.size() > limits_.keys_per_object)
-          fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)");
+          fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)" +
+                              in_path());
         skip_ws();
         if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':' after key \"" + key + "\", got " + here());
         ++p_;
         skip_ws();
+        path_.push_back({&key, 0});
         Node v = value(depth + 1);
+        path_.pop_back();
         v.key_line = kl;
         n.map.emplace_back(std::move(key), std::move(v));
         skip_ws();
@@ -127,9 +161,11 @@ class Reader {
         ++p_;
         return n;
       }
+      path_.push_back({nullptr, 0});
       for (;;) {
         skip_ws();
         if (p_ < t_.size() && t_[p_] == ']') fail("trailing comma before ']'");
+        path_.back().index = n.list.size();
         n.list.push_back(value(depth + 1));
         skip_ws();
         if (p_ < t_.size() && t_[p_] == ',') {
@@ -138,6 +174,7 @@ class Reader {
         }
         if (p_ < t_.size() && t_[p_] == ']') {
           ++p_;
+          path_.pop_back();
           return n;
         }
         fail("expected ',' or ']' in array, got " + here());
@@ -249,7 +286,8 @@ class Reader {
     for (;;) {
       if (p_ >= t_.size()) fail("unterminated string");
       if (out.size() > max_bytes)
-        fail_at(line, column, std::string(what) + " longer than " + std::to_string(max_bytes) + " bytes (the limit)");
+        fail_at(line, column,
+                std::string(what) + " longer than " + std::to_string(max_bytes) + " bytes (the limit)" + in_path());
       char c = t_[p_];
       if (c == '"') {
         ++p_;

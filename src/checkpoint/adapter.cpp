@@ -6,6 +6,7 @@
 #include <set>
 
 #include "acc/files.hpp"
+#include "acc/limits.hpp"
 #include "checkpoint/agree.hpp"
 #include "formats/safetensors.hpp"
 #include "models/deferred.hpp"
@@ -82,7 +83,8 @@ void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_j
   torch::nn::Module& root = lora_root(*slot.model);
   const std::string config_path = (fs::path(dir) / kConfigName).string();
   const std::string weights_path = (fs::path(dir) / kWeightsName).string();
-  const lora::Config config = lora::parse_config(config::read_file(config_path, 64 << 20), config_path);
+  const lora::Config config =
+      lora::parse_config(config::read_file(config_path, limits::kAdapterConfigBytes), config_path);
   auto adapter = lora::plan(root, config, lora_model_info(*slot.model), host_of);
   // Everything is checked before the model changes.
   const NamedTensors file = load_safetensors(weights_path);

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_set>
 
 #include "util/errors.hpp"
 #include "util/pattern.hpp"
 #include <acc/json.hpp>
+#include <acc/limits.hpp>
 
 namespace acc::core::lora {
 
@@ -39,9 +42,11 @@ Config::Kind strings(const json::Value& v, std::vector<std::string>& out, bool s
     return Config::Kind::String;
   }
   if (!v.is_array()) v.fail(string_ok ? "expected a list of strings or a string" : "expected a list of strings");
+  // peft keeps a set; the first of each name in the text's order (a hash set: a long list stays linear).
+  std::unordered_set<std::string_view> seen;
   for (const auto& e : v.elements()) {
-    const std::string& s = e.as_string();
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);  // peft keeps a set
+    const std::string& s = e.as_string();  // lives as long as the document
+    if (seen.insert(s).second) out.push_back(s);
   }
   return Config::Kind::List;
 }
@@ -75,8 +80,13 @@ bool Config::all_linear() const {
   return target_kind == Kind::String && lower(target_modules.front()) == "all-linear";
 }
 
+// A config file's limits (nesting, keys per object, string values); keys are rank_pattern's and alpha_pattern's
+// patterns, as long as a pattern may be.
+constexpr json::Limits kConfigTextLimits{limits::kConfigDepth, limits::kKeysPerMapping, limits::kPatternBytes,
+                                         limits::kStringBytes, false};
+
 Config parse_config(std::string_view text, const std::string& source) {
-  const json::Document doc = json::Document::object(text, source);
+  const json::Document doc = json::Document::object(text, source, kConfigTextLimits);
   Config c;
   for (const auto& [key, v] : doc.root().items()) {
     if (key == "r") {
@@ -246,10 +256,29 @@ torch::nn::Module& module_at(torch::nn::Module& root, const std::string& name) {
   throw std::logic_error("lora: no module '" + name + "'");
 }
 
-bool in_list(const std::string& key, const std::vector<std::string>& names) {
-  for (const auto& t : names)
-    if (key == t || ends_with(key, "." + t)) return true;
-  return false;
+// A list of target (or excluded) names, for peft's test of a module name against it: the name equals one, or ends
+// with "." and one. Looked up by the name's suffixes at dots, so a long list costs one hash per suffix, not a
+// comparison with every entry.
+class NameList {
+ public:
+  explicit NameList(const std::vector<std::string>& names) : names_(names.begin(), names.end()) {}
+  bool matches(const std::string& key) const {
+    if (names_.count(key)) return true;
+    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1))
+      if (names_.count(key.substr(dot + 1))) return true;
+    return false;
+  }
+
+ private:
+  std::unordered_set<std::string> names_;
+};
+
+// A list for a message: its first names, and how many there are when it is long.
+std::string shown_list(const std::vector<std::string>& v) {
+  constexpr size_t kShown = 20;
+  if (v.size() <= kShown) return "[" + join(v) + "]";
+  return "[" + join(std::vector<std::string>(v.begin(), v.begin() + kShown)) + ", ... (" + std::to_string(v.size()) +
+         " names)]";
 }
 
 // peft's layer index of a module name: the first number after a layers_pattern (or after any second component).
@@ -554,15 +583,15 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
   if (c.modules_to_save)
     for (const auto& s : *c.modules_to_save)
       saved_res.push_back(Pattern("(^|.*\\.)" + s + "($|\\..*)", "modules_to_save"));
+  const NameList target_list(c.target_kind == Config::Kind::List ? c.target_modules : std::vector<std::string>{});
+  const NameList exclude_list(c.exclude_kind == Config::Kind::List ? c.exclude_modules : std::vector<std::string>{});
   bool any_unexcluded = false;
   for (const auto& [name, m] : modules) {  // check_target_module_exists
-    if (exclude_re ? exclude_re->full_match(name)
-                   : (c.exclude_kind == Config::Kind::List && in_list(name, c.exclude_modules)))
-      continue;
+    if (exclude_re ? exclude_re->full_match(name) : exclude_list.matches(name)) continue;
     if (std::any_of(saved_res.begin(), saved_res.end(),
                     [&, &n = name](const Pattern& r) { return r.full_match(n); }))
       continue;
-    bool hit = target_re ? target_re->full_match(name) : in_list(name, c.target_modules);
+    bool hit = target_re ? target_re->full_match(name) : target_list.matches(name);
     if (hit && mixtral && target_re && name.find(".block_sparse_moe.") != std::string::npos)
       throw UnsupportedError("target_modules '" + c.target_modules.front() + "' reaches Mixtral's experts or router "
                              "('" + name + "'), which peft targets as transformers 5's fused parameters: name them as "
@@ -594,7 +623,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
   if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of);
   if (a->targets.empty()) {
     std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
-                                                              : "[" + join(c.target_modules) + "]";
+                                                              : shown_list(c.target_modules);
     std::string why = any_unexcluded && c.layers_to_transform ? " in the layers layers_to_transform names"
                       : c.exclude_kind != Config::Kind::None   ? " (after exclude_modules)"
                                                                : "";

@@ -59,7 +59,9 @@ struct Config {
 // Reads a LoraConfig's JSON (LoraConfig's keyword arguments, or an adapter_config.json). Every key must be one of
 // LoraConfig's fields; an unknown key, a wrong type or a bad value (r <= 0, bias "some") is std::invalid_argument
 // naming it; a field libacc does not implement set to other than its default (use_dora true) is UnsupportedError
-// naming it. `source` names the text in messages.
+// naming it. `source` names the text in messages. The text is read within the limits of a config file (nesting,
+// keys per object, string values: acc/limits.hpp), its keys (rank_pattern's patterns) as long as a pattern; an
+// error names the source and the key.
 Config parse_config(std::string_view json, const std::string& source);
 
 // A LoRA factor, nn.Linear without bias: lora_A (weight [r, in]) or lora_B (weight [out, r]). Re-initialised by

@@ -82,8 +82,10 @@ static void test_patterns(acc_model* m) {
   nested[2 * kDepth + 6] = '\0';
   snprintf(text, 2 * kDepth + 128, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"%s\"}", nested);
   write_text(path, text);
-  EXPECT_ERR(acc_model_load_adapter(m, pdir, NULL), ACC_ERR_INVALID_ARGUMENT, "longer than 4096 bytes, the limit");
-  EXPECT(strlen(acc_last_error_message()) < 400); /* the pattern shown cut short */
+  /* The file's string limit refuses it as it is read, naming the key (issue 36: the limits of a config file). */
+  EXPECT_ERR(acc_model_load_adapter(m, pdir, NULL), ACC_ERR_INVALID_ARGUMENT,
+             "string longer than 4096 bytes (the limit) in 'target_modules'");
+  EXPECT(strlen(acc_last_error_message()) < 400); /* the value is not shown */
   EXPECT_ERR(acc_model_set_requires_grad(m, nested, 0, NULL), ACC_ERR_INVALID_ARGUMENT, "longer than 4096 bytes");
   snprintf(text, 2 * kDepth + 128, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"%s\"}]}", nested);
   EXPECT_ERR(acc_optimizer_create(m, text, &opt), ACC_ERR_INVALID_CONFIG, "longer than 4096 bytes");

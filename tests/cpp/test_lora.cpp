@@ -25,6 +25,7 @@
 #include "util/errors.hpp"
 #include <acc/files.hpp>
 #include <acc/json.hpp>
+#include <acc/limits.hpp>
 
 namespace fs = std::filesystem;
 
@@ -569,6 +570,92 @@ TEST(BadInput, SaveWritesNothingHalf) {
   EXPECT_THROW(save_adapter(*slot, dir), std::exception);
   EXPECT_EQ(config::read_file(dir), "a file where the folder should be");
   fs::remove(dir);
+}
+
+// Issue 36: adapter_config.json is read within the limits of a config file (acc/limits.hpp), as the launch config is:
+// at most kAdapterConfigBytes, a string value at most 4096 bytes, 64 levels of nesting, 4096 keys an object, a key
+// (rank_pattern's patterns) at most 4096 bytes; each refused naming the file, and the key where there is one. A
+// 50 MB string value was read whole.
+TEST(BadInput, AdapterConfigIsReadWithinTheLimits) {
+  const std::string from = fixtures() + "/llama_qv";
+  const json::Document peft(config::read_file(from + "/adapter_config.json"), "adapter_config.json");
+  // The fixture's config with `key` set to `value_json`, beside the fixture's weights.
+  auto with = [&](const std::string& name, const std::string& key, const std::string& value_json) {
+    const std::string dir = testing::TempDir() + "/lora_limits_" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(from + "/adapter_model.safetensors", dir + "/adapter_model.safetensors");
+    std::string text = "{";
+    for (const auto& [k, v] : peft.root().items())
+      if (k != key) text += json::quote(k) + ": " + v.text() + ", ";
+    text += json::quote(key) + ": " + value_json + "}";
+    config::write_file_atomic(dir + "/adapter_config.json", text);
+    return dir;
+  };
+  auto slot = base_model("llama_qv");
+  const auto names = names_of(*slot->model);
+  auto refused = [&](const std::string& dir, const std::vector<std::string>& parts) {
+    const std::string m = message_of([&] { load_adapter(*slot, dir, nullptr); });
+    EXPECT_NE(m.find(dir + "/adapter_config.json"), std::string::npos) << m.substr(0, 400);
+    for (const auto& part : parts) EXPECT_NE(m.find(part), std::string::npos) << part << " in " << m.substr(0, 400);
+    EXPECT_LT(m.size(), 1000u);
+    EXPECT_EQ(names_of(*slot->model), names);
+  };
+  const std::string big(50u << 20, 'q');
+  refused(with("50mb", "target_modules", "\"" + big + "\""),
+          {"more than the limit of " + std::to_string(limits::kAdapterConfigBytes)});
+  const std::string long_name(5000, 'q');
+  refused(with("string", "target_modules", R"(["q_proj", ")" + long_name + R"("])"),
+          {"string longer than 4096 bytes (the limit) in 'target_modules[1]'"});
+  refused(with("1mb", "base_model_name_or_path", "\"" + std::string(1u << 20, 'p') + "\""),
+          {"string longer than 4096 bytes (the limit) in 'base_model_name_or_path'"});
+  std::string deep = "1";
+  for (int i = 0; i < 100; ++i) deep = "{\"a\": " + deep + "}";
+  refused(with("deep", "runtime_config", deep), {"nesting deeper than 64 levels (the limit) in 'runtime_config.a.a."});
+  std::string many = "{";
+  for (int i = 0; i < 5000; ++i) many += (i ? ", \"" : "\"") + std::to_string(i) + "_proj\": 2";
+  refused(with("keys", "rank_pattern", many + "}"), {"more than 4096 keys in one object (the limit) in 'rank_pattern'"});
+  refused(with("key", "rank_pattern", "{\"" + std::string(5000, 'k') + "\": 2}"),
+          {"key longer than 4096 bytes (the limit) in 'rank_pattern'"});
+  // Within the limits: a rank_pattern key of 300 bytes (a pattern, as long as patterns may be), 4096 keys.
+  const std::string key300 = "(" + std::string(296, 'x') + "|v)_proj";
+  load_adapter(*slot, with("fine", "rank_pattern", "{\"" + key300 + "\": 4}"), nullptr);
+  EXPECT_EQ(lora::find(lora_root(*slot->model))->targets.size(), 4u);
+  // add_lora's config is read by the same reader: a 50 MB value is refused at its 4097th byte, naming the key.
+  auto other = base_model("llama_qv");
+  const std::string m = message_of([&] {
+    add_lora(*other, (R"({"r": 2, "target_modules": ["q_proj"], "revision": ")" + big + "\"}").c_str());
+  });
+  EXPECT_NE(m.find("LoRA config"), std::string::npos) << m.substr(0, 400);
+  EXPECT_NE(m.find("string longer than 4096 bytes (the limit) in 'revision'"), std::string::npos) << m.substr(0, 400);
+  EXPECT_FALSE(lora::find(lora_root(*other->model)));
+}
+
+// Issue 36: target_modules (and exclude_modules) lists were de-duplicated in quadratic time, and each module name
+// compared with every entry: 200,000 names took minutes. Now a hash set, and a module's name looked up by its
+// suffixes: linear. The same targets as the short list.
+TEST(BadInput, LongTargetListsAreLinear) {
+  std::string targets = R"(["q_proj")", excluded = R"(["nothing")";
+  for (int i = 0; i < 200000; ++i) {
+    targets += ", \"layer_" + std::to_string(i % 150000) + "\"";  // a quarter repeated
+    excluded += ", \"excluded_" + std::to_string(i) + "\"";
+  }
+  targets += R"(, "v_proj", "q_proj"])";
+  excluded += R"(, "layers.1.self_attn.v_proj"])";
+  auto slot = base_model("llama_qv");
+  const auto t0 = std::chrono::steady_clock::now();
+  add_lora(*slot, (R"({"r": 2, "target_modules": )" + targets + R"(, "exclude_modules": )" + excluded + "}").c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("200,000 target_modules and 200,000 exclude_modules: %.3f s\n", seconds);
+  EXPECT_LT(seconds, 10.0);
+  auto adapter = lora::find(lora_root(*slot->model));
+  std::set<std::string> got;
+  for (const auto& t : adapter->targets) got.insert(t.module);
+  EXPECT_EQ(got, (std::set<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+                                        "model.layers.1.self_attn.q_proj"}));
+  // peft keeps a set: each name once.
+  EXPECT_EQ(adapter->config.target_modules.size(), 150002u);
+  EXPECT_EQ(adapter->config.exclude_modules.size(), 200002u);
 }
 
 // Mixtral under transformers 5 (PEFT_NOTES.md section 9): peft nests the two fused expert targets of a layer in

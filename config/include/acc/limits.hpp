@@ -57,6 +57,12 @@ inline constexpr size_t kCheckpointJsonBytes = size_t{64} << 20;
 inline constexpr size_t kHfConfigBytes = size_t{16} << 20;
 inline constexpr size_t kHfIndexBytes = size_t{64} << 20;
 
+// A LoRA adapter's adapter_config.json (load_adapter). peft writes a few KiB; the largest a real one gets is a
+// target_modules list naming every linear layer of a big mixture-of-experts model in full (DeepSeek-V3's 47k expert
+// layers: about 3 MB), so 16 MiB is five times that. Its text (and add_lora's) is read within the limits of a config
+// file above (string values, nesting, keys per object), its keys (rank_pattern's patterns) within kPatternBytes.
+inline constexpr size_t kAdapterConfigBytes = size_t{16} << 20;
+
 // Text from outside quoted in an error message (a tracking server's error body): at most this many bytes of it,
 // control bytes and invalid UTF-8 escaped, so that acc_last_error_message() stays short and safe to print.
 inline constexpr size_t kQuotedTextBytes = 300;

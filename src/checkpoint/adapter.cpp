@@ -2,6 +2,11 @@
 
 #include <c10/core/GradMode.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -23,6 +28,8 @@ namespace {
 
 constexpr const char* kConfigName = "adapter_config.json";
 constexpr const char* kWeightsName = "adapter_model.safetensors";
+// Where save_adapter stages the two files (libacc's own name, inside the adapter's folder).
+constexpr const char* kStagingName = ".adapter.acc-staging";
 
 void refuse_prepared(const ModelSlot& slot, const char* what) {
   if (slot.owner)
@@ -123,8 +130,39 @@ void save_adapter(ModelSlot& slot, const std::string& dir, const lora::HostOf& h
     const NamedTensors tensors = lora::file_tensors(*adapter, state);
     const std::string text = lora::config_file_text(*adapter);
     config::make_directories(dir);
-    save_safetensors(tensors, config::child_path(dir, kWeightsName, "save_adapter"), {{"format", "pt"}});
-    config::write_file_atomic(config::child_path(dir, kConfigName, "save_adapter"), text);
+    const std::string weights = config::child_path(dir, kWeightsName, "save_adapter");
+    const std::string cfg = config::child_path(dir, kConfigName, "save_adapter");
+    // A folder of the user's under either name is refused before anything is written (a rename cannot replace
+    // it, and the old config would be gone by then). A link under the name is replaced itself, never followed.
+    for (const std::string& path : {weights, cfg}) {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        throw config::FileError("refusing to replace", path, "it is a folder, not a file of an adapter", EISDIR);
+    }
+    // Both files or neither (issue 36: a config that failed to write left new weights beside the old config).
+    // They are written into one staging folder, then moved into place; the staging folder is inside `dir`, so
+    // nothing is written outside the folder given, and the renames stay on its filesystem (a folder that is a
+    // mount point, or whose parent is read-only, saves as before). A second save into `dir` at the same time is
+    // refused by the staging folder's lock; one that died left a folder the next save empties and reuses.
+    config::StagingFolder staged(config::child_path(dir, kStagingName, "save_adapter"));
+    save_safetensors(tensors, staged.path() + "/" + kWeightsName, {{"format", "pt"}});
+    config::write_file_atomic(staged.path() + "/" + kConfigName, text);
+    // As a checkpoint's manifest: the old config goes first and the new one comes last, so a crash between the
+    // renames leaves a folder load_adapter refuses (no config), never new weights read with an old config.
+    if (::unlink(cfg.c_str()) != 0 && errno != ENOENT) {
+      const int err = errno;
+      throw config::FileError("cannot remove", cfg, std::strerror(err), err);
+    }
+    auto move_in = [&](const char* name, const std::string& to) {
+      if (::rename((staged.path() + "/" + name).c_str(), to.c_str()) != 0) {
+        const int err = errno;
+        throw config::FileError("cannot move into place", to, std::strerror(err), err);
+      }
+    };
+    move_in(kWeightsName, weights);
+    move_in(kConfigName, cfg);
+    config::sync_directory(dir);
+    // The staging folder, now holding only its lock file, goes with `staged`.
   });
 }
 

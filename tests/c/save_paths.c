@@ -7,6 +7,7 @@
  *   save_paths pretrained DIR MODEL      acc_model_from_pretrained(MODEL) then acc_model_save_pretrained
  *   save_paths trackers DIR              every tracker (log_with "all", project_dir DIR): a few steps
  *   save_paths offload DIR MODEL         acc_model_from_pretrained(MODEL) dispatched to the disk, offload_folder DIR
+ *   save_paths adapter DIR [R]           acc_model_save_adapter of a LoRA adapter of rank R (default 2) on an MLP
  *
  * Exits 0 on success; otherwise prints the library's message and exits 1. */
 #include <stdio.h>
@@ -47,7 +48,7 @@ static int training_state(const char* dir, int load) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: save_paths state|load|model|pretrained|trackers|offload DIR [ARG]\n");
+    fprintf(stderr, "usage: save_paths state|load|model|pretrained|trackers|offload|adapter DIR [ARG]\n");
     return 2;
   }
   const char *what = argv[1], *dir = argv[2], *arg = argc > 3 ? argv[3] : NULL;
@@ -72,6 +73,19 @@ int main(int argc, char** argv) {
              "\"offload_folder\": \"%s\"}", dir);
     TRY(acc_model_from_pretrained(arg, json, &model));
     acc_model_destroy(model);
+    return 0;
+  }
+  if (strcmp(what, "adapter") == 0) {
+    /* The same seed each run: a given rank always writes the same bytes. */
+    acc_accelerator* acc;
+    TRY(acc_accelerator_create("{\"seed\": 1}", &acc));
+    TRY(acc_model_create("{\"type\": \"mlp\", \"sizes\": [16, 64, 16]}", &model));
+    snprintf(json, sizeof json, "{\"r\": %s, \"target_modules\": \"all-linear\", \"init_lora_weights\": false}",
+             arg ? arg : "2");
+    TRY(acc_model_add_lora(model, json));
+    TRY(acc_model_save_adapter(model, dir));
+    acc_model_destroy(model);
+    acc_accelerator_destroy(acc);
     return 0;
   }
   if (strcmp(what, "trackers") == 0) {

@@ -4,6 +4,7 @@ already holding a user's files (plain, read-only, in a subfolder), symlinks (int
 and a FIFO; afterwards nothing of the user's has changed and nothing has appeared outside the folder. Then, in a
 mount namespace of its own (root only), each path runs again on a full disk (a small tmpfs) and on a read-only
 one: it fails with an error naming a path there, and the previous save and the user's files are as they were.
+An adapter is also saved onto a disk with room for its weights but not its config: the previous adapter stays whole.
 
     user_files.py SAVE_PATHS ACC MODEL_DIR      (SAVE_PATHS: tests/c/save_paths.c; MODEL_DIR: a transformers model)
 """
@@ -77,6 +78,7 @@ PATHS = {
     "save_pretrained": [[SAVE_PATHS, "pretrained", "{out}", MODEL]],
     "offload folder": [[SAVE_PATHS, "offload", "{out}", MODEL]],
     "trackers": [[SAVE_PATHS, "trackers", "{out}"]],
+    "save_adapter": [[SAVE_PATHS, "adapter", "{out}"], [SAVE_PATHS, "adapter", "{out}", "3"]],  # over the first
     "merge-weights": [[ACC, "merge-weights", sharded, "{out}"]],
 }
 
@@ -111,6 +113,57 @@ def seeded_folders():
             check(rc == 0, f"save_state: the checkpoint loads from the user's folder ({text.strip()})")
 
 
+def fill(mnt, leave=0):
+    """Takes every byte of mnt's free space but `leave` (a multiple of the page size) with a file: its path."""
+    filler = os.path.join(mnt, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        chunk = b"\0" * (1 << 16)
+        while True:
+            try:
+                if os.write(fd, chunk) <= 0:
+                    break
+            except OSError:
+                break
+        if leave:
+            st = os.statvfs(mnt)
+            free = st.f_bavail * st.f_frsize
+            os.ftruncate(fd, os.fstat(fd).st_blocks * 512 - (leave - free))
+    finally:
+        os.close(fd)
+    return filler
+
+
+def adapter_second_file(mnt, out):
+    """Issue 36: save_adapter wrote the weights, then the config; with room for the new weights but not the config
+    (a reader holds the previous weights open, so replacing them frees nothing), the folder kept the new weights
+    beside the old config. Now both files or neither: the previous adapter stays whole."""
+    probe = os.path.join(scratch, "adapter_probe")
+    shutil.rmtree(probe, ignore_errors=True)
+    rc, text = run([SAVE_PATHS, "adapter", probe, "4"])
+    check(rc == 0, f"save_adapter: an adapter of rank 4 elsewhere ({text.strip()})")
+    if rc != 0:
+        return
+    page = os.statvfs(mnt).f_frsize
+    weights = os.path.getsize(os.path.join(probe, "adapter_model.safetensors"))
+    before = snapshot(mnt)
+    held = os.open(os.path.join(out, "adapter_model.safetensors"), os.O_RDONLY)
+    try:
+        filler = fill(mnt, leave=-(-weights // page) * page)
+        st = os.statvfs(mnt)
+        check(st.f_bavail * st.f_frsize == -(-weights // page) * page,
+              f"save_adapter: room for the weights only ({st.f_bavail * st.f_frsize} bytes free, weights {weights})")
+        rc, text = run([SAVE_PATHS, "adapter", out, "4"])
+        check(rc != 0 and mnt in text and "adapter_config.json" in text,
+              f"save_adapter: no room for the config, an error naming it ({text.strip()[:300]})")
+        os.remove(filler)
+    finally:
+        os.close(held)
+    after = snapshot(mnt)
+    check(after == before, f"save_adapter: the previous adapter whole, both files old, nothing left behind "
+                           f"({sorted(set(after.items()) ^ set(before.items()))[:6]})")
+
+
 def faults():
     """In a private mount namespace: a small tmpfs, then full, then read-only."""
     mnt = os.path.join(scratch, "mnt")
@@ -124,13 +177,7 @@ def faults():
             check(rc == 0, f"{name}: a first save on the small disk ({text.strip()})")
             before = snapshot(mnt)
             # Full: a filler takes every byte left.
-            with open(os.path.join(mnt, "filler"), "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\0" * (1 << 16))
-                        f.flush()
-                except OSError:
-                    pass
+            fill(mnt)
             rc, text = run_path(name, out)
             check(rc != 0 and mnt in text, f"{name}: on a full disk, an error naming a path there ({text.strip()[:300]})")
             os.remove(os.path.join(mnt, "filler"))
@@ -146,6 +193,8 @@ def faults():
             if name == "save_state":
                 rc, text = run([SAVE_PATHS, "load", out])
                 check(rc == 0, f"save_state: after both faults the previous checkpoint loads ({text.strip()})")
+            if name == "save_adapter":
+                adapter_second_file(mnt, out)
         finally:
             subprocess.run(["umount", mnt])
 

@@ -8,7 +8,10 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/modules/linear.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -656,6 +659,96 @@ TEST(BadInput, LongTargetListsAreLinear) {
   // peft keeps a set: each name once.
   EXPECT_EQ(adapter->config.target_modules.size(), 150002u);
   EXPECT_EQ(adapter->config.exclude_modules.size(), 200002u);
+}
+
+// RLIMIT_FSIZE while alive: a write past `bytes` fails with EFBIG (SIGXFSZ ignored), as on a full disk, so a
+// save fails at the first file larger than that.
+struct FileSizeLimit {
+  rlimit old{};
+  sighandler_t old_handler;
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old);
+    rlimit r = old;
+    r.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+  }
+};
+
+std::set<std::string> entries_of(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// Issue 36: save_adapter wrote the weights, then the config; when the config failed, the folder held the new
+// weights beside the old config. Now both files are staged in one folder inside `dir` and moved into place only
+// when both are written: the previous adapter stays whole, and nothing of the failed save is left.
+TEST(BadInput, FailedSaveKeepsThePreviousAdapterWhole) {
+  const std::string dir = testing::TempDir() + "/lora_half";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  config::write_file_atomic(dir + "/README.md", "mine");
+  auto first = base_model("llama_qv");
+  add_lora(*first, R"({"target_modules": ["q_proj"], "r": 2})");
+  save_adapter(*first, dir);
+  const std::string old_weights = config::read_file(dir + "/adapter_model.safetensors");
+  const std::string old_config = config::read_file(dir + "/adapter_config.json");
+  const std::set<std::string> saved = entries_of(dir);
+  EXPECT_EQ(saved, (std::set<std::string>{"README.md", "adapter_config.json", "adapter_model.safetensors"}));
+
+  // Another adapter whose config (many target names) is larger than its weights.
+  std::string targets = R"(["v_proj")";
+  for (int i = 0; i < 400; ++i) targets += ", \"not_a_layer_" + std::to_string(i) + "\"";
+  targets += "]";
+  auto second = base_model("llama_qv");
+  add_lora(*second, (R"({"r": 4, "init_lora_weights": false, "target_modules": )" + targets + "}").c_str());
+  const std::string scratch = testing::TempDir() + "/lora_half_sizes";
+  fs::remove_all(scratch);
+  save_adapter(*second, scratch);
+  const auto weights_size = fs::file_size(scratch + "/adapter_model.safetensors");
+  const auto config_size = fs::file_size(scratch + "/adapter_config.json");
+  ASSERT_LT(weights_size + 1024, config_size);
+  fs::remove_all(scratch);
+
+  // The weights fit under the limit, the config does not: the second write fails.
+  std::string m;
+  {
+    FileSizeLimit limit(weights_size + 512);
+    m = message_of([&] { save_adapter(*second, dir); });
+  }
+  EXPECT_NE(m.find("adapter_config.json"), std::string::npos) << m;
+  EXPECT_NE(m.find("File too large"), std::string::npos) << m;
+  EXPECT_TRUE(config::read_file(dir + "/adapter_model.safetensors") == old_weights) << "the weights changed";
+  EXPECT_EQ(config::read_file(dir + "/adapter_config.json"), old_config);
+  EXPECT_EQ(entries_of(dir), saved);  // no staging folder, no temporary file
+  EXPECT_EQ(entries_of(testing::TempDir()).count(".lora_half.acc-staging"), 0u);
+  auto reloaded = base_model("llama_qv");
+  load_adapter(*reloaded, dir, nullptr);
+  EXPECT_EQ(lora::find(lora_root(*reloaded->model))->targets.size(), 2u);  // the first adapter's q_proj
+
+  // A staging folder a killed save left (its lock held by nobody) is emptied and reused; then both files are new.
+  fs::create_directories(dir + "/.adapter.acc-staging");
+  config::write_file_atomic(dir + "/.adapter.acc-staging/adapter_model.safetensors", "half");
+  save_adapter(*second, dir);
+  EXPECT_EQ(entries_of(dir), saved);
+  EXPECT_FALSE(config::read_file(dir + "/adapter_model.safetensors") == old_weights) << "the weights are old";
+  EXPECT_NE(config::read_file(dir + "/adapter_config.json").find("not_a_layer_399"), std::string::npos);
+  EXPECT_EQ(config::read_file(dir + "/README.md"), "mine");
+  // Two saves into one folder at once: the second is refused naming the folder, the first's files untouched.
+  const std::string now_weights = config::read_file(dir + "/adapter_model.safetensors");
+  {
+    config::StagingFolder busy(dir + "/.adapter.acc-staging");
+    m = message_of([&] { save_adapter(*first, dir); });
+  }
+  EXPECT_NE(m.find("another process is saving into it right now"), std::string::npos) << m;
+  EXPECT_TRUE(config::read_file(dir + "/adapter_model.safetensors") == now_weights) << "the weights changed";
+  EXPECT_EQ(entries_of(dir), saved);
+  fs::remove_all(dir);
 }
 
 // Mixtral under transformers 5 (PEFT_NOTES.md section 9): peft nests the two fused expert targets of a layer in

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "acc/files.hpp"
+#include "acc/limits.hpp"
 #include "formats/safetensors.hpp"
 #include "models/tensor_parallel.hpp"
 #include <acc/json.hpp>
@@ -206,7 +207,9 @@ std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, s
   c10::NoGradGuard no_grad;
   for (const auto& f : files) {
     const std::string where = f.string();
-    const json::Document side = json::Document::object(config::read_file(sidecar(f).string()), sidecar(f).string());
+    const std::string side_path = sidecar(f).string();
+    const json::Document side =
+        json::Document::object(config::read_file(side_path, limits::kCheckpointJsonBytes), side_path);
     const json::Value slices = side.root().get("slices");
     for (const auto& [name, data] : load_safetensors(where)) {
       const json::Value at = slices.get(name);

@@ -14,6 +14,7 @@
 
 #include "formats/safetensors.hpp"
 #include "checkpoint/sharded_state.hpp"
+#include "acc/limits.hpp"
 #include "models/model.hpp"
 #include "train/optim.hpp"
 #include "util/pattern.hpp"
@@ -942,6 +943,33 @@ TEST(ShardedState, OverlappingSlicesMustAgree) {
     ADD_FAILURE() << "slices of two dtypes were accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("the slice of 'w' is Double, " + r0 + "'s is Float"), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// Issue 36 (limits for every file libacc reads): a slice file's side JSON is read within the limit of a checkpoint's
+// JSON files, as manifest.json and the others are (limits::kCheckpointJsonBytes); it was read whole at any size.
+TEST(ShardedState, SideJsonIsReadWithinTheLimit) {
+  const fs::path dir = temp_dir() / "slices_limit";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "model_slices_0.rank0.safetensors";
+  save_safetensors({{"w", at::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f})}}, file.string());
+  const std::string side = R"({"slices": {"w": {"offset": 0, "shape": [2, 3]}}})";
+  const fs::path json = fs::path(file).replace_extension(".json");
+  std::ofstream(json) << side << std::string(acc::limits::kCheckpointJsonBytes - side.size(), ' ');
+  EXPECT_TRUE(load_model_slices(0, dir.string()).has_value());  // at the limit: read
+  std::ofstream(json, std::ios::app) << ' ';
+  try {
+    load_model_slices(0, dir.string());
+    ADD_FAILURE() << "a side JSON past the limit was read";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(json.string() + "': it holds " +
+                                         std::to_string(acc::limits::kCheckpointJsonBytes + 1) +
+                                         " bytes, more than the limit of " +
+                                         std::to_string(acc::limits::kCheckpointJsonBytes)),
+              std::string::npos)
         << e.what();
   }
   fs::remove_all(dir);

@@ -74,6 +74,39 @@ const std::vector<Passive>& passive_fields() {
 const char* const kTaskTypes[] = {"SEQ_CLS",   "SEQ_2_SEQ_LM", "CAUSAL_LM",
                                   "TOKEN_CLS", "QUESTION_ANS", "FEATURE_EXTRACTION"};
 
+// A rank_pattern / alpha_pattern key as peft's get_pattern_key matches it: the end of a module name, at a dot.
+// Compiled in this form when the config is read, so that a key refused (too long once wrapped, an unbalanced \Q)
+// is named then, not when the adapter is planned.
+Pattern key_pattern(const std::string& key, const std::string& where) {
+  return Pattern("(.*\\.)?(" + key + ")", where);
+}
+
+// A layers_pattern entry as peft's get_layer_index reads it: group 1 is the layer's number, so the entry may not
+// capture a group of its own (peft's int() fails on it too).
+Pattern layers_matcher(const std::string& p, const std::string& where) {
+  Pattern re("^(?:|.*?\\.)" + p + "\\.(\\d+)\\.", where);
+  if (re.groups() != 1)
+    throw std::invalid_argument(where + ": layers_pattern '" + p + "' captures a group of its own, where peft reads "
+                                "the layer number; write its groups as (?:...)");
+  return re;
+}
+
+// rank_pattern's, alpha_pattern's and layers_pattern's expressions, compiled once per plan: each is matched against
+// every module name (compiling them per name took seconds on a large config).
+struct Matchers {
+  std::vector<std::pair<Pattern, int64_t>> rank;
+  std::vector<std::pair<Pattern, double>> alpha;
+  std::vector<Pattern> layers;
+  explicit Matchers(const Config& c) {
+    for (const auto& [k, r] : c.rank_pattern) rank.emplace_back(key_pattern(k, "rank_pattern"), r);
+    for (const auto& [k, a] : c.alpha_pattern) alpha.emplace_back(key_pattern(k, "alpha_pattern"), a);
+    if (!c.layers_pattern || c.layers_pattern->empty())
+      layers.emplace_back(R"(^.*?\.[^.]*\.(\d+)\.)", "layers_pattern");
+    else
+      for (const auto& p : *c.layers_pattern) layers.push_back(layers_matcher(p, "layers_pattern"));
+  }
+};
+
 }  // namespace
 
 bool Config::all_linear() const {
@@ -139,20 +172,21 @@ Config parse_config(std::string_view text, const std::string& source) {
       const Config::Kind k = strings(v, p, true);
       if (k != Config::Kind::None) c.layers_pattern = p;
       c.layers_pattern_is_string = k == Config::Kind::String;
+      for (const auto& one : p) layers_matcher(one, v.where());  // refused when read, naming the key
     } else if (key == "rank_pattern") {
       if (v.is_null()) continue;
       if (!v.is_object()) v.fail("rank_pattern must be an object of module patterns and ranks");
       for (const auto& [pattern, rank] : v.items()) {
         if (!rank.is_integer() || rank.as_int() <= 0)
           rank.fail("a rank must be a positive integer; got " + rank.text());
-        Pattern(pattern, rank.where());  // refused when read, naming the key
+        key_pattern(pattern, rank.where());  // refused when read, naming the key
         c.rank_pattern.emplace_back(pattern, rank.as_int());
       }
     } else if (key == "alpha_pattern") {
       if (v.is_null()) continue;
       if (!v.is_object()) v.fail("alpha_pattern must be an object of module patterns and alphas");
       for (const auto& [pattern, alpha] : v.items()) {
-        Pattern(pattern, alpha.where());  // refused when read, naming the key
+        key_pattern(pattern, alpha.where());  // refused when read, naming the key
         c.alpha_pattern.emplace_back(pattern, alpha.as_double());
       }
     } else if (key == "task_type") {
@@ -282,24 +316,19 @@ std::string shown_list(const std::vector<std::string>& v) {
 }
 
 // peft's layer index of a module name: the first number after a layers_pattern (or after any second component).
-std::optional<int64_t> layer_index(const std::string& key, const Config& c) {
-  std::vector<std::string> res;
-  if (!c.layers_pattern || c.layers_pattern->empty())
-    res.push_back(R"(^.*?\.[^.]*\.(\d+)\.)");
-  else
-    for (const auto& p : *c.layers_pattern) res.push_back("^(?:|.*?\\.)" + p + "\\.(\\d+)\\.");
-  for (const auto& re : res) {
+std::optional<int64_t> layer_index(const std::string& key, const Matchers& m) {
+  for (const auto& re : m.layers) {
     std::string index;
-    if (Pattern(re, "layers_pattern").search(key, &index)) return std::stoll(index);
+    if (re.search(key, &index)) return std::stoll(index);  // digits: layers_matcher refused a group of its own
   }
   return std::nullopt;
 }
 
 // get_pattern_key: the first key (in order) that matches the end of the name at a dot.
 template <class V>
-const std::pair<std::string, V>* pattern_for(const std::string& name, const std::vector<std::pair<std::string, V>>& p) {
-  for (const auto& item : p)
-    if (Pattern("(.*\\.)?(" + item.first + ")", "pattern").full_match(name)) return &item;
+const V* pattern_for(const std::string& name, const std::vector<std::pair<Pattern, V>>& p) {
+  for (const auto& [re, value] : p)
+    if (re.full_match(name)) return &value;
   return nullptr;
 }
 
@@ -395,11 +424,11 @@ std::string local_of(const std::string& name) {
 }
 
 // A target's rank and alpha: rank_pattern's and alpha_pattern's first key matching `key`, else r and lora_alpha.
-void set_rank(Adapter::Target& t, const std::string& key, const Config& c) {
-  const auto* rp = pattern_for(key, c.rank_pattern);
-  const auto* ap = pattern_for(key, c.alpha_pattern);
-  t.r = rp ? rp->second : c.r;
-  t.alpha = ap ? ap->second : c.lora_alpha;
+void set_rank(Adapter::Target& t, const std::string& key, const Config& c, const Matchers& m) {
+  const int64_t* rp = pattern_for(key, m.rank);
+  const double* ap = pattern_for(key, m.alpha);
+  t.r = rp ? *rp : c.r;
+  t.alpha = ap ? *ap : c.lora_alpha;
   t.scaling = c.use_rslora ? t.alpha / std::sqrt(static_cast<double>(t.r)) : t.alpha / static_cast<double>(t.r);
 }
 
@@ -415,7 +444,7 @@ void add_lora_entries(Adapter& a, const Adapter::Target& t) {
 // block_sparse_moe.experts.E.w1/w2/w3) and the router as a linear layer: gate.weight is a LoRA on the router;
 // gate_up_proj (w1 rows, then w3 rows) and down_proj (w2) are fused over the experts, each expert's layers using
 // their slices of one A and one B. The file names them as transformers 5 does (mlp.gate, mlp.experts).
-void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& host_of) {
+void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& host_of, const Matchers& matchers) {
   const Config& c = a.config;
   const bool mixtral = a.info.model_type == "mixtral";
   for (const auto& p : c.target_parameters)
@@ -446,7 +475,7 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
       t.key_module = v5 + ".gate";
       t.in = h->host_weight().size(1);
       t.out = h->host_weight().size(0);
-      set_rank(t, v5 + ".gate.weight", c);
+      set_rank(t, v5 + ".gate.weight", c, matchers);
       a.targets.push_back(t);
     }
     int64_t experts = 0;
@@ -462,7 +491,7 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
       t.in = hidden;
       t.out = 2 * inter;
       t.experts = experts;
-      set_rank(t, v5 + ".experts.gate_up_proj", c);
+      set_rank(t, v5 + ".experts.gate_up_proj", c, matchers);
       for (int64_t e = 0; e < experts; ++e) {
         const std::string expert = name + ".experts." + std::to_string(e);
         t.uses.push_back({expert + ".w1", e, 0, inter});
@@ -477,7 +506,7 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
       t.in = inter;
       t.out = hidden;
       t.experts = experts;
-      set_rank(t, v5 + ".experts.down_proj", c);
+      set_rank(t, v5 + ".experts.down_proj", c, matchers);
       for (int64_t e = 0; e < experts; ++e)
         t.uses.push_back({name + ".experts." + std::to_string(e) + ".w2", e, 0, hidden});
       a.targets.push_back(t);
@@ -539,6 +568,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
         leaves.push_back(local_of(n));
     convert_mixtral(c, leaves);
   }
+  const Matchers matchers(c);  // (after convert_mixtral, which adds gate_up_proj's rank and alpha)
   if (c.all_linear()) {  // _maybe_include_all_linear_layers
     std::string output;
     if (info.transformers && has_module("lm_head")) {
@@ -598,7 +628,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
                              "a list (w1, w3, w2, gate) instead of a regular expression");
     if (hit) any_unexcluded = true;
     if (hit && !target_re && c.layers_to_transform) {
-      const auto idx = layer_index(name, c);
+      const auto idx = layer_index(name, matchers);
       hit = idx && std::find(c.layers_to_transform->begin(), c.layers_to_transform->end(), *idx) !=
                        c.layers_to_transform->end();
     }
@@ -617,10 +647,10 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
     t.fan_in_fan_out = h->fan_in_fan_out();
     t.in = w.size(t.fan_in_fan_out ? 0 : 1);
     t.out = w.size(t.fan_in_fan_out ? 1 : 0);
-    set_rank(t, name, c);
+    set_rank(t, name, c, matchers);
     a->targets.push_back(t);
   }
-  if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of);
+  if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of, matchers);
   if (a->targets.empty()) {
     std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
                                                               : shown_list(c.target_modules);

@@ -61,4 +61,6 @@ bool Pattern::search(std::string_view text, std::string* group) const {
   return group ? RE2::PartialMatch(t, *re_, group) : RE2::PartialMatch(t, *re_);
 }
 
+int Pattern::groups() const { return re_->NumberOfCapturingGroups(); }
+
 }  // namespace acc::core

@@ -23,6 +23,8 @@ class Pattern {
   bool full_match(std::string_view text, std::string* group = nullptr) const;
   // Some part of the text matches (re.search); `group` as above.
   bool search(std::string_view text, std::string* group = nullptr) const;
+  // How many capturing groups the expression has.
+  int groups() const;
 
  private:
   std::shared_ptr<const re2::RE2> re_;  // shared: a Pattern is copied into the matchers that keep it

@@ -520,7 +520,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL. Under ZeRO-3 / FSDP, and under ZeRO / FSDP with a mixed-precision policy (float32 masters behind\n  compute-dtype copies), the tensor is gathered from the shards as acc_save_model writes it (Accelerate's\n  get_state_dict): then a collective, every process calls it with the same index.\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
+    #[doc = " Name (borrowed from the model) and a copy of the index-th state tensor; either out-parameter may be\n  NULL. Under ZeRO-3 / FSDP, and under ZeRO / FSDP with a mixed-precision policy (float32 masters behind\n  compute-dtype copies), the tensor is gathered from the shards as acc_save_model writes it (Accelerate's\n  get_state_dict): then a collective, every process calls it with the same index. Since 1.4 (symbol\n  version ACC_1.4); a program built against 1.0-1.2 binds ACC_1.0, which keeps their meaning: never a\n  collective, ACC_ERR_INVALID_STATE for sharded parameters (docs/abi.md, \"Versioned symbols\").\n  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;\n  acc_tensor_destroy). Reads model."]
     pub fn acc_model_state_get(
         model: *const acc_model,
         index: i64,
@@ -530,7 +530,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Where\n  acc_model_state_get gathers, the whole state is gathered from the shards: a collective, the main process\n  writes and the others wait. Reads model."]
+    #[doc = " Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Where\n  acc_model_state_get gathers, the whole state is gathered from the shards: a collective, the main process\n  writes and the others wait. Versioned as acc_model_state_get (ACC_1.4; ACC_1.0 refuses sharded\n  parameters). Reads model."]
     pub fn acc_model_save_safetensors(
         model: *const acc_model,
         path: *const ::core::ffi::c_char,
@@ -538,7 +538,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Loads a safetensors file into the model; every name and shape must match. Under ZeRO-3 / FSDP every\n  process calls it (each keeps its shards of the file's tensors).\n  Locks model."]
+    #[doc = " Loads a safetensors file into the model; every name and shape must match. Under ZeRO-3 / FSDP every\n  process calls it (each keeps its shards of the file's tensors). Versioned as acc_model_state_get\n  (ACC_1.4; ACC_1.0 refuses sharded parameters).\n  Locks model."]
     pub fn acc_model_load_safetensors(
         model: *mut acc_model,
         path: *const ::core::ffi::c_char,
@@ -556,7 +556,7 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\", \"param_groups\"} over the trainable parameters of `model`.\n   Defaults are PyTorch's. \"param_groups\": [{\"params\": [regular expressions over whole parameter\n   names], \"lr\", \"weight_decay\", ...}, ...] (a parameter in two groups is an error; the rest get the\n   top-level options), or \"transformers\" (the Trainer's split: no weight decay for biases and norm\n   weights). The table of keys and defaults is in docs/c-api.md, \"Optimizer options\".\n  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model."]
+    #[doc = " {\"type\": \"sgd\"|\"adam\"|\"adamw\", \"lr\", \"momentum\", \"dampening\", \"nesterov\", \"betas\", \"eps\",\n   \"weight_decay\", \"amsgrad\", \"fused\", \"param_groups\"} over the trainable parameters of `model`.\n   Defaults are PyTorch's. \"param_groups\": [{\"params\": [regular expressions over whole parameter\n   names], \"lr\", \"weight_decay\", ...}, ...] (a parameter in two groups is an error; the rest get the\n   top-level options), or \"transformers\" (the Trainer's split: no weight decay for biases and norm\n   weights). The table of keys and defaults is in docs/c-api.md, \"Optimizer options\". A model with\n   no trainable parameter (all frozen) is ACC_ERR_INVALID_ARGUMENT, as torch.optim refuses an empty\n   parameter list (since 1.4; before, an optimizer that stepped nothing).\n  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model."]
     pub fn acc_optimizer_create(
         model: *mut acc_model,
         options_json: *const ::core::ffi::c_char,
@@ -1100,6 +1100,6 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
-    #[doc = " Ends the profile (the end of Accelerate's `with accelerator.profile()`): recording stops; with\n  output_trace_dir (created if missing) the last recorded cycle is written there as the Chrome trace\n  `profile_<process index>.json` (atomically), then every process waits for the others (Accelerate's\n  wait_for_everyone). A schedule that recorded nothing writes no file and says so on stderr.\n  ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's; the profile\n  ends even when writing fails. Destroying the accelerator ends a running profile without writing. Since 1.3.\n  Locks acc. Collective with output_trace_dir (the wait); local otherwise."]
+    #[doc = " Ends the profile (the end of Accelerate's `with accelerator.profile()`): recording stops; with\n  output_trace_dir (created if missing) the last recorded cycle is written there as the Chrome trace\n  `profile_<process index>.json` (atomically), then every process waits for the others (Accelerate's\n  wait_for_everyone). A schedule that recorded nothing writes no file and says so on stderr.\n  ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's; the profile\n  ends even when writing fails. A trace that cannot be written (a full or read-only disk) is ACC_ERR_IO naming\n  the file; the previous trace is kept and nothing else is left. Destroying the accelerator ends a running\n  profile without writing, and so does the end of the thread that began it. Since 1.3.\n  Locks acc. Collective with output_trace_dir (the wait); local otherwise."]
     pub fn acc_profile_end(acc: *mut acc_accelerator) -> acc_status;
 }

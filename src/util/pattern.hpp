@@ -1,7 +1,8 @@
 // Regular expressions: the one engine for every pattern libacc runs, those from a file or a caller
 // (adapter_config.json's target_modules, rank_pattern and layers_pattern, param_groups, requires_grad) and its own.
-// RE2, not std::regex: it matches in time linear in the text, with bounded stack and memory, and refuses what it
-// cannot match that way (backreferences, lookaround) instead of backtracking into a hang or a stack overflow.
+// RE2, not the C++ library's backtracking engine: it matches in time linear in the text, with bounded stack and
+// memory, and refuses what it cannot match that way (backreferences, lookaround) instead of backtracking into a hang
+// or a stack overflow.
 // full_match is Python's re.fullmatch (what peft and Accelerate use) for the syntax both read.
 #pragma once
 #include <memory>

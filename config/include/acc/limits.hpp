@@ -67,4 +67,13 @@ inline constexpr size_t kAdapterConfigBytes = size_t{16} << 20;
 // control bytes and invalid UTF-8 escaped, so that acc_last_error_message() stays short and safe to print.
 inline constexpr size_t kQuotedTextBytes = 300;
 
+// tokenizer.json: a vocabulary with its merges. The largest on the Hub (Gemma 3's 262k tokens) take about 33 MB;
+// 512 MiB is fifteen times that. Its JSON is read by serde_json, whose nesting limit (128) bounds recursion.
+inline constexpr size_t kTokenizerJsonBytes = size_t{512} << 20;
+// A chat template (chat_template.jinja, or one in tokenizer_config.json): real ones are a few KiB to 30 KiB.
+inline constexpr size_t kChatTemplateBytes = size_t{4} << 20;
+// The work one chat-template rendering may do (minijinja's fuel: about one unit per instruction): real templates
+// spend a few thousand per message, so a conversation of 10,000 messages fits; a template that loops forever stops.
+inline constexpr uint64_t kChatTemplateFuel = 200'000'000;
+
 }  // namespace acc::limits

@@ -64,6 +64,8 @@ const char* kind_name(Kind kind) noexcept {
     case Kind::batch: return "acc_batch";
     case Kind::bytes_list: return "acc_bytes_list";
     case Kind::dataloader: return "acc_dataloader";
+    case Kind::tokenizer: return "acc_tokenizer";
+    case Kind::encoding: return "acc_encoding";
   }
   return "handle";
 }

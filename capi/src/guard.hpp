@@ -24,7 +24,9 @@ acc_status guarded(const char* fn, F&& f) noexcept {
 
 // What each handle is, so that one kind passed where another is expected (an acc_batch* as an acc_bytes_list*) is
 // refused rather than read as the wrong type.
-enum class Kind : uint8_t { accelerator, tensor, model, optimizer, scheduler, dataset, batch, bytes_list, dataloader };
+enum class Kind : uint8_t {
+  accelerator, tensor, model, optimizer, scheduler, dataset, batch, bytes_list, dataloader, tokenizer, encoding
+};
 const char* kind_name(Kind kind) noexcept;  // "acc_batch", ...
 
 // The registry of live handles (guard.cpp): the address of each handle's Live member and its kind. A lookup only

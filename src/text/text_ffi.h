@@ -74,7 +74,7 @@ void acctext_encodings_view(const acctext_encodings* e, size_t i, acctext_encodi
 void acctext_encodings_free(acctext_encodings* e);
 
 int acctext_decode(const acctext_tokenizer* tok, const uint32_t* ids, size_t n, uint8_t skip_special_tokens,
-                   char** out, char** err);
+                   char** out, size_t* out_len, char** err);
 /* 1 and *id set when the token is in the vocabulary (added tokens included), else 0. */
 int acctext_token_to_id(const acctext_tokenizer* tok, const char* token, size_t len, uint32_t* id);
 /* The token's text, or NULL for an id outside the vocabulary. */

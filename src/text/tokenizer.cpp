@@ -364,8 +364,10 @@ std::string Tokenizer::decode(std::span<const int64_t> ids, bool skip_special_to
   std::vector<uint32_t> u(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) u[i] = to_u32(ids[i], "decode: id");
   RustString out, err;
-  check(acctext_decode(handle_, u.data(), u.size(), skip_special_tokens, &out.p, &err.p), err, "decode with " + source_);
-  std::string text = out.str();
+  size_t len = 0;
+  check(acctext_decode(handle_, u.data(), u.size(), skip_special_tokens, &out.p, &len, &err.p), err,
+        "decode with " + source_);
+  std::string text(out.p, len);
   // transformers 5 skips the clean-up for BPE models (it would eat real spaces) unless told otherwise.
   if (clean_up_tokenization_spaces.value_or(clean_up_spaces_) && (model_type_ != "BPE" || clean_up_bpe_))
     text = clean_up_tokenization(std::move(text));

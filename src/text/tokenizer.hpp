@@ -108,6 +108,9 @@ class Tokenizer {
   std::vector<std::string> all_special_tokens() const;
   std::vector<int64_t> all_special_ids() const;
 
+  // Not while other threads use this tokenizer.
+  void set_chat_template(const std::string& name, std::string source) { chat_templates_[name] = std::move(source); }
+  void set_model_max_length(size_t n) { model_max_length_ = n; }
   // The chat templates by name ("default", "tool_use", ...); empty without any.
   const std::map<std::string, std::string>& chat_templates() const { return chat_templates_; }
   std::optional<size_t> model_max_length() const { return model_max_length_; }

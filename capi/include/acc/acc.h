@@ -1046,6 +1046,129 @@ ACC_API ACC_NODISCARD acc_status acc_profile_step(acc_accelerator* acc) ACC_NOEX
  *  Locks acc. Collective with output_trace_dir (the wait); local otherwise. */
 ACC_API ACC_NODISCARD acc_status acc_profile_end(acc_accelerator* acc) ACC_NOEXCEPT;
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Text: Hugging Face tokenizers and chat templates (the `tokenizers` crate and minijinja inside)  */
+
+/** A tokenizer as transformers' AutoTokenizer loads it. Thread-safe: encode, decode, look-ups and
+ *  chat templates may run on many threads at once (data-loader workers); set_special_token may not. */
+typedef struct acc_tokenizer acc_tokenizer;
+/** Encoded rows (transformers' BatchEncoding): one per text, more with overflowing windows. */
+typedef struct acc_encoding acc_encoding;
+/** Receives a piece of generated text (UTF-8, never half a character, not NUL-terminated); return 0 to go
+ *  on, anything else to stop generating. */
+typedef int32_t (*acc_text_fn)(void* user_data, const char* piece, size_t length);
+
+/** Frees a string libacc returned to the caller (acc_tokenizer_decode, ...). NULL is fine. Since 1.4. */
+ACC_API void acc_text_free(char* text) ACC_NOEXCEPT;
+/**
+ * AutoTokenizer.from_pretrained(dir): tokenizer.json with tokenizer_config.json (special tokens, padding and
+ * truncation sides, model_max_length, the model class's own pipeline: LlamaTokenizer, GemmaTokenizer,
+ * Qwen2Tokenizer, GPT2Tokenizer, BertTokenizer as transformers 5 rebuilds them), special_tokens_map.json,
+ * chat_template.jinja and additional_chat_templates/. A folder with tokenizer.model only is
+ * ACC_ERR_INVALID_ARGUMENT saying how to convert it; a malformed file names itself. Since 1.4.
+ * Caller owns *out (acc_tokenizer_destroy). Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_from_pretrained(const char* dir, acc_tokenizer** out) ACC_NOEXCEPT;
+/**
+ * A byte-level BPE tokenizer (GPT-2 / Llama-3's kind) trained on count texts (lengths[i] bytes each, UTF-8) by
+ * tokenizers' BpeTrainer: a from-scratch model's first step. options_json: {"vocab_size": 1000,
+ * "min_frequency": 2, "special_tokens": [..] (the first ids), "bos_token", "eos_token", "pad_token", "unk_token"
+ * (each one of special_tokens), "chat_template": "...", "model_max_length": n}. Since 1.4.
+ * Caller owns *out. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_train_bpe(const char* const* texts, const size_t* lengths, int64_t count,
+                                                          const char* options_json, acc_tokenizer** out) ACC_NOEXCEPT;
+/** NULL is fine. Since 1.4. */
+ACC_API void acc_tokenizer_destroy(acc_tokenizer* tok) ACC_NOEXCEPT;
+/** Writes tokenizer.json, tokenizer_config.json and chat_template.jinja (each atomically) into dir (created
+ *  if missing), which transformers' AutoTokenizer loads. Since 1.4. Any thread. */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_save_pretrained(const acc_tokenizer* tok, const char* dir) ACC_NOEXCEPT;
+/**
+ * What the tokenizer is, as JSON: {"vocab_size", "len" (with added tokens), "model_type", "special_tokens"
+ * ({"bos_token": "<s>", ...}, transformers' special_tokens_map), "special_token_ids", "all_special_tokens",
+ * "all_special_ids", "chat_templates" (names), "model_max_length" (null: none), "padding_side",
+ * "truncation_side"}. Caller frees *out_json with acc_text_free. Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_info(const acc_tokenizer* tok, char** out_json) ACC_NOEXCEPT;
+/** transformers' `tok.pad_token = "..."`: sets a named special token (bos_token, eos_token, unk_token,
+ *  sep_token, pad_token, cls_token, mask_token); token NULL unsets it. Since 1.4. Not while other threads use
+ *  tok. */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_set_special_token(acc_tokenizer* tok, const char* name,
+                                                                  const char* token) ACC_NOEXCEPT;
+/** The id of a token of the vocabulary (added tokens included); *out is -1 when it has none. Since 1.4. */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_token_to_id(const acc_tokenizer* tok, const char* token,
+                                                            int64_t* out) ACC_NOEXCEPT;
+/** The token of an id; *out is NULL for an id outside the vocabulary. Caller frees *out with acc_text_free.
+ *  Since 1.4. */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_id_to_token(const acc_tokenizer* tok, int64_t id,
+                                                            char** out) ACC_NOEXCEPT;
+/**
+ * transformers' tok(texts, text_pair=pairs, ...): count texts (lengths[i] bytes of UTF-8 each; invalid UTF-8
+ * is ACC_ERR_INVALID_ARGUMENT naming the text and byte), with pairs (may be NULL). options_json (NULL: {}):
+ * {"add_special_tokens": true, "truncation": false | true | "longest_first" | "only_first" | "only_second",
+ * "max_length": n (default model_max_length), "stride": 0, "return_overflowing_tokens": false,
+ * "padding": false | true | "longest" | "max_length", "pad_to_multiple_of": n, "padding_side": "left" |
+ * "right", "truncation_side": ..., "threads": 1}. Padding without a pad token is ACC_ERR_INVALID_ARGUMENT.
+ * Caller owns *out (acc_encoding_destroy). Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_encode(const acc_tokenizer* tok, const char* const* texts,
+                                                       const size_t* lengths, const char* const* pairs,
+                                                       const size_t* pair_lengths, int64_t count,
+                                                       const char* options_json, acc_encoding** out) ACC_NOEXCEPT;
+/** The number of rows. Since 1.4. */
+ACC_API ACC_NODISCARD acc_status acc_encoding_count(const acc_encoding* enc, int64_t* out) ACC_NOEXCEPT;
+/**
+ * One row's field: "input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "offsets" (2 per
+ * token: [start, end) byte offsets into the text of the token's sequence), "sequence_ids" (0 text, 1 pair, -1
+ * special or padding), "assistant_masks" (acc_tokenizer_apply_chat_template's only). Borrowed: *data is valid
+ * while enc lives; *length counts the int64 values. A row's input, for overflowing windows, is
+ * acc_encoding_sample. Since 1.4.
+ */
+ACC_API ACC_NODISCARD acc_status acc_encoding_get(const acc_encoding* enc, int64_t row, const char* field,
+                                                   const int64_t** data, int64_t* length) ACC_NOEXCEPT;
+/** The index of the text a row encodes (transformers' overflow_to_sample_mapping). Since 1.4. */
+ACC_API ACC_NODISCARD acc_status acc_encoding_sample(const acc_encoding* enc, int64_t row, int64_t* out) ACC_NOEXCEPT;
+/** The rows as a batch of int64 tensors [rows, length]: input_ids, attention_mask, token_type_ids (and
+ *  assistant_masks where present). Rows of different lengths (no padding) are ACC_ERR_INVALID_ARGUMENT. Caller
+ *  owns *out (acc_batch_destroy). Since 1.4. */
+ACC_API ACC_NODISCARD acc_status acc_encoding_to_batch(const acc_encoding* enc, acc_batch** out) ACC_NOEXCEPT;
+/** NULL is fine. Since 1.4. */
+ACC_API void acc_encoding_destroy(acc_encoding* enc) ACC_NOEXCEPT;
+/**
+ * transformers' decode: options_json (NULL: {}) {"skip_special_tokens": false, "clean_up_tokenization_spaces":
+ * the tokenizer's}. Ids outside the vocabulary are skipped (as transformers); a negative one is
+ * ACC_ERR_INVALID_ARGUMENT. Caller frees *out_text (NUL-terminated; a decoded NUL stays in it, so
+ * *out_length, which may be NULL, gives the length) with acc_text_free. Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_decode(const acc_tokenizer* tok, const int64_t* ids, int64_t count,
+                                                       const char* options_json, char** out_text,
+                                                       size_t* out_length) ACC_NOEXCEPT;
+/**
+ * transformers' apply_chat_template. messages_json: [{"role", "content", ...}, ...]. options_json (NULL: {}):
+ * {"chat_template": a template or the name of one of the tokenizer's ("default", "tool_use"),
+ * "add_generation_prompt": false, "continue_final_message": false | true | a field name, "tools": [schemas],
+ * "documents": [...], "template_variables": {"enable_thinking": false, ...}, "now": seconds since the epoch
+ * for strftime_now (default: now), and acc_tokenizer_encode's options for the ids}. *out_text (caller frees
+ * with acc_text_free) is the rendered text; out_encoding (may be NULL) gets its ids encoded without special
+ * tokens (the template writes them), with "assistant_masks" from {% generation %} blocks (all 0 without).
+ * A template that raises (raise_exception), loops past its budget or fails names the template and line.
+ * Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_tokenizer_apply_chat_template(const acc_tokenizer* tok, const char* messages_json,
+                                                                    const char* options_json, char** out_text,
+                                                                    acc_encoding** out_encoding) ACC_NOEXCEPT;
+/**
+ * Text generation: the prompt encoded with tok (options "add_special_tokens": true; false for a prompt a chat
+ * template rendered), acc_generate's options and stopping (generation_config.json's eos ids), then
+ * {"stop_strings": [...] (the text contains one: stop; kept in the text, as transformers),
+ * "skip_special_tokens": true}. on_text (may be NULL) receives the text in pieces as transformers'
+ * TextStreamer gives them. *out_text is the new text only; caller frees it with acc_text_free.
+ * Since 1.4. Locks model; on_text runs on the calling thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_generate_text(acc_model* model, const acc_tokenizer* tok, const char* prompt,
+                                                    const char* options_json, acc_text_fn on_text, void* user_data,
+                                                    char** out_text) ACC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -3,16 +3,22 @@ mod chat;
 mod pretok;
 mod tokenizer;
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tokenizer::{EncodeOptions, Handle};
 use tokenizers::{AddedToken, EncodeInput, Encoding};
 
+/// A string for C: malloc'd, NUL-terminated, the text's own NULs kept (callers that need them take the length).
 fn c_string(s: String) -> *mut c_char {
-    // NUL inside a message or a decoded text: cut there rather than lose it all (texts go out with a length
-    // where NULs matter: decode returns through acctext_decode's caller, which reads up to the NUL).
-    let bytes: Vec<u8> = s.into_bytes().into_iter().map(|b| if b == 0 { b'?' } else { b }).collect();
-    CString::new(bytes).map(CString::into_raw).unwrap_or(std::ptr::null_mut())
+    let p = unsafe { libc::malloc(s.len() + 1) } as *mut u8;
+    if p.is_null() {
+        return p as *mut c_char;
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), p, s.len());
+        *p.add(s.len()) = 0;
+    }
+    p as *mut c_char
 }
 
 unsafe fn str_in<'a>(p: *const c_char, len: usize, what: &str) -> Result<&'a str, String> {
@@ -41,9 +47,7 @@ fn guarded<F: FnOnce() -> Result<(), String>>(err: *mut *mut c_char, f: F) -> i3
 
 #[no_mangle]
 pub extern "C" fn acctext_string_free(s: *mut c_char) {
-    if !s.is_null() {
-        unsafe { drop(CString::from_raw(s)) };
-    }
+    unsafe { libc::free(s as *mut libc::c_void) };
 }
 
 pub struct AccTextTokenizer(Handle);
@@ -219,12 +223,18 @@ pub extern "C" fn acctext_encodings_free(e: *mut AccTextEncodings) {
 }
 
 #[no_mangle]
-pub extern "C" fn acctext_decode(tok: *const AccTextTokenizer, ids: *const u32, n: usize, skip_special_tokens: u8, out: *mut *mut c_char, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn acctext_decode(
+    tok: *const AccTextTokenizer, ids: *const u32, n: usize, skip_special_tokens: u8, out: *mut *mut c_char, out_len: *mut usize,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let tok = unsafe { &(*tok).0 };
         let ids = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ids, n) } };
         let text = tok.base().decode(ids, skip_special_tokens != 0).map_err(|e| e.to_string())?;
-        unsafe { *out = c_string(text) };
+        unsafe {
+            *out_len = text.len();
+            *out = c_string(text);
+        }
         Ok(())
     })
 }

@@ -1,0 +1,392 @@
+// Text: tokenizers, encodings, chat templates and text generation (src/text, models/hf/generate_text.hpp).
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "acc/json.hpp"
+#include "guard.hpp"
+#include "handles.hpp"
+#include "models/hf/generate_text.hpp"
+#include "text/chat_template.hpp"
+#include "text/tokenizer.hpp"
+#include "util/options.hpp"
+
+using acc::capi::guarded;
+using acc::capi::need;
+namespace text = acc::text;
+namespace json = acc::json;
+
+// The tokenizer is thread-safe itself: no busy flag, except around set_special_token (documented: not
+// while others use it).
+struct acc_tokenizer {
+  std::shared_ptr<text::Tokenizer> tok;
+  acc::capi::Live<acc::capi::Kind::tokenizer> live;
+};
+struct acc_encoding {
+  std::vector<text::Encoding> rows;
+  std::vector<std::vector<int64_t>> offsets, sequence_ids, assistant_masks;  // as int64, made once
+  acc::capi::Live<acc::capi::Kind::encoding> live;
+};
+
+namespace {
+
+char* copy_out(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, s.data(), s.size());
+  p[s.size()] = '\0';
+  return p;
+}
+
+std::optional<json::Document> options_doc(const char* options_json, const char* what) {
+  if (!options_json || !*options_json) return std::nullopt;
+  json::Document d(options_json, what);
+  if (!d.root().is_object()) throw acc::core::OptionsError(std::string(what) + ": expected a JSON object");
+  return d;
+}
+
+text::Side side_of(const json::Value& v) {
+  if (v.is_string() && v.as_string() == "left") return text::Side::Left;
+  if (v.is_string() && v.as_string() == "right") return text::Side::Right;
+  throw acc::core::OptionsError(v.where() + ": expected \"left\" or \"right\"");
+}
+
+// acc_tokenizer_encode's options (also read by apply_chat_template, which has keys of its own: `ignore`).
+text::EncodeOptions encode_options(const std::optional<json::Document>& d, const char* what,
+                                   std::initializer_list<const char*> ignore = {}) {
+  text::EncodeOptions o;
+  if (!d) return o;
+  for (const auto& [k, v] : d->root().items()) {
+    auto bad = [&](const char* expected) {
+      throw acc::core::OptionsError(std::string(what) + ": '" + k + "' must be " + expected);
+    };
+    if (k == "add_special_tokens") {
+      if (!v.is_bool()) bad("true or false");
+      o.add_special_tokens = v.as_bool();
+    } else if (k == "truncation") {
+      if (v.is_bool()) o.truncation = v.as_bool() ? text::Truncation::LongestFirst : text::Truncation::None;
+      else if (v.is_string() && v.as_string() == "longest_first") o.truncation = text::Truncation::LongestFirst;
+      else if (v.is_string() && v.as_string() == "only_first") o.truncation = text::Truncation::OnlyFirst;
+      else if (v.is_string() && v.as_string() == "only_second") o.truncation = text::Truncation::OnlySecond;
+      else bad("true, false, \"longest_first\", \"only_first\" or \"only_second\"");
+    } else if (k == "padding") {
+      if (v.is_bool()) o.padding = v.as_bool() ? text::Padding::Longest : text::Padding::None;
+      else if (v.is_string() && v.as_string() == "longest") o.padding = text::Padding::Longest;
+      else if (v.is_string() && v.as_string() == "max_length") o.padding = text::Padding::MaxLength;
+      else if (v.is_string() && v.as_string() == "do_not_pad") o.padding = text::Padding::None;
+      else bad("true, false, \"longest\" or \"max_length\"");
+    } else if (k == "max_length" || k == "stride" || k == "pad_to_multiple_of" || k == "threads") {
+      if (!v.is_integer() || v.as_int() < 0 || (k != "stride" && v.as_int() == 0)) bad("a positive integer");
+      const auto n = static_cast<size_t>(v.as_int());
+      if (k == "max_length") o.max_length = n;
+      else if (k == "stride") o.stride = n;
+      else if (k == "pad_to_multiple_of") o.pad_to_multiple_of = n;
+      else o.threads = std::min<size_t>(n, 256);
+    } else if (k == "padding_side") {
+      o.padding_side = side_of(v);
+    } else if (k == "truncation_side") {
+      o.truncation_side = side_of(v);
+    } else if (k == "return_overflowing_tokens") {
+      if (!v.is_bool()) bad("true or false");
+      o.return_overflowing_tokens = v.as_bool();
+    } else if (std::find_if(ignore.begin(), ignore.end(), [&](const char* i) { return k == i; }) == ignore.end()) {
+      throw acc::core::OptionsError(std::string(what) + ": unknown key '" + k + "'");
+    }
+  }
+  return o;
+}
+
+acc_encoding* new_encoding(std::vector<text::Encoding> rows, std::vector<int64_t> assistant_masks = {},
+                           bool with_masks = false) {
+  auto e = std::make_unique<acc_encoding>();
+  for (const auto& r : rows) {
+    std::vector<int64_t> off;
+    off.reserve(2 * r.offsets.size());
+    for (auto [a, b] : r.offsets) off.push_back(static_cast<int64_t>(a)), off.push_back(static_cast<int64_t>(b));
+    e->offsets.push_back(std::move(off));
+    e->sequence_ids.emplace_back(r.sequence_ids.begin(), r.sequence_ids.end());
+  }
+  if (with_masks) e->assistant_masks.push_back(std::move(assistant_masks));
+  e->rows = std::move(rows);
+  return e.release();
+}
+
+std::vector<std::string_view> views(const char* const* texts, const size_t* lengths, int64_t count, const char* what) {
+  std::vector<std::string_view> v;
+  if (count < 0) throw std::invalid_argument(std::string("count is negative"));
+  if (count > 0 && (!texts || !lengths)) throw std::invalid_argument(std::string(what) + " or their lengths are NULL");
+  for (int64_t i = 0; i < count; ++i) {
+    if (!texts[i] && lengths[i] > 0) throw std::invalid_argument(std::string(what) + "[" + std::to_string(i) + "] is NULL");
+    v.emplace_back(texts[i] ? texts[i] : "", lengths[i]);
+  }
+  return v;
+}
+
+const text::Encoding& row_of(const acc_encoding* enc, int64_t row) {
+  need(enc, "enc");
+  if (row < 0 || static_cast<size_t>(row) >= enc->rows.size())
+    throw std::out_of_range("row " + std::to_string(row) + " of an encoding with " + std::to_string(enc->rows.size()) +
+                            " rows");
+  return enc->rows[row];
+}
+
+}  // namespace
+
+void acc_text_free(char* text) noexcept { std::free(text); }
+
+acc_status acc_tokenizer_from_pretrained(const char* dir, acc_tokenizer** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto h = std::make_unique<acc_tokenizer>();
+    h->tok = text::Tokenizer::from_pretrained(need(dir, "dir"));
+    *out = h.release();
+  });
+}
+
+acc_status acc_tokenizer_train_bpe(const char* const* texts, const size_t* lengths, int64_t count,
+                                   const char* options_json, acc_tokenizer** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto corpus = views(texts, lengths, count, "texts");
+    auto d = options_doc(options_json, "tokenizer training options");
+    size_t vocab = 1000, min_frequency = 2;
+    std::vector<std::string> special;
+    std::map<std::string, std::string> named;
+    std::string chat_template;
+    std::optional<size_t> max_length;
+    if (d)
+      for (const auto& [k, v] : d->root().items()) {
+        if (k == "vocab_size" || k == "min_frequency" || k == "model_max_length") {
+          if (!v.is_integer() || v.as_int() < (k == "min_frequency" ? 0 : 1))
+            throw acc::core::OptionsError("tokenizer training options: '" + k + "' must be a positive integer");
+          (k == "vocab_size" ? vocab : k == "min_frequency" ? min_frequency : max_length.emplace()) =
+              static_cast<size_t>(v.as_int());
+        } else if (k == "special_tokens") {
+          for (const auto& t : v.elements()) special.push_back(t.as_string());
+        } else if (k == "chat_template") {
+          chat_template = v.as_string();
+        } else if (k.size() > 6 && k.compare(k.size() - 6, 6, "_token") == 0) {
+          named[k] = v.as_string();
+        } else {
+          throw acc::core::OptionsError("tokenizer training options: unknown key '" + k + "'");
+        }
+      }
+    auto h = std::make_unique<acc_tokenizer>();
+    h->tok = text::Tokenizer::train_byte_level_bpe(corpus, vocab, min_frequency, special, named);
+    if (!chat_template.empty()) h->tok->set_chat_template("default", chat_template);
+    if (max_length) h->tok->set_model_max_length(*max_length);
+    *out = h.release();
+  });
+}
+
+void acc_tokenizer_destroy(acc_tokenizer* tok) noexcept { acc::capi::destroy_handle(tok, __func__); }
+
+acc_status acc_tokenizer_save_pretrained(const acc_tokenizer* tok, const char* dir) noexcept {
+  return guarded(__func__, [&] {
+    const std::string d = need(dir, "dir");
+    acc::config::make_directories(d);
+    need(tok, "tok")->tok->save_pretrained(d);
+  });
+}
+
+acc_status acc_tokenizer_info(const acc_tokenizer* tok, char** out_json) noexcept {
+  if (out_json) *out_json = nullptr;
+  return guarded(__func__, [&] {
+    need(out_json, "out_json");
+    const text::Tokenizer& t = *need(tok, "tok")->tok;
+    json::Writer w(json::Writer::Layout::Tight);
+    w.begin_object();
+    w.key("vocab_size").value(static_cast<uint64_t>(t.vocab_size())).key("len").value(static_cast<uint64_t>(t.size()));
+    w.key("model_type").value(t.model_type());
+    w.key("special_tokens").begin_object();
+    for (const auto& [k, v] : t.special_tokens_map()) w.key(k).value(v);
+    w.end_object().key("special_token_ids").begin_object();
+    for (const auto& [k, v] : t.special_tokens_map())
+      if (auto id = t.token_to_id(v)) w.key(k + "_id").value(*id);
+    w.end_object().key("all_special_tokens").begin_array();
+    for (const auto& s : t.all_special_tokens()) w.value(s);
+    w.end_array().key("all_special_ids").begin_array();
+    for (int64_t id : t.all_special_ids()) w.value(id);
+    w.end_array().key("chat_templates").begin_array();
+    for (const auto& [name, src] : t.chat_templates()) w.value(name);
+    w.end_array().key("model_max_length");
+    if (t.model_max_length()) w.value(static_cast<uint64_t>(*t.model_max_length()));
+    else w.null();
+    w.key("padding_side").value(t.padding_side() == text::Side::Left ? "left" : "right");
+    w.key("truncation_side").value(t.truncation_side() == text::Side::Left ? "left" : "right");
+    w.end_object();
+    *out_json = copy_out(w.str());
+  });
+}
+
+acc_status acc_tokenizer_set_special_token(acc_tokenizer* tok, const char* name, const char* token) noexcept {
+  return guarded(__func__, [&] {
+    need(tok, "tok")->tok->set_special_token(need(name, "name"),
+                                             token ? std::optional<std::string>(token) : std::nullopt);
+  });
+}
+
+acc_status acc_tokenizer_token_to_id(const acc_tokenizer* tok, const char* token, int64_t* out) noexcept {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = need(tok, "tok")->tok->token_to_id(need(token, "token")).value_or(-1);
+  });
+}
+
+acc_status acc_tokenizer_id_to_token(const acc_tokenizer* tok, int64_t id, char** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    if (auto t = need(tok, "tok")->tok->id_to_token(id)) *out = copy_out(*t);
+  });
+}
+
+acc_status acc_tokenizer_encode(const acc_tokenizer* tok, const char* const* texts, const size_t* lengths,
+                                const char* const* pairs, const size_t* pair_lengths, int64_t count,
+                                const char* options_json, acc_encoding** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    auto t = views(texts, lengths, count, "texts");
+    std::vector<std::string_view> p;
+    if (pairs) p = views(pairs, pair_lengths, count, "pairs");
+    auto o = encode_options(options_doc(options_json, "encode options"), "encode options");
+    *out = new_encoding(need(tok, "tok")->tok->encode_batch(t, pairs ? &p : nullptr, o));
+  });
+}
+
+acc_status acc_encoding_count(const acc_encoding* enc, int64_t* out) noexcept {
+  return guarded(__func__, [&] { *need(out, "out") = static_cast<int64_t>(need(enc, "enc")->rows.size()); });
+}
+
+acc_status acc_encoding_get(const acc_encoding* enc, int64_t row, const char* field, const int64_t** data,
+                            int64_t* length) noexcept {
+  if (data) *data = nullptr;
+  if (length) *length = 0;
+  return guarded(__func__, [&] {
+    need(data, "data"), need(length, "length");
+    const text::Encoding& r = row_of(enc, row);
+    const std::string f = need(field, "field");
+    const std::vector<int64_t>* v = nullptr;
+    if (f == "input_ids") v = &r.ids;
+    else if (f == "attention_mask") v = &r.attention_mask;
+    else if (f == "token_type_ids") v = &r.type_ids;
+    else if (f == "special_tokens_mask") v = &r.special_tokens_mask;
+    else if (f == "offsets") v = &enc->offsets[row];
+    else if (f == "sequence_ids") v = &enc->sequence_ids[row];
+    else if (f == "assistant_masks" && !enc->assistant_masks.empty()) v = &enc->assistant_masks[row];
+    else
+      throw std::invalid_argument("field '" + f + "': expected input_ids, attention_mask, token_type_ids, "
+                                  "special_tokens_mask, offsets, sequence_ids" +
+                                  (enc->assistant_masks.empty() ? "" : ", assistant_masks"));
+    *data = v->data();
+    *length = static_cast<int64_t>(v->size());
+  });
+}
+
+acc_status acc_encoding_sample(const acc_encoding* enc, int64_t row, int64_t* out) noexcept {
+  return guarded(__func__, [&] { *need(out, "out") = static_cast<int64_t>(row_of(enc, row).sample); });
+}
+
+acc_status acc_encoding_to_batch(const acc_encoding* enc, acc_batch** out) noexcept {
+  if (out) *out = nullptr;
+  return guarded(__func__, [&] {
+    need(out, "out");
+    need(enc, "enc");
+    const size_t n = enc->rows.size(), len = n ? enc->rows[0].ids.size() : 0;
+    for (size_t i = 0; i < n; ++i)
+      if (enc->rows[i].ids.size() != len)
+        throw std::invalid_argument("acc_encoding_to_batch: row " + std::to_string(i) + " has " +
+                                    std::to_string(enc->rows[i].ids.size()) + " tokens, row 0 has " +
+                                    std::to_string(len) + ": encode with \"padding\"");
+    auto stack = [&](auto field) {
+      at::Tensor t = at::empty({static_cast<int64_t>(n), static_cast<int64_t>(len)}, at::kLong);
+      for (size_t i = 0; i < n; ++i) std::memcpy(t[i].data_ptr<int64_t>(), field(i).data(), len * sizeof(int64_t));
+      return t;
+    };
+    auto b = std::make_unique<acc_batch>();
+    b->d.set("input_ids", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].ids; }));
+    b->d.set("attention_mask", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].attention_mask; }));
+    b->d.set("token_type_ids", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].type_ids; }));
+    if (!enc->assistant_masks.empty())
+      b->d.set("assistant_masks", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->assistant_masks[i]; }));
+    *out = b.release();
+  });
+}
+
+void acc_encoding_destroy(acc_encoding* enc) noexcept { acc::capi::destroy_handle(enc, __func__); }
+
+acc_status acc_tokenizer_decode(const acc_tokenizer* tok, const int64_t* ids, int64_t count, const char* options_json,
+                                char** out_text, size_t* out_length) noexcept {
+  if (out_text) *out_text = nullptr;
+  if (out_length) *out_length = 0;
+  return guarded(__func__, [&] {
+    need(out_text, "out_text");
+    if (count < 0 || (count > 0 && !ids)) throw std::invalid_argument("ids is NULL or count is negative");
+    bool skip = false;
+    std::optional<bool> clean;
+    if (auto d = options_doc(options_json, "decode options"))
+      for (const auto& [k, v] : d->root().items()) {
+        if (!v.is_bool()) throw acc::core::OptionsError("decode options: '" + k + "' must be true or false");
+        if (k == "skip_special_tokens") skip = v.as_bool();
+        else if (k == "clean_up_tokenization_spaces") clean = v.as_bool();
+        else throw acc::core::OptionsError("decode options: unknown key '" + k + "'");
+      }
+    const std::string text = need(tok, "tok")->tok->decode(std::span<const int64_t>(ids, count), skip, clean);
+    *out_text = copy_out(text);
+    if (out_length) *out_length = text.size();
+  });
+}
+
+acc_status acc_tokenizer_apply_chat_template(const acc_tokenizer* tok, const char* messages_json,
+                                             const char* options_json, char** out_text,
+                                             acc_encoding** out_encoding) noexcept {
+  if (out_text) *out_text = nullptr;
+  if (out_encoding) *out_encoding = nullptr;
+  return guarded(__func__, [&] {
+    need(out_text, "out_text");
+    const text::Tokenizer& t = *need(tok, "tok")->tok;
+    auto d = options_doc(options_json, "chat template options");
+    text::ChatOptions c;
+    if (d) {
+      auto r = d->root();
+      if (auto v = r.find("chat_template")) c.chat_template = v->as_string();
+      if (auto v = r.find("add_generation_prompt")) c.add_generation_prompt = v->as_bool();
+      if (auto v = r.find("continue_final_message")) {
+        if (v->is_string()) c.continue_final_message = true, c.continue_field = v->as_string();
+        else c.continue_final_message = v->as_bool();
+      }
+      if (auto v = r.find("tools"); v && !v->is_null()) c.tools_json = v->text();
+      if (auto v = r.find("documents"); v && !v->is_null()) c.documents_json = v->text();
+      if (auto v = r.find("template_variables"); v && !v->is_null()) c.extra_json = v->text();
+      if (auto v = r.find("now")) c.now_unix = v->as_int();
+    }
+    auto enc = encode_options(d, "chat template options",
+                              {"chat_template", "add_generation_prompt", "continue_final_message", "tools",
+                               "documents", "template_variables", "now"});
+    if (out_encoding) {
+      auto e = text::encode_chat(t, need(messages_json, "messages_json"), c, enc);
+      std::unique_ptr<acc_encoding> h(new_encoding({e.encoding}, e.assistant_masks, true));
+      *out_text = copy_out(e.text);
+      *out_encoding = h.release();
+    } else {
+      *out_text = copy_out(text::render_chat(t, need(messages_json, "messages_json"), c).text);
+    }
+  });
+}
+
+acc_status acc_generate_text(acc_model* model, const acc_tokenizer* tok, const char* prompt, const char* options_json,
+                             acc_text_fn on_text, void* user_data, char** out_text) noexcept {
+  if (out_text) *out_text = nullptr;
+  return guarded(__func__, [&] {
+    need(out_text, "out_text");
+    acc::capi::HandleLock lock(need(model, "model")->busy, "the model");
+    acc::core::Model& m = model->slot->tensors(__func__);
+    acc::core::hf::TextCallback cb;
+    if (on_text) cb = [&](std::string_view piece) { return on_text(user_data, piece.data(), piece.size()) == 0; };
+    *out_text = copy_out(acc::core::hf::generate_text(m, *need(tok, "tok")->tok, need(prompt, "prompt"), options_json, cb));
+  });
+}

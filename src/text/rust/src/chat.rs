@@ -37,6 +37,7 @@ pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<R
     if has_generation && (context.contains(GEN_START) || context.contains(GEN_END)) {
         return Err("the conversation contains U+FDD0 or U+FDD1, which mark {% generation %} blocks".into());
     }
+    let context_len = context.len();
     let context: serde_json::Value = serde_json::from_str(context).map_err(|e| format!("the template's variables: {e}"))?;
 
     let mut env = Environment::new();
@@ -57,7 +58,16 @@ pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<R
         strftime(&format, now_unix).ok_or_else(|| Error::new(ErrorKind::InvalidOperation, format!("strftime_now({format:?})")))
     });
     let template = env.template_from_str(&source).map_err(describe)?;
-    let out = template.render(Value::from(minijinja::value::Serde(&context))).map_err(describe)?;
+    // Fuel bounds the template's steps, not what each step writes: `{{ 'x' * 10**8 }}` in a loop wrote
+    // gigabytes before the fuel ran out. The output is bounded too (minijinja refuses single strings over 100 MB).
+    let limit = MAX_OUTPUT_BASE + 4 * context_len;
+    let mut out = BoundedOutput { text: Vec::new(), limit, exceeded: false };
+    let rendered = template.render_captured_to(Value::from(minijinja::value::Serde(&context)), &mut out);
+    if out.exceeded {
+        return Err(format!("the chat template's output exceeds {limit} bytes (64 MiB and 4 bytes per byte of the conversation)"));
+    }
+    rendered.map_err(describe)?;
+    let out = String::from_utf8(out.text).map_err(|_| "the chat template's output is not UTF-8".to_string())?;
 
     let mut text = String::with_capacity(out.len());
     let mut spans = Vec::new();
@@ -72,6 +82,29 @@ pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<R
         return Err("a {% generation %} block is not closed".into());
     }
     Ok(Rendered { text, spans })
+}
+
+const MAX_OUTPUT_BASE: usize = 64 << 20;
+
+/// The rendering's output, refusing to grow past `limit` bytes.
+struct BoundedOutput {
+    text: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len() + buf.len() > self.limit {
+            self.exceeded = true;
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn describe(e: Error) -> String {

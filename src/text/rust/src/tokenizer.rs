@@ -45,6 +45,43 @@ fn check_replace_patterns(v: &serde_json::Value, at: &str) -> Res<()> {
     }
 }
 
+/// A BPE model's merges checked before the crate builds them: its builder concatenates each pair in a buffer as
+/// long as the longest token and slices continuing_subword_prefix's bytes off the second part, so a merge whose
+/// result is longer than every token panics there, and a second part shorter than the prefix, or cut by it inside a
+/// character, makes invalid UTF-8 (its from_utf8_unchecked). Such a merge's result is never in the vocabulary:
+/// refused here, naming it.
+fn check_bpe_merges(model: &serde_json::Value) -> Res<()> {
+    let (Some(vocab), Some(merges)) = (model.get("vocab").and_then(|v| v.as_object()), model.get("merges").and_then(|m| m.as_array()))
+    else {
+        return Ok(());
+    };
+    let prefix = model.get("continuing_subword_prefix").and_then(|p| p.as_str()).unwrap_or("");
+    for (i, m) in merges.iter().enumerate() {
+        let (a, b) = match m {
+            serde_json::Value::Array(p) if p.len() == 2 => match (p[0].as_str(), p[1].as_str()) {
+                (Some(a), Some(b)) => (a, b),
+                _ => continue,
+            },
+            serde_json::Value::String(line) => match line.split(' ').collect::<Vec<_>>()[..] {
+                [a, b] => (a, b),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        if !vocab.contains_key(a) || !vocab.contains_key(b) {
+            continue; // the crate's own error names the token
+        }
+        let Some(rest) = b.get(prefix.len()..) else {
+            return Err(format!("model.merges[{i}] ({a:?}, {b:?}): {b:?} does not hold the continuing_subword_prefix {prefix:?}"));
+        };
+        let merged = format!("{a}{rest}");
+        if !vocab.contains_key(&merged) {
+            return Err(format!("model.merges[{i}] ({a:?}, {b:?}): the merged token {merged:?} is not in the vocabulary"));
+        }
+    }
+    Ok(())
+}
+
 impl Handle {
     pub fn from_json(text: &str, overrides: &str) -> Res<Handle> {
         let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -64,6 +101,9 @@ impl Handle {
                     }
                 }
             }
+        }
+        if let Some(model) = value.get("model") {
+            check_bpe_merges(model)?;
         }
         for key in ["normalizer", "decoder"] {
             if let Some(v) = value.get(key) {

@@ -74,6 +74,14 @@ pub type acc_checkpoint_load_fn = ::core::option::Option<
         size: usize,
     ) -> acc_status,
 >;
+#[doc = " Receives a piece of generated text (UTF-8, never half a character, not NUL-terminated); return 0 to go\n  on, anything else to stop generating."]
+pub type acc_text_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut ::core::ffi::c_void,
+        piece: *const ::core::ffi::c_char,
+        length: usize,
+    ) -> i32,
+>;
 #[doc = " The context of one training process (Accelerate's Accelerator)."]
 #[repr(C)]
 #[derive(Debug)]
@@ -126,6 +134,18 @@ pub struct acc_dataloader {
 #[repr(C)]
 #[derive(Debug)]
 pub struct acc_bytes_list {
+    _unused: [u8; 0],
+}
+#[doc = " A tokenizer as transformers' AutoTokenizer loads it. Thread-safe: encode, decode, look-ups and\n  chat templates may run on many threads at once (data-loader workers); set_special_token may not."]
+#[repr(C)]
+#[derive(Debug)]
+pub struct acc_tokenizer {
+    _unused: [u8; 0],
+}
+#[doc = " Encoded rows (transformers' BatchEncoding): one per text, more with overflowing windows."]
+#[repr(C)]
+#[derive(Debug)]
+pub struct acc_encoding {
     _unused: [u8; 0],
 }
 pub const ACC_VERSION_MAJOR: i32 = 1;
@@ -1102,4 +1122,154 @@ extern "C" {
     #[must_use]
     #[doc = " Ends the profile (the end of Accelerate's `with accelerator.profile()`): recording stops; with\n  output_trace_dir (created if missing) the last recorded cycle is written there as the Chrome trace\n  `profile_<process index>.json` (atomically), then every process waits for the others (Accelerate's\n  wait_for_everyone). A schedule that recorded nothing writes no file and says so on stderr.\n  ACC_ERR_INVALID_STATE without a profile, or from another thread than acc_profile_begin's; the profile\n  ends even when writing fails. A trace that cannot be written (a full or read-only disk) is ACC_ERR_IO naming\n  the file; the previous trace is kept and nothing else is left. Destroying the accelerator ends a running\n  profile without writing, and so does the end of the thread that began it. Since 1.3.\n  Locks acc. Collective with output_trace_dir (the wait); local otherwise."]
     pub fn acc_profile_end(acc: *mut acc_accelerator) -> acc_status;
+}
+extern "C" {
+    #[doc = " Frees a string libacc returned to the caller (acc_tokenizer_decode, ...). NULL is fine. Since 1.4."]
+    pub fn acc_text_free(text: *mut ::core::ffi::c_char);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " AutoTokenizer.from_pretrained(dir): tokenizer.json with tokenizer_config.json (special tokens, padding and\n truncation sides, model_max_length, the model class's own pipeline: LlamaTokenizer, GemmaTokenizer,\n Qwen2Tokenizer, GPT2Tokenizer, BertTokenizer as transformers 5 rebuilds them), special_tokens_map.json,\n chat_template.jinja and additional_chat_templates/. A folder with tokenizer.model only is\n ACC_ERR_INVALID_ARGUMENT saying how to convert it; a malformed file names itself. Since 1.4.\n Caller owns *out (acc_tokenizer_destroy). Any thread."]
+    pub fn acc_tokenizer_from_pretrained(
+        dir: *const ::core::ffi::c_char,
+        out: *mut *mut acc_tokenizer,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " A byte-level BPE tokenizer (GPT-2 / Llama-3's kind) trained on count texts (lengths[i] bytes each, UTF-8) by\n tokenizers' BpeTrainer: a from-scratch model's first step. options_json: {\"vocab_size\": 1000,\n \"min_frequency\": 2, \"special_tokens\": [..] (the first ids), \"bos_token\", \"eos_token\", \"pad_token\", \"unk_token\"\n (each one of special_tokens), \"chat_template\": \"...\", \"model_max_length\": n}. Since 1.4.\n Caller owns *out. Any thread."]
+    pub fn acc_tokenizer_train_bpe(
+        texts: *const *const ::core::ffi::c_char,
+        lengths: *const usize,
+        count: i64,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_tokenizer,
+    ) -> acc_status;
+}
+extern "C" {
+    #[doc = " NULL is fine. Since 1.4."]
+    pub fn acc_tokenizer_destroy(tok: *mut acc_tokenizer);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Writes tokenizer.json, tokenizer_config.json and chat_template.jinja (each atomically) into dir (created\n  if missing), which transformers' AutoTokenizer loads. Since 1.4. Any thread."]
+    pub fn acc_tokenizer_save_pretrained(
+        tok: *const acc_tokenizer,
+        dir: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " What the tokenizer is, as JSON: {\"vocab_size\", \"len\" (with added tokens), \"model_type\", \"special_tokens\"\n ({\"bos_token\": \"<s>\", ...}, transformers' special_tokens_map), \"special_token_ids\", \"all_special_tokens\",\n \"all_special_ids\", \"chat_templates\" (names), \"model_max_length\" (null: none), \"padding_side\",\n \"truncation_side\"}. Caller frees *out_json with acc_text_free. Since 1.4. Any thread."]
+    pub fn acc_tokenizer_info(
+        tok: *const acc_tokenizer,
+        out_json: *mut *mut ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' `tok.pad_token = \"...\"`: sets a named special token (bos_token, eos_token, unk_token,\n  sep_token, pad_token, cls_token, mask_token); token NULL unsets it. Since 1.4. Not while other threads use\n  tok."]
+    pub fn acc_tokenizer_set_special_token(
+        tok: *mut acc_tokenizer,
+        name: *const ::core::ffi::c_char,
+        token: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The id of a token of the vocabulary (added tokens included); *out is -1 when it has none. Since 1.4."]
+    pub fn acc_tokenizer_token_to_id(
+        tok: *const acc_tokenizer,
+        token: *const ::core::ffi::c_char,
+        out: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The token of an id; *out is NULL for an id outside the vocabulary. Caller frees *out with acc_text_free.\n  Since 1.4."]
+    pub fn acc_tokenizer_id_to_token(
+        tok: *const acc_tokenizer,
+        id: i64,
+        out: *mut *mut ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' tok(texts, text_pair=pairs, ...): count texts (lengths[i] bytes of UTF-8 each; invalid UTF-8\n is ACC_ERR_INVALID_ARGUMENT naming the text and byte), with pairs (may be NULL). options_json (NULL: {}):\n {\"add_special_tokens\": true, \"truncation\": false | true | \"longest_first\" | \"only_first\" | \"only_second\",\n \"max_length\": n (default model_max_length), \"stride\": 0, \"return_overflowing_tokens\": false,\n \"padding\": false | true | \"longest\" | \"max_length\", \"pad_to_multiple_of\": n, \"padding_side\": \"left\" |\n \"right\", \"truncation_side\": ..., \"threads\": 1}. Padding without a pad token is ACC_ERR_INVALID_ARGUMENT.\n Caller owns *out (acc_encoding_destroy). Since 1.4. Any thread."]
+    pub fn acc_tokenizer_encode(
+        tok: *const acc_tokenizer,
+        texts: *const *const ::core::ffi::c_char,
+        lengths: *const usize,
+        pairs: *const *const ::core::ffi::c_char,
+        pair_lengths: *const usize,
+        count: i64,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_encoding,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The number of rows. Since 1.4."]
+    pub fn acc_encoding_count(enc: *const acc_encoding, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " One row's field: \"input_ids\", \"attention_mask\", \"token_type_ids\", \"special_tokens_mask\", \"offsets\" (2 per\n token: [start, end) byte offsets into the text of the token's sequence), \"sequence_ids\" (0 text, 1 pair, -1\n special or padding), \"assistant_masks\" (acc_tokenizer_apply_chat_template's only). Borrowed: *data is valid\n while enc lives; *length counts the int64 values. A row's input, for overflowing windows, is\n acc_encoding_sample. Since 1.4."]
+    pub fn acc_encoding_get(
+        enc: *const acc_encoding,
+        row: i64,
+        field: *const ::core::ffi::c_char,
+        data: *mut *const i64,
+        length: *mut i64,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The index of the text a row encodes (transformers' overflow_to_sample_mapping). Since 1.4."]
+    pub fn acc_encoding_sample(enc: *const acc_encoding, row: i64, out: *mut i64) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The rows as a batch of int64 tensors [rows, length]: input_ids, attention_mask, token_type_ids (and\n  assistant_masks where present). Rows of different lengths (no padding) are ACC_ERR_INVALID_ARGUMENT. Caller\n  owns *out (acc_batch_destroy). Since 1.4."]
+    pub fn acc_encoding_to_batch(enc: *const acc_encoding, out: *mut *mut acc_batch) -> acc_status;
+}
+extern "C" {
+    #[doc = " NULL is fine. Since 1.4."]
+    pub fn acc_encoding_destroy(enc: *mut acc_encoding);
+}
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' decode: options_json (NULL: {}) {\"skip_special_tokens\": false, \"clean_up_tokenization_spaces\":\n the tokenizer's}. Ids outside the vocabulary are skipped (as transformers); a negative one is\n ACC_ERR_INVALID_ARGUMENT. Caller frees *out_text (NUL-terminated; a decoded NUL stays in it, so\n *out_length, which may be NULL, gives the length) with acc_text_free. Since 1.4. Any thread."]
+    pub fn acc_tokenizer_decode(
+        tok: *const acc_tokenizer,
+        ids: *const i64,
+        count: i64,
+        options_json: *const ::core::ffi::c_char,
+        out_text: *mut *mut ::core::ffi::c_char,
+        out_length: *mut usize,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " transformers' apply_chat_template. messages_json: [{\"role\", \"content\", ...}, ...]. options_json (NULL: {}):\n {\"chat_template\": a template or the name of one of the tokenizer's (\"default\", \"tool_use\"),\n \"add_generation_prompt\": false, \"continue_final_message\": false | true | a field name, \"tools\": [schemas],\n \"documents\": [...], \"template_variables\": {\"enable_thinking\": false, ...}, \"now\": seconds since the epoch\n for strftime_now (default: now), and acc_tokenizer_encode's options for the ids}. *out_text (caller frees\n with acc_text_free) is the rendered text; out_encoding (may be NULL) gets its ids encoded without special\n tokens (the template writes them), with \"assistant_masks\" from {% generation %} blocks (all 0 without).\n A template that raises (raise_exception), loops past its budget or fails names the template and line.\n Since 1.4. Any thread."]
+    pub fn acc_tokenizer_apply_chat_template(
+        tok: *const acc_tokenizer,
+        messages_json: *const ::core::ffi::c_char,
+        options_json: *const ::core::ffi::c_char,
+        out_text: *mut *mut ::core::ffi::c_char,
+        out_encoding: *mut *mut acc_encoding,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " Text generation: the prompt encoded with tok (options \"add_special_tokens\": true; false for a prompt a chat\n template rendered), acc_generate's options and stopping (generation_config.json's eos ids), then\n {\"stop_strings\": [...] (the text contains one: stop; kept in the text, as transformers),\n \"skip_special_tokens\": true}. on_text (may be NULL) receives the text in pieces as transformers'\n TextStreamer gives them. *out_text is the new text only; caller frees it with acc_text_free.\n Since 1.4. Locks model; on_text runs on the calling thread."]
+    pub fn acc_generate_text(
+        model: *mut acc_model,
+        tok: *const acc_tokenizer,
+        prompt: *const ::core::ffi::c_char,
+        options_json: *const ::core::ffi::c_char,
+        on_text: acc_text_fn,
+        user_data: *mut ::core::ffi::c_void,
+        out_text: *mut *mut ::core::ffi::c_char,
+    ) -> acc_status;
 }

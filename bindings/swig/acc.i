@@ -180,6 +180,11 @@ typedef int32_t accx_status;
 %{
 typedef int32_t accx_status;
 %}
+/* UTF-8 text in (the text helpers): a Go string; a Java byte[] (see the Java section). */
+typedef const char* accx_utf8;
+%{
+typedef const char* accx_utf8;
+%}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Go                                                                                                */
@@ -308,6 +313,36 @@ ACCX_GO_HANDLE(acc_dataloader)
 ACCX_GO_HANDLE(struct DLManagedTensorVersioned)
 ACCX_GO_HANDLE(acc_bytes_list)
 ACCX_GO_HANDLE(acc_batch)
+ACCX_GO_HANDLE(acc_tokenizer)
+ACCX_GO_HANDLE(acc_encoding)
+
+/* Text (the accx_ text helpers below): texts of a batch as one []byte and their lengths; an int64 array
+ * to fill; a token that "" unsets (NULL); owned UTF-8 results (copied into a Go string, then freed with
+ * acc_text_free inside the call; a NULL result is ""). accx_utf8 is a plain Go string. */
+%apply (const void* data, size_t nbytes) { (const void* pair_data, size_t pair_nbytes) }
+%apply (const int64_t* shape, int32_t ndim) { (const int64_t* lengths, int32_t count), (const int64_t* pair_lengths, int32_t pair_count), (const int64_t* ids, int32_t count) }
+%apply (int64_t* shape, int32_t capacity) { (int64_t* values, int32_t capacity) }
+%typemap(in) accx_utf8
+%{ { char* c_ = (char*)malloc((size_t)$input.n + 1);
+     if (c_) { if ($input.n > 0) memcpy(c_, $input.p, (size_t)$input.n); c_[$input.n] = '\0'; }
+     $1 = c_; } %}
+%typemap(freearg) accx_utf8 %{ free((char*)$1); %}
+%typemap(in) accx_utf8 token_or_null
+%{ $1 = NULL;
+   if ($input.n > 0) {
+     $1 = ($1_ltype)malloc((size_t)$input.n + 1);
+     memcpy((char*)$1, $input.p, (size_t)$input.n);
+     ((char*)$1)[$input.n] = '\0';
+   } %}
+%typemap(freearg) accx_utf8 token_or_null %{ free((char*)$1); %}
+%typemap(gotype) (char** out_text, size_t* out_length) "*string"
+%typemap(in) (char** out_text, size_t* out_length) (char* temp = NULL, size_t temp_length = 0)
+%{ $1 = &temp; $2 = &temp_length; %}
+%typemap(argout, fragment="AllocateString") (char** out_text, size_t* out_length)
+%{ if ($input) *$input = Swig_AllocateString(temp$argnum ? temp$argnum : "", temp$argnum ? temp_length$argnum : 0);
+   acc_text_free(temp$argnum); %}
+%typemap(goargout, fragment="CopyString") (char** out_text, size_t* out_length)
+%{ if $input != nil { *$input = swigCopyString(*$input) } %}
 #endif /* SWIGGO */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -467,6 +502,53 @@ ACCX_JAVA_HANDLE(acc_dataloader)
 ACCX_JAVA_HANDLE(struct DLManagedTensorVersioned)
 ACCX_JAVA_HANDLE(acc_bytes_list)
 ACCX_JAVA_HANDLE(acc_batch)
+ACCX_JAVA_HANDLE(acc_tokenizer)
+ACCX_JAVA_HANDLE(acc_encoding)
+
+/* Text (the accx_ text helpers below). Java strings cross as UTF-8 byte[] (the JNI string functions speak
+ * modified UTF-8, which is not UTF-8 for NULs and characters outside the BMP): accx_utf8 is a byte[]
+ * (null: NULL) copied into a NUL-terminated string for the call; owned results come back as byte[][1]
+ * (null when libacc gives NULL), freed with acc_text_free inside the call. Texts of a batch are one byte[]
+ * with their lengths as long[]; an int64 array to fill is a long[]. */
+%apply (const void* data, size_t nbytes) { (const void* pair_data, size_t pair_nbytes) }
+%apply (const int64_t* shape, int32_t ndim) { (const int64_t* lengths, int32_t count), (const int64_t* pair_lengths, int32_t pair_count), (const int64_t* ids, int32_t count) }
+%apply (int64_t* shape, int32_t capacity) { (int64_t* values, int32_t capacity) }
+%typemap(jni) accx_utf8 "jbyteArray"
+%typemap(jtype) accx_utf8 "byte[]"
+%typemap(jstype) accx_utf8 "byte[]"
+%typemap(javain) accx_utf8 "$javainput"
+%typemap(in) accx_utf8
+%{ $1 = NULL;
+   if ($input) {
+     jsize n_ = (*jenv)->GetArrayLength(jenv, $input);
+     char* c_ = (char*)malloc((size_t)n_ + 1);
+     if (!c_) { SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return $null; }
+     if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, $input, 0, n_, (jbyte*)c_);
+     c_[n_] = '\0';
+     $1 = c_;
+   } %}
+%typemap(freearg) accx_utf8 %{ free((char*)$1); %}
+%typemap(jni) (char** out_text, size_t* out_length) "jobjectArray"
+%typemap(jtype) (char** out_text, size_t* out_length) "byte[][]"
+%typemap(jstype) (char** out_text, size_t* out_length) "byte[][]"
+%typemap(javain) (char** out_text, size_t* out_length) "$javainput"
+%typemap(in) (char** out_text, size_t* out_length) (char* temp = NULL, size_t temp_length = 0)
+%{ if ($input && (*jenv)->GetArrayLength(jenv, $input) < 1) {
+     SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+     return $null;
+   }
+   $1 = &temp; $2 = &temp_length; %}
+%typemap(argout) (char** out_text, size_t* out_length)
+%{ if ($input && temp$argnum && !(*jenv)->ExceptionCheck(jenv)) {
+     jbyteArray b_ = temp_length$argnum <= INT32_MAX ? (*jenv)->NewByteArray(jenv, (jsize)temp_length$argnum) : NULL;
+     if (b_) {
+       (*jenv)->SetByteArrayRegion(jenv, b_, 0, (jsize)temp_length$argnum, (const jbyte*)temp$argnum);
+       (*jenv)->SetObjectArrayElement(jenv, $input, 0, b_);
+     } else if (!(*jenv)->ExceptionCheck(jenv)) {
+       SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "the text does not fit a Java array");
+     }
+   }
+   acc_text_free(temp$argnum); %}
 
 %{
 /* Direct buffers: a global reference keeps the buffer (and so its memory) alive until libacc lets go. */
@@ -776,6 +858,64 @@ jobject accx_direct_buffer(JNIEnv* jenv_, int64_t address, int64_t nbytes) {
   return (*jenv_)->NewDirectByteBuffer(jenv_, (void*)(intptr_t)address, (jlong)nbytes);
 }
 %}
+%{
+/* Text listeners of acc_generate_text: the Java object has `boolean onText(byte[] utf8)`, which returns
+ * false to stop (ai.acc.Model's adapter catches everything). Called on the thread of the JNI call. */
+typedef struct { JNIEnv* env; jobject obj; jmethodID on_text; const char* failed; } accx_java_text_listener;
+
+static int32_t accx_java_on_text(void* user, const char* piece, size_t length) {
+  accx_java_text_listener* l = (accx_java_text_listener*)user;
+  JNIEnv* env = l->env;
+  if (length > INT32_MAX) {
+    l->failed = "a piece of text does not fit a Java array";
+    return 1;
+  }
+  jbyteArray a = (*env)->NewByteArray(env, (jsize)length);
+  if (!a) {
+    (*env)->ExceptionClear(env); /* OutOfMemoryError */
+    l->failed = "out of memory for a piece of text";
+    return 1;
+  }
+  if (length > 0) (*env)->SetByteArrayRegion(env, a, 0, (jsize)length, (const jbyte*)piece);
+  jboolean go_on = (*env)->CallBooleanMethod(env, l->obj, l->on_text, a);
+  (*env)->DeleteLocalRef(env, a);
+  if ((*env)->ExceptionCheck(env)) { /* last resort: the adapter catches everything */
+    (*env)->ExceptionClear(env);
+    l->failed = "the text listener threw";
+    return 1;
+  }
+  return go_on ? 0 : 1;
+}
+%}
+%inline %{
+/** acc_generate_text with a Java text listener (null: none): `boolean onText(byte[] utf8)` gets each piece
+ *  and returns false to stop. A listener that could not be called stops generation and fails the call
+ *  with ACC_ERR_CALLBACK. */
+accx_status accx_generate_text_java(JNIEnv* jenv_, acc_model* model, const acc_tokenizer* tok, accx_utf8 prompt,
+                                    accx_utf8 options_json, jobject listener, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  accx_java_text_listener l = {jenv_, listener, NULL, NULL};
+  if (listener) {
+    jclass cls = (*jenv_)->GetObjectClass(jenv_, listener);
+    l.on_text = cls ? (*jenv_)->GetMethodID(jenv_, cls, "onText", "([B)Z") : NULL;
+    if (!l.on_text) {
+      (*jenv_)->ExceptionClear(jenv_);
+      return accx_fail(ACC_ERR_INTERNAL, "the listener has no method boolean onText(byte[])");
+    }
+  }
+  char* text = NULL;
+  acc_status st = acc_generate_text(model, tok, prompt, options_json, listener ? accx_java_on_text : NULL,
+                                    listener ? &l : NULL, &text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (l.failed) {
+    acc_text_free(text);
+    return accx_fail(ACC_ERR_CALLBACK, l.failed);
+  }
+  *out_text = text;
+  *out_length = text ? strlen(text) : 0;
+  return ACC_OK;
+}
+%}
 #endif /* SWIGJAVA */
 
 
@@ -826,6 +966,148 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 }
 %}
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Text: the tokenizer calls in shapes both languages pass (texts of a batch as one buffer and lengths,  */
+/* UTF-8 in and out, owned results copied out and freed inside the call). acc_generate_text: Go has a    */
+/* cgo trampoline (bindings/go/acc/text.go), Java accx_generate_text_java.                              */
+%{
+/* Points texts[i] into `data` by lengths (which must add up to nbytes). *ptrs and *lens: free() both. */
+static acc_status accx_split(const void* data, size_t nbytes, const int64_t* lengths, int32_t count, const char* what,
+                             const char*** ptrs, size_t** lens) {
+  char msg[160];
+  *ptrs = NULL;
+  *lens = NULL;
+  if (count < 0) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "count is negative");
+  *ptrs = (const char**)calloc((size_t)count + 1, sizeof(char*));
+  *lens = (size_t*)calloc((size_t)count + 1, sizeof(size_t));
+  if (!*ptrs || !*lens) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  size_t at = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    if (lengths[i] < 0 || (uint64_t)lengths[i] > nbytes - at) {
+      snprintf(msg, sizeof msg, "the lengths of the %s exceed their %zu bytes", what, nbytes);
+      return accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+    }
+    (*ptrs)[i] = data ? (const char*)data + at : "";
+    (*lens)[i] = (size_t)lengths[i];
+    at += (size_t)lengths[i];
+  }
+  if (at != nbytes) {
+    snprintf(msg, sizeof msg, "the lengths of the %s add up to %zu bytes, not %zu", what, at, nbytes);
+    return accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+  }
+  return ACC_OK;
+}
+%}
+%inline %{
+/** acc_tokenizer_train_bpe of the texts in `data` (lengths[i] bytes each, one after another). */
+accx_status accx_tokenizer_train_bpe(const void* data, size_t nbytes, const int64_t* lengths, int32_t count,
+                                     accx_utf8 options_json, acc_tokenizer** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  const char** p = NULL;
+  size_t* n = NULL;
+  acc_status st = accx_split(data, nbytes, lengths, count, "texts", &p, &n);
+  if (st == ACC_OK) {
+    st = acc_tokenizer_train_bpe(p, n, count, options_json, out);
+    if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  }
+  free(p);
+  free(n);
+  return st;
+}
+
+/** acc_tokenizer_encode of the texts in `data` (lengths[i] bytes each), with the pairs in pair_data when
+ *  pair_lengths is given (as many as the texts). */
+accx_status accx_tokenizer_encode(const acc_tokenizer* tok, const void* data, size_t nbytes, const int64_t* lengths,
+                                  int32_t count, const void* pair_data, size_t pair_nbytes,
+                                  const int64_t* pair_lengths, int32_t pair_count, accx_utf8 options_json,
+                                  acc_encoding** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  const char **p = NULL, **q = NULL;
+  size_t *n = NULL, *m = NULL;
+  acc_status st = accx_split(data, nbytes, lengths, count, "texts", &p, &n);
+  if (st == ACC_OK && pair_lengths) {
+    if (pair_count != count) st = accx_fail(ACC_ERR_INVALID_ARGUMENT, "pairs: not as many as the texts");
+    else st = accx_split(pair_data, pair_nbytes, pair_lengths, pair_count, "pairs", &q, &m);
+  }
+  if (st == ACC_OK) {
+    st = acc_tokenizer_encode(tok, p, n, pair_lengths ? q : NULL, pair_lengths ? m : NULL, count, options_json, out);
+    if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  }
+  free(p);
+  free(n);
+  free(q);
+  free(m);
+  return st;
+}
+
+/** acc_tokenizer_info. */
+accx_status accx_tokenizer_info(const acc_tokenizer* tok, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_info(tok, out_text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_tokenizer_set_special_token; a NULL token (Go "", Java null) unsets it. */
+accx_status accx_tokenizer_set_special_token(acc_tokenizer* tok, accx_utf8 name, accx_utf8 token_or_null) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_set_special_token(tok, name, token_or_null);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_token_to_id (-1: not in the vocabulary). */
+accx_status accx_tokenizer_token_to_id(const acc_tokenizer* tok, accx_utf8 token, int64_t* out) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_token_to_id(tok, token, out);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_id_to_token (Go "", Java null: not in the vocabulary). */
+accx_status accx_tokenizer_id_to_token(const acc_tokenizer* tok, int64_t id, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_id_to_token(tok, id, out_text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_tokenizer_decode (the text keeps decoded NULs). */
+accx_status accx_tokenizer_decode(const acc_tokenizer* tok, const int64_t* ids, int32_t count, accx_utf8 options_json,
+                                  char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  static const int64_t none = 0;
+  acc_status st = acc_tokenizer_decode(tok, ids ? ids : &none, count, options_json, out_text, out_length);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_apply_chat_template; out_encoding may be NULL (Go nil, Java null). */
+accx_status accx_tokenizer_apply_chat_template(const acc_tokenizer* tok, accx_utf8 messages_json, accx_utf8 options_json,
+                                               char** out_text, size_t* out_length, acc_encoding** out_encoding) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_apply_chat_template(tok, messages_json, options_json, out_text, out_encoding);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_encoding_get copied: *out is the field's length; min(length, capacity) values are copied into
+ *  values (nil / null: only the length). */
+accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char* field, int64_t* values,
+                               int32_t capacity, int64_t* out) {
+  accx_message[0] = '\0';
+  const int64_t* data = NULL;
+  int64_t length = 0;
+  acc_status st = acc_encoding_get(enc, row, field, &data, &length);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (values && data) memcpy(values, data, sizeof(int64_t) * (size_t)(length < capacity ? length : capacity));
+  if (out) *out = length;
+  return ACC_OK;
+}
+%}
+
 /* Callbacks need hand-written trampolines (no directors); see the file comment. */
 %ignore acc_dataset_from_callback;
 %ignore acc_dataset_get_fn;
@@ -845,6 +1127,19 @@ void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
 /* Go: cgo trampolines in bindings/go/acc/generate.go; Java: accx_generate_java. */
 %ignore acc_generate;
 %ignore acc_generate_token_fn;
+/* Text: through the accx_ helpers above (and Go's cgo trampoline for acc_generate_text). */
+%ignore acc_text_fn;
+%ignore acc_text_free;
+%ignore acc_tokenizer_train_bpe;
+%ignore acc_tokenizer_info;
+%ignore acc_tokenizer_set_special_token;
+%ignore acc_tokenizer_token_to_id;
+%ignore acc_tokenizer_id_to_token;
+%ignore acc_tokenizer_encode;
+%ignore acc_encoding_get;
+%ignore acc_tokenizer_decode;
+%ignore acc_tokenizer_apply_chat_template;
+%ignore acc_generate_text;
 /* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
 %ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */

@@ -349,6 +349,9 @@ static acc_status accx_wrap(void* data, size_t nbytes, acc_dtype dtype, const in
 typedef int32_t accx_status;
 
 
+typedef const char* accx_utf8;
+
+
 static void accx_java_throw(JNIEnv* jenv, acc_status code, const char* message) {
   jclass cls = (*jenv)->FindClass(jenv, "ai/acc/AccException");
   if (!cls) return; /* NoClassDefFoundError is pending */
@@ -654,6 +657,64 @@ jobject accx_direct_buffer(JNIEnv* jenv_, int64_t address, int64_t nbytes) {
 }
 
 
+/* Text listeners of acc_generate_text: the Java object has `boolean onText(byte[] utf8)`, which returns
+ * false to stop (ai.acc.Model's adapter catches everything). Called on the thread of the JNI call. */
+typedef struct { JNIEnv* env; jobject obj; jmethodID on_text; const char* failed; } accx_java_text_listener;
+
+static int32_t accx_java_on_text(void* user, const char* piece, size_t length) {
+  accx_java_text_listener* l = (accx_java_text_listener*)user;
+  JNIEnv* env = l->env;
+  if (length > INT32_MAX) {
+    l->failed = "a piece of text does not fit a Java array";
+    return 1;
+  }
+  jbyteArray a = (*env)->NewByteArray(env, (jsize)length);
+  if (!a) {
+    (*env)->ExceptionClear(env); /* OutOfMemoryError */
+    l->failed = "out of memory for a piece of text";
+    return 1;
+  }
+  if (length > 0) (*env)->SetByteArrayRegion(env, a, 0, (jsize)length, (const jbyte*)piece);
+  jboolean go_on = (*env)->CallBooleanMethod(env, l->obj, l->on_text, a);
+  (*env)->DeleteLocalRef(env, a);
+  if ((*env)->ExceptionCheck(env)) { /* last resort: the adapter catches everything */
+    (*env)->ExceptionClear(env);
+    l->failed = "the text listener threw";
+    return 1;
+  }
+  return go_on ? 0 : 1;
+}
+
+
+/** acc_generate_text with a Java text listener (null: none): `boolean onText(byte[] utf8)` gets each piece
+ *  and returns false to stop. A listener that could not be called stops generation and fails the call
+ *  with ACC_ERR_CALLBACK. */
+accx_status accx_generate_text_java(JNIEnv* jenv_, acc_model* model, const acc_tokenizer* tok, accx_utf8 prompt,
+                                    accx_utf8 options_json, jobject listener, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  accx_java_text_listener l = {jenv_, listener, NULL, NULL};
+  if (listener) {
+    jclass cls = (*jenv_)->GetObjectClass(jenv_, listener);
+    l.on_text = cls ? (*jenv_)->GetMethodID(jenv_, cls, "onText", "([B)Z") : NULL;
+    if (!l.on_text) {
+      (*jenv_)->ExceptionClear(jenv_);
+      return accx_fail(ACC_ERR_INTERNAL, "the listener has no method boolean onText(byte[])");
+    }
+  }
+  char* text = NULL;
+  acc_status st = acc_generate_text(model, tok, prompt, options_json, listener ? accx_java_on_text : NULL,
+                                    listener ? &l : NULL, &text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (l.failed) {
+    acc_text_free(text);
+    return accx_fail(ACC_ERR_CALLBACK, l.failed);
+  }
+  *out_text = text;
+  *out_length = text ? strlen(text) : 0;
+  return ACC_OK;
+}
+
+
 /** Zeroed C memory for a zero-copy tensor (Go: the bytes are exposed through unsafe.Slice). */
 void* accx_alloc(size_t nbytes) { return calloc(nbytes ? nbytes : 1, 1); }
 /** Frees accx_alloc memory that was not handed to accx_tensor_from_alloc. */
@@ -697,6 +758,143 @@ accx_status accx_dlpack_bytes(struct DLManagedTensorVersioned* src, void** data,
 void accx_dlpack_release(struct DLManagedTensorVersioned* src) {
   accx_DLManagedTensorVersioned* m = (accx_DLManagedTensorVersioned*)src;
   if (m && m->deleter) m->deleter(m);
+}
+
+
+/* Points texts[i] into `data` by lengths (which must add up to nbytes). *ptrs and *lens: free() both. */
+static acc_status accx_split(const void* data, size_t nbytes, const int64_t* lengths, int32_t count, const char* what,
+                             const char*** ptrs, size_t** lens) {
+  char msg[160];
+  *ptrs = NULL;
+  *lens = NULL;
+  if (count < 0) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "count is negative");
+  *ptrs = (const char**)calloc((size_t)count + 1, sizeof(char*));
+  *lens = (size_t*)calloc((size_t)count + 1, sizeof(size_t));
+  if (!*ptrs || !*lens) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  size_t at = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    if (lengths[i] < 0 || (uint64_t)lengths[i] > nbytes - at) {
+      snprintf(msg, sizeof msg, "the lengths of the %s exceed their %zu bytes", what, nbytes);
+      return accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+    }
+    (*ptrs)[i] = data ? (const char*)data + at : "";
+    (*lens)[i] = (size_t)lengths[i];
+    at += (size_t)lengths[i];
+  }
+  if (at != nbytes) {
+    snprintf(msg, sizeof msg, "the lengths of the %s add up to %zu bytes, not %zu", what, at, nbytes);
+    return accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+  }
+  return ACC_OK;
+}
+
+
+/** acc_tokenizer_train_bpe of the texts in `data` (lengths[i] bytes each, one after another). */
+accx_status accx_tokenizer_train_bpe(const void* data, size_t nbytes, const int64_t* lengths, int32_t count,
+                                     accx_utf8 options_json, acc_tokenizer** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  const char** p = NULL;
+  size_t* n = NULL;
+  acc_status st = accx_split(data, nbytes, lengths, count, "texts", &p, &n);
+  if (st == ACC_OK) {
+    st = acc_tokenizer_train_bpe(p, n, count, options_json, out);
+    if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  }
+  free(p);
+  free(n);
+  return st;
+}
+
+/** acc_tokenizer_encode of the texts in `data` (lengths[i] bytes each), with the pairs in pair_data when
+ *  pair_lengths is given (as many as the texts). */
+accx_status accx_tokenizer_encode(const acc_tokenizer* tok, const void* data, size_t nbytes, const int64_t* lengths,
+                                  int32_t count, const void* pair_data, size_t pair_nbytes,
+                                  const int64_t* pair_lengths, int32_t pair_count, accx_utf8 options_json,
+                                  acc_encoding** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  const char **p = NULL, **q = NULL;
+  size_t *n = NULL, *m = NULL;
+  acc_status st = accx_split(data, nbytes, lengths, count, "texts", &p, &n);
+  if (st == ACC_OK && pair_lengths) {
+    if (pair_count != count) st = accx_fail(ACC_ERR_INVALID_ARGUMENT, "pairs: not as many as the texts");
+    else st = accx_split(pair_data, pair_nbytes, pair_lengths, pair_count, "pairs", &q, &m);
+  }
+  if (st == ACC_OK) {
+    st = acc_tokenizer_encode(tok, p, n, pair_lengths ? q : NULL, pair_lengths ? m : NULL, count, options_json, out);
+    if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  }
+  free(p);
+  free(n);
+  free(q);
+  free(m);
+  return st;
+}
+
+/** acc_tokenizer_info. */
+accx_status accx_tokenizer_info(const acc_tokenizer* tok, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_info(tok, out_text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_tokenizer_set_special_token; a NULL token (Go "", Java null) unsets it. */
+accx_status accx_tokenizer_set_special_token(acc_tokenizer* tok, accx_utf8 name, accx_utf8 token_or_null) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_set_special_token(tok, name, token_or_null);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_token_to_id (-1: not in the vocabulary). */
+accx_status accx_tokenizer_token_to_id(const acc_tokenizer* tok, accx_utf8 token, int64_t* out) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_token_to_id(tok, token, out);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_id_to_token (Go "", Java null: not in the vocabulary). */
+accx_status accx_tokenizer_id_to_token(const acc_tokenizer* tok, int64_t id, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_id_to_token(tok, id, out_text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_tokenizer_decode (the text keeps decoded NULs). */
+accx_status accx_tokenizer_decode(const acc_tokenizer* tok, const int64_t* ids, int32_t count, accx_utf8 options_json,
+                                  char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  static const int64_t none = 0;
+  acc_status st = acc_tokenizer_decode(tok, ids ? ids : &none, count, options_json, out_text, out_length);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_apply_chat_template; out_encoding may be NULL (Go nil, Java null). */
+accx_status accx_tokenizer_apply_chat_template(const acc_tokenizer* tok, accx_utf8 messages_json, accx_utf8 options_json,
+                                               char** out_text, size_t* out_length, acc_encoding** out_encoding) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_apply_chat_template(tok, messages_json, options_json, out_text, out_encoding);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_encoding_get copied: *out is the field's length; min(length, capacity) values are copied into
+ *  values (nil / null: only the length). */
+accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char* field, int64_t* values,
+                               int32_t capacity, int64_t* out) {
+  accx_message[0] = '\0';
+  const int64_t* data = NULL;
+  int64_t length = 0;
+  acc_status st = acc_encoding_get(enc, row, field, &data, &length);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (values && data) memcpy(values, data, sizeof(int64_t) * (size_t)(length < capacity ? length : capacity));
+  if (out) *out = length;
+  return ACC_OK;
 }
 
 
@@ -863,6 +1061,69 @@ SWIGEXPORT jobject JNICALL Java_ai_acc_internal_AccRawJNI_accx_1direct_1buffer(J
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1generate_1text_1java(JNIEnv *jenv, jclass jcls, jlong jarg2, jlong jarg3, jbyteArray jarg4, jbyteArray jarg5, jobject jarg6, jobjectArray jarg7) {
+  JNIEnv *arg1 = (JNIEnv *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  acc_tokenizer *arg3 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg4 = (accx_utf8) 0 ;
+  accx_utf8 arg5 = (accx_utf8) 0 ;
+  jobject arg6 ;
+  char **arg7 = (char **) 0 ;
+  size_t *arg8 = (size_t *) 0 ;
+  char *temp7 = NULL ;
+  size_t temp_length7 = 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = jenv; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  arg3 = (acc_tokenizer *)(intptr_t)jarg3; 
+  arg4 = NULL;
+  if (jarg4) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg4);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg4, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg4 = c_;
+  } 
+  arg5 = NULL;
+  if (jarg5) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg5);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg5, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg5 = c_;
+  } 
+  arg6 = jarg6; 
+  if (jarg7 && (*jenv)->GetArrayLength(jenv, jarg7) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg7 = &temp7; arg8 = &temp_length7; 
+  result = (accx_status)accx_generate_text_java(arg1,arg2,(struct acc_tokenizer const *)arg3,(char const *)arg4,(char const *)arg5,arg6,arg7,arg8);
+  if (jarg7 && temp7 && !(*jenv)->ExceptionCheck(jenv)) {
+    jbyteArray b_ = temp_length7 <= INT32_MAX ? (*jenv)->NewByteArray(jenv, (jsize)temp_length7) : NULL;
+    if (b_) {
+      (*jenv)->SetByteArrayRegion(jenv, b_, 0, (jsize)temp_length7, (const jbyte*)temp7);
+      (*jenv)->SetObjectArrayElement(jenv, jarg7, 0, b_);
+    } else if (!(*jenv)->ExceptionCheck(jenv)) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "the text does not fit a Java array");
+    }
+  }
+  acc_text_free(temp7); 
+  free((char*)arg4); 
+  free((char*)arg5); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dlpack_1bytes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2, jlongArray jarg3) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   void **arg2 = (void **) 0 ;
@@ -898,6 +1159,430 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dlpack_1release(JNI
   (void)jcls;
   arg1 = (struct DLManagedTensorVersioned *)(intptr_t)jarg1; 
   accx_dlpack_release(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1train_1bpe(JNIEnv *jenv, jclass jcls, jbyteArray jarg1, jlongArray jarg3, jbyteArray jarg5, jlongArray jarg6) {
+  void *arg1 = (void *) 0 ;
+  size_t arg2 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  int32_t arg4 ;
+  accx_utf8 arg5 = (accx_utf8) 0 ;
+  acc_tokenizer **arg6 = (acc_tokenizer **) 0 ;
+  acc_tokenizer *temp6 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = NULL; arg2 = 0;
+  if (jarg1) {
+    arg2 = (size_t)(*jenv)->GetArrayLength(jenv, jarg1);
+    arg1 = (void *)(*jenv)->GetByteArrayElements(jenv, jarg1, NULL);
+    if (!arg1) return ;
+  } 
+  arg3 = NULL; arg4 = 0;
+  if (jarg3) {
+    arg4 = (int32_t)(*jenv)->GetArrayLength(jenv, jarg3);
+    arg3 = (int64_t *)(*jenv)->GetLongArrayElements(jenv, jarg3, NULL);
+    if (!arg3) return ;
+  } 
+  arg5 = NULL;
+  if (jarg5) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg5);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg5, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg5 = c_;
+  } 
+  if (jarg6 && (*jenv)->GetArrayLength(jenv, jarg6) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg6 = jarg6 ? &temp6 : NULL; 
+  result = (accx_status)accx_tokenizer_train_bpe((void const *)arg1,arg2,(long const *)arg3,arg4,(char const *)arg5,arg6);
+  
+  if (jarg6 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp6; (*jenv)->SetLongArrayRegion(jenv, jarg6, 0, 1, &v); 
+  } 
+  if (arg1) (*jenv)->ReleaseByteArrayElements(jenv, jarg1, (jbyte*)arg1, JNI_ABORT); 
+  if (arg3) (*jenv)->ReleaseLongArrayElements(jenv, jarg3, (jlong*)arg3, JNI_ABORT); 
+  free((char*)arg5); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1encode(JNIEnv *jenv, jclass jcls, jlong jarg1, jbyteArray jarg2, jlongArray jarg4, jbyteArray jarg6, jlongArray jarg8, jbyteArray jarg10, jlongArray jarg11) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int32_t arg5 ;
+  void *arg6 = (void *) 0 ;
+  size_t arg7 ;
+  int64_t *arg8 = (int64_t *) 0 ;
+  int32_t arg9 ;
+  accx_utf8 arg10 = (accx_utf8) 0 ;
+  acc_encoding **arg11 = (acc_encoding **) 0 ;
+  acc_encoding *temp11 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = NULL; arg3 = 0;
+  if (jarg2) {
+    arg3 = (size_t)(*jenv)->GetArrayLength(jenv, jarg2);
+    arg2 = (void *)(*jenv)->GetByteArrayElements(jenv, jarg2, NULL);
+    if (!arg2) return ;
+  } 
+  arg4 = NULL; arg5 = 0;
+  if (jarg4) {
+    arg5 = (int32_t)(*jenv)->GetArrayLength(jenv, jarg4);
+    arg4 = (int64_t *)(*jenv)->GetLongArrayElements(jenv, jarg4, NULL);
+    if (!arg4) return ;
+  } 
+  arg6 = NULL; arg7 = 0;
+  if (jarg6) {
+    arg7 = (size_t)(*jenv)->GetArrayLength(jenv, jarg6);
+    arg6 = (void *)(*jenv)->GetByteArrayElements(jenv, jarg6, NULL);
+    if (!arg6) return ;
+  } 
+  arg8 = NULL; arg9 = 0;
+  if (jarg8) {
+    arg9 = (int32_t)(*jenv)->GetArrayLength(jenv, jarg8);
+    arg8 = (int64_t *)(*jenv)->GetLongArrayElements(jenv, jarg8, NULL);
+    if (!arg8) return ;
+  } 
+  arg10 = NULL;
+  if (jarg10) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg10);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg10, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg10 = c_;
+  } 
+  if (jarg11 && (*jenv)->GetArrayLength(jenv, jarg11) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg11 = jarg11 ? &temp11 : NULL; 
+  result = (accx_status)accx_tokenizer_encode((struct acc_tokenizer const *)arg1,(void const *)arg2,arg3,(long const *)arg4,arg5,(void const *)arg6,arg7,(long const *)arg8,arg9,(char const *)arg10,arg11);
+  
+  
+  if (jarg11 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp11; (*jenv)->SetLongArrayRegion(jenv, jarg11, 0, 1, &v); 
+  } 
+  if (arg2) (*jenv)->ReleaseByteArrayElements(jenv, jarg2, (jbyte*)arg2, JNI_ABORT); 
+  if (arg4) (*jenv)->ReleaseLongArrayElements(jenv, jarg4, (jlong*)arg4, JNI_ABORT); 
+  if (arg6) (*jenv)->ReleaseByteArrayElements(jenv, jarg6, (jbyte*)arg6, JNI_ABORT); 
+  if (arg8) (*jenv)->ReleaseLongArrayElements(jenv, jarg8, (jlong*)arg8, JNI_ABORT); 
+  free((char*)arg10); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1info(JNIEnv *jenv, jclass jcls, jlong jarg1, jobjectArray jarg2) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  char **arg2 = (char **) 0 ;
+  size_t *arg3 = (size_t *) 0 ;
+  char *temp2 = NULL ;
+  size_t temp_length2 = 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = &temp2; arg3 = &temp_length2; 
+  result = (accx_status)accx_tokenizer_info((struct acc_tokenizer const *)arg1,arg2,arg3);
+  if (jarg2 && temp2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jbyteArray b_ = temp_length2 <= INT32_MAX ? (*jenv)->NewByteArray(jenv, (jsize)temp_length2) : NULL;
+    if (b_) {
+      (*jenv)->SetByteArrayRegion(jenv, b_, 0, (jsize)temp_length2, (const jbyte*)temp2);
+      (*jenv)->SetObjectArrayElement(jenv, jarg2, 0, b_);
+    } else if (!(*jenv)->ExceptionCheck(jenv)) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "the text does not fit a Java array");
+    }
+  }
+  acc_text_free(temp2); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1set_1special_1token(JNIEnv *jenv, jclass jcls, jlong jarg1, jbyteArray jarg2, jbyteArray jarg3) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg2 = (accx_utf8) 0 ;
+  accx_utf8 arg3 = (accx_utf8) 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = NULL;
+  if (jarg2) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg2);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg2, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg2 = c_;
+  } 
+  arg3 = NULL;
+  if (jarg3) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg3);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg3, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg3 = c_;
+  } 
+  result = (accx_status)accx_tokenizer_set_special_token(arg1,(char const *)arg2,(char const *)arg3);
+  free((char*)arg2); 
+  free((char*)arg3); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1token_1to_1id(JNIEnv *jenv, jclass jcls, jlong jarg1, jbyteArray jarg2, jlongArray jarg3) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg2 = (accx_utf8) 0 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  int64_t temp3 = 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = NULL;
+  if (jarg2) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg2);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg2, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg2 = c_;
+  } 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (accx_status)accx_tokenizer_token_to_id((struct acc_tokenizer const *)arg1,(char const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  free((char*)arg2); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1id_1to_1token(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jobjectArray jarg3) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  int64_t arg2 ;
+  char **arg3 = (char **) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  char *temp3 = NULL ;
+  size_t temp_length3 = 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = &temp3; arg4 = &temp_length3; 
+  result = (accx_status)accx_tokenizer_id_to_token((struct acc_tokenizer const *)arg1,arg2,arg3,arg4);
+  if (jarg3 && temp3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jbyteArray b_ = temp_length3 <= INT32_MAX ? (*jenv)->NewByteArray(jenv, (jsize)temp_length3) : NULL;
+    if (b_) {
+      (*jenv)->SetByteArrayRegion(jenv, b_, 0, (jsize)temp_length3, (const jbyte*)temp3);
+      (*jenv)->SetObjectArrayElement(jenv, jarg3, 0, b_);
+    } else if (!(*jenv)->ExceptionCheck(jenv)) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "the text does not fit a Java array");
+    }
+  }
+  acc_text_free(temp3); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1decode(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2, jbyteArray jarg4, jobjectArray jarg5) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int32_t arg3 ;
+  accx_utf8 arg4 = (accx_utf8) 0 ;
+  char **arg5 = (char **) 0 ;
+  size_t *arg6 = (size_t *) 0 ;
+  char *temp5 = NULL ;
+  size_t temp_length5 = 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = NULL; arg3 = 0;
+  if (jarg2) {
+    arg3 = (int32_t)(*jenv)->GetArrayLength(jenv, jarg2);
+    arg2 = (int64_t *)(*jenv)->GetLongArrayElements(jenv, jarg2, NULL);
+    if (!arg2) return ;
+  } 
+  arg4 = NULL;
+  if (jarg4) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg4);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg4, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg4 = c_;
+  } 
+  if (jarg5 && (*jenv)->GetArrayLength(jenv, jarg5) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg5 = &temp5; arg6 = &temp_length5; 
+  result = (accx_status)accx_tokenizer_decode((struct acc_tokenizer const *)arg1,(long const *)arg2,arg3,(char const *)arg4,arg5,arg6);
+  
+  if (jarg5 && temp5 && !(*jenv)->ExceptionCheck(jenv)) {
+    jbyteArray b_ = temp_length5 <= INT32_MAX ? (*jenv)->NewByteArray(jenv, (jsize)temp_length5) : NULL;
+    if (b_) {
+      (*jenv)->SetByteArrayRegion(jenv, b_, 0, (jsize)temp_length5, (const jbyte*)temp5);
+      (*jenv)->SetObjectArrayElement(jenv, jarg5, 0, b_);
+    } else if (!(*jenv)->ExceptionCheck(jenv)) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "the text does not fit a Java array");
+    }
+  }
+  acc_text_free(temp5); 
+  if (arg2) (*jenv)->ReleaseLongArrayElements(jenv, jarg2, (jlong*)arg2, JNI_ABORT); 
+  free((char*)arg4); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1tokenizer_1apply_1chat_1template(JNIEnv *jenv, jclass jcls, jlong jarg1, jbyteArray jarg2, jbyteArray jarg3, jobjectArray jarg4, jlongArray jarg6) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg2 = (accx_utf8) 0 ;
+  accx_utf8 arg3 = (accx_utf8) 0 ;
+  char **arg4 = (char **) 0 ;
+  size_t *arg5 = (size_t *) 0 ;
+  acc_encoding **arg6 = (acc_encoding **) 0 ;
+  char *temp4 = NULL ;
+  size_t temp_length4 = 0 ;
+  acc_encoding *temp6 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = NULL;
+  if (jarg2) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg2);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg2, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg2 = c_;
+  } 
+  arg3 = NULL;
+  if (jarg3) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg3);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg3, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg3 = c_;
+  } 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = &temp4; arg5 = &temp_length4; 
+  if (jarg6 && (*jenv)->GetArrayLength(jenv, jarg6) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg6 = jarg6 ? &temp6 : NULL; 
+  result = (accx_status)accx_tokenizer_apply_chat_template((struct acc_tokenizer const *)arg1,(char const *)arg2,(char const *)arg3,arg4,arg5,arg6);
+  if (jarg4 && temp4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jbyteArray b_ = temp_length4 <= INT32_MAX ? (*jenv)->NewByteArray(jenv, (jsize)temp_length4) : NULL;
+    if (b_) {
+      (*jenv)->SetByteArrayRegion(jenv, b_, 0, (jsize)temp_length4, (const jbyte*)temp4);
+      (*jenv)->SetObjectArrayElement(jenv, jarg4, 0, b_);
+    } else if (!(*jenv)->ExceptionCheck(jenv)) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "the text does not fit a Java array");
+    }
+  }
+  acc_text_free(temp4); 
+  if (jarg6 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp6; (*jenv)->SetLongArrayRegion(jenv, jarg6, 0, 1, &v); 
+  } 
+  free((char*)arg2); 
+  free((char*)arg3); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1encoding_1read(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jstring jarg3, jlongArray jarg4, jlongArray jarg6) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  int64_t arg2 ;
+  char *arg3 = (char *) 0 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int32_t arg5 ;
+  int64_t *arg6 = (int64_t *) 0 ;
+  int64_t temp6 = 0 ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_encoding *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  arg3 = 0;
+  if (jarg3) {
+    arg3 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg3, 0);
+    if (!arg3) return ;
+  }
+  arg4 = NULL; arg5 = 0;
+  if (jarg4) {
+    arg5 = (int32_t)(*jenv)->GetArrayLength(jenv, jarg4);
+    arg4 = (int64_t *)(*jenv)->GetLongArrayElements(jenv, jarg4, NULL);
+    if (!arg4) return ;
+  } 
+  if (jarg6 && (*jenv)->GetArrayLength(jenv, jarg6) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg6 = jarg6 ? &temp6 : NULL; 
+  result = (accx_status)accx_encoding_read((struct acc_encoding const *)arg1,arg2,(char const *)arg3,arg4,arg5,arg6);
+  
+  if (jarg6 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp6; (*jenv)->SetLongArrayRegion(jenv, jarg6, 0, 1, &v); 
+  } 
+  if (arg3) (*jenv)->ReleaseStringUTFChars(jenv, jarg3, (const char *)arg3);
+  if (arg4) (*jenv)->ReleaseLongArrayElements(jenv, jarg4, (jlong*)arg4, 0); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
 }
 
 
@@ -3495,6 +4180,140 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1profile_1end(JNIEnv 
   arg1 = (acc_accelerator *)(intptr_t)jarg1; 
   result = (acc_status)acc_profile_end(arg1);
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1tokenizer_1from_1pretrained(JNIEnv *jenv, jclass jcls, jstring jarg1, jlongArray jarg2) {
+  char *arg1 = (char *) 0 ;
+  acc_tokenizer **arg2 = (acc_tokenizer **) 0 ;
+  acc_tokenizer *temp2 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = 0;
+  if (jarg1) {
+    arg1 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg1, 0);
+    if (!arg1) return ;
+  }
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_tokenizer_from_pretrained((char const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (arg1) (*jenv)->ReleaseStringUTFChars(jenv, jarg1, (const char *)arg1);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1tokenizer_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  acc_tokenizer_destroy(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1tokenizer_1save_1pretrained(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_tokenizer *)(intptr_t)jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  result = (acc_status)acc_tokenizer_save_pretrained((struct acc_tokenizer const *)arg1,(char const *)arg2);
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1encoding_1count(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_encoding *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_encoding_count((struct acc_encoding const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1encoding_1sample(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  int64_t arg2 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  int64_t temp3 = 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_encoding *)(intptr_t)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_encoding_sample((struct acc_encoding const *)arg1,arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1encoding_1to_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  acc_batch **arg2 = (acc_batch **) 0 ;
+  acc_batch *temp2 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_encoding *)(intptr_t)jarg1; 
+  if (jarg2 && (*jenv)->GetArrayLength(jenv, jarg2) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg2 = jarg2 ? &temp2 : NULL; 
+  result = (acc_status)acc_encoding_to_batch((struct acc_encoding const *)arg1,arg2);
+  if (jarg2 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp2; (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1encoding_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_encoding *)(intptr_t)jarg1; 
+  acc_encoding_destroy(arg1);
 }
 
 

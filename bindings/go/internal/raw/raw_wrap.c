@@ -338,6 +338,9 @@ static acc_status accx_wrap(void* data, size_t nbytes, acc_dtype dtype, const in
 typedef int32_t accx_status;
 
 
+typedef const char* accx_utf8;
+
+
 /** Zeroed C memory for a zero-copy tensor (Go: the bytes are exposed through unsafe.Slice). */
 void* accx_alloc(size_t nbytes) { return calloc(nbytes ? nbytes : 1, 1); }
 /** Frees accx_alloc memory that was not handed to accx_tensor_from_alloc. */
@@ -399,11 +402,148 @@ static _gostring_ accx_status_string(acc_status code, const char* message) {
   return r;
 }
 
+
+/* Points texts[i] into `data` by lengths (which must add up to nbytes). *ptrs and *lens: free() both. */
+static acc_status accx_split(const void* data, size_t nbytes, const int64_t* lengths, int32_t count, const char* what,
+                             const char*** ptrs, size_t** lens) {
+  char msg[160];
+  *ptrs = NULL;
+  *lens = NULL;
+  if (count < 0) return accx_fail(ACC_ERR_INVALID_ARGUMENT, "count is negative");
+  *ptrs = (const char**)calloc((size_t)count + 1, sizeof(char*));
+  *lens = (size_t*)calloc((size_t)count + 1, sizeof(size_t));
+  if (!*ptrs || !*lens) return accx_fail(ACC_ERR_OUT_OF_MEMORY, "out of memory");
+  size_t at = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    if (lengths[i] < 0 || (uint64_t)lengths[i] > nbytes - at) {
+      snprintf(msg, sizeof msg, "the lengths of the %s exceed their %zu bytes", what, nbytes);
+      return accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+    }
+    (*ptrs)[i] = data ? (const char*)data + at : "";
+    (*lens)[i] = (size_t)lengths[i];
+    at += (size_t)lengths[i];
+  }
+  if (at != nbytes) {
+    snprintf(msg, sizeof msg, "the lengths of the %s add up to %zu bytes, not %zu", what, at, nbytes);
+    return accx_fail(ACC_ERR_INVALID_ARGUMENT, msg);
+  }
+  return ACC_OK;
+}
+
+
+/** acc_tokenizer_train_bpe of the texts in `data` (lengths[i] bytes each, one after another). */
+accx_status accx_tokenizer_train_bpe(const void* data, size_t nbytes, const int64_t* lengths, int32_t count,
+                                     accx_utf8 options_json, acc_tokenizer** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  const char** p = NULL;
+  size_t* n = NULL;
+  acc_status st = accx_split(data, nbytes, lengths, count, "texts", &p, &n);
+  if (st == ACC_OK) {
+    st = acc_tokenizer_train_bpe(p, n, count, options_json, out);
+    if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  }
+  free(p);
+  free(n);
+  return st;
+}
+
+/** acc_tokenizer_encode of the texts in `data` (lengths[i] bytes each), with the pairs in pair_data when
+ *  pair_lengths is given (as many as the texts). */
+accx_status accx_tokenizer_encode(const acc_tokenizer* tok, const void* data, size_t nbytes, const int64_t* lengths,
+                                  int32_t count, const void* pair_data, size_t pair_nbytes,
+                                  const int64_t* pair_lengths, int32_t pair_count, accx_utf8 options_json,
+                                  acc_encoding** out) {
+  accx_message[0] = '\0';
+  if (out) *out = NULL;
+  const char **p = NULL, **q = NULL;
+  size_t *n = NULL, *m = NULL;
+  acc_status st = accx_split(data, nbytes, lengths, count, "texts", &p, &n);
+  if (st == ACC_OK && pair_lengths) {
+    if (pair_count != count) st = accx_fail(ACC_ERR_INVALID_ARGUMENT, "pairs: not as many as the texts");
+    else st = accx_split(pair_data, pair_nbytes, pair_lengths, pair_count, "pairs", &q, &m);
+  }
+  if (st == ACC_OK) {
+    st = acc_tokenizer_encode(tok, p, n, pair_lengths ? q : NULL, pair_lengths ? m : NULL, count, options_json, out);
+    if (st != ACC_OK) accx_fail(st, acc_last_error_message());
+  }
+  free(p);
+  free(n);
+  free(q);
+  free(m);
+  return st;
+}
+
+/** acc_tokenizer_info. */
+accx_status accx_tokenizer_info(const acc_tokenizer* tok, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_info(tok, out_text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_tokenizer_set_special_token; a NULL token (Go "", Java null) unsets it. */
+accx_status accx_tokenizer_set_special_token(acc_tokenizer* tok, accx_utf8 name, accx_utf8 token_or_null) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_set_special_token(tok, name, token_or_null);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_token_to_id (-1: not in the vocabulary). */
+accx_status accx_tokenizer_token_to_id(const acc_tokenizer* tok, accx_utf8 token, int64_t* out) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_token_to_id(tok, token, out);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_id_to_token (Go "", Java null: not in the vocabulary). */
+accx_status accx_tokenizer_id_to_token(const acc_tokenizer* tok, int64_t id, char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_id_to_token(tok, id, out_text);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_tokenizer_decode (the text keeps decoded NULs). */
+accx_status accx_tokenizer_decode(const acc_tokenizer* tok, const int64_t* ids, int32_t count, accx_utf8 options_json,
+                                  char** out_text, size_t* out_length) {
+  accx_message[0] = '\0';
+  static const int64_t none = 0;
+  acc_status st = acc_tokenizer_decode(tok, ids ? ids : &none, count, options_json, out_text, out_length);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+/** acc_tokenizer_apply_chat_template; out_encoding may be NULL (Go nil, Java null). */
+accx_status accx_tokenizer_apply_chat_template(const acc_tokenizer* tok, accx_utf8 messages_json, accx_utf8 options_json,
+                                               char** out_text, size_t* out_length, acc_encoding** out_encoding) {
+  accx_message[0] = '\0';
+  acc_status st = acc_tokenizer_apply_chat_template(tok, messages_json, options_json, out_text, out_encoding);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  *out_length = *out_text ? strlen(*out_text) : 0;
+  return ACC_OK;
+}
+
+/** acc_encoding_get copied: *out is the field's length; min(length, capacity) values are copied into
+ *  values (nil / null: only the length). */
+accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char* field, int64_t* values,
+                               int32_t capacity, int64_t* out) {
+  accx_message[0] = '\0';
+  const int64_t* data = NULL;
+  int64_t length = 0;
+  acc_status st = acc_encoding_get(enc, row, field, &data, &length);
+  if (st != ACC_OK) return accx_fail(st, acc_last_error_message());
+  if (values && data) memcpy(values, data, sizeof(int64_t) * (size_t)(length < capacity ? length : capacity));
+  if (out) *out = length;
+  return ACC_OK;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-void _wrap_Swig_free_raw_8e2f259e9ab311e8(void *_swig_go_0) {
+void _wrap_Swig_free_raw_0d70df4d24ff368f(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -413,7 +553,7 @@ void _wrap_Swig_free_raw_8e2f259e9ab311e8(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_raw_8e2f259e9ab311e8(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_raw_0d70df4d24ff368f(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -426,7 +566,7 @@ void *_wrap_Swig_malloc_raw_8e2f259e9ab311e8(intgo _swig_go_0) {
 }
 
 
-void *_wrap_accx_alloc_raw_8e2f259e9ab311e8(long long _swig_go_0) {
+void *_wrap_accx_alloc_raw_0d70df4d24ff368f(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -439,7 +579,7 @@ void *_wrap_accx_alloc_raw_8e2f259e9ab311e8(long long _swig_go_0) {
 }
 
 
-void _wrap_accx_free_raw_8e2f259e9ab311e8(void *_swig_go_0) {
+void _wrap_accx_free_raw_0d70df4d24ff368f(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -449,7 +589,7 @@ void _wrap_accx_free_raw_8e2f259e9ab311e8(void *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_accx_tensor_from_alloc_raw_8e2f259e9ab311e8(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_accx_tensor_from_alloc_raw_0d70df4d24ff368f(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -475,7 +615,7 @@ _gostring_ _wrap_accx_tensor_from_alloc_raw_8e2f259e9ab311e8(void *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_accx_dlpack_bytes_raw_8e2f259e9ab311e8(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_accx_dlpack_bytes_raw_0d70df4d24ff368f(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   void **arg2 = (void **) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -496,7 +636,7 @@ _gostring_ _wrap_accx_dlpack_bytes_raw_8e2f259e9ab311e8(struct DLManagedTensorVe
 }
 
 
-void _wrap_accx_dlpack_release_raw_8e2f259e9ab311e8(struct DLManagedTensorVersioned *_swig_go_0) {
+void _wrap_accx_dlpack_release_raw_0d70df4d24ff368f(struct DLManagedTensorVersioned *_swig_go_0) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   
   arg1 = (struct DLManagedTensorVersioned *)_swig_go_0; 
@@ -506,7 +646,302 @@ void _wrap_accx_dlpack_release_raw_8e2f259e9ab311e8(struct DLManagedTensorVersio
 }
 
 
-_gostring_ _wrap_acc_version_raw_8e2f259e9ab311e8() {
+_gostring_ _wrap_accx_tokenizer_train_bpe_raw_0d70df4d24ff368f(_goslice_ _swig_go_0, _goslice_ _swig_go_1, _gostring_ _swig_go_2, acc_tokenizer **_swig_go_3) {
+  void *arg1 = (void *) 0 ;
+  size_t arg2 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  int32_t arg4 ;
+  accx_utf8 arg5 = (accx_utf8) 0 ;
+  acc_tokenizer **arg6 = (acc_tokenizer **) 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (void *)_swig_go_0.array; arg2 = (size_t)_swig_go_0.len; 
+  arg3 = (int64_t *)_swig_go_1.array; arg4 = (int32_t)_swig_go_1.len; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_2.n + 1);
+    if (c_) {
+      if (_swig_go_2.n > 0) memcpy(c_, _swig_go_2.p, (size_t)_swig_go_2.n); c_[_swig_go_2.n] = '\0'; 
+    }
+    arg5 = c_; 
+  } 
+  arg6 = (acc_tokenizer **)_swig_go_3; 
+  
+  result = (accx_status)accx_tokenizer_train_bpe((void const *)arg1,arg2,(long const *)arg3,arg4,(char const *)arg5,arg6);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  free((char*)arg5); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_encode_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, _goslice_ _swig_go_4, _gostring_ _swig_go_5, acc_encoding **_swig_go_6) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int32_t arg5 ;
+  void *arg6 = (void *) 0 ;
+  size_t arg7 ;
+  int64_t *arg8 = (int64_t *) 0 ;
+  int32_t arg9 ;
+  accx_utf8 arg10 = (accx_utf8) 0 ;
+  acc_encoding **arg11 = (acc_encoding **) 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1.array; arg3 = (size_t)_swig_go_1.len; 
+  arg4 = (int64_t *)_swig_go_2.array; arg5 = (int32_t)_swig_go_2.len; 
+  arg6 = (void *)_swig_go_3.array; arg7 = (size_t)_swig_go_3.len; 
+  arg8 = (int64_t *)_swig_go_4.array; arg9 = (int32_t)_swig_go_4.len; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_5.n + 1);
+    if (c_) {
+      if (_swig_go_5.n > 0) memcpy(c_, _swig_go_5.p, (size_t)_swig_go_5.n); c_[_swig_go_5.n] = '\0'; 
+    }
+    arg10 = c_; 
+  } 
+  arg11 = (acc_encoding **)_swig_go_6; 
+  
+  result = (accx_status)accx_tokenizer_encode((struct acc_tokenizer const *)arg1,(void const *)arg2,arg3,(long const *)arg4,arg5,(void const *)arg6,arg7,(long const *)arg8,arg9,(char const *)arg10,arg11);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  free((char*)arg10); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_info_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_* _swig_go_1) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  char **arg2 = (char **) 0 ;
+  size_t *arg3 = (size_t *) 0 ;
+  char *temp2 = NULL ;
+  size_t temp_length2 = 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  arg2 = &temp2; arg3 = &temp_length2; 
+  
+  result = (accx_status)accx_tokenizer_info((struct acc_tokenizer const *)arg1,arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  if (_swig_go_1) *_swig_go_1 = Swig_AllocateString(temp2 ? temp2 : "", temp2 ? temp_length2 : 0);
+  acc_text_free(temp2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_set_special_token_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg2 = (accx_utf8) 0 ;
+  accx_utf8 arg3 = (accx_utf8) 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_1.n + 1);
+    if (c_) {
+      if (_swig_go_1.n > 0) memcpy(c_, _swig_go_1.p, (size_t)_swig_go_1.n); c_[_swig_go_1.n] = '\0'; 
+    }
+    arg2 = c_; 
+  } 
+  arg3 = NULL;
+  if (_swig_go_2.n > 0) {
+    arg3 = (accx_utf8)malloc((size_t)_swig_go_2.n + 1);
+    memcpy((char*)arg3, _swig_go_2.p, (size_t)_swig_go_2.n);
+    ((char*)arg3)[_swig_go_2.n] = '\0';
+  } 
+  
+  result = (accx_status)accx_tokenizer_set_special_token(arg1,(char const *)arg2,(char const *)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  free((char*)arg2); 
+  free((char*)arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_token_to_id_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, long long *_swig_go_2) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg2 = (accx_utf8) 0 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_1.n + 1);
+    if (c_) {
+      if (_swig_go_1.n > 0) memcpy(c_, _swig_go_1.p, (size_t)_swig_go_1.n); c_[_swig_go_1.n] = '\0'; 
+    }
+    arg2 = c_; 
+  } 
+  arg3 = (int64_t *)_swig_go_2; 
+  
+  result = (accx_status)accx_tokenizer_token_to_id((struct acc_tokenizer const *)arg1,(char const *)arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  free((char*)arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_id_to_token_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  int64_t arg2 ;
+  char **arg3 = (char **) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  char *temp3 = NULL ;
+  size_t temp_length3 = 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  arg3 = &temp3; arg4 = &temp_length3; 
+  
+  result = (accx_status)accx_tokenizer_id_to_token((struct acc_tokenizer const *)arg1,arg2,arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  if (_swig_go_2) *_swig_go_2 = Swig_AllocateString(temp3 ? temp3 : "", temp3 ? temp_length3 : 0);
+  acc_text_free(temp3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_decode_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _goslice_ _swig_go_1, _gostring_ _swig_go_2, _gostring_* _swig_go_3) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int32_t arg3 ;
+  accx_utf8 arg4 = (accx_utf8) 0 ;
+  char **arg5 = (char **) 0 ;
+  size_t *arg6 = (size_t *) 0 ;
+  char *temp5 = NULL ;
+  size_t temp_length5 = 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1.array; arg3 = (int32_t)_swig_go_1.len; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_2.n + 1);
+    if (c_) {
+      if (_swig_go_2.n > 0) memcpy(c_, _swig_go_2.p, (size_t)_swig_go_2.n); c_[_swig_go_2.n] = '\0'; 
+    }
+    arg4 = c_; 
+  } 
+  arg5 = &temp5; arg6 = &temp_length5; 
+  
+  result = (accx_status)accx_tokenizer_decode((struct acc_tokenizer const *)arg1,(long const *)arg2,arg3,(char const *)arg4,arg5,arg6);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  if (_swig_go_3) *_swig_go_3 = Swig_AllocateString(temp5 ? temp5 : "", temp5 ? temp_length5 : 0);
+  acc_text_free(temp5); 
+  free((char*)arg4); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_tokenizer_apply_chat_template_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_* _swig_go_3, acc_encoding **_swig_go_4) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg2 = (accx_utf8) 0 ;
+  accx_utf8 arg3 = (accx_utf8) 0 ;
+  char **arg4 = (char **) 0 ;
+  size_t *arg5 = (size_t *) 0 ;
+  acc_encoding **arg6 = (acc_encoding **) 0 ;
+  char *temp4 = NULL ;
+  size_t temp_length4 = 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_1.n + 1);
+    if (c_) {
+      if (_swig_go_1.n > 0) memcpy(c_, _swig_go_1.p, (size_t)_swig_go_1.n); c_[_swig_go_1.n] = '\0'; 
+    }
+    arg2 = c_; 
+  } 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_2.n + 1);
+    if (c_) {
+      if (_swig_go_2.n > 0) memcpy(c_, _swig_go_2.p, (size_t)_swig_go_2.n); c_[_swig_go_2.n] = '\0'; 
+    }
+    arg3 = c_; 
+  } 
+  arg4 = &temp4; arg5 = &temp_length4; 
+  arg6 = (acc_encoding **)_swig_go_4; 
+  
+  result = (accx_status)accx_tokenizer_apply_chat_template((struct acc_tokenizer const *)arg1,(char const *)arg2,(char const *)arg3,arg4,arg5,arg6);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  if (_swig_go_3) *_swig_go_3 = Swig_AllocateString(temp4 ? temp4 : "", temp4 ? temp_length4 : 0);
+  acc_text_free(temp4); 
+  free((char*)arg2); 
+  free((char*)arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_accx_encoding_read_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, long long _swig_go_1, _gostring_ _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  int64_t arg2 ;
+  char *arg3 = (char *) 0 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int32_t arg5 ;
+  int64_t *arg6 = (int64_t *) 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_encoding *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  
+  arg3 = (char *)malloc(_swig_go_2.n + 1);
+  memcpy(arg3, _swig_go_2.p, _swig_go_2.n);
+  arg3[_swig_go_2.n] = '\0';
+  
+  arg4 = (int64_t *)_swig_go_3.array; arg5 = (int32_t)_swig_go_3.len; 
+  arg6 = (int64_t *)_swig_go_4; 
+  
+  result = (accx_status)accx_encoding_read((struct acc_encoding const *)arg1,arg2,(char const *)arg3,arg4,arg5,arg6);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  free(arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_version_raw_0d70df4d24ff368f() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -517,7 +952,7 @@ _gostring_ _wrap_acc_version_raw_8e2f259e9ab311e8() {
 }
 
 
-_gostring_ _wrap_acc_abi_check_raw_8e2f259e9ab311e8(intgo _swig_go_0) {
+_gostring_ _wrap_acc_abi_check_raw_0d70df4d24ff368f(intgo _swig_go_0) {
   int32_t arg1 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -534,7 +969,7 @@ _gostring_ _wrap_acc_abi_check_raw_8e2f259e9ab311e8(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_build_info_raw_8e2f259e9ab311e8() {
+_gostring_ _wrap_acc_build_info_raw_0d70df4d24ff368f() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -545,7 +980,7 @@ _gostring_ _wrap_acc_build_info_raw_8e2f259e9ab311e8() {
 }
 
 
-_gostring_ _wrap_acc_status_name_raw_8e2f259e9ab311e8(int _swig_go_0) {
+_gostring_ _wrap_acc_status_name_raw_0d70df4d24ff368f(int _swig_go_0) {
   acc_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -558,7 +993,7 @@ _gostring_ _wrap_acc_status_name_raw_8e2f259e9ab311e8(int _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_accelerator_create_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
+_gostring_ _wrap_acc_accelerator_create_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_accelerator **arg2 = (acc_accelerator **) 0 ;
   acc_status result;
@@ -582,7 +1017,7 @@ _gostring_ _wrap_acc_accelerator_create_raw_8e2f259e9ab311e8(_gostring_ _swig_go
 }
 
 
-void _wrap_acc_accelerator_destroy_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+void _wrap_acc_accelerator_destroy_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   
   arg1 = (acc_accelerator *)_swig_go_0; 
@@ -592,7 +1027,7 @@ void _wrap_acc_accelerator_destroy_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_process_index_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_process_index_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -611,7 +1046,7 @@ _gostring_ _wrap_acc_process_index_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_local_process_index_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_local_process_index_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -630,7 +1065,7 @@ _gostring_ _wrap_acc_local_process_index_raw_8e2f259e9ab311e8(acc_accelerator *_
 }
 
 
-_gostring_ _wrap_acc_num_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_num_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -649,7 +1084,7 @@ _gostring_ _wrap_acc_num_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_is_main_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_main_process_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -668,7 +1103,7 @@ _gostring_ _wrap_acc_is_main_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_is_local_main_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_local_main_process_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -687,7 +1122,7 @@ _gostring_ _wrap_acc_is_local_main_process_raw_8e2f259e9ab311e8(acc_accelerator 
 }
 
 
-_gostring_ _wrap_acc_is_last_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_last_process_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -706,7 +1141,7 @@ _gostring_ _wrap_acc_is_last_process_raw_8e2f259e9ab311e8(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_device_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_device_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -727,7 +1162,7 @@ _gostring_ _wrap_acc_device_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_acc_distributed_type_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_distributed_type_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -748,7 +1183,7 @@ _gostring_ _wrap_acc_distributed_type_raw_8e2f259e9ab311e8(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_config_json_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_config_json_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -769,7 +1204,7 @@ _gostring_ _wrap_acc_config_json_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_set_seed_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+_gostring_ _wrap_acc_set_seed_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   uint64_t arg2 ;
   int32_t arg3 ;
@@ -792,7 +1227,7 @@ _gostring_ _wrap_acc_set_seed_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_wait_for_everyone_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_wait_for_everyone_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -809,7 +1244,7 @@ _gostring_ _wrap_acc_wait_for_everyone_raw_8e2f259e9ab311e8(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_main_process_first_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_main_process_first_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -828,7 +1263,7 @@ _gostring_ _wrap_acc_main_process_first_begin_raw_8e2f259e9ab311e8(acc_accelerat
 }
 
 
-_gostring_ _wrap_acc_main_process_first_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_main_process_first_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -847,7 +1282,7 @@ _gostring_ _wrap_acc_main_process_first_end_raw_8e2f259e9ab311e8(acc_accelerator
 }
 
 
-_gostring_ _wrap_acc_set_trigger_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_set_trigger_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -864,7 +1299,7 @@ _gostring_ _wrap_acc_set_trigger_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_check_trigger_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_check_trigger_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -883,7 +1318,7 @@ _gostring_ _wrap_acc_check_trigger_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_print_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_print_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -907,7 +1342,7 @@ _gostring_ _wrap_acc_print_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_acc_tensor_from_host_raw_8e2f259e9ab311e8(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_tensor_from_host_raw_0d70df4d24ff368f(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -932,7 +1367,7 @@ _gostring_ _wrap_acc_tensor_from_host_raw_8e2f259e9ab311e8(_goslice_ _swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_tensor_to_host_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_host_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -952,7 +1387,7 @@ _gostring_ _wrap_acc_tensor_to_host_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0,
 }
 
 
-void _wrap_acc_tensor_destroy_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0) {
+void _wrap_acc_tensor_destroy_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   
   arg1 = (acc_tensor *)_swig_go_0; 
@@ -962,7 +1397,7 @@ void _wrap_acc_tensor_destroy_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_tensor_ndim_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_ndim_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -981,7 +1416,7 @@ _gostring_ _wrap_acc_tensor_ndim_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_acc_tensor_shape_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_shape_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int32_t arg3 ;
@@ -1001,7 +1436,7 @@ _gostring_ _wrap_acc_tensor_shape_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_acc_tensor_numel_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_numel_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1020,7 +1455,7 @@ _gostring_ _wrap_acc_tensor_numel_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_acc_tensor_nbytes_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_nbytes_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   size_t *arg2 = (size_t *) 0 ;
   acc_status result;
@@ -1039,7 +1474,7 @@ _gostring_ _wrap_acc_tensor_nbytes_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_tensor_dtype_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_dtype_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_dtype *arg2 = (acc_dtype *) 0 ;
   acc_status result;
@@ -1058,7 +1493,7 @@ _gostring_ _wrap_acc_tensor_dtype_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, i
 }
 
 
-_gostring_ _wrap_acc_tensor_item_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_item_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, double *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1077,7 +1512,7 @@ _gostring_ _wrap_acc_tensor_item_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, do
 }
 
 
-_gostring_ _wrap_acc_tensor_from_dlpack_raw_8e2f259e9ab311e8(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_from_dlpack_raw_0d70df4d24ff368f(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_status result;
@@ -1096,7 +1531,7 @@ _gostring_ _wrap_acc_tensor_from_dlpack_raw_8e2f259e9ab311e8(struct DLManagedTen
 }
 
 
-_gostring_ _wrap_acc_tensor_to_dlpack_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_dlpack_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   struct DLManagedTensorVersioned **arg2 = (struct DLManagedTensorVersioned **) 0 ;
   acc_status result;
@@ -1115,7 +1550,7 @@ _gostring_ _wrap_acc_tensor_to_dlpack_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_batch_create_raw_8e2f259e9ab311e8(acc_batch **_swig_go_0) {
+_gostring_ _wrap_acc_batch_create_raw_0d70df4d24ff368f(acc_batch **_swig_go_0) {
   acc_batch **arg1 = (acc_batch **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1132,7 +1567,7 @@ _gostring_ _wrap_acc_batch_create_raw_8e2f259e9ab311e8(acc_batch **_swig_go_0) {
 }
 
 
-void _wrap_acc_batch_destroy_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0) {
+void _wrap_acc_batch_destroy_raw_0d70df4d24ff368f(acc_batch *_swig_go_0) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   
   arg1 = (acc_batch *)_swig_go_0; 
@@ -1142,7 +1577,7 @@ void _wrap_acc_batch_destroy_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_batch_set_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor *_swig_go_2) {
+_gostring_ _wrap_acc_batch_set_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor *_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1168,7 +1603,7 @@ _gostring_ _wrap_acc_batch_set_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_batch_count_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_batch_count_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, long long *_swig_go_1) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1187,7 +1622,7 @@ _gostring_ _wrap_acc_batch_count_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_acc_batch_name_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_batch_name_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -1210,7 +1645,7 @@ _gostring_ _wrap_acc_batch_name_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_acc_batch_contains_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gostring_ _swig_go_1, int *_swig_go_2) {
+_gostring_ _wrap_acc_batch_contains_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gostring_ _swig_go_1, int *_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1236,7 +1671,7 @@ _gostring_ _wrap_acc_batch_contains_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_batch_get_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_batch_get_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor **_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -1262,7 +1697,7 @@ _gostring_ _wrap_acc_batch_get_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_model_create_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
+_gostring_ _wrap_acc_model_create_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_model **arg2 = (acc_model **) 0 ;
   acc_status result;
@@ -1286,7 +1721,7 @@ _gostring_ _wrap_acc_model_create_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_model_load_torchscript_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_load_torchscript_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1317,7 +1752,7 @@ _gostring_ _wrap_acc_model_load_torchscript_raw_8e2f259e9ab311e8(_gostring_ _swi
 }
 
 
-_gostring_ _wrap_acc_model_from_pretrained_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_from_pretrained_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1349,7 +1784,7 @@ _gostring_ _wrap_acc_model_from_pretrained_raw_8e2f259e9ab311e8(_gostring_ _swig
 }
 
 
-_gostring_ _wrap_acc_model_from_config_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_from_config_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1380,7 +1815,7 @@ _gostring_ _wrap_acc_model_from_config_raw_8e2f259e9ab311e8(_gostring_ _swig_go_
 }
 
 
-_gostring_ _wrap_acc_set_grad_enabled_raw_8e2f259e9ab311e8(intgo _swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_set_grad_enabled_raw_0d70df4d24ff368f(intgo _swig_go_0, int *_swig_go_1) {
   int32_t arg1 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1399,7 +1834,7 @@ _gostring_ _wrap_acc_set_grad_enabled_raw_8e2f259e9ab311e8(intgo _swig_go_0, int
 }
 
 
-_gostring_ _wrap_acc_model_module_sizes_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_model_module_sizes_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char **arg3 = (char **) 0 ;
@@ -1427,7 +1862,7 @@ _gostring_ _wrap_acc_model_module_sizes_raw_8e2f259e9ab311e8(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_infer_auto_device_map_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_infer_auto_device_map_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char **arg3 = (char **) 0 ;
@@ -1455,7 +1890,7 @@ _gostring_ _wrap_acc_infer_auto_device_map_raw_8e2f259e9ab311e8(acc_model *_swig
 }
 
 
-void _wrap_acc_model_destroy_raw_8e2f259e9ab311e8(acc_model *_swig_go_0) {
+void _wrap_acc_model_destroy_raw_0d70df4d24ff368f(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   
   arg1 = (acc_model *)_swig_go_0; 
@@ -1465,7 +1900,7 @@ void _wrap_acc_model_destroy_raw_8e2f259e9ab311e8(acc_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_model_forward_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_acc_model_forward_raw_0d70df4d24ff368f(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1490,7 +1925,7 @@ _gostring_ _wrap_acc_model_forward_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_model_forward_batch_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, acc_batch *_swig_go_1, acc_batch **_swig_go_2) {
+_gostring_ _wrap_acc_model_forward_batch_raw_0d70df4d24ff368f(acc_model *_swig_go_0, acc_batch *_swig_go_1, acc_batch **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_batch *arg2 = (acc_batch *) 0 ;
   acc_batch **arg3 = (acc_batch **) 0 ;
@@ -1511,7 +1946,7 @@ _gostring_ _wrap_acc_model_forward_batch_raw_8e2f259e9ab311e8(acc_model *_swig_g
 }
 
 
-_gostring_ _wrap_acc_model_set_training_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_model_set_training_raw_0d70df4d24ff368f(acc_model *_swig_go_0, intgo _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -1530,7 +1965,7 @@ _gostring_ _wrap_acc_model_set_training_raw_8e2f259e9ab311e8(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_num_parameters_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_num_parameters_raw_0d70df4d24ff368f(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1549,7 +1984,7 @@ _gostring_ _wrap_acc_model_num_parameters_raw_8e2f259e9ab311e8(acc_model *_swig_
 }
 
 
-_gostring_ _wrap_acc_model_state_size_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_state_size_raw_0d70df4d24ff368f(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1568,7 +2003,7 @@ _gostring_ _wrap_acc_model_state_size_raw_8e2f259e9ab311e8(acc_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_model_state_get_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_model_state_get_raw_0d70df4d24ff368f(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -1593,7 +2028,7 @@ _gostring_ _wrap_acc_model_state_get_raw_8e2f259e9ab311e8(acc_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_model_save_safetensors_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_save_safetensors_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1617,7 +2052,7 @@ _gostring_ _wrap_acc_model_save_safetensors_raw_8e2f259e9ab311e8(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_load_safetensors_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_load_safetensors_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1641,7 +2076,7 @@ _gostring_ _wrap_acc_model_load_safetensors_raw_8e2f259e9ab311e8(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_set_requires_grad_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_model_set_requires_grad_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t arg3 ;
@@ -1669,7 +2104,7 @@ _gostring_ _wrap_acc_model_set_requires_grad_raw_8e2f259e9ab311e8(acc_model *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_create_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
+_gostring_ _wrap_acc_optimizer_create_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_optimizer **arg3 = (acc_optimizer **) 0 ;
@@ -1695,7 +2130,7 @@ _gostring_ _wrap_acc_optimizer_create_raw_8e2f259e9ab311e8(acc_model *_swig_go_0
 }
 
 
-void _wrap_acc_optimizer_destroy_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0) {
+void _wrap_acc_optimizer_destroy_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   
   arg1 = (acc_optimizer *)_swig_go_0; 
@@ -1705,7 +2140,7 @@ void _wrap_acc_optimizer_destroy_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_step_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1722,7 +2157,7 @@ _gostring_ _wrap_acc_optimizer_step_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go
 }
 
 
-_gostring_ _wrap_acc_optimizer_zero_grad_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_zero_grad_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1739,7 +2174,7 @@ _gostring_ _wrap_acc_optimizer_zero_grad_raw_8e2f259e9ab311e8(acc_optimizer *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_lr_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_lr_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0, double *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1758,7 +2193,7 @@ _gostring_ _wrap_acc_optimizer_lr_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0, int *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1777,7 +2212,7 @@ _gostring_ _wrap_acc_optimizer_step_was_skipped_raw_8e2f259e9ab311e8(acc_optimiz
 }
 
 
-_gostring_ _wrap_acc_scheduler_create_raw_8e2f259e9ab311e8(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
+_gostring_ _wrap_acc_scheduler_create_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_scheduler **arg3 = (acc_scheduler **) 0 ;
@@ -1803,7 +2238,7 @@ _gostring_ _wrap_acc_scheduler_create_raw_8e2f259e9ab311e8(acc_optimizer *_swig_
 }
 
 
-void _wrap_acc_scheduler_destroy_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0) {
+void _wrap_acc_scheduler_destroy_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   
   arg1 = (acc_scheduler *)_swig_go_0; 
@@ -1813,7 +2248,7 @@ void _wrap_acc_scheduler_destroy_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_scheduler_step_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0) {
+_gostring_ _wrap_acc_scheduler_step_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1830,7 +2265,7 @@ _gostring_ _wrap_acc_scheduler_step_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go
 }
 
 
-_gostring_ _wrap_acc_scheduler_last_lr_raw_8e2f259e9ab311e8(acc_scheduler *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_scheduler_last_lr_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0, double *_swig_go_1) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1849,7 +2284,7 @@ _gostring_ _wrap_acc_scheduler_last_lr_raw_8e2f259e9ab311e8(acc_scheduler *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_tensors_raw_8e2f259e9ab311e8(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_tensors_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -1870,7 +2305,7 @@ _gostring_ _wrap_acc_dataset_from_tensors_raw_8e2f259e9ab311e8(acc_tensor *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_token_file_raw_8e2f259e9ab311e8(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_token_file_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -1901,7 +2336,7 @@ _gostring_ _wrap_acc_dataset_from_token_file_raw_8e2f259e9ab311e8(_gostring_ _sw
 }
 
 
-_gostring_ _wrap_acc_dataset_from_batch_raw_8e2f259e9ab311e8(acc_batch *_swig_go_0, acc_dataset **_swig_go_1) {
+_gostring_ _wrap_acc_dataset_from_batch_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, acc_dataset **_swig_go_1) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   acc_dataset **arg2 = (acc_dataset **) 0 ;
   acc_status result;
@@ -1920,7 +2355,7 @@ _gostring_ _wrap_acc_dataset_from_batch_raw_8e2f259e9ab311e8(acc_batch *_swig_go
 }
 
 
-void _wrap_acc_dataset_destroy_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0) {
+void _wrap_acc_dataset_destroy_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   
   arg1 = (acc_dataset *)_swig_go_0; 
@@ -1930,7 +2365,7 @@ void _wrap_acc_dataset_destroy_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_dataset_length_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_length_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0, long long *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1949,7 +2384,7 @@ _gostring_ _wrap_acc_dataset_length_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_dataset_is_iterable_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_is_iterable_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0, int *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1968,7 +2403,7 @@ _gostring_ _wrap_acc_dataset_is_iterable_raw_8e2f259e9ab311e8(acc_dataset *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_create_raw_8e2f259e9ab311e8(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_create_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -1994,7 +2429,7 @@ _gostring_ _wrap_acc_dataloader_create_raw_8e2f259e9ab311e8(acc_dataset *_swig_g
 }
 
 
-void _wrap_acc_dataloader_destroy_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0) {
+void _wrap_acc_dataloader_destroy_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   
   arg1 = (acc_dataloader *)_swig_go_0; 
@@ -2004,7 +2439,7 @@ void _wrap_acc_dataloader_destroy_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
+_gostring_ _wrap_acc_dataloader_next_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2027,7 +2462,7 @@ _gostring_ _wrap_acc_dataloader_next_raw_8e2f259e9ab311e8(acc_dataloader *_swig_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_batch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, acc_batch **_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_next_batch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, acc_batch **_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_batch **arg2 = (acc_batch **) 0 ;
   acc_status result;
@@ -2046,7 +2481,7 @@ _gostring_ _wrap_acc_dataloader_next_batch_raw_8e2f259e9ab311e8(acc_dataloader *
 }
 
 
-_gostring_ _wrap_acc_dataloader_length_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_length_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2065,7 +2500,7 @@ _gostring_ _wrap_acc_dataloader_length_raw_8e2f259e9ab311e8(acc_dataloader *_swi
 }
 
 
-_gostring_ _wrap_acc_dataloader_set_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_acc_dataloader_set_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long _swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_status result;
@@ -2084,7 +2519,7 @@ _gostring_ _wrap_acc_dataloader_set_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2103,7 +2538,7 @@ _gostring_ _wrap_acc_dataloader_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, int *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2122,7 +2557,7 @@ _gostring_ _wrap_acc_dataloader_end_of_epoch_raw_8e2f259e9ab311e8(acc_dataloader
 }
 
 
-_gostring_ _wrap_acc_dataloader_remainder_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_remainder_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2141,7 +2576,7 @@ _gostring_ _wrap_acc_dataloader_remainder_raw_8e2f259e9ab311e8(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_8e2f259e9ab311e8(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -2162,7 +2597,7 @@ _gostring_ _wrap_acc_dataloader_skip_first_batches_raw_8e2f259e9ab311e8(acc_data
 }
 
 
-_gostring_ _wrap_acc_prepare_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
+_gostring_ _wrap_acc_prepare_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_optimizer *arg3 = (acc_optimizer *) 0 ;
@@ -2187,7 +2622,7 @@ _gostring_ _wrap_acc_prepare_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_backward_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
+_gostring_ _wrap_acc_backward_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_status result;
@@ -2206,7 +2641,7 @@ _gostring_ _wrap_acc_backward_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_accumulate_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+_gostring_ _wrap_acc_accumulate_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_status result;
@@ -2225,7 +2660,7 @@ _gostring_ _wrap_acc_accumulate_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_accumulate_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+_gostring_ _wrap_acc_accumulate_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_status result;
@@ -2244,7 +2679,7 @@ _gostring_ _wrap_acc_accumulate_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_sync_gradients_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_sync_gradients_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2263,7 +2698,7 @@ _gostring_ _wrap_acc_sync_gradients_raw_8e2f259e9ab311e8(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_grad_scaler_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_acc_grad_scaler_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   double *arg2 = (double *) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -2284,7 +2719,7 @@ _gostring_ _wrap_acc_grad_scaler_state_raw_8e2f259e9ab311e8(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_clip_grad_norm_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
+_gostring_ _wrap_acc_clip_grad_norm_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   double arg3 ;
@@ -2309,7 +2744,7 @@ _gostring_ _wrap_acc_clip_grad_norm_raw_8e2f259e9ab311e8(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_clip_grad_value_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_acc_clip_grad_value_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   double arg3 ;
@@ -2330,7 +2765,7 @@ _gostring_ _wrap_acc_clip_grad_value_raw_8e2f259e9ab311e8(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_gather_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2351,7 +2786,7 @@ _gostring_ _wrap_acc_gather_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_gather_for_metrics_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_for_metrics_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2372,7 +2807,7 @@ _gostring_ _wrap_acc_gather_for_metrics_raw_8e2f259e9ab311e8(acc_accelerator *_s
 }
 
 
-_gostring_ _wrap_acc_reduce_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_reduce_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_reduce_op arg3 ;
@@ -2395,7 +2830,7 @@ _gostring_ _wrap_acc_reduce_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_broadcast_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_broadcast_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2418,7 +2853,7 @@ _gostring_ _wrap_acc_broadcast_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_pad_across_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
+_gostring_ _wrap_acc_pad_across_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2445,7 +2880,7 @@ _gostring_ _wrap_acc_pad_across_processes_raw_8e2f259e9ab311e8(acc_accelerator *
 }
 
 
-_gostring_ _wrap_acc_split_between_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
+_gostring_ _wrap_acc_split_between_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int64_t arg2 ;
   int32_t arg3 ;
@@ -2472,7 +2907,7 @@ _gostring_ _wrap_acc_split_between_processes_raw_8e2f259e9ab311e8(acc_accelerato
 }
 
 
-_gostring_ _wrap_acc_split_tensor_between_processes_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_split_tensor_between_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2495,7 +2930,7 @@ _gostring_ _wrap_acc_split_tensor_between_processes_raw_8e2f259e9ab311e8(acc_acc
 }
 
 
-_gostring_ _wrap_acc_gather_object_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -2516,7 +2951,7 @@ _gostring_ _wrap_acc_gather_object_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_broadcast_object_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
+_gostring_ _wrap_acc_broadcast_object_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   int32_t arg3 ;
@@ -2539,7 +2974,7 @@ _gostring_ _wrap_acc_broadcast_object_raw_8e2f259e9ab311e8(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_gather_object_for_metrics_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_for_metrics_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -2560,7 +2995,7 @@ _gostring_ _wrap_acc_gather_object_for_metrics_raw_8e2f259e9ab311e8(acc_accelera
 }
 
 
-_gostring_ _wrap_acc_bytes_list_create_raw_8e2f259e9ab311e8(acc_bytes_list **_swig_go_0) {
+_gostring_ _wrap_acc_bytes_list_create_raw_0d70df4d24ff368f(acc_bytes_list **_swig_go_0) {
   acc_bytes_list **arg1 = (acc_bytes_list **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2577,7 +3012,7 @@ _gostring_ _wrap_acc_bytes_list_create_raw_8e2f259e9ab311e8(acc_bytes_list **_sw
 }
 
 
-void _wrap_acc_bytes_list_destroy_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0) {
+void _wrap_acc_bytes_list_destroy_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   
   arg1 = (acc_bytes_list *)_swig_go_0; 
@@ -2587,7 +3022,7 @@ void _wrap_acc_bytes_list_destroy_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_bytes_list_append_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_append_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2607,7 +3042,7 @@ _gostring_ _wrap_acc_bytes_list_append_raw_8e2f259e9ab311e8(acc_bytes_list *_swi
 }
 
 
-_gostring_ _wrap_acc_bytes_list_count_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_count_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2626,7 +3061,7 @@ _gostring_ _wrap_acc_bytes_list_count_raw_8e2f259e9ab311e8(acc_bytes_list *_swig
 }
 
 
-_gostring_ _wrap_acc_bytes_list_get_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_bytes_list_get_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -2649,7 +3084,7 @@ _gostring_ _wrap_acc_bytes_list_get_raw_8e2f259e9ab311e8(acc_bytes_list *_swig_g
 }
 
 
-_gostring_ _wrap_acc_save_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_save_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2674,7 +3109,7 @@ _gostring_ _wrap_acc_save_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_load_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_load_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2699,7 +3134,7 @@ _gostring_ _wrap_acc_load_state_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_resume_from_checkpoint_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_resume_from_checkpoint_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2718,7 +3153,7 @@ _gostring_ _wrap_acc_resume_from_checkpoint_raw_8e2f259e9ab311e8(acc_accelerator
 }
 
 
-_gostring_ _wrap_acc_init_trackers_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
+_gostring_ _wrap_acc_init_trackers_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2756,7 +3191,7 @@ _gostring_ _wrap_acc_init_trackers_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_log_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2) {
+_gostring_ _wrap_acc_log_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   int64_t arg3 ;
@@ -2782,7 +3217,7 @@ _gostring_ _wrap_acc_log_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_end_training_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_end_training_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2799,7 +3234,7 @@ _gostring_ _wrap_acc_end_training_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go
 }
 
 
-_gostring_ _wrap_acc_save_model_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_save_model_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2832,7 +3267,7 @@ _gostring_ _wrap_acc_save_model_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gos
 }
 
 
-_gostring_ _wrap_acc_model_save_pretrained_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_model_save_pretrained_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2865,7 +3300,7 @@ _gostring_ _wrap_acc_model_save_pretrained_raw_8e2f259e9ab311e8(acc_model *_swig
 }
 
 
-_gostring_ _wrap_acc_model_add_lora_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_add_lora_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2889,7 +3324,7 @@ _gostring_ _wrap_acc_model_add_lora_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_model_load_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_model_load_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2921,7 +3356,7 @@ _gostring_ _wrap_acc_model_load_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_save_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_save_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2946,7 +3381,7 @@ _gostring_ _wrap_acc_model_save_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_go_0) {
+_gostring_ _wrap_acc_model_merge_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2963,7 +3398,7 @@ _gostring_ _wrap_acc_model_merge_adapter_raw_8e2f259e9ab311e8(acc_model *_swig_g
 }
 
 
-_gostring_ _wrap_acc_profile_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_profile_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2987,7 +3422,7 @@ _gostring_ _wrap_acc_profile_begin_raw_8e2f259e9ab311e8(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_profile_step_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_profile_step_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3004,7 +3439,7 @@ _gostring_ _wrap_acc_profile_step_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go
 }
 
 
-_gostring_ _wrap_acc_profile_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_profile_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3018,6 +3453,135 @@ _gostring_ _wrap_acc_profile_end_raw_8e2f259e9ab311e8(acc_accelerator *_swig_go_
     _swig_go_result = accx_status_string(result, acc_last_error_message()); 
   } 
   return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_tokenizer_from_pretrained_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, acc_tokenizer **_swig_go_1) {
+  char *arg1 = (char *) 0 ;
+  acc_tokenizer **arg2 = (acc_tokenizer **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = NULL;
+  if (_swig_go_0.n > 0) {
+    arg1 = (char *)malloc((size_t)_swig_go_0.n + 1);
+    memcpy((char*)arg1, _swig_go_0.p, (size_t)_swig_go_0.n);
+    ((char*)arg1)[_swig_go_0.n] = '\0';
+  } 
+  arg2 = (acc_tokenizer **)_swig_go_1; 
+  
+  result = (acc_status)acc_tokenizer_from_pretrained((char const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg1); 
+  return _swig_go_result;
+}
+
+
+void _wrap_acc_tokenizer_destroy_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  
+  acc_tokenizer_destroy(arg1);
+  
+}
+
+
+_gostring_ _wrap_acc_tokenizer_save_pretrained_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1) {
+  acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
+  char *arg2 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_tokenizer *)_swig_go_0; 
+  arg2 = NULL;
+  if (_swig_go_1.n > 0) {
+    arg2 = (char *)malloc((size_t)_swig_go_1.n + 1);
+    memcpy((char*)arg2, _swig_go_1.p, (size_t)_swig_go_1.n);
+    ((char*)arg2)[_swig_go_1.n] = '\0';
+  } 
+  
+  result = (acc_status)acc_tokenizer_save_pretrained((struct acc_tokenizer const *)arg1,(char const *)arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_encoding_count_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, long long *_swig_go_1) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_encoding *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (acc_status)acc_encoding_count((struct acc_encoding const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_encoding_sample_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  int64_t arg2 ;
+  int64_t *arg3 = (int64_t *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_encoding *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  arg3 = (int64_t *)_swig_go_2; 
+  
+  result = (acc_status)acc_encoding_sample((struct acc_encoding const *)arg1,arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_encoding_to_batch_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, acc_batch **_swig_go_1) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  acc_batch **arg2 = (acc_batch **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_encoding *)_swig_go_0; 
+  arg2 = (acc_batch **)_swig_go_1; 
+  
+  result = (acc_status)acc_encoding_to_batch((struct acc_encoding const *)arg1,arg2);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+void _wrap_acc_encoding_destroy_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0) {
+  acc_encoding *arg1 = (acc_encoding *) 0 ;
+  
+  arg1 = (acc_encoding *)_swig_go_0; 
+  
+  acc_encoding_destroy(arg1);
+  
 }
 
 

@@ -21,11 +21,31 @@ public class AccRaw implements AccRawConstants {
 
   public static java.nio.ByteBuffer accx_direct_buffer(long address, long nbytes) { return AccRawJNI.accx_direct_buffer(address, nbytes); }
 
+  public static void accx_generate_text_java(long model, long tok, byte[] prompt, byte[] options_json, Object listener, byte[][] out_text) { AccRawJNI.accx_generate_text_java(model, tok, prompt, options_json, listener, out_text); }
+
   public static void accx_dlpack_bytes(long src, long[] data, long[] nbytes) { AccRawJNI.accx_dlpack_bytes(src, data, nbytes); }
 
   public static void accx_dlpack_release(long src) {
     AccRawJNI.accx_dlpack_release(src);
   }
+
+  public static void accx_tokenizer_train_bpe(byte[] data, long[] lengths, byte[] options_json, long[] out) { AccRawJNI.accx_tokenizer_train_bpe(data, lengths, options_json, out); }
+
+  public static void accx_tokenizer_encode(long tok, byte[] data, long[] lengths, byte[] pair_data, long[] pair_lengths, byte[] options_json, long[] out) { AccRawJNI.accx_tokenizer_encode(tok, data, lengths, pair_data, pair_lengths, options_json, out); }
+
+  public static void accx_tokenizer_info(long tok, byte[][] out_text) { AccRawJNI.accx_tokenizer_info(tok, out_text); }
+
+  public static void accx_tokenizer_set_special_token(long tok, byte[] name, byte[] token_or_null) { AccRawJNI.accx_tokenizer_set_special_token(tok, name, token_or_null); }
+
+  public static void accx_tokenizer_token_to_id(long tok, byte[] token, long[] out) { AccRawJNI.accx_tokenizer_token_to_id(tok, token, out); }
+
+  public static void accx_tokenizer_id_to_token(long tok, long id, byte[][] out_text) { AccRawJNI.accx_tokenizer_id_to_token(tok, id, out_text); }
+
+  public static void accx_tokenizer_decode(long tok, long[] ids, byte[] options_json, byte[][] out_text) { AccRawJNI.accx_tokenizer_decode(tok, ids, options_json, out_text); }
+
+  public static void accx_tokenizer_apply_chat_template(long tok, byte[] messages_json, byte[] options_json, byte[][] out_text, long[] out_encoding) { AccRawJNI.accx_tokenizer_apply_chat_template(tok, messages_json, options_json, out_text, out_encoding); }
+
+  public static void accx_encoding_read(long enc, long row, String field, long[] values, long[] out) { AccRawJNI.accx_encoding_read(enc, row, field, values, out); }
 
   public static String acc_version() {
     return AccRawJNI.acc_version();
@@ -292,5 +312,23 @@ public class AccRaw implements AccRawConstants {
   public static void acc_profile_step(long acc) { AccRawJNI.acc_profile_step(acc); }
 
   public static void acc_profile_end(long acc) { AccRawJNI.acc_profile_end(acc); }
+
+  public static void acc_tokenizer_from_pretrained(String dir, long[] out) { AccRawJNI.acc_tokenizer_from_pretrained(dir, out); }
+
+  public static void acc_tokenizer_destroy(long tok) {
+    AccRawJNI.acc_tokenizer_destroy(tok);
+  }
+
+  public static void acc_tokenizer_save_pretrained(long tok, String dir) { AccRawJNI.acc_tokenizer_save_pretrained(tok, dir); }
+
+  public static void acc_encoding_count(long enc, long[] out) { AccRawJNI.acc_encoding_count(enc, out); }
+
+  public static void acc_encoding_sample(long enc, long row, long[] out) { AccRawJNI.acc_encoding_sample(enc, row, out); }
+
+  public static void acc_encoding_to_batch(long enc, long[] out) { AccRawJNI.acc_encoding_to_batch(enc, out); }
+
+  public static void acc_encoding_destroy(long enc) {
+    AccRawJNI.acc_encoding_destroy(enc);
+  }
 
 }

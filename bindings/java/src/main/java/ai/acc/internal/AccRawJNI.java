@@ -18,8 +18,18 @@ public class AccRawJNI {
   public final static native void accx_register_for_checkpointing_java(long jarg2, Object jarg3);
   public final static native void accx_generate_java(long jarg2, long jarg3, long jarg4, String jarg5, Object jarg6, long[] jarg7);
   public final static native java.nio.ByteBuffer accx_direct_buffer(long jarg2, long jarg3);
+  public final static native void accx_generate_text_java(long jarg2, long jarg3, byte[] jarg4, byte[] jarg5, Object jarg6, byte[][] jarg7);
   public final static native void accx_dlpack_bytes(long jarg1, long[] jarg2, long[] jarg3);
   public final static native void accx_dlpack_release(long jarg1);
+  public final static native void accx_tokenizer_train_bpe(byte[] jarg1, long[] jarg3, byte[] jarg5, long[] jarg6);
+  public final static native void accx_tokenizer_encode(long jarg1, byte[] jarg2, long[] jarg4, byte[] jarg6, long[] jarg8, byte[] jarg10, long[] jarg11);
+  public final static native void accx_tokenizer_info(long jarg1, byte[][] jarg2);
+  public final static native void accx_tokenizer_set_special_token(long jarg1, byte[] jarg2, byte[] jarg3);
+  public final static native void accx_tokenizer_token_to_id(long jarg1, byte[] jarg2, long[] jarg3);
+  public final static native void accx_tokenizer_id_to_token(long jarg1, long jarg2, byte[][] jarg3);
+  public final static native void accx_tokenizer_decode(long jarg1, long[] jarg2, byte[] jarg4, byte[][] jarg5);
+  public final static native void accx_tokenizer_apply_chat_template(long jarg1, byte[] jarg2, byte[] jarg3, byte[][] jarg4, long[] jarg6);
+  public final static native void accx_encoding_read(long jarg1, long jarg2, String jarg3, long[] jarg4, long[] jarg6);
   public final static native String acc_version();
   public final static native void acc_abi_check(int jarg1);
   public final static native String acc_build_info();
@@ -141,4 +151,11 @@ public class AccRawJNI {
   public final static native void acc_profile_begin(long jarg1, String jarg2);
   public final static native void acc_profile_step(long jarg1);
   public final static native void acc_profile_end(long jarg1);
+  public final static native void acc_tokenizer_from_pretrained(String jarg1, long[] jarg2);
+  public final static native void acc_tokenizer_destroy(long jarg1);
+  public final static native void acc_tokenizer_save_pretrained(long jarg1, String jarg2);
+  public final static native void acc_encoding_count(long jarg1, long[] jarg2);
+  public final static native void acc_encoding_sample(long jarg1, long jarg2, long[] jarg3);
+  public final static native void acc_encoding_to_batch(long jarg1, long[] jarg2);
+  public final static native void acc_encoding_destroy(long jarg1);
 }

@@ -68,12 +68,31 @@
 //! # }
 //! ```
 //!
+//! # Text
+//! [`Tokenizer`] is transformers' `AutoTokenizer` (the `tokenizers` crate inside libacc): encode batches
+//! into an [`Encoding`] (padding, truncation, offsets; [`Encoding::to_batch`] makes the named batch a
+//! model takes), decode, look up tokens, render chat templates (with the assistant masks of their
+//! `{% generation %}` blocks) and train a byte-level BPE. It is `Send + Sync`: data-loader threads share
+//! one. [`Model::generate_text`] generates text with a callback for its pieces, and
+//! [`Model::generate_text_stream`] as an iterator of pieces.
+//!
+//! ```no_run
+//! # fn main() -> acc::Result<()> {
+//! let tok = acc::Tokenizer::from_pretrained("tests/text/tiny/bytebpe")?;
+//! let chat = r#"[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]"#;
+//! let (text, enc) = tok.apply_chat_template_encoded(chat, None)?;
+//! println!("{text}\n{:?}", enc.assistant_masks(0)?);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Errors, lifetimes, threads
 //! * Every fallible call returns [`Result<T, acc::Error>`](Error): the status [`ErrorCode`] and
 //!   libacc's message, read right after the failing call on the same thread.
 //! * Every handle frees itself on drop. Handles keep what they depend on alive inside libacc, so
 //!   dropping them in any order is safe.
-//! * Handles are `Send` but not `Sync`: libacc allows one thread at a time per handle.
+//! * Handles are `Send` but not `Sync`: libacc allows one thread at a time per handle ([`Tokenizer`],
+//!   thread-safe in libacc, is `Sync` too).
 //! * A handle cannot be used after it is dropped, so the C ABI's "NULL handle" errors cannot happen
 //!   here:
 //!
@@ -92,6 +111,7 @@
 mod batch;
 mod error;
 mod tensor;
+mod text;
 mod train;
 
 use std::ffi::{CStr, CString};
@@ -101,6 +121,7 @@ pub use acc_sys as sys;
 pub use batch::{BatchIter, NamedBatch};
 pub use error::{Error, ErrorCode, Result};
 pub use tensor::{DType, Element, Tensor, TensorView};
+pub use text::{Encoding, TextStream, Tokenizer};
 pub use train::{Accelerator, Batch, DataLoader, Dataset, Model, Optimizer, Profile, ReduceOp, Scheduler};
 
 /// The ABI this crate was generated for.

@@ -41,7 +41,7 @@ macro_rules! handle {
                     .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL handle"))
             }
             #[allow(dead_code)]
-            fn as_ptr(&self) -> *mut sys::$raw {
+            pub(crate) fn as_ptr(&self) -> *mut sys::$raw {
                 self.ptr.as_ptr()
             }
         }

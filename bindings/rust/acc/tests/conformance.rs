@@ -1341,3 +1341,180 @@ fn profile() {
     assert!(!trace.contains("\"ProfilerStep#1\""), "step 1 (warmup) was recorded");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The tiny byte-level BPE tokenizer of tests/text (with a {% generation %} chat template).
+fn tiny_tokenizer_dir() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../tests/text/tiny/bytebpe")
+        .to_string_lossy()
+        .into_owned()
+}
+
+// scenario: text
+#[test]
+fn text() {
+    use acc::Tokenizer;
+    expect_err(
+        Tokenizer::from_pretrained("/nonexistent/tok"),
+        ErrorCode::InvalidArgument,
+        "/nonexistent/tok",
+    );
+    let tok = Tokenizer::from_pretrained(&tiny_tokenizer_dir()).unwrap();
+    let info = tok.info().unwrap();
+    assert!(info.contains("\"eos_token\":\"<|im_end|>\""), "{info}");
+
+    // A padded batch, its rows and its tensors.
+    let texts = ["Hello world!", "A longer sentence, with more tokens in it."];
+    let enc = tok
+        .encode_batch(&texts, Some(r#"{"padding": true, "padding_side": "left"}"#))
+        .unwrap();
+    assert_eq!(enc.len(), 2);
+    let (ids0, ids1, mask0) = (
+        enc.input_ids(0).unwrap(),
+        enc.input_ids(1).unwrap(),
+        enc.attention_mask(0).unwrap(),
+    );
+    assert!(ids0.len() == ids1.len() && ids0.len() == mask0.len() && ids0.len() > 3);
+    assert_eq!((mask0[0], mask0[mask0.len() - 1]), (0, 1)); // left padding
+    assert_eq!(enc.sample(1).unwrap(), 1);
+    assert_eq!(enc.offsets(1).unwrap().len(), ids1.len());
+    expect_err(enc.get(2, "input_ids"), ErrorCode::InvalidArgument, "row 2");
+    expect_err(enc.get(0, "labels"), ErrorCode::InvalidArgument, "labels");
+    let batch = enc.to_batch().unwrap();
+    assert_eq!(
+        batch.get("input_ids").unwrap().shape().unwrap(),
+        vec![2, ids1.len() as i64]
+    );
+
+    // Unpadded rows are no batch; decode; options named in errors.
+    let ragged = tok.encode_batch(&texts, None).unwrap();
+    expect_err(ragged.to_batch(), ErrorCode::InvalidArgument, "padding");
+    let back = tok
+        .decode(ragged.input_ids(0).unwrap(), Some(r#"{"skip_special_tokens": true}"#))
+        .unwrap();
+    assert_eq!(back, "Hello world!");
+    expect_err(
+        tok.encode_batch(&texts, Some(r#"{"paddin": true}"#)),
+        ErrorCode::InvalidConfig,
+        "paddin",
+    );
+    expect_err(tok.decode(&[-1], None), ErrorCode::InvalidArgument, "-1");
+    let wide = "héllo 👋 世界";
+    let e = tok.encode(wide, Some(r#"{"add_special_tokens": false}"#)).unwrap();
+    assert_eq!(tok.decode(e.input_ids(0).unwrap(), None).unwrap(), wide);
+    let pairs = tok.encode_pairs(&["question"], &["answer"], None).unwrap();
+    assert!(pairs.get(0, "sequence_ids").unwrap().contains(&1));
+    expect_err(
+        tok.encode_pairs(&["a", "b"], &["c"], None),
+        ErrorCode::InvalidArgument,
+        "pairs",
+    );
+
+    // Vocabulary look-ups.
+    let id = tok.token_to_id("<|im_end|>").unwrap().expect("a special token");
+    assert_eq!(tok.id_to_token(id).unwrap().as_deref(), Some("<|im_end|>"));
+    assert_eq!(tok.token_to_id("definitely not a token").unwrap(), None);
+    assert_eq!(tok.id_to_token(1 << 40).unwrap(), None);
+
+    // The chat template, with the assistant mask of its {% generation %} block.
+    let chat = r#"[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]"#;
+    let (rendered, enc) = tok.apply_chat_template_encoded(chat, Some(r#"{"now": 0}"#)).unwrap();
+    assert!(rendered.contains("<|im_start|>assistant\nHello!"), "{rendered}");
+    assert_eq!(tok.apply_chat_template(chat, Some(r#"{"now": 0}"#)).unwrap(), rendered);
+    let masks = enc.assistant_masks(0).unwrap();
+    let ones = masks.iter().sum::<i64>();
+    assert!(ones > 0 && (ones as usize) < masks.len(), "{masks:?}");
+    expect_err(
+        tok.apply_chat_template(chat, Some(r#"{"chat_template": "{{ raise_exception('no way') }}"}"#)),
+        ErrorCode::InvalidArgument,
+        "no way",
+    );
+
+    // Train, save, load back: the same ids.
+    let corpus = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"];
+    let trained = Tokenizer::train_bpe(
+        &corpus,
+        Some(r#"{"vocab_size": 300, "special_tokens": ["<|end|>", "<|pad|>"], "eos_token": "<|end|>", "pad_token": "<|pad|>"}"#),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("acc-rust-text-{}", std::process::id()));
+    trained.save_pretrained(dir.to_str().unwrap()).unwrap();
+    let mut reloaded = Tokenizer::from_pretrained(dir.to_str().unwrap()).unwrap();
+    let (a, b) = (
+        trained.encode(corpus[0], None).unwrap(),
+        reloaded.encode(corpus[0], None).unwrap(),
+    );
+    assert!(!a.input_ids(0).unwrap().is_empty());
+    assert_eq!(a.input_ids(0).unwrap(), b.input_ids(0).unwrap());
+    reloaded.set_special_token("pad_token", Some("<|end|>")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    expect_err(
+        Tokenizer::train_bpe(&corpus, Some(r#"{"eos_token": "<|missing|>"}"#)),
+        ErrorCode::InvalidArgument,
+        "<|missing|>",
+    );
+
+    // One tokenizer shared by data-loader threads: the same ids as on one thread.
+    let lines: Vec<String> = (0..64)
+        .map(|i| format!("line {i}: the quick brown fox {} jumps", i * 7919))
+        .collect();
+    let expected: Vec<Vec<i64>> = lines
+        .iter()
+        .map(|l| tok.encode(l, None).unwrap().input_ids(0).unwrap().to_vec())
+        .collect();
+    let shared = Arc::new(tok);
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (t, lines) = (shared.clone(), lines.clone());
+            std::thread::spawn(move || {
+                let enc = t.encode_batch(&lines, None).unwrap();
+                (0..enc.len())
+                    .map(|r| enc.input_ids(r).unwrap().to_vec())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for w in workers {
+        assert_eq!(w.join().unwrap(), expected);
+    }
+
+    // Text generation: the pieces, through a callback and through the iterator, make the text.
+    let len = info
+        .split("\"len\":")
+        .nth(1)
+        .unwrap()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .to_string();
+    let config = format!(
+        r#"{{"architectures": ["LlamaForCausalLM"], "vocab_size": {len}, "hidden_size": 16, "intermediate_size": 32,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}}"#
+    );
+    let model = Model::from_config(&config, None).unwrap();
+    let opts = Some(r#"{"max_new_tokens": 8, "eos_token_id": []}"#);
+    let mut pieces = String::new();
+    let text = model
+        .generate_text(
+            &shared,
+            "Hello",
+            opts,
+            Some(&mut |p: &str| {
+                pieces.push_str(p);
+                true
+            }),
+        )
+        .unwrap();
+    assert_eq!(text, pieces);
+    expect_err(
+        model.generate_text(&shared, "Hello", Some(r#"{"stop_strings": 3}"#), None),
+        ErrorCode::InvalidConfig,
+        "stop_strings",
+    );
+    let mut stream = model.generate_text_stream(shared.clone(), "Hello", opts).unwrap();
+    let streamed: String = (&mut stream).collect();
+    let (model, again) = stream.finish();
+    assert_eq!(again.unwrap(), streamed);
+    assert_eq!(streamed, text); // greedy: the same text
+    drop(model.generate_text_stream(shared, "Hello", opts).unwrap()); // dropped early: stops, joins
+}

@@ -167,6 +167,29 @@ TEST_P(Tokenizers, EqualTransformers) {
   EXPECT_GT(batches, 3);
 }
 
+// save_pretrained, then from_pretrained again: the same ids on every encode case. The folders stay in
+// $ACC_TEXT_SAVE_DIR when set (check_saved.py loads them with transformers' AutoTokenizer).
+TEST_P(Tokenizers, SavedFolderLoadsBack) {
+  Fixture f = load(GetParam());
+  const char* keep = std::getenv("ACC_TEXT_SAVE_DIR");
+  const std::string dir = std::string(keep ? keep : ::testing::TempDir()) + "/saved_" + f.name;
+  fs::create_directories(dir);
+  f.tok->save_pretrained(dir);
+  auto back = Tokenizer::from_pretrained(dir);
+  EXPECT_EQ(back->all_special_tokens(), f.tok->all_special_tokens());
+  EXPECT_EQ(back->chat_templates(), f.tok->chat_templates());
+  int compared = 0;
+  for (const auto& c : f.doc->root().get("cases").elements()) {
+    if (c.get_string("kind") != "encode" || !c.get("pair").is_null()) continue;
+    text::EncodeOptions o;
+    o.add_special_tokens = c.get_bool("add_special_tokens");
+    EXPECT_EQ(back->encode(c.get_string("text"), o).ids, ints(c.get("ids"))) << c.get_string("name");
+    ++compared;
+  }
+  EXPECT_GT(compared, 10);
+  if (!keep) fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Tokenizers,
                          ::testing::Values("llama3", "qwen3", "gemma", "mistral", "gpt2", "tiny_bytebpe", "tiny_spbpe",
                                            "tiny_wordpiece", "tiny_unigram"));

@@ -1,0 +1,274 @@
+/*
+ * Chat fine-tuning with no Python anywhere: a JSONL file of conversations (examples/data/chat_sft.jsonl, one
+ * JSON array of messages a line) becomes a byte-level BPE tokenizer trained on it (acc_tokenizer_train_bpe:
+ * tokenizers' BpeTrainer, a from-scratch model's first step) with Qwen2's ChatML chat template; every
+ * conversation is rendered and tokenized by that template (acc_tokenizer_apply_chat_template) with the loss on
+ * the assistant's tokens only (the template's {% generation %} blocks, as TRL's assistant_only_loss); a small
+ * Llama built from a config is fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings and
+ * head trained whole since the base is fresh) in any number of processes; then it answers a question as text,
+ * streamed in pieces as transformers' TextStreamer prints them (acc_generate_text).
+ *
+ *   acc launch --num_processes 2 chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT]
+ *
+ * OUT/tokenizer holds the tokenizer (transformers' AutoTokenizer loads it), OUT/adapter the adapter.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <acc/acc.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CHECK(call)                                                                                   \
+  do {                                                                                                \
+    acc_status st_ = (call);                                                                          \
+    if (st_ != ACC_OK) {                                                                              \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
+      exit(1);                                                                                        \
+    }                                                                                                 \
+  } while (0)
+
+enum { MAX_LEN = 64, MAX_LINES = 100000 };
+
+/* Qwen2-Instruct's ChatML template, with {% generation %} around what the assistant says (what TRL asks of a
+ * template for assistant-only loss). */
+static const char* kTemplate =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}{% generation %}"
+    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static const char* kLora =
+    "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", "
+    "\"modules_to_save\": [\"embed_tokens\", \"lm_head\"]}";
+
+static char** read_lines(const char* path, int64_t* count) {
+  FILE* f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "cannot open %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  char** lines = malloc(MAX_LINES * sizeof *lines);
+  char* line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  *count = 0;
+  while ((n = getline(&line, &cap, f)) > 0 && *count < MAX_LINES) {
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    if (n > 0) lines[(*count)++] = strdup(line);
+  }
+  free(line);
+  fclose(f);
+  return lines;
+}
+
+static void make_dir(const char* path) {
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "cannot create %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+}
+
+/* acc_generate_text's callback: prints each piece as it comes. */
+static int32_t print_piece(void* user, const char* piece, size_t length) {
+  (void)user;
+  fwrite(piece, 1, length, stdout);
+  fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* data = "examples/data/chat_sft.jsonl";
+  const char* out_dir = "out/chat_sft";
+  const char* prompt = "What is the capital of Japan?";
+  int steps = 300, batch = 16;
+  for (int i = 1; i < argc; ++i) {
+    const char* flag = argv[i];
+    const char* value = i + 1 < argc ? argv[++i] : NULL;
+    if (!value) flag = "";
+    if (!strcmp(flag, "--data")) data = value;
+    else if (!strcmp(flag, "--out")) out_dir = value;
+    else if (!strcmp(flag, "--prompt")) prompt = value;
+    else if (!strcmp(flag, "--steps")) steps = atoi(value);
+    else if (!strcmp(flag, "--batch")) batch = atoi(value);
+    else {
+      fprintf(stderr, "usage: chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT]\n");
+      return 2;
+    }
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  CHECK(acc_abi_check(ACC_ABI_VERSION));
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 42}", &acc));
+  int32_t is_main;
+  CHECK(acc_is_main_process(acc, &is_main));
+  int64_t n_conv;
+  char** lines = read_lines(data, &n_conv);
+
+  char template_escaped[2048];
+  {
+    /* The template as a JSON string: its quotes and backslashes escaped. */
+    char escaped[2048];
+    size_t k = 0;
+    for (const char* p = kTemplate; *p && k + 2 < sizeof escaped; ++p) {
+      if (*p == '"' || *p == '\\') escaped[k++] = '\\';
+      escaped[k++] = *p;
+    }
+    escaped[k] = '\0';
+    snprintf(template_escaped, sizeof template_escaped, "%s", escaped);
+  }
+  /* The tokenizer: trained by the main process on the conversations, saved, loaded by every process. */
+  char tok_dir[4096], adapter_dir[4096];
+  snprintf(tok_dir, sizeof tok_dir, "%s/tokenizer", out_dir);
+  snprintf(adapter_dir, sizeof adapter_dir, "%s/adapter", out_dir);
+  if (is_main) {
+    make_dir(out_dir);
+    size_t* lengths = malloc((size_t)n_conv * sizeof *lengths);
+    for (int64_t i = 0; i < n_conv; ++i) lengths[i] = strlen(lines[i]);
+    acc_tokenizer* trained;
+    char options[8192];
+    snprintf(options, sizeof options,
+             "{\"vocab_size\": 600, \"special_tokens\": [\"<|endoftext|>\", \"<|im_start|>\", \"<|im_end|>\"], "
+             "\"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|endoftext|>\", \"model_max_length\": %d, "
+             "\"chat_template\": \"%s\"}",
+             MAX_LEN, template_escaped);
+    CHECK(acc_tokenizer_train_bpe((const char* const*)lines, lengths, n_conv, options, &trained));
+    free(lengths);
+    CHECK(acc_tokenizer_save_pretrained(trained, tok_dir));
+    acc_tokenizer_destroy(trained);
+  }
+  CHECK(acc_wait_for_everyone(acc));
+  acc_tokenizer* tok;
+  CHECK(acc_tokenizer_from_pretrained(tok_dir, &tok));
+
+  /* Every conversation rendered by the template and tokenized, padded to MAX_LEN: input_ids, attention_mask and
+   * labels (-100 outside the assistant's tokens and on padding, as transformers' collators). */
+  /* The tokenizer's own template (saved with it) renders; the ids are truncated and padded to MAX_LEN. */
+  char template_opts[256];
+  snprintf(template_opts, sizeof template_opts,
+           "{\"truncation\": true, \"max_length\": %d, \"padding\": \"max_length\"}", MAX_LEN);
+  int64_t* ids = malloc((size_t)n_conv * MAX_LEN * sizeof *ids);
+  int64_t* mask = malloc((size_t)n_conv * MAX_LEN * sizeof *mask);
+  int64_t* labels = malloc((size_t)n_conv * MAX_LEN * sizeof *labels);
+  int64_t supervised = 0;
+  for (int64_t i = 0; i < n_conv; ++i) {
+    char* text;
+    acc_encoding* enc;
+    CHECK(acc_tokenizer_apply_chat_template(tok, lines[i], template_opts, &text, &enc));
+    const int64_t *row, *att, *assistant;
+    int64_t n, n2, n3;
+    CHECK(acc_encoding_get(enc, 0, "input_ids", &row, &n));
+    CHECK(acc_encoding_get(enc, 0, "attention_mask", &att, &n2));
+    CHECK(acc_encoding_get(enc, 0, "assistant_masks", &assistant, &n3));
+    for (int64_t t = 0; t < MAX_LEN; ++t) {
+      ids[i * MAX_LEN + t] = row[t];
+      mask[i * MAX_LEN + t] = att[t];
+      labels[i * MAX_LEN + t] = assistant[t] && att[t] ? row[t] : -100;
+      supervised += assistant[t] && att[t];
+    }
+    if (i == 0 && is_main) printf("conversation 0 as the template renders it:\n%s\n", text);
+    acc_text_free(text);
+    acc_encoding_destroy(enc);
+  }
+  const int64_t shape[2] = {n_conv, MAX_LEN};
+  const size_t bytes = (size_t)n_conv * MAX_LEN * sizeof(int64_t);
+  acc_tensor *t_ids, *t_mask, *t_labels;
+  CHECK(acc_tensor_from_host(ids, bytes, ACC_INT64, shape, 2, &t_ids));
+  CHECK(acc_tensor_from_host(mask, bytes, ACC_INT64, shape, 2, &t_mask));
+  CHECK(acc_tensor_from_host(labels, bytes, ACC_INT64, shape, 2, &t_labels));
+  acc_batch* columns;
+  CHECK(acc_batch_create(&columns));
+  CHECK(acc_batch_set(columns, "input_ids", t_ids));
+  CHECK(acc_batch_set(columns, "attention_mask", t_mask));
+  CHECK(acc_batch_set(columns, "labels", t_labels));
+  acc_dataset* ds;
+  CHECK(acc_dataset_from_batch(columns, &ds));
+  acc_batch_destroy(columns);
+  acc_tensor_destroy(t_ids), acc_tensor_destroy(t_mask), acc_tensor_destroy(t_labels);
+  free(ids), free(mask), free(labels);
+  char loader_opts[128];
+  snprintf(loader_opts, sizeof loader_opts, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 42, \"drop_last\": true}",
+           batch);
+  acc_dataloader* dl;
+  CHECK(acc_dataloader_create(ds, loader_opts, &dl));
+
+  /* A small Llama sized to the tokenizer, with a LoRA adapter. */
+  char* info;
+  CHECK(acc_tokenizer_info(tok, &info));
+  const char* at = strstr(info, "\"len\":");
+  const long long vocab = at ? atoll(at + 6) : 0;
+  acc_text_free(info);
+  int64_t eos, pad;
+  CHECK(acc_tokenizer_token_to_id(tok, "<|im_end|>", &eos));
+  CHECK(acc_tokenizer_token_to_id(tok, "<|endoftext|>", &pad));
+  char config[1024];
+  snprintf(config, sizeof config,
+           "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": %lld, "
+           "\"hidden_size\": 64, \"intermediate_size\": 172, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+           "\"num_key_value_heads\": 2, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-05, "
+           "\"tie_word_embeddings\": false, \"eos_token_id\": %lld, \"pad_token_id\": %lld, \"dtype\": \"float32\"}",
+           vocab, (long long)eos, (long long)pad);
+  acc_model* model;
+  CHECK(acc_model_from_config(config, NULL, &model));
+  CHECK(acc_model_add_lora(model, kLora));
+  CHECK(acc_model_set_training(model, 1));
+  acc_optimizer* opt;
+  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.005, \"weight_decay\": 0.0}", &opt));
+  CHECK(acc_prepare(acc, model, opt, NULL, dl));
+  if (is_main)
+    printf("%lld conversations, %lld assistant tokens to learn; vocabulary %lld; LoRA %s; %d steps\n",
+           (long long)n_conv, (long long)supervised, vocab, kLora, steps);
+
+  for (int step = 1; step <= steps;) {
+    acc_batch *b, *out;
+    CHECK(acc_dataloader_next_batch(dl, &b));
+    if (!b) continue; /* a new epoch */
+    CHECK(acc_model_forward_batch(model, b, &out));
+    acc_tensor *loss, *mean;
+    CHECK(acc_batch_get(out, "loss", &loss));
+    CHECK(acc_backward(acc, loss));
+    CHECK(acc_optimizer_step(opt));
+    CHECK(acc_optimizer_zero_grad(opt));
+    if (step % 50 == 0 || step == 1 || step == steps) {
+      double l;
+      CHECK(acc_reduce(acc, loss, ACC_REDUCE_MEAN, &mean));
+      CHECK(acc_tensor_item(mean, &l));
+      if (is_main) printf("step %4d/%d  loss %.4f\n", step, steps, l);
+      acc_tensor_destroy(mean);
+    }
+    acc_tensor_destroy(loss);
+    acc_batch_destroy(out);
+    acc_batch_destroy(b);
+    ++step;
+  }
+  CHECK(acc_model_save_adapter(model, adapter_dir));
+
+  /* The question, rendered by the template with the assistant's header, answered as text. */
+  if (is_main) {
+    CHECK(acc_model_set_training(model, 0));
+    char messages[1024], *rendered;
+    snprintf(messages, sizeof messages, "[{\"role\": \"user\", \"content\": \"%s\"}]", prompt);
+    CHECK(acc_tokenizer_apply_chat_template(tok, messages, "{\"add_generation_prompt\": true}", &rendered, NULL));
+    printf("user: %s\nassistant: ", prompt);
+    char* answer;
+    CHECK(acc_generate_text(model, tok, rendered,
+                            "{\"max_new_tokens\": 24, \"add_special_tokens\": false, \"skip_special_tokens\": true}",
+                            print_piece, NULL, &answer));
+    printf("\n");
+    acc_text_free(answer);
+    acc_text_free(rendered);
+    printf("saved the tokenizer to %s and the adapter to %s\n", tok_dir, adapter_dir);
+  }
+  acc_tokenizer_destroy(tok);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  for (int64_t i = 0; i < n_conv; ++i) free(lines[i]);
+  free(lines);
+  return 0;
+}

@@ -20,6 +20,10 @@ Seeds are small valid (and a few deliberately broken) inputs:
   fuzz_parallelism_sizes    the target's decisions as bytes (flags, where each size comes from, the sizes, the
                             processes), encoded below: the wrapping products of issue 36 and accepted meshes
   fuzz_profile_kwargs       acc_profile_begin's JSON: Accelerate's ProfileKwargs, bad schedules, an injection attempt
+  fuzz_tokenizer            tokenizer.json, a NUL, a text: tests/text/tiny's tokenizers and small BPE ones written
+                            below (look-around and catastrophic Split patterns, bad merges, a look-around Replace)
+  fuzz_chat_template        a mode byte, then a chat template (even) or a conversation's messages JSON (odd): the
+                            tiny byte-level BPE tokenizer's template, loops, macros, raise_exception, {% generation %}
 Dictionaries (libFuzzer -dict=) hold the schema's key names and accepted values, read from the key tables of
 docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test); LoraConfig's
 fields read from src/models/lora.cpp; regular-expression syntax; the byte encodings of sizes near the limits.
@@ -556,6 +560,103 @@ def profile_seeds():
     put("fuzz_profile_kwargs", "nothing.json", "")
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Issue 37's text library: tokenizer.json files with a text (fuzz_tokenizer), chat templates and conversations
+# (fuzz_chat_template), and their dictionaries.
+TINY = os.path.join(ROOT, "tests", "text", "tiny")
+
+
+def small_bpe(pre_tokenizer=None, normalizer=None, vocab=None, merges=None, **model):
+    m = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+         "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+         "vocab": vocab if vocab is not None else {"a": 0, "b": 1, "ab": 2, " ": 3},
+         "merges": merges if merges is not None else [["a", "b"]]}
+    m.update(model)
+    return json.dumps({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+                       "normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "post_processor": None,
+                       "decoder": None, "model": m}, separators=(",", ":"))
+
+
+def text_seeds():
+    sample = "Hello world! 12 caf\u00e9s, <|im_start|> \u4f60\u597d  \n\tend".encode().decode("unicode_escape")
+    for name in ("bytebpe", "spbpe", "unigram", "wordpiece"):
+        tj = open(os.path.join(TINY, name, "tokenizer.json"), "rb").read()
+        put("fuzz_tokenizer", f"tiny_{name}", tj + b"\0" + sample.encode())
+    split = {"type": "Split", "pattern": {"Regex": "\\s+(?!\\S)|\\w+"}, "behavior": "Isolated", "invert": False}
+    put("fuzz_tokenizer", "bpe_small", small_bpe() + "\0abab ba")
+    put("fuzz_tokenizer", "bpe_split_lookaround", small_bpe(split) + "\0ab  ab   ba")
+    put("fuzz_tokenizer", "bpe_catastrophic", small_bpe(dict(split, pattern={"Regex": "(a+)+(?!a)b"})) + "\0" + "a" * 64)
+    put("fuzz_tokenizer", "bpe_prefix", small_bpe(continuing_subword_prefix="##",
+                                                   vocab={"a": 0, "##b": 1, "ab": 2}, merges=[["a", "##b"]]) + "\0ab")
+    put("fuzz_tokenizer", "bpe_merge_missing", small_bpe(vocab={"a": 0, "b": 1}) + "\0ab")
+    put("fuzz_tokenizer", "replace_lookaround", small_bpe(normalizer={
+        "type": "Replace", "pattern": {"Regex": "a(?=b)"}, "content": "x"}) + "\0ab")
+    put("fuzz_tokenizer", "wordlevel", json.dumps({"model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1},
+                                                             "unk_token": "[UNK]"},
+                                                   "pre_tokenizer": {"type": "Whitespace"}}) + "\0a b a")
+    put("fuzz_tokenizer", "unknown_model", '{"model":{"type":"Quantum"}}\0x')
+    put("fuzz_tokenizer", "deep", "[" * 200 + "\0x")
+    put("fuzz_tokenizer", "bad_utf8", small_bpe().encode() + b"\0ab\xc3(")
+
+    config = json.load(open(os.path.join(TINY, "bytebpe", "tokenizer_config.json"), encoding="utf-8"))
+    templates = {
+        "bytebpe": config["chat_template"],
+        "loop": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+        "macro": "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
+        "raise": "{% if messages | length > 1 %}{{ raise_exception('too many') }}{% endif %}",
+        "methods": "{{ messages[0].content.strip().upper().split(' ') | tojson }}{{ 'x' * 3 }}"
+                   "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+        "generation": "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}",
+        "nested_loop": "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+        "repeat": "{{ 'x' * 10**9 }}",
+        "syntax": "{% for m in messages %}\n{% if %}",
+        "strftime": "{{ strftime_now('%Y-%m-%d') }}{{ bos_token }}{{ eos_token }}",
+    }
+    for name, t in templates.items():
+        put("fuzz_chat_template", "template_" + name, b"\0" + t.encode())
+    conversations = {
+        "plain": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+        "tool": [{"role": "user", "content": "Weather?"},
+                 {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+                     "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                 {"role": "tool", "content": "sunny"}],
+        "bad_role": [{"role": "wizard", "content": "x"}],
+        "generation_marks": [{"role": "user", "content": "\ufdd0"}],
+    }
+    for name, conv in conversations.items():
+        for mode in (1, 3, 5, 9):
+            put("fuzz_chat_template", f"messages_{name}_{mode}", bytes([mode]) + json.dumps(conv).encode())
+    put("fuzz_chat_template", "messages_not_json", b"\x01[[[[")
+
+    lines = ["# tokenizer.json: the keys and type names of the tokenizers crate's files, regular-expression syntax, "
+             "text (make_corpus.py)"]
+    words = ["{", "}", "[", "]", ":", ",", "true", "false", "null", "\0", "\"type\"", "\"model\"", "\"vocab\"",
+             "\"merges\"", "\"normalizer\"", "\"pre_tokenizer\"", "\"post_processor\"", "\"decoder\"",
+             "\"added_tokens\"", "\"pattern\"", "\"Regex\"", "\"String\"", "\"behavior\"", "\"invert\"",
+             "\"content\"", "\"special\"", "\"id\"", "\"unk_token\"", "\"unk_id\"",
+             "\"continuing_subword_prefix\"", "\"byte_fallback\"", "\"single\"", "\"pair\"",
+             "\"SpecialToken\"", "\"Sequence\"", "\"special_tokens\"", "\"ids\"", "\"tokens\""]
+    words += ['"' + t + '"' for t in ("BPE", "WordPiece", "WordLevel", "Unigram", "Split", "ByteLevel", "Metaspace",
+                                     "Whitespace", "WhitespaceSplit", "Punctuation", "Digits", "BertPreTokenizer",
+                                     "Replace", "NFC", "NFKC", "NFD", "Lowercase", "Strip", "Prepend", "ByteFallback",
+                                     "Fuse", "TemplateProcessing", "BertProcessing", "RobertaProcessing",
+                                     "Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous")]
+    words += ["(?=", "(?!", "(?<=", "(?<!", "\\\\s", "\\\\S", "\\\\p{L}", "+", "*", "\\\\1", " ", "\u00e9",
+              "\u2581", "<|im_start|>", "##"]
+    lines += [dict_line(w.encode().decode("latin-1")) for w in words]
+    out["dict/tokenizer.dict"] = ("\n".join(lines) + "\n").encode()
+    lines = ["# chat templates (Jinja as minijinja and transformers take it) and conversations' JSON (make_corpus.py)"]
+    words = ["{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "for ", " in ", "endfor", "if ", "elif", "else",
+             "endif", "set ", "endset", "macro ", "endmacro", "call", "endcall", "filter ", "endfilter",
+             "generation", "endgeneration", "namespace(", "range(", "loop.index", "loop.last", "messages",
+             "message['content']", "raise_exception(", "strftime_now(", "tojson", "| length", " ~ ", " * ", "**",
+             "'x'", "bos_token", "eos_token", "add_generation_prompt", "tools", ".strip()", ".split(", ".items()",
+             "\"role\"", "\"content\"", "\"user\"", "\"assistant\"", "\"system\"", "\"tool\"",
+             "\"tool_calls\"", "\"function\"", "\"arguments\"", "\ufdd0", "\ufdd1"]
+    lines += [dict_line(w.encode().decode("latin-1")) for w in words]
+    out["dict/jinja.dict"] = ("\n".join(lines) + "\n").encode()
+
+
 def main():
     check = "--check" in sys.argv[1:]
     dictionaries(schema_tables())
@@ -569,6 +670,7 @@ def main():
     pattern_seeds()
     parallelism_seeds()
     profile_seeds()
+    text_seeds()
     differ = []
     for rel, data in sorted(out.items()):
         path = os.path.join(HERE, rel)

@@ -3,6 +3,7 @@ package acc_test
 // The shared conformance scenarios (tests/bindings/scenarios.txt), in Go.
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -1586,4 +1587,205 @@ func TestProfile(t *testing.T) {
 	if strings.Contains(string(trace), `"ProfilerStep#1"`) {
 		t.Error("step 1 (warmup) was recorded")
 	}
+}
+
+// tinyTokenizer is the tiny byte-level BPE tokenizer of tests/text (with a {% generation %} chat template).
+func tinyTokenizer(t *testing.T) string {
+	t.Helper()
+	return must(filepath.Abs(filepath.Join("..", "..", "..", "tests", "text", "tiny", "bytebpe")))
+}
+
+// scenario: text
+func TestText(t *testing.T) {
+	_, err := acc.TokenizerFromPretrained("/nonexistent/tok")
+	expectErr(t, err, acc.ErrInvalidArgument, "/nonexistent/tok")
+	tok := must(acc.TokenizerFromPretrained(tinyTokenizer(t)))
+	defer tok.Close()
+	info := must(tok.Info())
+	if !strings.Contains(info.JSON, `"eos_token":"<|im_end|>"`) || info.SpecialTokens["eos_token"] != "<|im_end|>" || info.Len < info.VocabSize {
+		t.Fatalf("info %+v", info)
+	}
+
+	// A padded batch, its rows and its tensors.
+	texts := []string{"Hello world!", "A longer sentence, with more tokens in it."}
+	enc := must(tok.Encode(texts, map[string]any{"padding": true, "padding_side": "left"}))
+	defer enc.Close()
+	if enc.Len() != 2 {
+		t.Fatalf("%d rows", enc.Len())
+	}
+	ids0, ids1, mask0 := must(enc.InputIDs(0)), must(enc.InputIDs(1)), must(enc.AttentionMask(0))
+	if len(ids0) != len(ids1) || len(ids0) != len(mask0) || len(ids0) <= 3 || mask0[0] != 0 || mask0[len(mask0)-1] != 1 {
+		t.Fatalf("ids %v %v mask %v", ids0, ids1, mask0)
+	}
+	if s := must(enc.Sample(1)); s != 1 {
+		t.Fatalf("sample %d", s)
+	}
+	if off := must(enc.Offsets(1)); len(off) != len(ids1) {
+		t.Fatalf("offsets %v", off)
+	}
+	_, err = enc.Get(2, "input_ids")
+	expectErr(t, err, acc.ErrInvalidArgument, "row 2")
+	_, err = enc.Get(0, "labels")
+	expectErr(t, err, acc.ErrInvalidArgument, "labels")
+	batch := must(enc.ToBatch())
+	defer batch.Close()
+	ids := must(batch.Get("input_ids"))
+	defer ids.Close()
+	if shape := must(ids.Shape()); len(shape) != 2 || shape[0] != 2 || shape[1] != int64(len(ids1)) {
+		t.Fatalf("shape %v", shape)
+	}
+
+	// Unpadded rows are no batch; decode; options named in errors.
+	ragged := must(tok.Encode(texts, nil))
+	defer ragged.Close()
+	_, err = ragged.ToBatch()
+	expectErr(t, err, acc.ErrInvalidArgument, "padding")
+	if back := must(tok.Decode(must(ragged.InputIDs(0)), `{"skip_special_tokens": true}`)); back != "Hello world!" {
+		t.Fatalf("decoded %q", back)
+	}
+	_, err = tok.Encode(texts, `{"paddin": true}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "paddin")
+	_, err = tok.Decode([]int64{-1}, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "-1")
+	wide := "héllo 👋 世界"
+	we := must(tok.Encode([]string{wide}, map[string]any{"add_special_tokens": false}))
+	defer we.Close()
+	if back := must(tok.Decode(must(we.InputIDs(0)), nil)); back != wide {
+		t.Fatalf("decoded %q, want %q", back, wide)
+	}
+	pe := must(tok.EncodePairs([]string{"question"}, []string{"answer"}, nil))
+	defer pe.Close()
+	if seq := must(pe.Get(0, "sequence_ids")); !containsInt(seq, 1) {
+		t.Fatalf("sequence ids %v", seq)
+	}
+	_, err = tok.EncodePairs([]string{"a", "b"}, []string{"c"}, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "pairs")
+
+	// Vocabulary look-ups.
+	id, found, err := tok.TokenToID("<|im_end|>")
+	ok(t, err)
+	if !found {
+		t.Fatal("<|im_end|> not found")
+	}
+	if s, found, err := tok.IDToToken(id); err != nil || !found || s != "<|im_end|>" {
+		t.Fatalf("id_to_token %q %v %v", s, found, err)
+	}
+	if _, found, err := tok.TokenToID("definitely not a token"); err != nil || found {
+		t.Fatalf("unknown token found (%v)", err)
+	}
+	if _, found, err := tok.IDToToken(1 << 40); err != nil || found {
+		t.Fatalf("unknown id found (%v)", err)
+	}
+
+	// The chat template, with the assistant mask of its {% generation %} block.
+	chat := []map[string]string{{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}}
+	rendered, cenc, err := tok.ApplyChatTemplateEncoded(chat, map[string]any{"now": 0})
+	ok(t, err)
+	defer cenc.Close()
+	if !strings.Contains(rendered, "<|im_start|>assistant\nHello!") {
+		t.Fatalf("rendered %q", rendered)
+	}
+	if plain := must(tok.ApplyChatTemplate(chat, `{"now": 0}`)); plain != rendered {
+		t.Fatalf("%q != %q", plain, rendered)
+	}
+	masks := must(cenc.AssistantMasks(0))
+	ones := 0
+	for _, m := range masks {
+		ones += int(m)
+	}
+	if ones == 0 || ones >= len(masks) {
+		t.Fatalf("assistant masks %v", masks)
+	}
+	_, err = tok.ApplyChatTemplate(chat, map[string]any{"chat_template": "{{ raise_exception('no way') }}"})
+	expectErr(t, err, acc.ErrInvalidArgument, "no way")
+
+	// Train, save, load back: the same ids.
+	corpus := []string{"the cat sat on the mat", "the dog sat on the log", "a cat and a dog"}
+	trained := must(acc.TrainBPE(corpus, map[string]any{"vocab_size": 300, "special_tokens": []string{"<|end|>", "<|pad|>"},
+		"eos_token": "<|end|>", "pad_token": "<|pad|>"}))
+	defer trained.Close()
+	dir := t.TempDir()
+	ok(t, trained.SavePretrained(dir))
+	reloaded := must(acc.TokenizerFromPretrained(dir))
+	defer reloaded.Close()
+	a, b := must(trained.Encode(corpus[:1], nil)), must(reloaded.Encode(corpus[:1], nil))
+	defer a.Close()
+	defer b.Close()
+	if x, y := must(a.InputIDs(0)), must(b.InputIDs(0)); len(x) == 0 || fmt.Sprint(x) != fmt.Sprint(y) {
+		t.Fatalf("%v != %v", x, y)
+	}
+	ok(t, reloaded.SetSpecialToken("pad_token", "<|end|>"))
+	_, err = acc.TrainBPE(corpus, `{"eos_token": "<|missing|>"}`)
+	expectErr(t, err, acc.ErrInvalidArgument, "<|missing|>")
+
+	// One tokenizer shared by data-loader goroutines: the same ids as on one.
+	lines := make([]string, 64)
+	want := make([]string, len(lines))
+	for i := range lines {
+		lines[i] = fmt.Sprintf("line %d: the quick brown fox %d jumps", i, i*7919)
+		e := must(tok.Encode(lines[i:i+1], nil))
+		want[i] = fmt.Sprint(must(e.InputIDs(0)))
+		e.Close()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e, err := tok.Encode(lines, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer e.Close()
+			for r := range lines {
+				if got := fmt.Sprint(must(e.InputIDs(r))); got != want[r] {
+					errs <- fmt.Errorf("row %d: %s != %s", r, got, want[r])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// Text generation: the pieces, through a callback and through a channel, make the text.
+	config := fmt.Sprintf(`{"architectures": ["LlamaForCausalLM"], "vocab_size": %d, "hidden_size": 16,
+		"intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}`, info.Len)
+	model := must(acc.ModelFromConfig(config, nil))
+	defer model.Close()
+	opts := map[string]any{"max_new_tokens": 8, "eos_token_id": []int{}}
+	var pieces strings.Builder
+	text := must(model.GenerateText(tok, "Hello", opts, func(p string) bool {
+		pieces.WriteString(p)
+		return true
+	}))
+	if text != pieces.String() {
+		t.Fatalf("text %q, pieces %q", text, pieces.String())
+	}
+	_, err = model.GenerateText(tok, "Hello", `{"stop_strings": 3}`, nil)
+	expectErr(t, err, acc.ErrInvalidConfig, "stop_strings")
+	_, err = model.GenerateText(tok, "Hello", opts, func(string) bool { panic("boom") })
+	expectErr(t, err, acc.ErrCallback, "panicked")
+	ch, wait := model.StreamText(context.Background(), tok, "Hello", opts)
+	var streamed strings.Builder
+	for p := range ch {
+		streamed.WriteString(p)
+	}
+	if again := must(wait()); again != streamed.String() || again != text {
+		t.Fatalf("streamed %q, returned %q, want %q", streamed.String(), again, text)
+	}
+}
+
+func containsInt(v []int64, x int64) bool {
+	for _, y := range v {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }

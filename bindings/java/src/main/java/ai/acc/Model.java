@@ -192,6 +192,92 @@ public final class Model extends NativeObject {
     return generate(inputIds, null, optionsJson, null);
   }
 
+  /** Receives the text of {@link #generateText} in pieces, as transformers' TextStreamer gives them. */
+  @FunctionalInterface
+  public interface TextListener {
+    /**
+     * The next piece of the generated text (never half a character); return true to go on, false to
+     * stop there. An exception stops generation and fails {@link #generateText} with {@link
+     * ErrorCode#CALLBACK}, with the exception as the cause.
+     *
+     * @param piece the new text
+     * @return true to go on, false to stop
+     * @throws Exception any failure: it stops generation and fails {@link #generateText} with {@link
+     *     ErrorCode#CALLBACK}
+     */
+    boolean onText(String piece) throws Exception;
+  }
+
+  /**
+   * Text generation (transformers' generate with a tokenizer and a TextStreamer): {@code prompt} is
+   * encoded with {@code tokenizer} (options {@code "add_special_tokens": true}; false for a prompt a
+   * chat template rendered), generated with {@link #generate}'s options, then {@code {"stop_strings":
+   * [...], "skip_special_tokens": true}}. {@code onText} ({@code null}: none) gets the text in pieces on
+   * this thread while the model is in use.
+   *
+   * @param tokenizer the tokenizer
+   * @param prompt the prompt
+   * @param optionsJson the options, a JSON object; {@code null} for the model's generation_config.json
+   * @param onText called with each piece; {@code null} for none
+   * @return the new text only
+   * @throws AccException {@link ErrorCode#CALLBACK} when {@code onText} throws (the exception is the
+   *     cause); {@link ErrorCode#INVALID_CONFIG} for bad options, naming them
+   */
+  public String generateText(Tokenizer tokenizer, String prompt, String optionsJson, TextListener onText) {
+    TextAdapter adapter = onText == null ? null : new TextAdapter(onText);
+    long p = enter();
+    long t = enter(tokenizer);
+    try {
+      byte[][] out = new byte[1][];
+      AccRaw.accx_generate_text_java(p, t, Tokenizer.utf8(prompt), Tokenizer.utf8(optionsJson), adapter, out);
+      Throwable failure = adapter == null ? null : adapter.failure;
+      if (failure != null) {
+        AccException e = new AccException(ErrorCode.CALLBACK,
+            "the text listener threw at piece " + adapter.pieces + " (generation stopped): " + failure);
+        e.initCause(failure);
+        throw e;
+      }
+      return Tokenizer.string(out[0]);
+    } finally {
+      leave(tokenizer, t);
+      leave(p);
+    }
+  }
+
+  /**
+   * {@link #generateText(Tokenizer, String, String, TextListener)} without a listener.
+   *
+   * @param tokenizer the tokenizer
+   * @param prompt the prompt
+   * @param optionsJson the options; {@code null} for the model's generation_config.json
+   * @return the new text only
+   */
+  public String generateText(Tokenizer tokenizer, String prompt, String optionsJson) {
+    return generateText(tokenizer, prompt, optionsJson, null);
+  }
+
+  /** What the C trampoline of generateText calls: never throws; records the listener's failure. */
+  static final class TextAdapter {
+    private final TextListener listener;
+    int pieces;
+    Throwable failure;
+
+    TextAdapter(TextListener listener) {
+      this.listener = listener;
+    }
+
+    /** Called from C on the generating thread: false to stop, also on failure. */
+    boolean onText(byte[] utf8) {
+      ++pieces;
+      try {
+        return listener.onText(Tokenizer.string(utf8));
+      } catch (Throwable t) {
+        failure = t;
+        return false;
+      }
+    }
+  }
+
   /** What the C trampoline calls: never throws; records the listener's failure for the caller. */
   static final class TokenAdapter {
     private final TokenListener listener;

@@ -1185,4 +1185,140 @@ class ConformanceTest {
       }
     }
   }
+
+  /** The tiny byte-level BPE tokenizer of tests/text (with a {% generation %} chat template). */
+  static String tinyTokenizer() {
+    return Path.of("..", "..", "tests", "text", "tiny", "bytebpe").toAbsolutePath().normalize().toString();
+  }
+
+  // scenario: text
+  @Test
+  void text(@TempDir Path tmp) throws Exception {
+    expectError(ErrorCode.INVALID_ARGUMENT, "/nonexistent/tok", () -> Tokenizer.fromPretrained("/nonexistent/tok"));
+    try (Tokenizer tok = Tokenizer.fromPretrained(tinyTokenizer())) {
+      String info = tok.info();
+      assertTrue(info.contains("\"eos_token\":\"<|im_end|>\""), info);
+
+      // A padded batch, its rows and its tensors.
+      List<String> texts = List.of("Hello world!", "A longer sentence, with more tokens in it.");
+      try (Encoding enc = tok.encode(texts, "{\"padding\": true, \"padding_side\": \"left\"}");
+           Batch batch = enc.toBatch();
+           Tensor ids = batch.get("input_ids")) {
+        assertEquals(2, enc.rows());
+        long[] ids0 = enc.inputIds(0), ids1 = enc.inputIds(1), mask0 = enc.attentionMask(0);
+        assertTrue(ids0.length == ids1.length && ids0.length == mask0.length && ids0.length > 3);
+        assertEquals(0, mask0[0]);
+        assertEquals(1, mask0[mask0.length - 1]);
+        assertEquals(1, enc.sample(1));
+        assertEquals(2 * ids1.length, enc.get(1, "offsets").length);
+        expectError(ErrorCode.INVALID_ARGUMENT, "row 2", () -> enc.get(2, "input_ids"));
+        expectError(ErrorCode.INVALID_ARGUMENT, "labels", () -> enc.get(0, "labels"));
+        assertArrayEquals(new long[] {2, ids1.length}, ids.shape());
+      }
+
+      // Unpadded rows are no batch; decode; options named in errors.
+      try (Encoding ragged = tok.encode(texts, null)) {
+        expectError(ErrorCode.INVALID_ARGUMENT, "padding", ragged::toBatch);
+        assertEquals("Hello world!", tok.decode(ragged.inputIds(0), "{\"skip_special_tokens\": true}"));
+      }
+      expectError(ErrorCode.INVALID_CONFIG, "paddin", () -> tok.encode(texts, "{\"paddin\": true}"));
+      expectError(ErrorCode.INVALID_ARGUMENT, "-1", () -> tok.decode(new long[] {-1}, null));
+      String wide = "h\u00e9llo \uD83D\uDC4B \u4e16\u754c"; // héllo 👋 世界: outside the BMP too
+      try (Encoding we = tok.encode(wide, "{\"add_special_tokens\": false}")) {
+        assertEquals(wide, tok.decode(we.inputIds(0), null));
+      }
+      try (Encoding pe = tok.encode(List.of("question"), List.of("answer"), null)) {
+        assertTrue(java.util.Arrays.stream(pe.get(0, "sequence_ids")).anyMatch(v -> v == 1));
+      }
+      expectError(ErrorCode.INVALID_ARGUMENT, "pairs", () -> tok.encode(List.of("a", "b"), List.of("c"), null));
+
+      // Vocabulary look-ups.
+      long id = tok.tokenToId("<|im_end|>");
+      assertTrue(id >= 0);
+      assertEquals("<|im_end|>", tok.idToToken(id));
+      assertEquals(-1, tok.tokenToId("definitely not a token"));
+      assertNull(tok.idToToken(1L << 40));
+
+      // The chat template, with the assistant mask of its {% generation %} block.
+      String chat = "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}]";
+      try (Tokenizer.Chat c = tok.applyChatTemplateEncoded(chat, "{\"now\": 0}")) {
+        assertTrue(c.text().contains("<|im_start|>assistant\nHello!"), c.text());
+        assertEquals(c.text(), tok.applyChatTemplate(chat, "{\"now\": 0}"));
+        long[] masks = c.encoding().assistantMasks(0);
+        long ones = java.util.Arrays.stream(masks).sum();
+        assertTrue(ones > 0 && ones < masks.length);
+      }
+      expectError(ErrorCode.INVALID_ARGUMENT, "no way",
+          () -> tok.applyChatTemplate(chat, "{\"chat_template\": \"{{ raise_exception('no way') }}\"}"));
+
+      // Train, save, load back: the same ids.
+      List<String> corpus = List.of("the cat sat on the mat", "the dog sat on the log", "a cat and a dog");
+      String dir = tmp.resolve("tok").toString();
+      try (Tokenizer trained = Tokenizer.trainBpe(corpus, "{\"vocab_size\": 300, \"special_tokens\": "
+               + "[\"<|end|>\", \"<|pad|>\"], \"eos_token\": \"<|end|>\", \"pad_token\": \"<|pad|>\"}")) {
+        trained.savePretrained(dir);
+        try (Tokenizer reloaded = Tokenizer.fromPretrained(dir);
+             Encoding a = trained.encode(corpus.get(0), null);
+             Encoding b = reloaded.encode(corpus.get(0), null)) {
+          assertTrue(a.inputIds(0).length > 0);
+          assertArrayEquals(a.inputIds(0), b.inputIds(0));
+          reloaded.setSpecialToken("pad_token", "<|end|>");
+        }
+      }
+      expectError(ErrorCode.INVALID_ARGUMENT, "<|missing|>",
+          () -> Tokenizer.trainBpe(corpus, "{\"eos_token\": \"<|missing|>\"}"));
+
+      // One tokenizer shared by data-loader threads: the same ids as on one.
+      List<String> lines = new ArrayList<>();
+      List<long[]> want = new ArrayList<>();
+      for (int i = 0; i < 64; ++i) {
+        lines.add("line " + i + ": the quick brown fox " + (i * 7919) + " jumps");
+        try (Encoding e = tok.encode(lines.get(i), null)) {
+          want.add(e.inputIds(0));
+        }
+      }
+      ExecutorService pool = Executors.newFixedThreadPool(4);
+      try {
+        List<Future<List<long[]>>> results = new ArrayList<>();
+        for (int w = 0; w < 4; ++w) {
+          results.add(pool.submit(() -> {
+            try (Encoding e = tok.encode(lines, null)) {
+              List<long[]> rows = new ArrayList<>();
+              for (int r = 0; r < e.rows(); ++r) rows.add(e.inputIds(r));
+              return rows;
+            }
+          }));
+        }
+        for (Future<List<long[]>> f : results) {
+          List<long[]> got = f.get(60, TimeUnit.SECONDS);
+          assertEquals(want.size(), got.size());
+          for (int r = 0; r < want.size(); ++r) assertArrayEquals(want.get(r), got.get(r));
+        }
+      } finally {
+        pool.shutdownNow();
+      }
+
+      // Text generation: the streamed pieces make the text.
+      long len = Long.parseLong(info.replaceAll(".*\"len\":(\\d+).*", "$1"));
+      String config = "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": " + len + ", \"hidden_size\": 16, "
+          + "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1}";
+      try (Model model = Model.fromConfig(config)) {
+        String opts = "{\"max_new_tokens\": 8, \"eos_token_id\": []}";
+        StringBuilder pieces = new StringBuilder();
+        String text = model.generateText(tok, "Hello", opts, piece -> {
+          pieces.append(piece);
+          return true;
+        });
+        assertEquals(pieces.toString(), text);
+        assertEquals(text, model.generateText(tok, "Hello", opts));
+        expectError(ErrorCode.INVALID_CONFIG, "stop_strings",
+            () -> model.generateText(tok, "Hello", "{\"stop_strings\": 3}"));
+        AccException e = expectError(ErrorCode.CALLBACK, "text listener",
+            () -> model.generateText(tok, "Hello", opts, piece -> {
+              throw new IllegalStateException("boom");
+            }));
+        assertTrue(e.getCause() instanceof IllegalStateException);
+      }
+    }
+  }
 }

@@ -106,7 +106,11 @@ cp "$torch_real" "$stage/lib/$torch_soname"
 ln -s "$torch_soname" "$stage/lib/libacc_torch.so"
 cp "$acc_bin" "$stage/bin/acc"
 cp "$selftest" "$stage/libexec/acc/acc-selftest"
-roots=("$libacc_real" "$torch_real" "$acc_bin" "$selftest")
+# The text library libacc.so loads on first use (tokenizers, chat templates: src/text/text_loader.cpp).
+text_lib=$build/src/libacc_text.so
+[[ -f $text_lib ]] || { echo "package.sh: $text_lib was not built (ninja -C $build src/libacc_text.so)" >&2; exit 1; }
+cp "$text_lib" "$stage/lib/libacc_text.so"
+roots=("$libacc_real" "$torch_real" "$acc_bin" "$selftest" "$text_lib")
 if [[ $flavor == cuda ]]; then
   cp "$plugin" "$stage/lib/libacc_cuda.so"
   roots+=("$plugin")
@@ -123,7 +127,7 @@ for r in "${roots[@]}"; do
   while read -r so path; do
     [[ $path == NOTFOUND ]] && { echo "package.sh: $r needs $so, which is not found" >&2; exit 1; }
     is_system "$so" && continue
-    case $so in libacc.so.*|libacc_torch.so.*|libacc_cuda.so) continue ;; esac
+    case $so in libacc.so.*|libacc_torch.so.*|libacc_cuda.so|libacc_text.so) continue ;; esac
     bundled[$so]=$(readlink -f "$path")
   done < <(deps_of "$r")
 done

@@ -1,8 +1,13 @@
 #!/bin/sh
 # Meson's step for the Rust text library: cargo build, offline and locked (scripts/setup.sh fetched the
 # crates), into Meson's private folder. Meson runs this only when the crate's sources changed.
-# usage: cargo_build.sh CARGO MANIFEST TARGET_DIR OUTPUT
+# One build makes both artifacts (the static archive and the shared library); each Meson target copies its own.
+# usage: cargo_build.sh CARGO MANIFEST TARGET_DIR ARTIFACT OUTPUT   (ARTIFACT: libacc_text_rs.a or libacc_text.so)
 set -eu
-cargo=$1 manifest=$2 target=$3 output=$4
+cargo=$1 manifest=$2 target=$3 artifact=$4 output=$5
 "$cargo" build --release --locked --offline --quiet --manifest-path "$manifest" --target-dir "$target"
-cp "$target/release/libacc_text_rs.a" "$output.tmp" && mv -f "$output.tmp" "$output"
+case $artifact in
+  libacc_text.so) built=libacc_text_rs.so ;;
+  *) built=$artifact ;;
+esac
+cp "$target/release/$built" "$output.tmp" && mv -f "$output.tmp" "$output"

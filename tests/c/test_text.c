@@ -23,8 +23,18 @@ static int32_t on_piece(void* user, const char* piece, size_t length) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 4 && !strcmp(argv[3], "--library-missing")) {
+    /* ACC_TEXT_LIBRARY names no file: a clear error, nothing else affected. */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/text/tiny/bytebpe", argv[1]);
+    acc_tokenizer* tok = NULL;
+    EXPECT_ERR(acc_tokenizer_from_pretrained(dir, &tok), ACC_ERR_INVALID_ARGUMENT, "text library could not be loaded");
+    EXPECT_ERR(acc_tokenizer_from_pretrained(dir, &tok), ACC_ERR_INVALID_ARGUMENT, "ACC_TEXT_LIBRARY");
+    EXPECT(tok == NULL);
+    return finish();
+  }
   if (argc != 3) {
-    fprintf(stderr, "usage: test_text SOURCE_ROOT SCRATCH_DIR\n");
+    fprintf(stderr, "usage: test_text SOURCE_ROOT SCRATCH_DIR [--library-missing]\n");
     return 2;
   }
   char dir[1024], saved[1024];

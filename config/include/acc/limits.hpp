@@ -73,7 +73,8 @@ inline constexpr size_t kTokenizerJsonBytes = size_t{512} << 20;
 // A chat template (chat_template.jinja, or one in tokenizer_config.json): real ones are a few KiB to 30 KiB.
 inline constexpr size_t kChatTemplateBytes = size_t{4} << 20;
 // The work one chat-template rendering may do (minijinja's fuel: about one unit per instruction): real templates
-// spend a few thousand per message, so a conversation of 10,000 messages fits; a template that loops forever stops.
-inline constexpr uint64_t kChatTemplateFuel = 200'000'000;
+// spend a few thousand per message, so a conversation of 5,000 messages fits; a template that loops forever stops
+// (in about 3 s on one core).
+inline constexpr uint64_t kChatTemplateFuel = 50'000'000;
 
 }  // namespace acc::limits

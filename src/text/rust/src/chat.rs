@@ -25,21 +25,21 @@ pub struct Rendered {
     pub spans: Vec<usize>,
 }
 
-pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<Rendered, String> {
-    let (start, end) = generation_tags();
-    let has_generation = start.is_match(source);
-    let source = if has_generation {
-        let s = start.replace_all(source, "{%${1} filter __acc_generation ${2}%}");
-        end.replace_all(&s, "{%${1} endfilter ${2}%}").into_owned()
-    } else {
-        source.to_string()
-    };
-    if has_generation && (context.contains(GEN_START) || context.contains(GEN_END)) {
-        return Err("the conversation contains U+FDD0 or U+FDD1, which mark {% generation %} blocks".into());
-    }
-    let context_len = context.len();
-    let context: serde_json::Value = serde_json::from_str(context).map_err(|e| format!("the template's variables: {e}"))?;
+/// A template compiled once into its own environment (transformers compiles each template once too): the
+/// latest few are kept, keyed by their text and fuel. strftime_now reads the time of the render in progress.
+struct Compiled {
+    source: String,
+    fuel: u64,
+    env: Environment<'static>,
+}
 
+const CACHED_TEMPLATES: usize = 16;
+
+thread_local! {
+    static NOW_UNIX: std::cell::Cell<i64> = const { std::cell::Cell::new(-1) };
+}
+
+fn compile(source: String, fuel: u64) -> Result<Compiled, String> {
     let mut env = Environment::new();
     env.set_syntax(
         minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(|e| e.to_string())?,
@@ -54,10 +54,47 @@ pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<R
     env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {message}")))
     });
-    env.add_function("strftime_now", move |format: String| -> Result<String, Error> {
-        strftime(&format, now_unix).ok_or_else(|| Error::new(ErrorKind::InvalidOperation, format!("strftime_now({format:?})")))
+    env.add_function("strftime_now", |format: String| -> Result<String, Error> {
+        strftime(&format, NOW_UNIX.with(|n| n.get()))
+            .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, format!("strftime_now({format:?})")))
     });
-    let template = env.template_from_str(&source).map_err(describe)?;
+    env.add_template_owned("chat", source.clone()).map_err(describe)?;
+    Ok(Compiled { source, fuel, env })
+}
+
+fn compiled(source: &str, fuel: u64) -> Result<std::sync::Arc<Compiled>, String> {
+    use std::sync::{Arc, Mutex};
+    static CACHE: OnceLock<Mutex<Vec<Arc<Compiled>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    if let Some(c) = cache.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|c| c.fuel == fuel && c.source == source) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(compile(source.to_string(), fuel)?);
+    let mut guard = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.len() >= CACHED_TEMPLATES {
+        guard.remove(0);
+    }
+    guard.push(c.clone());
+    Ok(c)
+}
+
+pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<Rendered, String> {
+    let (start, end) = generation_tags();
+    let has_generation = start.is_match(source);
+    let source = if has_generation {
+        let s = start.replace_all(source, "{%${1} filter __acc_generation ${2}%}");
+        end.replace_all(&s, "{%${1} endfilter ${2}%}").into_owned()
+    } else {
+        source.to_string()
+    };
+    if has_generation && (context.contains(GEN_START) || context.contains(GEN_END)) {
+        return Err("the conversation contains U+FDD0 or U+FDD1, which mark {% generation %} blocks".into());
+    }
+    let context_len = context.len();
+    let context: serde_json::Value = serde_json::from_str(context).map_err(|e| format!("the template's variables: {e}"))?;
+    let compiled = compiled(&source, fuel)?;
+    let template = compiled.env.get_template("chat").map_err(describe)?;
+    NOW_UNIX.with(|n| n.set(now_unix));
     // Fuel bounds the template's steps, not what each step writes: `{{ 'x' * 10**8 }}` in a loop wrote
     // gigabytes before the fuel ran out. The output is bounded too (minijinja refuses single strings over 100 MB).
     let limit = MAX_OUTPUT_BASE + 4 * context_len;

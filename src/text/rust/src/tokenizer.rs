@@ -151,15 +151,30 @@ impl Handle {
         let mut out = if o.threads <= 1 || inputs.len() < 2 {
             encode_all(&inputs)?
         } else {
-            let chunk = inputs.len().div_ceil(o.threads);
-            std::thread::scope(|s| {
-                let parts: Vec<_> = inputs.chunks(chunk).map(|c| s.spawn(move || encode_all(c))).collect();
-                let mut all = Vec::with_capacity(inputs.len());
-                for p in parts {
-                    all.extend(p.join().map_err(|_| "an encoding thread panicked".to_string())??);
+            // Small slices handed out in turn (texts differ in length: equal shares would leave threads idle).
+            const SLICE: usize = 32;
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let inputs = &inputs;
+            let work = || -> Res<Vec<(usize, Vec<Encoding>)>> {
+                let mut mine = Vec::new();
+                loop {
+                    let at = next.fetch_add(SLICE, std::sync::atomic::Ordering::Relaxed);
+                    if at >= inputs.len() {
+                        return Ok(mine);
+                    }
+                    mine.push((at, encode_all(&inputs[at..(at + SLICE).min(inputs.len())])?));
+                }
+            };
+            let mut slices = std::thread::scope(|s| {
+                let workers: Vec<_> = (0..o.threads.min(inputs.len())).map(|_| s.spawn(work)).collect();
+                let mut all = Vec::new();
+                for w in workers {
+                    all.extend(w.join().map_err(|_| "an encoding thread panicked".to_string())??);
                 }
                 Ok::<_, String>(all)
-            })?
+            })?;
+            slices.sort_by_key(|(at, _)| *at);
+            slices.into_iter().flat_map(|(_, e)| e).collect()
         };
         if let Some(p) = &o.padding {
             pad_encodings(&mut out, p).map_err(|e| e.to_string())?;

@@ -11,7 +11,12 @@ loaded onto a fresh base, a continuation. Go's and Java's (bytes as tokens, as t
 exactly what examples/c/finetune_llama prints; Rust's trains a byte-level BPE first and saves it as
 tokenizer.json.
 
-Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI [C_FINETUNE_LLAMA]]
+Last a quick run of each chat_sft (C++, Rust, Go, Java; 20 steps, 2 processes, on
+examples/data/chat_sft.jsonl): the tokenizer and peft's adapter files saved, and exactly the lines
+examples/c/chat_sft prints (the rendered conversation, the loss lines, the answer streamed as text).
+
+Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI [C_FINETUNE_LLAMA [C_CHAT_SFT
+       [CPP_CHAT_SFT]]]]
 A language whose toolchain is missing is skipped with a message (exit 77 when none is left), unless
 ACC_BINDINGS_REQUIRED=1, which makes it a failure.
 """
@@ -28,6 +33,8 @@ from safetensors_f32 import read_safetensors  # noqa: E402
 ACC, C_EXE, SRC, BUILD = sys.argv[1:5]
 JNI = sys.argv[5] if len(sys.argv) > 5 else ""
 C_FINETUNE = sys.argv[6] if len(sys.argv) > 6 else ""
+C_CHAT_SFT = sys.argv[7] if len(sys.argv) > 7 else ""
+CPP_CHAT_SFT = sys.argv[8] if len(sys.argv) > 8 else ""
 STEPS = 100
 TOLERANCE = 1e-6
 REQUIRED = os.environ.get("ACC_BINDINGS_REQUIRED") == "1"
@@ -65,14 +72,14 @@ def build_rust():
         run(["cargo", "--offline"] + args, extra_env={"CARGO_TARGET_DIR": target})
     except RuntimeError:
         run(["cargo"] + args, extra_env={"CARGO_TARGET_DIR": target})  # first run: fetch the crates (tokenizers)
-    return {name: [os.path.join(target, "debug", name)] for name in ("train_mlp", "finetune_llama")}
+    return {name: [os.path.join(target, "debug", name)] for name in ("train_mlp", "finetune_llama", "chat_sft")}
 
 
 def build_go():
     if not have("go"):
         return None
     cmds = {}
-    for name in ("train_mlp", "finetune_llama"):
+    for name in ("train_mlp", "finetune_llama", "chat_sft"):
         exe = os.path.join(out_dir, f"{name}_go")
         run(["go", "build", "-o", exe, f"./{name}"], cwd=os.path.join(SRC, "examples/go"))
         cmds[name] = [exe]
@@ -93,10 +100,10 @@ def build_java():
     classes = os.path.join(out_dir, "java-classes")
     sources = os.path.join(SRC, "examples/java/src/main/java/ai/acc/examples")
     run(["javac", "-cp", jar, "-d", classes,
-         os.path.join(sources, "TrainMlp.java"), os.path.join(sources, "FinetuneLlama.java")])
+         *(os.path.join(sources, f"{cls}.java") for cls in ("TrainMlp", "FinetuneLlama", "ChatSft"))])
     # The JNI library comes from the jar (extracted to a versioned cache), as for a user.
     return {name: ["java", "-cp", jar + os.pathsep + classes, f"ai.acc.examples.{cls}"]
-            for name, cls in (("train_mlp", "TrainMlp"), ("finetune_llama", "FinetuneLlama"))}
+            for name, cls in (("train_mlp", "TrainMlp"), ("finetune_llama", "FinetuneLlama"), ("chat_sft", "ChatSft"))}
 
 
 
@@ -133,6 +140,26 @@ def finetune(lang, cmd, text_dir, lora=False):
                      and "loaded OUT/adapter onto OUT/model" in lines):
         raise RuntimeError(f"finetune_llama --lora printed no LoRA line or did not load the adapter:\n{stdout}")
     print(f"{lang:5}: finetune_llama{' --lora' if lora else ''} {'; '.join(losses)}")
+    return lines
+
+
+def chat_sft(lang, cmd):
+    """A quick run of chat_sft with 2 processes; its printed lines with the output directory as OUT."""
+    out = os.path.join(out_dir, f"chat_sft-{lang}")
+    shutil.rmtree(out, ignore_errors=True)
+    stdout = run([ACC, "launch", "--num_processes", "2", "--main_process_port", "0", *cmd, "--steps", "20",
+                  "--batch", "8", "--out", out, "--data", os.path.join(SRC, "examples/data/chat_sft.jsonl")],
+                 timeout=600)
+    for f in ("tokenizer/tokenizer.json", "tokenizer/chat_template.jinja", "adapter/adapter_config.json",
+              "adapter/adapter_model.safetensors"):
+        if not os.path.isfile(os.path.join(out, f)):
+            raise RuntimeError(f"chat_sft saved no {f}:\n{stdout}")
+    lines = stdout.replace(out, "OUT").splitlines()
+    losses = [l for l in lines if re.match(r"step +(1|20)/20  loss [0-9.]+$", l)]
+    answers = [l for l in lines if l.startswith("assistant: ")]
+    if len(losses) != 2 or len(answers) != 1:
+        raise RuntimeError(f"chat_sft printed no loss lines or answer:\n{stdout}")
+    print(f"{lang:5}: chat_sft {'; '.join(losses)}; {answers[0]}")
     return lines
 
 
@@ -190,6 +217,26 @@ for lora in (False, True):
             continue
         if lang != "rust" and ref_lines is not None and lines != ref_lines:
             failures.append(f"{lang}: {name} printed {lines}, C's {ref_lines}")
+
+if C_CHAT_SFT:
+    try:
+        ref_lines = chat_sft("c", [C_CHAT_SFT])
+    except Exception as e:
+        failures.append(f"c: chat_sft failed: {e}")
+        ref_lines = None
+    others = dict(builds)
+    if CPP_CHAT_SFT:
+        others = {"c++": {"chat_sft": [CPP_CHAT_SFT]}, **others}
+    for lang, cmds in others.items():
+        if not cmds:
+            continue
+        try:
+            lines = chat_sft(lang, cmds["chat_sft"])
+        except Exception as e:
+            failures.append(f"{lang}: chat_sft failed: {e}")
+            continue
+        if ref_lines is not None and lines != ref_lines:
+            failures.append(f"{lang}: chat_sft printed {lines}, C's {ref_lines}")
 
 for s in skipped:
     print("SKIPPED", s)

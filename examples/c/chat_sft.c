@@ -65,10 +65,20 @@ static char** read_lines(const char* path, int64_t* count) {
   return lines;
 }
 
+/* mkdir -p: path and the folders above it. */
 static void make_dir(const char* path) {
-  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-    fprintf(stderr, "cannot create %s: %s\n", path, strerror(errno));
-    exit(1);
+  char partial[4096];
+  snprintf(partial, sizeof partial, "%s", path);
+  for (char* p = partial + (partial[0] != '\0');; ++p) { /* past a leading / */
+    const char c = *p;
+    if (c != '/' && c != '\0') continue;
+    *p = '\0';
+    if (mkdir(partial, 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "cannot create %s: %s\n", partial, strerror(errno));
+      exit(1);
+    }
+    if (c == '\0') break;
+    *p = c;
   }
 }
 

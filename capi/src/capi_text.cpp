@@ -9,6 +9,7 @@
 #include "handles.hpp"
 #include "models/hf/generate_text.hpp"
 #include "text/chat_template.hpp"
+#include "text/options.hpp"
 #include "text/tokenizer.hpp"
 #include "util/options.hpp"
 
@@ -44,57 +45,6 @@ std::optional<json::Document> options_doc(const char* options_json, const char* 
   json::Document d(options_json, what);
   if (!d.root().is_object()) throw acc::core::OptionsError(std::string(what) + ": expected a JSON object");
   return d;
-}
-
-text::Side side_of(const json::Value& v) {
-  if (v.is_string() && v.as_string() == "left") return text::Side::Left;
-  if (v.is_string() && v.as_string() == "right") return text::Side::Right;
-  throw acc::core::OptionsError(v.where() + ": expected \"left\" or \"right\"");
-}
-
-// acc_tokenizer_encode's options (also read by apply_chat_template, which has keys of its own: `ignore`).
-text::EncodeOptions encode_options(const std::optional<json::Document>& d, const char* what,
-                                   std::initializer_list<const char*> ignore = {}) {
-  text::EncodeOptions o;
-  if (!d) return o;
-  for (const auto& [k, v] : d->root().items()) {
-    auto bad = [&](const char* expected) {
-      throw acc::core::OptionsError(std::string(what) + ": '" + k + "' must be " + expected);
-    };
-    if (k == "add_special_tokens") {
-      if (!v.is_bool()) bad("true or false");
-      o.add_special_tokens = v.as_bool();
-    } else if (k == "truncation") {
-      if (v.is_bool()) o.truncation = v.as_bool() ? text::Truncation::LongestFirst : text::Truncation::None;
-      else if (v.is_string() && v.as_string() == "longest_first") o.truncation = text::Truncation::LongestFirst;
-      else if (v.is_string() && v.as_string() == "only_first") o.truncation = text::Truncation::OnlyFirst;
-      else if (v.is_string() && v.as_string() == "only_second") o.truncation = text::Truncation::OnlySecond;
-      else bad("true, false, \"longest_first\", \"only_first\" or \"only_second\"");
-    } else if (k == "padding") {
-      if (v.is_bool()) o.padding = v.as_bool() ? text::Padding::Longest : text::Padding::None;
-      else if (v.is_string() && v.as_string() == "longest") o.padding = text::Padding::Longest;
-      else if (v.is_string() && v.as_string() == "max_length") o.padding = text::Padding::MaxLength;
-      else if (v.is_string() && v.as_string() == "do_not_pad") o.padding = text::Padding::None;
-      else bad("true, false, \"longest\" or \"max_length\"");
-    } else if (k == "max_length" || k == "stride" || k == "pad_to_multiple_of" || k == "threads") {
-      if (!v.is_integer() || v.as_int() < 0 || (k != "stride" && v.as_int() == 0)) bad("a positive integer");
-      const auto n = static_cast<size_t>(v.as_int());
-      if (k == "max_length") o.max_length = n;
-      else if (k == "stride") o.stride = n;
-      else if (k == "pad_to_multiple_of") o.pad_to_multiple_of = n;
-      else o.threads = std::min<size_t>(n, 256);
-    } else if (k == "padding_side") {
-      o.padding_side = side_of(v);
-    } else if (k == "truncation_side") {
-      o.truncation_side = side_of(v);
-    } else if (k == "return_overflowing_tokens") {
-      if (!v.is_bool()) bad("true or false");
-      o.return_overflowing_tokens = v.as_bool();
-    } else if (std::find_if(ignore.begin(), ignore.end(), [&](const char* i) { return k == i; }) == ignore.end()) {
-      throw acc::core::OptionsError(std::string(what) + ": unknown key '" + k + "'");
-    }
-  }
-  return o;
 }
 
 acc_encoding* new_encoding(std::vector<text::Encoding> rows, std::vector<int64_t> assistant_masks = {},
@@ -152,32 +102,9 @@ acc_status acc_tokenizer_train_bpe(const char* const* texts, const size_t* lengt
     need(out, "out");
     auto corpus = views(texts, lengths, count, "texts");
     auto d = options_doc(options_json, "tokenizer training options");
-    size_t vocab = 1000, min_frequency = 2;
-    std::vector<std::string> special;
-    std::map<std::string, std::string> named;
-    std::string chat_template;
-    std::optional<size_t> max_length;
-    if (d)
-      for (const auto& [k, v] : d->root().items()) {
-        if (k == "vocab_size" || k == "min_frequency" || k == "model_max_length") {
-          if (!v.is_integer() || v.as_int() < (k == "min_frequency" ? 0 : 1))
-            throw acc::core::OptionsError("tokenizer training options: '" + k + "' must be a positive integer");
-          (k == "vocab_size" ? vocab : k == "min_frequency" ? min_frequency : max_length.emplace()) =
-              static_cast<size_t>(v.as_int());
-        } else if (k == "special_tokens") {
-          for (const auto& t : v.elements()) special.push_back(t.as_string());
-        } else if (k == "chat_template") {
-          chat_template = v.as_string();
-        } else if (k.size() > 6 && k.compare(k.size() - 6, 6, "_token") == 0) {
-          named[k] = v.as_string();
-        } else {
-          throw acc::core::OptionsError("tokenizer training options: unknown key '" + k + "'");
-        }
-      }
+    auto root = d ? std::optional<json::Value>(d->root()) : std::nullopt;
     auto h = std::make_unique<acc_tokenizer>();
-    h->tok = text::Tokenizer::train_byte_level_bpe(corpus, vocab, min_frequency, special, named);
-    if (!chat_template.empty()) h->tok->set_chat_template("default", chat_template);
-    if (max_length) h->tok->set_model_max_length(*max_length);
+    h->tok = text::train_bpe(corpus, text::parse_train_options(root ? &*root : nullptr));
     *out = h.release();
   });
 }
@@ -253,7 +180,9 @@ acc_status acc_tokenizer_encode(const acc_tokenizer* tok, const char* const* tex
     auto t = views(texts, lengths, count, "texts");
     std::vector<std::string_view> p;
     if (pairs) p = views(pairs, pair_lengths, count, "pairs");
-    auto o = encode_options(options_doc(options_json, "encode options"), "encode options");
+    auto d = options_doc(options_json, "encode options");
+    auto root = d ? std::optional<json::Value>(d->root()) : std::nullopt;
+    auto o = text::parse_encode_options(root ? &*root : nullptr, "encode options");
     *out = new_encoding(need(tok, "tok")->tok->encode_batch(t, pairs ? &p : nullptr, o));
   });
 }
@@ -350,23 +279,9 @@ acc_status acc_tokenizer_apply_chat_template(const acc_tokenizer* tok, const cha
     need(out_text, "out_text");
     const text::Tokenizer& t = *need(tok, "tok")->tok;
     auto d = options_doc(options_json, "chat template options");
-    text::ChatOptions c;
-    if (d) {
-      auto r = d->root();
-      if (auto v = r.find("chat_template")) c.chat_template = v->as_string();
-      if (auto v = r.find("add_generation_prompt")) c.add_generation_prompt = v->as_bool();
-      if (auto v = r.find("continue_final_message")) {
-        if (v->is_string()) c.continue_final_message = true, c.continue_field = v->as_string();
-        else c.continue_final_message = v->as_bool();
-      }
-      if (auto v = r.find("tools"); v && !v->is_null()) c.tools_json = v->text();
-      if (auto v = r.find("documents"); v && !v->is_null()) c.documents_json = v->text();
-      if (auto v = r.find("template_variables"); v && !v->is_null()) c.extra_json = v->text();
-      if (auto v = r.find("now")) c.now_unix = v->as_int();
-    }
-    auto enc = encode_options(d, "chat template options",
-                              {"chat_template", "add_generation_prompt", "continue_final_message", "tools",
-                               "documents", "template_variables", "now"});
+    auto root = d ? std::optional<json::Value>(d->root()) : std::nullopt;
+    const text::ChatOptions c = text::parse_chat_options(root ? &*root : nullptr);
+    const text::EncodeOptions enc = text::parse_chat_encode_options(root ? &*root : nullptr);
     if (out_encoding) {
       auto e = text::encode_chat(t, need(messages_json, "messages_json"), c, enc);
       std::unique_ptr<acc_encoding> h(new_encoding({e.encoding}, e.assistant_masks, true));

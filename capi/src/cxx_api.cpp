@@ -13,9 +13,15 @@
 #include "formats/hf_weights.hpp"
 #include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
+#include "models/hf/generate_text.hpp"
 #include "models/hf/pretrained.hpp"
+#include "text/chat_template.hpp"
+#include "text/options.hpp"
 #include "train/accelerator.hpp"
 #include "train/optim.hpp"
+#include "acc/config.hpp"
+#include "acc/files.hpp"
+#include "acc/json.hpp"
 #include "util/errors.hpp"
 
 namespace acc {
@@ -185,6 +191,119 @@ torch::Tensor HfModel::generate(const torch::Tensor& input_ids, const torch::Ten
                                 const std::function<bool(const torch::Tensor&)>& on_tokens) const {
   return core::hf::generate(need(slot, "the model").tensors("generate"), input_ids, attention_mask,
                             options_json.c_str(), on_tokens);
+}
+
+std::string HfModel::generate_text(const Tokenizer& tokenizer, const std::string& prompt, const std::string& options_json,
+                                   const std::function<bool(std::string_view)>& on_text) const {
+  return core::hf::generate_text(need(slot, "the model").tensors("generate_text"), need(tokenizer.impl, "the tokenizer"),
+                                 prompt, options_json.c_str(), on_text);
+}
+
+namespace {
+std::optional<json::Document> text_options(const std::string& options_json, const char* what) {
+  if (options_json.empty()) return std::nullopt;
+  json::Document d(options_json, what);
+  if (!d.root().is_object()) throw config::Error(std::string(what) + ": expected a JSON object");
+  return d;
+}
+std::optional<json::Value> root_of(const std::optional<json::Document>& d) {
+  return d ? std::optional<json::Value>(d->root()) : std::nullopt;
+}
+// Rows of equal length as an int64 tensor [rows, T].
+torch::Tensor stacked(const std::vector<const std::vector<int64_t>*>& rows, const char* field) {
+  const size_t n = rows.size(), len = n ? rows[0]->size() : 0;
+  torch::Tensor t = torch::empty({static_cast<int64_t>(n), static_cast<int64_t>(len)}, torch::kLong);
+  for (size_t i = 0; i < n; ++i) {
+    if (rows[i]->size() != len)
+      throw std::invalid_argument(std::string("Tokenizer::encode: row ") + std::to_string(i) + "'s " + field + " has " +
+                                  std::to_string(rows[i]->size()) + " tokens, row 0's " + std::to_string(len) +
+                                  ": encode with \"padding\" (or use encode_ids)");
+    std::copy(rows[i]->begin(), rows[i]->end(), t[i].data_ptr<int64_t>());
+  }
+  return t;
+}
+}  // namespace
+
+Tokenizer Tokenizer::from_pretrained(const std::string& dir) { return Tokenizer{text::Tokenizer::from_pretrained(dir)}; }
+
+Tokenizer Tokenizer::train_bpe(const std::vector<std::string>& texts, const std::string& options_json) {
+  auto d = text_options(options_json, "tokenizer training options");
+  auto root = root_of(d);
+  std::vector<std::string_view> v(texts.begin(), texts.end());
+  return Tokenizer{text::train_bpe(v, text::parse_train_options(root ? &*root : nullptr))};
+}
+
+std::vector<std::vector<int64_t>> Tokenizer::encode_ids(const std::vector<std::string>& texts,
+                                                        const std::string& options_json) const {
+  auto d = text_options(options_json, "encode options");
+  auto root = root_of(d);
+  std::vector<std::string_view> v(texts.begin(), texts.end());
+  std::vector<std::vector<int64_t>> out;
+  for (auto& e : need(impl, "the tokenizer").encode_batch(v, nullptr, text::parse_encode_options(root ? &*root : nullptr, "encode options")))
+    out.push_back(std::move(e.ids));
+  return out;
+}
+
+Batch Tokenizer::encode(const std::vector<std::string>& texts, const std::string& options_json) const {
+  auto d = text_options(options_json, "encode options");
+  auto root = root_of(d);
+  std::vector<std::string_view> v(texts.begin(), texts.end());
+  auto rows = need(impl, "the tokenizer").encode_batch(v, nullptr,
+                                                       text::parse_encode_options(root ? &*root : nullptr, "encode options"));
+  std::vector<const std::vector<int64_t>*> ids, mask, types;
+  for (const auto& r : rows) ids.push_back(&r.ids), mask.push_back(&r.attention_mask), types.push_back(&r.type_ids);
+  return Batch({{"input_ids", stacked(ids, "input_ids")}, {"attention_mask", stacked(mask, "attention_mask")},
+                {"token_type_ids", stacked(types, "token_type_ids")}});
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  return need(impl, "the tokenizer").decode(ids, skip_special_tokens);
+}
+
+std::string Tokenizer::apply_chat_template(const std::string& messages_json, const std::string& options_json) const {
+  auto d = text_options(options_json, "chat template options");
+  auto root = root_of(d);
+  text::parse_chat_encode_options(root ? &*root : nullptr);  // unknown keys refused here too
+  return text::render_chat(need(impl, "the tokenizer"), messages_json, text::parse_chat_options(root ? &*root : nullptr)).text;
+}
+
+Batch Tokenizer::encode_chat(const std::string& messages_json, const std::string& options_json) const {
+  auto d = text_options(options_json, "chat template options");
+  auto root = root_of(d);
+  auto c = text::encode_chat(need(impl, "the tokenizer"), messages_json,
+                             text::parse_chat_options(root ? &*root : nullptr),
+                             text::parse_chat_encode_options(root ? &*root : nullptr));
+  return Batch({{"input_ids", stacked({&c.encoding.ids}, "input_ids")},
+                {"attention_mask", stacked({&c.encoding.attention_mask}, "attention_mask")},
+                {"assistant_masks", stacked({&c.assistant_masks}, "assistant_masks")}});
+}
+
+std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const {
+  return need(impl, "the tokenizer").token_to_id(token);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(int64_t id) const { return need(impl, "the tokenizer").id_to_token(id); }
+
+std::string Tokenizer::info() const {
+  const text::Tokenizer& t = need(impl, "the tokenizer");
+  json::Writer w(json::Writer::Layout::Tight);
+  w.begin_object().key("vocab_size").value(static_cast<uint64_t>(t.vocab_size()));
+  w.key("len").value(static_cast<uint64_t>(t.size())).key("model_type").value(t.model_type());
+  w.key("special_tokens").begin_object();
+  for (const auto& [k, v] : t.special_tokens_map()) w.key(k).value(v);
+  w.end_object().key("chat_templates").begin_array();
+  for (const auto& [name, src] : t.chat_templates()) w.value(name);
+  w.end_array().end_object();
+  return w.str();
+}
+
+void Tokenizer::set_special_token(const std::string& name, const std::optional<std::string>& token) {
+  need(impl, "the tokenizer").set_special_token(name, token);
+}
+
+void Tokenizer::save_pretrained(const std::string& dir) const {
+  config::make_directories(dir);
+  need(impl, "the tokenizer").save_pretrained(dir);
 }
 
 void HfModel::save_pretrained(const std::string& dir, const std::string& max_shard_size) const {

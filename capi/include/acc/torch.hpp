@@ -40,6 +40,7 @@
 #include <optional>
 #include <type_traits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,11 @@ struct OptimizerSlot;
 struct SchedulerSlot;
 class DataLoader;
 class ForwardScope;
+}  // namespace core
+namespace text {
+class Tokenizer;
+}  // namespace text
+namespace core {
 namespace lora {
 class Host;
 }
@@ -169,8 +175,51 @@ class ACC_CXX_API HfModel {
   std::string module_sizes(const std::string& dtype = "") const;
   std::string infer_auto_device_map(const std::string& options_json = "") const;
   ///@}
+  /// Text in, text out, as acc_generate_text: the prompt encoded with `tokenizer`, generate, the new ids decoded
+  /// (options_json: generate's, "stop_strings", "skip_special_tokens", "add_special_tokens"). on_text gets the
+  /// text in pieces as transformers' TextStreamer prints them; returning false stops there.
+  std::string generate_text(const class Tokenizer& tokenizer, const std::string& prompt,
+                            const std::string& options_json = "",
+                            const std::function<bool(std::string_view)>& on_text = {}) const;
 
   std::shared_ptr<core::ModelSlot> slot;  ///< shared with the accelerator once prepared
+};
+
+/// A Hugging Face tokenizer as transformers' AutoTokenizer loads it (docs/text.md): the `tokenizers` crate
+/// itself, with the chat templates of its folder. Thread-safe: share one between threads (set_special_token
+/// excepted). The options are acc.h's (acc_tokenizer_encode, acc_tokenizer_apply_chat_template,
+/// acc_tokenizer_train_bpe); errors throw std::invalid_argument (a bad option: std::runtime_error naming it).
+class ACC_CXX_API Tokenizer {
+ public:
+  /// AutoTokenizer.from_pretrained(dir), as acc_tokenizer_from_pretrained.
+  static Tokenizer from_pretrained(const std::string& dir);
+  /// A byte-level BPE trained on texts (tokenizers' BpeTrainer), as acc_tokenizer_train_bpe.
+  static Tokenizer train_bpe(const std::vector<std::string>& texts, const std::string& options_json = "");
+  /// transformers' tok(texts, ...): "input_ids", "attention_mask", "token_type_ids" as int64 tensors [rows, T].
+  /// Rows of different lengths (no "padding") are refused; encode_ids gives them as lists.
+  Batch encode(const std::vector<std::string>& texts, const std::string& options_json = "") const;
+  /// The input_ids of each row, rows of any length.
+  std::vector<std::vector<int64_t>> encode_ids(const std::vector<std::string>& texts,
+                                               const std::string& options_json = "") const;
+  /// transformers' decode, as acc_tokenizer_decode.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
+  /// apply_chat_template(tokenize=False): the rendered text.
+  std::string apply_chat_template(const std::string& messages_json, const std::string& options_json = "") const;
+  /// apply_chat_template(tokenize=True, return_dict=True, return_assistant_tokens_mask=True): "input_ids",
+  /// "attention_mask" and "assistant_masks" as int64 tensors [1, T].
+  Batch encode_chat(const std::string& messages_json, const std::string& options_json = "") const;
+  /// A token's id (added tokens included); nullopt outside the vocabulary.
+  std::optional<int64_t> token_to_id(const std::string& token) const;
+  /// An id's token; nullopt outside the vocabulary.
+  std::optional<std::string> id_to_token(int64_t id) const;
+  /// The vocabulary sizes, model type, special tokens and chat template names, as JSON.
+  std::string info() const;
+  /// `tok.pad_token = ...`, as acc_tokenizer_set_special_token; not while other threads use the tokenizer.
+  void set_special_token(const std::string& name, const std::optional<std::string>& token);
+  /// tokenizer.json, tokenizer_config.json and chat_template.jinja into dir, as acc_tokenizer_save_pretrained.
+  void save_pretrained(const std::string& dir) const;
+
+  std::shared_ptr<text::Tokenizer> impl;  ///< libacc's tokenizer
 };
 
 /// A prepared optimizer (Accelerate's AcceleratedOptimizer): step and zero_grad do nothing on

@@ -9,6 +9,7 @@
 
 #include "acc/files.hpp"
 #include "acc/json.hpp"
+#include "acc/limits.hpp"
 #include "checkpoint/agree.hpp"
 #include "formats/hf_weights.hpp"
 #include "formats/safetensors.hpp"
@@ -112,6 +113,13 @@ void save_pretrained(ModelSlot& model, const std::string& dir, const std::string
     config::write_file_atomic((fs::path(dir) / "config.json").string(), config_with_dtype(p->config_json, dtype));
     if (!p->generation_config_json.empty())
       config::write_file_atomic((fs::path(dir) / "generation_config.json").string(), p->generation_config_json);
+    // The tokenizer from_pretrained found beside the weights, byte for byte (never onto itself).
+    for (const auto& from : p->tokenizer_files) {
+      const fs::path to = fs::path(dir) / fs::path(from).filename();
+      std::error_code ec;
+      if (fs::equivalent(from, to, ec)) continue;
+      config::write_file_atomic(to.string(), config::read_file(from, limits::kTokenizerJsonBytes));
+    }
   });
 }
 

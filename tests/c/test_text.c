@@ -191,6 +191,28 @@ int main(int argc, char** argv) {
              "stop_strings");
   acc_model_destroy(model);
 
+  /* A checkpoint carries its tokenizer: save_pretrained of a model from_pretrained found one beside copies it. */
+  char ckpt_a[1024], ckpt_b[1024];
+  snprintf(ckpt_a, sizeof ckpt_a, "%s/text-ckpt-a", argv[2]);
+  snprintf(ckpt_b, sizeof ckpt_b, "%s/text-ckpt-b", argv[2]);
+  EXPECT_OK(acc_model_from_config(config, NULL, &model));
+  EXPECT_OK(acc_model_save_pretrained(model, ckpt_a, NULL));
+  acc_model_destroy(model);
+  EXPECT_OK(acc_tokenizer_save_pretrained(tok, ckpt_a));
+  EXPECT_OK(acc_model_from_pretrained(ckpt_a, NULL, &model));
+  EXPECT_OK(acc_model_save_pretrained(model, ckpt_b, NULL));
+  acc_model_destroy(model);
+  acc_tokenizer* carried = NULL;
+  EXPECT_OK(acc_tokenizer_from_pretrained(ckpt_b, &carried));
+  EXPECT_OK(acc_tokenizer_encode(carried, corpus, corpus_len, NULL, NULL, 1, NULL, &e1));
+  EXPECT_OK(acc_tokenizer_encode(tok, corpus, corpus_len, NULL, NULL, 1, NULL, &e2));
+  EXPECT_OK(acc_encoding_get(e1, 0, "input_ids", &a, &na));
+  EXPECT_OK(acc_encoding_get(e2, 0, "input_ids", &b, &nb));
+  EXPECT(na == nb && na > 0 && memcmp(a, b, (size_t)na * sizeof(int64_t)) == 0);
+  acc_encoding_destroy(e1);
+  acc_encoding_destroy(e2);
+  acc_tokenizer_destroy(carried);
+
   acc_tokenizer_destroy(trained);
   acc_tokenizer_destroy(reloaded);
   acc_tokenizer_destroy(tok);

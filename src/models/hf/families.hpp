@@ -30,6 +30,9 @@ struct Pretrained {
   virtual ~Pretrained() = default;
   std::string config_json;             // config.json as read
   std::string generation_config_json;  // generation_config.json as read ("" when there was none)
+  // The checkpoint's tokenizer files (tokenizer.json, tokenizer_config.json, ...; docs/text.md) by path, copied
+  // beside the weights by save_pretrained: a checkpoint carries its tokenizer, as a Trainer's does.
+  std::vector<std::string> tokenizer_files;
 };
 
 // A causal language model, stepped for generation.

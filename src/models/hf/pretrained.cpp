@@ -360,6 +360,8 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
     p->config_json = config_text;
     p->generation_config_json = generation_text;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+      if (fs::is_regular_file(dir / name)) p->tokenizer_files.push_back((dir / name).string());
   }
   if (deferred) {
     model->set_deferred(defer_loading(dynamic_cast<NnModel&>(*model).module(), file_of));

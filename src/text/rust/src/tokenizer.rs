@@ -151,30 +151,12 @@ impl Handle {
         let mut out = if o.threads <= 1 || inputs.len() < 2 {
             encode_all(&inputs)?
         } else {
-            // Small slices handed out in turn (texts differ in length: equal shares would leave threads idle).
-            const SLICE: usize = 32;
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let inputs = &inputs;
-            let work = || -> Res<Vec<(usize, Vec<Encoding>)>> {
-                let mut mine = Vec::new();
-                loop {
-                    let at = next.fetch_add(SLICE, std::sync::atomic::Ordering::Relaxed);
-                    if at >= inputs.len() {
-                        return Ok(mine);
-                    }
-                    mine.push((at, encode_all(&inputs[at..(at + SLICE).min(inputs.len())])?));
-                }
-            };
-            let mut slices = std::thread::scope(|s| {
-                let workers: Vec<_> = (0..o.threads.min(inputs.len())).map(|_| s.spawn(work)).collect();
-                let mut all = Vec::new();
-                for w in workers {
-                    all.extend(w.join().map_err(|_| "an encoding thread panicked".to_string())??);
-                }
-                Ok::<_, String>(all)
-            })?;
-            slices.sort_by_key(|(at, _)| *at);
-            slices.into_iter().flat_map(|(_, e)| e).collect()
+            // rayon's work stealing on a pool kept per thread count (texts differ in length; equal shares left a
+            // thread idle, and threads made per call cost more than short batches take).
+            use rayon::prelude::*;
+            pool(o.threads)?.install(|| {
+                inputs.par_iter().map(|i| tok.encode(i.clone(), o.add_special_tokens).map_err(|e| e.to_string())).collect::<Res<Vec<_>>>()
+            })?
         };
         if let Some(p) = &o.padding {
             pad_encodings(&mut out, p).map_err(|e| e.to_string())?;
@@ -250,6 +232,22 @@ impl Handle {
         *guard = Arc::new(tok);
         Ok(added)
     }
+}
+
+/// A rayon pool of `threads` threads, made once per count (at most a few counts are ever asked for).
+fn pool(threads: usize) -> Res<Arc<rayon::ThreadPool>> {
+    static POOLS: std::sync::OnceLock<Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>> = std::sync::OnceLock::new();
+    let pools = POOLS.get_or_init(|| Mutex::new(Vec::new()));
+    let mut guard = pools.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = guard.iter().find(|(n, _)| *n == threads) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| e.to_string())?);
+    if guard.len() >= 8 {
+        guard.remove(0);
+    }
+    guard.push((threads, p.clone()));
+    Ok(p)
 }
 
 pub fn truncation(strategy: u8, left: bool, max_length: usize, stride: usize) -> TruncationParams {

@@ -20,7 +20,8 @@ EncodeOptions parse_encode_options(const json::Value* root, const char* what,
                                    std::initializer_list<const char*> ignore) {
   EncodeOptions o;
   if (!root) return o;
-  for (const auto& [k, v] : root->items()) {
+  for (const auto& [key, v] : root->items()) {
+    const std::string& k = key;  // a lambda cannot capture a structured binding before C++20's P1091 (clang 14)
     auto bad = [&](const char* expected) {
       throw config::Error(std::string(what) + ": '" + k + "' must be " + expected);
     };
@@ -99,7 +100,8 @@ EncodeOptions parse_chat_encode_options(const json::Value* root) {
 TrainOptions parse_train_options(const json::Value* root) {
   TrainOptions o;
   if (!root) return o;
-  for (const auto& [k, v] : root->items()) {
+  for (const auto& [key, v] : root->items()) {
+    const std::string& k = key;  // (see parse_encode_options)
     auto bad = [&](const char* expected) {
       throw config::Error("tokenizer training options: '" + k + "' must be " + expected);
     };

@@ -1583,9 +1583,11 @@ TEST(Limits, ModelSizesAreBounded) {
 
 TEST(Limits, TimeoutsHaveARange) {
   // Was: 1e300, 0 and 1e-9 passed validation and became 0 ms.
-  for (auto [t, shown] : {std::pair{"1e300", "1e+300"}, {"0", "0"}, {"1e-9", "1e-09"}, {"-1", "-1"}})
+  for (auto [value, shown] : {std::pair{"1e300", "1e+300"}, {"0", "0"}, {"1e-9", "1e-09"}, {"-1", "-1"}}) {
+    const char* t = value;  // clang 14 cannot capture a structured binding in the lambda
     EXPECT_EQ(error_of([&] { resolve_accelerator(std::string(R"({"init_process_group_kwargs": {"timeout": )") + t + "}}", {}); }),
               std::string("'init_process_group_kwargs.timeout' must be a number between 0.001 and 31536000 or null; got ") + shown);
+  }
   EXPECT_DOUBLE_EQ(resolve_accelerator(R"({"init_process_group_kwargs": {"timeout": 0.5}})", {}).get_double("init_process_group_kwargs.timeout"), 0.5);
 }
 

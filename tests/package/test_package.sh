@@ -74,8 +74,11 @@ done
 version=$(sed -n 's/^Version: *//p' "$B/lib/pkgconfig/acc.pc")
 if command -v mvn >/dev/null && command -v javac >/dev/null; then
   jar=$B/share/java/acc-$version.jar
+  # The listing read whole first: `unzip -l | grep -q` under pipefail fails when grep stops reading early and unzip
+  # gets SIGPIPE, which a longer jar (more classes) makes likely.
+  listing=$( [[ -f $jar ]] && unzip -l "$jar" )
   if [[ -f $B/lib/libacc_jni.so && -f $jar && -f $B/share/java/acc-$version.pom ]] &&
-     unzip -l "$jar" | grep -q ' ai/acc/native/linux-x86_64/libacc_jni.so$' && unzip -l "$jar" | grep -q ' ai/acc/Accelerator.class$'; then
+     grep -q ' ai/acc/native/linux-x86_64/libacc_jni.so$' <<<"$listing" && grep -q ' ai/acc/Accelerator.class$' <<<"$listing"; then
     ok "Java: lib/libacc_jni.so, share/java/acc-$version.jar (ai.acc classes and the JNI library) and its pom"
   else
     fail "Java: lib/libacc_jni.so, share/java/acc-$version.{jar,pom} or the jar's ai.acc classes and JNI library are missing"

@@ -123,29 +123,7 @@ acc_status acc_tokenizer_info(const acc_tokenizer* tok, char** out_json) noexcep
   if (out_json) *out_json = nullptr;
   return guarded(__func__, [&] {
     need(out_json, "out_json");
-    const text::Tokenizer& t = *need(tok, "tok")->tok;
-    json::Writer w(json::Writer::Layout::Tight);
-    w.begin_object();
-    w.key("vocab_size").value(static_cast<uint64_t>(t.vocab_size())).key("len").value(static_cast<uint64_t>(t.size()));
-    w.key("model_type").value(t.model_type());
-    w.key("special_tokens").begin_object();
-    for (const auto& [k, v] : t.special_tokens_map()) w.key(k).value(v);
-    w.end_object().key("special_token_ids").begin_object();
-    for (const auto& [k, v] : t.special_tokens_map())
-      if (auto id = t.token_to_id(v)) w.key(k + "_id").value(*id);
-    w.end_object().key("all_special_tokens").begin_array();
-    for (const auto& s : t.all_special_tokens()) w.value(s);
-    w.end_array().key("all_special_ids").begin_array();
-    for (int64_t id : t.all_special_ids()) w.value(id);
-    w.end_array().key("chat_templates").begin_array();
-    for (const auto& [name, src] : t.chat_templates()) w.value(name);
-    w.end_array().key("model_max_length");
-    if (t.model_max_length()) w.value(static_cast<uint64_t>(*t.model_max_length()));
-    else w.null();
-    w.key("padding_side").value(t.padding_side() == text::Side::Left ? "left" : "right");
-    w.key("truncation_side").value(t.truncation_side() == text::Side::Left ? "left" : "right");
-    w.end_object();
-    *out_json = copy_out(w.str());
+    *out_json = copy_out(text::info_json(*need(tok, "tok")->tok));
   });
 }
 

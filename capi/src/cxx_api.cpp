@@ -284,18 +284,7 @@ std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const {
 
 std::optional<std::string> Tokenizer::id_to_token(int64_t id) const { return need(impl, "the tokenizer").id_to_token(id); }
 
-std::string Tokenizer::info() const {
-  const text::Tokenizer& t = need(impl, "the tokenizer");
-  json::Writer w(json::Writer::Layout::Tight);
-  w.begin_object().key("vocab_size").value(static_cast<uint64_t>(t.vocab_size()));
-  w.key("len").value(static_cast<uint64_t>(t.size())).key("model_type").value(t.model_type());
-  w.key("special_tokens").begin_object();
-  for (const auto& [k, v] : t.special_tokens_map()) w.key(k).value(v);
-  w.end_object().key("chat_templates").begin_array();
-  for (const auto& [name, src] : t.chat_templates()) w.value(name);
-  w.end_array().end_object();
-  return w.str();
-}
+std::string Tokenizer::info() const { return text::info_json(need(impl, "the tokenizer")); }
 
 void Tokenizer::set_special_token(const std::string& name, const std::optional<std::string>& token) {
   need(impl, "the tokenizer").set_special_token(name, token);

@@ -32,10 +32,6 @@ std::optional<std::string> token_text(const json::Value& v) {
   v.fail("expected a token (a string or an object with \"content\")");
 }
 
-std::string read_text(const std::string& path, size_t limit) {
-  return config::read_file(path, limit);
-}
-
 uint32_t to_u32(int64_t id, const char* what) {
   if (id < 0 || id > std::numeric_limits<uint32_t>::max())
     throw std::out_of_range(std::string(what) + " " + std::to_string(id) + " is not a token id (0 to 2^32-1)");
@@ -56,6 +52,31 @@ std::string clean_up_tokenization(std::string text) {
     text = out.append(text, pos, std::string::npos);
   }
   return text;
+}
+
+std::string info_json(const Tokenizer& t) {
+  json::Writer w(json::Writer::Layout::Tight);
+  w.begin_object();
+  w.key("vocab_size").value(static_cast<uint64_t>(t.vocab_size())).key("len").value(static_cast<uint64_t>(t.size()));
+  w.key("model_type").value(t.model_type());
+  w.key("special_tokens").begin_object();
+  for (const auto& [k, v] : t.special_tokens_map()) w.key(k).value(v);
+  w.end_object().key("special_token_ids").begin_object();
+  for (const auto& [k, v] : t.special_tokens_map())
+    if (auto id = t.token_to_id(v)) w.key(k + "_id").value(*id);
+  w.end_object().key("all_special_tokens").begin_array();
+  for (const auto& s : t.all_special_tokens()) w.value(s);
+  w.end_array().key("all_special_ids").begin_array();
+  for (int64_t id : t.all_special_ids()) w.value(id);
+  w.end_array().key("chat_templates").begin_array();
+  for (const auto& [name, src] : t.chat_templates()) w.value(name);
+  w.end_array().key("model_max_length");
+  if (t.model_max_length()) w.value(static_cast<uint64_t>(*t.model_max_length()));
+  else w.null();
+  w.key("padding_side").value(t.padding_side() == Side::Left ? "left" : "right");
+  w.key("truncation_side").value(t.truncation_side() == Side::Left ? "left" : "right");
+  w.end_object();
+  return w.str();
 }
 
 Tokenizer::Tokenizer(acctext_tokenizer* handle, std::string source) : handle_(handle), source_(std::move(source)) {
@@ -97,14 +118,14 @@ std::shared_ptr<Tokenizer> Tokenizer::from_pretrained(const std::string& dir) {
   const std::string config_file = dir + "/tokenizer_config.json";
   std::string cls;
   if (fs::exists(config_file)) {
-    config.text = read_text(config_file, limits::kHfConfigBytes);
+    config.text = config::read_file(config_file, limits::kHfConfigBytes);
     config.doc.emplace(config.text, "tokenizer_config.json '" + config_file + "'");
     config.root = config.doc->root();
     if (!config.root->is_object()) config.root->fail("expected an object");
     if (auto c = config.root->find("tokenizer_class"); c && c->is_string()) cls = c->as_string();
   }
   config.rules = class_rules(cls, config.root ? &*config.root : nullptr);
-  auto tok = from_json(read_text(file, limits::kTokenizerJsonBytes), "tokenizer.json '" + file + "'",
+  auto tok = from_json(config::read_file(file, limits::kTokenizerJsonBytes), "tokenizer.json '" + file + "'",
                        config.rules.overrides_json);
   tok->apply_config(dir, config);
   return tok;
@@ -190,7 +211,7 @@ void Tokenizer::apply_config(const std::string& dir, const ConfigView& config) {
   // Legacy special_tokens_map.json: read only when tokenizer_config.json has no added_tokens_decoder.
   const std::string map_file = dir + "/special_tokens_map.json";
   if (!has_added_tokens_decoder && fs::exists(map_file)) {
-    json::Document doc(read_text(map_file, limits::kHfConfigBytes), "special_tokens_map.json '" + map_file + "'");
+    json::Document doc(config::read_file(map_file, limits::kHfConfigBytes), "special_tokens_map.json '" + map_file + "'");
     auto root = doc.root();
     for (const char* key : kNamed)
       if (root.has(key)) set_named(key, root.get(key));
@@ -199,11 +220,11 @@ void Tokenizer::apply_config(const std::string& dir, const ConfigView& config) {
   }
   // chat_template.jinja and additional_chat_templates/*.jinja take precedence over the config's.
   if (fs::exists(dir + "/chat_template.jinja"))
-    chat_templates_["default"] = read_text(dir + "/chat_template.jinja", limits::kChatTemplateBytes);
+    chat_templates_["default"] = config::read_file(dir + "/chat_template.jinja", limits::kChatTemplateBytes);
   if (fs::is_directory(dir + "/additional_chat_templates"))
     for (const auto& e : fs::directory_iterator(dir + "/additional_chat_templates"))
       if (e.path().extension() == ".jinja" && e.is_regular_file())
-        chat_templates_[e.path().stem().string()] = read_text(e.path().string(), limits::kChatTemplateBytes);
+        chat_templates_[e.path().stem().string()] = config::read_file(e.path().string(), limits::kChatTemplateBytes);
   add_missing_special_tokens();
   rebuild_post_processor();
 }

@@ -141,6 +141,10 @@ class Tokenizer {
   std::string config_json_;  // tokenizer_config.json as read ("" without one): save_pretrained keeps its keys
 };
 
+// What acc_tokenizer_info and Tokenizer::info say, as JSON (vocabulary sizes, model type, special tokens and
+// their ids, chat template names, model_max_length, sides).
+std::string info_json(const Tokenizer& t);
+
 // transformers' clean_up_tokenization: " ." -> "." and the like.
 std::string clean_up_tokenization(std::string text);
 

@@ -144,6 +144,11 @@ TEST_P(Tokenizers, EqualTransformers) {
         continue;
       }
       auto encs = use->encode_batch(tv, pairs.empty() ? nullptr : &pv, o);
+      text::EncodeOptions threaded = o;
+      threaded.threads = 2;  // the rayon path gives the same rows in the same order
+      auto encs2 = use->encode_batch(tv, pairs.empty() ? nullptr : &pv, threaded);
+      ASSERT_EQ(encs2.size(), encs.size());
+      for (size_t i = 0; i < encs.size(); ++i) EXPECT_EQ(encs2[i].ids, encs[i].ids) << "row " << i << " on 2 threads";
       auto want = c.get("input_ids");
       ASSERT_EQ(encs.size(), want.size());
       for (size_t i = 0; i < encs.size(); ++i) {

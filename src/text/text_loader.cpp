@@ -2,18 +2,15 @@
 // libacc.so is in (or $ACC_TEXT_LIBRARY), so that programs without text, the demo among them, neither build nor
 // load it. Each acctext_ function here forwards to the library's; the entry points that make a tokenizer or
 // render a template report a missing library as their error (the others only run on what those made).
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "text/text_ffi.h"
+#include "util/lazy_library.hpp"
 
 namespace {
-
-constexpr const char* kFile = "libacc_text.so";
 
 #define ACC_TEXT_FUNCTIONS(X)                                                                                      \
   X(acctext_tokenizer_from_json) X(acctext_tokenizer_free) X(acctext_tokenizer_to_json) X(acctext_model_type)      \
@@ -29,33 +26,18 @@ struct Library {
   std::string why;  // empty once loaded
 };
 
-std::string library_path() {
-  if (const char* p = std::getenv("ACC_TEXT_LIBRARY"); p && *p) return p;
-  Dl_info info{};
-  if (!dladdr(reinterpret_cast<void*>(&library_path), &info) || !info.dli_fname) return kFile;
-  const std::string self = info.dli_fname;
-  const auto slash = self.rfind('/');
-  return slash == std::string::npos ? std::string(kFile) : self.substr(0, slash + 1) + kFile;
-}
-
 const Library& library() {
   static Library lib;
   static std::once_flag once;
   std::call_once(once, [] {
-    const std::string path = library_path();
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* e = dlerror();
-      lib.why = "libacc's text library could not be loaded (" + std::string(e ? e : path) +
-                "): it is built beside libacc.so as " + kFile + " (ninja -C build src/" + kFile +
-                "; a release bundle ships it in lib/), or name it with ACC_TEXT_LIBRARY";
-      return;
-    }
-#define X(name)                                                                                   \
-  lib.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name));                              \
-  if (!lib.name && lib.why.empty()) lib.why = path + " is not libacc's text library: it has no " #name;
-    ACC_TEXT_FUNCTIONS(X)
+#define X(name) #name,
+    static const char* const names[] = {ACC_TEXT_FUNCTIONS(X)};
 #undef X
+#define X(name) reinterpret_cast<void**>(&lib.name),
+    void** const slots[] = {ACC_TEXT_FUNCTIONS(X)};
+#undef X
+    lib.why = acc::util::load_beside_libacc("libacc_text.so", "ACC_TEXT_LIBRARY", "text", names, slots,
+                                            sizeof(slots) / sizeof(slots[0]));
   });
   return lib;
 }

@@ -24,6 +24,9 @@ Seeds are small valid (and a few deliberately broken) inputs:
                             below (look-around and catastrophic Split patterns, bad merges, a look-around Replace)
   fuzz_chat_template        a mode byte, then a chat template (even) or a conversation's messages JSON (odd): the
                             tiny byte-level BPE tokenizer's template, loops, macros, raise_exception, {% generation %}
+  fuzz_parquet_footer       Parquet files: tests/data/fixtures' (snappy, zstd, gzip; several row groups), copied
+  fuzz_arrow_ipc            a format byte (even: IPC stream, odd: IPC file), then the file: tests/data/fixtures' stream
+                            and file, and a save_to_disk shard
 Dictionaries (libFuzzer -dict=) hold the schema's key names and accepted values, read from the key tables of
 docs/configuration.md (generated from the schema and checked against it by the 'docs_match_schema' test); LoraConfig's
 fields read from src/models/lora.cpp; regular-expression syntax; the byte encodings of sizes near the limits.
@@ -657,6 +660,24 @@ def text_seeds():
     out["dict/jinja.dict"] = ("\n".join(lines) + "\n").encode()
 
 
+# Issue 39's dataset files: the committed fixtures of tests/data (made by tests/data/make_fixtures.py with pyarrow and
+# datasets), and the tokens of their metadata.
+def data_seeds():
+    fixtures = os.path.join(ROOT, "tests", "data", "fixtures")
+    for codec in ("snappy", "zstd", "gzip"):
+        put("fuzz_parquet_footer", codec, open(os.path.join(fixtures, f"rows.{codec}.parquet"), "rb").read())
+    put("fuzz_arrow_ipc", "stream", b"\0" + open(os.path.join(fixtures, "rows.stream.arrow"), "rb").read())
+    put("fuzz_arrow_ipc", "file", b"\1" + open(os.path.join(fixtures, "rows.file.arrow"), "rb").read())
+    shard = os.path.join(fixtures, "saved", "data-00000-of-00002.arrow")
+    put("fuzz_arrow_ipc", "saved_shard", b"\0" + open(shard, "rb").read())
+    sizes = ['"\\x00\\x00\\x00\\x00"', '"\\xff\\xff\\xff\\x7f"', '"\\xff\\xff\\xff\\xff"', '"\\x00\\x00\\x00\\x80"']
+    out["dict/parquet.dict"] = ("# Parquet's magic, thrift compact field headers, sizes near the limits (make_corpus.py)\n" +
+                                "\n".join(['"PAR1"', '"\\x15\\x00"', '"\\x15\\x02"', '"\\x19\\x1c"', '"\\x16\\x00"'] + sizes) +
+                                "\n").encode()
+    out["dict/arrow.dict"] = ("# Arrow IPC's magic, continuation marker, sizes near the limits (make_corpus.py)\n" +
+                              "\n".join(['"ARROW1"', '"ARROW1\\x00\\x00"'] + sizes) + "\n").encode()
+
+
 def main():
     check = "--check" in sys.argv[1:]
     dictionaries(schema_tables())
@@ -671,6 +692,7 @@ def main():
     parallelism_seeds()
     profile_seeds()
     text_seeds()
+    data_seeds()
     differ = []
     for rel, data in sorted(out.items()):
         path = os.path.join(HERE, rel)

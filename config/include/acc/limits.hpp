@@ -72,9 +72,30 @@ inline constexpr size_t kQuotedTextBytes = 300;
 inline constexpr size_t kTokenizerJsonBytes = size_t{512} << 20;
 // A chat template (chat_template.jinja, or one in tokenizer_config.json): real ones are a few KiB to 30 KiB.
 inline constexpr size_t kChatTemplateBytes = size_t{4} << 20;
-// The work one chat-template rendering may do (minijinja's fuel: about one unit per instruction): real templates
-// spend a few thousand per message, so a conversation of 5,000 messages fits; a template that loops forever stops
-// (in about 3 s on one core).
-inline constexpr uint64_t kChatTemplateFuel = 50'000'000;
+// The work one chat-template rendering may do: minijinja's fuel, one unit per instruction plus one per 64 bytes of
+// every value it makes (strings joined with `~`, lists, filter results: written or not), so the budget bounds time
+// and memory both. Real templates spend 1 to 1.3 units per byte of the conversation they render (Llama-3, Qwen3 and
+// Gemma, 2,667 messages with tool calls, measured with minijinja's fuel_levels): the budget is a base plus 8 units
+// per byte of the conversation's JSON (six times that), rounded up to a power of two (one compiled template per
+// budget), at most kChatTemplateFuelMax. A template that loops forever stops within seconds, one that builds values
+// without writing them after about 64 bytes per unit (64 MiB for a short conversation).
+inline constexpr uint64_t kChatTemplateFuelBase = uint64_t{1} << 20;
+inline constexpr uint64_t kChatTemplateFuelPerByte = 8;
+inline constexpr uint64_t kChatTemplateFuelMax = uint64_t{1} << 26;
+
+// Dataset files (src/data/files, docs/data.md; the Rust side keeps the same numbers in src/data/files/rust/src/lib.rs).
+// One JSON lines line or CSV record: a record of a fine-tuning set is a few KiB, a long document a few MiB; a longer
+// line is refused when the limit is passed, before it is held whole. A batch of JSON lines ends early past
+// kDataBatchBytes of text, so that max_rows long records never hold more.
+inline constexpr size_t kDataLineBytes = size_t{64} << 20;
+inline constexpr size_t kDataBatchBytes = size_t{256} << 20;
+// JSON lines columns are inferred from the first lines (as pyarrow infers them from its first block), CSV types from
+// the first rows: a later line that does not fit is an error naming it.
+inline constexpr size_t kDataInferLines = 10'000;
+inline constexpr size_t kDataInferBytes = size_t{64} << 20;
+// One Arrow IPC message's metadata (a flatbuffer of a few hundred bytes per column) and a save_to_disk state.json;
+// the bodies of IPC messages and Parquet pages are bounded by the file they are in.
+inline constexpr size_t kDataIpcMetadataBytes = size_t{64} << 20;
+inline constexpr size_t kDataStateJsonBytes = size_t{64} << 20;
 
 }  // namespace acc::limits

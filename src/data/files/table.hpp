@@ -98,6 +98,7 @@ class RecordBatch {
   friend class Reader;
   friend class ShardedStream;
   explicit RecordBatch(accdata_batch* b);  // takes ownership
+  std::shared_ptr<accdata_batch> handle_;
   std::vector<Column> columns_;
 };
 

@@ -30,3 +30,9 @@ if [[ ! -f $stamp ]]; then
   .venv-bench/bin/pip install -q "datasets==5.2.0" "pyarrow==26.0.1"
   touch "$stamp"
 fi
+stamp=.venv-bench/.acc-bench-trl-1.16.0
+if [[ ! -f $stamp ]]; then
+  # TRL's SFT preparation and collator, used only by tests/data/make_prep_fixtures.py.
+  .venv-bench/bin/pip install -q "trl==1.16.0"
+  touch "$stamp"
+fi

@@ -1,0 +1,211 @@
+// Tokenizing a text column, and TRL 1.16's SFTTrainer._prepare_dataset (trl/trainer/sft_trainer.py): the EOS added to
+// text and completions, tokenize_fn, build_labels, the max_length truncation and the filter after it, then packing.
+#include <algorithm>
+#include <stdexcept>
+
+#include "acc/json.hpp"
+#include "data/prep/prep.hpp"
+#include "data/prep/prep_internal.hpp"
+#include "text/chat_template.hpp"
+
+namespace acc::data {
+namespace {
+
+std::string where(std::string_view column, size_t row) {
+  return "column '" + std::string(column) + "' row " + std::to_string(row);
+}
+
+// A cell that must be a string (JSON text of one).
+std::string string_cell(const std::string& cell, std::string_view column, size_t row) {
+  json::Document doc(cell, where(column, row));
+  auto v = doc.root();
+  if (!v.is_string())
+    throw std::invalid_argument(where(column, row) + ": expected a string, got " + (v.is_null() ? "null" : cell.substr(0, 80)));
+  return v.as_string();
+}
+
+// TRL's is_conversational for one cell: a list whose first item is an object with a "role".
+bool is_messages(const std::string& cell, std::string_view column, size_t row) {
+  json::Document doc(cell, where(column, row));
+  auto v = doc.root();
+  return v.is_array() && v.size() > 0 && v.at(0).is_object() && v.at(0).has("role");
+}
+
+// A cell that must be a list of messages (the JSON text itself is what the template renders).
+const std::string& messages_cell(const std::string& cell, std::string_view column, size_t row) {
+  if (!is_messages(cell, column, row))
+    throw std::invalid_argument(where(column, row) + ": expected a list of messages ({\"role\", \"content\"} objects)"
+                                ", as the dataset's first row has");
+  return cell;
+}
+
+// prompt + completion, two lists of messages joined as Python's list `+`.
+std::string join_messages(const std::string& a, const std::string& b, size_t row) {
+  json::Document da(a, where("prompt", row)), db(b, where("completion", row));
+  json::Writer w(json::Writer::Layout::Tight);
+  w.begin_array();
+  for (const auto& e : da.root().elements()) w.value(e);
+  for (const auto& e : db.root().elements()) w.value(e);
+  w.end_array();
+  return w.str();
+}
+
+size_t common_prefix_length(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+enum class Form { Text, Messages, PromptCompletion, PromptCompletionChat };
+
+// TRL decides on the first example alone (next(iter(dataset))).
+Form form_of(const Table& rows, const SftOptions& o) {
+  if (rows.has("prompt")) {
+    if (!rows.has("completion"))
+      throw std::invalid_argument("a 'prompt' column without a 'completion' column (columns: " + join_names(rows.names) +
+                                  ")");
+    if (rows.rows() == 0) return Form::PromptCompletion;
+    return is_messages(rows.column("prompt")[0], "prompt", 0) ? Form::PromptCompletionChat : Form::PromptCompletion;
+  }
+  if (rows.has("messages") && rows.rows() > 0 && is_messages(rows.column("messages")[0], "messages", 0))
+    return Form::Messages;
+  if (!rows.has(o.text_field))
+    throw std::invalid_argument("no column '" + o.text_field + "' (the text field), 'messages' or 'prompt' in the rows"
+                                " (columns: " + join_names(rows.names) + ")");
+  return Form::Text;
+}
+
+std::string tools_of(const Table& rows, size_t row) {
+  if (!rows.has("tools")) return "";
+  const std::string& cell = rows.column("tools")[row];
+  json::Document doc(cell, where("tools", row));
+  auto v = doc.root();
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.as_string();  // TRL json.loads a string of tools
+  return cell;
+}
+
+}  // namespace
+
+Examples tokenize(const text::Tokenizer& tok, const Table& rows, const TokenizeOptions& o, const RunOptions& run) {
+  const auto& cells = rows.column(o.column);
+  text::EncodeOptions e;
+  e.add_special_tokens = o.add_special_tokens;
+  e.truncation = o.truncation ? text::Truncation::LongestFirst : text::Truncation::None;
+  e.max_length = o.max_length;
+  return run_sliced(cells.size(), run.threads, [&](size_t begin, size_t end, Examples& out) {
+    std::vector<std::string> texts;
+    for (size_t i = begin; i < end; ++i) texts.push_back(string_cell(cells[i], o.column, i));
+    std::vector<std::string_view> views(texts.begin(), texts.end());
+    auto encoded = tok.encode_batch(views, nullptr, e);
+    auto& ids = out.add("input_ids");
+    auto& mask = out.add("attention_mask");
+    SeqColumn* types = o.return_token_type_ids ? &out.add("token_type_ids") : nullptr;
+    for (const auto& enc : encoded) {
+      ids.push(enc.ids);
+      mask.push(enc.attention_mask);
+      if (types) types->push(enc.type_ids);
+    }
+  });
+}
+
+Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOptions& o, const RunOptions& run) {
+  if (o.max_length && *o.max_length == 0) throw std::invalid_argument("max_length 0: no token would be left");
+  const Form form = form_of(rows, o);
+  const bool chat = form == Form::Messages || form == Form::PromptCompletionChat;
+  if (o.assistant_only_loss && !chat)
+    throw std::invalid_argument("assistant_only_loss is set, but the dataset is not conversational (no 'messages' or"
+                                " conversational 'prompt' column): only conversational data has assistant turns");
+  std::string eos;
+  if (!chat) {  // TRL's add_eos, for non-conversational data only
+    auto t = o.eos_token ? o.eos_token : tok.special_token("eos_token");
+    if (!t) throw std::invalid_argument("the tokenizer has no eos_token to end texts and completions with: set eos_token");
+    eos = *t;
+  }
+  const bool completion_only = o.completion_only_loss.value_or(form == Form::PromptCompletion ||
+                                                               form == Form::PromptCompletionChat);
+  text::ChatOptions copt;
+  copt.chat_template = o.chat_template;
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  auto with_eos = [&](std::string s) { return ends_with(s, eos) ? s : s + eos; };
+
+  Examples out = run_sliced(rows.rows(), run.threads, [&](size_t begin, size_t end, Examples& part) {
+    auto& ids_col = part.add("input_ids");
+    auto& labels_col = part.add("labels");
+    text::EncodeOptions plain;  // tok(text): special tokens added, no truncation
+    std::vector<int64_t> ids, completion_mask, assistant_mask, labels;
+    for (size_t r = begin; r < end; ++r) {
+      completion_mask.clear();
+      assistant_mask.clear();
+      text::ChatOptions c = copt;
+      if (chat) c.tools_json = tools_of(rows, r);
+      switch (form) {
+        case Form::Text: {
+          ids = tok.encode(with_eos(string_cell(rows.column(o.text_field)[r], o.text_field, r)), plain).ids;
+          break;
+        }
+        case Form::Messages: {
+          auto enc = text::encode_chat(tok, messages_cell(rows.column("messages")[r], "messages", r), c);
+          ids = std::move(enc.encoding.ids);
+          if (o.assistant_only_loss) assistant_mask = std::move(enc.assistant_masks);
+          break;
+        }
+        case Form::PromptCompletion:
+        case Form::PromptCompletionChat: {
+          std::vector<int64_t> prompt_ids;
+          if (form == Form::PromptCompletion) {
+            const std::string prompt = string_cell(rows.column("prompt")[r], "prompt", r);
+            const std::string completion = with_eos(string_cell(rows.column("completion")[r], "completion", r));
+            prompt_ids = tok.encode(prompt, plain).ids;
+            ids = tok.encode(prompt + completion, plain).ids;
+          } else {
+            const auto& prompt = messages_cell(rows.column("prompt")[r], "prompt", r);
+            const auto& completion = messages_cell(rows.column("completion")[r], "completion", r);
+            text::ChatOptions gen = c;
+            gen.add_generation_prompt = true;
+            prompt_ids = text::encode_chat(tok, prompt, gen).encoding.ids;
+            auto enc = text::encode_chat(tok, join_messages(prompt, completion, r), c);
+            ids = std::move(enc.encoding.ids);
+            if (o.assistant_only_loss) assistant_mask = std::move(enc.assistant_masks);
+          }
+          // The completion starts where the prompt alone and prompt + completion diverge: not always after the
+          // prompt (tokens merging across the boundary, templates rendering a prompt alone differently). TRL then
+          // leaves the prompt's diverging tail out of the training sequence, and so does this.
+          const size_t prompt_len = common_prefix_length(prompt_ids, ids);
+          completion_mask.assign(ids.size(), 1);
+          std::fill(completion_mask.begin(), completion_mask.begin() + prompt_len, 0);
+          break;
+        }
+      }
+      if (o.assistant_only_loss && std::find(assistant_mask.begin(), assistant_mask.end(), 1) == assistant_mask.end())
+        throw std::invalid_argument(
+            "assistant_only_loss: " + where(form == Form::Messages ? "messages" : "completion", r) +
+            " has no assistant tokens: the chat template has no {% generation %} ... {% endgeneration %} blocks (or"
+            " renders none for this row); pass a chat_template that marks the assistant's turns");
+      // build_labels: -100 where any applicable mask is 0.
+      labels = ids;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const bool masked = (completion_only && !completion_mask.empty() && !completion_mask[i]) ||
+                            (!assistant_mask.empty() && !assistant_mask[i]);
+        if (masked) labels[i] = -100;
+      }
+      // Truncation to max_length (not when packing: packing cuts), then TRL drops rows left without any label.
+      if (o.max_length && !o.packing) {
+        const size_t n = std::min(*o.max_length, ids.size());
+        const size_t from = o.truncation_mode == TruncationMode::KeepStart ? 0 : ids.size() - n;
+        ids = std::vector<int64_t>(ids.begin() + from, ids.begin() + from + n);
+        labels = std::vector<int64_t>(labels.begin() + from, labels.begin() + from + n);
+        if (std::all_of(labels.begin(), labels.end(), [](int64_t l) { return l == -100; })) continue;
+      }
+      ids_col.push(ids);
+      labels_col.push(labels);
+    }
+  });
+  if (!o.packing) return out;
+  if (!o.max_length) throw std::invalid_argument("packing needs max_length (the packed rows' length)");
+  return pack(out, *o.max_length, o.packing_strategy, o.map_batch_size);
+}
+
+}  // namespace acc::data

@@ -568,6 +568,9 @@ enum Source {
 enum Stream {
     Jsonl(JsonlStream),
     Csv(arrow_csv::reader::BufReader<BufReader<LineGuard<File>>>),
+    // Parquet read in order: one reader over the file's row groups, so that each page is decoded once (rows() of
+    // each next batch would decode a row group from its start again).
+    Parquet(parquet::arrow::arrow_reader::ParquetRecordBatchReader, u64),
 }
 
 pub struct Table {
@@ -951,11 +954,22 @@ impl Table {
         self.pending = None;
     }
 
-    /// The next piece of a JSONL or CSV table in order (at most `rows` rows), or None at the end.
-    fn next_text(&mut self, rows: usize) -> Res<Option<RecordBatch>> {
+    /// The next piece of a JSONL, CSV or Parquet table in order (at most `rows` rows), or None at the end.
+    fn next_piece(&mut self, rows: usize) -> Res<Option<RecordBatch>> {
         loop {
             if self.cur_file >= self.files.len() {
                 return Ok(None);
+            }
+            if self.stream.is_none() {
+                if let Source::Parquet(p) = &self.files[self.cur_file] {
+                    let r = file_read(&p.path, || {
+                        p.builder()?
+                            .with_batch_size(rows.clamp(1, limits::PARQUET_READ_ROWS))
+                            .build()
+                            .map_err(|e| format!("{}: {e}", p.path))
+                    })?;
+                    self.stream = Some(Stream::Parquet(r, 0));
+                }
             }
             if self.stream.is_none() {
                 let Source::Text(path) = &self.files[self.cur_file] else { unreachable!() };
@@ -985,7 +999,8 @@ impl Table {
             }
             let path = match &self.files[self.cur_file] {
                 Source::Text(p) => p.clone(),
-                _ => unreachable!(),
+                Source::Parquet(p) => p.path.clone(),
+                Source::Ipc(s) => s.path.clone(),
             };
             let got = match self.stream.as_mut().unwrap() {
                 Stream::Jsonl(j) => j.next(rows)?,
@@ -996,6 +1011,22 @@ impl Table {
                         if s.contains(&path) { s } else { format!("{path}: {s}") }
                     })?),
                 },
+                Stream::Parquet(r, seen) => {
+                    let got = file_read(&path, || r.next().transpose().map_err(|e| format!("{path}: {e}")))?;
+                    let Source::Parquet(p) = &self.files[self.cur_file] else { unreachable!() };
+                    let promised: u64 = p.groups.iter().sum();
+                    match &got {
+                        Some(b) => *seen += b.num_rows() as u64,
+                        None if *seen != promised => {
+                            return Err(format!(
+                                "{path}: corrupt Parquet file: its row groups gave {seen} of the {promised} rows its \
+                                 metadata promises"
+                            ))
+                        }
+                        None => {}
+                    }
+                    got
+                }
             };
             match got {
                 Some(b) if b.num_rows() > 0 => return Ok(Some(self.shape(b)?)),
@@ -1011,7 +1042,7 @@ impl Table {
     /// The next `max_rows` rows in table order (fewer at the end), or None at the end.
     pub fn next(&mut self, max_rows: usize) -> Res<Option<(RecordBatch, u64)>> {
         let max_rows = max_rows.max(1);
-        if let Some(total) = self.num_rows {
+        if let (Some(total), false) = (self.num_rows, self.format == Format::Parquet) {
             if self.pos >= total {
                 return Ok(None);
             }
@@ -1026,7 +1057,7 @@ impl Table {
         while have < max_rows {
             let piece = match self.pending.take() {
                 Some(p) => p,
-                None => match self.next_text(max_rows - have)? {
+                None => match self.next_piece(max_rows - have)? {
                     Some(p) => p,
                     None => break,
                 },

@@ -10,6 +10,7 @@
 
 #include "acc/files.hpp"
 #include "acc/json.hpp"
+#include "data/prep/from_files.hpp"
 #include "data/prep/prep.hpp"
 #include "text/tokenizer.hpp"
 
@@ -131,6 +132,7 @@ data::SftOptions sft_options(const json::Value& c) {
   if (a.has_value("completion_only_loss")) o.completion_only_loss = a.get_bool("completion_only_loss");
   o.assistant_only_loss = a.get_bool("assistant_only_loss");
   if (c.has_value("chat_template")) o.chat_template = c.get_string("chat_template");
+  o.padding_free = a.get_bool("padding_free");
   return o;
 }
 
@@ -153,7 +155,14 @@ TEST_P(Prep, EqualHuggingFace) {
   const size_t batch_size = root.get_int("batch_size");
   std::map<std::string, Table> inputs;
   auto input = [&](const std::string& name) -> const Table& {
-    if (!inputs.count(name)) inputs[name] = read_jsonl(g_root + "/tests/data/prep/" + name);
+    if (!inputs.count(name)) {
+      // Through the file readers, as a job reads them; the same rows as the JSON lines parsed one by one.
+      auto reader = data::Reader::open(g_root + "/tests/data/prep/" + name);
+      inputs[name] = data::read_table(reader);
+      const Table direct = read_jsonl(g_root + "/tests/data/prep/" + name);
+      EXPECT_EQ(inputs[name].names, direct.names);
+      EXPECT_EQ(inputs[name].rows(), direct.rows());
+    }
     return inputs[name];
   };
   int n = 0;
@@ -184,13 +193,14 @@ TEST_P(Prep, EqualHuggingFace) {
         expect_dataset(c.get("dataset"), ex);
         check_hf_collated(c.get("collated"), ex, *tok, batch_size);
       } else if (kind == "sft") {
-        Examples ex = data::sft_prepare(*tok, rows, sft_options(c), run);
+        const data::SftOptions sft = sft_options(c);
+        Examples ex = data::sft_prepare(*tok, rows, sft, run);
         expect_dataset(c.get("dataset"), ex);
         for (const auto& col : c.get("collated").elements()) {
           SCOPED_TRACE("collator " + col.text().substr(0, 90));
-          data::TrlCollatorOptions o;
-          o.pad_token_id = c.get_int("pad_token_id");
-          o.padding_free = col.get_bool("padding_free");
+          data::TrlCollatorOptions o = data::trl_collator_options(*tok, sft);
+          EXPECT_EQ(o.pad_token_id, c.get_int("pad_token_id"));
+          EXPECT_EQ(o.padding_free, col.get_bool("padding_free"));
           o.pad_to_multiple_of = multiple_of(col);
           o.padding_side = side_of(col);
           expect_batches(col, ex, batch_size,

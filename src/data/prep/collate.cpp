@@ -249,4 +249,17 @@ Batch collate_trl(const Examples& ex, std::span<const size_t> rows, const TrlCol
   return b;
 }
 
+TrlCollatorOptions trl_collator_options(const text::Tokenizer& tok, const SftOptions& o) {
+  TrlCollatorOptions c;
+  c.padding_free = o.padding_free || (o.packing && o.packing_strategy != PackingStrategy::Wrapped);
+  c.pad_to_multiple_of = o.pad_to_multiple_of;
+  auto pad = o.pad_token ? o.pad_token : tok.special_token("pad_token");
+  if (!pad) pad = tok.special_token("eos_token");
+  if (!pad) throw std::invalid_argument("SFT: the tokenizer has neither a pad_token nor an eos_token; set pad_token");
+  auto id = tok.token_to_id(*pad);
+  if (!id) throw std::invalid_argument("SFT: the pad_token '" + *pad + "' is not in the tokenizer's vocabulary");
+  c.pad_token_id = *id;
+  return c;
+}
+
 }  // namespace acc::data

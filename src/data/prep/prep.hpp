@@ -114,6 +114,11 @@ struct SftOptions {
   // SFTConfig.eos_token: appended to text and standard completions; unset: the tokenizer's eos_token.
   std::optional<std::string> eos_token;
   size_t map_batch_size = 1000;  // datasets.map's batch_size, which packing works within
+  // The collator's settings (trl_collator_options): SFTConfig.padding_free (refused without packing while
+  // max_length is set, as TRL refuses it), pad_token (unset: the tokenizer's, else its eos token), pad_to_multiple_of.
+  bool padding_free = false;
+  std::optional<std::string> pad_token;
+  std::optional<size_t> pad_to_multiple_of;
 };
 // Columns input_ids, labels, and seq_lengths after "bfd"/"bfd_split" packing. Errors name the row and column.
 Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOptions& options,
@@ -172,6 +177,9 @@ struct TrlCollatorOptions {
   PadSide padding_side = PadSide::Right;  // TRL's collator pads on the right; its pad() helper does both
 };
 Batch collate_trl(const Examples& ex, std::span<const size_t> rows, const TrlCollatorOptions& options);
+// The collator SFTTrainer makes for these settings: padding-free with padding_free or "bfd"/"bfd_split" packing, the
+// pad token's id (one not in the vocabulary is an error naming it).
+TrlCollatorOptions trl_collator_options(const text::Tokenizer& tok, const SftOptions& options);
 
 // ---- On-disk caching of a processed dataset, as datasets.map caches: a file named by a hash of `key` (the input's
 // fingerprint and every setting) in `dir`, written atomically (temporary file and rename). A cache file of ours

@@ -111,6 +111,9 @@ Examples tokenize(const text::Tokenizer& tok, const Table& rows, const TokenizeO
 
 Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOptions& o, const RunOptions& run) {
   if (o.max_length && *o.max_length == 0) throw std::invalid_argument("max_length 0: no token would be left");
+  if (o.padding_free && !o.packing && o.max_length)
+    throw std::invalid_argument("padding_free without packing does not enforce max_length (TRL refuses it): enable"
+                                " packing, or unset max_length with inputs already short enough");
   const Form form = form_of(rows, o);
   const bool chat = form == Form::Messages || form == Form::PromptCompletionChat;
   if (o.assistant_only_loss && !chat)

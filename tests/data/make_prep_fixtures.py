@@ -152,6 +152,8 @@ def sft_cases(tok, max_length, pack_length):
         ("prompt_completion.jsonl", {"completion_only_loss": False, "max_length": max_length}),
         ("prompt_completion.jsonl", {"max_length": max_length}),
         ("prompt_completion.jsonl", {"packing": True, "max_length": pack_length}),
+        # A text column beside prompt/completion: TRL's add_eos (an if/elif) ends the text, not the completion.
+        ("prompt_completion_text.jsonl", {}),
         ("prompt_completion_conv.jsonl", {}),
         ("prompt_completion_conv.jsonl", {"assistant_only_loss": True}),
         ("prompt_completion_conv.jsonl", {"packing": True, "packing_strategy": "wrapped", "max_length": pack_length}),

@@ -160,7 +160,12 @@ Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOpt
           std::vector<int64_t> prompt_ids;
           if (form == Form::PromptCompletion) {
             const std::string prompt = string_cell(rows.column("prompt")[r], "prompt", r);
-            const std::string completion = with_eos(string_cell(rows.column("completion")[r], "completion", r));
+            std::string completion = string_cell(rows.column("completion")[r], "completion", r);
+            // TRL's add_eos is an if/elif: a text field in the row that does not end with eos takes the eos, and the
+            // completion then gets none.
+            const bool text_took_eos = rows.has(o.text_field) &&
+                                       !ends_with(string_cell(rows.column(o.text_field)[r], o.text_field, r), eos);
+            if (!text_took_eos) completion = with_eos(std::move(completion));
             prompt_ids = tok.encode(prompt, plain).ids;
             ids = tok.encode(prompt + completion, plain).ids;
           } else {

@@ -389,6 +389,22 @@ TEST(DataBadInput, ParquetFooterLyingAboutItsSize) {
   EXPECT_LT(peak_rss_kib() - before, 256 * 1024);
 }
 
+// Found by fuzz_parquet_footer (tests/data/bad/): a page header that says its page is larger than 2 GiB. arrow-rs would
+// allocate and zero-fill that size before finding the page corrupt; the reader checks page headers at open.
+TEST(DataBadInput, ParquetPageHeaderLyingAboutItsSize) {
+  const std::string path = g_root + "/tests/data/bad/page_size_lie.parquet";
+  const long before = peak_rss_kib();
+  const std::string err = error_of([&] {
+    Reader r = Reader::open(path);
+    while (r.next_batch(100)) {
+    }
+  });
+  EXPECT_NE(err.find(path + ": corrupt Parquet file: column chunk 0 of row group 4: the page at byte 3488"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("pages of more than " + std::to_string(acc::limits::kDataPageBytes)), std::string::npos) << err;
+  EXPECT_LT(peak_rss_kib() - before, 64 * 1024);
+}
+
 TEST(DataBadInput, ArrowIpcLyingAboutLengths) {
   const std::string bytes = read_file(fixtures() + "/rows.stream.arrow");
   TempDir d;

@@ -97,5 +97,13 @@ inline constexpr size_t kDataInferBytes = size_t{64} << 20;
 // the bodies of IPC messages and Parquet pages are bounded by the file they are in.
 inline constexpr size_t kDataIpcMetadataBytes = size_t{64} << 20;
 inline constexpr size_t kDataStateJsonBytes = size_t{64} << 20;
+// Rows of one Arrow IPC record batch or Parquet row group: Arrow's own bound on an array's length (its int32 offsets).
+// Past it the metadata is lying: a batch of no columns, or of null columns, costs nothing to claim.
+inline constexpr uint64_t kDataBatchRows = (uint64_t{1} << 31) - 1;
+// One Parquet page, uncompressed, and one page header: writers make 1 MiB pages (one value larger than that makes a
+// larger page); a header holds the page's min and max values. The page headers of a file are checked when it is
+// opened, because arrow-rs allocates and zero-fills the size a header states (up to 2 GiB) before it reads the page.
+inline constexpr uint64_t kDataPageBytes = uint64_t{512} << 20;
+inline constexpr uint64_t kDataPageHeaderBytes = uint64_t{16} << 20;
 
 }  // namespace acc::limits

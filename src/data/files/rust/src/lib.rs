@@ -2,6 +2,7 @@
 // own readers (parquet, arrow-ipc, arrow-csv, arrow-json) behind a narrow C interface. No panic crosses it: every
 // entry point runs under catch_unwind and reports a panic as an error.
 mod cell;
+mod pages;
 mod table;
 
 use std::ffi::{c_char, CStr};
@@ -28,6 +29,13 @@ pub mod limits {
     /// One Arrow IPC message's metadata (the flatbuffer; the body is bounded by the file).
     pub const MAX_IPC_METADATA: u64 = 64 << 20;
     pub const MAX_STATE_JSON: u64 = 64 << 20;
+    /// Rows of one Arrow IPC record batch or Parquet row group: Arrow's own bound on an array's length (int32
+    /// offsets), past which a file's metadata is lying (a batch of no columns or null columns costs nothing to claim).
+    pub const MAX_BATCH_ROWS: u64 = (1 << 31) - 1;
+    /// One Parquet page, uncompressed (writers make 1 MiB pages; one value larger than that makes a larger page), and
+    /// one page header (statistics hold a min and a max value).
+    pub const MAX_PAGE_BYTES: u64 = 512 << 20;
+    pub const MAX_PAGE_HEADER_BYTES: u64 = 16 << 20;
 }
 
 pub struct Reader {

@@ -166,7 +166,7 @@ impl IpcSource {
                     MessageHeader::DictionaryBatch => dict_blocks.push(block),
                     MessageHeader::RecordBatch => {
                         let rb = msg.header_as_record_batch().ok_or_else(|| format!("{path}: corrupt record batch"))?;
-                        if rb.length() < 0 {
+                        if rb.length() < 0 || rb.length() as u64 > limits::MAX_BATCH_ROWS {
                             return Err(format!("{path}: a record batch at byte {pos} says {} rows", rb.length()));
                         }
                         batch_blocks.push((block, rb.length() as u64));
@@ -222,7 +222,7 @@ impl IpcSource {
                 let rb = msg
                     .header_as_record_batch()
                     .ok_or_else(|| format!("{path}: the block at byte {} is not a record batch", b.offset()))?;
-                if rb.length() < 0 {
+                if rb.length() < 0 || rb.length() as u64 > limits::MAX_BATCH_ROWS {
                     return Err(format!("{path}: a record batch at byte {} says {} rows", b.offset(), rb.length()));
                 }
                 batch_blocks.push((*b, rb.length() as u64));
@@ -282,13 +282,14 @@ struct ParquetSource {
 
 impl ParquetSource {
     fn open(path: &str, projection: &dyn Fn(&Schema) -> Res<Vec<usize>>) -> Res<(ParquetSource, SchemaRef)> {
-        let (file, _) = open_regular(path)?;
+        let (file, len) = open_regular(path)?;
         let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| format!("{path}: {e}"))?;
+        crate::pages::check(path, &file, len, meta.metadata())?;
         let proj = projection(meta.schema())?;
         let mask = ProjectionMask::roots(meta.parquet_schema(), proj.iter().copied());
         let mut groups = Vec::new();
         for g in meta.metadata().row_groups() {
-            if g.num_rows() < 0 {
+            if g.num_rows() < 0 || g.num_rows() as u64 > limits::MAX_BATCH_ROWS {
                 return Err(format!("{path}: corrupt Parquet metadata: a row group of {} rows", g.num_rows()));
             }
             groups.push(g.num_rows() as u64);

@@ -6,7 +6,9 @@
 # libacc_text_rs.a, or its shared library under libacc's name, libacc_text.so for the crate's libacc_text_rs.so)
 set -eu
 cargo=$1 manifest=$2 target=$3 artifact=$4 output=$5
-"$cargo" build --release --locked --offline --quiet --manifest-path "$manifest" --target-dir "$target"
+# The text library's memory budget uses std's unstable alloc_error_hook (src/text/rust/src/budget.rs): allowed for
+# that crate alone.
+RUSTC_BOOTSTRAP=acc_text_rs "$cargo" build --release --locked --offline --quiet --manifest-path "$manifest" --target-dir "$target"
 case $artifact in
   *.so) built=${artifact%.so}_rs.so ;;
   *) built=$artifact ;;

@@ -1,5 +1,7 @@
 #include "text/chat_template.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <stdexcept>
 
 #include "acc/json.hpp"
@@ -29,6 +31,14 @@ std::string choose_template(const Tokenizer& tok, const ChatOptions& o, bool has
 
 constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
 constexpr const char* kReasoningFields[] = {"reasoning_content", "thinking", "reasoning"};
+
+// The fuel for a conversation whose JSON takes `context_bytes` (limits.hpp explains the figures).
+uint64_t template_fuel(size_t context_bytes) {
+  const uint64_t per_byte = limits::kChatTemplateFuelMax / limits::kChatTemplateFuelPerByte;
+  if (context_bytes >= per_byte) return limits::kChatTemplateFuelMax;
+  const uint64_t want = limits::kChatTemplateFuelBase + limits::kChatTemplateFuelPerByte * context_bytes;
+  return std::min(std::bit_ceil(want), limits::kChatTemplateFuelMax);
+}
 
 std::string_view strip(std::string_view s) {
   auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
@@ -177,7 +187,7 @@ RenderedChat render_chat(const Tokenizer& tok, std::string_view messages_json, c
   size_t out_len = 0, n_spans = 0;
   size_t* spans = nullptr;
   check(acctext_render_template(source.data(), source.size(), context.data(), context.size(), o.now_unix,
-                                limits::kChatTemplateFuel, &out.p, &out_len, &spans, &n_spans, &err.p),
+                                template_fuel(context.size()), &out.p, &out_len, &spans, &n_spans, &err.p),
         err, "the chat template of " + tok.source());
   RenderedChat r;
   r.text.assign(out.p, out_len);

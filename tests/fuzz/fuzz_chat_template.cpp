@@ -2,7 +2,7 @@
 // (src/text/chat_template.cpp over minijinja in src/text/rust/src/chat.rs). The first byte picks what the rest is:
 //   even: a chat template's text, rendered on a fixed conversation with the tiny byte-level BPE tokenizer's special
 //         tokens (tests/text/tiny/bytebpe). It runs on the Rust entry point itself with less fuel than libacc's
-//         (acc::limits::kChatTemplateFuel, 2e8 steps, takes seconds in a release build and more under ASan; the
+//         (acc::limits::kChatTemplateFuelBase and more, takes seconds in a release build and more under ASan; the
 //         hostile-input test 'text-hostile' checks that limit), so that every input ends within libFuzzer's timeout.
 //   odd:  a conversation's messages JSON, rendered with the tokenizer's own template ({% generation %} blocks) and
 //         encoded with assistant masks by encode_chat; bit 1 sets add_generation_prompt, bit 2 continue_final_message

@@ -4,6 +4,7 @@
 // usage: test_text_hostile SOURCE_ROOT [gtest flags]
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -305,7 +306,7 @@ TEST(HostileChatTemplate, RaiseException) {
 }
 
 TEST(HostileChatTemplate, EndlessLoop) {
-  // 10^10 iterations: the fuel (acc::limits::kChatTemplateFuel, 2e8 steps) stops it.
+  // 10^10 iterations: the fuel (acc::limits::kChatTemplateFuelBase, 2^20 steps for a short conversation) stops it.
   auto m = refused(
       [] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"); }, 30.0);
   EXPECT_NE(m.find("ran out of fuel"), std::string::npos) << m;
@@ -335,14 +336,46 @@ TEST(HostileChatTemplate, SyntaxError) {
 }
 
 TEST(HostileChatTemplate, HugeOutput) {
+  // One piece over minijinja's limit, or over what the fuel pays for (a unit per 64 bytes): whichever comes first.
+  auto too_much = [](const std::string& m) {
+    return m.find("too large") != std::string::npos || m.find("out of fuel") != std::string::npos;
+  };
   auto m = refused([] { render("{{ 'x' * 10**9 }}"); });
-  EXPECT_NE(m.find("too large"), std::string::npos) << m;
+  EXPECT_TRUE(too_much(m)) << m;
   m = refused([] { render("{{ ['x'] * 10**9 }}"); });
-  EXPECT_NE(m.find("too large"), std::string::npos) << m;
+  EXPECT_TRUE(too_much(m)) << m;
   // Each piece under minijinja's limit, many of them: the whole output is bounded too (before, this wrote 6 GB
-  // in 30 s until the fuel ran out).
+  // in 30 s until the fuel ran out); the output's own limit or the fuel stops it.
   m = refused([] { render("{% for i in range(1000) %}{{ 'x' * 50000000 }}{% endfor %}"); });
-  EXPECT_NE(m.find("output exceeds"), std::string::npos) << m;
+  EXPECT_TRUE(m.find("output exceeds") != std::string::npos || m.find("out of fuel") != std::string::npos) << m;
+}
+
+// Values built without being written: the fuel charges each by its size (64 MiB of values for a short conversation),
+// and what it does not charge (a list doubled with `+`, which minijinja materializes whole past 32 levels) stops at
+// the rendering's memory budget; doubling a string or a list, or keeping many large strings, took all memory before.
+size_t max_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<size_t>(u.ru_maxrss) * 1024;
+}
+
+TEST(HostileChatTemplate, ValuesBuiltWithoutOutput) {
+  const size_t before = max_rss_bytes();
+  for (const std::string body : {
+           "{% set ns = namespace(s='x') %}{% for i in range(80) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+           "{% set ns = namespace(l=['x']) %}{% for i in range(80) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+           "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + ['x' * 1000000 ~ i] %}"
+           "{% endfor %}",
+       }) {
+    SCOPED_TRACE(body);
+    auto m = refused([&] { render(body); }, 30.0);
+    EXPECT_TRUE(m.find("fuel") != std::string::npos || m.find("too large") != std::string::npos ||
+                m.find("memory than its budget") != std::string::npos)
+        << m;
+  }
+  EXPECT_LT(max_rss_bytes() - before, size_t{1} << 30);
+  // The template that ran out of memory left the library working.
+  EXPECT_EQ(render("{{ 'ok' }}"), "ok");
 }
 
 TEST(HostileChatTemplate, BadMessages) {

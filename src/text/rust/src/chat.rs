@@ -5,6 +5,8 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 use std::sync::OnceLock;
 
+use crate::budget;
+
 // {% generation %} is transformers' own tag (its AssistantTracker extension); minijinja has none, so it
 // becomes a filter block whose output is wrapped in two noncharacters, removed after rendering.
 const GEN_START: char = '\u{FDD0}';
@@ -99,7 +101,15 @@ pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<R
     // gigabytes before the fuel ran out. The output is bounded too (minijinja refuses single strings over 100 MB).
     let limit = MAX_OUTPUT_BASE + 4 * context_len;
     let mut out = BoundedOutput { text: Vec::new(), limit, exceeded: false };
-    let rendered = template.render_captured_to(Value::from(minijinja::value::Serde(&context)), &mut out);
+    // The fuel charges one unit per 64 bytes of the values a template makes, but not every allocation (budget.rs): the
+    // memory a rendering may take is bounded as well: what its fuel pays for, its output, and 64 MiB.
+    let budget = (64usize << 20)
+        .saturating_add(usize::try_from(fuel.saturating_mul(64)).unwrap_or(usize::MAX))
+        .saturating_add(limit);
+    let rendered = budget::within(budget, || {
+        template.render_captured_to(Value::from(minijinja::value::Serde(&context)), &mut out).map(|_| ())
+    })
+    .map_err(|()| format!("the rendering needs more memory than its budget of {budget} bytes"))?;
     if out.exceeded {
         return Err(format!("the chat template's output exceeds {limit} bytes (64 MiB and 4 bytes per byte of the conversation)"));
     }

@@ -1,4 +1,6 @@
 //! libacc's text library: the C side of ../../text_ffi.h over Hugging Face's `tokenizers` and `minijinja`.
+#![feature(alloc_error_hook)] // budget.rs: the memory a chat template may take
+mod budget;
 mod chat;
 mod pretok;
 mod tokenizer;

@@ -405,6 +405,24 @@ TEST(DataBadInput, ParquetPageHeaderLyingAboutItsSize) {
   EXPECT_LT(peak_rss_kib() - before, 64 * 1024);
 }
 
+// Found by fuzz_parquet_footer (tests/data/bad/): a corrupt page whose strings arrow-rs decoded into an array with
+// bytes that are not UTF-8 and offsets past its buffer (reading a cell read past the end): batches from Parquet are
+// validated whole, by the typed readers and by take().
+TEST(DataBadInput, ParquetPageDecodingToAnInvalidArray) {
+  const std::string path = g_root + "/tests/data/bad/string_offsets.parquet";
+  std::string err = error_of([&] {
+    Reader r = Reader::open(path);
+    while (auto b = r.next_batch(64))
+      for (size_t i = 0; i < b->rows; ++i) (void)b->column("text").json(i);
+  });
+  EXPECT_NE(err.find(path + ": corrupt file: column 'text'"), std::string::npos) << err;
+  err = error_of([&] {
+    Reader r = Reader::open(path);
+    for (int64_t i = 0; i < static_cast<int64_t>(*r.num_rows()); ++i) (void)r.take({i}).column("text").json(0);
+  });
+  EXPECT_EQ(err.find(path + ": "), 0u) << err;  // row by row, arrow-rs finds another inconsistency first
+}
+
 TEST(DataBadInput, ArrowIpcLyingAboutLengths) {
   const std::string bytes = read_file(fixtures() + "/rows.stream.arrow");
   TempDir d;

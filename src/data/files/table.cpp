@@ -22,6 +22,7 @@ std::shared_ptr<accdata_batch> own(accdata_batch* b) { return {b, accdata_batch_
 struct Info {
   std::string format;
   std::optional<uint64_t> num_rows;
+  size_t num_batches = 0;
   Schema fields;
 };
 
@@ -86,6 +87,8 @@ Info parse_info(const std::string& s) {
   info.format = json_string(s, i);
   i = find_key(s, "num_rows", 0);
   if (s.compare(i, 4, "null") != 0) info.num_rows = std::stoull(s.substr(i));
+  i = find_key(s, "num_batches", 0);
+  if (s.compare(i, 4, "null") != 0) info.num_batches = std::stoull(s.substr(i));
   size_t at = find_key(s, "fields", 0);
   while (true) {
     const auto next = s.find("{\"name\":", at);
@@ -233,11 +236,13 @@ Reader Reader::open(const std::vector<std::string>& paths, const OpenOptions& op
   r.schema_ = std::move(parsed.fields);
   r.format_ = format_of(parsed.format);
   r.num_rows_ = parsed.num_rows;
+  r.num_batches_ = parsed.num_batches;
   return r;
 }
 
 Reader::Reader(Reader&& o) noexcept
-    : r_(o.r_), schema_(std::move(o.schema_)), format_(o.format_), num_rows_(o.num_rows_) {
+    : r_(o.r_), schema_(std::move(o.schema_)), format_(o.format_), num_rows_(o.num_rows_),
+      num_batches_(o.num_batches_) {
   o.r_ = nullptr;
 }
 
@@ -249,6 +254,7 @@ Reader& Reader::operator=(Reader&& o) noexcept {
     schema_ = std::move(o.schema_);
     format_ = o.format_;
     num_rows_ = o.num_rows_;
+    num_batches_ = o.num_batches_;
   }
   return *this;
 }
@@ -270,13 +276,7 @@ void Reader::rewind() {
 
 size_t Reader::num_batches() const {
   if (!num_rows_) throw std::runtime_error("num_batches: this reader reads in order only (JSON lines, CSV)");
-  char* info = nullptr;
-  char* err = nullptr;
-  if (accdata_reader_info(r_, &info, &err)) fail(err);
-  std::string s(info);
-  accdata_string_free(info);
-  const size_t i = find_key(s, "num_batches", 0);
-  return std::stoull(s.substr(i));
+  return num_batches_;
 }
 
 RecordBatch Reader::batch(size_t i) {

@@ -137,6 +137,7 @@ class Reader {
   Schema schema_;
   Format format_ = Format::Auto;
   std::optional<uint64_t> num_rows_;
+  size_t num_batches_ = 0;
 };
 
 // Sharding across processes, as the loaders of src/data/dataset.cpp shard (Accelerate's BatchSamplerShard): the row

@@ -284,10 +284,12 @@ int main(int argc, char** argv) {
   CHECK(acc_model_num_parameters(model, &n_params));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.002, \"betas\": [0.9, 0.95], \"weight_decay\": 0.1}", &opt));
-  /* As in Accelerate, a prepared scheduler advances once per process per step: count in global steps. */
+  /* As in Accelerate, a prepared scheduler advances once per process per step: count in global steps. Warm-up 30
+   * steps, a tenth of a run shorter than 300 (the scheduler wants it shorter than the run). */
+  const int warmup = steps < 300 ? steps / 10 : 30;
   char sched_opts[128];
   snprintf(sched_opts, sizeof sched_opts, "{\"type\": \"cosine\", \"warmup_steps\": %d, \"total_steps\": %d, \"min_lr_ratio\": 0.1}",
-           30 * world, steps * world);
+           warmup * world, steps * world);
   acc_scheduler* sched;
   CHECK(acc_scheduler_create(opt, sched_opts, &sched));
   CHECK(acc_prepare(acc, model, opt, sched, train_dl));

@@ -18,12 +18,6 @@ using acc::capi::need;
 namespace text = acc::text;
 namespace json = acc::json;
 
-// The tokenizer is thread-safe itself: no busy flag, except around set_special_token (documented: not
-// while others use it).
-struct acc_tokenizer {
-  std::shared_ptr<text::Tokenizer> tok;
-  acc::capi::Live<acc::capi::Kind::tokenizer> live;
-};
 struct acc_encoding {
   std::vector<text::Encoding> rows;
   std::vector<std::vector<int64_t>> offsets, sequence_ids, assistant_masks;  // as int64, made once

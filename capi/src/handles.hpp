@@ -10,6 +10,7 @@
 
 #include "data/dataset.hpp"
 #include "guard.hpp"
+#include "text/tokenizer.hpp"
 #include "train/accelerator.hpp"
 
 // Handles are made with brace initialization naming what they hold; the trailing `live` mark takes its default,
@@ -61,4 +62,10 @@ struct acc_dataloader {
   std::shared_ptr<acc::core::DataLoader> dl;
   std::atomic<bool> busy{false};
   acc::capi::Live<acc::capi::Kind::dataloader> live;
+};
+// The tokenizer is thread-safe itself: no busy flag, except around set_special_token (documented: not
+// while others use it).
+struct acc_tokenizer {
+  std::shared_ptr<acc::text::Tokenizer> tok;
+  acc::capi::Live<acc::capi::Kind::tokenizer> live;
 };

@@ -165,6 +165,35 @@ Schema make_accelerator() {
   add(K("dataloader_config.data_seed", I | Z, "null", "seed of the seedable sampler; null: the initial torch seed"));
   add(K("dataloader_config.non_blocking", B, "false", "copy batches to the device asynchronously"));
   add(K("dataloader_config.use_stateful_dataloader", B, "false", "save and restore the data loader position"));
+  // --- data: a files dataset's pipeline (acc_dataset_from_config; the options of acc_dataset_from_files)
+  add(K("data.files", S | L | Z, "null", "dataset files or folders (JSONL, CSV, Parquet, Arrow, save_to_disk), read in order"));
+  add(K("data.format", S, "\"auto\"", "file format; auto: by extension or content")
+          .one_of({"auto", "jsonl", "json", "csv", "parquet", "arrow", "arrow_file"}));
+  add(K("data.columns", L | Z, "null", "read only these columns; null: all"));
+  add(K("data.mode", S, "\"sft\"", "what rows become: TRL's SFT preparation, tokenized text, or run_clm's blocks")
+          .one_of({"sft", "tokenize", "group_texts"}));
+  add(K("data.text_column", S, "\"text\"", "the text column (SFTConfig.dataset_text_field)"));
+  add(K("data.add_special_tokens", B, "true", "tokenize: add the tokenizer's special tokens"));
+  add(K("data.truncation", B, "false", "tokenize: truncate to max_length"));
+  add(K("data.max_length", I | Z, "null", "longest row; null: the mode's default (sft 1024, tokenize none)").min(1));
+  add(K("data.truncation_mode", S, "\"keep_start\"", "sft: keep the start or the end of a long row")
+          .one_of({"keep_start", "keep_end"}));
+  add(K("data.block_size", I, "1024", "group_texts: tokens per block").min(1));
+  add(K("data.map_batch_size", I, "1000", "rows per datasets.map batch (group_texts and packing work within one)").min(1));
+  add(K("data.packing", B, "false", "sft: pack several rows into one of max_length tokens"));
+  add(K("data.packing_strategy", S, "\"bfd\"", "sft packing: best fit decreasing, with long rows split, or wrapped")
+          .one_of({"bfd", "bfd_split", "wrapped"}));
+  add(K("data.completion_only_loss", B | Z, "null", "sft: loss on the completion only; null: on for prompt/completion rows"));
+  add(K("data.assistant_only_loss", B, "false", "sft: loss on the assistant's tokens only ({% generation %} blocks)"));
+  add(K("data.chat_template", S | Z, "null", "sft: a chat template or its name; null: the tokenizer's"));
+  add(K("data.padding_free", B, "false", "sft: batches as one row with position_ids per sample"));
+  add(K("data.collator", S | Z, "null", "collator; null: trl for sft, default for group_texts, language_modeling for tokenize")
+          .one_of({"trl", "default", "language_modeling", "with_padding"}));
+  add(K("data.padding_side", S | Z, "null", "pad on the left or right; null: the tokenizer's (TRL's collator: right)")
+          .one_of({"left", "right"}));
+  add(K("data.pad_to_multiple_of", I | Z, "null", "pad batch lengths to a multiple of this").min(1));
+  add(K("data.threads", I, "1", "preprocessing threads (the result does not depend on them)").range(1, 256));
+  add(K("data.cache_dir", S | Z, "null", "keep processed rows here, keyed by the files, tokenizer and settings"));
   // --- ProjectConfiguration
   add(K("project_config.project_dir", S | Z, "null", "directory for checkpoints and logs"));
   add(K("project_config.logging_dir", S | Z, "null", "directory for tracker logs; null: project_dir"));

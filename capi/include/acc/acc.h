@@ -1169,6 +1169,52 @@ ACC_API ACC_NODISCARD acc_status acc_generate_text(acc_model* model, const acc_t
                                                     const char* options_json, acc_text_fn on_text, void* user_data,
                                                     char** out_text) ACC_NOEXCEPT;
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Datasets from files: JSONL, CSV, Parquet and Arrow files (save_to_disk folders too), tokenized,  */
+/* grouped or prepared as TRL's SFTTrainer prepares them, batched by transformers' or TRL's        */
+/* collators (docs/data.md, "Datasets from files"). The dataset is map-style: loaders over it      */
+/* batch, shuffle and shard it as any other (acc_dataloader_create, acc_prepare), and each batch   */
+/* is the collator's padded batch of its rows, int64 tensors named as the collator names them      */
+/* (input_ids, attention_mask, labels, position_ids, ...), of lengths that vary from batch to batch. */
+
+/**
+ * Reads `path` (a file or a folder; NULL when the options give "files"), prepares its rows with tok and
+ * keeps them in memory (or in "cache_dir"). options_json (NULL: {}), every key optional:
+ * {"files": path or [paths] (instead of `path`), "format": "auto" | "jsonl" | "csv" | "parquet" | "arrow" |
+ * "arrow_file", "columns": [names to read; one the files lack is an error listing theirs],
+ * "mode": "sft" (default: TRL's SFT preparation of text, messages or prompt/completion rows) | "tokenize"
+ * (tok(text), as datasets.map) | "group_texts" (run_clm's blocks), "text_column": "text",
+ * "add_special_tokens": true, "truncation": false (tokenize), "max_length": n or null (sft: 1024; tokenize:
+ * none), "truncation_mode": "keep_start" | "keep_end", "block_size": 1024, "map_batch_size": 1000,
+ * "packing": false, "packing_strategy": "bfd" | "bfd_split" | "wrapped", "completion_only_loss": null (on for
+ * prompt/completion rows), "assistant_only_loss": false, "chat_template": text or name, "eos_token",
+ * "pad_token", "padding_free": false, "collator": "trl" (sft's default) | "default" (group_texts') |
+ * "language_modeling" (tokenize's) | "with_padding", "padding_side": "right" | "left" (unset: the tokenizer's;
+ * TRL's collator: right), "pad_to_multiple_of": n, "threads": 1, "cache_dir": a folder for the processed rows
+ * (datasets.map's cache, keyed by the files, the tokenizer and these settings)}.
+ * An unknown key or a bad value is ACC_ERR_INVALID_CONFIG naming it; a missing column ACC_ERR_INVALID_ARGUMENT
+ * listing the columns there are; a file that cannot be read or holds bad data ACC_ERR_IO naming it (and the line).
+ * Caller owns *out (acc_dataset_destroy); the dataset does not keep tok. Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_files(const char* path, const acc_tokenizer* tok,
+                                                         const char* options_json, acc_dataset** out) ACC_NOEXCEPT;
+/**
+ * acc_dataset_from_files with the accelerator's resolved `data` settings (data.files, data.mode, ...: the keys
+ * of docs/configuration.md, from the environment or acc_accelerator_create's JSON, recorded with their sources
+ * in the run record), so that a run's data pipeline is its configuration. A bad setting is
+ * ACC_ERR_INVALID_CONFIG naming the key, its value and its source.
+ * Caller owns *out (acc_dataset_destroy). Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_config(const acc_accelerator* acc, const acc_tokenizer* tok,
+                                                          acc_dataset** out) ACC_NOEXCEPT;
+/**
+ * The batch a loader makes of the samples `indices[0..count)` of a map-style dataset, in that order (for a
+ * files dataset, the collator's padded batch of those rows): to look at a dataset without a loader.
+ * Caller owns *out (acc_batch_destroy). Since 1.4. Any thread.
+ */
+ACC_API ACC_NODISCARD acc_status acc_dataset_get_batch(const acc_dataset* ds, const int64_t* indices, int64_t count,
+                                                        acc_batch** out) ACC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -156,9 +156,12 @@ Batch collate_default(const Examples& ex, std::span<const size_t> rows) {
     b.fields.emplace_back(name, name == "label" ? scalars(ex.columns[c], rows, name)
                                                 : stack(ex.columns[c], rows, name, "default_data_collator"));
   }
+  const bool renamed = ex.find("label") || ex.find("label_ids");
   rename_labels(b);
-  // transformers puts labels first (it handles them before the other keys).
-  std::stable_partition(b.fields.begin(), b.fields.end(), [](const auto& f) { return f.first == "labels"; });
+  // transformers puts a "label" / "label_ids" column first, as "labels" (it handles them before the other keys); a
+  // column already named "labels" keeps its place (tests/data/prep/expected: input_ids, attention_mask, labels).
+  if (renamed)
+    std::stable_partition(b.fields.begin(), b.fields.end(), [](const auto& f) { return f.first == "labels"; });
   return b;
 }
 

@@ -204,6 +204,40 @@ static int checks(const char* root, const char* scratch) {
   acc_status st = acc_dataset_from_files(folder, tok, NULL, &ds);
   EXPECT(st != ACC_OK && ds == NULL && strlen(acc_last_error_message()) > 0);
 
+  /* From the accelerator's data settings: the same dataset as the options, the settings in the run record with their
+   * source, a bad setting named with its value and source. */
+  char config[4096], record[1024];
+  snprintf(config, sizeof config,
+           "{\"project_dir\": \"%s/run\", \"data\": {\"files\": \"%s\", \"mode\": \"group_texts\", \"block_size\": 16}}",
+           scratch, text);
+  acc_accelerator* accel = NULL;
+  EXPECT(acc_accelerator_create(config, &accel) == ACC_OK);
+  EXPECT(acc_dataset_from_config(accel, tok, &ds) == ACC_OK);
+  EXPECT(acc_dataset_get_batch(ds, idx + 1, 1, &b) == ACC_OK && b && first_dim(b, "labels", 1) == 16);
+  acc_batch_destroy(b);
+  b = NULL;
+  acc_dataset_destroy(ds);
+  ds = NULL;
+  EXPECT_ERR(acc_dataset_from_config(NULL, tok, &ds), ACC_ERR_INVALID_ARGUMENT, "acc");
+  acc_accelerator_destroy(accel);
+  snprintf(record, sizeof record, "%s/run/acc_run_config.json", scratch);
+  FILE* f = fopen(record, "r");
+  static char text_of_record[1 << 20];
+  size_t got = f ? fread(text_of_record, 1, sizeof text_of_record - 1, f) : 0;
+  if (f) fclose(f);
+  text_of_record[got] = '\0';
+  EXPECT(strstr(text_of_record, "\"data.block_size\"") != NULL);
+  EXPECT(strstr(text_of_record, "\"block_size\": 16") != NULL);
+  accel = NULL;
+  EXPECT(acc_accelerator_create("{\"data\": {\"mode\": \"tokenize\"}}", &accel) == ACC_OK);
+  EXPECT_ERR(acc_dataset_from_config(accel, tok, &ds), ACC_ERR_INVALID_CONFIG, "'data.files' = null (from the default)");
+  acc_accelerator_destroy(accel);
+  accel = NULL;
+  EXPECT_ERR(acc_accelerator_create("{\"data\": {\"block_size\": 0}}", &accel), ACC_ERR_INVALID_CONFIG, "data.block_size");
+  EXPECT_ERR(acc_accelerator_create("{\"data\": {\"packing_strategy\": \"best\"}}", &accel), ACC_ERR_INVALID_CONFIG,
+             "data.packing_strategy");
+  EXPECT(accel == NULL);
+
   acc_tokenizer_destroy(tok);
   return finish();
 }

@@ -1273,3 +1273,32 @@ extern "C" {
         out_text: *mut *mut ::core::ffi::c_char,
     ) -> acc_status;
 }
+extern "C" {
+    #[must_use]
+    #[doc = " Reads `path` (a file or a folder; NULL when the options give \"files\"), prepares its rows with tok and\n keeps them in memory (or in \"cache_dir\"). options_json (NULL: {}), every key optional:\n {\"files\": path or [paths] (instead of `path`), \"format\": \"auto\" | \"jsonl\" | \"csv\" | \"parquet\" | \"arrow\" |\n \"arrow_file\", \"columns\": [names to read; one the files lack is an error listing theirs],\n \"mode\": \"sft\" (default: TRL's SFT preparation of text, messages or prompt/completion rows) | \"tokenize\"\n (tok(text), as datasets.map) | \"group_texts\" (run_clm's blocks), \"text_column\": \"text\",\n \"add_special_tokens\": true, \"truncation\": false (tokenize), \"max_length\": n or null (sft: 1024; tokenize:\n none), \"truncation_mode\": \"keep_start\" | \"keep_end\", \"block_size\": 1024, \"map_batch_size\": 1000,\n \"packing\": false, \"packing_strategy\": \"bfd\" | \"bfd_split\" | \"wrapped\", \"completion_only_loss\": null (on for\n prompt/completion rows), \"assistant_only_loss\": false, \"chat_template\": text or name, \"eos_token\",\n \"pad_token\", \"padding_free\": false, \"collator\": \"trl\" (sft's default) | \"default\" (group_texts') |\n \"language_modeling\" (tokenize's) | \"with_padding\", \"padding_side\": \"right\" | \"left\" (unset: the tokenizer's;\n TRL's collator: right), \"pad_to_multiple_of\": n, \"threads\": 1, \"cache_dir\": a folder for the processed rows\n (datasets.map's cache, keyed by the files, the tokenizer and these settings)}.\n An unknown key or a bad value is ACC_ERR_INVALID_CONFIG naming it; a missing column ACC_ERR_INVALID_ARGUMENT\n listing the columns there are; a file that cannot be read or holds bad data ACC_ERR_IO naming it (and the line).\n Caller owns *out (acc_dataset_destroy); the dataset does not keep tok. Since 1.4. Any thread."]
+    pub fn acc_dataset_from_files(
+        path: *const ::core::ffi::c_char,
+        tok: *const acc_tokenizer,
+        options_json: *const ::core::ffi::c_char,
+        out: *mut *mut acc_dataset,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " acc_dataset_from_files with the accelerator's resolved `data` settings (data.files, data.mode, ...: the keys\n of docs/configuration.md, from the environment or acc_accelerator_create's JSON, recorded with their sources\n in the run record), so that a run's data pipeline is its configuration. A bad setting is\n ACC_ERR_INVALID_CONFIG naming the key, its value and its source.\n Caller owns *out (acc_dataset_destroy). Since 1.4. Any thread."]
+    pub fn acc_dataset_from_config(
+        acc: *const acc_accelerator,
+        tok: *const acc_tokenizer,
+        out: *mut *mut acc_dataset,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
+    #[doc = " The batch a loader makes of the samples `indices[0..count)` of a map-style dataset, in that order (for a\n files dataset, the collator's padded batch of those rows): to look at a dataset without a loader.\n Caller owns *out (acc_batch_destroy). Since 1.4. Any thread."]
+    pub fn acc_dataset_get_batch(
+        ds: *const acc_dataset,
+        indices: *const i64,
+        count: i64,
+        out: *mut *mut acc_batch,
+    ) -> acc_status;
+}

@@ -132,6 +132,36 @@ TEST(Defaults, ConstructorKeysHaveAccelerateDefaults) {
   for (const auto& k : c.keys()) EXPECT_EQ(c.provenance(k).origin, Origin::Default) << k;
 }
 
+// The data section (acc_dataset_from_config): SFTConfig's and the collators' defaults, strings or lists of files, values
+// with their source, bad values named (issue 39 item 5).
+TEST(Defaults, DataKeys) {
+  Config c = resolve_accelerator("", {});
+  EXPECT_FALSE(c.is_set("data.files"));
+  EXPECT_EQ(c.get_string("data.mode"), "sft");
+  EXPECT_EQ(c.get_string("data.format"), "auto");
+  EXPECT_EQ(c.get_string("data.text_column"), "text");
+  EXPECT_EQ(c.get_int("data.block_size"), 1024);
+  EXPECT_EQ(c.get_int("data.map_batch_size"), 1000);
+  EXPECT_FALSE(c.is_set("data.max_length"));
+  EXPECT_FALSE(c.get_bool("data.packing"));
+  EXPECT_EQ(c.get_string("data.packing_strategy"), "bfd");
+  EXPECT_FALSE(c.is_set("data.completion_only_loss"));
+  EXPECT_FALSE(c.get_bool("data.assistant_only_loss"));
+  EXPECT_FALSE(c.is_set("data.collator"));
+  EXPECT_EQ(c.get_int("data.threads"), 1);
+  Config e = resolve_accelerator(R"({"data": {"files": ["a.jsonl", "b.jsonl"], "packing": true, "collator": "trl"}})", {});
+  EXPECT_EQ(e.get_string_list("data.files"), (std::vector<std::string>{"a.jsonl", "b.jsonl"}));
+  EXPECT_TRUE(e.get_bool("data.packing"));
+  EXPECT_EQ(e.provenance("data.packing").origin, Origin::Explicit);
+  EXPECT_EQ(e.provenance("data.block_size").origin, Origin::Default);
+  EXPECT_EQ(resolve_accelerator(R"({"data": {"files": "train.parquet"}})", {}).get_json("data.files"), "\"train.parquet\"");
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"block_size": 0}})", {}); }).find("data.block_size"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"collator": "padded"}})", {}); }).find("data.collator"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"paking": true}})", {}); }).find("paking"), std::string::npos);
+}
+
 TEST(Defaults, LaunchKeysHaveAccelerateDefaults) {
   Config c = resolve_launch(std::nullopt, {});
   EXPECT_EQ(c.get_string("compute_environment"), "LOCAL_MACHINE");

@@ -10,6 +10,7 @@
 #include "bigmodel/plan.hpp"
 #include "checkpoint/adapter.hpp"
 #include "checkpoint/save_model.hpp"
+#include "data/from_files/files_dataset.hpp"
 #include "formats/hf_weights.hpp"
 #include "formats/safetensors.hpp"
 #include "models/hf/families.hpp"
@@ -99,6 +100,30 @@ DataLoader::DataLoader(int64_t size, std::function<Batch(int64_t)> get, const st
     return s;
   });
   impl = std::make_shared<core::DataLoader>(std::move(ds), core::LoaderOptions::parse(options_json.c_str()));
+}
+
+DataLoader DataLoader::from_files(const std::string& path, const Tokenizer& tokenizer,
+                                  const std::string& dataset_options_json, const std::string& options_json) {
+  if (!tokenizer.impl) throw std::invalid_argument("DataLoader::from_files: the tokenizer is empty");
+  std::optional<json::Document> doc;
+  if (!dataset_options_json.empty()) doc.emplace(dataset_options_json, "dataset options");
+  auto root = doc ? std::optional<json::Value>(doc->root()) : std::nullopt;
+  data::PipelineOptions o = data::parse_pipeline_options(root ? &*root : nullptr, "dataset options");
+  if (!path.empty()) {
+    if (!o.files.empty())
+      throw config::Error("dataset options: 'files' is given and so is path '" + path + "': name the files once");
+    o.files = {path};
+  }
+  return DataLoader(std::make_shared<core::DataLoader>(core::make_files_dataset(*tokenizer.impl, o),
+                                                       core::LoaderOptions::parse(options_json.c_str())));
+}
+
+DataLoader DataLoader::from_config(const Accelerator& accelerator, const Tokenizer& tokenizer,
+                                   const std::string& options_json) {
+  if (!tokenizer.impl) throw std::invalid_argument("DataLoader::from_config: the tokenizer is empty");
+  const data::PipelineOptions o = data::pipeline_options_from_config(accelerator.impl()->config());
+  return DataLoader(std::make_shared<core::DataLoader>(core::make_files_dataset(*tokenizer.impl, o),
+                                                       core::LoaderOptions::parse(options_json.c_str())));
 }
 
 DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, const std::string& options_json)

@@ -54,6 +54,26 @@ TEST(TextCxx, TrainSaveReloadAndGenerate) {
 
 }  // namespace
 
+// Datasets from files through the C++ API: TRL's packing, padding-free batches with position_ids; options named.
+TEST(TextCxx, DataLoaderFromFiles) {
+  auto tok = acc::Tokenizer::from_pretrained(g_root + "/tests/text/tiny/bytebpe");
+  auto dl = acc::DataLoader::from_files(g_root + "/tests/data/prep/text.jsonl", tok,
+                                        R"({"packing": true, "max_length": 128})", R"({"batch_size": 4})");
+  EXPECT_EQ(dl.length(), 2);
+  auto b = dl.next();
+  ASSERT_TRUE(b.has_value());
+  torch::Tensor pos = b->at("position_ids");
+  EXPECT_EQ(pos.size(0), 1);
+  EXPECT_EQ(b->at("input_ids").sizes(), pos.sizes());
+  EXPECT_GT((pos == 0).sum().item<int64_t>(), 1);
+  try {
+    acc::DataLoader::from_files(g_root + "/tests/data/prep/text.jsonl", tok, R"({"packing_strategy": "best"})");
+    ADD_FAILURE() << "a bad packing_strategy was taken";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("packing_strategy"), std::string::npos) << e.what();
+  }
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (argc != 2) return 2;

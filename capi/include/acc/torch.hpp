@@ -262,6 +262,15 @@ class ACC_CXX_API DataLoader {
   /// get(i) returns sample i's input and target (an undefined target for none).
   DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torch::Tensor>(int64_t)> get,
              const std::string& options_json = "");
+  /// A dataset from files, as acc_dataset_from_files: `path` (a file or a folder; "" when dataset_options_json gives
+  /// "files") read, tokenized, grouped or prepared as TRL's SFTTrainer does (dataset_options_json: acc.h's keys), each
+  /// batch the chosen collator's padded batch (input_ids, attention_mask, labels, position_ids, ...). A bad option
+  /// throws naming it.
+  static DataLoader from_files(const std::string& path, const Tokenizer& tokenizer,
+                               const std::string& dataset_options_json = "", const std::string& options_json = "");
+  /// from_files with the accelerator's resolved data.* settings (acc_dataset_from_config).
+  static DataLoader from_config(const class Accelerator& accelerator, const Tokenizer& tokenizer,
+                                const std::string& options_json = "");
   /// The next batch of this process; std::nullopt at the end of an epoch (the next call starts the next).
   std::optional<Batch> next();
   int64_t length() const;  ///< batches per epoch on this process
@@ -270,6 +279,9 @@ class ACC_CXX_API DataLoader {
   /// True while the last batch of the epoch is current (Accelerate's end_of_dataloader).
   bool end_of_epoch() const;
   std::shared_ptr<core::DataLoader> impl;  ///< libacc's loader, shared once prepared
+
+ private:
+  explicit DataLoader(std::shared_ptr<core::DataLoader> loader) : impl(std::move(loader)) {}
 };
 
 /// Accelerate's Accelerator: the context of one training process (the C ABI's acc_accelerator). It prepares

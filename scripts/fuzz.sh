@@ -55,7 +55,7 @@ bash scripts/setup.sh >/dev/null
 if [[ ! -f $bdir/build.ninja ]]; then
   echo "fuzz.sh: configuring $bdir (clang, ASan + UBSan, libFuzzer)"
   CC=clang CXX=clang++ meson setup "$bdir" -Dcore=false -Dfuzz=true -Dbuildtype=debugoptimized \
-    -Db_sanitize=address,undefined -Db_lundef=false \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dcargo_dir="$PWD/build" \
     -Dcpp_args=-fsanitize=fuzzer-no-link -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
 fi
 start=$(date +%s)

@@ -24,6 +24,7 @@ if [[ ! -f $bdir/build.ninja ]]; then
   # The bindings load libacc into other runtimes (cargo test, go test, the JVM) that would need the sanitizer
   # runtime preloaded; their suites are not run here.
   meson setup "$bdir" -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dcore=$core \
+    -Dcargo_dir="$PWD/build" \
     -Dcpp_args=-fno-sanitize-recover=undefined -Dc_args=-fno-sanitize-recover=undefined -Dcuda=disabled >/dev/null
 fi
 start=$(date +%s)

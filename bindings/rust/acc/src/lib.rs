@@ -86,6 +86,22 @@
 //! # }
 //! ```
 //!
+//! # Data files
+//! [`Dataset::from_files`] reads JSON lines, CSV, Parquet or Arrow files and prepares their rows with a
+//! [`Tokenizer`] as datasets and TRL do (tokenize, group_texts, SFT of text, messages or
+//! prompt/completion rows, packing); its batches are the collator's padded named batches, for a
+//! [`DataLoader`] or [`Dataset::get_batch`]. [`Dataset::from_config`] takes the options from the
+//! accelerator's `data.*` settings.
+//!
+//! ```no_run
+//! # fn main() -> acc::Result<()> {
+//! let tok = acc::Tokenizer::from_pretrained("tests/text/tiny/bytebpe")?;
+//! let ds = acc::Dataset::from_files(Some("tests/data/prep/text.jsonl"), &tok, Some(r#"{"mode": "tokenize"}"#))?;
+//! println!("{:?}", ds.get_batch(&[0, 1])?); // input_ids, attention_mask, labels
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Errors, lifetimes, threads
 //! * Every fallible call returns [`Result<T, acc::Error>`](Error): the status [`ErrorCode`] and
 //!   libacc's message, read right after the failing call on the same thread.

@@ -92,7 +92,7 @@ impl Tokenizer {
             .ok_or_else(|| Error::new(ErrorCode::Internal, "libacc returned a NULL tokenizer"))
     }
 
-    fn as_ptr(&self) -> *mut sys::acc_tokenizer {
+    pub(crate) fn as_ptr(&self) -> *mut sys::acc_tokenizer {
         self.ptr.as_ptr()
     }
 

@@ -10,6 +10,7 @@ use acc_sys as sys;
 use crate::batch::NamedBatch;
 use crate::error::{check, Error, ErrorCode, Result};
 use crate::tensor::Tensor;
+use crate::text::Tokenizer;
 use crate::{check_abi, cstring};
 
 macro_rules! handle {
@@ -1050,8 +1051,25 @@ struct CallbackFailure {
 
 type FailureSlot = Arc<Mutex<CallbackFailure>>;
 
-/// A source of samples: rows of tensors (named or not), a token file, or a Rust closure. Freed on drop (loaders made
-/// from it keep it alive).
+/// The error of a failed call (read at once), with a dataset callback's error as its source; a callback's panic
+/// resumes here.
+fn callback_failure(st: sys::acc_status, slot: &Option<FailureSlot>) -> Error {
+    let err = Error::last(st);
+    if let Some(slot) = slot {
+        let mut f = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(payload) = f.panic.take() {
+            drop(f);
+            panic::resume_unwind(payload);
+        }
+        if let Some(source) = f.error.take() {
+            return err.with_source(source);
+        }
+    }
+    err
+}
+
+/// A source of samples: rows of tensors (named or not), a token file, data files prepared with a tokenizer, or a
+/// Rust closure. Freed on drop (loaders made from it keep it alive).
 pub struct Dataset {
     ptr: NonNull<sys::acc_dataset>,
     failure: Option<FailureSlot>,
@@ -1236,6 +1254,66 @@ impl Dataset {
         Dataset::owned(st, out, Some(failure))
     }
 
+    /// Rows of data files (JSON lines, CSV, Parquet, Arrow; a file or a folder) prepared with `tok` as
+    /// datasets / TRL prepare them, whose batches are the chosen collator's padded batches of named
+    /// int64 tensors (`input_ids`, `attention_mask`, `labels`, ...). `path` is `None` when the options
+    /// name `"files"`. Options (`None`: defaults): `acc_dataset_from_files` in acc.h and docs/data.md,
+    /// e.g. `{"mode": "tokenize", "collator": "with_padding"}`. A bad option is
+    /// [`ErrorCode::InvalidConfig`] naming it, a column the files lack [`ErrorCode::InvalidArgument`]
+    /// listing theirs, an unreadable file [`ErrorCode::Io`] naming it. The dataset does not keep `tok`.
+    ///
+    /// ```no_run
+    /// # fn main() -> acc::Result<()> {
+    /// let tok = acc::Tokenizer::from_pretrained("tests/text/tiny/bytebpe")?;
+    /// let ds = acc::Dataset::from_files(Some("tests/data/prep/messages.jsonl"), &tok, None)?;
+    /// let batch = ds.get_batch(&[0, 1])?; // TRL's collator: input_ids, attention_mask, labels [2, length]
+    /// # Ok(()) }
+    /// ```
+    pub fn from_files(path: Option<&str>, tok: &Tokenizer, options_json: Option<&str>) -> Result<Dataset> {
+        check_abi()?;
+        let (p, o) = (path.map(cstring).transpose()?, options_json.map(cstring).transpose()?);
+        let mut out = ptr::null_mut();
+        let st = unsafe {
+            sys::acc_dataset_from_files(
+                p.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+                tok.as_ptr(),
+                o.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+                &mut out,
+            )
+        };
+        Dataset::owned(st, out, None)
+    }
+
+    /// [`Dataset::from_files`] with the accelerator's `data.*` settings (docs/configuration.md: from
+    /// the environment or the accelerator's JSON, recorded in the run record), so that a run's data is
+    /// its configuration. A bad setting is [`ErrorCode::InvalidConfig`] naming the key, its value and
+    /// its source.
+    pub fn from_config(acc: &Accelerator, tok: &Tokenizer) -> Result<Dataset> {
+        check_abi()?;
+        let mut out = ptr::null_mut();
+        Dataset::owned(
+            unsafe { sys::acc_dataset_from_config(acc.as_ptr(), tok.as_ptr(), &mut out) },
+            out,
+            None,
+        )
+    }
+
+    /// The batch a loader makes of the samples `indices`, in that order (for a files dataset, the
+    /// collator's padded batch of those rows): a look at the data without a loader. No index, or one
+    /// outside the dataset, is [`ErrorCode::InvalidArgument`] naming it; an iterable dataset has no
+    /// batches by index ([`ErrorCode::Unsupported`]).
+    pub fn get_batch(&self, indices: &[i64]) -> Result<NamedBatch> {
+        let mut out = ptr::null_mut();
+        // An empty slice's pointer is dangling but not read: libacc refuses count 0 first.
+        let st =
+            unsafe { sys::acc_dataset_get_batch(self.ptr.as_ptr(), indices.as_ptr(), indices.len() as i64, &mut out) };
+        if st != sys::ACC_OK {
+            // A callback dataset's samples come from its callback: its error or panic comes back here.
+            return Err(callback_failure(st, &self.failure));
+        }
+        NamedBatch::owned(st, out)
+    }
+
     /// The number of samples.
     pub fn len(&self) -> Result<i64> {
         let mut n = 0;
@@ -1331,18 +1409,7 @@ impl DataLoader {
     /// The error of a failed load (read at once), with a dataset callback's error as its source; a
     /// callback's panic resumes here.
     fn failed(&self, st: sys::acc_status) -> Error {
-        let err = Error::last(st);
-        if let Some(slot) = &self.failure {
-            let mut f = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(payload) = f.panic.take() {
-                drop(f);
-                panic::resume_unwind(payload);
-            }
-            if let Some(source) = f.error.take() {
-                return err.with_source(source);
-            }
-        }
-        err
+        callback_failure(st, &self.failure)
     }
 
     /// A loader over the same data that skips the first `n` batches of its next pass (Accelerate's

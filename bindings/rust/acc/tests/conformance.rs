@@ -1518,3 +1518,111 @@ fn text() {
     assert_eq!(streamed, text); // greedy: the same text
     drop(model.generate_text_stream(shared, "Hello", opts).unwrap()); // dropped early: stops, joins
 }
+
+/// A committed input of tests/data/prep (the preprocessing fixtures).
+fn prep_file(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../tests/data/prep")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A batch as every binding prints it: per tensor in order "name [shape] sum weighted", the weighted sum
+/// Σ (k+1)·v over the flat data (so that a value moved within the tensor changes it).
+fn fingerprint(batch: &NamedBatch) -> String {
+    batch
+        .names()
+        .unwrap()
+        .iter()
+        .map(|name| {
+            let t = batch.get(name).unwrap();
+            let v = t.to_vec::<i64>().unwrap();
+            let sum: i64 = v.iter().sum();
+            let weighted: i64 = v.iter().enumerate().map(|(k, x)| (k as i64 + 1) * x).sum();
+            format!("{name} {:?} {sum} {weighted}", t.shape().unwrap())
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+// scenario: data_files
+#[test]
+fn data_files() {
+    use acc::Tokenizer;
+    let tok = Tokenizer::from_pretrained(&tiny_tokenizer_dir()).unwrap();
+    let (messages, text) = (prep_file("messages.jsonl"), prep_file("text.jsonl"));
+
+    // TRL's SFT preparation and collator: the second batch of 4 as TRL makes it.
+    let sft = Dataset::from_files(Some(&messages), &tok, Some(r#"{"assistant_only_loss": true}"#)).unwrap();
+    assert_eq!(sft.len().unwrap(), 12);
+    let b = sft.get_batch(&[4, 5, 6, 7]).unwrap();
+    let line = fingerprint(&b);
+    println!("data_files sft: {line}");
+    assert_eq!(
+        line,
+        "input_ids [4, 87] 48299 8654156; labels [4, 87] -10996 -1702997; attention_mask [4, 87] 277 48359"
+    );
+    // A loader over it makes the same batches.
+    let dl = DataLoader::new(&sft, r#"{"batch_size": 4}"#).unwrap();
+    dl.next_batch().unwrap().unwrap();
+    assert_eq!(fingerprint(&dl.next_batch().unwrap().unwrap()), line);
+
+    // tok(text) as datasets.map, batched by DataCollatorWithPadding on the left.
+    let tokenized = Dataset::from_files(
+        Some(&text),
+        &tok,
+        Some(r#"{"mode": "tokenize", "truncation": true, "max_length": 24, "collator": "with_padding", "padding_side": "left", "pad_to_multiple_of": 8}"#),
+    )
+    .unwrap();
+    let line = fingerprint(&tokenized.get_batch(&[4, 5, 6, 7]).unwrap());
+    println!("data_files tokenize: {line}");
+    assert_eq!(line, "input_ids [4, 24] 17339 814223; attention_mask [4, 24] 93 4556");
+
+    // Bad input, named.
+    let e = expect_err(
+        Dataset::from_files(Some(&text), &tok, Some(r#"{"columns": ["body"]}"#)),
+        ErrorCode::InvalidArgument,
+        "'body'",
+    );
+    assert!(e.message().contains("text"), "the columns there are: {}", e.message());
+    expect_err(
+        Dataset::from_files(
+            Some(&text),
+            &tok,
+            Some(r#"{"mode": "tokenize", "text_column": "body"}"#),
+        ),
+        ErrorCode::InvalidArgument,
+        "'body'",
+    );
+    expect_err(
+        Dataset::from_files(Some(&text), &tok, Some(r#"{"block_sise": 8}"#)),
+        ErrorCode::InvalidConfig,
+        "block_sise",
+    );
+    expect_err(
+        Dataset::from_files(Some("/nonexistent/rows.jsonl"), &tok, None),
+        ErrorCode::Io,
+        "/nonexistent/rows.jsonl",
+    );
+    expect_err(
+        Dataset::from_files(None, &tok, None),
+        ErrorCode::InvalidArgument,
+        "files",
+    );
+    expect_err(sft.get_batch(&[12]), ErrorCode::InvalidArgument, "12");
+    expect_err(sft.get_batch(&[]), ErrorCode::InvalidArgument, "count");
+
+    // From the accelerator's data settings.
+    let config = format!(r#"{{"data": {{"files": "{text}", "mode": "group_texts", "block_size": 16}}}}"#);
+    let acc = Accelerator::new(&config).unwrap();
+    let grouped = Dataset::from_config(&acc, &tok).unwrap();
+    let b = grouped.get_batch(&[1]).unwrap();
+    assert_eq!(b.get("labels").unwrap().shape().unwrap(), vec![1, 16]);
+    let acc = Accelerator::new(r#"{"data": {"mode": "tokenize"}}"#).unwrap();
+    expect_err(
+        Dataset::from_config(&acc, &tok),
+        ErrorCode::InvalidConfig,
+        "'data.files'",
+    );
+}

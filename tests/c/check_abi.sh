@@ -6,10 +6,11 @@ set -u
 baseline="$1" lib="$2" headers="$3"
 command -v abidiff >/dev/null || { echo "abidiff not found (Debian: abigail-tools; scripts/setup.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 failed=0
-abidiff --no-added-syms --headers-dir2 "$headers" --drop-private-types "$baseline" "$lib" > abi.diff 2>&1
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT  # abidiff's report goes to the log, never into the checkout
+abidiff --no-added-syms --headers-dir2 "$headers" --drop-private-types "$baseline" "$lib" > "$tmp/abi.diff" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
-  echo "libacc's ABI differs from $baseline (abidiff exit $rc):"; cat abi.diff; failed=1
+  echo "libacc's ABI differs from $baseline (abidiff exit $rc):"; cat "$tmp/abi.diff"; failed=1
 else
   echo "libacc keeps every function and type of $(basename "$baseline")"
 fi
@@ -25,7 +26,6 @@ if [ -n "$unversioned" ]; then
   failed=1
 fi
 # The self-check: a function that only the baseline has is a removal.
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 sed "s/acc_version'/acc_version_removed_probe'/g" "$baseline" > "$tmp/probe.abi"
 if abidiff --no-added-syms --headers-dir2 "$headers" --drop-private-types "$tmp/probe.abi" "$lib" > "$tmp/out" 2>&1; then
   echo "abidiff did not notice a removed function: this test could not fail"; failed=1

@@ -343,6 +343,9 @@ ACCX_GO_HANDLE(acc_encoding)
    acc_text_free(temp$argnum); %}
 %typemap(goargout, fragment="CopyString") (char** out_text, size_t* out_length)
 %{ if $input != nil { *$input = swigCopyString(*$input) } %}
+/* Datasets from files: the indices of acc_dataset_get_batch, a Go slice read during the call. */
+%typemap(gotype) (const int64_t* indices, int64_t count) "[]int64"
+%typemap(in) (const int64_t* indices, int64_t count) %{ $1 = ($1_ltype)$input.array; $2 = (int64_t)$input.len; %}
 #endif /* SWIGGO */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -916,6 +919,21 @@ accx_status accx_generate_text_java(JNIEnv* jenv_, acc_model* model, const acc_t
   return ACC_OK;
 }
 %}
+/* Datasets from files: the indices of acc_dataset_get_batch, a long[] read during the call. */
+%typemap(jni) (const int64_t* indices, int64_t count) "jlongArray"
+%typemap(jtype) (const int64_t* indices, int64_t count) "long[]"
+%typemap(jstype) (const int64_t* indices, int64_t count) "long[]"
+%typemap(javain) (const int64_t* indices, int64_t count) "$javainput"
+%typemap(in) (const int64_t* indices, int64_t count)
+%{ $1 = NULL; $2 = 0;
+   if ($input) {
+     $2 = (int64_t)(*jenv)->GetArrayLength(jenv, $input);
+     $1 = ($1_ltype)(*jenv)->GetLongArrayElements(jenv, $input, NULL);
+     if (!$1) return $null;
+   } %}
+%typemap(argout) (const int64_t* indices, int64_t count) ""
+%typemap(freearg) (const int64_t* indices, int64_t count)
+%{ if ($1) (*jenv)->ReleaseLongArrayElements(jenv, $input, (jlong*)$1, JNI_ABORT); %}
 #endif /* SWIGJAVA */
 
 
@@ -1108,6 +1126,19 @@ accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char*
 }
 %}
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Datasets from files: path and options as UTF-8 (Java's byte[], as the text calls: an option may hold */
+/* a chat template's text); acc_dataset_from_config and acc_dataset_get_batch are wrapped as they are.  */
+%inline %{
+/** acc_dataset_from_files; an empty or absent path (Go "", Java null) is NULL: the options name "files". */
+accx_status accx_dataset_from_files(accx_utf8 path, const acc_tokenizer* tok, accx_utf8 options_json,
+                                    acc_dataset** out) {
+  accx_message[0] = '\0';
+  acc_status st = acc_dataset_from_files(path && *path ? path : NULL, tok, options_json, out);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+%}
+
 /* Callbacks need hand-written trampolines (no directors); see the file comment. */
 %ignore acc_dataset_from_callback;
 %ignore acc_dataset_get_fn;
@@ -1140,6 +1171,8 @@ accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char*
 %ignore acc_tokenizer_decode;
 %ignore acc_tokenizer_apply_chat_template;
 %ignore acc_generate_text;
+/* Datasets from files: through accx_dataset_from_files. */
+%ignore acc_dataset_from_files;
 /* Arrays without a length parameter need their own typemaps (future work): not wrapped yet. */
 %ignore acc_dataloader_create_from_batches;
 /* The thread-local last error is read inside each wrapper; a second call could run on another thread. */

@@ -898,6 +898,15 @@ accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char*
 }
 
 
+/** acc_dataset_from_files; an empty or absent path (Go "", Java null) is NULL: the options name "files". */
+accx_status accx_dataset_from_files(accx_utf8 path, const acc_tokenizer* tok, accx_utf8 options_json,
+                                    acc_dataset** out) {
+  accx_message[0] = '\0';
+  acc_status st = acc_dataset_from_files(path && *path ? path : NULL, tok, options_json, out);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -1582,6 +1591,54 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1encoding_1read(JNIE
   } 
   if (arg3) (*jenv)->ReleaseStringUTFChars(jenv, jarg3, (const char *)arg3);
   if (arg4) (*jenv)->ReleaseLongArrayElements(jenv, jarg4, (jlong*)arg4, 0); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_accx_1dataset_1from_1files(JNIEnv *jenv, jclass jcls, jbyteArray jarg1, jlong jarg2, jbyteArray jarg3, jlongArray jarg4) {
+  accx_utf8 arg1 = (accx_utf8) 0 ;
+  acc_tokenizer *arg2 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg3 = (accx_utf8) 0 ;
+  acc_dataset **arg4 = (acc_dataset **) 0 ;
+  acc_dataset *temp4 = NULL ;
+  accx_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = NULL;
+  if (jarg1) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg1);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg1, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg1 = c_;
+  } 
+  arg2 = (acc_tokenizer *)(intptr_t)jarg2; 
+  arg3 = NULL;
+  if (jarg3) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, jarg3);
+    char* c_ = (char*)malloc((size_t)n_ + 1);
+    if (!c_) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return ; 
+    }
+    if (n_ > 0) (*jenv)->GetByteArrayRegion(jenv, jarg3, 0, n_, (jbyte*)c_);
+    c_[n_] = '\0';
+    arg3 = c_;
+  } 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (accx_status)accx_dataset_from_files((char const *)arg1,(struct acc_tokenizer const *)arg2,(char const *)arg3,arg4);
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  free((char*)arg1); 
+  free((char*)arg3); 
   if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, accx_status_message(result)); 
 }
 
@@ -4314,6 +4371,62 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1encoding_1destroy(JN
   (void)jcls;
   arg1 = (acc_encoding *)(intptr_t)jarg1; 
   acc_encoding_destroy(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1from_1config(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jlongArray jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tokenizer *arg2 = (acc_tokenizer *) 0 ;
+  acc_dataset **arg3 = (acc_dataset **) 0 ;
+  acc_dataset *temp3 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_tokenizer *)(intptr_t)jarg2; 
+  if (jarg3 && (*jenv)->GetArrayLength(jenv, jarg3) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg3 = jarg3 ? &temp3 : NULL; 
+  result = (acc_status)acc_dataset_from_config((struct acc_accelerator const *)arg1,(struct acc_tokenizer const *)arg2,arg3);
+  if (jarg3 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp3; (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &v); 
+  } 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1dataset_1get_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2, jlongArray jarg4) {
+  acc_dataset *arg1 = (acc_dataset *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t arg3 ;
+  acc_batch **arg4 = (acc_batch **) 0 ;
+  acc_batch *temp4 = NULL ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_dataset *)(intptr_t)jarg1; 
+  arg2 = NULL; arg3 = 0;
+  if (jarg2) {
+    arg3 = (int64_t)(*jenv)->GetArrayLength(jenv, jarg2);
+    arg2 = (int64_t *)(*jenv)->GetLongArrayElements(jenv, jarg2, NULL);
+    if (!arg2) return ;
+  } 
+  if (jarg4 && (*jenv)->GetArrayLength(jenv, jarg4) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException, "out array is empty");
+    return ;
+  }
+  arg4 = jarg4 ? &temp4 : NULL; 
+  result = (acc_status)acc_dataset_get_batch((struct acc_dataset const *)arg1,(long const *)arg2,arg3,arg4);
+  
+  if (jarg4 && !(*jenv)->ExceptionCheck(jenv)) {
+    jlong v = (jlong)(intptr_t)temp4; (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &v); 
+  } 
+  if (arg2) (*jenv)->ReleaseLongArrayElements(jenv, jarg2, (jlong*)arg2, JNI_ABORT); 
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
 }
 
 

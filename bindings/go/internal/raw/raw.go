@@ -79,25 +79,25 @@ typedef _gostring_ swig_type_46;
 typedef _gostring_ swig_type_47;
 typedef _gostring_ swig_type_48;
 typedef _gostring_ swig_type_49;
-typedef long long swig_type_50;
+typedef _gostring_ swig_type_50;
 typedef _gostring_ swig_type_51;
 typedef _gostring_ swig_type_52;
-typedef _gostring_ swig_type_53;
+typedef long long swig_type_53;
 typedef _gostring_ swig_type_54;
 typedef _gostring_ swig_type_55;
 typedef _gostring_ swig_type_56;
 typedef _gostring_ swig_type_57;
 typedef _gostring_ swig_type_58;
-typedef _goslice_ swig_type_59;
-typedef _goslice_ swig_type_60;
+typedef _gostring_ swig_type_59;
+typedef _gostring_ swig_type_60;
 typedef _gostring_ swig_type_61;
 typedef _goslice_ swig_type_62;
-typedef _gostring_ swig_type_63;
+typedef _goslice_ swig_type_63;
 typedef _gostring_ swig_type_64;
 typedef _goslice_ swig_type_65;
 typedef _gostring_ swig_type_66;
 typedef _gostring_ swig_type_67;
-typedef _gostring_ swig_type_68;
+typedef _goslice_ swig_type_68;
 typedef _gostring_ swig_type_69;
 typedef _gostring_ swig_type_70;
 typedef _gostring_ swig_type_71;
@@ -106,10 +106,10 @@ typedef _gostring_ swig_type_73;
 typedef _gostring_ swig_type_74;
 typedef _gostring_ swig_type_75;
 typedef _gostring_ swig_type_76;
-typedef long long swig_type_77;
+typedef _gostring_ swig_type_77;
 typedef _gostring_ swig_type_78;
 typedef _gostring_ swig_type_79;
-typedef _gostring_ swig_type_80;
+typedef long long swig_type_80;
 typedef _gostring_ swig_type_81;
 typedef _gostring_ swig_type_82;
 typedef _gostring_ swig_type_83;
@@ -133,10 +133,10 @@ typedef _gostring_ swig_type_100;
 typedef _gostring_ swig_type_101;
 typedef _gostring_ swig_type_102;
 typedef _gostring_ swig_type_103;
-typedef long long swig_type_104;
+typedef _gostring_ swig_type_104;
 typedef _gostring_ swig_type_105;
 typedef _gostring_ swig_type_106;
-typedef _gostring_ swig_type_107;
+typedef long long swig_type_107;
 typedef _gostring_ swig_type_108;
 typedef _gostring_ swig_type_109;
 typedef _gostring_ swig_type_110;
@@ -163,15 +163,15 @@ typedef _gostring_ swig_type_130;
 typedef _gostring_ swig_type_131;
 typedef _gostring_ swig_type_132;
 typedef _gostring_ swig_type_133;
-typedef long long swig_type_134;
+typedef _gostring_ swig_type_134;
 typedef _gostring_ swig_type_135;
 typedef _gostring_ swig_type_136;
-typedef _gostring_ swig_type_137;
+typedef long long swig_type_137;
 typedef _gostring_ swig_type_138;
-typedef long long swig_type_139;
+typedef _gostring_ swig_type_139;
 typedef _gostring_ swig_type_140;
 typedef _gostring_ swig_type_141;
-typedef _gostring_ swig_type_142;
+typedef long long swig_type_142;
 typedef _gostring_ swig_type_143;
 typedef _gostring_ swig_type_144;
 typedef _gostring_ swig_type_145;
@@ -183,20 +183,20 @@ typedef _gostring_ swig_type_150;
 typedef _gostring_ swig_type_151;
 typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
-typedef long long swig_type_154;
+typedef _gostring_ swig_type_154;
 typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
-typedef _gostring_ swig_type_157;
+typedef long long swig_type_157;
 typedef _gostring_ swig_type_158;
 typedef _gostring_ swig_type_159;
 typedef _gostring_ swig_type_160;
-typedef _goslice_ swig_type_161;
+typedef _gostring_ swig_type_161;
 typedef _gostring_ swig_type_162;
 typedef _gostring_ swig_type_163;
-typedef long long swig_type_164;
+typedef _goslice_ swig_type_164;
 typedef _gostring_ swig_type_165;
 typedef _gostring_ swig_type_166;
-typedef _gostring_ swig_type_167;
+typedef long long swig_type_167;
 typedef _gostring_ swig_type_168;
 typedef _gostring_ swig_type_169;
 typedef _gostring_ swig_type_170;
@@ -205,10 +205,10 @@ typedef _gostring_ swig_type_172;
 typedef _gostring_ swig_type_173;
 typedef _gostring_ swig_type_174;
 typedef _gostring_ swig_type_175;
-typedef long long swig_type_176;
+typedef _gostring_ swig_type_176;
 typedef _gostring_ swig_type_177;
 typedef _gostring_ swig_type_178;
-typedef _gostring_ swig_type_179;
+typedef long long swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
 typedef _gostring_ swig_type_182;
@@ -231,152 +231,161 @@ typedef _gostring_ swig_type_198;
 typedef _gostring_ swig_type_199;
 typedef _gostring_ swig_type_200;
 typedef _gostring_ swig_type_201;
-typedef long long swig_type_202;
+typedef _gostring_ swig_type_202;
 typedef _gostring_ swig_type_203;
-extern void _wrap_Swig_free_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_raw_0d70df4d24ff368f(swig_intgo arg1);
-extern swig_voidp _wrap_accx_alloc_raw_0d70df4d24ff368f(swig_type_1 arg1);
-extern void _wrap_accx_free_raw_0d70df4d24ff368f(swig_voidp arg1);
-extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_0d70df4d24ff368f(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
-extern swig_type_5 _wrap_accx_dlpack_bytes_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern void _wrap_accx_dlpack_release_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_6 _wrap_accx_tokenizer_train_bpe_raw_0d70df4d24ff368f(swig_type_7 arg1, swig_type_8 arg2, swig_type_9 arg3, swig_voidp arg4);
-extern swig_type_10 _wrap_accx_tokenizer_encode_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_11 arg2, swig_type_12 arg3, swig_type_13 arg4, swig_type_14 arg5, swig_type_15 arg6, swig_voidp arg7);
-extern swig_type_16 _wrap_accx_tokenizer_info_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_accx_tokenizer_set_special_token_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_18 arg2, swig_type_19 arg3);
-extern swig_type_20 _wrap_accx_tokenizer_token_to_id_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
-extern swig_type_22 _wrap_accx_tokenizer_id_to_token_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
-extern swig_type_24 _wrap_accx_tokenizer_decode_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_25 arg2, swig_type_26 arg3, swig_voidp arg4);
-extern swig_type_27 _wrap_accx_tokenizer_apply_chat_template_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_28 arg2, swig_type_29 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_30 _wrap_accx_encoding_read_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_31 arg2, swig_type_32 arg3, swig_type_33 arg4, swig_voidp arg5);
-extern swig_type_34 _wrap_acc_version_raw_0d70df4d24ff368f(void);
-extern swig_type_35 _wrap_acc_abi_check_raw_0d70df4d24ff368f(swig_intgo arg1);
-extern swig_type_36 _wrap_acc_build_info_raw_0d70df4d24ff368f(void);
-extern swig_type_37 _wrap_acc_status_name_raw_0d70df4d24ff368f(int arg1);
-extern swig_type_38 _wrap_acc_accelerator_create_raw_0d70df4d24ff368f(swig_type_39 arg1, swig_voidp arg2);
-extern void _wrap_acc_accelerator_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_40 _wrap_acc_process_index_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_41 _wrap_acc_local_process_index_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_42 _wrap_acc_num_processes_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_43 _wrap_acc_is_main_process_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_44 _wrap_acc_is_local_main_process_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_45 _wrap_acc_is_last_process_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_46 _wrap_acc_device_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_47 _wrap_acc_distributed_type_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_48 _wrap_acc_config_json_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_49 _wrap_acc_set_seed_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_50 arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_type_51 _wrap_acc_wait_for_everyone_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_52 _wrap_acc_main_process_first_begin_raw_0d70df4d24ff368f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_53 _wrap_acc_main_process_first_end_raw_0d70df4d24ff368f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_54 _wrap_acc_set_trigger_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_55 _wrap_acc_check_trigger_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_56 _wrap_acc_print_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_57 arg2);
-extern swig_type_58 _wrap_acc_tensor_from_host_raw_0d70df4d24ff368f(swig_type_59 arg1, swig_intgo arg2, swig_type_60 arg3, swig_voidp arg4);
-extern swig_type_61 _wrap_acc_tensor_to_host_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_62 arg2);
-extern void _wrap_acc_tensor_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_63 _wrap_acc_tensor_ndim_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_64 _wrap_acc_tensor_shape_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_65 arg2);
-extern swig_type_66 _wrap_acc_tensor_numel_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_67 _wrap_acc_tensor_nbytes_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_68 _wrap_acc_tensor_dtype_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_acc_tensor_item_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_acc_tensor_from_dlpack_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_acc_tensor_to_dlpack_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_72 _wrap_acc_batch_create_raw_0d70df4d24ff368f(swig_voidp arg1);
-extern void _wrap_acc_batch_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_73 _wrap_acc_batch_set_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_74 arg2, uintptr_t arg3);
-extern swig_type_75 _wrap_acc_batch_count_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_76 _wrap_acc_batch_name_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_77 arg2, swig_voidp arg3);
-extern swig_type_78 _wrap_acc_batch_contains_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_79 arg2, swig_voidp arg3);
-extern swig_type_80 _wrap_acc_batch_get_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_81 arg2, swig_voidp arg3);
-extern swig_type_82 _wrap_acc_model_create_raw_0d70df4d24ff368f(swig_type_83 arg1, swig_voidp arg2);
-extern swig_type_84 _wrap_acc_model_load_torchscript_raw_0d70df4d24ff368f(swig_type_85 arg1, swig_type_86 arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_acc_model_from_pretrained_raw_0d70df4d24ff368f(swig_type_88 arg1, swig_type_89 arg2, swig_voidp arg3);
-extern swig_type_90 _wrap_acc_model_from_config_raw_0d70df4d24ff368f(swig_type_91 arg1, swig_type_92 arg2, swig_voidp arg3);
-extern swig_type_93 _wrap_acc_set_grad_enabled_raw_0d70df4d24ff368f(swig_intgo arg1, swig_voidp arg2);
-extern swig_type_94 _wrap_acc_model_module_sizes_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_95 arg2, swig_voidp arg3);
-extern swig_type_96 _wrap_acc_infer_auto_device_map_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_97 arg2, swig_voidp arg3);
-extern void _wrap_acc_model_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_98 _wrap_acc_model_forward_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_99 _wrap_acc_model_forward_batch_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_100 _wrap_acc_model_set_training_raw_0d70df4d24ff368f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_101 _wrap_acc_model_num_parameters_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_102 _wrap_acc_model_state_size_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_103 _wrap_acc_model_state_get_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_104 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_105 _wrap_acc_model_save_safetensors_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_106 arg2);
-extern swig_type_107 _wrap_acc_model_load_safetensors_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_108 arg2);
-extern swig_type_109 _wrap_acc_model_set_requires_grad_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_110 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_111 _wrap_acc_optimizer_create_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_112 arg2, swig_voidp arg3);
-extern void _wrap_acc_optimizer_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_113 _wrap_acc_optimizer_step_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_114 _wrap_acc_optimizer_zero_grad_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_115 _wrap_acc_optimizer_lr_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_116 _wrap_acc_optimizer_step_was_skipped_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_117 _wrap_acc_scheduler_create_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_118 arg2, swig_voidp arg3);
-extern void _wrap_acc_scheduler_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_119 _wrap_acc_scheduler_step_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_120 _wrap_acc_scheduler_last_lr_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_121 _wrap_acc_dataset_from_tensors_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_122 _wrap_acc_dataset_from_token_file_raw_0d70df4d24ff368f(swig_type_123 arg1, swig_type_124 arg2, swig_voidp arg3);
-extern swig_type_125 _wrap_acc_dataset_from_batch_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_acc_dataset_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_126 _wrap_acc_dataset_length_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_127 _wrap_acc_dataset_is_iterable_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_128 _wrap_acc_dataloader_create_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_129 arg2, swig_voidp arg3);
-extern void _wrap_acc_dataloader_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_130 _wrap_acc_dataloader_next_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_131 _wrap_acc_dataloader_next_batch_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_132 _wrap_acc_dataloader_length_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_133 _wrap_acc_dataloader_set_epoch_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_134 arg2);
-extern swig_type_135 _wrap_acc_dataloader_epoch_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_acc_dataloader_end_of_epoch_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_137 _wrap_acc_dataloader_remainder_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_138 _wrap_acc_dataloader_skip_first_batches_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_139 arg2, swig_voidp arg3);
-extern swig_type_140 _wrap_acc_prepare_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_141 _wrap_acc_backward_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_142 _wrap_acc_accumulate_begin_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_143 _wrap_acc_accumulate_end_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_144 _wrap_acc_sync_gradients_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_145 _wrap_acc_grad_scaler_state_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_146 _wrap_acc_clip_grad_norm_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_147 _wrap_acc_clip_grad_value_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_148 _wrap_acc_gather_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_149 _wrap_acc_gather_for_metrics_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_150 _wrap_acc_reduce_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_151 _wrap_acc_broadcast_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_152 _wrap_acc_pad_across_processes_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_153 _wrap_acc_split_between_processes_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_154 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_155 _wrap_acc_split_tensor_between_processes_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_156 _wrap_acc_gather_object_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_157 _wrap_acc_broadcast_object_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_158 _wrap_acc_gather_object_for_metrics_raw_0d70df4d24ff368f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_159 _wrap_acc_bytes_list_create_raw_0d70df4d24ff368f(swig_voidp arg1);
-extern void _wrap_acc_bytes_list_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_160 _wrap_acc_bytes_list_append_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_161 arg2);
-extern swig_type_162 _wrap_acc_bytes_list_count_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_163 _wrap_acc_bytes_list_get_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_164 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_165 _wrap_acc_save_state_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_166 arg2);
-extern swig_type_167 _wrap_acc_load_state_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_168 arg2);
-extern swig_type_169 _wrap_acc_resume_from_checkpoint_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_170 _wrap_acc_init_trackers_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_171 arg2, swig_type_172 arg3, swig_type_173 arg4);
-extern swig_type_174 _wrap_acc_log_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_175 arg2, swig_type_176 arg3);
-extern swig_type_177 _wrap_acc_end_training_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_178 _wrap_acc_save_model_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_179 arg2, swig_type_180 arg3);
-extern swig_type_181 _wrap_acc_model_save_pretrained_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_182 arg2, swig_type_183 arg3);
-extern swig_type_184 _wrap_acc_model_add_lora_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_185 arg2);
-extern swig_type_186 _wrap_acc_model_load_adapter_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_187 arg2, swig_type_188 arg3);
-extern swig_type_189 _wrap_acc_model_save_adapter_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_190 arg2);
-extern swig_type_191 _wrap_acc_model_merge_adapter_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_192 _wrap_acc_profile_begin_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_193 arg2);
-extern swig_type_194 _wrap_acc_profile_step_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_195 _wrap_acc_profile_end_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_196 _wrap_acc_tokenizer_from_pretrained_raw_0d70df4d24ff368f(swig_type_197 arg1, swig_voidp arg2);
-extern void _wrap_acc_tokenizer_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
-extern swig_type_198 _wrap_acc_tokenizer_save_pretrained_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_199 arg2);
-extern swig_type_200 _wrap_acc_encoding_count_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_201 _wrap_acc_encoding_sample_raw_0d70df4d24ff368f(uintptr_t arg1, swig_type_202 arg2, swig_voidp arg3);
-extern swig_type_203 _wrap_acc_encoding_to_batch_raw_0d70df4d24ff368f(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_acc_encoding_destroy_raw_0d70df4d24ff368f(uintptr_t arg1);
+typedef _gostring_ swig_type_204;
+typedef long long swig_type_205;
+typedef _gostring_ swig_type_206;
+typedef _gostring_ swig_type_207;
+typedef _gostring_ swig_type_208;
+typedef _goslice_ swig_type_209;
+extern void _wrap_Swig_free_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_raw_b8b8f1ec5c90c4b6(swig_intgo arg1);
+extern swig_voidp _wrap_accx_alloc_raw_b8b8f1ec5c90c4b6(swig_type_1 arg1);
+extern void _wrap_accx_free_raw_b8b8f1ec5c90c4b6(swig_voidp arg1);
+extern swig_type_2 _wrap_accx_tensor_from_alloc_raw_b8b8f1ec5c90c4b6(swig_voidp arg1, swig_type_3 arg2, swig_intgo arg3, swig_type_4 arg4, swig_voidp arg5);
+extern swig_type_5 _wrap_accx_dlpack_bytes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern void _wrap_accx_dlpack_release_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_6 _wrap_accx_tokenizer_train_bpe_raw_b8b8f1ec5c90c4b6(swig_type_7 arg1, swig_type_8 arg2, swig_type_9 arg3, swig_voidp arg4);
+extern swig_type_10 _wrap_accx_tokenizer_encode_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_11 arg2, swig_type_12 arg3, swig_type_13 arg4, swig_type_14 arg5, swig_type_15 arg6, swig_voidp arg7);
+extern swig_type_16 _wrap_accx_tokenizer_info_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_accx_tokenizer_set_special_token_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_18 arg2, swig_type_19 arg3);
+extern swig_type_20 _wrap_accx_tokenizer_token_to_id_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
+extern swig_type_22 _wrap_accx_tokenizer_id_to_token_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_type_24 _wrap_accx_tokenizer_decode_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_25 arg2, swig_type_26 arg3, swig_voidp arg4);
+extern swig_type_27 _wrap_accx_tokenizer_apply_chat_template_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_28 arg2, swig_type_29 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_30 _wrap_accx_encoding_read_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_31 arg2, swig_type_32 arg3, swig_type_33 arg4, swig_voidp arg5);
+extern swig_type_34 _wrap_accx_dataset_from_files_raw_b8b8f1ec5c90c4b6(swig_type_35 arg1, uintptr_t arg2, swig_type_36 arg3, swig_voidp arg4);
+extern swig_type_37 _wrap_acc_version_raw_b8b8f1ec5c90c4b6(void);
+extern swig_type_38 _wrap_acc_abi_check_raw_b8b8f1ec5c90c4b6(swig_intgo arg1);
+extern swig_type_39 _wrap_acc_build_info_raw_b8b8f1ec5c90c4b6(void);
+extern swig_type_40 _wrap_acc_status_name_raw_b8b8f1ec5c90c4b6(int arg1);
+extern swig_type_41 _wrap_acc_accelerator_create_raw_b8b8f1ec5c90c4b6(swig_type_42 arg1, swig_voidp arg2);
+extern void _wrap_acc_accelerator_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_43 _wrap_acc_process_index_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_44 _wrap_acc_local_process_index_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_45 _wrap_acc_num_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_46 _wrap_acc_is_main_process_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_47 _wrap_acc_is_local_main_process_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_48 _wrap_acc_is_last_process_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_49 _wrap_acc_device_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_50 _wrap_acc_distributed_type_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_51 _wrap_acc_config_json_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_52 _wrap_acc_set_seed_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_53 arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_type_54 _wrap_acc_wait_for_everyone_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_55 _wrap_acc_main_process_first_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_56 _wrap_acc_main_process_first_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_57 _wrap_acc_set_trigger_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_58 _wrap_acc_check_trigger_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_59 _wrap_acc_print_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_60 arg2);
+extern swig_type_61 _wrap_acc_tensor_from_host_raw_b8b8f1ec5c90c4b6(swig_type_62 arg1, swig_intgo arg2, swig_type_63 arg3, swig_voidp arg4);
+extern swig_type_64 _wrap_acc_tensor_to_host_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_65 arg2);
+extern void _wrap_acc_tensor_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_66 _wrap_acc_tensor_ndim_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_67 _wrap_acc_tensor_shape_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_68 arg2);
+extern swig_type_69 _wrap_acc_tensor_numel_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_acc_tensor_nbytes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_acc_tensor_dtype_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_72 _wrap_acc_tensor_item_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_73 _wrap_acc_tensor_from_dlpack_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_74 _wrap_acc_tensor_to_dlpack_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_75 _wrap_acc_batch_create_raw_b8b8f1ec5c90c4b6(swig_voidp arg1);
+extern void _wrap_acc_batch_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_76 _wrap_acc_batch_set_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_77 arg2, uintptr_t arg3);
+extern swig_type_78 _wrap_acc_batch_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_79 _wrap_acc_batch_name_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_80 arg2, swig_voidp arg3);
+extern swig_type_81 _wrap_acc_batch_contains_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_82 arg2, swig_voidp arg3);
+extern swig_type_83 _wrap_acc_batch_get_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
+extern swig_type_85 _wrap_acc_model_create_raw_b8b8f1ec5c90c4b6(swig_type_86 arg1, swig_voidp arg2);
+extern swig_type_87 _wrap_acc_model_load_torchscript_raw_b8b8f1ec5c90c4b6(swig_type_88 arg1, swig_type_89 arg2, swig_voidp arg3);
+extern swig_type_90 _wrap_acc_model_from_pretrained_raw_b8b8f1ec5c90c4b6(swig_type_91 arg1, swig_type_92 arg2, swig_voidp arg3);
+extern swig_type_93 _wrap_acc_model_from_config_raw_b8b8f1ec5c90c4b6(swig_type_94 arg1, swig_type_95 arg2, swig_voidp arg3);
+extern swig_type_96 _wrap_acc_set_grad_enabled_raw_b8b8f1ec5c90c4b6(swig_intgo arg1, swig_voidp arg2);
+extern swig_type_97 _wrap_acc_model_module_sizes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_98 arg2, swig_voidp arg3);
+extern swig_type_99 _wrap_acc_infer_auto_device_map_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_100 arg2, swig_voidp arg3);
+extern void _wrap_acc_model_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_101 _wrap_acc_model_forward_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_102 _wrap_acc_model_forward_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_103 _wrap_acc_model_set_training_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_104 _wrap_acc_model_num_parameters_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_acc_model_state_size_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_acc_model_state_get_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_107 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_108 _wrap_acc_model_save_safetensors_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_109 arg2);
+extern swig_type_110 _wrap_acc_model_load_safetensors_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_111 arg2);
+extern swig_type_112 _wrap_acc_model_set_requires_grad_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_113 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_114 _wrap_acc_optimizer_create_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_115 arg2, swig_voidp arg3);
+extern void _wrap_acc_optimizer_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_116 _wrap_acc_optimizer_step_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_117 _wrap_acc_optimizer_zero_grad_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_118 _wrap_acc_optimizer_lr_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_119 _wrap_acc_optimizer_step_was_skipped_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_120 _wrap_acc_scheduler_create_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_121 arg2, swig_voidp arg3);
+extern void _wrap_acc_scheduler_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_122 _wrap_acc_scheduler_step_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_123 _wrap_acc_scheduler_last_lr_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_124 _wrap_acc_dataset_from_tensors_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_125 _wrap_acc_dataset_from_token_file_raw_b8b8f1ec5c90c4b6(swig_type_126 arg1, swig_type_127 arg2, swig_voidp arg3);
+extern swig_type_128 _wrap_acc_dataset_from_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_acc_dataset_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_129 _wrap_acc_dataset_length_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_130 _wrap_acc_dataset_is_iterable_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_131 _wrap_acc_dataloader_create_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_132 arg2, swig_voidp arg3);
+extern void _wrap_acc_dataloader_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_133 _wrap_acc_dataloader_next_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_134 _wrap_acc_dataloader_next_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_135 _wrap_acc_dataloader_length_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_136 _wrap_acc_dataloader_set_epoch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_137 arg2);
+extern swig_type_138 _wrap_acc_dataloader_epoch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_139 _wrap_acc_dataloader_end_of_epoch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_140 _wrap_acc_dataloader_remainder_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_141 _wrap_acc_dataloader_skip_first_batches_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_142 arg2, swig_voidp arg3);
+extern swig_type_143 _wrap_acc_prepare_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_type_144 _wrap_acc_backward_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_145 _wrap_acc_accumulate_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_146 _wrap_acc_accumulate_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_147 _wrap_acc_sync_gradients_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_148 _wrap_acc_grad_scaler_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_149 _wrap_acc_clip_grad_norm_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_150 _wrap_acc_clip_grad_value_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_151 _wrap_acc_gather_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_152 _wrap_acc_gather_for_metrics_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_153 _wrap_acc_reduce_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_154 _wrap_acc_broadcast_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_155 _wrap_acc_pad_across_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_156 _wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_157 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_158 _wrap_acc_split_tensor_between_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_159 _wrap_acc_gather_object_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_160 _wrap_acc_broadcast_object_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_161 _wrap_acc_gather_object_for_metrics_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_162 _wrap_acc_bytes_list_create_raw_b8b8f1ec5c90c4b6(swig_voidp arg1);
+extern void _wrap_acc_bytes_list_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_163 _wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_164 arg2);
+extern swig_type_165 _wrap_acc_bytes_list_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_166 _wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_167 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_168 _wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_169 arg2);
+extern swig_type_170 _wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_171 arg2);
+extern swig_type_172 _wrap_acc_resume_from_checkpoint_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_173 _wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_174 arg2, swig_type_175 arg3, swig_type_176 arg4);
+extern swig_type_177 _wrap_acc_log_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_178 arg2, swig_type_179 arg3);
+extern swig_type_180 _wrap_acc_end_training_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_181 _wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_182 arg2, swig_type_183 arg3);
+extern swig_type_184 _wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_185 arg2, swig_type_186 arg3);
+extern swig_type_187 _wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_188 arg2);
+extern swig_type_189 _wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_190 arg2, swig_type_191 arg3);
+extern swig_type_192 _wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_193 arg2);
+extern swig_type_194 _wrap_acc_model_merge_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_195 _wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_196 arg2);
+extern swig_type_197 _wrap_acc_profile_step_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_198 _wrap_acc_profile_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_199 _wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(swig_type_200 arg1, swig_voidp arg2);
+extern void _wrap_acc_tokenizer_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_201 _wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_202 arg2);
+extern swig_type_203 _wrap_acc_encoding_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_204 _wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_205 arg2, swig_voidp arg3);
+extern swig_type_206 _wrap_acc_encoding_to_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_acc_encoding_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_207 _wrap_acc_dataset_from_config_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_208 _wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_209 arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -419,13 +428,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_0d70df4d24ff368f(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_raw_b8b8f1ec5c90c4b6(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -454,13 +463,13 @@ func newStatusError(s string) error {
 func Accx_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_0d70df4d24ff368f(C.swig_type_1(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_accx_alloc_raw_b8b8f1ec5c90c4b6(C.swig_type_1(_swig_i_0)))
 	return swig_r
 }
 
 func Accx_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_accx_free_raw_0d70df4d24ff368f(C.swig_voidp(_swig_i_0))
+	C._wrap_accx_free_raw_b8b8f1ec5c90c4b6(C.swig_voidp(_swig_i_0))
 }
 
 func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []int64, arg5 *uintptr) (_swig_ret error) {
@@ -470,7 +479,7 @@ func Accx_tensor_from_alloc(arg1 unsafe.Pointer, arg2 int64, arg3 int, arg4 []in
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_0d70df4d24ff368f(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tensor_from_alloc_raw_b8b8f1ec5c90c4b6(C.swig_voidp(_swig_i_0), C.swig_type_3(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
@@ -489,7 +498,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_dlpack_bytes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_dlpack_bytes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -502,7 +511,7 @@ func Accx_dlpack_bytes(arg1 uintptr, arg2 *unsafe.Pointer, arg3 *uint64) (_swig_
 
 func Accx_dlpack_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_accx_dlpack_release_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_accx_dlpack_release_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Accx_tokenizer_train_bpe(arg1 []byte, arg2 []int64, arg3 string, arg4 *uintptr) (_swig_ret error) {
@@ -511,7 +520,7 @@ func Accx_tokenizer_train_bpe(arg1 []byte, arg2 []int64, arg3 string, arg4 *uint
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_accx_tokenizer_train_bpe_raw_0d70df4d24ff368f(*(*C.swig_type_7)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_9)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_accx_tokenizer_train_bpe_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_7)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_9)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -540,7 +549,7 @@ func Accx_tokenizer_encode(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 []byte,
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_accx_tokenizer_encode_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_11)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_12)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_13)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_14)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_accx_tokenizer_encode_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_11)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_12)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_13)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_14)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -570,7 +579,7 @@ func Accx_tokenizer_info(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_accx_tokenizer_info_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_accx_tokenizer_info_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -589,7 +598,7 @@ func Accx_tokenizer_set_special_token(arg1 uintptr, arg2 string, arg3 string) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_tokenizer_set_special_token_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_18)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_19)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_accx_tokenizer_set_special_token_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_18)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_19)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -611,7 +620,7 @@ func Accx_tokenizer_token_to_id(arg1 uintptr, arg2 string, arg3 *int64) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_tokenizer_token_to_id_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_tokenizer_token_to_id_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -630,7 +639,7 @@ func Accx_tokenizer_id_to_token(arg1 uintptr, arg2 int64, arg3 *string) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_accx_tokenizer_id_to_token_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_23(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_accx_tokenizer_id_to_token_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_23(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -650,7 +659,7 @@ func Accx_tokenizer_decode(arg1 uintptr, arg2 []int64, arg3 string, arg4 *string
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_accx_tokenizer_decode_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_accx_tokenizer_decode_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg4 != nil {
 		*arg4 = swigCopyString(*arg4)
@@ -677,7 +686,7 @@ func Accx_tokenizer_apply_chat_template(arg1 uintptr, arg2 string, arg3 string, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_tokenizer_apply_chat_template_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_tokenizer_apply_chat_template_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg4 != nil {
 		*arg4 = swigCopyString(*arg4)
@@ -704,13 +713,36 @@ func Accx_encoding_read(arg1 uintptr, arg2 int64, arg3 string, arg4 []int64, arg
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_accx_encoding_read_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_31(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_accx_encoding_read_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_31(_swig_i_1), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Accx_dataset_from_files(arg1 string, arg2 uintptr, arg3 string, arg4 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_accx_dataset_from_files_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_35)(unsafe.Pointer(&_swig_i_0)), C.uintptr_t(_swig_i_1), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg1
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
 	}
 	var swig_r_1 error
 	if swig_r == "" {
@@ -752,7 +784,7 @@ const ACC_REDUCE_MAX int = 2
 
 func Acc_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_version_raw_0d70df4d24ff368f()
+	swig_r_p := C._wrap_acc_version_raw_b8b8f1ec5c90c4b6()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -762,7 +794,7 @@ func Acc_version() (_swig_ret string) {
 func Acc_abi_check(arg1 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_abi_check_raw_0d70df4d24ff368f(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_acc_abi_check_raw_b8b8f1ec5c90c4b6(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -775,7 +807,7 @@ func Acc_abi_check(arg1 int) (_swig_ret error) {
 
 func Acc_build_info() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_acc_build_info_raw_0d70df4d24ff368f()
+	swig_r_p := C._wrap_acc_build_info_raw_b8b8f1ec5c90c4b6()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -785,7 +817,7 @@ func Acc_build_info() (_swig_ret string) {
 func Acc_status_name(arg1 int32) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_status_name_raw_0d70df4d24ff368f(C.int(_swig_i_0))
+	swig_r_p := C._wrap_acc_status_name_raw_b8b8f1ec5c90c4b6(C.int(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -796,7 +828,7 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accelerator_create_raw_0d70df4d24ff368f(*(*C.swig_type_39)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_accelerator_create_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_42)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -812,14 +844,14 @@ func Acc_accelerator_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_accelerator_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_accelerator_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_accelerator_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_process_index_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_process_index_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -834,7 +866,7 @@ func Acc_local_process_index(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_local_process_index_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_local_process_index_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -849,7 +881,7 @@ func Acc_num_processes(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_num_processes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_num_processes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -864,7 +896,7 @@ func Acc_is_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_main_process_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_main_process_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -879,7 +911,7 @@ func Acc_is_local_main_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_local_main_process_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_local_main_process_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -894,7 +926,7 @@ func Acc_is_last_process(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_is_last_process_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_is_last_process_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -909,7 +941,7 @@ func Acc_device(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_device_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_device_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -927,7 +959,7 @@ func Acc_distributed_type(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_distributed_type_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_distributed_type_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -945,7 +977,7 @@ func Acc_config_json(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_config_json_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_config_json_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg2 != nil {
 		*arg2 = swigCopyString(*arg2)
@@ -965,7 +997,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_set_seed_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_50(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_acc_set_seed_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_53(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -979,7 +1011,7 @@ func Acc_set_seed(arg1 uintptr, arg2 uint64, arg3 int, arg4 int) (_swig_ret erro
 func Acc_wait_for_everyone(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_wait_for_everyone_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_wait_for_everyone_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -994,7 +1026,7 @@ func Acc_main_process_first_begin(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_begin_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_begin_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1009,7 +1041,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_main_process_first_end_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_main_process_first_end_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1023,7 +1055,7 @@ func Acc_main_process_first_end(arg1 uintptr, arg2 int) (_swig_ret error) {
 func Acc_set_trigger(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_set_trigger_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_set_trigger_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1038,7 +1070,7 @@ func Acc_check_trigger(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_check_trigger_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_check_trigger_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1053,7 +1085,7 @@ func Acc_print(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_print_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_57)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_print_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1073,7 +1105,7 @@ func Acc_tensor_from_host(arg1 []byte, arg2 int, arg3 []int64, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_tensor_from_host_raw_0d70df4d24ff368f(*(*C.swig_type_59)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_tensor_from_host_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_62)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1094,7 +1126,7 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_host_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_62)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_to_host_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1110,14 +1142,14 @@ func Acc_tensor_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 
 func Acc_tensor_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tensor_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tensor_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tensor_ndim(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_ndim_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_ndim_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1132,7 +1164,7 @@ func Acc_tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_shape_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tensor_shape_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_68)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1150,7 +1182,7 @@ func Acc_tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_numel_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_numel_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1165,7 +1197,7 @@ func Acc_tensor_nbytes(arg1 uintptr, arg2 *uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_nbytes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_nbytes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1180,7 +1212,7 @@ func Acc_tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_dtype_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_dtype_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1195,7 +1227,7 @@ func Acc_tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_item_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_item_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1210,7 +1242,7 @@ func Acc_tensor_from_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_from_dlpack_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1225,7 +1257,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tensor_to_dlpack_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1239,7 +1271,7 @@ func Acc_tensor_to_dlpack(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_batch_create_raw_0d70df4d24ff368f(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_batch_create_raw_b8b8f1ec5c90c4b6(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1252,7 +1284,7 @@ func Acc_batch_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_batch_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_batch_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_batch_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
@@ -1260,7 +1292,7 @@ func Acc_batch_set(arg1 uintptr, arg2 string, arg3 uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_set_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_74)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_set_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1278,7 +1310,7 @@ func Acc_batch_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_batch_count_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_batch_count_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1294,7 +1326,7 @@ func Acc_batch_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_name_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_name_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_80(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1313,7 +1345,7 @@ func Acc_batch_contains(arg1 uintptr, arg2 string, arg3 *int32) (_swig_ret error
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_contains_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_79)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_contains_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1332,7 +1364,7 @@ func Acc_batch_get(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_batch_get_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_81)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_batch_get_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1350,7 +1382,7 @@ func Acc_model_create(arg1 string, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_create_raw_0d70df4d24ff368f(*(*C.swig_type_83)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_create_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_86)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1369,7 +1401,7 @@ func Acc_model_load_torchscript(arg1 string, arg2 string, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_torchscript_raw_0d70df4d24ff368f(*(*C.swig_type_85)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_86)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_load_torchscript_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_88)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_89)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1391,7 +1423,7 @@ func Acc_model_from_pretrained(arg1 string, arg2 string, arg3 *uintptr) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_from_pretrained_raw_0d70df4d24ff368f(*(*C.swig_type_88)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_89)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_from_pretrained_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_91)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_92)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1413,7 +1445,7 @@ func Acc_model_from_config(arg1 string, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_from_config_raw_0d70df4d24ff368f(*(*C.swig_type_91)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_92)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_from_config_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_94)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1434,7 +1466,7 @@ func Acc_set_grad_enabled(arg1 int, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_set_grad_enabled_raw_0d70df4d24ff368f(C.swig_intgo(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_set_grad_enabled_raw_b8b8f1ec5c90c4b6(C.swig_intgo(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1450,7 +1482,7 @@ func Acc_model_module_sizes(arg1 uintptr, arg2 string, arg3 *string) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_module_sizes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_module_sizes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_98)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1472,7 +1504,7 @@ func Acc_infer_auto_device_map(arg1 uintptr, arg2 string, arg3 *string) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_infer_auto_device_map_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_infer_auto_device_map_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_100)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1491,7 +1523,7 @@ func Acc_infer_auto_device_map(arg1 uintptr, arg2 string, arg3 *string) (_swig_r
 
 func Acc_model_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_model_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_model_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, arg5 *uintptr) (_swig_ret error) {
@@ -1501,7 +1533,7 @@ func Acc_model_forward(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_model_forward_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_model_forward_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1517,7 +1549,7 @@ func Acc_model_forward_batch(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_forward_batch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_model_forward_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1532,7 +1564,7 @@ func Acc_model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_set_training_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_set_training_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1547,7 +1579,7 @@ func Acc_model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_num_parameters_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_num_parameters_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1562,7 +1594,7 @@ func Acc_model_state_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_state_size_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_model_state_size_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1579,7 +1611,7 @@ func Acc_model_state_get(arg1 uintptr, arg2 int64, arg3 *string, arg4 *uintptr) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_state_get_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_104(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_state_get_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_107(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if arg3 != nil {
 		*arg3 = swigCopyString(*arg3)
@@ -1597,7 +1629,7 @@ func Acc_model_save_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_safetensors_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_106)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_safetensors_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_109)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1615,7 +1647,7 @@ func Acc_model_load_safetensors(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_load_safetensors_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_108)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_load_safetensors_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_111)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1635,7 +1667,7 @@ func Acc_model_set_requires_grad(arg1 uintptr, arg2 string, arg3 int, arg4 *int6
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_model_set_requires_grad_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_110)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_model_set_requires_grad_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_113)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1654,7 +1686,7 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_optimizer_create_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_112)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_optimizer_create_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_115)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1670,13 +1702,13 @@ func Acc_optimizer_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_optimizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_optimizer_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_optimizer_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_step_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_step_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1690,7 +1722,7 @@ func Acc_optimizer_step(arg1 uintptr) (_swig_ret error) {
 func Acc_optimizer_zero_grad(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_optimizer_zero_grad_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1705,7 +1737,7 @@ func Acc_optimizer_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_lr_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_lr_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1720,7 +1752,7 @@ func Acc_optimizer_step_was_skipped(arg1 uintptr, arg2 *int32) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_optimizer_step_was_skipped_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1736,7 +1768,7 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_scheduler_create_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_118)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_scheduler_create_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_121)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1752,13 +1784,13 @@ func Acc_scheduler_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret e
 
 func Acc_scheduler_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_scheduler_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_scheduler_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_scheduler_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_scheduler_step_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_scheduler_step_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1773,7 +1805,7 @@ func Acc_scheduler_last_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_scheduler_last_lr_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1789,7 +1821,7 @@ func Acc_dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_tensors_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1805,7 +1837,7 @@ func Acc_dataset_from_token_file(arg1 string, arg2 string, arg3 *uintptr) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_0d70df4d24ff368f(*(*C.swig_type_123)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_from_token_file_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_126)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -1826,7 +1858,7 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_from_batch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_from_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1839,14 +1871,14 @@ func Acc_dataset_from_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_dataset_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataset_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataset_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataset_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_length_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_length_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1861,7 +1893,7 @@ func Acc_dataset_is_iterable(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataset_is_iterable_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1877,7 +1909,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_create_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_create_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1893,7 +1925,7 @@ func Acc_dataloader_create(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret 
 
 func Acc_dataloader_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_dataloader_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_dataloader_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32) (_swig_ret error) {
@@ -1902,7 +1934,7 @@ func Acc_dataloader_next(arg1 uintptr, arg2 *uintptr, arg3 *uintptr, arg4 *int32
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_dataloader_next_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_dataloader_next_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1917,7 +1949,7 @@ func Acc_dataloader_next_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_next_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1932,7 +1964,7 @@ func Acc_dataloader_length(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_length_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_length_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1947,7 +1979,7 @@ func Acc_dataloader_set_epoch(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_134(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_set_epoch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_137(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1962,7 +1994,7 @@ func Acc_dataloader_epoch(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_epoch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_epoch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1977,7 +2009,7 @@ func Acc_dataloader_end_of_epoch(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_end_of_epoch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -1992,7 +2024,7 @@ func Acc_dataloader_remainder(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_dataloader_remainder_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_dataloader_remainder_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2008,7 +2040,7 @@ func Acc_dataloader_skip_first_batches(arg1 uintptr, arg2 int64, arg3 *uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_139(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataloader_skip_first_batches_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_142(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2026,7 +2058,7 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_prepare_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
+	swig_r_p := C._wrap_acc_prepare_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2041,7 +2073,7 @@ func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_backward_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_backward_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2056,7 +2088,7 @@ func Acc_accumulate_begin(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_begin_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_begin_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2071,7 +2103,7 @@ func Acc_accumulate_end(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_accumulate_end_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_acc_accumulate_end_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2086,7 +2118,7 @@ func Acc_sync_gradients(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_sync_gradients_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_sync_gradients_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2102,7 +2134,7 @@ func Acc_grad_scaler_state(arg1 uintptr, arg2 *float64, arg3 *int64) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_grad_scaler_state_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_grad_scaler_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2120,7 +2152,7 @@ func Acc_clip_grad_norm(arg1 uintptr, arg2 uintptr, arg3 float64, arg4 float64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_acc_clip_grad_norm_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_acc_clip_grad_norm_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2136,7 +2168,7 @@ func Acc_clip_grad_value(arg1 uintptr, arg2 uintptr, arg3 float64) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_clip_grad_value_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_acc_clip_grad_value_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2152,7 +2184,7 @@ func Acc_gather(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2168,7 +2200,7 @@ func Acc_gather_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_for_metrics_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_for_metrics_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2185,7 +2217,7 @@ func Acc_reduce(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_reduce_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_reduce_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2202,7 +2234,7 @@ func Acc_broadcast(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2221,7 +2253,7 @@ func Acc_pad_across_processes(arg1 uintptr, arg2 uintptr, arg3 int, arg4 float64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_pad_across_processes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_pad_across_processes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2240,7 +2272,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_154(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_157(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2257,7 +2289,7 @@ func Acc_split_tensor_between_processes(arg1 uintptr, arg2 uintptr, arg3 int, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_split_tensor_between_processes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2273,7 +2305,7 @@ func Acc_gather_object(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2290,7 +2322,7 @@ func Acc_broadcast_object(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_broadcast_object_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_broadcast_object_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2306,7 +2338,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_gather_object_for_metrics_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2320,7 +2352,7 @@ func Acc_gather_object_for_metrics(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_
 func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_bytes_list_create_raw_0d70df4d24ff368f(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_acc_bytes_list_create_raw_b8b8f1ec5c90c4b6(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2333,14 +2365,14 @@ func Acc_bytes_list_create(arg1 *uintptr) (_swig_ret error) {
 
 func Acc_bytes_list_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_bytes_list_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_bytes_list_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_161)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_164)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2358,7 +2390,7 @@ func Acc_bytes_list_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_count_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_bytes_list_count_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2375,7 +2407,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_167(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2390,7 +2422,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_166)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_169)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2408,7 +2440,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_168)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_171)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2426,7 +2458,7 @@ func Acc_resume_from_checkpoint(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_resume_from_checkpoint_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2443,7 +2475,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_171)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_172)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_173)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_174)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_175)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_176)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2468,7 +2500,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_175)(unsafe.Pointer(&_swig_i_1)), C.swig_type_176(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_178)(unsafe.Pointer(&_swig_i_1)), C.swig_type_179(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2485,7 +2517,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 func Acc_end_training(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_end_training_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_end_training_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2501,7 +2533,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_180)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_182)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_183)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2523,7 +2555,7 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_save_pretrained_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_182)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_183)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_185)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_186)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2544,7 +2576,7 @@ func Acc_model_add_lora(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_add_lora_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_185)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_188)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2563,7 +2595,7 @@ func Acc_model_load_adapter(arg1 uintptr, arg2 string, arg3 string) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_adapter_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_187)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_188)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_190)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_191)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2584,7 +2616,7 @@ func Acc_model_save_adapter(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_adapter_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_190)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_193)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2601,7 +2633,7 @@ func Acc_model_save_adapter(arg1 uintptr, arg2 string) (_swig_ret error) {
 func Acc_model_merge_adapter(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_model_merge_adapter_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_model_merge_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2616,7 +2648,7 @@ func Acc_profile_begin(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_profile_begin_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_193)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_196)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2633,7 +2665,7 @@ func Acc_profile_begin(arg1 uintptr, arg2 string) (_swig_ret error) {
 func Acc_profile_step(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_profile_step_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_profile_step_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2647,7 +2679,7 @@ func Acc_profile_step(arg1 uintptr) (_swig_ret error) {
 func Acc_profile_end(arg1 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_acc_profile_end_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_acc_profile_end_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2662,7 +2694,7 @@ func Acc_tokenizer_from_pretrained(arg1 string, arg2 *uintptr) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tokenizer_from_pretrained_raw_0d70df4d24ff368f(*(*C.swig_type_197)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_200)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -2678,14 +2710,14 @@ func Acc_tokenizer_from_pretrained(arg1 string, arg2 *uintptr) (_swig_ret error)
 
 func Acc_tokenizer_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_tokenizer_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_tokenizer_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
 }
 
 func Acc_tokenizer_save_pretrained(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tokenizer_save_pretrained_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), *(*C.swig_type_199)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_202)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2703,7 +2735,7 @@ func Acc_encoding_count(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_encoding_count_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_encoding_count_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2719,7 +2751,7 @@ func Acc_encoding_sample(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_encoding_sample_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_type_202(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_205(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2734,7 +2766,7 @@ func Acc_encoding_to_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_encoding_to_batch_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_encoding_to_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2747,5 +2779,40 @@ func Acc_encoding_to_batch(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Acc_encoding_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_acc_encoding_destroy_raw_0d70df4d24ff368f(C.uintptr_t(_swig_i_0))
+	C._wrap_acc_encoding_destroy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0))
+}
+
+func Acc_dataset_from_config(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_dataset_from_config_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
+func Acc_dataset_get_batch(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_209)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
 }

@@ -539,11 +539,20 @@ accx_status accx_encoding_read(const acc_encoding* enc, int64_t row, const char*
   return ACC_OK;
 }
 
+
+/** acc_dataset_from_files; an empty or absent path (Go "", Java null) is NULL: the options name "files". */
+accx_status accx_dataset_from_files(accx_utf8 path, const acc_tokenizer* tok, accx_utf8 options_json,
+                                    acc_dataset** out) {
+  accx_message[0] = '\0';
+  acc_status st = acc_dataset_from_files(path && *path ? path : NULL, tok, options_json, out);
+  return st == ACC_OK ? st : accx_fail(st, acc_last_error_message());
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-void _wrap_Swig_free_raw_0d70df4d24ff368f(void *_swig_go_0) {
+void _wrap_Swig_free_raw_b8b8f1ec5c90c4b6(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -553,7 +562,7 @@ void _wrap_Swig_free_raw_0d70df4d24ff368f(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_raw_0d70df4d24ff368f(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_raw_b8b8f1ec5c90c4b6(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -566,7 +575,7 @@ void *_wrap_Swig_malloc_raw_0d70df4d24ff368f(intgo _swig_go_0) {
 }
 
 
-void *_wrap_accx_alloc_raw_0d70df4d24ff368f(long long _swig_go_0) {
+void *_wrap_accx_alloc_raw_b8b8f1ec5c90c4b6(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -579,7 +588,7 @@ void *_wrap_accx_alloc_raw_0d70df4d24ff368f(long long _swig_go_0) {
 }
 
 
-void _wrap_accx_free_raw_0d70df4d24ff368f(void *_swig_go_0) {
+void _wrap_accx_free_raw_b8b8f1ec5c90c4b6(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -589,7 +598,7 @@ void _wrap_accx_free_raw_0d70df4d24ff368f(void *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_accx_tensor_from_alloc_raw_0d70df4d24ff368f(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_accx_tensor_from_alloc_raw_b8b8f1ec5c90c4b6(void *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, acc_tensor **_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -615,7 +624,7 @@ _gostring_ _wrap_accx_tensor_from_alloc_raw_0d70df4d24ff368f(void *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_accx_dlpack_bytes_raw_0d70df4d24ff368f(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_accx_dlpack_bytes_raw_b8b8f1ec5c90c4b6(struct DLManagedTensorVersioned *_swig_go_0, void **_swig_go_1, long long *_swig_go_2) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   void **arg2 = (void **) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -636,7 +645,7 @@ _gostring_ _wrap_accx_dlpack_bytes_raw_0d70df4d24ff368f(struct DLManagedTensorVe
 }
 
 
-void _wrap_accx_dlpack_release_raw_0d70df4d24ff368f(struct DLManagedTensorVersioned *_swig_go_0) {
+void _wrap_accx_dlpack_release_raw_b8b8f1ec5c90c4b6(struct DLManagedTensorVersioned *_swig_go_0) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   
   arg1 = (struct DLManagedTensorVersioned *)_swig_go_0; 
@@ -646,7 +655,7 @@ void _wrap_accx_dlpack_release_raw_0d70df4d24ff368f(struct DLManagedTensorVersio
 }
 
 
-_gostring_ _wrap_accx_tokenizer_train_bpe_raw_0d70df4d24ff368f(_goslice_ _swig_go_0, _goslice_ _swig_go_1, _gostring_ _swig_go_2, acc_tokenizer **_swig_go_3) {
+_gostring_ _wrap_accx_tokenizer_train_bpe_raw_b8b8f1ec5c90c4b6(_goslice_ _swig_go_0, _goslice_ _swig_go_1, _gostring_ _swig_go_2, acc_tokenizer **_swig_go_3) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -678,7 +687,7 @@ _gostring_ _wrap_accx_tokenizer_train_bpe_raw_0d70df4d24ff368f(_goslice_ _swig_g
 }
 
 
-_gostring_ _wrap_accx_tokenizer_encode_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, _goslice_ _swig_go_4, _gostring_ _swig_go_5, acc_encoding **_swig_go_6) {
+_gostring_ _wrap_accx_tokenizer_encode_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, _goslice_ _swig_go_4, _gostring_ _swig_go_5, acc_encoding **_swig_go_6) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -718,7 +727,7 @@ _gostring_ _wrap_accx_tokenizer_encode_raw_0d70df4d24ff368f(acc_tokenizer *_swig
 }
 
 
-_gostring_ _wrap_accx_tokenizer_info_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_accx_tokenizer_info_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _gostring_* _swig_go_1) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   char **arg2 = (char **) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -742,7 +751,7 @@ _gostring_ _wrap_accx_tokenizer_info_raw_0d70df4d24ff368f(acc_tokenizer *_swig_g
 }
 
 
-_gostring_ _wrap_accx_tokenizer_set_special_token_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_accx_tokenizer_set_special_token_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   accx_utf8 arg2 = (accx_utf8) 0 ;
   accx_utf8 arg3 = (accx_utf8) 0 ;
@@ -776,7 +785,7 @@ _gostring_ _wrap_accx_tokenizer_set_special_token_raw_0d70df4d24ff368f(acc_token
 }
 
 
-_gostring_ _wrap_accx_tokenizer_token_to_id_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_accx_tokenizer_token_to_id_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, long long *_swig_go_2) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   accx_utf8 arg2 = (accx_utf8) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -804,7 +813,7 @@ _gostring_ _wrap_accx_tokenizer_token_to_id_raw_0d70df4d24ff368f(acc_tokenizer *
 }
 
 
-_gostring_ _wrap_accx_tokenizer_id_to_token_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_accx_tokenizer_id_to_token_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -830,7 +839,7 @@ _gostring_ _wrap_accx_tokenizer_id_to_token_raw_0d70df4d24ff368f(acc_tokenizer *
 }
 
 
-_gostring_ _wrap_accx_tokenizer_decode_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _goslice_ _swig_go_1, _gostring_ _swig_go_2, _gostring_* _swig_go_3) {
+_gostring_ _wrap_accx_tokenizer_decode_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _goslice_ _swig_go_1, _gostring_ _swig_go_2, _gostring_* _swig_go_3) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int32_t arg3 ;
@@ -866,7 +875,7 @@ _gostring_ _wrap_accx_tokenizer_decode_raw_0d70df4d24ff368f(acc_tokenizer *_swig
 }
 
 
-_gostring_ _wrap_accx_tokenizer_apply_chat_template_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_* _swig_go_3, acc_encoding **_swig_go_4) {
+_gostring_ _wrap_accx_tokenizer_apply_chat_template_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_* _swig_go_3, acc_encoding **_swig_go_4) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   accx_utf8 arg2 = (accx_utf8) 0 ;
   accx_utf8 arg3 = (accx_utf8) 0 ;
@@ -910,7 +919,7 @@ _gostring_ _wrap_accx_tokenizer_apply_chat_template_raw_0d70df4d24ff368f(acc_tok
 }
 
 
-_gostring_ _wrap_accx_encoding_read_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, long long _swig_go_1, _gostring_ _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+_gostring_ _wrap_accx_encoding_read_raw_b8b8f1ec5c90c4b6(acc_encoding *_swig_go_0, long long _swig_go_1, _gostring_ _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   acc_encoding *arg1 = (acc_encoding *) 0 ;
   int64_t arg2 ;
   char *arg3 = (char *) 0 ;
@@ -941,7 +950,44 @@ _gostring_ _wrap_accx_encoding_read_raw_0d70df4d24ff368f(acc_encoding *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_version_raw_0d70df4d24ff368f() {
+_gostring_ _wrap_accx_dataset_from_files_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, acc_tokenizer *_swig_go_1, _gostring_ _swig_go_2, acc_dataset **_swig_go_3) {
+  accx_utf8 arg1 = (accx_utf8) 0 ;
+  acc_tokenizer *arg2 = (acc_tokenizer *) 0 ;
+  accx_utf8 arg3 = (accx_utf8) 0 ;
+  acc_dataset **arg4 = (acc_dataset **) 0 ;
+  accx_status result;
+  _gostring_ _swig_go_result;
+  
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_0.n + 1);
+    if (c_) {
+      if (_swig_go_0.n > 0) memcpy(c_, _swig_go_0.p, (size_t)_swig_go_0.n); c_[_swig_go_0.n] = '\0'; 
+    }
+    arg1 = c_; 
+  } 
+  arg2 = (acc_tokenizer *)_swig_go_1; 
+  {
+    char* c_ = (char*)malloc((size_t)_swig_go_2.n + 1);
+    if (c_) {
+      if (_swig_go_2.n > 0) memcpy(c_, _swig_go_2.p, (size_t)_swig_go_2.n); c_[_swig_go_2.n] = '\0'; 
+    }
+    arg3 = c_; 
+  } 
+  arg4 = (acc_dataset **)_swig_go_3; 
+  
+  result = (accx_status)accx_dataset_from_files((char const *)arg1,(struct acc_tokenizer const *)arg2,(char const *)arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, accx_status_message(result)); 
+  } 
+  free((char*)arg1); 
+  free((char*)arg3); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_version_raw_b8b8f1ec5c90c4b6() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -952,7 +998,7 @@ _gostring_ _wrap_acc_version_raw_0d70df4d24ff368f() {
 }
 
 
-_gostring_ _wrap_acc_abi_check_raw_0d70df4d24ff368f(intgo _swig_go_0) {
+_gostring_ _wrap_acc_abi_check_raw_b8b8f1ec5c90c4b6(intgo _swig_go_0) {
   int32_t arg1 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -969,7 +1015,7 @@ _gostring_ _wrap_acc_abi_check_raw_0d70df4d24ff368f(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_build_info_raw_0d70df4d24ff368f() {
+_gostring_ _wrap_acc_build_info_raw_b8b8f1ec5c90c4b6() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -980,7 +1026,7 @@ _gostring_ _wrap_acc_build_info_raw_0d70df4d24ff368f() {
 }
 
 
-_gostring_ _wrap_acc_status_name_raw_0d70df4d24ff368f(int _swig_go_0) {
+_gostring_ _wrap_acc_status_name_raw_b8b8f1ec5c90c4b6(int _swig_go_0) {
   acc_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -993,7 +1039,7 @@ _gostring_ _wrap_acc_status_name_raw_0d70df4d24ff368f(int _swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_accelerator_create_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
+_gostring_ _wrap_acc_accelerator_create_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, acc_accelerator **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_accelerator **arg2 = (acc_accelerator **) 0 ;
   acc_status result;
@@ -1017,7 +1063,7 @@ _gostring_ _wrap_acc_accelerator_create_raw_0d70df4d24ff368f(_gostring_ _swig_go
 }
 
 
-void _wrap_acc_accelerator_destroy_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
+void _wrap_acc_accelerator_destroy_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   
   arg1 = (acc_accelerator *)_swig_go_0; 
@@ -1027,7 +1073,7 @@ void _wrap_acc_accelerator_destroy_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_process_index_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_process_index_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1046,7 +1092,7 @@ _gostring_ _wrap_acc_process_index_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_local_process_index_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_local_process_index_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1065,7 +1111,7 @@ _gostring_ _wrap_acc_local_process_index_raw_0d70df4d24ff368f(acc_accelerator *_
 }
 
 
-_gostring_ _wrap_acc_num_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_num_processes_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1084,7 +1130,7 @@ _gostring_ _wrap_acc_num_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_is_main_process_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_main_process_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1103,7 +1149,7 @@ _gostring_ _wrap_acc_is_main_process_raw_0d70df4d24ff368f(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_is_local_main_process_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_local_main_process_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1122,7 +1168,7 @@ _gostring_ _wrap_acc_is_local_main_process_raw_0d70df4d24ff368f(acc_accelerator 
 }
 
 
-_gostring_ _wrap_acc_is_last_process_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_is_last_process_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1141,7 +1187,7 @@ _gostring_ _wrap_acc_is_last_process_raw_0d70df4d24ff368f(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_device_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_device_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -1162,7 +1208,7 @@ _gostring_ _wrap_acc_device_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_acc_distributed_type_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_distributed_type_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -1183,7 +1229,7 @@ _gostring_ _wrap_acc_distributed_type_raw_0d70df4d24ff368f(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_config_json_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_acc_config_json_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_* _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *temp2 = NULL ;
@@ -1204,7 +1250,7 @@ _gostring_ _wrap_acc_config_json_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_set_seed_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+_gostring_ _wrap_acc_set_seed_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   uint64_t arg2 ;
   int32_t arg3 ;
@@ -1227,7 +1273,7 @@ _gostring_ _wrap_acc_set_seed_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_wait_for_everyone_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_wait_for_everyone_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1244,7 +1290,7 @@ _gostring_ _wrap_acc_wait_for_everyone_raw_0d70df4d24ff368f(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_main_process_first_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_main_process_first_begin_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -1263,7 +1309,7 @@ _gostring_ _wrap_acc_main_process_first_begin_raw_0d70df4d24ff368f(acc_accelerat
 }
 
 
-_gostring_ _wrap_acc_main_process_first_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_main_process_first_end_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, intgo _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -1282,7 +1328,7 @@ _gostring_ _wrap_acc_main_process_first_end_raw_0d70df4d24ff368f(acc_accelerator
 }
 
 
-_gostring_ _wrap_acc_set_trigger_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_set_trigger_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1299,7 +1345,7 @@ _gostring_ _wrap_acc_set_trigger_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_check_trigger_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_check_trigger_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1318,7 +1364,7 @@ _gostring_ _wrap_acc_check_trigger_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_print_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_print_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -1342,7 +1388,7 @@ _gostring_ _wrap_acc_print_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_acc_tensor_from_host_raw_0d70df4d24ff368f(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_tensor_from_host_raw_b8b8f1ec5c90c4b6(_goslice_ _swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, acc_tensor **_swig_go_3) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   acc_dtype arg3 ;
@@ -1367,7 +1413,7 @@ _gostring_ _wrap_acc_tensor_from_host_raw_0d70df4d24ff368f(_goslice_ _swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_tensor_to_host_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_host_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -1387,7 +1433,7 @@ _gostring_ _wrap_acc_tensor_to_host_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0,
 }
 
 
-void _wrap_acc_tensor_destroy_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0) {
+void _wrap_acc_tensor_destroy_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   
   arg1 = (acc_tensor *)_swig_go_0; 
@@ -1397,7 +1443,7 @@ void _wrap_acc_tensor_destroy_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_tensor_ndim_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_ndim_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1416,7 +1462,7 @@ _gostring_ _wrap_acc_tensor_ndim_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_acc_tensor_shape_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_tensor_shape_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int32_t arg3 ;
@@ -1436,7 +1482,7 @@ _gostring_ _wrap_acc_tensor_shape_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_acc_tensor_numel_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_numel_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1455,7 +1501,7 @@ _gostring_ _wrap_acc_tensor_numel_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_acc_tensor_nbytes_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_nbytes_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, long long *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   size_t *arg2 = (size_t *) 0 ;
   acc_status result;
@@ -1474,7 +1520,7 @@ _gostring_ _wrap_acc_tensor_nbytes_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_tensor_dtype_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_dtype_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, int *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_dtype *arg2 = (acc_dtype *) 0 ;
   acc_status result;
@@ -1493,7 +1539,7 @@ _gostring_ _wrap_acc_tensor_dtype_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, i
 }
 
 
-_gostring_ _wrap_acc_tensor_item_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_tensor_item_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, double *_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -1512,7 +1558,7 @@ _gostring_ _wrap_acc_tensor_item_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, do
 }
 
 
-_gostring_ _wrap_acc_tensor_from_dlpack_raw_0d70df4d24ff368f(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_from_dlpack_raw_b8b8f1ec5c90c4b6(struct DLManagedTensorVersioned *_swig_go_0, acc_tensor **_swig_go_1) {
   struct DLManagedTensorVersioned *arg1 = (struct DLManagedTensorVersioned *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_status result;
@@ -1531,7 +1577,7 @@ _gostring_ _wrap_acc_tensor_from_dlpack_raw_0d70df4d24ff368f(struct DLManagedTen
 }
 
 
-_gostring_ _wrap_acc_tensor_to_dlpack_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
+_gostring_ _wrap_acc_tensor_to_dlpack_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, struct DLManagedTensorVersioned **_swig_go_1) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   struct DLManagedTensorVersioned **arg2 = (struct DLManagedTensorVersioned **) 0 ;
   acc_status result;
@@ -1550,7 +1596,7 @@ _gostring_ _wrap_acc_tensor_to_dlpack_raw_0d70df4d24ff368f(acc_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_batch_create_raw_0d70df4d24ff368f(acc_batch **_swig_go_0) {
+_gostring_ _wrap_acc_batch_create_raw_b8b8f1ec5c90c4b6(acc_batch **_swig_go_0) {
   acc_batch **arg1 = (acc_batch **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -1567,7 +1613,7 @@ _gostring_ _wrap_acc_batch_create_raw_0d70df4d24ff368f(acc_batch **_swig_go_0) {
 }
 
 
-void _wrap_acc_batch_destroy_raw_0d70df4d24ff368f(acc_batch *_swig_go_0) {
+void _wrap_acc_batch_destroy_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   
   arg1 = (acc_batch *)_swig_go_0; 
@@ -1577,7 +1623,7 @@ void _wrap_acc_batch_destroy_raw_0d70df4d24ff368f(acc_batch *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_batch_set_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor *_swig_go_2) {
+_gostring_ _wrap_acc_batch_set_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor *_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1603,7 +1649,7 @@ _gostring_ _wrap_acc_batch_set_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_batch_count_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_batch_count_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0, long long *_swig_go_1) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1622,7 +1668,7 @@ _gostring_ _wrap_acc_batch_count_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_acc_batch_name_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_batch_name_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -1645,7 +1691,7 @@ _gostring_ _wrap_acc_batch_name_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_acc_batch_contains_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gostring_ _swig_go_1, int *_swig_go_2) {
+_gostring_ _wrap_acc_batch_contains_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0, _gostring_ _swig_go_1, int *_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1671,7 +1717,7 @@ _gostring_ _wrap_acc_batch_contains_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_batch_get_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_batch_get_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0, _gostring_ _swig_go_1, acc_tensor **_swig_go_2) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -1697,7 +1743,7 @@ _gostring_ _wrap_acc_batch_get_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_model_create_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
+_gostring_ _wrap_acc_model_create_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, acc_model **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_model **arg2 = (acc_model **) 0 ;
   acc_status result;
@@ -1721,7 +1767,7 @@ _gostring_ _wrap_acc_model_create_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_model_load_torchscript_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_load_torchscript_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1752,7 +1798,7 @@ _gostring_ _wrap_acc_model_load_torchscript_raw_0d70df4d24ff368f(_gostring_ _swi
 }
 
 
-_gostring_ _wrap_acc_model_from_pretrained_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_from_pretrained_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1784,7 +1830,7 @@ _gostring_ _wrap_acc_model_from_pretrained_raw_0d70df4d24ff368f(_gostring_ _swig
 }
 
 
-_gostring_ _wrap_acc_model_from_config_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
+_gostring_ _wrap_acc_model_from_config_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_model **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_model **arg3 = (acc_model **) 0 ;
@@ -1815,7 +1861,7 @@ _gostring_ _wrap_acc_model_from_config_raw_0d70df4d24ff368f(_gostring_ _swig_go_
 }
 
 
-_gostring_ _wrap_acc_set_grad_enabled_raw_0d70df4d24ff368f(intgo _swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_set_grad_enabled_raw_b8b8f1ec5c90c4b6(intgo _swig_go_0, int *_swig_go_1) {
   int32_t arg1 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -1834,7 +1880,7 @@ _gostring_ _wrap_acc_set_grad_enabled_raw_0d70df4d24ff368f(intgo _swig_go_0, int
 }
 
 
-_gostring_ _wrap_acc_model_module_sizes_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_model_module_sizes_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char **arg3 = (char **) 0 ;
@@ -1862,7 +1908,7 @@ _gostring_ _wrap_acc_model_module_sizes_raw_0d70df4d24ff368f(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_infer_auto_device_map_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_acc_infer_auto_device_map_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_* _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char **arg3 = (char **) 0 ;
@@ -1890,7 +1936,7 @@ _gostring_ _wrap_acc_infer_auto_device_map_raw_0d70df4d24ff368f(acc_model *_swig
 }
 
 
-void _wrap_acc_model_destroy_raw_0d70df4d24ff368f(acc_model *_swig_go_0) {
+void _wrap_acc_model_destroy_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   
   arg1 = (acc_model *)_swig_go_0; 
@@ -1900,7 +1946,7 @@ void _wrap_acc_model_destroy_raw_0d70df4d24ff368f(acc_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_model_forward_raw_0d70df4d24ff368f(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
+_gostring_ _wrap_acc_model_forward_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor *_swig_go_2, acc_tensor **_swig_go_3, acc_tensor **_swig_go_4) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor *arg3 = (acc_tensor *) 0 ;
@@ -1925,7 +1971,7 @@ _gostring_ _wrap_acc_model_forward_raw_0d70df4d24ff368f(acc_model *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_model_forward_batch_raw_0d70df4d24ff368f(acc_model *_swig_go_0, acc_batch *_swig_go_1, acc_batch **_swig_go_2) {
+_gostring_ _wrap_acc_model_forward_batch_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, acc_batch *_swig_go_1, acc_batch **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_batch *arg2 = (acc_batch *) 0 ;
   acc_batch **arg3 = (acc_batch **) 0 ;
@@ -1946,7 +1992,7 @@ _gostring_ _wrap_acc_model_forward_batch_raw_0d70df4d24ff368f(acc_model *_swig_g
 }
 
 
-_gostring_ _wrap_acc_model_set_training_raw_0d70df4d24ff368f(acc_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_acc_model_set_training_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, intgo _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int32_t arg2 ;
   acc_status result;
@@ -1965,7 +2011,7 @@ _gostring_ _wrap_acc_model_set_training_raw_0d70df4d24ff368f(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_num_parameters_raw_0d70df4d24ff368f(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_num_parameters_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -1984,7 +2030,7 @@ _gostring_ _wrap_acc_model_num_parameters_raw_0d70df4d24ff368f(acc_model *_swig_
 }
 
 
-_gostring_ _wrap_acc_model_state_size_raw_0d70df4d24ff368f(acc_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_model_state_size_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, long long *_swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2003,7 +2049,7 @@ _gostring_ _wrap_acc_model_state_size_raw_0d70df4d24ff368f(acc_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_model_state_get_raw_0d70df4d24ff368f(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_model_state_get_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2, acc_tensor **_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -2028,7 +2074,7 @@ _gostring_ _wrap_acc_model_state_get_raw_0d70df4d24ff368f(acc_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_model_save_safetensors_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_save_safetensors_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2052,7 +2098,7 @@ _gostring_ _wrap_acc_model_save_safetensors_raw_0d70df4d24ff368f(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_load_safetensors_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_load_safetensors_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -2076,7 +2122,7 @@ _gostring_ _wrap_acc_model_load_safetensors_raw_0d70df4d24ff368f(acc_model *_swi
 }
 
 
-_gostring_ _wrap_acc_model_set_requires_grad_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_model_set_requires_grad_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t arg3 ;
@@ -2104,7 +2150,7 @@ _gostring_ _wrap_acc_model_set_requires_grad_raw_0d70df4d24ff368f(acc_model *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_create_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
+_gostring_ _wrap_acc_optimizer_create_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, acc_optimizer **_swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_optimizer **arg3 = (acc_optimizer **) 0 ;
@@ -2130,7 +2176,7 @@ _gostring_ _wrap_acc_optimizer_create_raw_0d70df4d24ff368f(acc_model *_swig_go_0
 }
 
 
-void _wrap_acc_optimizer_destroy_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0) {
+void _wrap_acc_optimizer_destroy_raw_b8b8f1ec5c90c4b6(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   
   arg1 = (acc_optimizer *)_swig_go_0; 
@@ -2140,7 +2186,7 @@ void _wrap_acc_optimizer_destroy_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_step_raw_b8b8f1ec5c90c4b6(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2157,7 +2203,7 @@ _gostring_ _wrap_acc_optimizer_step_raw_0d70df4d24ff368f(acc_optimizer *_swig_go
 }
 
 
-_gostring_ _wrap_acc_optimizer_zero_grad_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0) {
+_gostring_ _wrap_acc_optimizer_zero_grad_raw_b8b8f1ec5c90c4b6(acc_optimizer *_swig_go_0) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2174,7 +2220,7 @@ _gostring_ _wrap_acc_optimizer_zero_grad_raw_0d70df4d24ff368f(acc_optimizer *_sw
 }
 
 
-_gostring_ _wrap_acc_optimizer_lr_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_lr_raw_b8b8f1ec5c90c4b6(acc_optimizer *_swig_go_0, double *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -2193,7 +2239,7 @@ _gostring_ _wrap_acc_optimizer_lr_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_optimizer_step_was_skipped_raw_b8b8f1ec5c90c4b6(acc_optimizer *_swig_go_0, int *_swig_go_1) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2212,7 +2258,7 @@ _gostring_ _wrap_acc_optimizer_step_was_skipped_raw_0d70df4d24ff368f(acc_optimiz
 }
 
 
-_gostring_ _wrap_acc_scheduler_create_raw_0d70df4d24ff368f(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
+_gostring_ _wrap_acc_scheduler_create_raw_b8b8f1ec5c90c4b6(acc_optimizer *_swig_go_0, _gostring_ _swig_go_1, acc_scheduler **_swig_go_2) {
   acc_optimizer *arg1 = (acc_optimizer *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_scheduler **arg3 = (acc_scheduler **) 0 ;
@@ -2238,7 +2284,7 @@ _gostring_ _wrap_acc_scheduler_create_raw_0d70df4d24ff368f(acc_optimizer *_swig_
 }
 
 
-void _wrap_acc_scheduler_destroy_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0) {
+void _wrap_acc_scheduler_destroy_raw_b8b8f1ec5c90c4b6(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   
   arg1 = (acc_scheduler *)_swig_go_0; 
@@ -2248,7 +2294,7 @@ void _wrap_acc_scheduler_destroy_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_scheduler_step_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0) {
+_gostring_ _wrap_acc_scheduler_step_raw_b8b8f1ec5c90c4b6(acc_scheduler *_swig_go_0) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -2265,7 +2311,7 @@ _gostring_ _wrap_acc_scheduler_step_raw_0d70df4d24ff368f(acc_scheduler *_swig_go
 }
 
 
-_gostring_ _wrap_acc_scheduler_last_lr_raw_0d70df4d24ff368f(acc_scheduler *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_acc_scheduler_last_lr_raw_b8b8f1ec5c90c4b6(acc_scheduler *_swig_go_0, double *_swig_go_1) {
   acc_scheduler *arg1 = (acc_scheduler *) 0 ;
   double *arg2 = (double *) 0 ;
   acc_status result;
@@ -2284,7 +2330,7 @@ _gostring_ _wrap_acc_scheduler_last_lr_raw_0d70df4d24ff368f(acc_scheduler *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_tensors_raw_0d70df4d24ff368f(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_tensors_raw_b8b8f1ec5c90c4b6(acc_tensor *_swig_go_0, acc_tensor *_swig_go_1, acc_dataset **_swig_go_2) {
   acc_tensor *arg1 = (acc_tensor *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -2305,7 +2351,7 @@ _gostring_ _wrap_acc_dataset_from_tensors_raw_0d70df4d24ff368f(acc_tensor *_swig
 }
 
 
-_gostring_ _wrap_acc_dataset_from_token_file_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
+_gostring_ _wrap_acc_dataset_from_token_file_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, _gostring_ _swig_go_1, acc_dataset **_swig_go_2) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataset **arg3 = (acc_dataset **) 0 ;
@@ -2336,7 +2382,7 @@ _gostring_ _wrap_acc_dataset_from_token_file_raw_0d70df4d24ff368f(_gostring_ _sw
 }
 
 
-_gostring_ _wrap_acc_dataset_from_batch_raw_0d70df4d24ff368f(acc_batch *_swig_go_0, acc_dataset **_swig_go_1) {
+_gostring_ _wrap_acc_dataset_from_batch_raw_b8b8f1ec5c90c4b6(acc_batch *_swig_go_0, acc_dataset **_swig_go_1) {
   acc_batch *arg1 = (acc_batch *) 0 ;
   acc_dataset **arg2 = (acc_dataset **) 0 ;
   acc_status result;
@@ -2355,7 +2401,7 @@ _gostring_ _wrap_acc_dataset_from_batch_raw_0d70df4d24ff368f(acc_batch *_swig_go
 }
 
 
-void _wrap_acc_dataset_destroy_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0) {
+void _wrap_acc_dataset_destroy_raw_b8b8f1ec5c90c4b6(acc_dataset *_swig_go_0) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   
   arg1 = (acc_dataset *)_swig_go_0; 
@@ -2365,7 +2411,7 @@ void _wrap_acc_dataset_destroy_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_acc_dataset_length_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_length_raw_b8b8f1ec5c90c4b6(acc_dataset *_swig_go_0, long long *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2384,7 +2430,7 @@ _gostring_ _wrap_acc_dataset_length_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_dataset_is_iterable_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataset_is_iterable_raw_b8b8f1ec5c90c4b6(acc_dataset *_swig_go_0, int *_swig_go_1) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2403,7 +2449,7 @@ _gostring_ _wrap_acc_dataset_is_iterable_raw_0d70df4d24ff368f(acc_dataset *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_create_raw_0d70df4d24ff368f(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_create_raw_b8b8f1ec5c90c4b6(acc_dataset *_swig_go_0, _gostring_ _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataset *arg1 = (acc_dataset *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -2429,7 +2475,7 @@ _gostring_ _wrap_acc_dataloader_create_raw_0d70df4d24ff368f(acc_dataset *_swig_g
 }
 
 
-void _wrap_acc_dataloader_destroy_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0) {
+void _wrap_acc_dataloader_destroy_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   
   arg1 = (acc_dataloader *)_swig_go_0; 
@@ -2439,7 +2485,7 @@ void _wrap_acc_dataloader_destroy_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
+_gostring_ _wrap_acc_dataloader_next_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, acc_tensor **_swig_go_1, acc_tensor **_swig_go_2, int *_swig_go_3) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_tensor **arg2 = (acc_tensor **) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2462,7 +2508,7 @@ _gostring_ _wrap_acc_dataloader_next_raw_0d70df4d24ff368f(acc_dataloader *_swig_
 }
 
 
-_gostring_ _wrap_acc_dataloader_next_batch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, acc_batch **_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_next_batch_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, acc_batch **_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   acc_batch **arg2 = (acc_batch **) 0 ;
   acc_status result;
@@ -2481,7 +2527,7 @@ _gostring_ _wrap_acc_dataloader_next_batch_raw_0d70df4d24ff368f(acc_dataloader *
 }
 
 
-_gostring_ _wrap_acc_dataloader_length_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_length_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2500,7 +2546,7 @@ _gostring_ _wrap_acc_dataloader_length_raw_0d70df4d24ff368f(acc_dataloader *_swi
 }
 
 
-_gostring_ _wrap_acc_dataloader_set_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_acc_dataloader_set_epoch_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, long long _swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_status result;
@@ -2519,7 +2565,7 @@ _gostring_ _wrap_acc_dataloader_set_epoch_raw_0d70df4d24ff368f(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_epoch_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2538,7 +2584,7 @@ _gostring_ _wrap_acc_dataloader_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig
 }
 
 
-_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_end_of_epoch_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, int *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2557,7 +2603,7 @@ _gostring_ _wrap_acc_dataloader_end_of_epoch_raw_0d70df4d24ff368f(acc_dataloader
 }
 
 
-_gostring_ _wrap_acc_dataloader_remainder_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_dataloader_remainder_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, long long *_swig_go_1) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -2576,7 +2622,7 @@ _gostring_ _wrap_acc_dataloader_remainder_raw_0d70df4d24ff368f(acc_dataloader *_
 }
 
 
-_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_0d70df4d24ff368f(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
+_gostring_ _wrap_acc_dataloader_skip_first_batches_raw_b8b8f1ec5c90c4b6(acc_dataloader *_swig_go_0, long long _swig_go_1, acc_dataloader **_swig_go_2) {
   acc_dataloader *arg1 = (acc_dataloader *) 0 ;
   int64_t arg2 ;
   acc_dataloader **arg3 = (acc_dataloader **) 0 ;
@@ -2597,7 +2643,7 @@ _gostring_ _wrap_acc_dataloader_skip_first_batches_raw_0d70df4d24ff368f(acc_data
 }
 
 
-_gostring_ _wrap_acc_prepare_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
+_gostring_ _wrap_acc_prepare_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, acc_optimizer *_swig_go_2, acc_scheduler *_swig_go_3, acc_dataloader *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_optimizer *arg3 = (acc_optimizer *) 0 ;
@@ -2622,7 +2668,7 @@ _gostring_ _wrap_acc_prepare_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, a
 }
 
 
-_gostring_ _wrap_acc_backward_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
+_gostring_ _wrap_acc_backward_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_status result;
@@ -2641,7 +2687,7 @@ _gostring_ _wrap_acc_backward_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_accumulate_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+_gostring_ _wrap_acc_accumulate_begin_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_status result;
@@ -2660,7 +2706,7 @@ _gostring_ _wrap_acc_accumulate_begin_raw_0d70df4d24ff368f(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_accumulate_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
+_gostring_ _wrap_acc_accumulate_end_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_model *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   acc_status result;
@@ -2679,7 +2725,7 @@ _gostring_ _wrap_acc_accumulate_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_sync_gradients_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_sync_gradients_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -2698,7 +2744,7 @@ _gostring_ _wrap_acc_sync_gradients_raw_0d70df4d24ff368f(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_grad_scaler_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_acc_grad_scaler_state_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, double *_swig_go_1, long long *_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   double *arg2 = (double *) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -2719,7 +2765,7 @@ _gostring_ _wrap_acc_grad_scaler_state_raw_0d70df4d24ff368f(acc_accelerator *_sw
 }
 
 
-_gostring_ _wrap_acc_clip_grad_norm_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
+_gostring_ _wrap_acc_clip_grad_norm_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2, double _swig_go_3, double *_swig_go_4) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   double arg3 ;
@@ -2744,7 +2790,7 @@ _gostring_ _wrap_acc_clip_grad_norm_raw_0d70df4d24ff368f(acc_accelerator *_swig_
 }
 
 
-_gostring_ _wrap_acc_clip_grad_value_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_acc_clip_grad_value_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, double _swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_model *arg2 = (acc_model *) 0 ;
   double arg3 ;
@@ -2765,7 +2811,7 @@ _gostring_ _wrap_acc_clip_grad_value_raw_0d70df4d24ff368f(acc_accelerator *_swig
 }
 
 
-_gostring_ _wrap_acc_gather_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2786,7 +2832,7 @@ _gostring_ _wrap_acc_gather_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_gather_for_metrics_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
+_gostring_ _wrap_acc_gather_for_metrics_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, acc_tensor **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_tensor **arg3 = (acc_tensor **) 0 ;
@@ -2807,7 +2853,7 @@ _gostring_ _wrap_acc_gather_for_metrics_raw_0d70df4d24ff368f(acc_accelerator *_s
 }
 
 
-_gostring_ _wrap_acc_reduce_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_reduce_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   acc_reduce_op arg3 ;
@@ -2830,7 +2876,7 @@ _gostring_ _wrap_acc_reduce_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, ac
 }
 
 
-_gostring_ _wrap_acc_broadcast_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_broadcast_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2853,7 +2899,7 @@ _gostring_ _wrap_acc_broadcast_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0,
 }
 
 
-_gostring_ _wrap_acc_pad_across_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
+_gostring_ _wrap_acc_pad_across_processes_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, double _swig_go_3, intgo _swig_go_4, acc_tensor **_swig_go_5) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2880,7 +2926,7 @@ _gostring_ _wrap_acc_pad_across_processes_raw_0d70df4d24ff368f(acc_accelerator *
 }
 
 
-_gostring_ _wrap_acc_split_between_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
+_gostring_ _wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, long long _swig_go_1, intgo _swig_go_2, long long *_swig_go_3, long long *_swig_go_4, long long *_swig_go_5) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int64_t arg2 ;
   int32_t arg3 ;
@@ -2907,7 +2953,7 @@ _gostring_ _wrap_acc_split_between_processes_raw_0d70df4d24ff368f(acc_accelerato
 }
 
 
-_gostring_ _wrap_acc_split_tensor_between_processes_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
+_gostring_ _wrap_acc_split_tensor_between_processes_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1, intgo _swig_go_2, acc_tensor **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;
   int32_t arg3 ;
@@ -2930,7 +2976,7 @@ _gostring_ _wrap_acc_split_tensor_between_processes_raw_0d70df4d24ff368f(acc_acc
 }
 
 
-_gostring_ _wrap_acc_gather_object_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -2951,7 +2997,7 @@ _gostring_ _wrap_acc_gather_object_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_broadcast_object_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
+_gostring_ _wrap_acc_broadcast_object_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, intgo _swig_go_2, acc_bytes_list **_swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   int32_t arg3 ;
@@ -2974,7 +3020,7 @@ _gostring_ _wrap_acc_broadcast_object_raw_0d70df4d24ff368f(acc_accelerator *_swi
 }
 
 
-_gostring_ _wrap_acc_gather_object_for_metrics_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
+_gostring_ _wrap_acc_gather_object_for_metrics_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_bytes_list *_swig_go_1, acc_bytes_list **_swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_bytes_list *arg2 = (acc_bytes_list *) 0 ;
   acc_bytes_list **arg3 = (acc_bytes_list **) 0 ;
@@ -2995,7 +3041,7 @@ _gostring_ _wrap_acc_gather_object_for_metrics_raw_0d70df4d24ff368f(acc_accelera
 }
 
 
-_gostring_ _wrap_acc_bytes_list_create_raw_0d70df4d24ff368f(acc_bytes_list **_swig_go_0) {
+_gostring_ _wrap_acc_bytes_list_create_raw_b8b8f1ec5c90c4b6(acc_bytes_list **_swig_go_0) {
   acc_bytes_list **arg1 = (acc_bytes_list **) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3012,7 +3058,7 @@ _gostring_ _wrap_acc_bytes_list_create_raw_0d70df4d24ff368f(acc_bytes_list **_sw
 }
 
 
-void _wrap_acc_bytes_list_destroy_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0) {
+void _wrap_acc_bytes_list_destroy_raw_b8b8f1ec5c90c4b6(acc_bytes_list *_swig_go_0) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   
   arg1 = (acc_bytes_list *)_swig_go_0; 
@@ -3022,7 +3068,7 @@ void _wrap_acc_bytes_list_destroy_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_bytes_list_append_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(acc_bytes_list *_swig_go_0, _goslice_ _swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3042,7 +3088,7 @@ _gostring_ _wrap_acc_bytes_list_append_raw_0d70df4d24ff368f(acc_bytes_list *_swi
 }
 
 
-_gostring_ _wrap_acc_bytes_list_count_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_bytes_list_count_raw_b8b8f1ec5c90c4b6(acc_bytes_list *_swig_go_0, long long *_swig_go_1) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -3061,7 +3107,7 @@ _gostring_ _wrap_acc_bytes_list_count_raw_0d70df4d24ff368f(acc_bytes_list *_swig
 }
 
 
-_gostring_ _wrap_acc_bytes_list_get_raw_0d70df4d24ff368f(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
+_gostring_ _wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(acc_bytes_list *_swig_go_0, long long _swig_go_1, void **_swig_go_2, long long *_swig_go_3) {
   acc_bytes_list *arg1 = (acc_bytes_list *) 0 ;
   int64_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -3084,7 +3130,7 @@ _gostring_ _wrap_acc_bytes_list_get_raw_0d70df4d24ff368f(acc_bytes_list *_swig_g
 }
 
 
-_gostring_ _wrap_acc_save_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -3109,7 +3155,7 @@ _gostring_ _wrap_acc_save_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_load_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -3134,7 +3180,7 @@ _gostring_ _wrap_acc_load_state_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0
 }
 
 
-_gostring_ _wrap_acc_resume_from_checkpoint_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_acc_resume_from_checkpoint_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, int *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   acc_status result;
@@ -3153,7 +3199,7 @@ _gostring_ _wrap_acc_resume_from_checkpoint_raw_0d70df4d24ff368f(acc_accelerator
 }
 
 
-_gostring_ _wrap_acc_init_trackers_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
+_gostring_ _wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3191,7 +3237,7 @@ _gostring_ _wrap_acc_init_trackers_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_log_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2) {
+_gostring_ _wrap_acc_log_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   int64_t arg3 ;
@@ -3217,7 +3263,7 @@ _gostring_ _wrap_acc_log_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gost
 }
 
 
-_gostring_ _wrap_acc_end_training_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_end_training_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3234,7 +3280,7 @@ _gostring_ _wrap_acc_end_training_raw_0d70df4d24ff368f(acc_accelerator *_swig_go
 }
 
 
-_gostring_ _wrap_acc_save_model_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3267,7 +3313,7 @@ _gostring_ _wrap_acc_save_model_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gos
 }
 
 
-_gostring_ _wrap_acc_model_save_pretrained_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3300,7 +3346,7 @@ _gostring_ _wrap_acc_model_save_pretrained_raw_0d70df4d24ff368f(acc_model *_swig
 }
 
 
-_gostring_ _wrap_acc_model_add_lora_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -3324,7 +3370,7 @@ _gostring_ _wrap_acc_model_add_lora_raw_0d70df4d24ff368f(acc_model *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_acc_model_load_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
+_gostring_ _wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3356,7 +3402,7 @@ _gostring_ _wrap_acc_model_load_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_save_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0, _gostring_ _swig_go_1) {
   acc_model *arg1 = (acc_model *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -3381,7 +3427,7 @@ _gostring_ _wrap_acc_model_save_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go
 }
 
 
-_gostring_ _wrap_acc_model_merge_adapter_raw_0d70df4d24ff368f(acc_model *_swig_go_0) {
+_gostring_ _wrap_acc_model_merge_adapter_raw_b8b8f1ec5c90c4b6(acc_model *_swig_go_0) {
   acc_model *arg1 = (acc_model *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3398,7 +3444,7 @@ _gostring_ _wrap_acc_model_merge_adapter_raw_0d70df4d24ff368f(acc_model *_swig_g
 }
 
 
-_gostring_ _wrap_acc_profile_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, _gostring_ _swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -3422,7 +3468,7 @@ _gostring_ _wrap_acc_profile_begin_raw_0d70df4d24ff368f(acc_accelerator *_swig_g
 }
 
 
-_gostring_ _wrap_acc_profile_step_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_profile_step_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3439,7 +3485,7 @@ _gostring_ _wrap_acc_profile_step_raw_0d70df4d24ff368f(acc_accelerator *_swig_go
 }
 
 
-_gostring_ _wrap_acc_profile_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_0) {
+_gostring_ _wrap_acc_profile_end_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_status result;
   _gostring_ _swig_go_result;
@@ -3456,7 +3502,7 @@ _gostring_ _wrap_acc_profile_end_raw_0d70df4d24ff368f(acc_accelerator *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_tokenizer_from_pretrained_raw_0d70df4d24ff368f(_gostring_ _swig_go_0, acc_tokenizer **_swig_go_1) {
+_gostring_ _wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(_gostring_ _swig_go_0, acc_tokenizer **_swig_go_1) {
   char *arg1 = (char *) 0 ;
   acc_tokenizer **arg2 = (acc_tokenizer **) 0 ;
   acc_status result;
@@ -3481,7 +3527,7 @@ _gostring_ _wrap_acc_tokenizer_from_pretrained_raw_0d70df4d24ff368f(_gostring_ _
 }
 
 
-void _wrap_acc_tokenizer_destroy_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0) {
+void _wrap_acc_tokenizer_destroy_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   
   arg1 = (acc_tokenizer *)_swig_go_0; 
@@ -3491,7 +3537,7 @@ void _wrap_acc_tokenizer_destroy_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0)
 }
 
 
-_gostring_ _wrap_acc_tokenizer_save_pretrained_raw_0d70df4d24ff368f(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(acc_tokenizer *_swig_go_0, _gostring_ _swig_go_1) {
   acc_tokenizer *arg1 = (acc_tokenizer *) 0 ;
   char *arg2 = (char *) 0 ;
   acc_status result;
@@ -3516,7 +3562,7 @@ _gostring_ _wrap_acc_tokenizer_save_pretrained_raw_0d70df4d24ff368f(acc_tokenize
 }
 
 
-_gostring_ _wrap_acc_encoding_count_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_acc_encoding_count_raw_b8b8f1ec5c90c4b6(acc_encoding *_swig_go_0, long long *_swig_go_1) {
   acc_encoding *arg1 = (acc_encoding *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   acc_status result;
@@ -3535,7 +3581,7 @@ _gostring_ _wrap_acc_encoding_count_raw_0d70df4d24ff368f(acc_encoding *_swig_go_
 }
 
 
-_gostring_ _wrap_acc_encoding_sample_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(acc_encoding *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
   acc_encoding *arg1 = (acc_encoding *) 0 ;
   int64_t arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -3556,7 +3602,7 @@ _gostring_ _wrap_acc_encoding_sample_raw_0d70df4d24ff368f(acc_encoding *_swig_go
 }
 
 
-_gostring_ _wrap_acc_encoding_to_batch_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0, acc_batch **_swig_go_1) {
+_gostring_ _wrap_acc_encoding_to_batch_raw_b8b8f1ec5c90c4b6(acc_encoding *_swig_go_0, acc_batch **_swig_go_1) {
   acc_encoding *arg1 = (acc_encoding *) 0 ;
   acc_batch **arg2 = (acc_batch **) 0 ;
   acc_status result;
@@ -3575,13 +3621,56 @@ _gostring_ _wrap_acc_encoding_to_batch_raw_0d70df4d24ff368f(acc_encoding *_swig_
 }
 
 
-void _wrap_acc_encoding_destroy_raw_0d70df4d24ff368f(acc_encoding *_swig_go_0) {
+void _wrap_acc_encoding_destroy_raw_b8b8f1ec5c90c4b6(acc_encoding *_swig_go_0) {
   acc_encoding *arg1 = (acc_encoding *) 0 ;
   
   arg1 = (acc_encoding *)_swig_go_0; 
   
   acc_encoding_destroy(arg1);
   
+}
+
+
+_gostring_ _wrap_acc_dataset_from_config_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tokenizer *_swig_go_1, acc_dataset **_swig_go_2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_tokenizer *arg2 = (acc_tokenizer *) 0 ;
+  acc_dataset **arg3 = (acc_dataset **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_tokenizer *)_swig_go_1; 
+  arg3 = (acc_dataset **)_swig_go_2; 
+  
+  result = (acc_status)acc_dataset_from_config((struct acc_accelerator const *)arg1,(struct acc_tokenizer const *)arg2,arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(acc_dataset *_swig_go_0, _goslice_ _swig_go_1, acc_batch **_swig_go_2) {
+  acc_dataset *arg1 = (acc_dataset *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t arg3 ;
+  acc_batch **arg4 = (acc_batch **) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_dataset *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1.array; arg3 = (int64_t)_swig_go_1.len; 
+  arg4 = (acc_batch **)_swig_go_2; 
+  
+  result = (acc_status)acc_dataset_get_batch((struct acc_dataset const *)arg1,(long const *)arg2,arg3,arg4);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  return _swig_go_result;
 }
 
 

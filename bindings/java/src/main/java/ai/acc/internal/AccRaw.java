@@ -47,6 +47,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void accx_encoding_read(long enc, long row, String field, long[] values, long[] out) { AccRawJNI.accx_encoding_read(enc, row, field, values, out); }
 
+  public static void accx_dataset_from_files(byte[] path, long tok, byte[] options_json, long[] out) { AccRawJNI.accx_dataset_from_files(path, tok, options_json, out); }
+
   public static String acc_version() {
     return AccRawJNI.acc_version();
   }
@@ -330,5 +332,9 @@ public class AccRaw implements AccRawConstants {
   public static void acc_encoding_destroy(long enc) {
     AccRawJNI.acc_encoding_destroy(enc);
   }
+
+  public static void acc_dataset_from_config(long acc, long tok, long[] out) { AccRawJNI.acc_dataset_from_config(acc, tok, out); }
+
+  public static void acc_dataset_get_batch(long ds, long[] indices, long[] out) { AccRawJNI.acc_dataset_get_batch(ds, indices, out); }
 
 }

@@ -30,6 +30,7 @@ public class AccRawJNI {
   public final static native void accx_tokenizer_decode(long jarg1, long[] jarg2, byte[] jarg4, byte[][] jarg5);
   public final static native void accx_tokenizer_apply_chat_template(long jarg1, byte[] jarg2, byte[] jarg3, byte[][] jarg4, long[] jarg6);
   public final static native void accx_encoding_read(long jarg1, long jarg2, String jarg3, long[] jarg4, long[] jarg6);
+  public final static native void accx_dataset_from_files(byte[] jarg1, long jarg2, byte[] jarg3, long[] jarg4);
   public final static native String acc_version();
   public final static native void acc_abi_check(int jarg1);
   public final static native String acc_build_info();
@@ -158,4 +159,6 @@ public class AccRawJNI {
   public final static native void acc_encoding_sample(long jarg1, long jarg2, long[] jarg3);
   public final static native void acc_encoding_to_batch(long jarg1, long[] jarg2);
   public final static native void acc_encoding_destroy(long jarg1);
+  public final static native void acc_dataset_from_config(long jarg1, long jarg2, long[] jarg3);
+  public final static native void acc_dataset_get_batch(long jarg1, long[] jarg2, long[] jarg4);
 }

@@ -486,6 +486,32 @@ def case_named():
                    p.stdout + p.stderr)
 
 
+def case_data_files():
+    """A dataset from files (acc_dataset_from_files) sharded by acc_prepare as any loader: each rank's batches are
+    the collated rows a loader over the row numbers gives it (checked in the worker, MP_WORKER mp_data_files); with
+    batches that divide the rows, the ranks' rows are disjoint and cover the dataset."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for n in (2, 3):
+        for batch, shuffle in ((4, 0), (4, 1), (5, 0)):
+            p, _ = launch(n, root, batch, shuffle)
+            what = f"files dataset on {n} processes, batch {batch}, shuffle {shuffle}"
+            expect(p.returncode == 0, what, p.stdout + p.stderr)
+            got = {}
+            for line in p.stdout.splitlines():
+                if " rows:" in line:
+                    rank, rows = line.split(" rows:")
+                    got[int(rank.split()[-1])] = [int(r) for r in rows.split()]
+            expect(sorted(got) == list(range(n)), f"{what}: every rank reports its rows", p.stdout)
+            if 24 % (batch * n) == 0:
+                rows = sorted(r for rank_rows in got.values() for r in rank_rows)
+                expect(rows == list(range(24)), f"{what}: the shards are disjoint and cover the rows", str(got))
+            else:
+                # even_batches: every rank as many rows as the others, the missing ones repeated from the start
+                counts = {len(v) for v in got.values()}
+                expect(len(counts) == 1 and set(r for v in got.values() for r in v) == set(range(24)),
+                       f"{what}: equal shards covering the rows", str(got))
+
+
 PROFILE_RANGES = ("acc::data", "acc::forward", "acc::backward", "acc::gradient_sync", "acc::optimizer_step")
 
 

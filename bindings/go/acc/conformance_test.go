@@ -1789,3 +1789,121 @@ func containsInt(v []int64, x int64) bool {
 	}
 	return false
 }
+
+// prepFile is a committed input of tests/data/prep (the preprocessing fixtures).
+func prepFile(t *testing.T, name string) string {
+	t.Helper()
+	return must(filepath.Abs(filepath.Join("..", "..", "..", "tests", "data", "prep", name)))
+}
+
+// fingerprint is a batch as every binding prints it: per tensor in order "name [shape] sum weighted",
+// the weighted sum Σ (k+1)·v over the flat data (so that a value moved within the tensor changes it).
+func fingerprint(t *testing.T, b *acc.Batch) string {
+	t.Helper()
+	var parts []string
+	for _, name := range must(b.Names()) {
+		tensor := must(b.Get(name))
+		v := must(tensor.Int64s())
+		shape := must(tensor.Shape())
+		tensor.Close()
+		var sum, weighted int64
+		for k, x := range v {
+			sum += x
+			weighted += int64(k+1) * x
+		}
+		dims := make([]string, len(shape))
+		for i, d := range shape {
+			dims[i] = fmt.Sprint(d)
+		}
+		parts = append(parts, fmt.Sprintf("%s [%s] %d %d", name, strings.Join(dims, ", "), sum, weighted))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// scenario: data_files
+func TestDataFiles(t *testing.T) {
+	tok := must(acc.TokenizerFromPretrained(tinyTokenizer(t)))
+	defer tok.Close()
+	messages, text := prepFile(t, "messages.jsonl"), prepFile(t, "text.jsonl")
+
+	// TRL's SFT preparation and collator: the second batch of 4 as TRL makes it.
+	sft := must(acc.DatasetFromFiles(messages, tok, map[string]any{"assistant_only_loss": true}))
+	defer sft.Close()
+	if n := must(sft.Len()); n != 12 {
+		t.Fatalf("%d rows", n)
+	}
+	b := must(sft.GetBatch([]int64{4, 5, 6, 7}))
+	line := fingerprint(t, b)
+	b.Close()
+	t.Logf("data_files sft: %s", line)
+	if want := "input_ids [4, 87] 48299 8654156; labels [4, 87] -10996 -1702997; attention_mask [4, 87] 277 48359"; line != want {
+		t.Fatalf("sft batch\n got %s\nwant %s", line, want)
+	}
+	// A loader over it makes the same batches.
+	dl := must(acc.NewDataLoader(sft, `{"batch_size": 4}`))
+	defer dl.Close()
+	must(dl.NextBatch()).Close()
+	b = must(dl.NextBatch())
+	if got := fingerprint(t, b); got != line {
+		t.Fatalf("the loader's second batch %s", got)
+	}
+	b.Close()
+
+	// tok(text) as datasets.map, batched by DataCollatorWithPadding on the left.
+	tokenized := must(acc.DatasetFromFiles(text, tok,
+		`{"mode": "tokenize", "truncation": true, "max_length": 24, "collator": "with_padding", "padding_side": "left", "pad_to_multiple_of": 8}`))
+	defer tokenized.Close()
+	b = must(tokenized.GetBatch([]int64{4, 5, 6, 7}))
+	line = fingerprint(t, b)
+	b.Close()
+	t.Logf("data_files tokenize: %s", line)
+	if want := "input_ids [4, 24] 17339 814223; attention_mask [4, 24] 93 4556"; line != want {
+		t.Fatalf("tokenize batch\n got %s\nwant %s", line, want)
+	}
+
+	// Bad input, named.
+	_, err := acc.DatasetFromFiles(text, tok, `{"columns": ["body"]}`)
+	expectErr(t, err, acc.ErrInvalidArgument, "'body'")
+	if !strings.Contains(err.Error(), "text") {
+		t.Fatalf("the columns there are: %v", err)
+	}
+	_, err = acc.DatasetFromFiles(text, tok, `{"mode": "tokenize", "text_column": "body"}`)
+	expectErr(t, err, acc.ErrInvalidArgument, "'body'")
+	_, err = acc.DatasetFromFiles(text, tok, `{"block_sise": 8}`)
+	expectErr(t, err, acc.ErrInvalidConfig, "block_sise")
+	_, err = acc.DatasetFromFiles("/nonexistent/rows.jsonl", tok, nil)
+	expectErr(t, err, acc.ErrIO, "/nonexistent/rows.jsonl")
+	_, err = acc.DatasetFromFiles("", tok, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "files")
+	_, err = acc.DatasetFromFiles(text, nil, nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "tok")
+	_, err = sft.GetBatch([]int64{12})
+	expectErr(t, err, acc.ErrInvalidArgument, "12")
+	_, err = sft.GetBatch(nil)
+	expectErr(t, err, acc.ErrInvalidArgument, "count")
+	// A function dataset's failure comes back through GetBatch with its error.
+	fds := must(acc.DatasetFromBatchFunc(2, func(i int64) (*acc.Batch, error) { return nil, fmt.Errorf("no sample %d", i) }))
+	defer fds.Close()
+	_, err = fds.GetBatch([]int64{1})
+	expectErr(t, err, acc.ErrCallback, "")
+	if errors.Unwrap(err) == nil || !strings.Contains(errors.Unwrap(err).Error(), "no sample 1") {
+		t.Fatalf("the function's error is not wrapped: %v", err)
+	}
+
+	// From the accelerator's data settings.
+	a := must(acc.NewAccelerator(map[string]any{"data": map[string]any{"files": text, "mode": "group_texts", "block_size": 16}}))
+	defer a.Close()
+	grouped := must(acc.DatasetFromConfig(a, tok))
+	defer grouped.Close()
+	b = must(grouped.GetBatch([]int64{1}))
+	labels := must(b.Get("labels"))
+	if s := must(labels.Shape()); len(s) != 2 || s[0] != 1 || s[1] != 16 {
+		t.Fatalf("labels %v", s)
+	}
+	labels.Close()
+	b.Close()
+	bad := must(acc.NewAccelerator(`{"data": {"mode": "tokenize"}}`))
+	defer bad.Close()
+	_, err = acc.DatasetFromConfig(bad, tok)
+	expectErr(t, err, acc.ErrInvalidConfig, "'data.files'")
+}

@@ -1,12 +1,14 @@
 package acc
 
 import (
+	"errors"
 	"runtime"
 
 	"github.com/libacc/libacc/bindings/go/internal/raw"
 )
 
-// Dataset is a source of samples (rows of tensors, named or not, a token file, or a Go function).
+// Dataset is a source of samples (rows of tensors, named or not, a token file, data files prepared with a
+// tokenizer, or a Go function).
 type Dataset struct {
 	handle
 	fn *funcSource // the Go side of DatasetFromFunc and DatasetFromBatchFunc; nil otherwise
@@ -55,6 +57,61 @@ func DatasetFromTokenFile(path string, options any) (*Dataset, error) {
 	// Two statements: Go does not order reading out against the call that sets it.
 	err = wrap(raw.Acc_dataset_from_token_file(path, text, &out))
 	return newDataset(out, err)
+}
+
+// DatasetFromFiles reads data files (JSON lines, CSV, Parquet, Arrow; a file or a folder) and prepares
+// their rows with tok as datasets and TRL do; its batches are the collator's padded batches of named
+// int64 tensors ("input_ids", "attention_mask", "labels", ...). path is "" when the options name
+// "files". options (nil: the defaults; a JSON string or a value json.Marshal encodes) are
+// acc_dataset_from_files' in acc.h and docs/data.md, e.g. {"mode": "tokenize", "collator":
+// "with_padding"}. A bad option is ErrInvalidConfig naming it, a column the files lack ErrInvalidArgument
+// listing theirs, an unreadable file ErrIO naming it. The dataset does not keep tok.
+func DatasetFromFiles(path string, tok *Tokenizer, options any) (*Dataset, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	text, err := jsonText(options)
+	if err != nil {
+		return nil, err
+	}
+	p, done := tok.use()
+	defer done()
+	var out uintptr
+	err = wrap(raw.Accx_dataset_from_files(path, p, text, &out))
+	return newDataset(out, err)
+}
+
+// DatasetFromConfig is DatasetFromFiles with the accelerator's data.* settings (docs/configuration.md:
+// from the environment or the accelerator's config, recorded in the run record), so that a run's data
+// is its configuration. A bad setting is ErrInvalidConfig naming the key, its value and its source.
+func DatasetFromConfig(a *Accelerator, tok *Tokenizer) (*Dataset, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	p, done := tok.use()
+	defer done()
+	var out uintptr
+	err := wrap(raw.Acc_dataset_from_config(a.p(), p, &out))
+	runtime.KeepAlive(a)
+	return newDataset(out, err)
+}
+
+// GetBatch returns the batch a loader makes of the samples at indices, in that order (for a files
+// dataset, the collator's padded batch of those rows): a look at the data without a loader. Close the
+// batch when done. No index, or one outside the dataset, is ErrInvalidArgument naming it. For a
+// DatasetFromBatchFunc dataset, a failure of the function is an ErrCallback that wraps its error.
+func (d *Dataset) GetBatch(indices []int64) (*Batch, error) {
+	var out uintptr
+	err := wrap(raw.Acc_dataset_get_batch(d.p(), indices, &out))
+	runtime.KeepAlive(d)
+	if err != nil {
+		var e *Error
+		if d != nil && d.fn != nil && errors.As(err, &e) && e.Code == CodeCallback {
+			e.cause = d.fn.takeErr()
+		}
+		return nil, err
+	}
+	return newBatch(out), nil
 }
 
 // Close releases the dataset (loaders made from it keep it alive). Idempotent.

@@ -122,6 +122,29 @@ TEST_P(CausalFixture, SamplingIsReproducibleWithASeed) {
   EXPECT_TRUE(k1.equal(e["batch_greedy_ids"])) << name;
 }
 
+// TRL's padding-free packing: samples side by side in one row, position ids restarting at 0 for each, no
+// attention_mask. transformers 5 (create_causal_mask -> find_packed_sequence_indices) keeps each sample's attention
+// to itself, so each sample's logits are those of the sample alone; with an attention_mask it does not look.
+TEST_P(CausalFixture, PackedSamplesDoNotAttendToEachOther) {
+  const std::string name = GetParam();
+  auto e = expected_of(name);
+  auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", R"({"dtype": "float32"})");
+  const at::Tensor row = e["input_ids"].slice(0, 0, 1);
+  const int64_t T = row.size(1), cut = T / 3;
+  ASSERT_GE(cut, 2) << name;
+  const at::Tensor a = row.slice(1, 0, cut), b = row.slice(1, cut);
+  const at::Tensor pos = at::cat({at::arange(cut, at::kLong), at::arange(T - cut, at::kLong)}).unsqueeze(0);
+  const at::Tensor packed = model->forward(TensorDict{{"input_ids", row}, {"position_ids", pos}}).at("logits");
+  const at::Tensor alone_a = model->forward(TensorDict{{"input_ids", a}}).at("logits");
+  const at::Tensor alone_b = model->forward(TensorDict{{"input_ids", b}}).at("logits");
+  EXPECT_LT((packed.slice(1, 0, cut) - alone_a).abs().max().item<double>(), 1e-4) << name;
+  EXPECT_LT((packed.slice(1, cut) - alone_b).abs().max().item<double>(), 1e-4) << name;
+  // The same ids and positions with an all-ones attention_mask: one sequence whose second part sees the first.
+  const at::Tensor masked = model->forward(TensorDict{{"input_ids", row}, {"position_ids", pos},
+                                                      {"attention_mask", at::ones_like(row)}}).at("logits");
+  EXPECT_GT((masked.slice(1, cut) - alone_b).abs().max().item<double>(), 1e-3) << name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transformers, CausalFixture,
                          testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral", "gpt2"));
 

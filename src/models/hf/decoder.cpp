@@ -369,15 +369,21 @@ class CausalDecoder final : public NnModel,
     const bool any_sliding = std::find(d_.sliding.begin(), d_.sliding.end(), true) != d_.sliding.end();
     const bool any_full = std::find(d_.sliding.begin(), d_.sliding.end(), false) != d_.sliding.end();
     Masking full, sliding;
+    // Packed samples (position ids that restart, no attention_mask, no cache) attend only within themselves.
+    const at::Tensor packed =
+        !attention_mask.defined() && !cache && position_ids.defined() ? packed_sequences(pos.expand({B, whole})) : at::Tensor();
     if (seq) {
+      if (packed.defined())
+        throw UnsupportedError(d_.architecture + ": context parallelism over packed samples (position_ids that "
+                               "restart) is not something libacc has");
       if (any_sliding && any_full)
         throw UnsupportedError(d_.architecture + ": context parallelism over layers that mix full and sliding-window "
                                "attention (config.json's layer_types / max_window_layers) is not something libacc has");
       seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(),
                      any_sliding ? d_.sliding_window : 0, o);
     } else {
-      if (any_full) full = decoder_masking(attention_mask, B, past, T, 0, o);
-      if (any_sliding) sliding = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o);
+      if (any_full) full = decoder_masking(attention_mask, B, past, T, 0, o, packed);
+      if (any_sliding) sliding = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o, packed);
     }
     auto [cos, sin] = rotary(pos, whole_pos, o);
     const bool train = module_->is_training();

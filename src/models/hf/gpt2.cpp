@@ -7,6 +7,7 @@
 
 #include "models/hf/families.hpp"
 #include "models/hf/layers.hpp"
+#include "util/errors.hpp"
 
 namespace acc::core::hf {
 
@@ -158,6 +159,7 @@ class Gpt2LMHead final : public NnModel,
     if (pos.max().item<int64_t>() >= c_.positions)
       throw std::invalid_argument("GPT2LMHeadModel forward: position " + std::to_string(pos.max().item<int64_t>()) +
                                   " is past n_positions " + std::to_string(c_.positions));
+    const at::Tensor pos_whole = pos.expand({B, whole});
     if (seq) ids = seq->local(ids), pos = seq->local(pos);
     const bool train = module_->is_training();
     if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, "GPT2LMHeadModel");
@@ -167,10 +169,17 @@ class Gpt2LMHead final : public NnModel,
     release("transformer.wte");
     release("transformer.wpe");
     Masking masking;
-    if (seq)
+    // Packed samples (position ids that restart, no attention_mask, no cache) attend only within themselves.
+    const at::Tensor packed =
+        !attention_mask.defined() && !cache && position_ids.defined() ? packed_sequences(pos_whole) : at::Tensor();
+    if (seq) {
+      if (packed.defined())
+        throw UnsupportedError("GPT2LMHeadModel: context parallelism over packed samples (position_ids that restart) "
+                               "is not something libacc has");
       seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(), 0, x.options());
-    else
-      masking = decoder_masking(attention_mask, B, past, T, 0, x.options());
+    } else {
+      masking = decoder_masking(attention_mask, B, past, T, 0, x.options(), packed);
+    }
     // Tensor parallelism: this rank's heads.
     const tp::Sharding* tp = tp_.get();
     const int64_t split = tp ? tp->group.size : 1;

@@ -54,14 +54,27 @@ int64_t padding_idx(const json::Value& config, int64_t vocab, int64_t absent, co
   return id < 0 ? id + vocab : id;
 }
 
+at::Tensor packed_sequences(const at::Tensor& position_ids) {
+  if (!position_ids.defined() || position_ids.dim() != 2 || position_ids.size(1) < 2) return {};
+  const at::Tensor starts = position_ids.slice(1, 1).sub(position_ids.slice(1, 0, -1)).ne(1);
+  if (!starts.any().item<bool>()) return {};
+  return at::cat({at::zeros({position_ids.size(0), 1}, position_ids.options().dtype(at::kLong)),
+                  starts.to(at::kLong).cumsum(1)},
+                 1);
+}
+
 at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
-                       const at::TensorOptions& o) {
+                       const at::TensorOptions& o, const at::Tensor& sequences) {
   const auto idx = at::TensorOptions().dtype(at::kLong).device(o.device());
   at::Tensor q = at::arange(past, past + t, idx).view({t, 1});
   at::Tensor k = at::arange(past + t, idx).view({1, past + t});
   at::Tensor allowed = k.le(q);
   if (window > 0) allowed = allowed.logical_and(q.sub(k).lt(window));
   allowed = allowed.view({1, 1, t, past + t}).expand({batch, 1, t, past + t});
+  if (sequences.defined()) {
+    const at::Tensor s = sequences.to(o.device());
+    allowed = allowed.logical_and(s.view({batch, 1, t, 1}).eq(s.view({batch, 1, 1, t})));
+  }
   if (attention_mask.defined()) {
     if (attention_mask.dim() != 2 || attention_mask.size(0) != batch || attention_mask.size(1) != past + t)
       throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [" +
@@ -84,15 +97,16 @@ bool check_attention_mask(const at::Tensor& attention_mask) {
 }
 
 Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
-                        const at::TensorOptions& o) {
+                        const at::TensorOptions& o, const at::Tensor& sequences) {
   if (attention_mask.defined() && (attention_mask.dim() != 2 || attention_mask.size(0) != batch ||
                                    attention_mask.size(1) != past + t))
     throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [" +
                                 std::to_string(batch) + ", " + std::to_string(past + t) + "]");
   const bool padded = check_attention_mask(attention_mask);
   const bool windowed = window > 0 && past + t > window;
-  if (!padded && !windowed && !(past > 0 && t > 1)) return {at::Tensor(), past == 0 && t > 1, at::Tensor()};
-  at::Tensor mask = causal_mask(attention_mask, batch, past, t, window, o);
+  if (!padded && !windowed && !sequences.defined() && !(past > 0 && t > 1))
+    return {at::Tensor(), past == 0 && t > 1, at::Tensor()};
+  at::Tensor mask = causal_mask(attention_mask, batch, past, t, window, o, sequences);
   // Without padding every query sees itself.
   at::Tensor empty = padded ? mask.eq(lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true) : at::Tensor();
   return {mask, false, empty};

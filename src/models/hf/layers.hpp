@@ -100,8 +100,15 @@ std::string activation_class(const std::string& name);
 // (at absolute position past + i) may see key j (j <= past + i, attention_mask[b, j] == 1 and, with a
 // sliding window w > 0, past + i - j < w), the dtype's lowest value elsewhere. attention_mask [B, past + T]
 // may be undefined (every key present).
+// With `sequences` [B, T] (packed_sequences: past 0), query i sees key j only within its own sequence too.
 at::Tensor causal_mask(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
-                       const at::TensorOptions& o);
+                       const at::TensorOptions& o, const at::Tensor& sequences = {});
+
+// transformers 5's find_packed_sequence_indices: position ids [B, T] that do not go up by one start a new sequence
+// (TRL's padding-free packing restarts them at 0 for every sample); gives each token's sequence index [B, T], or an
+// undefined tensor when every row is one sequence. transformers looks for them only when the forward has position
+// ids, no attention_mask and no cache, and then no token attends to another sequence's (one host sync).
+at::Tensor packed_sequences(const at::Tensor& position_ids);
 
 // An attention_mask (undefined: none) holds only 0 (padding) and 1 (a token), as transformers' do: a 2 or a -1
 // means something different to each implementation, so it is refused (std::invalid_argument naming
@@ -124,7 +131,7 @@ struct Masking {
                        std::optional<double> scale, bool gqa) const;
 };
 Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
-                        const at::TensorOptions& o);
+                        const at::TensorOptions& o, const at::Tensor& sequences = {});
 
 // An encoder's additive mask, [B, 1, 1, T]: 0 for the keys attention_mask [B, T] keeps, the lowest value
 // elsewhere (every query sees every present key).

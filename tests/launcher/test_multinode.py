@@ -139,7 +139,7 @@ class MultiNodeTest(unittest.TestCase):
         self.assertIn("rank 2 of 4", r1[1])
         return r0, r1
 
-    def test_two_machines_on_loopback(self):
+    def test_acc_test_on_two_loopback_machines(self):
         self.two_machines("127.0.0.1", self.env, self.env)
 
     def test_two_machines_as_network_namespaces(self):

@@ -2,7 +2,10 @@ package ai.acc;
 
 import ai.acc.internal.AccRaw;
 
-/** A source of samples: rows of tensors (named or not), a token file, or a Java function. */
+/**
+ * A source of samples: rows of tensors (named or not), a token file, data files prepared with a
+ * tokenizer ({@link #fromFiles}), or a Java function.
+ */
 public final class Dataset extends NativeObject {
   final SourceAdapter source; // the Java side of fromFunction and fromBatchFunction; null otherwise
 
@@ -191,6 +194,91 @@ public final class Dataset extends NativeObject {
     long[] out = new long[1];
     AccRaw.acc_dataset_from_token_file(path, optionsJson, out);
     return new Dataset(out[0]);
+  }
+
+  /**
+   * Rows of data files (JSON lines, CSV, Parquet, Arrow; a file or a folder) prepared with {@code tok}
+   * as datasets and TRL prepare them; its batches are the collator's padded batches of named int64
+   * tensors ({@code input_ids}, {@code attention_mask}, {@code labels}, ...). The dataset does not keep
+   * {@code tok}.
+   *
+   * <pre>{@code
+   * try (Tokenizer tok = Tokenizer.fromPretrained("tests/text/tiny/bytebpe");
+   *     Dataset ds = Dataset.fromFiles("tests/data/prep/text.jsonl", tok, "{\"mode\": \"tokenize\"}");
+   *     Batch b = ds.getBatch(0, 1)) {
+   *   System.out.println(b.names());
+   * }
+   * }</pre>
+   *
+   * @param path a file or a folder; null when the options name {@code "files"}
+   * @param tok the tokenizer
+   * @param optionsJson acc_dataset_from_files' options (acc.h, docs/data.md), e.g. {@code {"mode":
+   *     "tokenize", "collator": "with_padding"}}; null for the defaults (TRL's SFT preparation)
+   * @return the dataset; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} naming a bad option; {@link
+   *     ErrorCode#INVALID_ARGUMENT} for a column the files lack, listing theirs; {@link ErrorCode#IO}
+   *     naming a file that cannot be read
+   */
+  public static Dataset fromFiles(String path, Tokenizer tok, String optionsJson) {
+    NativeLoader.load();
+    long t = enter(tok);
+    try {
+      long[] out = new long[1];
+      // UTF-8, as the text calls: an option may hold a chat template's text.
+      AccRaw.accx_dataset_from_files(Tokenizer.utf8(path), t, Tokenizer.utf8(optionsJson), out);
+      return new Dataset(out[0]);
+    } finally {
+      leave(tok, t);
+    }
+  }
+
+  /**
+   * {@link #fromFiles} with the accelerator's {@code data.*} settings (docs/configuration.md: from the
+   * environment or the accelerator's config, recorded in the run record), so that a run's data is its
+   * configuration.
+   *
+   * @param acc the accelerator whose settings to use
+   * @param tok the tokenizer
+   * @return the dataset; close it
+   * @throws AccException {@link ErrorCode#INVALID_CONFIG} naming a bad setting with its value and source
+   */
+  public static Dataset fromConfig(Accelerator acc, Tokenizer tok) {
+    NativeLoader.load();
+    long a = enter(acc), t = enter(tok);
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_dataset_from_config(a, t, out);
+      return new Dataset(out[0]);
+    } finally {
+      leave(tok, t);
+      leave(acc, a);
+    }
+  }
+
+  /**
+   * The batch a loader makes of the samples at {@code indices}, in that order (for a files dataset, the
+   * collator's padded batch of those rows): a look at the data without a loader. For a {@link
+   * #fromBatchFunction} dataset, the function's exception is the cause of the {@link ErrorCode#CALLBACK}
+   * failure.
+   *
+   * @param indices the samples, at least one
+   * @return the batch; close it
+   * @throws AccException {@link ErrorCode#INVALID_ARGUMENT} for no index or one outside the dataset (naming
+   *     it); {@link ErrorCode#UNSUPPORTED} for an iterable dataset
+   */
+  public Batch getBatch(long... indices) {
+    long p = enter();
+    try {
+      long[] out = new long[1];
+      AccRaw.acc_dataset_get_batch(p, indices, out);
+      return new Batch(out[0]);
+    } catch (AccException e) {
+      Throwable cause = source == null ? null : source.takeError();
+      if (cause != null && e.code() == ErrorCode.CALLBACK && e.getCause() == null) e.initCause(cause);
+      throw e;
+    } finally {
+      leave(p);
+    }
   }
 
   /**

@@ -1321,4 +1321,98 @@ class ConformanceTest {
       }
     }
   }
+
+  /** A committed input of tests/data/prep (the preprocessing fixtures). */
+  static String prepFile(String name) {
+    return Path.of("..", "..", "tests", "data", "prep", name).toAbsolutePath().normalize().toString();
+  }
+
+  /**
+   * A batch as every binding prints it: per tensor in order "name [shape] sum weighted", the weighted sum
+   * the sum of (k+1) * v over the flat data (so that a value moved within the tensor changes it).
+   */
+  static String fingerprint(Batch b) {
+    List<String> parts = new ArrayList<>();
+    for (String name : b.names()) {
+      try (Tensor t = b.get(name)) {
+        long[] v = t.toLongs();
+        long sum = 0, weighted = 0;
+        for (int k = 0; k < v.length; ++k) {
+          sum += v[k];
+          weighted += (k + 1L) * v[k];
+        }
+        List<String> dims = new ArrayList<>();
+        for (long d : t.shape()) dims.add(Long.toString(d));
+        parts.add(name + " [" + String.join(", ", dims) + "] " + sum + " " + weighted);
+      }
+    }
+    return String.join("; ", parts);
+  }
+
+  // scenario: data_files
+  @Test
+  void dataFiles() {
+    String messages = prepFile("messages.jsonl"), text = prepFile("text.jsonl");
+    try (Tokenizer tok = Tokenizer.fromPretrained(tinyTokenizer());
+        Dataset sft = Dataset.fromFiles(messages, tok, "{\"assistant_only_loss\": true}")) {
+      // TRL's SFT preparation and collator: the second batch of 4 as TRL makes it.
+      assertEquals(12, sft.length());
+      String line;
+      try (Batch b = sft.getBatch(4, 5, 6, 7)) {
+        line = fingerprint(b);
+      }
+      System.out.println("data_files sft: " + line);
+      assertEquals(
+          "input_ids [4, 87] 48299 8654156; labels [4, 87] -10996 -1702997; attention_mask [4, 87] 277 48359", line);
+      // A loader over it makes the same batches.
+      try (DataLoader dl = DataLoader.create(sft, "{\"batch_size\": 4}")) {
+        dl.nextBatch().close();
+        try (Batch b = dl.nextBatch()) {
+          assertEquals(line, fingerprint(b));
+        }
+      }
+
+      // tok(text) as datasets.map, batched by DataCollatorWithPadding on the left.
+      try (Dataset tokenized = Dataset.fromFiles(text, tok,
+               "{\"mode\": \"tokenize\", \"truncation\": true, \"max_length\": 24, \"collator\": \"with_padding\", "
+                   + "\"padding_side\": \"left\", \"pad_to_multiple_of\": 8}");
+          Batch b = tokenized.getBatch(4, 5, 6, 7)) {
+        line = fingerprint(b);
+      }
+      System.out.println("data_files tokenize: " + line);
+      assertEquals("input_ids [4, 24] 17339 814223; attention_mask [4, 24] 93 4556", line);
+
+      // Bad input, named.
+      AccException e = expectError(ErrorCode.INVALID_ARGUMENT, "'body'",
+          () -> Dataset.fromFiles(text, tok, "{\"columns\": [\"body\"]}"));
+      assertTrue(e.getMessage().contains("text"), () -> "the columns there are: " + e.getMessage());
+      expectError(ErrorCode.INVALID_ARGUMENT, "'body'",
+          () -> Dataset.fromFiles(text, tok, "{\"mode\": \"tokenize\", \"text_column\": \"body\"}"));
+      expectError(ErrorCode.INVALID_CONFIG, "block_sise", () -> Dataset.fromFiles(text, tok, "{\"block_sise\": 8}"));
+      expectError(ErrorCode.IO, "/nonexistent/rows.jsonl", () -> Dataset.fromFiles("/nonexistent/rows.jsonl", tok, null));
+      expectError(ErrorCode.INVALID_ARGUMENT, "files", () -> Dataset.fromFiles(null, tok, null));
+      expectError(ErrorCode.INVALID_ARGUMENT, "tok", () -> Dataset.fromFiles(text, null, null));
+      expectError(ErrorCode.INVALID_ARGUMENT, "12", () -> sft.getBatch(12));
+      expectError(ErrorCode.INVALID_ARGUMENT, "count", () -> sft.getBatch());
+      // A function dataset's failure comes back through getBatch with its exception as the cause.
+      try (Dataset fds = Dataset.fromBatchFunction(2, i -> {
+             throw new IllegalStateException("no sample " + i);
+           })) {
+        AccException f = expectError(ErrorCode.CALLBACK, "", () -> fds.getBatch(1));
+        assertTrue(f.getCause() != null && f.getCause().getMessage().contains("no sample 1"), () -> "cause of " + f);
+      }
+
+      // From the accelerator's data settings.
+      String config = "{\"data\": {\"files\": \"" + text + "\", \"mode\": \"group_texts\", \"block_size\": 16}}";
+      try (Accelerator acc = Accelerator.create(config);
+          Dataset grouped = Dataset.fromConfig(acc, tok);
+          Batch b = grouped.getBatch(1);
+          Tensor labels = b.get("labels")) {
+        assertArrayEquals(new long[] {1, 16}, labels.shape());
+      }
+      try (Accelerator bad = Accelerator.create("{\"data\": {\"mode\": \"tokenize\"}}")) {
+        expectError(ErrorCode.INVALID_CONFIG, "'data.files'", () -> Dataset.fromConfig(bad, tok));
+      }
+    }
+  }
 }

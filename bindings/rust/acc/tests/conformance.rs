@@ -1612,6 +1612,13 @@ fn data_files() {
     );
     expect_err(sft.get_batch(&[12]), ErrorCode::InvalidArgument, "12");
     expect_err(sft.get_batch(&[]), ErrorCode::InvalidArgument, "count");
+    // A closure dataset's failure comes back through get_batch with its error as the source.
+    let fds = Dataset::from_batch_fn(2, |i| Err::<NamedBatch, _>(format!("no sample {i}"))).unwrap();
+    let e = expect_err(fds.get_batch(&[1]), ErrorCode::Callback, "");
+    assert!(
+        e.source().is_some_and(|s| s.to_string().contains("no sample 1")),
+        "source of {e}"
+    );
 
     // From the accelerator's data settings.
     let config = format!(r#"{{"data": {{"files": "{text}", "mode": "group_texts", "block_size": 16}}}}"#);

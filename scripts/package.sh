@@ -110,7 +110,11 @@ cp "$selftest" "$stage/libexec/acc/acc-selftest"
 text_lib=$build/src/libacc_text.so
 [[ -f $text_lib ]] || { echo "package.sh: $text_lib was not built (ninja -C $build src/libacc_text.so)" >&2; exit 1; }
 cp "$text_lib" "$stage/lib/libacc_text.so"
-roots=("$libacc_real" "$torch_real" "$acc_bin" "$selftest" "$text_lib")
+# ... and the data-file library it loads the same way (JSON lines, CSV, Parquet, Arrow: src/data/files/data_loader.cpp).
+data_lib=$build/src/libacc_data.so
+[[ -f $data_lib ]] || { echo "package.sh: $data_lib was not built (ninja -C $build src/libacc_data.so)" >&2; exit 1; }
+cp "$data_lib" "$stage/lib/libacc_data.so"
+roots=("$libacc_real" "$torch_real" "$acc_bin" "$selftest" "$text_lib" "$data_lib")
 if [[ $flavor == cuda ]]; then
   cp "$plugin" "$stage/lib/libacc_cuda.so"
   roots+=("$plugin")
@@ -127,7 +131,7 @@ for r in "${roots[@]}"; do
   while read -r so path; do
     [[ $path == NOTFOUND ]] && { echo "package.sh: $r needs $so, which is not found" >&2; exit 1; }
     is_system "$so" && continue
-    case $so in libacc.so.*|libacc_torch.so.*|libacc_cuda.so|libacc_text.so) continue ;; esac
+    case $so in libacc.so.*|libacc_torch.so.*|libacc_cuda.so|libacc_text.so|libacc_data.so) continue ;; esac
     bundled[$so]=$(readlink -f "$path")
   done < <(deps_of "$r")
 done

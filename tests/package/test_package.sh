@@ -134,11 +134,11 @@ work=$tmp/work
 mkdir -p "$work"
 cp "$root/examples/c/train_mlp.c" "$root/examples/cpp/train_custom.cpp" "$work/"
 # The bindings' sources and their examples, in the checkout's layout (examples/go's go.mod replaces the module
-# with ../../bindings/go), without anything built in them, and the Hugging Face fixtures and tiny tokenizers their
-# tests read.
+# with ../../bindings/go), without anything built in them, and the Hugging Face fixtures, tiny tokenizers and data
+# files (tests/data/prep: their data_files scenario) their tests read.
 mkdir -p "$work/src"
 tar -C "$root" --exclude=target --exclude=native/lib -cf - \
-  bindings/rust bindings/go bindings/java examples/go examples/java tests/hf/fixtures tests/text/tiny |
+  bindings/rust bindings/go bindings/java examples/go examples/java tests/hf/fixtures tests/text/tiny tests/data/prep |
   tar -C "$work/src" -xf -
 cat >"$work/steps.sh" <<'EOF'
 # Runs with the checkout hidden; each step prints "STEP ok|FAIL <what>", followed by its output on failure.

@@ -275,6 +275,11 @@ Examples build_examples(const text::Tokenizer& tok, const PipelineOptions& o) {
 PipelineCollator::PipelineCollator(const text::Tokenizer& tok, const PipelineOptions& o) : kind_(o.collator_kind()) {
   if (kind_ == CollatorKind::WithPadding || kind_ == CollatorKind::LanguageModeling) {
     pad_ = pad_options(tok);
+    if (o.sft.pad_token) {  // transformers' `tok.pad_token = ...` before the collator
+      auto id = tok.token_to_id(*o.sft.pad_token);
+      if (!id) throw std::invalid_argument("dataset options: the pad_token '" + *o.sft.pad_token + "' is not in the tokenizer's vocabulary");
+      pad_.pad_token_id = *id;
+    }
     if (o.padding_side) pad_.padding_side = *o.padding_side;
     pad_.pad_to_multiple_of = o.pad_to_multiple_of;
   } else if (kind_ == CollatorKind::Trl) {

@@ -14,7 +14,7 @@ struct Thrift<'a> {
     pos: usize,
 }
 
-const SHORT: &str = "short";
+const SHORT: &str = "cut short by the end of its column chunk";
 
 impl Thrift<'_> {
     fn byte(&mut self) -> Result<u8, String> {
@@ -65,7 +65,7 @@ impl Thrift<'_> {
                 let h = self.byte()?;
                 let n = if h >> 4 == 15 { self.varint()? } else { (h >> 4) as u64 };
                 for _ in 0..n {
-                    self.value(h & 15, depth + 1)?;
+                    self.element(h & 15, depth + 1)?;
                 }
                 Ok(())
             }
@@ -74,14 +74,23 @@ impl Thrift<'_> {
                 if n > 0 {
                     let kv = self.byte()?;
                     for _ in 0..n {
-                        self.value(kv >> 4, depth + 1)?;
-                        self.value(kv & 15, depth + 1)?;
+                        self.element(kv >> 4, depth + 1)?;
+                        self.element(kv & 15, depth + 1)?;
                     }
                 }
                 Ok(())
             }
             12 => self.fields(depth + 1, &mut |_, _, _| Ok(false)),
             t => Err(format!("unknown thrift type {t}")),
+        }
+    }
+    /// An element of a list, set or map: there a boolean takes a byte of its own (so every element takes one at least,
+    /// and a count the bytes cannot hold ends at the end of the buffer).
+    fn element(&mut self, t: u8, depth: u32) -> Result<(), String> {
+        match t {
+            1 | 2 => self.skip(1),
+            0 => Err("an element of type 0".into()),
+            t => self.value(t, depth),
         }
     }
     /// Reads a struct's fields up to its stop byte; `on(id, type, self)` reads a field itself when it returns true.
@@ -128,6 +137,9 @@ fn page_header(buf: &[u8]) -> Result<(usize, i64, i64), String> {
 }
 
 pub fn check(path: &str, file: &File, len: u64, meta: &ParquetMetaData) -> Result<(), String> {
+    // Column chunks do not overlap: their sizes add up to the file's at most (so that this walk reads each byte of the
+    // file once at most, whatever the footer says).
+    let mut total = 0u64;
     for (g, rg) in meta.row_groups().iter().enumerate() {
         for (c, col) in rg.columns().iter().enumerate() {
             let start = col.dictionary_page_offset().unwrap_or(col.data_page_offset());
@@ -136,20 +148,38 @@ pub fn check(path: &str, file: &File, len: u64, meta: &ParquetMetaData) -> Resul
             if start < 0 || size < 0 || (start as u64).checked_add(size as u64).map_or(true, |e| e > len) {
                 return Err(format!("{what} lies at bytes {start} + {size} of a file of {len}"));
             }
+            total += size as u64;
+            if total > len {
+                return Err(format!("{what}: the column chunks add up to more bytes than the file's {len}"));
+            }
             let (mut pos, end) = (start as u64, start as u64 + size as u64);
+            // A window of the chunk, read once and walked; read anew (larger) where a header is cut at its end.
+            let mut buf: Vec<u8> = Vec::new();
+            let mut buf_at = pos;
+            let mut window = 64u64 << 10;
             while pos < end {
-                // A header is small unless it carries statistics (min and max values): read more when it is cut.
-                let mut window = 4096u64;
-                let (hlen, uncompressed, compressed) = loop {
-                    let n = window.min(end - pos) as usize;
-                    let mut buf = vec![0u8; n];
-                    file.read_exact_at(&mut buf, pos).map_err(|e| format!("{what}: {e}"))?;
-                    match page_header(&buf) {
-                        Ok(h) => break h,
-                        Err(e) if e == SHORT && (n as u64) < end - pos && window < limits::MAX_PAGE_HEADER_BYTES => window *= 16,
-                        Err(e) => return Err(format!("{what}: a bad page header at byte {pos}: {e}")),
+                let header = loop {
+                    let have = buf_at + buf.len() as u64;
+                    if pos >= buf_at && pos < have {
+                        match page_header(&buf[(pos - buf_at) as usize..]) {
+                            Ok(h) => break h,
+                            Err(e) if e == SHORT && have < end => {}
+                            Err(e) => return Err(format!("{what}: a bad page header at byte {pos}: {e}")),
+                        }
+                        if have - pos >= window {
+                            window *= 4; // the header is longer than a window
+                            if window > limits::MAX_PAGE_HEADER_BYTES {
+                                return Err(format!("{what}: a page header at byte {pos} longer than {} bytes",
+                                                   limits::MAX_PAGE_HEADER_BYTES));
+                            }
+                        }
                     }
+                    let n = window.min(end - pos) as usize;
+                    buf.resize(n, 0);
+                    file.read_exact_at(&mut buf, pos).map_err(|e| format!("{what}: {e}"))?;
+                    buf_at = pos;
                 };
+                let (hlen, uncompressed, compressed) = header;
                 if uncompressed < 0 || compressed < 0 || uncompressed as u64 > limits::MAX_PAGE_BYTES {
                     return Err(format!(
                         "{what}: the page at byte {pos} says {uncompressed} bytes ({compressed} compressed); pages of \

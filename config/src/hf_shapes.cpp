@@ -15,6 +15,14 @@
 
 namespace acc::config {
 
+DecoderDefaults decoder_defaults(const std::string& arch) {
+  if (arch == "MistralForCausalLM") return {8, 4096 * 32, 4096, 1e-6, 10000.0};
+  if (arch == "Qwen2ForCausalLM") return {32, 32768, 4096, 1e-6, 10000.0};
+  if (arch == "MixtralForCausalLM") return {8, 4096 * 32, 0, 1e-5, 1000000.0};  // MixtralConfig.default_theta
+  return {0, 2048, 0, 1e-6, 10000.0};
+}
+
+
 namespace {
 
 using detail::Kind;
@@ -172,9 +180,11 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
                 L = c.blocks("num_hidden_layers");
   const int64_t heads = c.integer("num_attention_heads");
   const bool qwen = arch == "Qwen2ForCausalLM", mixtral = arch == "MixtralForCausalLM", llama = arch == "LlamaForCausalLM";
+  const DecoderDefaults defaults = decoder_defaults(arch);
   // Missing, the class default (MistralConfig's and MixtralConfig's 8, Qwen2Config's 32); null, num_attention_heads.
   const Node* kv_given = c.root->find("num_key_value_heads");
-  const int64_t kv = c.integer("num_key_value_heads", !kv_given ? (qwen ? 32 : llama ? heads : 8) : heads);
+  const int64_t kv =
+      c.integer("num_key_value_heads", !kv_given && defaults.kv_heads ? defaults.kv_heads : heads);
   // LlamaConfig.validate_architecture; the others derive head_dim by integer division.
   if (arch == "LlamaForCausalLM" && H % heads != 0)
     c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
@@ -189,9 +199,8 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   if (hd % 2 != 0)
     c.fail("head_dim", "must be even (rotary embeddings turn pairs of dimensions); got " + std::to_string(hd));
   product(c, "num_attention_heads", heads, "head_dim", hd);
-  const int64_t max_positions =
-      c.integer("max_position_embeddings", llama ? 2048 : qwen ? 32768 : 4096 * 32);  // the classes' defaults
-  c.number("rms_norm_eps", 1e-6, 0);
+  const int64_t max_positions = c.integer("max_position_embeddings", defaults.max_positions);
+  c.number("rms_norm_eps", defaults.eps, 0);
   // LlamaConfig bounds it to [0, 1]; the others only need a standard deviation.
   c.number("initializer_range", 0.02, 0, arch == "LlamaForCausalLM" ? 1 : HUGE_VAL);
   c.probability("attention_dropout", 0);

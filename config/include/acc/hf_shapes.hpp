@@ -3,6 +3,7 @@
 // from_pretrained / from_config before they build anything; and model.safetensors.index.json, for from_pretrained and
 // `acc merge-weights`. tests/cpp/test_hf checks the shapes against the models libacc builds.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,16 @@ void check_hf_config(std::string_view config_json, const std::string& source);
 // MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, for the families libacc has): "llama" -> "LlamaForCausalLM", ...; nullopt for
 // another model_type.
 std::optional<std::string> causal_lm_class(const std::string& model_type);
+
+// What the decoder families' configuration classes (LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig) give a
+// key config.json leaves out; they differ by family. The one table: the shape check here and the models
+// (src/models/hf/decoder.cpp) both read it.
+struct DecoderDefaults {
+  int64_t kv_heads;                       // num_key_value_heads; 0: num_attention_heads
+  int64_t max_positions, sliding_window;  // sliding_window 0: none (Qwen2's applies with use_sliding_window only)
+  double eps, theta;                      // rms_norm_eps, rope_theta
+};
+DecoderDefaults decoder_defaults(const std::string& architecture);
 
 // The state dict's names and shapes, in module order, of config.json's architectures[0] (or causal_lm_class): LlamaForCausalLM,
 // MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, GPT2LMHeadModel, BertForSequenceClassification.

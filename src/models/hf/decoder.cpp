@@ -10,6 +10,7 @@
 #include <tuple>
 #include <numbers>
 
+#include "acc/hf_shapes.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/layers.hpp"
 #include "util/errors.hpp"
@@ -41,20 +42,6 @@ struct DecoderConfig {
   int64_t original_max_positions = 0;
 };
 
-// What the configuration classes give a key config.json leaves out (LlamaConfig, MistralConfig, Qwen2Config,
-// MixtralConfig): they differ by family.
-struct FamilyDefaults {
-  int64_t kv_heads;  // 0: num_attention_heads
-  int64_t max_positions, sliding_window;  // sliding_window 0: none (Qwen2's applies with use_sliding_window only)
-  double eps, theta;
-};
-FamilyDefaults family_defaults(const std::string& arch) {
-  if (arch == "MistralForCausalLM") return {8, 4096 * 32, 4096, 1e-6, 10000.0};
-  if (arch == "Qwen2ForCausalLM") return {32, 32768, 4096, 1e-6, 10000.0};
-  if (arch == "MixtralForCausalLM") return {8, 4096 * 32, 0, 1e-5, 1000000.0};  // MixtralConfig.default_theta
-  return {0, 2048, 0, 1e-6, 10000.0};
-}
-
 // An optional size whose null transformers reads as None (`none`), unlike a missing key (the class default).
 int64_t int_or_none(const json::Value& c, const char* key, int64_t absent, int64_t none) {
   if (!c.has(key)) return absent;
@@ -63,7 +50,7 @@ int64_t int_or_none(const json::Value& c, const char* key, int64_t absent, int64
 
 DecoderConfig parse(const json::Value& c, const std::string& arch, const std::string& source) {
   DecoderConfig d;
-  const FamilyDefaults f = family_defaults(arch);
+  const config::DecoderDefaults f = config::decoder_defaults(arch);
   d.architecture = arch;
   d.vocab = c.get_int("vocab_size");
   d.hidden = c.get_int("hidden_size");

@@ -475,6 +475,10 @@ TEST(DataBadInput, JsonlLinesThatAreNotJsonOrNotUtf8NameFileAndLine) {
   write_file(path, "{\"a\": 1}\n[1, 2]\n");
   err = error_of([&] { Reader::open(path); });
   EXPECT_NE(err.find("line 2 is not a JSON object"), std::string::npos) << err;
+  write_file(path, "[\n  {\"a\": 1}\n]\n");
+  err = error_of([&] { Reader::open(path); });
+  EXPECT_NE(err.find("line 1 is not JSON"), std::string::npos) << err;
+  EXPECT_NE(err.find("a JSON array: this reader reads JSON lines"), std::string::npos) << err;
   // A line past the lines the columns were inferred from that does not fit them.
   std::string text;
   for (size_t i = 0; i < acc::limits::kDataInferLines + 5; ++i) text += "{\"a\": " + std::to_string(i) + "}\n";

@@ -418,10 +418,16 @@ pub fn parse_json_line(buf: &[u8], path: &str, line: u64) -> Res<Option<serde_js
     if text.trim().is_empty() {
         return Ok(None);
     }
+    // A JSON array (what json.dump of a list writes) is not JSON lines: say so on its first line.
+    let hint = if line == 1 && text.trim_start().starts_with('[') {
+        " (a JSON array: this reader reads JSON lines, one object per line; jq -c '.[]' writes them)"
+    } else {
+        ""
+    };
     let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("{path}: line {line} is not JSON: {e}"))?;
+        serde_json::from_str(text).map_err(|e| format!("{path}: line {line} is not JSON: {e}{hint}"))?;
     if !v.is_object() {
-        return Err(format!("{path}: line {line} is not a JSON object"));
+        return Err(format!("{path}: line {line} is not a JSON object{hint}"));
     }
     Ok(Some(v))
 }

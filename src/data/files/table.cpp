@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "acc/json.hpp"
 #include "data/files/data_ffi.h"
 
 namespace acc::data {
@@ -18,7 +19,7 @@ namespace {
 
 std::shared_ptr<accdata_batch> own(accdata_batch* b) { return {b, accdata_batch_free}; }
 
-// A minimal reader of accdata_reader_info's JSON (our own writer's, serde_json's compact form).
+// accdata_reader_info's JSON, read by the project's one JSON reader.
 struct Info {
   std::string format;
   std::optional<uint64_t> num_rows;
@@ -26,83 +27,15 @@ struct Info {
   Schema fields;
 };
 
-std::string json_string(const std::string& s, size_t& i) {
-  std::string out;
-  ++i;  // the opening quote
-  while (i < s.size() && s[i] != '"') {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      char c = s[++i];
-      switch (c) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': {
-          unsigned cp = static_cast<unsigned>(std::stoul(s.substr(i + 1, 4), nullptr, 16));
-          i += 4;
-          if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u') {
-            unsigned lo = static_cast<unsigned>(std::stoul(s.substr(i + 3, 4), nullptr, 16));
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            i += 6;
-          }
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else if (cp < 0x10000) {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xF0 | (cp >> 18));
-            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          }
-          break;
-        }
-        default: out += c;
-      }
-    } else {
-      out += s[i];
-    }
-    ++i;
-  }
-  ++i;  // the closing quote
-  return out;
-}
-
-// The value after "key": in s from `from`, as text up to the next , } or ] (numbers, null, true, false) or a string.
-size_t find_key(const std::string& s, const std::string& key, size_t from) {
-  const auto at = s.find("\"" + key + "\":", from);
-  if (at == std::string::npos) throw std::runtime_error("dataset file reader: no '" + key + "' in " + s);
-  return at + key.size() + 3;
-}
-
 Info parse_info(const std::string& s) {
+  const json::Document doc = json::Document::object(s, "the dataset file reader's info");
+  const json::Value root = doc.root();
   Info info;
-  size_t i = find_key(s, "format", 0);
-  info.format = json_string(s, i);
-  i = find_key(s, "num_rows", 0);
-  if (s.compare(i, 4, "null") != 0) info.num_rows = std::stoull(s.substr(i));
-  i = find_key(s, "num_batches", 0);
-  if (s.compare(i, 4, "null") != 0) info.num_batches = std::stoull(s.substr(i));
-  size_t at = find_key(s, "fields", 0);
-  while (true) {
-    const auto next = s.find("{\"name\":", at);
-    if (next == std::string::npos) break;
-    Field f;
-    i = next + 8;
-    f.name = json_string(s, i);
-    i = find_key(s, "type", i);
-    f.type = json_string(s, i);
-    i = find_key(s, "nullable", i);
-    f.nullable = s.compare(i, 4, "true") == 0;
-    info.fields.push_back(std::move(f));
-    at = i;
-  }
+  info.format = root.get_string("format");
+  if (root.has_value("num_rows")) info.num_rows = static_cast<uint64_t>(root.get_int("num_rows"));
+  if (root.has_value("num_batches")) info.num_batches = static_cast<size_t>(root.get_int("num_batches"));
+  for (const json::Value& f : root.get("fields").elements())
+    info.fields.push_back(Field{f.get_string("name"), f.get_string("type"), f.get_bool("nullable")});
   return info;
 }
 

@@ -97,8 +97,8 @@ pub fn render(source: &str, context: &str, now_unix: i64, fuel: u64) -> Result<R
     let compiled = compiled(&source, fuel)?;
     let template = compiled.env.get_template("chat").map_err(describe)?;
     NOW_UNIX.with(|n| n.set(now_unix));
-    // Fuel bounds the template's steps, not what each step writes: `{{ 'x' * 10**8 }}` in a loop wrote
-    // gigabytes before the fuel ran out. The output is bounded too (minijinja refuses single strings over 100 MB).
+    // The fuel charges what the template writes (a unit per 64 bytes); the output has its own bound as well, so that
+    // a large budget (a long conversation) cannot write 64 times its fuel before running out.
     let limit = MAX_OUTPUT_BASE + 4 * context_len;
     let mut out = BoundedOutput { text: Vec::new(), limit, exceeded: false };
     // The fuel charges one unit per 64 bytes of the values a template makes, but not every allocation (budget.rs): the

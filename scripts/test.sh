@@ -17,10 +17,11 @@ if (($# == 0)); then
   bash scripts/sanitize.sh --torch-free || status=1
   logs+=(build-asan-lite/meson-logs/testlog.json)
 fi
-# One plain closing line with the totals, read from meson's own log.
+# Closing lines: the failures by name and the totals, read from meson's own logs.
 python3 - "${logs[@]}" <<'PY'
 import json, collections, sys
 counts = collections.Counter()
+failures = []
 for log in sys.argv[1:]:
     try:
         f = open(log)
@@ -28,9 +29,15 @@ for log in sys.argv[1:]:
         continue
     with f:
         for line in f:
-            counts[json.loads(line)["result"]] += 1
+            test = json.loads(line)
+            counts[test["result"]] += 1
+            if test["result"] not in ("OK", "EXPECTEDFAIL", "SKIP"):
+                failures.append(f"{test['name']} ({test['result']}, {log})")
 passed = counts["OK"] + counts["EXPECTEDFAIL"]
 failed = sum(v for k, v in counts.items() if k not in ("OK", "EXPECTEDFAIL", "SKIP"))
+# The failures named last, where a log cut to its tail still shows them.
+for name in failures:
+    print("FAILED:", name)
 print(f"{passed} passed, {failed} failed, {counts['SKIP']} skipped")
 PY
 exit $status

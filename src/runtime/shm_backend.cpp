@@ -848,9 +848,10 @@ c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d
   // 1. Who can share a segment: every rank says where it runs (or that it opted out), after its pid (wait_watching).
   store->set("shm/pid/" + std::to_string(rank), to_bytes(std::to_string(::getpid())));
   if (!can_share_memory(machine_identities(store, rank, size, timeout), why)) return {};
-  // 2. Rank 0 names the segment, then makes it: every rank knows the name of anything that may be in /dev/shm, so
-  // that whichever survives a failure below removes it (and acc launch, by the name's ACC_SHM_JOB, when none does).
-  // Then each of the others maps it, once rank 0 said it could make it, and everyone says whether it could.
+  // 2. Rank 0 names the segment and makes it once every rank has read the name: every rank knows the name of
+  // anything that may be in /dev/shm, so that whichever survives a failure below removes it (and acc launch, by the
+  // name's ACC_SHM_JOB, when none does). Then each of the others maps it, once rank 0 said it could make it, and
+  // everyone says whether it could.
   std::string name;
   std::string mine = "ok";
   void* base = MAP_FAILED;
@@ -866,6 +867,9 @@ c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d
       bytes = segment_bytes(size, slot);
       name = segment_name();
       store->set("shm/name", to_bytes(name));
+      std::vector<std::pair<int, std::string>> readers;
+      for (int r = 1; r < size; ++r) readers.emplace_back(r, "shm/named/" + std::to_string(r));
+      wait_watching(*store, std::move(readers), timeout);
       const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
       int err = fd < 0 ? errno : 0;
       // Reserve the pages now: a /dev/shm too small fails here, not as SIGBUS in a collective.
@@ -893,6 +897,7 @@ c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d
     } else {
       wait_watching(*store, {{0, "shm/name"}}, timeout);
       name = to_string(store->get("shm/name"));
+      store->set("shm/named/" + std::to_string(rank), to_bytes("yes"));
       stall_for_test(rank);
       wait_watching(*store, {{0, "shm/mapped/0"}}, timeout);
       if (to_string(store->get("shm/mapped/0")) != "ok") {

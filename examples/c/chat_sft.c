@@ -1,12 +1,13 @@
 /*
- * Chat fine-tuning with no Python anywhere: a JSONL file of conversations (examples/data/chat_sft.jsonl, one
- * JSON array of messages a line) becomes a byte-level BPE tokenizer trained on it (acc_tokenizer_train_bpe:
- * tokenizers' BpeTrainer, a from-scratch model's first step) with Qwen2's ChatML chat template; every
- * conversation is rendered and tokenized by that template (acc_tokenizer_apply_chat_template) with the loss on
- * the assistant's tokens only (the template's {% generation %} blocks, as TRL's assistant_only_loss); a small
- * Llama built from a config is fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings and
- * head trained whole since the base is fresh) in any number of processes; then it answers a question as text,
- * streamed in pieces as transformers' TextStreamer prints them (acc_generate_text).
+ * Chat fine-tuning with no Python anywhere: a JSONL file of conversations in TRL's conversational format
+ * (examples/data/chat_sft.jsonl, {"messages": [...]} a line) becomes a byte-level BPE tokenizer trained on it
+ * (acc_tokenizer_train_bpe: tokenizers' BpeTrainer, a from-scratch model's first step) with Qwen2's ChatML chat
+ * template; the file becomes a dataset as TRL's SFTTrainer prepares one (acc_dataset_from_files, mode "sft"):
+ * every conversation rendered by that template and tokenized, truncated to 64 tokens, with the loss on the
+ * assistant's tokens only (the template's {% generation %} blocks: assistant_only_loss), batched by TRL's
+ * collator; a small Llama built from a config is fine-tuned with LoRA (peft's: r 16 on every linear layer, the
+ * embeddings and head trained whole since the base is fresh) in any number of processes; then it answers a
+ * question as text, streamed in pieces as transformers' TextStreamer prints them (acc_generate_text).
  *
  *   acc launch --num_processes 2 chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT]
  *
@@ -115,8 +116,8 @@ int main(int argc, char** argv) {
   CHECK(acc_accelerator_create("{\"seed\": 42}", &acc));
   int32_t is_main;
   CHECK(acc_is_main_process(acc, &is_main));
-  int64_t n_conv;
-  char** lines = read_lines(data, &n_conv);
+  int64_t n_lines;
+  char** lines = read_lines(data, &n_lines);
 
   char template_escaped[2048];
   {
@@ -136,8 +137,8 @@ int main(int argc, char** argv) {
   snprintf(adapter_dir, sizeof adapter_dir, "%s/adapter", out_dir);
   if (is_main) {
     make_dir(out_dir);
-    size_t* lengths = malloc((size_t)n_conv * sizeof *lengths);
-    for (int64_t i = 0; i < n_conv; ++i) lengths[i] = strlen(lines[i]);
+    size_t* lengths = malloc((size_t)n_lines * sizeof *lengths);
+    for (int64_t i = 0; i < n_lines; ++i) lengths[i] = strlen(lines[i]);
     acc_tokenizer* trained;
     char options[8192];
     snprintf(options, sizeof options,
@@ -145,60 +146,53 @@ int main(int argc, char** argv) {
              "\"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|endoftext|>\", \"model_max_length\": %d, "
              "\"chat_template\": \"%s\"}",
              MAX_LEN, template_escaped);
-    CHECK(acc_tokenizer_train_bpe((const char* const*)lines, lengths, n_conv, options, &trained));
+    CHECK(acc_tokenizer_train_bpe((const char* const*)lines, lengths, n_lines, options, &trained));
     free(lengths);
     CHECK(acc_tokenizer_save_pretrained(trained, tok_dir));
     acc_tokenizer_destroy(trained);
   }
+  for (int64_t i = 0; i < n_lines; ++i) free(lines[i]);
+  free(lines);
   CHECK(acc_wait_for_everyone(acc));
   acc_tokenizer* tok;
   CHECK(acc_tokenizer_from_pretrained(tok_dir, &tok));
 
-  /* Every conversation rendered by the template and tokenized, padded to MAX_LEN: input_ids, attention_mask and
-   * labels (-100 outside the assistant's tokens and on padding, as transformers' collators). */
-  /* The tokenizer's own template (saved with it) renders; the ids are truncated and padded to MAX_LEN. */
-  char template_opts[256];
-  snprintf(template_opts, sizeof template_opts,
-           "{\"truncation\": true, \"max_length\": %d, \"padding\": \"max_length\"}", MAX_LEN);
-  int64_t* ids = malloc((size_t)n_conv * MAX_LEN * sizeof *ids);
-  int64_t* mask = malloc((size_t)n_conv * MAX_LEN * sizeof *mask);
-  int64_t* labels = malloc((size_t)n_conv * MAX_LEN * sizeof *labels);
+  /* The dataset: TRL's SFT preparation of the file's "messages" rows, by the tokenizer's own template (saved with
+   * it): each conversation rendered and tokenized, truncated to MAX_LEN tokens, labels -100 outside the
+   * assistant's tokens; each batch TRL's collator's, padded to its longest row (labels -100 on the padding). */
+  char data_opts[256];
+  snprintf(data_opts, sizeof data_opts, "{\"mode\": \"sft\", \"assistant_only_loss\": true, \"max_length\": %d}",
+           MAX_LEN);
+  acc_dataset* ds;
+  CHECK(acc_dataset_from_files(data, tok, data_opts, &ds));
+  int64_t n_conv;
+  CHECK(acc_dataset_length(ds, &n_conv));
+  /* Each row as the collator gives it: conversation 0's ids decoded (the template's text), and the labels the
+   * loss learns counted. */
   int64_t supervised = 0;
   for (int64_t i = 0; i < n_conv; ++i) {
-    char* text;
-    acc_encoding* enc;
-    CHECK(acc_tokenizer_apply_chat_template(tok, lines[i], template_opts, &text, &enc));
-    const int64_t *row, *att, *assistant;
-    int64_t n, n2, n3;
-    CHECK(acc_encoding_get(enc, 0, "input_ids", &row, &n));
-    CHECK(acc_encoding_get(enc, 0, "attention_mask", &att, &n2));
-    CHECK(acc_encoding_get(enc, 0, "assistant_masks", &assistant, &n3));
-    for (int64_t t = 0; t < MAX_LEN; ++t) {
-      ids[i * MAX_LEN + t] = row[t];
-      mask[i * MAX_LEN + t] = att[t];
-      labels[i * MAX_LEN + t] = assistant[t] && att[t] ? row[t] : -100;
-      supervised += assistant[t] && att[t];
+    acc_batch* row;
+    CHECK(acc_dataset_get_batch(ds, &i, 1, &row));
+    acc_tensor *t_ids, *t_labels;
+    CHECK(acc_batch_get(row, "input_ids", &t_ids));
+    CHECK(acc_batch_get(row, "labels", &t_labels));
+    int64_t n;
+    CHECK(acc_tensor_numel(t_ids, &n));
+    int64_t* ids = malloc((size_t)n * sizeof *ids);
+    int64_t* labels = malloc((size_t)n * sizeof *labels);
+    CHECK(acc_tensor_to_host(t_ids, ids, (size_t)n * sizeof *ids));
+    CHECK(acc_tensor_to_host(t_labels, labels, (size_t)n * sizeof *labels));
+    for (int64_t t = 0; t < n; ++t) supervised += labels[t] != -100;
+    if (i == 0 && is_main) {
+      char* text;
+      CHECK(acc_tokenizer_decode(tok, ids, n, NULL, &text, NULL));
+      printf("conversation 0 as the template renders it:\n%s\n", text);
+      acc_text_free(text);
     }
-    if (i == 0 && is_main) printf("conversation 0 as the template renders it:\n%s\n", text);
-    acc_text_free(text);
-    acc_encoding_destroy(enc);
+    free(ids), free(labels);
+    acc_tensor_destroy(t_ids), acc_tensor_destroy(t_labels);
+    acc_batch_destroy(row);
   }
-  const int64_t shape[2] = {n_conv, MAX_LEN};
-  const size_t bytes = (size_t)n_conv * MAX_LEN * sizeof(int64_t);
-  acc_tensor *t_ids, *t_mask, *t_labels;
-  CHECK(acc_tensor_from_host(ids, bytes, ACC_INT64, shape, 2, &t_ids));
-  CHECK(acc_tensor_from_host(mask, bytes, ACC_INT64, shape, 2, &t_mask));
-  CHECK(acc_tensor_from_host(labels, bytes, ACC_INT64, shape, 2, &t_labels));
-  acc_batch* columns;
-  CHECK(acc_batch_create(&columns));
-  CHECK(acc_batch_set(columns, "input_ids", t_ids));
-  CHECK(acc_batch_set(columns, "attention_mask", t_mask));
-  CHECK(acc_batch_set(columns, "labels", t_labels));
-  acc_dataset* ds;
-  CHECK(acc_dataset_from_batch(columns, &ds));
-  acc_batch_destroy(columns);
-  acc_tensor_destroy(t_ids), acc_tensor_destroy(t_mask), acc_tensor_destroy(t_labels);
-  free(ids), free(mask), free(labels);
   char loader_opts[128];
   snprintf(loader_opts, sizeof loader_opts, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 42, \"drop_last\": true}",
            batch);
@@ -278,7 +272,5 @@ int main(int argc, char** argv) {
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);
-  for (int64_t i = 0; i < n_conv; ++i) free(lines[i]);
-  free(lines);
   return 0;
 }

@@ -1,11 +1,13 @@
 // examples/c/chat_sft.c in C++, over the C ABI (acc/acc.h; the C++ API of acc/torch.hpp has no text yet) with
-// each handle owned by a std::unique_ptr and each failure an exception: a JSONL file of conversations
-// (examples/data/chat_sft.jsonl) becomes a byte-level BPE tokenizer trained on it (tokenizers' BpeTrainer) with
-// Qwen2's ChatML chat template; every conversation is rendered and tokenized by that template with the loss on
-// the assistant's tokens only (the template's {% generation %} blocks, as TRL's assistant_only_loss); a small
-// Llama built from a config is fine-tuned with LoRA (r 16 on every linear layer, the embeddings and head trained
-// whole since the base is fresh) in any number of processes; then it answers a question as text, streamed in
-// pieces as transformers' TextStreamer prints them. It prints what the C program prints.
+// each handle owned by a std::unique_ptr and each failure an exception: a JSONL file of conversations in TRL's
+// conversational format (examples/data/chat_sft.jsonl, {"messages": [...]} a line) becomes a byte-level BPE
+// tokenizer trained on it (tokenizers' BpeTrainer) with Qwen2's ChatML chat template; the file becomes a dataset
+// as TRL's SFTTrainer prepares one (acc_dataset_from_files, mode "sft"): every conversation rendered by that
+// template and tokenized, truncated to 64 tokens, with the loss on the assistant's tokens only (the template's
+// {% generation %} blocks: assistant_only_loss), batched by TRL's collator; a small Llama built from a config is
+// fine-tuned with LoRA (r 16 on every linear layer, the embeddings and head trained whole since the base is
+// fresh) in any number of processes; then it answers a question as text, streamed in pieces as transformers'
+// TextStreamer prints them. It prints what the C program prints.
 //
 //   acc launch --num_processes 2 build/examples/chat_sft_cpp [--data FILE] [--steps N] [--batch B] [--out DIR]
 //                                                            [--prompt TEXT]
@@ -55,7 +57,6 @@ template <class T, auto Destroy>
 using Owned = std::unique_ptr<T, Destroyer<Destroy>>;
 using Accelerator = Owned<acc_accelerator, acc_accelerator_destroy>;
 using Tokenizer = Owned<acc_tokenizer, acc_tokenizer_destroy>;
-using Encoding = Owned<acc_encoding, acc_encoding_destroy>;
 using Tensor = Owned<acc_tensor, acc_tensor_destroy>;
 using Batch = Owned<acc_batch, acc_batch_destroy>;
 using Dataset = Owned<acc_dataset, acc_dataset_destroy>;
@@ -102,12 +103,13 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-// An int64 tensor [rows, kMaxLen] of values.
-Tensor int64_tensor(const std::vector<int64_t>& values) {
-  const int64_t shape[2] = {static_cast<int64_t>(values.size()) / kMaxLen, kMaxLen};
-  acc_tensor* t = nullptr;
-  CHECK(acc_tensor_from_host(values.data(), values.size() * sizeof(int64_t), ACC_INT64, shape, 2, &t));
-  return Tensor(t);
+// A tensor's int64 values.
+std::vector<int64_t> int64_values(const acc_tensor* t) {
+  int64_t n = 0;
+  CHECK(acc_tensor_numel(t, &n));
+  std::vector<int64_t> values(static_cast<size_t>(n));
+  CHECK(acc_tensor_to_host(t, values.data(), values.size() * sizeof(int64_t)));
+  return values;
 }
 
 struct Args {
@@ -143,7 +145,6 @@ void run(const Args& args) {
   CHECK(acc_is_main_process(acc.get(), &main_flag));
   const bool is_main = main_flag != 0;
   const std::vector<std::string> lines = read_lines(args.data);
-  const auto n_conv = static_cast<int64_t>(lines.size());
 
   // The tokenizer: trained by the main process on the conversations, saved, loaded by every process.
   const std::string tok_dir = args.out + "/tokenizer", adapter_dir = args.out + "/adapter";
@@ -157,7 +158,8 @@ void run(const Args& args) {
         R"("eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "model_max_length": )" +
         std::to_string(kMaxLen) + R"(, "chat_template": )" + json_string(kTemplate) + "}";
     acc_tokenizer* trained = nullptr;
-    CHECK(acc_tokenizer_train_bpe(texts.data(), lengths.data(), n_conv, options.c_str(), &trained));
+    CHECK(acc_tokenizer_train_bpe(texts.data(), lengths.data(), static_cast<int64_t>(texts.size()), options.c_str(),
+                                  &trained));
     const Tokenizer owned(trained);
     CHECK(acc_tokenizer_save_pretrained(owned.get(), tok_dir.c_str()));
   }
@@ -166,45 +168,37 @@ void run(const Args& args) {
   CHECK(acc_tokenizer_from_pretrained(tok_dir.c_str(), &tok_raw));
   const Tokenizer tok(tok_raw);
 
-  // Every conversation rendered by the tokenizer's template and tokenized, truncated and padded to kMaxLen:
-  // input_ids, attention_mask and labels (-100 outside the assistant's tokens and on padding, as transformers'
-  // collators).
-  const std::string template_opts =
-      R"({"truncation": true, "max_length": )" + std::to_string(kMaxLen) + R"(, "padding": "max_length"})";
-  std::vector<int64_t> ids, mask, labels;
+  // The dataset: TRL's SFT preparation of the file's "messages" rows, by the tokenizer's own template (saved with
+  // it): each conversation rendered and tokenized, truncated to kMaxLen tokens, labels -100 outside the
+  // assistant's tokens; each batch TRL's collator's, padded to its longest row (labels -100 on the padding).
+  const std::string data_opts =
+      R"({"mode": "sft", "assistant_only_loss": true, "max_length": )" + std::to_string(kMaxLen) + "}";
+  acc_dataset* ds_raw = nullptr;
+  CHECK(acc_dataset_from_files(args.data.c_str(), tok.get(), data_opts.c_str(), &ds_raw));
+  const Dataset ds(ds_raw);
+  int64_t n_conv = 0;
+  CHECK(acc_dataset_length(ds.get(), &n_conv));
+  // Each row as the collator gives it: conversation 0's ids decoded (the template's text), and the labels the
+  // loss learns counted.
   int64_t supervised = 0;
   for (int64_t i = 0; i < n_conv; ++i) {
-    char* text_raw = nullptr;
-    acc_encoding* enc_raw = nullptr;
-    CHECK(acc_tokenizer_apply_chat_template(tok.get(), lines[i].c_str(), template_opts.c_str(), &text_raw, &enc_raw));
-    const Text text(text_raw);
-    const Encoding enc(enc_raw);
-    auto field = [&](const char* name) {
-      const int64_t* data = nullptr;
-      int64_t n = 0;
-      CHECK(acc_encoding_get(enc.get(), 0, name, &data, &n));
-      if (n != kMaxLen) throw std::runtime_error(std::string(name) + " has " + std::to_string(n) + " tokens");
-      return data;
-    };
-    const int64_t *row = field("input_ids"), *att = field("attention_mask"), *assistant = field("assistant_masks");
-    for (int64_t t = 0; t < kMaxLen; ++t) {
-      const bool learn = assistant[t] && att[t];
-      ids.push_back(row[t]);
-      mask.push_back(att[t]);
-      labels.push_back(learn ? row[t] : -100);
-      supervised += learn;
+    acc_batch* row_raw = nullptr;
+    CHECK(acc_dataset_get_batch(ds.get(), &i, 1, &row_raw));
+    const Batch row(row_raw);
+    acc_tensor *ids_raw = nullptr, *labels_raw = nullptr;
+    CHECK(acc_batch_get(row.get(), "input_ids", &ids_raw));
+    const Tensor ids(ids_raw);
+    CHECK(acc_batch_get(row.get(), "labels", &labels_raw));
+    const Tensor labels(labels_raw);
+    for (const int64_t label : int64_values(labels.get())) supervised += label != -100;
+    if (i == 0 && is_main) {
+      const std::vector<int64_t> row_ids = int64_values(ids.get());
+      char* text_raw = nullptr;
+      CHECK(acc_tokenizer_decode(tok.get(), row_ids.data(), static_cast<int64_t>(row_ids.size()), nullptr, &text_raw,
+                                 nullptr));
+      std::printf("conversation 0 as the template renders it:\n%s\n", Text(text_raw).get());
     }
-    if (i == 0 && is_main) std::printf("conversation 0 as the template renders it:\n%s\n", text.get());
   }
-  acc_batch* columns_raw = nullptr;
-  CHECK(acc_batch_create(&columns_raw));
-  const Batch columns(columns_raw);
-  CHECK(acc_batch_set(columns.get(), "input_ids", int64_tensor(ids).get()));
-  CHECK(acc_batch_set(columns.get(), "attention_mask", int64_tensor(mask).get()));
-  CHECK(acc_batch_set(columns.get(), "labels", int64_tensor(labels).get()));
-  acc_dataset* ds_raw = nullptr;
-  CHECK(acc_dataset_from_batch(columns.get(), &ds_raw));
-  const Dataset ds(ds_raw);
   const std::string loader_opts =
       R"({"batch_size": )" + std::to_string(args.batch) + R"(, "shuffle": true, "seed": 42, "drop_last": true})";
   acc_dataloader* dl_raw = nullptr;

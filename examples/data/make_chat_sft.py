@@ -1,5 +1,6 @@
-"""Writes chat_sft.jsonl: the conversations the chat_sft examples fine-tune on (one JSON array of messages a
-line, as a chat dataset's "messages" column). Synthetic and deterministic: capitals, arithmetic and colours,
+"""Writes chat_sft.jsonl: the conversations the chat_sft examples fine-tune on, in TRL's conversational format
+(one object a line, {"messages": [{"role": ..., "content": ...}, ...]}: what SFTTrainer and
+acc_dataset_from_files read as a chat dataset). Synthetic and deterministic: capitals, arithmetic and colours,
 asked in a few ways. Run: python3 examples/data/make_chat_sft.py"""
 import json
 import os
@@ -42,5 +43,5 @@ if __name__ == "__main__":
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_sft.jsonl")
     with open(path, "w", encoding="utf-8") as f:
         for conv in conversations(random.Random(0)):
-            f.write(json.dumps(conv, ensure_ascii=False) + "\n")
+            f.write(json.dumps({"messages": conv}, ensure_ascii=False) + "\n")
     print(path)

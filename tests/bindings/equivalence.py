@@ -12,8 +12,10 @@ exactly what examples/c/finetune_llama prints; Rust's trains a byte-level BPE fi
 tokenizer.json.
 
 Last a quick run of each chat_sft (C++, Rust, Go, Java; 20 steps, 2 processes, on
-examples/data/chat_sft.jsonl): the tokenizer and peft's adapter files saved, and exactly the lines
-examples/c/chat_sft prints (the rendered conversation, the loss lines, the answer streamed as text).
+examples/data/chat_sft.jsonl, read by acc_dataset_from_files as TRL's SFTTrainer reads it): the
+tokenizer and peft's adapter files saved, a dataset of every line of the file, and exactly the lines
+examples/c/chat_sft prints (the rendered conversation, the count of conversations and of assistant
+tokens, the loss lines, the answer streamed as text).
 
 Usage: equivalence.py ACC C_TRAIN_MLP SOURCE_ROOT BUILD_ROOT [LIBACC_JNI [C_FINETUNE_LLAMA [C_CHAT_SFT
        [CPP_CHAT_SFT]]]]
@@ -147,9 +149,9 @@ def chat_sft(lang, cmd):
     """A quick run of chat_sft with 2 processes; its printed lines with the output directory as OUT."""
     out = os.path.join(out_dir, f"chat_sft-{lang}")
     shutil.rmtree(out, ignore_errors=True)
+    data = os.path.join(SRC, "examples/data/chat_sft.jsonl")
     stdout = run([ACC, "launch", "--num_processes", "2", "--main_process_port", "0", *cmd, "--steps", "20",
-                  "--batch", "8", "--out", out, "--data", os.path.join(SRC, "examples/data/chat_sft.jsonl")],
-                 timeout=600)
+                  "--batch", "8", "--out", out, "--data", data], timeout=600)
     for f in ("tokenizer/tokenizer.json", "tokenizer/chat_template.jinja", "adapter/adapter_config.json",
               "adapter/adapter_model.safetensors"):
         if not os.path.isfile(os.path.join(out, f)):
@@ -159,6 +161,10 @@ def chat_sft(lang, cmd):
     answers = [l for l in lines if l.startswith("assistant: ")]
     if len(losses) != 2 or len(answers) != 1:
         raise RuntimeError(f"chat_sft printed no loss lines or answer:\n{stdout}")
+    with open(data, encoding="utf-8") as f:
+        conversations = sum(1 for line in f if line.strip())
+    if not any(re.match(rf"{conversations} conversations, [1-9][0-9]* assistant tokens to learn;", l) for l in lines):
+        raise RuntimeError(f"chat_sft's dataset does not hold the {conversations} conversations of {data}:\n{stdout}")
     print(f"{lang:5}: chat_sft {'; '.join(losses)}; {answers[0]}")
     return lines
 

@@ -1,13 +1,14 @@
 // Command chat_sft is examples/c/chat_sft.c in Go: chat fine-tuning with no Python anywhere. A JSONL
-// file of conversations (examples/data/chat_sft.jsonl, one JSON array of messages a line) becomes a
-// byte-level BPE tokenizer trained on it (acc.TrainBPE: tokenizers' BpeTrainer, a from-scratch model's
-// first step) with Qwen2's ChatML chat template; every conversation is rendered and tokenized by that
-// template (ApplyChatTemplateEncoded) with the loss on the assistant's tokens only (the template's
-// {% generation %} blocks, as TRL's assistant_only_loss); a small Llama built from a config is
-// fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings and head trained whole since
-// the base is fresh) in any number of processes; then it answers a question as text, the pieces
-// arriving on a channel (Model.StreamText) as transformers' TextStreamer prints them. It prints what
-// the C program prints.
+// file of conversations in TRL's conversational format (examples/data/chat_sft.jsonl, {"messages": [...]}
+// a line) becomes a byte-level BPE tokenizer trained on it (acc.TrainBPE: tokenizers' BpeTrainer, a
+// from-scratch model's first step) with Qwen2's ChatML chat template; the file becomes a dataset as TRL's
+// SFTTrainer prepares one (acc.DatasetFromFiles, mode "sft"): every conversation rendered by that
+// template and tokenized, truncated to 64 tokens, with the loss on the assistant's tokens only (the
+// template's {% generation %} blocks: assistant_only_loss), batched by TRL's collator; a small Llama
+// built from a config is fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings and
+// head trained whole since the base is fresh) in any number of processes; then it answers a question as
+// text, the pieces arriving on a channel (Model.StreamText) as transformers' TextStreamer prints them.
+// It prints what the C program prints.
 //
 //	go build -o chat_sft ./chat_sft   (in examples/go)
 //	acc launch --num_processes 2 chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT]
@@ -71,7 +72,7 @@ func readLines(path string) []string {
 }
 
 func main() {
-	data := flag.String("data", "examples/data/chat_sft.jsonl", "JSONL file of conversations")
+	data := flag.String("data", "examples/data/chat_sft.jsonl", "JSONL file of conversations ({\"messages\": [...]} a line)")
 	out := flag.String("out", "out/chat_sft", "output directory (tokenizer/, adapter/)")
 	steps := flag.Int("steps", 300, "optimizer steps")
 	batch := flag.Int("batch", 16, "conversations per process and step")
@@ -100,42 +101,31 @@ func main() {
 	tok := must(acc.TokenizerFromPretrained(tokDir))
 	defer tok.Close()
 
-	// Every conversation rendered by the tokenizer's template and tokenized, truncated and padded to
-	// maxLen: input_ids, attention_mask and labels (-100 outside the assistant's tokens and on padding,
-	// as transformers' collators).
-	templateOptions := map[string]any{"truncation": true, "max_length": maxLen, "padding": "max_length"}
-	n := len(conversations)
-	ids, mask, labels := make([]int64, 0, n*maxLen), make([]int64, 0, n*maxLen), make([]int64, 0, n*maxLen)
+	// The dataset: TRL's SFT preparation of the file's "messages" rows, by the tokenizer's own template
+	// (saved with it): each conversation rendered and tokenized, truncated to maxLen tokens, labels -100
+	// outside the assistant's tokens; each batch TRL's collator's, padded to its longest row (labels -100
+	// on the padding).
+	dataOptions := map[string]any{"mode": "sft", "assistant_only_loss": true, "max_length": maxLen}
+	ds := must(acc.DatasetFromFiles(*data, tok, dataOptions))
+	defer ds.Close()
+	n := must(ds.Len())
+	// Each row as the collator gives it: conversation 0's ids decoded (the template's text), and the labels
+	// the loss learns counted.
 	supervised := 0
-	for i, conversation := range conversations {
-		text, enc := must2(tok.ApplyChatTemplateEncoded(conversation, templateOptions))
-		row, att, assistant := must(enc.InputIDs(0)), must(enc.AttentionMask(0)), must(enc.AssistantMasks(0))
-		enc.Close()
-		for t := 0; t < maxLen; t++ {
-			label := int64(-100)
-			if assistant[t] != 0 && att[t] != 0 {
-				label = row[t]
+	for i := int64(0); i < n; i++ {
+		row := must(ds.GetBatch([]int64{i}))
+		ids, labels := must(row.Get("input_ids")), must(row.Get("labels"))
+		for _, label := range must(labels.Int64s()) {
+			if label != -100 {
 				supervised++
 			}
-			ids, mask, labels = append(ids, row[t]), append(mask, att[t]), append(labels, label)
 		}
 		if i == 0 && isMain {
-			fmt.Printf("conversation 0 as the template renders it:\n%s\n", text)
+			fmt.Printf("conversation 0 as the template renders it:\n%s\n", must(tok.Decode(must(ids.Int64s()), nil)))
 		}
-	}
-	var columns []acc.NamedTensor
-	for _, c := range []struct {
-		name   string
-		values []int64
-	}{{"input_ids", ids}, {"attention_mask", mask}, {"labels", labels}} {
-		columns = append(columns, acc.NamedTensor{Name: c.name, Tensor: must(acc.FromInt64(c.values, int64(n), maxLen))})
-	}
-	table := must(acc.NewBatch(columns...))
-	ds := must(acc.DatasetFromBatch(table)) // copies the columns
-	defer ds.Close()
-	table.Close()
-	for _, c := range columns {
-		c.Tensor.Close()
+		ids.Close()
+		labels.Close()
+		row.Close()
 	}
 	dl := must(acc.NewDataLoader(ds, map[string]any{"batch_size": *batch, "shuffle": true, "seed": 42, "drop_last": true}))
 	defer dl.Close()

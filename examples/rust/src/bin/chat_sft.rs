@@ -1,12 +1,14 @@
 //! examples/c/chat_sft.c in Rust: chat fine-tuning with no Python anywhere. A JSONL file of
-//! conversations (examples/data/chat_sft.jsonl, one JSON array of messages a line) becomes a byte-level
-//! BPE tokenizer trained on it (`acc::Tokenizer::train_bpe`: tokenizers' BpeTrainer, a from-scratch
-//! model's first step) with Qwen2's ChatML chat template; every conversation is rendered and tokenized by
-//! that template (`apply_chat_template_encoded`) with the loss on the assistant's tokens only (the
-//! template's `{% generation %}` blocks, as TRL's assistant_only_loss); a small Llama built from a config
-//! is fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings and head trained whole
-//! since the base is fresh) in any number of processes; then it answers a question as text, the pieces
-//! coming from an iterator as transformers' TextStreamer prints them (`Model::generate_text_stream`).
+//! conversations in TRL's conversational format (examples/data/chat_sft.jsonl, `{"messages": [...]}` a
+//! line) becomes a byte-level BPE tokenizer trained on it (`acc::Tokenizer::train_bpe`: tokenizers'
+//! BpeTrainer, a from-scratch model's first step) with Qwen2's ChatML chat template; the file becomes a
+//! dataset as TRL's SFTTrainer prepares one (`Dataset::from_files`, mode "sft"): every conversation
+//! rendered by that template and tokenized, truncated to 64 tokens, with the loss on the assistant's
+//! tokens only (the template's `{% generation %}` blocks: assistant_only_loss), batched by TRL's
+//! collator; a small Llama built from a config is fine-tuned with LoRA (peft's: r 16 on every linear
+//! layer, the embeddings and head trained whole since the base is fresh) in any number of processes;
+//! then it answers a question as text, the pieces coming from an iterator as transformers'
+//! TextStreamer prints them (`Model::generate_text_stream`).
 //! It prints what the C program prints.
 //!
 //! ```text
@@ -19,7 +21,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use acc::{Accelerator, DataLoader, Dataset, Model, NamedBatch, Optimizer, ReduceOp, Tensor, Tokenizer};
+use acc::{Accelerator, DataLoader, Dataset, Model, Optimizer, ReduceOp, Tokenizer};
 use serde_json::json;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -111,34 +113,25 @@ fn run(args: &Args) -> Result<(), Error> {
     accel.wait_for_everyone()?;
     let tok = Arc::new(Tokenizer::from_pretrained(tok_dir)?);
 
-    // Every conversation rendered by the tokenizer's template and tokenized, truncated and padded to
-    // MAX_LEN: input_ids, attention_mask and labels (-100 outside the assistant's tokens and on padding,
-    // as transformers' collators).
-    let template_options = json!({"truncation": true, "max_length": MAX_LEN, "padding": "max_length"}).to_string();
-    let n = conversations.len();
-    let (mut ids, mut mask, mut labels) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, conversation) in conversations.iter().enumerate() {
-        let (rendered, enc) = tok.apply_chat_template_encoded(conversation, Some(&template_options))?;
-        let (row, att, assistant) = (enc.input_ids(0)?, enc.attention_mask(0)?, enc.assistant_masks(0)?);
-        for t in 0..MAX_LEN {
-            let learn = assistant[t] != 0 && att[t] != 0;
-            ids.push(row[t]);
-            mask.push(att[t]);
-            labels.push(if learn { row[t] } else { -100 });
-        }
+    // The dataset: TRL's SFT preparation of the file's "messages" rows, by the tokenizer's own template
+    // (saved with it): each conversation rendered and tokenized, truncated to MAX_LEN tokens, labels -100
+    // outside the assistant's tokens; each batch TRL's collator's, padded to its longest row (labels -100
+    // on the padding).
+    let data_options = json!({"mode": "sft", "assistant_only_loss": true, "max_length": MAX_LEN}).to_string();
+    let ds = Dataset::from_files(Some(&args.data), &tok, Some(&data_options))?;
+    let n = ds.len()?;
+    // Each row as the collator gives it: conversation 0's ids decoded (the template's text), and the
+    // labels the loss learns counted.
+    let mut supervised = 0;
+    for i in 0..n {
+        let row = ds.get_batch(&[i])?;
+        let labels = row.get("labels")?.to_vec::<i64>()?;
+        supervised += labels.iter().filter(|&&l| l != -100).count();
         if i == 0 && is_main {
+            let rendered = tok.decode(&row.get("input_ids")?.to_vec::<i64>()?, None)?;
             println!("conversation 0 as the template renders it:\n{rendered}");
         }
     }
-    let supervised = labels.iter().filter(|&&l| l != -100).count();
-    let shape = [n as i64, MAX_LEN as i64];
-    let (ids, mask, labels) = (
-        Tensor::from_vec(ids, &shape)?,
-        Tensor::from_vec(mask, &shape)?,
-        Tensor::from_vec(labels, &shape)?,
-    );
-    let columns = NamedBatch::from_tensors([("input_ids", &ids), ("attention_mask", &mask), ("labels", &labels)])?;
-    let ds = Dataset::from_batch(&columns)?;
     let dl = DataLoader::new(
         &ds,
         &json!({"batch_size": args.batch, "shuffle": true, "seed": 42, "drop_last": true}).to_string(),

@@ -4,7 +4,6 @@ import ai.acc.Accelerator;
 import ai.acc.Batch;
 import ai.acc.DataLoader;
 import ai.acc.Dataset;
-import ai.acc.Encoding;
 import ai.acc.Model;
 import ai.acc.Optimizer;
 import ai.acc.ReduceOp;
@@ -13,23 +12,22 @@ import ai.acc.Tokenizer;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
  * examples/c/chat_sft.c in Java: chat fine-tuning with no Python anywhere. A JSONL file of conversations
- * (examples/data/chat_sft.jsonl, one JSON array of messages a line) becomes a byte-level BPE tokenizer
- * trained on it ({@link Tokenizer#trainBpe}: tokenizers' BpeTrainer, a from-scratch model's first step)
- * with Qwen2's ChatML chat template; every conversation is rendered and tokenized by that template
- * ({@link Tokenizer#applyChatTemplateEncoded}) with the loss on the assistant's tokens only (the
- * template's {@code {% generation %}} blocks, as TRL's assistant_only_loss); a small Llama built from a
- * config is fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings and head trained
- * whole since the base is fresh) in any number of processes; then it answers a question as text, each
- * piece handed to a {@link Model.TextListener} as transformers' TextStreamer prints it. It prints what
- * the C program prints.
+ * in TRL's conversational format (examples/data/chat_sft.jsonl, {@code {"messages": [...]}} a line)
+ * becomes a byte-level BPE tokenizer trained on it ({@link Tokenizer#trainBpe}: tokenizers' BpeTrainer, a
+ * from-scratch model's first step) with Qwen2's ChatML chat template; the file becomes a dataset as TRL's
+ * SFTTrainer prepares one ({@link Dataset#fromFiles}, mode "sft"): every conversation rendered by that
+ * template and tokenized, truncated to 64 tokens, with the loss on the assistant's tokens only (the
+ * template's {@code {% generation %}} blocks: assistant_only_loss), batched by TRL's collator; a small
+ * Llama built from a config is fine-tuned with LoRA (peft's: r 16 on every linear layer, the embeddings
+ * and head trained whole since the base is fresh) in any number of processes; then it answers a question
+ * as text, each piece handed to a {@link Model.TextListener} as transformers' TextStreamer prints it. It
+ * prints what the C program prints.
  *
  * <pre>
  * acc launch --num_processes 2 java -cp acc-1.4.0.jar:classes ai.acc.examples.ChatSft
@@ -110,10 +108,16 @@ public final class ChatSft {
       }
       acc.waitForEveryone();
 
+      // The dataset: TRL's SFT preparation of the file's "messages" rows, by the tokenizer's own template
+      // (saved with it): each conversation rendered and tokenized, truncated to MAX_LEN tokens, labels -100
+      // outside the assistant's tokens; each batch TRL's collator's, padded to its longest row (labels -100
+      // on the padding).
       try (Tokenizer tok = Tokenizer.fromPretrained(tokDir);
-          Tokenized chats = tokenize(tok, conversations, isMain);
-          DataLoader dl = DataLoader.create(chats.dataset(),
+          Dataset ds = Dataset.fromFiles(data, tok,
+              "{\"mode\": \"sft\", \"assistant_only_loss\": true, \"max_length\": " + MAX_LEN + "}");
+          DataLoader dl = DataLoader.create(ds,
               "{\"batch_size\": " + batch + ", \"shuffle\": true, \"seed\": 42, \"drop_last\": true}")) {
+        long supervised = supervised(tok, ds, isMain);
         // A small Llama sized to the tokenizer, with a LoRA adapter.
         Matcher len = Pattern.compile("\"len\":\\s*(\\d+)").matcher(tok.info());
         long vocab = len.find() ? Long.parseLong(len.group(1)) : 0;
@@ -130,7 +134,7 @@ public final class ChatSft {
             acc.prepare(model, opt, null, dl);
             if (isMain) {
               System.out.printf("%d conversations, %d assistant tokens to learn; vocabulary %d; LoRA %s; %d steps%n",
-                  conversations.size(), chats.supervised(), vocab, LORA, steps);
+                  ds.length(), supervised, vocab, LORA, steps);
             }
             train(acc, model, opt, dl, steps);
           }
@@ -155,49 +159,23 @@ public final class ChatSft {
     }
   }
 
-  /** The conversations as a dataset, and how many assistant tokens it has to learn. Closing it closes the dataset. */
-  record Tokenized(Dataset dataset, long supervised) implements AutoCloseable {
-    @Override
-    public void close() {
-      dataset.close();
-    }
-  }
-
   /**
-   * Every conversation rendered by the tokenizer's template and tokenized, truncated and padded to
-   * MAX_LEN: input_ids, attention_mask and labels (-100 outside the assistant's tokens and on padding, as
-   * transformers' collators), as a dataset of named columns.
+   * Each row of the dataset as the collator gives it: conversation 0's ids decoded (the template's text)
+   * and printed by the main process, and the labels the loss learns counted.
    */
-  static Tokenized tokenize(Tokenizer tok, List<String> conversations, boolean isMain) {
-    String options = "{\"truncation\": true, \"max_length\": " + MAX_LEN + ", \"padding\": \"max_length\"}";
-    int n = conversations.size();
-    long[] ids = new long[n * MAX_LEN], mask = new long[n * MAX_LEN], labels = new long[n * MAX_LEN];
+  static long supervised(Tokenizer tok, Dataset ds, boolean isMain) {
     long supervised = 0;
-    for (int i = 0; i < n; ++i) {
-      try (Tokenizer.Chat chat = tok.applyChatTemplateEncoded(conversations.get(i), options)) {
-        Encoding enc = chat.encoding();
-        long[] row = enc.inputIds(0), att = enc.attentionMask(0), assistant = enc.assistantMasks(0);
-        for (int t = 0; t < MAX_LEN; ++t) {
-          boolean learn = assistant[t] != 0 && att[t] != 0;
-          ids[i * MAX_LEN + t] = row[t];
-          mask[i * MAX_LEN + t] = att[t];
-          labels[i * MAX_LEN + t] = learn ? row[t] : -100;
-          if (learn) ++supervised;
+    for (long i = 0, n = ds.length(); i < n; ++i) {
+      try (Batch row = ds.getBatch(i);
+          Tensor ids = row.get("input_ids");
+          Tensor labels = row.get("labels")) {
+        for (long label : labels.toLongs()) if (label != -100) ++supervised;
+        if (i == 0 && isMain) {
+          System.out.printf("conversation 0 as the template renders it:%n%s%n", tok.decode(ids.toLongs(), null));
         }
-        if (i == 0 && isMain) System.out.printf("conversation 0 as the template renders it:%n%s%n", chat.text());
       }
     }
-    try (Tensor tIds = Tensor.fromLongs(ids, n, MAX_LEN);
-        Tensor tMask = Tensor.fromLongs(mask, n, MAX_LEN);
-        Tensor tLabels = Tensor.fromLongs(labels, n, MAX_LEN)) {
-      Map<String, Tensor> columns = new LinkedHashMap<>();
-      columns.put("input_ids", tIds);
-      columns.put("attention_mask", tMask);
-      columns.put("labels", tLabels);
-      try (Batch b = Batch.of(columns)) {
-        return new Tokenized(Dataset.fromBatch(b), supervised); // the dataset copies the columns
-      }
-    }
+    return supervised;
   }
 
   /** The training loop: loss lines at step 1, every 50 and the last. */

@@ -120,5 +120,14 @@ def main():
     print("wrote", OUT)
 
 
+def refused():
+    """Parquet files in the codecs libacc does not build in (refused naming the codec): bad/rows.lz4.parquet and
+    bad/rows.brotli.parquet. Run alone: python -c 'import make_fixtures; make_fixtures.refused()'."""
+    t = table(rows(4))
+    for codec in ("lz4", "brotli"):
+        pq.write_table(t, os.path.join(HERE, "bad", f"rows.{codec}.parquet"), compression=codec)
+
+
 if __name__ == "__main__":
     main()
+    refused()

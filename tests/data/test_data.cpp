@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -432,6 +433,23 @@ TEST(DataBadInput, ParquetPageHeadersThatDoNotParse) {
   EXPECT_NE(err.find(path + ": corrupt Parquet file: column chunk 4 of row group 2: a bad page header"),
             std::string::npos) << err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// LZ4 and brotli are not built in (pyarrow, datasets and transformers write snappy, zstd or gzip): such pages are
+// refused naming the file and the codec (bad/rows.{lz4,brotli}.parquet, tests/data/make_fixtures.py refused()).
+TEST(DataBadInput, ParquetCodecsNotBuiltInAreRefusedByName) {
+  for (const std::string codec : {"LZ4", "BROTLI"}) {
+    std::string lower = codec;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string path = g_root + "/tests/data/bad/rows." + lower + ".parquet";
+    const std::string err = error_of([&] {
+      Reader r = Reader::open(path);
+      while (r.next_batch(100)) {
+      }
+    });
+    EXPECT_NE(err.find(path), std::string::npos) << err;
+    EXPECT_NE(err.find(codec), std::string::npos) << err;
+  }
 }
 
 TEST(DataBadInput, ArrowIpcLyingAboutLengths) {

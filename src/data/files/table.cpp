@@ -161,9 +161,9 @@ Reader Reader::open(const std::vector<std::string>& paths, const OpenOptions& op
   Info parsed;
   try {
     parsed = parse_info(info);
-  } catch (...) {
+  } catch (const std::exception& e) {  // the library's own output: a reading error of these files, as the others
     accdata_string_free(info);
-    throw;
+    throw std::runtime_error(paths.front() + ": " + e.what());
   }
   accdata_string_free(info);
   r.schema_ = std::move(parsed.fields);

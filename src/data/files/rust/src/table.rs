@@ -11,6 +11,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_ipc::reader::FileDecoder;
 use arrow_ipc::{Block, MessageHeader, MetadataVersion};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::basic::Compression;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 use parquet::arrow::ProjectionMask;
 
@@ -298,6 +299,23 @@ impl ParquetSource {
         let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| format!("{path}: {e}"))?;
         crate::pages::check(path, &file, len, meta.metadata())?;
         let proj = projection(meta.schema())?;
+        // Codecs left out of the build (Cargo.toml) are refused here, naming them, not as arrow-rs's "disabled feature".
+        for (g, group) in meta.metadata().row_groups().iter().enumerate() {
+            for (c, chunk) in group.columns().iter().enumerate() {
+                let unread = match chunk.compression() {
+                    Compression::LZO => "LZO",
+                    Compression::BROTLI(_) => "BROTLI",
+                    Compression::LZ4 => "LZ4",
+                    Compression::LZ4_RAW => "LZ4_RAW",
+                    _ => continue,
+                };
+                if proj.contains(&meta.parquet_schema().get_column_root_idx(c)) {
+                    return Err(format!(
+                        "{path}: column chunk {c} of row group {g} is compressed with {unread}, which libacc does not read (it reads uncompressed, SNAPPY, GZIP and ZSTD Parquet, what pyarrow and datasets write by default or when asked; rewrite the file with one of them)"
+                    ));
+                }
+            }
+        }
         let mask = ProjectionMask::roots(meta.parquet_schema(), proj.iter().copied());
         let mut groups = Vec::new();
         for g in meta.metadata().row_groups() {
@@ -707,6 +725,24 @@ fn plain_type(t: &DataType) -> DataType {
     }
 }
 
+/// The first name holding a NUL in a field and the fields nested in its type.
+fn nul_name(f: &Field) -> Option<String> {
+    if f.name().contains('\0') {
+        return Some(f.name().clone());
+    }
+    let mut t = f.data_type();
+    while let DataType::Dictionary(_, v) = t {
+        t = v;
+    }
+    match t {
+        DataType::Struct(fs) => fs.iter().find_map(|g| nul_name(g)),
+        DataType::Union(fs, _) => fs.iter().find_map(|(_, g)| nul_name(g)),
+        DataType::List(g) | DataType::LargeList(g) | DataType::ListView(g) | DataType::LargeListView(g)
+        | DataType::FixedSizeList(g, _) | DataType::Map(g, _) => nul_name(g),
+        _ => None,
+    }
+}
+
 impl Table {
     pub fn open(paths: &[String], options: Options) -> Res<Table> {
         if paths.is_empty() {
@@ -787,6 +823,11 @@ impl Table {
             fields.push(Field::new(f.name(), plain_type(f.data_type()), f.is_nullable()));
         }
         let schema = Arc::new(Schema::new(fields));
+        // Column names travel as C strings (an acc_batch's names, the reader's info): one holding a NUL, at any depth,
+        // is refused naming the file.
+        if let Some(n) = schema.fields().iter().find_map(|f| nul_name(f)) {
+            return Err(format!("{}: the column name {n:?} holds a NUL character, which libacc's column names cannot", files_list[0]));
+        }
         if format != Format::Jsonl && format != Format::Csv {
             for (k, s) in file_schema.iter().enumerate().skip(1) {
                 for f in schema.fields() {

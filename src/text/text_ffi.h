@@ -51,6 +51,7 @@ typedef struct {
   const char* pad_token;         /* NUL-terminated */
   size_t threads;                /* 0 or 1: the calling thread only */
   uint8_t return_overflowing;    /* the windows truncation cut off (with stride) follow each encoding */
+  uint8_t without_offsets;       /* 1: no offsets (the view's are NULL): the crate's faster encode_fast */
 } acctext_encode_options;
 
 /* n texts (and, where pairs is not NULL, n second sequences), encoded as transformers' batch call does. */
@@ -64,7 +65,8 @@ typedef struct {
   const uint32_t* type_ids;
   const uint32_t* attention_mask;
   const uint32_t* special_tokens_mask;
-  const size_t* offsets;       /* 2 * length: byte offsets [start, end) in the text of its sequence */
+  const size_t* offsets;       /* 2 * length: byte offsets [start, end) in the text of its sequence; NULL
+                                  when encoded without_offsets */
   const int32_t* sequence_ids; /* 0 the text, 1 the pair, -1 a special or padding token */
   size_t sample;               /* the input it came from (overflowing windows: overflow_to_sample_mapping) */
 } acctext_encoding_view;

@@ -348,6 +348,7 @@ std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string_view
   }
   c.threads = o.threads;
   c.return_overflowing = o.return_overflowing_tokens;
+  c.without_offsets = !o.offsets;
   std::vector<const char*> tp(texts.size()), pp(pairs ? pairs->size() : 0);
   std::vector<size_t> tl(texts.size()), pl(pp.size());
   for (size_t i = 0; i < texts.size(); ++i) tp[i] = texts[i].data(), tl[i] = texts[i].size();
@@ -369,8 +370,10 @@ std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string_view
     e.special_tokens_mask.assign(v.special_tokens_mask, v.special_tokens_mask + v.length);
     e.sequence_ids.assign(v.sequence_ids, v.sequence_ids + v.length);
     e.sample = v.sample;
-    e.offsets.resize(v.length);
-    for (size_t k = 0; k < v.length; ++k) e.offsets[k] = {v.offsets[2 * k], v.offsets[2 * k + 1]};
+    if (v.offsets) {
+      e.offsets.resize(v.length);
+      for (size_t k = 0; k < v.length; ++k) e.offsets[k] = {v.offsets[2 * k], v.offsets[2 * k + 1]};
+    }
   }
   return out;
 }

@@ -45,6 +45,8 @@ struct EncodeOptions {
   // transformers' return_overflowing_tokens: the windows truncation cut off (stride tokens overlapping) follow
   // each input's encoding as further rows.
   bool return_overflowing_tokens = false;
+  // false: Encoding::offsets left empty, the crate's faster path (for ids-only work: datasets).
+  bool offsets = true;
 };
 
 struct AddedToken {

@@ -90,6 +90,7 @@ std::string tools_of(const Table& rows, size_t row) {
 Examples tokenize(const text::Tokenizer& tok, const Table& rows, const TokenizeOptions& o, const RunOptions& run) {
   const auto& cells = rows.column(o.column);
   text::EncodeOptions e;
+  e.offsets = false;  // ids only
   e.add_special_tokens = o.add_special_tokens;
   e.truncation = o.truncation ? text::Truncation::LongestFirst : text::Truncation::None;
   e.max_length = o.max_length;
@@ -137,7 +138,8 @@ Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOpt
   Examples out = run_sliced(rows.rows(), run.threads, [&](size_t begin, size_t end, Examples& part) {
     auto& ids_col = part.add("input_ids");
     auto& labels_col = part.add("labels");
-    text::EncodeOptions plain;  // tok(text): special tokens added, no truncation
+    text::EncodeOptions plain;  // tok(text): special tokens added, no truncation; ids only
+    plain.offsets = false;
     std::vector<int64_t> ids, completion_mask, assistant_mask, labels;
     for (size_t r = begin; r < end; ++r) {
       completion_mask.clear();

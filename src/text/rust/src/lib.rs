@@ -129,6 +129,7 @@ pub struct EncodeOptionsC {
     pad_token: *const c_char,
     threads: usize,
     return_overflowing: u8,
+    without_offsets: u8,
 }
 
 pub struct AccTextEncodings {
@@ -163,6 +164,7 @@ pub extern "C" fn acctext_encode(
             truncation: (o.truncate != 0).then(|| tokenizer::truncation(o.truncation_strategy, o.truncate_left != 0, o.max_length, o.stride)),
             padding: tokenizer::padding(o.padding, o.pad_left != 0, o.pad_length, o.pad_to_multiple_of, o.pad_id, o.pad_type_id, pad_token),
             threads: o.threads,
+            offsets: o.without_offsets == 0,
         };
         let mut encodings = Vec::new();
         let mut samples = Vec::new();
@@ -175,7 +177,11 @@ pub extern "C" fn acctext_encode(
                 encodings.extend(overflowing);
             }
         }
-        let offsets = encodings.iter().map(|e| e.get_offsets().iter().flat_map(|&(a, b)| [a, b]).collect()).collect();
+        let offsets = if o.without_offsets != 0 {
+            Vec::new()
+        } else {
+            encodings.iter().map(|e| e.get_offsets().iter().flat_map(|&(a, b)| [a, b]).collect()).collect()
+        };
         let sequence_ids = encodings.iter().map(|e| e.get_sequence_ids().iter().map(|s| s.map_or(-1, |x| x as i32)).collect()).collect();
         unsafe { *out = Box::into_raw(Box::new(AccTextEncodings { encodings, samples, offsets, sequence_ids })) };
         Ok(())
@@ -210,7 +216,7 @@ pub extern "C" fn acctext_encodings_view(e: *const AccTextEncodings, i: usize, v
             type_ids: enc.get_type_ids().as_ptr(),
             attention_mask: enc.get_attention_mask().as_ptr(),
             special_tokens_mask: enc.get_special_tokens_mask().as_ptr(),
-            offsets: e.offsets[i].as_ptr(),
+            offsets: e.offsets.get(i).map_or(std::ptr::null(), |o| o.as_ptr()),
             sequence_ids: e.sequence_ids[i].as_ptr(),
             sample: e.samples[i],
         }

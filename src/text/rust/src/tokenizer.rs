@@ -24,6 +24,8 @@ pub struct EncodeOptions {
     pub truncation: Option<TruncationParams>,
     pub padding: Option<PaddingParams>,
     pub threads: usize,
+    /// false: encode_fast, which skips the offsets (a sixth of the time of tokenizing a dataset)
+    pub offsets: bool,
 }
 
 /// Look-around that only a backtracking matcher runs is accepted only where its errors are reported
@@ -145,9 +147,11 @@ impl Handle {
             return self.encode_windows(inputs, t, o);
         }
         let tok = self.for_truncation(&o.truncation)?;
-        let encode_all = |items: &[EncodeInput<'_>]| -> Res<Vec<Encoding>> {
-            items.iter().map(|i| tok.encode(i.clone(), o.add_special_tokens).map_err(|e| e.to_string())).collect()
+        let encode_one = |i: &EncodeInput<'_>| {
+            let r = if o.offsets { tok.encode(i.clone(), o.add_special_tokens) } else { tok.encode_fast(i.clone(), o.add_special_tokens) };
+            r.map_err(|e| e.to_string())
         };
+        let encode_all = |items: &[EncodeInput<'_>]| -> Res<Vec<Encoding>> { items.iter().map(encode_one).collect() };
         let mut out = if o.threads <= 1 || inputs.len() < 2 {
             encode_all(&inputs)?
         } else {
@@ -155,7 +159,7 @@ impl Handle {
             // thread idle, and threads made per call cost more than short batches take).
             use rayon::prelude::*;
             pool(o.threads)?.install(|| {
-                inputs.par_iter().map(|i| tok.encode(i.clone(), o.add_special_tokens).map_err(|e| e.to_string())).collect::<Res<Vec<_>>>()
+                inputs.par_iter().map(encode_one).collect::<Res<Vec<_>>>()
             })?
         };
         if let Some(p) = &o.padding {

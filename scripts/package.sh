@@ -272,6 +272,27 @@ for so in "${!bundled[@]}"; do
 done
 [[ -n ${lic_done[libgomp]:-} || ! -e $stage/lib/libgomp.so.1 ]] || {
   mkdir -p "$lic/libgomp"; cp /usr/share/doc/libgomp1/copyright "$lic/libgomp/copyright"; }
+# The Rust crates compiled into libacc_text.so and libacc_data.so (Cargo.lock's): each one's licence files, from
+# cargo's sources (scripts/setup.sh fetched them), in share/licenses/rust-crates/NAME-VERSION.
+for manifest in "$root/src/text/rust/Cargo.toml" "$root/src/data/files/rust/Cargo.toml"; do
+  "${CARGO:-cargo}" metadata --offline --locked --format-version 1 --manifest-path "$manifest" \
+    --filter-platform "$(rustc -vV | sed -n 's/^host: //p')" |
+    python3 -c 'import json, os, sys
+for p in json.load(sys.stdin)["packages"]:
+    if p["source"]:
+        print(p["name"] + "-" + p["version"], os.path.dirname(p["manifest_path"]), p.get("license") or "unknown")' |
+    while read -r crate dir license; do
+      dest=$lic/rust-crates/$crate
+      [[ -d $dest ]] && continue
+      mkdir -p "$dest"
+      for f in "$dir"/*; do
+        [[ -f $f ]] && [[ $(basename "$f") =~ ^(LICEN[CS]E|NOTICE|COPYING|COPYRIGHT) ]] && cp "$f" "$dest/"
+      done
+      # A crate that ships no licence file: its Cargo.toml's licence expression.
+      [[ -n $(ls -A "$dest") ]] || echo "$license (Cargo.toml's license field)" >"$dest/LICENSE-from-Cargo.toml"
+    done
+  [[ ${PIPESTATUS[0]} == 0 ]] || { echo "package.sh: cargo metadata failed for $manifest" >&2; exit 1; }
+done
 
 # What the bundle asks of the machine: the newest glibc and libstdc++ symbol versions any file in it uses.
 max_ver() {  # prefix

@@ -10,6 +10,10 @@
  * question as text, streamed in pieces as transformers' TextStreamer prints them (acc_generate_text).
  *
  *   acc launch --num_processes 2 chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT]
+ *                                         [--profile DIR]
+ *
+ * --profile DIR: steps 11 to 30 recorded by the profiler, a Chrome trace per process in DIR (bench/data_share.py
+ * reads the share of acc::data, the loader's next batch, in them).
  *
  * OUT/tokenizer holds the tokenizer (transformers' AutoTokenizer loads it), OUT/adapter the adapter.
  */
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
   const char* data = "examples/data/chat_sft.jsonl";
   const char* out_dir = "out/chat_sft";
   const char* prompt = "What is the capital of Japan?";
+  const char* profile_dir = NULL;
   int steps = 300, batch = 16;
   for (int i = 1; i < argc; ++i) {
     const char* flag = argv[i];
@@ -105,8 +110,10 @@ int main(int argc, char** argv) {
     else if (!strcmp(flag, "--prompt")) prompt = value;
     else if (!strcmp(flag, "--steps")) steps = atoi(value);
     else if (!strcmp(flag, "--batch")) batch = atoi(value);
+    else if (!strcmp(flag, "--profile")) profile_dir = value;
     else {
-      fprintf(stderr, "usage: chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT]\n");
+      fprintf(stderr,
+              "usage: chat_sft [--data FILE] [--steps N] [--batch B] [--out DIR] [--prompt TEXT] [--profile DIR]\n");
       return 2;
     }
   }
@@ -226,6 +233,13 @@ int main(int argc, char** argv) {
     printf("%lld conversations, %lld assistant tokens to learn; vocabulary %lld; LoRA %s; %d steps\n",
            (long long)n_conv, (long long)supervised, vocab, kLora, steps);
 
+  if (profile_dir) {
+    char kwargs[4096]; /* DIR as a JSON string: a plain path (no quotes or backslashes) */
+    snprintf(kwargs, sizeof kwargs,
+             "{\"schedule_option\": {\"wait\": 8, \"warmup\": 2, \"active\": 20, \"repeat\": 1}, \"output_trace_dir\": \"%s\"}",
+             profile_dir);
+    CHECK(acc_profile_begin(acc, kwargs));
+  }
   for (int step = 1; step <= steps;) {
     acc_batch *b, *out;
     CHECK(acc_dataloader_next_batch(dl, &b));
@@ -246,8 +260,10 @@ int main(int argc, char** argv) {
     acc_tensor_destroy(loss);
     acc_batch_destroy(out);
     acc_batch_destroy(b);
+    if (profile_dir) CHECK(acc_profile_step(acc));
     ++step;
   }
+  if (profile_dir) CHECK(acc_profile_end(acc));
   CHECK(acc_model_save_adapter(model, adapter_dir));
 
   /* The question, rendered by the template with the assistant's header, answered as text. */

@@ -4,8 +4,7 @@
 //! library's allocator counts what that thread allocates minus what it frees; an allocation past the budget fails,
 //! and the allocation-error hook turns that failure into an unwind (instead of std's abort) which `within` catches.
 //! The hook is std's unstable `alloc_error_hook`, hence RUSTC_BOOTSTRAP for this crate alone (../../cargo_build.sh).
-use mimalloc::MiMalloc;
-use std::alloc::{GlobalAlloc, Layout};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -60,23 +59,23 @@ unsafe impl GlobalAlloc for Budgeted {
         if !take(layout.size()) {
             return std::ptr::null_mut();
         }
-        MiMalloc.alloc(layout)
+        System.alloc(layout)
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if !take(layout.size()) {
             return std::ptr::null_mut();
         }
-        MiMalloc.alloc_zeroed(layout)
+        System.alloc_zeroed(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         give(layout.size());
-        MiMalloc.dealloc(ptr, layout)
+        System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size > layout.size() && !take(new_size - layout.size()) {
             return std::ptr::null_mut();
         }
-        let p = MiMalloc.realloc(ptr, layout, new_size);
+        let p = System.realloc(ptr, layout, new_size);
         if p.is_null() {
             give(new_size.saturating_sub(layout.size()));
         } else if new_size < layout.size() {

@@ -4,7 +4,8 @@
 //! library's allocator counts what that thread allocates minus what it frees; an allocation past the budget fails,
 //! and the allocation-error hook turns that failure into an unwind (instead of std's abort) which `within` catches.
 //! The hook is std's unstable `alloc_error_hook`, hence RUSTC_BOOTSTRAP for this crate alone (../../cargo_build.sh).
-use std::alloc::{GlobalAlloc, Layout, System};
+use mimalloc::MiMalloc;
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,23 +60,23 @@ unsafe impl GlobalAlloc for Budgeted {
         if !take(layout.size()) {
             return std::ptr::null_mut();
         }
-        System.alloc(layout)
+        MiMalloc.alloc(layout)
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if !take(layout.size()) {
             return std::ptr::null_mut();
         }
-        System.alloc_zeroed(layout)
+        MiMalloc.alloc_zeroed(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         give(layout.size());
-        System.dealloc(ptr, layout)
+        MiMalloc.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size > layout.size() && !take(new_size - layout.size()) {
             return std::ptr::null_mut();
         }
-        let p = System.realloc(ptr, layout, new_size);
+        let p = MiMalloc.realloc(ptr, layout, new_size);
         if p.is_null() {
             give(new_size.saturating_sub(layout.size()));
         } else if new_size < layout.size() {

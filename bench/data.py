@@ -103,24 +103,22 @@ def run_libacc(build, path, folder, workload, procs, batch):
     eos = eos.get("content") if isinstance(eos, dict) else eos
     if cfg.get("pad_token") is None and workload == "pad":
         options["pad_token"] = eos  # as the Python side: tok.pad_token = tok.eos_token
-    t0 = time.perf_counter()
-    p = subprocess.run([os.path.join(build, "bench", "data_bench"), path, folder, json.dumps(options), str(batch)],
-                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.exit(f"data_bench failed: {p.stderr}")
-    r = json.loads(p.stdout.strip().splitlines()[-1])
-    r["wall_s"] = wall
-    return r
+    cmd = [os.path.join(build, "bench", "data_bench"), path, folder, json.dumps(options), str(batch)]
+    return timed("data_bench", cmd, OMP_NUM_THREADS="1")
 
 
 def run_python(path, folder, workload, procs, batch):
+    return timed("python side", [PY, "-c", PYTHON_SIDE, path, folder, workload, str(procs), str(batch)],
+                 TOKENIZERS_PARALLELISM="true", OMP_NUM_THREADS="1")
+
+
+def timed(what, cmd, **env):
+    """A side's run: the JSON of its last line, with its wall time as "wall_s"."""
     t0 = time.perf_counter()
-    p = subprocess.run([PY, "-c", PYTHON_SIDE, path, folder, workload, str(procs), str(batch)], capture_output=True,
-                       text=True, env=dict(os.environ, TOKENIZERS_PARALLELISM="true", OMP_NUM_THREADS="1"))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env))
     wall = time.perf_counter() - t0
     if p.returncode != 0:
-        sys.exit(f"python side failed: {p.stderr[-3000:]}")
+        sys.exit(f"{what} failed: {p.stderr[-3000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["wall_s"] = wall
     return r

@@ -235,6 +235,23 @@ std::string error_of(F f) {
   return "(no error)";
 }
 
+// Rows go to the threads in chunks (prep_internal.hpp run_chunked, 256 rows each): on many chunks the result is the
+// one thread's, and of two bad rows in different chunks the first is named, whatever thread met which.
+TEST(PrepThreads, ChunksJoinInRowOrderAndTheFirstErrorIsNamed) {
+  auto tok = tiny();
+  std::vector<std::string> texts;
+  for (int i = 0; i < 1000; ++i) texts.push_back("row " + std::to_string(i) + std::string(i % 37, 'x'));
+  Table t = text_rows(texts);
+  const Examples one = data::tokenize(*tok, t, {}, data::RunOptions{1});
+  ASSERT_EQ(one.rows(), 1000u);
+  for (size_t threads : {2, 3, 8}) EXPECT_EQ(data::tokenize(*tok, t, {}, data::RunOptions{threads}), one) << threads;
+  t.cells[0][300] = "null";
+  t.cells[0][900] = "null";
+  for (size_t threads : {1, 3})
+    EXPECT_NE(error_of([&] { data::tokenize(*tok, t, {}, data::RunOptions{threads}); }).find("column 'text' row 300"),
+              std::string::npos) << threads;
+}
+
 TEST(PrepErrors, NameTheCulprit) {
   auto tok = tiny();
   Table t = text_rows({"fine", "also fine"});

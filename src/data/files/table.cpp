@@ -161,7 +161,7 @@ Reader Reader::open(const std::vector<std::string>& paths, const OpenOptions& op
   Info parsed;
   try {
     parsed = parse_info(info);
-  } catch (const std::exception& e) {  // the library's own output: a reading error of these files, as the others
+  } catch (const std::exception& e) {  // what the files hold made it unreadable: the reader's error, naming them
     accdata_string_free(info);
     throw std::runtime_error(paths.front() + ": " + e.what());
   }

@@ -23,7 +23,7 @@ std::string join_names(const std::vector<std::string>& names);
 inline constexpr size_t kRowsPerChunk = 256;
 
 template <class Work>
-Examples run_sliced(size_t n, size_t threads, Work work) {
+Examples run_chunked(size_t n, size_t threads, Work work) {
   const size_t chunks = std::max<size_t>(1, (n + kRowsPerChunk - 1) / kRowsPerChunk);
   threads = std::max<size_t>(1, std::min(threads, chunks));
   std::vector<Examples> parts(chunks);

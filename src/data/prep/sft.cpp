@@ -94,7 +94,7 @@ Examples tokenize(const text::Tokenizer& tok, const Table& rows, const TokenizeO
   e.add_special_tokens = o.add_special_tokens;
   e.truncation = o.truncation ? text::Truncation::LongestFirst : text::Truncation::None;
   e.max_length = o.max_length;
-  return run_sliced(cells.size(), run.threads, [&](size_t begin, size_t end, Examples& out) {
+  return run_chunked(cells.size(), run.threads, [&](size_t begin, size_t end, Examples& out) {
     std::vector<std::string> texts;
     for (size_t i = begin; i < end; ++i) texts.push_back(string_cell(cells[i], o.column, i));
     std::vector<std::string_view> views(texts.begin(), texts.end());
@@ -135,7 +135,7 @@ Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOpt
   };
   auto with_eos = [&](std::string s) { return ends_with(s, eos) ? s : s + eos; };
 
-  Examples out = run_sliced(rows.rows(), run.threads, [&](size_t begin, size_t end, Examples& part) {
+  Examples out = run_chunked(rows.rows(), run.threads, [&](size_t begin, size_t end, Examples& part) {
     auto& ids_col = part.add("input_ids");
     auto& labels_col = part.add("labels");
     text::EncodeOptions plain;  // tok(text): special tokens added, no truncation; ids only

@@ -1284,7 +1284,7 @@ def case_sharded():
         expect(p.returncode == 0 and "SCALE" in p.stdout, "fp16 under ZeRO-2: every process skips the same steps",
                p.stdout + p.stderr)
         # DDP communication hooks (ddp_kwargs.comm_hook): fp16 / bf16 compression converges as uncompressed DDP
-        # does (the traffic halves: test_core's Ddp.CompressionHooksHalveTheTraffic).
+        # does (the traffic halves: test_ddp's Ddp.CompressionHooksHalveTheTraffic).
         losses, weights = {}, {}
         hooks = {"no": '"comm_hook": "no"', "fp16": '"comm_hook": "fp16"', "bf16": '"comm_hook": "bf16"',
                  # PowerSGD (rank 1: these layers are 10 wide) from step 10, with error feedback

@@ -319,197 +319,197 @@ Node triple(const std::vector<bool>& v) {
   return n;
 }
 
-}  // namespace
+// One key's coercion: the key, where the value goes, and the checks every kind of source value shares.
+class Coercion {
+ public:
+  Coercion(const KeySpec& k, Node& out) : k_(k), t_(k.types), out_(out) {}
 
-std::optional<std::string> coerce(const KeySpec& k, const Node& in, Node& out) {
-  const unsigned t = k.types;
-  auto bad = [&](const Node& shown) -> std::optional<std::string> {
-    return "'" + k.path + "' must be " + describe_type(k) + "; got " + brief_value(shown);
-  };
-  // A string value against the key's choices (canonical spelling when case-insensitive).
-  auto check_choice = [&](std::string& s, const Node& shown) -> std::optional<std::string> {
-    if (k.choices.empty()) return std::nullopt;
-    for (const auto& c : k.choices)
-      if (c == s || (k.ci && lower(c) == lower(s))) {
-        s = c;
-        return std::nullopt;
-      }
-    std::string msg = *bad(shown);
-    std::string near = closest_match(s, k.choices);
-    if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
-    return msg;
-  };
-  auto check_range = [&](double v, const Node& shown) -> std::optional<std::string> {
-    if ((k.min && v < *k.min) || (k.max && v > *k.max)) return bad(shown);
-    return std::nullopt;
-  };
-  auto finish = [&]() -> std::optional<std::string> {
-    if (k.fix) return k.fix(k, out);
-    return std::nullopt;
-  };
-
-  if (in.text) {
+  // A value from an environment variable or a flag: text, typed by what the key takes.
+  std::optional<std::string> text(const Node& in) {
     const std::string& s = in.raw;
     // Environment variables and flags: the limits a config file's strings have.
     if (s.size() > limits::kStringBytes)
-      return "'" + k.path + "' is longer than " + std::to_string(limits::kStringBytes) + " bytes (the limit)";
-    if (auto problem = text_problem(s)) return "'" + k.path + "' holds " + *problem;
-    if (t & tBool)
-      if (auto b = parse_bool(s)) {
-        out = Node::boolean(*b);
-        return finish();
-      }
-    if (t & (tInt | tNum))
-      if (auto v = parse_int(s)) {
-        out = Node::integer(*v);
-        if (auto e = check_range(static_cast<double>(*v), in)) return e;
-        return finish();
-      }
-    if ((t & tNum) && !(t & tInt))
-      if (auto v = parse_double(s)) {
-        out = Node::number(*v);
-        if (auto e = check_range(*v, in)) return e;
-        return finish();
-      }
-    if (t & tTriple)
-      if (auto v = parse_triple(s)) {
-        out = triple(*v);
-        return finish();
-      }
-    if ((t & tNull) && !(t & tStr) && (lower(s) == "none" || lower(s) == "null")) {
-      out = Node::null();
-      return finish();
-    }
-    if ((t & tList) && !(t & tStr)) {
-      out = Node{};
-      out.kind = Kind::List;
-      std::string_view rest = s;
-      while (!rest.empty()) {
-        size_t c = rest.find(',');
-        std::string item(trim(rest.substr(0, c)));
-        if (!item.empty()) {
-          if (auto e = check_choice(item, in)) return e;
-          out.list.push_back(Node::string(item));
-        }
-        if (c == std::string_view::npos) break;
-        rest.remove_prefix(c + 1);
-      }
-      return finish();
-    }
-    if (t & tStr) {
+      return "'" + k_.path + "' is longer than " + std::to_string(limits::kStringBytes) + " bytes (the limit)";
+    if (auto problem = text_problem(s)) return "'" + k_.path + "' holds " + *problem;
+    if (t_ & tBool)
+      if (auto b = parse_bool(s)) return set(Node::boolean(*b));
+    if (t_ & (tInt | tNum))
+      if (auto v = parse_int(s)) return set_ranged(Node::integer(*v), static_cast<double>(*v), in);
+    if ((t_ & tNum) && !(t_ & tInt))
+      if (auto v = parse_double(s)) return set_ranged(Node::number(*v), *v, in);
+    if (t_ & tTriple)
+      if (auto v = parse_triple(s)) return set(triple(*v));
+    if ((t_ & tNull) && !(t_ & tStr) && (lower(s) == "none" || lower(s) == "null")) return set(Node::null());
+    if ((t_ & tList) && !(t_ & tStr)) return text_list(s, in);
+    if (t_ & tStr) {
       std::string v = s;
       if (auto e = check_choice(v, in)) return e;
-      out = Node::string(v);
-      return finish();
+      return set(Node::string(v));
     }
-    if (t & tAny) {
+    if (t_ & tAny) {
       try {
-        out = strip(parse_json(s));
+        out_ = strip(parse_json(s));
       } catch (const Error&) {
-        out = Node::string(s);
+        out_ = Node::string(s);
       }
       return finish();
     }
     return bad(in);
   }
 
-  Node v = in;
-  // A YAML plain scalar that YAML typed as something this key does not take (`mixed_precision: no` is a YAML
-  // boolean, `gpu_ids: 0` an integer) is read as the text the user wrote.
-  if (v.plain && !accepts_kind(t, v.kind) && (t & (tStr | tList)) && v.kind != Kind::List && v.kind != Kind::Map) {
-    Node s = Node::string(v.raw);
-    s.from_yaml = true;
-    v = s;
-  }
-  switch (v.kind) {
-    case Kind::Null:
-      if (t & (tNull | tAny)) {
-        out = Node::null();
-        return finish();
-      }
-      return bad(v);
-    case Kind::Bool:
-      if (t & tBool) {
-        out = Node::boolean(v.b);
-        return finish();
-      }
-      break;
-    case Kind::Int:
-      if (t & (tInt | tNum)) {
-        out = Node::integer(v.i);
-        if (auto e = check_range(static_cast<double>(v.i), v)) return e;
-        return finish();
-      }
-      break;
-    case Kind::Double:
-      if ((t & tNum) && !(t & tInt)) {
-        out = Node::number(v.d);
-        if (auto e = check_range(v.d, v)) return e;
-        return finish();
-      }
-      break;
-    case Kind::String: {
-      if (t & tStr) {
-        std::string s = v.s;
-        if (auto e = check_choice(s, v)) return e;
-        out = Node::string(s);
-        return finish();
-      }
-      if (t & tList) {
-        std::string s = v.s;
-        if (auto e = check_choice(s, v)) return e;
-        out = Node{};
-        out.kind = Kind::List;
-        out.list.push_back(Node::string(s));
-        return finish();
-      }
-      if ((t & tBool) && v.from_yaml)  // Accelerate writes `downcast_bf16: 'no'`
-        if (auto b = parse_bool(v.s)) {
-          out = Node::boolean(*b);
-          return finish();
-        }
-      if (t & tTriple)  // Accelerate writes `override_linear_precision: (false, false, false)`
-        if (auto tr = parse_triple(v.s)) {
-          out = triple(*tr);
-          return finish();
-        }
-      break;
+  // A value from a config file (or the API): typed already, by YAML or JSON.
+  std::optional<std::string> typed(const Node& in) {
+    Node v = in;
+    // A YAML plain scalar that YAML typed as something this key does not take (`mixed_precision: no` is a YAML
+    // boolean, `gpu_ids: 0` an integer) is read as the text the user wrote.
+    if (v.plain && !accepts_kind(t_, v.kind) && (t_ & (tStr | tList)) && v.kind != Kind::List &&
+        v.kind != Kind::Map) {
+      Node s = Node::string(v.raw);
+      s.from_yaml = true;
+      v = s;
     }
-    case Kind::List: {
-      if ((t & tTriple) && v.list.size() == 3) {
-        std::vector<bool> bs;
-        for (const Node& e : v.list) {
-          if (e.kind == Kind::Bool) bs.push_back(e.b);
-          else if (e.from_yaml && e.kind == Kind::String && parse_bool(e.s)) bs.push_back(*parse_bool(e.s));
-          else break;
-        }
-        if (bs.size() == 3) {
-          out = triple(bs);
-          return finish();
-        }
-      }
-      if (t & tList) {
-        out = Node{};
-        out.kind = Kind::List;
-        for (const Node& e : v.list) {
-          std::string s;
-          if (e.kind == Kind::String) s = e.s;
-          else if (e.plain && e.kind != Kind::Null) s = e.raw;
-          else return bad(v);
-          if (auto err = check_choice(s, v)) return err;
-          out.list.push_back(Node::string(s));
-        }
-        return finish();
-      }
-      break;
+    switch (v.kind) {
+      case Kind::Null:
+        if (t_ & (tNull | tAny)) return set(Node::null());
+        return bad(v);
+      case Kind::Bool:
+        if (t_ & tBool) return set(Node::boolean(v.b));
+        break;
+      case Kind::Int:
+        if (t_ & (tInt | tNum)) return set_ranged(Node::integer(v.i), static_cast<double>(v.i), v);
+        break;
+      case Kind::Double:
+        if ((t_ & tNum) && !(t_ & tInt)) return set_ranged(Node::number(v.d), v.d, v);
+        break;
+      case Kind::String: return typed_string(v);
+      case Kind::List: return typed_list(v);
+      case Kind::Map: break;
     }
-    case Kind::Map: break;
+    return any_or_bad(v);
   }
-  if (t & tAny) {
-    out = strip(v);
+
+ private:
+  const KeySpec& k_;
+  const unsigned t_;
+  Node& out_;
+
+  std::optional<std::string> bad(const Node& shown) const {
+    return "'" + k_.path + "' must be " + describe_type(k_) + "; got " + brief_value(shown);
+  }
+
+  // A string value against the key's choices (canonical spelling when case-insensitive).
+  std::optional<std::string> check_choice(std::string& s, const Node& shown) const {
+    if (k_.choices.empty()) return std::nullopt;
+    for (const auto& c : k_.choices)
+      if (c == s || (k_.ci && lower(c) == lower(s))) {
+        s = c;
+        return std::nullopt;
+      }
+    std::string msg = *bad(shown);
+    std::string near = closest_match(s, k_.choices);
+    if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
+    return msg;
+  }
+
+  std::optional<std::string> check_range(double v, const Node& shown) const {
+    if ((k_.min && v < *k_.min) || (k_.max && v > *k_.max)) return bad(shown);
+    return std::nullopt;
+  }
+
+  std::optional<std::string> finish() {
+    if (k_.fix) return k_.fix(k_, out_);
+    return std::nullopt;
+  }
+
+  std::optional<std::string> set(Node value) {
+    out_ = std::move(value);
     return finish();
   }
-  return bad(v);
+
+  // A number: stored, then held to the key's range.
+  std::optional<std::string> set_ranged(Node value, double v, const Node& shown) {
+    out_ = std::move(value);
+    if (auto e = check_range(v, shown)) return e;
+    return finish();
+  }
+
+  // What no kind-specific rule took: any value where the key takes anything, else the type error.
+  std::optional<std::string> any_or_bad(const Node& v) {
+    if (t_ & tAny) return set(strip(v));
+    return bad(v);
+  }
+
+  // A comma-separated list of text (empty items dropped), each item held to the choices.
+  std::optional<std::string> text_list(const std::string& s, const Node& in) {
+    out_ = Node{};
+    out_.kind = Kind::List;
+    std::string_view rest = s;
+    while (!rest.empty()) {
+      size_t c = rest.find(',');
+      std::string item(trim(rest.substr(0, c)));
+      if (!item.empty()) {
+        if (auto e = check_choice(item, in)) return e;
+        out_.list.push_back(Node::string(item));
+      }
+      if (c == std::string_view::npos) break;
+      rest.remove_prefix(c + 1);
+    }
+    return finish();
+  }
+
+  std::optional<std::string> typed_string(const Node& v) {
+    if (t_ & tStr) {
+      std::string s = v.s;
+      if (auto e = check_choice(s, v)) return e;
+      return set(Node::string(s));
+    }
+    if (t_ & tList) {
+      std::string s = v.s;
+      if (auto e = check_choice(s, v)) return e;
+      out_ = Node{};
+      out_.kind = Kind::List;
+      out_.list.push_back(Node::string(s));
+      return finish();
+    }
+    if ((t_ & tBool) && v.from_yaml)  // Accelerate writes `downcast_bf16: 'no'`
+      if (auto b = parse_bool(v.s)) return set(Node::boolean(*b));
+    if (t_ & tTriple)  // Accelerate writes `override_linear_precision: (false, false, false)`
+      if (auto tr = parse_triple(v.s)) return set(triple(*tr));
+    return any_or_bad(v);
+  }
+
+  std::optional<std::string> typed_list(const Node& v) {
+    if ((t_ & tTriple) && v.list.size() == 3) {
+      std::vector<bool> bs;
+      for (const Node& e : v.list) {
+        if (e.kind == Kind::Bool) bs.push_back(e.b);
+        else if (e.from_yaml && e.kind == Kind::String && parse_bool(e.s)) bs.push_back(*parse_bool(e.s));
+        else break;
+      }
+      if (bs.size() == 3) return set(triple(bs));
+    }
+    if (t_ & tList) {
+      out_ = Node{};
+      out_.kind = Kind::List;
+      for (const Node& e : v.list) {
+        std::string s;
+        if (e.kind == Kind::String) s = e.s;
+        else if (e.plain && e.kind != Kind::Null) s = e.raw;
+        else return bad(v);
+        if (auto err = check_choice(s, v)) return err;
+        out_.list.push_back(Node::string(s));
+      }
+      return finish();
+    }
+    return any_or_bad(v);
+  }
+};
+
+}  // namespace
+
+std::optional<std::string> coerce(const KeySpec& k, const Node& in, Node& out) {
+  Coercion c(k, out);
+  return in.text ? c.text(in) : c.typed(in);
 }
 
 }  // namespace acc::config::detail

@@ -113,73 +113,8 @@ class Reader {
     n.line = line_;
     n.col = col();
     char c = t_[p_];
-    if (c == '{') {
-      n.kind = Kind::Map;
-      ++p_;
-      skip_ws();
-      if (p_ < t_.size() && t_[p_] == '}') {
-        ++p_;
-        return n;
-      }
-      std::unordered_set<std::string> keys;  // duplicate check in linear time
-      for (;;) {
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == '}') fail("trailing comma before '}'");
-        if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key, got " + here());
-        int kl = line_, kc = col();
-        std::string key = string_body(limits_.key_bytes, "key");
-        if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + quote(key));
-        if (keys.size() > limits_.keys_per_object)
-          fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)" +
-                              in_path());
-        skip_ws();
-        if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':' after key \"" + key + "\", got " + here());
-        ++p_;
-        skip_ws();
-        path_.push_back({&key, 0});
-        Node v = value(depth + 1);
-        path_.pop_back();
-        v.key_line = kl;
-        n.map.emplace_back(std::move(key), std::move(v));
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ',') {
-          ++p_;
-          continue;
-        }
-        if (p_ < t_.size() && t_[p_] == '}') {
-          ++p_;
-          return n;
-        }
-        fail("expected ',' or '}' in object, got " + here());
-      }
-    }
-    if (c == '[') {
-      n.kind = Kind::List;
-      ++p_;
-      skip_ws();
-      if (p_ < t_.size() && t_[p_] == ']') {
-        ++p_;
-        return n;
-      }
-      path_.push_back({nullptr, 0});
-      for (;;) {
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ']') fail("trailing comma before ']'");
-        path_.back().index = n.list.size();
-        n.list.push_back(value(depth + 1));
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ',') {
-          ++p_;
-          continue;
-        }
-        if (p_ < t_.size() && t_[p_] == ']') {
-          ++p_;
-          path_.pop_back();
-          return n;
-        }
-        fail("expected ',' or ']' in array, got " + here());
-      }
-    }
+    if (c == '{') return object(std::move(n), depth);
+    if (c == '[') return array(std::move(n), depth);
     if (c == '"') {
       n.kind = Kind::String;
       n.s = string_body(limits_.string_bytes, "string");
@@ -205,6 +140,77 @@ class Reader {
     }
     if (c == '-' || (c >= '0' && c <= '9')) return number(n);
     fail("expected a value, got " + here());
+  }
+
+  // An object, from its '{' (n holds the position): keys unique, at most keys_per_object of them.
+  Node object(Node n, int depth) {
+    n.kind = Kind::Map;
+    ++p_;
+    skip_ws();
+    if (p_ < t_.size() && t_[p_] == '}') {
+      ++p_;
+      return n;
+    }
+    std::unordered_set<std::string> keys;  // duplicate check in linear time
+    for (;;) {
+      skip_ws();
+      if (p_ < t_.size() && t_[p_] == '}') fail("trailing comma before '}'");
+      if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key, got " + here());
+      int kl = line_, kc = col();
+      std::string key = string_body(limits_.key_bytes, "key");
+      if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + quote(key));
+      if (keys.size() > limits_.keys_per_object)
+        fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)" +
+                            in_path());
+      skip_ws();
+      if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':' after key \"" + key + "\", got " + here());
+      ++p_;
+      skip_ws();
+      path_.push_back({&key, 0});
+      Node v = value(depth + 1);
+      path_.pop_back();
+      v.key_line = kl;
+      n.map.emplace_back(std::move(key), std::move(v));
+      skip_ws();
+      if (p_ < t_.size() && t_[p_] == ',') {
+        ++p_;
+        continue;
+      }
+      if (p_ < t_.size() && t_[p_] == '}') {
+        ++p_;
+        return n;
+      }
+      fail("expected ',' or '}' in object, got " + here());
+    }
+  }
+
+  // An array, from its '[' (n holds the position).
+  Node array(Node n, int depth) {
+    n.kind = Kind::List;
+    ++p_;
+    skip_ws();
+    if (p_ < t_.size() && t_[p_] == ']') {
+      ++p_;
+      return n;
+    }
+    path_.push_back({nullptr, 0});
+    for (;;) {
+      skip_ws();
+      if (p_ < t_.size() && t_[p_] == ']') fail("trailing comma before ']'");
+      path_.back().index = n.list.size();
+      n.list.push_back(value(depth + 1));
+      skip_ws();
+      if (p_ < t_.size() && t_[p_] == ',') {
+        ++p_;
+        continue;
+      }
+      if (p_ < t_.size() && t_[p_] == ']') {
+        ++p_;
+        path_.pop_back();
+        return n;
+      }
+      fail("expected ',' or ']' in array, got " + here());
+    }
   }
 
   Node number(Node n) {

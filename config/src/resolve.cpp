@@ -419,34 +419,34 @@ std::map<std::string, std::string> current_environment() {
   return env;
 }
 
-Config resolve_accelerator(std::string_view explicit_json, const std::map<std::string, std::string>& env,
-                           std::string_view where) {
-  Resolver r(accelerator_schema());
-  r.env = env;
-  r.apply_env(env);
-  // Three environment variables make one value.
-  {
-    static const char* const kOverride[] = {"ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD",
-                                            "ACCELERATE_FP8_OVERRIDE_WGRAD"};
-    Node tri;
-    tri.kind = Kind::List;
-    std::vector<std::string> names;
-    for (const char* name : kOverride) {
-      auto it = env.find(name);
-      bool v = false;
-      if (it != env.end() && !it->second.empty()) {
-        auto b = parse_bool(it->second);
-        if (!b)
-          throw Error(std::string("environment variable ") + name + "=" + it->second +
-                      ": must be a boolean (true/false, yes/no, on/off, 1/0)");
-        v = *b;
-        names.push_back(name);
-      }
-      tri.list.push_back(Node::boolean(v));
-    }
-    if (!names.empty()) r.set("fp8_recipe_kwargs.override_linear_precision", tri, {Origin::Env, join(names, ",")});
-  }
+namespace {
 
+// Three environment variables (ACCELERATE_FP8_OVERRIDE_FPROP, _DGRAD, _WGRAD) make one value.
+void apply_fp8_override_env(Resolver& r, const std::map<std::string, std::string>& env) {
+  static const char* const kOverride[] = {"ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD",
+                                          "ACCELERATE_FP8_OVERRIDE_WGRAD"};
+  Node tri;
+  tri.kind = Kind::List;
+  std::vector<std::string> names;
+  for (const char* name : kOverride) {
+    auto it = env.find(name);
+    bool v = false;
+    if (it != env.end() && !it->second.empty()) {
+      auto b = parse_bool(it->second);
+      if (!b)
+        throw Error(std::string("environment variable ") + name + "=" + it->second +
+                    ": must be a boolean (true/false, yes/no, on/off, 1/0)");
+      v = *b;
+      names.push_back(name);
+    }
+    tri.list.push_back(Node::boolean(v));
+  }
+  if (!names.empty()) r.set("fp8_recipe_kwargs.override_linear_precision", tri, {Origin::Env, join(names, ",")});
+}
+
+// The caller's configuration JSON: an object (or a resolved config or run record, whose "config" part it takes),
+// or nothing (a null node).
+Node parse_explicit_json(std::string_view explicit_json, std::string_view where) {
   if (explicit_json.size() > limits::kConfigBytes)
     throw Error(std::string(where) + ": the configuration JSON holds " + std::to_string(explicit_json.size()) +
                 " bytes, more than the limit for config files, " + std::to_string(limits::kConfigBytes >> 10) + " KiB");
@@ -467,92 +467,113 @@ Config resolve_accelerator(std::string_view explicit_json, const std::map<std::s
     if (root.kind != Kind::Map && root.kind != Kind::Null)
       throw Error("the configuration must be a JSON object; got " + brief_value(root));
   }
+  return root;
+}
+
+// The caller's values (origin Explicit, from `w`); passing a plugin turns its paradigm on, as in Accelerate.
+void apply_explicit(Resolver& r, const Node& root, const std::string& w) {
+  r.apply_tree(root, "", Origin::Explicit, [&](const Node&) { return w; }, [](const Node&) { return std::string(); });
+  const std::pair<const char*, const char*> implied[] = {{"fsdp_plugin", "use_fsdp"},
+                                                         {"deepspeed_plugin", "use_deepspeed"},
+                                                         {"parallelism_config", "use_parallelism_config"}};
+  for (auto [section, flag] : implied) {
+    const Node* sec = root.find(section);
+    if (sec && sec->kind == Kind::Map && !root.find(flag)) r.set(flag, Node::boolean(true), {Origin::Explicit, w});
+  }
+}
+
+// What Accelerate's _deepspeed_config_checks refuses: a launch config that sets these beside the file.
+void refuse_launch_fields_beside_ds_file(const std::map<std::string, std::string>& env, const Node& ds) {
+  auto it = env.find("ACCELERATE_CONFIG_DS_FIELDS");
+  if (it == env.end()) return;
+  static const char* const kIgnored[] = {"gradient_accumulation_steps", "gradient_clipping", "zero_stage",
+                                         "offload_optimizer_device", "offload_param_device",
+                                         "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                                         "zero3_save_16bit_model", "mixed_precision"};
+  std::string_view fields = it->second;
+  while (!fields.empty()) {
+    const size_t comma = fields.find(',');
+    const std::string_view field = fields.substr(0, comma);
+    for (const char* name : kIgnored)
+      if (field == name)
+        throw Error("the launch config sets '" + std::string(field) + "' beside deepspeed_config_file (" +
+                    (ds.kind == Kind::String ? ds.s : std::string("an object")) +
+                    "); as in Accelerate, set it in the DeepSpeed config file instead");
+    fields = comma == std::string_view::npos ? std::string_view() : fields.substr(comma + 1);
+  }
+}
+
+// A DeepSpeed config file or object (hf_ds_config; ACCELERATE_DEEPSPEED_CONFIG_FILE, where "none" is none): its
+// values win over the plugin's settings and "auto" keeps them, as in Accelerate (deepspeed.cpp).
+void apply_deepspeed_config(Resolver& r, const std::map<std::string, std::string>& env) {
+  const size_t i = r.idx("deepspeed_plugin.hf_ds_config");
+  const Node ds = r.values[i];
+  if (!((ds.kind == Kind::String && ds.s != "none") || ds.kind == Kind::Map)) return;
+  refuse_launch_fields_beside_ds_file(env, ds);
+  Node root = ds;
+  std::string file = r.prov[i].where;
+  if (ds.kind == Kind::String) {
+    file = ds.s;
+    const std::string text = read_config_file(file);
+    try {
+      root = parse_json(text);
+    } catch (const Error& e) {
+      throw Error(file + ": " + e.what());
+    }
+  }
+  for (DsSetting& setting : deepspeed_settings(root, file, r.values[r.idx("mixed_precision")].s)) {
+    Node out;
+    if (auto err = coerce(*r.s.key(setting.key), setting.value, out)) throw Error(setting.where + ": " + *err);
+    r.set(setting.key, std::move(out), {Origin::File, setting.where});
+  }
+}
+
+// Gradient accumulation: one number, two spellings.
+void unify_gradient_accumulation(Resolver& r) {
+  size_t gas = r.idx("gradient_accumulation_steps"), ns = r.idx("gradient_accumulation_plugin.num_steps");
+  if (r.values[ns].kind == Kind::Int) {
+    // As Accelerate refuses both; the same number twice is what a resolved config given back holds.
+    if (r.prov[gas].origin == Origin::Explicit && r.values[gas].i != 1 && r.values[gas].i != r.values[ns].i)
+      throw Error(
+          "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
+    r.values[gas] = r.values[ns];
+    r.prov[gas] = r.prov[ns];
+  } else {
+    r.values[ns] = r.values[gas];
+    r.prov[ns] = r.prov[gas];
+  }
+}
+
+// Project directory: project_config.project_dir wins, project_dir fills it, logging_dir follows it.
+void unify_project_dir(Resolver& r) {
+  size_t top = r.idx("project_dir"), pc = r.idx("project_config.project_dir"), lg = r.idx("project_config.logging_dir");
+  if (r.values[pc].kind == Kind::Null && r.values[top].kind != Kind::Null) {
+    r.values[pc] = r.values[top];
+    r.prov[pc] = r.prov[top];
+  } else if (r.values[pc].kind != Kind::Null) {
+    r.values[top] = r.values[pc];
+    r.prov[top] = r.prov[pc];
+  }
+  if (r.values[lg].kind == Kind::Null && r.values[pc].kind != Kind::Null) {
+    r.values[lg] = r.values[pc];
+    r.prov[lg] = r.prov[pc];
+  }
+}
+
+}  // namespace
+
+Config resolve_accelerator(std::string_view explicit_json, const std::map<std::string, std::string>& env,
+                           std::string_view where) {
+  Resolver r(accelerator_schema());
+  r.env = env;
+  r.apply_env(env);
+  apply_fp8_override_env(r, env);
+  const Node root = parse_explicit_json(explicit_json, where);
   const std::string w(where);
-  if (root.kind == Kind::Map) {
-    r.apply_tree(root, "", Origin::Explicit, [&](const Node&) { return w; }, [](const Node&) { return std::string(); });
-    // Passing a plugin turns its paradigm on, as in Accelerate.
-    const std::pair<const char*, const char*> implied[] = {{"fsdp_plugin", "use_fsdp"},
-                                                           {"deepspeed_plugin", "use_deepspeed"},
-                                                           {"parallelism_config", "use_parallelism_config"}};
-    for (auto [section, flag] : implied) {
-      const Node* sec = root.find(section);
-      if (sec && sec->kind == Kind::Map && !root.find(flag)) r.set(flag, Node::boolean(true), {Origin::Explicit, w});
-    }
-  }
-
-  // A DeepSpeed config file or object (hf_ds_config; ACCELERATE_DEEPSPEED_CONFIG_FILE, where "none" is none): its
-  // values win over the plugin's settings and "auto" keeps them, as in Accelerate (deepspeed.cpp).
-  {
-    const size_t i = r.idx("deepspeed_plugin.hf_ds_config");
-    const Node ds = r.values[i];
-    if ((ds.kind == Kind::String && ds.s != "none") || ds.kind == Kind::Map) {
-      // What Accelerate's _deepspeed_config_checks refuses: a launch config that sets these beside the file.
-      if (auto it = env.find("ACCELERATE_CONFIG_DS_FIELDS"); it != env.end()) {
-        static const char* const kIgnored[] = {"gradient_accumulation_steps", "gradient_clipping", "zero_stage",
-                                               "offload_optimizer_device", "offload_param_device",
-                                               "offload_param_nvme_path", "offload_optimizer_nvme_path",
-                                               "zero3_save_16bit_model", "mixed_precision"};
-        std::string_view fields = it->second;
-        while (!fields.empty()) {
-          const size_t comma = fields.find(',');
-          const std::string_view field = fields.substr(0, comma);
-          for (const char* name : kIgnored)
-            if (field == name)
-              throw Error("the launch config sets '" + std::string(field) + "' beside deepspeed_config_file (" +
-                          (ds.kind == Kind::String ? ds.s : std::string("an object")) +
-                          "); as in Accelerate, set it in the DeepSpeed config file instead");
-          fields = comma == std::string_view::npos ? std::string_view() : fields.substr(comma + 1);
-        }
-      }
-      Node root = ds;
-      std::string file = r.prov[i].where;
-      if (ds.kind == Kind::String) {
-        file = ds.s;
-        const std::string text = read_config_file(file);
-        try {
-          root = parse_json(text);
-        } catch (const Error& e) {
-          throw Error(file + ": " + e.what());
-        }
-      }
-      for (DsSetting& setting : deepspeed_settings(root, file, r.values[r.idx("mixed_precision")].s)) {
-        Node out;
-        if (auto err = coerce(*r.s.key(setting.key), setting.value, out)) throw Error(setting.where + ": " + *err);
-        r.set(setting.key, std::move(out), {Origin::File, setting.where});
-      }
-    }
-  }
-
-  // Gradient accumulation: one number, two spellings.
-  {
-    size_t gas = r.idx("gradient_accumulation_steps"), ns = r.idx("gradient_accumulation_plugin.num_steps");
-    if (r.values[ns].kind == Kind::Int) {
-      // As Accelerate refuses both; the same number twice is what a resolved config given back holds.
-      if (r.prov[gas].origin == Origin::Explicit && r.values[gas].i != 1 && r.values[gas].i != r.values[ns].i)
-        throw Error(
-            "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
-      r.values[gas] = r.values[ns];
-      r.prov[gas] = r.prov[ns];
-    } else {
-      r.values[ns] = r.values[gas];
-      r.prov[ns] = r.prov[gas];
-    }
-  }
-  // Project directory: project_config.project_dir wins, project_dir fills it, logging_dir follows it.
-  {
-    size_t top = r.idx("project_dir"), pc = r.idx("project_config.project_dir"), lg = r.idx("project_config.logging_dir");
-    if (r.values[pc].kind == Kind::Null && r.values[top].kind != Kind::Null) {
-      r.values[pc] = r.values[top];
-      r.prov[pc] = r.prov[top];
-    } else if (r.values[pc].kind != Kind::Null) {
-      r.values[top] = r.values[pc];
-      r.prov[top] = r.prov[pc];
-    }
-    if (r.values[lg].kind == Kind::Null && r.values[pc].kind != Kind::Null) {
-      r.values[lg] = r.values[pc];
-      r.prov[lg] = r.prov[pc];
-    }
-  }
+  if (root.kind == Kind::Map) apply_explicit(r, root, w);
+  apply_deepspeed_config(r, env);
+  unify_gradient_accumulation(r);
+  unify_project_dir(r);
   if (r.values[r.idx("use_fsdp")].b && r.values[r.idx("use_deepspeed")].b)
     throw Error("'use_fsdp' (" + r.prov[r.idx("use_fsdp")].where + ") and 'use_deepspeed' (" +
                 r.prov[r.idx("use_deepspeed")].where + ") are exclusive; choose one");

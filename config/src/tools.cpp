@@ -359,92 +359,106 @@ std::string default_json(const Config& c, const char* key) {
   return out;
 }
 
-}  // namespace
+// Where a key's value came from: "the default", or the origin and where ("file path:line", ...).
+std::string value_source(const Config& c, const char* key) {
+  Provenance p = c.provenance(key);
+  return p.origin == Origin::Default ? std::string("the default") : std::string(origin_name(p.origin)) + " " + p.where;
+}
 
-std::optional<std::string> unsupported_setting(const Config& c) {
-  if (c.kind() != SchemaKind::Accelerator) throw Error("unsupported_setting needs an accelerator config");
-  auto from = [&](const char* key) {
-    Provenance p = c.provenance(key);
-    return p.origin == Origin::Default ? std::string("the default") : std::string(origin_name(p.origin)) + " " + p.where;
-  };
-  auto refuse = [&](const char* key, const std::string& what, const std::string& instead) {
-    std::string m = "'";
-    m += key;
-    m += "' = ";
-    m += c.get_json(key);
-    m += " (from ";
-    m += from(key);
-    m += "): ";
-    m += what;
-    m += " is not supported yet by libacc";
-    if (!instead.empty()) {
-      m += "; ";
-      m += instead;
-    }
-    return m;
-  };
+// The refusal of a key's value: the value, where it came from, what libacc lacks and what to do instead.
+std::string refuse(const Config& c, const char* key, const std::string& what, const std::string& instead) {
+  std::string m = "'";
+  m += key;
+  m += "' = ";
+  m += c.get_json(key);
+  m += " (from ";
+  m += value_source(c, key);
+  m += "): ";
+  m += what;
+  m += " is not supported yet by libacc";
+  if (!instead.empty()) {
+    m += "; ";
+    m += instead;
+  }
+  return m;
+}
+
+bool holds_json(const Config& c, const char* key, const char* json) { return c.get_json(key) == json; }
+
+// Paradigms and features libacc does not have: FSDP's ignored modules and local state dicts, ZeRO offload to NVMe,
+// Megatron-LM, sequence parallelism, parallelism_config with DeepSpeed, torch.compile.
+std::optional<std::string> unsupported_paradigm(const Config& c) {
   if (c.get_bool("use_fsdp")) {
     (void)sharding(c);  // its errors (a policy's bad dtype) name their key
     if (c.is_set("fsdp_plugin.ignored_modules"))
-      return refuse("fsdp_plugin.ignored_modules", "FSDP ignored modules", "leave it null");
+      return refuse(c, "fsdp_plugin.ignored_modules", "FSDP ignored modules", "leave it null");
     if (c.is_set("fsdp_plugin.state_dict_type") && c.get_string("fsdp_plugin.state_dict_type") == "LOCAL_STATE_DICT")
-      return refuse("fsdp_plugin.state_dict_type", "LOCAL_STATE_DICT", "use FULL_STATE_DICT or SHARDED_STATE_DICT");
+      return refuse(c, "fsdp_plugin.state_dict_type", "LOCAL_STATE_DICT", "use FULL_STATE_DICT or SHARDED_STATE_DICT");
   }
   if (c.get_bool("use_deepspeed")) {
     for (const char* k : {"deepspeed_plugin.offload_optimizer_device", "deepspeed_plugin.offload_param_device"})
-      if (c.get_string(k) == "nvme") return refuse(k, "ZeRO offload to NVMe", "use \"cpu\" or \"none\"");
+      if (c.get_string(k) == "nvme") return refuse(c, k, "ZeRO offload to NVMe", "use \"cpu\" or \"none\"");
   }
   if (c.get_bool("use_megatron_lm"))
-    return refuse("use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
+    return refuse(c, "use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
   if (c.get_bool("use_parallelism_config")) {
     // Its dimensions make the process mesh (parallel_dims, src/runtime/mesh.hpp); prepare splits the model over its
     // tp and cp groups (train/accelerator.cpp). DeepSpeed's sequence parallelism (Ulysses: attention heads all-to-all
     // across sp_size ranks) is not done here.
     if (c.get_int("parallelism_config.sp_size") > 1)
-      return refuse("parallelism_config.sp_size", "sequence parallelism (DeepSpeed Ulysses)", "set sp_size to 1");
+      return refuse(c, "parallelism_config.sp_size", "sequence parallelism (DeepSpeed Ulysses)", "set sp_size to 1");
     if (c.get_bool("use_deepspeed"))
-      return refuse("use_parallelism_config", "parallelism_config with DeepSpeed", "use FSDP2 for dp_shard_size");
+      return refuse(c, "use_parallelism_config", "parallelism_config with DeepSpeed", "use FSDP2 for dp_shard_size");
   }
   if (c.get_string("dynamo_plugin.backend") != "NO")
-    return refuse("dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
+    return refuse(c, "dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
+  return std::nullopt;
+}
+
+// Trackers and c10d backends and rendezvous libacc does not have.
+std::optional<std::string> unsupported_service(const Config& c) {
   // Trackers: libacc writes TensorBoard event files, JSON lines, CSV, MLflow's file store and W&B offline runs
   // (src/tracking).
   if (c.is_set("log_with"))
     for (const auto& t : c.get_string_list("log_with"))
       if (t != "all" && t != "tensorboard" && t != "jsonl" && t != "csv" && t != "mlflow" && t != "wandb")
-        return refuse("log_with", "the tracker \"" + t + "\"", "use tensorboard, jsonl, csv, mlflow or wandb");
+        return refuse(c, "log_with", "the tracker \"" + t + "\"", "use tensorboard, jsonl, csv, mlflow or wandb");
   if (c.is_set("init_process_group_kwargs.backend")) {
     std::string b = lower(c.get_string("init_process_group_kwargs.backend"));
     if (b != "gloo" && b != "nccl" && b != "cpu:gloo,cuda:nccl")
-      return refuse("init_process_group_kwargs.backend", "the c10d backend \"" + b + "\"", "use gloo or nccl (or null)");
+      return refuse(c, "init_process_group_kwargs.backend", "the c10d backend \"" + b + "\"",
+                    "use gloo or nccl (or null)");
   }
   if (c.is_set("init_process_group_kwargs.init_method")) {
     std::string m = c.get_string("init_process_group_kwargs.init_method");
     if (m != "env://")
-      return refuse("init_process_group_kwargs.init_method", "a rendezvous other than env://",
+      return refuse(c, "init_process_group_kwargs.init_method", "a rendezvous other than env://",
                     "leave it null: processes meet at MASTER_ADDR:MASTER_PORT");
   }
-  // Keys whose Accelerate meaning libacc does not have: refused unless they hold a value that asks for nothing
-  // (the default, or what `acc launch` / `accelerate launch` export when the feature is off).
-  auto is = [&](const char* key, const char* json) { return c.get_json(key) == json; };
+  return std::nullopt;
+}
+
+// Keys whose Accelerate meaning libacc does not have: refused unless they hold a value that asks for nothing
+// (the default, or what `acc launch` / `accelerate launch` export when the feature is off).
+std::optional<std::string> meaningless_setting(const Config& c) {
   if (c.get_int("ddp_kwargs.dim") != 0)
-    return refuse("ddp_kwargs.dim", "a DDP scatter dimension",
+    return refuse(c, "ddp_kwargs.dim", "a DDP scatter dimension",
                   "torch's DDP scatters inputs only over several devices per process; libacc has one; leave it 0");
   if (c.get_bool("downcast_bf16"))
-    return refuse("downcast_bf16", "XLA's float64 downcast (TPUs)", "leave it false");
+    return refuse(c, "downcast_bf16", "XLA's float64 downcast (TPUs)", "leave it false");
   // torch.compile is refused above with any backend; its other settings mean nothing without it.
   for (const char* k : {"dynamo_plugin.mode", "dynamo_plugin.options"})
-    if (c.is_set(k) && !is(k, k[14] == 'm' ? "\"default\"" : "null"))
-      return refuse(k, "torch.compile (TorchDynamo) settings", "leave it at its default");
+    if (c.is_set(k) && !holds_json(c, k, k[14] == 'm' ? "\"default\"" : "null"))
+      return refuse(c, k, "torch.compile (TorchDynamo) settings", "leave it at its default");
   for (const char* k : {"dynamo_plugin.fullgraph", "dynamo_plugin.dynamic", "dynamo_plugin.disable",
                         "dynamo_plugin.use_regional_compilation"})
-    if (is(k, "true")) return refuse(k, "torch.compile (TorchDynamo) settings", "leave it false");
+    if (holds_json(c, k, "true")) return refuse(c, k, "torch.compile (TorchDynamo) settings", "leave it false");
   // Sequence parallelism is refused above (sp_size), and so are its settings; context parallelism is libacc's own
   // (torch's), not DeepSpeed's.
   for (const char* k : {"parallelism_config.cp_backend", "parallelism_config.sp_backend", "parallelism_config.sp_seq_length",
                         "parallelism_config.sp_seq_length_is_variable", "parallelism_config.sp_attn_implementation"})
     if (c.provenance(k).origin != Origin::Default && c.get_json(k) != default_json(c, k))
-      return refuse(k, "context / sequence parallelism settings", "leave it at its default");
+      return refuse(c, k, "context / sequence parallelism settings", "leave it at its default");
   // libacc's FP8 (mixed_precision fp8) is one recipe: E4M3 forward GEMMs with a scale per tensor from its current
   // amax, backward in bf16. Recipe settings that ask for another are refused; use_autocast_during_eval is honoured.
   for (const char* k : {"fp8_recipe_kwargs.backend", "fp8_recipe_kwargs.fp8_format", "fp8_recipe_kwargs.margin",
@@ -453,29 +467,45 @@ std::optional<std::string> unsupported_setting(const Config& c) {
                         "fp8_recipe_kwargs.use_mxfp8_block_scaling", "fp8_recipe_kwargs.opt_level",
                         "fp8_recipe_kwargs.pad_inner_dim", "fp8_recipe_kwargs.enable_fsdp_float8_all_gather"})
     if (c.get_json(k) != default_json(c, k))
-      return refuse(k, "an FP8 recipe setting",
+      return refuse(c, k, "an FP8 recipe setting",
                     "libacc's FP8 runs E4M3 forward GEMMs scaled by each tensor's current amax, backward in bf16; leave "
                     "it at its default");
+  return std::nullopt;
+}
+
+// What libacc's sharded strategy and ZeRO-3 do one way only, and the RNGs it has.
+std::optional<std::string> unsupported_variant(const Config& c) {
   if (c.get_bool("use_fsdp") && c.get_int("fsdp_plugin.fsdp_version") == 1) {
     // libacc's sharded strategy keeps rank 0's weights everywhere, steps the original parameters and has at most one
     // all-gather prefetched: FSDP1's true values, and nothing else.
     if (!c.get_bool("fsdp_plugin.limit_all_gathers"))
-      return refuse("fsdp_plugin.limit_all_gathers", "unlimited all-gathers", "libacc prefetches one unit; leave it true");
-    if (is("fsdp_plugin.use_orig_params", "false"))
-      return refuse("fsdp_plugin.use_orig_params", "flat parameters for the optimizer",
+      return refuse(c, "fsdp_plugin.limit_all_gathers", "unlimited all-gathers",
+                    "libacc prefetches one unit; leave it true");
+    if (holds_json(c, "fsdp_plugin.use_orig_params", "false"))
+      return refuse(c, "fsdp_plugin.use_orig_params", "flat parameters for the optimizer",
                     "libacc's optimizer steps the original parameters; set it true or null");
-    if (is("fsdp_plugin.sync_module_states", "false"))
-      return refuse("fsdp_plugin.sync_module_states", "FSDP without rank 0's weights everywhere",
+    if (holds_json(c, "fsdp_plugin.sync_module_states", "false"))
+      return refuse(c, "fsdp_plugin.sync_module_states", "FSDP without rank 0's weights everywhere",
                     "libacc always starts every process from rank 0's weights; set it true or null");
   }
   if (c.get_bool("use_deepspeed") && c.is_set("deepspeed_plugin.transformer_moe_cls_names"))
-    return refuse("deepspeed_plugin.transformer_moe_cls_names", "DeepSpeed's MoE leaf modules",
+    return refuse(c, "deepspeed_plugin.transformer_moe_cls_names", "DeepSpeed's MoE leaf modules",
                   "ZeRO-3 gathers libacc's model blocks whole; leave it null");
   if (c.is_set("rng_types"))
     for (const auto& r : c.get_string_list("rng_types"))
       if (r != "torch" && r != "cuda" && r != "generator")
-        return refuse("rng_types", "the RNG \"" + r + "\"", "use torch, cuda or generator");
+        return refuse(c, "rng_types", "the RNG \"" + r + "\"", "use torch, cuda or generator");
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> unsupported_setting(const Config& c) {
+  if (c.kind() != SchemaKind::Accelerator) throw Error("unsupported_setting needs an accelerator config");
+  if (auto m = unsupported_paradigm(c)) return m;
+  if (auto m = unsupported_service(c)) return m;
+  if (auto m = meaningless_setting(c)) return m;
+  return unsupported_variant(c);
 }
 
 std::vector<std::string> setting_warnings(const Config& c) {
@@ -500,34 +530,25 @@ std::string policy_dtype(const std::string& v, const std::string& key) {
   throw Error("'" + key + "': '" + v + "' is not a dtype (bf16, fp16, fp32, or torch.bfloat16, ...)");
 }
 
-}  // namespace
-
-Sharding sharding(const Config& c) {
-  if (c.kind() != SchemaKind::Accelerator) throw Error("sharding needs an accelerator config");
-  Sharding sh;
-  const std::string mp = c.get_string("mixed_precision");
-  if (mp != "no" && (c.get_bool("use_deepspeed") || c.get_bool("use_fsdp")))
-    sh.param_dtype = sh.reduce_dtype = policy_dtype(mp, "mixed_precision");
-  if (c.get_bool("use_deepspeed")) {
-    sh.stage = static_cast<int>(c.get_int("deepspeed_plugin.zero_stage"));
-    sh.label = "DeepSpeed ZeRO stage " + std::to_string(sh.stage);
-    sh.offload = c.get_string("deepspeed_plugin.offload_optimizer_device") == "cpu" ||
-                 c.get_string("deepspeed_plugin.offload_param_device") == "cpu";
-    if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
-    if (sh.stage == 3) {  // DeepSpeed's stage3_prefetch_bucket_size
-      sh.forward_prefetch = true;
-      sh.backward_prefetch = "BACKWARD_PRE";
-    }
-    return sh;
+// DeepSpeed's ZeRO: its stage, offload, clipping and (stage 3) prefetching.
+void deepspeed_sharding(const Config& c, Sharding& sh) {
+  sh.stage = static_cast<int>(c.get_int("deepspeed_plugin.zero_stage"));
+  sh.label = "DeepSpeed ZeRO stage " + std::to_string(sh.stage);
+  sh.offload = c.get_string("deepspeed_plugin.offload_optimizer_device") == "cpu" ||
+               c.get_string("deepspeed_plugin.offload_param_device") == "cpu";
+  if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
+  if (sh.stage == 3) {  // DeepSpeed's stage3_prefetch_bucket_size
+    sh.forward_prefetch = true;
+    sh.backward_prefetch = "BACKWARD_PRE";
   }
-  if (!c.get_bool("use_fsdp")) return sh;
+}
+
+// FSDP's sharding strategy, as FullyShardedDataParallelPlugin reads it. FSDP1: the deprecated sharding_strategy wins,
+// then reshard_after_forward as a strategy; neither set means FULL_SHARD. FSDP2: reshard_after_forward, a bool (true
+// when unset); sharding_strategy is FSDP1's, not read from the environment (accelerate launch always exports
+// FSDP_SHARDING_STRATEGY) and, given, ignored beside reshard_after_forward and refused without it.
+std::string fsdp_strategy(const Config& c) {
   auto show = [&](const char* k) { return shown_setting(c, k); };
-  check_checkpointing_offload(c, "fsdp_plugin.activation_checkpointing_offload", "fsdp_plugin.activation_checkpointing",
-                              "fsdp_plugin.fsdp_version");
-  // As FullyShardedDataParallelPlugin reads them. FSDP1: the deprecated sharding_strategy wins, then
-  // reshard_after_forward as a strategy; neither set means FULL_SHARD. FSDP2: reshard_after_forward, a bool (true when
-  // unset); sharding_strategy is FSDP1's, not read from the environment (accelerate launch always exports
-  // FSDP_SHARDING_STRATEGY) and, given, ignored beside reshard_after_forward and refused without it.
   std::string strategy = "FULL_SHARD";
   const char* const kStrategy = "fsdp_plugin.sharding_strategy";
   const char* const kReshard = "fsdp_plugin.reshard_after_forward";
@@ -549,44 +570,45 @@ Sharding sharding(const Config& c) {
     const std::string v = c.get_json(kReshard);
     strategy = v == "true" ? "FULL_SHARD" : v == "false" ? "SHARD_GRAD_OP" : c.get_string(kReshard);
   }
-  sh.label = "FSDP " + strategy;
-  if (c.is_set("fsdp_plugin.mixed_precision_policy")) {
-    // A dtype for both, or {param_dtype, reduce_dtype, buffer_dtype / output_dtype}.
-    const char* key = "fsdp_plugin.mixed_precision_policy";
-    const Node policy = parse_json(c.get_json(key));
-    if (policy.kind == Kind::String) {
-      sh.param_dtype = sh.reduce_dtype = policy_dtype(policy.s, key);
-    } else if (policy.kind == Kind::Map) {
-      const Node* param = policy.find("param_dtype");
-      const Node* reduce = policy.find("reduce_dtype");
-      if (!param || param->kind != Kind::String)
-        throw Error("'" + std::string(key) + ".param_dtype' is required (bf16, fp16 or fp32)");
-      sh.param_dtype = policy_dtype(param->s, std::string(key) + ".param_dtype");
-      sh.reduce_dtype = reduce && reduce->kind == Kind::String ? policy_dtype(reduce->s, std::string(key) + ".reduce_dtype")
-                                                               : sh.param_dtype;
-    } else {
-      throw Error("'" + std::string(key) + "' must be a dtype or {param_dtype, reduce_dtype}");
-    }
+  return strategy;
+}
+
+// fsdp_plugin.mixed_precision_policy: a dtype for both, or {param_dtype, reduce_dtype, buffer_dtype / output_dtype}.
+void apply_mixed_precision_policy(const Config& c, Sharding& sh) {
+  const char* key = "fsdp_plugin.mixed_precision_policy";
+  const Node policy = parse_json(c.get_json(key));
+  if (policy.kind == Kind::String) {
+    sh.param_dtype = sh.reduce_dtype = policy_dtype(policy.s, key);
+  } else if (policy.kind == Kind::Map) {
+    const Node* param = policy.find("param_dtype");
+    const Node* reduce = policy.find("reduce_dtype");
+    if (!param || param->kind != Kind::String)
+      throw Error("'" + std::string(key) + ".param_dtype' is required (bf16, fp16 or fp32)");
+    sh.param_dtype = policy_dtype(param->s, std::string(key) + ".param_dtype");
+    sh.reduce_dtype = reduce && reduce->kind == Kind::String ? policy_dtype(reduce->s, std::string(key) + ".reduce_dtype")
+                                                             : sh.param_dtype;
+  } else {
+    throw Error("'" + std::string(key) + "' must be a dtype or {param_dtype, reduce_dtype}");
   }
-  if (strategy == "NO_SHARD") return sh;
-  sh.stage = 3;
-  sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
-  sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
-  if (c.get_bool("use_parallelism_config")) {
-    // Accelerate's ParallelismConfig for FSDP2: dp_shard_size ranks shard, dp_replicate_size such groups replicate.
-    const char* const kShard = "parallelism_config.dp_shard_size";
-    if (c.get_int("fsdp_plugin.fsdp_version") != 2)
-      throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where +
-                  ") needs FSDP2; got " + show("fsdp_plugin.fsdp_version"));
-    if (c.get_int(kShard) == 1 && c.get_int("parallelism_config.cp_size") == 1)
-      throw Error(show(kShard) + ": FSDP is enabled but the parallelism config has no dimension for FSDP to shard "
-                  "across; set dp_shard_size > 1 (or cp_size > 1, or train without the FSDP config)");
-    sh.dp_shard_size = c.get_int(kShard);
-    sh.dp_replicate_size = c.get_int("parallelism_config.dp_replicate_size");
-    sh.hybrid = sh.dp_replicate_size > 1;
-    if (sh.hybrid) sh.label = sh.reshard_after_forward ? "FSDP2 HSDP" : "FSDP2 HSDP (reshard_after_forward false)";
-  }
-  sh.offload = c.get_bool("fsdp_plugin.cpu_offload");
+}
+
+// Accelerate's ParallelismConfig for FSDP2: dp_shard_size ranks shard, dp_replicate_size such groups replicate.
+void apply_fsdp2_parallelism(const Config& c, Sharding& sh) {
+  const char* const kShard = "parallelism_config.dp_shard_size";
+  if (c.get_int("fsdp_plugin.fsdp_version") != 2)
+    throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where +
+                ") needs FSDP2; got " + shown_setting(c, "fsdp_plugin.fsdp_version"));
+  if (c.get_int(kShard) == 1 && c.get_int("parallelism_config.cp_size") == 1)
+    throw Error(shown_setting(c, kShard) + ": FSDP is enabled but the parallelism config has no dimension for FSDP to "
+                "shard across; set dp_shard_size > 1 (or cp_size > 1, or train without the FSDP config)");
+  sh.dp_shard_size = c.get_int(kShard);
+  sh.dp_replicate_size = c.get_int("parallelism_config.dp_replicate_size");
+  sh.hybrid = sh.dp_replicate_size > 1;
+  if (sh.hybrid) sh.label = sh.reshard_after_forward ? "FSDP2 HSDP" : "FSDP2 HSDP (reshard_after_forward false)";
+}
+
+// FSDP's prefetching (FSDP2's implicit one, or FSDP1's settings) and its wrap policy.
+void fsdp_prefetch_and_wrap(const Config& c, Sharding& sh) {
   if (c.get_int("fsdp_plugin.fsdp_version") == 2) {  // FSDP2's implicit prefetching
     sh.forward_prefetch = true;
     sh.backward_prefetch = "BACKWARD_PRE";
@@ -603,6 +625,33 @@ Sharding sharding(const Config& c) {
   if (c.is_set("fsdp_plugin.min_num_params")) sh.min_num_params = c.get_int("fsdp_plugin.min_num_params");
   // Accelerate drops a size-based policy with min_num_params 0 (no wrapping).
   if (sh.wrap_policy == "SIZE_BASED_WRAP" && sh.min_num_params <= 0) sh.wrap_policy = "NO_WRAP";
+}
+
+}  // namespace
+
+Sharding sharding(const Config& c) {
+  if (c.kind() != SchemaKind::Accelerator) throw Error("sharding needs an accelerator config");
+  Sharding sh;
+  const std::string mp = c.get_string("mixed_precision");
+  if (mp != "no" && (c.get_bool("use_deepspeed") || c.get_bool("use_fsdp")))
+    sh.param_dtype = sh.reduce_dtype = policy_dtype(mp, "mixed_precision");
+  if (c.get_bool("use_deepspeed")) {
+    deepspeed_sharding(c, sh);
+    return sh;
+  }
+  if (!c.get_bool("use_fsdp")) return sh;
+  check_checkpointing_offload(c, "fsdp_plugin.activation_checkpointing_offload", "fsdp_plugin.activation_checkpointing",
+                              "fsdp_plugin.fsdp_version");
+  const std::string strategy = fsdp_strategy(c);
+  sh.label = "FSDP " + strategy;
+  if (c.is_set("fsdp_plugin.mixed_precision_policy")) apply_mixed_precision_policy(c, sh);
+  if (strategy == "NO_SHARD") return sh;
+  sh.stage = 3;
+  sh.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
+  sh.hybrid = strategy.rfind("HYBRID_SHARD", 0) == 0;
+  if (c.get_bool("use_parallelism_config")) apply_fsdp2_parallelism(c, sh);
+  sh.offload = c.get_bool("fsdp_plugin.cpu_offload");
+  fsdp_prefetch_and_wrap(c, sh);
   return sh;
 }
 

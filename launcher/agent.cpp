@@ -585,83 +585,86 @@ void Agent::report_failure(const std::string& message, int code, bool interrupte
                  " " + message);
 }
 
-Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts, int sigfd) {
-  Decision d;
-  auto wait_signal = [&](const pollfd& pf) -> int {
-    if (sigfd < 0 || !(pf.revents & POLLIN)) return 0;
-    int sig = take_signal(sigfd);
-    return sig == SIGCHLD ? 0 : sig;
-  };
-  if (o_.machine_rank != 0) {
-    Peer* server = peers_.empty() ? nullptr : peers_.front().get();
-    if (!server || server->lost) {
-      d.code = local.code ? local.code : 1;
-      d.message = "lost contact with machine 0";
-      return d;
-    }
-    const char* kind = local.kind == Outcome::Ok ? "ok" : local.kind == Outcome::Interrupted ? "interrupted" : "fail";
-    send(*server, std::string("RESULT ") + kind + " " + std::to_string(local.code));
-    for (;;) {
-      std::vector<std::string> lines;
-      bool open = read_lines(*server, lines);
-      for (const auto& line : lines) {
-        auto w = words(line, 3);
-        if (w[0] == "RESTART" && w.size() >= 3) {
-          int port = 0;
-          to_int(w[2], port);
-          d.restart = true;
-          d.port = port;
-          return d;
-        }
-        if (w[0] == "END") {
-          auto e = words(line, 3);
-          int code = 0;
-          if (e.size() >= 2) to_int(e[1], code);
-          d.code = local.kind == Outcome::Failed || local.kind == Outcome::Interrupted ? local.code : code;
-          d.message = e.size() >= 3 ? e[2] : "";
-          return d;
-        }
-      }
-      if (!open || (heartbeat(), server->lost)) {
-        d.code = local.code ? local.code : 1;
-        d.message = "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) +
-                    " before it decided how the job ends";
-        return d;
-      }
-      std::vector<pollfd> fds{{server->sock.get(), POLLIN, 0}};
-      if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 1000) > 0 && fds.size() > 1) {
-        if (int sig = wait_signal(fds[1])) {
-          d.interrupted = true;
-          d.code = 128 + sig;
-          return d;
-        }
-      }
-    }
-  }
+namespace {
 
+// The signal a poll saw on sigfd (0: none, or SIGCHLD, which only says a worker ended).
+int signal_seen(int sigfd, const pollfd& pf) {
+  if (sigfd < 0 || !(pf.revents & POLLIN)) return 0;
+  int sig = take_signal(sigfd);
+  return sig == SIGCHLD ? 0 : sig;
+}
+
+}  // namespace
+
+Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts, int sigfd) {
+  if (o_.machine_rank != 0) return await_decision(local, sigfd);
   // Machine 0: collect every machine's outcome.
   if (local.kind != Outcome::Ok) {
     report_failure(local.message, local.code, local.kind == Outcome::Interrupted);
     if (local.kind == Outcome::Interrupted) no_restart_ = true;
   }
+  Decision d;
+  if (!collect_outcomes(sigfd, d)) return d;
+  return decide(attempt, max_restarts);
+}
+
+Decision Agent::await_decision(const Outcome& local, int sigfd) {
+  Decision d;
+  Peer* server = peers_.empty() ? nullptr : peers_.front().get();
+  if (!server || server->lost) {
+    d.code = local.code ? local.code : 1;
+    d.message = "lost contact with machine 0";
+    return d;
+  }
+  const char* kind = local.kind == Outcome::Ok ? "ok" : local.kind == Outcome::Interrupted ? "interrupted" : "fail";
+  send(*server, std::string("RESULT ") + kind + " " + std::to_string(local.code));
+  for (;;) {
+    std::vector<std::string> lines;
+    bool open = read_lines(*server, lines);
+    for (const auto& line : lines) {
+      auto w = words(line, 3);
+      if (w[0] == "RESTART" && w.size() >= 3) {
+        int port = 0;
+        to_int(w[2], port);
+        d.restart = true;
+        d.port = port;
+        return d;
+      }
+      if (w[0] == "END") {
+        auto e = words(line, 3);
+        int code = 0;
+        if (e.size() >= 2) to_int(e[1], code);
+        d.code = local.kind == Outcome::Failed || local.kind == Outcome::Interrupted ? local.code : code;
+        d.message = e.size() >= 3 ? e[2] : "";
+        return d;
+      }
+    }
+    if (!open || (heartbeat(), server->lost)) {
+      d.code = local.code ? local.code : 1;
+      d.message = "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) +
+                  " before it decided how the job ends";
+      return d;
+    }
+    std::vector<pollfd> fds{{server->sock.get(), POLLIN, 0}};
+    if (sigfd >= 0) fds.push_back({sigfd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 1000) > 0 && fds.size() > 1) {
+      if (int sig = signal_seen(sigfd, fds[1])) {
+        d.interrupted = true;
+        d.code = 128 + sig;
+        return d;
+      }
+    }
+  }
+}
+
+bool Agent::collect_outcomes(int sigfd, Decision& d) {
   const double deadline = monotonic_now() + o_.result_timeout;
   for (;;) {
     bool all = std::all_of(peers_.begin(), peers_.end(), [](const auto& p) { return p->result || p->lost; });
-    if (all) break;
+    if (all) return true;
     if (monotonic_now() > deadline) {
-      for (const auto& p : peers_)
-        if (!p->result && !p->lost) {
-          p->lost = true;
-          no_restart_ = true;
-          if (!failure_seen_) {
-            failure_seen_ = true;
-            failure_code_ = 1;
-            failure_message_ = "machine " + std::to_string(p->machine_rank) + " (" + p->host +
-                               ") did not report the end of its processes";
-          }
-        }
-      break;
+      lose_silent_machines();
+      return true;
     }
     heartbeat();
     std::vector<pollfd> fds;
@@ -671,16 +674,34 @@ Decision Agent::finish_round(const Outcome& local, int attempt, int max_restarts
     int rc = ::poll(fds.data(), fds.size(), 500);
     if (rc <= 0) continue;
     if (sigfd >= 0) {
-      if (int sig = wait_signal(fds[n])) {
+      if (int sig = signal_seen(sigfd, fds[n])) {
         broadcast("END " + std::to_string(128 + sig) + " machine 0 was interrupted by " + signal_name(sig));
         d.interrupted = true;
         d.code = 128 + sig;
-        return d;
+        return false;
       }
     }
     fds.resize(n);
     on_poll(fds);
   }
+}
+
+void Agent::lose_silent_machines() {
+  for (const auto& p : peers_)
+    if (!p->result && !p->lost) {
+      p->lost = true;
+      no_restart_ = true;
+      if (!failure_seen_) {
+        failure_seen_ = true;
+        failure_code_ = 1;
+        failure_message_ = "machine " + std::to_string(p->machine_rank) + " (" + p->host +
+                           ") did not report the end of its processes";
+      }
+    }
+}
+
+Decision Agent::decide(int attempt, int max_restarts) {
+  Decision d;
   for (const auto& p : peers_) p->result = false;
   if (!failure_seen_) {
     broadcast("END 0 ok");

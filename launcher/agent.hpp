@@ -103,6 +103,13 @@ class Agent {
   bool read_lines(Peer& p, std::vector<std::string>& lines);  // false: connection closed
   Event lose(Peer& p, const std::string& why);
   Event handle_server_line(Peer& from, const std::string& line);
+  // finish_round's parts. Another machine: reports its outcome and waits for machine 0's decision. Machine 0: waits
+  // for every machine's outcome (false, d filled, when acc was interrupted meanwhile), gives up on the silent ones,
+  // then decides: the end, or a restart.
+  Decision await_decision(const Outcome& local, int sigfd);
+  bool collect_outcomes(int sigfd, Decision& d);
+  void lose_silent_machines();
+  Decision decide(int attempt, int max_restarts);
 
   AgentOptions o_;
   std::vector<std::unique_ptr<Peer>> peers_;  // machine 0: one per other machine; others: machine 0

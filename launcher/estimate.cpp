@@ -312,9 +312,7 @@ std::string with_commas(int64_t v) {
   return std::string(out.rbegin(), out.rend());
 }
 
-}  // namespace
-
-int estimate_main(const std::vector<std::string>& args) {
+std::vector<cli::Option> estimate_options() {
   std::vector<cli::Option> opts;
   auto opt = [&](const char* name, const char* metavar, const char* help, bool value, std::vector<std::string> s = {},
                  bool many = false) {
@@ -336,72 +334,78 @@ int estimate_main(const std::vector<std::string>& args) {
   opt("--num_processes", "N", "processes of the per-process table for DDP and ZeRO stages 1-3 (default: 8)", true);
   opt("--library_name", "NAME", "accepted for compatibility (acc reads no Hub models)", true);
   opt("--trust_remote_code", "", "accepted for compatibility", false);
-  cli::Parsed p;
-  if (auto done = cli::parse_or_help(opts, args, kMe,
-                                     "acc estimate-memory MODEL [--dtypes DTYPE ...]",
-                                     "Estimates the memory to load MODEL and to train it with Adam (batch size 1), per dtype, in\n"
-                                     "`accelerate estimate-memory`'s table. MODEL is one of:\n"
-                                     "  - a libacc model spec, as JSON text or a .json file: {\"type\": \"gpt\", \"vocab_size\": ..,\n"
-                                     "    \"block_size\": .., \"n_layer\": .., \"n_head\": .., \"n_embd\": ..} or {\"type\": \"mlp\",\n"
-                                     "    \"sizes\": [in, hidden, ..., out]};\n"
-                                     "  - gpt2, gpt2-medium, gpt2-large, gpt2-xl (those sizes as libacc GPT specs);\n"
-                                     "  - a .safetensors file, or a directory of them (a sharded checkpoint);\n"
-                                     "  - a Hugging Face config.json, or a model directory holding one (Llama, Mistral, Qwen2,\n"
-                                     "    Mixtral, GPT-2, BERT: built empty, as Accelerate does for a Hub model).\n"
-                                     "Sizes count floating point tensors in float32, as Accelerate instantiates models; training\n"
-                                     "with Adam takes 4x the float32 size (weights, gradients, two moments), or 2x with mixed\n"
-                                     "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.\n"
-                                     "A second table gives each process's share of that training state across N processes\n"
-                                     "(--num_processes) under DDP and ZeRO stages 1-3 (DeepSpeed's zero_stage; FSDP's FULL_SHARD\n"
-                                     "and SHARD_GRAD_OP are stage 3), as the ZeRO paper counts it: with P parameters, fp32 takes\n"
-                                     "DDP 16P, ZeRO-1 8P+8P/N, ZeRO-2 4P+12P/N, ZeRO-3 16P/N plus the largest layer gathered;\n"
-                                     "mixed precision keeps fp32 master weights and moments (12P) beside 16-bit weights and\n"
-                                     "gradients (2P each). Activations are not included.",
-                                     p))
-    return *done;
-  if (p.positionals.size() != 1) {
-    std::fprintf(stderr, "%s: error: give one MODEL (a model spec, a GPT-2 size name or a safetensors file)\n", kMe);
-    return 2;
-  }
-  int64_t processes = 8;
+  return opts;
+}
+
+constexpr const char* kDescription =
+    "Estimates the memory to load MODEL and to train it with Adam (batch size 1), per dtype, in\n"
+    "`accelerate estimate-memory`'s table. MODEL is one of:\n"
+    "  - a libacc model spec, as JSON text or a .json file: {\"type\": \"gpt\", \"vocab_size\": ..,\n"
+    "    \"block_size\": .., \"n_layer\": .., \"n_head\": .., \"n_embd\": ..} or {\"type\": \"mlp\",\n"
+    "    \"sizes\": [in, hidden, ..., out]};\n"
+    "  - gpt2, gpt2-medium, gpt2-large, gpt2-xl (those sizes as libacc GPT specs);\n"
+    "  - a .safetensors file, or a directory of them (a sharded checkpoint);\n"
+    "  - a Hugging Face config.json, or a model directory holding one (Llama, Mistral, Qwen2,\n"
+    "    Mixtral, GPT-2, BERT: built empty, as Accelerate does for a Hub model).\n"
+    "Sizes count floating point tensors in float32, as Accelerate instantiates models; training\n"
+    "with Adam takes 4x the float32 size (weights, gradients, two moments), or 2x with mixed\n"
+    "precision (fp32 weights and moments, fp16 gradients), N/A for int8/int4.\n"
+    "A second table gives each process's share of that training state across N processes\n"
+    "(--num_processes) under DDP and ZeRO stages 1-3 (DeepSpeed's zero_stage; FSDP's FULL_SHARD\n"
+    "and SHARD_GRAD_OP are stage 3), as the ZeRO paper counts it: with P parameters, fp32 takes\n"
+    "DDP 16P, ZeRO-1 8P+8P/N, ZeRO-2 4P+12P/N, ZeRO-3 16P/N plus the largest layer gathered;\n"
+    "mixed precision keeps fp32 master weights and moments (12P) beside 16-bit weights and\n"
+    "gradients (2P each). Activations are not included.";
+
+// --num_processes (default 8); false, the error told, when it is not a number of processes.
+bool parse_processes(const cli::Parsed& p, int64_t* processes) {
+  *processes = 8;
   if (auto it = p.options.find("--num_processes"); it != p.options.end()) {
     const std::string& v = it->second.value;
     char* end = nullptr;
     errno = 0;
-    processes = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end || errno || processes < 1 || processes > 1000000) {
+    *processes = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno || *processes < 1 || *processes > 1000000) {
       std::fprintf(stderr, "%s: error: --num_processes: '%s' is not a number of processes (1 to 1000000)\n", kMe,
                    v.c_str());
-      return 2;
+      return false;
     }
   }
-  std::vector<std::string> dtypes;
+  return true;
+}
+
+// --dtypes (several values, or comma-separated; default float32 float16 int8 int4); false, the error told, on an
+// unknown dtype.
+bool parse_dtypes(const cli::Parsed& p, std::vector<std::string>* dtypes) {
   if (auto it = p.options.find("--dtypes"); it != p.options.end()) {
     for (const auto& v : it->second.values) {
       std::stringstream ss(v);
       for (std::string d; std::getline(ss, d, ',');)
-        if (!d.empty()) dtypes.push_back(d);
+        if (!d.empty()) dtypes->push_back(d);
     }
   } else {
-    dtypes = {"float32", "float16", "int8", "int4"};
+    *dtypes = {"float32", "float16", "int8", "int4"};
   }
-  for (const auto& d : dtypes)
+  for (const auto& d : *dtypes)
     if (d != "float32" && d != "float16" && d != "bfloat16" && d != "int8" && d != "int4") {
       std::fprintf(stderr, "%s: error: --dtypes: '%s' is not one of float32, float16, bfloat16, int8, int4\n", kMe,
                    d.c_str());
-      return 2;
+      return false;
     }
-  const std::string model = p.positionals.front();
-  std::vector<Tensor> tensors;
+  return true;
+}
+
+// The model's tensors, from a preset name, a JSON spec or a path; 0, or the exit status with the error told.
+int load_model(const std::string& model, std::vector<Tensor>* tensors) {
   try {
-    if (auto spec = preset(model)) tensors = from_spec(*spec);
-    else if (!model.empty() && model.front() == '{') tensors = from_spec(model);
+    if (auto spec = preset(model)) *tensors = from_spec(*spec);
+    else if (!model.empty() && model.front() == '{') *tensors = from_spec(model);
     else {
       struct stat st {};
       if (stat(model.c_str(), &st) != 0)
         throw config::Error("'" + model + "' is not a model spec, a known name (gpt2, gpt2-medium, gpt2-large, "
                             "gpt2-xl) or a file; acc estimate-memory does not download models from the Hub");
-      tensors = from_path(model);
+      *tensors = from_path(model);
     }
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: error: out of memory\n", kMe);
@@ -410,17 +414,16 @@ int estimate_main(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s: error: %s\n", kMe, e.what());
     return 2;
   }
-  if (tensors.empty()) {
+  if (tensors->empty()) {
     std::fprintf(stderr, "%s: error: the model has no tensors\n", kMe);
     return 2;
   }
-  int64_t total = 0, params = 0;
-  for (const auto& t : tensors)
-    if (__builtin_add_overflow(params, t.numel, &params) || __builtin_add_overflow(total, t.bytes, &total)) {
-      std::fprintf(stderr, "%s: error: %s: the model has more than 2^63 parameters or bytes\n", kMe, model.c_str());
-      return 2;
-    }
-  auto [largest, names] = largest_layer(tensors, &total);
+  return 0;
+}
+
+// accelerate estimate-memory's table: per dtype, the largest layer, the total and the training size with Adam.
+std::vector<std::vector<std::string>> dtype_rows(const std::vector<std::string>& dtypes, int64_t total,
+                                                 int64_t largest) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : dtypes) {
     Num tot{static_cast<double>(total), true}, big{static_cast<double>(largest), true};
@@ -435,6 +438,35 @@ int estimate_main(const std::vector<std::string>& args) {
     else train = "N/A";
     rows.push_back({d, convert_bytes(big), convert_bytes(tot), train});
   }
+  return rows;
+}
+
+}  // namespace
+
+int estimate_main(const std::vector<std::string>& args) {
+  const std::vector<cli::Option> opts = estimate_options();
+  cli::Parsed p;
+  if (auto done = cli::parse_or_help(opts, args, kMe, "acc estimate-memory MODEL [--dtypes DTYPE ...]", kDescription, p))
+    return *done;
+  if (p.positionals.size() != 1) {
+    std::fprintf(stderr, "%s: error: give one MODEL (a model spec, a GPT-2 size name or a safetensors file)\n", kMe);
+    return 2;
+  }
+  int64_t processes = 8;
+  if (!parse_processes(p, &processes)) return 2;
+  std::vector<std::string> dtypes;
+  if (!parse_dtypes(p, &dtypes)) return 2;
+  const std::string model = p.positionals.front();
+  std::vector<Tensor> tensors;
+  if (int rc = load_model(model, &tensors)) return rc;
+  int64_t total = 0, params = 0;
+  for (const auto& t : tensors)
+    if (__builtin_add_overflow(params, t.numel, &params) || __builtin_add_overflow(total, t.bytes, &total)) {
+      std::fprintf(stderr, "%s: error: %s: the model has more than 2^63 parameters or bytes\n", kMe, model.c_str());
+      return 2;
+    }
+  auto [largest, names] = largest_layer(tensors, &total);
+  const auto rows = dtype_rows(dtypes, total, largest);
   std::string title = "Memory Usage for loading `" + model + "`";
   std::printf("%s\n", ascii_table({"dtype", "Largest Layer", "Total Size", "Training using Adam"}, rows, title).c_str());
   std::printf("%s\n", sharded_table(static_cast<double>(total) / 4, static_cast<double>(largest) / 4, processes).c_str());

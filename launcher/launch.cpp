@@ -173,102 +173,121 @@ const char* kDescription =
     "scheduler's variables (srun, mpirun), then these flags; `acc config explain` shows where each one came from.\n"
     "Options may be spelled with '_' or '-'. A PROGRAM ending in .py runs under python3.";
 
-}  // namespace
+// launch_options' list, in the order the options are added; a config key's help comes from the schema.
+class OptionList {
+ public:
+  OptionList() {
+    for (auto& k : config::schema_keys(config::SchemaKind::Launch)) keys_[k.path] = k;
+  }
 
-std::vector<cli::Option> launch_options() {
-  using cli::Option;
-  std::map<std::string, config::KeyInfo> keys;
-  for (auto& k : config::schema_keys(config::SchemaKind::Launch)) keys[k.path] = k;
-  std::vector<Option> o;
-  auto flag = [&](std::string name, std::string group, std::string help, std::string key = "",
-                  std::string value = "true", std::vector<std::string> shorts = {}) {
-    Option x;
+  void flag(std::string name, std::string group, std::string help, std::string key = "", std::string value = "true",
+            std::vector<std::string> shorts = {}) {
+    cli::Option x;
     x.name = std::move(name);
     x.group = std::move(group);
     x.config_key = std::move(key);
-    x.help = x.config_key.empty() || value != "true" ? std::move(help) : key_help(keys.at(x.config_key), help);
+    x.help = x.config_key.empty() || value != "true" ? std::move(help) : key_help(keys_.at(x.config_key), help);
     x.flag_value = std::move(value);
     x.shorts = std::move(shorts);
-    o.push_back(std::move(x));
-  };
-  auto opt = [&](std::string name, std::string metavar, std::string group, std::string help, std::string key = "",
-                 std::vector<std::string> shorts = {}) {
-    Option x;
+    o_.push_back(std::move(x));
+  }
+
+  void opt(std::string name, std::string metavar, std::string group, std::string help, std::string key = "",
+           std::vector<std::string> shorts = {}) {
+    cli::Option x;
     x.name = std::move(name);
     x.takes_value = true;
     x.metavar = std::move(metavar);
     x.group = std::move(group);
     x.config_key = std::move(key);
-    x.help = x.config_key.empty() ? std::move(help) : key_help(keys.at(x.config_key), help);
+    x.help = x.config_key.empty() ? std::move(help) : key_help(keys_.at(x.config_key), help);
     x.shorts = std::move(shorts);
-    o.push_back(std::move(x));
-  };
-  const std::string gen = "General", hw = "Hardware", res = "Resources", dist = "Distributed",
-                    sup = "Supervision, restarts and logs";
-  flag("--help", gen, "show this help and exit", "", "true", {"-h"});
-  opt("--config_file", "FILE", gen, "launch config (YAML or JSON); default: see `acc config explain`");
-  flag("--quiet", gen, "print only errors and the failure report", "", "true", {"-q"});
-  flag("--debug", gen, "", "debug");
-  flag("--module", gen, "run the program as `python3 -m PROGRAM`", "", "true", {"-m"});
-  flag("--no_python", gen, "run a .py program directly instead of through python3");
-  flag("--cpu", hw, "train on the CPU", "use_cpu");
-  flag("--multi_gpu", hw, "distributed_type MULTI_GPU [distributed_type]", "distributed_type", "MULTI_GPU");
-  flag("--tpu", hw, "TPU training (not supported by acc launch)");
-  opt("--mixed_precision", "{no,fp16,bf16,fp8}", res, "", "mixed_precision");
-  opt("--num_processes", "N", res, "processes in total, over all machines", "num_processes");
-  opt("--num_machines", "N", res, "", "num_machines");
-  opt("--num_cpu_threads_per_process", "N", res,
-      "OMP_NUM_THREADS of every process (default: kept if set; else physical cores / processes with --cpu; else 1 "
-      "with several processes)");
-  o.back().number = kThreads;
-  flag("--enable_cpu_affinity", res, "", "enable_cpu_affinity");
-  opt("--dynamo_backend", "BACKEND", res, "", "dynamo_config.dynamo_backend");
-  opt("--dynamo_mode", "MODE", res, "", "dynamo_config.dynamo_mode");
-  flag("--dynamo_use_fullgraph", res, "", "dynamo_config.dynamo_use_fullgraph");
-  flag("--dynamo_use_dynamic", res, "", "dynamo_config.dynamo_use_dynamic");
-  flag("--dynamo_use_regional_compilation", res, "", "dynamo_config.dynamo_use_regional_compilation");
-  opt("--gpu_ids", "IDS", dist, "", "gpu_ids");
-  flag("--same_network", dist, "", "same_network");
-  opt("--machine_rank", "R", dist, "", "machine_rank");
-  opt("--main_process_ip", "IP", dist, "address of machine 0: MASTER_ADDR; default 127.0.0.1", "main_process_ip");
-  opt("--main_process_port", "PORT", dist,
-      "one machine: MASTER_PORT (default 29500; 0: a free port); several: machine 0's rendezvous port, the processes "
-      "meet on PORT + 1",
-      "main_process_port");
-  opt("--rdzv_backend", "{static,c10d,etcd,etcd-v2}", dist, "accepted for compatibility; acc's rendezvous is its own",
-      "rdzv_backend");
-  opt("--rdzv_conf", "K=V,...", dist,
-      "several machines: join_timeout=SECONDS (wait for the others; default 600), heartbeat_timeout=SECONDS (a "
-      "silent machine is lost; default 30)");
-  opt("--scheduler", "{auto,none,slurm,mpi}", dist,
-      "read ranks from srun / mpirun variables (auto: when they are set; none: ignore them)");
-  flag("--downcast_bf16", dist, "", "downcast_bf16");
-  opt("--max_restarts", "N", sup, "restart the whole group up to N times after a failure (default 0), as torchrun");
-  o.back().number = kRestarts;
-  opt("--monitor_interval", "SECONDS", sup, "how often the processes are checked (default 0.1)");
-  o.back().number = kSeconds;
-  opt("--term_timeout", "SECONDS", sup, "grace between SIGTERM and SIGKILL when stopping processes (default 5)");
-  o.back().number = kSeconds;
-  opt("--tee", "{0,1,2,3}|R:N,...", sup,
-      "also write stdout (1), stderr (2) or both (3) of every (or the listed) local rank to log files, and prefix "
-      "those lines with [ROLE<local_rank>]:",
-      "", {"-t"});
-  opt("--log_dir", "DIR", sup,
-      "per-rank log files: DIR/<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log (both streams unless --tee says)");
-  opt("--role", "NAME", sup, "name in the prefix of teed lines (default: default)");
-  opt("--mpirun_hostfile", "FILE", dist,
-      "MULTI_CPU: run the processes with mpirun over this hostfile (each reads its rank from mpirun)",
-      "mpirun_config.mpirun_hostfile");
-  opt("--aws_access_key_id", "ID", gen, "SageMaker (not supported by acc launch)");
-  opt("--aws_secret_access_key", "KEY", gen, "SageMaker (not supported by acc launch)");
+    o_.push_back(std::move(x));
+  }
 
-  // Accelerate's paradigm flags, and one flag per key of the paradigm sections of the config, named as
-  // `accelerate launch` names them (the key's name, `fp8_` + name in fp8_config).
+  cli::Option& back() { return o_.back(); }
+  std::vector<cli::Option> take() { return std::move(o_); }
+
+ private:
+  std::map<std::string, config::KeyInfo> keys_;
+  std::vector<cli::Option> o_;
+};
+
+const std::string kGeneral = "General", kHardware = "Hardware", kResources = "Resources", kDistributed = "Distributed",
+                  kSupervision = "Supervision, restarts and logs";
+
+void add_general_hardware_resources(OptionList& o) {
+  const std::string &gen = kGeneral, &hw = kHardware, &res = kResources;
+  o.flag("--help", gen, "show this help and exit", "", "true", {"-h"});
+  o.opt("--config_file", "FILE", gen, "launch config (YAML or JSON); default: see `acc config explain`");
+  o.flag("--quiet", gen, "print only errors and the failure report", "", "true", {"-q"});
+  o.flag("--debug", gen, "", "debug");
+  o.flag("--module", gen, "run the program as `python3 -m PROGRAM`", "", "true", {"-m"});
+  o.flag("--no_python", gen, "run a .py program directly instead of through python3");
+  o.flag("--cpu", hw, "train on the CPU", "use_cpu");
+  o.flag("--multi_gpu", hw, "distributed_type MULTI_GPU [distributed_type]", "distributed_type", "MULTI_GPU");
+  o.flag("--tpu", hw, "TPU training (not supported by acc launch)");
+  o.opt("--mixed_precision", "{no,fp16,bf16,fp8}", res, "", "mixed_precision");
+  o.opt("--num_processes", "N", res, "processes in total, over all machines", "num_processes");
+  o.opt("--num_machines", "N", res, "", "num_machines");
+  o.opt("--num_cpu_threads_per_process", "N", res,
+        "OMP_NUM_THREADS of every process (default: kept if set; else physical cores / processes with --cpu; else 1 "
+        "with several processes)");
+  o.back().number = kThreads;
+  o.flag("--enable_cpu_affinity", res, "", "enable_cpu_affinity");
+  o.opt("--dynamo_backend", "BACKEND", res, "", "dynamo_config.dynamo_backend");
+  o.opt("--dynamo_mode", "MODE", res, "", "dynamo_config.dynamo_mode");
+  o.flag("--dynamo_use_fullgraph", res, "", "dynamo_config.dynamo_use_fullgraph");
+  o.flag("--dynamo_use_dynamic", res, "", "dynamo_config.dynamo_use_dynamic");
+  o.flag("--dynamo_use_regional_compilation", res, "", "dynamo_config.dynamo_use_regional_compilation");
+}
+
+void add_distributed_supervision(OptionList& o) {
+  const std::string &gen = kGeneral, &dist = kDistributed, &sup = kSupervision;
+  o.opt("--gpu_ids", "IDS", dist, "", "gpu_ids");
+  o.flag("--same_network", dist, "", "same_network");
+  o.opt("--machine_rank", "R", dist, "", "machine_rank");
+  o.opt("--main_process_ip", "IP", dist, "address of machine 0: MASTER_ADDR; default 127.0.0.1", "main_process_ip");
+  o.opt("--main_process_port", "PORT", dist,
+        "one machine: MASTER_PORT (default 29500; 0: a free port); several: machine 0's rendezvous port, the processes "
+        "meet on PORT + 1",
+        "main_process_port");
+  o.opt("--rdzv_backend", "{static,c10d,etcd,etcd-v2}", dist, "accepted for compatibility; acc's rendezvous is its own",
+        "rdzv_backend");
+  o.opt("--rdzv_conf", "K=V,...", dist,
+        "several machines: join_timeout=SECONDS (wait for the others; default 600), heartbeat_timeout=SECONDS (a "
+        "silent machine is lost; default 30)");
+  o.opt("--scheduler", "{auto,none,slurm,mpi}", dist,
+        "read ranks from srun / mpirun variables (auto: when they are set; none: ignore them)");
+  o.flag("--downcast_bf16", dist, "", "downcast_bf16");
+  o.opt("--max_restarts", "N", sup, "restart the whole group up to N times after a failure (default 0), as torchrun");
+  o.back().number = kRestarts;
+  o.opt("--monitor_interval", "SECONDS", sup, "how often the processes are checked (default 0.1)");
+  o.back().number = kSeconds;
+  o.opt("--term_timeout", "SECONDS", sup, "grace between SIGTERM and SIGKILL when stopping processes (default 5)");
+  o.back().number = kSeconds;
+  o.opt("--tee", "{0,1,2,3}|R:N,...", sup,
+        "also write stdout (1), stderr (2) or both (3) of every (or the listed) local rank to log files, and prefix "
+        "those lines with [ROLE<local_rank>]:",
+        "", {"-t"});
+  o.opt("--log_dir", "DIR", sup,
+        "per-rank log files: DIR/<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log (both streams unless --tee says)");
+  o.opt("--role", "NAME", sup, "name in the prefix of teed lines (default: default)");
+  o.opt("--mpirun_hostfile", "FILE", dist,
+        "MULTI_CPU: run the processes with mpirun over this hostfile (each reads its rank from mpirun)",
+        "mpirun_config.mpirun_hostfile");
+  o.opt("--aws_access_key_id", "ID", gen, "SageMaker (not supported by acc launch)");
+  o.opt("--aws_secret_access_key", "KEY", gen, "SageMaker (not supported by acc launch)");
+}
+
+// Accelerate's paradigm flags, and one flag per key of the paradigm sections of the config, named as
+// `accelerate launch` names them (the key's name, `fp8_` + name in fp8_config).
+void add_paradigms(OptionList& o) {
   const std::string par = "Paradigm (one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm)";
-  flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type", "DEEPSPEED");
-  flag("--use_fsdp", par, "distributed_type FSDP (ACCELERATE_USE_FSDP)", "distributed_type", "FSDP");
-  flag("--use_megatron_lm", par, "distributed_type MEGATRON_LM", "distributed_type", "MEGATRON_LM");
-  flag("--use_parallelism_config", par, "use parallelism_config (needs --use_fsdp --fsdp_version 2)");
+  o.flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type", "DEEPSPEED");
+  o.flag("--use_fsdp", par, "distributed_type FSDP (ACCELERATE_USE_FSDP)", "distributed_type", "FSDP");
+  o.flag("--use_megatron_lm", par, "distributed_type MEGATRON_LM", "distributed_type", "MEGATRON_LM");
+  o.flag("--use_parallelism_config", par, "use parallelism_config (needs --use_fsdp --fsdp_version 2)");
   const std::pair<const char*, const char*> sections[] = {{"deepspeed_config", "DeepSpeed (with --use_deepspeed)"},
                                                           {"fsdp_config", "FSDP (with --use_fsdp)"},
                                                           {"fp8_config", "FP8 (with --mixed_precision fp8)"},
@@ -281,7 +300,7 @@ std::vector<cli::Option> launch_options() {
       std::string name = k.path.substr(prefix.size());
       if (std::string(section) == "fp8_config" && name.rfind("fp8_", 0) != 0) name = "fp8_" + name;
       if (name == "fp8_use_autocast_during_eval") {  // a store-true flag in accelerate launch
-        flag("--" + name, group, "", k.path);
+        o.flag("--" + name, group, "", k.path);
         continue;
       }
       std::string metavar = !k.choices.empty()                 ? "NAME"
@@ -290,10 +309,19 @@ std::vector<cli::Option> launch_options() {
                             : k.type.rfind("int", 0) == 0        ? "N"
                             : k.type.rfind("number", 0) == 0     ? "X"
                                                                  : "VALUE";
-      opt("--" + name, metavar, group, "", k.path);
+      o.opt("--" + name, metavar, group, "", k.path);
     }
   }
-  return o;
+}
+
+}  // namespace
+
+std::vector<cli::Option> launch_options() {
+  OptionList o;
+  add_general_hardware_resources(o);
+  add_distributed_supervision(o);
+  add_paradigms(o);
+  return o.take();
 }
 
 Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
@@ -396,6 +424,114 @@ Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
   return r;
 }
 
+namespace {
+
+// The rendezvous port: the config's (29500 by default); on one machine (or one task per process) 0 takes a free
+// port, and a port in use is replaced by a free one.
+void plan_port(Plan& plan) {
+  int port = static_cast<int>(plan.r.settings.main_process_port.value_or(kDefaultPort));
+  if (plan.machines == 1 || plan.r.per_task) {
+    if (port == 0) {
+      port = free_port();
+    } else if (!plan.r.per_task && port_in_use(port)) {
+      int other = free_port();
+      if (!plan.quiet)
+        std::fprintf(stderr, "%s: port %d is in use; using free port %d instead (pass --main_process_port to choose)\n",
+                     kMe, port, other);
+      port = other;
+    }
+  }
+  plan.master_port = port;
+}
+
+// Threads per process: --num_cpu_threads_per_process, else (OMP_NUM_THREADS unset) physical cores / processes for
+// CPU training, or 1 with several processes.
+void plan_threads(Plan& plan, const cli::Parsed& p) {
+  const int nproc = plan.nproc;
+  if (auto it = p.options.find("--num_cpu_threads_per_process"); it != p.options.end()) {
+    plan.threads = static_cast<int>(number_option(p, "--num_cpu_threads_per_process", 1));
+  } else if (!plan.env.count("OMP_NUM_THREADS")) {
+    const int local = plan.r.sched ? std::max(1, plan.r.sched->local_size) : nproc;
+    const int per = plan.r.settings.use_cpu ? physical_cores() / local : 1;
+    if (per > 1) {
+      plan.threads = per;
+      plan.threads_note = "setting OMP_NUM_THREADS=" + std::to_string(per) + " (physical cores / processes) for CPU "
+                          "training; set OMP_NUM_THREADS or --num_cpu_threads_per_process to tune it";
+    } else if (local > 1) {
+      plan.threads = 1;
+      plan.threads_note = "setting OMP_NUM_THREADS=1 for each process so that " + std::to_string(local) +
+                          " processes do not overload the CPU; set OMP_NUM_THREADS or --num_cpu_threads_per_process "
+                          "to tune it";
+    }
+  }
+}
+
+// Output: tee and log files (this run's directory under --log_dir, or under a new temporary directory).
+void plan_logs(Plan& plan, const cli::Parsed& p) {
+  const int nproc = plan.nproc;
+  auto tee_it = p.options.find("--tee");
+  auto dir_it = p.options.find("--log_dir");
+  if (tee_it != p.options.end()) plan.tee = parse_tee(tee_it->second.value, tee_it->second.as_typed, nproc);
+  else if (dir_it != p.options.end()) plan.tee.assign(static_cast<size_t>(nproc), 3);
+  bool any_tee = std::any_of(plan.tee.begin(), plan.tee.end(), [](int t) { return t != 0; });
+  if (!any_tee) return;
+  std::string base;
+  if (dir_it != p.options.end()) {
+    base = dir_it->second.value;
+    config::make_directories(base);
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_logs_XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) throw config::Error("cannot create a log directory: " + std::string(std::strerror(errno)));
+    base = buf.data();
+  }
+  plan.log_root = base + "/" + timestamp() + "_" + config::host_name() + "_" + std::to_string(getpid());
+  config::make_directories(plan.log_root);
+}
+
+// The command: PROGRAM (under python3 for .py, or python3 -m with --module) and the executable it resolves to.
+void plan_command(Plan& plan, const cli::Parsed& p, const std::vector<std::string>& program) {
+  if (program.empty()) usage_error("missing the PROGRAM to launch");
+  if (p.options.count("--module") && p.options.count("--no_python"))
+    usage_error("--module and --no_python cannot be used together");
+  const std::string& prog = program.front();
+  if (p.options.count("--module")) plan.cmd = {"python3", "-m"};
+  else if (!p.options.count("--no_python") && prog.ends_with(".py")) plan.cmd = {"python3"};
+  plan.cmd.insert(plan.cmd.end(), program.begin(), program.end());
+  const std::string path_env = plan.env.count("PATH") ? plan.env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
+  Resolved exe = resolve_program(plan.cmd.front(), path_env);
+  if (exe.error)
+    throw PlanError("cannot execute '" + plan.cmd.front() + "': " + exe.why, exe.error == ENOENT ? 127 : 126);
+  plan.exe = exe.path;
+}
+
+// The environment every process shares: acc's, the config's exports, torchrun's variables, the job's shm name.
+void plan_base_env(Plan& plan) {
+  plan.base_env = plan.env;
+  for (auto& [k, v] : config::launch_environment(plan.r.cfg)) plan.base_env[k] = v;
+  plan.base_env["MASTER_ADDR"] = plan.master_addr;
+  if (plan.threads > 0) plan.base_env["OMP_NUM_THREADS"] = std::to_string(plan.threads);
+  plan.base_env["WORLD_SIZE"] = std::to_string(plan.world);
+  plan.base_env["LOCAL_WORLD_SIZE"] =
+      std::to_string(plan.r.per_task ? std::max(1, plan.r.sched->local_size) : plan.nproc);
+  plan.base_env["GROUP_RANK"] = std::to_string(plan.machine_rank);
+  plan.base_env["GROUP_WORLD_SIZE"] = std::to_string(plan.machines);
+  plan.base_env["ROLE_NAME"] = plan.role;
+  plan.base_env["ROLE_WORLD_SIZE"] = std::to_string(plan.world);
+  plan.base_env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(plan.max_restarts);
+  // A name of this job's own in its processes' shared-memory segments (src/runtime/shm_backend.cpp), so that what a
+  // process killed while its group was making one leaves in /dev/shm is removed once the processes are gone.
+  std::random_device rd;
+  char job[24];
+  std::snprintf(job, sizeof job, "%08x%08x", rd(), rd());
+  plan.shm_job = job;
+  plan.base_env["ACC_SHM_JOB"] = plan.shm_job;
+}
+
+}  // namespace
+
 Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const std::vector<std::string>& program) {
   Plan plan;
   plan.env = config::current_environment();
@@ -424,96 +560,11 @@ Plan make_plan(const cli::Parsed& p, const std::vector<cli::Option>& opts, const
       throw config::Error("--max_restarts: restarts need one acc launch per machine; under " + s.name +
                           " with one task per process, let the scheduler restart the job");
   }
-  int port = static_cast<int>(cfg.main_process_port.value_or(kDefaultPort));
-  if (plan.machines == 1 || plan.r.per_task) {
-    if (port == 0) {
-      port = free_port();
-    } else if (!plan.r.per_task && port_in_use(port)) {
-      int other = free_port();
-      if (!plan.quiet)
-        std::fprintf(stderr, "%s: port %d is in use; using free port %d instead (pass --main_process_port to choose)\n",
-                     kMe, port, other);
-      port = other;
-    }
-  }
-  plan.master_port = port;
-
-  // Threads per process.
-  const int nproc = plan.nproc;
-  if (auto it = p.options.find("--num_cpu_threads_per_process"); it != p.options.end()) {
-    plan.threads = static_cast<int>(number_option(p, "--num_cpu_threads_per_process", 1));
-  } else if (!plan.env.count("OMP_NUM_THREADS")) {
-    const int local = plan.r.sched ? std::max(1, plan.r.sched->local_size) : nproc;
-    const int per = cfg.use_cpu ? physical_cores() / local : 1;
-    if (per > 1) {
-      plan.threads = per;
-      plan.threads_note = "setting OMP_NUM_THREADS=" + std::to_string(per) + " (physical cores / processes) for CPU "
-                          "training; set OMP_NUM_THREADS or --num_cpu_threads_per_process to tune it";
-    } else if (local > 1) {
-      plan.threads = 1;
-      plan.threads_note = "setting OMP_NUM_THREADS=1 for each process so that " + std::to_string(local) +
-                          " processes do not overload the CPU; set OMP_NUM_THREADS or --num_cpu_threads_per_process "
-                          "to tune it";
-    }
-  }
-
-  // Output: tee and log files.
-  auto tee_it = p.options.find("--tee");
-  auto dir_it = p.options.find("--log_dir");
-  if (tee_it != p.options.end()) plan.tee = parse_tee(tee_it->second.value, tee_it->second.as_typed, nproc);
-  else if (dir_it != p.options.end()) plan.tee.assign(static_cast<size_t>(nproc), 3);
-  bool any_tee = std::any_of(plan.tee.begin(), plan.tee.end(), [](int t) { return t != 0; });
-  if (any_tee) {
-    std::string base;
-    if (dir_it != p.options.end()) {
-      base = dir_it->second.value;
-      config::make_directories(base);
-    } else {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_logs_XXXXXX";
-      std::vector<char> buf(templ.begin(), templ.end());
-      buf.push_back('\0');
-      if (!mkdtemp(buf.data())) throw config::Error("cannot create a log directory: " + std::string(std::strerror(errno)));
-      base = buf.data();
-    }
-    plan.log_root = base + "/" + timestamp() + "_" + config::host_name() + "_" + std::to_string(getpid());
-    config::make_directories(plan.log_root);
-  }
-
-  // The command.
-  if (program.empty()) usage_error("missing the PROGRAM to launch");
-  if (p.options.count("--module") && p.options.count("--no_python"))
-    usage_error("--module and --no_python cannot be used together");
-  const std::string& prog = program.front();
-  if (p.options.count("--module")) plan.cmd = {"python3", "-m"};
-  else if (!p.options.count("--no_python") && prog.ends_with(".py")) plan.cmd = {"python3"};
-  plan.cmd.insert(plan.cmd.end(), program.begin(), program.end());
-  const std::string path_env = plan.env.count("PATH") ? plan.env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
-  Resolved exe = resolve_program(plan.cmd.front(), path_env);
-  if (exe.error)
-    throw PlanError("cannot execute '" + plan.cmd.front() + "': " + exe.why, exe.error == ENOENT ? 127 : 126);
-  plan.exe = exe.path;
-
-  // The environment every process shares.
-  plan.base_env = plan.env;
-  for (auto& [k, v] : config::launch_environment(plan.r.cfg)) plan.base_env[k] = v;
-  plan.base_env["MASTER_ADDR"] = plan.master_addr;
-  if (plan.threads > 0) plan.base_env["OMP_NUM_THREADS"] = std::to_string(plan.threads);
-  plan.base_env["WORLD_SIZE"] = std::to_string(plan.world);
-  plan.base_env["LOCAL_WORLD_SIZE"] =
-      std::to_string(plan.r.per_task ? std::max(1, plan.r.sched->local_size) : plan.nproc);
-  plan.base_env["GROUP_RANK"] = std::to_string(plan.machine_rank);
-  plan.base_env["GROUP_WORLD_SIZE"] = std::to_string(plan.machines);
-  plan.base_env["ROLE_NAME"] = plan.role;
-  plan.base_env["ROLE_WORLD_SIZE"] = std::to_string(plan.world);
-  plan.base_env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(plan.max_restarts);
-  // A name of this job's own in its processes' shared-memory segments (src/runtime/shm_backend.cpp), so that what a
-  // process killed while its group was making one leaves in /dev/shm is removed once the processes are gone.
-  std::random_device rd;
-  char job[24];
-  std::snprintf(job, sizeof job, "%08x%08x", rd(), rd());
-  plan.shm_job = job;
-  plan.base_env["ACC_SHM_JOB"] = plan.shm_job;
+  plan_port(plan);
+  plan_threads(plan, p);
+  plan_logs(plan, p);
+  plan_command(plan, p, program);
+  plan_base_env(plan);
   return plan;
 }
 

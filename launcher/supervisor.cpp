@@ -102,6 +102,49 @@ void Group::fail(Exit e) {
   first_ = std::move(e);
 }
 
+namespace {
+
+// The three pipes of a worker (stdout, stderr, and the exec-failure report), close-on-exec; 0, or the errno of the
+// pipe that could not be made (the others closed).
+int open_worker_pipes(int outp[2], int errp[2], int execp[2]) {
+  if (pipe2(outp, O_CLOEXEC) != 0) return errno;
+  if (pipe2(errp, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(outp[0]);
+    close(outp[1]);
+    return err;
+  }
+  if (pipe2(execp, O_CLOEXEC) != 0) {
+    const int err = errno;
+    for (int fd : {outp[0], outp[1], errp[0], errp[1]}) close(fd);
+    return err;
+  }
+  return 0;
+}
+
+// In the forked child: its own process group, death with acc, stdout and stderr to the pipes, default signals, then
+// exec; a failed exec writes its errno to the exec pipe. Async-signal-safe calls only.
+[[noreturn]] void exec_worker(const Worker& w, pid_t parent, int out_fd, int err_fd, int exec_fd, char* const* argv,
+                              char* const* envp, const sigset_t& none) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(125);  // acc died before the death signal was armed
+  dup2(out_fd, 1);
+  dup2(err_fd, 2);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int s : {SIGCHLD, SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &dfl, nullptr);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(w.path.c_str(), argv, envp);
+  int err = errno;
+  ssize_t wr = write(exec_fd, &err, sizeof err);
+  (void)wr;
+  _exit(127);
+}
+
+}  // namespace
+
 void Group::start() {
   const char* me = "acc launch";
   start_ = monotonic_now();
@@ -116,126 +159,102 @@ void Group::start() {
   }
   for (size_t i = 0; i < n; ++i) tails_.push_back(std::make_unique<std::deque<std::string>>());
   const pid_t self = getpid();
-  sigset_t none;
-  sigemptyset(&none);
-
-  for (size_t i = 0; i < n; ++i) {
-    const Worker& w = workers_[i];
-    auto setup_error = [&](const std::string& what, int err) {
-      Exit e;
-      e.rank = w.rank;
-      e.local_rank = w.local_rank;
-      e.start_error = what + ": " + strerror(err);
-      e.start_errno = err;
-      e.status = -1;
-      fail(e);
-    };
-    int outp[2], errp[2], execp[2];
-    if (pipe2(outp, O_CLOEXEC) != 0) {
-      setup_error("cannot start rank " + std::to_string(w.rank) + " (pipe)", errno);
-      break;
-    }
-    if (pipe2(errp, O_CLOEXEC) != 0) {
-      setup_error("cannot start rank " + std::to_string(w.rank) + " (pipe)", errno);
-      close(outp[0]);
-      close(outp[1]);
-      break;
-    }
-    if (pipe2(execp, O_CLOEXEC) != 0) {
-      setup_error("cannot start rank " + std::to_string(w.rank) + " (pipe)", errno);
-      for (int fd : {outp[0], outp[1], errp[0], errp[1]}) close(fd);
-      break;
-    }
-    // Log files first: a log directory that cannot be written is an error before the worker starts.
-    int tee = static_cast<size_t>(w.local_rank) < out_.tee.size() ? out_.tee[static_cast<size_t>(w.local_rank)] : 0;
-    int logs[2] = {-1, -1};
-    if (tee && !out_.log_dir.empty()) {
-      std::string dir = out_.log_dir + "/" + std::to_string(w.local_rank);
-      try {
-        config::make_directories(dir);
-      } catch (const std::exception& ex) {
-        Exit e;
-        e.rank = w.rank;
-        e.local_rank = w.local_rank;
-        e.start_error = ex.what();
-        e.start_errno = EIO;
-        e.status = -1;
-        fail(e);
-        for (int fd : {outp[0], outp[1], errp[0], errp[1], execp[0], execp[1]}) close(fd);
-        break;
-      }
-      const char* names[2] = {"stdout.log", "stderr.log"};
-      for (int k = 0; k < 2; ++k)
-        if (tee & (1 << k))
-          logs[k] = open((dir + "/" + names[k]).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-      int err = errno;
-      for (int fd : {outp[0], outp[1], errp[0], errp[1], execp[0], execp[1], logs[0], logs[1]})
-        if (fd >= 0) close(fd);
-      setup_error("cannot start rank " + std::to_string(w.rank) + " (fork)", err);
-      break;
-    }
-    if (pid == 0) {
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != self) _exit(125);  // acc died before the death signal was armed
-      dup2(outp[1], 1);
-      dup2(errp[1], 2);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      for (int s : {SIGCHLD, SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &dfl, nullptr);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execve(w.path.c_str(), argvs[i].data(), envps[i].data());
-      int err = errno;
-      ssize_t wr = write(execp[1], &err, sizeof err);
-      (void)wr;
-      _exit(127);
-    }
-    setpgid(pid, pid);  // both sides set it, so it holds before either proceeds
-    close(outp[1]);
-    close(errp[1]);
-    close(execp[1]);
-    auto proc = std::make_unique<Proc>();
-    proc->w = &w;
-    proc->pid = pid;
-    proc->running = true;
-    procs_.push_back(std::move(proc));
-    const int read_ends[2] = {outp[0], errp[0]};
-    for (int k = 0; k < 2; ++k) {
-      auto s = std::make_unique<Stream>();
-      s->fd = read_ends[k];
-      fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
-      s->console = k == 0 ? 1 : 2;
-      s->log = logs[k];
-      s->local_rank = w.local_rank;
-      s->prefix = out_.prefix && (tee & (1 << k));
-      s->tail = tails_[i].get();
-      streams_.push_back(std::move(s));
-    }
-    int err = 0;
-    ssize_t got;
-    do got = read(execp[0], &err, sizeof err);
-    while (got < 0 && errno == EINTR);
-    close(execp[0]);
-    if (got == static_cast<ssize_t>(sizeof err)) {  // exec failed; the child exits 127
-      Exit e;
-      e.rank = w.rank;
-      e.local_rank = w.local_rank;
-      e.pid = pid;
-      e.start_error = "cannot execute '" + w.path + "' (rank " + std::to_string(w.rank) + "): " + strerror(err);
-      e.start_errno = err;
-      e.status = -1;
-      fail(e);
-      break;
-    }
-  }
+  for (size_t i = 0; i < n; ++i)
+    if (!start_worker(i, argvs[i].data(), envps[i].data(), self)) break;
   if (first_) {
     std::fprintf(stderr, "%s: error: %s\n", me, first_->start_error.c_str());
     stop(SIGTERM);
   }
+}
+
+void Group::fail_start(const Worker& w, const std::string& error, int err, pid_t pid) {
+  Exit e;
+  e.rank = w.rank;
+  e.local_rank = w.local_rank;
+  e.pid = pid;
+  e.start_error = error;
+  e.start_errno = err;
+  e.status = -1;
+  fail(e);
+}
+
+bool Group::open_logs(const Worker& w, int tee, int logs[2]) {
+  if (!tee || out_.log_dir.empty()) return true;
+  std::string dir = out_.log_dir + "/" + std::to_string(w.local_rank);
+  try {
+    config::make_directories(dir);
+  } catch (const std::exception& ex) {
+    fail_start(w, ex.what(), EIO);
+    return false;
+  }
+  const char* names[2] = {"stdout.log", "stderr.log"};
+  for (int k = 0; k < 2; ++k)
+    if (tee & (1 << k))
+      logs[k] = open((dir + "/" + names[k]).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+  return true;
+}
+
+void Group::add_streams(size_t i, const int read_ends[2], const int logs[2], int tee) {
+  const Worker& w = workers_[i];
+  for (int k = 0; k < 2; ++k) {
+    auto s = std::make_unique<Stream>();
+    s->fd = read_ends[k];
+    fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
+    s->console = k == 0 ? 1 : 2;
+    s->log = logs[k];
+    s->local_rank = w.local_rank;
+    s->prefix = out_.prefix && (tee & (1 << k));
+    s->tail = tails_[i].get();
+    streams_.push_back(std::move(s));
+  }
+}
+
+bool Group::start_worker(size_t i, char* const* argv, char* const* envp, pid_t self) {
+  const Worker& w = workers_[i];
+  sigset_t none;
+  sigemptyset(&none);
+  int outp[2], errp[2], execp[2];
+  if (int err = open_worker_pipes(outp, errp, execp)) {
+    fail_start(w, "cannot start rank " + std::to_string(w.rank) + " (pipe): " + strerror(err), err);
+    return false;
+  }
+  // Log files first: a log directory that cannot be written is an error before the worker starts.
+  int tee = static_cast<size_t>(w.local_rank) < out_.tee.size() ? out_.tee[static_cast<size_t>(w.local_rank)] : 0;
+  int logs[2] = {-1, -1};
+  if (!open_logs(w, tee, logs)) {
+    for (int fd : {outp[0], outp[1], errp[0], errp[1], execp[0], execp[1]}) close(fd);
+    return false;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    int err = errno;
+    for (int fd : {outp[0], outp[1], errp[0], errp[1], execp[0], execp[1], logs[0], logs[1]})
+      if (fd >= 0) close(fd);
+    fail_start(w, "cannot start rank " + std::to_string(w.rank) + " (fork): " + strerror(err), err);
+    return false;
+  }
+  if (pid == 0) exec_worker(w, self, outp[1], errp[1], execp[1], argv, envp, none);
+  setpgid(pid, pid);  // both sides set it, so it holds before either proceeds
+  close(outp[1]);
+  close(errp[1]);
+  close(execp[1]);
+  auto proc = std::make_unique<Proc>();
+  proc->w = &w;
+  proc->pid = pid;
+  proc->running = true;
+  procs_.push_back(std::move(proc));
+  const int read_ends[2] = {outp[0], errp[0]};
+  add_streams(i, read_ends, logs, tee);
+  int err = 0;
+  ssize_t got;
+  do got = read(execp[0], &err, sizeof err);
+  while (got < 0 && errno == EINTR);
+  close(execp[0]);
+  if (got == static_cast<ssize_t>(sizeof err)) {  // exec failed; the child exits 127
+    fail_start(w, "cannot execute '" + w.path + "' (rank " + std::to_string(w.rank) + "): " + strerror(err), err, pid);
+    return false;
+  }
+  return true;
 }
 
 void Group::poll_fds(std::vector<pollfd>& fds) const {
@@ -442,6 +461,104 @@ void Group::finish() {
   }
 }
 
+namespace {
+
+// posix_spawnp of `program` with stdin from /dev/null, stdout (and stderr, merged) to `out_fd`, no signal blocked and
+// every one at its default; 0 or the error (a failed exec included).
+int spawn_capturing(const std::string& program, char* const* args, int out_fd, bool merge_stderr, pid_t* pid) {
+  // The child's stdout (and stderr) become the pipe's write end; the O_CLOEXEC originals close at exec.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  if (merge_stderr)
+    posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
+  else
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  // acc may have signals blocked (the launch loop reads them from a signalfd) or ignored (SIGPIPE): the program
+  // starts with none blocked and every one at its default.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // glibc's posix_spawnp reports a failed exec (ENOENT, EACCES, ENOEXEC) as its result, so there is no child
+  // to reap then.
+  const int spawn_error = posix_spawnp(pid, program.c_str(), &actions, &attr, args, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  return spawn_error;
+}
+
+// Reads what the (non-blocking) pipe holds now into `out`, keeping at most max_bytes; true at end of file (or on a
+// read error, which ends the output the same way).
+bool drain_pipe(int fd, std::string& out, size_t max_bytes) {
+  char buf[4096];
+  for (;;) {
+    ssize_t got = read(fd, buf, sizeof buf);
+    if (got > 0) {
+      if (out.size() < max_bytes) out.append(buf, std::min(static_cast<size_t>(got), max_bytes - out.size()));
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    return got == 0 || errno != EAGAIN;
+  }
+}
+
+struct CaptureEnd {
+  bool reaped = false;  // false: the timeout came first
+  int status = 0;       // wait status, when reaped
+  int wait_error = 0;   // waitpid's errno, when it failed
+};
+
+// Both ends are waited for: the end of the output and the program's exit. The poll is sliced so that an exit is
+// seen even when something the program started still holds the pipe open (its output is then what was there).
+CaptureEnd wait_capture(pid_t pid, int fd, const CaptureOptions& options, std::string& out) {
+  const double deadline = monotonic_now() + options.timeout;
+  bool eof = false;
+  CaptureEnd end;
+  while (!(eof && end.reaped)) {
+    const double left = deadline - monotonic_now();
+    if (left <= 0) break;
+    const int slice_ms = static_cast<int>(std::min(left * 1000.0, 50.0)) + 1;
+    if (!eof) {
+      pollfd p{fd, POLLIN, 0};
+      poll(&p, 1, slice_ms);
+      eof = drain_pipe(fd, out, options.max_bytes);
+    } else {
+      poll(nullptr, 0, std::min(slice_ms, 10));  // the output ended; the program has not yet
+    }
+    if (!end.reaped) {
+      const pid_t w = waitpid(pid, &end.status, WNOHANG);
+      if (w == pid || (w < 0 && errno != EINTR)) {
+        end.reaped = true;
+        if (w < 0) end.wait_error = errno;
+        if (!eof) {
+          drain_pipe(fd, out, options.max_bytes);  // what it wrote before it ended
+          eof = true;
+        }
+      }
+    }
+  }
+  return end;
+}
+
+// Killed, then reaped if it goes within a second. A program stuck in the kernel (a hung driver) may not: it is
+// left, not waited for, so acc never hangs on it.
+void kill_and_reap_briefly(pid_t pid) {
+  kill(pid, SIGKILL);
+  for (const double until = monotonic_now() + 1.0; monotonic_now() < until;) {
+    const pid_t w = waitpid(pid, nullptr, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) break;
+    poll(nullptr, 0, 10);
+  }
+}
+
+}  // namespace
+
 Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions& options) {
   Captured r;
   if (argv.empty() || argv[0].empty()) {
@@ -458,25 +575,6 @@ Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions&
     r.error = "cannot run '" + program + "' (pipe): " + strerror(errno);
     return r;
   }
-  // The child's stdout (and stderr) become the pipe's write end; the O_CLOEXEC originals close at exec.
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], 1);
-  if (options.merge_stderr)
-    posix_spawn_file_actions_adddup2(&actions, pipefd[1], 2);
-  else
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  // acc may have signals blocked (the launch loop reads them from a signalfd) or ignored (SIGPIPE): the program
-  // starts with none blocked and every one at its default.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   // An inherited SIGCHLD = SIG_IGN would let the kernel reap the child and hide its status: default while it runs.
   struct sigaction dfl {}, original_chld {};
   dfl.sa_handler = SIG_DFL;
@@ -484,11 +582,7 @@ Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions&
   sigaction(SIGCHLD, &dfl, &original_chld);
 
   pid_t pid = -1;
-  // glibc's posix_spawnp reports a failed exec (ENOENT, EACCES, ENOEXEC) as its result, so there is no child
-  // to reap then.
-  const int spawn_error = posix_spawnp(&pid, program.c_str(), &actions, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  const int spawn_error = spawn_capturing(program, args.data(), pipefd[1], options.merge_stderr, &pid);
   close(pipefd[1]);
   const int fd = pipefd[0];
   if (spawn_error != 0) {
@@ -498,67 +592,19 @@ Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions&
     return r;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-
-  // Reads what the pipe holds now; true at end of file (or on a read error, which ends the output the same way).
-  auto drain = [&]() {
-    char buf[4096];
-    for (;;) {
-      ssize_t got = read(fd, buf, sizeof buf);
-      if (got > 0) {
-        if (r.out.size() < options.max_bytes)
-          r.out.append(buf, std::min(static_cast<size_t>(got), options.max_bytes - r.out.size()));
-        continue;
-      }
-      if (got < 0 && errno == EINTR) continue;
-      return got == 0 || errno != EAGAIN;
-    }
-  };
-  // Both ends are waited for: the end of the output and the program's exit. The poll is sliced so that an exit is
-  // seen even when something the program started still holds the pipe open (its output is then what was there).
-  const double deadline = monotonic_now() + options.timeout;
-  bool eof = false, reaped = false;
-  int status = 0, wait_error = 0;
-  while (!(eof && reaped)) {
-    const double left = deadline - monotonic_now();
-    if (left <= 0) break;
-    const int slice_ms = static_cast<int>(std::min(left * 1000.0, 50.0)) + 1;
-    if (!eof) {
-      pollfd p{fd, POLLIN, 0};
-      poll(&p, 1, slice_ms);
-      eof = drain();
-    } else {
-      poll(nullptr, 0, std::min(slice_ms, 10));  // the output ended; the program has not yet
-    }
-    if (!reaped) {
-      const pid_t w = waitpid(pid, &status, WNOHANG);
-      if (w == pid || (w < 0 && errno != EINTR)) {
-        reaped = true;
-        if (w < 0) wait_error = errno;
-        if (!eof) {
-          drain();  // what it wrote before it ended
-          eof = true;
-        }
-      }
-    }
-  }
+  const CaptureEnd end = wait_capture(pid, fd, options, r.out);
   close(fd);
-  if (!reaped) {
-    // Killed, then reaped if it goes within a second. A program stuck in the kernel (a hung driver) may not: it is
-    // left, not waited for, so acc never hangs on it.
-    kill(pid, SIGKILL);
-    for (const double until = monotonic_now() + 1.0; monotonic_now() < until;) {
-      const pid_t w = waitpid(pid, nullptr, WNOHANG);
-      if (w == pid || (w < 0 && errno != EINTR)) break;
-      poll(nullptr, 0, 10);
-    }
+  if (!end.reaped) {
+    kill_and_reap_briefly(pid);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%g", options.timeout);
     r.error = "'" + program + "' did not finish within " + secs + " s (killed)";
-  } else if (wait_error != 0) {
-    r.error = "cannot read the exit status of '" + program + "': " + strerror(wait_error);
+  } else if (end.wait_error != 0) {
+    r.error = "cannot read the exit status of '" + program + "': " + strerror(end.wait_error);
   } else {
-    r.status = status;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) r.error = "'" + program + "' " + describe_status(status);
+    r.status = end.status;
+    if (!WIFEXITED(end.status) || WEXITSTATUS(end.status) != 0)
+      r.error = "'" + program + "' " + describe_status(end.status);
   }
   sigaction(SIGCHLD, &original_chld, nullptr);
   return r;

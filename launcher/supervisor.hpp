@@ -84,6 +84,12 @@ class Group {
   struct Proc;
   struct Stream;
   void fail(Exit e);
+  // start()'s parts: one worker started (false, the failure recorded, when it could not be), its failure to start,
+  // its log files (tee) and its output streams.
+  bool start_worker(size_t i, char* const* argv, char* const* envp, pid_t self);
+  void fail_start(const Worker& w, const std::string& error, int err, pid_t pid = -1);
+  bool open_logs(const Worker& w, int tee, int logs[2]);
+  void add_streams(size_t i, const int read_ends[2], const int logs[2], int tee);
   void read_stream(Stream& s, bool final);
   void emit(Stream& s, const char* data, size_t n, bool final);
 

@@ -58,7 +58,8 @@ static int fail(const char* fmt, double a, double b) {
   return 1;
 }
 
-int main(void) {
+/* $ACC_SELFTEST_DIR/rank<RANK>, where the steps are recorded (none without $ACC_SELFTEST_DIR). */
+static void open_status_file(void) {
   const char* dir = getenv("ACC_SELFTEST_DIR");
   const char* rank_env = getenv("RANK");
   if (dir && *dir) {
@@ -66,6 +67,10 @@ int main(void) {
     snprintf(path, sizeof path, "%s/rank%s", dir, rank_env ? rank_env : "0");
     status_file = fopen(path, "w");
   }
+}
+
+/* acc_accelerator_create: the processes meet. 0, or 1 after the failure is recorded (as every step below). */
+static int rendezvous(acc_accelerator** acc, int32_t* rank, int32_t* world) {
   const char* t = getenv("ACC_SELFTEST_TIMEOUT");
   double timeout = t && *t ? atof(t) : 60.0;
   if (!(timeout > 0)) timeout = 60.0;
@@ -77,17 +82,19 @@ int main(void) {
   snprintf(config, sizeof config, "{\"seed\": 1234, \"init_process_group_kwargs\": {\"timeout\": %g}%s%s%s}", timeout,
            project && *project ? ", \"project_dir\": \"" : "", project && *project ? project : "",
            project && *project ? "\"" : "");
-  acc_accelerator* acc = NULL;
-  CHECK(acc_accelerator_create(config, &acc));
-  int32_t rank = 0, world = 1;
+  CHECK(acc_accelerator_create(config, acc));
   const char* device = "?";
   const char* dtype = "?";
-  CHECK(acc_process_index(acc, &rank));
-  CHECK(acc_num_processes(acc, &world));
-  CHECK(acc_device(acc, &device));
-  CHECK(acc_distributed_type(acc, &dtype));
-  note("rendezvous", "ok", "rank %d of %d on %s (%s)", rank, world, device, dtype);
+  CHECK(acc_process_index(*acc, rank));
+  CHECK(acc_num_processes(*acc, world));
+  CHECK(acc_device(*acc, &device));
+  CHECK(acc_distributed_type(*acc, &dtype));
+  note("rendezvous", "ok", "rank %d of %d on %s (%s)", *rank, *world, device, dtype);
+  return 0;
+}
 
+/* An all-reduce of every rank's number (rank + 1), checked against the expected sum. */
+static int first_collective(acc_accelerator* acc, int32_t rank, int32_t world) {
   begin("first collective");
   float mine = (float)(rank + 1);
   int64_t one = 1;
@@ -101,41 +108,32 @@ int main(void) {
   acc_tensor_destroy(x);
   acc_tensor_destroy(sum);
   note("first collective", "ok", "all-reduce sum %g", got);
+  return 0;
+}
 
-  begin("ddp step");
-  acc_model* model = NULL;
-  acc_optimizer* opt = NULL;
-  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 8, 1], \"activation\": \"tanh\"}", &model));
-  CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
-  CHECK(acc_prepare(acc, model, opt, NULL, NULL));
-  float in[8 * 4], target[8];
-  for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 4; ++j) in[i * 4 + j] = (float)((rank + 1) * (i + 1) * (j + 2) % 7) / 7.0f;
-    target[i] = (float)(rank + i) / 8.0f;
-  }
-  int64_t in_shape[2] = {8, 4}, tg_shape[2] = {8, 1};
-  acc_tensor *input = NULL, *targets = NULL, *loss = NULL;
-  CHECK(acc_tensor_from_host(in, sizeof in, ACC_FLOAT32, in_shape, 2, &input));
-  CHECK(acc_tensor_from_host(target, sizeof target, ACC_FLOAT32, tg_shape, 2, &targets));
-  const char* steps_env = getenv("ACC_SELFTEST_STEPS");
-  int steps = steps_env && atoi(steps_env) > 0 ? atoi(steps_env) : 1;
-  double loss_value = 0, first_loss = 0;
+/* `steps` forward/backward/optimizer steps; *loss is the last step's loss tensor. */
+static int train(acc_accelerator* acc, acc_model* model, acc_optimizer* opt, acc_tensor* input, acc_tensor* targets,
+                 int steps, acc_tensor** loss, double* first_loss, double* loss_value) {
   for (int step = 0; step < steps; ++step) {
-    CHECK(acc_model_forward(model, input, targets, NULL, &loss));
-    CHECK(acc_tensor_item(loss, &loss_value));
-    if (step == 0) first_loss = loss_value;
-    CHECK(acc_backward(acc, loss));
+    CHECK(acc_model_forward(model, input, targets, NULL, loss));
+    CHECK(acc_tensor_item(*loss, loss_value));
+    if (step == 0) *first_loss = *loss_value;
+    CHECK(acc_backward(acc, *loss));
     CHECK(acc_optimizer_step(opt));
     CHECK(acc_optimizer_zero_grad(opt));
     if (step + 1 < steps) {
-      acc_tensor_destroy(loss);
-      loss = NULL;
+      acc_tensor_destroy(*loss);
+      *loss = NULL;
     }
   }
-  /* A checksum of every parameter: equal on every rank when DDP averaged the gradients. */
+  return 0;
+}
+
+/* A checksum of every parameter: equal on every rank when DDP averaged the gradients. */
+static int parameter_checksum(acc_model* model, double* checksum) {
   int64_t n = 0;
   CHECK(acc_model_state_size(model, &n));
-  double checksum = 0;
+  *checksum = 0;
   for (int64_t i = 0; i < n; ++i) {
     const char* name = NULL;
     acc_tensor* v = NULL;
@@ -144,10 +142,15 @@ int main(void) {
     CHECK(acc_tensor_numel(v, &numel));
     float* host = malloc((size_t)numel * sizeof(float));
     CHECK(acc_tensor_to_host(v, host, (size_t)numel * sizeof(float)));
-    for (int64_t k = 0; k < numel; ++k) checksum += host[k] * (double)(k % 13 + 1) * (double)(i + 1);
+    for (int64_t k = 0; k < numel; ++k) *checksum += host[k] * (double)(k % 13 + 1) * (double)(i + 1);
     free(host);
     acc_tensor_destroy(v);
   }
+  return 0;
+}
+
+/* The checksum's spread across ranks (max - min, from one max-reduce of checksum and -checksum): 0 when equal. */
+static int equal_on_all_ranks(acc_accelerator* acc, double checksum) {
   float c32[2] = {(float)checksum, (float)-checksum};
   int64_t two = 2;
   acc_tensor *c = NULL, *cmax = NULL;
@@ -160,6 +163,31 @@ int main(void) {
     return fail("parameters differ across ranks after one step (checksum spread %g, this rank %g)", spread, checksum);
   acc_tensor_destroy(c);
   acc_tensor_destroy(cmax);
+  return 0;
+}
+
+/* A small model prepared for DDP, trained on rank-dependent data, then its parameters compared across ranks. */
+static int ddp_step(acc_accelerator* acc, int32_t rank, int32_t world, acc_model** model, acc_optimizer** opt) {
+  begin("ddp step");
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 8, 1], \"activation\": \"tanh\"}", model));
+  CHECK(acc_optimizer_create(*model, "{\"type\": \"sgd\", \"lr\": 0.1}", opt));
+  CHECK(acc_prepare(acc, *model, *opt, NULL, NULL));
+  float in[8 * 4], target[8];
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 4; ++j) in[i * 4 + j] = (float)((rank + 1) * (i + 1) * (j + 2) % 7) / 7.0f;
+    target[i] = (float)(rank + i) / 8.0f;
+  }
+  int64_t in_shape[2] = {8, 4}, tg_shape[2] = {8, 1};
+  acc_tensor *input = NULL, *targets = NULL, *loss = NULL;
+  CHECK(acc_tensor_from_host(in, sizeof in, ACC_FLOAT32, in_shape, 2, &input));
+  CHECK(acc_tensor_from_host(target, sizeof target, ACC_FLOAT32, tg_shape, 2, &targets));
+  const char* steps_env = getenv("ACC_SELFTEST_STEPS");
+  int steps = steps_env && atoi(steps_env) > 0 ? atoi(steps_env) : 1;
+  double loss_value = 0, first_loss = 0;
+  if (train(acc, *model, *opt, input, targets, steps, &loss, &first_loss, &loss_value)) return 1;
+  double checksum = 0;
+  if (parameter_checksum(*model, &checksum)) return 1;
+  if (equal_on_all_ranks(acc, checksum)) return 1;
   acc_tensor_destroy(input);
   acc_tensor_destroy(targets);
   acc_tensor_destroy(loss);
@@ -168,6 +196,18 @@ int main(void) {
          loss_value, world);
   else
     note("ddp step", "ok", "loss %.4f, parameters equal on all %d ranks", loss_value, world);
+  return 0;
+}
+
+int main(void) {
+  open_status_file();
+  acc_accelerator* acc = NULL;
+  int32_t rank = 0, world = 1;
+  if (rendezvous(&acc, &rank, &world)) return 1;
+  if (first_collective(acc, rank, world)) return 1;
+  acc_model* model = NULL;
+  acc_optimizer* opt = NULL;
+  if (ddp_step(acc, rank, world, &model, &opt)) return 1;
 
   begin("shutdown");
   CHECK(acc_wait_for_everyone(acc));

@@ -11,7 +11,7 @@
 #include "acc/files.hpp"
 #include "acc/limits.hpp"
 #include "formats/safetensors.hpp"
-#include "models/tensor_parallel.hpp"
+#include "models/placement.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core {
@@ -41,18 +41,17 @@ std::vector<fs::path> slice_files(const std::string& dir, const char* kind, size
 fs::path sidecar(const fs::path& tensors) { return fs::path(tensors).replace_extension(".json"); }
 
 // Tensor parallelism: a slice of a split parameter lies in this rank's part of it (the strategy shards what the
-// split left), so its side entry also says which part: {"tp": {"dim", "packed", "rank", "size"}} as tp::Shard splits
-// it. Loading assembles each part, then joins the parts into the whole tensor, so any mesh can load it.
+// split left), so its side entry also says which part: {"tp": {"dim", "packed", "rank", "size"}} as its placement
+// splits it. Loading assembles each part, then joins the parts into the whole tensor, so any mesh can load it.
 struct TpPart {
   int64_t dim = 0, packed = 1, rank = 0, size = 1;
 };
 
 // The part a slice of `name` (of a tensor of `shape`) lies in; nullopt when the tensor is whole on this rank.
-std::optional<TpPart> tp_part(const tp::Sharding* split, const std::string& name, at::IntArrayRef shape) {
-  if (!split || split->group.size == 1) return std::nullopt;
-  auto it = split->shards.find(name);
-  if (it == split->shards.end() || shape.equals(it->second.whole_shape)) return std::nullopt;
-  return TpPart{it->second.dim, it->second.packed, split->group.rank, split->group.size};
+std::optional<TpPart> tp_part(const Placements& placements, const std::string& name, at::IntArrayRef shape) {
+  const Placement::Split* split = placements.split_of(name);
+  if (!split || split->over->size == 1 || shape.equals(placements.find(name)->whole_shape)) return std::nullopt;
+  return TpPart{split->dim, split->packed, split->over->rank, split->over->size};
 }
 
 void write_where(json::Writer& j, const std::string& name, int64_t offset, at::IntArrayRef shape,
@@ -185,7 +184,7 @@ struct Assembly {
         throw std::invalid_argument(sp.file + ": the tensor-parallel part of '" + name + "' has shape " +
                                     c10::str(p0.sizes()) + ", which dim " + std::to_string(sp.tp.dim) + " in " +
                                     std::to_string(sp.tp.packed) + " packed blocks does not split");
-      out.emplace_back(name, tp::join_parts(parts, sp.tp.dim, sp.tp.packed));
+      out.emplace_back(name, acc::core::join_parts(parts, sp.tp.dim, sp.tp.packed));
     }
     return out;
   }
@@ -282,11 +281,11 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
   NamedTensors tensors;
   json::Writer j;
   j.begin_object().key("slices").begin_object();
-  const tp::Sharding* split = tp::sharding_of(*model.model);
+  const Placements& placements = model.model->placements();
   for (const Strategy::Slice& s : model.strategy->model_slices()) {
     if (!held.count(s.name)) continue;
     tensors.emplace_back(s.name, s.piece.detach());
-    write_where(j, s.name, s.offset, s.shape, tp_part(split, s.name, s.shape));
+    write_where(j, s.name, s.offset, s.shape, tp_part(placements, s.name, s.shape));
   }
   // What is not sharded (buffers, a tied weight's other names) rank 0 writes whole; one split by tensor parallelism
   // is gathered first (a collective over its group, so every rank takes part).
@@ -296,7 +295,7 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
     if (seen.insert(p.unsafeGetTensorImpl()).second) sharded.insert(name);
   for (const auto& [name, t] : model.model->state())
     if (!sharded.count(name) && held.count(name)) {
-      const at::Tensor whole = split ? tp::full_tensor(*split, name, t.detach()) : t.detach();
+      const at::Tensor whole = whole_tensor(placements, name, t.detach());
       if (rank != 0) continue;
       tensors.emplace_back(name, whole.reshape({-1}));
       write_where(j, name, 0, whole.sizes());
@@ -309,7 +308,7 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
 
 void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir) {
   const auto slices = opt.model->strategy->optimizer_slices(opt.opt->whole_groups());
-  const tp::Sharding* split = tp::sharding_of(*opt.model->model);
+  const Placements& placements = opt.model->model->placements();
   const Optimizer::State st = opt.opt->save_state();  // indexed by piece
   const json::Document doc = json::Document::object(st.json, "optimizer state");
   const json::Value groups = doc.root().get("param_groups");
@@ -334,7 +333,7 @@ void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, con
     const Strategy::Slice& s = slices.at(std::stoul(name.substr(6, dot - 6)));
     const std::string renamed = "state." + s.name + name.substr(dot);
     tensors.emplace_back(renamed, t);
-    write_where(j, renamed, s.offset, s.shape, tp_part(split, s.name, s.shape));
+    write_where(j, renamed, s.offset, s.shape, tp_part(placements, s.name, s.shape));
   }
   j.end_object().end_object();
   const fs::path file = fs::path(dir) / slice_file("optimizer", index, rank, ".safetensors");

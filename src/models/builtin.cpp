@@ -7,11 +7,10 @@
 
 #include <cmath>
 
-#include "models/context_parallel.hpp"
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/model.hpp"
-#include "models/tensor_parallel.hpp"
+#include "models/parallel_forward.hpp"
 #include "precision/fp8.hpp"
 #include <acc/builtin_models.hpp>
 
@@ -43,7 +42,7 @@ struct Linear : InitModule, lora::Host {
 
 // GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias. Splits as GPT-2's (tensor
 // parallelism: output features are dim 1).
-struct Conv1D : InitModule, lora::Host, tp::Layer {
+struct Conv1D : InitModule, lora::Host, SplittableLayer {
   Conv1D(int64_t in, int64_t out, bool with_bias, double std, c10::Device d) : std_(std) {
     register_parameter("weight", at::empty({in, out}, float_on(d)));
     if (with_bias) register_parameter("bias", at::empty({out}, float_on(d)));
@@ -76,7 +75,7 @@ struct LayerNorm : InitModule {
   int64_t n_;
 };
 
-struct Embedding : InitModule, tp::Layer {
+struct Embedding : InitModule, SplittableLayer {
   Embedding(int64_t n, int64_t dim, double std, c10::Device d) : std_(std) {
     register_parameter("weight", at::empty({n, dim}, float_on(d)));
   }
@@ -185,7 +184,7 @@ struct Transformer : Module {
 
 // GPT2LMHeadModel's tree: "transformer" (wte, wpe, h.N, ln_f) and a head tied to wte (so not a
 // parameter of its own, as in Hugging Face's named_parameters).
-class Gpt final : public NnModel, public tp::Parallelizable, public cp::Parallelizable {
+class Gpt final : public NnModel, public Parallelizable {
  public:
   Gpt(const GptShape& s, c10::Device d) : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), s_(s) {
     t_ = module_->register_module("transformer", std::make_shared<Transformer>(s, d));
@@ -198,7 +197,7 @@ class Gpt final : public NnModel, public tp::Parallelizable, public cp::Parallel
 
   // GPT-2's (models/hf/gpt2.cpp): c_attn (q, k, v packed) and c_fc column-wise, the c_proj row-wise, wte and the
   // tied head vocabulary-parallel.
-  tp::Plan tensor_parallel_plan(int size) const override {
+  TensorParallelPlan tensor_parallel_plan(int size) const override {
     auto divides = [&](const char* field, int64_t n) {
       if (n % size != 0)
         throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) + " does not divide gpt's " +
@@ -206,11 +205,11 @@ class Gpt final : public NnModel, public tp::Parallelizable, public cp::Parallel
     };
     divides("n_head", s_.n_head);
     divides("vocab_size", s_.vocab_size);
-    return {{"transformer.wte", tp::Style::VocabEmbedding},
-            {"transformer.h.*.attn.c_attn", tp::Style::Colwise, 3},
-            {"transformer.h.*.attn.c_proj", tp::Style::Rowwise},
-            {"transformer.h.*.mlp.c_fc", tp::Style::Colwise},
-            {"transformer.h.*.mlp.c_proj", tp::Style::Rowwise}};
+    return {{"transformer.wte", LayerStyle::VocabEmbedding},
+            {"transformer.h.*.attn.c_attn", LayerStyle::Colwise, 3},
+            {"transformer.h.*.attn.c_proj", LayerStyle::Rowwise},
+            {"transformer.h.*.mlp.c_fc", LayerStyle::Colwise},
+            {"transformer.h.*.mlp.c_proj", LayerStyle::Rowwise}};
   }
 
   // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
@@ -226,24 +225,22 @@ class Gpt final : public NnModel, public tp::Parallelizable, public cp::Parallel
       throw std::invalid_argument("gpt forward: sequence length " + std::to_string(whole) + " exceeds block_size " +
                                   std::to_string(s_.block_size));
     // Context parallelism: this rank's tokens of the sequence, at their own positions.
-    std::shared_ptr<cp::Sequence> seq;
-    if (cp_) seq = std::make_shared<cp::Sequence>(*cp_, whole, false, "gpt", tp_.get());
+    const ForwardSplit& parallel = forward_split();
+    const std::shared_ptr<SequenceSplit> seq = parallel.split_sequence(whole, false, "gpt");
     const int64_t T = seq ? seq->local_length() : whole;
     const bool train = module_->is_training();
     const double p = s_.dropout;
     // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
-    const tp::Sharding* sharding = tp_.get();
-    const tp::Group* tp = sharding ? &sharding->group : nullptr;
-    const int64_t parts = tp ? tp->size : 1;
-    if (sharding) tp::check_sequence(*sharding, T, false, "gpt");
-    auto entered = [sharding](const at::Tensor& h) { return sharding ? tp::enter_region(h, *sharding) : h; };
+    const int64_t parts = parallel.parts();
+    parallel.check_length(T, false, "gpt");
+    auto entered = [&parallel](const at::Tensor& h) { return parallel.enter_region(h); };
     at::Tensor idx = input.to(at::kLong);
     // With sequence or context parallelism the embeddings are this rank's tokens'.
     at::Tensor pos = at::arange(whole, idx.options()).unsqueeze(0);
     if (seq)
       idx = seq->local(idx), pos = seq->local(pos);
-    else if (sharding)
-      pos = tp::local_sequence(pos, *sharding);
+    else
+      pos = parallel.local_positions(pos);
     at::Tensor x = t_->wte->forward(idx) + at::embedding(t_->wpe->param("weight"), pos);
     if (seq) seq->set_masks(at::Tensor(), 0, x.options());
     x = at::dropout(x, p, train);
@@ -268,14 +265,10 @@ class Gpt final : public NnModel, public tp::Parallelizable, public cp::Parallel
       return at::linear(entered(t->ln_f->forward(x)), t->wte->param("weight"));
     });
     // Under tensor parallelism the loss reads this rank's vocabulary slice; the logits given back are whole.
-    TensorDict out{{"logits", tp ? tp::gather_last(logits, *tp) : logits}};
+    TensorDict out{{"logits", parallel.whole_logits(logits)}};
+    // With a sequence split, t is this rank's tokens' and the loss the whole sequence's token mean.
     auto loss = [&](const at::Tensor& l, const at::Tensor& t, int64_t ignore) {
-      if (seq) {  // this rank's tokens (t is theirs): the whole sequence's token mean
-        auto [sum, count] = cp::cross_entropy_sum(l, t, ignore, tp);
-        return seq->mean(sum, count);
-      }
-      if (!tp) return compute_loss("cross_entropy", l, t, ignore);
-      return tp::vocab_parallel_cross_entropy(l.reshape({-1, l.size(-1)}).to(at::kFloat), t.reshape({-1}), ignore, *tp);
+      return parallel.cross_entropy(l, t, ignore, seq.get());
     };
     if (at::Tensor t = batch.get("targets"); t.defined()) {
       if (t.sizes() != input.sizes())

@@ -14,6 +14,7 @@
 
 #include "data/batch.hpp"
 #include "models/module_tree.hpp"
+#include "models/placement.hpp"
 
 namespace torch::nn {
 class Module;
@@ -117,6 +118,11 @@ class Model {
   // Throws StateError naming `what` while the parameters wait for prepare to make them.
   void check_made(const std::string& what) const;
 
+  // Where each parameter lives across the process mesh (models/placement.hpp): written by the mechanisms that split or
+  // shard it, read by everything that needs whole tensors.
+  const Placements& placements() const { return placements_; }
+  Placements& placements() { return placements_; }
+
  protected:
   // "prefix0", "prefix1", ...: a ModuleList of blocks' names.
   static std::vector<std::string> numbered_units(const std::string& prefix, int64_t count) {
@@ -134,6 +140,7 @@ class Model {
  private:
   UnitHooks* unit_hooks_ = nullptr;
   std::shared_ptr<DeferredParameters> deferred_;
+  Placements placements_;
   bool checkpoint_units_ = false;
   bool offload_checkpoints_ = false;
 };

@@ -19,7 +19,6 @@
 #include "models/deferred.hpp"
 #include "models/model.hpp"
 #include "models/module_tree.hpp"
-#include "models/tensor_parallel.hpp"
 #include "util/errors.hpp"
 #include <acc/json.hpp>
 
@@ -28,7 +27,7 @@ namespace acc::core {
 namespace {
 
 // One unit's parameters of one dtype, trainable or frozen, flattened.
-struct Group {
+struct FlatParam {
   std::string unit;
   bool trainable = true;  // frozen: gathered and freed as the others, but no gradients, reduction or optimizer pieces
   std::vector<size_t> members;   // indices into ShardState::params
@@ -84,11 +83,11 @@ struct ShardState final : UnitHooks {
   std::vector<at::Tensor> params;          // unique (tied weights once), trainable and frozen
   std::vector<size_t> group_of;            // param -> group
   std::vector<size_t> member_of;           // param -> its position in the group
-  std::vector<Group> groups;               // in order of first parameter
+  std::vector<FlatParam> groups;               // in order of first parameter
   bool in_backward = false, sync = false;
   bool awaiting_backward = false;          // a forward with gradients ran; its backward has not
   size_t next_to_launch = 0;               // counts groups launched, last group first
-  Group* in_flight = nullptr;              // the last group launched, not yet waited for
+  FlatParam* in_flight = nullptr;              // the last group launched, not yet waited for
   std::mutex mu;                           // autograd may run hooks on its worker thread
 
   int world() const { return comm->size(); }
@@ -96,7 +95,7 @@ struct ShardState final : UnitHooks {
   int total() const { return comm->size() * (replicas ? replicas->size() : 1); }
 
   // Waits for the group's prefetch, if one is in flight.
-  static void settle(Group& g) {
+  static void settle(FlatParam& g) {
     if (!g.gathering) return;
     g.gathering->wait();
     g.gathering.reset();
@@ -104,7 +103,7 @@ struct ShardState final : UnitHooks {
   }
 
   // The group's parameters are whole once this returns (a prefetch in flight is waited for).
-  void gather(Group& g) {
+  void gather(FlatParam& g) {
     settle(g);
     if (g.gathered) return;
     allocate_storage(g.flat);
@@ -114,7 +113,7 @@ struct ShardState final : UnitHooks {
   }
 
   // Starts the group's all-gather without waiting for it; gather() waits.
-  void prefetch(Group& g) {
+  void prefetch(FlatParam& g) {
     if (g.gathered || g.gathering) return;
     allocate_storage(g.flat);
     g.gather_source = g.shard.detach().to(g.flat.device(), g.flat.scalar_type());
@@ -131,16 +130,16 @@ struct ShardState final : UnitHooks {
     if (it == unit_order.end()) return;
     const auto at = (it - unit_order.begin()) + step;
     if (at < 0 || at >= static_cast<std::ptrdiff_t>(unit_order.size())) return;
-    for (Group& g : groups)
+    for (FlatParam& g : groups)
       if (g.on_demand && g.unit == unit_order[static_cast<size_t>(at)]) prefetch(g);
   }
 
-  at::ScalarType reduce_dtype(const Group& g) const {
+  at::ScalarType reduce_dtype(const FlatParam& g) const {
     return opts.reduce_dtype != at::ScalarType::Undefined && at::isFloatingType(g.shard.scalar_type())
                ? opts.reduce_dtype : g.flat.scalar_type();
   }
 
-  void reshard(Group& g) {
+  void reshard(FlatParam& g) {
     if (opts.stage < 3 || !g.gathered) return;
     settle(g);  // never free a buffer a collective is writing
     free_storage(g.flat);
@@ -151,7 +150,7 @@ struct ShardState final : UnitHooks {
   // not two, are what backward adds to the shards (ZeRO-3's memory model), and Gloo shares the cores with the
   // computation, so overlapping the two bought no speed (bench/README.md). On a GPU, NCCL's reduce-scatter overlaps
   // the next unit's backward, as in FSDP; stages 1-2 always overlap two buckets.
-  void make_flat_gradient(Group& g) {
+  void make_flat_gradient(FlatParam& g) {
     if (g.grad_in.defined()) return;
     if (opts.stage == 3 && in_flight && in_flight != &g && !g.flat.is_cuda()) finish(*in_flight);
     g.grad_in = at::zeros({g.shard_len * world()}, g.shard.options().dtype(reduce_dtype(g)).requires_grad(false));
@@ -159,7 +158,7 @@ struct ShardState final : UnitHooks {
 
   // A parameter's gradient moves into its group's flat gradient (added: accumulation steps sum there) and the
   // parameter's own is freed, so gradients take no more memory than one flat copy.
-  void take_gradient(Group& g, size_t j) {
+  void take_gradient(FlatParam& g, size_t j) {
     at::Tensor& p = params[g.members[j]];
     if (!p.grad().defined()) return;
     c10::NoGradGuard no_grad;
@@ -172,20 +171,20 @@ struct ShardState final : UnitHooks {
   // once more than kHoldBytes have arrived or the group is complete: the root unit's norm gradients arrive at the
   // start of backward and its (tied) embedding's at the very end, so its flat gradient is not held all along.
   static constexpr int64_t kHoldBytes = int64_t{1} << 20;
-  void collect_gradient(Group& g, size_t j) {
+  void collect_gradient(FlatParam& g, size_t j) {
     if (g.grad_in.defined()) return take_gradient(g, j);
     const at::Tensor& grad = params[g.members[j]].grad();
     if (grad.defined()) g.held_bytes += grad.numel() * static_cast<int64_t>(grad.element_size());
     if (g.held_bytes <= kHoldBytes && g.pending > 1) return;
     take_gradients(g);
   }
-  void take_gradients(Group& g) {
+  void take_gradients(FlatParam& g) {
     for (size_t k = 0; k < g.members.size(); ++k) take_gradient(g, k);
   }
 
   // The group's flat gradient goes out as one reduce-scatter, once the one before is done and its flat gradient
   // freed: one is in flight while backward goes on, so gradients in transit never exceed one bucket or unit.
-  void launch(Group& g) {
+  void launch(FlatParam& g) {
     take_gradients(g);
     make_flat_gradient(g);
     // A sum of world-size gradients in 16 bits can overflow: divide first (torch's FSDP pre-divides too).
@@ -197,7 +196,7 @@ struct ShardState final : UnitHooks {
     in_flight = &g;
   }
 
-  void finish(Group& g) {
+  void finish(FlatParam& g) {
     if (!g.work) return;
     g.work->wait();
     g.work.reset();
@@ -211,7 +210,7 @@ struct ShardState final : UnitHooks {
   // Every rank issues its collectives in one order: the last group first, as backward reaches them.
   void launch_ready_suffix() {
     while (next_to_launch < groups.size()) {
-      Group& g = groups[groups.size() - 1 - next_to_launch];
+      FlatParam& g = groups[groups.size() - 1 - next_to_launch];
       if (!g.ready) break;
       if (g.trainable) launch(g);
       ++next_to_launch;
@@ -221,7 +220,7 @@ struct ShardState final : UnitHooks {
   // Gathers the unit, then prefetches its neighbour `step` places on (0: none).
   void gather_unit(const std::string& name, int step) {
     std::lock_guard<std::mutex> lock(mu);
-    for (Group& g : groups)
+    for (FlatParam& g : groups)
       if (g.on_demand && g.unit == name) gather(g);
     if (step != 0) prefetch_neighbour(name, step);
   }
@@ -233,13 +232,13 @@ struct ShardState final : UnitHooks {
     // no gradient (the first block of a model with a frozen embedding) keeps them until the end of backward.
     if (!c10::GradMode::is_enabled() || !input.requires_grad() || opts.stage < 3) return;
     bool frozen = false;
-    for (const Group& g : groups) frozen |= g.on_demand && g.unit == name && !g.trainable;
+    for (const FlatParam& g : groups) frozen |= g.on_demand && g.unit == name && !g.trainable;
     if (!frozen) return;
     std::weak_ptr<ShardState> self = self_;
     const_cast<at::Tensor&>(input).register_hook([self, name](at::Tensor grad) {
       if (auto s = self.lock()) {
         std::lock_guard<std::mutex> lock(s->mu);
-        for (Group& g : s->groups)
+        for (FlatParam& g : s->groups)
           if (g.on_demand && g.unit == name && !g.trainable) s->reshard(g);
       }
       return grad;
@@ -259,7 +258,7 @@ struct ShardState final : UnitHooks {
       if (!opts.reshard_after_forward) return;
     }
     std::lock_guard<std::mutex> lock(mu);
-    for (Group& g : groups)
+    for (FlatParam& g : groups)
       if (g.on_demand && g.unit == name) reshard(g);
   }
 
@@ -282,9 +281,9 @@ struct ShardState final : UnitHooks {
     });
   }
 
-  void for_root(void (ShardState::*f)(Group&)) {
+  void for_root(void (ShardState::*f)(FlatParam&)) {
     std::lock_guard<std::mutex> lock(mu);
-    for (Group& g : groups)
+    for (FlatParam& g : groups)
       if (g.unit.empty()) (this->*f)(g);
   }
 
@@ -293,7 +292,7 @@ struct ShardState final : UnitHooks {
   void mark_ready(size_t i) {
     std::lock_guard<std::mutex> lock(mu);
     if (!in_backward) return;
-    Group& g = groups[group_of[i]];
+    FlatParam& g = groups[group_of[i]];
     collect_gradient(g, member_of[i]);
     if (g.pending == 0 || --g.pending > 0) return;
     take_gradients(g);
@@ -386,7 +385,7 @@ class ShardedStrategy final : public Strategy {
         s.groups.back().unit = std::get<0>(key);
         s.groups.back().trainable = std::get<2>(key);
       }
-      Group& g = s.groups[it->second];
+      FlatParam& g = s.groups[it->second];
       // Each parameter starts 64-byte aligned, as its own allocation would: BLAS kernels round differently
       // on misaligned data, and the sharded model must compute what the unsharded one does, bit for bit.
       const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(p.element_size()));
@@ -402,7 +401,7 @@ class ShardedStrategy final : public Strategy {
     const int world = s.world(), rank = s.comm->rank();
     c10::NoGradGuard no_grad;
     std::vector<std::pair<at::Tensor, at::Tensor>> views_later;  // (parameter, its view): lay_out_deferred's
-    for (Group& g : s.groups) {
+    for (FlatParam& g : s.groups) {
       // Padded so that every rank's slice has one length, a multiple of the alignment.
       const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
       g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
@@ -451,14 +450,20 @@ class ShardedStrategy final : public Strategy {
     for (size_t i = 0; i < s.params.size(); ++i)
       if (s.groups[s.group_of[i]].trainable)
         torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
+    // The model's record of this rank's pieces (of each parameter flattened), over the group FSDP shards over.
+    const std::map<const void*, std::string> first = first_names();
+    for (const FlatParam& g : s.groups)
+      for (const FlatParam::Piece& piece : g.pieces)
+        model_->placements().add_flat(first.at(s.params[g.members[piece.member]].unsafeGetTensorImpl()), "dp_shard_cp",
+                                      piece.param_offset, piece.length);
     // Stage 3 gathers the units the model reports one at a time.
     if (opts.stage == 3) {
       s.self_ = s_;
       const auto reported = model_->reported_units();
       const std::set<std::string> on_demand(reported.begin(), reported.end());
-      for (Group& g : s.groups) g.on_demand = on_demand.count(g.unit) > 0;
+      for (FlatParam& g : s.groups) g.on_demand = on_demand.count(g.unit) > 0;
       for (const auto& u : reported)
-        for (const Group& g : s.groups)
+        for (const FlatParam& g : s.groups)
           if (g.on_demand && g.unit == u) {
             s.unit_order.push_back(u);
             break;
@@ -473,7 +478,7 @@ class ShardedStrategy final : public Strategy {
   // zero3_init_flag's layout of a group: its parameters become views of a flat buffer that is never filled here (the
   // caller's reshard frees it), and this rank's shard starts as zeros for make_deferred to fill. Members that were
   // not deferred (a LoRA adapter's factors) copy their part now and become views once every value is made.
-  void lay_out_deferred(Group& g, DeferredParameters& deferred, const std::vector<std::string>& names,
+  void lay_out_deferred(FlatParam& g, DeferredParameters& deferred, const std::vector<std::string>& names,
                         c10::Device device, std::vector<std::pair<at::Tensor, at::Tensor>>& later) {
     ShardState& s = *s_;
     const at::ScalarType own = s.params[g.members.front()].scalar_type();
@@ -496,7 +501,7 @@ class ShardedStrategy final : public Strategy {
   }
 
   // This rank's part of the group's member j, whose whole value is `whole`, into the shard.
-  void fill_shard(Group& g, size_t j, const at::Tensor& whole) {
+  void fill_shard(FlatParam& g, size_t j, const at::Tensor& whole) {
     const int64_t lo = s_->comm->rank() * g.shard_len, off = g.offsets[j];
     const int64_t a = std::max(lo, off), b = std::min(lo + g.shard_len, off + whole.numel());
     if (a < b) g.shard.narrow(0, a - lo, b - a).copy_(whole.detach().reshape({-1}).narrow(0, a - off, b - a));
@@ -528,13 +533,13 @@ class ShardedStrategy final : public Strategy {
   bool sharded() const override { return true; }
   bool parameters_whole() const override { return s_->opts.stage < 3; }
   // A tensor-parallel model's own tensors are its slices: never its state as full_state_dict gives it.
-  bool state_in_model() const override { return whole_in_model() && !tp::sharding_of(*model_); }
+  bool state_in_model() const override { return whole_in_model() && !model_->placements().any_split(); }
 
   std::vector<at::Tensor> optimizer_parameters() const override {
     std::vector<at::Tensor> v;
-    for (const Group& g : s_->groups)
+    for (const FlatParam& g : s_->groups)
       if (g.trainable)
-        for (const Group::Piece& piece : g.pieces) v.push_back(piece.tensor);
+        for (const FlatParam::Piece& piece : g.pieces) v.push_back(piece.tensor);
     return v;
   }
 
@@ -547,7 +552,7 @@ class ShardedStrategy final : public Strategy {
   void before_forward() override {
     // The rest of the model (the root unit, units the model does not report) for the whole forward.
     std::lock_guard<std::mutex> lock(s_->mu);
-    for (Group& g : s_->groups)
+    for (FlatParam& g : s_->groups)
       if (!g.on_demand) s_->gather(g);
   }
 
@@ -560,7 +565,7 @@ class ShardedStrategy final : public Strategy {
       return;
     }
     if (!s_->awaiting_backward)
-      for (Group& g : s_->groups) s_->reshard(g);
+      for (FlatParam& g : s_->groups) s_->reshard(g);
   }
 
   void before_backward(bool sync) override {
@@ -572,7 +577,7 @@ class ShardedStrategy final : public Strategy {
     s.in_backward = true;
     s.sync = sync;
     s.next_to_launch = 0;
-    for (Group& g : s.groups) {
+    for (FlatParam& g : s.groups) {
       g.pending = g.trainable ? g.members.size() : 0;
       g.held_bytes = 0;
       g.ready = !g.trainable;
@@ -585,7 +590,7 @@ class ShardedStrategy final : public Strategy {
     if (!s.in_backward) return;
     s.in_backward = false;
     // Units that backward did not reach (unused parameters): their gradients count as zeros.
-    for (Group& g : s.groups) {
+    for (FlatParam& g : s.groups) {
       s.take_gradients(g);  // what still waits in .grad (a group backward did not complete)
       s.reshard(g);
       g.pending = 0;
@@ -597,12 +602,12 @@ class ShardedStrategy final : public Strategy {
     c10::NoGradGuard no_grad;
     const double inv_world = 1.0 / s.total();
     for (size_t k = s.groups.size(); k-- > 0;) {
-      Group& g = s.groups[k];
+      FlatParam& g = s.groups[k];
       if (!g.trainable) continue;
       s.finish(g);
       if (s.replicas) s.replicas->all_reduce(g.grad_out, ReduceOp::Sum);  // the other machines' sums of this shard
       if (!g.predivided) g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
-      for (Group::Piece& piece : g.pieces) {
+      for (FlatParam::Piece& piece : g.pieces) {
         at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.device(), piece.tensor.scalar_type());
         if (piece.tensor.grad().defined())
           piece.tensor.mutable_grad().add_(grad);
@@ -617,7 +622,7 @@ class ShardedStrategy final : public Strategy {
     // Gathered parameters (always, below stage 3) take the new values; freed ones get them at the next gather.
     std::lock_guard<std::mutex> lock(s_->mu);
     c10::NoGradGuard no_grad;
-    for (Group& g : s_->groups) {
+    for (FlatParam& g : s_->groups) {
       if (!g.gathered || !g.trainable) continue;  // frozen ones did not change
       ShardState::settle(g);
       // The collective must not read what it writes: a copy when the shard is a slice of the flat buffer.
@@ -631,16 +636,19 @@ class ShardedStrategy final : public Strategy {
     // The norm over every rank's shards (padding is zero): local sums of |g|^p (or the max), then one all-reduce.
     // A tensor-parallel model: [0] sums the pieces of split parameters, whose slices differ across the tp group
     // (summed over it too), [1] the replicated ones' (the same on every tp rank: counted once).
-    const tp::Sharding* split = tp::sharding_of(*model_);
+    const Placements& placements = model_->placements();
     std::set<const void*> split_params;
-    if (split)
-      for (const auto& [name, p] : model_->named_parameters())
-        if (split->shards.count(name)) split_params.insert(p.unsafeGetTensorImpl());
+    const Collectives* split = nullptr;  // the group the split parameters are split over
+    for (const auto& [name, p] : model_->named_parameters())
+      if (const Placement::Split* s = placements.split_of(name)) {
+        split_params.insert(p.unsafeGetTensorImpl());
+        split = s->over.get();
+      }
     const bool inf = std::isinf(norm_type);
     at::Tensor local = at::zeros({2}, at::kFloat);
-    for (const Group& g : s_->groups) {
+    for (const FlatParam& g : s_->groups) {
       if (!g.trainable) continue;
-      for (const Group::Piece& piece : g.pieces) {
+      for (const FlatParam::Piece& piece : g.pieces) {
         if (!piece.tensor.grad().defined()) continue;
         at::Tensor n = at::linalg_vector_norm(piece.tensor.grad().detach().to(at::kFloat), norm_type).cpu();
         const int64_t k = split_params.count(s_->params[g.members[piece.member]].unsafeGetTensorImpl()) ? 0 : 1;
@@ -651,7 +659,7 @@ class ShardedStrategy final : public Strategy {
     at::Tensor parts = local;
     if (split) {
       at::Tensor over_tp = local.narrow(0, 0, 1).clone();
-      inf ? split->group.all_reduce_max(over_tp) : split->group.all_reduce_sum(over_tp);
+      inf ? split->all_reduce_max(over_tp) : split->all_reduce_sum(over_tp);
       parts = at::cat({over_tp, local.narrow(0, 1, 1)});
     }
     return inf ? parts.max() : parts.sum().pow(1.0 / norm_type);
@@ -667,7 +675,7 @@ class ShardedStrategy final : public Strategy {
         if (only->count(name)) wanted.insert(p.unsafeGetTensorImpl());
     std::lock_guard<std::mutex> lock(s_->mu);
     std::map<const void*, at::Tensor> whole;
-    for (const Group& g : s_->groups) {
+    for (const FlatParam& g : s_->groups) {
       if (only && std::none_of(g.members.begin(), g.members.end(), [&](size_t m) {
             return wanted.count(s_->params[m].unsafeGetTensorImpl()) > 0;
           }))
@@ -681,21 +689,19 @@ class ShardedStrategy final : public Strategy {
       }
     }
     // Tensor parallelism: the gathered tensors are this rank's slices, gathered whole over the tp group.
-    const tp::Sharding* split = tp::sharding_of(*model_);
     NamedTensors out;
     for (auto& [name, t] : model_->state()) {
       if (only && !only->count(name)) continue;
       auto it = whole.find(t.unsafeGetTensorImpl());
       at::Tensor mine = it != whole.end() ? it->second : t.detach();
-      out.emplace_back(name, split ? tp::full_tensor(*split, name, mine) : mine);
+      out.emplace_back(name, whole_tensor(model_->placements(), name, mine));
     }
     return out;
   }
 
   void load_full_state_dict(const NamedTensors& given, const std::string& source) override {
     // Tensor parallelism: this rank's slices of the whole tensors are what the shards hold.
-    const tp::Sharding* split = tp::sharding_of(*model_);
-    const NamedTensors tensors = split ? tp::slice_state(*split, given) : given;
+    const NamedTensors tensors = local_state(model_->placements(), given);
     if (whole_in_model()) return model_->load_state_dict(tensors, source);
     with_gathered([&] {
       model_->load_state_dict(tensors, source);  // checks every name and shape; fills buffers and the flat buffers
@@ -706,8 +712,8 @@ class ShardedStrategy final : public Strategy {
       for (const auto& [name, t] : tensors) given[name] = &t;
       for (const auto& [name, p] : params) by_impl.emplace(p.unsafeGetTensorImpl(), given.at(name));
       c10::NoGradGuard no_grad;
-      for (Group& g : s_->groups)
-        for (const Group::Piece& piece : g.pieces) {
+      for (FlatParam& g : s_->groups)
+        for (const FlatParam::Piece& piece : g.pieces) {
           const at::Tensor& src = *by_impl.at(s_->params[g.members[piece.member]].unsafeGetTensorImpl());
           g.shard.narrow(0, piece.offset, piece.length).copy_(src.reshape({-1}).narrow(0, piece.param_offset, piece.length));
         }
@@ -728,8 +734,8 @@ class ShardedStrategy final : public Strategy {
   std::vector<Slice> model_slices() const override {
     const std::map<const void*, std::string> names = first_names();
     std::vector<Slice> v;
-    for (const Group& g : s_->groups)
-      for (const Group::Piece& piece : g.pieces) {
+    for (const FlatParam& g : s_->groups)
+      for (const FlatParam::Piece& piece : g.pieces) {
         const at::Tensor& p = s_->params[g.members[piece.member]];
         v.push_back({names.at(p.unsafeGetTensorImpl()), piece.param_offset, p.sizes().vec(), piece.tensor});
       }
@@ -750,14 +756,14 @@ class ShardedStrategy final : public Strategy {
  private:
   // Whether the model's own tensors are the whole parameters in their own dtype (stages 1-2 without a policy).
   bool whole_in_model() const {
-    for (const Group& g : s_->groups)
+    for (const FlatParam& g : s_->groups)
       if (!g.shard_in_flat) return false;
     return true;
   }
 
   // Where a piece of a trainable parameter lies: the parameter (index into params) and the offset in it.
   struct PieceAt {
-    const Group::Piece* piece;
+    const FlatParam::Piece* piece;
     size_t param;
     int64_t offset, length;
   };
@@ -766,9 +772,9 @@ class ShardedStrategy final : public Strategy {
     std::vector<PieceAt> v;
     for (size_t i = 0; i < s_->params.size(); ++i) {
       if (s_->params[i].unsafeGetTensorImpl() != param.unsafeGetTensorImpl()) continue;
-      const Group& g = s_->groups[s_->group_of[i]];
+      const FlatParam& g = s_->groups[s_->group_of[i]];
       if (g.trainable)
-        for (const Group::Piece& piece : g.pieces)
+        for (const FlatParam::Piece& piece : g.pieces)
           if (piece.member == s_->member_of[i]) v.push_back({&piece, i, piece.param_offset, piece.length});
       break;
     }
@@ -801,7 +807,7 @@ class ShardedStrategy final : public Strategy {
   auto with_gathered(F&& f) const -> decltype(f()) {
     std::lock_guard<std::mutex> lock(s_->mu);
     std::vector<bool> was;
-    for (Group& g : s_->groups) {
+    for (FlatParam& g : s_->groups) {
       was.push_back(g.gathered);
       s_->gather(g);
     }

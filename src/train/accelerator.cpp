@@ -15,8 +15,7 @@
 
 #include "cuda/plugin.hpp"
 #include "models/deferred.hpp"
-#include "models/context_parallel.hpp"
-#include "models/tensor_parallel.hpp"
+#include "parallel/parallelize.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
 #include "runtime/affinity.hpp"
@@ -417,8 +416,6 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
   if (tensor_parallel && opt && !opt->opt->impl().state().empty())
     throw StateError("a tensor-parallel model's optimizer must be prepared before its first step (its state would not "
                      "match the model's slices)");
-  if (tensor_parallel) split_tensor_parallel(*model);
-  if (model && mesh_ && mesh_->size("cp") > 1) make_context_parallel(*model);
   ShardSpec spec;
   // One shard of the data per data-parallel rank: tensor- and context-parallel peers read the same batches
   // (Accelerate's prepare_data_loader with a device mesh).
@@ -449,10 +446,12 @@ void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::sh
                             "or a C++ module does not); set it to false");
       model->model->set_activation_checkpointing(true, settings_.fsdp_plugin.activation_checkpointing_offload);
     }
-    if (deferred && !(comm_ && sharding_.stage == 3))
-      deferred->make_whole(placement_device(settings_.device_placement, device_, *model->model));
-    model->strategy = make_strategy(model->model);
-    model->device = placement_device(settings_.device_placement, device_, *model->model);
+    // Tensor, then context, then data parallelism over the mesh (src/parallel/parallelize.hpp).
+    const ParallelPlan plan = parallel_plan(*model->model);
+    Parallelized parallel = parallelize(model->model, comm_ ? mesh_.get() : nullptr, plan);
+    model->strategy = std::move(parallel.strategy);
+    model->split_replaced = std::move(parallel.replaced);
+    model->device = plan.device;
     model->owner = self;
     models_.push_back(model);
   }
@@ -509,13 +508,20 @@ c10::Device placement_device(bool device_placement, c10::Device accelerator_devi
   return accelerator_device;
 }
 
-std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model>& model) const {
+ParallelPlan Accelerator::parallel_plan(const Model& model) const {
+  ParallelPlan plan;
   // device_placement false: the model stays where the caller put it, as Accelerate's prepare_model leaves it.
-  const c10::Device device = placement_device(settings_.device_placement, device_, *model);
-  if (!comm_) return make_single_strategy(model, device);
+  plan.device = placement_device(settings_.device_placement, device_, model);
+  plan.tensor_key = shown_setting(config_, "parallelism_config.tp_size");
+  plan.context_key = shown_setting(config_, "parallelism_config.cp_size");
   const config::Sharding& sh = sharding_;
+  if (!comm_) return plan;
+  if (mesh_->size("cp") > 1)
+    plan.context.exchange =
+        cp::parse_exchange(settings_.parallelism_config.cp_comm_strategy, "parallelism_config.cp_comm_strategy");
   if (sh.stage == 0) {
-    DdpOptions d;
+    plan.data = ParallelPlan::Data::Ddp;
+    DdpOptions& d = plan.ddp;
     const auto& k = settings_.ddp_kwargs;
     d.bucket_cap_mb = k.bucket_cap_mb;
     d.broadcast_buffers = k.broadcast_buffers;
@@ -533,12 +539,10 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
     const std::string& wrapper = k.comm_wrapper;
     if (hook != "no" && wrapper == "fp16") d.wrapper = at::kHalf;
     if (hook != "no" && wrapper == "bf16") d.wrapper = at::kBFloat16;
-    // Over the ranks that hold the same piece of the model; none besides this one (tensor parallelism over every
-    // process): nothing to synchronise, as Accelerate wraps no DDP then.
-    if (mesh_->size("dp_cp") == 1) return make_single_strategy(model, device);
-    return make_ddp_strategy(model, device, mesh_->group("dp_cp"), d);
+    return plan;
   }
-  ShardingOptions o;
+  plan.data = ParallelPlan::Data::Sharded;
+  ShardingOptions& o = plan.sharding;
   o.stage = sh.stage;
   const auto dtype = [](const std::string& d) { return float_dtype_named(d).value_or(at::ScalarType::Undefined); };
   o.param_dtype = dtype(sh.param_dtype);
@@ -549,21 +553,9 @@ std::unique_ptr<Strategy> Accelerator::make_strategy(const std::shared_ptr<Model
   o.forward_prefetch = sh.forward_prefetch;
   o.backward_prefetch = sh.backward_prefetch;
   o.label = sh.label;
-  // Accelerate's default classes to wrap are the model's _no_split_modules.
-  const auto classes = sh.wrap_classes_set || sh.wrap_policy != "TRANSFORMER_BASED_WRAP"
-                           ? sh.wrap_classes : model->no_split_modules();
-  try {
-    o.units = wrap_units(*model, sh.wrap_policy, classes, sh.min_num_params);
-  } catch (const std::invalid_argument& e) {
-    throw config::Error(e.what());
-  }
-  // DeepSpeed's ZeRO-3 gathers parameters module by module: here the model's blocks are the units.
-  if (settings_.use_deepspeed && sh.stage == 3) o.units = model->reported_units();
-  // FSDP shards over dp_shard x cp and replicates over dp_replicate (HSDP: HYBRID_SHARD's machines, or
-  // parallelism_config's dp_replicate_size); weights start from the first rank holding the same piece of the model.
-  const ShardGroups groups(mesh_->group("dp_cp"), mesh_->group("dp_shard_cp"),
-                           mesh_->size("dp_replicate") > 1 ? mesh_->group("dp_replicate") : nullptr);
-  return make_sharded_strategy(model, device, groups, o);
+  plan.wrap = {sh.wrap_policy, sh.wrap_classes, sh.wrap_classes_set, sh.min_num_params,
+               settings_.use_deepspeed && sh.stage == 3};
+  return plan;
 }
 
 void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
@@ -579,44 +571,6 @@ void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_pt
           if (old._unsafe_get_target() == p.unsafeGetTensorImpl()) return slice;
         return at::Tensor();
       });
-  }
-}
-
-void Accelerator::split_tensor_parallel(ModelSlot& slot) {
-  Model& model = *slot.model;
-  const char* const key = "parallelism_config.tp_size";
-  if (model.deferred() && model.deferred()->pending())
-    throw UnsupportedError(shown_setting(config_, key) + ": tensor parallelism splits whole weights; the model's are "
-                           "still on the meta device (zero3_init_flag)");
-  // The split needs the same whole model on every process: rank 0's, as the data-parallel strategies start from it.
-  {
-    std::vector<at::Tensor> state;
-    for (auto& [name, t] : model.state()) state.push_back(t);
-    broadcast_from_rank0(*comm_, state);
-  }
-  std::map<std::string, at::Tensor> before;
-  for (const auto& [name, p] : model.named_parameters()) before.emplace(name, p);
-  try {
-    tp::parallelize(model, tp::group_of(mesh_->group("tp")));
-  } catch (const std::invalid_argument& e) {  // a size that does not divide what the plan splits
-    throw config::Error(shown_setting(config_, key) + ": " + e.what());
-  } catch (const UnsupportedError& e) {  // a model without a plan, a LoRA adapter
-    throw UnsupportedError(shown_setting(config_, key) + ": " + e.what());
-  }
-  for (const auto& [name, p] : model.named_parameters())
-    if (auto it = before.find(name); it != before.end() && !it->second.is_same(p))
-      slot.split_replaced.emplace_back(
-          c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(it->second.getIntrusivePtr()), p);
-}
-
-void Accelerator::make_context_parallel(ModelSlot& slot) {
-  // The weights need no change (every CP rank holds them whole, DDP / FSDP start from rank 0's); the forward splits.
-  cp::Options o;
-  o.strategy = cp::parse_strategy(settings_.parallelism_config.cp_comm_strategy, "parallelism_config.cp_comm_strategy");
-  try {
-    cp::parallelize(*slot.model, cp::group_of(mesh_->group("cp")), o);
-  } catch (const UnsupportedError& e) {  // a TorchScript module, a model without context-parallel attention
-    throw UnsupportedError(shown_setting(config_, "parallelism_config.cp_size") + ": " + e.what());
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "data/dataset.hpp"
 #include "models/model.hpp"
+#include "parallel/parallelize.hpp"
 #include "parallel/strategy.hpp"
 #include "precision/fp8.hpp"
 #include "precision/precision.hpp"
@@ -37,9 +38,9 @@ struct ModelSlot {
   bool in_accumulate = false;          // inside accumulate_begin/end
   c10::Device device{c10::kCPU};       // set by prepare: where the model lives (placement_device)
   bool skip_sync = false;              // no_sync for this micro-step
-  // Tensor parallelism: the parameters prepare replaced by this rank's slices, as (the old tensor, held weakly so that
-  // its memory goes once nothing else holds it, the slice): an optimizer built before prepare is moved onto the slices.
-  std::vector<std::pair<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>, at::Tensor>> split_replaced;
+  // Tensor parallelism: the parameters prepare replaced by this rank's slices (an optimizer built before prepare is
+  // moved onto them).
+  ReplacedParameters split_replaced;
   // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32.
   TensorDict forward(const TensorDict& batch);
   // The model, to read or write its tensors directly: refused (StateError) while a ZeRO-3 strategy keeps only
@@ -233,18 +234,14 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   Prepared live_objects();
   Accelerator() = default;
   void set_mixed_precision(const std::string& mode);
-  // The prepared model's strategy from the config: single process, DDP, or sharded (FSDP / DeepSpeed ZeRO).
-  std::unique_ptr<Strategy> make_strategy(const std::shared_ptr<Model>& model) const;
+  // What parallelize applies to `model`, from the settings: tensor and context parallelism where the mesh has them,
+  // then a single process, DDP, or sharding (FSDP / DeepSpeed ZeRO).
+  ParallelPlan parallel_plan(const Model& model) const;
   // Rebuilds the optimizer of a sharded model over its shards.
   void shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
   // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made
   // them (models/deferred.hpp); it is given their replacements (those of `model` and every prepared model).
   void adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
-  // parallelism_config.tp_size > 1: the model, made the same on every process, split over the mesh's tp group.
-  void split_tensor_parallel(ModelSlot& model);
-  // parallelism_config.cp_size > 1: the model's forward keeps this rank's part of each sequence over the mesh's cp
-  // group (models/context_parallel.hpp), with cp_comm_strategy's exchange.
-  void make_context_parallel(ModelSlot& model);
   const DataLoader* active_loader() const;
   // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
   void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);

@@ -22,11 +22,11 @@
 #include <string>
 #include <unistd.h>
 
-#include "models/context_parallel.hpp"
+#include "parallel/context_parallel.hpp"
 #include "models/hf/generate.hpp"
 #include "models/hf/pretrained.hpp"
 #include "models/model.hpp"
-#include "models/tensor_parallel.hpp"
+#include "parallel/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/mesh.hpp"
 #include "runtime/process_state.hpp"
@@ -59,28 +59,31 @@ Maker builtin(const std::string& spec) {
   };
 }
 
+using Group = std::shared_ptr<const Collectives>;
+Group shared(Collectives c) { return std::make_shared<const Collectives>(std::move(c)); }
+
 struct Layout {
-  cp::Group cp;
-  std::optional<tp::Group> tp;
+  Group cp;
+  std::optional<Group> tp;
   std::string name;
 };
 
 // The whole model and the context-parallel one (also split by TP in a cp x tp layout) train side by side.
-void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, cp::Strategy strategy,
+void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, cp::Exchange strategy,
                     bool hf_lm, bool padded, bool checkpointing) {
   auto whole = make();
   auto split = make();
   split->load_state_dict(whole->state(), "the whole model");
   if (layout.tp) tp::parallelize(*split, *layout.tp);
   cp::parallelize(*split, layout.cp, cp::Options{strategy});
-  expect(cp::sharding_of(*split) != nullptr, what + ": the model records its context parallelism");
+  expect(cp::is_split(*split), what + ": the model records its context parallelism");
   whole->train(true);
   split->train(true);
   if (checkpointing) split->set_activation_checkpointing(true);
   const std::string target = hf_lm ? "labels" : "targets";
-  const int n = layout.cp.size();
+  const int n = layout.cp->size;
   const int64_t T = 16;
-  const at::Tensor mine = cp::local_positions(T, n, layout.cp.rank());
+  const at::Tensor mine = cp::local_positions(T, n, layout.cp->rank);
   at::manual_seed(11);  // the same batches on every rank
   const double lr = 0.02;
   for (int step = 0; step < 20; ++step) {
@@ -105,9 +108,9 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
            what + ": loss at step " + std::to_string(step) + " " + num(lb) + " vs " + num(la));
     at::Tensor same = at::tensor({lb}, at::kDouble);
     at::Tensor low = same.clone(), high = same.clone();
-    layout.cp.collectives.all_reduce_max(high);
+    layout.cp->all_reduce_max(high);
     low.neg_();
-    layout.cp.collectives.all_reduce_max(low);
+    layout.cp->all_reduce_max(low);
     expect(high.item<double>() == -low.item<double>(), what + ": the loss is equal on every CP rank");
     if (step == 0) {
       const at::Tensor ref = a.at("logits").detach().index_select(1, mine);
@@ -122,7 +125,7 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     for (auto& [name, p] : split->named_parameters()) {  // DDP's mean over the CP ranks (dp_cp holds cp)
       // (A Mixtral expert that none of this rank's tokens chose has no gradient here, but may have on another rank.)
       at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::zeros_like(p);
-      layout.cp.collectives.all_reduce_sum(g);
+      layout.cp->all_reduce_sum(g);
       p.mutable_grad() = g / static_cast<double>(n);
     }
     for (Model* m : {whole.get(), split.get()})
@@ -132,8 +135,7 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
           p.mutable_grad() = at::Tensor();
         }
   }
-  const tp::Sharding* sh = tp::sharding_of(*split);
-  const NamedTensors got = sh ? tp::full_state(*sh, split->state()) : split->state();
+  const NamedTensors got = whole_state(split->placements(), split->state());
   const NamedTensors ref = whole->state();
   expect(got.size() == ref.size(), what + ": every tensor");
   double worst = 0;
@@ -176,8 +178,8 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
 
 void equivalence(const std::string& what, const Maker& make, const Layout& layout, bool hf_lm, bool padded = false,
                  bool checkpointing = false) {
-  for (cp::Strategy s : {cp::Strategy::AllGather, cp::Strategy::AllToAll}) {
-    const std::string name = what + " [" + layout.name + ", " + cp::strategy_name(s) + "]";
+  for (cp::Exchange s : {cp::Exchange::AllGather, cp::Exchange::AllToAll}) {
+    const std::string name = what + " [" + layout.name + ", " + cp::exchange_name(s) + "]";
     try {
       equivalence_of(name, make, layout, s, hf_lm, padded, checkpointing);
     } catch (const std::exception& e) {
@@ -186,7 +188,7 @@ void equivalence(const std::string& what, const Maker& make, const Layout& layou
   }
 }
 
-void refused(const std::string& what, const Maker& make, const cp::Group& group, const std::string& needle,
+void refused(const std::string& what, const Maker& make, const Group& group, const std::string& needle,
              const std::function<void(Model&)>& prepare = {}) {
   std::string message;
   try {
@@ -197,7 +199,7 @@ void refused(const std::string& what, const Maker& make, const cp::Group& group,
     } catch (const std::exception& e) {
       message = e.what();
     }
-    expect(message.empty() || cp::sharding_of(*m) == nullptr || what == "split twice",
+    expect(message.empty() || !cp::is_split(*m) || what == "split twice",
            what + ": the model is left without context parallelism");
   } catch (const std::exception& e) {
     expect(false, what + ": the model could not be made: " + e.what());
@@ -232,18 +234,19 @@ int main(int argc, char** argv) {
   const std::string fixtures = argv[1];
   auto comm = Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
-  const cp::Group world = cp::group_of(comm);
+  const Group world = shared(cp::collectives_of(comm));
 
   run_models(Layout{world, std::nullopt, "cp=" + std::to_string(n)}, fixtures);
   if (n == 4) {
     // Accelerate's mesh order (cp outside tp): cp=2 x tp=2.
     ProcessMesh mesh(comm, MeshSizes{1, 1, 2, 2});
-    const Layout cp_tp{cp::group_of(mesh.group("cp")), tp::group_of(mesh.group("tp")), "cp=2 x tp=2"};
+    const Layout cp_tp{shared(cp::collectives_of(mesh.group("cp"))), shared(tp::collectives_of(mesh.group("tp"))),
+                       "cp=2 x tp=2"};
     run_models(cp_tp, fixtures);
     // Over c10d process groups directly (the ring's step is c10d's all-to-all either way).
     auto pg = mesh.group("cp")->process_group();
     equivalence("llama (GQA), c10d group", from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4)),
-                Layout{cp::group_of(pg, mesh.rank("cp"), mesh.size("cp")), std::nullopt, "cp=2 of 4"}, true, true);
+                Layout{shared(cp::collectives_of(pg, mesh.rank("cp"), mesh.size("cp"))), std::nullopt, "cp=2 of 4"}, true, true);
   }
 
   // Bad input.
@@ -258,7 +261,7 @@ int main(int argc, char** argv) {
   refused("sequence parallelism", llama, world, "exclusive", [&](Model& m) {
     tp::Options o;
     o.sequence_parallel = true;
-    tp::parallelize(m, world.collectives, o);
+    tp::parallelize(m, world, o);
   });
 
   return finish();

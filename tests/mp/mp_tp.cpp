@@ -37,7 +37,7 @@
 #include "models/model.hpp"
 #include "parallel/strategy.hpp"
 #include "precision/precision.hpp"
-#include "models/tensor_parallel.hpp"
+#include "parallel/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/process_state.hpp"
 #include "train/accelerator.hpp"
@@ -48,6 +48,9 @@
 
 using namespace acc::core;
 
+
+// The collectives tensor parallelism splits over.
+using TpGroup = std::shared_ptr<const Collectives>;
 namespace {
 
 // A llama-family config.json text.
@@ -72,7 +75,7 @@ bool close(const at::Tensor& a, const at::Tensor& b, double tol) {
 }
 
 // Two models from `make` with the same weights: the whole one, and one split over `group`.
-std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> whole_and_split(const Maker& make, const tp::Group& group,
+std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> whole_and_split(const Maker& make, const TpGroup& group,
                                                                           bool sequence_parallel) {
   auto whole = make();
   auto split = make();
@@ -84,18 +87,18 @@ std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> whole_and_split(const 
 }
 
 // The whole model and the split one train side by side from the same weights on the same batches.
-void equivalence_of(const std::string& what, const Maker& make, const tp::Group& group, bool hf_lm,
+void equivalence_of(const std::string& what, const Maker& make, const TpGroup& group, bool hf_lm,
                     bool checkpointing, bool sequence_parallel) {
   auto [whole, split] = whole_and_split(make, group, sequence_parallel);
-  const tp::Sharding* sh = tp::sharding_of(*split);
-  expect(sh != nullptr && !sh->shards.empty(), what + ": the model records its sharding");
-  if (!sh) return;
+  const Placements& sh = split->placements();
+  expect(sh.any_split(), what + ": the model records its placements");
+  if (!sh.any_split()) return;
   // Each split parameter holds 1/size of the whole one.
-  for (const auto& [name, shard] : sh->shards) {
+  for (const auto& [name, placement] : sh.all()) {
     int64_t whole_n = 1;
-    for (int64_t d : shard.whole_shape) whole_n *= d;
+    for (int64_t d : placement.whole_shape) whole_n *= d;
     for (const auto& [n, p] : split->named_parameters())
-      if (n == name) expect(p.numel() * group.size == whole_n, what + ": " + name + " holds its slice");
+      if (n == name) expect(p.numel() * group->size == whole_n, what + ": " + name + " holds its slice");
   }
   whole->train(true);
   split->train(true);
@@ -122,7 +125,7 @@ void equivalence_of(const std::string& what, const Maker& make, const tp::Group&
       std::vector<at::Tensor> norms;
       for (const auto& [n, p] : whole->named_parameters())
         if (p.grad().defined()) norms.push_back(p.grad().norm());
-      const double na = at::stack(norms).norm().item<double>(), nb = tp::grad_norm(*split, *sh, 2).item<double>();
+      const double na = at::stack(norms).norm().item<double>(), nb = grad_norm(*split, 2).item<double>();
       expect(std::abs(na - nb) <= 1e-5 * na,
              what + ": gradient norm at step " + std::to_string(step) + " " + num(nb) + " vs " + num(na));
     }
@@ -134,7 +137,7 @@ void equivalence_of(const std::string& what, const Maker& make, const tp::Group&
           p.mutable_grad() = at::Tensor();
         }
   }
-  const NamedTensors full = tp::full_state(*sh, split->state());
+  const NamedTensors full = whole_state(sh, split->state());
   const NamedTensors ref = whole->state();
   expect(full.size() == ref.size(), what + ": the gathered state has every tensor");
   double worst = 0;
@@ -152,7 +155,7 @@ void equivalence_of(const std::string& what, const Maker& make, const tp::Group&
   std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
   // Slicing the gathered state gives this rank's tensors back.
   const NamedTensors local = split->state();
-  const NamedTensors sliced = tp::slice_state(*sh, full);
+  const NamedTensors sliced = local_state(sh, full);
   bool same = sliced.size() == local.size();
   for (size_t i = 0; same && i < local.size(); ++i) same = sliced[i].second.equal(local[i].second);
   expect(same, what + ": slice_state inverts full_state");
@@ -165,7 +168,7 @@ void equivalence_of(const std::string& what, const Maker& make, const tp::Group&
   expect(same, what + ": the strategy's full_state_dict gathers whole tensors");
   strategy->load_full_state_dict(ref, "the whole model");
   same = true;
-  for (const auto& [name, t] : tp::full_state(*sh, owned->state())) {
+  for (const auto& [name, t] : whole_state(sh, owned->state())) {
     for (const auto& [rn, rt] : ref)
       if (rn == name) same = same && rt.equal(t);
   }
@@ -203,7 +206,7 @@ void equivalence_of(const std::string& what, const Maker& make, const tp::Group&
   }
 }
 
-void equivalence(const std::string& what, const Maker& make, const tp::Group& group, bool hf_lm,
+void equivalence(const std::string& what, const Maker& make, const TpGroup& group, bool hf_lm,
                  bool checkpointing = false, bool sequence_parallel = false) {
   try {
     equivalence_of(what, make, group, hf_lm, checkpointing, sequence_parallel);
@@ -214,7 +217,7 @@ void equivalence(const std::string& what, const Maker& make, const tp::Group& gr
 
 // Mixed precision (bf16 autocast, as the Accelerator's): the split model's loss and gradient norm stay within bf16's
 // rounding of the whole model's.
-void mixed_precision(const std::string& what, const Maker& make, const tp::Group& group) {
+void mixed_precision(const std::string& what, const Maker& make, const TpGroup& group) {
   try {
     auto [whole, split] = whole_and_split(make, group, /*sequence_parallel=*/false);
     at::manual_seed(5);
@@ -235,7 +238,7 @@ void mixed_precision(const std::string& what, const Maker& make, const tp::Group
         for (const auto& [n, p] : whole->named_parameters()) norms.push_back(p.grad().norm());
         norm[0] = at::stack(norms).norm().item<double>();
       } else {
-        norm[1] = tp::grad_norm(*split, *tp::sharding_of(*split), 2).item<double>();
+        norm[1] = grad_norm(*split, 2).item<double>();
       }
     }
     expect(std::abs(loss[0] - loss[1]) <= 2e-2 * std::abs(loss[0]),
@@ -250,11 +253,11 @@ void mixed_precision(const std::string& what, const Maker& make, const tp::Group
 // The vocabulary-parallel embedding keeps nn.Embedding's padding_idx: config.json's pad_token_id `pad` (chosen in a
 // slice other than rank 0's, so the rank holding it passes its local row) gets no gradient from the lookup on any
 // rank, the gathered gradient equals the whole model's, and resetting the split model zeroes that row only.
-void padding_row(const std::string& what, const std::string& config, int64_t pad, const tp::Group& group,
+void padding_row(const std::string& what, const std::string& config, int64_t pad, const TpGroup& group,
                  bool sequence_parallel = false) {
   try {
     auto [whole, split] = whole_and_split(from_config(config), group, sequence_parallel);
-    const tp::Sharding& sh = *tp::sharding_of(*split);
+    const Placements& sh = split->placements();
     const std::string name = "model.embed_tokens.weight";
     auto param = [&](Model& m) {
       for (const auto& [n, p] : m.named_parameters())
@@ -267,14 +270,14 @@ void padding_row(const std::string& what, const std::string& config, int64_t pad
     const TensorDict batch{{"input_ids", ids}, {"labels", ids}};
     whole->forward(batch).at("loss").backward();
     split->forward(batch).at("loss").backward();
-    const at::Tensor g = param(*whole).grad(), gathered = tp::full_tensor(sh, name, param(*split).grad());
+    const at::Tensor g = param(*whole).grad(), gathered = whole_tensor(sh, name, param(*split).grad());
     expect(g[pad].abs().max().item<double>() == 0, what + ": the whole model's pad row has no gradient");
     expect(gathered[pad].abs().max().item<double>() == 0, what + ": the split model's pad row has no gradient");
     expect(close(gathered, g, 1e-5 * g.abs().max().item<double>()),
            what + ": the gathered embedding gradient equals the whole model's");
     at::manual_seed(9);
     split->reset_parameters();
-    const at::Tensor w = tp::full_tensor(sh, name, param(*split));
+    const at::Tensor w = whole_tensor(sh, name, param(*split));
     const at::Tensor zero_rows = w.abs().amax(1).eq(0).nonzero().flatten();
     expect(zero_rows.numel() == 1 && zero_rows.item<int64_t>() == pad,
            what + ": reset zeroes the pad row only (" + std::to_string(zero_rows.numel()) + " zero rows)");
@@ -284,7 +287,7 @@ void padding_row(const std::string& what, const std::string& config, int64_t pad
 }
 
 // `make`'s model split over `group` is refused with a message that holds `needle`, and left as it was.
-void refused(const std::string& what, const Maker& make, const tp::Group& group, const std::string& needle,
+void refused(const std::string& what, const Maker& make, const TpGroup& group, const std::string& needle,
              const std::function<void(Model&)>& prepare = {}) {
   std::unique_ptr<Model> m;
   try {
@@ -329,8 +332,10 @@ void train_equivalence(Accelerator& acc, const std::string& what, const Maker& m
   opt->opt = std::make_unique<Optimizer>(slot->model->trainable_parameters(), sgd);  // built before prepare
   acc.prepare(slot, opt, nullptr, nullptr);
   const int tp = acc.mesh()->size("tp"), dp = acc.mesh()->size("dp"), dp_rank = acc.mesh()->rank("dp");
-  const tp::Sharding* sh = tp::sharding_of(*slot->model);
-  expect(sh && sh->group.size == tp, what + ": prepare split the model over the tp group of " + std::to_string(tp));
+  const Placement::Split* sh = nullptr;
+  for (const auto& [name, placement] : slot->model->placements().all())
+    if (placement.split) sh = &*placement.split;
+  expect(sh && sh->over->size == tp, what + ": prepare split the model over the tp group of " + std::to_string(tp));
   expect(slot->model->activation_checkpointing() == acc.settings().fsdp_plugin.activation_checkpointing,
          what + ": activation checkpointing as the config says");
   expect(opt->opt->params().size() == slot->strategy->optimizer_parameters().size(),
@@ -516,7 +521,7 @@ int main(int argc, char** argv) {
   const std::string fixtures = argv[1];
   auto comm = Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
-  const tp::Group group = tp::group_of(comm);
+  const TpGroup group = std::make_shared<const Collectives>(tp::collectives_of(comm));
 
   auto pretrained = [&](const std::string& name) -> Maker {
     return [&fixtures, name] { return hf::from_pretrained(fixtures + "/" + name + "/model", nullptr); };

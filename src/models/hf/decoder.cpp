@@ -185,23 +185,18 @@ struct SparseMoe : Module {
   // moe_tp_experts), and the router weights' gradient is summed over the group as the experts' partial products are.
   // With sequence parallelism x holds this rank's tokens: they are routed here, then the tokens and their routing
   // gathered for the experts, and the output scattered back.
-  at::Tensor forward(const at::Tensor& x, const std::string& act, const tp::Sharding* tp = nullptr) {
+  at::Tensor forward(const at::Tensor& x, const std::string& act, const ForwardSplit& split) {
     const auto shape = x.sizes().vec();
-    at::Tensor flat = x.reshape({-1, shape.back()});
-    at::Tensor weights = at::softmax(gate->forward(flat), 1, at::kFloat);
+    const int64_t B = shape[0], T = shape[1];
+    at::Tensor weights = at::softmax(gate->forward(x.reshape({-1, shape.back()})), 1, at::kFloat);
     auto [top, chosen] = weights.topk(top_k, -1);
     top = top / top.sum(-1, true);  // float32 as in transformers' router: experts' outputs weighted in float32
-    auto whole_shape = shape;
-    if (tp && tp->sequence_parallel) {
-      const int64_t B = shape[0], T = shape[1];
-      flat = tp::gather_sequence(x, tp->group).reshape({-1, shape.back()});
-      top = tp::gather_sequence(top.view({B, T, top_k}), tp->group).reshape({-1, top_k});
-      chosen = tp::gather_sequence(chosen.view({B, T, top_k}), tp->group).reshape({-1, top_k});
-      whole_shape[1] *= tp->group.size;
-    } else if (tp) {
-      flat = tp::enter(flat, tp->group);
-      top = tp::enter(top, tp->group);
-    }
+    // The tokens and their routing enter the split experts (with sequence parallelism, gathered along time).
+    const at::Tensor entered = split.enter_region(x);
+    const auto whole_shape = entered.sizes().vec();
+    at::Tensor flat = entered.reshape({-1, shape.back()});
+    top = split.enter_region(top.view({B, T, top_k})).reshape({-1, top_k});
+    chosen = split.enter_region(chosen.view({B, T, top_k})).reshape({-1, top_k});
     at::Tensor out = at::zeros_like(flat);
     for (size_t e = 0; e < experts->items.size(); ++e) {
       at::Tensor hit = chosen.eq(static_cast<int64_t>(e));  // [tokens, k]
@@ -212,8 +207,7 @@ struct SparseMoe : Module {
                      top.index({tokens, slots}).unsqueeze(-1);
       out.index_add_(0, tokens, y.to(out.scalar_type()));  // then rounded to the model's dtype and summed
     }
-    if (tp) return tp::leave_region(out.view(whole_shape), *tp);
-    return out.view(shape);
+    return split.leave_region(out.view(whole_shape));
   }
   int64_t top_k;
   std::shared_ptr<Linear> gate;
@@ -255,8 +249,7 @@ struct Backbone : Module {  // LlamaModel
 class CausalDecoder final : public NnModel,
                             public CausalLM,
                             public Pretrained,
-                            public tp::Parallelizable,
-                            public cp::Parallelizable {
+                            public Parallelizable {
  public:
   CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {
@@ -307,7 +300,7 @@ class CausalDecoder final : public NnModel,
   // transformers' base_model_tp_plan (q/k/v and gate/up column-wise, o and down row-wise; Mixtral: each expert's
   // w1 / w3 column-wise and w2 row-wise, reduced once by the block, the router whole) and a vocabulary-parallel
   // embedding and head (lm_head, or the tied embedding).
-  tp::Plan tensor_parallel_plan(int size) const override {
+  TensorParallelPlan tensor_parallel_plan(int size) const override {
     auto divides = [&](const char* field, int64_t n) {
       if (n % size != 0)
         throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) + " does not divide " +
@@ -318,19 +311,20 @@ class CausalDecoder final : public NnModel,
     divides("intermediate_size", d_.intermediate);
     divides("vocab_size", d_.vocab);
     const std::string layer = "model.layers.*.";
-    tp::Plan plan{{"model.embed_tokens", tp::Style::VocabEmbedding}, {"lm_head", tp::Style::Colwise}};
-    for (const char* p : {"q_proj", "k_proj", "v_proj"}) plan.push_back({layer + "self_attn." + p, tp::Style::Colwise});
-    plan.push_back({layer + "self_attn.o_proj", tp::Style::Rowwise});
+    using S = LayerStyle;
+    TensorParallelPlan plan{{"model.embed_tokens", S::VocabEmbedding}, {"lm_head", S::Colwise}};
+    for (const char* p : {"q_proj", "k_proj", "v_proj"}) plan.push_back({layer + "self_attn." + p, S::Colwise});
+    plan.push_back({layer + "self_attn.o_proj", S::Rowwise});
     if (d_.experts > 0) {
-      for (const char* p : {"w1", "w3"}) plan.push_back({layer + "block_sparse_moe.experts.*." + p, tp::Style::Colwise});
-      plan.push_back({layer + "block_sparse_moe.experts.*.w2", tp::Style::RowwisePartial});
+      for (const char* p : {"w1", "w3"}) plan.push_back({layer + "block_sparse_moe.experts.*." + p, S::Colwise});
+      plan.push_back({layer + "block_sparse_moe.experts.*.w2", S::RowwisePartial});
     } else {
-      for (const char* p : {"gate_proj", "up_proj"}) plan.push_back({layer + "mlp." + p, tp::Style::Colwise});
-      plan.push_back({layer + "mlp.down_proj", tp::Style::Rowwise});
+      for (const char* p : {"gate_proj", "up_proj"}) plan.push_back({layer + "mlp." + p, S::Colwise});
+      plan.push_back({layer + "mlp.down_proj", S::Rowwise});
     }
     return plan;
   }
-  const tp::Sharding* vocab_parallel() const override { return tp_.get(); }
+  const ForwardSplit& forward_seams() const override { return forward_split(); }
 
   at::Tensor local_step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                         KvCache* cache) override {
@@ -338,10 +332,10 @@ class CausalDecoder final : public NnModel,
     const at::Tensor& emb = model_->embed_tokens->param("weight");
     const int64_t B = input_ids.size(0), whole = input_ids.size(1);
     // Context parallelism: this rank's tokens of the sequence, at their own positions.
-    std::shared_ptr<cp::Sequence> seq;
-    if (cp_) seq = std::make_shared<cp::Sequence>(*cp_, whole, cache != nullptr, d_.architecture, tp_.get());
+    const ForwardSplit& split = forward_split();
+    const std::shared_ptr<SequenceSplit> seq = split.split_sequence(whole, cache != nullptr, d_.architecture);
     const int64_t T = seq ? seq->local_length() : whole;
-    if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, d_.architecture);
+    split.check_length(T, cache != nullptr, d_.architecture);
     const int64_t past = cache ? cache->length : 0;
     at::Tensor ids = input_ids.to(emb.device(), at::kLong);
     at::Tensor pos = position_ids.defined()
@@ -376,18 +370,17 @@ class CausalDecoder final : public NnModel,
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
     // Tensor parallelism: this rank's heads (a whole number of key/value groups).
-    const tp::Sharding* tp = tp_.get();
-    const int64_t split = tp ? tp->group.size : 1;
+    const int64_t parts = split.parts();
     for (int64_t l = 0; l < d_.layers; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
       x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin,
-                             masking = d_.sliding[static_cast<size_t>(l)] ? sliding : full, seq, cache, train, tp,
-                             heads = d_.heads / split, kv_heads = d_.kv_heads / split, dropout = d_.attention_dropout,
+                             masking = d_.sliding[static_cast<size_t>(l)] ? sliding : full, seq, cache, train,
+                             &split, heads = d_.heads / parts, kv_heads = d_.kv_heads / parts, dropout = d_.attention_dropout,
                              act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
         Attention& a = *layer->self_attn;
         at::Tensor h = layer->input_layernorm->forward(x);
-        if (tp) h = tp::enter_region(h, *tp);  // with sequence parallelism, gathered: [B, T, hidden]
+        h = split.enter_region(h);  // with sequence parallelism, gathered: [B, T, hidden]
         at::Tensor q = a.q_proj->forward(h).view({B, T, heads, hd}).transpose(1, 2);
         at::Tensor k = a.k_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
         at::Tensor v = a.v_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
@@ -400,8 +393,8 @@ class CausalDecoder final : public NnModel,
         y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
         x = residual(x, y, in_place);
         h = layer->post_attention_layernorm->forward(x);
-        if (layer->moe) return residual(x, layer->moe->forward(h, act, tp), in_place);
-        return residual(x, layer->mlp->forward(tp ? tp::enter_region(h, *tp) : h, act), in_place);
+        if (layer->moe) return residual(x, layer->moe->forward(h, act, split), in_place);
+        return residual(x, layer->mlp->forward(split.enter_region(h), act), in_place);
       });
       release(unit);
     }
@@ -409,7 +402,7 @@ class CausalDecoder final : public NnModel,
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = model_->norm->forward(x);
       release("model.norm");
-      if (tp) h = tp::enter_region(h, *tp);  // the head is split by vocabulary: column-wise
+      h = split.enter_region(h);  // the head is split by vocabulary: column-wise
       at::Tensor logits = lm_head_ ? lm_head_->forward(h) : at::linear(h, emb);
       release(lm_head_ ? "lm_head" : "model.embed_tokens");
       return logits;
@@ -483,9 +476,7 @@ std::pair<at::Tensor, at::Tensor> KvCache::append(size_t layer, const at::Tensor
 
 at::Tensor CausalLM::step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                           const at::Tensor& position_ids, KvCache* cache) {
-  at::Tensor logits = local_step(input_ids, attention_mask, position_ids, cache);
-  const tp::Sharding* split = vocab_parallel();
-  return split ? tp::gather_last(logits, split->group) : logits;
+  return forward_seams().whole_logits(local_step(input_ids, attention_mask, position_ids, cache));
 }
 
 TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch) {
@@ -495,21 +486,18 @@ TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, cons
                                   "' (it takes input_ids, attention_mask, position_ids, labels)");
   at::Tensor local =
       lm.local_step(batch.at("input_ids"), batch.get("attention_mask"), batch.get("position_ids"), nullptr);
-  const tp::Sharding* split = lm.vocab_parallel();
+  const ForwardSplit& split = lm.forward_seams();
   // Under tensor parallelism the loss reads this rank's vocabulary slice (loss_parallel); the logits given back are
   // whole (transformers' colwise_gather_output head).
-  TensorDict out{{"logits", split ? tp::gather_last(local, split->group) : local}};
+  TensorDict out{{"logits", split.whole_logits(local)}};
   at::Tensor labels = batch.get("labels");
   if (!labels.defined()) return out;
-  const auto* context = dynamic_cast<const cp::Parallelizable*>(&lm);
-  if (context && context->context_parallel()) {
+  if (const auto seq = split.split_sequence(batch.at("input_ids").size(1), false, architecture)) {
     // This rank's tokens' logits: their next-token labels come from the whole sequence; the loss is its token mean.
-    const cp::Sequence seq(*context->context_parallel(), batch.at("input_ids").size(1), false, architecture);
-    at::Tensor targets = seq.next_token_labels(labels.to(local.device()), -100);
-    auto [sum, count] = cp::cross_entropy_sum(local, targets, -100, split ? &split->group : nullptr);
-    out.set("loss", seq.mean(sum, count));
+    at::Tensor targets = seq->next_token_labels(labels.to(local.device()), -100);
+    out.set("loss", split.cross_entropy(local, targets, -100, seq.get()));
   } else {
-    out.set("loss", causal_lm_loss(local, labels, split ? &split->group : nullptr));
+    out.set("loss", causal_lm_loss(local, labels, split));
   }
   return out;
 }
@@ -520,7 +508,7 @@ void check_input_ids(const std::string& architecture, const at::Tensor& input_id
                                 "got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
 }
 
-at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, const tp::Group* vocab_split) {
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, const ForwardSplit& split) {
   if (labels.dim() != 2 || labels.size(0) != logits.size(0) || labels.size(1) != logits.size(1))
     throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [" +
                                 std::to_string(logits.size(0)) + ", " + std::to_string(logits.size(1)) + "]");
@@ -528,8 +516,7 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, co
   const int64_t T = logits.size(1);
   at::Tensor l = logits.narrow(1, 0, T - 1).to(at::kFloat).reshape({-1, logits.size(-1)});
   at::Tensor t = labels.narrow(1, 1, T - 1).to(logits.device(), at::kLong).reshape({-1});
-  if (vocab_split) return tp::vocab_parallel_cross_entropy(l, t, -100, *vocab_split);
-  return at::cross_entropy_loss(l, t, {}, at::Reduction::Mean, -100);
+  return split.cross_entropy(l, t, -100, nullptr);
 }
 
 }  // namespace acc::core::hf

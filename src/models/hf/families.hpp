@@ -10,8 +10,7 @@
 #include "bigmodel/offload.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
-#include "models/context_parallel.hpp"
-#include "models/tensor_parallel.hpp"
+#include "models/parallel_forward.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::hf {
@@ -48,8 +47,8 @@ class CausalLM {
   // whole vocabulary otherwise): step gathers them.
   virtual at::Tensor local_step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                 const at::Tensor& position_ids, KvCache* cache) = 0;
-  // The split the vocabulary follows (nullptr: none).
-  virtual const tp::Sharding* vocab_parallel() const { return nullptr; }
+  // The seams parallelism installed in the forward (the whole model's when none).
+  virtual const ForwardSplit& forward_seams() const = 0;
   // The output embedding is the input embedding (tie_word_embeddings): no lm_head.weight of its own.
   virtual bool ties_embeddings() const = 0;
   // The input embedding's parameter ("model.embed_tokens.weight"), which a tied head shares.
@@ -75,15 +74,14 @@ std::unique_ptr<Model> make_bert_classifier(const json::Value& config, const at:
                                             const std::string& source);
 
 // A causal LM's named forward: "input_ids" with "attention_mask", "position_ids", "labels" in; "logits" and, with
-// labels, "loss" out. Another name is refused, naming `architecture`. Under context parallelism (a CausalLM that is a
-// cp::Parallelizable) the logits are this rank's tokens' and the loss the whole sequence's token mean.
+// labels, "loss" out. Another name is refused, naming `architecture`. Under context parallelism the logits are this
+// rank's tokens' and the loss the whole sequence's token mean.
 TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, const TensorDict& batch);
 // input_ids must be integer token ids [batch, time].
 void check_input_ids(const std::string& architecture, const at::Tensor& input_ids);
 
-// transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored. With
-// `vocab_split`, the logits are this rank's vocabulary slice [B, T, V / size] (tensor parallelism).
-at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels,
-                          const tp::Group* vocab_split = nullptr);
+// transformers' causal-LM loss: float32 logits [B, T, V] against labels [B, T] shifted left, -100 ignored. Under
+// tensor parallelism (`split`) the logits are this rank's vocabulary slice [B, T, V / parts].
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, const ForwardSplit& split);
 
 }  // namespace acc::core::hf

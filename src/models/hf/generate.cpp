@@ -92,7 +92,7 @@ at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor&
   for (const auto& [name, p] : model.named_parameters())
     if (name == lm->input_embedding_name()) vocab = p.size(0);
   // Under tensor parallelism the embedding holds this rank's slice of the vocabulary.
-  if (const tp::Sharding* split = lm->vocab_parallel(); split && vocab >= 0) vocab *= split->group.size;
+  if (vocab >= 0) vocab *= lm->forward_seams().parts();
   auto check_id = [&](const char* key, int64_t id, const std::string& source) {
     if (vocab >= 0 && (id < 0 || id >= vocab))
       throw OptionsError("generate: " + std::string(key) + " " + std::to_string(id) + " (from " + source +

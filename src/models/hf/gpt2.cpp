@@ -24,7 +24,7 @@ struct Gpt2Config {
 
 // transformers' Conv1D: y = x W + b with W [in, out]; takes a LoRA adapter (fan_in_fan_out, as peft's) and a
 // tensor-parallel split (a transposed nn.Linear: its output features are dim 1).
-struct Conv1D : InitModule, lora::Host, tp::Layer {
+struct Conv1D : InitModule, lora::Host, SplittableLayer {
   Conv1D(int64_t in, int64_t out, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({in, out}, o));
     register_parameter("bias", at::empty({out}, o));
@@ -90,8 +90,7 @@ struct Transformer : Module {  // GPT2Model
 class Gpt2LMHead final : public NnModel,
                          public CausalLM,
                          public Pretrained,
-                         public tp::Parallelizable,
-                         public cp::Parallelizable {
+                         public Parallelizable {
  public:
   Gpt2LMHead(Gpt2Config c, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), c_(std::move(c)) {
@@ -125,7 +124,7 @@ class Gpt2LMHead final : public NnModel,
   // transformers has no plan for GPT-2; this is Megatron's for its layout: c_attn column-wise with q, k and v packed
   // (each rank takes its heads of each), c_fc column-wise, both c_proj row-wise, wte (and so the tied head)
   // vocabulary-parallel; wpe and the layer norms whole.
-  tp::Plan tensor_parallel_plan(int size) const override {
+  TensorParallelPlan tensor_parallel_plan(int size) const override {
     auto divides = [&](const char* field, int64_t n) {
       if (n % size != 0)
         throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) +
@@ -134,13 +133,13 @@ class Gpt2LMHead final : public NnModel,
     divides("n_head", c_.heads);
     divides("n_inner", c_.inner);
     divides("vocab_size", c_.vocab);
-    return {{"transformer.wte", tp::Style::VocabEmbedding},
-            {"transformer.h.*.attn.c_attn", tp::Style::Colwise, 3},
-            {"transformer.h.*.attn.c_proj", tp::Style::Rowwise},
-            {"transformer.h.*.mlp.c_fc", tp::Style::Colwise},
-            {"transformer.h.*.mlp.c_proj", tp::Style::Rowwise}};
+    return {{"transformer.wte", LayerStyle::VocabEmbedding},
+            {"transformer.h.*.attn.c_attn", LayerStyle::Colwise, 3},
+            {"transformer.h.*.attn.c_proj", LayerStyle::Rowwise},
+            {"transformer.h.*.mlp.c_fc", LayerStyle::Colwise},
+            {"transformer.h.*.mlp.c_proj", LayerStyle::Rowwise}};
   }
-  const tp::Sharding* vocab_parallel() const override { return tp_.get(); }
+  const ForwardSplit& forward_seams() const override { return forward_split(); }
 
   at::Tensor local_step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                         KvCache* cache) override {
@@ -148,8 +147,8 @@ class Gpt2LMHead final : public NnModel,
     const at::Tensor& wte = t_->wte->param("weight");
     const int64_t B = input_ids.size(0), whole = input_ids.size(1), C = c_.embd, hd = C / c_.heads;
     // Context parallelism: this rank's tokens of the sequence, at their own positions.
-    std::shared_ptr<cp::Sequence> seq;
-    if (cp_) seq = std::make_shared<cp::Sequence>(*cp_, whole, cache != nullptr, "GPT2LMHeadModel", tp_.get());
+    const ForwardSplit& parallel = forward_split();
+    const std::shared_ptr<SequenceSplit> seq = parallel.split_sequence(whole, cache != nullptr, "GPT2LMHeadModel");
     const int64_t T = seq ? seq->local_length() : whole;
     const int64_t past = cache ? cache->length : 0;
     at::Tensor ids = input_ids.to(wte.device(), at::kLong);
@@ -162,10 +161,10 @@ class Gpt2LMHead final : public NnModel,
     const at::Tensor pos_whole = pos.expand({B, whole});
     if (seq) ids = seq->local(ids), pos = seq->local(pos);
     const bool train = module_->is_training();
-    if (tp_) tp::check_sequence(*tp_, T, cache != nullptr, "GPT2LMHeadModel");
+    parallel.check_length(T, cache != nullptr, "GPT2LMHeadModel");
     // With sequence parallelism the embeddings are this rank's tokens'.
-    at::Tensor x = at::dropout(t_->wte->forward(ids) + t_->wpe->forward(tp_ ? tp::local_sequence(pos, *tp_) : pos),
-                               c_.embd_pdrop, train);
+    at::Tensor x =
+        at::dropout(t_->wte->forward(ids) + t_->wpe->forward(parallel.local_positions(pos)), c_.embd_pdrop, train);
     release("transformer.wte");
     release("transformer.wpe");
     Masking masking;
@@ -181,17 +180,16 @@ class Gpt2LMHead final : public NnModel,
       masking = decoder_masking(attention_mask, B, past, T, 0, x.options(), packed);
     }
     // Tensor parallelism: this rank's heads.
-    const tp::Sharding* tp = tp_.get();
-    const int64_t split = tp ? tp->group.size : 1;
+    const int64_t parts = parallel.parts();
     for (int64_t l = 0; l < c_.layers; ++l) {
       const std::string unit = "transformer.h." + std::to_string(l);
       double scale = c_.scale_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c_.scale_by_layer) scale /= static_cast<double>(l + 1);
       // (A cache is used only by generate, without grad: then the block runs once.)
-      x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C = C / split, hd, scale, heads = c_.heads / split, masking,
-                             seq, cache, train, tp, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
+      x = run_unit(unit, x, [b = t_->h->items[l], l, B, T, C = C / parts, hd, scale, heads = c_.heads / parts, masking,
+                             seq, cache, train, &parallel, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
                              act = c_.act](at::Tensor x) {
-        auto entered = [tp](const at::Tensor& h) { return tp ? tp::enter_region(h, *tp) : h; };
+        auto entered = [&parallel](const at::Tensor& h) { return parallel.enter_region(h); };
         auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
         auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
         at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
@@ -209,7 +207,7 @@ class Gpt2LMHead final : public NnModel,
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = t_->ln_f->forward(x);
       release("transformer.ln_f");
-      if (tp) h = tp::enter_region(h, *tp);  // the tied head is split by vocabulary: column-wise
+      h = parallel.enter_region(h);  // the tied head is split by vocabulary: column-wise
       at::Tensor logits = at::linear(h, wte);
       release("transformer.wte");
       return logits;

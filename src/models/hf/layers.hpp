@@ -9,13 +9,13 @@
 
 #include "models/layers.hpp"
 #include "models/lora.hpp"
-#include "models/tensor_parallel.hpp"
+#include "models/parallel_forward.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::hf {
 
 // nn.Linear: y = x W^T + b, W [out, in]; takes a LoRA adapter (models/lora.hpp) and a tensor-parallel split.
-struct Linear : InitModule, lora::Host, tp::Layer {
+struct Linear : InitModule, lora::Host, SplittableLayer {
   Linear(int64_t in, int64_t out, bool bias, double std, const at::TensorOptions& o) : std_(std) {
     register_parameter("weight", at::empty({out, in}, o));
     if (bias) register_parameter("bias", at::empty({out}, o));
@@ -35,7 +35,7 @@ struct Linear : InitModule, lora::Host, tp::Layer {
 };
 
 // nn.Embedding; `padding_idx` (in [0, n), -1: none) is its padding_idx: that row gets no gradient and starts at zero.
-struct Embedding : InitModule, tp::Layer {
+struct Embedding : InitModule, SplittableLayer {
   Embedding(int64_t n, int64_t dim, double std, const at::TensorOptions& o, int64_t padding_idx = -1)
       : std_(std), padding_idx_(padding_idx) {
     register_parameter("weight", at::empty({n, dim}, o));

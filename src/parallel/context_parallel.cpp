@@ -1,4 +1,4 @@
-#include "models/context_parallel.hpp"
+#include "parallel/context_parallel.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -11,6 +11,8 @@
 
 #include "data/sharding.hpp"
 #include "models/model.hpp"
+#include "parallel/mesh_forward.hpp"
+#include "parallel/tensor_parallel.hpp"
 #include "runtime/comm.hpp"
 #include "util/errors.hpp"
 
@@ -22,14 +24,16 @@ namespace ring {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The autograd functions keep the group by address: it lives in the Sharding that the model holds.
-const Group& group_at(AutogradContext* ctx) { return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt()); }
+// The autograd functions keep the group by address: the model (through its forward split) and the Sequence hold it.
+const Collectives& group_at(AutogradContext* ctx) {
+  return *reinterpret_cast<const Collectives*>(ctx->saved_data["group"].toInt());
+}
 
 // The ring's step: this rank's keys and values to the next rank; their gradient goes back the other way.
 struct RotateFn : torch::autograd::Function<RotateFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return reinterpret_cast<const Group*>(group)->rotate(x, 1);
+    return reinterpret_cast<const Collectives*>(group)->rotate(x, 1);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {group_at(ctx).rotate(grads[0], -1), at::Tensor()};
@@ -42,11 +46,11 @@ struct SumFn : torch::autograd::Function<SumFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
     at::Tensor y = x.contiguous().clone();
-    reinterpret_cast<const Group*>(group)->collectives.all_reduce_sum(y);
+    reinterpret_cast<const Collectives*>(group)->all_reduce_sum(y);
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {grads[0] * static_cast<double>(group_at(ctx).size()), at::Tensor()};
+    return {grads[0] * static_cast<double>(group_at(ctx).size), at::Tensor()};
   }
 };
 
@@ -59,24 +63,23 @@ double lowest(at::ScalarType t) {  // torch.finfo(dtype).min, as transformers' m
   }
 }
 
-at::Tensor rotate_fn(const at::Tensor& x, const Group& g) {
+at::Tensor rotate_fn(const at::Tensor& x, const Collectives& g) {
   if (!c10::GradMode::is_enabled() || !x.requires_grad()) return g.rotate(x, 1);
   return RotateFn::apply(x, reinterpret_cast<int64_t>(&g));
 }
 
 }  // namespace ring
 
-const char* strategy_name(Strategy s) { return s == Strategy::AllGather ? "allgather" : "alltoall"; }
+const char* exchange_name(Exchange e) { return e == Exchange::AllGather ? "allgather" : "alltoall"; }
 
-Strategy parse_strategy(const std::string& value, const std::string& source) {
-  if (value == "allgather") return Strategy::AllGather;
-  if (value == "alltoall") return Strategy::AllToAll;
+Exchange parse_exchange(const std::string& value, const std::string& source) {
+  if (value == "allgather") return Exchange::AllGather;
+  if (value == "alltoall") return Exchange::AllToAll;
   throw std::invalid_argument(source + ": '" + value + "' is not a context-parallel strategy (allgather, alltoall)");
 }
 
-Group group_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int size) {
-  Group g;
-  g.collectives = tp::group_of(pg, rank, size);
+Collectives collectives_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int size) {
+  Collectives g = tp::collectives_of(pg, rank, size, "cp");
   g.rotate = [pg, rank, size](const at::Tensor& t, int offset) {
     at::Tensor in = t.contiguous().view({-1});
     at::Tensor out = at::empty_like(in);
@@ -90,13 +93,13 @@ Group group_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int size) {
   return g;
 }
 
-Group group_of(std::shared_ptr<Comm> comm) {
-  Group g = group_of(comm->process_group(), comm->rank(), comm->size());
-  g.collectives = tp::group_of(comm);  // libacc's collectives (shared memory, DistributedError)
+Collectives collectives_of(std::shared_ptr<Comm> comm) {
+  Collectives g = tp::collectives_of(comm, "cp");  // libacc's collectives (shared memory, DistributedError)
+  g.rotate = collectives_of(comm->process_group(), comm->rank(), comm->size()).rotate;
   return g;
 }
 
-void parallelize(Model& model, const Group& group, const Options& options) {
+void parallelize(Model& model, std::shared_ptr<const Collectives> group, const Options& options) {
   const char* families = "(context parallelism: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
   auto* nn = dynamic_cast<NnModel*>(&model);
   if (!nn)
@@ -105,32 +108,33 @@ void parallelize(Model& model, const Group& group, const Options& options) {
   const std::string cls = nn->module()->name();
   auto* family = dynamic_cast<Parallelizable*>(&model);
   if (!family) throw UnsupportedError("context parallelism: " + cls + " has no context-parallel attention " + families);
-  if (family->context_parallel()) throw StateError("context parallelism: " + cls + " is split already");
-  if (group.size() < 1 || group.rank() < 0 || group.rank() >= group.size() || !group.rotate)
-    throw std::invalid_argument("context parallelism: rank " + std::to_string(group.rank()) + " of " +
-                                std::to_string(group.size()) + " is not a rank of the group");
-  if (const tp::Sharding* t = tp::sharding_of(model); t && t->sequence_parallel)
+  if (is_split(model)) throw StateError("context parallelism: " + cls + " is split already");
+  if (group->size < 1 || group->rank < 0 || group->rank >= group->size || !group->rotate)
+    throw std::invalid_argument("context parallelism: rank " + std::to_string(group->rank) + " of " +
+                                std::to_string(group->size) + " is not a rank of the group");
+  MeshForward forward = MeshForward::of(*family);
+  if (forward.tensor && forward.tensor->sequence_parallel)
     throw UnsupportedError("context parallelism: " + cls + " is split with sequence parallelism; the two are "
                            "exclusive (as in Accelerate: cp_size and sp_size)");
-  auto s = std::make_shared<Sharding>();
-  s->group = group;
-  s->strategy = options.strategy;
-  family->set_context_parallel(std::move(s));
+  forward.context = MeshForward::ContextPart{std::move(group), options.exchange};
+  family->install_split(std::make_shared<MeshForward>(std::move(forward)));
 }
 
-const Sharding* sharding_of(const Model& model) {
+bool is_split(const Model& model) {
   const auto* family = dynamic_cast<const Parallelizable*>(&model);
-  return family ? family->context_parallel() : nullptr;
+  const auto* forward = family ? dynamic_cast<const MeshForward*>(family->installed_split().get()) : nullptr;
+  return forward && forward->context;
 }
 
 at::Tensor local_positions(int64_t length, int size, int rank) {
   return at::tensor(context_parallel_positions(length, size, rank), at::TensorOptions().dtype(at::kLong));
 }
 
-Sequence::Sequence(const Sharding& s, int64_t length, bool cache, const std::string& model, const tp::Sharding* tp)
-    : s_(&s), length_(length) {
-  const int n = s.group.size();
-  if (tp && tp->sequence_parallel)
+Sequence::Sequence(std::shared_ptr<const Collectives> group, Exchange exchange, int64_t length, bool cache,
+                   const std::string& model, bool sequence_parallel)
+    : group_(std::move(group)), exchange_(exchange), length_(length) {
+  const int n = group_->size;
+  if (sequence_parallel)
     throw UnsupportedError(model + ": context parallelism and sequence parallelism are exclusive (as in Accelerate: "
                            "cp_size and sp_size)");
   if (cache)
@@ -140,7 +144,7 @@ Sequence::Sequence(const Sharding& s, int64_t length, bool cache, const std::str
     throw std::invalid_argument(model + ": context parallelism needs the sequence length (" + std::to_string(length) +
                                 ") to split into 2 x cp_size (" + std::to_string(2 * n) + ") equal chunks");
   for (int r = 0; r < n; ++r) key_index_.push_back(local_positions(length, n, r));
-  index_ = key_index_[static_cast<size_t>(s.group.rank())];
+  index_ = key_index_[static_cast<size_t>(group_->rank)];
 }
 
 at::Tensor Sequence::local(const at::Tensor& x) const {
@@ -184,7 +188,7 @@ void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const
   empty_ = at::Tensor();
   if (keep.defined())
     empty_ = build(at::cat(key_index_)).eq(ring::lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true);
-  if (s_->strategy == Strategy::AllGather)
+  if (exchange_ == Exchange::AllGather)
     masks_.push_back(build(at::cat(key_index_)));  // the gathered keys come in rank order
   else
     for (const at::Tensor& places : key_index_) masks_.push_back(build(places));
@@ -193,13 +197,13 @@ void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const
 at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
                                std::optional<double> scale) const {
   if (masks_.empty()) throw std::logic_error("context parallelism: attention before set_masks");
-  const Group& g = s_->group;
+  const Collectives& g = *group_;
   const int64_t rep = q.size(1) / k.size(1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  if (s_->strategy == Strategy::AllGather) {
+  if (exchange_ == Exchange::AllGather) {
     // [B, H, local, D] along the sequence: all-gathered forward, reduce-scattered backward.
     auto gathered = [&](const at::Tensor& t) {
-      return tp::gather_sequence(t.transpose(1, 2), g.collectives).transpose(1, 2);
+      return tp::gather_sequence(t.transpose(1, 2), g).transpose(1, 2);
     };
     at::Tensor mask = masks_[0].to(q.scalar_type());
     at::Tensor y = at::scaled_dot_product_attention(q, gathered(k), gathered(v), mask, dropout, false, sc, rep > 1);
@@ -208,13 +212,13 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
   // The ring: step s holds rank (rank - s)'s keys and values. Each block's attention is normalised on its own with
   // its log-sum-exp; the blocks are merged by rescaling to the running log-sum-exp (dropout on a block's normalised
   // probabilities is dropout on the whole softmax's, since the rescaling is linear). In float32.
-  const int n = g.size();
+  const int n = g.size;
   at::Tensor qf = q.to(at::kFloat) * sc;
   at::Tensor kv = at::stack({k, v});  // one rotation per step for both
   at::Tensor out, lse;
   for (int step = 0; step < n; ++step) {
     if (step > 0) kv = ring::rotate_fn(kv, g);
-    const int src = ((g.rank() - step) % n + n) % n;
+    const int src = ((g.rank - step) % n + n) % n;
     at::Tensor kb = kv[0].to(at::kFloat), vb = kv[1].to(at::kFloat);
     if (rep > 1) kb = kb.repeat_interleave(rep, 1), vb = vb.repeat_interleave(rep, 1);
     at::Tensor raw = at::matmul(qf, kb.transpose(-2, -1));
@@ -236,24 +240,15 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
 }
 
 at::Tensor Sequence::mean(const at::Tensor& sum, const at::Tensor& count) const {
-  const Group& g = s_->group;
+  const Collectives& g = *group_;
   at::Tensor both = at::stack({sum, count.to(sum.device(), sum.scalar_type())});
   if (c10::GradMode::is_enabled() && both.requires_grad()) {
     both = ring::SumFn::apply(both, reinterpret_cast<int64_t>(&g));
   } else {
     both = both.contiguous().clone();
-    g.collectives.all_reduce_sum(both);
+    g.all_reduce_sum(both);
   }
   return both[0] / both[1];
-}
-
-std::pair<at::Tensor, at::Tensor> cross_entropy_sum(const at::Tensor& logits, const at::Tensor& targets,
-                                                    int64_t ignore_index, const tp::Group* vocab_split) {
-  at::Tensor l = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
-  at::Tensor t = targets.reshape({-1}).to(logits.device(), at::kLong);
-  at::Tensor count = t.ne(ignore_index).sum();
-  if (vocab_split) return {tp::vocab_parallel_cross_entropy(l, t, ignore_index, *vocab_split, true), count};
-  return {at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, ignore_index), count};
 }
 
 }  // namespace acc::core::cp

@@ -1,0 +1,41 @@
+// The forward seams of a model parallelized over the process mesh (models/parallel_forward.hpp): tensor parallelism's
+// regions, logits and loss, and context parallelism's sequence split, composed (the heads split by tp, the tokens by
+// cp). tp::parallelize and cp::parallelize each add their part to the model's.
+#pragma once
+#include <memory>
+#include <optional>
+
+#include "models/parallel_forward.hpp"
+#include "models/placement.hpp"
+#include "parallel/context_parallel.hpp"
+
+namespace acc::core {
+
+class MeshForward final : public ForwardSplit {
+ public:
+  struct TensorPart {
+    std::shared_ptr<const Collectives> group;
+    bool sequence_parallel = false;
+  };
+  struct ContextPart {
+    std::shared_ptr<const Collectives> group;
+    cp::Exchange exchange = cp::Exchange::AllGather;
+  };
+  std::optional<TensorPart> tensor;
+  std::optional<ContextPart> context;
+
+  // A copy of the parts `family` has (none for a model not parallelized yet).
+  static MeshForward of(const Parallelizable& family);
+
+  int64_t parts() const override { return tensor ? tensor->group->size : 1; }
+  at::Tensor enter_region(const at::Tensor& x) const override;
+  at::Tensor leave_region(const at::Tensor& x) const override;
+  at::Tensor local_positions(const at::Tensor& positions) const override;
+  void check_length(int64_t length, bool cache, const std::string& model) const override;
+  std::shared_ptr<SequenceSplit> split_sequence(int64_t length, bool cache, const std::string& model) const override;
+  at::Tensor whole_logits(const at::Tensor& local) const override;
+  at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
+                           const SequenceSplit* sequence) const override;
+};
+
+}  // namespace acc::core

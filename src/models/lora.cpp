@@ -118,107 +118,135 @@ bool Config::all_linear() const {
 constexpr json::Limits kConfigTextLimits{limits::kConfigDepth, limits::kKeysPerMapping, limits::kPatternBytes,
                                          limits::kStringBytes, false};
 
-Config parse_config(std::string_view text, const std::string& source) {
-  const json::Document doc = json::Document::object(text, source, kConfigTextLimits);
-  Config c;
-  for (const auto& [key, v] : doc.root().items()) {
-    if (key == "r") {
-      if (!v.is_integer() || v.as_int() <= 0) v.fail("r must be a positive integer; got " + v.text());
-      c.r = v.as_int();
-    } else if (key == "lora_alpha") {
-      c.lora_alpha = v.as_double();
-    } else if (key == "lora_dropout") {
-      c.lora_dropout = v.as_double();
-      if (!(c.lora_dropout >= 0 && c.lora_dropout < 1)) v.fail("lora_dropout must be in [0, 1); got " + v.text());
-    } else if (key == "target_modules") {
-      c.target_kind = strings(v, c.target_modules, true);
-      if (c.target_kind == Config::Kind::List && c.target_modules.empty()) v.fail("target_modules is an empty list");
-    } else if (key == "exclude_modules") {
-      c.exclude_kind = strings(v, c.exclude_modules, true);
-    } else if (key == "fan_in_fan_out") {
-      c.fan_in_fan_out = v.as_bool();
-    } else if (key == "bias") {
-      c.bias = v.as_string();
-      if (c.bias != "none" && c.bias != "all" && c.bias != "lora_only")
-        v.fail("bias must be \"none\", \"all\" or \"lora_only\"; got " + v.text());
-    } else if (key == "use_rslora") {
-      c.use_rslora = v.as_bool();
-    } else if (key == "modules_to_save") {
-      std::vector<std::string> m;
-      if (strings(v, m, false) != Config::Kind::None) c.modules_to_save = m;
-    } else if (key == "init_lora_weights") {
-      if (v.is_bool()) {
-        c.init_lora_weights = v.as_bool() ? "true" : "false";
-      } else if (v.is_string() && v.as_string() == "gaussian") {
-        c.init_lora_weights = "gaussian";
-      } else if (v.is_string()) {
-        throw UnsupportedError(v.where() + ": init_lora_weights " + v.text() +
-                               " is not one libacc has (true, \"gaussian\", false)");
-      } else {
-        v.fail("init_lora_weights must be true, \"gaussian\" or false; got " + v.text());
-      }
-    } else if (key == "layers_to_transform") {
-      if (v.is_null()) continue;
-      std::vector<int64_t> layers;
-      if (v.is_array()) {
-        for (const auto& e : v.elements()) layers.push_back(e.as_int());
-      } else {
-        layers.push_back(v.as_int());
-        c.layers_to_transform_is_int = true;
-      }
-      c.layers_to_transform = layers;
-    } else if (key == "layers_pattern") {
-      std::vector<std::string> p;
-      const Config::Kind k = strings(v, p, true);
-      if (k != Config::Kind::None) c.layers_pattern = p;
-      c.layers_pattern_is_string = k == Config::Kind::String;
-      for (const auto& one : p) layers_matcher(one, v.where());  // refused when read, naming the key
-    } else if (key == "rank_pattern") {
-      if (v.is_null()) continue;
-      if (!v.is_object()) v.fail("rank_pattern must be an object of module patterns and ranks");
-      for (const auto& [pattern, rank] : v.items()) {
-        if (!rank.is_integer() || rank.as_int() <= 0)
-          rank.fail("a rank must be a positive integer; got " + rank.text());
-        key_pattern(pattern, rank.where());  // refused when read, naming the key
-        c.rank_pattern.emplace_back(pattern, rank.as_int());
-      }
-    } else if (key == "alpha_pattern") {
-      if (v.is_null()) continue;
-      if (!v.is_object()) v.fail("alpha_pattern must be an object of module patterns and alphas");
-      for (const auto& [pattern, alpha] : v.items()) {
-        key_pattern(pattern, alpha.where());  // refused when read, naming the key
-        c.alpha_pattern.emplace_back(pattern, alpha.as_double());
-      }
-    } else if (key == "task_type") {
-      if (v.is_null()) continue;
-      c.task_type = v.as_string();
-      if (std::none_of(std::begin(kTaskTypes), std::end(kTaskTypes), [&](const char* t) { return c.task_type == t; }))
-        v.fail("task_type must be null or one of peft's TaskType values (CAUSAL_LM, SEQ_CLS, SEQ_2_SEQ_LM, "
-               "TOKEN_CLS, QUESTION_ANS, FEATURE_EXTRACTION); got " + v.text());
-    } else if (key == "base_model_name_or_path") {
-      if (!v.is_null()) c.base_model_name_or_path = v.as_string();
-    } else if (key == "revision") {
-      if (!v.is_null()) c.revision = v.as_string();
-    } else if (key == "inference_mode") {
-      c.inference_mode = v.as_bool();
-    } else if (key == "target_parameters") {
-      strings(v, c.target_parameters, false);
-    } else if (key == "peft_type") {
-      if (v.as_string() != "LORA") v.fail("this is a " + v.as_string() + " adapter; libacc reads LoRA (\"LORA\")");
-    } else {
-      const auto& fields = passive_fields();
-      auto it = std::find_if(fields.begin(), fields.end(), [&](const Passive& p) { return key == p.key; });
-      if (it == fields.end())
-        v.fail("unknown LoraConfig field '" + key + "' (peft 0.21's LoraConfig has no such field)");
-      const std::string given = v.text();
-      if (std::none_of(it->accepted.begin(), it->accepted.end(),
-                       [&](const char* a) { return std::string(a) == "*" || given == a; })) {
-        throw UnsupportedError(v.where() + ": libacc implements LoRA without " + key + "; it must be " +
-                               it->accepted.front() + " (got " + given + ")");
-      }
-    }
+namespace {
+
+void read_init_lora_weights(Config& c, const json::Value& v) {
+  if (v.is_bool()) {
+    c.init_lora_weights = v.as_bool() ? "true" : "false";
+  } else if (v.is_string() && v.as_string() == "gaussian") {
+    c.init_lora_weights = "gaussian";
+  } else if (v.is_string()) {
+    throw UnsupportedError(v.where() + ": init_lora_weights " + v.text() +
+                           " is not one libacc has (true, \"gaussian\", false)");
+  } else {
+    v.fail("init_lora_weights must be true, \"gaussian\" or false; got " + v.text());
   }
-  // LoraConfig.__post_init__
+}
+
+// The adapter itself: rank, scaling, dropout, targets, bias, initialisation. False: not one of these keys.
+bool read_adapter_field(Config& c, const std::string& key, const json::Value& v) {
+  if (key == "r") {
+    if (!v.is_integer() || v.as_int() <= 0) v.fail("r must be a positive integer; got " + v.text());
+    c.r = v.as_int();
+  } else if (key == "lora_alpha") {
+    c.lora_alpha = v.as_double();
+  } else if (key == "lora_dropout") {
+    c.lora_dropout = v.as_double();
+    if (!(c.lora_dropout >= 0 && c.lora_dropout < 1)) v.fail("lora_dropout must be in [0, 1); got " + v.text());
+  } else if (key == "target_modules") {
+    c.target_kind = strings(v, c.target_modules, true);
+    if (c.target_kind == Config::Kind::List && c.target_modules.empty()) v.fail("target_modules is an empty list");
+  } else if (key == "exclude_modules") {
+    c.exclude_kind = strings(v, c.exclude_modules, true);
+  } else if (key == "fan_in_fan_out") {
+    c.fan_in_fan_out = v.as_bool();
+  } else if (key == "bias") {
+    c.bias = v.as_string();
+    if (c.bias != "none" && c.bias != "all" && c.bias != "lora_only")
+      v.fail("bias must be \"none\", \"all\" or \"lora_only\"; got " + v.text());
+  } else if (key == "use_rslora") {
+    c.use_rslora = v.as_bool();
+  } else if (key == "modules_to_save") {
+    std::vector<std::string> m;
+    if (strings(v, m, false) != Config::Kind::None) c.modules_to_save = m;
+  } else if (key == "init_lora_weights") {
+    read_init_lora_weights(c, v);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Which layers, and ranks and alphas per module pattern. False: not one of these keys.
+bool read_layer_field(Config& c, const std::string& key, const json::Value& v) {
+  if (key == "layers_to_transform") {
+    if (v.is_null()) return true;
+    std::vector<int64_t> layers;
+    if (v.is_array()) {
+      for (const auto& e : v.elements()) layers.push_back(e.as_int());
+    } else {
+      layers.push_back(v.as_int());
+      c.layers_to_transform_is_int = true;
+    }
+    c.layers_to_transform = layers;
+  } else if (key == "layers_pattern") {
+    std::vector<std::string> p;
+    const Config::Kind k = strings(v, p, true);
+    if (k != Config::Kind::None) c.layers_pattern = p;
+    c.layers_pattern_is_string = k == Config::Kind::String;
+    for (const auto& one : p) layers_matcher(one, v.where());  // refused when read, naming the key
+  } else if (key == "rank_pattern") {
+    if (v.is_null()) return true;
+    if (!v.is_object()) v.fail("rank_pattern must be an object of module patterns and ranks");
+    for (const auto& [pattern, rank] : v.items()) {
+      if (!rank.is_integer() || rank.as_int() <= 0)
+        rank.fail("a rank must be a positive integer; got " + rank.text());
+      key_pattern(pattern, rank.where());  // refused when read, naming the key
+      c.rank_pattern.emplace_back(pattern, rank.as_int());
+    }
+  } else if (key == "alpha_pattern") {
+    if (v.is_null()) return true;
+    if (!v.is_object()) v.fail("alpha_pattern must be an object of module patterns and alphas");
+    for (const auto& [pattern, alpha] : v.items()) {
+      key_pattern(pattern, alpha.where());  // refused when read, naming the key
+      c.alpha_pattern.emplace_back(pattern, alpha.as_double());
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// What the adapter is for and where it came from. False: not one of these keys.
+bool read_meta_field(Config& c, const std::string& key, const json::Value& v) {
+  if (key == "task_type") {
+    if (v.is_null()) return true;
+    c.task_type = v.as_string();
+    if (std::none_of(std::begin(kTaskTypes), std::end(kTaskTypes), [&](const char* t) { return c.task_type == t; }))
+      v.fail("task_type must be null or one of peft's TaskType values (CAUSAL_LM, SEQ_CLS, SEQ_2_SEQ_LM, "
+             "TOKEN_CLS, QUESTION_ANS, FEATURE_EXTRACTION); got " + v.text());
+  } else if (key == "base_model_name_or_path") {
+    if (!v.is_null()) c.base_model_name_or_path = v.as_string();
+  } else if (key == "revision") {
+    if (!v.is_null()) c.revision = v.as_string();
+  } else if (key == "inference_mode") {
+    c.inference_mode = v.as_bool();
+  } else if (key == "target_parameters") {
+    strings(v, c.target_parameters, false);
+  } else if (key == "peft_type") {
+    if (v.as_string() != "LORA") v.fail("this is a " + v.as_string() + " adapter; libacc reads LoRA (\"LORA\")");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// A LoraConfig field libacc does not act on: accepted only with a value that asks for nothing; an unknown field
+// is refused.
+void check_passive_field(const std::string& key, const json::Value& v) {
+  const auto& fields = passive_fields();
+  auto it = std::find_if(fields.begin(), fields.end(), [&](const Passive& p) { return key == p.key; });
+  if (it == fields.end()) v.fail("unknown LoraConfig field '" + key + "' (peft 0.21's LoraConfig has no such field)");
+  const std::string given = v.text();
+  if (std::none_of(it->accepted.begin(), it->accepted.end(),
+                   [&](const char* a) { return std::string(a) == "*" || given == a; })) {
+    throw UnsupportedError(v.where() + ": libacc implements LoRA without " + key + "; it must be " +
+                           it->accepted.front() + " (got " + given + ")");
+  }
+}
+
+// LoraConfig.__post_init__
+void post_init(Config& c, const std::string& source) {
   if (c.target_kind == Config::Kind::String && (c.layers_to_transform || c.layers_pattern))
     throw std::invalid_argument(source + ": layers_to_transform and layers_pattern apply to a list of target_modules, "
                                 "not to a regular expression");
@@ -230,6 +258,18 @@ Config parse_config(std::string_view text, const std::string& source) {
       if (std::find(m.begin(), m.end(), head) == m.end()) m.push_back(head);
     c.modules_to_save = m;
   }
+}
+
+}  // namespace
+
+Config parse_config(std::string_view text, const std::string& source) {
+  const json::Document doc = json::Document::object(text, source, kConfigTextLimits);
+  Config c;
+  for (const auto& [key, v] : doc.root().items()) {
+    if (read_adapter_field(c, key, v) || read_layer_field(c, key, v) || read_meta_field(c, key, v)) continue;
+    check_passive_field(key, v);
+  }
+  post_init(c, source);
   return c;
 }
 
@@ -514,98 +554,103 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
   }
 }
 
-}  // namespace
-
-std::shared_ptr<Adapter> find(torch::nn::Module& root, const HostOf& host_of) {
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (Host* h = host_of(*m); h && h->branch) return std::const_pointer_cast<Adapter>(h->branch->adapter);
-  return nullptr;
+bool has_module(const ModuleMap& modules, const std::string& n) {
+  return std::any_of(modules.begin(), modules.end(), [&](const auto& m) { return m.first == n; });
 }
 
-std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, const ModelInfo& info,
-                              const HostOf& host_of) {
-  if (find(root, host_of)) throw StateError("the model has an adapter already (merge it first: one adapter at a time)");
-  auto a = std::make_shared<Adapter>();
-  a->config = config;
-  a->info = info;
-  Config& c = a->config;
-  const ModuleMap modules = modules_of(root);
-  auto has_module = [&](const std::string& n) {
-    return std::any_of(modules.begin(), modules.end(), [&](const auto& m) { return m.first == n; });
+// No target_modules: peft's default for the model type (none: the error names the model's linear layers).
+void default_targets_for(Config& c, const ModelInfo& info, const std::vector<std::string>& linear) {
+  auto it = default_targets().find(info.model_type);
+  if (it == default_targets().end())
+    throw std::invalid_argument(
+        "target_modules is required: peft has no default for " +
+        (info.model_type.empty() ? std::string("this model") : "model_type '" + info.model_type + "'") +
+        " (its linear layers: " + join(linear) + ")");
+  c.target_kind = Config::Kind::List;
+  c.target_modules = it->second;
+}
+
+// A tied head is not a module of its own in libacc: peft would adapt or copy it, libacc cannot.
+void refuse_tied_head(const Config& c) {
+  auto names_head = [&](const std::vector<std::string>& v, bool suffix_only) {
+    for (const auto& m : v)
+      if (suffix_only ? ends_with("lm_head", m) : ("lm_head" == m)) return true;
+    return false;
   };
-  // The model's linear layers, for "all-linear" and for messages.
-  std::vector<std::string> linear;
-  for (const auto& [name, m] : modules)
-    if (host_of(*m) || is_torch_linear(*m)) linear.push_back(name);
+  if ((c.modules_to_save && names_head(*c.modules_to_save, true)) ||
+      (c.target_kind == Config::Kind::List && names_head(c.target_modules, false)))
+    throw UnsupportedError("this model's lm_head is tied to its input embedding and is not a module of its own in "
+                           "libacc: it cannot be in target_modules or modules_to_save");
+}
 
-  if (c.target_kind == Config::Kind::None) {
-    auto it = default_targets().find(info.model_type);
-    if (it == default_targets().end())
-      throw std::invalid_argument(
-          "target_modules is required: peft has no default for " +
-          (info.model_type.empty() ? std::string("this model") : "model_type '" + info.model_type + "'") +
-          " (its linear layers: " + join(linear) + ")");
-    c.target_kind = Config::Kind::List;
-    c.target_modules = it->second;
+// "all-linear" (_maybe_include_all_linear_layers): every linear layer but the output head becomes a target; the
+// adapter's file names them, or fewer suffixes that select the same (minimal_targets).
+void expand_all_linear(Adapter& a, Config& c, const ModelInfo& info, const ModuleMap& modules,
+                       const std::vector<std::string>& linear) {
+  std::string output;
+  if (info.transformers && has_module(modules, "lm_head")) {
+    output = "lm_head";
+  } else if (info.transformers && c.task_type == "SEQ_CLS") {
+    for (const char* head : {"score", "classifier"})
+      if (has_module(modules, head)) {
+        output = head;
+        break;
+      }
   }
-  // A tied head is not a module of its own in libacc: peft would adapt or copy it, libacc cannot.
-  if (info.tied_lm_head) {
-    auto names_head = [&](const std::vector<std::string>& v, bool suffix_only) {
-      for (const auto& m : v)
-        if (suffix_only ? ends_with("lm_head", m) : ("lm_head" == m)) return true;
-      return false;
-    };
-    if ((c.modules_to_save && names_head(*c.modules_to_save, true)) ||
-        (c.target_kind == Config::Kind::List && names_head(c.target_modules, false)))
-      throw UnsupportedError("this model's lm_head is tied to its input embedding and is not a module of its own in "
-                             "libacc: it cannot be in target_modules or modules_to_save");
-  }
-  const bool mixtral = info.model_type == "mixtral";
-  if (mixtral) {
-    std::vector<std::string> leaves;
-    for (const auto& n : linear)
-      if (n != "lm_head" && std::find(leaves.begin(), leaves.end(), local_of(n)) == leaves.end())
-        leaves.push_back(local_of(n));
-    convert_mixtral(c, leaves);
-  }
-  const Matchers matchers(c);  // (after convert_mixtral, which adds gate_up_proj's rank and alpha)
-  if (c.all_linear()) {  // _maybe_include_all_linear_layers
-    std::string output;
-    if (info.transformers && has_module("lm_head")) {
-      output = "lm_head";
-    } else if (info.transformers && c.task_type == "SEQ_CLS") {
-      for (const char* head : {"score", "classifier"})
-        if (has_module(head)) {
-          output = head;
-          break;
-        }
-    }
-    std::vector<std::string> names;
-    for (const auto& n : linear)
-      if (n != output) names.push_back(n);
-    c.target_kind = Config::Kind::List;
-    c.target_modules = names;
-    std::vector<std::string> others;
-    for (const auto& [n, m] : modules)
-      if (std::find(names.begin(), names.end(), n) == names.end()) others.push_back(n);
-    a->written_targets = names.size() >= 20 ? minimal_targets(names, others) : names;
-  } else {
-    a->written_targets = c.target_modules;
-  }
+  std::vector<std::string> names;
+  for (const auto& n : linear)
+    if (n != output) names.push_back(n);
+  c.target_kind = Config::Kind::List;
+  c.target_modules = names;
+  std::vector<std::string> others;
+  for (const auto& [n, m] : modules)
+    if (std::find(names.begin(), names.end(), n) == names.end()) others.push_back(n);
+  a.written_targets = names.size() >= 20 ? minimal_targets(names, others) : names;
+}
 
-  // modules_to_save (_set_trainable): every module whose name ends with one of them, not inside another.
-  if (c.modules_to_save)
-    for (const auto& [name, m] : modules) {
-      if (std::any_of(a->saved_modules.begin(), a->saved_modules.end(),
-                      [&, &n = name](const std::string& s) { return n.rfind(s + ".", 0) == 0; }))
-        continue;
-      for (const auto& s : *c.modules_to_save)
-        if (ends_with(name, s)) {
-          a->saved_modules.push_back(name);
-          break;
-        }
-    }
+// modules_to_save (_set_trainable): every module whose name ends with one of them, not inside another.
+void find_saved_modules(Adapter& a, const ModuleMap& modules) {
+  const Config& c = a.config;
+  if (!c.modules_to_save) return;
+  for (const auto& [name, m] : modules) {
+    if (std::any_of(a.saved_modules.begin(), a.saved_modules.end(),
+                    [&, &n = name](const std::string& s) { return n.rfind(s + ".", 0) == 0; }))
+      continue;
+    for (const auto& s : *c.modules_to_save)
+      if (ends_with(name, s)) {
+        a.saved_modules.push_back(name);
+        break;
+      }
+  }
+}
 
+// The target a matched module makes (it must be a libacc linear layer).
+Adapter::Target module_target(const std::string& name, torch::nn::Module& m, const HostOf& host_of, const Config& c,
+                              const Matchers& matchers, const std::vector<std::string>& linear) {
+  Host* h = host_of(m);
+  if (!h) {
+    if (is_torch_linear(m))
+      throw std::invalid_argument("target '" + name + "' is a torch::nn::Linear, whose forward libacc cannot extend: "
+                                  "build the layer as acc::Linear (acc/torch.hpp), a drop-in that takes an adapter");
+    throw std::invalid_argument("target '" + name + "' (" + m.name() + ") is not a linear layer: LoRA adapts "
+                                "linear layers (the model's: " + join(linear) + ")");
+  }
+  Adapter::Target t;
+  t.module = name;
+  const at::Tensor w = h->host_weight();
+  t.fan_in_fan_out = h->fan_in_fan_out();
+  t.in = w.size(t.fan_in_fan_out ? 0 : 1);
+  t.out = w.size(t.fan_in_fan_out ? 1 : 0);
+  set_rank(t, name, c, matchers);
+  return t;
+}
+
+// check_target_module_exists over every module: the targets of target_modules (a list or a regular expression),
+// less exclude_modules, modules_to_save and layers outside layers_to_transform. True when some module matched
+// before layers_to_transform was applied (for the message when none is left).
+bool add_module_targets(Adapter& a, const ModuleMap& modules, const HostOf& host_of, const Matchers& matchers,
+                        bool mixtral, const std::vector<std::string>& linear) {
+  const Config& c = a.config;
   std::optional<Pattern> target_re, exclude_re;
   if (c.target_kind == Config::Kind::String) target_re = Pattern(c.target_modules.front(), "target_modules");
   if (c.exclude_kind == Config::Kind::String) exclude_re = Pattern(c.exclude_modules.front(), "exclude_modules");
@@ -616,7 +661,7 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
   const NameList target_list(c.target_kind == Config::Kind::List ? c.target_modules : std::vector<std::string>{});
   const NameList exclude_list(c.exclude_kind == Config::Kind::List ? c.exclude_modules : std::vector<std::string>{});
   bool any_unexcluded = false;
-  for (const auto& [name, m] : modules) {  // check_target_module_exists
+  for (const auto& [name, m] : modules) {
     if (exclude_re ? exclude_re->full_match(name) : exclude_list.matches(name)) continue;
     if (std::any_of(saved_res.begin(), saved_res.end(),
                     [&, &n = name](const Pattern& r) { return r.full_match(n); }))
@@ -633,38 +678,26 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
                        c.layers_to_transform->end();
     }
     if (!hit) continue;
-    Host* h = host_of(*m);
-    if (!h) {
-      if (is_torch_linear(*m))
-        throw std::invalid_argument("target '" + name + "' is a torch::nn::Linear, whose forward libacc cannot extend: "
-                                    "build the layer as acc::Linear (acc/torch.hpp), a drop-in that takes an adapter");
-      throw std::invalid_argument("target '" + name + "' (" + m->name() + ") is not a linear layer: LoRA adapts "
-                                  "linear layers (the model's: " + join(linear) + ")");
-    }
-    Adapter::Target t;
-    t.module = name;
-    const at::Tensor w = h->host_weight();
-    t.fan_in_fan_out = h->fan_in_fan_out();
-    t.in = w.size(t.fan_in_fan_out ? 0 : 1);
-    t.out = w.size(t.fan_in_fan_out ? 1 : 0);
-    set_rank(t, name, c, matchers);
-    a->targets.push_back(t);
+    a.targets.push_back(module_target(name, *m, host_of, c, matchers, linear));
   }
-  if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of, matchers);
-  if (a->targets.empty()) {
-    std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
-                                                              : shown_list(c.target_modules);
-    std::string why = any_unexcluded && c.layers_to_transform ? " in the layers layers_to_transform names"
-                      : c.exclude_kind != Config::Kind::None   ? " (after exclude_modules)"
-                                                               : "";
-    throw std::invalid_argument("target_modules " + given + " matched no linear layer of the model" + why +
-                                "; its linear layers are: " + join(linear));
-  }
+  return any_unexcluded;
+}
 
-  // The entries: what trains and what the file holds (get_peft_model_state_dict).
+[[noreturn]] void refuse_no_target(const Config& c, bool any_unexcluded, const std::vector<std::string>& linear) {
+  std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
+                                                            : shown_list(c.target_modules);
+  std::string why = any_unexcluded && c.layers_to_transform ? " in the layers layers_to_transform names"
+                    : c.exclude_kind != Config::Kind::None   ? " (after exclude_modules)"
+                                                             : "";
+  throw std::invalid_argument("target_modules " + given + " matched no linear layer of the model" + why +
+                              "; its linear layers are: " + join(linear));
+}
+
+// The entries: what trains and what the file holds (get_peft_model_state_dict).
+void add_entries(Adapter& a, torch::nn::Module& root) {
+  const Config& c = a.config;
   auto targeted = [&](const std::string& module) {
-    return std::any_of(a->targets.begin(), a->targets.end(),
-                       [&](const Adapter::Target& t) { return t.module == module; });
+    return std::any_of(a.targets.begin(), a.targets.end(), [&](const Adapter::Target& t) { return t.module == module; });
   };
   for (const auto& item : root.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
@@ -672,14 +705,55 @@ std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, con
     const std::string module = dot == std::string::npos ? "" : name.substr(0, dot);
     const std::string local = name.substr(dot == std::string::npos ? 0 : dot + 1);
     const auto shape = item.value().sizes().vec();
-    if (std::any_of(a->saved_modules.begin(), a->saved_modules.end(),
+    if (std::any_of(a.saved_modules.begin(), a.saved_modules.end(),
                     [&](const std::string& s) { return name.rfind(s + ".", 0) == 0; })) {
-      a->entries.push_back({name, kKeyPrefix + name, shape});
+      a.entries.push_back({name, kKeyPrefix + name, shape});
     } else if (local == "bias" && (c.bias == "all" || (c.bias == "lora_only" && targeted(module)))) {
-      a->entries.push_back({name, kKeyPrefix + (targeted(module) ? module + ".base_layer.bias" : name), shape});
+      a.entries.push_back({name, kKeyPrefix + (targeted(module) ? module + ".base_layer.bias" : name), shape});
     }
   }
-  for (const auto& t : a->targets) add_lora_entries(*a, t);
+  for (const auto& t : a.targets) add_lora_entries(a, t);
+}
+
+}  // namespace
+
+std::shared_ptr<Adapter> find(torch::nn::Module& root, const HostOf& host_of) {
+  for (const auto& m : root.modules(/*include_self=*/true))
+    if (Host* h = host_of(*m); h && h->branch) return std::const_pointer_cast<Adapter>(h->branch->adapter);
+  return nullptr;
+}
+
+std::shared_ptr<Adapter> plan(torch::nn::Module& root, const Config& config, const ModelInfo& info,
+                              const HostOf& host_of) {
+  if (find(root, host_of)) throw StateError("the model has an adapter already (merge it first: one adapter at a time)");
+  auto a = std::make_shared<Adapter>();
+  a->config = config;
+  a->info = info;
+  Config& c = a->config;
+  const ModuleMap modules = modules_of(root);
+  // The model's linear layers, for "all-linear" and for messages.
+  std::vector<std::string> linear;
+  for (const auto& [name, m] : modules)
+    if (host_of(*m) || is_torch_linear(*m)) linear.push_back(name);
+
+  if (c.target_kind == Config::Kind::None) default_targets_for(c, info, linear);
+  if (info.tied_lm_head) refuse_tied_head(c);
+  const bool mixtral = info.model_type == "mixtral";
+  if (mixtral) {
+    std::vector<std::string> leaves;
+    for (const auto& n : linear)
+      if (n != "lm_head" && std::find(leaves.begin(), leaves.end(), local_of(n)) == leaves.end())
+        leaves.push_back(local_of(n));
+    convert_mixtral(c, leaves);
+  }
+  const Matchers matchers(c);  // (after convert_mixtral, which adds gate_up_proj's rank and alpha)
+  if (c.all_linear()) expand_all_linear(*a, c, info, modules, linear);
+  else a->written_targets = c.target_modules;
+  find_saved_modules(*a, modules);
+  const bool any_unexcluded = add_module_targets(*a, modules, host_of, matchers, mixtral, linear);
+  if (!c.target_parameters.empty()) add_parameter_targets(*a, modules, host_of, matchers);
+  if (a->targets.empty()) refuse_no_target(c, any_unexcluded, linear);
+  add_entries(*a, root);
   return a;
 }
 

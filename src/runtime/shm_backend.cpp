@@ -841,6 +841,89 @@ bool can_share_memory(const std::vector<std::string>& where, std::string* why) {
   return true;
 }
 
+namespace {
+
+// This rank's view of the group's segment while it is made: its name, this rank's mapping of it, and what this rank
+// says of it ("ok", or why not).
+struct SegmentMapping {
+  std::string name;
+  void* base = MAP_FAILED;
+  size_t bytes = 0;
+  std::string mine = "ok";
+};
+
+// Rank 0: names the segment, and makes it once every rank has read the name (sized for its /dev/shm's free space),
+// with the header and every rank's control block written.
+void make_segment(const c10::intrusive_ptr<c10d::Store>& store, int size, std::chrono::milliseconds timeout,
+                  SegmentMapping& m) {
+  const auto [free_bytes, total_bytes] = dev_shm_space();
+  const size_t slot = shm_slot_bytes(size, free_bytes);
+  m.bytes = segment_bytes(size, slot);
+  m.name = segment_name();
+  store->set("shm/name", to_bytes(m.name));
+  std::vector<std::pair<int, std::string>> readers;
+  for (int r = 1; r < size; ++r) readers.emplace_back(r, "shm/named/" + std::to_string(r));
+  wait_watching(*store, std::move(readers), timeout);
+  const int fd = ::shm_open(m.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  int err = fd < 0 ? errno : 0;
+  // Reserve the pages now: a /dev/shm too small fails here, not as SIGBUS in a collective.
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(m.bytes)) != 0) err = errno;
+  if (fd >= 0 && !err) err = ::posix_fallocate(fd, 0, static_cast<off_t>(m.bytes));
+  if (!err) {
+    m.base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m.base == MAP_FAILED) err = errno;
+  }
+  if (fd >= 0) ::close(fd);
+  if (err) {
+    const std::string free_text = free_bytes == UINT64_MAX ? std::string("?") : size_text(free_bytes);
+    m.mine = "cannot make a " + size_text(m.bytes) + " segment in /dev/shm for " + std::to_string(size) +
+             " processes (" + std::strerror(err) + "; /dev/shm has " + free_text + " free of " +
+             size_text(total_bytes) + ")";
+    if (fd >= 0) ::shm_unlink(m.name.c_str());
+  } else {
+    auto* h = new (m.base) Header{};
+    h->magic = kMagic;
+    h->world = static_cast<uint32_t>(size);
+    h->slot_bytes = slot;
+    for (int r = 0; r < size; ++r) new (static_cast<char*>(m.base) + ctl_offset() + r * sizeof(RankCtl)) RankCtl{};
+  }
+  stall_for_test(0);
+}
+
+// The other ranks: read the segment's name, say so, and map the segment once rank 0 said it could make it.
+void map_segment(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                 SegmentMapping& m) {
+  wait_watching(*store, {{0, "shm/name"}}, timeout);
+  m.name = to_string(store->get("shm/name"));
+  store->set("shm/named/" + std::to_string(rank), to_bytes("yes"));
+  stall_for_test(rank);
+  wait_watching(*store, {{0, "shm/mapped/0"}}, timeout);
+  if (to_string(store->get("shm/mapped/0")) != "ok") {
+    m.mine = "rank 0 could not make the segment";
+    return;
+  }
+  // Rank 0 chose the layout (its /dev/shm's free space, its ACC_SHM_SLOT_BYTES): read from the segment.
+  const int fd = ::shm_open(m.name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  struct stat st{};
+  if (fd < 0) {
+    m.mine = std::string("cannot open rank 0's segment: ") + std::strerror(errno);
+  } else if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < data_offset(size)) {
+    m.mine = "rank 0's segment is smaller than its header";
+  } else {
+    m.bytes = static_cast<size_t>(st.st_size);
+    m.base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const auto* h = static_cast<const Header*>(m.base);
+    if (m.base == MAP_FAILED)
+      m.mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
+    else if (h->magic != kMagic || h->world != static_cast<uint32_t>(size) ||
+             segment_bytes(size, h->slot_bytes) != m.bytes)
+      m.mine = "rank 0's segment is not this group's";
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                    const c10::intrusive_ptr<c10d::Backend>& gloo,
                                                    std::chrono::milliseconds timeout, std::string* why) {
@@ -852,99 +935,35 @@ c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d
   // anything that may be in /dev/shm, so that whichever survives a failure below removes it (and acc launch, by the
   // name's ACC_SHM_JOB, when none does). Then each of the others maps it, once rank 0 said it could make it, and
   // everyone says whether it could.
-  std::string name;
-  std::string mine = "ok";
-  void* base = MAP_FAILED;
-  size_t bytes = 0;
-  auto fail = [&] {
-    if (!name.empty()) ::shm_unlink(name.c_str());  // ENOENT where another rank did it first
-    if (base != MAP_FAILED) ::munmap(base, bytes);
-  };
+  SegmentMapping m;
   try {
-    if (rank == 0) {
-      const auto [free_bytes, total_bytes] = dev_shm_space();
-      const size_t slot = shm_slot_bytes(size, free_bytes);
-      bytes = segment_bytes(size, slot);
-      name = segment_name();
-      store->set("shm/name", to_bytes(name));
-      std::vector<std::pair<int, std::string>> readers;
-      for (int r = 1; r < size; ++r) readers.emplace_back(r, "shm/named/" + std::to_string(r));
-      wait_watching(*store, std::move(readers), timeout);
-      const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-      int err = fd < 0 ? errno : 0;
-      // Reserve the pages now: a /dev/shm too small fails here, not as SIGBUS in a collective.
-      if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) err = errno;
-      if (fd >= 0 && !err) err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-      if (!err) {
-        base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base == MAP_FAILED) err = errno;
-      }
-      if (fd >= 0) ::close(fd);
-      if (err) {
-        const std::string free_text = free_bytes == UINT64_MAX ? std::string("?") : size_text(free_bytes);
-        mine = "cannot make a " + size_text(bytes) + " segment in /dev/shm for " + std::to_string(size) +
-               " processes (" + std::strerror(err) + "; /dev/shm has " + free_text + " free of " +
-               size_text(total_bytes) + ")";
-        if (fd >= 0) ::shm_unlink(name.c_str());
-      } else {
-        auto* h = new (base) Header{};
-        h->magic = kMagic;
-        h->world = static_cast<uint32_t>(size);
-        h->slot_bytes = slot;
-        for (int r = 0; r < size; ++r) new (static_cast<char*>(base) + ctl_offset() + r * sizeof(RankCtl)) RankCtl{};
-      }
-      stall_for_test(rank);
-    } else {
-      wait_watching(*store, {{0, "shm/name"}}, timeout);
-      name = to_string(store->get("shm/name"));
-      store->set("shm/named/" + std::to_string(rank), to_bytes("yes"));
-      stall_for_test(rank);
-      wait_watching(*store, {{0, "shm/mapped/0"}}, timeout);
-      if (to_string(store->get("shm/mapped/0")) != "ok") {
-        mine = "rank 0 could not make the segment";
-      } else {
-        // Rank 0 chose the layout (its /dev/shm's free space, its ACC_SHM_SLOT_BYTES): read from the segment.
-        const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-        struct stat st{};
-        if (fd < 0) {
-          mine = std::string("cannot open rank 0's segment: ") + std::strerror(errno);
-        } else if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < data_offset(size)) {
-          mine = "rank 0's segment is smaller than its header";
-        } else {
-          bytes = static_cast<size_t>(st.st_size);
-          base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-          const auto* h = static_cast<const Header*>(base);
-          if (base == MAP_FAILED)
-            mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
-          else if (h->magic != kMagic || h->world != static_cast<uint32_t>(size) ||
-                   segment_bytes(size, h->slot_bytes) != bytes)
-            mine = "rank 0's segment is not this group's";
-        }
-        if (fd >= 0) ::close(fd);
-      }
-    }
-    if (base != MAP_FAILED && mine == "ok")
-      reinterpret_cast<RankCtl*>(static_cast<char*>(base) + ctl_offset())[rank].pid.store(static_cast<int32_t>(::getpid()));
-    store->set("shm/mapped/" + std::to_string(rank), to_bytes(mine));
+    if (rank == 0)
+      make_segment(store, size, timeout, m);
+    else
+      map_segment(store, rank, size, timeout, m);
+    if (m.base != MAP_FAILED && m.mine == "ok")
+      reinterpret_cast<RankCtl*>(static_cast<char*>(m.base) + ctl_offset())[rank].pid.store(static_cast<int32_t>(::getpid()));
+    store->set("shm/mapped/" + std::to_string(rank), to_bytes(m.mine));
     std::vector<std::pair<int, std::string>> keys;
     for (int r = 0; r < size; ++r) keys.emplace_back(r, "shm/mapped/" + std::to_string(r));
     wait_watching(*store, std::move(keys), timeout);
   } catch (...) {
-    fail();
+    if (!m.name.empty()) ::shm_unlink(m.name.c_str());  // ENOENT where another rank did it first
+    if (m.base != MAP_FAILED) ::munmap(m.base, m.bytes);
     throw;
   }
   // 3. Everyone has mapped it (or failed to): nothing needs the name any more. Every rank removes it, so that it goes
   // even if rank 0 dies now.
-  ::shm_unlink(name.c_str());
+  ::shm_unlink(m.name.c_str());
   for (int r = 0; r < size; ++r) {
     const std::string said = to_string(store->get("shm/mapped/" + std::to_string(r)));
     if (said != "ok") {
       *why = "rank " + std::to_string(r) + ": " + said;
-      if (base != MAP_FAILED) ::munmap(base, bytes);
+      if (m.base != MAP_FAILED) ::munmap(m.base, m.bytes);
       return {};
     }
   }
-  return c10::make_intrusive<ShmBackend>(rank, size, base, bytes, gloo, timeout);
+  return c10::make_intrusive<ShmBackend>(rank, size, m.base, m.bytes, gloo, timeout);
 }
 
 }  // namespace acc::core

@@ -110,97 +110,136 @@ Examples tokenize(const text::Tokenizer& tok, const Table& rows, const TokenizeO
   });
 }
 
-Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOptions& o, const RunOptions& run) {
-  if (o.max_length && *o.max_length == 0) throw std::invalid_argument("max_length 0: no token would be left");
-  if (o.padding_free && !o.packing && o.max_length)
-    throw std::invalid_argument("padding_free without packing does not enforce max_length (TRL refuses it): enable"
-                                " packing, or unset max_length with inputs already short enough");
-  const Form form = form_of(rows, o);
-  const bool chat = form == Form::Messages || form == Form::PromptCompletionChat;
-  if (o.assistant_only_loss && !chat)
-    throw std::invalid_argument("assistant_only_loss is set, but the dataset is not conversational (no 'messages' or"
-                                " conversational 'prompt' column): only conversational data has assistant turns");
-  std::string eos;
-  if (!chat) {  // TRL's add_eos, for non-conversational data only
-    auto t = o.eos_token ? o.eos_token : tok.special_token("eos_token");
-    if (!t) throw std::invalid_argument("the tokenizer has no eos_token to end texts and completions with: set eos_token");
-    eos = *t;
-  }
-  const bool completion_only = o.completion_only_loss.value_or(form == Form::PromptCompletion ||
-                                                               form == Form::PromptCompletionChat);
-  text::ChatOptions copt;
-  copt.chat_template = o.chat_template;
-  auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  auto with_eos = [&](std::string s) { return ends_with(s, eos) ? s : s + eos; };
+namespace {
 
+bool has_suffix(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One example as tokenize_fn makes it: its ids, and the masks its labels come from (empty: none applies).
+struct SftTokens {
+  std::vector<int64_t> ids, completion_mask, assistant_mask;
+};
+
+// tokenize_fn for one dataset: its form (decided on the first row), the EOS added to non-conversational text and the
+// chat options; the settings are checked when it is made.
+class SftEncoder {
+ public:
+  SftEncoder(const text::Tokenizer& tok, const Table& rows, const SftOptions& o) : tok_(tok), rows_(rows), o_(o) {
+    if (o.max_length && *o.max_length == 0) throw std::invalid_argument("max_length 0: no token would be left");
+    if (o.padding_free && !o.packing && o.max_length)
+      throw std::invalid_argument("padding_free without packing does not enforce max_length (TRL refuses it): enable"
+                                  " packing, or unset max_length with inputs already short enough");
+    form_ = form_of(rows, o);
+    chat_ = form_ == Form::Messages || form_ == Form::PromptCompletionChat;
+    if (o.assistant_only_loss && !chat_)
+      throw std::invalid_argument("assistant_only_loss is set, but the dataset is not conversational (no 'messages' or"
+                                  " conversational 'prompt' column): only conversational data has assistant turns");
+    if (!chat_) {  // TRL's add_eos, for non-conversational data only
+      auto t = o.eos_token ? o.eos_token : tok.special_token("eos_token");
+      if (!t) throw std::invalid_argument("the tokenizer has no eos_token to end texts and completions with: set eos_token");
+      eos_ = *t;
+    }
+    completion_only_ = o.completion_only_loss.value_or(form_ == Form::PromptCompletion ||
+                                                       form_ == Form::PromptCompletionChat);
+    copt_.chat_template = o.chat_template;
+    plain_.offsets = false;  // tok(text): special tokens added, no truncation; ids only
+  }
+
+  // Row r's tokens (the masks cleared first); refused when assistant_only_loss finds no assistant token.
+  void encode(size_t r, SftTokens& t) const {
+    t.completion_mask.clear();
+    t.assistant_mask.clear();
+    text::ChatOptions c = copt_;
+    if (chat_) c.tools_json = tools_of(rows_, r);
+    switch (form_) {
+      case Form::Text: {
+        t.ids = tok_.encode(with_eos(string_cell(rows_.column(o_.text_field)[r], o_.text_field, r)), plain_).ids;
+        break;
+      }
+      case Form::Messages: {
+        auto enc = text::encode_chat(tok_, messages_cell(rows_.column("messages")[r], "messages", r), c);
+        t.ids = std::move(enc.encoding.ids);
+        if (o_.assistant_only_loss) t.assistant_mask = std::move(enc.assistant_masks);
+        break;
+      }
+      case Form::PromptCompletion:
+      case Form::PromptCompletionChat: encode_prompt_completion(r, c, t); break;
+    }
+    if (o_.assistant_only_loss && std::find(t.assistant_mask.begin(), t.assistant_mask.end(), 1) == t.assistant_mask.end())
+      throw std::invalid_argument(
+          "assistant_only_loss: " + where(form_ == Form::Messages ? "messages" : "completion", r) +
+          " has no assistant tokens: the chat template has no {% generation %} ... {% endgeneration %} blocks (or"
+          " renders none for this row); pass a chat_template that marks the assistant's turns");
+  }
+
+  // build_labels: -100 where any applicable mask is 0.
+  std::vector<int64_t> labels(const SftTokens& t) const {
+    std::vector<int64_t> labels = t.ids;
+    for (size_t i = 0; i < t.ids.size(); ++i) {
+      const bool masked = (completion_only_ && !t.completion_mask.empty() && !t.completion_mask[i]) ||
+                          (!t.assistant_mask.empty() && !t.assistant_mask[i]);
+      if (masked) labels[i] = -100;
+    }
+    return labels;
+  }
+
+ private:
+  const text::Tokenizer& tok_;
+  const Table& rows_;
+  const SftOptions& o_;
+  Form form_;
+  bool chat_ = false;
+  bool completion_only_ = false;
+  std::string eos_;
+  text::ChatOptions copt_;
+  text::EncodeOptions plain_;
+
+  std::string with_eos(std::string s) const { return has_suffix(s, eos_) ? s : s + eos_; }
+
+  void encode_prompt_completion(size_t r, const text::ChatOptions& c, SftTokens& t) const {
+    std::vector<int64_t> prompt_ids;
+    if (form_ == Form::PromptCompletion) {
+      const std::string prompt = string_cell(rows_.column("prompt")[r], "prompt", r);
+      std::string completion = string_cell(rows_.column("completion")[r], "completion", r);
+      // TRL's add_eos is an if/elif: a text field in the row that does not end with eos takes the eos, and the
+      // completion then gets none.
+      const bool text_took_eos = rows_.has(o_.text_field) &&
+                                 !has_suffix(string_cell(rows_.column(o_.text_field)[r], o_.text_field, r), eos_);
+      if (!text_took_eos) completion = with_eos(std::move(completion));
+      prompt_ids = tok_.encode(prompt, plain_).ids;
+      t.ids = tok_.encode(prompt + completion, plain_).ids;
+    } else {
+      const auto& prompt = messages_cell(rows_.column("prompt")[r], "prompt", r);
+      const auto& completion = messages_cell(rows_.column("completion")[r], "completion", r);
+      text::ChatOptions gen = c;
+      gen.add_generation_prompt = true;
+      prompt_ids = text::encode_chat(tok_, prompt, gen).encoding.ids;
+      auto enc = text::encode_chat(tok_, join_messages(prompt, completion, r), c);
+      t.ids = std::move(enc.encoding.ids);
+      if (o_.assistant_only_loss) t.assistant_mask = std::move(enc.assistant_masks);
+    }
+    // The completion starts where the prompt alone and prompt + completion diverge: not always after the
+    // prompt (tokens merging across the boundary, templates rendering a prompt alone differently). TRL then
+    // leaves the prompt's diverging tail out of the training sequence, and so does this.
+    const size_t prompt_len = common_prefix_length(prompt_ids, t.ids);
+    t.completion_mask.assign(t.ids.size(), 1);
+    std::fill(t.completion_mask.begin(), t.completion_mask.begin() + prompt_len, 0);
+  }
+};
+
+}  // namespace
+
+Examples sft_prepare(const text::Tokenizer& tok, const Table& rows, const SftOptions& o, const RunOptions& run) {
+  const SftEncoder encoder(tok, rows, o);
   Examples out = run_chunked(rows.rows(), run.threads, [&](size_t begin, size_t end, Examples& part) {
     auto& ids_col = part.add("input_ids");
     auto& labels_col = part.add("labels");
-    text::EncodeOptions plain;  // tok(text): special tokens added, no truncation; ids only
-    plain.offsets = false;
-    std::vector<int64_t> ids, completion_mask, assistant_mask, labels;
+    SftTokens t;
     for (size_t r = begin; r < end; ++r) {
-      completion_mask.clear();
-      assistant_mask.clear();
-      text::ChatOptions c = copt;
-      if (chat) c.tools_json = tools_of(rows, r);
-      switch (form) {
-        case Form::Text: {
-          ids = tok.encode(with_eos(string_cell(rows.column(o.text_field)[r], o.text_field, r)), plain).ids;
-          break;
-        }
-        case Form::Messages: {
-          auto enc = text::encode_chat(tok, messages_cell(rows.column("messages")[r], "messages", r), c);
-          ids = std::move(enc.encoding.ids);
-          if (o.assistant_only_loss) assistant_mask = std::move(enc.assistant_masks);
-          break;
-        }
-        case Form::PromptCompletion:
-        case Form::PromptCompletionChat: {
-          std::vector<int64_t> prompt_ids;
-          if (form == Form::PromptCompletion) {
-            const std::string prompt = string_cell(rows.column("prompt")[r], "prompt", r);
-            std::string completion = string_cell(rows.column("completion")[r], "completion", r);
-            // TRL's add_eos is an if/elif: a text field in the row that does not end with eos takes the eos, and the
-            // completion then gets none.
-            const bool text_took_eos = rows.has(o.text_field) &&
-                                       !ends_with(string_cell(rows.column(o.text_field)[r], o.text_field, r), eos);
-            if (!text_took_eos) completion = with_eos(std::move(completion));
-            prompt_ids = tok.encode(prompt, plain).ids;
-            ids = tok.encode(prompt + completion, plain).ids;
-          } else {
-            const auto& prompt = messages_cell(rows.column("prompt")[r], "prompt", r);
-            const auto& completion = messages_cell(rows.column("completion")[r], "completion", r);
-            text::ChatOptions gen = c;
-            gen.add_generation_prompt = true;
-            prompt_ids = text::encode_chat(tok, prompt, gen).encoding.ids;
-            auto enc = text::encode_chat(tok, join_messages(prompt, completion, r), c);
-            ids = std::move(enc.encoding.ids);
-            if (o.assistant_only_loss) assistant_mask = std::move(enc.assistant_masks);
-          }
-          // The completion starts where the prompt alone and prompt + completion diverge: not always after the
-          // prompt (tokens merging across the boundary, templates rendering a prompt alone differently). TRL then
-          // leaves the prompt's diverging tail out of the training sequence, and so does this.
-          const size_t prompt_len = common_prefix_length(prompt_ids, ids);
-          completion_mask.assign(ids.size(), 1);
-          std::fill(completion_mask.begin(), completion_mask.begin() + prompt_len, 0);
-          break;
-        }
-      }
-      if (o.assistant_only_loss && std::find(assistant_mask.begin(), assistant_mask.end(), 1) == assistant_mask.end())
-        throw std::invalid_argument(
-            "assistant_only_loss: " + where(form == Form::Messages ? "messages" : "completion", r) +
-            " has no assistant tokens: the chat template has no {% generation %} ... {% endgeneration %} blocks (or"
-            " renders none for this row); pass a chat_template that marks the assistant's turns");
-      // build_labels: -100 where any applicable mask is 0.
-      labels = ids;
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const bool masked = (completion_only && !completion_mask.empty() && !completion_mask[i]) ||
-                            (!assistant_mask.empty() && !assistant_mask[i]);
-        if (masked) labels[i] = -100;
-      }
+      encoder.encode(r, t);
+      std::vector<int64_t>& ids = t.ids;
+      std::vector<int64_t> labels = encoder.labels(t);
       // Truncation to max_length (not when packing: packing cuts), then TRL drops rows left without any label.
       if (o.max_length && !o.packing) {
         const size_t n = std::min(*o.max_length, ids.size());

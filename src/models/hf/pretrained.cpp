@@ -294,32 +294,15 @@ std::string known_architectures() {
   return s + "GPT2LMHeadModel, BertForSequenceClassification";
 }
 
-std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* options_json) {
-  const fs::path dir(dir_arg);
-  if (!fs::is_directory(dir)) throw std::ios_base::failure("from_pretrained: '" + dir_arg + "' is not a directory");
-  const fs::path config_path = dir / "config.json";
-  const std::string config_text = config::read_file(config_path.string(), limits::kHfConfigBytes);
-  const json::Document config = json::Document::object(config_text, config_path.string());
-  check_config(config_text, config_path.string());
-  const json::Value c = config.root();
-  const Options opts(options_json, "from_pretrained options",
-                     {"dtype", "device_map", "max_memory", "no_split_module_classes", "offload_folder"});
-  const at::ScalarType dtype = requested_dtype(opts, c, config_path.string());
-  const std::string arch = architecture(c, config_path.string());
-  // Built on the meta device: shapes and names, no storage until the weights are in hand.
-  std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
-  const bool tied = dynamic_cast<CausalLM*>(model.get()) && dynamic_cast<CausalLM*>(model.get())->ties_embeddings();
+namespace {
 
-  // FSDP's cpu_ram_efficient_loading on a process that is not its machine's first: the checkpoint is checked
-  // against the model (every process fails alike) but not read; prepare broadcasts rank 0's weights.
-  const bool skip_weights = ram_efficient_loading() && !opts.has("device_map");
-  // DeepSpeed ZeRO-3's zero.Init (runtime/process_state.hpp): checked now, each module's tensors read at prepare.
-  const bool deferred = zero3_init() && !opts.has("device_map");
-  std::map<std::string, std::string> file_of;
-  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights && !deferred, &file_of);
-  // Accelerate's strict loading: every problem at once.
+// Accelerate's strict loading: the checkpoint's tensors against the model's, every problem at once (missing,
+// unexpected, mismatched shapes, dtypes that do not convert).
+void check_checkpoint_fits(const Model& model, const std::map<std::string, at::Tensor>& weights,
+                           std::map<std::string, std::string>& file_of, bool tied, const std::string& dir_arg,
+                           const std::string& arch) {
   std::vector<std::string> missing, unexpected, mismatched, unconverted;
-  const NamedTensors state = model->state();
+  const NamedTensors state = model.state();
   std::set<std::string> known;
   for (const auto& [name, t] : state) {
     known.insert(name);
@@ -335,21 +318,26 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
   }
   for (const auto& [name, t] : weights)
     if (!known.count(name) && !ignorable(name, tied)) unexpected.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !unconverted.empty()) {
-    std::string what;
-    if (!missing.empty()) what += "; missing: " + list(missing);
-    if (!unexpected.empty()) what += "; unexpected: " + list(unexpected);
-    if (!mismatched.empty()) what += "; mismatched shapes: " + list(mismatched);
-    // Floating point converts into floating point (bf16 into fp32), never integers or bools into it (dtype_converts).
-    if (!unconverted.empty()) what += "; dtypes that do not convert: " + list(unconverted);
-    throw std::invalid_argument("from_pretrained: the checkpoint in '" + dir_arg + "' does not fit " + arch + ":" +
-                                what.substr(1));
-  }
+  if (missing.empty() && unexpected.empty() && mismatched.empty() && unconverted.empty()) return;
+  std::string what;
+  if (!missing.empty()) what += "; missing: " + list(missing);
+  if (!unexpected.empty()) what += "; unexpected: " + list(unexpected);
+  if (!mismatched.empty()) what += "; mismatched shapes: " + list(mismatched);
+  // Floating point converts into floating point (bf16 into fp32), never integers or bools into it (dtype_converts).
+  if (!unconverted.empty()) what += "; dtypes that do not convert: " + list(unconverted);
+  throw std::invalid_argument("from_pretrained: the checkpoint in '" + dir_arg + "' does not fit " + arch + ":" +
+                              what.substr(1));
+}
+
+// What the model keeps of the folder: generation defaults (generation_config.json, else config.json), the config
+// and generation texts, and the tokenizer's files.
+void attach_folder_files(Model& model, const fs::path& dir, const json::Value& c, const std::string& config_text,
+                         const fs::path& config_path) {
   const fs::path generation_path = dir / "generation_config.json";
   const std::string generation_text = fs::exists(generation_path)
                                           ? config::read_file(generation_path.string(), limits::kHfConfigBytes)
                                           : "";
-  if (auto* lm = dynamic_cast<CausalLM*>(model.get())) {
+  if (auto* lm = dynamic_cast<CausalLM*>(&model)) {
     if (generation_text.empty()) {
       lm->generation_defaults = generation_defaults(c, false, config_path.string());
     } else {
@@ -357,35 +345,25 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
       lm->generation_defaults = generation_defaults(g.root(), true, generation_path.string());
     }
   }
-  if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
+  if (auto* p = dynamic_cast<Pretrained*>(&model)) {
     p->config_json = config_text;
     p->generation_config_json = generation_text;
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
       if (fs::is_regular_file(dir / name)) p->tokenizer_files.push_back((dir / name).string());
   }
-  if (deferred) {
-    model->set_deferred(defer_loading(dynamic_cast<NnModel&>(*model).module(), file_of));
-    model->train(false);
-    return model;
-  }
-  if (skip_weights) {
-    model->to_empty(c10::kCPU);  // transformers' torch.empty on these processes
-    model->train(false);
-    return model;
-  }
-  // With a device map (Accelerate's load_checkpoint_and_dispatch), every weight goes where the plan puts it.
-  std::map<std::string, std::string> placement;
-  if (opts.has("device_map")) placement = plan(*model, options_json);
-  std::shared_ptr<bigmodel::DiskOffload> disk;
-  const std::string offload_folder = opts.get_string("offload_folder", "");
+}
 
-  // The checkpoint's tensors become the parameters: in the requested dtype, the mapped file's own memory
-  // (copy-on-write: pages are read when first used and copied when first written, as transformers' loading
-  // does); in another dtype, converted copies. A dispatched model keeps in memory ("cpu") a copy, and on the
-  // disk the mapped tensor (converted ones written to offload_folder and mapped from there), its pages given
-  // back after each use.
+// The checkpoint's tensors become the parameters: in the requested dtype, the mapped file's own memory
+// (copy-on-write: pages are read when first used and copied when first written, as transformers' loading
+// does); in another dtype, converted copies. A dispatched model keeps in memory ("cpu") a copy, and on the
+// disk the mapped tensor (converted ones written to offload_folder and mapped from there), its pages given
+// back after each use. Returns the disk offload (null when nothing went to the disk).
+std::shared_ptr<bigmodel::DiskOffload> adopt_weights(Model& model, const std::map<std::string, at::Tensor>& weights,
+                                                     const std::map<std::string, std::string>& placement,
+                                                     const std::string& offload_folder) {
+  std::shared_ptr<bigmodel::DiskOffload> disk;
   c10::NoGradGuard no_grad;
-  const auto& root = dynamic_cast<NnModel&>(*model).module();
+  const auto& root = dynamic_cast<NnModel&>(model).module();
   for (const auto& item : root->named_modules("", /*include_self=*/true)) {
     auto* init = dynamic_cast<InitModule*>(item.value().get());
     if (!init) continue;
@@ -415,8 +393,54 @@ std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* o
       return w;
     });
   }
+  return disk;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> from_pretrained(const std::string& dir_arg, const char* options_json) {
+  const fs::path dir(dir_arg);
+  if (!fs::is_directory(dir)) throw std::ios_base::failure("from_pretrained: '" + dir_arg + "' is not a directory");
+  const fs::path config_path = dir / "config.json";
+  const std::string config_text = config::read_file(config_path.string(), limits::kHfConfigBytes);
+  const json::Document config = json::Document::object(config_text, config_path.string());
+  check_config(config_text, config_path.string());
+  const json::Value c = config.root();
+  const Options opts(options_json, "from_pretrained options",
+                     {"dtype", "device_map", "max_memory", "no_split_module_classes", "offload_folder"});
+  const at::ScalarType dtype = requested_dtype(opts, c, config_path.string());
+  const std::string arch = architecture(c, config_path.string());
+  // Built on the meta device: shapes and names, no storage until the weights are in hand.
+  std::unique_ptr<Model> model = build(c, at::TensorOptions().dtype(dtype).device(at::kMeta), config_path.string());
+  const bool tied = dynamic_cast<CausalLM*>(model.get()) && dynamic_cast<CausalLM*>(model.get())->ties_embeddings();
+
+  // FSDP's cpu_ram_efficient_loading on a process that is not its machine's first: the checkpoint is checked
+  // against the model (every process fails alike) but not read; prepare broadcasts rank 0's weights.
+  const bool skip_weights = ram_efficient_loading() && !opts.has("device_map");
+  // DeepSpeed ZeRO-3's zero.Init (runtime/process_state.hpp): checked now, each module's tensors read at prepare.
+  const bool deferred = zero3_init() && !opts.has("device_map");
+  std::map<std::string, std::string> file_of;
+  std::map<std::string, at::Tensor> weights = read_weights(dir, !skip_weights && !deferred, &file_of);
+  check_checkpoint_fits(*model, weights, file_of, tied, dir_arg, arch);
+  attach_folder_files(*model, dir, c, config_text, config_path);
+  if (deferred) {
+    model->set_deferred(defer_loading(dynamic_cast<NnModel&>(*model).module(), file_of));
+    model->train(false);
+    return model;
+  }
+  if (skip_weights) {
+    model->to_empty(c10::kCPU);  // transformers' torch.empty on these processes
+    model->train(false);
+    return model;
+  }
+  // With a device map (Accelerate's load_checkpoint_and_dispatch), every weight goes where the plan puts it.
+  std::map<std::string, std::string> placement;
+  if (opts.has("device_map")) placement = plan(*model, options_json);
+  const std::shared_ptr<bigmodel::DiskOffload> disk =
+      adopt_weights(*model, weights, placement, opts.get_string("offload_folder", ""));
   if (disk) {
     // Inference only: a weight written in place would be lost when its pages are given back.
+    c10::NoGradGuard no_grad;
     for (auto& [name, t] : model->named_parameters())
       if (device_of(placement, name) == "disk") t.requires_grad_(false);
     auto* lm = dynamic_cast<CausalLM*>(model.get());

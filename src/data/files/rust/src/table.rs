@@ -114,133 +114,159 @@ fn ipc_message<'a>(buf: &'a [u8], path: &str, offset: u64) -> Res<arrow_ipc::Mes
     arrow_ipc::root_as_message(buf).map_err(|e| format!("{path}: corrupt Arrow IPC message at byte {offset}: {e}"))
 }
 
+/// What an Arrow IPC file holds, found from its messages (stream format) or its footer (file format).
+struct IpcIndex {
+    schema: Schema,
+    version: MetadataVersion,
+    dict_blocks: Vec<Block>,
+    batch_blocks: Vec<(Block, u64)>, // record batches: where, and their rows
+}
+
+/// The metadata of the stream's message at `pos`, and the length of the prefix before it; None at the end of the
+/// stream. Messages: [0xFFFFFFFF] int32 metadata length, the flatbuffer Message, then bodyLength bytes.
+fn stream_metadata_at(file: &File, path: &str, len: u64, pos: u64) -> Res<Option<(Vec<u8>, u64)>> {
+    if pos + 4 > len {
+        if pos == len {
+            return Ok(None); // the end-of-stream marker is optional
+        }
+        return Err(format!("{path}: truncated Arrow IPC stream at byte {pos}"));
+    }
+    let mut head = read_at(file, path, pos, 4, "a message length")?;
+    let mut prefix = 4u64;
+    if head == [0xff; 4] {
+        if pos + 8 > len {
+            return Err(format!("{path}: truncated Arrow IPC stream at byte {pos}"));
+        }
+        head = read_at(file, path, pos + 4, 4, "a message length")?;
+        prefix = 8;
+    }
+    let meta_len = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    if meta_len == 0 {
+        return Ok(None);
+    }
+    if meta_len < 0 || meta_len as u64 > limits::MAX_IPC_METADATA || pos + prefix + meta_len as u64 > len {
+        return Err(format!(
+            "{path}: truncated or corrupt Arrow IPC stream: the message at byte {pos} says {meta_len} \
+             metadata bytes; the file has {} left",
+            len - pos - prefix
+        ));
+    }
+    Ok(Some((read_at(file, path, pos + prefix, meta_len as usize, "a message")?, prefix)))
+}
+
+/// Stream format: every message read in turn, the schema first.
+fn index_stream(file: &File, path: &str, len: u64) -> Res<IpcIndex> {
+    let mut dict_blocks = Vec::new();
+    let mut batch_blocks = Vec::new();
+    let mut pos = 0u64;
+    let mut first: Option<(Schema, MetadataVersion)> = None;
+    while let Some((meta, prefix)) = stream_metadata_at(file, path, len, pos)? {
+        let meta_len = meta.len() as u64;
+        let msg = ipc_message(&meta, path, pos)?;
+        let body = msg.bodyLength();
+        let end = (pos + prefix + meta_len).checked_add(body.max(0) as u64);
+        if body < 0 || end.map_or(true, |e| e > len) {
+            return Err(format!(
+                "{path}: truncated or corrupt Arrow IPC stream: the message at byte {pos} says a body of \
+                 {body} bytes; the file has {} left",
+                len - pos - prefix - meta_len
+            ));
+        }
+        let block = Block::new(pos as i64, (prefix + meta_len) as i32, body);
+        match msg.header_type() {
+            MessageHeader::Schema => {
+                if first.is_some() {
+                    return Err(format!("{path}: a second schema message at byte {pos}"));
+                }
+                let fb = msg.header_as_schema().ok_or_else(|| format!("{path}: corrupt schema message"))?;
+                let s = arrow_ipc::convert::try_fb_to_schema(fb).map_err(|e| format!("{path}: {e}"))?;
+                first = Some((s, msg.version()));
+            }
+            _ if first.is_none() => {
+                return Err(format!("{path}: not an Arrow IPC stream (its first message is not a schema)"))
+            }
+            MessageHeader::DictionaryBatch => dict_blocks.push(block),
+            MessageHeader::RecordBatch => {
+                let rb = msg.header_as_record_batch().ok_or_else(|| format!("{path}: corrupt record batch"))?;
+                if rb.length() < 0 || rb.length() as u64 > limits::MAX_BATCH_ROWS {
+                    return Err(format!("{path}: a record batch at byte {pos} says {} rows", rb.length()));
+                }
+                batch_blocks.push((block, rb.length() as u64));
+            }
+            t => return Err(format!("{path}: unexpected Arrow IPC message {t:?} at byte {pos}")),
+        }
+        pos = end.unwrap();
+    }
+    let (schema, version) = first.ok_or_else(|| format!("{path}: an empty file, not an Arrow IPC stream"))?;
+    Ok(IpcIndex { schema, version, dict_blocks, batch_blocks })
+}
+
+/// A block of the file format's footer must lie inside the file, after the leading magic.
+fn check_footer_block(b: &Block, path: &str, len: u64) -> Res<()> {
+    let end = (b.offset() as i128) + (b.metaDataLength() as i128) + (b.bodyLength() as i128);
+    if b.offset() < 8 || b.metaDataLength() < 8 || b.bodyLength() < 0 || end > len as i128 {
+        return Err(format!(
+            "{path}: corrupt Arrow IPC footer: a block at byte {} of {} + {} bytes in a file of {len}",
+            b.offset(),
+            b.metaDataLength(),
+            b.bodyLength()
+        ));
+    }
+    Ok(())
+}
+
+/// The rows of the record batch a footer block points at, from its message.
+fn footer_batch_rows(file: &File, path: &str, b: &Block) -> Res<u64> {
+    let meta = read_at(file, path, b.offset() as u64, b.metaDataLength() as usize, "a message")?;
+    let skip = if meta[..4] == [0xff; 4] { 8 } else { 4 };
+    let msg = ipc_message(&meta[skip..], path, b.offset() as u64)?;
+    let rb = msg
+        .header_as_record_batch()
+        .ok_or_else(|| format!("{path}: the block at byte {} is not a record batch", b.offset()))?;
+    if rb.length() < 0 || rb.length() as u64 > limits::MAX_BATCH_ROWS {
+        return Err(format!("{path}: a record batch at byte {} says {} rows", b.offset(), rb.length()));
+    }
+    Ok(rb.length() as u64)
+}
+
+/// File format: ARROW1, padding, a stream, the footer (a flatbuffer), its int32 length, ARROW1.
+fn index_file(file: &File, path: &str, len: u64) -> Res<IpcIndex> {
+    if len < 18 {
+        return Err(format!("{path}: truncated Arrow IPC file ({len} bytes)"));
+    }
+    let tail = read_at(file, path, len - 10, 10, "the footer length")?;
+    let magic = read_at(file, path, 0, 6, "the magic")?;
+    if &tail[4..] != b"ARROW1" || magic != b"ARROW1" {
+        return Err(format!("{path}: not an Arrow IPC file, or truncated (no ARROW1 magic at both ends)"));
+    }
+    let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    if footer_len <= 0 || footer_len as u64 > len - 18 {
+        return Err(format!("{path}: corrupt Arrow IPC file: a footer of {footer_len} bytes in a file of {len}"));
+    }
+    let footer_buf = read_at(file, path, len - 10 - footer_len as u64, footer_len as usize, "the footer")?;
+    let footer = arrow_ipc::root_as_footer(&footer_buf)
+        .map_err(|e| format!("{path}: corrupt Arrow IPC footer: {e}"))?;
+    let fb = footer.schema().ok_or_else(|| format!("{path}: the Arrow IPC footer has no schema"))?;
+    let schema = arrow_ipc::convert::try_fb_to_schema(fb).map_err(|e| format!("{path}: {e}"))?;
+    let version = footer.version();
+    let mut dict_blocks = Vec::new();
+    let mut batch_blocks = Vec::new();
+    for b in footer.dictionaries().into_iter().flatten() {
+        check_footer_block(b, path, len)?;
+        dict_blocks.push(*b);
+    }
+    for b in footer.recordBatches().into_iter().flatten() {
+        check_footer_block(b, path, len)?;
+        batch_blocks.push((*b, footer_batch_rows(file, path, b)?));
+    }
+    Ok(IpcIndex { schema, version, dict_blocks, batch_blocks })
+}
+
 impl IpcSource {
     fn open(path: &str, stream: bool, projection: &dyn Fn(&Schema) -> Res<Vec<usize>>) -> Res<(IpcSource, SchemaRef)> {
         let (file, len) = open_regular(path)?;
-        let mut dict_blocks = Vec::new();
-        let mut batch_blocks = Vec::new();
-        let schema: Schema;
-        let version: MetadataVersion;
-        if stream {
-            // Messages: [0xFFFFFFFF] int32 metadata length, the flatbuffer Message, then bodyLength bytes.
-            let mut pos = 0u64;
-            let mut first: Option<(Schema, MetadataVersion)> = None;
-            loop {
-                if pos + 4 > len {
-                    if pos == len {
-                        break; // the end-of-stream marker is optional
-                    }
-                    return Err(format!("{path}: truncated Arrow IPC stream at byte {pos}"));
-                }
-                let mut head = read_at(&file, path, pos, 4, "a message length")?;
-                let mut prefix = 4u64;
-                if head == [0xff; 4] {
-                    if pos + 8 > len {
-                        return Err(format!("{path}: truncated Arrow IPC stream at byte {pos}"));
-                    }
-                    head = read_at(&file, path, pos + 4, 4, "a message length")?;
-                    prefix = 8;
-                }
-                let meta_len = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-                if meta_len == 0 {
-                    break;
-                }
-                if meta_len < 0 || meta_len as u64 > limits::MAX_IPC_METADATA || pos + prefix + meta_len as u64 > len {
-                    return Err(format!(
-                        "{path}: truncated or corrupt Arrow IPC stream: the message at byte {pos} says {meta_len} \
-                         metadata bytes; the file has {} left",
-                        len - pos - prefix
-                    ));
-                }
-                let meta = read_at(&file, path, pos + prefix, meta_len as usize, "a message")?;
-                let msg = ipc_message(&meta, path, pos)?;
-                let body = msg.bodyLength();
-                let end = (pos + prefix + meta_len as u64).checked_add(body.max(0) as u64);
-                if body < 0 || end.map_or(true, |e| e > len) {
-                    return Err(format!(
-                        "{path}: truncated or corrupt Arrow IPC stream: the message at byte {pos} says a body of \
-                         {body} bytes; the file has {} left",
-                        len - pos - prefix - meta_len as u64
-                    ));
-                }
-                let block = Block::new(pos as i64, (prefix + meta_len as u64) as i32, body);
-                match msg.header_type() {
-                    MessageHeader::Schema => {
-                        if first.is_some() {
-                            return Err(format!("{path}: a second schema message at byte {pos}"));
-                        }
-                        let fb = msg.header_as_schema().ok_or_else(|| format!("{path}: corrupt schema message"))?;
-                        let s = arrow_ipc::convert::try_fb_to_schema(fb).map_err(|e| format!("{path}: {e}"))?;
-                        first = Some((s, msg.version()));
-                    }
-                    _ if first.is_none() => {
-                        return Err(format!("{path}: not an Arrow IPC stream (its first message is not a schema)"))
-                    }
-                    MessageHeader::DictionaryBatch => dict_blocks.push(block),
-                    MessageHeader::RecordBatch => {
-                        let rb = msg.header_as_record_batch().ok_or_else(|| format!("{path}: corrupt record batch"))?;
-                        if rb.length() < 0 || rb.length() as u64 > limits::MAX_BATCH_ROWS {
-                            return Err(format!("{path}: a record batch at byte {pos} says {} rows", rb.length()));
-                        }
-                        batch_blocks.push((block, rb.length() as u64));
-                    }
-                    t => return Err(format!("{path}: unexpected Arrow IPC message {t:?} at byte {pos}")),
-                }
-                pos = end.unwrap();
-            }
-            let (s, v) = first.ok_or_else(|| format!("{path}: an empty file, not an Arrow IPC stream"))?;
-            schema = s;
-            version = v;
-        } else {
-            // File format: ARROW1, padding, a stream, the footer (a flatbuffer), its int32 length, ARROW1.
-            if len < 18 {
-                return Err(format!("{path}: truncated Arrow IPC file ({len} bytes)"));
-            }
-            let tail = read_at(&file, path, len - 10, 10, "the footer length")?;
-            let magic = read_at(&file, path, 0, 6, "the magic")?;
-            if &tail[4..] != b"ARROW1" || magic != b"ARROW1" {
-                return Err(format!("{path}: not an Arrow IPC file, or truncated (no ARROW1 magic at both ends)"));
-            }
-            let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-            if footer_len <= 0 || footer_len as u64 > len - 18 {
-                return Err(format!("{path}: corrupt Arrow IPC file: a footer of {footer_len} bytes in a file of {len}"));
-            }
-            let footer_buf = read_at(&file, path, len - 10 - footer_len as u64, footer_len as usize, "the footer")?;
-            let footer = arrow_ipc::root_as_footer(&footer_buf)
-                .map_err(|e| format!("{path}: corrupt Arrow IPC footer: {e}"))?;
-            let fb = footer.schema().ok_or_else(|| format!("{path}: the Arrow IPC footer has no schema"))?;
-            schema = arrow_ipc::convert::try_fb_to_schema(fb).map_err(|e| format!("{path}: {e}"))?;
-            version = footer.version();
-            let check = |b: &Block| -> Res<()> {
-                let end = (b.offset() as i128) + (b.metaDataLength() as i128) + (b.bodyLength() as i128);
-                if b.offset() < 8 || b.metaDataLength() < 8 || b.bodyLength() < 0 || end > len as i128 {
-                    return Err(format!(
-                        "{path}: corrupt Arrow IPC footer: a block at byte {} of {} + {} bytes in a file of {len}",
-                        b.offset(),
-                        b.metaDataLength(),
-                        b.bodyLength()
-                    ));
-                }
-                Ok(())
-            };
-            for b in footer.dictionaries().into_iter().flatten() {
-                check(b)?;
-                dict_blocks.push(*b);
-            }
-            for b in footer.recordBatches().into_iter().flatten() {
-                check(b)?;
-                let meta = read_at(&file, path, b.offset() as u64, b.metaDataLength() as usize, "a message")?;
-                let skip = if meta[..4] == [0xff; 4] { 8 } else { 4 };
-                let msg = ipc_message(&meta[skip..], path, b.offset() as u64)?;
-                let rb = msg
-                    .header_as_record_batch()
-                    .ok_or_else(|| format!("{path}: the block at byte {} is not a record batch", b.offset()))?;
-                if rb.length() < 0 || rb.length() as u64 > limits::MAX_BATCH_ROWS {
-                    return Err(format!("{path}: a record batch at byte {} says {} rows", b.offset(), rb.length()));
-                }
-                batch_blocks.push((*b, rb.length() as u64));
-            }
-        }
+        let IpcIndex { schema, version, dict_blocks, batch_blocks } =
+            if stream { index_stream(&file, path, len)? } else { index_file(&file, path, len)? };
         let schema = Arc::new(schema);
         let proj = projection(&schema)?;
         let mut decoder = FileDecoder::new(schema.clone(), version).with_projection(proj.clone());
@@ -743,125 +769,161 @@ fn nul_name(f: &Field) -> Option<String> {
     }
 }
 
+/// The files named, a folder standing for its dataset files (folder_files).
+fn expand_paths(paths: &[String]) -> Res<Vec<String>> {
+    if paths.is_empty() {
+        return Err("no dataset files given".into());
+    }
+    let mut files_list = Vec::new();
+    for p in paths {
+        if std::path::Path::new(p).is_dir() {
+            files_list.extend(folder_files(p)?);
+        } else {
+            files_list.push(p.clone());
+        }
+    }
+    Ok(files_list)
+}
+
+/// The table's format: the one asked, or (auto) the first file's, which every file must share (both Arrow IPC
+/// formats counting as one).
+fn table_format(asked: Format, files_list: &[String]) -> Res<Format> {
+    if asked != Format::Auto {
+        return Ok(asked);
+    }
+    let f = detect(&files_list[0])?;
+    for p in &files_list[1..] {
+        let g = detect(p)?;
+        let same = g == f || (matches!(f, Format::ArrowFile | Format::ArrowStream) && matches!(g, Format::ArrowFile | Format::ArrowStream));
+        if !same {
+            return Err(format!("{p} is {} and {} is {}: one table reads one format", g.name(), files_list[0], f.name()));
+        }
+    }
+    Ok(f)
+}
+
+/// The indices of the columns asked in a file's schema (all of them when none is asked).
+fn column_projection(cols: &[String], path: &str, s: &Schema) -> Res<Vec<usize>> {
+    if cols.is_empty() {
+        return Ok((0..s.fields().len()).collect());
+    }
+    let mut idx = Vec::new();
+    for c in cols {
+        match s.index_of(c) {
+            Ok(i) => idx.push(i),
+            Err(_) => {
+                let there: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(format!("{path}: no column '{c}'; its columns are: {}", there.join(", ")));
+            }
+        }
+    }
+    Ok(idx)
+}
+
+/// Every file opened in the table's format, with its schema as its reader gives the columns asked.
+fn open_sources(files_list: &[String], format: Format, options: &Options) -> Res<(Vec<Source>, Vec<SchemaRef>)> {
+    let mut files = Vec::new();
+    let mut file_schema = Vec::new();
+    for p in files_list {
+        let proj = |s: &Schema| column_projection(&options.columns, p, s);
+        let (src, schema) = match format {
+            Format::Parquet => {
+                let (s, sc) = file_read(p, || ParquetSource::open(p, &proj))?;
+                (Source::Parquet(s), sc)
+            }
+            Format::ArrowStream | Format::ArrowFile => {
+                let stream = match options.format {
+                    Format::Auto => detect(p)? == Format::ArrowStream,
+                    f => f == Format::ArrowStream,
+                };
+                let (s, sc) = file_read(p, || IpcSource::open(p, stream, &proj))?;
+                (Source::Ipc(s), sc)
+            }
+            Format::Jsonl | Format::Csv => {
+                let s = if format == Format::Jsonl { jsonl_schema(p)? } else { csv_schema(p, options)? };
+                let idx = proj(&s)?;
+                (Source::Text(p.clone()), Arc::new(s.project(&idx).map_err(|e| e.to_string())?))
+            }
+            Format::Auto => unreachable!(),
+        };
+        files.push(src);
+        file_schema.push(schema);
+    }
+    Ok((files, file_schema))
+}
+
+/// The table's columns: the first file's, in the order asked, dictionaries decoded; a column name holding a NUL is
+/// refused.
+fn table_schema(cols: &[String], first: &SchemaRef, first_path: &str) -> Res<SchemaRef> {
+    let names: Vec<String> = if cols.is_empty() { first.fields().iter().map(|f| f.name().clone()).collect() } else { cols.to_vec() };
+    let mut fields = Vec::new();
+    for n in &names {
+        let f = first.field_with_name(n).map_err(|e| e.to_string())?;
+        fields.push(Field::new(f.name(), plain_type(f.data_type()), f.is_nullable()));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    // Column names travel as C strings (an acc_batch's names, the reader's info): one holding a NUL, at any depth,
+    // is refused naming the file.
+    if let Some(n) = schema.fields().iter().find_map(|f| nul_name(f)) {
+        return Err(format!("{first_path}: the column name {n:?} holds a NUL character, which libacc's column names cannot"));
+    }
+    Ok(schema)
+}
+
+/// Every file of a map-style table must have the table's columns, of its types.
+fn check_one_schema(schema: &SchemaRef, file_schema: &[SchemaRef], files_list: &[String]) -> Res<()> {
+    for (k, s) in file_schema.iter().enumerate().skip(1) {
+        for f in schema.fields() {
+            let theirs = s.field_with_name(f.name()).ok().map(|g| plain_type(g.data_type()));
+            if theirs.as_ref() != Some(f.data_type()) {
+                return Err(format!(
+                    "{}: column '{}' is {} there and {} in {}: the files of one table must have one schema",
+                    files_list[k],
+                    f.name(),
+                    theirs.map(|t| crate::cell::type_name(&t)).unwrap_or_else(|| "missing".into()),
+                    crate::cell::type_name(f.data_type()),
+                    files_list[0]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A map-style table's chunks, (file, chunk in it, first row, rows), and its rows.
+fn row_chunks(files: &[Source]) -> Res<(Vec<(usize, usize, u64, u64)>, u64)> {
+    let mut chunks = Vec::new();
+    let mut row = 0u64;
+    for (fi, src) in files.iter().enumerate() {
+        let counts: Vec<u64> = match src {
+            Source::Parquet(p) => p.groups.clone(),
+            Source::Ipc(s) => s.blocks.iter().map(|b| b.1).collect(),
+            Source::Text(_) => unreachable!(),
+        };
+        for (ci, n) in counts.into_iter().enumerate() {
+            chunks.push((fi, ci, row, n));
+            row = row.checked_add(n).ok_or("row counts overflow")?;
+        }
+    }
+    Ok((chunks, row))
+}
+
 impl Table {
     pub fn open(paths: &[String], options: Options) -> Res<Table> {
-        if paths.is_empty() {
-            return Err("no dataset files given".into());
+        let files_list = expand_paths(paths)?;
+        let format = table_format(options.format, &files_list)?;
+        let (files, file_schema) = open_sources(&files_list, format, &options)?;
+        let schema = table_schema(&options.columns, &file_schema[0], &files_list[0])?;
+        let map_style = format != Format::Jsonl && format != Format::Csv;
+        if map_style {
+            check_one_schema(&schema, &file_schema, &files_list)?;
         }
-        let mut files_list = Vec::new();
-        for p in paths {
-            if std::path::Path::new(p).is_dir() {
-                files_list.extend(folder_files(p)?);
-            } else {
-                files_list.push(p.clone());
-            }
-        }
-        let format = match options.format {
-            Format::Auto => {
-                let f = detect(&files_list[0])?;
-                for p in &files_list[1..] {
-                    let g = detect(p)?;
-                    let same = g == f || (matches!(f, Format::ArrowFile | Format::ArrowStream) && matches!(g, Format::ArrowFile | Format::ArrowStream));
-                    if !same {
-                        return Err(format!("{p} is {} and {} is {}: one table reads one format", g.name(), files_list[0], f.name()));
-                    }
-                }
-                f
-            }
-            f => f,
+        let (chunks, num_rows) = if map_style {
+            let (chunks, rows) = row_chunks(&files)?;
+            (chunks, Some(rows))
+        } else {
+            (Vec::new(), None)
         };
-        let cols = options.columns.clone();
-        let projection = |path: &str, s: &Schema| -> Res<Vec<usize>> {
-            if cols.is_empty() {
-                return Ok((0..s.fields().len()).collect());
-            }
-            let mut idx = Vec::new();
-            for c in &cols {
-                match s.index_of(c) {
-                    Ok(i) => idx.push(i),
-                    Err(_) => {
-                        let there: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
-                        return Err(format!("{path}: no column '{c}'; its columns are: {}", there.join(", ")));
-                    }
-                }
-            }
-            Ok(idx)
-        };
-        let mut files = Vec::new();
-        let mut file_schema = Vec::new();
-        for p in &files_list {
-            let proj = |s: &Schema| projection(p, s);
-            let (src, schema) = match format {
-                Format::Parquet => {
-                    let (s, sc) = file_read(p, || ParquetSource::open(p, &proj))?;
-                    (Source::Parquet(s), sc)
-                }
-                Format::ArrowStream | Format::ArrowFile => {
-                    let stream = match options.format {
-                        Format::Auto => detect(p)? == Format::ArrowStream,
-                        f => f == Format::ArrowStream,
-                    };
-                    let (s, sc) = file_read(p, || IpcSource::open(p, stream, &proj))?;
-                    (Source::Ipc(s), sc)
-                }
-                Format::Jsonl | Format::Csv => {
-                    let s = if format == Format::Jsonl { jsonl_schema(p)? } else { csv_schema(p, &options)? };
-                    let idx = proj(&s)?;
-                    (Source::Text(p.clone()), Arc::new(s.project(&idx).map_err(|e| e.to_string())?))
-                }
-                Format::Auto => unreachable!(),
-            };
-            files.push(src);
-            file_schema.push(schema);
-        }
-        // The table's columns: the first file's, in the order asked; every file must agree.
-        let first = &file_schema[0];
-        let names: Vec<String> = if cols.is_empty() { first.fields().iter().map(|f| f.name().clone()).collect() } else { cols.clone() };
-        let mut fields = Vec::new();
-        for n in &names {
-            let f = first.field_with_name(n).map_err(|e| e.to_string())?;
-            fields.push(Field::new(f.name(), plain_type(f.data_type()), f.is_nullable()));
-        }
-        let schema = Arc::new(Schema::new(fields));
-        // Column names travel as C strings (an acc_batch's names, the reader's info): one holding a NUL, at any depth,
-        // is refused naming the file.
-        if let Some(n) = schema.fields().iter().find_map(|f| nul_name(f)) {
-            return Err(format!("{}: the column name {n:?} holds a NUL character, which libacc's column names cannot", files_list[0]));
-        }
-        if format != Format::Jsonl && format != Format::Csv {
-            for (k, s) in file_schema.iter().enumerate().skip(1) {
-                for f in schema.fields() {
-                    let theirs = s.field_with_name(f.name()).ok().map(|g| plain_type(g.data_type()));
-                    if theirs.as_ref() != Some(f.data_type()) {
-                        return Err(format!(
-                            "{}: column '{}' is {} there and {} in {}: the files of one table must have one schema",
-                            files_list[k],
-                            f.name(),
-                            theirs.map(|t| crate::cell::type_name(&t)).unwrap_or_else(|| "missing".into()),
-                            crate::cell::type_name(f.data_type()),
-                            files_list[0]
-                        ));
-                    }
-                }
-            }
-        }
-        let mut chunks = Vec::new();
-        let mut num_rows = None;
-        if format != Format::Jsonl && format != Format::Csv {
-            let mut row = 0u64;
-            for (fi, src) in files.iter().enumerate() {
-                let counts: Vec<u64> = match src {
-                    Source::Parquet(p) => p.groups.clone(),
-                    Source::Ipc(s) => s.blocks.iter().map(|b| b.1).collect(),
-                    Source::Text(_) => unreachable!(),
-                };
-                for (ci, n) in counts.into_iter().enumerate() {
-                    chunks.push((fi, ci, row, n));
-                    row = row.checked_add(n).ok_or("row counts overflow")?;
-                }
-            }
-            num_rows = Some(row);
-        }
         Ok(Table {
             format,
             files,

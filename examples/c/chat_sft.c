@@ -46,9 +46,8 @@ static const char* kTemplate =
     "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-static const char* kLora =
-    "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", "
-    "\"modules_to_save\": [\"embed_tokens\", \"lm_head\"]}";
+static const char* kLora = "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", "
+                           "\"modules_to_save\": [\"embed_tokens\", \"lm_head\"]}";
 
 static char** read_lines(const char* path, int64_t* count) {
   FILE* f = fopen(path, "r");
@@ -201,8 +200,8 @@ int main(int argc, char** argv) {
     acc_batch_destroy(row);
   }
   char loader_opts[128];
-  snprintf(loader_opts, sizeof loader_opts, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 42, \"drop_last\": true}",
-           batch);
+  snprintf(loader_opts, sizeof loader_opts,
+           "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 42, \"drop_last\": true}", batch);
   acc_dataloader* dl;
   CHECK(acc_dataloader_create(ds, loader_opts, &dl));
 
@@ -236,7 +235,8 @@ int main(int argc, char** argv) {
   if (profile_dir) {
     char kwargs[4096]; /* DIR as a JSON string: a plain path (no quotes or backslashes) */
     snprintf(kwargs, sizeof kwargs,
-             "{\"schedule_option\": {\"wait\": 8, \"warmup\": 2, \"active\": 20, \"repeat\": 1}, \"output_trace_dir\": \"%s\"}",
+             "{\"schedule_option\": {\"wait\": 8, \"warmup\": 2, \"active\": 20, \"repeat\": 1}, \"output_trace_dir\": "
+             "\"%s\"}",
              profile_dir);
     CHECK(acc_profile_begin(acc, kwargs));
   }

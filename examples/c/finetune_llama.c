@@ -124,16 +124,14 @@ int main(int argc, char** argv) {
   acc_dataset* ds;
   CHECK(acc_dataset_from_token_file(tokens_path, "{\"block_size\": 64, \"dtype\": \"uint16\"}", &ds));
   char loader_opts[128];
-  snprintf(loader_opts, sizeof loader_opts, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 42, \"drop_last\": true}",
-           batch);
+  snprintf(loader_opts, sizeof loader_opts,
+           "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 42, \"drop_last\": true}", batch);
   acc_dataloader* dl;
   CHECK(acc_dataloader_create(ds, loader_opts, &dl));
 
   acc_model* model;
-  if (from)
-    CHECK(acc_model_from_pretrained(from, NULL, &model));
-  else
-    CHECK(acc_model_from_config(kConfig, NULL, &model));
+  if (from) CHECK(acc_model_from_pretrained(from, NULL, &model));
+  else CHECK(acc_model_from_config(kConfig, NULL, &model));
   CHECK(acc_model_set_training(model, 1)); /* from_pretrained gives eval mode, as transformers */
   int64_t n_params;
   CHECK(acc_model_num_parameters(model, &n_params));
@@ -185,7 +183,8 @@ int main(int argc, char** argv) {
     acc_model* generator = model;
     if (lora) {
       printf("saved the adapter to %s (peft: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(\"%s\"),"
-             " \"%s\"))\n", adapter_dir, model_dir, adapter_dir);
+             " \"%s\"))\n",
+             adapter_dir, model_dir, adapter_dir);
       /* As a user of the adapter would: a fresh copy of the base, the adapter loaded onto it. */
       CHECK(acc_model_from_pretrained(model_dir, NULL, &generator));
       CHECK(acc_model_load_adapter(generator, adapter_dir, NULL));
@@ -202,7 +201,8 @@ int main(int argc, char** argv) {
     CHECK(acc_tensor_from_host(ids, n * sizeof *ids, ACC_INT64, shape, 2, &input));
     char gen_opts[160];
     snprintf(gen_opts, sizeof gen_opts,
-             "{\"max_new_tokens\": %d, \"do_sample\": true, \"temperature\": 0.8, \"top_k\": 40, \"seed\": 0}", new_tokens);
+             "{\"max_new_tokens\": %d, \"do_sample\": true, \"temperature\": 0.8, \"top_k\": 40, \"seed\": 0}",
+             new_tokens);
     printf("--- %s", prompt);
     CHECK(acc_generate(generator, input, NULL, gen_opts, print_token, NULL, &out));
     printf("\n---\n");

@@ -61,10 +61,8 @@ static int run_program(const char* const args[]) {
       return -1;
     }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-  if (WIFEXITED(status))
-    fprintf(stderr, "'%s' exited with status %d\n", args[0], WEXITSTATUS(status));
-  else if (WIFSIGNALED(status))
-    fprintf(stderr, "'%s' killed by signal %d\n", args[0], WTERMSIG(status));
+  if (WIFEXITED(status)) fprintf(stderr, "'%s' exited with status %d\n", args[0], WEXITSTATUS(status));
+  else if (WIFSIGNALED(status)) fprintf(stderr, "'%s' killed by signal %d\n", args[0], WTERMSIG(status));
   return -1;
 }
 
@@ -117,15 +115,16 @@ static void write_curve(const char* dir, const int* steps, const double* losses,
   for (int i = 0; i < val_n; ++i) top = val_losses[i] > top ? val_losses[i] : top;
   const double W = 640, H = 360, L = 50, B = 30;
   fprintf(csv, "step,loss,val_loss\n");
-  fprintf(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-               "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\"><tspan fill=\"#1f77b4\">training loss "
-               "(mean over processes)</tspan>  <tspan fill=\"#ff7f0e\">validation loss</tspan></text>\n"
-               "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
-               "<line x1=\"%.0f\" y1=\"30\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
-               "<text x=\"5\" y=\"35\" font-size=\"11\">%.2f</text><text x=\"5\" y=\"%.0f\" font-size=\"11\">0</text>\n"
-               "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">step %d</text>\n<polyline fill=\"none\" stroke=\"#1f77b4\" "
-               "stroke-width=\"2\" points=\"",
+  fprintf(svg,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+          "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\"><tspan fill=\"#1f77b4\">training loss "
+          "(mean over processes)</tspan>  <tspan fill=\"#ff7f0e\">validation loss</tspan></text>\n"
+          "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+          "<line x1=\"%.0f\" y1=\"30\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+          "<text x=\"5\" y=\"35\" font-size=\"11\">%.2f</text><text x=\"5\" y=\"%.0f\" font-size=\"11\">0</text>\n"
+          "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">step %d</text>\n<polyline fill=\"none\" stroke=\"#1f77b4\" "
+          "stroke-width=\"2\" points=\"",
           W, H, L, L, H - B, W - 10, H - B, L, L, H - B, top, H - B, W - 80, H - 8, steps[n - 1]);
   for (int i = 0; i < n; ++i) {
     fprintf(csv, "%d,%.5f,", steps[i], losses[i]);
@@ -140,8 +139,8 @@ static void write_curve(const char* dir, const int* steps, const double* losses,
             (H - B) - (H - B - 30) * val_losses[j] / top);
   fprintf(svg, "\"/>\n");
   for (int j = 0; j < val_n; ++j)
-    fprintf(svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"/>\n", L + (W - 10 - L) * val_steps[j] / steps[n - 1],
-            (H - B) - (H - B - 30) * val_losses[j] / top);
+    fprintf(svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"/>\n",
+            L + (W - 10 - L) * val_steps[j] / steps[n - 1], (H - B) - (H - B - 30) * val_losses[j] / top);
   fprintf(svg, "</svg>\n");
   fclose(csv);
   fclose(svg);
@@ -238,7 +237,8 @@ int main(int argc, char** argv) {
            out_dir);
   char config[8800];
   snprintf(config, sizeof config,
-           "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\", \"log_with\": \"tensorboard\","
+           "{\"seed\": 1337, \"gradient_accumulation_steps\": %d, \"mixed_precision\": \"%s\", \"log_with\": "
+           "\"tensorboard\","
            " \"project_dir\": \"%s\", \"project_config\": {\"automatic_checkpoint_naming\": true, \"total_limit\": 2},"
            " \"resume_from_checkpoint\": \"latest\"%s}",
            accum, mixed_precision, out_dir, profile ? profile_kwargs : "");
@@ -262,8 +262,8 @@ int main(int argc, char** argv) {
     size_t split = len * 9 / 10;
     write_tokens(train_bin, text, split);
     write_tokens(val_bin, text + split, len - split);
-    printf("corpus: %zu bytes from %s (%zu train, %zu validation); %d processes\n", len, text_dir, split,
-           len - split, world);
+    printf("corpus: %zu bytes from %s (%zu train, %zu validation); %d processes\n", len, text_dir, split, len - split,
+           world);
     free(text);
   }
   CHECK(acc_wait_for_everyone(acc));
@@ -279,24 +279,29 @@ int main(int argc, char** argv) {
 
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 256, \"block_size\": 64, \"n_layer\": 4,"
-                         " \"n_head\": 4, \"n_embd\": 128, \"dropout\": 0.0}", &model));
+                         " \"n_head\": 4, \"n_embd\": 128, \"dropout\": 0.0}",
+                         &model));
   int64_t n_params;
   CHECK(acc_model_num_parameters(model, &n_params));
   acc_optimizer* opt;
-  CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.002, \"betas\": [0.9, 0.95], \"weight_decay\": 0.1}", &opt));
+  CHECK(acc_optimizer_create(model,
+                             "{\"type\": \"adamw\", \"lr\": 0.002, \"betas\": [0.9, 0.95], \"weight_decay\": 0.1}",
+                             &opt));
   /* As in Accelerate, a prepared scheduler advances once per process per step: count in global steps. Warm-up 30
    * steps, a tenth of a run shorter than 300 (the scheduler wants it shorter than the run). */
   const int warmup = steps < 300 ? steps / 10 : 30;
   char sched_opts[128];
-  snprintf(sched_opts, sizeof sched_opts, "{\"type\": \"cosine\", \"warmup_steps\": %d, \"total_steps\": %d, \"min_lr_ratio\": 0.1}",
-           warmup * world, steps * world);
+  snprintf(sched_opts, sizeof sched_opts,
+           "{\"type\": \"cosine\", \"warmup_steps\": %d, \"total_steps\": %d, \"min_lr_ratio\": 0.1}", warmup * world,
+           steps * world);
   acc_scheduler* sched;
   CHECK(acc_scheduler_create(opt, sched_opts, &sched));
   CHECK(acc_prepare(acc, model, opt, sched, train_dl));
   CHECK(acc_prepare(acc, NULL, NULL, NULL, val_dl));
   if (is_main)
     printf("model: GPT, %lld parameters; batch 16 x %d processes x %d accumulation x %d tokens; %d steps;"
-           " mixed precision %s\n", (long long)n_params, world, accum, BLOCK, steps, mixed_precision);
+           " mixed precision %s\n",
+           (long long)n_params, world, accum, BLOCK, steps, mixed_precision);
   /* The run's hyperparameters, recorded by the trackers (TensorBoard's HParams dashboard). */
   char hparams[512];
   snprintf(hparams, sizeof hparams,
@@ -396,8 +401,8 @@ int main(int argc, char** argv) {
            last_loss, steps, now() - t0);
     CHECK(acc_model_save_safetensors(model, model_path));
     write_curve(out_dir, curve_steps, curve_losses, points, val_steps, val_losses, val_points);
-    printf("saved %s, and the loss curves as %s/loss.svg (and .csv); TensorBoard logs in %s/gpt\n", model_path,
-           out_dir, out_dir);
+    printf("saved %s, and the loss curves as %s/loss.svg (and .csv); TensorBoard logs in %s/gpt\n", model_path, out_dir,
+           out_dir);
     /* The run is complete: its checkpoints would only make the next run resume at the end. */
     char checkpoints[4200];
     snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", out_dir);

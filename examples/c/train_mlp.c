@@ -91,12 +91,12 @@ int main(int argc, char** argv) {
 
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 32, 32, 1], \"activation\": \"tanh\", "
-                         "\"loss\": \"mse\"}", &model));
+                         "\"loss\": \"mse\"}",
+                         &model));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01, \"weight_decay\": 0.01}", &opt));
   char sched_json[128];
-  snprintf(sched_json, sizeof sched_json, "{\"type\": \"cosine\", \"warmup_steps\": 5, \"total_steps\": %d}",
-           steps);
+  snprintf(sched_json, sizeof sched_json, "{\"type\": \"cosine\", \"warmup_steps\": 5, \"total_steps\": %d}", steps);
   acc_scheduler* sched;
   CHECK(acc_scheduler_create(opt, sched_json, &sched));
   CHECK(acc_prepare(acc, model, opt, sched, train_dl));

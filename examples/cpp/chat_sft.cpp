@@ -68,8 +68,8 @@ using Text = Owned<char, acc_text_free>;  // a string libacc returned
 // A failed call as an exception naming it, with libacc's message.
 void check(acc_status st, const char* call) {
   if (st != ACC_OK)
-    throw std::runtime_error(std::string(call) + " failed: " + acc_last_error_message() + " (" +
-                             acc_status_name(st) + ")");
+    throw std::runtime_error(std::string(call) + " failed: " + acc_last_error_message() + " (" + acc_status_name(st) +
+                             ")");
 }
 #define CHECK(call) check((call), #call)
 
@@ -218,8 +218,8 @@ void run(const Args& args) {
       R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": )" + std::to_string(vocab) +
       R"(, "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2, "num_attention_heads": 4, )"
       R"("num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-05, )"
-      R"("tie_word_embeddings": false, "eos_token_id": )" + std::to_string(eos) + R"(, "pad_token_id": )" +
-      std::to_string(pad) + R"(, "dtype": "float32"})";
+      R"("tie_word_embeddings": false, "eos_token_id": )" +
+      std::to_string(eos) + R"(, "pad_token_id": )" + std::to_string(pad) + R"(, "dtype": "float32"})";
   acc_model* model_raw = nullptr;
   CHECK(acc_model_from_config(config.c_str(), nullptr, &model_raw));
   const Model model(model_raw);

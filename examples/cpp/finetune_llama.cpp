@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
     else if (flag == "--prompt") prompt = value;
     else if (flag == "--new-tokens") new_tokens = std::atoi(value);
     else {
-      std::fprintf(stderr, "usage: finetune_llama_cpp [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--prompt TEXT]"
-                           " [--new-tokens N] [--lora]\n");
+      std::fprintf(stderr,
+                   "usage: finetune_llama_cpp [--steps N] [--batch B] [--out DIR] [--text-dir DIR] [--prompt TEXT]"
+                   " [--new-tokens N] [--lora]\n");
       return 2;
     }
   }
@@ -128,14 +129,15 @@ int main(int argc, char** argv) {
     torch::Tensor ids = torch::empty({1, static_cast<int64_t>(prompt.size())}, torch::kLong);
     for (size_t i = 0; i < prompt.size(); ++i) ids[0][static_cast<int64_t>(i)] = static_cast<unsigned char>(prompt[i]);
     std::printf("--- %s", prompt.c_str());
-    generator.generate(ids, {}, R"({"do_sample": true, "temperature": 0.8, "top_k": 40, "seed": 0, "max_new_tokens": )" +
-                                std::to_string(new_tokens) + "}",
-                   [](const torch::Tensor& t) {
-                     const int c = static_cast<int>(t[0].item<int64_t>());
-                     std::putchar(c == '\n' || (c >= 32 && c < 127) ? c : '?');
-                     std::fflush(stdout);
-                     return true;
-                   });
+    generator.generate(ids, {},
+                       R"({"do_sample": true, "temperature": 0.8, "top_k": 40, "seed": 0, "max_new_tokens": )" +
+                           std::to_string(new_tokens) + "}",
+                       [](const torch::Tensor& t) {
+                         const int c = static_cast<int>(t[0].item<int64_t>());
+                         std::putchar(c == '\n' || (c >= 32 && c < 127) ? c : '?');
+                         std::fflush(stdout);
+                         return true;
+                       });
     std::printf("\n---\n");
   }
   accelerator.wait_for_everyone();

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   }
   try {
     acc::Accelerator accelerator(R"({"seed": 42, "dataloader_config": {"split_batches": true},
-                                     "gradient_accumulation_steps": )" + std::to_string(accum) + "}");
+                                     "gradient_accumulation_steps": )" +
+                                 std::to_string(accum) + "}");
     // 64 samples of y = sum(sin(3x)) over a fixed grid, the same on every process.
     auto x = torch::sin(torch::arange(256, torch::kFloat).reshape({64, 4}) * 0.37);
     auto y = torch::sin(3 * x).sum(1, /*keepdim=*/true);
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
       ++step;
       if (step % 10 == 0 || step == steps) {
         auto mean = accelerator.reduce(loss.detach(), acc::Accelerator::Reduce::Mean);
-        accelerator.print("step " + std::to_string(step) + " loss " + std::to_string(mean.item<double>()) +
-                          " lr " + std::to_string(optimizer.lr()));
+        accelerator.print("step " + std::to_string(step) + " loss " + std::to_string(mean.item<double>()) + " lr " +
+                          std::to_string(optimizer.lr()));
       }
     }
     // Every process calls save_model (under ZeRO-3 it gathers the shards); the main process writes.

@@ -16,44 +16,44 @@ static int g_passed, g_failed;
 #define EXPECT_FAILED() ((void)0)
 #endif
 
-#define EXPECT(cond)                                                                      \
-  do {                                                                                    \
-    if (cond) {                                                                           \
-      ++g_passed;                                                                         \
-    } else {                                                                              \
-      ++g_failed;                                                                         \
+#define EXPECT(cond)                                                                           \
+  do {                                                                                         \
+    if (cond) {                                                                                \
+      ++g_passed;                                                                              \
+    } else {                                                                                   \
+      ++g_failed;                                                                              \
       fprintf(stderr, "%s:%d: EXPECT(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, \
-              acc_last_error_message());                                                  \
-      EXPECT_FAILED();                                                                    \
-    }                                                                                     \
+              acc_last_error_message());                                                       \
+      EXPECT_FAILED();                                                                         \
+    }                                                                                          \
   } while (0)
 
 /* The call returns `code` and the message names `needle`. */
-#define EXPECT_ERR(call, code, needle)                                                              \
-  do {                                                                                              \
-    acc_status st_ = (call);                                                                        \
-    const char* msg_ = acc_last_error_message();                                                    \
-    if (st_ == (code) && strstr(msg_, (needle)) != NULL) {                                          \
-      ++g_passed;                                                                                   \
-    } else {                                                                                        \
-      ++g_failed;                                                                                   \
-      fprintf(stderr, "%s:%d: %s returned %s \"%s\"; expected %s naming \"%s\"\n", __FILE__, __LINE__, \
-              #call, acc_status_name(st_), msg_, #code, needle);                                    \
-      EXPECT_FAILED();                                                                              \
-    }                                                                                               \
+#define EXPECT_ERR(call, code, needle)                                                                        \
+  do {                                                                                                        \
+    acc_status st_ = (call);                                                                                  \
+    const char* msg_ = acc_last_error_message();                                                              \
+    if (st_ == (code) && strstr(msg_, (needle)) != NULL) {                                                    \
+      ++g_passed;                                                                                             \
+    } else {                                                                                                  \
+      ++g_failed;                                                                                             \
+      fprintf(stderr, "%s:%d: %s returned %s \"%s\"; expected %s naming \"%s\"\n", __FILE__, __LINE__, #call, \
+              acc_status_name(st_), msg_, #code, needle);                                                     \
+      EXPECT_FAILED();                                                                                        \
+    }                                                                                                         \
   } while (0)
 
 #define EXPECT_OK(call) EXPECT_ERR(call, ACC_OK, "")
 
 /* The call must succeed: otherwise print it with the library's message and end the process. For
  * programs whose later steps depend on the call (the multi-process workers). */
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    acc_status st_ = (call);                                                                    \
-    if (st_ != ACC_OK) {                                                                        \
+#define CHECK(call)                                                                            \
+  do {                                                                                         \
+    acc_status st_ = (call);                                                                   \
+    if (st_ != ACC_OK) {                                                                       \
       fprintf(stderr, "%s: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
-      exit(1);                                                                                  \
-    }                                                                                           \
+      exit(1);                                                                                 \
+    }                                                                                          \
   } while (0)
 
 /* 1 when the float32 tensor holds exactly `n` values within 1e-6 of `want`. */

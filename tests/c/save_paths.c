@@ -20,8 +20,8 @@ static int failed(const char* what) {
   return 1;
 }
 
-#define TRY(call)                          \
-  do {                                     \
+#define TRY(call)                               \
+  do {                                          \
     if ((call) != ACC_OK) return failed(#call); \
   } while (0)
 
@@ -35,10 +35,8 @@ static int training_state(const char* dir, int load) {
   TRY(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
   TRY(acc_scheduler_create(opt, "{\"type\": \"linear\", \"total_steps\": 20}", &sched));
   TRY(acc_prepare(acc, model, opt, sched, NULL));
-  if (load)
-    TRY(acc_load_state(acc, dir));
-  else
-    TRY(acc_save_state(acc, dir));
+  if (load) TRY(acc_load_state(acc, dir));
+  else TRY(acc_save_state(acc, dir));
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);
@@ -70,7 +68,8 @@ int main(int argc, char** argv) {
   if (strcmp(what, "offload") == 0 && arg) {
     snprintf(json, sizeof json,
              "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"30KB\"}, \"dtype\": \"bfloat16\", "
-             "\"offload_folder\": \"%s\"}", dir);
+             "\"offload_folder\": \"%s\"}",
+             dir);
     TRY(acc_model_from_pretrained(arg, json, &model));
     acc_model_destroy(model);
     return 0;

@@ -6,10 +6,11 @@
 
 #include "check.h"
 
-static const char* kLlama7b =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008,"
-    " \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, \"max_position_embeddings\": 4096,"
-    " \"tie_word_embeddings\": false}";
+static const char* kLlama7b = "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 32000, \"hidden_size\": "
+                              "4096, \"intermediate_size\": 11008,"
+                              " \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, "
+                              "\"max_position_embeddings\": 4096,"
+                              " \"tie_word_embeddings\": false}";
 
 /* Resident memory of this process, bytes. */
 static long long rss(void) {
@@ -71,7 +72,8 @@ static long long run(const char* dir, const char* options, int64_t* tokens, long
  * peak resident memory within the budget plus a layer plus the runtime's working memory. */
 static void disk_offload(void) {
   const char* config =
-      "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 4096, \"hidden_size\": 512, \"intermediate_size\": 1536,"
+      "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 4096, \"hidden_size\": 512, \"intermediate_size\": "
+      "1536,"
       " \"num_hidden_layers\": 12, \"num_attention_heads\": 8, \"initializer_range\": 0.2, \"eos_token_id\": 2}";
   char dir[] = "/tmp/acc_offload_XXXXXX";
   EXPECT(mkdtemp(dir) != NULL);
@@ -82,11 +84,12 @@ static void disk_offload(void) {
   const long long base = rss();
   int64_t in_memory[14], offloaded[14];
   const long long budget = 60 * 1000 * 1000, layer = 4LL * (4 * 512 * 512 + 3 * 512 * 1536 + 2 * 512);
-  const long long disk = run(dir, "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"60MB\"}}", offloaded, base);
+  const long long disk =
+      run(dir, "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"60MB\"}}", offloaded, base);
   const long long all = run(dir, NULL, in_memory, base);
   printf("weights %.0f MB, budget %.0f MB, a layer %.1f MB: peak resident memory above the runtime's %.1f MB with disk "
-         "offload, %.1f MB in memory\n", (4096.0 * 512 * 2 + 12.0 * layer / 4 + 512) * 4 / 1e6, budget / 1e6, layer / 1e6,
-         disk / 1e6, all / 1e6);
+         "offload, %.1f MB in memory\n",
+         (4096.0 * 512 * 2 + 12.0 * layer / 4 + 512) * 4 / 1e6, budget / 1e6, layer / 1e6, disk / 1e6, all / 1e6);
   EXPECT(memcmp(in_memory, offloaded, sizeof in_memory) == 0);
 #if !defined(__SANITIZE_ADDRESS__) /* AddressSanitizer's shadow memory and quarantine are resident too */
   EXPECT(disk < budget + layer + 40 * 1000 * 1000);
@@ -126,7 +129,8 @@ int main(void) {
    * (and lm_head) on the CPU. */
   const char* map = NULL;
   EXPECT_OK(acc_infer_auto_device_map(
-      m, "{\"device_map\": \"sequential\", \"max_memory\": {\"0\": \"5GiB\", \"1\": \"5GiB\", \"cpu\": \"64GB\"}}", &map));
+      m, "{\"device_map\": \"sequential\", \"max_memory\": {\"0\": \"5GiB\", \"1\": \"5GiB\", \"cpu\": \"64GB\"}}",
+      &map));
   if (map) printf("device map: %s\n", map);
   EXPECT(map && strstr(map, "\"model.embed_tokens\": 0") && strstr(map, "\"model.layers.0\": 0") &&
          strstr(map, "\"model.layers.20\": 1") && strstr(map, "\"model.layers.31\": \"cpu\"") &&
@@ -135,9 +139,11 @@ int main(void) {
   EXPECT_OK(acc_infer_auto_device_map(m, "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"1MB\"}}", &map));
   EXPECT(map && !strcmp(map, "{\"\": \"disk\"}"));
   /* Bad options. */
-  EXPECT_ERR(acc_infer_auto_device_map(m, "{\"max_memory\": {\"npu0\": \"1GB\"}}", &map), ACC_ERR_INVALID_CONFIG, "npu0");
+  EXPECT_ERR(acc_infer_auto_device_map(m, "{\"max_memory\": {\"npu0\": \"1GB\"}}", &map), ACC_ERR_INVALID_CONFIG,
+             "npu0");
   EXPECT_ERR(acc_infer_auto_device_map(m, "{\"max_memory\": {\"0\": \"lots\"}}", &map), ACC_ERR_INVALID_CONFIG, "lots");
-  EXPECT_ERR(acc_infer_auto_device_map(m, "{\"device_map\": \"everywhere\"}", &map), ACC_ERR_INVALID_CONFIG, "everywhere");
+  EXPECT_ERR(acc_infer_auto_device_map(m, "{\"device_map\": \"everywhere\"}", &map), ACC_ERR_INVALID_CONFIG,
+             "everywhere");
   EXPECT_ERR(acc_infer_auto_device_map(m, "{\"offload\": true}", &map), ACC_ERR_INVALID_CONFIG, "offload");
   EXPECT_ERR(acc_infer_auto_device_map(m, NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "out_json is NULL");
   EXPECT_ERR(acc_model_module_sizes(m, "int8", &sizes), ACC_ERR_INVALID_CONFIG, "int8");

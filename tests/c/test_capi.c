@@ -95,9 +95,14 @@ static void test_bad_configs(void) {
       {"{\"cpu\": true", ACC_ERR_INVALID_CONFIG, "JSON"},
       {"[1, 2]", ACC_ERR_INVALID_CONFIG, "object"},
       /* ParallelismConfig's data-parallel sizes must make the job (Accelerate's _validate_accelerator) */
-      {"{\"fsdp_plugin\": {\"fsdp_version\": 2}, \"parallelism_config\": {\"dp_replicate_size\": 2, \"dp_shard_size\": 2}}",
-       ACC_ERR_INVALID_CONFIG, "sizes multiply to 4 processes ('parallelism_config.dp_replicate_size' (2, acc_accelerator_create), 'parallelism_config.dp_shard_size' (2, acc_accelerator_create)), but the job has 1 process"},
-      {"{\"parallelism_config\": {\"dp_shard_size\": 2}}", ACC_ERR_INVALID_CONFIG, "sizes multiply to 2 processes ('parallelism_config.dp_shard_size' (2, acc_accelerator_create)), but the job has 1"},
+      {"{\"fsdp_plugin\": {\"fsdp_version\": 2}, \"parallelism_config\": {\"dp_replicate_size\": 2, \"dp_shard_size\": "
+       "2}}",
+       ACC_ERR_INVALID_CONFIG,
+       "sizes multiply to 4 processes ('parallelism_config.dp_replicate_size' (2, acc_accelerator_create), "
+       "'parallelism_config.dp_shard_size' (2, acc_accelerator_create)), but the job has 1 process"},
+      {"{\"parallelism_config\": {\"dp_shard_size\": 2}}", ACC_ERR_INVALID_CONFIG,
+       "sizes multiply to 2 processes ('parallelism_config.dp_shard_size' (2, acc_accelerator_create)), but the job "
+       "has 1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     acc_accelerator* acc = (acc_accelerator*)0x1;
@@ -148,7 +153,9 @@ static void test_bad_calls(void) {
   EXPECT_ERR(acc_model_create("{\"type\": \"mlp\", \"sizes\": [2, 1], \"layers\": 3}", &m), ACC_ERR_INVALID_CONFIG,
              "unknown key 'layers'");
   EXPECT_ERR(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 16, \"block_size\": 8, \"n_layer\": 1,"
-                              " \"n_head\": 3, \"n_embd\": 8}", &m), ACC_ERR_INVALID_CONFIG, "n_head");
+                              " \"n_head\": 3, \"n_embd\": 8}",
+                              &m),
+             ACC_ERR_INVALID_CONFIG, "n_head");
   EXPECT(m == NULL);
   EXPECT_ERR(acc_model_load_torchscript("/nonexistent/model.pt", NULL, &m), ACC_ERR_IO, "/nonexistent/model.pt");
   acc_dataset* ds = NULL;
@@ -517,7 +524,8 @@ static void test_frozen(void) {
   int64_t n = -1, total = 0;
   EXPECT_OK(acc_model_set_requires_grad(m, "layers\\.0\\..*", 0, &n));
   EXPECT(n == 2); /* layers.0.weight and layers.0.bias */
-  EXPECT_ERR(acc_model_set_requires_grad(m, "nothing.*", 0, &n), ACC_ERR_INVALID_ARGUMENT, "'nothing.*' matches no parameter");
+  EXPECT_ERR(acc_model_set_requires_grad(m, "nothing.*", 0, &n), ACC_ERR_INVALID_ARGUMENT,
+             "'nothing.*' matches no parameter");
   EXPECT(n == 0);
   EXPECT_ERR(acc_model_set_requires_grad(m, "layers.(", 0, NULL), ACC_ERR_INVALID_ARGUMENT, "not a regular expression");
   EXPECT_ERR(acc_model_set_requires_grad(m, NULL, 0, NULL), ACC_ERR_INVALID_ARGUMENT, "pattern");
@@ -525,7 +533,8 @@ static void test_frozen(void) {
   EXPECT_OK(acc_model_set_requires_grad(m, "layers\\.2\\.bias", 1, NULL)); /* already trainable: fine */
   /* The optimizer takes the trainable parameters only: a group naming a frozen one selects nothing. */
   acc_optimizer* opt;
-  EXPECT_ERR(acc_optimizer_create(m, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"layers\\\\.0\\\\..*\"}]}", &opt),
+  EXPECT_ERR(acc_optimizer_create(m, "{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"layers\\\\.0\\\\..*\"}]}",
+                                  &opt),
              ACC_ERR_INVALID_CONFIG, "param_groups[0]");
   EXPECT_OK(acc_model_num_parameters(m, &total));
   EXPECT_OK(acc_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));

@@ -136,8 +136,10 @@ static int run_job(int id, const char* project) {
   snprintf(config, sizeof config,
            "{\"seed\": 3, \"project_config\": {\"project_dir\": \"%s\", \"automatic_checkpoint_naming\": true}}",
            project);
-  struct run r = make_run_with(config, id == 1 ? "{\"type\": \"mlp\", \"sizes\": [2, 8, 1]}"
-                                               : "{\"type\": \"mlp\", \"sizes\": [2, 64, 1]}", 0, 0);
+  struct run r = make_run_with(config,
+                               id == 1 ? "{\"type\": \"mlp\", \"sizes\": [2, 8, 1]}"
+                                       : "{\"type\": \"mlp\", \"sizes\": [2, 64, 1]}",
+                               0, 0);
   CHECK(acc_register_for_checkpointing(r.acc, save_job, load_job, NULL, NULL));
   int ok = 0;
   for (int i = 0; i < 8; ++i) ok += acc_save_state(r.acc, NULL) == ACC_OK;
@@ -192,9 +194,9 @@ int main(int argc, char** argv) {
   /* Save: the documented files, complete, nothing staged left behind. */
   struct run a = make_run(mlp, 5, 1);
   EXPECT_OK(acc_save_state(a.acc, dir));
-  const char* files[] = {"manifest.json", "model.safetensors", "optimizer.safetensors", "optimizer.json",
-                         "scheduler.json", "random_states_0.safetensors", "accelerator_state.json",
-                         "custom_checkpoint_0.bin"};
+  const char* files[] = {"manifest.json",          "model.safetensors",      "optimizer.safetensors",
+                         "optimizer.json",         "scheduler.json",         "random_states_0.safetensors",
+                         "accelerator_state.json", "custom_checkpoint_0.bin"};
   for (size_t i = 0; i < sizeof files / sizeof *files; ++i) EXPECT(exists(dir, files[i]));
   EXPECT(!exists(root, ".ckpt.acc-staging"));
   float wa[16], wb[16];
@@ -307,7 +309,8 @@ int main(int argc, char** argv) {
   char config[700], auto_dir[600];
   snprintf(config, sizeof config,
            "{\"seed\": 3, \"project_config\": {\"project_dir\": \"%s/project\", \"automatic_checkpoint_naming\": true, "
-           "\"total_limit\": 2}}", root);
+           "\"total_limit\": 2}}",
+           root);
   struct run e = make_run_with(config, mlp, 1, 0);
   EXPECT_ERR(acc_load_state(e.acc, NULL), ACC_ERR_IO, "no complete checkpoint");
   for (int i = 0; i < 3; ++i) EXPECT_OK(acc_save_state(e.acc, NULL));
@@ -317,9 +320,11 @@ int main(int argc, char** argv) {
   /* The user's folders beside them are not checkpoints of this numbering: a folder without manifest, names that
    * only start like one, and a complete checkpoint copied under another name. None is loaded or removed. */
   sh("mkdir -p %s/project/checkpoints/checkpoint_9 %s/project/checkpoints/checkpoint_7_notes "
-     "%s/project/checkpoints/checkpoint_3.bak", root);
+     "%s/project/checkpoints/checkpoint_3.bak",
+     root);
   sh("mkdir -p %s/project/checkpoints/checkpoint_12-best && cp -r %s/project/checkpoints/checkpoint_1 "
-     "%s/project/checkpoints/checkpoint_1_best", root);
+     "%s/project/checkpoints/checkpoint_1_best",
+     root);
   struct run g = make_run_with(config, mlp, 0, 0);
   EXPECT_OK(acc_load_state(g.acc, NULL)); /* checkpoint_2, not the partial checkpoint_9 */
   float we[16], wg[16];

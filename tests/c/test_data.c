@@ -182,7 +182,8 @@ static void test_shuffling(void) {
   /* The loader's own seed does not matter to the seedable sampler; the data_seed does. */
   two_orders(seedable, "{\"shuffle\": true, \"seed\": 9}", c, d);
   EXPECT(same(a, c) && same(b, d));
-  two_orders("{\"dataloader_config\": {\"use_seedable_sampler\": true, \"data_seed\": 43}}", "{\"shuffle\": true}", c, d);
+  two_orders("{\"dataloader_config\": {\"use_seedable_sampler\": true, \"data_seed\": 43}}", "{\"shuffle\": true}", c,
+             d);
   EXPECT(same(b, c));
   /* Without data_seed the sampler takes the default generator's seed: the accelerator's "seed". */
   two_orders("{\"seed\": 42, \"dataloader_config\": {\"use_seedable_sampler\": true}}", "{\"shuffle\": true}", c, d);
@@ -584,7 +585,8 @@ static void test_named_batches(void) {
   int64_t s3[1] = {3};
   acc_tensor* three = int64s(rows, s3, 1);
   EXPECT_OK(acc_batch_set(b, "attention_mask", three));
-  EXPECT_ERR(acc_dataset_from_batch(b, &ds), ACC_ERR_INVALID_ARGUMENT, "'attention_mask' has 3 rows but 'input_ids' has 2");
+  EXPECT_ERR(acc_dataset_from_batch(b, &ds), ACC_ERR_INVALID_ARGUMENT,
+             "'attention_mask' has 3 rows but 'input_ids' has 2");
   EXPECT_OK(acc_batch_set(b, "attention_mask", m2));
   EXPECT_OK(acc_dataset_from_batch(b, &ds));
   acc_batch_destroy(b); /* the dataset copied the columns */
@@ -621,7 +623,8 @@ static void test_named_batches(void) {
   EXPECT_OK(acc_dataloader_create(ds, "{\"batch_size\": 2}", &dl));
   acc_model* gpt = NULL;
   EXPECT_OK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 7, \"block_size\": 3, \"n_layer\": 1, "
-                             "\"n_head\": 1, \"n_embd\": 8}", &gpt));
+                             "\"n_head\": 1, \"n_embd\": 8}",
+                             &gpt));
   EXPECT_OK(acc_dataloader_next_batch(dl, &got_b));
   acc_batch* out = NULL;
   EXPECT_OK(acc_model_forward_batch(gpt, got_b, &out));

@@ -121,9 +121,11 @@ static int checks(const char* root, const char* scratch) {
   EXPECT_ERR(acc_dataset_from_files(text, tok, NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "out");
   EXPECT_ERR(acc_dataset_from_files(NULL, tok, NULL, &ds), ACC_ERR_INVALID_ARGUMENT, "files");
   EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"block_sise\": 8}", &ds), ACC_ERR_INVALID_CONFIG, "block_sise");
-  EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"mode\": \"pretrain\"}", &ds), ACC_ERR_INVALID_CONFIG, "\"group_texts\"");
+  EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"mode\": \"pretrain\"}", &ds), ACC_ERR_INVALID_CONFIG,
+             "\"group_texts\"");
   EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"block_size\": 0}", &ds), ACC_ERR_INVALID_CONFIG, "'block_size'");
-  EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"collator\": \"padded\"}", &ds), ACC_ERR_INVALID_CONFIG, "'collator'");
+  EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"collator\": \"padded\"}", &ds), ACC_ERR_INVALID_CONFIG,
+             "'collator'");
   EXPECT_ERR(acc_dataset_from_files(text, tok, "[1]", &ds), ACC_ERR_INVALID_CONFIG, "JSON object");
   EXPECT_ERR(acc_dataset_from_files(text, tok, "{\"files\": [\"a.jsonl\"]}", &ds), ACC_ERR_INVALID_CONFIG, "once");
   /* A column the file lacks: named, with the columns there are. */
@@ -186,7 +188,8 @@ static int checks(const char* root, const char* scratch) {
 
   /* The cache: a second build reads the cache file and gives the same batches. */
   char options[2048];
-  snprintf(options, sizeof options, "{\"mode\": \"group_texts\", \"block_size\": 16, \"cache_dir\": \"%s/cache\"}", scratch);
+  snprintf(options, sizeof options, "{\"mode\": \"group_texts\", \"block_size\": 16, \"cache_dir\": \"%s/cache\"}",
+           scratch);
   acc_batch* a = NULL;
   EXPECT(acc_dataset_from_files(text, tok, options, &ds) == ACC_OK);
   EXPECT(acc_dataset_get_batch(ds, idx + 1, 1, &a) == ACC_OK);
@@ -207,9 +210,10 @@ static int checks(const char* root, const char* scratch) {
   /* From the accelerator's data settings: the same dataset as the options, the settings in the run record with their
    * source, a bad setting named with its value and source. */
   char config[4096], record[1024];
-  snprintf(config, sizeof config,
-           "{\"project_dir\": \"%s/run\", \"data\": {\"files\": \"%s\", \"mode\": \"group_texts\", \"block_size\": 16}}",
-           scratch, text);
+  snprintf(
+      config, sizeof config,
+      "{\"project_dir\": \"%s/run\", \"data\": {\"files\": \"%s\", \"mode\": \"group_texts\", \"block_size\": 16}}",
+      scratch, text);
   acc_accelerator* accel = NULL;
   EXPECT(acc_accelerator_create(config, &accel) == ACC_OK);
   EXPECT(acc_dataset_from_config(accel, tok, &ds) == ACC_OK);
@@ -230,10 +234,12 @@ static int checks(const char* root, const char* scratch) {
   EXPECT(strstr(text_of_record, "\"block_size\": 16") != NULL);
   accel = NULL;
   EXPECT(acc_accelerator_create("{\"data\": {\"mode\": \"tokenize\"}}", &accel) == ACC_OK);
-  EXPECT_ERR(acc_dataset_from_config(accel, tok, &ds), ACC_ERR_INVALID_CONFIG, "'data.files' = null (from the default)");
+  EXPECT_ERR(acc_dataset_from_config(accel, tok, &ds), ACC_ERR_INVALID_CONFIG,
+             "'data.files' = null (from the default)");
   acc_accelerator_destroy(accel);
   accel = NULL;
-  EXPECT_ERR(acc_accelerator_create("{\"data\": {\"block_size\": 0}}", &accel), ACC_ERR_INVALID_CONFIG, "data.block_size");
+  EXPECT_ERR(acc_accelerator_create("{\"data\": {\"block_size\": 0}}", &accel), ACC_ERR_INVALID_CONFIG,
+             "data.block_size");
   EXPECT_ERR(acc_accelerator_create("{\"data\": {\"packing_strategy\": \"best\"}}", &accel), ACC_ERR_INVALID_CONFIG,
              "data.packing_strategy");
   EXPECT(accel == NULL);

@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   EXPECT(m == NULL);
   /* Weights converted on their way to the disk need an offload folder, which must be writable; in bfloat16 with
    * a folder, the dispatched model generates. */
-  const char* disk_bf16 = "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"30KB\"}, \"dtype\": \"bfloat16\"";
+  const char* disk_bf16 =
+      "{\"device_map\": \"sequential\", \"max_memory\": {\"cpu\": \"30KB\"}, \"dtype\": \"bfloat16\"";
   char opts[512];
   snprintf(opts, sizeof opts, "%s}", disk_bf16);
   EXPECT_ERR(acc_model_from_pretrained(llama, opts, &m), ACC_ERR_INVALID_ARGUMENT, "offload_folder");
@@ -228,8 +229,9 @@ int main(int argc, char** argv) {
   {
     /* AutoModelForCausalLM.from_config: a config naming only its model_type builds that family's causal LM, and
      * save_pretrained names the class, so that from_pretrained (libacc's or transformers') reads it back. */
-    const char* typed = "{\"model_type\": \"qwen2\", \"vocab_size\": 32, \"hidden_size\": 8, \"intermediate_size\": 16, "
-                        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1}";
+    const char* typed =
+        "{\"model_type\": \"qwen2\", \"vocab_size\": 32, \"hidden_size\": 8, \"intermediate_size\": 16, "
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1}";
     acc_model *q = NULL, *back = NULL;
     EXPECT_OK(acc_model_from_config(typed, NULL, &q));
     char dir[] = "/tmp/acc_hf_typed_XXXXXX";
@@ -257,8 +259,9 @@ int main(int argc, char** argv) {
   }
   EXPECT_ERR(acc_model_from_config("not json", NULL, &f1), ACC_ERR_INVALID_ARGUMENT, "malformed JSON at line 1");
   /* config.json's values and JSON as transformers reads them, checked before a layer is built (issue 23). */
-#define SMALL_LLAMA "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 16, \"hidden_size\": 8, " \
-                    "\"intermediate_size\": 16, \"num_attention_heads\": 2, "
+#define SMALL_LLAMA                                                                      \
+  "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 16, \"hidden_size\": 8, " \
+  "\"intermediate_size\": 16, \"num_attention_heads\": 2, "
   EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1000000}", NULL, &f1), ACC_ERR_INVALID_ARGUMENT,
              "'num_hidden_layers' must be an integer between 1 and 65536");
   EXPECT_ERR(acc_model_from_config(SMALL_LLAMA "\"num_hidden_layers\": 1, \"rms_norm_eps\": -1}", NULL, &f1),
@@ -284,10 +287,11 @@ int main(int argc, char** argv) {
 
   /* An explicit device map: every key a module or parameter of the model, every weight placed. */
   acc_model* mapped = NULL;
-  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"model.layers.7\": \"cpu\", \"\": \"cpu\"}}", &mapped),
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"model.layers.7\": \"cpu\", \"\": \"cpu\"}}",
+                                       &mapped),
              ACC_ERR_INVALID_CONFIG, "'model.layers.7', which the model does not have");
-  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"model\": \"cpu\"}}", &mapped), ACC_ERR_INVALID_CONFIG,
-             "leaves 'lm_head.weight' out");
+  EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"model\": \"cpu\"}}", &mapped),
+             ACC_ERR_INVALID_CONFIG, "leaves 'lm_head.weight' out");
   EXPECT_ERR(acc_model_from_pretrained(llama, "{\"device_map\": {\"\": \"gpu\"}}", &mapped), ACC_ERR_INVALID_CONFIG,
              "device_map['']");
   /* Accelerate's map of transformers' model, as it writes it: with the weightless model.rotary_emb. */
@@ -311,7 +315,8 @@ int main(int argc, char** argv) {
   EXPECT_ERR(acc_generate(m, x, short_mask, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "attention_mask");
   acc_model* mlp;
   CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [2, 2]}", &mlp));
-  EXPECT_ERR(acc_generate(mlp, x, NULL, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT, "not a causal language model");
+  EXPECT_ERR(acc_generate(mlp, x, NULL, NULL, NULL, NULL, &out), ACC_ERR_INVALID_ARGUMENT,
+             "not a causal language model");
   EXPECT(out == NULL);
   acc_model_destroy(mlp);
   acc_tensor_destroy(short_mask);

@@ -165,7 +165,8 @@ static float first_weight(acc_model* m) {
 static void test_grad_scaler(void) {
   acc_accelerator* acc = NULL;
   EXPECT_OK(acc_accelerator_create("{\"mixed_precision\": \"fp16\", \"seed\": 3,"
-                                   " \"grad_scaler_kwargs\": {\"init_scale\": 256, \"growth_interval\": 3}}", &acc));
+                                   " \"grad_scaler_kwargs\": {\"init_scale\": 256, \"growth_interval\": 3}}",
+                                   &acc));
   acc_model* m;
   acc_optimizer* o;
   acc_scheduler* s;
@@ -256,7 +257,8 @@ static void test_batch_size_search(void) {
   for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i) same &= seen[i + 1] == want[i];
   EXPECT(same);
   EXPECT_ERR(acc_find_executable_batch_size(4, always_oom, NULL, &found), ACC_ERR_OUT_OF_MEMORY, "reached zero");
-  EXPECT_ERR(acc_find_executable_batch_size(0, fake_step, seen, &found), ACC_ERR_INVALID_ARGUMENT, "starting_batch_size");
+  EXPECT_ERR(acc_find_executable_batch_size(0, fake_step, seen, &found), ACC_ERR_INVALID_ARGUMENT,
+             "starting_batch_size");
 }
 
 static void test_single_process_helpers(void) {

@@ -24,8 +24,9 @@ static char g_config[16384];
 
 static void make_config(void) {
   /* 4 named values, 150 numbered ones, and one longer than MLflow's 6000 characters (skipped with a warning). */
-  int n = snprintf(g_config, sizeof g_config, "{\"lr\": 0.001, \"batch_size\": 32, \"model\": {\"name\": \"mlp\"}, "
-                                              "\"amp\": false");
+  int n = snprintf(g_config, sizeof g_config,
+                   "{\"lr\": 0.001, \"batch_size\": 32, \"model\": {\"name\": \"mlp\"}, "
+                   "\"amp\": false");
   for (int i = 0; i < 150; ++i) n += snprintf(g_config + n, sizeof g_config - (size_t)n, ", \"p%03d\": %d", i, i);
   n += snprintf(g_config + n, sizeof g_config - (size_t)n, ", \"long\": \"");
   for (int i = 0; i < 6001; ++i) g_config[n++] = 'x';
@@ -54,10 +55,12 @@ static void log_run(const char* uri) {
   /* More metrics in one call than one log-batch request may hold (1000). */
   static char many[65536];
   int n = snprintf(many, sizeof many, "{");
-  for (int i = 0; i < 1500; ++i) n += snprintf(many + n, sizeof many - (size_t)n, "%s\"m/%04d\": %d", i ? ", " : "", i, i);
+  for (int i = 0; i < 1500; ++i)
+    n += snprintf(many + n, sizeof many - (size_t)n, "%s\"m/%04d\": %d", i ? ", " : "", i, i);
   snprintf(many + n, sizeof many - (size_t)n, "}");
   EXPECT_OK(acc_log(acc, many, 10));
-  EXPECT_OK(acc_log(acc, "{\"nan\": NaN, \"inf\": Infinity, \"ninf\": -Infinity, \"note\": \"text\", \"flag\": true}", 11));
+  EXPECT_OK(acc_log(acc, "{\"nan\": NaN, \"inf\": Infinity, \"ninf\": -Infinity, \"note\": \"text\", \"flag\": true}",
+                    11));
   /* A name MLflow refuses fails before anything is sent. */
   EXPECT_ERR(acc_log(acc, "{\"bad*name\": 1}", 12), ACC_ERR_INVALID_ARGUMENT, "bad*name");
   EXPECT_OK(acc_log(acc, "{\"final\": 1}", -1));

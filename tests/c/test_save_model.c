@@ -146,10 +146,8 @@ static int prepared_run(const char* dir) {
    * ACC_ERR_DISTRIBUTED ("failed on another process"). */
   snprintf(file, sizeof file, "%s/out/model-00001-of-00005.safetensors/x", dir);
   acc_status st = acc_save_model(gpt, file, NULL);
-  if (rank == 0)
-    EXPECT(st != ACC_OK && strstr(acc_last_error_message(), "model-00001-of-00005.safetensors") != NULL);
-  else
-    EXPECT(st == ACC_ERR_DISTRIBUTED && strstr(acc_last_error_message(), "another process") != NULL);
+  if (rank == 0) EXPECT(st != ACC_OK && strstr(acc_last_error_message(), "model-00001-of-00005.safetensors") != NULL);
+  else EXPECT(st == ACC_ERR_DISTRIBUTED && strstr(acc_last_error_message(), "another process") != NULL);
   /* Still usable afterwards. */
   CHECK(acc_save_model(gpt, out, NULL));
   EXPECT(exists(out, "model.safetensors") && !exists(out, "model.safetensors.index.json"));

@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   const char* texts[] = {"Hello world!", "A longer sentence, with more tokens in it."};
   size_t lengths[] = {strlen(texts[0]), strlen(texts[1])};
   acc_encoding* enc = NULL;
-  EXPECT_OK(acc_tokenizer_encode(tok, texts, lengths, NULL, NULL, 2, "{\"padding\": true, \"padding_side\": \"left\"}", &enc));
+  EXPECT_OK(acc_tokenizer_encode(tok, texts, lengths, NULL, NULL, 2, "{\"padding\": true, \"padding_side\": \"left\"}",
+                                 &enc));
   int64_t rows = 0;
   EXPECT_OK(acc_encoding_count(enc, &rows));
   EXPECT(rows == 2);
@@ -173,7 +174,8 @@ int main(int argc, char** argv) {
   EXPECT_OK(acc_model_from_config(config, NULL, &model));
   Pieces p = {{0}, 0, 0};
   char* out = NULL;
-  EXPECT_OK(acc_generate_text(model, tok, "Hello", "{\"max_new_tokens\": 12, \"eos_token_id\": []}", on_piece, &p, &out));
+  EXPECT_OK(acc_generate_text(model, tok, "Hello", "{\"max_new_tokens\": 12, \"eos_token_id\": []}", on_piece, &p,
+                              &out));
   EXPECT(out && strcmp(out, p.text) == 0 && p.calls >= 1);
   size_t full_len = out ? strlen(out) : 0;
   acc_text_free(out);

@@ -28,7 +28,8 @@
 static const char* kConfig = "{\"lr\": 0.001, \"batch_size\": 32, \"model\": {\"name\": \"mlp\"}, \"amp\": false}";
 
 static void write_run(acc_accelerator* acc) {
-  CHECK(acc_init_trackers(acc, "demo", kConfig, "{\"mlflow\": {\"run_name\": \"c-run\"}, \"wandb\": {\"name\": \"c-run\"}}"));
+  CHECK(acc_init_trackers(acc, "demo", kConfig,
+                          "{\"mlflow\": {\"run_name\": \"c-run\"}, \"wandb\": {\"name\": \"c-run\"}}"));
   for (int s = 0; s < 10; ++s) {
     char values[128];
     snprintf(values, sizeof values, "{\"loss\": %.17g, \"lr\": %.17g}", 1.0 / (s + 1), 0.001 * (10 - s) / 10);
@@ -47,8 +48,10 @@ static void write_wandb_run(acc_accelerator* acc) {
                           "{\"wandb\": {\"name\": \"entra\u00eenement \u2713 \u8bad\u7ec3\", \"entity\": \"team\", "
                           "\"tags\": [\"c\", \"\u00fc\"], \"notes\": \"n\", \"group\": \"g\", \"job_type\": \"train\", "
                           "\"id\": \"libacc01\", \"config\": {\"seed\": 7}}}"));
-  CHECK(acc_log(acc, "{\"loss\": NaN, \"up\": Infinity, \"down\": -Infinity, \"ok\": true, \"none\": null, "
-                     "\"text\": \"\u00e9\"}", 0));
+  CHECK(acc_log(acc,
+                "{\"loss\": NaN, \"up\": Infinity, \"down\": -Infinity, \"ok\": true, \"none\": null, "
+                "\"text\": \"\u00e9\"}",
+                0));
   CHECK(acc_log(acc, "{\"loss\": 0.5}", 1));
   CHECK(acc_log(acc, "{\"extra\": 2}", 1));  /* the same row as loss */
   CHECK(acc_log(acc, "{\"late\": 3}", 0));   /* below the current step: dropped with a warning, as wandb */
@@ -123,8 +126,7 @@ static void check_wandb(const char* dir) {
              "unknown mode \"fast\"");
   EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, "{\"wandb\": {\"id\": \"../x\"}}"), ACC_ERR_INVALID_ARGUMENT,
              "run id \"../x\"");
-  EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, "{\"wandb\": {\"tags\": [1]}}"), ACC_ERR_INVALID_ARGUMENT,
-             "tags");
+  EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, "{\"wandb\": {\"tags\": [1]}}"), ACC_ERR_INVALID_ARGUMENT, "tags");
   EXPECT_ERR(acc_init_trackers(acc, "a#b", NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "project name \"a#b\"");
   setenv("WANDB_MODE", "online", 1);
   EXPECT_ERR(acc_init_trackers(acc, "demo", NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "from WANDB_MODE");
@@ -264,8 +266,8 @@ int main(int argc, char** argv) {
   acc_accelerator_destroy(acc);
 
   /* Every tracker, under project_dir. */
-  snprintf(json, sizeof json, "{\"log_with\": [\"tensorboard\", \"jsonl\", \"csv\", \"mlflow\"], \"project_dir\": \"%s\"}",
-           dir);
+  snprintf(json, sizeof json,
+           "{\"log_with\": [\"tensorboard\", \"jsonl\", \"csv\", \"mlflow\"], \"project_dir\": \"%s\"}", dir);
   acc = create(json);
   EXPECT_ERR(acc_log(acc, "{\"loss\": 1}", 0), ACC_ERR_INVALID_STATE, "init_trackers first");
   EXPECT_ERR(acc_init_trackers(acc, "demo", "[1]", NULL), ACC_ERR_INVALID_ARGUMENT, "JSON object");

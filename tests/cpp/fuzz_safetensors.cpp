@@ -26,9 +26,29 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const std::string valid_path = (dir / "valid.safetensors").string(), path = (dir / "fuzz.safetensors").string();
   std::mt19937_64 rng(20261123);
-  const char* fragments[] = {"{", "}", "[", "]", ",", ":", "\"", "-1", "1e308", "null", "\"F32\"", "\"BF16\"", "\"I64\"",
-                             "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"", "18446744073709551615",
-                             "9007199254740993", "0.5", "\\u0000", "[0,0]", "[4294967296]"};
+  const char* fragments[] = {"{",
+                             "}",
+                             "[",
+                             "]",
+                             ",",
+                             ":",
+                             "\"",
+                             "-1",
+                             "1e308",
+                             "null",
+                             "\"F32\"",
+                             "\"BF16\"",
+                             "\"I64\"",
+                             "\"dtype\"",
+                             "\"shape\"",
+                             "\"data_offsets\"",
+                             "\"__metadata__\"",
+                             "18446744073709551615",
+                             "9007199254740993",
+                             "0.5",
+                             "\\u0000",
+                             "[0,0]",
+                             "[4294967296]"};
   long runs = 0, loaded = 0, refused = 0;
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
@@ -61,7 +81,8 @@ int main(int argc, char** argv) {
           bytes.insert(8 + rng() % (header_end - 8), fragments[rng() % std::size(fragments)]);
           break;
         case 2:  // another header length
-          for (int b = 0; b < 8; ++b) bytes[b] = b < 2 || rng() % 8 == 0 ? static_cast<char>(rng()) : bytes[b];  // size > 8 here
+          for (int b = 0; b < 8; ++b)
+            bytes[b] = b < 2 || rng() % 8 == 0 ? static_cast<char>(rng()) : bytes[b];  // size > 8 here
           break;
         case 3:  // cut short
           bytes.resize(rng() % (bytes.size() + 1));

@@ -65,8 +65,9 @@ TEST(DLPack, RoundTripIsZeroCopyAndDeletesOnce) {
     int64_t dim0;
     const char* says;
   };
-  for (const Case& c : {Case{2, true, false, 2, "shape is NULL with ndim 2"}, Case{-1, false, false, 2, "ndim -1"},
-                        Case{1, false, false, -3, "shape[0] = -3"}, Case{1, false, true, 2, "data is NULL for 2 elements"}}) {
+  for (const Case& c :
+       {Case{2, true, false, 2, "shape is NULL with ndim 2"}, Case{-1, false, false, 2, "ndim -1"},
+        Case{1, false, false, -3, "shape[0] = -3"}, Case{1, false, true, 2, "data is NULL for 2 elements"}}) {
     DLManagedTensorVersioned* bad = counted_dlpack(at::ones({2}));
     int64_t* shape = bad->dl_tensor.shape;
     bad->dl_tensor.ndim = c.ndim;
@@ -141,7 +142,8 @@ def forward(self, input_ids, attention_mask, labels, scale: float = 1.0):
   auto path = (dir / "masked.pt").string();
   m.save(path);
   acc_model* model = nullptr;
-  ASSERT_EQ(acc_model_load_torchscript(path.c_str(), R"({"loss": "none"})", &model), ACC_OK) << acc_last_error_message();
+  ASSERT_EQ(acc_model_load_torchscript(path.c_str(), R"({"loss": "none"})", &model), ACC_OK)
+      << acc_last_error_message();
 
   auto tensor = [](std::vector<float> v) {
     acc_tensor* t = nullptr;

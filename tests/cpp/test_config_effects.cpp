@@ -76,7 +76,8 @@ TEST(DdpKwargs, GradientAsBucketViewMakesGradientsViewsOfTheBucketsWithEqualValu
         EXPECT_EQ(grad_storages(net.params), net.params.size()) << "each gradient its own tensor, beside the buckets";
         continue;
       }
-      EXPECT_EQ(grad_storages(net.params), reducer.num_buckets()) << "step " << step << ": the gradients are the buckets";
+      EXPECT_EQ(grad_storages(net.params), reducer.num_buckets())
+          << "step " << step << ": the gradients are the buckets";
       if (step == 1)
         for (size_t i = 0; i < net.params.size(); ++i)
           EXPECT_EQ(net.params[i].grad().data_ptr(), before[i]) << net.names[i] << ": accumulated in place, not moved";
@@ -205,18 +206,21 @@ TEST(DevicePlacement, FalseLeavesTheModelOnItsOwnDevice) {
 
 TEST(AcceleratorKeys, RefusedByNameWhereThisProcessCannotHonourThem) {
   if (!cuda::default_generators().empty()) GTEST_SKIP() << "a CUDA machine: both are honoured there";
-  for (const char* json : {R"({"rng_types": ["generator", "cuda"]})", R"({"init_process_group_kwargs": {"backend": "NCCL"}})"}) {
+  for (const char* json :
+       {R"({"rng_types": ["generator", "cuda"]})", R"({"init_process_group_kwargs": {"backend": "NCCL"}})"}) {
     try {
       Accelerator::create(json);
       ADD_FAILURE() << json << " must be refused on the CPU";
     } catch (const config::Error& e) {
       const std::string m = e.what();
-      EXPECT_TRUE(m.find("'rng_types'") != std::string::npos || m.find("'init_process_group_kwargs.backend'") != std::string::npos)
+      EXPECT_TRUE(m.find("'rng_types'") != std::string::npos ||
+                  m.find("'init_process_group_kwargs.backend'") != std::string::npos)
           << m;
       EXPECT_NE(m.find("acc_accelerator_create"), std::string::npos) << "the source: " << m;
     }
   }
-  EXPECT_NO_THROW(Accelerator::create(R"({"rng_types": ["torch", "generator"], "init_process_group_kwargs": {"backend": "gloo"}})"));
+  EXPECT_NO_THROW(Accelerator::create(
+      R"({"rng_types": ["torch", "generator"], "init_process_group_kwargs": {"backend": "gloo"}})"));
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ TEST(Ddp, BucketsFollowTheCapsAndLaunchDuringBackward) {
   std::vector<at::Tensor> local;
   for (auto& p : params) local.push_back(p.grad().clone());
   reducer.finalize_backward();
-  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::allclose(params[i].grad(), local[i]));  // world 1: mean = itself
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_TRUE(at::allclose(params[i].grad(), local[i]));  // world 1: mean = itself
 }
 
 TEST(Ddp, CompressionHooksHalveTheTraffic) {
@@ -152,7 +153,8 @@ TEST(Ddp, BatchedPowerSgdAndCompressionWrappers) {
       at::Tensor padded = at::zeros({side * side});
       padded.narrow(0, 0, elements).copy_(at::cat(pieces));
       // (In 16 bits the product P Q^T is rounded: rank 2 up to that rounding, about 1e-2 relative for bf16.)
-      const std::optional<double> rtol = wrapper == at::ScalarType::Undefined ? std::nullopt : std::optional<double>(2e-2);
+      const std::optional<double> rtol = wrapper == at::ScalarType::Undefined ? std::nullopt
+                                                                              : std::optional<double>(2e-2);
       at::Tensor rows = padded.view({side, side}).narrow(0, 0, elements / side);
       EXPECT_LE(at::linalg_matrix_rank(rows, std::nullopt, rtol, false).item<int64_t>(), 2) << wrapper;
       bool changed = false;

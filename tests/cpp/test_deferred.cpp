@@ -129,12 +129,12 @@ TEST(Zero3Init, AStrategyThatDoesNotShardGetsTheWholeModel) {
   set_seed(5, false);
   auto whole = hf::from_config(kLlama, nullptr);
   set_seed(5, false);
-  auto slot = std::make_shared<ModelSlot>();
+  auto slot = std::make_shared<PreparedModel>();
   {
     Zero3Init flag;
     slot->model = hf::from_config(kLlama, nullptr);
   }
-  auto opt = std::make_shared<OptimizerSlot>();
+  auto opt = std::make_shared<PreparedOptimizer>();
   opt->model = slot;
   opt->opt = make_optimizer(*slot->model, R"({"type": "sgd", "lr": 0.1})");
   auto acc = Accelerator::create("{}");

@@ -51,7 +51,8 @@ ModuleTree tree_of(const Value& model) {
     if (name.empty()) continue;
     const size_t dot = name.rfind('.');
     const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
-    tree.modules[index.at(parent)].children.emplace_back(name.substr(dot == std::string::npos ? 0 : dot + 1), index[name]);
+    tree.modules[index.at(parent)].children.emplace_back(name.substr(dot == std::string::npos ? 0 : dot + 1),
+                                                         index[name]);
   }
   std::map<std::string, ModuleTree::Tensor> tensors;
   const auto add = [&](const std::string& name, const ModuleTree::Tensor& t, bool buffer) {
@@ -72,7 +73,8 @@ ModuleTree tree_of(const Value& model) {
   for (const Value& g : item(model, "tied_parameters").elements()) {
     std::vector<std::string> group;
     for (const Value& p : g.elements()) group.push_back(p.as_string());
-    const auto present = std::find_if(group.begin(), group.end(), [&](const std::string& p) { return tensors.count(p); });
+    const auto present =
+        std::find_if(group.begin(), group.end(), [&](const std::string& p) { return tensors.count(p); });
     for (const auto& p : group)
       if (!tensors.count(p) && present != group.end()) add(p, tensors.at(*present), false);
     tree.tied.push_back(group);

@@ -140,13 +140,15 @@ TEST_P(CausalFixture, PackedSamplesDoNotAttendToEachOther) {
   EXPECT_LT((packed.slice(1, 0, cut) - alone_a).abs().max().item<double>(), 1e-4) << name;
   EXPECT_LT((packed.slice(1, cut) - alone_b).abs().max().item<double>(), 1e-4) << name;
   // The same ids and positions with an all-ones attention_mask: one sequence whose second part sees the first.
-  const at::Tensor masked = model->forward(TensorDict{{"input_ids", row}, {"position_ids", pos},
-                                                      {"attention_mask", at::ones_like(row)}}).at("logits");
+  const at::Tensor masked =
+      model->forward(TensorDict{{"input_ids", row}, {"position_ids", pos}, {"attention_mask", at::ones_like(row)}})
+          .at("logits");
   EXPECT_GT((masked.slice(1, cut) - alone_b).abs().max().item<double>(), 1e-3) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, CausalFixture,
-                         testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral", "gpt2"));
+                         testing::Values("llama", "llama_linear", "llama_dynamic", "mistral", "qwen2", "mixtral",
+                                         "gpt2"));
 
 // transformers gives these families' token embedding config.pad_token_id as nn.Embedding's padding_idx: the lookup
 // gives that row no gradient. tests/hf/make_embedding_grads.py recorded the embedding's gradient after one backward
@@ -200,8 +202,8 @@ TEST_P(PaddedGradient, EqualsTransformersSdpaThroughFullyMaskedRows) {
   std::map<std::string, at::Tensor> e;
   for (auto& [k, t] : load_safetensors(g_fixtures + "/" + name + "/padded_grads.safetensors")) e[k] = t.clone();
   auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", R"({"dtype": "float32"})");
-  TensorDict out = model->forward(
-      TensorDict{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}, {"labels", e["labels"]}});
+  TensorDict out = model->forward(TensorDict{
+      {"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}, {"labels", e["labels"]}});
   out.at("loss").backward();
   const double loss = std::abs(out.at("loss").item<double>() - e["loss"].item<double>());
   const double logits = (out.at("logits") - e["logits"]).abs().max().item<double>();
@@ -230,7 +232,8 @@ INSTANTIATE_TEST_SUITE_P(Transformers, PaddedGradient, testing::Values("llama", 
 TEST(FromPretrained, BertClassifierEqualsTransformers) {
   auto e = expected_of("bert");
   for (const char* dtype : {"float32", "bfloat16"}) {
-    auto model = hf::from_pretrained(g_fixtures + "/bert/model", (std::string(R"({"dtype": ")") + dtype + "\"}").c_str());
+    auto model =
+        hf::from_pretrained(g_fixtures + "/bert/model", (std::string(R"({"dtype": ")") + dtype + "\"}").c_str());
     TensorDict out = model->forward(TensorDict{{"input_ids", e["input_ids"]},
                                                {"attention_mask", e["attention_mask"]},
                                                {"token_type_ids", e["token_type_ids"]},
@@ -263,7 +266,8 @@ std::string error_of(const std::function<void()>& f) {
 TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
   namespace fs = std::filesystem;
   const char* keep = std::getenv("ACC_HF_SAVED");
-  const fs::path root = keep ? fs::path(keep) : fs::temp_directory_path() / ("acc_hf_saved_" + std::to_string(::getpid()));
+  const fs::path root = keep ? fs::path(keep)
+                             : fs::temp_directory_path() / ("acc_hf_saved_" + std::to_string(::getpid()));
   for (const char* name : {"llama", "mistral", "qwen2", "mixtral", "gpt2", "bert"}) {
     auto e = expected_of(name);
     auto model = hf::from_pretrained(g_fixtures + "/" + name + "/model", nullptr);
@@ -275,7 +279,7 @@ TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
     TensorDict in{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}};
     if (e.count("token_type_ids")) in.set("token_type_ids", e["token_type_ids"]);
     at::Tensor logits = model->forward(in).at("logits");
-    ModelSlot slot{std::shared_ptr<Model>(std::move(model)), nullptr, nullptr};
+    PreparedModel slot{std::shared_ptr<Model>(std::move(model)), nullptr, nullptr};
     const std::string dir = (root / name).string();
     save_pretrained(slot, dir, std::string(name) == "llama" ? "20KB" : "");
     EXPECT_EQ(fs::exists(fs::path(dir) / "model.safetensors.index.json"), std::string(name) == "llama") << name;
@@ -302,7 +306,7 @@ TEST(FromPretrained, SavePretrainedWritesTheConfigAsJson) {
   const std::string original = config::read_file(g_fixtures + "/llama/model/config.json");
   const json::Document fixture = json::Document::object(original, "fixture");
   auto saved = [&](const std::string& name, const std::string& text) {
-    ModelSlot slot{std::shared_ptr<Model>(hf::from_config(text, R"({"dtype": "bfloat16"})")), nullptr, nullptr};
+    PreparedModel slot{std::shared_ptr<Model>(hf::from_config(text, R"({"dtype": "bfloat16"})")), nullptr, nullptr};
     save_pretrained(slot, (tmp / name).string(), "");
     return config::read_file((tmp / name / "config.json").string());
   };
@@ -411,7 +415,8 @@ TEST(FromPretrained, BadInputIsNamed) {
   EXPECT_NE(error_of([&] { hf::from_pretrained(no_config, nullptr); }).find("config.json"), std::string::npos);
   const std::string no_weights = copy("no_weights");
   fs::remove(fs::path(no_weights) / "model.safetensors");
-  EXPECT_NE(error_of([&] { hf::from_pretrained(no_weights, nullptr); }).find("no model.safetensors"), std::string::npos);
+  EXPECT_NE(error_of([&] { hf::from_pretrained(no_weights, nullptr); }).find("no model.safetensors"),
+            std::string::npos);
   // An architecture libacc lacks: named, with the list of those it has.
   const std::string other = copy("other");
   std::ofstream(fs::path(other) / "config.json") << R"({"architectures": ["T5ForConditionalGeneration"]})";
@@ -441,7 +446,8 @@ TEST(FromPretrained, BadInputIsNamed) {
   const std::string shard = error_of([&] { hf::from_pretrained(sharded, nullptr); });
   EXPECT_NE(shard.find("model-00002-of-00003.safetensors"), std::string::npos) << shard;
   EXPECT_NE(shard.find("is missing"), std::string::npos) << shard;
-  EXPECT_NE(error_of([&] { hf::from_pretrained(src.string(), R"({"dtype": "int8"})"); }).find("dtype"), std::string::npos);
+  EXPECT_NE(error_of([&] { hf::from_pretrained(src.string(), R"({"dtype": "int8"})"); }).find("dtype"),
+            std::string::npos);
   fs::remove_all(tmp);
 }
 
@@ -478,7 +484,9 @@ TEST(Generate, TokenIdsOutsideTheVocabularyAreRefusedFirst) {
   auto model = hf::from_pretrained(g_fixtures + "/llama/model", nullptr);
   auto& lm = dynamic_cast<hf::CausalLM&>(*model);
   auto run = [&](hf::CausalLM& m, Model& mm, const char* json) {
-    return error_of([&] { hf::generate(mm, e["prompt_ids"], {}, hf::parse_generation_options(json, m.generation_defaults)); });
+    return error_of([&] {
+      hf::generate(mm, e["prompt_ids"], {}, hf::parse_generation_options(json, m.generation_defaults));
+    });
   };
   std::string err = run(lm, *model, R"({"max_new_tokens": 4, "pad_token_id": 1000, "eos_token_id": 5})");
   EXPECT_NE(err.find("pad_token_id 1000 (from generation options) is not a token of the model's vocabulary [0, 96)"),
@@ -544,8 +552,8 @@ TEST(FromPretrained, FolderFilesAreRegularAndBounded) {
   };
   const auto fifo = [](const fs::path& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0); };
   const auto zero = [](const fs::path& p) { fs::create_symlink("/dev/zero", p); };
-  for (const char* name : {"config.json", "generation_config.json", "model.safetensors.index.json",
-                           "model-00002-of-00003.safetensors"}) {
+  for (const char* name :
+       {"config.json", "generation_config.json", "model.safetensors.index.json", "model-00002-of-00003.safetensors"}) {
     for (const auto& make : {std::function<void(const fs::path&)>(fifo), std::function<void(const fs::path&)>(zero)}) {
       const auto [dir, file] = replaced("llama", name, make);
       const std::string err = error_of([&] { hf::from_pretrained(dir, nullptr); });
@@ -576,14 +584,16 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
   // A small config of `arch`, `changes` set (an empty value removes the key).
   auto config = [](const std::string& arch, const std::map<std::string, std::string>& changes) {
     std::map<std::string, std::string> keys;
-    if (arch == "GPT2LMHeadModel")
-      keys = {{"vocab_size", "16"}, {"n_embd", "8"}, {"n_layer", "1"}, {"n_head", "2"}};
+    if (arch == "GPT2LMHeadModel") keys = {{"vocab_size", "16"}, {"n_embd", "8"}, {"n_layer", "1"}, {"n_head", "2"}};
     else if (arch == "BertForSequenceClassification")
-      keys = {{"vocab_size", "16"}, {"hidden_size", "8"}, {"num_hidden_layers", "1"}, {"num_attention_heads", "2"},
+      keys = {{"vocab_size", "16"},
+              {"hidden_size", "8"},
+              {"num_hidden_layers", "1"},
+              {"num_attention_heads", "2"},
               {"intermediate_size", "16"}};
     else
-      keys = {{"vocab_size", "16"}, {"hidden_size", "8"}, {"intermediate_size", "16"}, {"num_hidden_layers", "1"},
-              {"num_attention_heads", "2"}, {"num_key_value_heads", "2"}};
+      keys = {{"vocab_size", "16"},       {"hidden_size", "8"},         {"intermediate_size", "16"},
+              {"num_hidden_layers", "1"}, {"num_attention_heads", "2"}, {"num_key_value_heads", "2"}};
     if (arch == "MixtralForCausalLM") keys.insert({{"num_local_experts", "4"}, {"num_experts_per_tok", "2"}});
     for (const auto& [k, v] : changes) {
       if (v.empty()) keys.erase(k);
@@ -600,26 +610,38 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {llama, {{"rope_scaling", "[2.0]"}}, "'rope_scaling' must be an object"},
       {llama, {{"rope_theta", "-10000"}}, "'rope_theta' must be a number above 0; got -10000"},
       {llama, {{"rope_theta", "0"}}, "'rope_theta' must be a number above 0"},
-      {llama, {{"rope_parameters", R"({"rope_type": "default", "rope_theta": -1})"}},
+      {llama,
+       {{"rope_parameters", R"({"rope_type": "default", "rope_theta": -1})"}},
        "'rope_parameters.rope_theta' must be a number above 0"},
-      {llama, {{"rope_parameters", R"({"rope_type": "linear", "factor": 0})"}},
+      {llama,
+       {{"rope_parameters", R"({"rope_type": "linear", "factor": 0})"}},
        "'rope_parameters.factor' must be a number above 0; got 0"},
-      {llama, {{"rope_scaling", R"({"type": "dynamic", "factor": -2.0})"}}, "'rope_scaling.factor' must be a number above 0"},
+      {llama,
+       {{"rope_scaling", R"({"type": "dynamic", "factor": -2.0})"}},
+       "'rope_scaling.factor' must be a number above 0"},
       {llama, {{"rope_parameters", R"({"rope_type": "linear"})"}}, "'rope_parameters.factor' is missing"},
-      {llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 4})"}},
+      {llama,
+       {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 4})"}},
        "'rope_parameters.high_freq_factor' must be above 'low_freq_factor'"},
-      {llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "high_freq_factor": 4})"}},
+      {llama,
+       {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "high_freq_factor": 4})"}},
        "'rope_parameters.low_freq_factor' is missing"},
-      {llama, {{"rope_parameters", R"({"rope_type": "default", "partial_rotary_factor": 0.5})"}},
+      {llama,
+       {{"rope_parameters", R"({"rope_type": "default", "partial_rotary_factor": 0.5})"}},
        "'rope_parameters.partial_rotary_factor' must be 1"},
-      {llama, {{"rope_parameters", R"({"full_attention": {"rope_type": "default"}})"}},
+      {llama,
+       {{"rope_parameters", R"({"full_attention": {"rope_type": "default"}})"}},
        "'rope_parameters.full_attention' is an object"},
       {llama, {{"max_position_embeddings", "-1"}}, "'max_position_embeddings' must be an integer between 1 and"},
       {llama, {{"vocab_size", "16.5"}}, "'vocab_size' must be an integer between 1 and"},
       {llama, {{"hidden_size", "0"}}, "'hidden_size' must be an integer between 1 and"},
-      {llama, {{"num_hidden_layers", "1000000"}}, "'num_hidden_layers' must be an integer between 1 and 65536 (the limit)"},
+      {llama,
+       {{"num_hidden_layers", "1000000"}},
+       "'num_hidden_layers' must be an integer between 1 and 65536 (the limit)"},
       {llama, {{"num_attention_heads", "3"}}, "'hidden_size' (8) must be a multiple of 'num_attention_heads' (3)"},
-      {llama, {{"num_key_value_heads", "3"}}, "'num_attention_heads' (2) must be a multiple of 'num_key_value_heads' (3)"},
+      {llama,
+       {{"num_key_value_heads", "3"}},
+       "'num_attention_heads' (2) must be a multiple of 'num_key_value_heads' (3)"},
       {llama, {{"head_dim", "3"}}, "'head_dim' must be even"},
       {llama, {{"attention_dropout", "1.5"}}, "'attention_dropout' must be a number between 0 and 1"},
       {llama, {{"initializer_range", "2"}}, "'initializer_range' must be a number between 0 and 1"},
@@ -627,7 +649,8 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {llama, {{"intermediate_size", ""}}, "'intermediate_size' is missing"},
       {"MistralForCausalLM", {{"sliding_window", "0"}}, "'sliding_window' must be an integer between 1 and"},
       // Missing, MistralConfig's and MixtralConfig's default 8 (null: num_attention_heads, accepted below).
-      {"MistralForCausalLM", {{"num_key_value_heads", ""}},
+      {"MistralForCausalLM",
+       {{"num_key_value_heads", ""}},
        "'num_attention_heads' (2) must be a multiple of 'num_key_value_heads' (8, the default when it is missing)"},
       {"Qwen2ForCausalLM", {{"max_window_layers", "-1"}}, "'max_window_layers' must be an integer between 0 and"},
       // Values transformers honours and libacc's models do not have: refused by name, never ignored.
@@ -635,13 +658,18 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {"BertForSequenceClassification", {{"is_decoder", "true"}}, "'is_decoder' must be false"},
       {llama, {{"partial_rotary_factor", "0.5"}}, "'partial_rotary_factor' must be 1"},
       // `rope_scaling or rope_parameters`: a non-empty rope_scaling is the one read.
-      {llama, {{"rope_scaling", R"({"type": "linear"})"}, {"rope_parameters", R"({"rope_type": "default"})"}},
+      {llama,
+       {{"rope_scaling", R"({"type": "linear"})"}, {"rope_parameters", R"({"rope_type": "default"})"}},
        "'rope_scaling.factor' is missing"},
       {"MixtralForCausalLM", {{"router_jitter_noise", "-1"}}, "'router_jitter_noise' must be a number at least 0"},
-      {"Qwen2ForCausalLM", {{"layer_types", R"(["full_attention", "full_attention"])"}},
+      {"Qwen2ForCausalLM",
+       {{"layer_types", R"(["full_attention", "full_attention"])"}},
        "'layer_types' must be a list of one attention type per layer (1)"},
-      {"MixtralForCausalLM", {{"num_experts_per_tok", "5"}}, "'num_experts_per_tok' must be an integer between 1 and 4"},
-      {"MixtralForCausalLM", {{"num_hidden_layers", "1024"}, {"num_local_experts", "1024"}},
+      {"MixtralForCausalLM",
+       {{"num_experts_per_tok", "5"}},
+       "'num_experts_per_tok' must be an integer between 1 and 4"},
+      {"MixtralForCausalLM",
+       {{"num_hidden_layers", "1024"}, {"num_local_experts", "1024"}},
        "'num_hidden_layers' times 'num_local_experts' must be at most 65536 (the limit)"},
       {"GPT2LMHeadModel", {{"n_head", "3"}}, "'n_embd' (8) must be a multiple of 'n_head' (3)"},
       {"GPT2LMHeadModel", {{"layer_norm_epsilon", "-1e-5"}}, "'layer_norm_epsilon' must be a number at least 0"},
@@ -652,9 +680,12 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
       {"BertForSequenceClassification", {{"id2label", R"(["a", "b"])"}}, "'id2label' must be an object"},
       {"BertForSequenceClassification", {{"id2label", R"({"0": "a", "x": "b"})"}}, "'id2label' has the key \"x\""},
       {"BertForSequenceClassification", {{"problem_type", "\"ranking\""}}, "'problem_type' must be regression"},
-      {"BertForSequenceClassification", {{"problem_type", "\"single_label_classification\""}, {"num_labels", "1"}},
+      {"BertForSequenceClassification",
+       {{"problem_type", "\"single_label_classification\""}, {"num_labels", "1"}},
        "'problem_type' single_label_classification needs more than one label"},
-      {"BertForSequenceClassification", {{"classifier_dropout", "1.5"}}, "'classifier_dropout' must be a number between"},
+      {"BertForSequenceClassification",
+       {{"classifier_dropout", "1.5"}},
+       "'classifier_dropout' must be a number between"},
       // nn.Embedding refuses a padding_idx outside [-vocab, vocab); transformers' strict config, one not an integer.
       {llama, {{"pad_token_id", "16"}}, "'pad_token_id' must be null or a token id of the vocabulary (16 tokens"},
       {"MixtralForCausalLM", {{"pad_token_id", "-17"}}, "'pad_token_id' must be null or a token id of the vocabulary"},
@@ -673,7 +704,8 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
        {config(llama, {{"rope_parameters", R"({"rope_type": "linear", "factor": 0.5})"}, {"rms_norm_eps", "0"}}),
         config(llama, {{"rope_scaling", "null"}, {"head_dim", "null"}}),
         config(llama, {{"rope_scaling", R"({"type": "dynamic", "factor": 2})"}, {"rope_theta", "500000.0"}}),
-        config(llama, {{"rope_parameters", R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4})"}}),
+        config(llama, {{"rope_parameters",
+                        R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4})"}}),
         config("Qwen2ForCausalLM", {{"layer_types", R"(["full_attention"])"}, {"sliding_window", "null"}}),
         config("BertForSequenceClassification", {{"id2label", R"({"0": "neg", "1": "pos", "2": "neutral"})"}}),
         config(llama, {{"pad_token_id", "-16"}}), config(llama, {{"pad_token_id", "15"}}),
@@ -705,14 +737,18 @@ TEST(FromPretrained, ConfigValuesAreCheckedBeforeBuilding) {
   fs::remove_all(tmp);
   fs::copy(fs::path(g_fixtures) / "llama" / "model", tmp, fs::copy_options::recursive);
   std::ofstream(tmp / "config.json") << config(llama, {{"rms_norm_eps", "-1"}});
-  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); })
-                .find((tmp / "config.json").string() + ": 'rms_norm_eps' must be a number at least 0"),
+  EXPECT_NE(error_of([&] {
+              hf::from_pretrained(tmp.string(), nullptr);
+            }).find((tmp / "config.json").string() + ": 'rms_norm_eps' must be a number at least 0"),
             std::string::npos);
   std::ofstream(tmp / "config.json") << base;
-  std::ofstream(tmp / "model.safetensors.index.json") << R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})";
-  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("duplicate key \"a\""), std::string::npos);
+  std::ofstream(tmp / "model.safetensors.index.json")
+      << R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})";
+  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("duplicate key \"a\""),
+            std::string::npos);
   std::ofstream(tmp / "model.safetensors.index.json") << R"({"weight_map": {"a": "../x.safetensors"}})";
-  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("it must stay inside"), std::string::npos);
+  EXPECT_NE(error_of([&] { hf::from_pretrained(tmp.string(), nullptr); }).find("it must stay inside"),
+            std::string::npos);
   fs::remove_all(tmp);
 }
 
@@ -753,10 +789,8 @@ TEST(FromPretrained, PadTokenIsTheEmbeddingsPaddingIdx) {
     // Every other row gets a gradient; the padding row none (a tied head's share aside).
     const bool tied = text.find("tie_word_embeddings") != std::string::npos;
     for (int64_t r = 0; r < 16; ++r)
-      if (r == pad && !tied)
-        EXPECT_EQ(g[r].item<double>(), 0.0) << text << ": row " << r;
-      else
-        EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
+      if (r == pad && !tied) EXPECT_EQ(g[r].item<double>(), 0.0) << text << ": row " << r;
+      else EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
   }
 }
 
@@ -766,7 +800,9 @@ TEST(FromPretrained, MixtralRouterLossAndNoiseAreRefusedWhereTheyApply) {
   auto make = [](const std::string& extra) {
     return hf::from_config(R"({"architectures": ["MixtralForCausalLM"], "vocab_size": 16, "hidden_size": 8,
         "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
-        "num_local_experts": 4, "num_experts_per_tok": 2, )" + extra + "}", R"({"dtype": "float32"})");
+        "num_local_experts": 4, "num_experts_per_tok": 2, )" +
+                               extra + "}",
+                           R"({"dtype": "float32"})");
   };
   const at::Tensor ids = at::arange(6, at::kLong).view({1, 6});
   const TensorDict with_labels{{"input_ids", ids}, {"labels", ids}};
@@ -794,7 +830,8 @@ TEST(FromPretrained, RopeScalingIsReadBeforeRopeParameters) {
   const size_t at_key = text.find("\"rope_parameters\"");
   ASSERT_NE(at_key, std::string::npos);
   std::ofstream(tmp / "config.json")
-      << text.substr(0, at_key) + R"("rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "rope_scaling")" +
+      << text.substr(0, at_key) +
+             R"("rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "rope_scaling")" +
              text.substr(at_key + std::string("\"rope_parameters\"").size());
   auto e = expected_of("llama_linear");
   auto model = hf::from_pretrained(tmp.string(), R"({"dtype": "float32"})");
@@ -853,7 +890,8 @@ TEST(FromPretrained, LargeIndexIsReadInLinearTime) {
   std::string index = R"({"metadata": {}, "weight_map": {)";
   for (const auto& [name, t] : load_safetensors((tmp / "model-00001-of-00001.safetensors").string()))
     index += "\"" + name + "\": \"model-00001-of-00001.safetensors\", ";
-  for (int i = 0; i < 100000; ++i) index += "\"extra." + std::to_string(i) + ".weight\": \"model-00001-of-00001.safetensors\", ";
+  for (int i = 0; i < 100000; ++i)
+    index += "\"extra." + std::to_string(i) + ".weight\": \"model-00001-of-00001.safetensors\", ";
   index.resize(index.size() - 2);
   std::ofstream(tmp / "model.safetensors.index.json") << index << "}}";
   const std::string err = error_of([&] { hf::from_pretrained(tmp.string(), nullptr); });

@@ -74,7 +74,9 @@ TEST(HfModelCxx, FrozenAndParameterGroups) {
   EXPECT_EQ(acc::set_requires_grad(model, R"(model\.embed_tokens\..*|model\.layers\.0\..*)", false), 1 + 12);
   EXPECT_THROW(acc::set_requires_grad(model, "nothing", false), std::invalid_argument);
   // The Trainer's split over what trains: decay first, then biases and norms without.
-  auto opt = acc::make_optimizer(model, R"({"type": "adamw", "lr": 0.01, "weight_decay": 0.1, "param_groups": "transformers"})");
+  auto opt =
+      acc::make_optimizer(model,
+                          R"({"type": "adamw", "lr": 0.01, "weight_decay": 0.1, "param_groups": "transformers"})");
   ASSERT_EQ(opt->param_groups().size(), 2u);
   const auto& no_decay = opt->param_groups()[1];
   EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(no_decay.options()).weight_decay(), 0.0);
@@ -83,7 +85,8 @@ TEST(HfModelCxx, FrozenAndParameterGroups) {
   for (const auto& p : model.module().parameters()) trainable += p.requires_grad();
   EXPECT_EQ(opt->param_groups()[0].params().size() + no_decay.params().size(), trainable);
   std::map<const void*, torch::Tensor> before;
-  for (const auto& p : model.module().named_parameters()) before[p.value().unsafeGetTensorImpl()] = p.value().detach().clone();
+  for (const auto& p : model.module().named_parameters())
+    before[p.value().unsafeGetTensorImpl()] = p.value().detach().clone();
   acc::Model prepared = accelerator.prepare(model);
   acc::Optimizer prepared_opt = accelerator.prepare(opt);
   EXPECT_THROW(acc::set_requires_grad(model, ".*", true), std::runtime_error);
@@ -96,12 +99,14 @@ TEST(HfModelCxx, FrozenAndParameterGroups) {
   }
 
   struct Net : torch::nn::Module {
-    Net() : fc(register_module("fc", torch::nn::Linear(3, 2))), head(register_module("head", torch::nn::Linear(2, 1))) {}
+    Net()
+        : fc(register_module("fc", torch::nn::Linear(3, 2))), head(register_module("head", torch::nn::Linear(2, 1))) {}
     torch::nn::Linear fc, head;
   };
   auto net = std::make_shared<Net>();
   EXPECT_EQ(acc::set_requires_grad(*net, R"(fc\.bias)", false), 1);
-  auto sgd = acc::make_optimizer(*net, R"({"type": "sgd", "lr": 0.1, "param_groups": [{"params": "head\\..*", "lr": 1.0}]})");
+  auto sgd =
+      acc::make_optimizer(*net, R"({"type": "sgd", "lr": 0.1, "param_groups": [{"params": "head\\..*", "lr": 1.0}]})");
   ASSERT_EQ(sgd->param_groups().size(), 2u);
   EXPECT_EQ(sgd->param_groups()[0].params().size(), 2u);  // head.weight, head.bias
   EXPECT_EQ(sgd->param_groups()[0].options().get_lr(), 1.0);

@@ -15,7 +15,9 @@ namespace {
 
 using Batches = std::vector<std::vector<int64_t>>;
 
-std::shared_ptr<Dataset> range_dataset(int64_t n) { return make_tensor_dataset(at::arange(n, at::kLong), at::Tensor()); }
+std::shared_ptr<Dataset> range_dataset(int64_t n) {
+  return make_tensor_dataset(at::arange(n, at::kLong), at::Tensor());
+}
 
 // The stream 0, 1, ..., n-1; counts the passes it was asked for.
 std::shared_ptr<Dataset> range_stream(int64_t n, std::vector<int64_t>* epochs = nullptr) {
@@ -72,7 +74,8 @@ std::vector<Pass> all_ranks(const std::function<std::shared_ptr<DataLoader>()>& 
 
 TEST(Loader, ShardsAsAccelerate) {
   // 21 samples, batch 3, two processes: rank 1 ends with [0, 1, 2]; 3 real samples in the last round.
-  auto p = all_ranks([] { return std::make_shared<DataLoader>(range_dataset(21), LoaderOptions{3, false, {}, false}); }, 2);
+  auto p =
+      all_ranks([] { return std::make_shared<DataLoader>(range_dataset(21), LoaderOptions{3, false, {}, false}); }, 2);
   EXPECT_EQ(p[0].batches, (Batches{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}));
   EXPECT_EQ(p[1].batches, (Batches{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {0, 1, 2}}));
   for (auto& r : p) {
@@ -80,7 +83,8 @@ TEST(Loader, ShardsAsAccelerate) {
     EXPECT_EQ(r.last_remainder, 3);
   }
   // split_batches, batch 4 over 22: the last batch [20, 21] is completed with [0, 1].
-  p = all_ranks([] { return std::make_shared<DataLoader>(range_dataset(22), LoaderOptions{4, false, {}, false}); }, 2, true);
+  p = all_ranks([] { return std::make_shared<DataLoader>(range_dataset(22), LoaderOptions{4, false, {}, false}); }, 2,
+                true);
   EXPECT_EQ(p[1].batches.back(), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(p[0].last_remainder, 2);
   // even_batches off: rank 1 gets three batches, nothing is padded.
@@ -103,7 +107,8 @@ TEST(Loader, ExplicitBatchesOfVaryingSize) {
   EXPECT_EQ(p[0].last_remainder, 2);  // [12, 13] is real, the repeated [0, 1, 2] is not
   p = all_ranks([&] { return std::make_shared<DataLoader>(range_dataset(14), five, false); }, 2, false, false);
   EXPECT_EQ(p[1].batches, (Batches{{3, 4}, {9, 10, 11}}));
-  EXPECT_THROW(prepared(std::make_shared<DataLoader>(range_dataset(14), five, false), 2, 0, true), std::invalid_argument);
+  EXPECT_THROW(prepared(std::make_shared<DataLoader>(range_dataset(14), five, false), 2, 0, true),
+               std::invalid_argument);
   EXPECT_THROW(prepared(std::make_shared<DataLoader>(range_dataset(14), five, false), 1, 0, false, true, true),
                std::invalid_argument);
 }

@@ -52,9 +52,10 @@ std::map<std::string, at::Tensor> expected_of(const std::string& c) {
   return m;
 }
 
-std::shared_ptr<ModelSlot> base_model(const std::string& c) {
-  auto slot = std::make_shared<ModelSlot>();
-  slot->model = hf::from_pretrained(g_root + "/" + cases().get(c).get_string("base_model_dir"), R"({"dtype": "float32"})");
+std::shared_ptr<PreparedModel> base_model(const std::string& c) {
+  auto slot = std::make_shared<PreparedModel>();
+  slot->model =
+      hf::from_pretrained(g_root + "/" + cases().get(c).get_string("base_model_dir"), R"({"dtype": "float32"})");
   return slot;
 }
 
@@ -92,9 +93,10 @@ std::string libacc_name(std::string n) {
 }
 
 // Every case of the fixtures.
-const char* const kCases[] = {"llama_qv",      "llama_all_linear", "llama_rslora",         "llama_patterns",
-                              "llama_modules_to_save", "llama_layers", "llama_regex",  "mistral_attn",
-                              "qwen2_bias_lora_only",  "gpt2_conv1d",  "mixtral_all_linear", "bert_seq_cls"};
+const char* const kCases[] = {"llama_qv",       "llama_all_linear",      "llama_rslora",
+                              "llama_patterns", "llama_modules_to_save", "llama_layers",
+                              "llama_regex",    "mistral_attn",          "qwen2_bias_lora_only",
+                              "gpt2_conv1d",    "mixtral_all_linear",    "bert_seq_cls"};
 
 class Case : public testing::TestWithParam<const char*> {};
 
@@ -244,8 +246,9 @@ TEST_P(Case, SavedAdapterIsPeftsFileAndReloads) {
   auto again = base_model(c);
   load_adapter(*again, dir, nullptr);
   c10::NoGradGuard no_grad;
-  EXPECT_TRUE(again->model->forward(batch_of(c, e, false)).at("logits").equal(
-      slot->model->forward(batch_of(c, e, false)).at("logits")))
+  EXPECT_TRUE(again->model->forward(batch_of(c, e, false))
+                  .at("logits")
+                  .equal(slot->model->forward(batch_of(c, e, false)).at("logits")))
       << c;
   fs::remove_all(dir);
 }
@@ -302,8 +305,9 @@ TEST_P(Case, AddLoraMakesPeftsParameters) {
   const auto init = cases().get(c).get("lora_config_args").find("init_lora_weights");
   const bool noop = !init || !init->is_bool() || init->as_bool();
   if (noop)
-    EXPECT_TRUE(slot->model->forward(batch_of(c, e, false)).at("logits").equal(
-        plain->model->forward(batch_of(c, e, false)).at("logits")))
+    EXPECT_TRUE(slot->model->forward(batch_of(c, e, false))
+                    .at("logits")
+                    .equal(plain->model->forward(batch_of(c, e, false)).at("logits")))
         << c;
 }
 
@@ -323,10 +327,8 @@ TEST_P(Case, AdapterForPeft) {
     c10::NoGradGuard no_grad;
     // As make_fixtures.py: every lora_B N(0, 0.1^2), every other trained tensor (but lora_A) moved by N(0, 0.05^2).
     for (auto& [n, p] : slot->model->trainable_parameters())
-      if (n.ends_with(".lora_B.weight"))
-        p.copy_(at::randn_like(p) * 0.1);
-      else if (!n.ends_with(".lora_A.weight"))
-        p.add_(at::randn_like(p) * 0.05);
+      if (n.ends_with(".lora_B.weight")) p.copy_(at::randn_like(p) * 0.1);
+      else if (!n.ends_with(".lora_A.weight")) p.add_(at::randn_like(p) * 0.05);
   }
   const std::string dir = std::string(out) + "/" + c;
   save_adapter(*slot, dir);
@@ -427,7 +429,8 @@ TEST(BadInput, PatternsFromFilesRunInLinearTimeOrAreRefused) {
     w.begin_object();
     for (const auto& [k, v] : doc.root().items()) {
       w.key(k);
-      if (k == "target_modules") w.raw(targets_json); else w.value(v);
+      if (k == "target_modules") w.raw(targets_json);
+      else w.value(v);
     }
     w.end_object();
     config::write_file_atomic(dir + "/adapter_config.json", w.str());
@@ -453,10 +456,10 @@ TEST(BadInput, PatternsFromFilesRunInLinearTimeOrAreRefused) {
   EXPECT_LT(m.size(), 400u);  // the pattern is shown cut short
   m = message_of([&] { slot->model->set_requires_grad(nested, false); });
   EXPECT_NE(m.find("longer than 4096 bytes"), std::string::npos) << m.substr(0, 300);
-  for (const auto& [pattern, why] : std::vector<std::pair<std::string, std::string>>{
-           {R"(.*(q)\1_proj)", R"(invalid escape sequence: \1)"},
-           {".*(?<!k)_proj", "invalid perl operator: (?<"},
-           {"(?!k).*_proj", "invalid perl operator: (?!"}}) {
+  for (const auto& [pattern, why] :
+       std::vector<std::pair<std::string, std::string>>{{R"(.*(q)\1_proj)", R"(invalid escape sequence: \1)"},
+                                                        {".*(?<!k)_proj", "invalid perl operator: (?<"},
+                                                        {"(?!k).*_proj", "invalid perl operator: (?!"}}) {
     m = message_of([&] { load_adapter(*slot, with_targets("refused", json::quote(pattern)), nullptr); });
     EXPECT_NE(m.find("'" + pattern + "' is not a regular expression libacc reads (" + why + ")"), std::string::npos)
         << m;
@@ -483,7 +486,8 @@ TEST(Lora, DocumentedPatternsSelectWhatPeftSelects) {
   using Targets = std::map<std::string, std::pair<int64_t, double>>;
   const std::string a0 = "model.layers.0.self_attn.", a1 = "model.layers.1.self_attn.";
   EXPECT_EQ(targets_of(R"j({"r": 4, "lora_alpha": 8, "target_modules": ".*\\.(q_proj|v_proj)"})j"),
-            (Targets{{a0 + "q_proj", {4, 8}}, {a0 + "v_proj", {4, 8}}, {a1 + "q_proj", {4, 8}}, {a1 + "v_proj", {4, 8}}}));
+            (Targets{
+                {a0 + "q_proj", {4, 8}}, {a0 + "v_proj", {4, 8}}, {a1 + "q_proj", {4, 8}}, {a1 + "v_proj", {4, 8}}}));
   EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": "^.*(q|k|v)_proj$"})").size(), 6u);
   EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": "model.*\\.layers\\.1\\..*(k|v)_proj"})"),
             (Targets{{a1 + "k_proj", {4, 8}}, {a1 + "v_proj", {4, 8}}}));
@@ -493,7 +497,8 @@ TEST(Lora, DocumentedPatternsSelectWhatPeftSelects) {
   EXPECT_EQ(targets_of(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"],
                            "rank_pattern": {"^model.layers.0.self_attn.q_proj": 2, "layers\\.1\\.self_attn\\.(q|v)_proj": 6},
                            "alpha_pattern": {"v_proj": 32}})"),
-            (Targets{{a0 + "q_proj", {2, 8}}, {a0 + "v_proj", {4, 32}}, {a1 + "q_proj", {6, 8}}, {a1 + "v_proj", {6, 32}}}));
+            (Targets{
+                {a0 + "q_proj", {2, 8}}, {a0 + "v_proj", {4, 32}}, {a1 + "q_proj", {6, 8}}, {a1 + "v_proj", {6, 32}}}));
 }
 
 TEST(BadInput, TiedHeadCannotBeSavedOrTargeted) {
@@ -622,7 +627,8 @@ TEST(BadInput, AdapterConfigIsReadWithinTheLimits) {
   refused(with("deep", "runtime_config", deep), {"nesting deeper than 64 levels (the limit) in 'runtime_config.a.a."});
   std::string many = "{";
   for (int i = 0; i < 5000; ++i) many += (i ? ", \"" : "\"") + std::to_string(i) + "_proj\": 2";
-  refused(with("keys", "rank_pattern", many + "}"), {"more than 4096 keys in one object (the limit) in 'rank_pattern'"});
+  refused(with("keys", "rank_pattern", many + "}"),
+          {"more than 4096 keys in one object (the limit) in 'rank_pattern'"});
   refused(with("key", "rank_pattern", "{\"" + std::string(5000, 'k') + "\": 2}"),
           {"key longer than 4096 bytes (the limit) in 'rank_pattern'"});
   // Within the limits: a rank_pattern key of 300 bytes (a pattern, as long as patterns may be), 4096 keys.
@@ -671,7 +677,8 @@ TEST(BadInput, LongTargetListsAreLinear) {
 TEST(BadInput, ManyRankPatternsAreCompiledOnce) {
   std::string ranks = "{";
   for (int i = 0; i < 400; ++i)
-    ranks += (i ? ", \"" : "\"") + std::string(4000, 'x') + std::to_string(i) + "|nothing_" + std::to_string(i) + "\": 3";
+    ranks +=
+        (i ? ", \"" : "\"") + std::string(4000, 'x') + std::to_string(i) + "|nothing_" + std::to_string(i) + "\": 3";
   ranks += R"(, "q_proj": 4})";
   auto slot = base_model("llama_qv");
   const auto t0 = std::chrono::steady_clock::now();
@@ -783,10 +790,8 @@ TEST(Mixtral, FusedExpertsEitherNestingAndBadTargets) {
   for (auto& [k, t] : load_safetensors(from + "/adapter_model.safetensors")) {
     std::string key = k;
     const std::string inner = ".experts.base_layer.lora_", outer = ".experts.lora_";
-    if (size_t at = key.find(inner); at != std::string::npos)
-      key.replace(at, inner.size(), outer);
-    else if (size_t at2 = key.find(outer); at2 != std::string::npos)
-      key.replace(at2, outer.size(), inner);
+    if (size_t at = key.find(inner); at != std::string::npos) key.replace(at, inner.size(), outer);
+    else if (size_t at2 = key.find(outer); at2 != std::string::npos) key.replace(at2, outer.size(), inner);
     swapped.emplace_back(key, t);
   }
   const std::string dir = testing::TempDir() + "/lora_mixtral_swapped";
@@ -843,7 +848,7 @@ TEST(Lora, InitDropoutAndDtypes) {
   EXPECT_FALSE(m.forward(batch).at("logits").equal(m.forward(batch).at("logits")));
   m.train(false);
 
-  auto bf16 = std::make_shared<ModelSlot>();
+  auto bf16 = std::make_shared<PreparedModel>();
   bf16->model = hf::from_pretrained(g_root + "/tests/hf/fixtures/llama/model", R"({"dtype": "bfloat16"})");
   load_adapter(*bf16, fixtures() + "/llama_qv", nullptr);
   EXPECT_EQ(params_of(*bf16->model).at("model.layers.0.self_attn.q_proj.lora_A.weight").scalar_type(), at::kFloat);
@@ -856,9 +861,10 @@ TEST(Lora, InitDropoutAndDtypes) {
 
 // The built-in families take adapters too: GPT's Conv1D layers (fan_in_fan_out) and the MLP's Linear layers.
 TEST(BuiltIn, GptAndMlpTakeAdaptersAndMerge) {
-  for (const char* spec : {R"({"type": "gpt", "vocab_size": 50, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16})",
-                           R"({"type": "mlp", "sizes": [6, 12, 3]})"}) {
-    auto slot = std::make_shared<ModelSlot>();
+  for (const char* spec :
+       {R"({"type": "gpt", "vocab_size": 50, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16})",
+        R"({"type": "mlp", "sizes": [6, 12, 3]})"}) {
+    auto slot = std::make_shared<PreparedModel>();
     slot->model = make_builtin_model(spec);
     const bool gpt = std::string(spec).find("gpt") != std::string::npos;
     add_lora(*slot, gpt ? R"({"target_modules": ["c_attn", "c_proj"], "r": 2, "init_lora_weights": false})"
@@ -882,7 +888,7 @@ TEST(UserModule, TorchLinearIsAClearError) {
     Net() { fc = register_module("fc", torch::nn::Linear(4, 4)); }
     torch::nn::Linear fc{nullptr};
   };
-  auto slot = std::make_shared<ModelSlot>();
+  auto slot = std::make_shared<PreparedModel>();
   slot->model = std::make_shared<NnModel>(std::make_shared<Net>());
   const std::string m = message_of([&] { add_lora(*slot, R"({"target_modules": ["fc"]})"); });
   EXPECT_NE(m.find("'fc' is a torch::nn::Linear"), std::string::npos) << m;

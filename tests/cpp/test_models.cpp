@@ -88,7 +88,8 @@ std::pair<double, NamedTensors> loss_and_grads(Model& model, const at::Tensor& i
   // Backward draws nothing, but a recomputation must not move the generator on for what follows either.
   loss.backward();
   NamedTensors grads;
-  for (auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::Tensor());
+  for (auto& [name, p] : model.named_parameters())
+    grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::Tensor());
   grads.emplace_back("(next draw)", at::rand({4}));
   return {loss.item<double>(), grads};
 }
@@ -124,7 +125,8 @@ TEST(ActivationCheckpointing, RecomputedBlocksGiveTheGradientsOfTheForwardThatHa
     for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
   }
   auto has = [&](const char* what) {
-    return std::count_if(nodes.begin(), nodes.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+    return std::count_if(nodes.begin(), nodes.end(),
+                         [&](const std::string& n) { return n.find(what) != std::string::npos; });
   };
   EXPECT_EQ(has("Checkpointed"), 3);
   EXPECT_EQ(has("Attention"), 0) << "an attention node is in the graph: the blocks' activations were kept";
@@ -177,7 +179,8 @@ TEST(Optimizer, FusedKernelsMatchLibTorchsLoop) {
        [](auto p) { return std::make_shared<torch::optim::AdamW>(p, torch::optim::AdamWOptions(0.01)); }},
       {R"({"type": "adam", "lr": 0.01, "weight_decay": 0.1, "amsgrad": true})",
        [](auto p) {
-         return std::make_shared<torch::optim::Adam>(p, torch::optim::AdamOptions(0.01).weight_decay(0.1).amsgrad(true));
+         return std::make_shared<torch::optim::Adam>(p,
+                                                     torch::optim::AdamOptions(0.01).weight_decay(0.1).amsgrad(true));
        }},
       {R"({"type": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true})",
        [](auto p) {

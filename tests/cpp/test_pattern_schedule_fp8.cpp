@@ -53,12 +53,15 @@ TEST(Pattern, FullmatchInLinearTimeAndRefusalsNamed) {
   EXPECT_EQ(refusal("a{1001}"), "target_modules: 'a{1001}' is not a regular expression libacc reads (invalid "
                                 "repetition size: {1001})");
   EXPECT_EQ(refusal(std::string(30000, '(') + std::string(30000, ')')),
-            "target_modules: '" + std::string(200, '(') + "... (60000 bytes)' is not a regular expression libacc "
-            "reads (longer than 4096 bytes, the limit)");
+            "target_modules: '" + std::string(200, '(') +
+                "... (60000 bytes)' is not a regular expression libacc "
+                "reads (longer than 4096 bytes, the limit)");
   EXPECT_EQ(refusal(std::string(4096, 'a')), "(no error)");
   EXPECT_EQ(refusal(std::string(2047, '(') + std::string(2047, ')')), "(no error)");  // deep, without recursion
-  EXPECT_EQ(refusal("a\x1b" "b("), "target_modules: 'a\\x1bb(' is not a regular expression libacc reads (missing ): "
-                                   "a\\x1bb()");  // a control byte escaped
+  EXPECT_EQ(refusal("a\x1b"
+                    "b("),
+            "target_modules: 'a\\x1bb(' is not a regular expression libacc reads (missing ): "
+            "a\\x1bb()");  // a control byte escaped
 }
 
 TEST(Schedule, ShapesMatchTransformers) {

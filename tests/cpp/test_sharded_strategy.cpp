@@ -25,7 +25,8 @@ namespace {
 class ThreeBlocks final : public NnModel {
  public:
   ThreeBlocks() : NnModel(std::make_shared<torch::nn::Module>()) {
-    for (int i = 0; i < 3; ++i) blocks_.push_back(module_->register_module("b" + std::to_string(i), torch::nn::Linear(4, 4)));
+    for (int i = 0; i < 3; ++i)
+      blocks_.push_back(module_->register_module("b" + std::to_string(i), torch::nn::Linear(4, 4)));
   }
   std::vector<std::string> reported_units() const override { return {"b0", "b1", "b2"}; }
   TensorDict forward(const TensorDict& batch) override {
@@ -87,7 +88,8 @@ class StemBlocksHead final : public NnModel {
  public:
   StemBlocksHead() : NnModel(std::make_shared<torch::nn::Module>()) {
     emb_ = module_->register_parameter("emb", at::randn({8, 4}));
-    for (int i = 0; i < 3; ++i) blocks_.push_back(module_->register_module("b" + std::to_string(i), torch::nn::Linear(4, 4)));
+    for (int i = 0; i < 3; ++i)
+      blocks_.push_back(module_->register_module("b" + std::to_string(i), torch::nn::Linear(4, 4)));
   }
   std::vector<std::string> reported_units() const override { return {"b0", "b1", "b2"}; }
   TensorDict forward(const TensorDict& batch) override {
@@ -136,8 +138,14 @@ TEST(Sharded, TheHeadsBackwardFreesTheRootUnit) {
     loss.backward();
     strategy->after_backward();
     const char b = all_units ? '0' : '1';
-    const std::vector<std::string> want = {"b0:1", "b1:1", "b2:1", "head:1", std::string("b2:") + b,
-                                           std::string("b1:") + b, std::string("b0:") + b, std::string("stem:") + b};
+    const std::vector<std::string> want = {"b0:1",
+                                           "b1:1",
+                                           "b2:1",
+                                           "head:1",
+                                           std::string("b2:") + b,
+                                           std::string("b1:") + b,
+                                           std::string("b0:") + b,
+                                           std::string("stem:") + b};
     EXPECT_EQ(model->seen, want);
   }
   // Two forwards, one backward: the first head's backward, after the second's freed the root, gathers it again; the
@@ -260,7 +268,8 @@ TEST(Sharded, CpuOffloadStepsSeparateCopiesOfTheShards) {
     Optimizer opt(strategy->optimizer_parameters(), R"({"type": "adamw", "lr": 0.1})");
     Optimizer plain_opt(plain->optimizer_parameters(), R"({"type": "adamw", "lr": 0.1})");
     const at::Tensor x = at::randn({5, 6}), y = at::randn({5, 2});
-    for (auto [s, m, op] : {std::tuple{strategy.get(), model.get(), &opt}, std::tuple{plain.get(), plain_model.get(), &plain_opt}}) {
+    for (auto [s, m, op] :
+         {std::tuple{strategy.get(), model.get(), &opt}, std::tuple{plain.get(), plain_model.get(), &plain_opt}}) {
       s->before_forward();
       at::Tensor loss = m->forward({{"input", x}, {"targets", y}}).at("loss");
       s->after_forward();

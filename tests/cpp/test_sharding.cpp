@@ -20,11 +20,11 @@ std::vector<int64_t> range(int64_t n) {
 }
 
 // BatchSampler(range(n), batch_size, drop_last) sharded over `procs` processes.
-Shards shard_all(int64_t n, int64_t batch_size, bool drop_last, bool split = false, bool even = true,
-                 int procs = 2) {
+Shards shard_all(int64_t n, int64_t batch_size, bool drop_last, bool split = false, bool even = true, int procs = 2) {
   auto batches = make_batches(range(n), batch_size, drop_last);
   Shards out;
-  for (int p = 0; p < procs; ++p) out.push_back(shard_batches(batches, ShardSpec{procs, p, split, even, drop_last, batch_size}));
+  for (int p = 0; p < procs; ++p)
+    out.push_back(shard_batches(batches, ShardSpec{procs, p, split, even, drop_last, batch_size}));
   return out;
 }
 
@@ -37,18 +37,19 @@ Shards shard_varying(const std::vector<Batch>& batches, int procs, bool even, bo
 
 // test_batch_sampler_shards_with_no_splits
 TEST(Sharding, NoSplits) {
-  Shards round = {{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}};
+  Shards round = {{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}},
+                  {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}};
   EXPECT_EQ(shard_all(24, 3, false), round);
   EXPECT_EQ(shard_all(24, 3, true), round);
-  EXPECT_EQ(shard_all(21, 3, false),
-            (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {0, 1, 2}}}));
+  EXPECT_EQ(shard_all(21, 3, false), (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}},
+                                             {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {0, 1, 2}}}));
   Shards dropped = {{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}}};
   EXPECT_EQ(shard_all(21, 3, true), dropped);
-  EXPECT_EQ(shard_all(22, 3, false),
-            (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 0, 1}}}));
+  EXPECT_EQ(shard_all(22, 3, false), (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}},
+                                             {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 0, 1}}}));
   EXPECT_EQ(shard_all(22, 3, true), dropped);
-  EXPECT_EQ(shard_all(20, 3, false),
-            (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 0}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {1, 2, 3}}}));
+  EXPECT_EQ(shard_all(20, 3, false), (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 0}},
+                                             {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {1, 2, 3}}}));
   EXPECT_EQ(shard_all(20, 3, true), dropped);
   EXPECT_EQ(shard_all(2, 3, false), (Shards{{{0, 1, 0}}, {{1, 0, 1}}}));
   EXPECT_EQ(shard_all(2, 3, true), (Shards{{}, {}}));
@@ -56,15 +57,16 @@ TEST(Sharding, NoSplits) {
 
 // test_batch_sampler_shards_with_splits
 TEST(Sharding, Splits) {
-  Shards round = {{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {22, 23}}};
+  Shards round = {{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}},
+                  {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {22, 23}}};
   EXPECT_EQ(shard_all(24, 4, false, true), round);
   EXPECT_EQ(shard_all(24, 4, true, true), round);
-  EXPECT_EQ(shard_all(22, 4, false, true),
-            (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {0, 1}}}));
+  EXPECT_EQ(shard_all(22, 4, false, true), (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}},
+                                                   {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {0, 1}}}));
   Shards dropped = {{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}}};
   EXPECT_EQ(shard_all(22, 4, true, true), dropped);
-  EXPECT_EQ(shard_all(21, 4, false, true),
-            (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 0}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {1, 2}}}));
+  EXPECT_EQ(shard_all(21, 4, false, true), (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 0}},
+                                                   {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {1, 2}}}));
   EXPECT_EQ(shard_all(21, 4, true, true), dropped);
   EXPECT_EQ(shard_all(2, 4, false, true), (Shards{{{0, 1}}, {{0, 1}}}));
   EXPECT_EQ(shard_all(2, 4, true, true), (Shards{{}, {}}));
@@ -72,7 +74,8 @@ TEST(Sharding, Splits) {
 
 // test_batch_sampler_shards_with_no_splits_no_even
 TEST(Sharding, NoSplitsNoEven) {
-  Shards round = {{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}};
+  Shards round = {{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}},
+                  {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}};
   EXPECT_EQ(shard_all(24, 3, false, false, false), round);
   EXPECT_EQ(shard_all(24, 3, true, false, false), round);
   EXPECT_EQ(shard_all(21, 3, false, false, false),
@@ -91,15 +94,16 @@ TEST(Sharding, NoSplitsNoEven) {
 
 // test_batch_sampler_shards_with_splits_no_even
 TEST(Sharding, SplitsNoEven) {
-  Shards round = {{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {22, 23}}};
+  Shards round = {{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}},
+                  {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {22, 23}}};
   EXPECT_EQ(shard_all(24, 4, false, true, false), round);
   EXPECT_EQ(shard_all(24, 4, true, true, false), round);
-  EXPECT_EQ(shard_all(22, 4, false, true, false),
-            (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}}}));
+  EXPECT_EQ(shard_all(22, 4, false, true, false), (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}},
+                                                          {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}}}));
   Shards dropped = {{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}}};
   EXPECT_EQ(shard_all(22, 4, true, true, false), dropped);
-  EXPECT_EQ(shard_all(21, 4, false, true, false),
-            (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20}}, {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}}}));
+  EXPECT_EQ(shard_all(21, 4, false, true, false), (Shards{{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20}},
+                                                          {{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}}}));
   EXPECT_EQ(shard_all(21, 4, true, true, false), dropped);
   EXPECT_EQ(shard_all(2, 4, false, true, false), (Shards{{{0, 1}}, {}}));
   EXPECT_EQ(shard_all(2, 4, true, true, false), (Shards{{}, {}}));
@@ -116,7 +120,8 @@ TEST(Sharding, VaryingBatchSizeEvenBatches) {
   EXPECT_EQ(shard_varying({{0, 1, 2}, {3, 4}, {5, 6, 7, 8}, {9, 10, 11}}, 2, true),
             (Shards{{{0, 1, 2}, {5, 6, 7, 8}}, {{3, 4}, {9, 10, 11}}}));
   std::vector<Batch> five = {{0, 1, 2}, {3, 4}, {5, 6, 7, 8}, {9, 10, 11}, {12, 13}};
-  EXPECT_EQ(shard_varying(five, 2, true), (Shards{{{0, 1, 2}, {5, 6, 7, 8}, {12, 13}}, {{3, 4}, {9, 10, 11}, {0, 1, 2}}}));
+  EXPECT_EQ(shard_varying(five, 2, true),
+            (Shards{{{0, 1, 2}, {5, 6, 7, 8}, {12, 13}}, {{3, 4}, {9, 10, 11}, {0, 1, 2}}}));
   EXPECT_EQ(shard_varying({{0, 1, 2}}, 2, true), (Shards{{{0, 1, 2}}, {{0, 1, 2}}}));
   EXPECT_EQ(shard_varying({{0, 1, 2}}, 3, true), (Shards{{{0, 1, 2}}, {{0, 1, 2}}, {{0, 1, 2}}}));
   // drop_last read from the batch sampler: the incomplete last round is dropped.
@@ -230,7 +235,8 @@ TEST(Sharding, VaryingBatchSizeGatherIsExact) {
         want = 0;
         for (size_t i = 0; i < batches.size() / procs * procs; ++i) want += static_cast<int64_t>(batches[i].size());
       }
-      EXPECT_EQ(gathered(shards, shard_padded_real(batches, spec)), range(want)) << "trial " << trial << " mode " << mode;
+      EXPECT_EQ(gathered(shards, shard_padded_real(batches, spec)), range(want))
+          << "trial " << trial << " mode " << mode;
     }
   }
 }
@@ -263,8 +269,9 @@ void check_iterable_dataset_shards(int64_t length, int64_t batch_size, bool drop
   }
   std::vector<int64_t> observed;
   for (size_t i = 0; i < lists[0].size(); i += static_cast<size_t>(shard_batch))
-    for (auto& l : lists) observed.insert(observed.end(), l.begin() + static_cast<std::ptrdiff_t>(i),
-                                          l.begin() + static_cast<std::ptrdiff_t>(i + static_cast<size_t>(shard_batch)));
+    for (auto& l : lists)
+      observed.insert(observed.end(), l.begin() + static_cast<std::ptrdiff_t>(i),
+                      l.begin() + static_cast<std::ptrdiff_t>(i + static_cast<size_t>(shard_batch)));
   std::vector<int64_t> reference = range(length);
   if (!drop_last && !reference.empty())
     while (reference.size() < observed.size()) {
@@ -273,7 +280,8 @@ void check_iterable_dataset_shards(int64_t length, int64_t batch_size, bool drop
       reference = twice;
     }
   ASSERT_LE(observed.size(), reference.size());
-  EXPECT_EQ(observed, std::vector<int64_t>(reference.begin(), reference.begin() + static_cast<std::ptrdiff_t>(observed.size())))
+  EXPECT_EQ(observed,
+            std::vector<int64_t>(reference.begin(), reference.begin() + static_cast<std::ptrdiff_t>(observed.size())))
       << "length " << length;
   // gather_for_metrics: dropping the padding of the last global batch leaves each element once.
   const int64_t global = split ? batch_size : batch_size * procs;
@@ -324,8 +332,8 @@ Shards dispatch_all(int64_t n, int64_t bs, bool drop_last, bool split, int procs
 
 TEST(Sharding, Dispatcher) {
   // 24 samples, batch 3, 2 processes: steps of 6 rows, 3 each (the same lists as BatchSamplerShard).
-  EXPECT_EQ(dispatch_all(24, 3, false, false, 2),
-            (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}, {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}}));
+  EXPECT_EQ(dispatch_all(24, 3, false, false, 2), (Shards{{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}},
+                                                          {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}}));
   // 11 samples, batch 4: steps [0..7] and [8, 9, 10]; the last is padded with rows 0, 1: 2 rows each.
   EXPECT_EQ(dispatch_all(11, 4, false, false, 2), (Shards{{{0, 1, 2, 3}, {8, 9}}, {{4, 5, 6, 7}, {10, 0}}}));
   // 10 samples: the last step [8, 9] splits evenly, one row each, no padding.
@@ -353,7 +361,8 @@ TEST(Sharding, DispatcherGatherIsExact) {
           if (split && bs % procs != 0) continue;
           auto base = make_batches(range(n), bs, drop);
           Shards shards;
-          for (int p = 0; p < procs; ++p) shards.push_back(dispatch_shard(base, ShardSpec{procs, p, split, true, drop, bs}));
+          for (int p = 0; p < procs; ++p)
+            shards.push_back(dispatch_shard(base, ShardSpec{procs, p, split, true, drop, bs}));
           for (auto& s : shards) EXPECT_EQ(s.size(), shards[0].size());
           auto steps = dispatch_steps(base, ShardSpec{procs, 0, split, true, drop, bs});
           int64_t real = 0, want = 0;

@@ -87,7 +87,8 @@ TEST(ShmChoice, MachineLabel) {
   std::string why;
   EXPECT_FALSE(can_share_memory({plain, m1}, &why));
   EXPECT_TRUE(can_share_memory({m1, m1}, &why));
-  if (keep) ::setenv("ACC_SHM_MACHINE", saved.c_str(), 1); else ::unsetenv("ACC_SHM_MACHINE");
+  if (keep) ::setenv("ACC_SHM_MACHINE", saved.c_str(), 1);
+  else ::unsetenv("ACC_SHM_MACHINE");
 }
 
 TEST(ShmChoice, Switch) {
@@ -107,7 +108,8 @@ TEST(ShmChoice, Switch) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("ACC_SHM_COLLECTIVES='maybe'"), std::string::npos) << e.what();
   }
-  if (keep) ::setenv("ACC_SHM_COLLECTIVES", keep, 1); else ::unsetenv("ACC_SHM_COLLECTIVES");
+  if (keep) ::setenv("ACC_SHM_COLLECTIVES", keep, 1);
+  else ::unsetenv("ACC_SHM_COLLECTIVES");
 }
 
 // AVG and MIN (Comm asks for SUM and MAX only), through several steps of small buffers, on 3 ranks.
@@ -175,7 +177,8 @@ TEST(ShmBackend, CollectivesInFlight) {
     wait_s[r] = std::chrono::duration<double>(t2 - t0).count();
     if (!at::equal(first, at::full({3}, 3.0f))) throw std::runtime_error("first all_reduce differs");
     if (!at::equal(sum[0], at::arange(n, at::kFloat) * 3)) throw std::runtime_error("all_reduce differs");
-    if (!at::equal(rs_out, (at::arange(n, at::kDouble) + r * n) * 2 + 1)) throw std::runtime_error("reduce_scatter differs");
+    if (!at::equal(rs_out, (at::arange(n, at::kDouble) + r * n) * 2 + 1))
+      throw std::runtime_error("reduce_scatter differs");
     at::Tensor gathered = at::cat({at::full({n}, int64_t(7)), at::full({n}, int64_t(8))});
     if (!at::equal(ag_out, gathered)) throw std::runtime_error("all_gather differs");
     if (!at::equal(bc, at::arange(2 * n, at::kFloat).view({n, 2}).t())) throw std::runtime_error("broadcast differs");
@@ -257,11 +260,13 @@ TEST(ShmBackend, DifferentCollectivesFail) {
 
 TEST(ShmBackend, BadSlotSizeIsNamed) {
   // Out of range, and (issue 36) a number with anything around it: atoll read "65536xyz" as 65536.
-  for (const char* bad : {"12", "65536xyz", "0x10000", " 65536", "+65536", "-64", "65536 ", "1e6", "99999999999999999999"}) {
+  for (const char* bad :
+       {"12", "65536xyz", "0x10000", " 65536", "+65536", "-64", "65536 ", "1e6", "99999999999999999999"}) {
     ::setenv("ACC_SHM_SLOT_BYTES", bad, 1);
     auto errors = group(1, 1s, [](int, c10::intrusive_ptr<c10d::Backend>&) {});
     ::unsetenv("ACC_SHM_SLOT_BYTES");
-    EXPECT_NE(errors[0].find("ACC_SHM_SLOT_BYTES='" + std::string(bad) + "'"), std::string::npos) << bad << ": " << errors[0];
+    EXPECT_NE(errors[0].find("ACC_SHM_SLOT_BYTES='" + std::string(bad) + "'"), std::string::npos)
+        << bad << ": " << errors[0];
   }
   ::setenv("ACC_SHM_SLOT_BYTES", "65536", 1);
   EXPECT_EQ(acc::core::shm_slot_bytes(2, uint64_t{1} << 40), 65536u);

@@ -44,11 +44,11 @@ TEST(TextCxx, TrainSaveReloadAndGenerate) {
           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1})";
   auto model = acc::HfModel::from_config(config);
   std::string streamed;
-  const std::string text = model.generate_text(back, "the cat", R"({"max_new_tokens": 8, "eos_token_id": []})",
-                                               [&](std::string_view piece) {
-                                                 streamed += piece;
-                                                 return true;
-                                               });
+  const std::string text =
+      model.generate_text(back, "the cat", R"({"max_new_tokens": 8, "eos_token_id": []})", [&](std::string_view piece) {
+        streamed += piece;
+        return true;
+      });
   EXPECT_EQ(text, streamed);
 }
 

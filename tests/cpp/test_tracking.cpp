@@ -449,11 +449,26 @@ TEST(Mlflow, NamesAsMlflowValidatesThem) {
   TempDir t;
   TrackerSet set({"mlflow"}, "proj", t.path, "", {});
   const std::string run = set.trackers()[0]->location();
-  const std::vector<std::string> bad = {
-      "..x", "...", "..", ".", "./a", "a/.", "a/./b", "a/../b", "a/", "/a", "a//b", "a\tb", "a*b", "a\\b",
-      "loss\xe2\x82\xac",  // '€' is not a word character
-      "a\xc2\xa0" "b",     // a no-break space
-      "\xc3(", "\xff", std::string(251, 'x')};
+  const std::vector<std::string> bad = {"..x",
+                                        "...",
+                                        "..",
+                                        ".",
+                                        "./a",
+                                        "a/.",
+                                        "a/./b",
+                                        "a/../b",
+                                        "a/",
+                                        "/a",
+                                        "a//b",
+                                        "a\tb",
+                                        "a*b",
+                                        "a\\b",
+                                        "loss\xe2\x82\xac",  // '€' is not a word character
+                                        "a\xc2\xa0"
+                                        "b",     // a no-break space
+                                        "\xc3(",
+                                        "\xff",
+                                        std::string(251, 'x')};
   for (const auto& name : bad) {
     EXPECT_THROW(set.log(Values{{name, Value::of(1.0)}}, 0), std::invalid_argument) << name;
     EXPECT_THROW(set.store_init_configuration(Values{{name, Value::of(1.0)}}), std::invalid_argument) << name;
@@ -462,7 +477,13 @@ TEST(Mlflow, NamesAsMlflowValidatesThem) {
       EXPECT_THROW(TrackerSet({"mlflow"}, "proj", t.path, tags, {}), std::invalid_argument) << name;
     }
   }
-  const std::vector<std::string> good = {"a/..x", "a/b", "pr\xc3\xa9" "cision", "a:b c", "x.y-z_w", "a..b",
+  const std::vector<std::string> good = {"a/..x",
+                                         "a/b",
+                                         "pr\xc3\xa9"
+                                         "cision",
+                                         "a:b c",
+                                         "x.y-z_w",
+                                         "a..b",
                                          std::string(250, 'x')};
   for (const auto& name : good) {
     EXPECT_NO_THROW(set.log(Values{{name, Value::of(1.0)}}, 0)) << name;
@@ -572,9 +593,16 @@ TEST(Http, UrlsInMessages) {
 TEST(Http, ServerTextInMessages) {
   namespace http = acc::tracking::http;  // not std::quoted, which a std::string argument finds too
   EXPECT_EQ(http::quoted("bad credentials"), "bad credentials");
-  EXPECT_EQ(http::quoted("\x1b[2J\r\n\x7f" "é\xc2\x9b" "1m"), "\\x1b[2J\\x0d\\x0a\\x7fé\\xc2\\x9b1m");
+  EXPECT_EQ(http::quoted("\x1b[2J\r\n\x7f"
+                         "é\xc2\x9b"
+                         "1m"),
+            "\\x1b[2J\\x0d\\x0a\\x7fé\\xc2\\x9b1m");
   // Not UTF-8: a lone continuation byte, an overlong '/', a surrogate, a sequence cut short at the end.
-  EXPECT_EQ(http::quoted("a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xe2\x82"), "a\\x80b\\xc0\\xafc\\xed\\xa0\\x80d\\xe2\\x82");
+  EXPECT_EQ(http::quoted("a\x80"
+                         "b\xc0\xaf"
+                         "c\xed\xa0\x80"
+                         "d\xe2\x82"),
+            "a\\x80b\\xc0\\xafc\\xed\\xa0\\x80d\\xe2\\x82");
   EXPECT_EQ(http::quoted("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");
   // 100 KB: the first 300 bytes (a character never split), then the size.
   std::string body;
@@ -617,7 +645,7 @@ TEST(Wandb, LogChunksAtBlockEdges) {
   EXPECT_EQ(c[0].length, 3u);
   EXPECT_EQ(c[0].type, 1);
   EXPECT_EQ(wandb_log_chunks(kBlock - 10, "abc").size(), 10u);  // fills the block exactly: FULL
-  c = chunks(wandb_log_chunks(kBlock - 10, "abcd"), 0);          // one byte more: FIRST (3), LAST (1)
+  c = chunks(wandb_log_chunks(kBlock - 10, "abcd"), 0);  // one byte more: FIRST (3), LAST (1)
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].type, 2);
   EXPECT_EQ(c[0].length, 3u);

@@ -401,7 +401,8 @@ TEST(DataBadInput, ParquetPageHeaderLyingAboutItsSize) {
     }
   });
   EXPECT_NE(err.find(path + ": corrupt Parquet file: column chunk 0 of row group 4: the page at byte 3488"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_NE(err.find("pages of more than " + std::to_string(acc::limits::kDataPageBytes)), std::string::npos) << err;
   EXPECT_LT(peak_rss_kib() - before, 64 * 1024);
 }
@@ -431,7 +432,8 @@ TEST(DataBadInput, ParquetPageHeadersThatDoNotParse) {
   const auto start = std::chrono::steady_clock::now();
   const std::string err = error_of([&] { Reader::open(path); });
   EXPECT_NE(err.find(path + ": corrupt Parquet file: column chunk 4 of row group 2: a bad page header"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 

@@ -101,7 +101,8 @@ void check_hf_collated(const json::Value& collated, const Examples& ex, const te
     const std::string kind = c.get_string("collator");
     SCOPED_TRACE("collator " + kind + " " + c.text().substr(0, 90));
     if (kind == "default") {
-      expect_batches(c, ex, batch_size, [&](const std::vector<size_t>& rows) { return data::collate_default(ex, rows); });
+      expect_batches(c, ex, batch_size,
+                     [&](const std::vector<size_t>& rows) { return data::collate_default(ex, rows); });
       continue;
     }
     data::PadOptions o = data::pad_options(tok);
@@ -113,8 +114,7 @@ void check_hf_collated(const json::Value& collated, const Examples& ex, const te
     else if (kind == "language_modeling")
       expect_batches(c, ex, batch_size,
                      [&](const std::vector<size_t>& rows) { return data::collate_language_modeling(ex, rows, o); });
-    else
-      ADD_FAILURE() << "unknown collator " << kind;
+    else ADD_FAILURE() << "unknown collator " << kind;
   }
 }
 
@@ -122,11 +122,11 @@ data::SftOptions sft_options(const json::Value& c) {
   auto a = c.get("args");
   data::SftOptions o;
   o.max_length = a.has_value("max_length") ? std::optional<size_t>(a.get_int("max_length")) : std::nullopt;
-  o.truncation_mode =
-      a.get_string("truncation_mode") == "keep_end" ? data::TruncationMode::KeepEnd : data::TruncationMode::KeepStart;
+  o.truncation_mode = a.get_string("truncation_mode") == "keep_end" ? data::TruncationMode::KeepEnd
+                                                                    : data::TruncationMode::KeepStart;
   o.packing = a.get_bool("packing");
   const std::string s = a.get_string("packing_strategy");
-  o.packing_strategy = s == "wrapped" ? data::PackingStrategy::Wrapped
+  o.packing_strategy = s == "wrapped"     ? data::PackingStrategy::Wrapped
                        : s == "bfd_split" ? data::PackingStrategy::BfdSplit
                                           : data::PackingStrategy::Bfd;
   if (a.has_value("completion_only_loss")) o.completion_only_loss = a.get_bool("completion_only_loss");
@@ -215,7 +215,9 @@ TEST_P(Prep, EqualHuggingFace) {
 
 INSTANTIATE_TEST_SUITE_P(Data, Prep, ::testing::Values("tiny_bytebpe", "llama3", "gemma", "qwen3"));
 
-std::shared_ptr<text::Tokenizer> tiny() { return text::Tokenizer::from_pretrained(g_root + "/tests/text/tiny/bytebpe"); }
+std::shared_ptr<text::Tokenizer> tiny() {
+  return text::Tokenizer::from_pretrained(g_root + "/tests/text/tiny/bytebpe");
+}
 
 Table text_rows(std::vector<std::string> texts) {
   Table t;
@@ -249,7 +251,8 @@ TEST(PrepThreads, ChunksJoinInRowOrderAndTheFirstErrorIsNamed) {
   t.cells[0][900] = "null";
   for (size_t threads : {1, 3})
     EXPECT_NE(error_of([&] { data::tokenize(*tok, t, {}, data::RunOptions{threads}); }).find("column 'text' row 300"),
-              std::string::npos) << threads;
+              std::string::npos)
+        << threads;
 }
 
 TEST(PrepErrors, NameTheCulprit) {

@@ -41,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
       if (again.to_json(false) != plain) {
-        std::fprintf(stderr, "==fuzz== round trip through to_json(%s) changed the config\n--- first:\n%s\n--- again:\n%s\n",
+        std::fprintf(stderr,
+                     "==fuzz== round trip through to_json(%s) changed the config\n--- first:\n%s\n--- again:\n%s\n",
                      given == &whole ? "true" : "false", plain.c_str(), again.to_json(false).c_str());
         std::abort();
       }

@@ -30,8 +30,8 @@ using acc::json::Value;
 
 // A config file's limits (issue 36 item 7), with keys as long as a pattern: rank_pattern's and alpha_pattern's keys
 // are patterns (parse_config's kConfigTextLimits).
-constexpr acc::json::Limits kLimits{acc::limits::kConfigDepth, acc::limits::kKeysPerMapping,
-                                    acc::limits::kPatternBytes, acc::limits::kStringBytes, false};
+constexpr acc::json::Limits kLimits{acc::limits::kConfigDepth, acc::limits::kKeysPerMapping, acc::limits::kPatternBytes,
+                                    acc::limits::kStringBytes, false};
 
 // lora.cpp's strings(): null, one string (when string_ok), or a list of strings; json::Error otherwise.
 std::vector<std::string> strings(const Value& v, bool string_ok, bool* is_string = nullptr) {

@@ -69,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string file = e.path().string();
       if (e.path().extension() == ".json") {
         try {
-          const acc::json::Document doc = acc::json::Document::object(acc::config::read_file(file, size_t{1} << 20), file);
+          const acc::json::Document doc =
+              acc::json::Document::object(acc::config::read_file(file, size_t{1} << 20), file);
         } catch (const std::invalid_argument&) {
         }
       } else if (e.path().extension() == ".safetensors") {

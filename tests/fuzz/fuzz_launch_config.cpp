@@ -49,7 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const std::string yaml_again = acc::config::format_launch_file(again, false);
     if (yaml_again != yaml) {
-      std::fprintf(stderr, "==fuzz== format_launch_file is not stable over a round trip\n--- first:\n%s\n--- again:\n%s\n",
+      std::fprintf(stderr,
+                   "==fuzz== format_launch_file is not stable over a round trip\n--- first:\n%s\n--- again:\n%s\n",
                    yaml.c_str(), yaml_again.c_str());
       std::abort();
     }

@@ -51,7 +51,7 @@ struct Reader {
 // when the text is a plain decimal integer (else the config must refuse it or read it as documented).
 struct Size {
   std::optional<std::string> text;  // nullopt: not given
-  std::optional<__int128> value;    // the integer the text spells, when it is plain decimal digits
+  std::optional<__int128> value;  // the integer the text spells, when it is plain decimal digits
 };
 
 std::string decimal(__int128 v) {
@@ -90,7 +90,7 @@ Size read_size(Reader& in) {
                                    __int128{UINT64_MAX},
                                    __int128{UINT64_MAX} + 1};
   static const char* const kOdd[] = {"2.0", "2.5", "1e3", "-0", "0.0", "1e400", "\"2\"", "true", "null", "[2]",
-                                     "{}", "2x", " 2", "2 ", "+2", "02", "0x10", "", "１", "4e0"};
+                                     "{}",  "2x",  " 2",  "2 ", "+2",  "02",    "0x10",  "",     "１",   "4e0"};
   const uint8_t tag = in.byte();
   switch (tag % 10) {
     case 0: return {};
@@ -178,9 +178,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Size sizes[5];
   for (Size& s : sizes) s = read_size(in);
   __int128 all = 1;
-  for (int i = 0; i < 4; ++i) all *= sizes[i].value && *sizes[i].value > 0 && *sizes[i].value < (1 << 20) ? *sizes[i].value : 1;
+  for (int i = 0; i < 4; ++i)
+    all *= sizes[i].value && *sizes[i].value > 0 && *sizes[i].value < (1 << 20) ? *sizes[i].value : 1;
   const uint8_t w = in.byte();
-  const int64_t world = w % 4 == 0 ? static_cast<int64_t>(all)   // the product: the accepting path
+  const int64_t world = w % 4 == 0   ? static_cast<int64_t>(all)  // the product: the accepting path
                         : w % 4 == 1 ? 1 + in.byte()
                         : w % 4 == 2 ? 1 + static_cast<int64_t>(in.u64() % 70000)
                                      : static_cast<int64_t>(in.u64());  // anything, for the launch file
@@ -190,7 +191,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // ---- the accelerator: explicit JSON and the environment
   std::string json = "{";
   if (flags & 4) json += "\"use_parallelism_config\": true, ";
-  if (fsdp) json += std::string("\"use_fsdp\": true, \"fsdp_plugin\": {\"fsdp_version\": ") + (fsdp2 ? "2" : "1") + "}, ";
+  if (fsdp)
+    json += std::string("\"use_fsdp\": true, \"fsdp_plugin\": {\"fsdp_version\": ") + (fsdp2 ? "2" : "1") + "}, ";
   json += "\"parallelism_config\": {";
   std::map<std::string, std::string> env;
   if (flags & 8) env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true";
@@ -207,8 +209,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   json += "}}";
   // WORLD_SIZE as ProcessState reads it: 1 to 2^24.
   constexpr int64_t kWorldMax = int64_t{1} << 24;
-  const int64_t accel_world = world >= 1 && world <= kWorldMax ? world : 1 + static_cast<int64_t>(
-                                                                                 static_cast<uint64_t>(world) % kWorldMax);
+  const int64_t accel_world =
+      world >= 1 && world <= kWorldMax ? world : 1 + static_cast<int64_t>(static_cast<uint64_t>(world) % kWorldMax);
   const int64_t local = 1 + (accel_world > 1 ? static_cast<int64_t>(in.byte()) % accel_world : 0);
   side("accelerator", [&] {
     const acc::config::Config c = acc::config::resolve_accelerator(json, env, "fuzz");
@@ -227,10 +229,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // ---- the launcher: default_config.json and flags, with the job checks
   static acc_fuzz::ScratchCleanup cleanup{acc_fuzz::scratch_path("-parallelism.json")};
-  std::string file = "{\"distributed_type\": \"" + std::string(fsdp ? "FSDP" : "MULTI_GPU") +
-                     "\", \"num_processes\": " + std::to_string(world) + ", \"num_machines\": " +
-                     std::to_string(machines) + ", \"machine_rank\": 0, \"main_process_ip\": \"10.0.0.1\", " +
-                     "\"main_process_port\": 29500, \"use_cpu\": true";
+  std::string file =
+      "{\"distributed_type\": \"" + std::string(fsdp ? "FSDP" : "MULTI_GPU") +
+      "\", \"num_processes\": " + std::to_string(world) + ", \"num_machines\": " + std::to_string(machines) +
+      ", \"machine_rank\": 0, \"main_process_ip\": \"10.0.0.1\", " + "\"main_process_port\": 29500, \"use_cpu\": true";
   if (fsdp) file += std::string(", \"fsdp_config\": {\"fsdp_version\": ") + (fsdp2 ? "2" : "1") + "}";
   file += ", \"parallelism_config\": {";
   std::vector<acc::config::Flag> launch_flags;
@@ -267,7 +269,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t got[4] = {d.dp_replicate, d.dp_shard, d.tp, d.cp};
     if (s[4] == 1 && product4(s) != 1)
       for (int i = 0; i < 4; ++i)
-        if (want[i] != got[i]) finding(std::string("the processes' mesh differs from the launch config's ") + kNames[i]);
+        if (want[i] != got[i])
+          finding(std::string("the processes' mesh differs from the launch config's ") + kNames[i]);
   });
   return 0;
 }

@@ -45,8 +45,8 @@ std::string options_with(const std::string& pattern) {
 // "params" a pattern or a list of them.
 std::vector<std::string> params_of(const std::string& options_json) {
   using acc::core::Options;
-  const std::vector<std::string> hyper = {"lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay",
-                                          "amsgrad"};
+  const std::vector<std::string> hyper = {"lr",    "momentum", "dampening",    "nesterov",
+                                          "betas", "eps",      "weight_decay", "amsgrad"};
   std::vector<std::string> top_keys = hyper, group_keys = hyper;
   top_keys.insert(top_keys.end(), {"type", "fused", "param_groups"});
   group_keys.push_back("params");

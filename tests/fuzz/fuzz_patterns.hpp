@@ -23,9 +23,11 @@ namespace acc_fuzz {
 // A two-layer Llama's (transformers' names) and a GPT-2's modules, and the built-in MLP's.
 inline const std::vector<std::string>& module_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> v = {"model", "model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb",
-                                  "lm_head", "transformer", "transformer.wte", "transformer.wpe", "transformer.h",
-                                  "transformer.ln_f", "fc1", "fc2", "classifier", "score"};
+    std::vector<std::string> v = {"model",         "model.embed_tokens", "model.layers",
+                                  "model.norm",    "model.rotary_emb",   "lm_head",
+                                  "transformer",   "transformer.wte",    "transformer.wpe",
+                                  "transformer.h", "transformer.ln_f",   "fc1",
+                                  "fc2",           "classifier",         "score"};
     for (const std::string i : {"0", "1"}) {
       const std::string l = "model.layers." + i;
       for (const char* m : {"", ".self_attn", ".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj",
@@ -33,8 +35,8 @@ inline const std::vector<std::string>& module_names() {
                             ".mlp.act_fn", ".input_layernorm", ".post_attention_layernorm"})
         v.push_back(l + m);
       const std::string h = "transformer.h." + i;
-      for (const char* m : {"", ".ln_1", ".attn", ".attn.c_attn", ".attn.c_proj", ".ln_2", ".mlp", ".mlp.c_fc",
-                            ".mlp.c_proj"})
+      for (const char* m :
+           {"", ".ln_1", ".attn", ".attn.c_attn", ".attn.c_proj", ".ln_2", ".mlp", ".mlp.c_fc", ".mlp.c_proj"})
         v.push_back(h + m);
     }
     return v;

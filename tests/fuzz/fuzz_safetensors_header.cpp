@@ -25,9 +25,10 @@ void check(const acc::config::SafetensorsHeader& h, std::optional<uint64_t> data
               (!data_size || t.end <= *data_size);
     for (int64_t d : t.shape) ok = ok && d >= 0;
     if (!ok) {
-      std::fprintf(stderr, "==fuzz== accepted entry '%s' breaks the header's promises (dtype %s, numel %lld, [%llu, %llu))\n",
-                   t.name.c_str(), t.dtype.c_str(), static_cast<long long>(n),
-                   static_cast<unsigned long long>(t.begin), static_cast<unsigned long long>(t.end));
+      std::fprintf(stderr,
+                   "==fuzz== accepted entry '%s' breaks the header's promises (dtype %s, numel %lld, [%llu, %llu))\n",
+                   t.name.c_str(), t.dtype.c_str(), static_cast<long long>(n), static_cast<unsigned long long>(t.begin),
+                   static_cast<unsigned long long>(t.end));
       std::abort();
     }
   }
@@ -47,9 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       });
     }
   }
-  acc_fuzz::guarded([&] {
-    check(acc::config::parse_safetensors_header(bytes, "fuzz.json"), std::nullopt);
-  });
+  acc_fuzz::guarded([&] { check(acc::config::parse_safetensors_header(bytes, "fuzz.json"), std::nullopt); });
 
   static acc_fuzz::ScratchCleanup cleanup{acc_fuzz::scratch_path(".safetensors")};
   if (!acc_fuzz::write_scratch(cleanup.path, data, size)) {

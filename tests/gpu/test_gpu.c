@@ -286,7 +286,8 @@ static int checkpoint_rng(void) {
   }
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 16, \"block_size\": 8, \"n_layer\": 1, \"n_head\": 2, "
-                         "\"n_embd\": 16, \"dropout\": 0.5}", &model));
+                         "\"n_embd\": 16, \"dropout\": 0.5}",
+                         &model));
   CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
   int64_t ids[16], shape[2] = {2, 8};
   for (int i = 0; i < 16; ++i) ids[i] = (i * 5) % 16;
@@ -329,7 +330,8 @@ static acc_status train_gpt(const char* mode, int steps, double* first, double* 
   if (st != ACC_OK) return st;
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 64, \"block_size\": 32, \"n_layer\": 2, \"n_head\": 4, "
-                         "\"n_embd\": 64, \"dropout\": 0.0}", &model));
+                         "\"n_embd\": 64, \"dropout\": 0.0}",
+                         &model));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.003}", &opt));
   CHECK(acc_prepare(acc, model, opt, NULL, NULL));
@@ -499,8 +501,8 @@ static int nccl(void) {
     else snprintf(second, sizeof second, "%.*s", (int)strcspn(comma + 1, ","), comma + 1);
   }
   char* probe_argv[] = {(char*)g_self, "probe", NULL};
-  const char* probe_env[] = {"CUDA_VISIBLE_DEVICES", second, "WORLD_SIZE", "1", "RANK", "0", "LOCAL_RANK", "0",
-                             "LOCAL_WORLD_SIZE", "1", NULL};
+  const char* probe_env[] = {"CUDA_VISIBLE_DEVICES", second, "WORLD_SIZE",       "1", "RANK", "0",
+                             "LOCAL_RANK",           "0",    "LOCAL_WORLD_SIZE", "1", NULL};
   pid_t probe = spawn(probe_argv, probe_env);
   int status = 0;
   waitpid(probe, &status, 0);
@@ -521,7 +523,7 @@ static int nccl(void) {
     char rs[8];
     snprintf(rs, sizeof rs, "%d", r);
     char* argv[] = {(char*)g_self, "rank", out2, "8", "20", NULL};
-    const char* env[] = {"RANK", rs, "LOCAL_RANK", rs, "WORLD_SIZE", "2", "LOCAL_WORLD_SIZE", "2",
+    const char* env[] = {"RANK",        rs,          "LOCAL_RANK",  rs,   "WORLD_SIZE", "2", "LOCAL_WORLD_SIZE", "2",
                          "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", port, NULL};
     pids[r] = spawn(argv, env);
   }
@@ -535,7 +537,8 @@ static int nccl(void) {
   EXPECT(wait_all(pids, 1, 300) == 0);
   double diff = max_abs_diff(out2, out1), moved = max_abs_diff(out1, out0);
   printf("NCCL DDP, 2 ranks x batch 8 vs 1 process x batch 16, 20 SGD steps: max |diff| = %.3g; "
-         "parameters moved by up to %.3g\n", diff, moved);
+         "parameters moved by up to %.3g\n",
+         diff, moved);
   EXPECT(diff <= 1e-4);
   EXPECT(moved > 1e-3 && isfinite(moved));
   unlink(out2);

@@ -27,8 +27,9 @@ static void table(SchemaKind kind, const char* env_title) {
       for (const auto& a : k.aliases) help += " `" + a + "`";
       help += ")";
     }
-    std::printf("| `%s` | %s | `%s` | %s | %s | %s |\n", k.path.c_str(), cell(k.type).c_str(), cell(k.default_json).c_str(),
-                cell(accepted).c_str(), k.env.empty() ? "" : ("`" + k.env + "`").c_str(), cell(help).c_str());
+    std::printf("| `%s` | %s | `%s` | %s | %s | %s |\n", k.path.c_str(), cell(k.type).c_str(),
+                cell(k.default_json).c_str(), cell(accepted).c_str(), k.env.empty() ? "" : ("`" + k.env + "`").c_str(),
+                cell(help).c_str());
   }
 }
 

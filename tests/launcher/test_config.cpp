@@ -149,17 +149,20 @@ TEST(Defaults, DataKeys) {
   EXPECT_FALSE(c.get_bool("data.assistant_only_loss"));
   EXPECT_FALSE(c.is_set("data.collator"));
   EXPECT_EQ(c.get_int("data.threads"), 1);
-  Config e = resolve_accelerator(R"({"data": {"files": ["a.jsonl", "b.jsonl"], "packing": true, "collator": "trl"}})", {});
+  Config e =
+      resolve_accelerator(R"({"data": {"files": ["a.jsonl", "b.jsonl"], "packing": true, "collator": "trl"}})", {});
   EXPECT_EQ(e.get_string_list("data.files"), (std::vector<std::string>{"a.jsonl", "b.jsonl"}));
   EXPECT_TRUE(e.get_bool("data.packing"));
   EXPECT_EQ(e.provenance("data.packing").origin, Origin::Explicit);
   EXPECT_EQ(e.provenance("data.block_size").origin, Origin::Default);
-  EXPECT_EQ(resolve_accelerator(R"({"data": {"files": "train.parquet"}})", {}).get_json("data.files"), "\"train.parquet\"");
+  EXPECT_EQ(resolve_accelerator(R"({"data": {"files": "train.parquet"}})", {}).get_json("data.files"),
+            "\"train.parquet\"");
   EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"block_size": 0}})", {}); }).find("data.block_size"),
             std::string::npos);
   EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"collator": "padded"}})", {}); }).find("data.collator"),
             std::string::npos);
-  EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"paking": true}})", {}); }).find("paking"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"data": {"paking": true}})", {}); }).find("paking"),
+            std::string::npos);
 }
 
 TEST(Defaults, LaunchKeysHaveAccelerateDefaults) {
@@ -212,8 +215,9 @@ TEST(Defaults, EveryKeyRoundTrips) {
   EXPECT_EQ(c.to_json(false), plain);
   // Also for a config that sets something (found by fuzz_accelerator_json: the accumulation steps, written under
   // both spellings, were refused as exclusive when given back).
-  for (const char* given : {R"({"gradient_accumulation_steps": 4})", R"({"gradient_accumulation_plugin": {"num_steps": 3}})",
-                            R"({"project_dir": "runs", "mixed_precision": "bf16"})"}) {
+  for (const char* given :
+       {R"({"gradient_accumulation_steps": 4})", R"({"gradient_accumulation_plugin": {"num_steps": 3}})",
+        R"({"project_dir": "runs", "mixed_precision": "bf16"})"}) {
     Config d = resolve_accelerator(given, {});
     EXPECT_EQ(resolve_accelerator(d.to_json(true), {}).to_json(false), d.to_json(false)) << given;
     EXPECT_EQ(resolve_accelerator(d.to_json(false), {}).to_json(false), d.to_json(false)) << given;
@@ -221,8 +225,10 @@ TEST(Defaults, EveryKeyRoundTrips) {
   // Found by fuzz_accelerator_json: a nested reference in a fallback left "${env:HOME" in the value.
   EXPECT_EQ(error_of([] { resolve_accelerator(R"({"project_dir": "${env:NOPE:-a${env:HOME}/run"})", {}); }),
             "'project_dir': a ${env:...} fallback cannot hold another reference, in \"${env:NOPE:-a${env:HOME}/run\"");
-  EXPECT_NE(error_of([] { resolve_accelerator(R"({"gradient_accumulation_steps": 4, "gradient_accumulation_plugin": {"num_steps": 3}})", {}); })
-                .find("are exclusive"),
+  EXPECT_NE(error_of([] {
+              resolve_accelerator(
+                  R"({"gradient_accumulation_steps": 4, "gradient_accumulation_plugin": {"num_steps": 3}})", {});
+            }).find("are exclusive"),
             std::string::npos);
 }
 
@@ -270,7 +276,9 @@ TEST(Types, ExplicitJsonIsStrict) {
             "'grad_scaler_kwargs.backoff_factor' must be a number between 0 and 1; got 2");
   EXPECT_EQ(error_of([] { resolve_accelerator(R"({"cpu": null})", {}); }), "'cpu' must be a boolean; got null");
   // numbers accept integers; the int is kept
-  Config c = resolve_accelerator(R"({"ddp_kwargs": {"bucket_cap_mb": 50}, "init_process_group_kwargs": {"timeout": 1.5}})", {});
+  Config c =
+      resolve_accelerator(R"({"ddp_kwargs": {"bucket_cap_mb": 50}, "init_process_group_kwargs": {"timeout": 1.5}})",
+                          {});
   EXPECT_DOUBLE_EQ(c.get_double("ddp_kwargs.bucket_cap_mb"), 50);
   EXPECT_DOUBLE_EQ(c.get_double("init_process_group_kwargs.timeout"), 1.5);
 }
@@ -278,14 +286,16 @@ TEST(Types, ExplicitJsonIsStrict) {
 TEST(Types, EnumsListTheirValues) {
   EXPECT_EQ(error_of([] { resolve_accelerator(R"({"mixed_precision": "fp32"})", {}); }),
             "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\"; got \"fp32\"");
-  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"mixed_precision": "bf61"})", {}); }),
-            "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\"; got \"bf61\" (did you mean \"bf16\"?)");
+  EXPECT_EQ(
+      error_of([] { resolve_accelerator(R"({"mixed_precision": "bf61"})", {}); }),
+      "'mixed_precision' must be one of \"no\", \"fp16\", \"bf16\", \"fp8\"; got \"bf61\" (did you mean \"bf16\"?)");
   // case-insensitive enums are stored in their canonical spelling
   Config c = resolve_accelerator(R"({"mixed_precision": "BF16", "dynamo_plugin": {"backend": "inductor"}})", {});
   EXPECT_EQ(c.get_string("mixed_precision"), "bf16");
   EXPECT_EQ(c.get_string("dynamo_plugin.backend"), "INDUCTOR");
-  EXPECT_NE(error_of([] { resolve_accelerator(R"({"log_with": ["tensorboard", "wandbb"]})", {}); })
-                .find("'log_with' must be a list of \"all\""),
+  EXPECT_NE(error_of([] {
+              resolve_accelerator(R"({"log_with": ["tensorboard", "wandbb"]})", {});
+            }).find("'log_with' must be a list of \"all\""),
             std::string::npos);
   EXPECT_EQ(resolve_accelerator(R"({"log_with": "jsonl"})", {}).get_string_list("log_with"),
             std::vector<std::string>{"jsonl"});
@@ -301,7 +311,8 @@ TEST(UnknownKeys, NestedDidYouMean) {
 
 TEST(UnknownKeys, TopLevelDidYouMean) {
   std::string e = error_of([] { resolve_accelerator(R"({"mixed_precison": "fp16"})", {}); });
-  EXPECT_EQ(e.rfind("unknown key 'mixed_precison' (did you mean 'mixed_precision'?); accepted: device_placement, cpu,", 0),
+  EXPECT_EQ(e.rfind("unknown key 'mixed_precison' (did you mean 'mixed_precision'?); accepted: device_placement, cpu,",
+                    0),
             0u)
       << e;
 }
@@ -313,14 +324,16 @@ TEST(UnknownKeys, RightNameWrongPlace) {
 
 TEST(UnknownKeys, NothingClose) {
   std::string e = error_of([] { resolve_accelerator(R"({"ddp_kwargs": {"zzzzzz": 1}})", {}); });
-  EXPECT_EQ(e, "unknown key 'ddp_kwargs.zzzzzz'; accepted: dim, broadcast_buffers, bucket_cap_mb, find_unused_parameters, "
-               "check_reduction, gradient_as_bucket_view, static_graph, comm_hook, comm_wrapper, comm_state_option");
+  EXPECT_EQ(e,
+            "unknown key 'ddp_kwargs.zzzzzz'; accepted: dim, broadcast_buffers, bucket_cap_mb, find_unused_parameters, "
+            "check_reduction, gradient_as_bucket_view, static_graph, comm_hook, comm_wrapper, comm_state_option");
 }
 
 TEST(UnknownKeys, AccessorsNameUnknownPaths) {
   Config c = resolve_accelerator("", {});
-  EXPECT_EQ(error_of([&] { c.get_bool("dataloader_config.even_batchs"); }).rfind(
-                "unknown key 'dataloader_config.even_batchs' (did you mean 'even_batches'?)", 0),
+  EXPECT_EQ(error_of([&] {
+              c.get_bool("dataloader_config.even_batchs");
+            }).rfind("unknown key 'dataloader_config.even_batchs' (did you mean 'even_batches'?)", 0),
             0u);
   EXPECT_EQ(error_of([&] { c.get_string("cpu"); }), "'cpu' is false, not a string");
   EXPECT_EQ(error_of([&] { c.get_int("seed"); }), "'seed' is not set (null)");
@@ -348,8 +361,9 @@ TEST(MalformedJson, PositionsAreReported) {
   EXPECT_EQ(error_of([] { resolve_accelerator("{} {}", {}); }),
             "malformed JSON at line 1, column 4: unexpected text after the JSON value");
   std::string deep(5000, '[');
-  EXPECT_NE(error_of([&] { resolve_accelerator("{\"dynamo_plugin\": {\"options\": " + deep + "}}", {}); })
-                .find("nesting deeper than 64 levels"),
+  EXPECT_NE(error_of([&] {
+              resolve_accelerator("{\"dynamo_plugin\": {\"options\": " + deep + "}}", {});
+            }).find("nesting deeper than 64 levels"),
             std::string::npos);
   // Empty and null mean "nothing explicit".
   EXPECT_EQ(resolve_accelerator("  ", {}).provenance("cpu").origin, Origin::Default);
@@ -359,7 +373,8 @@ TEST(MalformedJson, PositionsAreReported) {
 TEST(MalformedJson, UnicodeEscapes) {
   Config c = resolve_accelerator(R"({"project_dir": "/tmp/caf\u00e9 \ud83d\ude00"})", {});
   EXPECT_EQ(c.get_string("project_dir"), "/tmp/caf\xc3\xa9 \xf0\x9f\x98\x80");
-  EXPECT_NE(error_of([] { resolve_accelerator(R"({"project_dir": "\ud83d"})", {}); }).find("surrogate"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_accelerator(R"({"project_dir": "\ud83d"})", {}); }).find("surrogate"),
+            std::string::npos);
 }
 
 // --- Precedence and provenance ----------------------------------------------------------------------------------
@@ -397,8 +412,9 @@ TEST(Precedence, EnvValuesAreValidated) {
             "\"bf16\", \"fp8\"; got \"fp32\"");
   EXPECT_EQ(error_of([] { resolve_accelerator("", {{"ACCELERATE_USE_CPU", "maybe"}}); }),
             "environment variable ACCELERATE_USE_CPU=maybe: 'cpu' must be a boolean; got \"maybe\"");
-  EXPECT_EQ(error_of([] { resolve_accelerator("", {{"FSDP_VERSION", "3"}}); }),
-            "environment variable FSDP_VERSION=3: 'fsdp_plugin.fsdp_version' must be an integer between 1 and 2; got \"3\"");
+  EXPECT_EQ(
+      error_of([] { resolve_accelerator("", {{"FSDP_VERSION", "3"}}); }),
+      "environment variable FSDP_VERSION=3: 'fsdp_plugin.fsdp_version' must be an integer between 1 and 2; got \"3\"");
   // Empty values are ignored; unrelated variables too.
   Config c = resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", ""}, {"ACCELERATE_SOMETHING_ELSE", "x"}});
   EXPECT_EQ(c.provenance("mixed_precision").origin, Origin::Default);
@@ -406,7 +422,7 @@ TEST(Precedence, EnvValuesAreValidated) {
 
 TEST(Precedence, EnvSpellingsFromAccelerateLaunch) {
   Env env{{"ACCELERATE_USE_FSDP", "true"},           {"FSDP_SHARDING_STRATEGY", "1"},
-          {"FSDP_TRANSFORMER_CLS_TO_WRAP", "A,B"},  {"FSDP_RESHARD_AFTER_FORWARD", "false"},
+          {"FSDP_TRANSFORMER_CLS_TO_WRAP", "A,B"},   {"FSDP_RESHARD_AFTER_FORWARD", "false"},
           {"ACCELERATE_DYNAMO_BACKEND", "inductor"}, {"ACCELERATE_DYNAMO_USE_DYNAMIC", "False"},
           {"ACCELERATE_FP8_OVERRIDE_DGRAD", "True"}, {"ACCELERATE_FP8_BACKEND", "te"},
           {"ACCELERATE_GRADIENT_CLIPPING", "1.0"}};
@@ -425,15 +441,17 @@ TEST(Precedence, EnvSpellingsFromAccelerateLaunch) {
 }
 
 TEST(Precedence, SectionProvenanceAndIsSet) {
-  Config c = resolve_accelerator(R"({"ddp_kwargs": {"static_graph": true}})", {{"ACCELERATE_DYNAMO_MODE", "max-autotune"}});
+  Config c =
+      resolve_accelerator(R"({"ddp_kwargs": {"static_graph": true}})", {{"ACCELERATE_DYNAMO_MODE", "max-autotune"}});
   EXPECT_TRUE(c.is_set("ddp_kwargs"));
   EXPECT_FALSE(c.is_set("grad_scaler_kwargs"));
   EXPECT_EQ(c.provenance("ddp_kwargs").origin, Origin::Explicit);
   EXPECT_EQ(c.provenance("dynamo_plugin").origin, Origin::Env);
   EXPECT_EQ(c.provenance("grad_scaler_kwargs").origin, Origin::Default);
-  EXPECT_EQ(c.get_json("ddp_kwargs"),
-            R"({"dim":0,"broadcast_buffers":true,"bucket_cap_mb":25,"find_unused_parameters":false,"check_reduction":false,)"
-            R"("gradient_as_bucket_view":false,"static_graph":true,"comm_hook":"no","comm_wrapper":"no","comm_state_option":{}})");
+  EXPECT_EQ(
+      c.get_json("ddp_kwargs"),
+      R"({"dim":0,"broadcast_buffers":true,"bucket_cap_mb":25,"find_unused_parameters":false,"check_reduction":false,)"
+      R"("gradient_as_bucket_view":false,"static_graph":true,"comm_hook":"no","comm_wrapper":"no","comm_state_option":{}})");
   std::string j = c.to_json(true);
   EXPECT_NE(j.find(R"("ddp_kwargs.static_graph": {
       "origin": "explicit",
@@ -452,9 +470,12 @@ TEST(Rules, PluginsImplyTheirParadigm) {
   Config c = resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}})", {});
   EXPECT_TRUE(c.get_bool("use_fsdp"));
   EXPECT_EQ(c.provenance("use_fsdp").origin, Origin::Explicit);
-  EXPECT_FALSE(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "use_fsdp": false})", {}).get_bool("use_fsdp"));
+  EXPECT_FALSE(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "use_fsdp": false})", {})
+                   .get_bool("use_fsdp"));
   EXPECT_TRUE(resolve_accelerator(R"({"parallelism_config": {"tp_size": 2}})", {}).get_bool("use_parallelism_config"));
-  EXPECT_NE(error_of([] { resolve_accelerator(R"({"use_fsdp": true, "deepspeed_plugin": {}})", {}); }).find("exclusive"),
+  EXPECT_NE(error_of([] {
+              resolve_accelerator(R"({"use_fsdp": true, "deepspeed_plugin": {}})", {});
+            }).find("exclusive"),
             std::string::npos);
 }
 
@@ -465,25 +486,28 @@ TEST(Rules, GradientAccumulationHasOneValue) {
   EXPECT_EQ(a.get_int("gradient_accumulation_plugin.num_steps"), 3);
   Config b = resolve_accelerator(R"({"gradient_accumulation_steps": 6})", {});
   EXPECT_EQ(b.get_int("gradient_accumulation_plugin.num_steps"), 6);
-  EXPECT_EQ(error_of([] {
-              resolve_accelerator(R"({"gradient_accumulation_steps": 2, "gradient_accumulation_plugin": {"num_steps": 3}})",
-                                  {});
-            }),
-            "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
+  EXPECT_EQ(
+      error_of([] {
+        resolve_accelerator(R"({"gradient_accumulation_steps": 2, "gradient_accumulation_plugin": {"num_steps": 3}})",
+                            {});
+      }),
+      "'gradient_accumulation_steps' and 'gradient_accumulation_plugin.num_steps' are exclusive; give one of them");
 }
 
 TEST(Rules, ProjectDirectories) {
   Config a = resolve_accelerator(R"({"project_dir": "/runs/a"})", {});
   EXPECT_EQ(a.get_string("project_config.project_dir"), "/runs/a");
   EXPECT_EQ(a.get_string("project_config.logging_dir"), "/runs/a");
-  Config b = resolve_accelerator(R"({"project_dir": "/runs/a", "project_config": {"project_dir": "/runs/b", "logging_dir": "/logs"}})", {});
+  Config b = resolve_accelerator(
+      R"({"project_dir": "/runs/a", "project_config": {"project_dir": "/runs/b", "logging_dir": "/logs"}})", {});
   EXPECT_EQ(b.get_string("project_dir"), "/runs/b");
   EXPECT_EQ(b.get_string("project_config.logging_dir"), "/logs");
 }
 
 TEST(Rules, EnvironmentReferences) {
   Env env{{"SCRATCH", "/scratch/me"}};
-  Config c = resolve_accelerator(R"({"project_dir": "${env:SCRATCH}/runs", "log_with": ["${env:TRACKER:-jsonl}"]})", env);
+  Config c =
+      resolve_accelerator(R"({"project_dir": "${env:SCRATCH}/runs", "log_with": ["${env:TRACKER:-jsonl}"]})", env);
   EXPECT_EQ(c.get_string("project_dir"), "/scratch/me/runs");
   EXPECT_EQ(c.provenance("project_dir").where, "acc_accelerator_create (${env:SCRATCH})");
   EXPECT_EQ(c.get_string_list("log_with"), std::vector<std::string>{"jsonl"});
@@ -527,7 +551,8 @@ TEST(LaunchFiles, AccelerateDefaultConfigYaml) {
 
 TEST(LaunchFiles, FlagsBeatTheFile) {
   const std::string f = kData + "/default_config.yaml";
-  Config c = resolve_launch(f, {{"num_processes", "3", "--num-processes"}, {"mixed_precision", "fp16", "--mixed_precision"}});
+  Config c =
+      resolve_launch(f, {{"num_processes", "3", "--num-processes"}, {"mixed_precision", "fp16", "--mixed_precision"}});
   EXPECT_EQ(c.get_int("num_processes"), 3);
   EXPECT_EQ(c.provenance("num_processes").origin, Origin::Flag);
   EXPECT_EQ(c.provenance("num_processes").where, "--num-processes");
@@ -556,7 +581,8 @@ TEST(LaunchFiles, LegacyFileIsUpgraded) {
   EXPECT_EQ(c.get_string("fsdp_config.fsdp_sharding_strategy"), "SHARD_GRAD_OP");  // 2
   EXPECT_EQ(c.get_string("fsdp_config.fsdp_backward_prefetch"), "BACKWARD_POST");
   TempDir t;
-  EXPECT_EQ(resolve_launch(t.write("a.yaml", "distributed_type: NO\nfp16: false\n"), {}).get_string("mixed_precision"), "no");
+  EXPECT_EQ(resolve_launch(t.write("a.yaml", "distributed_type: NO\nfp16: false\n"), {}).get_string("mixed_precision"),
+            "no");
   EXPECT_EQ(resolve_launch(t.write("b.yaml", "distributed_type: NO\nfp16: true\nmixed_precision: bf16\n"), {})
                 .get_string("mixed_precision"),
             "bf16");
@@ -611,7 +637,8 @@ TEST(LaunchFiles, SagemakerFileParses) {
 TEST(LaunchFiles, MissingFile) {
   EXPECT_EQ(error_of([] { resolve_launch(std::string("/nonexistent/acc.yaml"), {}); }),
             "cannot read config file '/nonexistent/acc.yaml': No such file or directory");
-  EXPECT_EQ(error_of([] { resolve_launch(std::string("/tmp"), {}); }), "cannot read config file '/tmp': it is a directory");
+  EXPECT_EQ(error_of([] { resolve_launch(std::string("/tmp"), {}); }),
+            "cannot read config file '/tmp': it is a directory");
 }
 
 // Every file of the corpus fails with a message naming the culprit; none crashes.
@@ -633,7 +660,8 @@ TEST(LaunchFiles, BadConfigCorpus) {
     const std::string file = kData + "/bad/" + parts[0];
     std::string err = error_of([&] { resolve_launch(file, {}); });
     EXPECT_NE(err, "<no error>") << parts[0];
-    for (size_t i = 1; i < parts.size(); ++i) EXPECT_NE(err.find(parts[i]), std::string::npos) << parts[0] << ": " << err;
+    for (size_t i = 1; i < parts.size(); ++i)
+      EXPECT_NE(err.find(parts[i]), std::string::npos) << parts[0] << ": " << err;
     ++cases;
   }
   EXPECT_GE(cases, 25);
@@ -725,13 +753,16 @@ TEST(LaunchEnvironment, DeepSpeedFileReachesTheLibrary) {
   EXPECT_EQ(env["ACCELERATE_GRADIENT_CLIPPING"], "1.0");
   EXPECT_EQ(env["ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"], "cpu");
   EXPECT_EQ(env["ACCELERATE_DEEPSPEED_ZERO3_INIT"], "false");
-  EXPECT_EQ(env["ACCELERATE_CONFIG_DS_FIELDS"],
-            "gradient_accumulation_steps,gradient_clipping,offload_optimizer_device,offload_param_device,zero3_init_flag,"
-            "zero_stage,mixed_precision");  // the file's order, as accelerate launch lists its dict's keys
+  EXPECT_EQ(
+      env["ACCELERATE_CONFIG_DS_FIELDS"],
+      "gradient_accumulation_steps,gradient_clipping,offload_optimizer_device,offload_param_device,zero3_init_flag,"
+      "zero_stage,mixed_precision");  // the file's order, as accelerate launch lists its dict's keys
   TempDir t;
-  EXPECT_EQ(launch_environment(resolve_launch(t.write("ds.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\n"
-                                                                  "deepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: true\n"
-                                                                  "  offload_param_device: cpu\n"), {}))["ACCELERATE_CONFIG_DS_FIELDS"],
+  EXPECT_EQ(launch_environment(resolve_launch(t.write("ds.yaml",
+                                                      "distributed_type: DEEPSPEED\nnum_processes: 2\n"
+                                                      "deepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: true\n"
+                                                      "  offload_param_device: cpu\n"),
+                                              {}))["ACCELERATE_CONFIG_DS_FIELDS"],
             "zero_stage,zero3_init_flag,offload_param_device");
   Config lib = resolve_accelerator("", env);
   EXPECT_TRUE(lib.get_bool("use_deepspeed"));
@@ -746,26 +777,28 @@ TEST(LaunchEnvironment, EveryExportIsReadByTheLibrary) {
   std::set<std::string> read;
   for (const auto& k : schema_keys(SchemaKind::Accelerator))
     if (!k.env.empty()) read.insert(k.env);
-  for (const char* n : {"ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD", "ACCELERATE_FP8_OVERRIDE_WGRAD"})
+  for (const char* n :
+       {"ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD", "ACCELERATE_FP8_OVERRIDE_WGRAD"})
     read.insert(n);
   const std::set<std::string> launcher_only = {"CUDA_VISIBLE_DEVICES", "KMP_AFFINITY", "KMP_BLOCKTIME",
                                                "ACCELERATE_CONFIG_DS_FIELDS"};
   TempDir t;
   for (const char* dt : {"FSDP", "DEEPSPEED", "MULTI_GPU"}) {
-    std::string f = t.write(std::string(dt) + ".yaml",
-                            std::string("distributed_type: ") + dt +
-                                "\nnum_processes: 2\nmixed_precision: fp8\nuse_cpu: true\ndebug: true\n"
-                                "enable_cpu_affinity: true\ngpu_ids: 1,2\ndowncast_bf16: true\n"
-                                "fp8_config: {backend: AO}\n"
-                                "fsdp_config: {fsdp_auto_wrap_policy: SIZE_BASED_WRAP, fsdp_backward_prefetch: BACKWARD_PRE,"
-                                " fsdp_state_dict_type: FULL_STATE_DICT, fsdp_ignored_modules: 'x.*',"
-                                " fsdp_transformer_layer_cls_to_wrap: [A, B]}\n"
-                                "deepspeed_config: {zero_stage: 3, gradient_accumulation_steps: 2, gradient_clipping: 0.5,"
-                                " offload_optimizer_device: nvme, offload_param_device: cpu, offload_optimizer_nvme_path: /nvme,"
-                                " offload_param_nvme_path: /nvme2, zero3_init_flag: true, zero3_save_16bit_model: true,"
-                                " deepspeed_config_file: ds.json, deepspeed_moe_layer_cls_names: Moe}\n"
-                                "parallelism_config: {parallelism_config_tp_size: 2, parallelism_config_cp_size: 2,"
-                                " parallelism_config_sp_size: 2, parallelism_config_sp_seq_length: 128}\n");
+    std::string f =
+        t.write(std::string(dt) + ".yaml",
+                std::string("distributed_type: ") + dt +
+                    "\nnum_processes: 2\nmixed_precision: fp8\nuse_cpu: true\ndebug: true\n"
+                    "enable_cpu_affinity: true\ngpu_ids: 1,2\ndowncast_bf16: true\n"
+                    "fp8_config: {backend: AO}\n"
+                    "fsdp_config: {fsdp_auto_wrap_policy: SIZE_BASED_WRAP, fsdp_backward_prefetch: BACKWARD_PRE,"
+                    " fsdp_state_dict_type: FULL_STATE_DICT, fsdp_ignored_modules: 'x.*',"
+                    " fsdp_transformer_layer_cls_to_wrap: [A, B]}\n"
+                    "deepspeed_config: {zero_stage: 3, gradient_accumulation_steps: 2, gradient_clipping: 0.5,"
+                    " offload_optimizer_device: nvme, offload_param_device: cpu, offload_optimizer_nvme_path: /nvme,"
+                    " offload_param_nvme_path: /nvme2, zero3_init_flag: true, zero3_save_16bit_model: true,"
+                    " deepspeed_config_file: ds.json, deepspeed_moe_layer_cls_names: Moe}\n"
+                    "parallelism_config: {parallelism_config_tp_size: 2, parallelism_config_cp_size: 2,"
+                    " parallelism_config_sp_size: 2, parallelism_config_sp_seq_length: 128}\n");
     auto env = launch_environment(resolve_launch(f, {}, /*check=*/false));  // contradictory on purpose
     for (const auto& [name, value] : env)
       EXPECT_TRUE(read.count(name) || launcher_only.count(name)) << dt << ": " << name << "=" << value;
@@ -787,9 +820,8 @@ TEST(LaunchEnvironment, EveryExportIsReadByTheLibrary) {
 
 TEST(LaunchEnvironment, MegatronVariables) {
   TempDir t;
-  std::string f = t.write("m.yaml",
-                          "distributed_type: MEGATRON_LM\nnum_processes: 2\nmegatron_lm_config:\n"
-                          "  megatron_lm_tp_degree: 2\n  megatron_lm_sequence_parallelism: true\n");
+  std::string f = t.write("m.yaml", "distributed_type: MEGATRON_LM\nnum_processes: 2\nmegatron_lm_config:\n"
+                                    "  megatron_lm_tp_degree: 2\n  megatron_lm_sequence_parallelism: true\n");
   auto env = launch_environment(resolve_launch(f, {}));
   EXPECT_EQ(env["ACCELERATE_USE_MEGATRON_LM"], "true");
   EXPECT_EQ(env["MEGATRON_LM_TP_DEGREE"], "2");
@@ -854,9 +886,8 @@ Chain through_launcher(const std::optional<std::string>& file, const std::vector
 
 TEST(Precedence, Table) {
   TempDir t;
-  const std::string file = t.write("f.yaml",
-                                   "distributed_type: DEEPSPEED\nmixed_precision: fp16\nnum_processes: 2\n"
-                                   "deepspeed_config:\n  gradient_accumulation_steps: 8\n");
+  const std::string file = t.write("f.yaml", "distributed_type: DEEPSPEED\nmixed_precision: fp16\nnum_processes: 2\n"
+                                             "deepspeed_config:\n  gradient_accumulation_steps: 8\n");
   const std::string plain = t.write("p.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n");
   struct Case {
     const char* what;
@@ -864,40 +895,106 @@ TEST(Precedence, Table) {
     std::vector<Flag> flags;
     Env env;
     std::string explicit_json;
-    const char* key;        // library key
-    const char* value;      // its resolved value, as JSON
-    Origin origin;          // where the library got it
+    const char* key;  // library key
+    const char* value;  // its resolved value, as JSON
+    Origin origin;  // where the library got it
     const char* where;
   };
   const Flag bf16{"mixed_precision", "bf16", "--mixed_precision"};
   const std::vector<Case> cases = {
-      {"nothing: the launcher exports the default", std::nullopt, {}, {}, "", "mixed_precision", "\"no\"", Origin::Env,
+      {"nothing: the launcher exports the default",
+       std::nullopt,
+       {},
+       {},
+       "",
+       "mixed_precision",
+       "\"no\"",
+       Origin::Env,
        "ACCELERATE_MIXED_PRECISION"},
       {"file", file, {}, {}, "", "mixed_precision", "\"fp16\"", Origin::Env, "ACCELERATE_MIXED_PRECISION"},
-      {"flag beats file", file, {bf16}, {}, "", "mixed_precision", "\"bf16\"", Origin::Env, "ACCELERATE_MIXED_PRECISION"},
-      {"the launcher's export beats acc's own environment (as accelerate launch)", file, {bf16},
-       {{"ACCELERATE_MIXED_PRECISION", "fp8"}}, "", "mixed_precision", "\"bf16\"", Origin::Env,
+      {"flag beats file",
+       file,
+       {bf16},
+       {},
+       "",
+       "mixed_precision",
+       "\"bf16\"",
+       Origin::Env,
        "ACCELERATE_MIXED_PRECISION"},
-      {"explicit beats everything", file, {bf16}, {{"ACCELERATE_MIXED_PRECISION", "fp8"}},
-       R"({"mixed_precision": "no"})", "mixed_precision", "\"no\"", Origin::Explicit, "acc_accelerator_create"},
-      {"a file value reaches the library through the environment", file, {}, {}, "", "gradient_accumulation_steps",
-       "8", Origin::Env, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
-      {"flag beats the file's DeepSpeed value", file, {{"deepspeed_config.gradient_accumulation_steps", "3",
-                                                       "--gradient_accumulation_steps"}},
-       {}, "", "gradient_accumulation_steps", "3", Origin::Env, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
-      {"explicit beats the exported value (Accelerate lets the environment win)", file, {}, {},
-       R"({"gradient_accumulation_steps": 2})", "gradient_accumulation_steps", "2", Origin::Explicit,
+      {"the launcher's export beats acc's own environment (as accelerate launch)",
+       file,
+       {bf16},
+       {{"ACCELERATE_MIXED_PRECISION", "fp8"}},
+       "",
+       "mixed_precision",
+       "\"bf16\"",
+       Origin::Env,
+       "ACCELERATE_MIXED_PRECISION"},
+      {"explicit beats everything",
+       file,
+       {bf16},
+       {{"ACCELERATE_MIXED_PRECISION", "fp8"}},
+       R"({"mixed_precision": "no"})",
+       "mixed_precision",
+       "\"no\"",
+       Origin::Explicit,
        "acc_accelerator_create"},
-      {"a variable the launcher does not export comes from acc's environment", plain, {},
-       {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}}, "", "gradient_accumulation_steps", "4", Origin::Env,
+      {"a file value reaches the library through the environment",
+       file,
+       {},
+       {},
+       "",
+       "gradient_accumulation_steps",
+       "8",
+       Origin::Env,
        "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
-      {"... and explicit beats it", plain, {}, {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}},
-       R"({"gradient_accumulation_steps": 6})", "gradient_accumulation_steps", "6", Origin::Explicit,
+      {"flag beats the file's DeepSpeed value",
+       file,
+       {{"deepspeed_config.gradient_accumulation_steps", "3", "--gradient_accumulation_steps"}},
+       {},
+       "",
+       "gradient_accumulation_steps",
+       "3",
+       Origin::Env,
+       "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
+      {"explicit beats the exported value (Accelerate lets the environment win)",
+       file,
+       {},
+       {},
+       R"({"gradient_accumulation_steps": 2})",
+       "gradient_accumulation_steps",
+       "2",
+       Origin::Explicit,
+       "acc_accelerator_create"},
+      {"a variable the launcher does not export comes from acc's environment",
+       plain,
+       {},
+       {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}},
+       "",
+       "gradient_accumulation_steps",
+       "4",
+       Origin::Env,
+       "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
+      {"... and explicit beats it",
+       plain,
+       {},
+       {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}},
+       R"({"gradient_accumulation_steps": 6})",
+       "gradient_accumulation_steps",
+       "6",
+       Origin::Explicit,
        "acc_accelerator_create"},
       {"a key nothing sets keeps its default", plain, {}, {}, "", "seed", "null", Origin::Default, "default"},
       {"--cpu flag", plain, {{"use_cpu", "true", "--cpu"}}, {}, "", "cpu", "true", Origin::Env, "ACCELERATE_USE_CPU"},
-      {"explicit cpu false beats --cpu (Accelerate ORs them)", plain, {{"use_cpu", "true", "--cpu"}}, {},
-       R"({"cpu": false})", "cpu", "false", Origin::Explicit, "acc_accelerator_create"},
+      {"explicit cpu false beats --cpu (Accelerate ORs them)",
+       plain,
+       {{"use_cpu", "true", "--cpu"}},
+       {},
+       R"({"cpu": false})",
+       "cpu",
+       "false",
+       Origin::Explicit,
+       "acc_accelerator_create"},
   };
   for (const Case& k : cases) {
     Chain c = through_launcher(k.file, k.flags, k.env, k.explicit_json);
@@ -978,21 +1075,28 @@ TEST(Config, ActivationCheckpointingOffload) {
   TempDir t;
   const std::string fsdp2 = "distributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\nfsdp_config:\n  fsdp_version: 2\n"
                             "  fsdp_activation_checkpointing: true\n";
-  auto env = launch_environment(resolve_launch(t.write("on.yaml", fsdp2 + "  fsdp_activation_checkpointing_offload: true\n"), {}));
+  auto env =
+      launch_environment(resolve_launch(t.write("on.yaml", fsdp2 + "  fsdp_activation_checkpointing_offload: true\n"),
+                                        {}));
   EXPECT_EQ(env["FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"], "true");
-  EXPECT_EQ(launch_environment(resolve_launch(t.write("off.yaml", fsdp2), {}))["FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"], "false");
+  EXPECT_EQ(launch_environment(resolve_launch(t.write("off.yaml", fsdp2), {}))["FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"],
+            "false");
   Env from_launch(env.begin(), env.end());
   Config lib = resolve_accelerator("", from_launch);
   EXPECT_TRUE(lib.get_bool("fsdp_plugin.activation_checkpointing_offload"));
-  EXPECT_EQ(lib.provenance("fsdp_plugin.activation_checkpointing_offload").where, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD");
+  EXPECT_EQ(lib.provenance("fsdp_plugin.activation_checkpointing_offload").where,
+            "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD");
   EXPECT_FALSE(unsupported_setting(lib));
-  EXPECT_EQ(error_of([] {
-              sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "activation_checkpointing_offload": true}})", {}));
-            }),
-            "contradictory settings: 'fsdp_plugin.activation_checkpointing_offload' (true, acc_accelerator_create) "
-            "offloads what activation checkpointing keeps, but 'fsdp_plugin.activation_checkpointing' (false, default)");
+  EXPECT_EQ(
+      error_of([] {
+        sharding(resolve_accelerator(
+            R"({"fsdp_plugin": {"fsdp_version": 2, "activation_checkpointing_offload": true}})", {}));
+      }),
+      "contradictory settings: 'fsdp_plugin.activation_checkpointing_offload' (true, acc_accelerator_create) "
+      "offloads what activation checkpointing keeps, but 'fsdp_plugin.activation_checkpointing' (false, default)");
   const std::string fsdp1 = error_of([] {
-    sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_ACTIVATION_CHECKPOINTING", "true"},
+    sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"},
+                                      {"FSDP_ACTIVATION_CHECKPOINTING", "true"},
                                       {"FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", "true"}}));
   });
   EXPECT_NE(fsdp1.find("needs FSDP2, but 'fsdp_plugin.fsdp_version' (1, default)"), std::string::npos) << fsdp1;
@@ -1028,26 +1132,30 @@ TEST(AccelerateTestConfigs, WrittenFilesReadBackTheSame) {
 // --- Contradictions, caught before any process starts ---------------------------------------------------------
 
 TEST(Contradictions, FromFlags) {
-  EXPECT_NE(error_of([] { resolve_launch(std::nullopt, {{"distributed_type", "MULTI_GPU", "--multi_gpu"}}); })
-                .find("'distributed_type' (\"MULTI_GPU\", --multi_gpu) needs at least 2 processes"),
+  EXPECT_NE(error_of([] {
+              resolve_launch(std::nullopt, {{"distributed_type", "MULTI_GPU", "--multi_gpu"}});
+            }).find("'distributed_type' (\"MULTI_GPU\", --multi_gpu) needs at least 2 processes"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               resolve_launch(std::nullopt, {{"use_cpu", "true", "--cpu"}, {"gpu_ids", "1", "--gpu_ids"}});
             }).find("'use_cpu' (true, --cpu) trains on the CPU, but 'gpu_ids' (\"1\", --gpu_ids) selects GPUs"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              resolve_launch(std::nullopt, {{"num_processes", "4", "--num_processes"},
-                                            {"num_machines", "2", "--num_machines"}});
+              resolve_launch(std::nullopt,
+                             {{"num_processes", "4", "--num_processes"}, {"num_machines", "2", "--num_machines"}});
             }).find("main_process_ip"),
             std::string::npos);
   // gpu_ids "all", or enough of them, is fine; a single process on a GPU machine is fine.
   EXPECT_EQ(error_of([] {
               resolve_launch(std::nullopt, {{"distributed_type", "MULTI_GPU", "--multi_gpu"},
-                                            {"num_processes", "2", "--num_processes"}, {"gpu_ids", "0,1", "x"}});
+                                            {"num_processes", "2", "--num_processes"},
+                                            {"gpu_ids", "0,1", "x"}});
             }),
             "<no error>");
   // Without checking, the same values resolve (acc config update keeps what a file says).
-  EXPECT_EQ(error_of([] { resolve_launch(std::nullopt, {{"use_cpu", "true", "--cpu"}, {"gpu_ids", "1", "x"}}, false); }),
+  EXPECT_EQ(error_of([] {
+              resolve_launch(std::nullopt, {{"use_cpu", "true", "--cpu"}, {"gpu_ids", "1", "x"}}, false);
+            }),
             "<no error>");
 }
 
@@ -1056,7 +1164,8 @@ TEST(Contradictions, FromFlags) {
 TEST(Unsupported, NamedWithTheirSource) {
   EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"init_process_group_kwargs": {"backend": "gloo"}})", {})));
-  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": ["tensorboard", "jsonl", "csv", "mlflow", "wandb"]})", {})));
+  EXPECT_FALSE(unsupported_setting(
+      resolve_accelerator(R"({"log_with": ["tensorboard", "jsonl", "csv", "mlflow", "wandb"]})", {})));
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"log_with": "all"})", {})));
   // Sharded data parallelism: FSDP and DeepSpeed ZeRO configs as Accelerate users write them.
   EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}})", {})));
@@ -1074,14 +1183,21 @@ TEST(Unsupported, NamedWithTheirSource) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {R"({"use_fsdp": true, "fsdp_plugin": {"ignored_modules": "lm_head"}})", {},
+      {R"({"use_fsdp": true, "fsdp_plugin": {"ignored_modules": "lm_head"}})",
+       {},
        "'fsdp_plugin.ignored_modules' = \"lm_head\" (from explicit acc_accelerator_create): FSDP ignored modules"},
-      {"", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}},
-       "'deepspeed_plugin.offload_optimizer_device' = \"nvme\" (from env ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload to NVMe"},
+      {"",
+       {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}},
+       "'deepspeed_plugin.offload_optimizer_device' = \"nvme\" (from env "
+       "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload to NVMe"},
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
-      {R"({"parallelism_config": {"sp_size": 2}})", {}, "sequence parallelism (DeepSpeed Ulysses) is not supported yet"},
+      {R"({"parallelism_config": {"sp_size": 2}})",
+       {},
+       "sequence parallelism (DeepSpeed Ulysses) is not supported yet"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
-      {R"({"log_with": ["tensorboard", "comet_ml"]})", {}, "the tracker \"comet_ml\" is not supported yet by libacc; use tensorboard"},
+      {R"({"log_with": ["tensorboard", "comet_ml"]})",
+       {},
+       "the tracker \"comet_ml\" is not supported yet by libacc; use tensorboard"},
       {R"({"init_process_group_kwargs": {"backend": "mpi"}})", {}, "the c10d backend \"mpi\""},
       {R"({"init_process_group_kwargs": {"init_method": "tcp://h:1"}})", {}, "a rendezvous other than env://"},
   };
@@ -1099,8 +1215,8 @@ TEST(RunRecord, ReproducesTheConfig) {
   TempDir t;
   Env env{{"ACCELERATE_MIXED_PRECISION", "bf16"}, {"WORLD_SIZE", "1"}, {"HF_TOKEN", "secret"}, {"MY_API_KEY", "k"}};
   Config c = resolve_accelerator(R"({"seed": 7, "project_dir": ")" + t.path + R"(/run/a"})", env);
-  std::string path = write_run_record(c, c.get_string("project_config.project_dir"),
-                                      R"({"version": "9.9.9", "torch": "2.x"})", env);
+  std::string path =
+      write_run_record(c, c.get_string("project_config.project_dir"), R"({"version": "9.9.9", "torch": "2.x"})", env);
   EXPECT_EQ(path, t.path + "/run/a/acc_run_config.json");
   std::string text = slurp(path);
   EXPECT_NE(text.find("\"format\": \"acc_run_config/1\""), std::string::npos);
@@ -1198,12 +1314,14 @@ TEST(BuiltinModels, ErrorsNameTheKey) {
   EXPECT_EQ(err(R"({"type": "mlp", "size": [2, 1]})"),
             "mlp spec: unknown key 'size' (did you mean 'sizes'?); accepted: type, sizes, activation, loss, device");
   EXPECT_EQ(err(R"({"type": "mlp"})"), "mlp spec: 'sizes' is required: a list [in, hidden..., out] of integers >= 1");
-  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2]})"),
-            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most 65536 of them, "
-            "each at most 2147483648); got [2]");
-  EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 0]})"),
-            "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most 65536 of them, "
-            "each at most 2147483648); got [2,0]");
+  EXPECT_EQ(
+      err(R"({"type": "mlp", "sizes": [2]})"),
+      "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most 65536 of them, "
+      "each at most 2147483648); got [2]");
+  EXPECT_EQ(
+      err(R"({"type": "mlp", "sizes": [2, 0]})"),
+      "mlp spec: 'sizes' must be a list [in, hidden..., out] of at least two integers >= 1 (at most 65536 of them, "
+      "each at most 2147483648); got [2,0]");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1], "activation": "sigmoid"})"),
             "mlp spec: 'activation' must be one of \"relu\", \"gelu\", \"tanh\"; got \"sigmoid\"");
   EXPECT_EQ(err(R"({"type": "mlp", "sizes": [2, 1], "loss": 1})"),
@@ -1212,8 +1330,7 @@ TEST(BuiltinModels, ErrorsNameTheKey) {
             "gpt spec: 'n_embd' (30) must be a multiple of 'n_head' (4)");
   EXPECT_EQ(err("{" + gpt + R"(, "n_head": 4})"), "gpt spec: 'n_embd' is required (an integer >= 1)");
   EXPECT_EQ(err("{" + gpt + R"(, "n_head": 0, "n_embd": 8})"), "gpt spec: 'n_head' must be an integer >= 1; got 0");
-  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8.5})"),
-            "gpt spec: 'n_embd' must be an integer >= 1; got 8.5");
+  EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8.5})"), "gpt spec: 'n_embd' must be an integer >= 1; got 8.5");
   EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8, "dropout": 1})"),
             "gpt spec: 'dropout' must be a number in [0, 1); got 1");
   EXPECT_EQ(err("{" + gpt + R"(, "n_head": 2, "n_embd": 8, "bias": "no"})"),
@@ -1225,8 +1342,8 @@ TEST(BuiltinModels, ErrorsNameTheKey) {
 
 TEST(BuiltinModels, MlpShapes) {
   ParameterShapes s = builtin_parameter_shapes(parse_builtin_spec(R"({"type": "mlp", "sizes": [3, 4, 2]})"));
-  ParameterShapes want = {{"layers.0.weight", {4, 3}}, {"layers.0.bias", {4}},
-                          {"layers.1.weight", {2, 4}}, {"layers.1.bias", {2}}};
+  ParameterShapes want = {
+      {"layers.0.weight", {4, 3}}, {"layers.0.bias", {4}}, {"layers.1.weight", {2, 4}}, {"layers.1.bias", {2}}};
   EXPECT_EQ(s, want);
   EXPECT_EQ(parameter_count(s), 26);
 }
@@ -1238,12 +1355,18 @@ TEST(BuiltinModels, GptShapesAreHuggingFaceGpt2s) {
   EXPECT_EQ(s[0], (ParameterShapes::value_type{"transformer.wte.weight", {11, 4}}));
   EXPECT_EQ(s[1], (ParameterShapes::value_type{"transformer.wpe.weight", {5, 4}}));
   ParameterShapes layer1(s.begin() + 14, s.begin() + 26);
-  ParameterShapes want = {{"transformer.h.1.ln_1.weight", {4}},        {"transformer.h.1.ln_1.bias", {4}},
-                          {"transformer.h.1.attn.c_attn.weight", {4, 12}}, {"transformer.h.1.attn.c_attn.bias", {12}},
-                          {"transformer.h.1.attn.c_proj.weight", {4, 4}},  {"transformer.h.1.attn.c_proj.bias", {4}},
-                          {"transformer.h.1.ln_2.weight", {4}},        {"transformer.h.1.ln_2.bias", {4}},
-                          {"transformer.h.1.mlp.c_fc.weight", {4, 16}},    {"transformer.h.1.mlp.c_fc.bias", {16}},
-                          {"transformer.h.1.mlp.c_proj.weight", {16, 4}},  {"transformer.h.1.mlp.c_proj.bias", {4}}};
+  ParameterShapes want = {{"transformer.h.1.ln_1.weight", {4}},
+                          {"transformer.h.1.ln_1.bias", {4}},
+                          {"transformer.h.1.attn.c_attn.weight", {4, 12}},
+                          {"transformer.h.1.attn.c_attn.bias", {12}},
+                          {"transformer.h.1.attn.c_proj.weight", {4, 4}},
+                          {"transformer.h.1.attn.c_proj.bias", {4}},
+                          {"transformer.h.1.ln_2.weight", {4}},
+                          {"transformer.h.1.ln_2.bias", {4}},
+                          {"transformer.h.1.mlp.c_fc.weight", {4, 16}},
+                          {"transformer.h.1.mlp.c_fc.bias", {16}},
+                          {"transformer.h.1.mlp.c_proj.weight", {16, 4}},
+                          {"transformer.h.1.mlp.c_proj.bias", {4}}};
   EXPECT_EQ(layer1, want);
   EXPECT_EQ(s[2].first, "transformer.h.0.ln_1.weight");
   EXPECT_EQ(s[26], (ParameterShapes::value_type{"transformer.ln_f.weight", {4}}));
@@ -1295,7 +1418,8 @@ TEST(SafetensorsHeader, ErrorsNameTheFileAndTheTensor) {
             "m.safetensors: malformed header: malformed JSON at line 1, column 37: expected ',' or '}' in object, got "
             "end of input");
   EXPECT_EQ(err("[]"), "m.safetensors: malformed header: not a JSON object");
-  EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [4]}})"), "m.safetensors: tensor \"w\" lacks dtype, shape or data_offsets");
+  EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [4]}})"),
+            "m.safetensors: tensor \"w\" lacks dtype, shape or data_offsets");
   EXPECT_EQ(err(R"({"w": {"dtype": "F33", "shape": [4], "data_offsets": [0, 16]}})"),
             "m.safetensors: tensor \"w\" has an unknown dtype \"F33\"");
   EXPECT_EQ(err(R"({"w": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})"),
@@ -1347,7 +1471,7 @@ TEST(Files, MakeDirectories) {
   make_directories(root + "/a/b/c");
   make_directories(root + "/a/b/c");  // exists: fine
   make_directories(root + "/a/b/");
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(stat((root + "/a/b/c").c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   std::ofstream(root + "/file") << "x";
@@ -1372,7 +1496,7 @@ TEST(Files, WriteFileAtomic) {
   write_file_atomic(path, std::vector<std::string_view>{"sec", "", "ond"});  // replaces it
   EXPECT_EQ(slurp(path), "second");
   EXPECT_EQ(list_dir(root), std::vector<std::string>{"out.json"});  // no temporary file left
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   mode_t mask = umask(0);
   umask(mask);
@@ -1428,7 +1552,8 @@ TEST(Files, RunRecordDirectoryIsCreated) {
   EXPECT_EQ(path, dir + "/" + kRunRecordName);
   EXPECT_EQ(list_dir(dir), std::vector<std::string>{kRunRecordName});
   std::ofstream(std::string(tmp) + "/file") << "x";
-  std::string err = error_of([&] { write_run_record(resolve_accelerator("", {}), std::string(tmp) + "/file", "{}", {}); });
+  std::string err =
+      error_of([&] { write_run_record(resolve_accelerator("", {}), std::string(tmp) + "/file", "{}", {}); });
   EXPECT_EQ(err, "cannot create directory '" + std::string(tmp) + "/file': Not a directory");
   std::filesystem::remove_all(tmp);
 }
@@ -1447,16 +1572,20 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_FALSE(grad_op.reshard_after_forward);
   EXPECT_EQ(grad_op.label, "FSDP SHARD_GRAD_OP");
   EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": "NO_SHARD"}})", {})).stage, 0);
-  Sharding hybrid = sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD_ZERO2"}})", {}));
+  Sharding hybrid =
+      sharding(resolve_accelerator(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD_ZERO2"}})", {}));
   EXPECT_TRUE(hybrid.hybrid);
   EXPECT_EQ(hybrid.stage, 3);
   EXPECT_FALSE(hybrid.reshard_after_forward);
   EXPECT_FALSE(full.hybrid);
   EXPECT_FALSE(full.offload);
-  EXPECT_TRUE(sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}})).offload);
-  EXPECT_TRUE(sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 2, "offload_optimizer_device": "cpu"}})",
-                                           {})).offload);
-  EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}})));
+  EXPECT_TRUE(sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}}))
+                  .offload);
+  EXPECT_TRUE(
+      sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 2, "offload_optimizer_device": "cpu"}})", {}))
+          .offload);
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"},
+                                                            {"FSDP_OFFLOAD_PARAMS", "true"}})));
   // Mixed precision: Accelerate's policy from mixed_precision, or the plugin's own.
   Sharding bf16 = sharding(resolve_accelerator(R"({"mixed_precision": "bf16", "fsdp_plugin": {}})", {}));
   EXPECT_EQ(bf16.param_dtype, "bfloat16");
@@ -1468,16 +1597,19 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"mixed_precision_policy": "bf16"}})", {})).reduce_dtype,
             "bfloat16");
   EXPECT_EQ(sharding(resolve_accelerator(R"({"mixed_precision": "bf16"})", {})).param_dtype, "");  // DDP: autocast only
-  EXPECT_NE(error_of([] { sharding(resolve_accelerator(R"({"fsdp_plugin": {"mixed_precision_policy": "int8"}})", {})); })
-                .find("'fsdp_plugin.mixed_precision_policy': 'int8' is not a dtype"),
+  EXPECT_NE(error_of([] {
+              sharding(resolve_accelerator(R"({"fsdp_plugin": {"mixed_precision_policy": "int8"}})", {}));
+            }).find("'fsdp_plugin.mixed_precision_policy': 'int8' is not a dtype"),
             std::string::npos);
   // FSDP2 takes a bool; the environment as accelerate launch exports it (FSDP_SHARDING_STRATEGY too, which FSDP2 does
   // not read).
-  Sharding v2 = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"},
-                                                   {"FSDP_SHARDING_STRATEGY", "FULL_SHARD"}, {"FSDP_FORWARD_PREFETCH", "false"},
-                                                   {"FSDP_RESHARD_AFTER_FORWARD", "false"},
-                                                   {"FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
-                                                   {"FSDP_TRANSFORMER_CLS_TO_WRAP", "LlamaDecoderLayer,GPT2Block"}}));
+  Sharding v2 = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"},
+                                                  {"FSDP_VERSION", "2"},
+                                                  {"FSDP_SHARDING_STRATEGY", "FULL_SHARD"},
+                                                  {"FSDP_FORWARD_PREFETCH", "false"},
+                                                  {"FSDP_RESHARD_AFTER_FORWARD", "false"},
+                                                  {"FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
+                                                  {"FSDP_TRANSFORMER_CLS_TO_WRAP", "LlamaDecoderLayer,GPT2Block"}}));
   EXPECT_EQ(v2.stage, 3);
   EXPECT_FALSE(v2.reshard_after_forward);
   EXPECT_EQ(v2.wrap_policy, "TRANSFORMER_BASED_WRAP");
@@ -1486,7 +1618,8 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   // FullyShardedDataParallelPlugin's FSDP2 refusals: a strategy for reshard_after_forward, sharding_strategy alone.
   auto refusal = [](const char* json) { return error_of([&] { sharding(resolve_accelerator(json, {})); }); };
   EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2, "reshard_after_forward": "SHARD_GRAD_OP"}})")
-                .find("'fsdp_plugin.reshard_after_forward' (\"SHARD_GRAD_OP\", acc_accelerator_create) must be a bool with FSDP2"),
+                .find("'fsdp_plugin.reshard_after_forward' (\"SHARD_GRAD_OP\", acc_accelerator_create) must be a bool "
+                      "with FSDP2"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "SHARD_GRAD_OP"}})")
                 .find("is FSDP1's; FSDP2 takes 'fsdp_plugin.reshard_after_forward', a bool"),
@@ -1495,31 +1628,37 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
                 .find("'fsdp_plugin.forward_prefetch' (false, acc_accelerator_create) is FSDP1's"),
             std::string::npos);
   EXPECT_FALSE(sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2, "sharding_strategy": "FULL_SHARD",
-                                                                  "reshard_after_forward": false}})", {}))
+                                                                  "reshard_after_forward": false}})",
+                                            {}))
                    .reshard_after_forward);
   // Accelerate's ParallelismConfig under FSDP2: dp_replicate_size groups of dp_shard_size ranks (HSDP); dp_shard_size 1
   // leaves FSDP nothing to shard across, FSDP1 has no parallelism_config; tensor parallelism is not done here.
-  Sharding hsdp = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"},
-                                                     {"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
-                                                     {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"},
-                                                     {"PARALLELISM_CONFIG_DP_SHARD_SIZE", "3"}}));
+  Sharding hsdp = sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"},
+                                                    {"FSDP_VERSION", "2"},
+                                                    {"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                                                    {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"},
+                                                    {"PARALLELISM_CONFIG_DP_SHARD_SIZE", "3"}}));
   EXPECT_TRUE(hsdp.hybrid);
   EXPECT_TRUE(hsdp.reshard_after_forward);
   EXPECT_EQ(hsdp.dp_shard_size, 3);
   EXPECT_EQ(hsdp.dp_replicate_size, 2);
   EXPECT_EQ(hsdp.label, "FSDP2 HSDP");
-  Sharding fsdp2 = sharding(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 4}})", {}));
+  Sharding fsdp2 = sharding(
+      resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 4}})", {}));
   EXPECT_FALSE(fsdp2.hybrid);
   EXPECT_EQ(fsdp2.dp_shard_size, 4);
   EXPECT_NE(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})")
-                .find("'parallelism_config.dp_shard_size' (1, default): FSDP is enabled but the parallelism config has no dimension"),
+                .find("'parallelism_config.dp_shard_size' (1, default): FSDP is enabled but the parallelism config has "
+                      "no dimension"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"fsdp_plugin": {}, "parallelism_config": {"dp_shard_size": 2}})")
                 .find("needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"),
             std::string::npos);
-  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2}})", {})));
+  EXPECT_FALSE(unsupported_setting(
+      resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2}})", {})));
   // Tensor parallelism makes a process mesh (parallel_dims); the accelerator refuses it until the model transform runs.
-  EXPECT_FALSE(unsupported_setting(resolve_accelerator(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {})));
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator(
+      R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {})));
   // Prefetch: FSDP2 and DeepSpeed ZeRO-3 always, both ways; FSDP1 as its keys say (none by default, NO_PREFETCH none).
   EXPECT_TRUE(v2.forward_prefetch);
   EXPECT_EQ(v2.backward_prefetch, "BACKWARD_PRE");
@@ -1529,25 +1668,29 @@ TEST(Config, ShardingFromFsdpAndDeepSpeedSettings) {
   EXPECT_FALSE(sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 2}})", {})).forward_prefetch);
   EXPECT_FALSE(full.forward_prefetch);
   EXPECT_EQ(full.backward_prefetch, "");
-  Sharding post = sharding(resolve_accelerator(
-      R"({"fsdp_plugin": {"forward_prefetch": true, "backward_prefetch": "BACKWARD_POST"}})", {}));
+  Sharding post = sharding(
+      resolve_accelerator(R"({"fsdp_plugin": {"forward_prefetch": true, "backward_prefetch": "BACKWARD_POST"}})", {}));
   EXPECT_TRUE(post.forward_prefetch);
   EXPECT_EQ(post.backward_prefetch, "BACKWARD_POST");
-  EXPECT_EQ(sharding(resolve_accelerator("", {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_BACKWARD_PREFETCH", "NO_PREFETCH"}}))
+  EXPECT_EQ(sharding(resolve_accelerator("",
+                                         {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_BACKWARD_PREFETCH", "NO_PREFETCH"}}))
                 .backward_prefetch,
             "");
   // Accelerate drops a size-based policy with min_num_params 0.
-  EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"auto_wrap_policy": "SIZE_BASED_WRAP"}})", {})).wrap_policy,
+  EXPECT_EQ(sharding(resolve_accelerator(R"({"fsdp_plugin": {"auto_wrap_policy": "SIZE_BASED_WRAP"}})", {}))
+                .wrap_policy,
             "NO_WRAP");
   Sharding sized = sharding(
       resolve_accelerator(R"({"fsdp_plugin": {"auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 1000}})", {}));
   EXPECT_EQ(sized.wrap_policy, "SIZE_BASED_WRAP");
   EXPECT_EQ(sized.min_num_params, 1000);
-  Sharding ds = sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 1, "gradient_clipping": 1.5}})", {}));
+  Sharding ds =
+      sharding(resolve_accelerator(R"({"deepspeed_plugin": {"zero_stage": 1, "gradient_clipping": 1.5}})", {}));
   EXPECT_EQ(ds.stage, 1);
   EXPECT_EQ(ds.gradient_clipping, 1.5);
   EXPECT_EQ(ds.label, "DeepSpeed ZeRO stage 1");
-  EXPECT_EQ(sharding(resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}})).stage, 2);  // Accelerate's default
+  EXPECT_EQ(sharding(resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}})).stage,
+            2);  // Accelerate's default
 }
 
 // --- Limits and hostile input (issue 12: each case failed before its fix) ---------------------------------------
@@ -1561,7 +1704,9 @@ TEST(Limits, LongUnknownKeysAreRefusedWithoutAHang) {
   const std::string err = error_of([&] { resolve_accelerator(R"({")" + std::string(300, 'k') + R"(": 1})", {}); });
   EXPECT_NE(err.find("key longer than 256 bytes (the limit)"), std::string::npos) << err;
   // The explicit JSON as a whole is bounded too.
-  EXPECT_NE(error_of([&] { resolve_accelerator("{\"" + key + "\": 1}", {}); }).find("more than the limit for config files, 1024 KiB"),
+  EXPECT_NE(error_of([&] {
+              resolve_accelerator("{\"" + key + "\": 1}", {});
+            }).find("more than the limit for config files, 1024 KiB"),
             std::string::npos);
 }
 
@@ -1570,17 +1715,22 @@ TEST(Limits, ManyKeysAreLinearAndBounded) {
   std::string many = "{";
   for (int i = 0; i < 200000; ++i) many += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
   many += "}";
-  EXPECT_NE(error_of([&] { resolve_accelerator(many.substr(0, 60000) + "}", {}); }).find("more than 4096 keys in one object (the limit)"),
+  EXPECT_NE(error_of([&] {
+              resolve_accelerator(many.substr(0, 60000) + "}", {});
+            }).find("more than 4096 keys in one object (the limit)"),
             std::string::npos);
   TempDir t;
   std::string yaml;
   for (int i = 0; i < 5000; ++i) yaml += "k" + std::to_string(i) + ": 1\n";
-  EXPECT_NE(error_of([&] { resolve_launch(t.write("many.yaml", yaml), {}); }).find("more than 4096 keys in one mapping (the limit)"),
+  EXPECT_NE(error_of([&] {
+              resolve_launch(t.write("many.yaml", yaml), {});
+            }).find("more than 4096 keys in one mapping (the limit)"),
             std::string::npos);
   std::string dup = "{\"distributed_type\": \"NO\"";
   for (int i = 0; i < 4000; ++i) dup += ",\"k" + std::to_string(i) + "\":1";
   dup += ",\"k17\":2}";
-  EXPECT_NE(error_of([&] { resolve_launch(t.write("dup.json", dup), {}); }).find("duplicate key \"k17\""), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_launch(t.write("dup.json", dup), {}); }).find("duplicate key \"k17\""),
+            std::string::npos);
 }
 
 TEST(Limits, ConfigFilesAreRegularAndBounded) {
@@ -1590,7 +1740,8 @@ TEST(Limits, ConfigFilesAreRegularAndBounded) {
             "cannot read config file '/dev/zero': it is not a regular file");
   const std::string fifo = t.path + "/fifo.yaml";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_EQ(error_of([&] { resolve_launch(fifo, {}); }), "cannot read config file '" + fifo + "': it is not a regular file");
+  EXPECT_EQ(error_of([&] { resolve_launch(fifo, {}); }),
+            "cannot read config file '" + fifo + "': it is not a regular file");
   const std::string big = t.write("big.yaml", "distributed_type: NO\n# " + std::string(1u << 20, 'x') + "\n");
   EXPECT_EQ(error_of([&] { resolve_launch(big, {}); }),
             "cannot read config file '" + big + "': it is larger than the limit for config files, 1024 KiB");
@@ -1599,11 +1750,20 @@ TEST(Limits, ConfigFilesAreRegularAndBounded) {
 TEST(Limits, ModelSizesAreBounded) {
   // Was: acc estimate-memory on n_layer 1e9 (a spec or config.json) allocated until killed, and products of large
   // sizes overflowed to negative parameter counts.
-  EXPECT_EQ(error_of([] { parse_builtin_spec(R"({"type": "gpt", "vocab_size": 16, "block_size": 8, "n_layer": 1000000000, "n_head": 1, "n_embd": 8})"); }),
-            "gpt spec: 'n_layer' is 1000000000, more than the limit of 65536");
-  EXPECT_EQ(error_of([] { parse_builtin_spec(R"({"type": "gpt", "vocab_size": 9223372036854775807, "block_size": 8, "n_layer": 1, "n_head": 1, "n_embd": 8})"); }),
-            "gpt spec: 'vocab_size' is 9223372036854775807, more than the limit of 2147483648");
-  const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, )";
+  EXPECT_EQ(
+      error_of([] {
+        parse_builtin_spec(
+            R"({"type": "gpt", "vocab_size": 16, "block_size": 8, "n_layer": 1000000000, "n_head": 1, "n_embd": 8})");
+      }),
+      "gpt spec: 'n_layer' is 1000000000, more than the limit of 65536");
+  EXPECT_EQ(
+      error_of([] {
+        parse_builtin_spec(
+            R"({"type": "gpt", "vocab_size": 9223372036854775807, "block_size": 8, "n_layer": 1, "n_head": 1, "n_embd": 8})");
+      }),
+      "gpt spec: 'vocab_size' is 9223372036854775807, more than the limit of 2147483648");
+  const std::string llama =
+      R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, )";
   EXPECT_EQ(error_of([&] { hf_parameter_shapes(llama + R"("num_hidden_layers": 1000000000})"); }),
             "config.json: 'num_hidden_layers' must be an integer between 1 and 65536 (the limit)");
   EXPECT_EQ(error_of([&] { hf_parameter_shapes(llama + R"("num_hidden_layers": 2.5})"); }),
@@ -1615,10 +1775,16 @@ TEST(Limits, TimeoutsHaveARange) {
   // Was: 1e300, 0 and 1e-9 passed validation and became 0 ms.
   for (auto [value, shown] : {std::pair{"1e300", "1e+300"}, {"0", "0"}, {"1e-9", "1e-09"}, {"-1", "-1"}}) {
     const char* t = value;  // clang 14 cannot capture a structured binding in the lambda
-    EXPECT_EQ(error_of([&] { resolve_accelerator(std::string(R"({"init_process_group_kwargs": {"timeout": )") + t + "}}", {}); }),
-              std::string("'init_process_group_kwargs.timeout' must be a number between 0.001 and 31536000 or null; got ") + shown);
+    EXPECT_EQ(
+        error_of([&] {
+          resolve_accelerator(std::string(R"({"init_process_group_kwargs": {"timeout": )") + t + "}}", {});
+        }),
+        std::string("'init_process_group_kwargs.timeout' must be a number between 0.001 and 31536000 or null; got ") +
+            shown);
   }
-  EXPECT_DOUBLE_EQ(resolve_accelerator(R"({"init_process_group_kwargs": {"timeout": 0.5}})", {}).get_double("init_process_group_kwargs.timeout"), 0.5);
+  EXPECT_DOUBLE_EQ(resolve_accelerator(R"({"init_process_group_kwargs": {"timeout": 0.5}})", {})
+                       .get_double("init_process_group_kwargs.timeout"),
+                   0.5);
 }
 
 TEST(Limits, StringsAreUtf8WithoutNul) {
@@ -1629,12 +1795,17 @@ TEST(Limits, StringsAreUtf8WithoutNul) {
             "malformed JSON at line 1, column 17: string holds invalid UTF-8 at byte 4");
   EXPECT_EQ(error_of([] { resolve_accelerator("{\"project_dir\": \"\xed\xa0\x80\"}", {}); }),  // an encoded surrogate
             "malformed JSON at line 1, column 17: string holds invalid UTF-8 at byte 0");
-  EXPECT_EQ(resolve_accelerator("{\"project_dir\": \"r\xc3\xa9sum\xc3\xa9/\xf0\x9f\x98\x80\"}", {}).get_string("project_dir"),
+  EXPECT_EQ(resolve_accelerator("{\"project_dir\": \"r\xc3\xa9sum\xc3\xa9/\xf0\x9f\x98\x80\"}", {})
+                .get_string("project_dir"),
             "r\xc3\xa9sum\xc3\xa9/\xf0\x9f\x98\x80");
-  EXPECT_NE(error_of([] { resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", "a\xc0\xaf" "b"}}); }).find("invalid UTF-8"),
+  EXPECT_NE(error_of([] {
+              resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", "a\xc0\xaf"
+                                                                      "b"}});
+            }).find("invalid UTF-8"),
             std::string::npos);
-  EXPECT_NE(error_of([] { resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", std::string(5000, 'd')}}); })
-                .find("longer than 4096 bytes (the limit)"),
+  EXPECT_NE(error_of([] {
+              resolve_accelerator("", {{"ACCELERATE_MIXED_PRECISION", std::string(5000, 'd')}});
+            }).find("longer than 4096 bytes (the limit)"),
             std::string::npos);
 }
 
@@ -1682,8 +1853,10 @@ TEST(SafetensorsHeader, StrictAsTheFormat) {
   EXPECT_EQ(err("{" + a + R"(, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
             "m.safetensors: tensor \"b\" starts at byte 4 of the data, inside another tensor");
   EXPECT_NE(err("{" + a + ", " + a + "}", 8).find("duplicate key \"a\""), std::string::npos);
-  EXPECT_NE(err(R"({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", 8).find("bad shape"), std::string::npos);
-  EXPECT_NE(err(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8.5]}})", 8).find("data_offsets"), std::string::npos);
+  EXPECT_NE(err(R"({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", 8).find("bad shape"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8.5]}})", 8).find("data_offsets"),
+            std::string::npos);
   EXPECT_NE(err("{" + a + "} xyz", 8).find("unexpected text after the JSON value"), std::string::npos);
   EXPECT_EQ(err("{" + a + "}    ", 8), "<no error>");  // the format pads with spaces
   EXPECT_NE(err(R"({"a\u0000b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8).find("NUL character"),
@@ -1713,15 +1886,16 @@ TEST(Config, DeepSpeedConfigFile) {
     "wall_clock_breakdown": false
   })");
   Config c = resolve_accelerator(R"({"mixed_precision": "fp16", "deepspeed_plugin": {"hf_ds_config": ")" + ds +
-                                     R"(", "zero_stage": 1, "gradient_clipping": 0.5}})", {});
+                                     R"(", "zero_stage": 1, "gradient_clipping": 0.5}})",
+                                 {});
   EXPECT_TRUE(c.get_bool("use_deepspeed"));
   EXPECT_EQ(c.get_int("deepspeed_plugin.zero_stage"), 3);  // the file wins
   EXPECT_EQ(c.provenance("deepspeed_plugin.zero_stage").where, ds + ": zero_optimization.stage");
   EXPECT_EQ(c.get_string("deepspeed_plugin.offload_optimizer_device"), "cpu");
   EXPECT_DOUBLE_EQ(c.get_double("deepspeed_plugin.gradient_clipping"), 0.5);  // "auto": the plugin's
   EXPECT_EQ(c.get_int("gradient_accumulation_steps"), 4);
-  EXPECT_EQ(c.get_string("mixed_precision"), "fp16");                         // "auto": mixed_precision's
-  EXPECT_DOUBLE_EQ(c.get_double("grad_scaler_kwargs.init_scale"), 4096);      // 2^initial_scale_power
+  EXPECT_EQ(c.get_string("mixed_precision"), "fp16");  // "auto": mixed_precision's
+  EXPECT_DOUBLE_EQ(c.get_double("grad_scaler_kwargs.init_scale"), 4096);  // 2^initial_scale_power
   EXPECT_EQ(c.get_int("grad_scaler_kwargs.growth_interval"), 500);
   EXPECT_TRUE(c.get_bool("deepspeed_plugin.zero3_save_16bit_model"));
   EXPECT_EQ(unsupported_setting(c), std::nullopt);
@@ -1731,7 +1905,8 @@ TEST(Config, DeepSpeedConfigFile) {
   // Through the launcher's environment: ACCELERATE_DEEPSPEED_CONFIG_FILE; bf16 enabled in the file decides.
   const std::string bf = t.write("ds_bf16.json", R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
     "reduce_bucket_size": 1048576}})");
-  Config e = resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_CONFIG_FILE", bf},
+  Config e = resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"},
+                                      {"ACCELERATE_DEEPSPEED_CONFIG_FILE", bf},
                                       {"ACCELERATE_MIXED_PRECISION", "no"}});
   EXPECT_EQ(e.get_int("deepspeed_plugin.zero_stage"), 2);
   EXPECT_EQ(e.get_string("mixed_precision"), "bf16");
@@ -1739,7 +1914,8 @@ TEST(Config, DeepSpeedConfigFile) {
   EXPECT_DOUBLE_EQ(e.get_double("ddp_kwargs.bucket_cap_mb"), 4.0);  // 2^20 fp32 elements
   // From a launch config as `accelerate config` writes one with a DeepSpeed file (no mixed_precision then).
   const std::string launch = t.write("launch.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
-                                                    "  deepspeed_config_file: " + ds + "\n  zero3_init_flag: false\n");
+                                                    "  deepspeed_config_file: " +
+                                                        ds + "\n  zero3_init_flag: false\n");
   Config l = resolve_accelerator("", launch_environment(resolve_launch(launch, {})));
   EXPECT_EQ(l.get_int("deepspeed_plugin.zero_stage"), 3);
   EXPECT_EQ(l.get_int("gradient_accumulation_steps"), 4);
@@ -1747,20 +1923,26 @@ TEST(Config, DeepSpeedConfigFile) {
   const auto err_of = [&](const std::string& json, const std::string& mp = "no") {
     const std::string f = t.write("bad.json", json);
     return error_of([&] {
-      resolve_accelerator(R"({"mixed_precision": ")" + mp + R"(", "deepspeed_plugin": {"hf_ds_config": ")" + f + R"("}})", {});
+      resolve_accelerator(R"({"mixed_precision": ")" + mp + R"(", "deepspeed_plugin": {"hf_ds_config": ")" + f +
+                              R"("}})",
+                          {});
     });
   };
   const std::string bad = t.path + "/bad.json";
-  EXPECT_EQ(err_of(R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}})"),
-            bad + ": 'optimizer' has no meaning in libacc; remove it (read: zero_optimization, gradient_accumulation_steps, "
-                  "gradient_clipping, fp16, bf16, train_batch_size and train_micro_batch_size_per_gpu \"auto\", "
-                  "steps_per_print, wall_clock_breakdown)");
-  EXPECT_NE(err_of(R"({"zero_optimization": {"stage": 2, "sub_group_size": 1e9}})").find("'zero_optimization.sub_group_size' has no meaning"),
+  EXPECT_EQ(
+      err_of(R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}})"),
+      bad + ": 'optimizer' has no meaning in libacc; remove it (read: zero_optimization, gradient_accumulation_steps, "
+            "gradient_clipping, fp16, bf16, train_batch_size and train_micro_batch_size_per_gpu \"auto\", "
+            "steps_per_print, wall_clock_breakdown)");
+  EXPECT_NE(err_of(R"({"zero_optimization": {"stage": 2, "sub_group_size": 1e9}})")
+                .find("'zero_optimization.sub_group_size' has no meaning"),
             std::string::npos);
-  EXPECT_NE(err_of(R"({"fp16": {"enabled": true, "hysteresis": 2}, "zero_optimization": {"stage": 2}})").find("'fp16.hysteresis' has no meaning"),
+  EXPECT_NE(err_of(R"({"fp16": {"enabled": true, "hysteresis": 2}, "zero_optimization": {"stage": 2}})")
+                .find("'fp16.hysteresis' has no meaning"),
             std::string::npos);
-  EXPECT_EQ(err_of(R"({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 8})"),
-            bad + ": 'train_micro_batch_size_per_gpu' must be \"auto\": libacc takes the batch size from the data loader");
+  EXPECT_EQ(
+      err_of(R"({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 8})"),
+      bad + ": 'train_micro_batch_size_per_gpu' must be \"auto\": libacc takes the batch size from the data loader");
   EXPECT_EQ(err_of(R"({"fp16": {"enabled": true}})"),
             bad + ": no 'zero_optimization' section; Accelerate needs the ZeRO optimization config in the file");
   EXPECT_EQ(err_of(R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})", "fp16"),
@@ -1768,11 +1950,14 @@ TEST(Config, DeepSpeedConfigFile) {
   EXPECT_NE(err_of(R"({"zero_optimization": {"stage": 2, "overlap_comm": false}})").find("false is not available"),
             std::string::npos);
   EXPECT_NE(err_of("{not json").find(bad + ": malformed JSON"), std::string::npos);
-  EXPECT_EQ(error_of([] { resolve_accelerator(R"({"deepspeed_plugin": {"hf_ds_config": "/nonexistent/ds.json"}})", {}); }),
+  EXPECT_EQ(error_of([] {
+              resolve_accelerator(R"({"deepspeed_plugin": {"hf_ds_config": "/nonexistent/ds.json"}})", {});
+            }),
             "cannot read config file '/nonexistent/ds.json': No such file or directory");
   // As Accelerate's _deepspeed_config_checks: the launch config may not set these beside the file.
   EXPECT_NE(error_of([&] {
-              resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_CONFIG_FILE", bf},
+              resolve_accelerator("", {{"ACCELERATE_USE_DEEPSPEED", "true"},
+                                       {"ACCELERATE_DEEPSPEED_CONFIG_FILE", bf},
                                        {"ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero_stage"}});
             }).find("sets 'zero_stage' beside deepspeed_config_file"),
             std::string::npos);
@@ -1856,20 +2041,28 @@ TEST(Parallelism, MeshSizesOfAJob) {
   EXPECT_EQ(shape(dims(R"({"deepspeed_plugin": {"zero_stage": 2}})", {}, 4)), "1x4x1x1");
   EXPECT_EQ(shape(dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 8, 4)), "2x4x1x1");
   EXPECT_EQ(shape(dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 4, 4)), "1x4x1x1");
-  EXPECT_NE(error_of([&] { dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 6, 4); })
-                .find("6 processes do not split into machines of 4 (LOCAL_WORLD_SIZE)"),
+  EXPECT_NE(error_of([&] {
+              dims(R"({"fsdp_plugin": {"sharding_strategy": "HYBRID_SHARD"}})", {}, 6, 4);
+            }).find("6 processes do not split into machines of 4 (LOCAL_WORLD_SIZE)"),
             std::string::npos);
   // The variables accelerate launch exports: HSDP 2 x 2.
-  const Env hsdp = {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_VERSION", "2"}, {"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
-                    {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"}, {"PARALLELISM_CONFIG_DP_SHARD_SIZE", "2"}};
+  const Env hsdp = {{"ACCELERATE_USE_FSDP", "true"},
+                    {"FSDP_VERSION", "2"},
+                    {"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                    {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"},
+                    {"PARALLELISM_CONFIG_DP_SHARD_SIZE", "2"}};
   EXPECT_EQ(shape(dims("", hsdp, 4)), "2x2x1x1");
   EXPECT_TRUE(dims("", hsdp, 4).from_parallelism_config);
   // FSDP2 with tensor or context parallelism (the accelerator refuses those until their transforms run); CP alone
   // gives FSDP its dimension (dp_shard_cp).
   const std::string fsdp2 = R"("fsdp_plugin": {"fsdp_version": 2}, )";
-  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}, 4)), "1x2x1x2");
-  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_shard_size": 2, "cp_size": 2}})", {}, 4)), "1x2x2x1");
-  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_replicate_size": 2, "dp_shard_size": 2, "tp_size": 2}})", {}, 8)),
+  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}, 4)),
+            "1x2x1x2");
+  EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"dp_shard_size": 2, "cp_size": 2}})", {}, 4)),
+            "1x2x2x1");
+  EXPECT_EQ(shape(dims("{" + fsdp2 +
+                           R"("parallelism_config": {"dp_replicate_size": 2, "dp_shard_size": 2, "tp_size": 2}})",
+                       {}, 8)),
             "2x2x1x2");
   EXPECT_EQ(shape(dims("{" + fsdp2 + R"("parallelism_config": {"cp_size": 4}})", {}, 4)), "1x1x4x1");
   // Tensor parallelism over every process, without FSDP: no data parallelism (Accelerate wraps no DDP).
@@ -1893,34 +2086,40 @@ TEST(Parallelism, AccelerateRulesNameKeyAndSource) {
                   "contradictory settings: the parallelism_config sizes multiply to 3 processes "
                   "('parallelism_config.tp_size' (3, PARALLELISM_CONFIG_TP_SIZE)), but the job has 4 processes "
                   "(WORLD_SIZE)"));
-  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})", {}, 8),
-                  "multiply to 4 processes ('parallelism_config.dp_shard_size' (2, "));
+  EXPECT_TRUE(
+      has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_shard_size": 2, "tp_size": 2}})",
+                  {}, 8),
+          "multiply to 4 processes ('parallelism_config.dp_shard_size' (2, "));
   // Context parallelism without FSDP2 (AcceleratorState: CP shards the model over dp_shard x cp).
   EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"cp_size": 4}})", {}, 4),
                   "'parallelism_config.cp_size' (4, acc_accelerator_create): context parallelism needs FSDP2"));
   EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {}, "parallelism_config": {"cp_size": 2, "dp_shard_size": 2}})", {}, 4),
                   "needs FSDP2; got 'fsdp_plugin.fsdp_version' (1, default)"));
   // CP with replication alone is refused, as Accelerate does; TP with replication alone (DDP x TP) is allowed.
-  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"cp_size": 2, "dp_replicate_size": 2}})", {}, 4),
-                  "contradictory settings: 'parallelism_config.cp_size' (2, acc_accelerator_create) with "
-                  "'parallelism_config.dp_replicate_size' (2, acc_accelerator_create) and 'parallelism_config.dp_shard_size' "
-                  "(1, default): context parallelism cannot be used with pure data parallelism"));
+  EXPECT_TRUE(
+      has(refusal(R"({"parallelism_config": {"cp_size": 2, "dp_replicate_size": 2}})", {}, 4),
+          "contradictory settings: 'parallelism_config.cp_size' (2, acc_accelerator_create) with "
+          "'parallelism_config.dp_replicate_size' (2, acc_accelerator_create) and 'parallelism_config.dp_shard_size' "
+          "(1, default): context parallelism cannot be used with pure data parallelism"));
   EXPECT_EQ(refusal(R"({"parallelism_config": {"tp_size": 2, "dp_replicate_size": 2}})", {}, 4), "<no error>");
   // CP and SP are exclusive.
-  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"cp_size": 2, "sp_size": 2}})", {}, 4),
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"cp_size": 2, "sp_size": 2}})",
+                          {}, 4),
                   "'parallelism_config.cp_size' (2, acc_accelerator_create) and 'parallelism_config.sp_size' (2, "
                   "acc_accelerator_create): context parallelism and sequence parallelism are mutually exclusive"));
   // FSDP2 needs a dimension to shard over; dp_shard_size shards with FSDP2 only.
-  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})", {}, 4),
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"dp_replicate_size": 4}})", {},
+                          4),
                   "no dimension for FSDP to shard across"));
-  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"dp_shard_size": 4}})", {}, 4),
-                  "'parallelism_config.dp_shard_size' (4, acc_accelerator_create): dp_shard_size > 1 shards with FSDP2"));
+  EXPECT_TRUE(
+      has(refusal(R"({"parallelism_config": {"dp_shard_size": 4}})", {}, 4),
+          "'parallelism_config.dp_shard_size' (4, acc_accelerator_create): dp_shard_size > 1 shards with FSDP2"));
   // Accelerate's cp_backend choices: torch only.
   EXPECT_TRUE(has(error_of([] { resolve_accelerator(R"({"parallelism_config": {"cp_backend": "deepspeed"}})", {}); }),
                   "'parallelism_config.cp_backend' must be one of \"torch\""));
   // Sequence parallelism (DeepSpeed Ulysses) is refused by name.
   EXPECT_TRUE(has(*unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
-                                                                 {"PARALLELISM_CONFIG_SP_SIZE", "2"}})),
+                                                                {"PARALLELISM_CONFIG_SP_SIZE", "2"}})),
                   "'parallelism_config.sp_size' = 2 (from env PARALLELISM_CONFIG_SP_SIZE): sequence parallelism"));
 }
 
@@ -1933,7 +2132,9 @@ TEST(Parallelism, SizesThatWrapAreRefusedNamingTheKeys) {
   };
   const std::string max = "9223372036854775807";
   auto accelerator = [](const std::string& sizes, int64_t world) {
-    return error_of([&] { parallel_dims(resolve_accelerator(R"({"parallelism_config": {)" + sizes + "}}", {}), world, world); });
+    return error_of([&] {
+      parallel_dims(resolve_accelerator(R"({"parallelism_config": {)" + sizes + "}}", {}), world, world);
+    });
   };
   // 2^63-1 x 2^63-1 (1 modulo 2^64), 2^62 x 4 (0), 3 x 6148914691236517205 (-1), 65536^4 (2^64: 0).
   const std::string square = accelerator(R"("dp_replicate_size": )" + max + R"(, "tp_size": )" + max, 1);
@@ -1941,20 +2142,27 @@ TEST(Parallelism, SizesThatWrapAreRefusedNamingTheKeys) {
   EXPECT_TRUE(has(square, "'parallelism_config.dp_replicate_size' (" + max + ", acc_accelerator_create)"));
   EXPECT_TRUE(has(square, "'parallelism_config.tp_size' (" + max + ", acc_accelerator_create)"));
   EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 4611686018427387904, "tp_size": 4)", 4),
-                  "multiply to more than 65536 processes, the most a job may have ('parallelism_config.dp_replicate_size' (4611686018427387904, "
+                  "multiply to more than 65536 processes, the most a job may have "
+                  "('parallelism_config.dp_replicate_size' (4611686018427387904, "
                   "acc_accelerator_create), 'parallelism_config.tp_size' (4, acc_accelerator_create))"));
-  EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 3, "tp_size": 6148914691236517205)", 3), "more than 65536 processes"));
+  EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 3, "tp_size": 6148914691236517205)", 3),
+                  "more than 65536 processes"));
   const std::string fsdp2 = R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": )";
-  const std::string four =
-      error_of([&] { parallel_dims(resolve_accelerator(fsdp2 + R"({"dp_replicate_size": 65536, "dp_shard_size": 65536,
-                                                                 "tp_size": 65536, "cp_size": 65536}})", {}), 4, 4); });
-  EXPECT_TRUE(has(four, "more than 65536 processes, the most a job may have ('parallelism_config.dp_replicate_size' (65536, "));
+  const std::string four = error_of([&] {
+    parallel_dims(resolve_accelerator(fsdp2 + R"({"dp_replicate_size": 65536, "dp_shard_size": 65536,
+                                                                 "tp_size": 65536, "cp_size": 65536}})",
+                                      {}),
+                  4, 4);
+  });
+  EXPECT_TRUE(
+      has(four, "more than 65536 processes, the most a job may have ('parallelism_config.dp_replicate_size' (65536, "));
   EXPECT_TRUE(has(four, "'parallelism_config.cp_size' (65536, acc_accelerator_create))"));
   // The most a job may have is still accepted where the processes match; one past it is refused.
   EXPECT_EQ(accelerator(R"("tp_size": 65536)", 65536), "<no error>");
   EXPECT_TRUE(has(accelerator(R"("dp_replicate_size": 2, "tp_size": 32769)", 65538), "more than 65536 processes"));
   // From the environment accelerate launch sets: the variables are the sources.
-  const Env wrap = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"}, {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", max},
+  const Env wrap = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                    {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", max},
                     {"PARALLELISM_CONFIG_TP_SIZE", max}};
   EXPECT_TRUE(has(error_of([&] { parallel_dims(resolve_accelerator("", wrap), 1, 1); }),
                   "'parallelism_config.tp_size' (" + max + ", PARALLELISM_CONFIG_TP_SIZE)"));
@@ -1964,12 +2172,14 @@ TEST(Parallelism, SizesThatWrapAreRefusedNamingTheKeys) {
   // The launcher refuses a file's sizes before any process starts, naming the file's lines.
   TempDir t;
   const std::string f = t.write("p.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n  fsdp_version: 2\n"
-                                          "parallelism_config:\n  parallelism_config_dp_shard_size: " + max +
-                                          "\n  parallelism_config_tp_size: " + max + "\n");
+                                          "parallelism_config:\n  parallelism_config_dp_shard_size: " +
+                                              max + "\n  parallelism_config_tp_size: " + max + "\n");
   const std::string launch = error_of([&] { resolve_launch(f, {}); });
-  EXPECT_TRUE(has(launch, "more than 65536 processes, the most a job may have ('parallelism_config.parallelism_config_dp_shard_size' (" + max +
-                              ", " + t.path + "/p.yaml:6), 'parallelism_config.parallelism_config_tp_size' (" + max +
-                              ", " + t.path + "/p.yaml:7))"));
+  EXPECT_TRUE(has(
+      launch,
+      "more than 65536 processes, the most a job may have ('parallelism_config.parallelism_config_dp_shard_size' (" +
+          max + ", " + t.path + "/p.yaml:6), 'parallelism_config.parallelism_config_tp_size' (" + max + ", " + t.path +
+          "/p.yaml:7))"));
 }
 
 TEST(Parallelism, LaunchRefusesBeforeAnyProcessStarts) {
@@ -1985,9 +2195,11 @@ TEST(Parallelism, LaunchRefusesBeforeAnyProcessStarts) {
   };
   const std::string ok = refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 4);
   EXPECT_EQ(ok, "<no error>");
-  EXPECT_TRUE(has(refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 8),
-                  "the parallelism_config sizes multiply to 4 processes ('parallelism_config.parallelism_config_dp_shard_size' "
-                  "(2, " + t.path + "/p.yaml:6)"));
+  EXPECT_TRUE(
+      has(refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 8),
+          "the parallelism_config sizes multiply to 4 processes ('parallelism_config.parallelism_config_dp_shard_size' "
+          "(2, " +
+              t.path + "/p.yaml:6)"));
   EXPECT_TRUE(has(refusal("  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n", 8),
                   "but 'num_processes' (8, " + t.path + "/p.yaml:2)"));
   EXPECT_TRUE(has(refusal("  parallelism_config_dp_replicate_size: 2\n  parallelism_config_cp_size: 2\n", 4),
@@ -1995,10 +2207,12 @@ TEST(Parallelism, LaunchRefusesBeforeAnyProcessStarts) {
                       "/p.yaml:7) with 'parallelism_config.parallelism_config_dp_replicate_size' (2, " + t.path +
                       "/p.yaml:6) and 'parallelism_config.parallelism_config_dp_shard_size' (1, default): context "
                       "parallelism cannot be used with pure data parallelism"));
-  EXPECT_TRUE(has(refusal("  parallelism_config_cp_size: 2\n  parallelism_config_sp_size: 2\n", 4), "mutually exclusive"));
-  EXPECT_TRUE(has(refusal("  parallelism_config_dp_replicate_size: 4\n", 4),
-                  "contradictory settings: 'parallelism_config.parallelism_config_dp_shard_size' (1, default) leaves FSDP "
-                  "no dimension to shard across"));
+  EXPECT_TRUE(has(refusal("  parallelism_config_cp_size: 2\n  parallelism_config_sp_size: 2\n", 4),
+                  "mutually exclusive"));
+  EXPECT_TRUE(
+      has(refusal("  parallelism_config_dp_replicate_size: 4\n", 4),
+          "contradictory settings: 'parallelism_config.parallelism_config_dp_shard_size' (1, default) leaves FSDP "
+          "no dimension to shard across"));
   EXPECT_EQ(refusal("  parallelism_config_cp_size: 4\n", 4), "<no error>");  // FSDP shards over cp
   EXPECT_TRUE(has(refusal("  parallelism_config_cp_size: 4\n  parallelism_config_cp_backend: deepspeed\n", 4),
                   "parallelism_config_cp_backend"));

@@ -13,8 +13,8 @@
 
 #include "supervisor.hpp"
 
-using acc::launcher::CaptureOptions;
 using acc::launcher::Captured;
+using acc::launcher::CaptureOptions;
 using acc::launcher::monotonic_now;
 using acc::launcher::run_capture;
 
@@ -168,14 +168,14 @@ TEST(RunCapture, SignalsAreResetForTheProgramAndStatusSurvivesIgnoredSigchld) {
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
   sigprocmask(SIG_BLOCK, &term, &old_mask);
-  struct sigaction ign {}, old_term {}, old_chld {};
+  struct sigaction ign{}, old_term{}, old_chld{};
   ign.sa_handler = SIG_IGN;
   sigemptyset(&ign.sa_mask);
   sigaction(SIGTERM, &ign, &old_term);
   sigaction(SIGCHLD, &ign, &old_chld);
   Captured r = run_capture({prog});
   Captured f = run_capture({"false"});
-  struct sigaction now_chld {};
+  struct sigaction now_chld{};
   sigaction(SIGCHLD, nullptr, &now_chld);
   sigaction(SIGCHLD, &old_chld, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -52,7 +52,8 @@ std::vector<std::string> candidates(const KeyInfo& k) {
       out.push_back("false");
     } else if (type == "int" || type == "number") {
       double base = lo.value_or(1);  // the default when it is a number
-      if (!k.default_json.empty() && (std::isdigit(static_cast<unsigned char>(k.default_json[0])) || k.default_json[0] == '-'))
+      if (!k.default_json.empty() &&
+          (std::isdigit(static_cast<unsigned char>(k.default_json[0])) || k.default_json[0] == '-'))
         base = std::stod(k.default_json);
       for (double v : {base + 1, base * 2 + 1, lo.value_or(base + 3), hi.value_or(base + 5)}) {
         if ((lo && v < *lo) || (hi && v > *hi)) continue;
@@ -135,8 +136,8 @@ std::vector<std::pair<std::string, std::string>> context_of(const KeyInfo& k) {
   const std::string& path = k.path;
   std::vector<std::pair<std::string, std::string>> out;
   auto starts = [&](const char* prefix) { return path.rfind(prefix, 0) == 0; };
-  out.emplace_back("distributed_type", starts("fsdp_config.")        ? "\"FSDP\""
-                                       : starts("deepspeed_config.") ? "\"DEEPSPEED\""
+  out.emplace_back("distributed_type", starts("fsdp_config.")          ? "\"FSDP\""
+                                       : starts("deepspeed_config.")   ? "\"DEEPSPEED\""
                                        : starts("megatron_lm_config.") ? "\"MEGATRON_LM\""
                                                                        : "\"NO\"");
   if (starts("fp8_config.")) out.emplace_back("mixed_precision", "\"fp8\"");

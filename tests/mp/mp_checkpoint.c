@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   CHECK(acc_dataloader_create(ds, "{\"batch_size\": 3, \"shuffle\": true}", &dl));
   acc_model* model;
   CHECK(acc_model_create("{\"type\": \"gpt\", \"vocab_size\": 16, \"block_size\": 8, \"n_layer\": 1, \"n_head\": 2, "
-                         "\"n_embd\": 16, \"dropout\": 0.1}", &model));
+                         "\"n_embd\": 16, \"dropout\": 0.1}",
+                         &model));
   if (getenv("MP_LORA")) CHECK(acc_model_add_lora(model, getenv("MP_LORA")));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));

@@ -38,12 +38,14 @@ using namespace acc::core;
 
 namespace {
 
-std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv, const std::string& extra = "") {
+std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv,
+                           const std::string& extra = "") {
   return R"({"architectures": [")" + arch + R"("], "model_type": ")" + type + R"(", "vocab_size": 96,
          "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": )" +
          std::to_string(heads) + R"(, "num_key_value_heads": )" + std::to_string(kv) + R"(, "head_dim": 4,
          "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "initializer_range": 0.2,
-         "tie_word_embeddings": false)" + extra + "}";
+         "tie_word_embeddings": false)" +
+         extra + "}";
 }
 
 const char* kGpt2 = R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 96,
@@ -69,8 +71,8 @@ struct Layout {
 };
 
 // The whole model and the context-parallel one (also split by TP in a cp x tp layout) train side by side.
-void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, cp::Exchange strategy,
-                    bool hf_lm, bool padded, bool checkpointing) {
+void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, cp::Exchange strategy, bool hf_lm,
+                    bool padded, bool checkpointing) {
   auto whole = make();
   auto split = make();
   split->load_state_dict(whole->state(), "the whole model");
@@ -149,8 +151,10 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     const double d = (got[i].second - ref[i].second).abs().max().item<double>() / scale;
     if (d > worst) worst = d, worst_name = ref[i].first;
   }
-  expect(worst <= 1e-5, what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
-  if (launch_rank() == 0) std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
+  expect(worst <= 1e-5,
+         what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
+  if (launch_rank() == 0)
+    std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
   if (hf_lm) {  // generate keeps a key/value cache: refused by name
     std::string message;
     try {
@@ -215,13 +219,14 @@ void run_models(const Layout& layout, const std::string& fixtures) {
   equivalence("mistral (sliding window 5), padded",
               from_config(decoder_config("MistralForCausalLM", "mistral", 4, 2, R"(, "sliding_window": 5)")), layout,
               true, true);
-  equivalence("mixtral", from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4,
-                                                    R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
+  equivalence("mixtral",
+              from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4,
+                                         R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
               layout, true);
   equivalence("gpt2, padded", from_config(kGpt2), layout, true, true);
   equivalence("built-in gpt", builtin(kBuiltinGpt), layout, false);
-  equivalence("llama fixture", [&fixtures] { return hf::from_pretrained(fixtures + "/llama/model", nullptr); }, layout,
-              true);
+  equivalence(
+      "llama fixture", [&fixtures] { return hf::from_pretrained(fixtures + "/llama/model", nullptr); }, layout, true);
 }
 
 }  // namespace
@@ -232,7 +237,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string fixtures = argv[1];
-  auto comm = Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
+  auto comm =
+      Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
   const Group world = shared(cp::collectives_of(comm));
 
@@ -246,7 +252,8 @@ int main(int argc, char** argv) {
     // Over c10d process groups directly (the ring's step is c10d's all-to-all either way).
     auto pg = mesh.group("cp")->process_group();
     equivalence("llama (GQA), c10d group", from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4)),
-                Layout{shared(cp::collectives_of(pg, mesh.rank("cp"), mesh.size("cp"))), std::nullopt, "cp=2 of 4"}, true, true);
+                Layout{shared(cp::collectives_of(pg, mesh.rank("cp"), mesh.size("cp"))), std::nullopt, "cp=2 of 4"},
+                true, true);
   }
 
   // Bad input.

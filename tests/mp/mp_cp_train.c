@@ -72,10 +72,8 @@ int main(int argc, char** argv) {
   snprintf(opts, sizeof opts, "{\"batch_size\": %d}", atoi(argv[2]));
   struct loader data = token_loader(80, opts);
   acc_model* model;
-  if (pretrained)
-    CHECK(acc_model_from_pretrained(family, NULL, &model));
-  else
-    CHECK(acc_model_from_config(config, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
+  if (pretrained) CHECK(acc_model_from_pretrained(family, NULL, &model));
+  else CHECK(acc_model_from_config(config, NULL, &model)); /* drawn from the accelerator's seed: alike everywhere */
   CHECK(acc_model_set_training(model, 1));
   acc_optimizer* opt;
   CHECK(acc_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));

@@ -60,7 +60,8 @@ int write_script(const std::string& path) {
   m.register_parameter("b1", torch::zeros({24}).requires_grad_(), false);
   m.register_parameter("w2", (torch::randn({24, 1}) * 0.2).requires_grad_(), false);
   m.register_parameter("b2", torch::zeros({1}).requires_grad_(), false);
-  m.define("def forward(self, input):\n    return torch.tanh(input.matmul(self.w1) + self.b1).matmul(self.w2) + self.b2\n");
+  m.define(
+      "def forward(self, input):\n    return torch.tanh(input.matmul(self.w1) + self.b1).matmul(self.w2) + self.b2\n");
   m.save(path);
   return 0;
 }

@@ -40,17 +40,18 @@ int main(int argc, char** argv) {
   }
   const int sizes[4] = {std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4])};
   const char* dim_names[4] = {"dp_replicate", "dp_shard", "cp", "tp"};
-  const std::map<std::string, std::vector<int>> spans = {
-      {"dp_replicate", {0}}, {"dp_shard", {1}}, {"cp", {2}}, {"tp", {3}},
-      {"dp", {0, 1}},        {"dp_shard_cp", {1, 2}},        {"dp_cp", {0, 1, 2}}};
+  const std::map<std::string, std::vector<int>> spans = {{"dp_replicate", {0}}, {"dp_shard", {1}},
+                                                         {"cp", {2}},           {"tp", {3}},
+                                                         {"dp", {0, 1}},        {"dp_shard_cp", {1, 2}},
+                                                         {"dp_cp", {0, 1, 2}}};
   try {
     auto acc = Accelerator::create(nullptr);  // parallelism_config from the environment accelerate launch sets
     const int world = acc->state().world_size, me = acc->state().rank;
     const auto& mesh = acc->mesh();
     if (!mesh) throw std::runtime_error("no mesh: run with several processes");
     for (int d = 0; d < 4; ++d)
-      expect(mesh->size(dim_names[d]) == sizes[d], std::string(dim_names[d]) + " size " +
-                                                       std::to_string(mesh->size(dim_names[d])));
+      expect(mesh->size(dim_names[d]) == sizes[d],
+             std::string(dim_names[d]) + " size " + std::to_string(mesh->size(dim_names[d])));
     // Coordinates the simple way: rank = ((r * dp_shard + s) * cp + c) * tp + t.
     auto coord = [&](int rank) {
       std::vector<int> c(4);
@@ -79,14 +80,14 @@ int main(int argc, char** argv) {
              name + ": rank " + std::to_string(group->rank()) + ", expected " + std::to_string(my_place));
       at::Tensor gathered = group->all_gather_cat(at::tensor({static_cast<int64_t>(me)}, at::kLong));
       std::vector<int64_t> got(gathered.data_ptr<int64_t>(), gathered.data_ptr<int64_t>() + gathered.numel());
-      expect(got == expected, "rank " + std::to_string(me) + " " + name + ": members " + list(got) + ", expected " +
-                                  list(expected));
+      expect(got == expected,
+             "rank " + std::to_string(me) + " " + name + ": members " + list(got) + ", expected " + list(expected));
       at::Tensor sum = at::tensor({static_cast<int64_t>(me) + 1}, at::kLong);
       group->all_reduce(sum, ReduceOp::Sum);
       int64_t want = 0;
       for (int64_t r : expected) want += r + 1;
-      expect(sum.item<int64_t>() == want, name + ": sum " + std::to_string(sum.item<int64_t>()) + ", expected " +
-                                              std::to_string(want));
+      expect(sum.item<int64_t>() == want,
+             name + ": sum " + std::to_string(sum.item<int64_t>()) + ", expected " + std::to_string(want));
     }
 
     // Data: 40 samples (x = index), batches of 2, shuffled: every rank reads its data-parallel shard.
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
       if (dispatch) {
         // dispatch_batches (rank 0 reads, every rank keeps its data-parallel rank's rows), prepared as the accelerator
         // prepares a loader but with dispatch on (the config of this accelerator has it off).
-        LoaderPrepare h = LoaderPrepare::from_config(acc->settings().dataloader_config, ShardSpec{}, acc->mesh()->world());
+        LoaderPrepare h =
+            LoaderPrepare::from_config(acc->settings().dataloader_config, ShardSpec{}, acc->mesh()->world());
         h.spec.num_processes = mesh->size("dp");
         h.spec.process_index = mesh->rank("dp");
         h.dispatch_batches = true;
@@ -126,9 +128,9 @@ int main(int argc, char** argv) {
         if (!dispatch) {
           // gather_for_metrics: the dp ranks' batches, once each.
           at::Tensor metrics = acc->gather_for_metrics(x);
-          expect(metrics.size(0) == per * mesh->size("dp"),
-                 "gather_for_metrics: " + std::to_string(metrics.size(0)) + " rows, expected " +
-                     std::to_string(per * mesh->size("dp")));
+          expect(metrics.size(0) == per * mesh->size("dp"), "gather_for_metrics: " + std::to_string(metrics.size(0)) +
+                                                                " rows, expected " +
+                                                                std::to_string(per * mesh->size("dp")));
           for (int64_t i = 0; i < metrics.size(0); ++i) all_rows.push_back(metrics[i].item<int64_t>());
           // gather_object for metrics too: one string per sample, over the dp ranks.
           std::vector<std::string> mine;
@@ -137,7 +139,8 @@ int main(int argc, char** argv) {
           bool same = static_cast<int64_t>(objects.size()) == metrics.size(0);
           for (size_t i = 0; same && i < objects.size(); ++i)
             same = objects[i] == std::to_string(metrics[static_cast<int64_t>(i)].item<int64_t>());
-          expect(same, "gather_object for metrics: " + std::to_string(objects.size()) + " objects, as gather_for_metrics");
+          expect(same,
+                 "gather_object for metrics: " + std::to_string(objects.size()) + " objects, as gather_for_metrics");
         }
         ++steps;
       }

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "checkpoint/save_model.hpp"
+#include "checkpoint/state.hpp"
 #include "data/dataset.hpp"
 #include "formats/safetensors.hpp"
 #include "models/hf/pretrained.hpp"
@@ -56,10 +57,10 @@ int main(int argc, char** argv) {
     lo.seed = 3;
     auto loader = std::make_shared<DataLoader>(ds, lo);
 
-    auto slot = std::make_shared<ModelSlot>();
+    auto slot = std::make_shared<PreparedModel>();
     const std::string family = std::getenv("MP_MODEL") ? std::getenv("MP_MODEL") : "llama";
     slot->model = std::shared_ptr<Model>(hf::from_pretrained(fixtures + "/" + family + "/model", nullptr));
-    auto opt = std::make_shared<OptimizerSlot>();
+    auto opt = std::make_shared<PreparedOptimizer>();
     opt->model = slot;
     opt->opt = std::make_unique<Optimizer>(slot->model->trainable_parameters(),
                                            R"({"type": "adamw", "lr": 0.001, "weight_decay": 0.01})");
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
     int64_t step = 0;  // the registered object: where the run is
     acc->register_for_checkpointing({[&] { return std::to_string(step); },
                                      [&](const std::string& s) { step = std::stoll(s); }});
-    if (load != "-") acc->load_state(load);
+    if (load != "-") load_state(*acc, load);
 
     slot->model->train(family != "gpt2");
     while (step < steps) {
@@ -76,11 +77,12 @@ int main(int argc, char** argv) {
       const at::Tensor taken = acc->gather_for_metrics(batch.at("index"));
       if (rank == 0) {
         std::printf("SAMPLES %lld", static_cast<long long>(step));
-        for (int64_t i = 0; i < taken.numel(); ++i) std::printf(" %lld", static_cast<long long>(taken[i].item<int64_t>()));
+        for (int64_t i = 0; i < taken.numel(); ++i)
+          std::printf(" %lld", static_cast<long long>(taken[i].item<int64_t>()));
         std::printf("\n");
       }
-      at::Tensor loss = slot->forward(TensorDict{{"input_ids", batch.at("input_ids")}, {"labels", batch.at("labels")}})
-                            .at("loss");
+      at::Tensor loss =
+          slot->forward(TensorDict{{"input_ids", batch.at("input_ids")}, {"labels", batch.at("labels")}}).at("loss");
       acc->backward(loss);
       opt->step();
       opt->zero_grad();
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("LOSS %lld %.9g\n", static_cast<long long>(step), mean);
       ++step;
     }
-    if (save != "-") acc->save_state(save);
+    if (save != "-") save_state(*acc, save);
     if (out != "-") {
       save_pretrained(*slot, out, "");
       at::Tensor x = ids.narrow(0, 0, 2).clone();

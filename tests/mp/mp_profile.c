@@ -160,25 +160,19 @@ static void trace(const char* dir, int expect_io) {
   const char* rank = getenv("RANK");
   snprintf(file, sizeof file, "'%s/profile_%s.json'", dir, rank ? rank : "0");
   CHECK(acc_profile_begin(acc, kwargs));
-  if (expect_io)
-    EXPECT_ERR(acc_profile_end(acc), ACC_ERR_IO, file);
-  else
-    EXPECT_OK(acc_profile_end(acc));
+  if (expect_io) EXPECT_ERR(acc_profile_end(acc), ACC_ERR_IO, file);
+  else EXPECT_OK(acc_profile_end(acc));
   acc_accelerator_destroy(acc);
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 4 && strcmp(argv[1], "train") == 0)
-    train(atoi(argv[2]), argv[3], argc >= 5 ? argv[4] : NULL);
-  else if (argc == 5 && strcmp(argv[1], "torchscript") == 0)
-    torchscript(argv[2], argv[3], atoi(argv[4]));
-  else if (argc == 2 && strcmp(argv[1], "refuse") == 0)
-    refuse();
+  if (argc >= 4 && strcmp(argv[1], "train") == 0) train(atoi(argv[2]), argv[3], argc >= 5 ? argv[4] : NULL);
+  else if (argc == 5 && strcmp(argv[1], "torchscript") == 0) torchscript(argv[2], argv[3], atoi(argv[4]));
+  else if (argc == 2 && strcmp(argv[1], "refuse") == 0) refuse();
   else if (argc == 3 && strcmp(argv[1], "exit") == 0 &&
            (!strcmp(argv[2], "end") || !strcmp(argv[2], "running") || !strcmp(argv[2], "thread")))
     exit_with_profile(argv[2]);
-  else if (argc == 4 && strcmp(argv[1], "trace") == 0)
-    trace(argv[2], strcmp(argv[3], "io") == 0);
+  else if (argc == 4 && strcmp(argv[1], "trace") == 0) trace(argv[2], strcmp(argv[3], "io") == 0);
   else {
     fprintf(stderr, "usage: mp_profile train STEPS CONFIG_JSON [PROFILE_KWARGS_JSON] | torchscript PATH OUT FLAG | "
                     "refuse | exit end|running|thread | trace DIR ok|io\n");

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   }
   const size_t len = strlen(argv[1]);
   const int script = len > 3 && !strcmp(argv[1] + len - 3, ".pt");
-  const int llama = !strcmp(argv[1], "llama"), gpt = llama || !strcmp(argv[1], "gpt"), steps = atoi(argv[2]), accum = atoi(argv[3]);
+  const int llama = !strcmp(argv[1], "llama"), gpt = llama || !strcmp(argv[1], "gpt"), steps = atoi(argv[2]),
+            accum = atoi(argv[3]);
   const double clip = atof(argv[4]);
   /* MP_EXTRA_CONFIG: more keys of the explicit config (e.g. "ddp_kwargs": {"comm_hook": "fp16"}). */
   const char* extra = getenv("MP_EXTRA_CONFIG");
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
     CHECK(acc_model_from_config(
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 37, "
         "\"hidden_size\": 16, \"intermediate_size\": 20, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
-        "\"num_key_value_heads\": 2, \"max_position_embeddings\": 16, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+        "\"num_key_value_heads\": 2, \"max_position_embeddings\": 16, \"rms_norm_eps\": 1e-05, \"rope_theta\": "
+        "10000.0, "
         "\"hidden_act\": \"silu\", \"initializer_range\": 0.02, \"tie_word_embeddings\": false}",
         NULL, &model));
     CHECK(acc_model_set_training(model, 1));
@@ -82,7 +84,8 @@ int main(int argc, char** argv) {
     printf("FROZEN %lld\n", (long long)matched);
   }
   acc_optimizer* opt;
-  CHECK(acc_optimizer_create(model, getenv("MP_OPTIMIZER") ? getenv("MP_OPTIMIZER") : "{\"type\": \"adamw\", \"lr\": 0.001}",
+  CHECK(acc_optimizer_create(model,
+                             getenv("MP_OPTIMIZER") ? getenv("MP_OPTIMIZER") : "{\"type\": \"adamw\", \"lr\": 0.001}",
                              &opt));
   if (getenv("MP_STEP_BEFORE_PREPARE")) {
     /* An optimizer that has stepped has state the shards cannot take: prepare refuses it and changes nothing (the

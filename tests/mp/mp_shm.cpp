@@ -69,7 +69,8 @@ double eps(at::ScalarType t) {
 // Rank-dependent inputs: normal floats of mixed magnitudes, integers that may wrap in 8 bits (as both wrap).
 at::Tensor input(at::ScalarType t, int64_t n, int rank, int salt) {
   at::manual_seed(1000 * salt + rank);
-  if (at::isFloatingType(t)) return (at::randn({n}, at::kDouble) * at::pow(10.0, at::randint(-3, 4, {n}, at::kDouble))).to(t);
+  if (at::isFloatingType(t))
+    return (at::randn({n}, at::kDouble) * at::pow(10.0, at::randint(-3, 4, {n}, at::kDouble))).to(t);
   if (t == at::kByte) return at::randint(0, 200, {n}, at::kLong).to(t);
   return at::randint(-100000, 100000, {n}, at::kLong).to(t);
 }
@@ -119,7 +120,8 @@ int equal(Comm& shm, Comm& gloo) {
         shm.all_reduce(a, op);
         gloo.all_reduce(b, op);
         const char* name = op == acc::core::ReduceOp::Sum ? "sum" : op == acc::core::ReduceOp::Mean ? "mean" : "max";
-        compare(shm, a, b, op == acc::core::ReduceOp::Max ? sum_abs * 0 : sum_abs, std::string("all_reduce ") + name + " " + tag);
+        compare(shm, a, b, op == acc::core::ReduceOp::Max ? sum_abs * 0 : sum_abs,
+                std::string("all_reduce ") + name + " " + tag);
       }
       // the DDP path (asynchronous sum)
       {
@@ -144,7 +146,9 @@ int equal(Comm& shm, Comm& gloo) {
           expect(bit_equal(out_a, out_b), "reduce_scatter " + tag + ": bit-equal to Gloo's");
         else
           expect(size == 0 || ((out_a.to(at::kDouble) - out_b.to(at::kDouble)).abs() <=
-                               mine * (2.0 * (n - 1) * eps(dt)) + 1e-300).all().item<bool>(),
+                               mine * (2.0 * (n - 1) * eps(dt)) + 1e-300)
+                                  .all()
+                                  .item<bool>(),
                  "reduce_scatter " + tag + ": within (n-1) roundings of Gloo's");
       }
       // all-gather into one tensor (ZeRO, FSDP) and all_gather_cat (lists, uneven dim 0)
@@ -211,7 +215,8 @@ int transport(Comm& comm) {
 // The two-level all-reduce against the exact result: every rank makes every rank's inputs (seeded by rank).
 int hier(Comm& comm) {
   const int n = comm.size(), rank = comm.rank();
-  expect(comm.cpu_transport().rfind("hierarchical", 0) == 0, "the job's all-reduce is hierarchical: " + comm.cpu_transport());
+  expect(comm.cpu_transport().rfind("hierarchical", 0) == 0,
+         "the job's all-reduce is hierarchical: " + comm.cpu_transport());
   auto& pg = comm.process_group();
   int salt = 0;
   for (auto dt : {at::kFloat, at::kBFloat16, at::kLong}) {
@@ -228,7 +233,10 @@ int hier(Comm& comm) {
         at::Tensor want;
         double bound = 0;  // per element, times sum|x|, plus the mean's own rounding
         switch (op) {
-          case c10d::ReduceOp::SUM: want = sum; bound = (n - 1) * eps(dt); break;
+          case c10d::ReduceOp::SUM:
+            want = sum;
+            bound = (n - 1) * eps(dt);
+            break;
           case c10d::ReduceOp::AVG:
             want = dt == at::kLong ? at::div(sum, n, "trunc") : sum / n;
             bound = (n - 1) * eps(dt) / n;
@@ -284,7 +292,8 @@ int bench(Comm& shm, Comm& gloo) {
                         int64_t{100} << 20}) {
     const int iters = bytes >= (25 << 20) ? 10 : 50;
     const double g = time_all_reduce(gloo, bytes / 4, iters), s = time_all_reduce(shm, bytes / 4, iters);
-    if (shm.rank() == 0) std::printf("%12lld %14.1f %14.1f %8.2f\n", static_cast<long long>(bytes), g * 1e6, s * 1e6, g / s);
+    if (shm.rank() == 0)
+      std::printf("%12lld %14.1f %14.1f %8.2f\n", static_cast<long long>(bytes), g * 1e6, s * 1e6, g / s);
   }
   return 0;
 }

@@ -48,7 +48,6 @@
 
 using namespace acc::core;
 
-
 // The collectives tensor parallelism splits over.
 using TpGroup = std::shared_ptr<const Collectives>;
 namespace {
@@ -57,11 +56,11 @@ namespace {
 std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv, int intermediate,
                            int vocab, bool tie, const std::string& extra = "", int hidden = 32) {
   return R"({"architectures": [")" + arch + R"("], "model_type": ")" + type + R"(", "vocab_size": )" +
-         std::to_string(vocab) + R"(, "hidden_size": )" + std::to_string(hidden) + R"(, "intermediate_size": )" + std::to_string(intermediate) +
-         R"(, "num_hidden_layers": 2, "num_attention_heads": )" + std::to_string(heads) +
+         std::to_string(vocab) + R"(, "hidden_size": )" + std::to_string(hidden) + R"(, "intermediate_size": )" +
+         std::to_string(intermediate) + R"(, "num_hidden_layers": 2, "num_attention_heads": )" + std::to_string(heads) +
          R"(, "num_key_value_heads": )" + std::to_string(kv) + R"(, "head_dim": 4, "max_position_embeddings": 64,
-         "rms_norm_eps": 1e-6, "initializer_range": 0.2, "tie_word_embeddings": )" + (tie ? "true" : "false") + extra +
-         "}";
+         "rms_norm_eps": 1e-6, "initializer_range": 0.2, "tie_word_embeddings": )" +
+         (tie ? "true" : "false") + extra + "}";
 }
 
 std::string gpt2_config(int heads, int vocab) {
@@ -87,8 +86,8 @@ std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> whole_and_split(const 
 }
 
 // The whole model and the split one train side by side from the same weights on the same batches.
-void equivalence_of(const std::string& what, const Maker& make, const TpGroup& group, bool hf_lm,
-                    bool checkpointing, bool sequence_parallel) {
+void equivalence_of(const std::string& what, const Maker& make, const TpGroup& group, bool hf_lm, bool checkpointing,
+                    bool sequence_parallel) {
   auto [whole, split] = whole_and_split(make, group, sequence_parallel);
   const Placements& sh = split->placements();
   expect(sh.any_split(), what + ": the model records its placements");
@@ -151,7 +150,8 @@ void equivalence_of(const std::string& what, const Maker& make, const TpGroup& g
     const double d = (full[i].second - ref[i].second).abs().max().item<double>() / scale;
     if (d > worst) worst = d, worst_name = ref[i].first;
   }
-  expect(worst <= 1e-5, what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
+  expect(worst <= 1e-5,
+         what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
   std::printf("%s: worst parameter difference %s (%s)\n", what.c_str(), num(worst).c_str(), worst_name.c_str());
   // Slicing the gathered state gives this rank's tensors back.
   const NamedTensors local = split->state();
@@ -164,7 +164,8 @@ void equivalence_of(const std::string& what, const Maker& make, const TpGroup& g
   auto strategy = make_single_strategy(owned, c10::kCPU);
   const NamedTensors saved = strategy->full_state_dict();
   same = saved.size() == full.size();
-  for (size_t i = 0; same && i < full.size(); ++i) same = saved[i].first == full[i].first && saved[i].second.equal(full[i].second);
+  for (size_t i = 0; same && i < full.size(); ++i)
+    same = saved[i].first == full[i].first && saved[i].second.equal(full[i].second);
   expect(same, what + ": the strategy's full_state_dict gathers whole tensors");
   strategy->load_full_state_dict(ref, "the whole model");
   same = true;
@@ -304,8 +305,7 @@ void refused(const std::string& what, const Maker& make, const TpGroup& group, c
   } catch (const std::exception& e) {
     message = e.what();
   }
-  expect(message.find(needle) != std::string::npos,
-         what + ": refused naming '" + needle + "' (got '" + message + "')");
+  expect(message.find(needle) != std::string::npos, what + ": refused naming '" + needle + "' (got '" + message + "')");
   const NamedTensors after = m->named_parameters();
   bool same = before.size() == after.size();
   for (size_t i = 0; same && i < before.size(); ++i) same = before[i].second.is_same(after[i].second);
@@ -325,9 +325,9 @@ void train_equivalence(Accelerator& acc, const std::string& what, const Maker& m
     for (auto& [name, t] : whole->state()) state.push_back(t);
     acc.broadcast_from_main(state);
   }
-  auto slot = std::make_shared<ModelSlot>();
+  auto slot = std::make_shared<PreparedModel>();
   slot->model = std::shared_ptr<Model>(make());
-  auto opt = std::make_shared<OptimizerSlot>();
+  auto opt = std::make_shared<PreparedOptimizer>();
   opt->model = slot;
   opt->opt = std::make_unique<Optimizer>(slot->model->trainable_parameters(), sgd);  // built before prepare
   acc.prepare(slot, opt, nullptr, nullptr);
@@ -403,7 +403,8 @@ void train_equivalence(Accelerator& acc, const std::string& what, const Maker& m
     const double d = (full[i].second - ref[i].second).abs().max().item<double>() / scale;
     if (d > worst) worst = d, worst_name = ref[i].first;
   }
-  expect(worst <= 1e-5, what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
+  expect(worst <= 1e-5,
+         what + ": parameters after 20 steps within 1e-5 (worst " + num(worst) + " at " + worst_name + ")");
   // The optimizer's state made whole (what save_state writes): the whole model's momentum buffers, by parameter.
   const Optimizer::State saved = opt->opt->save_state();
   NamedTensors state = saved.tensors;
@@ -426,7 +427,8 @@ void train_equivalence(Accelerator& acc, const std::string& what, const Maker& m
       continue;
     }
     ++buffers;
-    worst_state = std::max(worst_state, (t - r).abs().max().item<double>() / std::max(1.0, r.abs().max().item<double>()));
+    worst_state =
+        std::max(worst_state, (t - r).abs().max().item<double>() / std::max(1.0, r.abs().max().item<double>()));
   }
   expect(buffers == momentum.size(), what + ": a whole momentum buffer per parameter (" + std::to_string(buffers) +
                                          " of " + std::to_string(momentum.size()) + ")");
@@ -456,13 +458,14 @@ void train_equivalence(Accelerator& acc, const std::string& what, const Maker& m
   }
   std::printf("%s: tp %d, dp %d, %s%s: worst parameter difference %s (%s), optimizer state %s\n", what.c_str(), tp, dp,
               slot->strategy->name().c_str(),
-              slot->model->activation_checkpointing() ? ", activation checkpointing" : "", num(worst).c_str(), worst_name.c_str(), num(worst_state).c_str());
+              slot->model->activation_checkpointing() ? ", activation checkpointing" : "", num(worst).c_str(),
+              worst_name.c_str(), num(worst_state).c_str());
 }
 
 // prepare refuses `make`'s model naming parallelism_config.tp_size and `needle`.
 void prepare_refuses(Accelerator& acc, const std::string& what, const std::function<std::unique_ptr<Model>()>& make,
                      const std::string& needle) {
-  auto slot = std::make_shared<ModelSlot>();
+  auto slot = std::make_shared<PreparedModel>();
   slot->model = std::shared_ptr<Model>(make());
   std::string message;
   try {
@@ -488,10 +491,9 @@ int train_main(const std::string& fixtures, const std::string& only) {
   const Maker mixtral = tp <= 2 ? pretrained("mixtral")
                                 : from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96, false,
                                                              R"(, "num_local_experts": 4, "num_experts_per_tok": 2)"));
-  const std::pair<std::string, Maker> models[] = {
-      {std::string("llama") + (tp <= 2 ? " fixture" : " (GQA)"), llama},
-      {std::string("mixtral") + (tp <= 2 ? " fixture" : ""), mixtral},
-      {"gpt2", from_config(gpt2_config(4, 96))}};
+  const std::pair<std::string, Maker> models[] = {{std::string("llama") + (tp <= 2 ? " fixture" : " (GQA)"), llama},
+                                                  {std::string("mixtral") + (tp <= 2 ? " fixture" : ""), mixtral},
+                                                  {"gpt2", from_config(gpt2_config(4, 96))}};
   for (const auto& [what, make] : models) {
     if (!only.empty() && what.rfind(only, 0) != 0) continue;
     try {
@@ -502,8 +504,9 @@ int train_main(const std::string& fixtures, const std::string& only) {
   }
   if (only.empty() && tp == 4) {
     prepare_refuses(*acc, "llama fixture over 4", pretrained("llama"), "num_key_value_heads (2)");
-    prepare_refuses(*acc, "built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); },
-                    "Mlp has no tensor-parallel plan");
+    prepare_refuses(
+        *acc, "built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); },
+        "Mlp has no tensor-parallel plan");
     const ScriptFile script("mp_tp_train");
     prepare_refuses(*acc, "TorchScript", [&] { return load_torchscript_model(script.path, nullptr); }, "TorchScript");
   }
@@ -519,7 +522,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string fixtures = argv[1];
-  auto comm = Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
+  auto comm =
+      Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
   const TpGroup group = std::make_shared<const Collectives>(tp::collectives_of(comm));
 
@@ -539,8 +543,9 @@ int main(int argc, char** argv) {
               from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group, true, true);
   mixed_precision("llama (GQA), bf16 autocast",
                   from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group);
-  equivalence("mixtral", from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96, false,
-                                                    R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
+  equivalence("mixtral",
+              from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96, false,
+                                         R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
               group, true);
   equivalence("qwen2 (tied head, q/k/v bias)",
               from_config(decoder_config("Qwen2ForCausalLM", "qwen2", 8, 4, 64, 96, true)), group, true);
@@ -556,22 +561,29 @@ int main(int argc, char** argv) {
               from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group, true, false, true);
   equivalence("llama (GQA), sequence parallel, activation checkpointing",
               from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4, 64, 96, false)), group, true, true, true);
-  equivalence("mixtral, sequence parallel", from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96,
-                                                        false, R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
+  equivalence("mixtral, sequence parallel",
+              from_config(decoder_config("MixtralForCausalLM", "mixtral", 8, 4, 32, 96, false,
+                                         R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")),
               group, true, false, true);
   equivalence("qwen2, sequence parallel", from_config(decoder_config("Qwen2ForCausalLM", "qwen2", 8, 4, 64, 96, true)),
               group, true, false, true);
   equivalence("gpt2, sequence parallel", from_config(gpt2_config(4, 96)), group, true, false, true);
-  equivalence("built-in gpt, sequence parallel", [] {
-    at::manual_seed(7);
-    return make_builtin_model(R"({"type": "gpt", "vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 4,
+  equivalence(
+      "built-in gpt, sequence parallel",
+      [] {
+        at::manual_seed(7);
+        return make_builtin_model(R"({"type": "gpt", "vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 4,
                                   "n_embd": 32})");
-  }, group, false, false, true);
-  equivalence("built-in gpt", [] {
-    at::manual_seed(7);
-    return make_builtin_model(R"({"type": "gpt", "vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 4,
+      },
+      group, false, false, true);
+  equivalence(
+      "built-in gpt",
+      [] {
+        at::manual_seed(7);
+        return make_builtin_model(R"({"type": "gpt", "vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 4,
                                   "n_embd": 32})");
-  }, group, false);
+      },
+      group, false);
 
   // Bad input (odd sizes: divisible by neither 2 nor 4).
   refused("heads", from_config(decoder_config("LlamaForCausalLM", "llama", 3, 3, 64, 96, false, "", 24)), group,
@@ -580,17 +592,22 @@ int main(int argc, char** argv) {
           "num_key_value_heads (1)");
   refused("intermediate", from_config(decoder_config("Qwen2ForCausalLM", "qwen2", 4, 4, 63, 96, false)), group,
           "intermediate_size (63)");
-  refused("vocabulary", from_config(decoder_config("MixtralForCausalLM", "mixtral", 4, 4, 64, 95, false,
-                                                   R"(, "num_local_experts": 2, "num_experts_per_tok": 1)")),
+  refused("vocabulary",
+          from_config(decoder_config("MixtralForCausalLM", "mixtral", 4, 4, 64, 95, false,
+                                     R"(, "num_local_experts": 2, "num_experts_per_tok": 1)")),
           group, "vocab_size (95)");
   refused("gpt2 heads", from_config(gpt2_config(3, 96)), group, "n_head (3)");
   refused("gpt2 vocabulary", from_config(gpt2_config(4, 95)), group, "vocab_size (95)");
-  refused("built-in gpt heads", [] {
-    return make_builtin_model(R"({"type": "gpt", "vocab_size": 96, "block_size": 8, "n_layer": 1, "n_head": 3,
+  refused(
+      "built-in gpt heads",
+      [] {
+        return make_builtin_model(R"({"type": "gpt", "vocab_size": 96, "block_size": 8, "n_layer": 1, "n_head": 3,
                                   "n_embd": 24})");
-  }, group, "n_head (3)");
-  refused("built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); }, group,
-          "Mlp has no tensor-parallel plan");
+      },
+      group, "n_head (3)");
+  refused(
+      "built-in mlp", [] { return make_builtin_model(R"({"type": "mlp", "sizes": [4, 8, 1]})"); }, group,
+      "Mlp has no tensor-parallel plan");
   {
     const ScriptFile script("mp_tp");
     refused("TorchScript", [&] { return load_torchscript_model(script.path, nullptr); }, group, "TorchScript");

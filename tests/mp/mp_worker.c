@@ -382,7 +382,8 @@ static void named_batches(acc_accelerator* acc, int world) {
       CHECK(acc_tensor_to_host(mask, mv, 3 * (size_t)rows));
       CHECK(acc_tensor_to_host(label, lv, sizeof(float) * (size_t)rows));
       for (int64_t r = 0; r < rows; ++r)
-        for (int k = 0; k < 3; ++k) EXPECT(iv[3 * r + k] == (int64_t)lv[r] && mv[3 * r + k] == (uint8_t)((int64_t)lv[r] % 2));
+        for (int k = 0; k < 3; ++k)
+          EXPECT(iv[3 * r + k] == (int64_t)lv[r] && mv[3 * r + k] == (uint8_t)((int64_t)lv[r] % 2));
       CHECK(acc_gather_for_metrics(acc, label, &g));
       int64_t gn;
       float gv[256];
@@ -465,7 +466,8 @@ static void data_modes(acc_accelerator* acc, int world, int split, int even, int
                 snprintf(opts, sizeof opts, "{\"batch_size\": %d, \"drop_last\": %s, \"shuffle\": true, \"seed\": %d}",
                          (int)bs, drop ? "true" : "false", 5 + rank);
               else
-                snprintf(opts, sizeof opts, "{\"batch_size\": %d, \"drop_last\": %s}", (int)bs, drop ? "true" : "false");
+                snprintf(opts, sizeof opts, "{\"batch_size\": %d, \"drop_last\": %s}", (int)bs,
+                         drop ? "true" : "false");
               CHECK(acc_dataloader_create(ds, opts, &dl));
               if (drop) want = n / total * total;
             }
@@ -495,8 +497,9 @@ static void data_modes(acc_accelerator* acc, int world, int split, int even, int
                 if (v != i) sorted = 0;
               }
               if (!exact || (!shuffle && !sorted)) {
-                fprintf(stderr, "rank %d: src %d n %d bs %d drop %d shuffle %d epoch %d: gathered %d samples, want %d:",
-                        rank, src, (int)n, (int)bs, drop, shuffle, epoch, (int)all.count, (int)want);
+                fprintf(stderr,
+                        "rank %d: src %d n %d bs %d drop %d shuffle %d epoch %d: gathered %d samples, want %d:", rank,
+                        src, (int)n, (int)bs, drop, shuffle, epoch, (int)all.count, (int)want);
                 for (int64_t i = 0; i < all.count; ++i) fprintf(stderr, " %d", (int)all.values[i]);
                 fprintf(stderr, "\n");
               }
@@ -523,9 +526,11 @@ static void data_modes(acc_accelerator* acc, int world, int split, int even, int
                 record_batch(&skipped, v, k);
                 acc_tensor_destroy(bx);
               }
-              int64_t skip_batches = first.batches > 0 ? first.batches - 1 : 0, skip_values = first.batches > 0 ? first.sizes[0] : 0;
+              int64_t skip_batches = first.batches > 0 ? first.batches - 1 : 0,
+                      skip_values = first.batches > 0 ? first.sizes[0] : 0;
               int same = skipped.batches == skip_batches && skipped.count == first.count - skip_values;
-              for (int64_t i = 0; same && i < skipped.count; ++i) same = skipped.values[i] == first.values[i + skip_values];
+              for (int64_t i = 0; same && i < skipped.count; ++i)
+                same = skipped.values[i] == first.values[i + skip_values];
               EXPECT(same);
             }
             acc_dataloader_destroy(skip);
@@ -535,7 +540,8 @@ static void data_modes(acc_accelerator* acc, int world, int split, int even, int
           }
   if (rank == 0)
     printf("split_batches %d, even_batches %d, dispatch_batches %d, seedable sampler %d: %d loader combinations "
-           "checked\n", split, even, dispatch, seedable, combos);
+           "checked\n",
+           split, even, dispatch, seedable, combos);
 }
 
 /* A float32 tensor of `shape` (ndim dims) holding 0, 1, 2, ... */
@@ -546,10 +552,8 @@ static acc_tensor* iota(const int64_t* shape, int ndim, int32_t dtype) {
   float* f = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
   for (int64_t i = 0; i < n; ++i) v[i] = f[i] = (float)i;
   acc_tensor* t;
-  if (dtype == ACC_FLOAT64)
-    CHECK(acc_tensor_from_host(v, (size_t)n * sizeof(double), ACC_FLOAT64, shape, ndim, &t));
-  else
-    CHECK(acc_tensor_from_host(f, (size_t)n * sizeof(float), ACC_FLOAT32, shape, ndim, &t));
+  if (dtype == ACC_FLOAT64) CHECK(acc_tensor_from_host(v, (size_t)n * sizeof(double), ACC_FLOAT64, shape, ndim, &t));
+  else CHECK(acc_tensor_from_host(f, (size_t)n * sizeof(float), ACC_FLOAT32, shape, ndim, &t));
   free(v);
   free(f);
   return t;
@@ -564,10 +568,10 @@ static void expect_shape(acc_tensor* t, int64_t d0, int64_t d1) {
 
 /* The call fails on this rank with ACC_ERR_DISTRIBUTED naming `needle`; the message goes to stdout (the
  * test compares the ranks' messages). */
-#define EXPECT_MISMATCH(call, needle)                                 \
-  do {                                                                \
-    EXPECT_ERR(call, ACC_ERR_DISTRIBUTED, needle);                    \
-    printf("rank %d: %s\n", rank, acc_last_error_message());          \
+#define EXPECT_MISMATCH(call, needle)                        \
+  do {                                                       \
+    EXPECT_ERR(call, ACC_ERR_DISTRIBUTED, needle);           \
+    printf("rank %d: %s\n", rank, acc_last_error_message()); \
   } while (0)
 
 static void debug_mode(acc_accelerator* acc, int rank, int on) {
@@ -712,9 +716,13 @@ int main(int argc, char** argv) {
     snprintf(config, sizeof config, "{\"init_process_group_kwargs\": {\"timeout\": 1.5}}");
   if (!strcmp(mode, "data") && argc == 6)
     snprintf(config, sizeof config,
-             "{\"dataloader_config\": {\"split_batches\": %s, \"even_batches\": %s, \"use_seedable_sampler\": %s, \"data_seed\": 11%s%s}}",
+             "{\"dataloader_config\": {\"split_batches\": %s, \"even_batches\": %s, \"use_seedable_sampler\": %s, "
+             "\"data_seed\": 11%s%s}}",
              atoi(argv[2]) ? "true" : "false", atoi(argv[3]) ? "true" : "false", atoi(argv[5]) ? "true" : "false",
-             atoi(argv[4]) < 0 ? "" : ", \"dispatch_batches\": ", atoi(argv[4]) < 0 ? "" : atoi(argv[4]) ? "true" : "false");
+             atoi(argv[4]) < 0 ? "" : ", \"dispatch_batches\": ",
+             atoi(argv[4]) < 0 ? ""
+             : atoi(argv[4])   ? "true"
+                               : "false");
   if (!strcmp(mode, "named") && argc == 3)
     snprintf(config, sizeof config, "{\"dataloader_config\": {\"dispatch_batches\": %s}}",
              atoi(argv[2]) ? "true" : "false");

@@ -57,10 +57,8 @@ static void check_waits(acc_model* model, acc_tensor* ids) {
 
 static acc_model* load(const char* what) {
   acc_model* model;
-  if (!strcmp(what, "config"))
-    CHECK(acc_model_from_config(kLlama, NULL, &model));
-  else
-    CHECK(acc_model_from_pretrained(what, NULL, &model));
+  if (!strcmp(what, "config")) CHECK(acc_model_from_config(kLlama, NULL, &model));
+  else CHECK(acc_model_from_pretrained(what, NULL, &model));
   return model;
 }
 

@@ -154,7 +154,8 @@ TEST_P(Tokenizers, EqualTransformers) {
       for (size_t i = 0; i < encs.size(); ++i) {
         EXPECT_EQ(encs[i].ids, ints(want.at(i))) << "row " << i;
         EXPECT_EQ(encs[i].attention_mask, ints(c.get("attention_mask").at(i))) << "row " << i;
-        if (c.has_value("token_type_ids")) EXPECT_EQ(encs[i].type_ids, ints(c.get("token_type_ids").at(i))) << "row " << i;
+        if (c.has_value("token_type_ids"))
+          EXPECT_EQ(encs[i].type_ids, ints(c.get("token_type_ids").at(i))) << "row " << i;
         if (c.has_value("overflow_to_sample_mapping"))
           EXPECT_EQ(static_cast<int64_t>(encs[i].sample), c.get("overflow_to_sample_mapping").at(i).as_int());
       }
@@ -225,7 +226,8 @@ TEST_P(ChatTemplates, EqualTransformers) {
     extra.begin_object();
     for (const auto& [k, v] : kw.items()) {
       if (k == "add_generation_prompt") o.add_generation_prompt = v.as_bool();
-      else if (k == "continue_final_message" && v.is_string()) o.continue_final_message = true, o.continue_field = v.as_string();
+      else if (k == "continue_final_message" && v.is_string())
+        o.continue_final_message = true, o.continue_field = v.as_string();
       else if (k == "continue_final_message") o.continue_final_message = v.as_bool();
       else if (k == "chat_template") o.chat_template = v.as_string();
       else if (k != "tokenize" && k != "return_dict" && k != "return_assistant_tokens_mask" &&

@@ -131,7 +131,8 @@ TEST(HostileTokenizer, HugeVocabularyAndMerges) {
     merges += (i ? ",[\"" : "[\"") + a + "\",\"" + b + "\"]";
   }
   // the merged tokens: every merge's result must be in the vocabulary
-  for (int i = 0; i < 200000; ++i) vocab += ",\"a" + std::to_string(i) + "b" + std::to_string(i) + "\":" + std::to_string(400000 + i);
+  for (int i = 0; i < 200000; ++i)
+    vocab += ",\"a" + std::to_string(i) + "b" + std::to_string(i) + "\":" + std::to_string(400000 + i);
   vocab += "}", merges += "]";
   const auto t0 = std::chrono::steady_clock::now();
   auto tok = Tokenizer::from_json(bpe_json(vocab, merges), "tokenizer.json 'big'");
@@ -188,9 +189,8 @@ TEST(HostileTokenizer, MergesOutsideVocabulary) {
 }
 
 TEST(HostileTokenizer, UnknownModelType) {
-  auto m = refused([] {
-    Tokenizer::from_json(R"({"model":{"type":"Quantum","vocab":{}}})", "tokenizer.json 'quantum'");
-  });
+  auto m =
+      refused([] { Tokenizer::from_json(R"({"model":{"type":"Quantum","vocab":{}}})", "tokenizer.json 'quantum'"); });
   EXPECT_NE(m.find("tokenizer.json 'quantum'"), std::string::npos) << m;
   // Unknown pipeline parts too.
   m = refused([] {
@@ -204,8 +204,8 @@ TEST(HostileTokenizer, CatastrophicSplitRegex) {
   // crate's own matcher would stop there and keep the rest of the text as one piece, silently).
   const std::string input(30000, 'a');
   auto split = [](const std::string& pattern) {
-    const std::string pre = R"({"type":"Split","pattern":{"Regex":")" + pattern +
-                            R"("},"behavior":"Isolated","invert":false})";
+    const std::string pre =
+        R"({"type":"Split","pattern":{"Regex":")" + pattern + R"("},"behavior":"Isolated","invert":false})";
     return Tokenizer::from_json(bpe_json(kSmallVocab, kSmallMerges, pre), "tokenizer.json 'split'");
   };
   for (const std::string pattern : {R"((a+)+(?!a)b)", R"((a*)*(?<=a)b)"}) {
@@ -234,7 +234,8 @@ TEST(HostileTokenizer, CatastrophicSplitRegex) {
 }
 
 TEST(HostileTokenizer, ReplaceNormalizerLookAround) {
-  const std::string norm = R"~({"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"Regex":"a(?=b)"},"content":"x"}]})~";
+  const std::string norm =
+      R"~({"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"Regex":"a(?=b)"},"content":"x"}]})~";
   auto m = refused([&] {
     Tokenizer::from_json(bpe_json(kSmallVocab, kSmallMerges, "null", norm), "tokenizer.json 'replace'");
   });
@@ -243,8 +244,9 @@ TEST(HostileTokenizer, ReplaceNormalizerLookAround) {
   EXPECT_NE(m.find("normalizer"), std::string::npos) << m;
   // The decoder's Replace likewise.
   const std::string json = bpe_json(kSmallVocab, kSmallMerges);
-  const std::string with_decoder = std::string(json).replace(
-      json.find(R"("decoder":null)"), 14, R"("decoder":{"type":"Replace","pattern":{"Regex":"(a)\\1"},"content":"x"})");
+  const std::string with_decoder =
+      std::string(json).replace(json.find(R"("decoder":null)"), 14,
+                                R"("decoder":{"type":"Replace","pattern":{"Regex":"(a)\\1"},"content":"x"})");
   m = refused([&] { Tokenizer::from_json(with_decoder, "tokenizer.json 'decoder'"); });
   EXPECT_NE(m.find("decoder"), std::string::npos) << m;
 }
@@ -307,12 +309,12 @@ TEST(HostileChatTemplate, RaiseException) {
 
 TEST(HostileChatTemplate, EndlessLoop) {
   // 10^10 iterations: the fuel (acc::limits::kChatTemplateFuelBase, 2^20 steps for a short conversation) stops it.
-  auto m = refused(
-      [] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"); }, 30.0);
+  auto m =
+      refused([] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"); }, 30.0);
   EXPECT_NE(m.find("ran out of fuel"), std::string::npos) << m;
   // Printing as it goes: the output limit (or the fuel, whichever first) stops it.
-  m = refused(
-      [] { render("{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}"); }, 30.0);
+  m = refused([] { render("{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}"); },
+              30.0);
   EXPECT_TRUE(m.find("ran out of fuel") != std::string::npos || m.find("output exceeds") != std::string::npos) << m;
 }
 

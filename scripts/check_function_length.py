@@ -42,10 +42,6 @@ ALLOWED = {
         "declarative table: the accelerator config's keys, one a line",
     ("config/src/schema.cpp", "acc::config::detail::make_launch"):
         "declarative table: the launch config's keys, one a line",
-    ("src/train/accelerator.cpp", "acc::core::Accelerator::create"): "issue 38: being split",
-    ("src/checkpoint/state.cpp", "acc::core::Accelerator::save_state"): "issue 38: being split",
-    ("src/checkpoint/state.cpp", "acc::core::Accelerator::load_state"): "issue 38: being split",
-    ("src/parallel/sharded.cpp", "acc::core::ShardedStrategy::ShardedStrategy"): "issue 38: being split",
 }
 
 

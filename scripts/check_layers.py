@@ -6,8 +6,10 @@
 Reads every `#include "..."` of src/**/*.{hpp,cpp,h} that names a file under src/ (acc/... headers of
 config/ and capi/, and generated headers, are outside the graph) and makes the graph folder -> folders it
 includes; models/ and models/hf/ are two folders. A cycle fails, named with the include lines that close it.
-Without a cycle it prints the folders layer by layer, each above everything it includes. Test 'layers',
-suite 'docs'.
+Includes alone do not show a class implemented by another folder (a folder above it may define its methods), so
+the definitions are read too: a method defined (`Class::name(` at the start of a line) in another folder than the
+header that declares the class fails. Without either it prints the folders layer by layer, each above everything it
+includes. Test 'layers', suite 'docs'.
 """
 import graphlib
 import os
@@ -15,6 +17,42 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
+CLASS = re.compile(r"^[ \t]*(?:class|struct)[ \t]+(\w+)\b[^;]*?\{", re.M)
+# A method defined outside its class: at the start of a line, after a return type, `Class::name(` (or `~name`).
+DEFINITION = re.compile(r"^(?!\s)(?:[\w:<>,*&]+[ \t]+)*?(\w+)::~?(\w+)[ \t]*\(", re.M)
+
+
+def sources(src):
+    """(folder, file name, path) of every C++ file under src/."""
+    for dirpath, _, names in os.walk(src):
+        folder = os.path.relpath(dirpath, src).replace(os.sep, "/")
+        for name in sorted(names):
+            if name.endswith((".hpp", ".cpp", ".h")):
+                yield folder, name, os.path.join(dirpath, name)
+
+
+def foreign_definitions(src):
+    """Methods defined in another folder than their class's header: [(where, class, its folder)]."""
+    declared = {}  # class -> the folders whose headers declare it
+    texts = []
+    for folder, name, path in sources(src):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        texts.append((folder, name, text))
+        if name.endswith((".hpp", ".h")):
+            for m in CLASS.finditer(text):
+                declared.setdefault(m.group(1), set()).add(folder)
+    out = []
+    for folder, name, text in texts:
+        if not name.endswith(".cpp"):
+            continue
+        for m in DEFINITION.finditer(text):
+            homes = declared.get(m.group(1), set())
+            # A name declared in one folder only (names used by several are not told apart here).
+            if len(homes) == 1 and folder not in homes:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append((f"src/{folder}/{name}:{line}", m.group(1), next(iter(homes))))
+    return out
 
 
 def include_graph(src):
@@ -73,6 +111,14 @@ def main():
                 print(f"  {where}: #include \"{target}\"")
         print("A lower folder declares what it needs (a virtual on Model, a struct passed in) instead of including "
               "the folder above it.")
+        return 1
+    foreign = foreign_definitions(src)
+    if foreign:
+        print("FAIL: classes implemented by another folder than the one that declares them:")
+        for where, cls, home in foreign:
+            print(f"  {where}: defines a method of {cls} (declared in src/{home}/)")
+        print("A folder above a class offers free functions over it instead (as checkpoint/state.hpp over the "
+              "Accelerator).")
         return 1
     for n, folders in enumerate(layers(graph)):
         shown = [f"{f} (-> {', '.join(sorted(graph[f]))})" if graph[f] else f for f in folders]

@@ -1,5 +1,6 @@
 // Checkpoints: save_state, load_state, register_for_checkpointing.
 #include "checkpoint/save_model.hpp"
+#include "checkpoint/state.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
 #include "util/errors.hpp"
@@ -13,14 +14,14 @@ extern "C" {
 acc_status acc_save_state(acc_accelerator* acc, const char* dir) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
-    acc->impl->save_state(dir ? dir : "");
+    acc::core::save_state(*acc->impl, dir ? dir : "");
   });
 }
 
 acc_status acc_load_state(acc_accelerator* acc, const char* dir) noexcept {
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
-    acc->impl->load_state(dir ? dir : "");
+    acc::core::load_state(*acc->impl, dir ? dir : "");
   });
 }
 
@@ -29,7 +30,7 @@ acc_status acc_resume_from_checkpoint(acc_accelerator* acc, int32_t* resumed) no
   return guarded(__func__, [&] {
     HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
     need(resumed, "resumed");
-    *resumed = acc->impl->resume_from_checkpoint().empty() ? 0 : 1;
+    *resumed = acc::core::resume_from_checkpoint(*acc->impl).empty() ? 0 : 1;
   });
 }
 

@@ -23,7 +23,7 @@ const at::Tensor& tensor_of(const acc_tensor* t, const char* what) { return need
 acc_tensor* new_tensor(at::Tensor t) { return new acc_tensor{std::move(t)}; }
 
 acc_model* new_model(std::unique_ptr<acc::core::Model> m) {
-  auto slot = std::make_shared<acc::core::ModelSlot>();
+  auto slot = std::make_shared<acc::core::PreparedModel>();
   slot->model = std::move(m);
   // The tree is fixed from here on: the borrowed names are made once, never under a const handle.
   std::vector<std::string> names;
@@ -267,7 +267,7 @@ acc_status acc_optimizer_create(acc_model* model, const char* options_json, acc_
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto slot = std::make_shared<acc::core::OptimizerSlot>();
+    auto slot = std::make_shared<acc::core::PreparedOptimizer>();
     slot->model = need(model, "model")->slot;
     slot->opt = acc::core::make_optimizer(*model->slot->model, options_json);
     *out = new acc_optimizer{std::move(slot)};
@@ -299,7 +299,7 @@ acc_status acc_scheduler_create(acc_optimizer* opt, const char* options_json, ac
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto slot = std::make_shared<acc::core::SchedulerSlot>();
+    auto slot = std::make_shared<acc::core::PreparedScheduler>();
     slot->opt = need(opt, "optimizer")->slot;
     slot->schedule.emplace(options_json);
     slot->apply();  // LambdaLR sets lr = base_lr * factor(0) at construction

@@ -10,6 +10,7 @@
 #include "bigmodel/plan.hpp"
 #include "checkpoint/adapter.hpp"
 #include "checkpoint/save_model.hpp"
+#include "checkpoint/state.hpp"
 #include "data/from_files/files_dataset.hpp"
 #include "formats/hf_weights.hpp"
 #include "formats/safetensors.hpp"
@@ -167,7 +168,7 @@ std::string Accelerator::config_json() const { return impl_->config_json(); }
 
 Model Accelerator::prepare(std::shared_ptr<torch::nn::Module> module) {
   if (!module) throw std::invalid_argument("prepare: the module is null");
-  auto slot = std::make_shared<core::ModelSlot>();
+  auto slot = std::make_shared<core::PreparedModel>();
   slot->model = as_model(std::move(module));
   impl_->prepare(slot, nullptr, nullptr, nullptr);
   Model m;
@@ -186,7 +187,7 @@ Model Accelerator::prepare(const HfModel& model) {
 namespace {
 HfModel hf_model(std::unique_ptr<core::Model> model) {
   HfModel m;
-  m.slot = std::make_shared<core::ModelSlot>();
+  m.slot = std::make_shared<core::PreparedModel>();
   m.slot->model = std::move(model);
   return m;
 }
@@ -334,7 +335,7 @@ std::string HfModel::infer_auto_device_map(const std::string& options_json) cons
 
 Optimizer Accelerator::prepare(std::shared_ptr<torch::optim::Optimizer> optimizer) {
   if (!optimizer) throw std::invalid_argument("prepare: the optimizer is null");
-  auto slot = std::make_shared<core::OptimizerSlot>();
+  auto slot = std::make_shared<core::PreparedOptimizer>();
   slot->opt = std::make_unique<core::Optimizer>(std::move(optimizer));
   impl_->prepare(nullptr, slot, nullptr, nullptr);
   Optimizer o;
@@ -344,7 +345,7 @@ Optimizer Accelerator::prepare(std::shared_ptr<torch::optim::Optimizer> optimize
 
 Scheduler Accelerator::prepare(std::shared_ptr<torch::optim::LRScheduler> scheduler, const Optimizer& optimizer) {
   if (!scheduler) throw std::invalid_argument("prepare: the scheduler is null");
-  auto slot = std::make_shared<core::SchedulerSlot>();
+  auto slot = std::make_shared<core::PreparedScheduler>();
   slot->opt = optimizer.slot;
   slot->user = std::move(scheduler);
   need(slot->opt, "the scheduler's optimizer");
@@ -478,8 +479,8 @@ void Accelerator::log_json(const std::string& values_json, std::optional<int64_t
 
 void Accelerator::end_training() { impl_->end_training(); }
 
-void Accelerator::save_state(const std::string& dir) { impl_->save_state(dir); }
-void Accelerator::load_state(const std::string& dir) { impl_->load_state(dir); }
+void Accelerator::save_state(const std::string& dir) { acc::core::save_state(*impl_, dir); }
+void Accelerator::load_state(const std::string& dir) { acc::core::load_state(*impl_, dir); }
 void Accelerator::save_model(const Model& model, const std::string& dir, const std::string& max_shard_size) {
   if (!model.slot) throw std::invalid_argument("save_model: the model is empty");
   core::save_model(*model.slot, dir, max_shard_size);
@@ -542,7 +543,7 @@ core::lora::Host* cxx_host_of(torch::nn::Module& m) {
 }
 
 // A user's module as a model slot of its own, not prepared.
-core::ModelSlot slot_of(torch::nn::Module& module) {
+core::PreparedModel slot_of(torch::nn::Module& module) {
   std::shared_ptr<torch::nn::Module> owner;
   try {
     owner = module.shared_from_this();
@@ -550,7 +551,7 @@ core::ModelSlot slot_of(torch::nn::Module& module) {
     throw std::invalid_argument("the module is not held by a std::shared_ptr (make it with std::make_shared or a "
                                 "module holder): LoRA keeps the module tree it adapts");
   }
-  core::ModelSlot slot;
+  core::PreparedModel slot;
   slot.model = as_model(std::move(owner));
   return slot;
 }
@@ -584,7 +585,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
 }
 
 void add_lora(torch::nn::Module& module, const std::string& lora_config_json) {
-  core::ModelSlot slot = slot_of(module);
+  core::PreparedModel slot = slot_of(module);
   core::add_lora(slot, lora_config_json.c_str(), cxx_host_of);
 }
 
@@ -593,7 +594,7 @@ void add_lora(HfModel& model, const std::string& lora_config_json) {
 }
 
 void load_adapter(torch::nn::Module& module, const std::string& dir, const std::string& options_json) {
-  core::ModelSlot slot = slot_of(module);
+  core::PreparedModel slot = slot_of(module);
   core::load_adapter(slot, dir, null_if_empty(options_json), cxx_host_of);
 }
 
@@ -602,7 +603,7 @@ void load_adapter(HfModel& model, const std::string& dir, const std::string& opt
 }
 
 void save_adapter(torch::nn::Module& module, const std::string& dir) {
-  core::ModelSlot slot = slot_of(module);
+  core::PreparedModel slot = slot_of(module);
   core::save_adapter(slot, dir, cxx_host_of);
 }
 
@@ -615,7 +616,7 @@ void save_adapter(const Model& model, const std::string& dir) {
 }
 
 void merge_adapter(torch::nn::Module& module) {
-  core::ModelSlot slot = slot_of(module);
+  core::PreparedModel slot = slot_of(module);
   core::merge_adapter(slot, cxx_host_of);
 }
 

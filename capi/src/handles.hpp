@@ -27,7 +27,7 @@ struct acc_tensor {
   acc::capi::Live<acc::capi::Kind::tensor> live;
 };
 struct acc_model {
-  std::shared_ptr<acc::core::ModelSlot> slot;
+  std::shared_ptr<acc::core::PreparedModel> slot;
   // acc_model_state_get's borrowed names: made at creation, made again when an adapter changes the tree (capi_adapter.cpp)
   std::vector<std::string> state_names;
   std::string last_json;                       // the borrowed result of acc_infer_auto_device_map / acc_model_module_sizes
@@ -35,12 +35,12 @@ struct acc_model {
   acc::capi::Live<acc::capi::Kind::model> live;
 };
 struct acc_optimizer {
-  std::shared_ptr<acc::core::OptimizerSlot> slot;
+  std::shared_ptr<acc::core::PreparedOptimizer> slot;
   std::atomic<bool> busy{false};
   acc::capi::Live<acc::capi::Kind::optimizer> live;
 };
 struct acc_scheduler {
-  std::shared_ptr<acc::core::SchedulerSlot> slot;
+  std::shared_ptr<acc::core::PreparedScheduler> slot;
   std::atomic<bool> busy{false};
   acc::capi::Live<acc::capi::Kind::scheduler> live;
 };

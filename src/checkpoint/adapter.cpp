@@ -31,7 +31,7 @@ constexpr const char* kWeightsName = "adapter_model.safetensors";
 // Where save_adapter stages the two files (libacc's own name, inside the adapter's folder).
 constexpr const char* kStagingName = ".adapter.acc-staging";
 
-void refuse_prepared(const ModelSlot& slot, const char* what) {
+void refuse_prepared(const PreparedModel& slot, const char* what) {
   if (slot.owner)
     throw StateError(std::string(what) + ": the model is prepared; adapters are added, loaded and merged before "
                      "acc_prepare (the strategy holds the parameters it was given)");
@@ -68,7 +68,7 @@ lora::ModelInfo lora_model_info(const Model& model) {
   return info;
 }
 
-void add_lora(ModelSlot& slot, const char* config_json, const lora::HostOf& host_of) {
+void add_lora(PreparedModel& slot, const char* config_json, const lora::HostOf& host_of) {
   refuse_prepared(slot, "add_lora");
   if (!config_json) throw std::invalid_argument("the LoRA config is null");
   torch::nn::Module& root = lora_root(*slot.model);
@@ -77,7 +77,7 @@ void add_lora(ModelSlot& slot, const char* config_json, const lora::HostOf& host
   lora::apply(root, adapter, /*init=*/true, /*trainable=*/true, host_of, made_at_prepare(*slot.model));
 }
 
-void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_json, const lora::HostOf& host_of) {
+void load_adapter(PreparedModel& slot, const std::string& dir, const char* options_json, const lora::HostOf& host_of) {
   refuse_prepared(slot, "load_adapter");
   bool trainable = false;
   if (options_json && *options_json) {
@@ -115,7 +115,7 @@ void load_adapter(ModelSlot& slot, const std::string& dir, const char* options_j
   if (!trainable) slot.model->train(false);  // peft: an adapter loaded for inference puts the model in eval mode
 }
 
-void save_adapter(ModelSlot& slot, const std::string& dir, const lora::HostOf& host_of) {
+void save_adapter(PreparedModel& slot, const std::string& dir, const lora::HostOf& host_of) {
   auto adapter = lora::find(lora_root(*slot.model), host_of);
   if (!adapter) throw StateError("save_adapter: the model has no adapter (add_lora or load_adapter first)");
   Accelerator* acc = slot.owner.get();
@@ -166,7 +166,7 @@ void save_adapter(ModelSlot& slot, const std::string& dir, const lora::HostOf& h
   });
 }
 
-void merge_adapter(ModelSlot& slot, const lora::HostOf& host_of) {
+void merge_adapter(PreparedModel& slot, const lora::HostOf& host_of) {
   refuse_prepared(slot, "merge_adapter");
   slot.model->check_made("merge_adapter");
   lora::merge(lora_root(*slot.model), host_of);

@@ -8,7 +8,7 @@
 namespace acc::core {
 
 class Model;
-struct ModelSlot;
+struct PreparedModel;
 
 // What peft reads from the model besides its modules: a transformers model's config.json (model_type, class), a
 // tied head.
@@ -19,19 +19,19 @@ torch::nn::Module& lora_root(Model& model);
 
 // get_peft_model(model, LoraConfig(**config_json)): see lora::plan and lora::apply (A drawn from the CPU
 // generator). StateError for a prepared model or one with an adapter.
-void add_lora(ModelSlot& model, const char* config_json, const lora::HostOf& host_of = lora::default_host_of);
+void add_lora(PreparedModel& model, const char* config_json, const lora::HostOf& host_of = lora::default_host_of);
 
 // PeftModel.from_pretrained / load_adapter: dir's adapter_config.json and adapter_model.safetensors. options_json:
 // {"is_trainable": false}. Every tensor is checked before anything changes (lora::check_file_tensors).
-void load_adapter(ModelSlot& model, const std::string& dir, const char* options_json,
+void load_adapter(PreparedModel& model, const std::string& dir, const char* options_json,
                   const lora::HostOf& host_of = lora::default_host_of);
 
 // PeftModel.save_pretrained: adapter_config.json and adapter_model.safetensors ({"format": "pt"}) into dir (made
 // when missing), each atomically; nothing else in dir is touched. Collective for a prepared model (a sharded one
 // gathers); the main process writes.
-void save_adapter(ModelSlot& model, const std::string& dir, const lora::HostOf& host_of = lora::default_host_of);
+void save_adapter(PreparedModel& model, const std::string& dir, const lora::HostOf& host_of = lora::default_host_of);
 
 // merge_and_unload (lora::merge). StateError for a prepared model or one without an adapter.
-void merge_adapter(ModelSlot& model, const lora::HostOf& host_of = lora::default_host_of);
+void merge_adapter(PreparedModel& model, const lora::HostOf& host_of = lora::default_host_of);
 
 }  // namespace acc::core

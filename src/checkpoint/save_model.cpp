@@ -25,7 +25,7 @@ namespace {
 
 // The whole model on every process (a sharding strategy gathers: collective), then the main process writes the
 // weights and what `more` adds.
-void save_weights(ModelSlot& model, const char* what, const std::string& dir, const std::string& max_shard_size,
+void save_weights(PreparedModel& model, const char* what, const std::string& dir, const std::string& max_shard_size,
                   const std::function<void()>& more) {
   const int64_t max = parse_shard_size(max_shard_size.empty() ? "10GB" : max_shard_size);
   model.model->check_made(what);
@@ -98,11 +98,11 @@ std::string config_with_dtype(const std::string& text, at::ScalarType dtype) {
 
 }  // namespace
 
-void save_model(ModelSlot& model, const std::string& dir, const std::string& max_shard_size) {
+void save_model(PreparedModel& model, const std::string& dir, const std::string& max_shard_size) {
   save_weights(model, "save_model", dir, max_shard_size, {});
 }
 
-void save_pretrained(ModelSlot& model, const std::string& dir, const std::string& max_shard_size) {
+void save_pretrained(PreparedModel& model, const std::string& dir, const std::string& max_shard_size) {
   const auto* p = dynamic_cast<const hf::Pretrained*>(model.model.get());
   if (!p || p->config_json.empty())
     throw std::invalid_argument("save_pretrained needs a model from from_pretrained (save_model writes the weights "
@@ -125,10 +125,10 @@ void save_pretrained(ModelSlot& model, const std::string& dir, const std::string
 
 namespace {
 // The state lies in the strategy's shards (ZeRO-3 / FSDP, or float32 masters behind a mixed-precision policy).
-bool sharded_now(const ModelSlot& model) { return model.strategy && !model.strategy->state_in_model(); }
+bool sharded_now(const PreparedModel& model) { return model.strategy && !model.strategy->state_in_model(); }
 }  // namespace
 
-at::Tensor state_tensor(const ModelSlot& model, const std::string& name) {
+at::Tensor state_tensor(const PreparedModel& model, const std::string& name) {
   if (!sharded_now(model)) {
     model.model->check_made("reading '" + name + "'");
     for (const auto& [n, t] : model.model->state())
@@ -141,7 +141,7 @@ at::Tensor state_tensor(const ModelSlot& model, const std::string& name) {
   return one.front().second;
 }
 
-void save_state_file(const ModelSlot& model, const std::string& path) {
+void save_state_file(const PreparedModel& model, const std::string& path) {
   model.model->check_made("saving " + path);
   if (!sharded_now(model)) return save_safetensors(model.model->state(), path, {{"format", "pt"}});
   Accelerator* acc = model.owner.get();
@@ -151,7 +151,7 @@ void save_state_file(const ModelSlot& model, const std::string& path) {
   });
 }
 
-void load_state_file(ModelSlot& model, const std::string& path) {
+void load_state_file(PreparedModel& model, const std::string& path) {
   if (!sharded_now(model)) return model.model->load_state_dict(load_safetensors(path), path);
   model.strategy->load_full_state_dict(load_safetensors(path), path);
 }

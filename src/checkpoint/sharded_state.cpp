@@ -229,7 +229,7 @@ std::optional<NamedTensors> assemble(const std::string& dir, const char* kind, s
 
 }  // namespace
 
-bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model) {
+bool sharded_checkpoint(const Accelerator& acc, const PreparedModel& model) {
   const config::AcceleratorSettings& c = acc.settings();
   return model.strategy && model.strategy->sharded() && c.use_fsdp &&
          c.fsdp_plugin.state_dict_type.value_or("") == "SHARDED_STATE_DICT";
@@ -252,7 +252,7 @@ std::set<std::string> checkpointed_names(const Model& model) {
   return names;
 }
 
-void load_checkpointed_state(const ModelSlot& model, const NamedTensors& tensors, const std::string& source) {
+void load_checkpointed_state(const PreparedModel& model, const NamedTensors& tensors, const std::string& source) {
   std::set<std::string> given, all;
   for (const auto& [name, t] : tensors) given.insert(name);
   for (const auto& [name, t] : model.model->state()) all.insert(name);
@@ -276,7 +276,7 @@ void load_checkpointed_state(const ModelSlot& model, const NamedTensors& tensors
   model.strategy->load_full_state_dict(merged, source);
 }
 
-void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir) {
+void save_model_slices(const PreparedModel& model, size_t index, int rank, const std::string& dir) {
   const std::set<std::string> held = checkpointed_names(*model.model);
   NamedTensors tensors;
   json::Writer j;
@@ -306,7 +306,7 @@ void save_model_slices(const ModelSlot& model, size_t index, int rank, const std
   config::write_file_atomic(sidecar(file).string(), j.str());
 }
 
-void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir) {
+void save_optimizer_slices(const PreparedOptimizer& opt, size_t index, int rank, const std::string& dir) {
   const auto slices = opt.model->strategy->optimizer_slices(opt.opt->whole_groups());
   const Placements& placements = opt.model->model->placements();
   const Optimizer::State st = opt.opt->save_state();  // indexed by piece
@@ -345,7 +345,7 @@ std::optional<NamedTensors> load_model_slices(size_t index, const std::string& d
   return assemble(dir, "model", index, [](const json::Value&) {});
 }
 
-std::optional<Optimizer::State> load_optimizer_slices(const OptimizerSlot& opt, size_t index, const std::string& dir) {
+std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& opt, size_t index, const std::string& dir) {
   std::string type;
   std::vector<std::pair<double, double>> lrs;  // per group: lr, initial_lr
   std::map<std::string, int64_t> steps;

@@ -17,7 +17,7 @@
 namespace acc::core {
 
 // True when the model's strategy shards it and the config asks for SHARDED_STATE_DICT.
-bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model);
+bool sharded_checkpoint(const Accelerator& acc, const PreparedModel& model);
 
 // The names of a model's state that its checkpoint holds: all of them, or, once some parameters are frozen (a LoRA
 // adapter freezes the base), what training changes: the trainable parameters (under each of their names) and
@@ -25,16 +25,16 @@ bool sharded_checkpoint(const Accelerator& acc, const ModelSlot& model);
 std::set<std::string> checkpointed_names(const Model& model);
 // Loads a checkpoint's model tensors: every state tensor, or exactly checkpointed_names (the rest stays as it is);
 // anything else is std::invalid_argument naming the first difference, before anything changes. Collective.
-void load_checkpointed_state(const ModelSlot& model, const NamedTensors& tensors, const std::string& source);
+void load_checkpointed_state(const PreparedModel& model, const NamedTensors& tensors, const std::string& source);
 
-void save_model_slices(const ModelSlot& model, size_t index, int rank, const std::string& dir);
-void save_optimizer_slices(const OptimizerSlot& opt, size_t index, int rank, const std::string& dir);
+void save_model_slices(const PreparedModel& model, size_t index, int rank, const std::string& dir);
+void save_optimizer_slices(const PreparedOptimizer& opt, size_t index, int rank, const std::string& dir);
 
 // The whole tensors of model / optimizer `index` from a directory's slice files; nullopt when it has none.
 // Errors name the file.
 std::optional<NamedTensors> load_model_slices(size_t index, const std::string& dir);
 // As Optimizer::save_state writes for the unsharded model (what Strategy::optimizer_state_from_full takes), indexed by
 // `opt`'s whole parameter groups.
-std::optional<Optimizer::State> load_optimizer_slices(const OptimizerSlot& opt, size_t index, const std::string& dir);
+std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& opt, size_t index, const std::string& dir);
 
 }  // namespace acc::core

@@ -1,5 +1,5 @@
-// Accelerator::save_state / load_state: Accelerate's checkpoint of everything prepared, without pickles
-// (tensors in safetensors, the rest in JSON). docs/checkpoints.md describes every file.
+// save_state / load_state over an accelerator (as Accelerate's checkpointing.py): a checkpoint of everything
+// prepared, without pickles (tensors in safetensors, the rest in JSON). docs/checkpoints.md describes every file.
 //
 // Saving is staged: every process writes its files into ".<name>.acc-staging" beside the checkpoint (each
 // file fsynced; the folder claimed by the main process with a lock, so two jobs never mix their files), the
@@ -24,6 +24,7 @@
 #include "acc/files.hpp"
 #include "acc/limits.hpp"
 #include "checkpoint/agree.hpp"
+#include "checkpoint/state.hpp"
 #include "checkpoint/manifest.hpp"
 #include "formats/safetensors.hpp"
 #include "runtime/cuda.hpp"
@@ -106,13 +107,6 @@ std::string mesh_text(const MeshSizes& m) {
   return s.empty() ? "1 process" : s;
 }
 
-template <class T>
-std::vector<std::shared_ptr<T>> alive(const std::vector<std::weak_ptr<T>>& list) {
-  std::vector<std::shared_ptr<T>> v;
-  for (const auto& w : list)
-    if (auto p = w.lock()) v.push_back(std::move(p));
-  return v;
-}
 
 // {project_dir}/checkpoints, where the automatic names live.
 fs::path checkpoints_root(const config::AcceleratorSettings& c) {
@@ -212,11 +206,6 @@ void put_in_place(config::StagingFolder& staged, const fs::path& target, const s
 
 }  // namespace
 
-Accelerator::Prepared Accelerator::live_objects() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return {alive(models_), alive(optimizers_), alive(schedulers_), alive(loaders_), checkpointables_};
-}
-
 void agreed(Accelerator* acc, const char* what, const std::function<void()>& phase) {
   std::exception_ptr error;
   try {
@@ -232,180 +221,232 @@ void agreed(Accelerator* acc, const char* what, const std::function<void()>& pha
   if (error) std::rethrow_exception(error);
 }
 
-std::string Accelerator::save_state(const std::string& dir) {
-  const bool automatic = dir.empty();
-  if (automatic && !settings_.project_config.automatic_checkpoint_naming)
-    throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
-                                "with a project_dir");
-  const fs::path target = automatic ? checkpoints_root(settings_) / ("checkpoint_" + std::to_string(save_iteration_))
-                                    : folder_named(dir);
-  const fs::path staged_path = target.parent_path() / ("." + target.filename().string() + ".acc-staging");
-  const bool main = state_.rank == 0;
-  const Prepared prepared = live_objects();
-  const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
-  // Phase 1: the main process claims the staging folder (refused while another job saves to the same place).
+namespace {
+
+// Under SHARDED_STATE_DICT each process writes its slices of the model and its optimizer, and nothing is gathered.
+bool sliced(const Accelerator& acc, const std::shared_ptr<PreparedModel>& m) { return m && sharded_checkpoint(acc, *m); }
+
+// Phase 1 of save_state: the main process claims the staging folder (refused while another job saves to the same
+// place). Null on the other processes.
+std::unique_ptr<config::StagingFolder> claim_staging(Accelerator& acc, const fs::path& target,
+                                                     const fs::path& staged_path, bool automatic) {
   std::unique_ptr<config::StagingFolder> staged;
-  agreed(this, "save_state", [&] {
-    if (!main) return;
+  agreed(&acc, "save_state", [&] {
+    if (acc.state().rank != 0) return;
     std::error_code ec;
     config::make_directories(target.parent_path().empty() ? "." : target.parent_path().string());
     // As Accelerate: a checkpoint of this number must not exist already (set project_config.iteration).
     if (automatic && fs::exists(fs::symlink_status(target, ec)))
       throw std::invalid_argument("save_state: checkpoint directory '" + target.string() + "' (" +
-                                  std::to_string(save_iteration_) + ") already exists; set project_config.iteration "
-                                  "to the number to continue from");
+                                  std::to_string(acc.save_iteration()) + ") already exists; set "
+                                  "project_config.iteration to the number to continue from");
     if (fs::exists(target, ec) && !fs::is_directory(target, ec))
       throw config::FileError("cannot save a checkpoint to", target.string(), "it exists and is not a folder", ENOTDIR);
     staged = std::make_unique<config::StagingFolder>(staged_path.string());
   });
-  // The models' and optimizers' whole state: a sharded strategy gathers it (a collective, so on every process).
-  std::vector<NamedTensors> model_states;
-  std::vector<Optimizer::State> optimizer_states;
-  // Under SHARDED_STATE_DICT each process writes its slices instead (below), and nothing is gathered.
-  const auto sliced = [&](const std::shared_ptr<ModelSlot>& m) { return m && sharded_checkpoint(*this, *m); };
-  agreed(this, "save_state", [&] {
-    for (const auto& m : models) {
+  return staged;
+}
+
+// The models' and optimizers' whole state (a sharded strategy gathers it: a collective, so on every process); empty
+// for those written as slices.
+struct WholeStates {
+  std::vector<NamedTensors> models;
+  std::vector<Optimizer::State> optimizers;
+};
+
+WholeStates gather_whole_states(Accelerator& acc, const Accelerator::Prepared& prepared) {
+  WholeStates out;
+  agreed(&acc, "save_state", [&] {
+    for (const auto& m : prepared.models) {
       NamedTensors st;
-      if (!sliced(m)) {
+      if (!sliced(acc, m)) {
         const std::set<std::string> held = checkpointed_names(*m->model);
         st = m->strategy->full_state_dict(&held);
       }
-      model_states.push_back(std::move(st));
+      out.models.push_back(std::move(st));
     }
-    for (const auto& o : optimizers) {
+    for (const auto& o : prepared.optimizers) {
       Optimizer::State st;
-      if (!sliced(o->model)) {
+      if (!sliced(acc, o->model)) {
         st = o->opt->save_state();
-        if (o->model && o->model->strategy) o->model->strategy->optimizer_state_to_full(o->opt->whole_groups(), st.tensors, st.json);
+        if (o->model && o->model->strategy)
+          o->model->strategy->optimizer_state_to_full(o->opt->whole_groups(), st.tensors, st.json);
       }
-      optimizer_states.push_back(std::move(st));
+      out.optimizers.push_back(std::move(st));
     }
   });
-  // Phase 2: every process writes its random states; the main process everything else.
-  agreed(this, "save_state", [&] {
-    const std::string d = staged_path.string() + "/";
-    NamedTensors rng{{"torch.cpu", cpu_rng_state()}};
-    add_cuda_rng_states(rng);
-    for (size_t i = 0; i < loaders.size(); ++i) {
-      at::Tensor g = loaders[i]->position().pass_generator;
-      if (g.defined()) rng.emplace_back("dataloader." + std::to_string(i) + ".generator", g);
-    }
-    save_safetensors(rng, d + "random_states_" + std::to_string(state_.rank) + ".safetensors");
-    for (size_t i = 0; i < models.size(); ++i)
-      if (sliced(models[i])) save_model_slices(*models[i], i, state_.rank, d);
-    for (size_t i = 0; i < optimizers.size(); ++i)
-      if (sliced(optimizers[i]->model)) save_optimizer_slices(*optimizers[i], i, state_.rank, d);
-    if (!main) return;
-    for (size_t i = 0; i < models.size(); ++i)
-      if (!sliced(models[i]))
-        save_safetensors(model_states[i], d + numbered("model", i, ".safetensors"), {{"format", "pt"}});
-    for (size_t i = 0; i < optimizers.size(); ++i) {
-      if (sliced(optimizers[i]->model)) continue;
-      const Optimizer::State& st = optimizer_states[i];
-      save_safetensors(st.tensors, d + numbered("optimizer", i, ".safetensors"));
-      config::write_file_atomic(d + numbered("optimizer", i, ".json"), st.json);
-    }
-    for (size_t i = 0; i < schedulers.size(); ++i) {
-      json::Writer j;
-      j.begin_object();
-      if (schedulers[i]->user)
-        j.key("step_count").value(static_cast<int64_t>(SchedulerCount::of(*schedulers[i]->user)));
-      else
-        j.key("steps").value(schedulers[i]->steps);
-      config::write_file_atomic(d + numbered("scheduler", i, ".json"), j.end_object().str());
-    }
-    for (size_t i = 0; i < loaders.size(); ++i) {
-      const LoaderPosition p = loaders[i]->position();
-      json::Writer j;
-      // samples_per_step: what a batch of the position means in samples, so that another mesh can continue there.
-      j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches)
-          .key("samples_per_step").value(loaders[i]->samples_per_step()).end_object();
-      config::write_file_atomic(d + numbered("dataloader", i, ".json"), j.str());
-    }
-    if (scaler_) {
-      json::Writer j;
-      j.begin_object().key("scale").value(scaler_->scale()).key("growth_tracker").value(scaler_->growth_tracker());
-      config::write_file_atomic(d + "scaler.json", j.end_object().str());
-    }
-    for (size_t i = 0; i < objects.size(); ++i)
-      config::write_file_atomic(d + "custom_checkpoint_" + std::to_string(i) + ".bin", objects[i].save());
+  return out;
+}
+
+// What every process writes into the staging folder `d`: its random states and its slices.
+void write_process_files(const Accelerator& acc, const Accelerator::Prepared& prepared, const std::string& d) {
+  const int rank = acc.state().rank;
+  NamedTensors rng{{"torch.cpu", cpu_rng_state()}};
+  add_cuda_rng_states(rng);
+  for (size_t i = 0; i < prepared.loaders.size(); ++i) {
+    at::Tensor g = prepared.loaders[i]->position().pass_generator;
+    if (g.defined()) rng.emplace_back("dataloader." + std::to_string(i) + ".generator", g);
+  }
+  save_safetensors(rng, d + "random_states_" + std::to_string(rank) + ".safetensors");
+  for (size_t i = 0; i < prepared.models.size(); ++i)
+    if (sliced(acc, prepared.models[i])) save_model_slices(*prepared.models[i], i, rank, d);
+  for (size_t i = 0; i < prepared.optimizers.size(); ++i)
+    if (sliced(acc, prepared.optimizers[i]->model)) save_optimizer_slices(*prepared.optimizers[i], i, rank, d);
+}
+
+// accelerator_state.json: the step, the run's shape and how many objects of each kind the checkpoint holds.
+std::string accelerator_state_json(const Accelerator& acc, const Accelerator::Prepared& prepared) {
+  const MeshSizes mesh = mesh_of(acc);
+  json::Writer j;
+  j.begin_object()
+      .key("step").value(acc.gradient_state().step)
+      .key("num_processes").value(static_cast<int64_t>(acc.state().world_size))
+      .key("mixed_precision").value(acc.mixed_precision())
+      .key("models").value(static_cast<int64_t>(prepared.models.size()))
+      .key("optimizers").value(static_cast<int64_t>(prepared.optimizers.size()))
+      .key("schedulers").value(static_cast<int64_t>(prepared.schedulers.size()))
+      .key("dataloaders").value(static_cast<int64_t>(prepared.loaders.size()))
+      .key("custom_objects").value(static_cast<int64_t>(prepared.objects.size()))
+      .key("mesh").begin_object()
+          .key("dp_replicate").value(static_cast<int64_t>(mesh.dp_replicate))
+          .key("dp_shard").value(static_cast<int64_t>(mesh.dp_shard))
+          .key("cp").value(static_cast<int64_t>(mesh.cp))
+          .key("tp").value(static_cast<int64_t>(mesh.tp))
+      .end_object()
+      .end_object();
+  return j.str();
+}
+
+// What the main process writes into the staging folder `d`: the whole states, the schedulers, the loaders'
+// positions, the scaler, the registered objects and accelerator_state.json.
+void write_main_files(Accelerator& acc, const Accelerator::Prepared& prepared, const WholeStates& whole,
+                      const std::string& d) {
+  const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
+  for (size_t i = 0; i < models.size(); ++i)
+    if (!sliced(acc, models[i]))
+      save_safetensors(whole.models[i], d + numbered("model", i, ".safetensors"), {{"format", "pt"}});
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (sliced(acc, optimizers[i]->model)) continue;
+    const Optimizer::State& st = whole.optimizers[i];
+    save_safetensors(st.tensors, d + numbered("optimizer", i, ".safetensors"));
+    config::write_file_atomic(d + numbered("optimizer", i, ".json"), st.json);
+  }
+  for (size_t i = 0; i < schedulers.size(); ++i) {
     json::Writer j;
-    j.begin_object()
-        .key("step").value(grad_.step)
-        .key("num_processes").value(static_cast<int64_t>(state_.world_size))
-        .key("mixed_precision").value(mixed_precision_)
-        .key("models").value(static_cast<int64_t>(models.size()))
-        .key("optimizers").value(static_cast<int64_t>(optimizers.size()))
-        .key("schedulers").value(static_cast<int64_t>(schedulers.size()))
-        .key("dataloaders").value(static_cast<int64_t>(loaders.size()))
-        .key("custom_objects").value(static_cast<int64_t>(objects.size()))
-        .key("mesh").begin_object()
-            .key("dp_replicate").value(static_cast<int64_t>(mesh_of(*this).dp_replicate))
-            .key("dp_shard").value(static_cast<int64_t>(mesh_of(*this).dp_shard))
-            .key("cp").value(static_cast<int64_t>(mesh_of(*this).cp))
-            .key("tp").value(static_cast<int64_t>(mesh_of(*this).tp))
-        .end_object()
-        .end_object();
-    config::write_file_atomic(d + "accelerator_state.json", j.str());
+    j.begin_object();
+    if (schedulers[i]->user)
+      j.key("step_count").value(static_cast<int64_t>(SchedulerCount::of(*schedulers[i]->user)));
+    else
+      j.key("steps").value(schedulers[i]->steps);
+    config::write_file_atomic(d + numbered("scheduler", i, ".json"), j.end_object().str());
+  }
+  for (size_t i = 0; i < loaders.size(); ++i) {
+    const LoaderPosition p = loaders[i]->position();
+    json::Writer j;
+    // samples_per_step: what a batch of the position means in samples, so that another mesh can continue there.
+    j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches)
+        .key("samples_per_step").value(loaders[i]->samples_per_step()).end_object();
+    config::write_file_atomic(d + numbered("dataloader", i, ".json"), j.str());
+  }
+  if (const GradScaler* scaler = acc.scaler()) {
+    json::Writer j;
+    j.begin_object().key("scale").value(scaler->scale()).key("growth_tracker").value(scaler->growth_tracker());
+    config::write_file_atomic(d + "scaler.json", j.end_object().str());
+  }
+  for (size_t i = 0; i < objects.size(); ++i)
+    config::write_file_atomic(d + "custom_checkpoint_" + std::to_string(i) + ".bin", objects[i].save());
+  config::write_file_atomic(d + "accelerator_state.json", accelerator_state_json(acc, prepared));
+}
+
+// Phase 3 of save_state, on the main process: the manifest (every file and its size) makes the checkpoint complete;
+// then it takes its place, and with automatic naming and total_limit the oldest checkpoints go.
+void place_checkpoint(const Accelerator& acc, config::StagingFolder& staged, const fs::path& staged_path,
+                      const fs::path& target, bool automatic) {
+  std::vector<std::pair<std::string, int64_t>> sizes;
+  for (const auto& e : fs::directory_iterator(staged_path))
+    if (e.is_regular_file() && e.path().filename().string()[0] != '.')
+      sizes.emplace_back(e.path().filename().string(), static_cast<int64_t>(e.file_size()));
+  std::sort(sizes.begin(), sizes.end());
+  config::write_file_atomic((staged_path / kManifest).string(), manifest_json(sizes, acc.state().world_size));
+  std::vector<std::string> files{kManifest};
+  for (const auto& [name, size] : sizes) files.push_back(name);
+  put_in_place(staged, target, files);
+  // total_limit keeps that many, this one included; only now, so that a failed save never costs a checkpoint.
+  if (automatic && acc.settings().project_config.total_limit) {
+    const auto existing = list_automatic(target.parent_path());
+    const size_t keep = static_cast<size_t>(std::max<int64_t>(*acc.settings().project_config.total_limit, 1));
+    for (size_t i = 0; i + keep < existing.size(); ++i)
+      remove_checkpoint(existing[i].dir, existing[i].files, "an old checkpoint");
+  }
+}
+
+}  // namespace
+
+std::string save_state(Accelerator& acc, const std::string& dir) {
+  const bool automatic = dir.empty();
+  if (automatic && !acc.settings().project_config.automatic_checkpoint_naming)
+    throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
+                                "with a project_dir");
+  const fs::path target =
+      automatic ? checkpoints_root(acc.settings()) / ("checkpoint_" + std::to_string(acc.save_iteration()))
+                : folder_named(dir);
+  const fs::path staged_path = target.parent_path() / ("." + target.filename().string() + ".acc-staging");
+  const Accelerator::Prepared prepared = acc.live_objects();
+  std::unique_ptr<config::StagingFolder> staged = claim_staging(acc, target, staged_path, automatic);
+  const WholeStates whole = gather_whole_states(acc, prepared);
+  // Phase 2: every process writes its random states and slices; the main process everything else.
+  agreed(&acc, "save_state", [&] {
+    const std::string d = staged_path.string() + "/";
+    write_process_files(acc, prepared, d);
+    if (acc.state().rank == 0) write_main_files(acc, prepared, whole, d);
   });
-  // Phase 3: the manifest (every file and its size) makes the checkpoint complete; then it takes its place.
-  agreed(this, "save_state", [&] {
-    if (!main) return;
-    std::vector<std::pair<std::string, int64_t>> sizes;
-    for (const auto& e : fs::directory_iterator(staged_path))
-      if (e.is_regular_file() && e.path().filename().string()[0] != '.')
-        sizes.emplace_back(e.path().filename().string(), static_cast<int64_t>(e.file_size()));
-    std::sort(sizes.begin(), sizes.end());
-    config::write_file_atomic((staged_path / kManifest).string(), manifest_json(sizes, state_.world_size));
-    std::vector<std::string> files{kManifest};
-    for (const auto& [name, size] : sizes) files.push_back(name);
-    put_in_place(*staged, target, files);
+  agreed(&acc, "save_state", [&] {
+    if (acc.state().rank != 0) return;
+    place_checkpoint(acc, *staged, staged_path, target, automatic);
     staged.reset();
-    // With automatic naming and total_limit, the oldest checkpoints go so that total_limit remain, this one
-    // included; only now, so that a failed save never costs a checkpoint.
-    if (automatic && settings_.project_config.total_limit) {
-      const auto existing = list_automatic(target.parent_path());
-      const size_t keep = static_cast<size_t>(std::max<int64_t>(*settings_.project_config.total_limit, 1));
-      for (size_t i = 0; i + keep < existing.size(); ++i)
-        remove_checkpoint(existing[i].dir, existing[i].files, "an old checkpoint");
-    }
   });
-  if (automatic) ++save_iteration_;
+  if (automatic) acc.set_save_iteration(acc.save_iteration() + 1);
   return target.string();
 }
 
-std::string Accelerator::load_state(const std::string& dir_or_newest) {
-  std::string dir = dir_or_newest;
-  int64_t automatic_number = -1;
-  if (dir.empty()) {
-    const fs::path root = checkpoints_root(settings_);
-    const auto found = list_automatic(root);
-    if (found.empty()) throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
-    dir = found.back().dir.string();
-    automatic_number = found.back().number;
-  }
-  const fs::path root(dir);
-  const auto where = [&](const std::string& file) { return (root / file).string(); };
-  check_complete(dir);
-  const json::Document acc_state = json::Document::object(read_json_file(root / "accelerator_state.json"), where("accelerator_state.json"));
-  const json::Value saved = acc_state.root();
+namespace {
 
-  const Prepared prepared = live_objects();
-  const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
-  // The same objects must be prepared (and registered) as when the checkpoint was saved.
+// The checkpoint load_state reads: `dir`, or (empty) the newest complete one under {project_dir}/checkpoints with its
+// number (-1 for a directory given).
+std::pair<std::string, int64_t> checkpoint_to_load(const Accelerator& acc, const std::string& dir) {
+  if (!dir.empty()) return {dir, -1};
+  const fs::path root = checkpoints_root(acc.settings());
+  const auto found = list_automatic(root);
+  if (found.empty()) throw std::ios_base::failure("load_state: no complete checkpoint under '" + root.string() + "'");
+  return {found.back().dir.string(), found.back().number};
+}
+
+// The same objects must be prepared (and registered) as when the checkpoint was saved.
+void check_counts(const json::Value& saved, const Accelerator::Prepared& prepared, const std::string& dir) {
   const auto check_count = [&](const char* key, size_t have, const char* what) {
     const int64_t n = saved.get_int(key);
     if (n != static_cast<int64_t>(have))
       throw std::invalid_argument("load_state: '" + dir + "' holds " + std::to_string(n) + " " + what + "; " +
                                   std::to_string(have) + " are prepared (or registered) now");
   };
-  check_count("models", models.size(), "models");
-  check_count("optimizers", optimizers.size(), "optimizers");
-  check_count("schedulers", schedulers.size(), "schedulers");
-  check_count("dataloaders", loaders.size(), "data loaders");
-  check_count("custom_objects", objects.size(), "registered objects");
+  check_count("models", prepared.models.size(), "models");
+  check_count("optimizers", prepared.optimizers.size(), "optimizers");
+  check_count("schedulers", prepared.schedulers.size(), "schedulers");
+  check_count("dataloaders", prepared.loaders.size(), "data loaders");
+  check_count("custom_objects", prepared.objects.size(), "registered objects");
+}
+
+// How this run's processes compare with the checkpoint's.
+struct Layout {
+  bool same_world = true;   // as many processes
+  bool same_layout = true;  // and the same mesh
+  std::string meshes;       // both, in words
+};
+
+Layout compare_layout(const Accelerator& acc, const json::Value& saved) {
+  Layout l;
   const int64_t saved_world = saved.get_int("num_processes");
-  const bool same_world = saved_world == state_.world_size;
+  l.same_world = saved_world == acc.state().world_size;
   // The mesh it was saved under (checkpoints of libacc before 1.3 record only the number of processes).
   std::optional<MeshSizes> saved_mesh;
   if (saved.has("mesh")) {
@@ -413,23 +454,29 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     saved_mesh = MeshSizes{static_cast<int>(m.get_int("dp_replicate")), static_cast<int>(m.get_int("dp_shard")),
                            static_cast<int>(m.get_int("cp")), static_cast<int>(m.get_int("tp"))};
   }
-  const MeshSizes mesh_now = mesh_of(*this);
-  const bool same_layout = same_world && (!saved_mesh || same_mesh(*saved_mesh, mesh_now));
-  const std::string meshes = "the checkpoint was saved under " +
-                             (saved_mesh ? mesh_text(*saved_mesh) : std::to_string(saved_world) + " processes") +
-                             ", this run is " + mesh_text(mesh_now);
-  // Tensors that do not fit the model name the file; where the mesh changed, both meshes too.
+  const MeshSizes mesh_now = mesh_of(acc);
+  l.same_layout = l.same_world && (!saved_mesh || same_mesh(*saved_mesh, mesh_now));
+  l.meshes = "the checkpoint was saved under " +
+             (saved_mesh ? mesh_text(*saved_mesh) : std::to_string(saved_world) + " processes") + ", this run is " +
+             mesh_text(mesh_now);
+  return l;
+}
+
+// A checkpoint holds whole tensors or every process's slices (SHARDED_STATE_DICT), the slices of tensor-parallel
+// parameters in their parts' coordinates: either loads under any strategy and mesh. Tensors that do not fit the model
+// name the file; where the mesh changed, both meshes too.
+void load_models_and_optimizers(const Accelerator::Prepared& prepared, const std::string& dir, const Layout& layout) {
+  const fs::path root(dir);
+  const auto where = [&](const std::string& file) { return (root / file).string(); };
   const auto naming_meshes = [&](bool always, const std::function<void()>& load) {
     try {
       load();
     } catch (const std::invalid_argument& e) {
-      if (!always && same_layout) throw;
-      throw std::invalid_argument(std::string(e.what()) + " (" + meshes + ")");
+      if (!always && layout.same_layout) throw;
+      throw std::invalid_argument(std::string(e.what()) + " (" + layout.meshes + ")");
     }
   };
-
-  // A checkpoint holds whole tensors or every process's slices (SHARDED_STATE_DICT), the slices of tensor-parallel
-  // parameters in their parts' coordinates: either loads under any strategy and mesh.
+  const auto& [models, optimizers, schedulers, loaders, objects] = prepared;
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string f = numbered("model", i, ".safetensors");
     std::optional<NamedTensors> whole;
@@ -452,47 +499,59 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
       optimizers[i]->opt->load_state(st, where(j));
     });
   }
-  for (size_t i = 0; i < schedulers.size(); ++i) {
+}
+
+// The schedulers, the scaler and the registered objects.
+void load_job_state(Accelerator& acc, const Accelerator::Prepared& prepared, const std::string& dir) {
+  const fs::path root(dir);
+  const auto where = [&](const std::string& file) { return (root / file).string(); };
+  for (size_t i = 0; i < prepared.schedulers.size(); ++i) {
     const std::string f = numbered("scheduler", i, ".json");
     const json::Document s = json::Document::object(read_json_file(root / f), where(f));
-    if (schedulers[i]->user) {
-      SchedulerCount::of(*schedulers[i]->user) = static_cast<unsigned>(s.root().get_int("step_count"));
+    PreparedScheduler& sched = *prepared.schedulers[i];
+    if (sched.user) {
+      SchedulerCount::of(*sched.user) = static_cast<unsigned>(s.root().get_int("step_count"));
     } else {
-      schedulers[i]->steps = s.root().get_int("steps");
-      schedulers[i]->apply();
+      sched.steps = s.root().get_int("steps");
+      sched.apply();
     }
   }
-  if (scaler_) {
+  if (GradScaler* scaler = acc.scaler()) {
     if (!fs::exists(root / "scaler.json"))
       throw std::invalid_argument("load_state: '" + dir + "' has no scaler.json; this run uses fp16 loss scaling");
     const json::Document s = json::Document::object(read_json_file(root / "scaler.json"), where("scaler.json"));
-    scaler_->load(s.root().get_double("scale"), s.root().get_int("growth_tracker"));
+    scaler->load(s.root().get_double("scale"), s.root().get_int("growth_tracker"));
   }
-  for (size_t i = 0; i < objects.size(); ++i)
-    objects[i].load(config::read_file((root / ("custom_checkpoint_" + std::to_string(i) + ".bin")).string()));
-  grad_.step = saved.get_int("step");
+  for (size_t i = 0; i < prepared.objects.size(); ++i)
+    prepared.objects[i].load(config::read_file((root / ("custom_checkpoint_" + std::to_string(i) + ".bin")).string()));
+}
 
-  // Per-process state. Under the same mesh each process continues exactly where it was. Under another one, as
-  // Accelerate: the random states by process index where the number of processes is the same (they are per
-  // process; with another number there is no process to take them from, and they are not restored). A data
-  // loader's position is the whole job's (the shuffling generator is rank 0's on every process) and counts steps;
-  // where a step takes another number of samples than when it was saved (another data-parallel size or batch size)
-  // it continues at the same sample of its pass when this run's steps divide the samples taken, and otherwise
-  // starts its pass again.
-  const std::string rng_file = "random_states_" + std::to_string(same_world ? state_.rank : 0) + ".safetensors";
+// Per-process state. Under the same mesh each process continues exactly where it was. Under another one, as
+// Accelerate: the random states by process index where the number of processes is the same (they are per process;
+// with another number there is no process to take them from, and they are not restored). A data loader's position is
+// the whole job's (the shuffling generator is rank 0's on every process) and counts steps; where a step takes another
+// number of samples than when it was saved (another data-parallel size or batch size) it continues at the same sample
+// of its pass when this run's steps divide the samples taken, and otherwise starts its pass again. Returns those.
+std::vector<std::string> load_process_state(const Accelerator& acc, const Accelerator::Prepared& prepared,
+                                            const std::string& dir, const Layout& layout) {
+  const fs::path root(dir);
+  const auto where = [&](const std::string& file) { return (root / file).string(); };
+  const std::string rng_file =
+      "random_states_" + std::to_string(layout.same_world ? acc.state().rank : 0) + ".safetensors";
   NamedTensors rng = load_safetensors(where(rng_file));
   std::map<std::string, at::Tensor> by_name(rng.begin(), rng.end());
   if (!by_name.count("torch.cpu")) throw std::invalid_argument(where(rng_file) + ": no 'torch.cpu' state");
   std::vector<std::string> not_continued;
-  for (size_t i = 0; i < loaders.size(); ++i) {
+  for (size_t i = 0; i < prepared.loaders.size(); ++i) {
+    DataLoader& loader = *prepared.loaders[i];
     const std::string f = numbered("dataloader", i, ".json");
     const json::Document s = json::Document::object(read_json_file(root / f), where(f));
     LoaderPosition p;
     p.epoch = s.root().get_int("epoch");
     p.batches = s.root().get_int("batches");
     // A checkpoint of libacc before 1.3 has no samples_per_step: its position holds under the same mesh.
-    const int64_t was = s.root().get_int_or("samples_per_step", 0), now = loaders[i]->samples_per_step();
-    if (p.batches > 0 && (was != now || (was <= 0 && !same_layout))) {
+    const int64_t was = s.root().get_int_or("samples_per_step", 0), now = loader.samples_per_step();
+    if (p.batches > 0 && (was != now || (was <= 0 && !layout.same_layout))) {
       if (was <= 0 || now <= 0 || p.batches * was % now != 0) {
         not_continued.push_back(f + " (" + std::to_string(p.batches) + " steps of " + std::to_string(was) +
                                 " samples; this run's steps take " + std::to_string(now) + ")");
@@ -503,43 +562,63 @@ std::string Accelerator::load_state(const std::string& dir_or_newest) {
     }
     auto g = by_name.find("dataloader." + std::to_string(i) + ".generator");
     if (g != by_name.end()) p.pass_generator = g->second.clone();  // not a view on the file
-    loaders[i]->resume(p);
+    loader.resume(p);
   }
-  if (same_world) {
+  if (layout.same_world) {
     set_cpu_rng_state(by_name["torch.cpu"]);
     if (const std::string note = set_cuda_rng_states(by_name); !note.empty())
       std::cerr << "load_state: " << where(rng_file) << ": " << note << "\n";
   }
-  if ((!same_layout || !not_continued.empty()) && state_.rank == 0) {
-    std::string note = "load_state: '" + dir + "': " + meshes + ": models, optimizers, schedulers, the scaler and " +
-                       "registered objects are restored";
-    note += same_world ? "; random states by process index" : "; random states (per process) are not";
-    if (!loaders.empty())
-      note += not_continued.empty()
-                  ? "; data loaders continue at the same sample"
-                  : "; these data loaders start their pass again, their position is not a whole number of this "
-                    "run's steps: " + [&] {
-                      std::string l;
-                      for (const auto& n : not_continued) l += (l.empty() ? "" : ", ") + n;
-                      return l;
-                    }();
-    std::cerr << note << "\n";
-  }
+  return not_continued;
+}
+
+// What was restored how, where the mesh changed or a loader starts its pass again.
+std::string layout_note(const std::string& dir, const Layout& layout, bool has_loaders,
+                        const std::vector<std::string>& not_continued) {
+  std::string note = "load_state: '" + dir + "': " + layout.meshes + ": models, optimizers, schedulers, the scaler " +
+                     "and registered objects are restored";
+  note += layout.same_world ? "; random states by process index" : "; random states (per process) are not";
+  if (!has_loaders) return note;
+  if (not_continued.empty()) return note + "; data loaders continue at the same sample";
+  std::string l;
+  for (const auto& n : not_continued) l += (l.empty() ? "" : ", ") + n;
+  return note + "; these data loaders start their pass again, their position is not a whole number of this run's "
+                "steps: " + l;
+}
+
+}  // namespace
+
+std::string load_state(Accelerator& acc, const std::string& dir_or_newest) {
+  const auto [dir, automatic_number] = checkpoint_to_load(acc, dir_or_newest);
+  const fs::path root(dir);
+  check_complete(dir);
+  const json::Document acc_state =
+      json::Document::object(read_json_file(root / "accelerator_state.json"), (root / "accelerator_state.json").string());
+  const json::Value saved = acc_state.root();
+  const Accelerator::Prepared prepared = acc.live_objects();
+  check_counts(saved, prepared, dir);
+  const Layout layout = compare_layout(acc, saved);
+  load_models_and_optimizers(prepared, dir, layout);
+  load_job_state(acc, prepared, dir);
+  acc.restore_step(saved.get_int("step"));
+  const std::vector<std::string> not_continued = load_process_state(acc, prepared, dir, layout);
+  if ((!layout.same_layout || !not_continued.empty()) && acc.state().rank == 0)
+    std::cerr << layout_note(dir, layout, !prepared.loaders.empty(), not_continued) << "\n";
   // The automatic naming continues after the checkpoint loaded.
-  if (automatic_number >= 0) save_iteration_ = automatic_number + 1;
+  if (automatic_number >= 0) acc.set_save_iteration(automatic_number + 1);
   return dir;
 }
 
-std::string Accelerator::resume_from_checkpoint() {
-  if (!settings_.resume_from_checkpoint) return "";
-  const std::string what = *settings_.resume_from_checkpoint;
-  if (what != "latest") return load_state(what);
+std::string resume_from_checkpoint(Accelerator& acc) {
+  const auto& what = acc.settings().resume_from_checkpoint;
+  if (!what) return "";
+  if (*what != "latest") return load_state(acc, *what);
   // Every process looks at the same directory; the main process's answer decides, so that all of them load
   // or none does.
   at::Tensor found = at::zeros({1}, at::kFloat);
-  if (state_.rank == 0) found.fill_(list_automatic(checkpoints_root(settings_)).empty() ? 0.0 : 1.0);
-  if (distributed()) found = broadcast(found, 0);
-  return found.item<double>() > 0 ? load_state("") : "";
+  if (acc.state().rank == 0) found.fill_(list_automatic(checkpoints_root(acc.settings())).empty() ? 0.0 : 1.0);
+  if (acc.distributed()) found = acc.broadcast(found, 0);
+  return found.item<double>() > 0 ? load_state(acc, "") : "";
 }
 
 }  // namespace acc::core

@@ -14,7 +14,7 @@
 #include "runtime/comm.hpp"
 #include "util/errors.hpp"
 #include "util/options.hpp"
-#include "util/ranges.hpp"
+#include "util/trace_phases.hpp"
 
 namespace acc::core {
 
@@ -875,7 +875,7 @@ void DataLoader::resume(const LoaderPosition& at) {
 }
 
 bool DataLoader::next(Sample& out) {
-  RECORD_USER_SCOPE(kRangeData);
+  RECORD_USER_SCOPE(kPhaseData);
   if (!in_epoch_) {
     // A resumed pass skips the batches given out before the checkpoint, once (skip_ is the loader's own).
     const int64_t resumed = resume_ ? resume_->batches : 0;

@@ -345,7 +345,45 @@ class ShardedStrategy final : public Strategy {
     if (deferred && opts.stage != 3)
       throw std::logic_error("sharded strategy: only stage 3 makes the deferred parameters (the accelerator makes "
                              "them whole for the others)");
-    // Every rank starts from rank 0's weights (FSDP's sync_module_states, DeepSpeed's broadcast).
+    start_from_rank0(device, *groups.all, deferred.get());
+    // Hybrid sharding (HSDP): the mesh's dp_shard groups share shards, its dp_replicate groups hold the same shard.
+    s.comm = groups.shard;
+    if (groups.replicas && groups.replicas->size() > 1) s.replicas = groups.replicas;
+    const std::set<std::string> units(opts.units.begin(), opts.units.end());
+    const std::vector<std::string> names = group_parameters(units);
+    c10::NoGradGuard no_grad;
+    std::vector<std::pair<at::Tensor, at::Tensor>> views_later;  // (parameter, its view): lay_out_deferred's
+    for (FlatParam& g : s.groups) {
+      // Padded so that every rank's slice has one length, a multiple of the alignment.
+      const int world = s.world();
+      const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
+      g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
+      if (deferred)
+        lay_out_deferred(g, *deferred, names, device, views_later);
+      else
+        lay_out(g);
+      cut_pieces(g);
+      s_->reshard(g);
+    }
+    if (deferred) {
+      try {
+        make_deferred(*deferred, names);
+      } catch (...) {
+        deferred->revert();  // the model as it was: on the meta device, still to be made
+        throw;
+      }
+      for (auto& [p, view] : views_later) p.set_data(view);
+    }
+    for (size_t i = 0; i < s.params.size(); ++i)
+      if (s.groups[s.group_of[i]].trainable)
+        torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
+    record_placements();
+    if (opts.stage == 3) gather_on_demand(units);
+  }
+
+ private:
+  // Every rank starts from rank 0's weights (FSDP's sync_module_states, DeepSpeed's broadcast), on `device`.
+  void start_from_rank0(c10::Device device, Comm& all, DeferredParameters* deferred) {
     std::vector<at::Tensor> state;
     if (deferred) {
       c10::NoGradGuard no_grad;
@@ -359,15 +397,16 @@ class ShardedStrategy final : public Strategy {
       model_->to(device);
       for (auto& [n, t] : model_->state()) state.push_back(t);
     }
-    broadcast_from_rank0(*groups.all, state);
-    // Hybrid sharding (HSDP): the mesh's dp_shard groups share shards, its dp_replicate groups hold the same shard.
-    s.comm = groups.shard;
-    if (groups.replicas && groups.replicas->size() > 1) s.replicas = groups.replicas;
+    broadcast_from_rank0(all, state);
+  }
 
-    const std::set<std::string> units(opts.units.begin(), opts.units.end());
-    std::vector<std::string> names;  // each of s.params' (first) name
+  // The parameters into flat groups: by unit, dtype and requires_grad (stages 1-2: in buckets of bucket_cap_mb).
+  // Returns each parameter's (first) name, in s_->params' order.
+  std::vector<std::string> group_parameters(const std::set<std::string>& units) {
+    ShardState& s = *s_;
+    std::vector<std::string> names;
     std::map<std::tuple<std::string, at::ScalarType, bool>, size_t> index;  // the group being filled
-    const double cap = opts.stage < 3 ? opts.bucket_cap_mb * 1048576.0 : std::numeric_limits<double>::infinity();
+    const double cap = s.opts.stage < 3 ? s.opts.bucket_cap_mb * 1048576.0 : std::numeric_limits<double>::infinity();
     std::set<const void*> seen;
     // Frozen parameters are sharded too (as FSDP shards a flat parameter whatever its requires_grad), in groups of
     // their own within their unit: only the trainable ones have gradients and optimizer state.
@@ -398,82 +437,77 @@ class ShardedStrategy final : public Strategy {
       s.params.push_back(p);
       names.push_back(name);
     }
+    return names;
+  }
+
+  // A group's flat buffer from its parameters' values (which become views of it, in the compute dtype) and this
+  // rank's shard of it.
+  void lay_out(FlatParam& g) {
+    ShardState& s = *s_;
+    const ShardingOptions& opts = s.opts;
     const int world = s.world(), rank = s.comm->rank();
-    c10::NoGradGuard no_grad;
-    std::vector<std::pair<at::Tensor, at::Tensor>> views_later;  // (parameter, its view): lay_out_deferred's
-    for (FlatParam& g : s.groups) {
-      // Padded so that every rank's slice has one length, a multiple of the alignment.
-      const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
-      g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
-      if (deferred) {
-        lay_out_deferred(g, *deferred, names, device, views_later);
-      } else {
-        const at::Tensor& first = s.params[g.members.front()];
-        at::Tensor master = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
-        for (size_t j = 0; j < g.members.size(); ++j)
-          master.narrow(0, g.offsets[j], s.params[g.members[j]].numel())
-              .copy_(s.params[g.members[j]].detach().reshape({-1}));
-        const at::ScalarType own = first.scalar_type();  // (set_data below changes it)
-        const at::ScalarType compute =
-            opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? opts.param_dtype : own;
-        g.flat = compute == own ? master : master.to(compute);
-        for (size_t j = 0; j < g.members.size(); ++j) {
-          at::Tensor& p = s.params[g.members[j]];
-          p.set_data(g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes()));
-        }
-        at::Tensor mine = master.narrow(0, rank * g.shard_len, g.shard_len);
-        // Stages 1 and 2 step the flat buffer's own slice; stage 3, or parameters computed in another dtype, keep
-        // the slice on its own (the flat buffer is freed, or holds the compute dtype's copy).
-        g.shard_in_flat = opts.stage < 3 && compute == own && !opts.offload;
-        g.shard = g.shard_in_flat ? mine.detach()
-                  : opts.offload  ? mine.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
-                                  : mine.clone();
-      }
-      const int64_t lo = rank * g.shard_len, hi = lo + g.shard_len;
-      for (size_t j = 0; j < g.members.size(); ++j) {
-        const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
-        if (a < b)
-          g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(g.trainable), j,
-                              a - g.offsets[j]});
-      }
-      s_->reshard(g);
+    const at::Tensor& first = s.params[g.members.front()];
+    at::Tensor master = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
+    for (size_t j = 0; j < g.members.size(); ++j)
+      master.narrow(0, g.offsets[j], s.params[g.members[j]].numel()).copy_(s.params[g.members[j]].detach().reshape({-1}));
+    const at::ScalarType own = first.scalar_type();  // (set_data below changes it)
+    const at::ScalarType compute =
+        opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? opts.param_dtype : own;
+    g.flat = compute == own ? master : master.to(compute);
+    for (size_t j = 0; j < g.members.size(); ++j) {
+      at::Tensor& p = s.params[g.members[j]];
+      p.set_data(g.flat.narrow(0, g.offsets[j], p.numel()).view(p.sizes()));
     }
-    if (deferred) {
-      try {
-        make_deferred(*deferred, names);
-      } catch (...) {
-        deferred->revert();  // the model as it was: on the meta device, still to be made
-        throw;
-      }
-      for (auto& [p, view] : views_later) p.set_data(view);
-    }
-    for (size_t i = 0; i < s.params.size(); ++i)
-      if (s.groups[s.group_of[i]].trainable)
-        torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<ShardHook>(s_, i));
-    // The model's record of this rank's pieces (of each parameter flattened), over the group FSDP shards over.
-    const std::map<const void*, std::string> first = first_names();
-    for (const FlatParam& g : s.groups)
-      for (const FlatParam::Piece& piece : g.pieces)
-        model_->placements().add_flat(first.at(s.params[g.members[piece.member]].unsafeGetTensorImpl()), "dp_shard_cp",
-                                      piece.param_offset, piece.length);
-    // Stage 3 gathers the units the model reports one at a time.
-    if (opts.stage == 3) {
-      s.self_ = s_;
-      const auto reported = model_->reported_units();
-      const std::set<std::string> on_demand(reported.begin(), reported.end());
-      for (FlatParam& g : s.groups) g.on_demand = on_demand.count(g.unit) > 0;
-      for (const auto& u : reported)
-        for (const FlatParam& g : s.groups)
-          if (g.on_demand && g.unit == u) {
-            s.unit_order.push_back(u);
-            break;
-          }
-      s.head_frees_root = !reported.empty() && std::all_of(reported.begin(), reported.end(), [&](const std::string& u) {
-        return units.count(u) > 0;
-      });
-      model_->set_unit_hooks(s_.get());
+    at::Tensor mine = master.narrow(0, rank * g.shard_len, g.shard_len);
+    // Stages 1 and 2 step the flat buffer's own slice; stage 3, or parameters computed in another dtype, keep
+    // the slice on its own (the flat buffer is freed, or holds the compute dtype's copy).
+    g.shard_in_flat = opts.stage < 3 && compute == own && !opts.offload;
+    g.shard = g.shard_in_flat ? mine.detach()
+              : opts.offload  ? mine.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                              : mine.clone();
+  }
+
+  // What the optimizer steps of a group: the parts of its members inside this rank's shard.
+  void cut_pieces(FlatParam& g) {
+    ShardState& s = *s_;
+    const int64_t lo = s.comm->rank() * g.shard_len, hi = lo + g.shard_len;
+    for (size_t j = 0; j < g.members.size(); ++j) {
+      const int64_t a = std::max(lo, g.offsets[j]), b = std::min(hi, g.offsets[j] + s.params[g.members[j]].numel());
+      if (a < b)
+        g.pieces.push_back({a - lo, b - a, g.shard.narrow(0, a - lo, b - a).detach().requires_grad_(g.trainable), j,
+                            a - g.offsets[j]});
     }
   }
+
+  // The model's record of this rank's pieces (of each parameter flattened), over the group FSDP shards over.
+  void record_placements() {
+    const std::map<const void*, std::string> first = first_names();
+    for (const FlatParam& g : s_->groups)
+      for (const FlatParam::Piece& piece : g.pieces)
+        model_->placements().add_flat(first.at(s_->params[g.members[piece.member]].unsafeGetTensorImpl()),
+                                      "dp_shard_cp", piece.param_offset, piece.length);
+  }
+
+  // Stage 3 gathers the units the model reports one at a time.
+  void gather_on_demand(const std::set<std::string>& units) {
+    ShardState& s = *s_;
+    s.self_ = s_;
+    const auto reported = model_->reported_units();
+    const std::set<std::string> on_demand(reported.begin(), reported.end());
+    for (FlatParam& g : s.groups) g.on_demand = on_demand.count(g.unit) > 0;
+    for (const auto& u : reported)
+      for (const FlatParam& g : s.groups)
+        if (g.on_demand && g.unit == u) {
+          s.unit_order.push_back(u);
+          break;
+        }
+    s.head_frees_root = !reported.empty() && std::all_of(reported.begin(), reported.end(), [&](const std::string& u) {
+      return units.count(u) > 0;
+    });
+    model_->set_unit_hooks(s_.get());
+  }
+
+ public:
 
   // zero3_init_flag's layout of a group: its parameters become views of a flat buffer that is never filled here (the
   // caller's reshard frees it), and this rank's shard starts as zeros for make_deferred to fill. Members that were

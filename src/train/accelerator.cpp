@@ -18,68 +18,17 @@
 #include "parallel/parallelize.hpp"
 #include "parallel/sharded.hpp"
 #include "precision/fp8.hpp"
-#include "runtime/affinity.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cuda.hpp"
 #include "runtime/mesh.hpp"
 #include "util/dtypes.hpp"
 #include "util/errors.hpp"
-#include "util/ranges.hpp"
+#include "util/trace_phases.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core {
 
 namespace {
-
-// Accelerate's device choice: CUDA when it is usable and `cpu` is false, device cuda:<local rank>;
-// otherwise the CPU. Returns the CUDA device index, or -1 for the CPU. The CUDA plugin is loaded here,
-// first thing, before anything asks ATen about CUDA. Where it cannot load (no CUDA libraries) or sees
-// no device, the process trains on the CPU without a word, as Accelerate does, unless the environment
-// sets ACC_REQUIRE_CUDA=1: then that is an error that says why.
-int pick_cuda_device(const config::AcceleratorSettings& c, const ProcessState& state,
-                     const std::map<std::string, std::string>& env) {
-  if (c.cpu) return -1;
-  auto req = env.find("ACC_REQUIRE_CUDA");
-  const bool required = req != env.end() && !req->second.empty() && req->second != "0";
-  std::string why;
-  const cuda::PluginV1* plugin = cuda::plugin(&why);
-  const int n = plugin ? plugin->device_count(&why) : 0;
-  if (n == 0) {
-    if (required) throw UnsupportedError("ACC_REQUIRE_CUDA is set, but CUDA is not usable: " + why);
-    return -1;
-  }
-  if (state.local_rank >= n)
-    throw UnsupportedError("LOCAL_RANK " + std::to_string(state.local_rank) + " trains on cuda:" +
-                           std::to_string(state.local_rank) + ", but only " + std::to_string(n) +
-                           " CUDA device(s) are visible; start at most that many processes per machine, or "
-                           "set cpu = true (ACCELERATE_USE_CPU=true) to train on the CPU");
-  plugin->set_device(state.local_rank);  // torch.cuda.set_device, as Accelerate does
-  return state.local_rank;
-}
-
-// One process group per process, as Accelerate's PartialState is shared: a second accelerator joins
-// the live group instead of rendezvousing again on the same port.
-std::shared_ptr<Comm> process_group(const ProcessState& state, std::chrono::milliseconds timeout, int cuda_device) {
-  static std::mutex mu;
-  static std::weak_ptr<Comm> live;
-  static int live_device = -1;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto comm = live.lock()) {
-    if (cuda_device != live_device)
-      throw StateError("this process already has a process group for " +
-                       (live_device >= 0 ? "cuda:" + std::to_string(live_device) : std::string("the CPU")) +
-                       "; a second accelerator must use the same device");
-    return comm;
-  }
-  try {
-    auto comm = Comm::connect(state, timeout, cuda_device);
-    live = comm;
-    live_device = cuda_device;
-    return comm;
-  } catch (const std::exception& e) {
-    throw DistributedError(e.what());
-  }
-}
 
 // A setting as config::unsupported_setting names it: key, value and where the value came from.
 std::string shown_setting(const config::Config& c, const char* key) {
@@ -116,121 +65,6 @@ int64_t find_executable_batch_size(int64_t starting_batch_size, const std::funct
   for (int64_t bs = starting_batch_size; bs > 0; bs = static_cast<int64_t>(static_cast<double>(bs) * 0.9))
     if (step(bs)) return bs;
   throw std::bad_alloc();
-}
-
-std::shared_ptr<Accelerator> Accelerator::create(const char* config_json) {
-  auto env = config::current_environment();
-  std::shared_ptr<Accelerator> a(new Accelerator());
-  a->config_ = config::resolve_accelerator(config_json ? config_json : "", env);
-  a->settings_ = config::accelerator_settings(a->config_);
-  const config::Config& c = a->config_;
-  const config::AcceleratorSettings& s = a->settings_;
-  // Valid keys for what libacc cannot do yet (FSDP, DeepSpeed, torch.compile, ...) fail here, never silently.
-  if (auto why = config::unsupported_setting(c)) throw UnsupportedError(*why);
-  // Trackers: resolved now, as Accelerate's filter_trackers does; started by init_trackers (train/trackers.cpp).
-  if (s.log_with) {
-    try {
-      a->log_with_ = tracking::resolve_log_with(*s.log_with, s.project_config.logging_dir.value_or(""));
-    } catch (const std::invalid_argument& e) {
-      throw config::Error(e.what());
-    }
-  }
-  // The config unifies gradient_accumulation_steps and gradient_accumulation_plugin.num_steps.
-  GradientState& g = a->grad_;
-  g.num_steps = s.gradient_accumulation_steps;
-  g.sync_with_dataloader = s.gradient_accumulation_plugin.sync_with_dataloader;
-  g.sync_each_batch = s.gradient_accumulation_plugin.sync_each_batch;
-  a->state_ = ProcessState::from_environment(env);
-  // The process mesh's sizes, checked as Accelerate checks a ParallelismConfig, before any rendezvous.
-  const config::ParallelDims dims = config::parallel_dims(c, a->state_.world_size, a->state_.local_world_size);
-  // Settings that do nothing, as Accelerate / torch warn about them: once, on the main process.
-  if (a->state_.rank == 0)
-    for (const auto& w : config::setting_warnings(c)) std::fprintf(stderr, "libacc: warning: %s\n", w.c_str());
-  // enable_cpu_affinity (Accelerate's set_numa_affinity at AcceleratorState): this process onto its share of the cores.
-  if (s.enable_cpu_affinity) {
-    const std::vector<int> cores = pin_to_cpu_share(a->state_.local_rank, a->state_.local_world_size);
-    if (s.debug) {
-      std::string list;
-      for (int core : cores) list += (list.empty() ? "" : ",") + std::to_string(core);
-      std::fprintf(stderr, "libacc: assigning %zu CPU cores to process %d: %s\n", cores.size(), a->state_.local_rank,
-                   list.c_str());
-    }
-  }
-  const int cuda_device = pick_cuda_device(s, a->state_, env);
-  if (s.seed) core::set_seed(static_cast<uint64_t>(*s.seed), false);
-  // init_process_group_kwargs.backend: the process group sends CPU tensors through Gloo and CUDA tensors through NCCL.
-  // "gloo" for a CUDA device (torch would run CUDA collectives through Gloo) and "nccl" without one (torch fails) are
-  // what that routing cannot be.
-  if (s.init_process_group_kwargs.backend) {
-    std::string b = *s.init_process_group_kwargs.backend;
-    std::transform(b.begin(), b.end(), b.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    const char* key = config::AcceleratorSettings::InitProcessGroupKwargs::Key::backend;
-    if ((b == "gloo" && cuda_device >= 0) || (b == "nccl" && cuda_device < 0))
-      throw config::Error(std::string("'") + key + "' = \"" + b + "\" (from " + c.provenance(key).where +
-                          "): this process runs on " + (cuda_device >= 0 ? "a CUDA device, whose tensors libacc "
-                          "reduces through NCCL" : "the CPU, and NCCL needs CUDA") + "; use " +
-                          (cuda_device >= 0 ? "\"nccl\"" : "\"gloo\"") + " or null");
-  }
-  // rng_types "cuda": Accelerate's synchronize_rng_state reads torch.cuda.get_rng_state(), which fails without CUDA.
-  const std::vector<std::string> rngs = s.rng_types.value_or(std::vector<std::string>{});
-  if (std::find(rngs.begin(), rngs.end(), "cuda") != rngs.end() && cuda::default_generators().empty())
-    throw config::Error("'rng_types' = " + c.get_json("rng_types") + " (from " + c.provenance("rng_types").where +
-                        "): \"cuda\" synchronises the CUDA generator, and this process has no CUDA device; use "
-                        "\"torch\" or \"generator\"");
-  a->device_ = cuda_device >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
-                                : c10::Device(c10::kCPU);
-  a->device_name_ = a->device_.str();  // "cpu" or "cuda:<index>"
-  a->profile_options_ = profile_options(c, s.profile_kwargs, a->device_.is_cuda());
-  if (a->state_.distributed()) {
-    a->distributed_type_ = cuda_device >= 0 ? "MULTI_GPU" : "MULTI_CPU";
-    // torch.distributed's default process-group timeout (_get_default_timeout: 10 minutes for NCCL, the GPUs'
-    // backend, 30 otherwise), unless init_process_group_kwargs sets one. In milliseconds, what c10d counts in (the
-    // schema keeps the value between 1 ms and a year).
-    const double default_seconds = cuda_device >= 0 ? 600.0 : 1800.0;
-    const auto timeout = std::chrono::milliseconds(
-        std::llround(s.init_process_group_kwargs.timeout.value_or(default_seconds) * 1000));
-    a->comm_ = process_group(a->state_, timeout, cuda_device);
-    MeshSizes sizes;
-    sizes.dp_replicate = static_cast<int>(dims.dp_replicate);
-    sizes.dp_shard = static_cast<int>(dims.dp_shard);
-    sizes.cp = static_cast<int>(dims.cp);
-    sizes.tp = static_cast<int>(dims.tp);
-    a->mesh_ = std::make_shared<ProcessMesh>(a->comm_, sizes);
-  }
-  a->config_json_ = c.to_json(/*with_provenance=*/true);
-  a->set_mixed_precision(s.mixed_precision);
-  a->sharding_ = config::sharding(c);
-  if (a->comm_ && a->state_.local_rank != 0 && s.use_fsdp && s.fsdp_plugin.cpu_ram_efficient_loading.value_or(false)) {
-    hold_ram_efficient_loading(true);
-    a->holds_ram_efficient_loading_ = true;
-  }
-  // deepspeed_plugin.zero3_init_flag as DeepSpeedPlugin reads it: null (and ACCELERATE_DEEPSPEED_ZERO3_INIT unset) is on
-  // for stage 3; on beside another stage it is turned off with Accelerate's warning, and without DeepSpeed it does
-  // nothing (said once, too). Held, as transformers holds the HfDeepSpeedConfig, where ZeRO-3 shards: a distributed job.
-  {
-    using DS = config::AcceleratorSettings::DeepspeedPlugin;
-    const bool stage3 = s.use_deepspeed && a->sharding_.stage == 3;
-    const std::optional<bool> flag = s.deepspeed_plugin.zero3_init_flag;
-    if (flag.value_or(stage3) && !stage3 && a->state_.rank == 0)
-      std::fprintf(stderr, "libacc: warning: '%s' = true (from %s) %s; it is ignored\n", DS::Key::zero3_init_flag,
-                   c.provenance(DS::Key::zero3_init_flag).where.c_str(),
-                   s.use_deepspeed ? "is only applicable for DeepSpeed ZeRO stage 3" : "needs DeepSpeed ZeRO stage 3");
-    if (flag.value_or(stage3) && stage3 && a->comm_) {
-      hold_zero3_init(true);
-      a->holds_zero3_init_ = true;
-    }
-  }
-  a->save_iteration_ = s.project_config.iteration;
-  // The run record: resolved config, provenance and build, next to the run's outputs (main process only).
-  const bool writer = a->state_.rank == 0 || (s.project_config.save_on_each_node && a->state_.local_rank == 0);
-  if (writer && s.project_config.project_dir) {
-    try {
-      config::write_run_record(c, *s.project_config.project_dir, build_info().c_str(), env);
-    } catch (const config::Error& e) {
-      throw std::ios_base::failure(std::string("cannot write the run record: ") + e.what());
-    }
-  }
-  return a;
 }
 
 Accelerator::~Accelerator() {
@@ -281,8 +115,8 @@ void Accelerator::set_mixed_precision(const std::string& mode) {
   mixed_precision_ = mode;
 }
 
-ForwardScope::ForwardScope(ModelSlot& m) {
-  if (range_.isActive()) range_.before(std::string_view(kRangeForward));
+ForwardScope::ForwardScope(PreparedModel& m) {
+  if (range_.isActive()) range_.before(std::string_view(kPhaseForward));
   if (!m.owner) return;
   if (!m.strategy) return;
   strategy_ = m.strategy.get();
@@ -310,7 +144,7 @@ at::Tensor output_to_fp32(const at::Tensor& t) {
   return t.defined() && at::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
 }
 
-TensorDict ModelSlot::forward(const TensorDict& batch) {
+TensorDict PreparedModel::forward(const TensorDict& batch) {
   if (!owner) {
     model->check_made("forward");
     return model->forward(batch);
@@ -329,7 +163,7 @@ TensorDict ModelSlot::forward(const TensorDict& batch) {
   return converted;
 }
 
-Model& ModelSlot::tensors(const char* what) const {
+Model& PreparedModel::tensors(const char* what) const {
   model->check_made(what);
   if (strategy && !strategy->parameters_whole())
     throw StateError(std::string(what) + ": the model's parameters are sharded across processes (" + strategy->name() +
@@ -337,15 +171,15 @@ Model& ModelSlot::tensors(const char* what) const {
   return *model;
 }
 
-int64_t ModelSlot::set_requires_grad(const std::string& pattern, bool on) {
+int64_t PreparedModel::set_requires_grad(const std::string& pattern, bool on) {
   if (owner)
     throw StateError("requires_grad is set before acc_prepare / Accelerator::prepare: the strategies read it when "
                      "they wrap the model");
   return model->set_requires_grad(pattern, on);
 }
 
-void OptimizerSlot::step() {
-  RECORD_USER_SCOPE(kRangeOptimizerStep);
+void PreparedOptimizer::step() {
+  RECORD_USER_SCOPE(kPhaseOptimizerStep);
   step_was_skipped = false;
   if (!owner) return opt->step();
   if (!owner->gradient_state().sync_gradients) return;
@@ -366,12 +200,12 @@ void OptimizerSlot::step() {
   }
 }
 
-void OptimizerSlot::zero_grad() {
+void PreparedOptimizer::zero_grad() {
   if (owner && !owner->gradient_state().sync_gradients) return;
   opt->zero_grad();
 }
 
-void SchedulerSlot::step() {
+void PreparedScheduler::step() {
   // Accelerate's AcceleratedScheduler: no step while accumulating or when the optimizer skipped its
   // step; otherwise, as each process saw 1/num_processes of the batches, num_processes steps per call
   // unless split_batches.
@@ -391,8 +225,8 @@ void SchedulerSlot::step() {
 
 bool Accelerator::split_batches() const { return settings_.dataloader_config.split_batches; }
 
-void Accelerator::prepare(const std::shared_ptr<ModelSlot>& model, const std::shared_ptr<OptimizerSlot>& opt,
-                          const std::shared_ptr<SchedulerSlot>& sched,
+void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std::shared_ptr<PreparedOptimizer>& opt,
+                          const std::shared_ptr<PreparedScheduler>& sched,
                           const std::shared_ptr<DataLoader>& loader) {
   std::lock_guard<std::mutex> lock(mu_);
   // Check everything before changing anything: a refused prepare leaves all objects as they were.
@@ -558,8 +392,8 @@ ParallelPlan Accelerator::parallel_plan(const Model& model) const {
   return plan;
 }
 
-void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
-  std::vector<std::shared_ptr<ModelSlot>> candidates{opt.model, model};
+void Accelerator::adopt_made_parameters(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model) {
+  std::vector<std::shared_ptr<PreparedModel>> candidates{opt.model, model};
   for (auto& w : models_)
     if (auto m = w.lock()) candidates.push_back(m);
   for (const auto& m : candidates) {
@@ -574,15 +408,15 @@ void Accelerator::adopt_made_parameters(OptimizerSlot& opt, const std::shared_pt
   }
 }
 
-void Accelerator::shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model) {
+void Accelerator::shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model) {
   adopt_made_parameters(opt, model);
   // A sharded model's optimizer steps its shards: it is rebuilt over them (it must not have stepped yet).
   // A C++ caller's optimizer names no model: the prepared model that holds its parameters is its model.
-  std::shared_ptr<ModelSlot> owner_model = opt.model;
+  std::shared_ptr<PreparedModel> owner_model = opt.model;
   if (!owner_model) {
     std::set<const void*> mine;
     for (const auto& p : opt.opt->params()) mine.insert(p.unsafeGetTensorImpl());
-    std::vector<std::shared_ptr<ModelSlot>> candidates;
+    std::vector<std::shared_ptr<PreparedModel>> candidates;
     if (model) candidates.push_back(model);
     for (auto& w : models_)
       if (auto m = w.lock()) candidates.push_back(m);
@@ -602,8 +436,25 @@ void Accelerator::register_for_checkpointing(Checkpointable object) {
   checkpointables_.push_back(std::move(object));
 }
 
+namespace {
+
+template <class T>
+std::vector<std::shared_ptr<T>> alive(const std::vector<std::weak_ptr<T>>& list) {
+  std::vector<std::shared_ptr<T>> v;
+  for (const auto& w : list)
+    if (auto p = w.lock()) v.push_back(std::move(p));
+  return v;
+}
+
+}  // namespace
+
+Accelerator::Prepared Accelerator::live_objects() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {alive(models_), alive(optimizers_), alive(schedulers_), alive(loaders_), checkpointables_};
+}
+
 void Accelerator::backward(const at::Tensor& loss) {
-  std::vector<std::shared_ptr<ModelSlot>> live;
+  std::vector<std::shared_ptr<PreparedModel>> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& w : models_)
@@ -622,7 +473,7 @@ void Accelerator::backward(const at::Tensor& loss) {
   at::Tensor scaled = loss / static_cast<double>(grad_.num_steps);
   if (scaler_) scaled = scaler_->scale_loss(scaled);
   {
-    RECORD_USER_SCOPE(kRangeBackward);
+    RECORD_USER_SCOPE(kPhaseBackward);
     for (auto& m : live) m->strategy->before_backward(/*sync=*/!m->skip_sync);
     scaled.backward();
   }
@@ -630,11 +481,11 @@ void Accelerator::backward(const at::Tensor& loss) {
     for (auto& m : live) m->strategy->after_backward();
     return;
   }
-  RECORD_USER_SCOPE(kRangeGradientSync);
+  RECORD_USER_SCOPE(kPhaseGradientSync);
   for (auto& m : live) m->strategy->after_backward();
 }
 
-void Accelerator::accumulate_begin(const std::shared_ptr<ModelSlot>& model) {
+void Accelerator::accumulate_begin(const std::shared_ptr<PreparedModel>& model) {
   if (!model->owner) throw StateError("accumulate needs a prepared model");
   if (model->in_accumulate) throw StateError("the model is already inside an accumulate scope");
   // Accelerate's _do_sync: the last batch of the active loader always syncs (and restarts the count).
@@ -655,13 +506,13 @@ void Accelerator::accumulate_begin(const std::shared_ptr<ModelSlot>& model) {
   model->skip_sync = !(grad_.sync_gradients || (distributed() && grad_.sync_each_batch));
 }
 
-void Accelerator::accumulate_end(const std::shared_ptr<ModelSlot>& model) {
+void Accelerator::accumulate_end(const std::shared_ptr<PreparedModel>& model) {
   if (!model->in_accumulate) throw StateError("accumulate_end without accumulate_begin for this model");
   model->in_accumulate = false;
   model->skip_sync = false;
 }
 
-void Accelerator::unscale_gradients(OptimizerSlot& opt) {
+void Accelerator::unscale_gradients(PreparedOptimizer& opt) {
   if (!scaler_ || opt.unscaled) return;
   opt.found_inf = scaler_->unscale(opt.opt->params());
   // Each process unscaled only its shards: skipping the step must be every process's decision.
@@ -680,7 +531,7 @@ void Accelerator::unscale_all_gradients() {
     if (auto o = w.lock()) unscale_gradients(*o);
 }
 
-double Accelerator::clip_grad_norm(ModelSlot& model, double max_norm, double norm_type) {
+double Accelerator::clip_grad_norm(PreparedModel& model, double max_norm, double norm_type) {
   if (!(max_norm > 0)) throw std::invalid_argument("max_norm must be > 0");
   if (!(norm_type > 0)) throw std::invalid_argument("norm_type must be > 0");
   if (!model.strategy) throw StateError("clip_grad_norm needs a prepared model");
@@ -695,7 +546,7 @@ double Accelerator::clip_grad_norm(ModelSlot& model, double max_norm, double nor
   return total.item<double>();
 }
 
-void Accelerator::clip_grad_value(ModelSlot& model, double clip_value) {
+void Accelerator::clip_grad_value(PreparedModel& model, double clip_value) {
   if (!(clip_value >= 0)) throw std::invalid_argument("clip_value must be >= 0");
   if (!model.strategy) throw StateError("clip_grad_value needs a prepared model");
   unscale_all_gradients();

@@ -1,10 +1,11 @@
 // The Accelerator: one training process's context. It owns the process group, knows the device and
 // the configuration, prepares models / optimizers / schedulers / loaders, and runs backward and the
-// collectives. The C ABI is a thin layer over this class and the Slot types below.
+// collectives. The C ABI is a thin layer over this class and the Prepared* types below.
 #pragma once
 #include <acc/config.hpp>
 #include <acc/config_views.hpp>
 
+#include <map>
 #include <memory>
 #include <functional>
 #include <mutex>
@@ -31,7 +32,7 @@ namespace acc::core {
 class Accelerator;
 
 // A model and, once prepared, how it trains in this job.
-struct ModelSlot {
+struct PreparedModel {
   std::shared_ptr<Model> model;
   std::shared_ptr<Accelerator> owner;  // set by prepare
   std::unique_ptr<Strategy> strategy;  // set by prepare: owns the parameters across processes
@@ -58,7 +59,7 @@ c10::Device placement_device(bool device_placement, c10::Device accelerator_devi
 // pre-forward work (DDP's buffer broadcast), then autocast (and the fp8 GEMMs) per mixed_precision.
 class ForwardScope {
  public:
-  explicit ForwardScope(ModelSlot& model);
+  explicit ForwardScope(PreparedModel& model);
   ~ForwardScope();
   ForwardScope(const ForwardScope&) = delete;
   ForwardScope& operator=(const ForwardScope&) = delete;
@@ -73,8 +74,8 @@ class ForwardScope {
 // Accelerate's convert_to_fp32: reduced-precision floating outputs of an autocast forward as float32.
 at::Tensor output_to_fp32(const at::Tensor& t);
 
-struct OptimizerSlot {
-  std::shared_ptr<ModelSlot> model;  // null for a C++ caller's optimizer
+struct PreparedOptimizer {
+  std::shared_ptr<PreparedModel> model;  // null for a C++ caller's optimizer
   std::unique_ptr<Optimizer> opt;
   std::shared_ptr<Accelerator> owner;
   bool unscaled = false;      // fp16: grads already divided by the scale in this step
@@ -87,8 +88,8 @@ struct OptimizerSlot {
 };
 
 // A learning-rate schedule: libacc's (LambdaLR factors) or a C++ caller's torch::optim::LRScheduler.
-struct SchedulerSlot {
-  std::shared_ptr<OptimizerSlot> opt;
+struct PreparedScheduler {
+  std::shared_ptr<PreparedOptimizer> opt;
   std::optional<Schedule> schedule;
   std::shared_ptr<torch::optim::LRScheduler> user;
   int64_t steps = 0;  // LambdaLR's last_epoch
@@ -136,13 +137,13 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const std::shared_ptr<ProcessMesh>& mesh() const { return mesh_; }
 
   // Each argument may be null. Throws std::logic_error on a call-order mistake.
-  void prepare(const std::shared_ptr<ModelSlot>& model, const std::shared_ptr<OptimizerSlot>& opt,
-               const std::shared_ptr<SchedulerSlot>& sched, const std::shared_ptr<DataLoader>& loader);
+  void prepare(const std::shared_ptr<PreparedModel>& model, const std::shared_ptr<PreparedOptimizer>& opt,
+               const std::shared_ptr<PreparedScheduler>& sched, const std::shared_ptr<DataLoader>& loader);
   void backward(const at::Tensor& loss);
 
   // Gradient accumulation (Accelerate's accumulate(model) context, split in two calls).
-  void accumulate_begin(const std::shared_ptr<ModelSlot>& model);
-  void accumulate_end(const std::shared_ptr<ModelSlot>& model);
+  void accumulate_begin(const std::shared_ptr<PreparedModel>& model);
+  void accumulate_end(const std::shared_ptr<PreparedModel>& model);
   const GradientState& gradient_state() const { return grad_; }
   bool split_batches() const;
 
@@ -150,10 +151,10 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   const std::string& mixed_precision() const { return mixed_precision_; }
   double gradient_clipping() const { return sharding_.gradient_clipping; }
   GradScaler* scaler() { return scaler_ ? scaler_.get() : nullptr; }
-  void unscale_gradients(OptimizerSlot& opt);
+  void unscale_gradients(PreparedOptimizer& opt);
   void unscale_all_gradients();
-  double clip_grad_norm(ModelSlot& model, double max_norm, double norm_type);
-  void clip_grad_value(ModelSlot& model, double clip_value);
+  double clip_grad_norm(PreparedModel& model, double max_norm, double norm_type);
+  void clip_grad_value(PreparedModel& model, double clip_value);
 
   at::Tensor gather(const at::Tensor& t);
   at::Tensor gather_for_metrics(const at::Tensor& t);
@@ -183,25 +184,27 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void loader_begin(const void* loader) override;
   void loader_end(const void* loader) override;
 
-  // Checkpoints (src/checkpoint/state.cpp). save_state writes every prepared object that is still alive
-  // (models, optimizers, schedulers, loaders, in preparation order), the scaler, the accumulation step,
-  // every process's random states and the registered objects into `dir`, atomically; load_state restores
-  // them. Collectives. Accelerate's register_for_checkpointing: bytes saved and restored in order.
+  // What a checkpoint holds (checkpoint/state.hpp: save_state and load_state over an accelerator): the prepared
+  // objects still alive, in preparation order, and the registered ones. Accelerate's register_for_checkpointing:
+  // bytes saved and restored in order.
   struct Checkpointable {
     std::function<std::string()> save;
     std::function<void(const std::string&)> load;
   };
   void register_for_checkpointing(Checkpointable object);
-  // An empty `dir`: ProjectConfiguration's automatic naming, {project_dir}/checkpoints/checkpoint_{iteration}
-  // (total_limit keeps the newest; iteration then advances). Returns the directory written.
-  std::string save_state(const std::string& dir);
-  // An empty `dir`: the newest complete checkpoint under {project_dir}/checkpoints (partial ones are skipped
-  // and removed); the automatic naming then continues after it. Returns the directory read.
-  std::string load_state(const std::string& dir);
-  // The config's resume_from_checkpoint: "latest" loads the newest complete checkpoint when there is one
-  // (a fresh start otherwise), a directory is loaded; unset does nothing. Returns the directory loaded, or
-  // "" when nothing was. With acc launch --max_restarts, a restarted job continues where it was saved.
-  std::string resume_from_checkpoint();
+  struct Prepared {
+    std::vector<std::shared_ptr<PreparedModel>> models;
+    std::vector<std::shared_ptr<PreparedOptimizer>> optimizers;
+    std::vector<std::shared_ptr<PreparedScheduler>> schedulers;
+    std::vector<std::shared_ptr<DataLoader>> loaders;
+    std::vector<Checkpointable> objects;
+  };
+  Prepared live_objects();
+  // project_config.iteration: the next automatic checkpoint's number.
+  int64_t save_iteration() const { return save_iteration_; }
+  void set_save_iteration(int64_t n) { save_iteration_ = n; }
+  // A checkpoint's accumulation step, restored.
+  void restore_step(int64_t step) { grad_.step = step; }
 
   // Experiment trackers (src/tracking). log_with is resolved at creation (an unknown tracker, or one that needs
   // a logging directory without one, fails there); init_trackers starts them on the main process only and
@@ -223,25 +226,22 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void profile_cancel();  // stops a running profile without a file or a barrier (a scope left by an exception)
 
  private:
-  // What a checkpoint holds: the prepared objects still alive, in preparation order, and the registered ones.
-  struct Prepared {
-    std::vector<std::shared_ptr<ModelSlot>> models;
-    std::vector<std::shared_ptr<OptimizerSlot>> optimizers;
-    std::vector<std::shared_ptr<SchedulerSlot>> schedulers;
-    std::vector<std::shared_ptr<DataLoader>> loaders;
-    std::vector<Checkpointable> objects;
-  };
-  Prepared live_objects();
   Accelerator() = default;
+  // The steps of create (train/accelerator_create.cpp): the settings, trackers, accumulation and process state; the
+  // process group and mesh; the states loading code reads; the run record.
+  void configure(const char* config_json, const std::map<std::string, std::string>& env);
+  void join_mesh(int cuda_device, const config::ParallelDims& dims);
+  void hold_loading_states();
+  void write_run_record(const std::map<std::string, std::string>& env) const;
   void set_mixed_precision(const std::string& mode);
   // What parallelize applies to `model`, from the settings: tensor and context parallelism where the mesh has them,
   // then a single process, DDP, or sharding (FSDP / DeepSpeed ZeRO).
   ParallelPlan parallel_plan(const Model& model) const;
   // Rebuilds the optimizer of a sharded model over its shards.
-  void shard_optimizer(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
+  void shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model);
   // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made
   // them (models/deferred.hpp); it is given their replacements (those of `model` and every prepared model).
-  void adopt_made_parameters(OptimizerSlot& opt, const std::shared_ptr<ModelSlot>& model);
+  void adopt_made_parameters(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model);
   const DataLoader* active_loader() const;
   // Debug mode: every process compares what it sends before the collective (train/verify.hpp); else nothing.
   void verify(CollectiveOp op, int64_t arg, const at::Tensor* t);
@@ -260,9 +260,9 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::shared_ptr<ProcessMesh> mesh_;  // with comm_
   c10::Device device_{c10::kCPU};
   std::string device_name_ = "cpu", distributed_type_ = "NO";
-  std::vector<std::weak_ptr<ModelSlot>> models_;
-  std::vector<std::weak_ptr<OptimizerSlot>> optimizers_;
-  std::vector<std::weak_ptr<SchedulerSlot>> schedulers_;
+  std::vector<std::weak_ptr<PreparedModel>> models_;
+  std::vector<std::weak_ptr<PreparedOptimizer>> optimizers_;
+  std::vector<std::weak_ptr<PreparedScheduler>> schedulers_;
   std::vector<std::weak_ptr<DataLoader>> loaders_;
   std::vector<Checkpointable> checkpointables_;
   int64_t save_iteration_ = 0;  // project_config.iteration: the next automatic checkpoint's number

@@ -51,9 +51,9 @@ namespace acc {
 
 namespace core {  // libacc's internals, which the handles below share with the C ABI
 class Accelerator;
-struct ModelSlot;
-struct OptimizerSlot;
-struct SchedulerSlot;
+struct PreparedModel;
+struct PreparedOptimizer;
+struct PreparedScheduler;
 class DataLoader;
 class ForwardScope;
 }  // namespace core
@@ -113,7 +113,7 @@ class ACC_CXX_API Model {
     std::unique_ptr<core::ForwardScope> scope_;
   };
 
-  std::shared_ptr<core::ModelSlot> slot;  ///< shared with the accelerator
+  std::shared_ptr<core::PreparedModel> slot;  ///< shared with the accelerator
 
  protected:
   /// A forward's output as the prepared forward returns it (float32 under mixed precision).
@@ -182,7 +182,7 @@ class ACC_CXX_API HfModel {
                             const std::string& options_json = "",
                             const std::function<bool(std::string_view)>& on_text = {}) const;
 
-  std::shared_ptr<core::ModelSlot> slot;  ///< shared with the accelerator once prepared
+  std::shared_ptr<core::PreparedModel> slot;  ///< shared with the accelerator once prepared
 };
 
 /// A Hugging Face tokenizer as transformers' AutoTokenizer loads it (docs/text.md): the `tokenizers` crate
@@ -234,7 +234,7 @@ class ACC_CXX_API Optimizer {
   bool step_was_skipped() const;
   /// The learning rate of the first parameter group.
   double lr() const;
-  std::shared_ptr<core::OptimizerSlot> slot;  ///< shared with the accelerator
+  std::shared_ptr<core::PreparedOptimizer> slot;  ///< shared with the accelerator
 };
 
 /// A prepared LR scheduler (AcceleratedScheduler): no step on accumulation or skipped steps; otherwise
@@ -243,7 +243,7 @@ class ACC_CXX_API Scheduler {
  public:
   /// The scheduler's step, as said above.
   void step();
-  std::shared_ptr<core::SchedulerSlot> slot;  ///< shared with the accelerator
+  std::shared_ptr<core::PreparedScheduler> slot;  ///< shared with the accelerator
 };
 
 /// A data loader over samples (rows of tensors, or a function of the index), batched, shuffled and, once
@@ -354,7 +354,7 @@ class ACC_CXX_API Accelerator {
 
    private:
     std::shared_ptr<core::Accelerator> acc_;
-    std::shared_ptr<core::ModelSlot> model_;
+    std::shared_ptr<core::PreparedModel> model_;
   };
   /// Accelerate's accumulate(model): the AccumulateScope of one batch.
   AccumulateScope accumulate(Model& model) { return AccumulateScope(*this, model); }

@@ -1,16 +1,22 @@
-// The built-in families as torch::nn::Module trees: an MLP (torch.nn.Linear layers) and a GPT-2 style
-// decoder with Hugging Face GPT-2's module names and Conv1D layout, so its state dict reads like
-// GPT2LMHeadModel's ("transformer.h.0.attn.c_attn.weight" of shape [n_embd, 3 n_embd]).
+// The built-in families as torch::nn::Module trees: an MLP (torch.nn.Linear layers) and nanoGPT's GPT, a
+// configuration of GPT-2 (models/gpt2.hpp: Hugging Face GPT-2's module names and Conv1D layout, so its state dict
+// reads like GPT2LMHeadModel's, "transformer.h.0.attn.c_attn.weight" of shape [n_embd, 3 n_embd]). GPT-2 itself is
+// here too, the one implementation that models/hf/gpt2.cpp configures from a config.json.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
 #include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
 
+#include "models/gpt2.hpp"
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/model.hpp"
 #include "models/parallel_forward.hpp"
+#include "models/transformer_layers.hpp"
 #include "precision/fp8.hpp"
 #include <acc/builtin_models.hpp>
 
@@ -39,58 +45,6 @@ struct Linear : InitModule, lora::Host {
   at::Tensor host_weight() override { return param("weight"); }
   int64_t in_;
 };
-
-// GPT-2's Conv1D: y = x W + b, W [in, out]; normal(0, std) weights, zero bias. Splits as GPT-2's (tensor
-// parallelism: output features are dim 1).
-struct Conv1D : InitModule, lora::Host, SplittableLayer {
-  Conv1D(int64_t in, int64_t out, bool with_bias, double std, c10::Device d) : std_(std) {
-    register_parameter("weight", at::empty({in, out}, float_on(d)));
-    if (with_bias) register_parameter("bias", at::empty({out}, float_on(d)));
-  }
-  void reset() override {
-    param("weight").normal_(0, std_);
-    if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
-  }
-  at::Tensor forward(const at::Tensor& x) {
-    if (splits_input()) return rowwise_output(model_linear(x, param("weight").t(), at::Tensor()), bias_or_none());
-    return with_lora(x, model_linear(x, param("weight").t(), bias_or_none()));
-  }
-  torch::nn::Module& host_module() override { return *this; }
-  at::Tensor host_weight() override { return param("weight"); }
-  bool fan_in_fan_out() const override { return true; }
-  int64_t output_dim() const override { return 1; }
-  double std_;
-};
-
-struct LayerNorm : InitModule {
-  LayerNorm(int64_t n, bool with_bias, c10::Device d) : InitModule("LayerNorm"), n_(n) {
-    register_parameter("weight", at::empty({n}, float_on(d)));
-    if (with_bias) register_parameter("bias", at::empty({n}, float_on(d)));
-  }
-  void reset() override {
-    param("weight").fill_(1);
-    if (at::Tensor b = bias_or_none(); b.defined()) b.zero_();
-  }
-  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {n_}, param("weight"), bias_or_none()); }
-  int64_t n_;
-};
-
-struct Embedding : InitModule, SplittableLayer {
-  Embedding(int64_t n, int64_t dim, double std, c10::Device d) : std_(std) {
-    register_parameter("weight", at::empty({n, dim}, float_on(d)));
-  }
-  void reset() override { param("weight").normal_(0, std_); }
-  at::Tensor forward(const at::Tensor& ids) { return embed(param("weight"), ids); }
-  int64_t output_dim() const override { return 0; }
-  bool is_embedding() const override { return true; }
-  double std_;
-};
-
-at::Tensor activation(const std::string& kind, const at::Tensor& x) {
-  if (kind == "relu") return at::relu(x);
-  if (kind == "gelu") return at::gelu(x);
-  return at::tanh(x);
-}
 
 void reject_unknown(const TensorDict& batch, const char* model, std::initializer_list<const char*> known) {
   for (const auto& [name, t] : batch.items()) {
@@ -137,80 +91,23 @@ class Mlp final : public NnModel {
   std::shared_ptr<ModuleList<Linear>> layers_;
 };
 
-using GptShape = config::GptSpec;
+// nanoGPT's GPT: GPT-2 with nanoGPT's choices (its spec's optional biases, exact gelu, one dropout, Conv1D layers that
+// run FP8 GEMMs under mixed_precision "fp8"), initialised at construction (on the meta device too: no draws there).
+Gpt2Config gpt_config(const config::GptSpec& s) {
+  Gpt2Config c;
+  c.name = "gpt";
+  c.vocab_size = s.vocab_size, c.n_positions = s.block_size, c.n_embd = s.n_embd, c.n_layer = s.n_layer;
+  c.n_head = s.n_head, c.n_inner = 4 * s.n_embd;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = s.dropout;
+  c.activation_function = "gelu";
+  c.bias = s.bias;
+  c.fp8 = true;
+  return c;
+}
 
-// Class names as transformers' GPT-2 (FSDP's TRANSFORMER_BASED_WRAP and device maps name classes).
-struct Attention : Module {
-  Attention(const GptShape& s, double std, double proj_std, c10::Device d) : Module("GPT2Attention") {
-    c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.n_embd, 3 * s.n_embd, s.bias, std, d));
-    c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.n_embd, s.n_embd, s.bias, proj_std, d));
-  }
-  std::shared_ptr<Conv1D> c_attn, c_proj;
-};
-
-struct MlpBlock : Module {
-  MlpBlock(const GptShape& s, double std, double proj_std, c10::Device d) : Module("GPT2MLP") {
-    c_fc = register_module("c_fc", std::make_shared<Conv1D>(s.n_embd, 4 * s.n_embd, s.bias, std, d));
-    c_proj = register_module("c_proj", std::make_shared<Conv1D>(4 * s.n_embd, s.n_embd, s.bias, proj_std, d));
-  }
-  std::shared_ptr<Conv1D> c_fc, c_proj;
-};
-
-struct Block : Module {
-  Block(const GptShape& s, double std, double proj_std, c10::Device d) : Module("GPT2Block") {
-    ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
-    attn = register_module("attn", std::make_shared<Attention>(s, std, proj_std, d));
-    ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
-    mlp = register_module("mlp", std::make_shared<MlpBlock>(s, std, proj_std, d));
-  }
-  std::shared_ptr<LayerNorm> ln_1, ln_2;
-  std::shared_ptr<Attention> attn;
-  std::shared_ptr<MlpBlock> mlp;
-};
-
-struct Transformer : Module {
-  Transformer(const GptShape& s, c10::Device d) : Module("GPT2Model") {
-    const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.n_layer));
-    wte = register_module("wte", std::make_shared<Embedding>(s.vocab_size, s.n_embd, std, d));
-    wpe = register_module("wpe", std::make_shared<Embedding>(s.block_size, s.n_embd, std, d));
-    h = register_module("h", std::make_shared<ModuleList<Block>>());
-    for (int64_t l = 0; l < s.n_layer; ++l) h->add(std::make_shared<Block>(s, std, proj_std, d));
-    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias, d));
-  }
-  std::shared_ptr<Embedding> wte, wpe;
-  std::shared_ptr<ModuleList<Block>> h;
-  std::shared_ptr<LayerNorm> ln_f;
-};
-
-// GPT2LMHeadModel's tree: "transformer" (wte, wpe, h.N, ln_f) and a head tied to wte (so not a
-// parameter of its own, as in Hugging Face's named_parameters).
-class Gpt final : public NnModel, public Parallelizable {
+class Gpt final : public Gpt2 {
  public:
-  Gpt(const GptShape& s, c10::Device d) : NnModel(std::make_shared<Module>("GPT2LMHeadModel")), s_(s) {
-    t_ = module_->register_module("transformer", std::make_shared<Transformer>(s, d));
-    reset_parameters();
-  }
-  void reset_parameters() override { reset_tree(*module_); }
-  void to_empty(const c10::Device& device) override { materialize_tree(*module_, device); }
-  std::string input_name() const override { return "input_ids"; }
-  std::vector<std::string> reported_units() const override { return numbered_units("transformer.h.", s_.n_layer); }
-
-  // GPT-2's (models/hf/gpt2.cpp): c_attn (q, k, v packed) and c_fc column-wise, the c_proj row-wise, wte and the
-  // tied head vocabulary-parallel.
-  TensorParallelPlan tensor_parallel_plan(int size) const override {
-    auto divides = [&](const char* field, int64_t n) {
-      if (n % size != 0)
-        throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) + " does not divide gpt's " +
-                                    field + " (" + std::to_string(n) + ")");
-    };
-    divides("n_head", s_.n_head);
-    divides("vocab_size", s_.vocab_size);
-    return {{"transformer.wte", LayerStyle::VocabEmbedding},
-            {"transformer.h.*.attn.c_attn", LayerStyle::Colwise, 3},
-            {"transformer.h.*.attn.c_proj", LayerStyle::Rowwise},
-            {"transformer.h.*.mlp.c_fc", LayerStyle::Colwise},
-            {"transformer.h.*.mlp.c_proj", LayerStyle::Rowwise}};
-  }
+  Gpt(const config::GptSpec& s, c10::Device d) : Gpt2(gpt_config(s), float_on(d)) { reset_parameters(); }
 
   // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
   // labels: Hugging Face's, shifted inside (-100 ignored). Outputs logits and, with either, loss.
@@ -220,50 +117,24 @@ class Gpt final : public NnModel, public Parallelizable {
     if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
       throw std::invalid_argument("gpt forward: input_ids must be integer token ids of shape [batch, time]; got " +
                                   c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
-    const int64_t B = input.size(0), whole = input.size(1), C = s_.n_embd, hd = C / s_.n_head;
-    if (whole > s_.block_size)
+    const int64_t B = input.size(0), whole = input.size(1);
+    if (whole > c_.n_positions)
       throw std::invalid_argument("gpt forward: sequence length " + std::to_string(whole) + " exceeds block_size " +
-                                  std::to_string(s_.block_size));
+                                  std::to_string(c_.n_positions));
     // Context parallelism: this rank's tokens of the sequence, at their own positions.
     const ForwardSplit& parallel = forward_split();
     const std::shared_ptr<SequenceSplit> seq = parallel.split_sequence(whole, false, "gpt");
     const int64_t T = seq ? seq->local_length() : whole;
-    const bool train = module_->is_training();
-    const double p = s_.dropout;
-    // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
-    const int64_t parts = parallel.parts();
     parallel.check_length(T, false, "gpt");
-    auto entered = [&parallel](const at::Tensor& h) { return parallel.enter_region(h); };
     at::Tensor idx = input.to(at::kLong);
     // With sequence or context parallelism the embeddings are this rank's tokens'.
     at::Tensor pos = at::arange(whole, idx.options()).unsqueeze(0);
-    if (seq)
-      idx = seq->local(idx), pos = seq->local(pos);
-    else
-      pos = parallel.local_positions(pos);
-    at::Tensor x = t_->wte->forward(idx) + at::embedding(t_->wpe->param("weight"), pos);
+    if (seq) idx = seq->local(idx), pos = seq->local(pos);
+    else pos = parallel.local_positions(pos);
+    const at::Tensor x = embeddings(idx, pos);
     if (seq) seq->set_masks(at::Tensor(), 0, x.options());
-    x = at::dropout(x, p, train);
-    for (size_t l = 0; l < t_->h->items.size(); ++l) {
-      x = run_unit("transformer.h." + std::to_string(l), x,
-                   [b = t_->h->items[l], B, T, C = C / parts, hd, heads = s_.n_head / parts, train, p, seq,
-                    entered](at::Tensor x) {
-                     auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
-                     auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
-                     at::Tensor y =
-                         seq ? seq->attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), train ? p : 0.0, std::nullopt)
-                             : at::scaled_dot_product_attention(split(qkv[0]), split(qkv[1]), split(qkv[2]), {},
-                                                                train ? p : 0.0, /*is_causal=*/true);
-                     y = y.transpose(1, 2).contiguous().view({B, T, C});
-                     x = x + at::dropout(b->attn->c_proj->forward(y), p, train);
-                     at::Tensor m =
-                         b->mlp->c_proj->forward(at::gelu(b->mlp->c_fc->forward(entered(b->ln_2->forward(x)))));
-                     return x + at::dropout(m, p, train);
-                   });
-    }
-    at::Tensor logits = run_head(x, [t = t_, entered](const at::Tensor& x) {
-      return at::linear(entered(t->ln_f->forward(x)), t->wte->param("weight"));
-    });
+    // Causal attention, every key present (SDPA's is_causal).
+    const at::Tensor logits = blocks_and_head(x, B, T, seq, Masking{at::Tensor(), true, at::Tensor()}, nullptr);
     // Under tensor parallelism the loss reads this rank's vocabulary slice; the logits given back are whole.
     TensorDict out{{"logits", parallel.whole_logits(logits)}};
     // With a sequence split, t is this rank's tokens' and the loss the whole sequence's token mean.
@@ -279,20 +150,122 @@ class Gpt final : public NnModel, public Parallelizable {
       if (l.sizes() != input.sizes())
         throw std::invalid_argument("gpt forward: labels shape " + c10::str(l.sizes()) + " differs from input_ids " +
                                     c10::str(input.sizes()));
-      if (seq)
-        out.set("loss", loss(logits, seq->next_token_labels(l, -100), -100));
-      else
-        out.set("loss", loss(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
+      if (seq) out.set("loss", loss(logits, seq->next_token_labels(l, -100), -100));
+      else out.set("loss", loss(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
     }
     return out;
   }
-
- private:
-  GptShape s_;
-  std::shared_ptr<Transformer> t_;
 };
 
 }  // namespace
+
+namespace gpt2 {
+
+Attention::Attention(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) : Module("GPT2Attention") {
+  const double std = c.initializer_range;
+  c_attn = register_module("c_attn", std::make_shared<Conv1D>(c.n_embd, 3 * c.n_embd, c.bias, std, c.fp8, o));
+  c_proj = register_module("c_proj", std::make_shared<Conv1D>(c.n_embd, c.n_embd, c.bias, proj_std, c.fp8, o));
+}
+
+Mlp::Mlp(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) : Module("GPT2MLP") {
+  const double std = c.initializer_range;
+  c_fc = register_module("c_fc", std::make_shared<Conv1D>(c.n_embd, c.n_inner, c.bias, std, c.fp8, o));
+  c_proj = register_module("c_proj", std::make_shared<Conv1D>(c.n_inner, c.n_embd, c.bias, proj_std, c.fp8, o));
+}
+
+Block::Block(const Gpt2Config& c, double proj_std, const at::TensorOptions& o) : Module("GPT2Block") {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, o, c.bias));
+  attn = register_module("attn", std::make_shared<Attention>(c, proj_std, o));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, o, c.bias));
+  mlp = register_module("mlp", std::make_shared<Mlp>(c, proj_std, o));
+}
+
+Transformer::Transformer(const Gpt2Config& c, const at::TensorOptions& o) : Module("GPT2Model") {
+  // GPT-2's scheme: residual projections scaled by 1/sqrt(2 n_layer).
+  const double std = c.initializer_range, proj_std = std / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, std, o));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd, std, o));
+  h = register_module("h", std::make_shared<ModuleList<Block>>());
+  for (int64_t l = 0; l < c.n_layer; ++l) h->add(std::make_shared<Block>(c, proj_std, o));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, o, c.bias));
+}
+
+}  // namespace gpt2
+
+Gpt2::Gpt2(Gpt2Config c, const at::TensorOptions& options)
+    : NnModel(std::make_shared<torch::nn::Module>("GPT2LMHeadModel")), c_(std::move(c)) {
+  t_ = module_->register_module("transformer", std::make_shared<gpt2::Transformer>(c_, options));
+}
+
+void Gpt2::reset_parameters() { reset_tree(*module_); }
+
+void Gpt2::to_empty(const c10::Device& device) { materialize_tree(*module_, device); }
+
+TensorParallelPlan Gpt2::tensor_parallel_plan(int parts) const {
+  auto divides = [&](const char* field, int64_t n) {
+    if (n % parts != 0)
+      throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(parts) + " does not divide " +
+                                  c_.name + "'s " + field + " (" + std::to_string(n) + ")");
+  };
+  divides("n_head", c_.n_head);
+  divides("n_inner", c_.n_inner);
+  divides("vocab_size", c_.vocab_size);
+  return {{"transformer.wte", LayerStyle::VocabEmbedding},
+          {"transformer.h.*.attn.c_attn", LayerStyle::Colwise, 3},
+          {"transformer.h.*.attn.c_proj", LayerStyle::Rowwise},
+          {"transformer.h.*.mlp.c_fc", LayerStyle::Colwise},
+          {"transformer.h.*.mlp.c_proj", LayerStyle::Rowwise}};
+}
+
+at::Tensor Gpt2::embeddings(const at::Tensor& ids, const at::Tensor& positions) const {
+  at::Tensor x =
+      at::dropout(t_->wte->forward(ids) + t_->wpe->forward(positions), c_.embd_pdrop, module_->is_training());
+  release_unit("transformer.wte");
+  release_unit("transformer.wpe");
+  return x;
+}
+
+at::Tensor Gpt2::blocks_and_head(const at::Tensor& embedded, int64_t B, int64_t T,
+                                 const std::shared_ptr<SequenceSplit>& seq, const Masking& masking,
+                                 KvCache* cache) const {
+  const ForwardSplit& parallel = forward_split();
+  // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
+  const int64_t parts = parallel.parts(), hd = c_.n_embd / c_.n_head;
+  const bool train = module_->is_training();
+  at::Tensor x = embedded;
+  for (int64_t l = 0; l < c_.n_layer; ++l) {
+    const std::string unit = "transformer.h." + std::to_string(l);
+    double scale = c_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
+    if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(l + 1);
+    // (A cache is used only by generate, without grad: then the block runs once.)
+    x = run_unit(unit, x,
+                 [b = t_->h->items[l], l, B, T, C = c_.n_embd / parts, hd, scale, heads = c_.n_head / parts, masking,
+                  seq, cache, train, &parallel, attn_pdrop = c_.attn_pdrop, resid_pdrop = c_.resid_pdrop,
+                  act = c_.activation_function](at::Tensor x) {
+                   auto entered = [&parallel](const at::Tensor& h) { return parallel.enter_region(h); };
+                   auto qkv = b->attn->c_attn->forward(entered(b->ln_1->forward(x))).split(C, 2);
+                   auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
+                   at::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
+                   if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
+                   at::Tensor y = seq ? seq->attention(q, k, v, train ? attn_pdrop : 0.0, scale)
+                                      : masking.attention(q, k, v, train ? attn_pdrop : 0.0, scale, false);
+                   y = b->attn->c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
+                   x = x + at::dropout(y, resid_pdrop, train);
+                   at::Tensor m =
+                       b->mlp->c_proj->forward(activation(act, b->mlp->c_fc->forward(entered(b->ln_2->forward(x)))));
+                   return x + at::dropout(m, resid_pdrop, train);
+                 });
+    release_unit(unit);
+  }
+  return run_head(x, [this, &parallel](const at::Tensor& x) {
+    at::Tensor h = t_->ln_f->forward(x);
+    release_unit("transformer.ln_f");
+    h = parallel.enter_region(h);  // the tied head is split by vocabulary: column-wise
+    at::Tensor logits = at::linear(h, t_->wte->param("weight"));
+    release_unit("transformer.wte");
+    return logits;
+  });
+}
 
 at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const at::Tensor& targets,
                         int64_t ignore_index) {

@@ -467,13 +467,6 @@ std::unique_ptr<Model> make_decoder(const json::Value& config, const std::string
   return model;
 }
 
-std::pair<at::Tensor, at::Tensor> KvCache::append(size_t layer, const at::Tensor& k, const at::Tensor& v) {
-  if (keys.size() <= layer) keys.resize(layer + 1), values.resize(layer + 1);
-  keys[layer] = keys[layer].defined() ? at::cat({keys[layer], k}, 2) : k;
-  values[layer] = values[layer].defined() ? at::cat({values[layer], v}, 2) : v;
-  return {keys[layer], values[layer]};
-}
-
 at::Tensor CausalLM::step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                           const at::Tensor& position_ids, KvCache* cache) {
   return forward_seams().whole_logits(local_step(input_ids, attention_mask, position_ids, cache));

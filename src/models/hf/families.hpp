@@ -8,21 +8,13 @@
 #include <vector>
 
 #include "bigmodel/offload.hpp"
+#include "models/attention.hpp"
 #include "models/hf/generate.hpp"
 #include "models/model.hpp"
 #include "models/parallel_forward.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::hf {
-
-// The keys and values of every attention layer for the positions seen so far (transformers' DynamicCache).
-struct KvCache {
-  std::vector<at::Tensor> keys, values;  // per layer, [batch, kv_heads, length, head_dim]
-  int64_t length = 0;
-  // Appends a step's keys and values [batch, kv_heads, new, head_dim] of `layer` and returns all of them, the
-  // past first.
-  std::pair<at::Tensor, at::Tensor> append(size_t layer, const at::Tensor& k, const at::Tensor& v);
-};
 
 // What from_pretrained read besides the weights, for save_pretrained to write back.
 struct Pretrained {

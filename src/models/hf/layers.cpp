@@ -37,13 +37,6 @@ std::string activation_class(const std::string& name) {
   throw std::invalid_argument("hidden_act '" + name + "' is not one libacc has");
 }
 
-at::Tensor activation(const std::string& name, const at::Tensor& x) {
-  if (name == "silu" || name == "swish") return at::silu(x);
-  if (name == "gelu") return at::gelu(x);
-  if (name == "relu") return at::relu(x);
-  return at::gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh, gelu_fast: the tanh approximation
-}
-
 int64_t padding_idx(const json::Value& config, int64_t vocab, int64_t absent, const std::string& source) {
   if (!config.has("pad_token_id")) return absent;
   if (!config.has_value("pad_token_id")) return -1;
@@ -110,12 +103,6 @@ Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t
   // Without padding every query sees itself.
   at::Tensor empty = padded ? mask.eq(lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true) : at::Tensor();
   return {mask, false, empty};
-}
-
-at::Tensor Masking::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
-                              std::optional<double> scale, bool gqa) const {
-  at::Tensor y = at::scaled_dot_product_attention(q, k, v, optional(), dropout, causal, scale, gqa);
-  return empty.defined() ? y.masked_fill(empty, 0) : y;
 }
 
 at::Tensor padding_mask(const at::Tensor& attention_mask, const at::TensorOptions& o) {

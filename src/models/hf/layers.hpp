@@ -1,5 +1,6 @@
 // The layers of the Hugging Face families, with transformers' parameter names and initialisation
-// (`_init_weights`: normal(0, initializer_range) weights, zero biases, unit norms).
+// (`_init_weights`: normal(0, initializer_range) weights, zero biases, unit norms), besides those they share with the
+// built-in ones (Conv1D, Embedding, LayerNorm, the activations: models/transformer_layers.hpp), and their masks.
 #pragma once
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -7,9 +8,11 @@
 #include <optional>
 #include <string>
 
+#include "models/attention.hpp"
 #include "models/layers.hpp"
 #include "models/lora.hpp"
 #include "models/parallel_forward.hpp"
+#include "models/transformer_layers.hpp"
 #include <acc/json.hpp>
 
 namespace acc::core::hf {
@@ -32,24 +35,6 @@ struct Linear : InitModule, lora::Host, SplittableLayer {
   at::Tensor host_weight() override { return param("weight"); }
   int64_t output_dim() const override { return 0; }
   double std_;
-};
-
-// nn.Embedding; `padding_idx` (in [0, n), -1: none) is its padding_idx: that row gets no gradient and starts at zero.
-struct Embedding : InitModule, SplittableLayer {
-  Embedding(int64_t n, int64_t dim, double std, const at::TensorOptions& o, int64_t padding_idx = -1)
-      : std_(std), padding_idx_(padding_idx) {
-    register_parameter("weight", at::empty({n, dim}, o));
-  }
-  void reset() override {
-    at::Tensor& w = param("weight");
-    w.normal_(0, std_);
-    if (const int64_t row = local_row(padding_idx_, w.size(0)); row >= 0) w[row].zero_();
-  }
-  at::Tensor forward(const at::Tensor& ids) { return embed(param("weight"), ids, padding_idx_); }
-  int64_t output_dim() const override { return 0; }
-  bool is_embedding() const override { return true; }
-  double std_;
-  int64_t padding_idx_;
 };
 
 // The padding_idx transformers gives a family's token embedding, nn.Embedding(vocab, hidden, config.pad_token_id):
@@ -75,22 +60,7 @@ struct RMSNorm : InitModule {
   double eps_;
 };
 
-struct LayerNorm : InitModule {
-  LayerNorm(int64_t n, double eps, const at::TensorOptions& o) : InitModule("LayerNorm"), n_(n), eps_(eps) {
-    register_parameter("weight", at::empty({n}, o));
-    register_parameter("bias", at::empty({n}, o));
-  }
-  void reset() override {
-    param("weight").fill_(1);
-    param("bias").zero_();
-  }
-  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {n_}, param("weight"), param("bias"), eps_); }
-  int64_t n_;
-  double eps_;
-};
-
-// transformers' ACT2FN for the names these families use; std::invalid_argument naming an unknown one.
-at::Tensor activation(const std::string& name, const at::Tensor& x);
+// std::invalid_argument naming an activation (activation(), models/transformer_layers.hpp) that libacc lacks.
 // `key`: the config.json key that named it (GPT-2's is activation_function).
 void check_activation(const std::string& name, const std::string& source, const char* key = "hidden_act");
 // The class of ACT2FN[name] ("SiLUActivation"): the name of its weightless module in module trees.
@@ -115,21 +85,8 @@ at::Tensor packed_sequences(const at::Tensor& position_ids);
 // attention_mask and the value). Returns whether the mask holds a 0; one host sync for both.
 bool check_attention_mask(const at::Tensor& attention_mask);
 
-// What a decoder's attention needs: the mask above, or none when nothing is padded and no window applies
-// (then `causal` says whether SDPA's own causal masking is needed: several new tokens and no past), which lets
-// SDPA take its fused path and saves building [B, 1, T, past + T] masks.
-struct Masking {
-  at::Tensor mask;
-  bool causal = false;
-  at::Tensor empty;  // [B, 1, T, 1]: the queries that may see no key (left padding); undefined without padding
-  std::optional<at::Tensor> optional() const { return mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt; }
-  // SDPA under this masking. A query that may see no key gets an output of zero and no gradient through it, as
-  // transformers' default attention, sdpa, gives it (torch's safe softmax): the additive mask alone makes its row
-  // uniform over every key (eager attention's answer), and SDPA's backward there is the derivative of neither
-  // (docs/hf-models.md, "Fully masked rows").
-  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
-                       std::optional<double> scale, bool gqa) const;
-};
+// The masking of a decoder's attention (models/attention.hpp): the mask above, or none when nothing is padded and no
+// window applies.
 Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                         const at::TensorOptions& o, const at::Tensor& sequences = {});
 

@@ -58,8 +58,10 @@ int main(int argc, char** argv) {
   size_t cap = 64 + (size_t)(layers + 1) * 24;
   char* spec = malloc(cap);
   if (!spec) return 1;
-  size_t len = (size_t)snprintf(spec, cap, "{\"type\": \"mlp\", \"activation\": \"relu\", \"loss\": \"mse\", \"sizes\": [");
-  for (int i = 0; i <= layers; ++i) len += (size_t)snprintf(spec + len, cap - len, "%s%lld", i ? ", " : "", (long long)width);
+  size_t len =
+      (size_t)snprintf(spec, cap, "{\"type\": \"mlp\", \"activation\": \"relu\", \"loss\": \"mse\", \"sizes\": [");
+  for (int i = 0; i <= layers; ++i)
+    len += (size_t)snprintf(spec + len, cap - len, "%s%lld", i ? ", " : "", (long long)width);
   snprintf(spec + len, cap - len, "]}");
   acc_model* model;
   CHECK(acc_model_create(spec, &model));
@@ -102,7 +104,8 @@ int main(int argc, char** argv) {
     CHECK(acc_load_state(acc, dir));
     load_cold = now() - t;
   }
-  printf("{\"impl\": \"libacc\", \"parameters\": %lld, \"bytes\": %lld, \"save_s\": %.4f, \"save_sync_s\": %.4f, \"load_warm_s\": %.4f,"
+  printf("{\"impl\": \"libacc\", \"parameters\": %lld, \"bytes\": %lld, \"save_s\": %.4f, \"save_sync_s\": %.4f, "
+         "\"load_warm_s\": %.4f,"
          " \"load_cold_s\": %.4f}\n",
          (long long)parameters, bytes, save, save_sync, load_warm, load_cold);
   acc_optimizer_destroy(opt);

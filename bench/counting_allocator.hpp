@@ -61,10 +61,8 @@ class CountingAllocator final : public c10::Allocator {
     int64_t small = 0;
     std::printf("AT_PEAK %.1f MB:", static_cast<double>(highest_) / 1e6);
     for (int64_t b : at_peak_)
-      if (b >= 1000000)
-        std::printf(" %.1f", static_cast<double>(b) / 1e6);
-      else
-        small += b;
+      if (b >= 1000000) std::printf(" %.1f", static_cast<double>(b) / 1e6);
+      else small += b;
     std::printf(" + %.1f in smaller ones\n", static_cast<double>(small) / 1e6);
   }
   // Peaks before this (building the whole model before sharding it) are not what the AT_PEAK line shows.

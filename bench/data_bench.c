@@ -15,12 +15,12 @@ static double now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-#define TRY(call)                                                               \
-  do {                                                                          \
-    if ((call) != ACC_OK) {                                                     \
-      fprintf(stderr, "%s failed: %s\n", #call, acc_last_error_message());      \
-      return 1;                                                                 \
-    }                                                                           \
+#define TRY(call)                                                          \
+  do {                                                                     \
+    if ((call) != ACC_OK) {                                                \
+      fprintf(stderr, "%s failed: %s\n", #call, acc_last_error_message()); \
+      return 1;                                                            \
+    }                                                                      \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
     ++batches;
   }
   const double t2 = now();
-  printf("{\"build_s\": %.6f, \"batch_s\": %.6f, \"rows\": %lld, \"batches\": %lld, \"tokens\": %lld, \"checksum\": \"%llu\"}\n",
+  printf("{\"build_s\": %.6f, \"batch_s\": %.6f, \"rows\": %lld, \"batches\": %lld, \"tokens\": %lld, \"checksum\": "
+         "\"%llu\"}\n",
          t1 - t0, t2 - t1, (long long)rows, (long long)batches, (long long)tokens, (unsigned long long)sum);
   free(buf);
   acc_dataloader_destroy(dl);

@@ -47,7 +47,6 @@ static clocks read_clocks(int sched_fd) {
   return c;
 }
 
-
 /* BENCH_START_BARRIER=FILE:N (run.py's bound: processes without a process group, started together): each appends a
  * byte to FILE and waits until it holds N, so that all begin their timed steps at once. */
 static void start_barrier(void) {
@@ -162,14 +161,12 @@ int main(int argc, char** argv) {
            " \"step_ms\": %.4f, \"peak_rss_mb\": %.1f, \"phase_ms\": {",
            (long long)parameters, threads ? threads : "unset", (double)steps * n * world / seconds,
            1e3 * seconds / steps, ru.ru_maxrss / 1024.0);
-    for (int p = 0; p < PHASES; ++p)
-      printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * phase[p] / steps);
+    for (int p = 0; p < PHASES; ++p) printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * phase[p] / steps);
     printf("}, \"blocked_ms\": {");
     for (int p = 0; p < PHASES; ++p)
       printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * (blocked[p] > 0 ? blocked[p] : 0) / steps);
     printf("}, \"runq_ms\": {");
-    for (int p = 0; p < PHASES; ++p)
-      printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * runq[p] / steps);
+    for (int p = 0; p < PHASES; ++p) printf("%s\"%s\": %.4f", p ? ", " : "", phase_names[p], 1e3 * runq[p] / steps);
     printf("}, \"window\": [%.6f, %.6f]", t0, end);
     if (record) {
       printf(", \"losses\": [");

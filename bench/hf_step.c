@@ -138,14 +138,16 @@ int main(int argc, char** argv) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const double fwd_tokens = (double)(batch * seq) * fwd_steps, train_tokens = (double)(batch * seq) * train_steps;
-  printf("{\"impl\": \"libacc\", \"parameters\": %lld, \"load_first_s\": %.4f, \"load_warm_s\": %.4f, \"load_cold_s\": %.4f,"
+  printf("{\"impl\": \"libacc\", \"parameters\": %lld, \"load_first_s\": %.4f, \"load_warm_s\": %.4f, \"load_cold_s\": "
+         "%.4f,"
          " \"forward_s\": %.4f, \"forward_tokens_per_s\": %.2f, \"train_s\": %.4f, \"train_tokens_per_s\": %.2f,"
          " \"first_loss\": %.6f, \"last_loss\": %.6f, \"generate_s\": %.4f, \"generate_tokens_per_s\": %.2f,"
          " \"peak_rss_mb\": %.1f, \"generated\": [",
          (long long)parameters, load_first, load_warm, load_cold, fwd_s, fwd_tokens / fwd_s, train_s,
          train_tokens / train_s, first_loss, last_loss, gen_s, (double)(new_tokens * gen_reps) / gen_s,
          ru.ru_maxrss / 1024.0);
-  for (int64_t i = prompt_len; i < gen_shape[1]; ++i) printf("%s%lld", i > prompt_len ? ", " : "", (long long)out_ids[i]);
+  for (int64_t i = prompt_len; i < gen_shape[1]; ++i)
+    printf("%s%lld", i > prompt_len ? ", " : "", (long long)out_ids[i]);
   printf("]}\n");
 
   free(out_ids);

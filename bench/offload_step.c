@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
          " \"peak_rss_mb\": %.1f, \"rss_after_mb\": %.1f, \"device_map\": %s, \"generated\": [",
          mode, (long long)parameters, load_s, first_gen_s, gen_s, (double)(new_tokens * gen_reps) / gen_s, base / 1e6,
          load_peak / 1e6, peak / 1e6, rss_after / 1e6, disk ? map : "{\"\": \"cpu\"}");
-  for (int64_t i = prompt_len; i < gen_shape[1]; ++i) printf("%s%lld", i > prompt_len ? ", " : "", (long long)out_ids[i]);
+  for (int64_t i = prompt_len; i < gen_shape[1]; ++i)
+    printf("%s%lld", i > prompt_len ? ", " : "", (long long)out_ids[i]);
   printf("], \"planned_map\": %s}\n", map);
 
   free(out_ids);

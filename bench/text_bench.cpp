@@ -76,9 +76,8 @@ uint64_t fnv1a(std::string_view s) {
 }
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: text_bench DIR LINES_FILE [--passes N] [--threads 1,2] [--chat MESSAGES_JSON_FILE] "
-               "[--chat-seconds S] [--extra JSON]\n");
+  std::fprintf(stderr, "usage: text_bench DIR LINES_FILE [--passes N] [--threads 1,2] [--chat MESSAGES_JSON_FILE] "
+                       "[--chat-seconds S] [--extra JSON]\n");
   std::exit(2);
 }
 
@@ -171,8 +170,8 @@ int main(int argc, char** argv) try {
     }
     char h[24];
     std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
-    out << ", \"chat\": {\"renders_per_s\": " << json_list(rates) << ", \"bytes\": " << text.size()
-        << ", \"fnv1a\": \"" << h << "\"}";
+    out << ", \"chat\": {\"renders_per_s\": " << json_list(rates) << ", \"bytes\": " << text.size() << ", \"fnv1a\": \""
+        << h << "\"}";
   }
   out << "}";
   std::cout << out.str() << std::endl;

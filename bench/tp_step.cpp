@@ -120,19 +120,21 @@ int main(int argc, char** argv) {
     std::perror(path.c_str());
     return 1;
   }
-  std::fprintf(f,
-               "{\"impl\": \"libacc\", \"rank\": %d, \"world\": %d, \"dp_shard\": %d, \"tp\": %d, \"parameters\": %lld, "
-               "\"local_parameters\": %lld, \"tokens_per_s\": %.3f, \"step_ms\": %.3f, \"peak_rss_mb\": %.1f, "
-               "\"rss_before_load_mb\": %.1f, \"rss_prepared_mb\": %.1f, \"phase_ms\": {",
-               static_cast<int>(rank), static_cast<int>(world), dp_shard, tp, static_cast<long long>(parameters),
-               static_cast<long long>(local_parameters), static_cast<double>(steps) * n * dp_shard / seconds,
-               1e3 * seconds / steps, status_mb("VmHWM"), rss_before_mb, rss_prepared_mb);
+  std::fprintf(
+      f,
+      "{\"impl\": \"libacc\", \"rank\": %d, \"world\": %d, \"dp_shard\": %d, \"tp\": %d, \"parameters\": %lld, "
+      "\"local_parameters\": %lld, \"tokens_per_s\": %.3f, \"step_ms\": %.3f, \"peak_rss_mb\": %.1f, "
+      "\"rss_before_load_mb\": %.1f, \"rss_prepared_mb\": %.1f, \"phase_ms\": {",
+      static_cast<int>(rank), static_cast<int>(world), dp_shard, tp, static_cast<long long>(parameters),
+      static_cast<long long>(local_parameters), static_cast<double>(steps) * n * dp_shard / seconds,
+      1e3 * seconds / steps, status_mb("VmHWM"), rss_before_mb, rss_prepared_mb);
   for (int p = 0; p < PHASES; ++p)
     std::fprintf(f, "%s\"%s\": %.3f", p ? ", " : "", phase_names[p], 1e3 * phase[p] / steps);
   std::fprintf(f, "}, ");
   if (counting)
-    std::fprintf(f, "\"bytes\": {\"after_prepare\": %lld, \"prepare_peak\": %lld, \"forward\": %lld, \"backward\": %lld, "
-                    "\"optimizer\": %lld}, ",
+    std::fprintf(f,
+                 "\"bytes\": {\"after_prepare\": %lld, \"prepare_peak\": %lld, \"forward\": %lld, \"backward\": %lld, "
+                 "\"optimizer\": %lld}, ",
                  static_cast<long long>(after_prepare), static_cast<long long>(prepare_peak),
                  static_cast<long long>(phase_peak[FORWARD]), static_cast<long long>(phase_peak[BACKWARD]),
                  static_cast<long long>(phase_peak[OPTIMIZER]));

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   }
   bench::CountingAllocator& counting = bench::CountingAllocator::install(std::getenv("ZERO_MEMORY_AT_PEAK") != nullptr);
   const int layers = std::atoi(argv[1]), embd = std::atoi(argv[2]), heads = std::atoi(argv[3]),
-            vocab = std::atoi(argv[4]), seq = std::atoi(argv[5]), batch = std::atoi(argv[6]), steps = std::atoi(argv[7]);
+            vocab = std::atoi(argv[4]), seq = std::atoi(argv[5]), batch = std::atoi(argv[6]),
+            steps = std::atoi(argv[7]);
   acc_accelerator* acc;
   CHECK(acc_accelerator_create("{\"seed\": 1}", &acc));
   char spec[256];
@@ -72,8 +73,9 @@ int main(int argc, char** argv) {
   std::printf("MEM {\"rank\": %d, \"params\": %lld, \"after_prepare\": %lld, \"peak\": %lld, \"forward\": %lld, "
               "\"backward\": %lld, \"step\": %lld}\n",
               rank, static_cast<long long>(params), static_cast<long long>(after_prepare),
-              static_cast<long long>(*std::max_element(phase_peak, phase_peak + 3)), static_cast<long long>(phase_peak[0]),
-              static_cast<long long>(phase_peak[1]), static_cast<long long>(phase_peak[2]));
+              static_cast<long long>(*std::max_element(phase_peak, phase_peak + 3)),
+              static_cast<long long>(phase_peak[0]), static_cast<long long>(phase_peak[1]),
+              static_cast<long long>(phase_peak[2]));
   if (counting.recording() && rank == 0) counting.print_at_peak();  // zero_memory.py shows rank 0's
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);

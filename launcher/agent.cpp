@@ -76,8 +76,7 @@ Address resolve(const std::string& host, int port) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0)
-    throw AgentError("cannot resolve main_process_ip '" + host + "': " + gai_strerror(rc), 1);
+  if (rc != 0) throw AgentError("cannot resolve main_process_ip '" + host + "': " + gai_strerror(rc), 1);
   Address a;
   std::memcpy(&a.addr, res->ai_addr, res->ai_addrlen);
   a.len = res->ai_addrlen;
@@ -273,8 +272,8 @@ int Agent::host_rendezvous(int sigfd, double deadline) {
   while (static_cast<int>(peers_.size()) < o_.num_machines - 1) {
     const double left = deadline - monotonic_now();
     if (left <= 0)
-      fail_all("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
-                   std::to_string(peers_.size() + 1) + " of " + std::to_string(o_.num_machines) +
+      fail_all("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) +
+                   " s: " + std::to_string(peers_.size() + 1) + " of " + std::to_string(o_.num_machines) +
                    " machines joined (missing machine rank " + missing_machines() + "); " + rendezvous_hint(),
                1);
     std::vector<pollfd> fds{{lfd.get(), POLLIN, 0}};
@@ -401,8 +400,8 @@ int Agent::join_rendezvous(int sigfd, double deadline) {
   std::string last_error = "no answer";
   bool said_waiting = false;
   const auto timed_out = [&](const std::string& why) {
-    return AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " +
-                          why + "; " + rendezvous_hint(),
+    return AgentError("rendezvous timed out after " + std::to_string(static_cast<int>(o_.join_timeout)) + " s: " + why +
+                          "; " + rendezvous_hint(),
                       1);
   };
   const auto pause = [&] {
@@ -463,14 +462,13 @@ int Agent::await_go(Peer& server, int sigfd, double deadline) {
       if (w.size() == 3 && w[0] == "GO" && to_int(w[1], round) && to_int(w[2], port)) return port;
       if (!w.empty() && w[0] == "ERROR")
         throw AgentError("machine 0 refused the rendezvous: " + line.substr(std::min<size_t>(6, line.size())), 2);
-      if (line == "ACC1 WELCOME")
-        acc_answered = true;
-      else if (!acc_answered)
-        foreign = true;
+      if (line == "ACC1 WELCOME") acc_answered = true;
+      else if (!acc_answered) foreign = true;
     }
     if (acc_answered && !open)
-      throw AgentError(
-          "machine 0 at " + main_address() + " closed the connection during the rendezvous (its acc launch ended)", 1);
+      throw AgentError("machine 0 at " + main_address() +
+                           " closed the connection during the rendezvous (its acc launch ended)",
+                       1);
     if (foreign || !open) return 0;
   }
 }
@@ -534,9 +532,10 @@ Agent::Event Agent::on_poll(const std::vector<pollfd>& fds) {
 Agent::Event Agent::lose(Peer& p, const std::string& why) {
   p.lost = true;
   p.sock.reset();
-  std::string msg = o_.machine_rank == 0
-                        ? "lost contact with machine " + std::to_string(p.machine_rank) + " (" + p.host + "): " + why
-                        : "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) + ": " + why;
+  std::string msg =
+      o_.machine_rank == 0
+          ? "lost contact with machine " + std::to_string(p.machine_rank) + " (" + p.host + "): " + why
+          : "lost contact with machine 0 at " + o_.main_ip + ":" + std::to_string(o_.main_port) + ": " + why;
   if (o_.machine_rank != 0) return {Event::Lost, msg};
   no_restart_ = true;
   Event ev;
@@ -694,8 +693,8 @@ void Agent::lose_silent_machines() {
       if (!failure_seen_) {
         failure_seen_ = true;
         failure_code_ = 1;
-        failure_message_ = "machine " + std::to_string(p->machine_rank) + " (" + p->host +
-                           ") did not report the end of its processes";
+        failure_message_ =
+            "machine " + std::to_string(p->machine_rank) + " (" + p->host + ") did not report the end of its processes";
       }
     }
 }

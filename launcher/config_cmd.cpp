@@ -44,7 +44,7 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 bool exists(const std::string& p) {
-  struct stat st {};
+  struct stat st{};
   return stat(p.c_str(), &st) == 0;
 }
 
@@ -149,9 +149,7 @@ class Asker {
 
 struct Answers {
   std::vector<config::Flag> flags;
-  void set(const std::string& key, const std::string& value) {
-    flags.push_back({key, value, "acc config: " + key});
-  }
+  void set(const std::string& key, const std::string& value) { flags.push_back({key, value, "acc config: " + key}); }
   void set(const std::string& key, long v) { set(key, std::to_string(v)); }
   void set_bool(const std::string& key, bool v) { set(key, std::string(v ? "true" : "false")); }
 };
@@ -174,34 +172,46 @@ void ask_machines(Asker& ask, Setup& s) {
   if (env == 1) throw Abort("Amazon SageMaker jobs are not supported by acc; answer 0 (This machine)");
   a.set("compute_environment", std::string("LOCAL_MACHINE"));
 
-  const std::vector<std::string> machines = {"No distributed training", "multi-CPU", "multi-XPU", "multi-HPU",
-                                             "multi-GPU", "multi-NPU", "multi-MLU", "multi-SDAA", "multi-MUSA",
-                                             "multi-NEURON", "TPU"};
-  const std::vector<std::string> types = {"NO", "MULTI_CPU", "MULTI_XPU", "MULTI_HPU", "MULTI_GPU", "MULTI_NPU",
-                                          "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_NEURON", "XLA"};
+  const std::vector<std::string> machines = {"No distributed training",
+                                             "multi-CPU",
+                                             "multi-XPU",
+                                             "multi-HPU",
+                                             "multi-GPU",
+                                             "multi-NPU",
+                                             "multi-MLU",
+                                             "multi-SDAA",
+                                             "multi-MUSA",
+                                             "multi-NEURON",
+                                             "TPU"};
+  const std::vector<std::string> types = {"NO",         "MULTI_CPU",    "MULTI_XPU", "MULTI_HPU",
+                                          "MULTI_GPU",  "MULTI_NPU",    "MULTI_MLU", "MULTI_SDAA",
+                                          "MULTI_MUSA", "MULTI_NEURON", "XLA"};
   dt = types[ask.choice("Which type of machine are you using?", machines)];
   multi = dt.rfind("MULTI_", 0) == 0;
   if (multi) {
-    num_machines = ask.integer("How many different machines will you use (use more than 1 for multi-node training)? [1]: ", 1, 1);
+    num_machines =
+        ask.integer("How many different machines will you use (use more than 1 for multi-node training)? [1]: ", 1, 1);
     a.set("num_machines", num_machines);
     if (num_machines > 1) {
       std::vector<std::string> ranks;
       for (long r = 0; r < num_machines; ++r) ranks.push_back(std::to_string(r));
       a.set("machine_rank", static_cast<long>(ask.choice("What is the rank of this machine?", ranks)));
       a.set("main_process_ip", ask.field("What is the IP address of the machine that will host the main process? "));
-      a.set("main_process_port", ask.integer("What is the port you will use to communicate with the main process? ",
-                                             std::nullopt, 0));
+      a.set("main_process_port",
+            ask.integer("What is the port you will use to communicate with the main process? ", std::nullopt, 0));
       bool same = ask.yes_no("Are all the machines on the same local network? Answer `no` if nodes are on the cloud "
-                             "and/or on different network hosts [YES/no]: ", true);
+                             "and/or on different network hosts [YES/no]: ",
+                             true);
       a.set_bool("same_network", same);
       if (!same)
-        a.set("rdzv_backend", ask.field("What rendezvous backend will you use? ('static', 'c10d', ...): ",
-                                        std::string("static")));
+        a.set("rdzv_backend",
+              ask.field("What rendezvous backend will you use? ('static', 'c10d', ...): ", std::string("static")));
     } else {
       a.set_bool("same_network", true);
     }
     a.set_bool("debug", ask.yes_no("Should distributed operations be checked while running for errors? This can avoid "
-                                   "timeout issues but will be slower. [yes/NO]: ", false));
+                                   "timeout issues but will be slower. [yes/NO]: ",
+                                   false));
   }
 }
 
@@ -213,17 +223,18 @@ void ask_cpu(Asker& ask, Setup& s) {
   use_cpu = dt == "MULTI_CPU";
   if (dt == "NO")
     use_cpu = ask.yes_no("Do you want to run your training on CPU only (even if a GPU / Apple Silicon / Ascend NPU "
-                         "device is available)? [yes/NO]:", false);
+                         "device is available)? [yes/NO]:",
+                         false);
   a.set_bool("use_cpu", use_cpu);
   if (use_cpu && dt == "MULTI_CPU") {
     if (ask.yes_no("Do you want accelerate to launch mpirun? [yes/NO]: ", false)) {
       std::string hostfile = ask.field("Please enter the path to the hostfile to use with mpirun [~/hostfile]: ",
                                        std::string("~/hostfile"));
-      if (hostfile.rfind("~/", 0) == 0 && std::getenv("HOME")) hostfile = std::string(std::getenv("HOME")) + hostfile.substr(1);
+      if (hostfile.rfind("~/", 0) == 0 && std::getenv("HOME"))
+        hostfile = std::string(std::getenv("HOME")) + hostfile.substr(1);
       a.set("mpirun_config.mpirun_hostfile", hostfile);
     }
   }
-
 }
 
 // torch dynamo.
@@ -231,22 +242,24 @@ void ask_dynamo(Asker& ask, Setup& s) {
   Answers& a = s.a;
   const bool use_dynamo = ask.yes_no("Do you wish to optimize your script with torch dynamo?[yes/NO]:", false);
   if (use_dynamo) {
-    const std::vector<std::string> backends = {"eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser",
-                                               "cudagraphs", "ofi", "fx2trt", "onnxrt", "tensorrt",
-                                               "aot_torchxla_trace_once", "torchxla_trace_once", "tvm"};
-    a.set("dynamo_config.dynamo_backend", backends[ask.choice("Which dynamo backend would you like to use?", backends, 2)]);
+    const std::vector<std::string> backends = {
+        "eager",  "aot_eager", "inductor", "aot_ts_nvfuser",          "nvprims_nvfuser",     "cudagraphs", "ofi",
+        "fx2trt", "onnxrt",    "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "tvm"};
+    a.set("dynamo_config.dynamo_backend",
+          backends[ask.choice("Which dynamo backend would you like to use?", backends, 2)]);
     if (ask.yes_no("Do you want to customize the defaults sent to torch.compile? [yes/NO]: ", false)) {
       const std::vector<std::string> modes = {"default", "reduce-overhead", "max-autotune"};
       a.set("dynamo_config.dynamo_mode", modes[ask.choice("Which mode do you want to use?", modes, 0)]);
       a.set_bool("dynamo_config.dynamo_use_fullgraph",
                  ask.yes_no("Do you want the fullgraph mode or it is ok to break model into several subgraphs? "
-                            "[yes/NO]: ", false));
-      a.set_bool("dynamo_config.dynamo_use_dynamic", ask.yes_no("Do you want to enable dynamic shape tracing? [yes/NO]: ", false));
+                            "[yes/NO]: ",
+                            false));
+      a.set_bool("dynamo_config.dynamo_use_dynamic",
+                 ask.yes_no("Do you want to enable dynamic shape tracing? [yes/NO]: ", false));
       a.set_bool("dynamo_config.dynamo_use_regional_compilation",
                  ask.yes_no("Do you want to enable regional compilation? [yes/NO]: ", false));
     }
   }
-
 }
 
 // DeepSpeed (multi-GPU or no distribution).
@@ -267,8 +280,8 @@ void ask_deepspeed(Asker& ask, Setup& s) {
         a.set("deepspeed_config.deepspeed_config_file",
               ask.field("Please enter the path to the json DeepSpeed config file: ", std::string("none")));
       } else {
-        long stage = static_cast<long>(
-            ask.choice("What should be your DeepSpeed's ZeRO optimization stage?", {"0", "1", "2", "3"}, 2));
+        long stage = static_cast<long>(ask.choice("What should be your DeepSpeed's ZeRO optimization stage?",
+                                                  {"0", "1", "2", "3"}, 2));
         a.set("deepspeed_config.zero_stage", stage);
         const std::vector<std::string> devices = {"none", "cpu", "nvme"};
         if (stage >= 2) {
@@ -294,13 +307,16 @@ void ask_deepspeed(Asker& ask, Setup& s) {
       }
       a.set_bool("deepspeed_config.zero3_init_flag",
                  ask.yes_no("Do you want to enable `deepspeed.zero.Init` when using ZeRO Stage-3 for constructing "
-                            "massive models? [yes/NO]: ", false));
+                            "massive models? [yes/NO]: ",
+                            false));
       if (ask.yes_no("Do you want to enable Mixture-of-Experts training (MoE)? [yes/NO]: ", false))
-        a.set("deepspeed_config.deepspeed_moe_layer_cls_names",
-              ask.field("Specify the comma-separated list of transformers MoE layer class names (case-sensitive), "
-                        "e.g : `MixtralSparseMoeBlock`, `Qwen2MoeSparseMoeBlock`, `JetMoEAttention,JetMoEBlock` ... : "));
+        a.set(
+            "deepspeed_config.deepspeed_moe_layer_cls_names",
+            ask.field("Specify the comma-separated list of transformers MoE layer class names (case-sensitive), "
+                      "e.g : `MixtralSparseMoeBlock`, `Qwen2MoeSparseMoeBlock`, `JetMoEAttention,JetMoEBlock` ... : "));
       if (num_machines > 1) {
-        const std::vector<std::string> launchers = {"pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm"};
+        const std::vector<std::string> launchers = {"pdsh",  "standard", "openmpi", "mvapich",
+                                                    "mpich", "nossh",    "slurm"};
         std::string l = launchers[ask.choice("Which Type of launcher do you want to use?", launchers)];
         a.set("deepspeed_config.deepspeed_multinode_launcher", l);
         if (l != "standard") {
@@ -316,7 +332,6 @@ void ask_deepspeed(Asker& ask, Setup& s) {
       }
     }
   }
-
 }
 
 // FSDP (multi-GPU without DeepSpeed).
@@ -336,7 +351,8 @@ void ask_fsdp(Asker& ask, Setup& s) {
       const std::vector<std::string> strategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                                    "HYBRID_SHARD_ZERO2"};
       if (fsdp_version == 1)
-        a.set("fsdp_config.fsdp_reshard_after_forward", strategies[ask.choice("What should be your sharding strategy?", strategies)]);
+        a.set("fsdp_config.fsdp_reshard_after_forward",
+              strategies[ask.choice("What should be your sharding strategy?", strategies)]);
       else
         a.set_bool("fsdp_config.fsdp_reshard_after_forward",
                    ask.yes_no("Do you want to enable resharding after forward? [YES/no]: ", true));
@@ -347,18 +363,22 @@ void ask_fsdp(Asker& ask, Setup& s) {
       a.set("fsdp_config.fsdp_auto_wrap_policy", wraps[wrap]);
       if (wrap == 0) {
         if (!ask.yes_no("Do you want to use the model's `_no_split_modules` to wrap. Only applicable for Transformers "
-                        "[yes/NO]: ", false))
+                        "[yes/NO]: ",
+                        false))
           a.set("fsdp_config.fsdp_transformer_layer_cls_to_wrap",
-                ask.field("Specify the comma-separated list of transformer layer class names (case-sensitive) to wrap "
-                          ",e.g, :`BertLayer`, `GPTJBlock`, `T5Block`, `BertLayer,BertEmbeddings,BertSelfOutput` ...? : "));
+                ask.field(
+                    "Specify the comma-separated list of transformer layer class names (case-sensitive) to wrap "
+                    ",e.g, :`BertLayer`, `GPTJBlock`, `T5Block`, `BertLayer,BertEmbeddings,BertSelfOutput` ...? : "));
       } else if (wrap == 1) {
         a.set("fsdp_config.fsdp_min_num_params",
               ask.integer("What should be your FSDP's minimum number of parameters for Default Auto Wrapping Policy? "
-                          "[1e8]: ", 100000000));
+                          "[1e8]: ",
+                          100000000));
       }
       if (fsdp_version == 1) {
         const std::vector<std::string> prefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
-        a.set("fsdp_config.fsdp_backward_prefetch", prefetch[ask.choice("What should be your FSDP's backward prefetch policy?", prefetch)]);
+        a.set("fsdp_config.fsdp_backward_prefetch",
+              prefetch[ask.choice("What should be your FSDP's backward prefetch policy?", prefetch)]);
       }
       const std::vector<std::string> sd1 = {"FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"};
       const std::vector<std::string> sd2 = {"SHARDED_STATE_DICT", "FULL_STATE_DICT"};
@@ -371,13 +391,15 @@ void ask_fsdp(Asker& ask, Setup& s) {
                    ask.yes_no("Do you want to enable FSDP's `use_orig_params` feature? [YES/no]: ", true));
       }
       bool ram = ask.yes_no("Do you want to enable CPU RAM efficient model loading? Only applicable for Transformers "
-                            "models. [YES/no]: ", true);
+                            "models. [YES/no]: ",
+                            true);
       a.set_bool("fsdp_config.fsdp_cpu_ram_efficient_loading", ram);
       if (fsdp_version == 1)
         a.set_bool("fsdp_config.fsdp_sync_module_states",
                    ram ? true
                        : ask.yes_no("Do you want each individually wrapped FSDP unit to broadcast module parameters "
-                                    "from rank 0 at the start? [YES/no]: ", true));
+                                    "from rank 0 at the start? [YES/no]: ",
+                                    true));
       a.set_bool("fsdp_config.fsdp_activation_checkpointing",
                  ask.yes_no("Do you want to enable FSDP activation checkpointing? [yes/NO]: ", false));
     }
@@ -398,10 +420,10 @@ void ask_parallelism(Asker& ask, Setup& s) {
       long cp = ask.integer("What is the context parallelism size? [1]: ", 1, 1);
       a.set(p + "cp_size", cp);
       if (cp > 1)
-        a.set(p + "cp_comm_strategy",
-              std::string(ask.choice("What is the compute parallelism communication strategy?", {"allgather", "alltoall"}, 0)
-                              ? "alltoall"
-                              : "allgather"));
+        a.set(p + "cp_comm_strategy", std::string(ask.choice("What is the compute parallelism communication strategy?",
+                                                             {"allgather", "alltoall"}, 0)
+                                                      ? "alltoall"
+                                                      : "allgather"));
     }
   }
 }
@@ -416,7 +438,9 @@ void ask_megatron(Asker& ask, Setup& s) {
       const std::string p = "megatron_lm_config.megatron_lm_";
       long tp = ask.integer("What is the Tensor Parallelism degree/size? [1]:", 1, 1);
       a.set(p + "tp_degree", tp);
-      if (tp > 1) a.set_bool(p + "sequence_parallelism", ask.yes_no("Do you want to enable Sequence Parallelism? [YES/no]: ", true));
+      if (tp > 1)
+        a.set_bool(p + "sequence_parallelism",
+                   ask.yes_no("Do you want to enable Sequence Parallelism? [YES/no]: ", true));
       long pp = ask.integer("What is the Pipeline Parallelism degree/size? [1]:", 1, 1);
       a.set(p + "pp_degree", pp);
       if (pp > 1) a.set(p + "num_micro_batches", ask.integer("What is the number of micro-batches? [1]:", 1, 1));
@@ -424,10 +448,12 @@ void ask_megatron(Asker& ask, Setup& s) {
                  ask.yes_no("Do you want to enable selective activation recomputation? [YES/no]: ", true));
       a.set_bool(p + "use_distributed_optimizer",
                  ask.yes_no("Do you want to use distributed optimizer which shards optimizer state and gradients "
-                            "across data parallel ranks? [YES/no]: ", true));
+                            "across data parallel ranks? [YES/no]: ",
+                            true));
       a.set(p + "gradient_clipping",
             std::to_string(ask.number("What is the gradient clipping value based on global L2 Norm (0 to disable)? "
-                                      "[1.0]: ", 1.0)));
+                                      "[1.0]: ",
+                                      1.0)));
     }
   }
 }
@@ -459,14 +485,17 @@ bool ask_processes(Asker& ask, Setup& s) {
                         dt == "MEGATRON_LM";
   if (gpu_like && !use_cpu)
     a.set("gpu_ids", ask.field("What GPU(s) (by id) should be used for training on this machine as a comma-separated "
-                               "list? [all]:", std::string("all")));
+                               "list? [all]:",
+                               std::string("all")));
   if ((dt == "NO" || dt == "MULTI_GPU") && !use_cpu)
     a.set_bool("enable_cpu_affinity", ask.yes_no("Would you like to enable numa efficiency? (Currently only supported "
-                                                 "on NVIDIA hardware). [yes/NO]: ", false));
+                                                 "on NVIDIA hardware). [yes/NO]: ",
+                                                 false));
   if (dt == "XLA") {
     a.set("main_training_function",
           ask.field("What is the name of the function in your script that should be launched in all parallel scripts? "
-                    "[main]: ", std::string("main")));
+                    "[main]: ",
+                    std::string("main")));
     a.set("mixed_precision", std::string("no"));
     return false;
   }
@@ -489,14 +518,16 @@ void ask_mixed_precision(Asker& ask, Setup& s) {
       if (b == 1) {
         a.set_bool("fp8_config.use_autocast_during_eval",
                    ask.yes_no("Do you want to use FP8 autocast during eval mode? Generally better metrics are found "
-                              "when this is disabled [yes/NO]: ", false));
+                              "when this is disabled [yes/NO]: ",
+                              false));
         a.set("fp8_config.margin", ask.integer("What margin should be used for gradient scaling? [0]: ", 0));
         a.set("fp8_config.interval",
               ask.integer("What interval should be used for how often the scaling factor is recomputed? [1]: ", 1, 1));
         const std::vector<std::string> formats = {"HYBRID", "E4M3", "E5M2"};
         a.set("fp8_config.fp8_format", formats[ask.choice("Which weight format should be used?", formats, 0)]);
         a.set("fp8_config.amax_history_len",
-              ask.integer("What length of history should be used for the amax scaling factor computation? [1024]: ", 1024, 1));
+              ask.integer("What length of history should be used for the amax scaling factor computation? [1024]: ",
+                          1024, 1));
         a.set("fp8_config.amax_compute_algo",
               std::string(ask.choice("Which algorithm should be used for the amax scaling factor computation?",
                                      {"max", "most_recent"}, 0)
@@ -517,10 +548,12 @@ void ask_mixed_precision(Asker& ask, Setup& s) {
       } else {
         a.set_bool("fp8_config.enable_fsdp_float8_all_gather",
                    ask.yes_no("Do you want to enable FSDP2 float8 all gather? This is recommended for better "
-                              "performance if using FSDP2. [YES/no]: ", true));
+                              "performance if using FSDP2. [YES/no]: ",
+                              true));
         a.set_bool("fp8_config.pad_inner_dim",
                    ask.yes_no("Do you want to pad the inner dimension of weight matrices before float8 matmuls? "
-                              "[YES/no]: ", true));
+                              "[YES/no]: ",
+                              true));
       }
     }
   }
@@ -597,13 +630,15 @@ int questionnaire_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = {opt("--help", "", "show this help and exit", false, {"-h"}),
                                    opt("--config_file", "FILE", "where to write (.json: JSON, else YAML)")};
   cli::Parsed p;
-  if (auto done = parse_options(opts, args, "", "unknown subcommand ", "",
-                                "acc config [--config_file FILE] | acc config {default,update,explain,schema} [options]",
-                                kDescription, p))
+  if (auto done =
+          parse_options(opts, args, "", "unknown subcommand ", "",
+                        "acc config [--config_file FILE] | acc config {default,update,explain,schema} [options]",
+                        kDescription, p))
     return *done;
   try {
     auto env = config::current_environment();
-    std::string path = p.options.count("--config_file") ? p.options["--config_file"].value : default_write_location(env);
+    std::string path = p.options.count("--config_file") ? p.options["--config_file"].value
+                                                        : default_write_location(env);
     Asker ask;
     Answers a = questionnaire(ask);
     config::Config cfg = config::resolve_launch(std::nullopt, a.flags, false);
@@ -627,17 +662,21 @@ int default_main(const std::vector<std::string>& args) {
       opt("--mixed_precision", "{no,fp16,bf16,fp8}", "mixed precision mode (default no)"),
       opt("--force", "", "overwrite an existing file (accelerate config default never does)", false)};
   cli::Parsed p;
-  if (auto done = parse_options(opts, args, "default", "unexpected argument ", "",
-                                "acc config default [--config_file FILE] [--mixed_precision MODE] [--force]",
-                                "Writes a config file for this machine without questions, as `accelerate config default`:\n"
-                                "with 2 or more GPUs, MULTI_GPU over all of them; with one, NO; without, the CPU.", p))
+  if (auto done =
+          parse_options(opts, args, "default", "unexpected argument ", "",
+                        "acc config default [--config_file FILE] [--mixed_precision MODE] [--force]",
+                        "Writes a config file for this machine without questions, as `accelerate config default`:\n"
+                        "with 2 or more GPUs, MULTI_GPU over all of them; with one, NO; without, the CPU.",
+                        p))
     return *done;
   try {
     auto env = config::current_environment();
-    std::string path = p.options.count("--config_file") ? p.options["--config_file"].value : default_write_location(env);
+    std::string path = p.options.count("--config_file") ? p.options["--config_file"].value
+                                                        : default_write_location(env);
     if (exists(path) && !p.options.count("--force")) {
       std::printf("Configuration already exists at %s, will not override. Run `acc config` manually, pass a different "
-                  "--config_file, or --force.\n", path.c_str());
+                  "--config_file, or --force.\n",
+                  path.c_str());
       return 1;
     }
     std::string mp = p.options.count("--mixed_precision") ? p.options["--mixed_precision"].value : "no";
@@ -670,12 +709,14 @@ int default_main(const std::vector<std::string>& args) {
 
 int update_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = {opt("--help", "", "show this help and exit", false, {"-h"}),
-                                   opt("--config_file", "FILE", "the file to update (default: the one acc launch reads)")};
+                                   opt("--config_file", "FILE",
+                                       "the file to update (default: the one acc launch reads)")};
   cli::Parsed p;
-  if (auto done = parse_options(opts, args, "update", "unexpected argument ", "",
-                                "acc config update [--config_file FILE]",
-                                "Reads a config file (with Accelerate's old spellings: fp16: true, a top-level dynamo_backend,\n"
-                                "fsdp_config keys without their fsdp_ prefix, ...) and writes it back with the current keys.", p))
+  if (auto done = parse_options(
+          opts, args, "update", "unexpected argument ", "", "acc config update [--config_file FILE]",
+          "Reads a config file (with Accelerate's old spellings: fp16: true, a top-level dynamo_backend,\n"
+          "fsdp_config keys without their fsdp_ prefix, ...) and writes it back with the current keys.",
+          p))
     return *done;
   try {
     auto env = config::current_environment();
@@ -702,10 +743,11 @@ int schema_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = {opt("--help", "", "show this help and exit", false, {"-h"}),
                                    opt("--library", "", "the schema of acc_accelerator_create's JSON instead", false)};
   cli::Parsed p;
-  if (auto done = parse_options(opts, args, "schema", "unexpected argument ", "",
-                                "acc config schema [--library]",
-                                "Prints the JSON Schema (draft 2020-12) of launch config files, for editors: e.g. the YAML\n"
-                                "language server's `# yaml-language-server: $schema=acc-config.schema.json`.", p))
+  if (auto done =
+          parse_options(opts, args, "schema", "unexpected argument ", "", "acc config schema [--library]",
+                        "Prints the JSON Schema (draft 2020-12) of launch config files, for editors: e.g. the YAML\n"
+                        "language server's `# yaml-language-server: $schema=acc-config.schema.json`.",
+                        p))
     return *done;
   std::fputs(config::json_schema(p.options.count("--library") ? config::SchemaKind::Accelerator
                                                               : config::SchemaKind::Launch)
@@ -723,15 +765,18 @@ std::string describe(const config::Provenance& p) {
 int explain_main(const std::vector<std::string>& args) {
   std::vector<cli::Option> opts = launch_options();
   opts.push_back(opt("--explicit", "JSON", "the JSON the program gives acc_accelerator_create (highest precedence)"));
-  opts.push_back(opt("--json", "", "print JSON: {launch: {config, provenance}, library: {config, provenance}, ...}", false));
+  opts.push_back(opt("--json", "", "print JSON: {launch: {config, provenance}, library: {config, provenance}, ...}",
+                     false));
   opts.push_back(opt("--changed", "", "only the values that do not come from the defaults", false));
   cli::Parsed p;
-  if (auto done = parse_options(opts, args, "explain", "unexpected argument ", " (explain takes no PROGRAM)",
-                                "acc config explain [acc launch options] [--explicit JSON] [--changed] [--json]",
-                                "Resolves the config exactly as `acc launch` would with the same options, and prints every\n"
-                                "value with its source: default, file:line, a flag, a scheduler's variable. Then the values\n"
-                                "the library (acc_accelerator_create) would resolve in the launched processes, with the\n"
-                                "environment variable each one was read from and what set that variable.", p))
+  if (auto done =
+          parse_options(opts, args, "explain", "unexpected argument ", " (explain takes no PROGRAM)",
+                        "acc config explain [acc launch options] [--explicit JSON] [--changed] [--json]",
+                        "Resolves the config exactly as `acc launch` would with the same options, and prints every\n"
+                        "value with its source: default, file:line, a flag, a scheduler's variable. Then the values\n"
+                        "the library (acc_accelerator_create) would resolve in the launched processes, with the\n"
+                        "environment variable each one was read from and what set that variable.",
+                        p))
     return *done;
   const bool changed = p.options.count("--changed") > 0;
   try {

@@ -90,7 +90,9 @@ Devices detect_devices(const std::map<std::string, std::string>& env) {
       std::string l = trim(line);
       if (l.rfind("GPU ", 0) != 0) continue;
       size_t colon = l.find(": "), paren = l.find(" (UUID");
-      d.gpus.push_back(colon == std::string::npos ? l : l.substr(colon + 2, paren == std::string::npos ? std::string::npos : paren - colon - 2));
+      d.gpus.push_back(colon == std::string::npos
+                           ? l
+                           : l.substr(colon + 2, paren == std::string::npos ? std::string::npos : paren - colon - 2));
     }
     if (!d.gpus.empty()) d.cuda_source = "nvidia-smi";
   }
@@ -119,9 +121,9 @@ LibaccInfo probe_libacc() {
   if (const char* e = std::getenv("ACC_LIBACC"); e && *e) candidates.push_back(e);
   const std::string dir = self_dir();
   // Build tree: <build>/launcher/acc and <build>/src/libacc.so; installed: <prefix>/bin/acc and <prefix>/lib*/.
-  for (const char* rel : {"/../src/libacc.so.1", "/../lib/libacc.so.1", "/../lib64/libacc.so.1",
-                          "/../lib/x86_64-linux-gnu/libacc.so.1", "/../lib/aarch64-linux-gnu/libacc.so.1",
-                          "/libacc.so.1"})
+  for (const char* rel :
+       {"/../src/libacc.so.1", "/../lib/libacc.so.1", "/../lib64/libacc.so.1", "/../lib/x86_64-linux-gnu/libacc.so.1",
+        "/../lib/aarch64-linux-gnu/libacc.so.1", "/libacc.so.1"})
     candidates.push_back(dir + rel);
   candidates.push_back("libacc.so.1");  // LD_LIBRARY_PATH and the system's paths
   std::string tried;

@@ -73,9 +73,10 @@ int env_main(const std::vector<std::string>& args) {
   }
   bool any = false;
   for (const auto& [k, v] : env) {
-    static const char* const kPrefixes[] = {"ACCELERATE_", "ACC_", "FSDP_", "MASTER_", "CUDA_VISIBLE_DEVICES",
-                                            "OMP_NUM_THREADS", "GLOO_", "NCCL_", "TORCHELASTIC_", "HF_HOME",
-                                            "WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+    static const char* const kPrefixes[] = {
+        "ACCELERATE_",     "ACC_",  "FSDP_",      "MASTER_",       "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS", "GLOO_", "NCCL_",      "TORCHELASTIC_", "HF_HOME",
+        "WORLD_SIZE",      "RANK",  "LOCAL_RANK", "SLURM_PROCID",  "OMPI_COMM_WORLD_RANK"};
     bool keep = false;
     for (const char* pre : kPrefixes)
       if (k.rfind(pre, 0) == 0) keep = true;

@@ -184,8 +184,10 @@ std::vector<Tensor> from_shapes(const config::ParameterShapes& shapes) {
   for (const auto& [name, shape] : shapes) {
     int64_t numel = 1, bytes = 0;
     for (int64_t d : shape)
-      if (__builtin_mul_overflow(numel, d, &numel)) throw config::Error("parameter " + name + " has more than 2^63 elements");
-    if (__builtin_mul_overflow(numel, int64_t{4}, &bytes)) throw config::Error("parameter " + name + " has more than 2^63 bytes");
+      if (__builtin_mul_overflow(numel, d, &numel))
+        throw config::Error("parameter " + name + " has more than 2^63 elements");
+    if (__builtin_mul_overflow(numel, int64_t{4}, &bytes))
+      throw config::Error("parameter " + name + " has more than 2^63 bytes");
     t.push_back({name, numel, bytes});
   }
   return t;
@@ -217,7 +219,7 @@ void read_safetensors(const std::string& path, std::vector<Tensor>& out) {
 }
 
 std::vector<Tensor> from_path(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   if (stat(path.c_str(), &st) != 0) throw config::Error("cannot read '" + path + "': " + std::strerror(errno));
   std::vector<Tensor> out;
   if (S_ISDIR(st.st_mode) && stat((path + "/config.json").c_str(), &st) == 0) return from_path(path + "/config.json");
@@ -329,8 +331,8 @@ std::vector<cli::Option> estimate_options() {
   opt("--help", "", "show this help and exit", false, {"-h"});
   // Several values, as accelerate's nargs="+" (which also takes a model name after them: give MODEL first); commas
   // work too.
-  opt("--dtypes", "DTYPE [DTYPE ...]", "float32, float16, bfloat16, int8, int4 (default: float32 float16 int8 int4)", true,
-      {}, true);
+  opt("--dtypes", "DTYPE [DTYPE ...]", "float32, float16, bfloat16, int8, int4 (default: float32 float16 int8 int4)",
+      true, {}, true);
   opt("--num_processes", "N", "processes of the per-process table for DDP and ZeRO stages 1-3 (default: 8)", true);
   opt("--library_name", "NAME", "accepted for compatibility (acc reads no Hub models)", true);
   opt("--trust_remote_code", "", "accepted for compatibility", false);
@@ -401,9 +403,10 @@ int load_model(const std::string& model, std::vector<Tensor>* tensors) {
     if (auto spec = preset(model)) *tensors = from_spec(*spec);
     else if (!model.empty() && model.front() == '{') *tensors = from_spec(model);
     else {
-      struct stat st {};
+      struct stat st{};
       if (stat(model.c_str(), &st) != 0)
-        throw config::Error("'" + model + "' is not a model spec, a known name (gpt2, gpt2-medium, gpt2-large, "
+        throw config::Error("'" + model +
+                            "' is not a model spec, a known name (gpt2, gpt2-medium, gpt2-large, "
                             "gpt2-xl) or a file; acc estimate-memory does not download models from the Hub");
       *tensors = from_path(model);
     }
@@ -446,7 +449,8 @@ std::vector<std::vector<std::string>> dtype_rows(const std::vector<std::string>&
 int estimate_main(const std::vector<std::string>& args) {
   const std::vector<cli::Option> opts = estimate_options();
   cli::Parsed p;
-  if (auto done = cli::parse_or_help(opts, args, kMe, "acc estimate-memory MODEL [--dtypes DTYPE ...]", kDescription, p))
+  if (auto done =
+          cli::parse_or_help(opts, args, kMe, "acc estimate-memory MODEL [--dtypes DTYPE ...]", kDescription, p))
     return *done;
   if (p.positionals.size() != 1) {
     std::fprintf(stderr, "%s: error: give one MODEL (a model spec, a GPT-2 size name or a safetensors file)\n", kMe);
@@ -468,8 +472,10 @@ int estimate_main(const std::vector<std::string>& args) {
   auto [largest, names] = largest_layer(tensors, &total);
   const auto rows = dtype_rows(dtypes, total, largest);
   std::string title = "Memory Usage for loading `" + model + "`";
-  std::printf("%s\n", ascii_table({"dtype", "Largest Layer", "Total Size", "Training using Adam"}, rows, title).c_str());
-  std::printf("%s\n", sharded_table(static_cast<double>(total) / 4, static_cast<double>(largest) / 4, processes).c_str());
+  std::printf("%s\n",
+              ascii_table({"dtype", "Largest Layer", "Total Size", "Training using Adam"}, rows, title).c_str());
+  std::printf("%s\n",
+              sharded_table(static_cast<double>(total) / 4, static_cast<double>(largest) / 4, processes).c_str());
   std::string list;
   for (size_t i = 0; i < names.size() && i < 3; ++i) list += (i ? ", " : "") + names[i];
   if (names.size() > 3) list += ", ...";

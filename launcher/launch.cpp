@@ -55,7 +55,7 @@ struct Resolved {
 
 Resolved resolve_program(const std::string& name, const std::string& path_env) {
   auto check = [](const std::string& p) -> Resolved {
-    struct stat st {};
+    struct stat st{};
     if (stat(p.c_str(), &st) != 0) return {p, errno, std::strerror(errno)};
     if (S_ISDIR(st.st_mode)) return {p, EISDIR, "is a directory"};
     if (access(p.c_str(), X_OK) != 0) return {p, EACCES, "permission denied (not executable)"};
@@ -81,8 +81,8 @@ Resolved resolve_program(const std::string& name, const std::string& path_env) {
 
 // What the numeric options accept; the parser (CLI11's validators) refuses anything else, naming the option.
 const cli::Number kSeconds{0, 3600, false, true, "seconds"};
-const cli::Number kRestarts{0, 1000000, true};
-const cli::Number kThreads{1, 100000, true};
+const cli::Number kRestarts{0, 1000000, true, false, ""};
+const cli::Number kThreads{1, 100000, true, false, ""};
 const cli::Number kTimeout{0, std::numeric_limits<double>::max(), false, true, "seconds"};  // --rdzv_conf's
 
 // A numeric option's value (checked by the parser), or `def` when it is not given.
@@ -96,8 +96,10 @@ std::vector<int> parse_tee(const std::string& spec, const std::string& typed, in
   std::vector<int> out(static_cast<size_t>(nproc), 0);
   auto level = [&](const std::string& s) {
     if (s.size() != 1 || s[0] < '0' || s[0] > '3')
-      usage_error(typed + " takes 0 (nothing), 1 (stdout), 2 (stderr) or 3 (both), for every local rank or as "
-                          "LOCAL_RANK:N,...; got '" + spec + "'");
+      usage_error(typed +
+                  " takes 0 (nothing), 1 (stdout), 2 (stderr) or 3 (both), for every local rank or as "
+                  "LOCAL_RANK:N,...; got '" +
+                  spec + "'");
     return s[0] - '0';
   };
   if (spec.find(':') == std::string::npos) {
@@ -284,14 +286,16 @@ void add_distributed_supervision(OptionList& o) {
 // `accelerate launch` names them (the key's name, `fp8_` + name in fp8_config).
 void add_paradigms(OptionList& o) {
   const std::string par = "Paradigm (one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm)";
-  o.flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type", "DEEPSPEED");
+  o.flag("--use_deepspeed", par, "distributed_type DEEPSPEED (ACCELERATE_USE_DEEPSPEED)", "distributed_type",
+         "DEEPSPEED");
   o.flag("--use_fsdp", par, "distributed_type FSDP (ACCELERATE_USE_FSDP)", "distributed_type", "FSDP");
   o.flag("--use_megatron_lm", par, "distributed_type MEGATRON_LM", "distributed_type", "MEGATRON_LM");
   o.flag("--use_parallelism_config", par, "use parallelism_config (needs --use_fsdp --fsdp_version 2)");
   const std::pair<const char*, const char*> sections[] = {{"deepspeed_config", "DeepSpeed (with --use_deepspeed)"},
                                                           {"fsdp_config", "FSDP (with --use_fsdp)"},
                                                           {"fp8_config", "FP8 (with --mixed_precision fp8)"},
-                                                          {"megatron_lm_config", "Megatron-LM (with --use_megatron_lm)"},
+                                                          {"megatron_lm_config",
+                                                           "Megatron-LM (with --use_megatron_lm)"},
                                                           {"parallelism_config", "ParallelismConfig"}};
   for (const auto& k : config::schema_keys(config::SchemaKind::Launch)) {
     for (auto [section, group] : sections) {
@@ -303,12 +307,12 @@ void add_paradigms(OptionList& o) {
         o.flag("--" + name, group, "", k.path);
         continue;
       }
-      std::string metavar = !k.choices.empty()                 ? "NAME"
-                            : k.type.rfind("bool[3]", 0) == 0    ? "B,B,B"
-                            : k.type.rfind("bool", 0) == 0       ? "BOOL"
-                            : k.type.rfind("int", 0) == 0        ? "N"
-                            : k.type.rfind("number", 0) == 0     ? "X"
-                                                                 : "VALUE";
+      std::string metavar = !k.choices.empty()                ? "NAME"
+                            : k.type.rfind("bool[3]", 0) == 0 ? "B,B,B"
+                            : k.type.rfind("bool", 0) == 0    ? "BOOL"
+                            : k.type.rfind("int", 0) == 0     ? "N"
+                            : k.type.rfind("number", 0) == 0  ? "X"
+                                                              : "VALUE";
       o.opt("--" + name, metavar, group, "", k.path);
     }
   }
@@ -324,6 +328,30 @@ std::vector<cli::Option> launch_options() {
   return o.take();
 }
 
+// The process counts a scheduler's variables give (Slurm, MPI): one task per machine, or one per process.
+void add_scheduler_flags(Resolution& r, std::vector<config::Flag>& flags) {
+  if (!r.sched) return;
+  const SchedulerInfo& s = *r.sched;
+  const auto E = config::Origin::Env;
+  if (s.one_per_machine()) {
+    int machines = s.nodes > 0 && s.nodes == s.size ? s.nodes : s.size;
+    int machine_rank = s.nodes > 0 && s.nodes == s.size ? s.node_rank : s.rank;
+    const std::string& mv = s.nodes > 0 && s.nodes == s.size ? s.nodes_var : s.size_var;
+    const std::string& rv = s.nodes > 0 && s.nodes == s.size ? s.node_rank_var : s.rank_var;
+    flags.push_back({"num_machines", std::to_string(machines), mv, E});
+    flags.push_back({"machine_rank", std::to_string(machine_rank), rv, E});
+    if (!s.first_node.empty()) flags.push_back({"main_process_ip", s.first_node, "SLURM_JOB_NODELIST", E});
+  } else {
+    r.per_task = true;
+    flags.push_back({"num_processes", std::to_string(s.size), s.size_var, E});
+    int machines = s.nodes > 0 ? s.nodes : std::max(1, s.size / std::max(1, s.local_size));
+    int machine_rank = s.nodes > 0 ? s.node_rank : s.rank / std::max(1, s.local_size);
+    flags.push_back({"num_machines", std::to_string(machines), s.nodes > 0 ? s.nodes_var : s.local_size_var, E});
+    flags.push_back({"machine_rank", std::to_string(machine_rank), s.nodes > 0 ? s.node_rank_var : s.rank_var, E});
+    if (!s.first_node.empty()) flags.push_back({"main_process_ip", s.first_node, "SLURM_JOB_NODELIST", E});
+  }
+}
+
 Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
                    const std::map<std::string, std::string>& env, bool check) {
   Resolution r;
@@ -332,10 +360,12 @@ Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
     if (p.options.count(f)) paradigms.push_back(f);
   if (paradigms.size() > 1)
     throw config::Error("contradictory settings: only one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp, "
-                        "--use_megatron_lm may be given; got " + paradigms[0] + " and " + paradigms[1]);
+                        "--use_megatron_lm may be given; got " +
+                        paradigms[0] + " and " + paradigms[1]);
   if (p.options.count("--tpu")) throw config::Error("--tpu: TPUs are not supported by acc launch");
   for (const char* aws : {"--aws_access_key_id", "--aws_secret_access_key"})
-    if (p.options.count(aws)) throw config::Error(std::string(aws) + ": SageMaker jobs are not supported by acc launch");
+    if (p.options.count(aws))
+      throw config::Error(std::string(aws) + ": SageMaker jobs are not supported by acc launch");
 
   if (auto it = p.options.find("--config_file"); it != p.options.end()) {
     r.file = it->second.value;
@@ -363,27 +393,7 @@ Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
   } catch (const std::runtime_error& e) {
     throw config::Error(e.what());
   }
-  if (r.sched) {
-    const SchedulerInfo& s = *r.sched;
-    const auto E = config::Origin::Env;
-    if (s.one_per_machine()) {
-      int machines = s.nodes > 0 && s.nodes == s.size ? s.nodes : s.size;
-      int machine_rank = s.nodes > 0 && s.nodes == s.size ? s.node_rank : s.rank;
-      const std::string& mv = s.nodes > 0 && s.nodes == s.size ? s.nodes_var : s.size_var;
-      const std::string& rv = s.nodes > 0 && s.nodes == s.size ? s.node_rank_var : s.rank_var;
-      flags.push_back({"num_machines", std::to_string(machines), mv, E});
-      flags.push_back({"machine_rank", std::to_string(machine_rank), rv, E});
-      if (!s.first_node.empty()) flags.push_back({"main_process_ip", s.first_node, "SLURM_JOB_NODELIST", E});
-    } else {
-      r.per_task = true;
-      flags.push_back({"num_processes", std::to_string(s.size), s.size_var, E});
-      int machines = s.nodes > 0 ? s.nodes : std::max(1, s.size / std::max(1, s.local_size));
-      int machine_rank = s.nodes > 0 ? s.node_rank : s.rank / std::max(1, s.local_size);
-      flags.push_back({"num_machines", std::to_string(machines), s.nodes > 0 ? s.nodes_var : s.local_size_var, E});
-      flags.push_back({"machine_rank", std::to_string(machine_rank), s.nodes > 0 ? s.node_rank_var : s.rank_var, E});
-      if (!s.first_node.empty()) flags.push_back({"main_process_ip", s.first_node, "SLURM_JOB_NODELIST", E});
-    }
-  }
+  add_scheduler_flags(r, flags);
   for (const auto& o : opts) {
     auto it = p.options.find(o.name);
     if (it == p.options.end() || o.config_key.empty()) continue;
@@ -455,7 +465,8 @@ void plan_threads(Plan& plan, const cli::Parsed& p) {
     const int per = plan.r.settings.use_cpu ? physical_cores() / local : 1;
     if (per > 1) {
       plan.threads = per;
-      plan.threads_note = "setting OMP_NUM_THREADS=" + std::to_string(per) + " (physical cores / processes) for CPU "
+      plan.threads_note = "setting OMP_NUM_THREADS=" + std::to_string(per) +
+                          " (physical cores / processes) for CPU "
                           "training; set OMP_NUM_THREADS or --num_cpu_threads_per_process to tune it";
     } else if (local > 1) {
       plan.threads = 1;
@@ -484,7 +495,8 @@ void plan_logs(Plan& plan, const cli::Parsed& p) {
     std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/acc_logs_XXXXXX";
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data())) throw config::Error("cannot create a log directory: " + std::string(std::strerror(errno)));
+    if (!mkdtemp(buf.data()))
+      throw config::Error("cannot create a log directory: " + std::string(std::strerror(errno)));
     base = buf.data();
   }
   plan.log_root = base + "/" + timestamp() + "_" + config::host_name() + "_" + std::to_string(getpid());
@@ -610,7 +622,8 @@ void print_report(const Plan& plan, const Group& g, const std::string& attempt_d
   std::string where = "local_rank " + std::to_string(f.local_rank);
   if (f.pid > 0) where += ", pid " + std::to_string(f.pid);
   if (plan.machines > 1)
-    where += ", machine " + std::to_string(plan.machine_rank) + " of " + std::to_string(plan.machines) + ", " + config::host_name();
+    where += ", machine " + std::to_string(plan.machine_rank) + " of " + std::to_string(plan.machines) + ", " +
+             config::host_name();
   std::fprintf(stderr, "  failed rank : %d (%s)\n", f.rank, where.c_str());
   if (!f.start_error.empty()) std::fprintf(stderr, "  status      : %s\n", f.start_error.c_str());
   else std::fprintf(stderr, "  status      : %s\n", describe_status(f.status).c_str());
@@ -628,8 +641,7 @@ void print_report(const Plan& plan, const Group& g, const std::string& attempt_d
     for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
     if (sig == "SIGKILL")
       std::fprintf(stderr, "  killed      : rank %s (SIGKILL after %.1f s)\n", list.c_str(), plan.term_timeout);
-    else
-      std::fprintf(stderr, "  stopped     : rank %s (%s)\n", list.c_str(), sig.c_str());
+    else std::fprintf(stderr, "  stopped     : rank %s (%s)\n", list.c_str(), sig.c_str());
   }
   if (!attempt_dir.empty() && f.local_rank >= 0 && static_cast<size_t>(f.local_rank) < plan.tee.size() &&
       plan.tee[static_cast<size_t>(f.local_rank)])
@@ -681,8 +693,9 @@ int exec_mpirun(const Plan& plan, const std::string& hostfile, const std::vector
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) throw std::runtime_error("cannot find the acc binary (/proc/self/exe)");
   self[n] = '\0';
-  std::vector<std::string> cmd = {app, open_mpi ? "--hostfile" : "-f", hostfile, open_mpi ? "--npernode" : "-ppn",
-                                  std::to_string(plan.nproc), "-n", std::to_string(plan.world)};
+  std::vector<std::string> cmd = {
+      app,  open_mpi ? "--hostfile" : "-f", hostfile, open_mpi ? "--npernode" : "-ppn", std::to_string(plan.nproc),
+      "-n", std::to_string(plan.world)};
   if (open_mpi) cmd.insert(cmd.end(), {"--bind-to", "socket"});
   cmd.insert(cmd.end(), {self, "launch", "--scheduler", "mpi"});
   cmd.insert(cmd.end(), acc_args.begin(), acc_args.end());
@@ -714,7 +727,7 @@ class SignalScope {
     sigprocmask(SIG_BLOCK, &watched_, &original_mask_);
     // An inherited SIGCHLD = SIG_IGN would make the kernel reap the workers itself and hide their status; writing to
     // an output that went away must not kill acc (the workers get SIG_DFL back).
-    struct sigaction dfl {}, ign {};
+    struct sigaction dfl{}, ign{};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     ign.sa_handler = SIG_IGN;
@@ -742,7 +755,7 @@ class SignalScope {
     sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
   }
   sigset_t watched_{}, original_mask_{};
-  struct sigaction original_chld_ {}, original_pipe_ {};
+  struct sigaction original_chld_{}, original_pipe_{};
   int fd_ = -1;
 };
 
@@ -824,7 +837,8 @@ Outcome supervise(const Plan& plan, Group& g, int sigfd, Agent* agent) {
     g.reap();
     if (g.failed() && !reported) {
       reported = true;
-      if (agent && !interrupted) agent->report_failure(failure_of(*g.first_failure()), exit_code_of(*g.first_failure()), false);
+      if (agent && !interrupted)
+        agent->report_failure(failure_of(*g.first_failure()), exit_code_of(*g.first_failure()), false);
     }
     if (agent) {
       std::vector<pollfd> afds(fds.begin() + static_cast<long>(agent_from), fds.end());
@@ -833,7 +847,8 @@ Outcome supervise(const Plan& plan, Group& g, int sigfd, Agent* agent) {
       if (ev.kind != Agent::Event::None && remote.message.empty() && !g.failed()) {
         remote.kind = ev.kind == Agent::Event::Lost ? Outcome::Lost : Outcome::Stopped;
         remote.message = ev.message;
-        if (!plan.quiet) std::fprintf(stderr, "%s: %s; stopping the processes of this machine\n", kMe, ev.message.c_str());
+        if (!plan.quiet)
+          std::fprintf(stderr, "%s: %s; stopping the processes of this machine\n", kMe, ev.message.c_str());
         g.stop(SIGTERM);
       }
     }

@@ -26,10 +26,10 @@ struct Resolution {
   config::Config cfg;
   config::LaunchSettings settings;     // cfg's values, typed
   std::optional<std::string> file;     // the config file read, if any
-  std::string file_reason;             // "--config_file", "$ACC_CONFIG_FILE", "libacc's default", "Accelerate's default"
-  std::vector<std::string> searched;   // default locations looked at
+  std::string file_reason;  // "--config_file", "$ACC_CONFIG_FILE", "libacc's default", "Accelerate's default"
+  std::vector<std::string> searched;  // default locations looked at
   std::optional<SchedulerInfo> sched;  // started by srun / mpirun
-  bool per_task = false;               // the scheduler started one acc per process
+  bool per_task = false;  // the scheduler started one acc per process
 };
 // Throws config::Error or cli::UsageError.
 Resolution resolve(const cli::Parsed& p, const std::vector<cli::Option>& opts,
@@ -42,7 +42,7 @@ struct Plan {
   int world = 1, machines = 1, machine_rank = 0, nproc = 1, first_rank = 0;
   std::string master_addr;
   int master_port = 0;  // one machine: MASTER_PORT; several: the rendezvous port of machine 0
-  int threads = 0;      // OMP_NUM_THREADS to set (0: leave)
+  int threads = 0;  // OMP_NUM_THREADS to set (0: leave)
   std::string threads_note;
   double term_timeout = 5, monitor_interval = 0.1, join_timeout = 600, heartbeat_timeout = 30;
   int max_restarts = 0;
@@ -51,7 +51,7 @@ struct Plan {
   std::string role = "default";
   bool quiet = false;
   std::vector<std::string> cmd;  // argv of every worker
-  std::string exe;               // resolved program
+  std::string exe;  // resolved program
   std::map<std::string, std::string> base_env;  // shared by every worker, before per-attempt values
   std::string shm_job;  // ACC_SHM_JOB: in the names of the workers' shared-memory segments, removed at the end
 };

@@ -31,15 +31,13 @@ const Command kCommands[] = {
     {"test", "run a built-in distributed sanity check over the current config", acc::launcher::test_main},
     {"estimate-memory", "memory a model needs, per dtype, from a model spec or a safetensors file",
      acc::launcher::estimate_main},
-    {"merge-weights", "merge a sharded safetensors checkpoint into one model.safetensors",
-     acc::launcher::merge_main},
+    {"merge-weights", "merge a sharded safetensors checkpoint into one model.safetensors", acc::launcher::merge_main},
 };
 
 void print_help(FILE* out) {
-  std::fprintf(out,
-               "usage: acc [--help] [--version] COMMAND [ARGS...]\n\n"
-               "libacc command line (Hugging Face Accelerate's `accelerate`, as native software).\n\n"
-               "commands:\n");
+  std::fprintf(out, "usage: acc [--help] [--version] COMMAND [ARGS...]\n\n"
+                    "libacc command line (Hugging Face Accelerate's `accelerate`, as native software).\n\n"
+                    "commands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
   std::fprintf(out, "\nRun 'acc COMMAND --help' for the options of a command.\n");
 }

@@ -47,7 +47,7 @@ std::unique_ptr<Mapped> map_file(const std::string& path) {
   // Non-blocking and regular only: a FIFO put in the shard's place after its header was read must not block.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw config::Error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     throw config::Error(path + ": not a safetensors file (not a regular file)");
@@ -68,7 +68,7 @@ struct Merged {
 };
 
 Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
-  struct stat st {};
+  struct stat st{};
   if (stat(checkpoint_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw config::Error("'" + checkpoint_dir + "' is not a directory");
   const std::string index_path = (fs::path(checkpoint_dir) / kIndex).string();
@@ -114,8 +114,7 @@ Merged merge(const std::string& checkpoint_dir, const std::string& output_dir) {
     }
   }
   for (const auto& [name, file] : weight_map)
-    if (!found.count(name))
-      throw config::Error(file + ": has no tensor '" + name + "' (the index maps it there)");
+    if (!found.count(name)) throw config::Error(file + ": has no tensor '" + name + "' (the index maps it there)");
 
   // The merged header: {"__metadata__": {"format": "pt"}, name: {dtype, shape, data_offsets}} in shard order.
   std::vector<config::SafetensorsEntry> entries;
@@ -209,15 +208,15 @@ int merge_main(const std::vector<std::string>& args) {
   opt("--unsafe_serialization", "accepted for compatibility (acc writes safetensors only)");
   opt("--remove_checkpoint_dir", "remove the checkpoint directory after merging");
   cli::Parsed p;
-  if (auto done = cli::parse_or_help(opts, args, kMe,
-                                     "acc merge-weights CHECKPOINT_DIRECTORY OUTPUT_PATH [--remove_checkpoint_dir]",
-                                     "Merges a sharded safetensors checkpoint (model.safetensors.index.json and its shards\n"
-                                     "model-00001-of-0000N.safetensors, as acc_save_model and save_pretrained write them) into\n"
-                                     "one OUTPUT_PATH/model.safetensors with {\"format\": \"pt\"} metadata, as `accelerate\n"
-                                     "merge-weights` does. The tensor bytes are copied unchanged; the file is written\n"
-                                     "atomically. A missing shard, a bad index or a tensor in two shards is refused naming the\n"
-                                     "file.",
-                                     p))
+  if (auto done = cli::parse_or_help(
+          opts, args, kMe, "acc merge-weights CHECKPOINT_DIRECTORY OUTPUT_PATH [--remove_checkpoint_dir]",
+          "Merges a sharded safetensors checkpoint (model.safetensors.index.json and its shards\n"
+          "model-00001-of-0000N.safetensors, as acc_save_model and save_pretrained write them) into\n"
+          "one OUTPUT_PATH/model.safetensors with {\"format\": \"pt\"} metadata, as `accelerate\n"
+          "merge-weights` does. The tensor bytes are copied unchanged; the file is written\n"
+          "atomically. A missing shard, a bad index or a tensor in two shards is refused naming the\n"
+          "file.",
+          p))
     return *done;
   if (p.positionals.size() != 2) {
     std::fprintf(stderr, "%s: error: give CHECKPOINT_DIRECTORY and OUTPUT_PATH\n", kMe);
@@ -237,10 +236,11 @@ int merge_main(const std::vector<std::string>& args) {
       return 2;
     }
     if (within(rout, rin)) {
-      std::fprintf(stderr,
-                   "%s: error: --remove_checkpoint_dir: OUTPUT_PATH '%s' is inside the checkpoint directory '%s', which "
-                   "would be removed; write the merged file elsewhere\n",
-                   kMe, out.c_str(), in.c_str());
+      std::fprintf(
+          stderr,
+          "%s: error: --remove_checkpoint_dir: OUTPUT_PATH '%s' is inside the checkpoint directory '%s', which "
+          "would be removed; write the merged file elsewhere\n",
+          kMe, out.c_str(), in.c_str());
       return 2;
     }
   }

@@ -77,8 +77,8 @@ std::optional<SchedulerInfo> mpi(const std::map<std::string, std::string>& env, 
     s.size = int_var(env, n.size).value_or(1);
     auto lr = int_var(env, n.local_rank), ls = int_var(env, n.local_size);
     if (!lr || !ls)
-      throw std::runtime_error(std::string("started by ") + n.name + " (" + n.rank + "), but " + n.local_rank +
-                               " / " + n.local_size + " are not set: acc cannot tell the ranks of this machine");
+      throw std::runtime_error(std::string("started by ") + n.name + " (" + n.rank + "), but " + n.local_rank + " / " +
+                               n.local_size + " are not set: acc cannot tell the ranks of this machine");
     s.local_rank = *lr;
     s.local_size = *ls;
     return s;

@@ -131,7 +131,7 @@ int open_worker_pipes(int outp[2], int errp[2], int execp[2]) {
   if (getppid() != parent) _exit(125);  // acc died before the death signal was armed
   dup2(out_fd, 1);
   dup2(err_fd, 2);
-  struct sigaction dfl {};
+  struct sigaction dfl{};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   for (int s : {SIGCHLD, SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &dfl, nullptr);
@@ -389,8 +389,8 @@ void Group::tick() {
     return;
   }
   if (killed_ && t >= give_up_at_) {
-    std::fprintf(stderr, "acc launch: error: %zu process(es) survive SIGKILL (stuck in the kernel?); giving up on:",
-                 running);
+    std::fprintf(stderr,
+                 "acc launch: error: %zu process(es) survive SIGKILL (stuck in the kernel?); giving up on:", running);
     for (auto& p : procs_)
       if (p->running) {
         std::fprintf(stderr, " pid %d (rank %d)", static_cast<int>(p->pid), p->w->rank);
@@ -471,10 +471,8 @@ int spawn_capturing(const std::string& program, char* const* args, int out_fd, b
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
-  if (merge_stderr)
-    posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
-  else
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  if (merge_stderr) posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
+  else posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
   // acc may have signals blocked (the launch loop reads them from a signalfd) or ignored (SIGPIPE): the program
   // starts with none blocked and every one at its default.
   posix_spawnattr_t attr;
@@ -576,7 +574,7 @@ Captured run_capture(const std::vector<std::string>& argv, const CaptureOptions&
     return r;
   }
   // An inherited SIGCHLD = SIG_IGN would let the kernel reap the child and hide its status: default while it runs.
-  struct sigaction dfl {}, original_chld {};
+  struct sigaction dfl{}, original_chld{};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGCHLD, &dfl, &original_chld);

@@ -131,8 +131,7 @@ StepOutcome step_outcome(std::map<int, std::map<std::string, StepState>>& ranks,
     } else if (o.problem.empty()) {
       if (st.state == "begin")
         o.problem = "rank " + std::to_string(r) + " started it but did not finish (it was stopped or died; see above)";
-      else
-        o.problem = "rank " + std::to_string(r) + " did not get there";
+      else o.problem = "rank " + std::to_string(r) + " did not get there";
     }
   }
   if (!reported.empty()) o.problem = reported;
@@ -192,8 +191,10 @@ int test_main(const std::vector<std::string>& args) {
   std::string tried;
   std::string selftest = find_selftest(&tried);
   if (selftest.empty()) {
-    std::fprintf(stderr, "%s: error: acc-selftest not found (tried %s); it is built with libacc (meson -Dcore=true) "
-                 "and installed in <prefix>/libexec/acc; or set ACC_SELFTEST\n", kMe, tried.c_str());
+    std::fprintf(stderr,
+                 "%s: error: acc-selftest not found (tried %s); it is built with libacc (meson -Dcore=true) "
+                 "and installed in <prefix>/libexec/acc; or set ACC_SELFTEST\n",
+                 kMe, tried.c_str());
     return 1;
   }
   const double t = p.options.count("--timeout") ? p.options.at("--timeout").number : 60;

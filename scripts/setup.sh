@@ -155,7 +155,8 @@ fi
 if [[ ! -f build/build.ninja ]]; then
   opts=()
   [[ -n ${LIBTORCH:-} ]] && opts+=("-Dlibtorch=$LIBTORCH")
-  meson setup build --buildtype=release "${opts[@]}"
+  # Warnings are errors in the main build (the fuzz and sanitizer builds, other compilers and flags, only show them).
+  meson setup build --buildtype=release -Dwerror=true "${opts[@]}"
 elif ((headers_new)); then
   meson setup --reconfigure build >/dev/null  # configured before the CUDA headers arrived: look again
 fi

@@ -100,8 +100,7 @@ acc_status acc_dataset_from_batch_callback(int64_t length, acc_dataset_get_batch
 }
 
 acc_status acc_dataset_from_batch_iterator(acc_iterator_start_fn start, acc_iterator_next_batch_fn next,
-                                           void* user_data, void (*free_user_data)(void*),
-                                           acc_dataset** out) noexcept {
+                                           void* user_data, void (*free_user_data)(void*), acc_dataset** out) noexcept {
   if (out) *out = nullptr;
   std::shared_ptr<acc::capi::UserData> ud(new acc::capi::UserData{user_data, free_user_data});
   return guarded(__func__, [&] {

@@ -15,10 +15,10 @@ using acc::capi::need;
 
 namespace {
 
-const std::pair<acc_dtype, at::ScalarType> kDtypes[] = {
-    {ACC_FLOAT32, at::kFloat}, {ACC_FLOAT64, at::kDouble}, {ACC_BFLOAT16, at::kBFloat16},
-    {ACC_FLOAT16, at::kHalf},  {ACC_INT32, at::kInt},      {ACC_INT64, at::kLong},
-    {ACC_UINT8, at::kByte},    {ACC_BOOL, at::kBool}};
+const std::pair<acc_dtype, at::ScalarType> kDtypes[] = {{ACC_FLOAT32, at::kFloat},     {ACC_FLOAT64, at::kDouble},
+                                                        {ACC_BFLOAT16, at::kBFloat16}, {ACC_FLOAT16, at::kHalf},
+                                                        {ACC_INT32, at::kInt},         {ACC_INT64, at::kLong},
+                                                        {ACC_UINT8, at::kByte},        {ACC_BOOL, at::kBool}};
 
 at::ScalarType to_scalar_type(acc_dtype d) {
   for (auto& [a, s] : kDtypes)
@@ -48,10 +48,9 @@ acc_status acc_abi_check(int32_t abi_version) noexcept {
   acc::capi::clear_error();
   if (abi_version == ACC_ABI_VERSION) return ACC_OK;
   try {
-    acc::capi::set_error(ACC_ERR_ABI_MISMATCH,
-                         "acc_abi_check: built for ABI " + std::to_string(abi_version) + ", but libacc " +
-                             ACC_VERSION_STRING + " loaded from " + library_path() + " serves ABI " +
-                             std::to_string(ACC_ABI_VERSION));
+    acc::capi::set_error(ACC_ERR_ABI_MISMATCH, "acc_abi_check: built for ABI " + std::to_string(abi_version) +
+                                                   ", but libacc " + ACC_VERSION_STRING + " loaded from " +
+                                                   library_path() + " serves ABI " + std::to_string(ACC_ABI_VERSION));
   } catch (...) {
   }
   return ACC_ERR_ABI_MISMATCH;
@@ -78,8 +77,8 @@ const char* acc_status_name(acc_status s) noexcept {
   }
 }
 
-acc_status acc_tensor_from_host(const void* data, size_t nbytes, acc_dtype dtype, const int64_t* shape,
-                                int32_t ndim, acc_tensor** out) noexcept {
+acc_status acc_tensor_from_host(const void* data, size_t nbytes, acc_dtype dtype, const int64_t* shape, int32_t ndim,
+                                acc_tensor** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
@@ -201,9 +200,7 @@ acc_status acc_tensor_from_dlpack(DLManagedTensorVersioned* src, acc_tensor** ou
 
 acc_status acc_tensor_to_dlpack(const acc_tensor* t, DLManagedTensorVersioned** out) noexcept {
   if (out) *out = nullptr;
-  return guarded(__func__, [&] {
-    *need(out, "out") = at::toDLPackVersioned(need(t, "tensor")->t.detach());
-  });
+  return guarded(__func__, [&] { *need(out, "out") = at::toDLPackVersioned(need(t, "tensor")->t.detach()); });
 }
 
 }  // extern "C"

@@ -51,8 +51,8 @@ acc_status acc_dataset_is_iterable(const acc_dataset* ds, int32_t* out) noexcept
 }
 
 acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices, size_t num_indices,
-                                              const int64_t* batch_sizes, int64_t num_batches,
-                                              const char* options_json, acc_dataloader** out) noexcept {
+                                              const int64_t* batch_sizes, int64_t num_batches, const char* options_json,
+                                              acc_dataloader** out) noexcept {
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");

@@ -2,7 +2,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
-
 #include "guard.hpp"
 #include "handles.hpp"
 #include "util/errors.hpp"
@@ -29,9 +28,8 @@ acc_status acc_accumulate_end(acc_accelerator* acc, acc_model* model) noexcept {
 
 acc_status acc_sync_gradients(const acc_accelerator* acc, int32_t* out) noexcept {
   if (out) *out = 0;
-  return guarded(__func__, [&] {
-    *need(out, "out") = need(acc, "accelerator")->impl->gradient_state().sync_gradients ? 1 : 0;
-  });
+  return guarded(__func__,
+                 [&] { *need(out, "out") = need(acc, "accelerator")->impl->gradient_state().sync_gradients ? 1 : 0; });
 }
 
 acc_status acc_optimizer_step_was_skipped(const acc_optimizer* opt, int32_t* out) noexcept {
@@ -46,7 +44,7 @@ acc_status acc_grad_scaler_state(const acc_accelerator* acc, double* out_scale, 
     acc::core::GradScaler* s = need(acc, "accelerator")->impl->scaler();
     if (!s)
       throw acc::core::StateError("no loss scaler: mixed_precision is \"" + acc->impl->mixed_precision() +
-                            "\", not \"fp16\"");
+                                  "\", not \"fp16\"");
     if (out_scale) *out_scale = s->scale();
     if (out_growth_tracker) *out_growth_tracker = s->growth_tracker();
   });
@@ -90,8 +88,8 @@ acc_status acc_pad_across_processes(acc_accelerator* acc, const acc_tensor* t, i
   });
 }
 
-acc_status acc_split_between_processes(const acc_accelerator* acc, int64_t n, int32_t apply_padding,
-                                       int64_t* out_start, int64_t* out_count, int64_t* out_padded_count) noexcept {
+acc_status acc_split_between_processes(const acc_accelerator* acc, int64_t n, int32_t apply_padding, int64_t* out_start,
+                                       int64_t* out_count, int64_t* out_padded_count) noexcept {
   if (out_start) *out_start = 0;
   if (out_count) *out_count = 0;
   if (out_padded_count) *out_padded_count = 0;
@@ -108,8 +106,8 @@ acc_status acc_split_tensor_between_processes(acc_accelerator* acc, const acc_te
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    *out = new acc_tensor{need(acc, "accelerator")->impl->split_tensor_between_processes(need(t, "tensor")->t,
-                                                                                    apply_padding != 0)};
+    *out = new acc_tensor{
+        need(acc, "accelerator")->impl->split_tensor_between_processes(need(t, "tensor")->t, apply_padding != 0)};
   });
 }
 
@@ -143,9 +141,7 @@ acc_status acc_check_trigger(acc_accelerator* acc, int32_t* out) noexcept {
 }
 
 acc_status acc_print(const acc_accelerator* acc, const char* text) noexcept {
-  return guarded(__func__, [&] {
-    need(acc, "accelerator")->impl->print(need(text, "text"));
-  });
+  return guarded(__func__, [&] { need(acc, "accelerator")->impl->print(need(text, "text")); });
 }
 
 acc_status acc_is_local_main_process(const acc_accelerator* acc, int32_t* out) noexcept {
@@ -166,8 +162,7 @@ acc_status acc_set_seed(const acc_accelerator* acc, uint64_t seed, int32_t devic
   return guarded(__func__, [&] {
     if (device_specific)
       need(acc, "accelerator (needed by device_specific)")->impl->set_seed(seed, true, deterministic != 0);
-    else
-      acc::core::set_seed(seed, deterministic != 0);
+    else acc::core::set_seed(seed, deterministic != 0);
   });
 }
 
@@ -182,7 +177,7 @@ acc_status acc_find_executable_batch_size(int64_t starting_batch_size, acc_batch
       last = fn(user_data, bs);
       if (last != ACC_OK && last != ACC_ERR_OUT_OF_MEMORY)
         throw acc::core::CallbackError("the step function returned " + std::to_string(last) + " at batch size " +
-                                 std::to_string(bs));
+                                       std::to_string(bs));
       return last == ACC_OK;
     });
   });

@@ -61,7 +61,8 @@ std::vector<std::string_view> views(const char* const* texts, const size_t* leng
   if (count < 0) throw std::invalid_argument(std::string("count is negative"));
   if (count > 0 && (!texts || !lengths)) throw std::invalid_argument(std::string(what) + " or their lengths are NULL");
   for (int64_t i = 0; i < count; ++i) {
-    if (!texts[i] && lengths[i] > 0) throw std::invalid_argument(std::string(what) + "[" + std::to_string(i) + "] is NULL");
+    if (!texts[i] && lengths[i] > 0)
+      throw std::invalid_argument(std::string(what) + "[" + std::to_string(i) + "] is NULL");
     v.emplace_back(texts[i] ? texts[i] : "", lengths[i]);
   }
   return v;
@@ -123,8 +124,8 @@ acc_status acc_tokenizer_info(const acc_tokenizer* tok, char** out_json) noexcep
 
 acc_status acc_tokenizer_set_special_token(acc_tokenizer* tok, const char* name, const char* token) noexcept {
   return guarded(__func__, [&] {
-    need(tok, "tok")->tok->set_special_token(need(name, "name"),
-                                             token ? std::optional<std::string>(token) : std::nullopt);
+    need(tok, "tok")
+        ->tok->set_special_token(need(name, "name"), token ? std::optional<std::string>(token) : std::nullopt);
   });
 }
 
@@ -180,7 +181,8 @@ acc_status acc_encoding_get(const acc_encoding* enc, int64_t row, const char* fi
     else if (f == "sequence_ids") v = &enc->sequence_ids[row];
     else if (f == "assistant_masks" && !enc->assistant_masks.empty()) v = &enc->assistant_masks[row];
     else
-      throw std::invalid_argument("field '" + f + "': expected input_ids, attention_mask, token_type_ids, "
+      throw std::invalid_argument("field '" + f +
+                                  "': expected input_ids, attention_mask, token_type_ids, "
                                   "special_tokens_mask, offsets, sequence_ids" +
                                   (enc->assistant_masks.empty() ? "" : ", assistant_masks"));
     *data = v->data();
@@ -210,10 +212,12 @@ acc_status acc_encoding_to_batch(const acc_encoding* enc, acc_batch** out) noexc
     };
     auto b = std::make_unique<acc_batch>();
     b->d.set("input_ids", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].ids; }));
-    b->d.set("attention_mask", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].attention_mask; }));
+    b->d.set("attention_mask",
+             stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].attention_mask; }));
     b->d.set("token_type_ids", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->rows[i].type_ids; }));
     if (!enc->assistant_masks.empty())
-      b->d.set("assistant_masks", stack([&](size_t i) -> const std::vector<int64_t>& { return enc->assistant_masks[i]; }));
+      b->d.set("assistant_masks",
+               stack([&](size_t i) -> const std::vector<int64_t>& { return enc->assistant_masks[i]; }));
     *out = b.release();
   });
 }
@@ -274,6 +278,7 @@ acc_status acc_generate_text(acc_model* model, const acc_tokenizer* tok, const c
     acc::core::Model& m = model->slot->tensors(__func__);
     acc::core::hf::TextCallback cb;
     if (on_text) cb = [&](std::string_view piece) { return on_text(user_data, piece.data(), piece.size()) == 0; };
-    *out_text = copy_out(acc::core::hf::generate_text(m, *need(tok, "tok")->tok, need(prompt, "prompt"), options_json, cb));
+    *out_text =
+        copy_out(acc::core::hf::generate_text(m, *need(tok, "tok")->tok, need(prompt, "prompt"), options_json, cb));
   });
 }

@@ -48,13 +48,13 @@ acc_status acc_accelerator_create(const char* config_json, acc_accelerator** out
 
 void acc_accelerator_destroy(acc_accelerator* acc) noexcept { acc::capi::destroy_handle(acc, __func__); }
 
-#define ACC_GETTER(name, type, expr)                                              \
-  acc_status name(const acc_accelerator* acc, type* out) noexcept {             \
-    if (out) *out = {};                                                          \
-    return guarded(__func__, [&] {                                               \
-      const acc::core::Accelerator& a = *need(acc, "accelerator")->impl;               \
-      *need(out, "out") = (expr);                                                \
-    });                                                                          \
+#define ACC_GETTER(name, type, expr)                                     \
+  acc_status name(const acc_accelerator* acc, type* out) noexcept {      \
+    if (out) *out = {};                                                  \
+    return guarded(__func__, [&] {                                       \
+      const acc::core::Accelerator& a = *need(acc, "accelerator")->impl; \
+      *need(out, "out") = (expr);                                        \
+    });                                                                  \
   }
 ACC_GETTER(acc_process_index, int32_t, a.state().rank)
 ACC_GETTER(acc_local_process_index, int32_t, a.state().local_rank)
@@ -142,7 +142,8 @@ acc_status acc_generate(acc_model* model, const acc_tensor* input_ids, const acc
         return on_tokens(user_data, t.data_ptr<int64_t>(), t.numel()) == 0;
       };
     *out = new_tensor(acc::core::hf::generate(m, tensor_of(input_ids, "input_ids"),
-                                              attention_mask ? need(attention_mask, "attention_mask")->t : at::Tensor(), options_json, callback));
+                                              attention_mask ? need(attention_mask, "attention_mask")->t : at::Tensor(),
+                                              options_json, callback));
   });
 }
 
@@ -184,16 +185,13 @@ acc_status acc_model_set_requires_grad(acc_model* model, const char* pattern, in
 
 acc_status acc_model_num_parameters(const acc_model* model, int64_t* out) noexcept {
   if (out) *out = 0;
-  return guarded(__func__, [&] {
-    *need(out, "out") = need(model, "model")->slot->model->num_parameters();
-  });
+  return guarded(__func__, [&] { *need(out, "out") = need(model, "model")->slot->model->num_parameters(); });
 }
 
 acc_status acc_model_state_size(const acc_model* model, int64_t* out) noexcept {
   if (out) *out = 0;
-  return guarded(__func__, [&] {
-    *need(out, "out") = static_cast<int64_t>(need(model, "model")->slot->model->state().size());
-  });
+  return guarded(__func__,
+                 [&] { *need(out, "out") = static_cast<int64_t>(need(model, "model")->slot->model->state().size()); });
 }
 
 acc_status acc_model_state_get(const acc_model* model, int64_t index, const char** out_name,
@@ -211,9 +209,7 @@ acc_status acc_model_state_get(const acc_model* model, int64_t index, const char
 }
 
 acc_status acc_model_save_safetensors(const acc_model* model, const char* path) noexcept {
-  return guarded(__func__, [&] {
-    acc::core::save_state_file(*need(model, "model")->slot, need(path, "path"));
-  });
+  return guarded(__func__, [&] { acc::core::save_state_file(*need(model, "model")->slot, need(path, "path")); });
 }
 
 acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexcept {
@@ -228,9 +224,9 @@ acc_status acc_model_load_safetensors(acc_model* model, const char* path) noexce
  * made them collectives that gather. A 1.1 program that called acc_model_state_get on the main process and fell
  * back to acc_save_model on that answer keeps working; a program built against this header binds the
  * gathering versions (ACC_1.4, capi/acc.map). Not named acc_*: only their aliases are exported. */
-__attribute__((visibility("default"), symver("acc_model_state_get@ACC_1.0")))
-acc_status compat_model_state_get_1_0(
-    const acc_model* model, int64_t index, const char** out_name, acc_tensor** out_value) noexcept {
+__attribute__((visibility("default"), symver("acc_model_state_get@ACC_1.0"))) acc_status
+compat_model_state_get_1_0(const acc_model* model, int64_t index, const char** out_name,
+                           acc_tensor** out_value) noexcept {
   if (out_name) *out_name = nullptr;
   if (out_value) *out_value = nullptr;
   return guarded("acc_model_state_get", [&] {
@@ -242,22 +238,20 @@ acc_status compat_model_state_get_1_0(
   });
 }
 
-__attribute__((visibility("default"), symver("acc_model_save_safetensors@ACC_1.0")))
-acc_status compat_model_save_safetensors_1_0(
-    const acc_model* model, const char* path) noexcept {
+__attribute__((visibility("default"), symver("acc_model_save_safetensors@ACC_1.0"))) acc_status
+compat_model_save_safetensors_1_0(const acc_model* model, const char* path) noexcept {
   return guarded("acc_model_save_safetensors", [&] {
     acc::core::save_safetensors(need(model, "model")->slot->tensors("acc_model_save_safetensors").state(),
                                 need(path, "path"), {{"format", "pt"}});
   });
 }
 
-__attribute__((visibility("default"), symver("acc_model_load_safetensors@ACC_1.0")))
-acc_status compat_model_load_safetensors_1_0(
-    acc_model* model, const char* path) noexcept {
+__attribute__((visibility("default"), symver("acc_model_load_safetensors@ACC_1.0"))) acc_status
+compat_model_load_safetensors_1_0(acc_model* model, const char* path) noexcept {
   return guarded("acc_model_load_safetensors", [&] {
     HandleLock lock(need(model, "model")->busy, "the model");
-    model->slot->tensors("acc_model_load_safetensors").load_state_dict(acc::core::load_safetensors(need(path, "path")),
-                                                                      path);
+    model->slot->tensors("acc_model_load_safetensors")
+        .load_state_dict(acc::core::load_safetensors(need(path, "path")), path);
   });
 }
 
@@ -328,7 +322,7 @@ acc_status acc_dataset_from_tensors(const acc_tensor* inputs, const acc_tensor* 
   return guarded(__func__, [&] {
     need(out, "out");
     *out = new acc_dataset{acc::core::make_tensor_dataset(tensor_of(inputs, "inputs"),
-                                                    targets ? need(targets, "targets")->t : at::Tensor())};
+                                                          targets ? need(targets, "targets")->t : at::Tensor())};
   });
 }
 
@@ -356,7 +350,7 @@ acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, voi
           tg_owned(tg != in ? tg : nullptr, acc_tensor_destroy);  // one handle as both: freed once
       if (st != ACC_OK)
         throw acc::core::CallbackError("dataset callback returned " + std::to_string(st) + " for index " +
-                                 std::to_string(i));
+                                       std::to_string(i));
       if (!in) throw acc::core::CallbackError("dataset callback set no input for index " + std::to_string(i));
       if (!in->live.ok() || (tg && !tg->live.ok()))
         throw acc::core::CallbackError("dataset callback gave a tensor that is not a live handle for index " +
@@ -378,7 +372,8 @@ acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json, acc_
   if (out) *out = nullptr;
   return guarded(__func__, [&] {
     need(out, "out");
-    auto dl = std::make_shared<acc::core::DataLoader>(need(ds, "dataset")->ds, acc::core::LoaderOptions::parse(options_json));
+    auto dl =
+        std::make_shared<acc::core::DataLoader>(need(ds, "dataset")->ds, acc::core::LoaderOptions::parse(options_json));
     *out = new acc_dataloader{std::move(dl)};
   });
 }

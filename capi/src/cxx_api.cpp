@@ -136,7 +136,8 @@ DataLoader::DataLoader(int64_t size, std::function<std::pair<torch::Tensor, torc
   if (!get) throw std::invalid_argument("the sample function is empty");
   auto ds = core::make_callback_dataset(size, [get = std::move(get)](int64_t i) {
     auto [input, target] = get(i);
-    if (!input.defined()) throw std::invalid_argument("the sample function gave no input for index " + std::to_string(i));
+    if (!input.defined())
+      throw std::invalid_argument("the sample function gave no input for index " + std::to_string(i));
     return core::pair_sample(input, target);
   });
   impl = std::make_shared<core::DataLoader>(std::move(ds), core::LoaderOptions::parse(options_json.c_str()));
@@ -149,9 +150,7 @@ std::optional<Batch> DataLoader::next() {
 }
 
 int64_t DataLoader::length() const { return need(impl, "the data loader").length(); }
-void DataLoader::set_epoch(int64_t epoch) {
-  need(impl, "the data loader").set_epoch(epoch);
-}
+void DataLoader::set_epoch(int64_t epoch) { need(impl, "the data loader").set_epoch(epoch); }
 bool DataLoader::end_of_epoch() const { return need(impl, "the data loader").end_of_dataloader(); }
 
 Accelerator::Accelerator(const std::string& config_json) : impl_(core::Accelerator::create(config_json.c_str())) {}
@@ -219,10 +218,11 @@ torch::Tensor HfModel::generate(const torch::Tensor& input_ids, const torch::Ten
                             options_json.c_str(), on_tokens);
 }
 
-std::string HfModel::generate_text(const Tokenizer& tokenizer, const std::string& prompt, const std::string& options_json,
+std::string HfModel::generate_text(const Tokenizer& tokenizer, const std::string& prompt,
+                                   const std::string& options_json,
                                    const std::function<bool(std::string_view)>& on_text) const {
-  return core::hf::generate_text(need(slot, "the model").tensors("generate_text"), need(tokenizer.impl, "the tokenizer"),
-                                 prompt, options_json.c_str(), on_text);
+  return core::hf::generate_text(need(slot, "the model").tensors("generate_text"),
+                                 need(tokenizer.impl, "the tokenizer"), prompt, options_json.c_str(), on_text);
 }
 
 namespace {
@@ -250,7 +250,9 @@ torch::Tensor stacked(const std::vector<const std::vector<int64_t>*>& rows, cons
 }
 }  // namespace
 
-Tokenizer Tokenizer::from_pretrained(const std::string& dir) { return Tokenizer{text::Tokenizer::from_pretrained(dir)}; }
+Tokenizer Tokenizer::from_pretrained(const std::string& dir) {
+  return Tokenizer{text::Tokenizer::from_pretrained(dir)};
+}
 
 Tokenizer Tokenizer::train_bpe(const std::vector<std::string>& texts, const std::string& options_json) {
   auto d = text_options(options_json, "tokenizer training options");
@@ -265,7 +267,8 @@ std::vector<std::vector<int64_t>> Tokenizer::encode_ids(const std::vector<std::s
   auto root = root_of(d);
   std::vector<std::string_view> v(texts.begin(), texts.end());
   std::vector<std::vector<int64_t>> out;
-  for (auto& e : need(impl, "the tokenizer").encode_batch(v, nullptr, text::parse_encode_options(root ? &*root : nullptr, "encode options")))
+  for (auto& e : need(impl, "the tokenizer")
+                     .encode_batch(v, nullptr, text::parse_encode_options(root ? &*root : nullptr, "encode options")))
     out.push_back(std::move(e.ids));
   return out;
 }
@@ -274,11 +277,12 @@ Batch Tokenizer::encode(const std::vector<std::string>& texts, const std::string
   auto d = text_options(options_json, "encode options");
   auto root = root_of(d);
   std::vector<std::string_view> v(texts.begin(), texts.end());
-  auto rows = need(impl, "the tokenizer").encode_batch(v, nullptr,
-                                                       text::parse_encode_options(root ? &*root : nullptr, "encode options"));
+  auto rows = need(impl, "the tokenizer")
+                  .encode_batch(v, nullptr, text::parse_encode_options(root ? &*root : nullptr, "encode options"));
   std::vector<const std::vector<int64_t>*> ids, mask, types;
   for (const auto& r : rows) ids.push_back(&r.ids), mask.push_back(&r.attention_mask), types.push_back(&r.type_ids);
-  return Batch({{"input_ids", stacked(ids, "input_ids")}, {"attention_mask", stacked(mask, "attention_mask")},
+  return Batch({{"input_ids", stacked(ids, "input_ids")},
+                {"attention_mask", stacked(mask, "attention_mask")},
                 {"token_type_ids", stacked(types, "token_type_ids")}});
 }
 
@@ -290,7 +294,9 @@ std::string Tokenizer::apply_chat_template(const std::string& messages_json, con
   auto d = text_options(options_json, "chat template options");
   auto root = root_of(d);
   text::parse_chat_encode_options(root ? &*root : nullptr);  // unknown keys refused here too
-  return text::render_chat(need(impl, "the tokenizer"), messages_json, text::parse_chat_options(root ? &*root : nullptr)).text;
+  return text::render_chat(need(impl, "the tokenizer"), messages_json,
+                           text::parse_chat_options(root ? &*root : nullptr))
+      .text;
 }
 
 Batch Tokenizer::encode_chat(const std::string& messages_json, const std::string& options_json) const {
@@ -308,7 +314,9 @@ std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const {
   return need(impl, "the tokenizer").token_to_id(token);
 }
 
-std::optional<std::string> Tokenizer::id_to_token(int64_t id) const { return need(impl, "the tokenizer").id_to_token(id); }
+std::optional<std::string> Tokenizer::id_to_token(int64_t id) const {
+  return need(impl, "the tokenizer").id_to_token(id);
+}
 
 std::string Tokenizer::info() const { return text::info_json(need(impl, "the tokenizer")); }
 
@@ -387,8 +395,7 @@ Accelerator::ProfileScope::~ProfileScope() {
   try {
     if (std::uncaught_exceptions() > exceptions_)
       acc_->profile_cancel();  // no trace and no barrier: the other processes may not be here
-    else
-      acc_->profile_end();
+    else acc_->profile_end();
   } catch (...) {  // a destructor must not throw
   }
 }
@@ -412,8 +419,9 @@ torch::Tensor Accelerator::gather(const torch::Tensor& t) { return impl_->gather
 torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& t) { return impl_->gather_for_metrics(t); }
 
 torch::Tensor Accelerator::reduce(const torch::Tensor& t, Reduce op) {
-  core::ReduceOp r = op == Reduce::Sum ? core::ReduceOp::Sum : op == Reduce::Mean ? core::ReduceOp::Mean
-                                                                                 : core::ReduceOp::Max;
+  core::ReduceOp r = op == Reduce::Sum    ? core::ReduceOp::Sum
+                     : op == Reduce::Mean ? core::ReduceOp::Mean
+                                          : core::ReduceOp::Max;
   return impl_->reduce(t, r);
 }
 
@@ -421,8 +429,7 @@ torch::Tensor Accelerator::broadcast(const torch::Tensor& t, int from_process) {
   return impl_->broadcast(t, from_process);
 }
 
-torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& t, int64_t dim, double pad_index,
-                                                bool pad_first) {
+torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& t, int64_t dim, double pad_index, bool pad_first) {
   return impl_->pad_across_processes(t, dim, pad_index, pad_first);
 }
 
@@ -580,9 +587,7 @@ void LinearImpl::reset_parameters() {
   if (bias.defined()) bias.uniform_(-bound, bound);
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return lora->with_lora(x, at::linear(x, weight, bias));
-}
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return lora->with_lora(x, at::linear(x, weight, bias)); }
 
 void add_lora(torch::nn::Module& module, const std::string& lora_config_json) {
   core::PreparedModel slot = slot_of(module);

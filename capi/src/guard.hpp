@@ -25,7 +25,17 @@ acc_status guarded(const char* fn, F&& f) noexcept {
 // What each handle is, so that one kind passed where another is expected (an acc_batch* as an acc_bytes_list*) is
 // refused rather than read as the wrong type.
 enum class Kind : uint8_t {
-  accelerator, tensor, model, optimizer, scheduler, dataset, batch, bytes_list, dataloader, tokenizer, encoding
+  accelerator,
+  tensor,
+  model,
+  optimizer,
+  scheduler,
+  dataset,
+  batch,
+  bytes_list,
+  dataloader,
+  tokenizer,
+  encoding
 };
 const char* kind_name(Kind kind) noexcept;  // "acc_batch", ...
 
@@ -92,8 +102,9 @@ void destroy_handle(T* h, const char* fn) noexcept {
   }
   if (h->live.lent()) {
     h->live.refuse_destroy();
-    set_error(ACC_ERR_INVALID_ARGUMENT, std::string(fn) + ": this " + kind_name(decltype(h->live)::kind) +
-                                            " belongs to libacc, which lent it to the callback: not the callback's to destroy");
+    set_error(ACC_ERR_INVALID_ARGUMENT,
+              std::string(fn) + ": this " + kind_name(decltype(h->live)::kind) +
+                  " belongs to libacc, which lent it to the callback: not the callback's to destroy");
     return;
   }
   delete h;

@@ -30,7 +30,7 @@ struct acc_model {
   std::shared_ptr<acc::core::PreparedModel> slot;
   // acc_model_state_get's borrowed names: made at creation, made again when an adapter changes the tree (capi_adapter.cpp)
   std::vector<std::string> state_names;
-  std::string last_json;                       // the borrowed result of acc_infer_auto_device_map / acc_model_module_sizes
+  std::string last_json;  // the borrowed result of acc_infer_auto_device_map / acc_model_module_sizes
   std::atomic<bool> busy{false};
   acc::capi::Live<acc::capi::Kind::model> live;
 };

@@ -15,8 +15,7 @@ using detail::Node;
 // Reads the keys of one spec object; every message starts with `what` ("gpt spec") and names the key.
 class SpecReader {
  public:
-  SpecReader(const Node& obj, std::string what, std::vector<std::string> accepted)
-      : obj_(obj), what_(std::move(what)) {
+  SpecReader(const Node& obj, std::string what, std::vector<std::string> accepted) : obj_(obj), what_(std::move(what)) {
     for (const auto& [k, v] : obj_.map) {
       bool known = false;
       for (const auto& a : accepted) known = known || a == k;
@@ -48,8 +47,7 @@ class SpecReader {
   // An integer >= 1; JSON numbers like 768.0 count as integers.
   static std::optional<int64_t> positive(const Node& n) {
     if (n.kind == Kind::Int && n.i >= 1) return n.i;
-    if (n.kind == Kind::Double && n.d >= 1 && n.d <= 9.0e15 && n.d == std::floor(n.d))
-      return static_cast<int64_t>(n.d);
+    if (n.kind == Kind::Double && n.d >= 1 && n.d <= 9.0e15 && n.d == std::floor(n.d)) return static_cast<int64_t>(n.d);
     return std::nullopt;
   }
 
@@ -100,8 +98,8 @@ GptSpec parse_gpt(const Node& obj, std::string& device) {
   g.n_head = r.required_int("n_head");
   g.n_embd = r.required_int("n_embd");
   if (g.n_embd % g.n_head != 0)
-    r.fail("'n_embd' (" + std::to_string(g.n_embd) + ") must be a multiple of 'n_head' (" +
-           std::to_string(g.n_head) + ")");
+    r.fail("'n_embd' (" + std::to_string(g.n_embd) + ") must be a multiple of 'n_head' (" + std::to_string(g.n_head) +
+           ")");
   if (const Node* d = r.get("dropout")) {
     double v = d->kind == Kind::Int ? static_cast<double>(d->i) : d->kind == Kind::Double ? d->d : -1;
     if ((d->kind != Kind::Int && d->kind != Kind::Double) || v < 0 || v >= 1)

@@ -237,7 +237,8 @@ std::string describe_type(const KeySpec& k) {
   if (t & tBool) alts.push_back("a boolean");
   if (t & tInt) alts.push_back("an integer" + (r.empty() ? "" : " " + r));
   else if (t & tNum) alts.push_back("a number" + (r.empty() ? "" : " " + r));
-  if (t & tList) alts.push_back(k.choices.empty() || (t & tStr) ? "a list of strings" : "a list of " + quoted_list(k.choices));
+  if (t & tList)
+    alts.push_back(k.choices.empty() || (t & tStr) ? "a list of strings" : "a list of " + quoted_list(k.choices));
   if (t & tTriple) alts.push_back("three booleans [fprop, dgrad, wgrad]");
   if (t & tAny) alts.push_back("any JSON value");
   if (t & tNull) alts.push_back("null");
@@ -362,8 +363,7 @@ class Coercion {
     Node v = in;
     // A YAML plain scalar that YAML typed as something this key does not take (`mixed_precision: no` is a YAML
     // boolean, `gpu_ids: 0` an integer) is read as the text the user wrote.
-    if (v.plain && !accepts_kind(t_, v.kind) && (t_ & (tStr | tList)) && v.kind != Kind::List &&
-        v.kind != Kind::Map) {
+    if (v.plain && !accepts_kind(t_, v.kind) && (t_ & (tStr | tList)) && v.kind != Kind::List && v.kind != Kind::Map) {
       Node s = Node::string(v.raw);
       s.from_yaml = true;
       v = s;

@@ -20,7 +20,9 @@ struct Reader {
   [[noreturn]] void fail(const std::string& key, const std::string& why) const {
     throw Error(file + ": '" + key + "' " + why);
   }
-  void set(const std::string& ds_key, const char* key, Node v) { out.push_back({key, std::move(v), file + ": " + ds_key}); }
+  void set(const std::string& ds_key, const char* key, Node v) {
+    out.push_back({key, std::move(v), file + ": " + ds_key});
+  }
 
   const Node& section(const std::string& key, const Node& v) const {
     if (v.kind != Kind::Map) fail(key, "must be an object; got " + brief_value(v));
@@ -28,8 +30,8 @@ struct Reader {
   }
   int64_t integer(const std::string& key, const Node& v, int64_t lo, int64_t hi) const {
     if (v.kind != Kind::Int || v.i < lo || v.i > hi)
-      fail(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) + " or \"auto\"; got " +
-                    brief_value(v));
+      fail(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                    " or \"auto\"; got " + brief_value(v));
     return v.i;
   }
   std::optional<bool> flag(const std::string& key, const Node& v) const {  // nullopt: "auto"
@@ -48,7 +50,8 @@ struct Reader {
     for (const auto& [k, x] : section(at, v).map) {
       if (k == "device") set(at + ".device", device_key, Node::string(device(at + ".device", x)));
       else if (k == "nvme_path") {
-        if (x.kind != Kind::Null) set(at + ".nvme_path", nvme_key, x.kind == Kind::String ? x : Node::string(brief_value(x)));
+        if (x.kind != Kind::Null)
+          set(at + ".nvme_path", nvme_key, x.kind == Kind::String ? x : Node::string(brief_value(x)));
       } else if (k == "pin_memory") flag(at + ".pin_memory", x);  // page-locked copies on GPU machines: taken as is
       else fail(at + "." + k, "has no meaning in libacc; remove it (read: device, nvme_path, pin_memory)");
     }
@@ -66,8 +69,9 @@ struct Reader {
         if (auto b = flag(at, v)) set(at, "deepspeed_plugin.zero3_save_16bit_model", Node::boolean(*b));
       } else if (k == "overlap_comm" || k == "contiguous_gradients") {
         // What libacc always does: one reduce-scatter in flight while autograd goes on; gradients in flat buffers.
-        if (flag(at, v) == false) fail(at, "false is not available: libacc always overlaps communication and keeps "
-                                           "gradients contiguous; remove it or set true");
+        if (flag(at, v) == false)
+          fail(at, "false is not available: libacc always overlaps communication and keeps "
+                   "gradients contiguous; remove it or set true");
       } else if (k == "reduce_bucket_size") {
         // Elements per gradient bucket of stages 1-2 (fp32 gradients: 4 bytes each) = ddp_kwargs.bucket_cap_mb.
         if (is_auto(v)) continue;
@@ -92,7 +96,8 @@ struct Reader {
         if (!((x.kind == Kind::Int && x.i == 0) || (x.kind == Kind::Double && x.d == 0)))
           fail(at, "must be 0 (a dynamic scale, torch's GradScaler); libacc has no fixed loss scale");
       } else if (name == "fp16" && k == "initial_scale_power") {
-        set(at, "grad_scaler_kwargs.init_scale", Node::number(std::ldexp(1.0, static_cast<int>(integer(at, x, 0, 64)))));
+        set(at, "grad_scaler_kwargs.init_scale",
+            Node::number(std::ldexp(1.0, static_cast<int>(integer(at, x, 0, 64)))));
       } else if (name == "fp16" && k == "loss_scale_window") {
         set(at, "grad_scaler_kwargs.growth_interval", Node::integer(integer(at, x, 1, INT32_MAX)));
       } else {
@@ -107,9 +112,11 @@ struct Reader {
 
 }  // namespace
 
-std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& file, const std::string& mixed_precision) {
+std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& file,
+                                          const std::string& mixed_precision) {
   Reader r{file, {}};
-  if (root.kind != Kind::Map) throw Error(file + ": a DeepSpeed config must be a JSON object; got " + brief_value(root));
+  if (root.kind != Kind::Map)
+    throw Error(file + ": a DeepSpeed config must be a JSON object; got " + brief_value(root));
   if (!root.find("zero_optimization"))
     throw Error(file + ": no 'zero_optimization' section; Accelerate needs the ZeRO optimization config in the file");
   std::optional<bool> fp16, bf16;
@@ -121,7 +128,8 @@ std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& f
       if (is_auto(v)) continue;
       if ((v.kind != Kind::Int && v.kind != Kind::Double) || (v.kind == Kind::Int ? v.i : v.d) < 0)
         r.fail(k, "must be a number >= 0 or \"auto\"; got " + brief_value(v));
-      r.set(k, "deepspeed_plugin.gradient_clipping", Node::number(v.kind == Kind::Int ? static_cast<double>(v.i) : v.d));
+      r.set(k, "deepspeed_plugin.gradient_clipping",
+            Node::number(v.kind == Kind::Int ? static_cast<double>(v.i) : v.d));
     } else if (k == "train_batch_size" || k == "train_micro_batch_size_per_gpu") {
       if (!is_auto(v)) r.fail(k, "must be \"auto\": libacc takes the batch size from the data loader");
     } else if (k == "steps_per_print" || k == "wall_clock_breakdown") {
@@ -137,14 +145,16 @@ std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& f
   // disables wins, and "auto" (or nothing) follows mixed_precision.
   for (auto [mine, other, other_on] : {std::tuple{"fp16", "bf16", bf16}, std::tuple{"bf16", "fp16", fp16}})
     if (mixed_precision == mine && other_on == true)
-      throw Error(file + ": 'mixed_precision' cannot be \"" + mine + "\" when " + other + " is enabled in the "
+      throw Error(file + ": 'mixed_precision' cannot be \"" + mine + "\" when " + other +
+                  " is enabled in the "
                   "DeepSpeed config file");
   const bool fp16_on = fp16.value_or(mixed_precision == "fp16"), bf16_on = bf16.value_or(mixed_precision == "bf16");
   if (fp16_on && bf16_on) throw Error(file + ": fp16 and bf16 are both enabled; enable one");
   const std::string effective = fp16_on ? "fp16" : bf16_on ? "bf16" : mixed_precision == "fp8" ? "fp8" : "no";
   if (effective != mixed_precision)
     r.out.push_back({"mixed_precision", Node::string(effective),
-                     file + ": " + (effective == "fp16" || mixed_precision == "fp16" ? "fp16.enabled" : "bf16.enabled")});
+                     file + ": " +
+                         (effective == "fp16" || mixed_precision == "fp16" ? "fp16.enabled" : "bf16.enabled")});
   return r.out;
 }
 

@@ -132,7 +132,7 @@ std::string read_file(const std::string& path, size_t max_bytes) {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) fail_errno("cannot read", path);
   // Only regular files: a FIFO blocks, a device such as /dev/zero never ends, a directory has no bytes.
   if (!S_ISREG(st.st_mode))
@@ -258,7 +258,7 @@ void rename_no_replace(const std::string& from, const std::string& to) {
   int err = errno;
   // Filesystems without the flag: a plain rename, which cannot replace a file by a folder nor a non-empty folder.
   if (err == EINVAL || err == ENOSYS) {
-    struct stat st {};
+    struct stat st{};
     if (::lstat(to.c_str(), &st) == 0) fail("cannot rename into place", to, EEXIST);
     if (::rename(from.c_str(), to.c_str()) == 0) return;
     err = errno;
@@ -292,7 +292,7 @@ void remove_files_then_folder(const std::string& dir, const std::vector<std::str
 StagingFolder::StagingFolder(std::string dir) : dir_(std::move(dir)) {
   // The name is libacc's own; whether a writer is alive in it says the lock (a dead writer's is let go).
   if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) fail_errno("cannot create directory", dir_);
-  struct stat st {};
+  struct stat st{};
   if (::lstat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw FileError("cannot use", dir_, "it exists and is not a folder: move it away", ENOTDIR);
   const std::string lock = dir_ + "/" + kLockName;
@@ -301,7 +301,7 @@ StagingFolder::StagingFolder(std::string dir) : dir_(std::move(dir)) {
   const bool locked = ::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
   const int err = errno;
   // A writer that has just finished renamed the folder away, or unlinked the lock, before letting go of it.
-  struct stat held {}, named {};
+  struct stat held{}, named{};
   const bool same = ::fstat(lock_fd_, &held) == 0 && ::lstat(lock.c_str(), &named) == 0 && held.st_ino == named.st_ino;
   if (!locked || !same) {
     ::close(lock_fd_);

@@ -18,15 +18,20 @@ namespace acc::config::detail {
 namespace {
 
 const std::set<std::string> kKeywords = {
-    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
-    "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
-    "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
-    "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
-    "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or",
-    "or_eq", "private", "protected", "public", "register", "reinterpret_cast", "requires", "return", "short",
-    "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this",
-    "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual",
-    "void", "volatile", "wchar_t", "while", "xor", "xor_eq", "Key"};
+    "alignas",     "alignof",   "and",        "and_eq",    "asm",      "auto",         "bitand",
+    "bitor",       "bool",      "break",      "case",      "catch",    "char",         "char8_t",
+    "char16_t",    "char32_t",  "class",      "compl",     "concept",  "const",        "consteval",
+    "constexpr",   "constinit", "const_cast", "continue",  "co_await", "co_return",    "co_yield",
+    "decltype",    "default",   "delete",     "do",        "double",   "dynamic_cast", "else",
+    "enum",        "explicit",  "export",     "extern",    "false",    "float",        "for",
+    "friend",      "goto",      "if",         "inline",    "int",      "long",         "mutable",
+    "namespace",   "new",       "noexcept",   "not",       "not_eq",   "nullptr",      "operator",
+    "or",          "or_eq",     "private",    "protected", "public",   "register",     "reinterpret_cast",
+    "requires",    "return",    "short",      "signed",    "sizeof",   "static",       "static_assert",
+    "static_cast", "struct",    "switch",     "template",  "this",     "thread_local", "throw",
+    "true",        "try",       "typedef",    "typeid",    "typename", "union",        "unsigned",
+    "using",       "virtual",   "void",       "volatile",  "wchar_t",  "while",        "xor",
+    "xor_eq",      "Key"};
 
 void check_name(const std::string& name, const std::string& path) {
   bool ok = !name.empty() && (std::islower(static_cast<unsigned char>(name[0])) || name[0] == '_');
@@ -151,7 +156,7 @@ std::string comment(std::string help) {
 
 struct Writer {
   const Schema& s;
-  std::ostringstream& h;   // header
+  std::ostringstream& h;  // header
   std::ostringstream& cc;  // fill function body
 
   // The members of one struct: the keys and sections under `section` ("" for the top level), in schema order.
@@ -245,11 +250,12 @@ struct JsonText {
       << (kind == SchemaKind::Accelerator ? " (resolve_accelerator: what acc_accelerator_create takes).\n"
                                           : " (resolve_launch: a default_config.yaml and the launcher's flags).\n");
     h << "struct " << type << " {\n";
-    cc << "\n" << type << " " << fn << "(const Config& " << arg << ") {\n  detail::ViewReader r(" << arg
+    cc << "\n"
+       << type << " " << fn << "(const Config& " << arg << ") {\n  detail::ViewReader r(" << arg
        << ", SchemaKind::" << name << ");\n  " << type << " s;\n";
     Writer{schema(kind), h, cc}.members("", type, 1, "");
-    h << "};\n// Throws Error for a config of the other schema.\n" << type << " " << fn << "(const Config& " << arg
-      << ");\n";
+    h << "};\n// Throws Error for a config of the other schema.\n"
+      << type << " " << fn << "(const Config& " << arg << ");\n";
     cc << "  r.finish();\n  return s;\n}\n";
   }
   h << "\n}  // namespace acc::config\n";

@@ -22,7 +22,6 @@ DecoderDefaults decoder_defaults(const std::string& arch) {
   return {0, 2048, 0, 1e-6, 10000.0};
 }
 
-
 namespace {
 
 using detail::Kind;
@@ -146,7 +145,8 @@ void check_rope(const HfConfig& c, int64_t max_positions) {
     c.fail("partial_rotary_factor", "must be 1 (libacc rotates whole heads)");
   // transformers takes `rope_scaling or rope_parameters`: a non-empty rope_scaling wins.
   const Node* scaling = c.item("rope_scaling");
-  const char* key = scaling && !(scaling->kind == Kind::Map && scaling->map.empty()) ? "rope_scaling" : "rope_parameters";
+  const char* key = scaling && !(scaling->kind == Kind::Map && scaling->map.empty()) ? "rope_scaling"
+                                                                                     : "rope_parameters";
   const Node* r = c.item(key);
   if (!r) return;
   if (r->kind != Kind::Map) c.fail(key, "must be an object (rope_type, rope_theta, factor, ...); got " + shown(r));
@@ -179,12 +179,12 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
   const int64_t V = c.integer("vocab_size"), H = c.integer("hidden_size"), I = c.integer("intermediate_size"),
                 L = c.blocks("num_hidden_layers");
   const int64_t heads = c.integer("num_attention_heads");
-  const bool qwen = arch == "Qwen2ForCausalLM", mixtral = arch == "MixtralForCausalLM", llama = arch == "LlamaForCausalLM";
+  const bool qwen = arch == "Qwen2ForCausalLM", mixtral = arch == "MixtralForCausalLM",
+             llama = arch == "LlamaForCausalLM";
   const DecoderDefaults defaults = decoder_defaults(arch);
   // Missing, the class default (MistralConfig's and MixtralConfig's 8, Qwen2Config's 32); null, num_attention_heads.
   const Node* kv_given = c.root->find("num_key_value_heads");
-  const int64_t kv =
-      c.integer("num_key_value_heads", !kv_given && defaults.kv_heads ? defaults.kv_heads : heads);
+  const int64_t kv = c.integer("num_key_value_heads", !kv_given && defaults.kv_heads ? defaults.kv_heads : heads);
   // LlamaConfig.validate_architecture; the others derive head_dim by integer division.
   if (arch == "LlamaForCausalLM" && H % heads != 0)
     c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
@@ -224,12 +224,13 @@ void decoder(const HfConfig& c, const std::string& arch, ParameterShapes* out) {
     c.number("router_aux_loss_coef", 0.001, 0);
     c.number("router_jitter_noise", 0, 0);
     if (L > limits::kModelBlocks / experts)
-      c.fail("num_hidden_layers", "times 'num_local_experts' must be at most " + std::to_string(limits::kModelBlocks) +
-                                      " (the limit)");
+      c.fail("num_hidden_layers",
+             "times 'num_local_experts' must be at most " + std::to_string(limits::kModelBlocks) + " (the limit)");
   }
   // Qwen2Attention: q, k and v with bias; only Llama reads attention_bias and mlp_bias (Mistral's and Mixtral's
   // projections have none whatever the config says).
-  const bool qkv_bias = qwen || (llama && c.flag("attention_bias", false)), o_bias = llama && c.flag("attention_bias", false);
+  const bool qkv_bias = qwen || (llama && c.flag("attention_bias", false)),
+             o_bias = llama && c.flag("attention_bias", false);
   const bool mlp_bias = llama && c.flag("mlp_bias", false);
   const bool tied = c.flag("tie_word_embeddings", false);
   if (!out) return;
@@ -331,8 +332,8 @@ void bert(const HfConfig& c, ParameterShapes* out) {
                 P = c.integer("max_position_embeddings", 512), T = c.integer("type_vocab_size", 2);
   // BertSelfAttention raises unless the heads divide the hidden size.
   if (H % heads != 0)
-    c.fail("hidden_size", "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" +
-                              std::to_string(heads) + ")");
+    c.fail("hidden_size",
+           "(" + std::to_string(H) + ") must be a multiple of 'num_attention_heads' (" + std::to_string(heads) + ")");
   const int64_t n_labels = label_count(c);
   check_padding(c, V);
   c.number("layer_norm_eps", 1e-12, 0);
@@ -347,8 +348,8 @@ void bert(const HfConfig& c, ParameterShapes* out) {
   const std::string problem = c.text("problem_type", "");
   if (!problem.empty() && problem != "regression" && problem != "single_label_classification" &&
       problem != "multi_label_classification")
-    c.fail("problem_type", "must be regression, single_label_classification or multi_label_classification; got '" +
-                               problem + "'");
+    c.fail("problem_type",
+           "must be regression, single_label_classification or multi_label_classification; got '" + problem + "'");
   if (problem == "single_label_classification" && n_labels == 1)
     c.fail("problem_type", "single_label_classification needs more than one label (PreTrainedConfig refuses it)");
   if (!out) return;
@@ -383,10 +384,10 @@ void bert(const HfConfig& c, ParameterShapes* out) {
 
 std::optional<std::string> causal_lm_class(const std::string& model_type) {
   static const std::pair<const char*, const char*> kCausalLM[] = {{"llama", "LlamaForCausalLM"},
-                                                                    {"mistral", "MistralForCausalLM"},
-                                                                    {"qwen2", "Qwen2ForCausalLM"},
-                                                                    {"mixtral", "MixtralForCausalLM"},
-                                                                    {"gpt2", "GPT2LMHeadModel"}};
+                                                                  {"mistral", "MistralForCausalLM"},
+                                                                  {"qwen2", "Qwen2ForCausalLM"},
+                                                                  {"mixtral", "MixtralForCausalLM"},
+                                                                  {"gpt2", "GPT2LMHeadModel"}};
   for (const auto& [type, cls] : kCausalLM)
     if (model_type == type) return std::string(cls);
   return std::nullopt;
@@ -411,18 +412,16 @@ std::string read_config(std::string_view text, const std::string& source, Parame
       return type->s;
     }
   } else {
-    throw Error(source + ": " + (archs ? "no 'architectures' list naming the model class"
-                                       : "neither an 'architectures' list naming the model class nor a 'model_type'"));
+    throw Error(source + ": " +
+                (archs ? "no 'architectures' list naming the model class"
+                       : "neither an 'architectures' list naming the model class nor a 'model_type'"));
   }
   if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM" ||
       arch == "MixtralForCausalLM")
     decoder(c, arch, out);
-  else if (arch == "GPT2LMHeadModel")
-    gpt2(c, out);
-  else if (arch == "BertForSequenceClassification")
-    bert(c, out);
-  else
-    *known = false;
+  else if (arch == "GPT2LMHeadModel") gpt2(c, out);
+  else if (arch == "BertForSequenceClassification") bert(c, out);
+  else *known = false;
   return arch;
 }
 
@@ -438,7 +437,8 @@ ParameterShapes hf_parameter_shapes(const std::string& config_json, const std::s
   bool known = true;
   const std::string arch = read_config(config_json, source, &out, &known);
   if (!known)
-    throw Error(source + ": architecture '" + arch + "' is not one libacc has (LlamaForCausalLM, MistralForCausalLM, "
+    throw Error(source + ": architecture '" + arch +
+                "' is not one libacc has (LlamaForCausalLM, MistralForCausalLM, "
                 "Qwen2ForCausalLM, MixtralForCausalLM, GPT2LMHeadModel, BertForSequenceClassification)");
   return out;
 }

@@ -39,11 +39,38 @@ struct Node {
   Node() = default;
 
   static Node null() { return Node{}; }
-  static Node boolean(bool v) { Node n; n.kind = Kind::Bool; n.b = v; return n; }
-  static Node integer(int64_t v) { Node n; n.kind = Kind::Int; n.i = v; return n; }
-  static Node number(double v) { Node n; n.kind = Kind::Double; n.d = v; return n; }
-  static Node string(std::string v) { Node n; n.kind = Kind::String; n.s = std::move(v); return n; }
-  static Node of_text(std::string v) { Node n; n.kind = Kind::String; n.s = v; n.raw = std::move(v); n.text = true; return n; }
+  static Node boolean(bool v) {
+    Node n;
+    n.kind = Kind::Bool;
+    n.b = v;
+    return n;
+  }
+  static Node integer(int64_t v) {
+    Node n;
+    n.kind = Kind::Int;
+    n.i = v;
+    return n;
+  }
+  static Node number(double v) {
+    Node n;
+    n.kind = Kind::Double;
+    n.d = v;
+    return n;
+  }
+  static Node string(std::string v) {
+    Node n;
+    n.kind = Kind::String;
+    n.s = std::move(v);
+    return n;
+  }
+  static Node of_text(std::string v) {
+    Node n;
+    n.kind = Kind::String;
+    n.s = v;
+    n.raw = std::move(v);
+    n.text = true;
+    return n;
+  }
 
   const Node* find(std::string_view key) const;  // last entry with that key (YAML duplicates: last wins)
   Node* find(std::string_view key);
@@ -76,7 +103,8 @@ struct DsSetting {
   Node value;
   std::string where;
 };
-std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& file, const std::string& mixed_precision);
+std::vector<DsSetting> deepspeed_settings(const Node& root, const std::string& file,
+                                          const std::string& mixed_precision);
 
 // -------------------------------------------------------------------------------------------------------------
 enum TypeBits : unsigned {

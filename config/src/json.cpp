@@ -48,10 +48,8 @@ class Reader {
     if (path_.empty()) return "";
     std::string s;
     for (const Step& step : path_) {
-      if (step.key)
-        s += (s.empty() ? "" : ".") + *step.key;
-      else
-        s += "[" + std::to_string(step.index) + "]";
+      if (step.key) s += (s.empty() ? "" : ".") + *step.key;
+      else s += "[" + std::to_string(step.index) + "]";
       if (s.size() > 200) break;
     }
     if (s.size() > 200) {
@@ -131,7 +129,8 @@ class Reader {
     }
     if (literal("null")) return n;
     if (limits_.nonfinite_numbers) {
-      for (auto [word, v] : {std::pair<const char*, double>{"NaN", NAN}, {"Infinity", HUGE_VAL}, {"-Infinity", -HUGE_VAL}})
+      for (auto [word, v] :
+           {std::pair<const char*, double>{"NaN", NAN}, {"Infinity", HUGE_VAL}, {"-Infinity", -HUGE_VAL}})
         if (literal(word)) {
           n.kind = Kind::Double;
           n.d = v;
@@ -160,8 +159,8 @@ class Reader {
       std::string key = string_body(limits_.key_bytes, "key");
       if (!keys.insert(key).second) fail_at(kl, kc, "duplicate key " + quote(key));
       if (keys.size() > limits_.keys_per_object)
-        fail_at(kl, kc, "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)" +
-                            in_path());
+        fail_at(kl, kc,
+                "more than " + std::to_string(limits_.keys_per_object) + " keys in one object (the limit)" + in_path());
       skip_ws();
       if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':' after key \"" + key + "\", got " + here());
       ++p_;
@@ -335,9 +334,7 @@ class Reader {
           put_utf8(out, cp);
           break;
         }
-        default:
-          --p_;
-          fail(std::string("invalid escape '\\") + e + "'");
+        default: --p_; fail(std::string("invalid escape '\\") + e + "'");
       }
     }
   }
@@ -346,7 +343,6 @@ class Reader {
 }  // namespace
 
 Node parse_json(std::string_view text, const json::Limits& limits) { return Reader(text, limits).document(); }
-
 
 void write_json(std::string& out, const Node& n, int indent) {
   json::Writer w(indent < 0 ? json::Writer::Layout::Tight : json::Writer::Layout::Indented, indent);
@@ -432,7 +428,8 @@ void Value::fail(const std::string& what) const {
 
 bool Value::is_integer() const {
   if (node_->kind == detail::Kind::Int) return true;
-  return node_->kind == detail::Kind::Double && node_->d == std::floor(node_->d) && std::fabs(node_->d) <= 9007199254740992.0;
+  return node_->kind == detail::Kind::Double && node_->d == std::floor(node_->d) &&
+         std::fabs(node_->d) <= 9007199254740992.0;
 }
 
 bool Value::as_bool() const {
@@ -502,9 +499,7 @@ int64_t Value::get_int_or(std::string_view key, int64_t fallback) const {
 double Value::get_double_or(std::string_view key, double fallback) const {
   return has_value(key) ? get_double(key) : fallback;
 }
-bool Value::get_bool_or(std::string_view key, bool fallback) const {
-  return has_value(key) ? get_bool(key) : fallback;
-}
+bool Value::get_bool_or(std::string_view key, bool fallback) const { return has_value(key) ? get_bool(key) : fallback; }
 std::string Value::get_string_or(std::string_view key, const std::string& fallback) const {
   return has_value(key) ? get_string(key) : fallback;
 }
@@ -525,7 +520,8 @@ std::vector<Value> Value::elements() const {
   if (node_->kind != detail::Kind::List) fail("expected an array");
   std::vector<Value> out;
   out.reserve(node_->list.size());
-  for (size_t i = 0; i < node_->list.size(); ++i) out.push_back(Value(&node_->list[i], where_ + "[" + std::to_string(i) + "]"));
+  for (size_t i = 0; i < node_->list.size(); ++i)
+    out.push_back(Value(&node_->list[i], where_ + "[" + std::to_string(i) + "]"));
   return out;
 }
 

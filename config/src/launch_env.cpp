@@ -118,7 +118,8 @@ class LaunchEnv {
     std::vector<std::pair<long, std::string>> given;
     for (const auto& name : im_.schema->children.at("deepspeed_config")) {
       const Provenance& p = im_.prov[im_.schema->index.at("deepspeed_config." + name)];
-      if (p.origin == Origin::File) given.emplace_back(std::strtol(p.where.c_str() + p.where.rfind(':') + 1, nullptr, 10), name);
+      if (p.origin == Origin::File)
+        given.emplace_back(std::strtol(p.where.c_str() + p.where.rfind(':') + 1, nullptr, 10), name);
     }
     std::stable_sort(given.begin(), given.end());
     std::vector<std::string> from_file;

@@ -18,13 +18,15 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
   // split model's slices over dp_replicate, so it allows dp_replicate x tp; CP still needs FSDP2, as below.
   if (k > 1 && r > 1 && s == 1)
     throw Error("contradictory settings: " + shown_setting(c, cp) + " with " + shown_setting(c, rep) + " and " +
-                shown_setting(c, shard) + ": context parallelism cannot be used with pure data parallelism "
+                shown_setting(c, shard) +
+                ": context parallelism cannot be used with pure data parallelism "
                 "(replication without sharding); set dp_shard_size > 1 (FSDP2 + CP, or HSDP + CP)");
   if (k > 1 && !fsdp2)
     throw Error(shown_setting(c, cp) + ": context parallelism needs FSDP2 (distributed_type FSDP with fsdp_version 2): "
-                "the model is sharded over dp_shard x cp");
+                                       "the model is sharded over dp_shard x cp");
   if (fsdp2 && s == 1 && k == 1)
-    throw Error("contradictory settings: " + shown_setting(c, shard) + " leaves FSDP no dimension to shard across "
+    throw Error("contradictory settings: " + shown_setting(c, shard) +
+                " leaves FSDP no dimension to shard across "
                 "(it shards over dp_shard_size x cp_size); set dp_shard_size > 1 (or cp_size > 1)");
   std::string which;  // the sizes above 1, with their sources
   for (const std::string& key : {rep, shard, tp, cp})
@@ -35,7 +37,8 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
   for (const int64_t size : {r, s, t, k}) {
     if (size > limits::kProcesses / total)
       throw Error("the parallelism_config sizes multiply to more than " + std::to_string(limits::kProcesses) +
-                  " processes, the most a job may have (" + which + "); adjust dp_replicate_size / dp_shard_size / "
+                  " processes, the most a job may have (" + which +
+                  "); adjust dp_replicate_size / dp_shard_size / "
                   "tp_size / cp_size");
     total *= size;
   }
@@ -55,15 +58,15 @@ ParallelDims parallel_dims(const Config& c, int64_t world, int64_t local_world) 
   if (c.kind() != SchemaKind::Accelerator) throw Error("parallel_dims needs an accelerator config");
   ParallelDims d;
   const Sharding sh = sharding(c);
-  const std::string processes = "the job has " + std::to_string(world) + " process" + (world == 1 ? "" : "es") +
-                                " (WORLD_SIZE)";
+  const std::string processes =
+      "the job has " + std::to_string(world) + " process" + (world == 1 ? "" : "es") + " (WORLD_SIZE)";
   if (c.get_bool("use_parallelism_config")) {
     const bool fsdp2 = c.get_bool("use_fsdp") && c.get_int("fsdp_plugin.fsdp_version") == 2;
     detail::check_parallelism_sizes(c, "parallelism_config.", world, processes, fsdp2);
     const char* const kShard = "parallelism_config.dp_shard_size";
     if (!fsdp2 && c.get_int(kShard) > 1)
       throw Error(detail::shown_setting(c, kShard) + ": dp_shard_size > 1 shards with FSDP2 (distributed_type FSDP, "
-                  "fsdp_version 2)");
+                                                     "fsdp_version 2)");
     d.dp_replicate = c.get_int("parallelism_config.dp_replicate_size");
     d.dp_shard = c.get_int(kShard);
     d.tp = c.get_int("parallelism_config.tp_size");

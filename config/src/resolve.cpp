@@ -67,8 +67,8 @@ std::vector<std::string> expand_env(std::string& text, const std::map<std::strin
       if (fallback->find("${") != std::string::npos)
         throw Error("'" + key_path + "': a ${env:...} fallback cannot hold another reference, in " + json::quote(text));
     }
-    if (ref.empty() || ref.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
-                           std::string::npos)
+    if (ref.empty() ||
+        ref.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
       throw Error("'" + key_path + "': bad environment reference ${env:" + ref + "} (a variable name is expected)");
     out += text.substr(pos, start - pos);
     auto it = env.find(ref);
@@ -115,7 +115,8 @@ struct Resolver {
       std::string key = key_in;
       if (std::find(kids.begin(), kids.end(), key) == kids.end()) {
         for (const auto& k : s.keys)
-          if (k.parent == section && std::find(k.aliases.begin(), k.aliases.end(), key) != k.aliases.end()) key = k.name;
+          if (k.parent == section && std::find(k.aliases.begin(), k.aliases.end(), key) != k.aliases.end())
+            key = k.name;
       }
       if (std::find(kids.begin(), kids.end(), key) == kids.end())
         throw Error(prefix(val) + unknown_key_message(s, section, key_in));
@@ -285,7 +286,8 @@ void upgrade_launch_file(Node& root) {
     dc.kind = Kind::Map;
     dc.key_line = backend.key_line;
     dc.line = backend.line;
-    if (upper(text) != "NO" && !(backend.kind == Kind::Bool && !backend.b)) dc.map.emplace_back("dynamo_backend", backend);
+    if (upper(text) != "NO" && !(backend.kind == Kind::Bool && !backend.b))
+      dc.map.emplace_back("dynamo_backend", backend);
     root.map.emplace_back("dynamo_config", std::move(dc));
   }
   auto prefix_keys = [&](const char* section, const std::string& prefix, bool add) {
@@ -458,8 +460,7 @@ Node parse_explicit_json(std::string_view explicit_json, std::string_view where)
       // The output of to_json(true) reproduces a run: take its "config" part.
       // So does a run record (acc_run_config.json): its "config" part, the rest describes the run.
       const Node* cfg = root.find("config");
-      if (cfg && cfg->kind == Kind::Map && root.find("provenance") &&
-          (root.map.size() == 2 || root.find("format"))) {
+      if (cfg && cfg->kind == Kind::Map && root.find("provenance") && (root.map.size() == 2 || root.find("format"))) {
         Node inner = *cfg;  // copy first: *cfg lives inside root
         root = std::move(inner);
       }
@@ -486,10 +487,10 @@ void apply_explicit(Resolver& r, const Node& root, const std::string& w) {
 void refuse_launch_fields_beside_ds_file(const std::map<std::string, std::string>& env, const Node& ds) {
   auto it = env.find("ACCELERATE_CONFIG_DS_FIELDS");
   if (it == env.end()) return;
-  static const char* const kIgnored[] = {"gradient_accumulation_steps", "gradient_clipping", "zero_stage",
-                                         "offload_optimizer_device", "offload_param_device",
-                                         "offload_param_nvme_path", "offload_optimizer_nvme_path",
-                                         "zero3_save_16bit_model", "mixed_precision"};
+  static const char* const kIgnored[] = {
+      "gradient_accumulation_steps", "gradient_clipping",      "zero_stage",
+      "offload_optimizer_device",    "offload_param_device",   "offload_param_nvme_path",
+      "offload_optimizer_nvme_path", "zero3_save_16bit_model", "mixed_precision"};
   std::string_view fields = it->second;
   while (!fields.empty()) {
     const size_t comma = fields.find(',');
@@ -589,7 +590,7 @@ std::optional<std::string> find_default_config_file(const std::map<std::string, 
     return it == env.end() ? std::string() : it->second;
   };
   auto exists = [](const std::string& p) {
-    struct stat st {};
+    struct stat st{};
     return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
   };
   const std::string home = get("HOME");
@@ -632,7 +633,8 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }
-    if (root.kind == Kind::Null) throw Error(path + ": the config file is empty (it needs at least 'distributed_type')");
+    if (root.kind == Kind::Null)
+      throw Error(path + ": the config file is empty (it needs at least 'distributed_type')");
     if (root.kind != Kind::Map)
       throw Error(path + ":" + std::to_string(root.line) + ": the config file must be a mapping of keys; got " +
                   brief_value(root));
@@ -656,8 +658,8 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
     } else if (!root.find("num_processes") && r.values[r.idx("distributed_type")].s != "NO") {
       // Accelerate's default for a distributed config without num_processes is -1: "pass --num_processes".
       r.set("num_processes", Node::integer(-1), {Origin::File, path});
-      np_missing_reason = path + " sets distributed_type " + r.values[r.idx("distributed_type")].s +
-                          " without num_processes";
+      np_missing_reason =
+          path + " sets distributed_type " + r.values[r.idx("distributed_type")].s + " without num_processes";
     }
   }
   for (const Flag& f : flags) {
@@ -675,7 +677,8 @@ Config resolve_launch(const std::optional<std::string>& config_file, const std::
   Config cfg = Access::make(r.finish());
   if (check) {
     if (cfg.get_int("num_processes") == -1) {
-      if (np_missing_reason.empty()) np_missing_reason = "'num_processes' is -1 (" + cfg.provenance("num_processes").where + ")";
+      if (np_missing_reason.empty())
+        np_missing_reason = "'num_processes' is -1 (" + cfg.provenance("num_processes").where + ")";
       throw Error(np_missing_reason + ": pass --num_processes");
     }
     check_launch(cfg);
@@ -693,10 +696,11 @@ void check_checkpointing_offload(const Config& c, const std::string& offload, co
                                  const std::string& version) {
   if (!c.get_bool(offload)) return;
   if (!c.get_bool(checkpointing))
-    throw Error("contradictory settings: " + shown_setting(c, offload) + " offloads what activation checkpointing keeps, but " +
-                shown_setting(c, checkpointing));
+    throw Error("contradictory settings: " + shown_setting(c, offload) +
+                " offloads what activation checkpointing keeps, but " + shown_setting(c, checkpointing));
   if (c.get_int(version) != 2)
-    throw Error("contradictory settings: " + shown_setting(c, offload) + " needs FSDP2, but " + shown_setting(c, version));
+    throw Error("contradictory settings: " + shown_setting(c, offload) + " needs FSDP2, but " +
+                shown_setting(c, version));
 }
 
 }  // namespace detail
@@ -720,7 +724,8 @@ void check_launch(const Config& cfg) {
   auto show = [&](const char* p) { return shown_setting(cfg, p); };
   const int64_t np = cfg.get_int("num_processes");
   if (np == -1) throw Error("'num_processes' is -1 (" + at("num_processes") + "): pass --num_processes");
-  if (np < 1) throw Error(at("num_processes") + ": 'num_processes' must be an integer >= 1; got " + num("num_processes"));
+  if (np < 1)
+    throw Error(at("num_processes") + ": 'num_processes' must be an integer >= 1; got " + num("num_processes"));
   const int64_t nm = cfg.get_int("num_machines"), mr = cfg.get_int("machine_rank");
   if (mr >= nm)
     throw Error("'machine_rank' (" + num("machine_rank") + ", " + at("machine_rank") +
@@ -739,7 +744,8 @@ void check_launch(const Config& cfg) {
     throw Error("'main_process_port' 0 (a free port, " + at("main_process_port") +
                 ") works on one machine only; give every machine the same fixed port");
   const std::string dt = cfg.get_string("distributed_type");
-  const bool gpu_type = dt.rfind("MULTI_", 0) == 0 ? dt != "MULTI_CPU" : (dt == "FSDP" || dt == "DEEPSPEED" || dt == "MEGATRON_LM");
+  const bool gpu_type = dt.rfind("MULTI_", 0) == 0 ? dt != "MULTI_CPU"
+                                                   : (dt == "FSDP" || dt == "DEEPSPEED" || dt == "MEGATRON_LM");
   const bool use_cpu = cfg.get_bool("use_cpu");
   if (cfg.is_set("gpu_ids")) {
     const std::string ids = cfg.get_string("gpu_ids");
@@ -782,8 +788,10 @@ void check_launch(const Config& cfg) {
   if (cfg.is_set("parallelism_config"))  // what Accelerate's ParallelismConfig refuses once the processes run
     check_parallelism_sizes(cfg, "parallelism_config.parallelism_config_", np, show("num_processes"), true);
   if (dt == "FSDP" && cfg.get_int("fsdp_config.fsdp_version") == 1 &&
-      cfg.get_bool("fsdp_config.fsdp_cpu_ram_efficient_loading") && !cfg.get_bool("fsdp_config.fsdp_sync_module_states"))
-    throw Error("'fsdp_config.fsdp_cpu_ram_efficient_loading' is true (" + at("fsdp_config.fsdp_cpu_ram_efficient_loading") +
+      cfg.get_bool("fsdp_config.fsdp_cpu_ram_efficient_loading") &&
+      !cfg.get_bool("fsdp_config.fsdp_sync_module_states"))
+    throw Error("'fsdp_config.fsdp_cpu_ram_efficient_loading' is true (" +
+                at("fsdp_config.fsdp_cpu_ram_efficient_loading") +
                 ") so 'fsdp_config.fsdp_sync_module_states' must be true too (" +
                 at("fsdp_config.fsdp_sync_module_states") + ")");
   // What Accelerate's FullyShardedDataParallelPlugin refuses as the script starts, refused before any process does.
@@ -806,11 +814,12 @@ std::vector<std::string> launch_warnings(const Config& cfg) {
   for (const char* p : {"tpu_name", "tpu_zone", "tpu_use_sudo", "tpu_vm", "tpu_env", "command_file", "commands",
                         "main_training_function"})
     if (asks(p)) out.push_back(shown_setting(cfg, p) + " is a TPU setting; acc launch runs no TPU pods and ignores it");
-  for (const char* p : {"ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "base_job_name",
-                        "pytorch_version", "transformers_version", "py_version", "sagemaker_inputs_file",
-                        "sagemaker_metrics_file", "additional_args"})
+  for (const char* p :
+       {"ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "base_job_name", "pytorch_version",
+        "transformers_version", "py_version", "sagemaker_inputs_file", "sagemaker_metrics_file", "additional_args"})
     if (asks(p))
-      out.push_back(shown_setting(cfg, p) + " is an Amazon SageMaker setting; acc launch runs local jobs and ignores it");
+      out.push_back(shown_setting(cfg, p) +
+                    " is an Amazon SageMaker setting; acc launch runs local jobs and ignores it");
   // DeepSpeed's multi-node launcher (pdsh, openmpi, ... over a hostfile): acc launch runs on every machine itself.
   for (const char* p : {"deepspeed_config.deepspeed_hostfile", "deepspeed_config.deepspeed_exclusion_filter",
                         "deepspeed_config.deepspeed_inclusion_filter", "deepspeed_config.deepspeed_multinode_launcher"})

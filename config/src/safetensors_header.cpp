@@ -27,10 +27,10 @@ std::optional<int64_t> safetensors_dtype_size(std::string_view dtype, bool* floa
     int64_t size;
     bool floating;
   };
-  static constexpr Type kTypes[] = {
-      {"F64", 8, true},  {"F32", 4, true},  {"F16", 2, true},  {"BF16", 2, true}, {"F8_E4M3", 1, true},
-      {"F8_E5M2", 1, true}, {"I64", 8, false}, {"I32", 4, false}, {"I16", 2, false}, {"I8", 1, false},
-      {"U64", 8, false}, {"U32", 4, false}, {"U16", 2, false}, {"U8", 1, false},  {"BOOL", 1, false}};
+  static constexpr Type kTypes[] = {{"F64", 8, true},     {"F32", 4, true},     {"F16", 2, true},  {"BF16", 2, true},
+                                    {"F8_E4M3", 1, true}, {"F8_E5M2", 1, true}, {"I64", 8, false}, {"I32", 4, false},
+                                    {"I16", 2, false},    {"I8", 1, false},     {"U64", 8, false}, {"U32", 4, false},
+                                    {"U16", 2, false},    {"U8", 1, false},     {"BOOL", 1, false}};
   for (const Type& t : kTypes)
     if (t.name == dtype) {
       if (floating) *floating = t.floating;
@@ -103,12 +103,14 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, const std::str
   // hole and nothing after the last one.
   std::vector<const SafetensorsEntry*> order;
   for (const auto& t : h.tensors) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
+  std::sort(order.begin(), order.end(),
+            [](auto* a, auto* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
   uint64_t covered = 0;
   for (const SafetensorsEntry* t : order) {
     if (t->begin != covered)
       throw Error(where + ": tensor \"" + t->name + "\" starts at byte " + std::to_string(t->begin) + " of the data, " +
-                  (t->begin < covered ? "inside another tensor" : "leaving a hole after byte " + std::to_string(covered)));
+                  (t->begin < covered ? "inside another tensor"
+                                      : "leaving a hole after byte " + std::to_string(covered)));
     covered = t->end;
   }
   if (data_size && covered != *data_size)
@@ -123,8 +125,9 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a safetensors file (not a regular file)");
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw Error(path + ": not a safetensors file (not a regular file)");
   const auto file_size = static_cast<uint64_t>(st.st_size);
   const auto read_at = [&](void* into, size_t n, uint64_t at) {
     for (size_t got = 0; got < n;) {
@@ -165,7 +168,8 @@ std::string format_safetensors_header(const std::vector<SafetensorsEntry>& tenso
   std::string json = w.str();
   json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
   return out + json;
 }
 

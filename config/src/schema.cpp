@@ -79,14 +79,14 @@ std::optional<std::string> join_list(const KeySpec&, Node& n) {
 
 const std::initializer_list<const char*> kPrecision = {"no", "fp16", "bf16", "fp8"};
 const std::initializer_list<const char*> kDynamoBackends = {
-    "NO",       "EAGER",        "AOT_EAGER", "INDUCTOR",    "AOT_TS_NVFUSER", "NVPRIMS_NVFUSER",
-    "CUDAGRAPHS", "OFI",        "FX2TRT",    "ONNXRT",      "TENSORRT",       "AOT_TORCHXLA_TRACE_ONCE",
-    "TORCHXLA_TRACE_ONCE", "TVM", "HPU_BACKEND", "NEURON"};
+    "NO",          "EAGER",  "AOT_EAGER", "INDUCTOR", "AOT_TS_NVFUSER",          "NVPRIMS_NVFUSER",     "CUDAGRAPHS",
+    "OFI",         "FX2TRT", "ONNXRT",    "TENSORRT", "AOT_TORCHXLA_TRACE_ONCE", "TORCHXLA_TRACE_ONCE", "TVM",
+    "HPU_BACKEND", "NEURON"};
 const std::initializer_list<const char*> kDynamoModes = {"default", "reduce-overhead", "max-autotune"};
 const std::initializer_list<const char*> kSharding = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                                       "HYBRID_SHARD_ZERO2"};
-const std::initializer_list<const char*> kReshard = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
-                                                     "HYBRID_SHARD_ZERO2", "NO_RESHARD"};
+const std::initializer_list<const char*> kReshard = {"FULL_SHARD",   "SHARD_GRAD_OP",      "NO_SHARD",
+                                                     "HYBRID_SHARD", "HYBRID_SHARD_ZERO2", "NO_RESHARD"};
 const std::initializer_list<const char*> kPrefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
 const std::initializer_list<const char*> kStateDict = {"FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"};
 const std::initializer_list<const char*> kWrap = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
@@ -137,7 +137,9 @@ Schema make_accelerator() {
   // --- Accelerator(...) arguments
   add(K("device_placement", B, "true", "move models and batches to the accelerator's device"));
   add(K("cpu", B, "false", "force the CPU even when an accelerator is present").env("ACCELERATE_USE_CPU"));
-  add(K("mixed_precision", S, "\"no\"", "mixed precision mode").one_of(kPrecision, true).env("ACCELERATE_MIXED_PRECISION"));
+  add(K("mixed_precision", S, "\"no\"", "mixed precision mode")
+          .one_of(kPrecision, true)
+          .env("ACCELERATE_MIXED_PRECISION"));
   add(K("gradient_accumulation_steps", I, "1", "steps to accumulate gradients over before an optimizer step")
           .min(1)
           .env("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"));
@@ -149,11 +151,12 @@ Schema make_accelerator() {
   add(K("step_scheduler_with_optimizer", B, "true", "step the LR scheduler only when the optimizer stepped"));
   add(K("rng_types", L | Z, "[\"generator\"]", "RNGs synchronized across processes at the start of every epoch")
           .one_of({"torch", "cuda", "xla", "generator", "mlu", "sdaa", "musa", "npu", "xpu", "hpu", "neuron"}));
-  add(K("log_with", L | Z, "null", "experiment trackers to log to").one_of(
-      {"all", "jsonl", "csv", "tensorboard", "wandb", "trackio", "aim", "comet_ml", "mlflow", "clearml", "dvclive",
-       "swanlab"}));
+  add(K("log_with", L | Z, "null", "experiment trackers to log to")
+          .one_of({"all", "jsonl", "csv", "tensorboard", "wandb", "trackio", "aim", "comet_ml", "mlflow", "clearml",
+                   "dvclive", "swanlab"}));
   add(K("debug", B, "false", "check that collectives get matching shapes on every rank").env("ACCELERATE_DEBUG_MODE"));
-  add(K("enable_cpu_affinity", B, "false", "pin each process to the CPU cores near its GPU").env("ACCELERATE_CPU_AFFINITY"));
+  add(K("enable_cpu_affinity", B, "false", "pin each process to the CPU cores near its GPU")
+          .env("ACCELERATE_CPU_AFFINITY"));
   add(K("downcast_bf16", B, "false", "XLA: with bf16, also downcast float64 tensors").env("ACCELERATE_DOWNCAST_BF16"));
   // --- DataLoaderConfiguration
   add(K("dataloader_config.split_batches", B, "false",
@@ -166,7 +169,8 @@ Schema make_accelerator() {
   add(K("dataloader_config.non_blocking", B, "false", "copy batches to the device asynchronously"));
   add(K("dataloader_config.use_stateful_dataloader", B, "false", "save and restore the data loader position"));
   // --- data: a files dataset's pipeline (acc_dataset_from_config; the options of acc_dataset_from_files)
-  add(K("data.files", S | L | Z, "null", "dataset files or folders (JSONL, CSV, Parquet, Arrow, save_to_disk), read in order"));
+  add(K("data.files", S | L | Z, "null",
+        "dataset files or folders (JSONL, CSV, Parquet, Arrow, save_to_disk), read in order"));
   add(K("data.format", S, "\"auto\"", "file format; auto: by extension or content")
           .one_of({"auto", "jsonl", "json", "csv", "parquet", "arrow", "arrow_file"}));
   add(K("data.columns", L | Z, "null", "read only these columns; null: all"));
@@ -179,15 +183,18 @@ Schema make_accelerator() {
   add(K("data.truncation_mode", S, "\"keep_start\"", "sft: keep the start or the end of a long row")
           .one_of({"keep_start", "keep_end"}));
   add(K("data.block_size", I, "1024", "group_texts: tokens per block").min(1));
-  add(K("data.map_batch_size", I, "1000", "rows per datasets.map batch (group_texts and packing work within one)").min(1));
+  add(K("data.map_batch_size", I, "1000", "rows per datasets.map batch (group_texts and packing work within one)")
+          .min(1));
   add(K("data.packing", B, "false", "sft: pack several rows into one of max_length tokens"));
   add(K("data.packing_strategy", S, "\"bfd\"", "sft packing: best fit decreasing, with long rows split, or wrapped")
           .one_of({"bfd", "bfd_split", "wrapped"}));
-  add(K("data.completion_only_loss", B | Z, "null", "sft: loss on the completion only; null: on for prompt/completion rows"));
+  add(K("data.completion_only_loss", B | Z, "null",
+        "sft: loss on the completion only; null: on for prompt/completion rows"));
   add(K("data.assistant_only_loss", B, "false", "sft: loss on the assistant's tokens only ({% generation %} blocks)"));
   add(K("data.chat_template", S | Z, "null", "sft: a chat template or its name; null: the tokenizer's"));
   add(K("data.padding_free", B, "false", "sft: batches as one row with position_ids per sample"));
-  add(K("data.collator", S | Z, "null", "collator; null: trl for sft, default for group_texts, language_modeling for tokenize")
+  add(K("data.collator", S | Z, "null",
+        "collator; null: trl for sft, default for group_texts, language_modeling for tokenize")
           .one_of({"trl", "default", "language_modeling", "with_padding"}));
   add(K("data.padding_side", S | Z, "null", "pad on the left or right; null: the tokenizer's (TRL's collator: right)")
           .one_of({"left", "right"}));
@@ -203,7 +210,8 @@ Schema make_accelerator() {
   add(K("project_config.save_on_each_node", B, "false", "multi-node: save on the main process of every node"));
   // --- GradientAccumulationPlugin
   add(K("gradient_accumulation_plugin.num_steps", I | Z, "null",
-        "steps to accumulate over; exclusive with gradient_accumulation_steps").min(1));
+        "steps to accumulate over; exclusive with gradient_accumulation_steps")
+          .min(1));
   add(K("gradient_accumulation_plugin.adjust_scheduler", B, "true", "step the scheduler once per accumulated step"));
   add(K("gradient_accumulation_plugin.sync_with_dataloader", B, "true", "force a sync at the end of the data loader"));
   add(K("gradient_accumulation_plugin.sync_each_batch", B, "false", "synchronize gradients on every batch"));
@@ -217,7 +225,8 @@ Schema make_accelerator() {
   add(K("ddp_kwargs.static_graph", B, "false", "the set of used parameters never changes between iterations"));
   add(K("ddp_kwargs.comm_hook", S, "\"no\"", "gradient communication hook")
           .one_of({"no", "fp16", "bf16", "power_sgd", "batched_power_sgd"}, true));
-  add(K("ddp_kwargs.comm_wrapper", S, "\"no\"", "compression wrapped around comm_hook").one_of({"no", "fp16", "bf16"}, true));
+  add(K("ddp_kwargs.comm_wrapper", S, "\"no\"", "compression wrapped around comm_hook")
+          .one_of({"no", "fp16", "bf16"}, true));
   add(K("ddp_kwargs.comm_state_option", A, "{}", "options of the PowerSGD state"));
   // --- GradScalerKwargs
   add(K("grad_scaler_kwargs.init_scale", N, "65536.0", "initial loss scale (fp16)").min(0));
@@ -230,14 +239,14 @@ Schema make_accelerator() {
   add(K("autocast_kwargs.cache_enabled", B | Z, "true",
         "cache casted weights inside autocast (Accelerate's null means the torch default, true)"));
   // --- InitProcessGroupKwargs
-  add(K("init_process_group_kwargs.backend", S | Z, "null",
-        "c10d backend; null: nccl for CUDA devices, gloo for CPU"));
+  add(K("init_process_group_kwargs.backend", S | Z, "null", "c10d backend; null: nccl for CUDA devices, gloo for CPU"));
   add(K("init_process_group_kwargs.init_method", S | Z, "null", "rendezvous URL; null: env:// (MASTER_ADDR/PORT)"));
   add(K("init_process_group_kwargs.timeout", N | Z, "null",
         "collective timeout in seconds; null: 600 for nccl, 1800 otherwise")
           .range(limits::kTimeoutMinSeconds, limits::kTimeoutMaxSeconds));
   // --- ProfileKwargs
-  add(K("profile_kwargs.activities", L | Z, "null", "devices to profile").one_of({"cpu", "cuda", "xpu", "mtia", "hpu"}));
+  add(K("profile_kwargs.activities", L | Z, "null", "devices to profile")
+          .one_of({"cpu", "cuda", "xpu", "mtia", "hpu"}));
   add(K("profile_kwargs.schedule_option", A, "null", "wait/warmup/active/repeat/skip_first of the profiler schedule"));
   add(K("profile_kwargs.record_shapes", B, "false", "record input shapes"));
   add(K("profile_kwargs.profile_memory", B, "false", "track tensor memory"));
@@ -249,7 +258,9 @@ Schema make_accelerator() {
   add(K("dynamo_plugin.backend", S, "\"NO\"", "torch.compile backend; NO disables compilation")
           .one_of(kDynamoBackends, true)
           .env("ACCELERATE_DYNAMO_BACKEND"));
-  add(K("dynamo_plugin.mode", S, "\"default\"", "torch.compile mode").one_of(kDynamoModes).env("ACCELERATE_DYNAMO_MODE"));
+  add(K("dynamo_plugin.mode", S, "\"default\"", "torch.compile mode")
+          .one_of(kDynamoModes)
+          .env("ACCELERATE_DYNAMO_MODE"));
   add(K("dynamo_plugin.fullgraph", B, "false", "compile the whole model as one graph")
           .env("ACCELERATE_DYNAMO_USE_FULLGRAPH"));
   add(K("dynamo_plugin.dynamic", B | Z, "null", "trace with dynamic shapes; null: automatic")
@@ -262,7 +273,8 @@ Schema make_accelerator() {
   add(K("use_fsdp", B, "false", "shard parameters, gradients and optimizer state (FSDP); implied by fsdp_plugin")
           .env("ACCELERATE_USE_FSDP"));
   add(K("fsdp_plugin.fsdp_version", I, "1", "FSDP version").range(1, 2).env("FSDP_VERSION"));
-  add(K("fsdp_plugin.sharding_strategy", S | I | Z, "null", "FSDP1 sharding strategy (deprecated for reshard_after_forward)")
+  add(K("fsdp_plugin.sharding_strategy", S | I | Z, "null",
+        "FSDP1 sharding strategy (deprecated for reshard_after_forward)")
           .one_of(kSharding, true)
           .range(1, 5)
           .fix(enum_index)
@@ -282,7 +294,8 @@ Schema make_accelerator() {
           .one_of(kWrap, true)
           .env("FSDP_AUTO_WRAP_POLICY"));
   add(K("fsdp_plugin.cpu_offload", B, "false", "keep parameters and gradients on the CPU").env("FSDP_OFFLOAD_PARAMS"));
-  add(K("fsdp_plugin.ignored_modules", S | Z, "null", "regex of module names FSDP leaves alone").env("FSDP_IGNORED_MODULES"));
+  add(K("fsdp_plugin.ignored_modules", S | Z, "null", "regex of module names FSDP leaves alone")
+          .env("FSDP_IGNORED_MODULES"));
   add(K("fsdp_plugin.state_dict_type", S | I | Z, "null",
         "checkpoint layout; null: FULL_STATE_DICT (FSDP1), SHARDED_STATE_DICT (FSDP2)")
           .one_of(kStateDict, true)
@@ -344,8 +357,12 @@ Schema make_accelerator() {
           .one_of(kFp8Format, true)
           .env("ACCELERATE_FP8_FORMAT"));
   add(K("fp8_recipe_kwargs.margin", I, "0", "scaling factor margin").env("ACCELERATE_FP8_MARGIN"));
-  add(K("fp8_recipe_kwargs.interval", I, "1", "steps between scaling factor updates").min(1).env("ACCELERATE_FP8_INTERVAL"));
-  add(K("fp8_recipe_kwargs.amax_history_len", I, "1024", "amax history length").min(1).env("ACCELERATE_FP8_AMAX_HISTORY_LEN"));
+  add(K("fp8_recipe_kwargs.interval", I, "1", "steps between scaling factor updates")
+          .min(1)
+          .env("ACCELERATE_FP8_INTERVAL"));
+  add(K("fp8_recipe_kwargs.amax_history_len", I, "1024", "amax history length")
+          .min(1)
+          .env("ACCELERATE_FP8_AMAX_HISTORY_LEN"));
   add(K("fp8_recipe_kwargs.amax_compute_algo", S, "\"most_recent\"", "amax from the history")
           .one_of(kAmaxAlgo)
           .env("ACCELERATE_FP8_AMAX_COMPUTE_ALGO"));
@@ -355,7 +372,9 @@ Schema make_accelerator() {
           .env("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL"));
   add(K("fp8_recipe_kwargs.use_mxfp8_block_scaling", B, "false", "MXFP8 block scaling (TE)")
           .env("ACCELERATE_FP8_USE_MXFP8_BLOCK_SCALING"));
-  add(K("fp8_recipe_kwargs.opt_level", S, "\"O2\"", "MS-AMP optimization level").one_of(kOptLevel, true).env("ACCELERATE_FP8_OPT_LEVEL"));
+  add(K("fp8_recipe_kwargs.opt_level", S, "\"O2\"", "MS-AMP optimization level")
+          .one_of(kOptLevel, true)
+          .env("ACCELERATE_FP8_OPT_LEVEL"));
   add(K("fp8_recipe_kwargs.pad_inner_dim", B, "true", "pad inner GEMM dimensions to multiples of 16 (AO)")
           .env("ACCELERATE_FP8_PAD_INNER_DIM"));
   add(K("fp8_recipe_kwargs.enable_fsdp_float8_all_gather", B, "true", "all-gather FSDP2 parameters in FP8 (AO)")
@@ -363,21 +382,26 @@ Schema make_accelerator() {
   // --- ParallelismConfig
   add(K("use_parallelism_config", B, "false", "N-d parallelism from parallelism_config; implied by it")
           .env("ACCELERATE_USE_PARALLELISM_CONFIG"));
-  add(K("parallelism_config.dp_replicate_size", I, "1", "replicated data-parallel degree").min(1)
+  add(K("parallelism_config.dp_replicate_size", I, "1", "replicated data-parallel degree")
+          .min(1)
           .env("PARALLELISM_CONFIG_DP_REPLICATE_SIZE"));
-  add(K("parallelism_config.dp_shard_size", I, "1", "sharded data-parallel (FSDP) degree").min(1)
+  add(K("parallelism_config.dp_shard_size", I, "1", "sharded data-parallel (FSDP) degree")
+          .min(1)
           .env("PARALLELISM_CONFIG_DP_SHARD_SIZE"));
   add(K("parallelism_config.tp_size", I, "1", "tensor-parallel degree").min(1).env("PARALLELISM_CONFIG_TP_SIZE"));
   add(K("parallelism_config.cp_size", I, "1", "context-parallel degree").min(1).env("PARALLELISM_CONFIG_CP_SIZE"));
-  add(K("parallelism_config.cp_backend", S, "\"torch\"", "context-parallel implementation").one_of({"torch"})
+  add(K("parallelism_config.cp_backend", S, "\"torch\"", "context-parallel implementation")
+          .one_of({"torch"})
           .env("PARALLELISM_CONFIG_CP_BACKEND"));
   add(K("parallelism_config.cp_comm_strategy", S, "\"allgather\"", "context-parallel communication")
           .one_of({"allgather", "alltoall"})
           .env("PARALLELISM_CONFIG_CP_COMM_STRATEGY"));
   add(K("parallelism_config.sp_size", I, "1", "sequence-parallel degree").min(1).env("PARALLELISM_CONFIG_SP_SIZE"));
-  add(K("parallelism_config.sp_backend", S, "\"deepspeed\"", "sequence-parallel implementation").one_of({"deepspeed"})
+  add(K("parallelism_config.sp_backend", S, "\"deepspeed\"", "sequence-parallel implementation")
+          .one_of({"deepspeed"})
           .env("PARALLELISM_CONFIG_SP_BACKEND"));
-  add(K("parallelism_config.sp_seq_length", I | Z, "null", "fixed sequence length for sequence parallelism").min(1)
+  add(K("parallelism_config.sp_seq_length", I | Z, "null", "fixed sequence length for sequence parallelism")
+          .min(1)
           .env("PARALLELISM_CONFIG_SP_SEQ_LENGTH"));
   add(K("parallelism_config.sp_seq_length_is_variable", B, "true", "sequence length may change between batches")
           .env("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE"));
@@ -396,10 +420,13 @@ Schema make_launch() {
                    "MULTI_HPU", "MULTI_NEURON", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM", "DATA_PARALLEL",
                    "MODEL_PARALLEL"},
                   true));
-  add(K("mixed_precision", S, "\"no\"", "mixed precision mode").one_of(kPrecision, true).env("ACCELERATE_MIXED_PRECISION"));
+  add(K("mixed_precision", S, "\"no\"", "mixed precision mode")
+          .one_of(kPrecision, true)
+          .env("ACCELERATE_MIXED_PRECISION"));
   add(K("use_cpu", B, "false", "train on the CPU even when an accelerator is present").env("ACCELERATE_USE_CPU"));
   add(K("debug", B, "false", "check collective shapes across ranks").env("ACCELERATE_DEBUG_MODE"));
-  add(K("enable_cpu_affinity", B, "false", "pin processes to the CPU cores near their GPU").env("ACCELERATE_CPU_AFFINITY"));
+  add(K("enable_cpu_affinity", B, "false", "pin processes to the CPU cores near their GPU")
+          .env("ACCELERATE_CPU_AFFINITY"));
   add(K("num_processes", I, "1", "total processes over all machines (-1 in a file: must be given by a flag)")
           .range(1, limits::kProcesses));
   add(K("num_machines", I, "1", "number of machines").range(1, limits::kMachines));
@@ -407,7 +434,8 @@ Schema make_launch() {
   add(K("main_process_ip", S | Z, "null", "address of machine 0 (MASTER_ADDR); null: 127.0.0.1").fix(host_address));
   add(K("main_process_port", I | Z, "null", "port of the rendezvous store (MASTER_PORT); null: 29500; 0: a free port")
           .range(0, 65535));
-  add(K("gpu_ids", S | Z, "null", "comma-separated device ids for this machine, or \"all\"").env("CUDA_VISIBLE_DEVICES"));
+  add(K("gpu_ids", S | Z, "null", "comma-separated device ids for this machine, or \"all\"")
+          .env("CUDA_VISIBLE_DEVICES"));
   add(K("rdzv_backend", S, "\"static\"", "rendezvous method").one_of({"static", "c10d", "etcd", "etcd-v2"}));
   add(K("same_network", B, "false", "all machines are on one local network"));
   add(K("main_training_function", S, "\"main\"", "TPU: function to run"));
@@ -421,7 +449,9 @@ Schema make_launch() {
   add(K("tpu_vm", L | Z, "null", "TPU VM names"));
   add(K("tpu_env", L | Z, "null", "environment variables for the TPU VMs"));
   // --- fp8_config (accelerate config writes the short names; `fp8_`-prefixed names are accepted too)
-  add(K("fp8_config.backend", S | Z, "null", "FP8 implementation").one_of(kFp8Backend, true).env("ACCELERATE_FP8_BACKEND"));
+  add(K("fp8_config.backend", S | Z, "null", "FP8 implementation")
+          .one_of(kFp8Backend, true)
+          .env("ACCELERATE_FP8_BACKEND"));
   add(K("fp8_config.fp8_format", S, "\"HYBRID\"", "FP8 format").one_of(kFp8Format, true).env("ACCELERATE_FP8_FORMAT"));
   add(K("fp8_config.margin", I, "0", "scaling factor margin").env("ACCELERATE_FP8_MARGIN"));
   add(K("fp8_config.interval", I, "1", "steps between scaling factor updates").min(1).env("ACCELERATE_FP8_INTERVAL"));
@@ -434,7 +464,8 @@ Schema make_launch() {
           .alias("amax_compute_algorithm")
           .env("ACCELERATE_FP8_AMAX_COMPUTE_ALGO"));
   add(K("fp8_config.override_linear_precision", T, "[false, false, false]",
-        "fprop, dgrad, wgrad GEMMs in higher precision").env("ACCELERATE_FP8_OVERRIDE_{FPROP,DGRAD,WGRAD}"));
+        "fprop, dgrad, wgrad GEMMs in higher precision")
+          .env("ACCELERATE_FP8_OVERRIDE_{FPROP,DGRAD,WGRAD}"));
   add(K("fp8_config.use_autocast_during_eval", B, "false", "FP8 autocast in evaluation too")
           .env("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL"));
   add(K("fp8_config.use_mxfp8_block_scaling", B, "false", "MXFP8 block scaling (TE)")
@@ -449,7 +480,9 @@ Schema make_launch() {
   // --- deepspeed_config
   add(K("deepspeed_config.deepspeed_config_file", S | Z, "null", "DeepSpeed JSON config")
           .env("ACCELERATE_DEEPSPEED_CONFIG_FILE"));
-  add(K("deepspeed_config.zero_stage", I | Z, "null", "ZeRO stage; null: 2").range(0, 3).env("ACCELERATE_DEEPSPEED_ZERO_STAGE"));
+  add(K("deepspeed_config.zero_stage", I | Z, "null", "ZeRO stage; null: 2")
+          .range(0, 3)
+          .env("ACCELERATE_DEEPSPEED_ZERO_STAGE"));
   add(K("deepspeed_config.offload_optimizer_device", S | Z, "null", "where optimizer state lives")
           .one_of(kOffload, true)
           .env("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"));
@@ -463,7 +496,9 @@ Schema make_launch() {
   add(K("deepspeed_config.gradient_accumulation_steps", I | Z, "null", "gradient accumulation steps")
           .min(1)
           .env("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"));
-  add(K("deepspeed_config.gradient_clipping", N | Z, "null", "gradient clipping norm").min(0).env("ACCELERATE_GRADIENT_CLIPPING"));
+  add(K("deepspeed_config.gradient_clipping", N | Z, "null", "gradient clipping norm")
+          .min(0)
+          .env("ACCELERATE_GRADIENT_CLIPPING"));
   add(K("deepspeed_config.zero3_init_flag", B | Z, "null", "stage 3: create models already sharded")
           .env("ACCELERATE_DEEPSPEED_ZERO3_INIT"));
   add(K("deepspeed_config.zero3_save_16bit_model", B | Z, "null", "stage 3: save a consolidated 16-bit model")
@@ -494,7 +529,8 @@ Schema make_launch() {
   add(K("fsdp_config.fsdp_reshard_after_forward", B | S, "true", "FSDP2: bool; FSDP1: a sharding strategy")
           .one_of(kReshard, true)
           .env("FSDP_RESHARD_AFTER_FORWARD"));
-  add(K("fsdp_config.fsdp_offload_params", B, "false", "keep parameters and gradients on the CPU").env("FSDP_OFFLOAD_PARAMS"));
+  add(K("fsdp_config.fsdp_offload_params", B, "false", "keep parameters and gradients on the CPU")
+          .env("FSDP_OFFLOAD_PARAMS"));
   add(K("fsdp_config.fsdp_backward_prefetch", S | I | Z, "null", "FSDP1 backward prefetch policy")
           .one_of(kPrefetch, true)
           .range(1, 3)
@@ -522,8 +558,12 @@ Schema make_launch() {
   add(K("fsdp_config.fsdp_ignored_modules", S | Z, "null", "regex of module names FSDP leaves alone")
           .env("FSDP_IGNORED_MODULES"));
   // --- megatron_lm_config
-  add(K("megatron_lm_config.megatron_lm_tp_degree", I, "1", "tensor-parallel degree").min(1).env("MEGATRON_LM_TP_DEGREE"));
-  add(K("megatron_lm_config.megatron_lm_pp_degree", I, "1", "pipeline-parallel degree").min(1).env("MEGATRON_LM_PP_DEGREE"));
+  add(K("megatron_lm_config.megatron_lm_tp_degree", I, "1", "tensor-parallel degree")
+          .min(1)
+          .env("MEGATRON_LM_TP_DEGREE"));
+  add(K("megatron_lm_config.megatron_lm_pp_degree", I, "1", "pipeline-parallel degree")
+          .min(1)
+          .env("MEGATRON_LM_PP_DEGREE"));
   add(K("megatron_lm_config.megatron_lm_num_micro_batches", I | Z, "null", "micro-batches per pipeline step")
           .min(1)
           .env("MEGATRON_LM_NUM_MICRO_BATCHES"));
@@ -550,7 +590,8 @@ Schema make_launch() {
           .env("MEGATRON_LM_CONTEXT_PARALLEL_SIZE"));
   add(K("megatron_lm_config.megatron_lm_attention_dropout", N | Z, "null", "attention dropout")
           .env("MEGATRON_LM_ATTENTION_DROPOUT"));
-  add(K("megatron_lm_config.megatron_lm_hidden_dropout", N | Z, "null", "hidden dropout").env("MEGATRON_LM_HIDDEN_DROPOUT"));
+  add(K("megatron_lm_config.megatron_lm_hidden_dropout", N | Z, "null", "hidden dropout")
+          .env("MEGATRON_LM_HIDDEN_DROPOUT"));
   add(K("megatron_lm_config.megatron_lm_attention_softmax_in_fp32", B | Z, "null", "softmax in fp32")
           .env("MEGATRON_LM_ATTENTION_SOFTMAX_IN_FP32"));
   add(K("megatron_lm_config.megatron_lm_expert_tensor_parallel_size", I | Z, "null", "expert tensor-parallel degree")
@@ -583,9 +624,11 @@ Schema make_launch() {
   add(K("parallelism_config.parallelism_config_dp_shard_size", I, "1", "sharded data-parallel degree")
           .min(1)
           .env("PARALLELISM_CONFIG_DP_SHARD_SIZE"));
-  add(K("parallelism_config.parallelism_config_tp_size", I, "1", "tensor-parallel degree").min(1)
+  add(K("parallelism_config.parallelism_config_tp_size", I, "1", "tensor-parallel degree")
+          .min(1)
           .env("PARALLELISM_CONFIG_TP_SIZE"));
-  add(K("parallelism_config.parallelism_config_cp_size", I, "1", "context-parallel degree").min(1)
+  add(K("parallelism_config.parallelism_config_cp_size", I, "1", "context-parallel degree")
+          .min(1)
           .env("PARALLELISM_CONFIG_CP_SIZE"));
   add(K("parallelism_config.parallelism_config_cp_backend", S, "\"torch\"", "context-parallel implementation")
           .one_of({"torch"})
@@ -593,24 +636,30 @@ Schema make_launch() {
   add(K("parallelism_config.parallelism_config_cp_comm_strategy", S, "\"allgather\"", "context-parallel communication")
           .one_of({"allgather", "alltoall"})
           .env("PARALLELISM_CONFIG_CP_COMM_STRATEGY"));
-  add(K("parallelism_config.parallelism_config_sp_size", I, "1", "sequence-parallel degree").min(1)
+  add(K("parallelism_config.parallelism_config_sp_size", I, "1", "sequence-parallel degree")
+          .min(1)
           .env("PARALLELISM_CONFIG_SP_SIZE"));
   add(K("parallelism_config.parallelism_config_sp_backend", S, "\"deepspeed\"", "sequence-parallel implementation")
           .one_of({"deepspeed"})
           .env("PARALLELISM_CONFIG_SP_BACKEND"));
-  add(K("parallelism_config.parallelism_config_sp_seq_length", I | Z, "null", "fixed sequence length").min(1)
+  add(K("parallelism_config.parallelism_config_sp_seq_length", I | Z, "null", "fixed sequence length")
+          .min(1)
           .env("PARALLELISM_CONFIG_SP_SEQ_LENGTH"));
   add(K("parallelism_config.parallelism_config_sp_seq_length_is_variable", B, "true", "sequence length may vary")
           .env("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE"));
   add(K("parallelism_config.parallelism_config_sp_attn_implementation", S, "\"sdpa\"", "attention kernel")
           .env("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"));
   // --- dynamo_config (names without the `dynamo_` prefix are accepted)
-  add(K("dynamo_config.dynamo_backend", S, "\"NO\"", "torch.compile backend").one_of(kDynamoBackends, true)
+  add(K("dynamo_config.dynamo_backend", S, "\"NO\"", "torch.compile backend")
+          .one_of(kDynamoBackends, true)
           .env("ACCELERATE_DYNAMO_BACKEND"));
-  add(K("dynamo_config.dynamo_mode", S, "\"default\"", "torch.compile mode").one_of(kDynamoModes).env("ACCELERATE_DYNAMO_MODE"));
+  add(K("dynamo_config.dynamo_mode", S, "\"default\"", "torch.compile mode")
+          .one_of(kDynamoModes)
+          .env("ACCELERATE_DYNAMO_MODE"));
   add(K("dynamo_config.dynamo_use_fullgraph", B, "false", "compile the whole model as one graph")
           .env("ACCELERATE_DYNAMO_USE_FULLGRAPH"));
-  add(K("dynamo_config.dynamo_use_dynamic", B, "false", "trace with dynamic shapes").env("ACCELERATE_DYNAMO_USE_DYNAMIC"));
+  add(K("dynamo_config.dynamo_use_dynamic", B, "false", "trace with dynamic shapes")
+          .env("ACCELERATE_DYNAMO_USE_DYNAMIC"));
   add(K("dynamo_config.dynamo_use_regional_compilation", B, "false", "compile repeated blocks once")
           .env("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"));
   // --- mpirun_config
@@ -659,7 +708,9 @@ const Schema& launch_schema() {
   return s;
 }
 
-const Schema& schema(SchemaKind kind) { return kind == SchemaKind::Accelerator ? accelerator_schema() : launch_schema(); }
+const Schema& schema(SchemaKind kind) {
+  return kind == SchemaKind::Accelerator ? accelerator_schema() : launch_schema();
+}
 
 }  // namespace acc::config::detail
 

@@ -56,8 +56,10 @@ Node key_schema(const KeySpec& k, SchemaKind kind) {
   auto numeric = [&](bool integer) {
     Node n = map_node();
     n.map.emplace_back("type", Node::string(integer ? "integer" : "number"));
-    auto bound = [&](double v) { return integer || v == static_cast<double>(static_cast<int64_t>(v))
-                                            ? Node::integer(static_cast<int64_t>(v)) : Node::number(v); };
+    auto bound = [&](double v) {
+      return integer || v == static_cast<double>(static_cast<int64_t>(v)) ? Node::integer(static_cast<int64_t>(v))
+                                                                          : Node::number(v);
+    };
     if (k.min) n.map.emplace_back("minimum", bound(*k.min));
     if (k.max) n.map.emplace_back("maximum", bound(*k.max));
     return n;
@@ -86,8 +88,7 @@ Node key_schema(const KeySpec& k, SchemaKind kind) {
     Node n = map_node();
     n.map.emplace_back("const", Node::integer(-1));
     alts.list.push_back(std::move(n));
-  }
-  else if (t & tNum) alts.list.push_back(numeric(false));
+  } else if (t & tNum) alts.list.push_back(numeric(false));
   if (t & tList) {
     Node n = map_node();
     n.map.emplace_back("type", Node::string("array"));
@@ -315,10 +316,21 @@ std::string format_launch_file(const Config& cfg, bool json) {
   const Config::Impl& im = Access::impl(cfg);
   if (im.schema->kind != SchemaKind::Launch) throw Error("format_launch_file needs a launch config");
   // ClusterConfig fields that are never None, so `accelerate config` always writes them.
-  static const char* const kAlways[] = {"compute_environment", "debug", "distributed_type", "downcast_bf16",
-                                        "enable_cpu_affinity", "machine_rank", "main_training_function",
-                                        "mixed_precision", "num_machines", "num_processes", "rdzv_backend",
-                                        "same_network", "tpu_use_cluster", "tpu_use_sudo", "use_cpu"};
+  static const char* const kAlways[] = {"compute_environment",
+                                        "debug",
+                                        "distributed_type",
+                                        "downcast_bf16",
+                                        "enable_cpu_affinity",
+                                        "machine_rank",
+                                        "main_training_function",
+                                        "mixed_precision",
+                                        "num_machines",
+                                        "num_processes",
+                                        "rdzv_backend",
+                                        "same_network",
+                                        "tpu_use_cluster",
+                                        "tpu_use_sudo",
+                                        "use_cpu"};
   Node root = map_node();
   const Schema& s = *im.schema;
   for (size_t i = 0; i < s.keys.size(); ++i) {
@@ -444,8 +456,7 @@ std::optional<std::string> meaningless_setting(const Config& c) {
   if (c.get_int("ddp_kwargs.dim") != 0)
     return refuse(c, "ddp_kwargs.dim", "a DDP scatter dimension",
                   "torch's DDP scatters inputs only over several devices per process; libacc has one; leave it 0");
-  if (c.get_bool("downcast_bf16"))
-    return refuse(c, "downcast_bf16", "XLA's float64 downcast (TPUs)", "leave it false");
+  if (c.get_bool("downcast_bf16")) return refuse(c, "downcast_bf16", "XLA's float64 downcast (TPUs)", "leave it false");
   // torch.compile is refused above with any backend; its other settings mean nothing without it.
   for (const char* k : {"dynamo_plugin.mode", "dynamo_plugin.options"})
     if (c.is_set(k) && !holds_json(c, k, k[14] == 'm' ? "\"default\"" : "null"))
@@ -455,8 +466,9 @@ std::optional<std::string> meaningless_setting(const Config& c) {
     if (holds_json(c, k, "true")) return refuse(c, k, "torch.compile (TorchDynamo) settings", "leave it false");
   // Sequence parallelism is refused above (sp_size), and so are its settings; context parallelism is libacc's own
   // (torch's), not DeepSpeed's.
-  for (const char* k : {"parallelism_config.cp_backend", "parallelism_config.sp_backend", "parallelism_config.sp_seq_length",
-                        "parallelism_config.sp_seq_length_is_variable", "parallelism_config.sp_attn_implementation"})
+  for (const char* k :
+       {"parallelism_config.cp_backend", "parallelism_config.sp_backend", "parallelism_config.sp_seq_length",
+        "parallelism_config.sp_seq_length_is_variable", "parallelism_config.sp_attn_implementation"})
     if (c.provenance(k).origin != Origin::Default && c.get_json(k) != default_json(c, k))
       return refuse(c, k, "context / sequence parallelism settings", "leave it at its default");
   // libacc's FP8 (mixed_precision fp8) is one recipe: E4M3 forward GEMMs with a scale per tensor from its current
@@ -467,9 +479,10 @@ std::optional<std::string> meaningless_setting(const Config& c) {
                         "fp8_recipe_kwargs.use_mxfp8_block_scaling", "fp8_recipe_kwargs.opt_level",
                         "fp8_recipe_kwargs.pad_inner_dim", "fp8_recipe_kwargs.enable_fsdp_float8_all_gather"})
     if (c.get_json(k) != default_json(c, k))
-      return refuse(c, k, "an FP8 recipe setting",
-                    "libacc's FP8 runs E4M3 forward GEMMs scaled by each tensor's current amax, backward in bf16; leave "
-                    "it at its default");
+      return refuse(
+          c, k, "an FP8 recipe setting",
+          "libacc's FP8 runs E4M3 forward GEMMs scaled by each tensor's current amax, backward in bf16; leave "
+          "it at its default");
   return std::nullopt;
 }
 
@@ -536,7 +549,8 @@ void deepspeed_sharding(const Config& c, Sharding& sh) {
   sh.label = "DeepSpeed ZeRO stage " + std::to_string(sh.stage);
   sh.offload = c.get_string("deepspeed_plugin.offload_optimizer_device") == "cpu" ||
                c.get_string("deepspeed_plugin.offload_param_device") == "cpu";
-  if (c.is_set("deepspeed_plugin.gradient_clipping")) sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
+  if (c.is_set("deepspeed_plugin.gradient_clipping"))
+    sh.gradient_clipping = c.get_double("deepspeed_plugin.gradient_clipping");
   if (sh.stage == 3) {  // DeepSpeed's stage3_prefetch_bucket_size
     sh.forward_prefetch = true;
     sh.backward_prefetch = "BACKWARD_PRE";
@@ -585,8 +599,9 @@ void apply_mixed_precision_policy(const Config& c, Sharding& sh) {
     if (!param || param->kind != Kind::String)
       throw Error("'" + std::string(key) + ".param_dtype' is required (bf16, fp16 or fp32)");
     sh.param_dtype = policy_dtype(param->s, std::string(key) + ".param_dtype");
-    sh.reduce_dtype = reduce && reduce->kind == Kind::String ? policy_dtype(reduce->s, std::string(key) + ".reduce_dtype")
-                                                             : sh.param_dtype;
+    sh.reduce_dtype = reduce && reduce->kind == Kind::String
+                          ? policy_dtype(reduce->s, std::string(key) + ".reduce_dtype")
+                          : sh.param_dtype;
   } else {
     throw Error("'" + std::string(key) + "' must be a dtype or {param_dtype, reduce_dtype}");
   }
@@ -596,10 +611,11 @@ void apply_mixed_precision_policy(const Config& c, Sharding& sh) {
 void apply_fsdp2_parallelism(const Config& c, Sharding& sh) {
   const char* const kShard = "parallelism_config.dp_shard_size";
   if (c.get_int("fsdp_plugin.fsdp_version") != 2)
-    throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where +
-                ") needs FSDP2; got " + shown_setting(c, "fsdp_plugin.fsdp_version"));
+    throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where + ") needs FSDP2; got " +
+                shown_setting(c, "fsdp_plugin.fsdp_version"));
   if (c.get_int(kShard) == 1 && c.get_int("parallelism_config.cp_size") == 1)
-    throw Error(shown_setting(c, kShard) + ": FSDP is enabled but the parallelism config has no dimension for FSDP to "
+    throw Error(shown_setting(c, kShard) +
+                ": FSDP is enabled but the parallelism config has no dimension for FSDP to "
                 "shard across; set dp_shard_size > 1 (or cp_size > 1, or train without the FSDP config)");
   sh.dp_shard_size = c.get_int(kShard);
   sh.dp_replicate_size = c.get_int("parallelism_config.dp_replicate_size");
@@ -677,11 +693,11 @@ std::string write_run_record(const Config& cfg, const std::string& dir, std::str
   root.map.emplace_back("process", std::move(proc));
   // The variables that shape a distributed run: the launcher's and the library's.
   Node vars = map_node();
-  static const char* const kPrefixes[] = {"ACCELERATE_", "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_", "TORCHELASTIC_",
-                                          "GLOO_", "NCCL_", "ACC_"};
-  static const char* const kNames[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                       "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
-                                       "CUDA_VISIBLE_DEVICES"};
+  static const char* const kPrefixes[] = {"ACCELERATE_",   "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_",
+                                          "TORCHELASTIC_", "GLOO_", "NCCL_",        "ACC_"};
+  static const char* const kNames[] = {
+      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",      "LOCAL_WORLD_SIZE",    "GROUP_RANK", "GROUP_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"};
   for (const auto& [k, v] : env) {
     bool keep = std::find(std::begin(kNames), std::end(kNames), k) != std::end(kNames);
     for (const char* p : kPrefixes)

@@ -12,7 +12,6 @@
 namespace acc::config::detail {
 namespace {
 
-
 [[noreturn]] void fail(const YAML::Mark& m, const std::string& what) {
   if (m.line < 0) throw Error("malformed YAML: " + what);
   throw Error("malformed YAML at line " + std::to_string(m.line + 1) + ", column " + std::to_string(m.column + 1) +

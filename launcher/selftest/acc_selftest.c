@@ -40,14 +40,14 @@ static void begin(const char* step) {
 }
 
 /* A failed call: record it against the current step and leave. */
-#define CHECK(call)                                                                                       \
-  do {                                                                                                    \
-    acc_status s_ = (call);                                                                               \
-    if (s_ != ACC_OK) {                                                                                   \
-      note(current, "fail", "%s: %s", acc_status_name(s_), acc_last_error_message());                     \
+#define CHECK(call)                                                                                                 \
+  do {                                                                                                              \
+    acc_status s_ = (call);                                                                                         \
+    if (s_ != ACC_OK) {                                                                                             \
+      note(current, "fail", "%s: %s", acc_status_name(s_), acc_last_error_message());                               \
       fprintf(stderr, "acc-selftest: %s failed: %s: %s\n", current, acc_status_name(s_), acc_last_error_message()); \
-      return 1;                                                                                           \
-    }                                                                                                     \
+      return 1;                                                                                                     \
+    }                                                                                                               \
   } while (0)
 
 static int fail(const char* fmt, double a, double b) {
@@ -194,8 +194,7 @@ static int ddp_step(acc_accelerator* acc, int32_t rank, int32_t world, acc_model
   if (steps > 1)
     note("ddp step", "ok", "%d steps, loss %.4f -> %.4f, parameters equal on all %d ranks", steps, first_loss,
          loss_value, world);
-  else
-    note("ddp step", "ok", "loss %.4f, parameters equal on all %d ranks", loss_value, world);
+  else note("ddp step", "ok", "loss %.4f, parameters equal on all %d ranks", loss_value, world);
   return 0;
 }
 

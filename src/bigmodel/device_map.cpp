@@ -22,9 +22,7 @@ struct Entry {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 // `name + "." in k + "."`: k is name or inside it.
-bool inside(const std::string& k, const std::string& name) {
-  return (k + ".").find(name + ".") != std::string::npos;
-}
+bool inside(const std::string& k, const std::string& name) { return (k + ".").find(name + ".") != std::string::npos; }
 
 // named_parameters(recurse=False) + named_children() [+ named_buffers(recurse=False)] of a module, full names.
 std::vector<Entry> direct_entries(const ModuleTree& tree, int m, const std::string& name, bool with_buffers) {
@@ -153,12 +151,14 @@ void clean(std::map<std::string, Device>& map, const std::string& module_name) {
     map[module_name] = d;
   }
   // The names one level below module_name ("".join of the first depth parts of each key).
-  const size_t depth = module_name.empty() ? 1 : static_cast<size_t>(std::count(module_name.begin(), module_name.end(), '.')) + 2;
+  const size_t depth =
+      module_name.empty() ? 1 : static_cast<size_t>(std::count(module_name.begin(), module_name.end(), '.')) + 2;
   std::set<std::string> children;
   for (const auto& [k, v] : map) {
     if (!starts_with(k, prefix) || k.size() <= module_name.size()) continue;
     size_t end = 0;
-    for (size_t parts = 0; parts < depth && end != std::string::npos; ++parts) end = k.find('.', parts == 0 ? 0 : end + 1);
+    for (size_t parts = 0; parts < depth && end != std::string::npos; ++parts)
+      end = k.find('.', parts == 0 ? 0 : end + 1);
     children.insert(end == std::string::npos ? k : k.substr(0, end));
   }
   for (const auto& c : children) clean(map, c);
@@ -181,10 +181,8 @@ Budget ordered_budget(const std::vector<std::pair<Device, std::string>>& max_mem
   std::map<std::string, int64_t> others;
   for (const auto& [d, size] : max_memory) {
     const int64_t bytes = parse_shard_size(size);
-    if (is_accelerator(d))
-      accelerators.emplace_back(std::stoll(d), bytes);
-    else if (d == "cpu" || d == "disk")
-      others[d] = bytes;
+    if (is_accelerator(d)) accelerators.emplace_back(std::stoll(d), bytes);
+    else if (d == "cpu" || d == "disk") others[d] = bytes;
     else
       throw std::invalid_argument("max_memory: device '" + d +
                                   "' is not recognized; devices are integers (accelerators), 'cpu' and 'disk'");
@@ -218,7 +216,8 @@ ModuleSizes compute_module_sizes(const ModuleTree& tree, int element_size) {
     stack.pop_back();
     order.emplace_back(name, m);
     const auto& kids = tree.modules[m].children;
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.emplace_back(name.empty() ? it->first : name + "." + it->first, it->second);
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+      stack.emplace_back(name.empty() ? it->first : name + "." + it->first, it->second);
   }
   for (const auto& [name, m] : order)
     for (const auto& [n, t] : tree.modules[m].parameters) {
@@ -242,8 +241,9 @@ Budget balanced_memory(const ModuleTree& tree, Budget max_memory, const std::vec
   int64_t devices = 0;
   for (const auto& [d, b] : max_memory) {
     if (d == "disk")  // as Accelerate, which cannot balance over it
-      throw std::invalid_argument("balanced device map: max_memory names 'disk', which cannot be balanced over; plan "
-                                  "with the accelerators and the cpu (the disk takes what is left), or use a sequential map");
+      throw std::invalid_argument(
+          "balanced device map: max_memory names 'disk', which cannot be balanced over; plan "
+          "with the accelerators and the cpu (the disk takes what is left), or use a sequential map");
     devices += is_accelerator(d) && b > 0;
   }
   if (devices == 0) return max_memory;
@@ -274,7 +274,8 @@ Budget balanced_memory(const ModuleTree& tree, Budget max_memory, const std::vec
       }
       if (!is_module) continue;
       const std::string& cls = tree.modules[m].class_name;
-      if (std::find(no_split.begin(), no_split.end(), cls) != no_split.end() && !first.count(cls)) first[cls] = sizes.of(name);
+      if (std::find(no_split.begin(), no_split.end(), cls) != no_split.end() && !first.count(cls))
+        first[cls] = sizes.of(name);
       if (first.size() == std::set<std::string>(no_split.begin(), no_split.end()).size()) break;
     }
     for (const auto& [c, b] : first) buffer = std::max(buffer, b);
@@ -299,7 +300,8 @@ Budget balanced_memory(const ModuleTree& tree, Budget max_memory, const std::vec
   const std::vector<std::string> last = leaves(rest);
   int64_t total = 0;
   for (const auto& n : last) total += sizes.of(n);
-  const int64_t mean = static_cast<int64_t>(static_cast<double>(total) / static_cast<double>(std::max<size_t>(last.size(), 1)));
+  const int64_t mean =
+      static_cast<int64_t>(static_cast<double>(total) / static_cast<double>(std::max<size_t>(last.size(), 1)));
   buffer = static_cast<int64_t>(1.25 * static_cast<double>(std::max(buffer, mean)));
   per_device += buffer;
   std::vector<int64_t> ids;
@@ -331,7 +333,8 @@ std::map<std::string, Device> infer_auto_device_map(const ModuleTree& tree, cons
   std::vector<Device> gpus;
   for (const auto& d : devices)
     if (d != "cpu" && d != "disk") gpus.push_back(d);
-  const std::vector<Device> main_devices = gpus.empty() ? std::vector<Device>{"cpu"} : std::vector<Device>{gpus[0], "cpu"};
+  const std::vector<Device> main_devices = gpus.empty() ? std::vector<Device>{"cpu"}
+                                                        : std::vector<Device>{gpus[0], "cpu"};
   const ModuleSizes sizes = compute_module_sizes(tree, o.element_size);
   std::vector<Entry> todo = direct_entries(tree, 0, "", true);
   const auto limit_of = [&](const Device& d) {
@@ -348,7 +351,8 @@ std::map<std::string, Device> infer_auto_device_map(const ModuleTree& tree, cons
     Entry e = todo.front();
     todo.erase(todo.begin());
     std::erase_if(max_layer_names, [&](const std::string& n) { return n == e.name || starts_with(n, e.name + "."); });
-    if (max_layer_names.empty()) std::tie(max_layer, max_layer_names) = max_layer_size(tree, modules_only(todo), sizes, o.no_split);
+    if (max_layer_names.empty())
+      std::tie(max_layer, max_layer_names) = max_layer_size(tree, modules_only(todo), sizes, o.no_split);
     const int64_t module_size = sizes.of(e.name);
     const std::vector<std::string> tied_params = tied_outside(tree, e.name);
     if (current >= devices.size())

@@ -39,12 +39,13 @@ std::string plan_device_map(const Model& model, const char* options_json) {
   const std::string source = "device map options";
   const json::Document doc = json::Document::object(options_json && *options_json ? options_json : "{}", source);
   const json::Value o = doc.root();
-  const std::set<std::string> known = {"device_map", "max_memory", "no_split_module_classes", "dtype", "offload_buffers",
-                                       "fallback_allocation"};
+  const std::set<std::string> known = {"device_map", "max_memory",      "no_split_module_classes",
+                                       "dtype",      "offload_buffers", "fallback_allocation"};
   for (const std::string& k : o.keys())
     if (!known.count(k))
-      throw OptionsError(source + ": unknown key '" + k + "' (known: device_map, max_memory, no_split_module_classes, "
-                                  "dtype, offload_buffers, fallback_allocation)");
+      throw OptionsError(source + ": unknown key '" + k +
+                         "' (known: device_map, max_memory, no_split_module_classes, "
+                         "dtype, offload_buffers, fallback_allocation)");
   const std::string mode = o.get_string_or("device_map", "auto");
   if (mode != "auto" && mode != "balanced" && mode != "balanced_low_0" && mode != "sequential")
     throw OptionsError(source + ": device_map '" + mode + "' is not auto, balanced, balanced_low_0 or sequential");
@@ -80,7 +81,8 @@ std::string plan_device_map(const Model& model, const char* options_json) {
   plan.fallback_allocation = o.get_bool_or("fallback_allocation", false);
   const ModuleTree tree = tree_of(model);
   // Accelerate's load_checkpoint_and_dispatch: "auto" is "balanced" (the same as "sequential" without accelerators).
-  if (mode != "sequential") budget = balanced_memory(tree, budget, plan.no_split, plan.element_size, mode == "balanced_low_0");
+  if (mode != "sequential")
+    budget = balanced_memory(tree, budget, plan.no_split, plan.element_size, mode == "balanced_low_0");
   const std::map<std::string, Device> map = infer_auto_device_map(tree, budget, plan);
   // In the model's order (named_modules, each module's tensors first), as Accelerate's map reads.
   std::vector<std::string> order;
@@ -99,10 +101,8 @@ std::string plan_device_map(const Model& model, const char* options_json) {
   for (const std::string& name : order) {
     const Device& device = map.at(name);
     j.key(name);
-    if (is_accelerator(device))
-      j.value(static_cast<int64_t>(std::stoll(device)));
-    else
-      j.value(device);
+    if (is_accelerator(device)) j.value(static_cast<int64_t>(std::stoll(device)));
+    else j.value(device);
   }
   j.end_object();
   return j.str();

@@ -34,7 +34,7 @@ constexpr const char* kStagingName = ".adapter.acc-staging";
 void refuse_prepared(const PreparedModel& slot, const char* what) {
   if (slot.owner)
     throw StateError(std::string(what) + ": the model is prepared; adapters are added, loaded and merged before "
-                     "acc_prepare (the strategy holds the parameters it was given)");
+                                         "acc_prepare (the strategy holds the parameters it was given)");
 }
 
 // zero3_init_flag: the base weights are made at prepare (models/deferred.hpp); the adapter's are made now.
@@ -103,7 +103,8 @@ void load_adapter(PreparedModel& slot, const std::string& dir, const char* optio
     for (const auto& item : root.named_parameters(true)) base[item.key()] = item.value();
     for (const auto& [name, t] : values)
       if (auto b = base.find(name); b != base.end() && b->second.is_meta())
-        throw UnsupportedError("load_adapter: " + weights_path + " holds the base model's '" + name + "', and this "
+        throw UnsupportedError("load_adapter: " + weights_path + " holds the base model's '" + name +
+                               "', and this "
                                "model's base weights are made at prepare (zero3_init_flag); set zero3_init_flag to "
                                "false to load it");
   }
@@ -135,7 +136,7 @@ void save_adapter(PreparedModel& slot, const std::string& dir, const lora::HostO
     // A folder of the user's under either name is refused before anything is written (a rename cannot replace
     // it, and the old config would be gone by then). A link under the name is replaced itself, never followed.
     for (const std::string& path : {weights, cfg}) {
-      struct stat st {};
+      struct stat st{};
       if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
         throw config::FileError("refusing to replace", path, "it is a folder, not a file of an adapter", EISDIR);
     }

@@ -36,7 +36,7 @@ std::optional<std::vector<std::string>> checkpoint_files(const std::string& dir)
 }
 
 void check_complete(const std::string& dir) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw std::ios_base::failure("load_state: '" + dir + "' is not a directory");
   const std::string path = dir + "/" + kManifest;

@@ -58,10 +58,8 @@ void write_with_dtype(json::Writer& w, const json::Value& v, const std::string& 
     w.begin_object();
     for (const auto& [k, e] : v.items()) {
       w.key(k);
-      if (is_dtype_key(k) && e.is_string())
-        w.value(name);
-      else
-        write_with_dtype(w, e, name);
+      if (is_dtype_key(k) && e.is_string()) w.value(name);
+      else write_with_dtype(w, e, name);
     }
     w.end_object();
   } else if (v.is_array()) {

@@ -60,8 +60,17 @@ void write_where(json::Writer& j, const std::string& name, int64_t offset, at::I
   for (int64_t d : shape) j.value(d);
   j.end_array();
   if (tp)
-    j.key("tp").begin_object().key("dim").value(tp->dim).key("packed").value(tp->packed).key("rank").value(tp->rank)
-        .key("size").value(tp->size).end_object();
+    j.key("tp")
+        .begin_object()
+        .key("dim")
+        .value(tp->dim)
+        .key("packed")
+        .value(tp->packed)
+        .key("rank")
+        .value(tp->rank)
+        .key("size")
+        .value(tp->size)
+        .end_object();
   j.end_object();
 }
 
@@ -90,8 +99,8 @@ struct Assembly {
       throw std::invalid_argument(file + ": the slice of '" + shown(name) + "' does not fit its tensor of shape " +
                                   c10::str(it->second.sizes()));
     if (data.scalar_type() != it->second.scalar_type())
-      throw std::invalid_argument(file + ": the slice of '" + shown(name) + "' is " + c10::str(data.scalar_type()) + ", " +
-                                  placed.at(name).front().file + "'s is " + c10::str(it->second.scalar_type()));
+      throw std::invalid_argument(file + ": the slice of '" + shown(name) + "' is " + c10::str(data.scalar_type()) +
+                                  ", " + placed.at(name).front().file + "'s is " + c10::str(it->second.scalar_type()));
     const int64_t end = offset + data.numel();
     at::Tensor target = flat.narrow(0, offset, data.numel()), seen = covered.at(name).narrow(0, offset, data.numel());
     const at::Tensor values = data.reshape({-1});
@@ -136,10 +145,11 @@ struct Assembly {
     if (!added && (first.dim != tp->dim || first.packed != tp->packed || first.size != tp->size))
       throw std::invalid_argument(file + ": '" + name + "' is split by tensor parallelism into " +
                                   std::to_string(tp->size) + " parts along dim " + std::to_string(tp->dim) + "; " +
-                                  it->second.file + " splits it into " + std::to_string(first.size) +
-                                  " along dim " + std::to_string(first.dim) + " (the files are not of one checkpoint)");
+                                  it->second.file + " splits it into " + std::to_string(first.size) + " along dim " +
+                                  std::to_string(first.dim) + " (the files are not of one checkpoint)");
     if (whole.count(name))
-      throw std::invalid_argument(file + ": '" + name + "' is split by tensor parallelism here and whole in another "
+      throw std::invalid_argument(file + ": '" + name +
+                                  "' is split by tensor parallelism here and whole in another "
                                   "file (the files are not of one checkpoint)");
     return name + "#tp" + std::to_string(tp->rank);
   }
@@ -172,8 +182,8 @@ struct Assembly {
           throw std::invalid_argument(dir + ": '" + name + "' is split by tensor parallelism into " +
                                       std::to_string(sp.tp.size) + " parts (" + sp.file + "), and no file holds part " +
                                       std::to_string(r));
-        if (!parts.empty() && (it->second.sizes() != parts.front().sizes() ||
-                               it->second.scalar_type() != parts.front().scalar_type()))
+        if (!parts.empty() &&
+            (it->second.sizes() != parts.front().sizes() || it->second.scalar_type() != parts.front().scalar_type()))
           throw std::invalid_argument(dir + ": the tensor-parallel parts of '" + name + "' differ: part 0 is " +
                                       c10::str(parts.front().sizes()) + ", part " + std::to_string(r) + " " +
                                       c10::str(it->second.sizes()));
@@ -239,10 +249,8 @@ std::set<std::string> checkpointed_names(const Model& model) {
   std::set<std::string> names;
   bool frozen = false;
   for (const auto& [name, p] : model.named_parameters()) {
-    if (p.requires_grad())
-      names.insert(name);
-    else
-      frozen = true;
+    if (p.requires_grad()) names.insert(name);
+    else frozen = true;
   }
   if (frozen) {
     for (const auto& [name, b] : model.named_buffers()) names.insert(name);
@@ -261,8 +269,9 @@ void load_checkpointed_state(const PreparedModel& model, const NamedTensors& ten
   for (const auto& name : given)
     if (!held.count(name))
       throw std::invalid_argument(source + ": '" + name + "' " +
-                                  (all.count(name) ? "is a frozen parameter of the model: its checkpoint holds what trains"
-                                                   : "is not a tensor of the model"));
+                                  (all.count(name)
+                                       ? "is a frozen parameter of the model: its checkpoint holds what trains"
+                                       : "is not a tensor of the model"));
   for (const auto& name : held)
     if (!given.count(name))
       throw std::invalid_argument(source + ": '" + name + "' is missing (the checkpoint holds " +
@@ -314,14 +323,20 @@ void save_optimizer_slices(const PreparedOptimizer& opt, size_t index, int rank,
   const json::Value groups = doc.root().get("param_groups");
   json::Writer j;
   // "lr" and "initial_lr": the first group's (what files of libacc 1.1 hold); "groups": every group's.
+  // clang-format off: one key a line
   j.begin_object()
       .key("type").value(doc.root().get_string("type"))
       .key("lr").value(groups.at(0).get_double("lr"))
       .key("initial_lr").value(groups.at(0).get_double("initial_lr"))
       .key("groups").begin_array();
+  // clang-format on
   for (size_t g = 0; g < groups.size(); ++g)
-    j.begin_object().key("lr").value(groups.at(g).get_double("lr"))
-        .key("initial_lr").value(groups.at(g).get_double("initial_lr")).end_object();
+    j.begin_object()
+        .key("lr")
+        .value(groups.at(g).get_double("lr"))
+        .key("initial_lr")
+        .value(groups.at(g).get_double("initial_lr"))
+        .end_object();
   j.end_array().key("steps").begin_object();
   const json::Value state = doc.root().get("state");
   for (const std::string& k : state.keys())
@@ -345,7 +360,8 @@ std::optional<NamedTensors> load_model_slices(size_t index, const std::string& d
   return assemble(dir, "model", index, [](const json::Value&) {});
 }
 
-std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& opt, size_t index, const std::string& dir) {
+std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& opt, size_t index,
+                                                      const std::string& dir) {
   std::string type;
   std::vector<std::pair<double, double>> lrs;  // per group: lr, initial_lr
   std::map<std::string, int64_t> steps;
@@ -354,7 +370,8 @@ std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& o
     lrs.clear();
     if (side.has("groups")) {
       const json::Value g = side.get("groups");
-      for (size_t k = 0; k < g.size(); ++k) lrs.emplace_back(g.at(k).get_double("lr"), g.at(k).get_double("initial_lr"));
+      for (size_t k = 0; k < g.size(); ++k)
+        lrs.emplace_back(g.at(k).get_double("lr"), g.at(k).get_double("initial_lr"));
     } else {
       lrs.emplace_back(side.get_double("lr"), side.get_double("initial_lr"));
     }
@@ -390,8 +407,14 @@ std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& o
   json::Writer j;
   j.begin_object().key("type").value(type).key("param_groups").begin_array();
   for (size_t g = 0; g < groups.size(); ++g)
-    j.begin_object().key("lr").value(lrs[g].first).key("initial_lr").value(lrs[g].second)
-        .key("num_params").value(static_cast<int64_t>(groups[g].size())).end_object();
+    j.begin_object()
+        .key("lr")
+        .value(lrs[g].first)
+        .key("initial_lr")
+        .value(lrs[g].second)
+        .key("num_params")
+        .value(static_cast<int64_t>(groups[g].size()))
+        .end_object();
   j.end_array().key("state").begin_object();
   for (size_t i : with_state) {
     j.key(std::to_string(i)).begin_object();

@@ -35,6 +35,7 @@ void save_optimizer_slices(const PreparedOptimizer& opt, size_t index, int rank,
 std::optional<NamedTensors> load_model_slices(size_t index, const std::string& dir);
 // As Optimizer::save_state writes for the unsharded model (what Strategy::optimizer_state_from_full takes), indexed by
 // `opt`'s whole parameter groups.
-std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& opt, size_t index, const std::string& dir);
+std::optional<Optimizer::State> load_optimizer_slices(const PreparedOptimizer& opt, size_t index,
+                                                      const std::string& dir);
 
 }  // namespace acc::core

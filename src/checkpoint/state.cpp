@@ -39,7 +39,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 // Accelerate's naming: the first object of a kind has the plain name, the next ones _1, _2, ...
 std::string numbered(const std::string& stem, size_t i, const std::string& ext) {
   return stem + (i == 0 ? "" : "_" + std::to_string(i)) + ext;
@@ -86,9 +85,9 @@ std::string set_cuda_rng_states(const std::map<std::string, at::Tensor>& saved) 
     gens[i].set_state(saved.at("torch.cuda." + std::to_string(i)));
   }
   if (in_file == gens.size()) return "";
-  return "the checkpoint holds the random states of " + std::to_string(in_file) + " CUDA devices and this process has " +
-         std::to_string(gens.size()) + ": those of the first " + std::to_string(std::min(in_file, gens.size())) +
-         " are restored";
+  return "the checkpoint holds the random states of " + std::to_string(in_file) +
+         " CUDA devices and this process has " + std::to_string(gens.size()) + ": those of the first " +
+         std::to_string(std::min(in_file, gens.size())) + " are restored";
 }
 
 // The process mesh a checkpoint records (accelerator_state.json's "mesh"): its sizes; all 1 for one process.
@@ -101,12 +100,13 @@ bool same_mesh(const MeshSizes& a, const MeshSizes& b) {
 // "tp=2 x dp_shard=2" (Accelerate's names, the sizes above 1), "1 process".
 std::string mesh_text(const MeshSizes& m) {
   std::string s;
-  for (const auto& [name, n] : {std::pair<const char*, int>{"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
-                                {"cp", m.cp}, {"tp", m.tp}})
+  for (const auto& [name, n] : {std::pair<const char*, int>{"dp_replicate", m.dp_replicate},
+                                {"dp_shard", m.dp_shard},
+                                {"cp", m.cp},
+                                {"tp", m.tp}})
     if (n > 1) s += (s.empty() ? "" : " x ") + std::string(name) + "=" + std::to_string(n);
   return s.empty() ? "1 process" : s;
 }
-
 
 // {project_dir}/checkpoints, where the automatic names live.
 fs::path checkpoints_root(const config::AcceleratorSettings& c) {
@@ -224,7 +224,9 @@ void agreed(Accelerator* acc, const char* what, const std::function<void()>& pha
 namespace {
 
 // Under SHARDED_STATE_DICT each process writes its slices of the model and its optimizer, and nothing is gathered.
-bool sliced(const Accelerator& acc, const std::shared_ptr<PreparedModel>& m) { return m && sharded_checkpoint(acc, *m); }
+bool sliced(const Accelerator& acc, const std::shared_ptr<PreparedModel>& m) {
+  return m && sharded_checkpoint(acc, *m);
+}
 
 // Phase 1 of save_state: the main process claims the staging folder (refused while another job saves to the same
 // place). Null on the other processes.
@@ -238,7 +240,8 @@ std::unique_ptr<config::StagingFolder> claim_staging(Accelerator& acc, const fs:
     // As Accelerate: a checkpoint of this number must not exist already (set project_config.iteration).
     if (automatic && fs::exists(fs::symlink_status(target, ec)))
       throw std::invalid_argument("save_state: checkpoint directory '" + target.string() + "' (" +
-                                  std::to_string(acc.save_iteration()) + ") already exists; set "
+                                  std::to_string(acc.save_iteration()) +
+                                  ") already exists; set "
                                   "project_config.iteration to the number to continue from");
     if (fs::exists(target, ec) && !fs::is_directory(target, ec))
       throw config::FileError("cannot save a checkpoint to", target.string(), "it exists and is not a folder", ENOTDIR);
@@ -298,6 +301,7 @@ void write_process_files(const Accelerator& acc, const Accelerator::Prepared& pr
 std::string accelerator_state_json(const Accelerator& acc, const Accelerator::Prepared& prepared) {
   const MeshSizes mesh = mesh_of(acc);
   json::Writer j;
+  // clang-format off: one key a line
   j.begin_object()
       .key("step").value(acc.gradient_state().step)
       .key("num_processes").value(static_cast<int64_t>(acc.state().world_size))
@@ -314,6 +318,7 @@ std::string accelerator_state_json(const Accelerator& acc, const Accelerator::Pr
           .key("tp").value(static_cast<int64_t>(mesh.tp))
       .end_object()
       .end_object();
+  // clang-format on
   return j.str();
 }
 
@@ -334,18 +339,22 @@ void write_main_files(Accelerator& acc, const Accelerator::Prepared& prepared, c
   for (size_t i = 0; i < schedulers.size(); ++i) {
     json::Writer j;
     j.begin_object();
-    if (schedulers[i]->user)
-      j.key("step_count").value(static_cast<int64_t>(SchedulerCount::of(*schedulers[i]->user)));
-    else
-      j.key("steps").value(schedulers[i]->steps);
+    if (schedulers[i]->user) j.key("step_count").value(static_cast<int64_t>(SchedulerCount::of(*schedulers[i]->user)));
+    else j.key("steps").value(schedulers[i]->steps);
     config::write_file_atomic(d + numbered("scheduler", i, ".json"), j.end_object().str());
   }
   for (size_t i = 0; i < loaders.size(); ++i) {
     const LoaderPosition p = loaders[i]->position();
     json::Writer j;
     // samples_per_step: what a batch of the position means in samples, so that another mesh can continue there.
-    j.begin_object().key("epoch").value(p.epoch).key("batches").value(p.batches)
-        .key("samples_per_step").value(loaders[i]->samples_per_step()).end_object();
+    j.begin_object()
+        .key("epoch")
+        .value(p.epoch)
+        .key("batches")
+        .value(p.batches)
+        .key("samples_per_step")
+        .value(loaders[i]->samples_per_step())
+        .end_object();
     config::write_file_atomic(d + numbered("dataloader", i, ".json"), j.str());
   }
   if (const GradScaler* scaler = acc.scaler()) {
@@ -482,10 +491,8 @@ void load_models_and_optimizers(const Accelerator::Prepared& prepared, const std
     std::optional<NamedTensors> whole;
     naming_meshes(true, [&] { whole = load_model_slices(i, dir); });
     naming_meshes(false, [&] {
-      if (whole)
-        load_checkpointed_state(*models[i], *whole, dir);
-      else
-        load_checkpointed_state(*models[i], load_safetensors(where(f)), where(f));
+      if (whole) load_checkpointed_state(*models[i], *whole, dir);
+      else load_checkpointed_state(*models[i], load_safetensors(where(f)), where(f));
     });
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
@@ -582,8 +589,10 @@ std::string layout_note(const std::string& dir, const Layout& layout, bool has_l
   if (not_continued.empty()) return note + "; data loaders continue at the same sample";
   std::string l;
   for (const auto& n : not_continued) l += (l.empty() ? "" : ", ") + n;
-  return note + "; these data loaders start their pass again, their position is not a whole number of this run's "
-                "steps: " + l;
+  return note +
+         "; these data loaders start their pass again, their position is not a whole number of this run's "
+         "steps: " +
+         l;
 }
 
 }  // namespace
@@ -592,8 +601,8 @@ std::string load_state(Accelerator& acc, const std::string& dir_or_newest) {
   const auto [dir, automatic_number] = checkpoint_to_load(acc, dir_or_newest);
   const fs::path root(dir);
   check_complete(dir);
-  const json::Document acc_state =
-      json::Document::object(read_json_file(root / "accelerator_state.json"), (root / "accelerator_state.json").string());
+  const json::Document acc_state = json::Document::object(read_json_file(root / "accelerator_state.json"),
+                                                          (root / "accelerator_state.json").string());
   const json::Value saved = acc_state.root();
   const Accelerator::Prepared prepared = acc.live_objects();
   check_counts(saved, prepared, dir);

@@ -63,8 +63,10 @@ int capability(int index) {
 }
 
 const acc::cuda::PluginV1 kPlugin = {
-    acc::cuda::kPluginAbi, sizeof(acc::cuda::PluginV1), TORCH_VERSION, &device_count, &set_device,
-    &make_nccl,            &nccl_version,  &capability,
+    acc::cuda::kPluginAbi, sizeof(acc::cuda::PluginV1),
+    TORCH_VERSION,         &device_count,
+    &set_device,           &make_nccl,
+    &nccl_version,         &capability,
 };
 
 }  // namespace
@@ -73,6 +75,4 @@ const acc::cuda::PluginV1 kPlugin = {
 extern "C" __attribute__((used)) const char acc_cuda_plugin_marker[] = ACC_CUDA_PLUGIN_MARKER "1;";
 static_assert(acc::cuda::kPluginAbi == 1, "update the marker's ABI number");
 
-extern "C" __attribute__((visibility("default"))) const acc::cuda::PluginV1* acc_cuda_plugin_v1() {
-  return &kPlugin;
-}
+extern "C" __attribute__((visibility("default"))) const acc::cuda::PluginV1* acc_cuda_plugin_v1() { return &kPlugin; }

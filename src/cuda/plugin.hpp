@@ -40,8 +40,8 @@ struct PluginV1 {
   void (*set_device)(int index);
   // A ProcessGroupNCCL for CUDA tensors: communicators are created on the first collective, on the
   // device the tensors live on. Throws c10::Error.
-  c10::intrusive_ptr<c10d::Backend> (*make_nccl)(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                 int size, std::chrono::milliseconds timeout);
+  c10::intrusive_ptr<c10d::Backend> (*make_nccl)(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                 std::chrono::milliseconds timeout);
   // "NCCL 2.30.7" style: the NCCL version libtorch_cuda was built with.
   std::string (*nccl_version)();
   // Compute capability of device `index` as major * 10 + minor (89 for Ada, 90 for Hopper). Throws.

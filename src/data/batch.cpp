@@ -30,8 +30,8 @@ bool TensorDict::contains(const std::string& name) const {
 const at::Tensor& TensorDict::at(const std::string& name) const {
   for (const auto& [n, v] : items_)
     if (n == name) return v;
-  throw std::invalid_argument("the batch has no tensor '" + name + "' (it has: " +
-                              (items_.empty() ? std::string("nothing") : keys()) + ")");
+  throw std::invalid_argument("the batch has no tensor '" + name +
+                              "' (it has: " + (items_.empty() ? std::string("nothing") : keys()) + ")");
 }
 
 at::Tensor TensorDict::get(const std::string& name) const {

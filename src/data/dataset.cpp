@@ -126,7 +126,7 @@ class TokenFileDataset final : public Dataset {
   TokenFileDataset(const std::string& path, int64_t block, size_t width) : block_(block), width_(width) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw std::ios_base::failure("cannot open token file '" + path + "': " + std::strerror(errno));
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
       ::close(fd);
       throw std::ios_base::failure("token file '" + path + "' is empty or unreadable");
@@ -225,9 +225,8 @@ class IterableCallbackDataset final : public Dataset {
 }  // namespace
 
 std::shared_ptr<Dataset> make_tensor_dataset(const TensorDict& columns) {
-  return std::make_shared<TensorDataset>(map_tensors(columns, [](const at::Tensor& t) {
-    return t.defined() ? t.clone() : t;
-  }));
+  return std::make_shared<TensorDataset>(map_tensors(columns,
+                                                     [](const at::Tensor& t) { return t.defined() ? t.clone() : t; }));
 }
 
 Sample pair_sample(at::Tensor input, at::Tensor target) {
@@ -504,8 +503,14 @@ struct StreamSteps final : StepSource {
 // and the names, dtypes and shapes of the tensors to receive (their names packed as bytes at the end).
 constexpr int kMaxDims = 8, kMaxTensors = 16, kNameBytes = 1024;
 constexpr int kPerTensor = 2 + kMaxDims;  // type, ndim, shape
-enum Header : int64_t { kStatus, kIsLast, kCount, kTensors, kNames = kTensors + kMaxTensors * kPerTensor,
-                        kHeaderSize = kNames + kNameBytes / 8 };
+enum Header : int64_t {
+  kStatus,
+  kIsLast,
+  kCount,
+  kTensors,
+  kNames = kTensors + kMaxTensors * kPerTensor,
+  kHeaderSize = kNames + kNameBytes / 8
+};
 
 void describe(const Sample& step, int64_t* h) {
   if (step.size() > kMaxTensors)
@@ -771,7 +776,7 @@ std::vector<int64_t> DataLoader::order_for_pass(int64_t epoch) {
   // A resumed pass draws from the saved state (the generator advances as it did then, and no seed is
   // drawn from the default generator a second time); every pass records its state for the next checkpoint.
   const bool resumed = resume_ && resume_->pass_generator.defined();
-  at::Generator gen = seedable_ ? at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch))
+  at::Generator gen = seedable_        ? at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch))
                       : gen_.defined() ? gen_
                                        : at::detail::createCPUGenerator(resumed ? 0 : draw_seed());
   {
@@ -835,10 +840,8 @@ int64_t DataLoader::length() {
   }
   auto base = base_batches(order);
   size_t n = base.size();
-  if (prepared_ && dispatch_)
-    n = dispatch_steps(base, how_.spec).size();
-  else if (prepared_ && how_.spec.num_processes > 1)
-    n = shard_batches(base, how_.spec).size();
+  if (prepared_ && dispatch_) n = dispatch_steps(base, how_.spec).size();
+  else if (prepared_ && how_.spec.num_processes > 1) n = shard_batches(base, how_.spec).size();
   return std::max<int64_t>(0, static_cast<int64_t>(n) - skip_);
 }
 

@@ -96,7 +96,7 @@ struct LoaderPrepare {
 // Where a loader is, for a checkpoint: enough to continue the interrupted pass with the same batches.
 struct LoaderPosition {
   int64_t epoch = 0;
-  int64_t batches = 0;      // batches of the current pass already yielded (0 between passes)
+  int64_t batches = 0;  // batches of the current pass already yielded (0 between passes)
   at::Tensor pass_generator;  // the shuffling generator's state when the current (or next) pass began; may be undefined
 };
 
@@ -144,7 +144,7 @@ class DataLoader {
 
  private:
   DataLoader() = default;
-  std::vector<int64_t> order_for_pass(int64_t epoch);    // may advance the shuffle generator
+  std::vector<int64_t> order_for_pass(int64_t epoch);  // may advance the shuffle generator
   std::vector<Batch> base_batches(const std::vector<int64_t>& order) const;
   std::unique_ptr<Pass> start_pass(int64_t epoch);
 
@@ -163,8 +163,8 @@ class DataLoader {
   at::Generator gen_;
   int64_t skip_ = 0;
   int64_t epoch_ = 0;
-  int64_t yielded_ = 0;                   // batches of the current pass given out (resumed ones included)
-  at::Tensor pass_gen_state_;             // the shuffling generator's state before this pass drew its order
+  int64_t yielded_ = 0;  // batches of the current pass given out (resumed ones included)
+  at::Tensor pass_gen_state_;  // the shuffling generator's state before this pass drew its order
   std::optional<LoaderPosition> resume_;  // set by resume(): the next pass continues there
   bool in_epoch_ = false;
   std::unique_ptr<Pass> pass_;

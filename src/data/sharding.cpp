@@ -28,8 +28,8 @@ void check_shard_spec(const ShardSpec& s) {
                                 "processes");
   if (s.split_batches && s.batch_size % s.num_processes != 0)
     throw std::invalid_argument("split_batches: the batch size (" + std::to_string(s.batch_size) +
-                                ") must be a multiple of the number of processes (" +
-                                std::to_string(s.num_processes) + ")");
+                                ") must be a multiple of the number of processes (" + std::to_string(s.num_processes) +
+                                ")");
 }
 
 namespace {
@@ -79,10 +79,8 @@ std::vector<Batch> without_split(const std::vector<Batch>& batches, const ShardS
   for (; idx < static_cast<int64_t>(batches.size()); ++idx) {
     const Batch& b = batches[static_cast<size_t>(idx)];
     if (!s.drop_last && idx < n) {
-      if (varying)
-        initial_batches.push_back(b);
-      else
-        initial.insert(initial.end(), b.begin(), b.end());
+      if (varying) initial_batches.push_back(b);
+      else initial.insert(initial.end(), b.begin(), b.end());
     }
     if (idx % n == me) to_yield = &b;
     if (idx % n == n - 1 && full(b)) {

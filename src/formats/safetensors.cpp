@@ -22,11 +22,18 @@ namespace acc::core {
 namespace {
 
 const std::map<at::ScalarType, std::string>& dtype_names() {
-  static const std::map<at::ScalarType, std::string> m = {
-      {at::kFloat, "F32"}, {at::kDouble, "F64"}, {at::kHalf, "F16"},  {at::kBFloat16, "BF16"},
-      {at::kLong, "I64"},  {at::kInt, "I32"},    {at::kShort, "I16"}, {at::kChar, "I8"},
-      {at::kByte, "U8"},   {at::kBool, "BOOL"},  {at::kFloat8_e4m3fn, "F8_E4M3"},
-      {at::kFloat8_e5m2, "F8_E5M2"}};
+  static const std::map<at::ScalarType, std::string> m = {{at::kFloat, "F32"},
+                                                          {at::kDouble, "F64"},
+                                                          {at::kHalf, "F16"},
+                                                          {at::kBFloat16, "BF16"},
+                                                          {at::kLong, "I64"},
+                                                          {at::kInt, "I32"},
+                                                          {at::kShort, "I16"},
+                                                          {at::kChar, "I8"},
+                                                          {at::kByte, "U8"},
+                                                          {at::kBool, "BOOL"},
+                                                          {at::kFloat8_e4m3fn, "F8_E4M3"},
+                                                          {at::kFloat8_e5m2, "F8_E5M2"}};
   return m;
 }
 
@@ -71,7 +78,7 @@ NamedTensors load_safetensors(const std::string& path) {
   // Non-blocking: a FIFO with no writer would hold open() forever; it is refused as not a regular file below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     bad(path, "is not a regular file");
@@ -94,8 +101,8 @@ NamedTensors load_safetensors(const std::string& path) {
   // The one strict reader of headers (config/), also used by the launcher's tools.
   config::SafetensorsHeader header;
   try {
-    header = config::parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(bytes + 8), len),
-                                              "header", file_size - 8 - len);
+    header = config::parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(bytes + 8), len), "header",
+                                              file_size - 8 - len);
   } catch (const config::Error& e) {
     bad(path, std::string(e.what()).substr(std::string_view("header: ").size()));
   }
@@ -104,7 +111,8 @@ NamedTensors load_safetensors(const std::string& path) {
   for (const config::SafetensorsEntry& e : header.tensors) {
     const std::optional<at::ScalarType> type = safetensors_scalar_type(e.dtype);
     if (!type) bad(path, "tensor \"" + e.name + "\" has dtype " + e.dtype + ", which libacc does not load");
-    out.emplace_back(e.name, at::from_blob(data + e.begin, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(*type)));
+    out.emplace_back(e.name,
+                     at::from_blob(data + e.begin, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(*type)));
   }
   return out;
 }

@@ -112,8 +112,7 @@ class InitReplay final : public DeferredParameters {
     c10::NoGradGuard no_grad;
     for (auto& [prefix, m] : modules_) {
       const auto kept = own_parameters(*m);
-      for (const auto& [local, t] : kept)
-        m->param(local.c_str()) = at::empty(t.sizes(), t.options().device(c10::kCPU));
+      for (const auto& [local, t] : kept) m->param(local.c_str()) = at::empty(t.sizes(), t.options().device(c10::kCPU));
       try {
         m->reset();
         if (place)

@@ -58,16 +58,29 @@ struct Passive {
   std::vector<const char*> accepted;
 };
 const std::vector<Passive>& passive_fields() {
-  static const std::vector<Passive> fields = {
-      {"alora_invocation_tokens", {"null"}}, {"arrow_config", {"null"}}, {"corda_config", {"null"}},
-      {"ensure_weight_tying", {"false"}}, {"eva_config", {"null"}}, {"kasa_config", {"null"}},
-      {"layer_replication", {"null"}}, {"loftq_config", {"{}", "null"}}, {"lora_bias", {"false"}},
-      {"lora_ga_config", {"null"}}, {"megatron_config", {"null"}}, {"megatron_core", {"\"megatron.core\"", "*"}},
-      {"monteclora_config", {"null"}}, {"qalora_group_size", {"16", "*"}}, {"trainable_token_indices", {"null"}},
-      {"use_bdlora", {"null", "false"}}, {"use_dora", {"false"}}, {"use_qalora", {"false"}},
-      {"velora_config", {"null"}},
+  static const std::vector<Passive> fields = {{"alora_invocation_tokens", {"null"}},
+                                              {"arrow_config", {"null"}},
+                                              {"corda_config", {"null"}},
+                                              {"ensure_weight_tying", {"false"}},
+                                              {"eva_config", {"null"}},
+                                              {"kasa_config", {"null"}},
+                                              {"layer_replication", {"null"}},
+                                              {"loftq_config", {"{}", "null"}},
+                                              {"lora_bias", {"false"}},
+                                              {"lora_ga_config", {"null"}},
+                                              {"megatron_config", {"null"}},
+                                              {"megatron_core", {"\"megatron.core\"", "*"}},
+                                              {"monteclora_config", {"null"}},
+                                              {"qalora_group_size", {"16", "*"}},
+                                              {"trainable_token_indices", {"null"}},
+                                              {"use_bdlora", {"null", "false"}},
+                                              {"use_dora", {"false"}},
+                                              {"use_qalora", {"false"}},
+                                              {"velora_config", {"null"}},
       // Written by peft itself: read, and written again by libacc.
-      {"auto_mapping", {"null", "*"}}, {"peft_version", {"\"0.21.2\"", "*"}}, {"runtime_config", {"*"}}};
+                                              {"auto_mapping", {"null", "*"}},
+                                              {"peft_version", {"\"0.21.2\"", "*"}},
+                                              {"runtime_config", {"*"}}};
   return fields;
 }
 
@@ -86,7 +99,8 @@ Pattern key_pattern(const std::string& key, const std::string& where) {
 Pattern layers_matcher(const std::string& p, const std::string& where) {
   Pattern re("^(?:|.*?\\.)" + p + "\\.(\\d+)\\.", where);
   if (re.groups() != 1)
-    throw std::invalid_argument(where + ": layers_pattern '" + p + "' captures a group of its own, where peft reads "
+    throw std::invalid_argument(where + ": layers_pattern '" + p +
+                                "' captures a group of its own, where peft reads "
                                 "the layer number; write its groups as (?:...)");
   return re;
 }
@@ -109,9 +123,7 @@ struct Matchers {
 
 }  // namespace
 
-bool Config::all_linear() const {
-  return target_kind == Kind::String && lower(target_modules.front()) == "all-linear";
-}
+bool Config::all_linear() const { return target_kind == Kind::String && lower(target_modules.front()) == "all-linear"; }
 
 // A config file's limits (nesting, keys per object, string values); keys are rank_pattern's and alpha_pattern's
 // patterns, as long as a pattern may be.
@@ -189,8 +201,7 @@ bool read_layer_field(Config& c, const std::string& key, const json::Value& v) {
     if (v.is_null()) return true;
     if (!v.is_object()) v.fail("rank_pattern must be an object of module patterns and ranks");
     for (const auto& [pattern, rank] : v.items()) {
-      if (!rank.is_integer() || rank.as_int() <= 0)
-        rank.fail("a rank must be a positive integer; got " + rank.text());
+      if (!rank.is_integer() || rank.as_int() <= 0) rank.fail("a rank must be a positive integer; got " + rank.text());
       key_pattern(pattern, rank.where());  // refused when read, naming the key
       c.rank_pattern.emplace_back(pattern, rank.as_int());
     }
@@ -214,7 +225,8 @@ bool read_meta_field(Config& c, const std::string& key, const json::Value& v) {
     c.task_type = v.as_string();
     if (std::none_of(std::begin(kTaskTypes), std::end(kTaskTypes), [&](const char* t) { return c.task_type == t; }))
       v.fail("task_type must be null or one of peft's TaskType values (CAUSAL_LM, SEQ_CLS, SEQ_2_SEQ_LM, "
-             "TOKEN_CLS, QUESTION_ANS, FEATURE_EXTRACTION); got " + v.text());
+             "TOKEN_CLS, QUESTION_ANS, FEATURE_EXTRACTION); got " +
+             v.text());
   } else if (key == "base_model_name_or_path") {
     if (!v.is_null()) c.base_model_name_or_path = v.as_string();
   } else if (key == "revision") {
@@ -249,7 +261,7 @@ void check_passive_field(const std::string& key, const json::Value& v) {
 void post_init(Config& c, const std::string& source) {
   if (c.target_kind == Config::Kind::String && (c.layers_to_transform || c.layers_pattern))
     throw std::invalid_argument(source + ": layers_to_transform and layers_pattern apply to a list of target_modules, "
-                                "not to a regular expression");
+                                         "not to a regular expression");
   if (c.layers_pattern && !c.layers_to_transform)
     throw std::invalid_argument(source + ": layers_pattern needs layers_to_transform");
   if (c.task_type == "SEQ_CLS") {  // PeftModelForSequenceClassification adds the heads
@@ -373,9 +385,12 @@ const V* pattern_for(const std::string& name, const std::vector<std::pair<Patter
 }
 
 const std::map<std::string, std::vector<std::string>>& default_targets() {
-  static const std::map<std::string, std::vector<std::string>> m = {
-      {"llama", {"q_proj", "v_proj"}}, {"mistral", {"q_proj", "v_proj"}}, {"mixtral", {"q_proj", "v_proj"}},
-      {"qwen2", {"q_proj", "v_proj"}}, {"gpt2", {"c_attn"}},           {"bert", {"query", "value"}}};
+  static const std::map<std::string, std::vector<std::string>> m = {{"llama", {"q_proj", "v_proj"}},
+                                                                    {"mistral", {"q_proj", "v_proj"}},
+                                                                    {"mixtral", {"q_proj", "v_proj"}},
+                                                                    {"qwen2", {"q_proj", "v_proj"}},
+                                                                    {"gpt2", {"c_attn"}},
+                                                                    {"bert", {"query", "value"}}};
   return m;
 }
 
@@ -489,7 +504,8 @@ void add_parameter_targets(Adapter& a, const ModuleMap& modules, const HostOf& h
   const bool mixtral = a.info.model_type == "mixtral";
   for (const auto& p : c.target_parameters)
     if (!mixtral || (p != "gate_up_proj" && p != "down_proj" && p != "gate.weight"))
-      throw UnsupportedError("target_parameters '" + p + "': libacc has peft's parameter targets of Mixtral's fused "
+      throw UnsupportedError("target_parameters '" + p +
+                             "': libacc has peft's parameter targets of Mixtral's fused "
                              "experts and router only (gate_up_proj, down_proj, gate.weight)");
   if (c.lora_dropout > 0)
     throw std::invalid_argument("lora_dropout must be 0 with target_parameters (peft's ParamWrapper has no dropout)");
@@ -562,10 +578,10 @@ bool has_module(const ModuleMap& modules, const std::string& n) {
 void default_targets_for(Config& c, const ModelInfo& info, const std::vector<std::string>& linear) {
   auto it = default_targets().find(info.model_type);
   if (it == default_targets().end())
-    throw std::invalid_argument(
-        "target_modules is required: peft has no default for " +
-        (info.model_type.empty() ? std::string("this model") : "model_type '" + info.model_type + "'") +
-        " (its linear layers: " + join(linear) + ")");
+    throw std::invalid_argument("target_modules is required: peft has no default for " +
+                                (info.model_type.empty() ? std::string("this model")
+                                                         : "model_type '" + info.model_type + "'") +
+                                " (its linear layers: " + join(linear) + ")");
   c.target_kind = Config::Kind::List;
   c.target_modules = it->second;
 }
@@ -630,10 +646,13 @@ Adapter::Target module_target(const std::string& name, torch::nn::Module& m, con
   Host* h = host_of(m);
   if (!h) {
     if (is_torch_linear(m))
-      throw std::invalid_argument("target '" + name + "' is a torch::nn::Linear, whose forward libacc cannot extend: "
+      throw std::invalid_argument("target '" + name +
+                                  "' is a torch::nn::Linear, whose forward libacc cannot extend: "
                                   "build the layer as acc::Linear (acc/torch.hpp), a drop-in that takes an adapter");
-    throw std::invalid_argument("target '" + name + "' (" + m.name() + ") is not a linear layer: LoRA adapts "
-                                "linear layers (the model's: " + join(linear) + ")");
+    throw std::invalid_argument("target '" + name + "' (" + m.name() +
+                                ") is not a linear layer: LoRA adapts "
+                                "linear layers (the model's: " +
+                                join(linear) + ")");
   }
   Adapter::Target t;
   t.module = name;
@@ -663,13 +682,15 @@ bool add_module_targets(Adapter& a, const ModuleMap& modules, const HostOf& host
   bool any_unexcluded = false;
   for (const auto& [name, m] : modules) {
     if (exclude_re ? exclude_re->full_match(name) : exclude_list.matches(name)) continue;
-    if (std::any_of(saved_res.begin(), saved_res.end(),
-                    [&, &n = name](const Pattern& r) { return r.full_match(n); }))
+    if (std::any_of(saved_res.begin(), saved_res.end(), [&, &n = name](const Pattern& r) { return r.full_match(n); }))
       continue;
     bool hit = target_re ? target_re->full_match(name) : target_list.matches(name);
     if (hit && mixtral && target_re && name.find(".block_sparse_moe.") != std::string::npos)
-      throw UnsupportedError("target_modules '" + c.target_modules.front() + "' reaches Mixtral's experts or router "
-                             "('" + name + "'), which peft targets as transformers 5's fused parameters: name them as "
+      throw UnsupportedError("target_modules '" + c.target_modules.front() +
+                             "' reaches Mixtral's experts or router "
+                             "('" +
+                             name +
+                             "'), which peft targets as transformers 5's fused parameters: name them as "
                              "a list (w1, w3, w2, gate) instead of a regular expression");
     if (hit) any_unexcluded = true;
     if (hit && !target_re && c.layers_to_transform) {
@@ -687,8 +708,8 @@ bool add_module_targets(Adapter& a, const ModuleMap& modules, const HostOf& host
   std::string given = c.target_kind == Config::Kind::String ? "'" + c.target_modules.front() + "'"
                                                             : shown_list(c.target_modules);
   std::string why = any_unexcluded && c.layers_to_transform ? " in the layers layers_to_transform names"
-                    : c.exclude_kind != Config::Kind::None   ? " (after exclude_modules)"
-                                                             : "";
+                    : c.exclude_kind != Config::Kind::None  ? " (after exclude_modules)"
+                                                            : "";
   throw std::invalid_argument("target_modules " + given + " matched no linear layer of the model" + why +
                               "; its linear layers are: " + join(linear));
 }
@@ -697,7 +718,8 @@ bool add_module_targets(Adapter& a, const ModuleMap& modules, const HostOf& host
 void add_entries(Adapter& a, torch::nn::Module& root) {
   const Config& c = a.config;
   auto targeted = [&](const std::string& module) {
-    return std::any_of(a.targets.begin(), a.targets.end(), [&](const Adapter::Target& t) { return t.module == module; });
+    return std::any_of(a.targets.begin(), a.targets.end(),
+                       [&](const Adapter::Target& t) { return t.module == module; });
   };
   for (const auto& item : root.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
@@ -773,10 +795,8 @@ void apply(torch::nn::Module& root, const std::shared_ptr<Adapter>& adapter, boo
     auto A = std::make_shared<Factor>(rank, t.in, true, mode, t.r, o);
     auto B = std::make_shared<Factor>(t.out, rank, false, mode, t.r, o);
     for (auto* f : {A.get(), B.get()}) {
-      if (init)
-        f->reset();
-      else
-        f->param("weight").zero_();
+      if (init) f->reset();
+      else f->param("weight").zero_();
       f->param("weight").requires_grad_(false);
     }
     // Where they live: the layer itself, or (fused experts) a container of their own beside the experts.
@@ -964,8 +984,10 @@ NamedTensors check_file_tensors(const Adapter& adapter, const NamedTensors& tens
     expected.insert(e.key);
     auto it = by_key.find(e.key);
     if (it == by_key.end())
-      throw std::invalid_argument(source + " lacks '" + e.key + "', which this adapter has (its config and the model "
-                                  "give " + std::to_string(adapter.entries.size()) + " tensors)");
+      throw std::invalid_argument(source + " lacks '" + e.key +
+                                  "', which this adapter has (its config and the model "
+                                  "give " +
+                                  std::to_string(adapter.entries.size()) + " tensors)");
     if (it->second.sizes().vec() != e.shape)
       throw std::invalid_argument("'" + e.key + "' has shape " + c10::str(it->second.sizes()) + " in " + source +
                                   " but " + c10::str(at::IntArrayRef(e.shape)) + " in the adapter on this model");

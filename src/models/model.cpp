@@ -24,9 +24,9 @@ void Model::reset_parameters() {
 void Model::check_made(const std::string& what) const {
   if (deferred_ && deferred_->pending())
     throw StateError(what + ": the model's parameters are made when acc_prepare shards them (DeepSpeed ZeRO-3 with "
-                     "zero3_init_flag: no process holds the whole model); prepare it first, or set "
-                     "zero3_init_flag to false (deepspeed_config.zero3_init_flag in an Accelerate config file, "
-                     "deepspeed_plugin.zero3_init_flag in libacc's)");
+                            "zero3_init_flag: no process holds the whole model); prepare it first, or set "
+                            "zero3_init_flag to false (deepspeed_config.zero3_init_flag in an Accelerate config file, "
+                            "deepspeed_plugin.zero3_init_flag in libacc's)");
 }
 
 void Model::to(const c10::Device& device) {
@@ -41,7 +41,8 @@ void Model::to(const c10::Device& device) {
 
 void Model::to_empty(const c10::Device&) {
   for (auto& [name, t] : state())
-    if (t.is_meta()) throw UnsupportedError("'" + name + "' is on the meta device and this model cannot materialise it");
+    if (t.is_meta())
+      throw UnsupportedError("'" + name + "' is on the meta device and this model cannot materialise it");
 }
 
 bool dtype_converts(at::ScalarType from, at::ScalarType to) {
@@ -118,7 +119,8 @@ int64_t Model::set_requires_grad(const std::string& pattern, bool on) {
     throw std::invalid_argument("requires_grad pattern '" + pattern + "' matches no parameter name (matched against " +
                                 "whole dotted names such as '" +
                                 (named_parameters().empty() ? std::string("none: the model has no parameters")
-                                                            : named_parameters().front().first) + "')");
+                                                            : named_parameters().front().first) +
+                                "')");
   for (auto& [impl, p] : matched) p.requires_grad_(on);
   return static_cast<int64_t>(matched.size());
 }

@@ -19,8 +19,10 @@ ModuleTree::Tensor tensor_of(const at::Tensor& t) {
 int add_module(ModuleTree& tree, const torch::nn::Module& m) {
   const int index = static_cast<int>(tree.modules.size());
   tree.modules.push_back({m.name(), {}, {}, {}});
-  for (const auto& p : m.named_parameters(/*recurse=*/false)) tree.modules[index].parameters.emplace_back(p.key(), tensor_of(p.value()));
-  for (const auto& b : m.named_buffers(/*recurse=*/false)) tree.modules[index].buffers.emplace_back(b.key(), tensor_of(b.value()));
+  for (const auto& p : m.named_parameters(/*recurse=*/false))
+    tree.modules[index].parameters.emplace_back(p.key(), tensor_of(p.value()));
+  for (const auto& b : m.named_buffers(/*recurse=*/false))
+    tree.modules[index].buffers.emplace_back(b.key(), tensor_of(b.value()));
   for (const auto& c : m.named_children()) {
     const int child = add_module(tree, *c.value());
     tree.modules[index].children.emplace_back(c.key(), child);

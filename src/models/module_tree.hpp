@@ -35,7 +35,7 @@ struct ModuleTree {
 struct WeightlessModule {
   std::string name;        // dotted: "model.rotary_emb"
   std::string class_name;  // "LlamaRotaryEmbedding"
-  std::string before;      // the sibling it precedes in named_children ("h" for GPT-2's "transformer.drop"); "": last
+  std::string before;  // the sibling it precedes in named_children ("h" for GPT-2's "transformer.drop"); "": last
   std::vector<std::pair<std::string, ModuleTree::Tensor>> buffers;
 };
 

@@ -55,7 +55,8 @@ class TorchScriptModel final : public Model {
       if (r.empty()) throw std::invalid_argument("TorchScript module: forward returned an empty dict");
     } else {
       throw std::invalid_argument("TorchScript module: forward must return a tensor or a Dict[str, Tensor]; it "
-                                  "returned " + out.tagKind());
+                                  "returned " +
+                                  out.tagKind());
     }
     // A module that computes its own loss (a "loss" entry) keeps it; otherwise the configured loss of the
     // first output against "targets".

@@ -87,7 +87,7 @@ Collectives collectives_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, 
     std::vector<int64_t> in_splits(size, 0), out_splits(size, 0);
     in_splits[((rank + offset) % size + size) % size] = in.numel();
     out_splits[((rank - offset) % size + size) % size] = in.numel();
-    pg->alltoall_base(out, in, out_splits, in_splits)->wait();
+    pg->all_to_all_single(out, in, out_splits, in_splits)->wait();
     return out.view(t.sizes());
   };
   return g;
@@ -104,7 +104,8 @@ void parallelize(Model& model, std::shared_ptr<const Collectives> group, const O
   auto* nn = dynamic_cast<NnModel*>(&model);
   if (!nn)
     throw UnsupportedError(std::string("context parallelism: the model is a TorchScript module, whose attention libacc "
-                                       "cannot split ") + families);
+                                       "cannot split ") +
+                           families);
   const std::string cls = nn->module()->name();
   auto* family = dynamic_cast<Parallelizable*>(&model);
   if (!family) throw UnsupportedError("context parallelism: " + cls + " has no context-parallel attention " + families);
@@ -114,7 +115,8 @@ void parallelize(Model& model, std::shared_ptr<const Collectives> group, const O
                                 std::to_string(group->size) + " is not a rank of the group");
   MeshForward forward = MeshForward::of(*family);
   if (forward.tensor && forward.tensor->sequence_parallel)
-    throw UnsupportedError("context parallelism: " + cls + " is split with sequence parallelism; the two are "
+    throw UnsupportedError("context parallelism: " + cls +
+                           " is split with sequence parallelism; the two are "
                            "exclusive (as in Accelerate: cp_size and sp_size)");
   forward.context = MeshForward::ContextPart{std::move(group), options.exchange};
   family->install_split(std::make_shared<MeshForward>(std::move(forward)));
@@ -136,10 +138,10 @@ Sequence::Sequence(std::shared_ptr<const Collectives> group, Exchange exchange, 
   const int n = group_->size;
   if (sequence_parallel)
     throw UnsupportedError(model + ": context parallelism and sequence parallelism are exclusive (as in Accelerate: "
-                           "cp_size and sp_size)");
+                                   "cp_size and sp_size)");
   if (cache)
     throw UnsupportedError(model + ": context parallelism runs without a key/value cache (generate on a model that is "
-                           "not context-parallel)");
+                                   "not context-parallel)");
   if (length % (2 * n) != 0)
     throw std::invalid_argument(model + ": context parallelism needs the sequence length (" + std::to_string(length) +
                                 ") to split into 2 x cp_size (" + std::to_string(2 * n) + ") equal chunks");
@@ -158,8 +160,8 @@ at::Tensor Sequence::next_token_labels(const at::Tensor& labels, int64_t ignore_
   if (labels.dim() != 2 || labels.size(1) != length_)
     throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [batch, " +
                                 std::to_string(length_) + "]");
-  at::Tensor shifted = at::cat({labels.narrow(1, 1, length_ - 1),
-                                at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
+  at::Tensor shifted =
+      at::cat({labels.narrow(1, 1, length_ - 1), at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
   return local(shifted);
 }
 
@@ -184,7 +186,7 @@ void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const
   };
   masks_.clear();
   // A query that may see no key at all (a padding token before the first real one) gets an output of zero and no
-  // gradient, as the whole model's attention gives it (hf::Masking::attention: transformers' sdpa).
+  // gradient, as the whole model's attention gives it (Masking::attention, models/attention.hpp: transformers' sdpa).
   empty_ = at::Tensor();
   if (keep.defined())
     empty_ = build(at::cat(key_index_)).eq(ring::lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true);
@@ -202,9 +204,7 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   if (exchange_ == Exchange::AllGather) {
     // [B, H, local, D] along the sequence: all-gathered forward, reduce-scattered backward.
-    auto gathered = [&](const at::Tensor& t) {
-      return tp::gather_sequence(t.transpose(1, 2), g).transpose(1, 2);
-    };
+    auto gathered = [&](const at::Tensor& t) { return tp::gather_sequence(t.transpose(1, 2), g).transpose(1, 2); };
     at::Tensor mask = masks_[0].to(q.scalar_type());
     at::Tensor y = at::scaled_dot_product_attention(q, gathered(k), gathered(v), mask, dropout, false, sc, rep > 1);
     return empty_.defined() ? y.masked_fill(empty_, 0) : y;

@@ -14,26 +14,11 @@
 // sequence parallelism (Accelerate: cp and sp are exclusive). Logits come back for this rank's tokens only, as
 // torch's context_parallel leaves its buffers sharded: [batch, time / size, vocab], in local_positions' order.
 #pragma once
-#include <ATen/core/Tensor.h>
-#include <c10/util/intrusive_ptr.h>
-
-#include <memory>
 #include <optional>
-#include <string>
-#include <utility>
 #include <vector>
 
 #include "models/parallel_forward.hpp"
-#include "models/placement.hpp"
-
-namespace c10d {
-class ProcessGroup;
-}
-
-namespace acc::core {
-class Comm;
-class Model;
-}  // namespace acc::core
+#include "parallel/tensor_parallel.hpp"  // Collectives over a Comm or a c10d group, the declarations they need
 
 namespace acc::core::cp {
 
@@ -91,8 +76,8 @@ class Sequence final : public SequenceSplit {
   int64_t length_ = 0;
   at::Tensor index_;
   std::vector<at::Tensor> key_index_;  // per rank, its places (the gathered keys' order is rank order)
-  std::vector<at::Tensor> masks_;      // allgather: one [B|1, 1, local, time]; alltoall: one per source rank
-  at::Tensor empty_;                   // [B, 1, local, 1] the queries that see no key (undefined: none)
+  std::vector<at::Tensor> masks_;  // allgather: one [B|1, 1, local, time]; alltoall: one per source rank
+  at::Tensor empty_;  // [B, 1, local, 1] the queries that see no key (undefined: none)
 };
 
 }  // namespace acc::core::cp

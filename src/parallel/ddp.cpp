@@ -277,7 +277,7 @@ GradientReducer::GradientReducer(std::shared_ptr<Comm> comm, std::vector<std::st
   // Gradients arrive roughly in reverse order of definition, so buckets are filled from the last
   // parameter backwards, one dtype per bucket; the first bucket is smaller to start talking early.
   std::map<at::ScalarType, size_t> open;  // dtype -> bucket being filled
-  std::vector<int64_t> numel;             // elements per bucket so far
+  std::vector<int64_t> numel;  // elements per bucket so far
   for (size_t k = s.params.size(); k-- > 0;) {
     const at::Tensor& p = s.params[k];
     if (!p.requires_grad()) continue;
@@ -311,8 +311,7 @@ GradientReducer::GradientReducer(std::shared_ptr<Comm> comm, std::vector<std::st
       if (s.params[k].requires_grad() && s.params[k].grad().defined()) s.point_grad_at_bucket(k, s.params[k].grad());
   for (size_t k = 0; k < s.params.size(); ++k)
     if (s.params[k].requires_grad())
-      torch::autograd::impl::set_post_acc_grad_hooks(
-          s.params[k], std::make_unique<ReadyHook>(state_, k));
+      torch::autograd::impl::set_post_acc_grad_hooks(s.params[k], std::make_unique<ReadyHook>(state_, k));
 }
 
 GradientReducer::~GradientReducer() {
@@ -369,7 +368,8 @@ void GradientReducer::finalize_backward() {
     std::string list;
     for (auto& n : changed) list += (list.empty() ? "" : ", ") + n;
     throw std::invalid_argument("DDP: ddp_kwargs.static_graph is true, but the parameters that get a gradient changed "
-                                "since the first backward: " + list + ". Set ddp_kwargs.static_graph = false.");
+                                "since the first backward: " +
+                                list + ". Set ddp_kwargs.static_graph = false.");
   }
   // Parameters that took no part in this backward: zeros when the user allowed it (or static_graph, which records
   // them now), else an error (waiting for them would hang every rank, as in torch's DDP).
@@ -391,9 +391,8 @@ void GradientReducer::finalize_backward() {
   if (!unused.empty()) {
     std::string list;
     for (auto& n : unused) list += (list.empty() ? "" : ", ") + n;
-    throw std::invalid_argument(
-        "DDP: parameters received no gradient in this backward pass: " + list +
-        ". Set ddp_kwargs.find_unused_parameters = true if parts of the model are unused.");
+    throw std::invalid_argument("DDP: parameters received no gradient in this backward pass: " + list +
+                                ". Set ddp_kwargs.find_unused_parameters = true if parts of the model are unused.");
   }
   if (record) s.recorded = true;
   s.launch_ready_prefix();

@@ -14,8 +14,8 @@ namespace acc::core {
 
 class GradientReducer {
  public:
-  GradientReducer(std::shared_ptr<Comm> comm, std::vector<std::string> names,
-                  std::vector<at::Tensor> params, DdpOptions opts);
+  GradientReducer(std::shared_ptr<Comm> comm, std::vector<std::string> names, std::vector<at::Tensor> params,
+                  DdpOptions opts);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;

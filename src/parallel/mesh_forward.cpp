@@ -34,7 +34,7 @@ void MeshForward::check_length(int64_t length, bool cache, const std::string& mo
   if (!tensor || !tensor->sequence_parallel) return;
   if (cache)
     throw std::invalid_argument(model + ": sequence parallelism runs without a key/value cache (generate on a model "
-                                "split without sequence parallelism)");
+                                        "split without sequence parallelism)");
   if (length % tensor->group->size != 0)
     throw std::invalid_argument(model + ": sequence parallelism needs the sequence length (" + std::to_string(length) +
                                 ") to be a multiple of tp_size (" + std::to_string(tensor->group->size) + ")");

@@ -19,7 +19,7 @@ namespace {
 ReplacedParameters split_tensor_parallel(Model& model, const ProcessMesh& mesh, const ParallelPlan& plan) {
   if (model.deferred() && model.deferred()->pending())
     throw UnsupportedError(plan.tensor_key + ": tensor parallelism splits whole weights; the model's are still on the "
-                           "meta device (zero3_init_flag)");
+                                             "meta device (zero3_init_flag)");
   {
     std::vector<at::Tensor> state;
     for (auto& [name, t] : model.state()) state.push_back(t);
@@ -58,7 +58,8 @@ std::unique_ptr<Strategy> data_parallel(const std::shared_ptr<Model>& model, con
   if (!mesh || plan.data == ParallelPlan::Data::Replicated ||
       (plan.data == ParallelPlan::Data::Ddp && mesh->size("dp_cp") == 1))
     return make_single_strategy(model, plan.device);
-  if (plan.data == ParallelPlan::Data::Ddp) return make_ddp_strategy(model, plan.device, mesh->group("dp_cp"), plan.ddp);
+  if (plan.data == ParallelPlan::Data::Ddp)
+    return make_ddp_strategy(model, plan.device, mesh->group("dp_cp"), plan.ddp);
   ShardingOptions o = plan.sharding;
   const ParallelPlan::Wrap& w = plan.wrap;
   // Accelerate's default classes to wrap are the model's _no_split_modules.

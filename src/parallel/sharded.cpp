@@ -24,16 +24,15 @@
 
 namespace acc::core {
 
-namespace {
-
-// One unit's parameters of one dtype, trainable or frozen, flattened.
+// One unit's parameters of one dtype, trainable or frozen, flattened. (Outside the anonymous namespace: ShardState,
+// which is not in it, holds them.)
 struct FlatParam {
   std::string unit;
   bool trainable = true;  // frozen: gathered and freed as the others, but no gradients, reduction or optimizer pieces
-  std::vector<size_t> members;   // indices into ShardState::params
+  std::vector<size_t> members;  // indices into ShardState::params
   std::vector<int64_t> offsets;  // each member's first element in `flat`
   int64_t numel = 0, shard_len = 0;
-  at::Tensor flat;   // shard_len * world elements, in the compute dtype; the members are views of it
+  at::Tensor flat;  // shard_len * world elements, in the compute dtype; the members are views of it
   at::Tensor shard;  // this rank's slice, in the parameters' own dtype (a view of `flat` when it can be)
   bool shard_in_flat = false;
   bool predivided = false;  // the flat gradient was divided by the number of processes before a narrow reduce-scatter
@@ -43,13 +42,13 @@ struct FlatParam {
   struct Piece {
     int64_t offset = 0, length = 0;  // in the shard
     at::Tensor tensor;
-    size_t member = 0;               // whose part it is
-    int64_t param_offset = 0;        // where in that parameter it starts
+    size_t member = 0;  // whose part it is
+    int64_t param_offset = 0;  // where in that parameter it starts
   };
   std::vector<Piece> pieces;
   bool gathered = true;
   std::unique_ptr<PendingWork> gathering;  // a prefetch's all-gather into `flat`, not waited for yet
-  at::Tensor gather_source;                // what it sends (kept alive until it is done)
+  at::Tensor gather_source;  // what it sends (kept alive until it is done)
   bool on_demand = false;  // a unit the model reports: gathered just before its forward and its backward
   size_t pending = 0;  // members whose gradient this backward has not produced yet
   int64_t held_bytes = 0;  // gradients waiting in their parameters' .grad for the flat gradient (collect_gradient)
@@ -57,6 +56,8 @@ struct FlatParam {
   at::Tensor grad_in, grad_out;
   std::unique_ptr<PendingWork> work;
 };
+
+namespace {
 
 // Frees a flat buffer's memory while every view of it (the parameters, and autograd's saved copies)
 // keeps pointing at the same storage, which allocate_storage() later fills again (FSDP's storage resize).
@@ -77,18 +78,18 @@ void allocate_storage(const at::Tensor& flat) {
 }  // namespace
 
 struct ShardState final : UnitHooks {
-  std::shared_ptr<Comm> comm;       // the ranks that share the shards (all of them, but under hybrid sharding)
-  std::shared_ptr<Comm> replicas;   // hybrid sharding: the ranks that hold the same shard; null otherwise
+  std::shared_ptr<Comm> comm;  // the ranks that share the shards (all of them, but under hybrid sharding)
+  std::shared_ptr<Comm> replicas;  // hybrid sharding: the ranks that hold the same shard; null otherwise
   ShardingOptions opts;
-  std::vector<at::Tensor> params;          // unique (tied weights once), trainable and frozen
-  std::vector<size_t> group_of;            // param -> group
-  std::vector<size_t> member_of;           // param -> its position in the group
-  std::vector<FlatParam> groups;               // in order of first parameter
+  std::vector<at::Tensor> params;  // unique (tied weights once), trainable and frozen
+  std::vector<size_t> group_of;  // param -> group
+  std::vector<size_t> member_of;  // param -> its position in the group
+  std::vector<FlatParam> groups;  // in order of first parameter
   bool in_backward = false, sync = false;
-  bool awaiting_backward = false;          // a forward with gradients ran; its backward has not
-  size_t next_to_launch = 0;               // counts groups launched, last group first
-  FlatParam* in_flight = nullptr;              // the last group launched, not yet waited for
-  std::mutex mu;                           // autograd may run hooks on its worker thread
+  bool awaiting_backward = false;  // a forward with gradients ran; its backward has not
+  size_t next_to_launch = 0;  // counts groups launched, last group first
+  FlatParam* in_flight = nullptr;  // the last group launched, not yet waited for
+  std::mutex mu;  // autograd may run hooks on its worker thread
 
   int world() const { return comm->size(); }
   // Every process of the job: what gradients are averaged over.
@@ -136,7 +137,8 @@ struct ShardState final : UnitHooks {
 
   at::ScalarType reduce_dtype(const FlatParam& g) const {
     return opts.reduce_dtype != at::ScalarType::Undefined && at::isFloatingType(g.shard.scalar_type())
-               ? opts.reduce_dtype : g.flat.scalar_type();
+               ? opts.reduce_dtype
+               : g.flat.scalar_type();
   }
 
   void reshard(FlatParam& g) {
@@ -358,10 +360,8 @@ class ShardedStrategy final : public Strategy {
       const int world = s.world();
       const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(s.params[g.members.front()].element_size()));
       g.shard_len = (g.numel + align * world - 1) / (align * world) * align;
-      if (deferred)
-        lay_out_deferred(g, *deferred, names, device, views_later);
-      else
-        lay_out(g);
+      if (deferred) lay_out_deferred(g, *deferred, names, device, views_later);
+      else lay_out(g);
       cut_pieces(g);
       s_->reshard(g);
     }
@@ -449,7 +449,8 @@ class ShardedStrategy final : public Strategy {
     const at::Tensor& first = s.params[g.members.front()];
     at::Tensor master = at::zeros({g.shard_len * world}, first.options().requires_grad(false));
     for (size_t j = 0; j < g.members.size(); ++j)
-      master.narrow(0, g.offsets[j], s.params[g.members[j]].numel()).copy_(s.params[g.members[j]].detach().reshape({-1}));
+      master.narrow(0, g.offsets[j], s.params[g.members[j]].numel())
+          .copy_(s.params[g.members[j]].detach().reshape({-1}));
     const at::ScalarType own = first.scalar_type();  // (set_data below changes it)
     const at::ScalarType compute =
         opts.param_dtype != at::ScalarType::Undefined && at::isFloatingType(own) ? opts.param_dtype : own;
@@ -501,14 +502,12 @@ class ShardedStrategy final : public Strategy {
           s.unit_order.push_back(u);
           break;
         }
-    s.head_frees_root = !reported.empty() && std::all_of(reported.begin(), reported.end(), [&](const std::string& u) {
-      return units.count(u) > 0;
-    });
+    s.head_frees_root = !reported.empty() && std::all_of(reported.begin(), reported.end(),
+                                                         [&](const std::string& u) { return units.count(u) > 0; });
     model_->set_unit_hooks(s_.get());
   }
 
  public:
-
   // zero3_init_flag's layout of a group: its parameters become views of a flat buffer that is never filled here (the
   // caller's reshard frees it), and this rank's shard starts as zeros for make_deferred to fill. Members that were
   // not deferred (a LoRA adapter's factors) copy their part now and become views once every value is made.
@@ -642,11 +641,10 @@ class ShardedStrategy final : public Strategy {
       if (s.replicas) s.replicas->all_reduce(g.grad_out, ReduceOp::Sum);  // the other machines' sums of this shard
       if (!g.predivided) g.grad_out.mul_(inv_world);  // as DDP: sum, then divide
       for (FlatParam::Piece& piece : g.pieces) {
-        at::Tensor grad = g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.device(), piece.tensor.scalar_type());
-        if (piece.tensor.grad().defined())
-          piece.tensor.mutable_grad().add_(grad);
-        else
-          piece.tensor.mutable_grad() = grad;  // a view: Optimizer::zero_grad frees without detaching
+        at::Tensor grad =
+            g.grad_out.narrow(0, piece.offset, piece.length).to(piece.tensor.device(), piece.tensor.scalar_type());
+        if (piece.tensor.grad().defined()) piece.tensor.mutable_grad().add_(grad);
+        else piece.tensor.mutable_grad() = grad;  // a view: Optimizer::zero_grad frees without detaching
       }
       g.grad_out = at::Tensor();
     }
@@ -660,8 +658,8 @@ class ShardedStrategy final : public Strategy {
       if (!g.gathered || !g.trainable) continue;  // frozen ones did not change
       ShardState::settle(g);
       // The collective must not read what it writes: a copy when the shard is a slice of the flat buffer.
-      at::Tensor mine =
-          g.shard_in_flat ? g.shard.detach().clone() : g.shard.detach().to(g.flat.device(), g.flat.scalar_type());
+      at::Tensor mine = g.shard_in_flat ? g.shard.detach().clone()
+                                        : g.shard.detach().to(g.flat.device(), g.flat.scalar_type());
       s_->comm->all_gather_into(g.flat, mine);
     }
   }
@@ -710,9 +708,8 @@ class ShardedStrategy final : public Strategy {
     std::lock_guard<std::mutex> lock(s_->mu);
     std::map<const void*, at::Tensor> whole;
     for (const FlatParam& g : s_->groups) {
-      if (only && std::none_of(g.members.begin(), g.members.end(), [&](size_t m) {
-            return wanted.count(s_->params[m].unsafeGetTensorImpl()) > 0;
-          }))
+      if (only && std::none_of(g.members.begin(), g.members.end(),
+                               [&](size_t m) { return wanted.count(s_->params[m].unsafeGetTensorImpl()) > 0; }))
         continue;
       at::Tensor flat = at::empty({g.shard_len * s_->world()}, g.shard.options().requires_grad(false));
       at::Tensor mine = g.shard.detach();
@@ -749,7 +746,8 @@ class ShardedStrategy final : public Strategy {
       for (FlatParam& g : s_->groups)
         for (const FlatParam::Piece& piece : g.pieces) {
           const at::Tensor& src = *by_impl.at(s_->params[g.members[piece.member]].unsafeGetTensorImpl());
-          g.shard.narrow(0, piece.offset, piece.length).copy_(src.reshape({-1}).narrow(0, piece.param_offset, piece.length));
+          g.shard.narrow(0, piece.offset, piece.length)
+              .copy_(src.reshape({-1}).narrow(0, piece.param_offset, piece.length));
         }
       return 0;
     });
@@ -859,7 +857,7 @@ class ShardedStrategy final : public Strategy {
 namespace {
 
 // The per-parameter tensors optimizers keep (Optimizer::save_state's names), in one order on every rank.
-const char* const kStateTensors[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg",
+const char* const kStateTensors[] = {"exp_avg",  "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg",
                                      "grad_avg", "sum"};
 constexpr size_t kNumStateTensors = sizeof(kStateTensors) / sizeof(kStateTensors[0]);
 
@@ -896,7 +894,8 @@ struct WholeLayout {
 
 }  // namespace
 
-void ShardedStrategy::optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors, std::string& json) const {
+void ShardedStrategy::optimizer_state_to_full(const ParamGroups& whole, NamedTensors& tensors,
+                                              std::string& json) const {
   pieces_to_full(whole, tensors, json);
   state_to_whole_parameters(whole, tensors);  // tensor parallelism: whole parameters' state, not this rank's slices'
 }
@@ -926,13 +925,15 @@ void ShardedStrategy::pieces_to_full(const ParamGroups& whole, NamedTensors& ten
       step[f] = static_cast<double>(state.get(key).get_int("step"));
     }
   }
-  for (const auto& [name, t] : tensors) present[static_cast<int64_t>(parse_state_name(name, "optimizer state").second)] = 1.0;
+  for (const auto& [name, t] : tensors)
+    present[static_cast<int64_t>(parse_state_name(name, "optimizer state").second)] = 1.0;
   Comm& comm = *s_->comm;
   comm.all_reduce(present, ReduceOp::Max);
   comm.all_reduce(step, ReduceOp::Max);
   comm.all_reduce(has_state, ReduceOp::Max);
   NamedTensors full;
-  const at::TensorOptions opts = params.empty() ? at::TensorOptions(at::kFloat) : params.front().options().requires_grad(false);
+  const at::TensorOptions opts = params.empty() ? at::TensorOptions(at::kFloat)
+                                                : params.front().options().requires_grad(false);
   std::vector<at::Tensor> sums(kNumStateTensors);
   for (size_t k = 0; k < kNumStateTensors; ++k)
     if (present[static_cast<int64_t>(k)].item<double>() > 0) sums[k] = at::zeros({layout.base.back()}, opts);
@@ -947,9 +948,12 @@ void ShardedStrategy::pieces_to_full(const ParamGroups& whole, NamedTensors& ten
   j.begin_object().key("type").value(root.get_string("type")).key("param_groups").begin_array();
   for (size_t g = 0; g < groups.size(); ++g)
     j.begin_object()
-        .key("lr").value(groups.at(g).get_double("lr"))
-        .key("initial_lr").value(groups.at(g).get_double("initial_lr"))
-        .key("num_params").value(static_cast<int64_t>(whole[g].size()))
+        .key("lr")
+        .value(groups.at(g).get_double("lr"))
+        .key("initial_lr")
+        .value(groups.at(g).get_double("initial_lr"))
+        .key("num_params")
+        .value(static_cast<int64_t>(whole[g].size()))
         .end_object();
   j.end_array().key("state").begin_object();
   const bool steps = present[static_cast<int64_t>(kNumStateTensors)].item<double>() > 0;
@@ -960,7 +964,8 @@ void ShardedStrategy::pieces_to_full(const ParamGroups& whole, NamedTensors& ten
     j.end_object();
     for (size_t k = 0; k < kNumStateTensors; ++k)
       if (sums[k].defined())
-        full.emplace_back(state_name(i, k), sums[k].narrow(0, layout.base[i], params[i].numel()).view(params[i].sizes()));
+        full.emplace_back(state_name(i, k),
+                          sums[k].narrow(0, layout.base[i], params[i].numel()).view(params[i].sizes()));
   }
   j.end_object().end_object();
   tensors = std::move(full);
@@ -1008,9 +1013,12 @@ void ShardedStrategy::full_to_pieces(const ParamGroups& whole, NamedTensors& ten
     int64_t n = 0;  // this rank's pieces of the group's parameters
     for (const at::Tensor& p : whole[g]) n += static_cast<int64_t>(pieces_at(p).size());
     j.begin_object()
-        .key("lr").value(groups.at(g).get_double("lr"))
-        .key("initial_lr").value(groups.at(g).get_double("initial_lr"))
-        .key("num_params").value(n)
+        .key("lr")
+        .value(groups.at(g).get_double("lr"))
+        .key("initial_lr")
+        .value(groups.at(g).get_double("initial_lr"))
+        .key("num_params")
+        .value(n)
         .end_object();
   }
   j.end_array().key("state").begin_object();

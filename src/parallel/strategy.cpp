@@ -84,9 +84,7 @@ namespace {
 
 class SingleStrategy final : public Strategy {
  public:
-  SingleStrategy(std::shared_ptr<Model> model, c10::Device device) : Strategy(std::move(model)) {
-    model_->to(device);
-  }
+  SingleStrategy(std::shared_ptr<Model> model, c10::Device device) : Strategy(std::move(model)) { model_->to(device); }
   std::string name() const override { return "single"; }
 };
 

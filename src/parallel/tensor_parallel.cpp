@@ -221,8 +221,8 @@ Collectives collectives_of(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, 
   if (!pg) throw std::invalid_argument("tensor parallelism: the process group is null");
   if (rank < 0 || rank >= size || size != pg->getSize() || rank != pg->getRank())
     throw std::invalid_argument("tensor parallelism: rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                                " disagrees with the process group's rank " + std::to_string(pg->getRank()) +
-                                " of " + std::to_string(pg->getSize()));
+                                " disagrees with the process group's rank " + std::to_string(pg->getRank()) + " of " +
+                                std::to_string(pg->getSize()));
   Collectives g;
   g.dim = dim;
   g.rank = rank;
@@ -304,7 +304,8 @@ void parallelize(Model& model, std::shared_ptr<const Collectives> group_ptr, con
   auto* nn = dynamic_cast<NnModel*>(&model);
   if (!nn)
     throw UnsupportedError(std::string("tensor parallelism: the model is a TorchScript module, which has no "
-                                       "tensor-parallel plan ") + plans);
+                                       "tensor-parallel plan ") +
+                           plans);
   const std::string cls = nn->module()->name();
   if (!family) throw UnsupportedError("tensor parallelism: " + cls + " has no tensor-parallel plan " + plans);
   if (is_split(model)) throw StateError("tensor parallelism: " + cls + " is split already");
@@ -313,7 +314,8 @@ void parallelize(Model& model, std::shared_ptr<const Collectives> group_ptr, con
     throw std::invalid_argument("tensor parallelism: rank " + std::to_string(group.rank) + " of " +
                                 std::to_string(group.size) + " is not a rank of the group");
   if (lora::find(*nn->module()))
-    throw UnsupportedError("tensor parallelism: " + cls + " has a LoRA adapter: libacc's LoRA and tensor parallelism do not "
+    throw UnsupportedError("tensor parallelism: " + cls +
+                           " has a LoRA adapter: libacc's LoRA and tensor parallelism do not "
                            "combine (merge the adapter first)");
   const std::vector<PlannedLayer> layers = planned_layers(*nn->module(), family->tensor_parallel_plan(group.size));
 

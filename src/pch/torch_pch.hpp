@@ -1,5 +1,5 @@
 // Precompiled header for libacc's LibTorch translation units: parsing ATen costs ~10 s per unit on 2 cores.
-#pragma once
+// (No #pragma once: the compiler reads a precompiled header as a main file, and warns about it there.)
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>

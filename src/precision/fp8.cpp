@@ -29,8 +29,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     at::Tensor x2 = x.reshape({-1, x.size(-1)});
     at::Tensor sx = scale_of(x2), sw = scale_of(w);
     // mat2 must be column-major: the transpose of the row-major [out, in] weight is.
-    at::Tensor y = at::_scaled_mm(quantize(x2, sx), quantize(w, sw).t(), sx, sw, std::nullopt, std::nullopt,
-                                  out_dtype);
+    at::Tensor y = at::_scaled_mm(quantize(x2, sx), quantize(w, sw).t(), sx, sw, std::nullopt, std::nullopt, out_dtype);
     if (b.defined()) y = y + b.to(out_dtype);
     auto shape = x.sizes().vec();
     shape.back() = w.size(0);

@@ -24,9 +24,7 @@ AutocastScope::~AutocastScope() {
 }
 
 GradScaler::GradScaler(GradScalerOptions opts)
-    : opts_(opts),
-      scale_(at::full({1}, opts.init_scale, at::kFloat)),
-      growth_tracker_(at::zeros({1}, at::kInt)) {}
+    : opts_(opts), scale_(at::full({1}, opts.init_scale, at::kFloat)), growth_tracker_(at::zeros({1}, at::kInt)) {}
 
 at::Tensor GradScaler::scale_loss(const at::Tensor& loss) const {
   return enabled() ? loss * scale_.to(loss.device()).to(loss.scalar_type()) : loss;
@@ -59,7 +57,8 @@ double GradScaler::scale() const { return scale_.item<double>(); }
 int64_t GradScaler::growth_tracker() const { return growth_tracker_.item<int64_t>(); }
 
 void GradScaler::load(double scale, int64_t growth_tracker) {
-  if (!(scale > 0)) throw std::invalid_argument("the gradient scaler's scale must be > 0; got " + std::to_string(scale));
+  if (!(scale > 0))
+    throw std::invalid_argument("the gradient scaler's scale must be > 0; got " + std::to_string(scale));
   scale_.fill_(scale);
   growth_tracker_.fill_(growth_tracker);
 }

@@ -82,7 +82,8 @@ class C10dWork final : public PendingWork {
 // A collective, then what makes its result (run by wait, on the waiting thread).
 class ThenWork final : public PendingWork {
  public:
-  ThenWork(std::unique_ptr<PendingWork> first, std::function<void()> then) : first_(std::move(first)), then_(std::move(then)) {}
+  ThenWork(std::unique_ptr<PendingWork> first, std::function<void()> then)
+      : first_(std::move(first)), then_(std::move(then)) {}
   void wait() override {
     first_->wait();
     if (then_) std::exchange(then_, nullptr)();
@@ -143,9 +144,10 @@ int store_listen_socket(const std::string& host, int port) {
     ::close(fd);
     throw std::runtime_error("rendezvous: cannot listen on " + host + ":" + std::to_string(port) + ": " +
                              std::strerror(err) +
-                             (err == EADDRNOTAVAIL ? " (MASTER_ADDR is not an address of this machine, where rank 0 runs)"
-                              : err == EADDRINUSE  ? " (something else uses the port; choose another main_process_port)"
-                                                   : ""));
+                             (err == EADDRNOTAVAIL
+                                  ? " (MASTER_ADDR is not an address of this machine, where rank 0 runs)"
+                              : err == EADDRINUSE ? " (something else uses the port; choose another main_process_port)"
+                                                  : ""));
   }
   return fd;
 }
@@ -185,7 +187,8 @@ void wait_for_store(const ProcessState& state, std::chrono::milliseconds timeout
     if (now - start >= timeout)
       throw DistributedError("rendezvous at " + state.master_addr + ":" + std::to_string(state.master_port) +
                              ": rank 0's store did not come within " + std::to_string(std::llround(waited)) +
-                             " s (rank " + std::to_string(state.rank) + " of " + std::to_string(state.world_size) + ")");
+                             " s (rank " + std::to_string(state.rank) + " of " + std::to_string(state.world_size) +
+                             ")");
     if (now >= next_report) {
       std::fprintf(stderr, "libacc: rank %d: waiting for rank 0's store at %s:%d (%.0f s so far; timeout %g s)\n",
                    state.rank, state.master_addr.c_str(), state.master_port, waited,
@@ -220,7 +223,8 @@ void wait_for_ranks(c10d::Store& store, const ProcessState& state, std::chrono::
         if (late)
           throw DistributedError(where + "rank " + rank_list(missing) + " of " + std::to_string(state.world_size) +
                                  " never joined within " + std::to_string(std::llround(waited)) + " s");
-        std::fprintf(stderr, "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %g s)\n",
+        std::fprintf(stderr,
+                     "libacc: rank %d: waiting for rank %s to join (%d of %d joined, %.0f s so far; timeout %g s)\n",
                      state.rank, rank_list(missing).c_str(), state.world_size - static_cast<int>(missing.size()),
                      state.world_size, waited, std::chrono::duration<double>(timeout).count());
         next_report += report_interval();
@@ -239,8 +243,8 @@ void wait_for_ranks(c10d::Store& store, const ProcessState& state, std::chrono::
 
 // Gloo (or, where every rank is on this machine, the shared-memory backend in front of Gloo) for CPU tensors and,
 // with a CUDA device, NCCL for CUDA ones, over `store`.
-c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                  int size, const c10::intrusive_ptr<c10d::Backend>& gloo,
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  const c10::intrusive_ptr<c10d::Backend>& gloo,
                                                   const c10::intrusive_ptr<c10d::Backend>& shm, int cuda_device,
                                                   std::chrono::milliseconds timeout) {
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
@@ -274,9 +278,8 @@ c10::intrusive_ptr<c10d::Backend> shm_for(const c10::intrusive_ptr<c10d::Store>&
                                           std::chrono::milliseconds timeout, bool* on, std::string* transport) {
   std::string why;
   auto shm_store = c10::make_intrusive<c10d::PrefixStore>("shm/", store);
-  auto shm = collective("joining the process group", [&] {
-    return make_shm_backend(shm_store, rank, size, gloo, timeout, &why);
-  });
+  auto shm = collective("joining the process group",
+                        [&] { return make_shm_backend(shm_store, rank, size, gloo, timeout, &why); });
   *on = static_cast<bool>(shm);
   *transport = shm ? "shared memory" : "gloo (" + why + ")";
   if (!shm && why.find("is not on rank 0's machine") != std::string::npos) {
@@ -289,8 +292,8 @@ c10::intrusive_ptr<c10d::Backend> shm_for(const c10::intrusive_ptr<c10d::Store>&
         gopts->devices.push_back(gloo_device(master_addr));
         return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<c10d::ProcessGroupGloo>(s, r, n, gopts));
       };
-      return make_hierarchical_backend(c10::make_intrusive<c10d::PrefixStore>("hier/", store), rank, size, where,
-                                       gloo, make_gloo, timeout, &hwhy, &shape);
+      return make_hierarchical_backend(c10::make_intrusive<c10d::PrefixStore>("hier/", store), rank, size, where, gloo,
+                                       make_gloo, timeout, &hwhy, &shape);
     });
     if (two_level) {
       *transport = "hierarchical (all-reduce: shared memory inside each machine, Gloo between them; " + shape + ")";
@@ -378,7 +381,8 @@ std::shared_ptr<Comm> Comm::connect(const ProcessState& state, std::chrono::mill
 std::shared_ptr<Comm> Comm::subgroup(const std::vector<int>& ranks, const std::string& tag) const {
   const auto me = std::find(ranks.begin(), ranks.end(), impl_->state.rank);
   if (me == ranks.end())
-    throw std::invalid_argument("subgroup '" + tag + "': rank " + std::to_string(impl_->state.rank) + " is not a member");
+    throw std::invalid_argument("subgroup '" + tag + "': rank " + std::to_string(impl_->state.rank) +
+                                " is not a member");
   auto store = c10::make_intrusive<c10d::PrefixStore>("sub/" + tag, impl_->store);
   const int rank = static_cast<int>(me - ranks.begin()), size = static_cast<int>(ranks.size());
   auto gopts = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
@@ -392,8 +396,8 @@ std::shared_ptr<Comm> Comm::subgroup(const std::vector<int>& ranks, const std::s
   impl->store = store;
   impl->timeout = impl_->timeout;
   impl->cuda_device = impl_->cuda_device;
-  auto shm = shm_for(store, rank, size, gloo, impl_->state.master_addr, impl_->timeout, &impl->shm,
-                     &impl->cpu_transport);
+  auto shm =
+      shm_for(store, rank, size, gloo, impl_->state.master_addr, impl_->timeout, &impl->shm, &impl->cpu_transport);
   impl->pg = make_group(store, rank, size, gloo, shm, impl_->cuda_device, impl_->timeout);
   return std::shared_ptr<Comm>(new Comm(std::move(impl)));
 }
@@ -416,10 +420,8 @@ void Comm::all_reduce(at::Tensor& t, ReduceOp op) {
   o.reduceOp = op == ReduceOp::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
   collective("all_reduce", [&] { impl_->pg->allreduce(v, o)->wait(); });
   if (op == ReduceOp::Mean) {
-    if (at::isFloatingType(t.scalar_type()))
-      t.div_(size());
-    else
-      t.copy_(at::div(t, size(), "trunc"));
+    if (at::isFloatingType(t.scalar_type())) t.div_(size());
+    else t.copy_(at::div(t, size(), "trunc"));
   }
 }
 
@@ -457,10 +459,13 @@ at::Tensor Comm::all_gather_cat(const at::Tensor& input) {
 
 std::unique_ptr<PendingWork> Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in) {
   if (in.is_cuda() || impl_->shm)
-    return std::make_unique<C10dWork>(
-        "reduce_scatter", collective("reduce_scatter", [&] { return c10d_reduce_scatter_single(*impl_->pg, out, in, c10d::ReduceScatterOptions()); }));
+    return std::make_unique<C10dWork>("reduce_scatter", collective("reduce_scatter", [&] {
+                                        return c10d_reduce_scatter_single(*impl_->pg, out, in,
+                                                                          c10d::ReduceScatterOptions());
+                                      }));
   std::vector<at::Tensor> v{in};
-  auto sum = std::make_unique<C10dWork>("reduce_scatter", collective("reduce_scatter", [&] { return impl_->pg->allreduce(v); }));
+  auto sum = std::make_unique<C10dWork>("reduce_scatter",
+                                        collective("reduce_scatter", [&] { return impl_->pg->allreduce(v); }));
   return std::make_unique<ThenWork>(std::move(sum), [out, in, rank = rank()]() mutable {
     out.copy_(in.narrow(0, rank * out.numel(), out.numel()));
   });
@@ -470,8 +475,9 @@ void Comm::all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_as
 
 std::unique_ptr<PendingWork> Comm::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
   if (in.is_cuda() || impl_->shm)
-    return std::make_unique<C10dWork>(
-        "all_gather", collective("all_gather", [&] { return c10d_all_gather_single(*impl_->pg, out, in, c10d::AllgatherOptions()); }));
+    return std::make_unique<C10dWork>("all_gather", collective("all_gather", [&] {
+                                        return c10d_all_gather_single(*impl_->pg, out, in, c10d::AllgatherOptions());
+                                      }));
   // Gloo's all-gather receives into a temporary as large as `out`, held until its work is destroyed (for a prefetch,
   // a second copy of the unit). Each rank's slice broadcast from that rank straight into `out` moves the same bytes.
   const int64_t n = in.numel();
@@ -481,7 +487,8 @@ std::unique_ptr<PendingWork> Comm::all_gather_into_async(at::Tensor& out, at::Te
     std::vector<at::Tensor> v{out.narrow(0, r * n, n)};
     c10d::BroadcastOptions o;
     o.rootRank = r;
-    slices.push_back(std::make_unique<C10dWork>("all_gather", collective("all_gather", [&] { return impl_->pg->broadcast(v, o); })));
+    slices.push_back(std::make_unique<C10dWork>("all_gather",
+                                                collective("all_gather", [&] { return impl_->pg->broadcast(v, o); })));
   }
   return std::make_unique<AllWork>(std::move(slices));
 }

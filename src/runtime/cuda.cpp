@@ -44,7 +44,8 @@ bool carries_marker(const std::string& path) {
 // Why there is no plugin file to load at `path`; empty when there is one.
 std::string why_absent(const std::string& path) {
 #ifndef ACC_CUDA_PLUGIN_BUILT
-  if (!std::getenv("ACC_CUDA_PLUGIN")) return "this libacc was built without its CUDA plugin (meson option cuda, or no CUDA headers)";
+  if (!std::getenv("ACC_CUDA_PLUGIN"))
+    return "this libacc was built without its CUDA plugin (meson option cuda, or no CUDA headers)";
 #endif
   struct stat st{};
   if (stat(path.c_str(), &st) != 0) return "no CUDA plugin at " + path;
@@ -112,7 +113,8 @@ std::vector<at::Generator> default_generators() {
   std::string why;
   if (!plugin(&why)) return out;
   auto& hooks = at::detail::getCUDAHooks();
-  for (int i = 0; i < hooks.deviceCount(); ++i) out.push_back(hooks.getDefaultGenerator(static_cast<c10::DeviceIndex>(i)));
+  for (int i = 0; i < hooks.deviceCount(); ++i)
+    out.push_back(hooks.getDefaultGenerator(static_cast<c10::DeviceIndex>(i)));
   return out;
 }
 

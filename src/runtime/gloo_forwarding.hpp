@@ -44,7 +44,8 @@ class GlooForwarding : public c10d::Backend {
     return gloo_->_allgather_base(out, in, o);
   }
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
-                                                     std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) override {
+                                                     std::vector<at::Tensor>& in,
+                                                     const c10d::AllgatherOptions& o) override {
     return gloo_->allgather_coalesced(out, in, o);
   }
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,

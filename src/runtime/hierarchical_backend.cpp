@@ -49,8 +49,11 @@ class HierarchicalBackend final : public GlooForwarding {
   HierarchicalBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> local,
                       c10::intrusive_ptr<c10d::Backend> leaders, c10::intrusive_ptr<c10d::Backend> gloo,
                       std::vector<int> machine_ranks, std::vector<int> leader_ranks)
-      : GlooForwarding(rank, size, std::move(gloo)), local_(std::move(local)), leaders_(std::move(leaders)),
-        machine_ranks_(std::move(machine_ranks)), leader_ranks_(std::move(leader_ranks)) {}
+      : GlooForwarding(rank, size, std::move(gloo)),
+        local_(std::move(local)),
+        leaders_(std::move(leaders)),
+        machine_ranks_(std::move(machine_ranks)),
+        leader_ranks_(std::move(leader_ranks)) {}
 
   const std::string getBackendName() const override { return "acc-hierarchical"; }
 
@@ -89,10 +92,8 @@ class HierarchicalBackend final : public GlooForwarding {
       run(here, [&] { local_->broadcast(v, b)->wait(); });
     }
     if (op == c10d::ReduceOp::AVG) {
-      if (at::isFloatingType(c.scalar_type()))
-        c.div_(size_);
-      else
-        c.copy_(at::div(c, size_, "trunc"));  // as the shared memory's and Comm's integer means
+      if (at::isFloatingType(c.scalar_type())) c.div_(size_);
+      else c.copy_(at::div(c, size_, "trunc"));  // as the shared memory's and Comm's integer means
     }
     if (!t.is_contiguous()) t.copy_(c.view(t.sizes()));
     return c10::make_intrusive<DoneWork>(rank_, std::vector<at::Tensor>{t});

@@ -112,8 +112,9 @@ ProcessMesh::ProcessMesh(std::shared_ptr<Comm> world, MeshSizes sizes)
       for (size_t j = 0; j < i && !groups_[i]; ++j)
         if (groups_[j] && layout_.members(kNames[j]) == layout_.members(kNames[i])) groups_[i] = groups_[j];
       if (groups_[i]) continue;
-      groups_[i] = world_->subgroup(layout_.members(kNames[i]), "mesh" + std::to_string(generation_) + "/" + kNames[i] +
-                                                                    "/" + std::to_string(layout_.group_index(kNames[i])));
+      groups_[i] =
+          world_->subgroup(layout_.members(kNames[i]), "mesh" + std::to_string(generation_) + "/" + kNames[i] + "/" +
+                                                           std::to_string(layout_.group_index(kNames[i])));
     }
   }
 }

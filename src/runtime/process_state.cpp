@@ -6,8 +6,8 @@
 namespace acc::core {
 namespace {
 
-const std::string* find_first(const std::map<std::string, std::string>& env,
-                              std::initializer_list<const char*> names, std::string& which) {
+const std::string* find_first(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names,
+                              std::string& which) {
   for (const char* n : names) {
     auto it = env.find(n);
     if (it != env.end() && !it->second.empty()) {
@@ -32,8 +32,8 @@ int parse_int(const std::string& name, const std::string& text, int min) {
   return static_cast<int>(v);
 }
 
-int read_int(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names,
-             int fallback, int min) {
+int read_int(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names, int fallback,
+             int min) {
   std::string which;
   const std::string* v = find_first(env, names, which);
   return v ? parse_int(which, *v, min) : fallback;
@@ -45,10 +45,10 @@ ProcessState ProcessState::from_environment(const std::map<std::string, std::str
   ProcessState s;
   s.world_size = read_int(env, {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1, 1);
   s.rank = read_int(env, {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0, 0);
-  s.local_rank = read_int(env, {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                "SLURM_LOCALID"}, s.rank, 0);
-  s.local_world_size = read_int(env, {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                      "MPI_LOCALNRANKS"}, s.world_size, 1);
+  s.local_rank =
+      read_int(env, {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, s.rank, 0);
+  s.local_world_size =
+      read_int(env, {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, s.world_size, 1);
   std::string which;
   if (const std::string* a = find_first(env, {"MASTER_ADDR"}, which)) s.master_addr = *a;
   s.master_port = read_int(env, {"MASTER_PORT"}, 29500, 1);
@@ -56,8 +56,8 @@ ProcessState ProcessState::from_environment(const std::map<std::string, std::str
     throw std::invalid_argument("environment variable MASTER_PORT=" + std::to_string(s.master_port) +
                                 " is not a TCP port (1-65535)");
   if (s.rank >= s.world_size)
-    throw std::invalid_argument("RANK=" + std::to_string(s.rank) + " is not below WORLD_SIZE=" +
-                                std::to_string(s.world_size));
+    throw std::invalid_argument("RANK=" + std::to_string(s.rank) +
+                                " is not below WORLD_SIZE=" + std::to_string(s.world_size));
   if (s.local_rank >= s.local_world_size)
     throw std::invalid_argument("LOCAL_RANK=" + std::to_string(s.local_rank) +
                                 " is not below LOCAL_WORLD_SIZE=" + std::to_string(s.local_world_size));

@@ -117,10 +117,8 @@ std::pair<uint64_t, uint64_t> dev_shm_space() {
 // "64.0 MiB"; below 16 MiB in KiB (rounded up), so that a segment a page too large for the space shows it.
 std::string size_text(uint64_t bytes) {
   char buf[48];
-  if (bytes >= (uint64_t{16} << 20))
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  else
-    std::snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>((bytes + 1023) / 1024));
+  if (bytes >= (uint64_t{16} << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  else std::snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>((bytes + 1023) / 1024));
   return buf;
 }
 
@@ -133,7 +131,8 @@ std::string segment_name() {
     job = j;
     const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
     if (job.size() > 32 || !std::all_of(job.begin(), job.end(), alnum))
-      throw std::invalid_argument("ACC_SHM_JOB='" + job + "': expected 1 to 32 letters and digits (acc launch sets it)");
+      throw std::invalid_argument("ACC_SHM_JOB='" + job +
+                                  "': expected 1 to 32 letters and digits (acc launch sets it)");
     job += "-";
   }
   std::random_device rd;
@@ -164,11 +163,16 @@ std::vector<uint8_t> to_bytes(const std::string& s) { return std::vector<uint8_t
 
 bool shm_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-      return true;
-    default:
-      return false;
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong: return true;
+    default: return false;
   }
 }
 
@@ -178,7 +182,10 @@ bool shm_reduce(const c10d::ReduceOp& op, Fold* fold, bool* mean) {
   *mean = false;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: *fold = Fold::Sum; return true;
-    case c10d::ReduceOp::AVG: *fold = Fold::Sum; *mean = true; return true;
+    case c10d::ReduceOp::AVG:
+      *fold = Fold::Sum;
+      *mean = true;
+      return true;
     case c10d::ReduceOp::MAX: *fold = Fold::Max; return true;
     case c10d::ReduceOp::MIN: *fold = Fold::Min; return true;
     default: return false;
@@ -207,10 +214,8 @@ void fold_into(at::Tensor& out, const std::vector<at::Tensor>& in, Fold op) {
 }
 
 void finish_mean(at::Tensor& t, int size) {
-  if (at::isFloatingType(t.scalar_type()))
-    t.div_(size);
-  else
-    t.copy_(at::div(t, size, "trunc"));
+  if (at::isFloatingType(t.scalar_type())) t.div_(size);
+  else t.copy_(at::div(t, size, "trunc"));
 }
 
 class ShmBackend;
@@ -243,8 +248,7 @@ class ShmBackend final : public GlooForwarding {
  public:
   ShmBackend(int rank, int size, void* base, size_t bytes, c10::intrusive_ptr<c10d::Backend> gloo,
              std::chrono::milliseconds timeout)
-      : GlooForwarding(rank, size, std::move(gloo)), base_(static_cast<char*>(base)), bytes_(bytes),
-        timeout_(timeout) {
+      : GlooForwarding(rank, size, std::move(gloo)), base_(static_cast<char*>(base)), bytes_(bytes), timeout_(timeout) {
     header_ = reinterpret_cast<Header*>(base_);
     ctl_ = reinterpret_cast<RankCtl*>(base_ + ctl_offset());
     data_ = base_ + data_offset(size);
@@ -265,7 +269,8 @@ class ShmBackend final : public GlooForwarding {
       worker_.join();
     }
     // Collectives never waited for: their works fail instead of reading an unmapped segment.
-    auto gone = std::make_exception_ptr(std::runtime_error("the process group was destroyed before the collective was waited for"));
+    auto gone = std::make_exception_ptr(
+        std::runtime_error("the process group was destroyed before the collective was waited for"));
     for (Pending& p : pending_) {
       if (!p.work) continue;
       p.work->backend_ = nullptr;
@@ -283,11 +288,12 @@ class ShmBackend final : public GlooForwarding {
     if (tensors.size() != 1 || !ours(tensors[0]) || !shm_reduce(opts.reduceOp, &fold, &mean))
       return gloo_->allreduce(tensors, opts);
     at::Tensor t = tensors[0], c = flat_of(t);
-    return submit(c10d::OpType::ALLREDUCE, {t}, [this, c, fold] { do_allreduce(c, fold); },
-                  [this, t, c, mean]() mutable {
-                    if (mean) finish_mean(c, size_);
-                    copy_back(t, c);
-                  });
+    return submit(
+        c10d::OpType::ALLREDUCE, {t}, [this, c, fold] { do_allreduce(c, fold); },
+        [this, t, c, mean]() mutable {
+          if (mean) finish_mean(c, size_);
+          copy_back(t, c);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
@@ -299,11 +305,12 @@ class ShmBackend final : public GlooForwarding {
     if (in.numel() != out.numel() * size_ || in.scalar_type() != out.scalar_type())
       throw std::invalid_argument("reduce_scatter: the input must hold size() times the output's elements, same dtype");
     at::Tensor o = flat_of(out), i = in.contiguous();
-    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, o, i, fold] { do_reduce_scatter(o, i, fold); },
-                  [this, out, o, mean]() mutable {
-                    if (mean) finish_mean(o, size_);
-                    copy_back(out, o);
-                  });
+    return submit(
+        c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, o, i, fold] { do_reduce_scatter(o, i, fold); },
+        [this, out, o, mean]() mutable {
+          if (mean) finish_mean(o, size_);
+          copy_back(out, o);
+        });
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs,
                                                                  std::vector<at::Tensor>& ins,
@@ -328,8 +335,9 @@ class ShmBackend final : public GlooForwarding {
     if (out.numel() != in.numel() * size_ || in.scalar_type() != out.scalar_type())
       throw std::invalid_argument("all_gather: the output must hold size() times the input's elements, same dtype");
     at::Tensor o = flat_of(out), i = in.contiguous();
-    return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [this, o, i] { do_allgather(o, i); },
-                  [out, o]() mutable { copy_back(out, o); });
+    return submit(
+        c10d::OpType::_ALLGATHER_BASE, {out}, [this, o, i] { do_allgather(o, i); },
+        [out, o]() mutable { copy_back(out, o); });
   }
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs,
                                                                  std::vector<at::Tensor>& ins,
@@ -352,16 +360,18 @@ class ShmBackend final : public GlooForwarding {
                                            const c10d::AllgatherOptions& opts) override {
     bool same = ins.size() == 1 && outs.size() == 1 && static_cast<int>(outs[0].size()) == size_ && ours(ins[0]);
     for (size_t r = 0; same && r < outs[0].size(); ++r)
-      same = ours(outs[0][r]) && outs[0][r].numel() == ins[0].numel() && outs[0][r].scalar_type() == ins[0].scalar_type();
+      same = ours(outs[0][r]) && outs[0][r].numel() == ins[0].numel() &&
+             outs[0][r].scalar_type() == ins[0].scalar_type();
     if (!same) return gloo_->allgather(outs, ins, opts);
     std::vector<at::Tensor> parts = outs[0];
     at::Tensor in = ins[0];
     at::Tensor all = at::empty({in.numel() * size_}, in.options()), i = in.contiguous();
-    return submit(c10d::OpType::ALLGATHER, parts, [this, all, i] { do_allgather(all, i); },
-                  [this, parts, all, i]() mutable {
-                    for (int r = 0; r < size_; ++r)
-                      parts[r].copy_(all.narrow(0, r * i.numel(), i.numel()).view(parts[r].sizes()));
-                  });
+    return submit(
+        c10d::OpType::ALLGATHER, parts, [this, all, i] { do_allgather(all, i); },
+        [this, parts, all, i]() mutable {
+          for (int r = 0; r < size_; ++r)
+            parts[r].copy_(all.narrow(0, r * i.numel(), i.numel()).view(parts[r].sizes()));
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -371,8 +381,9 @@ class ShmBackend final : public GlooForwarding {
     at::Tensor t = tensors[0];
     const int root = static_cast<int>(opts.rootRank);
     at::Tensor c = flat_of(t);
-    return submit(c10d::OpType::BROADCAST, {t}, [this, c, root] { do_broadcast(c, root); },
-                  [t, c]() mutable { copy_back(t, c); });
+    return submit(
+        c10d::OpType::BROADCAST, {t}, [this, c, root] { do_broadcast(c, root); },
+        [t, c]() mutable { copy_back(t, c); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -430,7 +441,8 @@ class ShmBackend final : public GlooForwarding {
 
   // Posts `job`'s steps and hands `work` and `then` to its last one (a job without steps is done at once).
   void issue(const c10::intrusive_ptr<ShmWork>& work, const std::function<void()>& job, std::function<void()> then) {
-    if (!failed_.empty()) throw std::runtime_error("shared-memory collectives stopped after an earlier failure: " + failed_);
+    if (!failed_.empty())
+      throw std::runtime_error("shared-memory collectives stopped after an earlier failure: " + failed_);
     const uint64_t first = posted_;
     try {
       job();
@@ -628,11 +640,12 @@ class ShmBackend final : public GlooForwarding {
     const uint64_t what = signature(kAllreduce, t);
     for (int64_t off = 0; off < t.numel(); off += per_step) {
       const int64_t n = std::min(per_step, t.numel() - off);
-      post(what, [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); },
-           [this, t, off, n, fold](uint32_t k) {
-             at::Tensor out = t.narrow(0, off, n);
-             fold_into(out, peers_view(k, 0, n, t.scalar_type()), fold);
-           });
+      post(
+          what, [&](char* mine) { std::memcpy(mine, p + off * esz, n * esz); },
+          [this, t, off, n, fold](uint32_t k) {
+            at::Tensor out = t.narrow(0, off, n);
+            fold_into(out, peers_view(k, 0, n, t.scalar_type()), fold);
+          });
     }
     if (t.numel() == 0) post(what, nullptr, nullptr);
   }
@@ -646,14 +659,15 @@ class ShmBackend final : public GlooForwarding {
     const uint64_t what = signature(kReduceScatter, out);
     for (int64_t off = 0; off < count; off += per_step) {
       const int64_t n = std::min(per_step, count - off);
-      post(what,
-           [&](char* mine) {
-             for (int d = 0; d < size_; ++d) std::memcpy(mine + d * n * esz, src + (d * count + off) * esz, n * esz);
-           },
-           [this, out, off, n, esz, fold](uint32_t k) {
-             at::Tensor o = out.narrow(0, off, n);
-             fold_into(o, peers_view(k, static_cast<size_t>(rank_) * n * esz, n, out.scalar_type()), fold);
-           });
+      post(
+          what,
+          [&](char* mine) {
+            for (int d = 0; d < size_; ++d) std::memcpy(mine + d * n * esz, src + (d * count + off) * esz, n * esz);
+          },
+          [this, out, off, n, esz, fold](uint32_t k) {
+            at::Tensor o = out.narrow(0, off, n);
+            fold_into(o, peers_view(k, static_cast<size_t>(rank_) * n * esz, n, out.scalar_type()), fold);
+          });
     }
     if (count == 0) post(what, nullptr, nullptr);
   }
@@ -666,11 +680,12 @@ class ShmBackend final : public GlooForwarding {
     const uint64_t what = signature(kAllgather, in);
     for (int64_t off = 0; off < count; off += per_step) {
       const int64_t n = std::min(per_step, count - off);
-      post(what, [&](char* mine) { std::memcpy(mine, src + off * esz, n * esz); },
-           [this, out, off, n, esz, count](uint32_t k) {
-             char* dst = static_cast<char*>(out.data_ptr());
-             for (int r = 0; r < size_; ++r) std::memcpy(dst + (r * count + off) * esz, buffer(r, k), n * esz);
-           });
+      post(
+          what, [&](char* mine) { std::memcpy(mine, src + off * esz, n * esz); },
+          [this, out, off, n, esz, count](uint32_t k) {
+            char* dst = static_cast<char*>(out.data_ptr());
+            for (int r = 0; r < size_; ++r) std::memcpy(dst + (r * count + off) * esz, buffer(r, k), n * esz);
+          });
     }
     if (count == 0) post(what, nullptr, nullptr);
   }
@@ -745,7 +760,8 @@ std::vector<std::string> wait_all(c10d::Store& store, const std::string& prefix,
 // Waits until every key of `keys` (rank -> key) is in the store, as wait_all, but fails as soon as the process of a
 // rank whose key is missing is gone (its pid from "shm/pid/RANK"), not at the timeout: a process killed while the group
 // makes its segment would otherwise hold the others, and the segment's name in /dev/shm, that long.
-void wait_watching(c10d::Store& store, std::vector<std::pair<int, std::string>> keys, std::chrono::milliseconds timeout) {
+void wait_watching(c10d::Store& store, std::vector<std::pair<int, std::string>> keys,
+                   std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   std::map<int, int> pids;  // read when first needed: every rank set its pid before the machine identities
   auto pause = std::chrono::microseconds(100);
@@ -913,8 +929,7 @@ void map_segment(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
     m.bytes = static_cast<size_t>(st.st_size);
     m.base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const auto* h = static_cast<const Header*>(m.base);
-    if (m.base == MAP_FAILED)
-      m.mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
+    if (m.base == MAP_FAILED) m.mine = std::string("cannot map rank 0's segment: ") + std::strerror(errno);
     else if (h->magic != kMagic || h->world != static_cast<uint32_t>(size) ||
              segment_bytes(size, h->slot_bytes) != m.bytes)
       m.mine = "rank 0's segment is not this group's";
@@ -937,12 +952,11 @@ c10::intrusive_ptr<c10d::Backend> make_shm_backend(const c10::intrusive_ptr<c10d
   // everyone says whether it could.
   SegmentMapping m;
   try {
-    if (rank == 0)
-      make_segment(store, size, timeout, m);
-    else
-      map_segment(store, rank, size, timeout, m);
+    if (rank == 0) make_segment(store, size, timeout, m);
+    else map_segment(store, rank, size, timeout, m);
     if (m.base != MAP_FAILED && m.mine == "ok")
-      reinterpret_cast<RankCtl*>(static_cast<char*>(m.base) + ctl_offset())[rank].pid.store(static_cast<int32_t>(::getpid()));
+      reinterpret_cast<RankCtl*>(static_cast<char*>(m.base) + ctl_offset())[rank]
+          .pid.store(static_cast<int32_t>(::getpid()));
     store->set("shm/mapped/" + std::to_string(rank), to_bytes(m.mine));
     std::vector<std::pair<int, std::string>> keys;
     for (int r = 0; r < size; ++r) keys.emplace_back(r, "shm/mapped/" + std::to_string(r));

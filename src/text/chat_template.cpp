@@ -23,7 +23,7 @@ std::string choose_template(const Tokenizer& tok, const ChatOptions& o, bool has
   }
   if (templates.empty())
     throw std::invalid_argument(tok.source() + " has no chat template (tokenizer_config.json's chat_template or "
-                                "chat_template.jinja): pass one");
+                                               "chat_template.jinja): pass one");
   if (has_tools && templates.count("tool_use")) return templates.at("tool_use");
   if (auto it = templates.find("default"); it != templates.end()) return it->second;
   throw std::invalid_argument(tok.source() + " has several chat templates and none named \"default\": name one");
@@ -86,7 +86,8 @@ std::string prepare_messages(const json::Value& messages, bool continue_final, c
       if (continued) *final_text = *continued;
     }
     auto tagged = [&](std::string_view k, const json::Value& v) {
-      return continued && v.is_string() && v.as_string() == *continued && (k == field || (is_reasoning(field) && is_reasoning(k)));
+      return continued && v.is_string() && v.as_string() == *continued &&
+             (k == field || (is_reasoning(field) && is_reasoning(k)));
     };
     auto put = [&](const std::string& k, const json::Value& v) {
       if (tagged(k, v)) w.key(k).value(v.as_string() + std::string(kContinueTag));
@@ -109,13 +110,19 @@ std::string prepare_messages(const json::Value& messages, bool continue_final, c
         if (v.is_array()) {
           size_t block = v.size();
           for (size_t b = v.size(); b-- > 0;)
-            if (v.at(b).is_object() && v.at(b).has("text")) { block = b; break; }
+            if (v.at(b).is_object() && v.at(b).has("text")) {
+              block = b;
+              break;
+            }
           if (block == v.size())
             throw std::invalid_argument("continue_final_message is set but we could not find any text to continue "
                                         "in the final message");
           w.key(k).begin_array();
           for (size_t b = 0; b < v.size(); ++b) {
-            if (b != block) { w.value(v.at(b)); continue; }
+            if (b != block) {
+              w.value(v.at(b));
+              continue;
+            }
             w.begin_object();
             for (const auto& [bk, bv] : v.at(b).items()) {
               if (bk == "text") {
@@ -150,10 +157,12 @@ RenderedChat render_chat(const Tokenizer& tok, std::string_view messages_json, c
   json::Document messages_doc(messages_json, "messages");
   auto messages = messages_doc.root();
   if (!messages.is_array()) messages.fail("expected a JSON array of messages");
-  auto parse_optional = [](const std::string& text, const char* what, json::Kind kind) -> std::optional<json::Document> {
+  auto parse_optional = [](const std::string& text, const char* what,
+                           json::Kind kind) -> std::optional<json::Document> {
     if (text.empty()) return std::nullopt;
     json::Document d(text, what);
-    if (d.root().kind() != kind) d.root().fail(kind == json::Kind::Array ? "expected a JSON array" : "expected a JSON object");
+    if (d.root().kind() != kind)
+      d.root().fail(kind == json::Kind::Array ? "expected a JSON array" : "expected a JSON object");
     return d;
   };
   auto tools = parse_optional(o.tools_json, "tools", json::Kind::Array);
@@ -162,7 +171,8 @@ RenderedChat render_chat(const Tokenizer& tok, std::string_view messages_json, c
 
   const std::string source = choose_template(tok, o, tools.has_value());
   std::string final_text;
-  const std::string prepared = prepare_messages(messages, o.continue_final_message, o.continue_field, source, &final_text);
+  const std::string prepared =
+      prepare_messages(messages, o.continue_final_message, o.continue_field, source, &final_text);
   json::Document prepared_doc(prepared, "messages");
 
   // The variables transformers passes: messages, tools, documents, add_generation_prompt, the special tokens
@@ -182,7 +192,8 @@ RenderedChat render_chat(const Tokenizer& tok, std::string_view messages_json, c
   const std::string& context = w.str();
 
   if (source.size() > limits::kChatTemplateBytes)
-    throw std::invalid_argument("the chat template is larger than " + std::to_string(limits::kChatTemplateBytes) + " bytes");
+    throw std::invalid_argument("the chat template is larger than " + std::to_string(limits::kChatTemplateBytes) +
+                                " bytes");
   RustString out, err;
   size_t out_len = 0, n_spans = 0;
   size_t* spans = nullptr;

@@ -62,14 +62,21 @@ EncodeOptions parse_encode_options(const json::Value* root, const char* what,
 }
 
 namespace {
-constexpr std::initializer_list<const char*> kChatKeys = {"chat_template", "add_generation_prompt", "continue_final_message",
-                                                          "tools", "documents", "template_variables", "now"};
+constexpr std::initializer_list<const char*> kChatKeys = {"chat_template",
+                                                          "add_generation_prompt",
+                                                          "continue_final_message",
+                                                          "tools",
+                                                          "documents",
+                                                          "template_variables",
+                                                          "now"};
 }
 
 ChatOptions parse_chat_options(const json::Value* root) {
   ChatOptions c;
   if (!root) return c;
-  auto bad = [](const json::Value& v, const char* expected) { throw config::Error(v.where() + ": expected " + expected); };
+  auto bad = [](const json::Value& v, const char* expected) {
+    throw config::Error(v.where() + ": expected " + expected);
+  };
   if (auto v = root->find("chat_template")) {
     if (!v->is_string()) bad(*v, "a template or a template's name");
     c.chat_template = v->as_string();

@@ -56,8 +56,8 @@ typedef struct {
 
 /* n texts (and, where pairs is not NULL, n second sequences), encoded as transformers' batch call does. */
 int acctext_encode(const acctext_tokenizer* tok, const char* const* texts, const size_t* text_lens,
-                   const char* const* pairs, const size_t* pair_lens, size_t n,
-                   const acctext_encode_options* options, acctext_encodings** out, char** err);
+                   const char* const* pairs, const size_t* pair_lens, size_t n, const acctext_encode_options* options,
+                   acctext_encodings** out, char** err);
 
 typedef struct {
   size_t length;
@@ -75,8 +75,8 @@ size_t acctext_encodings_count(const acctext_encodings* e);
 void acctext_encodings_view(const acctext_encodings* e, size_t i, acctext_encoding_view* view);
 void acctext_encodings_free(acctext_encodings* e);
 
-int acctext_decode(const acctext_tokenizer* tok, const uint32_t* ids, size_t n, uint8_t skip_special_tokens,
-                   char** out, size_t* out_len, char** err);
+int acctext_decode(const acctext_tokenizer* tok, const uint32_t* ids, size_t n, uint8_t skip_special_tokens, char** out,
+                   size_t* out_len, char** err);
 /* 1 and *id set when the token is in the vocabulary (added tokens included), else 0. */
 int acctext_token_to_id(const acctext_tokenizer* tok, const char* token, size_t len, uint32_t* id);
 /* The token's text, or NULL for an id outside the vocabulary. */

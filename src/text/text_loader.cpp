@@ -12,12 +12,14 @@
 
 namespace {
 
+// clang-format off: the table of functions, several a line
 #define ACC_TEXT_FUNCTIONS(X)                                                                                      \
-  X(acctext_tokenizer_from_json) X(acctext_tokenizer_free) X(acctext_tokenizer_to_json) X(acctext_model_type)      \
-  X(acctext_has_post_processor) X(acctext_set_post_processor) X(acctext_encode) X(acctext_encodings_count)       \
+  X(acctext_tokenizer_from_json) X(acctext_tokenizer_free) X(acctext_tokenizer_to_json) X(acctext_model_type)     \
+  X(acctext_has_post_processor) X(acctext_set_post_processor) X(acctext_encode) X(acctext_encodings_count)        \
   X(acctext_encodings_view) X(acctext_encodings_free) X(acctext_decode) X(acctext_token_to_id)                    \
   X(acctext_id_to_token) X(acctext_vocab_size) X(acctext_added_tokens) X(acctext_add_tokens)                      \
   X(acctext_train_byte_level_bpe) X(acctext_render_template) X(acctext_spans_free)
+// clang-format on
 
 struct Library {
 #define X(name) decltype(&::name) name = nullptr;
@@ -84,7 +86,9 @@ int acctext_render_template(const char* source, size_t source_len, const char* c
 }
 
 // The rest take what the three above made, so the library is loaded when they run.
-void acctext_tokenizer_free(acctext_tokenizer* tok) { if (tok) library().acctext_tokenizer_free(tok); }
+void acctext_tokenizer_free(acctext_tokenizer* tok) {
+  if (tok) library().acctext_tokenizer_free(tok);
+}
 int acctext_tokenizer_to_json(const acctext_tokenizer* tok, char** out, char** err) {
   return library().acctext_tokenizer_to_json(tok, out, err);
 }
@@ -102,7 +106,9 @@ size_t acctext_encodings_count(const acctext_encodings* e) { return library().ac
 void acctext_encodings_view(const acctext_encodings* e, size_t i, acctext_encoding_view* view) {
   library().acctext_encodings_view(e, i, view);
 }
-void acctext_encodings_free(acctext_encodings* e) { if (e) library().acctext_encodings_free(e); }
+void acctext_encodings_free(acctext_encodings* e) {
+  if (e) library().acctext_encodings_free(e);
+}
 int acctext_decode(const acctext_tokenizer* tok, const uint32_t* ids, size_t n, uint8_t skip_special_tokens, char** out,
                    size_t* out_len, char** err) {
   return library().acctext_decode(tok, ids, n, skip_special_tokens, out, out_len, err);
@@ -120,6 +126,8 @@ int acctext_added_tokens(const acctext_tokenizer* tok, char** out_json, char** e
 int acctext_add_tokens(acctext_tokenizer* tok, const char* tokens_json, size_t len, size_t* added, char** err) {
   return library().acctext_add_tokens(tok, tokens_json, len, added, err);
 }
-void acctext_spans_free(size_t* spans, size_t n_spans) { if (spans) library().acctext_spans_free(spans, n_spans); }
+void acctext_spans_free(size_t* spans, size_t n_spans) {
+  if (spans) library().acctext_spans_free(spans, n_spans);
+}
 
 }  // extern "C"

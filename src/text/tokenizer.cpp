@@ -21,8 +21,8 @@ using detail::RustString;
 namespace {
 
 // transformers' SPECIAL_TOKENS_ATTRIBUTES.
-constexpr const char* kNamed[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                                  "mask_token"};
+constexpr const char* kNamed[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                  "pad_token", "cls_token", "mask_token"};
 
 // A special token as tokenizer_config.json writes it: a string or an AddedToken object.
 std::optional<std::string> token_text(const json::Value& v) {
@@ -41,9 +41,10 @@ uint32_t to_u32(int64_t id, const char* what) {
 }  // namespace
 
 std::string clean_up_tokenization(std::string text) {
-  static const std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  static const std::pair<std::string_view, std::string_view> kRules[] = {{" .", "."},    {" ?", "?"},   {" !", "!"},
+                                                                         {" ,", ","},    {" ' ", "'"},  {" n't", "n't"},
+                                                                         {" 'm", "'m"},  {" 's", "'s"}, {" 've", "'ve"},
+                                                                         {" 're", "'re"}};
   for (auto [from, to] : kRules) {  // each rule over the whole text in turn, as Python's chained replace()
     std::string out;
     size_t pos = 0;
@@ -108,10 +109,10 @@ std::shared_ptr<Tokenizer> Tokenizer::from_pretrained(const std::string& dir) {
   const std::string file = dir + "/tokenizer.json";
   if (!fs::exists(file)) {
     if (fs::exists(dir + "/tokenizer.model"))
-      throw std::invalid_argument(
-          "tokenizer folder '" + dir + "' has tokenizer.model (a SentencePiece model) but no tokenizer.json: libacc reads "
-          "tokenizer.json, the fast tokenizer's file. Convert it once with transformers: "
-          "AutoTokenizer.from_pretrained(folder).save_pretrained(folder)");
+      throw std::invalid_argument("tokenizer folder '" + dir +
+                                  "' has tokenizer.model (a SentencePiece model) but no tokenizer.json: libacc reads "
+                                  "tokenizer.json, the fast tokenizer's file. Convert it once with transformers: "
+                                  "AutoTokenizer.from_pretrained(folder).save_pretrained(folder)");
     throw std::invalid_argument("tokenizer folder '" + dir + "' has no tokenizer.json");
   }
   ConfigView config;
@@ -142,7 +143,8 @@ void Tokenizer::apply_config(const std::string& dir, const ConfigView& config) {
     if (!v.is_array()) return;
     for (const auto& e : v.elements())
       if (auto t = token_text(e))
-        if (std::find(special_.extra.begin(), special_.extra.end(), *t) == special_.extra.end()) special_.extra.push_back(*t);
+        if (std::find(special_.extra.begin(), special_.extra.end(), *t) == special_.extra.end())
+          special_.extra.push_back(*t);
   };
   auto is_named = [](const std::string& key) {
     return std::find(std::begin(kNamed), std::end(kNamed), key) != std::end(kNamed);
@@ -211,7 +213,8 @@ void Tokenizer::apply_config(const std::string& dir, const ConfigView& config) {
   // Legacy special_tokens_map.json: read only when tokenizer_config.json has no added_tokens_decoder.
   const std::string map_file = dir + "/special_tokens_map.json";
   if (!has_added_tokens_decoder && fs::exists(map_file)) {
-    json::Document doc(config::read_file(map_file, limits::kHfConfigBytes), "special_tokens_map.json '" + map_file + "'");
+    json::Document doc(config::read_file(map_file, limits::kHfConfigBytes),
+                       "special_tokens_map.json '" + map_file + "'");
     auto root = doc.root();
     for (const char* key : kNamed)
       if (root.has(key)) set_named(key, root.get(key));
@@ -262,7 +265,8 @@ void Tokenizer::rebuild_post_processor() {
 
 void Tokenizer::set_special_token(const std::string& name, std::optional<std::string> token) {
   if (std::find(std::begin(kNamed), std::end(kNamed), name) == std::end(kNamed))
-    throw std::invalid_argument("set_special_token: '" + name + "' is not one of bos_token, eos_token, unk_token, "
+    throw std::invalid_argument("set_special_token: '" + name +
+                                "' is not one of bos_token, eos_token, unk_token, "
                                 "sep_token, pad_token, cls_token, mask_token");
   if (!token) {
     special_.named.erase(name);
@@ -313,7 +317,7 @@ size_t Tokenizer::resolve_max_length(const EncodeOptions& o) const {
   if (o.max_length) return *o.max_length;
   if (model_max_length_) return *model_max_length_;
   throw std::invalid_argument(source_ + ": truncation or max_length padding needs max_length: the tokenizer has no "
-                              "model_max_length");
+                                        "model_max_length");
 }
 
 std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string_view>& texts,
@@ -337,7 +341,7 @@ std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string_view
     auto pad_id = pad ? token_to_id(*pad) : std::nullopt;
     if (!pad_id)
       throw std::invalid_argument(source_ + ": asked to pad, but the tokenizer has no padding token (pad_token in "
-                                  "tokenizer_config.json; set one, e.g. the eos token)");
+                                            "tokenizer_config.json; set one, e.g. the eos token)");
     pad_token = *pad;
     c.padding = o.padding == Padding::Longest ? 1 : 2;
     if (o.padding == Padding::MaxLength) c.pad_length = resolve_max_length(o);
@@ -515,8 +519,9 @@ void Tokenizer::save_pretrained(const std::string& dir) const {
       config::write_file_atomic(dir + "/chat_template.jinja", source);
     } else {
       config::make_directories(dir + "/additional_chat_templates");
-      config::write_file_atomic(
-          config::child_path(dir + "/additional_chat_templates", name + ".jinja", "chat template name"), source);
+      config::write_file_atomic(config::child_path(dir + "/additional_chat_templates", name + ".jinja",
+                                                   "chat template name"),
+                                source);
     }
   }
 }

@@ -76,8 +76,8 @@ class Tokenizer {
   // A byte-level BPE (GPT-2 / Llama-3's kind) trained on texts with tokenizers' BpeTrainer; the special
   // tokens get the first ids; `named` sets bos/eos/pad/... among them (e.g. {"eos_token", "<|end|>"}).
   static std::shared_ptr<Tokenizer> train_byte_level_bpe(const std::vector<std::string_view>& texts, size_t vocab_size,
-                                                          size_t min_frequency, const std::vector<std::string>& special,
-                                                          const std::map<std::string, std::string>& named);
+                                                         size_t min_frequency, const std::vector<std::string>& special,
+                                                         const std::map<std::string, std::string>& named);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;

@@ -55,7 +55,16 @@ void sentencepiece_decoder(json::Writer& w, bool strip_prefix) {
   w.begin_object().key("type").value("ByteFallback").end_object();
   w.begin_object().key("type").value("Fuse").end_object();
   if (strip_prefix)
-    w.begin_object().key("type").value("Strip").key("content").value(" ").key("start").value(1).key("stop").value(0).end_object();
+    w.begin_object()
+        .key("type")
+        .value("Strip")
+        .key("content")
+        .value(" ")
+        .key("start")
+        .value(1)
+        .key("stop")
+        .value(0)
+        .end_object();
   w.end_array().end_object();
 }
 
@@ -78,20 +87,39 @@ ClassRules class_rules(const std::string& cls_in, const json::Value* config) {
     sentencepiece_decoder(w, add_prefix_space);
     bpe_options(w, nullptr, true, true, nullptr, nullptr);
   } else if (cls == "GemmaTokenizer") {
-    r.default_special = {{"unk_token", "<unk>"}, {"bos_token", "<bos>"}, {"eos_token", "<eos>"},
-                         {"pad_token", "<pad>"}, {"mask_token", "<mask>"}};
+    r.default_special = {{"unk_token", "<unk>"},
+                         {"bos_token", "<bos>"},
+                         {"eos_token", "<eos>"},
+                         {"pad_token", "<pad>"},
+                         {"mask_token", "<mask>"}};
     w.key("normalizer");
     replace(w, " ", "\xE2\x96\x81");
-    w.key("pre_tokenizer").begin_object().key("type").value("Split").key("pattern").begin_object().key("String").value(" ");
+    w.key("pre_tokenizer")
+        .begin_object()
+        .key("type")
+        .value("Split")
+        .key("pattern")
+        .begin_object()
+        .key("String")
+        .value(" ");
     w.end_object().key("behavior").value("MergedWithPrevious").key("invert").value(false).end_object();
     sentencepiece_decoder(w, false);
     const std::string unk = config_token(config, "unk_token", "<unk>");
     bpe_options(w, unk.c_str(), true, true, nullptr, nullptr);
   } else if (cls == "Qwen2Tokenizer") {
-    r.default_special = {{"unk_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}, {"pad_token", "<|endoftext|>"}};
+    r.default_special = {{"unk_token", "<|endoftext|>"},
+                         {"eos_token", "<|endoftext|>"},
+                         {"pad_token", "<|endoftext|>"}};
     w.key("normalizer").begin_object().key("type").value("NFC").end_object();
     w.key("pre_tokenizer").begin_object().key("type").value("Sequence").key("pretokenizers").begin_array();
-    w.begin_object().key("type").value("Split").key("pattern").begin_object().key("Regex").value(kQwen2Split).end_object();
+    w.begin_object()
+        .key("type")
+        .value("Split")
+        .key("pattern")
+        .begin_object()
+        .key("Regex")
+        .value(kQwen2Split)
+        .end_object();
     w.key("behavior").value("Isolated").key("invert").value(false).end_object();
     byte_level(w, config_bool(config, "add_prefix_space").value_or(false), true, false);
     w.end_array().end_object();
@@ -99,15 +127,20 @@ ClassRules class_rules(const std::string& cls_in, const json::Value* config) {
     byte_level(w, true, true, true);
     bpe_options(w, nullptr, false, false, "", "");
   } else if (cls == "GPT2Tokenizer") {
-    r.default_special = {{"unk_token", "<|endoftext|>"}, {"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}};
+    r.default_special = {{"unk_token", "<|endoftext|>"},
+                         {"bos_token", "<|endoftext|>"},
+                         {"eos_token", "<|endoftext|>"}};
     w.key("pre_tokenizer");
     byte_level(w, config_bool(config, "add_prefix_space").value_or(false), true, true);
     w.key("decoder");
     byte_level(w, true, true, true);
     bpe_options(w, nullptr, false, false, "", "");
   } else if (cls == "BertTokenizer") {
-    r.default_special = {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
-                         {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}};
+    r.default_special = {{"unk_token", "[UNK]"},
+                         {"sep_token", "[SEP]"},
+                         {"pad_token", "[PAD]"},
+                         {"cls_token", "[CLS]"},
+                         {"mask_token", "[MASK]"}};
     w.key("normalizer").begin_object().key("type").value("BertNormalizer").key("clean_text").value(true);
     w.key("handle_chinese_chars").value(config_bool(config, "tokenize_chinese_chars").value_or(true));
     w.key("strip_accents");
@@ -115,7 +148,15 @@ ClassRules class_rules(const std::string& cls_in, const json::Value* config) {
     else w.null();
     w.key("lowercase").value(config_bool(config, "do_lower_case").value_or(true)).end_object();
     w.key("pre_tokenizer").begin_object().key("type").value("BertPreTokenizer").end_object();
-    w.key("decoder").begin_object().key("type").value("WordPiece").key("prefix").value("##").key("cleanup").value(true).end_object();
+    w.key("decoder")
+        .begin_object()
+        .key("type")
+        .value("WordPiece")
+        .key("prefix")
+        .value("##")
+        .key("cleanup")
+        .value(true)
+        .end_object();
     const std::string unk = config_token(config, "unk_token", "[UNK]");
     w.key("model").begin_object().key("unk_token").value(unk).key("continuing_subword_prefix").value("##");
     w.key("max_input_chars_per_word").value(100).end_object();

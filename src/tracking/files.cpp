@@ -48,10 +48,11 @@ void check_project_name(const std::string& project_name) {
 }
 
 void refuse_unless_regular(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   if (::lstat(path.c_str(), &st) != 0) return;  // absent: it will be made
   if (S_ISLNK(st.st_mode))
-    throw std::invalid_argument("'" + path + "' is a symbolic link; trackers write only files they made, not through links");
+    throw std::invalid_argument("'" + path +
+                                "' is a symbolic link; trackers write only files they made, not through links");
   if (!S_ISREG(st.st_mode))
     throw std::invalid_argument("'" + path + "' is not a regular file; trackers write only files they made");
 }
@@ -61,7 +62,7 @@ AppendFile::AppendFile(const std::string& path, int flags) : path_(path) {
   // O_NOFOLLOW and O_NONBLOCK keep a link or a FIFO swapped in after the check from being followed or waited on.
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | flags, 0644);
   if (fd_ < 0) io_error("cannot open", path, errno);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     close();
     throw std::invalid_argument("'" + path + "' is not a regular file; trackers write only files they made");
@@ -73,7 +74,7 @@ AppendFile AppendFile::create(const std::string& path) { return AppendFile(path,
 
 AppendFile AppendFile::lines(const std::string& path, Recognise ours, const char* kind) {
   AppendFile f(path, 0);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(f.fd_, &st) != 0) io_error("cannot stat", path, errno);
   if (st.st_size == 0) return f;
   int rfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -155,9 +156,8 @@ void AppendFile::close() {
   }
 }
 
-
 bool exists(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   return ::stat(path.c_str(), &st) == 0;
 }
 

@@ -45,7 +45,8 @@ const Curl& curl() {
   void* lib = ::dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
   if (!lib)
     throw std::ios_base::failure(std::string("talking to a tracking server needs libcurl (Debian/Ubuntu: apt install "
-                                             "libcurl4; RHEL: dnf install libcurl): ") + ::dlerror());
+                                             "libcurl4; RHEL: dnf install libcurl): ") +
+                                 ::dlerror());
   static Curl c;
   bind(lib, "curl_global_init", c.global_init);
   bind(lib, "curl_easy_init", c.easy_init);
@@ -151,8 +152,7 @@ Response request(const Options& o, const std::string& method, const std::string&
   raw = f.slist_append(raw, "Content-Type: application/json");
   raw = f.slist_append(raw, "Accept: application/json");
   const bool basic = !o.username.empty() && !o.password.empty();
-  if (!basic && !o.bearer_token.empty())
-    raw = f.slist_append(raw, ("Authorization: Bearer " + o.bearer_token).c_str());
+  if (!basic && !o.bearer_token.empty()) raw = f.slist_append(raw, ("Authorization: Bearer " + o.bearer_token).c_str());
   std::unique_ptr<curl_slist, SlistDeleter> headers(raw);
   f.setopt(c, CURLOPT_URL, url.c_str());
   f.setopt(c, CURLOPT_HTTPHEADER, headers.get());

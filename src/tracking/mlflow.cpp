@@ -141,10 +141,8 @@ std::string experiment_name(const RunOptions& o) {
 
 std::vector<std::pair<std::string, std::string>> run_tags(const RunOptions& o) {
   std::vector<std::pair<std::string, std::string>> tags;
-  if (auto t = env_or(o.env, "MLFLOW_TAGS"); !t.empty())
-    tags = parse_string_map(t, "MLFLOW_TAGS");
-  else
-    tags = kwarg_string_map(o, "mlflow", "tags");
+  if (auto t = env_or(o.env, "MLFLOW_TAGS"); !t.empty()) tags = parse_string_map(t, "MLFLOW_TAGS");
+  else tags = kwarg_string_map(o, "mlflow", "tags");
   for (const auto& [k, v] : tags) check_name(k, "tag");
   return tags;
 }
@@ -245,7 +243,9 @@ class MlflowTracker final : public Tracker {
       if (uri.rfind("file://", 0) == 0) {
         root = uri.substr(7);
       } else if (uri.find(':') != std::string::npos) {
-        throw std::invalid_argument(std::string(kwarg_uri ? "init_kwargs.mlflow.tracking_uri=" : "MLFLOW_TRACKING_URI=") + uri +
+        throw std::invalid_argument(std::string(kwarg_uri ? "init_kwargs.mlflow.tracking_uri="
+                                                          : "MLFLOW_TRACKING_URI=") +
+                                    uri +
                                     ": libacc's mlflow tracker takes a path or a file:// URI (MLflow's file store) or "
                                     "an http:// or https:// URI (a tracking server)");
       } else {

@@ -66,7 +66,8 @@ using Pairs = std::vector<std::pair<std::string, std::string>>;
 
 void key_values(json::Writer& w, const char* field, const Pairs& kv, size_t begin, size_t end) {
   w.key(field).begin_array();
-  for (size_t i = begin; i < end; ++i) w.begin_object().key("key").value(kv[i].first).key("value").value(kv[i].second).end_object();
+  for (size_t i = begin; i < end; ++i)
+    w.begin_object().key("key").value(kv[i].first).key("value").value(kv[i].second).end_object();
   w.end_array();
 }
 
@@ -100,7 +101,8 @@ class Server {
     http::Response r;
     for (long attempt = 0;; ++attempt) {
       r = http::request(opts_, method, url, body, what);
-      const bool transient = r.status == 429 || r.status == 500 || r.status == 502 || r.status == 503 || r.status == 504;
+      const bool transient = r.status == 429 || r.status == 500 || r.status == 502 || r.status == 503 ||
+                             r.status == 504;
       if (!transient || attempt >= max_retries_) break;
       const long delay = std::min<long>(120, backoff_ * (1L << std::min<long>(attempt, 10)));
       std::this_thread::sleep_for(std::chrono::seconds(delay));
@@ -129,7 +131,8 @@ class Server {
     // The server's words are bounded and made printable: a body of any size or bytes reaches here.
     const std::string_view said = message.empty() ? std::string_view(r.body) : std::string_view(message);
     const std::string text = what + " " + http::redacted(url) + ": HTTP " + std::to_string(r.status) +
-                             (code.empty() ? "" : " " + http::quoted(code)) + (said.empty() ? "" : ": " + http::quoted(said));
+                             (code.empty() ? "" : " " + http::quoted(code)) +
+                             (said.empty() ? "" : ": " + http::quoted(said));
     if (code == "INVALID_PARAMETER_VALUE" || code == "RESOURCE_DOES_NOT_EXIST") throw std::invalid_argument(text);
     throw std::ios_base::failure(text);
   }

@@ -72,12 +72,14 @@ void check_hparams_json(const std::string& dir) {
     const json::Document doc(text, path, json::kPythonLimits);  // json_number writes NaN as Python does
     if (doc.root().is_object()) {
       const auto items = doc.root().items();
-      ours = std::none_of(items.begin(), items.end(), [](const auto& e) { return e.second.is_object() || e.second.is_array(); });
+      ours = std::none_of(items.begin(), items.end(),
+                          [](const auto& e) { return e.second.is_object() || e.second.is_array(); });
     }
   } catch (const json::Error&) {
   }
   if (!ours)
-    throw std::invalid_argument("'" + path + "' exists and is not a libacc hparams file (a JSON object of flattened "
+    throw std::invalid_argument("'" + path +
+                                "' exists and is not a libacc hparams file (a JSON object of flattened "
                                 "hyperparameters); trackers do not replace a file they did not make");
 }
 
@@ -126,8 +128,7 @@ class JsonlTracker final : public Tracker {
 // --- csv ---
 
 std::string csv_cell(const std::string& s) {
-  bool quote = s.find_first_of(",\"\r\n") != std::string::npos ||
-               (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  bool quote = s.find_first_of(",\"\r\n") != std::string::npos || (!s.empty() && (s.front() == ' ' || s.back() == ' '));
   if (!quote) return s;
   std::string out = "\"";
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);

@@ -16,7 +16,9 @@ namespace {
 
 // A JSON text given to the trackers. NaN, Infinity and -Infinity are read as numbers, as Python's json module
 // writes them (a diverged loss).
-json::Document parse(std::string_view text, const char* what) { return json::Document(text, what, json::kPythonLimits); }
+json::Document parse(std::string_view text, const char* what) {
+  return json::Document(text, what, json::kPythonLimits);
+}
 
 std::optional<double> number_of(const json::Value& n) {
   if (n.is_number()) return n.as_double();
@@ -57,8 +59,7 @@ std::optional<double> Value::scalar() const {
 
 Values parse_values(std::string_view json, const char* what) {
   const json::Document doc = parse(json, what);
-  if (!doc.root().is_object())
-    throw std::invalid_argument(std::string(what) + " must be a JSON object of name: value");
+  if (!doc.root().is_object()) throw std::invalid_argument(std::string(what) + " must be a JSON object of name: value");
   Values out;
   for (const auto& [key, it] : doc.root().items()) {
     if (key.empty()) throw std::invalid_argument(std::string(what) + ": an empty name");
@@ -79,8 +80,9 @@ Values parse_values(std::string_view json, const char* what) {
         v.dict.emplace_back(sub_name, *y);
       }
     } else if (it.is_array()) {
-      throw std::invalid_argument(std::string(what) + ": '" + key +
-                                  "' is a list; a value is a number, a boolean, a string, null or an object of numbers");
+      throw std::invalid_argument(
+          std::string(what) + ": '" + key +
+          "' is a list; a value is a number, a boolean, a string, null or an object of numbers");
     }
     if (std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.first == key; }))
       throw std::invalid_argument(std::string(what) + ": '" + key + "' appears twice");
@@ -182,7 +184,8 @@ std::vector<std::string> resolve_log_with(const std::vector<std::string>& names,
       break;
     }
     if (std::find(known.begin(), known.end(), n) == known.end())
-      throw std::invalid_argument("log_with: unsupported tracker \"" + n + "\"; libacc has all, tensorboard, jsonl, csv, mlflow, wandb");
+      throw std::invalid_argument("log_with: unsupported tracker \"" + n +
+                                  "\"; libacc has all, tensorboard, jsonl, csv, mlflow, wandb");
     if (std::find(want.begin(), want.end(), n) == want.end()) want.push_back(n);
   }
   for (const auto& n : want)
@@ -214,7 +217,8 @@ TrackerSet::TrackerSet(const std::vector<std::string>& names, const std::string&
       for (const auto& [tn, t] : doc.root().items()) {
         const auto& known = tracker_names();
         if (std::find(known.begin(), known.end(), tn) == known.end())
-          throw std::invalid_argument("init_kwargs: unknown tracker \"" + tn + "\"; libacc has tensorboard, jsonl, csv, mlflow, wandb");
+          throw std::invalid_argument("init_kwargs: unknown tracker \"" + tn +
+                                      "\"; libacc has tensorboard, jsonl, csv, mlflow, wandb");
         if (!t.is_object()) throw std::invalid_argument("init_kwargs." + tn + " must be an object");
         for (const auto& [k, kv] : t.items()) kwargs[tn][k] = kv.text();
       }

@@ -133,7 +133,6 @@ class TransactionLog {
   bool is_open() const { return file_.is_open(); }
 
  private:
-
   AppendFile file_;
   uint64_t offset_ = 0;
   int64_t num_ = 0;
@@ -237,9 +236,7 @@ std::string random_run_id() {
 
 // wandb's own rules (wandb_settings.validate_run_id, validate_project), so that `wandb sync` takes the run.
 void check_run_id(const std::string& id) {
-  auto bad = [&](const std::string& why) {
-    throw std::invalid_argument("wandb: run id \"" + id + "\" " + why);
-  };
+  auto bad = [&](const std::string& why) { throw std::invalid_argument("wandb: run id \"" + id + "\" " + why); };
   if (id.empty()) bad("is empty");
   if (id.front() == ' ' || id.back() == ' ' || id.front() == '\t' || id.back() == '\t')
     bad("starts or ends with whitespace");
@@ -251,13 +248,14 @@ void check_project(const std::string& project) {
   if (project.size() > 128)
     throw std::invalid_argument("wandb: project name \"" + project + "\" is longer than 128 characters");
   if (project.find_first_of("/\\#?%:") != std::string::npos)
-    throw std::invalid_argument("wandb: project name \"" + project + "\" contains one of / \\ # ? % : (W&B refuses them)");
+    throw std::invalid_argument("wandb: project name \"" + project +
+                                "\" contains one of / \\ # ? % : (W&B refuses them)");
 }
 
 // The local time as wandb names run folders (%Y%m%d_%H%M%S).
 std::string folder_time(double t) {
   const time_t secs = static_cast<time_t>(t);
-  struct tm tm {};
+  struct tm tm{};
   localtime_r(&secs, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d_%H%M%S", &tm);

@@ -89,7 +89,8 @@ void Accelerator::set_mixed_precision(const std::string& mode) {
     }
     if (capability < 89)
       throw UnsupportedError("mixed_precision \"fp8\" needs a CUDA GPU with compute capability 8.9 or newer "
-                             "(Ada, Hopper); this process runs on " + device_name_ +
+                             "(Ada, Hopper); this process runs on " +
+                             device_name_ +
                              (device_.is_cuda() ? " (compute capability " + std::to_string(capability / 10) + "." +
                                                       std::to_string(capability % 10) + ")"
                                                 : std::string()));
@@ -226,8 +227,7 @@ void PreparedScheduler::step() {
 bool Accelerator::split_batches() const { return settings_.dataloader_config.split_batches; }
 
 void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std::shared_ptr<PreparedOptimizer>& opt,
-                          const std::shared_ptr<PreparedScheduler>& sched,
-                          const std::shared_ptr<DataLoader>& loader) {
+                          const std::shared_ptr<PreparedScheduler>& sched, const std::shared_ptr<DataLoader>& loader) {
   std::lock_guard<std::mutex> lock(mu_);
   // Check everything before changing anything: a refused prepare leaves all objects as they were.
   if (model && model->owner) throw StateError("the model is already prepared");
@@ -243,7 +243,8 @@ void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std
   if (opt) adopt_made_parameters(*opt, model);
   // A sharded model's optimizer is rebuilt over the shards: one that cannot be is refused now.
   if (opt && comm_ && sharding_.stage > 0)
-    if (const auto& target = opt->model ? opt->model : model) opt->opt->check_rebind(target->model->trainable_tensors());
+    if (const auto& target = opt->model ? opt->model : model)
+      opt->opt->check_rebind(target->model->trainable_tensors());
   // Tensor parallelism makes new parameter tensors (this rank's slices): an optimizer with state for the whole ones
   // cannot follow them.
   const bool tensor_parallel = model && mesh_ && mesh_->size("tp") > 1;
@@ -275,9 +276,10 @@ void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std
           throw StateError("'" + name + "' is on the meta device: materialise the model (to_empty) before prepare");
     if (settings_.use_fsdp && settings_.fsdp_plugin.activation_checkpointing) {
       if (model->model->reported_units().empty())
-        throw config::Error("'fsdp_plugin.activation_checkpointing' = true: this model has no blocks that libacc can "
-                            "recompute (the built-in GPT and the Hugging Face families have them; an MLP, a TorchScript "
-                            "or a C++ module does not); set it to false");
+        throw config::Error(
+            "'fsdp_plugin.activation_checkpointing' = true: this model has no blocks that libacc can "
+            "recompute (the built-in GPT and the Hugging Face families have them; an MLP, a TorchScript "
+            "or a C++ module does not); set it to false");
       model->model->set_activation_checkpointing(true, settings_.fsdp_plugin.activation_checkpointing_offload);
     }
     // Tensor, then context, then data parallelism over the mesh (src/parallel/parallelize.hpp).
@@ -320,9 +322,11 @@ DdpOptions::PowerSgd power_sgd_options(const config::AcceleratorSettings& c) {
     else if (k == "warm_start") o.warm_start = v.get_bool(k);
     else if (k == "orthogonalization_epsilon") o.epsilon = v.get_double(k);
     else if (k == "random_seed") o.seed = static_cast<uint64_t>(v.get_int(k));
-    else if (k == "compression_stats_logging_frequency" || k == "batch_tensors_with_same_shape") continue;  // no effect here
+    else if (k == "compression_stats_logging_frequency" || k == "batch_tensors_with_same_shape")
+      continue;  // no effect here
     else
-      throw config::Error(std::string("'") + key + "." + k + "' is not a PowerSGDState option (matrix_approximation_rank, "
+      throw config::Error(std::string("'") + key + "." + k +
+                          "' is not a PowerSGDState option (matrix_approximation_rank, "
                           "start_powerSGD_iter, min_compression_rate, use_error_feedback, warm_start, "
                           "orthogonalization_epsilon, random_seed)");
   }
@@ -431,7 +435,8 @@ void Accelerator::shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<
 }
 
 void Accelerator::register_for_checkpointing(Checkpointable object) {
-  if (!object.save || !object.load) throw std::invalid_argument("register_for_checkpointing needs a save and a load function");
+  if (!object.save || !object.load)
+    throw std::invalid_argument("register_for_checkpointing needs a save and a load function");
   std::lock_guard<std::mutex> lock(mu_);
   checkpointables_.push_back(std::move(object));
 }

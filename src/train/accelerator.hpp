@@ -78,8 +78,8 @@ struct PreparedOptimizer {
   std::shared_ptr<PreparedModel> model;  // null for a C++ caller's optimizer
   std::unique_ptr<Optimizer> opt;
   std::shared_ptr<Accelerator> owner;
-  bool unscaled = false;      // fp16: grads already divided by the scale in this step
-  bool found_inf = false;     // fp16: what that unscale found
+  bool unscaled = false;  // fp16: grads already divided by the scale in this step
+  bool found_inf = false;  // fp16: what that unscale found
   bool step_was_skipped = false;
   // AcceleratedOptimizer: a no-op on accumulation steps; under fp16 skipped on inf/nan gradients.
   // The model's strategy then sees the stepped parameters (a sharded one gathers them).
@@ -270,14 +270,14 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   std::string mixed_precision_ = "no";
   config::Sharding sharding_;  // what FSDP / DeepSpeed settings ask for (stage 0: none)
   bool holds_ram_efficient_loading_ = false;  // hold_ram_efficient_loading (runtime/process_state.hpp)
-  bool holds_zero3_init_ = false;             // hold_zero3_init (runtime/process_state.hpp)
+  bool holds_zero3_init_ = false;  // hold_zero3_init (runtime/process_state.hpp)
   std::unique_ptr<GradScaler> scaler_;
-  std::vector<const void*> active_;                  // loaders mid-epoch, innermost last
+  std::vector<const void*> active_;  // loaders mid-epoch, innermost last
   bool trigger_ = false;
-  std::vector<std::string> log_with_;                  // resolved tracker names
-  std::unique_ptr<tracking::TrackerSet> trackers_;   // main process, after init_trackers
-  ProfileOptions profile_options_;                     // the config's profile_kwargs
-  std::unique_ptr<Profiler> profiler_;                 // between profile_begin and profile_end
+  std::vector<std::string> log_with_;  // resolved tracker names
+  std::unique_ptr<tracking::TrackerSet> trackers_;  // main process, after init_trackers
+  ProfileOptions profile_options_;  // the config's profile_kwargs
+  std::unique_ptr<Profiler> profiler_;  // between profile_begin and profile_end
   std::mutex mu_;
 };
 

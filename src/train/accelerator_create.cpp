@@ -42,8 +42,8 @@ int pick_cuda_device(const config::AcceleratorSettings& c, const ProcessState& s
     return -1;
   }
   if (state.local_rank >= n)
-    throw UnsupportedError("LOCAL_RANK " + std::to_string(state.local_rank) + " trains on cuda:" +
-                           std::to_string(state.local_rank) + ", but only " + std::to_string(n) +
+    throw UnsupportedError("LOCAL_RANK " + std::to_string(state.local_rank) +
+                           " trains on cuda:" + std::to_string(state.local_rank) + ", but only " + std::to_string(n) +
                            " CUDA device(s) are visible; start at most that many processes per machine, or "
                            "set cpu = true (ACCELERATE_USE_CPU=true) to train on the CPU");
   plugin->set_device(state.local_rank);  // torch.cuda.set_device, as Accelerate does
@@ -85,9 +85,11 @@ void check_device_settings(const config::Config& c, const config::AcceleratorSet
     const char* key = config::AcceleratorSettings::InitProcessGroupKwargs::Key::backend;
     if ((b == "gloo" && cuda_device >= 0) || (b == "nccl" && cuda_device < 0))
       throw config::Error(std::string("'") + key + "' = \"" + b + "\" (from " + c.provenance(key).where +
-                          "): this process runs on " + (cuda_device >= 0 ? "a CUDA device, whose tensors libacc "
-                          "reduces through NCCL" : "the CPU, and NCCL needs CUDA") + "; use " +
-                          (cuda_device >= 0 ? "\"nccl\"" : "\"gloo\"") + " or null");
+                          "): this process runs on " +
+                          (cuda_device >= 0 ? "a CUDA device, whose tensors libacc "
+                                              "reduces through NCCL"
+                                            : "the CPU, and NCCL needs CUDA") +
+                          "; use " + (cuda_device >= 0 ? "\"nccl\"" : "\"gloo\"") + " or null");
   }
   const std::vector<std::string> rngs = s.rng_types.value_or(std::vector<std::string>{});
   if (std::find(rngs.begin(), rngs.end(), "cuda") != rngs.end() && cuda::default_generators().empty())

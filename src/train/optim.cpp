@@ -120,8 +120,8 @@ struct Hyper {
   std::vector<double> betas{0.9, 0.999};
 };
 
-const std::vector<std::string> kHyperKeys = {"lr",  "momentum",     "dampening", "nesterov",
-                                             "betas", "eps", "weight_decay", "amsgrad"};
+const std::vector<std::string> kHyperKeys = {"lr",    "momentum", "dampening",    "nesterov",
+                                             "betas", "eps",      "weight_decay", "amsgrad"};
 
 std::vector<std::string> with(std::vector<std::string> keys, std::initializer_list<const char*> more) {
   keys.insert(keys.end(), more.begin(), more.end());
@@ -195,11 +195,13 @@ std::vector<GroupSpec> explicit_groups(const json::Value& list, const Hyper& top
         throw OptionsError(e.what());  // ACC_ERR_INVALID_CONFIG, as these options' other errors
       }
     }
-    out.push_back({what, [patterns](const std::string& name) {
+    out.push_back({what,
+                   [patterns](const std::string& name) {
                      return std::any_of(patterns.begin(), patterns.end(),
                                         [&](const Pattern& r) { return r.full_match(name); });
                    },
-                   read_hyper(o, top, where), {}});
+                   read_hyper(o, top, where),
+                   {}});
   }
   return out;
 }
@@ -229,13 +231,15 @@ Optimizer::Optimizer(const NamedTensors& params, const char* options_json,
                         [no_decay = std::set<std::string>(names.begin(), names.end())](const std::string& n) {
                           return no_decay.count(n) > 0;
                         },
-                        off, {}});
+                        off,
+                        {}});
       preset = true;
     } else if (g.is_array()) {
       listed = explicit_groups(g, top);
     } else {
       throw OptionsError("optimizer options: 'param_groups' must be a list of groups or \"transformers\" (with a "
-                         "model); got " + g.text());
+                         "model); got " +
+                         g.text());
     }
   }
   GroupSpec rest{"", nullptr, top, {}};
@@ -243,8 +247,9 @@ Optimizer::Optimizer(const NamedTensors& params, const char* options_json,
     GroupSpec* in = nullptr;
     for (GroupSpec& g : listed) {
       if (!g.selects(name)) continue;
-      if (in) throw OptionsError("optimizer options: parameter '" + name + "' is in " + in->what + " and " + g.what +
-                                 "; a parameter belongs to one group");
+      if (in)
+        throw OptionsError("optimizer options: parameter '" + name + "' is in " + in->what + " and " + g.what +
+                           "; a parameter belongs to one group");
       in = &g;
     }
     (in ? *in : rest).params.push_back(t);
@@ -278,11 +283,16 @@ Optimizer::Optimizer(const NamedTensors& params, const char* options_json,
     else impl_ = std::make_shared<torch::optim::SGD>(torch_groups, so);
   } else if (type == "adam") {
     const auto& ao = static_cast<const torch::optim::AdamOptions&>(d);
-    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions>>(torch_groups, ao);
+    if (fused_)
+      impl_ = std::make_shared<FusedAdam<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions>>(
+          torch_groups, ao);
     else impl_ = std::make_shared<torch::optim::Adam>(torch_groups, ao);
   } else {
     const auto& ao = static_cast<const torch::optim::AdamWOptions&>(d);
-    if (fused_) impl_ = std::make_shared<FusedAdam<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions>>(torch_groups, ao);
+    if (fused_)
+      impl_ =
+          std::make_shared<FusedAdam<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions>>(
+              torch_groups, ao);
     else impl_ = std::make_shared<torch::optim::AdamW>(torch_groups, ao);
   }
   for (auto& g : impl_->param_groups()) initial_lr_.push_back(g.options().get_lr());
@@ -331,7 +341,8 @@ double Optimizer::lr() const { return impl_->param_groups().front().options().ge
 
 void Optimizer::scale_lr(double factor) {
   auto& groups = impl_->param_groups();
-  for (size_t i = 0; i < groups.size() && i < initial_lr_.size(); ++i) groups[i].options().set_lr(initial_lr_[i] * factor);
+  for (size_t i = 0; i < groups.size() && i < initial_lr_.size(); ++i)
+    groups[i].options().set_lr(initial_lr_[i] * factor);
 }
 
 std::vector<at::Tensor> Optimizer::params() const {
@@ -368,7 +379,8 @@ std::vector<std::vector<at::Tensor>> Optimizer::whole_groups() const {
 
 void Optimizer::check_rebind(const std::vector<at::Tensor>& params) const {
   if (!impl_->state().empty())
-    throw StateError("a sharded model's optimizer must be prepared before its first step (its state would not match the shards)");
+    throw StateError(
+        "a sharded model's optimizer must be prepared before its first step (its state would not match the shards)");
   if (!whole_.empty()) throw StateError("the optimizer already steps a sharded model's pieces");
   std::set<const void*> held, wanted;
   for (const auto& g : impl_->param_groups())
@@ -414,18 +426,31 @@ StateKind state_kind(const torch::optim::Optimizer& opt) {
   if (dynamic_cast<const AdamW*>(&opt)) return adam_like<AdamWParamState>("adamw");
   if (dynamic_cast<const Adam*>(&opt)) return adam_like<AdamParamState>("adam");
   if (dynamic_cast<const SGD*>(&opt))
-    return {"sgd", {"momentum_buffer"}, false, make_state<SGDParamState>,
-            [](OptimizerParamState& s, const std::string&) { return &static_cast<SGDParamState&>(s).momentum_buffer(); },
+    return {"sgd",
+            {"momentum_buffer"},
+            false,
+            make_state<SGDParamState>,
+            [](OptimizerParamState& s, const std::string&) {
+              return &static_cast<SGDParamState&>(s).momentum_buffer();
+            },
             nullptr};
   if (dynamic_cast<const RMSprop*>(&opt))
-    return {"rmsprop", {"square_avg", "momentum_buffer", "grad_avg"}, true, make_state<RMSpropParamState>,
+    return {"rmsprop",
+            {"square_avg", "momentum_buffer", "grad_avg"},
+            true,
+            make_state<RMSpropParamState>,
             [](OptimizerParamState& s, const std::string& n) {
               auto& st = static_cast<RMSpropParamState&>(s);
-              return n == "square_avg" ? &st.square_avg() : n == "momentum_buffer" ? &st.momentum_buffer() : &st.grad_avg();
+              return n == "square_avg"        ? &st.square_avg()
+                     : n == "momentum_buffer" ? &st.momentum_buffer()
+                                              : &st.grad_avg();
             },
             [](OptimizerParamState& s) { return &static_cast<RMSpropParamState&>(s).step(); }};
   if (dynamic_cast<const Adagrad*>(&opt))
-    return {"adagrad", {"sum"}, true, make_state<AdagradParamState>,
+    return {"adagrad",
+            {"sum"},
+            true,
+            make_state<AdagradParamState>,
             [](OptimizerParamState& s, const std::string&) { return &static_cast<AdagradParamState&>(s).sum(); },
             [](OptimizerParamState& s) { return &static_cast<AdagradParamState&>(s).step(); }};
   throw UnsupportedError("the optimizer's state cannot be checkpointed: only SGD, Adam, AdamW, RMSprop and Adagrad "
@@ -442,9 +467,12 @@ Optimizer::State Optimizer::save_state() const {
   auto& groups = impl_->param_groups();
   for (size_t g = 0; g < groups.size(); ++g)
     j.begin_object()
-        .key("lr").value(groups[g].options().get_lr())
-        .key("initial_lr").value(g < initial_lr_.size() ? initial_lr_[g] : groups[g].options().get_lr())
-        .key("num_params").value(static_cast<int64_t>(groups[g].params().size()))
+        .key("lr")
+        .value(groups[g].options().get_lr())
+        .key("initial_lr")
+        .value(g < initial_lr_.size() ? initial_lr_[g] : groups[g].options().get_lr())
+        .key("num_params")
+        .value(static_cast<int64_t>(groups[g].params().size()))
         .end_object();
   j.end_array().key("state").begin_object();
   int64_t i = 0;

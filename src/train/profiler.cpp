@@ -24,8 +24,7 @@
 // libacc; the dynamic linker resolves them in libacc's own dependencies, also under RTLD_LOCAL (Python's ctypes).
 namespace acc::core::kineto_abi {
 void* config_loader_instance() __asm__("_ZN9libkineto12ConfigLoader8instanceEv") __attribute__((weak));
-void config_loader_stop_thread(void* self) __asm__("_ZN9libkineto12ConfigLoader10stopThreadEv")
-    __attribute__((weak));
+void config_loader_stop_thread(void* self) __asm__("_ZN9libkineto12ConfigLoader10stopThreadEv") __attribute__((weak));
 }  // namespace acc::core::kineto_abi
 
 namespace acc::core {
@@ -324,12 +323,12 @@ bool ends_as_written(const std::string& bytes, size_t at, size_t size) {
 
 // The error for a trace Kineto left short: ENOSPC when the disk has no room left (the usual cause), EIO otherwise.
 config::FileError cut_short(const std::string& path, const std::string& dir, size_t got) {
-  struct statvfs fs {};
+  struct statvfs fs{};
   const bool full = ::statvfs(dir.c_str(), &fs) == 0 && fs.f_bavail == 0;
   const int err = full ? ENOSPC : EIO;
   return config::FileError("cannot write", path,
-                           "LibTorch's trace writer stopped after " + std::to_string(got) + " bytes: " +
-                               std::strerror(err) + "; the previous trace, if any, is kept",
+                           "LibTorch's trace writer stopped after " + std::to_string(got) +
+                               " bytes: " + std::strerror(err) + "; the previous trace, if any, is kept",
                            err);
 }
 
@@ -403,8 +402,7 @@ std::string Accelerator::profile_end() {
   std::string written;
   std::exception_ptr failed;
   try {
-    if (result)
-      written = save_chrome_trace(*result, *dir, state_.rank);
+    if (result) written = save_chrome_trace(*result, *dir, state_.rank);
     else
       std::fprintf(stderr,
                    "libacc: rank %d: profile_end: the schedule recorded no step in %lld steps; no trace written to "

@@ -50,16 +50,13 @@ std::string dtype_name(int64_t code) {
   }
 }
 
-bool is_gather(int64_t op) {
-  return op == code(CollectiveOp::gather) || op == code(CollectiveOp::gather_for_metrics);
-}
+bool is_gather(int64_t op) { return op == code(CollectiveOp::gather) || op == code(CollectiveOp::gather_for_metrics); }
 
 // Whether process b's description is compatible with process a's (see verify.hpp for what must agree).
 bool agree(const int64_t* a, const int64_t* b) {
   if (a[kOp] != b[kOp] || a[kArg] != b[kArg]) return false;
   const int64_t op = a[kOp];
-  if (op == code(CollectiveOp::gather_object) ||
-      op == code(CollectiveOp::gather_object_for_metrics) ||
+  if (op == code(CollectiveOp::gather_object) || op == code(CollectiveOp::gather_object_for_metrics) ||
       op == code(CollectiveOp::broadcast_object))
     return true;
   if (a[kNdim] != b[kNdim]) return false;
@@ -78,8 +75,7 @@ std::string describe(const int64_t* r) {
     s += r[kArg] == code(ReduceOp::Sum) ? " (sum)" : r[kArg] == code(ReduceOp::Mean) ? " (mean)" : " (max)";
   else if (op == code(CollectiveOp::broadcast) || op == code(CollectiveOp::broadcast_object))
     s += " from process " + std::to_string(r[kArg]);
-  else if (op == code(CollectiveOp::pad_across_processes))
-    s += " along dim " + std::to_string(r[kArg]);
+  else if (op == code(CollectiveOp::pad_across_processes)) s += " along dim " + std::to_string(r[kArg]);
   if (r[kNdim] < 0) return s;  // an object collective: no tensor
   s += ": " + dtype_name(r[kDtype]) + " [";
   const int64_t n = r[kNdim];
@@ -131,14 +127,13 @@ void verify_collective(Comm& comm, CollectiveOp op, int64_t arg, const at::Tenso
   bool one_op = true;
   for (int64_t r = 1; r < world; ++r) one_op = one_op && rows[r * kSlots + kOp] == rows[kOp];
   std::string msg = "Cannot apply desired operation due to shape mismatches (debug mode): ";
-  if (!one_op)
-    msg += "the processes are in different collectives";
+  if (!one_op) msg += "the processes are in different collectives";
   else
     msg += std::string("`") + op_name(rows[kOp]) + "` needs the same " +
-           (is_gather(rows[kOp]) ? "dtype, device and every dim but the first"
+           (is_gather(rows[kOp])                                    ? "dtype, device and every dim but the first"
             : rows[kOp] == code(CollectiveOp::pad_across_processes) ? "dim and number of dims"
-            : rows[kNdim] < 0 ? "source process"
-                              : "arguments, dtype, device and shape") +
+            : rows[kNdim] < 0                                       ? "source process"
+                                                                    : "arguments, dtype, device and shape") +
            " on every process";
   msg += ". Operation and input shapes:";
   for (int64_t r = 0; r < world; ++r)

@@ -12,8 +12,7 @@ std::string join(const std::vector<std::string>& v) {
 }
 }  // namespace
 
-Options::Options(const char* json_text, std::string what, std::vector<std::string> accepted)
-    : what_(std::move(what)) {
+Options::Options(const char* json_text, std::string what, std::vector<std::string> accepted) : what_(std::move(what)) {
   std::string text = json_text ? json_text : "";
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) text = "{}";
   try {

@@ -10,7 +10,6 @@
 
 #include <acc/json.hpp>
 
-
 namespace acc::core {
 
 // An invalid argument in a JSON text: mapped to ACC_ERR_INVALID_CONFIG at the ABI.

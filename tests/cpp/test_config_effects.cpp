@@ -78,9 +78,10 @@ TEST(DdpKwargs, GradientAsBucketViewMakesGradientsViewsOfTheBucketsWithEqualValu
       }
       EXPECT_EQ(grad_storages(net.params), reducer.num_buckets())
           << "step " << step << ": the gradients are the buckets";
-      if (step == 1)
+      if (step == 1) {
         for (size_t i = 0; i < net.params.size(); ++i)
           EXPECT_EQ(net.params[i].grad().data_ptr(), before[i]) << net.names[i] << ": accumulated in place, not moved";
+      }
     }
   }
   ASSERT_EQ(grads[0].size(), grads[1].size());
@@ -188,7 +189,9 @@ TEST(EnableCpuAffinity, SharesAreDisjointAndCoverTheAllowedCores) {
       all.insert(all.end(), s.begin(), s.end());
     }
     std::sort(all.begin(), all.end());
-    if (w <= 8) EXPECT_EQ(all, eight) << w << " processes";
+    if (w <= 8) {
+      EXPECT_EQ(all, eight) << w << " processes";
+    }
   }
   EXPECT_EQ(parse_cpu_list("0-3,8,10-11\n", "x"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
   EXPECT_THROW(parse_cpu_list("3-1", "x"), std::invalid_argument);

@@ -181,8 +181,9 @@ TEST(DeviceMap, LibaccTreesAndSizesAreTransformers) {
     for (const auto& w : m->weightless_modules()) weightless.insert(w.name);
     for (size_t i = 0; i < ours.size(); ++i) {
       ASSERT_EQ(ours[i].first, theirs[i].first) << model_name << " module " << i;
-      if (weightless.count(ours[i].first))
+      if (weightless.count(ours[i].first)) {
         EXPECT_EQ(ours[i].second, theirs[i].second) << model_name << " " << ours[i].first;
+      }
     }
     for (const auto& [dtype, per] : item(model, "module_sizes").items()) {
       const auto sizes = json::Document::object(bigmodel::module_sizes_json(*m, dtype == "none" ? "" : dtype), "sizes");

@@ -183,7 +183,9 @@ TEST_P(EmbeddingGradient, EqualsTransformersWithNoneFromThePadTokens) {
   // The whole gradient's norm: the rows of ids absent from the batch as transformers' (zero unless the head is tied).
   EXPECT_LE(norm, 1e-5 * e["grad_norm"].item<double>()) << name;
   auto* lm = dynamic_cast<hf::CausalLM*>(model.get());
-  if (!lm || !lm->ties_embeddings()) EXPECT_EQ(pad, 0.0) << name << ": the pad row got a gradient";
+  if (!lm || !lm->ties_embeddings()) {
+    EXPECT_EQ(pad, 0.0) << name << ": the pad row got a gradient";
+  }
 }
 
 // Llama, Mistral and Mixtral untied; Qwen2's head is the embedding (its pad row gets the head's share only); BERT's
@@ -279,7 +281,8 @@ TEST(FromPretrained, SavePretrainedLoadsBackWithTheSameLogits) {
     TensorDict in{{"input_ids", e["input_ids"]}, {"attention_mask", e["attention_mask"]}};
     if (e.count("token_type_ids")) in.set("token_type_ids", e["token_type_ids"]);
     at::Tensor logits = model->forward(in).at("logits");
-    PreparedModel slot{std::shared_ptr<Model>(std::move(model)), nullptr, nullptr};
+    PreparedModel slot;
+    slot.model = std::shared_ptr<Model>(std::move(model));
     const std::string dir = (root / name).string();
     save_pretrained(slot, dir, std::string(name) == "llama" ? "20KB" : "");
     EXPECT_EQ(fs::exists(fs::path(dir) / "model.safetensors.index.json"), std::string(name) == "llama") << name;
@@ -306,7 +309,8 @@ TEST(FromPretrained, SavePretrainedWritesTheConfigAsJson) {
   const std::string original = config::read_file(g_fixtures + "/llama/model/config.json");
   const json::Document fixture = json::Document::object(original, "fixture");
   auto saved = [&](const std::string& name, const std::string& text) {
-    PreparedModel slot{std::shared_ptr<Model>(hf::from_config(text, R"({"dtype": "bfloat16"})")), nullptr, nullptr};
+    PreparedModel slot;
+    slot.model = std::shared_ptr<Model>(hf::from_config(text, R"({"dtype": "bfloat16"})"));
     save_pretrained(slot, (tmp / name).string(), "");
     return config::read_file((tmp / name / "config.json").string());
   };
@@ -780,7 +784,9 @@ TEST(FromPretrained, PadTokenIsTheEmbeddingsPaddingIdx) {
     // Initialised as transformers' _init_weights does: normal, the padding row zeroed.
     const at::Tensor zero_rows = w.abs().amax(1).eq(0).nonzero().flatten();
     EXPECT_EQ(zero_rows.numel(), pad >= 0 ? 1 : 0) << text;
-    if (pad >= 0 && zero_rows.numel() == 1) EXPECT_EQ(zero_rows.item<int64_t>(), pad) << text;
+    if (pad >= 0 && zero_rows.numel() == 1) {
+      EXPECT_EQ(zero_rows.item<int64_t>(), pad) << text;
+    }
     // Every id, the padding one included, attended and (a token after each) labelled.
     at::Tensor ids = at::arange(17, at::kLong).remainder(16).view({1, 17});
     TensorDict batch{{"input_ids", ids}, {"labels", param.rfind("bert", 0) == 0 ? at::zeros({1}, at::kLong) : ids}};
@@ -789,8 +795,9 @@ TEST(FromPretrained, PadTokenIsTheEmbeddingsPaddingIdx) {
     // Every other row gets a gradient; the padding row none (a tied head's share aside).
     const bool tied = text.find("tie_word_embeddings") != std::string::npos;
     for (int64_t r = 0; r < 16; ++r)
-      if (r == pad && !tied) EXPECT_EQ(g[r].item<double>(), 0.0) << text << ": row " << r;
-      else EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
+      if (r == pad && !tied) {
+        EXPECT_EQ(g[r].item<double>(), 0.0) << text << ": row " << r;
+      } else EXPECT_GT(g[r].item<double>(), 0.0) << text << ": row " << r;
   }
 }
 

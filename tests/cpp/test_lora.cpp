@@ -132,7 +132,9 @@ TEST_P(Case, LoadedAdapterGivesPeftsLogitsLossGradientsAndGreedyIds) {
   }
   std::printf("%s: %zu gradients, max |diff| %.3g\n", c.c_str(), keys.size(), worst);
   for (const auto& [k, t] : e)
-    if (k.rfind("grad/", 0) == 0) EXPECT_TRUE(keys.count(k.substr(5))) << c << ": libacc does not train " << k;
+    if (k.rfind("grad/", 0) == 0) {
+      EXPECT_TRUE(keys.count(k.substr(5))) << c << ": libacc does not train " << k;
+    }
   std::set<std::string> trainable;
   for (auto& [n, p] : model.trainable_parameters()) trainable.insert(n);
   std::set<std::string> entries;
@@ -281,7 +283,9 @@ TEST_P(Case, AddLoraMakesPeftsParameters) {
   EXPECT_EQ(got, want) << c;
   // And the names are peft's less "base_model.model." (but where Mixtral's differ: libacc keeps the experts of the
   // checkpoint, block_sparse_moe.experts.E, where transformers 5 fuses them into mlp.experts).
-  if (c != "mixtral_all_linear") EXPECT_EQ(got_names, want_names) << c;
+  if (c != "mixtral_all_linear") {
+    EXPECT_EQ(got_names, want_names) << c;
+  }
   // The config's generated parts, as peft wrote them.
   const json::Document peft(config::read_file(fixtures() + "/" + c + "/adapter_config.json"), "peft's");
   const json::Document ours(lora::config_file_text(*adapter), "ours");
@@ -304,11 +308,12 @@ TEST_P(Case, AddLoraMakesPeftsParameters) {
   c10::NoGradGuard no_grad;
   const auto init = cases().get(c).get("lora_config_args").find("init_lora_weights");
   const bool noop = !init || !init->is_bool() || init->as_bool();
-  if (noop)
+  if (noop) {
     EXPECT_TRUE(slot->model->forward(batch_of(c, e, false))
                     .at("logits")
                     .equal(plain->model->forward(batch_of(c, e, false)).at("logits")))
         << c;
+  }
 }
 
 // For tests/finetune/check_peft_loads.py (ACC_LORA_SAVED=DIR): per case, an adapter libacc made from the case's
@@ -833,9 +838,15 @@ TEST(Lora, InitDropoutAndDtypes) {
     const at::Tensor a = params.at("model.layers.0.self_attn.q_proj.lora_A.weight");
     const at::Tensor b = params.at("model.layers.0.self_attn.q_proj.lora_B.weight");
     EXPECT_EQ(b.abs().max().item<double>() == 0, init != "false") << init;
-    if (init == "true") EXPECT_LE(a.abs().max().item<double>(), 1 / std::sqrt(32.0)) << init;
-    if (init != "\"gaussian\"") EXPECT_GT(a.abs().max().item<double>(), 0.5 / std::sqrt(32.0)) << init;
-    if (init == "\"gaussian\"") EXPECT_NEAR(a.std().item<double>(), 1.0 / 16, 0.01) << init;
+    if (init == "true") {
+      EXPECT_LE(a.abs().max().item<double>(), 1 / std::sqrt(32.0)) << init;
+    }
+    if (init != "\"gaussian\"") {
+      EXPECT_GT(a.abs().max().item<double>(), 0.5 / std::sqrt(32.0)) << init;
+    }
+    if (init == "\"gaussian\"") {
+      EXPECT_NEAR(a.std().item<double>(), 1.0 / 16, 0.01) << init;
+    }
   }
   auto e = expected_of("llama_qv");
   auto slot = base_model("llama_qv");

@@ -136,7 +136,9 @@ TEST(ActivationCheckpointing, RecomputedBlocksGiveTheGradientsOfTheForwardThatHa
     if (name.find(".wte.") != std::string::npos || name.find(".wpe.") != std::string::npos) p.requires_grad_(false);
   auto [loss_c, grads_c] = loss_and_grads(*checkpointed, ids);
   for (auto& [name, g] : grads_c) {
-    if (name.find("transformer.h.") == 0) EXPECT_TRUE(g.defined() && g.abs().sum().item<double>() > 0) << name;
+    if (name.find("transformer.h.") == 0) {
+      EXPECT_TRUE(g.defined() && g.abs().sum().item<double>() > 0) << name;
+    }
   }
 
   // Without grad (evaluation, generation) a block runs once, as without checkpointing.

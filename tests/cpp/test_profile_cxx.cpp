@@ -107,7 +107,9 @@ TEST(ProfileCxx, StepsFollowTorchSchedules) {
     const int worked = static_cast<int>(last.size()) - (last.count(n) ? 1 : 0);
     EXPECT_EQ(count(trace, "\"name\": \"acc::forward\""), worked) << schedule;
     EXPECT_EQ(count(trace, "\"name\": \"acc::optimizer_step\""), worked) << schedule;
-    if (worked > 0) EXPECT_GT(count(trace, "\"name\": \"aten::"), 0) << schedule;
+    if (worked > 0) {
+      EXPECT_GT(count(trace, "\"name\": \"aten::"), 0) << schedule;
+    }
   }
   EXPECT_EQ(schedules, 7) << "the fixture " << g_fixture << " has 7 schedules";
 }

@@ -160,8 +160,9 @@ static void trace(const char* dir, int expect_io) {
   const char* rank = getenv("RANK");
   snprintf(file, sizeof file, "'%s/profile_%s.json'", dir, rank ? rank : "0");
   CHECK(acc_profile_begin(acc, kwargs));
-  if (expect_io) EXPECT_ERR(acc_profile_end(acc), ACC_ERR_IO, file);
-  else EXPECT_OK(acc_profile_end(acc));
+  if (expect_io) {
+    EXPECT_ERR(acc_profile_end(acc), ACC_ERR_IO, file);
+  } else EXPECT_OK(acc_profile_end(acc));
   acc_accelerator_destroy(acc);
 }
 

@@ -87,8 +87,9 @@ TEST_P(Tokenizers, EqualTransformers) {
   for (const auto& [token, id] : vocab.get("token_to_id").items()) {
     auto got = tok.token_to_id(token);
     if (!got) got = unk;
-    if (id.is_null()) EXPECT_FALSE(got) << token;
-    else EXPECT_EQ(got.value_or(-1), id.as_int()) << token;
+    if (id.is_null()) {
+      EXPECT_FALSE(got) << token;
+    } else EXPECT_EQ(got.value_or(-1), id.as_int()) << token;
   }
   for (const auto& [id, token] : vocab.get("id_to_token").items())
     EXPECT_EQ(tok.id_to_token(std::stoll(id)).value_or("<none>"), token.as_string()) << id;
@@ -154,10 +155,12 @@ TEST_P(Tokenizers, EqualTransformers) {
       for (size_t i = 0; i < encs.size(); ++i) {
         EXPECT_EQ(encs[i].ids, ints(want.at(i))) << "row " << i;
         EXPECT_EQ(encs[i].attention_mask, ints(c.get("attention_mask").at(i))) << "row " << i;
-        if (c.has_value("token_type_ids"))
+        if (c.has_value("token_type_ids")) {
           EXPECT_EQ(encs[i].type_ids, ints(c.get("token_type_ids").at(i))) << "row " << i;
-        if (c.has_value("overflow_to_sample_mapping"))
+        }
+        if (c.has_value("overflow_to_sample_mapping")) {
           EXPECT_EQ(static_cast<int64_t>(encs[i].sample), c.get("overflow_to_sample_mapping").at(i).as_int());
+        }
       }
     } else if (kind == "stream") {
       auto sargs = c.get("streamer_args");
@@ -244,9 +247,13 @@ TEST_P(ChatTemplates, EqualTransformers) {
       continue;
     }
     auto enc = text::encode_chat(*tok, messages, o);
-    if (!c.get("text").is_null()) EXPECT_EQ(enc.text, c.get_string("text"));
+    if (!c.get("text").is_null()) {
+      EXPECT_EQ(enc.text, c.get_string("text"));
+    }
     EXPECT_EQ(enc.encoding.ids, ints(c.get("ids")));
-    if (c.has_value("assistant_masks")) EXPECT_EQ(enc.assistant_masks, ints(c.get("assistant_masks")));
+    if (c.has_value("assistant_masks")) {
+      EXPECT_EQ(enc.assistant_masks, ints(c.get("assistant_masks")));
+    }
     ++checked;
   }
   EXPECT_GT(checked, 3);

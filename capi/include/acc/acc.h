@@ -162,16 +162,14 @@ ACC_API const char* acc_status_name(acc_status status) ACC_NOEXCEPT;
  * Caller owns *out (acc_accelerator_destroy). Any thread. Collective with WORLD_SIZE > 1 for the first
  * accelerator of a process (the rendezvous); later ones share its process group.
  */
-ACC_API ACC_NODISCARD acc_status acc_accelerator_create(const char* config_json,
-                                                         acc_accelerator** out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_accelerator_create(const char* config_json, acc_accelerator** out) ACC_NOEXCEPT;
 /** Releases the handle; objects it prepared keep the accelerator and its process group alive.
  *  NULL-safe; not during another call on acc. */
 ACC_API void acc_accelerator_destroy(acc_accelerator* acc) ACC_NOEXCEPT;
 /** This process's rank in the job (RANK). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_process_index(const acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
 /** This process's rank on its machine (LOCAL_RANK). Any thread. */
-ACC_API ACC_NODISCARD acc_status acc_local_process_index(const acc_accelerator* acc,
-                                                          int32_t* out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_local_process_index(const acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
 /** The number of processes of the job (WORLD_SIZE). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_num_processes(const acc_accelerator* acc, int32_t* out) ACC_NOEXCEPT;
 /** 1 on the process of rank 0, else 0. Any thread. */
@@ -185,8 +183,7 @@ ACC_API ACC_NODISCARD acc_status acc_is_last_process(const acc_accelerator* acc,
 ACC_API ACC_NODISCARD acc_status acc_device(const acc_accelerator* acc, const char** out) ACC_NOEXCEPT;
 /** Accelerate's DistributedType name: "NO", "MULTI_CPU", "MULTI_GPU".
  *  Borrowed: valid until acc is destroyed. Any thread. */
-ACC_API ACC_NODISCARD acc_status acc_distributed_type(const acc_accelerator* acc,
-                                                       const char** out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_distributed_type(const acc_accelerator* acc, const char** out) ACC_NOEXCEPT;
 /** The resolved configuration as JSON, each value with where it came from.
  *  Borrowed: valid until acc is destroyed. Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_config_json(const acc_accelerator* acc, const char** out) ACC_NOEXCEPT;
@@ -196,7 +193,7 @@ ACC_API ACC_NODISCARD acc_status acc_config_json(const acc_accelerator* acc, con
  *  NULL when device_specific is 0.
  *  Reads acc; sets process-wide generators (each under its own lock). Local: no other process takes part. */
 ACC_API ACC_NODISCARD acc_status acc_set_seed(const acc_accelerator* acc, uint64_t seed, int32_t device_specific,
-                                               int32_t deterministic) ACC_NOEXCEPT;
+                                              int32_t deterministic) ACC_NOEXCEPT;
 
 /** wait_for_everyone: a barrier; returns once every process has reached it.
  *  Locks acc. Collective. */
@@ -228,13 +225,12 @@ ACC_API ACC_NODISCARD acc_status acc_print(const acc_accelerator* acc, const cha
  *  equal the element count times the element size. ndim may be 0 (a scalar).
  *  Caller owns *out (acc_tensor_destroy). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_tensor_from_host(const void* data, size_t nbytes, acc_dtype dtype,
-                                                       const int64_t* shape, int32_t ndim,
-                                                       acc_tensor** out) ACC_NOEXCEPT;
+                                                      const int64_t* shape, int32_t ndim,
+                                                      acc_tensor** out) ACC_NOEXCEPT;
 /** Copies the tensor (from any device, made contiguous) into `dst`, which holds `nbytes` bytes; nbytes
  *  must equal the tensor's byte size.
  *  Any thread. */
-ACC_API ACC_NODISCARD acc_status acc_tensor_to_host(const acc_tensor* t, void* dst,
-                                                     size_t nbytes) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_tensor_to_host(const acc_tensor* t, void* dst, size_t nbytes) ACC_NOEXCEPT;
 /** Releases the handle; batches, other handles and DLPack exports that share its data keep the data.
  *  NULL-safe; not during another call on t. */
 ACC_API void acc_tensor_destroy(acc_tensor* t) ACC_NOEXCEPT;
@@ -242,8 +238,7 @@ ACC_API void acc_tensor_destroy(acc_tensor* t) ACC_NOEXCEPT;
 ACC_API ACC_NODISCARD acc_status acc_tensor_ndim(const acc_tensor* t, int32_t* out) ACC_NOEXCEPT;
 /** Writes min(ndim, capacity) dimensions to `shape`; fails when capacity < ndim.
  *  Any thread. */
-ACC_API ACC_NODISCARD acc_status acc_tensor_shape(const acc_tensor* t, int64_t* shape,
-                                                   int32_t capacity) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_tensor_shape(const acc_tensor* t, int64_t* shape, int32_t capacity) ACC_NOEXCEPT;
 /** Number of elements. Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_tensor_numel(const acc_tensor* t, int64_t* out) ACC_NOEXCEPT;
 /** Size in bytes: elements times element size. Any thread. */
@@ -258,12 +253,12 @@ ACC_API ACC_NODISCARD acc_status acc_tensor_item(const acc_tensor* t, double* ou
  *  zero-copy: the tensor views src's memory until destroyed.
  *  Caller owns *out (acc_tensor_destroy); src is the library's from the call on. Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_tensor_from_dlpack(struct DLManagedTensorVersioned* src,
-                                                         acc_tensor** out) ACC_NOEXCEPT;
+                                                        acc_tensor** out) ACC_NOEXCEPT;
 /** Exports a zero-copy view; the caller must call (*out)->deleter(*out). Keeps the memory alive
  *  after acc_tensor_destroy(t).
  *  Caller owns *out (its deleter). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_tensor_to_dlpack(const acc_tensor* t,
-                                                       struct DLManagedTensorVersioned** out) ACC_NOEXCEPT;
+                                                      struct DLManagedTensorVersioned** out) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Named batches: tensors by name, the dict Accelerate hands to a model                            */
@@ -293,17 +288,15 @@ ACC_API ACC_NODISCARD acc_status acc_batch_count(const acc_batch* batch, int64_t
 /** The index-th name (0-based, in insertion order), borrowed from the batch until it is changed or
  *  destroyed.
  *  Borrowed: *out, as said. Reads batch. */
-ACC_API ACC_NODISCARD acc_status acc_batch_name(const acc_batch* batch, int64_t index,
-                                                 const char** out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_batch_name(const acc_batch* batch, int64_t index, const char** out) ACC_NOEXCEPT;
 /** *out = 1 when the batch has a tensor named `name`, else 0.
  *  Reads batch. */
 ACC_API ACC_NODISCARD acc_status acc_batch_contains(const acc_batch* batch, const char* name,
-                                                     int32_t* out) ACC_NOEXCEPT;
+                                                    int32_t* out) ACC_NOEXCEPT;
 /** A new handle to the tensor of `name` (sharing its data), which the caller destroys. A missing name is
  *  ACC_ERR_INVALID_ARGUMENT, whose message lists the names present.
  *  Caller owns *out (acc_tensor_destroy). Reads batch. */
-ACC_API ACC_NODISCARD acc_status acc_batch_get(const acc_batch* batch, const char* name,
-                                                acc_tensor** out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_batch_get(const acc_batch* batch, const char* name, acc_tensor** out) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Models                                                                                          */
@@ -327,7 +320,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_create(const char* spec_json, acc_mod
  *  configured loss of the first output against "targets").
  *  Caller owns *out (acc_model_destroy). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, const char* options_json,
-                                                             acc_model** out) ACC_NOEXCEPT;
+                                                            acc_model** out) ACC_NOEXCEPT;
 /**
  * transformers' from_pretrained: a Hugging Face model directory (config.json, and model.safetensors or
  * the shards model.safetensors.index.json lists). config.json's "architectures"[0] picks the model:
@@ -351,7 +344,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_torchscript(const char* path, co
  * Caller owns *out (acc_model_destroy). Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_model_from_pretrained(const char* dir, const char* options_json,
-                                                            acc_model** out) ACC_NOEXCEPT;
+                                                           acc_model** out) ACC_NOEXCEPT;
 /**
  * transformers' from_config: the architecture a config.json text names (as acc_model_from_pretrained
  * knows them), with fresh weights initialised as transformers does (normal(0, initializer_range), zero
@@ -361,7 +354,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_from_pretrained(const char* dir, cons
  * Caller owns *out (acc_model_destroy). Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_model_from_config(const char* config_json, const char* options_json,
-                                                        acc_model** out) ACC_NOEXCEPT;
+                                                       acc_model** out) ACC_NOEXCEPT;
 /** Called by acc_generate after every step with the `batch` tokens just chosen (one per sequence; a finished
  *  sequence gets the pad token), valid during the call. Return 0 to go on, anything else to stop there. */
 typedef int32_t (*acc_generate_token_fn)(void* user_data, const int64_t* tokens, int64_t batch);
@@ -379,9 +372,9 @@ typedef int32_t (*acc_generate_token_fn)(void* user_data, const int64_t* tokens,
  * Caller owns *out (acc_tensor_destroy). Locks model; on_tokens runs on the calling thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_generate(acc_model* model, const acc_tensor* input_ids,
-                                               const acc_tensor* attention_mask, const char* options_json,
-                                               acc_generate_token_fn on_tokens, void* user_data,
-                                               acc_tensor** out) ACC_NOEXCEPT;
+                                              const acc_tensor* attention_mask, const char* options_json,
+                                              acc_generate_token_fn on_tokens, void* user_data,
+                                              acc_tensor** out) ACC_NOEXCEPT;
 /**
  * torch.set_grad_enabled for the calling thread: with enabled 0, forward passes record no autograd graph
  * (evaluation and inference: less memory and time; acc_backward of such a loss fails), with 1 they do again
@@ -396,7 +389,7 @@ ACC_API ACC_NODISCARD acc_status acc_set_grad_enabled(int32_t enabled, int32_t* 
  * Borrowed: *out_json is valid until the next such call on model or its destruction. Locks model.
  */
 ACC_API ACC_NODISCARD acc_status acc_model_module_sizes(acc_model* model, const char* dtype,
-                                                         const char** out_json) ACC_NOEXCEPT;
+                                                        const char** out_json) ACC_NOEXCEPT;
 /**
  * Accelerate's device-map planning (infer_auto_device_map, with get_balanced_memory for "auto",
  * "balanced" and "balanced_low_0") for the model, which may be empty (acc_model_from_config with
@@ -409,7 +402,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_module_sizes(acc_model* model, const 
  * Borrowed: *out_json is valid until the next such call on model or its destruction. Locks model.
  */
 ACC_API ACC_NODISCARD acc_status acc_infer_auto_device_map(acc_model* model, const char* options_json,
-                                                            const char** out_json) ACC_NOEXCEPT;
+                                                           const char** out_json) ACC_NOEXCEPT;
 /** Releases the handle; an optimizer over the model keeps it alive.
  *  NULL-safe; not during another call on model. */
 ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;
@@ -420,9 +413,8 @@ ACC_API void acc_model_destroy(acc_model* model) ACC_NOEXCEPT;
  * broadcasts buffers: a prepared model with buffers, in training mode, with several processes
  * (ddp_kwargs.broadcast_buffers, on by default).
  */
-ACC_API ACC_NODISCARD acc_status acc_model_forward(acc_model* model, const acc_tensor* input,
-                                                    const acc_tensor* targets, acc_tensor** out_output,
-                                                    acc_tensor** out_loss) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const acc_tensor* targets,
+                                                   acc_tensor** out_output, acc_tensor** out_loss) ACC_NOEXCEPT;
 /**
  * Runs the model on a named batch, as Accelerate's model(**batch), and returns its outputs as a new
  * batch the caller owns. The built-in MLP takes "input" (and "targets") and returns "output" (and
@@ -433,7 +425,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_forward(acc_model* model, const acc_t
  * Caller owns *out (acc_batch_destroy). Locks model; reads batch. Collective as acc_model_forward.
  */
 ACC_API ACC_NODISCARD acc_status acc_model_forward_batch(acc_model* model, const acc_batch* batch,
-                                                          acc_batch** out) ACC_NOEXCEPT;
+                                                         acc_batch** out) ACC_NOEXCEPT;
 /** Training (1) or evaluation (0) mode: dropout on or off.
  *  Locks model. */
 ACC_API ACC_NODISCARD acc_status acc_model_set_training(acc_model* model, int32_t training) ACC_NOEXCEPT;
@@ -450,15 +442,13 @@ ACC_API ACC_NODISCARD acc_status acc_model_state_size(const acc_model* model, in
  *  collective, ACC_ERR_INVALID_STATE for sharded parameters (docs/abi.md, "Versioned symbols").
  *  Borrowed: *out_name, until the model handle is destroyed. Caller owns *out_value (a CPU copy;
  *  acc_tensor_destroy). Reads model. */
-ACC_API ACC_NODISCARD acc_status acc_model_state_get(const acc_model* model, int64_t index,
-                                                      const char** out_name,
-                                                      acc_tensor** out_value) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_model_state_get(const acc_model* model, int64_t index, const char** out_name,
+                                                     acc_tensor** out_value) ACC_NOEXCEPT;
 /** Writes the model's state dict to a safetensors file, atomically (temporary name, then rename). Where
  *  acc_model_state_get gathers, the whole state is gathered from the shards: a collective, the main process
  *  writes and the others wait. Versioned as acc_model_state_get (ACC_1.4; ACC_1.0 refuses sharded
  *  parameters). Reads model. */
-ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* model,
-                                                             const char* path) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_model_save_safetensors(const acc_model* model, const char* path) ACC_NOEXCEPT;
 /** Loads a safetensors file into the model; every name and shape must match. Under ZeRO-3 / FSDP every
  *  process calls it (each keeps its shards of the file's tensors). Versioned as acc_model_state_get
  *  (ACC_1.4; ACC_1.0 refuses sharded parameters).
@@ -475,8 +465,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_load_safetensors(acc_model* model, co
  *  acc_prepare, as DDP and FSDP read requires_grad when they wrap). Since 1.2.
  *  Locks model. */
 ACC_API ACC_NODISCARD acc_status acc_model_set_requires_grad(acc_model* model, const char* pattern,
-                                                             int32_t requires_grad,
-                                                             int64_t* out_matched) ACC_NOEXCEPT;
+                                                             int32_t requires_grad, int64_t* out_matched) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Optimizers                                                                                      */
@@ -491,7 +480,7 @@ ACC_API ACC_NODISCARD acc_status acc_model_set_requires_grad(acc_model* model, c
  *   parameter list (since 1.4; before, an optimizer that stepped nothing).
  *  Caller owns *out (acc_optimizer_destroy); it keeps model alive. Reads model. */
 ACC_API ACC_NODISCARD acc_status acc_optimizer_create(acc_model* model, const char* options_json,
-                                                       acc_optimizer** out) ACC_NOEXCEPT;
+                                                      acc_optimizer** out) ACC_NOEXCEPT;
 /** Releases the handle; a scheduler over the optimizer keeps it alive.
  *  NULL-safe; not during another call on opt. */
 ACC_API void acc_optimizer_destroy(acc_optimizer* opt) ACC_NOEXCEPT;
@@ -509,8 +498,7 @@ ACC_API ACC_NODISCARD acc_status acc_optimizer_zero_grad(acc_optimizer* opt) ACC
 ACC_API ACC_NODISCARD acc_status acc_optimizer_lr(const acc_optimizer* opt, double* out) ACC_NOEXCEPT;
 /** 1 when the last acc_optimizer_step was skipped: fp16 found inf/nan gradients.
  *  Reads opt. */
-ACC_API ACC_NODISCARD acc_status acc_optimizer_step_was_skipped(const acc_optimizer* opt,
-                                                                 int32_t* out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_optimizer_step_was_skipped(const acc_optimizer* opt, int32_t* out) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Schedulers                                                                                      */
@@ -520,7 +508,7 @@ ACC_API ACC_NODISCARD acc_status acc_optimizer_step_was_skipped(const acc_optimi
  *  Caller owns *out (acc_scheduler_destroy); it keeps opt alive. Sets opt's learning rate at once,
  *  without locking opt. */
 ACC_API ACC_NODISCARD acc_status acc_scheduler_create(acc_optimizer* opt, const char* options_json,
-                                                       acc_scheduler** out) ACC_NOEXCEPT;
+                                                      acc_scheduler** out) ACC_NOEXCEPT;
 /** Destroys the scheduler; the optimizer keeps its current learning rate.
  *  NULL-safe; not during another call on sched. */
 ACC_API void acc_scheduler_destroy(acc_scheduler* sched) ACC_NOEXCEPT;
@@ -541,12 +529,12 @@ ACC_API ACC_NODISCARD acc_status acc_scheduler_last_lr(const acc_scheduler* sche
 /** Samples are rows (dim 0) of `inputs` and, when not NULL, of `targets`. Both are copied.
  *  Caller owns *out (acc_dataset_destroy). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_tensors(const acc_tensor* inputs, const acc_tensor* targets,
-                                                           acc_dataset** out) ACC_NOEXCEPT;
+                                                          acc_dataset** out) ACC_NOEXCEPT;
 /** A memory-mapped file of little-endian tokens. options_json: {"block_size": T, "dtype": "uint16"|
  *  "int32"}. Sample i is tokens [i*T, i*T+T) as input and [i*T+1, i*T+T+1) as target (int64).
  *  Caller owns *out (acc_dataset_destroy). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_token_file(const char* path, const char* options_json,
-                                                              acc_dataset** out) ACC_NOEXCEPT;
+                                                             acc_dataset** out) ACC_NOEXCEPT;
 /** A dataset whose samples are the rows (dim 0) of every tensor of `columns` (torch's TensorDataset,
  *  named): sample i is {name: columns[name][i]}. The tensors must agree in their number of rows; they
  *  are copied, so `columns` may be destroyed at once. The caller owns the dataset.
@@ -556,16 +544,14 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_from_batch(const acc_batch* columns
 /** Fills one sample: creates *input (and *target, or leaves it NULL) with acc_tensor_from_host; the
  *  library takes ownership. Return ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK.
  *  Runs on the thread that asks a loader for a batch. */
-typedef acc_status (*acc_dataset_get_fn)(void* user_data, int64_t index, acc_tensor** input,
-                                         acc_tensor** target);
+typedef acc_status (*acc_dataset_get_fn)(void* user_data, int64_t index, acc_tensor** input, acc_tensor** target);
 /** A dataset of `length` samples produced by `get` on the calling thread. `free_user_data` (may be
  *  NULL) is called once when the dataset is no longer used.
  *  Caller owns *out (acc_dataset_destroy); user_data stays the caller's until free_user_data (also
  *  called at once if creation fails). Any thread. */
-ACC_API ACC_NODISCARD acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get,
-                                                            void* user_data,
-                                                            void (*free_user_data)(void*),
-                                                            acc_dataset** out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_dataset_from_callback(int64_t length, acc_dataset_get_fn get, void* user_data,
+                                                           void (*free_user_data)(void*),
+                                                           acc_dataset** out) ACC_NOEXCEPT;
 /** Fills sample `index` into `sample`, an empty batch the library owns (add tensors with acc_batch_set;
  *  do not destroy it: acc_batch_destroy on it fails the callback with ACC_ERR_CALLBACK). Every sample
  *  names the same tensors in the same order. Return ACC_OK, or any non-zero value to fail with
@@ -577,9 +563,8 @@ typedef acc_status (*acc_dataset_get_batch_fn)(void* user_data, int64_t index, a
  *  longer used, or at once if creation fails. The caller owns the dataset.
  *  Caller owns *out (acc_dataset_destroy). Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_batch_callback(int64_t length, acc_dataset_get_batch_fn get,
-                                                                  void* user_data,
-                                                                  void (*free_user_data)(void*),
-                                                                  acc_dataset** out) ACC_NOEXCEPT;
+                                                                 void* user_data, void (*free_user_data)(void*),
+                                                                 acc_dataset** out) ACC_NOEXCEPT;
 
 /** Rewinds an iterable dataset's stream for a pass over `epoch` (Accelerate's set_epoch). Return
  *  ACC_OK, or any non-zero value to fail with ACC_ERR_CALLBACK.
@@ -603,8 +588,8 @@ typedef acc_status (*acc_iterator_next_fn)(void* user_data, acc_tensor** input, 
  * stream is one, so run one pass over it at a time.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_iterator(acc_iterator_start_fn start, acc_iterator_next_fn next,
-                                                            void* user_data, void (*free_user_data)(void*),
-                                                            acc_dataset** out) ACC_NOEXCEPT;
+                                                           void* user_data, void (*free_user_data)(void*),
+                                                           acc_dataset** out) ACC_NOEXCEPT;
 /** The next sample of an iterable stream, filled into `sample` (an empty batch the library owns: do not
  *  destroy it), with *has_sample set to 1; at the end of the stream *has_sample = 0. Return ACC_OK, or
  *  any non-zero value to fail with ACC_ERR_CALLBACK.
@@ -613,9 +598,9 @@ typedef acc_status (*acc_iterator_next_batch_fn)(void* user_data, acc_batch* sam
 /** An iterable dataset of named samples: acc_dataset_from_iterator with acc_batch samples.
  *  Caller owns *out (acc_dataset_destroy). Any thread; one pass over the stream at a time. */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_batch_iterator(acc_iterator_start_fn start,
-                                                                  acc_iterator_next_batch_fn next, void* user_data,
-                                                                  void (*free_user_data)(void*),
-                                                                  acc_dataset** out) ACC_NOEXCEPT;
+                                                                 acc_iterator_next_batch_fn next, void* user_data,
+                                                                 void (*free_user_data)(void*),
+                                                                 acc_dataset** out) ACC_NOEXCEPT;
 
 /** Releases the handle; loaders over the dataset keep it alive (free_user_data runs when the last one
  *  lets go, on that thread). NULL-safe; not during another call on ds. */
@@ -640,7 +625,7 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_is_iterable(const acc_dataset* ds, 
  *  from the default generator, as PyTorch's RandomSampler does), "drop_last": false}.
  *  Caller owns *out (acc_dataloader_destroy); it keeps ds alive. Any thread. */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_create(acc_dataset* ds, const char* options_json,
-                                                        acc_dataloader** out) ACC_NOEXCEPT;
+                                                       acc_dataloader** out) ACC_NOEXCEPT;
 /**
  * A loader over explicit batches, which may differ in size (a batch sampler without a batch size:
  * Accelerate's batch_size=None). Batch b is the next batch_sizes[b] entries of `indices`, whose
@@ -652,10 +637,9 @@ ACC_API ACC_NODISCARD acc_status acc_dataloader_create(acc_dataset* ds, const ch
  * Caller owns *out (acc_dataloader_destroy); it keeps ds alive. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_create_from_batches(acc_dataset* ds, const int64_t* indices,
-                                                                     size_t num_indices,
-                                                                     const int64_t* batch_sizes,
-                                                                     int64_t num_batches, const char* options_json,
-                                                                     acc_dataloader** out) ACC_NOEXCEPT;
+                                                                    size_t num_indices, const int64_t* batch_sizes,
+                                                                    int64_t num_batches, const char* options_json,
+                                                                    acc_dataloader** out) ACC_NOEXCEPT;
 /** Destroys the loader (ending its pass) and releases its dataset; loaders made from it by
  *  acc_dataloader_skip_first_batches are separate. NULL-safe; not during another call on dl. */
 ACC_API void acc_dataloader_destroy(acc_dataloader* dl) ACC_NOEXCEPT;
@@ -668,8 +652,7 @@ ACC_API void acc_dataloader_destroy(acc_dataloader* dl) ACC_NOEXCEPT;
  * rng_types "torch" (rank 0's generator).
  */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_next(acc_dataloader* dl, acc_tensor** out_input,
-                                                      acc_tensor** out_target,
-                                                      int32_t* has_batch) ACC_NOEXCEPT;
+                                                     acc_tensor** out_target, int32_t* has_batch) ACC_NOEXCEPT;
 /** The next batch of this process as a new batch the caller owns and destroys, or *out = NULL at the end
  *  of an epoch (the next call starts the following one, as acc_dataloader_next).
  *  Caller owns *out (acc_batch_destroy). Locks dl. Collective as acc_dataloader_next. */
@@ -686,8 +669,7 @@ ACC_API ACC_NODISCARD acc_status acc_dataloader_set_epoch(acc_dataloader* dl, in
 ACC_API ACC_NODISCARD acc_status acc_dataloader_epoch(const acc_dataloader* dl, int64_t* out) ACC_NOEXCEPT;
 /** 1 while the last batch of the epoch is current (Accelerate's end_of_dataloader).
  *  Reads dl. */
-ACC_API ACC_NODISCARD acc_status acc_dataloader_end_of_epoch(const acc_dataloader* dl,
-                                                              int32_t* out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_dataloader_end_of_epoch(const acc_dataloader* dl, int32_t* out) ACC_NOEXCEPT;
 /** While the last batch of a pass is current and sharding completed it with repeated samples: how many
  *  samples of that global batch are real (gathered in rank order they come first; what
  *  acc_gather_for_metrics keeps). 0 otherwise.
@@ -701,7 +683,7 @@ ACC_API ACC_NODISCARD acc_status acc_dataloader_remainder(const acc_dataloader* 
  * Caller owns *out (acc_dataloader_destroy); it shares dl's dataset and shuffling generator. Locks dl.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataloader_skip_first_batches(acc_dataloader* dl, int64_t num_batches,
-                                                                    acc_dataloader** out) ACC_NOEXCEPT;
+                                                                   acc_dataloader** out) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Training: prepare, backward, gradient accumulation, mixed precision, clipping, batch-size search */
@@ -718,7 +700,7 @@ ACC_API ACC_NODISCARD acc_status acc_dataloader_skip_first_batches(acc_dataloade
  * state comes from rank 0) or a sharded shuffling loader without the seedable sampler (its generator).
  */
 ACC_API ACC_NODISCARD acc_status acc_prepare(acc_accelerator* acc, acc_model* model, acc_optimizer* opt,
-                                              acc_scheduler* sched, acc_dataloader* dl) ACC_NOEXCEPT;
+                                             acc_scheduler* sched, acc_dataloader* dl) ACC_NOEXCEPT;
 /** Back-propagates `loss` (a scalar from acc_model_forward with targets).
  *  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes
  *  gradients (DDP's all-reduce, ZeRO's reduce-scatter; under ZeRO-3 on every micro-step: it gathers). */
@@ -743,17 +725,17 @@ ACC_API ACC_NODISCARD acc_status acc_sync_gradients(const acc_accelerator* acc, 
  *  ACC_ERR_INVALID_STATE unless mixed_precision is "fp16".
  *  Reads acc (acc_optimizer_step updates the scaler). */
 ACC_API ACC_NODISCARD acc_status acc_grad_scaler_state(const acc_accelerator* acc, double* out_scale,
-                                                        int64_t* out_growth_tracker) ACC_NOEXCEPT;
+                                                       int64_t* out_growth_tracker) ACC_NOEXCEPT;
 /** PyTorch's clip_grad_norm_ over the model's gradients (unscaled first under fp16); writes the
  *  total norm before clipping. norm_type 2.0 is the usual Euclidean norm.
  *  Locks acc and model. Local under DDP (its gradients are already the same everywhere); collective
  *  under ZeRO / FSDP (the norm over every process's shards). */
 ACC_API ACC_NODISCARD acc_status acc_clip_grad_norm(acc_accelerator* acc, acc_model* model, double max_norm,
-                                                     double norm_type, double* out_total_norm) ACC_NOEXCEPT;
+                                                    double norm_type, double* out_total_norm) ACC_NOEXCEPT;
 /** Clamps every gradient of the model to [-clip_value, clip_value] (unscaled first under fp16).
  *  Locks acc and model. Local. */
 ACC_API ACC_NODISCARD acc_status acc_clip_grad_value(acc_accelerator* acc, acc_model* model,
-                                                      double clip_value) ACC_NOEXCEPT;
+                                                     double clip_value) ACC_NOEXCEPT;
 
 /** A caller's training step at a given batch size; return ACC_ERR_OUT_OF_MEMORY to ask for a smaller
  *  one, ACC_OK when it ran, anything else to stop the search with that status.
@@ -764,66 +746,64 @@ typedef acc_status (*acc_batch_size_fn)(void* user_data, int64_t batch_size);
  *  Fails with ACC_ERR_OUT_OF_MEMORY once the size reaches zero.
  *  Any thread; user_data stays the caller's. */
 ACC_API ACC_NODISCARD acc_status acc_find_executable_batch_size(int64_t starting_batch_size, acc_batch_size_fn fn,
-                                                                 void* user_data,
-                                                                 int64_t* out_batch_size) ACC_NOEXCEPT;
+                                                                void* user_data, int64_t* out_batch_size) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Collectives (every process must make the same calls in the same order), and the local splits    */
 
 /** Concatenates `t` from every process along dim 0, in rank order (dim-0 sizes may differ).
  *  Caller owns *out (acc_tensor_destroy). Locks acc. Collective. */
-ACC_API ACC_NODISCARD acc_status acc_gather(acc_accelerator* acc, const acc_tensor* t,
-                                             acc_tensor** out) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_gather(acc_accelerator* acc, const acc_tensor* t, acc_tensor** out) ACC_NOEXCEPT;
 /** acc_gather, then on the last batch of the active prepared data loader drops the samples that
  *  sharding duplicated to even out the processes, so metrics see each sample exactly once.
  *  Caller owns *out (acc_tensor_destroy). Locks acc. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_gather_for_metrics(acc_accelerator* acc, const acc_tensor* t,
-                                                         acc_tensor** out) ACC_NOEXCEPT;
+                                                        acc_tensor** out) ACC_NOEXCEPT;
 /** Element-wise reduction across processes; the result is on every process.
  *  Caller owns *out (acc_tensor_destroy). Locks acc. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_reduce(acc_accelerator* acc, const acc_tensor* t, acc_reduce_op op,
-                                             acc_tensor** out) ACC_NOEXCEPT;
+                                            acc_tensor** out) ACC_NOEXCEPT;
 /** A copy of process `from_process`'s tensor on every process (shape and dtype must agree).
  *  Caller owns *out (acc_tensor_destroy). Locks acc. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_broadcast(acc_accelerator* acc, const acc_tensor* t, int32_t from_process,
-                                                acc_tensor** out) ACC_NOEXCEPT;
+                                               acc_tensor** out) ACC_NOEXCEPT;
 /** Pads `t` along `dim` to the largest size any process has, with `pad_index`, at the end (or at the
  *  start when pad_first is 1). A dim outside the tensor returns it unchanged, as Accelerate does.
  *  Caller owns *out (acc_tensor_destroy). Locks acc. Collective (unless dim is outside the tensor). */
 ACC_API ACC_NODISCARD acc_status acc_pad_across_processes(acc_accelerator* acc, const acc_tensor* t, int32_t dim,
-                                                           double pad_index, int32_t pad_first,
-                                                           acc_tensor** out) ACC_NOEXCEPT;
+                                                          double pad_index, int32_t pad_first,
+                                                          acc_tensor** out) ACC_NOEXCEPT;
 /** This process's contiguous share of `n` items: the first n % num_processes processes get one more.
  *  With apply_padding, *out_padded_count is the common length everyone pads to (repeating the last
  *  item); otherwise it equals *out_count.
  *  Any thread. Local: computed from the process layout. */
 ACC_API ACC_NODISCARD acc_status acc_split_between_processes(const acc_accelerator* acc, int64_t n,
-                                                              int32_t apply_padding, int64_t* out_start,
-                                                              int64_t* out_count,
-                                                              int64_t* out_padded_count) ACC_NOEXCEPT;
+                                                             int32_t apply_padding, int64_t* out_start,
+                                                             int64_t* out_count,
+                                                             int64_t* out_padded_count) ACC_NOEXCEPT;
 /** Rows of `t` (dim 0) for this process, split as acc_split_between_processes; with apply_padding the
  *  share is padded with copies of the tensor's last row to the common length.
  *  Caller owns *out (acc_tensor_destroy). Any thread (no lock). Local. */
 ACC_API ACC_NODISCARD acc_status acc_split_tensor_between_processes(acc_accelerator* acc, const acc_tensor* t,
-                                                                     int32_t apply_padding,
-                                                                     acc_tensor** out) ACC_NOEXCEPT;
+                                                                    int32_t apply_padding,
+                                                                    acc_tensor** out) ACC_NOEXCEPT;
 /** gather_object: the items of every process, concatenated in rank order, on every process (a process
  *  may give none). A collective.
  *  Caller owns *out (acc_bytes_list_destroy). Locks acc; reads items. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_gather_object(acc_accelerator* acc, const acc_bytes_list* items,
-                                                    acc_bytes_list** out) ACC_NOEXCEPT;
+                                                   acc_bytes_list** out) ACC_NOEXCEPT;
 /** broadcast_object_list: a copy of process `from_process`'s items on every process (the other
  *  processes' items are not read).
  *  Caller owns *out (acc_bytes_list_destroy). Locks acc; reads items. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_broadcast_object(acc_accelerator* acc, const acc_bytes_list* items,
-                                                       int32_t from_process, acc_bytes_list** out) ACC_NOEXCEPT;
+                                                      int32_t from_process, acc_bytes_list** out) ACC_NOEXCEPT;
 /** gather_for_metrics for objects (Accelerate's non-tensor data and use_gather_object=True): one item
  *  per sample of the batch; acc_gather_object, then on the last batch of the active prepared loader only
  *  the real samples are kept, so every sample is counted exactly once. Samples that do not fit one
  *  tensor (rows of different shapes) travel this way too, serialized by the caller.
  *  Caller owns *out (acc_bytes_list_destroy). Locks acc; reads items. Collective. */
 ACC_API ACC_NODISCARD acc_status acc_gather_object_for_metrics(acc_accelerator* acc, const acc_bytes_list* items,
-                                                                acc_bytes_list** out) ACC_NOEXCEPT;
+                                                               acc_bytes_list** out) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Byte lists: objects cross as byte strings the caller serializes (JSON, a binding's own         */
@@ -839,15 +819,15 @@ ACC_API void acc_bytes_list_destroy(acc_bytes_list* list) ACC_NOEXCEPT;
  *  such as SIZE_MAX, is ACC_ERR_INVALID_ARGUMENT).
  *  Locks list. */
 ACC_API ACC_NODISCARD acc_status acc_bytes_list_append(acc_bytes_list* list, const void* data,
-                                                        size_t size) ACC_NOEXCEPT;
+                                                       size_t size) ACC_NOEXCEPT;
 /** The number of items.
  *  Reads list. */
 ACC_API ACC_NODISCARD acc_status acc_bytes_list_count(const acc_bytes_list* list, int64_t* out) ACC_NOEXCEPT;
 /** The index-th item: its bytes (borrowed from the list until it is changed or destroyed; never NULL)
  *  and its size.
  *  Borrowed: *out_data, as said. Reads list. */
-ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, int64_t index,
-                                                     const void** out_data, size_t* out_size) ACC_NOEXCEPT;
+ACC_API ACC_NODISCARD acc_status acc_bytes_list_get(const acc_bytes_list* list, int64_t index, const void** out_data,
+                                                    size_t* out_size) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Checkpoints: Accelerate's save_state / load_state (docs/checkpoints.md describes every file)   */
@@ -899,8 +879,8 @@ typedef acc_status (*acc_checkpoint_load_fn)(void* user_data, const void* data, 
  *  is called once when the accelerator is destroyed, or at once if registering fails.
  *  Locks acc. */
 ACC_API ACC_NODISCARD acc_status acc_register_for_checkpointing(acc_accelerator* acc, acc_checkpoint_save_fn save,
-                                                                 acc_checkpoint_load_fn load, void* user_data,
-                                                                 void (*free_user_data)(void*)) ACC_NOEXCEPT;
+                                                                acc_checkpoint_load_fn load, void* user_data,
+                                                                void (*free_user_data)(void*)) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Experiment trackers: Accelerate's log_with, init_trackers, log, end_training (docs/trackers.md) */
@@ -919,8 +899,7 @@ ACC_API ACC_NODISCARD acc_status acc_register_for_checkpointing(acc_accelerator*
  *  Locks acc. Local.
  */
 ACC_API ACC_NODISCARD acc_status acc_init_trackers(acc_accelerator* acc, const char* project_name,
-                                                    const char* config_json,
-                                                    const char* init_kwargs_json) ACC_NOEXCEPT;
+                                                   const char* config_json, const char* init_kwargs_json) ACC_NOEXCEPT;
 /**
  * Logs `values_json`, a JSON object, to every tracker at `step` (negative: no step, Accelerate's
  * step=None). Numbers and booleans are scalars (NaN, Infinity and -Infinity are accepted, as Python's
@@ -963,7 +942,7 @@ ACC_API ACC_NODISCARD acc_status acc_save_model(const acc_model* model, const ch
  *  Reads model. Collective (for a prepared model).
  */
 ACC_API ACC_NODISCARD acc_status acc_model_save_pretrained(const acc_model* model, const char* dir,
-                                                            const char* max_shard_size) ACC_NOEXCEPT;
+                                                           const char* max_shard_size) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Adapters (LoRA, as Hugging Face peft)                                                           */
@@ -1077,7 +1056,7 @@ ACC_API ACC_NODISCARD acc_status acc_tokenizer_from_pretrained(const char* dir, 
  * Caller owns *out. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_train_bpe(const char* const* texts, const size_t* lengths, int64_t count,
-                                                          const char* options_json, acc_tokenizer** out) ACC_NOEXCEPT;
+                                                         const char* options_json, acc_tokenizer** out) ACC_NOEXCEPT;
 /** NULL is fine. Since 1.4. */
 ACC_API void acc_tokenizer_destroy(acc_tokenizer* tok) ACC_NOEXCEPT;
 /** Writes tokenizer.json, tokenizer_config.json and chat_template.jinja (each atomically) into dir (created
@@ -1094,14 +1073,14 @@ ACC_API ACC_NODISCARD acc_status acc_tokenizer_info(const acc_tokenizer* tok, ch
  *  sep_token, pad_token, cls_token, mask_token); token NULL unsets it. Since 1.4. Not while other threads use
  *  tok. */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_set_special_token(acc_tokenizer* tok, const char* name,
-                                                                  const char* token) ACC_NOEXCEPT;
+                                                                 const char* token) ACC_NOEXCEPT;
 /** The id of a token of the vocabulary (added tokens included); *out is -1 when it has none. Since 1.4. */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_token_to_id(const acc_tokenizer* tok, const char* token,
-                                                            int64_t* out) ACC_NOEXCEPT;
+                                                           int64_t* out) ACC_NOEXCEPT;
 /** The token of an id; *out is NULL for an id outside the vocabulary. Caller frees *out with acc_text_free.
  *  Since 1.4. */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_id_to_token(const acc_tokenizer* tok, int64_t id,
-                                                            char** out) ACC_NOEXCEPT;
+                                                           char** out) ACC_NOEXCEPT;
 /**
  * transformers' tok(texts, text_pair=pairs, ...): count texts (lengths[i] bytes of UTF-8 each; invalid UTF-8
  * is ACC_ERR_INVALID_ARGUMENT naming the text and byte), with pairs (may be NULL). options_json (NULL: {}):
@@ -1112,9 +1091,9 @@ ACC_API ACC_NODISCARD acc_status acc_tokenizer_id_to_token(const acc_tokenizer* 
  * Caller owns *out (acc_encoding_destroy). Since 1.4. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_encode(const acc_tokenizer* tok, const char* const* texts,
-                                                       const size_t* lengths, const char* const* pairs,
-                                                       const size_t* pair_lengths, int64_t count,
-                                                       const char* options_json, acc_encoding** out) ACC_NOEXCEPT;
+                                                      const size_t* lengths, const char* const* pairs,
+                                                      const size_t* pair_lengths, int64_t count,
+                                                      const char* options_json, acc_encoding** out) ACC_NOEXCEPT;
 /** The number of rows. Since 1.4. */
 ACC_API ACC_NODISCARD acc_status acc_encoding_count(const acc_encoding* enc, int64_t* out) ACC_NOEXCEPT;
 /**
@@ -1125,7 +1104,7 @@ ACC_API ACC_NODISCARD acc_status acc_encoding_count(const acc_encoding* enc, int
  * acc_encoding_sample. Since 1.4.
  */
 ACC_API ACC_NODISCARD acc_status acc_encoding_get(const acc_encoding* enc, int64_t row, const char* field,
-                                                   const int64_t** data, int64_t* length) ACC_NOEXCEPT;
+                                                  const int64_t** data, int64_t* length) ACC_NOEXCEPT;
 /** The index of the text a row encodes (transformers' overflow_to_sample_mapping). Since 1.4. */
 ACC_API ACC_NODISCARD acc_status acc_encoding_sample(const acc_encoding* enc, int64_t row, int64_t* out) ACC_NOEXCEPT;
 /** The rows as a batch of int64 tensors [rows, length]: input_ids, attention_mask, token_type_ids (and
@@ -1141,8 +1120,8 @@ ACC_API void acc_encoding_destroy(acc_encoding* enc) ACC_NOEXCEPT;
  * *out_length, which may be NULL, gives the length) with acc_text_free. Since 1.4. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_decode(const acc_tokenizer* tok, const int64_t* ids, int64_t count,
-                                                       const char* options_json, char** out_text,
-                                                       size_t* out_length) ACC_NOEXCEPT;
+                                                      const char* options_json, char** out_text,
+                                                      size_t* out_length) ACC_NOEXCEPT;
 /**
  * transformers' apply_chat_template. messages_json: [{"role", "content", ...}, ...]. options_json (NULL: {}):
  * {"chat_template": a template or the name of one of the tokenizer's ("default", "tool_use"),
@@ -1155,8 +1134,8 @@ ACC_API ACC_NODISCARD acc_status acc_tokenizer_decode(const acc_tokenizer* tok, 
  * Since 1.4. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_tokenizer_apply_chat_template(const acc_tokenizer* tok, const char* messages_json,
-                                                                    const char* options_json, char** out_text,
-                                                                    acc_encoding** out_encoding) ACC_NOEXCEPT;
+                                                                   const char* options_json, char** out_text,
+                                                                   acc_encoding** out_encoding) ACC_NOEXCEPT;
 /**
  * Text generation: the prompt encoded with tok (options "add_special_tokens": true; false for a prompt a chat
  * template rendered), acc_generate's options and stopping (generation_config.json's eos ids), then
@@ -1166,8 +1145,8 @@ ACC_API ACC_NODISCARD acc_status acc_tokenizer_apply_chat_template(const acc_tok
  * Since 1.4. Locks model; on_text runs on the calling thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_generate_text(acc_model* model, const acc_tokenizer* tok, const char* prompt,
-                                                    const char* options_json, acc_text_fn on_text, void* user_data,
-                                                    char** out_text) ACC_NOEXCEPT;
+                                                   const char* options_json, acc_text_fn on_text, void* user_data,
+                                                   char** out_text) ACC_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Datasets from files: JSONL, CSV, Parquet and Arrow files (save_to_disk folders too), tokenized,  */
@@ -1197,7 +1176,7 @@ ACC_API ACC_NODISCARD acc_status acc_generate_text(acc_model* model, const acc_t
  * Caller owns *out (acc_dataset_destroy); the dataset does not keep tok. Since 1.4. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_files(const char* path, const acc_tokenizer* tok,
-                                                         const char* options_json, acc_dataset** out) ACC_NOEXCEPT;
+                                                        const char* options_json, acc_dataset** out) ACC_NOEXCEPT;
 /**
  * acc_dataset_from_files with the accelerator's resolved `data` settings (data.files, data.mode, ...: the keys
  * of docs/configuration.md, from the environment or acc_accelerator_create's JSON, recorded with their sources
@@ -1206,14 +1185,14 @@ ACC_API ACC_NODISCARD acc_status acc_dataset_from_files(const char* path, const 
  * Caller owns *out (acc_dataset_destroy). Since 1.4. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataset_from_config(const acc_accelerator* acc, const acc_tokenizer* tok,
-                                                          acc_dataset** out) ACC_NOEXCEPT;
+                                                         acc_dataset** out) ACC_NOEXCEPT;
 /**
  * The batch a loader makes of the samples `indices[0..count)` of a map-style dataset, in that order (for a
  * files dataset, the collator's padded batch of those rows): to look at a dataset without a loader.
  * Caller owns *out (acc_batch_destroy). Since 1.4. Any thread.
  */
 ACC_API ACC_NODISCARD acc_status acc_dataset_get_batch(const acc_dataset* ds, const int64_t* indices, int64_t count,
-                                                        acc_batch** out) ACC_NOEXCEPT;
+                                                       acc_batch** out) ACC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -293,15 +293,15 @@ class ACC_CXX_API Accelerator {
   /// `acc launch` (or torchrun's environment) this joins the process group.
   explicit Accelerator(const std::string& config_json = "");
 
-  int process_index() const;          ///< this process's rank in the job (RANK)
-  int local_process_index() const;    ///< this process's rank on its machine (LOCAL_RANK)
-  int num_processes() const;          ///< the number of processes of the job (WORLD_SIZE)
-  bool is_main_process() const;       ///< true on the process of rank 0
-  bool is_local_main_process() const; ///< true on the first process of its machine (local rank 0)
-  bool is_last_process() const;       ///< true on the process of the highest rank
-  torch::Device device() const;       ///< the device of this process
+  int process_index() const;  ///< this process's rank in the job (RANK)
+  int local_process_index() const;  ///< this process's rank on its machine (LOCAL_RANK)
+  int num_processes() const;  ///< the number of processes of the job (WORLD_SIZE)
+  bool is_main_process() const;  ///< true on the process of rank 0
+  bool is_local_main_process() const;  ///< true on the first process of its machine (local rank 0)
+  bool is_last_process() const;  ///< true on the process of the highest rank
+  torch::Device device() const;  ///< the device of this process
   std::string distributed_type() const;  ///< "NO", "MULTI_CPU", "MULTI_GPU"
-  std::string config_json() const;        ///< the resolved configuration, with provenance
+  std::string config_json() const;  ///< the resolved configuration, with provenance
 
   ///@{
   /// prepare: the module moves to the device and gets its strategy (DDP with several processes).
@@ -373,9 +373,9 @@ class ACC_CXX_API Accelerator {
   torch::Tensor gather_for_metrics(const torch::Tensor& t);
   /// Reductions of reduce.
   enum class Reduce {
-    Sum,   ///< element-wise sum
+    Sum,  ///< element-wise sum
     Mean,  ///< element-wise mean
-    Max    ///< element-wise maximum
+    Max  ///< element-wise maximum
   };
   /// Element-wise reduction across processes; the result is on every process (as acc_reduce).
   torch::Tensor reduce(const torch::Tensor& t, Reduce op = Reduce::Sum);
@@ -534,8 +534,8 @@ class ACC_CXX_API LinearImpl : public torch::nn::Module {
   /// x W^T + b, plus the adapter's B(A(dropout(x))) * scaling when one is added.
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;  ///< [out_features, in_features]
-  torch::Tensor bias;    ///< [out_features], or undefined without bias
-  int64_t in_features;   ///< the input's last dimension
+  torch::Tensor bias;  ///< [out_features], or undefined without bias
+  int64_t in_features;  ///< the input's last dimension
   int64_t out_features;  ///< the output's last dimension
   std::shared_ptr<core::lora::Host> lora;  ///< libacc's: the adapter this layer holds
 };

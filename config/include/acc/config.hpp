@@ -90,9 +90,9 @@ std::map<std::string, std::string> current_environment();
 // ---------------------------------------------------------------------------------------------------------------
 // Launcher side: defaults < config file < launcher flags.
 struct Flag {
-  std::string path;   // launch-schema key, e.g. "num_processes"
+  std::string path;  // launch-schema key, e.g. "num_processes"
   std::string value;  // text, parsed by the key's type ("4", "true", "bf16")
-  std::string name;   // as given on the command line, for provenance and errors: "--num-processes"
+  std::string name;  // as given on the command line, for provenance and errors: "--num-processes"
   Origin origin = Origin::Flag;  // Env for values the launcher read from a job scheduler ("SLURM_NNODES")
 };
 
@@ -108,8 +108,7 @@ std::optional<std::string> find_default_config_file(const std::map<std::string, 
 // With check (the default), the result must describe a job that can start: check_launch() below. Without it
 // (`acc config update`, `acc config explain` of a file alone) only keys, types and values are checked, and a file's
 // `num_processes: -1` placeholder is kept as -1.
-Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags,
-                      bool check = true);
+Config resolve_launch(const std::optional<std::string>& config_file, const std::vector<Flag>& flags, bool check = true);
 
 // The settings of a launch config that contradict each other, caught before any process starts; throws Error
 // naming both keys and where each value came from: num_processes -1 (not given), machine_rank >= num_machines,
@@ -154,18 +153,18 @@ std::vector<std::string> setting_warnings(const Config& accelerator);
 // a ZeRO stage: FSDP FULL_SHARD -> 3, SHARD_GRAD_OP -> 3 without resharding after forward, NO_SHARD -> 0 (DDP);
 // DeepSpeed zero_stage 0-3. unsupported_setting refuses what libacc cannot do of either first.
 struct Sharding {
-  int stage = 0;                        // 0: none (DDP when distributed)
-  bool reshard_after_forward = true;    // stage 3: FULL_SHARD (true) or SHARD_GRAD_OP (false)
-  bool hybrid = false;                  // HYBRID_SHARD(_ZERO2): shard inside a machine, replicate across machines
+  int stage = 0;  // 0: none (DDP when distributed)
+  bool reshard_after_forward = true;  // stage 3: FULL_SHARD (true) or SHARD_GRAD_OP (false)
+  bool hybrid = false;  // HYBRID_SHARD(_ZERO2): shard inside a machine, replicate across machines
   // FSDP2's HSDP from parallelism_config: dp_replicate_size groups of dp_shard_size consecutive ranks (0: the hybrid
   // strategies' machines). The accelerator checks their product is the number of processes.
   int64_t dp_replicate_size = 0, dp_shard_size = 0;
-  bool offload = false;                 // fsdp cpu_offload, DeepSpeed offload_{optimizer,param}_device cpu
+  bool offload = false;  // fsdp cpu_offload, DeepSpeed offload_{optimizer,param}_device cpu
   std::string wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP
   std::vector<std::string> wrap_classes;
-  bool wrap_classes_set = false;        // false: the model's own no-split classes (Accelerate's default)
+  bool wrap_classes_set = false;  // false: the model's own no-split classes (Accelerate's default)
   int64_t min_num_params = 0;
-  double gradient_clipping = 0;         // DeepSpeed's gradient_clipping: every optimizer step clips to it
+  double gradient_clipping = 0;  // DeepSpeed's gradient_clipping: every optimizer step clips to it
   // The MixedPrecision policy ("bfloat16", "float16", "float32"; "" for none): FSDP's mixed_precision_policy, or
   // as Accelerate derives it from mixed_precision (bf16, fp16; fp8 gathers bf16) for FSDP and DeepSpeed.
   std::string param_dtype, reduce_dtype;
@@ -174,7 +173,7 @@ struct Sharding {
   // null or NO_PREFETCH); FSDP2 and DeepSpeed ZeRO-3 always prefetch one unit ahead, both ways.
   bool forward_prefetch = false;
   std::string backward_prefetch;
-  std::string label;                    // for messages: "FSDP FULL_SHARD", "DeepSpeed ZeRO stage 2"
+  std::string label;  // for messages: "FSDP FULL_SHARD", "DeepSpeed ZeRO stage 2"
 };
 Sharding sharding(const Config& accelerator);
 

@@ -32,9 +32,9 @@ std::optional<std::string> causal_lm_class(const std::string& model_type);
 // key config.json leaves out; they differ by family. The one table: the shape check here and the models
 // (src/models/hf/decoder.cpp) both read it.
 struct DecoderDefaults {
-  int64_t kv_heads;                       // num_key_value_heads; 0: num_attention_heads
+  int64_t kv_heads;  // num_key_value_heads; 0: num_attention_heads
   int64_t max_positions, sliding_window;  // sliding_window 0: none (Qwen2's applies with use_sliding_window only)
-  double eps, theta;                      // rms_norm_eps, rope_theta
+  double eps, theta;  // rms_norm_eps, rope_theta
 };
 DecoderDefaults decoder_defaults(const std::string& architecture);
 
@@ -49,7 +49,7 @@ ParameterShapes hf_parameter_shapes(const std::string& config_json, const std::s
 // entry otherwise).
 struct HfIndex {
   std::vector<std::pair<std::string, std::string>> weight_map;  // tensor -> shard path (dir/name), the file's order
-  std::vector<std::string> shards;                              // the distinct shard paths, sorted
+  std::vector<std::string> shards;  // the distinct shard paths, sorted
 };
 // The index text of `dir` (strict JSON); errors are Error "<source>: bad index: ...".
 HfIndex parse_hf_index(std::string_view index_json, const std::string& dir, const std::string& source);

@@ -64,7 +64,7 @@ class Value {
   const std::string& as_string() const;
 
   // Objects (an error when this is not one).
-  bool has(std::string_view key) const;        // present, even as null
+  bool has(std::string_view key) const;  // present, even as null
   bool has_value(std::string_view key) const;  // present and not null
   std::optional<Value> find(std::string_view key) const;
   Value get(std::string_view key) const;  // required: an error names the missing key

@@ -38,8 +38,8 @@ int accdata_reader_batch(accdata_reader* r, size_t i, accdata_batch** out, char*
 int accdata_reader_rows(accdata_reader* r, uint64_t first, uint64_t count, accdata_batch** out, char** err);
 int accdata_reader_take(accdata_reader* r, const int64_t* rows, size_t n, accdata_batch** out, char** err);
 /* One batch of rows of several batches of one schema: row k is row picks[2k + 1] of batches[picks[2k]]. */
-int accdata_batch_interleave(const accdata_batch* const* batches, size_t n_batches, const size_t* picks,
-                             size_t n_picks, accdata_batch** out, char** err);
+int accdata_batch_interleave(const accdata_batch* const* batches, size_t n_batches, const size_t* picks, size_t n_picks,
+                             accdata_batch** out, char** err);
 
 void accdata_batch_free(accdata_batch* b);
 size_t accdata_batch_rows(const accdata_batch* b);

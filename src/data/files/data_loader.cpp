@@ -12,12 +12,14 @@
 
 namespace {
 
+// clang-format off: the table of functions, several a line
 #define ACC_DATA_FUNCTIONS(X)                                                                                      \
   X(accdata_open) X(accdata_reader_free) X(accdata_reader_info) X(accdata_reader_next) X(accdata_reader_rewind)   \
   X(accdata_reader_batch) X(accdata_reader_rows) X(accdata_reader_take) X(accdata_batch_interleave)               \
   X(accdata_batch_free) X(accdata_batch_rows) X(accdata_batch_first_row) X(accdata_batch_columns)                 \
   X(accdata_batch_column_info) X(accdata_cell_is_null) X(accdata_cell_str) X(accdata_cell_i64)                    \
   X(accdata_cell_f64) X(accdata_cell_bool) X(accdata_cell_int_list) X(accdata_cell_json)
+// clang-format on
 
 struct Library {
 #define X(name) decltype(&::name) name = nullptr;
@@ -63,7 +65,9 @@ int accdata_open(const char* const* paths, size_t n_paths, int format, const cha
 }
 
 // The rest take what accdata_open made, so the library is loaded when they run.
-void accdata_reader_free(accdata_reader* r) { if (r) library().accdata_reader_free(r); }
+void accdata_reader_free(accdata_reader* r) {
+  if (r) library().accdata_reader_free(r);
+}
 int accdata_reader_info(const accdata_reader* r, char** out, char** err) {
   return library().accdata_reader_info(r, out, err);
 }
@@ -80,11 +84,13 @@ int accdata_reader_rows(accdata_reader* r, uint64_t first, uint64_t count, accda
 int accdata_reader_take(accdata_reader* r, const int64_t* rows, size_t n, accdata_batch** out, char** err) {
   return library().accdata_reader_take(r, rows, n, out, err);
 }
-int accdata_batch_interleave(const accdata_batch* const* batches, size_t n_batches, const size_t* picks,
-                             size_t n_picks, accdata_batch** out, char** err) {
+int accdata_batch_interleave(const accdata_batch* const* batches, size_t n_batches, const size_t* picks, size_t n_picks,
+                             accdata_batch** out, char** err) {
   return library().accdata_batch_interleave(batches, n_batches, picks, n_picks, out, err);
 }
-void accdata_batch_free(accdata_batch* b) { if (b) library().accdata_batch_free(b); }
+void accdata_batch_free(accdata_batch* b) {
+  if (b) library().accdata_batch_free(b);
+}
 size_t accdata_batch_rows(const accdata_batch* b) { return library().accdata_batch_rows(b); }
 uint64_t accdata_batch_first_row(const accdata_batch* b) { return library().accdata_batch_first_row(b); }
 size_t accdata_batch_columns(const accdata_batch* b) { return library().accdata_batch_columns(b); }

@@ -52,10 +52,10 @@ Format format_of(const std::string& name) {
 
 // ---- Column
 
-#define ACC_CELL_CALL(call)                                                                              \
-  do {                                                                                                   \
-    char* err = nullptr;                                                                                 \
-    if (call) fail(err, "column '" + name_ + "' (" + type_ + "), row " + std::to_string(i));             \
+#define ACC_CELL_CALL(call)                                                                  \
+  do {                                                                                       \
+    char* err = nullptr;                                                                     \
+    if (call) fail(err, "column '" + name_ + "' (" + type_ + "), row " + std::to_string(i)); \
   } while (0)
 
 bool Column::is_null(size_t i) const {
@@ -174,7 +174,10 @@ Reader Reader::open(const std::vector<std::string>& paths, const OpenOptions& op
 }
 
 Reader::Reader(Reader&& o) noexcept
-    : r_(o.r_), schema_(std::move(o.schema_)), format_(o.format_), num_rows_(o.num_rows_),
+    : r_(o.r_),
+      schema_(std::move(o.schema_)),
+      format_(o.format_),
+      num_rows_(o.num_rows_),
       num_batches_(o.num_batches_) {
   o.r_ = nullptr;
 }
@@ -253,8 +256,7 @@ struct ShardedStream::State {
   State(Reader& r, const core::ShardSpec& spec) : reader(&r), shard(spec), first(nullptr), last(nullptr) {}
 };
 
-ShardedStream::ShardedStream(Reader& reader, const core::ShardSpec& spec)
-    : s_(std::make_shared<State>(reader, spec)) {}
+ShardedStream::ShardedStream(Reader& reader, const core::ShardSpec& spec) : s_(std::make_shared<State>(reader, spec)) {}
 
 std::optional<RecordBatch> ShardedStream::next() {
   State& s = *s_;

@@ -55,8 +55,9 @@ std::shared_ptr<Dataset> make_files_dataset(const text::Tokenizer& tok, const da
   data::PipelineCollator collate(tok, options);  // its settings checked before the files are read
   auto ex = std::make_shared<const data::Examples>(data::build_examples(tok, options));
   if (ex->rows() == 0)
-    throw std::invalid_argument("dataset from files: no rows left after preparation (" + std::to_string(options.files.size()) +
-                                " path(s), first '" + options.files.front() + "')");
+    throw std::invalid_argument("dataset from files: no rows left after preparation (" +
+                                std::to_string(options.files.size()) + " path(s), first '" + options.files.front() +
+                                "')");
   return make_examples_dataset(std::move(ex), std::move(collate));
 }
 

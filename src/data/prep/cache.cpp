@@ -110,8 +110,9 @@ std::optional<Examples> deserialize(std::string_view bytes, const std::string& k
 }
 
 std::string file_stamp(const std::string& path, bool content_hash) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error("cannot fingerprint '" + path + "': " + std::strerror(errno));
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    throw std::runtime_error("cannot fingerprint '" + path + "': " + std::strerror(errno));
   std::string s = path + " size=" + std::to_string(st.st_size);
   if (content_hash) {
     s += " fnv=" + hash_hex(config::read_file(path));
@@ -140,7 +141,8 @@ Examples cached(const std::string& dir, const std::string& key, const std::funct
   if (std::filesystem::exists(path, ec)) {
     std::string bytes = config::read_file(path);
     if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-      throw std::runtime_error("preprocessing cache: '" + path + "' is not a libacc cache file (no ACCPREP1 header);"
+      throw std::runtime_error("preprocessing cache: '" + path +
+                               "' is not a libacc cache file (no ACCPREP1 header);"
                                " it is left alone: move it away or choose another cache folder");
     bool other_key = false;
     if (auto ex = deserialize(bytes, key, other_key)) return *ex;
@@ -163,11 +165,13 @@ std::string fingerprint_tokenizer(const text::Tokenizer& tok) {
   std::string s = "tokenizer " + tok.source() + "\n" + text::info_json(tok) + "\n";
   std::error_code ec;
   if (std::filesystem::is_directory(tok.source(), ec))
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    for (const char* f :
+         {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
       const std::string p = tok.source() + "/" + f;
       if (std::filesystem::exists(p, ec)) s += file_stamp(p, false) + "\n";
     }
-  for (const auto& [name, source] : tok.chat_templates()) s += "template " + json::quote(name) + " " + json::quote(source) + "\n";
+  for (const auto& [name, source] : tok.chat_templates())
+    s += "template " + json::quote(name) + " " + json::quote(source) + "\n";
   return s;
 }
 
@@ -179,7 +183,8 @@ std::string settings_key(const TokenizeOptions& o) {
 }
 
 std::string settings_key(const GroupOptions& o) {
-  return "group_texts block_size=" + std::to_string(o.block_size) + " map_batch_size=" + std::to_string(o.map_batch_size);
+  return "group_texts block_size=" + std::to_string(o.block_size) +
+         " map_batch_size=" + std::to_string(o.map_batch_size);
 }
 
 std::string settings_key(const SftOptions& o) {

@@ -30,7 +30,8 @@ Matrix stack(const SeqColumn& col, std::span<const size_t> rows, const std::stri
   for (size_t r : rows) {
     if (col.length(r) != len)
       throw std::invalid_argument(std::string(who) + ": column '" + name + "' has rows of " + std::to_string(len) +
-                                  " and " + std::to_string(col.length(r)) + " values, which this collator does not pad");
+                                  " and " + std::to_string(col.length(r)) +
+                                  " values, which this collator does not pad");
     auto v = col.row(r);
     m.data.insert(m.data.end(), v.begin(), v.end());
   }
@@ -73,7 +74,8 @@ std::vector<std::span<const int64_t>> spans(const SeqColumn& col, std::span<cons
 Batch tokenizer_pad(const Examples& ex, std::span<const size_t> rows, const PadOptions& o, const char* who) {
   check_rows(ex, rows, who);
   if (!o.pad_token_id)
-    throw std::invalid_argument(std::string(who) + ": the tokenizer has no pad token (transformers: \"Asking to pad but"
+    throw std::invalid_argument(std::string(who) +
+                                ": the tokenizer has no pad token (transformers: \"Asking to pad but"
                                 " the tokenizer does not have a padding token\"); set one, e.g. the eos token");
   const auto& ids = ex.column("input_ids");
   size_t length = o.max_length.value_or(0);
@@ -185,7 +187,8 @@ Batch collate_trl(const Examples& ex, std::span<const size_t> rows, const TrlCol
     if (seq_lengths) {  // get_position_ids_from_packed_seq_lengths: 0, 1, ... from each sample's start
       size_t total = 0;
       for (int64_t n : seq_lengths->row(r)) {
-        if (n < 0) throw std::invalid_argument(std::string(who) + ": a negative seq_length in row " + std::to_string(r));
+        if (n < 0)
+          throw std::invalid_argument(std::string(who) + ": a negative seq_length in row " + std::to_string(r));
         for (int64_t i = 0; i < n; ++i) pos.push_back(i);
         total += static_cast<size_t>(n);
       }
@@ -232,7 +235,8 @@ Batch collate_trl(const Examples& ex, std::span<const size_t> rows, const TrlCol
     Matrix seq_idx;
     for (size_t s = 0; s + 1 < cu.data.size(); ++s) {
       longest = std::max(longest, cu.data[s + 1] - cu.data[s]);
-      seq_idx.data.insert(seq_idx.data.end(), static_cast<size_t>(cu.data[s + 1] - cu.data[s]), static_cast<int64_t>(s));
+      seq_idx.data.insert(seq_idx.data.end(), static_cast<size_t>(cu.data[s + 1] - cu.data[s]),
+                          static_cast<int64_t>(s));
     }
     seq_idx.shape = {1, static_cast<int64_t>(seq_idx.data.size())};
     b.fields.emplace_back("labels", std::move(lab));

@@ -141,7 +141,8 @@ Examples pack(const Examples& ex, size_t seq_length, PackingStrategy strategy, s
   if (seq_length == 0) throw std::invalid_argument("packing: max_length (the packed length) must be at least 1");
   if (map_batch_size == 0) throw std::invalid_argument("packing: map_batch_size must be at least 1");
   check_packable(ex);
-  if (ex.find("seq_lengths")) throw std::invalid_argument("packing: the examples are packed already (a 'seq_lengths' column)");
+  if (ex.find("seq_lengths"))
+    throw std::invalid_argument("packing: the examples are packed already (a 'seq_lengths' column)");
   Examples out = empty_like(ex);
   if (strategy != PackingStrategy::Wrapped) out.add("seq_lengths");
   const size_t rows = ex.rows();

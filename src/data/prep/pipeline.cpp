@@ -24,7 +24,8 @@ struct Parsed {
 };
 
 size_t positive(const json::Value& v, bool zero_ok = false) {
-  if (!v.is_integer() || v.as_int() < (zero_ok ? 0 : 1)) throw Bad(zero_ok ? "must be an integer >= 0" : "must be a positive integer");
+  if (!v.is_integer() || v.as_int() < (zero_ok ? 0 : 1))
+    throw Bad(zero_ok ? "must be an integer >= 0" : "must be a positive integer");
   return static_cast<size_t>(v.as_int());
 }
 bool boolean(const json::Value& v) {
@@ -68,13 +69,15 @@ void apply(Parsed& p, const std::string& k, const json::Value& v) {
     return;
   }
   if (v.is_null()) {
-    static const char* const kNullable[] = {"files", "format", "columns", "collator", "padding_side", "pad_to_multiple_of",
-                                            "chat_template", "eos_token", "pad_token", "cache_dir"};
+    static const char* const kNullable[] = {"files",         "format",       "columns",
+                                            "collator",      "padding_side", "pad_to_multiple_of",
+                                            "chat_template", "eos_token",    "pad_token",
+                                            "cache_dir"};
     if (std::find(std::begin(kNullable), std::end(kNullable), k) == std::end(kNullable)) {
       // A known key that takes no null: say what it takes.
-      static const char* const kKnown[] = {"mode", "text_column", "add_special_tokens", "truncation", "truncation_mode",
-                                           "block_size", "map_batch_size", "packing", "packing_strategy",
-                                           "assistant_only_loss", "padding_free", "threads"};
+      static const char* const kKnown[] = {
+          "mode",           "text_column", "add_special_tokens", "truncation",          "truncation_mode", "block_size",
+          "map_batch_size", "packing",     "packing_strategy",   "assistant_only_loss", "padding_free",    "threads"};
       if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) throw Bad("is not an option");
       throw Bad("must not be null");
     }
@@ -82,24 +85,30 @@ void apply(Parsed& p, const std::string& k, const json::Value& v) {
   }
   if (k == "files") o.files = strings(v, true);
   else if (k == "format")
-    o.open.format = choice<Format>(v, {{"auto", Format::Auto}, {"jsonl", Format::Jsonl}, {"json", Format::Jsonl},
-                                       {"csv", Format::Csv}, {"parquet", Format::Parquet},
-                                       {"arrow", Format::ArrowStream}, {"arrow_file", Format::ArrowFile}});
+    o.open.format = choice<Format>(v, {{"auto", Format::Auto},
+                                       {"jsonl", Format::Jsonl},
+                                       {"json", Format::Jsonl},
+                                       {"csv", Format::Csv},
+                                       {"parquet", Format::Parquet},
+                                       {"arrow", Format::ArrowStream},
+                                       {"arrow_file", Format::ArrowFile}});
   else if (k == "columns") o.open.columns = strings(v, false);
   else if (k == "mode")
-    o.mode = choice<PrepMode>(v, {{"tokenize", PrepMode::Tokenize}, {"group_texts", PrepMode::GroupTexts},
+    o.mode = choice<PrepMode>(v, {{"tokenize", PrepMode::Tokenize},
+                                  {"group_texts", PrepMode::GroupTexts},
                                   {"sft", PrepMode::Sft}});
   else if (k == "text_column") o.tokenize.column = o.sft.text_field = string(v, "a column name");
   else if (k == "add_special_tokens") o.tokenize.add_special_tokens = boolean(v);
   else if (k == "truncation") o.tokenize.truncation = boolean(v);
   else if (k == "truncation_mode")
-    o.sft.truncation_mode = choice<TruncationMode>(v, {{"keep_start", TruncationMode::KeepStart},
-                                                       {"keep_end", TruncationMode::KeepEnd}});
+    o.sft.truncation_mode =
+        choice<TruncationMode>(v, {{"keep_start", TruncationMode::KeepStart}, {"keep_end", TruncationMode::KeepEnd}});
   else if (k == "block_size") o.group.block_size = positive(v);
   else if (k == "map_batch_size") o.group.map_batch_size = o.sft.map_batch_size = positive(v);
   else if (k == "packing") o.sft.packing = boolean(v);
   else if (k == "packing_strategy")
-    o.sft.packing_strategy = choice<PackingStrategy>(v, {{"bfd", PackingStrategy::Bfd}, {"bfd_split", PackingStrategy::BfdSplit},
+    o.sft.packing_strategy = choice<PackingStrategy>(v, {{"bfd", PackingStrategy::Bfd},
+                                                         {"bfd_split", PackingStrategy::BfdSplit},
                                                          {"wrapped", PackingStrategy::Wrapped}});
   else if (k == "assistant_only_loss") o.sft.assistant_only_loss = boolean(v);
   else if (k == "chat_template") o.sft.chat_template = string(v, "a template or a template's name");
@@ -109,8 +118,10 @@ void apply(Parsed& p, const std::string& k, const json::Value& v) {
   else if (k == "collator")
     o.collator = choice<CollatorKind>(v, {{"with_padding", CollatorKind::WithPadding},
                                           {"language_modeling", CollatorKind::LanguageModeling},
-                                          {"default", CollatorKind::Default}, {"trl", CollatorKind::Trl}});
-  else if (k == "padding_side") o.padding_side = choice<PadSide>(v, {{"right", PadSide::Right}, {"left", PadSide::Left}});
+                                          {"default", CollatorKind::Default},
+                                          {"trl", CollatorKind::Trl}});
+  else if (k == "padding_side")
+    o.padding_side = choice<PadSide>(v, {{"right", PadSide::Right}, {"left", PadSide::Left}});
   else if (k == "pad_to_multiple_of") o.pad_to_multiple_of = o.sft.pad_to_multiple_of = positive(v);
   else if (k == "threads") o.run.threads = std::min<size_t>(positive(v), 256);
   else if (k == "cache_dir") o.cache_dir = string(v, "a directory");
@@ -125,11 +136,30 @@ PipelineOptions finish(Parsed p) {
   return o;
 }
 
-const char* const kOptionKeys[] = {"files", "format", "columns", "mode", "text_column", "add_special_tokens", "truncation",
-                                   "max_length", "truncation_mode", "block_size", "map_batch_size", "packing",
-                                   "packing_strategy", "completion_only_loss", "assistant_only_loss", "chat_template",
-                                   "eos_token", "pad_token", "padding_free", "collator", "padding_side",
-                                   "pad_to_multiple_of", "threads", "cache_dir"};
+const char* const kOptionKeys[] = {"files",
+                                   "format",
+                                   "columns",
+                                   "mode",
+                                   "text_column",
+                                   "add_special_tokens",
+                                   "truncation",
+                                   "max_length",
+                                   "truncation_mode",
+                                   "block_size",
+                                   "map_batch_size",
+                                   "packing",
+                                   "packing_strategy",
+                                   "completion_only_loss",
+                                   "assistant_only_loss",
+                                   "chat_template",
+                                   "eos_token",
+                                   "pad_token",
+                                   "padding_free",
+                                   "collator",
+                                   "padding_side",
+                                   "pad_to_multiple_of",
+                                   "threads",
+                                   "cache_dir"};
 
 }  // namespace
 
@@ -166,13 +196,28 @@ PipelineOptions parse_pipeline_options(const json::Value* root, const char* what
 
 PipelineOptions pipeline_options_from_config(const config::Config& c) {
   // Every key of the data section, by its dotted path (the schema's: config/src/schema.cpp).
-  static const char* const kConfigKeys[] = {
-      "data.files",         "data.format",          "data.columns",         "data.mode",
-      "data.text_column",   "data.add_special_tokens", "data.truncation",   "data.max_length",
-      "data.truncation_mode", "data.block_size",    "data.map_batch_size",  "data.packing",
-      "data.packing_strategy", "data.completion_only_loss", "data.assistant_only_loss", "data.chat_template",
-      "data.padding_free",  "data.collator",        "data.padding_side",    "data.pad_to_multiple_of",
-      "data.threads",       "data.cache_dir"};
+  static const char* const kConfigKeys[] = {"data.files",
+                                            "data.format",
+                                            "data.columns",
+                                            "data.mode",
+                                            "data.text_column",
+                                            "data.add_special_tokens",
+                                            "data.truncation",
+                                            "data.max_length",
+                                            "data.truncation_mode",
+                                            "data.block_size",
+                                            "data.map_batch_size",
+                                            "data.packing",
+                                            "data.packing_strategy",
+                                            "data.completion_only_loss",
+                                            "data.assistant_only_loss",
+                                            "data.chat_template",
+                                            "data.padding_free",
+                                            "data.collator",
+                                            "data.padding_side",
+                                            "data.pad_to_multiple_of",
+                                            "data.threads",
+                                            "data.cache_dir"};
   Parsed p;
   auto shown = [&](const char* key) {
     const config::Provenance pr = c.provenance(key);
@@ -277,7 +322,9 @@ PipelineCollator::PipelineCollator(const text::Tokenizer& tok, const PipelineOpt
     pad_ = pad_options(tok);
     if (o.sft.pad_token) {  // transformers' `tok.pad_token = ...` before the collator
       auto id = tok.token_to_id(*o.sft.pad_token);
-      if (!id) throw std::invalid_argument("dataset options: the pad_token '" + *o.sft.pad_token + "' is not in the tokenizer's vocabulary");
+      if (!id)
+        throw std::invalid_argument("dataset options: the pad_token '" + *o.sft.pad_token +
+                                    "' is not in the tokenizer's vocabulary");
       pad_.pad_token_id = *id;
     }
     if (o.padding_side) pad_.padding_side = *o.padding_side;

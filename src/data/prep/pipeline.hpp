@@ -29,7 +29,7 @@ struct PipelineOptions {
   GroupOptions group;              // group_texts
   SftOptions sft;                  // sft (text_field is the text column; max_length 1024 unless given)
   std::optional<CollatorKind> collator;  // unset: trl for sft, default for group_texts, language_modeling for tokenize
-  std::optional<PadSide> padding_side;   // unset: the tokenizer's (transformers' collators), right (TRL's)
+  std::optional<PadSide> padding_side;  // unset: the tokenizer's (transformers' collators), right (TRL's)
   std::optional<size_t> pad_to_multiple_of;
   RunOptions run;
   std::string cache_dir;  // empty: no cache

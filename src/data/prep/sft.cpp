@@ -20,7 +20,8 @@ std::string string_cell(const std::string& cell, std::string_view column, size_t
   json::Document doc(cell, where(column, row));
   auto v = doc.root();
   if (!v.is_string())
-    throw std::invalid_argument(where(column, row) + ": expected a string, got " + (v.is_null() ? "null" : cell.substr(0, 80)));
+    throw std::invalid_argument(where(column, row) + ": expected a string, got " +
+                                (v.is_null() ? "null" : cell.substr(0, 80)));
   return v.as_string();
 }
 
@@ -35,7 +36,7 @@ bool is_messages(const std::string& cell, std::string_view column, size_t row) {
 const std::string& messages_cell(const std::string& cell, std::string_view column, size_t row) {
   if (!is_messages(cell, column, row))
     throw std::invalid_argument(where(column, row) + ": expected a list of messages ({\"role\", \"content\"} objects)"
-                                ", as the dataset's first row has");
+                                                     ", as the dataset's first row has");
   return cell;
 }
 
@@ -62,16 +63,18 @@ enum class Form { Text, Messages, PromptCompletion, PromptCompletionChat };
 Form form_of(const Table& rows, const SftOptions& o) {
   if (rows.has("prompt")) {
     if (!rows.has("completion"))
-      throw std::invalid_argument("a 'prompt' column without a 'completion' column (columns: " + join_names(rows.names) +
-                                  ")");
+      throw std::invalid_argument("a 'prompt' column without a 'completion' column (columns: " +
+                                  join_names(rows.names) + ")");
     if (rows.rows() == 0) return Form::PromptCompletion;
     return is_messages(rows.column("prompt")[0], "prompt", 0) ? Form::PromptCompletionChat : Form::PromptCompletion;
   }
   if (rows.has("messages") && rows.rows() > 0 && is_messages(rows.column("messages")[0], "messages", 0))
     return Form::Messages;
   if (!rows.has(o.text_field))
-    throw std::invalid_argument("no column '" + o.text_field + "' (the text field), 'messages' or 'prompt' in the rows"
-                                " (columns: " + join_names(rows.names) + ")");
+    throw std::invalid_argument("no column '" + o.text_field +
+                                "' (the text field), 'messages' or 'prompt' in the rows"
+                                " (columns: " +
+                                join_names(rows.names) + ")");
   return Form::Text;
 }
 
@@ -137,11 +140,12 @@ class SftEncoder {
                                   " conversational 'prompt' column): only conversational data has assistant turns");
     if (!chat_) {  // TRL's add_eos, for non-conversational data only
       auto t = o.eos_token ? o.eos_token : tok.special_token("eos_token");
-      if (!t) throw std::invalid_argument("the tokenizer has no eos_token to end texts and completions with: set eos_token");
+      if (!t)
+        throw std::invalid_argument("the tokenizer has no eos_token to end texts and completions with: set eos_token");
       eos_ = *t;
     }
-    completion_only_ = o.completion_only_loss.value_or(form_ == Form::PromptCompletion ||
-                                                       form_ == Form::PromptCompletionChat);
+    completion_only_ =
+        o.completion_only_loss.value_or(form_ == Form::PromptCompletion || form_ == Form::PromptCompletionChat);
     copt_.chat_template = o.chat_template;
     plain_.offsets = false;  // tok(text): special tokens added, no truncation; ids only
   }
@@ -166,7 +170,8 @@ class SftEncoder {
       case Form::PromptCompletion:
       case Form::PromptCompletionChat: encode_prompt_completion(r, c, t); break;
     }
-    if (o_.assistant_only_loss && std::find(t.assistant_mask.begin(), t.assistant_mask.end(), 1) == t.assistant_mask.end())
+    if (o_.assistant_only_loss &&
+        std::find(t.assistant_mask.begin(), t.assistant_mask.end(), 1) == t.assistant_mask.end())
       throw std::invalid_argument(
           "assistant_only_loss: " + where(form_ == Form::Messages ? "messages" : "completion", r) +
           " has no assistant tokens: the chat template has no {% generation %} ... {% endgeneration %} blocks (or"

@@ -21,9 +21,12 @@ struct BertConfig {
 
 struct Embeddings : Module {
   Embeddings(const BertConfig& c, const at::TensorOptions& o) : Module("BertEmbeddings") {
-    word_embeddings = register_module("word_embeddings", std::make_shared<Embedding>(c.vocab, c.hidden, c.std, o, c.padding_idx));
-    position_embeddings = register_module("position_embeddings", std::make_shared<Embedding>(c.positions, c.hidden, c.std, o));
-    token_type_embeddings = register_module("token_type_embeddings", std::make_shared<Embedding>(c.types, c.hidden, c.std, o));
+    word_embeddings =
+        register_module("word_embeddings", std::make_shared<Embedding>(c.vocab, c.hidden, c.std, o, c.padding_idx));
+    position_embeddings =
+        register_module("position_embeddings", std::make_shared<Embedding>(c.positions, c.hidden, c.std, o));
+    token_type_embeddings =
+        register_module("token_type_embeddings", std::make_shared<Embedding>(c.types, c.hidden, c.std, o));
     LayerNorm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(c.hidden, c.eps, o));
   }
   std::shared_ptr<Embedding> word_embeddings, position_embeddings, token_type_embeddings;
@@ -109,7 +112,8 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
   BertForSequenceClassification(BertConfig c, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>("BertForSequenceClassification")), c_(std::move(c)) {
     bert_ = module_->register_module("bert", std::make_shared<BertModel>(c_, o));
-    classifier_ = module_->register_module("classifier", std::make_shared<Linear>(c_.hidden, c_.labels, true, c_.std, o));
+    classifier_ =
+        module_->register_module("classifier", std::make_shared<Linear>(c_.hidden, c_.labels, true, c_.std, o));
   }
   std::vector<std::string> reported_units() const override { return numbered_units("bert.encoder.layer.", c_.layers); }
   void reset_parameters() override { reset_tree(*module_); }
@@ -146,7 +150,8 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
     const at::Tensor& input = batch.at("input_ids");
     if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
       throw std::invalid_argument("BertForSequenceClassification forward: input_ids must be integer token ids of shape "
-                                  "[batch, time]; got " + c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
+                                  "[batch, time]; got " +
+                                  c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
     const int64_t B = input.size(0), T = input.size(1), H = c_.hidden, hd = H / c_.heads;
     if (T > c_.positions)
       throw std::invalid_argument("BertForSequenceClassification forward: " + std::to_string(T) +
@@ -159,8 +164,8 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
                                                     : at::arange(T, ids.options()).unsqueeze(0).expand({B, T});
     at::Tensor types = batch.contains("token_type_ids") ? ids_on(batch.at("token_type_ids")) : at::zeros_like(ids);
     const bool train = module_->is_training();
-    at::Tensor x = e.word_embeddings->forward(ids) + e.token_type_embeddings->forward(types) +
-                   e.position_embeddings->forward(pos);
+    at::Tensor x =
+        e.word_embeddings->forward(ids) + e.token_type_embeddings->forward(types) + e.position_embeddings->forward(pos);
     x = at::dropout(e.LayerNorm_->forward(x), c_.hidden_dropout, train);
     // Every query sees every present key: padding masked, nothing causal.
     std::optional<at::Tensor> mask;  // none without an attention_mask (SDPA refuses an undefined tensor)
@@ -174,13 +179,16 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
     for (size_t l = 0; l < bert_->encoder->layer->items.size(); ++l) {
       x = run_unit("bert.encoder.layer." + std::to_string(l), x,
                    [layer = bert_->encoder->layer->items[l], B, T, H, hd, heads = c_.heads, mask, train,
-                    attention_dropout = c_.attention_dropout, hidden_dropout = c_.hidden_dropout, act = c_.act](at::Tensor x) {
+                    attention_dropout = c_.attention_dropout, hidden_dropout = c_.hidden_dropout,
+                    act = c_.act](at::Tensor x) {
                      auto split = [&](const at::Tensor& t) { return t.view({B, T, heads, hd}).transpose(1, 2); };
                      SelfAttention& a = *layer->attention->self;
-                     at::Tensor y = at::scaled_dot_product_attention(split(a.query->forward(x)), split(a.key->forward(x)),
+                     at::Tensor y = at::scaled_dot_product_attention(split(a.query->forward(x)),
+                                                                     split(a.key->forward(x)),
                                                                      split(a.value->forward(x)), mask,
                                                                      train ? attention_dropout : 0.0, false);
-                     x = layer->attention->output->forward(y.transpose(1, 2).reshape({B, T, H}), x, hidden_dropout, train);
+                     x = layer->attention->output->forward(y.transpose(1, 2).reshape({B, T, H}), x, hidden_dropout,
+                                                           train);
                      at::Tensor h = activation(act, layer->intermediate->dense->forward(x));
                      return layer->output->forward(h, x, hidden_dropout, train);
                    });
@@ -198,7 +206,7 @@ class BertForSequenceClassification final : public NnModel, public Pretrained {
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const {
     std::string kind = c_.problem_type;
     if (kind.empty())
-      kind = c_.labels == 1                           ? "regression"
+      kind = c_.labels == 1                              ? "regression"
              : !at::isFloatingType(labels.scalar_type()) ? "single_label_classification"
                                                          : "multi_label_classification";
     if (kind == "regression") {

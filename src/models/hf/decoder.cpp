@@ -110,7 +110,8 @@ DecoderConfig parse(const json::Value& c, const std::string& arch, const std::st
   // transformers 4 writes rope_theta and rope_scaling; 5 writes rope_parameters (theta and scaling together).
   d.theta = c.get_double_or("rope_theta", f.theta);
   // transformers takes `rope_scaling or rope_parameters`: a non-empty rope_scaling wins.
-  const bool scaling = c.has_value("rope_scaling") && !(c.get("rope_scaling").is_object() && c.get("rope_scaling").size() == 0);
+  const bool scaling = c.has_value("rope_scaling") &&
+                       !(c.get("rope_scaling").is_object() && c.get("rope_scaling").size() == 0);
   const char* key = scaling ? "rope_scaling" : "rope_parameters";
   if (c.has_value(key)) {
     json::Value r = c.get(key);
@@ -144,10 +145,14 @@ at::Tensor inverse_frequencies(const DecoderConfig& d, double theta) {
 
 struct Attention : Module {
   Attention(const DecoderConfig& d, const at::TensorOptions& o) {
-    q_proj = register_module("q_proj", std::make_shared<Linear>(d.hidden, d.heads * d.head_dim, d.qkv_bias, d.init_std, o));
-    k_proj = register_module("k_proj", std::make_shared<Linear>(d.hidden, d.kv_heads * d.head_dim, d.qkv_bias, d.init_std, o));
-    v_proj = register_module("v_proj", std::make_shared<Linear>(d.hidden, d.kv_heads * d.head_dim, d.qkv_bias, d.init_std, o));
-    o_proj = register_module("o_proj", std::make_shared<Linear>(d.heads * d.head_dim, d.hidden, d.o_bias, d.init_std, o));
+    q_proj =
+        register_module("q_proj", std::make_shared<Linear>(d.hidden, d.heads * d.head_dim, d.qkv_bias, d.init_std, o));
+    k_proj = register_module("k_proj",
+                             std::make_shared<Linear>(d.hidden, d.kv_heads * d.head_dim, d.qkv_bias, d.init_std, o));
+    v_proj = register_module("v_proj",
+                             std::make_shared<Linear>(d.hidden, d.kv_heads * d.head_dim, d.qkv_bias, d.init_std, o));
+    o_proj =
+        register_module("o_proj", std::make_shared<Linear>(d.heads * d.head_dim, d.hidden, d.o_bias, d.init_std, o));
   }
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
 };
@@ -163,10 +168,8 @@ struct GatedMlp : Module {  // LlamaMLP: down(act(gate(x)) * up(x))
     if (c10::GradMode::is_enabled()) return down_->forward(activation(act, gate) * up_->forward(x));
     // Without autograd, in place: the activation and the product reuse the gate's memory (what torch.compile's
     // fusion of this chain saves).
-    if (act == "silu" || act == "swish")
-      gate = at::silu_(gate);
-    else
-      gate = activation(act, gate);
+    if (act == "silu" || act == "swish") gate = at::silu_(gate);
+    else gate = activation(act, gate);
     return down_->forward(gate.mul_(up_->forward(x)));
   }
   std::shared_ptr<Linear> gate_, up_, down_;
@@ -200,11 +203,11 @@ struct SparseMoe : Module {
     at::Tensor out = at::zeros_like(flat);
     for (size_t e = 0; e < experts->items.size(); ++e) {
       at::Tensor hit = chosen.eq(static_cast<int64_t>(e));  // [tokens, k]
-      at::Tensor where = hit.nonzero();                     // rows: (token, slot)
+      at::Tensor where = hit.nonzero();  // rows: (token, slot)
       if (where.size(0) == 0) continue;
       at::Tensor tokens = where.select(1, 0), slots = where.select(1, 1);
-      at::Tensor y = experts->items[e]->forward(flat.index_select(0, tokens), act) *
-                     top.index({tokens, slots}).unsqueeze(-1);
+      at::Tensor y =
+          experts->items[e]->forward(flat.index_select(0, tokens), act) * top.index({tokens, slots}).unsqueeze(-1);
       out.index_add_(0, tokens, y.to(out.scalar_type()));  // then rounded to the model's dtype and summed
     }
     return split.leave_region(out.view(whole_shape));
@@ -215,17 +218,18 @@ struct SparseMoe : Module {
 };
 
 // transformers' class names (LlamaDecoderLayer, ...): device maps keep a no-split class's modules whole.
-std::string class_prefix(const DecoderConfig& d) { return d.architecture.substr(0, d.architecture.find("ForCausalLM")); }
+std::string class_prefix(const DecoderConfig& d) {
+  return d.architecture.substr(0, d.architecture.find("ForCausalLM"));
+}
 
 struct Layer : Module {
   Layer(const DecoderConfig& d, const at::TensorOptions& o) : Module(class_prefix(d) + "DecoderLayer") {
     self_attn = register_module("self_attn", std::make_shared<Attention>(d, o));
-    if (d.experts > 0)
-      moe = register_module("block_sparse_moe", std::make_shared<SparseMoe>(d, o));
-    else
-      mlp = register_module("mlp", std::make_shared<GatedMlp>(d, o, "gate_proj", "up_proj", "down_proj"));
+    if (d.experts > 0) moe = register_module("block_sparse_moe", std::make_shared<SparseMoe>(d, o));
+    else mlp = register_module("mlp", std::make_shared<GatedMlp>(d, o, "gate_proj", "up_proj", "down_proj"));
     input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
-    post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
   }
   std::shared_ptr<Attention> self_attn;
   std::shared_ptr<GatedMlp> mlp;
@@ -235,7 +239,8 @@ struct Layer : Module {
 
 struct Backbone : Module {  // LlamaModel
   Backbone(const DecoderConfig& d, const at::TensorOptions& o) : Module(class_prefix(d) + "Model") {
-    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(d.vocab, d.hidden, d.init_std, o, d.padding_idx));
+    embed_tokens =
+        register_module("embed_tokens", std::make_shared<Embedding>(d.vocab, d.hidden, d.init_std, o, d.padding_idx));
     layers = register_module("layers", std::make_shared<ModuleList<Layer>>());
     for (int64_t l = 0; l < d.layers; ++l) layers->add(std::make_shared<Layer>(d, o));
     norm = register_module("norm", std::make_shared<RMSNorm>(d.hidden, d.eps, o));
@@ -246,15 +251,14 @@ struct Backbone : Module {  // LlamaModel
 };
 
 // (LlamaFor|MistralFor|Qwen2For|MixtralFor)CausalLM: "model" and, unless tied to the embedding, "lm_head".
-class CausalDecoder final : public NnModel,
-                            public CausalLM,
-                            public Pretrained,
-                            public Parallelizable {
+class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, public Parallelizable {
  public:
   CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {
     model_ = module_->register_module("model", std::make_shared<Backbone>(d_, o));
-    if (!d_.tie) lm_head_ = module_->register_module("lm_head", std::make_shared<Linear>(d_.hidden, d_.vocab, false, d_.init_std, o));
+    if (!d_.tie)
+      lm_head_ =
+          module_->register_module("lm_head", std::make_shared<Linear>(d_.hidden, d_.vocab, false, d_.init_std, o));
     base_inv_freq_ = dynamic_inv_freq_ = inverse_frequencies(d_, d_.theta);
     cached_len_ = d_.max_positions;
   }
@@ -280,19 +284,22 @@ class CausalDecoder final : public NnModel,
         w.push_back({layer + ".block_sparse_moe.experts." + std::to_string(e) + ".act_fn", act, "", {}});
     }
     const ModuleTree::Tensor freq{d_.head_dim / 2, 4, false};
-    w.push_back({"model.rotary_emb", class_prefix(d_) + "RotaryEmbedding", "",
+    w.push_back({"model.rotary_emb",
+                 class_prefix(d_) + "RotaryEmbedding",
+                 "",
                  {{"inv_freq", freq}, {"original_inv_freq", freq}}});
     return w;
   }
 
   TensorDict forward(const TensorDict& batch) override {
     if (d_.router_aux && batch.contains("labels"))
-      throw UnsupportedError(d_.architecture + ": config.json's output_router_logits is true, so transformers adds "
+      throw UnsupportedError(d_.architecture +
+                             ": config.json's output_router_logits is true, so transformers adds "
                              "router_aux_loss_coef times the routers' load-balancing loss to the loss; libacc does not "
                              "compute that loss (set output_router_logits to false or router_aux_loss_coef to 0)");
     if (d_.router_jitter > 0 && module_->is_training())
-      throw UnsupportedError(d_.architecture + ": config.json's router_jitter_noise is " +
-                             c10::str(d_.router_jitter) + ": in training transformers scales the experts' input "
+      throw UnsupportedError(d_.architecture + ": config.json's router_jitter_noise is " + c10::str(d_.router_jitter) +
+                             ": in training transformers scales the experts' input "
                              "by uniform noise, which libacc does not (set it to 0)");
     return causal_lm_forward(*this, d_.architecture, batch);
   }
@@ -351,14 +358,16 @@ class CausalDecoder final : public NnModel,
     const bool any_full = std::find(d_.sliding.begin(), d_.sliding.end(), false) != d_.sliding.end();
     Masking full, sliding;
     // Packed samples (position ids that restart, no attention_mask, no cache) attend only within themselves.
-    const at::Tensor packed =
-        !attention_mask.defined() && !cache && position_ids.defined() ? packed_sequences(pos.expand({B, whole})) : at::Tensor();
+    const at::Tensor packed = !attention_mask.defined() && !cache && position_ids.defined()
+                                  ? packed_sequences(pos.expand({B, whole}))
+                                  : at::Tensor();
     if (seq) {
       if (packed.defined())
         throw UnsupportedError(d_.architecture + ": context parallelism over packed samples (position_ids that "
-                               "restart) is not something libacc has");
+                                                 "restart) is not something libacc has");
       if (any_sliding && any_full)
-        throw UnsupportedError(d_.architecture + ": context parallelism over layers that mix full and sliding-window "
+        throw UnsupportedError(d_.architecture +
+                               ": context parallelism over layers that mix full and sliding-window "
                                "attention (config.json's layer_types / max_window_layers) is not something libacc has");
       seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(),
                      any_sliding ? d_.sliding_window : 0, o);
@@ -374,28 +383,30 @@ class CausalDecoder final : public NnModel,
     for (int64_t l = 0; l < d_.layers; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
-      x = run_unit(unit, x, [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin,
-                             masking = d_.sliding[static_cast<size_t>(l)] ? sliding : full, seq, cache, train,
-                             &split, heads = d_.heads / parts, kv_heads = d_.kv_heads / parts, dropout = d_.attention_dropout,
-                             act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
-        Attention& a = *layer->self_attn;
-        at::Tensor h = layer->input_layernorm->forward(x);
-        h = split.enter_region(h);  // with sequence parallelism, gathered: [B, T, hidden]
-        at::Tensor q = a.q_proj->forward(h).view({B, T, heads, hd}).transpose(1, 2);
-        at::Tensor k = a.k_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
-        at::Tensor v = a.v_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
-        q = q * cos + rotate_half(q) * sin;
-        k = k * cos + rotate_half(k) * sin;
-        if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
-        // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
-        at::Tensor y = seq ? seq->attention(q, k, v, train ? dropout : 0.0, std::nullopt)
-                           : masking.attention(q, k, v, train ? dropout : 0.0, std::nullopt, /*gqa=*/rep > 1);
-        y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
-        x = residual(x, y, in_place);
-        h = layer->post_attention_layernorm->forward(x);
-        if (layer->moe) return residual(x, layer->moe->forward(h, act, split), in_place);
-        return residual(x, layer->mlp->forward(split.enter_region(h), act), in_place);
-      });
+      x = run_unit(unit, x,
+                   [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin,
+                    masking = d_.sliding[static_cast<size_t>(l)] ? sliding : full, seq, cache, train, &split,
+                    heads = d_.heads / parts, kv_heads = d_.kv_heads / parts, dropout = d_.attention_dropout,
+                    act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
+                     Attention& a = *layer->self_attn;
+                     at::Tensor h = layer->input_layernorm->forward(x);
+                     h = split.enter_region(h);  // with sequence parallelism, gathered: [B, T, hidden]
+                     at::Tensor q = a.q_proj->forward(h).view({B, T, heads, hd}).transpose(1, 2);
+                     at::Tensor k = a.k_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
+                     at::Tensor v = a.v_proj->forward(h).view({B, T, kv_heads, hd}).transpose(1, 2);
+                     q = q * cos + rotate_half(q) * sin;
+                     k = k * cos + rotate_half(k) * sin;
+                     if (cache) std::tie(k, v) = cache->append(static_cast<size_t>(l), k, v);
+                     // Grouped-query attention: query head h reads key/value head h / rep (transformers' repeat_kv).
+                     at::Tensor y =
+                         seq ? seq->attention(q, k, v, train ? dropout : 0.0, std::nullopt)
+                             : masking.attention(q, k, v, train ? dropout : 0.0, std::nullopt, /*gqa=*/rep > 1);
+                     y = a.o_proj->forward(y.transpose(1, 2).reshape({B, T, heads * hd}));
+                     x = residual(x, y, in_place);
+                     h = layer->post_attention_layernorm->forward(x);
+                     if (layer->moe) return residual(x, layer->moe->forward(h, act, split), in_place);
+                     return residual(x, layer->mlp->forward(split.enter_region(h), act), in_place);
+                   });
       release(unit);
     }
     if (cache) cache->length = past + T;
@@ -467,8 +478,8 @@ std::unique_ptr<Model> make_decoder(const json::Value& config, const std::string
   return model;
 }
 
-at::Tensor CausalLM::step(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                          const at::Tensor& position_ids, KvCache* cache) {
+at::Tensor CausalLM::step(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                          KvCache* cache) {
   return forward_seams().whole_logits(local_step(input_ids, attention_mask, position_ids, cache));
 }
 
@@ -497,8 +508,10 @@ TensorDict causal_lm_forward(CausalLM& lm, const std::string& architecture, cons
 
 void check_input_ids(const std::string& architecture, const at::Tensor& input_ids) {
   if (input_ids.dim() != 2 || at::isFloatingType(input_ids.scalar_type()))
-    throw std::invalid_argument(architecture + " forward: input_ids must be integer token ids of shape [batch, time]; "
-                                "got " + c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
+    throw std::invalid_argument(architecture +
+                                " forward: input_ids must be integer token ids of shape [batch, time]; "
+                                "got " +
+                                c10::str(input_ids.scalar_type()) + " " + c10::str(input_ids.sizes()));
 }
 
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, const ForwardSplit& split) {

@@ -60,7 +60,8 @@ std::unique_ptr<Model> make_decoder(const json::Value& config, const std::string
                                     const at::TensorOptions& options, const std::string& source);
 
 // GPT2LMHeadModel (its head tied to wte).
-std::unique_ptr<Model> make_gpt2(const json::Value& config, const at::TensorOptions& options, const std::string& source);
+std::unique_ptr<Model> make_gpt2(const json::Value& config, const at::TensorOptions& options,
+                                 const std::string& source);
 // BertForSequenceClassification: "logits" [B, num_labels] and, with "labels", transformers' loss.
 std::unique_ptr<Model> make_bert_classifier(const json::Value& config, const at::TensorOptions& options,
                                             const std::string& source);

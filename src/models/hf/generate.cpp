@@ -65,7 +65,8 @@ namespace {
 
 CausalLM& causal_lm(Model& model) {
   auto* lm = dynamic_cast<CausalLM*>(&model);
-  if (!lm) throw std::invalid_argument("generate: the model is not a causal language model (from_pretrained's *ForCausalLM)");
+  if (!lm)
+    throw std::invalid_argument("generate: the model is not a causal language model (from_pretrained's *ForCausalLM)");
   return *lm;
 }
 
@@ -113,8 +114,9 @@ at::Tensor generate(Model& model, const at::Tensor& input_ids, const at::Tensor&
   at::Tensor next_input = ids;
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     // Positions count the tokens present (left padding does not move them), as generate computes them.
-    at::Tensor pos = (mask.cumsum(-1) - 1).masked_fill(mask.eq(0), 1).narrow(1, ids.size(1) - next_input.size(1),
-                                                                              next_input.size(1));
+    at::Tensor pos = (mask.cumsum(-1) - 1)
+                         .masked_fill(mask.eq(0), 1)
+                         .narrow(1, ids.size(1) - next_input.size(1), next_input.size(1));
     at::Tensor logits = lm->step(next_input, mask, pos, &cache);
     at::Tensor scores = process(logits.select(1, logits.size(1) - 1).to(at::kCPU, at::kFloat), ids, o);
     at::Tensor next = o.do_sample ? at::multinomial(scores.softmax(-1), 1, false, gen).squeeze(1) : scores.argmax(-1);

@@ -17,11 +17,14 @@ double lowest(at::ScalarType t) {
 }
 
 // The names libacc has and the class transformers' ACT2FN makes of each.
-const char* const kActivations[][2] = {{"silu", "SiLUActivation"},     {"swish", "SiLU"},
-                                       {"gelu", "GELUActivation"},     {"gelu_new", "NewGELUActivation"},
-                                       {"gelu_pytorch_tanh", "GELUTanh"}, {"gelu_fast", "FastGELUActivation"},
+const char* const kActivations[][2] = {{"silu", "SiLUActivation"},
+                                       {"swish", "SiLU"},
+                                       {"gelu", "GELUActivation"},
+                                       {"gelu_new", "NewGELUActivation"},
+                                       {"gelu_pytorch_tanh", "GELUTanh"},
+                                       {"gelu_fast", "FastGELUActivation"},
                                        {"relu", "ReLU"}};
-}
+}  // namespace
 
 void check_activation(const std::string& name, const std::string& source, const char* key) {
   for (const auto& a : kActivations)
@@ -91,8 +94,8 @@ bool check_attention_mask(const at::Tensor& attention_mask) {
 
 Masking decoder_masking(const at::Tensor& attention_mask, int64_t batch, int64_t past, int64_t t, int64_t window,
                         const at::TensorOptions& o, const at::Tensor& sequences) {
-  if (attention_mask.defined() && (attention_mask.dim() != 2 || attention_mask.size(0) != batch ||
-                                   attention_mask.size(1) != past + t))
+  if (attention_mask.defined() &&
+      (attention_mask.dim() != 2 || attention_mask.size(0) != batch || attention_mask.size(1) != past + t))
     throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [" +
                                 std::to_string(batch) + ", " + std::to_string(past + t) + "]");
   const bool padded = check_attention_mask(attention_mask);

@@ -45,7 +45,9 @@ int64_t padding_idx(const json::Value& config, int64_t vocab, int64_t absent, co
 
 // LlamaRMSNorm: normalised in float32, scaled in the input's dtype.
 struct RMSNorm : InitModule {
-  RMSNorm(int64_t n, double eps, const at::TensorOptions& o) : eps_(eps) { register_parameter("weight", at::empty({n}, o)); }
+  RMSNorm(int64_t n, double eps, const at::TensorOptions& o) : eps_(eps) {
+    register_parameter("weight", at::empty({n}, o));
+  }
   void reset() override { param("weight").fill_(1); }
   at::Tensor forward(const at::Tensor& x) {
     at::Tensor h = x.to(at::kFloat);

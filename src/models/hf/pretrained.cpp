@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-
 #include "acc/files.hpp"
 #include "acc/hf_shapes.hpp"
 #include "acc/limits.hpp"
@@ -47,8 +46,7 @@ void check_config(const std::string& text, const std::string& source) {
 bool ignorable(const std::string& name, bool tied) {
   auto ends = [&](const char* suffix) { return name.ends_with(suffix); };
   return ends("rotary_emb.inv_freq") || ends(".attn.bias") || ends(".attn.masked_bias") ||
-         ends("embeddings.position_ids") || ends("embeddings.token_type_ids") ||
-         (tied && name == "lm_head.weight");
+         ends("embeddings.position_ids") || ends("embeddings.token_type_ids") || (tied && name == "lm_head.weight");
 }
 
 // A file's tensors as the header describes them, on the meta device: names and shapes, no data read.
@@ -161,7 +159,8 @@ at::ScalarType dtype_named(const std::string& name, const std::string& source) {
 
 // The class config.json names (architectures[0]); without one, AutoModelForCausalLM's for its model_type.
 std::string architecture(const json::Value& c, const std::string& source) {
-  if (c.has_value("architectures") && c.get("architectures").size() > 0) return c.get("architectures").at(0).as_string();
+  if (c.has_value("architectures") && c.get("architectures").size() > 0)
+    return c.get("architectures").at(0).as_string();
   if (!c.has_value("model_type"))
     throw std::invalid_argument(source + ": neither an 'architectures' list naming the model class nor a 'model_type'");
   const std::string type = c.get("model_type").as_string();
@@ -177,7 +176,8 @@ std::unique_ptr<Model> build(const json::Value& c, const at::TensorOptions& opti
     if (arch == a) return make_decoder(c, arch, options, source);
   if (arch == "GPT2LMHeadModel") return make_gpt2(c, options, source);
   if (arch == "BertForSequenceClassification") return make_bert_classifier(c, options, source);
-  throw UnsupportedError(source + ": architecture '" + arch + "' is not one libacc has (" + known_architectures() + ")");
+  throw UnsupportedError(source + ": architecture '" + arch + "' is not one libacc has (" + known_architectures() +
+                         ")");
 }
 
 // options_json's dtype; "auto" is the config's.
@@ -215,10 +215,8 @@ std::map<std::string, std::string> explicit_map(const Model& model, const json::
   for (const auto& [name, e] : map.items()) {
     if (!names.count(name))
       throw OptionsError("from_pretrained options: device_map names '" + name + "', which the model does not have");
-    if (e.is_integer() && e.as_int() >= 0)
-      out[name] = std::to_string(e.as_int());
-    else if (e.is_string() && (e.as_string() == "cpu" || e.as_string() == "disk"))
-      out[name] = e.as_string();
+    if (e.is_integer() && e.as_int() >= 0) out[name] = std::to_string(e.as_int());
+    else if (e.is_string() && (e.as_string() == "cpu" || e.as_string() == "disk")) out[name] = e.as_string();
     else
       throw OptionsError("from_pretrained options: device_map['" + name +
                          "'] must be an accelerator index, \"cpu\" or \"disk\"");
@@ -267,9 +265,9 @@ std::unique_ptr<Model> from_config(const std::string& config_json, const char* o
   const std::string device = opts.get_string("device", "cpu", {"cpu", "meta"});
   // DeepSpeed ZeRO-3's zero.Init (runtime/process_state.hpp): built on the meta device, initialised at prepare.
   const bool deferred = device != "meta" && zero3_init();
-  std::unique_ptr<Model> model = build(
-      config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" || deferred ? at::kMeta : at::kCPU),
-      source);
+  std::unique_ptr<Model> model =
+      build(config.root(), at::TensorOptions().dtype(dtype).device(device == "meta" || deferred ? at::kMeta : at::kCPU),
+            source);
   if (deferred) model->set_deferred(defer_initialisation(dynamic_cast<NnModel&>(*model).module()));
   if (auto* p = dynamic_cast<Pretrained*>(model.get())) {
     p->config_json = config_json;
@@ -307,8 +305,7 @@ void check_checkpoint_fits(const Model& model, const std::map<std::string, at::T
   for (const auto& [name, t] : state) {
     known.insert(name);
     auto w = weights.find(name);
-    if (w == weights.end())
-      missing.push_back(name);
+    if (w == weights.end()) missing.push_back(name);
     else if (!w->second.sizes().equals(t.sizes()))
       mismatched.push_back(name + " (" + c10::str(w->second.sizes()) + " in the checkpoint, " + c10::str(t.sizes()) +
                            " in the model)");
@@ -334,9 +331,8 @@ void check_checkpoint_fits(const Model& model, const std::map<std::string, at::T
 void attach_folder_files(Model& model, const fs::path& dir, const json::Value& c, const std::string& config_text,
                          const fs::path& config_path) {
   const fs::path generation_path = dir / "generation_config.json";
-  const std::string generation_text = fs::exists(generation_path)
-                                          ? config::read_file(generation_path.string(), limits::kHfConfigBytes)
-                                          : "";
+  const std::string generation_text =
+      fs::exists(generation_path) ? config::read_file(generation_path.string(), limits::kHfConfigBytes) : "";
   if (auto* lm = dynamic_cast<CausalLM*>(&model)) {
     if (generation_text.empty()) {
       lm->generation_defaults = generation_defaults(c, false, config_path.string());
@@ -348,7 +344,8 @@ void attach_folder_files(Model& model, const fs::path& dir, const json::Value& c
   if (auto* p = dynamic_cast<Pretrained*>(&model)) {
     p->config_json = config_text;
     p->generation_config_json = generation_text;
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    for (const char* name :
+         {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
       if (fs::is_regular_file(dir / name)) p->tokenizer_files.push_back((dir / name).string());
   }
 }
@@ -381,7 +378,8 @@ std::shared_ptr<bigmodel::DiskOffload> adopt_weights(Model& model, const std::ma
       }
       if (w.scalar_type() != meta.scalar_type()) {
         if (offload_folder.empty())
-          throw std::invalid_argument("from_pretrained: '" + name + "' goes to the disk in another dtype than the "
+          throw std::invalid_argument("from_pretrained: '" + name +
+                                      "' goes to the disk in another dtype than the "
                                       "checkpoint's: give an offload_folder for the converted weights");
         config::make_directories(offload_folder);
         const std::string file = config::child_path(offload_folder, name + ".safetensors", "an offload file");

@@ -202,14 +202,7 @@ void Gpt2::reset_parameters() { reset_tree(*module_); }
 void Gpt2::to_empty(const c10::Device& device) { materialize_tree(*module_, device); }
 
 TensorParallelPlan Gpt2::tensor_parallel_plan(int parts) const {
-  auto divides = [&](const char* field, int64_t n) {
-    if (n % parts != 0)
-      throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(parts) + " does not divide " +
-                                  c_.name + "'s " + field + " (" + std::to_string(n) + ")");
-  };
-  divides("n_head", c_.n_head);
-  divides("n_inner", c_.n_inner);
-  divides("vocab_size", c_.vocab_size);
+  check_divides(parts, c_.name, {{"n_head", c_.n_head}, {"n_inner", c_.n_inner}, {"vocab_size", c_.vocab_size}});
   return {{"transformer.wte", LayerStyle::VocabEmbedding},
           {"transformer.h.*.attn.c_attn", LayerStyle::Colwise, 3},
           {"transformer.h.*.attn.c_proj", LayerStyle::Rowwise},

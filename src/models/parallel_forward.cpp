@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
 namespace acc::core {
 
 const char* layer_style_name(LayerStyle s) {
@@ -33,6 +35,13 @@ at::Tensor ForwardSplit::cross_entropy(const at::Tensor& logits, const at::Tenso
   if (!sequence) return at::cross_entropy_loss(l, t, {}, at::Reduction::Mean, ignore_index);
   l = l.to(at::kFloat);
   return sequence->mean(at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, ignore_index), t.ne(ignore_index).sum());
+}
+
+void check_divides(int parts, const std::string& model, std::initializer_list<std::pair<const char*, int64_t>> fields) {
+  for (const auto& [field, n] : fields)
+    if (n % parts != 0)
+      throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(parts) + " does not divide " + model +
+                                  "'s " + field + " (" + std::to_string(n) + ")");
 }
 
 const ForwardSplit& Parallelizable::forward_split() const {

@@ -8,7 +8,9 @@
 
 #include <memory>
 #include <optional>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace acc::core {
@@ -115,6 +117,10 @@ class ForwardSplit {
   virtual at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
                                    const SequenceSplit* sequence) const;
 };
+
+// A plan's check that `parts` divides each config field it splits (name, value): std::invalid_argument naming `model`,
+// the field and both numbers otherwise.
+void check_divides(int parts, const std::string& model, std::initializer_list<std::pair<const char*, int64_t>> fields);
 
 // A model family with a tensor-parallel plan and context-parallel attention.
 class Parallelizable {

@@ -100,16 +100,11 @@ Collectives collectives_of(std::shared_ptr<Comm> comm) {
 }
 
 void parallelize(Model& model, std::shared_ptr<const Collectives> group, const Options& options) {
-  const char* families = "(context parallelism: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
-  auto* nn = dynamic_cast<NnModel*>(&model);
-  if (!nn)
-    throw UnsupportedError(std::string("context parallelism: the model is a TorchScript module, whose attention libacc "
-                                       "cannot split ") +
-                           families);
+  const std::string families = "(context parallelism: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
+  const auto [nn, family] = family_to_split(model, "context parallelism",
+                                            "whose attention libacc cannot split " + families,
+                                            "has no context-parallel attention " + families, is_split(model));
   const std::string cls = nn->module()->name();
-  auto* family = dynamic_cast<Parallelizable*>(&model);
-  if (!family) throw UnsupportedError("context parallelism: " + cls + " has no context-parallel attention " + families);
-  if (is_split(model)) throw StateError("context parallelism: " + cls + " is split already");
   if (group->size < 1 || group->rank < 0 || group->rank >= group->size || !group->rotate)
     throw std::invalid_argument("context parallelism: rank " + std::to_string(group->rank) + " of " +
                                 std::to_string(group->size) + " is not a rank of the group");

@@ -4,9 +4,25 @@
 
 #include <stdexcept>
 
+#include <torch/nn/module.h>
+
+#include "models/model.hpp"
 #include "parallel/tensor_parallel.hpp"
+#include "util/errors.hpp"
 
 namespace acc::core {
+
+std::pair<NnModel*, Parallelizable*> family_to_split(Model& model, const std::string& what,
+                                                     const std::string& torchscript, const std::string& not_family,
+                                                     bool split_already) {
+  auto* nn = dynamic_cast<NnModel*>(&model);
+  if (!nn) throw UnsupportedError(what + ": the model is a TorchScript module, " + torchscript);
+  const std::string cls = nn->module()->name();
+  auto* family = dynamic_cast<Parallelizable*>(&model);
+  if (!family) throw UnsupportedError(what + ": " + cls + " " + not_family);
+  if (split_already) throw StateError(what + ": " + cls + " is split already");
+  return {nn, family};
+}
 
 MeshForward MeshForward::of(const Parallelizable& family) {
   const auto* installed = dynamic_cast<const MeshForward*>(family.installed_split().get());

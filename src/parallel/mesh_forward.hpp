@@ -4,12 +4,23 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "models/parallel_forward.hpp"
 #include "models/placement.hpp"
 #include "parallel/context_parallel.hpp"
 
 namespace acc::core {
+
+class NnModel;
+
+// The model a mechanism (`what`: "tensor parallelism") changes, as a module tree and a family. Refused before anything
+// changes: a TorchScript module (UnsupportedError: "the model is a TorchScript module, " + `torchscript`), a module
+// tree that is no family ("<its class> " + `not_family`), a model the mechanism split already (StateError).
+std::pair<NnModel*, Parallelizable*> family_to_split(Model& model, const std::string& what,
+                                                     const std::string& torchscript, const std::string& not_family,
+                                                     bool split_already);
 
 class MeshForward final : public ForwardSplit {
  public:

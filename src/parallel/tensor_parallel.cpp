@@ -299,16 +299,10 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
 }
 
 void parallelize(Model& model, std::shared_ptr<const Collectives> group_ptr, const Options& options) {
-  const char* plans = "(plans: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
-  auto* family = dynamic_cast<Parallelizable*>(&model);
-  auto* nn = dynamic_cast<NnModel*>(&model);
-  if (!nn)
-    throw UnsupportedError(std::string("tensor parallelism: the model is a TorchScript module, which has no "
-                                       "tensor-parallel plan ") +
-                           plans);
+  const std::string plans = "(plans: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
+  const auto [nn, family] = family_to_split(model, "tensor parallelism", "which has no tensor-parallel plan " + plans,
+                                            "has no tensor-parallel plan " + plans, is_split(model));
   const std::string cls = nn->module()->name();
-  if (!family) throw UnsupportedError("tensor parallelism: " + cls + " has no tensor-parallel plan " + plans);
-  if (is_split(model)) throw StateError("tensor parallelism: " + cls + " is split already");
   const Collectives& group = *group_ptr;
   if (group.size < 1 || group.rank < 0 || group.rank >= group.size)
     throw std::invalid_argument("tensor parallelism: rank " + std::to_string(group.rank) + " of " +

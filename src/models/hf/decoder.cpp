@@ -308,15 +308,11 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
   // w1 / w3 column-wise and w2 row-wise, reduced once by the block, the router whole) and a vocabulary-parallel
   // embedding and head (lm_head, or the tied embedding).
   TensorParallelPlan tensor_parallel_plan(int size) const override {
-    auto divides = [&](const char* field, int64_t n) {
-      if (n % size != 0)
-        throw std::invalid_argument("tensor parallelism: tp_size " + std::to_string(size) + " does not divide " +
-                                    d_.architecture + "'s " + field + " (" + std::to_string(n) + ")");
-    };
-    divides("num_attention_heads", d_.heads);
-    divides("num_key_value_heads", d_.kv_heads);
-    divides("intermediate_size", d_.intermediate);
-    divides("vocab_size", d_.vocab);
+    check_divides(size, d_.architecture,
+                  {{"num_attention_heads", d_.heads},
+                   {"num_key_value_heads", d_.kv_heads},
+                   {"intermediate_size", d_.intermediate},
+                   {"vocab_size", d_.vocab}});
     const std::string layer = "model.layers.*.";
     using S = LayerStyle;
     TensorParallelPlan plan{{"model.embed_tokens", S::VocabEmbedding}, {"lm_head", S::Colwise}};

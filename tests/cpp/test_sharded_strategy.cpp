@@ -360,5 +360,24 @@ TEST(Strategies, ATiedWeightIsSteppedOnce) {
   }
 }
 
+// The sharded strategy records where its pieces lie on the model (models/placement.hpp): on one rank, each parameter's
+// flat ranges cover all of it.
+TEST(Sharded, RecordsEachParametersFlatPieces) {
+  at::manual_seed(0);
+  auto model = std::make_shared<StemBlocksHead>();
+  ShardingOptions o;
+  o.stage = 3;
+  o.units = {"b0", "b1", "b2"};
+  auto strategy = make_sharded_strategy(model, at::kCPU, solo_group(), o);
+  for (const auto& [name, p] : model->trainable_parameters()) {
+    const Placement* placement = model->placements().find(name);
+    ASSERT_TRUE(placement && placement->flat) << name;
+    EXPECT_EQ(placement->flat->over, "dp_shard_cp") << name;
+    int64_t held = 0;
+    for (const auto& [offset, numel] : placement->flat->ranges) held += numel;
+    EXPECT_EQ(held, p.numel()) << name;
+  }
+}
+
 }  // namespace
 }  // namespace acc::core

@@ -112,15 +112,8 @@ class Gpt final : public Gpt2 {
   // input_ids [batch, time]; targets: the next token of each position (nanoGPT style, -1 ignored);
   // labels: Hugging Face's, shifted inside (-100 ignored). Outputs logits and, with either, loss.
   TensorDict forward(const TensorDict& batch) override {
-    reject_unknown(batch, "gpt", {"input_ids", "targets", "labels"});
-    const at::Tensor& input = batch.at("input_ids");
-    if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
-      throw std::invalid_argument("gpt forward: input_ids must be integer token ids of shape [batch, time]; got " +
-                                  c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
+    const at::Tensor& input = checked_input(batch);
     const int64_t B = input.size(0), whole = input.size(1);
-    if (whole > c_.n_positions)
-      throw std::invalid_argument("gpt forward: sequence length " + std::to_string(whole) + " exceeds block_size " +
-                                  std::to_string(c_.n_positions));
     // Context parallelism: this rank's tokens of the sequence, at their own positions.
     const ForwardSplit& parallel = forward_split();
     const std::shared_ptr<SequenceSplit> seq = parallel.split_sequence(whole, false, "gpt");
@@ -137,23 +130,62 @@ class Gpt final : public Gpt2 {
     const at::Tensor logits = blocks_and_head(x, B, T, seq, Masking{at::Tensor(), true, at::Tensor()}, nullptr);
     // Under tensor parallelism the loss reads this rank's vocabulary slice; the logits given back are whole.
     TensorDict out{{"logits", parallel.whole_logits(logits)}};
-    // With a sequence split, t is this rank's tokens' and the loss the whole sequence's token mean.
-    auto loss = [&](const at::Tensor& l, const at::Tensor& t, int64_t ignore) {
-      return parallel.cross_entropy(l, t, ignore, seq.get());
-    };
+    if (at::Tensor l = loss(logits, batch, seq.get()); l.defined()) out.set("loss", l);
+    return out;
+  }
+
+  // A pipeline stage's part of forward on one micro-batch (models/pipeline_stages.hpp).
+  at::Tensor stage_forward(const TensorDict& batch, const at::Tensor& x, const StageLayers& layers) override {
+    const at::Tensor& input = checked_input(batch);
+    const int64_t B = input.size(0), T = input.size(1);
+    check_no_sequence_split(T);
+    const ForwardSplit& parallel = forward_split();
+    parallel.check_length(T, false, "gpt");
+    at::Tensor h = x;
+    if (layers.first)
+      h = embeddings(input.to(at::kLong),
+                     parallel.local_positions(at::arange(T, input.options().dtype(at::kLong)).unsqueeze(0)));
+    h = blocks(h, B, T, nullptr, Masking{at::Tensor(), true, at::Tensor()}, nullptr, layers.begin, layers.end);
+    if (!layers.last) return h;
+    const at::Tensor l = loss(head(h), batch, nullptr);
+    if (!l.defined())
+      throw std::invalid_argument("gpt: a pipeline's last stage needs the batch's targets or labels for the loss");
+    return l;
+  }
+
+ private:
+  // The batch's input_ids, checked (the entries, the shape, the length).
+  const at::Tensor& checked_input(const TensorDict& batch) const {
+    reject_unknown(batch, "gpt", {"input_ids", "targets", "labels"});
+    const at::Tensor& input = batch.at("input_ids");
+    if (input.dim() != 2 || at::isFloatingType(input.scalar_type()))
+      throw std::invalid_argument("gpt forward: input_ids must be integer token ids of shape [batch, time]; got " +
+                                  c10::str(input.scalar_type()) + " " + c10::str(input.sizes()));
+    if (input.size(1) > c_.n_positions)
+      throw std::invalid_argument("gpt forward: sequence length " + std::to_string(input.size(1)) +
+                                  " exceeds block_size " + std::to_string(c_.n_positions));
+    return input;
+  }
+
+  // The loss of `logits` against the batch's targets or labels (undefined without either). With a sequence split,
+  // the targets are this rank's tokens' and the loss the whole sequence's token mean.
+  at::Tensor loss(const at::Tensor& logits, const TensorDict& batch, SequenceSplit* seq) const {
+    const ForwardSplit& parallel = forward_split();
+    const at::Tensor& input = batch.at("input_ids");
+    const int64_t T = logits.size(1);
     if (at::Tensor t = batch.get("targets"); t.defined()) {
       if (t.sizes() != input.sizes())
         throw std::invalid_argument("gpt forward: targets shape " + c10::str(t.sizes()) + " differs from input_ids " +
                                     c10::str(input.sizes()));
-      out.set("loss", loss(logits, seq ? seq->local(t) : t, -1));
-    } else if (at::Tensor l = batch.get("labels"); l.defined()) {
-      if (l.sizes() != input.sizes())
-        throw std::invalid_argument("gpt forward: labels shape " + c10::str(l.sizes()) + " differs from input_ids " +
-                                    c10::str(input.sizes()));
-      if (seq) out.set("loss", loss(logits, seq->next_token_labels(l, -100), -100));
-      else out.set("loss", loss(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100));
+      return parallel.cross_entropy(logits, seq ? seq->local(t) : t, -1, seq);
     }
-    return out;
+    at::Tensor l = batch.get("labels");
+    if (!l.defined()) return at::Tensor();
+    if (l.sizes() != input.sizes())
+      throw std::invalid_argument("gpt forward: labels shape " + c10::str(l.sizes()) + " differs from input_ids " +
+                                  c10::str(input.sizes()));
+    if (seq) return parallel.cross_entropy(logits, seq->next_token_labels(l, -100), -100, seq);
+    return parallel.cross_entropy(logits.narrow(1, 0, T - 1), l.narrow(1, 1, T - 1), -100, nullptr);
   }
 };
 
@@ -221,12 +253,23 @@ at::Tensor Gpt2::embeddings(const at::Tensor& ids, const at::Tensor& positions) 
 at::Tensor Gpt2::blocks_and_head(const at::Tensor& embedded, int64_t B, int64_t T,
                                  const std::shared_ptr<SequenceSplit>& seq, const Masking& masking,
                                  KvCache* cache) const {
+  return head(blocks(embedded, B, T, seq, masking, cache, 0, c_.n_layer));
+}
+
+void Gpt2::check_no_sequence_split(int64_t length) const {
+  if (forward_split().split_sequence(length, false, c_.name))
+    throw std::invalid_argument(c_.name + ": pipeline stages with context or sequence parallelism are not something "
+                                          "libacc has");
+}
+
+at::Tensor Gpt2::blocks(const at::Tensor& embedded, int64_t B, int64_t T, const std::shared_ptr<SequenceSplit>& seq,
+                        const Masking& masking, KvCache* cache, int64_t begin, int64_t end) const {
   const ForwardSplit& parallel = forward_split();
   // Tensor parallelism: this rank's heads, and its slice of the vocabulary in the logits.
   const int64_t parts = parallel.parts(), hd = c_.n_embd / c_.n_head;
   const bool train = module_->is_training();
   at::Tensor x = embedded;
-  for (int64_t l = 0; l < c_.n_layer; ++l) {
+  for (int64_t l = begin; l < end; ++l) {
     const std::string unit = "transformer.h." + std::to_string(l);
     double scale = c_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
     if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(l + 1);
@@ -250,6 +293,11 @@ at::Tensor Gpt2::blocks_and_head(const at::Tensor& embedded, int64_t B, int64_t 
                  });
     release_unit(unit);
   }
+  return x;
+}
+
+at::Tensor Gpt2::head(const at::Tensor& x) const {
+  const ForwardSplit& parallel = forward_split();
   return run_head(x, [this, &parallel](const at::Tensor& x) {
     at::Tensor h = t_->ln_f->forward(x);
     release_unit("transformer.ln_f");

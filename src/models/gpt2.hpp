@@ -14,6 +14,7 @@
 #include "models/layers.hpp"
 #include "models/model.hpp"
 #include "models/parallel_forward.hpp"
+#include "models/pipeline_stages.hpp"
 #include "models/transformer_layers.hpp"
 
 namespace acc::core {
@@ -66,7 +67,7 @@ struct Transformer : Module {  // GPT2Model
 // as in Hugging Face's named_parameters). Parameters are made with `options` (dtype, device) and left uninitialised:
 // reset_parameters draws them (normal(0, initializer_range), the residual projections' c_proj scaled by
 // 1/sqrt(2 n_layer), zero biases, unit norms) in definition order. Each family adds its named forward.
-class Gpt2 : public NnModel, public Parallelizable {
+class Gpt2 : public NnModel, public Parallelizable, public PipelineStages {
  public:
   Gpt2(Gpt2Config c, const at::TensorOptions& options);
   const Gpt2Config& config() const { return c_; }
@@ -78,6 +79,11 @@ class Gpt2 : public NnModel, public Parallelizable {
   // (each rank takes its heads of each), c_fc column-wise, both c_proj row-wise, wte (and so the tied head)
   // vocabulary-parallel; wpe and the layer norms whole.
   TensorParallelPlan tensor_parallel_plan(int parts) const override;
+  // Pipeline stages: the embeddings (wte, wpe), the blocks transformer.h.N, then ln_f and the head tied to wte.
+  int64_t num_blocks() const override { return c_.n_layer; }
+  std::vector<std::string> first_modules() const override { return {"transformer.wte", "transformer.wpe"}; }
+  std::string block_module(int64_t i) const override { return "transformer.h." + std::to_string(i); }
+  std::vector<std::string> last_modules() const override { return {"transformer.ln_f", "transformer.wte"}; }
 
  protected:
   // The forward, in two steps around the family's masks. `embeddings`: wte(ids) + wpe(positions), dropped out; ids
@@ -89,6 +95,13 @@ class Gpt2 : public NnModel, public Parallelizable {
   // block's keys and values (generation; its length is the caller's to advance).
   at::Tensor blocks_and_head(const at::Tensor& x, int64_t B, int64_t T, const std::shared_ptr<SequenceSplit>& seq,
                              const Masking& masking, KvCache* cache) const;
+  // Its two steps, for pipeline stages: blocks [begin, end), then ln_f and the tied head.
+  at::Tensor blocks(const at::Tensor& x, int64_t B, int64_t T, const std::shared_ptr<SequenceSplit>& seq,
+                    const Masking& masking, KvCache* cache, int64_t begin, int64_t end) const;
+  at::Tensor head(const at::Tensor& x) const;
+  // A stage's forward refuses a sequence split (context or sequence parallelism): std::invalid_argument naming the
+  // model.
+  void check_no_sequence_split(int64_t length) const;
   // Called when the forward is done with a unit's weights ("transformer.wte", "transformer.h.0", ...): disk offload
   // releases them (models/hf/families.hpp's CausalLM).
   virtual void release_unit(const std::string& unit) const { (void)unit; }

@@ -13,6 +13,7 @@
 #include "acc/hf_shapes.hpp"
 #include "models/hf/families.hpp"
 #include "models/hf/layers.hpp"
+#include "models/pipeline_stages.hpp"
 #include "util/errors.hpp"
 
 namespace acc::core::hf {
@@ -251,7 +252,11 @@ struct Backbone : Module {  // LlamaModel
 };
 
 // (LlamaFor|MistralFor|Qwen2For|MixtralFor)CausalLM: "model" and, unless tied to the embedding, "lm_head".
-class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, public Parallelizable {
+class CausalDecoder final : public NnModel,
+                            public CausalLM,
+                            public Pretrained,
+                            public Parallelizable,
+                            public PipelineStages {
  public:
   CausalDecoder(DecoderConfig d, const at::TensorOptions& o)
       : NnModel(std::make_shared<Module>(d.architecture)), d_(std::move(d)) {
@@ -292,15 +297,7 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
   }
 
   TensorDict forward(const TensorDict& batch) override {
-    if (d_.router_aux && batch.contains("labels"))
-      throw UnsupportedError(d_.architecture +
-                             ": config.json's output_router_logits is true, so transformers adds "
-                             "router_aux_loss_coef times the routers' load-balancing loss to the loss; libacc does not "
-                             "compute that loss (set output_router_logits to false or router_aux_loss_coef to 0)");
-    if (d_.router_jitter > 0 && module_->is_training())
-      throw UnsupportedError(d_.architecture + ": config.json's router_jitter_noise is " + c10::str(d_.router_jitter) +
-                             ": in training transformers scales the experts' input "
-                             "by uniform noise, which libacc does not (set it to 0)");
+    check_forward(batch);
     return causal_lm_forward(*this, d_.architecture, batch);
   }
 
@@ -348,16 +345,92 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
     if (seq) ids = seq->local(ids), pos = seq->local(pos);
     at::Tensor x = model_->embed_tokens->forward(ids);
     release("model.embed_tokens");
-    const auto o = x.options();
+    const LayerInputs in = layer_inputs(attention_mask, position_ids, pos, whole_pos, B, T, seq, cache, x.options());
+    x = run_layers(x, in, 0, d_.layers);
+    if (cache) cache->length = past + T;
+    return head(x);
+  }
+
+  // A pipeline stage's part of forward on one micro-batch (models/pipeline_stages.hpp): causal_lm_forward's inputs,
+  // masks and loss, without a cache or a sequence split.
+  int64_t num_blocks() const override { return d_.layers; }
+  std::vector<std::string> first_modules() const override { return {"model.embed_tokens"}; }
+  std::string block_module(int64_t i) const override { return "model.layers." + std::to_string(i); }
+  std::vector<std::string> last_modules() const override {
+    return {"model.norm", lm_head_ ? "lm_head" : "model.embed_tokens"};
+  }
+  at::Tensor stage_forward(const TensorDict& batch, const at::Tensor& x, const StageLayers& layers) override {
+    check_forward(batch);
+    check_batch(batch);
+    const at::Tensor& input_ids = batch.at("input_ids");
+    check_input_ids(d_.architecture, input_ids);
+    const int64_t B = input_ids.size(0), T = input_ids.size(1);
+    const ForwardSplit& split = forward_split();
+    if (split.split_sequence(T, false, d_.architecture))
+      throw std::invalid_argument(d_.architecture + ": pipeline stages with context or sequence parallelism are not "
+                                                    "something libacc has");
+    split.check_length(T, false, d_.architecture);
+    const at::Tensor attention_mask = batch.get("attention_mask"), position_ids = batch.get("position_ids");
+    const c10::Device device = x.defined() ? x.device() : model_->embed_tokens->param("weight").device();
+    const at::Tensor pos = position_ids.defined()
+                               ? position_ids.to(device, at::kLong)
+                               : at::arange(T, at::TensorOptions(device).dtype(at::kLong)).unsqueeze(0).expand({B, T});
+    at::Tensor h = layers.first ? model_->embed_tokens->forward(input_ids.to(device, at::kLong)) : x;
+    const LayerInputs in = layer_inputs(attention_mask, position_ids, pos, pos, B, T, nullptr, nullptr, h.options());
+    h = run_layers(h, in, layers.begin, layers.end);
+    if (!layers.last) return h;
+    const at::Tensor labels = batch.get("labels");
+    if (!labels.defined())
+      throw std::invalid_argument(d_.architecture + ": a pipeline's last stage needs the batch's labels for the loss");
+    return causal_lm_loss(head(h), labels, split);
+  }
+
+ private:
+  // What every layer of one forward reads: its sizes, rotary embeddings, masks (full and sliding-window), the
+  // sequence split and the cache.
+  struct LayerInputs {
+    int64_t B = 0, T = 0;
+    at::Tensor cos, sin;
+    Masking full, sliding;
+    std::shared_ptr<SequenceSplit> seq;
+    KvCache* cache = nullptr;
+  };
+
+  // forward's refusals of what transformers computes and libacc does not.
+  void check_forward(const TensorDict& batch) const {
+    if (d_.router_aux && batch.contains("labels"))
+      throw UnsupportedError(d_.architecture +
+                             ": config.json's output_router_logits is true, so transformers adds "
+                             "router_aux_loss_coef times the routers' load-balancing loss to the loss; libacc does not "
+                             "compute that loss (set output_router_logits to false or router_aux_loss_coef to 0)");
+    if (d_.router_jitter > 0 && module_->is_training())
+      throw UnsupportedError(d_.architecture + ": config.json's router_jitter_noise is " + c10::str(d_.router_jitter) +
+                             ": in training transformers scales the experts' input "
+                             "by uniform noise, which libacc does not (set it to 0)");
+  }
+  void check_batch(const TensorDict& batch) const {
+    for (const auto& [name, t] : batch.items())
+      if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
+        throw std::invalid_argument(d_.architecture + " forward: unexpected batch entry '" + name +
+                                    "' (it takes input_ids, attention_mask, position_ids, labels)");
+  }
+
+  // The masks and rotary embeddings of B sequences of T tokens (this rank's, under context parallelism: `seq`) at
+  // positions `pos`; `whole_pos` are the whole sequence's.
+  LayerInputs layer_inputs(const at::Tensor& attention_mask, const at::Tensor& position_ids, const at::Tensor& pos,
+                           const at::Tensor& whole_pos, int64_t B, int64_t T, std::shared_ptr<SequenceSplit> seq,
+                           KvCache* cache, const at::TensorOptions& o) {
+    LayerInputs in;
+    in.B = B, in.T = T, in.seq = std::move(seq), in.cache = cache;
+    const int64_t past = cache ? cache->length : 0, whole = whole_pos.size(-1);
     // The masks of the full-attention layers and of the sliding-window ones (Qwen2 may mix them).
     const bool any_sliding = std::find(d_.sliding.begin(), d_.sliding.end(), true) != d_.sliding.end();
     const bool any_full = std::find(d_.sliding.begin(), d_.sliding.end(), false) != d_.sliding.end();
-    Masking full, sliding;
     // Packed samples (position ids that restart, no attention_mask, no cache) attend only within themselves.
     const at::Tensor packed = !attention_mask.defined() && !cache && position_ids.defined()
                                   ? packed_sequences(pos.expand({B, whole}))
                                   : at::Tensor();
-    if (seq) {
+    if (in.seq) {
       if (packed.defined())
         throw UnsupportedError(d_.architecture + ": context parallelism over packed samples (position_ids that "
                                                  "restart) is not something libacc has");
@@ -365,25 +438,32 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
         throw UnsupportedError(d_.architecture +
                                ": context parallelism over layers that mix full and sliding-window "
                                "attention (config.json's layer_types / max_window_layers) is not something libacc has");
-      seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(),
-                     any_sliding ? d_.sliding_window : 0, o);
+      in.seq->set_masks(check_attention_mask(attention_mask) ? attention_mask : at::Tensor(),
+                        any_sliding ? d_.sliding_window : 0, o);
     } else {
-      if (any_full) full = decoder_masking(attention_mask, B, past, T, 0, o, packed);
-      if (any_sliding) sliding = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o, packed);
+      if (any_full) in.full = decoder_masking(attention_mask, B, past, T, 0, o, packed);
+      if (any_sliding) in.sliding = decoder_masking(attention_mask, B, past, T, d_.sliding_window, o, packed);
     }
-    auto [cos, sin] = rotary(pos, whole_pos, o);
+    std::tie(in.cos, in.sin) = rotary(pos, whole_pos, o);
+    return in;
+  }
+
+  // Layers [begin, end) on x.
+  at::Tensor run_layers(at::Tensor x, const LayerInputs& in, int64_t begin, int64_t end) const {
+    const ForwardSplit& split = forward_split();
     const bool train = module_->is_training();
     const int64_t hd = d_.head_dim, rep = d_.heads / d_.kv_heads;
     // Tensor parallelism: this rank's heads (a whole number of key/value groups).
     const int64_t parts = split.parts();
-    for (int64_t l = 0; l < d_.layers; ++l) {
+    for (int64_t l = begin; l < end; ++l) {
       const std::string unit = "model.layers." + std::to_string(l);
       // (A cache is used only by generate, without grad: then the block runs once.)
       x = run_unit(unit, x,
-                   [layer = model_->layers->items[l], l, B, T, hd, rep, cos, sin,
-                    masking = d_.sliding[static_cast<size_t>(l)] ? sliding : full, seq, cache, train, &split,
-                    heads = d_.heads / parts, kv_heads = d_.kv_heads / parts, dropout = d_.attention_dropout,
-                    act = d_.act, in_place = !activation_checkpointing()](at::Tensor x) {
+                   [layer = model_->layers->items[l], l, B = in.B, T = in.T, hd, rep, cos = in.cos, sin = in.sin,
+                    masking = d_.sliding[static_cast<size_t>(l)] ? in.sliding : in.full, seq = in.seq, cache = in.cache,
+                    train, &split, heads = d_.heads / parts, kv_heads = d_.kv_heads / parts,
+                    dropout = d_.attention_dropout, act = d_.act,
+                    in_place = !activation_checkpointing()](at::Tensor x) {
                      Attention& a = *layer->self_attn;
                      at::Tensor h = layer->input_layernorm->forward(x);
                      h = split.enter_region(h);  // with sequence parallelism, gathered: [B, T, hidden]
@@ -405,18 +485,23 @@ class CausalDecoder final : public NnModel, public CausalLM, public Pretrained, 
                    });
       release(unit);
     }
-    if (cache) cache->length = past + T;
+    return x;
+  }
+
+  // The final norm and the head (lm_head, or the tied embedding): logits, this rank's vocabulary slice under tensor
+  // parallelism.
+  at::Tensor head(const at::Tensor& x) const {
+    const ForwardSplit& split = forward_split();
     return run_head(x, [&](const at::Tensor& x) {
       at::Tensor h = model_->norm->forward(x);
       release("model.norm");
       h = split.enter_region(h);  // the head is split by vocabulary: column-wise
-      at::Tensor logits = lm_head_ ? lm_head_->forward(h) : at::linear(h, emb);
+      at::Tensor logits = lm_head_ ? lm_head_->forward(h) : at::linear(h, model_->embed_tokens->param("weight"));
       release(lm_head_ ? "lm_head" : "model.embed_tokens");
       return logits;
     });
   }
 
- private:
   // x + y, in place without autograd (x is this forward's own activation) unless `in_place` is false: a
   // checkpointed block's first run is without autograd, and its input is kept for the second.
   static at::Tensor residual(at::Tensor& x, const at::Tensor& y, bool in_place) {

@@ -81,6 +81,43 @@ class Gpt2LMHead final : public Gpt2, public CausalLM, public Pretrained {
     return logits;
   }
 
+  // A pipeline stage's part of forward on one micro-batch (models/pipeline_stages.hpp): causal_lm_forward's inputs,
+  // masks and loss, without a cache or a sequence split.
+  at::Tensor stage_forward(const TensorDict& batch, const at::Tensor& x, const StageLayers& layers) override {
+    const std::string& arch = c_.name;
+    for (const auto& [name, t] : batch.items())
+      if (name != "input_ids" && name != "attention_mask" && name != "position_ids" && name != "labels")
+        throw std::invalid_argument(arch + " forward: unexpected batch entry '" + name +
+                                    "' (it takes input_ids, attention_mask, position_ids, labels)");
+    const at::Tensor& input_ids = batch.at("input_ids");
+    check_input_ids(arch, input_ids);
+    const int64_t B = input_ids.size(0), T = input_ids.size(1);
+    check_no_sequence_split(T);
+    const ForwardSplit& parallel = forward_split();
+    parallel.check_length(T, false, arch);
+    const at::Tensor attention_mask = batch.get("attention_mask"), position_ids = batch.get("position_ids");
+    const c10::Device device = x.defined() ? x.device() : t_->wte->param("weight").device();
+    at::Tensor pos = position_ids.defined()
+                         ? position_ids.to(device, at::kLong)
+                         : at::arange(T, at::TensorOptions(device).dtype(at::kLong)).unsqueeze(0).expand({B, T});
+    at::Tensor h = x;
+    if (layers.first) {
+      if (pos.max().item<int64_t>() >= c_.n_positions)
+        throw std::invalid_argument(arch + " forward: position " + std::to_string(pos.max().item<int64_t>()) +
+                                    " is past n_positions " + std::to_string(c_.n_positions));
+      h = embeddings(input_ids.to(device, at::kLong), parallel.local_positions(pos));
+    }
+    const at::Tensor packed = !attention_mask.defined() && position_ids.defined() ? packed_sequences(pos.expand({B, T}))
+                                                                                  : at::Tensor();
+    const Masking masking = decoder_masking(attention_mask, B, 0, T, 0, h.options(), packed);
+    h = blocks(h, B, T, nullptr, masking, nullptr, layers.begin, layers.end);
+    if (!layers.last) return h;
+    const at::Tensor labels = batch.get("labels");
+    if (!labels.defined())
+      throw std::invalid_argument(arch + ": a pipeline's last stage needs the batch's labels for the loss");
+    return causal_lm_loss(head(h), labels, parallel);
+  }
+
  private:
   void release_unit(const std::string& unit) const override { release(unit); }
 };

@@ -1,0 +1,392 @@
+// Pipeline-parallel training (pipeline.hpp): the stage layout, the model cut to this rank's stages, and a step
+// that runs the schedule's actions with point-to-point exchanges between neighbouring stages.
+#include "parallel/pipeline.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace acc::core::pp {
+
+// Named, not anonymous: the core is compiled in unity units (pipeline_schedule.cpp has a str of its own).
+namespace pipeline_impl {
+
+std::string decimal(int64_t v) { return std::to_string(v); }
+
+std::invalid_argument refused(const std::string& why) { return std::invalid_argument("pipeline parallelism: " + why); }
+
+// What a message between stages carries; its tag is (sending stage, micro-batch, kind).
+enum Kind { Header = 0, Activation = 1, Gradient = 2, Kinds = 3 };
+constexpr int64_t kMaxDims = 6;
+
+}  // namespace pipeline_impl
+
+using pipeline_impl::Activation;
+using pipeline_impl::decimal;
+using pipeline_impl::Gradient;
+using pipeline_impl::Header;
+using pipeline_impl::Kind;
+using pipeline_impl::Kinds;
+using pipeline_impl::kMaxDims;
+using pipeline_impl::refused;
+
+std::vector<StageLayers> balanced_stages(int64_t num_blocks, int num_stages, int input_weight, int output_weight) {
+  if (num_stages < 1) throw refused("Number of stages must be at least 1");
+  if (num_stages == 1) return {{true, true, 0, num_blocks}};
+  const int64_t effective = num_blocks + input_weight + output_weight;
+  if (num_stages > effective)
+    throw refused("Number of stages (" + decimal(num_stages) + ") cannot be greater than effective layers (" +
+                  decimal(effective) + ")");
+  const int64_t per = effective / num_stages, extra = effective % num_stages;
+  if (input_weight > per)
+    throw refused("input_weight (" + decimal(input_weight) + ") exceeds minimum layers per stage (" + decimal(per) +
+                  ").");
+  if (output_weight > per)
+    throw refused("output_weight (" + decimal(output_weight) + ") exceeds minimum layers per stage (" + decimal(per) +
+                  ").");
+  std::vector<StageLayers> out;
+  int64_t next = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    const bool first = s == 0, last = s == num_stages - 1;
+    // Each stage's share of the effective layers, the embeddings' and the head's weights taken off its blocks.
+    const int64_t blocks = per + (s < extra ? 1 : 0) - (first ? input_weight : 0) - (last ? output_weight : 0);
+    out.push_back({first, last, next, next + blocks});
+    next += blocks;
+  }
+  return out;
+}
+
+std::vector<StageLayers> stages_at(int64_t num_blocks, const std::vector<int64_t>& split_points) {
+  std::vector<StageLayers> out;
+  int64_t begin = 0;
+  for (size_t k = 0; k < split_points.size(); ++k) {
+    const int64_t p = split_points[k];
+    // A middle stage needs a block; the first and the last may hold only the embeddings or the head.
+    if (p < begin + (k == 0 ? 0 : 1) || p > num_blocks || (k + 1 < split_points.size() && p == num_blocks))
+      throw refused("split point " + decimal(p) + " (number " + decimal(static_cast<int64_t>(k)) +
+                    ") must be a block index after the previous split point and at most the " + decimal(num_blocks) +
+                    " blocks, leaving every middle stage a block");
+    out.push_back({k == 0, false, begin, p});
+    begin = p;
+  }
+  out.push_back({split_points.empty(), true, begin, num_blocks});
+  return out;
+}
+
+// This rank's stage: its layers and, per micro-batch, the input received (a leaf whose gradient goes back) and the
+// output kept for backward.
+struct Pipeline::Local {
+  int stage = 0;
+  StageLayers layers;
+  std::vector<at::Tensor> inputs, outputs;
+};
+
+// The point-to-point messages of one step: sends are posted at once (isend) and waited on at the end; a receive
+// blocks when the action needing it runs. A schedule dependency-correct for torch never waits on a message that is not
+// coming. Messages to this rank itself (pp_size 1) are handed over in memory.
+class Pipeline::Exchange {
+ public:
+  Exchange(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int microbatches)
+      : pg_(std::move(pg)), rank_(rank), microbatches_(microbatches) {}
+  int tag(int stage, int mb, Kind k) const { return (stage * microbatches_ + mb) * Kinds + k; }
+
+  void send(const at::Tensor& t, int to, int stage, int mb, Kind k) {
+    at::Tensor c = t.contiguous();
+    if (to == rank_) {
+      local_[tag(stage, mb, k)] = c;
+      return;
+    }
+    std::vector<at::Tensor> v{c};
+    sends_.push_back(pg_->send(v, to, tag(stage, mb, k)));
+    keep_.push_back(c);
+  }
+  at::Tensor recv(at::Tensor buffer, int from, int stage, int mb, Kind k) {
+    if (from == rank_) {
+      auto it = local_.find(tag(stage, mb, k));
+      if (it == local_.end()) throw std::logic_error("pipeline: no message from stage " + decimal(stage));
+      at::Tensor t = it->second;
+      local_.erase(it);
+      return t;
+    }
+    std::vector<at::Tensor> v{buffer};
+    pg_->recv(v, from, tag(stage, mb, k))->wait();
+    return buffer;
+  }
+  // An activation: a header with its dtype and shape first, so the receiver needs no shape of its own.
+  void send_activation(const at::Tensor& t, int to, int stage, int mb) {
+    if (t.dim() > kMaxDims) throw refused("a stage's output has " + decimal(t.dim()) + " dimensions; at most 6 pass");
+    at::Tensor h = at::full({kMaxDims + 2}, -1, at::kLong);
+    h[0] = static_cast<int64_t>(t.scalar_type());
+    h[1] = t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d) h[d + 2] = t.size(d);
+    send(h, to, stage, mb, Header);
+    send(t, to, stage, mb, Activation);
+  }
+  at::Tensor recv_activation(int from, int stage, int mb, c10::Device device) {
+    const at::Tensor h = recv(at::empty({kMaxDims + 2}, at::kLong), from, stage, mb, Header);
+    std::vector<int64_t> sizes(static_cast<size_t>(h[1].item<int64_t>()));
+    for (size_t d = 0; d < sizes.size(); ++d) sizes[d] = h[static_cast<int64_t>(d) + 2].item<int64_t>();
+    const auto dtype = static_cast<at::ScalarType>(h[0].item<int64_t>());
+    return recv(at::empty(sizes, at::TensorOptions(device).dtype(dtype)), from, stage, mb, Activation);
+  }
+  void finish() {
+    for (auto& w : sends_) w->wait();
+    sends_.clear();
+    keep_.clear();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  int rank_, microbatches_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
+  std::vector<at::Tensor> keep_;  // what the sends read, alive until they are done
+  std::map<int, at::Tensor> local_;
+};
+
+namespace pipeline_impl {
+
+std::string model_name(const Model& model) {
+  const auto* nn = dynamic_cast<const NnModel*>(&model);
+  return nn ? nn->module()->name() : "this model";
+}
+
+}  // namespace pipeline_impl
+
+using pipeline_impl::model_name;
+
+Pipeline::Pipeline(Model& model, std::shared_ptr<Comm> group, const Options& options)
+    : model_(model),
+      stages_(dynamic_cast<PipelineStages*>(&model)),
+      group_(std::move(group)),
+      schedule_(parse_schedule(options.schedule)),
+      rank_(group_->rank()),
+      pp_(group_->size()),
+      per_rank_(options.stages_per_rank),
+      microbatches_(options.microbatches) {
+  if (!stages_ || !dynamic_cast<NnModel*>(&model))
+    throw refused(model_name(model) +
+                  " cannot be cut into pipeline stages (libacc cuts the built-in GPT, GPT-2, Llama, Mistral, Qwen2 "
+                  "and Mixtral)");
+  build_layout(options);
+  keep_local_modules();
+  const NamedTensors kept = model_.named_parameters();
+  if (!kept.empty()) device_ = kept.front().second.device();
+  for (int s : local_stages()) {
+    auto l = std::make_shared<Local>();
+    l->stage = s;
+    l->layers = layout_[static_cast<size_t>(s)];
+    locals_.push_back(l);
+  }
+}
+
+void Pipeline::build_layout(const Options& o) {
+  const int64_t blocks = stages_->num_blocks();
+  const int iw = o.first_stage_less_layers, ow = o.last_stage_less_layers;
+  const bool single = schedule_ != Schedule::Interleaved1F1B;
+  if (o.layers_per_stage > 0) {
+    // torchtitan's _get_pipeline_metadata: the stage count from the layers per stage.
+    const int64_t stages = (blocks + iw + ow + o.layers_per_stage - 1) / o.layers_per_stage;
+    if (stages % pp_ != 0)
+      throw refused("Number of virtual stages (" + decimal(stages) + ") must be divisible by pipeline parallel size (" +
+                    decimal(pp_) + ") (" + decimal(blocks) + " layers, layers_per_stage " +
+                    decimal(o.layers_per_stage) + ")");
+    per_rank_ = static_cast<int>(stages / pp_);
+    if (single && per_rank_ != 1)
+      throw refused("Single stage schedule requires exactly 1 stage per rank, but got " + decimal(per_rank_) +
+                    " stages per rank (layers_per_stage " + decimal(o.layers_per_stage) + ")");
+    if (!single && per_rank_ < 2)
+      throw refused("Multi-stage schedule requires at least 2 stages per rank, but got " + decimal(per_rank_) +
+                    " stage per rank (layers_per_stage " + decimal(o.layers_per_stage) + ")");
+  }
+  check_schedule(schedule_, rank_, pp_, per_rank_, microbatches_);
+  const int stages = pp_ * per_rank_;
+  if (o.split_points.empty()) {
+    layout_ = balanced_stages(blocks, stages, iw, ow);
+    return;
+  }
+  if (static_cast<int>(o.split_points.size()) != stages - 1)
+    throw refused(decimal(static_cast<int64_t>(o.split_points.size())) + " split points make " +
+                  decimal(static_cast<int64_t>(o.split_points.size()) + 1) + " stages; pp_size " + decimal(pp_) +
+                  " x " + decimal(per_rank_) + " stages per rank needs " + decimal(stages));
+  layout_ = stages_at(blocks, o.split_points);
+}
+
+std::vector<int> Pipeline::local_stages() const {
+  std::vector<int> out;
+  for (int v = 0; v < per_rank_; ++v) out.push_back(v * pp_ + rank_);  // torch's "loop" style
+  return out;
+}
+
+std::vector<std::string> Pipeline::stage_modules(int s) const {
+  const StageLayers& l = layout_.at(static_cast<size_t>(s));
+  std::vector<std::string> out;
+  auto add = [&](const std::string& m) {
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
+  if (l.first)
+    for (const auto& m : stages_->first_modules()) add(m);
+  for (int64_t b = l.begin; b < l.end; ++b) add(stages_->block_module(b));
+  if (l.last)
+    for (const auto& m : stages_->last_modules()) add(m);
+  return out;
+}
+
+Pipeline::Local& Pipeline::local(int stage) { return *locals_.at(static_cast<size_t>(stage / pp_)); }
+
+void Pipeline::keep_local_modules() {
+  std::set<std::string> keep, all;
+  for (int s : local_stages())
+    for (const auto& m : stage_modules(s)) keep.insert(m);
+  for (int s = 0; s < static_cast<int>(layout_.size()); ++s)
+    for (const auto& m : stage_modules(s)) all.insert(m);
+  auto named = dynamic_cast<NnModel&>(model_).module()->named_modules("", true);
+  c10::NoGradGuard no_grad;
+  for (const auto& m : all) {
+    if (keep.count(m)) continue;
+    const auto* found = named.find(m);
+    const size_t dot = m.rfind('.');
+    const auto* parent = named.find(dot == std::string::npos ? "" : m.substr(0, dot));
+    if (!found || !parent) throw std::logic_error("pipeline parallelism: " + model_name(model_) + " has no " + m);
+    // Freed, then out of the tree: the model's parameters are this rank's stages', under their whole-model names.
+    for (auto& p : (*found)->parameters()) p.set_data(at::empty({0}, p.options()));
+    (*parent)->unregister_module(dot == std::string::npos ? m : m.substr(dot + 1));
+  }
+  // A module of both the first and the last part (a tied head's embedding): two copies when they are on two ranks.
+  if (pp_ == 1) return;
+  const auto last = stages_->last_modules();
+  for (const auto& m : stages_->first_modules()) {
+    if (std::find(last.begin(), last.end(), m) == last.end()) continue;
+    for (const auto& [name, t] : model_.named_parameters())
+      if (name.rfind(m + ".", 0) == 0) tied_.push_back(name);
+  }
+  sync_tied_copies();
+}
+
+// The last stage's copy of a tied parameter starts as the first stage's.
+void Pipeline::sync_tied_copies() {
+  const int last = static_cast<int>(layout_.size() - 1) % pp_;
+  const auto pg = group_->process_group();
+  const int base = static_cast<int>(layout_.size()) * microbatches_ * Kinds;
+  c10::NoGradGuard no_grad;
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    at::Tensor p = parameter(tied_[k]);
+    std::vector<at::Tensor> v{p.detach().contiguous()};
+    if (rank_ == 0) pg->send(v, last, base + static_cast<int>(k))->wait();
+    if (rank_ == last) {
+      pg->recv(v, 0, base + static_cast<int>(k))->wait();
+      p.copy_(v[0]);
+    }
+  }
+}
+
+at::Tensor Pipeline::parameter(const std::string& name) const {
+  for (const auto& [n, t] : model_.named_parameters())
+    if (n == name) return t;
+  throw std::logic_error("pipeline parallelism: no parameter " + name);
+}
+
+void Pipeline::sum_tied_gradients() {
+  const int peer = rank_ == 0 ? static_cast<int>(layout_.size() - 1) % pp_ : 0;
+  const auto pg = group_->process_group();
+  const int base = static_cast<int>(layout_.size()) * microbatches_ * Kinds;
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    at::Tensor p = parameter(tied_[k]);
+    if (!p.requires_grad()) continue;
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    std::vector<at::Tensor> mine{p.grad().contiguous().clone()}, theirs{at::empty_like(mine[0])};
+    auto sent = pg->send(mine, peer, base + static_cast<int>(k));
+    pg->recv(theirs, peer, base + static_cast<int>(k))->wait();
+    sent->wait();
+    p.mutable_grad().add_(theirs[0]);  // the same sum on both ranks: a + b == b + a
+  }
+}
+
+std::vector<TensorDict> Pipeline::micro_batches(const TensorDict& batch) const {
+  int64_t rows = -1;
+  std::string first;
+  for (const auto& [name, t] : batch.items()) {
+    if (t.dim() == 0) continue;  // a scalar goes to every micro-batch, as torch replicates non-tensors
+    if (rows < 0) rows = t.size(0), first = name;
+    if (t.size(0) != rows)
+      throw refused("the batch's '" + name + "' has " + decimal(t.size(0)) + " rows and '" + first + "' " +
+                    decimal(rows) + ": every tensor is split along dim 0");
+  }
+  if (rows < 0) throw refused("the batch has no tensor to split into micro-batches");
+  if (rows % microbatches_ != 0)
+    throw refused(decimal(microbatches_) + " microbatches do not divide the batch of " + decimal(rows) + " rows ('" +
+                  first + "'): every micro-batch must have the same shape");
+  const int64_t each = rows / microbatches_;
+  std::vector<TensorDict> out(static_cast<size_t>(microbatches_));
+  for (int i = 0; i < microbatches_; ++i)
+    for (const auto& [name, t] : batch.items())
+      out[static_cast<size_t>(i)].set(name, t.dim() == 0 ? t : t.narrow(0, i * each, each));
+  return out;
+}
+
+void Pipeline::forward(const Action& a, const std::vector<TensorDict>& mbs, Exchange& ex,
+                       std::vector<at::Tensor>& losses) {
+  Local& st = local(a.stage);
+  const auto i = static_cast<size_t>(a.microbatch);
+  at::Tensor x;
+  if (!st.layers.first)  // a leaf: its gradient is what backward sends to the previous stage
+    x = ex.recv_activation((a.stage - 1) % pp_, a.stage - 1, a.microbatch, device_).requires_grad_(true);
+  const at::Tensor out = stages_->stage_forward(mbs[i], x, st.layers);
+  if (st.inputs.empty()) st.inputs.resize(mbs.size()), st.outputs.resize(mbs.size());
+  st.inputs[i] = x;
+  st.outputs[i] = out;
+  if (st.layers.last) losses[i] = out.detach();
+  else ex.send_activation(out.detach(), (a.stage + 1) % pp_, a.stage, a.microbatch);
+}
+
+void Pipeline::backward(const Action& a, Exchange& ex) {
+  Local& st = local(a.stage);
+  const auto i = static_cast<size_t>(a.microbatch);
+  const at::Tensor out = st.outputs.at(i);
+  // The mean over micro-batches: each loss scaled by 1 / microbatches (what torch's scale_grads divides the
+  // gradients by afterwards; scaling the loss leaves gradients accumulated before this step as they were).
+  if (st.layers.last) {
+    if (out.requires_grad()) torch::autograd::backward({out / static_cast<double>(microbatches_)});
+  } else {
+    const at::Tensor g = ex.recv(at::empty_like(out), (a.stage + 1) % pp_, a.stage + 1, a.microbatch, Gradient);
+    if (out.requires_grad()) torch::autograd::backward({out}, {g});
+  }
+  if (!st.layers.first) {
+    const at::Tensor& x = st.inputs[i];
+    ex.send(x.grad().defined() ? x.grad() : at::zeros_like(x), (a.stage - 1) % pp_, a.stage, a.microbatch, Gradient);
+  }
+  st.inputs[i] = st.outputs[i] = at::Tensor();  // this micro-batch's activations, freed
+}
+
+double Pipeline::step(const TensorDict& batch) {
+  if (!c10::GradMode::is_enabled())
+    throw std::logic_error(
+        "step() requires gradients to be enabled for backward computation; it should not be used under "
+        "torch.no_grad() context. Please call eval() instead.");
+  const std::vector<TensorDict> mbs = micro_batches(batch);
+  Exchange ex(group_->process_group(), rank_, microbatches_);
+  std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
+  for (const Action& a : actions(schedule_, rank_, pp_, per_rank_, microbatches_)) {
+    if (a.kind == Action::Forward) forward(a, mbs, ex, losses);
+    else backward(a, ex);
+  }
+  ex.finish();
+  sum_tied_gradients();
+  // The mean loss, from the last stage's rank to every rank (as Accelerate reports it).
+  const int last = static_cast<int>(layout_.size() - 1) % pp_;
+  at::Tensor mean = at::zeros({1}, at::kDouble);
+  if (rank_ == last) {
+    for (const auto& l : losses) mean += l.to(at::kCPU, at::kDouble);
+    mean /= static_cast<double>(microbatches_);
+  }
+  if (pp_ > 1) group_->broadcast(mean, last);
+  return mean.item<double>();
+}
+
+}  // namespace acc::core::pp

@@ -1,0 +1,85 @@
+// Pipeline-parallel training at the core level (torch.distributed.pipelining's PipelineStage and schedules, cut as
+// torchtitan cuts a model): a family's layers (models/pipeline_stages.hpp) split into stages, this rank's stages kept
+// and the others' parameters freed, and a step that runs this rank's actions in the schedule's order
+// (pipeline_schedule.hpp), exchanging activations and their gradients with the neighbouring stages over c10d
+// point-to-point send / recv on the pipeline group.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batch.hpp"
+#include "models/model.hpp"
+#include "models/pipeline_stages.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "runtime/comm.hpp"
+
+namespace acc::core::pp {
+
+// torchtitan's _generate_llm_fqn_per_model_part: the blocks of `num_stages` stages, the embeddings counted as
+// `input_weight` blocks and the norm and head as `output_weight`, the stages balanced by that count (the first ones
+// taking one more when it does not divide). std::invalid_argument with torchtitan's words where it refuses.
+std::vector<StageLayers> balanced_stages(int64_t num_blocks, int num_stages, int input_weight = 1,
+                                         int output_weight = 1);
+// The stages the user's split points make: the blocks where stages 1, 2, ... begin (increasing, within the blocks).
+std::vector<StageLayers> stages_at(int64_t num_blocks, const std::vector<int64_t>& split_points);
+
+struct Options {
+  std::string schedule = "1F1B";  // "GPipe", "1F1B" or "Interleaved1F1B" (torch's names, any case)
+  int microbatches = 1;           // the batch is split into this many along dim 0
+  int stages_per_rank = 1;        // virtual stages per rank (Interleaved1F1B: 2 or more)
+  // torchtitan's pipeline_parallel_layers_per_stage (0: none): the stage count follows from it, overriding
+  // stages_per_rank; it must come out a multiple of the group's size.
+  int layers_per_stage = 0;
+  // Block indices where stages 1, 2, ... begin (pp_size x stages_per_rank - 1 of them); empty: balanced_stages.
+  std::vector<int64_t> split_points;
+  int first_stage_less_layers = 1, last_stage_less_layers = 1;  // torchtitan's input and output weights
+};
+
+class Pipeline {
+ public:
+  // Cuts `model` (which must outlive the pipeline) into group->size() x stages-per-rank stages and keeps this rank's:
+  // every other stage's modules leave the model's tree (their parameters freed), so model.named_parameters() is this
+  // rank's stages' under the whole model's names. Every rank of the group passes the same model (same weights).
+  // std::invalid_argument naming the value for a schedule, a layout or a model family it cannot take.
+  Pipeline(Model& model, std::shared_ptr<Comm> group, const Options& options);
+
+  // One training step's forward and backward: `batch` (every rank of the group passes the same) split into the
+  // micro-batches along dim 0, this rank's actions run in the schedule's order, each micro-batch's loss computed by
+  // the last stage; the parameters' gradients accumulate the mean over micro-batches (torch's scale_grads with a mean
+  // loss). A head tied to the embedding has its two copies' gradients summed. Returns the mean loss on every rank.
+  double step(const TensorDict& batch);
+
+  Schedule schedule() const { return schedule_; }
+  const std::vector<StageLayers>& layout() const { return layout_; }  // every stage, by index
+  std::vector<int> local_stages() const;  // this rank's, in order
+  // The modules of stage `s` (the whole model's dotted names).
+  std::vector<std::string> stage_modules(int s) const;
+
+ private:
+  struct Local;
+  class Exchange;
+  void build_layout(const Options& o);
+  void keep_local_modules();
+  std::vector<TensorDict> micro_batches(const TensorDict& batch) const;
+  void forward(const Action& a, const std::vector<TensorDict>& mbs, Exchange& ex, std::vector<at::Tensor>& losses);
+  void backward(const Action& a, Exchange& ex);
+  void sync_tied_copies();
+  void sum_tied_gradients();
+  at::Tensor parameter(const std::string& name) const;
+  Local& local(int stage);
+
+  Model& model_;
+  PipelineStages* stages_;
+  std::shared_ptr<Comm> group_;
+  Schedule schedule_;
+  int rank_, pp_, per_rank_, microbatches_;
+  c10::Device device_ = c10::kCPU;  // where this rank's stages' parameters are (received activations go there)
+  std::vector<StageLayers> layout_;
+  std::vector<std::shared_ptr<Local>> locals_;  // this rank's stages' state, by local index
+  std::vector<std::string> tied_;  // parameters both the first and the last stage hold
+};
+
+}  // namespace acc::core::pp

@@ -21,7 +21,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The folders checked: every folder of the project's own C and C++ (bindings/ holds only generated wrappers).
-FOLDERS = ("src", "config", "capi", "launcher", "bench", "tests", "examples")
+FOLDERS = ("src", "base", "capi", "launcher", "bench", "tests", "examples")
 EXTENSIONS = (".c", ".h", ".cc", ".cpp", ".hpp")
 # Not formatted: the older releases' headers and programs tests/compat/make_fixtures.sh writes from the git history
 # (they are as those releases shipped them; stub.py reads their declarations).

@@ -4,7 +4,7 @@
   check_layers.py [SOURCE_ROOT]     (default: the checkout this script lives in)
 
 Reads every `#include "..."` of src/**/*.{hpp,cpp,h} that names a file under src/ (acc/... headers of
-config/ and capi/, and generated headers, are outside the graph) and makes the graph folder -> folders it
+base/ and capi/, and generated headers, are outside the graph) and makes the graph folder -> folders it
 includes; models/ and models/hf/ are two folders. A cycle fails, named with the include lines that close it.
 Includes alone do not show a class implemented by another folder (a folder above it may define its methods), so
 the definitions are read too: a method defined (`Class::name(` at the start of a line) in another folder than the

@@ -5,14 +5,14 @@ file or a caller could hang the process or overflow its stack.
 
   check_no_std_regex.py [SOURCE_ROOT]     (default: the checkout this script lives in)
 
-Reads the C and C++ files of src/, capi/, config/ and launcher/ (comments left out) for `#include <regex>` and the
+Reads the C and C++ files of src/, capi/, base/ and launcher/ (comments left out) for `#include <regex>` and the
 std:: names that header declares. Test 'no-std-regex', suite 'docs'.
 """
 import os
 import re
 import sys
 
-FOLDERS = ("src", "capi", "config", "launcher")
+FOLDERS = ("src", "capi", "base", "launcher")
 FORBIDDEN = re.compile(r"#\s*include\s*<regex>|\bstd::(?:w?regex\w*|basic_regex|w?[cs]?match\w*|w?[cs]regex_\w+|"
                        r"sub_match|match_results)\b")
 

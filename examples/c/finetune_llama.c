@@ -24,14 +24,7 @@
 
 #include "corpus.h"
 
-#define CHECK(call)                                                                                   \
-  do {                                                                                                \
-    acc_status st_ = (call);                                                                          \
-    if (st_ != ACC_OK) {                                                                              \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, acc_last_error_message(), acc_status_name(st_)); \
-      exit(1);                                                                                        \
-    }                                                                                                 \
-  } while (0)
+#include "check.h"
 
 enum { BLOCK = 64 };
 

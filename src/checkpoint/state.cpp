@@ -94,7 +94,7 @@ std::string set_cuda_rng_states(const std::map<std::string, at::Tensor>& saved) 
 MeshSizes mesh_of(const Accelerator& a) { return a.mesh() ? a.mesh()->sizes() : MeshSizes{}; }
 
 bool same_mesh(const MeshSizes& a, const MeshSizes& b) {
-  return a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.tp == b.tp;
+  return a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.sp == b.sp && a.tp == b.tp;
 }
 
 // "tp=2 x dp_shard=2" (Accelerate's names, the sizes above 1), "1 process".
@@ -103,6 +103,7 @@ std::string mesh_text(const MeshSizes& m) {
   for (const auto& [name, n] : {std::pair<const char*, int>{"dp_replicate", m.dp_replicate},
                                 {"dp_shard", m.dp_shard},
                                 {"cp", m.cp},
+                                {"sp", m.sp},
                                 {"tp", m.tp}})
     if (n > 1) s += (s.empty() ? "" : " x ") + std::string(name) + "=" + std::to_string(n);
   return s.empty() ? "1 process" : s;
@@ -315,6 +316,7 @@ std::string accelerator_state_json(const Accelerator& acc, const Accelerator::Pr
           .key("dp_replicate").value(static_cast<int64_t>(mesh.dp_replicate))
           .key("dp_shard").value(static_cast<int64_t>(mesh.dp_shard))
           .key("cp").value(static_cast<int64_t>(mesh.cp))
+          .key("sp").value(static_cast<int64_t>(mesh.sp))
           .key("tp").value(static_cast<int64_t>(mesh.tp))
       .end_object()
       .end_object();
@@ -461,7 +463,8 @@ Layout compare_layout(const Accelerator& acc, const json::Value& saved) {
   if (saved.has("mesh")) {
     const json::Value m = saved.get("mesh");
     saved_mesh = MeshSizes{static_cast<int>(m.get_int("dp_replicate")), static_cast<int>(m.get_int("dp_shard")),
-                           static_cast<int>(m.get_int("cp")), static_cast<int>(m.get_int("tp"))};
+                           static_cast<int>(m.get_int("cp")), static_cast<int>(m.get_int("tp")),
+                           static_cast<int>(m.has("sp") ? m.get_int("sp") : 1)};  // (before 1.4: no sp)
   }
   const MeshSizes mesh_now = mesh_of(acc);
   l.same_layout = l.same_world && (!saved_mesh || same_mesh(*saved_mesh, mesh_now));

@@ -98,7 +98,7 @@ NamedTensors load_safetensors(const std::string& path) {
   for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
   if (len < 2 || len > limits::kSafetensorsHeaderBytes || len > file_size - 8)
     bad(path, "header length " + std::to_string(len) + " is invalid");
-  // The one strict reader of headers (config/), also used by the launcher's tools.
+  // The one strict reader of headers (base/), also used by the launcher's tools.
   config::SafetensorsHeader header;
   try {
     header = config::parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(bytes + 8), len), "header",

@@ -9,7 +9,7 @@
 
 namespace acc::core {
 
-// Written through config/files.hpp (a temporary in the same directory, fsync, rename): a crash never
+// Written through acc/files.hpp (base/) (a temporary in the same directory, fsync, rename): a crash never
 // leaves a half file.
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});

@@ -329,7 +329,7 @@ at::Tensor compute_loss(const std::string& kind, const at::Tensor& output, const
 }
 
 std::unique_ptr<Model> make_builtin_model(const char* spec_json, c10::Device device) {
-  // One definition of the spec and its shapes, shared with `acc estimate-memory` (config/).
+  // One definition of the spec and its shapes, shared with `acc estimate-memory` (base/).
   config::BuiltinSpec spec = config::parse_builtin_spec(spec_json ? spec_json : "");
   if (spec.device == "meta") device = c10::Device(c10::kMeta);
   if (spec.mlp) return std::make_unique<Mlp>(*spec.mlp, device);

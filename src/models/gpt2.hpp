@@ -79,6 +79,7 @@ class Gpt2 : public NnModel, public Parallelizable, public PipelineStages {
   // (each rank takes its heads of each), c_fc column-wise, both c_proj row-wise, wte (and so the tied head)
   // vocabulary-parallel; wpe and the layer norms whole.
   TensorParallelPlan tensor_parallel_plan(int parts) const override;
+  AttentionHeads attention_heads() const override { return {{"n_head", c_.n_head}, {"n_head", c_.n_head}}; }
   // Pipeline stages: the embeddings (wte, wpe), the blocks transformer.h.N, then ln_f and the head tied to wte.
   int64_t num_blocks() const override { return c_.n_layer; }
   std::vector<std::string> first_modules() const override { return {"transformer.wte", "transformer.wpe"}; }

@@ -122,13 +122,18 @@ class ForwardSplit {
 // the field and both numbers otherwise.
 void check_divides(int parts, const std::string& model, std::initializer_list<std::pair<const char*, int64_t>> fields);
 
-// A model family with a tensor-parallel plan and context-parallel attention.
+// A model family with a tensor-parallel plan and an attention that context and sequence parallelism split.
 class Parallelizable {
  public:
   virtual ~Parallelizable() = default;
   // The family's plan for `parts` ranks. A number that does not divide what the plan splits (attention heads,
   // key/value heads, intermediate size, vocabulary) is std::invalid_argument naming the config field and both numbers.
   virtual TensorParallelPlan tensor_parallel_plan(int parts) const = 0;
+  // The attention's query and key/value head counts with their config fields (what sequence parallelism splits).
+  struct AttentionHeads {
+    std::pair<const char*, int64_t> heads, kv_heads;
+  };
+  virtual AttentionHeads attention_heads() const = 0;
   const ForwardSplit& forward_split() const;
   const std::shared_ptr<const ForwardSplit>& installed_split() const { return split_; }  // nullptr: none yet
   void install_split(std::shared_ptr<const ForwardSplit> split) { split_ = std::move(split); }

@@ -33,6 +33,9 @@ struct Collectives {
   // This rank's tensor to rank (rank + offset) mod size; gives back the tensor of rank (rank - offset) mod size (the
   // ring of context parallelism; empty where the group was made without it).
   std::function<at::Tensor(const at::Tensor&, int offset)> rotate;
+  // A tensor of size equal blocks along dim 0: block j to rank j; gives back the blocks received, in rank order (the
+  // heads' exchange of Ulysses sequence parallelism; empty where the group was made without it).
+  std::function<at::Tensor(const at::Tensor&)> all_to_all;
 };
 
 struct Placement {

@@ -54,15 +54,6 @@ struct SumFn : torch::autograd::Function<SumFn> {
   }
 };
 
-double lowest(at::ScalarType t) {  // torch.finfo(dtype).min, as transformers' masks use it
-  switch (t) {
-    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
-    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
-    case at::kDouble: return std::numeric_limits<double>::lowest();
-    default: return std::numeric_limits<float>::lowest();
-  }
-}
-
 at::Tensor rotate_fn(const at::Tensor& x, const Collectives& g) {
   if (!c10::GradMode::is_enabled() || !x.requires_grad()) return g.rotate(x, 1);
   return RotateFn::apply(x, reinterpret_cast<int64_t>(&g));
@@ -127,6 +118,38 @@ at::Tensor local_positions(int64_t length, int size, int rank) {
   return at::tensor(context_parallel_positions(length, size, rank), at::TensorOptions().dtype(at::kLong));
 }
 
+double hidden_score(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+    case at::kDouble: return std::numeric_limits<double>::lowest();
+    default: return std::numeric_limits<float>::lowest();
+  }
+}
+
+at::Tensor causal_mask(const at::Tensor& query_places, const at::Tensor& key_places, const at::Tensor& keep,
+                       int64_t window, const at::TensorOptions& o) {
+  const auto device = o.device();
+  at::Tensor q = query_places.to(device).view({-1, 1}), k = key_places.to(device).view({1, -1});
+  at::Tensor allowed = k.le(q);
+  if (window > 0) allowed = allowed.logical_and(q.sub(k).lt(window));
+  allowed = allowed.view({1, 1, q.size(0), k.size(1)});
+  if (keep.defined())
+    allowed = allowed.logical_and(keep.index_select(1, key_places.to(device)).view({keep.size(0), 1, 1, k.size(1)}));
+  return at::where(allowed, at::zeros({}, o), at::full({}, hidden_score(o.dtype().toScalarType()), o));
+}
+
+at::Tensor group_token_mean(const at::Tensor& sum, const at::Tensor& count, const Collectives& g) {
+  at::Tensor both = at::stack({sum, count.to(sum.device(), sum.scalar_type())});
+  if (c10::GradMode::is_enabled() && both.requires_grad()) {
+    both = ring::SumFn::apply(both, reinterpret_cast<int64_t>(&g));
+  } else {
+    both = both.contiguous().clone();
+    g.all_reduce_sum(both);
+  }
+  return both[0] / both[1];
+}
+
 Sequence::Sequence(std::shared_ptr<const Collectives> group, Exchange exchange, int64_t length, bool cache,
                    const std::string& model, bool sequence_parallel)
     : group_(std::move(group)), exchange_(exchange), length_(length) {
@@ -168,23 +191,12 @@ void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const
                                   "; expected [batch, " + std::to_string(length_) + "]");
     keep = attention_mask.to(o.device()).ne(0);
   }
-  const auto device = o.device();
-  at::Tensor q = index_.to(device).view({-1, 1});
-  auto build = [&](const at::Tensor& places) {
-    at::Tensor k = places.to(device).view({1, -1});
-    at::Tensor allowed = k.le(q);
-    if (window > 0) allowed = allowed.logical_and(q.sub(k).lt(window));
-    allowed = allowed.view({1, 1, q.size(0), k.size(1)});
-    if (keep.defined())
-      allowed = allowed.logical_and(keep.index_select(1, places.to(device)).view({keep.size(0), 1, 1, k.size(1)}));
-    return at::where(allowed, at::zeros({}, o), at::full({}, ring::lowest(o.dtype().toScalarType()), o));
-  };
+  auto build = [&](const at::Tensor& places) { return causal_mask(index_, places, keep, window, o); };
   masks_.clear();
   // A query that may see no key at all (a padding token before the first real one) gets an output of zero and no
   // gradient, as the whole model's attention gives it (Masking::attention, models/attention.hpp: transformers' sdpa).
   empty_ = at::Tensor();
-  if (keep.defined())
-    empty_ = build(at::cat(key_index_)).eq(ring::lowest(o.dtype().toScalarType())).all(-1, /*keepdim=*/true);
+  if (keep.defined()) empty_ = build(at::cat(key_index_)).eq(hidden_score(o.dtype().toScalarType())).all(-1, true);
   if (exchange_ == Exchange::AllGather)
     masks_.push_back(build(at::cat(key_index_)));  // the gathered keys come in rank order
   else
@@ -235,15 +247,7 @@ at::Tensor Sequence::attention(const at::Tensor& q, const at::Tensor& k, const a
 }
 
 at::Tensor Sequence::mean(const at::Tensor& sum, const at::Tensor& count) const {
-  const Collectives& g = *group_;
-  at::Tensor both = at::stack({sum, count.to(sum.device(), sum.scalar_type())});
-  if (c10::GradMode::is_enabled() && both.requires_grad()) {
-    both = ring::SumFn::apply(both, reinterpret_cast<int64_t>(&g));
-  } else {
-    both = both.contiguous().clone();
-    g.all_reduce_sum(both);
-  }
-  return both[0] / both[1];
+  return group_token_mean(sum, count, *group_);
 }
 
 }  // namespace acc::core::cp

@@ -47,6 +47,17 @@ bool is_split(const Model& model);
 // The whole sequence's places held by `rank` of `size` (load-balanced chunks; the length must split into 2 x size).
 at::Tensor local_positions(int64_t length, int size, int rank);
 
+// What a hidden attention score holds: the dtype's lowest value (torch.finfo(dtype).min, as transformers' masks).
+double hidden_score(at::ScalarType t);
+// The additive mask [B|1, 1, queries, keys] between places in the whole sequence: 0 where the query may see the key
+// (the key's place not after the query's, within `window` places when window > 0, and kept by `keep` [B, time] when it
+// is defined), hidden_score where not.
+at::Tensor causal_mask(const at::Tensor& query_places, const at::Tensor& key_places, const at::Tensor& keep,
+                       int64_t window, const at::TensorOptions& o);
+// The whole sequence's token mean from this rank's sum of token losses and their count: sums and counts added over the
+// group, the sum's gradient scaled by the group's size (see the top of this file). Equal on every rank of the group.
+at::Tensor group_token_mean(const at::Tensor& sum, const at::Tensor& count, const Collectives& g);
+
 // One forward's split sequence.
 class Sequence final : public SequenceSplit {
  public:

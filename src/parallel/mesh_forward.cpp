@@ -57,9 +57,11 @@ void MeshForward::check_length(int64_t length, bool cache, const std::string& mo
 }
 
 std::shared_ptr<SequenceSplit> MeshForward::split_sequence(int64_t length, bool cache, const std::string& model) const {
+  const bool tp_sequence = tensor && tensor->sequence_parallel;
+  if (ulysses)
+    return std::make_shared<ulysses::Sequence>(ulysses->group, ulysses->options, length, cache, model, tp_sequence);
   if (!context) return nullptr;
-  return std::make_shared<cp::Sequence>(context->group, context->exchange, length, cache, model,
-                                        tensor && tensor->sequence_parallel);
+  return std::make_shared<cp::Sequence>(context->group, context->exchange, length, cache, model, tp_sequence);
 }
 
 at::Tensor MeshForward::whole_logits(const at::Tensor& local) const {

@@ -1,6 +1,6 @@
 // The forward seams of a model parallelized over the process mesh (models/parallel_forward.hpp): tensor parallelism's
-// regions, logits and loss, and context parallelism's sequence split, composed (the heads split by tp, the tokens by
-// cp). tp::parallelize and cp::parallelize each add their part to the model's.
+// regions, logits and loss, and context or Ulysses sequence parallelism's sequence split, composed (the heads split by
+// tp, the tokens by cp or sp). tp::parallelize, cp::parallelize and ulysses::parallelize each add their part.
 #pragma once
 #include <memory>
 #include <optional>
@@ -10,6 +10,7 @@
 #include "models/parallel_forward.hpp"
 #include "models/placement.hpp"
 #include "parallel/context_parallel.hpp"
+#include "parallel/ulysses.hpp"
 
 namespace acc::core {
 
@@ -32,8 +33,13 @@ class MeshForward final : public ForwardSplit {
     std::shared_ptr<const Collectives> group;
     cp::Exchange exchange = cp::Exchange::AllGather;
   };
+  struct UlyssesPart {
+    std::shared_ptr<const Collectives> group;
+    ulysses::Options options;
+  };
   std::optional<TensorPart> tensor;
   std::optional<ContextPart> context;
+  std::optional<UlyssesPart> ulysses;  // (exclusive with context)
 
   // A copy of the parts `family` has (none for a model not parallelized yet).
   static MeshForward of(const Parallelizable& family);

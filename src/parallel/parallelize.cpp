@@ -51,6 +51,19 @@ void make_context_parallel(Model& model, const ProcessMesh& mesh, const Parallel
   }
 }
 
+// Ulysses: as context parallelism, the weights need no change; the forward splits the sequence and trades it for heads
+// around attention.
+void make_sequence_parallel(Model& model, const ProcessMesh& mesh, const ParallelPlan& plan) {
+  try {
+    ulysses::parallelize(model, std::make_shared<const Collectives>(ulysses::collectives_of(mesh.group("sp"))),
+                         plan.sequence);
+  } catch (const std::invalid_argument& e) {  // sp not dividing the heads
+    throw config::Error(plan.sequence_key + ": " + e.what());
+  } catch (const UnsupportedError& e) {  // a TorchScript module, a model without a split attention
+    throw UnsupportedError(plan.sequence_key + ": " + e.what());
+  }
+}
+
 std::unique_ptr<Strategy> data_parallel(const std::shared_ptr<Model>& model, const ProcessMesh* mesh,
                                         const ParallelPlan& plan) {
   // Over the ranks that hold the same piece of the model; none besides this one (tensor parallelism over every
@@ -70,7 +83,7 @@ std::unique_ptr<Strategy> data_parallel(const std::shared_ptr<Model>& model, con
     throw config::Error(e.what());
   }
   if (w.reported_units) o.units = model->reported_units();
-  // FSDP shards over dp_shard x cp and replicates over dp_replicate (HSDP: HYBRID_SHARD's machines, or
+  // FSDP shards over dp_shard x cp x sp and replicates over dp_replicate (HSDP: HYBRID_SHARD's machines, or
   // parallelism_config's dp_replicate_size); weights start from the first rank holding the same piece of the model.
   const ShardGroups groups(mesh->group("dp_cp"), mesh->group("dp_shard_cp"),
                            mesh->size("dp_replicate") > 1 ? mesh->group("dp_replicate") : nullptr);
@@ -83,6 +96,7 @@ Parallelized parallelize(const std::shared_ptr<Model>& model, const ProcessMesh*
   Parallelized out;
   if (mesh && mesh->size("tp") > 1) out.replaced = split_tensor_parallel(*model, *mesh, plan);
   if (mesh && mesh->size("cp") > 1) make_context_parallel(*model, *mesh, plan);
+  if (mesh && mesh->size("sp") > 1) make_sequence_parallel(*model, *mesh, plan);
   // zero3_init_flag: parameters on the meta device that ZeRO-3's strategy makes shard by shard; any other strategy
   // gets them whole.
   const bool makes_shards = mesh && plan.data == ParallelPlan::Data::Sharded && plan.sharding.stage == 3;

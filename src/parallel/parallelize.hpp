@@ -1,6 +1,6 @@
 // The one composition step (torchtitan's parallelize_llama): over the process mesh, tensor parallelism first (the
-// model's layers split by its family's plan), then context parallelism (its forward keeps this rank's part of each
-// sequence), then data parallelism and sharding (the Strategy that owns what the others left: DDP, ZeRO-1/2,
+// model's layers split by its family's plan), then context or Ulysses sequence parallelism (its forward keeps this
+// rank's part of each sequence), then data parallelism and sharding (the Strategy that owns what the others left: DDP, ZeRO-1/2,
 // FSDP / ZeRO-3, HSDP). Accelerator::prepare calls it and nothing else of the mechanisms; each mechanism records the
 // placements it makes on the model (models/placement.hpp).
 #pragma once
@@ -16,25 +16,28 @@
 #include "parallel/sharded.hpp"
 #include "parallel/strategy.hpp"
 #include "parallel/tensor_parallel.hpp"
+#include "parallel/ulysses.hpp"
 
 namespace acc::core {
 
 class Model;
 class ProcessMesh;
 
-// What to apply, resolved from the settings (the mesh's sizes say which of tp and cp apply).
+// What to apply, resolved from the settings (the mesh's sizes say which of tp, cp and sp apply).
 struct ParallelPlan {
   c10::Device device{c10::kCPU};  // where the strategy places the model
   tp::Options tensor;
   cp::Options context;
+  ulysses::Options sequence;
   // How errors name the settings: `key` = value (from where).
-  std::string tensor_key = "parallelism_config.tp_size", context_key = "parallelism_config.cp_size";
+  std::string tensor_key = "parallelism_config.tp_size", context_key = "parallelism_config.cp_size",
+              sequence_key = "parallelism_config.sp_size";
   enum class Data { Replicated, Ddp, Sharded };
   Data data = Data::Replicated;  // Replicated: one process, or nothing to synchronise
   DdpOptions ddp;
   ShardingOptions sharding;  // its units from `wrap` (over the model as tensor parallelism left it)
   struct Wrap {
-    std::string policy;                // fsdp_auto_wrap_policy
+    std::string policy;  // fsdp_auto_wrap_policy
     std::vector<std::string> classes;  // classes to wrap (empty and not given: the model's _no_split_modules)
     bool classes_given = false;
     int64_t min_num_params = 0;

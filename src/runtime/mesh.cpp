@@ -10,8 +10,8 @@ namespace acc::core {
 
 namespace {
 
-const std::vector<std::string> kNames = {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp"};
-const std::vector<std::vector<int>> kDims = {{0}, {1}, {2}, {3}, {0, 1}, {1, 2}, {0, 1, 2}};
+const std::vector<std::string> kNames = {"dp_replicate", "dp_shard", "cp", "sp", "tp", "dp", "dp_shard_cp", "dp_cp"};
+const std::vector<std::vector<int>> kDims = {{0}, {1}, {2}, {3}, {4}, {0, 1}, {1, 2, 3}, {0, 1, 2, 3}};
 
 size_t index_of(const std::string& group) {
   for (size_t i = 0; i < kNames.size(); ++i)
@@ -23,27 +23,30 @@ size_t index_of(const std::string& group) {
 
 }  // namespace
 
+std::string MeshSizes::text() const {
+  return "dp_replicate " + std::to_string(dp_replicate) + " x dp_shard " + std::to_string(dp_shard) + " x cp " +
+         std::to_string(cp) + (sp != 1 ? " x sp " + std::to_string(sp) : "") + " x tp " + std::to_string(tp);
+}
+
 MeshLayout::MeshLayout(MeshSizes sizes, int rank) : sizes_(sizes), rank_(rank) {
-  extent_ = {sizes.dp_replicate, sizes.dp_shard, sizes.cp, sizes.tp};
-  const char* what[] = {"dp_replicate", "dp_shard", "cp", "tp"};
-  for (int d = 0; d < 4; ++d)
+  extent_ = {sizes.dp_replicate, sizes.dp_shard, sizes.cp, sizes.sp, sizes.tp};
+  const char* what[] = {"dp_replicate", "dp_shard", "cp", "sp", "tp"};
+  for (int d = 0; d < kMeshDims; ++d)
     if (extent_[d] < 1)
       throw std::invalid_argument(std::string("process mesh: ") + what[d] + " size " + std::to_string(extent_[d]) +
                                   " must be at least 1");
   // The product in int is taken everywhere below: sizes whose product would wrap are refused here, once.
   int64_t total = 1;
-  for (int d = 0; d < 4; ++d) {
+  for (int d = 0; d < kMeshDims; ++d) {
     if (extent_[d] > std::numeric_limits<int>::max() / total)
-      throw std::invalid_argument("process mesh: dp_replicate " + std::to_string(sizes.dp_replicate) + " x dp_shard " +
-                                  std::to_string(sizes.dp_shard) + " x cp " + std::to_string(sizes.cp) + " x tp " +
-                                  std::to_string(sizes.tp) + " is more than " +
+      throw std::invalid_argument("process mesh: " + sizes.text() + " is more than " +
                                   std::to_string(std::numeric_limits<int>::max()) + " processes");
     total *= extent_[d];
   }
   if (rank < 0 || rank >= sizes.total())
     throw std::invalid_argument("process mesh: rank " + std::to_string(rank) + " outside a mesh of " +
                                 std::to_string(sizes.total()) + " processes");
-  for (int d = 3, r = rank; d >= 0; --d) {  // row-major: the last dimension varies fastest
+  for (int d = kMeshDims - 1, r = rank; d >= 0; --d) {  // row-major: the last dimension varies fastest
     coord_[d] = r % extent_[d];
     r /= extent_[d];
   }
@@ -68,7 +71,7 @@ int MeshLayout::rank(const std::string& group) const {
 int MeshLayout::group_index(const std::string& group) const {
   const auto& in = dims(group);
   int r = 0;
-  for (int d = 0; d < 4; ++d)
+  for (int d = 0; d < kMeshDims; ++d)
     if (std::find(in.begin(), in.end(), d) == in.end()) r = r * extent_[d] + coord_[d];
   return r;
 }
@@ -80,13 +83,13 @@ std::vector<int> MeshLayout::members(const std::string& group) const {
   out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     // The i-th member (row-major over the group's dimensions), the other coordinates this rank's.
-    std::array<int, 4> c = coord_;
+    std::array<int, kMeshDims> c = coord_;
     for (int k = static_cast<int>(in.size()) - 1, j = i; k >= 0; --k) {
       c[in[static_cast<size_t>(k)]] = j % extent_[in[static_cast<size_t>(k)]];
       j /= extent_[in[static_cast<size_t>(k)]];
     }
     int g = 0;
-    for (int d = 0; d < 4; ++d) g = g * extent_[d] + c[d];
+    for (int d = 0; d < kMeshDims; ++d) g = g * extent_[d] + c[d];
     out.push_back(g);
   }
   return out;
@@ -96,9 +99,7 @@ ProcessMesh::ProcessMesh(std::shared_ptr<Comm> world, MeshSizes sizes)
     : world_(std::move(world)), layout_(sizes, world_ ? world_->rank() : 0), groups_(kNames.size()) {
   if (!world_) throw std::invalid_argument("process mesh: no process group");
   if (sizes.total() != world_->size())
-    throw std::invalid_argument("process mesh: dp_replicate " + std::to_string(sizes.dp_replicate) + " x dp_shard " +
-                                std::to_string(sizes.dp_shard) + " x cp " + std::to_string(sizes.cp) + " x tp " +
-                                std::to_string(sizes.tp) + " is " + std::to_string(sizes.total()) +
+    throw std::invalid_argument("process mesh: " + sizes.text() + " is " + std::to_string(sizes.total()) +
                                 " processes; the job has " + std::to_string(world_->size()));
   // Every rank makes its meshes in the same order, so the count names them alike everywhere.
   static std::atomic<int> made{0};

@@ -1,15 +1,16 @@
 // The process mesh: Accelerate's ParallelismConfig dimensions laid over the job's ranks as torch's DeviceMesh lays
 // them, and a c10d group for each dimension and each flattened dimension a collective needs.
 //
-// Dimensions, outermost first (Accelerate's _get_mesh order): dp_replicate, dp_shard, cp, tp. Ranks are numbered
-// row-major over them (tp innermost): rank = ((r * dp_shard + s) * cp + c) * tp + t, as init_device_mesh's
+// Dimensions, outermost first (Accelerate's _get_mesh order): dp_replicate, dp_shard, cp, sp, tp. Ranks are numbered
+// row-major over them (tp innermost): rank = (((r * dp_shard + s) * cp + c) * sp + q) * tp + t, as init_device_mesh's
 // torch.arange(world).view(sizes). A group holds the ranks that differ only in its dimensions, ordered row-major over
 // those dimensions (DeviceMesh's _flatten), so group rank 0 is its lowest global rank.
-//   dp_replicate, dp_shard, cp, tp   one dimension each
+//   dp_replicate, dp_shard, cp, sp, tp   one dimension each (cp and sp are exclusive: one of them is 1)
 //   dp           dp_replicate x dp_shard: ranks that read different batches (loaders, gather_for_metrics)
-//   dp_shard_cp  dp_shard x cp: what FSDP shards over (CP ranks hold different tokens of the same batch)
-//   dp_cp        dp_replicate x dp_shard x cp: ranks that hold the same piece of the model (gradients are averaged
-//                over it, weights broadcast over it)
+//   dp_shard_cp  dp_shard x cp x sp: what FSDP shards over (CP and SP ranks hold different tokens of the same batch;
+//                DeepSpeed's ZeRO shards over its sequence-data-parallel group the same way)
+//   dp_cp        dp_replicate x dp_shard x cp x sp: ranks that hold the same piece of the model (gradients are
+//                averaged over it, weights broadcast over it)
 #pragma once
 #include <array>
 #include <memory>
@@ -21,23 +22,27 @@
 
 namespace acc::core {
 
-// The sizes of the four dimensions; their product is the number of processes.
+// The sizes of the five dimensions; their product is the number of processes. (sp last here, so that the four-size
+// initialisers of before it stay what they were; in the mesh it lies between cp and tp.)
 struct MeshSizes {
-  int dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
-  int total() const { return dp_replicate * dp_shard * cp * tp; }
+  int dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, sp = 1;
+  int total() const { return dp_replicate * dp_shard * cp * sp * tp; }
+  // "dp_replicate 2 x dp_shard 1 x cp 1 x tp 2" (sp named where it is above 1).
+  std::string text() const;
 };
+constexpr int kMeshDims = 5;
 
 // The rank layout alone (no processes): which ranks make each group. Throws std::invalid_argument for a size
 // below 1, a rank outside the mesh, or an unknown group name (naming the known ones).
 class MeshLayout {
  public:
   MeshLayout(MeshSizes sizes, int rank);
-  // dp_replicate, dp_shard, cp, tp, then the flattened dp, dp_shard_cp, dp_cp.
+  // dp_replicate, dp_shard, cp, sp, tp, then the flattened dp, dp_shard_cp, dp_cp.
   static const std::vector<std::string>& group_names();
   const MeshSizes& sizes() const { return sizes_; }
   int global_rank() const { return rank_; }
-  // This rank's place along each dimension (dp_replicate, dp_shard, cp, tp).
-  const std::array<int, 4>& coordinate() const { return coord_; }
+  // This rank's place along each dimension (dp_replicate, dp_shard, cp, sp, tp).
+  const std::array<int, kMeshDims>& coordinate() const { return coord_; }
   int size(const std::string& group) const;
   int rank(const std::string& group) const;  // this rank's place in its group of that name
   // The global ranks of this rank's group of that name, in group-rank order.
@@ -50,8 +55,8 @@ class MeshLayout {
   // The dimensions (indices into coordinate()) a group spans.
   const std::vector<int>& dims(const std::string& group) const;
   MeshSizes sizes_;
-  std::array<int, 4> extent_{};
-  std::array<int, 4> coord_{};
+  std::array<int, kMeshDims> extent_{};
+  std::array<int, kMeshDims> coord_{};
   int rank_ = 0;
 };
 

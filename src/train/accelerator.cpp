@@ -352,6 +352,9 @@ ParallelPlan Accelerator::parallel_plan(const Model& model) const {
   plan.device = placement_device(settings_.device_placement, device_, model);
   plan.tensor_key = shown_setting(config_, "parallelism_config.tp_size");
   plan.context_key = shown_setting(config_, "parallelism_config.cp_size");
+  plan.sequence_key = shown_setting(config_, "parallelism_config.sp_size");
+  if (!settings_.parallelism_config.sp_seq_length_is_variable)  // (checked: a length is given then)
+    plan.sequence.fixed_length = settings_.parallelism_config.sp_seq_length;
   const config::Sharding& sh = sharding_;
   if (!comm_) return plan;
   if (mesh_->size("cp") > 1)

@@ -177,6 +177,7 @@ void Accelerator::join_mesh(int cuda_device, const config::ParallelDims& dims) {
   sizes.dp_shard = static_cast<int>(dims.dp_shard);
   sizes.cp = static_cast<int>(dims.cp);
   sizes.tp = static_cast<int>(dims.tp);
+  sizes.sp = static_cast<int>(dims.sp);
   mesh_ = std::make_shared<ProcessMesh>(comm_, sizes);
 }
 

@@ -65,11 +65,25 @@ TEST(MeshLayout, GroupIndexNamesEachGroupOnce) {
 TEST(MeshLayout, RowMajorWithTpInnermost) {
   // rank = ((r * dp_shard + s) * cp + c) * tp + t
   const MeshLayout l({2, 3, 2, 2}, 17);  // 17 = ((1 * 3 + 1) * 2 + 0) * 2 + 1
-  EXPECT_EQ(l.coordinate(), (std::array<int, 4>{1, 1, 0, 1}));
+  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{1, 1, 0, 0, 1}));
   EXPECT_EQ(l.members("tp"), (std::vector<int>{16, 17}));
   EXPECT_EQ(l.members("dp"), (std::vector<int>{1, 5, 9, 13, 17, 21}));
   EXPECT_EQ(l.rank("dp"), 4);
   EXPECT_EQ(l.members("dp_shard_cp"), (std::vector<int>{13, 15, 17, 19, 21, 23}));
+}
+
+TEST(MeshLayout, SpBetweenCpAndTp) {
+  // Accelerate's order: dp_replicate, dp_shard, cp, sp, tp. dp_shard 2 x sp 2 x tp 2: rank = (s * 2 + q) * 2 + t.
+  MeshSizes sizes{1, 2, 1, 2};
+  sizes.sp = 2;
+  const MeshLayout l(sizes, 5);  // 5 = (1 * 2 + 0) * 2 + 1
+  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(l.members("sp"), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.members("tp"), (std::vector<int>{4, 5}));
+  // The data-parallel groups hold sp (its ranks hold different tokens of the same batch).
+  EXPECT_EQ(l.members("dp_shard_cp"), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(l.members("dp_cp"), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(l.members("dp"), (std::vector<int>{1, 5}));
 }
 
 TEST(MeshLayout, BadInput) {
@@ -89,7 +103,7 @@ TEST(MeshLayout, BadInput) {
     MeshLayout({2, 2, 1, 1}, 0).size("fsdp");
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no group 'fsdp'; its groups are dp_replicate, dp_shard, cp, tp, dp, "
+    EXPECT_NE(std::string(e.what()).find("no group 'fsdp'; its groups are dp_replicate, dp_shard, cp, sp, tp, dp, "
                                          "dp_shard_cp, dp_cp"),
               std::string::npos)
         << e.what();

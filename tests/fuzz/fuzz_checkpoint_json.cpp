@@ -1,4 +1,4 @@
-// libFuzzer target: the reader of a checkpoint's JSON files (acc::json::Document, config/src/json.cpp), walked
+// libFuzzer target: the reader of a checkpoint's JSON files (acc::json::Document, base/src/json.cpp), walked
 // the way load_state reads manifest.json and accelerator_state.json: the format and version, every file
 // the manifest lists with its size, the counts of prepared objects; then every value of the document through the
 // generic getters. Refusals are std::invalid_argument naming the file and the key; anything else is a finding.

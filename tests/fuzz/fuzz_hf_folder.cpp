@@ -1,5 +1,5 @@
 // libFuzzer target: a Hugging Face model folder as from_pretrained, `acc estimate-memory` and `acc merge-weights`
-// read it before any tensor: config.json and model.safetensors.index.json together (config/src/hf_shapes.cpp). The
+// read it before any tensor: config.json and model.safetensors.index.json together (base/src/hf_shapes.cpp). The
 // input is config.json, then a NUL byte and the index (no NUL: a folder without an index). The torch-free part: the
 // config's values checked as transformers checks them and turned into parameter names and shapes
 // (hf_parameter_shapes, which from_pretrained's check_hf_config shares), the index's weight map read (read_hf_index).

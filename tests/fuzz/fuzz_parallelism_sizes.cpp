@@ -11,7 +11,7 @@
 // (WORLD_SIZE and LOCAL_WORLD_SIZE as ProcessState reads them: 1 to 2^24).
 //
 // Oracle: besides crashes, sanitizer reports (a signed overflow is one: UBSan) and unexpected exceptions, what is
-// accepted keeps the rules (config/src/parallelism.cpp): every size at least 1 and read back as given, their product
+// accepted keeps the rules (base/src/parallelism.cpp): every size at least 1 and read back as given, their product
 // (taken in 128 bits) at most limits::kProcesses and, without sequence parallelism, 1 or the number of processes;
 // parallel_dims' mesh has exactly the job's processes. A launch config accepted with the job checks gives processes
 // whose environment the accelerator accepts with the same mesh (what `acc launch` starts must not fail on it).

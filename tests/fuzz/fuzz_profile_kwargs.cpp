@@ -7,7 +7,7 @@
 //
 // The torch-free part: profile_config, profile_options and the schedule are in src/train/profiler.cpp, which needs
 // LibTorch (Kineto), and the fuzz build has none (-Dcore=false). This target runs the code they run on the text: the
-// JSON reader, the schema (config/), and the options reader (src/util/options.cpp, compiled here), with
+// JSON reader, the schema (base/), and the options reader (src/util/options.cpp, compiled here), with
 // profile_config's and read_schedule's steps as they are written there; nothing is profiled.
 //
 // Oracle: besides crashes, hangs, leaks and sanitizer reports, the nesting cannot reach outside profile_kwargs (every

@@ -123,8 +123,8 @@ def dictionaries(tables):
     lines += [dict_line(v) for v in launch_values]
     out["dict/args.dict"] = ("\n".join(lines) + "\n").encode()
 
-    # config.json's keys and values as config/src/hf_shapes.cpp reads them
-    src = open(os.path.join(ROOT, "config", "src", "hf_shapes.cpp"), encoding="utf-8").read()
+    # config.json's keys and values as base/src/hf_shapes.cpp reads them
+    src = open(os.path.join(ROOT, "base", "src", "hf_shapes.cpp"), encoding="utf-8").read()
     hf_keys = set(re.findall(r'"([a-z][a-z0-9_]*)"', src)) - {"default"}
     lines = ["# config.json and model.safetensors.index.json keys and values (make_corpus.py)"]
     lines += [dict_line(t) for t in ["{", "}", "[", "]", ":", ",", "\0", "true", "false", "null", "-1", "0", "0.5",

@@ -29,6 +29,11 @@ INERT = {
     # rdzv_endpoint at the same address (false); under the static rendezvous both fix the machine ranks, which is
     # what acc launch does with main_process_ip:main_process_port (rdzv_backend other than static is warned about).
     "same_network",
+    # DeepSpeedSequenceParallelConfig.sp_attn_implementation (utils/dataclasses.py) names the core attention that
+    # UlyssesSPAttentionHF wraps, which must match the model's attn_implementation. libacc's families attend with
+    # torch's scaled_dot_product_attention whatever it names (SDPA picks flash kernels itself where the device has
+    # them); the values Accelerate refuses (eager, flex_attention, unknown names) are refused (parallelism.cpp).
+    "parallelism_config.sp_attn_implementation",
 }
 
 
@@ -107,13 +112,13 @@ def main():
     library = read_sources(root, ["src", "capi/src"])
     # The config library's functions that the library calls on a resolved accelerator config (sharding,
     # unsupported_setting, resolution that folds one key into another, DeepSpeed config files).
-    library.update(read_sources(root, ["config/src"], {"tools.cpp", "resolve.cpp", "deepspeed.cpp"}))
+    library.update(read_sources(root, ["base/src"], {"tools.cpp", "resolve.cpp", "deepspeed.cpp"}))
     # The launcher's code, without what only names keys: the option table (`flag(...)`, `opt(...)`: an option sets a
     # key, it does not use it) and the questionnaire and `acc config explain` (config_cmd.cpp: they write and show).
     launcher = {path: re.sub(r"\b(?:flag|opt)\([^;]*\);", "", text, flags=re.S)
                 for path, text in read_sources(root, ["launcher"]).items() if not path.endswith("config_cmd.cpp")}
     # The config library's launch side: the environment it exports, and check_launch.
-    launcher.update(read_sources(root, ["config/src"], {"launch_env.cpp", "resolve.cpp"}))
+    launcher.update(read_sources(root, ["base/src"], {"launch_env.cpp", "resolve.cpp"}))
     accel_names = r"\b(?:settings_|settings\(\)|s|a->settings_)"
     launch_names = r"\b(?:s|settings|launch|plan\.settings|r\.settings)"
 

@@ -1191,9 +1191,6 @@ TEST(Unsupported, NamedWithTheirSource) {
        "'deepspeed_plugin.offload_optimizer_device' = \"nvme\" (from env "
        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE): ZeRO offload to NVMe"},
       {"", {{"ACCELERATE_USE_MEGATRON_LM", "true"}}, "Megatron-LM is not supported yet"},
-      {R"({"parallelism_config": {"sp_size": 2}})",
-       {},
-       "sequence parallelism (DeepSpeed Ulysses) is not supported yet"},
       {"", {{"ACCELERATE_DYNAMO_BACKEND", "inductor"}}, "'dynamo_plugin.backend' = \"INDUCTOR\" (from env"},
       {R"({"log_with": ["tensorboard", "comet_ml"]})",
        {},
@@ -2117,10 +2114,26 @@ TEST(Parallelism, AccelerateRulesNameKeyAndSource) {
   // Accelerate's cp_backend choices: torch only.
   EXPECT_TRUE(has(error_of([] { resolve_accelerator(R"({"parallelism_config": {"cp_backend": "deepspeed"}})", {}); }),
                   "'parallelism_config.cp_backend' must be one of \"torch\""));
-  // Sequence parallelism (DeepSpeed Ulysses) is refused by name.
-  EXPECT_TRUE(has(*unsupported_setting(resolve_accelerator("", {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
-                                                                {"PARALLELISM_CONFIG_SP_SIZE", "2"}})),
-                  "'parallelism_config.sp_size' = 2 (from env PARALLELISM_CONFIG_SP_SIZE): sequence parallelism"));
+  // Sequence parallelism (Ulysses) is a dimension of the mesh: accepted with its settings, the sizes' product
+  // compared with the processes, DeepSpeedSequenceParallelConfig's rules applied.
+  const Env sp2 = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"}, {"PARALLELISM_CONFIG_SP_SIZE", "2"}};
+  EXPECT_FALSE(unsupported_setting(resolve_accelerator("", sp2)).has_value());
+  EXPECT_EQ(parallel_dims(resolve_accelerator("", sp2), 2, 2).sp, 2);
+  EXPECT_TRUE(has(refusal("", sp2, 4),
+                  "the parallelism_config sizes multiply to 2 processes "
+                  "('parallelism_config.sp_size' (2, PARALLELISM_CONFIG_SP_SIZE)), but the job has 4"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"sp_size": 2, "sp_seq_length_is_variable": false}})", {}, 2),
+                  "'parallelism_config.sp_seq_length_is_variable' (false, acc_accelerator_create) needs "
+                  "'parallelism_config.sp_seq_length' (null, default) to be the fixed sequence length"));
+  EXPECT_EQ(refusal(R"({"parallelism_config": {"sp_size": 2, "sp_seq_length_is_variable": false,
+                                               "sp_seq_length": 64}})",
+                    {}, 2),
+            "<no error>");
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"sp_size": 2, "sp_attn_implementation": "eager"}})", {}, 2),
+                  "'parallelism_config.sp_attn_implementation' (\"eager\", acc_accelerator_create): 'eager' and "
+                  "'flex_attention' are not supported with sequence parallelism"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"sp_size": 2, "sp_attn_implementation": "kernels/x"}})", {}, 2),
+                  "use sdpa, flash_attention_2 or flash_attention_3"));
 }
 
 // Sizes whose product wraps in 64 bits (2^63-1 squared is 1 modulo 2^64) or passes the most processes a job may have
@@ -2166,7 +2179,7 @@ TEST(Parallelism, SizesThatWrapAreRefusedNamingTheKeys) {
                     {"PARALLELISM_CONFIG_TP_SIZE", max}};
   EXPECT_TRUE(has(error_of([&] { parallel_dims(resolve_accelerator("", wrap), 1, 1); }),
                   "'parallelism_config.tp_size' (" + max + ", PARALLELISM_CONFIG_TP_SIZE)"));
-  // With sequence parallelism too (whose groups DeepSpeed makes, so the product is not compared with the processes).
+  // With sequence parallelism too.
   EXPECT_TRUE(has(accelerator(R"("sp_size": 2, "dp_replicate_size": )" + max + R"(, "tp_size": )" + max, 1),
                   "more than 65536 processes"));
   // The launcher refuses a file's sizes before any process starts, naming the file's lines.

@@ -1,13 +1,15 @@
-// One rank of the context-parallelism test, started by `acc launch --num_processes N` (tests/mp/meson.build). On 2
-// processes the world is one CP group of 2; on 4, one CP group of 4, then a mesh of cp=2 x tp=2 (heads split by TP,
-// tokens by CP). Every rank gets the same whole batch. For Llama (GQA, padded rows), Mistral (sliding window),
-// Mixtral, GPT-2 (padded rows) and the built-in GPT, with each strategy (allgather, alltoall), a context-parallel
-// model trains 20 SGD steps beside the whole model in the same process, its gradients averaged over the CP group as
-// DDP / FSDP average them over dp_cp: the loss at every step within 1e-5 (relative) of the whole model's and equal on
-// every CP rank, this rank's logits equal to the whole model's at its positions, the parameters after 20 steps
-// within 1e-5. Then bad input: a sequence that does not split into 2 x cp chunks, generate, a TorchScript module,
-// a model without context-parallel attention, a second split, sequence parallelism: each refused by name.
-// Usage: mp_cp FIXTURES_DIR (tests/hf/fixtures). Prints "N passed, N failed"; exits non-zero on a failed check.
+// One rank of the test of the sequence splits, started by `acc launch --num_processes N` (tests/mp/meson.build):
+// context parallelism (cp), or with `sp` Ulysses sequence parallelism. On 2 processes the world is one group of 2; on
+// 4, one group of 4, then a mesh of cp=2 x tp=2 (or sp=2 x tp=2: heads split by TP, tokens by CP / SP). Every rank gets
+// the same whole batch. For Llama (GQA, padded rows), Mistral (sliding window; under sp=4 or sp=2 x tp=2 its key/value
+// heads are fewer than the ranks, and repeated), Mixtral, GPT-2 (padded rows) and the built-in GPT, with each
+// exchange (cp: allgather, alltoall; sp: the heads' all-to-all), a split model trains 20 SGD steps beside the whole
+// model in the same process, its gradients averaged over the group as DDP / FSDP average them over dp_cp: the loss at
+// every step within 1e-5 (relative) of the whole model's and equal on every rank of the group, this rank's logits
+// equal to the whole model's at its positions, the parameters after 20 steps within 1e-5. Then bad input: a sequence
+// the split cannot take, generate, a TorchScript module, a model without split attention, a second split, the other
+// sequence split, heads that sp does not divide: each refused by name.
+// Usage: mp_cp FIXTURES_DIR [sp] (tests/hf/fixtures). Prints "N passed, N failed"; exits non-zero on a failed check.
 #include <ATen/ATen.h>
 #include <acc/config.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -27,6 +29,7 @@
 #include "models/hf/pretrained.hpp"
 #include "models/model.hpp"
 #include "parallel/tensor_parallel.hpp"
+#include "parallel/ulysses.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/mesh.hpp"
 #include "runtime/process_state.hpp"
@@ -39,9 +42,10 @@ using namespace acc::core;
 namespace {
 
 std::string decoder_config(const std::string& arch, const std::string& type, int heads, int kv,
-                           const std::string& extra = "") {
+                           const std::string& extra = "", int hidden = 32) {
   return R"({"architectures": [")" + arch + R"("], "model_type": ")" + type + R"(", "vocab_size": 96,
-         "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": )" +
+         "hidden_size": )" +
+         std::to_string(hidden) + R"(, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": )" +
          std::to_string(heads) + R"(, "num_key_value_heads": )" + std::to_string(kv) + R"(, "head_dim": 4,
          "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "initializer_range": 0.2,
          "tie_word_embeddings": false)" +
@@ -65,27 +69,49 @@ using Group = std::shared_ptr<const Collectives>;
 Group shared(Collectives c) { return std::make_shared<const Collectives>(std::move(c)); }
 
 struct Layout {
-  Group cp;
+  Group cp;  // the group that splits the sequence (cp or sp)
   std::optional<Group> tp;
   std::string name;
 };
 
+// A sequence split under test: context parallelism with one exchange, or Ulysses.
+struct Split {
+  bool ulysses = false;
+  cp::Exchange exchange = cp::Exchange::AllGather;
+  std::string name() const { return ulysses ? "ulysses" : cp::exchange_name(exchange); }
+  const char* what() const { return ulysses ? "sequence parallelism" : "context parallelism"; }
+  void apply(Model& m, const Group& g) const {
+    if (ulysses) ulysses::parallelize(m, g);
+    else cp::parallelize(m, g, cp::Options{exchange});
+  }
+  bool is_split(const Model& m) const { return ulysses ? ulysses::is_split(m) : cp::is_split(m); }
+  at::Tensor positions(int64_t T, int n, int rank) const {
+    return ulysses ? ulysses::local_positions(T, n, rank) : cp::local_positions(T, n, rank);
+  }
+  // A length the split cannot take, and the words that refuse it.
+  int64_t bad_length(int n) const { return ulysses ? n + 1 : 2 * n + 2; }  // (cp: never a multiple of 2 x cp)
+  std::string refusal(int n) const {
+    return ulysses ? "a multiple of sp_size (" + std::to_string(n) + ")"
+                   : "2 x cp_size (" + std::to_string(2 * n) + ")";
+  }
+};
+
 // The whole model and the context-parallel one (also split by TP in a cp x tp layout) train side by side.
-void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, cp::Exchange strategy, bool hf_lm,
+void equivalence_of(const std::string& what, const Maker& make, const Layout& layout, const Split& how, bool hf_lm,
                     bool padded, bool checkpointing) {
   auto whole = make();
   auto split = make();
   split->load_state_dict(whole->state(), "the whole model");
   if (layout.tp) tp::parallelize(*split, *layout.tp);
-  cp::parallelize(*split, layout.cp, cp::Options{strategy});
-  expect(cp::is_split(*split), what + ": the model records its context parallelism");
+  how.apply(*split, layout.cp);
+  expect(how.is_split(*split), what + ": the model records its split");
   whole->train(true);
   split->train(true);
   if (checkpointing) split->set_activation_checkpointing(true);
   const std::string target = hf_lm ? "labels" : "targets";
   const int n = layout.cp->size;
   const int64_t T = 16;
-  const at::Tensor mine = cp::local_positions(T, n, layout.cp->rank);
+  const at::Tensor mine = how.positions(T, n, layout.cp->rank);
   at::manual_seed(11);  // the same batches on every rank
   const double lr = 0.02;
   for (int step = 0; step < 20; ++step) {
@@ -113,7 +139,7 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     layout.cp->all_reduce_max(high);
     low.neg_();
     layout.cp->all_reduce_max(low);
-    expect(high.item<double>() == -low.item<double>(), what + ": the loss is equal on every CP rank");
+    expect(high.item<double>() == -low.item<double>(), what + ": the loss is equal on every rank of the group");
     if (step == 0) {
       const at::Tensor ref = a.at("logits").detach().index_select(1, mine);
       const at::Tensor got = b.at("logits").detach();
@@ -124,7 +150,7 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     a.at("loss").backward();
     b.at("loss").backward();
     c10::NoGradGuard no_grad;
-    for (auto& [name, p] : split->named_parameters()) {  // DDP's mean over the CP ranks (dp_cp holds cp)
+    for (auto& [name, p] : split->named_parameters()) {  // DDP's mean over the group (dp_cp holds cp and sp)
       // (A Mixtral expert that none of this rank's tokens chose has no gradient here, but may have on another rank.)
       at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::zeros_like(p);
       layout.cp->all_reduce_sum(g);
@@ -163,12 +189,12 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     } catch (const std::exception& e) {
       message = e.what();
     }
-    expect(message.find("context parallelism runs without a key/value cache") != std::string::npos,
+    expect(message.find(std::string(how.what()) + " runs without a key/value cache") != std::string::npos,
            what + ": generate refused by name (got '" + message + "')");
   }
-  // A sequence that does not split into 2 x cp chunks.
+  // A sequence the split cannot take.
   std::string message;
-  const int64_t odd = 2 * n + 2;  // 2 more than one chunk per rank: never a multiple of 2 x cp (cp >= 2)
+  const int64_t odd = how.bad_length(n);
   try {
     at::Tensor ids = at::randint(0, 96, {1, odd}, at::kLong);
     split->forward(TensorDict{{"input_ids", ids}, {target, ids}});
@@ -176,16 +202,21 @@ void equivalence_of(const std::string& what, const Maker& make, const Layout& la
     message = e.what();
   }
   expect(message.find("sequence length (" + std::to_string(odd) + ")") != std::string::npos &&
-             message.find("2 x cp_size (" + std::to_string(2 * n) + ")") != std::string::npos,
+             message.find(how.refusal(n)) != std::string::npos,
          what + ": a sequence of " + std::to_string(odd) + " refused by name (got '" + message + "')");
 }
 
+bool g_ulysses = false;  // the test's mechanism: argv[2] == "sp"
+
 void equivalence(const std::string& what, const Maker& make, const Layout& layout, bool hf_lm, bool padded = false,
                  bool checkpointing = false) {
-  for (cp::Exchange s : {cp::Exchange::AllGather, cp::Exchange::AllToAll}) {
-    const std::string name = what + " [" + layout.name + ", " + cp::exchange_name(s) + "]";
+  const std::vector<Split> splits =
+      g_ulysses ? std::vector<Split>{Split{true}}
+                : std::vector<Split>{Split{false, cp::Exchange::AllGather}, Split{false, cp::Exchange::AllToAll}};
+  for (const Split& how : splits) {
+    const std::string name = what + " [" + layout.name + ", " + how.name() + "]";
     try {
-      equivalence_of(name, make, layout, s, hf_lm, padded, checkpointing);
+      equivalence_of(name, make, layout, how, hf_lm, padded, checkpointing);
     } catch (const std::exception& e) {
       expect(false, name + ": " + e.what());
     }
@@ -198,13 +229,14 @@ void refused(const std::string& what, const Maker& make, const Group& group, con
   try {
     auto m = make();
     if (prepare) prepare(*m);
+    const Split how{g_ulysses};
     try {
-      cp::parallelize(*m, group);
+      how.apply(*m, group);
     } catch (const std::exception& e) {
       message = e.what();
     }
-    expect(message.empty() || !cp::is_split(*m) || what == "split twice",
-           what + ": the model is left without context parallelism");
+    expect(message.empty() || !how.is_split(*m) || what == "split twice",
+           what + ": the model is left without the split");
   } catch (const std::exception& e) {
     expect(false, what + ": the model could not be made: " + e.what());
     return;
@@ -232,28 +264,36 @@ void run_models(const Layout& layout, const std::string& fixtures) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: mp_cp FIXTURES_DIR\n");
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "sp")) {
+    std::fprintf(stderr, "usage: mp_cp FIXTURES_DIR [sp]\n");
     return 2;
   }
   const std::string fixtures = argv[1];
+  g_ulysses = argc == 3;
+  const char* dim = g_ulysses ? "sp" : "cp";
   auto comm =
       Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
-  const Group world = shared(cp::collectives_of(comm));
+  const Group world = shared(g_ulysses ? ulysses::collectives_of(comm) : cp::collectives_of(comm));
 
-  run_models(Layout{world, std::nullopt, "cp=" + std::to_string(n)}, fixtures);
+  run_models(Layout{world, std::nullopt, std::string(dim) + "=" + std::to_string(n)}, fixtures);
   if (n == 4) {
-    // Accelerate's mesh order (cp outside tp): cp=2 x tp=2.
-    ProcessMesh mesh(comm, MeshSizes{1, 1, 2, 2});
-    const Layout cp_tp{shared(cp::collectives_of(mesh.group("cp"))), shared(tp::collectives_of(mesh.group("tp"))),
-                       "cp=2 x tp=2"};
-    run_models(cp_tp, fixtures);
-    // Over c10d process groups directly (the ring's step is c10d's all-to-all either way).
-    auto pg = mesh.group("cp")->process_group();
+    // Accelerate's mesh order (cp and sp outside tp): cp=2 x tp=2, or sp=2 x tp=2.
+    MeshSizes sizes{1, 1, g_ulysses ? 1 : 2, 2};
+    if (g_ulysses) sizes.sp = 2;
+    ProcessMesh mesh(comm, sizes);
+    auto group_of = [&](const std::shared_ptr<Comm>& c) {
+      return shared(g_ulysses ? ulysses::collectives_of(c) : cp::collectives_of(c));
+    };
+    run_models(Layout{group_of(mesh.group(dim)), shared(tp::collectives_of(mesh.group("tp"))),
+                      std::string(dim) + "=2 x tp=2"},
+               fixtures);
+    // Over c10d process groups directly (the exchanges are c10d's all-to-all either way).
+    auto pg = mesh.group(dim)->process_group();
+    const Group direct = shared(g_ulysses ? ulysses::collectives_of(pg, mesh.rank(dim), mesh.size(dim))
+                                          : cp::collectives_of(pg, mesh.rank(dim), mesh.size(dim)));
     equivalence("llama (GQA), c10d group", from_config(decoder_config("LlamaForCausalLM", "llama", 8, 4)),
-                Layout{shared(cp::collectives_of(pg, mesh.rank("cp"), mesh.size("cp"))), std::nullopt, "cp=2 of 4"},
-                true, true);
+                Layout{direct, std::nullopt, std::string(dim) + "=2 of 4"}, true, true);
   }
 
   // Bad input.
@@ -262,14 +302,28 @@ int main(int argc, char** argv) {
     refused("TorchScript", [&] { return load_torchscript_model(script.path, nullptr); }, world, "TorchScript module");
   }
   refused("built-in mlp", builtin(R"({"type": "mlp", "sizes": [4, 8, 1]})"), world,
-          "Mlp has no context-parallel attention");
+          g_ulysses ? "Mlp has no split attention" : "Mlp has no context-parallel attention");
   const Maker llama = from_config(decoder_config("LlamaForCausalLM", "llama", 4, 4));
-  refused("split twice", llama, world, "split already", [&](Model& m) { cp::parallelize(m, world); });
-  refused("sequence parallelism", llama, world, "exclusive", [&](Model& m) {
-    tp::Options o;
-    o.sequence_parallel = true;
-    tp::parallelize(m, world, o);
-  });
+  refused("split twice", llama, world, "split already", [&](Model& m) { Split{g_ulysses}.apply(m, world); });
+  refused("tensor parallelism's sequence parallelism", llama, world, g_ulysses ? "Ulysses splits" : "exclusive",
+          [&](Model& m) {
+            tp::Options o;
+            o.sequence_parallel = true;
+            tp::parallelize(m, world, o);
+          });
+  if (g_ulysses) {
+    refused("context parallelism first", llama, world, "is context-parallel; the two are exclusive",
+            [&](Model& m) { cp::parallelize(m, shared(cp::collectives_of(comm))); });
+    // Heads sp does not divide (3 of them on 2 ranks, 6 on 4), and key/value heads neither dividing sp nor divided
+    // by it (3 for sp 2, 6 for sp 4; each divides its query heads, as GQA needs). A hidden size of 48 takes them.
+    const int h = 3 * n / 2;
+    refused("heads", from_config(decoder_config("LlamaForCausalLM", "llama", h, h, "", 48)), world,
+            "sp_size " + std::to_string(n) + " does not divide LlamaForCausalLM's num_attention_heads (" +
+                std::to_string(h) + ")");
+    refused("key/value heads", from_config(decoder_config("LlamaForCausalLM", "llama", 2 * h, h, "", 48)), world,
+            "sp_size " + std::to_string(n) + " does not divide LlamaForCausalLM's num_key_value_heads (" +
+                std::to_string(h) + "), nor they it");
+  }
 
   return finish();
 }

@@ -8,7 +8,9 @@
  * Usage: mp_cp_train STEPS BATCH OUT [MODEL]   (BATCH: per process, Accelerate's batch_size; MODEL llama (the
  *        default), mixtral, gpt2, or the folder of a transformers checkpoint: tests/hf/fixtures' Llama and Mixtral)
  *        mp_cp_train refuse             (cp_size 2) the built-in MLP refused by acc_prepare naming the key and its
- *                                       source; the Llama prepared, a sequence of 6 (not 2 x cp chunks) refused */
+ *                                       source; the Llama prepared, a sequence of 6 (not 2 x cp chunks) refused
+ *        mp_cp_train refuse-sp          (sp_size 4) the same for Ulysses (a sequence of 6 is no multiple of 4),
+ *                                       and a Llama of 2 heads, which sp 4 does not divide, named by key and field */
 #include <acc/acc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,8 +58,44 @@ static int refuse(void) {
   return finish();
 }
 
+static int refuse_sp(void) {
+  acc_accelerator* acc;
+  CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
+  const char* key = "'parallelism_config.sp_size' = 4 (from env PARALLELISM_CONFIG_SP_SIZE)";
+  acc_model* mlp = NULL;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 8, 1]}", &mlp));
+  EXPECT_ERR(acc_prepare(acc, mlp, NULL, NULL, NULL), ACC_ERR_UNSUPPORTED, key);
+  EXPECT(strstr(acc_last_error_message(), "Mlp has no split attention") != NULL);
+  acc_model_destroy(mlp);
+  /* 2 heads (and 2 key/value heads): sp 4 does not divide them. */
+  char two[1024];
+  snprintf(two, sizeof two, "%s", kLlama);
+  char* heads = strstr(two, "\"num_attention_heads\": 8, \"num_key_value_heads\": 4");
+  EXPECT(heads != NULL);
+  const char* fewer = "\"num_attention_heads\": 2, \"num_key_value_heads\": 2"; /* the same length */
+  if (heads) memcpy(heads, fewer, strlen(fewer));
+  acc_model* odd = NULL;
+  CHECK(acc_model_from_config(two, NULL, &odd));
+  EXPECT_ERR(acc_prepare(acc, odd, NULL, NULL, NULL), ACC_ERR_INVALID_CONFIG, key);
+  EXPECT(strstr(acc_last_error_message(), "does not divide LlamaForCausalLM's num_attention_heads (2)") != NULL);
+  acc_model_destroy(odd);
+  acc_model* model;
+  CHECK(acc_model_from_config(kLlama, NULL, &model));
+  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
+  const int64_t ids[6] = {1, 2, 3, 4, 5, 6}, shape[2] = {1, 6};
+  acc_tensor *x = NULL, *loss = NULL;
+  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
+  EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT,
+             "sequence parallelism needs the sequence length (6) to be a multiple of sp_size (4)");
+  acc_tensor_destroy(x);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  return finish();
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && !strcmp(argv[1], "refuse")) return refuse();
+  if (argc == 2 && !strcmp(argv[1], "refuse-sp")) return refuse_sp();
   if (argc != 4 && argc != 5) {
     fprintf(stderr, "usage: mp_cp_train STEPS BATCH OUT [llama|mixtral|gpt2]\n");
     return 2;

@@ -195,7 +195,7 @@ PipelineOptions parse_pipeline_options(const json::Value* root, const char* what
 }
 
 PipelineOptions pipeline_options_from_config(const config::Config& c) {
-  // Every key of the data section, by its dotted path (the schema's: config/src/schema.cpp).
+  // Every key of the data section, by its dotted path (the schema's: base/src/schema.cpp).
   static const char* const kConfigKeys[] = {"data.files",
                                             "data.format",
                                             "data.columns",

@@ -301,6 +301,10 @@ class CausalDecoder final : public NnModel,
     return causal_lm_forward(*this, d_.architecture, batch);
   }
 
+  AttentionHeads attention_heads() const override {
+    return {{"num_attention_heads", d_.heads}, {"num_key_value_heads", d_.kv_heads}};
+  }
+
   // transformers' base_model_tp_plan (q/k/v and gate/up column-wise, o and down row-wise; Mixtral: each expert's
   // w1 / w3 column-wise and w2 row-wise, reduced once by the block, the router whole) and a vocabulary-parallel
   // embedding and head (lm_head, or the tied embedding).

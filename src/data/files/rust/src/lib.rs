@@ -12,7 +12,7 @@ use arrow_array::RecordBatch;
 
 use table::{Format, Options, Table};
 
-/// The limits of ../../../../config/include/acc/limits.hpp (kept equal; docs/data.md).
+/// The limits of ../../../../base/include/acc/limits.hpp (kept equal; docs/data.md).
 pub mod limits {
     /// One JSONL line or CSV record: longer is refused before it is read whole.
     pub const MAX_LINE_BYTES: usize = 64 << 20;

@@ -6,6 +6,28 @@ namespace acc::config {
 
 namespace detail {
 
+namespace {
+
+// Accelerate's DeepSpeedSequenceParallelConfig rules, over either schema's keys (`prefix` + sp_*).
+void check_sequence_parallel(const Config& c, const std::string& prefix) {
+  const std::string variable = prefix + "sp_seq_length_is_variable", length = prefix + "sp_seq_length",
+                    attention = prefix + "sp_attn_implementation";
+  if (!c.get_bool(variable) && c.get_json(length) == "null")
+    throw Error("contradictory settings: " + shown_setting(c, variable) + " needs " + shown_setting(c, length) +
+                " to be the fixed sequence length");
+  // libacc's Ulysses attention is torch's scaled_dot_product_attention (flash kernels where the device has them).
+  const std::string a = c.get_string(attention);
+  if (a == "eager" || a == "flex_attention")
+    throw Error(shown_setting(c, attention) + ": 'eager' and 'flex_attention' are not supported with sequence "
+                                              "parallelism (as in Accelerate)");
+  if (a != "sdpa" && a != "flash_attention_2" && a != "flash_attention_3")
+    throw Error(shown_setting(c, attention) +
+                ": libacc's sequence parallelism attends with torch's scaled_dot_product_attention: use sdpa, "
+                "flash_attention_2 or flash_attention_3");
+}
+
+}  // namespace
+
 void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t processes,
                              const std::string& processes_shown, bool fsdp2) {
   const std::string rep = prefix + "dp_replicate_size", shard = prefix + "dp_shard_size", tp = prefix + "tp_size",
@@ -24,31 +46,32 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
   if (k > 1 && !fsdp2)
     throw Error(shown_setting(c, cp) + ": context parallelism needs FSDP2 (distributed_type FSDP with fsdp_version 2): "
                                        "the model is sharded over dp_shard x cp");
-  if (fsdp2 && s == 1 && k == 1)
+  if (fsdp2 && s == 1 && k == 1 && q == 1)
     throw Error("contradictory settings: " + shown_setting(c, shard) +
                 " leaves FSDP no dimension to shard across "
-                "(it shards over dp_shard_size x cp_size); set dp_shard_size > 1 (or cp_size > 1)");
+                "(it shards over dp_shard_size x cp_size x sp_size); set dp_shard_size > 1 (or cp_size or sp_size)");
+  if (q > 1) check_sequence_parallel(c, prefix);
   std::string which;  // the sizes above 1, with their sources
-  for (const std::string& key : {rep, shard, tp, cp})
+  for (const std::string& key : {rep, shard, tp, cp, sp})
     if (c.get_int(key) > 1) which += (which.empty() ? "" : ", ") + shown_setting(c, key);
   // Multiplied against the most processes a job may have, before any product is taken: 64-bit sizes wrap (2^63-1
   // squared is 1), and the mesh multiplies them again in int.
   int64_t total = 1;
-  for (const int64_t size : {r, s, t, k}) {
+  for (const int64_t size : {r, s, t, k, q}) {
     if (size > limits::kProcesses / total)
       throw Error("the parallelism_config sizes multiply to more than " + std::to_string(limits::kProcesses) +
                   " processes, the most a job may have (" + which +
                   "); adjust dp_replicate_size / dp_shard_size / "
-                  "tp_size / cp_size");
+                  "tp_size / cp_size / sp_size");
     total *= size;
   }
-  // DeepSpeed's sequence parallelism makes its own groups: Accelerate checks no product then.
-  if (q > 1) return;
+  // (DeepSpeed's sequence parallelism makes its own groups, and Accelerate checks no product then; libacc's sp is a
+  // dimension of its mesh, so the product is checked with it, as Accelerate's docs ask: dp x sp = processes.)
   if (total == 1) return;  // Accelerate's _validate_accelerator: replicate over every process (DDP)
   if (total != processes) {
     throw Error("contradictory settings: the parallelism_config sizes multiply to " + std::to_string(total) +
                 " processes (" + which + "), but " + processes_shown +
-                "; adjust dp_replicate_size / dp_shard_size / tp_size / cp_size");
+                "; adjust dp_replicate_size / dp_shard_size / tp_size / cp_size / sp_size");
   }
 }
 
@@ -71,8 +94,9 @@ ParallelDims parallel_dims(const Config& c, int64_t world, int64_t local_world) 
     d.dp_shard = c.get_int(kShard);
     d.tp = c.get_int("parallelism_config.tp_size");
     d.cp = c.get_int("parallelism_config.cp_size");
+    d.sp = c.get_int("parallelism_config.sp_size");
     d.from_parallelism_config = true;
-    if (d.dp_replicate * d.dp_shard * d.tp * d.cp == 1) d.dp_replicate = world;
+    if (d.dp_replicate * d.dp_shard * d.tp * d.cp * d.sp == 1) d.dp_replicate = world;
     return d;
   }
   // Without a parallelism_config the data-parallel strategy alone makes the mesh.

@@ -183,7 +183,7 @@ Sharding sharding(const Config& accelerator);
 // and its source. Without: what the data-parallel strategy implies (DDP: dp_replicate = world; FSDP / ZeRO: dp_shard
 // = world; HYBRID_SHARD: dp_shard = the processes of a machine, dp_replicate = the machines).
 struct ParallelDims {
-  int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
+  int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, sp = 1;
   bool from_parallelism_config = false;
 };
 ParallelDims parallel_dims(const Config& accelerator, int64_t world, int64_t local_world);

@@ -415,12 +415,11 @@ std::optional<std::string> unsupported_paradigm(const Config& c) {
     return refuse(c, "use_megatron_lm", "Megatron-LM", "train with DDP (the default) instead");
   if (c.get_bool("use_parallelism_config")) {
     // Its dimensions make the process mesh (parallel_dims, src/runtime/mesh.hpp); prepare splits the model over its
-    // tp and cp groups (train/accelerator.cpp). DeepSpeed's sequence parallelism (Ulysses: attention heads all-to-all
-    // across sp_size ranks) is not done here.
-    if (c.get_int("parallelism_config.sp_size") > 1)
-      return refuse(c, "parallelism_config.sp_size", "sequence parallelism (DeepSpeed Ulysses)", "set sp_size to 1");
+    // tp, cp and sp groups (src/parallel/parallelize.hpp). Sequence parallelism (sp_size: Ulysses, DeepSpeed's ALST)
+    // is libacc's own on that mesh, with DDP or FSDP2 over it, not DeepSpeed's engine.
     if (c.get_bool("use_deepspeed"))
-      return refuse(c, "use_parallelism_config", "parallelism_config with DeepSpeed", "use FSDP2 for dp_shard_size");
+      return refuse(c, "use_parallelism_config", "parallelism_config with DeepSpeed",
+                    "use FSDP2 for dp_shard_size (sp_size runs with DDP or FSDP2 too)");
   }
   if (c.get_string("dynamo_plugin.backend") != "NO")
     return refuse(c, "dynamo_plugin.backend", "torch.compile (TorchDynamo)", "set it to \"NO\"");
@@ -464,13 +463,11 @@ std::optional<std::string> meaningless_setting(const Config& c) {
   for (const char* k : {"dynamo_plugin.fullgraph", "dynamo_plugin.dynamic", "dynamo_plugin.disable",
                         "dynamo_plugin.use_regional_compilation"})
     if (holds_json(c, k, "true")) return refuse(c, k, "torch.compile (TorchDynamo) settings", "leave it false");
-  // Sequence parallelism is refused above (sp_size), and so are its settings; context parallelism is libacc's own
-  // (torch's), not DeepSpeed's.
-  for (const char* k :
-       {"parallelism_config.cp_backend", "parallelism_config.sp_backend", "parallelism_config.sp_seq_length",
-        "parallelism_config.sp_seq_length_is_variable", "parallelism_config.sp_attn_implementation"})
+  // Context parallelism is libacc's own (torch's): cp_backend has one value. (The sp_* settings are read:
+  // parallelism.cpp checks them.)
+  for (const char* k : {"parallelism_config.cp_backend"})
     if (c.provenance(k).origin != Origin::Default && c.get_json(k) != default_json(c, k))
-      return refuse(c, k, "context / sequence parallelism settings", "leave it at its default");
+      return refuse(c, k, "context parallelism settings", "leave it at its default");
   // libacc's FP8 (mixed_precision fp8) is one recipe: E4M3 forward GEMMs with a scale per tensor from its current
   // amax, backward in bf16. Recipe settings that ask for another are refused; use_autocast_during_eval is honoured.
   for (const char* k : {"fp8_recipe_kwargs.backend", "fp8_recipe_kwargs.fp8_format", "fp8_recipe_kwargs.margin",
@@ -613,10 +610,11 @@ void apply_fsdp2_parallelism(const Config& c, Sharding& sh) {
   if (c.get_int("fsdp_plugin.fsdp_version") != 2)
     throw Error("'use_parallelism_config' (" + c.provenance("use_parallelism_config").where + ") needs FSDP2; got " +
                 shown_setting(c, "fsdp_plugin.fsdp_version"));
-  if (c.get_int(kShard) == 1 && c.get_int("parallelism_config.cp_size") == 1)
+  if (c.get_int(kShard) == 1 && c.get_int("parallelism_config.cp_size") == 1 &&
+      c.get_int("parallelism_config.sp_size") == 1)
     throw Error(shown_setting(c, kShard) +
                 ": FSDP is enabled but the parallelism config has no dimension for FSDP to "
-                "shard across; set dp_shard_size > 1 (or cp_size > 1, or train without the FSDP config)");
+                "shard across; set dp_shard_size > 1 (or cp_size or sp_size > 1, or train without the FSDP config)");
   sh.dp_shard_size = c.get_int(kShard);
   sh.dp_replicate_size = c.get_int("parallelism_config.dp_replicate_size");
   sh.hybrid = sh.dp_replicate_size > 1;

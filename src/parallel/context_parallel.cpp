@@ -91,26 +91,18 @@ Collectives collectives_of(std::shared_ptr<Comm> comm) {
 }
 
 void parallelize(Model& model, std::shared_ptr<const Collectives> group, const Options& options) {
-  const std::string families = "(context parallelism: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
-  const auto [nn, family] = family_to_split(model, "context parallelism",
-                                            "whose attention libacc cannot split " + families,
-                                            "has no context-parallel attention " + families, is_split(model));
-  const std::string cls = nn->module()->name();
-  if (group->size < 1 || group->rank < 0 || group->rank >= group->size || !group->rotate)
-    throw std::invalid_argument("context parallelism: rank " + std::to_string(group->rank) + " of " +
-                                std::to_string(group->size) + " is not a rank of the group");
-  MeshForward forward = MeshForward::of(*family);
-  if (forward.tensor && forward.tensor->sequence_parallel)
-    throw UnsupportedError("context parallelism: " + cls +
+  SequenceSplitTarget t = sequence_split_target(model, "context parallelism", "has no context-parallel attention",
+                                                is_split(model), *group, static_cast<bool>(group->rotate));
+  if (t.forward->tensor && t.forward->tensor->sequence_parallel)
+    throw UnsupportedError("context parallelism: " + t.cls +
                            " is split with sequence parallelism; the two are "
                            "exclusive (as in Accelerate: cp_size and sp_size)");
-  forward.context = MeshForward::ContextPart{std::move(group), options.exchange};
-  family->install_split(std::make_shared<MeshForward>(std::move(forward)));
+  t.forward->context = MeshForward::ContextPart{std::move(group), options.exchange};
+  t.family->install_split(std::move(t.forward));
 }
 
 bool is_split(const Model& model) {
-  const auto* family = dynamic_cast<const Parallelizable*>(&model);
-  const auto* forward = family ? dynamic_cast<const MeshForward*>(family->installed_split().get()) : nullptr;
+  const MeshForward* forward = MeshForward::installed_on(model);
   return forward && forward->context;
 }
 

@@ -29,6 +29,22 @@ MeshForward MeshForward::of(const Parallelizable& family) {
   return installed ? *installed : MeshForward();
 }
 
+const MeshForward* MeshForward::installed_on(const Model& model) {
+  const auto* family = dynamic_cast<const Parallelizable*>(&model);
+  return family ? dynamic_cast<const MeshForward*>(family->installed_split().get()) : nullptr;
+}
+
+SequenceSplitTarget sequence_split_target(Model& model, const std::string& what, const std::string& missing,
+                                          bool split_already, const Collectives& group, bool has_exchange) {
+  const std::string families = "(" + what + ": Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
+  const auto [nn, family] = family_to_split(model, what, "whose attention libacc cannot split " + families,
+                                            missing + " " + families, split_already);
+  if (group.size < 1 || group.rank < 0 || group.rank >= group.size || !has_exchange)
+    throw std::invalid_argument(what + ": rank " + std::to_string(group.rank) + " of " + std::to_string(group.size) +
+                                " is not a rank of the group");
+  return {nn->module()->name(), family, std::make_shared<MeshForward>(MeshForward::of(*family))};
+}
+
 at::Tensor MeshForward::enter_region(const at::Tensor& x) const {
   if (!tensor) return x;
   return tensor->sequence_parallel ? tp::gather_sequence(x, *tensor->group) : tp::enter(x, *tensor->group);

@@ -23,6 +23,20 @@ std::pair<NnModel*, Parallelizable*> family_to_split(Model& model, const std::st
                                                      const std::string& torchscript, const std::string& not_family,
                                                      bool split_already);
 
+class MeshForward;
+
+// A sequence split (`what`: "context parallelism", "sequence parallelism") about to be installed on `model` over
+// `group`: the model's class, its family and the family's mesh forward so far. Refused as family_to_split refuses
+// (`missing`: how a family without the split's attention is named), and a `group` this rank is not a rank of or that
+// lacks the collective the split needs (`has_exchange`).
+struct SequenceSplitTarget {
+  std::string cls;
+  Parallelizable* family = nullptr;
+  std::shared_ptr<MeshForward> forward;
+};
+SequenceSplitTarget sequence_split_target(Model& model, const std::string& what, const std::string& missing,
+                                          bool split_already, const Collectives& group, bool has_exchange);
+
 class MeshForward final : public ForwardSplit {
  public:
   struct TensorPart {
@@ -43,6 +57,8 @@ class MeshForward final : public ForwardSplit {
 
   // A copy of the parts `family` has (none for a model not parallelized yet).
   static MeshForward of(const Parallelizable& family);
+  // The mesh forward installed on `model` (nullptr: none, or the model is no family).
+  static const MeshForward* installed_on(const Model& model);
 
   int64_t parts() const override { return tensor ? tensor->group->size : 1; }
   at::Tensor enter_region(const at::Tensor& x) const override;

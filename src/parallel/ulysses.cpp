@@ -92,30 +92,23 @@ Collectives collectives_of(std::shared_ptr<Comm> comm) {
 }
 
 void parallelize(Model& model, std::shared_ptr<const Collectives> group, const Options& options) {
-  const std::string families = "(sequence parallelism: Llama, Mistral, Qwen2, Mixtral, GPT-2 and the built-in GPT)";
-  const auto [nn, family] = family_to_split(model, "sequence parallelism",
-                                            "whose attention libacc cannot split " + families,
-                                            "has no split attention " + families, is_split(model));
-  const std::string cls = nn->module()->name();
-  if (group->size < 1 || group->rank < 0 || group->rank >= group->size || !group->all_to_all)
-    throw std::invalid_argument("sequence parallelism: rank " + std::to_string(group->rank) + " of " +
-                                std::to_string(group->size) + " is not a rank of the group");
-  MeshForward forward = MeshForward::of(*family);
-  if (forward.context)
-    throw UnsupportedError("sequence parallelism: " + cls +
+  SequenceSplitTarget t = sequence_split_target(model, "sequence parallelism", "has no split attention",
+                                                is_split(model), *group, static_cast<bool>(group->all_to_all));
+  if (t.forward->context)
+    throw UnsupportedError("sequence parallelism: " + t.cls +
                            " is context-parallel; the two are exclusive (as in Accelerate: cp_size and sp_size)");
-  if (forward.tensor && forward.tensor->sequence_parallel)
-    throw UnsupportedError("sequence parallelism: " + cls +
+  if (t.forward->tensor && t.forward->tensor->sequence_parallel)
+    throw UnsupportedError("sequence parallelism: " + t.cls +
                            " is split with tensor parallelism's sequence parallelism; Ulysses splits the sequence "
                            "itself");
-  heads::check_heads(cls, family->attention_heads(), forward.tensor ? forward.tensor->group->size : 1, group->size);
-  forward.ulysses = MeshForward::UlyssesPart{std::move(group), options};
-  family->install_split(std::make_shared<MeshForward>(std::move(forward)));
+  const int64_t tp = t.forward->tensor ? t.forward->tensor->group->size : 1;
+  heads::check_heads(t.cls, t.family->attention_heads(), tp, group->size);
+  t.forward->ulysses = MeshForward::UlyssesPart{std::move(group), options};
+  t.family->install_split(std::move(t.forward));
 }
 
 bool is_split(const Model& model) {
-  const auto* family = dynamic_cast<const Parallelizable*>(&model);
-  const auto* forward = family ? dynamic_cast<const MeshForward*>(family->installed_split().get()) : nullptr;
+  const MeshForward* forward = MeshForward::installed_on(model);
   return forward && forward->ulysses;
 }
 

@@ -725,6 +725,22 @@ def case_mesh():
                p.stdout + p.stderr)
 
 
+def train_layouts(label, model, layouts, d):
+    """mp_cp_train's 20 steps of `model` under each layout (name, processes, batch, environment), into folders of d:
+    name -> (losses, saved tensors) of those that ran."""
+    runs = {}
+    for name, n, batch, env in layouts:
+        name = f"{label}, {name}"
+        out = os.path.join(d, str(len(runs)))
+        p, _ = launch(n, 20, batch, out, model, env_extra=env)
+        losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
+        ok = p.returncode == 0 and len(losses) == 20
+        expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
+        if ok:
+            runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
+    return runs
+
+
 def compare_with_one_process(label, runs):
     """runs: name -> (losses, saved tensors), one of them "<label>, one process": each other run's loss at every step
     within 1e-5 (relative) of its, and the parameters after the last step within 1e-5; training changed the loss."""
@@ -764,16 +780,7 @@ def case_context_parallel_training():
                   os.path.join(fixtures, "mixtral", "model")):
         label = model if os.sep not in model else os.path.basename(os.path.dirname(model)) + " fixture"
         with tempfile.TemporaryDirectory() as d:
-            runs = {}
-            for name, n, batch, env in layouts:
-                name = f"{label}, {name}"
-                out = os.path.join(d, str(len(runs)))
-                p, _ = launch(n, 20, batch, out, model, env_extra=env)
-                losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
-                ok = p.returncode == 0 and len(losses) == 20
-                expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
-                if ok:
-                    runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
+            runs = train_layouts(label, model, layouts, d)
             if os.sep in model:
                 # The fixtures' pad token (id 0, in the data; its row zero in the checkpoint) is the embedding's
                 # padding_idx, as in transformers: no gradient, so the row stays zero in every layout.
@@ -806,17 +813,7 @@ def case_sequence_parallel_training():
     for model in ("llama", "gpt2", os.path.join(fixtures, "llama", "model")):
         label = model if os.sep not in model else "llama fixture"
         with tempfile.TemporaryDirectory() as d:
-            runs = {}
-            for name, n, batch, env in layouts:
-                name = f"{label}, {name}"
-                out = os.path.join(d, str(len(runs)))
-                p, _ = launch(n, 20, batch, out, model, env_extra=env)
-                losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
-                ok = p.returncode == 0 and len(losses) == 20
-                expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
-                if ok:
-                    runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
-            compare_with_one_process(label, runs)
+            compare_with_one_process(label, train_layouts(label, model, layouts, d))
     p, _ = launch(4, "refuse-sp", env_extra=dict(base, PARALLELISM_CONFIG_SP_SIZE="4"))
     expect(p.returncode == 0 and "0 failed" in p.stdout, "refusals through the API", p.stdout + p.stderr)
 

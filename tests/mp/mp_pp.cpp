@@ -1,12 +1,13 @@
 // One rank of the test of pipeline parallelism (src/parallel/pipeline.cpp), started by `acc launch --num_processes N`
 // (tests/mp/meson.build). On 2 processes: pp=2 with GPipe, 1F1B and Interleaved1F1B (2 stages per rank). On 4: pp=4
 // with each schedule (Interleaved1F1B with 1 and 2 stages per rank), then two groups of pp=2 with 2 stages per rank.
-// For the built-in GPT, GPT-2 and Llama (from a config), a pipelined model trains 20 SGD steps beside the whole model in
-// the same process on the same batches: the loss at every step within 1e-5 (relative) of the whole model's and equal
-// on every rank of the group, this rank's parameters (named as in the whole model) within 1e-5 of the whole model's
-// after 20 steps, and every parameter held by some rank of the group. Then bad input, each refused by name:
-// microbatches that do not divide the batch, stage layouts torchtitan refuses, an unknown schedule, a model without
-// stages. Usage: mp_pp. Prints "N passed, N failed"; exits non-zero on a failed check.
+// For the built-in GPT, GPT-2 and Llama (from a config; its head tied or not; Hugging Face's batches left-padded), a
+// pipelined model trains 20 SGD steps beside the whole model in the same process on the same batches: the loss at
+// every step within 1e-5 (relative) of the whole model's and equal on every rank of the group, this rank's parameters
+// (named as in the whole model) within 1e-5 of the whole model's after 20 steps, and every parameter held by some rank
+// of the group. Then torchtitan's stage layouts, and bad input, each refused by name: microbatches that do not divide
+// the batch, stage layouts torchtitan refuses, an unknown schedule, a model without stages.
+// Usage: mp_pp. Prints "N passed, N failed"; exits non-zero on a failed check.
 #include <ATen/ATen.h>
 #include <acc/config.hpp>
 
@@ -38,6 +39,11 @@ const char* kLlama = R"({"architectures": ["LlamaForCausalLM"], "model_type": "l
   "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
   "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
   "initializer_range": 0.2, "tie_word_embeddings": false})";
+// Its head tied to the embedding: the first and the last stage each hold model.embed_tokens.weight.
+const char* kLlamaTied = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 96,
+  "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+  "initializer_range": 0.2, "tie_word_embeddings": true})";
 
 Maker builtin(const std::string& spec) {
   return [spec] {
@@ -81,9 +87,16 @@ void check_held(const std::string& what, Comm& group, const NamedTensors& whole,
                                          std::to_string(mine.size()) + " of " + std::to_string(whole.size()) + ")");
 }
 
+// Random tokens. Hugging Face's batches: every row left-padded by 2 (attention_mask 0, labels -100 there), so that
+// every micro-batch has as many targets and the mean of their means is the batch's mean (as the whole model's).
 TensorDict batch_of(bool hf, int64_t rows, int64_t T) {
   at::Tensor ids = at::randint(0, 96, {rows, T}, at::kLong);
-  if (hf) return TensorDict{{"input_ids", ids}, {"labels", ids.clone()}};
+  if (hf) {
+    at::Tensor mask = at::ones({rows, T}, at::kLong), labels = ids.clone();
+    mask.narrow(1, 0, 2).zero_();
+    labels.narrow(1, 0, 2).fill_(-100);
+    return TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"labels", labels}};
+  }
   return TensorDict{{"input_ids", ids}, {"targets", at::randint(0, 96, {rows, T}, at::kLong)}};
 }
 
@@ -131,6 +144,7 @@ void equivalences(const std::shared_ptr<Comm>& group, const std::vector<Case>& c
     equivalence("built-in gpt", builtin(kBuiltinGpt), false, group, c);
     equivalence("gpt2", from_config(kGpt2), true, group, c);
     equivalence("llama", from_config(kLlama), true, group, c);
+    equivalence("llama (tied head)", from_config(kLlamaTied), true, group, c);
   }
 }
 

@@ -378,7 +378,25 @@ double Pipeline::step(const TensorDict& batch) {
   }
   ex.finish();
   sum_tied_gradients();
-  // The mean loss, from the last stage's rank to every rank (as Accelerate reports it).
+  return mean_loss(losses);
+}
+
+double Pipeline::eval_step(const TensorDict& batch) {
+  c10::NoGradGuard no_grad;
+  const std::vector<TensorDict> mbs = micro_batches(batch);
+  Exchange ex(group_->process_group(), rank_, microbatches_);
+  std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
+  // Micro-batch by micro-batch, up this rank's stages: every rank's order is part of one order of the whole
+  // pipeline's forwards, so no receive waits on a send that comes after it.
+  for (int i = 0; i < microbatches_; ++i)
+    for (int s : local_stages()) forward({Action::Forward, s, i}, mbs, ex, losses);
+  ex.finish();
+  for (auto& l : locals_) l->inputs.clear(), l->outputs.clear();
+  return mean_loss(losses);
+}
+
+double Pipeline::mean_loss(const std::vector<at::Tensor>& losses) const {
+  // From the last stage's rank to every rank (as Accelerate reports the loss).
   const int last = static_cast<int>(layout_.size() - 1) % pp_;
   at::Tensor mean = at::zeros({1}, at::kDouble);
   if (rank_ == last) {

@@ -51,6 +51,8 @@ class Pipeline {
   // the last stage; the parameters' gradients accumulate the mean over micro-batches (torch's scale_grads with a mean
   // loss). A head tied to the embedding has its two copies' gradients summed. Returns the mean loss on every rank.
   double step(const TensorDict& batch);
+  // The same forward without gradients (torch's schedule eval()): the mean loss on every rank, nothing kept.
+  double eval_step(const TensorDict& batch);
 
   Schedule schedule() const { return schedule_; }
   const std::vector<StageLayers>& layout() const { return layout_; }  // every stage, by index
@@ -66,6 +68,7 @@ class Pipeline {
   std::vector<TensorDict> micro_batches(const TensorDict& batch) const;
   void forward(const Action& a, const std::vector<TensorDict>& mbs, Exchange& ex, std::vector<at::Tensor>& losses);
   void backward(const Action& a, Exchange& ex);
+  double mean_loss(const std::vector<at::Tensor>& losses) const;
   void sync_tied_copies();
   void sum_tied_gradients();
   at::Tensor parameter(const std::string& name) const;

@@ -5,8 +5,9 @@
 // pipelined model trains 20 SGD steps beside the whole model in the same process on the same batches: the loss at
 // every step within 1e-5 (relative) of the whole model's and equal on every rank of the group, this rank's parameters
 // (named as in the whole model) within 1e-5 of the whole model's after 20 steps, and every parameter held by some rank
-// of the group. Then torchtitan's stage layouts, and bad input, each refused by name: microbatches that do not divide
-// the batch, stage layouts torchtitan refuses, an unknown schedule, a model without stages.
+// of the group; then the loss of a forward without gradients (eval_step). Then torchtitan's stage layouts, and bad
+// input, each refused by name: microbatches that do not divide the batch, stage layouts torchtitan refuses, an unknown
+// schedule, a model without stages.
 // Usage: mp_pp. Prints "N passed, N failed"; exits non-zero on a failed check.
 #include <ATen/ATen.h>
 #include <acc/config.hpp>
@@ -126,6 +127,13 @@ void equivalence(const std::string& model, const Maker& make, bool hf, const std
     expect(same_on_group(*group, lb), what + ": the loss is equal on every rank of the group");
     sgd(whole->named_parameters(), lr);
     sgd(split->named_parameters(), lr);
+  }
+  {  // evaluation: the forward alone, without gradients
+    const TensorDict batch = batch_of(hf, 8, 16);
+    at::NoGradGuard no_grad;
+    const double la = whole->forward(batch).at("loss").item<double>(), lb = pipe.eval_step(batch);
+    expect(std::abs(la - lb) <= 1e-5 * std::abs(la), what + ": evaluation loss " + num(lb) + " vs " + num(la));
+    expect(same_on_group(*group, lb), what + ": the evaluation loss is equal on every rank of the group");
   }
   std::map<std::string, at::Tensor> ref;
   for (const auto& [name, t] : whole->named_parameters()) ref[name] = t;

@@ -320,6 +320,21 @@ int main(int argc, char** argv) {
     refused("heads", from_config(decoder_config("LlamaForCausalLM", "llama", h, h, "", 48)), world,
             "sp_size " + std::to_string(n) + " does not divide LlamaForCausalLM's num_attention_heads (" +
                 std::to_string(h) + ")");
+    // sp_seq_length_is_variable false: a batch of another length than sp_seq_length is refused by name.
+    {
+      auto m = llama();
+      ulysses::parallelize(*m, world, ulysses::Options{2 * n});
+      std::string message;
+      try {
+        at::Tensor ids = at::randint(0, 96, {1, n}, at::kLong);
+        m->forward(TensorDict{{"input_ids", ids}, {"labels", ids}});
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      expect(message.find("the sequence length (" + std::to_string(n) + ") is not parallelism_config.sp_seq_length (" +
+                          std::to_string(2 * n) + ")") != std::string::npos,
+             "a length other than sp_seq_length refused by name (got '" + message + "')");
+    }
     refused("key/value heads", from_config(decoder_config("LlamaForCausalLM", "llama", 2 * h, h, "", 48)), world,
             "sp_size " + std::to_string(n) + " does not divide LlamaForCausalLM's num_key_value_heads (" +
                 std::to_string(h) + "), nor they it");

@@ -183,8 +183,10 @@ std::string shown_setting(const Config& c, const std::string& key);
 void check_checkpointing_offload(const Config& c, const std::string& offload, const std::string& checkpointing,
                                  const std::string& version);
 
+// parallelism_config's pp_split_points (`key`) as block indices: increasing integers >= 0 (Error naming the key).
+std::vector<int64_t> split_points(const Config& c, const std::string& key);
 // ParallelismConfig's size rules as Accelerate checks them (parallelism.cpp), over either schema's keys (`prefix`:
-// "parallelism_config." or the launch file's "parallelism_config.parallelism_config_"): CP and SP exclusive, TP/CP not
+// "parallelism_config." or the launch file's "parallelism_config.parallelism_config_"): CP and SP exclusive, PP with neither (libacc's pp keys checked too), TP/CP not
 // with replication alone, CP only under FSDP2, FSDP2 needs dp_shard or cp above 1, the sizes multiply to `processes`
 // (or to 1). Throws Error naming each key with its value and source; `processes_shown` says where the count came from.
 void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t processes,

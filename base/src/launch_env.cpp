@@ -178,6 +178,14 @@ class LaunchEnv {
     env_["PARALLELISM_CONFIG_CP_BACKEND"] = py(pv("cp_backend"));
     env_["PARALLELISM_CONFIG_SP_SIZE"] = py(pv("sp_size"));
     env_["PARALLELISM_CONFIG_SP_BACKEND"] = py(pv("sp_backend"));
+    // libacc's own pipeline keys.
+    env_["PARALLELISM_CONFIG_PP_SIZE"] = py(pv("pp_size"));
+    env_["PARALLELISM_CONFIG_PP_MICROBATCHES"] = py(pv("pp_microbatches"));
+    env_["PARALLELISM_CONFIG_PP_SCHEDULE"] = py(pv("pp_schedule"));
+    env_["PARALLELISM_CONFIG_PP_STAGES_PER_RANK"] = py(pv("pp_stages_per_rank"));
+    std::string points;  // the list as the variable's comma-separated text
+    for (const Node& n : pv("pp_split_points").list) points += (points.empty() ? "" : ",") + n.s;
+    if (!points.empty()) env_["PARALLELISM_CONFIG_PP_SPLIT_POINTS"] = points;
     if (pv("cp_size").i > 1) env_["PARALLELISM_CONFIG_CP_COMM_STRATEGY"] = py(pv("cp_comm_strategy"));
     if (pv("sp_size").i > 1) {
       if (pv("sp_seq_length").kind != Kind::Null) env_["PARALLELISM_CONFIG_SP_SEQ_LENGTH"] = py(pv("sp_seq_length"));

@@ -26,16 +26,60 @@ void check_sequence_parallel(const Config& c, const std::string& prefix) {
                 "flash_attention_2 or flash_attention_3");
 }
 
+// libacc's pipeline keys (Accelerate has none): torch's rules on a schedule's stages per rank, and split points that
+// are block indices, one fewer than the stages.
+void check_pipeline(const Config& c, const std::string& prefix) {
+  const std::string size = prefix + "pp_size", schedule = prefix + "pp_schedule",
+                    per_rank = prefix + "pp_stages_per_rank", splits = prefix + "pp_split_points";
+  const int64_t v = c.get_int(per_rank);
+  if (c.get_string(schedule) == "Interleaved1F1B" && v < 2)
+    throw Error("contradictory settings: " + shown_setting(c, schedule) + " with " + shown_setting(c, per_rank) +
+                ": a multi-stage schedule needs at least 2 stages per rank");
+  if (c.get_string(schedule) != "Interleaved1F1B" && v != 1)
+    throw Error("contradictory settings: " + shown_setting(c, schedule) + " with " + shown_setting(c, per_rank) +
+                ": a single-stage schedule runs exactly 1 stage per rank");
+  const std::vector<int64_t> points = split_points(c, splits);
+  const int64_t stages = c.get_int(size) * v;
+  if (!points.empty() && static_cast<int64_t>(points.size()) != stages - 1)
+    throw Error("contradictory settings: " + shown_setting(c, splits) + " makes " + std::to_string(points.size() + 1) +
+                " stages; " + shown_setting(c, size) + " x " + shown_setting(c, per_rank) + " is " +
+                std::to_string(stages));
+}
+
 }  // namespace
+
+std::vector<int64_t> split_points(const Config& c, const std::string& key) {
+  std::vector<int64_t> out;
+  for (const std::string& s : c.get_string_list(key)) {
+    size_t used = 0;
+    int64_t p = -1;
+    try {
+      p = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s.size() || s.empty() || p < 0 || (!out.empty() && p <= out.back()))
+      throw Error(shown_setting(c, key) + ": '" + s +
+                  "' is not a block index above the previous one (split points are increasing integers >= 0)");
+    out.push_back(p);
+  }
+  return out;
+}
 
 void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t processes,
                              const std::string& processes_shown, bool fsdp2) {
   const std::string rep = prefix + "dp_replicate_size", shard = prefix + "dp_shard_size", tp = prefix + "tp_size",
-                    cp = prefix + "cp_size", sp = prefix + "sp_size";
-  const int64_t r = c.get_int(rep), s = c.get_int(shard), t = c.get_int(tp), k = c.get_int(cp), q = c.get_int(sp);
+                    cp = prefix + "cp_size", sp = prefix + "sp_size", pp = prefix + "pp_size";
+  const int64_t r = c.get_int(rep), s = c.get_int(shard), t = c.get_int(tp), k = c.get_int(cp), q = c.get_int(sp),
+                p = c.get_int(pp);
   if (k > 1 && q > 1)
     throw Error("contradictory settings: " + shown_setting(c, cp) + " and " + shown_setting(c, sp) +
                 ": context parallelism and sequence parallelism are mutually exclusive; set one of them to 1");
+  // A pipeline stage passes whole sequences between ranks; it takes no sequence split.
+  if (p > 1 && (k > 1 || q > 1))
+    throw Error("contradictory settings: " + shown_setting(c, pp) + " with " + shown_setting(c, k > 1 ? cp : sp) +
+                ": libacc's pipeline parallelism does not compose with context or sequence parallelism; set one to 1");
+  check_pipeline(c, prefix);
   // Accelerate refuses TP and CP with replication alone (its TP composes with FSDP2 only). libacc's DDP synchronises a
   // split model's slices over dp_replicate, so it allows dp_replicate x tp; CP still needs FSDP2, as below.
   if (k > 1 && r > 1 && s == 1)
@@ -52,12 +96,12 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
                 "(it shards over dp_shard_size x cp_size x sp_size); set dp_shard_size > 1 (or cp_size or sp_size)");
   if (q > 1) check_sequence_parallel(c, prefix);
   std::string which;  // the sizes above 1, with their sources
-  for (const std::string& key : {rep, shard, tp, cp, sp})
+  for (const std::string& key : {pp, rep, shard, tp, cp, sp})
     if (c.get_int(key) > 1) which += (which.empty() ? "" : ", ") + shown_setting(c, key);
   // Multiplied against the most processes a job may have, before any product is taken: 64-bit sizes wrap (2^63-1
   // squared is 1), and the mesh multiplies them again in int.
   int64_t total = 1;
-  for (const int64_t size : {r, s, t, k, q}) {
+  for (const int64_t size : {p, r, s, t, k, q}) {
     if (size > limits::kProcesses / total)
       throw Error("the parallelism_config sizes multiply to more than " + std::to_string(limits::kProcesses) +
                   " processes, the most a job may have (" + which +
@@ -71,7 +115,7 @@ void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t
   if (total != processes) {
     throw Error("contradictory settings: the parallelism_config sizes multiply to " + std::to_string(total) +
                 " processes (" + which + "), but " + processes_shown +
-                "; adjust dp_replicate_size / dp_shard_size / tp_size / cp_size / sp_size");
+                "; adjust pp_size / dp_replicate_size / dp_shard_size / tp_size / cp_size / sp_size");
   }
 }
 
@@ -95,8 +139,9 @@ ParallelDims parallel_dims(const Config& c, int64_t world, int64_t local_world) 
     d.tp = c.get_int("parallelism_config.tp_size");
     d.cp = c.get_int("parallelism_config.cp_size");
     d.sp = c.get_int("parallelism_config.sp_size");
+    d.pp = c.get_int("parallelism_config.pp_size");
     d.from_parallelism_config = true;
-    if (d.dp_replicate * d.dp_shard * d.tp * d.cp * d.sp == 1) d.dp_replicate = world;
+    if (d.pp * d.dp_replicate * d.dp_shard * d.tp * d.cp * d.sp == 1) d.dp_replicate = world;
     return d;
   }
   // Without a parallelism_config the data-parallel strategy alone makes the mesh.

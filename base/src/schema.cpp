@@ -407,6 +407,22 @@ Schema make_accelerator() {
           .env("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE"));
   add(K("parallelism_config.sp_attn_implementation", S, "\"sdpa\"", "attention kernel for sequence parallelism")
           .env("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"));
+  // Pipeline parallelism: libacc's own keys (Accelerate has no pp; torchtitan's [parallelism] pipeline_parallel_*).
+  add(K("parallelism_config.pp_size", I, "1", "pipeline-parallel degree (libacc's own)")
+          .min(1)
+          .env("PARALLELISM_CONFIG_PP_SIZE"));
+  add(K("parallelism_config.pp_microbatches", I, "1",
+        "micro-batches a pipeline step splits the batch into (libacc's own)")
+          .min(1)
+          .env("PARALLELISM_CONFIG_PP_MICROBATCHES"));
+  add(K("parallelism_config.pp_schedule", S, "\"1F1B\"", "pipeline schedule (libacc's own)")
+          .one_of({"GPipe", "1F1B", "Interleaved1F1B"})
+          .env("PARALLELISM_CONFIG_PP_SCHEDULE"));
+  add(K("parallelism_config.pp_stages_per_rank", I, "1", "pipeline stages per rank (libacc's own)")
+          .min(1)
+          .env("PARALLELISM_CONFIG_PP_STAGES_PER_RANK"));
+  add(K("parallelism_config.pp_split_points", L, "[]", "block indices where stages 1, 2, ... begin (libacc's own)")
+          .env("PARALLELISM_CONFIG_PP_SPLIT_POINTS"));
   return build(SchemaKind::Accelerator, std::move(t));
 }
 
@@ -649,6 +665,20 @@ Schema make_launch() {
           .env("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE"));
   add(K("parallelism_config.parallelism_config_sp_attn_implementation", S, "\"sdpa\"", "attention kernel")
           .env("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"));
+  add(K("parallelism_config.parallelism_config_pp_size", I, "1", "pipeline-parallel degree (libacc's own)")
+          .min(1)
+          .env("PARALLELISM_CONFIG_PP_SIZE"));
+  add(K("parallelism_config.parallelism_config_pp_microbatches", I, "1", "pipeline micro-batches (libacc's own)")
+          .min(1)
+          .env("PARALLELISM_CONFIG_PP_MICROBATCHES"));
+  add(K("parallelism_config.parallelism_config_pp_schedule", S, "\"1F1B\"", "pipeline schedule (libacc's own)")
+          .one_of({"GPipe", "1F1B", "Interleaved1F1B"})
+          .env("PARALLELISM_CONFIG_PP_SCHEDULE"));
+  add(K("parallelism_config.parallelism_config_pp_stages_per_rank", I, "1", "pipeline stages per rank (libacc's own)")
+          .min(1)
+          .env("PARALLELISM_CONFIG_PP_STAGES_PER_RANK"));
+  add(K("parallelism_config.parallelism_config_pp_split_points", L, "[]", "pipeline split points (libacc's own)")
+          .env("PARALLELISM_CONFIG_PP_SPLIT_POINTS"));
   // --- dynamo_config (names without the `dynamo_` prefix are accepted)
   add(K("dynamo_config.dynamo_backend", S, "\"NO\"", "torch.compile backend")
           .one_of(kDynamoBackends, true)

@@ -31,6 +31,7 @@ void save_weights(PreparedModel& model, const char* what, const std::string& dir
   model.model->check_made(what);
   Accelerator* acc = model.owner.get();
   NamedTensors state = model.strategy ? model.strategy->full_state_dict() : model.model->state();
+  if (model.pipeline) state = model.pipeline->whole_state(state);  // every stage's (collective over the pp group)
   const bool main = !acc || acc->state().rank == 0;
   agreed(acc, what, [&] {
     if (!main) return;

@@ -94,13 +94,15 @@ std::string set_cuda_rng_states(const std::map<std::string, at::Tensor>& saved) 
 MeshSizes mesh_of(const Accelerator& a) { return a.mesh() ? a.mesh()->sizes() : MeshSizes{}; }
 
 bool same_mesh(const MeshSizes& a, const MeshSizes& b) {
-  return a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.sp == b.sp && a.tp == b.tp;
+  return a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.sp == b.sp && a.tp == b.tp &&
+         a.pp == b.pp;
 }
 
 // "tp=2 x dp_shard=2" (Accelerate's names, the sizes above 1), "1 process".
 std::string mesh_text(const MeshSizes& m) {
   std::string s;
-  for (const auto& [name, n] : {std::pair<const char*, int>{"dp_replicate", m.dp_replicate},
+  for (const auto& [name, n] : {std::pair<const char*, int>{"pp", m.pp},
+                                {"dp_replicate", m.dp_replicate},
                                 {"dp_shard", m.dp_shard},
                                 {"cp", m.cp},
                                 {"sp", m.sp},
@@ -313,6 +315,7 @@ std::string accelerator_state_json(const Accelerator& acc, const Accelerator::Pr
       .key("dataloaders").value(static_cast<int64_t>(prepared.loaders.size()))
       .key("custom_objects").value(static_cast<int64_t>(prepared.objects.size()))
       .key("mesh").begin_object()
+          .key("pp").value(static_cast<int64_t>(mesh.pp))
           .key("dp_replicate").value(static_cast<int64_t>(mesh.dp_replicate))
           .key("dp_shard").value(static_cast<int64_t>(mesh.dp_shard))
           .key("cp").value(static_cast<int64_t>(mesh.cp))
@@ -391,9 +394,19 @@ void place_checkpoint(const Accelerator& acc, config::StagingFolder& staged, con
   }
 }
 
+// A pipelined model's state lies on its stages' ranks; libacc does not write or read it as a checkpoint yet.
+void refuse_pipeline(const Accelerator::Prepared& prepared, const char* what) {
+  for (const auto& m : prepared.models)
+    if (m->pipeline)
+      throw UnsupportedError(std::string(what) +
+                             ": a pipeline-parallel model's checkpoint is not supported yet "
+                             "(parallelism_config.pp_size > 1); acc_save_model writes its whole weights");
+}
+
 }  // namespace
 
 std::string save_state(Accelerator& acc, const std::string& dir) {
+  refuse_pipeline(acc.live_objects(), "save_state");
   const bool automatic = dir.empty();
   if (automatic && !acc.settings().project_config.automatic_checkpoint_naming)
     throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
@@ -462,9 +475,12 @@ Layout compare_layout(const Accelerator& acc, const json::Value& saved) {
   std::optional<MeshSizes> saved_mesh;
   if (saved.has("mesh")) {
     const json::Value m = saved.get("mesh");
-    saved_mesh = MeshSizes{static_cast<int>(m.get_int("dp_replicate")), static_cast<int>(m.get_int("dp_shard")),
-                           static_cast<int>(m.get_int("cp")), static_cast<int>(m.get_int("tp")),
-                           static_cast<int>(m.has("sp") ? m.get_int("sp") : 1)};  // (before 1.4: no sp)
+    saved_mesh = MeshSizes{static_cast<int>(m.get_int("dp_replicate")),
+                           static_cast<int>(m.get_int("dp_shard")),
+                           static_cast<int>(m.get_int("cp")),
+                           static_cast<int>(m.get_int("tp")),
+                           static_cast<int>(m.has("sp") ? m.get_int("sp") : 1),   // (before 1.4: no sp)
+                           static_cast<int>(m.has("pp") ? m.get_int("pp") : 1)};  // (nor pp)
   }
   const MeshSizes mesh_now = mesh_of(acc);
   l.same_layout = l.same_world && (!saved_mesh || same_mesh(*saved_mesh, mesh_now));
@@ -608,6 +624,7 @@ std::string load_state(Accelerator& acc, const std::string& dir_or_newest) {
                                                           (root / "accelerator_state.json").string());
   const json::Value saved = acc_state.root();
   const Accelerator::Prepared prepared = acc.live_objects();
+  refuse_pipeline(prepared, "load_state");
   check_counts(saved, prepared, dir);
   const Layout layout = compare_layout(acc, saved);
   load_models_and_optimizers(prepared, dir, layout);

@@ -64,6 +64,29 @@ void make_sequence_parallel(Model& model, const ProcessMesh& mesh, const Paralle
   }
 }
 
+// Cuts the model into stages over the pp group (every rank starts from rank 0's weights) and keeps this rank's. What
+// libacc has not tested with it yet is refused, naming the setting.
+std::shared_ptr<pp::Pipeline> make_pipeline(Model& model, const ProcessMesh& mesh, const ParallelPlan& plan) {
+  if (mesh.size("tp") > 1)
+    throw UnsupportedError(plan.pipeline_key + ": pipeline parallelism with tensor parallelism (" + plan.tensor_key +
+                           ") is not supported yet");
+  if (plan.data == ParallelPlan::Data::Sharded)
+    throw UnsupportedError(plan.pipeline_key + ": pipeline parallelism with ZeRO / FSDP sharding (" +
+                           plan.sharding_key + ") is not supported yet; use DDP (dp_replicate_size)");
+  if (model.deferred() && model.deferred()->pending()) model.deferred()->make_whole(plan.device);
+  model.to(plan.device);  // where the stages receive activations (the strategy places the model there too)
+  {
+    std::vector<at::Tensor> state;
+    for (auto& [name, t] : model.state()) state.push_back(t);
+    broadcast_from_rank0(*mesh.world(), state);
+  }
+  try {
+    return std::make_shared<pp::Pipeline>(model, mesh.group("pp"), plan.pipeline);
+  } catch (const std::invalid_argument& e) {  // a schedule, layout or family the pipeline cannot take
+    throw config::Error(plan.pipeline_key + ": " + e.what());
+  }
+}
+
 std::unique_ptr<Strategy> data_parallel(const std::shared_ptr<Model>& model, const ProcessMesh* mesh,
                                         const ParallelPlan& plan) {
   // Over the ranks that hold the same piece of the model; none besides this one (tensor parallelism over every
@@ -94,6 +117,10 @@ std::unique_ptr<Strategy> data_parallel(const std::shared_ptr<Model>& model, con
 
 Parallelized parallelize(const std::shared_ptr<Model>& model, const ProcessMesh* mesh, const ParallelPlan& plan) {
   Parallelized out;
+  if (mesh && mesh->size("pp") > 1) {
+    out.before_pipeline = model->trainable_tensors();
+    out.pipeline = make_pipeline(*model, *mesh, plan);
+  }
   if (mesh && mesh->size("tp") > 1) out.replaced = split_tensor_parallel(*model, *mesh, plan);
   if (mesh && mesh->size("cp") > 1) make_context_parallel(*model, *mesh, plan);
   if (mesh && mesh->size("sp") > 1) make_sequence_parallel(*model, *mesh, plan);

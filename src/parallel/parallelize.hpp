@@ -1,4 +1,5 @@
-// The one composition step (torchtitan's parallelize_llama): over the process mesh, tensor parallelism first (the
+// The one composition step (torchtitan's parallelize_llama): over the process mesh, pipeline parallelism first (the
+// model cut into stages over the pp group, this rank's kept; parallel/pipeline.hpp), then tensor parallelism (the
 // model's layers split by its family's plan), then context or Ulysses sequence parallelism (its forward keeps this
 // rank's part of each sequence), then data parallelism and sharding (the Strategy that owns what the others left: DDP, ZeRO-1/2,
 // FSDP / ZeRO-3, HSDP). Accelerator::prepare calls it and nothing else of the mechanisms; each mechanism records the
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "parallel/context_parallel.hpp"
+#include "parallel/pipeline.hpp"
 #include "parallel/sharded.hpp"
 #include "parallel/strategy.hpp"
 #include "parallel/tensor_parallel.hpp"
@@ -29,7 +31,9 @@ struct ParallelPlan {
   tp::Options tensor;
   cp::Options context;
   ulysses::Options sequence;
+  pp::Options pipeline;
   // How errors name the settings: `key` = value (from where).
+  std::string pipeline_key = "parallelism_config.pp_size", sharding_key = "distributed_type";
   std::string tensor_key = "parallelism_config.tp_size", context_key = "parallelism_config.cp_size",
               sequence_key = "parallelism_config.sp_size";
   enum class Data { Replicated, Ddp, Sharded };
@@ -53,6 +57,10 @@ using ReplacedParameters =
 struct Parallelized {
   std::unique_ptr<Strategy> strategy;
   ReplacedParameters replaced;
+  // Pipeline parallelism: the cut (it runs the model's training steps), and the trainable parameters before it (an
+  // optimizer built before prepare holds them; the other stages' are freed).
+  std::shared_ptr<pp::Pipeline> pipeline;
+  std::vector<at::Tensor> before_pipeline;
 };
 
 // Applies `plan` to `model` over `mesh` (null: one process). Refused, naming the setting, before the model changes

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 namespace acc::core::pp {
@@ -352,7 +353,7 @@ void Pipeline::backward(const Action& a, Exchange& ex) {
   // The mean over micro-batches: each loss scaled by 1 / microbatches (what torch's scale_grads divides the
   // gradients by afterwards; scaling the loss leaves gradients accumulated before this step as they were).
   if (st.layers.last) {
-    if (out.requires_grad()) torch::autograd::backward({out / static_cast<double>(microbatches_)});
+    if (out.requires_grad()) torch::autograd::backward({out * (loss_scale_ / static_cast<double>(microbatches_))});
   } else {
     const at::Tensor g = ex.recv(at::empty_like(out), (a.stage + 1) % pp_, a.stage + 1, a.microbatch, Gradient);
     if (out.requires_grad()) torch::autograd::backward({out}, {g});
@@ -364,12 +365,13 @@ void Pipeline::backward(const Action& a, Exchange& ex) {
   st.inputs[i] = st.outputs[i] = at::Tensor();  // this micro-batch's activations, freed
 }
 
-double Pipeline::step(const TensorDict& batch) {
+double Pipeline::step(const TensorDict& batch, double loss_scale) {
   if (!c10::GradMode::is_enabled())
     throw std::logic_error(
         "step() requires gradients to be enabled for backward computation; it should not be used under "
         "torch.no_grad() context. Please call eval() instead.");
   const std::vector<TensorDict> mbs = micro_batches(batch);
+  loss_scale_ = loss_scale;
   Exchange ex(group_->process_group(), rank_, microbatches_);
   std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
   for (const Action& a : actions(schedule_, rank_, pp_, per_rank_, microbatches_)) {
@@ -393,6 +395,44 @@ double Pipeline::eval_step(const TensorDict& batch) {
   ex.finish();
   for (auto& l : locals_) l->inputs.clear(), l->outputs.clear();
   return mean_loss(losses);
+}
+
+NamedTensors Pipeline::whole_state(const NamedTensors& mine) const {
+  NamedTensors out;
+  std::set<std::string> seen;
+  for (int r = 0; r < pp_; ++r) {
+    // Rank r's names, dtypes and shapes as text ("name dtype d0 d1 ...\n" each), then its tensors, broadcast.
+    std::string text;
+    if (r == rank_)
+      for (const auto& [name, t] : mine) {
+        text += name + " " + decimal(static_cast<int64_t>(t.scalar_type()));
+        for (int64_t d : t.sizes()) text += " " + decimal(d);
+        text += "\n";
+      }
+    at::Tensor size = at::full({1}, static_cast<int64_t>(text.size()), at::TensorOptions(device_).dtype(at::kLong));
+    group_->broadcast(size, r);
+    at::Tensor bytes = at::empty({size.item<int64_t>()}, at::kByte);
+    if (r == rank_) std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+    bytes = bytes.to(device_);
+    group_->broadcast(bytes, r);
+    bytes = bytes.cpu();
+    text.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+    size_t k = 0;
+    for (size_t from = 0, end; (end = text.find('\n', from)) != std::string::npos; from = end + 1, ++k) {
+      std::istringstream line(text.substr(from, end - from));
+      std::string name;
+      int64_t dtype = 0, d = 0;
+      line >> name >> dtype;
+      std::vector<int64_t> shape;
+      while (line >> d) shape.push_back(d);
+      at::Tensor t = r == rank_
+                         ? mine[k].second.detach().contiguous().to(device_)
+                         : at::empty(shape, at::TensorOptions(device_).dtype(static_cast<at::ScalarType>(dtype)));
+      group_->broadcast(t, r);
+      if (seen.insert(name).second) out.emplace_back(name, t);
+    }
+  }
+  return out;
 }
 
 double Pipeline::mean_loss(const std::vector<at::Tensor>& losses) const {

@@ -49,10 +49,15 @@ class Pipeline {
   // One training step's forward and backward: `batch` (every rank of the group passes the same) split into the
   // micro-batches along dim 0, this rank's actions run in the schedule's order, each micro-batch's loss computed by
   // the last stage; the parameters' gradients accumulate the mean over micro-batches (torch's scale_grads with a mean
-  // loss). A head tied to the embedding has its two copies' gradients summed. Returns the mean loss on every rank.
-  double step(const TensorDict& batch);
+  // loss), times `loss_scale` (gradient accumulation's 1 / steps). A head tied to the embedding has its two copies'
+  // gradients summed. Returns the mean loss (unscaled) on every rank.
+  double step(const TensorDict& batch, double loss_scale = 1.0);
   // The same forward without gradients (torch's schedule eval()): the mean loss on every rank, nothing kept.
   double eval_step(const TensorDict& batch);
+
+  // The whole model's tensors on every rank of the group (a collective): `mine` (this rank's stages' state) and every
+  // other rank's, a tensor both the first and the last stage hold (a tied head) once. Names in stage-rank order.
+  NamedTensors whole_state(const NamedTensors& mine) const;
 
   Schedule schedule() const { return schedule_; }
   const std::vector<StageLayers>& layout() const { return layout_; }  // every stage, by index
@@ -79,6 +84,7 @@ class Pipeline {
   std::shared_ptr<Comm> group_;
   Schedule schedule_;
   int rank_, pp_, per_rank_, microbatches_;
+  double loss_scale_ = 1.0;  // step's
   c10::Device device_ = c10::kCPU;  // where this rank's stages' parameters are (received activations go there)
   std::vector<StageLayers> layout_;
   std::vector<std::shared_ptr<Local>> locals_;  // this rank's stages' state, by local index

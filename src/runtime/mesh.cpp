@@ -10,8 +10,9 @@ namespace acc::core {
 
 namespace {
 
-const std::vector<std::string> kNames = {"dp_replicate", "dp_shard", "cp", "sp", "tp", "dp", "dp_shard_cp", "dp_cp"};
-const std::vector<std::vector<int>> kDims = {{0}, {1}, {2}, {3}, {4}, {0, 1}, {1, 2, 3}, {0, 1, 2, 3}};
+const std::vector<std::string> kNames = {"pp", "dp_replicate", "dp_shard",    "cp",   "sp",
+                                         "tp", "dp",           "dp_shard_cp", "dp_cp"};
+const std::vector<std::vector<int>> kDims = {{0}, {1}, {2}, {3}, {4}, {5}, {1, 2}, {2, 3, 4}, {1, 2, 3, 4}};
 
 size_t index_of(const std::string& group) {
   for (size_t i = 0; i < kNames.size(); ++i)
@@ -24,13 +25,14 @@ size_t index_of(const std::string& group) {
 }  // namespace
 
 std::string MeshSizes::text() const {
-  return "dp_replicate " + std::to_string(dp_replicate) + " x dp_shard " + std::to_string(dp_shard) + " x cp " +
-         std::to_string(cp) + (sp != 1 ? " x sp " + std::to_string(sp) : "") + " x tp " + std::to_string(tp);
+  return (pp != 1 ? "pp " + std::to_string(pp) + " x " : "") + "dp_replicate " + std::to_string(dp_replicate) +
+         " x dp_shard " + std::to_string(dp_shard) + " x cp " + std::to_string(cp) +
+         (sp != 1 ? " x sp " + std::to_string(sp) : "") + " x tp " + std::to_string(tp);
 }
 
 MeshLayout::MeshLayout(MeshSizes sizes, int rank) : sizes_(sizes), rank_(rank) {
-  extent_ = {sizes.dp_replicate, sizes.dp_shard, sizes.cp, sizes.sp, sizes.tp};
-  const char* what[] = {"dp_replicate", "dp_shard", "cp", "sp", "tp"};
+  extent_ = {sizes.pp, sizes.dp_replicate, sizes.dp_shard, sizes.cp, sizes.sp, sizes.tp};
+  const char* what[] = {"pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"};
   for (int d = 0; d < kMeshDims; ++d)
     if (extent_[d] < 1)
       throw std::invalid_argument(std::string("process mesh: ") + what[d] + " size " + std::to_string(extent_[d]) +

@@ -1,11 +1,13 @@
 // The process mesh: Accelerate's ParallelismConfig dimensions laid over the job's ranks as torch's DeviceMesh lays
 // them, and a c10d group for each dimension and each flattened dimension a collective needs.
 //
-// Dimensions, outermost first (Accelerate's _get_mesh order): dp_replicate, dp_shard, cp, sp, tp. Ranks are numbered
-// row-major over them (tp innermost): rank = (((r * dp_shard + s) * cp + c) * sp + q) * tp + t, as init_device_mesh's
+// Dimensions, outermost first (torchtitan's order; Accelerate's _get_mesh order after pp, which Accelerate lacks):
+// pp, dp_replicate, dp_shard, cp, sp, tp. Ranks are numbered row-major over them (tp innermost):
+// rank = ((((p * dp_replicate + r) * dp_shard + s) * cp + c) * sp + q) * tp + t, as init_device_mesh's
 // torch.arange(world).view(sizes). A group holds the ranks that differ only in its dimensions, ordered row-major over
 // those dimensions (DeviceMesh's _flatten), so group rank 0 is its lowest global rank.
-//   dp_replicate, dp_shard, cp, sp, tp   one dimension each (cp and sp are exclusive: one of them is 1)
+//   pp, dp_replicate, dp_shard, cp, sp, tp   one dimension each (cp and sp are exclusive: one of them is 1; pp's
+//                ranks hold different pipeline stages and read the same batch, so no flattened group holds pp)
 //   dp           dp_replicate x dp_shard: ranks that read different batches (loaders, gather_for_metrics)
 //   dp_shard_cp  dp_shard x cp x sp: what FSDP shards over (CP and SP ranks hold different tokens of the same batch;
 //                DeepSpeed's ZeRO shards over its sequence-data-parallel group the same way)
@@ -22,26 +24,26 @@
 
 namespace acc::core {
 
-// The sizes of the five dimensions; their product is the number of processes. (sp last here, so that the four-size
-// initialisers of before it stay what they were; in the mesh it lies between cp and tp.)
+// The sizes of the six dimensions; their product is the number of processes. (sp and pp last here, so that the
+// four-size initialisers of before them stay what they were; in the mesh sp lies between cp and tp, pp outermost.)
 struct MeshSizes {
-  int dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, sp = 1;
-  int total() const { return dp_replicate * dp_shard * cp * sp * tp; }
-  // "dp_replicate 2 x dp_shard 1 x cp 1 x tp 2" (sp named where it is above 1).
+  int dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, sp = 1, pp = 1;
+  int total() const { return pp * dp_replicate * dp_shard * cp * sp * tp; }
+  // "dp_replicate 2 x dp_shard 1 x cp 1 x tp 2" (pp and sp named where they are above 1).
   std::string text() const;
 };
-constexpr int kMeshDims = 5;
+constexpr int kMeshDims = 6;
 
 // The rank layout alone (no processes): which ranks make each group. Throws std::invalid_argument for a size
 // below 1, a rank outside the mesh, or an unknown group name (naming the known ones).
 class MeshLayout {
  public:
   MeshLayout(MeshSizes sizes, int rank);
-  // dp_replicate, dp_shard, cp, sp, tp, then the flattened dp, dp_shard_cp, dp_cp.
+  // pp, dp_replicate, dp_shard, cp, sp, tp, then the flattened dp, dp_shard_cp, dp_cp.
   static const std::vector<std::string>& group_names();
   const MeshSizes& sizes() const { return sizes_; }
   int global_rank() const { return rank_; }
-  // This rank's place along each dimension (dp_replicate, dp_shard, cp, sp, tp).
+  // This rank's place along each dimension (pp, dp_replicate, dp_shard, cp, sp, tp).
   const std::array<int, kMeshDims>& coordinate() const { return coord_; }
   int size(const std::string& group) const;
   int rank(const std::string& group) const;  // this rank's place in its group of that name

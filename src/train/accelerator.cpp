@@ -154,6 +154,7 @@ TensorDict PreparedModel::forward(const TensorDict& batch) {
   const c10::Device dev = device;
   TensorDict on_device;
   for (const auto& [name, t] : batch.items()) on_device.set(name, !t.defined() || t.device() == dev ? t : t.to(dev));
+  if (pipeline) return pipeline_forward(on_device);
   TensorDict out;
   {
     ForwardScope scope(*this);
@@ -162,6 +163,22 @@ TensorDict PreparedModel::forward(const TensorDict& batch) {
   TensorDict converted;
   for (const auto& [name, t] : out.items()) converted.set(name, output_to_fp32(t));
   return converted;
+}
+
+TensorDict PreparedModel::pipeline_forward(const TensorDict& batch) {
+  if (!batch.contains(model->target_name()))
+    throw std::invalid_argument("pipeline parallelism: the forward needs targets ('" + model->target_name() +
+                                "'): the last stage computes the loss, which is all a pipelined forward returns");
+  ForwardScope scope(*this);
+  if (!model->is_training()) return {{"loss", at::scalar_tensor(pipeline->eval_step(batch), at::kFloat)}};
+  // Forward and backward of every micro-batch now; DDP's hooks stay off until Accelerator::backward synchronises
+  // the step's accumulated gradients.
+  strategy->before_backward(/*sync=*/false);
+  const double loss = pipeline->step(batch, 1.0 / static_cast<double>(owner->gradient_state().num_steps));
+  strategy->after_backward();
+  // A leaf that asks for a gradient, so that it passes for a loss; Accelerator::backward recognises it.
+  pipeline_loss = at::scalar_tensor(loss, at::kFloat).requires_grad_(true);
+  return {{"loss", pipeline_loss}};
 }
 
 Model& PreparedModel::tensors(const char* what) const {
@@ -251,6 +268,7 @@ void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std
   if (tensor_parallel && opt && !opt->opt->impl().state().empty())
     throw StateError("a tensor-parallel model's optimizer must be prepared before its first step (its state would not "
                      "match the model's slices)");
+  if (model && mesh_ && mesh_->size("pp") > 1) check_pipeline(*model, opt.get());
   ShardSpec spec;
   // One shard of the data per data-parallel rank: tensor- and context-parallel peers read the same batches
   // (Accelerate's prepare_data_loader with a device mesh).
@@ -287,6 +305,8 @@ void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std
     Parallelized parallel = parallelize(model->model, comm_ ? mesh_.get() : nullptr, plan);
     model->strategy = std::move(parallel.strategy);
     model->split_replaced = std::move(parallel.replaced);
+    model->pipeline = std::move(parallel.pipeline);
+    if (opt && model->pipeline) keep_pipeline_stages(*opt, parallel.before_pipeline, *model->model);
     model->device = plan.device;
     model->owner = self;
     models_.push_back(model);
@@ -353,6 +373,9 @@ ParallelPlan Accelerator::parallel_plan(const Model& model) const {
   plan.tensor_key = shown_setting(config_, "parallelism_config.tp_size");
   plan.context_key = shown_setting(config_, "parallelism_config.cp_size");
   plan.sequence_key = shown_setting(config_, "parallelism_config.sp_size");
+  plan.pipeline_key = shown_setting(config_, "parallelism_config.pp_size");
+  plan.sharding_key = shown_setting(config_, settings_.use_deepspeed ? "use_deepspeed" : "use_fsdp");
+  plan.pipeline = pipeline_options_;
   if (!settings_.parallelism_config.sp_seq_length_is_variable)  // (checked: a length is given then)
     plan.sequence.fixed_length = settings_.parallelism_config.sp_seq_length;
   const config::Sharding& sh = sharding_;
@@ -415,6 +438,28 @@ void Accelerator::adopt_made_parameters(PreparedOptimizer& opt, const std::share
   }
 }
 
+// Before prepare changes anything: what a pipelined model cannot take here.
+void Accelerator::check_pipeline(const PreparedModel& model, const PreparedOptimizer* opt) const {
+  const std::string key = shown_setting(config_, "parallelism_config.pp_size");
+  if (scaler_)  // the step's backward runs inside forward, where no loss scale reaches it
+    throw UnsupportedError(key + ": pipeline parallelism with " + shown_setting(config_, "mixed_precision") +
+                           " (a gradient scaler) is not supported yet; use bf16");
+  if (opt && (!opt->model || opt->model.get() == &model)) opt->opt->check_rebind(model.model->trainable_tensors());
+}
+
+// An optimizer built before prepare holds every stage's parameters: it steps this rank's stages' alone (the others'
+// are freed); one built after prepare holds those already.
+void Accelerator::keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& before,
+                                       const Model& model) {
+  std::set<const void*> kept;
+  for (const at::Tensor& p : model.trainable_tensors()) kept.insert(p.unsafeGetTensorImpl());
+  const std::vector<at::Tensor> held = opt.opt->params();
+  if (held.size() != before.size()) return;
+  opt.opt->rebind(before, [&kept](const at::Tensor& p) {
+    return kept.count(p.unsafeGetTensorImpl()) ? std::vector<at::Tensor>{p} : std::vector<at::Tensor>{};
+  });
+}
+
 void Accelerator::shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model) {
   adopt_made_parameters(opt, model);
   // A sharded model's optimizer steps its shards: it is rebuilt over them (it must not have stepped yet).
@@ -468,6 +513,8 @@ void Accelerator::backward(const at::Tensor& loss) {
     for (auto& w : models_)
       if (auto m = w.lock()) live.push_back(m);
   }
+  for (auto& m : live)
+    if (m->pipeline && m->pipeline_loss.defined() && m->pipeline_loss.is_same(loss)) return pipeline_backward(*m);
   if (!loss.defined() || !loss.requires_grad()) {
     // The usual cause once parameters can be frozen: nothing in the model trains.
     for (auto& m : live)
@@ -491,6 +538,24 @@ void Accelerator::backward(const at::Tensor& loss) {
   }
   RECORD_USER_SCOPE(kPhaseGradientSync);
   for (auto& m : live) m->strategy->after_backward();
+}
+
+// The pipeline's step ran forward and backward already (scaled by 1 / gradient_accumulation_steps): what remains is
+// the strategy's synchronisation. DDP's gradient hooks fire once a parameter's gradient is complete; a backward of
+// zero through every trainable parameter fires them on the step's accumulated gradients (adding nothing).
+void Accelerator::pipeline_backward(PreparedModel& m) {
+  m.pipeline_loss = at::Tensor();  // one backward per step
+  RECORD_USER_SCOPE(kPhaseGradientSync);
+  m.strategy->before_backward(/*sync=*/!m.skip_sync);
+  if (!m.skip_sync) {
+    at::Tensor zero;
+    for (const at::Tensor& p : m.model->trainable_tensors()) {
+      const at::Tensor z = p.sum() * 0;
+      zero = zero.defined() ? zero + z : z;
+    }
+    if (zero.defined()) zero.backward();
+  }
+  m.strategy->after_backward();
 }
 
 void Accelerator::accumulate_begin(const std::shared_ptr<PreparedModel>& model) {
@@ -547,11 +612,26 @@ double Accelerator::clip_grad_norm(PreparedModel& model, double max_norm, double
   // The strategy knows the global norm (sharded gradients need a collective); every process then
   // scales its own gradients by max_norm / (total + 1e-6) when that is below one, as clip_grad_norm_.
   at::Tensor total = model.strategy->grad_norm(norm_type);
+  if (model.pipeline) total = pipeline_grad_norm(total, norm_type);
   at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
   c10::NoGradGuard no_grad;
   for (auto& p : model.strategy->optimizer_parameters())
     if (p.grad().defined()) p.mutable_grad().mul_(coef.to(p.grad().device()).to(p.grad().scalar_type()));
   return total.item<double>();
+}
+
+// The stages' norms combined over the pp group (each rank holds its stages' gradients). A head tied to the embedding
+// counts twice (its copies on the first and the last stage hold the same summed gradient).
+at::Tensor Accelerator::pipeline_grad_norm(const at::Tensor& stage_norm, double norm_type) const {
+  const auto group = mesh_->group("pp");
+  at::Tensor t = stage_norm.to(at::kDouble).reshape({1}).clone();
+  if (std::isinf(norm_type)) {
+    group->all_reduce(t, ReduceOp::Max);
+    return t.reshape({}).to(stage_norm.options());
+  }
+  t = t.pow(norm_type);
+  group->all_reduce(t, ReduceOp::Sum);
+  return t.pow(1.0 / norm_type).reshape({}).to(stage_norm.options());
 }
 
 void Accelerator::clip_grad_value(PreparedModel& model, double clip_value) {

@@ -42,8 +42,14 @@ struct PreparedModel {
   // Tensor parallelism: the parameters prepare replaced by this rank's slices (an optimizer built before prepare is
   // moved onto them).
   ReplacedParameters split_replaced;
-  // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32.
+  // Pipeline parallelism: the cut model's schedule (set by prepare), and the loss of the training step forward last
+  // ran (its forward and backward both: Accelerator::backward then only synchronises).
+  std::shared_ptr<pp::Pipeline> pipeline;
+  at::Tensor pipeline_loss;
+  // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32. Pipelined: a
+  // training step (Pipeline::step) in training mode, an eval_step otherwise; the output is {"loss": the mean loss}.
   TensorDict forward(const TensorDict& batch);
+  TensorDict pipeline_forward(const TensorDict& batch);
   // The model, to read or write its tensors directly: refused (StateError) while a ZeRO-3 strategy keeps only
   // shards of them (save_model and load_state go through the strategy instead).
   Model& tensors(const char* what) const;
@@ -234,9 +240,16 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void hold_loading_states();
   void write_run_record(const std::map<std::string, std::string>& env) const;
   void set_mixed_precision(const std::string& mode);
+  // backward of a loss a pipelined forward returned: the gradient synchronisation alone.
+  void pipeline_backward(PreparedModel& m);
+  at::Tensor pipeline_grad_norm(const at::Tensor& stage_norm, double norm_type) const;
   // What parallelize applies to `model`, from the settings: tensor and context parallelism where the mesh has them,
   // then a single process, DDP, or sharding (FSDP / DeepSpeed ZeRO).
   ParallelPlan parallel_plan(const Model& model) const;
+  // Pipeline parallelism: refusals before prepare changes anything, and an optimizer built before prepare moved onto
+  // this rank's stages' parameters (`before`: the model's trainable tensors before the cut).
+  void check_pipeline(const PreparedModel& model, const PreparedOptimizer* opt) const;
+  void keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& before, const Model& model);
   // Rebuilds the optimizer of a sharded model over its shards.
   void shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model);
   // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made
@@ -268,6 +281,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   int64_t save_iteration_ = 0;  // project_config.iteration: the next automatic checkpoint's number
   GradientState grad_;
   std::string mixed_precision_ = "no";
+  pp::Options pipeline_options_;  // parallelism_config's pp_* (used where the mesh has pp > 1)
   config::Sharding sharding_;  // what FSDP / DeepSpeed settings ask for (stage 0: none)
   bool holds_ram_efficient_loading_ = false;  // hold_ram_efficient_loading (runtime/process_state.hpp)
   bool holds_zero3_init_ = false;  // hold_zero3_init (runtime/process_state.hpp)

@@ -65,7 +65,7 @@ TEST(MeshLayout, GroupIndexNamesEachGroupOnce) {
 TEST(MeshLayout, RowMajorWithTpInnermost) {
   // rank = ((r * dp_shard + s) * cp + c) * tp + t
   const MeshLayout l({2, 3, 2, 2}, 17);  // 17 = ((1 * 3 + 1) * 2 + 0) * 2 + 1
-  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{1, 1, 0, 0, 1}));
+  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{0, 1, 1, 0, 0, 1}));
   EXPECT_EQ(l.members("tp"), (std::vector<int>{16, 17}));
   EXPECT_EQ(l.members("dp"), (std::vector<int>{1, 5, 9, 13, 17, 21}));
   EXPECT_EQ(l.rank("dp"), 4);
@@ -77,13 +77,31 @@ TEST(MeshLayout, SpBetweenCpAndTp) {
   MeshSizes sizes{1, 2, 1, 2};
   sizes.sp = 2;
   const MeshLayout l(sizes, 5);  // 5 = (1 * 2 + 0) * 2 + 1
-  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{0, 0, 1, 0, 0, 1}));
   EXPECT_EQ(l.members("sp"), (std::vector<int>{5, 7}));
   EXPECT_EQ(l.members("tp"), (std::vector<int>{4, 5}));
   // The data-parallel groups hold sp (its ranks hold different tokens of the same batch).
   EXPECT_EQ(l.members("dp_shard_cp"), (std::vector<int>{1, 3, 5, 7}));
   EXPECT_EQ(l.members("dp_cp"), (std::vector<int>{1, 3, 5, 7}));
   EXPECT_EQ(l.members("dp"), (std::vector<int>{1, 5}));
+}
+
+TEST(MeshLayout, PpOutermost) {
+  // torchtitan's order: pp, dp_replicate, dp_shard, cp, sp, tp. pp 2 x dp_replicate 2 x tp 2: rank = (p * 2 + r) * 2 + t.
+  MeshSizes sizes{2, 1, 1, 2};
+  sizes.pp = 2;
+  EXPECT_EQ(sizes.total(), 8);
+  const MeshLayout l(sizes, 5);  // 5 = (1 * 2 + 0) * 2 + 1
+  EXPECT_EQ(l.coordinate(), (std::array<int, kMeshDims>{1, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(l.members("pp"), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.rank("pp"), 1);
+  EXPECT_EQ(l.members("tp"), (std::vector<int>{4, 5}));
+  // The data-parallel groups stay inside a stage: every rank of a pp group reads the same batch (same dp rank).
+  EXPECT_EQ(l.members("dp"), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.members("dp_cp"), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.rank("dp"), MeshLayout(sizes, 1).rank("dp"));
+  EXPECT_EQ(l.group_index("pp"), 1);
+  EXPECT_EQ(sizes.text(), "pp 2 x dp_replicate 2 x dp_shard 1 x cp 1 x tp 2");
 }
 
 TEST(MeshLayout, BadInput) {
@@ -103,7 +121,7 @@ TEST(MeshLayout, BadInput) {
     MeshLayout({2, 2, 1, 1}, 0).size("fsdp");
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no group 'fsdp'; its groups are dp_replicate, dp_shard, cp, sp, tp, dp, "
+    EXPECT_NE(std::string(e.what()).find("no group 'fsdp'; its groups are pp, dp_replicate, dp_shard, cp, sp, tp, dp, "
                                          "dp_shard_cp, dp_cp"),
               std::string::npos)
         << e.what();

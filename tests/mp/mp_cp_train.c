@@ -10,7 +10,9 @@
  *        mp_cp_train refuse             (cp_size 2) the built-in MLP refused by acc_prepare naming the key and its
  *                                       source; the Llama prepared, a sequence of 6 (not 2 x cp chunks) refused
  *        mp_cp_train refuse-sp          (sp_size 4) the same for Ulysses (a sequence of 6 is no multiple of 4),
- *                                       and a Llama of 2 heads, which sp 4 does not divide, named by key and field */
+ *                                       and a Llama of 2 heads, which sp 4 does not divide, named by key and field
+ *        mp_cp_train refuse-pp N        (pp_size 2, 2 micro-batches, N processes) refuse_pp below
+ * Pipeline parallelism (pp_size, case_pipeline_parallel_training) runs the same loop: the forward is the step. */
 #include <acc/acc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,9 +95,43 @@ static int refuse_sp(void) {
   return finish();
 }
 
+/* pp_size 2 (PARALLELISM_CONFIG_PP_SIZE) with 2 micro-batches: on 3 processes the accelerator is refused (pp does not
+ * divide them); on 2, a model libacc cannot cut is refused by acc_prepare, and a batch of 3 rows (2 micro-batches do
+ * not divide it) by acc_model_forward, each naming what is wrong. */
+static int refuse_pp(int processes) {
+  const char* key = "'parallelism_config.pp_size' = 2 (from env PARALLELISM_CONFIG_PP_SIZE)";
+  acc_accelerator* acc = NULL;
+  if (processes == 3) {
+    EXPECT_ERR(acc_accelerator_create("{\"seed\": 11}", &acc), ACC_ERR_INVALID_CONFIG,
+               "the parallelism_config sizes multiply to 2 processes ('parallelism_config.pp_size' (2, "
+               "PARALLELISM_CONFIG_PP_SIZE)), but the job has 3 processes");
+    return finish();
+  }
+  CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
+  acc_model* mlp = NULL;
+  CHECK(acc_model_create("{\"type\": \"mlp\", \"sizes\": [4, 8, 1]}", &mlp));
+  EXPECT_ERR(acc_prepare(acc, mlp, NULL, NULL, NULL), ACC_ERR_INVALID_CONFIG, key);
+  EXPECT(strstr(acc_last_error_message(), "cannot be cut into pipeline stages") != NULL);
+  acc_model_destroy(mlp);
+  acc_model* model;
+  CHECK(acc_model_from_config(kLlama, NULL, &model));
+  CHECK(acc_model_set_training(model, 1));
+  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
+  const int64_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, shape[2] = {3, 3};
+  acc_tensor *x = NULL, *loss = NULL;
+  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
+  EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT,
+             "2 microbatches do not divide the batch of 3 rows");
+  acc_tensor_destroy(x);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  return finish();
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && !strcmp(argv[1], "refuse")) return refuse();
   if (argc == 2 && !strcmp(argv[1], "refuse-sp")) return refuse_sp();
+  if (argc == 3 && !strcmp(argv[1], "refuse-pp")) return refuse_pp(atoi(argv[2]));
   if (argc != 4 && argc != 5) {
     fprintf(stderr, "usage: mp_cp_train STEPS BATCH OUT [llama|mixtral|gpt2]\n");
     return 2;

@@ -818,6 +818,30 @@ def case_sequence_parallel_training():
     expect(p.returncode == 0 and "0 failed" in p.stdout, "refusals through the API", p.stdout + p.stderr)
 
 
+def case_pipeline_parallel_training():
+    """Issue 40 item 1 (WORKER: mp_cp_train): pipeline parallelism through the public API, the layout from the
+    variables accelerate launch exports (libacc's own PARALLELISM_CONFIG_PP_*). A Llama (GQA, 2 blocks) and a GPT-2
+    (its head tied to the embedding) trained 20 SGD steps with pp=2 on 2 processes under GPipe, 1F1B and
+    Interleaved1F1B (2 stages per rank: 4 stages), 2 micro-batches, and pp=2 x DDP (dp_replicate=2) on 4 processes,
+    against one process on the same global batch (4 sequences): the loss at every step within 1e-5 (relative) and the
+    whole model acc_save_model writes (every stage's parameters, gathered) within 1e-5; refusals by name."""
+    base = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_PP_SIZE": "2",
+            "PARALLELISM_CONFIG_PP_MICROBATCHES": "2"}
+    layouts = [("one process", 1, 4, {}),
+               ("pp=2 GPipe", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="GPipe")),
+               ("pp=2 1F1B", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="1F1B")),
+               ("pp=2 Interleaved1F1B", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="Interleaved1F1B",
+                                                   PARALLELISM_CONFIG_PP_STAGES_PER_RANK="2")),
+               ("pp=2 x dp_replicate=2", 4, 2, dict(base, PARALLELISM_CONFIG_DP_REPLICATE_SIZE="2"))]
+    for model in ("llama", "gpt2"):
+        with tempfile.TemporaryDirectory() as d:
+            compare_with_one_process(model, train_layouts(model, model, layouts, d))
+    for n in (2, 3):
+        p, _ = launch(n, "refuse-pp", n, env_extra=base)
+        expect(p.returncode == 0 and "0 failed" in p.stdout, f"refusals through the API on {n} processes",
+               p.stdout + p.stderr)
+
+
 def case_cxx_data_objects():
     """The C++ API (tests/mp/mp_cxx.cpp): named loaders sharded, gather_object(_for_metrics) and
     broadcast_object between real processes."""

@@ -185,6 +185,7 @@ Sharding sharding(const Config& accelerator);
 struct ParallelDims {
   int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, sp = 1;
   bool from_parallelism_config = false;
+  int64_t pp = 1;  // pipeline parallelism (libacc's own pp_size; the pp dimension is outermost, as torchtitan's)
 };
 ParallelDims parallel_dims(const Config& accelerator, int64_t world, int64_t local_world);
 

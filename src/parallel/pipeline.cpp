@@ -293,7 +293,16 @@ at::Tensor Pipeline::parameter(const std::string& name) const {
   throw std::logic_error("pipeline parallelism: no parameter " + name);
 }
 
-void Pipeline::sum_tied_gradients() {
+std::vector<at::Tensor> Pipeline::tied_gradients() const {
+  std::vector<at::Tensor> out;
+  for (const auto& name : tied_) {
+    const at::Tensor g = parameter(name).grad();
+    out.push_back(g.defined() ? g.detach().clone() : at::Tensor());
+  }
+  return out;
+}
+
+void Pipeline::sum_tied_gradients(const std::vector<at::Tensor>& before) {
   const int peer = rank_ == 0 ? static_cast<int>(layout_.size() - 1) % pp_ : 0;
   const auto pg = group_->process_group();
   const int base = static_cast<int>(layout_.size()) * microbatches_ * Kinds;
@@ -301,7 +310,10 @@ void Pipeline::sum_tied_gradients() {
     at::Tensor p = parameter(tied_[k]);
     if (!p.requires_grad()) continue;
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    std::vector<at::Tensor> mine{p.grad().contiguous().clone()}, theirs{at::empty_like(mine[0])};
+    // Only this step's part travels: gradients accumulated before it (accumulation steps) were summed already.
+    at::Tensor part = p.grad().contiguous().clone();
+    if (before[k].defined()) part -= before[k];
+    std::vector<at::Tensor> mine{part}, theirs{at::empty_like(mine[0])};
     auto sent = pg->send(mine, peer, base + static_cast<int>(k));
     pg->recv(theirs, peer, base + static_cast<int>(k))->wait();
     sent->wait();
@@ -372,6 +384,7 @@ double Pipeline::step(const TensorDict& batch, double loss_scale) {
         "torch.no_grad() context. Please call eval() instead.");
   const std::vector<TensorDict> mbs = micro_batches(batch);
   loss_scale_ = loss_scale;
+  const std::vector<at::Tensor> tied_before = tied_gradients();
   Exchange ex(group_->process_group(), rank_, microbatches_);
   std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
   for (const Action& a : actions(schedule_, rank_, pp_, per_rank_, microbatches_)) {
@@ -379,7 +392,7 @@ double Pipeline::step(const TensorDict& batch, double loss_scale) {
     else backward(a, ex);
   }
   ex.finish();
-  sum_tied_gradients();
+  sum_tied_gradients(tied_before);
   return mean_loss(losses);
 }
 

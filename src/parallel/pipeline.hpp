@@ -6,6 +6,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ class Pipeline {
   Schedule schedule() const { return schedule_; }
   const std::vector<StageLayers>& layout() const { return layout_; }  // every stage, by index
   std::vector<int> local_stages() const;  // this rank's, in order
+  // Whether parameter `name` here is the second copy of a tied one (the last stage's of a head tied to the
+  // embedding, whose gradient equals the first stage's copy's): what a norm over the group counts once.
+  bool tied_copy(const std::string& name) const {
+    return rank_ != 0 && std::find(tied_.begin(), tied_.end(), name) != tied_.end();
+  }
   // The modules of stage `s` (the whole model's dotted names).
   std::vector<std::string> stage_modules(int s) const;
 
@@ -75,7 +81,8 @@ class Pipeline {
   void backward(const Action& a, Exchange& ex);
   double mean_loss(const std::vector<at::Tensor>& losses) const;
   void sync_tied_copies();
-  void sum_tied_gradients();
+  std::vector<at::Tensor> tied_gradients() const;  // the tied parameters' gradients now (copies; undefined: none)
+  void sum_tied_gradients(const std::vector<at::Tensor>& before);
   at::Tensor parameter(const std::string& name) const;
   Local& local(int stage);
 

@@ -612,7 +612,7 @@ double Accelerator::clip_grad_norm(PreparedModel& model, double max_norm, double
   // The strategy knows the global norm (sharded gradients need a collective); every process then
   // scales its own gradients by max_norm / (total + 1e-6) when that is below one, as clip_grad_norm_.
   at::Tensor total = model.strategy->grad_norm(norm_type);
-  if (model.pipeline) total = pipeline_grad_norm(total, norm_type);
+  if (model.pipeline) total = pipeline_grad_norm(model, total, norm_type);
   at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
   c10::NoGradGuard no_grad;
   for (auto& p : model.strategy->optimizer_parameters())
@@ -621,8 +621,9 @@ double Accelerator::clip_grad_norm(PreparedModel& model, double max_norm, double
 }
 
 // The stages' norms combined over the pp group (each rank holds its stages' gradients). A head tied to the embedding
-// counts twice (its copies on the first and the last stage hold the same summed gradient).
-at::Tensor Accelerator::pipeline_grad_norm(const at::Tensor& stage_norm, double norm_type) const {
+// counts once, as in the whole model (its copies on the first and the last stage hold the same summed gradient).
+at::Tensor Accelerator::pipeline_grad_norm(const PreparedModel& model, const at::Tensor& stage_norm,
+                                           double norm_type) const {
   const auto group = mesh_->group("pp");
   at::Tensor t = stage_norm.to(at::kDouble).reshape({1}).clone();
   if (std::isinf(norm_type)) {
@@ -630,6 +631,10 @@ at::Tensor Accelerator::pipeline_grad_norm(const at::Tensor& stage_norm, double 
     return t.reshape({}).to(stage_norm.options());
   }
   t = t.pow(norm_type);
+  for (const auto& [name, p] : model.model->named_parameters())
+    if (p.grad().defined() && model.pipeline->tied_copy(name))
+      t -= p.grad().detach().to(at::kDouble).abs().pow(norm_type).sum().to(t.device());
+  t.clamp_min_(0);  // (rounding)
   group->all_reduce(t, ReduceOp::Sum);
   return t.pow(1.0 / norm_type).reshape({}).to(stage_norm.options());
 }

@@ -242,7 +242,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void set_mixed_precision(const std::string& mode);
   // backward of a loss a pipelined forward returned: the gradient synchronisation alone.
   void pipeline_backward(PreparedModel& m);
-  at::Tensor pipeline_grad_norm(const at::Tensor& stage_norm, double norm_type) const;
+  at::Tensor pipeline_grad_norm(const PreparedModel& model, const at::Tensor& stage_norm, double norm_type) const;
   // What parallelize applies to `model`, from the settings: tensor and context parallelism where the mesh has them,
   // then a single process, DDP, or sharding (FSDP / DeepSpeed ZeRO).
   ParallelPlan parallel_plan(const Model& model) const;

@@ -2138,6 +2138,45 @@ TEST(Parallelism, AccelerateRulesNameKeyAndSource) {
 
 // Sizes whose product wraps in 64 bits (2^63-1 squared is 1 modulo 2^64) or passes the most processes a job may have
 // are refused naming every size above 1 and its source, before they are multiplied again anywhere.
+TEST(Parallelism, PipelineKeys) {
+  // libacc's own pp_* keys (Accelerate has no pipeline parallelism): pp multiplies into the product; the schedule's
+  // stages per rank and the split points are checked, each error naming the key, its value and its source.
+  auto refusal = [](const std::string& json, const Env& env, int64_t world) {
+    return error_of([&] { parallel_dims(resolve_accelerator(json, env), world, world); });
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos ? ::testing::AssertionSuccess()
+                                                : ::testing::AssertionFailure() << "'" << part << "' not in: " << text;
+  };
+  const Env pp2 = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                   {"PARALLELISM_CONFIG_PP_SIZE", "2"},
+                   {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2"}};
+  const ParallelDims d = parallel_dims(resolve_accelerator("", pp2), 4, 4);
+  EXPECT_EQ(d.pp, 2);
+  EXPECT_EQ(d.dp_replicate, 2);
+  EXPECT_TRUE(has(refusal("", pp2, 6),
+                  "multiply to 4 processes ('parallelism_config.pp_size' (2, PARALLELISM_CONFIG_PP_SIZE), "
+                  "'parallelism_config.dp_replicate_size' (2, PARALLELISM_CONFIG_DP_REPLICATE_SIZE)), but the job has "
+                  "6 processes"));
+  EXPECT_TRUE(has(refusal(R"({"fsdp_plugin": {"fsdp_version": 2}, "parallelism_config": {"pp_size": 2, "sp_size": 2}})",
+                          {}, 4),
+                  "'parallelism_config.pp_size' (2, acc_accelerator_create) with 'parallelism_config.sp_size' (2, "
+                  "acc_accelerator_create): libacc's pipeline parallelism does not compose"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_schedule": "Interleaved1F1B"}})", {}, 2),
+                  "'parallelism_config.pp_schedule' (\"Interleaved1F1B\", acc_accelerator_create) with "
+                  "'parallelism_config.pp_stages_per_rank' (1, default): a multi-stage schedule needs at least 2"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_stages_per_rank": 2}})", {}, 2),
+                  "a single-stage schedule runs exactly 1 stage per rank"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_split_points": ["3", "1"]}})", {}, 2),
+                  "'1' is not a block index above the previous one"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_split_points": ["1", "2"]}})", {}, 2),
+                  "makes 3 stages; 'parallelism_config.pp_size' (2, acc_accelerator_create) x "));
+  const Env split = {{"ACCELERATE_USE_PARALLELISM_CONFIG", "true"},
+                     {"PARALLELISM_CONFIG_PP_SIZE", "2"},
+                     {"PARALLELISM_CONFIG_PP_SPLIT_POINTS", "1"}};
+  EXPECT_EQ(parallel_dims(resolve_accelerator("", split), 2, 2).pp, 2);
+}
+
 TEST(Parallelism, SizesThatWrapAreRefusedNamingTheKeys) {
   auto has = [](const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos ? ::testing::AssertionSuccess()

@@ -154,20 +154,33 @@ int main(int argc, char** argv) {
   CHECK(acc_prepare(acc, model, opt, NULL, data.dl));
   int32_t is_main;
   CHECK(acc_is_main_process(acc, &is_main));
+  /* MP_CLIP: acc_clip_grad_norm to that norm before each optimizer step; with GRADIENT_ACCUMULATION_STEPS in the environment
+   * each micro-step runs inside acc_accumulate_begin / _end (Accelerate's accumulate). */
+  const double clip = getenv("MP_CLIP") ? atof(getenv("MP_CLIP")) : 0;
+  const int accumulate = getenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS") != NULL;
   for (int step = 0; step < steps; ++step) {
     acc_tensor *bx, *by, *loss, *mean;
     int32_t has;
     CHECK(acc_dataloader_next(data.dl, &bx, &by, &has));
     EXPECT(has);
     if (!has) break;
+    if (accumulate) CHECK(acc_accumulate_begin(acc, model));
     CHECK(acc_model_forward(model, bx, by, NULL, &loss));
     CHECK(acc_reduce(acc, loss, ACC_REDUCE_MEAN, &mean));
     double v = 0;
     CHECK(acc_tensor_item(mean, &v));
     if (is_main) printf("LOSS %d %.9g\n", step, v);
     CHECK(acc_backward(acc, loss));
+    int32_t sync = 1;
+    CHECK(acc_sync_gradients(acc, &sync));
+    if (clip > 0 && sync) { /* as Accelerate's examples: on the steps that synchronise */
+      double norm = 0;
+      CHECK(acc_clip_grad_norm(acc, model, clip, 2.0, &norm));
+      if (is_main) printf("NORM %d %.9g\n", step, norm);
+    }
     CHECK(acc_optimizer_step(opt));
     CHECK(acc_optimizer_zero_grad(opt));
+    if (accumulate) CHECK(acc_accumulate_end(acc, model));
     acc_tensor_destroy(mean);
     acc_tensor_destroy(loss);
     acc_tensor_destroy(bx);

@@ -836,6 +836,15 @@ def case_pipeline_parallel_training():
     for model in ("llama", "gpt2"):
         with tempfile.TemporaryDirectory() as d:
             compare_with_one_process(model, train_layouts(model, model, layouts, d))
+    # Gradient accumulation (2 micro-steps, DDP's synchronisation skipped on the first) and clipping (the norm over
+    # every stage, a tied head counted once) through the same loop, against one process doing the same.
+    more = {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "2", "MP_CLIP": "1"}  # (the norms are about 3)
+    layouts = [("one process", 1, 4, more), ("pp=2 1F1B", 2, 4, dict(base, **more)),
+               ("pp=2 x dp_replicate=2", 4, 2, dict(base, PARALLELISM_CONFIG_DP_REPLICATE_SIZE="2", **more))]
+    for model in ("llama", "gpt2"):
+        label = f"{model}, accumulation 2 and clipping"
+        with tempfile.TemporaryDirectory() as d:
+            compare_with_one_process(label, train_layouts(label, model, layouts, d))
     for n in (2, 3):
         p, _ = launch(n, "refuse-pp", n, env_extra=base)
         expect(p.returncode == 0 and "0 failed" in p.stdout, f"refusals through the API on {n} processes",

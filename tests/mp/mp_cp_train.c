@@ -186,6 +186,23 @@ int main(int argc, char** argv) {
     acc_tensor_destroy(bx);
     acc_tensor_destroy(by);
   }
+  if (getenv("MP_EVAL")) { /* the next batch in evaluation mode (a pipeline's eval_step): "EVAL value" */
+    acc_tensor *bx, *by, *loss, *mean;
+    int32_t has;
+    CHECK(acc_dataloader_next(data.dl, &bx, &by, &has));
+    if (!has) CHECK(acc_dataloader_next(data.dl, &bx, &by, &has)); /* the epoch ended: the next one's first batch */
+    EXPECT(has);
+    CHECK(acc_model_set_training(model, 0));
+    CHECK(acc_model_forward(model, bx, by, NULL, &loss));
+    CHECK(acc_reduce(acc, loss, ACC_REDUCE_MEAN, &mean));
+    double v = 0;
+    CHECK(acc_tensor_item(mean, &v));
+    if (is_main) printf("EVAL %.9g\n", v);
+    acc_tensor_destroy(mean);
+    acc_tensor_destroy(loss);
+    acc_tensor_destroy(bx);
+    acc_tensor_destroy(by);
+  }
   CHECK(acc_save_model(model, argv[3], NULL));
   acc_optimizer_destroy(opt);
   acc_model_destroy(model);

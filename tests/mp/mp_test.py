@@ -736,6 +736,7 @@ def train_layouts(label, model, layouts, d):
         losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
         ok = p.returncode == 0 and len(losses) == 20
         expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
+        losses += [float(v) for v in re.findall(r"^EVAL (\S+)$", p.stdout, re.M)]  # with MP_EVAL: compared too
         if ok:
             runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
     return runs
@@ -825,9 +826,10 @@ def case_pipeline_parallel_training():
     Interleaved1F1B (2 stages per rank: 4 stages), 2 micro-batches, and pp=2 x DDP (dp_replicate=2) on 4 processes,
     against one process on the same global batch (4 sequences): the loss at every step within 1e-5 (relative) and the
     whole model acc_save_model writes (every stage's parameters, gathered) within 1e-5; refusals by name."""
+    # MP_EVAL: after the 20 steps, the next batch's loss in evaluation mode (the pipeline's eval_step), compared too.
     base = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_PP_SIZE": "2",
-            "PARALLELISM_CONFIG_PP_MICROBATCHES": "2"}
-    layouts = [("one process", 1, 4, {}),
+            "PARALLELISM_CONFIG_PP_MICROBATCHES": "2", "MP_EVAL": "1"}
+    layouts = [("one process", 1, 4, {"MP_EVAL": "1"}),
                ("pp=2 GPipe", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="GPipe")),
                ("pp=2 1F1B", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="1F1B")),
                ("pp=2 Interleaved1F1B", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="Interleaved1F1B",

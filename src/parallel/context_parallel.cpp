@@ -131,6 +131,21 @@ at::Tensor causal_mask(const at::Tensor& query_places, const at::Tensor& key_pla
   return at::where(allowed, at::zeros({}, o), at::full({}, hidden_score(o.dtype().toScalarType()), o));
 }
 
+at::Tensor shifted_labels(const at::Tensor& labels, int64_t length, int64_t ignore_index) {
+  if (labels.dim() != 2 || labels.size(1) != length)
+    throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [batch, " +
+                                std::to_string(length) + "]");
+  return at::cat({labels.narrow(1, 1, length - 1), at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
+}
+
+at::Tensor kept_keys(const at::Tensor& attention_mask, int64_t length, c10::Device device) {
+  if (!attention_mask.defined()) return at::Tensor();
+  if (attention_mask.dim() != 2 || attention_mask.size(1) != length)
+    throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) + "; expected [batch, " +
+                                std::to_string(length) + "]");
+  return attention_mask.to(device).ne(0);
+}
+
 at::Tensor group_token_mean(const at::Tensor& sum, const at::Tensor& count, const Collectives& g) {
   at::Tensor both = at::stack({sum, count.to(sum.device(), sum.scalar_type())});
   if (c10::GradMode::is_enabled() && both.requires_grad()) {
@@ -167,22 +182,11 @@ at::Tensor Sequence::local(const at::Tensor& x) const {
 }
 
 at::Tensor Sequence::next_token_labels(const at::Tensor& labels, int64_t ignore_index) const {
-  if (labels.dim() != 2 || labels.size(1) != length_)
-    throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [batch, " +
-                                std::to_string(length_) + "]");
-  at::Tensor shifted =
-      at::cat({labels.narrow(1, 1, length_ - 1), at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
-  return local(shifted);
+  return local(shifted_labels(labels, length_, ignore_index));
 }
 
 void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const at::TensorOptions& o) {
-  at::Tensor keep;  // [B, T] keys present
-  if (attention_mask.defined()) {
-    if (attention_mask.dim() != 2 || attention_mask.size(1) != length_)
-      throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) +
-                                  "; expected [batch, " + std::to_string(length_) + "]");
-    keep = attention_mask.to(o.device()).ne(0);
-  }
+  const at::Tensor keep = kept_keys(attention_mask, length_, o.device());
   auto build = [&](const at::Tensor& places) { return causal_mask(index_, places, keep, window, o); };
   masks_.clear();
   // A query that may see no key at all (a padding token before the first real one) gets an output of zero and no

@@ -54,6 +54,11 @@ double hidden_score(at::ScalarType t);
 // is defined), hidden_score where not.
 at::Tensor causal_mask(const at::Tensor& query_places, const at::Tensor& key_places, const at::Tensor& keep,
                        int64_t window, const at::TensorOptions& o);
+// Next-token labels of the whole sequence [batch, length]: shifted left, the last place `ignore_index`
+// (std::invalid_argument for another shape). The sequence splits (cp, Ulysses) take their part of it.
+at::Tensor shifted_labels(const at::Tensor& labels, int64_t length, int64_t ignore_index);
+// attention_mask [batch, length] as the keys present (undefined: none given; std::invalid_argument for another shape).
+at::Tensor kept_keys(const at::Tensor& attention_mask, int64_t length, c10::Device device);
 // The whole sequence's token mean from this rank's sum of token losses and their count: sums and counts added over the
 // group, the sum's gradient scaled by the group's size (see the top of this file). Equal on every rank of the group.
 at::Tensor group_token_mean(const at::Tensor& sum, const at::Tensor& count, const Collectives& g);

@@ -145,22 +145,11 @@ at::Tensor Sequence::local(const at::Tensor& x) const {
 }
 
 at::Tensor Sequence::next_token_labels(const at::Tensor& labels, int64_t ignore_index) const {
-  if (labels.dim() != 2 || labels.size(1) != length_)
-    throw std::invalid_argument("labels have shape " + c10::str(labels.sizes()) + "; expected [batch, " +
-                                std::to_string(length_) + "]");
-  at::Tensor shifted =
-      at::cat({labels.narrow(1, 1, length_ - 1), at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
-  return local(shifted);
+  return local(cp::shifted_labels(labels, length_, ignore_index));
 }
 
 void Sequence::set_masks(const at::Tensor& attention_mask, int64_t window, const at::TensorOptions& o) {
-  at::Tensor keep;  // [B, T] keys present
-  if (attention_mask.defined()) {
-    if (attention_mask.dim() != 2 || attention_mask.size(1) != length_)
-      throw std::invalid_argument("attention_mask has shape " + c10::str(attention_mask.sizes()) +
-                                  "; expected [batch, " + std::to_string(length_) + "]");
-    keep = attention_mask.to(o.device()).ne(0);
-  }
+  const at::Tensor keep = cp::kept_keys(attention_mask, length_, o.device());
   const at::Tensor places = at::arange(length_, at::TensorOptions().dtype(at::kLong));
   mask_ = cp::causal_mask(places, places, keep, window, o);
   // A query that sees no key gets zero, as the whole model's attention gives it (see cp::Sequence::set_masks).

@@ -37,6 +37,19 @@ static const char* const kGpt2 =
     "\"n_positions\": 64, \"n_embd\": 32, \"n_layer\": 2, \"n_head\": 8, \"n_inner\": 64, \"embd_pdrop\": 0, "
     "\"attn_pdrop\": 0, \"resid_pdrop\": 0, \"initializer_range\": 0.2}";
 
+/* The Llama prepared on `acc`, then a sequence of 6 its split cannot take refused by acc_model_forward with `why`. */
+static void refuse_length(acc_accelerator* acc, const char* why) {
+  acc_model* model;
+  CHECK(acc_model_from_config(kLlama, NULL, &model));
+  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
+  const int64_t ids[6] = {1, 2, 3, 4, 5, 6}, shape[2] = {1, 6};
+  acc_tensor *x = NULL, *loss = NULL;
+  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
+  EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT, why);
+  acc_tensor_destroy(x);
+  acc_model_destroy(model);
+}
+
 static int refuse(void) {
   acc_accelerator* acc;
   CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
@@ -46,16 +59,7 @@ static int refuse(void) {
              "'parallelism_config.cp_size' = 2 (from env PARALLELISM_CONFIG_CP_SIZE)");
   EXPECT(strstr(acc_last_error_message(), "Mlp has no context-parallel attention") != NULL);
   acc_model_destroy(mlp);
-  acc_model* model;
-  CHECK(acc_model_from_config(kLlama, NULL, &model));
-  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
-  const int64_t ids[6] = {1, 2, 3, 4, 5, 6}, shape[2] = {1, 6};
-  acc_tensor *x = NULL, *loss = NULL;
-  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
-  EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT,
-             "context parallelism needs the sequence length (6) to split into 2 x cp_size (4) equal chunks");
-  acc_tensor_destroy(x);
-  acc_model_destroy(model);
+  refuse_length(acc, "context parallelism needs the sequence length (6) to split into 2 x cp_size (4) equal chunks");
   acc_accelerator_destroy(acc);
   return finish();
 }
@@ -81,16 +85,7 @@ static int refuse_sp(void) {
   EXPECT_ERR(acc_prepare(acc, odd, NULL, NULL, NULL), ACC_ERR_INVALID_CONFIG, key);
   EXPECT(strstr(acc_last_error_message(), "does not divide LlamaForCausalLM's num_attention_heads (2)") != NULL);
   acc_model_destroy(odd);
-  acc_model* model;
-  CHECK(acc_model_from_config(kLlama, NULL, &model));
-  CHECK(acc_prepare(acc, model, NULL, NULL, NULL));
-  const int64_t ids[6] = {1, 2, 3, 4, 5, 6}, shape[2] = {1, 6};
-  acc_tensor *x = NULL, *loss = NULL;
-  CHECK(acc_tensor_from_host(ids, sizeof ids, ACC_INT64, shape, 2, &x));
-  EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT,
-             "sequence parallelism needs the sequence length (6) to be a multiple of sp_size (4)");
-  acc_tensor_destroy(x);
-  acc_model_destroy(model);
+  refuse_length(acc, "sequence parallelism needs the sequence length (6) to be a multiple of sp_size (4)");
   acc_accelerator_destroy(acc);
   return finish();
 }

@@ -183,8 +183,10 @@ std::string shown_setting(const Config& c, const std::string& key);
 void check_checkpointing_offload(const Config& c, const std::string& offload, const std::string& checkpointing,
                                  const std::string& version);
 
-// parallelism_config's pp_split_points (`key`) as block indices: increasing integers >= 0 (Error naming the key).
-std::vector<int64_t> split_points(const Config& c, const std::string& key);
+// parallelism_config's pp_split_points (`key`): each a block index (an integer >= 0, above the previous index) or the
+// dotted name of the block a stage begins with ("model.layers.4"; the model tells whether it names one). Error naming
+// the key.
+std::vector<std::string> split_points(const Config& c, const std::string& key);
 // ParallelismConfig's size rules as Accelerate checks them (parallelism.cpp), over either schema's keys (`prefix`:
 // "parallelism_config." or the launch file's "parallelism_config.parallelism_config_"): CP and SP exclusive, PP with neither (libacc's pp keys checked too), TP/CP not
 // with replication alone, CP only under FSDP2, FSDP2 needs dp_shard or cp above 1, the sizes multiply to `processes`

@@ -26,8 +26,8 @@ void check_sequence_parallel(const Config& c, const std::string& prefix) {
                 "flash_attention_2 or flash_attention_3");
 }
 
-// libacc's pipeline keys (Accelerate has none): torch's rules on a schedule's stages per rank, and split points that
-// are block indices, one fewer than the stages.
+// libacc's pipeline keys (Accelerate has none): torch's rules on a schedule's stages per rank, and split points (block
+// indices or names), one fewer than the stages.
 void check_pipeline(const Config& c, const std::string& prefix) {
   const std::string size = prefix + "pp_size", schedule = prefix + "pp_schedule",
                     per_rank = prefix + "pp_stages_per_rank", splits = prefix + "pp_split_points";
@@ -38,7 +38,7 @@ void check_pipeline(const Config& c, const std::string& prefix) {
   if (c.get_string(schedule) != "Interleaved1F1B" && v != 1)
     throw Error("contradictory settings: " + shown_setting(c, schedule) + " with " + shown_setting(c, per_rank) +
                 ": a single-stage schedule runs exactly 1 stage per rank");
-  const std::vector<int64_t> points = split_points(c, splits);
+  const std::vector<std::string> points = split_points(c, splits);
   const int64_t stages = c.get_int(size) * v;
   if (!points.empty() && static_cast<int64_t>(points.size()) != stages - 1)
     throw Error("contradictory settings: " + shown_setting(c, splits) + " makes " + std::to_string(points.size() + 1) +
@@ -48,9 +48,13 @@ void check_pipeline(const Config& c, const std::string& prefix) {
 
 }  // namespace
 
-std::vector<int64_t> split_points(const Config& c, const std::string& key) {
-  std::vector<int64_t> out;
-  for (const std::string& s : c.get_string_list(key)) {
+std::vector<std::string> split_points(const Config& c, const std::string& key) {
+  const std::vector<std::string> points = c.get_string_list(key);
+  int64_t previous = -1;
+  for (const std::string& s : points) {
+    if (s.empty() || s.find_first_of(" \t\n") != std::string::npos)
+      throw Error(shown_setting(c, key) + ": '" + s + "' is neither a block index nor a module's dotted name");
+    if (s.find_first_not_of("0123456789") != std::string::npos) continue;  // a module's name
     size_t used = 0;
     int64_t p = -1;
     try {
@@ -58,12 +62,12 @@ std::vector<int64_t> split_points(const Config& c, const std::string& key) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != s.size() || s.empty() || p < 0 || (!out.empty() && p <= out.back()))
+    if (used != s.size() || p <= previous)
       throw Error(shown_setting(c, key) + ": '" + s +
                   "' is not a block index above the previous one (split points are increasing integers >= 0)");
-    out.push_back(p);
+    previous = p;
   }
-  return out;
+  return points;
 }
 
 void check_parallelism_sizes(const Config& c, const std::string& prefix, int64_t processes,

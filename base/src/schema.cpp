@@ -421,7 +421,8 @@ Schema make_accelerator() {
   add(K("parallelism_config.pp_stages_per_rank", I, "1", "pipeline stages per rank (libacc's own)")
           .min(1)
           .env("PARALLELISM_CONFIG_PP_STAGES_PER_RANK"));
-  add(K("parallelism_config.pp_split_points", L, "[]", "block indices where stages 1, 2, ... begin (libacc's own)")
+  add(K("parallelism_config.pp_split_points", L, "[]",
+        "where stages 1, 2, ... begin: block indices or blocks' names (libacc's own)")
           .env("PARALLELISM_CONFIG_PP_SPLIT_POINTS"));
   return build(SchemaKind::Accelerator, std::move(t));
 }

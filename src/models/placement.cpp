@@ -80,12 +80,13 @@ NamedTensors local_state(const Placements& p, const NamedTensors& whole) {
   return out;
 }
 
-at::Tensor grad_norm(const Model& model, double norm_type) {
+at::Tensor grad_norm(const Model& model, double norm_type, const std::set<std::string>& left_out) {
   const Placements& placements = model.placements();
   if (!placements.any_split()) {
     std::vector<at::Tensor> norms;
     for (auto& [name, p] : model.named_parameters())
-      if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad().detach().to(at::kFloat), norm_type));
+      if (p.grad().defined() && !left_out.count(name))
+        norms.push_back(at::linalg_vector_norm(p.grad().detach().to(at::kFloat), norm_type));
     if (norms.empty()) return at::zeros({}, at::kFloat);
     return at::linalg_vector_norm(at::stack(norms), norm_type);
   }
@@ -95,7 +96,7 @@ at::Tensor grad_norm(const Model& model, double norm_type) {
   const Collectives* group = nullptr;
   std::set<const void*> seen;
   for (const auto& [name, p] : model.named_parameters()) {
-    if (!p.grad().defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    if (!p.grad().defined() || left_out.count(name) || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
     at::Tensor g = p.grad().detach().to(at::kFloat).cpu();
     const Placement::Split* s = placements.split_of(name);
     if (s) group = s->over.get();

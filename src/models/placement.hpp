@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
@@ -89,6 +90,6 @@ at::Tensor part_of(const at::Tensor& whole, int64_t dim, int64_t packed, int ran
 
 // torch's clip_grad_norm_ total over the whole model: split parameters' gradients count every rank's slice
 // (collective over their group), the others once.
-at::Tensor grad_norm(const Model& model, double norm_type);
+at::Tensor grad_norm(const Model& model, double norm_type, const std::set<std::string>& left_out = {});
 
 }  // namespace acc::core

@@ -15,12 +15,13 @@ namespace acc::core {
 namespace {
 
 // Splits the model over the mesh's tp group: the same whole model on every process first (rank 0's, as the
-// data-parallel strategies start from it). Returns the parameters it replaced by slices.
+// data-parallel strategies start from it; a pipeline's cut did that already, and its ranks now hold different stages).
+// Returns the parameters it replaced by slices.
 ReplacedParameters split_tensor_parallel(Model& model, const ProcessMesh& mesh, const ParallelPlan& plan) {
   if (model.deferred() && model.deferred()->pending())
     throw UnsupportedError(plan.tensor_key + ": tensor parallelism splits whole weights; the model's are still on the "
                                              "meta device (zero3_init_flag)");
-  {
+  if (mesh.size("pp") == 1) {
     std::vector<at::Tensor> state;
     for (auto& [name, t] : model.state()) state.push_back(t);
     broadcast_from_rank0(*mesh.world(), state);
@@ -64,15 +65,8 @@ void make_sequence_parallel(Model& model, const ProcessMesh& mesh, const Paralle
   }
 }
 
-// Cuts the model into stages over the pp group (every rank starts from rank 0's weights) and keeps this rank's. What
-// libacc has not tested with it yet is refused, naming the setting.
+// Cuts the model into stages over the pp group (every rank starts from rank 0's weights) and keeps this rank's.
 std::shared_ptr<pp::Pipeline> make_pipeline(Model& model, const ProcessMesh& mesh, const ParallelPlan& plan) {
-  if (mesh.size("tp") > 1)
-    throw UnsupportedError(plan.pipeline_key + ": pipeline parallelism with tensor parallelism (" + plan.tensor_key +
-                           ") is not supported yet");
-  if (plan.data == ParallelPlan::Data::Sharded)
-    throw UnsupportedError(plan.pipeline_key + ": pipeline parallelism with ZeRO / FSDP sharding (" +
-                           plan.sharding_key + ") is not supported yet; use DDP (dp_replicate_size)");
   if (model.deferred() && model.deferred()->pending()) model.deferred()->make_whole(plan.device);
   model.to(plan.device);  // where the stages receive activations (the strategy places the model there too)
   {
@@ -80,8 +74,14 @@ std::shared_ptr<pp::Pipeline> make_pipeline(Model& model, const ProcessMesh& mes
     for (auto& [name, t] : model.state()) state.push_back(t);
     broadcast_from_rank0(*mesh.world(), state);
   }
+  pp::Options options = plan.pipeline;
   try {
-    return std::make_shared<pp::Pipeline>(model, mesh.group("pp"), plan.pipeline);
+    options.split_points = pp::split_point_indices(model, plan.pipeline_split_points);
+  } catch (const std::invalid_argument& e) {
+    throw config::Error(plan.split_points_key + ": " + e.what());
+  }
+  try {
+    return std::make_shared<pp::Pipeline>(model, mesh.group("pp"), options);
   } catch (const std::invalid_argument& e) {  // a schedule, layout or family the pipeline cannot take
     throw config::Error(plan.pipeline_key + ": " + e.what());
   }
@@ -118,8 +118,8 @@ std::unique_ptr<Strategy> data_parallel(const std::shared_ptr<Model>& model, con
 Parallelized parallelize(const std::shared_ptr<Model>& model, const ProcessMesh* mesh, const ParallelPlan& plan) {
   Parallelized out;
   if (mesh && mesh->size("pp") > 1) {
-    out.before_pipeline = model->trainable_tensors();
     out.pipeline = make_pipeline(*model, *mesh, plan);
+    out.pipeline_kept = model->trainable_tensors();
   }
   if (mesh && mesh->size("tp") > 1) out.replaced = split_tensor_parallel(*model, *mesh, plan);
   if (mesh && mesh->size("cp") > 1) make_context_parallel(*model, *mesh, plan);

@@ -31,9 +31,11 @@ struct ParallelPlan {
   tp::Options tensor;
   cp::Options context;
   ulysses::Options sequence;
-  pp::Options pipeline;
+  pp::Options pipeline;  // its split_points from pipeline_split_points
+  std::vector<std::string> pipeline_split_points;
   // How errors name the settings: `key` = value (from where).
-  std::string pipeline_key = "parallelism_config.pp_size", sharding_key = "distributed_type";
+  std::string pipeline_key = "parallelism_config.pp_size", split_points_key = "parallelism_config.pp_split_points",
+              sharding_key = "distributed_type";
   std::string tensor_key = "parallelism_config.tp_size", context_key = "parallelism_config.cp_size",
               sequence_key = "parallelism_config.sp_size";
   enum class Data { Replicated, Ddp, Sharded };
@@ -57,10 +59,10 @@ using ReplacedParameters =
 struct Parallelized {
   std::unique_ptr<Strategy> strategy;
   ReplacedParameters replaced;
-  // Pipeline parallelism: the cut (it runs the model's training steps), and the trainable parameters before it (an
-  // optimizer built before prepare holds them; the other stages' are freed).
+  // Pipeline parallelism: the cut (it runs the model's training steps), and the trainable parameters right after it,
+  // before tensor parallelism replaced any (this rank's stages'; an optimizer built before prepare holds every stage's).
   std::shared_ptr<pp::Pipeline> pipeline;
-  std::vector<at::Tensor> before_pipeline;
+  std::vector<at::Tensor> pipeline_kept;
 };
 
 // Applies `plan` to `model` over `mesh` (null: one process). Refused, naming the setting, before the model changes

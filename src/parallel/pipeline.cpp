@@ -162,6 +162,29 @@ std::string model_name(const Model& model) {
 
 using pipeline_impl::model_name;
 
+std::vector<int64_t> split_point_indices(const Model& model, const std::vector<std::string>& points) {
+  const auto* stages = dynamic_cast<const PipelineStages*>(&model);
+  if (!stages && !points.empty())
+    throw std::invalid_argument(model_name(model) + " has no blocks to split at (libacc cuts the built-in GPT, GPT-2, "
+                                                    "Llama, Mistral, Qwen2 and Mixtral)");
+  std::vector<int64_t> out;
+  for (const std::string& p : points) {
+    if (p.find_first_not_of("0123456789") == std::string::npos) {
+      out.push_back(std::stoll(p));
+      continue;
+    }
+    int64_t found = -1;
+    for (int64_t i = 0; i < stages->num_blocks() && found < 0; ++i)
+      if (stages->block_module(i) == p) found = i;
+    if (found < 0)
+      throw std::invalid_argument("split point '" + p + "' names no block of " + model_name(model) +
+                                  " (its blocks are " + stages->block_module(0) + " ... " +
+                                  stages->block_module(stages->num_blocks() - 1) + ")");
+    out.push_back(found);
+  }
+  return out;
+}
+
 Pipeline::Pipeline(Model& model, std::shared_ptr<Comm> group, const Options& options)
     : model_(model),
       stages_(dynamic_cast<PipelineStages*>(&model)),

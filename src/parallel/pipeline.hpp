@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ std::vector<StageLayers> balanced_stages(int64_t num_blocks, int num_stages, int
                                          int output_weight = 1);
 // The stages the user's split points make: the blocks where stages 1, 2, ... begin (increasing, within the blocks).
 std::vector<StageLayers> stages_at(int64_t num_blocks, const std::vector<int64_t>& split_points);
+
+// Split points as the user gives them, block indices ("4") or the blocks stages begin with ("model.layers.4",
+// Accelerate's prepare_pippy split_points), as block indices of `model`. std::invalid_argument naming a point that
+// names no block of the model, or a model that has no blocks.
+std::vector<int64_t> split_point_indices(const Model& model, const std::vector<std::string>& points);
 
 struct Options {
   std::string schedule = "1F1B";  // "GPipe", "1F1B" or "Interleaved1F1B" (torch's names, any case)
@@ -63,10 +69,10 @@ class Pipeline {
   Schedule schedule() const { return schedule_; }
   const std::vector<StageLayers>& layout() const { return layout_; }  // every stage, by index
   std::vector<int> local_stages() const;  // this rank's, in order
-  // Whether parameter `name` here is the second copy of a tied one (the last stage's of a head tied to the
-  // embedding, whose gradient equals the first stage's copy's): what a norm over the group counts once.
-  bool tied_copy(const std::string& name) const {
-    return rank_ != 0 && std::find(tied_.begin(), tied_.end(), name) != tied_.end();
+  // The parameters here that are the second copy of a tied one (the last stage's of a head tied to the embedding,
+  // whose gradient equals the first stage's copy's): what a norm over the group counts once.
+  std::set<std::string> tied_copies() const {
+    return rank_ != 0 ? std::set<std::string>(tied_.begin(), tied_.end()) : std::set<std::string>();
   }
   // The modules of stage `s` (the whole model's dotted names).
   std::vector<std::string> stage_modules(int s) const;

@@ -664,7 +664,7 @@ class ShardedStrategy final : public Strategy {
     }
   }
 
-  at::Tensor grad_norm(double norm_type) const override {
+  at::Tensor grad_norm(double norm_type, const std::set<std::string>& left_out) const override {
     // The norm over every rank's shards (padding is zero): local sums of |g|^p (or the max), then one all-reduce.
     // A tensor-parallel model: [0] sums the pieces of split parameters, whose slices differ across the tp group
     // (summed over it too), [1] the replicated ones' (the same on every tp rank: counted once).
@@ -677,11 +677,14 @@ class ShardedStrategy final : public Strategy {
         split = s->over.get();
       }
     const bool inf = std::isinf(norm_type);
+    const std::map<const void*, std::string> names = first_names();
     at::Tensor local = at::zeros({2}, at::kFloat);
     for (const FlatParam& g : s_->groups) {
       if (!g.trainable) continue;
       for (const FlatParam::Piece& piece : g.pieces) {
-        if (!piece.tensor.grad().defined()) continue;
+        if (!piece.tensor.grad().defined() ||
+            left_out.count(names.at(s_->params[g.members[piece.member]].unsafeGetTensorImpl())))
+          continue;
         at::Tensor n = at::linalg_vector_norm(piece.tensor.grad().detach().to(at::kFloat), norm_type).cpu();
         const int64_t k = split_params.count(s_->params[g.members[piece.member]].unsafeGetTensorImpl()) ? 0 : 1;
         local[k].copy_(inf ? at::maximum(local[k], n) : local[k] + n.pow(norm_type));

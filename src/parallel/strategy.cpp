@@ -15,9 +15,9 @@ std::vector<at::Tensor> Strategy::optimizer_parameters() const { return model_->
 
 bool Strategy::state_in_model() const { return !model_->placements().any_split(); }
 
-at::Tensor Strategy::grad_norm(double norm_type) const {
+at::Tensor Strategy::grad_norm(double norm_type, const std::set<std::string>& left_out) const {
   // torch.nn.utils.clip_grad_norm_'s total (a split parameter's slices all count: collective over its group).
-  return acc::core::grad_norm(*model_, norm_type);
+  return acc::core::grad_norm(*model_, norm_type, left_out);
 }
 
 NamedTensors Strategy::full_state_dict(const std::set<std::string>* only) const {

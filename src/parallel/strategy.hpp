@@ -75,8 +75,9 @@ class Strategy {
   // Whether the model's own tensors are its state as full_state_dict gives it (not so when they are shards, or
   // compute-dtype copies of sharded float32 masters under a mixed-precision policy, or a tensor-parallel model's slices).
   virtual bool state_in_model() const;
-  // The norm of all gradients of the model across every process (torch's clip_grad_norm_ total).
-  virtual at::Tensor grad_norm(double norm_type) const;
+  // The norm of all gradients of the model across every process (torch's clip_grad_norm_ total), the parameters named
+  // in `left_out` not counted (a pipeline stage's copy of a tied weight).
+  virtual at::Tensor grad_norm(double norm_type, const std::set<std::string>& left_out = {}) const;
   // Every tensor of the model, whole, on every process (what save_model writes).
   // `only` (when given): just the tensors of those names (a sharded strategy then gathers only what holds them).
   virtual NamedTensors full_state_dict(const std::set<std::string>* only = nullptr) const;

@@ -174,7 +174,10 @@ TensorDict PreparedModel::pipeline_forward(const TensorDict& batch) {
   // Forward and backward of every micro-batch now; DDP's hooks stay off until Accelerator::backward synchronises
   // the step's accumulated gradients.
   strategy->before_backward(/*sync=*/false);
-  const double loss = pipeline->step(batch, 1.0 / static_cast<double>(owner->gradient_state().num_steps));
+  // What Accelerator::backward multiplies a loss by: 1 / gradient_accumulation_steps, and fp16's loss scale.
+  const GradScaler* scaler = owner->scaler();
+  const double scale = (scaler ? scaler->scale() : 1.0) / static_cast<double>(owner->gradient_state().num_steps);
+  const double loss = pipeline->step(batch, scale);
   strategy->after_backward();
   // A leaf that asks for a gradient, so that it passes for a loss; Accelerator::backward recognises it.
   pipeline_loss = at::scalar_tensor(loss, at::kFloat).requires_grad_(true);
@@ -306,7 +309,7 @@ void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std
     model->strategy = std::move(parallel.strategy);
     model->split_replaced = std::move(parallel.replaced);
     model->pipeline = std::move(parallel.pipeline);
-    if (opt && model->pipeline) keep_pipeline_stages(*opt, parallel.before_pipeline, *model->model);
+    if (opt && model->pipeline) keep_pipeline_stages(*opt, parallel.pipeline_kept);
     model->device = plan.device;
     model->owner = self;
     models_.push_back(model);
@@ -376,6 +379,8 @@ ParallelPlan Accelerator::parallel_plan(const Model& model) const {
   plan.pipeline_key = shown_setting(config_, "parallelism_config.pp_size");
   plan.sharding_key = shown_setting(config_, settings_.use_deepspeed ? "use_deepspeed" : "use_fsdp");
   plan.pipeline = pipeline_options_;
+  plan.pipeline_split_points = pipeline_split_points_;
+  plan.split_points_key = shown_setting(config_, "parallelism_config.pp_split_points");
   if (!settings_.parallelism_config.sp_seq_length_is_variable)  // (checked: a length is given then)
     plan.sequence.fixed_length = settings_.parallelism_config.sp_seq_length;
   const config::Sharding& sh = sharding_;
@@ -440,24 +445,14 @@ void Accelerator::adopt_made_parameters(PreparedOptimizer& opt, const std::share
 
 // Before prepare changes anything: what a pipelined model cannot take here.
 void Accelerator::check_pipeline(const PreparedModel& model, const PreparedOptimizer* opt) const {
-  const std::string key = shown_setting(config_, "parallelism_config.pp_size");
-  if (scaler_)  // the step's backward runs inside forward, where no loss scale reaches it
-    throw UnsupportedError(key + ": pipeline parallelism with " + shown_setting(config_, "mixed_precision") +
-                           " (a gradient scaler) is not supported yet; use bf16");
   if (opt && (!opt->model || opt->model.get() == &model)) opt->opt->check_rebind(model.model->trainable_tensors());
 }
 
-// An optimizer built before prepare holds every stage's parameters: it steps this rank's stages' alone (the others'
-// are freed); one built after prepare holds those already.
-void Accelerator::keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& before,
-                                       const Model& model) {
-  std::set<const void*> kept;
-  for (const at::Tensor& p : model.trainable_tensors()) kept.insert(p.unsafeGetTensorImpl());
-  const std::vector<at::Tensor> held = opt.opt->params();
-  if (held.size() != before.size()) return;
-  opt.opt->rebind(before, [&kept](const at::Tensor& p) {
-    return kept.count(p.unsafeGetTensorImpl()) ? std::vector<at::Tensor>{p} : std::vector<at::Tensor>{};
-  });
+// An optimizer built before prepare holds every stage's parameters: it keeps this rank's stages' alone (the others'
+// are freed), before tensor parallelism's slices and a sharded strategy's pieces replace them (shard_optimizer); one
+// built after prepare holds those already.
+void Accelerator::keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& kept) {
+  opt.opt->keep_only(kept);
 }
 
 void Accelerator::shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model) {
@@ -588,8 +583,8 @@ void Accelerator::accumulate_end(const std::shared_ptr<PreparedModel>& model) {
 void Accelerator::unscale_gradients(PreparedOptimizer& opt) {
   if (!scaler_ || opt.unscaled) return;
   opt.found_inf = scaler_->unscale(opt.opt->params());
-  // Each process unscaled only its shards: skipping the step must be every process's decision.
-  if (comm_ && opt.model && opt.model->strategy && opt.model->strategy->sharded()) {
+  // Each process unscaled only its shards (or its pipeline stages): skipping the step must be every process's decision.
+  if (comm_ && opt.model && ((opt.model->strategy && opt.model->strategy->sharded()) || opt.model->pipeline)) {
     at::Tensor any = at::tensor({opt.found_inf ? 1.0f : 0.0f});
     comm_->all_reduce(any, ReduceOp::Max);
     opt.found_inf = any.item<float>() > 0;
@@ -611,8 +606,7 @@ double Accelerator::clip_grad_norm(PreparedModel& model, double max_norm, double
   unscale_all_gradients();
   // The strategy knows the global norm (sharded gradients need a collective); every process then
   // scales its own gradients by max_norm / (total + 1e-6) when that is below one, as clip_grad_norm_.
-  at::Tensor total = model.strategy->grad_norm(norm_type);
-  if (model.pipeline) total = pipeline_grad_norm(model, total, norm_type);
+  at::Tensor total = model.pipeline ? pipeline_grad_norm(model, norm_type) : model.strategy->grad_norm(norm_type);
   at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
   c10::NoGradGuard no_grad;
   for (auto& p : model.strategy->optimizer_parameters())
@@ -622,8 +616,8 @@ double Accelerator::clip_grad_norm(PreparedModel& model, double max_norm, double
 
 // The stages' norms combined over the pp group (each rank holds its stages' gradients). A head tied to the embedding
 // counts once, as in the whole model (its copies on the first and the last stage hold the same summed gradient).
-at::Tensor Accelerator::pipeline_grad_norm(const PreparedModel& model, const at::Tensor& stage_norm,
-                                           double norm_type) const {
+at::Tensor Accelerator::pipeline_grad_norm(const PreparedModel& model, double norm_type) const {
+  const at::Tensor stage_norm = model.strategy->grad_norm(norm_type, model.pipeline->tied_copies());
   const auto group = mesh_->group("pp");
   at::Tensor t = stage_norm.to(at::kDouble).reshape({1}).clone();
   if (std::isinf(norm_type)) {
@@ -631,10 +625,6 @@ at::Tensor Accelerator::pipeline_grad_norm(const PreparedModel& model, const at:
     return t.reshape({}).to(stage_norm.options());
   }
   t = t.pow(norm_type);
-  for (const auto& [name, p] : model.model->named_parameters())
-    if (p.grad().defined() && model.pipeline->tied_copy(name))
-      t -= p.grad().detach().to(at::kDouble).abs().pow(norm_type).sum().to(t.device());
-  t.clamp_min_(0);  // (rounding)
   group->all_reduce(t, ReduceOp::Sum);
   return t.pow(1.0 / norm_type).reshape({}).to(stage_norm.options());
 }

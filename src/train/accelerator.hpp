@@ -242,14 +242,14 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void set_mixed_precision(const std::string& mode);
   // backward of a loss a pipelined forward returned: the gradient synchronisation alone.
   void pipeline_backward(PreparedModel& m);
-  at::Tensor pipeline_grad_norm(const PreparedModel& model, const at::Tensor& stage_norm, double norm_type) const;
+  at::Tensor pipeline_grad_norm(const PreparedModel& model, double norm_type) const;
   // What parallelize applies to `model`, from the settings: tensor and context parallelism where the mesh has them,
   // then a single process, DDP, or sharding (FSDP / DeepSpeed ZeRO).
   ParallelPlan parallel_plan(const Model& model) const;
   // Pipeline parallelism: refusals before prepare changes anything, and an optimizer built before prepare moved onto
   // this rank's stages' parameters (`before`: the model's trainable tensors before the cut).
   void check_pipeline(const PreparedModel& model, const PreparedOptimizer* opt) const;
-  void keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& before, const Model& model);
+  void keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& kept);
   // Rebuilds the optimizer of a sharded model over its shards.
   void shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model);
   // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made
@@ -282,6 +282,7 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   GradientState grad_;
   std::string mixed_precision_ = "no";
   pp::Options pipeline_options_;  // parallelism_config's pp_* (used where the mesh has pp > 1)
+  std::vector<std::string> pipeline_split_points_;
   config::Sharding sharding_;  // what FSDP / DeepSpeed settings ask for (stage 0: none)
   bool holds_ram_efficient_loading_ = false;  // hold_ram_efficient_loading (runtime/process_state.hpp)
   bool holds_zero3_init_ = false;  // hold_zero3_init (runtime/process_state.hpp)

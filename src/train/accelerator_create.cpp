@@ -179,12 +179,12 @@ void Accelerator::join_mesh(int cuda_device, const config::ParallelDims& dims) {
   sizes.tp = static_cast<int>(dims.tp);
   sizes.sp = static_cast<int>(dims.sp);
   sizes.pp = static_cast<int>(dims.pp);
-  // libacc's own pipeline keys (parallel_dims checked them, and the split points are integers).
+  // libacc's own pipeline keys (parallel_dims checked them; prepare finds the blocks the split points name).
   const auto& pc = s.parallelism_config;
   pipeline_options_.schedule = pc.pp_schedule;
   pipeline_options_.microbatches = static_cast<int>(pc.pp_microbatches);
   pipeline_options_.stages_per_rank = static_cast<int>(pc.pp_stages_per_rank);
-  for (const std::string& p : pc.pp_split_points) pipeline_options_.split_points.push_back(std::stoll(p));
+  pipeline_split_points_ = pc.pp_split_points;
   mesh_ = std::make_shared<ProcessMesh>(comm_, sizes);
 }
 

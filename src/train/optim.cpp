@@ -364,6 +364,17 @@ void Optimizer::rebind(const std::vector<at::Tensor>& params,
   }
 }
 
+void Optimizer::keep_only(const std::vector<at::Tensor>& params) {
+  std::set<const void*> kept;
+  for (const at::Tensor& p : params) kept.insert(p.unsafeGetTensorImpl());
+  for (auto& g : impl_->param_groups()) {
+    std::vector<at::Tensor> mine;
+    for (const at::Tensor& p : g.params())
+      if (kept.count(p.unsafeGetTensorImpl())) mine.push_back(p);
+    g.params() = std::move(mine);
+  }
+}
+
 void Optimizer::replace_parameters(const std::function<at::Tensor(const at::Tensor&)>& replacement) {
   for (auto& g : impl_->param_groups())
     for (auto& p : g.params())

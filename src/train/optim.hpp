@@ -41,6 +41,9 @@ class Optimizer {
   // parameters, in order (`pieces_of`). The optimizer must hold exactly `params` and not have stepped yet.
   void rebind(const std::vector<at::Tensor>& params,
               const std::function<std::vector<at::Tensor>(const at::Tensor&)>& pieces_of);
+  // Drops from its parameter groups every parameter not in `params` (pipeline parallelism: the other stages'); the
+  // groups stay, possibly empty, so that they keep their indices and options.
+  void keep_only(const std::vector<at::Tensor>& params);
   // rebind's conditions alone (prepare checks them before it changes anything).
   void check_rebind(const std::vector<at::Tensor>& params) const;
   // Holds replacement(p) instead of each parameter p for which it is defined (zero3_init_flag: the meta parameters

@@ -12,6 +12,7 @@
  *        mp_cp_train refuse-sp          (sp_size 4) the same for Ulysses (a sequence of 6 is no multiple of 4),
  *                                       and a Llama of 2 heads, which sp 4 does not divide, named by key and field
  *        mp_cp_train refuse-pp N        (pp_size 2, 2 micro-batches, N processes) refuse_pp below
+ * MP_SCALE: each step's fp16 loss scale after the optimizer step, "SCALE step value".
  * Pipeline parallelism (pp_size, case_pipeline_parallel_training) runs the same loop: the forward is the step. */
 #include <acc/acc.h>
 #include <stdio.h>
@@ -91,8 +92,8 @@ static int refuse_sp(void) {
 }
 
 /* pp_size 2 (PARALLELISM_CONFIG_PP_SIZE) with 2 micro-batches: on 3 processes the accelerator is refused (pp does not
- * divide them); on 2, a model libacc cannot cut is refused by acc_prepare, and a batch of 3 rows (2 micro-batches do
- * not divide it) by acc_model_forward, each naming what is wrong. */
+ * divide them); on 2, a model libacc cannot cut is refused by acc_prepare, a batch of 3 rows (2 micro-batches do not
+ * divide it) by acc_model_forward, and a split point naming no block by acc_prepare, each naming what is wrong. */
 static int refuse_pp(int processes) {
   const char* key = "'parallelism_config.pp_size' = 2 (from env PARALLELISM_CONFIG_PP_SIZE)";
   acc_accelerator* acc = NULL;
@@ -118,6 +119,16 @@ static int refuse_pp(int processes) {
   EXPECT_ERR(acc_model_forward(model, x, x, NULL, &loss), ACC_ERR_INVALID_ARGUMENT,
              "2 microbatches do not divide the batch of 3 rows");
   acc_tensor_destroy(x);
+  acc_model_destroy(model);
+  acc_accelerator_destroy(acc);
+  /* A split point naming no block of the model: refused by acc_prepare, naming the key, its value and the blocks. */
+  CHECK(acc_accelerator_create("{\"seed\": 11, \"parallelism_config\": {\"pp_split_points\": [\"model.layers.9\"]}}",
+                               &acc));
+  CHECK(acc_model_from_config(kLlama, NULL, &model));
+  EXPECT_ERR(acc_prepare(acc, model, NULL, NULL, NULL), ACC_ERR_INVALID_CONFIG,
+             "'parallelism_config.pp_split_points' = [\"model.layers.9\"]");
+  EXPECT(strstr(acc_last_error_message(), "split point 'model.layers.9' names no block of LlamaForCausalLM (its blocks "
+                                          "are model.layers.0 ... model.layers.1)") != NULL);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);
   return finish();
@@ -174,6 +185,12 @@ int main(int argc, char** argv) {
       if (is_main) printf("NORM %d %.9g\n", step, norm);
     }
     CHECK(acc_optimizer_step(opt));
+    if (getenv("MP_SCALE")) { /* fp16: the loss scale after the step (it halves where the step was skipped) */
+      double scale = 0;
+      int64_t tracker = 0;
+      CHECK(acc_grad_scaler_state(acc, &scale, &tracker));
+      if (is_main) printf("SCALE %d %g\n", step, scale);
+    }
     CHECK(acc_optimizer_zero_grad(opt));
     if (accumulate) CHECK(acc_accumulate_end(acc, model));
     acc_tensor_destroy(mean);

@@ -726,25 +726,27 @@ def case_mesh():
 
 
 def train_layouts(label, model, layouts, d):
-    """mp_cp_train's 20 steps of `model` under each layout (name, processes, batch, environment), into folders of d:
-    name -> (losses, saved tensors) of those that ran."""
+    """mp_cp_train's 20 steps of `model` under each layout (name, processes, batch, environment[, acc launch's
+    arguments]), into folders of d: name -> (losses, saved tensors) of those that ran."""
     runs = {}
-    for name, n, batch, env in layouts:
+    for name, n, batch, env, *launcher_args in layouts:
         name = f"{label}, {name}"
         out = os.path.join(d, str(len(runs)))
-        p, _ = launch(n, 20, batch, out, model, env_extra=env)
+        p, _ = launch(n, 20, batch, out, model, env_extra=env, launcher_args=tuple(*launcher_args))
         losses = [float(v) for v in re.findall(r"^LOSS \d+ (\S+)$", p.stdout, re.M)]
         ok = p.returncode == 0 and len(losses) == 20
         expect(ok, f"{name}: 20 steps and the model saved", p.stdout + p.stderr)
         losses += [float(v) for v in re.findall(r"^EVAL (\S+)$", p.stdout, re.M)]  # with MP_EVAL: compared too
+        losses += [float(v) for v in re.findall(r"^SCALE \d+ (\S+)$", p.stdout, re.M)]  # with MP_SCALE: too
         if ok:
             runs[name] = (losses, read_safetensors(os.path.join(out, "model.safetensors")))
     return runs
 
 
-def compare_with_one_process(label, runs):
+def compare_with_one_process(label, runs, tolerance=1e-5):
     """runs: name -> (losses, saved tensors), one of them "<label>, one process": each other run's loss at every step
-    within 1e-5 (relative) of its, and the parameters after the last step within 1e-5; training changed the loss."""
+    within `tolerance` (relative) of its, and the parameters after the last step within it; training changed the
+    loss."""
     reference = f"{label}, one process"
     if reference not in runs:
         return
@@ -756,8 +758,10 @@ def compare_with_one_process(label, runs):
         assert w.keys() == params.keys(), (w.keys(), params.keys())
         diff = max(abs(x - y) for k in w for x, y in zip(w[k], params[k]))
         print(f"{name}: worst relative loss difference {worst:.3g}, parameters {diff:.3g}")
-        expect(worst <= 1e-5, f"{name}: the loss at every step within 1e-5 of one process's", f"{l} vs {losses}")
-        expect(diff <= 1e-5, f"{name}: the parameters after 20 steps within 1e-5 of one process's", str(diff))
+        expect(worst <= tolerance, f"{name}: the loss at every step within {tolerance:g} of one process's",
+               f"{l} vs {losses}")
+        expect(diff <= tolerance, f"{name}: the parameters after 20 steps within {tolerance:g} of one process's",
+               str(diff))
     expect(abs(losses[0] - losses[-1]) > 1e-2 * abs(losses[0]), f"{label}: training changed the loss", str(losses))
 
 
@@ -820,33 +824,54 @@ def case_sequence_parallel_training():
 
 
 def case_pipeline_parallel_training():
-    """Issue 40 item 1 (WORKER: mp_cp_train): pipeline parallelism through the public API, the layout from the
+    """Issue 40 items 1-3 (WORKER: mp_cp_train): pipeline parallelism through the public API, the layout from the
     variables accelerate launch exports (libacc's own PARALLELISM_CONFIG_PP_*). A Llama (GQA, 2 blocks) and a GPT-2
-    (its head tied to the embedding) trained 20 SGD steps with pp=2 on 2 processes under GPipe, 1F1B and
-    Interleaved1F1B (2 stages per rank: 4 stages), 2 micro-batches, and pp=2 x DDP (dp_replicate=2) on 4 processes,
-    against one process on the same global batch (4 sequences): the loss at every step within 1e-5 (relative) and the
-    whole model acc_save_model writes (every stage's parameters, gathered) within 1e-5; refusals by name."""
+    (its head tied to the embedding) trained 20 SGD steps, 2 micro-batches, under GPipe, 1F1B and Interleaved1F1B (2
+    stages per rank: 4 stages), each with pp=2 on 2 processes and pp=2 x dp_shard=2 (FSDP2) and pp=2 x tp=2 on 4, and
+    pp=2 x DDP (dp_replicate=2), and split at a block named, against one process on the same global batch (4 sequences): the loss at every step
+    within 1e-5 (relative) and the whole model acc_save_model writes (every stage's parameters, gathered) within 1e-5.
+    Then gradient accumulation with clipping (the norm over every stage, shard and slice, a tied head counted once)
+    and activation checkpointing under each composition; bf16 and fp16 (its loss scale reaching the backward inside
+    the step); refusals by name."""
     # MP_EVAL: after the 20 steps, the next batch's loss in evaluation mode (the pipeline's eval_step), compared too.
     base = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_PP_SIZE": "2",
             "PARALLELISM_CONFIG_PP_MICROBATCHES": "2", "MP_EVAL": "1"}
-    layouts = [("one process", 1, 4, {"MP_EVAL": "1"}),
-               ("pp=2 GPipe", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="GPipe")),
-               ("pp=2 1F1B", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="1F1B")),
-               ("pp=2 Interleaved1F1B", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SCHEDULE="Interleaved1F1B",
-                                                   PARALLELISM_CONFIG_PP_STAGES_PER_RANK="2")),
-               ("pp=2 x dp_replicate=2", 4, 2, dict(base, PARALLELISM_CONFIG_DP_REPLICATE_SIZE="2"))]
-    for model in ("llama", "gpt2"):
+    fsdp2 = dict(base, ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", PARALLELISM_CONFIG_DP_SHARD_SIZE="2")
+    tp2 = dict(base, PARALLELISM_CONFIG_TP_SIZE="2")
+    layouts = [("one process", 1, 4, {"MP_EVAL": "1"})]
+    for schedule, per_rank in (("GPipe", "1"), ("1F1B", "1"), ("Interleaved1F1B", "2")):
+        sched = {"PARALLELISM_CONFIG_PP_SCHEDULE": schedule, "PARALLELISM_CONFIG_PP_STAGES_PER_RANK": per_rank}
+        layouts += [(f"pp=2 {schedule}", 2, 4, dict(base, **sched)),
+                    (f"pp=2 x dp_shard=2 {schedule}", 4, 2, dict(fsdp2, **sched)),
+                    (f"pp=2 x tp=2 {schedule}", 4, 4, dict(tp2, **sched))]
+    layouts.append(("pp=2 x dp_replicate=2", 4, 2, dict(base, PARALLELISM_CONFIG_DP_REPLICATE_SIZE="2")))
+    for model, block in (("llama", "model.layers.1"), ("gpt2", "transformer.h.1")):  # a split point by name too
+        named = (f"pp=2 split at {block}", 2, 4, dict(base, PARALLELISM_CONFIG_PP_SPLIT_POINTS=block))
         with tempfile.TemporaryDirectory() as d:
-            compare_with_one_process(model, train_layouts(model, model, layouts, d))
-    # Gradient accumulation (2 micro-steps, DDP's synchronisation skipped on the first) and clipping (the norm over
-    # every stage, a tied head counted once) through the same loop, against one process doing the same.
+            compare_with_one_process(model, train_layouts(model, model, layouts + [named], d))
+    # Gradient accumulation (2 micro-steps, synchronisation skipped on the first) and clipping through the same loop,
+    # activation checkpointing (FSDP's) on the sharded layout, against one process doing the same.
     more = {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "2", "MP_CLIP": "1"}  # (the norms are about 3)
     layouts = [("one process", 1, 4, more), ("pp=2 1F1B", 2, 4, dict(base, **more)),
-               ("pp=2 x dp_replicate=2", 4, 2, dict(base, PARALLELISM_CONFIG_DP_REPLICATE_SIZE="2", **more))]
+               ("pp=2 x dp_replicate=2", 4, 2, dict(base, PARALLELISM_CONFIG_DP_REPLICATE_SIZE="2", **more)),
+               ("pp=2 x dp_shard=2, activation checkpointing", 4, 2,
+                dict(fsdp2, FSDP_ACTIVATION_CHECKPOINTING="true", **more)),
+               ("pp=2 x tp=2", 4, 4, dict(tp2, **more))]
     for model in ("llama", "gpt2"):
         label = f"{model}, accumulation 2 and clipping"
         with tempfile.TemporaryDirectory() as d:
             compare_with_one_process(label, train_layouts(label, model, layouts, d))
+    # Mixed precision: one micro-batch (GPipe), so that every matrix product has one process's shapes; bf16 within
+    # 1e-5, fp16 within 1e-4 (GPT-2's tied head: its two gradients rounded apart before they are summed), and fp16's
+    # loss scale after every step (MP_SCALE) one process's too.
+    one = dict(base, PARALLELISM_CONFIG_PP_MICROBATCHES="1", PARALLELISM_CONFIG_PP_SCHEDULE="GPipe")
+    for precision, tolerance, scale in (("bf16", 1e-5, {}), ("fp16", 1e-4, {"MP_SCALE": "1"})):
+        args = ("--mixed_precision", precision)
+        layouts = [("one process", 1, 4, dict(scale, MP_EVAL="1"), args), ("pp=2", 2, 4, dict(one, **scale), args)]
+        for model in ("llama", "gpt2"):
+            label = f"{model}, {precision}"
+            with tempfile.TemporaryDirectory() as d:
+                compare_with_one_process(label, train_layouts(label, model, layouts, d), tolerance)
     for n in (2, 3):
         p, _ = launch(n, "refuse-pp", n, env_extra=base)
         expect(p.returncode == 0 and "0 failed" in p.stdout, f"refusals through the API on {n} processes",

@@ -26,6 +26,7 @@
 #include "checkpoint/agree.hpp"
 #include "checkpoint/state.hpp"
 #include "checkpoint/manifest.hpp"
+#include "checkpoint/pipeline_state.hpp"
 #include "formats/safetensors.hpp"
 #include "runtime/cuda.hpp"
 #include "runtime/mesh.hpp"
@@ -268,6 +269,7 @@ WholeStates gather_whole_states(Accelerator& acc, const Accelerator::Prepared& p
       if (!sliced(acc, m)) {
         const std::set<std::string> held = checkpointed_names(*m->model);
         st = m->strategy->full_state_dict(&held);
+        if (m->pipeline) st = pipeline_checkpoint::whole_model(*m, st);  // every stage's
       }
       out.models.push_back(std::move(st));
     }
@@ -277,6 +279,7 @@ WholeStates gather_whole_states(Accelerator& acc, const Accelerator::Prepared& p
         st = o->opt->save_state();
         if (o->model && o->model->strategy)
           o->model->strategy->optimizer_state_to_full(o->opt->whole_groups(), st.tensors, st.json);
+        if (o->model && o->model->pipeline) st = pipeline_checkpoint::whole_optimizer(*o, st);
       }
       out.optimizers.push_back(std::move(st));
     }
@@ -394,19 +397,20 @@ void place_checkpoint(const Accelerator& acc, config::StagingFolder& staged, con
   }
 }
 
-// A pipelined model's state lies on its stages' ranks; libacc does not write or read it as a checkpoint yet.
-void refuse_pipeline(const Accelerator::Prepared& prepared, const char* what) {
+// A pipelined model's checkpoint is the whole model's (checkpoint/pipeline_state.hpp); its stages' slices are not.
+void refuse_pipeline(const Accelerator& acc, const Accelerator::Prepared& prepared, const char* what) {
   for (const auto& m : prepared.models)
-    if (m->pipeline)
+    if (m->pipeline && sliced(acc, m))
       throw UnsupportedError(std::string(what) +
-                             ": a pipeline-parallel model's checkpoint is not supported yet "
-                             "(parallelism_config.pp_size > 1); acc_save_model writes its whole weights");
+                             ": a pipeline-parallel model's checkpoint is written whole; "
+                             "fsdp_state_dict_type SHARDED_STATE_DICT is not supported with parallelism_config.pp_size "
+                             "> 1 (use FULL_STATE_DICT)");
 }
 
 }  // namespace
 
 std::string save_state(Accelerator& acc, const std::string& dir) {
-  refuse_pipeline(acc.live_objects(), "save_state");
+  refuse_pipeline(acc, acc.live_objects(), "save_state");
   const bool automatic = dir.empty();
   if (automatic && !acc.settings().project_config.automatic_checkpoint_naming)
     throw std::invalid_argument("save_state needs a directory, or project_config.automatic_checkpoint_naming "
@@ -510,8 +514,10 @@ void load_models_and_optimizers(const Accelerator::Prepared& prepared, const std
     std::optional<NamedTensors> whole;
     naming_meshes(true, [&] { whole = load_model_slices(i, dir); });
     naming_meshes(false, [&] {
-      if (whole) load_checkpointed_state(*models[i], *whole, dir);
-      else load_checkpointed_state(*models[i], load_safetensors(where(f)), where(f));
+      const std::string source = whole ? dir : where(f);
+      NamedTensors tensors = whole ? *whole : load_safetensors(where(f));
+      if (models[i]->pipeline) tensors = pipeline_checkpoint::stage_model(*models[i], tensors, source);
+      load_checkpointed_state(*models[i], tensors, source);
     });
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
@@ -520,6 +526,8 @@ void load_models_and_optimizers(const Accelerator::Prepared& prepared, const std
     if (optimizers[i]->model) naming_meshes(true, [&] { slices = load_optimizer_slices(*optimizers[i], i, dir); });
     Optimizer::State st = slices ? *slices : Optimizer::State{load_safetensors(where(t)), read_json_file(root / j)};
     naming_meshes(false, [&] {
+      if (const auto& m = optimizers[i]->model; m && m->pipeline)
+        st = pipeline_checkpoint::stage_optimizer(*optimizers[i], st, where(j));
       if (const auto& m = optimizers[i]->model; m && m->strategy)
         m->strategy->optimizer_state_from_full(optimizers[i]->opt->whole_groups(), st.tensors, st.json, where(j));
       optimizers[i]->opt->load_state(st, where(j));
@@ -624,7 +632,6 @@ std::string load_state(Accelerator& acc, const std::string& dir_or_newest) {
                                                           (root / "accelerator_state.json").string());
   const json::Value saved = acc_state.root();
   const Accelerator::Prepared prepared = acc.live_objects();
-  refuse_pipeline(prepared, "load_state");
   check_counts(saved, prepared, dir);
   const Layout layout = compare_layout(acc, saved);
   load_models_and_optimizers(prepared, dir, layout);

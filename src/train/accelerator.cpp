@@ -305,11 +305,16 @@ void Accelerator::prepare(const std::shared_ptr<PreparedModel>& model, const std
     }
     // Tensor, then context, then data parallelism over the mesh (src/parallel/parallelize.hpp).
     const ParallelPlan plan = parallel_plan(*model->model);
+    std::map<const void*, std::string> names_before;  // a pipeline's optimizer keeps them for its checkpoints
+    if (opt && mesh_ && mesh_->size("pp") > 1)
+      for (const auto& [name, p] : model->model->named_parameters())
+        names_before.emplace(p.unsafeGetTensorImpl(), name);
     Parallelized parallel = parallelize(model->model, comm_ ? mesh_.get() : nullptr, plan);
     model->strategy = std::move(parallel.strategy);
     model->split_replaced = std::move(parallel.replaced);
     model->pipeline = std::move(parallel.pipeline);
-    if (opt && model->pipeline) keep_pipeline_stages(*opt, parallel.pipeline_kept);
+    if (opt && model->pipeline && (!opt->model || opt->model == model))
+      keep_pipeline_stages(*opt, parallel.pipeline_kept, names_before);
     model->device = plan.device;
     model->owner = self;
     models_.push_back(model);
@@ -451,7 +456,14 @@ void Accelerator::check_pipeline(const PreparedModel& model, const PreparedOptim
 // An optimizer built before prepare holds every stage's parameters: it keeps this rank's stages' alone (the others'
 // are freed), before tensor parallelism's slices and a sharded strategy's pieces replace them (shard_optimizer); one
 // built after prepare holds those already.
-void Accelerator::keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& kept) {
+void Accelerator::keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& kept,
+                                       const std::map<const void*, std::string>& names_before) {
+  opt.pipeline_names.clear();
+  for (const auto& g : opt.opt->whole_groups()) {
+    std::vector<std::string> names;
+    for (const at::Tensor& p : g) names.push_back(names_before.at(p.unsafeGetTensorImpl()));
+    opt.pipeline_names.push_back(std::move(names));
+  }
   opt.opt->keep_only(kept);
 }
 

@@ -87,6 +87,9 @@ struct PreparedOptimizer {
   bool unscaled = false;  // fp16: grads already divided by the scale in this step
   bool found_inf = false;  // fp16: what that unscale found
   bool step_was_skipped = false;
+  // Pipeline parallelism: the names of the parameters each group held before prepare cut the model (the order of
+  // its checkpoints' state; empty: built after prepare).
+  std::vector<std::vector<std::string>> pipeline_names;
   // AcceleratedOptimizer: a no-op on accumulation steps; under fp16 skipped on inf/nan gradients.
   // The model's strategy then sees the stepped parameters (a sharded one gathers them).
   void step();
@@ -249,7 +252,8 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   // Pipeline parallelism: refusals before prepare changes anything, and an optimizer built before prepare moved onto
   // this rank's stages' parameters (`before`: the model's trainable tensors before the cut).
   void check_pipeline(const PreparedModel& model, const PreparedOptimizer* opt) const;
-  void keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& kept);
+  void keep_pipeline_stages(PreparedOptimizer& opt, const std::vector<at::Tensor>& kept,
+                            const std::map<const void*, std::string>& names_before);
   // Rebuilds the optimizer of a sharded model over its shards.
   void shard_optimizer(PreparedOptimizer& opt, const std::shared_ptr<PreparedModel>& model);
   // zero3_init_flag: an optimizer built before prepare holds the meta parameters that prepare replaced when it made

@@ -19,6 +19,7 @@ global batch is 4 sequences on every mesh, 16 steps = 1 1/3 epochs):
 
 Usage: mesh_checkpoint_test.py ACC WORKER FIXTURES BENCH_PYTHON   (FIXTURES: tests/hf/fixtures)
 """
+import json
 import os
 import re
 import shutil
@@ -42,8 +43,21 @@ def fsdp2(state_dict, **sizes):
     return body + "".join(f"  parallelism_config_{k}_size: {v}\n" for k, v in sizes.items())
 
 
-# name: (processes, config file body for a state dict type; None: one process)
+def pipeline_env(**sizes):
+    """pp=2 (2 micro-batches) under DDP with the other sizes, as the variables accelerate launch exports (a config
+    file's parallelism_config needs FSDP2)."""
+    env = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_PP_SIZE": "2",
+           "PARALLELISM_CONFIG_PP_MICROBATCHES": "2"}
+    return dict(env, **{f"PARALLELISM_CONFIG_{k.upper()}_SIZE": str(v) for k, v in sizes.items()})
+
+
+# name: (processes, config file body for a state dict type (None: none), [the variables instead])
 MESHES = {
+    "pp2": (2, None, pipeline_env()),
+    "pp2_dp2": (4, lambda sd: fsdp2(sd, dp_shard=2) + "  parallelism_config_pp_size: 2\n"
+                "  parallelism_config_pp_microbatches: 2\n"),
+    "pp2_tp2": (4, None, pipeline_env(tp=2)),
+    "sp2_dp2": (4, lambda sd: fsdp2(sd, dp_shard=2, sp=2)),
     "tp2_dp2": (4, lambda sd: fsdp2(sd, dp_shard=2, tp=2)),
     "dp4": (4, lambda sd: fsdp2(sd, dp_shard=4)),
     "hsdp": (4, lambda sd: fsdp2(sd, dp_replicate=2, dp_shard=2)),
@@ -54,9 +68,9 @@ MESHES = {
 
 def run(mesh, steps, load="-", save="-", out="-", state_dict="FULL_STATE_DICT", global_batch=4, model="llama"):
     """One run; returns (process, {step: loss})."""
-    n, config = MESHES[mesh]
+    n, config, *env = MESHES[mesh]
     p, _ = mp_test.launch(n, FIXTURES, steps, load, save, out, config=config(state_dict) if config else None,
-                          env_extra={"MP_GLOBAL_BATCH": str(global_batch), "MP_MODEL": model})
+                          env_extra=dict(*env, MP_GLOBAL_BATCH=str(global_batch), MP_MODEL=model))
     losses = {int(s): float(v) for s, v in re.findall(r"^LOSS (\d+) (\S+)$", p.stdout, re.M)}
     return p, losses
 
@@ -171,6 +185,30 @@ def main():
                [f"model_slices_0.rank{r}.{e}" for r in range(4) for e in ("json", "safetensors")]
                and "model.safetensors" not in names,
                "SHARDED_STATE_DICT under tp=2 x dp_shard=2: one slice file per process, no whole model", str(names))
+
+        # Pipeline (issue 40 item 6): the checkpoint holds the whole model and its optimizer state by the whole model's
+        # parameters, so pp=2 -> one process -> pp=2 x dp_shard=2 -> dp_shard=4, and Ulysses (sp: whole weights)
+        # sp=2 x dp_shard=2 -> pp=2 x tp=2 -> sp=2 x dp_shard=2 -> one process, each within 1e-5 of one process's run.
+        pp_first = chain(d, "pp", ["pp2", "one", "pp2_dp2", "dp4"], "FULL_STATE_DICT", ref, ref_w)
+        chain(d, "sp", ["sp2_dp2", "pp2_tp2", "sp2_dp2", "one"], "FULL_STATE_DICT", ref, ref_w)
+        if pp_first:
+            with open(os.path.join(pp_first, "accelerator_state.json")) as f:
+                mesh = json.load(f)["mesh"]
+            expect(mesh["pp"] == 2 and mesh["sp"] == 1 and mesh["dp_shard"] == 1,
+                   "accelerator_state.json records the pipeline's mesh", str(mesh))
+            p, pp_ref = run("pp2", 16, out=os.path.join(d, "pp-full"))
+            out = os.path.join(d, "pp-resumed")
+            p, got = run("pp2", 16, pp_first, "-", out)
+            expect(p.returncode == 0 and got == {s: pp_ref[s] for s in range(4, 16)},
+                   "pp=2 resumed under the same mesh: every loss equal to the uninterrupted pp=2 run's",
+                   p.stdout + p.stderr)
+            full, resumed = weights(os.path.join(d, "pp-full")), weights(out)
+            expect(full is not None and resumed is not None and max_abs_diff(full, resumed) == 0,
+                   "pp=2 resumed under the same mesh: the parameters equal bit for bit")
+            # SHARDED_STATE_DICT under a pipeline is refused by name (its checkpoint is the whole model's).
+            p, _ = run("pp2_dp2", 4, "-", os.path.join(d, "pp-sharded"), "-", "SHARDED_STATE_DICT")
+            expect(p.returncode != 0 and "SHARDED_STATE_DICT is not supported with parallelism_config.pp_size" in
+                   p.stderr, "SHARDED_STATE_DICT with pp refused by name", p.stdout + p.stderr)
 
         # The same mesh: the resumed run is the uninterrupted one, bit for bit.
         for sd, c1 in first.items():

@@ -160,7 +160,9 @@ acc_status acc_model_forward(acc_model* model, const acc_tensor* input, const ac
     acc::core::TensorDict batch{{m.input_name(), tensor_of(input, "input")}};
     if (optional_handle(targets, "targets")) batch.set(m.target_name(), targets->t);
     acc::core::TensorDict r = model->slot->forward(batch);
-    std::unique_ptr<acc_tensor> output(out_output ? new_tensor(r.items().front().second) : nullptr);
+    // (A pipelined inference's forward outputs nothing on the processes before the last.)
+    std::unique_ptr<acc_tensor> output(out_output && !r.items().empty() ? new_tensor(r.items().front().second)
+                                                                        : nullptr);
     if (out_loss) *out_loss = new_tensor(r.at("loss"));
     if (out_output) *out_output = output.release();
   });
@@ -430,6 +432,15 @@ acc_status acc_prepare(acc_accelerator* acc, acc_model* model, acc_optimizer* op
     if (!model && !opt && !sched && !dl) throw std::invalid_argument("nothing to prepare: every object is NULL");
     acc->impl->prepare(model ? model->slot : nullptr, opt ? opt->slot : nullptr, sched ? sched->slot : nullptr,
                        dl ? dl->dl : nullptr);
+  });
+}
+
+acc_status acc_prepare_pippy(acc_accelerator* acc, acc_model* model, const char* options_json) noexcept {
+  return guarded(__func__, [&] {
+    HandleLock lock(need(acc, "accelerator")->busy, "the accelerator");
+    HandleLock lm(need(model, "model")->busy, "the model");
+    acc->impl->prepare_pippy(model->slot,
+                             acc::core::PippyOptions::from_json(options_json ? options_json : std::string()));
   });
 }
 

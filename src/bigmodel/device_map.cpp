@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -419,6 +420,55 @@ std::map<std::string, Device> infer_auto_device_map(const ModuleTree& tree, cons
   }
   if (o.clean_result) clean(map, "");
   return map;
+}
+
+namespace {
+
+// convert_bytes then, as generate_device_map does, the number rounded up and times 1.1, read back as
+// convert_file_size_to_int reads it ("KB", "MB", ... are powers of 1000 there, of 1024 in convert_bytes).
+int64_t pippy_budget(double size) {
+  const char* const units[] = {"bytes", "KB", "MB", "GB", "TB"};
+  int unit = 0;
+  while (unit < 4 && size >= 1024.0) size /= 1024.0, ++unit;
+  if (unit == 0)
+    throw std::invalid_argument("pipelined inference: the model is too small for Accelerate's automatic split ("
+                                "under 1 KB per process: convert_file_size_to_int cannot read '" +
+                                std::to_string(size) + " " + units[unit] + "'); give split_points");
+  const double value = std::ceil(std::nearbyint(size * 100.0) / 100.0) * 1.1;  // round(size, 2)
+  return static_cast<int64_t>(value * std::pow(1000.0, unit));
+}
+
+}  // namespace
+
+std::vector<std::string> pippy_split_points(const ModuleTree& tree, int num_chunks,
+                                            const std::vector<std::string>& no_split,
+                                            const std::vector<std::string>& model_no_split) {
+  const ModuleSizes sizes = compute_module_sizes(tree);
+  const int64_t largest = max_layer_size(tree, direct_entries(tree, 0, "", true), sizes, model_no_split).first;
+  const int64_t each = pippy_budget(static_cast<double>(sizes.of("") + largest) / num_chunks);
+  Budget budget;
+  for (int i = 0; i < num_chunks; ++i) budget.emplace_back(std::to_string(i), each);
+  MapOptions o;
+  o.no_split = no_split;
+  o.clean_result = false;
+  const std::map<std::string, Device> map = infer_auto_device_map(tree, budget, o);
+  std::map<std::string, size_t> position;  // the model's order (named_module_tensors')
+  for (size_t i = 0; i < sizes.order.size(); ++i) position.emplace(sizes.order[i], i);
+  const auto at = [&](const std::string& name) {
+    auto it = position.find(name);
+    return it != position.end() ? it->second : sizes.order.size();
+  };
+  std::vector<std::string> out;
+  for (int i = 1; i < num_chunks; ++i) {
+    std::string first;
+    for (const auto& [name, device] : map)
+      if (device == std::to_string(i) && (first.empty() || at(name) < at(first))) first = name;
+    if (first.empty())
+      throw std::invalid_argument("pipelined inference: the automatic device map puts no module on process " +
+                                  std::to_string(i) + " of " + std::to_string(num_chunks) + "; give split_points");
+    out.push_back(first);
+  }
+  return out;
 }
 
 }  // namespace acc::core::bigmodel

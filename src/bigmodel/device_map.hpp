@@ -46,4 +46,13 @@ struct MapOptions {
 std::map<std::string, Device> infer_auto_device_map(const ModuleTree& tree, const Budget& max_memory,
                                                     const MapOptions& options);
 
+// Accelerate's prepare_pippy(split_points="auto"): generate_device_map's budget for each of `num_chunks` devices (the
+// model's size plus its largest layer, of `model_no_split` classes as calculate_maximum_sizes counts it, over
+// num_chunks; written as convert_bytes writes it, its number rounded up and times 1.1, read as convert_file_size_to_int
+// reads it), infer_auto_device_map with `no_split`, and the first module (in the model's order) each device from 1 on
+// takes. std::invalid_argument where a device takes none.
+std::vector<std::string> pippy_split_points(const ModuleTree& tree, int num_chunks,
+                                            const std::vector<std::string>& no_split,
+                                            const std::vector<std::string>& model_no_split);
+
 }  // namespace acc::core::bigmodel

@@ -31,7 +31,7 @@ class PipelineStages {
   // One micro-batch through `layers`: `x` is the previous stage's output [batch, time, hidden] (undefined on the first
   // stage, which reads the batch's token ids); every stage reads the batch's inputs it needs (masks, positions) and
   // the last its targets. Returns the activation for the next stage or, on the last stage, the loss the family's
-  // forward returns (a mean over the micro-batch's targets).
+  // forward returns (a mean over the micro-batch's targets), or without targets the logits (pipelined inference).
   virtual at::Tensor stage_forward(const TensorDict& batch, const at::Tensor& x, const StageLayers& layers) = 0;
 };
 

@@ -173,13 +173,29 @@ std::vector<int64_t> split_point_indices(const Model& model, const std::vector<s
       out.push_back(std::stoll(p));
       continue;
     }
+    const int64_t blocks = stages->num_blocks();
     int64_t found = -1;
-    for (int64_t i = 0; i < stages->num_blocks() && found < 0; ++i)
+    for (int64_t i = 0; i < blocks && found < 0; ++i)
       if (stages->block_module(i) == p) found = i;
+    // The first of the last part (the final norm): a last stage without blocks.
+    if (found < 0 && p == stages->last_modules().front()) found = blocks;
+    std::string block;  // the block `p` is inside of
+    for (int64_t i = 0; i < blocks && block.empty(); ++i)
+      if (p.rfind(stages->block_module(i) + ".", 0) == 0) block = stages->block_module(i);
+    const std::vector<std::string> first = stages->first_modules();
+    if (found < 0 && std::find(first.begin(), first.end(), p) != first.end())
+      throw std::invalid_argument("split point '" + p +
+                                  "' begins a stage with the embeddings, leaving the stage before " +
+                                  "it empty (Accelerate's \"auto\" does that where the embedding outweighs a process's "
+                                  "share; give the split points)");
+    if (found < 0 && !block.empty())
+      throw std::invalid_argument(
+          "split point '" + p + "' is inside the block " + block +
+          ": libacc's stages begin at a block (keep the blocks whole: no_split_module_classes)");
     if (found < 0)
       throw std::invalid_argument("split point '" + p + "' names no block of " + model_name(model) +
                                   " (its blocks are " + stages->block_module(0) + " ... " +
-                                  stages->block_module(stages->num_blocks() - 1) + ")");
+                                  stages->block_module(blocks - 1) + ", then " + stages->last_modules().front() + ")");
     out.push_back(found);
   }
   return out;
@@ -295,7 +311,7 @@ void Pipeline::keep_local_modules() {
 
 // The last stage's copy of a tied parameter starts as the first stage's.
 void Pipeline::sync_tied_copies() {
-  const int last = static_cast<int>(layout_.size() - 1) % pp_;
+  const int last = last_rank();
   const auto pg = group_->process_group();
   const int base = static_cast<int>(layout_.size()) * microbatches_ * Kinds;
   c10::NoGradGuard no_grad;
@@ -419,18 +435,43 @@ double Pipeline::step(const TensorDict& batch, double loss_scale) {
   return mean_loss(losses);
 }
 
-double Pipeline::eval_step(const TensorDict& batch) {
+std::vector<at::Tensor> Pipeline::forward_only(const TensorDict& batch) {
   c10::NoGradGuard no_grad;
   const std::vector<TensorDict> mbs = micro_batches(batch);
   Exchange ex(group_->process_group(), rank_, microbatches_);
-  std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
+  std::vector<at::Tensor> outputs(static_cast<size_t>(microbatches_));
   // Micro-batch by micro-batch, up this rank's stages: every rank's order is part of one order of the whole
   // pipeline's forwards, so no receive waits on a send that comes after it.
   for (int i = 0; i < microbatches_; ++i)
-    for (int s : local_stages()) forward({Action::Forward, s, i}, mbs, ex, losses);
+    for (int s : local_stages()) forward({Action::Forward, s, i}, mbs, ex, outputs);
   ex.finish();
   for (auto& l : locals_) l->inputs.clear(), l->outputs.clear();
-  return mean_loss(losses);
+  return outputs;
+}
+
+double Pipeline::eval_step(const TensorDict& batch) { return mean_loss(forward_only(batch)); }
+
+at::Tensor Pipeline::infer(const TensorDict& batch, bool gather_output) {
+  const std::vector<at::Tensor> outputs = forward_only(batch);
+  at::Tensor out = rank_ == last_rank() ? at::cat(outputs) : at::Tensor();
+  if (!gather_output) return out;
+  // The other ranks learn its shape and dtype first (Accelerate's copy_tensor_to_devices).
+  constexpr int64_t kMaxDims = 8;
+  at::Tensor meta = at::zeros({2 + kMaxDims}, at::TensorOptions(device_).dtype(at::kLong));
+  if (out.defined()) {
+    if (out.dim() > kMaxDims) throw std::invalid_argument("pipelined inference: outputs of over 8 dimensions");
+    meta[0] = static_cast<int64_t>(out.scalar_type());
+    meta[1] = out.dim();
+    for (int64_t d = 0; d < out.dim(); ++d) meta[2 + d] = out.size(d);
+  }
+  group_->broadcast(meta, last_rank());
+  const at::Tensor m = meta.cpu();
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d < m[1].item<int64_t>(); ++d) shape.push_back(m[2 + d].item<int64_t>());
+  if (!out.defined())
+    out = at::empty(shape, at::TensorOptions(device_).dtype(static_cast<at::ScalarType>(m[0].item<int64_t>())));
+  group_->broadcast(out, last_rank());
+  return out;
 }
 
 NamedTensors Pipeline::whole_state(const NamedTensors& mine) const {
@@ -473,7 +514,7 @@ NamedTensors Pipeline::whole_state(const NamedTensors& mine) const {
 
 double Pipeline::mean_loss(const std::vector<at::Tensor>& losses) const {
   // From the last stage's rank to every rank (as Accelerate reports the loss).
-  const int last = static_cast<int>(layout_.size() - 1) % pp_;
+  const int last = last_rank();
   at::Tensor mean = at::zeros({1}, at::kDouble);
   if (rank_ == last) {
     for (const auto& l : losses) mean += l.to(at::kCPU, at::kDouble);

@@ -61,6 +61,10 @@ class Pipeline {
   double step(const TensorDict& batch, double loss_scale = 1.0);
   // The same forward without gradients (torch's schedule eval()): the mean loss on every rank, nothing kept.
   double eval_step(const TensorDict& batch);
+  // Pipelined inference (Accelerate's prepare_pippy forward, GPipe's forwards): `batch` without targets, its
+  // micro-batches' outputs (the logits) concatenated along dim 0 on the last stage's rank, or with `gather_output` on
+  // every rank; undefined on the others.
+  at::Tensor infer(const TensorDict& batch, bool gather_output);
 
   // The whole model's tensors on every rank of the group (a collective): `mine` (this rank's stages' state) and every
   // other rank's, a tensor both the first and the last stage hold (a tied head) once. Names in stage-rank order.
@@ -84,6 +88,9 @@ class Pipeline {
   void keep_local_modules();
   std::vector<TensorDict> micro_batches(const TensorDict& batch) const;
   void forward(const Action& a, const std::vector<TensorDict>& mbs, Exchange& ex, std::vector<at::Tensor>& losses);
+  // Every micro-batch's forward without gradients; the last stage's outputs (on its rank), by micro-batch.
+  std::vector<at::Tensor> forward_only(const TensorDict& batch);
+  int last_rank() const { return static_cast<int>(layout_.size() - 1) % pp_; }
   void backward(const Action& a, Exchange& ex);
   double mean_loss(const std::vector<at::Tensor>& losses) const;
   void sync_tied_copies();

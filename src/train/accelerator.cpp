@@ -166,6 +166,7 @@ TensorDict PreparedModel::forward(const TensorDict& batch) {
 }
 
 TensorDict PreparedModel::pipeline_forward(const TensorDict& batch) {
+  if (pippy) return pippy_forward(batch);
   if (!batch.contains(model->target_name()))
     throw std::invalid_argument("pipeline parallelism: the forward needs targets ('" + model->target_name() +
                                 "'): the last stage computes the loss, which is all a pipelined forward returns");

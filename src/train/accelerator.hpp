@@ -46,15 +46,35 @@ struct PreparedModel {
   // ran (its forward and backward both: Accelerator::backward then only synchronises).
   std::shared_ptr<pp::Pipeline> pipeline;
   at::Tensor pipeline_loss;
+  // prepare_pippy's (pipelined inference; src/train/pippy.cpp): the forward returns the logits alone.
+  struct Pippy {
+    int64_t num_chunks = 1;
+    bool gather_output = false;
+  };
+  std::optional<Pippy> pippy;
   // The batch's tensors follow the model to its device; runs inside a ForwardScope; outputs in fp32. Pipelined: a
   // training step (Pipeline::step) in training mode, an eval_step otherwise; the output is {"loss": the mean loss}.
   TensorDict forward(const TensorDict& batch);
   TensorDict pipeline_forward(const TensorDict& batch);
+  // prepare_pippy's: {"logits": ...} on the last process (every process with gather_output); {} on the others.
+  TensorDict pippy_forward(const TensorDict& batch);
   // The model, to read or write its tensors directly: refused (StateError) while a ZeRO-3 strategy keeps only
   // shards of them (save_model and load_state go through the strategy instead).
   Model& tensors(const char* what) const;
   // Model::set_requires_grad, refused (StateError) once prepared: the strategies read requires_grad when they wrap.
   int64_t set_requires_grad(const std::string& pattern, bool on);
+};
+
+// Accelerate's prepare_pippy arguments (example_args aside: libacc's stages need no tracing).
+struct PippyOptions {
+  std::vector<std::string> split_points;  // the modules stages 1, 2, ... begin with; empty: "auto"
+  std::vector<std::string> no_split_module_classes;  // "auto"'s (not given: the model's _no_split_modules)
+  bool no_split_given = false;
+  int num_chunks = 0;  // micro-batches (0: the number of processes)
+  bool gather_output = false;
+  // {"split_points": "auto" | [...], "no_split_module_classes": [...], "num_chunks": n, "gather_output": b};
+  // std::invalid_argument naming an unknown or ill-typed option.
+  static PippyOptions from_json(const std::string& text);
 };
 
 // Where prepare puts a model: the accelerator's device, or with device_placement false (Accelerate's
@@ -149,6 +169,9 @@ class Accelerator final : public std::enable_shared_from_this<Accelerator>, publ
   void prepare(const std::shared_ptr<PreparedModel>& model, const std::shared_ptr<PreparedOptimizer>& opt,
                const std::shared_ptr<PreparedScheduler>& sched, const std::shared_ptr<DataLoader>& loader);
   void backward(const at::Tensor& loss);
+  // Accelerate's prepare_pippy: the model cut into one stage per process (rank 0's weights), its forward pipelined
+  // inference (PreparedModel::pippy_forward); every process passes the same batch. One process: the model as it is.
+  void prepare_pippy(const std::shared_ptr<PreparedModel>& model, const PippyOptions& options);
 
   // Gradient accumulation (Accelerate's accumulate(model) context, split in two calls).
   void accumulate_begin(const std::shared_ptr<PreparedModel>& model);

@@ -3,6 +3,7 @@
 // BERT), their module trees, compute_module_sizes per dtype, and 37 cases of infer_auto_device_map /
 // get_balanced_memory / device_map modes with Accelerate's maps (tests/bigmodel/README.md). The trees are rebuilt
 // here from the recordings and planned by src/bigmodel/device_map.cpp: the same sizes and the same maps.
+// And prepare_pippy's "auto" split points (pippy_split_points.json beside the fixture).
 //   test_device_map FIXTURE_JSON
 #include <acc/json.hpp>
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@ namespace {
 
 using json::Value;
 std::unique_ptr<json::Document> g_doc;
+std::unique_ptr<json::Document> g_pippy;  // pippy_split_points.json, beside the fixture
 
 Value item(const Value& o, const char* key) { return o.get(key); }
 std::string str(const Value& o, const char* key) { return o.get_string(key); }
@@ -235,6 +237,32 @@ TEST(DeviceMap, LibaccModelsPlanAsAccelerate) {
   EXPECT_GE(compared, 30);
 }
 
+// prepare_pippy(split_points="auto") as Accelerate computes it (tests/bigmodel/make_pippy_fixtures.py): generate_device_map
+// over 2, 3 and 4 processes on libacc's own empty models, the first module of each device from 1 on, with
+// no_split_module_classes None and the model's _no_split_modules.
+TEST(DeviceMap, PippySplitPointsAreAccelerates) {
+  ASSERT_TRUE(g_pippy);
+  int compared = 0;
+  for (const Value& c : item(g_pippy->root(), "cases").elements()) {
+    const auto m = libacc_model(item(item(g_doc->root(), "models"), str(c, "model").c_str()));
+    std::vector<std::string> no_split;
+    if (!c.get("no_split_module_classes").is_null())
+      for (const Value& v : item(c, "no_split_module_classes").elements()) no_split.push_back(v.as_string());
+    const int n = static_cast<int>(c.get_int("num_processes"));
+    const std::string what = str(c, "model") + " on " + std::to_string(n) + " processes, no_split " +
+                             c.get("no_split_module_classes").text();
+    if (c.has("error")) {
+      EXPECT_THROW(pippy_split_points(tree_of(*m), n, no_split, m->no_split_modules()), std::invalid_argument) << what;
+    } else {
+      std::vector<std::string> want;
+      for (const Value& v : item(c, "split_points").elements()) want.push_back(v.as_string());
+      EXPECT_EQ(pippy_split_points(tree_of(*m), n, no_split, m->no_split_modules()), want) << what;
+    }
+    ++compared;
+  }
+  EXPECT_GE(compared, 24);
+}
+
 // Sizes as Accelerate's convert_file_size_to_int parses them, with two deliberate differences: a string of digits
 // is bytes (Accelerate takes bytes only as a Python int; C callers pass strings) and "TB" is accepted.
 TEST(DeviceMap, SizeStringsParseAsAccelerates) {
@@ -263,6 +291,11 @@ int main(int argc, char** argv) {
   text << in.rdbuf();
   try {
     acc::core::bigmodel::g_doc = std::make_unique<acc::json::Document>(text.str(), argv[1]);
+    const std::string path(argv[1]), pippy = path.substr(0, path.rfind('/') + 1) + "pippy_split_points.json";
+    std::ifstream pin(pippy);
+    std::stringstream ptext;
+    ptext << pin.rdbuf();
+    acc::core::bigmodel::g_pippy = std::make_unique<acc::json::Document>(ptext.str(), pippy);
   } catch (const acc::json::Error& e) {
     std::fprintf(stderr, "cannot read %s\n", e.what());
     return 2;

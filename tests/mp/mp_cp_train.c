@@ -128,7 +128,7 @@ static int refuse_pp(int processes) {
   EXPECT_ERR(acc_prepare(acc, model, NULL, NULL, NULL), ACC_ERR_INVALID_CONFIG,
              "'parallelism_config.pp_split_points' = [\"model.layers.9\"]");
   EXPECT(strstr(acc_last_error_message(), "split point 'model.layers.9' names no block of LlamaForCausalLM (its blocks "
-                                          "are model.layers.0 ... model.layers.1)") != NULL);
+                                          "are model.layers.0 ... model.layers.1, then model.norm)") != NULL);
   acc_model_destroy(model);
   acc_accelerator_destroy(acc);
   return finish();

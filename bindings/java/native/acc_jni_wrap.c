@@ -3424,6 +3424,27 @@ SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1prepare(JNIEnv *jenv
 }
 
 
+SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1prepare_1pippy(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jstring jarg3) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  char *arg3 = (char *) 0 ;
+  acc_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (acc_accelerator *)(intptr_t)jarg1; 
+  arg2 = (acc_model *)(intptr_t)jarg2; 
+  arg3 = 0;
+  if (jarg3) {
+    arg3 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg3, 0);
+    if (!arg3) return ;
+  }
+  result = (acc_status)acc_prepare_pippy(arg1,arg2,(char const *)arg3);
+  if (arg3) (*jenv)->ReleaseStringUTFChars(jenv, jarg3, (const char *)arg3);
+  if (result != ACC_OK && !(*jenv)->ExceptionCheck(jenv)) accx_java_throw(jenv, result, acc_last_error_message()); 
+}
+
+
 SWIGEXPORT void JNICALL Java_ai_acc_internal_AccRawJNI_acc_1backward(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;

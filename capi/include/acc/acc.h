@@ -701,6 +701,21 @@ ACC_API ACC_NODISCARD acc_status acc_dataloader_skip_first_batches(acc_dataloade
  */
 ACC_API ACC_NODISCARD acc_status acc_prepare(acc_accelerator* acc, acc_model* model, acc_optimizer* opt,
                                              acc_scheduler* sched, acc_dataloader* dl) ACC_NOEXCEPT;
+/**
+ * Accelerate's prepare_pippy: the model (a built-in GPT or a Hugging Face family that pipelines) cut into one
+ * stage per process, every process keeping its stage (rank 0's weights), for pipelined inference. options_json
+ * (NULL: {}): {"split_points": "auto" (the default: where the balanced device map Accelerate plans over
+ * num_chunks devices starts each one) or the blocks stages 1, 2, ... begin with (["model.layers.2"]),
+ * "no_split_module_classes": [...] ("auto"'s; default: the model's own), "num_chunks": micro-batches
+ * (default: the number of processes; "auto" plans over the processes, where Accelerate plans over num_chunks
+ * devices, the same split where the two are equal), "gather_output": false}. Then acc_model_forward with inputs alone (no
+ * targets; every process passes the same batch, its rows padded with zeros to a multiple of num_chunks)
+ * runs the micro-batches through the stages and writes the logits on the last process, or with
+ * gather_output on every process; on the others *out_output is NULL (Accelerate returns None there).
+ * One process: the model runs whole. Locks acc and model. Collective. Since 1.4.
+ */
+ACC_API ACC_NODISCARD acc_status acc_prepare_pippy(acc_accelerator* acc, acc_model* model,
+                                                   const char* options_json) ACC_NOEXCEPT;
 /** Back-propagates `loss` (a scalar from acc_model_forward with targets).
  *  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes
  *  gradients (DDP's all-reduce, ZeRO's reduce-scatter; under ZeRO-3 on every micro-step: it gathers). */

@@ -384,9 +384,7 @@ class CausalDecoder final : public NnModel,
     h = run_layers(h, in, layers.begin, layers.end);
     if (!layers.last) return h;
     const at::Tensor labels = batch.get("labels");
-    if (!labels.defined())
-      throw std::invalid_argument(d_.architecture + ": a pipeline's last stage needs the batch's labels for the loss");
-    return causal_lm_loss(head(h), labels, split);
+    return labels.defined() ? causal_lm_loss(head(h), labels, split) : head(h);  // pipelined inference: the logits
   }
 
  private:

@@ -113,9 +113,7 @@ class Gpt2LMHead final : public Gpt2, public CausalLM, public Pretrained {
     h = blocks(h, B, T, nullptr, masking, nullptr, layers.begin, layers.end);
     if (!layers.last) return h;
     const at::Tensor labels = batch.get("labels");
-    if (!labels.defined())
-      throw std::invalid_argument(arch + ": a pipeline's last stage needs the batch's labels for the loss");
-    return causal_lm_loss(head(h), labels, parallel);
+    return labels.defined() ? causal_lm_loss(head(h), labels, parallel) : head(h);  // pipelined inference
   }
 
  private:

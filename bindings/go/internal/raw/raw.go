@@ -186,19 +186,19 @@ typedef _gostring_ swig_type_153;
 typedef _gostring_ swig_type_154;
 typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
-typedef long long swig_type_157;
+typedef _gostring_ swig_type_157;
 typedef _gostring_ swig_type_158;
-typedef _gostring_ swig_type_159;
+typedef long long swig_type_159;
 typedef _gostring_ swig_type_160;
 typedef _gostring_ swig_type_161;
 typedef _gostring_ swig_type_162;
 typedef _gostring_ swig_type_163;
-typedef _goslice_ swig_type_164;
+typedef _gostring_ swig_type_164;
 typedef _gostring_ swig_type_165;
-typedef _gostring_ swig_type_166;
-typedef long long swig_type_167;
+typedef _goslice_ swig_type_166;
+typedef _gostring_ swig_type_167;
 typedef _gostring_ swig_type_168;
-typedef _gostring_ swig_type_169;
+typedef long long swig_type_169;
 typedef _gostring_ swig_type_170;
 typedef _gostring_ swig_type_171;
 typedef _gostring_ swig_type_172;
@@ -208,9 +208,9 @@ typedef _gostring_ swig_type_175;
 typedef _gostring_ swig_type_176;
 typedef _gostring_ swig_type_177;
 typedef _gostring_ swig_type_178;
-typedef long long swig_type_179;
+typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
-typedef _gostring_ swig_type_181;
+typedef long long swig_type_181;
 typedef _gostring_ swig_type_182;
 typedef _gostring_ swig_type_183;
 typedef _gostring_ swig_type_184;
@@ -234,11 +234,13 @@ typedef _gostring_ swig_type_201;
 typedef _gostring_ swig_type_202;
 typedef _gostring_ swig_type_203;
 typedef _gostring_ swig_type_204;
-typedef long long swig_type_205;
+typedef _gostring_ swig_type_205;
 typedef _gostring_ swig_type_206;
-typedef _gostring_ swig_type_207;
+typedef long long swig_type_207;
 typedef _gostring_ swig_type_208;
-typedef _goslice_ swig_type_209;
+typedef _gostring_ swig_type_209;
+typedef _gostring_ swig_type_210;
+typedef _goslice_ swig_type_211;
 extern void _wrap_Swig_free_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_raw_b8b8f1ec5c90c4b6(swig_intgo arg1);
 extern swig_voidp _wrap_accx_alloc_raw_b8b8f1ec5c90c4b6(swig_type_1 arg1);
@@ -340,52 +342,53 @@ extern swig_type_139 _wrap_acc_dataloader_end_of_epoch_raw_b8b8f1ec5c90c4b6(uint
 extern swig_type_140 _wrap_acc_dataloader_remainder_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
 extern swig_type_141 _wrap_acc_dataloader_skip_first_batches_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_142 arg2, swig_voidp arg3);
 extern swig_type_143 _wrap_acc_prepare_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_type_144 _wrap_acc_backward_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_145 _wrap_acc_accumulate_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_146 _wrap_acc_accumulate_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
-extern swig_type_147 _wrap_acc_sync_gradients_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_148 _wrap_acc_grad_scaler_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_type_149 _wrap_acc_clip_grad_norm_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
-extern swig_type_150 _wrap_acc_clip_grad_value_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, double arg3);
-extern swig_type_151 _wrap_acc_gather_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_152 _wrap_acc_gather_for_metrics_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_153 _wrap_acc_reduce_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_154 _wrap_acc_broadcast_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_155 _wrap_acc_pad_across_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
-extern swig_type_156 _wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_157 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_158 _wrap_acc_split_tensor_between_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_159 _wrap_acc_gather_object_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_160 _wrap_acc_broadcast_object_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_161 _wrap_acc_gather_object_for_metrics_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_162 _wrap_acc_bytes_list_create_raw_b8b8f1ec5c90c4b6(swig_voidp arg1);
+extern swig_type_144 _wrap_acc_prepare_pippy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_type_145 arg3);
+extern swig_type_146 _wrap_acc_backward_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_147 _wrap_acc_accumulate_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_148 _wrap_acc_accumulate_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_149 _wrap_acc_sync_gradients_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_150 _wrap_acc_grad_scaler_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_type_151 _wrap_acc_clip_grad_norm_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, double arg3, double arg4, swig_voidp arg5);
+extern swig_type_152 _wrap_acc_clip_grad_value_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, double arg3);
+extern swig_type_153 _wrap_acc_gather_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_154 _wrap_acc_gather_for_metrics_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_155 _wrap_acc_reduce_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_156 _wrap_acc_broadcast_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_157 _wrap_acc_pad_across_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, double arg4, swig_intgo arg5, swig_voidp arg6);
+extern swig_type_158 _wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_159 arg2, swig_intgo arg3, swig_voidp arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_160 _wrap_acc_split_tensor_between_processes_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_161 _wrap_acc_gather_object_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_162 _wrap_acc_broadcast_object_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_163 _wrap_acc_gather_object_for_metrics_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_164 _wrap_acc_bytes_list_create_raw_b8b8f1ec5c90c4b6(swig_voidp arg1);
 extern void _wrap_acc_bytes_list_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_163 _wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_164 arg2);
-extern swig_type_165 _wrap_acc_bytes_list_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_166 _wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_167 arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_168 _wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_169 arg2);
-extern swig_type_170 _wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_171 arg2);
-extern swig_type_172 _wrap_acc_resume_from_checkpoint_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_173 _wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_174 arg2, swig_type_175 arg3, swig_type_176 arg4);
-extern swig_type_177 _wrap_acc_log_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_178 arg2, swig_type_179 arg3);
-extern swig_type_180 _wrap_acc_end_training_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_181 _wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_182 arg2, swig_type_183 arg3);
-extern swig_type_184 _wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_185 arg2, swig_type_186 arg3);
-extern swig_type_187 _wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_188 arg2);
-extern swig_type_189 _wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_190 arg2, swig_type_191 arg3);
-extern swig_type_192 _wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_193 arg2);
-extern swig_type_194 _wrap_acc_model_merge_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_195 _wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_196 arg2);
-extern swig_type_197 _wrap_acc_profile_step_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_198 _wrap_acc_profile_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_199 _wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(swig_type_200 arg1, swig_voidp arg2);
+extern swig_type_165 _wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_166 arg2);
+extern swig_type_167 _wrap_acc_bytes_list_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_168 _wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_169 arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_170 _wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_171 arg2);
+extern swig_type_172 _wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_173 arg2);
+extern swig_type_174 _wrap_acc_resume_from_checkpoint_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_175 _wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_176 arg2, swig_type_177 arg3, swig_type_178 arg4);
+extern swig_type_179 _wrap_acc_log_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_180 arg2, swig_type_181 arg3);
+extern swig_type_182 _wrap_acc_end_training_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_183 _wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_184 arg2, swig_type_185 arg3);
+extern swig_type_186 _wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_187 arg2, swig_type_188 arg3);
+extern swig_type_189 _wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_190 arg2);
+extern swig_type_191 _wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_192 arg2, swig_type_193 arg3);
+extern swig_type_194 _wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_195 arg2);
+extern swig_type_196 _wrap_acc_model_merge_adapter_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_197 _wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_198 arg2);
+extern swig_type_199 _wrap_acc_profile_step_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_200 _wrap_acc_profile_end_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
+extern swig_type_201 _wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(swig_type_202 arg1, swig_voidp arg2);
 extern void _wrap_acc_tokenizer_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_201 _wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_202 arg2);
-extern swig_type_203 _wrap_acc_encoding_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_204 _wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_205 arg2, swig_voidp arg3);
-extern swig_type_206 _wrap_acc_encoding_to_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_203 _wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_204 arg2);
+extern swig_type_205 _wrap_acc_encoding_count_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_206 _wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_207 arg2, swig_voidp arg3);
+extern swig_type_208 _wrap_acc_encoding_to_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_voidp arg2);
 extern void _wrap_acc_encoding_destroy_raw_b8b8f1ec5c90c4b6(uintptr_t arg1);
-extern swig_type_207 _wrap_acc_dataset_from_config_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_208 _wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_209 arg2, swig_voidp arg3);
+extern swig_type_209 _wrap_acc_dataset_from_config_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_210 _wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(uintptr_t arg1, swig_type_211 arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -2069,6 +2072,25 @@ func Acc_prepare(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 uintptr, arg5 ui
 	return swig_r_1
 }
 
+func Acc_prepare_pippy(arg1 uintptr, arg2 uintptr, arg3 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_acc_prepare_pippy_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_145)(unsafe.Pointer(&_swig_i_2)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
+	}
+	var swig_r_1 error
+	if swig_r == "" {
+		swig_r_1 = nil
+	} else {
+		swig_r_1 = newStatusError(swigCopyString(swig_r))
+	}
+	return swig_r_1
+}
+
 func Acc_backward(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -2272,7 +2294,7 @@ func Acc_split_between_processes(arg1 uintptr, arg2 int64, arg3 int, arg4 *int64
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_157(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_acc_split_between_processes_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_159(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2372,7 +2394,7 @@ func Acc_bytes_list_append(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_164)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_bytes_list_append_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_166)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2407,7 +2429,7 @@ func Acc_bytes_list_get(arg1 uintptr, arg2 int64, arg3 *unsafe.Pointer, arg4 *ui
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_167(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_acc_bytes_list_get_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_169(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2422,7 +2444,7 @@ func Acc_save_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_169)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_save_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_171)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2440,7 +2462,7 @@ func Acc_load_state(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_171)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_load_state_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_173)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2475,7 +2497,7 @@ func Acc_init_trackers(arg1 uintptr, arg2 string, arg3 string, arg4 string) (_sw
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_174)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_175)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_176)(unsafe.Pointer(&_swig_i_3)))
+	swig_r_p := C._wrap_acc_init_trackers_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_176)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_177)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_178)(unsafe.Pointer(&_swig_i_3)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2500,7 +2522,7 @@ func Acc_log(arg1 uintptr, arg2 string, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_log_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_178)(unsafe.Pointer(&_swig_i_1)), C.swig_type_179(_swig_i_2))
+	swig_r_p := C._wrap_acc_log_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_180)(unsafe.Pointer(&_swig_i_1)), C.swig_type_181(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2533,7 +2555,7 @@ func Acc_save_model(arg1 uintptr, arg2 string, arg3 string) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_182)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_183)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_save_model_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_184)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_185)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2555,7 +2577,7 @@ func Acc_model_save_pretrained(arg1 uintptr, arg2 string, arg3 string) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_185)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_186)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_save_pretrained_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_187)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_188)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2576,7 +2598,7 @@ func Acc_model_add_lora(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_188)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_add_lora_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_190)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2595,7 +2617,7 @@ func Acc_model_load_adapter(arg1 uintptr, arg2 string, arg3 string) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_190)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_191)(unsafe.Pointer(&_swig_i_2)))
+	swig_r_p := C._wrap_acc_model_load_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_192)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_193)(unsafe.Pointer(&_swig_i_2)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2616,7 +2638,7 @@ func Acc_model_save_adapter(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_193)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_model_save_adapter_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_195)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2648,7 +2670,7 @@ func Acc_profile_begin(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_196)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_profile_begin_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_198)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2694,7 +2716,7 @@ func Acc_tokenizer_from_pretrained(arg1 string, arg2 *uintptr) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_200)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_acc_tokenizer_from_pretrained_raw_b8b8f1ec5c90c4b6(*(*C.swig_type_202)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
@@ -2717,7 +2739,7 @@ func Acc_tokenizer_save_pretrained(arg1 uintptr, arg2 string) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_202)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_acc_tokenizer_save_pretrained_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_204)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2751,7 +2773,7 @@ func Acc_encoding_sample(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_205(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_encoding_sample_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), C.swig_type_207(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 	if swig_r == "" {
@@ -2803,7 +2825,7 @@ func Acc_dataset_get_batch(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_209)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_acc_dataset_get_batch_raw_b8b8f1ec5c90c4b6(C.uintptr_t(_swig_i_0), *(*C.swig_type_211)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

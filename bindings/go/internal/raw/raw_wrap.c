@@ -2668,6 +2668,32 @@ _gostring_ _wrap_acc_prepare_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, a
 }
 
 
+_gostring_ _wrap_acc_prepare_pippy_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_model *_swig_go_1, _gostring_ _swig_go_2) {
+  acc_accelerator *arg1 = (acc_accelerator *) 0 ;
+  acc_model *arg2 = (acc_model *) 0 ;
+  char *arg3 = (char *) 0 ;
+  acc_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (acc_accelerator *)_swig_go_0; 
+  arg2 = (acc_model *)_swig_go_1; 
+  
+  arg3 = (char *)malloc(_swig_go_2.n + 1);
+  memcpy(arg3, _swig_go_2.p, _swig_go_2.n);
+  arg3[_swig_go_2.n] = '\0';
+  
+  
+  result = (acc_status)acc_prepare_pippy(arg1,arg2,(char const *)arg3);
+  if (result == ACC_OK) {
+    _swig_go_result.p = NULL; _swig_go_result.n = 0; 
+  } else {
+    _swig_go_result = accx_status_string(result, acc_last_error_message()); 
+  } 
+  free(arg3); 
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_acc_backward_raw_b8b8f1ec5c90c4b6(acc_accelerator *_swig_go_0, acc_tensor *_swig_go_1) {
   acc_accelerator *arg1 = (acc_accelerator *) 0 ;
   acc_tensor *arg2 = (acc_tensor *) 0 ;

@@ -813,6 +813,15 @@ extern "C" {
 }
 extern "C" {
     #[must_use]
+    #[doc = " Accelerate's prepare_pippy: the model (a built-in GPT or a Hugging Face family that pipelines) cut into one\n stage per process, every process keeping its stage (rank 0's weights), for pipelined inference. options_json\n (NULL: {}): {\"split_points\": \"auto\" (the default: where the balanced device map Accelerate plans over\n num_chunks devices starts each one) or the blocks stages 1, 2, ... begin with ([\"model.layers.2\"]),\n \"no_split_module_classes\": [...] (\"auto\"'s; default: the model's own), \"num_chunks\": micro-batches\n (default: the number of processes; \"auto\" plans over the processes, where Accelerate plans over num_chunks\n devices, the same split where the two are equal), \"gather_output\": false}. Then acc_model_forward with inputs alone (no\n targets; every process passes the same batch, its rows padded with zeros to a multiple of num_chunks)\n runs the micro-batches through the stages and writes the logits on the last process, or with\n gather_output on every process; on the others *out_output is NULL (Accelerate returns None there).\n One process: the model runs whole. Locks acc and model. Collective. Since 1.4."]
+    pub fn acc_prepare_pippy(
+        acc: *mut acc_accelerator,
+        model: *mut acc_model,
+        options_json: *const ::core::ffi::c_char,
+    ) -> acc_status;
+}
+extern "C" {
+    #[must_use]
     #[doc = " Back-propagates `loss` (a scalar from acc_model_forward with targets).\n  Locks acc (not the models). Collective with several processes on a micro-step that synchronizes\n  gradients (DDP's all-reduce, ZeRO's reduce-scatter; under ZeRO-3 on every micro-step: it gathers)."]
     pub fn acc_backward(acc: *mut acc_accelerator, loss: *const acc_tensor) -> acc_status;
 }

@@ -239,6 +239,8 @@ public class AccRaw implements AccRawConstants {
 
   public static void acc_prepare(long acc, long model, long opt, long sched, long dl) { AccRawJNI.acc_prepare(acc, model, opt, sched, dl); }
 
+  public static void acc_prepare_pippy(long acc, long model, String options_json) { AccRawJNI.acc_prepare_pippy(acc, model, options_json); }
+
   public static void acc_backward(long acc, long loss) { AccRawJNI.acc_backward(acc, loss); }
 
   public static void acc_accumulate_begin(long acc, long model) { AccRawJNI.acc_accumulate_begin(acc, model); }

@@ -115,6 +115,7 @@ public class AccRawJNI {
   public final static native void acc_dataloader_remainder(long jarg1, long[] jarg2);
   public final static native void acc_dataloader_skip_first_batches(long jarg1, long jarg2, long[] jarg3);
   public final static native void acc_prepare(long jarg1, long jarg2, long jarg3, long jarg4, long jarg5);
+  public final static native void acc_prepare_pippy(long jarg1, long jarg2, String jarg3);
   public final static native void acc_backward(long jarg1, long jarg2);
   public final static native void acc_accumulate_begin(long jarg1, long jarg2);
   public final static native void acc_accumulate_end(long jarg1, long jarg2);

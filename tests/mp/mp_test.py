@@ -607,10 +607,11 @@ def case_profile():
 def case_profile_exit():
     """Issue 36: a process that began a profile and ended it without recording aborted at exit ("malloc(): unsorted
     double linked list corrupted") in 12-19 of 30 runs: Kineto's ConfigLoader thread ran into statics exit() had
-    already destroyed. 50 such processes alone and 50 under acc launch (2 processes each) exit 0, and so do a few
-    whose profile is still running at exit, on the main thread or on a thread that returned (SIGSEGV before)."""
+    already destroyed. 20 such processes alone and 20 under acc launch (2 processes each) exit 0 (at that rate 20 runs
+    all pass with a chance under 1e-4), and so do a few whose profile is still running at exit, on the main thread or
+    on a thread that returned (SIGSEGV before)."""
     env = dict(os.environ, ACC_CONFIG_FILE="none")
-    for how, times in (("end", 50), ("running", 5), ("thread", 5)):
+    for how, times in (("end", 20), ("running", 5), ("thread", 5)):
         bad = []
         for i in range(times):
             p = subprocess.run([WORKER, "exit", how], capture_output=True, text=True, timeout=120, env=env)

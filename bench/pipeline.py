@@ -5,11 +5,14 @@ by libacc (bench/tp_step.cpp through the C ABI under `acc launch`, the pipeline 
 exports: PARALLELISM_CONFIG_PP_SIZE, _PP_MICROBATCHES, _PP_SCHEDULE, _PP_SPLIT_POINTS) and by
 torch.distributed.pipelining (bench/pipeline_step.py: PipelineStage with ScheduleGPipe or Schedule1F1B over Gloo,
 under torchrun), for each schedule and number of micro-batches, alternated over rounds (their order turns every
-round). Beside them, each implementation's single process training the whole model on the same batch: the bubble is
-1 - T_ideal / T_step with T_ideal that process's step over p = 2, printed beside the theory (p-1)/(m+p-1).
+round). Prints tokens/s of each and libacc / torch. Beside them, each implementation's single process training the
+whole model on the same batch, at once (T_1) and as the step's micro-batches one after the other (T_mb): the bubble is
+1 - T_ideal / T_step with T_ideal = T_1 / p (p = 2), printed with 1 - (T_mb / p) / T_step (what is left once the
+micro-batches' own cost is taken out) beside the theory (p-1)/(m+p-1). --candidate-build DIR runs a second libacc
+build (a change to the pipeline) beside them.
 
   bash bench/setup.sh && python3 bench/pipeline.py [--size default|small] [--schedules GPipe,1F1B]
-      [--microbatches 4,8,16] [--rounds 3] [--lock /tmp/acc-build.lock]
+      [--microbatches 4,8,16] [--rounds 3] [--lock /tmp/acc-build.lock] [--candidate-build DIR]
 """
 import argparse
 import json
@@ -40,7 +43,9 @@ SIZES = {
                                 num_attention_heads=8, num_key_value_heads=4),
                     batch=16, seq=64, warmup=2, steps=10),
 }
-IMPLS = {"libacc": "libacc", "pytorch": "torch.distributed.pipelining"}
+IMPLS = {"libacc": "libacc", "libacc-candidate": "libacc, candidate build", "pytorch": "torch.distributed.pipelining"}
+SHORT = {"libacc": "libacc", "libacc-candidate": "candidate", "pytorch": "torch"}  # in the tables' column heads
+LIBACC = ("libacc", "libacc-candidate")  # run by bench/tp_step.cpp under acc launch
 
 
 def balanced_split(layers):
@@ -55,20 +60,21 @@ def theory(m):
     return (P - 1) / (m + P - 1)
 
 
-def launch(a, impl, schedule, m, size, model_dir):
-    """One run: 2 processes pipelined (schedule, m), or one process with the whole model (schedule None); rank 0's
-    result with every rank's losses."""
+def launch(a, impl, schedule, m, size, model_dir, batch=None, steps=None):
+    """One run: 2 processes pipelined (schedule, m), or one process with the whole model (schedule None; `batch`
+    sequences a step instead of the size's, `steps` timed steps); rank 0's result with every rank's losses."""
     out = tempfile.mkdtemp(prefix="run-", dir=a.dir)
     c = size["config"]
-    tail = [str(c["vocab_size"]), str(size["batch"]), str(size["seq"]), str(size["warmup"]), str(size["steps"]),
-            str(a.lr)]
+    tail = [str(c["vocab_size"]), str(batch or size["batch"]), str(size["seq"]), str(size["warmup"]),
+            str(steps or size["steps"]), str(a.lr)]
     procs = 1 if schedule is None else P
     env = dict(os.environ, ACC_CONFIG_FILE="none", TRANSFORMERS_VERBOSITY="error", BENCH_OUT=out,
                OMP_NUM_THREADS=str(a.threads))
-    if impl == "libacc":
+    if impl in LIBACC:
+        acc, tp_step = a.builds[impl]
         # tp_step's DP_SHARD 1 x TP P: both ranks are data-parallel rank 0 (the same batch), as the pipeline needs.
-        cmd = [a.acc, "launch", "--cpu", "--num_processes", str(procs), "--num_cpu_threads_per_process",
-               str(a.threads), "--main_process_port", "0", a.tp_step, model_dir, "1", str(procs), *tail]
+        cmd = [acc, "launch", "--cpu", "--num_processes", str(procs), "--num_cpu_threads_per_process",
+               str(a.threads), "--main_process_port", "0", tp_step, model_dir, "1", str(procs), *tail]
         if schedule is not None:
             env.update(ACCELERATE_USE_PARALLELISM_CONFIG="true", PARALLELISM_CONFIG_PP_SIZE=str(P),
                        PARALLELISM_CONFIG_PP_MICROBATCHES=str(m), PARALLELISM_CONFIG_PP_SCHEDULE=schedule,
@@ -93,13 +99,13 @@ def launch(a, impl, schedule, m, size, model_dir):
     return result
 
 
-def timed(a, impl, schedule, m, size, model_dir, label):
+def timed(a, impl, schedule, m, size, model_dir, label, batch=None, steps=None):
     quiet = wait_for_idle(a.max_busy) if a.max_busy >= 0 else {
         "busy_cores": -1.0, "load1": os.getloadavg()[0], "waited_s": 0}
     t = time.monotonic()
-    r = launch(a, impl, schedule, m, size, model_dir)
+    r = launch(a, impl, schedule, m, size, model_dir, batch, steps)
     r["quiet"] = quiet
-    print(f"  {label} {IMPLS[impl]:29s} {r['tokens_per_s']:8.1f} tokens/s, {r['step_ms']:7.1f} ms/step ("
+    print(f"  {label} {IMPLS[impl]:29.29s} {r['tokens_per_s']:8.1f} tokens/s, {r['step_ms']:7.1f} ms/step ("
           + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_ms"].items()) + f"), peak RSS {r['peak_rss_mb']:.0f} MB; "
           f"{time.monotonic() - t:.0f} s; before: {quiet['busy_cores']:.2f} cores busy, load {quiet['load1']:.2f}",
           file=sys.stderr, flush=True)
@@ -117,51 +123,74 @@ def loss_difference(runs, reference):
     return rel
 
 
-def report(a, size, cases, results, singles):
+def median_of(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def phase(runs, name):
+    return statistics.median(r["phase_ms"][name] for r in runs)
+
+
+def report(a, size, cases, results, singles, mbs):
     c = size["config"]
     tokens = size["batch"] * size["seq"]
     impls = [k for k in IMPLS if k in a.impls]
-    both = len(impls) == 2
+    # Ratios against torch, of each libacc build that ran.
+    ours = [k for k in LIBACC if k in impls] if "pytorch" in impls else []
     print(f"\n### {a.threads} thread per process, {size['batch']} x {size['seq']} tokens per step (the micro-batches: "
           f"the batch split along dim 0), {size['steps']} timed steps after {size['warmup']}; median of {a.rounds} "
           f"alternated rounds; the model cut before block {a.split} of {c['num_hidden_layers']}; ms are rank 0's per "
-          "step\n")
-    print("Single process, the whole model, the same batch (T_1; the bubble's T_ideal is T_1 / 2):\n")
-    print("| implementation | tokens/s | step (ms) | forward (ms) | backward (ms) | optimizer (ms) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    single = {}
-    for k in impls:
-        runs = singles[k]
-        single[k] = statistics.median(r["tokens_per_s"] for r in runs)
-        ph = {p: statistics.median(r["phase_ms"][p] for r in runs) for p in ("forward", "backward", "optimizer")}
-        print(f"| {IMPLS[k]} | {tp.fmt(single[k])} | {tp.fmt(tokens / single[k] * 1e3)} | {tp.fmt(ph['forward'])} | "
-              f"{tp.fmt(ph['backward'])} | {tp.fmt(ph['optimizer'])} |")
-    if both:
-        print(f"| libacc / torch | {single['libacc'] / single['pytorch']:.2f} | | | | |")
-    print("\npp=2 (2 processes). tokens/s of the job; bubble: 1 - (T_1 / 2) / T_step, each implementation against its "
-          "own single process; theory (p-1)/(m+p-1):\n")
+          "step" + (f"; candidate build: {a.candidate_build}" if "libacc-candidate" in impls else "") + "\n")
+    # T_1: one process, the whole model, the whole batch at once; T_mb: the same process over the step's micro-batches
+    # one after the other (m forward + backward of batch / m sequences, one optimizer step).
+    t1, tmb = {}, {}
+    print("Single process, the whole model: T_1 the whole batch at once (the bubble's T_ideal is T_1 / 2), and T_mb "
+          "the same batch as m micro-batches one after the other (m x forward + backward of a batch / m run, plus the "
+          "whole batch's optimizer step): what micro-batching alone costs.\n")
+    print("| implementation | tokens/s, whole batch | T_1 (ms) | forward (ms) | backward (ms) | optimizer (ms) | "
+          + " | ".join(f"T_mb, m={m} (ms)" for m in mbs) + " |")
+    print("| --- |" + " ---: |" * (5 + len(mbs)))
+    for k in singles:
+        whole = singles[k][1]
+        t1[k] = tokens / median_of(whole, "tokens_per_s") * 1e3
+        opt = phase(whole, "optimizer")
+        for m in mbs:
+            tmb[(k, m)] = m * (phase(singles[k][m], "forward") + phase(singles[k][m], "backward")) + opt
+        print(f"| {IMPLS[k]} | {tp.fmt(tokens / t1[k] * 1e3)} | {tp.fmt(t1[k])} | {tp.fmt(phase(whole, 'forward'))} | "
+              f"{tp.fmt(phase(whole, 'backward'))} | {tp.fmt(opt)} | "
+              + " | ".join(tp.fmt(tmb[(k, m)]) for m in mbs) + " |")
+    if "libacc" in singles and "pytorch" in singles:
+        print(f"| libacc / torch (time) | | {t1['libacc'] / t1['pytorch']:.2f} | | | | "
+              + " | ".join(f"{tmb[('libacc', m)] / tmb[('pytorch', m)]:.2f}" for m in mbs) + " |")
+    # The candidate build changes the pipelined step only: its bubble is taken against libacc's single process.
+    ref = {k: "libacc" if k == "libacc-candidate" else k for k in impls}
+    print("\npp=2 (2 processes): tokens/s of the job. Bubble: 1 - T_ideal / T_step with T_ideal = T_1 / 2 (each "
+          "implementation against its own single process), beside 1 - (T_mb / 2) / T_step (the micro-batches' own "
+          "cost taken out) and the theory (p-1)/(m+p-1):\n")
     head = "| schedule | micro-batches |"
     for k in impls:
-        head += f" {IMPLS[k]} tokens/s | {IMPLS[k]} step (ms) |"
-    if both:
-        head += " libacc / torch (range over rounds) |"
-    head += "".join(f" bubble, {IMPLS[k]} |" for k in impls) + " bubble, theory |"
+        head += f" {SHORT[k]} tokens/s | {SHORT[k]} step (ms) |"
+    head += "".join(f" {SHORT[k]} / torch (range over rounds) |" for k in ours)
+    head += "".join(f" bubble, {SHORT[k]} (T_1; T_mb) |" for k in impls) + " bubble, theory |"
     print(head)
     print("| --- | ---: |" + " ---: |" * (head.count("|") - 3))
     ratios = {}
     for s, m in cases:
-        med = {k: statistics.median(r["tokens_per_s"] for r in results[(s, m)][k]) for k in impls}
+        med = {k: median_of(results[(s, m)][k], "tokens_per_s") for k in impls}
+        step = {k: tokens / med[k] * 1e3 for k in impls}
         row = f"| {s} | {m} |"
         for k in impls:
-            row += f" {tp.fmt(med[k])} | {tp.fmt(tokens / med[k] * 1e3)} |"
-        if both:
+            row += f" {tp.fmt(med[k])} | {tp.fmt(step[k])} |"
+        for k in ours:
             per_round = [x["tokens_per_s"] / y["tokens_per_s"]
-                         for x, y in zip(results[(s, m)]["libacc"], results[(s, m)]["pytorch"])]
-            ratios[(s, m)] = med["libacc"] / med["pytorch"]
-            row += f" **{ratios[(s, m)]:.2f}** ({min(per_round):.2f}-{max(per_round):.2f}) |"
-        row += "".join(f" {1 - med[k] / (P * single[k]):.3f} |" for k in impls) + f" {theory(m):.3f} |"
-        print(row)
-    everything = [r for k in impls for r in singles[k]] + [r for case in cases for k in impls for r in results[case][k]]
+                         for x, y in zip(results[(s, m)][k], results[(s, m)]["pytorch"])]
+            ratios[(k, s, m)] = med[k] / med["pytorch"]
+            row += f" **{ratios[(k, s, m)]:.2f}** ({min(per_round):.2f}-{max(per_round):.2f}) |"
+        row += "".join(f" {1 - t1[ref[k]] / P / step[k]:.3f}; {1 - tmb[(ref[k], m)] / P / step[k]:.3f} |"
+                       for k in impls)
+        print(row + f" {theory(m):.3f} |")
+    everything = ([r for k in singles for runs in singles[k].values() for r in runs]
+                  + [r for case in cases for k in impls for r in results[case][k]])
     quiet = [r["quiet"] for r in everything]
     print(f"\nBefore each run the other processes used {min(q['busy_cores'] for q in quiet):.2f}-"
           f"{max(q['busy_cores'] for q in quiet):.2f} cores (load average {min(q['load1'] for q in quiet):.2f}-"
@@ -169,18 +198,19 @@ def report(a, size, cases, results, singles):
     print("\nPhases, rank 0's ms per step (median): libacc's forward is the whole pipelined step "
           "(acc_model_forward with targets), its backward acc_backward (the step's synchronisation); torch's forward "
           "is schedule.step, its backward the loss broadcast from the last stage:\n")
-    print("| schedule | micro-batches | implementation | rank 0: forward | backward | optimizer |")
+    print("| schedule | micro-batches | implementation | forward | backward | optimizer |")
     print("| --- | ---: | --- | ---: | ---: | ---: |")
     for s, m in cases:
         for k in impls:
-            ph = {p: statistics.median(r["phase_ms"][p] for r in results[(s, m)][k])
-                  for p in ("forward", "backward", "optimizer")}
-            print(f"| {s} | {m} | {IMPLS[k]} | {tp.fmt(ph['forward'])} | {tp.fmt(ph['backward'])} | "
-                  f"{tp.fmt(ph['optimizer'])} |")
+            runs = results[(s, m)][k]
+            print(f"| {s} | {m} | {IMPLS[k]} | {tp.fmt(phase(runs, 'forward'))} | {tp.fmt(phase(runs, 'backward'))} | "
+                  f"{tp.fmt(phase(runs, 'optimizer'))} |")
     # Every run starts from the same weights on the same batch: the loss curves are those of one process.
-    reference = singles[impls[0]][0]["losses"]
-    rel = max(loss_difference([r for case in cases for r in results[case][k]] + singles[k], reference) for k in impls)
-    print(f"\nLoss curves ({len(reference)} steps, every rank of every run) against {IMPLS[impls[0]]}'s single "
+    first = next(iter(singles))
+    reference = singles[first][1][0]["losses"]
+    rel = max(loss_difference([r for case in cases for r in results[case][k]] + singles.get(k, {1: []})[1], reference)
+              for k in impls)
+    print(f"\nLoss curves ({len(reference)} steps, every rank of every run) against {IMPLS[first]}'s single "
           f"process ({reference[0]:.6f} -> {reference[-1]:.6f}): largest relative difference {rel:.2g}.")
     return ratios, rel
 
@@ -206,6 +236,10 @@ def main():
     ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench-pipeline"),
                     help="scratch directory: the model is saved there, removed at the end")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--candidate-build", metavar="DIR",
+                    help="another build of libacc (DIR/launcher/acc, DIR/bench/tp_step: a change to the pipeline) run "
+                    "as the implementation libacc-candidate beside the others, pipelined runs only (its bubble against "
+                    "libacc's single process)")
     ap.add_argument("--json", help="write every run's result there")
     ap.add_argument("--check", type=float, metavar="TOL",
                     help="not a timing: exit 1 when a loss curve differs from the single process's by more than TOL "
@@ -213,10 +247,13 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(PY):
         sys.exit(77 if a.check is not None else f"{PY} is missing: run bash bench/setup.sh first")
-    a.impls = a.impls.split(",")
+    a.impls = a.impls.split(",") + (["libacc-candidate"] if a.candidate_build and "libacc-candidate" not in a.impls
+                                    else [])
     for x in a.impls:
         if x not in IMPLS:
             sys.exit(f"unknown '{x}' (known: {', '.join(IMPLS)})")
+    if "libacc-candidate" in a.impls and not (a.candidate_build and "libacc" in a.impls):
+        sys.exit("libacc-candidate runs --candidate-build DIR beside libacc: give both")
     schedules, mbs = a.schedules.split(","), [int(m) for m in a.microbatches.split(",")]
     for s in schedules:
         if s not in ("GPipe", "1F1B"):
@@ -232,14 +269,16 @@ def main():
     size["config"] = config
     if a.split is None:
         a.split = balanced_split(config["num_hidden_layers"])
-    build = os.path.abspath(a.build)
-    a.acc, a.tp_step = os.path.join(build, "launcher", "acc"), os.path.join(build, "bench", "tp_step")
+    a.builds = {k: (os.path.join(d, "launcher", "acc"), os.path.join(d, "bench", "tp_step"))
+                for k, d in (("libacc", os.path.abspath(a.build)),
+                             ("libacc-candidate", os.path.abspath(a.candidate_build or a.build)))}
     shutil.rmtree(a.dir, ignore_errors=True)
     os.makedirs(a.dir)
     model_dir = os.path.join(a.dir, "model")
     cases = [(s, m) for s in schedules for m in mbs]
     results = {case: {k: [] for k in a.impls} for case in cases}
-    singles = {k: [] for k in a.impls}
+    # The single process's runs: the whole batch (key 1), and batch / m sequences a step for each m.
+    singles = {k: {m: [] for m in [1, *mbs]} for k in a.impls if k != "libacc-candidate"}
     try:
         parameters = tp.save_model(a, model_dir, config)
         c = config
@@ -252,16 +291,19 @@ def main():
             print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
             # Each case's runs (both sides) under one hold of the lock: the same conditions, and fewer waits for it.
             with holding(a.lock):
-                for k in turn(a.impls):
-                    singles[k].append(timed(a, k, None, None, size, model_dir, f"{'single process':16s}"))
+                for k in turn(list(singles)):
+                    for m in [1, *mbs]:
+                        singles[k][m].append(timed(a, k, None, None, size, model_dir,
+                                                   f"single, batch {size['batch'] // m:<3d}", size["batch"] // m,
+                                                   size["steps"] * m))
             for s, m in (cases if r % 2 == 0 else cases[::-1]):
                 with holding(a.lock):
                     for k in turn(a.impls):
                         results[(s, m)][k].append(timed(a, k, s, m, size, model_dir, f"{s:5s} m={m:<8d}"))
             if a.json:
                 with open(a.json, "w") as f:
-                    json.dump({"size": a.size, "config": config, "split": a.split,
-                               "singles": singles, "results": {f"{s} {m}": v for (s, m), v in results.items()}},
+                    json.dump({"size": a.size, "config": config, "split": a.split, "singles": singles,
+                               "results": {f"{s} {m}": v for (s, m), v in results.items()}},
                               f, indent=1)
         for case in cases:
             for k in a.impls:
@@ -271,7 +313,7 @@ def main():
         if len({tuple(results[case][k][0]["rank_local_parameters"]) for case in cases for k in a.impls}) != 1:
             sys.exit("the two implementations cut the model differently: "
                      + str({k: results[cases[0]][k][0]["rank_local_parameters"] for k in a.impls}))
-        _, rel = report(a, size, cases, results, singles)
+        _, rel = report(a, size, cases, results, singles, mbs)
     finally:
         shutil.rmtree(a.dir, ignore_errors=True)
     if a.check is not None and not rel <= a.check:

@@ -1,6 +1,7 @@
-"""What bench/checkpoint.py and bench/hf.py share: the C side's binary, the page-cache drop and a run of one side."""
+"""What the bench scripts share: the C side's binary, the page-cache drop, a run of one side and a run of ranks."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -34,6 +35,19 @@ def can_drop_caches():
         return True
     except OSError:
         return False
+
+
+def run_ranks(cmd, env, out, procs, timeout=1800):
+    """Runs a job of `procs` ranks that each write OUT/rank{r}.json; returns those (in rank order) and removes out."""
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
+    ranks = []
+    for r in range(procs):
+        with open(os.path.join(out, f"rank{r}.json")) as f:
+            ranks.append(json.load(f))
+    shutil.rmtree(out)
+    return ranks
 
 
 def run(cmd, env, timeout=3600):

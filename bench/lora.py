@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
 ACCELERATE = os.path.join(ROOT, ".venv-bench", "bin", "accelerate")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import binary, run  # noqa: E402
+from common import binary, run, run_ranks  # noqa: E402
 
 # Each size once: the LlamaConfig (hf.py's, float32, untied head), the tokens per process and step, the steps.
 SIZES = {
@@ -70,14 +69,7 @@ def launch(impl, strategy, procs, threads, fsdp_config, step_args, env, scratch,
         how = ["--config_file", fsdp_config] if strategy == "fsdp" else ["--cpu"]
         mode = "full" if impl == "libacc-full" else "lora"
         cmd = [acc, "launch", *how, *common, lora_step, mode, *step_args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(env, BENCH_OUT=out), timeout=3600)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
-    ranks = []
-    for r in range(procs):
-        with open(os.path.join(out, f"rank{r}.json")) as f:
-            ranks.append(json.load(f))
-    shutil.rmtree(out)
+    ranks = run_ranks(cmd, dict(env, BENCH_OUT=out), out, procs, timeout=3600)
     # Accelerate's side says what each rank holds after prepare: all of it (DDP) or its shards (FSDP).
     if impl == "peft" and (ranks[0]["local_parameters"] < ranks[0]["parameters"]) != (strategy == "fsdp"):
         sys.exit(f"Accelerate under {strategy} holds {ranks[0]['local_parameters']} of {ranks[0]['parameters']} "

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tp  # noqa: E402  (its save_model and number format)
+from common import run_ranks  # noqa: E402
 from run import holding, wait_for_idle  # noqa: E402  (run.py's build lock and its quiet-machine check)
 
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
@@ -85,14 +85,7 @@ def launch(a, impl, schedule, m, size, model_dir, batch=None, steps=None):
         env["BENCH_ADAMW"] = a.torch_adamw
         cmd = ([PY, step, *args] if schedule is None else
                [TORCHRUN, "--standalone", "--nnodes", "1", "--nproc_per_node", str(P), step, *args])
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
-    ranks = []
-    for r in range(procs):
-        with open(os.path.join(out, f"rank{r}.json")) as f:
-            ranks.append(json.load(f))
-    shutil.rmtree(out)
+    ranks = run_ranks(cmd, env, out, procs)
     result = ranks[0]
     result["rank_losses"] = [x["losses"] for x in ranks]
     result["rank_local_parameters"] = [x["local_parameters"] for x in ranks]
@@ -220,7 +213,8 @@ def main():
     ap.add_argument("--size", choices=sorted(SIZES), default="default")
     ap.add_argument("--schedules", default="GPipe,1F1B")
     ap.add_argument("--microbatches", default="4,8,16")
-    ap.add_argument("--impls", default=",".join(IMPLS), help="subset of " + ",".join(IMPLS))
+    ap.add_argument("--impls", default="libacc,pytorch",
+                    help="subset of " + ",".join(IMPLS) + " (--candidate-build adds libacc-candidate)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process (OMP_NUM_THREADS)")
     ap.add_argument("--steps", type=int, help="timed steps per run (default: the size's)")

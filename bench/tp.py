@@ -22,6 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import run_ranks  # noqa: E402
 from run import holding, wait_for_idle  # noqa: E402  (run.py's build lock and its quiet-machine check)
 
 PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
@@ -67,15 +68,7 @@ def launch(a, impl, procs, step_args, env, count_bytes=False, lock=None):
     env = dict(os.environ, ACC_CONFIG_FILE="none", TRANSFORMERS_VERBOSITY="error", BENCH_OUT=out, **env,
                **({"BENCH_COUNT_BYTES": "1"} if count_bytes else {}))
     with holding(lock):
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
-    ranks = []
-    for r in range(procs):
-        with open(os.path.join(out, f"rank{r}.json")) as f:
-            ranks.append(json.load(f))
-    shutil.rmtree(out)
-    return ranks
+        return run_ranks(cmd, env, out, procs)
 
 
 def save_model(a, path, config):

@@ -555,7 +555,8 @@ void Accelerator::pipeline_backward(PreparedModel& m) {
   m.pipeline_loss = at::Tensor();  // one backward per step
   RECORD_USER_SCOPE(kPhaseGradientSync);
   m.strategy->before_backward(/*sync=*/!m.skip_sync);
-  if (!m.skip_sync) {
+  // Without data parallelism (dp_cp of 1: no DDP or FSDP wraps the stages) there are no hooks to fire.
+  if (!m.skip_sync && mesh_->size("dp_cp") > 1) {
     at::Tensor zero;
     for (const at::Tensor& p : m.model->trainable_tensors()) {
       const at::Tensor z = p.sum() * 0;

@@ -256,24 +256,8 @@ Budget balanced_memory(const ModuleTree& tree, Budget max_memory, const std::vec
   if (!no_split.empty()) {
     std::map<std::string, int64_t> first;
     for (const std::string& name : sizes.order) {
-      if (name.empty()) continue;
-      int m = 0;
-      bool is_module = true;
-      size_t start = 0;
-      while (true) {
-        const size_t dot = name.find('.', start);
-        const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-        auto& kids = tree.modules[m].children;
-        auto it = std::find_if(kids.begin(), kids.end(), [&](const auto& c) { return c.first == part; });
-        if (it == kids.end()) {
-          is_module = false;
-          break;
-        }
-        m = it->second;
-        if (dot == std::string::npos) break;
-        start = dot + 1;
-      }
-      if (!is_module) continue;
+      const int m = name.empty() ? -1 : tree.module_at(name);
+      if (m < 0) continue;
       const std::string& cls = tree.modules[m].class_name;
       if (std::find(no_split.begin(), no_split.end(), cls) != no_split.end() && !first.count(cls))
         first[cls] = sizes.of(name);

@@ -10,6 +10,7 @@
 
 #include "acc/json.hpp"
 #include "parallel/pipeline.hpp"
+#include "parallel/strategy.hpp"
 #include "util/errors.hpp"
 
 namespace acc::core::pipeline_checkpoint {
@@ -31,15 +32,6 @@ size_t parameter_index(const std::string& text, const std::string& source) {
   if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
     throw std::invalid_argument(source + ": state key '" + text + "' is not a parameter index");
   return std::stoul(text);
-}
-
-// "state.{i}.{kind}" -> (i, kind).
-std::pair<size_t, std::string> state_key(const std::string& key, const std::string& source) {
-  const size_t dot = key.find('.', 6);
-  if (key.rfind("state.", 0) != 0 || dot == std::string::npos || dot == 6 ||
-      key.find_first_not_of("0123456789", 6) != dot)
-    throw std::invalid_argument(source + ": '" + key + "' is not an optimizer state tensor name");
-  return {parameter_index(key.substr(6, dot - 6), source), key.substr(dot + 1)};
 }
 
 // The optimizer JSON with each parameter group's num_params from `counts` and the state entries `entries` (index ->
@@ -90,7 +82,7 @@ Optimizer::State whole_optimizer(const PreparedOptimizer& opt, const Optimizer::
                        at::scalar_tensor(e.get_int_or("step", -1), at::kLong));
   }
   for (const auto& [key, t] : mine.tensors) {
-    const auto [i, kind] = state_key(key, "optimizer state");
+    const auto [i, kind] = optimizer_state_key(key, "optimizer state");
     named.emplace_back("opt:" + names.at(i) + ":" + kind, t);
   }
   std::map<std::string, at::Tensor> all;
@@ -160,7 +152,7 @@ Optimizer::State stage_optimizer(const PreparedOptimizer& opt, const Optimizer::
       entries[it->second] = state.get(key).get_int_or("step", -1);
   Optimizer::State out;
   for (const auto& [key, t] : whole.tensors) {
-    const auto [i, kind] = state_key(key, source);
+    const auto [i, kind] = optimizer_state_key(key, source);
     if (auto it = local_of.find(i); it != local_of.end())
       out.tensors.emplace_back("state." + std::to_string(it->second) + "." + kind, t);
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 
 #include "models/model.hpp"
 
@@ -63,6 +64,20 @@ void add_weightless(ModuleTree& tree, const std::vector<WeightlessModule>& extra
 }
 
 }  // namespace
+
+int ModuleTree::module_at(const std::string& name) const {
+  int m = 0;
+  for (size_t start = 0; !name.empty() && start <= name.size();) {
+    const size_t dot = std::min(name.find('.', start), name.size());
+    const std::string_view part = std::string_view(name).substr(start, dot - start);
+    const auto& kids = modules[static_cast<size_t>(m)].children;
+    const auto it = std::find_if(kids.begin(), kids.end(), [&](const auto& c) { return c.first == part; });
+    if (it == kids.end()) return -1;
+    m = it->second;
+    start = dot + 1;
+  }
+  return m;
+}
 
 ModuleTree tree_of(const Model& model, bool weightless) {
   const auto* nn = dynamic_cast<const NnModel*>(&model);

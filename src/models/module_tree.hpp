@@ -26,6 +26,8 @@ struct ModuleTree {
   };
   std::vector<Module> modules;                  // modules[0] is the root
   std::vector<std::vector<std::string>> tied;   // groups of parameter names that are one tensor
+  // The index of the module at dotted `name` ("" the root), -1 where no module has that name (a tensor's).
+  int module_at(const std::string& name) const;
 };
 
 // A module of transformers' model that libacc's leaves out because it holds no weights (rotary embeddings,

@@ -21,11 +21,7 @@ ReplacedParameters split_tensor_parallel(Model& model, const ProcessMesh& mesh, 
   if (model.deferred() && model.deferred()->pending())
     throw UnsupportedError(plan.tensor_key + ": tensor parallelism splits whole weights; the model's are still on the "
                                              "meta device (zero3_init_flag)");
-  if (mesh.size("pp") == 1) {
-    std::vector<at::Tensor> state;
-    for (auto& [name, t] : model.state()) state.push_back(t);
-    broadcast_from_rank0(*mesh.world(), state);
-  }
+  if (mesh.size("pp") == 1) broadcast_from_rank0(*mesh.world(), model);
   std::map<std::string, at::Tensor> before;
   for (const auto& [name, p] : model.named_parameters()) before.emplace(name, p);
   try {
@@ -69,11 +65,7 @@ void make_sequence_parallel(Model& model, const ProcessMesh& mesh, const Paralle
 std::shared_ptr<pp::Pipeline> make_pipeline(Model& model, const ProcessMesh& mesh, const ParallelPlan& plan) {
   if (model.deferred() && model.deferred()->pending()) model.deferred()->make_whole(plan.device);
   model.to(plan.device);  // where the stages receive activations (the strategy places the model there too)
-  {
-    std::vector<at::Tensor> state;
-    for (auto& [name, t] : model.state()) state.push_back(t);
-    broadcast_from_rank0(*mesh.world(), state);
-  }
+  broadcast_from_rank0(*mesh.world(), model);
   pp::Options options = plan.pipeline;
   try {
     options.split_points = pp::split_point_indices(model, plan.pipeline_split_points);

@@ -32,6 +32,20 @@ void Strategy::load_full_state_dict(const NamedTensors& tensors, const std::stri
   model_->load_state_dict(local_state(model_->placements(), tensors), source);
 }
 
+std::pair<size_t, std::string> optimizer_state_key(const std::string& key, const std::string& source) {
+  const size_t dot = key.find('.', 6);
+  if (key.rfind("state.", 0) != 0 || dot == std::string::npos || dot == 6 || dot > 15 ||
+      key.find_first_not_of("0123456789", 6) != dot)
+    throw std::invalid_argument(source + ": '" + key + "' is not an optimizer state tensor name");
+  return {std::stoul(key.substr(6, dot - 6)), key.substr(dot + 1)};
+}
+
+void broadcast_from_rank0(Comm& comm, const Model& model) {
+  std::vector<at::Tensor> state;
+  for (auto& [name, t] : model.state()) state.push_back(t);
+  broadcast_from_rank0(comm, state);
+}
+
 namespace {
 
 // The optimizer state's tensors "state.{i}.{name}" with each parameter's split name (or "" when it is not split).
@@ -44,11 +58,7 @@ std::vector<std::string> split_names(const Model& model, const Strategy::ParamGr
     for (const at::Tensor& p : g) params.push_back(&p);
   std::vector<std::string> out;
   for (const auto& [key, t] : tensors) {
-    const size_t dot = key.find('.', 6);
-    if (key.rfind("state.", 0) != 0 || dot == std::string::npos || dot == 6 ||
-        key.find_first_not_of("0123456789", 6) != dot)
-      throw std::invalid_argument(source + ": '" + key + "' is not an optimizer state tensor name");
-    const size_t i = std::stoul(key.substr(6, dot - 6));
+    const size_t i = optimizer_state_key(key, source).first;
     if (i >= params.size())
       throw std::invalid_argument(source + ": '" + key + "': the optimizer has " + std::to_string(params.size()) +
                                   " parameters");

@@ -135,5 +135,11 @@ std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Model> model, c10::D
 
 // Copies every tensor of rank 0 to the other ranks (parameters and buffers at prepare time).
 void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
+// The same for every tensor of `model`'s state.
+void broadcast_from_rank0(Comm& comm, const Model& model);
+
+// Optimizer::State's tensor names, "state.{i}.{kind}": (i, kind). std::invalid_argument naming `source` and the key
+// for any other name.
+std::pair<size_t, std::string> optimizer_state_key(const std::string& key, const std::string& source);
 
 }  // namespace acc::core

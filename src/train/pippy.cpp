@@ -3,7 +3,6 @@
 // over num_chunks micro-batches, the outputs on the last process or, with gather_output, on every one.
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <stdexcept>
 
 #include "acc/json.hpp"
@@ -29,22 +28,6 @@ std::vector<std::string> strings(const json::Value& v, const std::string& key) {
   return out;
 }
 
-// The class of the module at dotted `name` in `tree` ("" where there is none).
-std::string class_at(const ModuleTree& tree, const std::string& name) {
-  int m = 0;
-  size_t start = 0;
-  while (start <= name.size()) {
-    const size_t dot = std::min(name.find('.', start), name.size());
-    const auto& kids = tree.modules[static_cast<size_t>(m)].children;
-    auto it = std::find_if(kids.begin(), kids.end(),
-                           [&](const auto& c) { return c.first == name.substr(start, dot - start); });
-    if (it == kids.end()) return "";
-    m = it->second;
-    start = dot + 1;
-  }
-  return tree.modules[static_cast<size_t>(m)].class_name;
-}
-
 // The split points: as given, or (auto) where Accelerate's generate_device_map over `devices` starts each, keeping
 // the model's _no_split_modules whole (for a model without them, as the built-in GPT, its blocks' class).
 std::vector<std::string> split_points_of(const Model& model, const PippyOptions& o, int devices) {
@@ -53,7 +36,8 @@ std::vector<std::string> split_points_of(const Model& model, const PippyOptions&
   std::vector<std::string> no_split = o.no_split_given ? o.no_split_module_classes : model.no_split_modules();
   const auto* stages = dynamic_cast<const PipelineStages*>(&model);
   if (!o.no_split_given && no_split.empty() && stages && stages->num_blocks() > 0)
-    no_split.push_back(class_at(tree, stages->block_module(0)));
+    if (const int block = tree.module_at(stages->block_module(0)); block >= 0)
+      no_split.push_back(tree.modules[static_cast<size_t>(block)].class_name);
   return bigmodel::pippy_split_points(tree, devices, no_split, model.no_split_modules());
 }
 
@@ -109,9 +93,7 @@ void Accelerator::prepare_pippy(const std::shared_ptr<PreparedModel>& model, con
     po.schedule = "GPipe";
     po.microbatches = chunks;
     po.split_points = pp::split_point_indices(m, points);
-    std::vector<at::Tensor> state;  // every process starts from rank 0's weights
-    for (auto& [name, t] : m.state()) state.push_back(t);
-    broadcast_from_rank0(*comm_, state);
+    broadcast_from_rank0(*comm_, m);  // every process starts from rank 0's weights
     pipeline = std::make_shared<pp::Pipeline>(m, comm_, po);
   }
   model->strategy = make_single_strategy(model->model, device_);

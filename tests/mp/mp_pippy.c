@@ -2,10 +2,10 @@
  * starts (tests/mp/meson.build: 2 and 4). For each layout a fresh model: rank 0's whole model's logits for a batch of 5
  * sequences of 8 tokens, then the model prepared with acc_prepare_pippy runs the same batch: the logits equal the whole
  * model's within 1e-5 on the last process, on every process with gather_output, and NULL on the others without it.
- * Layouts: split points "auto" (Accelerate's balanced device map over num_chunks devices) and given (a block's name,
- * the final norm's), num_chunks the number of processes (5 rows padded) and 5; Llama, GPT-2 (a head tied to the
- * embedding) and the built-in GPT. Refusals by name: a split point naming no block or inside one, split points that
- * do not make one stage a process, targets given, an unknown option.
+ * Layouts: split points "auto" (Accelerate's balanced device map, planned over the processes) and given (a block's
+ * name, the final norm's), num_chunks the number of processes (5 rows padded) and 5; Llama, GPT-2 (a head tied to the
+ * embedding) and the built-in GPT. Refusals by name: a split point naming no block, inside one or at the embeddings,
+ * split points that do not make one stage a process, targets given, an unknown option.
  * Usage: mp_pippy */
 #include <acc/acc.h>
 #include <math.h>
@@ -107,6 +107,8 @@ int main(void) {
            "split point 'model.layers.9' names no block of LlamaForCausalLM");
     refuse(acc, "{\"split_points\": [\"model.layers.1.mlp\"]}", ACC_ERR_INVALID_ARGUMENT,
            "split point 'model.layers.1.mlp' is inside the block model.layers.1");
+    refuse(acc, "{\"split_points\": [\"model.embed_tokens\"]}", ACC_ERR_INVALID_ARGUMENT,
+           "split point 'model.embed_tokens' begins a stage with the embeddings");
     refuse(acc, "{\"split_points\": [\"model.layers.1\", \"model.layers.2\"]}", ACC_ERR_INVALID_ARGUMENT,
            "2 split points make 3 stages; the job has 2 processes, one stage each");
   }

@@ -10,6 +10,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -872,6 +873,7 @@ TEST(Lora, InitDropoutAndDtypes) {
 
 // The built-in families take adapters too: GPT's Conv1D layers (fan_in_fan_out) and the MLP's Linear layers.
 TEST(BuiltIn, GptAndMlpTakeAdaptersAndMerge) {
+  at::manual_seed(0);
   for (const char* spec :
        {R"({"type": "gpt", "vocab_size": 50, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16})",
         R"({"type": "mlp", "sizes": [6, 12, 3]})"}) {
@@ -888,7 +890,8 @@ TEST(BuiltIn, GptAndMlpTakeAdaptersAndMerge) {
     at::Tensor adapted = m.forward(b).items().front().second;
     merge_adapter(*slot);
     at::Tensor merged = m.forward(b).items().front().second;
-    EXPECT_LE(max_diff(adapted, merged), 1e-5) << spec;
+    // float rounding of W x + B A x against (W + B A) x grows with the outputs' size
+    EXPECT_LE(max_diff(adapted, merged), 1e-6 * std::max(1.0, adapted.abs().max().item<double>())) << spec;
     EXPECT_FALSE(lora::find(lora_root(m)));
   }
 }

@@ -10,6 +10,7 @@ dataset (the columns after datasets.map, group_texts, TRL's SFT preparation and 
 collators make of it, in order, `batch_size` rows at a time. Nothing here is reimplemented: the modes call
 `datasets`, transformers' collators and TRL's SFTTrainer._prepare_dataset / DataCollatorForLanguageModeling.
 """
+import datetime as _dt
 import json
 import os
 import sys
@@ -26,11 +27,25 @@ from trl import SFTConfig, SFTTrainer
 from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling as TrlCollator
 from trl.trainer.utils import pad as trl_pad
+from transformers.utils import chat_template_utils
 
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = ROOT / "tests" / "data" / "prep"
 OUT = INPUTS / "expected"
 BATCH = 4  # rows per collated batch
+
+# strftime_now() in the templates (Llama 3's prints today's date) sees this time, written into each fixture as
+# "now_unix" for test_prep to pass on; the fixtures were first made on that day.
+FIXED_NOW = _dt.datetime(2026, 11, 28, 12, 0, 0, tzinfo=_dt.timezone.utc)
+
+
+class _FixedDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return FIXED_NOW if tz is None else FIXED_NOW.astimezone(tz)
+
+
+chat_template_utils.datetime = _FixedDatetime
 
 VERSIONS = {"datasets": datasets.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
 
@@ -223,7 +238,7 @@ def main():
         cases = (tokenize_cases(tok, max_length) + group_texts_cases(tok, block_size)
                  + sft_cases(tok, max_length, pack_length))
         doc = {"versions": VERSIONS, "folder": label, "pad_token_set": pad_token, "batch_size": BATCH,
-               "cases": cases}
+               "now_unix": int(FIXED_NOW.timestamp()), "cases": cases}
         path = OUT / f"{name}.json"
         path.write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"{path.relative_to(ROOT)}: {len(cases)} cases, {path.stat().st_size} bytes")

@@ -153,6 +153,7 @@ TEST_P(Prep, EqualHuggingFace) {
   auto tok = text::Tokenizer::from_pretrained(folder);
   if (root.has_value("pad_token_set")) tok->set_special_token("pad_token", root.get_string("pad_token_set"));
   const size_t batch_size = root.get_int("batch_size");
+  const int64_t now_unix = root.get_int("now_unix");  // the day the fixture's templates printed
   std::map<std::string, Table> inputs;
   auto input = [&](const std::string& name) -> const Table& {
     if (!inputs.count(name)) {
@@ -193,7 +194,8 @@ TEST_P(Prep, EqualHuggingFace) {
         expect_dataset(c.get("dataset"), ex);
         check_hf_collated(c.get("collated"), ex, *tok, batch_size);
       } else if (kind == "sft") {
-        const data::SftOptions sft = sft_options(c);
+        data::SftOptions sft = sft_options(c);
+        sft.now_unix = now_unix;
         Examples ex = data::sft_prepare(*tok, rows, sft, run);
         expect_dataset(c.get("dataset"), ex);
         for (const auto& col : c.get("collated").elements()) {

@@ -863,10 +863,11 @@ def case_pipeline_parallel_training():
         with tempfile.TemporaryDirectory() as d:
             compare_with_one_process(label, train_layouts(label, model, layouts, d))
     # Mixed precision: one micro-batch (GPipe), so that every matrix product has one process's shapes; bf16 within
-    # 1e-5, fp16 within 1e-4 (GPT-2's tied head: its two gradients rounded apart before they are summed), and fp16's
-    # loss scale after every step (MP_SCALE) one process's too.
+    # 1e-5, fp16 within its unit roundoff, 4.9e-4 (GPT-2's tied head: its two gradients rounded apart before they are
+    # summed; 6.8e-5 here after 20 steps, more on CPUs whose kernels round otherwise), and fp16's loss scale after
+    # every step (MP_SCALE) one process's too.
     one = dict(base, PARALLELISM_CONFIG_PP_MICROBATCHES="1", PARALLELISM_CONFIG_PP_SCHEDULE="GPipe")
-    for precision, tolerance, scale in (("bf16", 1e-5, {}), ("fp16", 1e-4, {"MP_SCALE": "1"})):
+    for precision, tolerance, scale in (("bf16", 1e-5, {}), ("fp16", 4.9e-4, {"MP_SCALE": "1"})):
         args = ("--mixed_precision", precision)
         layouts = [("one process", 1, 4, dict(scale, MP_EVAL="1"), args), ("pp=2", 2, 4, dict(one, **scale), args)]
         for model in ("llama", "gpt2"):

@@ -195,7 +195,8 @@ std::string settings_key(const SftOptions& o) {
          " completion_only_loss=" + (o.completion_only_loss ? std::to_string(*o.completion_only_loss) : "auto") +
          " assistant_only_loss=" + std::to_string(o.assistant_only_loss) + " chat_template=" + opt(o.chat_template) +
          " eos_token=" + opt(o.eos_token) + " map_batch_size=" + std::to_string(o.map_batch_size) +
-         " padding_free=" + std::to_string(o.padding_free);  // the collator's pad settings do not change the rows
+         " padding_free=" + std::to_string(o.padding_free) +  // the collator's pad settings do not change the rows
+         (o.now_unix >= 0 ? " now=" + std::to_string(o.now_unix) : "");
 }
 
 }  // namespace acc::data

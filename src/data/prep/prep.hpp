@@ -111,6 +111,9 @@ struct SftOptions {
   bool assistant_only_loss = false;
   // A template's text or name; unset: the tokenizer's (TRL's chat_template=None).
   std::optional<std::string> chat_template;
+  // What the template's strftime_now reads (seconds since the epoch); < 0: the time of preparation, as in TRL.
+  // Set it to make the rows of a template that prints today's date the same on every day.
+  int64_t now_unix = -1;
   // SFTConfig.eos_token: appended to text and standard completions; unset: the tokenizer's eos_token.
   std::optional<std::string> eos_token;
   size_t map_batch_size = 1000;  // datasets.map's batch_size, which packing works within

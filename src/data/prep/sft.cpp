@@ -147,6 +147,7 @@ class SftEncoder {
     completion_only_ =
         o.completion_only_loss.value_or(form_ == Form::PromptCompletion || form_ == Form::PromptCompletionChat);
     copt_.chat_template = o.chat_template;
+    copt_.now_unix = o.now_unix;
     plain_.offsets = false;  // tok(text): special tokens added, no truncation; ids only
   }
 

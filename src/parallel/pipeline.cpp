@@ -89,53 +89,65 @@ struct Pipeline::Local {
   std::vector<at::Tensor> inputs, outputs;
 };
 
-// The point-to-point messages of one step: sends are posted at once (isend) and waited on at the end; a receive
-// blocks when the action needing it runs. A schedule dependency-correct for torch never waits on a message that is not
-// coming. Messages to this rank itself (pp_size 1) are handed over in memory.
+// The point-to-point messages of one step. Sends are posted at once (isend) and waited on at the end. Every schedule
+// runs a stage's forwards in micro-batch order and every micro-batch has the same rows, so an activation's dtype and
+// shape travel once a step, in a header before micro-batch 0's. Where messages are matched by tag (Gloo), receives are
+// posted ahead: a stage's next activations once their shape is known (at most `ahead` micro-batches beyond the one
+// being received), and in training each activation's gradient when the activation is sent. Gloo then copies a message
+// in as it arrives, instead of when the action needing it asks (bench/pipeline.py measures the difference). NCCL
+// matches messages by their order, which posting ahead would change: there a receive is posted when the action
+// needing it runs. Messages to this rank itself (pp_size 1) are handed over in memory. Receives still posted when a
+// step fails are dropped with the exchange (Gloo unbinds their buffers).
 class Pipeline::Exchange {
  public:
-  Exchange(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, int microbatches)
-      : pg_(std::move(pg)), rank_(rank), microbatches_(microbatches) {}
-  int tag(int stage, int mb, Kind k) const { return (stage * microbatches_ + mb) * Kinds + k; }
+  struct Settings {
+    int microbatches;
+    bool training;    // gradients come back
+    bool post_ahead;  // the backend matches messages by tag
+    int ahead;        // activations posted beyond the one being received
+  };
+  Exchange(c10::intrusive_ptr<c10d::ProcessGroup> pg, int rank, const Settings& s)
+      : pg_(std::move(pg)), rank_(rank), s_(s) {}
 
-  void send(const at::Tensor& t, int to, int stage, int mb, Kind k) {
-    at::Tensor c = t.contiguous();
-    if (to == rank_) {
-      local_[tag(stage, mb, k)] = c;
-      return;
-    }
-    std::vector<at::Tensor> v{c};
-    sends_.push_back(pg_->send(v, to, tag(stage, mb, k)));
-    keep_.push_back(c);
+  // Before any action runs: micro-batch 0's header from stage `stage` (on rank `from`).
+  void expect_activations(int from, int stage) {
+    if (s_.post_ahead && from != rank_) post(at::empty({kMaxDims + 2}, at::kLong), from, stage, 0, Header);
   }
-  at::Tensor recv(at::Tensor buffer, int from, int stage, int mb, Kind k) {
-    if (from == rank_) {
-      auto it = local_.find(tag(stage, mb, k));
-      if (it == local_.end()) throw std::logic_error("pipeline: no message from stage " + decimal(stage));
-      at::Tensor t = it->second;
-      local_.erase(it);
-      return t;
-    }
-    std::vector<at::Tensor> v{buffer};
-    pg_->recv(v, from, tag(stage, mb, k))->wait();
-    return buffer;
-  }
-  // An activation: a header with its dtype and shape first, so the receiver needs no shape of its own.
+
   void send_activation(const at::Tensor& t, int to, int stage, int mb) {
-    if (t.dim() > kMaxDims) throw refused("a stage's output has " + decimal(t.dim()) + " dimensions; at most 6 pass");
-    at::Tensor h = at::full({kMaxDims + 2}, -1, at::kLong);
-    h[0] = static_cast<int64_t>(t.scalar_type());
-    h[1] = t.dim();
-    for (int64_t d = 0; d < t.dim(); ++d) h[d + 2] = t.size(d);
-    send(h, to, stage, mb, Header);
+    if (to == rank_) return keep_local(t, stage, mb, Activation);
+    auto [shape, fresh] = sent_shapes_.emplace(stage, t.sizes().vec());
+    if (!fresh && shape->second != t.sizes().vec())
+      throw refused("stage " + decimal(stage) + "'s output for micro-batch " + decimal(mb) +
+                    " has another shape than " +
+                    "for micro-batch 0: every micro-batch's activations must have the same shape");
+    if (mb == 0) send(header(t), to, stage, mb, Header);
     send(t, to, stage, mb, Activation);
+    if (s_.training && s_.post_ahead) post(at::empty_like(t), to, stage + 1, mb, Gradient);
   }
   at::Tensor recv_activation(int from, int stage, int mb, c10::Device device) {
-    const at::Tensor h = recv(at::empty({kMaxDims + 2}, at::kLong), from, stage, mb, Header);
-    std::vector<int64_t> sizes(static_cast<size_t>(h[1].item<int64_t>()));
-    for (size_t d = 0; d < sizes.size(); ++d) sizes[d] = h[static_cast<int64_t>(d) + 2].item<int64_t>();
-    const auto dtype = static_cast<at::ScalarType>(h[0].item<int64_t>());
-    return recv(at::empty(sizes, at::TensorOptions(device).dtype(dtype)), from, stage, mb, Activation);
+    if (from == rank_) return take_local(stage, mb, Activation);
+    if (mb == 0) {
+      const at::Tensor h = take(at::empty({kMaxDims + 2}, at::kLong), from, stage, mb, Header);
+      std::vector<int64_t> sizes(static_cast<size_t>(h[1].item<int64_t>()));
+      for (size_t d = 0; d < sizes.size(); ++d) sizes[d] = h[static_cast<int64_t>(d) + 2].item<int64_t>();
+      received_[stage] =
+          at::empty(sizes, at::TensorOptions(device).dtype(static_cast<at::ScalarType>(h[0].item<int64_t>())));
+    }
+    const at::Tensor& like = received_.at(stage);
+    if (s_.post_ahead)
+      for (int i = std::max(mb + 1, posted_up_to_[stage] + 1); i <= std::min(mb + s_.ahead, s_.microbatches - 1); ++i)
+        post(at::empty_like(like), from, stage, i, Activation), posted_up_to_[stage] = i;
+    return take(at::empty_like(like), from, stage, mb, Activation);
+  }
+  // `stage`: the sending stage.
+  void send_gradient(const at::Tensor& g, int to, int stage, int mb) {
+    if (to == rank_) return keep_local(g, stage, mb, Gradient);
+    send(g, to, stage, mb, Gradient);
+  }
+  at::Tensor recv_gradient(const at::Tensor& like, int from, int stage, int mb) {
+    if (from == rank_) return take_local(stage, mb, Gradient);
+    return take(at::empty_like(like), from, stage, mb, Gradient);
   }
   void finish() {
     for (auto& w : sends_) w->wait();
@@ -144,10 +156,51 @@ class Pipeline::Exchange {
   }
 
  private:
+  int tag(int stage, int mb, Kind k) const { return (stage * s_.microbatches + mb) * Kinds + k; }
+  static at::Tensor header(const at::Tensor& t) {
+    if (t.dim() > kMaxDims) throw refused("a stage's output has " + decimal(t.dim()) + " dimensions; at most 6 pass");
+    at::Tensor h = at::full({kMaxDims + 2}, -1, at::kLong);
+    h[0] = static_cast<int64_t>(t.scalar_type());
+    h[1] = t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d) h[d + 2] = t.size(d);
+    return h;
+  }
+  void send(const at::Tensor& t, int to, int stage, int mb, Kind k) {
+    std::vector<at::Tensor> v{t.contiguous()};
+    sends_.push_back(pg_->send(v, to, tag(stage, mb, k)));
+    keep_.push_back(v[0]);
+  }
+  void post(at::Tensor buffer, int from, int stage, int mb, Kind k) {
+    std::vector<at::Tensor> v{buffer};
+    posted_[tag(stage, mb, k)] = {pg_->recv(v, from, tag(stage, mb, k)), buffer};
+  }
+  // The message posted ahead, or `buffer` received now.
+  at::Tensor take(at::Tensor buffer, int from, int stage, int mb, Kind k) {
+    auto it = posted_.find(tag(stage, mb, k));
+    if (it == posted_.end()) post(std::move(buffer), from, stage, mb, k), it = posted_.find(tag(stage, mb, k));
+    auto [work, t] = std::move(it->second);
+    posted_.erase(it);
+    work->wait();
+    return t;
+  }
+  void keep_local(const at::Tensor& t, int stage, int mb, Kind k) { local_[tag(stage, mb, k)] = t.contiguous(); }
+  at::Tensor take_local(int stage, int mb, Kind k) {
+    auto it = local_.find(tag(stage, mb, k));
+    if (it == local_.end()) throw std::logic_error("pipeline: no message from stage " + decimal(stage));
+    at::Tensor t = it->second;
+    local_.erase(it);
+    return t;
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
-  int rank_, microbatches_;
+  int rank_;
+  Settings s_;
   std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
   std::vector<at::Tensor> keep_;  // what the sends read, alive until they are done
+  std::map<int, std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> posted_;  // by tag: receives and their buffers
+  std::map<int, std::vector<int64_t>> sent_shapes_;  // by sending stage
+  std::map<int, at::Tensor> received_;  // by sending stage: a tensor of its activations' shape and dtype
+  std::map<int, int> posted_up_to_;  // by sending stage: the last micro-batch whose activation is posted
   std::map<int, at::Tensor> local_;
 };
 
@@ -406,14 +459,24 @@ void Pipeline::backward(const Action& a, Exchange& ex) {
   if (st.layers.last) {
     if (out.requires_grad()) torch::autograd::backward({out * (loss_scale_ / static_cast<double>(microbatches_))});
   } else {
-    const at::Tensor g = ex.recv(at::empty_like(out), (a.stage + 1) % pp_, a.stage + 1, a.microbatch, Gradient);
+    const at::Tensor g = ex.recv_gradient(out, (a.stage + 1) % pp_, a.stage + 1, a.microbatch);
     if (out.requires_grad()) torch::autograd::backward({out}, {g});
   }
   if (!st.layers.first) {
     const at::Tensor& x = st.inputs[i];
-    ex.send(x.grad().defined() ? x.grad() : at::zeros_like(x), (a.stage - 1) % pp_, a.stage, a.microbatch, Gradient);
+    ex.send_gradient(x.grad().defined() ? x.grad() : at::zeros_like(x), (a.stage - 1) % pp_, a.stage, a.microbatch);
   }
   st.inputs[i] = st.outputs[i] = at::Tensor();  // this micro-batch's activations, freed
+}
+
+Pipeline::Exchange Pipeline::exchange(bool training) const {
+  // CPU tensors go through Gloo, which matches messages by tag. As many activations ahead as there are stages: no
+  // more than 1F1B's warm-up holds.
+  const int stages = static_cast<int>(layout_.size());
+  Exchange ex(group_->process_group(), rank_, {microbatches_, training, device_.is_cpu(), stages});
+  for (int s : local_stages())
+    if (!layout_[static_cast<size_t>(s)].first) ex.expect_activations((s - 1) % pp_, s - 1);
+  return ex;
 }
 
 double Pipeline::step(const TensorDict& batch, double loss_scale) {
@@ -424,7 +487,7 @@ double Pipeline::step(const TensorDict& batch, double loss_scale) {
   const std::vector<TensorDict> mbs = micro_batches(batch);
   loss_scale_ = loss_scale;
   const std::vector<at::Tensor> tied_before = tied_gradients();
-  Exchange ex(group_->process_group(), rank_, microbatches_);
+  Exchange ex = exchange(true);
   std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
   for (const Action& a : actions(schedule_, rank_, pp_, per_rank_, microbatches_)) {
     if (a.kind == Action::Forward) forward(a, mbs, ex, losses);
@@ -438,7 +501,7 @@ double Pipeline::step(const TensorDict& batch, double loss_scale) {
 std::vector<at::Tensor> Pipeline::forward_only(const TensorDict& batch) {
   c10::NoGradGuard no_grad;
   const std::vector<TensorDict> mbs = micro_batches(batch);
-  Exchange ex(group_->process_group(), rank_, microbatches_);
+  Exchange ex = exchange(false);
   std::vector<at::Tensor> outputs(static_cast<size_t>(microbatches_));
   // Micro-batch by micro-batch, up this rank's stages: every rank's order is part of one order of the whole
   // pipeline's forwards, so no receive waits on a send that comes after it.

@@ -85,6 +85,7 @@ class Pipeline {
   struct Local;
   class Exchange;
   void build_layout(const Options& o);
+  Exchange exchange(bool training) const;  // a step's, its first receives posted
   void keep_local_modules();
   std::vector<TensorDict> micro_batches(const TensorDict& batch) const;
   void forward(const Action& a, const std::vector<TensorDict>& mbs, Exchange& ex, std::vector<at::Tensor>& losses);

@@ -32,10 +32,12 @@ void check_pipeline(const Config& c, const std::string& prefix) {
   const std::string size = prefix + "pp_size", schedule = prefix + "pp_schedule",
                     per_rank = prefix + "pp_stages_per_rank", splits = prefix + "pp_split_points";
   const int64_t v = c.get_int(per_rank);
-  if (c.get_string(schedule) == "Interleaved1F1B" && v < 2)
+  const bool multi_stage = c.get_string(schedule) == "Interleaved1F1B" ||
+                           c.get_string(schedule) == "InterleavedZeroBubble";
+  if (multi_stage && v < 2)
     throw Error("contradictory settings: " + shown_setting(c, schedule) + " with " + shown_setting(c, per_rank) +
                 ": a multi-stage schedule needs at least 2 stages per rank");
-  if (c.get_string(schedule) != "Interleaved1F1B" && v != 1)
+  if (!multi_stage && v != 1)
     throw Error("contradictory settings: " + shown_setting(c, schedule) + " with " + shown_setting(c, per_rank) +
                 ": a single-stage schedule runs exactly 1 stage per rank");
   const std::vector<std::string> points = split_points(c, splits);

@@ -416,7 +416,7 @@ Schema make_accelerator() {
           .min(1)
           .env("PARALLELISM_CONFIG_PP_MICROBATCHES"));
   add(K("parallelism_config.pp_schedule", S, "\"1F1B\"", "pipeline schedule (libacc's own)")
-          .one_of({"GPipe", "1F1B", "Interleaved1F1B"})
+          .one_of({"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"})
           .env("PARALLELISM_CONFIG_PP_SCHEDULE"));
   add(K("parallelism_config.pp_stages_per_rank", I, "1", "pipeline stages per rank (libacc's own)")
           .min(1)
@@ -673,7 +673,7 @@ Schema make_launch() {
           .min(1)
           .env("PARALLELISM_CONFIG_PP_MICROBATCHES"));
   add(K("parallelism_config.parallelism_config_pp_schedule", S, "\"1F1B\"", "pipeline schedule (libacc's own)")
-          .one_of({"GPipe", "1F1B", "Interleaved1F1B"})
+          .one_of({"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"})
           .env("PARALLELISM_CONFIG_PP_SCHEDULE"));
   add(K("parallelism_config.parallelism_config_pp_stages_per_rank", I, "1", "pipeline stages per rank (libacc's own)")
           .min(1)

@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/module.h>
 
+#include "parallel/split_backward.hpp"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -82,11 +84,17 @@ std::vector<StageLayers> stages_at(int64_t num_blocks, const std::vector<int64_t
 }
 
 // This rank's stage: its layers and, per micro-batch, the input received (a leaf whose gradient goes back) and the
-// output kept for backward.
+// output kept for backward; under zero bubble, what the weight gradient needs once the input gradient has gone.
 struct Pipeline::Local {
   int stage = 0;
   StageLayers layers;
   std::vector<at::Tensor> inputs, outputs;
+  std::vector<at::Tensor> output_grads;     // the first stage's: its whole backward waits for the weight gradient
+  std::vector<DeferredWeights> weights;     // the other stages'
+  void resize(size_t microbatches) {
+    inputs.resize(microbatches), outputs.resize(microbatches);
+    output_grads.resize(microbatches), weights.resize(microbatches);
+  }
 };
 
 // The point-to-point messages of one step. Sends are posted at once (isend) and waited on at the end. Every schedule
@@ -282,7 +290,7 @@ Pipeline::Pipeline(Model& model, std::shared_ptr<Comm> group, const Options& opt
 void Pipeline::build_layout(const Options& o) {
   const int64_t blocks = stages_->num_blocks();
   const int iw = o.first_stage_less_layers, ow = o.last_stage_less_layers;
-  const bool single = schedule_ != Schedule::Interleaved1F1B;
+  const bool single = !multi_stage(schedule_);
   if (o.layers_per_stage > 0) {
     // torchtitan's _get_pipeline_metadata: the stage count from the layers per stage.
     const int64_t stages = (blocks + iw + ow + o.layers_per_stage - 1) / o.layers_per_stage;
@@ -443,30 +451,62 @@ void Pipeline::forward(const Action& a, const std::vector<TensorDict>& mbs, Exch
   if (!st.layers.first)  // a leaf: its gradient is what backward sends to the previous stage
     x = ex.recv_activation((a.stage - 1) % pp_, a.stage - 1, a.microbatch, device_).requires_grad_(true);
   const at::Tensor out = stages_->stage_forward(mbs[i], x, st.layers);
-  if (st.inputs.empty()) st.inputs.resize(mbs.size()), st.outputs.resize(mbs.size());
+  if (st.inputs.empty()) st.resize(mbs.size());
   st.inputs[i] = x;
   st.outputs[i] = out;
   if (st.layers.last) losses[i] = out.detach();
   else ex.send_activation(out.detach(), (a.stage + 1) % pp_, a.stage, a.microbatch);
 }
 
+// Where micro-batch i's backward on stage `st` begins: the loss, scaled, on the last stage (the mean over micro-batches:
+// each loss scaled by 1 / microbatches, what torch's scale_grads divides the gradients by afterwards; scaling the
+// loss leaves gradients accumulated before this step as they were), else the output with the gradient the next
+// stage sent.
+std::pair<at::Tensor, at::Tensor> Pipeline::backward_root(const Local& st, size_t i, Exchange& ex) {
+  const at::Tensor out = st.outputs.at(i);
+  if (st.layers.last) return {out * (loss_scale_ / static_cast<double>(microbatches_)), at::Tensor()};
+  return {out, ex.recv_gradient(out, (st.stage + 1) % pp_, st.stage + 1, static_cast<int>(i))};
+}
+
+void Pipeline::send_input_gradient(const Local& st, size_t i, const at::Tensor& grad, Exchange& ex) {
+  const at::Tensor& x = st.inputs[i];
+  ex.send_gradient(grad.defined() ? grad : at::zeros_like(x), (st.stage - 1) % pp_, st.stage, static_cast<int>(i));
+}
+
 void Pipeline::backward(const Action& a, Exchange& ex) {
   Local& st = local(a.stage);
   const auto i = static_cast<size_t>(a.microbatch);
-  const at::Tensor out = st.outputs.at(i);
-  // The mean over micro-batches: each loss scaled by 1 / microbatches (what torch's scale_grads divides the
-  // gradients by afterwards; scaling the loss leaves gradients accumulated before this step as they were).
-  if (st.layers.last) {
-    if (out.requires_grad()) torch::autograd::backward({out * (loss_scale_ / static_cast<double>(microbatches_))});
-  } else {
-    const at::Tensor g = ex.recv_gradient(out, (a.stage + 1) % pp_, a.stage + 1, a.microbatch);
-    if (out.requires_grad()) torch::autograd::backward({out}, {g});
-  }
-  if (!st.layers.first) {
-    const at::Tensor& x = st.inputs[i];
-    ex.send_gradient(x.grad().defined() ? x.grad() : at::zeros_like(x), (a.stage - 1) % pp_, a.stage, a.microbatch);
-  }
+  const auto [root, grad] = backward_root(st, i, ex);
+  if (root.requires_grad()) torch::autograd::backward({root}, {grad});
+  if (!st.layers.first) send_input_gradient(st, i, st.inputs[i].grad(), ex);
   st.inputs[i] = st.outputs[i] = at::Tensor();  // this micro-batch's activations, freed
+}
+
+// Zero bubble's input gradient: sent at once, the weights' left for backward_weight. A first stage has no input
+// gradient to send: its whole backward runs as its weight gradient (torch's).
+void Pipeline::backward_input(const Action& a, Exchange& ex) {
+  Local& st = local(a.stage);
+  const auto i = static_cast<size_t>(a.microbatch);
+  const auto [root, grad] = backward_root(st, i, ex);
+  if (st.layers.first) {
+    st.outputs[i] = root, st.output_grads[i] = grad;
+    return;
+  }
+  at::Tensor dx;
+  if (root.requires_grad()) dx = DeferredWeights::input_gradient(root, grad, st.inputs[i], st.weights[i]);
+  send_input_gradient(st, i, dx, ex);
+  st.inputs[i] = st.outputs[i] = at::Tensor();
+}
+
+void Pipeline::backward_weight(const Action& a) {
+  Local& st = local(a.stage);
+  const auto i = static_cast<size_t>(a.microbatch);
+  if (st.layers.first) {
+    if (st.outputs[i].requires_grad()) torch::autograd::backward({st.outputs[i]}, {st.output_grads[i]});
+    st.outputs[i] = st.output_grads[i] = at::Tensor();
+    return;
+  }
+  st.weights[i].accumulate();
 }
 
 Pipeline::Exchange Pipeline::exchange(bool training) const {
@@ -490,8 +530,12 @@ double Pipeline::step(const TensorDict& batch, double loss_scale) {
   Exchange ex = exchange(true);
   std::vector<at::Tensor> losses(static_cast<size_t>(microbatches_));
   for (const Action& a : actions(schedule_, rank_, pp_, per_rank_, microbatches_)) {
-    if (a.kind == Action::Forward) forward(a, mbs, ex, losses);
-    else backward(a, ex);
+    switch (a.kind) {
+      case Action::Forward: forward(a, mbs, ex, losses); break;
+      case Action::Backward: backward(a, ex); break;
+      case Action::BackwardInput: backward_input(a, ex); break;
+      case Action::BackwardWeight: backward_weight(a); break;
+    }
   }
   ex.finish();
   sum_tied_gradients(tied_before);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/batch.hpp"
@@ -34,9 +35,10 @@ std::vector<StageLayers> stages_at(int64_t num_blocks, const std::vector<int64_t
 std::vector<int64_t> split_point_indices(const Model& model, const std::vector<std::string>& points);
 
 struct Options {
-  std::string schedule = "1F1B";  // "GPipe", "1F1B" or "Interleaved1F1B" (torch's names, any case)
-  int microbatches = 1;           // the batch is split into this many along dim 0
-  int stages_per_rank = 1;        // virtual stages per rank (Interleaved1F1B: 2 or more)
+  // "GPipe", "1F1B", "Interleaved1F1B" or "InterleavedZeroBubble" (torch's names, any case)
+  std::string schedule = "1F1B";
+  int microbatches = 1;     // the batch is split into this many along dim 0
+  int stages_per_rank = 1;  // virtual stages per rank (the interleaved schedules: 2 or more)
   // torchtitan's pipeline_parallel_layers_per_stage (0: none): the stage count follows from it, overriding
   // stages_per_rank; it must come out a multiple of the group's size.
   int layers_per_stage = 0;
@@ -92,7 +94,11 @@ class Pipeline {
   // Every micro-batch's forward without gradients; the last stage's outputs (on its rank), by micro-batch.
   std::vector<at::Tensor> forward_only(const TensorDict& batch);
   int last_rank() const { return static_cast<int>(layout_.size() - 1) % pp_; }
+  std::pair<at::Tensor, at::Tensor> backward_root(const Local& st, size_t microbatch, Exchange& ex);
+  void send_input_gradient(const Local& st, size_t microbatch, const at::Tensor& grad, Exchange& ex);
   void backward(const Action& a, Exchange& ex);
+  void backward_input(const Action& a, Exchange& ex);
+  void backward_weight(const Action& a);
   double mean_loss(const std::vector<at::Tensor>& losses) const;
   void sync_tied_copies();
   std::vector<at::Tensor> tied_gradients() const;  // the tied parameters' gradients now (copies; undefined: none)

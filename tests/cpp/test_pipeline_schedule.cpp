@@ -1,6 +1,7 @@
 // The pipeline schedules against torch.distributed.pipelining's own orders (torch 2.15, schedules.py), and the
 // simulator: every valid schedule runs without deadlock, each (stage, microbatch) once per direction, and GPipe's
-// ticks match the bubble formula. Actions are written in torch's notation: "<stage>F<mb>", "<stage>B<mb>".
+// ticks match the bubble formula. Actions are written in torch's notation: "<stage>F<mb>", "<stage>B<mb>", and the
+// zero-bubble schedule's input and weight gradients "<stage>I<mb>", "<stage>W<mb>".
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -44,7 +45,7 @@ TEST(PipelineSchedule, NamesAsGetScheduleClassTakesThem) {
   for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved1F1B})
     EXPECT_EQ(parse_schedule(schedule_name(s)), s);
   expect_throw<std::invalid_argument>([] { parse_schedule("LoopedBFS"); },
-                                      {"'LoopedBFS'", "GPipe", "1F1B", "Interleaved1F1B"});
+                                      {"'LoopedBFS'", "GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"});
 }
 
 // ScheduleGPipe._step_microbatches: `for i in range(self._n_microbatches): ... forward_one_chunk(i, ...)`, then
@@ -94,11 +95,38 @@ TEST(PipelineSchedule, FourRanksEightMicrobatches) {
             "3F6 3B2 3F7 3B3 7F4 7B4 7F5 7B5 7F6 7B6 7F7 7B7 3B4 3B5 3B6 3B7");
 }
 
+// ScheduleInterleavedZeroBubble._calculate_single_rank_operations (tests/cpp/zero_bubble_orders.py prints them from
+// torch 2.15), the idle slots left out: _get_warmup_ops with multiply_factor 1, each backward split into its input
+// gradient (I) and its weight gradient (W), held back `rank` steady-state steps.
+TEST(PipelineSchedule, ZeroBubbleEqualsTorch) {
+  EXPECT_EQ(orders(Schedule::InterleavedZeroBubble, 2, 2, 4),
+            "0F0 0F1 2F0 2F1 2I0 2W0 0F2 2I1 2W1 0F3 0I0 0W0 2F2 0I1 0W1 2F3 2I2 2W2 2I3 2W3 0I2 0W2 0I3 0W3 | "
+            "1F0 1F1 3F0 3I0 3F1 3I1 3W0 1F2 1I0 3W1 1F3 1I1 1W0 3F2 3I2 1W1 3F3 3I3 3W2 1I2 3W3 1I3 1W2 1W3");
+  EXPECT_EQ(orders(Schedule::InterleavedZeroBubble, 4, 2, 8),
+            "0F0 0F1 0F2 0F3 4F0 4F1 4F2 4F3 4I0 4W0 0F4 4I1 4W1 0F5 4I2 4W2 0F6 4I3 4W3 0F7 0I0 0W0 4F4 0I1 0W1 4F5 "
+            "0I2 0W2 4F6 0I3 0W3 4F7 4I4 4W4 4I5 4W5 4I6 4W6 4I7 4W7 0I4 0W4 0I5 0W5 0I6 0W6 0I7 0W7 | "
+            "1F0 1F1 1F2 1F3 5F0 5F1 5F2 5I0 5F3 5I1 5W0 1F4 5I2 5W1 1F5 5I3 5W2 1F6 1I0 5W3 1F7 1I1 1W0 5F4 1I2 1W1 "
+            "5F5 1I3 1W2 5F6 5I4 1W3 5F7 5I5 5W4 5I6 5W5 5I7 5W6 1I4 5W7 1I5 1W4 1I6 1W5 1I7 1W6 1W7 | "
+            "2F0 2F1 2F2 2F3 6F0 6F1 6I0 6F2 6I1 6F3 6I2 6W0 2F4 6I3 6W1 2F5 2I0 6W2 2F6 2I1 6W3 2F7 2I2 2W0 6F4 2I3 "
+            "2W1 6F5 6I4 2W2 6F6 6I5 2W3 6F7 6I6 6W4 6I7 6W5 2I4 6W6 2I5 6W7 2I6 2W4 2I7 2W5 2W6 2W7 | "
+            "3F0 3F1 3F2 3F3 7F0 7I0 7F1 7I1 7F2 7I2 7F3 7I3 7W0 3F4 3I0 7W1 3F5 3I1 7W2 3F6 3I2 7W3 3F7 3I3 3W0 7F4 "
+            "7I4 3W1 7F5 7I5 3W2 7F6 7I6 3W3 7F7 7I7 7W4 3I4 7W5 3I5 7W6 3I6 7W7 3I7 3W4 3W5 3W6 3W7");
+  EXPECT_EQ(orders(Schedule::InterleavedZeroBubble, 2, 1, 4),
+            "0F0 0F1 0I0 0W0 0F2 0I1 0W1 0F3 0I2 0W2 0I3 0W3 | 1F0 1I0 1F1 1I1 1W0 1F2 1I2 1W1 1F3 1I3 1W2 1W3");
+  // The weight gradients fill the bubble: fewer ticks than interleaved 1F1B with its backward as two ticks.
+  const int zb = simulate_steps(all_actions(Schedule::InterleavedZeroBubble, 4, 2, 8), 8, 8);
+  EXPECT_NEAR(bubble_fraction(Schedule::InterleavedZeroBubble, 4, 2, 8), 1.0 - 3.0 * 2 * 8 / zb, 1e-12);
+  EXPECT_LT(bubble_fraction(Schedule::InterleavedZeroBubble, 4, 2, 8),
+            bubble_fraction(Schedule::Interleaved1F1B, 4, 2, 8));
+  EXPECT_EQ(parse_schedule("interleavedzerobubble"), Schedule::InterleavedZeroBubble);
+  expect_throw<std::invalid_argument>([] { actions(Schedule::InterleavedZeroBubble, 0, 4, 2, 9); }, {"(9)", "= 2"});
+}
+
 // Every valid configuration: each (stage, microbatch) once forward and once backward, on the rank torch's loop
 // style gives it, and the whole schedule simulates without deadlock.
 TEST(PipelineSchedule, EveryValidScheduleCompletesWithoutDeadlock) {
   int valid = 0;
-  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved1F1B})
+  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved1F1B, Schedule::InterleavedZeroBubble})
     for (int pp : {1, 2, 4})
       for (int v : {1, 2, 3})
         for (int m = 1; m <= 16; ++m) {
@@ -109,18 +137,23 @@ TEST(PipelineSchedule, EveryValidScheduleCompletesWithoutDeadlock) {
           }
           ++valid;
           const auto ranks = all_actions(s, pp, v, m);
-          std::vector<int> count(static_cast<size_t>(2 * pp * v * m), 0);
+          const bool zb = s == Schedule::InterleavedZeroBubble;
+          std::vector<int> count(static_cast<size_t>(4 * pp * v * m), 0);
           for (int r = 0; r < pp; ++r)
             for (const Action& a : ranks[static_cast<size_t>(r)]) {
               ASSERT_EQ(a.stage % pp, r) << to_string(a);
               ++count[static_cast<size_t>((a.kind * pp * v + a.stage) * m + a.microbatch)];
             }
-          for (int c : count) EXPECT_EQ(c, 1) << schedule_name(s) << " pp " << pp << " v " << v << " m " << m;
+          // Forward, then backward (zero bubble: input and weight gradients) once each.
+          for (int k = 0; k < 4; ++k)
+            for (int c = 0; c < pp * v * m; ++c)
+              EXPECT_EQ(count[static_cast<size_t>(k * pp * v * m + c)], k == 0 || (k == 1) != zb ? 1 : 0)
+                  << schedule_name(s) << " pp " << pp << " v " << v << " m " << m << " kind " << k;
           EXPECT_NO_THROW(simulate_steps(ranks, pp * v, m))
               << schedule_name(s) << " pp " << pp << " v " << v << " m " << m;
         }
-  // GPipe: v 1; 1F1B: v 1, m >= pp; interleaved: pp 2 refuses odd m > 4, pp 4 refuses m 9, 11, 13, 14.
-  EXPECT_EQ(valid, 16 * 3 + (16 + 15 + 13) + (16 + 10 + 12) * 3);
+  // GPipe: v 1; 1F1B: v 1, m >= pp; interleaved (both): pp 2 refuses odd m > 4, pp 4 refuses m 9, 11, 13, 14.
+  EXPECT_EQ(valid, 16 * 3 + (16 + 15 + 13) + (16 + 10 + 12) * 3 * 2);
 }
 
 TEST(PipelineSchedule, RefusesWhatTorchRefuses) {
@@ -180,6 +213,13 @@ TEST(PipelineSchedule, SimulatorFindsDeadlocksAndMalformedSchedules) {
                                       {"stage 0", "ranks 0 and 1"});
   expect_throw<std::invalid_argument>([] { simulate_steps({{f(0, 0), b(0, 0), f(1, 0)}}, 1, 1); }, {"1F0", "outside"});
   EXPECT_EQ(simulate_steps({{f(0, 0), b(0, 0)}}, 1, 1), 2);
+  // A weight gradient waits for its input gradient, and comes with it.
+  const Action i00{Action::BackwardInput, 0, 0}, w00{Action::BackwardWeight, 0, 0};
+  expect_throw<std::runtime_error>([&] { simulate_steps({{f(0, 0), w00, i00}}, 1, 1); }, {"rank 0 at 0W0"});
+  expect_throw<std::invalid_argument>([&] { simulate_steps({{f(0, 0), i00}}, 1, 1); }, {"0W0", "never run"});
+  expect_throw<std::invalid_argument>([&] { simulate_steps({{f(0, 0), b(0, 0), w00}}, 1, 1); }, {"0W0", "without"});
+  expect_throw<std::invalid_argument>([&] { simulate_steps({{f(0, 0), b(0, 0), i00, w00}}, 1, 1); }, {"both run"});
+  EXPECT_EQ(simulate_steps({{f(0, 0), i00, w00}}, 1, 1), 3);
 }
 
 }  // namespace

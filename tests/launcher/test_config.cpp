@@ -2165,6 +2165,8 @@ TEST(Parallelism, PipelineKeys) {
   EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_schedule": "Interleaved1F1B"}})", {}, 2),
                   "'parallelism_config.pp_schedule' (\"Interleaved1F1B\", acc_accelerator_create) with "
                   "'parallelism_config.pp_stages_per_rank' (1, default): a multi-stage schedule needs at least 2"));
+  EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_schedule": "InterleavedZeroBubble"}})", {}, 2),
+                  "a multi-stage schedule needs at least 2"));
   EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_stages_per_rank": 2}})", {}, 2),
                   "a single-stage schedule runs exactly 1 stage per rank"));
   EXPECT_TRUE(has(refusal(R"({"parallelism_config": {"pp_size": 2, "pp_split_points": ["3", "1"]}})", {}, 2),

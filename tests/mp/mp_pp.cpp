@@ -1,7 +1,8 @@
 // One rank of the test of pipeline parallelism (src/parallel/pipeline.cpp), started by `acc launch --num_processes N`
-// (tests/mp/meson.build). On 2 processes: pp=2 with GPipe, 1F1B and Interleaved1F1B (2 stages per rank), and each
-// process a pipeline of its own (pp=1: every stage on one rank). On 4: pp=4 with each schedule (Interleaved1F1B with 1
-// and 2 stages per rank), then two groups of pp=2 with 2 stages per rank.
+// (tests/mp/meson.build). On 2 processes: pp=2 with GPipe, 1F1B, Interleaved1F1B and InterleavedZeroBubble (2 stages
+// per rank), and each process a pipeline of its own (pp=1: every stage on one rank). On 4: pp=4 with each schedule
+// (Interleaved1F1B with 1 and 2 stages per rank, InterleavedZeroBubble with 1), then two groups of pp=2 with 2 stages
+// per rank.
 // For the built-in GPT, GPT-2 and Llama (from a config; its head tied or not; Hugging Face's batches left-padded), a
 // pipelined model trains 20 SGD steps beside the whole model in the same process on the same batches: the loss at
 // every step within 1e-5 (relative) of the whole model's and equal on every rank of the group, this rank's parameters
@@ -247,12 +248,16 @@ int main() {
       Comm::connect(ProcessState::from_environment(acc::config::current_environment()), std::chrono::minutes(5));
   const int n = comm->size();
   if (n == 2) {
-    equivalences(comm, {{"GPipe", 1}, {"1F1B", 1}, {"Interleaved1F1B", 2}});
-    // A group of one: every stage on this rank, handed over in memory (Interleaved1F1B: 2 stages).
+    equivalences(comm, {{"GPipe", 1}, {"1F1B", 1}, {"Interleaved1F1B", 2}, {"InterleavedZeroBubble", 2}});
+    // A group of one: every stage on this rank, handed over in memory (the interleaved ones: 2 stages).
     auto solo = comm->subgroup({comm->rank()}, "solo" + std::to_string(comm->rank()));
-    equivalences(solo, {{"GPipe", 1}, {"Interleaved1F1B", 2}});
+    equivalences(solo, {{"GPipe", 1}, {"Interleaved1F1B", 2}, {"InterleavedZeroBubble", 2}});
   } else if (n == 4) {
-    equivalences(comm, {{"GPipe", 1}, {"1F1B", 1}, {"Interleaved1F1B", 1}, {"Interleaved1F1B", 2}});
+    equivalences(comm, {{"GPipe", 1},
+                        {"1F1B", 1},
+                        {"Interleaved1F1B", 1},
+                        {"Interleaved1F1B", 2},
+                        {"InterleavedZeroBubble", 1}});
     // Two pipelines of 2 side by side (as under dp=2 x pp=2), each with 2 stages per rank.
     const int first = comm->rank() < 2 ? 0 : 2;
     auto pair = comm->subgroup({first, first + 1}, "pp" + std::to_string(first));

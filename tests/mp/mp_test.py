@@ -827,10 +827,10 @@ def case_sequence_parallel_training():
 def case_pipeline_parallel_training():
     """Issue 40 items 1-3 (WORKER: mp_cp_train): pipeline parallelism through the public API, the layout from the
     variables accelerate launch exports (libacc's own PARALLELISM_CONFIG_PP_*). A Llama (GQA, 2 blocks) and a GPT-2
-    (its head tied to the embedding) trained 20 SGD steps, 2 micro-batches, under GPipe, 1F1B and Interleaved1F1B (2
-    stages per rank: 4 stages), each with pp=2 on 2 processes and pp=2 x dp_shard=2 (FSDP2) and pp=2 x tp=2 on 4, and
-    pp=2 x DDP (dp_replicate=2), and split at a block named, against one process on the same global batch (4 sequences): the loss at every step
-    within 1e-5 (relative) and the whole model acc_save_model writes (every stage's parameters, gathered) within 1e-5.
+    (its head tied to the embedding) trained 20 SGD steps, 2 micro-batches, under GPipe, 1F1B, Interleaved1F1B and
+    InterleavedZeroBubble (2 stages per rank: 4 stages), each with pp=2 on 2 processes and pp=2 x dp_shard=2 (FSDP2)
+    and pp=2 x tp=2 on 4, and pp=2 x DDP (dp_replicate=2), and split at a block named, against one process on the same
+    global batch (4 sequences): the loss at every step within 1e-5 (relative) and the whole model acc_save_model writes (every stage's parameters, gathered) within 1e-5.
     Then gradient accumulation with clipping (the norm over every stage, shard and slice, a tied head counted once)
     and activation checkpointing under each composition; bf16 and fp16 (its loss scale reaching the backward inside
     the step); refusals by name."""
@@ -840,7 +840,7 @@ def case_pipeline_parallel_training():
     fsdp2 = dict(base, ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", PARALLELISM_CONFIG_DP_SHARD_SIZE="2")
     tp2 = dict(base, PARALLELISM_CONFIG_TP_SIZE="2")
     layouts = [("one process", 1, 4, {"MP_EVAL": "1"})]
-    for schedule, per_rank in (("GPipe", "1"), ("1F1B", "1"), ("Interleaved1F1B", "2")):
+    for schedule, per_rank in (("GPipe", "1"), ("1F1B", "1"), ("Interleaved1F1B", "2"), ("InterleavedZeroBubble", "2")):
         sched = {"PARALLELISM_CONFIG_PP_SCHEDULE": schedule, "PARALLELISM_CONFIG_PP_STAGES_PER_RANK": per_rank}
         layouts += [(f"pp=2 {schedule}", 2, 4, dict(base, **sched)),
                     (f"pp=2 x dp_shard=2 {schedule}", 4, 2, dict(fsdp2, **sched)),

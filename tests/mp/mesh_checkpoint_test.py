@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,25 @@ MESHES = {
     "hsdp_tp2": (8, lambda sd: fsdp2(sd, dp_replicate=2, dp_shard=2, tp=2)),
     "one": (1, None),
 }
+
+
+def add_tensor(checkpoint, file, name, values):
+    """Adds a float32 tensor to a safetensors file of a checkpoint, and its new size to the manifest."""
+    path = os.path.join(checkpoint, file)
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    header[name] = {"dtype": "F32", "shape": [len(values)], "data_offsets": [len(data), len(data) + 4 * len(values)]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data + struct.pack(f"<{len(values)}f", *values))
+    with open(os.path.join(checkpoint, "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest["files"][file] = os.path.getsize(path)
+    with open(os.path.join(checkpoint, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
 
 
 def run(mesh, steps, load="-", save="-", out="-", state_dict="FULL_STATE_DICT", global_batch=4, model="llama"):
@@ -205,6 +225,13 @@ def main():
             full, resumed = weights(os.path.join(d, "pp-full")), weights(out)
             expect(full is not None and resumed is not None and max_abs_diff(full, resumed) == 0,
                    "pp=2 resumed under the same mesh: the parameters equal bit for bit")
+            # A tensor no stage holds (a checkpoint of another model) is refused by name when a pipeline loads it.
+            other = os.path.join(d, "pp-other-model")
+            shutil.copytree(pp_first, other)
+            add_tensor(other, "model.safetensors", "model.extra.weight", [1.0, 2.0])
+            p, _ = run("pp2", 5, other)
+            expect(p.returncode != 0 and "'model.extra.weight' is not a tensor of the model (no stage holds it)" in
+                   p.stderr, "a checkpoint tensor no stage holds refused by name under pp=2", p.stdout + p.stderr)
             # SHARDED_STATE_DICT under a pipeline is refused by name (its checkpoint is the whole model's).
             p, _ = run("pp2_dp2", 4, "-", os.path.join(d, "pp-sharded"), "-", "SHARDED_STATE_DICT")
             expect(p.returncode != 0 and "SHARDED_STATE_DICT is not supported with parallelism_config.pp_size" in

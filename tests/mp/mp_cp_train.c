@@ -147,7 +147,12 @@ int main(int argc, char** argv) {
   const int pretrained = strchr(family, '/') != NULL; /* a transformers checkpoint's folder (tests/hf/fixtures) */
   const int steps = atoi(argv[1]);
   acc_accelerator* acc;
-  CHECK(acc_accelerator_create("{\"seed\": 11}", &acc));
+  /* MP_INIT_SCALE: fp16's first loss scale (grad_scaler_kwargs.init_scale): large, the first steps overflow. */
+  char settings[128] = "{\"seed\": 11}";
+  if (getenv("MP_INIT_SCALE"))
+    snprintf(settings, sizeof settings, "{\"seed\": 11, \"grad_scaler_kwargs\": {\"init_scale\": %s}}",
+             getenv("MP_INIT_SCALE"));
+  CHECK(acc_accelerator_create(settings, &acc));
   char opts[64];
   snprintf(opts, sizeof opts, "{\"batch_size\": %d}", atoi(argv[2]));
   struct loader data = token_loader(80, opts);

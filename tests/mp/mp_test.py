@@ -867,13 +867,20 @@ def case_pipeline_parallel_training():
     # summed; 6.8e-5 here after 20 steps, more on CPUs whose kernels round otherwise), and fp16's loss scale after
     # every step (MP_SCALE) one process's too.
     one = dict(base, PARALLELISM_CONFIG_PP_MICROBATCHES="1", PARALLELISM_CONFIG_PP_SCHEDULE="GPipe")
-    for precision, tolerance, scale in (("bf16", 1e-5, {}), ("fp16", 4.9e-4, {"MP_SCALE": "1"})):
+    # fp16 starts at a loss scale of 2^24, so that its first steps overflow and are skipped (the decision every rank's).
+    fp16 = {"MP_SCALE": "1", "MP_INIT_SCALE": str(2 ** 24)}
+    for precision, tolerance, scale in (("bf16", 1e-5, {}), ("fp16", 4.9e-4, fp16)):
         args = ("--mixed_precision", precision)
         layouts = [("one process", 1, 4, dict(scale, MP_EVAL="1"), args), ("pp=2", 2, 4, dict(one, **scale), args)]
         for model in ("llama", "gpt2"):
             label = f"{model}, {precision}"
             with tempfile.TemporaryDirectory() as d:
-                compare_with_one_process(label, train_layouts(label, model, layouts, d), tolerance)
+                runs = train_layouts(label, model, layouts, d)
+                compare_with_one_process(label, runs, tolerance)
+            if scale and f"{label}, one process" in runs:
+                scales = runs[f"{label}, one process"][0][-20:]  # after each step
+                expect(scales[0] < 2 ** 24, f"{label}: the first step overflowed and was skipped (its scale halved)",
+                       str(scales))
     for n in (2, 3):
         p, _ = launch(n, "refuse-pp", n, env_extra=base)
         expect(p.returncode == 0 and "0 failed" in p.stdout, f"refusals through the API on {n} processes",

@@ -106,10 +106,11 @@ std::vector<std::shared_ptr<DeferredWeights::Group>> weight_groups(const NodePtr
   const std::set<Node*> inputs_closure = reverse_closure({input}, {}, up).first;
   std::vector<Node*> weights;
   std::vector<std::set<Node*>> joints;
-  for (const auto& [node, ptr] : nodes) {
-    if (node == input || !dynamic_cast<torch::autograd::AccumulateGrad*>(node)) continue;
-    weights.push_back(node);
-    joints.push_back(reverse_closure({node}, inputs_closure, up).second);
+  for (const auto& [node, ptr] : nodes)
+    if (node != input && dynamic_cast<torch::autograd::AccumulateGrad*>(node)) weights.push_back(node);
+  std::sort(weights.begin(), weights.end(), [](Node* a, Node* b) { return a->sequence_nr() > b->sequence_nr(); });
+  for (Node* w : weights) {
+    joints.push_back(reverse_closure({w}, inputs_closure, up).second);
     if (joints.back().empty()) joints.back().insert(root.get());
   }
   // Union-find over the weights, joined through a shared node.
@@ -133,6 +134,9 @@ std::vector<std::shared_ptr<DeferredWeights::Group>> weight_groups(const NodePtr
     g->weights.push_back(nodes.at(weights[k]));
   }
   for (const auto& [joint, k] : first_with) by_root.at(find(k))->intermediates.push_back(nodes.at(joint));
+  // In the graph's order (the maps above are by address), so that every run adds the same gradients in the same order.
+  auto by_sequence = [](const NodePtr& a, const NodePtr& b) { return a->sequence_nr() > b->sequence_nr(); };
+  for (const auto& g : groups) std::sort(g->intermediates.begin(), g->intermediates.end(), by_sequence);
   return groups;
 }
 

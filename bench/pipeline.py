@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Pipeline parallelism side by side: the same LlamaForCausalLM (random weights saved once by transformers, as
-bench/tp.py) trained with AdamW on 2 CPU processes, one pipeline stage each (pp=2, the model cut at the same block),
+bench/tp.py) trained with AdamW on 2 CPU processes, one pipeline stage each (pp=2, the model cut at the same block;
+the interleaved schedules --stages-per-rank stages each, cut as libacc balances them),
 by libacc (bench/tp_step.cpp through the C ABI under `acc launch`, the pipeline from the variables accelerate launch
 exports: PARALLELISM_CONFIG_PP_SIZE, _PP_MICROBATCHES, _PP_SCHEDULE, _PP_SPLIT_POINTS) and by
-torch.distributed.pipelining (bench/pipeline_step.py: PipelineStage with ScheduleGPipe or Schedule1F1B over Gloo,
-under torchrun), for each schedule and number of micro-batches, alternated over rounds (their order turns every
+torch.distributed.pipelining (bench/pipeline_step.py: PipelineStage with ScheduleGPipe, Schedule1F1B,
+ScheduleInterleaved1F1B or ScheduleInterleavedZeroBubble over Gloo, under torchrun), for each schedule and number of micro-batches, alternated over rounds (their order turns every
 round). Prints tokens/s of each and libacc / torch. Beside them, each implementation's single process training the
 whole model on the same batch, at once (T_1) and as the step's micro-batches one after the other (T_mb): the bubble is
 1 - T_ideal / T_step with T_ideal = T_1 / p (p = 2), printed with 1 - (T_mb / p) / T_step (what is left once the
-micro-batches' own cost is taken out) beside the theory (p-1)/(m+p-1). --candidate-build DIR runs a second libacc
+micro-batches' own cost is taken out) beside the theory (p-1)/(m+p-1) (interleaved: (p-1)/(vm+p-1)). --candidate-build DIR runs a second libacc
 build (a change to the pipeline) beside them.
 
   bash bench/setup.sh && python3 bench/pipeline.py [--size default|small] [--schedules GPipe,1F1B]
       [--microbatches 4,8,16] [--rounds 3] [--lock /tmp/acc-build.lock] [--candidate-build DIR]
+      [--schedules Interleaved1F1B,InterleavedZeroBubble --stages-per-rank 2]
 """
 import argparse
 import json
@@ -48,16 +50,38 @@ SHORT = {"libacc": "libacc", "libacc-candidate": "candidate", "pytorch": "torch"
 LIBACC = ("libacc", "libacc-candidate")  # run by bench/tp_step.cpp under acc launch
 
 
-def balanced_split(layers):
-    """The block stage 1 begins with in libacc's default cut (pp::balanced_stages, torchtitan's: the embedding and the
-    head each count as a block, the first stage taking one more when the count is odd), for 2 stages."""
+MULTI = ("Interleaved1F1B", "InterleavedZeroBubble")  # several stages per rank (--stages-per-rank)
+
+
+def balanced_splits(layers, stages):
+    """The blocks stages 1, 2, ... begin with in libacc's default cut (pp::balanced_stages, torchtitan's: the embedding
+    and the head each count as a block, the first stages taking one more where the count does not divide)."""
     effective = layers + 2
-    return effective // P + effective % P - 1
+    per, extra = divmod(effective, stages)
+    out, begin = [], 0
+    for s in range(stages - 1):
+        begin += per + (1 if s < extra else 0) - (1 if s == 0 else 0)
+        out.append(begin)
+    return out
 
 
-def theory(m):
-    """GPipe's (and 1F1B's) bubble, (p-1)/(m+p-1): pipeline_schedule.hpp's bubble_fraction."""
-    return (P - 1) / (m + P - 1)
+def stages_per_rank(a, schedule):
+    return a.stages_per_rank if schedule in MULTI else 1
+
+
+def splits(a, schedule):
+    """The split points of `schedule`'s stages, as both sides take them ("4" or "2,5,7")."""
+    if schedule not in MULTI:
+        return str(a.split)
+    return ",".join(map(str, balanced_splits(a.layers, P * a.stages_per_rank)))
+
+
+def theory(a, schedule, m):
+    """The bubble of pipeline_schedule.hpp's bubble_fraction: (p-1)/(m+p-1) (GPipe, 1F1B), (p-1)/(vm+p-1)
+    (Interleaved1F1B); none for zero bubble, whose gain depends on the weight gradients' cost."""
+    if schedule == "InterleavedZeroBubble":
+        return None
+    return (P - 1) / (stages_per_rank(a, schedule) * m + P - 1)
 
 
 def launch(a, impl, schedule, m, size, model_dir, batch=None, steps=None):
@@ -78,10 +102,11 @@ def launch(a, impl, schedule, m, size, model_dir, batch=None, steps=None):
         if schedule is not None:
             env.update(ACCELERATE_USE_PARALLELISM_CONFIG="true", PARALLELISM_CONFIG_PP_SIZE=str(P),
                        PARALLELISM_CONFIG_PP_MICROBATCHES=str(m), PARALLELISM_CONFIG_PP_SCHEDULE=schedule,
-                       PARALLELISM_CONFIG_PP_SPLIT_POINTS=str(a.split))
+                       PARALLELISM_CONFIG_PP_SPLIT_POINTS=splits(a, schedule),
+                       PARALLELISM_CONFIG_PP_STAGES_PER_RANK=str(stages_per_rank(a, schedule)))
     else:
         step = os.path.join(ROOT, "bench", "pipeline_step.py")
-        args = [model_dir, schedule or "single", str(m or 1), str(a.split), *tail]
+        args = [model_dir, schedule or "single", str(m or 1), splits(a, schedule) if schedule else "0", *tail]
         env["BENCH_ADAMW"] = a.torch_adamw
         cmd = ([PY, step, *args] if schedule is None else
                [TORCHRUN, "--standalone", "--nnodes", "1", "--nproc_per_node", str(P), step, *args])
@@ -132,8 +157,8 @@ def report(a, size, cases, results, singles, mbs):
     ours = [k for k in LIBACC if k in impls] if "pytorch" in impls else []
     print(f"\n### {a.threads} thread per process, {size['batch']} x {size['seq']} tokens per step (the micro-batches: "
           f"the batch split along dim 0), {size['steps']} timed steps after {size['warmup']}; median of {a.rounds} "
-          f"alternated rounds; the model cut before block {a.split} of {c['num_hidden_layers']}; ms are rank 0's per "
-          "step" + (f"; candidate build: {a.candidate_build}" if "libacc-candidate" in impls else "") + "\n")
+          f"alternated rounds; the model cut before block {a.split} of {c['num_hidden_layers']} (interleaved, "
+          f"{a.stages_per_rank} stages per rank: before blocks {splits(a, MULTI[0])}); ms are rank 0's per step" + (f"; candidate build: {a.candidate_build}" if "libacc-candidate" in impls else "") + "\n")
     # T_1: one process, the whole model, the whole batch at once; T_mb: the same process over the step's micro-batches
     # one after the other (m forward + backward of batch / m sequences, one optimizer step).
     t1, tmb = {}, {}
@@ -159,7 +184,7 @@ def report(a, size, cases, results, singles, mbs):
     ref = {k: "libacc" if k == "libacc-candidate" else k for k in impls}
     print("\npp=2 (2 processes): tokens/s of the job. Bubble: 1 - T_ideal / T_step with T_ideal = T_1 / 2 (each "
           "implementation against its own single process), beside 1 - (T_mb / 2) / T_step (the micro-batches' own "
-          "cost taken out) and the theory (p-1)/(m+p-1):\n")
+          "cost taken out) and the schedule's theory (bubble_fraction: (p-1)/(m+p-1), interleaved (p-1)/(vm+p-1)):\n")
     head = "| schedule | micro-batches |"
     for k in impls:
         head += f" {SHORT[k]} tokens/s | {SHORT[k]} step (ms) |"
@@ -181,7 +206,8 @@ def report(a, size, cases, results, singles, mbs):
             row += f" **{ratios[(k, s, m)]:.2f}** ({min(per_round):.2f}-{max(per_round):.2f}) |"
         row += "".join(f" {1 - t1[ref[k]] / P / step[k]:.3f}; {1 - tmb[(ref[k], m)] / P / step[k]:.3f} |"
                        for k in impls)
-        print(row + f" {theory(m):.3f} |")
+        t = theory(a, s, m)
+        print(row + (f" {t:.3f} |" if t is not None else " - |"))
     everything = ([r for k in singles for runs in singles[k].values() for r in runs]
                   + [r for case in cases for k in impls for r in results[case][k]])
     quiet = [r["quiet"] for r in everything]
@@ -220,6 +246,8 @@ def main():
     ap.add_argument("--steps", type=int, help="timed steps per run (default: the size's)")
     ap.add_argument("--warmup", type=int, help="untimed steps before them (default: the size's)")
     ap.add_argument("--split", type=int, help="the block stage 1 begins with (default: libacc's balanced cut)")
+    ap.add_argument("--stages-per-rank", type=int, default=2,
+                    help=f"stages per rank of {' and '.join(MULTI)} (split as libacc balances them)")
     ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of both sides")
     ap.add_argument("--torch-adamw", choices=("fused", "foreach"), default="fused",
                     help="torch's AdamW: fused (the kernel libacc's AdamW uses; default) or foreach (torch's default)")
@@ -250,8 +278,8 @@ def main():
         sys.exit("libacc-candidate runs --candidate-build DIR beside libacc: give both")
     schedules, mbs = a.schedules.split(","), [int(m) for m in a.microbatches.split(",")]
     for s in schedules:
-        if s not in ("GPipe", "1F1B"):
-            sys.exit(f"unknown schedule '{s}' (GPipe, 1F1B)")
+        if s not in ("GPipe", "1F1B") + MULTI:
+            sys.exit(f"unknown schedule '{s}' (GPipe, 1F1B, {', '.join(MULTI)})")
     size = dict(SIZES[a.size])
     for k in ("steps", "warmup"):
         if getattr(a, k) is not None:
@@ -261,8 +289,9 @@ def main():
             sys.exit(f"{m} micro-batches do not divide the batch of {size['batch']}")
     config = dict(size["config"], **tp.COMMON_CONFIG)
     size["config"] = config
+    a.layers = config["num_hidden_layers"]
     if a.split is None:
-        a.split = balanced_split(config["num_hidden_layers"])
+        a.split = balanced_splits(a.layers, P)[0]
     a.builds = {k: (os.path.join(d, "launcher", "acc"), os.path.join(d, "bench", "tp_step"))
                 for k, d in (("libacc", os.path.abspath(a.build)),
                              ("libacc-candidate", os.path.abspath(a.candidate_build or a.build)))}
@@ -304,9 +333,9 @@ def main():
                 got = results[case][k][0]["rank_local_parameters"]
                 if sum(got) != parameters:
                     sys.exit(f"{IMPLS[k]} {case}: the stages hold {got} parameters, the model {parameters}")
-        if len({tuple(results[case][k][0]["rank_local_parameters"]) for case in cases for k in a.impls}) != 1:
-            sys.exit("the two implementations cut the model differently: "
-                     + str({k: results[cases[0]][k][0]["rank_local_parameters"] for k in a.impls}))
+            if len({tuple(results[case][k][0]["rank_local_parameters"]) for k in a.impls}) != 1:
+                sys.exit(f"{case}: the implementations cut the model differently: "
+                         + str({k: results[case][k][0]["rank_local_parameters"] for k in a.impls}))
         _, rel = report(a, size, cases, results, singles, mbs)
     finally:
         shutil.rmtree(a.dir, ignore_errors=True)

@@ -1,12 +1,14 @@
 """PyTorch side of bench/pipeline.py: pipeline parallelism on a Hugging Face LlamaForCausalLM with
-torch.distributed.pipelining (PipelineStage and ScheduleGPipe / Schedule1F1B), started by torchrun, one process per
-stage over Gloo; or, with SCHEDULE "single", the whole model in one process (the bubble's reference).
+torch.distributed.pipelining (PipelineStage and ScheduleGPipe / Schedule1F1B, or the multi-stage
+ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble), started by torchrun over Gloo; or, with SCHEDULE "single",
+the whole model in one process (the bubble's reference).
 
-  pipeline_step.py MODEL_DIR SCHEDULE MICROBATCHES SPLIT VOCAB BATCH SEQ WARMUP STEPS LR
+  pipeline_step.py MODEL_DIR SCHEDULE MICROBATCHES SPLITS VOCAB BATCH SEQ WARMUP STEPS LR
 
-The model (AutoModelForCausalLM.from_pretrained, float32) is cut as libacc cuts it: stage 0 holds the token
-embedding and decoder layers [0, SPLIT), stage 1 the layers [SPLIT, L), the final norm and the head (libacc's
-pp_split_points = SPLIT). Each stage is a module of its own that runs LlamaModel.forward's steps on its part (the
+The model (AutoModelForCausalLM.from_pretrained, float32) is cut as libacc cuts it at SPLITS (libacc's
+pp_split_points: "4", or "2,5,7" for 4 stages): stage 0 holds the token embedding and the decoder layers before the
+first split, each next stage the layers up to the next one, the last stage also the final norm and the head; rank r
+holds stages r, r + world, ... (torch's loop placement). Each stage is a module of its own that runs LlamaModel.forward's steps on its part (the
 embedding, the rotary embedding of positions 0..SEQ-1, its decoder layers with no mask: SDPA's causal attention, and
 on the last stage the norm and the head); the loss is transformers' shifted cross entropy (labels: the tokens shifted
 by one, -100 at the end), the mean over each micro-batch, and the schedule's scale_grads divides the gradients by the
@@ -61,7 +63,9 @@ def loss_fn(logits, labels):
 
 def main():
     model_dir, schedule_name = sys.argv[1], sys.argv[2]
-    microbatches, split, vocab, batch, seq, warmup, steps = map(int, sys.argv[3:10])
+    microbatches = int(sys.argv[3])
+    splits = [int(x) for x in sys.argv[4].split(",")]
+    vocab, batch, seq, warmup, steps = map(int, sys.argv[5:10])
     lr = float(sys.argv[10])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import torch.distributed as dist
@@ -70,24 +74,30 @@ def main():
 
     single = schedule_name == "single"
     if not single:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import PipelineStage
+        from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
         dist.init_process_group("gloo")
     rank, world = (0, 1) if single else (dist.get_rank(), dist.get_world_size())
     if not single and world != 2:
-        sys.exit(f"two stages, one per process: {world} processes")
+        sys.exit(f"two processes: {world}")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     parameters = sum(p.numel() for p in model.parameters())
     layers = model.config.num_hidden_layers
     if not single:
-        model = Stage(model, 0 if rank == 0 else split, split if rank == 0 else layers, rank == 0, rank == 1)
+        bounds = [0, *splits, layers]
+        count = len(bounds) - 1
+        mine = list(range(rank, count, world))
+        model = nn.ModuleList(Stage(model, bounds[s], bounds[s + 1], s == 0, s == count - 1) for s in mine)
     model.train()
     fused = os.environ.get("BENCH_ADAMW", "fused") == "fused"
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, fused=fused or None)
     local = sum(p.numel() for p in model.parameters())
     if not single:
-        stage = PipelineStage(model, stage_index=rank, num_stages=world, device=torch.device("cpu"))
-        kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule_name]
-        schedule = kind(stage, n_microbatches=microbatches, loss_fn=loss_fn)
+        stages = [PipelineStage(m, stage_index=s, num_stages=count, device=torch.device("cpu"))
+                  for m, s in zip(model, mine)]
+        kind = get_schedule_class(schedule_name)
+        single_stage = issubclass(kind, PipelineScheduleSingle)
+        schedule = kind(stages[0] if single_stage else stages, n_microbatches=microbatches, loss_fn=loss_fn)
 
     x = tokens(0, batch, seq, vocab)
     labels = F.pad(x, (0, 1), value=-100)[:, 1:]  # transformers' shift: token t predicts t + 1

@@ -93,10 +93,27 @@ struct Restore final : torch::autograd::FunctionPreHook {
   variable_list grads;
 };
 
-void remove_pre_hook(Node& node, const torch::autograd::FunctionPreHook* hook) {
-  auto& hooks = node.pre_hooks();
-  hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [&](const auto& h) { return h.get() == hook; }), hooks.end());
-}
+// Pre-hooks added for one pass, removed when it is over (or has thrown).
+class PassHooks {
+ public:
+  PassHooks() = default;
+  PassHooks(const PassHooks&) = delete;
+  PassHooks& operator=(const PassHooks&) = delete;
+  ~PassHooks() {
+    for (auto [node, hook] : added_) {
+      auto& hooks = node->pre_hooks();
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [&](const auto& h) { return h.get() == hook; }),
+                  hooks.end());
+    }
+  }
+  void add(Node& node, std::unique_ptr<torch::autograd::FunctionPreHook> hook) {
+    added_.emplace_back(&node, hook.get());
+    node.add_pre_hook(std::move(hook));
+  }
+
+ private:
+  std::vector<std::pair<Node*, const torch::autograd::FunctionPreHook*>> added_;
+};
 
 // torch's get_param_groups: each weight with the nodes where its part of the graph joins the input's (the root, for
 // a weight whose part never does); weights that share such a node are one group.
@@ -151,7 +168,7 @@ at::Tensor DeferredWeights::input_gradient(const at::Tensor& output, const at::T
   if (!root || !input_node) throw std::logic_error("split backward: the output has no graph or the input is no leaf");
   const at::Tensor g = grad.defined() ? grad : at::ones_like(output);
   rest.groups_ = weight_groups(root, input_node.get());
-  std::vector<std::pair<Node*, const torch::autograd::FunctionPreHook*>> hooks;
+  PassHooks hooks;
   for (const auto& group : rest.groups_) {
     group->grads.resize(group->intermediates.size());
     for (size_t k = 0; k < group->intermediates.size(); ++k) {
@@ -161,52 +178,32 @@ at::Tensor DeferredWeights::input_gradient(const at::Tensor& output, const at::T
         group->grads[k].at(output.output_nr()) = g;
         continue;
       }
-      auto hook = std::make_unique<Capture>(&group->grads[k]);
-      hooks.emplace_back(n, hook.get());
-      n->add_pre_hook(std::move(hook));
+      hooks.add(*n, std::make_unique<Capture>(&group->grads[k]));
     }
   }
-  variable_list dx;
-  try {
-    dx = torch::autograd::grad({output}, {input}, {g}, /*retain_graph=*/true, /*create_graph=*/false,
-                               /*allow_unused=*/true);
-  } catch (...) {
-    for (auto [node, hook] : hooks) remove_pre_hook(*node, hook);
-    throw;
-  }
-  for (auto [node, hook] : hooks) remove_pre_hook(*node, hook);
-  return dx.at(0);
+  return torch::autograd::grad({output}, {input}, {g}, /*retain_graph=*/true, /*create_graph=*/false,
+                               /*allow_unused=*/true)
+      .at(0);
 }
 
 void DeferredWeights::accumulate() {
   for (const auto& g : groups_) {
     torch::autograd::edge_list roots, weights;
     variable_list root_grads;
-    std::vector<std::pair<Node*, const torch::autograd::FunctionPreHook*>> hooks;
+    PassHooks hooks;
     for (size_t k = 0; k < g->intermediates.size(); ++k) {
       const NodePtr& n = g->intermediates[k];
       if (g->grads[k].empty()) continue;  // nothing reached it
       for (size_t i = 0; i < g->grads[k].size(); ++i)
         if (g->grads[k][i].defined())
           roots.emplace_back(n, static_cast<uint32_t>(i)), root_grads.push_back(g->grads[k][i]);
-      if (g->intermediates.size() > 1) {
-        auto hook = std::make_unique<Restore>(g->grads[k]);
-        hooks.emplace_back(n.get(), hook.get());
-        n->add_pre_hook(std::move(hook));
-      }
+      if (g->intermediates.size() > 1) hooks.add(*n, std::make_unique<Restore>(g->grads[k]));
     }
     if (roots.empty()) continue;
     for (const NodePtr& w : g->weights) weights.emplace_back(w, 0);
-    variable_list dw;
-    try {
-      dw = torch::autograd::Engine::get_default_engine().execute(roots, root_grads, /*keep_graph=*/true,
-                                                                 /*create_graph=*/false, /*accumulate_grad=*/false,
-                                                                 weights);
-    } catch (...) {
-      for (auto [node, hook] : hooks) remove_pre_hook(*node, hook);
-      throw;
-    }
-    for (auto [node, hook] : hooks) remove_pre_hook(*node, hook);
+    variable_list dw = torch::autograd::Engine::get_default_engine().execute(roots, root_grads, /*keep_graph=*/true,
+                                                                             /*create_graph=*/false,
+                                                                             /*accumulate_grad=*/false, weights);
     // As AccumulateGrad adds a gradient (stolen or copied to the weight's layout, added in place), its hooks aside.
     at::NoGradGuard no_grad;
     for (size_t k = 0; k < g->weights.size(); ++k) {
